@@ -1,0 +1,97 @@
+"""Stable error codes and the one exception type every Quill failure is reported with.
+
+Exception tree::
+
+    QuillError              a failure with a stable ``code`` (an ``ErrorCode``), a human
+                            ``message`` and machine-readable ``details``
+
+Domain code raises ``QuillError``; service handlers turn it into the error reply
+``{"ok": false, "error": {"code", "message", "details"}}`` at the edge; each front door
+(SDK, CLI, MCP, REST) keeps one table from code to its own form.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorCode(StrEnum):
+    """The error codes of the wire contract. Codes are never renamed or reused."""
+
+    FILE_NOT_FOUND = "FILE_NOT_FOUND"
+    """The path does not exist (at the version asked for)."""
+    NOT_A_FILE = "NOT_A_FILE"
+    """The path is a directory where a file was expected."""
+    NOT_A_DIRECTORY = "NOT_A_DIRECTORY"
+    """The path (or one of its parents) is a file where a directory was expected."""
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    """The path (or workspace) exists and the request asked for it not to."""
+    ACCESS_DENIED = "ACCESS_DENIED"
+    """The path leaves the workspace, or the caller may not touch this workspace."""
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    """The request is malformed: bad JSON, unknown field, wrong type, out-of-range value."""
+    INVALID_ENCODING = "INVALID_ENCODING"
+    """The content is not valid in the encoding the operation needs (UTF-8 text)."""
+    SIZE_LIMIT_EXCEEDED = "SIZE_LIMIT_EXCEEDED"
+    """A workspace limit would be exceeded (file bytes, file count, change-set size...)."""
+    CONFLICT = "CONFLICT"
+    """A precondition (``if_match``, ``expected_version``, ``base_version``) is stale."""
+    NO_MATCH = "NO_MATCH"
+    """An edit found nothing to replace."""
+    MULTIPLE_MATCHES = "MULTIPLE_MATCHES"
+    """An edit's ``old_string`` is ambiguous."""
+    LOCKED = "LOCKED"
+    """Another session holds the workspace lock."""
+    APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
+    """The workspace is restricted and the request awaits approval."""
+    DENIED = "DENIED"
+    """An approver denied the request."""
+    TIMEOUT = "TIMEOUT"
+    """The operation did not finish in time. Retriable."""
+    EXECUTION_FAILED = "EXECUTION_FAILED"
+    """A command could not be started."""
+    UNAVAILABLE = "UNAVAILABLE"
+    """The service cannot answer right now (overloaded, lagging replica, lost backend). Retriable."""
+    INTERNAL = "INTERNAL"
+    """A bug. Reported with a reference to the service log line."""
+    WORKSPACE_NOT_FOUND = "WORKSPACE_NOT_FOUND"
+    """The workspace has not been created. (Addition to DESIGN.md's list: clearer than
+    ``FILE_NOT_FOUND`` for a missing workspace.)"""
+
+
+RETRIABLE: frozenset[ErrorCode] = frozenset({ErrorCode.TIMEOUT, ErrorCode.UNAVAILABLE})
+"""Codes a client may retry with the same request id."""
+
+
+class QuillError(Exception):
+    """A failure with a stable code. ``details`` is JSON-serialisable."""
+
+    def __init__(
+        self, code: ErrorCode | str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        try:
+            self.code: ErrorCode | str = ErrorCode(code)
+        except ValueError:  # a code from a newer server: keep it as a string
+            self.code = code
+        self.message = message
+        self.details: dict[str, Any] = details or {}
+
+    @property
+    def retriable(self) -> bool:
+        return self.code in RETRIABLE
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"QuillError({str(self.code)!r}, {self.message!r}, {self.details!r})"
+
+
+def not_found(path: str) -> QuillError:
+    return QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {path}", {"path": path})
+
+
+def invalid(message: str, **details: Any) -> QuillError:
+    return QuillError(ErrorCode.INVALID_ARGUMENT, message, details)

@@ -1,0 +1,128 @@
+"""The log (``ws.evt.<t>.<w>`` in stream WS_EVENTS) and the notifications.
+
+A workspace is the fold of its events. Each event is one JSON message; its hash is the
+sha256 of the message payload (also sent in the ``Ws-Event-Hash`` header) and the next
+event carries it as ``prev_hash``, so the log of a workspace is a hash chain. ``tree_hash``
+is the hash of the whole tree after the event (see ``contracts.hashing``).
+
+Changes inside a ``changes_committed`` event are applied in order, all or nothing:
+
+* ``put``: create or replace the file ``path`` (its parent exists). Content is inline as
+  ``text`` (UTF-8) or ``data`` (base64), or stored in the WS_BLOBS object store under the
+  name ``sha256`` when ``blob`` is true, or — for a move or restore — omitted, meaning the
+  content ``sha256`` appeared earlier in this workspace's log.
+* ``mkdir``: create the directory ``path`` (its parent exists).
+* ``delete``: remove ``path`` and, for a directory, everything below it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from contracts.limits import Limits
+
+
+class Change(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type"):
+    path: str
+
+
+class PutFile(Change, frozen=True, kw_only=True, omit_defaults=True, tag="put"):
+    sha256: str
+    size: int
+    file_version: int
+    created: datetime
+    """When this file came into being (kept across overwrites; reset by delete/recreate)."""
+    executable: bool = False
+    binary: bool = False
+    text: str | None = None
+    data: bytes | None = None
+    blob: bool = False
+    moved_from: str | None = None
+
+
+class MakeDir(Change, frozen=True, kw_only=True, omit_defaults=True, tag="mkdir"):
+    pass
+
+
+class Remove(Change, frozen=True, kw_only=True, omit_defaults=True, tag="delete"):
+    pass
+
+
+AnyChange = PutFile | MakeDir | Remove
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="type"):
+    tenant: str
+    workspace: str
+    version: int
+    at: datetime
+    op: str
+    """The operation that produced the event (``write``, ``apply``, ``create``...)."""
+    request_id: str
+    actor: str | None = None
+    session: str | None = None
+    run: str | None = None
+    prev_hash: str
+    tree_hash: str
+    result: msgspec.Raw = msgspec.Raw(b"null")
+    """The result the request was answered with, returned again to a retried request."""
+
+
+class WorkspaceCreated(Event, frozen=True, kw_only=True, omit_defaults=True, tag="workspace_created"):
+    trust: str
+    limits: Limits
+
+
+class ChangesCommitted(Event, frozen=True, kw_only=True, omit_defaults=True, tag="changes_committed"):
+    changes: list[AnyChange]
+    message: str | None = None
+
+
+WorkspaceEvent = WorkspaceCreated | ChangesCommitted
+
+
+# ---------------------------------------------------------------- notifications
+
+
+class WorkspaceUpdated(msgspec.Struct, frozen=True, kw_only=True):
+    """Published on ``ws.updated.<t>.<w>`` after every committed change."""
+
+    tenant: str
+    workspace: str
+    version: int
+    op: str
+    actor: str | None
+    request_id: str
+    at: datetime
+    paths: list[str]
+    """Paths changed (first 100)."""
+    paths_total: int
+    tree_hash: str
+
+
+class AuditRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """Published on ``ws.audit.<t>.<w>`` (stream WS_AUDIT) for every operation, reads and
+    failures included. Never carries file contents or command output."""
+
+    at: datetime
+    tenant: str
+    workspace: str
+    kind: str
+    """``cmd``, ``qry`` or ``exec``."""
+    op: str
+    actor: str | None
+    session: str | None
+    run: str | None
+    request_id: str | None
+    outcome: str
+    """``ok`` or ``error``."""
+    error_code: str | None
+    duration_ms: float
+    version: int | None
+    paths: list[str]
+    """Paths the request named or changed (first 100)."""
+    summary: str | None
+    service: str
+    instance: str

@@ -1,0 +1,122 @@
+"""Workspace limits: defaults, per-workspace overrides, and the hard ceilings of a deployment.
+
+Every limit a client can influence is bounded here. A workspace gets ``DEFAULT_LIMITS``
+unless its ``create`` request overrides some of them (within ``CEILINGS``); ``info``
+reports the effective values.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+from contracts.errors import ErrorCode, QuillError
+
+DEFAULT_EXCLUSIONS: tuple[str, ...] = (
+    "**/node_modules/**",
+    "**/.git/**",
+    "**/dist/**",
+    "**/build/**",
+    "**/.venv/**",
+    "**/target/**",
+    "**/__pycache__/**",
+    "**/vendor/**",
+)
+"""WAP's default exclusion patterns for recursive operations."""
+
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+"""The NATS ``max_payload`` Quill's embedded server runs with (requests, replies, events)."""
+
+Positive = Annotated[int, Meta(ge=1, le=2**40)]
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The limits of one workspace."""
+
+    max_file_bytes: Annotated[int, Meta(ge=1, description="Largest file, in bytes.")] = (
+        4 * 1024 * 1024
+    )
+    max_files: Annotated[int, Meta(ge=1, description="Most files in the workspace.")] = 100_000
+    max_read_bytes: Annotated[
+        int, Meta(ge=1, description="Most content bytes one read returns (then truncated).")
+    ] = 256 * 1024
+    max_read_lines: Annotated[
+        int, Meta(ge=1, description="Most lines one read returns (then truncated).")
+    ] = 2000
+    max_directory_entries: Annotated[
+        int, Meta(ge=1, description="Most entries one listing returns.")
+    ] = 500
+    max_search_results: Annotated[
+        int, Meta(ge=1, description="Most results one search returns.")
+    ] = 100
+    max_output_bytes: Annotated[
+        int, Meta(ge=1, description="Most bytes of each output stream a command returns.")
+    ] = 50 * 1024
+    max_exec_ms: Annotated[int, Meta(ge=1, description="Longest a command may run, in ms.")] = (
+        600_000
+    )
+    max_change_paths: Annotated[
+        int, Meta(ge=1, description="Most paths one change set may touch.")
+    ] = 10_000
+    max_versions: Annotated[
+        int | None,
+        Meta(description="Historical versions kept per file (None: all; latest always kept)."),
+    ] = None
+
+
+class LimitsPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Overrides of some limits, given when a workspace is created."""
+
+    max_file_bytes: Positive | None = None
+    max_files: Positive | None = None
+    max_read_bytes: Positive | None = None
+    max_read_lines: Positive | None = None
+    max_directory_entries: Positive | None = None
+    max_search_results: Positive | None = None
+    max_output_bytes: Positive | None = None
+    max_exec_ms: Positive | None = None
+    max_change_paths: Positive | None = None
+    max_versions: Positive | None = None
+
+
+DEFAULT_LIMITS = Limits()
+
+CEILINGS = Limits(
+    max_file_bytes=6 * 1024 * 1024,
+    max_files=1_000_000,
+    max_read_bytes=4 * 1024 * 1024,
+    max_read_lines=100_000,
+    max_directory_entries=10_000,
+    max_search_results=10_000,
+    max_output_bytes=1024 * 1024,
+    max_exec_ms=600_000,
+    max_change_paths=50_000,
+    max_versions=None,
+)
+"""What a per-workspace override may not exceed (the NATS message size bounds several)."""
+
+
+def effective_limits(patch: LimitsPatch | None, base: Limits = DEFAULT_LIMITS) -> Limits:
+    """Apply ``patch`` to ``base``.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` if an override exceeds its ceiling.
+    """
+    if patch is None:
+        return base
+    values = msgspec.structs.asdict(base)
+    for field in patch.__struct_fields__:
+        value = getattr(patch, field)
+        if value is None:
+            continue
+        ceiling = getattr(CEILINGS, field)
+        if ceiling is not None and value > ceiling:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Limit {field}={value} exceeds the ceiling {ceiling}",
+                {"limit": field, "ceiling": ceiling},
+            )
+        values[field] = value
+    return Limits(**values)

@@ -1,0 +1,106 @@
+"""The table of ops: for each, its subject kind, request and result types, errors, an example.
+
+Services dispatch on it, the SDK encodes with it, and the docs, JSON Schemas and AsyncAPI
+document are generated from it, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode as E
+
+OpKind = Literal["cmd", "qry", "exec"]
+
+_COMMON_CMD = (E.INVALID_ARGUMENT, E.WORKSPACE_NOT_FOUND, E.CONFLICT, E.UNAVAILABLE, E.TIMEOUT)
+_COMMON_QRY = (E.INVALID_ARGUMENT, E.WORKSPACE_NOT_FOUND, E.UNAVAILABLE, E.TIMEOUT)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    kind: OpKind
+    name: str
+    request: type[rq.Request]
+    result: type[rp.Result]
+    summary: str
+    errors: tuple[E, ...]
+    example: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}.{self.name}"
+
+
+def _cmd(name: str, req: type[rq.Request], res: type[rp.Result], summary: str,
+         errors: tuple[E, ...], example: dict[str, Any]) -> OpSpec:  # fmt: skip
+    return OpSpec("cmd", name, req, res, summary, _COMMON_CMD + errors, example)
+
+
+def _qry(name: str, req: type[rq.Request], res: type[rp.Result], summary: str,
+         errors: tuple[E, ...], example: dict[str, Any]) -> OpSpec:  # fmt: skip
+    return OpSpec("qry", name, req, res, summary, _COMMON_QRY + errors, example)
+
+
+_ALL: tuple[OpSpec, ...] = (
+    _cmd("create", rq.CreateWorkspace, rp.WorkspaceCreatedResult,
+         "Create the workspace.", (E.ALREADY_EXISTS,),
+         {"trust": "full", "limits": {"max_file_bytes": 1048576}}),
+    _cmd("write", rq.WriteFile, rp.FileWritten,
+         "Write a whole file (overwrite, create or append); parents are created.",
+         (E.ACCESS_DENIED, E.ALREADY_EXISTS, E.NOT_A_FILE, E.NOT_A_DIRECTORY, E.FILE_NOT_FOUND,
+          E.SIZE_LIMIT_EXCEEDED),
+         {"path": "notes/todo.md", "content": "# TODO\n- ship\n"}),
+    _cmd("mkdir", rq.MakeDirectory, rp.DirectoryMade,
+         "Create a directory and its missing parents (like mkdir -p).",
+         (E.ACCESS_DENIED, E.NOT_A_DIRECTORY, E.SIZE_LIMIT_EXCEEDED),
+         {"path": "data/reports/2025-11"}),
+    _cmd("move", rq.MovePath, rp.PathMoved,
+         "Move or rename a file or a directory.",
+         (E.ACCESS_DENIED, E.FILE_NOT_FOUND, E.ALREADY_EXISTS, E.NOT_A_DIRECTORY,
+          E.SIZE_LIMIT_EXCEEDED),
+         {"path": "notes/todo.md", "to": "notes/done.md"}),
+    _cmd("apply", rq.ApplyChanges, rp.ChangesApplied,
+         "Commit several puts/deletes/mkdirs as one atomic event against a base version.",
+         (E.ACCESS_DENIED, E.NOT_A_FILE, E.NOT_A_DIRECTORY, E.SIZE_LIMIT_EXCEEDED),
+         {"base_version": 4, "changes": [
+             {"type": "put", "path": "src/app.py", "content": "print('hi')\n"},
+             {"type": "delete", "path": "notes/done.md"}]}),
+    _cmd("delete", rq.DeletePath, rp.PathDeleted,
+         "Delete a file, or a directory with recursive.",
+         (E.ACCESS_DENIED, E.FILE_NOT_FOUND),
+         {"path": "data", "recursive": True}),
+    _qry("read", rq.ReadFile, rp.FileContent,
+         "Read a text file, whole or by line range; binary files give metadata only.",
+         (E.ACCESS_DENIED, E.FILE_NOT_FOUND),
+         {"path": "src/app.py", "line_numbers": True}),
+    _qry("read_bytes", rq.ReadBytes, rp.FileBytes,
+         "Read a chunk of raw bytes of any file.",
+         (E.ACCESS_DENIED, E.FILE_NOT_FOUND, E.NOT_A_FILE),
+         {"path": "src/app.py", "offset": 0, "length": 5}),
+    _qry("list", rq.ListDirectory, rp.Listing,
+         "List a directory.", (E.ACCESS_DENIED, E.FILE_NOT_FOUND, E.NOT_A_DIRECTORY),
+         {"path": "."}),
+    _qry("stat", rq.StatPath, rp.FileInfo,
+         "Metadata of a file or a directory.", (E.ACCESS_DENIED, E.FILE_NOT_FOUND),
+         {"path": "src/app.py"}),
+    _qry("history", rq.History, rp.HistoryPage,
+         "Revisions of a path, or the events of the workspace; newest first.",
+         (E.ACCESS_DENIED,), {"path": "notes/todo.md"}),
+    _qry("info", rq.WorkspaceInfoQuery, rp.WorkspaceInfo,
+         "Root, limits, default exclusions, capabilities and counters.", (), {}),
+    _qry("events", rq.EventsQuery, rp.EventPage,
+         "A page of the workspace's log (contents left out).", (), {"after": 0, "limit": 2}),
+)
+
+OPS: dict[str, OpSpec] = {spec.key: spec for spec in _ALL}
+
+
+def find(kind: str, name: str) -> OpSpec | None:
+    return OPS.get(f"{kind}.{name}")
+
+
+def of_kind(kind: OpKind) -> list[OpSpec]:
+    return [spec for spec in _ALL if spec.kind == kind]

@@ -1,0 +1,249 @@
+"""Reply envelope and the result of each op.
+
+Every reply is ``{"ok": true, "version": V, "result": {...}}`` or
+``{"ok": false, "error": {"code": "...", "message": "...", "details": {...}}}``. ``version``
+is the workspace version a command produced or a query answered at. Result fields are always
+present (``null`` when they do not apply).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+import msgspec
+
+from contracts.limits import Limits
+
+R = TypeVar("R")
+
+Kind = Literal["file", "directory"]
+
+
+class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
+    code: str
+    message: str
+    details: dict[str, Any] = {}
+
+
+class Reply(msgspec.Struct, Generic[R], frozen=True, kw_only=True, omit_defaults=True):
+    ok: bool
+    version: int | None = None
+    result: R | None = None
+    error: ErrorBody | None = None
+
+
+class Result(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of every result."""
+
+
+# ---------------------------------------------------------------- command results
+
+
+class WorkspaceCreatedResult(Result, frozen=True, kw_only=True):
+    tenant: str
+    workspace: str
+    created: bool
+    """False when ``exist_ok`` found it already there."""
+    trust: str
+    limits: Limits
+
+
+class FileWritten(Result, frozen=True, kw_only=True):
+    path: str
+    bytes_written: int
+    """Bytes this request wrote (for ``append``: the appended bytes)."""
+    size: int
+    """Size of the file afterwards."""
+    file_version: int
+    etag: str
+    created: bool
+    """True if the file did not exist before."""
+
+
+class DirectoryMade(Result, frozen=True, kw_only=True):
+    path: str
+    created: list[str]
+    """Directories this request created, outermost first (empty if all existed)."""
+
+
+class PathDeleted(Result, frozen=True, kw_only=True):
+    path: str
+    kind: Kind | None
+    deleted: int
+    """Entries removed (files and directories)."""
+
+
+class PathMoved(Result, frozen=True, kw_only=True):
+    path: str
+    to: str
+    kind: Kind
+    moved: int
+    """Entries moved (files and directories)."""
+
+
+class ChangeConflict(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    reason: str
+    changed_at: int | None
+    """Version at which the path last changed, when that is the reason."""
+
+
+class ChangesApplied(Result, frozen=True, kw_only=True):
+    applied: list[str]
+    """Paths changed by this request (empty if every change conflicted or was a no-op)."""
+    conflicts: list[ChangeConflict]
+    committed: bool
+    """False when nothing was committed (no event, version unchanged)."""
+
+
+# ---------------------------------------------------------------- query results
+
+
+class FileContent(Result, frozen=True, kw_only=True):
+    path: str
+    kind: Kind
+    content: str | None
+    """The text asked for (``null`` for a binary file). For a directory: its listing,
+    one name a line, directories with a trailing ``/``."""
+    binary: bool
+    total_lines: int
+    returned_lines: int
+    start_line: int
+    truncated: bool
+    """True when lines or bytes were left out because of a range or a limit."""
+    size: int
+    file_version: int | None
+    etag: str | None
+    modified: datetime
+    mime_type: str | None
+
+
+class FileBytes(Result, frozen=True, kw_only=True):
+    path: str
+    data: bytes
+    offset: int
+    size: int
+    """Size of the whole file."""
+    truncated: bool
+    """True when bytes after this chunk remain."""
+    file_version: int
+    etag: str
+
+
+class Entry(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    path: str
+    kind: Kind
+    size: int
+    modified: datetime
+    file_version: int | None
+    etag: str | None
+
+
+class Listing(Result, frozen=True, kw_only=True):
+    path: str
+    entries: list[Entry]
+    total: int
+    truncated: bool
+
+
+class FileInfo(Result, frozen=True, kw_only=True):
+    path: str
+    kind: Kind
+    size: int
+    """Bytes for a file; 0 for a directory."""
+    file_version: int | None
+    etag: str | None
+    sha256: str | None
+    binary: bool
+    mime_type: str | None
+    permissions: str
+    """``644``/``755`` for files (``755`` when executable), ``755`` for directories."""
+    created: datetime
+    modified: datetime
+    changed_version: int
+    """Workspace version at which this entry last changed."""
+    entries: int | None
+    """Number of direct entries, for a directory."""
+
+
+class Revision(msgspec.Struct, frozen=True, kw_only=True):
+    """One change of a path or one event of the workspace."""
+
+    version: int
+    at: datetime
+    op: str
+    actor: str | None
+    request_id: str | None
+    change: str
+    """For a path: ``created``, ``modified``, ``deleted`` or ``moved``; for the workspace:
+    the event type."""
+    kind: Kind | None = None
+    size: int | None = None
+    sha256: str | None = None
+    file_version: int | None = None
+    etag: str | None = None
+    moved_from: str | None = None
+    paths: list[str] | None = None
+    """For workspace history: paths the event changed (first 100)."""
+
+
+class HistoryPage(Result, frozen=True, kw_only=True):
+    path: str | None
+    revisions: list[Revision]
+    truncated: bool
+    """True when older revisions remain (page with ``before``)."""
+
+
+class WorkspaceInfo(Result, frozen=True, kw_only=True):
+    tenant: str
+    workspace: str
+    root: str
+    version: int
+    created: datetime
+    updated: datetime
+    trust: str
+    limits: Limits
+    default_exclusions: list[str]
+    capabilities: list[str]
+    """The ops this deployment serves, as ``cmd.write``, ``qry.read``..."""
+    files: int
+    directories: int
+    total_bytes: int
+    tree_hash: str
+    last_hash: str
+
+
+class ChangeSummary(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str
+    path: str
+    size: int | None = None
+    sha256: str | None = None
+    moved_from: str | None = None
+
+
+class EventSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """An event as the ``events`` query shows it (file contents left out)."""
+
+    type: str
+    version: int
+    seq: int
+    at: datetime
+    op: str
+    actor: str | None
+    session: str | None
+    run: str | None
+    request_id: str | None
+    hash: str
+    prev_hash: str
+    tree_hash: str
+    changes: list[ChangeSummary]
+    changes_total: int
+
+
+class EventPage(Result, frozen=True, kw_only=True):
+    events: list[EventSummary]
+    next_after: int
+    """Pass as ``after`` for the next page."""
+    has_more: bool

@@ -1,0 +1,178 @@
+"""Every subject, stream, bucket, queue group and header name of the wire contract.
+
+Nothing else in the code base spells a subject: build them here.
+
+Subjects (root ``ws`` by default)::
+
+    ws.cmd.<tenant>.<workspace>.<op>     mutations, request/reply, to the writer
+    ws.qry.<tenant>.<workspace>.<op>     queries, request/reply, to the readers
+    ws.exec.<tenant>.<workspace>.<op>    commands to run, to the executors
+    ws.evt.<tenant>.<workspace>          the event log (stream WS_EVENTS); only writers publish
+    ws.updated.<tenant>.<workspace>      one message per committed change
+    ws.audit.<tenant>.<workspace>        one record per operation (stream WS_AUDIT)
+    ws.replica.<instance>.<t>.<w>.<op>   a query addressed to one reader replica
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from contracts.errors import ErrorCode, QuillError
+
+STREAM_EVENTS = "WS_EVENTS"
+STREAM_AUDIT = "WS_AUDIT"
+BUCKET_BLOBS = "WS_BLOBS"
+BUCKET_LEASES = "WS_LEASES"
+
+QUEUE_WRITER = "quill-writer"
+QUEUE_READER = "quill-reader"
+QUEUE_EXECUTOR = "quill-executor"
+
+HEADER_ACTOR = "Ws-Actor"
+HEADER_SESSION = "Ws-Session"
+HEADER_RUN = "Ws-Run"
+HEADER_REQUEST_ID = "Ws-Request-Id"
+HEADER_EVENT_HASH = "Ws-Event-Hash"
+"""Set by the writer on each event message: sha256 (hex) of the message payload."""
+
+ID_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
+_ID_RE = re.compile(ID_PATTERN + r"\Z")
+_OP_RE = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
+HEADER_VALUE_MAX = 256
+_REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
+
+
+def check_id(kind: str, value: str) -> str:
+    """Check a tenant or workspace id.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` if ``value`` is not ``[a-z0-9][a-z0-9_-]{0,63}``.
+    """
+    if not _ID_RE.match(value):
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"Invalid {kind} id {value!r}: use 1-64 of a-z, 0-9, '_' and '-', "
+            "starting with a letter or digit",
+            {kind: value},
+        )
+    return value
+
+
+def check_request_id(value: str) -> str:
+    """Check a ``Ws-Request-Id`` value (it becomes part of a JetStream ``Nats-Msg-Id``)."""
+    if not _REQUEST_ID_RE.match(value):
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            "Invalid Ws-Request-Id: use 1-128 of A-Z a-z 0-9 . _ : -",
+        )
+    return value
+
+
+def split_workspace(name: str) -> tuple[str, str]:
+    """Split ``tenant/workspace``.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` when the name is not ``tenant/workspace``.
+    """
+    parts = name.split("/")
+    if len(parts) != 2:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"Invalid workspace name {name!r}: expected tenant/workspace",
+        )
+    return check_id("tenant", parts[0]), check_id("workspace", parts[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """Where a request was sent: its kind (cmd/qry/exec), tenant, workspace and op."""
+
+    kind: str
+    tenant: str
+    workspace: str
+    op: str
+
+
+@dataclass(frozen=True)
+class Subjects:
+    """Subject builders for one deployment (``root`` is configurable)."""
+
+    root: str = "ws"
+
+    def cmd(self, tenant: str, workspace: str, op: str) -> str:
+        return f"{self.root}.cmd.{tenant}.{workspace}.{op}"
+
+    def qry(self, tenant: str, workspace: str, op: str) -> str:
+        return f"{self.root}.qry.{tenant}.{workspace}.{op}"
+
+    def exec(self, tenant: str, workspace: str, op: str) -> str:
+        return f"{self.root}.exec.{tenant}.{workspace}.{op}"
+
+    def evt(self, tenant: str, workspace: str) -> str:
+        return f"{self.root}.evt.{tenant}.{workspace}"
+
+    def updated(self, tenant: str, workspace: str) -> str:
+        return f"{self.root}.updated.{tenant}.{workspace}"
+
+    def audit(self, tenant: str, workspace: str) -> str:
+        return f"{self.root}.audit.{tenant}.{workspace}"
+
+    def replica(self, instance: str, tenant: str, workspace: str, op: str) -> str:
+        return f"{self.root}.replica.{instance}.{tenant}.{workspace}.{op}"
+
+    def request(self, kind: str, tenant: str, workspace: str, op: str) -> str:
+        return f"{self.root}.{kind}.{tenant}.{workspace}.{op}"
+
+    # Wildcards a service subscribes to, and the streams' subject filters.
+    @property
+    def all_cmd(self) -> str:
+        return f"{self.root}.cmd.*.*.*"
+
+    @property
+    def all_qry(self) -> str:
+        return f"{self.root}.qry.*.*.*"
+
+    @property
+    def all_exec(self) -> str:
+        return f"{self.root}.exec.*.*.*"
+
+    @property
+    def all_evt(self) -> str:
+        return f"{self.root}.evt.>"
+
+    @property
+    def all_audit(self) -> str:
+        return f"{self.root}.audit.>"
+
+    def all_replica(self, instance: str) -> str:
+        return f"{self.root}.replica.{instance}.*.*.*"
+
+    def parse_request(self, subject: str) -> Address:
+        """Parse a cmd/qry/exec (or replica) subject into its address.
+
+        Raises:
+            QuillError: ``INVALID_ARGUMENT`` if a token is malformed.
+        """
+        parts = subject.split(".")
+        if len(parts) == 7 and parts[1] == "replica":
+            parts = [parts[0], "qry", *parts[3:]]
+        if len(parts) != 5 or parts[0] != self.root:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a Quill request subject: {subject}")
+        _, kind, tenant, workspace, op = parts
+        check_id("tenant", tenant)
+        check_id("workspace", workspace)
+        if not _OP_RE.match(op):
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid op name {op!r}")
+        return Address(kind, tenant, workspace, op)
+
+    def parse_workspace_subject(self, subject: str) -> tuple[str, str]:
+        """``ws.evt.t.w`` / ``ws.audit.t.w`` / ``ws.updated.t.w`` → ``(t, w)``."""
+        parts = subject.split(".")
+        if len(parts) != 4:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a workspace subject: {subject}")
+        return parts[2], parts[3]
+
+    def msg_id(self, tenant: str, workspace: str, request_id: str) -> str:
+        """The JetStream ``Nats-Msg-Id`` of the event a request produces."""
+        return f"{tenant}/{workspace}/{request_id}"
