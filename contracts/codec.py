@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any, TypeVar
 
 import msgspec
@@ -24,9 +23,14 @@ def encode(obj: Any) -> bytes:
     return _encoder.encode(obj)
 
 
-@cache
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
 def _decoder(tp: Any) -> msgspec.json.Decoder[Any]:
-    return msgspec.json.Decoder(tp)
+    decoder = _decoders.get(tp)
+    if decoder is None:
+        decoder = _decoders[tp] = msgspec.json.Decoder(tp)
+    return decoder
 
 
 def decode(data: bytes, tp: type[T]) -> T:

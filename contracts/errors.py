@@ -52,7 +52,7 @@ class ErrorCode(StrEnum):
     EXECUTION_FAILED = "EXECUTION_FAILED"
     """A command could not be started."""
     UNAVAILABLE = "UNAVAILABLE"
-    """The service cannot answer right now (overloaded, lagging replica, lost backend). Retriable."""
+    """The service cannot answer now (overloaded, lagging replica, lost backend). Retriable."""
     INTERNAL = "INTERNAL"
     """A bug. Reported with a reference to the service log line."""
     WORKSPACE_NOT_FOUND = "WORKSPACE_NOT_FOUND"

@@ -70,12 +70,16 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
     """The result the request was answered with, returned again to a retried request."""
 
 
-class WorkspaceCreated(Event, frozen=True, kw_only=True, omit_defaults=True, tag="workspace_created"):
+class WorkspaceCreated(
+    Event, frozen=True, kw_only=True, omit_defaults=True, tag="workspace_created"
+):
     trust: str
     limits: Limits
 
 
-class ChangesCommitted(Event, frozen=True, kw_only=True, omit_defaults=True, tag="changes_committed"):
+class ChangesCommitted(
+    Event, frozen=True, kw_only=True, omit_defaults=True, tag="changes_committed"
+):
     changes: list[AnyChange]
     message: str | None = None
 

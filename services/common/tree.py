@@ -1,0 +1,261 @@
+"""An in-memory workspace tree and the fold of events into it.
+
+``Tree`` holds the latest state of one workspace: files, directories, per-path file versions
+(kept after a delete, so a recreated file continues its count), the version at which each
+path last changed, the tree hash and counters. ``apply_change`` is the one definition of
+what a change does; the writer, log catch-up and replay tooling all use it. Mutations can be
+rolled back to a ``savepoint``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from contracts import hashing
+from contracts.events import (
+    AnyChange,
+    ChangesCommitted,
+    MakeDir,
+    PutFile,
+    Remove,
+    WorkspaceCreated,
+    WorkspaceEvent,
+)
+from contracts.limits import DEFAULT_LIMITS, Limits
+from contracts.paths import name, parent
+
+
+@dataclass(slots=True, frozen=True)
+class FileNode:
+    sha256: str
+    size: int
+    file_version: int
+    executable: bool
+    binary: bool
+    created: datetime
+    modified: datetime
+    version: int
+
+    @property
+    def etag(self) -> str:
+        return etag_of(self.file_version)
+
+
+@dataclass(slots=True, frozen=True)
+class DirNode:
+    created: datetime
+    version: int
+
+
+def etag_of(file_version: int) -> str:
+    """A file's etag: ``v<file_version>`` (file versions never repeat for a path)."""
+    return f"v{file_version}"
+
+
+class Tree:
+    """The latest state of one workspace's files and directories."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, FileNode] = {}
+        self.dirs: dict[str, DirNode] = {}
+        self.children: dict[str, set[str]] = {"": set()}
+        self.last_fv: dict[str, int] = {}
+        self.changed: dict[str, int] = {}
+        self.hash = 0
+        self.total_bytes = 0
+        self._journal: list[tuple[str, str, Any]] | None = None
+
+    # ------------------------------------------------------------------ lookups
+    def kind(self, path: str) -> str | None:
+        """``"f"``, ``"d"`` or None; the root ``""`` is a directory."""
+        if path in self.files:
+            return "f"
+        if path == "" or path in self.dirs:
+            return "d"
+        return None
+
+    def names(self, directory: str) -> list[str]:
+        return sorted(self.children.get(directory, ()))
+
+    def walk(self, directory: str) -> Iterator[str]:
+        """Every path below ``directory``, each parent before its children."""
+        for child in self.names(directory):
+            path = f"{directory}/{child}" if directory else child
+            yield path
+            if path in self.dirs:
+                yield from self.walk(path)
+
+    # ------------------------------------------------------------------ mutations
+    def _record(self, what: str, key: str, old: Any) -> None:
+        if self._journal is not None:
+            self._journal.append((what, key, old))
+
+    def set_file(self, path: str, node: FileNode) -> None:
+        old = self.files.get(path)
+        self._record("file", path, old)
+        if old is not None:
+            self._unhash_file(path, old)
+        else:
+            self.children.setdefault(parent(path), set()).add(name(path))
+        self.files[path] = node
+        self.hash = hashing.tree_add(
+            self.hash, hashing.file_digest(path, node.sha256, node.executable)
+        )
+        self.total_bytes += node.size
+
+    def set_dir(self, path: str, node: DirNode) -> None:
+        old = self.dirs.get(path)
+        self._record("dir", path, old)
+        if old is None:
+            self.children.setdefault(parent(path), set()).add(name(path))
+            self.children.setdefault(path, set())
+            self.hash = hashing.tree_add(self.hash, hashing.dir_digest(path))
+        self.dirs[path] = node
+
+    def remove(self, path: str, version: int) -> int:
+        """Remove ``path`` and everything below it; return the number of entries removed."""
+        removed = 0
+        if path in self.dirs:
+            for child in list(self.names(path)):
+                removed += self.remove(f"{path}/{child}" if path else child, version)
+            self._record("dir", path, self.dirs[path])
+            del self.dirs[path]
+            self.children.pop(path, None)
+            self.hash = hashing.tree_remove(self.hash, hashing.dir_digest(path))
+        elif path in self.files:
+            node = self.files.pop(path)
+            self._record("file", path, node)
+            self._unhash_file(path, node)
+        else:
+            return 0
+        self.children.get(parent(path), set()).discard(name(path))
+        self.mark_changed(path, version)
+        return removed + 1
+
+    def mark_changed(self, path: str, version: int) -> None:
+        self._record("changed", path, self.changed.get(path))
+        self.changed[path] = version
+
+    def bump_file_version(self, path: str, file_version: int) -> None:
+        if file_version > self.last_fv.get(path, 0):
+            self._record("fv", path, self.last_fv.get(path))
+            self.last_fv[path] = file_version
+
+    def _unhash_file(self, path: str, node: FileNode) -> None:
+        self.hash = hashing.tree_remove(
+            self.hash, hashing.file_digest(path, node.sha256, node.executable)
+        )
+        self.total_bytes -= node.size
+
+    # ------------------------------------------------------------------ rollback
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Undo every mutation made inside the block if it raises (savepoints nest)."""
+        outer = self._journal
+        journal: list[tuple[str, str, Any]] = []
+        self._journal = journal
+        scalars = (self.hash, self.total_bytes)
+        try:
+            yield
+        except BaseException:
+            self._journal = None
+            self._rollback(journal)
+            self.hash, self.total_bytes = scalars
+            self._journal = outer
+            raise
+        self._journal = outer
+        if outer is not None:
+            outer.extend(journal)
+
+    def _rollback(self, journal: list[tuple[str, str, Any]]) -> None:
+        for what, key, old in reversed(journal):
+            if what == "file":
+                self.files.pop(key, None)
+                if old is None:
+                    self.children.get(parent(key), set()).discard(name(key))
+                else:
+                    self.files[key] = old
+                    self.children.setdefault(parent(key), set()).add(name(key))
+            elif what == "dir":
+                if old is None:
+                    self.dirs.pop(key, None)
+                    self.children.get(parent(key), set()).discard(name(key))
+                    self.children.pop(key, None)
+                else:
+                    self.dirs[key] = old
+                    self.children.setdefault(parent(key), set()).add(name(key))
+                    self.children.setdefault(key, set())
+            elif what in ("changed", "fv"):
+                table = self.changed if what == "changed" else self.last_fv
+                if old is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = old
+
+
+def apply_change(tree: Tree, change: AnyChange, version: int, at: datetime) -> None:
+    """Apply one change of a committed (or being decided) event to ``tree``."""
+    if isinstance(change, PutFile):
+        tree.set_file(
+            change.path,
+            FileNode(
+                sha256=change.sha256,
+                size=change.size,
+                file_version=change.file_version,
+                executable=change.executable,
+                binary=change.binary,
+                created=change.created,
+                modified=at,
+                version=version,
+            ),
+        )
+        tree.bump_file_version(change.path, change.file_version)
+        tree.mark_changed(change.path, version)
+    elif isinstance(change, MakeDir):
+        tree.set_dir(change.path, DirNode(created=at, version=version))
+        tree.mark_changed(change.path, version)
+    elif isinstance(change, Remove):
+        tree.remove(change.path, version)
+
+
+def evolve(tree: Tree, event: WorkspaceEvent) -> None:
+    """Fold one event into ``tree``."""
+    if isinstance(event, ChangesCommitted):
+        for change in event.changes:
+            apply_change(tree, change, event.version, event.at)
+
+
+@dataclass(slots=True)
+class WorkspaceState:
+    """Everything the writer knows about one workspace: its tree and its log position."""
+
+    tenant: str
+    workspace: str
+    exists: bool = False
+    version: int = 0
+    last_seq: int = 0
+    """Stream sequence of the workspace's last event: the CAS precondition of the next append."""
+    last_hash: str = hashing.ZERO_HASH
+    trust: str = "full"
+    limits: Limits = DEFAULT_LIMITS
+    created: datetime | None = None
+    updated: datetime | None = None
+    tree: Tree = field(default_factory=Tree)
+
+
+def fold(state: WorkspaceState, event: WorkspaceEvent, event_hash: str, seq: int) -> None:
+    """Fold a committed event (with its hash and stream sequence) into ``state``."""
+    if isinstance(event, WorkspaceCreated):
+        state.exists = True
+        state.trust = event.trust
+        state.limits = event.limits
+        state.created = event.at
+    evolve(state.tree, event)
+    state.version = event.version
+    state.last_hash = event_hash
+    state.last_seq = seq
+    state.updated = event.at

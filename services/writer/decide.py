@@ -1,0 +1,480 @@
+"""Decisions: a command and a workspace's state → the changes to commit and the reply.
+
+No I/O. ``decide`` simulates its changes on ``state.tree`` as it goes, so later steps of one
+command and later commands of one group commit see them; the caller wraps each call in
+``tree.savepoint()`` so that a refused command leaves no trace. Content a command needs
+(the file ``append`` extends) is looked up through ``Context.content``, prefetched by the
+caller using ``content_needed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from contracts import hashing
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import AnyChange, MakeDir, PutFile, Remove
+from contracts.limits import Limits, effective_limits
+from contracts.paths import ancestors, display, is_within, normalize, rebase
+from services.common.tree import Tree, WorkspaceState, apply_change, etag_of
+
+
+@dataclass(frozen=True)
+class Context:
+    version: int
+    """The version the event will get if the command commits."""
+    at: datetime
+    content: Callable[[str], bytes | None]
+    """Content by sha256 (prefetched); None if unknown."""
+
+
+@dataclass
+class Decision:
+    result: rp.Result
+    changes: list[AnyChange] = field(default_factory=list)
+    created: tuple[str, Limits] | None = None
+    """``(trust, limits)`` when the command creates the workspace."""
+    paths: list[str] = field(default_factory=list)
+    message: str | None = None
+
+    @property
+    def commits(self) -> bool:
+        return bool(self.changes) or self.created is not None
+
+
+def content_needed(state: WorkspaceState, cmd: rq.Request) -> list[str]:
+    """The sha256 of content ``decide`` will need for ``cmd``."""
+    if isinstance(cmd, rq.WriteFile) and cmd.mode == "append":
+        try:
+            node = state.tree.files.get(normalize(cmd.path))
+        except QuillError:
+            return []
+        if node is not None:
+            return [node.sha256]
+    return []
+
+
+def decide(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> Decision:
+    """Decide ``cmd`` against ``state``.
+
+    Raises:
+        QuillError: the command is refused; nothing is committed.
+    """
+    if isinstance(cmd, rq.CreateWorkspace):
+        return _create(state, cmd)
+    if not state.exists:
+        raise QuillError(
+            ErrorCode.WORKSPACE_NOT_FOUND,
+            f"Workspace not found: {state.tenant}/{state.workspace}",
+            {"tenant": state.tenant, "workspace": state.workspace},
+        )
+    if isinstance(cmd, rq.Command) and cmd.expected_version is not None:
+        if cmd.expected_version != state.version:
+            raise QuillError(
+                ErrorCode.CONFLICT,
+                f"Workspace is at version {state.version}, not {cmd.expected_version}",
+                {"current_version": state.version, "expected_version": cmd.expected_version},
+            )
+    handler = _HANDLERS.get(type(cmd))
+    if handler is None:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a command: {type(cmd).__name__}")
+    return handler(state, cmd, ctx)
+
+
+# ---------------------------------------------------------------- create
+
+
+def _create(state: WorkspaceState, cmd: rq.CreateWorkspace) -> Decision:
+    if state.exists:
+        if not cmd.exist_ok:
+            raise QuillError(
+                ErrorCode.ALREADY_EXISTS,
+                f"Workspace already exists: {state.tenant}/{state.workspace}",
+                {"tenant": state.tenant, "workspace": state.workspace},
+            )
+        result = rp.WorkspaceCreatedResult(
+            tenant=state.tenant, workspace=state.workspace, created=False,
+            trust=state.trust, limits=state.limits,
+        )  # fmt: skip
+        return Decision(result=result)
+    limits = effective_limits(cmd.limits)
+    result = rp.WorkspaceCreatedResult(
+        tenant=state.tenant, workspace=state.workspace, created=True,
+        trust=cmd.trust, limits=limits,
+    )  # fmt: skip
+    return Decision(result=result, created=(cmd.trust, limits))
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def is_binary(data: bytes) -> bool:
+    """Binary: not valid UTF-8, or containing a NUL byte."""
+    if b"\0" in data:
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _payload(content: str | None, data: bytes | None) -> bytes:
+    if content is not None and data is not None:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Give either content or data, not both")
+    if content is not None:
+        return content.encode("utf-8", "surrogatepass")
+    if data is not None:
+        return data
+    raise QuillError(
+        ErrorCode.INVALID_ARGUMENT, "content (UTF-8 text) or data (base64 bytes) is required"
+    )
+
+
+def _check_etag(tree: Tree, path: str, if_match: str | None) -> None:
+    if if_match is None:
+        return
+    wanted = if_match.strip().removeprefix("W/").strip('"')
+    node = tree.files.get(path)
+    current = node.etag if node is not None else None
+    if wanted == "*" and node is not None:
+        return
+    if wanted != current:
+        raise QuillError(
+            ErrorCode.CONFLICT,
+            f"Etag mismatch for {display(path)}: expected {wanted}, current {current}",
+            {
+                "path": path,
+                "current_etag": current,
+                "current_file_version": node.file_version if node else None,
+            },
+        )
+
+
+def _ensure_parents(
+    state: WorkspaceState, path: str, ctx: Context, changes: list[AnyChange], create: bool
+) -> None:
+    tree = state.tree
+    for directory in ancestors(path):
+        kind = tree.kind(directory)
+        if kind == "d":
+            continue
+        if kind == "f":
+            raise QuillError(
+                ErrorCode.NOT_A_DIRECTORY, f"Not a directory: {directory}", {"path": directory}
+            )
+        if not create:
+            raise QuillError(
+                ErrorCode.FILE_NOT_FOUND,
+                f"Parent directory not found: {directory}",
+                {"path": directory},
+            )
+        _check_count(state, "d")
+        _commit(tree, MakeDir(path=directory), ctx, changes)
+
+
+def _commit(tree: Tree, change: AnyChange, ctx: Context, changes: list[AnyChange]) -> None:
+    apply_change(tree, change, ctx.version, ctx.at)
+    changes.append(change)
+
+
+def _check_count(state: WorkspaceState, kind: str) -> None:
+    tree, limits = state.tree, state.limits
+    count = len(tree.files) if kind == "f" else len(tree.dirs)
+    if count >= limits.max_files:
+        what = "files" if kind == "f" else "directories"
+        raise QuillError(
+            ErrorCode.SIZE_LIMIT_EXCEEDED,
+            f"Workspace has reached its limit of {limits.max_files} {what}",
+            {"limit": "max_files", "max_files": limits.max_files},
+        )
+
+
+def _put(
+    state: WorkspaceState,
+    path: str,
+    data: bytes,
+    ctx: Context,
+    changes: list[AnyChange],
+    executable: bool = False,
+) -> PutFile:
+    tree, limits = state.tree, state.limits
+    if len(data) > limits.max_file_bytes:
+        raise QuillError(
+            ErrorCode.SIZE_LIMIT_EXCEEDED,
+            f"File too large: {len(data)} bytes (limit {limits.max_file_bytes})",
+            {"path": path, "size": len(data), "max_file_bytes": limits.max_file_bytes},
+        )
+    old = tree.files.get(path)
+    if old is None:
+        _check_count(state, "f")
+    binary = is_binary(data)
+    change = PutFile(
+        path=path,
+        sha256=hashing.content_sha256(data),
+        size=len(data),
+        file_version=tree.last_fv.get(path, 0) + 1,
+        created=old.created if old is not None else ctx.at,
+        executable=executable,
+        binary=binary,
+        text=None if binary else data.decode("utf-8"),
+        data=data if binary else None,
+    )
+    _commit(tree, change, ctx, changes)
+    return change
+
+
+def _file_or_dir_target(tree: Tree, path: str) -> None:
+    if path == "" or tree.kind(path) == "d":
+        raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {display(path)}", {"path": path})
+
+
+# ---------------------------------------------------------------- write
+
+
+def _write(state: WorkspaceState, cmd: rq.WriteFile, ctx: Context) -> Decision:
+    path = normalize(cmd.path)
+    data = _payload(cmd.content, cmd.data)
+    tree = state.tree
+    _file_or_dir_target(tree, path)
+    old = tree.files.get(path)
+    if cmd.mode == "create" and old is not None:
+        raise QuillError(ErrorCode.ALREADY_EXISTS, f"File already exists: {path}", {"path": path})
+    _check_etag(tree, path, cmd.if_match)
+    written = len(data)
+    if cmd.mode == "append" and old is not None:
+        previous = ctx.content(old.sha256)
+        if previous is None:
+            raise QuillError(ErrorCode.UNAVAILABLE, f"Content of {path} is not available")
+        data = previous + data
+    changes: list[AnyChange] = []
+    _ensure_parents(state, path, ctx, changes, cmd.create_parents)
+    put = _put(state, path, data, ctx, changes, executable=old.executable if old else False)
+    result = rp.FileWritten(
+        path=path, bytes_written=written, size=put.size, file_version=put.file_version,
+        etag=etag_of(put.file_version), created=old is None,
+    )  # fmt: skip
+    return Decision(result=result, changes=changes, paths=[path])
+
+
+# ---------------------------------------------------------------- mkdir
+
+
+def _make_dirs(state: WorkspaceState, path: str, ctx: Context, changes: list[AnyChange]) -> None:
+    """``mkdir -p path``: create ``path`` and its missing parents."""
+    tree = state.tree
+    for directory in [*ancestors(path), path] if path else []:
+        kind = tree.kind(directory)
+        if kind == "f":
+            raise QuillError(
+                ErrorCode.NOT_A_DIRECTORY,
+                f"Path exists but is not a directory: {directory}",
+                {"path": directory},
+            )
+        if kind is None:
+            _check_count(state, "d")
+            _commit(tree, MakeDir(path=directory), ctx, changes)
+
+
+def _mkdir(state: WorkspaceState, cmd: rq.MakeDirectory, ctx: Context) -> Decision:
+    path = normalize(cmd.path)
+    changes: list[AnyChange] = []
+    _make_dirs(state, path, ctx, changes)
+    result = rp.DirectoryMade(path=path, created=[c.path for c in changes])
+    return Decision(result=result, changes=changes, paths=[path])
+
+
+# ---------------------------------------------------------------- delete
+
+
+def _delete(state: WorkspaceState, cmd: rq.DeletePath, ctx: Context) -> Decision:
+    path = normalize(cmd.path)
+    tree = state.tree
+    if path == "":
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Cannot delete the workspace root")
+    kind = tree.kind(path)
+    if kind is None:
+        if cmd.missing_ok:
+            return Decision(result=rp.PathDeleted(path=path, kind=None, deleted=0), paths=[path])
+        raise QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {path}", {"path": path})
+    _check_etag(tree, path, cmd.if_match)
+    if kind == "d" and tree.children.get(path) and not cmd.recursive:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"Directory not empty: {path} (set recursive to delete it with its contents)",
+            {"path": path, "reason": "not_empty"},
+        )
+    count = 1 + sum(1 for _ in tree.walk(path)) if kind == "d" else 1
+    changes: list[AnyChange] = []
+    _commit(tree, Remove(path=path), ctx, changes)
+    kind_name: rp.Kind = "directory" if kind == "d" else "file"
+    result = rp.PathDeleted(path=path, kind=kind_name, deleted=count)
+    return Decision(result=result, changes=changes, paths=[path])
+
+
+# ---------------------------------------------------------------- move
+
+
+def _move(state: WorkspaceState, cmd: rq.MovePath, ctx: Context) -> Decision:
+    src, dst = normalize(cmd.path), normalize(cmd.to)
+    tree = state.tree
+    if src == "" or dst == "":
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Cannot move the workspace root")
+    kind = tree.kind(src)
+    if kind is None:
+        raise QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {src}", {"path": src})
+    if src == dst:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Source and destination are the same")
+    if kind == "d" and is_within(dst, src):
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT, f"Cannot move {src} into itself", {"path": src, "to": dst}
+        )
+    _check_etag(tree, src, cmd.if_match)
+    target = tree.kind(dst)
+    if target == "d" or (target == "f" and (kind == "d" or not cmd.overwrite)):
+        raise QuillError(
+            ErrorCode.ALREADY_EXISTS, f"Destination already exists: {dst}", {"path": dst}
+        )
+    moving = [src, *tree.walk(src)] if kind == "d" else [src]
+    if len(moving) > state.limits.max_change_paths:
+        raise QuillError(
+            ErrorCode.SIZE_LIMIT_EXCEEDED,
+            f"Move touches {len(moving)} paths (limit {state.limits.max_change_paths})",
+            {"paths": len(moving), "max_change_paths": state.limits.max_change_paths},
+        )
+    changes: list[AnyChange] = []
+    _ensure_parents(state, dst, ctx, changes, create=True)
+    for old_path in moving:
+        new_path = rebase(old_path, src, dst)
+        node = tree.files.get(old_path)
+        if node is None:
+            _commit(tree, MakeDir(path=new_path), ctx, changes)
+            continue
+        previous = tree.files.get(new_path)
+        change = PutFile(
+            path=new_path, sha256=node.sha256, size=node.size,
+            file_version=tree.last_fv.get(new_path, 0) + 1,
+            created=previous.created if previous else node.created,
+            executable=node.executable, binary=node.binary, moved_from=old_path,
+        )  # fmt: skip
+        _commit(tree, change, ctx, changes)
+    _commit(tree, Remove(path=src), ctx, changes)
+    kind_name: rp.Kind = "directory" if kind == "d" else "file"
+    result = rp.PathMoved(path=src, to=dst, kind=kind_name, moved=len(moving))
+    return Decision(result=result, changes=changes, paths=[src, dst])
+
+
+# ---------------------------------------------------------------- apply
+
+
+def _apply_conflict(tree: Tree, item: rq.ApplyItem, path: str, base: int) -> str | None:
+    """Why ``item`` conflicts with changes made after ``base``, or None."""
+    if tree.changed.get(path, 0) > base:
+        return "changed after base_version"
+    for directory in ancestors(path):
+        if tree.changed.get(directory, 0) > base and tree.kind(directory) != "d":
+            return f"parent {directory} changed after base_version"
+    if isinstance(item, rq.DeleteChange) and tree.kind(path) == "d":
+        prefix = path + "/"
+        if any(v > base for p, v in tree.changed.items() if p.startswith(prefix)):
+            return "contents changed after base_version"
+    return None
+
+
+def _apply_one(
+    state: WorkspaceState, item: rq.ApplyItem, path: str, ctx: Context, changes: list[AnyChange]
+) -> bool:
+    tree = state.tree
+    if isinstance(item, rq.PutChange):
+        _file_or_dir_target(tree, path)
+        _ensure_parents(state, path, ctx, changes, create=True)
+        _put(state, path, _payload(item.content, item.data), ctx, changes, item.executable)
+        return True
+    if isinstance(item, rq.MkdirChange):
+        _make_dirs(state, path, ctx, changes)
+        return True
+    if tree.kind(path) is None:
+        return False
+    _commit(tree, Remove(path=path), ctx, changes)
+    return True
+
+
+def _apply(state: WorkspaceState, cmd: rq.ApplyChanges, ctx: Context) -> Decision:
+    tree = state.tree
+    if cmd.base_version > state.version:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"base_version {cmd.base_version} is beyond the latest version {state.version}",
+            {"base_version": cmd.base_version, "current_version": state.version},
+        )
+    if len(cmd.changes) > state.limits.max_change_paths:
+        raise QuillError(
+            ErrorCode.SIZE_LIMIT_EXCEEDED,
+            f"Change set has {len(cmd.changes)} changes (limit {state.limits.max_change_paths})",
+            {"max_change_paths": state.limits.max_change_paths},
+        )
+    items: list[tuple[rq.ApplyItem, str]] = []
+    seen: set[str] = set()
+    for item in cmd.changes:
+        path = normalize(item.path)
+        if path == "":
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, "A change cannot target the root")
+        if path in seen:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT, f"Path appears twice in changes: {path}", {"path": path}
+            )
+        seen.add(path)
+        items.append((item, path))
+    conflicts: list[rp.ChangeConflict] = []
+    for item, path in items:
+        reason = _apply_conflict(tree, item, path, cmd.base_version)
+        if reason is not None:
+            conflicts.append(rp.ChangeConflict(
+                path=path, reason=reason, changed_at=tree.changed.get(path)))  # fmt: skip
+    if conflicts and cmd.on_conflict == "fail":
+        raise QuillError(
+            ErrorCode.CONFLICT,
+            f"{len(conflicts)} change(s) conflict with changes made after version "
+            f"{cmd.base_version}",
+            {
+                "current_version": state.version,
+                "conflicts": [{"path": c.path, "reason": c.reason} for c in conflicts],
+            },
+        )
+    skipped = {c.path for c in conflicts}
+    changes: list[AnyChange] = []
+    applied: list[str] = []
+    for item, path in items:
+        if path in skipped:
+            continue
+        try:
+            with tree.savepoint():
+                mark = len(changes)
+                try:
+                    done = _apply_one(state, item, path, ctx, changes)
+                except QuillError:
+                    del changes[mark:]
+                    raise
+        except QuillError as exc:
+            if cmd.on_conflict == "fail":
+                raise
+            conflicts.append(rp.ChangeConflict(path=path, reason=exc.message, changed_at=None))
+            continue
+        if done:
+            applied.append(path)
+    result = rp.ChangesApplied(applied=applied, conflicts=conflicts, committed=bool(changes))
+    return Decision(result=result, changes=changes, paths=applied, message=cmd.message)
+
+
+_HANDLERS: dict[type, Callable[[WorkspaceState, Any, Context], Decision]] = {
+    rq.WriteFile: _write,
+    rq.MakeDirectory: _mkdir,
+    rq.DeletePath: _delete,
+    rq.MovePath: _move,
+    rq.ApplyChanges: _apply,
+}
