@@ -34,13 +34,25 @@ class OpSpec:
         return f"{self.kind}.{self.name}"
 
 
-def _cmd(name: str, req: type[rq.Request], res: type[rp.Result], summary: str,
-         errors: tuple[E, ...], example: dict[str, Any]) -> OpSpec:  # fmt: skip
+def _cmd(
+    name: str,
+    req: type[rq.Request],
+    res: type[rp.Result],
+    summary: str,
+    errors: tuple[E, ...],
+    example: dict[str, Any],
+) -> OpSpec:
     return OpSpec("cmd", name, req, res, summary, _COMMON_CMD + errors, example)
 
 
-def _qry(name: str, req: type[rq.Request], res: type[rp.Result], summary: str,
-         errors: tuple[E, ...], example: dict[str, Any]) -> OpSpec:  # fmt: skip
+def _qry(
+    name: str,
+    req: type[rq.Request],
+    res: type[rp.Result],
+    summary: str,
+    errors: tuple[E, ...],
+    example: dict[str, Any],
+) -> OpSpec:
     return OpSpec("qry", name, req, res, summary, _COMMON_QRY + errors, example)
 
 

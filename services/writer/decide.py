@@ -14,11 +14,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from contracts import hashing
+import msgspec
+
+from contracts import codec, hashing
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import AnyChange, MakeDir, PutFile, Remove
+from contracts.events import (
+    AnyChange,
+    ChangesCommitted,
+    MakeDir,
+    PutFile,
+    Remove,
+    WorkspaceCreated,
+    WorkspaceEvent,
+)
 from contracts.limits import Limits, effective_limits
 from contracts.paths import ancestors, display, is_within, normalize, rebase
 from services.common.tree import Tree, WorkspaceState, apply_change, etag_of
@@ -45,6 +55,40 @@ class Decision:
     @property
     def commits(self) -> bool:
         return bool(self.changes) or self.created is not None
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Who asked, from the request headers."""
+
+    request_id: str
+    actor: str | None = None
+    session: str | None = None
+    run: str | None = None
+
+
+def to_event(
+    state: WorkspaceState, decision: Decision, ctx: Context, op: str, origin: Origin
+) -> WorkspaceEvent:
+    """The event recording ``decision`` (``state`` is the state after it)."""
+    common: dict[str, Any] = {
+        "tenant": state.tenant,
+        "workspace": state.workspace,
+        "version": ctx.version,
+        "at": ctx.at,
+        "op": op,
+        "request_id": origin.request_id,
+        "actor": origin.actor,
+        "session": origin.session,
+        "run": origin.run,
+        "prev_hash": state.last_hash,
+        "tree_hash": hashing.tree_hex(state.tree.hash),
+        "result": msgspec.Raw(codec.encode(decision.result)),
+    }
+    if decision.created is not None:
+        trust, limits = decision.created
+        return WorkspaceCreated(trust=trust, limits=limits, **common)
+    return ChangesCommitted(changes=decision.changes, message=decision.message, **common)
 
 
 def content_needed(state: WorkspaceState, cmd: rq.Request) -> list[str]:
@@ -98,15 +142,21 @@ def _create(state: WorkspaceState, cmd: rq.CreateWorkspace) -> Decision:
                 {"tenant": state.tenant, "workspace": state.workspace},
             )
         result = rp.WorkspaceCreatedResult(
-            tenant=state.tenant, workspace=state.workspace, created=False,
-            trust=state.trust, limits=state.limits,
-        )  # fmt: skip
+            tenant=state.tenant,
+            workspace=state.workspace,
+            created=False,
+            trust=state.trust,
+            limits=state.limits,
+        )
         return Decision(result=result)
     limits = effective_limits(cmd.limits)
     result = rp.WorkspaceCreatedResult(
-        tenant=state.tenant, workspace=state.workspace, created=True,
-        trust=cmd.trust, limits=limits,
-    )  # fmt: skip
+        tenant=state.tenant,
+        workspace=state.workspace,
+        created=True,
+        trust=cmd.trust,
+        limits=limits,
+    )
     return Decision(result=result, created=(cmd.trust, limits))
 
 
@@ -256,9 +306,13 @@ def _write(state: WorkspaceState, cmd: rq.WriteFile, ctx: Context) -> Decision:
     _ensure_parents(state, path, ctx, changes, cmd.create_parents)
     put = _put(state, path, data, ctx, changes, executable=old.executable if old else False)
     result = rp.FileWritten(
-        path=path, bytes_written=written, size=put.size, file_version=put.file_version,
-        etag=etag_of(put.file_version), created=old is None,
-    )  # fmt: skip
+        path=path,
+        bytes_written=written,
+        size=put.size,
+        file_version=put.file_version,
+        etag=etag_of(put.file_version),
+        created=old is None,
+    )
     return Decision(result=result, changes=changes, paths=[path])
 
 
@@ -357,11 +411,15 @@ def _move(state: WorkspaceState, cmd: rq.MovePath, ctx: Context) -> Decision:
             continue
         previous = tree.files.get(new_path)
         change = PutFile(
-            path=new_path, sha256=node.sha256, size=node.size,
+            path=new_path,
+            sha256=node.sha256,
+            size=node.size,
             file_version=tree.last_fv.get(new_path, 0) + 1,
             created=previous.created if previous else node.created,
-            executable=node.executable, binary=node.binary, moved_from=old_path,
-        )  # fmt: skip
+            executable=node.executable,
+            binary=node.binary,
+            moved_from=old_path,
+        )
         _commit(tree, change, ctx, changes)
     _commit(tree, Remove(path=src), ctx, changes)
     kind_name: rp.Kind = "directory" if kind == "d" else "file"
@@ -434,8 +492,9 @@ def _apply(state: WorkspaceState, cmd: rq.ApplyChanges, ctx: Context) -> Decisio
     for item, path in items:
         reason = _apply_conflict(tree, item, path, cmd.base_version)
         if reason is not None:
-            conflicts.append(rp.ChangeConflict(
-                path=path, reason=reason, changed_at=tree.changed.get(path)))  # fmt: skip
+            conflicts.append(
+                rp.ChangeConflict(path=path, reason=reason, changed_at=tree.changed.get(path))
+            )
     if conflicts and cmd.on_conflict == "fail":
         raise QuillError(
             ErrorCode.CONFLICT,

@@ -1,0 +1,173 @@
+"""Turn a batch of committed events into the row operations of the SQLite projection.
+
+Pure: no I/O. Each path's history is a list of revision rows valid over ``[version, until)``;
+a change closes the live row(s) it replaces (``until = version``) and inserts new ones. Rows
+inserted earlier in the same batch are closed here, in Python; rows already in the database
+are closed by range updates run in event order. The result is a handful of ``executemany``
+calls per batch, whatever its size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+from contracts.events import ChangesCommitted, MakeDir, PutFile, Remove, WorkspaceCreated
+from contracts.events import WorkspaceEvent as Event
+from contracts.paths import parent
+from contracts.replies import ChangeSummary
+
+LIVE = 2**63 - 1
+"""``until`` of a revision that is still current."""
+SUMMARY_CHANGES = 1000
+"""Changes kept in an event's summary row (``changes_total`` counts them all)."""
+
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A committed event with what the log said about it."""
+
+    event: Event
+    hash: str
+    seq: int
+
+
+@dataclass
+class Plan:
+    new_workspaces: list[tuple[object, ...]] = field(default_factory=list)
+    closes: list[tuple[int, int, str, str]] = field(default_factory=list)
+    """``(until, ws, lo, hi)``: close live rows of ``ws`` with ``lo <= path < hi``."""
+    rows: list[list[object]] = field(default_factory=list)
+    events: list[tuple[object, ...]] = field(default_factory=list)
+    blobs: list[tuple[str, int, bytes | None]] = field(default_factory=list)
+    workspace_updates: dict[int, tuple[object, ...]] = field(default_factory=dict)
+
+
+# Column order of a revision row (see store.SCHEMA).
+_UNTIL = 3
+
+
+def exact(path: str) -> tuple[str, str]:
+    """The ``[lo, hi)`` range holding exactly ``path`` (paths never contain NUL)."""
+    return path, path + "\0"
+
+
+def subtree(path: str) -> tuple[str, str]:
+    """The range of every path strictly below directory ``path`` (``'0'`` follows ``'/'``)."""
+    return path + "/", path + "0"
+
+
+def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
+    """Plan the application of ``batch`` (in log order).
+
+    ``ws_ids`` maps ``(tenant, workspace)`` to the projection's integer id; a workspace
+    created in this batch must already have an id allocated in it.
+    """
+    out = Plan()
+    live: dict[tuple[int, str], int] = {}  # rows inserted by this batch and still live
+
+    def close(ws: int, path: str, version: int, below: bool) -> None:
+        lo, hi = subtree(path) if below else exact(path)
+        out.closes.append((version, ws, lo, hi))
+        for key in [k for k in live if k[0] == ws and lo <= k[1] < hi]:
+            out.rows[live.pop(key)][_UNTIL] = version
+
+    for item in batch:
+        ev = item.event
+        ws = ws_ids[(ev.tenant, ev.workspace)]
+        at = ev.at.isoformat()
+        if isinstance(ev, WorkspaceCreated):
+            out.new_workspaces.append(
+                (ws, ev.tenant, ev.workspace, ev.trust, _encoder.encode(ev.limits).decode(), at)
+            )
+        summary: list[ChangeSummary] = []
+        changes = ev.changes if isinstance(ev, ChangesCommitted) else []
+        for change in changes:
+            path = change.path
+            if isinstance(change, Remove):
+                close(ws, path, ev.version, below=False)
+                close(ws, path, ev.version, below=True)
+                summary.append(ChangeSummary(kind="delete", path=path))
+                continue
+            close(ws, path, ev.version, below=False)
+            live[(ws, path)] = len(out.rows)
+            if isinstance(change, MakeDir):
+                out.rows.append(
+                    [
+                        ws,
+                        path,
+                        ev.version,
+                        LIVE,
+                        parent(path),
+                        "d",
+                        None,
+                        0,
+                        None,
+                        0,
+                        0,
+                        at,
+                        at,
+                        None,
+                    ]
+                )
+                summary.append(ChangeSummary(kind="mkdir", path=path))
+                continue
+            assert isinstance(change, PutFile)
+            out.rows.append(
+                [
+                    ws,
+                    path,
+                    ev.version,
+                    LIVE,
+                    parent(path),
+                    "f",
+                    change.sha256,
+                    change.size,
+                    change.file_version,
+                    int(change.executable),
+                    int(change.binary),
+                    change.created.isoformat(),
+                    at,
+                    change.moved_from,
+                ]
+            )
+            if change.text is not None:
+                out.blobs.append((change.sha256, change.size, change.text.encode()))
+            elif change.data is not None:
+                out.blobs.append((change.sha256, change.size, change.data))
+            elif change.blob:
+                out.blobs.append((change.sha256, change.size, None))
+            summary.append(
+                ChangeSummary(
+                    kind="put",
+                    path=path,
+                    size=change.size,
+                    sha256=change.sha256,
+                    moved_from=change.moved_from,
+                )
+            )
+        out.events.append(
+            (
+                ws,
+                ev.version,
+                item.seq,
+                type(ev).__struct_config__.tag,
+                ev.op,
+                at,
+                ev.actor,
+                ev.session,
+                ev.run,
+                ev.request_id,
+                item.hash,
+                ev.prev_hash,
+                ev.tree_hash,
+                _encoder.encode(summary[:SUMMARY_CHANGES]).decode(),
+                len(summary),
+                bytes(ev.result).decode(),
+            )
+        )
+        out.workspace_updates[ws] = (ev.version, item.seq, item.hash, ev.tree_hash, at, ws)
+    return out

@@ -1,0 +1,428 @@
+"""The SQLite projection of the log, shared by the writer and the readers.
+
+One database file per service instance holds every workspace it follows. It is a cache of
+WS_EVENTS: delete it and it is rebuilt from the log. Each batch of events is applied in one
+transaction together with the tracking position, so a crash never leaves half a change set
+or a position that disagrees with the data. Reads use a second connection (WAL), so queries
+never wait behind an apply.
+
+Every path's history is kept as revision rows valid over ``[version, until)``: a read as of
+any version is one index seek, as fast at version 1 as at the latest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import msgspec
+
+from contracts.limits import Limits
+from services.common.plan import LIVE, Committed, Plan, plan
+from services.common.tree import DirNode, FileNode, WorkspaceState
+
+SCHEMA_VERSION = "1"
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS workspaces(
+    id INTEGER PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL,
+    trust TEXT NOT NULL, limits TEXT NOT NULL, created TEXT NOT NULL,
+    version INTEGER NOT NULL DEFAULT 0, last_seq INTEGER NOT NULL DEFAULT 0,
+    last_hash TEXT NOT NULL DEFAULT '', tree_hash TEXT NOT NULL DEFAULT '',
+    updated TEXT NOT NULL DEFAULT '',
+    UNIQUE(tenant, name));
+CREATE TABLE IF NOT EXISTS events(
+    ws INTEGER NOT NULL, version INTEGER NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
+    op TEXT NOT NULL, at TEXT NOT NULL, actor TEXT, session TEXT, run TEXT, request_id TEXT,
+    hash TEXT NOT NULL, prev_hash TEXT NOT NULL, tree_hash TEXT NOT NULL,
+    changes TEXT NOT NULL, changes_total INTEGER NOT NULL, result TEXT,
+    PRIMARY KEY(ws, version)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS events_request ON events(ws, request_id);
+CREATE TABLE IF NOT EXISTS revisions(
+    ws INTEGER NOT NULL, path TEXT NOT NULL, version INTEGER NOT NULL,
+    until INTEGER NOT NULL DEFAULT {LIVE}, parent TEXT NOT NULL, kind TEXT NOT NULL,
+    sha256 TEXT, size INTEGER NOT NULL, file_version INTEGER, executable INTEGER NOT NULL,
+    binary INTEGER NOT NULL, created TEXT NOT NULL, modified TEXT NOT NULL, moved_from TEXT,
+    PRIMARY KEY(ws, path, version)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS revisions_live ON revisions(ws, until, path);
+CREATE INDEX IF NOT EXISTS revisions_children ON revisions(ws, parent, until);
+CREATE TABLE IF NOT EXISTS blobs(sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB);
+"""
+
+_COLUMNS = (
+    "path",
+    "kind",
+    "sha256",
+    "size",
+    "file_version",
+    "executable",
+    "binary",
+    "created",
+    "modified",
+    "version",
+    "until",
+    "moved_from",
+)
+_REV_COLS = ", ".join(_COLUMNS)
+_R_REV_COLS = ", ".join("r." + c for c in _COLUMNS)
+_limits_decoder = msgspec.json.Decoder(Limits)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceRow:
+    id: int
+    tenant: str
+    name: str
+    trust: str
+    limits: Limits
+    created: datetime
+    version: int
+    last_seq: int
+    last_hash: str
+    tree_hash: str
+    updated: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A path as of some version."""
+
+    path: str
+    kind: str
+    sha256: str | None
+    size: int
+    file_version: int | None
+    executable: bool
+    binary: bool
+    created: datetime
+    modified: datetime
+    version: int
+    until: int
+    moved_from: str | None
+
+
+def _node(row: Any) -> Node:
+    return Node(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        bool(row[5]),
+        bool(row[6]),
+        datetime.fromisoformat(row[7]),
+        datetime.fromisoformat(row[8]),
+        row[9],
+        row[10],
+        row[11],
+    )
+
+
+class Store:
+    """A projection database. Open with ``await Store.open(path)``."""
+
+    def __init__(self, path: Path, write: aiosqlite.Connection, read: aiosqlite.Connection):
+        self.path = path
+        self._w = write
+        self._r = read
+        self._ids: dict[tuple[str, str], int] = {}
+        self._versions: dict[tuple[str, str], int] = {}
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write = await aiosqlite.connect(path)
+        await write.execute("PRAGMA journal_mode=WAL")
+        await write.execute("PRAGMA synchronous=NORMAL")
+        await write.executescript(SCHEMA)
+        await write.execute(
+            "INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,)
+        )
+        await write.commit()
+        read = await aiosqlite.connect(path)
+        await read.execute("PRAGMA query_only=1")
+        store = cls(path, write, read)
+        for ws_id, tenant, name, version in await write.execute_fetchall(
+            "SELECT id, tenant, name, version FROM workspaces"
+        ):
+            store._ids[(tenant, name)] = ws_id
+            store._versions[(tenant, name)] = version
+        return store
+
+    async def close(self) -> None:
+        await self._r.close()
+        await self._w.close()
+
+    # ------------------------------------------------------------------ tracking, meta
+    async def position(self, name: str) -> int:
+        rows = list(
+            await self._w.execute_fetchall("SELECT position FROM tracking WHERE name=?", (name,))
+        )
+        return int(rows[0][0]) if rows else 0
+
+    async def get_meta(self, key: str) -> str | None:
+        rows = list(await self._w.execute_fetchall("SELECT value FROM meta WHERE key=?", (key,)))
+        return str(rows[0][0]) if rows else None
+
+    async def set_meta(self, key: str, value: str) -> None:
+        await self._w.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (key, value))
+        await self._w.commit()
+
+    # ------------------------------------------------------------------ apply
+    def workspace_id(self, tenant: str, name: str) -> int | None:
+        return self._ids.get((tenant, name))
+
+    def version_of(self, tenant: str, name: str) -> int:
+        """The workspace's projected version (0 if unknown)."""
+        return self._versions.get((tenant, name), 0)
+
+    def versions(self) -> dict[tuple[str, str], int]:
+        return dict(self._versions)
+
+    async def apply(self, batch: list[Committed], tracking: str | None = None) -> None:
+        """Apply committed events (log order) in one transaction, with the tracking position.
+
+        Events a workspace already has (version <= its projected version) are skipped, so
+        applying the same event twice is harmless.
+        """
+        async with self._lock:
+            versions = dict(self._versions)
+            fresh = []
+            for item in batch:
+                key = (item.event.tenant, item.event.workspace)
+                if item.event.version > versions.get(key, 0):
+                    fresh.append(item)
+                    versions[key] = item.event.version
+            if not fresh and tracking is None:
+                return
+            ids = dict(self._ids)
+            for item in fresh:
+                key = (item.event.tenant, item.event.workspace)
+                if key not in ids:
+                    ids[key] = max(ids.values(), default=0) + 1
+            try:
+                await self._execute(plan(fresh, ids))
+                if tracking is not None and batch:
+                    await self._w.execute(
+                        "INSERT OR REPLACE INTO tracking VALUES(?, ?)", (tracking, batch[-1].seq)
+                    )
+                await self._w.commit()
+            except BaseException:
+                await self._w.rollback()
+                raise
+            self._ids, self._versions = ids, versions
+
+    async def _execute(self, p: Plan) -> None:
+        w = self._w
+        await w.executemany(
+            "INSERT INTO workspaces(id, tenant, name, trust, limits, created) "
+            "VALUES(?, ?, ?, ?, ?, ?)",
+            p.new_workspaces,
+        )
+        await w.executemany(
+            f"UPDATE revisions SET until=? WHERE ws=? AND until={LIVE} AND path>=? AND path<?",
+            p.closes,
+        )
+        await w.executemany(
+            "INSERT INTO revisions VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", p.rows
+        )
+        await w.executemany(
+            "INSERT INTO events VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", p.events
+        )
+        await w.executemany(
+            "INSERT INTO blobs VALUES(?, ?, ?) ON CONFLICT(sha256) "
+            "DO UPDATE SET data=coalesce(blobs.data, excluded.data)",
+            p.blobs,
+        )
+        await w.executemany(
+            "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=? "
+            "WHERE id=?",
+            list(p.workspace_updates.values()),
+        )
+
+    async def put_blob(self, sha256: str, data: bytes) -> None:
+        await self._w.execute(
+            "INSERT INTO blobs VALUES(?, ?, ?) ON CONFLICT(sha256) DO UPDATE SET data=?",
+            (sha256, len(data), data, data),
+        )
+        await self._w.commit()
+
+    # ------------------------------------------------------------------ queries
+    async def workspace(self, tenant: str, name: str) -> WorkspaceRow | None:
+        rows = list(
+            await self._r.execute_fetchall(
+                "SELECT id, tenant, name, trust, limits, created, version, last_seq, last_hash, "
+                "tree_hash, updated FROM workspaces WHERE tenant=? AND name=?",
+                (tenant, name),
+            )
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return WorkspaceRow(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            _limits_decoder.decode(r[4]),
+            datetime.fromisoformat(r[5]),
+            r[6],
+            r[7],
+            r[8],
+            r[9],
+            datetime.fromisoformat(r[10] or r[5]),
+        )
+
+    async def node(self, ws: int, path: str, version: int) -> Node | None:
+        rows = list(
+            await self._r.execute_fetchall(
+                f"SELECT {_REV_COLS} FROM revisions WHERE ws=? AND path=? AND version<=? "
+                "ORDER BY version DESC LIMIT 1",
+                (ws, path, version),
+            )
+        )
+        if not rows or rows[0][10] <= version:
+            return None
+        return _node(rows[0])
+
+    async def node_with_data(
+        self, ws: int, path: str, version: int
+    ) -> tuple[Node, bytes | None] | None:
+        rows = list(
+            await self._r.execute_fetchall(
+                f"SELECT {_R_REV_COLS}, b.data "
+                "FROM revisions r LEFT JOIN blobs b ON b.sha256 = r.sha256 "
+                "WHERE r.ws=? AND r.path=? AND r.version<=? ORDER BY r.version DESC LIMIT 1",
+                (ws, path, version),
+            )
+        )
+        if not rows or rows[0][10] <= version:
+            return None
+        return _node(rows[0]), rows[0][12]
+
+    async def blob(self, sha256: str) -> bytes | None:
+        rows = list(
+            await self._r.execute_fetchall("SELECT data FROM blobs WHERE sha256=?", (sha256,))
+        )
+        return bytes(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    async def children(self, ws: int, directory: str, version: int, limit: int) -> list[Node]:
+        rows = await self._r.execute_fetchall(
+            f"SELECT {_REV_COLS} FROM revisions WHERE ws=? AND parent=? AND version<=? "
+            "AND until>? AND path != '' ORDER BY kind='f', path LIMIT ?",
+            (ws, directory, version, version, limit),
+        )
+        return [_node(r) for r in rows]
+
+    async def count_children(self, ws: int, directory: str, version: int) -> int:
+        rows = list(
+            await self._r.execute_fetchall(
+                "SELECT count(*) FROM revisions WHERE ws=? AND parent=? AND version<=? "
+                "AND until>? AND path != ''",
+                (ws, directory, version, version),
+            )
+        )
+        return int(rows[0][0])
+
+    async def totals(self, ws: int, version: int) -> tuple[int, int, int]:
+        """``(files, directories, total file bytes)`` as of ``version``."""
+        rows = await self._r.execute_fetchall(
+            "SELECT kind, count(*), coalesce(sum(size), 0) FROM revisions "
+            "WHERE ws=? AND until>? AND version<=? GROUP BY kind",
+            (ws, version, version),
+        )
+        by_kind = {kind: (count, size) for kind, count, size in rows}
+        files, size = by_kind.get("f", (0, 0))
+        return files, by_kind.get("d", (0, 0))[0], size
+
+    async def path_history(
+        self, ws: int, path: str, upto: int, limit: int
+    ) -> list[tuple[Node, tuple[Any, ...] | None, tuple[Any, ...] | None]]:
+        """Revisions of ``path`` with version <= ``upto``, newest first, each with the event
+        that made it and (if it ended by a delete) the event that ended it."""
+        rows = await self._r.execute_fetchall(
+            f"SELECT {_R_REV_COLS}, "
+            "e.at, e.op, e.actor, e.request_id, d.at, d.op, d.actor, d.request_id "
+            "FROM revisions r JOIN events e ON e.ws = r.ws AND e.version = r.version "
+            "LEFT JOIN events d ON d.ws = r.ws AND d.version = r.until "
+            "WHERE r.ws=? AND r.path=? AND r.version<=? ORDER BY r.version DESC LIMIT ?",
+            (ws, path, upto, limit),
+        )
+        return [(_node(r), tuple(r[12:16]), tuple(r[16:20]) if r[16] else None) for r in rows]
+
+    async def events(self, ws: int, after: int, upto: int, limit: int) -> list[tuple[Any, ...]]:
+        rows = await self._r.execute_fetchall(
+            "SELECT type, version, seq, at, op, actor, session, run, request_id, hash, "
+            "prev_hash, tree_hash, changes, changes_total FROM events "
+            "WHERE ws=? AND version>? AND version<=? ORDER BY version LIMIT ?",
+            (ws, after, upto, limit),
+        )
+        return [tuple(r) for r in rows]
+
+    async def events_desc(self, ws: int, before: int, limit: int) -> list[tuple[Any, ...]]:
+        rows = await self._r.execute_fetchall(
+            "SELECT type, version, seq, at, op, actor, session, run, request_id, hash, "
+            "prev_hash, tree_hash, changes, changes_total FROM events "
+            "WHERE ws=? AND version<? ORDER BY version DESC LIMIT ?",
+            (ws, before, limit),
+        )
+        return [tuple(r) for r in rows]
+
+    async def result_of(self, ws: int, request_id: str) -> tuple[int, bytes] | None:
+        rows = list(
+            await self._w.execute_fetchall(
+                "SELECT version, result FROM events WHERE ws=? AND request_id=? LIMIT 1",
+                (ws, request_id),
+            )
+        )
+        return (int(rows[0][0]), str(rows[0][1]).encode()) if rows else None
+
+    # ------------------------------------------------------------------ writer state
+    async def load_state(self, tenant: str, name: str) -> WorkspaceState:
+        """The writer's in-memory state of a workspace, as projected here."""
+        state = WorkspaceState(tenant, name)
+        row = await self.workspace(tenant, name)
+        if row is None:
+            return state
+        state.exists, state.version, state.last_seq = True, row.version, row.last_seq
+        state.last_hash, state.trust, state.limits = row.last_hash, row.trust, row.limits
+        state.created, state.updated = row.created, row.updated
+        tree = state.tree
+        for r in await self._w.execute_fetchall(
+            f"SELECT {_REV_COLS} FROM revisions WHERE ws=? AND until={LIVE} ORDER BY path",
+            (row.id,),
+        ):
+            n = _node(r)
+            if n.kind == "d":
+                tree.set_dir(n.path, DirNode(created=n.created, version=n.version))
+            else:
+                assert n.sha256 is not None and n.file_version is not None
+                tree.set_file(
+                    n.path,
+                    FileNode(
+                        n.sha256,
+                        n.size,
+                        n.file_version,
+                        n.executable,
+                        n.binary,
+                        n.created,
+                        n.modified,
+                        n.version,
+                    ),
+                )
+        for path, fv, version, ended in await self._w.execute_fetchall(
+            f"SELECT path, max(coalesce(file_version, 0)), max(version), "
+            f"max(CASE WHEN until < {LIVE} THEN until ELSE 0 END) FROM revisions "
+            "WHERE ws=? GROUP BY path",
+            (row.id,),
+        ):
+            if fv:
+                tree.last_fv[path] = fv
+            tree.changed[path] = max(version, ended)
+        return state
