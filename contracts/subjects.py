@@ -16,6 +16,7 @@ Subjects (root ``ws`` by default)::
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from contracts.errors import ErrorCode, QuillError
@@ -82,6 +83,52 @@ def split_workspace(name: str) -> tuple[str, str]:
             f"Invalid workspace name {name!r}: expected tenant/workspace",
         )
     return check_id("tenant", parts[0]), check_id("workspace", parts[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who asked and on whose behalf, from the ``Ws-*`` request headers."""
+
+    request_id: str
+    actor: str | None = None
+    session: str | None = None
+    run: str | None = None
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str] | None, new_id: str) -> Origin:
+        """Read the ``Ws-*`` headers; ``new_id`` is used when there is no ``Ws-Request-Id``.
+
+        Raises:
+            QuillError: ``INVALID_ARGUMENT`` for a malformed request id or an over-long value.
+        """
+        headers = headers or {}
+        values: dict[str, str | None] = {}
+        for header in (HEADER_ACTOR, HEADER_SESSION, HEADER_RUN):
+            value = headers.get(header)
+            if value is not None and len(value) > HEADER_VALUE_MAX:
+                raise QuillError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"Header {header} is longer than {HEADER_VALUE_MAX} characters",
+                )
+            values[header] = value or None
+        request_id = headers.get(HEADER_REQUEST_ID)
+        return cls(
+            request_id=check_request_id(request_id) if request_id else new_id,
+            actor=values[HEADER_ACTOR],
+            session=values[HEADER_SESSION],
+            run=values[HEADER_RUN],
+        )
+
+    def headers(self) -> dict[str, str]:
+        out = {HEADER_REQUEST_ID: self.request_id}
+        for header, value in (
+            (HEADER_ACTOR, self.actor),
+            (HEADER_SESSION, self.session),
+            (HEADER_RUN, self.run),
+        ):
+            if value:
+                out[header] = value
+        return out
 
 
 @dataclass(frozen=True, slots=True)

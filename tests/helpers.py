@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.events import PutFile
+from contracts.subjects import Origin
 from services.common.plan import Committed
 from services.common.tree import WorkspaceState, fold
-from services.writer.decide import Context, Origin, decide, to_event
+from services.writer.decide import Context, decide, to_event
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -426,3 +426,12 @@ class Store:
                 tree.last_fv[path] = fv
             tree.changed[path] = max(version, ended)
         return state
+
+    async def recent_results(self, ws: int, limit: int) -> list[tuple[str, int, bytes]]:
+        """``(request_id, version, result)`` of the workspace's last ``limit`` events."""
+        rows = await self._w.execute_fetchall(
+            "SELECT request_id, version, result FROM events WHERE ws=? "
+            "ORDER BY version DESC LIMIT ?",
+            (ws, limit),
+        )
+        return [(r[0], int(r[1]), str(r[2]).encode()) for r in reversed(list(rows)) if r[0]]

@@ -31,6 +31,7 @@ from contracts.events import (
 )
 from contracts.limits import Limits, effective_limits
 from contracts.paths import ancestors, display, is_within, normalize, rebase
+from contracts.subjects import Origin
 from services.common.tree import Tree, WorkspaceState, apply_change, etag_of
 
 
@@ -55,16 +56,6 @@ class Decision:
     @property
     def commits(self) -> bool:
         return bool(self.changes) or self.created is not None
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Who asked, from the request headers."""
-
-    request_id: str
-    actor: str | None = None
-    session: str | None = None
-    run: str | None = None
 
 
 def to_event(

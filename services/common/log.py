@@ -1,0 +1,131 @@
+"""Reading the log (stream WS_EVENTS): a workspace's last sequence, catch-up, following."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from contracts import codec, hashing
+from contracts.subjects import STREAM_EVENTS
+from services.common.plan import Committed
+
+log = logging.getLogger("quill.log")
+
+
+def committed(msg: Msg) -> Committed:
+    """Decode an event message delivered by a consumer."""
+    return Committed(
+        event=codec.decode_event(msg.data),
+        hash=hashing.event_hash(msg.data),
+        seq=msg.metadata.sequence.stream,
+    )
+
+
+async def last_seq(js: JetStreamContext, subject: str) -> int:
+    """Stream sequence of the last event on ``subject`` (0 when it has none)."""
+    try:
+        raw = await js.get_last_msg(STREAM_EVENTS, subject, direct=True)
+    except NotFoundError:
+        return 0
+    return int(raw.seq or 0)
+
+
+async def stream_last_seq(js: JetStreamContext) -> int:
+    info = await js.stream_info(STREAM_EVENTS)
+    return int(info.state.last_seq)
+
+
+async def read(
+    js: JetStreamContext, subject: str, after: int, upto: int, timeout: float = 30.0
+) -> list[Committed]:
+    """Every event on ``subject`` with ``after < seq <= upto``, in order.
+
+    Raises:
+        TimeoutError: the events did not arrive within ``timeout``.
+    """
+    if upto <= after:
+        return []
+    out: list[Committed] = []
+    done = asyncio.get_running_loop().create_future()
+
+    async def on_msg(msg: Msg) -> None:
+        item = committed(msg)
+        if item.seq <= upto:
+            out.append(item)
+        if item.seq >= upto and not done.done():
+            done.set_result(None)
+
+    sub = await js.subscribe(
+        subject,
+        cb=on_msg,
+        ordered_consumer=True,
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
+        ),
+    )
+    try:
+        await asyncio.wait_for(done, timeout)
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
+async def follow(
+    js: JetStreamContext,
+    subject: str,
+    after: int,
+    on_batch: Callable[[list[Committed], int], Awaitable[None]],
+    max_batch: int = 512,
+) -> Callable[[], Awaitable[None]]:
+    """Follow ``subject`` from ``after``: ``on_batch(events, pending)`` is called with what has
+    arrived (in order, one call at a time; ``pending`` is how many more the stream holds).
+    Returns a function that stops following."""
+    queue: asyncio.Queue[tuple[Committed, int]] = asyncio.Queue()
+
+    async def on_msg(msg: Msg) -> None:
+        try:
+            queue.put_nowait((committed(msg), msg.metadata.num_pending))
+        except Exception:
+            log.exception("undecodable event at %s", msg.subject)
+
+    async def pump() -> None:
+        while True:
+            item = await queue.get()
+            batch, pending = [item[0]], item[1]
+            while not queue.empty() and len(batch) < max_batch:
+                event, pending = queue.get_nowait()
+                batch.append(event)
+            while True:
+                try:
+                    await on_batch(batch, pending)
+                    break
+                except Exception:
+                    log.exception("could not apply events up to seq %d; retrying", batch[-1].seq)
+                    await asyncio.sleep(1)
+
+    sub = await js.subscribe(
+        subject,
+        cb=on_msg,
+        ordered_consumer=True,
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
+        ),
+        pending_msgs_limit=100_000,
+        pending_bytes_limit=512 * 1024 * 1024,
+    )
+    task = asyncio.create_task(pump(), name="log-follower")
+
+    async def stop() -> None:
+        task.cancel()
+        try:
+            await sub.unsubscribe()
+        except Exception:
+            pass
+
+    return stop

@@ -1,0 +1,158 @@
+"""What every service process shares: settings, structured logs, metrics, audit, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import prometheus_client as prom
+from nats.aio.client import Client as NATS
+
+from contracts import codec
+from contracts.errors import QuillError
+from contracts.events import AuditRecord
+from contracts.subjects import Address, Origin, Subjects
+
+log = logging.getLogger("quill")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Settings of one service process (from the command line or the environment)."""
+
+    nats_url: str
+    data_dir: Path
+    root: str = "ws"
+    replicas: int = 1
+    metrics_port: int | None = None
+    instance: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def subjects(self) -> Subjects:
+        return Subjects(self.root)
+
+
+# ---------------------------------------------------------------- logs
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "at": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def setup_logging(level: str = "info", fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("nats").setLevel(logging.WARNING)
+
+
+# ---------------------------------------------------------------- metrics
+
+REQUESTS = prom.Counter(
+    "quill_requests_total",
+    "Requests handled, by service, kind, op and outcome (ok or the error code).",
+    ["service", "kind", "op", "outcome"],
+)
+LATENCY = prom.Histogram(
+    "quill_request_seconds",
+    "Time from receiving a request to replying.",
+    ["service", "kind", "op"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+
+def serve_metrics(port: int | None) -> None:
+    if port is not None:
+        prom.start_http_server(port, addr="127.0.0.1")
+
+
+# ---------------------------------------------------------------- audit
+
+
+class Auditor:
+    """Publishes one audit record per operation and counts it in the metrics."""
+
+    def __init__(self, nc: NATS, subjects: Subjects, service: str, instance: str) -> None:
+        self._nc, self._subjects = nc, subjects
+        self.service, self.instance = service, instance
+
+    async def record(
+        self,
+        address: Address,
+        origin: Origin | None,
+        started: float,
+        *,
+        error: QuillError | None = None,
+        version: int | None = None,
+        paths: list[str] | None = None,
+        summary: str | None = None,
+    ) -> None:
+        elapsed = time.perf_counter() - started
+        outcome = "ok" if error is None else str(error.code)
+        REQUESTS.labels(self.service, address.kind, address.op, outcome).inc()
+        LATENCY.labels(self.service, address.kind, address.op).observe(elapsed)
+        record = AuditRecord(
+            at=datetime.now(UTC),
+            tenant=address.tenant,
+            workspace=address.workspace,
+            kind=address.kind,
+            op=address.op,
+            actor=origin.actor if origin else None,
+            session=origin.session if origin else None,
+            run=origin.run if origin else None,
+            request_id=origin.request_id if origin else None,
+            outcome="ok" if error is None else "error",
+            error_code=None if error is None else str(error.code),
+            duration_ms=round(elapsed * 1000, 3),
+            version=version,
+            paths=(paths or [])[:100],
+            summary=summary,
+            service=self.service,
+            instance=self.instance,
+        )
+        subject = self._subjects.audit(address.tenant, address.workspace)
+        try:
+            await self._nc.publish(subject, codec.encode(record))
+        except Exception as exc:  # never fail an operation because auditing failed
+            log.warning("audit publish failed: %s", exc)
+
+
+# ---------------------------------------------------------------- process lifetime
+
+
+async def run_until_stopped(
+    start: Callable[[], Awaitable[Callable[[], Awaitable[None]]]],
+) -> None:
+    """Run ``start()`` (which returns its ``stop``), then wait for SIGINT/SIGTERM and stop."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    stop = await start()
+    try:
+        await stopping.wait()
+    finally:
+        await stop()

@@ -1,0 +1,151 @@
+"""The writer service: wiring only. Run it with ``quill writer --nats-url URL --data DIR``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+
+from contracts.subjects import QUEUE_WRITER, Subjects
+from services.common import bus
+from services.common.blobs import Blobs
+from services.common.plan import Committed
+from services.common.runtime import Auditor, Settings, serve_metrics
+from services.common.store import Store
+from services.writer.append import Appender, Group
+from services.writer.handlers import command_handler
+from services.writer.workspace import WorkspaceActor
+
+log = logging.getLogger("quill.writer")
+
+
+class ContentCache:
+    """Recently written or read contents by sha256, bounded in bytes (LRU)."""
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes, self._max = 0, max_bytes
+
+    def get(self, sha256: str) -> bytes | None:
+        data = self._data.get(sha256)
+        if data is not None:
+            self._data.move_to_end(sha256)
+        return data
+
+    def __contains__(self, sha256: str) -> bool:
+        return sha256 in self._data
+
+    def put(self, sha256: str, data: bytes) -> None:
+        if sha256 in self._data or len(data) > self._max // 4:
+            return
+        self._data[sha256] = data
+        self._bytes += len(data)
+        while self._bytes > self._max:
+            _, old = self._data.popitem(last=False)
+            self._bytes -= len(old)
+
+
+class Writer:
+    """Owns the mutations of the workspaces whose commands reach it."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        nc: NATS,
+        store: Store,
+        *,
+        max_workspaces: int = 2000,
+        max_queued: int = 20_000,
+    ) -> None:
+        self.settings = settings
+        self.subjects: Subjects = settings.subjects
+        self.instance = settings.instance or bus.instance_id("writer")
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.store = store
+        self.blobs = Blobs(self.js, store)
+        self.auditor = Auditor(nc, self.subjects, "writer", self.instance)
+        self.appender = Appender(nc, self._on_commit)
+        self.contents = ContentCache()
+        self.max_workspaces, self.max_queued = max_workspaces, max_queued
+        self._actors: OrderedDict[tuple[str, str], WorkspaceActor] = OrderedDict()
+        self._subs: list[Subscription] = []
+        self.queued = 0
+        """Commands accepted and not yet answered (bounded by ``max_queued``)."""
+
+    def remember_content(self, sha256: str, data: bytes) -> None:
+        self.contents.put(sha256, data)
+
+    def actor(self, tenant: str, workspace: str) -> WorkspaceActor:
+        key = (tenant, workspace)
+        actor = self._actors.get(key)
+        if actor is None:
+            actor = self._actors[key] = WorkspaceActor(self, tenant, workspace)
+            if len(self._actors) > self.max_workspaces:
+                for old_key, old in list(self._actors.items()):
+                    if len(self._actors) <= self.max_workspaces:
+                        break
+                    if old.idle and old_key != key:
+                        del self._actors[old_key]
+        else:
+            self._actors.move_to_end(key)
+        return actor
+
+    async def _on_commit(self, committed: list[tuple[Group, list[int]]]) -> None:
+        batch = [
+            Committed(event, digest, seq)
+            for group, seqs in committed
+            for (event, digest), seq in zip(group.context, seqs, strict=True)
+        ]
+        await self.store.apply(batch)
+
+    def info(self) -> dict[str, Any]:
+        return {"workspaces": len(self._actors), "queued": self.queued}
+
+    async def start(self) -> None:
+        self.appender.start()
+        self._subs.append(
+            await bus.serve(self.nc, self.subjects.all_cmd, QUEUE_WRITER, command_handler(self))
+        )
+        self._subs += await bus.serve_ping(
+            self.nc, self.subjects, "writer", self.instance, self.info
+        )
+        await self.nc.flush()
+        log.info("writer %s serving %s", self.instance, self.subjects.all_cmd)
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        for sub in self._subs:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+        busy = [a.wait_idle() for a in self._actors.values() if not a.idle]
+        if busy:
+            try:
+                await asyncio.wait_for(asyncio.gather(*busy), grace_s)
+            except TimeoutError:
+                log.warning("stopping with commands still in flight")
+        await self.appender.stop()
+
+
+async def start_writer(settings: Settings) -> Callable[[], Awaitable[None]]:
+    """Start a writer process's parts; return the function that stops them."""
+    serve_metrics(settings.metrics_port)
+    nc = await bus.connect(settings.nats_url, name="quill-writer")
+    await bus.ensure_streams(nc, settings.subjects, settings.replicas)
+    store = await Store.open(settings.data_dir / "writer.db")
+    writer = Writer(settings, nc, store)
+    await writer.start()
+
+    async def stop() -> None:
+        await writer.stop()
+        await store.close()
+        await nc.drain()
+
+    return stop

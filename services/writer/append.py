@@ -1,0 +1,210 @@
+"""Appending to the log: group commit of many workspaces' events as one atomic batch.
+
+Workspaces hand in *groups* (the events one workspace decided while its previous append was
+in flight) and wait. The appender sends everything that has queued as one JetStream atomic
+batch (ADR-50): core-NATS publishes carrying ``Nats-Batch-Id``/``Nats-Batch-Sequence``, the
+last one with ``Nats-Batch-Commit`` as a request whose reply is the only ack. Each subject's
+first message carries ``Nats-Expected-Last-Subject-Sequence`` (per-workspace CAS, the fencing
+against a stale writer) and every message a ``Nats-Msg-Id`` (idempotent retries). nats-py has
+no batch API, and its ``publish_async`` never resolves on an error ack (nats.py #985), so
+this is written against the raw protocol.
+
+If a multi-workspace batch fails, each group is retried alone so one stale workspace cannot
+fail the others. A group that still fails gets ``AppendError``; its workspace reloads from the
+log and decides again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.errors
+import prometheus_client as prom
+from nats.aio.client import Client as NATS
+
+log = logging.getLogger("quill.writer.append")
+
+BATCH_EVENTS = prom.Histogram(
+    "quill_writer_batch_events",
+    "Events per atomic batch sent to the log.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+)
+APPEND_SECONDS = prom.Histogram(
+    "quill_writer_append_seconds",
+    "Time for the log to acknowledge a batch.",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
+APPEND_FAILURES = prom.Counter(
+    "quill_writer_append_failures_total", "Groups the log refused or did not acknowledge.", ["why"]
+)
+
+
+class AppendError(Exception):
+    """The group was not committed, or its fate is unknown (``uncertain``)."""
+
+    def __init__(self, message: str, *, uncertain: bool, code: int | None = None) -> None:
+        super().__init__(message)
+        self.uncertain = uncertain
+        self.code = code
+
+
+@dataclass
+class Group:
+    """One workspace's events, appended together after sequence ``expected_seq``."""
+
+    subject: str
+    expected_seq: int
+    payloads: list[bytes]
+    msg_ids: list[str]
+    context: Any = None
+    """Whatever the submitter wants back in ``on_commit`` (the decoded events)."""
+    future: asyncio.Future[list[int]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+    @property
+    def size(self) -> int:
+        return sum(len(p) for p in self.payloads)
+
+
+OnCommit = Callable[[list[tuple["Group", list[int]]]], Awaitable[None]]
+
+
+class Appender:
+    """Sends queued groups as atomic batches, one batch in flight at a time."""
+
+    def __init__(
+        self,
+        nc: NATS,
+        on_commit: OnCommit,
+        *,
+        max_events: int = 512,
+        max_bytes: int = 6 * 1024 * 1024,
+        timeout: float = 10.0,
+    ) -> None:
+        self._nc = nc
+        self._on_commit = on_commit
+        self._max_events, self._max_bytes, self._timeout = max_events, max_bytes, timeout
+        self._queue: list[Group] = []
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="appender")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for group in self._queue:
+            if not group.future.done():
+                group.future.set_exception(AppendError("writer stopping", uncertain=False))
+
+    def submit(self, group: Group) -> asyncio.Future[list[int]]:
+        self._queue.append(group)
+        self._wakeup.set()
+        return group.future
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._queue:
+                batch, events, size = [], 0, 0
+                while self._queue:
+                    group = self._queue[0]
+                    n = len(group.payloads)
+                    if batch and (
+                        events + n > self._max_events or size + group.size > self._max_bytes
+                    ):
+                        break
+                    batch.append(self._queue.pop(0))
+                    events, size = events + n, size + group.size
+                await self._commit(batch)
+
+    async def _commit(self, groups: list[Group]) -> None:
+        try:
+            seqs = await self._send(groups)
+        except AppendError as exc:
+            if len(groups) == 1:
+                APPEND_FAILURES.labels("uncertain" if exc.uncertain else "refused").inc()
+                groups[0].future.set_exception(exc)
+                return
+            log.info("batch of %d groups failed (%s); retrying each alone", len(groups), exc)
+            for group in groups:
+                await self._commit([group])
+            return
+        committed = list(zip(groups, seqs, strict=True))
+        try:
+            await self._on_commit(committed)
+        except Exception:
+            log.exception("projection update failed after a commit; the log has the events")
+        for group, group_seqs in committed:
+            if not group.future.done():
+                group.future.set_result(group_seqs)
+
+    async def _send(self, groups: list[Group]) -> list[list[int]]:
+        """Publish ``groups`` as one atomic batch; return each group's sequences.
+
+        Raises:
+            AppendError: the batch was refused or its acknowledgement did not arrive.
+        """
+        msgs: list[tuple[str, bytes, dict[str, str]]] = []
+        for group in groups:
+            for i, (payload, msg_id) in enumerate(zip(group.payloads, group.msg_ids, strict=True)):
+                headers = {"Nats-Msg-Id": msg_id}
+                if i == 0:
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(group.expected_seq)
+                msgs.append((group.subject, payload, headers))
+        started = time.perf_counter()
+        if len(msgs) > 1:
+            batch_id = uuid.uuid4().hex
+            for n, (_, _, headers) in enumerate(msgs, 1):
+                headers["Nats-Batch-Id"] = batch_id
+                headers["Nats-Batch-Sequence"] = str(n)
+            msgs[-1][2]["Nats-Batch-Commit"] = "1"
+        try:
+            for subject, payload, headers in msgs[:-1]:
+                await self._nc.publish(subject, payload, headers=headers)
+            subject, payload, headers = msgs[-1]
+            reply = await self._nc.request(subject, payload, headers=headers, timeout=self._timeout)
+        except nats.errors.TimeoutError:
+            raise AppendError("the log did not acknowledge in time", uncertain=True) from None
+        except nats.errors.NoRespondersError:
+            raise AppendError("JetStream is not available", uncertain=False) from None
+        except nats.errors.Error as exc:
+            raise AppendError(f"append failed: {exc}", uncertain=True) from None
+        try:
+            ack = json.loads(reply.data)
+        except ValueError:
+            raise AppendError(f"unreadable ack: {reply.data[:200]!r}", uncertain=True) from None
+        if "error" in ack:
+            err = ack["error"]
+            # 10201: a message id in the batch was already stored: it may be ours, from an
+            # attempt whose ack we lost. Either way the workspace must re-read the log.
+            raise AppendError(
+                str(err.get("description")),
+                uncertain=err.get("err_code") == 10201,
+                code=err.get("err_code"),
+            )
+        if ack.get("duplicate"):
+            raise AppendError("message id already in the log", uncertain=True, code=10201)
+        APPEND_SECONDS.observe(time.perf_counter() - started)
+        BATCH_EVENTS.observe(len(msgs))
+        last = int(ack["seq"])
+        first = last - len(msgs) + 1
+        out, n = [], first
+        for group in groups:
+            out.append(list(range(n, n + len(group.payloads))))
+            n += len(group.payloads)
+        return out

@@ -1,0 +1,318 @@
+"""One workspace inside the writer: its state, its queue of commands, its commits.
+
+Commands for a workspace are decided strictly in arrival order by a single task. What queues
+while an append is in flight is decided as one group (each command still gets its own event,
+version and reply) and handed to the appender, which commits it together with other
+workspaces' groups. The state is loaded lazily from the projection and caught up from the
+log, so a writer that crashed, or one taking over a workspace, starts from the truth. Any
+failed or uncertain append drops the state and decides again from the log; requests whose
+events turn out to be committed get their first reply back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import msgspec
+from nats.aio.msg import Msg
+
+from contracts import codec, hashing
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import AnyChange, PutFile, WorkspaceEvent, WorkspaceUpdated
+from contracts.limits import MAX_MESSAGE_BYTES
+from contracts.ops import OpSpec
+from contracts.subjects import Address, Origin
+from services.common import log as eventlog
+from services.common.blobs import INLINE_MAX
+from services.common.bus import respond
+from services.common.tree import WorkspaceState, fold
+from services.writer.append import AppendError, Group
+from services.writer.decide import Context, Decision, content_needed, decide, to_event
+
+if TYPE_CHECKING:
+    from services.writer.app import Writer
+
+log = logging.getLogger("quill.writer")
+
+RECENT_RESULTS = 10_000
+"""Request ids (with their replies) remembered per workspace for idempotent retries."""
+MAX_GROUP = 256
+ATTEMPTS = 3
+EVENT_HEADROOM = 64 * 1024
+
+
+@dataclass
+class Pending:
+    """A command waiting for its reply."""
+
+    address: Address
+    spec: OpSpec
+    request: rq.Request
+    origin: Origin
+    msg: Msg
+    started: float = field(default_factory=time.perf_counter)
+    retries: list[Msg] = field(default_factory=list)
+    """Messages of the same request id that arrived while this one was pending."""
+    answered: bool = False
+
+
+class WorkspaceActor:
+    def __init__(self, writer: Writer, tenant: str, workspace: str) -> None:
+        self.writer = writer
+        self.tenant, self.workspace = tenant, workspace
+        self.subject = writer.subjects.evt(tenant, workspace)
+        self.state: WorkspaceState | None = None
+        self._queue: list[Pending] = []
+        self._inflight: dict[str, Pending] = {}
+        self._recent: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self._task is None and not self._queue
+
+    def submit(self, pending: Pending) -> bool:
+        """Queue ``pending``; False when it joined an identical request already queued."""
+        first = self._inflight.get(pending.origin.request_id)
+        if first is not None:
+            first.retries.append(pending.msg)
+            return False
+        self._inflight[pending.origin.request_id] = pending
+        self._queue.append(pending)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"ws-{self.tenant}-{self.workspace}")
+        return True
+
+    async def wait_idle(self) -> None:
+        while self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+                try:
+                    await self._process(batch)
+                except Exception as exc:
+                    log.exception(
+                        "workspace %s/%s: unexpected failure", self.tenant, self.workspace
+                    )
+                    self.state = None
+                    error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+                    for p in batch:
+                        await self._answer(p, codec.error_reply(error), error=error)
+        finally:
+            self._task = None
+
+    # ------------------------------------------------------------------ state
+    async def _load(self) -> WorkspaceState:
+        """The state, loaded from the projection and caught up from the log if needed."""
+        if self.state is not None:
+            return self.state
+        store, js = self.writer.store, self.writer.js
+        state = await store.load_state(self.tenant, self.workspace)
+        try:
+            last = await eventlog.last_seq(js, self.subject)
+            missing = await eventlog.read(js, self.subject, after=state.last_seq, upto=last)
+        except Exception as exc:
+            raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from None
+        if missing:
+            log.info("%s/%s: catching up %d events", self.tenant, self.workspace, len(missing))
+            await store.apply(missing)
+            for item in missing:
+                fold(state, item.event, item.hash, item.seq)
+        ws = store.workspace_id(self.tenant, self.workspace)
+        self._recent.clear()
+        if ws is not None:
+            for request_id, version, result in await store.recent_results(ws, RECENT_RESULTS):
+                self._remember(request_id, version, result)
+        self.state = state
+        return state
+
+    def _remember(self, request_id: str, version: int, result: bytes) -> None:
+        self._recent[request_id] = (version, result)
+        self._recent.move_to_end(request_id)
+        if len(self._recent) > RECENT_RESULTS:
+            self._recent.popitem(last=False)
+
+    async def _committed_result(self, request_id: str) -> tuple[int, bytes] | None:
+        found = self._recent.get(request_id)
+        if found is None and self.state is not None:
+            ws = self.writer.store.workspace_id(self.tenant, self.workspace)
+            if ws is not None:
+                found = await self.writer.store.result_of(ws, request_id)
+        return found
+
+    # ------------------------------------------------------------------ deciding
+    async def _process(self, batch: list[Pending]) -> None:
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                state = await self._load()
+            except QuillError as exc:
+                for p in batch:
+                    await self._answer(p, codec.error_reply(exc), error=exc)
+                return
+            staged: list[tuple[Pending, Decision, WorkspaceEvent, str, bytes]] = []
+            expected_seq = state.last_seq
+            for p in batch:
+                if p.answered:
+                    continue
+                stored = (
+                    await self._committed_result(p.origin.request_id)
+                    if attempt > 1
+                    else self._recent.get(p.origin.request_id)
+                )
+                if stored is not None:
+                    await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
+                    continue
+                try:
+                    decision, event, payload = await self._decide(state, p)
+                except QuillError as exc:
+                    await self._answer(p, codec.error_reply(exc), error=exc)
+                    continue
+                if event is None:
+                    reply = codec.ok_reply(state.version, decision.result)
+                    await self._answer(p, reply, version=state.version, paths=decision.paths)
+                    continue
+                digest = hashing.event_hash(payload)
+                state.version, state.last_hash, state.updated = event.version, digest, event.at
+                if decision.created is not None:
+                    state.exists = True
+                    state.trust, state.limits = decision.created
+                staged.append((p, decision, event, digest, payload))
+            if not staged:
+                return
+            group = Group(
+                subject=self.subject,
+                expected_seq=expected_seq,
+                payloads=[payload for *_, payload in staged],
+                msg_ids=[
+                    self.writer.subjects.msg_id(self.tenant, self.workspace, p.origin.request_id)
+                    for p, *_ in staged
+                ],
+                context=[(event, digest) for _, _, event, digest, _ in staged],
+            )
+            try:
+                seqs = await self.writer.appender.submit(group)
+            except AppendError as exc:
+                log.warning(
+                    "%s/%s: append failed (%s, attempt %d): reloading from the log",
+                    self.tenant,
+                    self.workspace,
+                    exc,
+                    attempt,
+                )
+                self.state = None
+                if attempt == ATTEMPTS:
+                    err = QuillError(ErrorCode.UNAVAILABLE, f"Could not append to the log: {exc}")
+                    for p in batch:
+                        await self._answer(p, codec.error_reply(err), error=err)
+                continue
+            state.last_seq = seqs[-1]
+            for (p, decision, event, _, _), seq in zip(staged, seqs, strict=True):
+                result = bytes(event.result)
+                self._remember(p.origin.request_id, event.version, result)
+                await self._answer(
+                    p,
+                    codec.ok_reply_raw(event.version, result),
+                    version=event.version,
+                    paths=decision.paths,
+                )
+                await self._notify(event, decision.changes, seq)
+            return
+
+    async def _decide(
+        self, state: WorkspaceState, p: Pending
+    ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
+        writer = self.writer
+        for sha in content_needed(state, p.request):
+            if sha not in writer.contents:
+                writer.remember_content(sha, await writer.blobs.get(sha))
+        ctx = Context(version=state.version + 1, at=datetime.now(UTC), content=writer.contents.get)
+        with state.tree.savepoint():
+            decision = decide(state, p.request, ctx)
+            if not decision.commits:
+                return decision, None, b""
+            decision.changes = await self._externalize(decision.changes)
+            event = to_event(state, decision, ctx, p.address.op, p.origin)
+            payload = codec.encode(event)
+            if len(payload) > MAX_MESSAGE_BYTES - EVENT_HEADROOM:
+                raise QuillError(
+                    ErrorCode.SIZE_LIMIT_EXCEEDED,
+                    f"Change set too large for one event ({len(payload)} bytes)",
+                    {"event_bytes": len(payload)},
+                )
+        return decision, event, payload
+
+    async def _externalize(self, changes: list[AnyChange]) -> list[AnyChange]:
+        """Move large contents out of the event into WS_BLOBS (stored before the append)."""
+        out: list[AnyChange] = []
+        for change in changes:
+            if isinstance(change, PutFile) and (change.text is not None or change.data):
+                data = change.text.encode() if change.text is not None else change.data or b""
+                self.writer.remember_content(change.sha256, data)
+                if len(data) > INLINE_MAX:
+                    await self.writer.blobs.put(change.sha256, data)
+                    change = msgspec.structs.replace(change, text=None, data=None, blob=True)
+            out.append(change)
+        return out
+
+    # ------------------------------------------------------------------ answering
+    async def _answer(
+        self,
+        p: Pending,
+        reply: bytes,
+        *,
+        error: QuillError | None = None,
+        version: int | None = None,
+        paths: list[str] | None = None,
+    ) -> None:
+        if p.answered:
+            return
+        p.answered = True
+        self.writer.queued -= 1
+        if self._inflight.get(p.origin.request_id) is p:
+            del self._inflight[p.origin.request_id]
+        for msg in [p.msg, *p.retries]:
+            await respond(msg, reply)
+        await self.writer.auditor.record(
+            p.address,
+            p.origin,
+            p.started,
+            error=error,
+            version=version,
+            paths=paths if paths is not None else _named_paths(p.request),
+        )
+
+    async def _notify(self, event: WorkspaceEvent, changes: Iterable[AnyChange], seq: int) -> None:
+        paths = list(dict.fromkeys(c.path for c in changes))
+        update = WorkspaceUpdated(
+            tenant=event.tenant,
+            workspace=event.workspace,
+            version=event.version,
+            op=event.op,
+            actor=event.actor,
+            request_id=event.request_id,
+            at=event.at,
+            paths=paths[:100],
+            paths_total=len(paths),
+            tree_hash=event.tree_hash,
+        )
+        try:
+            await self.writer.nc.publish(
+                self.writer.subjects.updated(event.tenant, event.workspace), codec.encode(update)
+            )
+        except Exception as exc:
+            log.warning("could not publish workspace.updated: %s", exc)
+
+
+def _named_paths(request: rq.Request) -> list[str]:
+    return [v for k in ("path", "to") if isinstance(v := getattr(request, k, None), str)]
