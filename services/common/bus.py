@@ -44,11 +44,18 @@ async def connect(url: str, name: str, *, wait_s: float = 10.0) -> NATS:
         ConnectionError: no server answered within ``wait_s``.
     """
 
+    holder: list[NATS] = []
+
+    def closing() -> bool:
+        return bool(holder) and (holder[0].is_closed or holder[0].is_draining)
+
     async def on_error(exc: Exception) -> None:
-        log.warning("nats error: %s", exc)
+        if not closing():
+            log.warning("nats error: %s", exc)
 
     async def on_disconnect() -> None:
-        log.warning("disconnected from NATS")
+        if not closing():
+            log.warning("disconnected from NATS")
 
     async def on_reconnect() -> None:
         log.info("reconnected to NATS")
@@ -56,7 +63,7 @@ async def connect(url: str, name: str, *, wait_s: float = 10.0) -> NATS:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return await nats.connect(
+            nc = await nats.connect(
                 url,
                 name=name,
                 connect_timeout=2,
@@ -67,6 +74,8 @@ async def connect(url: str, name: str, *, wait_s: float = 10.0) -> NATS:
                 disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,
             )
+            holder.append(nc)
+            return nc
         except Exception as exc:  # nats raises several unrelated types here
             if time.monotonic() >= deadline:
                 raise ConnectionError(f"Cannot connect to NATS at {url}: {exc}") from None

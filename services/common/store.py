@@ -343,7 +343,7 @@ class Store:
 
     async def path_history(
         self, ws: int, path: str, upto: int, limit: int
-    ) -> list[tuple[Node, tuple[Any, ...] | None, tuple[Any, ...] | None]]:
+    ) -> list[tuple[Node, tuple[Any, ...], tuple[Any, ...] | None]]:
         """Revisions of ``path`` with version <= ``upto``, newest first, each with the event
         that made it and (if it ended by a delete) the event that ended it."""
         rows = await self._r.execute_fetchall(

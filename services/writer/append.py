@@ -120,7 +120,8 @@ class Appender:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._queue:
-                batch, events, size = [], 0, 0
+                batch: list[Group] = []
+                events = size = 0
                 while self._queue:
                     group = self._queue[0]
                     n = len(group.payloads)

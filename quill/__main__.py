@@ -1,0 +1,3 @@
+from quill.cli import main
+
+main()

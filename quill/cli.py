@@ -1,0 +1,518 @@
+"""The ``quill`` command line: run the services, and use workspaces as a person would.
+
+Client commands print readable text (``--json`` for scripts) and report a failure as one
+line ``quill: CODE: message`` with a non-zero exit status (see ``docs/cli.md``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from functools import update_wrapper
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import msgspec
+
+from contracts import replies as rp
+from contracts.errors import ErrorCode, QuillError
+from contracts.limits import LimitsPatch
+from quill.client import Quill, Workspace
+from services.common.runtime import Settings, run_until_stopped, setup_logging
+
+T = TypeVar("T")
+
+EXIT_CODES: dict[str, int] = {
+    ErrorCode.INVALID_ARGUMENT: 2,
+    ErrorCode.FILE_NOT_FOUND: 3,
+    ErrorCode.WORKSPACE_NOT_FOUND: 3,
+    ErrorCode.CONFLICT: 4,
+    ErrorCode.ACCESS_DENIED: 5,
+    ErrorCode.UNAVAILABLE: 6,
+    ErrorCode.TIMEOUT: 6,
+}
+"""Exit status by error code; anything else exits 1."""
+
+_json = msgspec.json.Encoder()
+
+
+def fail(error: QuillError) -> None:
+    click.echo(f"quill: {error.code}: {error.message}", err=True)
+    sys.exit(EXIT_CODES.get(str(error.code), 1))
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        return asyncio.run(coro)
+    except QuillError as exc:
+        fail(exc)
+        raise AssertionError from exc  # unreachable: fail() exits
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def emit(ctx: click.Context, result: Any, human: str | Callable[[], str | None]) -> None:
+    """Print ``result`` as JSON with ``--json``, else the human text."""
+    if ctx.obj["json"]:
+        click.echo(_json.encode(result).decode())
+        return
+    text = human if isinstance(human, str) else human()
+    if text is not None:
+        click.echo(text)
+
+
+def size_text(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--nats-url", envvar="QUILL_NATS_URL", help="NATS URL (default: the local quill up).")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@click.option("--actor", envvar="QUILL_ACTOR", help="Who you are, recorded in events and audit.")
+@click.option("--log-level", default="info", show_default=True, help="Service log level.")
+@click.version_option(package_name="quill")
+@click.pass_context
+def main(
+    ctx: click.Context, nats_url: str | None, as_json: bool, actor: str | None, log_level: str
+) -> None:
+    """Quill: shared, versioned, audited workspaces for agents, on NATS."""
+    ctx.ensure_object(dict)
+    ctx.obj.update(nats_url=nats_url, json=as_json, actor=actor or "cli", log_level=log_level)
+
+
+def workspace_command(
+    fn: Callable[..., Awaitable[None]],
+) -> Callable[..., None]:
+    """Decorate ``async fn(ctx, ws, ...)``: connect, resolve ``WORKSPACE``, report errors."""
+
+    def command(ctx: click.Context, /, workspace: str, **kwargs: Any) -> None:
+        async def go() -> None:
+            quill = await Quill.connect(ctx.obj["nats_url"], actor=ctx.obj["actor"])
+            try:
+                await fn(ctx, quill.workspace(workspace), **kwargs)
+            finally:
+                await quill.close()
+
+        _run(go())
+
+    update_wrapper(command, fn)
+    return click.argument("workspace")(click.pass_context(command))
+
+
+# ---------------------------------------------------------------- services
+
+
+def _settings(
+    nats_url: str, data: Path, metrics_port: int | None, root: str, replicas: int
+) -> Settings:
+    return Settings(
+        nats_url=nats_url, data_dir=data, root=root, replicas=replicas, metrics_port=metrics_port
+    )
+
+
+def service_options(fn: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(
+        [
+            click.option(
+                "--nats-url",
+                "service_nats_url",
+                envvar="QUILL_NATS_URL",
+                default="nats://127.0.0.1:4222",
+                show_default=True,
+            ),
+            click.option(
+                "--data",
+                type=click.Path(path_type=Path),
+                required=True,
+                help="Directory for this service's projection.",
+            ),
+            click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port."),
+            click.option("--root", default="ws", show_default=True, help="Subject root."),
+            click.option(
+                "--replicas",
+                default=1,
+                show_default=True,
+                help="JetStream replicas for the streams it creates.",
+            ),
+            click.option("--log-format", type=click.Choice(["text", "json"]), default="text"),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+@main.command()
+@service_options
+@click.pass_context
+def writer(
+    ctx: click.Context,
+    service_nats_url: str,
+    data: Path,
+    metrics_port: int | None,
+    root: str,
+    replicas: int,
+    log_format: str,
+) -> None:
+    """Run a writer (validates and commits mutations)."""
+    from services.writer.app import start_writer
+
+    setup_logging(ctx.obj["log_level"], log_format)
+    settings = _settings(service_nats_url, data, metrics_port, root, replicas)
+    asyncio.run(run_until_stopped(lambda: start_writer(settings)))
+
+
+@main.command()
+@service_options
+@click.pass_context
+def reader(
+    ctx: click.Context,
+    service_nats_url: str,
+    data: Path,
+    metrics_port: int | None,
+    root: str,
+    replicas: int,
+    log_format: str,
+) -> None:
+    """Run a reader replica (answers queries as of any version)."""
+    from services.reader.app import start_reader
+
+    setup_logging(ctx.obj["log_level"], log_format)
+    settings = _settings(service_nats_url, data, metrics_port, root, replicas)
+    asyncio.run(run_until_stopped(lambda: start_reader(settings)))
+
+
+@main.command()
+@click.option("--data", type=click.Path(path_type=Path), default=Path(".quill"), show_default=True)
+@click.option("--nats-port", default=4222, show_default=True)
+@click.option("--http-port", default=8080, show_default=True)
+@click.option("--nats-url", "external", help="Use this NATS instead of starting one.")
+@click.pass_context
+def up(
+    ctx: click.Context, data: Path, nats_port: int, http_port: int, external: str | None
+) -> None:
+    """Start NATS and every service on this machine; Ctrl-C stops them."""
+    from quill.stack import Stack
+
+    setup_logging(ctx.obj["log_level"])
+    stack = Stack(
+        data,
+        nats_port=nats_port,
+        http_port=http_port,
+        nats_url=external,
+        log_level=ctx.obj["log_level"],
+    )
+    try:
+        sys.exit(asyncio.run(stack.run()))
+    except RuntimeError as exc:
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(1)
+
+
+# ---------------------------------------------------------------- workspaces
+
+
+@main.command()
+@workspace_command
+@click.option("--trust", type=click.Choice(["full", "restricted"]), default="full")
+@click.option("--max-file-bytes", type=int)
+@click.option("--max-files", type=int)
+@click.option("--exist-ok", is_flag=True, help="Succeed if it already exists.")
+async def create(
+    ctx: click.Context,
+    ws: Workspace,
+    trust: str,
+    max_file_bytes: int | None,
+    max_files: int | None,
+    exist_ok: bool,
+) -> None:
+    """Create WORKSPACE (tenant/workspace)."""
+    limits = LimitsPatch(max_file_bytes=max_file_bytes, max_files=max_files)
+    r = await ws.create(trust=trust, limits=limits, exist_ok=exist_ok)  # type: ignore[arg-type]
+    emit(
+        ctx,
+        r,
+        lambda: (
+            f"{'created' if r.created else 'exists:'} {r.tenant}/{r.workspace} (trust {r.trust})"
+        ),
+    )
+
+
+@main.command()
+@workspace_command
+@click.argument("path")
+@click.argument("source", type=click.File("rb"), required=False)
+@click.option("--text", help="Content to write (instead of SOURCE or stdin).")
+@click.option("--append", is_flag=True, help="Append instead of overwriting.")
+@click.option("--create-only", is_flag=True, help="Fail if the file exists.")
+@click.option("--if-match", help="Only if the file's etag is this one.")
+async def put(
+    ctx: click.Context,
+    ws: Workspace,
+    path: str,
+    source: Any,
+    text: str | None,
+    append: bool,
+    create_only: bool,
+    if_match: str | None,
+) -> None:
+    """Write PATH from SOURCE (a file, or - for stdin), or from --text."""
+    if text is not None:
+        content: str | bytes = text
+    else:
+        content = (source or sys.stdin.buffer).read()
+    mode = "append" if append else "create" if create_only else "overwrite"
+    r = await ws.write(path, content, mode=mode, if_match=if_match)  # type: ignore[arg-type]
+    emit(
+        ctx,
+        r,
+        lambda: (
+            f"wrote {r.path}: {r.bytes_written} bytes, file version "
+            f"{r.file_version}, workspace version {ws.last_version}"
+        ),
+    )
+
+
+@main.command()
+@workspace_command
+@click.argument("path")
+@click.option("--version", "at", type=int, help="As of this workspace version.")
+@click.option("-n", "--line-numbers", is_flag=True)
+@click.option("--head", type=int)
+@click.option("--tail", type=int)
+@click.option("--offset", type=int, help="First line (1-based).")
+@click.option("--limit", type=int, help="Number of lines.")
+async def cat(
+    ctx: click.Context,
+    ws: Workspace,
+    path: str,
+    at: int | None,
+    line_numbers: bool,
+    head: int | None,
+    tail: int | None,
+    offset: int | None,
+    limit: int | None,
+) -> None:
+    """Print PATH (binary files are written as raw bytes)."""
+    r = await ws.read(
+        path,
+        version=at,
+        line_numbers=line_numbers,
+        head=head,
+        tail=tail,
+        offset=offset,
+        limit=limit,
+    )
+    if ctx.obj["json"]:
+        emit(ctx, r, lambda: None)
+    elif r.binary:
+        sys.stdout.buffer.write(await ws.read_bytes(path, version=at))
+    else:
+        click.echo(r.content or "", nl=False)
+        if r.truncated:
+            click.echo(
+                f"\nquill: output truncated ({r.returned_lines} of {r.total_lines} "
+                "lines); use --offset/--limit",
+                err=True,
+            )
+
+
+@main.command()
+@workspace_command
+@click.argument("path", default=".")
+@click.option("--version", "at", type=int)
+@click.option("-l", "long", is_flag=True, help="Long listing.")
+async def ls(ctx: click.Context, ws: Workspace, path: str, at: int | None, long: bool) -> None:
+    """List a directory."""
+    r = await ws.list(path, version=at)
+
+    def human() -> str:
+        lines = []
+        for e in r.entries:
+            label = e.name + ("/" if e.kind == "directory" else "")
+            if long:
+                stamp = e.modified.strftime("%Y-%m-%d %H:%M")
+                fv = f"v{e.file_version}" if e.file_version else "-"
+                lines.append(f"{size_text(e.size):>10}  {stamp}  {fv:>5}  {label}")
+            else:
+                lines.append(label)
+        if r.truncated:
+            lines.append(f"... {r.total - len(r.entries)} more")
+        return "\n".join(lines) if lines else f"(empty: {r.path})"
+
+    emit(ctx, r, human)
+
+
+@main.command()
+@workspace_command
+@click.argument("path", default=".")
+@click.option("--version", "at", type=int)
+async def stat(ctx: click.Context, ws: Workspace, path: str, at: int | None) -> None:
+    """Show metadata of a file or directory."""
+    r = await ws.stat(path, version=at)
+    fields = msgspec.structs.asdict(r)
+    emit(ctx, r, lambda: "\n".join(f"{k}: {v}" for k, v in fields.items() if v is not None))
+
+
+@main.command()
+@workspace_command
+@click.argument("path")
+@click.option("-r", "--recursive", is_flag=True)
+@click.option("--if-match")
+async def rm(
+    ctx: click.Context, ws: Workspace, path: str, recursive: bool, if_match: str | None
+) -> None:
+    """Delete a file (or a directory with -r)."""
+    r = await ws.delete(path, recursive=recursive, if_match=if_match)
+    emit(
+        ctx,
+        r,
+        lambda: f"deleted {r.path} ({r.deleted} entries), workspace version {ws.last_version}",
+    )
+
+
+@main.command()
+@workspace_command
+@click.argument("source")
+@click.argument("destination")
+@click.option("--overwrite", is_flag=True)
+async def mv(
+    ctx: click.Context, ws: Workspace, source: str, destination: str, overwrite: bool
+) -> None:
+    """Move or rename a file or directory."""
+    r = await ws.move(source, destination, overwrite=overwrite)
+    emit(
+        ctx,
+        r,
+        lambda: (
+            f"moved {r.path} -> {r.to} ({r.moved} entries), workspace version {ws.last_version}"
+        ),
+    )
+
+
+@main.command()
+@workspace_command
+@click.argument("path")
+async def mkdir(ctx: click.Context, ws: Workspace, path: str) -> None:
+    """Create a directory and its parents."""
+    r = await ws.mkdir(path)
+    emit(ctx, r, lambda: f"created {', '.join(r.created)}" if r.created else f"exists: {r.path}")
+
+
+@main.command()
+@workspace_command
+@click.argument("path", required=False)
+@click.option("--limit", default=20, show_default=True)
+@click.option("--before", type=int, help="Only versions before this one.")
+async def history(
+    ctx: click.Context, ws: Workspace, path: str | None, limit: int, before: int | None
+) -> None:
+    """Revisions of PATH, or the workspace's events; newest first."""
+    r = await ws.history(path, limit=limit, before=before)
+
+    def human() -> str:
+        lines = []
+        for v in r.revisions:
+            what = v.change if path else f"{v.change} {', '.join(v.paths or [])}"
+            extra = f"  {v.size} B  {v.etag}" if v.size is not None else ""
+            lines.append(
+                f"v{v.version:<5} {v.at:%Y-%m-%d %H:%M:%S}  {v.op:<8} "
+                f"{v.actor or '-':<12} {what}{extra}"
+            )
+        return "\n".join(lines) or "(no history)"
+
+    emit(ctx, r, human)
+
+
+@main.command(name="log")
+@workspace_command
+@click.option("--after", default=0, show_default=True, help="Events after this version.")
+@click.option("--limit", default=50, show_default=True)
+async def log_(ctx: click.Context, ws: Workspace, after: int, limit: int) -> None:
+    """Show the workspace's events (oldest first)."""
+    r = await ws.events(after=after, limit=limit)
+
+    def human() -> str:
+        lines = []
+        for e in r.events:
+            changes = ", ".join(f"{c.kind} {c.path}" for c in e.changes[:3])
+            more = f" (+{e.changes_total - 3})" if e.changes_total > 3 else ""
+            lines.append(
+                f"v{e.version:<5} seq {e.seq:<6} {e.at:%Y-%m-%d %H:%M:%S} {e.op:<8} "
+                f"{e.actor or '-':<10} {changes}{more}  {e.hash[:12]}"
+            )
+        return "\n".join(lines) or "(no events)"
+
+    emit(ctx, r, human)
+
+
+def _since(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[-1:] in units and value[:-1].isdigit():
+        return datetime.now(UTC) - timedelta(seconds=int(value[:-1]) * units[value[-1]])
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT, f"Bad --since {value!r}: use 10m or ISO time"
+        ) from None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+@main.command()
+@workspace_command
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new records.")
+@click.option("--since", help="Start at this time (ISO 8601) or this long ago (30s, 10m, 2h).")
+async def audit(ctx: click.Context, ws: Workspace, follow: bool, since: str | None) -> None:
+    """Print the workspace's audit records."""
+    async for rec in ws.audit(since=_since(since), follow=follow):
+        code = f" {rec.error_code}" if rec.error_code else ""
+        line = (
+            f"{rec.at:%Y-%m-%d %H:%M:%S.%f} {rec.kind}.{rec.op:<10} {rec.outcome}{code} "
+            f"{rec.duration_ms:.1f}ms v{rec.version or '-'} {rec.actor or '-'} "
+            f"{' '.join(rec.paths)}"
+        )
+        emit(ctx, rec, line)
+
+
+@main.command()
+@workspace_command
+async def watch(ctx: click.Context, ws: Workspace) -> None:
+    """Print workspace.updated notifications as they happen (Ctrl-C to stop)."""
+    async for update in ws.watch():
+        more = update.paths_total - len(update.paths)
+        line = f"v{update.version} {update.op} by {update.actor or '-'}: {', '.join(update.paths)}"
+        emit(ctx, update, line + (f" (+{more})" if more > 0 else ""))
+
+
+@main.command()
+@workspace_command
+@click.option("--version", "at", type=int)
+async def info(ctx: click.Context, ws: Workspace, at: int | None) -> None:
+    """Show the workspace's version, limits and counters."""
+    r: rp.WorkspaceInfo = await ws.info(version=at)
+    emit(
+        ctx,
+        r,
+        lambda: "\n".join(
+            [
+                f"workspace: {r.tenant}/{r.workspace}",
+                f"version: {r.version}",
+                f"trust: {r.trust}",
+                f"files: {r.files}  directories: {r.directories}  bytes: {r.total_bytes}",
+                f"created: {r.created}",
+                f"updated: {r.updated}",
+                f"tree hash: {r.tree_hash}",
+                "limits: "
+                + ", ".join(f"{k}={v}" for k, v in msgspec.structs.asdict(r.limits).items()),
+            ]
+        ),
+    )

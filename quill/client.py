@@ -1,0 +1,349 @@
+"""The async Python SDK: talk to Quill over NATS with typed results.
+
+::
+
+    async with await Quill.connect("nats://127.0.0.1:4222", actor="agent-7") as quill:
+        ws = quill.workspace("acme/demo")
+        await ws.create(exist_ok=True)
+        written = await ws.write("notes.txt", "hello\\n")
+        text = await ws.read_text("notes.txt")
+
+Every failure is a ``QuillError`` with a stable ``code``. Reads see your own writes: each
+``Workspace`` remembers the highest version it has seen and passes it as ``min_version``.
+A command that times out is retried with the same request id, so it is applied once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from contracts import codec
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import AuditRecord, WorkspaceUpdated
+from contracts.limits import LimitsPatch
+from contracts.subjects import STREAM_AUDIT, Origin, Subjects, split_workspace
+from services.common import bus
+
+R = TypeVar("R")
+
+__all__ = ["Quill", "QuillError", "ErrorCode", "Workspace"]
+
+
+class Quill:
+    """A connection to a Quill deployment."""
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        actor: str | None = None,
+        session: str | None = None,
+        run: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        root: str = "ws",
+    ) -> None:
+        self.nc = nc
+        self.subjects = Subjects(root)
+        self.actor, self.session, self.run = actor, session, run
+        self.timeout, self.retries = timeout, retries
+        self._workspaces: dict[str, Workspace] = {}
+
+    @classmethod
+    async def connect(cls, url: str | None = None, **options: Any) -> Quill:
+        """Connect to NATS (``url`` defaults to ``QUILL_NATS_URL`` or the local ``quill up``).
+
+        Raises:
+            QuillError: ``UNAVAILABLE`` if NATS cannot be reached.
+        """
+        from quill.stack import discover_url
+
+        url = url or discover_url()
+        try:
+            nc = await bus.connect(url, name="quill-sdk", wait_s=options.pop("connect_wait", 5.0))
+        except ConnectionError as exc:
+            raise QuillError(ErrorCode.UNAVAILABLE, str(exc)) from None
+        return cls(nc, **options)
+
+    async def close(self) -> None:
+        await self.nc.close()
+
+    async def __aenter__(self) -> Quill:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def workspace(self, name: str) -> Workspace:
+        """The workspace ``tenant/workspace`` (one handle per name, shared)."""
+        handle = self._workspaces.get(name)
+        if handle is None:
+            tenant, ws = split_workspace(name)
+            handle = self._workspaces[name] = Workspace(self, tenant, ws)
+        return handle
+
+    async def request(
+        self,
+        kind: str,
+        tenant: str,
+        workspace: str,
+        op: str,
+        body: msgspec.Struct,
+        result_type: type[R],
+    ) -> tuple[int | None, R]:
+        """Send one request (retrying retriable failures with the same request id).
+
+        Raises:
+            QuillError: the reply's error, ``TIMEOUT`` or ``UNAVAILABLE``.
+        """
+        subject = self.subjects.request(kind, tenant, workspace, op)
+        origin = Origin(uuid.uuid4().hex, self.actor, self.session, self.run)
+        headers, data = origin.headers(), codec.encode(body)
+        last: QuillError | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+            try:
+                msg = await self.nc.request(subject, data, timeout=self.timeout, headers=headers)
+            except nats.errors.TimeoutError:
+                last = QuillError(ErrorCode.TIMEOUT, f"No reply to {kind}.{op} in {self.timeout}s")
+                continue
+            except nats.errors.NoRespondersError:
+                service = {"cmd": "writer", "qry": "reader", "exec": "executor"}.get(kind, kind)
+                last = QuillError(ErrorCode.UNAVAILABLE, f"No Quill {service} is running")
+                continue
+            except nats.errors.Error as exc:
+                last = QuillError(ErrorCode.UNAVAILABLE, f"NATS: {exc}")
+                continue
+            try:
+                return codec.decode_reply(msg.data, result_type)
+            except QuillError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
+
+class Workspace:
+    """One workspace. Methods mirror the ops of the wire contract (``docs/contract.md``)."""
+
+    def __init__(self, client: Quill, tenant: str, name: str) -> None:
+        self.client = client
+        self.tenant, self.name = tenant, name
+        self.last_version = 0
+        """The highest workspace version this handle has seen (read-your-writes)."""
+
+    def __repr__(self) -> str:
+        return f"Workspace({self.tenant}/{self.name}, seen v{self.last_version})"
+
+    async def _cmd(self, op: str, body: rq.Command, result_type: type[R]) -> R:
+        version, result = await self.client.request(
+            "cmd", self.tenant, self.name, op, body, result_type
+        )
+        self.last_version = max(self.last_version, version or 0)
+        return result
+
+    async def _qry(self, op: str, body: rq.Query, result_type: type[R]) -> R:
+        if body.min_version is None and body.version is None and self.last_version:
+            body = msgspec.structs.replace(body, min_version=self.last_version)
+        version, result = await self.client.request(
+            "qry", self.tenant, self.name, op, body, result_type
+        )
+        if body.version is None:
+            self.last_version = max(self.last_version, version or 0)
+        return result
+
+    # ------------------------------------------------------------------ commands
+    async def create(
+        self,
+        *,
+        trust: Literal["full", "restricted"] = "full",
+        limits: LimitsPatch | None = None,
+        exist_ok: bool = False,
+    ) -> rp.WorkspaceCreatedResult:
+        body = rq.CreateWorkspace(trust=trust, limits=limits, exist_ok=exist_ok)
+        return await self._cmd("create", body, rp.WorkspaceCreatedResult)
+
+    async def write(
+        self,
+        path: str,
+        content: str | bytes,
+        *,
+        mode: Literal["overwrite", "create", "append"] = "overwrite",
+        if_match: str | None = None,
+        expected_version: int | None = None,
+        create_parents: bool = True,
+    ) -> rp.FileWritten:
+        text, data = (content, None) if isinstance(content, str) else (None, content)
+        body = rq.WriteFile(
+            path=path,
+            content=text,
+            data=data,
+            mode=mode,
+            if_match=if_match,
+            expected_version=expected_version,
+            create_parents=create_parents,
+        )
+        return await self._cmd("write", body, rp.FileWritten)
+
+    async def mkdir(self, path: str) -> rp.DirectoryMade:
+        return await self._cmd("mkdir", rq.MakeDirectory(path=path), rp.DirectoryMade)
+
+    async def delete(
+        self,
+        path: str,
+        *,
+        recursive: bool = False,
+        if_match: str | None = None,
+        missing_ok: bool = False,
+    ) -> rp.PathDeleted:
+        body = rq.DeletePath(
+            path=path, recursive=recursive, if_match=if_match, missing_ok=missing_ok
+        )
+        return await self._cmd("delete", body, rp.PathDeleted)
+
+    async def move(
+        self, path: str, to: str, *, overwrite: bool = False, if_match: str | None = None
+    ) -> rp.PathMoved:
+        body = rq.MovePath(path=path, to=to, overwrite=overwrite, if_match=if_match)
+        return await self._cmd("move", body, rp.PathMoved)
+
+    async def apply(
+        self,
+        changes: Sequence[rq.ApplyItem],
+        *,
+        base_version: int | None = None,
+        on_conflict: Literal["fail", "skip"] = "fail",
+        message: str | None = None,
+    ) -> rp.ChangesApplied:
+        """Commit several changes as one event (``base_version`` defaults to the last seen)."""
+        body = rq.ApplyChanges(
+            base_version=base_version or self.last_version or 1,
+            changes=list(changes),
+            on_conflict=on_conflict,
+            message=message,
+        )
+        return await self._cmd("apply", body, rp.ChangesApplied)
+
+    # ------------------------------------------------------------------ queries
+    async def read(
+        self,
+        path: str,
+        *,
+        offset: int | None = None,
+        limit: int | None = None,
+        head: int | None = None,
+        tail: int | None = None,
+        line_numbers: bool = False,
+        version: int | None = None,
+    ) -> rp.FileContent:
+        body = rq.ReadFile(
+            path=path,
+            offset=offset,
+            limit=limit,
+            head=head,
+            tail=tail,
+            line_numbers=line_numbers,
+            version=version,
+        )
+        return await self._qry("read", body, rp.FileContent)
+
+    async def read_text(self, path: str, *, version: int | None = None) -> str:
+        """The whole text of a file (up to the read limits).
+
+        Raises:
+            QuillError: ``INVALID_ENCODING`` for a binary file, or the read's error.
+        """
+        result = await self.read(path, version=version)
+        if result.content is None:
+            raise QuillError(
+                ErrorCode.INVALID_ENCODING, "File contains invalid UTF-8 encoding", {"path": path}
+            )
+        return result.content
+
+    async def read_bytes(self, path: str, *, version: int | None = None) -> bytes:
+        """The whole content of any file, fetched chunk by chunk."""
+        chunks: list[bytes] = []
+        offset = 0
+        pinned = version
+        while True:
+            body = rq.ReadBytes(path=path, offset=offset, version=pinned)
+            chunk = await self._qry("read_bytes", body, rp.FileBytes)
+            pinned = pinned or self.last_version
+            chunks.append(chunk.data)
+            offset += len(chunk.data)
+            if not chunk.truncated or not chunk.data:
+                return b"".join(chunks)
+
+    async def list(self, path: str = ".", *, version: int | None = None) -> rp.Listing:
+        body = rq.ListDirectory(path=path, version=version)
+        return await self._qry("list", body, rp.Listing)
+
+    async def stat(self, path: str = ".", *, version: int | None = None) -> rp.FileInfo:
+        return await self._qry("stat", rq.StatPath(path=path, version=version), rp.FileInfo)
+
+    async def history(
+        self, path: str | None = None, *, limit: int = 100, before: int | None = None
+    ) -> rp.HistoryPage:
+        body = rq.History(path=path, limit=limit, before=before)
+        return await self._qry("history", body, rp.HistoryPage)
+
+    async def info(self, *, version: int | None = None) -> rp.WorkspaceInfo:
+        body = rq.WorkspaceInfoQuery(version=version)
+        return await self._qry("info", body, rp.WorkspaceInfo)
+
+    async def events(self, *, after: int = 0, limit: int = 100) -> rp.EventPage:
+        body = rq.EventsQuery(after=after, limit=limit)
+        return await self._qry("events", body, rp.EventPage)
+
+    # ------------------------------------------------------------------ streams
+    async def watch(self) -> AsyncIterator[WorkspaceUpdated]:
+        """``workspace.updated`` notifications, as they are published."""
+        sub = await self.client.nc.subscribe(self.client.subjects.updated(self.tenant, self.name))
+        try:
+            async for msg in sub.messages:
+                yield codec.decode(msg.data, WorkspaceUpdated)
+        finally:
+            await sub.unsubscribe()
+
+    async def audit(
+        self, *, since: datetime | None = None, follow: bool = False
+    ) -> AsyncIterator[AuditRecord]:
+        """Audit records from WS_AUDIT (oldest first); with ``follow``, keep waiting."""
+        js = self.client.nc.jetstream()
+        subject = self.client.subjects.audit(self.tenant, self.name)
+        info = await js.stream_info(STREAM_AUDIT, subjects_filter=subject)
+        if not follow and not (info.state.subjects or {}).get(subject):
+            return
+        config = (
+            ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_TIME, opt_start_time=since)
+            if since
+            else ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+        )
+        sub = await js.subscribe(subject, ordered_consumer=True, config=config)
+        try:
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=None if follow else 2.0)
+                except nats.errors.TimeoutError:
+                    return
+                yield codec.decode(msg.data, AuditRecord)
+                if not follow and msg.metadata.num_pending == 0:
+                    return
+        finally:
+            await sub.unsubscribe()

@@ -1,0 +1,85 @@
+"""A reader replica: wiring only. Run it with ``quill reader --nats-url URL --data DIR``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.subscription import Subscription
+
+from contracts.subjects import QUEUE_READER
+from services.common import bus
+from services.common.blobs import Blobs
+from services.common.runtime import Auditor, Settings, serve_metrics
+from services.common.store import Store
+from services.reader.follower import Follower
+from services.reader.handlers import query_handler
+from services.reader.queries import Queries
+
+
+class Reader:
+    """Follows the log into its own projection and answers queries as of any version."""
+
+    log = logging.getLogger("quill.reader")
+
+    def __init__(self, settings: Settings, nc: NATS, store: Store, *, max_wait_s: float = 5.0):
+        self.settings = settings
+        self.subjects = settings.subjects
+        self.instance = settings.instance or bus.instance_id("reader")
+        self.nc, self.js, self.store = nc, nc.jetstream(), store
+        self.follower = Follower(self.js, store, self.subjects.all_evt)
+        self.queries = Queries(store, Blobs(self.js, store))
+        self.auditor = Auditor(nc, self.subjects, "reader", self.instance)
+        self.max_wait_s = max_wait_s
+        self.max_inflight = 4096
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._subs: list[Subscription] = []
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "position": self.follower.position,
+            "caught_up": self.follower.caught_up,
+            "inflight": len(self.tasks),
+        }
+
+    async def start(self) -> None:
+        await self.follower.start()
+        handler = query_handler(self)
+        self._subs += [
+            await bus.serve(self.nc, self.subjects.all_qry, QUEUE_READER, handler),
+            await bus.serve(self.nc, self.subjects.all_replica(self.instance), None, handler),
+        ]
+        self._subs += await bus.serve_ping(
+            self.nc, self.subjects, "reader", self.instance, self.info
+        )
+        await self.nc.flush()
+        self.log.info("reader %s serving %s", self.instance, self.subjects.all_qry)
+
+    async def stop(self) -> None:
+        for sub in self._subs:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=10)
+        await self.follower.stop()
+
+
+async def start_reader(settings: Settings) -> Callable[[], Awaitable[None]]:
+    serve_metrics(settings.metrics_port)
+    nc = await bus.connect(settings.nats_url, name="quill-reader")
+    await bus.ensure_streams(nc, settings.subjects, settings.replicas)
+    store = await Store.open(settings.data_dir / "reader.db")
+    reader = Reader(settings, nc, store)
+    await reader.start()
+
+    async def stop() -> None:
+        await reader.stop()
+        await store.close()
+        await nc.drain()
+
+    return stop

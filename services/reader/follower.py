@@ -1,0 +1,80 @@
+"""The reader's log follower: WS_EVENTS → the replica's projection, and version waits.
+
+The follower resumes from the tracking position stored with the data (0 for a new or
+deleted database: a full rebuild), applies what arrives in batches, one transaction each,
+and wakes the queries waiting for a version of a workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+
+from nats.js import JetStreamContext
+
+from services.common import log as eventlog
+from services.common.plan import Committed
+from services.common.store import Store
+
+log = logging.getLogger("quill.reader")
+
+TRACKING = "reader"
+
+
+class Follower:
+    def __init__(self, js: JetStreamContext, store: Store, subject: str) -> None:
+        self._js, self._store, self._subject = js, store, subject
+        self._waiters: defaultdict[tuple[str, str], list[tuple[int, asyncio.Future[None]]]] = (
+            defaultdict(list)
+        )
+        self._stop: Callable[[], Awaitable[None]] | None = None
+        self.caught_up = False
+        self.position = 0
+
+    async def start(self) -> None:
+        self.position = await self._store.position(TRACKING)
+        last = await eventlog.stream_last_seq(self._js)
+        self.caught_up = self.position >= last
+        log.info("following the log from seq %d (stream at %d)", self.position, last)
+        self._stop = await eventlog.follow(self._js, self._subject, self.position, self._on_batch)
+
+    async def stop(self) -> None:
+        if self._stop is not None:
+            await self._stop()
+
+    async def _on_batch(self, batch: list[Committed], pending: int) -> None:
+        await self._store.apply(batch, tracking=TRACKING)
+        self.position = batch[-1].seq
+        if pending == 0 and not self.caught_up:
+            self.caught_up = True
+            log.info("caught up with the log at seq %d", self.position)
+        for key in {(c.event.tenant, c.event.workspace) for c in batch}:
+            waiters = self._waiters.get(key)
+            if not waiters:
+                continue
+            version = self._store.version_of(*key)
+            keep = []
+            for wanted, future in waiters:
+                if wanted <= version:
+                    if not future.done():
+                        future.set_result(None)
+                else:
+                    keep.append((wanted, future))
+            if keep:
+                self._waiters[key] = keep
+            else:
+                del self._waiters[key]
+
+    async def wait_for(self, tenant: str, workspace: str, version: int, timeout: float) -> bool:
+        """Wait until the projection has ``version`` of the workspace; False on timeout."""
+        if self._store.version_of(tenant, workspace) >= version:
+            return True
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[(tenant, workspace)].append((version, future))
+        try:
+            await asyncio.wait_for(future, timeout)
+            return True
+        except TimeoutError:
+            return self._store.version_of(tenant, workspace) >= version

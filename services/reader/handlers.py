@@ -1,0 +1,126 @@
+"""Entry point of a reader: a query message → the answer as of the version it asks for."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js.errors import NotFoundError
+
+from contracts import codec, ops
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.subjects import STREAM_EVENTS, Address, Origin
+from services.common.bus import respond
+from services.common.store import WorkspaceRow
+
+if TYPE_CHECKING:
+    from services.reader.app import Reader
+
+
+class _Version(msgspec.Struct):
+    version: int
+
+
+_version_decoder = msgspec.json.Decoder(_Version)
+
+
+async def resolve(reader: Reader, address: Address, req: rq.Query) -> tuple[WorkspaceRow, int]:
+    """The workspace and the version to answer at, after waiting (bounded) for it.
+
+    Raises:
+        QuillError: ``WORKSPACE_NOT_FOUND``, ``INVALID_ARGUMENT`` for a version that does not
+            exist, ``UNAVAILABLE`` when this replica has not applied it in time.
+    """
+    tenant, workspace = address.tenant, address.workspace
+    store = reader.store
+    want = max(req.version or 0, req.min_version or 0)
+    current = store.version_of(tenant, workspace)
+    if want > current or current == 0:
+        try:
+            raw = await reader.js.get_last_msg(
+                STREAM_EVENTS, reader.subjects.evt(tenant, workspace), direct=True
+            )
+            latest = _version_decoder.decode(raw.data or b"{}").version
+        except NotFoundError:
+            latest = 0
+        except Exception as exc:
+            raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from None
+        if latest == 0:
+            raise QuillError(
+                ErrorCode.WORKSPACE_NOT_FOUND,
+                f"Workspace not found: {tenant}/{workspace}",
+                {"tenant": tenant, "workspace": workspace},
+            )
+        if want > latest:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Version {want} does not exist (the latest is {latest})",
+                {"version": want, "latest_version": latest},
+            )
+        target = want or latest
+        if not await reader.follower.wait_for(tenant, workspace, target, reader.max_wait_s):
+            raise QuillError(
+                ErrorCode.UNAVAILABLE,
+                f"This replica has applied version {store.version_of(tenant, workspace)}, "
+                f"not yet {target}; retry",
+                {"applied_version": store.version_of(tenant, workspace), "wanted": target},
+            )
+    row = await store.workspace(tenant, workspace)
+    if row is None:
+        raise QuillError(ErrorCode.UNAVAILABLE, "Workspace not yet applied by this replica")
+    return row, req.version or row.version
+
+
+def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:
+    names = ", ".join(spec.name for spec in ops.of_kind("qry"))
+    tasks: set[asyncio.Task[None]] = reader.tasks
+
+    async def answer(msg: Msg, started: float) -> None:
+        address: Address | None = None
+        origin: Origin | None = None
+        try:
+            address = reader.subjects.parse_request(msg.subject)
+            spec = ops.find("qry", address.op)
+            if spec is None:
+                raise QuillError(
+                    ErrorCode.INVALID_ARGUMENT, f"Unknown query {address.op!r} (queries: {names})"
+                )
+            origin = Origin.from_headers(msg.headers, new_id=uuid.uuid4().hex)
+            request = codec.decode_request(spec, msg.data)
+            assert isinstance(request, rq.Query)
+            ws, version = await resolve(reader, address, request)
+            method: Callable[..., Awaitable[Any]] = getattr(reader.queries, spec.name)
+            result = await method(ws, version, request)
+        except QuillError as exc:
+            await respond(msg, codec.error_reply(exc))
+            if address is not None:
+                await reader.auditor.record(address, origin, started, error=exc)
+            return
+        except Exception as exc:
+            reader.log.exception("query %s failed", msg.subject)
+            error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+            await respond(msg, codec.error_reply(error))
+            return
+        await respond(msg, codec.ok_reply(version, result))
+        path = getattr(request, "path", None)
+        await reader.auditor.record(
+            address, origin, started, version=version, paths=[path] if path else []
+        )
+
+    async def on_query(msg: Msg) -> None:
+        started = time.perf_counter()
+        if len(tasks) >= reader.max_inflight:
+            error = QuillError(ErrorCode.UNAVAILABLE, "The reader is overloaded; retry later")
+            await respond(msg, codec.error_reply(error))
+            return
+        task = asyncio.create_task(answer(msg, started))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    return on_query
