@@ -202,7 +202,7 @@ class Subjects:
             QuillError: ``INVALID_ARGUMENT`` if a token is malformed.
         """
         parts = subject.split(".")
-        if len(parts) == 7 and parts[1] == "replica":
+        if len(parts) == 6 and parts[1] == "replica":
             parts = [parts[0], "qry", *parts[3:]]
         if len(parts) != 5 or parts[0] != self.root:
             raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a Quill request subject: {subject}")

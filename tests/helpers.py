@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.events import PutFile
-from contracts.subjects import Origin
+from contracts.subjects import Origin, Subjects
+from services.common import bus
+from services.common.runtime import Settings
+from services.common.store import Store
+from services.reader.app import Reader
+from services.writer.app import Writer
 from services.common.plan import Committed
 from services.common.tree import WorkspaceState, fold
 from services.writer.decide import Context, decide, to_event
@@ -60,3 +67,31 @@ class LogBuilder:
         for item in self.log:
             fold(state, item.event, item.hash, item.seq)
         return state
+
+
+async def start_writer(stack: AsyncExitStack, nats_url: str, data: Path) -> Writer:
+    """Start an in-process writer; ``stack`` stops it."""
+    nc = await bus.connect(nats_url, "test-writer")
+    stack.push_async_callback(nc.close)
+    await bus.ensure_streams(nc, Subjects())
+    store = await Store.open(data / "writer.db")
+    stack.push_async_callback(store.close)
+    writer = Writer(Settings(nats_url=nats_url, data_dir=data), nc, store)
+    await writer.start()
+    stack.push_async_callback(writer.stop)
+    return writer
+
+
+async def start_reader(
+    stack: AsyncExitStack, nats_url: str, data: Path, instance: str = ""
+) -> Reader:
+    """Start an in-process reader replica; ``stack`` stops it."""
+    nc = await bus.connect(nats_url, "test-reader")
+    stack.push_async_callback(nc.close)
+    await bus.ensure_streams(nc, Subjects())
+    store = await Store.open(data / "reader.db")
+    stack.push_async_callback(store.close)
+    reader = Reader(Settings(nats_url=nats_url, data_dir=data, instance=instance), nc, store)
+    await reader.start()
+    stack.push_async_callback(reader.stop)
+    return reader

@@ -35,20 +35,35 @@ async def writer(nats_url: str, tmp_path: Path) -> AsyncIterator[Writer]:
 
 async def cmd(nc: NATS, ws: str, op: str, body: dict[str, object], **headers: str) -> dict:
     tenant, name = ws.split("/")
-    msg = await nc.request(S.cmd(tenant, name, op), json.dumps(body).encode(),
-                           timeout=10, headers=headers or None)  # fmt: skip
+    msg = await nc.request(
+        S.cmd(tenant, name, op), json.dumps(body).encode(), timeout=10, headers=headers or None
+    )
     return json.loads(msg.data)
 
 
 async def test_create_write_and_the_log(writer: Writer, nc: NATS) -> None:
     r = await cmd(nc, "acme/w1", "create", {})
-    assert r == {"ok": True, "version": 1, "result": {
-        "tenant": "acme", "workspace": "w1", "created": True, "trust": "full",
-        "limits": r["result"]["limits"]}}  # fmt: skip
+    assert r == {
+        "ok": True,
+        "version": 1,
+        "result": {
+            "tenant": "acme",
+            "workspace": "w1",
+            "created": True,
+            "trust": "full",
+            "limits": r["result"]["limits"],
+        },
+    }
     r = await cmd(nc, "acme/w1", "write", {"path": "/workspace/docs/a.md", "content": "hi"})
     assert r["ok"] and r["version"] == 2
-    assert r["result"] == {"path": "docs/a.md", "bytes_written": 2, "size": 2,
-                           "file_version": 1, "etag": "v1", "created": True}  # fmt: skip
+    assert r["result"] == {
+        "path": "docs/a.md",
+        "bytes_written": 2,
+        "size": 2,
+        "file_version": 1,
+        "etag": "v1",
+        "created": True,
+    }
     # the log holds two chained events on the workspace's subject
     js = nc.jetstream()
     first = await js.get_msg(STREAM_EVENTS, subject=S.evt("acme", "w1"), seq=1, next=True)
@@ -96,10 +111,17 @@ async def test_retried_request_id_is_appended_once(writer: Writer, nc: NATS) -> 
 
 async def test_concurrent_writers_to_one_workspace_are_serialised(writer: Writer, nc: NATS) -> None:
     await cmd(nc, "acme/hot", "create", {})
-    replies = await asyncio.gather(*[
-        cmd(nc, "acme/hot", "write", {"path": "counter.log", "content": f"{i}\n", "mode": "append"})
-        for i in range(100)
-    ])  # fmt: skip
+    replies = await asyncio.gather(
+        *[
+            cmd(
+                nc,
+                "acme/hot",
+                "write",
+                {"path": "counter.log", "content": f"{i}\n", "mode": "append"},
+            )
+            for i in range(100)
+        ]
+    )
     assert all(r["ok"] for r in replies)
     assert sorted(r["version"] for r in replies) == list(range(2, 102))
     sizes = sorted(r["result"]["size"] for r in replies)

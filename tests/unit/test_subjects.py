@@ -1,0 +1,37 @@
+import pytest
+
+from contracts.errors import ErrorCode, QuillError
+from contracts.subjects import Address, Origin, Subjects, split_workspace
+
+
+def test_subjects_round_trip() -> None:
+    s = Subjects("ws")
+    assert s.cmd("acme", "demo", "write") == "ws.cmd.acme.demo.write"
+    assert s.parse_request("ws.cmd.acme.demo.write") == Address("cmd", "acme", "demo", "write")
+    assert s.parse_request(s.replica("reader-1", "acme", "demo", "read")) == Address(
+        "qry", "acme", "demo", "read"
+    )
+    assert s.msg_id("acme", "demo", "r1") == "acme/demo/r1"
+
+
+@pytest.mark.parametrize(
+    "subject", ["ws.cmd.Acme.demo.write", "ws.cmd.acme.demo", "other.cmd.a.b.c", "ws.cmd.a.b.Op"]
+)
+def test_bad_subjects(subject: str) -> None:
+    with pytest.raises(QuillError) as info:
+        Subjects().parse_request(subject)
+    assert info.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_workspace_names_and_headers() -> None:
+    assert split_workspace("acme/demo") == ("acme", "demo")
+    for bad in ("acme", "a/b/c", "Acme/demo", "-x/demo", "a/" + "x" * 65):
+        with pytest.raises(QuillError):
+            split_workspace(bad)
+    origin = Origin.from_headers({"Ws-Actor": "agent", "Ws-Request-Id": "abc-1"}, new_id="n")
+    assert (origin.actor, origin.request_id, origin.session) == ("agent", "abc-1", None)
+    assert Origin.from_headers(None, new_id="fresh").request_id == "fresh"
+    with pytest.raises(QuillError):
+        Origin.from_headers({"Ws-Request-Id": "has space"}, new_id="n")
+    with pytest.raises(QuillError):
+        Origin.from_headers({"Ws-Actor": "x" * 300}, new_id="n")
