@@ -190,7 +190,7 @@ def reader(
 
 @main.command()
 @click.option("--data", type=click.Path(path_type=Path), default=Path(".quill"), show_default=True)
-@click.option("--nats-port", default=4222, show_default=True)
+@click.option("--nats-port", default=4222, show_default=True, help="0 picks a free port.")
 @click.option("--http-port", default=8080, show_default=True)
 @click.option("--nats-url", "external", help="Use this NATS instead of starting one.")
 @click.pass_context

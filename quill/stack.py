@@ -170,7 +170,8 @@ class Stack:
                 loop.add_signal_handler(sig, stop.set)
             try:
                 if not self.external_nats:
-                    server = NatsServer(self.data_dir / "nats", port=self.nats_port)
+                    port = self.nats_port or -1  # 0: any free port
+                    server = NatsServer(self.data_dir / "nats", port=port)
                     self.nats = server
                     await asyncio.to_thread(server.start)
                 self.children = [self._service("writer"), self._service("reader")]

@@ -11,12 +11,12 @@ from contracts import requests as rq
 from contracts.events import PutFile
 from contracts.subjects import Origin, Subjects
 from services.common import bus
+from services.common.plan import Committed
 from services.common.runtime import Settings
 from services.common.store import Store
+from services.common.tree import WorkspaceState, fold
 from services.reader.app import Reader
 from services.writer.app import Writer
-from services.common.plan import Committed
-from services.common.tree import WorkspaceState, fold
 from services.writer.decide import Context, decide, to_event
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -50,7 +50,7 @@ async def connect(url: str, name: str, *, wait_s: float = 10.0) -> NATS:
         return bool(holder) and (holder[0].is_closed or holder[0].is_draining)
 
     async def on_error(exc: Exception) -> None:
-        if not closing():
+        if holder and not closing():  # before the first connection, the caller reports
             log.warning("nats error: %s", exc)
 
     async def on_disconnect() -> None:
@@ -68,12 +68,15 @@ async def connect(url: str, name: str, *, wait_s: float = 10.0) -> NATS:
                 name=name,
                 connect_timeout=2,
                 allow_reconnect=True,
-                max_reconnect_attempts=-1,
+                # nats-py retries the *first* connect forever when this is negative; bound
+                # it here and switch to reconnecting forever once connected.
+                max_reconnect_attempts=1,
                 reconnect_time_wait=0.5,
                 error_cb=on_error,
                 disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,
             )
+            nc.options["max_reconnect_attempts"] = -1
             holder.append(nc)
             return nc
         except Exception as exc:  # nats raises several unrelated types here

@@ -1,0 +1,112 @@
+"""``quill up`` as a real subprocess (its own process group), and the CLI against it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+READY = re.compile(r"quill ready nats=(\S+) http=(\S+)")
+
+
+@dataclass
+class Up:
+    """A running ``quill up``."""
+
+    data: Path
+    process: subprocess.Popen[str] | None = None
+    nats_url: str = ""
+    output: list[str] = field(default_factory=list)
+    _pump: threading.Thread | None = None
+
+    def start(self, timeout: float = 60.0) -> Up:
+        self.output = []
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "quill",
+                "up",
+                "--data",
+                str(self.data),
+                "--nats-port",
+                "0",
+                "--http-port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self.process is not None and self.process.stdout is not None
+            for line in self.process.stdout:
+                self.output.append(line)
+                if match := READY.search(line):
+                    self.nats_url = match.group(1)
+                    ready.set()
+            ready.set()
+
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
+        if not ready.wait(timeout) or not self.nats_url:
+            self.kill()
+            raise RuntimeError("quill up did not get ready:\n" + "".join(self.output))
+        return self
+
+    def kill(self) -> None:
+        """``kill -9`` the whole process group."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self._close()
+
+    def stop(self) -> int:
+        """SIGTERM, as Ctrl-C would; return the exit status."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(30)
+        self._close()
+        return code
+
+    def _close(self) -> None:
+        if self._pump is not None:
+            self._pump.join(10)
+            self._pump = None
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def cli(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "QUILL_NATS_URL": self.nats_url}
+        result = subprocess.run(
+            [sys.executable, "-m", "quill", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"quill {' '.join(args)} failed: {result.stderr}")
+        return result
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    stack = Up(tmp_path_factory.mktemp("up") / ".quill").start()
+    yield stack
+    if stack.process and stack.process.poll() is None:
+        stack.stop()

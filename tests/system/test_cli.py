@@ -1,0 +1,92 @@
+"""The CLI, as a person uses it, against ``quill up``."""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+
+from tests.system.conftest import Up
+
+
+def test_cli_tour(up: Up) -> None:
+    assert "created acme/tour" in up.cli("create", "acme/tour").stdout
+    out = up.cli("put", "acme/tour", "notes/todo.md", "--text", "# TODO\n- ship\n").stdout
+    assert out.startswith("wrote notes/todo.md: 14 bytes")
+    up.cli("put", "acme/tour", "notes/todo.md", "-", "--append", input="- test\n")
+    assert up.cli("cat", "acme/tour", "notes/todo.md").stdout == "# TODO\n- ship\n- test\n"
+    assert (
+        up.cli("cat", "acme/tour", "notes/todo.md", "--version", "2").stdout == "# TODO\n- ship\n"
+    )
+    assert up.cli("cat", "acme/tour", "notes/todo.md", "-n", "--head", "1").stdout == "1: # TODO\n"
+    assert up.cli("ls", "acme/tour").stdout == "notes/\n"
+    up.cli("mkdir", "acme/tour", "archive/2025")
+    up.cli("mv", "acme/tour", "notes/todo.md", "archive/2025/todo.md")
+    listing = json.loads(up.cli("--json", "ls", "acme/tour", "archive/2025").stdout)
+    assert [e["name"] for e in listing["entries"]] == ["todo.md"]
+    stat = json.loads(up.cli("--json", "stat", "acme/tour", "archive/2025/todo.md").stdout)
+    assert stat["file_version"] == 1 and stat["size"] == 21
+    up.cli("rm", "acme/tour", "archive", "-r")
+    assert up.cli("ls", "acme/tour").stdout == "notes/\n"
+    history = up.cli("history", "acme/tour", "notes/todo.md").stdout.splitlines()
+    assert [line.split()[5] for line in history] == ["deleted", "modified", "created"]
+    log = up.cli("log", "acme/tour").stdout.splitlines()
+    assert len(log) == 6 and log[0].startswith("v1 ")
+    events = json.loads(up.cli("--json", "log", "acme/tour").stdout)["events"]
+    assert all(b["prev_hash"] == a["hash"] for a, b in zip(events, events[1:], strict=False))
+    audit = up.cli("audit", "acme/tour").stdout
+    assert "cmd.create" in audit and "qry.read" in audit
+
+
+def test_cli_errors_are_one_line_and_exit_non_zero(up: Up) -> None:
+    up.cli("create", "acme/errs")
+    missing = up.cli("cat", "acme/errs", "nope.txt", check=False)
+    assert (missing.returncode, missing.stderr) == (
+        3,
+        "quill: FILE_NOT_FOUND: File not found: nope.txt\n",
+    )
+    escape = up.cli("cat", "acme/errs", "../../etc/passwd", check=False)
+    assert escape.returncode == 5
+    assert escape.stderr == "quill: ACCESS_DENIED: Access denied. Path must be within /workspace\n"
+    bad = up.cli("ls", "Not/Valid", check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith(
+        "quill: INVALID_ARGUMENT: Invalid tenant id"
+    )
+    again = up.cli("create", "acme/errs", check=False)
+    assert again.returncode == 1 and "ALREADY_EXISTS" in again.stderr
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "quill", "--nats-url", "nats://127.0.0.1:1", "ls", "acme/errs"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert unreachable.returncode == 6 and unreachable.stderr.startswith("quill: UNAVAILABLE:")
+    assert "Traceback" not in unreachable.stderr
+
+
+def test_watch_prints_updates(up: Up) -> None:
+    up.cli("create", "acme/watched")
+    env = {"QUILL_NATS_URL": up.nats_url, "PATH": ""}
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "quill", "watch", "acme/watched"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert watcher.stdout is not None
+        # the watcher subscribes asynchronously: keep writing until it reports one
+        line = ""
+        for i in range(50):
+            up.cli("put", "acme/watched", f"f{i}.txt", "--text", "x")
+            ready, _, _ = select.select([watcher.stdout], [], [], 0.2)
+            if ready:
+                line = watcher.stdout.readline()
+                break
+        assert line.startswith("v") and " write by cli: f" in line
+    finally:
+        watcher.kill()
+        watcher.wait()
+        if watcher.stdout is not None:
+            watcher.stdout.close()
