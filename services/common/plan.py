@@ -67,13 +67,17 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
     created in this batch must already have an id allocated in it.
     """
     out = Plan()
-    live: dict[tuple[int, str], int] = {}  # rows inserted by this batch and still live
+    live: dict[int, dict[str, int]] = {}  # per workspace: rows this batch inserted, still live
 
     def close(ws: int, path: str, version: int, below: bool) -> None:
         lo, hi = subtree(path) if below else exact(path)
         out.closes.append((version, ws, lo, hi))
-        for key in [k for k in live if k[0] == ws and lo <= k[1] < hi]:
-            out.rows[live.pop(key)][_UNTIL] = version
+        rows = live.get(ws)
+        if not rows:
+            return
+        hits = [p for p in rows if lo <= p < hi] if below else [path] if path in rows else []
+        for hit in hits:
+            out.rows[rows.pop(hit)][_UNTIL] = version
 
     for item in batch:
         ev = item.event
@@ -93,7 +97,7 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
                 summary.append(ChangeSummary(kind="delete", path=path))
                 continue
             close(ws, path, ev.version, below=False)
-            live[(ws, path)] = len(out.rows)
+            live.setdefault(ws, {})[path] = len(out.rows)
             if isinstance(change, MakeDir):
                 out.rows.append(
                     [

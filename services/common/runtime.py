@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import prometheus_client as prom
 from nats.aio.client import Client as NATS
@@ -98,6 +99,19 @@ class Auditor:
     def __init__(self, nc: NATS, subjects: Subjects, service: str, instance: str) -> None:
         self._nc, self._subjects = nc, subjects
         self.service, self.instance = service, instance
+        self._counters: dict[tuple[str, str, str], Any] = {}
+        self._latencies: dict[tuple[str, str], Any] = {}
+
+    def _observe(self, kind: str, op: str, outcome: str, elapsed: float) -> None:
+        counter = self._counters.get((kind, op, outcome))
+        if counter is None:
+            counter = REQUESTS.labels(self.service, kind, op, outcome)
+            self._counters[(kind, op, outcome)] = counter
+        counter.inc()
+        latency = self._latencies.get((kind, op))
+        if latency is None:
+            latency = self._latencies[(kind, op)] = LATENCY.labels(self.service, kind, op)
+        latency.observe(elapsed)
 
     async def record(
         self,
@@ -112,8 +126,7 @@ class Auditor:
     ) -> None:
         elapsed = time.perf_counter() - started
         outcome = "ok" if error is None else str(error.code)
-        REQUESTS.labels(self.service, address.kind, address.op, outcome).inc()
-        LATENCY.labels(self.service, address.kind, address.op).observe(elapsed)
+        self._observe(address.kind, address.op, outcome, elapsed)
         record = AuditRecord(
             at=datetime.now(UTC),
             tenant=address.tenant,
@@ -123,7 +136,7 @@ class Auditor:
             actor=origin.actor if origin else None,
             session=origin.session if origin else None,
             run=origin.run if origin else None,
-            request_id=origin.request_id if origin else None,
+            request_id=(origin.request_id or None) if origin else None,
             outcome="ok" if error is None else "error",
             error_code=None if error is None else str(error.code),
             duration_ms=round(elapsed * 1000, 3),

@@ -13,6 +13,7 @@ any version is one index seek, as fast at version 1 as at the latest.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import aiosqlite
 import msgspec
 
+from contracts.events import WorkspaceCreated
 from contracts.limits import Limits
 from services.common.plan import LIVE, Committed, Plan, plan
 from services.common.tree import DirNode, FileNode, WorkspaceState
@@ -42,17 +44,24 @@ CREATE TABLE IF NOT EXISTS events(
     hash TEXT NOT NULL, prev_hash TEXT NOT NULL, tree_hash TEXT NOT NULL,
     changes TEXT NOT NULL, changes_total INTEGER NOT NULL, result TEXT,
     PRIMARY KEY(ws, version)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS events_request ON events(ws, request_id);
 CREATE TABLE IF NOT EXISTS revisions(
     ws INTEGER NOT NULL, path TEXT NOT NULL, version INTEGER NOT NULL,
     until INTEGER NOT NULL DEFAULT {LIVE}, parent TEXT NOT NULL, kind TEXT NOT NULL,
     sha256 TEXT, size INTEGER NOT NULL, file_version INTEGER, executable INTEGER NOT NULL,
     binary INTEGER NOT NULL, created TEXT NOT NULL, modified TEXT NOT NULL, moved_from TEXT,
     PRIMARY KEY(ws, path, version)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS revisions_live ON revisions(ws, until, path);
-CREATE INDEX IF NOT EXISTS revisions_children ON revisions(ws, parent, until);
 CREATE TABLE IF NOT EXISTS blobs(sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB);
 """
+ROLE_INDEXES = {
+    # The writer looks up request ids (idempotent retries) and loads whole workspaces.
+    "writer": "CREATE INDEX IF NOT EXISTS events_request ON events(ws, request_id);",
+    # Readers answer as-of-version listings and whole-tree queries.
+    "reader": """
+CREATE INDEX IF NOT EXISTS revisions_live ON revisions(ws, until, path);
+CREATE INDEX IF NOT EXISTS revisions_children ON revisions(ws, parent, until);
+""",
+}
+"""Each role indexes only what it queries: every index costs on every applied event."""
 
 _COLUMNS = (
     "path",
@@ -106,6 +115,26 @@ class Node:
     moved_from: str | None
 
 
+class ProjectionGap(Exception):
+    """An event arrived before the one preceding it: the projection must catch up first."""
+
+
+def _workspace_row(r: Any) -> WorkspaceRow:
+    return WorkspaceRow(
+        r[0],
+        r[1],
+        r[2],
+        r[3],
+        _limits_decoder.decode(r[4]),
+        datetime.fromisoformat(r[5]),
+        r[6],
+        r[7],
+        r[8],
+        r[9],
+        datetime.fromisoformat(r[10] or r[5]),
+    )
+
+
 def _node(row: Any) -> Node:
     return Node(
         row[0],
@@ -132,27 +161,34 @@ class Store:
         self._r = read
         self._ids: dict[tuple[str, str], int] = {}
         self._versions: dict[tuple[str, str], int] = {}
+        self._rows: dict[tuple[str, str], WorkspaceRow] = {}
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, path: Path) -> Store:
+    async def open(cls, path: Path, role: str = "reader") -> Store:
         path.parent.mkdir(parents=True, exist_ok=True)
         write = await aiosqlite.connect(path)
         await write.execute("PRAGMA journal_mode=WAL")
-        await write.execute("PRAGMA synchronous=NORMAL")
-        await write.executescript(SCHEMA)
+        await write.execute("PRAGMA synchronous=NORMAL")  # a rebuildable cache: no fsync per txn
+        await write.execute("PRAGMA wal_autocheckpoint=10000")
+        await write.execute("PRAGMA cache_size=-65536")
+        await write.executescript(SCHEMA + ROLE_INDEXES[role])
         await write.execute(
             "INSERT OR IGNORE INTO meta VALUES('schema_version', ?)", (SCHEMA_VERSION,)
         )
         await write.commit()
         read = await aiosqlite.connect(path)
         await read.execute("PRAGMA query_only=1")
+        await read.execute("PRAGMA cache_size=-65536")
         store = cls(path, write, read)
-        for ws_id, tenant, name, version in await write.execute_fetchall(
-            "SELECT id, tenant, name, version FROM workspaces"
+        for row in await write.execute_fetchall(
+            "SELECT id, tenant, name, trust, limits, created, version, last_seq, last_hash, "
+            "tree_hash, updated FROM workspaces"
         ):
-            store._ids[(tenant, name)] = ws_id
-            store._versions[(tenant, name)] = version
+            ws = _workspace_row(row)
+            store._ids[(ws.tenant, ws.name)] = ws.id
+            store._versions[(ws.tenant, ws.name)] = ws.version
+            store._rows[(ws.tenant, ws.name)] = ws
         return store
 
     async def close(self) -> None:
@@ -185,29 +221,37 @@ class Store:
     def versions(self) -> dict[tuple[str, str], int]:
         return dict(self._versions)
 
-    async def apply(self, batch: list[Committed], tracking: str | None = None) -> None:
+    async def apply(self, batch: list[Committed], tracking: str | None = None) -> Plan | None:
         """Apply committed events (log order) in one transaction, with the tracking position.
 
         Events a workspace already has (version <= its projected version) are skipped, so
-        applying the same event twice is harmless.
+        applying the same event twice is harmless. Returns what was executed.
+
+        Raises:
+            ProjectionGap: an event's predecessor has not been applied (nothing is applied).
         """
         async with self._lock:
             versions = dict(self._versions)
             fresh = []
             for item in batch:
                 key = (item.event.tenant, item.event.workspace)
-                if item.event.version > versions.get(key, 0):
-                    fresh.append(item)
-                    versions[key] = item.event.version
+                have = versions.get(key, 0)
+                if item.event.version <= have:
+                    continue
+                if item.event.version != have + 1:
+                    raise ProjectionGap(f"{key[0]}/{key[1]}: v{item.event.version} after v{have}")
+                fresh.append(item)
+                versions[key] = item.event.version
             if not fresh and tracking is None:
-                return
+                return None
             ids = dict(self._ids)
             for item in fresh:
                 key = (item.event.tenant, item.event.workspace)
                 if key not in ids:
                     ids[key] = max(ids.values(), default=0) + 1
+            executed = plan(fresh, ids)
             try:
-                await self._execute(plan(fresh, ids))
+                await self._execute(executed)
                 if tracking is not None and batch:
                     await self._w.execute(
                         "INSERT OR REPLACE INTO tracking VALUES(?, ?)", (tracking, batch[-1].seq)
@@ -217,34 +261,66 @@ class Store:
                 await self._w.rollback()
                 raise
             self._ids, self._versions = ids, versions
+            self._update_rows(fresh, ids)
+            return executed
+
+    def _update_rows(self, fresh: list[Committed], ids: dict[tuple[str, str], int]) -> None:
+        for item in fresh:
+            ev = item.event
+            key = (ev.tenant, ev.workspace)
+            row = self._rows.get(key)
+            if row is None:
+                assert isinstance(ev, WorkspaceCreated)
+                row = WorkspaceRow(
+                    ids[key],
+                    ev.tenant,
+                    ev.workspace,
+                    ev.trust,
+                    ev.limits,
+                    ev.at,
+                    0,
+                    0,
+                    "",
+                    "",
+                    ev.at,
+                )
+            self._rows[key] = dataclasses.replace(
+                row,
+                version=ev.version,
+                last_seq=item.seq,
+                last_hash=item.hash,
+                tree_hash=ev.tree_hash,
+                updated=ev.at,
+            )
 
     async def _execute(self, p: Plan) -> None:
-        w = self._w
-        await w.executemany(
-            "INSERT INTO workspaces(id, tenant, name, trust, limits, created) "
-            "VALUES(?, ?, ?, ?, ?, ?)",
-            p.new_workspaces,
-        )
-        await w.executemany(
-            f"UPDATE revisions SET until=? WHERE ws=? AND until={LIVE} AND path>=? AND path<?",
-            p.closes,
-        )
-        await w.executemany(
-            "INSERT INTO revisions VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", p.rows
-        )
-        await w.executemany(
-            "INSERT INTO events VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", p.events
-        )
-        await w.executemany(
-            "INSERT INTO blobs VALUES(?, ?, ?) ON CONFLICT(sha256) "
-            "DO UPDATE SET data=coalesce(blobs.data, excluded.data)",
-            p.blobs,
-        )
-        await w.executemany(
-            "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=? "
-            "WHERE id=?",
-            list(p.workspace_updates.values()),
-        )
+        # One executemany per table (each is a thread round trip in aiosqlite); empty ones skipped.
+        statements: list[tuple[str, list[Any]]] = [
+            (
+                "INSERT INTO workspaces(id, tenant, name, trust, limits, created) "
+                "VALUES(?, ?, ?, ?, ?, ?)",
+                p.new_workspaces,
+            ),
+            (
+                f"UPDATE revisions SET until=? WHERE ws=? AND until={LIVE} AND path>=? AND path<?",
+                p.closes,
+            ),
+            ("INSERT INTO revisions VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", p.rows),
+            ("INSERT INTO events VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", p.events),
+            (
+                "INSERT INTO blobs VALUES(?, ?, ?) ON CONFLICT(sha256) "
+                "DO UPDATE SET data=coalesce(blobs.data, excluded.data)",
+                p.blobs,
+            ),
+            (
+                "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, "
+                "updated=? WHERE id=?",
+                list(p.workspace_updates.values()),
+            ),
+        ]
+        for sql, rows in statements:
+            if rows:
+                await self._w.executemany(sql, rows)
 
     async def put_blob(self, sha256: str, data: bytes) -> None:
         await self._w.execute(
@@ -254,30 +330,9 @@ class Store:
         await self._w.commit()
 
     # ------------------------------------------------------------------ queries
-    async def workspace(self, tenant: str, name: str) -> WorkspaceRow | None:
-        rows = list(
-            await self._r.execute_fetchall(
-                "SELECT id, tenant, name, trust, limits, created, version, last_seq, last_hash, "
-                "tree_hash, updated FROM workspaces WHERE tenant=? AND name=?",
-                (tenant, name),
-            )
-        )
-        if not rows:
-            return None
-        r = rows[0]
-        return WorkspaceRow(
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            _limits_decoder.decode(r[4]),
-            datetime.fromisoformat(r[5]),
-            r[6],
-            r[7],
-            r[8],
-            r[9],
-            datetime.fromisoformat(r[10] or r[5]),
-        )
+    def workspace(self, tenant: str, name: str) -> WorkspaceRow | None:
+        """The workspace as projected (kept in memory, updated by ``apply``)."""
+        return self._rows.get((tenant, name))
 
     async def node(self, ws: int, path: str, version: int) -> Node | None:
         rows = list(
@@ -387,7 +442,7 @@ class Store:
     async def load_state(self, tenant: str, name: str) -> WorkspaceState:
         """The writer's in-memory state of a workspace, as projected here."""
         state = WorkspaceState(tenant, name)
-        row = await self.workspace(tenant, name)
+        row = self.workspace(tenant, name)
         if row is None:
             return state
         state.exists, state.version, state.last_seq = True, row.version, row.last_seq

@@ -15,6 +15,7 @@ from services.common import bus
 from services.common.blobs import Blobs
 from services.common.runtime import Auditor, Settings, serve_metrics
 from services.common.store import Store
+from services.reader.cache import RevisionCache
 from services.reader.follower import Follower
 from services.reader.handlers import query_handler
 from services.reader.queries import Queries
@@ -30,8 +31,9 @@ class Reader:
         self.subjects = settings.subjects
         self.instance = settings.instance or bus.instance_id("reader")
         self.nc, self.js, self.store = nc, nc.jetstream(), store
-        self.follower = Follower(self.js, store, self.subjects.all_evt)
-        self.queries = Queries(store, Blobs(self.js, store))
+        cache = RevisionCache()
+        self.follower = Follower(self.js, store, self.subjects.all_evt, cache)
+        self.queries = Queries(store, Blobs(self.js, store), cache)
         self.auditor = Auditor(nc, self.subjects, "reader", self.instance)
         self.max_wait_s = max_wait_s
         self.max_inflight = 4096

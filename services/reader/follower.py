@@ -17,6 +17,7 @@ from nats.js import JetStreamContext
 from services.common import log as eventlog
 from services.common.plan import Committed
 from services.common.store import Store
+from services.reader.cache import RevisionCache
 
 log = logging.getLogger("quill.reader")
 
@@ -24,8 +25,10 @@ TRACKING = "reader"
 
 
 class Follower:
-    def __init__(self, js: JetStreamContext, store: Store, subject: str) -> None:
-        self._js, self._store, self._subject = js, store, subject
+    def __init__(
+        self, js: JetStreamContext, store: Store, subject: str, cache: RevisionCache
+    ) -> None:
+        self._js, self._store, self._subject, self._cache = js, store, subject, cache
         self._waiters: defaultdict[tuple[str, str], list[tuple[int, asyncio.Future[None]]]] = (
             defaultdict(list)
         )
@@ -45,7 +48,10 @@ class Follower:
             await self._stop()
 
     async def _on_batch(self, batch: list[Committed], pending: int) -> None:
-        await self._store.apply(batch, tracking=TRACKING)
+        executed = await self._store.apply(batch, tracking=TRACKING)
+        if executed is not None:
+            for close in executed.closes:
+                self._cache.close(*close)
         self.position = batch[-1].seq
         if pending == 0 and not self.caught_up:
             self.caught_up = True

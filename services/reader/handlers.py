@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +70,7 @@ async def resolve(reader: Reader, address: Address, req: rq.Query) -> tuple[Work
                 f"not yet {target}; retry",
                 {"applied_version": store.version_of(tenant, workspace), "wanted": target},
             )
-    row = await store.workspace(tenant, workspace)
+    row = store.workspace(tenant, workspace)
     if row is None:
         raise QuillError(ErrorCode.UNAVAILABLE, "Workspace not yet applied by this replica")
     return row, req.version or row.version
@@ -91,7 +90,7 @@ def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:
                 raise QuillError(
                     ErrorCode.INVALID_ARGUMENT, f"Unknown query {address.op!r} (queries: {names})"
                 )
-            origin = Origin.from_headers(msg.headers, new_id=uuid.uuid4().hex)
+            origin = Origin.from_headers(msg.headers)
             request = codec.decode_request(spec, msg.data)
             assert isinstance(request, rq.Query)
             ws, version = await resolve(reader, address, request)

@@ -19,8 +19,10 @@ from contracts.limits import DEFAULT_EXCLUSIONS, Limits
 from contracts.paths import ROOT_DIR, display, name, normalize
 from contracts.replies import ChangeSummary
 from services.common.blobs import Blobs
+from services.common.plan import LIVE
 from services.common.store import Node, Store, WorkspaceRow
 from services.common.tree import etag_of
+from services.reader.cache import RevisionCache
 
 _summaries = msgspec.json.Decoder(list[ChangeSummary])
 CAPABILITIES = sorted(ops.OPS)
@@ -107,28 +109,43 @@ def mime_type(path: str, binary: bool) -> str:
 
 
 class Queries:
-    def __init__(self, store: Store, blobs: Blobs) -> None:
+    def __init__(self, store: Store, blobs: Blobs, cache: RevisionCache) -> None:
         self.store = store
         self.blobs = blobs
+        self.cache = cache
 
-    async def _node(self, ws: WorkspaceRow, path: str, version: int, what: str = "File") -> Node:
+    async def _lookup(
+        self, ws: WorkspaceRow, path: str, version: int
+    ) -> tuple[Node, bytes | None] | None:
         if path == "":
-            return Node("", "d", None, 0, None, False, False, ws.created, ws.updated, 1, 0, None)
-        node = await self.store.node(ws.id, path, version)
-        if node is None:
-            raise QuillError(ErrorCode.FILE_NOT_FOUND, f"{what} not found: {path}", {"path": path})
-        return node
-
-    async def _content(self, ws: WorkspaceRow, path: str, version: int) -> tuple[Node, bytes]:
-        found = await self.store.node_with_data(ws.id, path, version) if path else None
+            root = Node("", "d", None, 0, None, False, False, ws.created, ws.updated, 1, LIVE, None)
+            return root, None
+        found = self.cache.get(ws.id, path, version)
+        if found is not None:
+            return found
+        before = self.store.version_of(ws.tenant, ws.name)
+        found = await self.store.node_with_data(ws.id, path, version)
         if found is None:
-            node = await self._node(ws, path, version)
-            return node, b""
+            return None
         node, data = found
         if node.kind == "f" and data is None:
             assert node.sha256 is not None
             data = await self.blobs.get(node.sha256)
-        return node, data or b""
+        if self.store.version_of(ws.tenant, ws.name) == before:
+            self.cache.put(ws.id, node, data)
+        return node, data
+
+    async def _node(self, ws: WorkspaceRow, path: str, version: int, what: str = "File") -> Node:
+        found = await self._lookup(ws, path, version)
+        if found is None:
+            raise QuillError(ErrorCode.FILE_NOT_FOUND, f"{what} not found: {path}", {"path": path})
+        return found[0]
+
+    async def _content(self, ws: WorkspaceRow, path: str, version: int) -> tuple[Node, bytes]:
+        found = await self._lookup(ws, path, version)
+        if found is None:
+            raise QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {path}", {"path": path})
+        return found[0], found[1] or b""
 
     async def read(self, ws: WorkspaceRow, version: int, req: rq.ReadFile) -> rp.FileContent:
         path = normalize(req.path)

@@ -98,12 +98,21 @@ class Writer:
         return actor
 
     async def _on_commit(self, committed: list[tuple[Group, list[int]]]) -> None:
+        """Bring the projection up to what the log acknowledged. If that fails, the actors
+        concerned drop their state and catch up from the log when next used."""
         batch = [
             Committed(event, digest, seq)
             for group, seqs in committed
             for (event, digest), seq in zip(group.context, seqs, strict=True)
         ]
-        await self.store.apply(batch)
+        try:
+            await self.store.apply(batch)
+        except Exception:
+            for item in batch:
+                actor = self._actors.get((item.event.tenant, item.event.workspace))
+                if actor is not None:
+                    actor.state = None
+            raise
 
     def info(self) -> dict[str, Any]:
         return {"workspaces": len(self._actors), "queued": self.queued}
@@ -139,7 +148,7 @@ async def start_writer(settings: Settings) -> Callable[[], Awaitable[None]]:
     serve_metrics(settings.metrics_port)
     nc = await bus.connect(settings.nats_url, name="quill-writer")
     await bus.ensure_streams(nc, settings.subjects, settings.replicas)
-    store = await Store.open(settings.data_dir / "writer.db")
+    store = await Store.open(settings.data_dir / "writer.db", role="writer")
     writer = Writer(settings, nc, store)
     await writer.start()
 

@@ -46,6 +46,9 @@ APPEND_FAILURES = prom.Counter(
 )
 
 
+APPLY_LINGER_S = 0.05
+
+
 class AppendError(Exception):
     """The group was not committed, or its fate is unknown (``uncertain``)."""
 
@@ -78,7 +81,15 @@ OnCommit = Callable[[list[tuple["Group", list[int]]]], Awaitable[None]]
 
 
 class Appender:
-    """Sends queued groups as atomic batches, one batch in flight at a time."""
+    """Sends queued groups to the log, several sends in flight, and applies what committed.
+
+    A lone event goes out as a plain CAS publish (an atomic batch costs ~4 ms even for one
+    message on nats-server 2.15, a publish ~0.5 ms); two or more go as one atomic batch. A
+    workspace has at most one group in flight, so sends in flight never share a workspace
+    and can overlap. Groups are answered as soon as the log acknowledges them (the durable
+    point); ``on_commit`` (the projection update) runs afterwards, in commit order, batching
+    whatever has committed meanwhile into one call.
+    """
 
     def __init__(
         self,
@@ -87,25 +98,33 @@ class Appender:
         *,
         max_events: int = 512,
         max_bytes: int = 6 * 1024 * 1024,
+        max_inflight: int = 64,
         timeout: float = 10.0,
     ) -> None:
         self._nc = nc
         self._on_commit = on_commit
         self._max_events, self._max_bytes, self._timeout = max_events, max_bytes, timeout
+        self._max_inflight = max_inflight
+        self._inflight = 0
         self._queue: list[Group] = []
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._committed: list[tuple[Group, list[int]]] = []
+        self._commit_wakeup = asyncio.Event()
+        self._applied = asyncio.Event()
+        self._applied.set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="appender")
+        for coro in (self._run(), self._apply_loop()):
+            task = asyncio.create_task(coro)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await self.applied()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for group in self._queue:
             if not group.future.done():
                 group.future.set_exception(AppendError("writer stopping", uncertain=False))
@@ -115,25 +134,41 @@ class Appender:
         self._wakeup.set()
         return group.future
 
+    async def applied(self) -> None:
+        """Wait until everything acknowledged so far has been through ``on_commit``."""
+        while not self._applied.is_set():
+            await self._applied.wait()
+
+    def _take(self) -> list[Group]:
+        batch: list[Group] = []
+        events = size = 0
+        while self._queue:
+            group = self._queue[0]
+            n = len(group.payloads)
+            if batch and (events + n > self._max_events or size + group.size > self._max_bytes):
+                break
+            batch.append(self._queue.pop(0))
+            events, size = events + n, size + group.size
+        return batch
+
     async def _run(self) -> None:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            while self._queue:
-                batch: list[Group] = []
-                events = size = 0
-                while self._queue:
-                    group = self._queue[0]
-                    n = len(group.payloads)
-                    if batch and (
-                        events + n > self._max_events or size + group.size > self._max_bytes
-                    ):
-                        break
-                    batch.append(self._queue.pop(0))
-                    events, size = events + n, size + group.size
-                await self._commit(batch)
+            while self._queue and self._inflight < self._max_inflight:
+                self._inflight += 1
+                task = asyncio.create_task(self._commit(self._take()))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
     async def _commit(self, groups: list[Group]) -> None:
+        try:
+            await self._commit_groups(groups)
+        finally:
+            self._inflight -= 1
+            self._wakeup.set()
+
+    async def _commit_groups(self, groups: list[Group]) -> None:
         try:
             seqs = await self._send(groups)
         except AppendError as exc:
@@ -143,16 +178,30 @@ class Appender:
                 return
             log.info("batch of %d groups failed (%s); retrying each alone", len(groups), exc)
             for group in groups:
-                await self._commit([group])
+                await self._commit_groups([group])
             return
         committed = list(zip(groups, seqs, strict=True))
-        try:
-            await self._on_commit(committed)
-        except Exception:
-            log.exception("projection update failed after a commit; the log has the events")
+        self._committed.extend(committed)
+        self._applied.clear()
+        self._commit_wakeup.set()
         for group, group_seqs in committed:
             if not group.future.done():
                 group.future.set_result(group_seqs)
+
+    async def _apply_loop(self) -> None:
+        while True:
+            await self._commit_wakeup.wait()
+            # Nobody waits on the projection (replies went out at the ack), so gather a few
+            # milliseconds of commits into one transaction.
+            await asyncio.sleep(APPLY_LINGER_S)
+            self._commit_wakeup.clear()
+            while self._committed:
+                batch, self._committed = self._committed, []
+                try:
+                    await self._on_commit(batch)
+                except Exception:
+                    log.exception("projection update failed; the log has the events")
+            self._applied.set()
 
     async def _send(self, groups: list[Group]) -> list[list[int]]:
         """Publish ``groups`` as one atomic batch; return each group's sequences.
@@ -168,7 +217,7 @@ class Appender:
                     headers["Nats-Expected-Last-Subject-Sequence"] = str(group.expected_seq)
                 msgs.append((group.subject, payload, headers))
         started = time.perf_counter()
-        if len(msgs) > 1:
+        if len(msgs) > 1:  # else a plain publish: same CAS and dedup, no batch overhead
             batch_id = uuid.uuid4().hex
             for n, (_, _, headers) in enumerate(msgs, 1):
                 headers["Nats-Batch-Id"] = batch_id

@@ -39,7 +39,7 @@ def command_handler(writer: Writer) -> Callable[[Msg], Awaitable[None]]:
                     ErrorCode.INVALID_ARGUMENT,
                     f"Unknown command {address.op!r} (commands: {names})",
                 )
-            origin = Origin.from_headers(msg.headers, new_id=uuid.uuid4().hex)
+            origin = Origin.from_headers(msg.headers, new_id=uuid.uuid4)
             request = codec.decode_request(spec, msg.data)
             if writer.queued >= writer.max_queued:
                 raise QuillError(

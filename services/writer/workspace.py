@@ -117,6 +117,7 @@ class WorkspaceActor:
         """The state, loaded from the projection and caught up from the log if needed."""
         if self.state is not None:
             return self.state
+        await self.writer.appender.applied()  # the projection holds all we committed
         store, js = self.writer.store, self.writer.js
         state = await store.load_state(self.tenant, self.workspace)
         try:
@@ -235,6 +236,7 @@ class WorkspaceActor:
         writer = self.writer
         for sha in content_needed(state, p.request):
             if sha not in writer.contents:
+                await writer.appender.applied()  # inline contents reach the store on apply
                 writer.remember_content(sha, await writer.blobs.get(sha))
         ctx = Context(version=state.version + 1, at=datetime.now(UTC), content=writer.contents.get)
         with state.tree.savepoint():

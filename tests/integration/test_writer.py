@@ -24,7 +24,7 @@ S = Subjects()
 async def writer(nats_url: str, tmp_path: Path) -> AsyncIterator[Writer]:
     nc = await bus.connect(nats_url, "writer")
     await bus.ensure_streams(nc, S)
-    store = await Store.open(tmp_path / "writer.db")
+    store = await Store.open(tmp_path / "writer.db", role="writer")
     w = Writer(Settings(nats_url=nats_url, data_dir=tmp_path), nc, store)
     await w.start()
     yield w

@@ -28,10 +28,11 @@ def test_workspace_names_and_headers() -> None:
     for bad in ("acme", "a/b/c", "Acme/demo", "-x/demo", "a/" + "x" * 65):
         with pytest.raises(QuillError):
             split_workspace(bad)
-    origin = Origin.from_headers({"Ws-Actor": "agent", "Ws-Request-Id": "abc-1"}, new_id="n")
+    origin = Origin.from_headers({"Ws-Actor": "agent", "Ws-Request-Id": "abc-1"})
     assert (origin.actor, origin.request_id, origin.session) == ("agent", "abc-1", None)
-    assert Origin.from_headers(None, new_id="fresh").request_id == "fresh"
+    assert Origin.from_headers(None, new_id=lambda: "fresh").request_id == "fresh"
+    assert Origin.from_headers(None).request_id == ""
     with pytest.raises(QuillError):
-        Origin.from_headers({"Ws-Request-Id": "has space"}, new_id="n")
+        Origin.from_headers({"Ws-Request-Id": "has space"})
     with pytest.raises(QuillError):
-        Origin.from_headers({"Ws-Actor": "x" * 300}, new_id="n")
+        Origin.from_headers({"Ws-Actor": "x" * 300})

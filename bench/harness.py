@@ -1,0 +1,125 @@
+"""Load generation and reporting shared by the benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Load:
+    ops: int
+    seconds: float
+    latencies: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.ops / self.seconds
+
+    def pct(self, q: float) -> float:
+        data = sorted(self.latencies)
+        return data[min(len(data) - 1, int(q * len(data)))] * 1000 if data else float("nan")
+
+
+async def closed_loop(
+    clients: int, op: Callable[[int, int], Awaitable[object]], seconds: float, warmup: float = 1.0
+) -> Load:
+    """``clients`` loops each calling ``op(client, i)`` back to back; measured after warm-up."""
+    start = time.perf_counter()
+    measure_from, stop_at = start + warmup, start + warmup + seconds
+    latencies: list[float] = []
+    counted = 0
+
+    async def client(n: int) -> None:
+        nonlocal counted
+        i = 0
+        while True:
+            t0 = time.perf_counter()
+            if t0 >= stop_at:
+                return
+            await op(n, i)
+            t1 = time.perf_counter()
+            if t0 >= measure_from:
+                latencies.append(t1 - t0)
+                counted += 1
+            i += 1
+
+    await asyncio.gather(*[client(n) for n in range(clients)])
+    return Load(counted, seconds, latencies)
+
+
+def serial(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e6
+
+
+class Process:
+    """A child process that prints a ready line; killed with its process group."""
+
+    def __init__(self, argv: list[str], ready: str, cwd: Path | None = None) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        self.line = ""
+        deadline = time.monotonic() + 60
+        for line in self.proc.stdout:
+            if re.search(ready, line):
+                self.line = line
+                break
+            if time.monotonic() > deadline:
+                break
+        if not self.line:
+            self.stop()
+            raise RuntimeError(f"{argv} did not start")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def quill_up(data: Path) -> tuple[Process, str]:
+    proc = Process(
+        [
+            sys.executable,
+            "-m",
+            "quill",
+            "--log-level",
+            "warning",
+            "up",
+            "--data",
+            str(data),
+            "--nats-port",
+            "0",
+            "--http-port",
+            "0",
+        ],
+        r"quill ready",
+    )
+    url = re.search(r"nats=(\S+)", proc.line)
+    assert url is not None
+    return proc, url.group(1)
+
+
+def row(label: str, ours: str, base: str, ratio: float, goal: str) -> str:
+    return f"{label:<44} {ours:>16} {base:>16} {ratio:>7.2f}x  {goal}"
