@@ -66,6 +66,19 @@ async def quill_writes(quill: Quill, workspaces: int, seconds: float) -> Load:
     return await closed_loop(CLIENTS, op, seconds)
 
 
+async def settle(url: str) -> None:
+    """Wait until every reader has applied the whole log (no backlog from a previous figure)."""
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    while True:
+        last = (await js.stream_info("WS_EVENTS")).state.last_seq
+        pong = json.loads((await nc.request("ws.sys.ping.reader", b"", timeout=5)).data)
+        if pong["position"] >= last:
+            break
+        await asyncio.sleep(0.2)
+    await nc.close()
+
+
 async def echo_reads(url: str, seconds: float) -> Load:
     nc = await nats.connect(url)
     body = PAYLOAD.encode()
@@ -165,6 +178,7 @@ async def main(seconds: float = 5.0, versions: int = 10_000) -> None:
                     "(latency ratio)",
                 )
             )
+            await settle(url)
             base_r = await echo_reads(url, seconds)
             reads = await quill_reads(quill, seconds)
             print(
@@ -185,6 +199,7 @@ async def main(seconds: float = 5.0, versions: int = 10_000) -> None:
                     "(latency ratio)",
                 )
             )
+            await settle(url)
             old, latest = await old_vs_latest(quill, versions, 2000)
             print(
                 row(

@@ -33,7 +33,13 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord, WorkspaceUpdated
 from contracts.limits import LimitsPatch
-from contracts.subjects import STREAM_AUDIT, Origin, Subjects, split_workspace
+from contracts.subjects import (
+    HEADER_REQUEST_ID,
+    STREAM_AUDIT,
+    Origin,
+    Subjects,
+    split_workspace,
+)
 from services.common import bus
 
 R = TypeVar("R")
@@ -112,8 +118,15 @@ class Quill:
             QuillError: the reply's error, ``TIMEOUT`` or ``UNAVAILABLE``.
         """
         subject = self.subjects.request(kind, tenant, workspace, op)
-        origin = Origin(self._nuid.next().decode(), self.actor, self.session, self.run)
-        headers, data = origin.headers(), codec.encode(body)
+        # Commands carry a request id (idempotent retries); queries need none, and go without
+        # headers at all unless there is someone to name in the audit record.
+        request_id = self._nuid.next().decode() if kind != "qry" else ""
+        origin = Origin(request_id, self.actor, self.session, self.run)
+        named = origin.headers()
+        if not request_id:
+            del named[HEADER_REQUEST_ID]
+        headers = named or None
+        data = codec.encode(body)
         last: QuillError | None = None
         for attempt in range(self.retries + 1):
             if attempt:
