@@ -66,7 +66,7 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_f
     run: str | None = None
     prev_hash: str
     tree_hash: str
-    result: msgspec.Raw = msgspec.Raw(b"null")
+    result: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
     """The result the request was answered with, returned again to a retried request."""
 
 

@@ -51,12 +51,15 @@ class WorkspaceCreatedResult(Result, frozen=True, kw_only=True):
 
 class FileWritten(Result, frozen=True, kw_only=True):
     path: str
+    """The normalised path."""
     bytes_written: int
     """Bytes this request wrote (for ``append``: the appended bytes)."""
     size: int
     """Size of the file afterwards."""
     file_version: int
+    """The file's version after this write."""
     etag: str
+    """Its etag (``v<file_version>``), for ``if_match``."""
     created: bool
     """True if the file did not exist before."""
 
@@ -83,6 +86,8 @@ class PathMoved(Result, frozen=True, kw_only=True):
 
 
 class ChangeConflict(msgspec.Struct, frozen=True, kw_only=True):
+    """A change of an ``apply`` that was not committed, and why."""
+
     path: str
     reason: str
     changed_at: int | None
@@ -132,10 +137,13 @@ class FileBytes(Result, frozen=True, kw_only=True):
 
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
+    """One entry of a directory listing."""
+
     name: str
     path: str
     kind: Kind
     size: int
+    """Bytes (0 for a directory)."""
     modified: datetime
     file_version: int | None
     etag: str | None
@@ -216,7 +224,10 @@ class WorkspaceInfo(Result, frozen=True, kw_only=True):
 
 
 class ChangeSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One change of an event, without its content."""
+
     kind: str
+    """``put``, ``mkdir`` or ``delete``."""
     path: str
     size: int | None = None
     sha256: str | None = None

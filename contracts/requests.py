@@ -57,7 +57,9 @@ class CreateWorkspace(Command, frozen=True, kw_only=True):
     """Create the workspace (event ``workspace_created``, version 1)."""
 
     trust: Trust = "full"
+    """``full``, or ``restricted`` (mutations and commands need approval)."""
     limits: LimitsPatch | None = None
+    """Overrides of the default limits (within the deployment's ceilings)."""
     exist_ok: bool = False
     """Succeed (``created: false``) instead of ``ALREADY_EXISTS`` if it exists."""
 
@@ -67,7 +69,9 @@ class WriteFile(Command, frozen=True, kw_only=True):
 
     path: PathArg
     content: Text | None = None
+    """The whole file as UTF-8 text."""
     data: bytes | None = None
+    """The whole file as bytes (base64 in JSON), for binary content."""
     mode: WriteMode = "overwrite"
     """``overwrite`` (default), ``create`` (``ALREADY_EXISTS`` if present), ``append``."""
     if_match: Etag | None = None
@@ -97,6 +101,7 @@ class MovePath(Command, frozen=True, kw_only=True):
 
     path: PathArg
     to: PathArg
+    """The new path (missing parents are created)."""
     overwrite: bool = False
     """Replace an existing destination file (never a directory)."""
     if_match: Etag | None = None
@@ -107,8 +112,11 @@ class PutChange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     path: PathArg
     content: Text | None = None
+    """The file as UTF-8 text."""
     data: bytes | None = None
+    """The file as bytes (base64 in JSON)."""
     executable: bool = False
+    """Mode 755 instead of 644."""
 
 
 class DeleteChange(
@@ -139,9 +147,13 @@ class ApplyChanges(Command, frozen=True, kw_only=True):
     """
 
     base_version: Version
+    """The version the changes were made against (conflicts are changes made after it)."""
     changes: Annotated[list[ApplyItem], Meta(min_length=1, max_length=50_000)]
+    """Applied in order; each path at most once. Items are tagged by ``type``."""
     on_conflict: Literal["fail", "skip"] = "fail"
+    """``fail``: refuse all on any conflict; ``skip``: commit the rest, report conflicts."""
     message: Annotated[str, Meta(max_length=4096)] | None = None
+    """Why (recorded in the event)."""
 
 
 # ---------------------------------------------------------------- queries (ws.qry.…)
@@ -168,7 +180,9 @@ class ReadBytes(Query, frozen=True, kw_only=True):
 
     path: PathArg
     offset: Annotated[int, Meta(ge=0, le=2**53)] = 0
+    """First byte to return."""
     length: Count | None = None
+    """Most bytes to return (at most ``max_read_bytes``; default that limit)."""
 
 
 class ListDirectory(Query, frozen=True, kw_only=True):
@@ -187,7 +201,9 @@ class History(Query, frozen=True, kw_only=True):
     """Revisions of a path, or the workspace's events when ``path`` is omitted; newest first."""
 
     path: PathArg | None = None
+    """The path whose revisions to list; omit for the workspace's events."""
     limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+    """Most revisions to return."""
     before: Version | None = None
     """Page backwards: only versions lower than this."""
 
@@ -200,4 +216,6 @@ class EventsQuery(Query, frozen=True, kw_only=True):
     """A page of the log, oldest first: events with version > ``after``."""
 
     after: Annotated[int, Meta(ge=0, le=2**53)] = 0
+    """Return events with a version greater than this."""
     limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+    """Most events to return."""

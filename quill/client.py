@@ -136,6 +136,12 @@ class Quill:
             except nats.errors.TimeoutError:
                 last = QuillError(ErrorCode.TIMEOUT, f"No reply to {kind}.{op} in {self.timeout}s")
                 continue
+            except nats.errors.MaxPayloadError:
+                raise QuillError(
+                    ErrorCode.SIZE_LIMIT_EXCEEDED,
+                    f"Request of {len(data)} bytes exceeds the server's message size",
+                    {"bytes": len(data)},
+                ) from None
             except nats.errors.NoRespondersError:
                 service = {"cmd": "writer", "qry": "reader", "exec": "executor"}.get(kind, kind)
                 last = QuillError(ErrorCode.UNAVAILABLE, f"No Quill {service} is running")

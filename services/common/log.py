@@ -97,7 +97,9 @@ async def follow(
             meta = msg.metadata
             queue.put_nowait((committed(msg, meta), meta.num_pending))
         except Exception:
-            log.exception("undecodable event at %s", msg.subject)
+            # A newer writer's event this replica cannot read: it will stop at the gap (and
+            # say so every second) rather than skip an event.
+            log.critical("cannot decode the event at %s; upgrade this replica", msg.subject)
 
     last_apply = 0.0
 
