@@ -1,0 +1,69 @@
+"""Every example in README.md and docs/ runs, and gives what the documents say."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from quill import docgen
+from quill.examples import mask, run_examples, with_stack
+from tests.system.conftest import Up
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", text, re.S)
+
+
+def test_generated_documents_are_current() -> None:
+    stale = [p for p, content in docgen.generated().items() if p.read_text() != content]
+    assert not stale, f"run python -m quill.docgen: {stale}"
+
+
+async def test_contract_examples_give_the_documented_replies() -> None:
+    documented = json.loads((ROOT / "docs" / "examples.json").read_text())
+    actual = await with_stack(run_examples)
+    assert mask(actual) == mask(documented)
+
+
+def test_readme_tour(up: Up) -> None:
+    tour = next(b for b in blocks(README, "bash") if "quill create" in b)
+    env = {**os.environ, "QUILL_NATS_URL": up.nats_url}
+    quill = f"{sys.executable} -m quill"
+    for line in tour.strip().splitlines():
+        command = line.replace(".venv/bin/quill", quill)
+        done = subprocess.run(
+            ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, (line, done.stderr)
+    text = subprocess.run(
+        ["bash", "-c", f"{quill} cat acme/demo notes/done.md"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert text == "# TODO\n- ship quill\n- write docs\n"
+
+
+def test_readme_sdk_example(up: Up) -> None:
+    code = next(b for b in blocks(README, "python") if "Quill.connect" in b)
+    env = {**os.environ, "QUILL_NATS_URL": up.nats_url}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "1. read",
+        "2. think",
+        "3. write",
+        "1. read",
+        "2. think",
+        "CONFLICT current etag: v2",
+    ]
