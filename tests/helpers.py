@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import nats.errors
 
 from contracts import codec, hashing
 from contracts import requests as rq
@@ -79,6 +83,7 @@ async def start_writer(stack: AsyncExitStack, nats_url: str, data: Path) -> Writ
     writer = Writer(Settings(nats_url=nats_url, data_dir=data), nc, store)
     await writer.start()
     stack.push_async_callback(writer.stop)
+    await answers(nats_url, "writer", writer.instance)
     return writer
 
 
@@ -94,4 +99,24 @@ async def start_reader(
     reader = Reader(Settings(nats_url=nats_url, data_dir=data, instance=instance), nc, store)
     await reader.start()
     stack.push_async_callback(reader.stop)
+    await answers(nats_url, "reader", reader.instance)
     return reader
+
+
+async def answers(nats_url: str, service: str, instance: str, timeout: float = 10.0) -> None:
+    """Wait until ``instance`` answers a ping from another connection, as ``quill up`` does."""
+    nc = await bus.connect(nats_url, "test-readiness")
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                await nc.publish(f"ws.sys.ping.{service}", b"", reply=inbox)
+                try:
+                    msg = await sub.next_msg(timeout=0.5)
+                except nats.errors.TimeoutError:
+                    continue
+                if json.loads(msg.data)["instance"] == instance:
+                    return
+    finally:
+        await nc.close()
