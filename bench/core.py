@@ -13,7 +13,7 @@ from pathlib import Path
 import nats
 from nats.js.api import StorageType, StreamConfig
 
-from bench.harness import Load, Process, closed_loop, quill_up, row, serial
+from bench.harness import Load, Process, closed_loop, interleaved, quill_up, row, serial
 from quill.client import Quill
 
 CLIENTS = 64
@@ -128,20 +128,31 @@ async def old_vs_latest(quill: Quill, versions: int, samples: int) -> tuple[floa
     return serial(old), serial(latest)
 
 
-async def main(seconds: float = 5.0, versions: int = 10_000) -> None:
+async def main(seconds: float = 4.0, versions: int = 10_000, rounds: int = 3) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         up, url = quill_up(Path(tmp) / "quill")
         echo = Process([sys.executable, "-m", "bench.echo", url], "echo ready")
         try:
             quill = await Quill.connect(url, timeout=30)
             print(
-                f"Quill core benchmark: {CLIENTS} closed-loop clients, {seconds:.0f}s each, "
-                "one nats-server (sync_interval: always), 2 cores\n"
+                f"Quill core benchmark: {CLIENTS} closed-loop clients; each figure measured in "
+                f"{rounds} rounds of {seconds:.0f}s, alternating with its baseline (median "
+                "round shown); one nats-server with sync_interval: always; 2 cores\n"
             )
             print(f"{'figure':<44} {'quill':>16} {'baseline':>16} {'ratio':>8}  goal")
-            base_w = await bare_publish(url, seconds)
-            spread = await quill_writes(quill, 64, seconds)
-            hot = await quill_writes(quill, 1, seconds)
+
+            async def spread_writes() -> Load:
+                return await quill_writes(quill, 64, seconds)
+
+            async def hot_writes() -> Load:
+                return await quill_writes(quill, 1, seconds)
+
+            async def bare() -> Load:
+                load = await bare_publish(url, seconds)
+                await settle(url)
+                return load
+
+            base_w, spread, hot = await interleaved(rounds, bare, spread_writes, hot_writes)
             print(
                 row(
                     "write: 64 clients on 64 workspaces",
@@ -179,8 +190,14 @@ async def main(seconds: float = 5.0, versions: int = 10_000) -> None:
                 )
             )
             await settle(url)
-            base_r = await echo_reads(url, seconds)
-            reads = await quill_reads(quill, seconds)
+
+            async def echo_figure() -> Load:
+                return await echo_reads(url, seconds)
+
+            async def read_figure() -> Load:
+                return await quill_reads(quill, seconds)
+
+            base_r, reads = await interleaved(rounds, echo_figure, read_figure)
             print(
                 row(
                     "read: 64 clients, 1 KB file",
@@ -199,7 +216,6 @@ async def main(seconds: float = 5.0, versions: int = 10_000) -> None:
                     "(latency ratio)",
                 )
             )
-            await settle(url)
             old, latest = await old_vs_latest(quill, versions, 2000)
             print(
                 row(

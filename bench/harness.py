@@ -57,6 +57,23 @@ async def closed_loop(
     return Load(counted, seconds, latencies)
 
 
+def merge(loads: list[Load]) -> Load:
+    """Rounds of one figure as one load: throughput is the median round's, latencies pooled."""
+    ordered = sorted(loads, key=lambda load: load.rate)
+    middle = ordered[len(ordered) // 2]
+    return Load(middle.ops, middle.seconds, [x for load in loads for x in load.latencies])
+
+
+async def interleaved(rounds: int, *figures: Callable[[], Awaitable[Load]]) -> list[Load]:
+    """Measure each figure ``rounds`` times, alternating between them, so that drift of the
+    machine (other load, caches, disk) falls on all of them alike."""
+    results: list[list[Load]] = [[] for _ in figures]
+    for _ in range(rounds):
+        for i, figure in enumerate(figures):
+            results[i].append(await figure())
+    return [merge(r) for r in results]
+
+
 def serial(samples: list[float]) -> float:
     return statistics.median(samples) * 1e6
 
