@@ -78,4 +78,5 @@ async def test_kill_9_mid_load_loses_no_acknowledged_write(tmp_path: Path) -> No
         assert written.file_version == 1
         await quill.close()
     finally:
-        up.stop()
+        code = up.stop()  # SIGTERM, as Ctrl-C: a clean stop removes the record of the stack
+    assert code == 0 and not (tmp_path / ".quill" / "stack.json").exists()
