@@ -7,6 +7,7 @@ line ``quill: CODE: message`` with a non-zero exit status (see ``docs/cli.md``).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -21,7 +22,12 @@ from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from quill.client import Quill, Workspace
-from services.common.runtime import Settings, run_until_stopped, setup_logging
+from services.common.runtime import (
+    Settings,
+    run_until_stopped,
+    setup_logging,
+    start_service,
+)
 
 T = TypeVar("T")
 
@@ -148,44 +154,42 @@ def service_options(fn: Callable[..., None]) -> Callable[..., None]:
     return fn
 
 
-@main.command()
-@service_options
-@click.pass_context
-def writer(
-    ctx: click.Context,
-    service_nats_url: str,
-    data: Path,
-    metrics_port: int | None,
-    root: str,
-    replicas: int,
-    log_format: str,
-) -> None:
-    """Run a writer (validates and commits mutations)."""
-    from services.writer.app import start_writer
-
-    setup_logging(ctx.obj["log_level"], log_format)
-    settings = _settings(service_nats_url, data, metrics_port, root, replicas)
-    asyncio.run(run_until_stopped(lambda: start_writer(settings)))
+SERVICES = {
+    "writer": ("services.writer.app", "Writer", "Run a writer (validates and commits mutations)."),
+    "reader": (
+        "services.reader.app",
+        "Reader",
+        "Run a reader replica (answers as of any version).",
+    ),
+}
 
 
-@main.command()
-@service_options
-@click.pass_context
-def reader(
-    ctx: click.Context,
-    service_nats_url: str,
-    data: Path,
-    metrics_port: int | None,
-    root: str,
-    replicas: int,
-    log_format: str,
-) -> None:
-    """Run a reader replica (answers queries as of any version)."""
-    from services.reader.app import start_reader
+def _service_command(name: str, module: str, attr: str, doc: str) -> click.Command:
+    @service_options
+    @click.pass_context
+    def command(
+        ctx: click.Context,
+        service_nats_url: str,
+        data: Path,
+        metrics_port: int | None,
+        root: str,
+        replicas: int,
+        log_format: str,
+    ) -> None:
+        factory = getattr(importlib.import_module(module), attr)
+        setup_logging(ctx.obj["log_level"], log_format)
+        settings = _settings(service_nats_url, data, metrics_port, root, replicas)
 
-    setup_logging(ctx.obj["log_level"], log_format)
-    settings = _settings(service_nats_url, data, metrics_port, root, replicas)
-    asyncio.run(run_until_stopped(lambda: start_reader(settings)))
+        async def start() -> Callable[[], Awaitable[None]]:
+            return (await start_service(settings, name, factory)).stop
+
+        asyncio.run(run_until_stopped(start))
+
+    return click.command(name=name, help=doc)(command)
+
+
+for _name, (_module, _attr, _doc) in SERVICES.items():
+    main.add_command(_service_command(_name, _module, _attr, _doc))
 
 
 @main.command()

@@ -7,16 +7,14 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 from contracts import ops
-from contracts.subjects import STREAM_EVENTS, Subjects
+from contracts.subjects import Subjects
 from quill.natsserver import NatsServer
 from services.common import bus
-from services.common.runtime import Settings
-from services.common.store import Store
+from services.common.runtime import Settings, start_service
 from services.reader.app import Reader
 from services.writer.app import Writer
 
@@ -64,22 +62,16 @@ async def with_stack(fn: Any) -> Any:
         root = Path(tmp)
         server = NatsServer(root / "nats").start()
         try:
-            async with AsyncExitStack() as stack:
-                nc = await bus.connect(server.url, "examples-services")
-                stack.push_async_callback(nc.close)
-                await bus.ensure_streams(nc, Subjects())
-                await nc.jetstream().stream_info(STREAM_EVENTS)
-                wstore = await Store.open(root / "w.db", role="writer")
-                stack.push_async_callback(wstore.close)
-                rstore = await Store.open(root / "r.db")
-                stack.push_async_callback(rstore.close)
-                settings = Settings(nats_url=server.url, data_dir=root)
-                writer, reader = Writer(settings, nc, wstore), Reader(settings, nc, rstore)
-                await writer.start()
-                stack.push_async_callback(writer.stop)
-                await reader.start()
-                stack.push_async_callback(reader.stop)
-                return await fn(server.url)
+            settings = Settings(nats_url=server.url, data_dir=root)
+            writer = await start_service(settings, "writer", Writer)
+            try:
+                reader = await start_service(settings, "reader", Reader)
+                try:
+                    return await fn(server.url)
+                finally:
+                    await reader.stop()
+            finally:
+                await writer.stop()
         finally:
             server.stop()
 

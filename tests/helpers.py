@@ -13,11 +13,10 @@ import nats.errors
 from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.events import PutFile
-from contracts.subjects import Origin, Subjects
+from contracts.subjects import Origin
 from services.common import bus
 from services.common.plan import Committed
-from services.common.runtime import Settings
-from services.common.store import Store
+from services.common.runtime import Settings, start_service
 from services.common.tree import WorkspaceState, fold
 from services.reader.app import Reader
 from services.writer.app import Writer
@@ -74,33 +73,22 @@ class LogBuilder:
 
 
 async def start_writer(stack: AsyncExitStack, nats_url: str, data: Path) -> Writer:
-    """Start an in-process writer; ``stack`` stops it."""
-    nc = await bus.connect(nats_url, "test-writer")
-    stack.push_async_callback(nc.close)
-    await bus.ensure_streams(nc, Subjects())
-    store = await Store.open(data / "writer.db", role="writer")
-    stack.push_async_callback(store.close)
-    writer = Writer(Settings(nats_url=nats_url, data_dir=data), nc, store)
-    await writer.start()
-    stack.push_async_callback(writer.stop)
-    await answers(nats_url, "writer", writer.instance)
-    return writer
+    """Start an in-process writer, ready to answer; ``stack`` stops it."""
+    running = await start_service(Settings(nats_url=nats_url, data_dir=data), "writer", Writer)
+    stack.push_async_callback(running.stop)
+    await answers(nats_url, "writer", running.service.instance)
+    return running.service
 
 
 async def start_reader(
     stack: AsyncExitStack, nats_url: str, data: Path, instance: str = ""
 ) -> Reader:
-    """Start an in-process reader replica; ``stack`` stops it."""
-    nc = await bus.connect(nats_url, "test-reader")
-    stack.push_async_callback(nc.close)
-    await bus.ensure_streams(nc, Subjects())
-    store = await Store.open(data / "reader.db")
-    stack.push_async_callback(store.close)
-    reader = Reader(Settings(nats_url=nats_url, data_dir=data, instance=instance), nc, store)
-    await reader.start()
-    stack.push_async_callback(reader.stop)
-    await answers(nats_url, "reader", reader.instance)
-    return reader
+    """Start an in-process reader replica, ready to answer; ``stack`` stops it."""
+    settings = Settings(nats_url=nats_url, data_dir=data, instance=instance)
+    running = await start_service(settings, "reader", Reader)
+    stack.push_async_callback(running.stop)
+    await answers(nats_url, "reader", running.service.instance)
+    return running.service
 
 
 async def answers(nats_url: str, service: str, instance: str, timeout: float = 10.0) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import prometheus_client as prom
 from nats.aio.client import Client as NATS
@@ -21,6 +21,7 @@ from contracts import codec
 from contracts.errors import QuillError
 from contracts.events import AuditRecord
 from contracts.subjects import Address, Origin, Subjects
+from services.common.store import Store
 
 log = logging.getLogger("quill")
 
@@ -154,6 +155,45 @@ class Auditor:
 
 
 # ---------------------------------------------------------------- process lifetime
+
+
+class Service(Protocol):
+    instance: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Service)
+
+
+@dataclass
+class Running(Generic[S]):
+    service: S
+    stop: Callable[[], Awaitable[None]]
+
+
+async def start_service(
+    settings: Settings, name: str, factory: Callable[[Settings, NATS, Store], S]
+) -> Running[S]:
+    """Connect, create the streams, open the service's projection (``<data>/<name>.db``), start
+    the service; the returned ``stop`` undoes all of it."""
+    from services.common import bus
+
+    serve_metrics(settings.metrics_port)
+    nc = await bus.connect(settings.nats_url, name=f"quill-{name}")
+    await bus.ensure_streams(nc, settings.subjects, settings.replicas)
+    store = await Store.open(settings.data_dir / f"{name}.db", role=name)
+    service = factory(settings, nc, store)
+    await service.start()
+
+    async def stop() -> None:
+        await service.stop()
+        await store.close()
+        await nc.drain()
+
+    return Running(service, stop)
 
 
 async def run_until_stopped(

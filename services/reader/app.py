@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -13,7 +12,7 @@ from nats.aio.subscription import Subscription
 from contracts.subjects import QUEUE_READER
 from services.common import bus
 from services.common.blobs import Blobs
-from services.common.runtime import Auditor, Settings, serve_metrics
+from services.common.runtime import Auditor, Settings
 from services.common.store import Store
 from services.reader.cache import RevisionCache
 from services.reader.follower import Follower
@@ -69,19 +68,3 @@ class Reader:
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=10)
         await self.follower.stop()
-
-
-async def start_reader(settings: Settings) -> Callable[[], Awaitable[None]]:
-    serve_metrics(settings.metrics_port)
-    nc = await bus.connect(settings.nats_url, name="quill-reader")
-    await bus.ensure_streams(nc, settings.subjects, settings.replicas)
-    store = await Store.open(settings.data_dir / "reader.db")
-    reader = Reader(settings, nc, store)
-    await reader.start()
-
-    async def stop() -> None:
-        await reader.stop()
-        await store.close()
-        await nc.drain()
-
-    return stop

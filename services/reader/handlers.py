@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -11,11 +10,12 @@ import msgspec
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
-from contracts import codec, ops
+from contracts import codec
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.subjects import STREAM_EVENTS, Address, Origin
+from contracts.subjects import STREAM_EVENTS, Address
 from services.common.bus import respond
+from services.common.entry import Incoming, parse, reject
 from services.common.store import WorkspaceRow
 
 if TYPE_CHECKING:
@@ -77,48 +77,36 @@ async def resolve(reader: Reader, address: Address, req: rq.Query) -> tuple[Work
 
 
 def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:
-    names = ", ".join(spec.name for spec in ops.of_kind("qry"))
     tasks: set[asyncio.Task[None]] = reader.tasks
 
-    async def answer(msg: Msg, started: float) -> None:
-        address: Address | None = None
-        origin: Origin | None = None
+    async def answer(incoming: Incoming) -> None:
         try:
-            address = reader.subjects.parse_request(msg.subject)
-            spec = ops.find("qry", address.op)
-            if spec is None:
-                raise QuillError(
-                    ErrorCode.INVALID_ARGUMENT, f"Unknown query {address.op!r} (queries: {names})"
-                )
-            origin = Origin.from_headers(msg.headers)
-            request = codec.decode_request(spec, msg.data)
+            address, spec, origin, request = parse(incoming, reader.subjects, "qry")
             assert isinstance(request, rq.Query)
             ws, version = await resolve(reader, address, request)
             method: Callable[..., Awaitable[Any]] = getattr(reader.queries, spec.name)
             result = await method(ws, version, request)
         except QuillError as exc:
-            await respond(msg, codec.error_reply(exc))
-            if address is not None:
-                await reader.auditor.record(address, origin, started, error=exc)
+            await reject(incoming, exc, reader.auditor)
             return
         except Exception as exc:
-            reader.log.exception("query %s failed", msg.subject)
+            reader.log.exception("query %s failed", incoming.msg.subject)
             error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
-            await respond(msg, codec.error_reply(error))
+            await reject(incoming, error, reader.auditor)
             return
-        await respond(msg, codec.ok_reply(version, result))
+        await respond(incoming.msg, codec.ok_reply(version, result))
         path = getattr(request, "path", None)
         await reader.auditor.record(
-            address, origin, started, version=version, paths=[path] if path else []
+            address, origin, incoming.started, version=version, paths=[path] if path else []
         )
 
     async def on_query(msg: Msg) -> None:
-        started = time.perf_counter()
+        incoming = Incoming(msg)
         if len(tasks) >= reader.max_inflight:
             error = QuillError(ErrorCode.UNAVAILABLE, "The reader is overloaded; retry later")
-            await respond(msg, codec.error_reply(error))
+            await reject(incoming, error, reader.auditor)
             return
-        task = asyncio.create_task(answer(msg, started))
+        task = asyncio.create_task(answer(incoming))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -16,7 +15,7 @@ from contracts.subjects import QUEUE_WRITER, Subjects
 from services.common import bus
 from services.common.blobs import Blobs
 from services.common.plan import Committed
-from services.common.runtime import Auditor, Settings, serve_metrics
+from services.common.runtime import Auditor, Settings
 from services.common.store import Store
 from services.writer.append import Appender, Group
 from services.writer.handlers import command_handler
@@ -141,20 +140,3 @@ class Writer:
             except TimeoutError:
                 log.warning("stopping with commands still in flight")
         await self.appender.stop()
-
-
-async def start_writer(settings: Settings) -> Callable[[], Awaitable[None]]:
-    """Start a writer process's parts; return the function that stops them."""
-    serve_metrics(settings.metrics_port)
-    nc = await bus.connect(settings.nats_url, name="quill-writer")
-    await bus.ensure_streams(nc, settings.subjects, settings.replicas)
-    store = await Store.open(settings.data_dir / "writer.db", role="writer")
-    writer = Writer(settings, nc, store)
-    await writer.start()
-
-    async def stop() -> None:
-        await writer.stop()
-        await store.close()
-        await nc.drain()
-
-    return stop

@@ -7,17 +7,14 @@ flight).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from nats.aio.msg import Msg
 
-from contracts import codec, ops
 from contracts.errors import ErrorCode, QuillError
-from contracts.subjects import Address, Origin
-from services.common.bus import respond
+from services.common.entry import Incoming, parse, reject
 from services.writer.workspace import Pending
 
 if TYPE_CHECKING:
@@ -25,22 +22,10 @@ if TYPE_CHECKING:
 
 
 def command_handler(writer: Writer) -> Callable[[Msg], Awaitable[None]]:
-    names = ", ".join(spec.name for spec in ops.of_kind("cmd"))
-
     async def on_command(msg: Msg) -> None:
-        started = time.perf_counter()
-        address: Address | None = None
-        origin: Origin | None = None
+        incoming = Incoming(msg)
         try:
-            address = writer.subjects.parse_request(msg.subject)
-            spec = ops.find("cmd", address.op)
-            if spec is None:
-                raise QuillError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"Unknown command {address.op!r} (commands: {names})",
-                )
-            origin = Origin.from_headers(msg.headers, new_id=uuid.uuid4)
-            request = codec.decode_request(spec, msg.data)
+            address, spec, origin, request = parse(incoming, writer.subjects, "cmd", uuid.uuid4)
             if writer.queued >= writer.max_queued:
                 raise QuillError(
                     ErrorCode.UNAVAILABLE,
@@ -48,12 +33,10 @@ def command_handler(writer: Writer) -> Callable[[Msg], Awaitable[None]]:
                     {"queued": writer.queued},
                 )
         except QuillError as exc:
-            await respond(msg, codec.error_reply(exc))
-            if address is not None:
-                await writer.auditor.record(address, origin, started, error=exc)
+            await reject(incoming, exc, writer.auditor)
             return
         actor = writer.actor(address.tenant, address.workspace)
-        if actor.submit(Pending(address, spec, request, origin, msg, started)):
+        if actor.submit(Pending(address, spec, request, origin, msg, incoming.started)):
             writer.queued += 1
 
     return on_command

@@ -1,0 +1,67 @@
+"""The edge of every service: a request message → its address, op, origin and request.
+
+Both services parse requests the same way and answer a bad one the same way: with the error
+reply, and an audit record when the subject named a workspace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nats.aio.msg import Msg
+
+from contracts import codec, ops
+from contracts.errors import ErrorCode, QuillError
+from contracts.ops import OpKind, OpSpec
+from contracts.requests import Request
+from contracts.subjects import Address, Origin, Subjects
+from services.common.bus import respond
+from services.common.runtime import Auditor
+
+_NOUNS = {"cmd": ("command", "commands"), "qry": ("query", "queries"), "exec": ("op", "ops")}
+
+
+@dataclass
+class Incoming:
+    """A request as far as it has been understood (for replying and auditing on failure)."""
+
+    msg: Msg
+    started: float = field(default_factory=time.perf_counter)
+    address: Address | None = None
+    spec: OpSpec | None = None
+    origin: Origin | None = None
+    request: Request | None = None
+
+
+def parse(
+    incoming: Incoming,
+    subjects: Subjects,
+    kind: OpKind,
+    new_id: Callable[[], object] | None = None,
+) -> tuple[Address, OpSpec, Origin, Request]:
+    """Understand ``incoming.msg`` as a request of ``kind``, filling ``incoming`` as it goes.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for a bad subject, unknown op, header or body.
+    """
+    address = incoming.address = subjects.parse_request(incoming.msg.subject)
+    spec = ops.find(kind, address.op)
+    if spec is None:
+        one, many = _NOUNS[kind]
+        names = ", ".join(s.name for s in ops.of_kind(kind))
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT, f"Unknown {one} {address.op!r} ({many}: {names})"
+        )
+    incoming.spec = spec
+    origin = incoming.origin = Origin.from_headers(incoming.msg.headers, new_id)
+    request = incoming.request = codec.decode_request(spec, incoming.msg.data)
+    return address, spec, origin, request
+
+
+async def reject(incoming: Incoming, error: QuillError, auditor: Auditor) -> None:
+    """Answer ``incoming`` with ``error`` and audit it (when it named a workspace)."""
+    await respond(incoming.msg, codec.error_reply(error))
+    if incoming.address is not None:
+        await auditor.record(incoming.address, incoming.origin, incoming.started, error=error)
