@@ -16,10 +16,23 @@ import sys
 import sysconfig
 import threading
 from pathlib import Path
+from typing import Any
 
 from contracts.limits import MAX_MESSAGE_BYTES
 
 _LISTEN = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
+
+
+def terminate(proc: subprocess.Popen[Any], timeout: float = 15.0) -> None:
+    """SIGTERM ``proc``; SIGKILL it if it has not exited within ``timeout``."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def binary() -> Path:
@@ -111,16 +124,9 @@ class NatsServer:
         self._ready.set()
 
     def stop(self, timeout: float = 10.0) -> None:
-        proc = self.process
-        if proc is None:
+        if self.process is None:
             return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(self.process, timeout)
         self._close()
 
     def kill(self) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from quill.natsserver import terminate
 from services.common import bus
 
 log = logging.getLogger("quill.stack")
@@ -74,14 +75,8 @@ class Child:
         return self.process is not None and self.process.poll() is None
 
     def stop(self, timeout: float = 15.0) -> None:
-        proc = self.process
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if self.process is not None:
+            terminate(self.process, timeout)
         if self._log is not None:
             self._log.close()
             self._log = None
