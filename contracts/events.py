@@ -1,9 +1,9 @@
 """The log (``ws.evt.<t>.<w>`` in stream WS_EVENTS) and the notifications.
 
 A workspace is the fold of its events. Each event is one JSON message; its hash is the
-sha256 of the message payload (hex), and the next event carries it as ``prev_hash``, so the
-log of a workspace is a hash chain. ``tree_hash`` is the hash of the whole tree after the
-event (see ``contracts.hashing``).
+sha256 of the message payload (hex), carried in the ``Ws-Event-Hash`` header; the next event
+carries it as ``prev_hash``, so the log of a workspace is a hash chain. ``tree_hash`` is the
+hash of the whole tree after the event (see ``contracts.hashing``).
 
 Changes inside a ``changes_committed`` event are applied in order, all or nothing:
 

@@ -34,6 +34,8 @@ HEADER_ACTOR = "Ws-Actor"
 HEADER_SESSION = "Ws-Session"
 HEADER_RUN = "Ws-Run"
 HEADER_REQUEST_ID = "Ws-Request-Id"
+HEADER_EVENT_HASH = "Ws-Event-Hash"
+"""On every event message: the event's own hash, sha256 (hex) of the message payload."""
 
 ID_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
 _ID_RE = re.compile(ID_PATTERN + r"\Z")

@@ -12,7 +12,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from contracts import codec, hashing
-from contracts.subjects import STREAM_EVENTS
+from contracts.subjects import HEADER_EVENT_HASH, STREAM_EVENTS
 from services.common.plan import Committed
 
 log = logging.getLogger("quill.log")
@@ -21,14 +21,22 @@ LINGER_S = 0.005
 LINGER_IF_BUSY_S = 0.01
 
 
+class CorruptEvent(Exception):
+    """An event message whose payload does not hash to the hash it carries."""
+
+
 def committed(msg: Msg, metadata: Msg.Metadata | None = None) -> Committed:
-    """Decode an event message delivered by a consumer."""
+    """Decode an event message delivered by a consumer, verifying the hash it carries.
+
+    Raises:
+        CorruptEvent: the payload does not match its ``Ws-Event-Hash``.
+    """
     meta = metadata or msg.metadata
-    return Committed(
-        event=codec.decode_event(msg.data),
-        hash=hashing.event_hash(msg.data),
-        seq=meta.sequence.stream,
-    )
+    digest = hashing.event_hash(msg.data)
+    carried = (msg.headers or {}).get(HEADER_EVENT_HASH)
+    if carried is not None and carried != digest:
+        raise CorruptEvent(f"{msg.subject} seq {meta.sequence.stream}: hash mismatch")
+    return Committed(event=codec.decode_event(msg.data), hash=digest, seq=meta.sequence.stream)
 
 
 async def last_seq(js: JetStreamContext, subject: str) -> int:
@@ -97,9 +105,10 @@ async def follow(
             meta = msg.metadata
             queue.put_nowait((committed(msg, meta), meta.num_pending))
         except Exception:
-            # A newer writer's event this replica cannot read: it will stop at the gap (and
-            # say so every second) rather than skip an event.
-            log.critical("cannot decode the event at %s; upgrade this replica", msg.subject)
+            # An event this replica cannot read (a newer writer's, or corrupt): it stops at the
+            # gap (and says so every second) rather than skip an event.
+            log.critical("cannot read the event at %s; see the log above", msg.subject)
+            log.exception("event rejected")
 
     last_apply = 0.0
 

@@ -29,6 +29,8 @@ import nats.errors
 import prometheus_client as prom
 from nats.aio.client import Client as NATS
 
+from contracts.subjects import HEADER_EVENT_HASH
+
 log = logging.getLogger("quill.writer.append")
 
 BATCH_EVENTS = prom.Histogram(
@@ -66,6 +68,8 @@ class Group:
     expected_seq: int
     payloads: list[bytes]
     msg_ids: list[str]
+    hashes: list[str]
+    """Each payload's sha256, sent as ``Ws-Event-Hash``."""
     context: Any = None
     """Whatever the submitter wants back in ``on_commit`` (the decoded events)."""
     future: asyncio.Future[list[int]] = field(
@@ -211,8 +215,9 @@ class Appender:
         """
         msgs: list[tuple[str, bytes, dict[str, str]]] = []
         for group in groups:
-            for i, (payload, msg_id) in enumerate(zip(group.payloads, group.msg_ids, strict=True)):
-                headers = {"Nats-Msg-Id": msg_id}
+            rows = zip(group.payloads, group.msg_ids, group.hashes, strict=True)
+            for i, (payload, msg_id, digest) in enumerate(rows):
+                headers = {"Nats-Msg-Id": msg_id, HEADER_EVENT_HASH: digest}
                 if i == 0:
                     headers["Nats-Expected-Last-Subject-Sequence"] = str(group.expected_seq)
                 msgs.append((group.subject, payload, headers))

@@ -199,6 +199,7 @@ class WorkspaceActor:
                     self.writer.subjects.msg_id(self.tenant, self.workspace, p.origin.request_id)
                     for p, *_ in staged
                 ],
+                hashes=[digest for _, _, _, digest, _ in staged],
                 context=[(event, digest) for _, _, event, digest, _ in staged],
             )
             try:

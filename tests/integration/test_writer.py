@@ -7,12 +7,15 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from contracts import hashing
 from contracts.subjects import STREAM_EVENTS, Subjects
 from services.common import bus
+from services.common.log import CorruptEvent, committed
 from services.common.runtime import Settings
 from services.common.store import Store
 from services.writer.app import Writer
@@ -126,3 +129,28 @@ async def test_concurrent_writers_to_one_workspace_are_serialised(writer: Writer
     assert sorted(r["version"] for r in replies) == list(range(2, 102))
     sizes = sorted(r["result"]["size"] for r in replies)
     assert len(set(sizes)) == 100  # every append saw the previous one: no lost update
+
+
+async def test_events_carry_their_hash_and_readers_refuse_a_corrupt_one(
+    writer: Writer, nc: NATS
+) -> None:
+    await cmd(nc, "acme/hashed", "create", {})
+    await cmd(nc, "acme/hashed", "write", {"path": "a", "content": "x"})
+    seen: list[Msg] = []
+    both = asyncio.Event()
+
+    async def keep(msg: Msg) -> None:
+        seen.append(msg)
+        if len(seen) == 2:
+            both.set()
+
+    sub = await nc.jetstream().subscribe(S.evt("acme", "hashed"), cb=keep, ordered_consumer=True)
+    await asyncio.wait_for(both.wait(), 10)
+    await sub.unsubscribe()
+    event = seen[1]
+    assert event.headers is not None
+    assert event.headers["Ws-Event-Hash"] == hashing.event_hash(event.data)
+    assert committed(event).hash == event.headers["Ws-Event-Hash"]
+    event.data = event.data.replace(b'"a"', b'"A"')
+    with pytest.raises(CorruptEvent):
+        committed(event)
