@@ -102,6 +102,40 @@ class ChangesApplied(Result, frozen=True, kw_only=True):
     """False when nothing was committed (no event, version unchanged)."""
 
 
+class FileEdited(Result, frozen=True, kw_only=True):
+    path: str
+    replacements: int
+    """Occurrences replaced."""
+    lines_changed: int
+    """Lines that differ between the old and the new text."""
+    size: int
+    file_version: int
+    etag: str
+
+
+class FileModified(Result, frozen=True, kw_only=True):
+    path: str
+    operations: int
+    replacements: int
+    """Matches replaced by the ``regex_replace`` operations."""
+    lines_before: int
+    lines_after: int
+    size: int
+    file_version: int
+    etag: str
+
+
+class Restored(Result, frozen=True, kw_only=True):
+    path: str | None
+    version: int
+    """The version restored."""
+    changed: list[str]
+    """Paths changed (first 100)."""
+    changed_total: int
+    committed: bool
+    """False when it already was as at ``version`` (no event)."""
+
+
 # ---------------------------------------------------------------- query results
 
 
@@ -202,6 +236,74 @@ class HistoryPage(Result, frozen=True, kw_only=True):
     revisions: list[Revision]
     truncated: bool
     """True when older revisions remain (page with ``before``)."""
+
+
+class Matches(Result, frozen=True, kw_only=True):
+    """Entries matching a glob."""
+
+    path: str
+    pattern: str
+    entries: list[Entry]
+    """Newest first."""
+    total: int
+    truncated: bool
+
+
+class GrepMatch(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    line: int
+    """1-based line number."""
+    text: str
+    """The matching line (without its newline)."""
+    before: list[str]
+    after: list[str]
+
+
+class GrepResult(Result, frozen=True, kw_only=True):
+    pattern: str
+    matches: list[GrepMatch]
+    total: int
+    """Matching lines in all, including those not returned."""
+    truncated: bool
+    files_searched: int
+    files_matched: int
+
+
+class TreeEntry(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    kind: Kind
+    depth: int
+    """1 for the entries of the explored directory."""
+    size: int | None = None
+    modified: datetime | None = None
+
+
+class Tree(Result, frozen=True, kw_only=True):
+    path: str
+    entries: list[TreeEntry]
+    """Depth-first, directories before files, by name."""
+    total: int
+    truncated: bool
+
+
+class FileDiff(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    change: str
+    """``added``, ``deleted`` or ``modified``."""
+    binary: bool
+    diff: str
+    """Unified diff text (empty for a binary file)."""
+
+
+class Diff(Result, frozen=True, kw_only=True):
+    path: str | None
+    from_version: int
+    to_version: int
+    files: list[FileDiff]
+    diff: str
+    """All the files' diffs as one unified diff."""
+    truncated: bool
+    """True when the diff was cut at the read limit."""
 
 
 class WorkspaceInfo(Result, frozen=True, kw_only=True):

@@ -156,6 +156,82 @@ class ApplyChanges(Command, frozen=True, kw_only=True):
     """Why (recorded in the event)."""
 
 
+class EditFile(Command, frozen=True, kw_only=True):
+    """Replace an exact string in a text file (like OpenCode's edit tool)."""
+
+    path: PathArg
+    old_string: Annotated[str, Meta(min_length=1, max_length=MAX_MESSAGE_BYTES)]
+    """The exact text to replace (whitespace and indentation included)."""
+    new_string: Text
+    """The replacement, inserted literally (``$1`` stays ``$1``)."""
+    replace_all: bool = False
+    """Replace every occurrence (else ``old_string`` must occur exactly once)."""
+    if_match: Etag | None = None
+
+
+class ReplaceLines(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="replace"
+):
+    """Replace lines ``start_line``..``end_line`` (inclusive) with ``new_content``."""
+
+    start_line: LineNo
+    end_line: LineNo
+    new_content: Text
+
+
+class InsertLines(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="insert"
+):
+    """Insert ``new_content`` after line ``after_line`` (0: at the top)."""
+
+    after_line: Annotated[int, Meta(ge=0, le=2**31)]
+    new_content: Text
+
+
+class DeleteLines(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="delete"
+):
+    """Delete lines ``start_line``..``end_line`` (inclusive)."""
+
+    start_line: LineNo
+    end_line: LineNo
+
+
+class RegexReplace(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag="regex_replace"
+):
+    """Replace matches of ``pattern`` (Python ``re`` syntax) with ``replacement``, where
+    ``$1``/``$<name>`` name groups, ``$&`` the whole match and ``$$`` a dollar sign."""
+
+    pattern: Annotated[str, Meta(min_length=1, max_length=4096)]
+    replacement: Text
+    flags: Annotated[str, Meta(pattern=r"^[gimsx]*$")] = ""
+    """``g`` every match (else the first), ``i`` ignore case, ``m`` ^/$ at lines, ``s`` dot
+    matches newline, ``x`` verbose."""
+
+
+ModifyOperation = ReplaceLines | InsertLines | DeleteLines | RegexReplace
+
+
+class ModifyFile(Command, frozen=True, kw_only=True):
+    """Targeted changes to a text file, all or nothing, as one event. Line operations use the
+    file's line numbers before the call and must not overlap; regex replacements then run in
+    order on the result."""
+
+    path: PathArg
+    operations: Annotated[list[ModifyOperation], Meta(min_length=1, max_length=1000)]
+    if_match: Etag | None = None
+
+
+class RestorePath(Command, frozen=True, kw_only=True):
+    """Bring a path, or the whole workspace, back to how it was at ``version``, as a new event."""
+
+    version: Version
+    """The version to restore."""
+    path: PathArg | None = None
+    """A file or directory to restore; omit for the whole workspace."""
+
+
 # ---------------------------------------------------------------- queries (ws.qry.…)
 
 
@@ -206,6 +282,66 @@ class History(Query, frozen=True, kw_only=True):
     """Most revisions to return."""
     before: Version | None = None
     """Page backwards: only versions lower than this."""
+
+
+Patterns = Annotated[list[Annotated[str, Meta(max_length=1024)]], Meta(max_length=100)]
+EntryKind = Literal["file", "directory", "any"]
+
+
+class GlobQuery(Query, frozen=True, kw_only=True):
+    """Paths matching a glob (``*``, ``**``, ``?``, ``[abc]``, ``{a,b}``), newest first."""
+
+    pattern: Annotated[str, Meta(min_length=1, max_length=1024)]
+    """Relative to ``path``; ``*`` stays within a directory, ``**`` crosses directories."""
+    path: PathArg = ""
+    """The directory to search in."""
+    kind: EntryKind = "any"
+    max_results: Annotated[int, Meta(ge=1, le=10_000)] | None = None
+    """Default 100, at most the workspace's ``max_search_results`` ceiling."""
+    exclude: Patterns | None = None
+    """Globs to leave out; default: the workspace's default exclusions. ``[]``: none."""
+
+
+class GrepQuery(Query, frozen=True, kw_only=True):
+    """Lines matching a regex or literal text in the files under ``path``."""
+
+    pattern: Annotated[str, Meta(min_length=1, max_length=4096)]
+    path: PathArg = ""
+    literal: bool = False
+    """Match ``pattern`` as plain text rather than a regular expression."""
+    ignore_case: bool = False
+    include: Patterns | None = None
+    """Only files matching one of these globs (``*.ts``: at any depth; ``src/**/*.ts``)."""
+    exclude: Patterns | None = None
+    """Globs to leave out; default: the workspace's default exclusions. ``[]``: none."""
+    context_lines: Annotated[int, Meta(ge=0, le=50)] = 0
+    max_results: Annotated[int, Meta(ge=1, le=10_000)] | None = None
+    """Most matches to return (default 100); ``total`` still counts them all."""
+
+
+class ExploreQuery(Query, frozen=True, kw_only=True):
+    """The tree under ``path``: its entries, or with ``recursive`` down to ``max_depth``."""
+
+    path: PathArg = ""
+    recursive: bool = False
+    max_depth: Annotated[int, Meta(ge=1, le=100)] = 3
+    exclude: Patterns | None = None
+    """Globs to leave out; default: the workspace's default exclusions. ``[]``: none."""
+    metadata: bool = False
+    """Include size and modification time of each entry."""
+    max_results: Annotated[int, Meta(ge=1, le=10_000)] | None = None
+    """Default: the workspace's ``max_directory_entries``."""
+
+
+class DiffQuery(Query, frozen=True, kw_only=True):
+    """Unified diff of a path, or of the whole workspace, between two versions."""
+
+    from_version: Version
+    to_version: Version | None = None
+    """Default: the latest (or ``version``)."""
+    path: PathArg | None = None
+    """A file or directory; omit for the whole workspace."""
+    context_lines: Annotated[int, Meta(ge=0, le=100)] = 3
 
 
 class WorkspaceInfoQuery(Query, frozen=True, kw_only=True):

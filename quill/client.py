@@ -260,6 +260,45 @@ class Workspace:
         )
         return await self._cmd("apply", body, rp.ChangesApplied)
 
+    async def edit(
+        self,
+        path: str,
+        old_string: str,
+        new_string: str,
+        *,
+        replace_all: bool = False,
+        if_match: str | None = None,
+        expected_version: int | None = None,
+    ) -> rp.FileEdited:
+        body = rq.EditFile(
+            path=path,
+            old_string=old_string,
+            new_string=new_string,
+            replace_all=replace_all,
+            if_match=if_match,
+            expected_version=expected_version,
+        )
+        return await self._cmd("edit", body, rp.FileEdited)
+
+    async def modify(
+        self,
+        path: str,
+        operations: Sequence[rq.ModifyOperation],
+        *,
+        if_match: str | None = None,
+        expected_version: int | None = None,
+    ) -> rp.FileModified:
+        body = rq.ModifyFile(
+            path=path,
+            operations=list(operations),
+            if_match=if_match,
+            expected_version=expected_version,
+        )
+        return await self._cmd("modify", body, rp.FileModified)
+
+    async def restore(self, version: int, path: str | None = None) -> rp.Restored:
+        return await self._cmd("restore", rq.RestorePath(version=version, path=path), rp.Restored)
+
     # ------------------------------------------------------------------ queries
     async def read(
         self,
@@ -316,6 +355,90 @@ class Workspace:
 
     async def stat(self, path: str = ".", *, version: int | None = None) -> rp.FileInfo:
         return await self._qry("stat", rq.StatPath(path=path, version=version), rp.FileInfo)
+
+    async def glob(
+        self,
+        pattern: str,
+        path: str = ".",
+        *,
+        kind: Literal["file", "directory", "any"] = "any",
+        max_results: int | None = None,
+        exclude: list[str] | None = None,
+        version: int | None = None,
+    ) -> rp.Matches:
+        body = rq.GlobQuery(
+            pattern=pattern,
+            path=path,
+            kind=kind,
+            max_results=max_results,
+            exclude=exclude,
+            version=version,
+        )
+        return await self._qry("glob", body, rp.Matches)
+
+    async def grep(
+        self,
+        pattern: str,
+        path: str = ".",
+        *,
+        literal: bool = False,
+        ignore_case: bool = False,
+        include: list[str] | None = None,
+        exclude: list[str] | None = None,
+        context_lines: int = 0,
+        max_results: int | None = None,
+        version: int | None = None,
+    ) -> rp.GrepResult:
+        body = rq.GrepQuery(
+            pattern=pattern,
+            path=path,
+            literal=literal,
+            ignore_case=ignore_case,
+            include=include,
+            exclude=exclude,
+            context_lines=context_lines,
+            max_results=max_results,
+            version=version,
+        )
+        return await self._qry("grep", body, rp.GrepResult)
+
+    async def explore(
+        self,
+        path: str = ".",
+        *,
+        recursive: bool = False,
+        max_depth: int = 3,
+        exclude: list[str] | None = None,
+        metadata: bool = False,
+        max_results: int | None = None,
+        version: int | None = None,
+    ) -> rp.Tree:
+        body = rq.ExploreQuery(
+            path=path,
+            recursive=recursive,
+            max_depth=max_depth,
+            exclude=exclude,
+            metadata=metadata,
+            max_results=max_results,
+            version=version,
+        )
+        return await self._qry("explore", body, rp.Tree)
+
+    async def diff(
+        self,
+        from_version: int,
+        to_version: int | None = None,
+        path: str | None = None,
+        *,
+        context_lines: int = 3,
+    ) -> rp.Diff:
+        body = rq.DiffQuery(
+            from_version=from_version,
+            to_version=to_version,
+            path=path,
+            context_lines=context_lines,
+        )
+        return await self._qry("diff", body, rp.Diff)
 
     async def history(
         self, path: str | None = None, *, limit: int = 100, before: int | None = None
