@@ -18,6 +18,7 @@ from nats.js.object_store import ObjectStore
 from contracts import hashing
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import BUCKET_BLOBS
+from services.common.content import as_text
 from services.common.store import Store
 
 log = logging.getLogger("quill.blobs")
@@ -84,5 +85,5 @@ class Blobs:
         data = result.data or b""
         if hashing.content_sha256(data) != sha256:
             raise QuillError(ErrorCode.INTERNAL, f"Content {sha256[:12]}… is corrupt")
-        await self._store.put_blob(sha256, data)
+        await self._store.put_blob(sha256, data, as_text(data))
         return data

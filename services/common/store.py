@@ -24,10 +24,10 @@ import msgspec
 
 from contracts.events import WorkspaceCreated
 from contracts.limits import Limits
-from services.common.plan import LIVE, Committed, Plan, plan
+from services.common.plan import LIVE, Committed, Plan, plan, subtree
 from services.common.tree import DirNode, FileNode, WorkspaceState
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
@@ -50,15 +50,19 @@ CREATE TABLE IF NOT EXISTS revisions(
     sha256 TEXT, size INTEGER NOT NULL, file_version INTEGER, executable INTEGER NOT NULL,
     binary INTEGER NOT NULL, created TEXT NOT NULL, modified TEXT NOT NULL, moved_from TEXT,
     PRIMARY KEY(ws, path, version)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS blobs(sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB);
+CREATE TABLE IF NOT EXISTS blobs(
+    sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB, indexed INTEGER NOT NULL DEFAULT 0);
 """
 ROLE_INDEXES = {
     # The writer looks up request ids (idempotent retries) and loads whole workspaces.
     "writer": "CREATE INDEX IF NOT EXISTS events_request ON events(ws, request_id);",
-    # Readers answer as-of-version listings and whole-tree queries.
+    # Readers answer as-of-version listings and whole-tree queries, and search contents: a
+    # contentless trigram index of every text blob (keyed by the blob's rowid).
     "reader": """
 CREATE INDEX IF NOT EXISTS revisions_live ON revisions(ws, until, path);
 CREATE INDEX IF NOT EXISTS revisions_children ON revisions(ws, parent, until);
+CREATE VIRTUAL TABLE IF NOT EXISTS content_index
+    USING fts5(content, tokenize='trigram', content='', detail=none);
 """,
 }
 """Each role indexes only what it queries: every index costs on every applied event."""
@@ -77,8 +81,9 @@ _COLUMNS = (
     "until",
     "moved_from",
 )
-_REV_COLS = ", ".join(_COLUMNS)
-_R_REV_COLS = ", ".join("r." + c for c in _COLUMNS)
+REVISION_COLUMNS = ", ".join(_COLUMNS)
+"""The columns ``node_from_row`` reads, in order."""
+R_REVISION_COLUMNS = ", ".join("r." + c for c in _COLUMNS)
 _limits_decoder = msgspec.json.Decoder(Limits)
 
 
@@ -115,6 +120,14 @@ class Node:
     moved_from: str | None
 
 
+async def _schema_version(db: aiosqlite.Connection) -> str | None:
+    try:
+        rows = list(await db.execute_fetchall("SELECT value FROM meta WHERE key='schema_version'"))
+    except aiosqlite.OperationalError:
+        return None
+    return str(rows[0][0]) if rows else None
+
+
 class ProjectionGap(Exception):
     """An event arrived before the one preceding it: the projection must catch up first."""
 
@@ -135,7 +148,7 @@ def _workspace_row(r: Any) -> WorkspaceRow:
     )
 
 
-def _node(row: Any) -> Node:
+def node_from_row(row: Any) -> Node:
     return Node(
         row[0],
         row[1],
@@ -155,8 +168,11 @@ def _node(row: Any) -> Node:
 class Store:
     """A projection database. Open with ``await Store.open(path)``."""
 
-    def __init__(self, path: Path, write: aiosqlite.Connection, read: aiosqlite.Connection):
+    def __init__(
+        self, path: Path, write: aiosqlite.Connection, read: aiosqlite.Connection, role: str
+    ) -> None:
         self.path = path
+        self.role = role
         self._w = write
         self._r = read
         self._ids: dict[tuple[str, str], int] = {}
@@ -166,8 +182,15 @@ class Store:
 
     @classmethod
     async def open(cls, path: Path, role: str = "reader") -> Store:
+        """Open (or create) the projection at ``path`` for ``role`` (``writer``/``reader``).
+        A projection written by another schema version is deleted and rebuilt from the log."""
         path.parent.mkdir(parents=True, exist_ok=True)
         write = await aiosqlite.connect(path)
+        if await _schema_version(write) not in (None, SCHEMA_VERSION):
+            await write.close()
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            write = await aiosqlite.connect(path)
         await write.execute("PRAGMA journal_mode=WAL")
         await write.execute("PRAGMA synchronous=NORMAL")  # a rebuildable cache: no fsync per txn
         await write.execute("PRAGMA wal_autocheckpoint=10000")
@@ -180,7 +203,7 @@ class Store:
         read = await aiosqlite.connect(path)
         await read.execute("PRAGMA query_only=1")
         await read.execute("PRAGMA cache_size=-65536")
-        store = cls(path, write, read)
+        store = cls(path, write, read, role)
         for row in await write.execute_fetchall(
             "SELECT id, tenant, name, trust, limits, created, version, last_seq, last_hash, "
             "tree_hash, updated FROM workspaces"
@@ -190,6 +213,11 @@ class Store:
             store._versions[(ws.tenant, ws.name)] = ws.version
             store._rows[(ws.tenant, ws.name)] = ws
         return store
+
+    @property
+    def reads(self) -> aiosqlite.Connection:
+        """The read-only connection (WAL snapshot per statement), for query modules."""
+        return self._r
 
     async def close(self) -> None:
         await self._r.close()
@@ -308,7 +336,7 @@ class Store:
             ("INSERT INTO revisions VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", p.rows),
             ("INSERT INTO events VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", p.events),
             (
-                "INSERT INTO blobs VALUES(?, ?, ?) ON CONFLICT(sha256) "
+                "INSERT INTO blobs(sha256, size, data) VALUES(?, ?, ?) ON CONFLICT(sha256) "
                 "DO UPDATE SET data=coalesce(blobs.data, excluded.data)",
                 p.blobs,
             ),
@@ -318,48 +346,40 @@ class Store:
                 list(p.workspace_updates.values()),
             ),
         ]
+        if self.role == "reader" and p.texts:
+            statements += [
+                (
+                    "INSERT INTO content_index(rowid, content) "
+                    "SELECT rowid, ? FROM blobs WHERE sha256 = ? AND indexed = 0",
+                    [(text, sha) for sha, text in p.texts.items()],
+                ),
+                ("UPDATE blobs SET indexed = 1 WHERE sha256 = ?", [(sha,) for sha in p.texts]),
+            ]
         for sql, rows in statements:
             if rows:
                 await self._w.executemany(sql, rows)
 
-    async def put_blob(self, sha256: str, data: bytes) -> None:
-        await self._w.execute(
-            "INSERT INTO blobs VALUES(?, ?, ?) ON CONFLICT(sha256) DO UPDATE SET data=?",
-            (sha256, len(data), data, data),
-        )
-        await self._w.commit()
+    async def put_blob(self, sha256: str, data: bytes, text: str | None = None) -> None:
+        """Keep content fetched from WS_BLOBS; readers index it if it is ``text``."""
+        async with self._lock:
+            await self._w.execute(
+                "INSERT INTO blobs(sha256, size, data) VALUES(?, ?, ?) "
+                "ON CONFLICT(sha256) DO UPDATE SET data=excluded.data",
+                (sha256, len(data), data),
+            )
+            if self.role == "reader" and text is not None:
+                await self._w.execute(
+                    "INSERT INTO content_index(rowid, content) "
+                    "SELECT rowid, ? FROM blobs WHERE sha256 = ? AND indexed = 0",
+                    (text, sha256),
+                )
+                await self._w.execute("UPDATE blobs SET indexed = 1 WHERE sha256 = ?", (sha256,))
+            await self._w.commit()
 
     # ------------------------------------------------------------------ queries
     def workspace(self, tenant: str, name: str) -> WorkspaceRow | None:
         """The workspace as projected (kept in memory, updated by ``apply``)."""
         return self._rows.get((tenant, name))
-
-    async def node(self, ws: int, path: str, version: int) -> Node | None:
-        rows = list(
-            await self._r.execute_fetchall(
-                f"SELECT {_REV_COLS} FROM revisions WHERE ws=? AND path=? AND version<=? "
-                "ORDER BY version DESC LIMIT 1",
-                (ws, path, version),
-            )
-        )
-        if not rows or rows[0][10] <= version:
-            return None
-        return _node(rows[0])
-
-    async def node_with_data(
-        self, ws: int, path: str, version: int
-    ) -> tuple[Node, bytes | None] | None:
-        rows = list(
-            await self._r.execute_fetchall(
-                f"SELECT {_R_REV_COLS}, b.data "
-                "FROM revisions r LEFT JOIN blobs b ON b.sha256 = r.sha256 "
-                "WHERE r.ws=? AND r.path=? AND r.version<=? ORDER BY r.version DESC LIMIT 1",
-                (ws, path, version),
-            )
-        )
-        if not rows or rows[0][10] <= version:
-            return None
-        return _node(rows[0]), rows[0][12]
 
     async def blob(self, sha256: str) -> bytes | None:
         rows = list(
@@ -367,67 +387,17 @@ class Store:
         )
         return bytes(rows[0][0]) if rows and rows[0][0] is not None else None
 
-    async def children(self, ws: int, directory: str, version: int, limit: int) -> list[Node]:
+    async def entries_at(self, ws: int, version: int, scope: str = "") -> list[Node]:
+        """Every entry below directory ``scope`` (not ``scope`` itself) as of ``version``."""
+        where = "ws=? AND version<=? AND until>?"
+        args: list[Any] = [ws, version, version]
+        if scope:
+            where += " AND path>=? AND path<?"
+            args += list(subtree(scope))
         rows = await self._r.execute_fetchall(
-            f"SELECT {_REV_COLS} FROM revisions WHERE ws=? AND parent=? AND version<=? "
-            "AND until>? AND path != '' ORDER BY kind='f', path LIMIT ?",
-            (ws, directory, version, version, limit),
+            f"SELECT {REVISION_COLUMNS} FROM revisions WHERE {where} ORDER BY path", args
         )
-        return [_node(r) for r in rows]
-
-    async def count_children(self, ws: int, directory: str, version: int) -> int:
-        rows = list(
-            await self._r.execute_fetchall(
-                "SELECT count(*) FROM revisions WHERE ws=? AND parent=? AND version<=? "
-                "AND until>? AND path != ''",
-                (ws, directory, version, version),
-            )
-        )
-        return int(rows[0][0])
-
-    async def totals(self, ws: int, version: int) -> tuple[int, int, int]:
-        """``(files, directories, total file bytes)`` as of ``version``."""
-        rows = await self._r.execute_fetchall(
-            "SELECT kind, count(*), coalesce(sum(size), 0) FROM revisions "
-            "WHERE ws=? AND until>? AND version<=? GROUP BY kind",
-            (ws, version, version),
-        )
-        by_kind = {kind: (count, size) for kind, count, size in rows}
-        files, size = by_kind.get("f", (0, 0))
-        return files, by_kind.get("d", (0, 0))[0], size
-
-    async def path_history(
-        self, ws: int, path: str, upto: int, limit: int
-    ) -> list[tuple[Node, tuple[Any, ...], tuple[Any, ...] | None]]:
-        """Revisions of ``path`` with version <= ``upto``, newest first, each with the event
-        that made it and (if it ended by a delete) the event that ended it."""
-        rows = await self._r.execute_fetchall(
-            f"SELECT {_R_REV_COLS}, "
-            "e.at, e.op, e.actor, e.request_id, d.at, d.op, d.actor, d.request_id "
-            "FROM revisions r JOIN events e ON e.ws = r.ws AND e.version = r.version "
-            "LEFT JOIN events d ON d.ws = r.ws AND d.version = r.until "
-            "WHERE r.ws=? AND r.path=? AND r.version<=? ORDER BY r.version DESC LIMIT ?",
-            (ws, path, upto, limit),
-        )
-        return [(_node(r), tuple(r[12:16]), tuple(r[16:20]) if r[16] else None) for r in rows]
-
-    async def events(self, ws: int, after: int, upto: int, limit: int) -> list[tuple[Any, ...]]:
-        rows = await self._r.execute_fetchall(
-            "SELECT type, version, seq, at, op, actor, session, run, request_id, hash, "
-            "prev_hash, tree_hash, changes, changes_total FROM events "
-            "WHERE ws=? AND version>? AND version<=? ORDER BY version LIMIT ?",
-            (ws, after, upto, limit),
-        )
-        return [tuple(r) for r in rows]
-
-    async def events_desc(self, ws: int, before: int, limit: int) -> list[tuple[Any, ...]]:
-        rows = await self._r.execute_fetchall(
-            "SELECT type, version, seq, at, op, actor, session, run, request_id, hash, "
-            "prev_hash, tree_hash, changes, changes_total FROM events "
-            "WHERE ws=? AND version<? ORDER BY version DESC LIMIT ?",
-            (ws, before, limit),
-        )
-        return [tuple(r) for r in rows]
+        return [node_from_row(r) for r in rows]
 
     async def result_of(self, ws: int, request_id: str) -> tuple[int, bytes] | None:
         rows = list(
@@ -450,10 +420,10 @@ class Store:
         state.created, state.updated = row.created, row.updated
         tree = state.tree
         for r in await self._w.execute_fetchall(
-            f"SELECT {_REV_COLS} FROM revisions WHERE ws=? AND until={LIVE} ORDER BY path",
+            f"SELECT {REVISION_COLUMNS} FROM revisions WHERE ws=? AND until={LIVE} ORDER BY path",
             (row.id,),
         ):
-            n = _node(r)
+            n = node_from_row(r)
             if n.kind == "d":
                 tree.set_dir(n.path, DirNode(created=n.created, version=n.version))
             else:

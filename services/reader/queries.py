@@ -7,7 +7,9 @@ returns the result or raises ``QuillError``. Line slicing and formatting are pur
 from __future__ import annotations
 
 import mimetypes
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -23,6 +25,7 @@ from services.common.plan import LIVE
 from services.common.store import Node, Store, WorkspaceRow
 from services.common.tree import etag_of
 from services.reader.cache import RevisionCache
+from services.reader.readmodel import ReadModel
 
 _summaries = msgspec.json.Decoder(list[ChangeSummary])
 CAPABILITIES = sorted(ops.OPS)
@@ -111,8 +114,20 @@ def mime_type(path: str, binary: bool) -> str:
 class Queries:
     def __init__(self, store: Store, blobs: Blobs, cache: RevisionCache) -> None:
         self.store = store
+        self.model = ReadModel(store)
         self.blobs = blobs
         self.cache = cache
+
+    def ops(self) -> dict[str, Callable[..., Awaitable[Any]]]:
+        return {
+            "read": self.read,
+            "read_bytes": self.read_bytes,
+            "list": self.list,
+            "stat": self.stat,
+            "history": self.history,
+            "info": self.info,
+            "events": self.events,
+        }
 
     async def _lookup(
         self, ws: WorkspaceRow, path: str, version: int
@@ -124,7 +139,7 @@ class Queries:
         if found is not None:
             return found
         before = self.store.version_of(ws.tenant, ws.name)
-        found = await self.store.node_with_data(ws.id, path, version)
+        found = await self.model.node_with_data(ws.id, path, version)
         if found is None:
             return None
         node, data = found
@@ -152,9 +167,9 @@ class Queries:
         node, data = await self._content(ws, path, version)
         limits = ws.limits
         if node.kind == "d":
-            children = await self.store.children(ws.id, path, version, limits.max_directory_entries)
+            children = await self.model.children(ws.id, path, version, limits.max_directory_entries)
             names = [name(c.path) + ("/" if c.kind == "d" else "") + "\n" for c in children]
-            total = await self.store.count_children(ws.id, path, version)
+            total = await self.model.count_children(ws.id, path, version)
             return rp.FileContent(
                 path=display(path),
                 kind="directory",
@@ -226,10 +241,10 @@ class Queries:
         if node.kind != "d":
             raise QuillError(ErrorCode.NOT_A_DIRECTORY, f"Not a directory: {path}", {"path": path})
         limit = ws.limits.max_directory_entries
-        children = await self.store.children(ws.id, path, version, limit)
+        children = await self.model.children(ws.id, path, version, limit)
         total = len(children)
         if total == limit:
-            total = await self.store.count_children(ws.id, path, version)
+            total = await self.model.count_children(ws.id, path, version)
         return rp.Listing(
             path=display(path),
             entries=[entry(c) for c in children],
@@ -241,7 +256,7 @@ class Queries:
         path = normalize(req.path)
         node = await self._node(ws, path, version, what="Path")
         if node.kind == "d":
-            count = await self.store.count_children(ws.id, path, version)
+            count = await self.model.count_children(ws.id, path, version)
             return rp.FileInfo(
                 path=display(path),
                 kind="directory",
@@ -276,7 +291,7 @@ class Queries:
     async def history(self, ws: WorkspaceRow, version: int, req: rq.History) -> rp.HistoryPage:
         upto = min(version, req.before - 1) if req.before else version
         if req.path is None:
-            rows = await self.store.events_desc(ws.id, upto + 1, req.limit + 1)
+            rows = await self.model.events_desc(ws.id, upto + 1, req.limit + 1)
             revisions = [
                 rp.Revision(
                     version=r[1],
@@ -291,7 +306,7 @@ class Queries:
             ]
             return rp.HistoryPage(path=None, revisions=revisions, truncated=len(rows) > req.limit)
         path = normalize(req.path)
-        rows = await self.store.path_history(ws.id, path, upto, req.limit + 1)
+        rows = await self.model.path_history(ws.id, path, upto, req.limit + 1)
         out: list[rp.Revision] = []
         newer: Node | None = None
         for i, (node, made, ended) in enumerate(rows[: req.limit]):
@@ -337,8 +352,8 @@ class Queries:
     async def info(
         self, ws: WorkspaceRow, version: int, req: rq.WorkspaceInfoQuery
     ) -> rp.WorkspaceInfo:
-        files, dirs, size = await self.store.totals(ws.id, version)
-        event = (await self.store.events(ws.id, version - 1, version, 1))[0]
+        files, dirs, size = await self.model.totals(ws.id, version)
+        event = (await self.model.events(ws.id, version - 1, version, 1))[0]
         return rp.WorkspaceInfo(
             tenant=ws.tenant,
             workspace=ws.name,
@@ -358,7 +373,7 @@ class Queries:
         )
 
     async def events(self, ws: WorkspaceRow, version: int, req: rq.EventsQuery) -> rp.EventPage:
-        rows = await self.store.events(ws.id, req.after, version, req.limit + 1)
+        rows = await self.model.events(ws.id, req.after, version, req.limit + 1)
         events = [
             rp.EventSummary(
                 type=r[0],

@@ -32,6 +32,7 @@ from contracts.events import (
 from contracts.limits import Limits, effective_limits
 from contracts.paths import ancestors, display, is_within, normalize, rebase
 from contracts.subjects import Origin
+from services.common.content import is_binary
 from services.common.tree import Tree, WorkspaceState, apply_change, etag_of
 
 
@@ -152,17 +153,6 @@ def _create(state: WorkspaceState, cmd: rq.CreateWorkspace) -> Decision:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def is_binary(data: bytes) -> bool:
-    """Binary: not valid UTF-8, or containing a NUL byte."""
-    if b"\0" in data:
-        return True
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return True
-    return False
 
 
 def _payload(content: str | None, data: bytes | None) -> bytes:

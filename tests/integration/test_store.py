@@ -7,6 +7,7 @@ from pathlib import Path
 from contracts import hashing
 from contracts import requests as rq
 from services.common.store import Store
+from services.reader.readmodel import ReadModel
 from tests.helpers import LogBuilder
 
 
@@ -31,10 +32,11 @@ async def test_apply_and_read_as_of_versions(tmp_path: Path) -> None:
         await store.apply(b.log[2:], tracking="t")
         assert await store.position("t") == 7
         ws = store.workspace_id("acme", "demo")
+        model = ReadModel(store)
         assert ws is not None and store.version_of("acme", "demo") == 7
 
         async def text(path: str, version: int) -> str | None:
-            found = await store.node_with_data(ws, path, version)
+            found = await model.node_with_data(ws, path, version)
             return None if found is None else (found[1] or b"").decode()
 
         assert await text("a/b.txt", 1) is None
@@ -43,19 +45,19 @@ async def test_apply_and_read_as_of_versions(tmp_path: Path) -> None:
         assert await text("a/b.txt", 6) is None  # deleted with its directory
         assert await text("a/b.txt", 7) == "three"
         assert await text("z/d.bin", 4) is None and await text("z/d.bin", 5) == "\x00\x01"
-        node = await store.node(ws, "a/b.txt", 7)
+        node = await model.node(ws, "a/b.txt", 7)
         assert node is not None and node.file_version == 3  # survives delete/recreate
-        moved = await store.node(ws, "z/d.bin", 7)
+        moved = await model.node(ws, "z/d.bin", 7)
         assert moved is not None and moved.moved_from == "a/c/d.bin" and moved.binary
 
-        assert [n.path for n in await store.children(ws, "", 4, 100)] == ["a"]
-        assert [n.path for n in await store.children(ws, "a", 4, 100)] == ["a/c", "a/b.txt"]
-        assert [n.path for n in await store.children(ws, "", 5, 100)] == ["a", "z"]
-        assert await store.count_children(ws, "a", 6) == 0
-        assert await store.totals(ws, 4) == (2, 2, 5)
-        assert await store.totals(ws, 7) == (2, 2, 7)
+        assert [n.path for n in await model.children(ws, "", 4, 100)] == ["a"]
+        assert [n.path for n in await model.children(ws, "a", 4, 100)] == ["a/c", "a/b.txt"]
+        assert [n.path for n in await model.children(ws, "", 5, 100)] == ["a", "z"]
+        assert await model.count_children(ws, "a", 6) == 0
+        assert await model.totals(ws, 4) == (2, 2, 5)
+        assert await model.totals(ws, 7) == (2, 2, 7)
 
-        history = await store.path_history(ws, "a/b.txt", 7, 10)
+        history = await model.path_history(ws, "a/b.txt", 7, 10)
         assert [h[0].version for h in history] == [7, 3, 2]
         assert history[1][2] is not None and history[1][2][1] == "delete"
         assert await store.result_of(ws, "req-7") is not None
