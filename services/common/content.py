@@ -19,3 +19,15 @@ def as_text(data: bytes) -> str | None:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines of ``text``, each with its own ``\n`` (only ``\n`` ends a line; a last line
+    without one is still a line)."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    out = [line + "\n" for line in lines[:-1]]
+    if lines[-1]:
+        out.append(lines[-1])
+    return out

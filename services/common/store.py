@@ -387,13 +387,16 @@ class Store:
         )
         return bytes(rows[0][0]) if rows and rows[0][0] is not None else None
 
-    async def entries_at(self, ws: int, version: int, scope: str = "") -> list[Node]:
-        """Every entry below directory ``scope`` (not ``scope`` itself) as of ``version``."""
+    async def entries_at(
+        self, ws: int, version: int, scope: str = "", *, with_scope: bool = False
+    ) -> list[Node]:
+        """Every entry below directory ``scope`` as of ``version`` (and ``scope`` itself, when
+        ``with_scope`` and it exists)."""
         where = "ws=? AND version<=? AND until>?"
         args: list[Any] = [ws, version, version]
         if scope:
-            where += " AND path>=? AND path<?"
-            args += list(subtree(scope))
+            where += " AND (path=? AND ? OR path>=? AND path<?)"
+            args += [scope, with_scope, *subtree(scope)]
         rows = await self._r.execute_fetchall(
             f"SELECT {REVISION_COLUMNS} FROM revisions WHERE {where} ORDER BY path", args
         )

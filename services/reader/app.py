@@ -15,9 +15,11 @@ from services.common.blobs import Blobs
 from services.common.runtime import Auditor, Settings
 from services.common.store import Store
 from services.reader.cache import RevisionCache
+from services.reader.diff import Differ
 from services.reader.follower import Follower
 from services.reader.handlers import query_handler
 from services.reader.queries import Queries
+from services.reader.search import Search
 
 
 class Reader:
@@ -33,6 +35,12 @@ class Reader:
         cache = RevisionCache()
         self.follower = Follower(self.js, store, self.subjects.all_evt, cache)
         self.queries = Queries(store, Blobs(self.js, store), cache)
+        self.ops = {
+            **self.queries.ops(),
+            **Search(self.queries).ops(),
+            **Differ(self.queries).ops(),
+        }
+        """Every query op, by name."""
         self.auditor = Auditor(nc, self.subjects, "reader", self.instance)
         self.max_wait_s = max_wait_s
         self.max_inflight = 4096

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 from nats.aio.msg import Msg
@@ -84,8 +84,7 @@ def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:
             address, spec, origin, request = parse(incoming, reader.subjects, "qry")
             assert isinstance(request, rq.Query)
             ws, version = await resolve(reader, address, request)
-            method: Callable[..., Awaitable[Any]] = getattr(reader.queries, spec.name)
-            result = await method(ws, version, request)
+            result = await reader.ops[spec.name](ws, version, request)
         except QuillError as exc:
             await reject(incoming, exc, reader.auditor)
             return

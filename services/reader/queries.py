@@ -21,6 +21,7 @@ from contracts.limits import DEFAULT_EXCLUSIONS, Limits
 from contracts.paths import ROOT_DIR, display, name, normalize
 from contracts.replies import ChangeSummary
 from services.common.blobs import Blobs
+from services.common.content import split_lines
 from services.common.plan import LIVE
 from services.common.store import Node, Store, WorkspaceRow
 from services.common.tree import etag_of
@@ -32,17 +33,6 @@ CAPABILITIES = sorted(ops.OPS)
 
 
 # ---------------------------------------------------------------- pure helpers
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines of ``text``, each with its own ``\\n`` (only ``\\n`` ends a line)."""
-    if not text:
-        return []
-    lines = text.split("\n")
-    out = [line + "\n" for line in lines[:-1]]
-    if lines[-1]:
-        out.append(lines[-1])
-    return out
 
 
 def select_lines(lines: list[str], req: rq.ReadFile) -> tuple[int, list[str]]:

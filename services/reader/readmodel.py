@@ -116,14 +116,18 @@ class ReadModel:
         self, ws: int, version: int, scope: str, candidates: str | None = None
     ) -> list[tuple[str, str, int, bytes | None]]:
         """``(path, sha256, size, content or None)`` of every text file below ``scope`` as of
-        ``version``; with ``candidates`` (an FTS5 query), only files whose content matches it."""
+        ``version``; with ``candidates`` (an FTS5 query), only files whose content may match it
+        (content not indexed yet always may)."""
         where = "r.ws=? AND r.version<=? AND r.until>? AND r.kind='f' AND r.binary=0"
         args: list[Any] = [ws, version, version]
         if scope:
             where += " AND r.path>=? AND r.path<?"
             args += list(subtree(scope))
-        if candidates is not None:
-            where += " AND b.rowid IN (SELECT rowid FROM content_index WHERE content_index MATCH ?)"
+        if candidates is not None:  # contents not fetched yet (large blobs) are not indexed yet
+            where += (
+                " AND (b.indexed = 0 OR b.rowid IN "
+                "(SELECT rowid FROM content_index WHERE content_index MATCH ?))"
+            )
             args.append(candidates)
         rows = await self._db.execute_fetchall(
             "SELECT r.path, r.sha256, r.size, b.data FROM revisions r "

@@ -2,9 +2,9 @@
 
 No I/O. ``decide`` simulates its changes on ``state.tree`` as it goes, so later steps of one
 command and later commands of one group commit see them; the caller wraps each call in
-``tree.savepoint()`` so that a refused command leaves no trace. Content a command needs
-(the file ``append`` extends) is looked up through ``Context.content``, prefetched by the
-caller using ``content_needed``.
+``tree.savepoint()`` so that a refused command leaves no trace. What a command reads beyond the
+in-memory state (the text an ``edit`` changes, the past tree a ``restore`` brings back) is
+named by ``needs`` and handed in through the ``Context`` by the caller.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from contracts.events import (
 from contracts.limits import Limits, effective_limits
 from contracts.paths import ancestors, display, is_within, normalize, rebase
 from contracts.subjects import Origin
-from services.common.content import is_binary
+from services.common.content import as_text, is_binary, split_lines
 from services.common.tree import Tree, WorkspaceState, apply_change, etag_of
+from services.writer.textops import modify_lines, regex_replace
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class Context:
     at: datetime
     content: Callable[[str], bytes | None]
     """Content by sha256 (prefetched); None if unknown."""
+    past: Tree | None = None
+    """For ``restore``: the workspace (or the restored path) as it was, prefetched."""
 
 
 @dataclass
@@ -83,16 +86,29 @@ def to_event(
     return ChangesCommitted(changes=decision.changes, message=decision.message, **common)
 
 
-def content_needed(state: WorkspaceState, cmd: rq.Request) -> list[str]:
-    """The sha256 of content ``decide`` will need for ``cmd``."""
-    if isinstance(cmd, rq.WriteFile) and cmd.mode == "append":
-        try:
+@dataclass(frozen=True)
+class Needs:
+    """What ``decide`` will read that is not in the in-memory state (the caller fetches it)."""
+
+    contents: list[str]
+    """sha256 of contents to have in ``Context.content``."""
+    past: tuple[int, str] | None = None
+    """``(version, path)`` of a past tree to put in ``Context.past``."""
+
+
+def needs(state: WorkspaceState, cmd: rq.Request) -> Needs:
+    try:
+        if isinstance(cmd, rq.RestorePath):
+            scope = normalize(cmd.path) if cmd.path is not None else ""
+            return Needs([], (cmd.version, scope))
+        if isinstance(cmd, rq.EditFile | rq.ModifyFile) or (
+            isinstance(cmd, rq.WriteFile) and cmd.mode == "append"
+        ):
             node = state.tree.files.get(normalize(cmd.path))
-        except QuillError:
-            return []
-        if node is not None:
-            return [node.sha256]
-    return []
+            return Needs([node.sha256] if node is not None else [])
+    except QuillError:
+        pass  # decide reports the bad path
+    return Needs([])
 
 
 def decide(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> Decision:
@@ -511,10 +527,170 @@ def _apply(state: WorkspaceState, cmd: rq.ApplyChanges, ctx: Context) -> Decisio
     return Decision(result=result, changes=changes, paths=applied, message=cmd.message)
 
 
+# ---------------------------------------------------------------- edit, modify
+
+
+def _text_file(state: WorkspaceState, path: str, if_match: str | None, ctx: Context) -> str:
+    """The current text of the file at ``path`` (checked to exist, match, and be text)."""
+    tree = state.tree
+    node = tree.files.get(path)
+    if node is None:
+        _file_or_dir_target(tree, path)
+        raise QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {path}", {"path": path})
+    _check_etag(tree, path, if_match)
+    data = ctx.content(node.sha256)
+    text = as_text(data) if data is not None and not node.binary else None
+    if data is None:
+        raise QuillError(ErrorCode.UNAVAILABLE, f"Content of {path} is not available")
+    if text is None:
+        raise QuillError(
+            ErrorCode.INVALID_ENCODING, "File contains invalid UTF-8 encoding", {"path": path}
+        )
+    return text
+
+
+def _rewrite(
+    state: WorkspaceState, path: str, text: str, ctx: Context
+) -> tuple[PutFile, list[AnyChange]]:
+    old = state.tree.files[path]
+    changes: list[AnyChange] = []
+    put = _put(state, path, text.encode(), ctx, changes, executable=old.executable)
+    return put, changes
+
+
+def _edit(state: WorkspaceState, cmd: rq.EditFile, ctx: Context) -> Decision:
+    path = normalize(cmd.path)
+    text = _text_file(state, path, cmd.if_match, ctx)
+    old, new = cmd.old_string, cmd.new_string
+    if old == new:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "oldString and newString must be different")
+    first = text.find(old)
+    if first < 0:
+        raise QuillError(ErrorCode.NO_MATCH, "oldString not found in content", {"path": path})
+    if not cmd.replace_all and text.find(old, first + 1) >= 0:
+        raise QuillError(
+            ErrorCode.MULTIPLE_MATCHES,
+            "Found multiple matches for oldString. Provide more surrounding lines in oldString "
+            "to identify the correct match, or set replace_all to replace every occurrence.",
+            {"path": path, "occurrences": text.count(old)},
+        )
+    count = text.count(old) if cmd.replace_all else 1
+    updated = text.replace(old, new, -1 if cmd.replace_all else 1)  # literal: no $1, no \1
+    put, changes = _rewrite(state, path, updated, ctx)
+    touched = max(old.count("\n"), new.count("\n")) + 1
+    result = rp.FileEdited(
+        path=path,
+        replacements=count,
+        lines_changed=touched * count,
+        size=put.size,
+        file_version=put.file_version,
+        etag=etag_of(put.file_version),
+    )
+    return Decision(result=result, changes=changes, paths=[path])
+
+
+def _modify(state: WorkspaceState, cmd: rq.ModifyFile, ctx: Context) -> Decision:
+    path = normalize(cmd.path)
+    text = _text_file(state, path, cmd.if_match, ctx)
+    lines = split_lines(text)
+    line_ops = [op for op in cmd.operations if not isinstance(op, rq.RegexReplace)]
+    updated = "".join(modify_lines(lines, line_ops))
+    if text and not text.endswith("\n") and updated.endswith("\n"):
+        updated = updated[:-1]  # keep a file that ended without a newline that way
+    replacements = 0
+    for op in cmd.operations:
+        if isinstance(op, rq.RegexReplace):
+            updated, n = regex_replace(updated, op)
+            replacements += n
+    put, changes = _rewrite(state, path, updated, ctx)
+    result = rp.FileModified(
+        path=path,
+        operations=len(cmd.operations),
+        replacements=replacements,
+        lines_before=len(lines),
+        lines_after=len(split_lines(updated)),
+        size=put.size,
+        file_version=put.file_version,
+        etag=etag_of(put.file_version),
+    )
+    return Decision(result=result, changes=changes, paths=[path])
+
+
+# ---------------------------------------------------------------- restore
+
+
+def _restore(state: WorkspaceState, cmd: rq.RestorePath, ctx: Context) -> Decision:
+    if cmd.version > state.version:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"Version {cmd.version} does not exist (the latest is {state.version})",
+            {"version": cmd.version, "latest_version": state.version},
+        )
+    assert ctx.past is not None, "restore needs the past tree"
+    scope = normalize(cmd.path) if cmd.path is not None else ""
+    tree, past = state.tree, ctx.past
+    now = [scope] if scope and tree.kind(scope) else []
+    now += list(tree.walk(scope)) if tree.kind(scope) == "d" else []
+    then = [scope] if scope and past.kind(scope) else []
+    then += list(past.walk(scope)) if past.kind(scope) == "d" else []
+    changes: list[AnyChange] = []
+    gone: str | None = None
+    for path in now:  # outermost first; a removed directory takes its contents
+        if gone is not None and path.startswith(gone):
+            continue
+        if past.kind(path) != tree.kind(path):
+            _commit(tree, Remove(path=path), ctx, changes)
+            gone = path + "/"
+    if then:
+        _ensure_parents(state, then[0], ctx, changes, create=True)
+    for path in then:
+        if past.kind(path) == "d":
+            if tree.kind(path) is None:
+                _check_count(state, "d")
+                _commit(tree, MakeDir(path=path), ctx, changes)
+            continue
+        was, node = past.files[path], tree.files.get(path)
+        if node is not None and (node.sha256, node.executable) == (was.sha256, was.executable):
+            continue
+        if node is None:
+            _check_count(state, "f")
+        _commit(
+            tree,
+            PutFile(
+                path=path,
+                sha256=was.sha256,
+                size=was.size,
+                file_version=tree.last_fv.get(path, 0) + 1,
+                created=node.created if node is not None else ctx.at,
+                executable=was.executable,
+                binary=was.binary,
+            ),
+            ctx,
+            changes,
+        )
+    if len(changes) > state.limits.max_change_paths:
+        raise QuillError(
+            ErrorCode.SIZE_LIMIT_EXCEEDED,
+            f"Restore touches {len(changes)} paths (limit {state.limits.max_change_paths})",
+        )
+    touched = list(dict.fromkeys(c.path for c in changes))
+    result = rp.Restored(
+        path=scope if cmd.path is not None else None,
+        version=cmd.version,
+        changed=touched[:100],
+        changed_total=len(touched),
+        committed=bool(changes),
+    )
+    return Decision(result=result, changes=changes, paths=[scope] if scope else [])
+
+
 _HANDLERS: dict[type, Callable[[WorkspaceState, Any, Context], Decision]] = {
     rq.WriteFile: _write,
     rq.MakeDirectory: _mkdir,
     rq.DeletePath: _delete,
     rq.MovePath: _move,
     rq.ApplyChanges: _apply,
+    rq.EditFile: _edit,
+    rq.ModifyFile: _modify,
+    rq.RestorePath: _restore,
 }

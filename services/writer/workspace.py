@@ -33,9 +33,9 @@ from contracts.subjects import Address, Origin
 from services.common import log as eventlog
 from services.common.blobs import INLINE_MAX
 from services.common.bus import respond
-from services.common.tree import WorkspaceState, fold
+from services.common.tree import DirNode, FileNode, Tree, WorkspaceState, fold
 from services.writer.append import AppendError, Group
-from services.writer.decide import Context, Decision, content_needed, decide, to_event
+from services.writer.decide import Context, Decision, decide, needs, to_event
 
 if TYPE_CHECKING:
     from services.writer.app import Writer
@@ -235,11 +235,18 @@ class WorkspaceActor:
         self, state: WorkspaceState, p: Pending
     ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
         writer = self.writer
-        for sha in content_needed(state, p.request):
+        wanted = needs(state, p.request)
+        for sha in wanted.contents:
             if sha not in writer.contents:
                 await writer.appender.applied()  # inline contents reach the store on apply
                 writer.remember_content(sha, await writer.blobs.get(sha))
-        ctx = Context(version=state.version + 1, at=datetime.now(UTC), content=writer.contents.get)
+        past = await self._past(*wanted.past) if wanted.past is not None else None
+        ctx = Context(
+            version=state.version + 1,
+            at=datetime.now(UTC),
+            content=writer.contents.get,
+            past=past,
+        )
         with state.tree.savepoint():
             decision = decide(state, p.request, ctx)
             if not decision.commits:
@@ -254,6 +261,33 @@ class WorkspaceActor:
                     {"event_bytes": len(payload)},
                 )
         return decision, event, payload
+
+    async def _past(self, version: int, scope: str) -> Tree:
+        """The workspace (``scope`` and below) as it was at ``version``, from the projection."""
+        await self.writer.appender.applied()
+        tree = Tree()
+        ws = self.writer.store.workspace_id(self.tenant, self.workspace)
+        if ws is None:
+            return tree
+        for node in await self.writer.store.entries_at(ws, version, scope, with_scope=True):
+            if node.kind == "d":
+                tree.set_dir(node.path, DirNode(created=node.created, version=node.version))
+            else:
+                assert node.sha256 is not None and node.file_version is not None
+                tree.set_file(
+                    node.path,
+                    FileNode(
+                        node.sha256,
+                        node.size,
+                        node.file_version,
+                        node.executable,
+                        node.binary,
+                        node.created,
+                        node.modified,
+                        node.version,
+                    ),
+                )
+        return tree
 
     async def _externalize(self, changes: list[AnyChange]) -> list[AnyChange]:
         """Move large contents out of the event into WS_BLOBS (stored before the append)."""

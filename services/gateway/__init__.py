@@ -1,0 +1,7 @@
+"""The gateway: Quill's HTTP front door (MCP at ``/mcp``, WAP at ``/mcp/wap``, REST at ``/v1``).
+
+A stateless client of the bus: every operation goes through the SDK (``quill.client``).
+Wiring is in ``app.py``; who may reach which workspace in ``principals.py``; the MCP tools in
+``mcp_files.py``/``mcp_quill.py`` (texts and errors in ``texts.py``), WAP in ``wap.py``, REST in
+``rest.py``. See ``docs/gateway.md``.
+"""

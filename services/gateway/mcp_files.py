@@ -1,0 +1,198 @@
+"""MCP at ``/mcp``: the workspace tool's six tools (seed 000), with its parameters and texts.
+
+Quill's own tools (edit, modify, grep, history, diff, restore...) are added by
+``mcp_quill.register``. Every tool takes an optional ``workspace``: another workspace of the
+caller's tenant (with a token: only the token's own).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import Field
+
+from contracts.errors import ErrorCode, QuillError
+from quill.client import Workspace
+from services.gateway import mcp_quill, texts
+from services.gateway.principals import Access
+from services.gateway.tooling import Ctx, Done, Failure, Tools, answer, builtins, error_data
+
+VERSION = "0.1.0"
+
+INSTRUCTIONS = """\
+A persistent, shared, versioned workspace of files. Paths are relative to /workspace \
+(`notes.txt`, `data/report.md`); `/workspace/notes.txt` is the same file, and any path outside \
+/workspace is refused. Every change is recorded: file_history and diff show what changed, \
+restore brings back an earlier version. Errors are tool results starting with `Error:`."""
+
+P_FILE = "File path relative to /workspace (or absolute path within /workspace), e.g. notes.txt"
+P_DIR = "Directory path relative to /workspace (or absolute path within /workspace); . is the root"
+P_ANY = "File or directory path relative to /workspace (or absolute path within /workspace)"
+P_WS = (
+    "Optional: another workspace of your tenant to work in (its id, e.g. scratch). "
+    "Omit to use your own workspace."
+)
+
+FilePath = Annotated[str, Field(description=P_FILE)]
+DirPath = Annotated[str, Field(description=P_DIR)]
+AnyPath = Annotated[str, Field(description=P_ANY)]
+WorkspaceName = Annotated[str | None, Field(description=P_WS)]
+Lines = Annotated[int | None, Field(ge=0, description="Read only this many lines")]
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+ADDS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+
+def render(failure: Failure) -> CallToolResult:
+    """A failure as the workspace tool words it (``Error: ...``)."""
+    text = texts.error_text(failure.tool, failure.error, failure.path, failure.workspace)
+    return answer(text, error_data(failure.error), is_error=True)
+
+
+def build(access: Access) -> MCPServer:
+    """The MCP server of ``/mcp`` with every tool registered."""
+    server: MCPServer = MCPServer(
+        "quill-workspace",
+        title="Quill workspace",
+        version=VERSION,
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+    )
+    tools = Tools(access, "mcp", render)
+    register(server, tools)
+    mcp_quill.register(server, tools)
+    return server
+
+
+def register(server: MCPServer, tools: Tools) -> None:
+    """The six tools of the workspace tool."""
+
+    @server.tool(
+        description=(
+            "Read a text file from the workspace and return its contents. Use head or tail to "
+            "read only the first or last N lines of a large file. Reads return at most 2000 "
+            "lines / 256 KiB; longer files end with a [truncated: ...] note. Errors: "
+            "'File not found' (check with list_directory), 'Not a file' (a directory), "
+            "'invalid UTF-8' (a binary file)."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def read_file(
+        ctx: Ctx,
+        path: FilePath,
+        head: Lines = None,
+        tail: Lines = None,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            result = await ws.read(path, head=head, tail=tail)
+            if result.kind == "directory":
+                raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {path}", {"path": path})
+            if result.content is None:
+                raise QuillError(ErrorCode.INVALID_ENCODING, "File contains invalid UTF-8 encoding")
+            ranged = head is not None or tail is not None
+            return Done(texts.read_text(result, ranged), builtins(result))
+
+        return await tools.call(ctx, "read_file", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Create a file or completely replace its contents (UTF-8 text); missing parent "
+            "directories are created. This REPLACES the whole file: to add to a file, read it, "
+            "combine, and write the combined text (or use edit_file). An empty content creates "
+            "an empty file. Files are limited to 4 MiB by default. Returns the bytes written."
+        ),
+        annotations=WRITES,
+    )
+    async def write_file(
+        ctx: Ctx,
+        path: FilePath,
+        content: Annotated[str, Field(description="The complete new contents of the file")],
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            result = await ws.write(path, content)
+            text = f"Successfully wrote {result.bytes_written} bytes to {path}"
+            return Done(text, builtins(result))
+
+        return await tools.call(ctx, "write_file", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "List a directory: 'Contents of <path>:' then one line per entry, [DIR] name lines "
+            "first, then [FILE] name lines. An empty directory answers 'Directory is empty'. "
+            "At most 500 entries are shown."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def list_directory(
+        ctx: Ctx, path: DirPath, workspace: WorkspaceName = None
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            listing = await ws.list(path)
+            return Done(texts.listing_text(path, listing), builtins(listing))
+
+        return await tools.call(ctx, "list_directory", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Create a directory and any missing parents (like mkdir -p). Succeeds if it already "
+            "exists; fails with 'Path exists but is not a directory' if a file is in the way."
+        ),
+        annotations=ADDS,
+    )
+    async def create_directory(
+        ctx: Ctx, path: DirPath, workspace: WorkspaceName = None
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            result = await ws.mkdir(path)
+            verb = "Successfully created directory" if result.created else "Directory exists"
+            return Done(f"{verb}: {path}", builtins(result))
+
+        return await tools.call(ctx, "create_directory", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Metadata of a file or directory: Path, Type, Size (files), Permissions, owner, "
+            "Created/Modified/Accessed times in UTC, and Entries (directories)."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def get_file_info(
+        ctx: Ctx, path: AnyPath, workspace: WorkspaceName = None
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            info = await ws.stat(path)
+            return Done(texts.file_info_text(path, info), builtins(info))
+
+        return await tools.call(ctx, "get_file_info", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Find files and directories whose path matches a glob, searching recursively from "
+            "a directory. Glob syntax: * (any characters but /), ** (any characters including "
+            "/), ? (one character), [abc] (a set), {a,b} (alternatives); e.g. **/*.json, *.log, "
+            "**/config. Answers 'Found N match(es)' and one [FILE] or [DIR] line per path "
+            "(newest first). node_modules, .git, dist, build, .venv, target, __pycache__ and "
+            "vendor are skipped."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def search_files(
+        ctx: Ctx,
+        path: Annotated[str, Field(description="Directory to search from; . is the root")],
+        pattern: Annotated[str, Field(description="Glob pattern, e.g. **/*.txt")],
+        max_results: Annotated[
+            int, Field(ge=1, le=10_000, description="Most results to return (default 100)")
+        ] = 100,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            matches = await ws.glob(pattern, path, max_results=max_results)
+            return Done(texts.matches_text(pattern, path, matches), builtins(matches))
+
+        return await tools.call(ctx, "search_files", go, path=path, workspace=workspace)

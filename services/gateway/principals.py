@@ -1,0 +1,190 @@
+"""Who is calling, and which workspaces they reach: the one place REST and MCP both use.
+
+``PrincipalMiddleware`` turns ``Authorization: Bearer <token>`` into a ``Principal`` stored in
+``scope["state"]["principal"]`` (401 ``{"error": "unauthorized"}`` when the token is missing or
+unknown). Without a tokens file every caller is tenant ``default``, workspace ``default``.
+``Access`` hands out the SDK workspace a principal may use:
+
+* with tokens, only the token's own tenant·workspace; any other name is ``WORKSPACE_NOT_FOUND``
+  whether or not it exists, so nothing leaks;
+* without tokens, any workspace of tenant ``default``, created on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from contracts.errors import ErrorCode, QuillError
+from contracts.subjects import check_id
+from quill.client import Quill, Workspace
+
+log = logging.getLogger("quill.gateway")
+
+DEFAULT_TENANT = "default"
+DEFAULT_WORKSPACE = "default"
+PUBLIC_PATHS = frozenset({"/health", "/metrics", "/openapi.json"})
+"""Paths anyone may fetch, token or not (nothing workspace-specific)."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A caller: the tenant·workspace it acts in; ``pinned`` when it may reach no other."""
+
+    tenant: str
+    workspace: str
+    pinned: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"{self.tenant}/{self.workspace}"
+
+
+ANONYMOUS = Principal(DEFAULT_TENANT, DEFAULT_WORKSPACE, pinned=False)
+"""Every caller when the gateway runs without a tokens file."""
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Tokens:
+    """Bearer tokens and their principals (kept as sha256 digests, never as plain text)."""
+
+    def __init__(self, principals: dict[str, Principal]) -> None:
+        self._by_digest = {_digest(token): p for token, p in principals.items()}
+
+    @classmethod
+    def load(cls, path: Path) -> Tokens:
+        """Read a TOML file of ``[tokens."<token>"]`` tables with ``tenant`` and ``workspace``.
+
+        Raises:
+            ValueError: the file is missing, not TOML, or a table is malformed.
+        """
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read tokens file {path}: {exc}") from None
+        tables = data.get("tokens")
+        if not isinstance(tables, dict) or not tables:
+            raise ValueError(f'{path}: no [tokens."<token>"] tables')
+        principals: dict[str, Principal] = {}
+        for token, table in tables.items():
+            where = f'{path}: [tokens."{token[:4]}…"]'
+            if len(token) < 8:
+                raise ValueError(f"{where}: a token needs at least 8 characters")
+            if not isinstance(table, dict) or set(table) != {"tenant", "workspace"}:
+                raise ValueError(f"{where}: needs exactly tenant = and workspace =")
+            try:
+                tenant = check_id("tenant", str(table["tenant"]))
+                workspace = check_id("workspace", str(table["workspace"]))
+            except QuillError as exc:
+                raise ValueError(f"{where}: {exc.message}") from None
+            principals[token] = Principal(tenant, workspace)
+        return cls(principals)
+
+    def find(self, token: str) -> Principal | None:
+        return self._by_digest.get(_digest(token))
+
+    def principals(self) -> list[Principal]:
+        return sorted(set(self._by_digest.values()), key=lambda p: p.name)
+
+
+class PrincipalMiddleware:
+    """Resolve the caller once per HTTP request; refuse unknown callers with 401."""
+
+    def __init__(self, app: ASGIApp, tokens: Tokens | None) -> None:
+        self.app, self.tokens = app, tokens
+
+    def resolve(self, scope: Scope) -> Principal | None:
+        if self.tokens is None:
+            return ANONYMOUS
+        header = HTTPConnection(scope).headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        return self.tokens.find(token.strip())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        principal = self.resolve(scope)
+        if principal is None:
+            response = JSONResponse(
+                {"error": "unauthorized"},
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="quill"'},
+            )
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await self.app(scope, receive, send)
+
+
+def principal_of(scope: Scope | Any) -> Principal:
+    """The principal ``PrincipalMiddleware`` stored for this request."""
+    principal = scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):  # a route mounted outside the middleware: a bug
+        raise QuillError(ErrorCode.INTERNAL, "No principal for this request")
+    return principal
+
+
+class Access:
+    """The SDK workspaces principals may use, created (``exist_ok``) before first use."""
+
+    def __init__(self, quill: Quill) -> None:
+        self.quill = quill
+        self._ready: set[str] = set()
+
+    async def prepare(self, principals: Iterable[Principal], timeout: float = 30.0) -> None:
+        """Create each principal's workspace if missing, waiting (bounded) for a writer.
+
+        Raises:
+            QuillError: ``UNAVAILABLE``/``TIMEOUT`` if no writer answered in ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        for principal in principals:
+            while True:
+                try:
+                    await self._ensure(self.quill.workspace(principal.name))
+                    break
+                except QuillError as exc:
+                    if not exc.retriable or time.monotonic() > deadline:
+                        raise
+                    log.info("waiting for a writer to create %s: %s", principal.name, exc)
+                    await asyncio.sleep(0.5)
+
+    async def _ensure(self, ws: Workspace) -> Workspace:
+        key = f"{ws.tenant}/{ws.name}"
+        if key not in self._ready:
+            await ws.create(exist_ok=True)
+            self._ready.add(key)
+        return ws
+
+    async def workspace(self, principal: Principal, name: str | None = None) -> Workspace:
+        """The workspace ``name`` of the principal's tenant (default: the principal's own).
+
+        Raises:
+            QuillError: ``WORKSPACE_NOT_FOUND`` for a workspace the principal may not reach,
+                ``INVALID_ARGUMENT`` for a malformed name.
+        """
+        if name is None or name == "" or name == principal.workspace:
+            return await self._ensure(self.quill.workspace(principal.name))
+        if principal.pinned:
+            raise QuillError(
+                ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace not found: {name}", {"workspace": name}
+            )
+        check_id("workspace", name)
+        return await self._ensure(self.quill.workspace(f"{principal.tenant}/{name}"))

@@ -1,0 +1,129 @@
+"""What the MCP tools say to a model: the workspace tool's output formats and error texts.
+
+``ERROR_TEXTS`` is the one table from a ``QuillError`` to the text a tool answers with (seed
+000's wording). Rows are keyed by ``(code, tool)``; ``"*"`` matches any code or any tool. The
+most specific row wins: ``(code, tool)``, then ``(code, "*")``, then ``("*", tool)``, then
+``("*", "*")``. A workspace the caller may not reach reads as the tool's own "not found".
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from contracts import replies as rp
+from contracts.errors import ErrorCode, QuillError
+
+E = ErrorCode
+ANY = "*"
+
+ERROR_TEXTS: dict[tuple[str, str], str] = {
+    (E.ACCESS_DENIED, ANY): "Error: Access denied. Path must be within /workspace",
+    (E.FILE_NOT_FOUND, ANY): "Error: File not found: {path}",
+    (E.FILE_NOT_FOUND, "list_directory"): "Error: Directory not found: {path}",
+    (E.FILE_NOT_FOUND, "search_files"): "Error: Directory not found: {path}",
+    (E.FILE_NOT_FOUND, "explore_files"): "Error: Directory not found: {path}",
+    (E.FILE_NOT_FOUND, "get_file_info"): "Error: Path not found: {path}",
+    (E.FILE_NOT_FOUND, "delete_file"): "Error: Path not found: {path}",
+    (E.FILE_NOT_FOUND, "move_file"): "Error: {message}",
+    (E.FILE_NOT_FOUND, "get_workspace_info"): "Error: Workspace not found: {workspace}",
+    (E.NOT_A_FILE, ANY): "Error: Not a file: {path}",
+    (E.NOT_A_DIRECTORY, ANY): "Error: Not a directory: {path}",
+    (E.NOT_A_DIRECTORY, "create_directory"): "Error: Path exists but is not a directory: {path}",
+    (E.NOT_A_DIRECTORY, "write_file"): "Error: Failed to create parent directory - {message}",
+    (E.NOT_A_DIRECTORY, "move_file"): "Error: {message}",
+    (E.INVALID_ENCODING, ANY): "Error: File contains invalid UTF-8 encoding",
+    (ANY, "write_file"): "Error: Failed to write file - {message}",
+    (ANY, "create_directory"): "Error: Failed to create directory - {message}",
+    (ANY, "get_file_info"): "Error: Failed to get file info - {message}",
+    (ANY, "search_files"): "Error: Search failed - {message}",
+    (ANY, ANY): "Error: {message}",
+}
+
+
+def error_text(tool: str, error: QuillError, path: str | None, workspace: str) -> str:
+    """The text ``tool`` answers ``error`` with; ``path`` as the caller gave it."""
+    code = str(error.code)
+    if code == E.WORKSPACE_NOT_FOUND:  # leaks nothing: the same answer as a missing path
+        code = E.FILE_NOT_FOUND
+    for key in ((code, tool), (code, ANY), (ANY, tool), (ANY, ANY)):
+        template = ERROR_TEXTS.get(key)
+        if template is not None:
+            shown = path if path not in (None, "") else "."
+            return template.format(path=shown, message=error.message, workspace=workspace)
+    raise AssertionError("the table has a catch-all row")
+
+
+# ---------------------------------------------------------------- output formats
+
+
+def size_text(size: int) -> str:
+    """Human size, as the workspace tool prints it: ``512 B``, ``1.23 KB``, ``4.00 MB``."""
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1024
+        if value < 1024 or unit == "TB":
+            break
+    return f"{value:.2f} {unit}"
+
+
+def stamp(moment: datetime) -> str:
+    """``YYYY-MM-DD HH:MM:SS UTC``."""
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def listing_text(path: str, listing: rp.Listing) -> str:
+    """``Contents of <path>:``, a blank line, ``[DIR]`` lines then ``[FILE]`` lines."""
+    if not listing.entries:
+        return f"Directory is empty: {path}"
+    dirs = [f"[DIR] {e.name}" for e in listing.entries if e.kind == "directory"]
+    files = [f"[FILE] {e.name}" for e in listing.entries if e.kind == "file"]
+    text = f"Contents of {path}:\n\n" + "\n".join(dirs + files)
+    if listing.truncated:
+        more = listing.total - len(listing.entries)
+        text += f"\n\n({more} more entries not shown: the listing limit was reached)"
+    return text
+
+
+def file_info_text(path: str, info: rp.FileInfo) -> str:
+    """The ``get_file_info`` block (``Size`` for files, ``Entries`` for directories)."""
+    lines = [f"Path: {path}", f"Type: {info.kind}"]
+    if info.kind == "file":
+        lines.append(f"Size: {size_text(info.size)}")
+    lines += [
+        f"Permissions: {info.permissions}",
+        "Owner UID: 1000",
+        "Owner GID: 1000",
+        f"Created: {stamp(info.created)}",
+        f"Modified: {stamp(info.modified)}",
+        f"Accessed: {stamp(info.modified)}",
+    ]
+    if info.kind == "directory":
+        lines.append(f"Entries: {info.entries or 0}")
+    return "\n".join(lines)
+
+
+def matches_text(pattern: str, path: str, matches: rp.Matches) -> str:
+    """``Found N match(es) for '<pattern>':`` and ``[FILE]``/``[DIR]`` lines, or no matches."""
+    if not matches.entries:
+        return f"No matches found for pattern '{pattern}' in {path}"
+    lines = [f"[{'DIR' if e.kind == 'directory' else 'FILE'}] {e.path}" for e in matches.entries]
+    text = f"Found {matches.total} match(es) for '{pattern}':\n\n" + "\n".join(lines)
+    if matches.truncated:
+        text += (
+            f"\n\n(showing {len(matches.entries)} of {matches.total}: raise max_results or "
+            "narrow the pattern)"
+        )
+    return text
+
+
+def read_text(result: rp.FileContent, ranged: bool) -> str:
+    """A file's text; says so when a read limit (not the caller's head/tail) cut it short."""
+    text = result.content or ""
+    if result.truncated and not ranged:
+        text += (
+            f"\n\n[truncated: {result.returned_lines} of {result.total_lines} lines shown, "
+            f"the file has {result.size} bytes; use head or tail to read the rest]"
+        )
+    return text

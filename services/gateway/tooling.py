@@ -1,0 +1,112 @@
+"""Running one MCP tool call: find the caller's workspace, call the SDK, answer or fail softly.
+
+Every tool answers a ``CallToolResult`` with text for the model and ``structuredContent`` for
+programs. Failures are tool results with ``isError: true`` (never protocol errors): the text
+comes from the endpoint's error table, the structured content is WAP's error form
+``{"error": message, "code": code, "details": {...}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult, TextContent
+
+from contracts.errors import ErrorCode, QuillError
+from quill.client import Workspace
+from services.gateway.metrics import observe
+from services.gateway.principals import Access, principal_of
+
+log = logging.getLogger("quill.gateway")
+
+Ctx = Context[Any, Any]
+
+
+@dataclass(frozen=True)
+class Done:
+    """A tool's success: ``text`` for the model, ``data`` (JSON-able) for programs."""
+
+    text: str
+    data: Any
+
+
+def builtins(value: Any) -> Any:
+    """A result (msgspec structs, datetimes, bytes) as plain JSON-able values."""
+    return msgspec.to_builtins(value)
+
+
+def error_data(error: QuillError) -> dict[str, Any]:
+    """WAP's error form."""
+    return {"error": error.message, "code": str(error.code), "details": builtins(error.details)}
+
+
+def answer(text: str, data: Any, *, is_error: bool = False) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=data, is_error=is_error
+    )
+
+
+def converted(value: Any, kind: Any, what: str) -> Any:
+    """``value`` as the contract type ``kind`` (strictly, as the bus would check it).
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` naming the problem.
+    """
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid {what}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A tool call that failed: which tool, why, on which path and workspace (as asked)."""
+
+    tool: str
+    error: QuillError
+    path: str | None
+    workspace: str
+
+
+Renderer = Callable[[Failure], CallToolResult]
+"""How an endpoint turns a failure into its tool result."""
+
+
+class Tools:
+    """Runs tool bodies for one MCP endpoint (``kind`` ``mcp`` or ``wap``)."""
+
+    def __init__(self, access: Access, kind: str, render: Renderer) -> None:
+        self.access, self.kind, self.render = access, kind, render
+
+    async def call(
+        self,
+        ctx: Ctx,
+        tool: str,
+        body: Callable[[Workspace], Awaitable[Done]],
+        *,
+        path: str | None = None,
+        workspace: str | None = None,
+    ) -> CallToolResult:
+        """Run ``body`` on the caller's workspace (or the ``workspace`` of its tenant it
+        names), counting the call; any failure becomes an ``isError`` result."""
+        started = time.perf_counter()
+        principal = principal_of(ctx.request_context.request.scope)
+        try:
+            ws = await self.access.workspace(principal, workspace)
+            done = await body(ws)
+        except QuillError as exc:
+            error = exc
+        except Exception:
+            log.exception("tool %s failed", tool)
+            error = QuillError(ErrorCode.INTERNAL, "Internal error in the gateway (logged)")
+        else:
+            observe(self.kind, tool, "ok", started)
+            return answer(done.text, done.data)
+        observe(self.kind, tool, str(error.code), started)
+        return self.render(Failure(tool, error, path, workspace or principal.workspace))
