@@ -35,10 +35,12 @@ class LogBuilder:
         self.seq = 0
 
     def run(self, cmd: rq.Request, op: str = "write") -> None:
+        past = self.replay(cmd.version).tree if isinstance(cmd, rq.RestorePath) else None
         ctx = Context(
             version=self.state.version + 1,
             at=T0 + timedelta(seconds=self.state.version),
             content=self.contents.get,
+            past=past,
         )
         with self.state.tree.savepoint():
             decision = decide(self.state, cmd, ctx)
@@ -64,10 +66,12 @@ class LogBuilder:
             self.state.trust, self.state.limits = decision.created
         self.log.append(Committed(codec.decode_event(payload), digest, self.seq))
 
-    def replay(self) -> WorkspaceState:
-        """Rebuild the state from the log alone."""
+    def replay(self, upto: int | None = None) -> WorkspaceState:
+        """Rebuild the state from the log alone (up to version ``upto``)."""
         state = WorkspaceState(self.state.tenant, self.state.workspace)
         for item in self.log:
+            if upto is not None and item.event.version > upto:
+                break
             fold(state, item.event, item.hash, item.seq)
         return state
 
