@@ -41,16 +41,20 @@ async def run_examples(nats_url: str) -> dict[str, Any]:
     nc = await bus.connect(nats_url, "examples")
     subjects = Subjects()
     out: dict[str, Any] = {}
+    last = 0  # the version the last command produced: queries read their writes
     try:
         for spec in ops.OPS.values():
             subject = subjects.request(spec.kind, TENANT, WORKSPACE, spec.name)
             body = dict(spec.example)
             headers = {"Ws-Actor": "docs", "Ws-Request-Id": f"example-{spec.name}"}
             if spec.kind == "qry":
-                body.setdefault("min_version", 6)
+                body.setdefault("min_version", last)
                 headers.pop("Ws-Request-Id")
             msg = await nc.request(subject, json.dumps(body).encode(), timeout=10, headers=headers)
-            out[spec.key] = {"request": body, "reply": json.loads(msg.data)}
+            reply = json.loads(msg.data)
+            if spec.kind == "cmd":
+                last = max(last, reply.get("version") or 0)
+            out[spec.key] = {"request": body, "reply": reply}
     finally:
         await nc.close()
     return out

@@ -222,7 +222,7 @@ def matching_lines(compiled: Any, text: str, deadline: float) -> list[tuple[int,
 def with_context(
     path: str, text: str, hits: list[tuple[int, int, int]], context: int
 ) -> list[rp.GrepMatch]:
-    lines = text.split("\n") if context else []
+    lines = text.removesuffix("\n").split("\n") if context else []
     out = []
     for line_no, start, end in hits:
         before = lines[max(0, line_no - 1 - context) : line_no - 1] if context else []

@@ -178,3 +178,14 @@ async def test_diff_and_restore(services: StartReader, quill: Quill) -> None:
     assert (await ws.info()).tree_hash == (await ws.info(version=2)).tree_hash
     again = await ws.restore(2)
     assert not again.committed
+
+
+async def test_grep_context_stops_at_the_file_edges(services: StartReader, quill: Quill) -> None:
+    await services("r1")
+    ws = quill.workspace("acme/edges")
+    await ws.create()
+    await ws.write("f.txt", "first\nmiddle\nlast\n")
+    first = (await ws.grep("first", context_lines=3)).matches[0]
+    last = (await ws.grep("last", context_lines=3)).matches[0]
+    assert (first.before, first.after) == ([], ["middle", "last"])
+    assert (last.before, last.after) == (["first", "middle"], [])
