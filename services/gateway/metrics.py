@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -35,7 +36,8 @@ def route_name(routes: list[BaseRoute], scope: Scope) -> str:
     for route in routes:
         match, _ = route.matches(scope)
         if match is not Match.NONE:
-            return f"{scope['method']} {getattr(route, 'path', '?')}"
+            template = re.sub(r":\w+}", "}", getattr(route, "path", "?"))
+            return f"{scope['method']} {template}"
     return f"{scope['method']} unmatched"
 
 

@@ -127,3 +127,84 @@ def read_text(result: rp.FileContent, ranged: bool) -> str:
             f"the file has {result.size} bytes; use head or tail to read the rest]"
         )
     return text
+
+
+PLURALS = {"entry": "entries", "match": "matches"}
+
+
+def plural(n: int, word: str) -> str:
+    """``1 file``, ``2 files``, ``3 entries``."""
+    return f"{n} {word if n == 1 else PLURALS.get(word, word + 's')}"
+
+
+def grep_text(pattern: str, path: str, r: rp.GrepResult) -> str:
+    if not r.matches:
+        return f"No matches found for '{pattern}' in {path}"
+    lines = [
+        f"Found {plural(r.total, 'match')} for '{pattern}' in {plural(r.files_matched, 'file')}:",
+        "",
+    ]
+    for m in r.matches:
+        if m.before or m.after:
+            lines.append("--")
+        first = m.line - len(m.before)
+        lines += [f"{m.path}-{first + i}- {text}" for i, text in enumerate(m.before)]
+        lines.append(f"{m.path}:{m.line}: {m.text}")
+        lines += [f"{m.path}-{m.line + 1 + i}- {text}" for i, text in enumerate(m.after)]
+    if r.truncated:
+        lines += ["", f"(showing {len(r.matches)} of {r.total}: narrow the pattern or the path)"]
+    return "\n".join(lines)
+
+
+def tree_text(path: str, r: rp.Tree) -> str:
+    if not r.entries:
+        return f"Directory is empty: {path}"
+    lines = [f"Contents of {path} ({plural(r.total, 'entry')}):", ""]
+    for e in r.entries:
+        label = f"{'  ' * (e.depth - 1)}[{'DIR' if e.kind == 'directory' else 'FILE'}] {e.path}"
+        if e.kind == "file" and e.size is not None:
+            label += f" ({size_text(e.size)}"
+            label += f", {stamp(e.modified)})" if e.modified else ")"
+        lines.append(label)
+    if r.truncated:
+        lines += ["", f"(showing {len(r.entries)} of {r.total}: explore a subdirectory)"]
+    return "\n".join(lines)
+
+
+def history_text(path: str | None, r: rp.HistoryPage) -> str:
+    if not r.revisions:
+        return f"No history for {path or 'the workspace'}"
+    lines = [f"History of {path or 'the workspace'} (newest first):", ""]
+    for v in r.revisions:
+        line = f"v{v.version} {stamp(v.at)} {v.op} {v.change} by {v.actor or '-'}"
+        if v.size is not None:
+            line += f", {size_text(v.size)}, etag {v.etag}"
+        if v.moved_from:
+            line += f", from {v.moved_from}"
+        if v.paths:
+            line += f": {', '.join(v.paths[:10])}" + (" ..." if len(v.paths) > 10 else "")
+        lines.append(line)
+    if r.truncated:
+        lines += ["", f"(older revisions: call again with before={r.revisions[-1].version})"]
+    return "\n".join(lines)
+
+
+def info_text(r: rp.WorkspaceInfo) -> str:
+    limits = r.limits
+    return "\n".join(
+        [
+            f"Workspace: {r.workspace} (tenant {r.tenant})",
+            f"Root: {r.root}",
+            f"Version: {r.version}",
+            f"Files: {r.files}, directories: {r.directories}, "
+            f"total size: {size_text(r.total_bytes)}",
+            f"Created: {stamp(r.created)}",
+            f"Updated: {stamp(r.updated)}",
+            f"Limits: files up to {size_text(limits.max_file_bytes)}, "
+            f"{limits.max_files} files, reads up to {limits.max_read_lines} lines / "
+            f"{size_text(limits.max_read_bytes)}, "
+            f"{limits.max_directory_entries} entries per listing, "
+            f"{limits.max_search_results} search results",
+            f"Skipped by searches: {', '.join(r.default_exclusions)}",
+        ]
+    )

@@ -96,7 +96,8 @@ class Tools:
         """Run ``body`` on the caller's workspace (or the ``workspace`` of its tenant it
         names), counting the call; any failure becomes an ``isError`` result."""
         started = time.perf_counter()
-        principal = principal_of(ctx.request_context.request.scope)
+        request = ctx.request_context.request  # the HTTP request (None over stdio: no caller)
+        principal = principal_of(request.scope if request is not None else {})
         try:
             ws = await self.access.workspace(principal, workspace)
             done = await body(ws)
@@ -110,3 +111,23 @@ class Tools:
             return answer(done.text, done.data)
         observe(self.kind, tool, str(error.code), started)
         return self.render(Failure(tool, error, path, workspace or principal.workspace))
+
+
+def inline_schema(kind: Any) -> dict[str, Any]:
+    """The JSON Schema of a contract type with its ``$defs`` inlined (a tool argument's schema
+    cannot point into a document root it does not own)."""
+    schema = msgspec.json.schema(kind)
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {k: inline(v) for k, v in node.items() if k != "discriminator"}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    result: dict[str, Any] = inline(schema)
+    return result

@@ -1,0 +1,196 @@
+"""The gateway process: wiring only. Run it with ``quill gateway --nats-url URL``.
+
+One SDK client (``Quill``) for every request; one Starlette app served by uvicorn::
+
+    /health  /metrics  /openapi.json          public
+    /mcp                                      MCP, the workspace tool's tools and Quill's
+    /mcp/wap                                  MCP, WAP's camelCase tools
+    /v1/host/workspace/files[/{path}]         REST (RFC 0059 §C)
+    /.well-known/openwop                      discovery
+
+Middleware, outermost first: ``HttpMetrics`` (counts and times every request), then
+``PrincipalMiddleware`` (who is calling; 401 otherwise). The process also answers
+``ws.sys.ping.gateway`` like every Quill service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from nats.aio.subscription import Subscription
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from contracts.subjects import Subjects
+from quill.client import Quill
+from services.common import bus
+from services.gateway import mcp_files, openapi, wap
+from services.gateway.metrics import HttpMetrics, metrics_endpoint
+from services.gateway.principals import ANONYMOUS, Access, PrincipalMiddleware, Tokens
+from services.gateway.rest import Rest
+
+log = logging.getLogger("quill.gateway")
+
+SERVICE = "quill-gateway"
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Settings of one gateway process."""
+
+    nats_url: str
+    host: str = "127.0.0.1"
+    port: int = 8080
+    """0 picks a free port (``Gateway.port`` tells which)."""
+    tokens: Tokens | None = None
+    """None: no tokens, loopback only, everyone is tenant ``default``."""
+    root: str = "ws"
+
+    def check(self) -> None:
+        """Raises:
+        ValueError: a non-loopback host without tokens."""
+        if self.tokens is None and not is_loopback(self.host):
+            raise ValueError(
+                f"--host {self.host} needs --tokens: without tokens the gateway serves "
+                "loopback only"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_app(quill: Quill, access: Access, tokens: Tokens | None, host: str) -> Starlette:
+    """The gateway's ASGI app over ``access`` (the MCP session managers run in its lifespan)."""
+    servers = [mcp_files.build(access), wap.build(access)]
+    for server in servers:  # creates each server's session manager; we route to it ourselves
+        server.streamable_http_app(json_response=True, stateless_http=True, host=host)
+
+    async def health(request: Request) -> Response:
+        up = quill.nc.is_connected
+        body = {"status": "ok" if up else "unavailable", "service": SERVICE, "version": VERSION}
+        return JSONResponse(body, status_code=200 if up else 503)
+
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(openapi.document())
+
+    routes: list[BaseRoute] = [
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+        Route("/mcp", StreamableHTTPASGIApp(servers[0].session_manager)),
+        Route("/mcp/wap", StreamableHTTPASGIApp(servers[1].session_manager)),
+        *Rest(access).routes(),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for server in servers:
+                await stack.enter_async_context(server.session_manager.run())
+            yield
+
+    middleware = [
+        Middleware(HttpMetrics, routes=routes),
+        Middleware(PrincipalMiddleware, tokens=tokens),
+    ]
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, leaving signals to the process (``run_until_stopped``) and telling when up."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.up = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets)
+        finally:
+            self.up.set()
+
+
+@dataclass
+class Gateway:
+    """A running gateway; ``stop()`` undoes everything ``start_gateway`` did."""
+
+    quill: Quill
+    server: _Server
+    task: asyncio.Task[None]
+    host: str
+    port: int
+    subs: list[Subscription] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def info(self) -> dict[str, Any]:
+        return {"http_url": self.url}
+
+    async def stop(self) -> None:
+        for sub in self.subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self.server.should_exit = True
+        await self.task
+        await self.quill.close()
+
+
+async def start_gateway(config: GatewayConfig) -> Gateway:
+    """Connect, create the reachable workspaces, listen, serve; ready when it returns.
+
+    Raises:
+        QuillError: ``UNAVAILABLE`` if NATS or a writer cannot be reached.
+        OSError: the address cannot be listened on.
+        RuntimeError: the app did not start.
+    """
+    config.check()
+    quill = await Quill.connect(config.nats_url, actor="gateway", root=config.root)
+    try:
+        access = Access(quill)
+        await access.prepare(config.tokens.principals() if config.tokens else [ANONYMOUS])
+        app = build_app(quill, access, config.tokens, config.host)
+        sock = socket.create_server((config.host, config.port), reuse_port=False)
+        uv = uvicorn.Config(
+            app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=5
+        )
+        server = _Server(uv)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        await server.up.wait()
+        if not server.started:
+            await task
+            raise RuntimeError("the gateway app did not start (see the log)")
+        gateway = Gateway(quill, server, task, config.host, sock.getsockname()[1])
+        instance = bus.instance_id("gateway")
+        subjects = Subjects(config.root)
+        gateway.subs = await bus.serve_ping(quill.nc, subjects, "gateway", instance, gateway.info)
+        log.info("gateway %s serving %s", instance, gateway.url)
+        return gateway
+    except BaseException:
+        await quill.close()
+        raise

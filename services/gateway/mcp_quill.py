@@ -1,0 +1,300 @@
+"""MCP at ``/mcp``: Quill's tools beyond the workspace tool's six (edits, search, history)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import Field, WithJsonSchema
+
+from contracts.requests import ModifyOperation
+from quill.client import Workspace
+from services.gateway import texts
+from services.gateway.tooling import Ctx, Done, Tools, builtins, converted, inline_schema
+
+P_FILE = "File path relative to /workspace (or absolute path within /workspace)"
+P_DIR = "Directory path relative to /workspace; . is the root"
+P_WS = "Optional: another workspace of your tenant (its id). Omit to use your own."
+
+FilePath = Annotated[str, Field(description=P_FILE)]
+WorkspaceName = Annotated[str | None, Field(description=P_WS)]
+Globs = Annotated[
+    list[str] | None,
+    Field(description="Glob patterns to leave out (default: node_modules, .git, dist...)"),
+]
+Version = Annotated[int, Field(ge=1, description="A workspace version (1 is its creation)")]
+Operations = Annotated[
+    list[dict[str, Any]],
+    WithJsonSchema(inline_schema(list[ModifyOperation])),
+    Field(
+        description=(
+            "Operations, each an object tagged by type: "
+            '{"type": "replace", "start_line", "end_line", "new_content"}, '
+            '{"type": "insert", "after_line", "new_content"} (after_line 0: at the top), '
+            '{"type": "delete", "start_line", "end_line"}, '
+            '{"type": "regex_replace", "pattern", "replacement", "flags"} (flags: g i m s x; '
+            "$1 and $<name> in the replacement name groups). Line numbers are 1-based and refer "
+            "to the file before the call; line operations must not overlap."
+        )
+    ),
+]
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+CHANGES = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+
+
+def register(server: MCPServer, tools: Tools) -> None:
+    """Quill's tools: edit_file, modify_file, grep, explore_files, delete_file, move_file,
+    file_history, diff, restore, get_workspace_info."""
+
+    @server.tool(
+        description=(
+            "Replace an exact piece of text in a file. old_string must match exactly "
+            "(whitespace and indentation included) and occur once, unless replace_all is true. "
+            "Errors: 'oldString not found in content' (read the file again and copy the text "
+            "exactly), 'Found multiple matches for oldString' (add surrounding lines or set "
+            "replace_all)."
+        ),
+        annotations=CHANGES,
+    )
+    async def edit_file(
+        ctx: Ctx,
+        path: FilePath,
+        old_string: Annotated[str, Field(min_length=1, description="The exact text to replace")],
+        new_string: Annotated[str, Field(description="The replacement text (used literally)")],
+        replace_all: Annotated[bool, Field(description="Replace every occurrence")] = False,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.edit(path, old_string, new_string, replace_all=replace_all)
+            text = (
+                f"Edited {path}: {texts.plural(r.replacements, 'replacement')}, "
+                f"{texts.plural(r.lines_changed, 'line')} changed (file version {r.file_version})"
+            )
+            return Done(text, builtins(r))
+
+        return await tools.call(ctx, "edit_file", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Change a text file by line numbers or regular expressions, all operations at once "
+            "(all or nothing): replace, insert or delete line ranges, or regex_replace. Read "
+            "the file first to know its line numbers."
+        ),
+        annotations=CHANGES,
+    )
+    async def modify_file(
+        ctx: Ctx, path: FilePath, operations: Operations, workspace: WorkspaceName = None
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            ops = converted(operations, list[ModifyOperation], "operations")
+            r = await ws.modify(path, ops)
+            text = (
+                f"Modified {path}: {texts.plural(r.operations, 'operation')}, "
+                f"{texts.plural(r.replacements, 'regex replacement')}, {r.lines_before} -> "
+                f"{r.lines_after} lines (file version {r.file_version})"
+            )
+            return Done(text, builtins(r))
+
+        return await tools.call(ctx, "modify_file", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Search file contents for a regular expression (Python syntax) or, with literal, "
+            "plain text. Answers one 'path:line: text' line per match (100 at most by default), "
+            "with context_lines lines around each as 'path-line- text'. include limits the "
+            "search to files matching globs (*.py matches at any depth)."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def grep(
+        ctx: Ctx,
+        pattern: Annotated[str, Field(min_length=1, description="Regular expression or text")],
+        path: Annotated[str, Field(description=P_DIR)] = ".",
+        literal: Annotated[bool, Field(description="Match pattern as plain text")] = False,
+        ignore_case: bool = False,
+        include: Annotated[list[str] | None, Field(description="Only files matching")] = None,
+        exclude: Globs = None,
+        context_lines: Annotated[int, Field(ge=0, le=50)] = 0,
+        max_results: Annotated[int | None, Field(ge=1, le=10_000)] = None,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.grep(
+                pattern,
+                path,
+                literal=literal,
+                ignore_case=ignore_case,
+                include=include,
+                exclude=exclude,
+                context_lines=context_lines,
+                max_results=max_results,
+            )
+            return Done(texts.grep_text(pattern, path, r), builtins(r))
+
+        return await tools.call(ctx, "grep", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Show the tree under a directory: its entries, or with recursive everything down "
+            "to max_depth levels, directories before files. metadata adds sizes and times. "
+            "node_modules, .git and other build directories are skipped unless exclude is []."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def explore_files(
+        ctx: Ctx,
+        path: Annotated[str, Field(description=P_DIR)] = ".",
+        recursive: bool = False,
+        max_depth: Annotated[int, Field(ge=1, le=100)] = 3,
+        exclude: Globs = None,
+        metadata: Annotated[bool, Field(description="Include sizes and times")] = False,
+        max_results: Annotated[int | None, Field(ge=1, le=10_000)] = None,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.explore(
+                path,
+                recursive=recursive,
+                max_depth=max_depth,
+                exclude=exclude,
+                metadata=metadata,
+                max_results=max_results,
+            )
+            return Done(texts.tree_text(path, r), builtins(r))
+
+        return await tools.call(ctx, "explore_files", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Delete a file, or a directory (a non-empty one only with recursive). The content "
+            "stays in the history: restore can bring it back."
+        ),
+        annotations=CHANGES,
+    )
+    async def delete_file(
+        ctx: Ctx,
+        path: Annotated[str, Field(description="File or directory to delete")],
+        recursive: Annotated[bool, Field(description="Delete a directory's contents")] = False,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.delete(path, recursive=recursive)
+            return Done(f"Deleted {path} ({texts.plural(r.deleted, 'entry')} removed)", builtins(r))
+
+        return await tools.call(ctx, "delete_file", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Move or rename a file or directory (with everything below it); missing parents of "
+            "the destination are created. An existing destination file is replaced only with "
+            "overwrite; a directory never is."
+        ),
+        annotations=CHANGES,
+    )
+    async def move_file(
+        ctx: Ctx,
+        source: Annotated[str, Field(description="The path to move")],
+        destination: Annotated[str, Field(description="Its new path")],
+        overwrite: bool = False,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.move(source, destination, overwrite=overwrite)
+            return Done(f"Moved {r.path} to {r.to} ({texts.plural(r.moved, 'entry')})", builtins(r))
+
+        return await tools.call(ctx, "move_file", go, path=source, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "The history of a file (every version: created, modified, moved, deleted, with "
+            "sizes and etags) or, without path, of the whole workspace; newest first. The "
+            "version numbers are what diff and restore take."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def file_history(
+        ctx: Ctx,
+        path: Annotated[str | None, Field(description="Omit for the workspace")] = None,
+        limit: Annotated[int, Field(ge=1, le=1000)] = 20,
+        before: Annotated[int | None, Field(ge=1, description="Older than this version")] = None,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.history(path, limit=limit, before=before)
+            return Done(texts.history_text(path, r), builtins(r))
+
+        return await tools.call(ctx, "file_history", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Unified diff of a file, a directory or (without path) the whole workspace between "
+            "two workspace versions (to_version defaults to the latest). Versions come from "
+            "file_history."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def diff(
+        ctx: Ctx,
+        from_version: Version,
+        to_version: Annotated[int | None, Field(ge=1)] = None,
+        path: Annotated[str | None, Field(description="Omit for the workspace")] = None,
+        context_lines: Annotated[int, Field(ge=0, le=100)] = 3,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.diff(from_version, to_version, path, context_lines=context_lines)
+            if not r.files:
+                text = f"No changes between version {r.from_version} and {r.to_version}"
+            else:
+                text = (
+                    f"Diff of {path or 'the workspace'} from version {r.from_version} to "
+                    f"{r.to_version} ({texts.plural(len(r.files), 'file')} changed):\n\n{r.diff}"
+                )
+                if r.truncated:
+                    text += "\n\n(diff truncated at the read limit: diff one file at a time)"
+            return Done(text, builtins(r))
+
+        return await tools.call(ctx, "diff", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Bring a file, a directory or (without path) the whole workspace back to how it was "
+            "at a workspace version. This is a new change: nothing is lost, and it can itself "
+            "be undone."
+        ),
+        annotations=CHANGES,
+    )
+    async def restore(
+        ctx: Ctx,
+        version: Version,
+        path: Annotated[str | None, Field(description="Omit for the workspace")] = None,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.restore(version, path)
+            what = path or "the workspace"
+            if r.committed:
+                text = (
+                    f"Restored {what} to version {version}: "
+                    f"{texts.plural(r.changed_total, 'path')} changed"
+                )
+            else:
+                text = f"Nothing to restore: {what} is already as it was at version {version}"
+            return Done(text, builtins(r))
+
+        return await tools.call(ctx, "restore", go, path=path, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "The workspace's version, file and directory counts, size, limits (largest file, "
+            "read and search limits) and the directories searches skip."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def get_workspace_info(ctx: Ctx, workspace: WorkspaceName = None) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.info()
+            return Done(texts.info_text(r), builtins(r))
+
+        return await tools.call(ctx, "get_workspace_info", go, workspace=workspace)

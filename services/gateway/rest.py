@@ -1,0 +1,226 @@
+"""REST (RFC 0059 §C): the caller's workspace as a versioned file store.
+
+``GET /v1/host/workspace/files[?prefix=]`` lists file metadata; ``GET|PUT|DELETE
+/v1/host/workspace/files/{path}`` reads (``?version=N``: as of file version N), writes
+(``If-Match``) and deletes one file; ``GET /.well-known/openwop`` advertises the capability.
+A file is the RFC's WorkspaceFile: ``version`` is the file's own version and ``etag`` is
+``v<version>``, also sent quoted as the ``ETag`` header. ``ERRORS`` is the one table from a
+``QuillError`` to an HTTP status and error name.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from contracts.errors import ErrorCode, QuillError
+from contracts.limits import MAX_MESSAGE_BYTES
+from contracts.paths import normalize
+from quill.client import Workspace
+from services.gateway.files import Snapshot, content_type, iso, modified_at, read_whole, version_of
+from services.gateway.principals import Access, principal_of
+
+E = ErrorCode
+ERRORS: dict[str, tuple[int, str]] = {
+    E.INVALID_ARGUMENT: (400, "invalid_argument"),
+    E.ACCESS_DENIED: (403, "access_denied"),
+    E.DENIED: (403, "access_denied"),
+    E.FILE_NOT_FOUND: (404, "not_found"),
+    E.WORKSPACE_NOT_FOUND: (404, "not_found"),
+    E.NOT_A_FILE: (404, "not_found"),  # a directory: there is no file at that path
+    E.CONFLICT: (409, "workspace_conflict"),
+    E.NOT_A_DIRECTORY: (409, "path_conflict"),  # a parent of the path is a file
+    E.ALREADY_EXISTS: (409, "path_conflict"),
+    E.SIZE_LIMIT_EXCEEDED: (413, "workspace_too_large"),
+    E.INVALID_ENCODING: (422, "invalid_encoding"),  # a binary file has no UTF-8 content
+    E.LOCKED: (423, "locked"),
+    E.UNAVAILABLE: (503, "unavailable"),
+    E.TIMEOUT: (503, "unavailable"),
+}
+"""QuillError code → (HTTP status, error name); anything else is 500 ``internal``."""
+
+MAX_BODY_BYTES = 2 * MAX_MESSAGE_BYTES
+"""Largest PUT body read (JSON escapes may double the content); larger is 413 at once."""
+PUT_FIELDS = {"content", "contentType"}
+
+
+def error_response(error: QuillError) -> JSONResponse:
+    """The HTTP answer for ``error``. A 404 says only ``not_found``: nothing about anyone else."""
+    status, name = ERRORS.get(str(error.code), (500, "internal"))
+    body: dict[str, Any] = {"error": name}
+    if status != 404:
+        body["message"] = error.message
+    if error.code == E.CONFLICT:
+        body["details"] = {"currentVersion": error.details.get("current_file_version")}
+    return JSONResponse(body, status_code=status)
+
+
+def file_path(raw: str) -> str:
+    """A REST file path, which must already be in Quill's normal form.
+
+    Raises:
+        QuillError: ``ACCESS_DENIED`` for an escape (``../x``, ``/etc/x``), ``INVALID_ARGUMENT``
+            for anything not canonical (``a/../b``, ``/workspace/x``, ``./x``, NFD Unicode),
+            control, invisible or unassigned characters, over-long names.
+    """
+    path = normalize(raw)
+    if not path:
+        raise QuillError(E.INVALID_ARGUMENT, "A file path is required")
+    if path != raw:
+        raise QuillError(
+            E.INVALID_ARGUMENT,
+            f"Path must be workspace-relative and normalised (no '.', '..', empty segments, "
+            f"leading '/' or /workspace prefix; Unicode NFC): use {path!r}",
+            {"path": path},
+        )
+    if any(unicodedata.category(ch) in ("Cf", "Co", "Cn", "Cs", "Zl", "Zp") for ch in path):
+        raise QuillError(E.INVALID_ARGUMENT, "Path contains invisible or unassigned characters")
+    return path
+
+
+def if_match(request: Request) -> str | None:
+    value = request.headers.get("if-match")
+    return value.strip() if value is not None and value.strip() else None
+
+
+async def json_body(request: Request) -> Any:
+    """The request's JSON body, read up to ``MAX_BODY_BYTES``.
+
+    Raises:
+        QuillError: ``SIZE_LIMIT_EXCEEDED`` past the cap, ``INVALID_ARGUMENT`` for bad JSON.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise QuillError(E.SIZE_LIMIT_EXCEEDED, f"Body over {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise QuillError(E.INVALID_ARGUMENT, f"Body is not JSON: {exc}") from None
+
+
+def put_content(body: Any) -> str:
+    """The ``content`` of a PUT body ``{"content": "...", "contentType": "..."}``.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for any other shape.
+    """
+    if not isinstance(body, dict) or not isinstance(body.get("content"), str):
+        raise QuillError(E.INVALID_ARGUMENT, 'Body must be {"content": "<UTF-8 text>"}')
+    unknown = sorted(set(body) - PUT_FIELDS)
+    if unknown:
+        raise QuillError(E.INVALID_ARGUMENT, f"Unknown field(s): {', '.join(unknown)}")
+    if not isinstance(body.get("contentType", ""), str):
+        raise QuillError(E.INVALID_ARGUMENT, "contentType must be a string")
+    content: str = body["content"]
+    return content
+
+
+class Rest:
+    """The REST endpoints, over the caller's own workspace."""
+
+    def __init__(self, access: Access) -> None:
+        self.access = access
+
+    def routes(self) -> list[Route]:
+        files = "/v1/host/workspace/files"
+        return [
+            Route(files, self.guard(self.list_files), methods=["GET"]),
+            Route(files + "/{path:path}", self.guard(self.get_file), methods=["GET"]),
+            Route(files + "/{path:path}", self.guard(self.put_file), methods=["PUT"]),
+            Route(files + "/{path:path}", self.guard(self.delete_file), methods=["DELETE"]),
+            Route("/.well-known/openwop", self.guard(self.discovery), methods=["GET"]),
+        ]
+
+    @staticmethod
+    def guard(handler: Any) -> Any:
+        """Answer a ``QuillError`` from ``handler`` with its row of ``ERRORS``."""
+
+        async def endpoint(request: Request) -> Response:
+            try:
+                response: Response = await handler(request)
+            except QuillError as error:
+                return error_response(error)
+            return response
+
+        return endpoint
+
+    async def workspace(self, request: Request) -> Workspace:
+        return await self.access.workspace(principal_of(request.scope))
+
+    async def list_files(self, request: Request) -> Response:
+        ws = await self.workspace(request)
+        prefix = request.query_params.get("prefix", "")
+        directory = prefix.rpartition("/")[0] or "."
+        limits = (await ws.info()).limits
+        try:
+            found = await ws.glob(
+                "**", directory, kind="file", max_results=limits.max_search_results, exclude=[]
+            )
+        except QuillError as error:
+            if error.code in (E.FILE_NOT_FOUND, E.NOT_A_DIRECTORY):
+                return JSONResponse({"files": [], "truncated": False})
+            raise
+        files = [
+            {
+                "path": e.path,
+                "contentType": content_type(e.path),
+                "version": e.file_version,
+                "etag": e.etag,
+                "updatedAt": iso(e.modified),
+                "size": e.size,
+            }
+            for e in sorted(found.entries, key=lambda e: e.path)
+            if e.path.startswith(prefix)
+        ]
+        return JSONResponse({"files": files, "truncated": found.truncated})
+
+    async def get_file(self, request: Request) -> Response:
+        path = file_path(request.path_params["path"])
+        ws = await self.workspace(request)
+        asked = request.query_params.get("version")
+        version: int | None = None
+        if asked is not None:
+            if not asked.isdecimal() or not 1 <= int(asked) <= 2**53:
+                raise QuillError(E.INVALID_ARGUMENT, "version must be a file version (1, 2...)")
+            version = await version_of(ws, path, int(asked))
+        return (await read_whole(ws, path, version)).response()
+
+    async def put_file(self, request: Request) -> Response:
+        path = file_path(request.path_params["path"])
+        content = put_content(await json_body(request))
+        ws = await self.workspace(request)
+        written = await ws.write(path, content, if_match=if_match(request))
+        modified = await modified_at(ws, path, written.file_version)
+        snapshot = Snapshot(
+            path, content, content_type(path), written.file_version, written.etag, modified
+        )
+        return snapshot.response(201 if written.created else 200)
+
+    async def delete_file(self, request: Request) -> Response:
+        path = file_path(request.path_params["path"])
+        ws = await self.workspace(request)
+        if (await ws.stat(path)).kind != "file":
+            raise QuillError(E.NOT_A_FILE, f"Not a file: {path}", {"path": path})
+        await ws.delete(path, if_match=if_match(request))
+        return Response(status_code=204)
+
+    async def discovery(self, request: Request) -> Response:
+        limits = (await (await self.workspace(request)).info()).limits
+        block: dict[str, Any] = {
+            "supported": True,
+            "versioned": True,
+            "maxFileBytes": limits.max_file_bytes,
+            "maxFiles": limits.max_files,
+        }
+        if limits.max_versions is not None:  # absent: every version is kept
+            block["maxVersions"] = limits.max_versions
+        return JSONResponse({"capabilities": {"workspace": block}})
