@@ -192,25 +192,95 @@ for _name, (_module, _attr, _doc) in SERVICES.items():
     main.add_command(_service_command(_name, _module, _attr, _doc))
 
 
+TOKENS_HELP = 'TOML file of [tokens."<token>"] tables (tenant = "...", workspace = "...").'
+
+
+@main.command()
+@click.option(
+    "--nats-url",
+    "service_nats_url",
+    envvar="QUILL_NATS_URL",
+    default="nats://127.0.0.1:4222",
+    show_default=True,
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
+@click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
+@click.option("--root", default="ws", show_default=True, help="Subject root.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.pass_context
+def gateway(
+    ctx: click.Context,
+    service_nats_url: str,
+    host: str,
+    http_port: int,
+    tokens: Path | None,
+    root: str,
+    log_format: str,
+) -> None:
+    """Run the HTTP gateway: MCP at /mcp, WAP at /mcp/wap, REST at /v1/host/workspace."""
+    from services.gateway.app import GatewayConfig, start_gateway
+    from services.gateway.principals import Tokens
+
+    setup_logging(ctx.obj["log_level"], log_format)
+    try:
+        config = GatewayConfig(
+            service_nats_url,
+            host=host,
+            port=http_port,
+            tokens=Tokens.load(tokens) if tokens else None,
+            root=root,
+        )
+        config.check()
+    except ValueError as exc:
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(2)
+
+    async def start() -> Callable[[], Awaitable[None]]:
+        return (await start_gateway(config)).stop
+
+    try:
+        asyncio.run(run_until_stopped(start))
+    except QuillError as exc:
+        fail(exc)
+    except OSError as exc:
+        click.echo(f"quill: cannot listen on {host}:{http_port}: {exc.strerror}", err=True)
+        sys.exit(1)
+
+
 @main.command()
 @click.option("--data", type=click.Path(path_type=Path), default=Path(".quill"), show_default=True)
 @click.option("--nats-port", default=4222, show_default=True, help="0 picks a free port.")
-@click.option("--http-port", default=8080, show_default=True)
+@click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--nats-url", "external", help="Use this NATS instead of starting one.")
+@click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
 @click.pass_context
 def up(
-    ctx: click.Context, data: Path, nats_port: int, http_port: int, external: str | None
+    ctx: click.Context,
+    data: Path,
+    nats_port: int,
+    http_port: int,
+    external: str | None,
+    tokens: Path | None,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
     from quill.stack import Stack
+    from services.gateway.principals import Tokens
 
     setup_logging(ctx.obj["log_level"])
+    if tokens is not None:
+        try:
+            Tokens.load(tokens)  # refuse a bad file here rather than in a child's log
+        except ValueError as exc:
+            click.echo(f"quill: {exc}", err=True)
+            sys.exit(2)
     stack = Stack(
         data,
         nats_port=nats_port,
         http_port=http_port,
         nats_url=external,
         log_level=ctx.obj["log_level"],
+        tokens=tokens,
     )
     try:
         sys.exit(asyncio.run(stack.run()))

@@ -1,7 +1,8 @@
 """``quill up``: the whole service on one machine.
 
 Starts ``nats-server`` from the wheel (unless given ``--nats-url``), then each service as its
-own process (``python -m quill writer …``), waits until every one answers a ping, records the
+own process (``python -m quill writer …``, the reader, and the HTTP gateway on ``--http-port``),
+waits until every one answers a ping and the gateway's ``GET /health`` answers 200, records the
 URLs in ``<data>/stack.json`` (clients find them there) and prints one line with ``ready``.
 Services that die are restarted; SIGINT/SIGTERM stops everything cleanly. Children get
 SIGTERM if this process is killed, and everything they acknowledged is already on disk.
@@ -17,6 +18,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -47,6 +49,32 @@ def discover_url() -> str:
         return str(info["nats_url"])
     except (OSError, ValueError, KeyError):
         return DEFAULT_NATS_URL
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (for ``--http-port 0``)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def http_ok(host: str, port: int, path: str, timeout: float = 2.0) -> bool:
+    """True when ``GET path`` on ``host:port`` answers 200 (no HTTP client library needed)."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
+        writer.write(request.encode())
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), timeout)
+        return status.split()[1:2] == [b"200"]
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        writer.close()
 
 
 def _die_with_parent() -> None:
@@ -102,11 +130,13 @@ class Stack:
         http_port: int = 8080,
         nats_url: str | None = None,
         log_level: str = "info",
+        tokens: Path | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.nats_port, self.http_port = nats_port, http_port
         self.external_nats = nats_url
         self.log_level = log_level
+        self.tokens = tokens.resolve() if tokens else None
         self.nats: object | None = None
         self.children: list[Child] = []
 
@@ -135,6 +165,24 @@ class Stack:
         ]
         return Child(name, argv, self.data_dir / "logs" / f"{name}.log")
 
+    def _gateway(self) -> Child:
+        argv = [
+            sys.executable,
+            "-m",
+            "quill",
+            "--log-level",
+            self.log_level,
+            "gateway",
+            "--nats-url",
+            self.nats_url,
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            str(self.http_port),
+            *(["--tokens", str(self.tokens)] if self.tokens else []),
+        ]
+        return Child("gateway", argv, self.data_dir / "logs" / "gateway.log")
+
     async def _wait_ready(self, timeout: float = 30.0) -> None:
         nc = await bus.connect(self.nats_url, "quill-up", wait_s=timeout)
         try:
@@ -152,6 +200,10 @@ class Stack:
                                 f"{child.name} did not answer; see {child.log_path}"
                             ) from None
                         await asyncio.sleep(0.1)
+            while not await http_ok("127.0.0.1", self.http_port, "/health"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the gateway's /health did not answer on {self.http_url}")
+                await asyncio.sleep(0.1)
         finally:
             await nc.close()
 
@@ -169,7 +221,8 @@ class Stack:
                     server = NatsServer(self.data_dir / "nats", port=port)
                     self.nats = server
                     await asyncio.to_thread(server.start)
-                self.children = [self._service("writer"), self._service("reader")]
+                self.http_port = self.http_port or free_port()
+                self.children = [self._service("writer"), self._service("reader"), self._gateway()]
                 for child in self.children:
                     child.start()
                 await self._wait_ready()

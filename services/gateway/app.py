@@ -170,6 +170,7 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         RuntimeError: the app did not start.
     """
     config.check()
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # it logs every stateless request at INFO
     quill = await Quill.connect(config.nats_url, actor="gateway", root=config.root)
     try:
         access = Access(quill)
