@@ -27,6 +27,7 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.FILE_NOT_FOUND, "move_file"): "Error: {message}",
     (E.FILE_NOT_FOUND, "get_workspace_info"): "Error: Workspace not found: {workspace}",
     (E.NOT_A_FILE, ANY): "Error: Not a file: {path}",
+    (E.NOT_A_FILE, "write_file"): "Error: Failed to write file - {message}",
     (E.NOT_A_DIRECTORY, ANY): "Error: Not a directory: {path}",
     (E.NOT_A_DIRECTORY, "create_directory"): "Error: Path exists but is not a directory: {path}",
     (E.NOT_A_DIRECTORY, "write_file"): "Error: Failed to create parent directory - {message}",

@@ -1,0 +1,67 @@
+"""The gateway over real HTTP: a nats-server per test, an in-process writer and reader, and
+``start_gateway`` served by uvicorn on a free port."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from quill.client import Quill
+from quill.natsserver import NatsServer
+from services.gateway.app import Gateway, GatewayConfig, start_gateway
+from services.gateway.principals import Principal, Tokens
+from tests.helpers import start_reader, start_writer
+
+StartGateway = Callable[..., Awaitable[Gateway]]
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """One server per test (it starts in milliseconds): no workspace outlives its test."""
+    server = NatsServer(tmp_path / "nats").start()
+    yield server
+    server.stop()
+
+
+@pytest_asyncio.fixture
+async def start(nats_url: str, tmp_path: Path) -> AsyncIterator[StartGateway]:
+    """A writer and a reader, and a function that starts a gateway (with ``tokens``:
+    ``{token: "tenant/workspace"}``)."""
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        await start_reader(stack, nats_url, tmp_path / "reader")
+
+        async def gateway(tokens: dict[str, str] | None = None, host: str = "127.0.0.1") -> Gateway:
+            table = None
+            if tokens is not None:
+                table = Tokens({t: Principal(*name.split("/")) for t, name in tokens.items()})
+            running = await start_gateway(GatewayConfig(nats_url, host=host, port=0, tokens=table))
+            stack.push_async_callback(running.stop)
+            return running
+
+        yield gateway
+
+
+@pytest_asyncio.fixture
+async def gateway(start: StartGateway) -> Gateway:
+    """A gateway without tokens (everyone is default/default)."""
+    return await start()
+
+
+@pytest_asyncio.fixture
+async def http(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        yield client
+
+
+@pytest_asyncio.fixture
+async def sdk(nats_url: str) -> AsyncIterator[Quill]:
+    """A direct SDK client, to set up and check what the gateway did."""
+    client = await Quill.connect(nats_url, actor="tester", timeout=10)
+    yield client
+    await client.close()
