@@ -59,9 +59,8 @@ async def http(gateway: Gateway) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-@pytest_asyncio.fixture
-async def sdk(nats_url: str) -> AsyncIterator[Quill]:
-    """A direct SDK client, to set up and check what the gateway did."""
-    client = await Quill.connect(nats_url, actor="tester", timeout=10)
-    yield client
-    await client.close()
+@pytest.fixture
+def sdk(gateway: Gateway) -> Quill:
+    """The gateway's own SDK client, to set up and check what the gateway did: its workspace
+    handles are the gateway's, so each side reads the other's writes."""
+    return gateway.quill
