@@ -112,7 +112,18 @@ def build_app(quill: Quill, access: Access, tokens: Tokens | None, host: str) ->
         Middleware(HttpMetrics, routes=routes),
         Middleware(PrincipalMiddleware, tokens=tokens),
     ]
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    handlers = {404: not_found, 405: not_allowed}
+    return Starlette(
+        routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=handlers
+    )
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": "not_found"}, status_code=404)
+
+
+async def not_allowed(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": "method_not_allowed"}, status_code=405)
 
 
 class _Server(uvicorn.Server):

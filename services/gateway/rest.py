@@ -14,6 +14,7 @@ import json
 import unicodedata
 from typing import Any
 
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -43,6 +44,22 @@ ERRORS: dict[str, tuple[int, str]] = {
     E.TIMEOUT: (503, "unavailable"),
 }
 """QuillError code → (HTTP status, error name); anything else is 500 ``internal``."""
+
+
+class FilePathConvertor(Convertor[str]):
+    """Like Starlette's ``path``, but matching control characters too (``%0a`` included), so
+    that ``file_path`` refuses them with a 400 rather than the router with a bare 404."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("filepath", FilePathConvertor())
 
 MAX_BODY_BYTES = 2 * MAX_MESSAGE_BYTES
 """Largest PUT body read (JSON escapes may double the content); larger is 413 at once."""
@@ -134,9 +151,9 @@ class Rest:
         files = "/v1/host/workspace/files"
         return [
             Route(files, self.guard(self.list_files), methods=["GET"]),
-            Route(files + "/{path:path}", self.guard(self.get_file), methods=["GET"]),
-            Route(files + "/{path:path}", self.guard(self.put_file), methods=["PUT"]),
-            Route(files + "/{path:path}", self.guard(self.delete_file), methods=["DELETE"]),
+            Route(files + "/{path:filepath}", self.guard(self.get_file), methods=["GET"]),
+            Route(files + "/{path:filepath}", self.guard(self.put_file), methods=["PUT"]),
+            Route(files + "/{path:filepath}", self.guard(self.delete_file), methods=["DELETE"]),
             Route("/.well-known/openwop", self.guard(self.discovery), methods=["GET"]),
         ]
 

@@ -1,0 +1,200 @@
+"""REST (RFC 0059 §C) over real HTTP: CRUD, etags, versions, limits, path tricks, discovery."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from contracts.limits import LimitsPatch
+from quill.client import Quill
+from tests.gateway.conftest import StartGateway
+
+FILES = "/v1/host/workspace/files"
+STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+
+
+async def test_put_get_list_delete_round_trip(http: httpx.AsyncClient) -> None:
+    created = await http.put(f"{FILES}/DIRECTIVES.md", json={"content": "# Be kind\n"})
+    assert created.status_code == 201
+    assert created.headers["etag"] == '"v1"'
+    body = created.json()
+    assert STAMP.fullmatch(body.pop("updatedAt"))
+    assert body == {
+        "path": "DIRECTIVES.md",
+        "content": "# Be kind\n",
+        "contentType": "text/markdown",
+        "version": 1,
+        "etag": "v1",
+    }
+    replaced = await http.put(
+        f"{FILES}/DIRECTIVES.md", json={"content": "# Be brief\n", "contentType": "text/markdown"}
+    )
+    assert (replaced.status_code, replaced.json()["version"]) == (200, 2)
+    got = await http.get(f"{FILES}/DIRECTIVES.md")
+    assert got.status_code == 200 and got.headers["etag"] == '"v2"'
+    assert got.json()["content"] == "# Be brief\n"
+    assert got.json()["updatedAt"] == replaced.json()["updatedAt"]
+    await http.put(f"{FILES}/memory/index.json", json={"content": "{}"})
+    listing = (await http.get(FILES)).json()
+    assert listing["truncated"] is False
+    assert [f["path"] for f in listing["files"]] == ["DIRECTIVES.md", "memory/index.json"]
+    first = listing["files"][0]
+    assert set(first) == {"path", "contentType", "version", "etag", "updatedAt", "size"}
+    assert (first["version"], first["etag"], first["size"]) == (2, "v2", 11)
+    deleted = await http.delete(f"{FILES}/DIRECTIVES.md")
+    assert (deleted.status_code, deleted.content) == (204, b"")
+    gone = await http.get(f"{FILES}/DIRECTIVES.md")
+    assert (gone.status_code, gone.json()) == (404, {"error": "not_found"})
+    assert (await http.delete(f"{FILES}/DIRECTIVES.md")).status_code == 404
+    assert [f["path"] for f in (await http.get(FILES)).json()["files"]] == ["memory/index.json"]
+
+
+async def test_if_match_quoted_or_not_and_conflicts(http: httpx.AsyncClient) -> None:
+    await http.put(f"{FILES}/a.md", json={"content": "1"})
+    quoted = await http.put(f"{FILES}/a.md", json={"content": "2"}, headers={"If-Match": '"v1"'})
+    assert (quoted.status_code, quoted.json()["version"]) == (200, 2)
+    bare = await http.put(f"{FILES}/a.md", json={"content": "3"}, headers={"If-Match": "v2"})
+    assert (bare.status_code, bare.json()["version"]) == (200, 3)
+    stale = await http.put(f"{FILES}/a.md", json={"content": "4"}, headers={"If-Match": '"v1"'})
+    assert stale.status_code == 409
+    assert stale.json()["error"] == "workspace_conflict"
+    assert stale.json()["details"] == {"currentVersion": 3}
+    refused = await http.delete(f"{FILES}/a.md", headers={"If-Match": '"v2"'})
+    assert refused.status_code == 409 and refused.json()["details"] == {"currentVersion": 3}
+    assert (await http.get(f"{FILES}/a.md")).json()["content"] == "3"
+    assert (await http.delete(f"{FILES}/a.md", headers={"If-Match": '"v3"'})).status_code == 204
+
+
+async def test_version_query_returns_history(http: httpx.AsyncClient) -> None:
+    for text in ("first", "second", "third"):
+        await http.put(f"{FILES}/notes.txt", json={"content": text})
+    old = await http.get(f"{FILES}/notes.txt", params={"version": 1})
+    assert old.status_code == 200 and old.headers["etag"] == '"v1"'
+    assert (old.json()["content"], old.json()["version"]) == ("first", 1)
+    assert (await http.get(f"{FILES}/notes.txt", params={"version": 2})).json()["content"] == (
+        "second"
+    )
+    await http.delete(f"{FILES}/notes.txt")
+    kept = await http.get(f"{FILES}/notes.txt", params={"version": 3})
+    assert kept.json()["content"] == "third"  # history outlives a delete
+    missing = await http.get(f"{FILES}/notes.txt", params={"version": 9})
+    assert (missing.status_code, missing.json()) == (404, {"error": "not_found"})
+    for bad in ("0", "abc", "-1"):
+        wrong = await http.get(f"{FILES}/notes.txt", params={"version": bad})
+        assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_argument")
+
+
+async def test_big_files_are_read_whole(http: httpx.AsyncClient) -> None:
+    content = "".join(f"line {i:05}\n" for i in range(30_000))  # 330 KB, past the read limits
+    assert (await http.put(f"{FILES}/big.log", json={"content": content})).status_code == 201
+    await http.put(f"{FILES}/big.log", json={"content": "small"})
+    assert (await http.get(f"{FILES}/big.log", params={"version": 1})).json()["content"] == content
+    await http.put(f"{FILES}/big.log", json={"content": content + "end\n"})
+    latest = (await http.get(f"{FILES}/big.log")).json()
+    assert latest["content"] == content + "end\n" and latest["version"] == 3
+
+
+async def test_over_max_file_bytes_is_413(nats_url: str, start: StartGateway) -> None:
+    quill = await Quill.connect(nats_url)
+    try:
+        small = quill.workspace("acme/small")
+        await small.create(limits=LimitsPatch(max_file_bytes=1024))
+    finally:
+        await quill.close()
+    gateway = await start({"token-small-1": "acme/small"})
+    auth = {"Authorization": "Bearer token-small-1"}
+    async with httpx.AsyncClient(base_url=gateway.url, headers=auth) as http:
+        fits = await http.put(f"{FILES}/a.txt", json={"content": "x" * 1024})
+        assert fits.status_code == 201
+        big = await http.put(f"{FILES}/a.txt", json={"content": "x" * 1025})
+        assert big.status_code == 413 and big.json()["error"] == "workspace_too_large"
+        assert (await http.get(f"{FILES}/a.txt")).json()["version"] == 1
+        discovery = (await http.get("/.well-known/openwop")).json()
+        assert discovery["capabilities"]["workspace"]["maxFileBytes"] == 1024
+
+
+async def test_bad_bodies_and_non_files(http: httpx.AsyncClient, sdk: Quill) -> None:
+    await sdk.workspace("default/default").write("bin.dat", b"\x00\xff")
+    bodies = [b"not json", b'{"contents": "typo"}', b'{"content": 3}', b"[]"]
+    for raw in bodies:
+        reply = await http.put(f"{FILES}/x.txt", content=raw)
+        assert (reply.status_code, reply.json()["error"]) == (400, "invalid_argument"), raw
+    await http.put(f"{FILES}/dir/inner.txt", json={"content": "x"})
+    assert (await http.get(f"{FILES}/dir")).json() == {"error": "not_found"}
+    assert (await http.delete(f"{FILES}/dir")).status_code == 404
+    under_file = await http.put(f"{FILES}/dir/inner.txt/deeper.txt", json={"content": "x"})
+    assert (under_file.status_code, under_file.json()["error"]) == (409, "path_conflict")
+    binary = await http.get(f"{FILES}/bin.dat")
+    assert (binary.status_code, binary.json()["error"]) == (422, "invalid_encoding")
+
+
+TRICKS = [
+    ("%2e%2e/%2e%2e/etc/passwd", 403, "access_denied"),
+    ("..%2f..%2fetc%2fpasswd", 403, "access_denied"),
+    ("/etc/passwd", 403, "access_denied"),
+    ("/workspace/secret.txt", 400, "invalid_argument"),
+    ("a/%2E%2E/secret.txt", 400, "invalid_argument"),
+    ("%2e/secret.txt", 400, "invalid_argument"),
+    ("a//secret.txt", 400, "invalid_argument"),
+    ("secret%00.txt", 400, "invalid_argument"),
+    ("secret%0a.txt", 400, "invalid_argument"),
+    ("x" * 300, 400, "invalid_argument"),
+    ("/".join(["d" * 200] * 6), 400, "invalid_argument"),
+    ("cafe%CC%81.md", 400, "invalid_argument"),  # NFD: not the normal form
+    ("evil%E2%80%AEtxt.md", 400, "invalid_argument"),  # right-to-left override
+    ("zero%E2%80%8Bwidth.md", 400, "invalid_argument"),
+]
+
+
+@pytest.mark.parametrize(("raw", "status", "name"), TRICKS)
+async def test_path_tricks_are_refused_cleanly(
+    http: httpx.AsyncClient, raw: str, status: int, name: str
+) -> None:
+    for method in ("GET", "PUT", "DELETE"):
+        body = b'{"content": "pwned"}' if method == "PUT" else None
+        reply = await http.request(method, f"{FILES}/{raw}", content=body)
+        assert (reply.status_code, reply.json()["error"]) == (status, name), method
+    assert (await http.get(FILES)).json()["files"] == []  # nothing was written anywhere
+
+
+async def test_unicode_names_in_normal_form_work(http: httpx.AsyncClient) -> None:
+    put = await http.put(f"{FILES}/caf%C3%A9/r%C3%A9sum%C3%A9.md", json={"content": "ok"})
+    assert put.status_code == 201 and put.json()["path"] == "café/résumé.md"
+    assert (await http.get(f"{FILES}/café/résumé.md")).json()["content"] == "ok"
+    assert [f["path"] for f in (await http.get(FILES)).json()["files"]] == ["café/résumé.md"]
+
+
+async def test_list_filters_by_prefix(http: httpx.AsyncClient) -> None:
+    for path in ("notes/a.md", "notes/ab.md", "notes/b.md", "nodes.md", "x/node_modules/m.js"):
+        await http.put(f"{FILES}/{path}", json={"content": path})
+
+    async def paths(prefix: str) -> list[str]:
+        reply = await http.get(FILES, params={"prefix": prefix})
+        assert reply.status_code == 200
+        return [f["path"] for f in reply.json()["files"]]
+
+    assert await paths("notes/") == ["notes/a.md", "notes/ab.md", "notes/b.md"]
+    assert await paths("notes/a") == ["notes/a.md", "notes/ab.md"]
+    assert await paths("no") == ["nodes.md", "notes/a.md", "notes/ab.md", "notes/b.md"]
+    assert await paths("missing/dir/") == []
+    assert "x/node_modules/m.js" in await paths("")  # a file store lists every file
+    assert "content" not in (await http.get(FILES)).json()["files"][0]
+
+
+async def test_discovery_and_openapi(http: httpx.AsyncClient) -> None:
+    discovery = (await http.get("/.well-known/openwop")).json()
+    assert discovery["capabilities"]["workspace"] == {
+        "supported": True,
+        "versioned": True,
+        "maxFileBytes": 4 * 1024 * 1024,
+        "maxFiles": 100_000,
+    }  # no maxVersions: every version is kept
+    spec = (await http.get("/openapi.json")).json()
+    assert spec["openapi"] == "3.1.0"
+    assert set(spec["paths"]["/v1/host/workspace/files/{path}"]) >= {"get", "put", "delete"}
+    assert "get" in spec["paths"]["/v1/host/workspace/files"]
+    assert "/.well-known/openwop" in spec["paths"]
+    put = spec["paths"]["/v1/host/workspace/files/{path}"]["put"]
+    assert {"200", "201", "409", "413"} <= set(put["responses"])
