@@ -1,13 +1,20 @@
-"""``python -m bench``: every benchmark, each figure next to its baseline."""
+"""``python -m bench [core] [search]``: the benchmarks (all by default), each figure printed
+next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
 
-from bench import core
+from bench import core, search
 
 parser = argparse.ArgumentParser(prog="python -m bench")
+parser.add_argument("which", nargs="*", choices=["core", "search"], help="Default: all.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
 parser.add_argument("--versions", type=int, default=10_000, help="Versions of the history file.")
 args = parser.parse_args()
-asyncio.run(core.main(args.seconds, args.versions, args.rounds))
+which = args.which or ["core", "search"]
+if "core" in which:
+    asyncio.run(core.main(args.seconds, args.versions, args.rounds))
+    print()
+if "search" in which:
+    asyncio.run(search.main())

@@ -13,7 +13,16 @@ from pathlib import Path
 import nats
 from nats.js.api import StorageType, StreamConfig
 
-from bench.harness import Load, Process, closed_loop, interleaved, quill_up, row, serial
+from bench.harness import (
+    Load,
+    Process,
+    closed_loop,
+    interleaved,
+    quill_up,
+    row,
+    serial,
+    settle,
+)
 from quill.client import Quill
 
 CLIENTS = 64
@@ -64,19 +73,6 @@ async def quill_writes(quill: Quill, workspaces: int, seconds: float) -> Load:
         await quill.workspace(names[n % workspaces]).write(f"c{n}/f{i % 10}.txt", PAYLOAD)
 
     return await closed_loop(CLIENTS, op, seconds)
-
-
-async def settle(url: str) -> None:
-    """Wait until every reader has applied the whole log (no backlog from a previous figure)."""
-    nc = await nats.connect(url)
-    js = nc.jetstream()
-    while True:
-        last = (await js.stream_info("WS_EVENTS")).state.last_seq
-        pong = json.loads((await nc.request("ws.sys.ping.reader", b"", timeout=5)).data)
-        if pong["position"] >= last:
-            break
-        await asyncio.sleep(0.2)
-    await nc.close()
 
 
 async def echo_reads(url: str, seconds: float) -> Load:

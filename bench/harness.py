@@ -138,5 +138,24 @@ def quill_up(data: Path) -> tuple[Process, str]:
     return proc, url.group(1)
 
 
+async def settle(url: str, *, indexed: bool = False) -> None:
+    """Wait until the reader has applied the whole log (and, with ``indexed``, indexed it)."""
+    import json
+
+    import nats
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    try:
+        while True:
+            last = (await js.stream_info("WS_EVENTS")).state.last_seq
+            pong = json.loads((await nc.request("ws.sys.ping.reader", b"", timeout=5)).data)
+            if pong["position"] >= last and not (indexed and pong["indexing"]):
+                return
+            await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+
+
 def row(label: str, ours: str, base: str, ratio: float, goal: str) -> str:
     return f"{label:<44} {ours:>16} {base:>16} {ratio:>7.2f}x  {goal}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -18,7 +19,6 @@ from nats.js.object_store import ObjectStore
 from contracts import hashing
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import BUCKET_BLOBS
-from services.common.content import as_text
 from services.common.store import Store
 
 log = logging.getLogger("quill.blobs")
@@ -28,9 +28,12 @@ INLINE_MAX = 64 * 1024
 
 
 class Blobs:
-    def __init__(self, js: JetStreamContext, store: Store) -> None:
+    def __init__(
+        self, js: JetStreamContext, store: Store, on_fetched: Callable[[], None] = lambda: None
+    ) -> None:
         self._js = js
         self._store = store
+        self._on_fetched = on_fetched
         self._bucket: ObjectStore | None = None
         self._fetching: dict[str, asyncio.Future[bytes]] = {}
 
@@ -85,5 +88,6 @@ class Blobs:
         data = result.data or b""
         if hashing.content_sha256(data) != sha256:
             raise QuillError(ErrorCode.INTERNAL, f"Content {sha256[:12]}… is corrupt")
-        await self._store.put_blob(sha256, data, as_text(data))
+        await self._store.put_blob(sha256, data)
+        self._on_fetched()
         return data

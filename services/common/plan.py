@@ -43,8 +43,6 @@ class Plan:
     rows: list[list[object]] = field(default_factory=list)
     events: list[tuple[object, ...]] = field(default_factory=list)
     blobs: list[tuple[str, int, bytes | None]] = field(default_factory=list)
-    texts: dict[str, str] = field(default_factory=dict)
-    """Text contents by sha256, for the readers' search index."""
     workspace_updates: dict[int, tuple[object, ...]] = field(default_factory=dict)
 
 
@@ -142,7 +140,6 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
             )
             if change.text is not None:
                 out.blobs.append((change.sha256, change.size, change.text.encode()))
-                out.texts[change.sha256] = change.text
             elif change.data is not None:
                 out.blobs.append((change.sha256, change.size, change.data))
             elif change.blob:

@@ -24,6 +24,7 @@ import msgspec
 
 from contracts.events import WorkspaceCreated
 from contracts.limits import Limits
+from services.common.content import as_text
 from services.common.plan import LIVE, Committed, Plan, plan, subtree
 from services.common.tree import DirNode, FileNode, WorkspaceState
 
@@ -63,6 +64,7 @@ CREATE INDEX IF NOT EXISTS revisions_live ON revisions(ws, until, path);
 CREATE INDEX IF NOT EXISTS revisions_children ON revisions(ws, parent, until);
 CREATE VIRTUAL TABLE IF NOT EXISTS content_index
     USING fts5(content, tokenize='trigram', content='', detail=none);
+CREATE INDEX IF NOT EXISTS blobs_unindexed ON blobs(indexed) WHERE indexed = 0;
 """,
 }
 """Each role indexes only what it queries: every index costs on every applied event."""
@@ -346,35 +348,47 @@ class Store:
                 list(p.workspace_updates.values()),
             ),
         ]
-        if self.role == "reader" and p.texts:
-            statements += [
-                (
-                    "INSERT INTO content_index(rowid, content) "
-                    "SELECT rowid, ? FROM blobs WHERE sha256 = ? AND indexed = 0",
-                    [(text, sha) for sha, text in p.texts.items()],
-                ),
-                ("UPDATE blobs SET indexed = 1 WHERE sha256 = ?", [(sha,) for sha in p.texts]),
-            ]
         for sql, rows in statements:
             if rows:
                 await self._w.executemany(sql, rows)
 
-    async def put_blob(self, sha256: str, data: bytes, text: str | None = None) -> None:
-        """Keep content fetched from WS_BLOBS; readers index it if it is ``text``."""
+    async def put_blob(self, sha256: str, data: bytes) -> None:
+        """Keep content fetched from WS_BLOBS (a reader's indexer then indexes it)."""
         async with self._lock:
             await self._w.execute(
                 "INSERT INTO blobs(sha256, size, data) VALUES(?, ?, ?) "
                 "ON CONFLICT(sha256) DO UPDATE SET data=excluded.data",
                 (sha256, len(data), data),
             )
-            if self.role == "reader" and text is not None:
-                await self._w.execute(
-                    "INSERT INTO content_index(rowid, content) "
-                    "SELECT rowid, ? FROM blobs WHERE sha256 = ? AND indexed = 0",
-                    (text, sha256),
-                )
-                await self._w.execute("UPDATE blobs SET indexed = 1 WHERE sha256 = ?", (sha256,))
             await self._w.commit()
+
+    async def index_pending(self, max_bytes: int) -> int:
+        """Add contents not yet in the trigram index to it (about ``max_bytes`` of them, in one
+        transaction); return how many blobs were taken. Readers only."""
+        async with self._lock:
+            rows = list(
+                await self._w.execute_fetchall(
+                    "SELECT rowid, data FROM blobs WHERE indexed = 0 AND data IS NOT NULL "
+                    "LIMIT 1000"
+                )
+            )
+            taken, texts, used = [], [], 0
+            for rowid, data in rows:
+                taken.append((rowid,))
+                text = as_text(bytes(data))
+                if text is not None:
+                    texts.append((rowid, text))
+                used += len(data)
+                if used >= max_bytes:
+                    break
+            if not taken:
+                return 0
+            await self._w.executemany(
+                "INSERT INTO content_index(rowid, content) VALUES(?, ?)", texts
+            )
+            await self._w.executemany("UPDATE blobs SET indexed = 1 WHERE rowid = ?", taken)
+            await self._w.commit()
+            return len(taken)
 
     # ------------------------------------------------------------------ queries
     def workspace(self, tenant: str, name: str) -> WorkspaceRow | None:

@@ -18,6 +18,7 @@ from services.reader.cache import RevisionCache
 from services.reader.diff import Differ
 from services.reader.follower import Follower
 from services.reader.handlers import query_handler
+from services.reader.indexer import Indexer
 from services.reader.queries import Queries
 from services.reader.search import Search
 
@@ -33,8 +34,9 @@ class Reader:
         self.instance = settings.instance or bus.instance_id("reader")
         self.nc, self.js, self.store = nc, nc.jetstream(), store
         cache = RevisionCache()
-        self.follower = Follower(self.js, store, self.subjects.all_evt, cache)
-        self.queries = Queries(store, Blobs(self.js, store), cache)
+        self.indexer = Indexer(store)
+        self.follower = Follower(self.js, store, self.subjects.all_evt, cache, self.indexer.poke)
+        self.queries = Queries(store, Blobs(self.js, store, on_fetched=self.indexer.poke), cache)
         self.ops = {
             **self.queries.ops(),
             **Search(self.queries).ops(),
@@ -50,11 +52,13 @@ class Reader:
     def info(self) -> dict[str, Any]:
         return {
             "position": self.follower.position,
+            "indexing": self.indexer.busy,
             "caught_up": self.follower.caught_up,
             "inflight": len(self.tasks),
         }
 
     async def start(self) -> None:
+        self.indexer.start()
         await self.follower.start()
         handler = query_handler(self)
         self._subs += [
@@ -76,3 +80,4 @@ class Reader:
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=10)
         await self.follower.stop()
+        await self.indexer.stop()

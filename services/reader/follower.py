@@ -26,9 +26,15 @@ TRACKING = "reader"
 
 class Follower:
     def __init__(
-        self, js: JetStreamContext, store: Store, subject: str, cache: RevisionCache
+        self,
+        js: JetStreamContext,
+        store: Store,
+        subject: str,
+        cache: RevisionCache,
+        on_applied: Callable[[], None] = lambda: None,
     ) -> None:
         self._js, self._store, self._subject, self._cache = js, store, subject, cache
+        self._on_applied = on_applied
         self._waiters: defaultdict[tuple[str, str], list[tuple[int, asyncio.Future[None]]]] = (
             defaultdict(list)
         )
@@ -52,6 +58,8 @@ class Follower:
         if executed is not None:
             for close in executed.closes:
                 self._cache.close(*close)
+            if executed.blobs:
+                self._on_applied()
         self.position = batch[-1].seq
         if pending == 0 and not self.caught_up:
             self.caught_up = True

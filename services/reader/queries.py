@@ -25,7 +25,7 @@ from services.common.content import split_lines
 from services.common.plan import LIVE
 from services.common.store import Node, Store, WorkspaceRow
 from services.common.tree import etag_of
-from services.reader.cache import RevisionCache
+from services.reader.cache import RevisionCache, TextCache
 from services.reader.readmodel import ReadModel
 
 _summaries = msgspec.json.Decoder(list[ChangeSummary])
@@ -107,6 +107,7 @@ class Queries:
         self.model = ReadModel(store)
         self.blobs = blobs
         self.cache = cache
+        self.texts = TextCache()
 
     def ops(self) -> dict[str, Callable[..., Awaitable[Any]]]:
         return {

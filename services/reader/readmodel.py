@@ -5,6 +5,7 @@ The SQL of the read side, over the store's read-only connection (a WAL snapshot 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from services.common.plan import LIVE, subtree
@@ -114,27 +115,50 @@ class ReadModel:
 
     async def files(
         self, ws: int, version: int, scope: str, candidates: str | None = None
-    ) -> list[tuple[str, str, int, bytes | None]]:
-        """``(path, sha256, size, content or None)`` of every text file below ``scope`` as of
-        ``version``; with ``candidates`` (an FTS5 query), only files whose content may match it
-        (content not indexed yet always may)."""
-        where = "r.ws=? AND r.version<=? AND r.until>? AND r.kind='f' AND r.binary=0"
+    ) -> list[tuple[str, str]]:
+        """``(path, sha256)`` of every text file below ``scope`` as of ``version``; with
+        ``candidates`` (an FTS5 query), only files whose content may match it: indexed
+        contents that match, and contents not indexed yet."""
+        where = "ws=? AND version<=? AND until>? AND kind='f' AND binary=0"
         args: list[Any] = [ws, version, version]
         if scope:
-            where += " AND r.path>=? AND r.path<?"
+            where += " AND path>=? AND path<?"
             args += list(subtree(scope))
-        if candidates is not None:  # contents not fetched yet (large blobs) are not indexed yet
-            where += (
-                " AND (b.indexed = 0 OR b.rowid IN "
-                "(SELECT rowid FROM content_index WHERE content_index MATCH ?))"
-            )
-            args.append(candidates)
+        if candidates is not None:
+            shas = [
+                r[0]
+                for r in await self._db.execute_fetchall(
+                    "SELECT sha256 FROM blobs WHERE rowid IN "
+                    "(SELECT rowid FROM content_index WHERE content_index MATCH ?) "
+                    "UNION ALL SELECT sha256 FROM blobs WHERE indexed = 0",
+                    (candidates,),
+                )
+            ]
+            if not shas:
+                return []
+            if len(shas) <= 5000:  # selective: look the few contents up
+                where += f" AND sha256 IN ({','.join('?' * len(shas))})"
+                args += shas
+            else:
+                where += " AND sha256 IN (SELECT value FROM json_each(?))"
+                args.append(json.dumps(shas))
         rows = await self._db.execute_fetchall(
-            "SELECT r.path, r.sha256, r.size, b.data FROM revisions r "
-            f"LEFT JOIN blobs b ON b.sha256 = r.sha256 WHERE {where} ORDER BY r.path",
-            args,
+            f"SELECT path, sha256 FROM revisions WHERE {where} ORDER BY path", args
         )
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
+        return [(r[0], r[1]) for r in rows]
+
+    async def contents(self, shas: list[str]) -> dict[str, bytes]:
+        """Contents held in the projection, by sha256 (large ones may not be fetched yet)."""
+        out: dict[str, bytes] = {}
+        for i in range(0, len(shas), 500):
+            chunk = shas[i : i + 500]
+            rows = await self._db.execute_fetchall(
+                f"SELECT sha256, data FROM blobs WHERE sha256 IN ({','.join('?' * len(chunk))}) "
+                "AND data IS NOT NULL",
+                chunk,
+            )
+            out.update((r[0], bytes(r[1])) for r in rows)
+        return out
 
 
 __all__ = ["LIVE", "Node", "ReadModel"]

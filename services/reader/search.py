@@ -13,6 +13,9 @@ literal of three characters reads every file in scope.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import operator
 import re._parser as sre_parse  # the stdlib's own regex parser, to find required literals
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -133,30 +136,31 @@ class Search:
     async def grep(self, ws: WorkspaceRow, version: int, req: rq.GrepQuery) -> rp.GrepResult:
         scope = await self._scope(ws, req.path, version)
         compiled = compile_pattern(req.pattern, req.literal, req.ignore_case)
+        plain = req.pattern if req.literal and not req.ignore_case else None
         include = Globs.names(req.include) if req.include else None
         exclude = Globs(DEFAULT_EXCLUSIONS if req.exclude is None else req.exclude)
         limit = min(req.max_results or 100, ws.limits.max_search_results)
         index_query = trigram_query(req.pattern, req.literal)
-        files = await self.q.model.files(ws.id, version, scope, index_query)
+        files = [
+            (path, sha)
+            for path, sha in await self.q.model.files(ws.id, version, scope, index_query)
+            if not exclude.match(rel := relative(path, scope))
+            and (include is None or include.match(rel))
+        ]
+        texts = await self.texts([sha for _, sha in files])
         deadline = time.monotonic() + GREP_BUDGET_S
         matches: list[rp.GrepMatch] = []
-        total = searched = matched_files = 0
-        for path, sha, _, data in files:
-            rel = relative(path, scope)
-            if (include is not None and not include.match(rel)) or exclude.match(rel):
-                continue
-            if data is None:
-                data = await self.q.blobs.get(sha)
-            text = bytes(data).decode("utf-8")
-            searched += 1
-            hits = matching_lines(compiled, text, deadline)
-            if not hits:
-                continue
-            matched_files += 1
-            total += len(hits)
-            room = limit - len(matches)
-            if room > 0:
-                matches += with_context(path, text, hits[:room], req.context_lines)
+        total = matched_files = 0
+        for path, sha in files:
+            text = texts[sha]
+            if len(matches) < limit:  # where lines are returned: find each one
+                hits = matching_lines(compiled, text, deadline)
+                matches += with_context(path, text, hits[: limit - len(matches)], req.context_lines)
+                count = len(hits)
+            else:  # beyond the returned ones, only count
+                count = count_lines(compiled, plain, text, deadline)
+            total += count
+            matched_files += count > 0
             if total >= MAX_COUNTED:
                 break
         return rp.GrepResult(
@@ -164,9 +168,23 @@ class Search:
             matches=matches,
             total=total,
             truncated=total > len(matches),
-            files_searched=searched,
+            files_searched=len(files),
             files_matched=matched_files,
         )
+
+    async def texts(self, shas: list[str]) -> dict[str, str]:
+        """Text contents by sha256: from memory, else the projection, else WS_BLOBS."""
+        cache = self.q.texts
+        out = {sha: text for sha in shas if (text := cache.get(sha)) is not None}
+        missing = [sha for sha in dict.fromkeys(shas) if sha not in out]
+        found = await self.q.model.contents(missing) if missing else {}
+        for sha in missing:
+            data = found.get(sha)
+            if data is None:
+                data = await self.q.blobs.get(sha)
+            out[sha] = text = data.decode("utf-8")
+            cache.put(sha, text)
+        return out
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -217,6 +235,29 @@ def matching_lines(compiled: Any, text: str, deadline: float) -> list[tuple[int,
         pos = end + 1
         if pos > len(text):
             return out
+
+
+def count_lines(compiled: Any, plain: str | None, text: str, deadline: float) -> int:
+    """How many lines of ``text`` match (``plain``: the pattern is this exact text), at C speed.
+
+    Raises:
+        QuillError: ``TIMEOUT`` once ``deadline`` has passed.
+    """
+    remaining = deadline - time.monotonic()
+    try:
+        if remaining <= 0 or compiled.search(text, timeout=remaining) is None:
+            if remaining <= 0:
+                raise TimeoutError
+            return 0
+        lines = text.removesuffix("\n").split("\n")
+        if plain is not None:
+            return sum(map(operator.contains, lines, itertools.repeat(plain)))
+        search = functools.partial(compiled.search, timeout=deadline - time.monotonic())
+        return sum(map(bool, map(search, lines)))
+    except TimeoutError:
+        raise QuillError(
+            ErrorCode.TIMEOUT, "Search took too long: narrow the pattern or path"
+        ) from None
 
 
 def with_context(
