@@ -26,6 +26,8 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.FILE_NOT_FOUND, "delete_file"): "Error: Path not found: {path}",
     (E.FILE_NOT_FOUND, "move_file"): "Error: {message}",
     (E.FILE_NOT_FOUND, "get_workspace_info"): "Error: Workspace not found: {workspace}",
+    (E.FILE_NOT_FOUND, "write_file"): "Error: Failed to write file - {message}",
+    (E.FILE_NOT_FOUND, "create_directory"): "Error: Failed to create directory - {message}",
     (E.NOT_A_FILE, ANY): "Error: Not a file: {path}",
     (E.NOT_A_FILE, "write_file"): "Error: Failed to write file - {message}",
     (E.NOT_A_DIRECTORY, ANY): "Error: Not a directory: {path}",
