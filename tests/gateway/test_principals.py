@@ -55,11 +55,8 @@ async def test_token_workspaces_are_created_at_startup(guarded: Gateway) -> None
 
 async def test_rest_isolates_tenants_and_workspaces(guarded: Gateway) -> None:
     async with httpx.AsyncClient(base_url=guarded.url) as http:
-        mine = await http.put(
-            f"{FILES}/SECRET.md",
-            json={"content": "acme's plans"},
-            headers=bearer("token-acme-alpha"),
-        )
+        alpha = bearer("token-acme-alpha")
+        mine = await http.put(f"{FILES}/SECRET.md", json={"content": "acme's plans"}, headers=alpha)
         assert mine.status_code == 201
         never = await http.get(f"{FILES}/NEVER.md", headers=bearer("token-globex-alpha"))
         for other in ("token-globex-alpha", "token-acme-beta"):
