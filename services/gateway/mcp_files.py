@@ -17,7 +17,16 @@ from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
 from services.gateway import mcp_quill, texts
 from services.gateway.principals import Access
-from services.gateway.tooling import Ctx, Done, Failure, Tools, answer, builtins, error_data
+from services.gateway.tooling import (
+    ArgumentErrors,
+    Ctx,
+    Done,
+    Failure,
+    Tools,
+    answer,
+    builtins,
+    error_data,
+)
 
 VERSION = "0.1.0"
 
@@ -63,6 +72,7 @@ def build(access: Access) -> MCPServer:
         log_level="WARNING",
     )
     tools = Tools(access, "mcp", render)
+    server.middleware.append(ArgumentErrors(tools))
     register(server, tools)
     mcp_quill.register(server, tools)
     return server

@@ -131,3 +131,54 @@ def inline_schema(kind: Any) -> dict[str, Any]:
 
     result: dict[str, Any] = inline(schema)
     return result
+
+
+SDK_PREFIX = "Error executing tool "
+
+
+def validation_summary(text: str) -> str:
+    """Pydantic's multi-line validation report as one line: ``path: Field required; ...``."""
+    problems: list[str] = []
+    location: str | None = None
+    for line in text.splitlines()[1:]:
+        if not line.startswith(" "):
+            location = line.strip()
+        elif not line.startswith("   ") and location is not None:
+            problems.append(f"{location}: {line.strip().split(' [type=')[0]}")
+            location = None
+    return "; ".join(problems) or text
+
+
+class ArgumentErrors:
+    """MCP server middleware: a tool call whose arguments failed validation (answered by the
+    SDK before any tool runs) gets the endpoint's error form and is counted like any failure."""
+
+    def __init__(self, tools: Tools) -> None:
+        self.tools = tools
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        started = time.perf_counter()
+        result = await call_next(ctx)
+        if ctx.method != "tools/call" or not isinstance(result, dict) or not result.get("isError"):
+            return result
+        blocks = result.get("content") or [{}]
+        text = blocks[0].get("text", "") if isinstance(blocks[0], dict) else ""
+        params = ctx.params or {}
+        tool = str(params.get("name", "?"))
+        if not text.startswith(f"{SDK_PREFIX}{tool}: "):
+            return result  # our own tool results are already in the endpoint's form
+        summary = validation_summary(text.removeprefix(f"{SDK_PREFIX}{tool}: "))
+        error = QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid arguments: {summary}")
+        observe(self.tools.kind, tool, str(error.code), started)
+        arguments = params.get("arguments")
+        arguments = arguments if isinstance(arguments, dict) else {}
+        path, workspace = arguments.get("path"), arguments.get("workspace")
+        failure = Failure(
+            tool, error, path if isinstance(path, str) else None, str(workspace or "")
+        )
+        rendered = self.tools.render(failure).model_dump(by_alias=True, mode="json")
+        return {
+            **result,
+            "content": rendered["content"],
+            "structuredContent": rendered["structuredContent"],
+        }

@@ -20,7 +20,16 @@ from contracts.paths import ROOT_DIR, normalize, parent
 from contracts.requests import ModifyOperation
 from quill.client import Workspace
 from services.gateway.principals import Access
-from services.gateway.tooling import Ctx, Done, Failure, Tools, answer, converted, error_data
+from services.gateway.tooling import (
+    ArgumentErrors,
+    Ctx,
+    Done,
+    Failure,
+    Tools,
+    answer,
+    converted,
+    error_data,
+)
 
 VERSION = "0.1.0"
 CODES: dict[str, str] = {ErrorCode.ACCESS_DENIED: "PERMISSION_DENIED"}
@@ -127,6 +136,7 @@ def build(access: Access) -> MCPServer:
         log_level="WARNING",
     )
     tools = Tools(access, "wap", render)
+    server.middleware.append(ArgumentErrors(tools))
 
     @server.tool(
         name="exploreFiles",

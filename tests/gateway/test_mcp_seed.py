@@ -9,7 +9,7 @@ import msgspec
 
 from quill.client import Quill
 from services.gateway.app import Gateway
-from tests.gateway.support import call, error, mcp_client, ok, text
+from tests.gateway.support import call, error, mcp_client, ok
 
 CURL = {"User-Agent": "curl/8.5.0", "Accept": "*/*", "Content-Type": "application/json"}
 SEED_SESSION = [
@@ -104,8 +104,13 @@ async def test_write_file_reports_bytes_and_fails_as_the_seed_says(
         assert onto_dir == "Error: Failed to write file - Not a file: data"
         denied = await error(mcp, "write_file", path="../x.txt", content="x")
         assert denied == "Error: Access denied. Path must be within /workspace"
-        missing = await call(mcp, "write_file")  # no arguments: a tool error, not a failure
-        assert missing.is_error and "path" in text(missing) and "content" in text(missing)
+        missing = await error(mcp, "write_file")  # no arguments: a tool error, not a failure
+        assert missing == (
+            "Error: Failed to write file - Invalid arguments: "
+            "path: Field required; content: Field required"
+        )
+        wrong = await error(mcp, "read_file", path="a.txt", head="ten")
+        assert wrong.startswith("Error: Invalid arguments: head: Input should be a valid integer")
     assert await sdk.workspace("default/default").read_text("data/metrics.json") == "{}"
 
 

@@ -129,3 +129,12 @@ async def test_wap_errors_are_error_code_details(gateway: Gateway) -> None:
             client, "modifyFile", path="x.txt", operations=[{"type": "replace", "startLine": 1}]
         )
         assert failed and bad["code"] == "INVALID_ARGUMENT"
+        failed, empty = await wap(client, "readFile")
+        assert (failed, empty) == (
+            True,
+            {
+                "error": "Invalid arguments: path: Field required",
+                "code": "INVALID_ARGUMENT",
+                "details": {},
+            },
+        )
