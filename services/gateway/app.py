@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -26,6 +25,7 @@ from typing import Any
 
 import uvicorn
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
 from nats.aio.subscription import Subscription
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -38,7 +38,13 @@ from quill.client import Quill
 from services.common import bus
 from services.gateway import mcp_files, openapi, wap
 from services.gateway.metrics import HttpMetrics, metrics_endpoint
-from services.gateway.principals import ANONYMOUS, Access, PrincipalMiddleware, Tokens
+from services.gateway.principals import (
+    ANONYMOUS,
+    Access,
+    PrincipalMiddleware,
+    Tokens,
+    is_loopback,
+)
 from services.gateway.rest import Rest
 
 log = logging.getLogger("quill.gateway")
@@ -69,20 +75,19 @@ class GatewayConfig:
             )
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def build_app(quill: Quill, access: Access, tokens: Tokens | None, host: str) -> Starlette:
     """The gateway's ASGI app over ``access`` (the MCP session managers run in its lifespan)."""
     servers = [mcp_files.build(access), wap.build(access)]
+    # With tokens, a caller proves who it is: the SDK's Host/Origin checks (against DNS
+    # rebinding, for servers without auth) would only stand in the way of a proxy. Without
+    # tokens they stay on (and PrincipalMiddleware does the same for REST).
+    security = (
+        None if tokens is None else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
     for server in servers:  # creates each server's session manager; we route to it ourselves
-        server.streamable_http_app(json_response=True, stateless_http=True, host=host)
+        server.streamable_http_app(
+            json_response=True, stateless_http=True, host=host, transport_security=security
+        )
 
     async def health(request: Request) -> Response:
         up = quill.nc.is_connected

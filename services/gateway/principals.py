@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
 import logging
 import time
 import tomllib
@@ -101,8 +102,30 @@ class Tokens:
         return sorted(set(self._by_digest.values()), key=lambda p: p.name)
 
 
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (``127.0.0.1``, ``::1``...)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_of(header: str) -> str:
+    """The host of a ``Host`` header: ``[::1]:8080`` → ``::1``, ``localhost:80`` → ``localhost``."""
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0]
+
+
 class PrincipalMiddleware:
-    """Resolve the caller once per HTTP request; refuse unknown callers with 401."""
+    """Resolve the caller once per HTTP request; refuse unknown callers with 401.
+
+    Without tokens the gateway listens on loopback only, and also refuses (403) a request whose
+    ``Host`` is not a loopback name: a web page that rebinds its DNS name to 127.0.0.1 gets
+    nothing.
+    """
 
     def __init__(self, app: ASGIApp, tokens: Tokens | None) -> None:
         self.app, self.tokens = app, tokens
@@ -120,6 +143,15 @@ class PrincipalMiddleware:
         if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
+        if self.tokens is None:
+            host = host_of(HTTPConnection(scope).headers.get("host", ""))
+            if not is_loopback(host):
+                refused = JSONResponse(
+                    {"error": "access_denied", "message": f"Host {host!r} is not loopback"},
+                    status_code=403,
+                )
+                await refused(scope, receive, send)
+                return
         principal = self.resolve(scope)
         if principal is None:
             response = JSONResponse(

@@ -11,6 +11,7 @@ A file is the RFC's WorkspaceFile: ``version`` is the file's own version and ``e
 from __future__ import annotations
 
 import json
+import logging
 import unicodedata
 from typing import Any
 
@@ -20,11 +21,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from contracts.errors import ErrorCode, QuillError
-from contracts.limits import MAX_MESSAGE_BYTES
+from contracts.limits import MAX_MESSAGE_BYTES, Limits
 from contracts.paths import normalize
 from quill.client import Workspace
 from services.gateway.files import Snapshot, content_type, iso, modified_at, read_whole, version_of
 from services.gateway.principals import Access, principal_of
+
+log = logging.getLogger("quill.gateway")
 
 E = ErrorCode
 ERRORS: dict[str, tuple[int, str]] = {
@@ -138,6 +141,10 @@ def put_content(body: Any) -> str:
     if not isinstance(body.get("contentType", ""), str):
         raise QuillError(E.INVALID_ARGUMENT, "contentType must be a string")
     content: str = body["content"]
+    try:
+        content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise QuillError(E.INVALID_ARGUMENT, "content is not valid UTF-8 text") from None
     return content
 
 
@@ -146,6 +153,14 @@ class Rest:
 
     def __init__(self, access: Access) -> None:
         self.access = access
+        self._limits: dict[str, Limits] = {}
+
+    async def limits(self, ws: Workspace) -> Limits:
+        """A workspace's limits (fixed when it was created, so asked once)."""
+        key = f"{ws.tenant}/{ws.name}"
+        if key not in self._limits:
+            self._limits[key] = (await ws.info()).limits
+        return self._limits[key]
 
     def routes(self) -> list[Route]:
         files = "/v1/host/workspace/files"
@@ -166,6 +181,9 @@ class Rest:
                 response: Response = await handler(request)
             except QuillError as error:
                 return error_response(error)
+            except Exception:
+                log.exception("%s %s failed", request.method, request.url.path)
+                return error_response(QuillError(E.INTERNAL, "Internal error (logged)"))
             return response
 
         return endpoint
@@ -177,7 +195,7 @@ class Rest:
         ws = await self.workspace(request)
         prefix = request.query_params.get("prefix", "")
         directory = prefix.rpartition("/")[0] or "."
-        limits = (await ws.info()).limits
+        limits = await self.limits(ws)
         try:
             found = await ws.glob(
                 "**", directory, kind="file", max_results=limits.max_search_results, exclude=[]
@@ -231,7 +249,7 @@ class Rest:
         return Response(status_code=204)
 
     async def discovery(self, request: Request) -> Response:
-        limits = (await (await self.workspace(request)).info()).limits
+        limits = await self.limits(await self.workspace(request))
         block: dict[str, Any] = {
             "supported": True,
             "versioned": True,

@@ -103,6 +103,8 @@ class Tools:
             done = await body(ws)
         except QuillError as exc:
             error = exc
+        except UnicodeEncodeError:  # a lone surrogate in a JSON string: not encodable text
+            error = QuillError(ErrorCode.INVALID_ENCODING, "Text is not valid UTF-8")
         except Exception:
             log.exception("tool %s failed", tool)
             error = QuillError(ErrorCode.INTERNAL, "Internal error in the gateway (logged)")

@@ -108,6 +108,29 @@ async def test_without_tokens_any_workspace_of_tenant_default(gateway: Gateway) 
     assert await gateway.quill.workspace("default/scratch").read_text("s.md") == "scratch"
 
 
+async def test_without_tokens_only_loopback_host_names_are_served(gateway: Gateway) -> None:
+    async with httpx.AsyncClient(base_url=gateway.url) as http:
+        for host in ("localhost", f"127.0.0.1:{gateway.port}", "[::1]:8080"):
+            assert (await http.get(FILES, headers={"Host": host})).status_code == 200, host
+        for host in ("evil.example", "evil.example:80", "10.0.0.1"):  # DNS rebinding
+            refused = await http.get(FILES, headers={"Host": host})
+            assert (refused.status_code, refused.json()["error"]) == (403, "access_denied")
+            mcp = await http.post("/mcp", headers={"Host": host}, content=b"{}")
+            assert mcp.status_code == 403
+
+
+async def test_with_tokens_any_host_name_is_served(guarded: Gateway) -> None:
+    auth = {"Authorization": "Bearer token-acme-alpha", "Host": "quill.example:443"}
+    async with httpx.AsyncClient(base_url=guarded.url) as http:
+        assert (await http.get(FILES, headers=auth)).status_code == 200
+        init = await http.post(
+            "/mcp",
+            headers={**auth, "Content-Type": "application/json", "Accept": "*/*"},
+            content=b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}',
+        )
+        assert init.status_code == 200 and init.json()["result"]["tools"]
+
+
 def test_public_address_needs_tokens(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="needs --tokens"):
         GatewayConfig("nats://127.0.0.1:4222", host="0.0.0.0").check()

@@ -117,7 +117,13 @@ async def test_over_max_file_bytes_is_413(nats_url: str, start: StartGateway) ->
 
 async def test_bad_bodies_and_non_files(http: httpx.AsyncClient, sdk: Quill) -> None:
     await sdk.workspace("default/default").write("bin.dat", b"\x00\xff")
-    bodies = [b"not json", b'{"contents": "typo"}', b'{"content": 3}', b"[]"]
+    bodies = [
+        b"not json",
+        b'{"contents": "typo"}',
+        b'{"content": 3}',
+        b"[]",
+        b'{"content": "lone \\ud800 surrogate"}',
+    ]
     for raw in bodies:
         reply = await http.put(f"{FILES}/x.txt", content=raw)
         assert (reply.status_code, reply.json()["error"]) == (400, "invalid_argument"), raw
