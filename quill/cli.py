@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -244,7 +245,8 @@ def gateway(
     except QuillError as exc:
         fail(exc)
     except OSError as exc:
-        click.echo(f"quill: cannot listen on {host}:{http_port}: {exc.strerror}", err=True)
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        click.echo(f"quill: cannot listen on {host}:{http_port}: {reason}", err=True)
         sys.exit(1)
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -155,3 +156,14 @@ async def test_quill_up_refuses_a_bad_tokens_file(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.startswith("quill: ") and "no [tokens" in result.stderr
+
+
+async def test_quill_gateway_reports_a_busy_port(start: StartGateway, nats_url: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        process = await spawn("gateway", "--nats-url", nats_url, "--http-port", str(port))
+        output, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 1
+    assert output.decode().splitlines()[-1] == (
+        f"quill: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
