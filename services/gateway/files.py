@@ -6,6 +6,7 @@ chunk at one pinned workspace version, so content and metadata always agree.
 
 from __future__ import annotations
 
+import logging
 import mimetypes
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,6 +16,8 @@ from starlette.responses import JSONResponse
 from contracts.errors import ErrorCode as E
 from contracts.errors import QuillError
 from quill.client import Workspace
+
+log = logging.getLogger("quill.gateway")
 
 
 def content_type(path: str) -> str:
@@ -104,12 +107,22 @@ async def version_of(ws: Workspace, path: str, file_version: int) -> int:
 
 
 async def modified_at(ws: Workspace, path: str, file_version: int) -> datetime:
-    """When ``path`` got ``file_version`` (the time its write was committed)."""
-    info = await ws.stat(path)
-    if info.file_version == file_version:
+    """When ``path`` got ``file_version`` (the time its write was committed).
+
+    The write is already committed when this is asked, so a reader that cannot answer now
+    does not fail the request: the gateway's clock stands in for the commit time.
+    """
+    try:
+        info = await ws.stat(path)
+        if info.file_version == file_version:
+            return info.modified
+        page = await ws.history(path, limit=100)  # written again since: find ours
+        for rev in page.revisions:
+            if rev.file_version == file_version:
+                return rev.at
         return info.modified
-    page = await ws.history(path, limit=100)  # written again since: find ours
-    for rev in page.revisions:
-        if rev.file_version == file_version:
-            return rev.at
-    return info.modified
+    except QuillError as exc:
+        if not exc.retriable:
+            raise
+        log.warning("no commit time for %s v%d (%s): using now", path, file_version, exc)
+        return datetime.now(UTC)

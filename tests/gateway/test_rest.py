@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+from contextlib import AsyncExitStack
+from pathlib import Path
 
 import httpx
 import pytest
 
 from contracts.limits import LimitsPatch
 from quill.client import Quill
+from services.gateway.app import GatewayConfig, start_gateway
 from tests.gateway.conftest import StartGateway
+from tests.helpers import start_reader, start_writer
 
 FILES = "/v1/host/workspace/files"
 STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
@@ -204,3 +208,21 @@ async def test_discovery_and_openapi(http: httpx.AsyncClient) -> None:
     assert "/.well-known/openwop" in spec["paths"]
     put = spec["paths"]["/v1/host/workspace/files/{path}"]["put"]
     assert {"200", "201", "409", "413"} <= set(put["responses"])
+
+
+async def test_no_reader_is_503_and_the_write_still_lands(nats_url: str, tmp_path: Path) -> None:
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")  # and no reader at all
+        gateway = await start_gateway(GatewayConfig(nats_url, port=0))
+        stack.push_async_callback(gateway.stop)
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+            reply = await http.get(f"{FILES}/a.txt")
+            assert reply.status_code == 503
+            assert reply.json() == {"error": "unavailable", "message": "No Quill reader is running"}
+            health = await http.get("/health")
+            assert health.status_code == 200  # the gateway itself is fine
+            put = await http.put(f"{FILES}/a.txt", json={"content": "kept"})
+            assert (put.status_code, put.json()["version"]) == (201, 1)  # committed: not a 503
+        await start_reader(stack, nats_url, tmp_path / "reader")
+        async with httpx.AsyncClient(base_url=gateway.url) as http:
+            assert (await http.get(f"{FILES}/a.txt")).json()["content"] == "kept"
