@@ -36,7 +36,7 @@ from starlette.routing import BaseRoute, Route
 from contracts.subjects import Subjects
 from quill.client import Quill
 from services.common import bus
-from services.gateway import mcp_files, openapi, wap
+from services.gateway import VERSION, mcp_files, openapi, wap
 from services.gateway.metrics import HttpMetrics, metrics_endpoint
 from services.gateway.principals import (
     ANONYMOUS,
@@ -50,7 +50,6 @@ from services.gateway.rest import Rest
 log = logging.getLogger("quill.gateway")
 
 SERVICE = "quill-gateway"
-VERSION = "0.1.0"
 
 
 @dataclass(frozen=True)
@@ -78,9 +77,9 @@ class GatewayConfig:
 def build_app(quill: Quill, access: Access, tokens: Tokens | None, host: str) -> Starlette:
     """The gateway's ASGI app over ``access`` (the MCP session managers run in its lifespan)."""
     servers = [mcp_files.build(access), wap.build(access)]
-    # With tokens, a caller proves who it is: the SDK's Host/Origin checks (against DNS
-    # rebinding, for servers without auth) would only stand in the way of a proxy. Without
-    # tokens they stay on (and PrincipalMiddleware does the same for REST).
+    # With tokens, a caller proves who it is: the MCP library's Host/Origin checks (against
+    # DNS rebinding, for servers without auth) would only stand in the way of a proxy.
+    # Without tokens they stay on (and PrincipalMiddleware does the same for REST).
     security = (
         None if tokens is None else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )

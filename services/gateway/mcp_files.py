@@ -15,7 +15,7 @@ from pydantic import Field
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
-from services.gateway import mcp_quill, texts
+from services.gateway import VERSION, mcp_quill, texts
 from services.gateway.principals import Access
 from services.gateway.tooling import (
     ArgumentErrors,
@@ -27,8 +27,6 @@ from services.gateway.tooling import (
     builtins,
     error_data,
 )
-
-VERSION = "0.1.0"
 
 INSTRUCTIONS = """\
 A persistent, shared, versioned workspace of files. Paths are relative to /workspace \

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-VERSION = "0.1.0"
+from services.gateway import VERSION
 
 
 def _ref(name: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.paths import ROOT_DIR, normalize, parent
 from contracts.requests import ModifyOperation
 from quill.client import Workspace
+from services.gateway import VERSION
 from services.gateway.principals import Access
 from services.gateway.tooling import (
     ArgumentErrors,
@@ -31,7 +32,6 @@ from services.gateway.tooling import (
     error_data,
 )
 
-VERSION = "0.1.0"
 CODES: dict[str, str] = {ErrorCode.ACCESS_DENIED: "PERMISSION_DENIED"}
 """Quill codes WAP names differently; every other code is WAP's own."""
 
