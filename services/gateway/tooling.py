@@ -153,7 +153,8 @@ def validation_summary(text: str) -> str:
 
 class ArgumentErrors:
     """MCP server middleware: a tool call whose arguments failed validation (answered by the
-    SDK before any tool runs) gets the endpoint's error form and is counted like any failure."""
+    MCP library before any tool runs) gets the endpoint's error form and is counted like any
+    other failure."""
 
     def __init__(self, tools: Tools) -> None:
         self.tools = tools
