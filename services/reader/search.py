@@ -196,7 +196,8 @@ def compile_pattern(pattern: str, literal: bool, ignore_case: bool) -> Any:
     Raises:
         QuillError: ``INVALID_ARGUMENT`` naming the problem for an invalid regular expression.
     """
-    flags = regex.V0 | (regex.IGNORECASE if ignore_case else 0)
+    # Matching is per line: ^ and $ match at the start and end of every line.
+    flags = regex.V0 | regex.MULTILINE | (regex.IGNORECASE if ignore_case else 0)
     try:
         return regex.compile(regex.escape(pattern) if literal else pattern, flags)
     except regex.error as exc:

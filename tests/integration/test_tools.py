@@ -189,3 +189,13 @@ async def test_grep_context_stops_at_the_file_edges(services: StartReader, quill
     last = (await ws.grep("last", context_lines=3)).matches[0]
     assert (first.before, first.after) == ([], ["middle", "last"])
     assert (last.before, last.after) == (["first", "middle"], [])
+
+
+async def test_grep_anchors_match_at_line_edges(services: StartReader, quill: Quill) -> None:
+    await services("r1")
+    ws = quill.workspace("acme/anchors")
+    await ws.create()
+    await ws.write("notes.md", "intro\n# TODO first\n  # TODO indented\nend TODO\n")
+    assert [h.line for h in (await ws.grep("^# TODO")).matches] == [2]
+    assert [h.line for h in (await ws.grep("TODO$")).matches] == [4]
+    assert (await ws.grep("^# TODO", max_results=1)).total == 1
