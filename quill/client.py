@@ -67,6 +67,8 @@ class Quill:
         self.timeout, self.retries = timeout, retries
         self._workspaces: dict[str, Workspace] = {}
         self._nuid = NUID()  # unique request ids, far cheaper than uuid4
+        self._seen: dict[str, int] = {}
+        """Highest version seen per workspace, shared by every view (``as_actor``)."""
 
     @classmethod
     async def connect(cls, url: str | None = None, **options: Any) -> Quill:
@@ -94,6 +96,23 @@ class Quill:
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    def as_actor(
+        self, actor: str | None, *, session: str | None = None, run: str | None = None
+    ) -> Quill:
+        """A view of this client that names another actor (session, run) in its requests, on
+        the same connection; what it writes, every view reads (read-your-writes is shared)."""
+        view = Quill(
+            self.nc,
+            actor=actor,
+            session=session,
+            run=run,
+            timeout=self.timeout,
+            retries=self.retries,
+            root=self.subjects.root,
+        )
+        view._seen, view._nuid = self._seen, self._nuid
+        return view
 
     def workspace(self, name: str) -> Workspace:
         """The workspace ``tenant/workspace`` (one handle per name, shared)."""
@@ -165,8 +184,16 @@ class Workspace:
     def __init__(self, client: Quill, tenant: str, name: str) -> None:
         self.client = client
         self.tenant, self.name = tenant, name
-        self.last_version = 0
-        """The highest workspace version this handle has seen (read-your-writes)."""
+        self._key = f"{tenant}/{name}"
+
+    @property
+    def last_version(self) -> int:
+        """The highest version of this workspace the client has seen (read-your-writes)."""
+        return self.client._seen.get(self._key, 0)
+
+    @last_version.setter
+    def last_version(self, version: int) -> None:
+        self.client._seen[self._key] = version
 
     def __repr__(self) -> str:
         return f"Workspace({self.tenant}/{self.name}, seen v{self.last_version})"

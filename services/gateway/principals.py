@@ -46,6 +46,8 @@ class Principal:
     tenant: str
     workspace: str
     pinned: bool = True
+    actor: str = "local"
+    """Who the caller is in events and audit records."""
 
     @property
     def name(self) -> str:
@@ -85,14 +87,19 @@ class Tokens:
             where = f'{path}: [tokens."{token[:4]}…"]'
             if len(token) < 8:
                 raise ValueError(f"{where}: a token needs at least 8 characters")
-            if not isinstance(table, dict) or set(table) != {"tenant", "workspace"}:
-                raise ValueError(f"{where}: needs exactly tenant = and workspace =")
+            if not isinstance(table, dict) or not (
+                {"tenant", "workspace"} <= set(table) <= {"tenant", "workspace", "actor"}
+            ):
+                raise ValueError(f"{where}: needs tenant = and workspace = (and maybe actor =)")
+            actor = str(table.get("actor") or f"token:{_digest(token)[:8]}")
+            if len(actor) > 128 or not actor.isprintable():
+                raise ValueError(f"{where}: actor must be up to 128 printable characters")
             try:
                 tenant = check_id("tenant", str(table["tenant"]))
                 workspace = check_id("workspace", str(table["workspace"]))
             except QuillError as exc:
                 raise ValueError(f"{where}: {exc.message}") from None
-            principals[token] = Principal(tenant, workspace)
+            principals[token] = Principal(tenant, workspace, actor=actor)
         return cls(principals)
 
     def find(self, token: str) -> Principal | None:
@@ -179,6 +186,14 @@ class Access:
     def __init__(self, quill: Quill) -> None:
         self.quill = quill
         self._ready: set[str] = set()
+        self._views: dict[str, Quill] = {}
+
+    def _client(self, principal: Principal) -> Quill:
+        """The SDK client that names the principal's actor in its requests."""
+        view = self._views.get(principal.actor)
+        if view is None:
+            view = self._views[principal.actor] = self.quill.as_actor(principal.actor)
+        return view
 
     async def prepare(self, principals: Iterable[Principal], timeout: float = 30.0) -> None:
         """Create each principal's workspace if missing, waiting (bounded) for a writer.
@@ -212,11 +227,12 @@ class Access:
             QuillError: ``WORKSPACE_NOT_FOUND`` for a workspace the principal may not reach,
                 ``INVALID_ARGUMENT`` for a malformed name.
         """
+        client = self._client(principal)
         if name is None or name == "" or name == principal.workspace:
-            return await self._ensure(self.quill.workspace(principal.name))
+            return await self._ensure(client.workspace(principal.name))
         if principal.pinned:
             raise QuillError(
                 ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace not found: {name}", {"workspace": name}
             )
         check_id("workspace", name)
-        return await self._ensure(self.quill.workspace(f"{principal.tenant}/{name}"))
+        return await self._ensure(client.workspace(f"{principal.tenant}/{name}"))

@@ -142,7 +142,8 @@ def test_public_address_needs_tokens(tmp_path: Path) -> None:
     [
         ("not toml [", "cannot read tokens file"),
         ("[other]\nx = 1\n", "no [tokens"),
-        ('[tokens."abcdefgh"]\ntenant = "acme"\n', "needs exactly tenant = and workspace ="),
+        ('[tokens."abcdefgh"]\ntenant = "acme"\n', "needs tenant = and workspace ="),
+        ('[tokens."abcdefgh"]\ntenant = "a"\nworkspace = "w"\nrole = "x"\n', "maybe actor"),
         ('[tokens."abcdefgh"]\ntenant = "ACME"\nworkspace = "w"\n', "Invalid tenant id"),
         ('[tokens."short"]\ntenant = "a"\nworkspace = "w"\n', "at least 8 characters"),
     ],
@@ -161,3 +162,36 @@ def test_tokens_file_is_read(tmp_path: Path) -> None:
     principal = tokens.find("tok-123456")
     assert principal is not None and principal.name == "acme/w1"
     assert tokens.find("tok-1234567") is None
+
+
+async def test_events_and_audit_name_the_token_s_actor(
+    start: StartGateway, nats_url: str, tmp_path: Path
+) -> None:
+    from contextlib import AsyncExitStack
+
+    from services.gateway.app import start_gateway
+
+    tokens_file = tmp_path / "tokens.toml"
+    tokens_file.write_text(
+        '[tokens."named-token-1"]\ntenant = "acme"\nworkspace = "named"\nactor = "research-agent"\n'
+        '[tokens."plain-token-2"]\ntenant = "acme"\nworkspace = "named"\n'
+    )
+    await start()  # the writer and reader
+    async with AsyncExitStack() as stack:
+        running = await start_gateway(
+            GatewayConfig(nats_url, port=0, tokens=Tokens.load(tokens_file))
+        )
+        stack.push_async_callback(running.stop)
+        async with httpx.AsyncClient(base_url=running.url, timeout=30) as http:
+            for token, body in (("named-token-1", "a"), ("plain-token-2", "b")):
+                r = await http.put(
+                    "/v1/host/workspace/files/notes.md",
+                    json={"content": body},
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                assert r.status_code in (200, 201), r.text
+        history = await running.quill.workspace("acme/named").history("notes.md")
+        actors = [rev.actor for rev in history.revisions]
+        assert actors[0].startswith("token:") and len(actors[0]) == len("token:") + 8
+        assert actors[1] == "research-agent"
+        assert "plain-token-2" not in actors[0]

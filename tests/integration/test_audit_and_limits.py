@@ -97,3 +97,17 @@ async def test_no_service_is_a_clear_error(nc: NATS) -> None:
         await quill.workspace("nobody/home").read("x")
     assert info.value.code == ErrorCode.UNAVAILABLE
     assert info.value.message == "No Quill reader is running"
+
+
+async def test_views_name_their_actor_and_share_read_your_writes(
+    services: StartReader, nc: NATS
+) -> None:
+    await services("r1")
+    quill = Quill(nc, actor="service")
+    alice = quill.as_actor("alice", session="s-a")
+    await quill.workspace("acme/views").create()
+    await alice.workspace("acme/views").write("a.txt", "from alice")
+    assert quill.workspace("acme/views").last_version == 2  # shared: reads see alice's write
+    assert await quill.workspace("acme/views").read_text("a.txt") == "from alice"
+    revisions = (await quill.workspace("acme/views").history()).revisions
+    assert [(r.version, r.actor) for r in revisions] == [(2, "alice"), (1, "service")]
