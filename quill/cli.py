@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -245,7 +244,7 @@ def gateway(
     except QuillError as exc:
         fail(exc)
     except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        reason = exc.strerror or str(exc)
         click.echo(f"quill: cannot listen on {host}:{http_port}: {reason}", err=True)
         sys.exit(1)
 

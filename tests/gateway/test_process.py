@@ -167,3 +167,16 @@ async def test_quill_gateway_reports_a_busy_port(start: StartGateway, nats_url: 
     assert output.decode().splitlines()[-1] == (
         f"quill: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
+
+
+async def test_quill_gateway_reports_a_host_it_cannot_resolve(
+    start: StartGateway, nats_url: str, tmp_path: Path
+) -> None:
+    host = "no-such-host.invalid"
+    tokens = str(tokens_file(tmp_path))
+    process = await spawn("gateway", "--nats-url", nats_url, "--host", host, "--tokens", tokens)
+    output, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 1
+    last = output.decode().splitlines()[-1]
+    assert last.startswith("quill: cannot listen on no-such-host.invalid:8080: "), last
+    assert "Unknown error" not in last
