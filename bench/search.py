@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import quill_up, row
+from bench.harness import quill_up, row, settle
 from contracts import requests as rq
 from quill.client import Quill
 
@@ -22,7 +22,7 @@ QUERIES = [
     # (label, pattern, literal, goal)
     ("selective literal", "XQZ_needle_4242", True, ">= 10x faster than rg"),
     ("selective regex", r"ERR-\d{5}-[A-Z]{3}", False, ">= 10x faster than rg"),
-    ("common word", "the", True, "<= 1.2x rg's time"),
+    ("common word", "the", True, ">= 0.83x (<= 1.2x rg's time)"),
 ]
 
 
@@ -75,11 +75,17 @@ async def main(repeat: int = 5) -> None:
             ws = quill.workspace("bench/search")
             await ws.create(exist_ok=True)
             items = list(files.items())
+            t0 = time.perf_counter()
             for i in range(0, len(items), 200):
                 await ws.apply([rq.PutChange(path=p, content=t) for p, t in items[i : i + 200]])
+            written = time.perf_counter() - t0
+            await settle(url, indexed=True)  # queries are measured on the reader's steady state
+            indexed = time.perf_counter() - t0
             print(
                 f"grep over {len(files):,} files ({size / 1e6:.0f} MB): Quill (via the SDK, a "
                 f"reader process) vs ripgrep 14.1 on the same files on disk; median of {repeat}\n"
+                f"written in {written:.1f} s (batches of 200), trigram-indexed by the reader "
+                f"{indexed:.1f} s after the first write\n"
             )
             print(f"{'figure':<44} {'quill':>16} {'ripgrep':>16} {'ratio':>8}  goal")
             for label, pattern, literal, goal in QUERIES:
