@@ -24,6 +24,7 @@ class Up:
     data: Path
     process: subprocess.Popen[str] | None = None
     nats_url: str = ""
+    http_url: str = ""
     output: list[str] = field(default_factory=list)
     _pump: threading.Thread | None = None
 
@@ -54,7 +55,7 @@ class Up:
             for line in self.process.stdout:
                 self.output.append(line)
                 if match := READY.search(line):
-                    self.nats_url = match.group(1)
+                    self.nats_url, self.http_url = match.group(1), match.group(2)
                     ready.set()
             ready.set()
 

@@ -90,3 +90,50 @@ def test_watch_prints_updates(up: Up) -> None:
         watcher.wait()
         if watcher.stdout is not None:
             watcher.stdout.close()
+
+
+def test_cli_tools_edit_grep_glob_tree_diff_restore(up: Up) -> None:
+    ws = "acme/tools"
+    up.cli("create", ws)
+    up.cli("put", ws, "src/app.py", "--text", "import os\n\ndef main():\n    return 1\n")
+    up.cli("put", ws, "src/util.py", "--text", "def helper():\n    return 2\n")
+    up.cli("put", ws, "README.md", "--text", "# tools\n")
+    up.cli("put", ws, ".git/config", "--text", "def hidden\n")
+
+    out = up.cli("edit", ws, "src/app.py", "return 1", "return 42").stdout
+    assert out.startswith("edited src/app.py: 1 replaced, 1 lines changed, file version 2")
+    missing = up.cli("edit", ws, "src/app.py", "return 1", "x", check=False)
+    assert (missing.returncode, missing.stderr) == (
+        1,
+        "quill: NO_MATCH: oldString not found in content\n",
+    )
+
+    assert (
+        up.cli("grep", ws, "^def ").stdout
+        == "src/app.py:3:def main():\nsrc/util.py:1:def helper():\n"
+    )
+    context = up.cli("grep", ws, "return 42", "-C", "1", "--include", "*.py").stdout
+    assert context == "src/app.py-3-def main():\nsrc/app.py:4:    return 42\n"
+    assert up.cli("grep", ws, "hidden", "--no-exclude").stdout == ".git/config:1:def hidden\n"
+    nothing = up.cli("grep", ws, "no such text", check=False)
+    assert (nothing.returncode, nothing.stdout, nothing.stderr) == (1, "", "")
+    bad = up.cli("grep", ws, "(unclosed", check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("quill: INVALID_ARGUMENT: ")
+    capped = up.cli("grep", ws, "def", "--max-results", "1")
+    assert len(capped.stdout.splitlines()) == 1
+    assert capped.stderr == "quill: 1 of 2 matching lines shown; use --max-results\n"
+
+    assert up.cli("glob", ws, "**/*.py").stdout.splitlines() == [
+        "src/app.py",
+        "src/util.py",
+    ]  # edited last
+    assert up.cli("glob", ws, "src", "--type", "directory").stdout == "src/\n"
+    assert up.cli("tree", ws).stdout == "src/\n  app.py\n  util.py\nREADME.md\n"
+
+    diff = up.cli("diff", ws, "2", "--path", "src/app.py").stdout
+    assert "-    return 1\n+    return 42" in diff and diff.startswith("--- a/src/app.py")
+    restored = up.cli("restore", ws, "2", "src/app.py").stdout
+    assert restored.startswith("restored src/app.py to version 2: src/app.py; workspace version")
+    assert "return 1" in up.cli("cat", ws, "src/app.py").stdout
+    again = up.cli("restore", ws, "2", "src/app.py").stdout
+    assert again == "unchanged: src/app.py is already as at version 2\n"

@@ -33,23 +33,36 @@ async def test_contract_examples_give_the_documented_replies() -> None:
 
 
 def test_readme_tour(up: Up) -> None:
-    tour = next(b for b in blocks(README, "bash") if "quill create" in b)
     env = {**os.environ, "QUILL_NATS_URL": up.nats_url}
     quill = f"{sys.executable} -m quill"
-    for line in tour.strip().splitlines():
-        command = line.replace(".venv/bin/quill", quill)
+
+    def run(command: str) -> str:
         done = subprocess.run(
-            ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=60
+            ["bash", "-c", command.replace(".venv/bin/quill", quill)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
-        assert done.returncode == 0, (line, done.stderr)
-    text = subprocess.run(
-        ["bash", "-c", f"{quill} cat acme/demo notes/done.md"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
-    assert text == "# TODO\n- ship quill\n- write docs\n"
+        assert done.returncode == 0, (command, done.stderr)
+        return done.stdout
+
+    tour = next(b for b in blocks(README, "bash") if "quill create" in b)
+    for line in tour.strip().splitlines():
+        run(line)
+    assert run(f"{quill} cat acme/demo notes/done.md") == "# TODO\n- ship quill\n- write docs\n"
+
+    tools = next(b for b in blocks(README, "bash") if "quill edit" in b)
+    out = {line.split()[1]: run(line) for line in tools.strip().splitlines()}
+    assert "notes/done.md:2:- ship quill 1.0" in out["grep"]
+    assert out["glob"] == "notes/done.md\n" and out["tree"] == "notes/\n  done.md\n"
+    assert "-- ship quill\n+- ship quill 1.0" in out["diff"]
+    assert out["restore"].startswith("restored notes/done.md to version 4")
+    assert run(f"{quill} cat acme/demo notes/done.md") == "# TODO\n- ship quill\n- write docs\n"
+
+    curl = next(b for b in blocks(README, "bash") if "curl" in b)
+    answer = json.loads(run(curl.replace("http://127.0.0.1:8080", up.http_url)))
+    assert answer["result"]["isError"] is False
 
 
 def test_readme_sdk_example(up: Up) -> None:
