@@ -187,7 +187,12 @@ class Listing(Result, frozen=True, kw_only=True):
     path: str
     entries: list[Entry]
     total: int
+    """Entries in all pages."""
     truncated: bool
+    """True when more entries follow this page."""
+    next: str | None = None
+    """Pass as ``after`` to get the next page; null on the last one. It is ``d:<path>`` or
+    ``f:<path>``, the kind and path of this page's last entry."""
 
 
 class FileInfo(Result, frozen=True, kw_only=True):

@@ -261,10 +261,25 @@ class ReadBytes(Query, frozen=True, kw_only=True):
     """Most bytes to return (at most ``max_read_bytes``; default that limit)."""
 
 
+EntryKind = Literal["file", "directory", "any"]
+
+
 class ListDirectory(Query, frozen=True, kw_only=True):
-    """List a directory's entries (directories first, then by name)."""
+    """List a directory's entries (directories first, then by name), or with ``recursive``
+    every entry beneath it (by path); a page at a time."""
 
     path: PathArg = ""
+    recursive: bool = False
+    """Every entry beneath ``path``, ordered by path, instead of its children."""
+    kind: EntryKind = "any"
+    prefix: Annotated[str, Meta(max_length=4096)] = ""
+    """Only entries whose path, relative to ``path``, starts with this text (``"t"`` keeps
+    ``todo.md`` and ``tests/...``)."""
+    after: Annotated[str, Meta(min_length=1, max_length=8192)] | None = None
+    """The ``next`` of the previous page (``d:<path>`` or ``f:<path>``): continue after that
+    entry."""
+    limit: Annotated[int, Meta(ge=1, le=10_000)] | None = None
+    """Entries per page. Default, and at most: the workspace's ``max_directory_entries``."""
 
 
 class StatPath(Query, frozen=True, kw_only=True):
@@ -285,7 +300,6 @@ class History(Query, frozen=True, kw_only=True):
 
 
 Patterns = Annotated[list[Annotated[str, Meta(max_length=1024)]], Meta(max_length=100)]
-EntryKind = Literal["file", "directory", "any"]
 
 
 class GlobQuery(Query, frozen=True, kw_only=True):

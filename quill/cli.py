@@ -21,6 +21,7 @@ import msgspec
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
+from contracts.paths import display, normalize
 from quill.client import Quill, Workspace
 from services.common.runtime import (
     Settings,
@@ -403,25 +404,28 @@ async def cat(
 @click.argument("path", default=".")
 @click.option("--version", "at", type=int)
 @click.option("-l", "long", is_flag=True, help="Long listing.")
-async def ls(ctx: click.Context, ws: Workspace, path: str, at: int | None, long: bool) -> None:
-    """List a directory."""
-    r = await ws.list(path, version=at)
+@click.option("-R", "--recursive", is_flag=True, help="Everything beneath PATH, by path.")
+async def ls(
+    ctx: click.Context, ws: Workspace, path: str, at: int | None, long: bool, recursive: bool
+) -> None:
+    """List a directory (every entry: page after page, as of one version)."""
+    entries = [e async for e in ws.list_all(path, recursive=recursive, version=at)]
 
     def human() -> str:
         lines = []
-        for e in r.entries:
-            label = e.name + ("/" if e.kind == "directory" else "")
+        for e in entries:
+            label = (e.path if recursive else e.name) + ("/" if e.kind == "directory" else "")
             if long:
                 stamp = e.modified.strftime("%Y-%m-%d %H:%M")
                 fv = f"v{e.file_version}" if e.file_version else "-"
                 lines.append(f"{size_text(e.size):>10}  {stamp}  {fv:>5}  {label}")
             else:
                 lines.append(label)
-        if r.truncated:
-            lines.append(f"... {r.total - len(r.entries)} more")
-        return "\n".join(lines) if lines else f"(empty: {r.path})"
+        return "\n".join(lines) if lines else f"(empty: {shown})"
 
-    emit(ctx, r, human)
+    shown = display(normalize(path))  # valid: the listing succeeded
+    listing = rp.Listing(path=shown, entries=entries, total=len(entries), truncated=False)
+    emit(ctx, listing, human)
 
 
 @main.command()

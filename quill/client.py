@@ -206,6 +206,10 @@ class Workspace:
         return result
 
     async def _qry(self, op: str, body: rq.Query, result_type: type[R]) -> R:
+        return (await self._qry_at(op, body, result_type))[1]
+
+    async def _qry_at(self, op: str, body: rq.Query, result_type: type[R]) -> tuple[int, R]:
+        """The result and the workspace version it was answered at."""
         if body.min_version is None and body.version is None and self.last_version:
             body = msgspec.structs.replace(body, min_version=self.last_version)
         version, result = await self.client.request(
@@ -213,7 +217,7 @@ class Workspace:
         )
         if body.version is None:
             self.last_version = max(self.last_version, version or 0)
-        return result
+        return version or 0, result
 
     # ------------------------------------------------------------------ commands
     async def create(
@@ -376,9 +380,61 @@ class Workspace:
             if not chunk.truncated or not chunk.data:
                 return b"".join(chunks)
 
-    async def list(self, path: str = ".", *, version: int | None = None) -> rp.Listing:
-        body = rq.ListDirectory(path=path, version=version)
-        return await self._qry("list", body, rp.Listing)
+    async def list(
+        self,
+        path: str = ".",
+        *,
+        recursive: bool = False,
+        kind: Literal["file", "directory", "any"] = "any",
+        prefix: str = "",
+        after: str | None = None,
+        limit: int | None = None,
+        version: int | None = None,
+    ) -> rp.Listing:
+        """One page of a directory's entries (``recursive``: everything beneath it, by path);
+        pass the result's ``next`` as ``after`` for the next page, or use ``list_all``."""
+        return (await self._list(path, recursive, kind, prefix, after, limit, version))[1]
+
+    async def list_all(
+        self,
+        path: str = ".",
+        *,
+        recursive: bool = False,
+        kind: Literal["file", "directory", "any"] = "any",
+        prefix: str = "",
+        after: str | None = None,
+        version: int | None = None,
+    ) -> AsyncIterator[rp.Entry]:
+        """Every entry (after ``after``), page after page, all as of one version (the first
+        page's, unless ``version`` is given), so that writes meanwhile do not shift pages."""
+        while True:
+            at, page = await self._list(path, recursive, kind, prefix, after, None, version)
+            for e in page.entries:
+                yield e
+            if page.next is None:
+                return
+            after, version = page.next, version or at
+
+    async def _list(
+        self,
+        path: str,
+        recursive: bool,
+        kind: Literal["file", "directory", "any"],
+        prefix: str,
+        after: str | None,
+        limit: int | None,
+        version: int | None,
+    ) -> tuple[int, rp.Listing]:
+        body = rq.ListDirectory(
+            path=path,
+            recursive=recursive,
+            kind=kind,
+            prefix=prefix,
+            after=after,
+            limit=limit,
+            version=version,
+        )
+        return await self._qry_at("list", body, rp.Listing)
 
     async def stat(self, path: str = ".", *, version: int | None = None) -> rp.FileInfo:
         return await self._qry("stat", rq.StatPath(path=path, version=version), rp.FileInfo)

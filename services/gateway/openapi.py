@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.gateway import VERSION
+from services.gateway.rest import LIST_DEFAULT, LIST_MAX
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -72,7 +73,12 @@ SCHEMAS: dict[str, Any] = {
         "required": ["files", "truncated"],
         "properties": {
             "files": {"type": "array", "items": _ref("WorkspaceFileMeta")},
-            "truncated": {"type": "boolean", "description": "More files matched than listed"},
+            "truncated": {"type": "boolean", "description": "More files follow this page"},
+            "next": {
+                "type": ["string", "null"],
+                "description": "Pass as after for the next page (the last path listed); null "
+                "on the last page",
+            },
         },
     },
     "WorkspaceFileWrite": {
@@ -185,8 +191,32 @@ def document() -> dict[str, Any]:
         "paths": {
             "/v1/host/workspace/files": {
                 "get": {
-                    "summary": "List file metadata (no bodies)",
-                    "parameters": [{"name": "prefix", "in": "query", "schema": {"type": "string"}}],
+                    "summary": "List file metadata (no bodies), by path, a page at a time",
+                    "parameters": [
+                        {
+                            "name": "prefix",
+                            "in": "query",
+                            "description": "Only paths starting with this text",
+                            "schema": {"type": "string"},
+                        },
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "description": "Files per page",
+                            "schema": {
+                                "type": "integer",
+                                "minimum": 1,
+                                "maximum": LIST_MAX,
+                                "default": LIST_DEFAULT,
+                            },
+                        },
+                        {
+                            "name": "after",
+                            "in": "query",
+                            "description": "The previous page's next: list the files after it",
+                            "schema": {"type": "string"},
+                        },
+                    ],
                     "responses": {"200": _json(_ref("FileList"), "The files"), **ERRORS},
                 }
             },

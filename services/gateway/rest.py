@@ -1,6 +1,7 @@
 """REST (RFC 0059 §C): the caller's workspace as a versioned file store.
 
-``GET /v1/host/workspace/files[?prefix=]`` lists file metadata; ``GET|PUT|DELETE
+``GET /v1/host/workspace/files[?prefix=][&limit=][&after=]`` lists file metadata, by path, a
+page at a time; ``GET|PUT|DELETE
 /v1/host/workspace/files/{path}`` reads (``?version=N``: as of file version N), writes
 (``If-Match``) and deletes one file; ``GET /.well-known/openwop`` advertises the capability.
 A file is the RFC's WorkspaceFile: ``version`` is the file's own version and ``etag`` is
@@ -103,6 +104,24 @@ def file_path(raw: str) -> str:
     return path
 
 
+LIST_DEFAULT, LIST_MAX = 1000, 10_000
+"""Files one ``GET /files`` returns by default and at most (``?limit=``); ``next`` pages on."""
+
+
+def count_param(request: Request, name: str, default: int, most: int) -> int:
+    """The query parameter ``name``: an integer from 1 to ``most``, ``default`` if absent.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for anything else.
+    """
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdecimal() and len(raw) <= 16) or not 1 <= int(raw) <= most:
+        raise QuillError(E.INVALID_ARGUMENT, f"{name} must be an integer from 1 to {most}")
+    return int(raw)
+
+
 def if_match(request: Request) -> str | None:
     value = request.headers.get("if-match")
     return value.strip() if value is not None and value.strip() else None
@@ -194,29 +213,39 @@ class Rest:
     async def list_files(self, request: Request) -> Response:
         ws = await self.workspace(request)
         prefix = request.query_params.get("prefix", "")
-        directory = prefix.rpartition("/")[0] or "."
-        limits = await self.limits(ws)
+        after = request.query_params.get("after")
+        limit = count_param(request, "limit", LIST_DEFAULT, LIST_MAX)
+        directory, _, rest = prefix.rpartition("/")
+        files: list[dict[str, Any]] = []
         try:
-            found = await ws.glob(
-                "**", directory, kind="file", max_results=limits.max_search_results, exclude=[]
-            )
+            async for e in ws.list_all(
+                directory or ".",
+                recursive=True,
+                kind="file",
+                prefix=rest,
+                after=None if after is None else f"f:{file_path(after)}",
+            ):
+                files.append(
+                    {
+                        "path": e.path,
+                        "contentType": content_type(e.path),
+                        "version": e.file_version,
+                        "etag": e.etag,
+                        "updatedAt": iso(e.modified),
+                        "size": e.size,
+                    }
+                )
+                if len(files) > limit:
+                    break
         except QuillError as error:
             if error.code in (E.FILE_NOT_FOUND, E.NOT_A_DIRECTORY):
-                return JSONResponse({"files": [], "truncated": False})
+                return JSONResponse({"files": [], "truncated": False, "next": None})
             raise
-        files = [
-            {
-                "path": e.path,
-                "contentType": content_type(e.path),
-                "version": e.file_version,
-                "etag": e.etag,
-                "updatedAt": iso(e.modified),
-                "size": e.size,
-            }
-            for e in sorted(found.entries, key=lambda e: e.path)
-            if e.path.startswith(prefix)
-        ]
-        return JSONResponse({"files": files, "truncated": found.truncated})
+        more = len(files) > limit
+        files = files[:limit]
+        return JSONResponse(
+            {"files": files, "truncated": more, "next": files[-1]["path"] if more else None}
+        )
 
     async def get_file(self, request: Request) -> Response:
         path = file_path(request.path_params["path"])
@@ -224,7 +253,9 @@ class Rest:
         asked = request.query_params.get("version")
         version: int | None = None
         if asked is not None:
-            if not asked.isdecimal() or not 1 <= int(asked) <= 2**53:
+            if not (asked.isascii() and asked.isdecimal() and len(asked) <= 16) or not (
+                1 <= int(asked) <= 2**53
+            ):
                 raise QuillError(E.INVALID_ARGUMENT, "version must be a file version (1, 2...)")
             version = await version_of(ws, path, int(asked))
         return (await read_whole(ws, path, version)).response()

@@ -26,7 +26,7 @@ from services.common.plan import LIVE
 from services.common.store import Node, Store, WorkspaceRow
 from services.common.tree import etag_of
 from services.reader.cache import RevisionCache, TextCache
-from services.reader.readmodel import ReadModel
+from services.reader.readmodel import ReadModel, Scope
 
 _summaries = msgspec.json.Decoder(list[ChangeSummary])
 CAPABILITIES = sorted(ops.OPS)
@@ -91,6 +91,22 @@ def entry(node: Node) -> rp.Entry:
         file_version=node.file_version if is_file else None,
         etag=etag_of(node.file_version) if is_file and node.file_version else None,
     )
+
+
+def cursor_of(after: str) -> tuple[str, str]:
+    """The ``(kind, path)`` a listing's ``next`` names.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for anything else.
+    """
+    kind, sep, path = after.partition(":")
+    if not sep or kind not in ("d", "f"):
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            "Invalid after: pass the next of the previous page",
+            {"after": after[:100]},
+        )
+    return kind, path
 
 
 def mime_type(path: str, binary: bool) -> str:
@@ -158,9 +174,11 @@ class Queries:
         node, data = await self._content(ws, path, version)
         limits = ws.limits
         if node.kind == "d":
-            children = await self.model.children(ws.id, path, version, limits.max_directory_entries)
+            children = await self.model.page(
+                ws.id, version, Scope(path), None, limits.max_directory_entries
+            )
             names = [name(c.path) + ("/" if c.kind == "d" else "") + "\n" for c in children]
-            total = await self.model.count_children(ws.id, path, version)
+            total = await self.model.count(ws.id, version, Scope(path))
             return rp.FileContent(
                 path=display(path),
                 kind="directory",
@@ -231,23 +249,31 @@ class Queries:
         node = await self._node(ws, path, version, what="Directory")
         if node.kind != "d":
             raise QuillError(ErrorCode.NOT_A_DIRECTORY, f"Not a directory: {path}", {"path": path})
-        limit = ws.limits.max_directory_entries
-        children = await self.model.children(ws.id, path, version, limit)
-        total = len(children)
-        if total == limit:
-            total = await self.model.count_children(ws.id, path, version)
+        limit = min(req.limit or ws.limits.max_directory_entries, ws.limits.max_directory_entries)
+        kind = None if req.kind == "any" else req.kind[0]
+        scope = Scope(path, req.recursive, kind, req.prefix)
+        after = cursor_of(req.after) if req.after is not None else None
+        nodes = await self.model.page(ws.id, version, scope, after, limit + 1)
+        more = len(nodes) > limit
+        nodes = nodes[:limit]
+        if more or after is not None:
+            total = await self.model.count(ws.id, version, scope)
+        else:
+            total = len(nodes)
+        last = nodes[-1] if more else None
         return rp.Listing(
             path=display(path),
-            entries=[entry(c) for c in children],
+            entries=[entry(n) for n in nodes],
             total=total,
-            truncated=total > len(children),
+            truncated=more,
+            next=f"{last.kind}:{last.path}" if last is not None else None,
         )
 
     async def stat(self, ws: WorkspaceRow, version: int, req: rq.StatPath) -> rp.FileInfo:
         path = normalize(req.path)
         node = await self._node(ws, path, version, what="Path")
         if node.kind == "d":
-            count = await self.model.count_children(ws.id, path, version)
+            count = await self.model.count(ws.id, version, Scope(path))
             return rp.FileInfo(
                 path=display(path),
                 kind="directory",

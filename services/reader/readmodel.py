@@ -6,6 +6,7 @@ The SQL of the read side, over the store's read-only connection (a WAL snapshot 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from services.common.plan import LIVE, subtree
@@ -16,6 +17,39 @@ from services.common.store import (
     Store,
     node_from_row,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which entries a listing covers: the children of ``directory`` (or, ``recursive``,
+    everything beneath it), of ``kind`` (``f``, ``d`` or None for both), whose path relative
+    to ``directory`` starts with ``prefix``."""
+
+    directory: str
+    recursive: bool = False
+    kind: str | None = None
+    prefix: str = ""
+
+    def where(self, ws: int, version: int) -> tuple[str, list[Any]]:
+        where = "ws=? AND version<=? AND until>? AND path != ''"
+        args: list[Any] = [ws, version, version]
+        if not self.recursive:
+            where += " AND parent=?"
+            args.append(self.directory)
+        elif self.directory:
+            where += " AND path>=? AND path<?"
+            args += list(subtree(self.directory))
+        if self.prefix:
+            start = f"{self.directory}/{self.prefix}" if self.directory else self.prefix
+            where += " AND path>=?"
+            args.append(start)
+            if ord(start[-1]) < 0x10FFFF:  # paths starting with `start` sort below its successor
+                where += " AND path<?"
+                args.append(start[:-1] + chr(ord(start[-1]) + 1))
+        if self.kind is not None:
+            where += " AND kind=?"
+            args.append(self.kind)
+        return where, args
 
 
 class ReadModel:
@@ -49,21 +83,31 @@ class ReadModel:
             return None
         return node_from_row(rows[0]), rows[0][12]
 
-    async def children(self, ws: int, directory: str, version: int, limit: int) -> list[Node]:
+    async def page(
+        self, ws: int, version: int, scope: Scope, after: tuple[str, str] | None, limit: int
+    ) -> list[Node]:
+        """Up to ``limit`` entries of ``scope`` as of ``version``, after the ``(kind, path)``
+        of the previous page's last entry: directories first, then by name; or, recursive,
+        by path."""
+        where, args = scope.where(ws, version)
+        if after is not None:
+            if scope.recursive:
+                where += " AND path>?"
+                args.append(after[1])
+            else:
+                where += " AND (kind='f', path) > (?, ?)"
+                args += [after[0] == "f", after[1]]
+        order = "path" if scope.recursive else "kind='f', path"
         rows = await self._db.execute_fetchall(
-            f"SELECT {REVISION_COLUMNS} FROM revisions WHERE ws=? AND parent=? AND version<=? "
-            "AND until>? AND path != '' ORDER BY kind='f', path LIMIT ?",
-            (ws, directory, version, version, limit),
+            f"SELECT {REVISION_COLUMNS} FROM revisions WHERE {where} ORDER BY {order} LIMIT ?",
+            (*args, limit),
         )
         return [node_from_row(r) for r in rows]
 
-    async def count_children(self, ws: int, directory: str, version: int) -> int:
+    async def count(self, ws: int, version: int, scope: Scope) -> int:
+        where, args = scope.where(ws, version)
         rows = list(
-            await self._db.execute_fetchall(
-                "SELECT count(*) FROM revisions WHERE ws=? AND parent=? AND version<=? "
-                "AND until>? AND path != ''",
-                (ws, directory, version, version),
-            )
+            await self._db.execute_fetchall(f"SELECT count(*) FROM revisions WHERE {where}", args)
         )
         return int(rows[0][0])
 

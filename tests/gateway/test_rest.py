@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from contracts import requests as rq
 from contracts.limits import LimitsPatch
 from quill.client import Quill
 from services.gateway.app import GatewayConfig, start_gateway
@@ -85,7 +86,7 @@ async def test_version_query_returns_history(http: httpx.AsyncClient) -> None:
     assert kept.json()["content"] == "third"  # history outlives a delete
     missing = await http.get(f"{FILES}/notes.txt", params={"version": 9})
     assert (missing.status_code, missing.json()) == (404, {"error": "not_found"})
-    for bad in ("0", "abc", "-1"):
+    for bad in ("0", "abc", "-1", "9" * 5000, "\u0663"):
         wrong = await http.get(f"{FILES}/notes.txt", params={"version": bad})
         assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_argument")
 
@@ -191,6 +192,37 @@ async def test_list_filters_by_prefix(http: httpx.AsyncClient) -> None:
     assert await paths("missing/dir/") == []
     assert "x/node_modules/m.js" in await paths("")  # a file store lists every file
     assert "content" not in (await http.get(FILES)).json()["files"][0]
+
+
+async def test_list_pages_through_every_file(http: httpx.AsyncClient, sdk: Quill) -> None:
+    # More files than a search returns (100) or a page of the bus holds (500).
+    ws = sdk.workspace("default/default")
+    names = [f"logs/{i:04}.txt" for i in range(1200)] + ["notes/zz.md", "top.md"]
+    await ws.apply([rq.PutChange(path=p, content="x") for p in names])
+
+    whole = (await http.get(FILES)).json()
+    assert len(whole["files"]) == 1000 and whole["truncated"] is True
+    assert whole["next"] == whole["files"][-1]["path"] == "logs/0999.txt"
+    rest = (await http.get(FILES, params={"after": whole["next"]})).json()
+    assert (rest["truncated"], rest["next"]) == (False, None)
+    assert [f["path"] for f in whole["files"] + rest["files"]] == sorted(names)
+
+    paged: list[str] = []
+    params: dict[str, str] = {"prefix": "logs/01", "limit": "30"}
+    while True:
+        page = (await http.get(FILES, params=params)).json()
+        paged += [f["path"] for f in page["files"]]
+        if page["next"] is None:
+            break
+        params["after"] = page["next"]
+    assert paged == [f"logs/{i:04}.txt" for i in range(100, 200)]
+
+    for bad in ("0", "10001", "ten", "9" * 5000):
+        reply = await http.get(FILES, params={"limit": bad})
+        assert reply.status_code == 400, bad
+        assert reply.json()["error"] == "invalid_argument"
+    escape = await http.get(FILES, params={"after": "../x"})
+    assert escape.status_code == 403
 
 
 async def test_discovery_and_openapi(http: httpx.AsyncClient) -> None:

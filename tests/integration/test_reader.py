@@ -11,6 +11,7 @@ from nats.aio.client import Client as NATS
 
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
 from quill.client import Quill
 from tests.integration.conftest import StartReader
@@ -190,3 +191,53 @@ async def test_apply_through_the_sdk(services: StartReader, quill: Quill) -> Non
         "keep.txt",
     ]
     assert await ws.read_bytes("bin.dat") == b"\x00\x01"
+
+
+async def test_listings_page_through_every_entry(services: StartReader, quill: Quill) -> None:
+    await services("r1")
+    ws = quill.workspace("acme/pages")
+    await ws.create(limits=LimitsPatch(max_directory_entries=3))
+    await ws.apply(
+        [rq.PutChange(path=f"f{i}.txt", content=str(i)) for i in range(5)]
+        + [rq.PutChange(path=f"d{i}/x.md", content="x") for i in range(3)]
+        + [rq.PutChange(path="tests/t.py", content="t"), rq.PutChange(path="todo.md", content="")]
+    )
+    first = await ws.list(".")
+    assert [e.name for e in first.entries] == ["d0", "d1", "d2"]  # directories first
+    assert (first.total, first.truncated, first.next) == (10, True, "d:d2")
+    second = await ws.list(".", after=first.next)
+    assert [e.name for e in second.entries] == ["tests", "f0.txt", "f1.txt"]
+    assert second.next == "f:f1.txt" and second.total == 10
+    names = [e.name async for e in ws.list_all(".")]
+    assert len(names) == 10 and names[3:] == [
+        "tests", "f0.txt", "f1.txt", "f2.txt", "f3.txt", "f4.txt", "todo.md",
+    ]  # fmt: skip
+    assert (await ws.list(".", limit=100)).next == "d:d2"  # the workspace caps a page
+
+    files = [e.path async for e in ws.list_all(".", recursive=True, kind="file")]
+    assert files == [
+        "d0/x.md", "d1/x.md", "d2/x.md", "f0.txt", "f1.txt", "f2.txt", "f3.txt", "f4.txt",
+        "tests/t.py", "todo.md",
+    ]  # fmt: skip
+    t = [e.path async for e in ws.list_all(".", recursive=True, prefix="t")]
+    assert t == ["tests", "tests/t.py", "todo.md"]
+    assert [e.path async for e in ws.list_all("d1", recursive=True)] == ["d1/x.md"]
+    dirs = await ws.list(".", kind="directory", prefix="d", limit=2)
+    assert [e.name for e in dirs.entries] == ["d0", "d1"] and dirs.total == 3
+
+    # Pages are as of one version: a write between them neither shifts nor repeats entries.
+    version = ws.last_version
+    pages = ws.list_all(".", recursive=True, kind="file")
+    seen = [await anext(pages)]
+    await ws.write("a-new-first.txt", "new")
+    seen += [e async for e in pages]
+    assert [e.path for e in seen] == files
+    now = [e.path async for e in ws.list_all(".", recursive=True, kind="file")]
+    assert now == ["a-new-first.txt", *files]
+    then = [e.path async for e in ws.list_all(".", recursive=True, kind="file", version=version)]
+    assert then == files
+
+    with pytest.raises(QuillError) as info:
+        await ws.list(".", after="nonsense")
+    assert info.value.code == ErrorCode.INVALID_ARGUMENT
+    assert info.value.message == "Invalid after: pass the next of the previous page"

@@ -7,7 +7,7 @@ from pathlib import Path
 from contracts import hashing
 from contracts import requests as rq
 from services.common.store import Store
-from services.reader.readmodel import ReadModel
+from services.reader.readmodel import ReadModel, Scope
 from tests.helpers import LogBuilder
 
 
@@ -50,10 +50,13 @@ async def test_apply_and_read_as_of_versions(tmp_path: Path) -> None:
         moved = await model.node(ws, "z/d.bin", 7)
         assert moved is not None and moved.moved_from == "a/c/d.bin" and moved.binary
 
-        assert [n.path for n in await model.children(ws, "", 4, 100)] == ["a"]
-        assert [n.path for n in await model.children(ws, "a", 4, 100)] == ["a/c", "a/b.txt"]
-        assert [n.path for n in await model.children(ws, "", 5, 100)] == ["a", "z"]
-        assert await model.count_children(ws, "a", 6) == 0
+        assert [n.path for n in await model.page(ws, 4, Scope(""), None, 100)] == ["a"]
+        assert [n.path for n in await model.page(ws, 4, Scope("a"), None, 100)] == [
+            "a/c",
+            "a/b.txt",
+        ]
+        assert [n.path for n in await model.page(ws, 5, Scope(""), None, 100)] == ["a", "z"]
+        assert await model.count(ws, 6, Scope("a")) == 0
         assert await model.totals(ws, 4) == (2, 2, 5)
         assert await model.totals(ws, 7) == (2, 2, 7)
 

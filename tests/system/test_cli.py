@@ -129,6 +129,9 @@ def test_cli_tools_edit_grep_glob_tree_diff_restore(up: Up) -> None:
     ]  # edited last
     assert up.cli("glob", ws, "src", "--type", "directory").stdout == "src/\n"
     assert up.cli("tree", ws).stdout == "src/\n  app.py\n  util.py\nREADME.md\n"
+    assert up.cli("ls", ws, "-R").stdout.splitlines() == [
+        ".git/", ".git/config", "README.md", "src/", "src/app.py", "src/util.py",
+    ]  # fmt: skip
 
     diff = up.cli("diff", ws, "2", "--path", "src/app.py").stdout
     assert "-    return 1\n+    return 42" in diff and diff.startswith("--- a/src/app.py")
