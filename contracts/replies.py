@@ -62,6 +62,8 @@ class FileWritten(Result, frozen=True, kw_only=True):
     """Its etag (``v<file_version>``), for ``if_match``."""
     created: bool
     """True if the file did not exist before."""
+    modified: datetime
+    """When the write was committed: the event's time, the file's ``modified`` from now on."""
 
 
 class DirectoryMade(Result, frozen=True, kw_only=True):

@@ -104,25 +104,3 @@ async def version_of(ws: Workspace, path: str, file_version: int) -> int:
                 before = page.revisions[-1].version
                 continue
         raise QuillError(E.FILE_NOT_FOUND, f"No version {file_version} of {path}", {"path": path})
-
-
-async def modified_at(ws: Workspace, path: str, file_version: int) -> datetime:
-    """When ``path`` got ``file_version`` (the time its write was committed).
-
-    The write is already committed when this is asked, so a reader that cannot answer now
-    does not fail the request: the gateway's clock stands in for the commit time.
-    """
-    try:
-        info = await ws.stat(path)
-        if info.file_version == file_version:
-            return info.modified
-        page = await ws.history(path, limit=100)  # written again since: find ours
-        for rev in page.revisions:
-            if rev.file_version == file_version:
-                return rev.at
-        return info.modified
-    except QuillError as exc:
-        if not exc.retriable:
-            raise
-        log.warning("no commit time for %s v%d (%s): using now", path, file_version, exc)
-        return datetime.now(UTC)

@@ -25,7 +25,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import MAX_MESSAGE_BYTES, Limits
 from contracts.paths import normalize
 from quill.client import Workspace
-from services.gateway.files import Snapshot, content_type, iso, modified_at, read_whole, version_of
+from services.gateway.files import Snapshot, content_type, iso, read_whole, version_of
 from services.gateway.principals import Access, principal_of
 
 log = logging.getLogger("quill.gateway")
@@ -265,9 +265,8 @@ class Rest:
         content = put_content(await json_body(request))
         ws = await self.workspace(request)
         written = await ws.write(path, content, if_match=if_match(request))
-        modified = await modified_at(ws, path, written.file_version)
         snapshot = Snapshot(
-            path, content, content_type(path), written.file_version, written.etag, modified
+            path, content, content_type(path), written.file_version, written.etag, written.modified
         )
         return snapshot.response(201 if written.created else 200)
 

@@ -309,6 +309,7 @@ def _write(state: WorkspaceState, cmd: rq.WriteFile, ctx: Context) -> Decision:
         file_version=put.file_version,
         etag=etag_of(put.file_version),
         created=old is None,
+        modified=ctx.at,
     )
     return Decision(result=result, changes=changes, paths=[path])
 

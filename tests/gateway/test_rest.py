@@ -257,4 +257,6 @@ async def test_no_reader_is_503_and_the_write_still_lands(nats_url: str, tmp_pat
             assert (put.status_code, put.json()["version"]) == (201, 1)  # committed: not a 503
         await start_reader(stack, nats_url, tmp_path / "reader")
         async with httpx.AsyncClient(base_url=gateway.url) as http:
-            assert (await http.get(f"{FILES}/a.txt")).json()["content"] == "kept"
+            got = (await http.get(f"{FILES}/a.txt")).json()
+            assert got["content"] == "kept"
+            assert got["updatedAt"] == put.json()["updatedAt"]  # the commit time, from the writer

@@ -66,6 +66,7 @@ async def test_create_write_and_the_log(writer: Writer, nc: NATS) -> None:
         "file_version": 1,
         "etag": "v1",
         "created": True,
+        "modified": r["result"]["modified"],
     }
     # the log holds two chained events on the workspace's subject
     js = nc.jetstream()
@@ -80,6 +81,7 @@ async def test_create_write_and_the_log(writer: Writer, nc: NATS) -> None:
     )
     assert e2["type"] == "changes_committed" and e2["prev_hash"] == hashing.event_hash(first.data)
     assert [c["type"] for c in e2["changes"]] == ["mkdir", "put"]
+    assert r["result"]["modified"] == e2["at"]  # the reply names the commit time
 
 
 async def test_errors_are_replies(writer: Writer, nc: NATS) -> None:

@@ -39,6 +39,7 @@ async def test_documented_json_over_bare_nats(up: Up) -> None:
                 "file_version": 1,
                 "etag": "v1",
                 "created": True,
+                "modified": w["result"]["modified"],
             },
         }
         assert (

@@ -75,7 +75,13 @@ def test_write_creates_parents_and_versions() -> None:
     d = h.run(rq.WriteFile(path="/workspace/a/b/c.txt", content="hello"))
     assert [type(c) for c in d.changes] == [MakeDir, MakeDir, PutFile]
     assert d.result == rp.FileWritten(
-        path="a/b/c.txt", bytes_written=5, size=5, file_version=1, etag="v1", created=True
+        path="a/b/c.txt",
+        bytes_written=5,
+        size=5,
+        file_version=1,
+        etag="v1",
+        created=True,
+        modified=T0,
     )
     d = h.run(rq.WriteFile(path="a/b/c.txt", content="bye"))
     assert isinstance(d.result, rp.FileWritten)
