@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 import tempfile
 from pathlib import Path
 
-from bench.harness import Load, Process, closed_loop, interleaved, row
+from bench.harness import Load, Process, closed_loop, interleaved, quill_up, row
 from quill.client import Quill
 
 CLIENTS = 16
@@ -48,26 +47,10 @@ class Connection:
 
 
 def up(data: Path) -> tuple[Process, str, str]:
-    proc = Process(
-        [
-            sys.executable,
-            "-m",
-            "quill",
-            "--log-level",
-            "warning",
-            "up",
-            "--data",
-            str(data),
-            "--nats-port",
-            "0",
-            "--http-port",
-            "0",
-        ],
-        r"quill ready",
-    )
-    found = re.search(r"nats=(\S+) http=(\S+)", proc.line)
+    proc, nats_url = quill_up(data)
+    found = re.search(r"http=(\S+)", proc.line)
     assert found is not None
-    return proc, found.group(1), found.group(2)
+    return proc, nats_url, found.group(1)
 
 
 async def main(seconds: float = 4.0, rounds: int = 3) -> None:

@@ -116,6 +116,7 @@ class Process:
 
 
 def quill_up(data: Path) -> tuple[Process, str]:
+    """``quill up`` on free ports: the process and its NATS URL (``proc.line`` has the rest)."""
     proc = Process(
         [
             sys.executable,
