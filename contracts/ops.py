@@ -56,6 +56,28 @@ def _qry(
     return OpSpec("qry", name, req, res, summary, _COMMON_QRY + errors, example)
 
 
+_COMMON_EXEC = (
+    E.INVALID_ARGUMENT,
+    E.WORKSPACE_NOT_FOUND,
+    E.ACCESS_DENIED,
+    E.FILE_NOT_FOUND,
+    E.NOT_A_DIRECTORY,
+    E.EXECUTION_FAILED,
+    E.UNAVAILABLE,
+    E.TIMEOUT,
+)
+
+
+def _exec(
+    name: str,
+    req: type[rq.Request],
+    res: type[rp.Result],
+    summary: str,
+    example: dict[str, Any],
+) -> OpSpec:
+    return OpSpec("exec", name, req, res, summary, _COMMON_EXEC, example)
+
+
 _ALL: tuple[OpSpec, ...] = (
     _cmd(
         "create",
@@ -261,6 +283,21 @@ _ALL: tuple[OpSpec, ...] = (
         "A page of the workspace's log (contents left out).",
         (),
         {"after": 0, "limit": 2},
+    ),
+    _exec(
+        "run",
+        rq.RunCommand,
+        rp.CommandResult,
+        "Run a shell command in the workspace's sandbox; the files it changes become one event.",
+        {"command": "python3 -m pytest -q", "workdir": "src", "timeout_ms": 60000},
+    ),
+    _exec(
+        "git",
+        rq.GitCommand,
+        rp.GitResult,
+        "A structured git action (status, diff, commit, checkout, branch, log, push, pull, "
+        "clone) on a repository in the workspace.",
+        {"action": "status"},
     ),
 )
 

@@ -367,3 +367,118 @@ class EventPage(Result, frozen=True, kw_only=True):
     next_after: int
     """Pass as ``after`` for the next page."""
     has_more: bool
+
+
+# ---------------------------------------------------------------- exec results
+
+
+class ChangedPath(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    change: Literal["created", "modified", "deleted"]
+    kind: Literal["file", "directory"]
+
+
+class SkippedPath(msgspec.Struct, frozen=True, kw_only=True):
+    """A path the command left that was not committed (it stays in the executor's checkout)."""
+
+    path: str
+    reason: str
+    """``symlink``, ``not a regular file`` or ``over max_file_bytes``."""
+
+
+class CapturedChanges(msgspec.Struct, frozen=True, kw_only=True):
+    """What a command changed in the workspace, and what became of it."""
+
+    base_version: int
+    """The version the command ran against (its changes were committed on it)."""
+    committed: bool
+    """True when its changes were committed as one event."""
+    version: int
+    """The workspace version after that event (``base_version`` when nothing committed)."""
+    paths: list[ChangedPath]
+    """Paths committed (first 100), in path order."""
+    total: int
+    """Paths committed in all."""
+    conflicts: list[ChangeConflict]
+    """Paths it changed that were also changed by someone else since ``base_version``: not
+    committed (the other change stands)."""
+    skipped: list[SkippedPath]
+    ignored: int
+    """Paths it changed that match the workspace's ignore patterns (not captured)."""
+    error: str | None = None
+    """Why nothing could be committed (e.g. over a limit), when that happened."""
+
+
+class CommandResult(Result, frozen=True, kw_only=True):
+    """What a command did. A non-zero ``exit_code`` is a result, not an error."""
+
+    exit_code: int
+    """Its exit status; a command ended by a signal gives 128 + the signal's number."""
+    stdout: str
+    """The first ``max_output_bytes`` of standard output (invalid UTF-8 replaced)."""
+    stderr: str
+    stdout_truncated: bool
+    stderr_truncated: bool
+    stdout_bytes: int
+    """Bytes the command wrote to standard output in all."""
+    stderr_bytes: int
+    duration_ms: int
+    timed_out: bool
+    """It ran past its timeout: it got SIGTERM, then SIGKILL 5 s later; output is what it had
+    written by then."""
+    changes: CapturedChanges
+
+
+class GitFileStatus(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    status: str
+    """``modified``, ``added``, ``deleted``, ``renamed``, ``copied``, ``type_changed`` or
+    ``unmerged``."""
+    original_path: str | None = None
+    """For a rename or copy: where it came from."""
+
+
+class GitStatus(msgspec.Struct, frozen=True, kw_only=True):
+    branch: str | None
+    """None when HEAD is detached."""
+    upstream: str | None
+    ahead: int
+    behind: int
+    staged: list[GitFileStatus]
+    unstaged: list[GitFileStatus]
+    untracked: list[str]
+
+
+class GitCommit(msgspec.Struct, frozen=True, kw_only=True):
+    sha: str
+    author: str
+    email: str
+    at: datetime
+    subject: str
+
+
+class GitResult(Result, frozen=True, kw_only=True):
+    """The outcome of a git action; the fields of other actions are null."""
+
+    action: str
+    output: str
+    """What git printed (for ``diff``: the staged diff, then the unstaged one), up to
+    ``max_output_bytes``; credentials redacted."""
+    output_truncated: bool
+    branch: str | None = None
+    """The current branch after the action."""
+    status: GitStatus | None = None
+    """``status``."""
+    staged_diff: str | None = None
+    """``diff``: changes staged for the next commit."""
+    unstaged_diff: str | None = None
+    """``diff``: changes not staged."""
+    branches: list[str] | None = None
+    """``branch``: local branches."""
+    commit: str | None = None
+    """``commit``: the new commit's sha."""
+    log: list[GitCommit] | None = None
+    """``log``: newest first."""
+    changes: CapturedChanges | None = None
+    """For actions that change files (``commit``, ``checkout``, ``pull``, ``clone``): what they
+    changed in the workspace, ``.git`` included."""

@@ -369,3 +369,59 @@ class EventsQuery(Query, frozen=True, kw_only=True):
     """Return events with a version greater than this."""
     limit: Annotated[int, Meta(ge=1, le=1000)] = 100
     """Most events to return."""
+
+
+# ---------------------------------------------------------------- exec (to the executors)
+
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+EnvValue = Annotated[str, Meta(max_length=32 * 1024)]
+Env = Annotated[dict[EnvName, EnvValue], Meta(max_length=100)]
+TimeoutMs = Annotated[int, Meta(ge=1, le=600_000)]
+
+
+class Execution(Request, frozen=True, kw_only=True):
+    """Base of the exec requests: where and against which version a command runs."""
+
+    workdir: PathArg = ""
+    """The working directory, inside the workspace (``/workspace/src`` or ``src``)."""
+    timeout_ms: TimeoutMs | None = None
+    """Default 30 s; at most the workspace's ``max_exec_ms``."""
+    version: Version | None = None
+    """Run against the workspace as it was at this version (default: the latest). Its changes
+    are committed on that version: a path changed since is a conflict."""
+    min_version: Version | None = None
+    """Run against at least this version (read-your-writes)."""
+
+
+class RunCommand(Execution, frozen=True, kw_only=True):
+    """Run a shell command (``bash -c``) in the workspace's sandbox. The files it changes are
+    committed as one event; a non-zero exit status is a result, not an error."""
+
+    command: Annotated[str, Meta(min_length=1, max_length=64 * 1024)]
+    env: Env | None = None
+    """Extra environment variables (their values are never logged or audited)."""
+
+
+GitAction = Literal["status", "diff", "commit", "checkout", "branch", "log", "push", "pull", "clone"]
+
+
+class GitCommand(Execution, frozen=True, kw_only=True):
+    """A structured git operation on the repository at ``workdir``. Its ``.git`` lives in the
+    workspace like any file, so git state is versioned too."""
+
+    action: GitAction
+    message: Annotated[str, Meta(min_length=1, max_length=64 * 1024)] | None = None
+    """``commit``: the commit message (required)."""
+    files: Annotated[list[PathArg], Meta(max_length=10_000)] | None = None
+    """``commit``: stage these paths first (default: every change, untracked files included)."""
+    branch: Annotated[str, Meta(min_length=1, max_length=255)] | None = None
+    """``checkout``: the branch (created from the current commit if it does not exist);
+    ``push``/``pull``: the branch (default: the current one)."""
+    remote: Annotated[str, Meta(min_length=1, max_length=255)] = "origin"
+    """``push``/``pull``: the remote."""
+    url: Annotated[str, Meta(min_length=1, max_length=4096)] | None = None
+    """``clone``: the repository to clone into ``workdir`` (which must be empty or absent)."""
+    path: PathArg | None = None
+    """``diff``/``log``: only this path."""
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 20
+    """``log``: most commits."""

@@ -7,6 +7,7 @@ Subjects (root ``ws`` by default)::
     ws.cmd.<tenant>.<workspace>.<op>     mutations, request/reply, to the writer
     ws.qry.<tenant>.<workspace>.<op>     queries, request/reply, to the readers
     ws.exec.<tenant>.<workspace>.<op>    commands to run, to the executors
+    ws.execout.<tenant>.<workspace>.<id> a running command's live output (id: its request id)
     ws.evt.<tenant>.<workspace>          the event log (stream WS_EVENTS); only writers publish
     ws.updated.<tenant>.<workspace>      one message per committed change
     ws.audit.<tenant>.<workspace>        one record per operation (stream WS_AUDIT)
@@ -36,6 +37,10 @@ HEADER_RUN = "Ws-Run"
 HEADER_REQUEST_ID = "Ws-Request-Id"
 HEADER_EVENT_HASH = "Ws-Event-Hash"
 """On every event message: the event's own hash, sha256 (hex) of the message payload."""
+HEADER_STREAM = "Ws-Stream"
+"""On a live output message: ``stdout``, ``stderr``, ``heartbeat`` or ``eof`` (the last)."""
+HEADER_SEQ = "Ws-Seq"
+"""On a live output message: its number, from 1, so that a gap shows."""
 
 ID_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
 _ID_RE = re.compile(ID_PATTERN + r"\Z")
@@ -160,6 +165,10 @@ class Subjects:
 
     def exec(self, tenant: str, workspace: str, op: str) -> str:
         return f"{self.root}.exec.{tenant}.{workspace}.{op}"
+
+    def execout(self, tenant: str, workspace: str, request_id: str) -> str:
+        """Where a command's live output goes: one subject token made of its request id."""
+        return f"{self.root}.execout.{tenant}.{workspace}.{request_id.replace('.', '_')}"
 
     def evt(self, tenant: str, workspace: str) -> str:
         return f"{self.root}.evt.{tenant}.{workspace}"
