@@ -115,6 +115,9 @@ class PutChange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """The file as UTF-8 text."""
     data: bytes | None = None
     """The file as bytes (base64 in JSON)."""
+    blob: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")] | None = None
+    """Instead of ``content``/``data``: the sha256 of content already stored in the object
+    store ``WS_BLOBS`` under that name (how large change sets stay within a message)."""
     executable: bool = False
     """Mode 755 instead of 644."""
 
@@ -149,7 +152,9 @@ class ApplyChanges(Command, frozen=True, kw_only=True):
     base_version: Version
     """The version the changes were made against (conflicts are changes made after it)."""
     changes: Annotated[list[ApplyItem], Meta(min_length=1, max_length=50_000)]
-    """Applied in order; each path at most once. Items are tagged by ``type``."""
+    """Applied in order; each path at most once, except that a ``delete`` may be followed by a
+    ``put`` or ``mkdir`` of the same path (a file replaced by a directory). Items are tagged
+    by ``type``."""
     on_conflict: Literal["fail", "skip"] = "fail"
     """``fail``: refuse all on any conflict; ``skip``: commit the rest, report conflicts."""
     message: Annotated[str, Meta(max_length=4096)] | None = None
@@ -402,7 +407,9 @@ class RunCommand(Execution, frozen=True, kw_only=True):
     """Extra environment variables (their values are never logged or audited)."""
 
 
-GitAction = Literal["status", "diff", "commit", "checkout", "branch", "log", "push", "pull", "clone"]
+GitAction = Literal[
+    "status", "diff", "commit", "checkout", "branch", "log", "push", "pull", "clone"
+]
 
 
 class GitCommand(Execution, frozen=True, kw_only=True):

@@ -25,6 +25,8 @@ log = logging.getLogger("quill.blobs")
 
 INLINE_MAX = 64 * 1024
 """Largest content carried inside an event; larger goes to WS_BLOBS."""
+INLINE_BUDGET = 4 * 1024 * 1024
+"""Most content bytes one event carries inline (the rest goes to WS_BLOBS, largest first)."""
 
 
 class Blobs:

@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +24,8 @@ from contracts.subjects import Address, Origin, Subjects
 from services.common.store import Store
 
 log = logging.getLogger("quill")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,17 @@ class Settings:
     @property
     def subjects(self) -> Subjects:
         return Subjects(self.root)
+
+
+async def bounded_gather(awaitables: Iterable[Awaitable[T]], limit: int) -> list[T]:
+    """Await all of ``awaitables``, at most ``limit`` at a time; results in order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(awaitable: Awaitable[T]) -> T:
+        async with gate:
+            return await awaitable
+
+    return list(await asyncio.gather(*(one(a) for a in awaitables)))
 
 
 # ---------------------------------------------------------------- logs

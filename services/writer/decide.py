@@ -101,6 +101,9 @@ def needs(state: WorkspaceState, cmd: rq.Request) -> Needs:
         if isinstance(cmd, rq.RestorePath):
             scope = normalize(cmd.path) if cmd.path is not None else ""
             return Needs([], (cmd.version, scope))
+        if isinstance(cmd, rq.ApplyChanges):
+            blobs = [c.blob for c in cmd.changes if isinstance(c, rq.PutChange) and c.blob]
+            return Needs(blobs)
         if isinstance(cmd, rq.EditFile | rq.ModifyFile) or (
             isinstance(cmd, rq.WriteFile) and cmd.mode == "append"
         ):
@@ -449,7 +452,21 @@ def _apply_one(
     if isinstance(item, rq.PutChange):
         _file_or_dir_target(tree, path)
         _ensure_parents(state, path, ctx, changes, create=True)
-        _put(state, path, _payload(item.content, item.data), ctx, changes, item.executable)
+        if item.blob is not None:
+            if item.content is not None or item.data is not None:
+                raise QuillError(
+                    ErrorCode.INVALID_ARGUMENT, "Give one of content, data or blob", {"path": path}
+                )
+            data = ctx.content(item.blob)
+            if data is None:
+                raise QuillError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"Blob {item.blob} is not in WS_BLOBS: store it before the apply",
+                    {"path": path, "blob": item.blob},
+                )
+        else:
+            data = _payload(item.content, item.data)
+        _put(state, path, data, ctx, changes, item.executable)
         return True
     if isinstance(item, rq.MkdirChange):
         _make_dirs(state, path, ctx, changes)
@@ -475,16 +492,20 @@ def _apply(state: WorkspaceState, cmd: rq.ApplyChanges, ctx: Context) -> Decisio
             {"max_change_paths": state.limits.max_change_paths},
         )
     items: list[tuple[rq.ApplyItem, str]] = []
-    seen: set[str] = set()
+    seen: dict[str, rq.ApplyItem] = {}
     for item in cmd.changes:
         path = normalize(item.path)
         if path == "":
             raise QuillError(ErrorCode.INVALID_ARGUMENT, "A change cannot target the root")
-        if path in seen:
+        before = seen.get(path)
+        replaced = isinstance(before, rq.DeleteChange) and not isinstance(item, rq.DeleteChange)
+        if before is not None and (not replaced or path + "\0" in seen):
             raise QuillError(
                 ErrorCode.INVALID_ARGUMENT, f"Path appears twice in changes: {path}", {"path": path}
             )
-        seen.add(path)
+        if replaced:
+            seen[path + "\0"] = item  # a delete, then one put or mkdir: no third
+        seen[path] = item
         items.append((item, path))
     conflicts: list[rp.ChangeConflict] = []
     for item, path in items:

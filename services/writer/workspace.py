@@ -31,8 +31,9 @@ from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.ops import OpSpec
 from contracts.subjects import Address, Origin
 from services.common import log as eventlog
-from services.common.blobs import INLINE_MAX
+from services.common.blobs import INLINE_BUDGET, INLINE_MAX
 from services.common.bus import respond
+from services.common.runtime import bounded_gather
 from services.common.tree import DirNode, FileNode, Tree, WorkspaceState, fold
 from services.writer.append import AppendError, Group
 from services.writer.decide import Context, Decision, decide, needs, to_event
@@ -239,7 +240,12 @@ class WorkspaceActor:
         for sha in wanted.contents:
             if sha not in writer.contents:
                 await writer.appender.applied()  # inline contents reach the store on apply
-                writer.remember_content(sha, await writer.blobs.get(sha))
+                try:
+                    writer.remember_content(sha, await writer.blobs.get(sha))
+                except QuillError as exc:
+                    if exc.code != ErrorCode.UNAVAILABLE:
+                        raise
+                    # decide says what is missing (a blob an apply names, a file's content)
         past = await self._past(*wanted.past) if wanted.past is not None else None
         ctx = Context(
             version=state.version + 1,
@@ -290,16 +296,28 @@ class WorkspaceActor:
         return tree
 
     async def _externalize(self, changes: list[AnyChange]) -> list[AnyChange]:
-        """Move large contents out of the event into WS_BLOBS (stored before the append)."""
-        out: list[AnyChange] = []
-        for change in changes:
+        """Move contents out of the event into WS_BLOBS (stored before the append): every one
+        over ``INLINE_MAX``, then the largest others until the event's inline contents fit in
+        ``INLINE_BUDGET``."""
+        contents: dict[int, bytes] = {}
+        for i, change in enumerate(changes):
             if isinstance(change, PutFile) and (change.text is not None or change.data):
                 data = change.text.encode() if change.text is not None else change.data or b""
                 self.writer.remember_content(change.sha256, data)
-                if len(data) > INLINE_MAX:
-                    await self.writer.blobs.put(change.sha256, data)
-                    change = msgspec.structs.replace(change, text=None, data=None, blob=True)
-            out.append(change)
+                contents[i] = data
+        inline = sum(len(d) for d in contents.values())
+        out = list(changes)
+        moved: list[tuple[str, bytes]] = []
+        for i in sorted(contents, key=lambda i: len(contents[i]), reverse=True):
+            data = contents[i]
+            if len(data) <= INLINE_MAX and inline <= INLINE_BUDGET:
+                break
+            change = out[i]
+            assert isinstance(change, PutFile)
+            out[i] = msgspec.structs.replace(change, text=None, data=None, blob=True)
+            moved.append((change.sha256, data))
+            inline -= len(data)
+        await bounded_gather([self.writer.blobs.put(sha, data) for sha, data in moved], 32)
         return out
 
     # ------------------------------------------------------------------ answering
