@@ -18,6 +18,7 @@ Changes inside a ``changes_committed`` event are applied in order, all or nothin
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -130,3 +131,6 @@ class AuditRecord(msgspec.Struct, frozen=True, kw_only=True):
     summary: str | None
     service: str
     instance: str
+    details: dict[str, Any] | None = None
+    """Op-specific facts: for ``exec.run`` the command line, workdir, exit code, timed_out and
+    the names of the env variables it was given (never their values, never output)."""

@@ -403,8 +403,10 @@ class CapturedChanges(msgspec.Struct, frozen=True, kw_only=True):
     """Paths it changed that were also changed by someone else since ``base_version``: not
     committed (the other change stands)."""
     skipped: list[SkippedPath]
-    ignored: int
-    """Paths it changed that match the workspace's ignore patterns (not captured)."""
+    ignored: list[str]
+    """Paths it created that match the workspace's ignore patterns (``.quillignore``, else
+    ``node_modules``, ``.venv``, ``__pycache__``...): not committed, kept in the executor's
+    checkout (first 100)."""
     error: str | None = None
     """Why nothing could be committed (e.g. over a limit), when that happened."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
@@ -193,6 +194,60 @@ for _name, (_module, _attr, _doc) in SERVICES.items():
     main.add_command(_service_command(_name, _module, _attr, _doc))
 
 
+SANDBOX_HELP = "bwrap (bubblewrap), or local (a plain process: no isolation). Default: bwrap \
+if it works here, else local, with a warning."
+
+
+@main.command()
+@service_options
+@click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
+@click.option("--max-runs", default=4, show_default=True, help="Requests run at once.")
+@click.option(
+    "--memory-mb", default=4096, show_default=True, help="Memory (data segment) per command."
+)
+@click.option("--processes", default=512, show_default=True, help="Processes per command.")
+@click.option(
+    "--git-credentials",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="TOML file of git credentials for push/pull/clone (see docs/executor.md).",
+)
+@click.pass_context
+def executor(
+    ctx: click.Context,
+    service_nats_url: str,
+    data: Path,
+    metrics_port: int | None,
+    root: str,
+    replicas: int,
+    log_format: str,
+    sandbox: str | None,
+    max_runs: int,
+    memory_mb: int,
+    processes: int,
+    git_credentials: Path | None,
+) -> None:
+    """Run an executor (commands and git in a sandbox; their changes become events)."""
+    from services.executor.app import ExecutorConfig, start_executor
+
+    setup_logging(ctx.obj["log_level"], log_format)
+    settings = _settings(service_nats_url, data, metrics_port, root, replicas)
+    config = ExecutorConfig(
+        sandbox=sandbox,
+        max_runs=max_runs,
+        memory_bytes=memory_mb * 1024 * 1024,
+        processes=processes,
+        credentials=git_credentials,
+    )
+
+    async def start() -> Callable[[], Awaitable[None]]:
+        return await start_executor(settings, config)
+
+    try:
+        asyncio.run(run_until_stopped(start))
+    except QuillError as exc:
+        fail(exc)
+
+
 TOKENS_HELP = 'TOML file of [tokens."<token>"] tables (tenant = "...", workspace = "...").'
 
 
@@ -256,6 +311,7 @@ def gateway(
 @click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--nats-url", "external", help="Use this NATS instead of starting one.")
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
+@click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -264,6 +320,7 @@ def up(
     http_port: int,
     external: str | None,
     tokens: Path | None,
+    sandbox: str | None,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
     from quill.stack import Stack
@@ -283,6 +340,7 @@ def up(
         nats_url=external,
         log_level=ctx.obj["log_level"],
         tokens=tokens,
+        sandbox=sandbox,
     )
     try:
         sys.exit(asyncio.run(stack.run()))
@@ -763,6 +821,139 @@ async def log_(ctx: click.Context, ws: Workspace, after: int, limit: int) -> Non
         return "\n".join(lines) or "(no events)"
 
     emit(ctx, r, human)
+
+
+def _changes_note(changes: rp.CapturedChanges | None) -> None:
+    """What a command did to the workspace, on stderr (stdout is the command's)."""
+    if changes is None:
+        return
+    if changes.committed:
+        click.echo(
+            f"quill: committed {changes.total} path(s) as version {changes.version}", err=True
+        )
+    for conflict in changes.conflicts:
+        click.echo(f"quill: not committed: {conflict.path}: {conflict.reason}", err=True)
+    for skipped in changes.skipped:
+        click.echo(f"quill: not committed: {skipped.path} ({skipped.reason})", err=True)
+    if changes.error:
+        click.echo(f"quill: nothing committed: {changes.error}", err=True)
+
+
+@main.command(name="exec")
+@workspace_command
+@click.option("-C", "--workdir", default="", help="Working directory in the workspace.")
+@click.option("-t", "--timeout", "timeout_s", type=float, help="Seconds (default 30).")
+@click.option("-e", "--env", multiple=True, help="NAME=VALUE for the command (repeatable).")
+@click.option("--version", "at", type=int, help="Run against this workspace version.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+async def exec_(
+    ctx: click.Context,
+    ws: Workspace,
+    workdir: str,
+    timeout_s: float | None,
+    env: tuple[str, ...],
+    at: int | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND in the workspace's sandbox (after --), streaming its output; exit with its
+    status. One argument is a shell line; several are words, quoted for the shell."""
+    line = command[0] if len(command) == 1 else shlex.join(command)
+    variables: dict[str, str] = {}
+    for item in env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Bad --env {item!r}: use NAME=VALUE")
+        variables[name] = value
+    as_json = ctx.obj["json"]
+
+    def live(stream: str, chunk: bytes) -> None:
+        out = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
+        out.write(chunk)
+        out.flush()
+
+    r = await ws.run(
+        line,
+        workdir=workdir,
+        timeout_ms=int(timeout_s * 1000) if timeout_s is not None else None,
+        env=variables or None,
+        version=at,
+        on_output=None if as_json else live,
+    )
+    if as_json:
+        emit(ctx, r, lambda: None)
+    else:
+        if r.timed_out:
+            click.echo(f"quill: timed out after {r.duration_ms / 1000:.1f}s", err=True)
+        _changes_note(r.changes)
+    sys.exit(min(r.exit_code, 255))
+
+
+@main.command()
+@workspace_command
+@click.argument(
+    "action",
+    type=click.Choice(
+        ["status", "diff", "commit", "checkout", "branch", "log", "push", "pull", "clone"]
+    ),
+)
+@click.option("-C", "--workdir", default="", help="The repository's directory.")
+@click.option("-m", "--message", help="commit: the message.")
+@click.option("-f", "--file", "files", multiple=True, help="commit: stage only these paths.")
+@click.option("-b", "--branch", help="checkout/push/pull: the branch.")
+@click.option("--remote", default="origin", show_default=True)
+@click.option("--url", help="clone: the repository to clone.")
+@click.option("--path", help="diff/log: only this path.")
+@click.option("-n", "--limit", default=20, show_default=True, help="log: commits.")
+async def git(
+    ctx: click.Context,
+    ws: Workspace,
+    action: str,
+    workdir: str,
+    message: str | None,
+    files: tuple[str, ...],
+    branch: str | None,
+    remote: str,
+    url: str | None,
+    path: str | None,
+    limit: int,
+) -> None:
+    """Run a git ACTION on the repository in the workspace (its .git is versioned too)."""
+    r = await ws.git(
+        action,  # type: ignore[arg-type]
+        workdir=workdir,
+        message=message,
+        files=list(files) or None,
+        branch=branch,
+        remote=remote,
+        url=url,
+        path=path,
+        limit=limit,
+    )
+
+    def human() -> str | None:
+        if r.status is not None:
+            st = r.status
+            track = f" ({st.upstream}: +{st.ahead} -{st.behind})" if st.upstream else ""
+            lines = [f"## {st.branch or '(detached)'}{track}"]
+            lines += [f"staged    {f.status:<12} {f.path}" for f in st.staged]
+            lines += [f"unstaged  {f.status:<12} {f.path}" for f in st.unstaged]
+            lines += [f"untracked {'':<12} {p}" for p in st.untracked]
+            return "\n".join(lines)
+        if r.log is not None:
+            return "\n".join(
+                f"{c.sha[:10]} {c.at:%Y-%m-%d %H:%M} {c.author:<12} {c.subject}" for c in r.log
+            )
+        if r.branches is not None:
+            return "\n".join(("* " if b == r.branch else "  ") + b for b in r.branches)
+        if r.commit is not None:
+            return f"[{r.branch or 'detached'} {r.commit[:10]}] {message or ''}".rstrip()
+        return r.output.rstrip("\n") or None
+
+    emit(ctx, r, human)
+    if not ctx.obj["json"]:
+        if r.output_truncated:
+            click.echo("quill: output truncated", err=True)
+        _changes_note(r.changes)
 
 
 def _since(value: str | None) -> datetime | None:

@@ -16,7 +16,10 @@ A command that times out is retried with the same request id, so it is applied o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import contextlib
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -24,6 +27,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.nuid import NUID
 
@@ -35,6 +39,7 @@ from contracts.events import AuditRecord, WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from contracts.subjects import (
     HEADER_REQUEST_ID,
+    HEADER_STREAM,
     STREAM_AUDIT,
     Origin,
     Subjects,
@@ -43,6 +48,9 @@ from contracts.subjects import (
 from services.common import bus
 
 R = TypeVar("R")
+
+SILENCE_S = 15.0
+"""An executor announces a request it holds every 2 s; this long without a word, it is lost."""
 
 __all__ = ["Quill", "QuillError", "ErrorCode", "Workspace"]
 
@@ -130,6 +138,8 @@ class Quill:
         op: str,
         body: msgspec.Struct,
         result_type: type[R],
+        *,
+        request_id: str | None = None,
     ) -> tuple[int | None, R]:
         """Send one request (retrying retriable failures with the same request id).
 
@@ -139,7 +149,8 @@ class Quill:
         subject = self.subjects.request(kind, tenant, workspace, op)
         # Commands carry a request id (idempotent retries); queries need none, and go without
         # headers at all unless there is someone to name in the audit record.
-        request_id = self._nuid.next().decode() if kind != "qry" else ""
+        if request_id is None:
+            request_id = self._nuid.next().decode() if kind != "qry" else ""
         origin = Origin(request_id, self.actor, self.session, self.run)
         named = origin.headers()
         if not request_id:
@@ -176,6 +187,77 @@ class Quill:
                 last = exc
         assert last is not None
         raise last
+
+    async def exec_request(
+        self,
+        tenant: str,
+        workspace: str,
+        op: str,
+        body: msgspec.Struct,
+        result_type: type[R],
+        *,
+        request_id: str,
+        deadline_s: float,
+        heard: Callable[[], float],
+    ) -> tuple[int | None, R]:
+        """Send an exec request and wait for its reply while the executor keeps announcing it
+        alive (``heard()``: when it last did). Retried only when it cannot have run (no
+        executor, or one too busy to take it); a lost executor is an error, not a retry.
+
+        Raises:
+            QuillError: the reply's error; ``UNAVAILABLE`` when no executor answers or the one
+                running it stopped answering; ``TIMEOUT`` past ``deadline_s``.
+        """
+        subject = self.subjects.exec(tenant, workspace, op)
+        headers = Origin(request_id, self.actor, self.session, self.run).headers()
+        data = codec.encode(body)
+        last: QuillError | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+            sent = time.monotonic()
+            pending = asyncio.ensure_future(
+                self.nc.request(subject, data, timeout=deadline_s, headers=headers)
+            )
+            try:
+                while not (await asyncio.wait({pending}, timeout=SILENCE_S / 3))[0]:
+                    if time.monotonic() - max(heard(), sent) > SILENCE_S:
+                        raise QuillError(
+                            ErrorCode.UNAVAILABLE,
+                            f"The executor running {op} stopped answering (nothing heard for "
+                            f"{SILENCE_S:.0f}s); what it changed, if anything, is in the "
+                            "workspace's history",
+                        )
+                msg = pending.result()
+            except nats.errors.NoRespondersError:
+                last = QuillError(ErrorCode.UNAVAILABLE, "No Quill executor is running")
+                continue
+            except nats.errors.TimeoutError:
+                raise QuillError(
+                    ErrorCode.TIMEOUT, f"No reply to exec.{op} in {deadline_s:.0f}s"
+                ) from None
+            except nats.errors.MaxPayloadError:
+                raise QuillError(
+                    ErrorCode.SIZE_LIMIT_EXCEEDED,
+                    f"Request of {len(data)} bytes exceeds the server's message size",
+                ) from None
+            except nats.errors.Error as exc:
+                raise QuillError(ErrorCode.UNAVAILABLE, f"NATS: {exc}") from None
+            finally:
+                if not pending.done():
+                    pending.cancel()
+            try:
+                return codec.decode_reply(msg.data, result_type)
+            except QuillError as exc:
+                if exc.code != ErrorCode.UNAVAILABLE:
+                    raise
+                last = exc  # refused before running (busy, log unreachable): try again
+        assert last is not None
+        raise last
+
+
+OnOutput = Callable[[str, bytes], Awaitable[None] | None]
+"""Called with ``("stdout" | "stderr", chunk)`` for each piece of a command's live output."""
 
 
 class Workspace:
@@ -522,6 +604,105 @@ class Workspace:
             context_lines=context_lines,
         )
         return await self._qry("diff", body, rp.Diff)
+
+    # ------------------------------------------------------------------ exec
+    async def run(
+        self,
+        command: str,
+        *,
+        workdir: str = "",
+        timeout_ms: int | None = None,
+        env: Mapping[str, str] | None = None,
+        version: int | None = None,
+        on_output: OnOutput | None = None,
+    ) -> rp.CommandResult:
+        """Run ``command`` (``bash -c``) in the workspace's sandbox; the files it changes are
+        committed as one event. ``on_output`` receives its output live."""
+        body = rq.RunCommand(
+            command=command,
+            workdir=workdir,
+            timeout_ms=timeout_ms,
+            env=dict(env) if env is not None else None,
+            version=version,
+            min_version=self.last_version or None if version is None else None,
+        )
+        return await self._exec("run", body, rp.CommandResult, timeout_ms, on_output)
+
+    async def git(
+        self,
+        action: rq.GitAction,
+        *,
+        workdir: str = "",
+        message: str | None = None,
+        files: Sequence[str] | None = None,
+        branch: str | None = None,
+        remote: str = "origin",
+        url: str | None = None,
+        path: str | None = None,
+        limit: int = 20,
+        timeout_ms: int | None = None,
+    ) -> rp.GitResult:
+        """A git action on the repository at ``workdir`` (``.git`` is in the workspace)."""
+        body = rq.GitCommand(
+            action=action,
+            workdir=workdir,
+            message=message,
+            files=list(files) if files is not None else None,
+            branch=branch,
+            remote=remote,
+            url=url,
+            path=path,
+            limit=limit,
+            timeout_ms=timeout_ms,
+            min_version=self.last_version or None,
+        )
+        return await self._exec("git", body, rp.GitResult, timeout_ms, None)
+
+    async def _exec(
+        self,
+        op: str,
+        body: rq.Execution,
+        result_type: type[R],
+        timeout_ms: int | None,
+        on_output: OnOutput | None,
+    ) -> R:
+        client = self.client
+        request_id = client._nuid.next().decode()
+        heard = time.monotonic()
+        eof = asyncio.Event()
+
+        async def on_msg(msg: Msg) -> None:
+            nonlocal heard
+            heard = time.monotonic()
+            stream = (msg.headers or {}).get(HEADER_STREAM)
+            if stream == "eof":
+                eof.set()
+            elif on_output is not None and stream in ("stdout", "stderr"):
+                done = on_output(stream, msg.data)
+                if inspect.isawaitable(done):
+                    await done
+
+        subject = client.subjects.execout(self.tenant, self.name, request_id)
+        sub = await client.nc.subscribe(subject, cb=on_msg)
+        try:
+            version, result = await client.exec_request(
+                self.tenant,
+                self.name,
+                op,
+                body,
+                result_type,
+                request_id=request_id,
+                deadline_s=(timeout_ms or 600_000) / 1000 + 600,
+                heard=lambda: heard,
+            )
+            if on_output is not None:  # the reply may overtake the last of the output
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(eof.wait(), 5)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self.last_version = max(self.last_version, version or 0)
+        return result
 
     async def history(
         self, path: str | None = None, *, limit: int = 100, before: int | None = None

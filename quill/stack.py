@@ -1,9 +1,10 @@
 """``quill up``: the whole service on one machine.
 
 Starts ``nats-server`` from the wheel (unless given ``--nats-url``), then each service as its
-own process (``python -m quill writer …``, the reader, and the HTTP gateway on ``--http-port``),
-waits until every one answers a ping and the gateway's ``GET /health`` answers 200, records the
-URLs in ``<data>/stack.json`` (clients find them there) and prints one line with ``ready``.
+own process (``python -m quill writer …``, the reader, the executor, and the HTTP gateway on
+``--http-port``), waits until every one answers a ping and the gateway's ``GET /health``
+answers 200, records the URLs in ``<data>/stack.json`` (clients find them there) and prints
+one line with ``ready``.
 Services that die are restarted; SIGINT/SIGTERM stops everything cleanly. Children get
 SIGTERM if this process is killed, and everything they acknowledged is already on disk.
 """
@@ -131,8 +132,10 @@ class Stack:
         nats_url: str | None = None,
         log_level: str = "info",
         tokens: Path | None = None,
+        sandbox: str | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
+        self.sandbox = sandbox
         self.nats_port, self.http_port = nats_port, http_port
         self.external_nats = nats_url
         self.log_level = log_level
@@ -222,7 +225,13 @@ class Stack:
                     self.nats = server
                     await asyncio.to_thread(server.start)
                 self.http_port = self.http_port or free_port()
-                self.children = [self._service("writer"), self._service("reader"), self._gateway()]
+                sandbox = ["--sandbox", self.sandbox] if self.sandbox else []
+                self.children = [
+                    self._service("writer"),
+                    self._service("reader"),
+                    self._service("executor", *sandbox),
+                    self._gateway(),
+                ]
                 for child in self.children:
                     child.start()
                 await self._wait_ready()

@@ -30,8 +30,14 @@ INLINE_BUDGET = 4 * 1024 * 1024
 
 
 class Blobs:
+    """Contents in the object store WS_BLOBS, by sha256; ``store`` (a projection) caches what
+    is fetched, when given."""
+
     def __init__(
-        self, js: JetStreamContext, store: Store, on_fetched: Callable[[], None] = lambda: None
+        self,
+        js: JetStreamContext,
+        store: Store | None = None,
+        on_fetched: Callable[[], None] = lambda: None,
     ) -> None:
         self._js = js
         self._store = store
@@ -61,7 +67,7 @@ class Blobs:
         Raises:
             QuillError: ``UNAVAILABLE`` if the content cannot be found anywhere.
         """
-        data = await self._store.blob(sha256)
+        data = await self._store.blob(sha256) if self._store is not None else None
         if data is not None:
             return data
         pending = self._fetching.get(sha256)
@@ -90,6 +96,7 @@ class Blobs:
         data = result.data or b""
         if hashing.content_sha256(data) != sha256:
             raise QuillError(ErrorCode.INTERNAL, f"Content {sha256[:12]}… is corrupt")
-        await self._store.put_blob(sha256, data)
+        if self._store is not None:
+            await self._store.put_blob(sha256, data)
         self._on_fetched()
         return data

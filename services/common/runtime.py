@@ -137,6 +137,7 @@ class Auditor:
         version: int | None = None,
         paths: list[str] | None = None,
         summary: str | None = None,
+        details: dict[str, Any] | None = None,
     ) -> None:
         elapsed = time.perf_counter() - started
         outcome = "ok" if error is None else str(error.code)
@@ -157,6 +158,7 @@ class Auditor:
             version=version,
             paths=(paths or [])[:100],
             summary=summary,
+            details=details,
             service=self.service,
             instance=self.instance,
         )
@@ -187,16 +189,22 @@ class Running(Generic[S]):
     stop: Callable[[], Awaitable[None]]
 
 
-async def start_service(
-    settings: Settings, name: str, factory: Callable[[Settings, NATS, Store], S]
-) -> Running[S]:
-    """Connect, create the streams, open the service's projection (``<data>/<name>.db``), start
-    the service; the returned ``stop`` undoes all of it."""
+async def connect_service(settings: Settings, name: str) -> NATS:
+    """Serve the metrics, connect as ``quill-<name>``, create the streams (idempotently)."""
     from services.common import bus
 
     serve_metrics(settings.metrics_port)
     nc = await bus.connect(settings.nats_url, name=f"quill-{name}")
     await bus.ensure_streams(nc, settings.subjects, settings.replicas)
+    return nc
+
+
+async def start_service(
+    settings: Settings, name: str, factory: Callable[[Settings, NATS, Store], S]
+) -> Running[S]:
+    """Connect, create the streams, open the service's projection (``<data>/<name>.db``), start
+    the service; the returned ``stop`` undoes all of it."""
+    nc = await connect_service(settings, name)
     store = await Store.open(settings.data_dir / f"{name}.db", role=name)
     service = factory(settings, nc, store)
     await service.start()

@@ -1,0 +1,426 @@
+"""An executor: runs commands and git actions against its checkouts, commits what they change.
+
+Executors form one queue group on ``ws.exec.*.*.*``. Each answers at most ``max_runs`` requests
+at once and refuses more with ``UNAVAILABLE`` (the SDK retries it, maybe on another executor)
+instead of queueing without bound. Commands on one workspace run one at a time on an executor
+(its checkout is one directory); a waiting command holds its slot. While a request is in hand,
+the executor publishes its live output, and a heartbeat every ``HEARTBEAT_S``, on
+``ws.execout.<t>.<w>.<request id>``, ending with ``eof`` just before the reply.
+
+Run it with ``quill executor --nats-url URL --data DIR [--sandbox bwrap|local]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.nuid import NUID
+
+from contracts import codec
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.paths import display, normalize
+from contracts.subjects import HEADER_SEQ, HEADER_STREAM, QUEUE_EXECUTOR, Address, Origin
+from quill.client import Quill
+from services.common import bus
+from services.common.blobs import Blobs
+from services.common.bus import respond
+from services.common.entry import Incoming, parse, reject
+from services.common.runtime import Auditor, Settings, connect_service
+from services.executor import sandbox
+from services.executor.checkout import Captured, Checkout
+from services.executor.commit import commit
+
+log = logging.getLogger("quill.executor")
+
+HEARTBEAT_S = 2.0
+"""How often a request in hand is announced alive on its output subject."""
+DEFAULT_TIMEOUT_MS = 30_000
+LIVE_MAX_BYTES = 8 * 1024 * 1024
+"""Live output published per stream; past it, output is still counted (and the first
+``max_output_bytes`` returned) but no longer streamed."""
+LIVE_CHUNK_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    sandbox: str | None = None
+    """``bwrap``, ``local`` or None (bwrap when it works here, else local)."""
+    max_runs: int = 4
+    """Requests answered at once; more are refused with UNAVAILABLE."""
+    memory_bytes: int = 4 * 1024**3
+    processes: int = 512
+    file_bytes: int = 1024**3
+    credentials: Path | None = None
+    """TOML file of git credentials (see ``services/executor/git.py``)."""
+
+
+@dataclass
+class Job:
+    """One request in hand: where its live output goes."""
+
+    nc: NATS
+    subject: str
+    seq: int = 0
+    live: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+
+    async def publish(self, stream: str, data: bytes = b"") -> None:
+        self.seq += 1
+        headers = {HEADER_STREAM: stream, HEADER_SEQ: str(self.seq)}
+        try:
+            await self.nc.publish(self.subject, data, headers=headers)
+        except Exception as exc:  # live output is best effort; the reply has what counts
+            log.debug("live output on %s dropped: %s", self.subject, exc)
+
+    async def output(self, stream: sandbox.StreamName, chunk: bytes) -> None:
+        room = LIVE_MAX_BYTES - self.live[stream]
+        if room <= 0:
+            return
+        chunk = chunk[:room]
+        self.live[stream] += len(chunk)
+        for i in range(0, len(chunk), LIVE_CHUNK_BYTES):
+            await self.publish(stream, chunk[i : i + LIVE_CHUNK_BYTES])
+
+
+def text_of(data: bytes, truncated: bool) -> str:
+    """Output as text: invalid UTF-8 replaced, and a multi-byte character cut by the output
+    cap dropped rather than shown as a replacement character."""
+    if truncated:
+        i, back = len(data) - 1, 0
+        while i >= 0 and back < 3 and data[i] & 0xC0 == 0x80:  # continuation bytes
+            i, back = i - 1, back + 1
+        if i >= 0 and data[i] >= 0xC0:  # the lead byte of the last character
+            width = 2 if data[i] < 0xE0 else 3 if data[i] < 0xF0 else 4
+            if len(data) - i < width:
+                data = data[:i]
+    return data.decode("utf-8", "replace")
+
+
+class Executor:
+    def __init__(self, settings: Settings, nc: NATS, config: ExecutorConfig) -> None:
+        self.settings, self.config = settings, config
+        self.subjects = settings.subjects
+        self.instance = settings.instance or bus.instance_id("executor")
+        self.nc, self.js = nc, nc.jetstream()
+        self.provider = sandbox.provider(config.sandbox)
+        self.blobs = Blobs(self.js)
+        self.quill = Quill(nc, actor="executor", root=self.subjects.root, timeout=60)
+        self.auditor = Auditor(nc, self.subjects, "executor", self.instance)
+        self.checkouts: dict[tuple[str, str], Checkout] = {}
+        self.locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._subs: list[Subscription] = []
+        self._nuid = NUID()
+        self.runs = 0
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "sandbox": self.provider.name,
+            "running": len(self.tasks),
+            "max_runs": self.config.max_runs,
+            "checkouts": len(self.checkouts),
+        }
+
+    async def start(self) -> None:
+        (self.settings.data_dir / "checkouts").mkdir(parents=True, exist_ok=True)
+        self._subs.append(
+            await bus.serve(self.nc, self.subjects.all_exec, QUEUE_EXECUTOR, self.on_request)
+        )
+        self._subs += await bus.serve_ping(
+            self.nc, self.subjects, "executor", self.instance, self.info
+        )
+        await self.nc.flush()
+        log.info(
+            "executor %s serving %s with the %s sandbox",
+            self.instance,
+            self.subjects.all_exec,
+            self.provider.name,
+        )
+
+    async def stop(self) -> None:
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        for task in list(self.tasks):  # commands are killed; their callers get an error
+            task.cancel()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=sandbox.GRACE_S + 5)
+
+    # ------------------------------------------------------------------ requests
+    async def on_request(self, msg: Msg) -> None:
+        incoming = Incoming(msg)
+        if len(self.tasks) >= self.config.max_runs:
+            busy = QuillError(
+                ErrorCode.UNAVAILABLE,
+                f"Executor busy ({len(self.tasks)} requests running): retry",
+                {"running": len(self.tasks)},
+            )
+            await reject(incoming, busy, self.auditor)
+            return
+        task = asyncio.create_task(self.answer(incoming))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def answer(self, incoming: Incoming) -> None:
+        try:
+            address, spec, origin, request = parse(
+                incoming, self.subjects, "exec", new_id=self._nuid.next
+            )
+        except QuillError as exc:
+            await reject(incoming, exc, self.auditor)
+            return
+        job = Job(
+            self.nc, self.subjects.execout(address.tenant, address.workspace, origin.request_id)
+        )
+        details: dict[str, Any] = {}
+        result: rp.CommandResult | rp.GitResult
+        try:
+            async with self._heartbeat(job):
+                if isinstance(request, rq.RunCommand):
+                    version, result = await self.run(address, origin, request, job, details)
+                else:
+                    assert isinstance(request, rq.GitCommand)
+                    version, result = await self.git(address, origin, request, details)
+                await job.publish("eof")
+        except QuillError as exc:
+            await job.publish("eof")
+            await reject(incoming, exc, self.auditor)
+            return
+        except asyncio.CancelledError:
+            error = QuillError(ErrorCode.UNAVAILABLE, "The executor is stopping; retry")
+            await reject(incoming, error, self.auditor)
+            raise
+        except Exception as exc:
+            log.exception("exec %s failed", incoming.msg.subject)
+            error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+            await reject(incoming, error, self.auditor)
+            return
+        await respond(incoming.msg, codec.ok_reply(version, result))
+        changes = result.changes
+        await self.auditor.record(
+            address,
+            origin,
+            incoming.started,
+            version=version,
+            paths=[p.path for p in changes.paths] if changes else [],
+            summary=details.get("summary"),
+            details=details,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _heartbeat(self, job: Job) -> AsyncIterator[None]:
+        async def beat() -> None:
+            while True:
+                await job.publish("heartbeat")
+                await asyncio.sleep(HEARTBEAT_S)
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    # ------------------------------------------------------------------ checkouts
+    @contextlib.asynccontextmanager
+    async def _checkout(self, address: Address) -> AsyncIterator[Checkout]:
+        """The workspace's checkout, synced to the latest version, held exclusively."""
+        key = (address.tenant, address.workspace)
+        lock = self.locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            checkout = self.checkouts.get(key)
+            if checkout is None:
+                home = self.settings.data_dir / "checkouts" / address.tenant / address.workspace
+                checkout = Checkout(
+                    home, address.tenant, address.workspace, self.js, self.subjects, self.blobs
+                )
+                await asyncio.to_thread(checkout.open)
+                self.checkouts[key] = checkout
+            try:
+                await checkout.sync()
+            except Exception as exc:
+                raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from exc
+            if checkout.version == 0:
+                raise QuillError(
+                    ErrorCode.WORKSPACE_NOT_FOUND,
+                    f"Workspace not found: {address.tenant}/{address.workspace}",
+                    {"tenant": address.tenant, "workspace": address.workspace},
+                )
+            yield checkout
+
+    @contextlib.asynccontextmanager
+    async def _at(
+        self, checkout: Checkout, address: Address, req: rq.Execution
+    ) -> AsyncIterator[Checkout]:
+        """The checkout to run ``req`` in: the live one, or one built at an older version."""
+        latest = checkout.version
+        for wanted in (req.version, req.min_version):
+            if wanted is not None and wanted > latest:
+                raise QuillError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"Version {wanted} does not exist (the latest is {latest})",
+                    {"version": wanted, "latest_version": latest},
+                )
+        if req.version is None or req.version == latest:
+            yield checkout
+            return
+        temp = self.settings.data_dir / "checkouts" / ".at" / self._nuid.next().decode()
+        past = Checkout(temp, address.tenant, address.workspace, self.js, self.subjects, self.blobs)
+        try:
+            await asyncio.to_thread(past.open)
+            await past.sync(req.version)
+            yield past
+        finally:
+            await asyncio.to_thread(_remove_tree, temp)
+
+    def _workdir(self, checkout: Checkout, workdir: str) -> str:
+        path = normalize(workdir)
+        target = checkout.tree / path
+        if path and not target.exists():
+            raise QuillError(
+                ErrorCode.FILE_NOT_FOUND, f"Directory not found: {display(path)}", {"path": path}
+            )
+        if path and (target.is_symlink() or not target.is_dir()):
+            raise QuillError(
+                ErrorCode.NOT_A_DIRECTORY, f"Not a directory: {display(path)}", {"path": path}
+            )
+        return path
+
+    def _limits(self, timeout_s: float) -> sandbox.Limits:
+        return sandbox.Limits(
+            cpu_s=int(timeout_s) + 2,
+            memory_bytes=self.config.memory_bytes,
+            processes=self.config.processes,
+            file_bytes=self.config.file_bytes,
+        )
+
+    async def _sandboxed(
+        self,
+        checkout: Checkout,
+        spawn: sandbox.Spawn,
+        on_output: sandbox.OnOutput | None,
+    ) -> sandbox.Outcome:
+        try:
+            return await self.provider.run(
+                checkout.tree, spawn, self._limits(spawn.timeout_s), on_output
+            )
+        except sandbox.SandboxError as exc:
+            raise QuillError(
+                ErrorCode.EXECUTION_FAILED, f"The sandbox could not run the command: {exc}"
+            ) from exc
+
+    async def _capture_and_commit(
+        self,
+        address: Address,
+        origin: Origin,
+        checkout: Checkout,
+        base: int,
+        message: str,
+        live: Checkout,
+    ) -> rp.CapturedChanges:
+        captured: Captured = await asyncio.to_thread(checkout.capture)
+        changes = await commit(
+            self.quill,
+            origin,
+            address.tenant,
+            address.workspace,
+            checkout,
+            captured,
+            base,
+            message,
+            self.blobs,
+        )
+        if checkout is live:
+            await asyncio.to_thread(checkout.save)
+            await checkout.sync()
+        return changes
+
+    # ------------------------------------------------------------------ ops
+    async def run(
+        self,
+        address: Address,
+        origin: Origin,
+        req: rq.RunCommand,
+        job: Job,
+        details: dict[str, Any],
+    ) -> tuple[int, rp.CommandResult]:
+        details.update(
+            command=req.command[:4096],
+            workdir=req.workdir,
+            env=sorted(req.env or {}),
+            summary=f"$ {req.command[:500]}",
+        )
+        async with self._checkout(address) as live, self._at(live, address, req) as checkout:
+            workdir = self._workdir(checkout, req.workdir)
+            limits = checkout.limits
+            timeout_ms = min(req.timeout_ms or DEFAULT_TIMEOUT_MS, limits.max_exec_ms)
+            spawn = sandbox.Spawn(
+                argv=["bash", "-c", req.command],
+                workdir=workdir,
+                env=dict(req.env or {}),
+                timeout_s=timeout_ms / 1000,
+                output_cap=limits.max_output_bytes,
+            )
+            base = checkout.version
+            await asyncio.to_thread(checkout.begin)
+            outcome = await self._sandboxed(checkout, spawn, job.output)
+            changes = await self._capture_and_commit(
+                address, origin, checkout, base, f"$ {req.command}", live
+            )
+        details.update(
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            command_ms=outcome.duration_ms,
+            stdout_bytes=outcome.stdout_bytes,
+            stderr_bytes=outcome.stderr_bytes,
+            committed=changes.committed,
+            changed=changes.total,
+        )
+        cap = limits.max_output_bytes
+        result = rp.CommandResult(
+            exit_code=outcome.exit_code,
+            stdout=text_of(outcome.stdout, outcome.stdout_bytes > cap),
+            stderr=text_of(outcome.stderr, outcome.stderr_bytes > cap),
+            stdout_truncated=outcome.stdout_bytes > cap,
+            stderr_truncated=outcome.stderr_bytes > cap,
+            stdout_bytes=outcome.stdout_bytes,
+            stderr_bytes=outcome.stderr_bytes,
+            duration_ms=outcome.duration_ms,
+            timed_out=outcome.timed_out,
+            changes=changes,
+        )
+        return changes.version, result
+
+    async def git(
+        self, address: Address, origin: Origin, req: rq.GitCommand, details: dict[str, Any]
+    ) -> tuple[int, rp.GitResult]:
+        raise QuillError(ErrorCode.EXECUTION_FAILED, "git is not available yet")
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def start_executor(
+    settings: Settings, config: ExecutorConfig
+) -> Callable[[], Awaitable[None]]:
+    """Connect, start an executor; returns its ``stop``."""
+    nc = await connect_service(settings, "executor")
+    executor = Executor(settings, nc, config)
+    await executor.start()
+
+    async def stop() -> None:
+        await executor.stop()
+        await nc.drain()
+
+    return stop

@@ -1,0 +1,411 @@
+"""A workspace's checkout on the executor's disk: materialised from the log, and the capture of
+what a command changed in it.
+
+Layout, under ``<data>/checkouts/<tenant>/<workspace>/``::
+
+    tree/          the files as of ``version`` (plus what the ignore patterns keep local)
+    manifest.bin   what ``tree/`` holds from the log: per path its sha256, mode and the stat
+                   signature it had when last seen, so that capture hashes only what changed
+    dirty          exists while ``tree/`` is being changed; found on open, the checkout is
+                   rebuilt from the log (a crash mid-command leaves no half state behind)
+
+``sync`` applies the workspace's events after ``version`` (never copies the workspace);
+``capture`` walks ``tree/`` after a command and lists the changes to commit; ``committed``
+folds the outcome back into the manifest. Capture never follows a symlink and never descends
+into an ignored directory that holds nothing from the log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+from nats.js import JetStreamContext
+
+from contracts import requests as rq
+from contracts.events import ChangesCommitted, MakeDir, PutFile, Remove, WorkspaceCreated
+from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
+from contracts.paths import ancestors
+from contracts.subjects import Subjects
+from services.common import log as eventlog
+from services.common.blobs import Blobs
+from services.common.globs import Globs
+
+log = logging.getLogger("quill.executor")
+
+IGNORE_FILE = ".quillignore"
+"""A workspace file of ignore patterns (one glob a line, ``#`` comments); replaces the
+defaults when present."""
+DEFAULT_IGNORE: tuple[str, ...] = tuple(p for p in DEFAULT_EXCLUSIONS if p != "**/.git/**")
+"""WAP's default exclusions, except ``.git``: git state is versioned like any file."""
+
+Sig = tuple[int, int, int, int]
+"""(size, mtime_ns, ctime_ns, inode): a file is re-read when any of them differs."""
+
+
+class Tracked(msgspec.Struct, array_like=True, frozen=True):
+    """A path the checkout holds from the log."""
+
+    sha256: str | None
+    """None for a directory."""
+    executable: bool = False
+    sig: Sig | None = None
+
+
+class Manifest(msgspec.Struct, kw_only=True):
+    version: int = 0
+    seq: int = 0
+    limits: Limits = DEFAULT_LIMITS
+    paths: dict[str, Tracked] = msgspec.field(default_factory=dict)
+    local: dict[str, Sig] = msgspec.field(default_factory=dict)
+    """Files left uncommitted (skipped), as last reported: not reported again unless changed."""
+    ignored: list[str] = msgspec.field(default_factory=list)
+    """Ignored paths seen at the top of an ignored subtree (reported when new)."""
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Manifest)
+
+
+@dataclass
+class Captured:
+    """What a command changed, as an ``apply`` change set, and what was left out."""
+
+    changes: list[rq.ApplyItem] = field(default_factory=list)
+    kinds: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Per changed path: (``created``/``modified``/``deleted``, ``file``/``directory``)."""
+    contents: dict[str, bytes] = field(default_factory=dict)
+    """Per put path: the content (kept out of ``changes`` until the executor packs them)."""
+    sigs: dict[str, tuple[str, bool, Sig]] = field(default_factory=dict)
+    """Per put path: (sha256, executable, stat signature) to record once committed."""
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    local: dict[str, Sig] = field(default_factory=dict)
+    seen_ignored: list[str] = field(default_factory=list)
+
+
+def file_sig(st: os.stat_result) -> Sig:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+class Checkout:
+    """One workspace's checkout (one command at a time: the executor holds its lock)."""
+
+    def __init__(
+        self,
+        home: Path,
+        tenant: str,
+        workspace: str,
+        js: JetStreamContext,
+        subjects: Subjects,
+        blobs: Blobs,
+    ) -> None:
+        self.home = home
+        self.tree = home / "tree"
+        self.tenant, self.workspace = tenant, workspace
+        self._js, self._subject, self._blobs = js, subjects.evt(tenant, workspace), blobs
+        self.manifest = Manifest()
+
+    @property
+    def version(self) -> int:
+        return self.manifest.version
+
+    @property
+    def limits(self) -> Limits:
+        return self.manifest.limits
+
+    # ------------------------------------------------------------------ lifetime
+    def open(self) -> None:
+        """Load the manifest; a checkout left dirty (or without one) starts over empty."""
+        path = self.home / "manifest.bin"
+        if (self.home / "dirty").exists() or not path.exists():
+            self._wipe()
+            return
+        try:
+            self.manifest = _decoder.decode(path.read_bytes())
+        except (msgspec.DecodeError, OSError) as exc:
+            log.warning("checkout %s/%s: unreadable manifest (%s): rebuilding", *self._name, exc)
+            self._wipe()
+
+    @property
+    def _name(self) -> tuple[str, str]:
+        return self.tenant, self.workspace
+
+    def _wipe(self) -> None:
+        shutil.rmtree(self.home, ignore_errors=True)
+        self.tree.mkdir(parents=True)
+        self.manifest = Manifest()
+        self.save()
+
+    def begin(self) -> None:
+        """Mark ``tree/`` as being changed (cleared by ``save``)."""
+        (self.home / "dirty").touch()
+
+    def save(self) -> None:
+        """Write the manifest (atomically), then clear the dirty mark."""
+        tmp = self.home / "manifest.tmp"
+        tmp.write_bytes(_encoder.encode(self.manifest))
+        os.replace(tmp, self.home / "manifest.bin")
+        (self.home / "dirty").unlink(missing_ok=True)
+
+    def reset(self) -> None:
+        """Forget everything: the next ``sync`` materialises the workspace afresh."""
+        self._wipe()
+
+    # ------------------------------------------------------------------ sync
+    async def latest_seq(self) -> int:
+        return await eventlog.last_seq(self._js, self._subject)
+
+    async def sync(self, upto_version: int | None = None) -> None:
+        """Apply the workspace's events after ``version`` (up to ``upto_version``, default
+        the latest), writing files, making directories and removing paths."""
+        last = await self.latest_seq()
+        if last <= self.manifest.seq:
+            return
+        events = await eventlog.read(self._js, self._subject, self.manifest.seq, last)
+        self.begin()
+        for item in events:
+            event = item.event
+            if upto_version is not None and event.version > upto_version:
+                break
+            if isinstance(event, WorkspaceCreated):
+                self.manifest.limits = event.limits
+            elif isinstance(event, ChangesCommitted):
+                contents = {}
+                for change in event.changes:
+                    if isinstance(change, PutFile) and change.blob:
+                        if not self._holds(change.path, change.sha256):
+                            contents[change.sha256] = await self._blobs.get(change.sha256)
+                for change in event.changes:
+                    self._apply(change, contents)
+            self.manifest.version, self.manifest.seq = event.version, item.seq
+        self.save()
+
+    def _holds(self, path: str, sha256: str) -> bool:
+        """True if ``tree/path`` is already this content (our own capture coming back)."""
+        tracked = self.manifest.paths.get(path)
+        if tracked is None or tracked.sha256 != sha256 or tracked.sig is None:
+            return False
+        try:
+            return file_sig(os.lstat(self.tree / path)) == tracked.sig
+        except OSError:
+            return False
+
+    def _apply(self, change: PutFile | MakeDir | Remove, contents: dict[str, bytes]) -> None:
+        target = self.tree / change.path
+        paths = self.manifest.paths
+        if isinstance(change, Remove):
+            _remove(target)
+            prefix = change.path + "/"
+            for path in [p for p in paths if p == change.path or p.startswith(prefix)]:
+                del paths[path]
+            return
+        for parent in ancestors(change.path):  # outermost first
+            if paths.get(parent) is None:
+                _make_dir(self.tree / parent)
+                paths[parent] = Tracked(None)
+        if isinstance(change, MakeDir):
+            _make_dir(target)
+            paths[change.path] = Tracked(None)
+            return
+        mode = 0o755 if change.executable else 0o644
+        if self._holds(change.path, change.sha256):
+            os.chmod(target, mode)
+        else:
+            if change.text is not None:
+                data = change.text.encode("utf-8", "surrogatepass")
+            elif change.blob:
+                data = contents[change.sha256]
+            else:
+                data = change.data or b""
+            _write(target, data, mode)
+        sig = file_sig(os.lstat(target))
+        paths[change.path] = Tracked(change.sha256, change.executable, sig)
+        self.manifest.local.pop(change.path, None)
+
+    # ------------------------------------------------------------------ capture
+    def ignore_patterns(self) -> Globs:
+        """The workspace's ignore patterns: ``.quillignore`` if the checkout has one."""
+        try:
+            text = (self.tree / IGNORE_FILE).read_text("utf-8", "replace")
+        except OSError:
+            return Globs.names(DEFAULT_IGNORE)
+        lines = [line.strip() for line in text.splitlines()]
+        patterns = [line for line in lines if line and not line.startswith("#")]
+        try:
+            return Globs.names(patterns)
+        except Exception:
+            log.warning("%s/%s: invalid %s: using the defaults", *self._name, IGNORE_FILE)
+            return Globs.names(DEFAULT_IGNORE)
+
+    def capture(self) -> Captured:
+        """Walk ``tree/`` and list what differs from the manifest (blocking: run in a thread)."""
+        out = Captured()
+        ignore = self.ignore_patterns()
+        limit = self.manifest.limits.max_file_bytes
+        paths = self.manifest.paths
+        seen: set[str] = set()
+        made: list[str] = []
+        puts: list[str] = []
+        replaced: set[str] = set()  # a directory the log holds, now a file
+        for rel, entry in _walk(self.tree, ignore, paths, out):
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            tracked = paths.get(rel)
+            if stat.S_ISDIR(st.st_mode):
+                if tracked is not None and tracked.sha256 is None:
+                    seen.add(rel)
+                else:
+                    made.append(rel)
+                continue
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+                reason = "symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+                self._skip(out, rel, reason, file_sig(st))
+                continue
+            sig = file_sig(st)
+            executable = bool(st.st_mode & 0o100)
+            if tracked is not None and tracked.sha256 is not None:
+                if tracked.sig == sig and tracked.executable == executable:
+                    seen.add(rel)
+                    continue
+            elif tracked is not None:
+                replaced.add(rel)
+            elif ignore.match(rel):
+                out.seen_ignored.append(rel)  # a new file matching a pattern directly
+                continue
+            if st.st_size > limit:
+                self._skip(out, rel, "over max_file_bytes", sig)
+                if tracked is not None and tracked.sha256 is not None:
+                    seen.add(rel)  # the log keeps its last committed content
+                continue
+            try:
+                data = (self.tree / rel).read_bytes()
+            except OSError:
+                continue
+            digest = hashlib.sha256(data).hexdigest()
+            if tracked is not None and tracked.sha256 == digest:
+                seen.add(rel)
+                if tracked.executable == executable:
+                    paths[rel] = Tracked(digest, executable, sig)  # touched, not changed
+                    continue
+            out.contents[rel] = data
+            out.sigs[rel] = (digest, executable, sig)
+            puts.append(rel)
+        # Deleted: what the log holds and the walk did not find (only the topmost path).
+        gone = [p for p in paths if p not in seen and (p not in out.sigs or p in replaced)]
+        gone_set = set(gone)
+        for path in sorted(gone):
+            if any(a in gone_set for a in ancestors(path)):
+                continue
+            tracked = paths[path]
+            out.changes.append(rq.DeleteChange(path=path))
+            out.kinds[path] = ("deleted", "directory" if tracked.sha256 is None else "file")
+        parents_of_puts = {a for p in puts for a in ancestors(p)}
+        for path in made:
+            if path in parents_of_puts:
+                continue  # a put inside creates it
+            out.changes.append(rq.MkdirChange(path=path))
+            out.kinds[path] = ("created", "directory")
+        for path in puts:
+            out.changes.append(rq.PutChange(path=path, data=b""))  # content packed later
+            tracked = paths.get(path)
+            created = tracked is None or tracked.sha256 is None or path in gone_set
+            out.kinds[path] = ("created" if created else "modified", "file")
+        known = set(self.manifest.ignored)
+        out.ignored = [p for p in out.seen_ignored if p not in known]
+        return out
+
+    def _skip(self, out: Captured, rel: str, reason: str, sig: Sig) -> None:
+        out.local[rel] = sig
+        if self.manifest.local.get(rel) != sig:
+            out.skipped.append((rel, reason))
+
+    def committed(self, out: Captured, applied: set[str], base: int) -> None:
+        """Record the committed part of ``out`` (``applied`` paths) in the manifest, so that
+        syncing over the event it made rewrites nothing; ``version`` stays ``base``."""
+        paths = self.manifest.paths
+        for item in out.changes:
+            path = item.path
+            if path not in applied:
+                continue
+            if isinstance(item, rq.DeleteChange):
+                prefix = path + "/"
+                for p in [p for p in paths if p == path or p.startswith(prefix)]:
+                    del paths[p]
+            elif isinstance(item, rq.MkdirChange):
+                paths[path] = Tracked(None)
+            else:
+                digest, executable, sig = out.sigs[path]
+                for parent in ancestors(path):
+                    if parent not in paths:
+                        paths[parent] = Tracked(None)
+                paths[path] = Tracked(digest, executable, sig)
+        self.manifest.local.update(out.local)
+        known = set(self.manifest.ignored)
+        self.manifest.ignored += [p for p in out.seen_ignored if p not in known]
+        assert self.manifest.version == base
+
+
+def _walk(
+    root: Path, ignore: Globs, tracked: dict[str, Tracked], out: Captured
+) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """Every entry under ``root`` as ``(relative path, entry)``, parents first; ignored
+    directories that hold nothing tracked are not entered (reported once when new)."""
+    dirs_with_tracked = {a for p in tracked for a in ancestors(p)} | {
+        p for p, t in tracked.items() if t.sha256 is None
+    }
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            with os.scandir(root / rel_dir if rel_dir else root) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if rel not in dirs_with_tracked and ignore.match_dir(rel):
+                    out.seen_ignored.append(rel)
+                    continue
+                yield rel, entry
+                subdirs.append(rel)
+            else:
+                yield rel, entry
+        stack.extend(reversed(subdirs))
+
+
+def _remove(target: Path) -> None:
+    try:
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _make_dir(target: Path) -> None:
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        target.unlink()
+    target.mkdir(parents=True, exist_ok=True)
+
+
+def _write(target: Path, data: bytes, mode: int) -> None:
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    tmp = target.with_name(f".{target.name}.quill-tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, target)
