@@ -1,8 +1,9 @@
-"""MCP at ``/mcp``: Quill's tools beyond the workspace tool's six (edits, search, history)."""
+"""MCP at ``/mcp``: Quill's tools beyond the workspace tool's six (edits, search, history,
+commands, git)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
@@ -41,11 +42,12 @@ Operations = Annotated[
 ]
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 CHANGES = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
+OPEN = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True)
 
 
 def register(server: MCPServer, tools: Tools) -> None:
     """Quill's tools: edit_file, modify_file, grep, explore_files, delete_file, move_file,
-    file_history, diff, restore, get_workspace_info."""
+    file_history, diff, restore, get_workspace_info, execute_command (and bash), git."""
 
     @server.tool(
         description=(
@@ -298,3 +300,102 @@ def register(server: MCPServer, tools: Tools) -> None:
             return Done(texts.info_text(r), builtins(r))
 
         return await tools.call(ctx, "get_workspace_info", go, workspace=workspace)
+
+    command_description = (
+        "Run a shell command (bash) in the workspace's sandbox: the workspace is the current "
+        "directory (/workspace), there is no network, and the command is stopped at timeout_ms "
+        "(SIGTERM, then SIGKILL 5 s later). Answers the exit code and stdout and stderr "
+        "separately (each up to 50 KB; longer output says how long it was). A non-zero exit "
+        "code is an answer, not an error. Files the command creates, changes or deletes are "
+        "committed to the workspace as one new version (node_modules, .venv, __pycache__ and "
+        "the like are kept out)."
+    )
+    Command = Annotated[str, Field(min_length=1, description="The shell command line")]
+    Workdir = Annotated[
+        str, Field(description="Working directory inside /workspace (default: the root)")
+    ]
+    Timeout = Annotated[
+        int | None, Field(ge=1, le=600_000, description="Milliseconds (default 30000)")
+    ]
+    Env = Annotated[dict[str, str] | None, Field(description="Extra environment variables")]
+
+    async def run_command(
+        ctx: Ctx,
+        tool: str,
+        command: str,
+        workdir: str,
+        timeout_ms: int | None,
+        env: dict[str, str] | None,
+        workspace: str | None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.run(command, workdir=workdir, timeout_ms=timeout_ms, env=env)
+            return Done(texts.command_text(r), builtins(r))
+
+        return await tools.call(ctx, tool, go, path=workdir or None, workspace=workspace)
+
+    @server.tool(description=command_description, annotations=OPEN)
+    async def execute_command(
+        ctx: Ctx,
+        command: Command,
+        workdir: Workdir = "",
+        timeout_ms: Timeout = None,
+        env: Env = None,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        return await run_command(
+            ctx, "execute_command", command, workdir, timeout_ms, env, workspace
+        )
+
+    @server.tool(description=command_description + " (The same tool as execute_command.)")
+    async def bash(
+        ctx: Ctx,
+        command: Command,
+        workdir: Workdir = "",
+        timeout_ms: Timeout = None,
+        env: Env = None,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        return await run_command(ctx, "bash", command, workdir, timeout_ms, env, workspace)
+
+    @server.tool(
+        description=(
+            "Git on the repository in the workspace (its .git is part of the workspace). "
+            "action: status (staged, unstaged, untracked files, branch), diff (staged and "
+            "unstaged), commit (message; files to stage, default all changes), checkout "
+            "(branch; created if missing), branch (list), log (limit), push / pull (remote, "
+            "branch; credentials are the service's, never yours to see), clone (url into "
+            "workdir)."
+        ),
+        annotations=OPEN,
+    )
+    async def git(
+        ctx: Ctx,
+        action: Literal[
+            "status", "diff", "commit", "checkout", "branch", "log", "push", "pull", "clone"
+        ],
+        message: Annotated[str | None, Field(description="commit: the message")] = None,
+        files: Annotated[list[str] | None, Field(description="commit: paths to stage")] = None,
+        branch: Annotated[str | None, Field(description="checkout/push/pull")] = None,
+        remote: Annotated[str, Field(description="push/pull")] = "origin",
+        url: Annotated[str | None, Field(description="clone: the repository URL")] = None,
+        path: Annotated[str | None, Field(description="diff/log: only this path")] = None,
+        limit: Annotated[int, Field(ge=1, le=1000, description="log: commits")] = 20,
+        workdir: Annotated[str, Field(description="The repository's directory")] = "",
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.git(
+                action,
+                workdir=workdir,
+                message=message,
+                files=files,
+                branch=branch,
+                remote=remote,
+                url=url,
+                path=path,
+                limit=limit,
+            )
+            return Done(texts.git_text(r), builtins(r))
+
+        return await tools.call(ctx, "git", go, path=workdir or None, workspace=workspace)

@@ -211,3 +211,85 @@ def info_text(r: rp.WorkspaceInfo) -> str:
             f"Skipped by searches: {', '.join(r.default_exclusions)}",
         ]
     )
+
+
+def changes_text(changes: rp.CapturedChanges | None) -> str:
+    """What a command or git action did to the workspace's files."""
+    if changes is None:
+        return ""
+    lines: list[str] = []
+    if changes.committed:
+        shown = ", ".join(f"{p.path} ({p.change})" for p in changes.paths[:20])
+        more = changes.total - min(len(changes.paths), 20)
+        lines.append(
+            f"Committed {plural(changes.total, 'changed path')} as version {changes.version}: "
+            f"{shown}{f' and {more} more' if more > 0 else ''}"
+        )
+    for c in changes.conflicts:
+        lines.append(f"Not committed: {c.path} ({c.reason}; someone changed it meanwhile)")
+    for s in changes.skipped:
+        lines.append(f"Not committed: {s.path} ({s.reason})")
+    if changes.ignored:
+        lines.append(f"Ignored (kept out of the workspace's history): {', '.join(changes.ignored)}")
+    if changes.error:
+        lines.append(f"Nothing committed: {changes.error}")
+    return "\n".join(lines)
+
+
+def command_text(r: rp.CommandResult) -> str:
+    """``execute_command``'s answer: exit code, both streams (each labelled), what changed."""
+    parts = [f"Exit code: {r.exit_code}" + (" (timed out)" if r.timed_out else "")]
+    if r.timed_out:
+        parts.append(
+            f"The command ran past its timeout ({r.duration_ms / 1000:.1f}s): it was stopped "
+            "(SIGTERM, then SIGKILL); the output below is what it wrote until then."
+        )
+    for name, text, truncated, total in (
+        ("stdout", r.stdout, r.stdout_truncated, r.stdout_bytes),
+        ("stderr", r.stderr, r.stderr_truncated, r.stderr_bytes),
+    ):
+        if text or truncated:
+            note = f"\n[{name} truncated: first part shown of {total} bytes]" if truncated else ""
+            parts.append(f"--- {name} ---\n{text.rstrip(chr(10))}{note}")
+    changed = changes_text(r.changes)
+    if changed:
+        parts.append(changed)
+    return "\n\n".join(parts)
+
+
+def git_text(r: rp.GitResult) -> str:
+    """``git``'s answer, by action."""
+    if r.status is not None:
+        st = r.status
+        track = f", {st.upstream}: {st.ahead} ahead, {st.behind} behind" if st.upstream else ""
+        lines = [f"On branch {st.branch or '(detached HEAD)'}{track}"]
+        for title, entries in (("Staged", st.staged), ("Not staged", st.unstaged)):
+            if entries:
+                lines.append(f"{title}:")
+                lines += [f"  {f.status}: {f.path}" for f in entries]
+        if st.untracked:
+            lines.append("Untracked:")
+            lines += [f"  {p}" for p in st.untracked]
+        if len(lines) == 1:
+            lines.append("Nothing to commit, working tree clean")
+        text = "\n".join(lines)
+    elif r.log is not None:
+        text = (
+            "\n".join(f"{c.sha[:10]} {stamp(c.at)} {c.author}: {c.subject}" for c in r.log)
+            or "No commits"
+        )
+    elif r.branches is not None:
+        text = "\n".join(("* " if b == r.branch else "  ") + b for b in r.branches)
+    elif r.commit is not None:
+        text = f"Committed {r.commit[:10]} on {r.branch or 'detached HEAD'}"
+    elif r.action == "diff":
+        text = (
+            f"Staged changes:\n{r.staged_diff or '(none)'}\n\n"
+            f"Unstaged changes:\n{r.unstaged_diff or '(none)'}"
+        )
+    else:
+        text = r.output.strip() or f"git {r.action}: done"
+    if r.output_truncated:
+        text += "\n[output truncated]"
+    changed = changes_text(r.changes)
+    return f"{text}\n\n{changed}" if changed else text
