@@ -240,7 +240,7 @@ def executor(
     )
 
     async def start() -> Callable[[], Awaitable[None]]:
-        return await start_executor(settings, config)
+        return (await start_executor(settings, config)).stop
 
     try:
         asyncio.run(run_until_stopped(start))

@@ -18,6 +18,8 @@ from services.common import bus
 from services.common.plan import Committed
 from services.common.runtime import Settings, start_service
 from services.common.tree import WorkspaceState, fold
+from services.executor.app import Executor, ExecutorConfig
+from services.executor.app import start_executor as start_exec
 from services.reader.app import Reader
 from services.writer.app import Writer
 from services.writer.decide import Context, decide, to_event
@@ -92,6 +94,18 @@ async def start_reader(
     running = await start_service(settings, "reader", Reader)
     stack.push_async_callback(running.stop)
     await answers(nats_url, "reader", running.service.instance)
+    return running.service
+
+
+async def start_executor(
+    stack: AsyncExitStack, nats_url: str, data: Path, config: ExecutorConfig | None = None
+) -> Executor:
+    """Start an in-process executor, ready to answer; ``stack`` stops it."""
+    running = await start_exec(
+        Settings(nats_url=nats_url, data_dir=data), config or ExecutorConfig()
+    )
+    stack.push_async_callback(running.stop)
+    await answers(nats_url, "executor", running.service.instance)
     return running.service
 
 

@@ -16,11 +16,12 @@ import asyncio
 import contextlib
 import logging
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -37,10 +38,11 @@ from services.common import bus
 from services.common.blobs import Blobs
 from services.common.bus import respond
 from services.common.entry import Incoming, parse, reject
-from services.common.runtime import Auditor, Settings, connect_service
+from services.common.runtime import Auditor, Running, Settings, connect_service
 from services.executor import sandbox
 from services.executor.checkout import Captured, Checkout
 from services.executor.commit import commit
+from services.executor.git import Credentials, run_git, sandbox_runner
 
 log = logging.getLogger("quill.executor")
 
@@ -51,6 +53,8 @@ LIVE_MAX_BYTES = 8 * 1024 * 1024
 """Live output published per stream; past it, output is still counted (and the first
 ``max_output_bytes`` returned) but no longer streamed."""
 LIVE_CHUNK_BYTES = 256 * 1024
+READ_ONLY_GIT = frozenset({"status", "diff", "branch", "log"})
+"""Git actions that change no file (run with GIT_OPTIONAL_LOCKS=0): nothing to capture."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,9 @@ class Executor:
         self.instance = settings.instance or bus.instance_id("executor")
         self.nc, self.js = nc, nc.jetstream()
         self.provider = sandbox.provider(config.sandbox)
+        self.credentials = (
+            Credentials.load(config.credentials) if config.credentials else Credentials()
+        )
         self.blobs = Blobs(self.js)
         self.quill = Quill(nc, actor="executor", root=self.subjects.root, timeout=60)
         self.auditor = Auditor(nc, self.subjects, "executor", self.instance)
@@ -404,17 +411,48 @@ class Executor:
     async def git(
         self, address: Address, origin: Origin, req: rq.GitCommand, details: dict[str, Any]
     ) -> tuple[int, rp.GitResult]:
-        raise QuillError(ErrorCode.EXECUTION_FAILED, "git is not available yet")
+        details.update(action=req.action, workdir=req.workdir, summary=f"git {req.action}")
+        if req.url is not None:
+            details["url"] = req.url
+        async with self._checkout(address) as live, self._at(live, address, req) as checkout:
+            limits = checkout.limits
+            timeout_ms = min(req.timeout_ms or DEFAULT_TIMEOUT_MS, limits.max_exec_ms)
+            runner = sandbox_runner(self.provider, self._limits(timeout_ms / 1000))
+            base = checkout.version
+            mutating = req.action not in READ_ONLY_GIT
+            if mutating:
+                await asyncio.to_thread(checkout.begin)
+            message = f"git {req.action}" + (f": {req.message}" if req.message else "")
+            try:
+                result = await run_git(
+                    msgspec.structs.replace(req, timeout_ms=timeout_ms),
+                    checkout=checkout.tree,
+                    run=runner,
+                    actor=origin.actor,
+                    credentials=self.credentials,
+                    output_cap=limits.max_output_bytes,
+                    scratch=self.settings.data_dir / "scratch",
+                )
+            except QuillError:
+                if mutating:  # what git did before failing (an index update) is kept too
+                    await self._capture_and_commit(address, origin, checkout, base, message, live)
+                raise
+            changes = None
+            if mutating:
+                changes = await self._capture_and_commit(
+                    address, origin, checkout, base, message, live
+                )
+        details.update(committed=bool(changes and changes.committed))
+        version = changes.version if changes is not None else base
+        return version, msgspec.structs.replace(result, changes=changes)
 
 
 def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-async def start_executor(
-    settings: Settings, config: ExecutorConfig
-) -> Callable[[], Awaitable[None]]:
-    """Connect, start an executor; returns its ``stop``."""
+async def start_executor(settings: Settings, config: ExecutorConfig) -> Running[Executor]:
+    """Connect and start an executor; the result's ``stop`` undoes all of it."""
     nc = await connect_service(settings, "executor")
     executor = Executor(settings, nc, config)
     await executor.start()
@@ -423,4 +461,4 @@ async def start_executor(
         await executor.stop()
         await nc.drain()
 
-    return stop
+    return Running(executor, stop)
