@@ -68,8 +68,11 @@ class Quill:
         timeout: float = 10.0,
         retries: int = 3,
         root: str = "ws",
+        exec_silence_s: float = SILENCE_S,
     ) -> None:
         self.nc = nc
+        self.exec_silence_s = exec_silence_s
+        """A command's executor heard from less recently than this is given up for lost."""
         self.subjects = Subjects(root)
         self.actor, self.session, self.run = actor, session, run
         self.timeout, self.retries = timeout, retries
@@ -118,6 +121,7 @@ class Quill:
             timeout=self.timeout,
             retries=self.retries,
             root=self.subjects.root,
+            exec_silence_s=self.exec_silence_s,
         )
         view._seen, view._nuid = self._seen, self._nuid
         return view
@@ -220,12 +224,13 @@ class Quill:
                 self.nc.request(subject, data, timeout=deadline_s, headers=headers)
             )
             try:
-                while not (await asyncio.wait({pending}, timeout=SILENCE_S / 3))[0]:
-                    if time.monotonic() - max(heard(), sent) > SILENCE_S:
+                silence = self.exec_silence_s
+                while not (await asyncio.wait({pending}, timeout=silence / 3))[0]:
+                    if time.monotonic() - max(heard(), sent) > silence:
                         raise QuillError(
                             ErrorCode.UNAVAILABLE,
                             f"The executor running {op} stopped answering (nothing heard for "
-                            f"{SILENCE_S:.0f}s); what it changed, if anything, is in the "
+                            f"{silence:.0f}s); what it changed, if anything, is in the "
                             "workspace's history",
                         )
                 msg = pending.result()

@@ -30,6 +30,7 @@ import msgspec
 from nats.js import JetStreamContext
 
 from contracts import requests as rq
+from contracts.errors import QuillError
 from contracts.events import ChangesCommitted, MakeDir, PutFile, Remove, WorkspaceCreated
 from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
 from contracts.paths import ancestors
@@ -41,8 +42,8 @@ from services.common.globs import Globs
 log = logging.getLogger("quill.executor")
 
 IGNORE_FILE = ".quillignore"
-"""A workspace file of ignore patterns (one glob a line, ``#`` comments); replaces the
-defaults when present."""
+"""A workspace file of more ignore patterns (one glob a line, ``#`` comments; a pattern
+without ``/`` matches a name at any depth, as in ``.gitignore``)."""
 DEFAULT_IGNORE: tuple[str, ...] = tuple(p for p in DEFAULT_EXCLUSIONS if p != "**/.git/**")
 """WAP's default exclusions, except ``.git``: git state is versioned like any file."""
 
@@ -232,17 +233,17 @@ class Checkout:
 
     # ------------------------------------------------------------------ capture
     def ignore_patterns(self) -> Globs:
-        """The workspace's ignore patterns: ``.quillignore`` if the checkout has one."""
+        """The defaults plus the workspace's ``.quillignore``, if the checkout has one."""
         try:
             text = (self.tree / IGNORE_FILE).read_text("utf-8", "replace")
         except OSError:
             return Globs.names(DEFAULT_IGNORE)
-        lines = [line.strip() for line in text.splitlines()]
+        lines = [line.strip().rstrip("/") for line in text.splitlines()]
         patterns = [line for line in lines if line and not line.startswith("#")]
         try:
-            return Globs.names(patterns)
-        except Exception:
-            log.warning("%s/%s: invalid %s: using the defaults", *self._name, IGNORE_FILE)
+            return Globs.names([*DEFAULT_IGNORE, *patterns])
+        except QuillError as exc:
+            log.warning("%s/%s: %s ignored: %s", *self._name, IGNORE_FILE, exc.message)
             return Globs.names(DEFAULT_IGNORE)
 
     def capture(self) -> Captured:
