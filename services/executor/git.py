@@ -78,12 +78,13 @@ from __future__ import annotations
 
 import base64
 import codecs
+import contextlib
 import os
 import re
 import tempfile
 import time
 import tomllib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -104,8 +105,6 @@ Runner = Callable[[Path, Spawn], Awaitable[Outcome]]
 DEFAULT_TIMEOUT_S = 30.0
 PARSE_CAP = 16 * 1024 * 1024
 """Most bytes of git's output read for parsing (status, log, branch)."""
-SOURCE = "/quill/source"
-"""Where a scratch run sees the directory it reads from (read-only)."""
 BOT_NAME = "quill[bot]"
 BOT_EMAIL = "quill[bot]@users.noreply.quill.invalid"
 ACTOR_EMAIL_DOMAIN = "users.quill.invalid"
@@ -298,6 +297,8 @@ class _Git:
     deadline: float
     env: dict[str, str]
     secrets: list[bytes] = field(default_factory=list)
+    mounts: bool | None = None
+    """Whether the sandbox shows ``ro_binds`` (asked once, by ``_show``)."""
 
     async def spawn(
         self,
@@ -561,7 +562,10 @@ async def _status(g: _Git) -> GitResult:
     out = await g.git(
         "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=normal", "--renames"
     )
-    status = _parse_status(g, out.stdout)
+    data = out.stdout
+    if out.stdout_bytes > len(data):  # past PARSE_CAP: keep whole records
+        data = data[: data.rfind(b"\0") + 1]
+    status = _parse_status(g, data)
     text, truncated = g.text(out.stdout.replace(b"\0", b"\n"))
     return GitResult(
         action="status",
@@ -811,9 +815,8 @@ async def _network(
     if cred is not None:
         token = cred.token()
         basic = base64.b64encode(f"{cred.username}:{token}".encode())
-        for secret in {token.encode(), basic, quote(token, safe="").encode()}:
-            if len(secret) >= 4:
-                g.secrets.append(secret)
+        forms = {token.encode(), basic, quote(token, safe="").encode()} - set(g.secrets)
+        g.secrets = sorted([*g.secrets, *forms], key=len, reverse=True)  # longest first
         config.append(f"credential.{remote.protocol}://{remote.host}.helper={_HELPER}")
         env = {
             "QUILL_GIT_PROTOCOL": remote.protocol,
@@ -829,6 +832,37 @@ async def _network(
 
 
 _LOCAL = ("protocol.file.allow=always",)
+_UPLOAD_PACK = "--upload-pack=git -c 'safe.directory=*' upload-pack"
+"""The serving side of a local fetch gets no ``-c`` from its caller; the scratch repositories
+belong to the executor, not to the sandbox's user, so it needs this one."""
+BOUND = "/tmp/quill-source"
+"""Where a sandbox with a mount namespace shows a directory it reads from. Directly under
+/tmp: bwrap makes the parents of a bind target ``0700`` root, which git's ``access(2)`` checks
+refuse to the sandbox's user."""
+
+
+async def _show(g: _Git, host: Path, probe: Path) -> tuple[str, tuple[tuple[Path, str], ...]]:
+    """The path at which a run sees ``host`` read-only, and the ``ro_binds`` that show it.
+
+    Under bwrap that is ``BOUND``; the local provider has no mount namespace and ignores
+    ``ro_binds``, so there it is the host path. Which applies is asked of the sandbox once per
+    action (``pwd`` in ``probe``: ``/workspace`` means the checkout is mounted).
+    """
+    if g.mounts is None:
+        out = await g.spawn(probe, ["pwd"], workdir="")
+        g.mounts = out.stdout.decode(errors="replace").strip() == "/workspace"
+    if g.mounts:
+        return BOUND, ((host, BOUND),)
+    return str(host), ()
+
+
+@contextlib.contextmanager
+def _scratch(scratch: Path | None) -> Iterator[Path]:
+    """A temporary directory of the executor's, readable by the sandbox's user."""
+    with tempfile.TemporaryDirectory(prefix="quill-git-", dir=scratch) as tmp:
+        path = Path(tmp).resolve()
+        path.chmod(0o755)
+        yield path
 
 
 async def _push(
@@ -845,20 +879,26 @@ async def _push(
             f"No git credential is configured for {remote.protocol}://{remote.host}",
             {"host": remote.host},
         )
-    with tempfile.TemporaryDirectory(prefix="quill-git-", dir=scratch) as tmp:
-        stage, push = Path(tmp, "stage.git"), Path(tmp, "push.git")
+    with _scratch(scratch) as tmp:
+        stage, push = tmp / "stage.git", tmp / "push.git"
         _bare(stage)
-        source = f"{SOURCE}/{g.repo}".rstrip("/")
+        root, binds = await _show(g, g.checkout.resolve(), stage)
+        source = f"{root}/{g.repo}".rstrip("/")
         await g.spawn(
             stage,
-            _argv(["fetch", "-q", "--no-tags", source, f"refs/heads/{branch}"], _LOCAL),
+            _argv(
+                ["fetch", "-q", "--no-tags", _UPLOAD_PACK, source, f"refs/heads/{branch}"],
+                _LOCAL,
+            ),
             workdir="",
-            ro_binds=((g.checkout, SOURCE),),
+            ro_binds=binds,
         )
         _bare(push, alternates="../../stage.git/objects")
-        out = await _network(
-            g, Path(tmp), "push.git", ["push", remote.url, f"{sha}:refs/heads/{branch}"], remote
-        )
+        ref = push / "refs/heads" / branch
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(sha + "\n")
+        spec = f"refs/heads/{branch}:refs/heads/{branch}"
+        out = await _network(g, tmp, "push.git", ["push", remote.url, spec], remote)
     await g.git("update-ref", f"refs/remotes/{req.remote}/{branch}", sha)
     text, truncated = g.text(out.stdout, out.stderr)
     return GitResult(
@@ -873,21 +913,23 @@ async def _pull(
     branch = _check_branch(req.branch or current or "")
     remote = _remote(await _remote_url(g, req.remote, push=False), credentials)
     tracking = f"refs/remotes/{req.remote}/{branch}"
-    with tempfile.TemporaryDirectory(prefix="quill-git-", dir=scratch) as tmp:
-        _bare(Path(tmp, "fetch.git"))
-        fetched = await _network(
+    with _scratch(scratch) as tmp:
+        _bare(tmp / "fetch.git")
+        await _network(
             g,
-            Path(tmp),
+            tmp,
             "fetch.git",
-            ["fetch", "--no-tags", remote.url, f"+refs/heads/{branch}:refs/heads/{branch}"],
+            ["fetch", "-q", "--no-tags", remote.url, f"+refs/heads/{branch}:refs/heads/{branch}"],
             remote,
         )
+        root, binds = await _show(g, tmp, tmp)
         await g.git(
-            "fetch", "-q", "--no-tags", f"{SOURCE}/fetch.git", f"+refs/heads/{branch}:{tracking}",
-            config=_LOCAL, ro_binds=((Path(tmp), SOURCE),),
+            "fetch", "-q", "--no-tags", _UPLOAD_PACK, f"{root}/fetch.git",
+            f"+refs/heads/{branch}:{tracking}",
+            config=_LOCAL, ro_binds=binds,
         )  # fmt: skip
     merged = await g.git("merge", "--ff-only", "--no-edit", tracking, cap=g.cap)
-    text, truncated = g.text(fetched.stdout, fetched.stderr, merged.stdout, merged.stderr)
+    text, truncated = g.text(merged.stdout, merged.stderr)
     return GitResult(action="pull", output=text, output_truncated=truncated, branch=current)
 
 
@@ -907,16 +949,18 @@ async def _clone(
     name = _REMOTE.match(req.remote) and req.remote
     if not name:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid remote name: {req.remote!r}")
-    with tempfile.TemporaryDirectory(prefix="quill-git-", dir=scratch) as tmp:
-        cloned = await _network(
-            g, Path(tmp), "", ["clone", "--bare", "--template=", remote.url, "clone.git"], remote
+    with _scratch(scratch) as tmp:
+        await _network(
+            g, tmp, "", ["clone", "-q", "--bare", "--template=", remote.url, "clone.git"], remote
         )
+        root, binds = await _show(g, tmp, tmp)
         local = await g.git(
-            "clone", "--no-local", "--template=", "--origin", name, f"{SOURCE}/clone.git",
-            g.workdir or ".", config=_LOCAL, ro_binds=((Path(tmp), SOURCE),), workdir="",
+            "clone", "--no-local", "--template=", _UPLOAD_PACK, "--origin", name,
+            f"{root}/clone.git",
+            g.workdir or ".", config=_LOCAL, ro_binds=binds, workdir="",
         )  # fmt: skip
     await g.git("remote", "set-url", name, remote.url)
-    text, truncated = g.text(cloned.stdout, cloned.stderr, local.stdout, local.stderr)
+    text, truncated = g.text(local.stdout, local.stderr)
     return GitResult(
         action="clone", output=text, output_truncated=truncated, branch=await g.branch()
     )
