@@ -16,14 +16,27 @@
 Paths in requests (``files``, ``path``) and in results (``GitStatus``) are workspace paths,
 like everywhere in Quill (``proj/src/a.py`` for a repository at ``proj``).
 
+Actions: ``status`` (porcelain v2; untracked directories as ``dir/``, as git shows them;
+unmerged paths under ``unstaged``), ``diff`` (staged then unstaged; the smaller gets up to half
+the cap), ``commit`` (``git add -A`` of ``files`` or of everything; the message kept verbatim
+but for surrounding whitespace; no hooks run), ``checkout`` (``switch``, or ``switch -c`` from
+HEAD), ``branch``, ``log`` (``output``: one line per commit), ``push`` (``branch``, default the
+current one, to the same name on ``remote``; then ``refs/remotes/<remote>/<branch>``),
+``pull`` (fetch ``branch`` of ``remote``, default the current one, fast-forward only),
+``clone`` (``url`` into ``workdir``, which must be empty or absent; remote ``origin`` or
+``remote``). ``output`` is capped at ``output_cap`` bytes of what git printed (cut at a
+character boundary, invalid UTF-8 replaced), ``output_truncated`` says so.
+
 Security
 --------
 The repository is untrusted: agents write ``.git/config``, hooks and ``.gitattributes``, and
 git runs commands named there (hooks, ``core.fsmonitor``, ``filter.*``, ``diff.external``,
 textconv, ``gpg.program``, ``credential.helper``, ``core.sshCommand``...). Hence:
 
-1. Git never runs on the host: every invocation goes through ``run`` (the sandbox), including
-   the ones in the executor's scratch repositories. The executor only writes plain files.
+1. Every git invocation goes through ``run`` (the sandbox), including the ones in the
+   executor's scratch repositories; the executor itself only writes plain files (a scratch
+   repository's ``HEAD``, ``config``, ``alternates``, a ref). Under the local provider ``run``
+   is the host, unsandboxed: that provider isolates nothing.
 2. Every invocation gets ``-c`` overrides (``HARDENING``: no hooks, no fsmonitor, no pager,
    editor, askpass, gpg or external diff, credential helpers reset, every transport forbidden
    unless the run needs it, no redirects, no submodule recursion, no auto-gc) and the
@@ -44,7 +57,10 @@ textconv, ``gpg.program``, ``credential.helper``, ``core.sshCommand``...). Hence
      fetch is ``git upload-pack``, which git promises is safe to run in an untrusted
      repository (it runs no hooks and ignores repository config that runs commands; see
      ``gitsecurityboundary``: ``git clone --no-local`` is the sanitized clone). This run has
-     no network and no credential anyway. (c) ``push.git``, another fresh bare repository,
+     no network and no credential anyway. The tests check it where nothing else would stop
+     it (the local provider): ``uploadpack.packObjectsHook``, ``core.alternateRefsCommand``,
+     ``remote.*.uploadpack``, hooks and fsmonitor set by the workspace do not run.
+     (c) ``push.git``, another fresh bare repository,
      borrows ``stage.git``'s objects through ``objects/info/alternates`` (data only: git
      never reads ``stage.git``'s config or hooks) and pushes the commit to the validated URL
      in a sandbox with network. Nothing that run reads could have been written by a process
@@ -448,7 +464,12 @@ def _resolve_dir(checkout: Path, workdir: str) -> Path | None:
         QuillError: ``ACCESS_DENIED`` when a symlink leads it out of the workspace.
     """
     root = checkout.resolve()
-    target = (root / workdir).resolve()
+    try:
+        target = (root / workdir).resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        raise QuillError(
+            ErrorCode.FILE_NOT_FOUND, f"Cannot resolve /workspace/{workdir}", {"path": workdir}
+        ) from None
     if not target.is_relative_to(root):
         raise QuillError(ErrorCode.ACCESS_DENIED, paths.ACCESS_DENIED_MESSAGE, {"path": workdir})
     return target if target.exists() else None
@@ -859,6 +880,8 @@ async def _show(g: _Git, host: Path, probe: Path) -> tuple[str, tuple[tuple[Path
 @contextlib.contextmanager
 def _scratch(scratch: Path | None) -> Iterator[Path]:
     """A temporary directory of the executor's, readable by the sandbox's user."""
+    if scratch is not None:
+        scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="quill-git-", dir=scratch) as tmp:
         path = Path(tmp).resolve()
         path.chmod(0o755)

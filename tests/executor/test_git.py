@@ -76,8 +76,8 @@ def creds(tmp_path: Path, server: GitServer) -> Credentials:
 class Git:
     """Runs actions like the executor does, and git commands in the sandbox for setup."""
 
-    def __init__(self, run: Runner, ws: Path, creds: Credentials) -> None:
-        self.run, self.ws, self.creds = run, ws, creds
+    def __init__(self, run: Runner, ws: Path, creds: Credentials, scratch: Path) -> None:
+        self.run, self.ws, self.creds, self.scratch = run, ws, creds, scratch
 
     async def __call__(
         self,
@@ -90,14 +90,18 @@ class Git:
         **fields: Any,
     ) -> GitResult:
         req = msgspec.convert({"action": action, **fields}, GitCommand)
-        return await run_git(
-            req,
-            checkout=ws or self.ws,
-            run=self.run,
-            actor=actor,
-            credentials=self.creds if creds is None else creds,
-            output_cap=cap,
-        )
+        try:
+            return await run_git(
+                req,
+                checkout=ws or self.ws,
+                run=self.run,
+                actor=actor,
+                credentials=self.creds if creds is None else creds,
+                output_cap=cap,
+                scratch=self.scratch,
+            )
+        finally:  # scratch repositories never outlive the action
+            assert not self.scratch.exists() or list(self.scratch.iterdir()) == []
 
     async def sh(self, *argv: str, workdir: str = "", ws: Path | None = None) -> str:
         out = await self.run(ws or self.ws, Spawn(argv=list(argv), workdir=workdir))
@@ -109,8 +113,8 @@ class Git:
 
 
 @pytest.fixture
-def g(run: Runner, ws: Path, creds: Credentials) -> Git:
-    return Git(run, ws, creds)
+def g(run: Runner, ws: Path, creds: Credentials, tmp_path: Path) -> Git:
+    return Git(run, ws, creds, tmp_path / "data/scratch")
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -410,6 +414,12 @@ async def test_hostile_repository(
         ("gpg.program", f"{ws}/gpg.sh"),
         ("filter.evil.clean", f"sh -c 'env > .git/filter.leak; touch {markers}/filter; cat'"),
         ("filter.evil.smudge", "cat"),
+        ("core.hooksPath", ".git/hooks"),
+        ("http.proxy", f"http://{evil.host}"),
+        ("uploadpack.packObjectsHook", f"touch {markers}/packobjectshook; git"),
+        ("core.alternateRefsCommand", f"touch {markers}/alternaterefs; true"),
+        ("remote.origin.receivepack", f"touch {markers}/receivepack; git-receive-pack"),
+        ("remote.origin.uploadpack", f"touch {markers}/uploadpack; git-upload-pack"),
     ):
         await g.sh("git", "config", key, value)
     write(ws, {".gitattributes": "*.txt filter=evil\n", "b.txt": "b\n"})
@@ -515,7 +525,7 @@ async def test_no_network_in_the_sandbox_fails_clearly(
             raise sandbox.SandboxError("network is not available in this sandbox")
         return await run(directory, spawn)
 
-    g = Git(offline, ws, creds)
+    g = Git(offline, ws, creds, ws.parent / "scratch")
     await remote_repo(g, ws, server, {"a.txt": "a\n"})
     err = await fails(ErrorCode.EXECUTION_FAILED, g("push"))
     assert err.message == (
