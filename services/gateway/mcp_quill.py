@@ -3,13 +3,13 @@ commands, git)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field, WithJsonSchema
 
-from contracts.requests import ModifyOperation
+from contracts.requests import GitAction, ModifyOperation
 from quill.client import Workspace
 from services.gateway import texts
 from services.gateway.tooling import Ctx, Done, Tools, builtins, converted, inline_schema
@@ -40,6 +40,10 @@ Operations = Annotated[
         )
     ),
 ]
+Command = Annotated[str, Field(min_length=1, description="The shell command line")]
+Workdir = Annotated[str, Field(description="Working directory inside /workspace (default: root)")]
+Timeout = Annotated[int | None, Field(ge=1, le=600_000, description="Milliseconds (default 30000)")]
+Env = Annotated[dict[str, str] | None, Field(description="Extra environment variables")]
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 CHANGES = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 OPEN = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True)
@@ -310,14 +314,6 @@ def register(server: MCPServer, tools: Tools) -> None:
         "committed to the workspace as one new version (node_modules, .venv, __pycache__ and "
         "the like are kept out)."
     )
-    Command = Annotated[str, Field(min_length=1, description="The shell command line")]
-    Workdir = Annotated[
-        str, Field(description="Working directory inside /workspace (default: the root)")
-    ]
-    Timeout = Annotated[
-        int | None, Field(ge=1, le=600_000, description="Milliseconds (default 30000)")
-    ]
-    Env = Annotated[dict[str, str] | None, Field(description="Extra environment variables")]
 
     async def run_command(
         ctx: Ctx,
@@ -371,9 +367,7 @@ def register(server: MCPServer, tools: Tools) -> None:
     )
     async def git(
         ctx: Ctx,
-        action: Literal[
-            "status", "diff", "commit", "checkout", "branch", "log", "push", "pull", "clone"
-        ],
+        action: GitAction,
         message: Annotated[str | None, Field(description="commit: the message")] = None,
         files: Annotated[list[str] | None, Field(description="commit: paths to stage")] = None,
         branch: Annotated[str | None, Field(description="checkout/push/pull")] = None,

@@ -307,6 +307,40 @@ def build(access: Access) -> MCPServer:
         return await tools.call(ctx, "searchFiles", go, path=paths[0], workspace=workspace)
 
     @server.tool(
+        name="executeCommand",
+        description=(
+            "Executes a shell command in the workspace (bash, in a sandbox without network; "
+            "default working directory: the workspace root; timeout in ms, default 30000). "
+            "Returns {stdout, stderr, exitCode, isOutputTruncated, durationMs}; a non-zero "
+            "exitCode is not an error. Files it changes become a new workspace version."
+        ),
+    )
+    async def execute_command(
+        ctx: Ctx,
+        command: Annotated[str, Field(min_length=1)],
+        workingDirectory: str = "",  # noqa: N803 - WAP's parameter names
+        timeout: Annotated[int | None, Field(ge=1, le=600_000)] = None,
+        environment: dict[str, str] | None = None,
+        workspace: WorkspaceName = None,
+    ) -> CallToolResult:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.run(command, workdir=workingDirectory, timeout_ms=timeout, env=environment)
+            return reply(
+                {
+                    "stdout": r.stdout,
+                    "stderr": r.stderr,
+                    "exitCode": r.exit_code,
+                    "isOutputTruncated": r.stdout_truncated or r.stderr_truncated,
+                    "durationMs": r.duration_ms,
+                    "timedOut": r.timed_out,
+                    "version": r.changes.version,
+                }
+            )
+
+        path = workingDirectory or None
+        return await tools.call(ctx, "executeCommand", go, path=path, workspace=workspace)
+
+    @server.tool(
         name="getWorkspaceInfo",
         description=(
             "Workspace root, default exclusion patterns and limits: {root, defaultExclusions, "

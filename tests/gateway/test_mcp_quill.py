@@ -19,6 +19,9 @@ QUILL_TOOLS = {
     "diff",
     "restore",
     "get_workspace_info",
+    "execute_command",
+    "bash",
+    "git",
 }
 
 

@@ -140,3 +140,28 @@ def test_cli_tools_edit_grep_glob_tree_diff_restore(up: Up) -> None:
     assert "return 1" in up.cli("cat", ws, "src/app.py").stdout
     again = up.cli("restore", ws, "2", "src/app.py").stdout
     assert again == "unchanged: src/app.py is already as at version 2\n"
+
+
+def test_cli_exec_streams_and_exits_with_the_status(up: Up) -> None:
+    ws = "acme/shell"
+    up.cli("create", ws)
+    done = up.cli(
+        "exec", ws, "--", "echo out; echo err >&2; echo made > made.txt; exit 4", check=False
+    )
+    assert (done.returncode, done.stdout) == (4, "out\n")
+    assert done.stderr.startswith("err\n")
+    assert "quill: committed 1 path(s) as version 2" in done.stderr
+    words = up.cli("exec", ws, "--", "printf", "%s|", "a b", "c")  # several words: quoted
+    assert words.stdout == "a b|c|"
+    assert up.cli("cat", ws, "made.txt").stdout == "made\n"
+    slow = up.cli("exec", ws, "-t", "0.5", "--", "echo partial; sleep 30", check=False)
+    assert slow.returncode == 143 and slow.stdout == "partial\n"
+    assert "quill: timed out after" in slow.stderr
+
+    up.cli("exec", ws, "--", "git init -q -b main && git config user.name t")
+    status = up.cli("git", ws, "status").stdout
+    assert status.startswith("## main") and "untracked" in status and "made.txt" in status
+    commit = up.cli("--actor", "alice", "git", ws, "commit", "-m", "first").stdout
+    assert commit.startswith("[main ") and commit.endswith("] first\n")
+    log = up.cli("git", ws, "log").stdout
+    assert log.split()[3:] == ["alice", "first"]
