@@ -261,21 +261,29 @@ class Credentials:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Credentials:
+        """``{"git": {"credential": [{...}, ...]}}``, as in the TOML file.
+
+        Raises:
+            ValueError: a table is malformed, or two name the same protocol and host.
+        """
         entries: list[Credential] = []
         for item in data.get("git", {}).get("credential", []):
+            if not isinstance(item, Mapping) or "host" not in item:
+                raise ValueError("git.credential: each entry needs a host")
             unknown = set(item) - {"host", "username", "token_file", "token_env", "protocol"}
             if unknown:
                 raise ValueError(f"git.credential: unknown keys {sorted(unknown)}")
             token_file = item.get("token_file")
-            entries.append(
-                Credential(
-                    host=str(item["host"]).lower(),
-                    username=str(item.get("username", "x-access-token")),
-                    token_file=Path(token_file) if token_file is not None else None,
-                    token_env=item.get("token_env"),
-                    protocol=str(item.get("protocol", "https")),
-                )
+            cred = Credential(
+                host=str(item["host"]).lower(),
+                username=str(item.get("username", "x-access-token")),
+                token_file=Path(token_file) if token_file is not None else None,
+                token_env=item.get("token_env"),
+                protocol=str(item.get("protocol", "https")),
             )
+            if any((c.protocol, c.host) == (cred.protocol, cred.host) for c in entries):
+                raise ValueError(f"git.credential: {cred.protocol}://{cred.host} twice")
+            entries.append(cred)
         return cls(tuple(entries))
 
     def find(self, protocol: str, host: str) -> Credential | None:
@@ -376,21 +384,34 @@ class _Git:
         message = "\n".join(lines)[:2000] or f"git exited with status {out.exit_code}"
         return QuillError(ErrorCode.EXECUTION_FAILED, message, {"exit_code": out.exit_code})
 
-    def redact(self, data: bytes) -> str:
+    def scrub(self, data: bytes) -> bytes:
+        """``data`` with every secret replaced, and a secret's start cut off by the output cap
+        at its end too."""
         for secret in self.secrets:
             data = data.replace(secret, b"***")
-        return data.decode(errors="replace")
+            for k in range(len(secret) - 1, 3, -1):
+                if data.endswith(secret[:k]):
+                    data = data[:-k] + b"***"
+                    break
+        return data
+
+    def redact(self, data: bytes) -> str:
+        return self.scrub(data).decode(errors="replace")
 
     def text(self, *parts: bytes, cap: int | None = None) -> tuple[str, bool]:
         """Output for the reply: redacted, the first ``cap`` bytes, valid UTF-8."""
         cap = self.cap if cap is None else cap
-        data = b"".join(parts)
-        for secret in self.secrets:
-            data = data.replace(secret, b"***")
+        data = b"".join(self.scrub(part) for part in parts)
         if len(data) <= cap:
             return data.decode(errors="replace"), False
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         return decoder.decode(data[:cap], final=False), True
+
+    def printed(self, *outs: Outcome) -> tuple[str, bool]:
+        """What the runs printed (stdout, then stderr, of each) for the reply."""
+        text, truncated = self.text(*(part for o in outs for part in (o.stdout, o.stderr)))
+        cut = any(o.stdout_bytes > len(o.stdout) or o.stderr_bytes > len(o.stderr) for o in outs)
+        return text, truncated or cut
 
     def spec(self, path: str) -> str:
         """A literal pathspec, from the repository's root, for a workspace path."""
@@ -690,7 +711,7 @@ async def _commit(g: _Git, message: str | None, files: list[str] | None) -> GitR
     head = await g.git("rev-parse", "HEAD", "--symbolic-full-name", "HEAD")
     sha, ref = (head.stdout.decode(errors="replace").split("\n") + ["", ""])[:2]
     branch = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
-    text, truncated = g.text(out.stdout, out.stderr)
+    text, truncated = g.printed(out)
     return GitResult(
         action="commit", output=text, output_truncated=truncated, branch=branch, commit=sha
     )
@@ -705,7 +726,7 @@ async def _checkout(g: _Git, branch: str | None) -> GitResult:
         out = await g.git("switch", "--no-guess", branch, cap=g.cap)
     else:
         out = await g.git("switch", "-c", branch, cap=g.cap)
-    text, truncated = g.text(out.stdout, out.stderr)
+    text, truncated = g.printed(out)
     return GitResult(action="checkout", output=text, output_truncated=truncated, branch=branch)
 
 
@@ -923,7 +944,7 @@ async def _push(
         spec = f"refs/heads/{branch}:refs/heads/{branch}"
         out = await _network(g, tmp, "push.git", ["push", remote.url, spec], remote)
     await g.git("update-ref", f"refs/remotes/{req.remote}/{branch}", sha)
-    text, truncated = g.text(out.stdout, out.stderr)
+    text, truncated = g.printed(out)
     return GitResult(
         action="push", output=text, output_truncated=truncated, branch=await g.branch()
     )
@@ -952,7 +973,7 @@ async def _pull(
             config=_LOCAL, ro_binds=binds,
         )  # fmt: skip
     merged = await g.git("merge", "--ff-only", "--no-edit", tracking, cap=g.cap)
-    text, truncated = g.text(merged.stdout, merged.stderr)
+    text, truncated = g.printed(merged)
     return GitResult(action="pull", output=text, output_truncated=truncated, branch=current)
 
 
@@ -983,7 +1004,7 @@ async def _clone(
             g.workdir or ".", config=_LOCAL, ro_binds=binds, workdir="",
         )  # fmt: skip
     await g.git("remote", "set-url", name, remote.url)
-    text, truncated = g.text(local.stdout, local.stderr)
+    text, truncated = g.printed(local)
     return GitResult(
         action="clone", output=text, output_truncated=truncated, branch=await g.branch()
     )

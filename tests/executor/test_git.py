@@ -386,6 +386,29 @@ async def test_remote_echoing_the_token_is_redacted(g: Git, ws: Path, server: Gi
     assert TOKEN not in result.output and basic not in result.output
 
 
+async def test_the_token_is_redacted_even_cut_by_the_cap(
+    run: Runner, ws: Path, server: GitServer, creds: Credentials, tmp_path: Path
+) -> None:
+    """Whatever git prints with the credential, no piece of the token reaches the reply."""
+    basic = base64.b64encode(f"x-access-token:{TOKEN}".encode())
+    noise = b"remote: " + basic + b"\n" + (TOKEN.encode() + b" ") * 50
+
+    async def echoing(directory: Path, spawn: Spawn) -> Outcome:
+        if not spawn.network:
+            return await run(directory, spawn)
+        kept = noise[: spawn.output_cap]  # as a sandbox keeps the first output_cap bytes
+        return Outcome(0, b"", kept, 0, len(noise), False, 1)
+
+    g = Git(echoing, ws, creds, tmp_path / "scratch")
+    await remote_repo(g, ws, server, {"a.txt": "a\n"})
+    pieces = {TOKEN[i : i + 4] for i in range(len(TOKEN) - 3)}
+    for cap in range(20, 200, 11):
+        result = await g("push", cap=cap)
+        assert result.output_truncated and len(result.output.encode()) <= cap
+        assert not any(piece in result.output for piece in pieces), (cap, result.output)
+        assert basic.decode()[:8] not in result.output
+
+
 HOSTILE_HOOK = "#!/bin/sh\nenv > {name}.leak\ntouch {marker}\n"
 
 
