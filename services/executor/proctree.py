@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Literal
 
@@ -65,36 +66,61 @@ def _ns_inode(pid: int) -> int | None:
         return None
 
 
-def marked(session: int, marker: bytes) -> Finder:
-    """Live processes in ``session`` or whose initial environment holds ``marker``."""
+def ticks_now() -> int:
+    """The clock /proc/<pid>/stat's start times count in (ticks since boot), rounded down."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def marked(session: int, marker: bytes, since: int) -> Finder:
+    """Live processes started at ``since`` (``ticks_now()``) or later that are in ``session`` or
+    whose initial environment holds ``marker``. Older processes cannot be the command's, and
+    their environments are not read."""
 
     def find() -> list[int]:
         found = []
         for pid in _pids():
-            fd = _open(pid)
-            if fd is None:
+            start = _ours(pid, session, marker, since)
+            if start is None:
                 continue
-            if _alive_and_ours(pid, session, marker):
+            fd = _open(pid)
+            if fd is not None and _start(pid) == start:  # still the same process
                 found.append(fd)
-            else:
+            elif fd is not None:
                 os.close(fd)
         return found
 
     return find
 
 
-def _alive_and_ours(pid: int, session: int, marker: bytes) -> bool:
+def _stat(pid: int) -> list[bytes] | None:
+    """Fields of /proc/<pid>/stat from the state on (field 3)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        if fields[0] in (b"Z", b"X"):  # state: a zombie holds nothing and cannot be killed
-            return False
-        if int(fields[3]) == session:
-            return True
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _start(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def _ours(pid: int, session: int, marker: bytes, since: int) -> int | None:
+    """The process's start time if it is one of the command's, alive; else None."""
+    fields = _stat(pid)
+    if fields is None or fields[0] in (b"Z", b"X"):  # a zombie holds nothing, cannot be killed
+        return None
+    start = int(fields[19])
+    if start < since:
+        return None
+    if int(fields[3]) == session:
+        return start
+    try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return marker in f.read().split(b"\0")
-    except (OSError, IndexError, ValueError):
-        return False
+            return start if marker in f.read().split(b"\0") else None
+    except OSError:
+        return None
 
 
 def send(pidfds: list[int], sig: int) -> None:

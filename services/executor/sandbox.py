@@ -578,6 +578,7 @@ class LocalProvider:
         try:
             env = environment(home, spawn.env) | {MARKER: token}
             stdin = _memfd("stdin", spawn.stdin) if spawn.stdin is not None else None
+            since = proctree.ticks_now() - 1
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             try:
@@ -601,7 +602,7 @@ class LocalProvider:
                         os.close(end)
             await out.attach("stdout", out_r)
             await out.attach("stderr", err_r)
-            tree = proctree.marked(proc.pid, f"{MARKER}={token}".encode())
+            tree = proctree.marked(proc.pid, f"{MARKER}={token}".encode(), since)
             try:
                 timed_out = await _supervise(
                     proc, out, deadline, lambda: proctree.send(tree(), signal.SIGTERM)
