@@ -115,8 +115,9 @@ class Process:
             self.proc.stdout.close()
 
 
-def quill_up(data: Path) -> tuple[Process, str]:
-    """``quill up`` on free ports: the process and its NATS URL (``proc.line`` has the rest)."""
+def quill_up(data: Path, *extra: str) -> tuple[Process, str]:
+    """``quill up`` on free ports (``extra``: more of its options): the process and its NATS
+    URL (``proc.line`` has the rest)."""
     proc = Process(
         [
             sys.executable,
@@ -131,6 +132,7 @@ def quill_up(data: Path) -> tuple[Process, str]:
             "0",
             "--http-port",
             "0",
+            *extra,
         ],
         r"quill ready",
     )

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -335,7 +336,9 @@ class Executor:
         message: str,
         live: Checkout,
     ) -> rp.CapturedChanges:
+        t0 = time.perf_counter()
         captured: Captured = await asyncio.to_thread(checkout.capture)
+        t1 = time.perf_counter()
         changes = await commit(
             self.quill,
             origin,
@@ -347,9 +350,17 @@ class Executor:
             message,
             self.blobs,
         )
+        t2 = time.perf_counter()
         if checkout is live:
             await asyncio.to_thread(checkout.save)
             await checkout.sync()
+        t3 = time.perf_counter()
+        log.info(
+            "capture %.1f ms, commit %.1f ms, sync %.1f ms",
+            (t1 - t0) * 1e3,
+            (t2 - t1) * 1e3,
+            (t3 - t2) * 1e3,
+        )
         return changes
 
     # ------------------------------------------------------------------ ops

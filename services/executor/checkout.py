@@ -217,7 +217,11 @@ class Checkout:
             paths[change.path] = Tracked(None)
             return
         mode = 0o755 if change.executable else 0o644
+        tracked = paths.get(change.path)
         if self._holds(change.path, change.sha256):
+            if tracked is not None and tracked.executable == change.executable:
+                self.manifest.local.pop(change.path, None)
+                return  # our own capture, coming back: the file is already this
             os.chmod(target, mode)
         else:
             if change.text is not None:

@@ -1,0 +1,110 @@
+"""The executor: a ``true`` round trip through the pool (bwrap and local) next to a bare
+``subprocess.run(["true"])``, and the capture of 1,000 changed files next to a client sending
+the same 1,000 files in one ``apply`` itself; in one run."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from bench.harness import quill_up, row
+from contracts import requests as rq
+from quill.client import Quill
+
+ROUNDS = 50
+FILES = 1000
+
+
+def bare_true(n: int) -> list[float]:
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run(["true"], check=True)
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def pool_true(quill: Quill, name: str, n: int) -> list[float]:
+    ws = quill.workspace(name)
+    await ws.create(exist_ok=True)
+    await ws.run("true")  # warm: the checkout exists
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await ws.run("true")
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+async def capture(quill: Quill, name: str, rounds: int) -> tuple[list[float], list[float]]:
+    """(capture + commit of 1,000 modified files, a client's own apply of the same files to
+    another workspace, so that the executor has nothing of it to sync)."""
+    ws, other = quill.workspace(name), quill.workspace(name + "-apply")
+    await ws.create(exist_ok=True)
+    await other.create(exist_ok=True)
+    await ws.run(f"mkdir -p m && for i in $(seq {FILES}); do echo 0 > m/$i.txt; done")
+    ours, theirs = [], []
+    for r in range(1, rounds + 1):
+        t0 = time.perf_counter()
+        done = await ws.run(f"for f in m/*.txt; do echo {r} > $f; done")
+        ours.append(time.perf_counter() - t0 - done.duration_ms / 1000)
+        assert done.changes.total == FILES, done.changes
+        changes = [rq.PutChange(path=f"m/{i}.txt", content=f"{r}\n") for i in range(1, FILES + 1)]
+        t0 = time.perf_counter()
+        await other.apply(changes)
+        theirs.append(time.perf_counter() - t0)
+    return ours, theirs
+
+
+def ms(samples: list[float]) -> str:
+    return f"{statistics.median(samples) * 1000:.1f} ms"
+
+
+async def main(rounds: int = ROUNDS) -> None:
+    figures: list[str] = []
+    bare = bare_true(rounds)
+    for sandbox in ("bwrap", "local"):
+        with tempfile.TemporaryDirectory() as tmp:
+            up, url = quill_up(Path(tmp) / "quill", "--sandbox", sandbox)
+            try:
+                quill = await Quill.connect(url, timeout=60)
+                ours = await pool_true(quill, f"bench/true-{sandbox}", rounds)
+                base = bare_true(rounds)  # again, now that the stack is up too
+                figures.append(
+                    row(
+                        f"run `true` through the pool ({sandbox})",
+                        ms(ours),
+                        ms(base),
+                        statistics.median(ours) / statistics.median(base),
+                        "(latency ratio; baseline: subprocess.run(['true']))",
+                    )
+                )
+                if sandbox == "bwrap":
+                    caught, sent = await capture(quill, "bench/capture", max(3, rounds // 10))
+                    figures.append(
+                        row(
+                            f"capture + commit {FILES:,} modified files (bwrap)",
+                            ms(caught),
+                            ms(sent),
+                            statistics.median(caught) / statistics.median(sent),
+                            "(ratio; baseline: a client's own apply of them)",
+                        )
+                    )
+                await quill.close()
+            finally:
+                up.stop()
+    print(
+        f"Executor: serial round trips (median of {rounds}), SDK over NATS to `quill up` on "
+        f"this machine; bare `true` before the stacks: {ms(bare)}\n"
+    )
+    print(f"{'figure':<44} {'quill':>16} {'baseline':>16} {'ratio':>8}  note")
+    for line in figures:
+        print(line)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
