@@ -18,52 +18,32 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from typing import Literal, NamedTuple
 
 StreamName = Literal["stdout", "stderr"]
-Finder = Callable[[], list[int]]
-"""Returns pidfds of the live processes to signal (the caller closes them)."""
+
+
+class Found(NamedTuple):
+    """A live process: ``key`` (pid, start time) names it for good; ``fd`` is a pidfd on it."""
+
+    key: tuple[int, int]
+    fd: int
+
+
+Finder = Callable[[], list[Found]]
+"""Returns the live processes to signal (the caller closes their pidfds)."""
 
 CHUNK = 64 * 1024
-
-
-def _pids() -> Iterator[int]:
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            yield int(name)
-
-
-def _open(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except OSError:  # gone already
-        return None
 
 
 def in_pid_namespace(ns_inode: int, spare: int) -> Finder:
     """Processes in the PID namespace ``ns_inode`` but ``spare`` (its init, host pid)."""
 
-    def find() -> list[int]:
-        found = []
-        for pid in _pids():
-            if pid == spare or _ns_inode(pid) != ns_inode:
-                continue
-            fd = _open(pid)
-            if fd is not None and _ns_inode(pid) == ns_inode:
-                found.append(fd)
-            elif fd is not None:
-                os.close(fd)
-        return found
+    def belongs(pid: int, stat: list[bytes]) -> bool:
+        return pid != spare and _ns_inode(pid) == ns_inode
 
-    return find
-
-
-def _ns_inode(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/pid").st_ino
-    except OSError:
-        return None
+    return lambda: _find(belongs)
 
 
 def ticks_now() -> int:
@@ -76,24 +56,48 @@ def marked(session: int, marker: bytes, since: int) -> Finder:
     whose initial environment holds ``marker``. Older processes cannot be the command's, and
     their environments are not read."""
 
-    def find() -> list[int]:
-        found = []
-        for pid in _pids():
-            start = _ours(pid, session, marker, since)
-            if start is None:
-                continue
-            fd = _open(pid)
-            if fd is not None and _start(pid) == start:  # still the same process
-                found.append(fd)
-            elif fd is not None:
-                os.close(fd)
-        return found
+    def belongs(pid: int, stat: list[bytes]) -> bool:
+        if int(stat[19]) < since:
+            return False
+        if int(stat[3]) == session:
+            return True
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                return marker in f.read().split(b"\0")
+        except OSError:
+            return False
 
-    return find
+    return lambda: _find(belongs)
+
+
+def _find(belongs: Callable[[int, list[bytes]], bool]) -> list[Found]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (process := _claim(int(name), belongs)) is not None:
+            found.append(process)
+    return found
+
+
+def _claim(pid: int, belongs: Callable[[int, list[bytes]], bool]) -> Found | None:
+    """A pidfd on ``pid`` if it is alive (no zombie) and ``belongs``; checked again once the
+    pidfd is open, so that it is the process that was checked and not a successor."""
+    stat = _stat(pid)
+    if stat is None or stat[0] in (b"Z", b"X") or not belongs(pid, stat):
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return None
+    again = _stat(pid)
+    if again is None or again[19] != stat[19]:
+        os.close(fd)
+        return None
+    return Found((pid, int(stat[19])), fd)
 
 
 def _stat(pid: int) -> list[bytes] | None:
-    """Fields of /proc/<pid>/stat from the state on (field 3)."""
+    """Fields of /proc/<pid>/stat from the state on (``[0]`` state, ``[3]`` session, ``[19]``
+    start time)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()
@@ -101,34 +105,27 @@ def _stat(pid: int) -> list[bytes] | None:
         return None
 
 
-def _start(pid: int) -> int | None:
-    fields = _stat(pid)
-    return int(fields[19]) if fields else None
-
-
-def _ours(pid: int, session: int, marker: bytes, since: int) -> int | None:
-    """The process's start time if it is one of the command's, alive; else None."""
-    fields = _stat(pid)
-    if fields is None or fields[0] in (b"Z", b"X"):  # a zombie holds nothing, cannot be killed
-        return None
-    start = int(fields[19])
-    if start < since:
-        return None
-    if int(fields[3]) == session:
-        return start
+def _ns_inode(pid: int) -> int | None:
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return start if marker in f.read().split(b"\0") else None
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
     except OSError:
         return None
 
 
-def send(pidfds: list[int], sig: int) -> None:
-    """Signal each process and close its pidfd."""
-    for fd in pidfds:
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(fd, sig)
-        os.close(fd)
+class Terminator:
+    """Sends SIGTERM once to each process ``find`` returns, however often it is called."""
+
+    def __init__(self, find: Finder) -> None:
+        self._find = find
+        self._done: set[tuple[int, int]] = set()
+
+    def __call__(self) -> None:
+        for process in self._find():
+            if process.key not in self._done:
+                self._done.add(process.key)
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(process.fd, signal.SIGTERM)
+            os.close(process.fd)
 
 
 async def wait_exited(pidfds: list[int], timeout: float) -> bool:
@@ -162,7 +159,7 @@ async def kill_all(find: Finder, rounds: int = 50, timeout: float = 5.0) -> None
     """SIGKILL every process ``find`` returns, wait for them to die, repeat until none is left
     (a process may fork between the scan and the signal)."""
     for _ in range(rounds):
-        pidfds = find()
+        pidfds = [process.fd for process in find()]
         if not pidfds:
             return
         try:

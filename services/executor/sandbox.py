@@ -90,6 +90,8 @@ MARKER = "QUILL_EXEC_TOKEN"
 
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 _DRAIN_S = 2.0
+_SETUP_S = 10.0
+_RESCAN_S = 0.1
 _SHM_BYTES = 64 * 1024**2
 _CAPS = ("dac_override", "fowner")
 _ETC = (
@@ -289,7 +291,8 @@ async def _supervise(
     deadline: float,
     terminate: Callable[[], None],
 ) -> bool:
-    """Wait for ``proc`` until ``deadline``; then ``terminate`` the tree and give it GRACE_S.
+    """Wait for ``proc`` until ``deadline``; then SIGTERM the tree (``terminate``, again every
+    ``_RESCAN_S`` for processes that appeared since) for up to GRACE_S.
 
     Returns whether it timed out; the caller kills what is left.
 
@@ -299,18 +302,18 @@ async def _supervise(
     loop = asyncio.get_running_loop()
     exited = asyncio.ensure_future(proc.wait())
     failed = asyncio.ensure_future(out.failed.wait())
+    ended = {exited, failed}
     try:
         await asyncio.wait(
-            {exited, failed},
-            timeout=max(0.0, deadline - loop.time()),
-            return_when=asyncio.FIRST_COMPLETED,
+            ended, timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
         )
         timed_out = not exited.done() and not failed.done()
         if timed_out:
-            terminate()
-            await asyncio.wait(
-                {exited, failed}, timeout=GRACE_S, return_when=asyncio.FIRST_COMPLETED
-            )
+            grace_end = loop.time() + GRACE_S
+            while not (exited.done() or failed.done()) and loop.time() < grace_end:
+                terminate()
+                wait = min(_RESCAN_S, grace_end - loop.time())
+                await asyncio.wait(ended, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
         if out.error is not None:
             raise out.error
         return timed_out
@@ -407,10 +410,8 @@ class BwrapProvider:
                 fds.close(block_w)
                 if sandbox is not None:
                     fds.add(sandbox[0])
-                    terminate = proctree.in_pid_namespace(sandbox[2], spare=sandbox[1])
-                    timed_out = await _supervise(
-                        proc, out, deadline, lambda: proctree.send(terminate(), signal.SIGTERM)
-                    )
+                    tree = proctree.in_pid_namespace(sandbox[2], spare=sandbox[1])
+                    timed_out = await _supervise(proc, out, deadline, proctree.Terminator(tree))
             finally:
                 fds.close(block_w)
                 if sandbox is not None:
@@ -441,7 +442,7 @@ class BwrapProvider:
         """
         loop = asyncio.get_running_loop()
         try:
-            line = await asyncio.wait_for(status.readline(), max(0.0, deadline - loop.time()))
+            line = await asyncio.wait_for(status.readline(), max(_SETUP_S, deadline - loop.time()))
         except TimeoutError:
             return None
         if not line:
@@ -604,9 +605,7 @@ class LocalProvider:
             await out.attach("stderr", err_r)
             tree = proctree.marked(proc.pid, f"{MARKER}={token}".encode(), since)
             try:
-                timed_out = await _supervise(
-                    proc, out, deadline, lambda: proctree.send(tree(), signal.SIGTERM)
-                )
+                timed_out = await _supervise(proc, out, deadline, proctree.Terminator(tree))
             finally:
                 await proctree.kill_all(tree)
                 await _reap(proc)

@@ -136,6 +136,11 @@ async def test_timeout_keeps_partial_output(provider: Provider, checkout: Path) 
     assert o.duration_ms < (1 + sandbox.GRACE_S) * 1000, "it ended on SIGTERM: no grace wait"
 
 
+async def test_timeout_before_the_command_started(provider: Provider, checkout: Path) -> None:
+    o = await provider.run(checkout, Spawn(["sleep", "30"], timeout_s=0.001), Limits())
+    assert (o.timed_out, o.exit_code) == (True, 128 + 15)
+
+
 async def test_sigterm_ignored_then_killed(
     provider: Provider, checkout: Path, short_grace: None
 ) -> None:
@@ -247,6 +252,23 @@ async def test_on_output_failure_ends_the_command(provider: Provider, checkout: 
 
     with pytest.raises(RuntimeError, match="publish failed"):
         await provider.run(checkout, sh(f"echo hi; sleep {t}"), Limits(), on_output)
+    await assert_no_survivor(t)
+
+
+async def test_cancelled_run_leaves_nothing(provider: Provider, checkout: Path) -> None:
+    t = token()
+    started = asyncio.Event()
+
+    async def on_output(stream: StreamName, chunk: bytes) -> None:
+        started.set()
+
+    script = f"setsid sleep {t} & echo go; sleep {t}"
+    run = asyncio.create_task(provider.run(checkout, sh(script), Limits(), on_output))
+    await asyncio.wait_for(started.wait(), 10)
+    assert len(with_token(t)) >= 2
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
     await assert_no_survivor(t)
 
 
