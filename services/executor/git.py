@@ -419,7 +419,7 @@ class _Git:
         if rel is None:
             raise QuillError(
                 ErrorCode.INVALID_ARGUMENT,
-                f"{path} is outside the repository at /workspace/{self.repo}",
+                f"{path} is outside the repository at {_display(self.repo)}",
                 {"path": path},
             )
         return f":(top,literal){rel}"
@@ -489,7 +489,7 @@ def _resolve_dir(checkout: Path, workdir: str) -> Path | None:
         target = (root / workdir).resolve()
     except (OSError, RuntimeError):  # a symlink loop
         raise QuillError(
-            ErrorCode.FILE_NOT_FOUND, f"Cannot resolve /workspace/{workdir}", {"path": workdir}
+            ErrorCode.FILE_NOT_FOUND, f"Cannot resolve {_display(workdir)}", {"path": workdir}
         ) from None
     if not target.is_relative_to(root):
         raise QuillError(ErrorCode.ACCESS_DENIED, paths.ACCESS_DENIED_MESSAGE, {"path": workdir})
@@ -511,10 +511,13 @@ def _find_repo(checkout: Path, workdir: str) -> tuple[str, str]:
             if d == root:
                 break
     raise QuillError(
-        ErrorCode.FILE_NOT_FOUND,
-        f"Not a git repository: /workspace/{workdir}".rstrip("/"),
-        {"path": workdir},
+        ErrorCode.FILE_NOT_FOUND, f"Not a git repository: {_display(workdir)}", {"path": workdir}
     )
+
+
+def _display(path: str) -> str:
+    """A workspace path as agents see it."""
+    return f"/workspace/{path}" if path else "/workspace"
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -987,12 +990,12 @@ async def _clone(
     if target is not None and (not target.is_dir() or any(target.iterdir())):
         raise QuillError(
             ErrorCode.ALREADY_EXISTS,
-            f"/workspace/{g.workdir} is not an empty directory".replace("/ ", " "),
+            f"{_display(g.workdir)} is not an empty directory",
             {"path": g.workdir},
         )
-    name = _REMOTE.match(req.remote) and req.remote
-    if not name:
-        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid remote name: {req.remote!r}")
+    name = req.remote
+    if not _REMOTE.match(name):
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid remote name: {name!r}")
     with _scratch(scratch) as tmp:
         await _network(
             g, tmp, "", ["clone", "-q", "--bare", "--template=", remote.url, "clone.git"], remote
