@@ -437,6 +437,7 @@ async def test_hostile_repository(
         ("gpg.program", f"{ws}/gpg.sh"),
         ("filter.evil.clean", f"sh -c 'env > .git/filter.leak; touch {markers}/filter; cat'"),
         ("filter.evil.smudge", "cat"),
+        ("diff.evil.textconv", f"touch {markers}/textconv; cat"),
         ("core.hooksPath", ".git/hooks"),
         ("http.proxy", f"http://{evil.host}"),
         ("uploadpack.packObjectsHook", f"touch {markers}/packobjectshook; git"),
@@ -445,14 +446,15 @@ async def test_hostile_repository(
         ("remote.origin.uploadpack", f"touch {markers}/uploadpack; git-upload-pack"),
     ):
         await g.sh("git", "config", key, value)
-    write(ws, {".gitattributes": "*.txt filter=evil\n", "b.txt": "b\n"})
+    write(ws, {".gitattributes": "*.txt filter=evil diff=evil\n", "b.txt": "b\n"})
     (ws / "gpg.sh").write_text(f"#!/bin/sh\ntouch {markers}/gpg\n")
     (ws / "gpg.sh").chmod(0o755)
 
     committed = await g("commit", message="hostile")
     await g("status")
-    await g("diff")
-    await g("log")
+    write(ws, {"b.txt": "b2\n"})
+    assert "+b2" in (await g("diff")).output  # neither textconv nor diff.external ran
+    await g("log", path="b.txt")
     pushed = await g("push")
     await g("checkout", branch="other")
     await g("checkout", branch="main")
