@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -424,7 +425,7 @@ class Executor:
     ) -> tuple[int, rp.GitResult]:
         details.update(action=req.action, workdir=req.workdir, summary=f"git {req.action}")
         if req.url is not None:
-            details["url"] = req.url
+            details["url"] = without_userinfo(req.url)
         async with self._checkout(address) as live, self._at(live, address, req) as checkout:
             limits = checkout.limits
             timeout_ms = min(req.timeout_ms or DEFAULT_TIMEOUT_MS, limits.max_exec_ms)
@@ -456,6 +457,14 @@ class Executor:
         details.update(committed=bool(changes and changes.committed))
         version = changes.version if changes is not None else base
         return version, msgspec.structs.replace(result, changes=changes)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` masked (it is audited, and may carry a secret)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def _remove_tree(path: Path) -> None:
