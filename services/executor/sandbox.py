@@ -477,7 +477,7 @@ class BwrapProvider:
             with contextlib.suppress(OSError):  # it died already: bwrap says why
                 for kind in ("uid", "gid"):
                     _write(f"/proc/{pid}/{kind}_map", f"0 0 1\n{SANDBOX_UID} {HOST_UID} 1\n")
-            os.write(block_w, b"1")
+                os.write(block_w, b"1")
         return init, pid, int(report["pid-namespace"])
 
     def _user(self) -> list[str]:
