@@ -54,9 +54,9 @@ host network and files, ``ro_binds`` ignored, nothing killed if the executor die
 both leaves the session and clears its environment escapes, and as root RLIMIT_NPROC does not
 apply (no fork-bomb containment).
 
-Measured here (2 cores, Linux 6.18, root): ``true`` takes 1.3 ms as a bare asyncio subprocess,
-~6 ms through ``LocalProvider`` (prlimit, a /proc scan, the private HOME) and ~14 ms through
-``BwrapProvider`` (raw ``bwrap ... true`` alone: 6.6 ms). A bash fork bomb with the default
+Measured here (2 cores, Linux 6.18, root; medians): ``true`` takes 1.1 ms as a bare asyncio
+subprocess, 4.5 ms through ``LocalProvider`` (prlimit, a /proc scan, the private HOME) and 13 ms
+through ``BwrapProvider`` (raw ``bwrap ... true`` alone: 6.4 ms). A bash fork bomb with the default
 ``processes=512`` peaks at ~550 processes and is gone when ``run`` returns.
 """
 
