@@ -142,7 +142,10 @@ class Executor:
         }
 
     async def start(self) -> None:
-        (self.settings.data_dir / "checkouts").mkdir(parents=True, exist_ok=True)
+        # Only the executor may enter: files commands create belong to the sandbox's host uid.
+        for private in (self.settings.data_dir, self.settings.data_dir / "checkouts"):
+            private.mkdir(parents=True, exist_ok=True)
+            private.chmod(0o700)
         self._subs.append(
             await bus.serve(self.nc, self.subjects.all_exec, QUEUE_EXECUTOR, self.on_request)
         )

@@ -276,6 +276,9 @@ class Checkout:
                 reason = "symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
                 self._skip(out, rel, reason, file_sig(st))
                 continue
+            if st.st_mode & (stat.S_ISUID | stat.S_ISGID):  # never kept, never committed
+                os.chmod(self.tree / rel, stat.S_IMODE(st.st_mode) & 0o1777)
+                st = os.lstat(self.tree / rel)
             sig = file_sig(st)
             executable = bool(st.st_mode & 0o100)
             if tracked is not None and tracked.sha256 is not None:

@@ -144,3 +144,20 @@ async def test_many_files_are_one_event_and_a_reopened_checkout_resumes(
     await crashed.sync()
     assert crashed.version == 2 and not (crashed.tree / "dirty").exists()
     assert (crashed.tree / "gen/0007.txt").read_text() == "7\n" * 100
+
+
+async def test_setuid_bits_are_stripped_not_kept(
+    services: StartReader, quill: Quill, nc: NATS, checkout: Checkout
+) -> None:
+    await services("r1")
+    ws = quill.workspace(f"acme/{checkout.workspace}")
+    await ws.create()
+    await checkout.sync()
+    tool = checkout.tree / "tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o6755)
+    changes = await run_commit(quill, checkout, nc)
+    assert [p.path for p in changes.paths] == ["tool"]
+    assert tool.stat().st_mode & 0o7777 == 0o755
+    ws.last_version = changes.version
+    assert (await ws.stat("tool")).permissions == "755"
