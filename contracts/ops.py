@@ -289,7 +289,7 @@ _ALL: tuple[OpSpec, ...] = (
         rq.RunCommand,
         rp.CommandResult,
         "Run a shell command in the workspace's sandbox; the files it changes become one event.",
-        {"command": "python3 -m pytest -q", "workdir": "src", "timeout_ms": 60000},
+        {"command": "wc -l app.py && echo ok > check.log", "workdir": "src", "timeout_ms": 10000},
     ),
     _exec(
         "git",
@@ -297,7 +297,7 @@ _ALL: tuple[OpSpec, ...] = (
         rp.GitResult,
         "A structured git action (status, diff, commit, checkout, branch, log, push, pull, "
         "clone) on a repository in the workspace.",
-        {"action": "status"},
+        {"action": "log", "limit": 5},
     ),
 )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +16,18 @@ from contracts.subjects import Subjects
 from quill.natsserver import NatsServer
 from services.common import bus
 from services.common.runtime import Settings, start_service
+from services.executor.app import ExecutorConfig, start_executor
 from services.reader.app import Reader
 from services.writer.app import Writer
 
 TENANT, WORKSPACE = "acme", "demo"
 _TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 _HASH_KEYS = {"hash", "prev_hash", "last_hash"}
+_VARYING = {"duration_ms"}
 
 
 def mask(value: Any, key: str = "") -> Any:
-    """Replace what legitimately differs between runs (times, event hashes)."""
+    """Replace what legitimately differs between runs (times, event hashes, durations)."""
     if isinstance(value, dict):
         return {k: mask(v, k) for k, v in value.items()}
     if isinstance(value, list):
@@ -33,6 +36,8 @@ def mask(value: Any, key: str = "") -> Any:
         return "<time>"
     if key in _HASH_KEYS and isinstance(value, str):
         return "<hash>"
+    if key in _VARYING:
+        return "<varies>"
     return value
 
 
@@ -47,12 +52,13 @@ async def run_examples(nats_url: str) -> dict[str, Any]:
             subject = subjects.request(spec.kind, TENANT, WORKSPACE, spec.name)
             body = dict(spec.example)
             headers = {"Ws-Actor": "docs", "Ws-Request-Id": f"example-{spec.name}"}
-            if spec.kind == "qry":
+            if spec.kind in ("qry", "exec"):
                 body.setdefault("min_version", last)
+            if spec.kind == "qry":
                 headers.pop("Ws-Request-Id")
             msg = await nc.request(subject, json.dumps(body).encode(), timeout=10, headers=headers)
             reply = json.loads(msg.data)
-            if spec.kind == "cmd":
+            if spec.kind in ("cmd", "exec"):
                 last = max(last, reply.get("version") or 0)
             out[spec.key] = {"request": body, "reply": reply}
     finally:
@@ -61,21 +67,20 @@ async def run_examples(nats_url: str) -> dict[str, Any]:
 
 
 async def with_stack(fn: Any) -> Any:
-    """Run ``fn(nats_url)`` against a throw-away server, writer and reader."""
+    """Run ``fn(nats_url)`` against a throw-away server, writer, reader and executor."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         server = NatsServer(root / "nats").start()
         try:
             settings = Settings(nats_url=server.url, data_dir=root)
-            writer = await start_service(settings, "writer", Writer)
-            try:
+            async with AsyncExitStack() as stack:
+                writer = await start_service(settings, "writer", Writer)
+                stack.push_async_callback(writer.stop)
                 reader = await start_service(settings, "reader", Reader)
-                try:
-                    return await fn(server.url)
-                finally:
-                    await reader.stop()
-            finally:
-                await writer.stop()
+                stack.push_async_callback(reader.stop)
+                executor = await start_executor(settings, ExecutorConfig())
+                stack.push_async_callback(executor.stop)
+                return await fn(server.url)
         finally:
             server.stop()
 
