@@ -1,18 +1,19 @@
-"""``python -m bench [core] [search] [gateway]``: the benchmarks (all by default), each
-figure printed next to its baseline measured in the same run."""
+"""``python -m bench [core] [search] [gateway] [executor]``: the benchmarks (all by default),
+each figure printed next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
 
-from bench import core, gateway, search
+from bench import core, executor, gateway, search
 
 parser = argparse.ArgumentParser(prog="python -m bench")
-parser.add_argument("which", nargs="*", choices=["core", "search", "gateway"], help="Default: all.")
+PARTS = ["core", "search", "gateway", "executor"]
+parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
 parser.add_argument("--versions", type=int, default=10_000, help="Versions of the history file.")
 args = parser.parse_args()
-which = args.which or ["core", "search", "gateway"]
+which = args.which or PARTS
 if "core" in which:
     asyncio.run(core.main(args.seconds, args.versions, args.rounds))
     print()
@@ -21,3 +22,6 @@ if "search" in which:
     print()
 if "gateway" in which:
     asyncio.run(gateway.main(args.seconds, args.rounds))
+    print()
+if "executor" in which:
+    asyncio.run(executor.main())
