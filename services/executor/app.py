@@ -244,6 +244,16 @@ class Executor:
             task.cancel()
 
     # ------------------------------------------------------------------ checkouts
+    def _new_checkout(self, home: Path, address: Address) -> Checkout:
+        ws = self.quill.workspace(f"{address.tenant}/{address.workspace}")
+
+        async def fetch(path: str, version: int) -> bytes:
+            return await ws.read_bytes(path, version=version)
+
+        return Checkout(
+            home, address.tenant, address.workspace, self.js, self.subjects, self.blobs, fetch
+        )
+
     @contextlib.asynccontextmanager
     async def _checkout(self, address: Address) -> AsyncIterator[Checkout]:
         """The workspace's checkout, synced to the latest version, held exclusively."""
@@ -253,9 +263,7 @@ class Executor:
             checkout = self.checkouts.get(key)
             if checkout is None:
                 home = self.settings.data_dir / "checkouts" / address.tenant / address.workspace
-                checkout = Checkout(
-                    home, address.tenant, address.workspace, self.js, self.subjects, self.blobs
-                )
+                checkout = self._new_checkout(home, address)
                 await asyncio.to_thread(checkout.open)
                 self.checkouts[key] = checkout
             try:
@@ -287,7 +295,7 @@ class Executor:
             yield checkout
             return
         temp = self.settings.data_dir / "checkouts" / ".at" / self._nuid.next().decode()
-        past = Checkout(temp, address.tenant, address.workspace, self.js, self.subjects, self.blobs)
+        past = self._new_checkout(temp, address)
         try:
             await asyncio.to_thread(past.open)
             await past.sync(req.version)

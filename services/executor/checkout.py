@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +46,9 @@ IGNORE_FILE = ".quillignore"
 without ``/`` matches a name at any depth, as in ``.gitignore``)."""
 DEFAULT_IGNORE: tuple[str, ...] = tuple(p for p in DEFAULT_EXCLUSIONS if p != "**/.git/**")
 """WAP's default exclusions, except ``.git``: git state is versioned like any file."""
+
+Fetch = Callable[[str, int], Awaitable[bytes]]
+"""A file's content as of a version, from a reader: ``fetch(path, version)``."""
 
 Sig = tuple[int, int, int, int]
 """(size, mtime_ns, ctime_ns, inode): a file is re-read when any of them differs."""
@@ -107,8 +110,10 @@ class Checkout:
         js: JetStreamContext,
         subjects: Subjects,
         blobs: Blobs,
+        fetch: Fetch,
     ) -> None:
         self.home = home
+        self._fetch = fetch
         self.tree = home / "tree"
         self.tenant, self.workspace = tenant, workspace
         self._js, self._subject, self._blobs = js, subjects.evt(tenant, workspace), blobs
@@ -179,15 +184,37 @@ class Checkout:
             if isinstance(event, WorkspaceCreated):
                 self.manifest.limits = event.limits
             elif isinstance(event, ChangesCommitted):
-                contents = {}
-                for change in event.changes:
-                    if isinstance(change, PutFile) and change.blob:
-                        if not self._holds(change.path, change.sha256):
-                            contents[change.sha256] = await self._blobs.get(change.sha256)
+                contents = await self._contents(event)
                 for change in event.changes:
                     self._apply(change, contents)
             self.manifest.version, self.manifest.seq = event.version, item.seq
         self.save()
+
+    async def _contents(self, event: ChangesCommitted) -> dict[str, bytes]:
+        """The contents ``event``'s puts do not carry inline, by sha256: a blob from WS_BLOBS;
+        for a move or a restore (a put naming content the log carried before), a file the
+        checkout already holds with that content, else the file as a reader has it."""
+        wanted: dict[str, PutFile] = {}
+        for change in event.changes:
+            if not isinstance(change, PutFile) or change.text is not None or change.data:
+                continue
+            if change.size and not self._holds(change.path, change.sha256):
+                wanted.setdefault(change.sha256, change)
+        if not wanted:
+            return {}
+        held = {t.sha256: p for p, t in self.manifest.paths.items() if t.sha256 in wanted}
+        contents: dict[str, bytes] = {}
+        for sha, change in wanted.items():
+            path = held.get(sha)
+            if path is not None and self._holds(path, sha):
+                contents[sha] = (self.tree / path).read_bytes()
+            elif change.blob:
+                contents[sha] = await self._blobs.get(sha)
+            else:
+                contents[sha] = await self._fetch(change.path, event.version)
+            if hashlib.sha256(contents[sha]).hexdigest() != sha:
+                raise RuntimeError(f"content of {change.path} at v{event.version} is not {sha}")
+        return contents
 
     def _holds(self, path: str, sha256: str) -> bool:
         """True if ``tree/path`` is already this content (our own capture coming back)."""
@@ -226,10 +253,10 @@ class Checkout:
         else:
             if change.text is not None:
                 data = change.text.encode("utf-8", "surrogatepass")
-            elif change.blob:
-                data = contents[change.sha256]
+            elif change.data:
+                data = change.data
             else:
-                data = change.data or b""
+                data = contents.get(change.sha256, b"")  # by reference (or empty)
             _write(target, data, mode)
         sig = file_sig(os.lstat(target))
         paths[change.path] = Tracked(change.sha256, change.executable, sig)

@@ -20,9 +20,14 @@ from services.executor.commit import commit
 from tests.conftest import StartReader
 
 
-def open_checkout(nc: NATS, home: Path, workspace: str) -> Checkout:
+def open_checkout(nc: NATS, home: Path, workspace: str, quill: Quill | None = None) -> Checkout:
     js = nc.jetstream()
-    co = Checkout(home, "acme", workspace, js, Subjects(), Blobs(js))
+
+    async def fetch(path: str, version: int) -> bytes:
+        assert quill is not None, "this test needs no reader"
+        return await quill.workspace(f"acme/{workspace}").read_bytes(path, version=version)
+
+    co = Checkout(home, "acme", workspace, js, Subjects(), Blobs(js), fetch)
     co.open()
     return co
 
@@ -161,3 +166,29 @@ async def test_setuid_bits_are_stripped_not_kept(
     assert tool.stat().st_mode & 0o7777 == 0o755
     ws.last_version = changes.version
     assert (await ws.stat("tool")).permissions == "755"
+
+
+async def test_moves_and_restores_bring_their_content(
+    services: StartReader, quill: Quill, nc: NATS, tmp_path: Path
+) -> None:
+    """A move or a restore names content the log carried before (by sha256, no bytes)."""
+    await services("r1")
+    ws = quill.workspace("acme/refs")
+    await ws.create()
+    await ws.write("a.txt", "first\n")
+    await ws.write("b.txt", "bee\n")
+    v = ws.last_version
+    await ws.write("a.txt", "second\n")
+    await ws.move("b.txt", "moved/b.txt")
+    await ws.restore(v, "a.txt")  # back to "first", content by reference
+    fresh = open_checkout(nc, tmp_path / "fresh", "refs", quill)  # from nothing: by a reader
+    await fresh.sync()
+    assert (fresh.tree / "a.txt").read_text() == "first\n"
+    assert (fresh.tree / "moved/b.txt").read_text() == "bee\n"
+    assert not (fresh.tree / "b.txt").exists() and fresh.capture().changes == []
+
+    # A move of a file the checkout holds needs no reader: the bytes are on its disk.
+    own = open_checkout(nc, tmp_path / "fresh", "refs")  # reopened, without a reader
+    await ws.move("a.txt", "c.txt")
+    await own.sync()
+    assert (own.tree / "c.txt").read_text() == "first\n" and not (own.tree / "a.txt").exists()

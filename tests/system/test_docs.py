@@ -60,6 +60,11 @@ def test_readme_tour(up: Up) -> None:
     assert out["restore"].startswith("restored notes/done.md to version 4")
     assert run(f"{quill} cat acme/demo notes/done.md") == "# TODO\n- ship quill\n- write docs\n"
 
+    shell = next(b for b in blocks(README, "bash") if "quill exec" in b)
+    outputs = [run(line) for line in shell.strip().splitlines()]
+    assert outputs[0].endswith("notes/done.md\n2\n") or "done.md" in outputs[0]
+    assert outputs[3].split()[3:] == ["alice", "start"]
+
     curl = next(b for b in blocks(README, "bash") if "curl" in b)
     answer = json.loads(run(curl.replace("http://127.0.0.1:8080", up.http_url)))
     assert answer["result"]["isError"] is False
