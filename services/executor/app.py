@@ -69,7 +69,7 @@ class ExecutorConfig:
     processes: int = 512
     file_bytes: int = 1024**3
     credentials: Path | None = None
-    """TOML file of git credentials (see ``services/executor/git.py``)."""
+    """TOML file of git credentials (see ``services/executor/git/``)."""
 
 
 @dataclass
