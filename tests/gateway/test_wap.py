@@ -13,13 +13,21 @@ WAP_TOOLS = {
     "modifyFile",
     "searchFiles",
     "getWorkspaceInfo",
+    "executeCommand",
 }
 
 
 async def test_wap_offers_the_camel_case_tools(gateway: Gateway) -> None:
     async with mcp_client(gateway.url, "/mcp/wap") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == WAP_TOOLS  # executeCommand does not exist yet
+    assert set(tools) == WAP_TOOLS
+    assert set(tools["executeCommand"].input_schema["properties"]) == {
+        "command",
+        "workingDirectory",
+        "timeout",
+        "environment",
+        "workspace",
+    }
     assert set(tools["readFile"].input_schema["properties"]) == {
         "path",
         "startLine",
