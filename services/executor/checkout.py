@@ -17,6 +17,7 @@ into an ignored directory that holds nothing from the log.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -31,7 +32,14 @@ from nats.js import JetStreamContext
 
 from contracts import requests as rq
 from contracts.errors import QuillError
-from contracts.events import ChangesCommitted, MakeDir, PutFile, Remove, WorkspaceCreated
+from contracts.events import (
+    AnyChange,
+    ChangesCommitted,
+    MakeDir,
+    PutFile,
+    Remove,
+    WorkspaceCreated,
+)
 from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
 from contracts.paths import ancestors
 from contracts.subjects import Subjects
@@ -185,10 +193,10 @@ class Checkout:
                 self.manifest.limits = event.limits
             elif isinstance(event, ChangesCommitted):
                 contents = await self._contents(event)
-                for change in event.changes:
-                    self._apply(change, contents)
+                # File work off the event loop: a large event must not stall heartbeats.
+                await asyncio.to_thread(self._apply_all, event.changes, contents)
             self.manifest.version, self.manifest.seq = event.version, item.seq
-        self.save()
+        await asyncio.to_thread(self.save)
 
     async def _contents(self, event: ChangesCommitted) -> dict[str, bytes]:
         """The contents ``event``'s puts do not carry inline, by sha256: a blob from WS_BLOBS;
@@ -225,6 +233,10 @@ class Checkout:
             return file_sig(os.lstat(self.tree / path)) == tracked.sig
         except OSError:
             return False
+
+    def _apply_all(self, changes: list[AnyChange], contents: dict[str, bytes]) -> None:
+        for change in changes:
+            self._apply(change, contents)
 
     def _apply(self, change: PutFile | MakeDir | Remove, contents: dict[str, bytes]) -> None:
         target = self.tree / change.path
