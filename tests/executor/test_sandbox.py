@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from services.executor import sandbox, seccomp
+from services.executor import sandbox
 from services.executor.sandbox import (
     BwrapProvider,
     Limits,
@@ -28,6 +28,8 @@ from services.executor.sandbox import (
     SandboxError,
     Spawn,
     StreamName,
+    common,
+    seccomp,
 )
 
 WHY_NO_BWRAP = sandbox.probe_bwrap()
@@ -57,7 +59,7 @@ def checkout(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox, "GRACE_S", 1.0)
+    monkeypatch.setattr(common, "GRACE_S", 1.0)  # read there, at each run
 
 
 def sh(script: str, **kw: object) -> Spawn:

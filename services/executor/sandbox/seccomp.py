@@ -1,6 +1,6 @@
 """A seccomp filter for the bwrap sandbox: no setuid or setgid bit through chmod.
 
-Only ``sandbox`` uses this module. The sandboxed command keeps CAP_FOWNER in its user namespace
+Only ``bwrap`` uses this module. The sandboxed command keeps CAP_FOWNER in its user namespace
 so that it can chmod the checkout's root-owned files; without this filter it could also make one
 of them setuid root on the host (write a program into it, ``chmod 4755``). ``chmod``,
 ``fchmod``, ``fchmodat`` and ``fchmodat2`` with S_ISUID or S_ISGID in the mode fail with EPERM;

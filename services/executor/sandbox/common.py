@@ -1,0 +1,139 @@
+"""What both providers share: the command's environment, workdir and limits, the timeout
+(``supervise``) and the ``Outcome``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import posixpath
+import shutil
+import time
+from collections.abc import Callable, Mapping
+
+from services.executor.sandbox import proctree
+from services.executor.sandbox.interface import Limits, Outcome, SandboxError
+
+GRACE_S = 5.0
+"""Between SIGTERM and SIGKILL on a timeout."""
+
+SANDBOX_USER = "quill"
+PATH = "/usr/local/bin:/usr/bin:/bin"
+"""The command's PATH, and where ``prlimit`` and ``setpriv`` are looked up."""
+DRAIN_S = 2.0
+"""Longest wait for the rest of the output once the command has ended."""
+
+_RESCAN_S = 0.1
+
+
+def environment(home: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """The command's whole environment: a clean base, then ``extra`` (never the executor's)."""
+    base = {
+        "PATH": PATH,
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "USER": SANDBOX_USER,
+        "LOGNAME": SANDBOX_USER,
+    }
+    return base | dict(extra)
+
+
+def workdir(relative: str) -> str:
+    """``relative`` normalised ("" for the root).
+
+    Raises:
+        SandboxError: it is absolute or leaves the checkout.
+    """
+    norm = posixpath.normpath(relative or ".")
+    if norm.startswith("/") or norm == ".." or norm.startswith("../"):
+        raise SandboxError(f"workdir {relative!r} is outside the checkout")
+    return "" if norm == "." else norm
+
+
+def prlimit_argv(limits: Limits) -> list[str]:
+    """util-linux prlimit setting ``limits`` (soft = hard, but CPU: SIGXCPU a second before
+    SIGKILL) and no core dumps, then exec'ing what follows."""
+    return [
+        shutil.which("prlimit", path=PATH) or "prlimit",
+        f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
+        f"--data={limits.memory_bytes}",
+        f"--nproc={limits.processes}",
+        f"--fsize={limits.file_bytes}",
+        f"--nofile={limits.open_files}",
+        "--core=0",
+        "--",
+    ]
+
+
+def exit_code(returncode: int) -> int:
+    """An ``Outcome.exit_code`` from a ``returncode`` (negative: killed by that signal)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def memfd(name: str, data: str | bytes) -> int:
+    """An anonymous file holding ``data``, positioned at its start."""
+    fd = os.memfd_create(name)
+    view = memoryview(data.encode() if isinstance(data, str) else data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+async def supervise(
+    proc: asyncio.subprocess.Process,
+    out: proctree.Output,
+    deadline: float,
+    terminate: Callable[[], None],
+) -> bool:
+    """Wait for ``proc`` until ``deadline``; then SIGTERM the tree (``terminate``, again every
+    ``_RESCAN_S`` for processes that appeared since) for up to GRACE_S.
+
+    Returns whether it timed out; the caller kills what is left.
+
+    Raises:
+        Exception: what ``on_output`` raised.
+    """
+    loop = asyncio.get_running_loop()
+    exited = asyncio.ensure_future(proc.wait())
+    failed = asyncio.ensure_future(out.failed.wait())
+    ended = {exited, failed}
+    try:
+        await asyncio.wait(
+            ended, timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
+        )
+        timed_out = not exited.done() and not failed.done()
+        if timed_out:
+            grace_end = loop.time() + GRACE_S
+            while not (exited.done() or failed.done()) and loop.time() < grace_end:
+                terminate()
+                wait = min(_RESCAN_S, grace_end - loop.time())
+                await asyncio.wait(ended, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        if out.error is not None:
+            raise out.error
+        return timed_out
+    finally:
+        failed.cancel()
+        exited.cancel()
+
+
+def outcome(out: proctree.Output, exit_code: int, timed_out: bool, started: float) -> Outcome:
+    """The ``Outcome`` of a command started at ``started`` (``time.monotonic()``)."""
+    return Outcome(
+        exit_code=exit_code,
+        stdout=bytes(out.kept["stdout"]),
+        stderr=bytes(out.kept["stderr"]),
+        stdout_bytes=out.counts["stdout"],
+        stderr_bytes=out.counts["stderr"],
+        timed_out=timed_out,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+async def reap(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL ``proc`` (if it still runs) and wait for it."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    await proc.wait()

@@ -1,0 +1,80 @@
+"""What a sandbox provider is: the ``Provider`` protocol, what it takes and what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+StreamName = Literal["stdout", "stderr"]
+OnOutput = Callable[[StreamName, bytes], Awaitable[None]]
+"""Called with each chunk of output as it is read (never concurrently for one command)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits of one command's process tree."""
+
+    cpu_s: int = 600
+    """CPU seconds (RLIMIT_CPU)."""
+    memory_bytes: int = 4 * 1024**3
+    """Data segment and heap (RLIMIT_DATA)."""
+    processes: int = 512
+    """Processes and threads (RLIMIT_NPROC, in the sandbox's user namespace)."""
+    file_bytes: int = 1024**3
+    """Largest file it may write (RLIMIT_FSIZE)."""
+    open_files: int = 1024
+    """RLIMIT_NOFILE."""
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """One process to run."""
+
+    argv: list[str]
+    """E.g. ``["bash", "-c", command]`` or ``["git", "status", "--porcelain=v2"]``."""
+    workdir: str = ""
+    """Relative to the checkout's root ("" is the root)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Added to the sandbox's base environment (PATH, HOME=/tmp, LANG=C.UTF-8, ...)."""
+    timeout_s: float = 30.0
+    output_cap: int = 50 * 1024
+    """Bytes of each stream kept in the Outcome."""
+    network: bool = False
+    """Give the process the host's network (only the git transport needs it)."""
+    ro_binds: tuple[tuple[Path, str], ...] = ()
+    """Extra host paths to show read-only: (host path, path inside the sandbox)."""
+    stdin: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    exit_code: int
+    """The exit status; ended by a signal: 128 + the signal number."""
+    stdout: bytes
+    """The first ``output_cap`` bytes."""
+    stderr: bytes
+    stdout_bytes: int
+    """Bytes written in all."""
+    stderr_bytes: int
+    timed_out: bool
+    duration_ms: int
+
+
+class SandboxError(Exception):
+    """The sandbox itself could not start the command (not the command failing)."""
+
+
+class Provider(Protocol):
+    name: str
+
+    async def run(
+        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
+    ) -> Outcome:
+        """Run ``spawn`` against ``checkout``.
+
+        Raises:
+            SandboxError: the sandbox could not start it.
+        """
+        ...

@@ -1,0 +1,83 @@
+"""``LocalProvider`` ("local"): a command as a plain process; no sandbox (the package says why).
+
+Its processes are those started after it that are in its session or carry its random
+``QUILL_EXEC_TOKEN`` in their environment (found in /proc, so ``setsid`` does not hide them);
+they are killed when the command ends or times out. No subreaper: it would make the whole
+executor the parent of every orphan, for no better way to tell whose they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from services.executor.sandbox import common, proctree
+from services.executor.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+
+MARKER = "QUILL_EXEC_TOKEN"
+"""Environment variable tagging a local command's processes."""
+
+
+class LocalProvider:
+    """Runs commands as plain processes (see the module docstring)."""
+
+    name = "local"
+
+    async def run(
+        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
+    ) -> Outcome:
+        started = time.monotonic()
+        deadline = asyncio.get_running_loop().time() + spawn.timeout_s
+        cwd = checkout / common.workdir(spawn.workdir)
+        token = secrets.token_hex(16)
+        out = proctree.Output(spawn.output_cap, on_output)
+        home = tempfile.mkdtemp(prefix="quill-home-")
+        try:
+            env = common.environment(home, spawn.env) | {MARKER: token}
+            stdin = common.memfd("stdin", spawn.stdin) if spawn.stdin is not None else None
+            since = proctree.ticks_now() - 1
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *common.prlimit_argv(limits),
+                    *spawn.argv,
+                    stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                    stdout=out_w,
+                    stderr=err_w,
+                    cwd=cwd,
+                    env=env,
+                    start_new_session=True,
+                )
+            except (OSError, ValueError) as e:
+                _close(out_r)
+                _close(err_r)
+                raise SandboxError(f"cannot start {spawn.argv[:1]} in {cwd}: {e}") from e
+            finally:
+                for end in (out_w, err_w, stdin):
+                    if end is not None:
+                        os.close(end)
+            await out.attach("stdout", out_r)
+            await out.attach("stderr", err_r)
+            tree = proctree.marked(proc.pid, f"{MARKER}={token}".encode(), since)
+            try:
+                timed_out = await common.supervise(proc, out, deadline, proctree.Terminator(tree))
+            finally:
+                await proctree.kill_all(tree)
+                await common.reap(proc)
+                await out.finish(common.DRAIN_S)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+        return common.outcome(out, common.exit_code(proc.returncode or 0), timed_out, started)
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
