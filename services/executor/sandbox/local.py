@@ -23,6 +23,7 @@ from services.executor.sandbox.interface import Limits, OnOutput, Outcome, Sandb
 
 MARKER = "QUILL_EXEC_TOKEN"
 """Environment variable tagging a local command's processes."""
+LOCAL_QUIET_SCANS = 3
 
 
 class LocalProvider:
@@ -70,7 +71,9 @@ class LocalProvider:
             try:
                 timed_out = await common.supervise(proc, out, deadline, proctree.Terminator(tree))
             finally:
-                await proctree.kill_all(tree)
+                # Marks are read from /proc/<pid>/environ, which can read empty while a
+                # process execs: only several empty scans in a row mean none is left.
+                await proctree.kill_all(tree, quiet_scans=LOCAL_QUIET_SCANS)
                 await common.reap(proc)
                 await out.finish(common.DRAIN_S)
         finally:

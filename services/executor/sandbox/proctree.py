@@ -156,13 +156,22 @@ def _resolve(loop: asyncio.AbstractEventLoop, fd: int, future: asyncio.Future[No
         future.set_result(None)
 
 
-async def kill_all(find: Finder, rounds: int = 50, timeout: float = 5.0) -> None:
+async def kill_all(
+    find: Finder, rounds: int = 50, timeout: float = 5.0, quiet_scans: int = 1
+) -> None:
     """SIGKILL every process ``find`` returns, wait for them to die, repeat until none is left
-    (a process may fork between the scan and the signal)."""
+    (a process may fork between the scan and the signal) in ``quiet_scans`` scans in a row,
+    ``QUIET_GAP_S`` apart (a process in the middle of ``execve`` can read as unmarked)."""
+    quiet = 0
     for _ in range(rounds):
         pidfds = [process.fd for process in find()]
         if not pidfds:
-            return
+            quiet += 1
+            if quiet >= quiet_scans:
+                return
+            await asyncio.sleep(QUIET_GAP_S)
+            continue
+        quiet = 0
         try:
             for fd in pidfds:
                 with contextlib.suppress(ProcessLookupError):
@@ -171,6 +180,9 @@ async def kill_all(find: Finder, rounds: int = 50, timeout: float = 5.0) -> None
         finally:
             for fd in pidfds:
                 os.close(fd)
+
+
+QUIET_GAP_S = 0.003
 
 
 class Output:
