@@ -31,11 +31,11 @@ def bare_true(n: int) -> list[float]:
 async def pool_true(quill: Quill, name: str, n: int) -> list[float]:
     ws = quill.workspace(name)
     await ws.create(exist_ok=True)
-    await ws.run("true")  # warm: the checkout exists
+    await ws.exec("true")  # warm: the checkout exists
     samples = []
     for _ in range(n):
         t0 = time.perf_counter()
-        await ws.run("true")
+        await ws.exec("true")
         samples.append(time.perf_counter() - t0)
     return samples
 
@@ -46,11 +46,11 @@ async def capture(quill: Quill, name: str, rounds: int) -> tuple[list[float], li
     ws, other = quill.workspace(name), quill.workspace(name + "-apply")
     await ws.create(exist_ok=True)
     await other.create(exist_ok=True)
-    await ws.run(f"mkdir -p m && for i in $(seq {FILES}); do echo 0 > m/$i.txt; done")
+    await ws.exec(f"mkdir -p m && for i in $(seq {FILES}); do echo 0 > m/$i.txt; done")
     ours, theirs = [], []
     for r in range(1, rounds + 1):
         t0 = time.perf_counter()
-        done = await ws.run(f"for f in m/*.txt; do echo {r} > $f; done")
+        done = await ws.exec(f"for f in m/*.txt; do echo {r} > $f; done")
         ours.append(time.perf_counter() - t0 - done.duration_ms / 1000)
         assert done.changes.total == FILES, done.changes
         changes = [rq.PutChange(path=f"m/{i}.txt", content=f"{r}\n") for i in range(1, FILES + 1)]

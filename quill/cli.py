@@ -871,7 +871,7 @@ async def exec_(
         out.write(chunk)
         out.flush()
 
-    r = await ws.run(
+    r = await ws.exec(
         line,
         workdir=workdir,
         timeout_ms=int(timeout_s * 1000) if timeout_s is not None else None,

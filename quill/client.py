@@ -611,7 +611,7 @@ class Workspace:
         return await self._qry("diff", body, rp.Diff)
 
     # ------------------------------------------------------------------ exec
-    async def run(
+    async def exec(
         self,
         command: str,
         *,

@@ -325,7 +325,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         workspace: str | None,
     ) -> CallToolResult:
         async def go(ws: Workspace) -> Done:
-            r = await ws.run(command, workdir=workdir, timeout_ms=timeout_ms, env=env)
+            r = await ws.exec(command, workdir=workdir, timeout_ms=timeout_ms, env=env)
             return Done(texts.command_text(r), builtins(r))
 
         return await tools.call(ctx, tool, go, path=workdir or None, workspace=workspace)

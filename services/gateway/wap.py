@@ -324,7 +324,9 @@ def build(access: Access) -> MCPServer:
         workspace: WorkspaceName = None,
     ) -> CallToolResult:
         async def go(ws: Workspace) -> Done:
-            r = await ws.run(command, workdir=workingDirectory, timeout_ms=timeout, env=environment)
+            r = await ws.exec(
+                command, workdir=workingDirectory, timeout_ms=timeout, env=environment
+            )
             return reply(
                 {
                     "stdout": r.stdout,

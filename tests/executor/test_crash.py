@@ -53,7 +53,7 @@ async def test_an_executor_killed_mid_command(nats_url: str, tmp_path: Path) -> 
         try:
             writing = asyncio.Event()
             run = asyncio.create_task(
-                ws.run(
+                ws.exec(
                     "for i in $(seq 1000); do echo $i > f$i; echo $i; sleep 0.02; done",
                     timeout_ms=60_000,
                     on_output=lambda *_: writing.set(),
@@ -76,7 +76,7 @@ async def test_an_executor_killed_mid_command(nats_url: str, tmp_path: Path) -> 
 
         second = await executor_process(quill, tmp_path / "executor")
         try:
-            listing = await ws.run("ls")
+            listing = await ws.exec("ls")
             assert listing.stdout == "kept.txt\n"  # the dirty checkout was rebuilt
             assert not listing.changes.committed
         finally:

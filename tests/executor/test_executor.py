@@ -82,12 +82,12 @@ def comparable(result: rp.CommandResult) -> dict[str, object]:
 async def test_success(stack: StartExecutor, quill: Quill, name: str, provider: str) -> None:
     await stack()
     ws = await workspace(quill, name)
-    r = await ws.run('echo "hello"')
+    r = await ws.exec('echo "hello"')
     assert (r.stdout, r.stderr, r.exit_code, r.timed_out) == ("hello\n", "", 0, False)
     assert not r.changes.committed and r.changes.version == r.changes.base_version
     # Only bwrap shows the checkout at /workspace (local has no mount namespace).
     where = "/workspace" if provider == "bwrap" else "."
-    listing = await ws.run(f"ls -la {where}", workdir="/workspace")
+    listing = await ws.exec(f"ls -la {where}", workdir="/workspace")
     assert listing.exit_code == 0 and "src" in listing.stdout and "old.txt" in listing.stdout
 
 
@@ -120,7 +120,7 @@ async def test_both_providers_answer_identically(nats_url: str, tmp_path: Path) 
                 await start_executor(one, nats_url, tmp_path / provider, config)
                 ws = await workspace(quill, f"acme/same-{provider}")
                 answers[provider] = [
-                    comparable(await ws.run(command, **options))  # type: ignore[arg-type]
+                    comparable(await ws.exec(command, **options))  # type: ignore[arg-type]
                     for command, options in SAME_EVERYWHERE
                 ]
     assert answers["bwrap"] == answers["local"]
@@ -133,19 +133,19 @@ async def test_non_zero_exit_is_a_result_with_both_streams(
 ) -> None:
     await stack()
     ws = await workspace(quill, name)
-    r = await ws.run("echo out; echo err >&2; exit 3")
+    r = await ws.exec("echo out; echo err >&2; exit 3")
     assert (r.exit_code, r.stdout, r.stderr) == (3, "out\n", "err\n")
-    missing = await ws.run("no-such-command-here")
+    missing = await ws.exec("no-such-command-here")
     assert missing.exit_code == 127 and "not found" in missing.stderr
 
 
 async def test_timeout_keeps_partial_output(stack: StartExecutor, quill: Quill, name: str) -> None:
     await stack()
     ws = await workspace(quill, name)
-    r = await ws.run("echo started; echo warn >&2; sleep 60; echo never", timeout_ms=1000)
+    r = await ws.exec("echo started; echo warn >&2; sleep 60; echo never", timeout_ms=1000)
     assert r.timed_out and r.exit_code == 128 + 15
     assert (r.stdout, r.stderr) == ("started\n", "warn\n")
-    stubborn = await ws.run("trap '' TERM; echo stubborn; sleep 60", timeout_ms=500)
+    stubborn = await ws.exec("trap '' TERM; echo stubborn; sleep 60", timeout_ms=500)
     assert stubborn.timed_out and stubborn.exit_code == 128 + 9 and stubborn.stdout == "stubborn\n"
     assert stubborn.duration_ms >= 5000  # SIGTERM was ignored: SIGKILL came after the grace
 
@@ -154,9 +154,9 @@ async def test_workdir(stack: StartExecutor, quill: Quill, name: str) -> None:
     await stack()
     ws = await workspace(quill, name)
     for workdir in ("src", "/workspace/src"):
-        r = await ws.run("ls", workdir=workdir)
+        r = await ws.exec("ls", workdir=workdir)
         assert r.stdout.split() == ["app.py"]
-    await ws.run("echo made > here.txt", workdir="src")
+    await ws.exec("echo made > here.txt", workdir="src")
     assert await ws.read_text("src/here.txt") == "made\n"
     for bad, code in (
         ("../etc", ErrorCode.ACCESS_DENIED),
@@ -165,7 +165,7 @@ async def test_workdir(stack: StartExecutor, quill: Quill, name: str) -> None:
         ("old.txt", ErrorCode.NOT_A_DIRECTORY),
     ):
         with pytest.raises(QuillError) as info:
-            await ws.run("true", workdir=bad)
+            await ws.exec("true", workdir=bad)
         assert info.value.code == code, bad
 
 
@@ -174,10 +174,10 @@ async def test_output_over_50kb_is_cut_and_counted(
 ) -> None:
     await stack()
     ws = await workspace(quill, name)
-    r = await ws.run("head -c 200000 /dev/zero | tr '\\0' a; echo small >&2")
+    r = await ws.exec("head -c 200000 /dev/zero | tr '\\0' a; echo small >&2")
     assert r.stdout == "a" * 51200 and r.stdout_truncated and r.stdout_bytes == 200_000
     assert r.stderr == "small\n" and not r.stderr_truncated and r.stderr_bytes == 6
-    utf8 = await ws.run("printf '\\xff\\xfeok'; printf '%.0s\\xc3\\xa9' $(seq 30000)")
+    utf8 = await ws.exec("printf '\\xff\\xfeok'; printf '%.0s\\xc3\\xa9' $(seq 30000)")
     assert utf8.stdout.startswith("\ufffd\ufffdok") and utf8.stdout_truncated
     assert not utf8.stdout.endswith("\ufffd")  # a character cut by the cap is dropped
 
@@ -189,7 +189,7 @@ async def test_live_output_reaches_the_caller(
     ws = await workspace(quill, name)
     chunks: list[tuple[str, bytes]] = []
     script = "for i in $(seq 5); do echo line $i; echo oops $i >&2; done"
-    r = await ws.run(script, on_output=lambda stream, data: chunks.append((stream, data)))
+    r = await ws.exec(script, on_output=lambda stream, data: chunks.append((stream, data)))
     out = b"".join(d for s, d in chunks if s == "stdout").decode()
     err = b"".join(d for s, d in chunks if s == "stderr").decode()
     assert (out, err) == (r.stdout, r.stderr) and out.count("line") == 5
@@ -206,7 +206,7 @@ async def test_changes_become_one_event_by_the_caller(
     try:
         ws = await workspace(quill, name)
         before = ws.last_version
-        r = await ws.run(
+        r = await ws.exec(
             "mkdir -p out && echo built > out/app.bin && rm old.txt && "
             "printf '\\x00\\x01' > blob.dat && chmod +x src/app.py"
         )
@@ -224,7 +224,7 @@ async def test_changes_become_one_event_by_the_caller(
         assert (await ws.stat("src/app.py")).permissions == "755"
         event = (await ws.history(limit=1)).revisions[0]
         assert (event.actor, event.version) == ("agent-7", changes.version)
-        again = await ws.run("cat out/app.bin")  # the next command sees it all
+        again = await ws.exec("cat out/app.bin")  # the next command sees it all
         assert again.stdout == "built\n" and not again.changes.committed
     finally:
         await quill.close()
@@ -235,7 +235,7 @@ async def test_ten_thousand_files_are_one_event(
 ) -> None:
     await stack()
     ws = await workspace(quill, name)
-    r = await ws.run("mkdir gen && cd gen && for i in $(seq 10000); do echo $i > f$i; done")
+    r = await ws.exec("mkdir gen && cd gen && for i in $(seq 10000); do echo $i > f$i; done")
     assert r.exit_code == 0 and r.changes.committed and r.changes.total == 10_000
     assert r.changes.version == r.changes.base_version + 1
     assert await ws.read_text("gen/f9999") == "9999\n"
@@ -247,16 +247,16 @@ async def test_ignored_paths_stay_out_of_history(
 ) -> None:
     await stack()
     ws = await workspace(quill, name)
-    r = await ws.run(
+    r = await ws.exec(
         "mkdir -p node_modules/dep __pycache__ && echo x > node_modules/dep/i.js && "
         "echo y > __pycache__/a.pyc && echo z > kept.txt && ln -s /etc/passwd link"
     )
     assert [p.path for p in r.changes.paths] == ["kept.txt"]
     assert r.changes.ignored == ["__pycache__", "node_modules"]
     assert [(s.path, s.reason) for s in r.changes.skipped] == [("link", "symlink")]
-    later = await ws.run("cat node_modules/dep/i.js")  # still there for the next command
+    later = await ws.exec("cat node_modules/dep/i.js")  # still there for the next command
     assert later.stdout == "x\n"
-    own = await ws.run(
+    own = await ws.exec(
         "printf '# ours\\nlogs/\\n*.tmp\\n' > .quillignore && mkdir -p logs a && "
         "echo l > logs/1 && echo t > a/x.tmp && echo n > node_modules/more.js"
     )
@@ -270,8 +270,8 @@ async def test_two_commands_on_one_workspace_at_once(
     await stack()
     ws = await workspace(quill, name)
     first, second = await asyncio.gather(
-        ws.run("echo a > a.txt; sleep 0.5; cat b.txt 2>/dev/null; true"),
-        ws.run("echo b > b.txt"),
+        ws.exec("echo a > a.txt; sleep 0.5; cat b.txt 2>/dev/null; true"),
+        ws.exec("echo b > b.txt"),
     )
     assert first.changes.committed and second.changes.committed
     assert first.changes.version != second.changes.version
@@ -283,12 +283,12 @@ async def test_a_run_against_an_old_version(stack: StartExecutor, quill: Quill, 
     ws = await workspace(quill, name)
     v = ws.last_version
     await ws.write("src/app.py", "print('changed')\n")
-    old = await ws.run("cat src/app.py; echo fix > fix.txt", version=v)
+    old = await ws.exec("cat src/app.py; echo fix > fix.txt", version=v)
     assert old.stdout == "print('hi')\n" and old.changes.base_version == v
     assert old.changes.committed and await ws.read_text("fix.txt") == "fix\n"
     assert await ws.read_text("src/app.py") == "print('changed')\n"
     with pytest.raises(QuillError) as info:
-        await ws.run("true", version=999)
+        await ws.exec("true", version=999)
     assert info.value.code == ErrorCode.INVALID_ARGUMENT
 
 
@@ -303,10 +303,10 @@ async def test_a_busy_executor_refuses_rather_than_queues(
     try:
         ws = await workspace(quill, name)
         started = asyncio.Event()
-        long = asyncio.create_task(ws.run("echo go; sleep 3", on_output=lambda *_: started.set()))
+        long = asyncio.create_task(ws.exec("echo go; sleep 3", on_output=lambda *_: started.set()))
         await asyncio.wait_for(started.wait(), 10)
         with pytest.raises(QuillError) as info:
-            await ws.run("true")
+            await ws.exec("true")
         assert info.value.code == ErrorCode.UNAVAILABLE and "busy" in info.value.message
         assert (await long).exit_code == 0
     finally:
@@ -321,7 +321,7 @@ async def test_no_executor_is_unavailable(nats_url: str, tmp_path: Path, name: s
             ws = quill.workspace(name)
             await ws.create()
             with pytest.raises(QuillError) as info:
-                await ws.run("true")
+                await ws.exec("true")
             assert info.value.code == ErrorCode.UNAVAILABLE
             assert info.value.message == "No Quill executor is running"
         finally:
@@ -333,7 +333,7 @@ async def test_every_run_is_audited_without_output_or_env_values(
 ) -> None:
     await stack()
     ws = await workspace(quill, name)
-    await ws.run(
+    await ws.exec(
         "echo $SECRET_TOKEN > leaked.txt; echo visible-output", env={"SECRET_TOKEN": "s3cr3t"}
     )
     js = nc.jetstream()
