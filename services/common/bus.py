@@ -29,6 +29,7 @@ from nats.js.errors import NotFoundError
 from contracts import codec
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
+from services.common import bridges
 
 log = logging.getLogger("quill.bus")
 
@@ -146,7 +147,8 @@ async def _ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
 
 
 async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> None:
-    """Create WS_EVENTS, WS_AUDIT and the WS_BLOBS object store if missing (idempotent)."""
+    """Create WS_EVENTS, WS_AUDIT, the WS_BLOBS object store and the WS_BRIDGES bucket if
+    missing (idempotent)."""
     js = nc.jetstream()
     await _ensure_stream(js, _events_stream(subjects, replicas))
     await _ensure_stream(js, _audit_stream(subjects, replicas))
@@ -162,6 +164,7 @@ async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> Non
             ),
         )
         log.info("created object store %s", BUCKET_BLOBS)
+    await bridges.bucket(js, replicas)
 
 
 async def respond(msg: Msg, data: bytes, headers: dict[str, str] | None = None) -> None:

@@ -38,6 +38,7 @@ from contracts.subjects import HEADER_SEQ, HEADER_STREAM, QUEUE_EXECUTOR, Addres
 from quill.client import Quill
 from services.common import bus
 from services.common.blobs import Blobs
+from services.common.bridges import Bridges
 from services.common.bus import respond
 from services.common.entry import Incoming, parse, reject
 from services.common.runtime import Auditor, Running, Settings, connect_service
@@ -126,6 +127,7 @@ class Executor:
         self.blobs = Blobs(self.js)
         self.quill = Quill(nc, actor="executor", root=self.subjects.root, timeout=60)
         self.auditor = Auditor(nc, self.subjects, "executor", self.instance)
+        self.bridges = Bridges(self.js)
         self.checkouts: dict[tuple[str, str], Checkout] = {}
         self.locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -139,9 +141,11 @@ class Executor:
             "running": len(self.tasks),
             "max_runs": self.config.max_runs,
             "checkouts": len(self.checkouts),
+            "local_workspaces": len(self.bridges),
         }
 
     async def start(self) -> None:
+        await self.bridges.start()
         # Only the executor may enter: files commands create belong to the sandbox's host uid.
         for private in (self.settings.data_dir, self.settings.data_dir / "checkouts"):
             private.mkdir(parents=True, exist_ok=True)
@@ -168,10 +172,15 @@ class Executor:
             task.cancel()
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=sandbox.GRACE_S + 5)
+        await self.bridges.stop()
 
     # ------------------------------------------------------------------ requests
     async def on_request(self, msg: Msg) -> None:
         incoming = Incoming(msg)
+        with contextlib.suppress(QuillError):  # a bad subject is answered by answer()
+            address = self.subjects.parse_request(msg.subject)
+            if self.bridges.claims(address.tenant, address.workspace):
+                return  # a local workspace: its bridge answers
         if len(self.tasks) >= self.config.max_runs:
             busy = QuillError(
                 ErrorCode.UNAVAILABLE,

@@ -12,6 +12,7 @@ from nats.aio.subscription import Subscription
 from contracts.subjects import QUEUE_READER
 from services.common import bus
 from services.common.blobs import Blobs
+from services.common.bridges import Bridges
 from services.common.runtime import Auditor, Settings
 from services.common.store import Store
 from services.reader.cache import RevisionCache
@@ -44,6 +45,7 @@ class Reader:
         }
         """Every query op, by name."""
         self.auditor = Auditor(nc, self.subjects, "reader", self.instance)
+        self.bridges = Bridges(self.js)
         self.max_wait_s = max_wait_s
         self.max_inflight = 4096
         self.tasks: set[asyncio.Task[None]] = set()
@@ -55,9 +57,11 @@ class Reader:
             "indexing": self.indexer.busy,
             "caught_up": self.follower.caught_up,
             "inflight": len(self.tasks),
+            "local_workspaces": len(self.bridges),
         }
 
     async def start(self) -> None:
+        await self.bridges.start()
         self.indexer.start()
         await self.follower.start()
         handler = query_handler(self)
@@ -81,3 +85,4 @@ class Reader:
             await asyncio.wait(list(self.tasks), timeout=10)
         await self.follower.stop()
         await self.indexer.stop()
+        await self.bridges.stop()

@@ -82,6 +82,8 @@ def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:
     async def answer(incoming: Incoming) -> None:
         try:
             address, spec, origin, request = parse(incoming, reader.subjects, "qry")
+            if reader.bridges.claims(address.tenant, address.workspace):
+                return  # a local workspace: its bridge answers
             assert isinstance(request, rq.Query)
             ws, version = await resolve(reader, address, request)
             result = await reader.ops[spec.name](ws, version, request)

@@ -14,6 +14,7 @@ from nats.js import JetStreamContext
 from contracts.subjects import QUEUE_WRITER, Subjects
 from services.common import bus
 from services.common.blobs import Blobs
+from services.common.bridges import Bridges
 from services.common.plan import Committed
 from services.common.runtime import Auditor, Settings
 from services.common.store import Store
@@ -71,6 +72,7 @@ class Writer:
         self.blobs = Blobs(self.js, store)
         self.auditor = Auditor(nc, self.subjects, "writer", self.instance)
         self.appender = Appender(nc, self._on_commit)
+        self.bridges = Bridges(self.js)
         self.contents = ContentCache()
         self.max_workspaces, self.max_queued = max_workspaces, max_queued
         self._actors: OrderedDict[tuple[str, str], WorkspaceActor] = OrderedDict()
@@ -114,9 +116,14 @@ class Writer:
             raise
 
     def info(self) -> dict[str, Any]:
-        return {"workspaces": len(self._actors), "queued": self.queued}
+        return {
+            "workspaces": len(self._actors),
+            "queued": self.queued,
+            "local_workspaces": len(self.bridges),
+        }
 
     async def start(self) -> None:
+        await self.bridges.start()
         self.appender.start()
         self._subs.append(
             await bus.serve(self.nc, self.subjects.all_cmd, QUEUE_WRITER, command_handler(self))
@@ -140,3 +147,4 @@ class Writer:
             except TimeoutError:
                 log.warning("stopping with commands still in flight")
         await self.appender.stop()
+        await self.bridges.stop()

@@ -26,6 +26,8 @@ def command_handler(writer: Writer) -> Callable[[Msg], Awaitable[None]]:
         incoming = Incoming(msg)
         try:
             address, spec, origin, request = parse(incoming, writer.subjects, "cmd", uuid.uuid4)
+            if writer.bridges.claims(address.tenant, address.workspace):
+                return  # a local workspace: its bridge answers
             if writer.queued >= writer.max_queued:
                 raise QuillError(
                     ErrorCode.UNAVAILABLE,
