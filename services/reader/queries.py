@@ -1,12 +1,12 @@
 """Answers to queries as of a workspace version, over the projection store.
 
 Each function takes the workspace row, the version to answer at and the request, and
-returns the result or raises ``QuillError``. Line slicing and formatting are pure helpers.
+returns the result or raises ``QuillError``. What the answer is, given the nodes and contents
+found, is decided by the pure functions of ``answers``.
 """
 
 from __future__ import annotations
 
-import mimetypes
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -16,105 +16,30 @@ import msgspec
 from contracts import ops
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
-from contracts.limits import DEFAULT_EXCLUSIONS, Limits
-from contracts.paths import ROOT_DIR, display, name, normalize
+from contracts.limits import DEFAULT_EXCLUSIONS
+from contracts.paths import ROOT_DIR, normalize
 from contracts.replies import ChangeSummary
 from services.common.blobs import Blobs
-from services.common.content import split_lines
 from services.common.plan import LIVE
 from services.common.store import Node, Store, WorkspaceRow
 from services.common.tree import etag_of
+from services.reader.answers import (
+    cursor_of,
+    directory_content,
+    file_bytes,
+    file_content,
+    file_info,
+    listing,
+    missing,
+    not_a_directory,
+    not_a_file,
+    read_length,
+)
 from services.reader.cache import RevisionCache, TextCache
 from services.reader.readmodel import ReadModel, Scope
 
 _summaries = msgspec.json.Decoder(list[ChangeSummary])
 CAPABILITIES = sorted(ops.OPS)
-
-
-# ---------------------------------------------------------------- pure helpers
-
-
-def select_lines(lines: list[str], req: rq.ReadFile) -> tuple[int, list[str]]:
-    """``(first line number, lines)`` picked by head/tail/offset/limit.
-
-    Raises:
-        QuillError: ``INVALID_ARGUMENT`` for combinations that do not make sense.
-    """
-    if req.head is not None and req.tail is not None:
-        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Give head or tail, not both")
-    if (req.head is not None or req.tail is not None) and (
-        req.offset is not None or req.limit is not None
-    ):
-        raise QuillError(
-            ErrorCode.INVALID_ARGUMENT, "head/tail cannot be combined with offset/limit"
-        )
-    if req.head is not None:
-        return 1, lines[: req.head]
-    if req.tail is not None:
-        start = max(len(lines) - req.tail, 0) if req.tail else len(lines)
-        return start + 1, lines[start:]
-    start = (req.offset or 1) - 1
-    end = len(lines) if req.limit is None else start + req.limit
-    return start + 1, lines[start:end]
-
-
-def cap(lines: list[str], limits: Limits) -> tuple[list[str], bool]:
-    """Keep at most ``max_read_lines`` lines and ``max_read_bytes`` bytes."""
-    out: list[str] = []
-    used, cut = 0, False
-    for line in lines[: limits.max_read_lines]:
-        size = len(line.encode())
-        if used + size > limits.max_read_bytes:
-            if not out:  # a single huge line: return its start
-                head = line.encode()[: limits.max_read_bytes].decode("utf-8", "ignore")
-                out.append(head)
-            cut = True
-            break
-        out.append(line)
-        used += size
-    return out, cut or len(lines) > limits.max_read_lines
-
-
-def number(lines: list[str], first: int) -> str:
-    return "".join(f"{first + i}: {line}" for i, line in enumerate(lines))
-
-
-def entry(node: Node) -> rp.Entry:
-    is_file = node.kind == "f"
-    return rp.Entry(
-        name=name(node.path),
-        path=node.path,
-        kind="file" if is_file else "directory",
-        size=node.size,
-        modified=node.modified,
-        file_version=node.file_version if is_file else None,
-        etag=etag_of(node.file_version) if is_file and node.file_version else None,
-    )
-
-
-def cursor_of(after: str) -> tuple[str, str]:
-    """The ``(kind, path)`` a listing's ``next`` names.
-
-    Raises:
-        QuillError: ``INVALID_ARGUMENT`` for anything else.
-    """
-    kind, sep, path = after.partition(":")
-    if not sep or kind not in ("d", "f"):
-        raise QuillError(
-            ErrorCode.INVALID_ARGUMENT,
-            "Invalid after: pass the next of the previous page",
-            {"after": after[:100]},
-        )
-    return kind, path
-
-
-def mime_type(path: str, binary: bool) -> str:
-    guess, _ = mimetypes.guess_type(path)
-    return guess or ("application/octet-stream" if binary else "text/plain")
-
-
-# ---------------------------------------------------------------- queries
 
 
 class Queries:
@@ -160,13 +85,13 @@ class Queries:
     async def _node(self, ws: WorkspaceRow, path: str, version: int, what: str = "File") -> Node:
         found = await self._lookup(ws, path, version)
         if found is None:
-            raise QuillError(ErrorCode.FILE_NOT_FOUND, f"{what} not found: {path}", {"path": path})
+            raise missing(path, what)
         return found[0]
 
     async def _content(self, ws: WorkspaceRow, path: str, version: int) -> tuple[Node, bytes]:
         found = await self._lookup(ws, path, version)
         if found is None:
-            raise QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {path}", {"path": path})
+            raise missing(path)
         return found[0], found[1] or b""
 
     async def read(self, ws: WorkspaceRow, version: int, req: rq.ReadFile) -> rp.FileContent:
@@ -177,133 +102,41 @@ class Queries:
             children = await self.model.page(
                 ws.id, version, Scope(path), None, limits.max_directory_entries
             )
-            names = [name(c.path) + ("/" if c.kind == "d" else "") + "\n" for c in children]
             total = await self.model.count(ws.id, version, Scope(path))
-            return rp.FileContent(
-                path=display(path),
-                kind="directory",
-                content="".join(names),
-                binary=False,
-                total_lines=total,
-                returned_lines=len(names),
-                start_line=1 if names else 0,
-                truncated=total > len(names),
-                size=0,
-                file_version=None,
-                etag=None,
-                modified=node.modified,
-                mime_type=None,
-            )
-        meta = rp.FileContent(
-            path=path,
-            kind="file",
-            content=None,
-            binary=True,
-            total_lines=0,
-            returned_lines=0,
-            start_line=0,
-            truncated=False,
-            size=node.size,
-            file_version=node.file_version,
-            etag=etag_of(node.file_version or 0),
-            modified=node.modified,
-            mime_type=mime_type(path, node.binary),
-        )
-        if node.binary:
-            return meta
-        lines = split_lines(data.decode("utf-8"))
-        first, chosen = select_lines(lines, req)
-        chosen, truncated = cap(chosen, limits)
-        return msgspec.structs.replace(
-            meta,
-            content=number(chosen, first) if req.line_numbers else "".join(chosen),
-            binary=False,
-            total_lines=len(lines),
-            returned_lines=len(chosen),
-            start_line=first if chosen else 0,
-            truncated=truncated,
-        )
+            return directory_content(path, node.modified, children, total)
+        return file_content(path, node, data, req, limits)
 
     async def read_bytes(self, ws: WorkspaceRow, version: int, req: rq.ReadBytes) -> rp.FileBytes:
         path = normalize(req.path)
         node, data = await self._content(ws, path, version)
         if node.kind != "f":
-            raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {display(path)}", {"path": path})
-        length = min(
-            req.length if req.length is not None else ws.limits.max_read_bytes,
-            ws.limits.max_read_bytes,
-        )
-        chunk = data[req.offset : req.offset + length]
-        return rp.FileBytes(
-            path=path,
-            data=chunk,
-            offset=req.offset,
-            size=node.size,
-            truncated=req.offset + len(chunk) < node.size,
-            file_version=node.file_version or 0,
-            etag=etag_of(node.file_version or 0),
-        )
+            raise not_a_file(path)
+        length = read_length(req, ws.limits)
+        return file_bytes(path, node, data[req.offset : req.offset + length], req.offset)
 
     async def list(self, ws: WorkspaceRow, version: int, req: rq.ListDirectory) -> rp.Listing:
         path = normalize(req.path)
         node = await self._node(ws, path, version, what="Directory")
         if node.kind != "d":
-            raise QuillError(ErrorCode.NOT_A_DIRECTORY, f"Not a directory: {path}", {"path": path})
+            raise not_a_directory(path)
         limit = min(req.limit or ws.limits.max_directory_entries, ws.limits.max_directory_entries)
         kind = None if req.kind == "any" else req.kind[0]
         scope = Scope(path, req.recursive, kind, req.prefix)
         after = cursor_of(req.after) if req.after is not None else None
         nodes = await self.model.page(ws.id, version, scope, after, limit + 1)
-        more = len(nodes) > limit
-        nodes = nodes[:limit]
-        if more or after is not None:
+        if len(nodes) > limit or after is not None:
             total = await self.model.count(ws.id, version, scope)
         else:
             total = len(nodes)
-        last = nodes[-1] if more else None
-        return rp.Listing(
-            path=display(path),
-            entries=[entry(n) for n in nodes],
-            total=total,
-            truncated=more,
-            next=f"{last.kind}:{last.path}" if last is not None else None,
-        )
+        return listing(path, nodes, limit, total)
 
     async def stat(self, ws: WorkspaceRow, version: int, req: rq.StatPath) -> rp.FileInfo:
         path = normalize(req.path)
         node = await self._node(ws, path, version, what="Path")
+        count = None
         if node.kind == "d":
             count = await self.model.count(ws.id, version, Scope(path))
-            return rp.FileInfo(
-                path=display(path),
-                kind="directory",
-                size=0,
-                file_version=None,
-                etag=None,
-                sha256=None,
-                binary=False,
-                mime_type=None,
-                permissions="755",
-                created=node.created,
-                modified=node.modified,
-                changed_version=node.version,
-                entries=count,
-            )
-        return rp.FileInfo(
-            path=path,
-            kind="file",
-            size=node.size,
-            file_version=node.file_version,
-            etag=etag_of(node.file_version or 0),
-            sha256=node.sha256,
-            binary=node.binary,
-            mime_type=mime_type(path, node.binary),
-            permissions="755" if node.executable else "644",
-            created=node.created,
-            modified=node.modified,
-            changed_version=node.version,
-            entries=None,
-        )
+        return file_info(path, node, count)
 
     async def history(self, ws: WorkspaceRow, version: int, req: rq.History) -> rp.HistoryPage:
         upto = min(version, req.before - 1) if req.before else version
