@@ -85,7 +85,67 @@ class ChangesCommitted(
     message: str | None = None
 
 
-WorkspaceEvent = WorkspaceCreated | ChangesCommitted
+class RunStarted(Event, frozen=True, kw_only=True, omit_defaults=True, tag="run_started"):
+    """An agent run began: its queries read the workspace as of ``pinned_version``."""
+
+    run_id: str
+    parent_run: str | None = None
+    pinned_version: int
+
+
+class RunEnded(Event, frozen=True, kw_only=True, omit_defaults=True, tag="run_ended"):
+    run_id: str
+
+
+class LockAcquired(Event, frozen=True, kw_only=True, omit_defaults=True, tag="lock_acquired"):
+    """``holder`` (a session) holds the workspace until ``expires``: others' mutations wait or
+    are refused with ``LOCKED``. Taking it again extends it."""
+
+    holder: str
+    expires: datetime
+
+
+class LockReleased(Event, frozen=True, kw_only=True, omit_defaults=True, tag="lock_released"):
+    holder: str
+    reason: str
+    """``unlock`` or ``expired``."""
+
+
+class TrustChanged(Event, frozen=True, kw_only=True, omit_defaults=True, tag="trust_changed"):
+    trust: str
+
+
+class ApprovalRequested(
+    Event, frozen=True, kw_only=True, omit_defaults=True, tag="approval_requested"
+):
+    """A mutation or command on a restricted workspace waits for someone to decide it."""
+
+    approval_id: str
+    """The parked request's id (its ``Ws-Request-Id``)."""
+    request_op: str
+    """``cmd.write``, ``exec.run``..."""
+    summary: str
+    """What it would do: the paths, or the command line (never contents)."""
+    requested_by: str | None = None
+
+
+class ApprovalDecided(Event, frozen=True, kw_only=True, omit_defaults=True, tag="approval_decided"):
+    approval_id: str
+    approved: bool
+    reason: str | None = None
+
+
+WorkspaceEvent = (
+    WorkspaceCreated
+    | ChangesCommitted
+    | RunStarted
+    | RunEnded
+    | LockAcquired
+    | LockReleased
+    | TrustChanged
+    | ApprovalRequested
+    | ApprovalDecided
+)
 
 
 # ---------------------------------------------------------------- notifications

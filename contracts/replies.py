@@ -369,6 +369,52 @@ class EventPage(Result, frozen=True, kw_only=True):
     has_more: bool
 
 
+# ---------------------------------------------------------------- runs, locks, trust
+
+
+class RunInfo(Result, frozen=True, kw_only=True):
+    run: str
+    parent: str | None
+    version: int
+    """The version the run reads."""
+    started: datetime
+    started_version: int
+    """The version of its ``run_started`` event."""
+    ended_version: int | None
+    """The version of its ``run_ended`` event (None while it runs)."""
+    actor: str | None
+
+
+class LockInfo(Result, frozen=True, kw_only=True):
+    holder: str | None
+    """The session holding the workspace (None: nobody)."""
+    expires: datetime | None
+
+
+class TrustInfo(Result, frozen=True, kw_only=True):
+    trust: str
+    changed: bool
+
+
+class Approval(msgspec.Struct, frozen=True, kw_only=True):
+    approval_id: str
+    op: str
+    summary: str
+    requested_by: str | None
+    requested: datetime
+    version: int
+    """The version of its ``approval_requested`` event."""
+
+
+class ApprovalList(Result, frozen=True, kw_only=True):
+    pending: list[Approval]
+
+
+class ApprovalResult(Result, frozen=True, kw_only=True):
+    approval_id: str
+    approved: bool
+
+
 # ---------------------------------------------------------------- exec results
 
 

@@ -376,6 +376,66 @@ class EventsQuery(Query, frozen=True, kw_only=True):
     """Most events to return."""
 
 
+# ---------------------------------------------------------------- runs, locks, trust
+
+RunId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+
+
+class RunStart(Command, frozen=True, kw_only=True):
+    """Start an agent run: its queries (``Ws-Run: <run>``) read the workspace as of one
+    version for the whole run (RFC 0059 §D), whatever is written meanwhile."""
+
+    run: RunId | None = None
+    """The run's id (default: one is made)."""
+    parent: RunId | None = None
+    """The run that dispatched this one: the sub-run reads the parent's version unless it
+    names its own."""
+    version: Version | None = None
+    """Pin this version (default: the parent's, else the latest)."""
+
+
+class RunEnd(Command, frozen=True, kw_only=True):
+    """End a run (its id is refused afterwards)."""
+
+    run: RunId
+
+
+class Lock(Command, frozen=True, kw_only=True):
+    """Hold the workspace for this session (``Ws-Session``) for ``ttl_ms``: other sessions'
+    mutations get ``LOCKED`` meanwhile (or wait, with ``Ws-Wait``). The holder taking it again
+    extends it; another session's lock is waited for like any mutation's (``Ws-Wait``)."""
+
+    ttl_ms: Annotated[int, Meta(ge=1000, le=3_600_000)] = 60_000
+
+
+class Unlock(Command, frozen=True, kw_only=True):
+    """Release this session's lock."""
+
+
+class SetTrust(Command, frozen=True, kw_only=True):
+    """Change the workspace's trust level (recorded as an event)."""
+
+    trust: Trust
+
+
+class Decide(Command, frozen=True, kw_only=True):
+    """Approve or deny a request parked on a restricted workspace."""
+
+    approval_id: Annotated[str, Meta(min_length=1, max_length=128)]
+    approve: bool
+    reason: Annotated[str, Meta(max_length=1024)] | None = None
+
+
+class RunQuery(Query, frozen=True, kw_only=True):
+    """A run: which version it reads, its parent, whether it ended."""
+
+    run: RunId
+
+
+class ApprovalsQuery(Query, frozen=True, kw_only=True):
+    """The requests waiting for approval."""
+
+
 # ---------------------------------------------------------------- exec (to the executors)
 
 EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]

@@ -36,6 +36,10 @@ HEADER_ACTOR = "Ws-Actor"
 HEADER_SESSION = "Ws-Session"
 HEADER_RUN = "Ws-Run"
 HEADER_REQUEST_ID = "Ws-Request-Id"
+HEADER_WAIT = "Ws-Wait"
+"""On a command: how long (ms, at most ``MAX_WAIT_MS``) it may wait for another session's lock
+to go, or for its approval on a restricted workspace, before ``LOCKED``/``APPROVAL_REQUIRED``."""
+MAX_WAIT_MS = 600_000
 HEADER_EVENT_HASH = "Ws-Event-Hash"
 """On every event message: the event's own hash, sha256 (hex) of the message payload."""
 HEADER_STREAM = "Ws-Stream"
@@ -99,6 +103,8 @@ class Origin:
     actor: str | None = None
     session: str | None = None
     run: str | None = None
+    wait_ms: int = 0
+    """``Ws-Wait``: how long a command may wait for a lock or an approval."""
 
     @classmethod
     def from_headers(
@@ -121,6 +127,9 @@ class Origin:
                 )
             values[header] = value or None
         request_id = headers.get(HEADER_REQUEST_ID)
+        wait = headers.get(HEADER_WAIT)
+        if wait is not None and not (wait.isdecimal() and len(wait) <= 7):
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"{HEADER_WAIT} must be milliseconds")
         return cls(
             request_id=check_request_id(request_id)
             if request_id
@@ -128,6 +137,7 @@ class Origin:
             actor=values[HEADER_ACTOR],
             session=values[HEADER_SESSION],
             run=values[HEADER_RUN],
+            wait_ms=min(int(wait), MAX_WAIT_MS) if wait else 0,
         )
 
     def headers(self) -> dict[str, str]:
@@ -139,6 +149,8 @@ class Origin:
         ):
             if value:
                 out[header] = value
+        if self.wait_ms:
+            out[HEADER_WAIT] = str(self.wait_ms)
         return out
 
 

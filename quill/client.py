@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ from contracts.subjects import (
     split_workspace,
 )
 from services.common import bus
+from services.common.credentials import NatsAuth
 
 R = TypeVar("R")
 
@@ -69,8 +71,12 @@ class Quill:
         retries: int = 3,
         root: str = "ws",
         exec_silence_s: float = SILENCE_S,
+        wait_ms: int = 0,
     ) -> None:
         self.nc = nc
+        self.wait_ms = wait_ms
+        """How long a command may wait for another session's lock or for its approval
+        (``Ws-Wait``) before ``LOCKED``/``APPROVAL_REQUIRED``."""
         self.exec_silence_s = exec_silence_s
         """A command's executor heard from less recently than this is given up for lost."""
         self.subjects = Subjects(root)
@@ -82,17 +88,42 @@ class Quill:
         """Highest version seen per workspace, shared by every view (``as_actor``)."""
 
     @classmethod
-    async def connect(cls, url: str | None = None, **options: Any) -> Quill:
+    async def connect(
+        cls,
+        url: str | None = None,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        nkey_seed: str | None = None,
+        inbox_prefix: str | None = None,
+        **options: Any,
+    ) -> Quill:
         """Connect to NATS (``url`` defaults to ``QUILL_NATS_URL`` or the local ``quill up``).
 
+        A server with tenants (docs/operations.md) wants a tenant's ``user`` and ``password``,
+        or ``nkey_seed`` (a seed file), and replies on the tenant's own inboxes:
+        ``inbox_prefix`` defaults to ``_INBOX_<user>``, so an nkey tenant names it
+        (``_INBOX_<tenant>``). Without any of them, ``QUILL_NATS_USER``,
+        ``QUILL_NATS_PASSWORD``, ``QUILL_NATS_NKEY`` and ``QUILL_NATS_INBOX`` apply.
+
         Raises:
-            QuillError: ``UNAVAILABLE`` if NATS cannot be reached.
+            QuillError: ``UNAVAILABLE`` if NATS cannot be reached (or refuses the
+                credentials), ``INVALID_ARGUMENT`` for incomplete credentials.
         """
         from quill.stack import discover_url
 
         url = url or discover_url()
+        auth = NatsAuth(user, password, nkey_seed, inbox_prefix)
+        if user is None and password is None and nkey_seed is None:
+            env = NatsAuth.from_env()
+            auth = dataclasses.replace(env, inbox_prefix=inbox_prefix or env.inbox_prefix)
         try:
-            nc = await bus.connect(url, name="quill-sdk", wait_s=options.pop("connect_wait", 5.0))
+            auth.options()
+        except ValueError as exc:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
+        wait_s = options.pop("connect_wait", 5.0)
+        try:
+            nc = await bus.connect(url, name="quill-sdk", wait_s=wait_s, auth=auth)
         except ConnectionError as exc:
             raise QuillError(ErrorCode.UNAVAILABLE, str(exc)) from None
         return cls(nc, **options)
@@ -122,6 +153,7 @@ class Quill:
             retries=self.retries,
             root=self.subjects.root,
             exec_silence_s=self.exec_silence_s,
+            wait_ms=self.wait_ms,
         )
         view._seen, view._nuid = self._seen, self._nuid
         return view
@@ -144,6 +176,7 @@ class Quill:
         result_type: type[R],
         *,
         request_id: str | None = None,
+        wait_ms: int | None = None,
     ) -> tuple[int | None, R]:
         """Send one request (retrying retriable failures with the same request id).
 
@@ -155,20 +188,23 @@ class Quill:
         # headers at all unless there is someone to name in the audit record.
         if request_id is None:
             request_id = self._nuid.next().decode() if kind != "qry" else ""
-        origin = Origin(request_id, self.actor, self.session, self.run)
+        if wait_ms is None:
+            wait_ms = self.wait_ms if kind == "cmd" else 0
+        origin = Origin(request_id, self.actor, self.session, self.run, wait_ms)
         named = origin.headers()
         if not request_id:
             del named[HEADER_REQUEST_ID]
         headers = named or None
         data = codec.encode(body)
+        timeout = self.timeout + wait_ms / 1000
         last: QuillError | None = None
         for attempt in range(self.retries + 1):
             if attempt:
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
             try:
-                msg = await self.nc.request(subject, data, timeout=self.timeout, headers=headers)
+                msg = await self.nc.request(subject, data, timeout=timeout, headers=headers)
             except nats.errors.TimeoutError:
-                last = QuillError(ErrorCode.TIMEOUT, f"No reply to {kind}.{op} in {self.timeout}s")
+                last = QuillError(ErrorCode.TIMEOUT, f"No reply to {kind}.{op} in {timeout}s")
                 continue
             except nats.errors.MaxPayloadError:
                 raise QuillError(
@@ -413,6 +449,70 @@ class Workspace:
             expected_version=expected_version,
         )
         return await self._cmd("modify", body, rp.FileModified)
+
+    # ------------------------------------------------------------------ runs, locks, trust
+    @contextlib.asynccontextmanager
+    async def run(
+        self, run: str | None = None, *, version: int | None = None
+    ) -> AsyncIterator[Run]:
+        """An agent run (RFC 0059 §D): inside ``async with ws.run() as run:``, what ``run``
+        reads is the workspace as of the version the run started at, whatever is written
+        meanwhile (by the run itself included); ``run.run()`` dispatches a sub-run reading
+        the same version."""
+        async with self._run(run, None, version) as handle:
+            yield handle
+
+    @contextlib.asynccontextmanager
+    async def _run(
+        self, run: str | None, parent: str | None, version: int | None
+    ) -> AsyncIterator[Run]:
+        info = await self.start_run(run, parent=parent, version=version)
+        client = self.client
+        view = client.as_actor(client.actor, session=client.session, run=info.run)
+        handle = Run(view, self.tenant, self.name, info)
+        try:
+            yield handle
+        finally:
+            await self.end_run(info.run)
+
+    async def start_run(
+        self, run: str | None = None, *, parent: str | None = None, version: int | None = None
+    ) -> rp.RunInfo:
+        body = rq.RunStart(run=run, parent=parent, version=version)
+        return await self._cmd("run_start", body, rp.RunInfo)
+
+    async def end_run(self, run: str) -> rp.RunInfo:
+        return await self._cmd("run_end", rq.RunEnd(run=run), rp.RunInfo)
+
+    async def run_info(self, run: str) -> rp.RunInfo:
+        return await self._qry("run", rq.RunQuery(run=run), rp.RunInfo)
+
+    async def lock(self, *, ttl_ms: int = 60_000, wait_ms: int | None = None) -> rp.LockInfo:
+        """Hold the workspace for this client's session (``Quill(session=...)``); if another
+        session holds it, wait up to ``wait_ms`` (default: the client's ``wait_ms``)."""
+        version, result = await self.client.request(
+            "cmd", self.tenant, self.name, "lock", rq.Lock(ttl_ms=ttl_ms), rp.LockInfo,
+            wait_ms=wait_ms,
+        )  # fmt: skip
+        self.last_version = max(self.last_version, version or 0)
+        return result
+
+    async def unlock(self) -> rp.LockInfo:
+        return await self._cmd("unlock", rq.Unlock(), rp.LockInfo)
+
+    async def set_trust(self, trust: Literal["full", "restricted"]) -> rp.TrustInfo:
+        return await self._cmd("set_trust", rq.SetTrust(trust=trust), rp.TrustInfo)
+
+    async def approvals(self) -> rp.ApprovalList:
+        return await self._qry("approvals", rq.ApprovalsQuery(), rp.ApprovalList)
+
+    async def approve(self, approval_id: str, reason: str | None = None) -> rp.ApprovalResult:
+        body = rq.Decide(approval_id=approval_id, approve=True, reason=reason)
+        return await self._cmd("decide", body, rp.ApprovalResult)
+
+    async def deny(self, approval_id: str, reason: str | None = None) -> rp.ApprovalResult:
+        body = rq.Decide(approval_id=approval_id, approve=False, reason=reason)
+        return await self._cmd("decide", body, rp.ApprovalResult)
 
     async def restore(self, version: int, path: str | None = None) -> rp.Restored:
         return await self._cmd("restore", rq.RestorePath(version=version, path=path), rp.Restored)
@@ -739,7 +839,14 @@ class Workspace:
         """Audit records from WS_AUDIT (oldest first); with ``follow``, keep waiting."""
         js = self.client.nc.jetstream()
         subject = self.client.subjects.audit(self.tenant, self.name)
-        info = await js.stream_info(STREAM_AUDIT, subjects_filter=subject)
+        try:
+            info = await js.stream_info(STREAM_AUDIT, subjects_filter=subject)
+        except nats.errors.TimeoutError:
+            raise QuillError(
+                ErrorCode.UNAVAILABLE,
+                f"JetStream did not answer about {STREAM_AUDIT} (a tenant's credentials may "
+                "not read audit history: see docs/operations.md, Tenants)",
+            ) from None
         if not follow and not (info.state.subjects or {}).get(subject):
             return
         config = (
@@ -759,3 +866,22 @@ class Workspace:
                     return
         finally:
             await sub.unsubscribe()
+
+
+class Run(Workspace):
+    """A workspace as one agent run sees it: every request carries ``Ws-Run``, and queries
+    read the version the run is pinned to (``started.version``)."""
+
+    def __init__(self, client: Quill, tenant: str, name: str, started: rp.RunInfo) -> None:
+        super().__init__(client, tenant, name)
+        self.started = started
+        self.id = started.run
+
+    @contextlib.asynccontextmanager
+    async def run(
+        self, run: str | None = None, *, version: int | None = None
+    ) -> AsyncIterator[Run]:
+        """A sub-run of this run (a dispatched agent): same workspace, same version unless
+        ``version`` says otherwise."""
+        async with self._run(run, self.id, version) as handle:
+            yield handle

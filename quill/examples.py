@@ -51,7 +51,11 @@ async def run_examples(nats_url: str) -> dict[str, Any]:
         for spec in ops.OPS.values():
             subject = subjects.request(spec.kind, TENANT, WORKSPACE, spec.name)
             body = dict(spec.example)
-            headers = {"Ws-Actor": "docs", "Ws-Request-Id": f"example-{spec.name}"}
+            headers = {
+                "Ws-Actor": "docs",
+                "Ws-Session": "docs-session",
+                "Ws-Request-Id": f"example-{spec.name}",
+            }
             if spec.kind in ("qry", "exec"):
                 body.setdefault("min_version", last)
             if spec.kind == "qry":

@@ -22,7 +22,8 @@ from services.executor.app import Executor, ExecutorConfig
 from services.executor.app import start_executor as start_exec
 from services.reader.app import Reader
 from services.writer.app import Writer
-from services.writer.decide import Context, decide, to_event
+from services.writer.decide import decide
+from services.writer.decision import Context, to_event
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

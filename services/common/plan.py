@@ -13,10 +13,18 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from contracts.events import ChangesCommitted, MakeDir, PutFile, Remove, WorkspaceCreated
+from contracts.events import (
+    ChangesCommitted,
+    MakeDir,
+    PutFile,
+    Remove,
+    TrustChanged,
+    WorkspaceCreated,
+)
 from contracts.events import WorkspaceEvent as Event
 from contracts.paths import parent
 from contracts.replies import ChangeSummary
+from services.common.control import CONTROL_EVENTS
 
 LIVE = 2**63 - 1
 """``until`` of a revision that is still current."""
@@ -43,6 +51,10 @@ class Plan:
     rows: list[list[object]] = field(default_factory=list)
     events: list[tuple[object, ...]] = field(default_factory=list)
     blobs: list[tuple[str, int, bytes | None]] = field(default_factory=list)
+    controls: list[tuple[int, int, str, str]] = field(default_factory=list)
+    """``(ws, version, type, event JSON)`` of the control events (runs, locks, approvals)."""
+    trust: list[tuple[str, int]] = field(default_factory=list)
+    """``(trust, ws)`` of trust changes."""
     workspace_updates: dict[int, tuple[object, ...]] = field(default_factory=dict)
 
 
@@ -87,6 +99,11 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
             out.new_workspaces.append(
                 (ws, ev.tenant, ev.workspace, ev.trust, _encoder.encode(ev.limits).decode(), at)
             )
+        if isinstance(ev, CONTROL_EVENTS):
+            tag = type(ev).__struct_config__.tag
+            out.controls.append((ws, ev.version, str(tag), _encoder.encode(ev).decode()))
+        if isinstance(ev, TrustChanged):
+            out.trust.append((ev.trust, ws))
         summary: list[ChangeSummary] = []
         changes = ev.changes if isinstance(ev, ChangesCommitted) else []
         for change in changes:

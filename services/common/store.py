@@ -22,13 +22,15 @@ from typing import Any
 import aiosqlite
 import msgspec
 
-from contracts.events import WorkspaceCreated
+from contracts import codec
+from contracts.events import TrustChanged, WorkspaceCreated
 from contracts.limits import Limits
 from services.common.content import as_text
+from services.common.control import CONTROL_EVENTS, fold_control
 from services.common.plan import LIVE, Committed, Plan, plan, subtree
 from services.common.tree import DirNode, FileNode, WorkspaceState
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
@@ -53,6 +55,9 @@ CREATE TABLE IF NOT EXISTS revisions(
     PRIMARY KEY(ws, path, version)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS blobs(
     sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB, indexed INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS controls(
+    ws INTEGER NOT NULL, version INTEGER NOT NULL, type TEXT NOT NULL, event TEXT NOT NULL,
+    PRIMARY KEY(ws, version)) WITHOUT ROWID;
 """
 ROLE_INDEXES = {
     # The writer looks up request ids (idempotent retries) and loads whole workspaces.
@@ -314,6 +319,8 @@ class Store:
                     "",
                     ev.at,
                 )
+            if isinstance(ev, TrustChanged):
+                row = dataclasses.replace(row, trust=ev.trust)
             self._rows[key] = dataclasses.replace(
                 row,
                 version=ev.version,
@@ -342,6 +349,8 @@ class Store:
                 "DO UPDATE SET data=coalesce(blobs.data, excluded.data)",
                 p.blobs,
             ),
+            ("INSERT INTO controls VALUES(?, ?, ?, ?)", p.controls),
+            ("UPDATE workspaces SET trust=? WHERE id=?", p.trust),
             (
                 "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, "
                 "updated=? WHERE id=?",
@@ -467,6 +476,12 @@ class Store:
             if fv:
                 tree.last_fv[path] = fv
             tree.changed[path] = max(version, ended)
+        for (event,) in await self._w.execute_fetchall(
+            "SELECT event FROM controls WHERE ws=? ORDER BY version", (row.id,)
+        ):
+            control = codec.decode_event(str(event).encode())
+            if isinstance(control, CONTROL_EVENTS):
+                fold_control(state.controls, control)
         return state
 
     async def recent_results(self, ws: int, limit: int) -> list[tuple[str, int, bytes]]:

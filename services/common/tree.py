@@ -22,11 +22,13 @@ from contracts.events import (
     MakeDir,
     PutFile,
     Remove,
+    TrustChanged,
     WorkspaceCreated,
     WorkspaceEvent,
 )
 from contracts.limits import DEFAULT_LIMITS, Limits
 from contracts.paths import name, parent
+from services.common.control import CONTROL_EVENTS, Controls, fold_control
 
 
 @dataclass(slots=True, frozen=True)
@@ -245,6 +247,7 @@ class WorkspaceState:
     created: datetime | None = None
     updated: datetime | None = None
     tree: Tree = field(default_factory=Tree)
+    controls: Controls = field(default_factory=Controls)
 
 
 def fold(state: WorkspaceState, event: WorkspaceEvent, event_hash: str, seq: int) -> None:
@@ -254,6 +257,10 @@ def fold(state: WorkspaceState, event: WorkspaceEvent, event_hash: str, seq: int
         state.trust = event.trust
         state.limits = event.limits
         state.created = event.at
+    elif isinstance(event, TrustChanged):
+        state.trust = event.trust
+    elif isinstance(event, CONTROL_EVENTS):
+        fold_control(state.controls, event)
     evolve(state.tree, event)
     state.version = event.version
     state.last_hash = event_hash

@@ -29,8 +29,12 @@ class _Version(msgspec.Struct):
 _version_decoder = msgspec.json.Decoder(_Version)
 
 
-async def resolve(reader: Reader, address: Address, req: rq.Query) -> tuple[WorkspaceRow, int]:
-    """The workspace and the version to answer at, after waiting (bounded) for it.
+async def resolve(
+    reader: Reader, address: Address, req: rq.Query, run: str | None = None
+) -> tuple[WorkspaceRow, int]:
+    """The workspace and the version to answer at, after waiting (bounded) for it: the
+    version asked, else the one ``run`` (the ``Ws-Run`` header) was pinned to, else the
+    latest.
 
     Raises:
         QuillError: ``WORKSPACE_NOT_FOUND``, ``INVALID_ARGUMENT`` for a version that does not
@@ -73,6 +77,10 @@ async def resolve(reader: Reader, address: Address, req: rq.Query) -> tuple[Work
     row = store.workspace(tenant, workspace)
     if row is None:
         raise QuillError(ErrorCode.UNAVAILABLE, "Workspace not yet applied by this replica")
+    if req.version is None and run is not None:
+        pinned = await reader.queries.model.pinned(row.id, run)
+        if pinned is not None:  # a run reads one version throughout (RFC 0059 §D)
+            return row, pinned
     return row, req.version or row.version
 
 
@@ -85,7 +93,7 @@ def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:
             if reader.bridges.claims(address.tenant, address.workspace):
                 return  # a local workspace: its bridge answers
             assert isinstance(request, rq.Query)
-            ws, version = await resolve(reader, address, request)
+            ws, version = await resolve(reader, address, request, origin.run)
             result = await reader.ops[spec.name](ws, version, request)
         except QuillError as exc:
             await reject(incoming, exc, reader.auditor)

@@ -13,13 +13,15 @@ from typing import Any
 
 import msgspec
 
-from contracts import ops
+from contracts import codec, ops
 from contracts import replies as rp
 from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
 from contracts.limits import DEFAULT_EXCLUSIONS
 from contracts.paths import ROOT_DIR, normalize
 from contracts.replies import ChangeSummary
 from services.common.blobs import Blobs
+from services.common.control import CONTROL_EVENTS, Controls, fold_control, run_info
 from services.common.plan import LIVE
 from services.common.store import Node, Store, WorkspaceRow
 from services.common.tree import etag_of
@@ -59,6 +61,8 @@ class Queries:
             "history": self.history,
             "info": self.info,
             "events": self.events,
+            "run": self.run,
+            "approvals": self.approvals,
         }
 
     async def _lookup(
@@ -245,6 +249,39 @@ class Queries:
         ]
         last = events[-1].version if events else req.after
         return rp.EventPage(events=events, next_after=last, has_more=len(rows) > req.limit)
+
+    async def _controls(self, ws: WorkspaceRow, version: int, kinds: tuple[str, ...]) -> Controls:
+        controls = Controls()
+        for raw in await self.model.control_events(ws.id, kinds):
+            event = codec.decode_event(raw)
+            if event.version <= version and isinstance(event, CONTROL_EVENTS):
+                fold_control(controls, event)
+        return controls
+
+    async def run(self, ws: WorkspaceRow, version: int, req: rq.RunQuery) -> rp.RunInfo:
+        controls = await self._controls(ws, version, ("run_started", "run_ended"))
+        run = controls.run(req.run)
+        if run is None:
+            raise QuillError(ErrorCode.FILE_NOT_FOUND, f"No run {req.run}", {"run": req.run})
+        return run_info(req.run, run)
+
+    async def approvals(
+        self, ws: WorkspaceRow, version: int, req: rq.ApprovalsQuery
+    ) -> rp.ApprovalList:
+        kinds = ("approval_requested", "approval_decided")
+        controls = await self._controls(ws, version, kinds)
+        pending = [
+            rp.Approval(
+                approval_id=approval_id,
+                op=a.op,
+                summary=a.summary,
+                requested_by=a.requested_by,
+                requested=a.requested,
+                version=a.version,
+            )
+            for approval_id, a in controls.pending()
+        ]
+        return rp.ApprovalList(pending=pending)
 
 
 def _kind(node: Node) -> rp.Kind:

@@ -191,6 +191,26 @@ class ReadModel:
         )
         return [(r[0], r[1]) for r in rows]
 
+    async def pinned(self, ws: int, run: str) -> int | None:
+        """The version ``run`` reads, if it is a run of this workspace."""
+        rows = list(
+            await self._db.execute_fetchall(
+                "SELECT json_extract(event, '$.pinned_version') FROM controls "
+                "WHERE ws=? AND type='run_started' AND json_extract(event, '$.run_id')=?",
+                (ws, run),
+            )
+        )
+        return int(rows[0][0]) if rows else None
+
+    async def control_events(self, ws: int, kinds: tuple[str, ...]) -> list[bytes]:
+        """The workspace's control events of ``kinds``, oldest first, as stored (JSON)."""
+        marks = ",".join("?" * len(kinds))
+        rows = await self._db.execute_fetchall(
+            f"SELECT event FROM controls WHERE ws=? AND type IN ({marks}) ORDER BY version",
+            (ws, *kinds),
+        )
+        return [str(r[0]).encode() for r in rows]
+
     async def contents(self, shas: list[str]) -> dict[str, bytes]:
         """Contents held in the projection, by sha256 (large ones may not be fetched yet)."""
         out: dict[str, bytes] = {}

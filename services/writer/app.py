@@ -119,6 +119,7 @@ class Writer:
         return {
             "workspaces": len(self._actors),
             "queued": self.queued,
+            "waiting": sum(a.waiting for a in self._actors.values()),
             "local_workspaces": len(self.bridges),
         }
 

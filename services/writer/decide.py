@@ -10,90 +10,25 @@ named by ``needs`` and handed in through the ``Context`` by the caller.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-import msgspec
-
-from contracts import codec, hashing
+from contracts import hashing
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import (
     AnyChange,
-    ChangesCommitted,
     MakeDir,
     PutFile,
     Remove,
-    WorkspaceCreated,
-    WorkspaceEvent,
 )
-from contracts.limits import Limits, effective_limits
+from contracts.limits import effective_limits
 from contracts.paths import ancestors, display, is_within, normalize, rebase
-from contracts.subjects import Origin
 from services.common.content import as_text, is_binary, split_lines
 from services.common.tree import Tree, WorkspaceState, apply_change, etag_of
+from services.writer import control
+from services.writer.decision import Context, Decision, Needs
 from services.writer.textops import modify_lines, regex_replace
-
-
-@dataclass(frozen=True)
-class Context:
-    version: int
-    """The version the event will get if the command commits."""
-    at: datetime
-    content: Callable[[str], bytes | None]
-    """Content by sha256 (prefetched); None if unknown."""
-    past: Tree | None = None
-    """For ``restore``: the workspace (or the restored path) as it was, prefetched."""
-
-
-@dataclass
-class Decision:
-    result: rp.Result
-    changes: list[AnyChange] = field(default_factory=list)
-    created: tuple[str, Limits] | None = None
-    """``(trust, limits)`` when the command creates the workspace."""
-    paths: list[str] = field(default_factory=list)
-    message: str | None = None
-
-    @property
-    def commits(self) -> bool:
-        return bool(self.changes) or self.created is not None
-
-
-def to_event(
-    state: WorkspaceState, decision: Decision, ctx: Context, op: str, origin: Origin
-) -> WorkspaceEvent:
-    """The event recording ``decision`` (``state`` is the state after it)."""
-    common: dict[str, Any] = {
-        "tenant": state.tenant,
-        "workspace": state.workspace,
-        "version": ctx.version,
-        "at": ctx.at,
-        "op": op,
-        "request_id": origin.request_id,
-        "actor": origin.actor,
-        "session": origin.session,
-        "run": origin.run,
-        "prev_hash": state.last_hash,
-        "tree_hash": hashing.tree_hex(state.tree.hash),
-        "result": msgspec.Raw(codec.encode(decision.result)),
-    }
-    if decision.created is not None:
-        trust, limits = decision.created
-        return WorkspaceCreated(trust=trust, limits=limits, **common)
-    return ChangesCommitted(changes=decision.changes, message=decision.message, **common)
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What ``decide`` will read that is not in the in-memory state (the caller fetches it)."""
-
-    contents: list[str]
-    """sha256 of contents to have in ``Context.content``."""
-    past: tuple[int, str] | None = None
-    """``(version, path)`` of a past tree to put in ``Context.past``."""
 
 
 def needs(state: WorkspaceState, cmd: rq.Request) -> Needs:
@@ -135,7 +70,8 @@ def decide(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> Decision:
                 f"Workspace is at version {state.version}, not {cmd.expected_version}",
                 {"current_version": state.version, "expected_version": cmd.expected_version},
             )
-    handler = _HANDLERS.get(type(cmd))
+    control.gate(state, cmd, ctx)
+    handler = _HANDLERS.get(type(cmd)) or control.HANDLERS.get(type(cmd))
     if handler is None:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a command: {type(cmd).__name__}")
     return handler(state, cmd, ctx)

@@ -26,17 +26,26 @@ from nats.aio.msg import Msg
 from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import AnyChange, PutFile, WorkspaceEvent, WorkspaceUpdated
+from contracts.events import (
+    AnyChange,
+    LockReleased,
+    PutFile,
+    TrustChanged,
+    WorkspaceEvent,
+    WorkspaceUpdated,
+)
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.ops import OpSpec
 from contracts.subjects import Address, Origin
 from services.common import log as eventlog
 from services.common.blobs import INLINE_BUDGET, INLINE_MAX
 from services.common.bus import respond
+from services.common.control import CONTROL_EVENTS, fold_control
 from services.common.runtime import bounded_gather
 from services.common.tree import DirNode, FileNode, Tree, WorkspaceState, fold
 from services.writer.append import AppendError, Group
-from services.writer.decide import Context, Decision, decide, needs, to_event
+from services.writer.decide import decide, needs
+from services.writer.decision import Context, Decision, to_event
 
 if TYPE_CHECKING:
     from services.writer.app import Writer
@@ -64,6 +73,11 @@ class Pending:
     """Messages of the same request id that arrived while this one was pending."""
     answered: bool = False
 
+    @property
+    def wait_until(self) -> float:
+        """``perf_counter`` time until which it may wait for a lock (or an approval)."""
+        return self.started + self.origin.wait_ms / 1000
+
 
 class WorkspaceActor:
     def __init__(self, writer: Writer, tenant: str, workspace: str) -> None:
@@ -75,10 +89,18 @@ class WorkspaceActor:
         self._inflight: dict[str, Pending] = {}
         self._recent: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
+        self._parked: list[Pending] = []
+        """Commands waiting for another session's lock to go (decided again when it does)."""
+        self._wake: asyncio.TimerHandle | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Commands parked until a lock goes (or an approval comes)."""
+        return len(self._parked)
 
     @property
     def idle(self) -> bool:
-        return self._task is None and not self._queue
+        return self._task is None and not self._queue and not self._parked
 
     def submit(self, pending: Pending) -> bool:
         """Queue ``pending``; False when it joined an identical request already queued."""
@@ -88,9 +110,42 @@ class WorkspaceActor:
             return False
         self._inflight[pending.origin.request_id] = pending
         self._queue.append(pending)
+        self._start()
+        return True
+
+    def _start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"ws-{self.tenant}-{self.workspace}")
+
+    # ------------------------------------------------------------------ waiting
+    def _park(self, p: Pending, error: QuillError, state: WorkspaceState) -> bool:
+        """Keep ``p`` aside until the lock that refused it goes or its wait runs out."""
+        if error.code != ErrorCode.LOCKED or time.perf_counter() >= p.wait_until:
+            return False
+        self._parked.append(p)
+        self._schedule(state)
         return True
+
+    def _schedule(self, state: WorkspaceState) -> None:
+        """Wake the parked commands at the first deadline or when the lock expires."""
+        if not self._parked:
+            return
+        delay = min(p.wait_until for p in self._parked) - time.perf_counter()
+        lock = state.controls.lock
+        if lock is not None:
+            delay = min(delay, (lock.expires - datetime.now(UTC)).total_seconds())
+        if self._wake is not None:
+            self._wake.cancel()
+        self._wake = asyncio.get_running_loop().call_later(max(delay, 0.0) + 0.001, self._unpark)
+
+    def _unpark(self) -> None:
+        """Decide the parked commands again (first, in the order they came)."""
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
+        self._queue[:0], self._parked = self._parked, []
+        if self._queue:
+            self._start()
 
     async def wait_idle(self) -> None:
         while self._task is not None:
@@ -178,7 +233,8 @@ class WorkspaceActor:
                 try:
                     decision, event, payload = await self._decide(state, p)
                 except QuillError as exc:
-                    await self._answer(p, codec.error_reply(exc), error=exc)
+                    if not self._park(p, exc, state):
+                        await self._answer(p, codec.error_reply(exc), error=exc)
                     continue
                 if event is None:
                     reply = codec.ok_reply(state.version, decision.result)
@@ -230,6 +286,8 @@ class WorkspaceActor:
                     paths=decision.paths,
                 )
                 await self._notify(event, decision.changes, seq)
+            if self._parked and any(isinstance(e, LockReleased) for _, _, e, _, _ in staged):
+                self._unpark()
             return
 
     async def _decide(
@@ -252,6 +310,7 @@ class WorkspaceActor:
             at=datetime.now(UTC),
             content=writer.contents.get,
             past=past,
+            origin=p.origin,
         )
         with state.tree.savepoint():
             decision = decide(state, p.request, ctx)
@@ -259,6 +318,10 @@ class WorkspaceActor:
                 return decision, None, b""
             decision.changes = await self._externalize(decision.changes)
             event = to_event(state, decision, ctx, p.address.op, p.origin)
+            if isinstance(event, TrustChanged):
+                state.trust = event.trust
+            elif isinstance(event, CONTROL_EVENTS):
+                fold_control(state.controls, event)
             payload = codec.encode(event)
             if len(payload) > MAX_MESSAGE_BYTES - EVENT_HEADROOM:
                 raise QuillError(

@@ -12,7 +12,8 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import MakeDir, PutFile, Remove
 from contracts.limits import LimitsPatch, effective_limits
 from services.common.tree import Tree, WorkspaceState, apply_change
-from services.writer.decide import Context, Decision, decide
+from services.writer.decide import decide
+from services.writer.decision import Context, Decision
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

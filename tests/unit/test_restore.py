@@ -7,7 +7,8 @@ import pytest
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.replies import Restored
-from services.writer.decide import Context, decide
+from services.writer.decide import decide
+from services.writer.decision import Context
 from tests.helpers import T0, LogBuilder
 
 

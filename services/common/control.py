@@ -1,0 +1,135 @@
+"""What the control events do to a workspace's state: runs, the lock, trust, approvals.
+
+One definition, folded by the writer (deciding), log catch-up and the executor's checkouts
+alike. None of these events changes a file; each still takes a version in the log, so that
+the log alone tells who ran, held, trusted and approved what, and when.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from contracts import replies as rp
+from contracts.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    LockAcquired,
+    LockReleased,
+    RunEnded,
+    RunStarted,
+    TrustChanged,
+)
+
+ControlEvent = (
+    RunStarted
+    | RunEnded
+    | LockAcquired
+    | LockReleased
+    | TrustChanged
+    | ApprovalRequested
+    | ApprovalDecided
+)
+CONTROL_EVENTS = (
+    RunStarted,
+    RunEnded,
+    LockAcquired,
+    LockReleased,
+    TrustChanged,
+    ApprovalRequested,
+    ApprovalDecided,
+)
+DECIDED_KEPT = 1000
+"""Decided approvals remembered per workspace (a retried request finds its decision)."""
+
+
+@dataclass(slots=True)
+class RunState:
+    pinned: int
+    """The version the run reads."""
+    parent: str | None
+    started_version: int
+    started: datetime
+    actor: str | None
+    ended_version: int | None = None
+
+
+@dataclass(slots=True)
+class LockState:
+    holder: str
+    expires: datetime
+
+    def held_by_other(self, session: str | None, now: datetime) -> bool:
+        return self.expires > now and self.holder != session
+
+
+@dataclass(slots=True)
+class ApprovalState:
+    op: str
+    summary: str
+    requested_by: str | None
+    requested: datetime
+    version: int
+    approved: bool | None = None
+    """None while pending."""
+
+
+@dataclass(slots=True)
+class Controls:
+    """A workspace's control state (its trust level is ``WorkspaceState.trust``)."""
+
+    runs: dict[str, RunState] | None = None
+    lock: LockState | None = None
+    approvals: dict[str, ApprovalState] | None = None
+
+    def run(self, run_id: str) -> RunState | None:
+        return (self.runs or {}).get(run_id)
+
+    def approval(self, approval_id: str) -> ApprovalState | None:
+        return (self.approvals or {}).get(approval_id)
+
+    def pending(self) -> list[tuple[str, ApprovalState]]:
+        return [(k, a) for k, a in (self.approvals or {}).items() if a.approved is None]
+
+
+def fold_control(controls: Controls, event: ControlEvent) -> None:
+    """Fold one control event into ``controls`` (``TrustChanged`` is the caller's)."""
+    if isinstance(event, RunStarted):
+        if controls.runs is None:
+            controls.runs = {}
+        controls.runs[event.run_id] = RunState(
+            event.pinned_version, event.parent_run, event.version, event.at, event.actor
+        )
+    elif isinstance(event, RunEnded):
+        run = controls.run(event.run_id)
+        if run is not None:
+            run.ended_version = event.version
+    elif isinstance(event, LockAcquired):
+        controls.lock = LockState(event.holder, event.expires)
+    elif isinstance(event, LockReleased):
+        controls.lock = None
+    elif isinstance(event, ApprovalRequested):
+        if controls.approvals is None:
+            controls.approvals = {}
+        controls.approvals[event.approval_id] = ApprovalState(
+            event.request_op, event.summary, event.requested_by, event.at, event.version
+        )
+    elif isinstance(event, ApprovalDecided):
+        approval = controls.approval(event.approval_id)
+        if approval is not None:
+            approval.approved = event.approved
+        decided = [k for k, a in (controls.approvals or {}).items() if a.approved is not None]
+        for old in decided[: max(0, len(decided) - DECIDED_KEPT)]:
+            del controls.approvals[old]  # type: ignore[union-attr]
+
+
+def run_info(run_id: str, run: RunState) -> rp.RunInfo:
+    return rp.RunInfo(
+        run=run_id,
+        parent=run.parent,
+        version=run.pinned,
+        started=run.started,
+        started_version=run.started_version,
+        ended_version=run.ended_version,
+        actor=run.actor,
+    )

@@ -1,0 +1,186 @@
+"""Decisions on control commands (runs, the lock, trust, approvals) and the gate every
+mutation passes: a lock held by another session, a run that has ended.
+
+Like ``decide``, no I/O: each returns a ``Decision`` whose ``make`` builds the event.
+Waiting (for a lock to be freed, for an approval) is the workspace actor's business.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import (
+    ApprovalDecided,
+    LockAcquired,
+    LockReleased,
+    RunEnded,
+    RunStarted,
+    TrustChanged,
+)
+from services.common.control import RunState, run_info
+from services.common.tree import WorkspaceState
+from services.writer.decision import Context, Decision
+
+CONTROL_COMMANDS = (rq.RunStart, rq.RunEnd, rq.Lock, rq.Unlock, rq.SetTrust, rq.Decide)
+"""Commands that change no file: never held up by a lock or an approval."""
+
+
+def gate(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> None:
+    """Refuse a mutation another session's lock forbids, or one of a run that has ended.
+
+    Raises:
+        QuillError: ``LOCKED`` (details: holder, expires), ``INVALID_ARGUMENT``.
+    """
+    run_id = ctx.origin.run if ctx.origin is not None else None
+    run = state.controls.run(run_id) if run_id else None
+    if run is not None and run.ended_version is not None:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"Run {run_id} has ended (version {run.ended_version})",
+            {"run": run_id, "ended_version": run.ended_version},
+        )
+    if isinstance(cmd, CONTROL_COMMANDS):
+        return
+    lock = state.controls.lock
+    session = ctx.origin.session if ctx.origin is not None else None
+    if lock is not None and lock.held_by_other(session, ctx.at):
+        raise locked(lock.holder, lock.expires)
+
+
+def locked(holder: str, expires: Any) -> QuillError:
+    return QuillError(
+        ErrorCode.LOCKED,
+        f"Workspace is locked by session {holder} until {expires.isoformat()}",
+        {"holder": holder, "expires": expires.isoformat()},
+    )
+
+
+def _run_start(state: WorkspaceState, cmd: rq.RunStart, ctx: Context) -> Decision:
+    run_id = cmd.run or f"run-{state.workspace}-{ctx.version}"
+    if state.controls.run(run_id) is not None:
+        raise QuillError(ErrorCode.ALREADY_EXISTS, f"Run {run_id} exists", {"run": run_id})
+    pinned = state.version
+    if cmd.parent is not None:
+        parent = state.controls.run(cmd.parent)
+        if parent is None or parent.ended_version is not None:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Parent run {cmd.parent} is not running",
+                {"parent": cmd.parent},
+            )
+        pinned = parent.pinned
+    if cmd.version is not None:
+        if cmd.version > state.version:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Version {cmd.version} does not exist (the latest is {state.version})",
+                {"version": cmd.version, "latest_version": state.version},
+            )
+        pinned = cmd.version
+    actor = ctx.origin.actor if ctx.origin is not None else None
+    run = RunState(pinned, cmd.parent, ctx.version, ctx.at, actor)
+
+    def make(common: dict[str, Any]) -> RunStarted:
+        return RunStarted(run_id=run_id, parent_run=cmd.parent, pinned_version=pinned, **common)
+
+    return Decision(result=run_info(run_id, run), make=make)
+
+
+def _run_end(state: WorkspaceState, cmd: rq.RunEnd, ctx: Context) -> Decision:
+    run = state.controls.run(cmd.run)
+    if run is None:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Unknown run {cmd.run}", {"run": cmd.run})
+    if run.ended_version is not None:
+        return Decision(result=run_info(cmd.run, run))  # ended already: nothing to record
+    ended = RunState(run.pinned, run.parent, run.started_version, run.started, run.actor)
+    ended.ended_version = ctx.version
+
+    def make(common: dict[str, Any]) -> RunEnded:
+        return RunEnded(run_id=cmd.run, **common)
+
+    return Decision(result=run_info(cmd.run, ended), make=make)
+
+
+def _session(ctx: Context) -> str:
+    session = ctx.origin.session if ctx.origin is not None else None
+    if not session:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT, "A lock is held by a session: send the Ws-Session header"
+        )
+    return session
+
+
+def _lock(state: WorkspaceState, cmd: rq.Lock, ctx: Context) -> Decision:
+    session = _session(ctx)
+    lock = state.controls.lock
+    if lock is not None and lock.held_by_other(session, ctx.at):
+        raise locked(lock.holder, lock.expires)
+    expires = ctx.at + timedelta(milliseconds=cmd.ttl_ms)
+
+    def make(common: dict[str, Any]) -> LockAcquired:
+        return LockAcquired(holder=session, expires=expires, **common)
+
+    return Decision(result=rp.LockInfo(holder=session, expires=expires), make=make)
+
+
+def _unlock(state: WorkspaceState, cmd: rq.Unlock, ctx: Context) -> Decision:
+    session = _session(ctx)
+    lock = state.controls.lock
+    if lock is None or lock.expires <= ctx.at:
+        return Decision(result=rp.LockInfo(holder=None, expires=None))
+    if lock.holder != session:
+        raise locked(lock.holder, lock.expires)
+
+    def make(common: dict[str, Any]) -> LockReleased:
+        return LockReleased(holder=session, reason="unlock", **common)
+
+    return Decision(result=rp.LockInfo(holder=None, expires=None), make=make)
+
+
+def _set_trust(state: WorkspaceState, cmd: rq.SetTrust, ctx: Context) -> Decision:
+    if cmd.trust == state.trust:
+        return Decision(result=rp.TrustInfo(trust=state.trust, changed=False))
+
+    def make(common: dict[str, Any]) -> TrustChanged:
+        return TrustChanged(trust=cmd.trust, **common)
+
+    return Decision(result=rp.TrustInfo(trust=cmd.trust, changed=True), make=make)
+
+
+def _decide(state: WorkspaceState, cmd: rq.Decide, ctx: Context) -> Decision:
+    approval = state.controls.approval(cmd.approval_id)
+    if approval is None:
+        raise QuillError(
+            ErrorCode.FILE_NOT_FOUND,
+            f"No approval {cmd.approval_id} is waiting",
+            {"approval_id": cmd.approval_id},
+        )
+    if approval.approved is not None:
+        raise QuillError(
+            ErrorCode.CONFLICT,
+            f"Approval {cmd.approval_id} was already "
+            f"{'approved' if approval.approved else 'denied'}",
+            {"approval_id": cmd.approval_id, "approved": approval.approved},
+        )
+
+    def make(common: dict[str, Any]) -> ApprovalDecided:
+        return ApprovalDecided(
+            approval_id=cmd.approval_id, approved=cmd.approve, reason=cmd.reason, **common
+        )
+
+    result = rp.ApprovalResult(approval_id=cmd.approval_id, approved=cmd.approve)
+    return Decision(result=result, make=make)
+
+
+HANDLERS: dict[type, Any] = {
+    rq.RunStart: _run_start,
+    rq.RunEnd: _run_end,
+    rq.Lock: _lock,
+    rq.Unlock: _unlock,
+    rq.SetTrust: _set_trust,
+    rq.Decide: _decide,
+}

@@ -1,0 +1,87 @@
+"""What ``decide`` works with and produces: the ``Context`` handed in, the ``Decision`` made,
+the ``Needs`` fetched before, and the event that records a decision."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from contracts import codec, hashing
+from contracts import replies as rp
+from contracts.events import AnyChange, ChangesCommitted, WorkspaceCreated, WorkspaceEvent
+from contracts.limits import Limits
+from contracts.subjects import Origin
+from services.common.tree import Tree, WorkspaceState
+
+
+@dataclass(frozen=True)
+class Context:
+    version: int
+    """The version the event will get if the command commits."""
+    at: datetime
+    content: Callable[[str], bytes | None]
+    """Content by sha256 (prefetched); None if unknown."""
+    past: Tree | None = None
+    """For ``restore``: the workspace (or the restored path) as it was, prefetched."""
+    origin: Origin | None = None
+    """Who asks (the session a lock belongs to, the run a command is part of)."""
+
+
+Maker = Callable[[dict[str, Any]], WorkspaceEvent]
+"""Builds a control event from the fields every event has."""
+
+
+@dataclass
+class Decision:
+    result: rp.Result
+    changes: list[AnyChange] = field(default_factory=list)
+    created: tuple[str, Limits] | None = None
+    """``(trust, limits)`` when the command creates the workspace."""
+    paths: list[str] = field(default_factory=list)
+    message: str | None = None
+    make: Maker | None = None
+    """For a control command (run, lock, trust, approval): its event."""
+
+    @property
+    def commits(self) -> bool:
+        return bool(self.changes) or self.created is not None or self.make is not None
+
+
+def to_event(
+    state: WorkspaceState, decision: Decision, ctx: Context, op: str, origin: Origin
+) -> WorkspaceEvent:
+    """The event recording ``decision`` (``state`` is the state after it)."""
+    common: dict[str, Any] = {
+        "tenant": state.tenant,
+        "workspace": state.workspace,
+        "version": ctx.version,
+        "at": ctx.at,
+        "op": op,
+        "request_id": origin.request_id,
+        "actor": origin.actor,
+        "session": origin.session,
+        "run": origin.run,
+        "prev_hash": state.last_hash,
+        "tree_hash": hashing.tree_hex(state.tree.hash),
+        "result": msgspec.Raw(codec.encode(decision.result)),
+    }
+    if decision.created is not None:
+        trust, limits = decision.created
+        return WorkspaceCreated(trust=trust, limits=limits, **common)
+    if decision.make is not None:
+        return decision.make(common)
+    return ChangesCommitted(changes=decision.changes, message=decision.message, **common)
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What ``decide`` will read that is not in the in-memory state (the caller fetches it)."""
+
+    contents: list[str]
+    """sha256 of contents to have in ``Context.content``."""
+    past: tuple[int, str] | None = None
+    """``(version, path)`` of a past tree to put in ``Context.past``."""
