@@ -30,6 +30,7 @@ from contracts import codec
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
 from services.common import bridges
+from services.common.credentials import NatsAuth
 
 log = logging.getLogger("quill.bus")
 
@@ -38,12 +39,20 @@ DUPLICATE_WINDOW_S = 15 * 60
 AUDIT_MAX_AGE_S = 90 * 24 * 3600
 
 
-async def connect(url: str, name: str, *, wait_s: float = 10.0) -> NATS:
+async def connect(
+    url: str, name: str, *, wait_s: float = 10.0, auth: NatsAuth | None = None
+) -> NATS:
     """Connect to NATS, retrying for up to ``wait_s`` seconds, then reconnecting forever.
+    ``auth``: the credentials (default: from the environment, ``QUILL_NATS_*``).
 
     Raises:
-        ConnectionError: no server answered within ``wait_s``.
+        ConnectionError: no server answered within ``wait_s``, or the credentials are
+            incomplete.
     """
+    try:
+        credentials = (auth or NatsAuth.from_env()).options()
+    except ValueError as exc:
+        raise ConnectionError(f"Cannot connect to NATS at {url}: {exc}") from None
 
     holder: list[NATS] = []
 
@@ -76,6 +85,7 @@ async def connect(url: str, name: str, *, wait_s: float = 10.0) -> NATS:
                 error_cb=on_error,
                 disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,
+                **credentials,
             )
             nc.options["max_reconnect_attempts"] = -1
             holder.append(nc)
@@ -167,9 +177,26 @@ async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> Non
     await bridges.bucket(js, replicas)
 
 
+def reply_allowed(subject: str, reply: str) -> bool:
+    """Whether a service may answer a request on ``subject`` at ``reply``.
+
+    A requester chooses its reply subject freely, and a service publishes with every right:
+    a reply to ``$JS.API.STREAM.DELETE.WS_EVENTS`` would delete the log, one to
+    ``ws.evt.<other tenant>...`` would write into another tenant's log. So replies never go
+    to a ``$`` subject (JetStream, KV, object store, system) nor under the request's own
+    root (``ws.``); inboxes, whatever their prefix, are fine.
+    """
+    root = subject.split(".", 1)[0]
+    return not reply.startswith("$") and reply.split(".", 1)[0] != root
+
+
 async def respond(msg: Msg, data: bytes, headers: dict[str, str] | None = None) -> None:
-    """Answer a request; a request without a reply subject (a plain publish) gets nothing."""
+    """Answer a request; a request without a reply subject (a plain publish) gets nothing,
+    nor does one whose reply subject is not an inbox (``reply_allowed``)."""
     if not msg.reply:
+        return
+    if not reply_allowed(msg.subject, msg.reply):
+        log.warning("not replying to %s on %s: not an inbox", msg.subject, msg.reply)
         return
     try:
         await msg._client.publish(msg.reply, data, headers=headers)
