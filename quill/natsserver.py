@@ -91,7 +91,11 @@ class NatsServer:
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         conf = self.data_dir / "nats-server.conf"
-        conf.write_text(config(self.data_dir / "jetstream", self.port, extra=self.extra_config))
+        # 0600: with tenants, the configuration holds every NATS password.
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with open(fd, "w", encoding="utf-8") as out:
+            out.write(config(self.data_dir / "jetstream", self.port, extra=self.extra_config))
         self._ready.clear()
         self.process = subprocess.Popen(
             [str(binary()), "-c", str(conf)],

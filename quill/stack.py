@@ -18,6 +18,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,8 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from quill import tenants as tenancy
 from quill.natsserver import terminate
 from services.common import bus
+from services.common.credentials import ENV_NAMES, NatsAuth
 
 log = logging.getLogger("quill.stack")
 
@@ -89,6 +92,8 @@ class Child:
     name: str
     argv: list[str]
     log_path: Path
+    env: dict[str, str] | None = None
+    """The child's whole environment (None: this process's)."""
     process: subprocess.Popen[bytes] | None = None
     restarts: list[float] = field(default_factory=list)
     _log: IO[bytes] | None = None
@@ -97,7 +102,11 @@ class Child:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            env=self.env,
         )
 
     def alive(self) -> bool:
@@ -133,13 +142,22 @@ class Stack:
         log_level: str = "info",
         tokens: Path | None = None,
         sandbox: str | None = None,
+        tenants: Path | None = None,
     ) -> None:
+        """``tenants``: a tenants file (``quill/tenants.py``): the embedded server then
+        admits each tenant with its own rights and the services as the system user, whose
+        password is made here and handed to the services in their environment."""
         self.data_dir = data_dir.resolve()
         self.sandbox = sandbox
         self.nats_port, self.http_port = nats_port, http_port
         self.external_nats = nats_url
         self.log_level = log_level
         self.tokens = tokens.resolve() if tokens else None
+        self.tenants = tenants.resolve() if tenants else None
+        self.system: NatsAuth | None = None
+        if self.tenants is not None:
+            self.tokens = self.tenants  # the gateway reads its tokens from the same file
+            self.system = NatsAuth(tenancy.SYSTEM_USER, secrets.token_urlsafe(32))
         self.nats: object | None = None
         self.children: list[Child] = []
 
@@ -166,7 +184,15 @@ class Stack:
             str(self.data_dir / name),
             *extra,
         ]
-        return Child(name, argv, self.data_dir / "logs" / f"{name}.log")
+        return Child(name, argv, self.data_dir / "logs" / f"{name}.log", self._env())
+
+    def _env(self) -> dict[str, str] | None:
+        """The services' environment: with tenants, the system user's credentials (never in
+        argv, which ``ps`` shows to everyone), and no one else's."""
+        if self.system is None:
+            return None
+        inherited = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
+        return inherited | self.system.environ()
 
     def _gateway(self) -> Child:
         argv = [
@@ -184,10 +210,10 @@ class Stack:
             str(self.http_port),
             *(["--tokens", str(self.tokens)] if self.tokens else []),
         ]
-        return Child("gateway", argv, self.data_dir / "logs" / "gateway.log")
+        return Child("gateway", argv, self.data_dir / "logs" / "gateway.log", self._env())
 
     async def _wait_ready(self, timeout: float = 30.0) -> None:
-        nc = await bus.connect(self.nats_url, "quill-up", wait_s=timeout)
+        nc = await bus.connect(self.nats_url, "quill-up", wait_s=timeout, auth=self.system)
         try:
             deadline = time.monotonic() + timeout
             for child in self.children:
@@ -221,7 +247,8 @@ class Stack:
             try:
                 if not self.external_nats:
                     port = self.nats_port or -1  # 0: any free port
-                    server = NatsServer(self.data_dir / "nats", port=port)
+                    auth = self._authorization()
+                    server = NatsServer(self.data_dir / "nats", port=port, extra_config=auth)
                     self.nats = server
                     await asyncio.to_thread(server.start)
                 self.http_port = self.http_port or free_port()
@@ -254,6 +281,17 @@ class Stack:
                     await asyncio.to_thread(child.stop)
                 if isinstance(self.nats, NatsServer):
                     await asyncio.to_thread(self.nats.stop)
+
+    def _authorization(self) -> str:
+        """The server's ``authorization`` block ("" without tenants: an open server).
+
+        Raises:
+            ValueError: the tenants file is unreadable or malformed.
+        """
+        if self.tenants is None or self.system is None:
+            return ""
+        assert self.system.password is not None
+        return tenancy.authorization(tenancy.load(self.tenants), self.system.password)
 
     @property
     def http_url(self) -> str:

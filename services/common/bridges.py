@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 
@@ -28,6 +29,8 @@ log = logging.getLogger("quill.bridges")
 
 CLAIM_TTL_S = 30.0
 RENEW_S = 10.0
+MAX_CLAIM_BYTES = 4096
+STREAM_BRIDGES = f"KV_{BUCKET_BRIDGES}"
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,20 +59,45 @@ def key(tenant: str, workspace: str) -> str:
 
 
 async def bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
-    """The WS_BRIDGES bucket, created if missing (idempotent)."""
+    """The WS_BRIDGES bucket, created if missing (idempotent).
+
+    Tenants' bridges write their own keys only (``$KV.WS_BRIDGES.<tenant>.>``, see
+    ``quill/tenants.py``), so the bucket reads by direct get, whose subject names the key (a
+    plain message get names it in the body, out of the server's permissions' reach), and
+    refuses rollup headers (``Nats-Rollup: all`` on any key would purge every tenant's).
+    """
     try:
-        return await js.key_value(BUCKET_BRIDGES)
+        await js.key_value(BUCKET_BRIDGES)
     except BucketNotFoundError:
-        return await js.create_key_value(
+        await js.create_key_value(
             KeyValueConfig(
                 bucket=BUCKET_BRIDGES,
                 description="Quill: local workspaces and the bridges that serve them",
                 history=1,
                 ttl=CLAIM_TTL_S * 4,
+                max_value_size=MAX_CLAIM_BYTES,
                 storage=StorageType.FILE,
                 replicas=replicas,
+                direct=True,
             )
         )
+    config = (await js.stream_info(STREAM_BRIDGES)).config
+    if not config.allow_direct or config.allow_rollup_hdrs:
+        update = dataclasses.replace(config, allow_direct=True, allow_rollup_hdrs=False)
+        await js.update_stream(update)
+    return tenant_bucket(js)
+
+
+def tenant_bucket(js: JetStreamContext) -> KeyValue:
+    """WS_BRIDGES without asking JetStream's API anything (a tenant may not): puts go to
+    ``$KV.WS_BRIDGES.<key>``, reads are direct gets."""
+    return KeyValue(
+        name=BUCKET_BRIDGES,
+        stream=STREAM_BRIDGES,
+        pre=f"$KV.{BUCKET_BRIDGES}.",
+        js=js,
+        direct=True,
+    )
 
 
 class Bridges:

@@ -70,7 +70,10 @@ class Tokens:
 
     @classmethod
     def load(cls, path: Path) -> Tokens:
-        """Read a TOML file of ``[tokens."<token>"]`` tables with ``tenant`` and ``workspace``.
+        """Read a TOML file of ``[tokens."<token>"]`` tables with ``tenant`` and ``workspace``,
+        or a tenants file (``quill/tenants.py``), whose ``[tenants.<t>.tokens."<token>"]``
+        tables name only the ``workspace`` (a tenants file may have no tokens at all: the
+        gateway then admits no one).
 
         Raises:
             ValueError: the file is missing, not TOML, or a table is malformed.
@@ -79,12 +82,27 @@ class Tokens:
             data = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read tokens file {path}: {exc}") from None
-        tables = data.get("tokens")
-        if not isinstance(tables, dict) or not tables:
+        tables = data.get("tokens", {})
+        tenants = data.get("tenants")
+        if not isinstance(tables, dict) or not (tables or isinstance(tenants, dict)):
             raise ValueError(f'{path}: no [tokens."<token>"] tables')
+        entries = [(f'[tokens."{token[:4]}…"]', token, table) for token, table in tables.items()]
+        for tenant, settings in (tenants or {}).items():
+            nested = settings.get("tokens", {}) if isinstance(settings, dict) else None
+            if not isinstance(nested, dict):
+                raise ValueError(f'{path}: [tenants.{tenant}.tokens."<token>"] must be tables')
+            for token, table in nested.items():
+                label = f'[tenants.{tenant}.tokens."{token[:4]}…"]'
+                if isinstance(table, dict) and "tenant" in table:
+                    raise ValueError(f"{path}: {label}: the tenant is {tenant}: drop tenant =")
+                if isinstance(table, dict):
+                    table = {**table, "tenant": tenant}
+                entries.append((label, token, table))
         principals: dict[str, Principal] = {}
-        for token, table in tables.items():
-            where = f'{path}: [tokens."{token[:4]}…"]'
+        for label, token, table in entries:
+            where = f"{path}: {label}"
+            if token in principals:
+                raise ValueError(f"{where}: the same token appears twice")
             if len(token) < 8:
                 raise ValueError(f"{where}: a token needs at least 8 characters")
             if not isinstance(table, dict) or not (

@@ -1,0 +1,189 @@
+"""Tenants isolated by NATS itself (RFC 0059 WCT-1): the tenants file, and the server
+authorization it becomes.
+
+One TOML file configures each tenant: its NATS credentials, and the gateway's bearer tokens
+that reach its workspaces (read by ``services/gateway/principals.py: Tokens``)::
+
+    [tenants.acme]
+    password = "acme-nats-password"     # NATS user "acme"
+
+    [tenants.acme.tokens."acme-agents-token-1"]
+    workspace = "agents"
+
+    [tenants.globex]
+    nkey = "UD..."                      # an nkey user instead: globex keeps the seed
+    bridges = true                      # may serve local workspaces (WS_BRIDGES)
+
+``authorization()`` writes the server's ``authorization`` block: a system user for the
+services, with every right, and one user per tenant with ``permissions()``. All users share
+one account (the server's global one): the streams, their data and the services' view of every
+tenant stay as they are without ``--tenants``, and bridges answer on the same subjects the
+services use. Isolation comes from the permissions, each tenant's own inbox prefix, and
+services that never reply outside an inbox (``services.common.bus.reply_allowed``).
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import QuillError
+from contracts.subjects import (
+    BUCKET_BRIDGES,
+    QUEUE_EXECUTOR,
+    QUEUE_READER,
+    QUEUE_WRITER,
+    check_id,
+)
+from services.common.bridges import STREAM_BRIDGES
+from services.common.credentials import DEFAULT_INBOX
+
+SYSTEM_USER = "quill-system"
+"""The services' NATS user; no tenant may have this name."""
+MIN_PASSWORD = 12
+_NKEY_USER = re.compile(r"U[A-Z2-7]{55}\Z")
+_PRINTABLE = re.compile(r"[\x20-\x7e]+\Z")
+_KEYS = {"password", "nkey", "bridges", "tokens"}
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One tenant's NATS identity: a user named after it with a password, or an nkey."""
+
+    name: str
+    password: str | None = None
+    nkey: str | None = None
+    """The public nkey (``U...``) of an nkey user."""
+    bridges: bool = False
+    """May serve local workspaces: answer its own requests, claim names in WS_BRIDGES."""
+
+    @property
+    def inbox(self) -> str:
+        """The only inbox prefix the tenant may subscribe to."""
+        return f"{DEFAULT_INBOX}_{self.name}"
+
+
+def load(path: Path) -> list[Tenant]:
+    """Read a tenants file (its ``tokens`` tables are the gateway's business).
+
+    Raises:
+        ValueError: the file is missing, not TOML, or a table is malformed (one line).
+    """
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read tenants file {path}: {exc}") from None
+    tables = data.get("tenants")
+    if not isinstance(tables, dict) or not tables:
+        raise ValueError(f"{path}: no [tenants.<tenant>] tables")
+    unknown = sorted(set(data) - {"tenants", "tokens"})
+    if unknown:
+        raise ValueError(f"{path}: unknown top-level keys {unknown}")
+    return [_tenant(f"{path}: [tenants.{name}]", name, table) for name, table in tables.items()]
+
+
+def _tenant(where: str, name: str, table: Any) -> Tenant:
+    try:
+        check_id("tenant", name)
+    except QuillError as exc:
+        raise ValueError(f"{where}: {exc.message}") from None
+    if name == SYSTEM_USER:
+        raise ValueError(f"{where}: {SYSTEM_USER} is the services' user, not a tenant")
+    if not isinstance(table, dict) or set(table) - _KEYS:
+        raise ValueError(f"{where}: takes password or nkey, bridges, and tokens tables")
+    password, nkey = table.get("password"), table.get("nkey")
+    if (password is None) == (nkey is None):
+        raise ValueError(f"{where}: needs password = or nkey = (one of them)")
+    if password is not None and not (
+        isinstance(password, str) and len(password) >= MIN_PASSWORD and _PRINTABLE.match(password)
+    ):
+        raise ValueError(
+            f"{where}: password must be at least {MIN_PASSWORD} printable ASCII characters"
+        )
+    if nkey is not None and not (isinstance(nkey, str) and _NKEY_USER.match(nkey)):
+        raise ValueError(f"{where}: nkey must be a user's public nkey (U and 55 more characters)")
+    bridges = table.get("bridges", False)
+    if not isinstance(bridges, bool):
+        raise ValueError(f"{where}: bridges must be true or false")
+    return Tenant(name, password=password, nkey=nkey, bridges=bridges)
+
+
+def permissions(tenant: Tenant, root: str = "ws") -> dict[str, Any]:
+    """What a tenant's NATS user may do: everything else is refused by the server.
+
+    * publish requests on its own ``<root>.{cmd,qry,exec}.<tenant>.>`` (nothing else: not
+      the log ``<root>.evt``, nor audit records, nor any ``$JS.API``);
+    * subscribe to its own inboxes, ``<root>.updated/audit/execout.<tenant>.>``;
+    * with ``bridges``, also serve its own requests (subscribe to them, not in the
+      services' queue groups; reply once to each), publish ``updated``/``execout`` for them,
+      ping the services, and put and read its own WS_BRIDGES keys (by direct get).
+    """
+    t = tenant.name
+    requests = [f"{root}.{kind}.{t}.>" for kind in ("cmd", "qry", "exec")]
+    publish = list(requests)
+    subscribe = [
+        f"{tenant.inbox}.>",
+        f"{root}.updated.{t}.>",
+        f"{root}.audit.{t}.>",
+        f"{root}.execout.{t}.>",
+    ]
+    perms: dict[str, Any] = {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
+    if tenant.bridges:
+        publish += [
+            f"{root}.updated.{t}.>",
+            f"{root}.execout.{t}.>",
+            f"{root}.sys.ping",
+            f"{root}.sys.ping.*",
+            f"$KV.{BUCKET_BRIDGES}.{t}.>",
+            f"$JS.API.DIRECT.GET.{STREAM_BRIDGES}.$KV.{BUCKET_BRIDGES}.{t}.>",
+        ]
+        subscribe += requests
+        queues = (QUEUE_WRITER, QUEUE_READER, QUEUE_EXECUTOR)
+        perms["subscribe"]["deny"] = [f"{s} {q}" for s, q in zip(requests, queues, strict=True)]
+        perms["allow_responses"] = True
+    return perms
+
+
+def authorization(
+    tenants: Sequence[Tenant], system_password: str, root: str = "ws", indent: str = ""
+) -> str:
+    """The server configuration's ``authorization`` block for ``tenants``."""
+    lines = ["authorization {", "  users = [", f"    {_system(system_password)}"]
+    for tenant in tenants:
+        who = (
+            f"user: {_quote(tenant.name)}, password: {_quote(tenant.password)}"
+            if tenant.password is not None
+            else f"nkey: {_quote(tenant.nkey or '')}"
+        )
+        lines += [f"    {{{who}, permissions: {{"]
+        for key, value in permissions(tenant, root).items():
+            lines.append(f"      {key}: {_value(value)}")
+        lines.append("    }}")
+    lines += ["  ]", "}"]
+    return "".join(f"{indent}{line}\n" for line in lines)
+
+
+def _system(password: str) -> str:
+    return f"{{user: {_quote(SYSTEM_USER)}, password: {_quote(password)}}}"
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _quote(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    assert isinstance(value, dict)
+    return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
+
+
+def _quote(text: str) -> str:
+    """A double-quoted string for nats-server's configuration (literal ``$``, escaped
+    ``"`` and ``\\``; it knows no other escapes, so only printable ASCII is accepted)."""
+    assert _PRINTABLE.match(text), "only printable ASCII in the server configuration"
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

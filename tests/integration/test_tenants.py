@@ -1,0 +1,360 @@
+"""Tenants isolated by the NATS server itself (RFC 0059 WCT-1).
+
+A real nats-server configured from ``quill.tenants.authorization``; a writer, a reader and an
+executor connected as the system user; tenants connecting with their own credentials and
+inbox prefixes. Whatever tenant ``b`` tries on tenant ``a``'s subjects, the server refuses it
+(a permissions violation, reported through nats-py's error callback), while the same request
+from the system user is answered, so a refusal is the server's doing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import nacl.signing
+import nats
+import nats.errors
+import nkeys
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig
+from nats.js.object_store import ObjectStore
+
+from quill import tenants
+from quill.client import Quill
+from quill.natsserver import NatsServer
+from services.common import bridges, bus
+from services.common.credentials import ENV_NAMES, NatsAuth
+from services.executor.app import ExecutorConfig
+from tests.helpers import start_executor, start_reader, start_writer
+
+SYSTEM = NatsAuth(tenants.SYSTEM_USER, "system-password-for-tests")
+A = tenants.Tenant("a", password="tenant-a-password")
+B = tenants.Tenant("b", password="tenant-b-password")
+C = tenants.Tenant("c", password="tenant-c-password", bridges=True)
+_SEED = nkeys.encode_seed(bytes(nacl.signing.SigningKey.generate()), nkeys.PREFIX_BYTE_USER)
+D = tenants.Tenant("d", nkey=nkeys.from_seed(bytearray(_SEED)).public_key.decode())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    assert SYSTEM.password is not None
+    block = tenants.authorization([A, B, C, D], SYSTEM.password)
+    server = NatsServer(tmp_path_factory.mktemp("nats"), extra_config=block).start()
+    yield server
+    server.stop()
+
+
+@pytest_asyncio.fixture
+async def url(
+    server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[str]:
+    """The server's URL, with a writer, a reader and an executor running as the system user
+    (they read their credentials from the environment, as ``quill up``'s children do)."""
+    for name, value in SYSTEM.environ().items():
+        monkeypatch.setenv(name, value)
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, server.url, tmp_path / "writer")
+        await start_reader(stack, server.url, tmp_path / "reader")
+        local = ExecutorConfig(sandbox="local")
+        await start_executor(stack, server.url, tmp_path / "executor", local)
+        for name in ENV_NAMES:  # everyone else names their own credentials
+            monkeypatch.delenv(name, raising=False)
+        yield server.url
+
+
+class Refusals:
+    """nats-py's error callback: the permissions violations the server reports."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self._news = asyncio.Event()
+
+    async def on_error(self, exc: Exception) -> None:
+        self.seen.append(str(exc))
+        self._news.set()
+
+    async def wait(self, kind: str, subject: str, timeout: float = 5.0) -> None:
+        """Until the server has refused ``kind`` ("publish", "subscription") on a subject
+        starting with ``subject`` (nats-py reports it in lower case)."""
+        needle = f'permissions violation for {kind} to "{subject.lower()}'
+        async with asyncio.timeout(timeout):
+            while not any(needle in seen for seen in self.seen):
+                self._news.clear()
+                await self._news.wait()
+
+
+async def bare(url: str, tenant: tenants.Tenant, refusals: Refusals) -> NATS:
+    """A bare nats-py client with the tenant's credentials and inbox prefix."""
+    return await nats.connect(
+        url,
+        user=tenant.name,
+        password=tenant.password,
+        inbox_prefix=tenant.inbox,
+        error_cb=refusals.on_error,
+        allow_reconnect=False,
+    )
+
+
+async def tenant_sdk(url: str, tenant: tenants.Tenant) -> Quill:
+    return await Quill.connect(url, user=tenant.name, password=tenant.password, timeout=5)
+
+
+async def no_answer(call: Awaitable[Any]) -> None:
+    with pytest.raises(nats.errors.TimeoutError):
+        await call
+
+
+@pytest_asyncio.fixture
+async def system(url: str) -> AsyncIterator[NATS]:
+    nc = await bus.connect(url, "test-system", auth=SYSTEM)
+    yield nc
+    await nc.close()
+
+
+@pytest_asyncio.fixture
+async def a_workspace(url: str) -> AsyncIterator[int]:
+    """Tenant a's workspace ``a/w``, holding ``secret.txt``; its version."""
+    async with await tenant_sdk(url, A) as quill:
+        ws = quill.workspace("a/w")
+        await ws.create(exist_ok=True)
+        await ws.write("secret.txt", "a's secret\n")
+        yield ws.last_version
+
+
+REQUESTS = {  # what b tries, and a harmless request the system user makes on each subject
+    "ws.cmd.a.w.write": ({"path": "secret.txt", "content": "b was here\n"}, "create"),
+    "ws.qry.a.w.read": ({"path": "secret.txt"}, "read"),
+    "ws.exec.a.w.run": ({"command": "cat secret.txt"}, "run"),
+}
+HARMLESS: dict[str, dict[str, Any]] = {
+    "create": {"exist_ok": True},
+    "read": {"path": "secret.txt"},
+    "run": {"command": "true"},
+}
+
+
+async def test_b_cannot_send_requests_to_a(url: str, system: NATS, a_workspace: int) -> None:
+    refusals = Refusals()
+    nb = await bare(url, B, refusals)
+    try:
+        attempts = []
+        for subject, (body, op) in REQUESTS.items():
+            live = subject.rsplit(".", 1)[0] + f".{op}"  # the system user is answered here
+            body_ok = {**HARMLESS[op], "min_version": a_workspace} if op == "read" else HARMLESS[op]
+            reply = await system.request(live, json.dumps(body_ok).encode(), timeout=10)
+            assert json.loads(reply.data)["ok"], reply.data
+            data = json.dumps(body).encode()
+            attempts += [no_answer(nb.request(subject, data, timeout=2))]
+            attempts += [refusals.wait("publish", subject)]
+        await asyncio.gather(*attempts)
+        for subject in ("ws.evt.a.w", "ws.evt.b.w", "ws.audit.b.w", "ws.updated.b.w"):
+            await nb.publish(subject, b"{}")  # the log and the notifications are the services'
+            await refusals.wait("publish", subject)
+    finally:
+        await nb.close()
+    async with await tenant_sdk(url, A) as quill:
+        assert await quill.workspace("a/w").read_text("secret.txt") == "a's secret\n"
+
+
+DENIED = (
+    "ws.updated.a.>",
+    "ws.audit.a.>",
+    "ws.execout.a.>",
+    "ws.evt.>",
+    "ws.cmd.a.>",
+    "_INBOX.>",
+    "_INBOX_a.>",
+    ">",
+)
+
+
+async def test_b_cannot_listen_to_a(url: str, a_workspace: int) -> None:
+    refusals = Refusals()
+    nb = await bare(url, B, refusals)
+    try:
+        subs = {subject: await nb.subscribe(subject) for subject in DENIED}
+        for subject in DENIED:
+            await refusals.wait("subscription", subject)
+        own = await nb.subscribe("ws.updated.b.>")
+        async with await tenant_sdk(url, A) as qa, await tenant_sdk(url, B) as qb:
+            a_updates = qa.workspace("a/w").watch()
+            seen_by_a = asyncio.ensure_future(anext(a_updates))
+            await asyncio.sleep(0)  # let the watch subscribe before the write
+            await qa.nc.flush()
+            await qa.workspace("a/w").write("more.txt", "x")  # replies land on _INBOX_a
+            await asyncio.wait_for(seen_by_a, 5)
+            await a_updates.aclose()
+            # a's update reached the server before b's write was sent: had any of b's
+            # subscriptions been admitted, its message would arrive before b's own update.
+            await qb.workspace("b/w").create(exist_ok=True)
+            await own.next_msg(timeout=5)
+        for subject, sub in subs.items():
+            assert sub.pending_msgs == 0 and sub.delivered == 0, subject
+    finally:
+        await nb.close()
+
+
+async def test_b_has_no_jetstream(url: str, system: NATS, a_workspace: int) -> None:
+    assert (await system.jetstream().stream_info("WS_EVENTS")).config.name == "WS_EVENTS"
+    refusals = Refusals()
+    nb = await bare(url, B, refusals)
+    js = nb.jetstream(timeout=1.5)
+    blobs = ObjectStore("WS_BLOBS", "OBJ_WS_BLOBS", js)
+    attempts = {
+        "$JS.API.STREAM.INFO.WS_EVENTS": js.stream_info("WS_EVENTS"),
+        "$JS.API.STREAM.INFO.WS_AUDIT": js.stream_info("WS_AUDIT", subjects_filter=">"),
+        "$JS.API.CONSUMER.CREATE.WS_EVENTS": js.add_consumer(
+            "WS_EVENTS", ConsumerConfig(filter_subject="ws.evt.a.>")
+        ),
+        "$JS.API.CONSUMER.CREATE.WS_AUDIT.x.ws.audit.a.w": js.add_consumer(
+            "WS_AUDIT", ConsumerConfig(name="x", filter_subject="ws.audit.a.w")
+        ),
+        "$JS.API.DIRECT.GET.WS_EVENTS.ws.evt.a.w": js.get_msg(
+            "WS_EVENTS", subject="ws.evt.a.w", direct=True
+        ),
+        "$JS.API.STREAM.MSG.GET.OBJ_WS_BLOBS": blobs.get("0" * 64),
+        "$JS.API.STREAM.DELETE.WS_EVENTS": js.delete_stream("WS_EVENTS"),
+    }
+    try:
+        await asyncio.gather(
+            *(no_answer(call) for call in attempts.values()),
+            *(refusals.wait("publish", subject) for subject in attempts),
+        )
+        await nb.publish("$KV.WS_BRIDGES.a.w", b"{}")
+        await refusals.wait("publish", "$KV.WS_BRIDGES.a.w")
+    finally:
+        await nb.close()
+
+
+class Warnings(logging.Handler):
+    """Records of one logger, with an event to wait on."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+        self.news = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._logger = logging.getLogger(name)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+        self._loop.call_soon_threadsafe(self.news.set)
+
+    async def until(self, count: int, timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            while len(self.messages) < count:
+                self.news.clear()
+                await self.news.wait()
+
+    def __enter__(self) -> Warnings:
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+
+
+async def test_a_reply_subject_is_no_way_in(url: str, system: NATS, a_workspace: int) -> None:
+    """A requester names its reply subject, and services publish with every right: the
+    services answer only inboxes, so b cannot make them delete a stream or write a's log."""
+    js = system.jetstream()
+    events = (await js.stream_info("WS_EVENTS", subjects_filter="ws.evt.a.w")).state.subjects
+    async with await tenant_sdk(url, B) as qb:
+        await qb.workspace("b/w").create(exist_ok=True)
+    nb = await bare(url, B, Refusals())
+    try:
+        with Warnings("quill.bus") as warnings:
+            await nb.publish("ws.qry.b.w.info", b"{}", reply="$JS.API.STREAM.DELETE.WS_AUDIT")
+            await nb.publish("ws.cmd.b.w.mkdir", b'{"path": "d"}', reply="ws.evt.a.w")
+            await nb.publish("ws.exec.b.w.run", b'{"command": "true"}', reply="$KV.WS_BRIDGES.a.w")
+            await warnings.until(3)
+        assert all("not replying" in message for message in warnings.messages)
+    finally:
+        await nb.close()
+    assert (await js.stream_info("WS_AUDIT")).config.name == "WS_AUDIT"
+    after = (await js.stream_info("WS_EVENTS", subjects_filter="ws.evt.a.w")).state.subjects
+    assert after == events
+
+
+async def test_tenants_work_in_their_own_workspaces(url: str, tmp_path: Path) -> None:
+    async with await tenant_sdk(url, B) as quill:
+        ws = quill.workspace("b/mine")
+        await ws.create(exist_ok=True)
+        updates = ws.watch()
+        first = asyncio.ensure_future(anext(updates))
+        await asyncio.sleep(0)  # let the watch subscribe before the write
+        await quill.nc.flush()
+        written = await ws.write("notes.md", "b's notes\n")
+        assert (await asyncio.wait_for(first, 5)).version == ws.last_version
+        await updates.aclose()
+        assert await ws.read_text("notes.md") == "b's notes\n"
+        assert (await ws.stat("notes.md")).etag == written.etag
+        out: list[bytes] = []
+        run = await ws.exec("cat notes.md", on_output=lambda _stream, data: out.append(data))
+        assert run.exit_code == 0 and b"".join(out) == b"b's notes\n"
+    seed = tmp_path / "d.nk"
+    seed.write_bytes(_SEED)
+    async with await Quill.connect(
+        url, nkey_seed=str(seed), inbox_prefix=D.inbox, timeout=5
+    ) as quill:
+        ws = quill.workspace("d/w")
+        await ws.create(exist_ok=True)
+        await ws.write("x.txt", "d\n")
+        assert await ws.read_text("x.txt") == "d\n"
+
+
+async def every_service_sees(nc: NATS, claims: int) -> None:
+    async with asyncio.timeout(10):
+        for service in ("writer", "reader", "executor"):
+            while True:
+                pong = await nc.request(f"ws.sys.ping.{service}", b"", timeout=2)
+                if json.loads(pong.data)["local_workspaces"] == claims:
+                    break
+                await asyncio.sleep(0.01)
+
+
+async def test_a_bridge_tenant_serves_only_its_own(url: str, system: NATS) -> None:
+    system_kv = await bridges.bucket(system.jetstream())
+    await bridges.claim(system_kv, "a", "laptop", "bridge-a", "host-a", "~/a")
+    refusals = Refusals()
+    nc = await bare(url, C, refusals)
+    kv = bridges.tenant_bucket(nc.jetstream(timeout=1.5))
+    try:
+        revision = await bridges.claim(kv, "c", "laptop", "bridge-c", "host-c", "~/c")
+        await bridges.renew(kv, "c", "laptop", "bridge-c", "host-c", "~/c", revision)
+        await every_service_sees(nc, 2)  # c may ping the services
+
+        async def serve(msg: Msg) -> None:
+            await msg.respond(b'{"ok": true, "version": 0, "result": {"from": "c"}}')
+
+        await nc.subscribe("ws.qry.c.laptop.*", cb=serve)
+        await nc.flush()
+        reply = await system.request("ws.qry.c.laptop.read", b'{"path": "x"}', timeout=5)
+        assert json.loads(reply.data).get("result") == {"from": "c"}, reply.data
+
+        await asyncio.gather(
+            no_answer(kv.put("a.laptop", b"{}")),
+            refusals.wait("publish", "$KV.WS_BRIDGES.a.laptop"),
+            no_answer(kv.get("a.laptop")),
+            refusals.wait("publish", "$JS.API.DIRECT.GET.KV_WS_BRIDGES.$KV.WS_BRIDGES.a."),
+        )
+        ack = await nc.request("$KV.WS_BRIDGES.c.x", b"", headers={"Nats-Rollup": "all"})
+        assert json.loads(ack.data)["error"]["err_code"] == 10111  # rollup not permitted
+        assert (await system_kv.get("a.laptop")).value  # a's claim is still there
+        await nc.subscribe("ws.cmd.c.>", queue="quill-writer")
+        await refusals.wait("subscription", "ws.cmd.c.>")
+        await nc.subscribe("ws.qry.a.laptop.*")
+        await refusals.wait("subscription", "ws.qry.a.laptop.*")
+    finally:
+        await bridges.release(kv, "c", "laptop")
+        await bridges.release(system_kv, "a", "laptop")
+        await nc.close()
