@@ -113,6 +113,8 @@ class LockReleased(Event, frozen=True, kw_only=True, omit_defaults=True, tag="lo
 
 class TrustChanged(Event, frozen=True, kw_only=True, omit_defaults=True, tag="trust_changed"):
     trust: str
+    commands: bool = False
+    """``restricted``: whether commands are offered (each approved first)."""
 
 
 class ApprovalRequested(

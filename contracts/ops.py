@@ -15,7 +15,16 @@ from contracts.errors import ErrorCode as E
 
 OpKind = Literal["cmd", "qry", "exec"]
 
-_COMMON_CMD = (E.INVALID_ARGUMENT, E.WORKSPACE_NOT_FOUND, E.CONFLICT, E.UNAVAILABLE, E.TIMEOUT)
+_COMMON_CMD = (
+    E.INVALID_ARGUMENT,
+    E.WORKSPACE_NOT_FOUND,
+    E.CONFLICT,
+    E.LOCKED,
+    E.APPROVAL_REQUIRED,
+    E.DENIED,
+    E.UNAVAILABLE,
+    E.TIMEOUT,
+)
 _COMMON_QRY = (E.INVALID_ARGUMENT, E.WORKSPACE_NOT_FOUND, E.UNAVAILABLE, E.TIMEOUT)
 
 
@@ -236,6 +245,14 @@ _ALL: tuple[OpSpec, ...] = (
         "Make the workspace full or restricted (mutations and commands then need approval).",
         (),
         {"trust": "full"},
+    ),
+    _cmd(
+        "request_approval",
+        rq.RequestApproval,
+        rp.ApprovalResult,
+        "Wait for the approval a restricted workspace requires (executors ask before a command).",
+        (E.APPROVAL_REQUIRED, E.DENIED),
+        {"op": "exec.run", "summary": "make test"},
     ),
     _cmd(
         "decide",

@@ -393,6 +393,8 @@ class LockInfo(Result, frozen=True, kw_only=True):
 
 class TrustInfo(Result, frozen=True, kw_only=True):
     trust: str
+    commands: bool
+    """``restricted``: whether commands are offered."""
     changed: bool
 
 

@@ -413,9 +413,23 @@ class Unlock(Command, frozen=True, kw_only=True):
 
 
 class SetTrust(Command, frozen=True, kw_only=True):
-    """Change the workspace's trust level (recorded as an event)."""
+    """Change the workspace's trust level (recorded as an event). On a ``restricted``
+    workspace every mutation waits for approval, and commands (``exec``) are not offered
+    unless ``commands`` (then each needs approval too)."""
 
     trust: Trust
+    commands: bool = False
+    """``restricted`` only: offer ``exec.run`` and ``exec.git`` (each approved first)."""
+
+
+class RequestApproval(Command, frozen=True, kw_only=True):
+    """Ask for the approval a restricted workspace requires before something outside the
+    writer (an executor's command) is done; answered once decided. The executors send it."""
+
+    op: Annotated[str, Meta(min_length=1, max_length=64)]
+    """What waits: ``exec.run``, ``exec.git``."""
+    summary: Annotated[str, Meta(max_length=4096)]
+    """What it would do (a command line; never contents)."""
 
 
 class Decide(Command, frozen=True, kw_only=True):

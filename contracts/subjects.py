@@ -40,6 +40,9 @@ HEADER_WAIT = "Ws-Wait"
 """On a command: how long (ms, at most ``MAX_WAIT_MS``) it may wait for another session's lock
 to go, or for its approval on a restricted workspace, before ``LOCKED``/``APPROVAL_REQUIRED``."""
 MAX_WAIT_MS = 600_000
+CHANGES_SUFFIX = ":changes"
+"""Request id of an executor's ``apply`` = the command's request id + this (on a restricted
+workspace the command's approval covers it)."""
 HEADER_EVENT_HASH = "Ws-Event-Hash"
 """On every event message: the event's own hash, sha256 (hex) of the message payload."""
 HEADER_STREAM = "Ws-Stream"

@@ -57,6 +57,16 @@ SILENCE_S = 15.0
 __all__ = ["Quill", "QuillError", "ErrorCode", "Workspace"]
 
 
+def _refused(subject: str) -> QuillError:
+    """The NATS server refused a request: these credentials are another tenant's."""
+    return QuillError(
+        ErrorCode.ACCESS_DENIED,
+        f"NATS refused {subject} to these credentials (a tenant reaches only its own "
+        "workspaces)",
+        {"subject": subject},
+    )
+
+
 class Quill:
     """A connection to a Quill deployment."""
 
@@ -204,6 +214,8 @@ class Quill:
             try:
                 msg = await self.nc.request(subject, data, timeout=timeout, headers=headers)
             except nats.errors.TimeoutError:
+                if bus.refused(self.nc, subject):
+                    raise _refused(subject) from None
                 last = QuillError(ErrorCode.TIMEOUT, f"No reply to {kind}.{op} in {timeout}s")
                 continue
             except nats.errors.MaxPayloadError:
@@ -249,7 +261,8 @@ class Quill:
                 running it stopped answering; ``TIMEOUT`` past ``deadline_s``.
         """
         subject = self.subjects.exec(tenant, workspace, op)
-        headers = Origin(request_id, self.actor, self.session, self.run).headers()
+        origin = Origin(request_id, self.actor, self.session, self.run, self.wait_ms)
+        headers = origin.headers()
         data = codec.encode(body)
         last: QuillError | None = None
         for attempt in range(self.retries + 1):
@@ -262,6 +275,9 @@ class Quill:
             try:
                 silence = self.exec_silence_s
                 while not (await asyncio.wait({pending}, timeout=silence / 3))[0]:
+                    if bus.refused(self.nc, subject):
+                        pending.cancel()
+                        raise _refused(subject)
                     if time.monotonic() - max(heard(), sent) > silence:
                         raise QuillError(
                             ErrorCode.UNAVAILABLE,
@@ -500,8 +516,13 @@ class Workspace:
     async def unlock(self) -> rp.LockInfo:
         return await self._cmd("unlock", rq.Unlock(), rp.LockInfo)
 
-    async def set_trust(self, trust: Literal["full", "restricted"]) -> rp.TrustInfo:
-        return await self._cmd("set_trust", rq.SetTrust(trust=trust), rp.TrustInfo)
+    async def set_trust(
+        self, trust: Literal["full", "restricted"], *, commands: bool = False
+    ) -> rp.TrustInfo:
+        """Make the workspace ``full`` or ``restricted`` (every mutation then waits for
+        approval; ``commands``: offer exec, each approved first)."""
+        body = rq.SetTrust(trust=trust, commands=commands)
+        return await self._cmd("set_trust", body, rp.TrustInfo)
 
     async def approvals(self) -> rp.ApprovalList:
         return await self._qry("approvals", rq.ApprovalsQuery(), rp.ApprovalList)

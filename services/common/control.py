@@ -72,12 +72,16 @@ class ApprovalState:
     version: int
     approved: bool | None = None
     """None while pending."""
+    decided_by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(slots=True)
 class Controls:
     """A workspace's control state (its trust level is ``WorkspaceState.trust``)."""
 
+    commands: bool = False
+    """``restricted``: whether commands are offered (each approved first)."""
     runs: dict[str, RunState] | None = None
     lock: LockState | None = None
     approvals: dict[str, ApprovalState] | None = None
@@ -118,6 +122,7 @@ def fold_control(controls: Controls, event: ControlEvent) -> None:
         approval = controls.approval(event.approval_id)
         if approval is not None:
             approval.approved = event.approved
+            approval.decided_by, approval.reason = event.actor, event.reason
         decided = [k for k, a in (controls.approvals or {}).items() if a.approved is not None]
         for old in decided[: max(0, len(decided) - DECIDED_KEPT)]:
             del controls.approvals[old]  # type: ignore[union-attr]

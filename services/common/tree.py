@@ -258,7 +258,7 @@ def fold(state: WorkspaceState, event: WorkspaceEvent, event_hash: str, seq: int
         state.limits = event.limits
         state.created = event.at
     elif isinstance(event, TrustChanged):
-        state.trust = event.trust
+        state.trust, state.controls.commands = event.trust, event.commands
     elif isinstance(event, CONTROL_EVENTS):
         fold_control(state.controls, event)
     evolve(state.tree, event)

@@ -287,6 +287,36 @@ class Executor:
                 )
             yield checkout
 
+    async def _approved(
+        self, checkout: Checkout, address: Address, origin: Origin, op: str, summary: str
+    ) -> None:
+        """On a restricted workspace: refuse, or wait for the approval of what is asked.
+
+        Raises:
+            QuillError: ``DENIED``, ``APPROVAL_REQUIRED``, ``LOCKED``.
+        """
+        if checkout.manifest.trust != "restricted":
+            return
+        if not checkout.manifest.commands:
+            raise QuillError(
+                ErrorCode.DENIED,
+                f"Commands are not offered on restricted workspace "
+                f"{address.tenant}/{address.workspace}",
+                {"trust": "restricted"},
+            )
+        view = self.quill.as_actor(origin.actor, session=origin.session, run=origin.run)
+        body = rq.RequestApproval(op=op, summary=summary[:4096])
+        await view.request(
+            "cmd",
+            address.tenant,
+            address.workspace,
+            "request_approval",
+            body,
+            rp.ApprovalResult,
+            request_id=origin.request_id,
+            wait_ms=origin.wait_ms,
+        )
+
     @contextlib.asynccontextmanager
     async def _at(
         self, checkout: Checkout, address: Address, req: rq.Execution
@@ -400,6 +430,7 @@ class Executor:
             summary=f"$ {req.command[:500]}",
         )
         async with self._checkout(address) as live, self._at(live, address, req) as checkout:
+            await self._approved(live, address, origin, "exec.run", req.command)
             workdir = self._workdir(checkout, req.workdir)
             limits = checkout.limits
             timeout_ms = min(req.timeout_ms or DEFAULT_TIMEOUT_MS, limits.max_exec_ms)
@@ -447,6 +478,7 @@ class Executor:
         if req.url is not None:
             details["url"] = without_userinfo(req.url)
         async with self._checkout(address) as live, self._at(live, address, req) as checkout:
+            await self._approved(live, address, origin, "exec.git", f"git {req.action}")
             limits = checkout.limits
             timeout_ms = min(req.timeout_ms or DEFAULT_TIMEOUT_MS, limits.max_exec_ms)
             runner = sandbox_runner(self.provider, self._limits(timeout_ms / 1000))

@@ -38,6 +38,7 @@ from contracts.events import (
     MakeDir,
     PutFile,
     Remove,
+    TrustChanged,
     WorkspaceCreated,
 )
 from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
@@ -75,6 +76,9 @@ class Manifest(msgspec.Struct, kw_only=True):
     version: int = 0
     seq: int = 0
     limits: Limits = DEFAULT_LIMITS
+    trust: str = "full"
+    commands: bool = False
+    """``restricted``: whether commands are offered."""
     paths: dict[str, Tracked] = msgspec.field(default_factory=dict)
     local: dict[str, Sig] = msgspec.field(default_factory=dict)
     """Files left uncommitted (skipped), as last reported: not reported again unless changed."""
@@ -190,7 +194,9 @@ class Checkout:
             if upto_version is not None and event.version > upto_version:
                 break
             if isinstance(event, WorkspaceCreated):
-                self.manifest.limits = event.limits
+                self.manifest.limits, self.manifest.trust = event.limits, event.trust
+            elif isinstance(event, TrustChanged):
+                self.manifest.trust, self.manifest.commands = event.trust, event.commands
             elif isinstance(event, ChangesCommitted):
                 contents = await self._contents(event)
                 # File work off the event loop: a large event must not stall heartbeats.

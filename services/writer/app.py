@@ -141,6 +141,8 @@ class Writer:
                 await sub.unsubscribe()
             except Exception:
                 pass
+        for actor in self._actors.values():
+            await actor.abandon()
         busy = [a.wait_idle() for a in self._actors.values() if not a.idle]
         if busy:
             try:

@@ -142,13 +142,21 @@ def _unlock(state: WorkspaceState, cmd: rq.Unlock, ctx: Context) -> Decision:
 
 
 def _set_trust(state: WorkspaceState, cmd: rq.SetTrust, ctx: Context) -> Decision:
-    if cmd.trust == state.trust:
-        return Decision(result=rp.TrustInfo(trust=state.trust, changed=False))
+    commands = cmd.commands and cmd.trust == "restricted"
+    if (cmd.trust, commands) == (state.trust, state.controls.commands):
+        return Decision(result=rp.TrustInfo(trust=state.trust, commands=commands, changed=False))
 
     def make(common: dict[str, Any]) -> TrustChanged:
-        return TrustChanged(trust=cmd.trust, **common)
+        return TrustChanged(trust=cmd.trust, commands=commands, **common)
 
-    return Decision(result=rp.TrustInfo(trust=cmd.trust, changed=True), make=make)
+    result = rp.TrustInfo(trust=cmd.trust, commands=commands, changed=True)
+    return Decision(result=result, make=make)
+
+
+def _request_approval(state: WorkspaceState, cmd: rq.RequestApproval, ctx: Context) -> Decision:
+    """Reached only once approved (or on a full workspace): nothing to record."""
+    request_id = ctx.origin.request_id if ctx.origin is not None else ""
+    return Decision(result=rp.ApprovalResult(approval_id=request_id, approved=True))
 
 
 def _decide(state: WorkspaceState, cmd: rq.Decide, ctx: Context) -> Decision:
@@ -183,4 +191,5 @@ HANDLERS: dict[type, Any] = {
     rq.Unlock: _unlock,
     rq.SetTrust: _set_trust,
     rq.Decide: _decide,
+    rq.RequestApproval: _request_approval,
 }

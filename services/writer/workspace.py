@@ -18,16 +18,19 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from nats.aio.msg import Msg
 
 from contracts import codec, hashing
+from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import (
     AnyChange,
+    ApprovalDecided,
+    ApprovalRequested,
     LockReleased,
     PutFile,
     TrustChanged,
@@ -36,7 +39,7 @@ from contracts.events import (
 )
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.ops import OpSpec
-from contracts.subjects import Address, Origin
+from contracts.subjects import CHANGES_SUFFIX, Address, Origin
 from services.common import log as eventlog
 from services.common.blobs import INLINE_BUDGET, INLINE_MAX
 from services.common.bus import respond
@@ -44,6 +47,7 @@ from services.common.control import CONTROL_EVENTS, fold_control
 from services.common.runtime import bounded_gather
 from services.common.tree import DirNode, FileNode, Tree, WorkspaceState, fold
 from services.writer.append import AppendError, Group
+from services.writer.control import CONTROL_COMMANDS
 from services.writer.decide import decide, needs
 from services.writer.decision import Context, Decision, to_event
 
@@ -117,10 +121,79 @@ class WorkspaceActor:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"ws-{self.tenant}-{self.workspace}")
 
+    # ------------------------------------------------------------------ approvals
+    def _needs_approval(self, state: WorkspaceState, p: Pending) -> bool:
+        """Whether ``p`` must be approved first, and is not yet.
+
+        Raises:
+            QuillError: ``DENIED`` when it was; ``APPROVAL_REQUIRED`` while it waits.
+        """
+        if not state.exists or state.trust != "restricted":
+            return False
+        if isinstance(p.request, (rq.CreateWorkspace, *CONTROL_COMMANDS)):
+            return False
+        approval = state.controls.approval(p.origin.request_id)
+        if approval is None:
+            return not self._covered(state, p)
+        if approval.approved is None:
+            raise awaiting(p, p.origin.request_id)
+        if not approval.approved:
+            reason = f": {approval.reason}" if approval.reason else ""
+            raise QuillError(
+                ErrorCode.DENIED,
+                f"Denied by {approval.decided_by or 'an approver'}{reason}",
+                {"approval_id": p.origin.request_id},
+            )
+        return False
+
+    def _covered(self, state: WorkspaceState, p: Pending) -> bool:
+        """An executor's ``apply`` of what an approved command changed (request id
+        ``<command's id>:changes``, same actor) needs no approval of its own."""
+        command_id, suffix, _ = p.origin.request_id.rpartition(CHANGES_SUFFIX)
+        if suffix != CHANGES_SUFFIX or not isinstance(p.request, rq.ApplyChanges):
+            return False
+        approval = state.controls.approval(command_id)
+        return (
+            approval is not None
+            and approval.approved is True
+            and approval.op.startswith("exec.")
+            and approval.requested_by == p.origin.actor
+        )
+
+    def _ask(
+        self, state: WorkspaceState, p: Pending
+    ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
+        """The ``approval_requested`` event that parks ``p`` (under its own request id: the
+        command itself keeps its id for when it is approved and committed)."""
+        summary, paths = describe(p)
+        origin = Origin(
+            f"{p.origin.request_id}:approval", p.origin.actor, p.origin.session, p.origin.run
+        )
+
+        request = p.request
+        op = request.op if isinstance(request, rq.RequestApproval) else p.spec.key
+
+        def make(common: dict[str, Any]) -> ApprovalRequested:
+            return ApprovalRequested(
+                approval_id=p.origin.request_id,
+                request_op=op,
+                summary=summary,
+                requested_by=p.origin.actor,
+                **common,
+            )
+
+        ctx = Context(version=state.version + 1, at=datetime.now(UTC), content=lambda _: None)
+        decision = Decision(result=rp.ApprovalList(pending=[]), make=make, paths=paths)
+        event = to_event(state, decision, ctx, "approval_requested", origin)
+        fold_control(state.controls, event)  # type: ignore[arg-type]
+        return decision, event, codec.encode(event)
+
     # ------------------------------------------------------------------ waiting
     def _park(self, p: Pending, error: QuillError, state: WorkspaceState) -> bool:
-        """Keep ``p`` aside until the lock that refused it goes or its wait runs out."""
-        if error.code != ErrorCode.LOCKED or time.perf_counter() >= p.wait_until:
+        """Keep ``p`` aside until the lock that refused it goes (or its approval is decided)
+        or its wait runs out."""
+        waits = (ErrorCode.LOCKED, ErrorCode.APPROVAL_REQUIRED)
+        if error.code not in waits or time.perf_counter() >= p.wait_until:
             return False
         self._parked.append(p)
         self._schedule(state)
@@ -137,6 +210,15 @@ class WorkspaceActor:
         if self._wake is not None:
             self._wake.cancel()
         self._wake = asyncio.get_running_loop().call_later(max(delay, 0.0) + 0.001, self._unpark)
+
+    async def abandon(self) -> None:
+        """Answer the parked commands (the writer is stopping): retry elsewhere."""
+        if self._wake is not None:
+            self._wake.cancel()
+        parked, self._parked = self._parked, []
+        error = QuillError(ErrorCode.UNAVAILABLE, "The writer is stopping; retry")
+        for p in parked:
+            await self._answer(p, codec.error_reply(error), error=error)
 
     def _unpark(self) -> None:
         """Decide the parked commands again (first, in the order they came)."""
@@ -230,8 +312,13 @@ class WorkspaceActor:
                 if stored is not None:
                     await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
                     continue
+                asks = False
                 try:
-                    decision, event, payload = await self._decide(state, p)
+                    asks = self._needs_approval(state, p)
+                    if asks:
+                        decision, event, payload = self._ask(state, p)
+                    else:
+                        decision, event, payload = await self._decide(state, p)
                 except QuillError as exc:
                     if not self._park(p, exc, state):
                         await self._answer(p, codec.error_reply(exc), error=exc)
@@ -253,8 +340,8 @@ class WorkspaceActor:
                 expected_seq=expected_seq,
                 payloads=[payload for *_, payload in staged],
                 msg_ids=[
-                    self.writer.subjects.msg_id(self.tenant, self.workspace, p.origin.request_id)
-                    for p, *_ in staged
+                    self.writer.subjects.msg_id(self.tenant, self.workspace, event.request_id)
+                    for _, _, event, _, _ in staged
                 ],
                 hashes=[digest for _, _, _, digest, _ in staged],
                 context=[(event, digest) for _, _, event, digest, _ in staged],
@@ -277,6 +364,12 @@ class WorkspaceActor:
                 continue
             state.last_seq = seqs[-1]
             for (p, decision, event, _, _), seq in zip(staged, seqs, strict=True):
+                if isinstance(event, ApprovalRequested):  # p waits for the decision
+                    await self._notify(event, [], seq)
+                    if not self._park(p, awaiting(p, event.approval_id), state):
+                        error = awaiting(p, event.approval_id)
+                        await self._answer(p, codec.error_reply(error), error=error)
+                    continue
                 result = bytes(event.result)
                 self._remember(p.origin.request_id, event.version, result)
                 await self._answer(
@@ -286,7 +379,8 @@ class WorkspaceActor:
                     paths=decision.paths,
                 )
                 await self._notify(event, decision.changes, seq)
-            if self._parked and any(isinstance(e, LockReleased) for _, _, e, _, _ in staged):
+            frees = (LockReleased, ApprovalDecided)
+            if self._parked and any(isinstance(e, frees) for _, _, e, _, _ in staged):
                 self._unpark()
             return
 
@@ -319,7 +413,7 @@ class WorkspaceActor:
             decision.changes = await self._externalize(decision.changes)
             event = to_event(state, decision, ctx, p.address.op, p.origin)
             if isinstance(event, TrustChanged):
-                state.trust = event.trust
+                state.trust, state.controls.commands = event.trust, event.commands
             elif isinstance(event, CONTROL_EVENTS):
                 fold_control(state.controls, event)
             payload = codec.encode(event)
@@ -434,3 +528,32 @@ class WorkspaceActor:
 
 def _named_paths(request: rq.Request) -> list[str]:
     return [v for k in ("path", "to") if isinstance(v := getattr(request, k, None), str)]
+
+
+def awaiting(p: Pending, approval_id: str) -> QuillError:
+    """The answer to a request left waiting for its approval."""
+    return QuillError(
+        ErrorCode.APPROVAL_REQUIRED,
+        f"Waiting for approval {approval_id} (restricted workspace {p.address.tenant}/"
+        f"{p.address.workspace}): approve it, then send the same request (same Ws-Request-Id) "
+        "again",
+        {"approval_id": approval_id},
+    )
+
+
+def describe(p: Pending) -> tuple[str, list[str]]:
+    """What a command would do, for an approver: its op and paths (never contents)."""
+    request = p.request
+    if isinstance(request, rq.RequestApproval):
+        return request.summary, []
+    paths: list[str] = []
+    for name in ("path", "to"):
+        value = getattr(request, name, None)
+        if isinstance(value, str):
+            paths.append(value)
+    if isinstance(request, rq.ApplyChanges):
+        paths += [c.path for c in request.changes[:20]]
+        more = len(request.changes) - 20
+        if more > 0:
+            paths.append(f"... and {more} more")
+    return f"{p.address.op} {' '.join(paths)}".strip(), paths
