@@ -13,8 +13,10 @@ import asyncio
 import dataclasses
 import logging
 import os
+import re
 import socket
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -38,6 +40,15 @@ DUPLICATE_WINDOW_S = 15 * 60
 """JetStream's Nats-Msg-Id window: a retried command within it is never appended twice."""
 AUDIT_MAX_AGE_S = 90 * 24 * 3600
 
+_REFUSED = re.compile(r'permissions violation for (?:publish|subscription) to "([^"]+)"')
+_refusals: weakref.WeakKeyDictionary[NATS, set[str]] = weakref.WeakKeyDictionary()
+
+
+def refused(nc: NATS, subject: str) -> bool:
+    """Whether the server refused ``nc`` a publish or subscription on ``subject`` (a
+    permissions violation: the credentials may not use it; nothing answers such a request)."""
+    return subject.lower() in _refusals.get(nc, ())
+
 
 async def connect(
     url: str, name: str, *, wait_s: float = 10.0, auth: NatsAuth | None = None
@@ -55,12 +66,22 @@ async def connect(
         raise ConnectionError(f"Cannot connect to NATS at {url}: {exc}") from None
 
     holder: list[NATS] = []
+    first_error: list[Exception] = []
 
     def closing() -> bool:
         return bool(holder) and (holder[0].is_closed or holder[0].is_draining)
 
     async def on_error(exc: Exception) -> None:
-        if holder and not closing():  # before the first connection, the caller reports
+        if not holder:  # before the first connection, the caller reports (the server's
+            if not first_error or "Authorization" not in str(first_error[0]):  # word first)
+                first_error[:] = [exc]
+            return
+        if (match := _REFUSED.search(str(exc))) is not None:
+            seen = _refusals.setdefault(holder[0], set())
+            if len(seen) > 1024:
+                seen.clear()
+            seen.add(match.group(1))  # nats-py reports it in lower case
+        if not closing():
             log.warning("nats error: %s", exc)
 
     async def on_disconnect() -> None:
@@ -92,7 +113,8 @@ async def connect(
             return nc
         except Exception as exc:  # nats raises several unrelated types here
             if time.monotonic() >= deadline:
-                raise ConnectionError(f"Cannot connect to NATS at {url}: {exc}") from None
+                why = first_error[0] if first_error else exc  # "Authorization Violation"
+                raise ConnectionError(f"Cannot connect to NATS at {url}: {why}") from None
             await asyncio.sleep(0.2)
 
 

@@ -28,6 +28,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig
 from nats.js.object_store import ObjectStore
 
+from contracts.errors import ErrorCode, QuillError
 from quill import tenants
 from quill.client import Quill
 from quill.natsserver import NatsServer
@@ -358,3 +359,13 @@ async def test_a_bridge_tenant_serves_only_its_own(url: str, system: NATS) -> No
         await bridges.release(kv, "c", "laptop")
         await bridges.release(system_kv, "a", "laptop")
         await nc.close()
+
+
+async def test_the_sdk_says_access_denied(url: str, a_workspace: int) -> None:
+    """No retries, no TIMEOUT: the server's refusal is the answer (exit status 5 in the CLI)."""
+    quill = await Quill.connect(url, user=B.name, password=B.password, timeout=1)
+    async with quill:
+        with pytest.raises(QuillError) as refused:
+            await quill.workspace("a/w").read_text("secret.txt")
+        assert refused.value.code == ErrorCode.ACCESS_DENIED
+        assert refused.value.details == {"subject": "ws.qry.a.w.read"}
