@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 import shlex
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -85,12 +86,33 @@ def size_text(n: int) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.option("--actor", envvar="QUILL_ACTOR", help="Who you are, recorded in events and audit.")
 @click.option("--log-level", default="info", show_default=True, help="Service log level.")
+@click.option(
+    "--nats-user", help="NATS user, as $QUILL_NATS_USER (password: $QUILL_NATS_PASSWORD)."
+)
+@click.option("--nats-nkey", help="File holding an nkey seed (as $QUILL_NATS_NKEY).")
+@click.option("--inbox-prefix", help="Inbox prefix for replies (as $QUILL_NATS_INBOX).")
 @click.version_option(package_name="quill")
 @click.pass_context
 def main(
-    ctx: click.Context, nats_url: str | None, as_json: bool, actor: str | None, log_level: str
+    ctx: click.Context,
+    nats_url: str | None,
+    as_json: bool,
+    actor: str | None,
+    log_level: str,
+    nats_user: str | None,
+    nats_nkey: str | None,
+    inbox_prefix: str | None,
 ) -> None:
     """Quill: shared, versioned, audited workspaces for agents, on NATS."""
+    # Credentials travel in the environment, where every Quill process (and the services
+    # a command starts) reads them; a password never goes on the command line.
+    for name, value in (
+        ("QUILL_NATS_USER", nats_user),
+        ("QUILL_NATS_NKEY", nats_nkey),
+        ("QUILL_NATS_INBOX", inbox_prefix),
+    ):
+        if value:
+            os.environ[name] = value
     ctx.ensure_object(dict)
     ctx.obj.update(nats_url=nats_url, json=as_json, actor=actor or "cli", log_level=log_level)
 
@@ -249,6 +271,7 @@ def executor(
 
 
 TOKENS_HELP = 'TOML file of [tokens."<token>"] tables (tenant = "...", workspace = "...").'
+TENANTS_HELP = "TOML file of tenants: NATS credentials and gateway tokens (docs/operations.md)."
 
 
 @main.command()
@@ -312,6 +335,7 @@ def gateway(
 @click.option("--nats-url", "external", help="Use this NATS instead of starting one.")
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
 @click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
+@click.option("--tenants", type=click.Path(path_type=Path, dir_okay=False), help=TENANTS_HELP)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -321,18 +345,29 @@ def up(
     external: str | None,
     tokens: Path | None,
     sandbox: str | None,
+    tenants: Path | None,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
+    from quill import tenants as tenancy
     from quill.stack import Stack
     from services.gateway.principals import Tokens
 
     setup_logging(ctx.obj["log_level"])
-    if tokens is not None:
-        try:
-            Tokens.load(tokens)  # refuse a bad file here rather than in a child's log
-        except ValueError as exc:
-            click.echo(f"quill: {exc}", err=True)
-            sys.exit(2)
+    try:  # refuse a bad file here rather than in a child's log
+        if tenants is not None:
+            if tokens is not None:
+                raise ValueError("--tenants holds the gateway's tokens: drop --tokens")
+            if external is not None:
+                raise ValueError(
+                    "--tenants configures the NATS server quill up starts; for your own "
+                    "server, see docs/operations.md (quill nats-auth)"
+                )
+            tenancy.load(tenants)
+        if tokens or tenants:
+            Tokens.load(tokens or tenants)  # type: ignore[arg-type]
+    except ValueError as exc:
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(2)
     stack = Stack(
         data,
         nats_port=nats_port,
@@ -341,12 +376,35 @@ def up(
         log_level=ctx.obj["log_level"],
         tokens=tokens,
         sandbox=sandbox,
+        tenants=tenants,
     )
     try:
         sys.exit(asyncio.run(stack.run()))
     except RuntimeError as exc:
         click.echo(f"quill: {exc}", err=True)
         sys.exit(1)
+
+
+@main.command("nats-auth")
+@click.argument("tenants_file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--root", default="ws", show_default=True, help="Subject root.")
+def nats_auth(tenants_file: Path, root: str) -> None:
+    """Print the nats-server authorization block for TENANTS_FILE (put it in the
+    configuration of every server of yours). The services' password is $QUILL_NATS_PASSWORD."""
+    from quill import tenants as tenancy
+
+    password = os.environ.get("QUILL_NATS_PASSWORD", "")
+    try:
+        if len(password) < tenancy.MIN_PASSWORD or not password.isascii():
+            raise ValueError(
+                "set QUILL_NATS_PASSWORD to the services' password (at least "
+                f"{tenancy.MIN_PASSWORD} ASCII characters; never on the command line)"
+            )
+        block = tenancy.authorization(tenancy.load(tenants_file), password, root)
+    except (ValueError, AssertionError) as exc:
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(2)
+    click.echo(block, nl=False)
 
 
 # ---------------------------------------------------------------- workspaces
