@@ -42,6 +42,7 @@ from services.common.bridges import Bridges
 from services.common.bus import respond
 from services.common.entry import Incoming, parse, reject
 from services.common.runtime import Auditor, Running, Settings, connect_service
+from services.common.secrets import NO_SECRETS, Secrets, secrets_from_env
 from services.executor import sandbox
 from services.executor.checkout import Captured, Checkout
 from services.executor.commit import commit
@@ -79,8 +80,10 @@ class Job:
 
     nc: NATS
     subject: str
+    secrets: Secrets = NO_SECRETS
     seq: int = 0
     live: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+    redacted: set[str] = field(default_factory=set)
 
     async def publish(self, stream: str, data: bytes = b"") -> None:
         self.seq += 1
@@ -96,6 +99,9 @@ class Job:
             return
         chunk = chunk[:room]
         self.live[stream] += len(chunk)
+        if self.secrets:  # a secret split across two chunks is not caught live (the reply is)
+            chunk, ids = self.secrets.redact_bytes(chunk)
+            self.redacted.update(ids)
         for i in range(0, len(chunk), LIVE_CHUNK_BYTES):
             await self.publish(stream, chunk[i : i + LIVE_CHUNK_BYTES])
 
@@ -128,6 +134,7 @@ class Executor:
         self.quill = Quill(nc, actor="executor", root=self.subjects.root, timeout=60)
         self.auditor = Auditor(nc, self.subjects, "executor", self.instance)
         self.bridges = Bridges(self.js)
+        self.secrets = secrets_from_env()
         self.checkouts: dict[tuple[str, str], Checkout] = {}
         self.locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.tasks: set[asyncio.Task[None]] = set()
@@ -423,14 +430,15 @@ class Executor:
         job: Job,
         details: dict[str, Any],
     ) -> tuple[int, rp.CommandResult]:
+        shown = self.secrets.redact(req.command)[0]  # as logged, audited, approved
         details.update(
-            command=req.command[:4096],
+            command=shown[:4096],
             workdir=req.workdir,
             env=sorted(req.env or {}),
-            summary=f"$ {req.command[:500]}",
+            summary=f"$ {shown[:500]}",
         )
         async with self._checkout(address) as live, self._at(live, address, req) as checkout:
-            await self._approved(live, address, origin, "exec.run", req.command)
+            await self._approved(live, address, origin, "exec.run", shown)
             workdir = self._workdir(checkout, req.workdir)
             limits = checkout.limits
             timeout_ms = min(req.timeout_ms or DEFAULT_TIMEOUT_MS, limits.max_exec_ms)
@@ -445,7 +453,7 @@ class Executor:
             await asyncio.to_thread(checkout.begin)
             outcome = await self._sandboxed(checkout, spawn, job.output)
             changes = await self._capture_and_commit(
-                address, origin, checkout, base, f"$ {req.command}", live
+                address, origin, checkout, base, f"$ {shown}", live
             )
         details.update(
             exit_code=outcome.exit_code,
@@ -457,10 +465,15 @@ class Executor:
             changed=changes.total,
         )
         cap = limits.max_output_bytes
+        stdout, out_ids = self.secrets.redact(text_of(outcome.stdout, outcome.stdout_bytes > cap))
+        stderr, err_ids = self.secrets.redact(text_of(outcome.stderr, outcome.stderr_bytes > cap))
+        redacted = sorted({*out_ids, *err_ids, *job.redacted})
+        if redacted:
+            details["redacted"] = redacted
         result = rp.CommandResult(
             exit_code=outcome.exit_code,
-            stdout=text_of(outcome.stdout, outcome.stdout_bytes > cap),
-            stderr=text_of(outcome.stderr, outcome.stderr_bytes > cap),
+            stdout=stdout,
+            stderr=stderr,
             stdout_truncated=outcome.stdout_bytes > cap,
             stderr_truncated=outcome.stderr_bytes > cap,
             stdout_bytes=outcome.stdout_bytes,

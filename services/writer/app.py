@@ -17,6 +17,7 @@ from services.common.blobs import Blobs
 from services.common.bridges import Bridges
 from services.common.plan import Committed
 from services.common.runtime import Auditor, Settings
+from services.common.secrets import secrets_from_env
 from services.common.store import Store
 from services.writer.append import Appender, Group
 from services.writer.handlers import command_handler
@@ -73,6 +74,7 @@ class Writer:
         self.auditor = Auditor(nc, self.subjects, "writer", self.instance)
         self.appender = Appender(nc, self._on_commit)
         self.bridges = Bridges(self.js)
+        self.secrets = secrets_from_env()
         self.contents = ContentCache()
         self.max_workspaces, self.max_queued = max_workspaces, max_queued
         self._actors: OrderedDict[tuple[str, str], WorkspaceActor] = OrderedDict()

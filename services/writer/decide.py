@@ -190,6 +190,9 @@ def _put(
     executable: bool = False,
 ) -> PutFile:
     tree, limits = state.tree, state.limits
+    if ctx.secrets:
+        data, ids = ctx.secrets.redact_bytes(data)
+        ctx.redacted.update(ids)
     if len(data) > limits.max_file_bytes:
         raise QuillError(
             ErrorCode.SIZE_LIMIT_EXCEEDED,

@@ -15,6 +15,7 @@ from contracts import replies as rp
 from contracts.events import AnyChange, ChangesCommitted, WorkspaceCreated, WorkspaceEvent
 from contracts.limits import Limits
 from contracts.subjects import Origin
+from services.common.secrets import NO_SECRETS, Secrets
 from services.common.tree import Tree, WorkspaceState
 
 
@@ -29,6 +30,10 @@ class Context:
     """For ``restore``: the workspace (or the restored path) as it was, prefetched."""
     origin: Origin | None = None
     """Who asks (the session a lock belongs to, the run a command is part of)."""
+    secrets: Secrets = NO_SECRETS
+    """Values no content may keep (WSR-1): each becomes ``[REDACTED:<id>]``."""
+    redacted: set[str] = field(default_factory=set)
+    """Out: the ids of the secrets redacted (for the audit record)."""
 
 
 Maker = Callable[[dict[str, Any]], WorkspaceEvent]
@@ -45,6 +50,8 @@ class Decision:
     message: str | None = None
     make: Maker | None = None
     """For a control command (run, lock, trust, approval): its event."""
+    redacted: list[str] = field(default_factory=list)
+    """Ids of the secrets its contents had (they were replaced)."""
 
     @property
     def commits(self) -> bool:

@@ -377,6 +377,7 @@ class WorkspaceActor:
                     codec.ok_reply_raw(event.version, result),
                     version=event.version,
                     paths=decision.paths,
+                    redacted=decision.redacted,
                 )
                 await self._notify(event, decision.changes, seq)
             frees = (LockReleased, ApprovalDecided)
@@ -405,9 +406,11 @@ class WorkspaceActor:
             content=writer.contents.get,
             past=past,
             origin=p.origin,
+            secrets=writer.secrets,
         )
         with state.tree.savepoint():
             decision = decide(state, p.request, ctx)
+            decision.redacted = sorted(ctx.redacted)
             if not decision.commits:
                 return decision, None, b""
             decision.changes = await self._externalize(decision.changes)
@@ -486,6 +489,7 @@ class WorkspaceActor:
         error: QuillError | None = None,
         version: int | None = None,
         paths: list[str] | None = None,
+        redacted: list[str] | None = None,
     ) -> None:
         if p.answered:
             return
@@ -502,6 +506,7 @@ class WorkspaceActor:
             error=error,
             version=version,
             paths=paths if paths is not None else _named_paths(p.request),
+            details={"redacted": redacted} if redacted else None,
         )
 
     async def _notify(self, event: WorkspaceEvent, changes: Iterable[AnyChange], seq: int) -> None:
