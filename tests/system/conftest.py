@@ -22,6 +22,8 @@ class Up:
     """A running ``quill up``."""
 
     data: Path
+    args: tuple[str, ...] = ()
+    """More options for ``quill up``."""
     process: subprocess.Popen[str] | None = None
     nats_url: str = ""
     http_url: str = ""
@@ -42,6 +44,7 @@ class Up:
                 "0",
                 "--http-port",
                 "0",
+                *self.args,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
