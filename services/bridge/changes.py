@@ -1,0 +1,241 @@
+"""Commands on a local folder: the writer's own decisions, over a state read from the disk,
+then applied to it.
+
+``LocalChanges.decide`` builds a ``WorkspaceState`` holding only what the command touches (its
+paths, their parents, everything below a directory it moves or deletes) and runs
+``services.writer.decide`` on it: a command is refused or accepted exactly as the writer would
+(modes, ``if_match`` etags, parents, ``NOT_A_DIRECTORY``, ``oldString not found in content``...,
+same codes, same messages). ``commit`` decides again and applies the decision's changes to the
+folder: files are written whole to a temporary name and renamed over the old one (an existing
+file keeps its permission bits but for the executable bit), a move is one ``rename``.
+
+What a folder cannot give: ``max_files`` is not enforced (only the loaded paths are counted),
+and ``apply`` finds no conflicts (no path has changed "after" a ``base_version`` the bridge
+knows of: ``base_version`` only has to exist).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import MakeDir, PutFile, Remove
+from contracts.paths import ancestors, is_within, normalize
+from services.bridge.folder import Folder, sig_of
+from services.common.tree import DirNode, FileNode, Tree, WorkspaceState
+from services.writer.decide import decide
+from services.writer.decision import Context, Decision
+
+DISK = "disk:"
+"""The "sha256" of a file loaded from the disk: its path follows (read when decide asks)."""
+
+
+def _targets(cmd: rq.Request) -> list[tuple[str, bool]]:
+    """The paths ``cmd`` touches, each with whether everything below it matters too."""
+    named: list[tuple[str, bool]] = []
+    if isinstance(cmd, rq.WriteFile | rq.EditFile | rq.ModifyFile | rq.MakeDirectory):
+        named = [(cmd.path, False)]
+    elif isinstance(cmd, rq.DeletePath):
+        named = [(cmd.path, True)]
+    elif isinstance(cmd, rq.MovePath):
+        named = [(cmd.path, True), (cmd.to, False)]
+    elif isinstance(cmd, rq.ApplyChanges):
+        named = [(c.path, isinstance(c, rq.DeleteChange)) for c in cmd.changes]
+    out = []
+    for path, deep in named:
+        try:
+            normal = normalize(path)
+        except QuillError:
+            continue  # decide reports it, in its own order
+        if normal:  # the root: decide refuses to change it
+            out.append((normal, deep))
+    return out
+
+
+class LocalChanges:
+    """The commands of one attached folder (blocking: the handlers call them in a thread, one
+    at a time)."""
+
+    def __init__(self, folder: Folder, tenant: str, workspace: str, trust: str) -> None:
+        self.folder, self.tenant, self.workspace, self.trust = folder, tenant, workspace, trust
+
+    def decide(self, cmd: rq.Request, blobs: Mapping[str, bytes]) -> Decision:
+        """What the writer would decide for ``cmd`` against the folder as it is now.
+
+        Raises:
+            QuillError: the command is refused (``ACCESS_DENIED`` also for a path through a
+                link).
+        """
+        state = self._load(cmd)
+        ctx = Context(
+            version=self.folder.version + 1,
+            at=datetime.now(UTC),
+            content=lambda key: self._content(key, blobs),
+        )
+        return decide(state, cmd, ctx)
+
+    def commit(self, cmd: rq.Request, blobs: Mapping[str, bytes]) -> Decision:
+        """Decide ``cmd`` and apply what it changes; the folder's version goes up by one when
+        anything changed.
+
+        Raises:
+            QuillError: the command is refused; nothing was changed.
+        """
+        decision = self.decide(cmd, blobs)
+        if not decision.changes:
+            return decision
+        version = self.folder.version + 1
+        if isinstance(cmd, rq.MovePath):
+            self._move(normalize(cmd.path), normalize(cmd.to), decision)
+        else:
+            for change in decision.changes:
+                self._apply(change)
+        self._record(decision, version)
+        self.folder.version, self.folder.updated = version, datetime.now(UTC)
+        return decision
+
+    # ------------------------------------------------------------------ the state
+    def _load(self, cmd: rq.Request) -> WorkspaceState:
+        folder = self.folder
+        state = WorkspaceState(
+            self.tenant,
+            self.workspace,
+            exists=True,
+            version=folder.version,
+            trust=self.trust,  # reported by create; approvals are the handlers' business
+            limits=folder.limits,
+        )
+        for path, deep in _targets(cmd):
+            folder.locate_for_change(path)
+            self._load_path(state.tree, path, deep)
+        return state
+
+    def _load_path(self, tree: Tree, path: str, deep: bool) -> None:
+        for part in [*ancestors(path), path] if path else []:
+            kind = tree.kind(part)
+            if kind == "d":
+                continue
+            if kind == "f":
+                return
+            try:
+                st = os.lstat(self.folder.root / part)
+            except (FileNotFoundError, NotADirectoryError):
+                break
+            self._add(tree, part, st)
+            if not stat.S_ISDIR(st.st_mode):
+                return
+        if path not in tree.last_fv:
+            tree.last_fv[path] = self.folder.versions.last(path)
+        if deep and tree.kind(path) == "d":
+            stack = [path]
+            while stack:
+                directory = stack.pop()
+                with os.scandir(self.folder.root / directory) as it:
+                    for entry in it:
+                        child = f"{directory}/{entry.name}"
+                        st = entry.stat(follow_symlinks=False)
+                        self._add(tree, child, st)
+                        if stat.S_ISDIR(st.st_mode):
+                            stack.append(child)
+
+    def _add(self, tree: Tree, path: str, st: os.stat_result) -> None:
+        node = self.folder.node_of(path, st) if not stat.S_ISLNK(st.st_mode) else None
+        created = datetime.fromtimestamp(min(st.st_ctime_ns, st.st_mtime_ns) / 1e9, UTC)
+        if stat.S_ISDIR(st.st_mode):
+            tree.set_dir(path, DirNode(created=created, version=node.version if node else 1))
+            return
+        file_version = node.file_version or 1 if node is not None else 1
+        tree.set_file(
+            path,
+            FileNode(
+                sha256=DISK + path,
+                size=st.st_size,
+                file_version=file_version,
+                executable=bool(st.st_mode & 0o100),
+                binary=False,  # decided when its content is read
+                created=created,
+                modified=datetime.fromtimestamp(st.st_mtime_ns / 1e9, UTC),
+                version=node.version if node is not None else 1,
+            ),
+        )
+        tree.last_fv[path] = file_version
+
+    def _content(self, key: str, blobs: Mapping[str, bytes]) -> bytes | None:
+        if not key.startswith(DISK):
+            return blobs.get(key)
+        path = key[len(DISK) :]
+        location = self.folder.root / path
+        size, limit = os.lstat(location).st_size, self.folder.limits.max_file_bytes
+        if size > limit:
+            raise QuillError(
+                ErrorCode.SIZE_LIMIT_EXCEEDED,
+                f"File too large: {size} bytes (limit {limit})",
+                {"path": path, "size": size, "max_file_bytes": limit},
+            )
+        return location.read_bytes()
+
+    # ------------------------------------------------------------------ the disk
+    def _apply(self, change: PutFile | MakeDir | Remove) -> None:
+        target = self.folder.root / change.path
+        if isinstance(change, MakeDir):
+            target.mkdir(exist_ok=True)
+        elif isinstance(change, Remove):
+            _remove(target)
+        else:
+            if change.text is not None:
+                data = change.text.encode("utf-8", "surrogatepass")
+            else:
+                data = change.data or b""
+            _write(target, data, change.executable)
+
+    def _move(self, src: str, dst: str, decision: Decision) -> None:
+        for change in decision.changes:  # the missing parents of the destination
+            if isinstance(change, MakeDir) and not is_within(change.path, dst):
+                (self.folder.root / change.path).mkdir(exist_ok=True)
+        os.replace(self.folder.root / src, self.folder.root / dst)
+
+    def _record(self, decision: Decision, version: int) -> None:
+        versions = self.folder.versions
+        for change in decision.changes:
+            if isinstance(change, PutFile):
+                st = os.lstat(self.folder.root / change.path)
+                versions.wrote(change.path, change.file_version, sig_of(st), version)
+            elif isinstance(change, MakeDir):
+                versions.made(change.path, version)
+            else:
+                versions.removed(change.path, version)
+
+
+def _remove(target: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink()
+
+
+def _write(target: Path, data: bytes, executable: bool) -> None:
+    """Write ``target`` whole: a temporary file renamed over it (no reader sees half a file)."""
+    try:
+        mode = stat.S_IMODE(os.lstat(target).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    mode = mode | (mode & 0o444) >> 2 if executable else mode & ~0o111
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".quill")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,128 @@
+"""A bridge under test: ``quill attach`` as a subprocess whose standard input and output are
+pipes (the scripted terminal), next to a writer, a reader and an executor in process, so that
+their silence on the bridge's workspace is real."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest_asyncio
+from nats.aio.client import Client as NATS
+
+from quill.client import Quill
+from services.executor.app import ExecutorConfig
+from tests.conftest import StartReader
+from tests.helpers import start_executor
+
+LINE_TIMEOUT_S = 20.0
+
+
+class Attached:
+    """A running ``quill attach``: its terminal is read line by line and answered."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, log: Path) -> None:
+        self.proc, self.log = proc, log
+        self.lines: list[str] = []
+        """Every line it printed, in order."""
+
+    async def line(self, timeout: float = LINE_TIMEOUT_S) -> str:
+        assert self.proc.stdout is not None
+        raw = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        if not raw:
+            raise EOFError(f"quill attach ended:\n{self.log.read_text()}")
+        text = raw.decode().rstrip("\n")
+        self.lines.append(text)
+        return text
+
+    async def until(self, marker: str, timeout: float = LINE_TIMEOUT_S) -> str:
+        """The next line containing ``marker`` (lines before it are kept in ``lines``)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                text = await self.line()
+                if marker in text:
+                    return text
+
+    async def prompt(self) -> str:
+        """The next question it asks."""
+        return await self.until("allow? [y/N]")
+
+    async def answer(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text.encode() + b"\n")
+        await self.proc.stdin.drain()
+
+    async def stop(self) -> int:
+        """SIGTERM, as Ctrl-C would; the exit status."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), 30)
+
+    async def exit_code(self) -> int:
+        return await asyncio.wait_for(self.proc.wait(), 30)
+
+
+Attach = Callable[..., Awaitable[Attached]]
+
+
+async def every_service_sees(nc: NATS, claims: int) -> None:
+    """Wait until the writer, the reader and the executor report ``claims`` live claims."""
+    async with asyncio.timeout(20):
+        for service in ("writer", "reader", "executor"):
+            while True:
+                pong = await nc.request(f"ws.sys.ping.{service}", b"", timeout=2)
+                if json.loads(pong.data)["local_workspaces"] == claims:
+                    break
+                await asyncio.sleep(0.01)
+
+
+@pytest_asyncio.fixture
+async def servers(services: StartReader, nats_url: str, tmp_path: Path) -> AsyncIterator[None]:
+    """A writer, a reader and an executor (local provider), in process."""
+    await services("r1")
+    async with AsyncExitStack() as stack:
+        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        yield
+
+
+@pytest_asyncio.fixture
+async def attach(nats_url: str, tmp_path: Path) -> AsyncIterator[Attach]:
+    """Start ``quill attach DIR --as NAME ...``; ``ready=False`` returns before the ready line
+    (for a start that must fail). Every bridge still running at the end is stopped."""
+    started: list[Attached] = []
+
+    async def start(
+        directory: Path, name: str, *args: str, tenant: str = "acme", ready: bool = True
+    ) -> Attached:
+        log = tmp_path / f"attach-{name}-{len(started)}.log"
+        argv = [sys.executable, "-m", "quill", "attach", str(directory), "--as", name]
+        argv += ["--tenant", tenant, "--nats-url", nats_url, "--client", "laptop", *args]
+        with log.open("wb") as stderr:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+            )
+        attached = Attached(proc, log)
+        started.append(attached)
+        if ready:
+            await attached.until("quill attach ready")
+        return attached
+
+    yield start
+    for attached in started:
+        if attached.proc.returncode is None:
+            await attached.stop()
+
+
+@pytest_asyncio.fixture
+async def client(nats_url: str) -> AsyncIterator[Quill]:
+    quill = await Quill.connect(nats_url, actor="tester", timeout=10)
+    yield quill
+    await quill.close()
