@@ -148,9 +148,7 @@ def permissions(tenant: Tenant, root: str = "ws") -> dict[str, Any]:
     return perms
 
 
-def authorization(
-    tenants: Sequence[Tenant], system_password: str, root: str = "ws", indent: str = ""
-) -> str:
+def authorization(tenants: Sequence[Tenant], system_password: str, root: str = "ws") -> str:
     """The server configuration's ``authorization`` block for ``tenants``."""
     lines = ["authorization {", "  users = [", f"    {_system(system_password)}"]
     for tenant in tenants:
@@ -159,27 +157,30 @@ def authorization(
             if tenant.password is not None
             else f"nkey: {_quote(tenant.nkey or '')}"
         )
-        lines += [f"    {{{who}, permissions: {{"]
+        lines.append(f"    {{{who}, permissions: {{")
         for key, value in permissions(tenant, root).items():
-            lines.append(f"      {key}: {_value(value)}")
+            lines += _entry(key, value, "      ")
         lines.append("    }}")
     lines += ["  ]", "}"]
-    return "".join(f"{indent}{line}\n" for line in lines)
+    return "".join(f"{line}\n" for line in lines)
 
 
 def _system(password: str) -> str:
     return f"{{user: {_quote(SYSTEM_USER)}, password: {_quote(password)}}}"
 
 
-def _value(value: Any) -> str:
+def _entry(key: str, value: Any, indent: str) -> list[str]:
+    """``key: value`` as configuration lines, a list one item a line when it is long."""
     if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return _quote(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    assert isinstance(value, dict)
-    return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
+        return [f"{indent}{key}: {'true' if value else 'false'}"]
+    if isinstance(value, dict):
+        inner = [line for k, v in value.items() for line in _entry(k, v, indent + "  ")]
+        return [f"{indent}{key}: {{", *inner, f"{indent}}}"]
+    items = [_quote(item) for item in value]
+    line = f"{indent}{key}: [{', '.join(items)}]"
+    if len(line) <= 96:
+        return [line]
+    return [f"{indent}{key}: [", *(f"{indent}  {item}," for item in items), f"{indent}]"]
 
 
 def _quote(text: str) -> str:
