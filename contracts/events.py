@@ -137,6 +137,25 @@ class ApprovalDecided(Event, frozen=True, kw_only=True, omit_defaults=True, tag=
     reason: str | None = None
 
 
+class WorkspaceAttached(
+    Event, frozen=True, kw_only=True, omit_defaults=True, tag="workspace_attached"
+):
+    """A session (whose primary workspace this is) attaches another workspace."""
+
+    uri: str
+    """As the session named it: ``server:/t/w``, ``git:...``, ``macbook:~/dev/app``."""
+    target: str
+    """The ``tenant/workspace`` it is served as."""
+    kind: str
+    """``server``, ``git`` or ``local``."""
+
+
+class WorkspaceDetached(
+    Event, frozen=True, kw_only=True, omit_defaults=True, tag="workspace_detached"
+):
+    uri: str
+
+
 WorkspaceEvent = (
     WorkspaceCreated
     | ChangesCommitted
@@ -147,6 +166,8 @@ WorkspaceEvent = (
     | TrustChanged
     | ApprovalRequested
     | ApprovalDecided
+    | WorkspaceAttached
+    | WorkspaceDetached
 )
 
 

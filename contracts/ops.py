@@ -255,6 +255,22 @@ _ALL: tuple[OpSpec, ...] = (
         {"op": "exec.run", "summary": "make test"},
     ),
     _cmd(
+        "attach",
+        rq.Attach,
+        rp.Attached,
+        "Attach a workspace (server:/t/w, git:<url>, <client>:<path>) to this session.",
+        (E.ACCESS_DENIED, E.FILE_NOT_FOUND, E.ALREADY_EXISTS),
+        {"uri": "server:/acme/shared-notes"},
+    ),
+    _cmd(
+        "detach",
+        rq.Detach,
+        rp.Attached,
+        "Detach a workspace from this session.",
+        (E.FILE_NOT_FOUND,),
+        {"uri": "server:/acme/shared-notes"},
+    ),
+    _cmd(
         "decide",
         rq.Decide,
         rp.ApprovalResult,
@@ -349,6 +365,14 @@ _ALL: tuple[OpSpec, ...] = (
         "A run: the version it reads, its parent, whether it ended.",
         (E.FILE_NOT_FOUND,),
         {"run": "run-7"},
+    ),
+    _qry(
+        "attached",
+        rq.AttachedQuery,
+        rp.Attached,
+        "This session's primary workspace and the workspaces attached to it.",
+        (),
+        {},
     ),
     _qry(
         "approvals",

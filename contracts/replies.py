@@ -385,6 +385,21 @@ class RunInfo(Result, frozen=True, kw_only=True):
     actor: str | None
 
 
+class AttachedWorkspace(msgspec.Struct, frozen=True, kw_only=True):
+    uri: str
+    target: str
+    """``tenant/workspace``."""
+    kind: str
+    """``server``, ``git`` or ``local``."""
+
+
+class Attached(Result, frozen=True, kw_only=True):
+    primary: str
+    """``tenant/workspace`` of the session's primary workspace."""
+    attached: list[AttachedWorkspace]
+    """In the order they were attached (resolution tries them in this order)."""
+
+
 class LockInfo(Result, frozen=True, kw_only=True):
     holder: str | None
     """The session holding the workspace (None: nobody)."""

@@ -440,6 +440,24 @@ class Decide(Command, frozen=True, kw_only=True):
     reason: Annotated[str, Meta(max_length=1024)] | None = None
 
 
+class Attach(Command, frozen=True, kw_only=True):
+    """Attach a workspace to the session whose primary workspace this is (seed 003)."""
+
+    uri: Annotated[str, Meta(min_length=3, max_length=4096)]
+    """``server:/<tenant>/<workspace>``, ``git:<url>`` or ``<client>:<path>`` (a bridge)."""
+    target: Annotated[str, Meta(max_length=129)] | None = None
+    """For ``git:`` URIs: the ``tenant/workspace`` it was cloned into (the SDK and the
+    gateway clone it first)."""
+
+
+class Detach(Command, frozen=True, kw_only=True):
+    uri: Annotated[str, Meta(min_length=3, max_length=4096)]
+
+
+class AttachedQuery(Query, frozen=True, kw_only=True):
+    """The workspaces attached to this (primary) workspace's session."""
+
+
 class RunQuery(Query, frozen=True, kw_only=True):
     """A run: which version it reads, its parent, whether it ended."""
 

@@ -61,8 +61,7 @@ def _refused(subject: str) -> QuillError:
     """The NATS server refused a request: these credentials are another tenant's."""
     return QuillError(
         ErrorCode.ACCESS_DENIED,
-        f"NATS refused {subject} to these credentials (a tenant reaches only its own "
-        "workspaces)",
+        f"NATS refused {subject} to these credentials (a tenant reaches only its own workspaces)",
         {"subject": subject},
     )
 
@@ -276,7 +275,6 @@ class Quill:
                 silence = self.exec_silence_s
                 while not (await asyncio.wait({pending}, timeout=silence / 3))[0]:
                     if bus.refused(self.nc, subject):
-                        pending.cancel()
                         raise _refused(subject)
                     if time.monotonic() - max(heard(), sent) > silence:
                         raise QuillError(

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -70,7 +71,9 @@ class Bridge:
         self.terminal = terminal or Terminal()
         self.instance = bus.instance_id("bridge")
         self.folder = Folder(config.directory)
-        self.uri = f"{config.client}:{self.folder.root}"
+        self.path = os.path.abspath(config.directory)
+        """The folder as its user named it (made absolute; links not resolved)."""
+        self.uri = f"{config.client}:{self.path}"
         self.lost = asyncio.Event()
         """Set when the claim was lost (another bridge took it after it lapsed)."""
         self._nc: NATS | None = None
@@ -113,7 +116,7 @@ class Bridge:
         before = await self._pings(nc)
         kv = self._kv = await bridges.bucket(js)
         self._revision = await bridges.claim(
-            kv, config.tenant, config.workspace, self.instance, config.client, str(self.folder.root)
+            kv, config.tenant, config.workspace, self.instance, config.client, self.path
         )
         try:
             await self._refuse_server_workspace()  # created just before the claim
@@ -214,7 +217,7 @@ class Bridge:
                     config.workspace,
                     self.instance,
                     config.client,
-                    str(self.folder.root),
+                    self.path,
                     self._revision,
                 )
             except KeyWrongLastSequenceError:

@@ -119,6 +119,14 @@ class Bridges:
         claim = self._claims.get(key(tenant, workspace))
         return claim if claim is not None and claim.live else None
 
+    def find(self, client: str, path: str) -> tuple[str, str] | None:
+        """``(tenant, workspace)`` of the live claim serving ``<client>:<path>``."""
+        for name, claim in self._claims.items():
+            if claim.live and (claim.client, claim.path) == (client, path):
+                tenant, _, workspace = name.partition(".")
+                return tenant, workspace
+        return None
+
     async def start(self) -> None:
         kv = await bucket(self._js)
         self._task = asyncio.create_task(self._watch(kv))

@@ -19,6 +19,8 @@ from contracts.events import (
     RunEnded,
     RunStarted,
     TrustChanged,
+    WorkspaceAttached,
+    WorkspaceDetached,
 )
 
 ControlEvent = (
@@ -29,6 +31,8 @@ ControlEvent = (
     | TrustChanged
     | ApprovalRequested
     | ApprovalDecided
+    | WorkspaceAttached
+    | WorkspaceDetached
 )
 CONTROL_EVENTS = (
     RunStarted,
@@ -38,6 +42,8 @@ CONTROL_EVENTS = (
     TrustChanged,
     ApprovalRequested,
     ApprovalDecided,
+    WorkspaceAttached,
+    WorkspaceDetached,
 )
 DECIDED_KEPT = 1000
 """Decided approvals remembered per workspace (a retried request finds its decision)."""
@@ -84,6 +90,8 @@ class Controls:
     """``restricted``: whether commands are offered (each approved first)."""
     runs: dict[str, RunState] | None = None
     lock: LockState | None = None
+    attached: dict[str, tuple[str, str]] | None = None
+    """uri → (tenant/workspace, kind), in attach order."""
     approvals: dict[str, ApprovalState] | None = None
 
     def run(self, run_id: str) -> RunState | None:
@@ -118,6 +126,12 @@ def fold_control(controls: Controls, event: ControlEvent) -> None:
         controls.approvals[event.approval_id] = ApprovalState(
             event.request_op, event.summary, event.requested_by, event.at, event.version
         )
+    elif isinstance(event, WorkspaceAttached):
+        if controls.attached is None:
+            controls.attached = {}
+        controls.attached[event.uri] = (event.target, event.kind)
+    elif isinstance(event, WorkspaceDetached):
+        (controls.attached or {}).pop(event.uri, None)
     elif isinstance(event, ApprovalDecided):
         approval = controls.approval(event.approval_id)
         if approval is not None:
@@ -138,3 +152,11 @@ def run_info(run_id: str, run: RunState) -> rp.RunInfo:
         ended_version=run.ended_version,
         actor=run.actor,
     )
+
+
+def attached_list(primary: str, controls: Controls) -> rp.Attached:
+    items = [
+        rp.AttachedWorkspace(uri=uri, target=target, kind=kind)
+        for uri, (target, kind) in (controls.attached or {}).items()
+    ]
+    return rp.Attached(primary=primary, attached=items)

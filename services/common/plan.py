@@ -99,7 +99,7 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
             out.new_workspaces.append(
                 (ws, ev.tenant, ev.workspace, ev.trust, _encoder.encode(ev.limits).decode(), at)
             )
-        if isinstance(ev, CONTROL_EVENTS):
+        if isinstance(ev, (*CONTROL_EVENTS, TrustChanged)):
             tag = type(ev).__struct_config__.tag
             out.controls.append((ws, ev.version, str(tag), _encoder.encode(ev).decode()))
         if isinstance(ev, TrustChanged):

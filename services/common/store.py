@@ -30,7 +30,7 @@ from services.common.control import CONTROL_EVENTS, fold_control
 from services.common.plan import LIVE, Committed, Plan, plan, subtree
 from services.common.tree import DirNode, FileNode, WorkspaceState
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);

@@ -17,11 +17,18 @@ from contracts import codec, ops
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.events import TrustChanged
 from contracts.limits import DEFAULT_EXCLUSIONS
 from contracts.paths import ROOT_DIR, normalize
 from contracts.replies import ChangeSummary
 from services.common.blobs import Blobs
-from services.common.control import CONTROL_EVENTS, Controls, fold_control, run_info
+from services.common.control import (
+    CONTROL_EVENTS,
+    Controls,
+    attached_list,
+    fold_control,
+    run_info,
+)
 from services.common.plan import LIVE
 from services.common.store import Node, Store, WorkspaceRow
 from services.common.tree import etag_of
@@ -63,6 +70,7 @@ class Queries:
             "events": self.events,
             "run": self.run,
             "approvals": self.approvals,
+            "attached": self.attached,
         }
 
     async def _lookup(
@@ -208,6 +216,9 @@ class Queries:
     ) -> rp.WorkspaceInfo:
         files, dirs, size = await self.model.totals(ws.id, version)
         event = (await self.model.events(ws.id, version - 1, version, 1))[0]
+        capabilities = CAPABILITIES
+        if ws.trust == "restricted" and not await self._commands(ws):
+            capabilities = [op for op in CAPABILITIES if not op.startswith("exec.")]
         return rp.WorkspaceInfo(
             tenant=ws.tenant,
             workspace=ws.name,
@@ -218,7 +229,7 @@ class Queries:
             trust=ws.trust,
             limits=ws.limits,
             default_exclusions=list(DEFAULT_EXCLUSIONS),
-            capabilities=CAPABILITIES,
+            capabilities=capabilities,
             files=files,
             directories=dirs,
             total_bytes=size,
@@ -250,6 +261,12 @@ class Queries:
         last = events[-1].version if events else req.after
         return rp.EventPage(events=events, next_after=last, has_more=len(rows) > req.limit)
 
+    async def _commands(self, ws: WorkspaceRow) -> bool:
+        """Whether a restricted workspace offers commands (its last trust change says)."""
+        changes = await self.model.control_events(ws.id, ("trust_changed",))
+        last = codec.decode_event(changes[-1]) if changes else None
+        return isinstance(last, TrustChanged) and last.commands
+
     async def _controls(self, ws: WorkspaceRow, version: int, kinds: tuple[str, ...]) -> Controls:
         controls = Controls()
         for raw in await self.model.control_events(ws.id, kinds):
@@ -264,6 +281,11 @@ class Queries:
         if run is None:
             raise QuillError(ErrorCode.FILE_NOT_FOUND, f"No run {req.run}", {"run": req.run})
         return run_info(req.run, run)
+
+    async def attached(self, ws: WorkspaceRow, version: int, req: rq.AttachedQuery) -> rp.Attached:
+        kinds = ("workspace_attached", "workspace_detached")
+        controls = await self._controls(ws, version, kinds)
+        return attached_list(f"{ws.tenant}/{ws.name}", controls)
 
     async def approvals(
         self, ws: WorkspaceRow, version: int, req: rq.ApprovalsQuery

@@ -12,6 +12,7 @@ from typing import Any
 
 from contracts import replies as rp
 from contracts import requests as rq
+from contracts import uris
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import (
     ApprovalDecided,
@@ -20,12 +21,23 @@ from contracts.events import (
     RunEnded,
     RunStarted,
     TrustChanged,
+    WorkspaceAttached,
+    WorkspaceDetached,
 )
-from services.common.control import RunState, run_info
+from services.common.control import Controls, RunState, attached_list, run_info
 from services.common.tree import WorkspaceState
 from services.writer.decision import Context, Decision
 
-CONTROL_COMMANDS = (rq.RunStart, rq.RunEnd, rq.Lock, rq.Unlock, rq.SetTrust, rq.Decide)
+CONTROL_COMMANDS = (
+    rq.RunStart,
+    rq.RunEnd,
+    rq.Lock,
+    rq.Unlock,
+    rq.SetTrust,
+    rq.Decide,
+    rq.Attach,
+    rq.Detach,
+)
 """Commands that change no file: never held up by a lock or an approval."""
 
 
@@ -184,6 +196,62 @@ def _decide(state: WorkspaceState, cmd: rq.Decide, ctx: Context) -> Decision:
     return Decision(result=result, make=make)
 
 
+def _attach(state: WorkspaceState, cmd: rq.Attach, ctx: Context) -> Decision:
+    uri = uris.parse(cmd.uri)
+    if uri.kind == "server":
+        target = uri.path
+    elif uri.kind == "local":
+        found = ctx.locate(uri.host, uri.path)
+        if found is None:
+            raise QuillError(
+                ErrorCode.FILE_NOT_FOUND,
+                f"No bridge serves {cmd.uri}: run `quill attach` on {uri.host}",
+                {"uri": cmd.uri},
+            )
+        target = "/".join(found)
+    else:
+        if cmd.target is None:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                "A git: workspace is attached once cloned: give its target (the SDK does)",
+                {"uri": cmd.uri},
+            )
+        target = cmd.target
+    tenant, _, name = target.partition("/")
+    if tenant != state.tenant:
+        raise QuillError(
+            ErrorCode.ACCESS_DENIED,
+            f"{cmd.uri} is another tenant's: a session attaches its own tenant's workspaces",
+            {"uri": cmd.uri},
+        )
+    if name == state.workspace:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "A session's primary cannot be attached")
+    key = str(uri)
+    if (state.controls.attached or {}).get(key) == (target, uri.kind):
+        return Decision(result=attached_list(f"{state.tenant}/{state.workspace}", state.controls))
+    after = dict(state.controls.attached or {})
+    after[key] = (target, uri.kind)
+
+    def make(common: dict[str, Any]) -> WorkspaceAttached:
+        return WorkspaceAttached(uri=key, target=target, kind=uri.kind, **common)
+
+    primary = f"{state.tenant}/{state.workspace}"
+    return Decision(result=attached_list(primary, Controls(attached=after)), make=make)
+
+
+def _detach(state: WorkspaceState, cmd: rq.Detach, ctx: Context) -> Decision:
+    key = str(uris.parse(cmd.uri))
+    if key not in (state.controls.attached or {}):
+        raise QuillError(ErrorCode.FILE_NOT_FOUND, f"{cmd.uri} is not attached", {"uri": key})
+    after = {u: a for u, a in (state.controls.attached or {}).items() if u != key}
+
+    def make(common: dict[str, Any]) -> WorkspaceDetached:
+        return WorkspaceDetached(uri=key, **common)
+
+    primary = f"{state.tenant}/{state.workspace}"
+    return Decision(result=attached_list(primary, Controls(attached=after)), make=make)
+
+
 HANDLERS: dict[type, Any] = {
     rq.RunStart: _run_start,
     rq.RunEnd: _run_end,
@@ -192,4 +260,6 @@ HANDLERS: dict[type, Any] = {
     rq.SetTrust: _set_trust,
     rq.Decide: _decide,
     rq.RequestApproval: _request_approval,
+    rq.Attach: _attach,
+    rq.Detach: _detach,
 }

@@ -406,6 +406,7 @@ class WorkspaceActor:
             content=writer.contents.get,
             past=past,
             origin=p.origin,
+            locate=writer.bridges.find,
             secrets=writer.secrets,
         )
         with state.tree.savepoint():

@@ -17,9 +17,12 @@ from pathlib import Path
 import httpx
 import nats
 import nats.errors
+import nkeys
 import pytest
 
 from quill.client import Quill
+from quill.natsserver import binary
+from services.gateway.principals import Principal, Tokens
 from tests.gateway.support import error, mcp_client, ok
 from tests.system.conftest import Up
 
@@ -183,3 +186,51 @@ async def test_rest_and_mcp_across_tenants_are_404(up: Up) -> None:
         nowhere = await error(b, "read_file", path="secret.txt", workspace="nowhere")
         assert other.replace("private", "X") == nowhere.replace("nowhere", "X")
         assert "a's secret" not in await ok(b, "list_directory", path=".")
+
+
+OPERATIONS = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+SECTION = OPERATIONS[OPERATIONS.index("## Tenants") : OPERATIONS.index("## Health and metrics")]
+
+
+def fenced(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", SECTION, re.S)
+
+
+def test_the_operations_examples_are_what_quill_makes(tmp_path: Path) -> None:
+    """docs/operations.md, Tenants: the file is valid, ``quill nats-auth`` prints the block the
+    page shows, the cluster configuration with it is one nats-server accepts, and the nkey
+    one-liner makes a seed and its public key."""
+    tenants_file = tmp_path / "tenants.toml"
+    tenants_file.write_text(fenced("toml")[0])
+    tokens = Tokens.load(tenants_file)
+    assert tokens.find("acme-agents-token") == Principal("acme", "agents", actor="research-agent")
+    command = next(b for b in fenced("bash") if "quill nats-auth" in b).strip()
+    password = re.search(r"QUILL_NATS_PASSWORD='([^']+)'", command)
+    assert password is not None
+    env = {**os.environ, "QUILL_NATS_PASSWORD": password.group(1)}
+    done = subprocess.run(
+        [sys.executable, "-m", "quill", "nats-auth", str(tenants_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    block, server = fenced("text")[:2]
+    assert (done.returncode, done.stdout) == (0, block), done.stderr
+    (tmp_path / "auth.conf").write_text(block)
+    (tmp_path / "n1.conf").write_text(server)
+    check = subprocess.run(
+        [str(binary()), "-c", "n1.conf", "-t"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+    one_liner = next(b for b in fenced("bash") if "nkeys" in b).strip()
+    made = subprocess.run(
+        ["bash", "-c", one_liner.replace("python ", f"{sys.executable} ", 1)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    seed = (tmp_path / "globex.nk").read_bytes()
+    assert made.stdout.strip() == nkeys.from_seed(bytearray(seed)).public_key.decode()
+    assert re.fullmatch(r"U[A-Z2-7]{55}", made.stdout.strip())
