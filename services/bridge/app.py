@@ -260,14 +260,14 @@ async def attach(config: BridgeConfig) -> int:
     Raises:
         QuillError: the bridge could not start.
     """
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before "ready": a signal after it is ours
+        loop.add_signal_handler(sig, stopping.set)
     bridge = Bridge(config)
     await bridge.start()
     trust = config.trust + (" with a policy" if config.policy.rules else "")
     bridge.terminal.say(f"quill attach ready {bridge.name} = {bridge.uri} (trust {trust})")
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stopping.set)
     waiters = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(bridge.lost.wait())]
     try:
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
