@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import re
 import shlex
 import sys
+import tomllib
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from functools import update_wrapper
@@ -25,6 +27,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from contracts.paths import display, normalize
 from quill.client import Quill, Workspace
+from quill.session import Session
 from services.common.runtime import (
     Settings,
     run_until_stopped,
@@ -42,8 +45,12 @@ EXIT_CODES: dict[str, int] = {
     ErrorCode.ACCESS_DENIED: 5,
     ErrorCode.UNAVAILABLE: 6,
     ErrorCode.TIMEOUT: 6,
+    ErrorCode.LOCKED: 7,
+    ErrorCode.APPROVAL_REQUIRED: 7,
+    ErrorCode.DENIED: 8,
 }
-"""Exit status by error code; anything else exits 1."""
+"""Exit status by error code; anything else exits 1. 7: someone else must act first (a lock,
+an approval: try again, or ``--wait``); 8: an approver said no."""
 
 _json = msgspec.json.Encoder()
 
@@ -73,6 +80,39 @@ def emit(ctx: click.Context, result: Any, human: str | Callable[[], str | None])
         click.echo(text)
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``500ms``, ``30s``, ``2m``, ``1h``, ``1d`` (``1.5s`` too) as a ``timedelta``.
+
+    Raises:
+        ValueError: anything else (a bare number is refused: seconds or milliseconds?).
+    """
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"Bad duration {text!r}: use 500ms, 30s, 2m or 1h")
+    return timedelta(milliseconds=float(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+class Duration(click.ParamType[int]):
+    """A click option taking ``500ms``, ``30s``, ``2m``...: its value in milliseconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return int(parse_duration(str(value)) / timedelta(milliseconds=1))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+
+
 def size_text(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
@@ -91,6 +131,24 @@ def size_text(n: int) -> str:
 )
 @click.option("--nats-nkey", help="File holding an nkey seed (as $QUILL_NATS_NKEY).")
 @click.option("--inbox-prefix", help="Inbox prefix for replies (as $QUILL_NATS_INBOX).")
+@click.option(
+    "--session",
+    envvar="QUILL_SESSION",
+    help="The session you act for (Ws-Session): it holds the locks you take.",
+)
+@click.option(
+    "--wait",
+    "wait_ms",
+    type=DURATION,
+    default="0s",
+    help="Changes wait this long (500ms, 30s, 2m) for another session's lock or for their "
+    "approval, instead of failing with LOCKED or APPROVAL_REQUIRED.",
+)
+@click.option(
+    "--run",
+    envvar="QUILL_RUN",
+    help="Act within this run (Ws-Run): queries read the version it is pinned to.",
+)
 @click.version_option(package_name="quill")
 @click.pass_context
 def main(
@@ -102,6 +160,9 @@ def main(
     nats_user: str | None,
     nats_nkey: str | None,
     inbox_prefix: str | None,
+    session: str | None,
+    wait_ms: int,
+    run: str | None,
 ) -> None:
     """Quill: shared, versioned, audited workspaces for agents, on NATS."""
     # Credentials travel in the environment, where every Quill process (and the services
@@ -114,7 +175,31 @@ def main(
         if value:
             os.environ[name] = value
     ctx.ensure_object(dict)
-    ctx.obj.update(nats_url=nats_url, json=as_json, actor=actor or "cli", log_level=log_level)
+    ctx.obj.update(
+        nats_url=nats_url,
+        json=as_json,
+        actor=actor or "cli",
+        log_level=log_level,
+        session=session or None,
+        wait_ms=wait_ms,
+        run=run or None,
+    )
+
+
+async def connect(ctx: click.Context) -> Quill:
+    """A client as the global options say (actor, session, run, wait).
+
+    Raises:
+        QuillError: ``UNAVAILABLE`` if NATS cannot be reached.
+    """
+    obj = ctx.obj
+    return await Quill.connect(
+        obj["nats_url"],
+        actor=obj["actor"],
+        session=obj["session"],
+        run=obj["run"],
+        wait_ms=obj["wait_ms"],
+    )
 
 
 def workspace_command(
@@ -124,7 +209,7 @@ def workspace_command(
 
     def command(ctx: click.Context, /, workspace: str, **kwargs: Any) -> None:
         async def go() -> None:
-            quill = await Quill.connect(ctx.obj["nats_url"], actor=ctx.obj["actor"])
+            quill = await connect(ctx)
             try:
                 await fn(ctx, quill.workspace(workspace), **kwargs)
             finally:
@@ -272,6 +357,7 @@ def executor(
 
 TOKENS_HELP = 'TOML file of [tokens."<token>"] tables (tenant = "...", workspace = "...").'
 TENANTS_HELP = "TOML file of tenants: NATS credentials and gateway tokens (docs/operations.md)."
+SECRETS_HELP = "TOML registry of secrets the services redact ($QUILL_SECRETS; see docs/cli.md)."
 
 
 @main.command()
@@ -336,6 +422,9 @@ def gateway(
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
 @click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
 @click.option("--tenants", type=click.Path(path_type=Path, dir_okay=False), help=TENANTS_HELP)
+@click.option(
+    "--secrets", "secrets_file", type=click.Path(path_type=Path, dir_okay=False), help=SECRETS_HELP
+)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -346,10 +435,12 @@ def up(
     tokens: Path | None,
     sandbox: str | None,
     tenants: Path | None,
+    secrets_file: Path | None,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
     from quill import tenants as tenancy
     from quill.stack import Stack
+    from services.common.secrets import Secrets
     from services.gateway.principals import Tokens
 
     setup_logging(ctx.obj["log_level"])
@@ -365,6 +456,11 @@ def up(
             tenancy.load(tenants)
         if tokens or tenants:
             Tokens.load(tokens or tenants)  # type: ignore[arg-type]
+        if secrets_file is not None:  # { env = ... } values too: the services inherit ours
+            try:
+                Secrets.load(secrets_file)
+            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read secrets file {secrets_file}: {exc}") from None
     except ValueError as exc:
         click.echo(f"quill: {exc}", err=True)
         sys.exit(2)
@@ -377,6 +473,7 @@ def up(
         tokens=tokens,
         sandbox=sandbox,
         tenants=tenants,
+        secrets_file=secrets_file,
     )
     try:
         sys.exit(asyncio.run(stack.run()))
@@ -1017,9 +1114,8 @@ async def git(
 def _since(value: str | None) -> datetime | None:
     if value is None:
         return None
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if value[-1:] in units and value[:-1].isdigit():
-        return datetime.now(UTC) - timedelta(seconds=int(value[:-1]) * units[value[-1]])
+    if _DURATION.fullmatch(value):
+        return datetime.now(UTC) - parse_duration(value)
     try:
         stamp = datetime.fromisoformat(value)
     except ValueError:
@@ -1143,3 +1239,247 @@ def attach(
         ask_timeout_s=ask_timeout,
     )
     sys.exit(_run(run_bridge(config)))
+
+
+# ---------------------------------------------------------------- trust, approvals, locks
+
+
+def _trust_text(ws: Workspace, r: rp.TrustInfo) -> str:
+    if r.trust != "restricted":
+        return f"{ws.tenant}/{ws.name}: trust {r.trust}"
+    commands = "commands offered, each approved first" if r.commands else "no commands"
+    return f"{ws.tenant}/{ws.name}: trust restricted ({commands})"
+
+
+@main.command()
+@workspace_command
+@click.argument("level", type=click.Choice(["full", "restricted"]), required=False)
+@click.option(
+    "--commands/--no-commands",
+    default=None,
+    help="restricted: offer exec and git (each approved first), or not (the default).",
+)
+async def trust(
+    ctx: click.Context, ws: Workspace, level: str | None, commands: bool | None
+) -> None:
+    """Show WORKSPACE's trust level, or set it to LEVEL. On a restricted workspace every change
+    waits for approval (quill approvals), and commands are refused unless offered."""
+    if level is None:
+        if commands is not None:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, "--commands goes with a level: restricted")
+        info = await ws.info()
+        offered = info.trust == "restricted" and "exec.run" in info.capabilities
+        shown = rp.TrustInfo(trust=info.trust, commands=offered, changed=False)
+        emit(ctx, shown, lambda: _trust_text(ws, shown))
+        return
+    if level == "full" and commands:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT, "--commands is for restricted workspaces (full offers all)"
+        )
+    r = await ws.set_trust(level, commands=bool(commands))  # type: ignore[arg-type]
+    emit(ctx, r, lambda: ("set " if r.changed else "unchanged: ") + _trust_text(ws, r))
+
+
+@main.command()
+@workspace_command
+async def approvals(ctx: click.Context, ws: Workspace) -> None:
+    """Requests waiting for approval on WORKSPACE: id, when, who asked, the op, what it would
+    touch (paths, or the command line). Decide with quill approve / quill deny."""
+    r = await ws.approvals()
+
+    def human() -> str:
+        lines = [
+            f"{a.approval_id}  {a.requested:%Y-%m-%d %H:%M:%S}  {a.requested_by or '-':<12} "
+            f"{a.op:<10} {a.summary}"
+            for a in r.pending
+        ]
+        return "\n".join(lines) or "(no pending approvals)"
+
+    emit(ctx, r, human)
+
+
+@main.command()
+@workspace_command
+@click.argument("approval_id")
+@click.option("--reason", help="Why, recorded with the decision.")
+async def approve(ctx: click.Context, ws: Workspace, approval_id: str, reason: str | None) -> None:
+    """Approve the waiting request APPROVAL_ID: it goes ahead, and its caller gets its result."""
+    r = await ws.approve(approval_id, reason)
+    emit(ctx, r, f"approved {r.approval_id}")
+
+
+@main.command()
+@workspace_command
+@click.argument("approval_id")
+@click.option("--reason", help="Why, recorded with the decision (its caller sees it).")
+async def deny(ctx: click.Context, ws: Workspace, approval_id: str, reason: str | None) -> None:
+    """Deny the waiting request APPROVAL_ID: its caller gets DENIED."""
+    r = await ws.deny(approval_id, reason)
+    emit(ctx, r, f"denied {r.approval_id}")
+
+
+def _need_session(ctx: click.Context, what: str) -> None:
+    if not ctx.obj["session"]:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"A lock belongs to a session: quill --session ID {what} (or set $QUILL_SESSION)",
+        )
+
+
+@main.command()
+@workspace_command
+@click.option(
+    "--ttl",
+    "ttl_ms",
+    type=DURATION,
+    default="60s",
+    show_default=True,
+    help="It expires on its own after this long; lock again to renew.",
+)
+@click.option(
+    "--wait", "wait_ms", type=DURATION, help="Wait this long for another session's lock to go."
+)
+async def lock(ctx: click.Context, ws: Workspace, ttl_ms: int, wait_ms: int | None) -> None:
+    """Lock WORKSPACE for your session (--session): until you unlock it or it expires, other
+    sessions' changes get LOCKED (or wait, with --wait). Reads are never locked."""
+    _need_session(ctx, "lock")
+    r = await ws.lock(ttl_ms=ttl_ms, wait_ms=wait_ms)
+    until = f"{r.expires:%Y-%m-%d %H:%M:%S} UTC" if r.expires else "-"
+    emit(ctx, r, f"locked {ws.tenant}/{ws.name} for session {r.holder} until {until}")
+
+
+@main.command()
+@workspace_command
+async def unlock(ctx: click.Context, ws: Workspace) -> None:
+    """Release your session's lock on WORKSPACE (LOCKED if another session holds it)."""
+    _need_session(ctx, "unlock")
+    r = await ws.unlock()
+    emit(ctx, r, f"unlocked {ws.tenant}/{ws.name}")
+
+
+# ---------------------------------------------------------------- runs
+
+
+@main.group(name="run")
+def run_group() -> None:
+    """Agent runs: a run reads the workspace as of the version it started at (quill --run ID
+    cat ...), whatever is written meanwhile; the log keeps which version each run saw."""
+
+
+def _run_text(r: rp.RunInfo) -> str:
+    lines = [
+        f"run: {r.run}",
+        f"reads version: {r.version}",
+        f"started: {r.started:%Y-%m-%d %H:%M:%S} by {r.actor or '-'} (version {r.started_version})",
+        f"ended: {'no' if r.ended_version is None else f'version {r.ended_version}'}",
+    ]
+    if r.parent:
+        lines.insert(1, f"parent: {r.parent}")
+    return "\n".join(lines)
+
+
+@run_group.command(name="start")
+@workspace_command
+@click.option("--id", "run_id", help="The run's id (default: one is made).")
+@click.option("--version", "at", type=int, help="Read this version (default: the latest).")
+@click.option("--parent", help="A sub-run of this run (it reads what its parent reads).")
+async def run_start(
+    ctx: click.Context, ws: Workspace, run_id: str | None, at: int | None, parent: str | None
+) -> None:
+    """Start a run on WORKSPACE; print its id and the version it reads."""
+    r = await ws.start_run(run_id, parent=parent, version=at)
+    emit(ctx, r, f"started run {r.run}, reading version {r.version}")
+
+
+@run_group.command(name="end")
+@workspace_command
+@click.argument("run_id", metavar="RUN")
+async def run_end(ctx: click.Context, ws: Workspace, run_id: str) -> None:
+    """End RUN (its later changes are refused; ending it again changes nothing)."""
+    r = await ws.end_run(run_id)
+    emit(ctx, r, f"ended run {r.run} (it read version {r.version})")
+
+
+@run_group.command(name="show")
+@workspace_command
+@click.argument("run_id", metavar="RUN")
+async def run_show(ctx: click.Context, ws: Workspace, run_id: str) -> None:
+    """Show RUN: the version it reads, its parent, when and by whom it started, and ended."""
+    r = await ws.run_info(run_id)
+    emit(ctx, r, lambda: _run_text(r))
+
+
+# ---------------------------------------------------------------- sessions
+
+
+@main.group(name="session")
+def session_group() -> None:
+    """Sessions (a conversation): a primary workspace, and workspaces attached to it by URI
+    (server:/TENANT/WS, CLIENT:PATH served by quill attach, git:URL)."""
+
+
+def session_command(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """Decorate ``async fn(ctx, session, ...)``: the session ``TENANT/SESSION``."""
+
+    def command(ctx: click.Context, /, session: str, **kwargs: Any) -> None:
+        async def go() -> None:
+            quill = await connect(ctx)
+            try:
+                await fn(ctx, Session(quill, quill.workspace(session)), **kwargs)
+            finally:
+                await quill.close()
+
+        _run(go())
+
+    update_wrapper(command, fn)
+    return click.argument("session", metavar="TENANT/SESSION")(click.pass_context(command))
+
+
+def _attached_text(r: rp.Attached) -> str:
+    lines = [f"primary  {r.primary}"]
+    lines += [f"{a.kind:<8} {a.target:<30} {a.uri}" for a in r.attached]
+    return "\n".join(lines)
+
+
+@session_group.command(name="open")
+@click.argument("tenant")
+@click.option("--id", "session_id", help="Open this session (created if new; default: a new id).")
+@click.pass_context
+def session_open(ctx: click.Context, tenant: str, session_id: str | None) -> None:
+    """Open a session of TENANT (its primary workspace is created); print its id."""
+
+    async def go() -> None:
+        quill = await connect(ctx)
+        try:
+            session = await Session.open(quill, tenant, session_id)
+        finally:
+            await quill.close()
+        primary = f"{session.primary.tenant}/{session.primary.name}"
+        opened = {"session": session.id, "primary": primary}
+        emit(ctx, opened, f"session {session.id}: primary workspace {primary}")
+
+    _run(go())
+
+
+@session_group.command(name="attach")
+@session_command
+@click.argument("uri")
+async def session_attach(ctx: click.Context, session: Session, uri: str) -> None:
+    """Attach the workspace at URI to the session (a git: URL is cloned first)."""
+    emit(ctx, r := await session.attach(uri), lambda: _attached_text(r))
+
+
+@session_group.command(name="detach")
+@session_command
+@click.argument("uri")
+async def session_detach(ctx: click.Context, session: Session, uri: str) -> None:
+    """Detach the workspace at URI from the session."""
+    emit(ctx, r := await session.detach(uri), lambda: _attached_text(r))
+
+
+@session_group.command(name="list")
+@session_command
+async def session_list(ctx: click.Context, session: Session) -> None:
+    """The session's primary workspace, then its attached ones in order (kind, target, URI):
+    a tool call naming no workspace goes to the first of them that offers it."""
+    emit(ctx, r := await session.workspaces(), lambda: _attached_text(r))

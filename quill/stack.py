@@ -33,6 +33,7 @@ from quill import tenants as tenancy
 from quill.natsserver import terminate
 from services.common import bus
 from services.common.credentials import ENV_NAMES, NatsAuth
+from services.common.secrets import ENV_FILE as SECRETS_ENV
 
 log = logging.getLogger("quill.stack")
 
@@ -143,10 +144,13 @@ class Stack:
         tokens: Path | None = None,
         sandbox: str | None = None,
         tenants: Path | None = None,
+        secrets_file: Path | None = None,
     ) -> None:
         """``tenants``: a tenants file (``quill/tenants.py``): the embedded server then
         admits each tenant with its own rights and the services as the system user, whose
-        password is made here and handed to the services in their environment."""
+        password is made here and handed to the services in their environment.
+        ``secrets_file``: the registry every service redacts (``$QUILL_SECRETS`` in their
+        environment; ``services/common/secrets.py``)."""
         self.data_dir = data_dir.resolve()
         self.sandbox = sandbox
         self.nats_port, self.http_port = nats_port, http_port
@@ -154,6 +158,7 @@ class Stack:
         self.log_level = log_level
         self.tokens = tokens.resolve() if tokens else None
         self.tenants = tenants.resolve() if tenants else None
+        self.secrets_file = secrets_file.resolve() if secrets_file else None
         self.system: NatsAuth | None = None
         if self.tenants is not None:
             self.tokens = self.tenants  # the gateway reads its tokens from the same file
@@ -188,11 +193,16 @@ class Stack:
 
     def _env(self) -> dict[str, str] | None:
         """The services' environment: with tenants, the system user's credentials (never in
-        argv, which ``ps`` shows to everyone), and no one else's."""
-        if self.system is None:
+        argv, which ``ps`` shows to everyone), and no one else's; with secrets, the
+        registry's path."""
+        if self.system is None and self.secrets_file is None:
             return None
-        inherited = {k: v for k, v in os.environ.items() if k not in ENV_NAMES}
-        return inherited | self.system.environ()
+        env = dict(os.environ)
+        if self.system is not None:
+            env = {k: v for k, v in env.items() if k not in ENV_NAMES} | self.system.environ()
+        if self.secrets_file is not None:
+            env[SECRETS_ENV] = str(self.secrets_file)
+        return env
 
     def _gateway(self) -> Child:
         argv = [
