@@ -58,6 +58,9 @@ class ErrorCode(StrEnum):
     WORKSPACE_NOT_FOUND = "WORKSPACE_NOT_FOUND"
     """The workspace has not been created. (Addition to DESIGN.md's list: clearer than
     ``FILE_NOT_FOUND`` for a missing workspace.)"""
+    VERSION_TRIMMED = "VERSION_TRIMMED"
+    """The version asked for was compacted away (``max_versions``): details give the
+    workspace's ``floor`` (the oldest version whose whole tree is kept). (Addition.)"""
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset({ErrorCode.TIMEOUT, ErrorCode.UNAVAILABLE})

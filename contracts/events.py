@@ -156,6 +156,46 @@ class WorkspaceDetached(
     uri: str
 
 
+class HistoryCompacted(
+    Event, frozen=True, kw_only=True, omit_defaults=True, tag="history_compacted"
+):
+    """Snapshot-and-trim (``max_versions``): the workspace's projection is exactly the
+    ``CompactionManifest`` stored in WS_BLOBS under ``manifest``, and the log before this
+    event is purged. Replay starts here: fold the manifest, then the events after it. The
+    tree does not change (``tree_hash`` is the previous one)."""
+
+    manifest: str
+    """sha256 of the manifest (JSON) in WS_BLOBS; every content it names is there too."""
+    manifest_size: int
+    floor: int
+    """The oldest version whose whole tree is kept: a query as of an older version is
+    answered only for a path whose revision at that version was kept."""
+    max_versions: int
+    revisions_kept: int
+    revisions_dropped: int
+    events_dropped: int
+
+
+class CompactionManifest(msgspec.Struct, frozen=True, kw_only=True):
+    """What a compacted workspace keeps (``HistoryCompacted``): rows in the column order of
+    the projection's tables (see ``services/common/store.py``)."""
+
+    trust: str
+    limits: Limits
+    created: datetime
+    floor: int
+    revisions: list[tuple[Any, ...]]
+    """``(path, version, until, parent, kind, sha256, size, file_version, executable, binary,
+    created, modified, moved_from)``: per path its last ``max_versions`` revisions."""
+    events: list[tuple[Any, ...]]
+    """``(version, seq, type, op, at, actor, session, run, request_id, hash, prev_hash,
+    tree_hash, changes, changes_total, result)`` of the events from ``floor`` on, and of
+    those that began a kept revision."""
+    controls: list[tuple[int, str, str]]
+    """``(version, type, event JSON)``: every control event (runs, locks, trust, approvals,
+    attachments), all kept."""
+
+
 WorkspaceEvent = (
     WorkspaceCreated
     | ChangesCommitted
@@ -168,6 +208,7 @@ WorkspaceEvent = (
     | ApprovalDecided
     | WorkspaceAttached
     | WorkspaceDetached
+    | HistoryCompacted
 )
 
 

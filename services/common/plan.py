@@ -15,6 +15,7 @@ import msgspec
 
 from contracts.events import (
     ChangesCommitted,
+    CompactionManifest,
     MakeDir,
     PutFile,
     Remove,
@@ -41,6 +42,8 @@ class Committed:
     event: Event
     hash: str
     seq: int
+    manifest: CompactionManifest | None = None
+    """For ``history_compacted``: the manifest it names (fetched from WS_BLOBS)."""
 
 
 @dataclass
@@ -56,6 +59,8 @@ class Plan:
     trust: list[tuple[str, int]] = field(default_factory=list)
     """``(trust, ws)`` of trust changes."""
     workspace_updates: dict[int, tuple[object, ...]] = field(default_factory=dict)
+    replaced: list[int] = field(default_factory=list)
+    """Workspaces a compaction replaced (caches of them are stale)."""
 
 
 # Column order of a revision row (see store.SCHEMA).

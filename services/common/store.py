@@ -23,14 +23,19 @@ import aiosqlite
 import msgspec
 
 from contracts import codec
-from contracts.events import TrustChanged, WorkspaceCreated
+from contracts.events import (
+    CompactionManifest,
+    HistoryCompacted,
+    TrustChanged,
+    WorkspaceCreated,
+)
 from contracts.limits import Limits
 from services.common.content import as_text
 from services.common.control import CONTROL_EVENTS, fold_control
 from services.common.plan import LIVE, Committed, Plan, plan, subtree
 from services.common.tree import DirNode, FileNode, WorkspaceState
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
@@ -39,7 +44,7 @@ CREATE TABLE IF NOT EXISTS workspaces(
     trust TEXT NOT NULL, limits TEXT NOT NULL, created TEXT NOT NULL,
     version INTEGER NOT NULL DEFAULT 0, last_seq INTEGER NOT NULL DEFAULT 0,
     last_hash TEXT NOT NULL DEFAULT '', tree_hash TEXT NOT NULL DEFAULT '',
-    updated TEXT NOT NULL DEFAULT '',
+    updated TEXT NOT NULL DEFAULT '', floor INTEGER NOT NULL DEFAULT 0,
     UNIQUE(tenant, name));
 CREATE TABLE IF NOT EXISTS events(
     ws INTEGER NOT NULL, version INTEGER NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
@@ -92,6 +97,24 @@ REVISION_COLUMNS = ", ".join(_COLUMNS)
 """The columns ``node_from_row`` reads, in order."""
 R_REVISION_COLUMNS = ", ".join("r." + c for c in _COLUMNS)
 _limits_decoder = msgspec.json.Decoder(Limits)
+_encoder = msgspec.json.Encoder()
+
+
+def _segments(batch: list[Committed]) -> list[list[Committed] | Committed]:
+    """``batch`` split at its compactions (each applied alone, between the runs around it)."""
+    out: list[list[Committed] | Committed] = []
+    run: list[Committed] = []
+    for item in batch:
+        if isinstance(item.event, HistoryCompacted):
+            if run:
+                out.append(run)
+                run = []
+            out.append(item)
+        else:
+            run.append(item)
+    if run:
+        out.append(run)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +130,8 @@ class WorkspaceRow:
     last_hash: str
     tree_hash: str
     updated: datetime
+    floor: int = 0
+    """The oldest version whose whole tree is kept (0: every version is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +177,7 @@ def _workspace_row(r: Any) -> WorkspaceRow:
         r[8],
         r[9],
         datetime.fromisoformat(r[10] or r[5]),
+        r[11],
     )
 
 
@@ -213,7 +239,7 @@ class Store:
         store = cls(path, write, read, role)
         for row in await write.execute_fetchall(
             "SELECT id, tenant, name, trust, limits, created, version, last_seq, last_hash, "
-            "tree_hash, updated FROM workspaces"
+            "tree_hash, updated, floor FROM workspaces"
         ):
             ws = _workspace_row(row)
             store._ids[(ws.tenant, ws.name)] = ws.id
@@ -273,7 +299,9 @@ class Store:
                 have = versions.get(key, 0)
                 if item.event.version <= have:
                     continue
-                if item.event.version != have + 1:
+                # a compaction replaces the workspace: what the log purged before it is moot
+                jumps = isinstance(item.event, HistoryCompacted)
+                if item.event.version != have + 1 and not jumps:
                     raise ProjectionGap(f"{key[0]}/{key[1]}: v{item.event.version} after v{have}")
                 fresh.append(item)
                 versions[key] = item.event.version
@@ -284,9 +312,17 @@ class Store:
                 key = (item.event.tenant, item.event.workspace)
                 if key not in ids:
                     ids[key] = max(ids.values(), default=0) + 1
-            executed = plan(fresh, ids)
+            executed = Plan()
             try:
-                await self._execute(executed)
+                for part in _segments(fresh):
+                    if isinstance(part, Committed):
+                        await self._replace(part, ids[(part.event.tenant, part.event.workspace)])
+                        executed.replaced.append(ids[(part.event.tenant, part.event.workspace)])
+                        continue
+                    done = plan(part, ids)
+                    await self._execute(done)
+                    executed.closes += done.closes
+                    executed.blobs += done.blobs
                 if tracking is not None and batch:
                     await self._w.execute(
                         "INSERT OR REPLACE INTO tracking VALUES(?, ?)", (tracking, batch[-1].seq)
@@ -304,6 +340,13 @@ class Store:
             ev = item.event
             key = (ev.tenant, ev.workspace)
             row = self._rows.get(key)
+            if isinstance(ev, HistoryCompacted):
+                assert item.manifest is not None
+                m = item.manifest
+                row = WorkspaceRow(
+                    ids[key], ev.tenant, ev.workspace, m.trust, m.limits, m.created, 0, 0, "",
+                    "", ev.at, m.floor,
+                )  # fmt: skip
             if row is None:
                 assert isinstance(ev, WorkspaceCreated)
                 row = WorkspaceRow(
@@ -360,6 +403,104 @@ class Store:
         for sql, rows in statements:
             if rows:
                 await self._w.executemany(sql, rows)
+
+    async def _replace(self, item: Committed, ws: int) -> None:
+        """Make workspace ``ws`` exactly what a ``history_compacted`` event's manifest says."""
+        ev, m = item.event, item.manifest
+        assert isinstance(ev, HistoryCompacted) and m is not None
+        for table in ("revisions", "events", "controls"):
+            await self._w.execute(f"DELETE FROM {table} WHERE ws=?", (ws,))
+        await self._w.execute(
+            "INSERT INTO workspaces(id, tenant, name, trust, limits, created) "
+            "VALUES(?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET trust=excluded.trust, "
+            "limits=excluded.limits, created=excluded.created",
+            (ws, ev.tenant, ev.workspace, m.trust, _encoder.encode(m.limits).decode(),
+             m.created.isoformat()),
+        )  # fmt: skip
+        await self._w.executemany(
+            "INSERT INTO revisions VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(ws, *r) for r in m.revisions],
+        )
+        await self._w.executemany(
+            "INSERT INTO events VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(ws, *e) for e in m.events],
+        )
+        await self._w.executemany(
+            "INSERT INTO controls VALUES(?, ?, ?, ?)", [(ws, *c) for c in m.controls]
+        )
+        summary = plan([item], {(ev.tenant, ev.workspace): ws})
+        await self._w.executemany(
+            "INSERT INTO events VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            summary.events,
+        )
+        await self._w.execute(
+            "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=?, "
+            "floor=? WHERE id=?",
+            (ev.version, item.seq, item.hash, ev.tree_hash, ev.at.isoformat(), m.floor, ws),
+        )
+        await self._w.executemany(
+            "INSERT OR IGNORE INTO blobs(sha256, size, data) VALUES(?, ?, NULL)",
+            [(r[5], r[6]) for r in m.revisions if r[4] == "f"],
+        )
+
+    async def compaction(self, ws: int, max_versions: int) -> tuple[CompactionManifest, int, int]:
+        """What compacting workspace ``ws`` to ``max_versions`` revisions per path keeps:
+        the manifest, and how many revisions and events it drops. Writer only."""
+        row = next(r for r in self._rows.values() if r.id == ws)
+        kept: list[tuple[Any, ...]] = []
+        floor, dropped = row.floor, 0
+        rows = await self._w.execute_fetchall(
+            "SELECT path, version, until, parent, kind, sha256, size, file_version, executable, "
+            "binary, created, modified, moved_from FROM revisions WHERE ws=? "
+            "ORDER BY path, version DESC",
+            (ws,),
+        )
+        last_path, count = None, 0
+        for r in rows:
+            count = count + 1 if r[0] == last_path else 1
+            last_path = r[0]
+            if count <= max_versions:
+                kept.append(tuple(r))
+            else:
+                dropped += 1
+                floor = max(floor, r[2])
+        starts = {r[1] for r in kept}
+        events = [
+            tuple(e)
+            for e in await self._w.execute_fetchall(
+                "SELECT version, seq, type, op, at, actor, session, run, request_id, hash, "
+                "prev_hash, tree_hash, changes, changes_total, result FROM events WHERE ws=? "
+                "ORDER BY version",
+                (ws,),
+            )
+            if e[0] >= floor or e[0] in starts
+        ]
+        total = list(
+            await self._w.execute_fetchall("SELECT count(*) FROM events WHERE ws=?", (ws,))
+        )[0][0]
+        controls = [
+            (int(c[0]), str(c[1]), str(c[2]))
+            for c in await self._w.execute_fetchall(
+                "SELECT version, type, event FROM controls WHERE ws=? ORDER BY version", (ws,)
+            )
+        ]
+        manifest = CompactionManifest(
+            trust=row.trust,
+            limits=row.limits,
+            created=row.created,
+            floor=floor,
+            revisions=kept,
+            events=events,
+            controls=controls,
+        )
+        return manifest, dropped, int(total) - len(events)
+
+    async def revision_counts(self, ws: int) -> dict[str, int]:
+        """How many revisions each path of workspace ``ws`` has kept."""
+        rows = await self._w.execute_fetchall(
+            "SELECT path, count(*) FROM revisions WHERE ws=? GROUP BY path", (ws,)
+        )
+        return {str(r[0]): int(r[1]) for r in rows}
 
     async def put_blob(self, sha256: str, data: bytes) -> None:
         """Keep content fetched from WS_BLOBS (a reader's indexer then indexes it)."""

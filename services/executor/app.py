@@ -36,7 +36,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.paths import display, normalize
 from contracts.subjects import HEADER_SEQ, HEADER_STREAM, QUEUE_EXECUTOR, Address, Origin
 from quill.client import Quill
-from services.common import bus
+from services.common import bus, compaction
 from services.common.blobs import Blobs
 from services.common.bridges import Bridges
 from services.common.bus import respond
@@ -340,6 +340,9 @@ class Executor:
         if req.version is None or req.version == latest:
             yield checkout
             return
+        if req.version < checkout.manifest.floor:
+            what = f"{address.tenant}/{address.workspace}"
+            raise compaction.trimmed(what, req.version, checkout.manifest.floor)
         temp = self.settings.data_dir / "checkouts" / ".at" / self._nuid.next().decode()
         past = self._new_checkout(temp, address)
         try:

@@ -25,6 +25,7 @@ import shutil
 import stat
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import msgspec
@@ -35,6 +36,7 @@ from contracts.errors import QuillError
 from contracts.events import (
     AnyChange,
     ChangesCommitted,
+    HistoryCompacted,
     MakeDir,
     PutFile,
     Remove,
@@ -46,6 +48,7 @@ from contracts.paths import ancestors
 from contracts.subjects import Subjects
 from services.common import log as eventlog
 from services.common.blobs import Blobs
+from services.common.compaction import decode_manifest
 from services.common.globs import Globs
 
 log = logging.getLogger("quill.executor")
@@ -79,6 +82,8 @@ class Manifest(msgspec.Struct, kw_only=True):
     trust: str = "full"
     commands: bool = False
     """``restricted``: whether commands are offered."""
+    floor: int = 0
+    """The oldest version compaction kept whole (``history_compacted``)."""
     paths: dict[str, Tracked] = msgspec.field(default_factory=dict)
     local: dict[str, Sig] = msgspec.field(default_factory=dict)
     """Files left uncommitted (skipped), as last reported: not reported again unless changed."""
@@ -129,6 +134,7 @@ class Checkout:
         self.tree = home / "tree"
         self.tenant, self.workspace = tenant, workspace
         self._js, self._subject, self._blobs = js, subjects.evt(tenant, workspace), blobs
+        self._manifest_blobs = Blobs(js)
         self.manifest = Manifest()
 
     @property
@@ -191,6 +197,17 @@ class Checkout:
         self.begin()
         for item in events:
             event = item.event
+            if isinstance(event, HistoryCompacted) and event.version != self.manifest.version + 1:
+                # the log before it is purged: start from its manifest (as of an older
+                # version it keeps whole, for a past checkout)
+                at = min(event.version, upto_version or event.version)
+                await self._rebuild(event, at)
+                self.manifest.floor = event.floor
+                if at < event.version:
+                    self.manifest.version = at
+                    break
+                self.manifest.version, self.manifest.seq = event.version, item.seq
+                continue
             if upto_version is not None and event.version > upto_version:
                 break
             if isinstance(event, WorkspaceCreated):
@@ -201,8 +218,46 @@ class Checkout:
                 contents = await self._contents(event)
                 # File work off the event loop: a large event must not stall heartbeats.
                 await asyncio.to_thread(self._apply_all, event.changes, contents)
+            elif isinstance(event, HistoryCompacted):
+                self.manifest.floor = event.floor
             self.manifest.version, self.manifest.seq = event.version, item.seq
         await asyncio.to_thread(self.save)
+
+    async def _rebuild(self, event: HistoryCompacted, at: int) -> None:
+        """Materialise the tree as of ``at`` from a compaction's manifest (every content it
+        names is in WS_BLOBS), in place of what the checkout held."""
+        kept = decode_manifest(await self._manifest_blobs.get(event.manifest))
+        # revision rows: (path, version, until, parent, kind, sha256, size, file_version...)
+        live = [r for r in kept.revisions if int(r[1]) <= at < int(r[2])]
+        contents = {sha: await self._blobs.get(sha) for sha in {r[5] for r in live if r[4] == "f"}}
+        await asyncio.to_thread(self._materialise, live, contents)
+        self.manifest.limits, self.manifest.trust = kept.limits, kept.trust
+        for _, kind, body in kept.controls:
+            if kind == "trust_changed":
+                change = msgspec.json.decode(body.encode(), type=TrustChanged)
+                self.manifest.trust, self.manifest.commands = change.trust, change.commands
+
+    def _materialise(self, live: list[tuple[object, ...]], contents: dict[str, bytes]) -> None:
+        shutil.rmtree(self.tree, ignore_errors=True)
+        self.tree.mkdir(parents=True)
+        self.manifest.paths, self.manifest.local, self.manifest.ignored = {}, {}, []
+        for row in sorted(live, key=lambda r: str(r[0])):  # parents before children
+            path, kind, sha = str(row[0]), row[4], row[5]
+            if not path:
+                continue
+            if kind == "d":
+                self._apply(MakeDir(path=path), contents)
+                continue
+            assert isinstance(sha, str)
+            put = PutFile(
+                path=path,
+                sha256=sha,
+                size=int(str(row[6])),
+                file_version=int(str(row[7])),
+                created=datetime.fromisoformat(str(row[10])),
+                executable=bool(row[8]),
+            )
+            self._apply(put, contents)
 
     async def _contents(self, event: ChangesCommitted) -> dict[str, bytes]:
         """The contents ``event``'s puts do not carry inline, by sha256: a blob from WS_BLOBS;

@@ -39,6 +39,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     E.WORKSPACE_NOT_FOUND: (404, "not_found"),
     E.NOT_A_FILE: (404, "not_found"),  # a directory: there is no file at that path
     E.CONFLICT: (409, "workspace_conflict"),
+    E.VERSION_TRIMMED: (410, "version_trimmed"),
     E.NOT_A_DIRECTORY: (409, "path_conflict"),  # a parent of the path is a file
     E.ALREADY_EXISTS: (409, "path_conflict"),
     E.SIZE_LIMIT_EXCEEDED: (413, "workspace_too_large"),

@@ -48,6 +48,12 @@ class RevisionCache:
             self._bytes -= sum(len(d or b"") + 200 for _, d in dropped)
             self._by_ws.get(old_ws, set()).discard(old_path)
 
+    def forget(self, ws: int) -> None:
+        """Drop every revision of ``ws`` (a compaction replaced its history)."""
+        for path in self._by_ws.pop(ws, set()):
+            dropped = self._entries.pop((ws, path), [])
+            self._bytes -= sum(len(d or b"") + 200 for _, d in dropped)
+
     def close(self, until: int, ws: int, lo: str, hi: str) -> None:
         """Apply a plan's close: live revisions of ``ws`` with ``lo <= path < hi`` end at
         ``until``."""

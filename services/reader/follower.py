@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from nats.js import JetStreamContext
 
 from services.common import log as eventlog
+from services.common.blobs import Blobs
+from services.common.compaction import with_manifests
 from services.common.plan import Committed
 from services.common.store import Store
 from services.reader.cache import RevisionCache
@@ -34,6 +36,7 @@ class Follower:
         on_applied: Callable[[], None] = lambda: None,
     ) -> None:
         self._js, self._store, self._subject, self._cache = js, store, subject, cache
+        self._manifests = Blobs(js)  # compaction manifests: not kept in the projection
         self._on_applied = on_applied
         self._waiters: defaultdict[tuple[str, str], list[tuple[int, asyncio.Future[None]]]] = (
             defaultdict(list)
@@ -54,8 +57,11 @@ class Follower:
             await self._stop()
 
     async def _on_batch(self, batch: list[Committed], pending: int) -> None:
+        batch = await with_manifests(batch, self._manifests)
         executed = await self._store.apply(batch, tracking=TRACKING)
         if executed is not None:
+            for ws in executed.replaced:
+                self._cache.forget(ws)
             for close in executed.closes:
                 self._cache.close(*close)
             if executed.blobs:

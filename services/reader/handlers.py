@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from nats.aio.msg import Msg
@@ -14,6 +14,7 @@ from contracts import codec
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import STREAM_EVENTS, Address
+from services.common import compaction
 from services.common.bus import respond
 from services.common.entry import Incoming, parse, reject
 from services.common.store import WorkspaceRow
@@ -84,6 +85,31 @@ async def resolve(
     return row, req.version or row.version
 
 
+TREE_QUERIES = frozenset({"list", "glob", "grep", "explore", "diff"})
+"""Queries over the whole tree (or a subtree) as of a version: refused below the floor."""
+
+
+async def answer_at(reader: Reader, op: str, ws: WorkspaceRow, version: int, req: rq.Query) -> Any:
+    """The answer of ``op`` as of ``version``. Below the workspace's floor (history a
+    compaction dropped) only a path whose revision at that version was kept is answered.
+
+    Raises:
+        QuillError: ``VERSION_TRIMMED`` for what compaction dropped; the op's own errors.
+    """
+    oldest = min(version, getattr(req, "from_version", None) or version)
+    if oldest >= ws.floor:
+        return await reader.ops[op](ws, version, req)
+    if op in TREE_QUERIES:
+        raise compaction.trimmed(f"{ws.tenant}/{ws.name}", oldest, ws.floor)
+    try:
+        return await reader.ops[op](ws, version, req)
+    except QuillError as exc:
+        if exc.code != ErrorCode.FILE_NOT_FOUND:
+            raise
+        what = getattr(req, "path", None) or f"{ws.tenant}/{ws.name}"
+        raise compaction.trimmed(what, oldest, ws.floor) from None
+
+
 def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:
     tasks: set[asyncio.Task[None]] = reader.tasks
 
@@ -94,7 +120,7 @@ def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:
                 return  # a local workspace: its bridge answers
             assert isinstance(request, rq.Query)
             ws, version = await resolve(reader, address, request, origin.run)
-            result = await reader.ops[spec.name](ws, version, request)
+            result = await answer_at(reader, spec.name, ws, version, request)
         except QuillError as exc:
             await reject(incoming, exc, reader.auditor)
             return

@@ -11,6 +11,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
+from contracts.events import CompactionManifest, HistoryCompacted
 from contracts.subjects import QUEUE_WRITER, Subjects
 from services.common import bus
 from services.common.blobs import Blobs
@@ -71,6 +72,9 @@ class Writer:
         self.js: JetStreamContext = nc.jetstream()
         self.store = store
         self.blobs = Blobs(self.js, store)
+        self.manifest_blobs = Blobs(self.js)  # manifests are not kept in the projection
+        self.manifests: dict[str, CompactionManifest] = {}
+        """Manifests of the compactions being appended, by sha256 (for the projection)."""
         self.auditor = Auditor(nc, self.subjects, "writer", self.instance)
         self.appender = Appender(nc, self._on_commit)
         self.bridges = Bridges(self.js)
@@ -104,7 +108,9 @@ class Writer:
         """Bring the projection up to what the log acknowledged. If that fails, the actors
         concerned drop their state and catch up from the log when next used."""
         batch = [
-            Committed(event, digest, seq)
+            Committed(event, digest, seq, self.manifests.pop(event.manifest, None))
+            if isinstance(event, HistoryCompacted)
+            else Committed(event, digest, seq)
             for group, seqs in committed
             for (event, digest), seq in zip(group.context, seqs, strict=True)
         ]

@@ -31,18 +31,23 @@ from contracts.events import (
     AnyChange,
     ApprovalDecided,
     ApprovalRequested,
+    ChangesCommitted,
+    HistoryCompacted,
     LockReleased,
     PutFile,
+    Remove,
     TrustChanged,
     WorkspaceEvent,
     WorkspaceUpdated,
 )
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.ops import OpSpec
-from contracts.subjects import CHANGES_SUFFIX, Address, Origin
+from contracts.subjects import CHANGES_SUFFIX, STREAM_EVENTS, Address, Origin
+from services.common import compaction
 from services.common import log as eventlog
 from services.common.blobs import INLINE_BUDGET, INLINE_MAX
 from services.common.bus import respond
+from services.common.compaction import with_manifests
 from services.common.control import CONTROL_EVENTS, fold_control
 from services.common.runtime import bounded_gather
 from services.common.tree import DirNode, FileNode, Tree, WorkspaceState, fold
@@ -96,6 +101,9 @@ class WorkspaceActor:
         self._parked: list[Pending] = []
         """Commands waiting for another session's lock to go (decided again when it does)."""
         self._wake: asyncio.TimerHandle | None = None
+        self._counts: dict[str, int] | None = None
+        """Revisions kept per path, when the workspace has ``max_versions``."""
+        self._compact = False
 
     @property
     def waiting(self) -> int:
@@ -239,6 +247,9 @@ class WorkspaceActor:
                 batch, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
                 try:
                     await self._process(batch)
+                    if self._compact:
+                        self._compact = False
+                        await self._compaction()
                 except Exception as exc:
                     log.exception(
                         "workspace %s/%s: unexpected failure", self.tenant, self.workspace
@@ -265,9 +276,14 @@ class WorkspaceActor:
             raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from None
         if missing:
             log.info("%s/%s: catching up %d events", self.tenant, self.workspace, len(missing))
+            missing = await with_manifests(missing, self.writer.manifest_blobs)
             await store.apply(missing)
-            for item in missing:
-                fold(state, item.event, item.hash, item.seq)
+            if any(isinstance(item.event, HistoryCompacted) for item in missing):
+                state = await store.load_state(self.tenant, self.workspace)
+            else:
+                for item in missing:
+                    fold(state, item.event, item.hash, item.seq)
+        self._counts = None
         ws = store.workspace_id(self.tenant, self.workspace)
         self._recent.clear()
         if ws is not None:
@@ -363,6 +379,7 @@ class WorkspaceActor:
                         await self._answer(p, codec.error_reply(err), error=err)
                 continue
             state.last_seq = seqs[-1]
+            await self._count(state, [event for _, _, event, _, _ in staged])
             for (p, decision, event, _, _), seq in zip(staged, seqs, strict=True):
                 if isinstance(event, ApprovalRequested):  # p waits for the decision
                     await self._notify(event, [], seq)
@@ -429,6 +446,108 @@ class WorkspaceActor:
                 )
         return decision, event, payload
 
+    # ------------------------------------------------------------------ compaction
+    async def _count(self, state: WorkspaceState, events: list[WorkspaceEvent]) -> None:
+        """Count the revisions the committed ``events`` add; flag compaction when a path has
+        gathered too many (``compaction.due``)."""
+        limit = state.limits.max_versions
+        if limit is None:
+            return
+        if self._counts is None:
+            await self.writer.appender.applied()
+            ws = self.writer.store.workspace_id(self.tenant, self.workspace)
+            self._counts = await self.writer.store.revision_counts(ws) if ws is not None else {}
+            self._compact = any(compaction.due(n, limit) for n in self._counts.values())
+            return  # the store counted these events already
+        counts = self._counts
+        for event in events:
+            if not isinstance(event, ChangesCommitted):
+                continue
+            for change in event.changes:
+                if not isinstance(change, Remove):
+                    counts[change.path] = n = counts.get(change.path, 0) + 1
+                    self._compact = self._compact or compaction.due(n, limit)
+
+    async def _compaction(self) -> None:
+        """Snapshot and trim (``services/common/compaction.py``): keep the last
+        ``max_versions`` revisions of each path, purge the log before the snapshot."""
+        state = await self._load()
+        limit = state.limits.max_versions
+        if limit is None:
+            return
+        writer = self.writer
+        await writer.appender.applied()
+        ws = writer.store.workspace_id(self.tenant, self.workspace)
+        assert ws is not None
+        started = time.perf_counter()
+        manifest, dropped, events_dropped = await writer.store.compaction(ws, limit)
+        contents = {r[5] for r in manifest.revisions if r[4] == "f"}
+
+        async def keep(sha: str) -> None:
+            data = await writer.store.blob(sha)
+            if data is not None:  # None: stored in WS_BLOBS when it was written
+                await writer.blobs.put(sha, data)
+
+        await bounded_gather([keep(sha) for sha in contents], 32)
+        body = compaction.encode_manifest(manifest)
+        digest_m = hashing.content_sha256(body)
+        await writer.blobs.put(digest_m, body)
+        event = HistoryCompacted(
+            tenant=self.tenant,
+            workspace=self.workspace,
+            version=state.version + 1,
+            at=datetime.now(UTC),
+            op="compact",
+            request_id=f"compact-{state.version + 1}-{digest_m[:16]}",
+            actor="quill",
+            prev_hash=state.last_hash,
+            tree_hash=hashing.tree_hex(state.tree.hash),
+            manifest=digest_m,
+            manifest_size=len(body),
+            floor=manifest.floor,
+            max_versions=limit,
+            revisions_kept=len(manifest.revisions),
+            revisions_dropped=dropped,
+            events_dropped=events_dropped,
+        )
+        payload = codec.encode(event)
+        digest = hashing.event_hash(payload)
+        writer.manifests[digest_m] = manifest
+        group = Group(
+            subject=self.subject,
+            expected_seq=state.last_seq,
+            payloads=[payload],
+            msg_ids=[writer.subjects.msg_id(self.tenant, self.workspace, event.request_id)],
+            hashes=[digest],
+            context=[(event, digest)],
+        )
+        try:
+            (seq,) = await writer.appender.submit(group)
+        except AppendError as exc:
+            writer.manifests.pop(digest_m, None)
+            log.warning("%s/%s: compaction not appended (%s)", self.tenant, self.workspace, exc)
+            self.state = None
+            return
+        state.version, state.last_hash, state.last_seq = event.version, digest, seq
+        state.updated = event.at
+        await writer.appender.applied()
+        try:
+            await writer.js.purge_stream(STREAM_EVENTS, subject=self.subject, seq=seq)
+        except Exception as exc:  # the next compaction purges what this one could not
+            log.warning("%s/%s: purging the log failed: %s", self.tenant, self.workspace, exc)
+        self._counts = {path: min(n, limit) for path, n in (self._counts or {}).items()}
+        log.info(
+            "%s/%s: compacted at v%d: %d revisions kept, %d dropped, floor v%d (%.0f ms)",
+            self.tenant,
+            self.workspace,
+            event.version,
+            len(manifest.revisions),
+            dropped,
+            manifest.floor,
+            (time.perf_counter() - started) * 1000,
+        )
+        await self._notify(event, [], seq)
+
     async def _past(self, version: int, scope: str) -> Tree:
         """The workspace (``scope`` and below) as it was at ``version``, from the projection."""
         await self.writer.appender.applied()
@@ -436,7 +555,13 @@ class WorkspaceActor:
         ws = self.writer.store.workspace_id(self.tenant, self.workspace)
         if ws is None:
             return tree
-        for node in await self.writer.store.entries_at(ws, version, scope, with_scope=True):
+        nodes = await self.writer.store.entries_at(ws, version, scope, with_scope=True)
+        row = self.writer.store.workspace(self.tenant, self.workspace)
+        floor = row.floor if row is not None else 0
+        if version < floor and not (scope and [n.kind for n in nodes] == ["f"]):
+            # below the floor only a file whose revision was kept is known
+            raise compaction.trimmed(scope or f"{self.tenant}/{self.workspace}", version, floor)
+        for node in nodes:
             if node.kind == "d":
                 tree.set_dir(node.path, DirNode(created=node.created, version=node.version))
             else:
