@@ -68,11 +68,12 @@ class Session:
             QuillError: ``INVALID_ARGUMENT`` "Tool not found" when no workspace of the session
                 offers it; ``FILE_NOT_FOUND`` for a ``workspace`` the session does not have.
         """
-        listing = await self.workspaces()
         if workspace:
-            return self._named(listing, workspace)
-        candidates = [self.primary] + [self.quill.workspace(a.target) for a in listing.attached]
-        for ws in candidates:
+            return self._named(await self.workspaces(), workspace)
+        if op in await self._offered(self.primary):  # the common case: no listing needed
+            return self.primary
+        for attached in (await self.workspaces()).attached:
+            ws = self.quill.workspace(attached.target)
             if op in await self._offered(ws):
                 return ws
         raise QuillError(

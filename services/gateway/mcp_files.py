@@ -1,8 +1,11 @@
 """MCP at ``/mcp``: the workspace tool's six tools (seed 000), with its parameters and texts.
 
 Quill's own tools (edit, modify, grep, history, diff, restore...) are added by
-``mcp_quill.register``. Every tool takes an optional ``workspace``: another workspace of the
-caller's tenant (with a token: only the token's own).
+``mcp_quill.register``, the session's (attach, detach, list workspaces) by
+``mcp_sessions.register``. Every tool takes an optional ``workspace``: another workspace of the
+caller's tenant (with a pinned token: only the token's own) or an attached one's URI; without
+it, the session decides (``mcp_sessions``). Calls parked for approval are put to the client's
+user where it can be asked (``approvals``).
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from pydantic import Field
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
-from services.gateway import VERSION, mcp_quill, texts
+from services.gateway import VERSION, approvals, mcp_quill, mcp_sessions, texts
 from services.gateway.principals import Access
 from services.gateway.tooling import (
+    Answer,
     ArgumentErrors,
     Ctx,
     Done,
@@ -68,11 +72,14 @@ def build(access: Access) -> MCPServer:
         version=VERSION,
         instructions=INSTRUCTIONS,
         log_level="WARNING",
+        request_state_security=approvals.security(),
     )
-    tools = Tools(access, "mcp", render)
+    sessions = mcp_sessions.Sessions(access)
+    tools = Tools(access, "mcp", render, sessions.target, elicit=True)
     server.middleware.append(ArgumentErrors(tools))
     register(server, tools)
     mcp_quill.register(server, tools)
+    mcp_sessions.register(server, tools, sessions)
     return server
 
 
@@ -95,7 +102,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         head: Lines = None,
         tail: Lines = None,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             result = await ws.read(path, head=head, tail=tail)
             if result.kind == "directory":
@@ -121,7 +128,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         path: FilePath,
         content: Annotated[str, Field(description="The complete new contents of the file")],
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             result = await ws.write(path, content)
             text = f"Successfully wrote {result.bytes_written} bytes to {path}"
@@ -137,9 +144,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         ),
         annotations=READ_ONLY,
     )
-    async def list_directory(
-        ctx: Ctx, path: DirPath, workspace: WorkspaceName = None
-    ) -> CallToolResult:
+    async def list_directory(ctx: Ctx, path: DirPath, workspace: WorkspaceName = None) -> Answer:
         async def go(ws: Workspace) -> Done:
             listing = await ws.list(path)
             return Done(texts.listing_text(path, listing), builtins(listing))
@@ -153,9 +158,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         ),
         annotations=ADDS,
     )
-    async def create_directory(
-        ctx: Ctx, path: DirPath, workspace: WorkspaceName = None
-    ) -> CallToolResult:
+    async def create_directory(ctx: Ctx, path: DirPath, workspace: WorkspaceName = None) -> Answer:
         async def go(ws: Workspace) -> Done:
             result = await ws.mkdir(path)
             verb = "Successfully created directory" if result.created else "Directory exists"
@@ -170,9 +173,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         ),
         annotations=READ_ONLY,
     )
-    async def get_file_info(
-        ctx: Ctx, path: AnyPath, workspace: WorkspaceName = None
-    ) -> CallToolResult:
+    async def get_file_info(ctx: Ctx, path: AnyPath, workspace: WorkspaceName = None) -> Answer:
         async def go(ws: Workspace) -> Done:
             info = await ws.stat(path)
             return Done(texts.file_info_text(path, info), builtins(info))
@@ -198,7 +199,7 @@ def register(server: MCPServer, tools: Tools) -> None:
             int, Field(ge=1, le=10_000, description="Most results to return (default 100)")
         ] = 100,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             matches = await ws.glob(pattern, path, max_results=max_results)
             return Done(texts.matches_text(pattern, path, matches), builtins(matches))

@@ -6,13 +6,21 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import ToolAnnotations
 from pydantic import Field, WithJsonSchema
 
 from contracts.requests import GitAction, ModifyOperation
 from quill.client import Workspace
 from services.gateway import texts
-from services.gateway.tooling import Ctx, Done, Tools, builtins, converted, inline_schema
+from services.gateway.tooling import (
+    Answer,
+    Ctx,
+    Done,
+    Tools,
+    builtins,
+    converted,
+    inline_schema,
+)
 
 P_FILE = "File path relative to /workspace (or absolute path within /workspace)"
 P_DIR = "Directory path relative to /workspace; . is the root"
@@ -70,7 +78,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         new_string: Annotated[str, Field(description="The replacement text (used literally)")],
         replace_all: Annotated[bool, Field(description="Replace every occurrence")] = False,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.edit(path, old_string, new_string, replace_all=replace_all)
             text = (
@@ -91,7 +99,7 @@ def register(server: MCPServer, tools: Tools) -> None:
     )
     async def modify_file(
         ctx: Ctx, path: FilePath, operations: Operations, workspace: WorkspaceName = None
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             ops = converted(operations, list[ModifyOperation], "operations")
             r = await ws.modify(path, ops)
@@ -124,7 +132,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         context_lines: Annotated[int, Field(ge=0, le=50)] = 0,
         max_results: Annotated[int | None, Field(ge=1, le=10_000)] = None,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.grep(
                 pattern,
@@ -157,7 +165,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         metadata: Annotated[bool, Field(description="Include sizes and times")] = False,
         max_results: Annotated[int | None, Field(ge=1, le=10_000)] = None,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.explore(
                 path,
@@ -183,7 +191,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         path: Annotated[str, Field(description="File or directory to delete")],
         recursive: Annotated[bool, Field(description="Delete a directory's contents")] = False,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.delete(path, recursive=recursive)
             return Done(f"Deleted {path} ({texts.plural(r.deleted, 'entry')} removed)", builtins(r))
@@ -204,12 +212,14 @@ def register(server: MCPServer, tools: Tools) -> None:
         destination: Annotated[str, Field(description="Its new path")],
         overwrite: bool = False,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.move(source, destination, overwrite=overwrite)
             return Done(f"Moved {r.path} to {r.to} ({texts.plural(r.moved, 'entry')})", builtins(r))
 
-        return await tools.call(ctx, "move_file", go, path=source, workspace=workspace)
+        return await tools.call(
+            ctx, "move_file", go, path=source, workspace=workspace, detail=f"to {destination}"
+        )
 
     @server.tool(
         description=(
@@ -225,7 +235,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         limit: Annotated[int, Field(ge=1, le=1000)] = 20,
         before: Annotated[int | None, Field(ge=1, description="Older than this version")] = None,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.history(path, limit=limit, before=before)
             return Done(texts.history_text(path, r), builtins(r))
@@ -247,7 +257,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         path: Annotated[str | None, Field(description="Omit for the workspace")] = None,
         context_lines: Annotated[int, Field(ge=0, le=100)] = 3,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.diff(from_version, to_version, path, context_lines=context_lines)
             if not r.files:
@@ -276,7 +286,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         version: Version,
         path: Annotated[str | None, Field(description="Omit for the workspace")] = None,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.restore(version, path)
             what = path or "the workspace"
@@ -298,7 +308,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         ),
         annotations=READ_ONLY,
     )
-    async def get_workspace_info(ctx: Ctx, workspace: WorkspaceName = None) -> CallToolResult:
+    async def get_workspace_info(ctx: Ctx, workspace: WorkspaceName = None) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.info()
             return Done(texts.info_text(r), builtins(r))
@@ -323,12 +333,14 @@ def register(server: MCPServer, tools: Tools) -> None:
         timeout_ms: int | None,
         env: dict[str, str] | None,
         workspace: str | None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.exec(command, workdir=workdir, timeout_ms=timeout_ms, env=env)
             return Done(texts.command_text(r), builtins(r))
 
-        return await tools.call(ctx, tool, go, path=workdir or None, workspace=workspace)
+        return await tools.call(
+            ctx, tool, go, path=workdir or None, workspace=workspace, detail=command
+        )
 
     @server.tool(description=command_description, annotations=OPEN)
     async def execute_command(
@@ -338,7 +350,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         timeout_ms: Timeout = None,
         env: Env = None,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         return await run_command(
             ctx, "execute_command", command, workdir, timeout_ms, env, workspace
         )
@@ -351,7 +363,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         timeout_ms: Timeout = None,
         env: Env = None,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         return await run_command(ctx, "bash", command, workdir, timeout_ms, env, workspace)
 
     @server.tool(
@@ -377,7 +389,7 @@ def register(server: MCPServer, tools: Tools) -> None:
         limit: Annotated[int, Field(ge=1, le=1000, description="log: commits")] = 20,
         workdir: Annotated[str, Field(description="The repository's directory")] = "",
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.git(
                 action,
@@ -392,4 +404,6 @@ def register(server: MCPServer, tools: Tools) -> None:
             )
             return Done(texts.git_text(r), builtins(r))
 
-        return await tools.call(ctx, "git", go, path=workdir or None, workspace=workspace)
+        return await tools.call(
+            ctx, "git", go, path=workdir or None, workspace=workspace, detail=f"git {action}"
+        )

@@ -5,9 +5,13 @@
 unknown). Without a tokens file every caller is tenant ``default``, workspace ``default``.
 ``Access`` hands out the SDK workspace a principal may use:
 
-* with tokens, only the token's own tenant·workspace; any other name is ``WORKSPACE_NOT_FOUND``
-  whether or not it exists, so nothing leaks;
-* without tokens, any workspace of tenant ``default``, created on first use.
+* a pinned token (the default, ``scope = "workspace"``): only the token's own
+  tenant·workspace; any other name is ``WORKSPACE_NOT_FOUND`` whether or not it exists, so
+  nothing leaks;
+* a token with ``scope = "tenant"``: its own workspace first (the primary of its MCP
+  sessions), and any other workspace of its tenant, created on first use; never another
+  tenant's;
+* without tokens, as ``scope = "tenant"`` in tenant ``default`` (workspace ``default``).
 """
 
 from __future__ import annotations
@@ -35,13 +39,16 @@ log = logging.getLogger("quill.gateway")
 
 DEFAULT_TENANT = "default"
 DEFAULT_WORKSPACE = "default"
+SCOPES = ("workspace", "tenant")
+"""A token's ``scope``: its own workspace only (pinned), or any workspace of its tenant."""
 PUBLIC_PATHS = frozenset({"/health", "/metrics", "/openapi.json"})
 """Paths anyone may fetch, token or not (nothing workspace-specific)."""
 
 
 @dataclass(frozen=True)
 class Principal:
-    """A caller: the tenant·workspace it acts in; ``pinned`` when it may reach no other."""
+    """A caller: the tenant·workspace it acts in (its sessions' primary); ``pinned`` when it
+    may reach no other (``scope = "tenant"`` tokens and callers without tokens are not)."""
 
     tenant: str
     workspace: str
@@ -73,7 +80,8 @@ class Tokens:
         """Read a TOML file of ``[tokens."<token>"]`` tables with ``tenant`` and ``workspace``,
         or a tenants file (``quill/tenants.py``), whose ``[tenants.<t>.tokens."<token>"]``
         tables name only the ``workspace`` (a tenants file may have no tokens at all: the
-        gateway then admits no one).
+        gateway then admits no one). Either may add ``actor`` and ``scope`` (``workspace``,
+        the default: the token reaches its workspace only; ``tenant``: any of its tenant's).
 
         Raises:
             ValueError: the file is missing, not TOML, or a table is malformed.
@@ -106,9 +114,14 @@ class Tokens:
             if len(token) < 8:
                 raise ValueError(f"{where}: a token needs at least 8 characters")
             if not isinstance(table, dict) or not (
-                {"tenant", "workspace"} <= set(table) <= {"tenant", "workspace", "actor"}
+                {"tenant", "workspace"} <= set(table) <= {"tenant", "workspace", "actor", "scope"}
             ):
-                raise ValueError(f"{where}: needs tenant = and workspace = (and maybe actor =)")
+                raise ValueError(
+                    f"{where}: needs tenant = and workspace = (and maybe actor =, scope =)"
+                )
+            scope = table.get("scope", "workspace")
+            if scope not in SCOPES:
+                raise ValueError(f'{where}: scope must be "workspace" or "tenant", not {scope!r}')
             actor = str(table.get("actor") or f"token:{_digest(token)[:8]}")
             if len(actor) > 128 or not actor.isprintable():
                 raise ValueError(f"{where}: actor must be up to 128 printable characters")
@@ -117,7 +130,8 @@ class Tokens:
                 workspace = check_id("workspace", str(table["workspace"]))
             except QuillError as exc:
                 raise ValueError(f"{where}: {exc.message}") from None
-            principals[token] = Principal(tenant, workspace, actor=actor)
+            pinned = scope == "workspace"
+            principals[token] = Principal(tenant, workspace, pinned=pinned, actor=actor)
         return cls(principals)
 
     def find(self, token: str) -> Principal | None:

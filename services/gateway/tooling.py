@@ -4,6 +4,10 @@ Every tool answers a ``CallToolResult`` with text for the model and ``structured
 programs. Failures are tool results with ``isError: true`` (never protocol errors): the text
 comes from the endpoint's error table, the structured content is WAP's error form
 ``{"error": message, "code": code, "details": {...}}``.
+
+Where a call goes is the endpoint's ``Route`` (``/mcp``: the caller's session, see
+``mcp_sessions``; otherwise the caller's workspace or the one of its tenant it names). On an
+endpoint that elicits, a call parked for approval is put to the client's user (``approvals``).
 """
 
 from __future__ import annotations
@@ -16,16 +20,43 @@ from typing import Any
 
 import msgspec
 from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, InputRequiredResult, TextContent
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
+from services.gateway import approvals
 from services.gateway.metrics import observe
-from services.gateway.principals import Access, principal_of
+from services.gateway.principals import Access, Principal, principal_of
 
 log = logging.getLogger("quill.gateway")
 
 Ctx = Context[Any, Any]
+Answer = CallToolResult | InputRequiredResult
+"""A tool's answer: its result, or (2026-07-28) a question for the client's user first."""
+TOOL_OPS: dict[str, str] = {
+    "read_file": "qry.read",
+    "write_file": "cmd.write",
+    "list_directory": "qry.list",
+    "create_directory": "cmd.mkdir",
+    "get_file_info": "qry.stat",
+    "search_files": "qry.glob",
+    "edit_file": "cmd.edit",
+    "modify_file": "cmd.modify",
+    "grep": "qry.grep",
+    "explore_files": "qry.explore",
+    "delete_file": "cmd.delete",
+    "move_file": "cmd.move",
+    "file_history": "qry.history",
+    "diff": "qry.diff",
+    "restore": "cmd.restore",
+    "get_workspace_info": "qry.info",
+    "execute_command": "exec.run",
+    "bash": "exec.run",
+    "git": "exec.git",
+}
+"""The op each ``/mcp`` tool needs a workspace to offer (``WorkspaceInfo.capabilities``)."""
+Route = Callable[[Principal, str, str | None], Awaitable[Workspace]]
+"""``(principal, tool, workspace named or None)`` → the workspace the call goes to."""
 
 
 @dataclass(frozen=True)
@@ -81,8 +112,51 @@ Renderer = Callable[[Failure], CallToolResult]
 class Tools:
     """Runs tool bodies for one MCP endpoint (``kind`` ``mcp`` or ``wap``)."""
 
-    def __init__(self, access: Access, kind: str, render: Renderer) -> None:
+    def __init__(
+        self,
+        access: Access,
+        kind: str,
+        render: Renderer,
+        route: Route | None = None,
+        *,
+        elicit: bool = False,
+    ) -> None:
         self.access, self.kind, self.render = access, kind, render
+        self.route = route or (lambda principal, tool, name: access.workspace(principal, name))
+        self.elicit = elicit
+        """Ask the client's user about calls parked for approval (where it can be asked)."""
+
+    async def run(
+        self,
+        ctx: Ctx,
+        tool: str,
+        body: Callable[[Principal], Awaitable[Done | InputRequiredResult]],
+        *,
+        path: str | None = None,
+        workspace: str | None = None,
+    ) -> Answer:
+        """Run ``body`` for the caller, counting the call; any failure becomes an ``isError``
+        result."""
+        started = time.perf_counter()
+        request = ctx.request_context.request  # the HTTP request (None over stdio: no caller)
+        principal = principal_of(request.scope if request is not None else {})
+        try:
+            done = await body(principal)
+        except QuillError as exc:
+            error = exc
+        except UnicodeEncodeError:  # a lone surrogate in a JSON string: not encodable text
+            error = QuillError(ErrorCode.INVALID_ENCODING, "Text is not valid UTF-8")
+        except Exception:
+            log.exception("tool %s failed", tool)
+            error = QuillError(ErrorCode.INTERNAL, "Internal error in the gateway (logged)")
+        else:
+            if isinstance(done, InputRequiredResult):
+                observe(self.kind, tool, "input_required", started)
+                return done
+            observe(self.kind, tool, "ok", started)
+            return answer(done.text, done.data)
+        observe(self.kind, tool, str(error.code), started)
+        return self.render(Failure(tool, error, path, workspace or principal.workspace))
 
     async def call(
         self,
@@ -92,27 +166,34 @@ class Tools:
         *,
         path: str | None = None,
         workspace: str | None = None,
-    ) -> CallToolResult:
-        """Run ``body`` on the caller's workspace (or the ``workspace`` of its tenant it
-        names), counting the call; any failure becomes an ``isError`` result."""
-        started = time.perf_counter()
-        request = ctx.request_context.request  # the HTTP request (None over stdio: no caller)
-        principal = principal_of(request.scope if request is not None else {})
-        try:
-            ws = await self.access.workspace(principal, workspace)
-            done = await body(ws)
-        except QuillError as exc:
-            error = exc
-        except UnicodeEncodeError:  # a lone surrogate in a JSON string: not encodable text
-            error = QuillError(ErrorCode.INVALID_ENCODING, "Text is not valid UTF-8")
-        except Exception:
-            log.exception("tool %s failed", tool)
-            error = QuillError(ErrorCode.INTERNAL, "Internal error in the gateway (logged)")
-        else:
-            observe(self.kind, tool, "ok", started)
-            return answer(done.text, done.data)
-        observe(self.kind, tool, str(error.code), started)
-        return self.render(Failure(tool, error, path, workspace or principal.workspace))
+        detail: str | None = None,
+    ) -> Answer:
+        """Run ``body`` on the workspace the call goes to (``route``); on an endpoint that
+        elicits, a call parked for approval is put to the client's user first (``detail``:
+        what else the user should see, such as the command line)."""
+
+        async def go(principal: Principal) -> Done | InputRequiredResult:
+            parked = approvals.resumed(ctx) if self.elicit else None
+            if parked is not None:  # the second round: the user has answered
+                accepted, reason = approvals.reply(ctx)
+                ws = (await self.access.workspace(principal)).client.workspace(parked.workspace)
+                await approvals.decide(principal, ws, parked, accepted, reason)
+                return await body(approvals.again(ws, parked.approval_id))
+            ws = await self.route(principal, tool, workspace)
+            try:
+                return await body(ws)
+            except QuillError as exc:
+                if exc.code != ErrorCode.APPROVAL_REQUIRED or not self.elicit:
+                    raise
+                what = approvals.Asked(tool, TOOL_OPS.get(tool), path, detail)
+                asked = await approvals.ask(ctx, principal, ws, what, exc)
+                if asked is None:
+                    raise
+                if isinstance(asked, InputRequiredResult):
+                    return asked
+                return await body(approvals.again(ws, asked.approval_id))
+
+        return await self.run(ctx, tool, go, path=path, workspace=workspace)
 
 
 def inline_schema(kind: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from quill.client import Workspace
 from services.gateway import VERSION
 from services.gateway.principals import Access
 from services.gateway.tooling import (
+    Answer,
     ArgumentErrors,
     Ctx,
     Done,
@@ -154,7 +155,7 @@ def build(access: Access) -> MCPServer:
         maxDepth: Annotated[int, Field(ge=1, le=100)] = 3,  # noqa: N803
         returnMetadata: bool = False,  # noqa: N803
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.explore(
                 path,
@@ -189,7 +190,7 @@ def build(access: Access) -> MCPServer:
         startLine: Annotated[int | None, Field(ge=1)] = None,  # noqa: N803
         endLine: Annotated[int | None, Field(ge=1)] = None,  # noqa: N803
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             start = startLine or 1
             if endLine is not None and endLine < start:
@@ -229,7 +230,7 @@ def build(access: Access) -> MCPServer:
         mode: Literal["create", "overwrite", "append"] = "overwrite",
         createDirectories: bool = True,  # noqa: N803
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.write(path, content, mode=mode, create_parents=createDirectories)
             return reply({"success": True, "path": r.path, "bytesWritten": r.bytes_written})
@@ -250,7 +251,7 @@ def build(access: Access) -> MCPServer:
         path: Path,
         operations: Annotated[list[dict[str, Any]], WithJsonSchema(OPERATION_SCHEMA)],
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.modify(path, wap_operations(operations))
             return reply({"success": True, "path": r.path})
@@ -274,7 +275,7 @@ def build(access: Access) -> MCPServer:
         excludePatterns: Excludes = None,  # noqa: N803
         contextLines: Annotated[int, Field(ge=0, le=50)] = 0,  # noqa: N803
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             matches: list[dict[str, Any]] = []
             total, truncated = 0, False
@@ -322,7 +323,7 @@ def build(access: Access) -> MCPServer:
         timeout: Annotated[int | None, Field(ge=1, le=600_000)] = None,
         environment: dict[str, str] | None = None,
         workspace: WorkspaceName = None,
-    ) -> CallToolResult:
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.exec(
                 command, workdir=workingDirectory, timeout_ms=timeout, env=environment
@@ -349,7 +350,7 @@ def build(access: Access) -> MCPServer:
             "limits: {maxFileSize, maxDirectoryEntries, maxSearchResults, maxOutputSize}}."
         ),
     )
-    async def get_workspace_info(ctx: Ctx, workspace: WorkspaceName = None) -> CallToolResult:
+    async def get_workspace_info(ctx: Ctx, workspace: WorkspaceName = None) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.info()
             limits = {

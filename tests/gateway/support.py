@@ -15,12 +15,14 @@ from mcp.types import CallToolResult, TextContent
 
 @asynccontextmanager
 async def mcp_client(
-    base: str, path: str = "/mcp", token: str | None = None
+    base: str, path: str = "/mcp", token: str | None = None, **options: Any
 ) -> AsyncIterator[Client]:
-    """An MCP client session on ``base + path`` (with ``Authorization: Bearer token``)."""
+    """An MCP client session on ``base + path`` (with ``Authorization: Bearer token``);
+    ``options`` go to ``Client`` (``elicitation_callback=``, ``mode=``...)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-        async with Client(streamable_http_client(base + path, http_client=http)) as client:
+        transport = streamable_http_client(base + path, http_client=http)
+        async with Client(transport, **options) as client:
             yield client
 
 

@@ -1,0 +1,204 @@
+"""Sessions at ``/mcp`` (seed 003): each caller's primary workspace, the workspaces attached to
+it, and where a tool call goes.
+
+A caller's session is ``quill.session.Session`` over its principal's workspace (a token's
+own; ``default/default`` without tokens): attachments are events in that workspace's log, so
+they outlast the stateless MCP exchange and every gateway sees the same ones. Resolution, for a
+tool that names no ``workspace``: the primary if it offers the tool's op, else the first
+attached workspace that does, else ``Tool not found``. A ``workspace`` naming an attached
+workspace's URI goes there; a plain id goes to that workspace of the caller's tenant, as
+before. A pinned token reaches its own workspace only: it attaches nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from contracts import replies as rp
+from contracts import uris
+from contracts.errors import ErrorCode, QuillError
+from quill.client import Workspace
+from quill.session import Session
+from services.gateway.principals import Access, Principal
+from services.gateway.tooling import TOOL_OPS, Answer, Ctx, Done, Tools, builtins
+
+URI = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description=(
+            "A workspace URI: server:/<tenant>/<workspace> (a workspace of your tenant), "
+            "git:<url> (cloned into a new restricted workspace) or <client>:<path> (a folder "
+            "served by `quill attach` on that machine)"
+        ),
+    ),
+]
+Primary = Annotated[
+    str | None,
+    Field(
+        description=(
+            "Optional: another session of your tenant, by its primary workspace's id. "
+            "Omit for your own session."
+        )
+    ),
+]
+SESSION = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+LISTING = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+
+class Sessions:
+    """One ``Session`` per principal (it remembers what workspaces offer, for 30 s)."""
+
+    def __init__(self, access: Access) -> None:
+        self.access = access
+        self._open: dict[tuple[Principal, str], Session] = {}
+
+    async def session(self, principal: Principal, primary: str | None = None) -> Session:
+        """The principal's session, or (``primary``: a workspace id) the session of that
+        workspace of its tenant.
+
+        Raises:
+            QuillError: ``WORKSPACE_NOT_FOUND`` for a workspace the principal may not reach.
+        """
+        key = (principal, primary or principal.workspace)
+        session = self._open.get(key)
+        if session is None:
+            ws = await self.access.workspace(principal, primary)
+            session = self._open[key] = Session(ws.client, ws)
+        return session
+
+    async def target(self, principal: Principal, tool: str, workspace: str | None) -> Workspace:
+        """The workspace a call of ``tool`` goes to.
+
+        Raises:
+            QuillError: ``INVALID_ARGUMENT`` "Tool not found" when no workspace of the session
+                offers the tool; ``WORKSPACE_NOT_FOUND``/``FILE_NOT_FOUND`` for a workspace the
+                caller may not reach or has not attached.
+        """
+        if workspace and (principal.pinned or ":" not in workspace):
+            return await self.access.workspace(principal, workspace)
+        session = await self.session(principal)
+        op = TOOL_OPS.get(tool)
+        if op is None:
+            return session.primary
+        ws = await session.resolve(op, workspace)
+        if principal.pinned and ws is not session.primary:  # attached by an operator: not ours
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Tool not found: no workspace of session {session.id} offers {op}",
+                {"op": op, "session": session.id},
+            )
+        return ws
+
+    async def attach(
+        self, principal: Principal, uri: str, primary: str | None = None
+    ) -> rp.Attached:
+        """Attach ``uri`` to the principal's session.
+
+        Raises:
+            QuillError: ``ACCESS_DENIED`` for a pinned token; ``WORKSPACE_NOT_FOUND`` for
+                another tenant's workspace (said as for one that does not exist);
+                ``INVALID_ARGUMENT`` for a malformed URI; what attaching itself raises.
+        """
+        parsed = uris.parse(uri)
+        if principal.pinned:
+            raise QuillError(
+                ErrorCode.ACCESS_DENIED,
+                f"Access denied: this token reaches only its own workspace ({principal.name}) "
+                "and cannot attach others",
+                {"uri": uri},
+            )
+        unknown = QuillError(
+            ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace not found: {uri}", {"uri": uri}
+        )
+        if parsed.kind == "server":
+            tenant, name = parsed.path.split("/")
+            if tenant != principal.tenant:
+                raise unknown
+            await self.access.workspace(principal, name)  # created on first use, as named
+        session = await self.session(principal, primary)
+        try:
+            listing = await session.attach(uri)
+        except QuillError as exc:
+            if exc.code == ErrorCode.ACCESS_DENIED:  # a bridge of another tenant's: say nothing
+                raise unknown from None
+            raise
+        session.refresh()
+        return listing
+
+    async def detach(
+        self, principal: Principal, uri: str, primary: str | None = None
+    ) -> rp.Attached:
+        """Raises:
+        QuillError: ``FILE_NOT_FOUND`` when ``uri`` is not attached."""
+        session = await self.session(principal, primary)
+        listing = await session.detach(uri)
+        session.refresh()
+        return listing
+
+    async def workspaces(self, principal: Principal, primary: str | None = None) -> rp.Attached:
+        return await (await self.session(principal, primary)).workspaces()
+
+
+def listing_text(listing: rp.Attached, change: str | None = None) -> str:
+    """``Attached server:/acme/notes.`` then the session's workspaces, in resolution order."""
+    lines = [change] if change else []
+    lines.append(f"Primary workspace: server:/{listing.primary}")
+    if not listing.attached:
+        lines.append("No workspaces attached")
+    else:
+        lines.append("Attached (tools that name no workspace try them in this order):")
+        lines += [f"  {a.uri} -> {a.target} ({a.kind})" for a in listing.attached]
+    return "\n".join(lines)
+
+
+def register(server: MCPServer, tools: Tools, sessions: Sessions) -> None:
+    """attach_workspace, detach_workspace, list_workspaces."""
+
+    @server.tool(
+        description=(
+            "Attach another workspace to this session, by URI. Tools that name no workspace "
+            "use your own (primary) workspace when it offers them, else the first attached "
+            "workspace that does; any tool's workspace argument may name an attached "
+            "workspace by its URI."
+        ),
+        annotations=SESSION,
+    )
+    async def attach_workspace(ctx: Ctx, uri: URI, workspace: Primary = None) -> Answer:
+        async def go(principal: Principal) -> Done:
+            listing = await sessions.attach(principal, uri, workspace)
+            return Done(listing_text(listing, f"Attached {uri}"), builtins(listing))
+
+        return await tools.run(ctx, "attach_workspace", go, path=uri, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "Detach a workspace from this session, by the URI it was attached as; tools stop "
+            "using it (its files stay as they are)."
+        ),
+        annotations=SESSION,
+    )
+    async def detach_workspace(ctx: Ctx, uri: URI, workspace: Primary = None) -> Answer:
+        async def go(principal: Principal) -> Done:
+            listing = await sessions.detach(principal, uri, workspace)
+            return Done(listing_text(listing, f"Detached {uri}"), builtins(listing))
+
+        return await tools.run(ctx, "detach_workspace", go, path=uri, workspace=workspace)
+
+    @server.tool(
+        description=(
+            "This session's workspaces: your own (primary) and the attached ones, in the order "
+            "tools that name no workspace try them."
+        ),
+        annotations=LISTING,
+    )
+    async def list_workspaces(ctx: Ctx, workspace: Primary = None) -> Answer:
+        async def go(principal: Principal) -> Done:
+            listing = await sessions.workspaces(principal, workspace)
+            return Done(listing_text(listing), builtins(listing))
+
+        return await tools.run(ctx, "list_workspaces", go, workspace=workspace)
