@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from textwrap import indent
 
 import pytest
 from nats.aio.client import Client as NATS
@@ -13,7 +18,10 @@ from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from quill.session import Session
 from services.common import bridges
+from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
+from tests.executor.git_server import GitServer, git
+from tests.helpers import start_executor
 
 
 async def test_attach_detach_and_resolution(services: StartReader, quill: Quill, nc: NATS) -> None:
@@ -74,3 +82,70 @@ async def test_attach_detach_and_resolution(services: StartReader, quill: Quill,
     with pytest.raises(QuillError) as info:
         await session.attach("not a uri")
     assert info.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def code_blocks(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page, flags=re.S)
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Iterator[GitServer]:
+    """A git server holding ``repo.git`` with one commit (README.md, src/app.py)."""
+    server = GitServer(tmp_path / "git").start()
+    bare = server.create("repo.git")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "README.md").write_text("# Repo\n")
+    (work / "src").mkdir()
+    (work / "src" / "app.py").write_text("print('hi')\n")
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", ".")
+    git(work, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "first")
+    git(work, "push", "-q", str(bare), "main")
+    yield server
+    server.stop()
+
+
+async def test_git_uri_clones_into_a_restricted_workspace_and_the_docs_examples_run(
+    services: StartReader, quill: Quill, nats_url: str, tmp_path: Path, repository: GitServer
+) -> None:
+    """``git:<url>``: an executor clones the repository into a new workspace of the tenant,
+    which is restricted (cloned code is untrusted) and attached like any other; then the
+    examples of docs/agents.md run as written (their repository is this one)."""
+    await services("r1")
+    async with AsyncExitStack() as stack:
+        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        session = await Session.open(quill, "acme", "chat-git")
+        url = repository.url("repo.git")
+        listing = await session.attach(f"git:{url}")
+        attached = listing.attached[0]
+        assert (attached.uri, attached.kind) == (f"git:{url}", "git")
+        cloned = quill.workspace(attached.target)
+        assert await cloned.read_text("src/app.py") == "print('hi')\n"
+        assert (await cloned.info()).trust == "restricted"
+        ws = await session.resolve("qry.read", f"git:{url}")
+        assert ws.name == cloned.name
+        # Attaching the same repository again reuses its workspace.
+        again = await Session.open(quill, "acme", "chat-git-2")
+        assert (await again.attach(f"git:{url}")).attached[0].target == attached.target
+
+        page = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
+        run_example, session_example = code_blocks(page)
+        ws = quill.workspace("acme/docs")
+        await ws.create()
+        await ws.write("PLAN.md", "- start\n")
+        exec(compile(f"async def example(ws):\n{indent(run_example, '    ')}", "agents.md", "exec"),
+             scope := {})  # fmt: skip
+        await scope["example"](ws)
+        assert await ws.read_text("PLAN.md") == "- start\n- done\n"
+        await quill.workspace("acme/shared-notes").create()
+        code = session_example.replace("github.com/org/repo", url)
+        body = f"{indent(code, '    ')}\n    return session, ws, repo"
+        exec(compile(f"async def example(quill, Session):\n{body}", "agents.md", "exec"), scope)
+        opened, primary, repo = await scope["example"](quill, Session)
+        assert primary.name == opened.primary.name and primary.name.startswith("s-")
+        assert repo.name == cloned.name
+        assert [a.target for a in (await opened.workspaces()).attached] == [
+            "acme/shared-notes",
+            attached.target,
+        ]
