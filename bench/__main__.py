@@ -1,13 +1,13 @@
-"""``python -m bench [core] [search] [gateway] [executor]``: the benchmarks (all by default),
+"""``python -m bench [core] [search] [gateway] [executor] [retention]``: the benchmarks (all by default),
 each figure printed next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
 
-from bench import core, executor, gateway, search
+from bench import core, executor, gateway, retention, search
 
 parser = argparse.ArgumentParser(prog="python -m bench")
-PARTS = ["core", "search", "gateway", "executor"]
+PARTS = ["core", "search", "gateway", "executor", "retention"]
 parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
@@ -25,3 +25,6 @@ if "gateway" in which:
     print()
 if "executor" in which:
     asyncio.run(executor.main())
+    print()
+if "retention" in which:
+    asyncio.run(retention.main())
