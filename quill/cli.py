@@ -512,6 +512,7 @@ def nats_auth(tenants_file: Path, root: str) -> None:
 @click.option("--trust", type=click.Choice(["full", "restricted"]), default="full")
 @click.option("--max-file-bytes", type=int)
 @click.option("--max-files", type=int)
+@click.option("--max-versions", type=int, help="Revisions kept per file (at least; default: all).")
 @click.option("--exist-ok", is_flag=True, help="Succeed if it already exists.")
 async def create(
     ctx: click.Context,
@@ -519,10 +520,13 @@ async def create(
     trust: str,
     max_file_bytes: int | None,
     max_files: int | None,
+    max_versions: int | None,
     exist_ok: bool,
 ) -> None:
     """Create WORKSPACE (tenant/workspace)."""
-    limits = LimitsPatch(max_file_bytes=max_file_bytes, max_files=max_files)
+    limits = LimitsPatch(
+        max_file_bytes=max_file_bytes, max_files=max_files, max_versions=max_versions
+    )
     r = await ws.create(trust=trust, limits=limits, exist_ok=exist_ok)  # type: ignore[arg-type]
     emit(
         ctx,
