@@ -1,5 +1,5 @@
-"""``python -m bench [core] [search] [gateway] [executor] [retention]``: the benchmarks (all by default),
-each figure printed next to its baseline measured in the same run."""
+"""``python -m bench [core] [search] [gateway] [executor] [retention]``: the benchmarks (all
+by default), each figure printed next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
