@@ -209,7 +209,9 @@ class Executor:
             await reject(incoming, exc, self.auditor)
             return
         job = Job(
-            self.nc, self.subjects.execout(address.tenant, address.workspace, origin.request_id)
+            self.nc,
+            self.subjects.execout(address.tenant, address.workspace, origin.request_id),
+            secrets=self.secrets,
         )
         details: dict[str, Any] = {}
         result: rp.CommandResult | rp.GitResult

@@ -262,7 +262,6 @@ def test_up_secrets_reach_the_writer_and_the_executor(vault: Up) -> None:
     assert ran["stdout"] == "[REDACTED:demo]\n"
 
 
-@pytest.mark.xfail(strict=True, reason="the executor's Job gets no secrets: live output leaks")
 def test_up_secrets_redact_live_command_output(vault: Up) -> None:
     vault.cli("create", "acme/live")
     assert vault.cli("exec", "acme/live", "--", f"echo {SECRET}").stdout == "[REDACTED:demo]\n"
