@@ -79,6 +79,8 @@ class Sessions:
                 offers the tool; ``WORKSPACE_NOT_FOUND``/``FILE_NOT_FOUND`` for a workspace the
                 caller may not reach or has not attached.
         """
+        if workspace in (f"server:/{principal.name}", f"quill:/{principal.name}"):
+            workspace = None  # its own, by URI
         if workspace and (principal.pinned or ":" not in workspace):
             return await self.access.workspace(principal, workspace)
         session = await self.session(principal)

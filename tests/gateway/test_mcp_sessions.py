@@ -4,6 +4,7 @@ the client's user by elicitation."""
 
 from __future__ import annotations
 
+import re
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from services.gateway.principals import Tokens
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, error, mcp_client, ok, text
 from tests.helpers import start_executor
+
+PAGE = (Path(__file__).resolve().parents[2] / "docs" / "gateway.md").read_text()
 
 
 class User:
@@ -122,12 +125,16 @@ async def test_a_pinned_token_attaches_nothing(start: StartGateway) -> None:
         assert result.structured_content["details"] == {"uri": "server:/globex/secret"}
         listing = await ok(mcp, "list_workspaces")
         assert listing == "Primary workspace: server:/acme/agents\nNo workspaces attached"
+        await ok(mcp, "write_file", path="a.md", content="a\n", workspace="server:/acme/agents")
+        assert await ok(mcp, "read_file", path="a.md") == "a\n"
         other = await error(mcp, "list_workspaces", workspace="other")
         assert other == "Error: Workspace not found: other"
 
 
 def test_a_tokens_file_scope_is_workspace_or_tenant(tmp_path: Path) -> None:
     path = tmp_path / "tokens.toml"
+    path.write_text(re.findall(r"```toml\n(.*?)```", PAGE, re.S)[1])  # the page's example
+    assert [(p.name, p.pinned) for p in Tokens.load(path).principals()] == [("acme/lead", False)]
     path.write_text(
         '[tokens."lead-token-123"]\ntenant = "acme"\nworkspace = "lead"\nscope = "tenant"\n\n'
         '[tokens."pinned-token-1"]\ntenant = "acme"\nworkspace = "ci"\nscope = "workspace"\n'
@@ -237,5 +244,5 @@ async def test_without_elicitation_approval_required_with_its_id(
         assert result.structured_content["code"] == "APPROVAL_REQUIRED"
         approval_id = result.structured_content["details"]["approval_id"]
         assert approval_id in text(result)
-        assert approval_id in [a.approval_id for a in (await ws.approvals()).pending]
-        await ws.approve(approval_id)  # `quill approve <id>` decides it
+        decided = await ws.approve(approval_id)  # `quill approve <id>` decides it
+        assert (decided.approval_id, decided.approved) == (approval_id, True)
