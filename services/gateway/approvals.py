@@ -25,6 +25,7 @@ that the second round may land on another gateway; without it each process makes
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,8 @@ from pydantic import BaseModel, Field
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
 from services.gateway.principals import Principal, principal_of
+
+log = logging.getLogger("quill.gateway")
 
 Ctx = Context[Any, Any]
 
@@ -77,6 +80,8 @@ class Parked:
 def security() -> RequestStateSecurity:
     """How ``requestState`` is sealed: bound to the Quill principal that made the call."""
     shared = os.environ.get(STATE_KEY_ENV)
+    if shared and len(shared) < 32:
+        log.warning("%s is under 32 characters: ignored (this gateway's own key)", STATE_KEY_ENV)
     key = shared.encode() if shared and len(shared) >= 32 else os.urandom(32)
     return RequestStateSecurity(keys=[key], bind_principal=_principal_claim)
 
