@@ -119,12 +119,13 @@ class Bridges:
         claim = self._claims.get(key(tenant, workspace))
         return claim if claim is not None and claim.live else None
 
-    def find(self, client: str, path: str) -> tuple[str, str] | None:
-        """``(tenant, workspace)`` of the live claim serving ``<client>:<path>``."""
+    def find(self, tenant: str, client: str, path: str) -> str | None:
+        """The workspace of ``tenant`` whose live claim serves ``<client>:<path>`` (another
+        tenant's bridge is not found: nothing about it leaks)."""
         for name, claim in self._claims.items():
-            if claim.live and (claim.client, claim.path) == (client, path):
-                tenant, _, workspace = name.partition(".")
-                return tenant, workspace
+            owner, _, workspace = name.partition(".")
+            if owner == tenant and claim.live and (claim.client, claim.path) == (client, path):
+                return workspace
         return None
 
     async def start(self) -> None:

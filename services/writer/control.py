@@ -201,14 +201,14 @@ def _attach(state: WorkspaceState, cmd: rq.Attach, ctx: Context) -> Decision:
     if uri.kind == "server":
         target = uri.path
     elif uri.kind == "local":
-        found = ctx.locate(uri.host, uri.path)
+        found = ctx.locate(state.tenant, uri.host, uri.path)
         if found is None:
             raise QuillError(
                 ErrorCode.FILE_NOT_FOUND,
                 f"No bridge serves {cmd.uri}: run `quill attach` on {uri.host}",
                 {"uri": cmd.uri},
             )
-        target = "/".join(found)
+        target = f"{state.tenant}/{found}"
     else:
         if cmd.target is None:
             raise QuillError(

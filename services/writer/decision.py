@@ -30,8 +30,8 @@ class Context:
     """For ``restore``: the workspace (or the restored path) as it was, prefetched."""
     origin: Origin | None = None
     """Who asks (the session a lock belongs to, the run a command is part of)."""
-    locate: Callable[[str, str], tuple[str, str] | None] = lambda client, path: None
-    """``(tenant, workspace)`` of the bridge serving ``<client>:<path>``, if one does."""
+    locate: Callable[[str, str, str], str | None] = lambda tenant, client, path: None
+    """The workspace of ``tenant`` a bridge serves ``<client>:<path>`` as, if one does."""
     secrets: Secrets = NO_SECRETS
     """Values no content may keep (WSR-1): each becomes ``[REDACTED:<id>]``."""
     redacted: set[str] = field(default_factory=set)

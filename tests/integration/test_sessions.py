@@ -24,6 +24,16 @@ from tests.executor.git_server import GitServer, git
 from tests.helpers import start_executor
 
 
+async def writer_sees(nc: NATS, claims: int) -> None:
+    """Wait until the writer knows ``claims`` live bridge claims (it learns them by watching)."""
+    async with asyncio.timeout(10):
+        while (
+            json.loads((await nc.request("ws.sys.ping.writer", b"")).data)["local_workspaces"]
+            != claims
+        ):
+            await asyncio.sleep(0.01)
+
+
 async def test_attach_detach_and_resolution(services: StartReader, quill: Quill, nc: NATS) -> None:
     await services("r1")
     session = await Session.open(quill, "acme", "chat-1")
@@ -69,6 +79,15 @@ async def test_attach_detach_and_resolution(services: StartReader, quill: Quill,
     assert listing.attached[-1].target == "acme/laptop-app"
     assert listing.attached[-1].kind == "local"
     await bridges.release(kv, "acme", "laptop-app")
+    # Another tenant's bridge is not found, as if it did not exist.
+    await writer_sees(nc, 0)
+    await bridges.claim(kv, "other", "vault", "b-2", "macbook", "~/secret")
+    await writer_sees(nc, 1)
+    with pytest.raises(QuillError) as info:
+        await session.attach("macbook:~/secret")
+    assert info.value.code == ErrorCode.FILE_NOT_FOUND
+    assert info.value.message == "No bridge serves macbook:~/secret: run `quill attach` on macbook"
+    await bridges.release(kv, "other", "vault")
 
     # Another tenant's workspace cannot be attached; detaching forgets one.
     with pytest.raises(QuillError) as info:
