@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from nats.aio.msg import Msg
 from nats.nuid import NUID
 
 from contracts import codec
+from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AnyChange, WorkspaceUpdated
@@ -38,7 +39,7 @@ from services.common.blobs import Blobs
 from services.common.bus import respond
 from services.common.entry import Incoming, parse, reject
 from services.common.runtime import Auditor
-from services.executor.app import HEARTBEAT_S, READ_ONLY_GIT, Job
+from services.executor.app import READ_ONLY_GIT, Job, answer_exec
 
 log = logging.getLogger("quill.bridge")
 
@@ -243,32 +244,15 @@ class Handlers:
             self.nc, self.subjects.execout(address.tenant, address.workspace, origin.request_id)
         )
         details: dict[str, Any] = {"summary": describe(request)}
-        try:
-            async with _heartbeat(job):
-                result = await self._execute(address, origin, request, job, details)
-                await job.publish("eof")
-        except QuillError as exc:
-            await job.publish("eof")
-            await reject(incoming, exc, self.auditor)
-            return
-        except asyncio.CancelledError:
-            await reject(incoming, _stopping(), self.auditor)
-            raise
-        except Exception as exc:
-            await reject(incoming, _internal(incoming, exc), self.auditor)
-            return
-        version = local.folder.version
-        await respond(incoming.msg, codec.ok_reply(version, result))
-        changes = result.changes
-        await self.auditor.record(
-            address,
-            origin,
-            incoming.started,
-            version=version,
-            paths=[p.path for p in changes.paths] if changes else [],
-            summary=details.pop("summary"),
-            details=details,
-        )
+
+        async def work() -> tuple[int, rp.CommandResult | rp.GitResult]:
+            result = await self._execute(address, origin, request, job, details)
+            return local.folder.version, result
+
+        await answer_exec(
+            incoming, job, self.auditor, address, origin, work, details,
+            stopping="The bridge is stopping; retry",
+        )  # fmt: skip
 
     async def _execute(
         self,
@@ -308,23 +292,6 @@ class Handlers:
             changed=result.changes.total,
         )
         return result
-
-
-@contextlib.asynccontextmanager
-async def _heartbeat(job: Job) -> AsyncIterator[None]:
-    """Announce the request alive while it waits for approval and runs (the SDK gives up on
-    a silent one)."""
-
-    async def beat() -> None:
-        while True:
-            await job.publish("heartbeat")
-            await asyncio.sleep(HEARTBEAT_S)
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
 
 
 def _unavailable(op: str, uri: str) -> QuillError:

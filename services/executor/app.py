@@ -17,7 +17,7 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,6 +104,66 @@ class Job:
             self.redacted.update(ids)
         for i in range(0, len(chunk), LIVE_CHUNK_BYTES):
             await self.publish(stream, chunk[i : i + LIVE_CHUNK_BYTES])
+
+
+@contextlib.asynccontextmanager
+async def heartbeat(job: Job) -> AsyncIterator[None]:
+    """Announce the request alive every ``HEARTBEAT_S`` while it waits and runs (the SDK gives
+    up on a silent one)."""
+
+    async def beat() -> None:
+        while True:
+            await job.publish("heartbeat")
+            await asyncio.sleep(HEARTBEAT_S)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+async def answer_exec(
+    incoming: Incoming,
+    job: Job,
+    auditor: Auditor,
+    address: Address,
+    origin: Origin,
+    work: Callable[[], Awaitable[tuple[int, rp.CommandResult | rp.GitResult]]],
+    details: dict[str, Any],
+    *,
+    stopping: str,
+) -> None:
+    """Run an exec request's ``work`` with heartbeats, end its live output, answer it and
+    audit it (``details``: what the audit record keeps; its ``summary`` goes on the record).
+    Failures are answered as errors; an unexpected one is logged and is ``INTERNAL``."""
+    try:
+        async with heartbeat(job):
+            version, result = await work()
+            await job.publish("eof")
+    except QuillError as exc:
+        await job.publish("eof")
+        await reject(incoming, exc, auditor)
+        return
+    except asyncio.CancelledError:
+        await reject(incoming, QuillError(ErrorCode.UNAVAILABLE, stopping), auditor)
+        raise
+    except Exception as exc:
+        log.exception("exec %s failed", incoming.msg.subject)
+        error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+        await reject(incoming, error, auditor)
+        return
+    await respond(incoming.msg, codec.ok_reply(version, result))
+    changes = result.changes
+    await auditor.record(
+        address,
+        origin,
+        incoming.started,
+        version=version,
+        paths=[p.path for p in changes.paths] if changes else [],
+        summary=details.pop("summary", None),
+        details=details,
+    )
 
 
 def text_of(data: bytes, truncated: bool) -> str:
@@ -214,52 +274,17 @@ class Executor:
             secrets=self.secrets,
         )
         details: dict[str, Any] = {}
-        result: rp.CommandResult | rp.GitResult
-        try:
-            async with self._heartbeat(job):
-                if isinstance(request, rq.RunCommand):
-                    version, result = await self.run(address, origin, request, job, details)
-                else:
-                    assert isinstance(request, rq.GitCommand)
-                    version, result = await self.git(address, origin, request, details)
-                await job.publish("eof")
-        except QuillError as exc:
-            await job.publish("eof")
-            await reject(incoming, exc, self.auditor)
-            return
-        except asyncio.CancelledError:
-            error = QuillError(ErrorCode.UNAVAILABLE, "The executor is stopping; retry")
-            await reject(incoming, error, self.auditor)
-            raise
-        except Exception as exc:
-            log.exception("exec %s failed", incoming.msg.subject)
-            error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
-            await reject(incoming, error, self.auditor)
-            return
-        await respond(incoming.msg, codec.ok_reply(version, result))
-        changes = result.changes
-        await self.auditor.record(
-            address,
-            origin,
-            incoming.started,
-            version=version,
-            paths=[p.path for p in changes.paths] if changes else [],
-            summary=details.get("summary"),
-            details=details,
-        )
 
-    @contextlib.asynccontextmanager
-    async def _heartbeat(self, job: Job) -> AsyncIterator[None]:
-        async def beat() -> None:
-            while True:
-                await job.publish("heartbeat")
-                await asyncio.sleep(HEARTBEAT_S)
+        async def work() -> tuple[int, rp.CommandResult | rp.GitResult]:
+            if isinstance(request, rq.RunCommand):
+                return await self.run(address, origin, request, job, details)
+            assert isinstance(request, rq.GitCommand)
+            return await self.git(address, origin, request, details)
 
-        task = asyncio.create_task(beat())
-        try:
-            yield
-        finally:
-            task.cancel()
+        await answer_exec(
+            incoming, job, self.auditor, address, origin, work, details,
+            stopping="The executor is stopping; retry",
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ checkouts
     def _new_checkout(self, home: Path, address: Address) -> Checkout:
