@@ -12,6 +12,12 @@ Subjects (root ``ws`` by default)::
     ws.updated.<tenant>.<workspace>      one message per committed change
     ws.audit.<tenant>.<workspace>        one record per operation (stream WS_AUDIT)
     ws.replica.<instance>.<t>.<w>.<op>   a query addressed to one reader replica
+
+On a cluster (writers with partitions), the NATS servers map every command subject to a
+partition, ``ws.cmd.<t>.<w>.<op>`` → ``ws.cmdp.<p>.<t>.<w>.<op>`` (subject mapping
+``partition()`` over tenant and workspace; ``Subjects.partition_mapping``); a writer
+subscribes to the partitions it leases in ``WS_LEASES`` only. Clients keep sending to
+``ws.cmd.…``. Each partition's epoch is a message on ``ws.fence.<p>`` in ``WS_EVENTS``.
 """
 
 from __future__ import annotations
@@ -206,6 +212,25 @@ class Subjects:
     def all_cmd(self) -> str:
         return f"{self.root}.cmd.*.*.*"
 
+    def cmd_partition(self, partition: int) -> str:
+        """What a writer holding ``partition`` subscribes to (commands after mapping)."""
+        return f"{self.root}.cmdp.{partition}.*.*.*"
+
+    def partition_mapping(self, partitions: int) -> dict[str, str]:
+        """The NATS server ``mappings`` entry that spreads commands over ``partitions``."""
+        return {
+            self.all_cmd: f"{self.root}.cmdp.{{{{partition({partitions},1,2)}}}}"
+            ".{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}"
+        }
+
+    def fence(self, partition: int) -> str:
+        """Subject (in ``WS_EVENTS``) of a partition's epochs; appends are fenced on it."""
+        return f"{self.root}.fence.{partition}"
+
+    @property
+    def all_fence(self) -> str:
+        return f"{self.root}.fence.*"
+
     @property
     def all_qry(self) -> str:
         return f"{self.root}.qry.*.*.*"
@@ -234,6 +259,8 @@ class Subjects:
         parts = subject.split(".")
         if len(parts) == 6 and parts[1] == "replica":
             parts = [parts[0], "qry", *parts[3:]]
+        elif len(parts) == 6 and parts[1] == "cmdp":
+            parts = [parts[0], "cmd", *parts[3:]]
         if len(parts) != 5 or parts[0] != self.root:
             raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a Quill request subject: {subject}")
         _, kind, tenant, workspace, op = parts

@@ -1487,3 +1487,7 @@ async def session_list(ctx: click.Context, session: Session) -> None:
     """The session's primary workspace, then its attached ones in order (kind, target, URI):
     a tool call naming no workspace goes to the first of them that offers it."""
     emit(ctx, r := await session.workspaces(), lambda: _attached_text(r))
+
+
+# Commands defined in their own modules register themselves on ``main`` when imported.
+from quill import cli_cluster, cli_replay  # noqa: E402, F401

@@ -127,7 +127,7 @@ def _events_stream(subjects: Subjects, replicas: int) -> StreamConfig:
     return StreamConfig(
         name=STREAM_EVENTS,
         description="Quill: the log of every workspace (one subject per workspace)",
-        subjects=[subjects.all_evt],
+        subjects=[subjects.all_evt, subjects.all_fence],
         storage=StorageType.FILE,
         num_replicas=replicas,
         max_msg_size=MAX_MESSAGE_BYTES,
