@@ -99,7 +99,7 @@ class Quill:
     @classmethod
     async def connect(
         cls,
-        url: str | None = None,
+        url: str | Sequence[str] | None = None,
         *,
         user: str | None = None,
         password: str | None = None,
@@ -108,6 +108,8 @@ class Quill:
         **options: Any,
     ) -> Quill:
         """Connect to NATS (``url`` defaults to ``QUILL_NATS_URL`` or the local ``quill up``).
+        A cluster: several URLs, comma-separated in one string or as a list; the client
+        fails over between them.
 
         A server with tenants (docs/operations.md) wants a tenant's ``user`` and ``password``,
         or ``nkey_seed`` (a seed file), and replies on the tenant's own inboxes:

@@ -17,7 +17,7 @@ import re
 import socket
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import nats
@@ -50,20 +50,37 @@ def refused(nc: NATS, subject: str) -> bool:
     return subject.lower() in _refusals.get(nc, ())
 
 
+def servers(url: str | Sequence[str]) -> list[str]:
+    """The server URLs in ``url``: one URL, a comma-separated list of them (a cluster, as in
+    ``--nats-url nats://a:4222,nats://b:4222``), or a sequence of URLs."""
+    parts = url.split(",") if isinstance(url, str) else list(url)
+    return [part.strip() for part in parts if part.strip()]
+
+
 async def connect(
-    url: str, name: str, *, wait_s: float = 10.0, auth: NatsAuth | None = None
+    url: str | Sequence[str],
+    name: str,
+    *,
+    wait_s: float = 10.0,
+    auth: NatsAuth | None = None,
 ) -> NATS:
     """Connect to NATS, retrying for up to ``wait_s`` seconds, then reconnecting forever.
+    ``url``: one server or several of a cluster (``servers``): the client picks one, fails
+    over to the others and learns the rest of the cluster from the server.
     ``auth``: the credentials (default: from the environment, ``QUILL_NATS_*``).
 
     Raises:
         ConnectionError: no server answered within ``wait_s``, or the credentials are
             incomplete.
     """
+    pool = servers(url)
+    where = ",".join(pool)
+    if not pool:
+        raise ConnectionError("Cannot connect to NATS: no server URL given")
     try:
         credentials = (auth or NatsAuth.from_env()).options()
     except ValueError as exc:
-        raise ConnectionError(f"Cannot connect to NATS at {url}: {exc}") from None
+        raise ConnectionError(f"Cannot connect to NATS at {where}: {exc}") from None
 
     holder: list[NATS] = []
     first_error: list[Exception] = []
@@ -95,7 +112,7 @@ async def connect(
     while True:
         try:
             nc = await nats.connect(
-                url,
+                pool,
                 name=name,
                 connect_timeout=2,
                 allow_reconnect=True,
@@ -114,7 +131,7 @@ async def connect(
         except Exception as exc:  # nats raises several unrelated types here
             if time.monotonic() >= deadline:
                 why = first_error[0] if first_error else exc  # "Authorization Violation"
-                raise ConnectionError(f"Cannot connect to NATS at {url}: {why}") from None
+                raise ConnectionError(f"Cannot connect to NATS at {where}: {why}") from None
             await asyncio.sleep(0.2)
 
 
