@@ -1,13 +1,13 @@
-"""``python -m bench [core] [search] [gateway] [executor] [retention]``: the benchmarks (all
+"""``python -m bench [core] [search] [gateway] [executor] [retention] [load]``: the benchmarks (all
 by default), each figure printed next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
 
-from bench import core, executor, gateway, retention, search
+from bench import core, executor, gateway, load, retention, search
 
 parser = argparse.ArgumentParser(prog="python -m bench")
-PARTS = ["core", "search", "gateway", "executor", "retention"]
+PARTS = ["core", "search", "gateway", "executor", "retention", "load"]
 parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
@@ -28,3 +28,5 @@ if "executor" in which:
     print()
 if "retention" in which:
     asyncio.run(retention.main())
+if "load" in which:
+    asyncio.run(load.main(args.seconds * 5))

@@ -112,6 +112,8 @@ class Report:
     failures: list[str] = field(default_factory=list)
     """One line per unexpected error: ``op code: message``."""
     faults: list[Fault] = field(default_factory=list)
+    examples: dict[str, str] = field(default_factory=dict)
+    """The first message of each ``op CODE`` seen, expected or not."""
 
     def rate(self, op: str) -> float:
         return self.stats[op].ok / self.seconds if self.seconds else 0.0
@@ -137,6 +139,7 @@ class Report:
             f"failures {len(self.failures)}"
         )
         lines += [f"  fault at {f.at:5.1f}s: {f.what}" for f in self.faults]
+        lines += [f"  first {key}: {text[:110]}" for key, text in sorted(self.examples.items())]
         lines += [f"  FAILURE {line}" for line in self.failures[:20]]
         return "\n".join(lines)
 
@@ -213,6 +216,8 @@ class _Client:
         self.expect: dict[tuple[str, str], set[str]] = {}
         """What reading a path of mine may give: the last acked content, and anything
         attempted since without an ack."""
+        self.existing: dict[str, list[str]] = {}
+        """By workspace, the paths of mine that exist for sure (no op deletes a file)."""
 
     async def loop(self, until: float) -> None:
         while time.monotonic() < until:
@@ -232,6 +237,7 @@ class _Client:
     def _failed(self, op: str, exc: BaseException) -> None:
         code = str(exc.code) if isinstance(exc, QuillError) else type(exc).__name__
         self.report.stats[op].errors[code] += 1
+        self.report.examples.setdefault(f"{op} {code}", str(exc))
         if not expected(op, exc):
             self.report.failures.append(f"client {self.n} {op} {code}: {exc}")
 
@@ -242,6 +248,9 @@ class _Client:
         self.report.acked.append(Acked(_name(ws), path, version, content, kind, time.monotonic()))
         if kind != "edit":  # an edit acks one line of a file others change too
             self.expect[(_name(ws), path)] = {content}
+            known = self.existing.setdefault(_name(ws), [])
+            if path not in known:
+                known.append(path)
 
     def _unsure(self, ws: Workspace, path: str, content: str, kind: Kind, t0: float) -> None:
         self.report.unsure.append(Acked(_name(ws), path, 0, content, kind, t0))
@@ -261,7 +270,7 @@ class _Client:
         self._ack(ws, path, ws.last_version, content, "write")
 
     async def read(self, ws: Workspace, t0: float) -> None:
-        mine = [path for (name, path) in self.expect if name == _name(ws)]
+        mine = self.existing.get(_name(ws))
         path = self.rng.choice(mine) if mine else SHARED
         got = await ws.read(path)
         allowed = self.expect.get((_name(ws), path))
@@ -344,6 +353,7 @@ async def run_load(config: LoadConfig, chaos: Chaos | None = None) -> Report:
         for loop in loops:  # each client knows the seed files it wrote
             for name in config.names():
                 loop.expect[(name, f"c{loop.n}/f0.txt")] = {f"seed {loop.n} {name}\n"}
+                loop.existing[name] = [f"c{loop.n}/f0.txt"]
         started = time.monotonic()
         stop = asyncio.Event()
         striker = asyncio.create_task(
