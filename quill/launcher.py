@@ -1,0 +1,384 @@
+"""What ``quill up`` and ``quill cluster up`` share: children, readiness, supervision.
+
+A ``Launcher`` starts its children (each its own process, logging to ``<data>/logs/``), waits
+until every service process answers its ping and the gateway its ``GET /health``, restarts a
+child that dies (at most 5 times a minute, then it gives up on it), records the URLs in
+``<data>/stack.json`` and prints the ready line; SIGINT/SIGTERM stops everything. Children
+get SIGTERM if the launcher is killed (``PR_SET_PDEATHSIG``). ``quill.stack.Stack`` and
+``quill.cluster.Cluster`` say what to start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from quill.natsserver import terminate
+from services.common import bus
+from services.common.credentials import NatsAuth
+
+log = logging.getLogger("quill.launcher")
+
+STACK_FILE = "stack.json"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (for ``--http-port 0``)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def http_ok(host: str, port: int, path: str, timeout: float = 2.0) -> bool:
+    """True when ``GET path`` on ``host:port`` answers 200 (no HTTP client library needed)."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    try:
+        request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
+        writer.write(request.encode())
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), timeout)
+        return status.split()[1:2] == [b"200"]
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        writer.close()
+
+
+def _die_with_parent() -> None:
+    """In a child: get SIGTERM when the parent dies (Linux ``PR_SET_PDEATHSIG``)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+@dataclass
+class Child:
+    """One process a launcher runs: a service, or a NATS server of a cluster."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    """The child's whole environment (None: this process's)."""
+    ping: str | None = None
+    """The service it answers pings as (``ws.sys.ping.<ping>``); None: it answers none."""
+    wanted: bool = True
+    """False while stopped on purpose: the supervisor leaves it down."""
+    process: subprocess.Popen[bytes] | None = None
+    restarts: list[float] = field(default_factory=list)
+    _log: IO[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._close_log()
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            env=self.env,
+        )
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM; SIGKILL if it has not exited within ``timeout``."""
+        if self.process is not None:
+            terminate(self.process, timeout)
+        self._close_log()
+
+    def kill(self) -> None:
+        """SIGKILL (``kill -9``): no chance to flush or hand anything over."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+@contextlib.contextmanager
+def _lock(data_dir: Path) -> Iterator[None]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / "lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(
+                f"quill: {data_dir} is in use by another quill up or cluster up"
+            ) from None
+        yield
+
+
+async def ping_until_answered(
+    nc: NATS, children: list[Child], deadline: float, root: str = "ws"
+) -> dict[int, dict[str, Any]]:
+    """Ping each child's service until that very process (its pid) has answered; the answers
+    by pid.
+
+    Raises:
+        RuntimeError: a child exited, or one had not answered by ``deadline`` (monotonic).
+    """
+    answers: dict[int, dict[str, Any]] = {}
+
+    async def collect(msg: Msg) -> None:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            body = json.loads(msg.data)
+            answers[int(body["pid"])] = body
+
+    sub = await nc.subscribe(inbox := nc.new_inbox(), cb=collect)
+    try:
+        while waiting := [c for c in children if c.pid not in answers]:
+            for child in waiting:
+                if not child.alive():
+                    raise RuntimeError(f"{child.name} exited; see {child.log_path}")
+            if time.monotonic() > deadline:
+                late = waiting[0]
+                raise RuntimeError(f"{late.name} did not answer; see {late.log_path}")
+            for service in sorted({c.ping for c in waiting if c.ping}):
+                await nc.publish(f"{root}.sys.ping.{service}", b"", reply=inbox)
+            await asyncio.sleep(0.1)
+        return answers
+    finally:
+        await sub.unsubscribe()
+
+
+class Launcher:
+    """Runs children, waits until they answer, restarts those that die (``restart``), and
+    stops everything; as a command (``run``) or from a program (``async with``, or
+    ``await start()`` / ``await stop()``). Subclasses start NATS and make the children in
+    ``_launch`` and stop NATS in ``_shutdown``.
+
+    One child: ``kill(name)`` (SIGKILL: a crash, which the supervisor answers with a restart
+    when ``restart``), ``stop(name)`` (SIGTERM; it stays down), ``start(name)``,
+    ``restart(name)``; these two wait until it answers again.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        http_port: int,
+        log_level: str = "info",
+        restart: bool = True,
+        auth: NatsAuth | None = None,
+    ) -> None:
+        self.data_dir = data_dir.resolve()
+        self.http_port = http_port
+        self.log_level = log_level
+        self.restart_children = restart
+        self.system = auth
+        self.children: list[Child] = []
+        self.gave_up = asyncio.Event()
+        """Set when a child kept exiting (more than 5 times a minute) and was left down."""
+        self._guard = asyncio.Lock()
+        self._supervisor: asyncio.Task[None] | None = None
+
+    # ---------------------------------------------------------------- what subclasses say
+    @property
+    def nats_url(self) -> str:
+        """The NATS URL(s) clients use (comma-separated for a cluster)."""
+        raise NotImplementedError
+
+    async def _launch(self) -> None:
+        raise NotImplementedError
+
+    async def _shutdown(self) -> None:
+        """Stop NATS (the children are stopped already)."""
+
+    async def _wait_more(self, nc: NATS, children: list[Child], deadline: float) -> None:
+        """Readiness beyond the pings (a cluster: its NATS servers, the partitions)."""
+
+    # ---------------------------------------------------------------- life cycle
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def argv(self, *args: str) -> list[str]:
+        """``python -m quill --log-level L args…``."""
+        return [sys.executable, "-m", "quill", "--log-level", self.log_level, *args]
+
+    def child(self, name: str) -> Child:
+        """Raises: KeyError: no child has that name."""
+        for child in self.children:
+            if child.name == name:
+                return child
+        names = ", ".join(c.name for c in self.children)
+        raise KeyError(f"no process {name!r} (there are: {names})")
+
+    async def start(self, name: str | None = None) -> None:
+        """Start everything (or the one child ``name``, if it is not running) and wait until
+        it answers; then supervise, when ``restart``.
+
+        Raises:
+            RuntimeError: something did not start or did not answer (see its log).
+            KeyError: no child is called ``name``.
+        """
+        if name is not None:
+            child = self.child(name)
+            async with self._guard:
+                child.wanted = True
+                if not child.alive():
+                    await asyncio.to_thread(child.start)
+            await self.wait_ready(name)
+            return
+        try:
+            await self._launch()
+            await self.wait_ready()
+        except BaseException:
+            await self.stop()
+            raise
+        if self.restart_children:
+            self._supervisor = asyncio.create_task(self._supervise(), name="supervisor")
+
+    async def stop(self, name: str | None = None) -> None:
+        """Stop everything, services first (or the one child ``name``, which stays down until
+        ``start(name)``): SIGTERM, SIGKILL after 15 s."""
+        if name is not None:
+            child = self.child(name)
+            async with self._guard:
+                child.wanted = False
+                await asyncio.to_thread(child.stop)
+            return
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+            self._supervisor = None
+        for child in reversed(self.children):
+            await asyncio.to_thread(child.stop)
+        await self._shutdown()
+
+    async def kill(self, name: str) -> None:
+        """``kill -9`` one child (the supervisor restarts it when ``restart``)."""
+        child = self.child(name)
+        async with self._guard:
+            await asyncio.to_thread(child.kill)
+
+    async def restart(self, name: str) -> None:
+        """Stop one child (SIGTERM) and start it again; wait until it answers."""
+        child = self.child(name)
+        async with self._guard:
+            await asyncio.to_thread(child.stop)
+            child.wanted = True
+            await asyncio.to_thread(child.start)
+        await self.wait_ready(name)
+
+    async def __aenter__(self) -> Launcher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def wait_ready(self, *names: str, timeout: float = 30.0) -> None:
+        """Wait until the named children (default: every one that should run) answer: each
+        service process its ping, the gateway ``/health``.
+
+        Raises:
+            RuntimeError: one exited, or had not answered within ``timeout`` seconds.
+        """
+        children = [self.child(n) for n in names] or [c for c in self.children if c.wanted]
+        deadline = time.monotonic() + timeout
+        nc = await bus.connect(self.nats_url, "quill-up", wait_s=timeout, auth=self.system)
+        try:
+            await self._wait_more(nc, children, deadline)
+            await ping_until_answered(nc, [c for c in children if c.ping], deadline)
+        finally:
+            await nc.close()
+        if any(c.ping == "gateway" for c in children):
+            while not await http_ok("127.0.0.1", self.http_port, "/health"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the gateway's /health did not answer on {self.http_url}")
+                await asyncio.sleep(0.1)
+
+    def record(self) -> dict[str, Any]:
+        """What ``<data>/stack.json`` says (clients find NATS there)."""
+        return {
+            "nats_url": self.nats_url,
+            "http_url": self.http_url,
+            "pid": os.getpid(),
+            "data": str(self.data_dir),
+        }
+
+    async def run(self) -> int:
+        """The command: start, record, print the ready line, run until SIGINT/SIGTERM, stop.
+        Returns 0, or 1 if a child kept exiting and was left down.
+
+        Raises:
+            RuntimeError: something did not start (see its log).
+            SystemExit: the data directory is in use by another launcher.
+        """
+        with _lock(self.data_dir):
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            record = self.data_dir / STACK_FILE
+            try:
+                await self.start()
+                record.write_text(json.dumps(self.record()))
+                print(
+                    f"quill ready nats={self.nats_url} http={self.http_url} data={self.data_dir}",
+                    flush=True,
+                )
+                waits = [asyncio.create_task(e.wait()) for e in (stop, self.gave_up)]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for task in waits:
+                    task.cancel()
+                return 1 if self.gave_up.is_set() and not stop.is_set() else 0
+            finally:
+                record.unlink(missing_ok=True)
+                await self.stop()
+
+    async def _supervise(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            async with self._guard:
+                for child in self.children:
+                    if child.alive() or not child.wanted:
+                        continue
+                    now = time.monotonic()
+                    child.restarts = [t for t in child.restarts if now - t < 60] + [now]
+                    code = child.exit_code
+                    if len(child.restarts) > 5:
+                        log.error("%s keeps exiting (code %s); giving up", child.name, code)
+                        child.wanted = False
+                        self.gave_up.set()
+                        continue
+                    log.warning("%s exited (code %s); restarting", child.name, code)
+                    await asyncio.to_thread(child.stop)
+                    await asyncio.to_thread(child.start)
