@@ -6,6 +6,7 @@
   ``Ws-Event-Hash``, versions run without gap or repeat, each event links to the previous
   one's hash, and no request was appended twice.
 * ``replicas_converge``: every live reader replica answers the same tree hash at a version.
+* ``verify_run``: all of them after a ``loadgen`` run, and no failure the clients saw.
 
 Each raises ``AssertionError`` listing what is wrong. (``services/common/replay.py``, for
 ``quill verify``, did not exist when these were written; ``verify_chain`` is the small
@@ -30,10 +31,10 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import HistoryCompacted
-from contracts.subjects import Subjects
+from contracts.subjects import Subjects, split_workspace
 from quill.client import Quill
 from services.common import log as eventlog
-from tests.system.loadgen import Acked
+from tests.system.loadgen import Acked, Report
 
 SUBJECTS = Subjects()
 MAX_LISTED = 20
@@ -275,3 +276,31 @@ async def replicas_converge(
             + (f" (the log says {tree_hash})" if tree_hash else "")
         )
     return hashes
+
+
+async def verify_run(url: str, nc: NATS, report: Report, *, expect_replicas: int = 1) -> None:
+    """Everything issue 6 asks after a load (with faults or not): clients saw only expected
+    errors, every acked change is there, each workspace's chain verifies, and every reader
+    replica (at least ``expect_replicas``) answers the log's tree hash at its last version.
+
+    Raises:
+        AssertionError: what is wrong (the report's table included for failures).
+    """
+    assert not report.failures, report.table()
+    assert report.acked and all(s.ok for s in report.stats.values()), report.table()
+    quill = await Quill.connect(url, timeout=10, retries=5)
+    try:
+        await verify_acked(quill, report.acked, report.unsure)
+    finally:
+        await quill.close()
+    for name in report.config.names():
+        tenant, workspace = split_workspace(name)
+        chain = await verify_chain(nc, tenant, workspace)
+        await replicas_converge(
+            nc,
+            tenant,
+            workspace,
+            chain.last,
+            expect_replicas=expect_replicas,
+            tree_hash=chain.tree_hashes[chain.last],
+        )

@@ -11,14 +11,20 @@ loop breaks things.
 Writes are checkable: client ``n`` alone writes ``c<n>/*`` in every workspace, each acked
 write with unique content, so the last acked write of a path is its final content (a write
 that failed retriably may have been applied too: it is kept in ``Report.unsure``). Edits
-race on purpose: every client edits its own line ``c<n>=<count>`` of one shared file with
-``if_match``, so ``CONFLICT`` is expected there. ``UNAVAILABLE`` and ``TIMEOUT`` are the
-documented retriable codes; any other error (or exception) is a failure.
+race on purpose: every client reads one shared file and edits its own line ``c<n>=<count>``
+of it with ``if_match`` (both timed as the edit), so ``CONFLICT`` is expected there. Reads
+check that they see what the client wrote; a command writes a file of the client's too.
+``UNAVAILABLE`` and ``TIMEOUT`` are the documented retriable codes; any other error (or
+exception, or a read contradicting an ack: ``WrongResult``) is a failure.
+
+Chaos is pluggable: a ``Victim`` is any ``async () -> str`` that breaks something (kills a
+process, takes a NATS node down for a while: ``outage``) and says what it did.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 import time
 from collections import Counter
@@ -176,6 +182,27 @@ def expected(op: str, exc: BaseException) -> bool:
 
 Victim = Callable[[], Awaitable[str]]
 """One fault: kill (and perhaps restart) something; returns what it did."""
+
+
+def outage(
+    what: str, kill: Callable[[], object], restart: Callable[[], object], down_s: float
+) -> Victim:
+    """A victim that kills something, leaves it down ``down_s`` seconds and restarts it;
+    ``kill`` and ``restart`` run in a thread (they may block) and may return awaitables, e.g.
+    ``outage("n2", lambda: cluster.kill("n2"), lambda: cluster.restart("n2"), 3.0)``."""
+
+    async def call(fn: Callable[[], object]) -> None:
+        result = await asyncio.to_thread(fn)
+        if inspect.isawaitable(result):
+            await result
+
+    async def strike() -> str:
+        await call(kill)
+        await asyncio.sleep(down_s)  # the outage itself, not a wait for something
+        await call(restart)
+        return f"{what}: killed, restarted {down_s:g}s later"
+
+    return strike
 
 
 @dataclass
