@@ -1,4 +1,128 @@
 """``quill cluster up``: a NATS cluster and the services as separate processes, on one
-machine."""
+machine; ``quill cluster render``: the servers' configurations for ``compose.yaml``;
+``quill cluster health``: a container's health check (docs/cluster.md)."""
 
 from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import click
+
+from quill.cli import SANDBOX_HELP, main
+from services.common.runtime import setup_logging
+
+
+@main.group("cluster")
+def cluster_group() -> None:
+    """A NATS cluster with JetStream replicas and several processes of each service."""
+
+
+def _counts(fn: click.decorators.FC) -> click.decorators.FC:
+    for option in reversed(
+        [
+            click.option("--nats", default=3, show_default=True, help="NATS servers."),
+            click.option(
+                "--partitions",
+                default=64,
+                show_default=True,
+                help="Command partitions the writers share (in every server's subject mapping).",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+@cluster_group.command("up")
+@click.option("--data", type=click.Path(path_type=Path), default=Path(".quill"), show_default=True)
+@_counts
+@click.option("--writers", default=2, show_default=True, help="Writer processes.")
+@click.option("--readers", default=2, show_default=True, help="Reader processes.")
+@click.option("--executors", default=2, show_default=True, help="Executor processes.")
+@click.option("--lease-ttl", type=float, help="Seconds a writer's partition lease outlives it.")
+@click.option(
+    "--nats-port",
+    default=4222,
+    show_default=True,
+    help="Client port of the first server; the others take the next ones. 0: free ports.",
+)
+@click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
+@click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
+@click.pass_context
+def up(
+    ctx: click.Context,
+    data: Path,
+    nats: int,
+    partitions: int,
+    writers: int,
+    readers: int,
+    executors: int,
+    lease_ttl: float | None,
+    nats_port: int,
+    http_port: int,
+    sandbox: str | None,
+) -> None:
+    """Start NATS servers in a cluster and the services, each its own process; Ctrl-C stops
+    them. Clients use every server's URL, comma-separated (printed, and in DATA/stack.json)."""
+    from quill.cluster import Cluster
+
+    setup_logging(ctx.obj["log_level"])
+    try:
+        cluster = Cluster(
+            data,
+            nats=nats,
+            writers=writers,
+            readers=readers,
+            executors=executors,
+            partitions=partitions,
+            lease_ttl=lease_ttl,
+            sandbox=sandbox,
+            nats_port=nats_port,
+            http_port=http_port,
+            log_level=ctx.obj["log_level"],
+        )
+    except ValueError as exc:
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(2)
+    try:
+        sys.exit(asyncio.run(cluster.run()))
+    except RuntimeError as exc:
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(1)
+
+
+@cluster_group.command("render")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("deploy"), show_default=True)
+@_counts
+def render(out: Path, nats: int, partitions: int) -> None:
+    """Write OUT/nats/nats-N.conf, the servers' configurations that compose.yaml mounts."""
+    from quill.cluster import Deployment
+    from quill.cluster import render as write
+
+    try:
+        deployment = Deployment(nats=nats, partitions=partitions)
+    except ValueError as exc:
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(2)
+    for path in write(deployment, out):
+        click.echo(str(path))
+
+
+@cluster_group.command("health")
+@click.argument("service", type=click.Choice(["nats", "writer", "reader", "executor", "gateway"]))
+@click.option("--monitor-port", default=8222, show_default=True, help="nats-server's monitoring.")
+@click.option("--timeout", default=3.0, show_default=True, help="Seconds to wait for an answer.")
+@click.pass_context
+def health(ctx: click.Context, service: str, monitor_port: int, timeout: float) -> None:
+    """Exit 0 if SERVICE on this host is healthy: the local nats-server's /healthz, or a
+    process of the service on this host answering its ping (a container's health check)."""
+    from quill.cluster import health as check
+    from quill.stack import discover_url
+
+    url = ctx.obj["nats_url"] or discover_url()
+    why = asyncio.run(check(service, nats_url=url, monitor_port=monitor_port, wait_s=timeout))
+    if why is not None:
+        click.echo(f"quill: {service} unhealthy: {why}", err=True)
+        sys.exit(1)

@@ -265,8 +265,8 @@ class Launcher:
             self._supervisor = asyncio.create_task(self._supervise(), name="supervisor")
 
     async def stop(self, name: str | None = None) -> None:
-        """Stop everything, services first (or the one child ``name``, which stays down until
-        ``start(name)``): SIGTERM, SIGKILL after 15 s."""
+        """Stop everything: the services (at once), then the NATS servers (or the one child
+        ``name``, which stays down until ``start(name)``): SIGTERM, SIGKILL after 15 s."""
         if name is not None:
             child = self.child(name)
             async with self._guard:
@@ -278,8 +278,9 @@ class Launcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._supervisor
             self._supervisor = None
-        for child in reversed(self.children):
-            await asyncio.to_thread(child.stop)
+        services = [c for c in self.children if c.ping]
+        for group in (services, [c for c in self.children if not c.ping]):
+            await asyncio.gather(*(asyncio.to_thread(child.stop) for child in group))
         await self._shutdown()
 
     async def kill(self, name: str) -> None:

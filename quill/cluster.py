@@ -1,0 +1,403 @@
+"""``quill cluster up``: a NATS cluster and the services as separate processes, on one machine;
+and the NATS configuration of the same deployment for ``compose.yaml`` (``render``).
+
+A ``Deployment`` says what runs: ``nats`` servers (JetStream on each, streams with
+``min(3, nats)`` replicas), ``writers`` sharing ``partitions`` command partitions by lease,
+``readers``, ``executors`` and one gateway. Every server's configuration carries the subject
+mapping that spreads ``ws.cmd.…`` over the partitions (``Subjects.partition_mapping``), so a
+command reaches the writer holding its partition whichever server the client is on.
+
+``Cluster`` runs a deployment here: each server and each service is a child process of the
+launcher (``quill.launcher``: readiness, supervision, ``kill``/``stop``/``start``/``restart``
+of one process by name, ``nats-2`` or ``writer-1``). It is ready when every server's
+JetStream is healthy, every service process answers its ping, every partition has a writer
+and the gateway answers ``/health``.
+
+Every server keeps ``sync_interval: always`` (``quill.natsserver.config``): on one machine
+the three replicas share a disk and a power supply, so only an fsync makes an acknowledged
+write survive a power loss; on separate machines it still covers losing them all at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from contracts.subjects import Subjects
+from quill.launcher import Child, Launcher, free_port, http_ok, ping_until_answered
+from quill.natsserver import binary, config
+from services.common import bus
+from services.writer.partitions import leases_bucket
+
+COMPOSE_CLIENT_PORT = 4222
+COMPOSE_CLUSTER_PORT = 6222
+COMPOSE_MONITOR_PORT = 8222
+COMPOSE_HTTP_PORT = 8080
+COMPOSE_DATA = "/data"
+"""Where each container keeps its state (a volume)."""
+KINDS = ("writer", "reader", "executor", "gateway")
+
+
+@dataclass(frozen=True)
+class NatsNode:
+    """One NATS server of the cluster, as the others and the clients reach it."""
+
+    name: str
+    address: str
+    """How the others and the clients reach it (``127.0.0.1``, or ``nats-1`` in compose)."""
+    port: int
+    cluster_port: int
+    monitor_port: int
+    listen: str = "127.0.0.1"
+    """The interface it listens on."""
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.address}:{self.port}"
+
+    @property
+    def route(self) -> str:
+        return f"nats-route://{self.address}:{self.cluster_port}"
+
+    @property
+    def monitor_url(self) -> str:
+        return f"http://{self.address}:{self.monitor_port}"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What runs; ``quill cluster up`` and ``compose.yaml`` are both this."""
+
+    nats: int = 3
+    writers: int = 2
+    readers: int = 2
+    executors: int = 2
+    partitions: int = 64
+    lease_ttl: float | None = None
+    """Seconds a writer's partition lease lives unrenewed (None: the writer's default)."""
+    sandbox: str | None = None
+    cluster_name: str = "quill"
+    root: str = "ws"
+
+    def __post_init__(self) -> None:
+        """Raises: ValueError: a count the deployment cannot run with."""
+        if self.nats < 1 or self.writers < 1 or self.readers < 1 or self.executors < 0:
+            raise ValueError("need at least 1 NATS server, 1 writer and 1 reader")
+        if self.partitions < 1:
+            raise ValueError("--partitions must be at least 1")
+
+    @property
+    def replicas(self) -> int:
+        """JetStream replicas of every stream and bucket."""
+        return min(3, self.nats)
+
+    @property
+    def nats_names(self) -> list[str]:
+        return [f"nats-{i}" for i in range(1, self.nats + 1)]
+
+    @property
+    def service_names(self) -> list[str]:
+        counts = {"writer": self.writers, "reader": self.readers, "executor": self.executors}
+        names = [f"{kind}-{i}" for kind, n in counts.items() for i in range(1, n + 1)]
+        return [*names, "gateway"]
+
+    def service_args(
+        self, name: str, *, nats_url: str, data: str, host: str = "127.0.0.1", http_port: int = 8080
+    ) -> list[str]:
+        """The ``quill`` arguments that run service ``name`` (``writer-1``, ``gateway``)."""
+        kind = name.rsplit("-", 1)[0]
+        if kind == "gateway":
+            return [
+                "gateway",
+                "--nats-url",
+                nats_url,
+                "--host",
+                host,
+                "--http-port",
+                str(http_port),
+            ]
+        args = [kind, "--nats-url", nats_url, "--data", data, "--replicas", str(self.replicas)]
+        if kind == "writer":
+            args += ["--partitions", str(self.partitions)]
+            args += ["--lease-ttl", f"{self.lease_ttl:g}"] if self.lease_ttl else []
+        if kind == "executor" and self.sandbox:
+            args += ["--sandbox", self.sandbox]
+        return args
+
+    def server_config(self, node: NatsNode, nodes: Sequence[NatsNode], store_dir: str) -> str:
+        """The configuration of server ``node`` among ``nodes``: client port, JetStream,
+        the cluster and its routes (every server, itself included: it ignores its own),
+        the monitoring port and the partition mapping."""
+        lines = [f"server_name: {node.name}", f"http: {node.listen}:{node.monitor_port}"]
+        if len(nodes) > 1:  # one server: a plain JetStream server, no cluster to form
+            routes = "".join(f"    {n.route}\n" for n in nodes)
+            lines.append(
+                f"cluster {{\n  name: {self.cluster_name}\n"
+                f"  listen: {node.listen}:{node.cluster_port}\n  routes: [\n{routes}  ]\n}}"
+            )
+        mapping = Subjects(self.root).partition_mapping(self.partitions)
+        entries = "".join(f'  "{src}": "{dst}"\n' for src, dst in mapping.items())
+        lines.append(f"mappings {{\n{entries}}}")
+        extra = "\n".join(lines) + "\n"
+        return config(Path(store_dir), node.port, node.listen, extra)
+
+    # ---------------------------------------------------------------- compose
+    def compose_nodes(self) -> list[NatsNode]:
+        """The servers in ``compose.yaml``: one container each, reached by service name."""
+        ports = (COMPOSE_CLIENT_PORT, COMPOSE_CLUSTER_PORT, COMPOSE_MONITOR_PORT)
+        return [NatsNode(name, name, *ports, listen="0.0.0.0") for name in self.nats_names]
+
+    @property
+    def compose_nats_url(self) -> str:
+        return ",".join(node.url for node in self.compose_nodes())
+
+    def compose_configs(self) -> dict[str, str]:
+        """``nats/<name>.conf`` → text, for the containers (``render``)."""
+        nodes = self.compose_nodes()
+        store = f"{COMPOSE_DATA}/jetstream"
+        return {f"nats/{n.name}.conf": self.server_config(n, nodes, store) for n in nodes}
+
+    def compose_args(self, name: str) -> list[str]:
+        """The ``quill`` arguments of service ``name`` in ``compose.yaml``."""
+        return self.service_args(
+            name,
+            nats_url=self.compose_nats_url,
+            data=COMPOSE_DATA,
+            host="0.0.0.0",
+            http_port=COMPOSE_HTTP_PORT,
+        )
+
+
+def render(deployment: Deployment, out: Path) -> list[Path]:
+    """Write the servers' configurations for ``compose.yaml`` under ``out`` (``deploy/``)."""
+    written = []
+    for relative, text in deployment.compose_configs().items():
+        path = out / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+@dataclass
+class _Ports:
+    base: int
+    """First client port (the next servers take the following ones); 0: free ports."""
+    taken: set[int] = field(default_factory=set)
+
+    def client(self, index: int) -> int:
+        return self.base + index if self.base else self.free()
+
+    def free(self) -> int:
+        while (port := free_port()) in self.taken:
+            pass
+        self.taken.add(port)
+        return port
+
+
+class Cluster(Launcher):
+    """A cluster on this machine. ``async with Cluster(tmp_path, partitions=16) as c:``, or
+    ``await c.start()`` … ``await c.stop()``; ``c.kill("writer-1")``, ``c.restart("nats-2")``.
+    ``restart=False``: a child that dies stays down until ``start(name)``/``restart(name)``.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        nats: int = 3,
+        writers: int = 2,
+        readers: int = 2,
+        executors: int = 2,
+        partitions: int = 64,
+        lease_ttl: float | None = None,
+        sandbox: str | None = None,
+        nats_port: int = 0,
+        http_port: int = 0,
+        log_level: str = "info",
+        restart: bool = True,
+    ) -> None:
+        """``nats_port``: the first server's client port, the others take the next ones
+        (0: free ports); ``http_port``: the gateway's (0: a free one).
+
+        Raises:
+            ValueError: counts the deployment cannot run with.
+        """
+        super().__init__(data_dir, http_port=http_port, log_level=log_level, restart=restart)
+        self.deployment = Deployment(
+            nats, writers, readers, executors, partitions, lease_ttl, sandbox
+        )
+        ports = _Ports(nats_port)
+        self.servers = [
+            NatsNode(name, "127.0.0.1", ports.client(i), ports.free(), ports.free())
+            for i, name in enumerate(self.deployment.nats_names)
+        ]
+        self.http_port = self.http_port or ports.free()
+
+    @property
+    def nats_urls(self) -> list[str]:
+        return [node.url for node in self.servers]
+
+    @property
+    def nats_url(self) -> str:
+        return ",".join(self.nats_urls)
+
+    @property
+    def names(self) -> list[str]:
+        """Every process: ``nats-1``… then ``writer-1``…, ``reader-…``, ``executor-…``,
+        ``gateway``."""
+        return [*self.deployment.nats_names, *self.deployment.service_names]
+
+    def record(self) -> dict[str, Any]:
+        servers = [{"name": n.name, "url": n.url, "monitor": n.monitor_url} for n in self.servers]
+        return {**super().record(), "servers": servers}
+
+    def _server(self, node: NatsNode) -> Child:
+        home = self.data_dir / node.name
+        home.mkdir(parents=True, exist_ok=True)
+        conf = home / "nats.conf"
+        conf.write_text(self.deployment.server_config(node, self.servers, str(home / "jetstream")))
+        return Child(node.name, [str(binary()), "-c", str(conf)], self._log(node.name))
+
+    def _service(self, name: str) -> Child:
+        args = self.deployment.service_args(
+            name, nats_url=self.nats_url, data=str(self.data_dir / name), http_port=self.http_port
+        )
+        return Child(name, self.argv(*args), self._log(name), ping=name.rsplit("-", 1)[0])
+
+    def _log(self, name: str) -> Path:
+        return self.data_dir / "logs" / f"{name}.log"
+
+    async def _launch(self, timeout: float = 30.0) -> None:
+        servers = [self._server(node) for node in self.servers]
+        self.children = servers
+        for child in servers:
+            child.start()
+        deadline = time.monotonic() + timeout
+        await self._wait_servers(servers, deadline)
+        await self._create_streams(deadline)
+        services = [self._service(name) for name in self.deployment.service_names]
+        self.children = [*servers, *services]
+        for child in services:
+            child.start()
+
+    async def _wait_servers(self, children: list[Child], deadline: float) -> None:
+        """Until each server's ``/healthz`` answers 200: JetStream up, current with the
+        cluster's meta leader and with its streams."""
+        for child in children:
+            node = next(n for n in self.servers if n.name == child.name)
+            while not await http_ok(node.address, node.monitor_port, "/healthz"):
+                if not child.alive():
+                    raise RuntimeError(f"{child.name} exited; see {child.log_path}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{child.name} is not healthy; see {child.log_path}")
+                await asyncio.sleep(0.1)
+
+    async def _create_streams(self, deadline: float) -> None:
+        """Create every stream and bucket with the deployment's replicas, then wait until
+        each has a leader, before any service starts: services racing to create them, or
+        writing to one whose replicas are still electing, fail (``no response from
+        stream``)."""
+        nc = await bus.connect(self.nats_url, "quill-cluster")
+        js = nc.jetstream()
+        try:
+            while True:
+                try:
+                    await bus.ensure_streams(nc, Subjects(self.deployment.root), self.replicas)
+                    await leases_bucket(js, self.replicas)
+                    leaderless = [
+                        info.config.name
+                        for info in await js.streams_info()
+                        if info.cluster is None or not info.cluster.leader
+                    ]
+                    if not leaderless:
+                        return
+                    error = f"no leader yet for {', '.join(map(str, leaderless))}"
+                except Exception as exc:  # nats-py raises several types while placing
+                    error = str(exc) or type(exc).__name__
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the cluster did not create its streams: {error}")
+                await asyncio.sleep(0.2)
+        finally:
+            await nc.close()
+
+    @property
+    def replicas(self) -> int:
+        return self.deployment.replicas
+
+    async def _wait_more(self, nc: NATS, children: list[Child], deadline: float) -> None:
+        names = set(self.deployment.nats_names)
+        await self._wait_servers([c for c in children if c.name in names], deadline)
+        if any(c.ping == "writer" for c in children):
+            await self._wait_partitions(nc, deadline)
+
+    async def _wait_partitions(self, nc: NATS, deadline: float) -> None:
+        """Until every partition has a writer (as the running writers report them)."""
+        writers = [c for c in self.children if c.ping == "writer" and c.wanted]
+        wanted = set(range(self.deployment.partitions))
+        while True:
+            answers = await ping_until_answered(nc, writers, deadline)
+            held = _held(answers.values())
+            if held is None or wanted <= held:
+                return
+            if time.monotonic() > deadline:
+                missing = sorted(wanted - held)
+                raise RuntimeError(f"partitions without a writer: {missing[:10]}")
+            await asyncio.sleep(0.2)
+
+
+def _held(answers: Any) -> set[int] | None:
+    """The partitions the writers' ping answers say they hold; None: they do not say."""
+    held: set[int] = set()
+    reported = False
+    for answer in answers:
+        info = answer.get("partitions")
+        if isinstance(info, dict):
+            reported = True
+            held.update(int(p) for p in info.get("held", []))
+    return held if reported else None
+
+
+async def health(
+    service: str, *, nats_url: str, monitor_port: int = COMPOSE_MONITOR_PORT, wait_s: float = 3.0
+) -> str | None:
+    """Whether ``service`` on this host is healthy (a container's health check): for ``nats``,
+    the local server's ``/healthz``; for the others, a process of the service on this host
+    (by host name) answers its ping. None when healthy, else why not."""
+    if service == "nats":
+        if await http_ok("127.0.0.1", monitor_port, "/healthz", timeout=wait_s):
+            return None
+        return f"nats-server's /healthz on port {monitor_port} did not answer 200"
+    mine = bus.instance_id(service).rsplit("-", 1)[0] + "-"  # <service>-<host>-
+    try:
+        nc = await bus.connect(nats_url, f"quill-health-{service}", wait_s=wait_s)
+    except ConnectionError as exc:
+        return str(exc)
+    found = asyncio.Event()
+
+    async def check(msg: Msg) -> None:
+        with contextlib.suppress(ValueError, AttributeError):
+            if str(json.loads(msg.data).get("instance", "")).startswith(mine):
+                found.set()
+
+    try:
+        await nc.subscribe(inbox := nc.new_inbox(), cb=check)
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            await nc.publish(f"{Subjects().root}.sys.ping.{service}", b"", reply=inbox)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(found.wait(), min(left, 0.5))
+                return None
+        return f"no {service} on {socket.gethostname()} answered its ping"
+    finally:
+        await nc.close()
