@@ -1,0 +1,188 @@
+"""``quill cluster up`` as a real process: three NATS servers in a cluster, two writers
+sharing the partitions, two readers, an executor and the gateway; used through the SDK and
+the CLI with every server's URL; stopped by SIGTERM with nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from contracts.subjects import BUCKET_LEASES, STREAM_AUDIT, STREAM_EVENTS
+from quill.client import Quill
+from services.common import bus
+from tests.system.conftest import READY
+
+PARTITIONS = 16
+
+
+@dataclass
+class ClusterUp:
+    """A running ``quill cluster up``."""
+
+    data: Path
+    process: subprocess.Popen[str] | None = None
+    nats_url: str = ""
+    http_url: str = ""
+    output: list[str] = field(default_factory=list)
+    ready_s: float = 0.0
+    _pump: threading.Thread | None = None
+
+    def start(self, timeout: float = 60.0) -> ClusterUp:
+        argv = [sys.executable, "-m", "quill", "cluster", "up", "--data", str(self.data)]
+        argv += ["--nats-port", "0", "--http-port", "0", "--executors", "1"]
+        argv += ["--partitions", str(PARTITIONS)]
+        began = time.monotonic()
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self.process is not None and self.process.stdout is not None
+            for line in self.process.stdout:
+                self.output.append(line)
+                if match := READY.search(line):
+                    self.nats_url, self.http_url = match.group(1), match.group(2)
+                    ready.set()
+            ready.set()
+
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
+        if not ready.wait(timeout) or not self.nats_url:
+            self.close()
+            raise RuntimeError("quill cluster up did not get ready:\n" + "".join(self.output))
+        self.ready_s = time.monotonic() - began
+        return self
+
+    def close(self) -> None:
+        """Kill it if it still runs; close its output."""
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            if self._pump is not None:
+                self._pump.join(10)
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "QUILL_NATS_URL": self.nats_url}
+        result = subprocess.run(
+            [sys.executable, "-m", "quill", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert result.returncode == 0, f"quill {' '.join(args)}: {result.stderr}"
+        return result
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        children = {p for p, pp in parents.items() if pp == parent}
+        found |= children
+        todo += children
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterUp]:
+    up = ClusterUp(tmp_path_factory.mktemp("cluster") / ".quill").start()
+    yield up
+    up.close()
+
+
+def test_ready_with_every_server_in_the_url(cluster: ClusterUp) -> None:
+    urls = cluster.nats_url.split(",")
+    assert len(urls) == 3 and len(set(urls)) == 3
+    record = json.loads((cluster.data / "stack.json").read_text())
+    assert record["nats_url"] == cluster.nats_url
+    assert [s["name"] for s in record["servers"]] == ["nats-1", "nats-2", "nats-3"]
+    logs = {p.stem for p in (cluster.data / "logs").iterdir()}
+    assert logs >= {"nats-1", "writer-1", "writer-2", "reader-1", "reader-2", "executor-1"}
+    assert cluster.ready_s < 30
+
+
+async def test_streams_have_three_replicas(cluster: ClusterUp) -> None:
+    nc = await bus.connect(cluster.nats_url, "test")
+    try:
+        js = nc.jetstream()
+        for name in (STREAM_EVENTS, STREAM_AUDIT, f"KV_{BUCKET_LEASES}"):
+            info = await js.stream_info(name)
+            assert info.config.num_replicas == 3, name
+            assert info.cluster is not None and info.cluster.leader
+            assert len(info.cluster.replicas or []) == 2, name
+    finally:
+        await nc.close()
+
+
+async def test_sdk_writes_and_reads_across_partitions(cluster: ClusterUp) -> None:
+    quill = await Quill.connect(cluster.nats_url)
+    try:
+        names = [f"acme/spread-{i}" for i in range(8)]  # several partitions, both writers
+        for name in names:
+            ws = quill.workspace(name)
+            await ws.create()
+            await ws.write("notes.md", f"# {name}\n")
+        for name in names:
+            assert await quill.workspace(name).read_text("notes.md") == f"# {name}\n"
+        result = await quill.workspace(names[0]).exec("echo ran > out.txt && cat notes.md")
+        assert result.exit_code == 0 and result.stdout == f"# {names[0]}\n"
+        assert await quill.workspace(names[0]).read_text("out.txt") == "ran\n"
+    finally:
+        await quill.close()
+    listed = await Quill.connect(cluster.nats_url.split(","))  # a list works too
+    try:
+        assert (await listed.workspace(names[1]).stat("notes.md")).file_version == 1
+    finally:
+        await listed.close()
+
+
+def test_cli_with_the_comma_separated_url(cluster: ClusterUp) -> None:
+    assert "created acme/cli" in cluster.cli("create", "acme/cli").stdout
+    cluster.cli("put", "acme/cli", "todo.md", "--text", "- ship\n")
+    assert cluster.cli("cat", "acme/cli", "todo.md").stdout == "- ship\n"
+    ran = cluster.cli("exec", "acme/cli", "--", "sh", "-c", "wc -l < todo.md")
+    assert ran.stdout.strip() == "1"
+    for service in ("writer", "reader", "executor", "gateway"):
+        cluster.cli("cluster", "health", service)
+
+
+def test_sigterm_stops_everything(cluster: ClusterUp) -> None:
+    assert cluster.process is not None
+    children = descendants(cluster.process.pid)
+    assert len(children) >= 9  # 3 servers, 2 writers, 2 readers, an executor, the gateway
+    cluster.process.send_signal(signal.SIGTERM)
+    assert cluster.process.wait(30) == 0
+    assert not [pid for pid in children if alive(pid)]
+    assert not (cluster.data / "stack.json").exists()
