@@ -11,6 +11,7 @@ minute of each. Run with ``-s`` (or ``-rA``) to see the report tables.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -20,12 +21,20 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
 
+from contracts import codec, hashing
+from contracts import requests as rq
+from contracts.events import Event
+from contracts.subjects import HEADER_EVENT_HASH, Subjects, split_workspace
+from quill.client import Quill
 from services.common import bus
-from tests.system.checks import pings, verify_run
+from services.common.log import CorruptEvent
+from tests.helpers import LogBuilder
+from tests.system.checks import pings, replicas_converge, verify_acked, verify_chain, verify_run
 from tests.system.conftest import Up
 from tests.system.loadgen import Chaos, LoadConfig, Report, Victim, run_load
 
@@ -134,6 +143,47 @@ async def check(url: str, nc: NATS, report: Report) -> None:
 async def test_load_short(stack: Up, second_reader: NATS) -> None:
     report = await run_load(LoadConfig(stack.nats_url, clients=8, workspaces=4, seconds=5))
     await check(stack.nats_url, second_reader, report)
+    # and the checks do bite: a write never made, a tree hash no replica has
+    quill = await Quill.connect(stack.nats_url)
+    try:
+        never = dataclasses.replace(report.acked[-1], content="never written")
+        with pytest.raises(AssertionError, match="lost"):
+            await verify_acked(quill, [*report.acked, never])
+    finally:
+        await quill.close()
+    tenant, workspace = split_workspace(report.config.names()[0])
+    with pytest.raises(AssertionError, match="replicas disagree"):
+        await replicas_converge(second_reader, tenant, workspace, 1, tree_hash="f" * 64)
+
+
+async def test_verify_chain_finds_breaks(nc: NATS) -> None:
+    """A log with a repeated request, a gap and a forged link fails ``verify_chain``; a payload
+    that does not match its hash header is refused as corrupt."""
+    await bus.ensure_streams(nc, Subjects())
+    log = LogBuilder("acme", "broken")
+    log.run(rq.CreateWorkspace(), "create")
+    for i in range(4):
+        log.run(rq.WriteFile(path="a.txt", content=f"{i}\n"))
+    js, subject = nc.jetstream(), Subjects().evt("acme", "broken")
+
+    async def append(event: Event) -> None:
+        payload = codec.encode(event)
+        await js.publish(subject, payload, headers={HEADER_EVENT_HASH: hashing.event_hash(payload)})
+
+    first, second, third, _, fifth = (c.event for c in log.log)
+    for event in (first, second, third):
+        await append(event)
+    assert (await verify_chain(nc, "acme", "broken")).last == 3
+    await append(msgspec.structs.replace(third, version=4))  # the same request again
+    await append(fifth)  # v5 after v4: fine by number, but its prev_hash is v4's original
+    with pytest.raises(AssertionError) as broken:
+        await verify_chain(nc, "acme", "broken")
+    assert "request req-3 already appended at v3" in str(broken.value)
+    assert "v4: prev_hash does not link" in str(broken.value)
+    assert "v5: prev_hash does not link" in str(broken.value)
+    await js.publish(subject, codec.encode(fifth), headers={HEADER_EVENT_HASH: "0" * 64})
+    with pytest.raises(CorruptEvent):
+        await verify_chain(nc, "acme", "broken")
 
 
 async def test_chaos_short(stack: Up, second_reader: NATS) -> None:
