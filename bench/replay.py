@@ -1,0 +1,184 @@
+"""Replay (``quill replay``): rebuilding a 100,000-event workspace from the log alone, next to
+reading the same messages from JetStream and doing nothing with them.
+
+The log is made here, on a bare nats-server (``sync_interval: always``, no Quill service
+running to compete for the CPU): a workspace created, a directory, then 99,998 writes spread
+over 1,000 files of ~100 bytes, each a ``changes_committed`` event of the writer's shape with
+its hash chain and tree hash (folded by ``services.common.tree``, as the writer does), appended
+in atomic batches. Replay reads the log back with one ordered consumer, checks every hash and
+tree hash, folds it in memory and writes the 1,000 files; the baseline is an ordered consumer
+on the same subject that only counts the messages. The goal: >= 20,000 events/s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import nats
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from bench.harness import row
+from contracts import codec, hashing
+from contracts.events import ChangesCommitted, MakeDir, PutFile, WorkspaceCreated
+from contracts.limits import DEFAULT_LIMITS
+from contracts.subjects import Subjects
+from quill.natsserver import NatsServer
+from services.common import bus
+from services.common import replay as rpl
+from services.common.blobs import Blobs
+from services.common.tree import Tree, apply_change
+
+EVENTS = 100_000
+FILES = 1_000
+BATCH = 500
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def synthesise(tenant: str, workspace: str, events: int) -> list[tuple[bytes, str, str]]:
+    """The log of a workspace: ``(payload, Nats-Msg-Id, hash)`` of each event, in order."""
+    tree, prev, out = Tree(), hashing.ZERO_HASH, []
+    subjects = Subjects()
+    for version in range(1, events + 1):
+        at = T0 + timedelta(milliseconds=version)
+        common = dict(
+            tenant=tenant,
+            workspace=workspace,
+            version=version,
+            at=at,
+            actor="bench",
+            request_id=f"r{version}",
+            prev_hash=prev,
+        )
+        if version == 1:
+            event: WorkspaceCreated | ChangesCommitted = WorkspaceCreated(
+                **common, op="create", tree_hash=prev, trust="full", limits=DEFAULT_LIMITS
+            )
+        else:
+            if version == 2:
+                change: MakeDir | PutFile = MakeDir(path="src")
+            else:
+                n = version % FILES
+                text = f"file {n} at version {version}\n" * 4
+                path = f"src/f{n:04}.txt"
+                fv = tree.last_fv.get(path, 0) + 1
+                created = tree.files[path].created if path in tree.files else at
+                change = PutFile(
+                    path=path,
+                    sha256=hashing.content_sha256(text.encode()),
+                    size=len(text),
+                    file_version=fv,
+                    created=created,
+                    text=text,
+                )
+            apply_change(tree, change, version, at)
+            event = ChangesCommitted(
+                **common, op="write", tree_hash=hashing.tree_hex(tree.hash), changes=[change]
+            )
+        payload = codec.encode(event)
+        prev = hashing.event_hash(payload)
+        out.append((payload, subjects.msg_id(tenant, workspace, f"r{version}"), prev))
+    return out
+
+
+async def raw_read(nc: nats.NATS, subject: str, count: int) -> float:
+    """Seconds for an ordered consumer to receive ``count`` messages of ``subject``."""
+    done = asyncio.get_running_loop().create_future()
+    seen = 0
+
+    async def on_msg(msg: Msg) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == count and not done.done():
+            done.set_result(None)
+
+    t0 = time.perf_counter()
+    sub = await nc.jetstream().subscribe(
+        subject,
+        cb=on_msg,
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+        pending_msgs_limit=4 * rpl.BUFFER_MAX,
+        pending_bytes_limit=256 * 1024 * 1024,
+    )
+    await done
+    took = time.perf_counter() - t0
+    await sub.unsubscribe()
+    return took
+
+
+async def replay_once(nc: nats.NATS, tenant: str, workspace: str, out: Path) -> float:
+    """Seconds for a checked replay of the whole log written to ``out``."""
+    js = nc.jetstream()
+    t0 = time.perf_counter()
+    contents = rpl.Contents()
+    fold = await rpl.replay(js, Subjects(), tenant, workspace, contents=contents)
+    await rpl.write_tree(fold, Blobs(js), out, contents)
+    contents.close()
+    return time.perf_counter() - t0
+
+
+def cli_once(url: str, name: str, out: Path) -> float:
+    """Seconds for ``quill replay`` as a process, start to exit."""
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "quill", "--nats-url", url, "replay", name, "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - t0
+
+
+async def main(rounds: int = 3, events: int = EVENTS) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = NatsServer(Path(tmp) / "nats").start()
+        try:
+            nc = await bus.connect(server.url, "bench-replay")
+            await bus.ensure_streams(nc, Subjects())
+            log = synthesise("bench", "replay", events)
+            subject = Subjects().evt("bench", "replay")
+            last = 0
+            for i in range(0, len(log), BATCH):
+                last = await rpl.append_batch(nc, subject, last, log[i : i + BATCH], i + 1)
+            raw, ours, cli = [], [], []
+            for r in range(rounds):
+                raw.append(await raw_read(nc, subject, events))
+                ours.append(await replay_once(nc, "bench", "replay", Path(tmp) / f"out{r}"))
+                cli.append(cli_once(server.url, "bench/replay", Path(tmp) / f"cli{r}"))
+            same = subprocess.run(["diff", "-r", f"{tmp}/out0", f"{tmp}/cli0"]).returncode == 0
+            await nc.close()
+        finally:
+            server.stop()
+    base, mine, proc = (statistics.median(x) for x in (raw, ours, cli))
+    print(f"Replay: {events:,} events, {FILES:,} files, median of {rounds}\n")
+    print(f"{'figure':<44} {'quill':>16} {'baseline':>16} {'ratio':>8}  goal")
+    print(
+        row(
+            "replay (checked, tree written)",
+            f"{events / mine:,.0f} ev/s",
+            f"{events / base:,.0f} ev/s",
+            base / mine,
+            ">= 20,000 events/s; baseline: reading the messages only",
+        )
+    )
+    print(
+        row(
+            "  quill replay as a process, end to end",
+            f"{proc:.2f} s",
+            f"{base:.2f} s",
+            proc / base,
+            "(time ratio)",
+        )
+    )
+    print(f"two replays byte-identical (diff -r): {'yes' if same else 'NO'}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

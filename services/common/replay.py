@@ -1,0 +1,988 @@
+"""Replay and audit tooling over the log alone (``quill replay/verify/runs/export/import``).
+
+``Fold`` checks a workspace's log as it folds it: every payload hashes to its
+``Ws-Event-Hash``, versions follow each other, each ``prev_hash`` is the previous event's
+hash, and after each event the tree hash of the rebuilt tree equals the ``tree_hash`` the
+event records. A log that starts at a ``history_compacted`` event (the older log was purged)
+starts from its manifest: the manifest's event rows must chain into the compaction event, and
+the tree as of any version from the manifest's ``floor`` on is rebuilt from its revision rows.
+The log is read with one ordered consumer, decoded with msgspec and folded in memory
+(``services.common.tree``, the writer's own definition of a change); files are written once,
+at the end, with modes 0644/0755 and each entry's mtime taken from the log, so that two
+replays of a log are byte-identical trees.
+
+Export format (``FORMAT_VERSION`` 1): UTF-8 JSON lines, gzip-compressed when the file name
+ends in ``.gz``; one ``header`` record, then ``blob`` records (a content stored in WS_BLOBS,
+base64, written before the first event that needs it; ``manifest`` marks a compaction's
+manifest) and ``event`` records (the event message's exact payload and its hash), then one
+``end`` record (counts and the last hash: a truncated file is refused).
+
+Failures are ``QuillError``: a log that does not verify is ``INTERNAL`` (it is not what a
+writer appended), an export file that does not verify ``INVALID_ARGUMENT``, a version below
+a compaction's floor ``VERSION_TRIMMED``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from contracts import codec, hashing
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import (
+    ChangesCommitted,
+    CompactionManifest,
+    HistoryCompacted,
+    PutFile,
+    RunEnded,
+    RunStarted,
+    WorkspaceCreated,
+    WorkspaceEvent,
+)
+from contracts.paths import normalize
+from contracts.subjects import HEADER_EVENT_HASH, STREAM_EVENTS, Subjects
+from services.common.blobs import Blobs
+from services.common.compaction import decode_manifest, trimmed
+from services.common.runtime import bounded_gather
+from services.common.tree import DirNode, FileNode, Tree, apply_change
+
+IDLE_S = 30.0
+"""Reading the log: no message for this long is ``UNAVAILABLE``."""
+BUFFER_MAX = 8192
+"""Messages received but not yet folded before the consumer is held back."""
+MEMORY_BUDGET = 256 * 1024 * 1024
+"""Inline contents kept in memory during a replay; more go to a temporary directory."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class RunRecord(msgspec.Struct, kw_only=True):
+    """A run as the log tells it: the version it read, who started it, when it ended."""
+
+    run: str
+    version: int
+    """The version the run read (``pinned_version``)."""
+    status: str = "running"
+    """``running`` or ``ended``."""
+    actor: str | None
+    parent: str | None
+    started: datetime
+    started_version: int
+    ended: datetime | None = None
+    ended_version: int | None = None
+
+
+class Summary(msgspec.Struct, kw_only=True):
+    """What a replay rebuilt and checked."""
+
+    tenant: str
+    workspace: str
+    version: int
+    at: datetime
+    """Time of the event at ``version`` (the mtime of the replayed root directory)."""
+    tree_hash: str
+    last_hash: str
+    files: int
+    directories: int
+    bytes: int
+    events_verified: int
+    """Events read from the log and checked (the compaction's manifest rows not counted)."""
+    compaction: int | None
+    """Version of the ``history_compacted`` event the log starts at, if it was compacted."""
+    floor: int
+    """The oldest version a replay can rebuild (1 unless compacted)."""
+    run: str | None = None
+    out: str | None = None
+
+
+def corrupt(message: str, version: int, **details: Any) -> QuillError:
+    """The log (or an export) is not what a writer appended."""
+    return QuillError(ErrorCode.INTERNAL, f"{message} (version {version})", details)
+
+
+# ---------------------------------------------------------------- contents
+
+
+class Contents:
+    """Contents carried inline by the log, by sha256 (a move or restore names one again).
+    Beyond ``budget`` bytes they go to a temporary directory; ``close`` removes it."""
+
+    def __init__(self, budget: int = MEMORY_BUDGET) -> None:
+        self._mem: dict[str, str | bytes] = {}
+        self._left = budget
+        self._spill: Path | None = None
+        self._spilled: set[str] = set()
+
+    def add(self, put: PutFile) -> None:
+        sha, value = put.sha256, put.text if put.text is not None else put.data
+        if value is None or sha in self._mem or sha in self._spilled:
+            return
+        if put.size <= self._left:
+            self._mem[sha] = value
+            self._left -= put.size
+            return
+        if self._spill is None:
+            self._spill = Path(tempfile.mkdtemp(prefix="quill-replay-"))
+        (self._spill / sha).write_bytes(_bytes(value))
+        self._spilled.add(sha)
+
+    def get(self, sha256: str) -> bytes | None:
+        value = self._mem.get(sha256)
+        if value is not None:
+            return _bytes(value)
+        if sha256 in self._spilled and self._spill is not None:
+            return (self._spill / sha256).read_bytes()
+        return None
+
+    def close(self) -> None:
+        if self._spill is not None:
+            shutil.rmtree(self._spill, ignore_errors=True)
+
+
+def _sha(value: str | bytes) -> str:
+    return hashlib.sha256(_bytes(value)).hexdigest()
+
+
+def _bytes(value: str | bytes) -> bytes:
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+
+
+# ---------------------------------------------------------------- the fold
+
+
+class Fold:
+    """One workspace's log folded in order, checked as it goes (see the module docstring)."""
+
+    def __init__(self, tenant: str, workspace: str, contents: Contents | None = None) -> None:
+        self.tenant, self.workspace, self.contents = tenant, workspace, contents
+        self.tree = Tree()
+        self.version = 0
+        self.last_hash = hashing.ZERO_HASH
+        self.at = _EPOCH
+        self.events = 0
+        self.floor = 1
+        self.compaction: int | None = None
+        self.runs: dict[str, RunRecord] = {}
+
+    def check(self, data: bytes, carried: str | None) -> tuple[WorkspaceEvent, str]:
+        """Decode one message, checking its hash and whose event it is."""
+        digest = hashlib.sha256(data).hexdigest()
+        if carried is not None and carried != digest:
+            raise corrupt("An event does not hash to the hash recorded with it", self.version + 1)
+        try:
+            event = codec.decode_event(data)
+        except msgspec.MsgspecError as exc:
+            raise corrupt(f"Unreadable event: {exc}", self.version + 1) from None
+        if (event.tenant, event.workspace) != (self.tenant, self.workspace):
+            raise corrupt(
+                f"An event of {event.tenant}/{event.workspace} in the log of "
+                f"{self.tenant}/{self.workspace}",
+                event.version,
+            )
+        return event, digest
+
+    def apply(self, event: WorkspaceEvent, digest: str) -> None:
+        """Fold the next event of the log."""
+        if self.version == 0 and not (event.version == 1 and isinstance(event, WorkspaceCreated)):
+            raise corrupt(
+                "The log starts neither with the creation nor a compaction", event.version
+            )
+        if event.version != self.version + 1:
+            raise corrupt(f"Version {event.version} follows version {self.version}", event.version)
+        if event.prev_hash != self.last_hash:
+            raise corrupt(
+                "Hash chain broken: prev_hash is not the previous event's hash",
+                event.version,
+                prev_hash=event.prev_hash,
+                previous=self.last_hash,
+            )
+        if isinstance(event, ChangesCommitted):
+            tree, contents, version, at = self.tree, self.contents, event.version, event.at
+            for change in event.changes:
+                if isinstance(change, PutFile):
+                    inline = change.text if change.text is not None else change.data
+                    if inline is not None and _sha(inline) != change.sha256:
+                        raise corrupt(f"The content of {change.path} is not its sha256", version)
+                    if contents is not None:
+                        contents.add(change)
+                apply_change(tree, change, version, at)
+        elif isinstance(event, RunStarted | RunEnded):
+            self._run(event)
+        self._recorded(event.version, event.tree_hash)
+        self.version, self.last_hash, self.at = event.version, digest, event.at
+        self.events += 1
+
+    def start(
+        self, event: HistoryCompacted, digest: str, manifest: CompactionManifest, at: int
+    ) -> None:
+        """Start from the compaction the log begins with, as of version ``at``.
+
+        Raises:
+            QuillError: ``VERSION_TRIMMED`` below the manifest's floor; ``INTERNAL`` if its
+                rows do not chain into ``event`` or the tree they give does not hash right.
+        """
+        floor = max(manifest.floor, 1)
+        rows = {int(r[0]): r for r in manifest.events if int(r[0]) >= floor}
+        previous = hashing.ZERO_HASH if floor == 1 else None
+        for version in range(floor, event.version):
+            row = rows.get(version)
+            if row is None:
+                raise corrupt("The compaction's manifest lacks an event", version)
+            if previous is not None and row[10] != previous:
+                raise corrupt("Hash chain broken in the compaction's manifest", version)
+            previous = str(row[9])
+        if previous is not None and event.prev_hash != previous:
+            raise corrupt("The compaction does not chain to its manifest", event.version)
+        if at < floor:
+            raise trimmed(f"{self.tenant}/{self.workspace}", at, floor)
+        at = min(at, event.version)
+        for r in manifest.revisions:
+            path, since, until, kind = str(r[0]), int(r[1]), int(r[2]), r[4]
+            if not path or not since <= at < until:
+                continue
+            if kind == "d":
+                self.tree.set_dir(path, DirNode(created=_time(r[10]), version=since))
+            else:
+                node = FileNode(
+                    str(r[5]),
+                    int(r[6]),
+                    int(r[7]),
+                    bool(r[8]),
+                    bool(r[9]),
+                    _time(r[10]),
+                    _time(r[11]),
+                    since,
+                )
+                self.tree.set_file(path, node)
+        for version, _, body in manifest.controls:
+            control = codec.decode_event(body.encode())
+            if version <= at and isinstance(control, RunStarted | RunEnded):
+                self._run(control)
+        if at == event.version:
+            tree_hash, self.last_hash, self.at = event.tree_hash, digest, event.at
+        else:
+            row = rows[at]
+            tree_hash, self.last_hash, self.at = str(row[11]), str(row[9]), _time(row[4])
+        self._recorded(at, tree_hash)
+        self.version, self.floor, self.compaction = at, floor, event.version
+        self.events += 1
+
+    def _recorded(self, version: int, tree_hash: str) -> None:
+        rebuilt = hashing.tree_hex(self.tree.hash)
+        if rebuilt != tree_hash:
+            raise corrupt(
+                "The rebuilt tree does not hash to the tree_hash recorded",
+                version,
+                rebuilt=rebuilt,
+                recorded=tree_hash,
+            )
+
+    def _run(self, event: RunStarted | RunEnded) -> None:
+        if isinstance(event, RunStarted):
+            self.runs[event.run_id] = RunRecord(
+                run=event.run_id,
+                version=event.pinned_version,
+                actor=event.actor,
+                parent=event.parent_run,
+                started=event.at,
+                started_version=event.version,
+            )
+        elif (record := self.runs.get(event.run_id)) is not None:
+            record.status, record.ended, record.ended_version = "ended", event.at, event.version
+
+    def summary(self, *, run: str | None = None, out: str | None = None) -> Summary:
+        return Summary(
+            tenant=self.tenant,
+            workspace=self.workspace,
+            version=self.version,
+            at=self.at,
+            tree_hash=hashing.tree_hex(self.tree.hash),
+            last_hash=self.last_hash,
+            files=len(self.tree.files),
+            directories=len(self.tree.dirs),
+            bytes=self.tree.total_bytes,
+            events_verified=self.events,
+            compaction=self.compaction,
+            floor=self.floor,
+            run=run,
+            out=out,
+        )
+
+
+def _time(value: Any) -> datetime:
+    return datetime.fromisoformat(str(value))
+
+
+# ---------------------------------------------------------------- reading the log
+
+
+@contextlib.contextmanager
+def nats_errors(what: str) -> Iterator[None]:
+    """NATS failures as ``UNAVAILABLE`` naming ``what`` was being done."""
+    try:
+        yield
+    except (TimeoutError, nats.errors.Error) as exc:
+        why = str(exc) or type(exc).__name__
+        raise QuillError(
+            ErrorCode.UNAVAILABLE,
+            f"{what}: {why} (reading {STREAM_EVENTS} needs JetStream access to it: "
+            "see docs/replay.md)",
+        ) from None
+
+
+async def last_event(js: JetStreamContext, subject: str) -> WorkspaceEvent | None:
+    """The last event on ``subject`` (None when the log holds none).
+
+    Raises:
+        QuillError: ``UNAVAILABLE`` if the server has no WS_EVENTS (Quill never ran there).
+    """
+    try:
+        await js.stream_info(STREAM_EVENTS, subjects_filter=subject)
+    except NotFoundError:
+        raise QuillError(
+            ErrorCode.UNAVAILABLE,
+            f"This NATS server has no stream {STREAM_EVENTS}: Quill has not run there",
+        ) from None
+    try:
+        raw = await js.get_last_msg(STREAM_EVENTS, subject, direct=True)
+    except NotFoundError:
+        return None
+    return codec.decode_event(raw.data or b"")
+
+
+Raw = tuple[bytes, str | None]
+"""An event message: its payload and the ``Ws-Event-Hash`` it carries."""
+
+
+async def messages(js: JetStreamContext, subject: str) -> AsyncGenerator[list[Raw], None]:
+    """The messages on ``subject``, oldest first, in batches of what has arrived (one ordered
+    consumer; the consumer waits while ``BUFFER_MAX`` are unprocessed). Close it (``aclosing``)
+    to stop.
+
+    Raises:
+        QuillError: ``UNAVAILABLE`` when nothing arrives for ``IDLE_S``.
+    """
+    buffer: list[Raw] = []
+    arrived, drained = asyncio.Event(), asyncio.Event()
+
+    async def on_msg(msg: Msg) -> None:
+        while len(buffer) >= BUFFER_MAX:
+            drained.clear()
+            await drained.wait()
+        headers = msg.headers
+        buffer.append((msg.data, headers.get(HEADER_EVENT_HASH) if headers else None))
+        arrived.set()
+
+    sub = await js.subscribe(
+        subject,
+        cb=on_msg,
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+        pending_msgs_limit=4 * BUFFER_MAX,
+        pending_bytes_limit=256 * 1024 * 1024,
+    )
+    try:
+        while True:
+            if not buffer:
+                arrived.clear()
+                try:
+                    await asyncio.wait_for(arrived.wait(), IDLE_S)
+                except TimeoutError:
+                    raise QuillError(
+                        ErrorCode.UNAVAILABLE, f"{subject}: no event arrived in {IDLE_S:.0f}s"
+                    ) from None
+            batch = buffer[:]
+            buffer.clear()
+            drained.set()
+            yield batch
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+
+
+OnEvent = Callable[[WorkspaceEvent, bytes, str, bytes | None], Awaitable[None]]
+"""Called after each event is folded: ``(event, payload, hash, manifest JSON or None)``."""
+
+
+async def drive(
+    js: JetStreamContext,
+    subjects: Subjects,
+    fold: Fold,
+    to_version: int | None = None,
+    on_event: OnEvent | None = None,
+) -> Fold:
+    """Fold the log of ``fold``'s workspace up to ``to_version`` (default: the last).
+
+    Raises:
+        QuillError: ``WORKSPACE_NOT_FOUND`` for an empty log, ``INVALID_ARGUMENT`` for a
+            version it does not have, and what ``Fold`` raises.
+    """
+    subject = subjects.evt(fold.tenant, fold.workspace)
+    name = f"{fold.tenant}/{fold.workspace}"
+    blobs = Blobs(js)
+    with nats_errors(f"Reading the log of {name}"):
+        last = await last_event(js, subject)
+        if last is None:
+            raise QuillError(ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace {name} has no events")
+        target = last.version if to_version is None else to_version
+        if not 1 <= target <= last.version:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{name} is at version {last.version}: no version {target}",
+                {"version": target, "latest": last.version},
+            )
+        async with contextlib.aclosing(messages(js, subject)) as batches:
+            async for batch in batches:
+                for data, carried in batch:
+                    event, digest = fold.check(data, carried)
+                    manifest = None
+                    if isinstance(event, HistoryCompacted):
+                        manifest = await blobs.get(event.manifest)
+                        if fold.version == 0:  # the log before it was purged
+                            fold.start(event, digest, decode_manifest(manifest), target)
+                    if fold.compaction is None or fold.compaction != event.version:
+                        fold.apply(event, digest)
+                    if on_event is not None:
+                        await on_event(event, data, digest, manifest)
+                    if fold.version >= target:
+                        return fold
+    return fold
+
+
+async def replay(
+    js: JetStreamContext,
+    subjects: Subjects,
+    tenant: str,
+    workspace: str,
+    *,
+    to_version: int | None = None,
+    contents: Contents | None = None,
+) -> Fold:
+    """The workspace rebuilt from its log as of ``to_version`` (default: the last), checked."""
+    return await drive(js, subjects, Fold(tenant, workspace, contents), to_version)
+
+
+async def find_run(
+    js: JetStreamContext, subjects: Subjects, tenant: str, workspace: str, run: str
+) -> RunRecord:
+    """The run ``run`` as the log tells it.
+
+    Raises:
+        QuillError: ``FILE_NOT_FOUND`` if the log has no such run.
+    """
+    found = (await replay(js, subjects, tenant, workspace)).runs.get(run)
+    if found is None:
+        raise QuillError(ErrorCode.FILE_NOT_FOUND, f"No run {run}", {"run": run})
+    return found
+
+
+# ---------------------------------------------------------------- writing the tree
+
+
+def _ns(when: datetime) -> int:
+    return (when - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
+async def write_tree(fold: Fold, blobs: Blobs, out: Path, contents: Contents | None) -> None:
+    """Write ``fold``'s tree to the directory ``out`` (absent or empty): files 0644 (0755
+    when executable), directories 0755, each file's mtime the time of the event that last
+    wrote it, each directory's the time it was made, ``out``'s the time of the version. Each
+    content is checked against its sha256. ``out`` appears whole or not at all.
+
+    Raises:
+        QuillError: ``ALREADY_EXISTS`` if ``out`` holds something; ``UNAVAILABLE`` if a content
+            is missing from WS_BLOBS; ``INTERNAL`` for a content that does not match or an
+            unsafe path.
+    """
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise QuillError(ErrorCode.ALREADY_EXISTS, f"{out} exists and is not an empty directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tree = fold.tree
+    try:
+        for path in sorted(tree.dirs):
+            (tmp / _safe(path, fold.version)).mkdir(0o755)
+
+        async def put(path: str, node: FileNode) -> None:
+            data = b"" if node.size == 0 else contents.get(node.sha256) if contents else None
+            if data is None:
+                data = await blobs.get(node.sha256)
+            if hashing.content_sha256(data) != node.sha256:
+                raise corrupt(f"The content of {path} does not match its sha256", node.version)
+            target = tmp / _safe(path, fold.version)
+            target.write_bytes(data)
+            os.chmod(target, 0o755 if node.executable else 0o644)
+            os.utime(target, ns=(_ns(node.modified), _ns(node.modified)))
+
+        await bounded_gather([put(p, n) for p, n in tree.files.items()], 8)
+        for path in sorted(tree.dirs, reverse=True):  # children before their parents
+            os.chmod(tmp / path, 0o755)
+            when = _ns(tree.dirs[path].created)
+            os.utime(tmp / path, ns=(when, when))
+        os.chmod(tmp, 0o755)
+        os.utime(tmp, ns=(_ns(fold.at), _ns(fold.at)))
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _safe(path: str, version: int) -> str:
+    try:
+        ok = bool(path) and normalize(path) == path
+    except QuillError:
+        ok = False
+    if not ok:
+        raise corrupt(f"Unsafe path in the log: {path!r}", version)
+    return path
+
+
+# ---------------------------------------------------------------- reader replicas
+
+
+class ReplicaCheck(msgspec.Struct, kw_only=True):
+    """One reader replica's answer as of the replayed version, against the replay."""
+
+    instance: str
+    ok: bool
+    tree_hash: str | None = None
+    """With ``deep``: computed from the replica's listing and stats; else as it records it."""
+    last_hash: str | None = None
+    files: int | None = None
+    directories: int | None = None
+    bytes: int | None = None
+    problems: list[str] = msgspec.field(default_factory=list)
+
+
+async def live_readers(nc: NATS, subjects: Subjects, window_s: float = 0.5) -> list[str]:
+    """Instances of the reader replicas that answer ``<root>.sys.ping.reader`` within
+    ``window_s`` (every replica answers the ping)."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    found: set[str] = set()
+    try:
+        await nc.publish(f"{subjects.root}.sys.ping.reader", b"", reply=inbox)
+        deadline = asyncio.get_running_loop().time() + window_s
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except nats.errors.TimeoutError:
+                break
+            instance = msgspec.json.decode(msg.data).get("instance")
+            if isinstance(instance, str):
+                found.add(instance)
+    finally:
+        await sub.unsubscribe()
+    return sorted(found)
+
+
+class _Replica:
+    """Queries addressed to one replica (``ws.replica.<instance>.<t>.<w>.<op>``)."""
+
+    def __init__(self, nc: NATS, subjects: Subjects, fold: Fold, instance: str, timeout: float):
+        self.nc, self.subjects, self.fold = nc, subjects, fold
+        self.instance, self.timeout = instance, timeout
+
+    async def ask(self, op: str, body: rq.Query, result: type[Any]) -> Any:
+        subject = self.subjects.replica(self.instance, self.fold.tenant, self.fold.workspace, op)
+        try:
+            msg = await self.nc.request(subject, codec.encode(body), timeout=self.timeout)
+        except nats.errors.TimeoutError:
+            raise QuillError(ErrorCode.TIMEOUT, f"no answer in {self.timeout:g}s") from None
+        except nats.errors.NoRespondersError:
+            raise QuillError(ErrorCode.UNAVAILABLE, "it is gone") from None
+        return codec.decode_reply(msg.data, result)[1]
+
+    async def tree_hash(self) -> str:
+        """The tree hash of what the replica answers as of the version: every entry listed,
+        every file's sha256 and mode from ``stat``."""
+        v, digests, after, paths = self.fold.version, [], None, []
+        while True:
+            body = rq.ListDirectory(recursive=True, after=after, limit=10_000, version=v)
+            page: rp.Listing = await self.ask("list", body, rp.Listing)
+            for entry in page.entries:
+                if entry.kind == "directory":
+                    digests.append(hashing.dir_digest(entry.path))
+                else:
+                    paths.append(entry.path)
+            if page.next is None:
+                break
+            after = page.next
+
+        async def stat(path: str) -> int:
+            info: rp.FileInfo = await self.ask(
+                "stat", rq.StatPath(path=path, version=v), rp.FileInfo
+            )
+            return hashing.file_digest(path, info.sha256 or "", info.permissions == "755")
+
+        digests += await bounded_gather([stat(p) for p in paths], 32)
+        total = 0
+        for digest in digests:
+            total = hashing.tree_add(total, digest)
+        return hashing.tree_hex(total)
+
+
+async def check_replica(
+    nc: NATS, subjects: Subjects, fold: Fold, instance: str, *, deep: bool, timeout: float = 10.0
+) -> ReplicaCheck:
+    """Ask replica ``instance`` about the workspace as of ``fold.version`` (waiting for it to
+    get there) and compare its answer with the replay."""
+    replica, v = _Replica(nc, subjects, fold, instance, timeout), fold.version
+    check = ReplicaCheck(instance=instance, ok=False)
+    try:
+        body = rq.WorkspaceInfoQuery(version=v, min_version=v)
+        info: rp.WorkspaceInfo = await replica.ask("info", body, rp.WorkspaceInfo)
+        check.tree_hash = await replica.tree_hash() if deep else info.tree_hash
+    except QuillError as exc:
+        check.problems.append(f"{exc.code}: {exc.message}")
+        return check
+    check.last_hash, check.files = info.last_hash, info.files
+    check.directories, check.bytes = info.directories, info.total_bytes
+    tree = fold.tree
+    for what, theirs, ours in [
+        ("version", info.version, v),
+        ("tree hash", check.tree_hash, hashing.tree_hex(tree.hash)),
+        ("last event hash", info.last_hash, fold.last_hash),
+        ("files", info.files, len(tree.files)),
+        ("directories", info.directories, len(tree.dirs)),
+        ("bytes", info.total_bytes, tree.total_bytes),
+    ]:
+        if theirs != ours:
+            check.problems.append(f"{what}: replica {theirs}, log {ours}")
+    check.ok = not check.problems
+    return check
+
+
+# ---------------------------------------------------------------- export and import
+
+FORMAT = "quill-workspace-export"
+FORMAT_VERSION = 1
+GROUP_EVENTS = 256
+GROUP_BYTES = 4 * 1024 * 1024
+"""An import appends at most this many events (bytes) per atomic batch."""
+
+
+class Record(msgspec.Struct, kw_only=True, tag_field="record"):
+    pass
+
+
+class Header(Record, kw_only=True, tag="header"):
+    format: str
+    format_version: int
+    tenant: str
+    workspace: str
+    exported_at: datetime
+
+
+class BlobRecord(Record, kw_only=True, tag="blob"):
+    sha256: str
+    size: int
+    data: bytes
+    manifest: bool = False
+
+
+class EventRecord(Record, kw_only=True, tag="event"):
+    hash: str
+    event: msgspec.Raw
+
+
+class End(Record, kw_only=True, tag="end"):
+    events: int
+    blobs: int
+    version: int
+    last_hash: str
+    tree_hash: str
+
+
+AnyRecord = Header | BlobRecord | EventRecord | End
+_records = msgspec.json.Decoder(AnyRecord)
+_encode = msgspec.json.Encoder().encode
+
+
+class Moved(msgspec.Struct, kw_only=True):
+    """What an export wrote, or an import appended."""
+
+    tenant: str
+    workspace: str
+    version: int
+    events: int
+    blobs: int
+    tree_hash: str
+    last_hash: str
+    source: str | None = None
+    """Import: the exported workspace, ``tenant/workspace``."""
+    rehashed: bool = False
+    """Import under another name: events were re-encoded, so their hashes changed."""
+
+
+async def export(js: JetStreamContext, subjects: Subjects, fold: Fold, out: Any) -> Moved:
+    """Write ``fold``'s workspace, its whole log and every WS_BLOBS content the log needs, to
+    the binary stream ``out``, checking the log as it goes (memory: one content at a time)."""
+    blobs, sent = Blobs(js), set()
+    head = Header(
+        format=FORMAT,
+        format_version=FORMAT_VERSION,
+        tenant=fold.tenant,
+        workspace=fold.workspace,
+        exported_at=datetime.now(UTC),
+    )
+    out.write(_encode(head) + b"\n")
+
+    async def blob(sha: str, data: bytes | None = None, manifest: bool = False) -> None:
+        if sha not in sent:
+            data = await blobs.get(sha) if data is None else data
+            out.write(_encode(BlobRecord(sha256=sha, size=len(data), data=data, manifest=manifest)))
+            out.write(b"\n")
+            sent.add(sha)
+
+    async def on_event(event: WorkspaceEvent, data: bytes, digest: str, kept: bytes | None) -> None:
+        if isinstance(event, HistoryCompacted) and kept is not None:
+            await blob(event.manifest, kept, manifest=True)
+            for sha in sorted({str(r[5]) for r in decode_manifest(kept).revisions if r[4] == "f"}):
+                await blob(sha)
+        elif isinstance(event, ChangesCommitted):
+            for change in event.changes:
+                if isinstance(change, PutFile) and change.blob:
+                    await blob(change.sha256)
+        out.write(b'{"record":"event","hash":"%s","event":%s}\n' % (digest.encode(), data))
+
+    await drive(js, subjects, fold, on_event=on_event)
+    summary = _moved(fold, len(sent))
+    out.write(
+        _encode(
+            End(
+                events=fold.events,
+                blobs=len(sent),
+                version=fold.version,
+                last_hash=fold.last_hash,
+                tree_hash=summary.tree_hash,
+            )
+        )
+        + b"\n"
+    )
+    return summary
+
+
+def _moved(fold: Fold, blobs: int, **more: Any) -> Moved:
+    return Moved(
+        tenant=fold.tenant,
+        workspace=fold.workspace,
+        version=fold.version,
+        events=fold.events,
+        blobs=blobs,
+        tree_hash=hashing.tree_hex(fold.tree.hash),
+        last_hash=fold.last_hash,
+        **more,
+    )
+
+
+def _invalid(name: str, message: str) -> QuillError:
+    return QuillError(ErrorCode.INVALID_ARGUMENT, f"{name} is not a valid export: {message}")
+
+
+def read_records(open_file: Callable[[], Any], name: str) -> Iterator[AnyRecord]:
+    """The records of an export file (``open_file()`` opens it for binary reading).
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for a line that is not a record.
+    """
+    with open_file() as lines:
+        for n, line in enumerate(lines, 1):
+            try:
+                yield _records.decode(line)
+            except msgspec.MsgspecError as exc:
+                raise _invalid(name, f"line {n}: {exc}") from None
+
+
+def verify_file(open_file: Callable[[], Any], name: str) -> tuple[Header, Fold, int]:
+    """Check an export without writing anything: its format, every blob against its sha256,
+    the hash chain and tree hashes of its events, that each content an event needs from
+    WS_BLOBS is in it, and its end record. Returns the header, the fold and the blob count.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` naming the first problem.
+    """
+    header, fold, end = None, None, None
+    blobs: dict[str, bytes | None] = {}  # sha → manifest JSON (None for other contents)
+    for record in read_records(open_file, name):
+        if header is None or fold is None:
+            if not isinstance(record, Header) or record.format != FORMAT:
+                raise _invalid(name, "it does not start with a Quill export header")
+            if record.format_version > FORMAT_VERSION:
+                raise _invalid(name, f"format version {record.format_version} is newer")
+            header, fold = record, Fold(record.tenant, record.workspace)
+        elif end is not None:
+            raise _invalid(name, "records follow the end record")
+        elif isinstance(record, BlobRecord):
+            if len(record.data) != record.size or hashing.content_sha256(record.data) != (
+                record.sha256
+            ):
+                raise _invalid(name, f"content {record.sha256[:12]}… does not match its sha256")
+            blobs[record.sha256] = record.data if record.manifest else None
+        elif isinstance(record, EventRecord):
+            try:
+                _fold_record(fold, record, blobs)
+            except QuillError as exc:
+                raise _invalid(name, exc.message) from None
+        elif isinstance(record, End):
+            end = record
+    if header is None or fold is None or end is None:
+        raise _invalid(name, "it is truncated (no end record)")
+    if (end.events, end.blobs, end.last_hash) != (fold.events, len(blobs), fold.last_hash):
+        raise _invalid(name, "its end record does not match its events and contents")
+    return header, fold, len(blobs)
+
+
+def _fold_record(fold: Fold, record: EventRecord, blobs: dict[str, bytes | None]) -> None:
+    event, digest = fold.check(bytes(record.event), record.hash)
+    needed: set[str] = set()
+    if isinstance(event, HistoryCompacted):
+        manifest = blobs.get(event.manifest)
+        if manifest is None:
+            raise corrupt("The compaction's manifest is missing", event.version)
+        kept = decode_manifest(manifest)
+        needed = {str(r[5]) for r in kept.revisions if r[4] == "f"}
+        if fold.version == 0:
+            fold.start(event, digest, kept, event.version)
+    elif isinstance(event, ChangesCommitted):
+        needed = {c.sha256 for c in event.changes if isinstance(c, PutFile) and c.blob}
+    if fold.compaction != event.version:
+        fold.apply(event, digest)
+    if missing := needed - blobs.keys():
+        raise corrupt(f"Content {min(missing)[:12]}… is missing", event.version)
+
+
+async def import_file(
+    nc: NATS, subjects: Subjects, open_file: Callable[[], Any], name: str, tenant: str, ws: str
+) -> Moved:
+    """Import the export ``name`` as ``tenant/ws``, which must have no events: check the whole
+    file first (``verify_file``), then store its contents in WS_BLOBS and append its events in
+    atomic batches, then replay the new log to check it. Under another name each event is
+    re-encoded with the new ids (and the ``prev_hash`` of the new chain), so hashes change;
+    under the same name the events are appended byte for byte.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for a file that does not verify, ``ALREADY_EXISTS``
+            for a target with events, ``CONFLICT`` if the target was written meanwhile.
+    """
+    header, source, blob_count = await asyncio.to_thread(verify_file, open_file, name)
+    js, subject = nc.jetstream(), subjects.evt(tenant, ws)
+    with nats_errors(f"Importing into {tenant}/{ws}"):
+        existing = await last_event(js, subject)
+        if existing is not None:
+            raise QuillError(
+                ErrorCode.ALREADY_EXISTS,
+                f"Workspace {tenant}/{ws} exists (version {existing.version}): import into a "
+                "new workspace",
+            )
+        rename = (header.tenant, header.workspace) != (tenant, ws)
+        blobs, manifests, hashes = Blobs(js), dict[str, bytes](), dict[str, str]()
+        batch: list[tuple[bytes, str, str]] = []
+        last_seq = 0
+        for record in read_records(open_file, name):
+            if isinstance(record, BlobRecord):
+                if record.manifest:
+                    manifests[record.sha256] = record.data
+                if not (record.manifest and rename):
+                    await blobs.put(record.sha256, record.data)
+            elif isinstance(record, EventRecord):
+                payload, digest = bytes(record.event), record.hash
+                event = codec.decode_event(payload)
+                if rename:
+                    payload, manifest = _renamed(event, tenant, ws, hashes, manifests)
+                    if manifest is not None:
+                        await blobs.put(hashing.content_sha256(manifest), manifest)
+                    hashes[digest] = digest = hashing.event_hash(payload)
+                batch.append((payload, subjects.msg_id(tenant, ws, event.request_id), digest))
+                if len(batch) >= GROUP_EVENTS or sum(len(b[0]) for b in batch) >= GROUP_BYTES:
+                    last_seq = await append_batch(nc, subject, last_seq, batch, event.version)
+                    batch = []
+        if batch:
+            last_seq = await append_batch(nc, subject, last_seq, batch, source.version)
+        imported = await replay(js, subjects, tenant, ws)
+    if (imported.version, imported.tree.hash) != (source.version, source.tree.hash):
+        raise corrupt(f"{tenant}/{ws} does not replay to the exported tree", imported.version)
+    return _moved(
+        imported, blob_count, source=f"{header.tenant}/{header.workspace}", rehashed=rename
+    )
+
+
+def _renamed(
+    event: WorkspaceEvent, tenant: str, ws: str, hashes: dict[str, str], manifests: dict[str, bytes]
+) -> tuple[bytes, bytes | None]:
+    """``event`` for workspace ``tenant/ws``, chained to the re-encoded events before it
+    (``hashes``: old hash → new); a compaction gets a manifest to match (returned too)."""
+    changes: dict[str, Any] = {"tenant": tenant, "workspace": ws}
+    changes["prev_hash"] = hashes.get(event.prev_hash, event.prev_hash)
+    manifest = None
+    if isinstance(event, HistoryCompacted):
+        kept = decode_manifest(manifests[event.manifest])
+        controls = []
+        for version, kind, body in kept.controls:
+            control = codec.decode_event(body.encode())
+            prev = hashes.get(control.prev_hash, control.prev_hash)
+            moved = msgspec.structs.replace(control, tenant=tenant, workspace=ws, prev_hash=prev)
+            controls.append((version, kind, codec.encode(moved).decode()))
+        rows = [
+            (*r[:9], hashes.get(str(r[9]), r[9]), hashes.get(str(r[10]), r[10]), *r[11:])
+            for r in kept.events
+        ]
+        manifest = _encode(msgspec.structs.replace(kept, controls=controls, events=rows))
+        changes.update(manifest=hashing.content_sha256(manifest), manifest_size=len(manifest))
+    return codec.encode(msgspec.structs.replace(event, **changes)), manifest
+
+
+async def append_batch(
+    nc: NATS, subject: str, after: int, batch: list[tuple[bytes, str, str]], version: int
+) -> int:
+    """Append ``batch`` (payload, ``Nats-Msg-Id``, hash) to ``subject`` as one atomic batch on
+    the condition that its last sequence is ``after`` (the protocol of
+    ``services/writer/append.py``, one workspace at a time); return the new last sequence.
+
+    Raises:
+        QuillError: ``CONFLICT`` if the log refused it (someone else wrote there).
+    """
+    batch_id = os.urandom(12).hex()
+    reply = None
+    for n, (payload, msg_id, digest) in enumerate(batch, 1):
+        headers = {
+            "Nats-Msg-Id": msg_id,
+            HEADER_EVENT_HASH: digest,
+            "Nats-Batch-Id": batch_id,
+            "Nats-Batch-Sequence": str(n),
+        }
+        if n == 1:
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(after)
+        if n < len(batch):
+            await nc.publish(subject, payload, headers=headers)
+        else:
+            headers["Nats-Batch-Commit"] = "1"
+            reply = await nc.request(subject, payload, headers=headers, timeout=30)
+    assert reply is not None
+    ack = msgspec.json.decode(reply.data)
+    if "error" in ack:
+        raise QuillError(
+            ErrorCode.CONFLICT,
+            f"The log refused the import at version {version}: "
+            f"{ack['error'].get('description')} (was {subject} written meanwhile?)",
+        )
+    return int(ack["seq"])

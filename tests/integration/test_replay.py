@@ -1,0 +1,349 @@
+"""Replay and audit tooling (``services/common/replay.py``, ``quill replay/verify/runs/export/
+import``): a workspace rebuilt from its log alone is what the readers answer at that version,
+byte for byte and identically every time; compacted logs replay from their manifest; replicas
+that disagree with the log are named; a workspace moves between deployments with its history,
+and a tampered export is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nats.aio.client import Client as NATS
+
+from contracts import codec
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import WorkspaceUpdated
+from contracts.limits import LimitsPatch
+from contracts.subjects import Subjects
+from quill.client import Quill, Workspace
+from quill.natsserver import NatsServer
+from services.common import bus
+from services.common import replay as rpl
+from services.common.blobs import Blobs
+from services.common.compaction import slack
+from tests.conftest import StartReader
+
+ROOT = Path(__file__).resolve().parents[2]
+SUBJECTS = Subjects()
+BIG = os.urandom(100_000)  # beyond what an event carries inline: stored in WS_BLOBS
+
+
+async def cli(nats_url: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``quill ARGS`` as a process against ``nats_url`` (in a thread: the services of the test
+    answer from this event loop)."""
+    env = {**os.environ, "QUILL_NATS_URL": nats_url}
+    argv = [sys.executable, "-m", "quill", *args]
+    done = await asyncio.to_thread(
+        subprocess.run, argv, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    if check:
+        assert done.returncode == 0, (args, done.stderr)
+    return done
+
+
+async def replayed(nc: NATS, name: str, out: Path, version: int | None = None) -> rpl.Fold:
+    """Replay ``name`` (tenant/workspace) into ``out`` from the log alone."""
+    tenant, ws = name.split("/")
+    contents = rpl.Contents()
+    try:
+        fold = await rpl.replay(
+            nc.jetstream(), SUBJECTS, tenant, ws, to_version=version, contents=contents
+        )
+        await rpl.write_tree(fold, Blobs(nc.jetstream()), out, contents)
+    finally:
+        contents.close()
+    return fold
+
+
+def entries(root: Path) -> list[tuple[str, int, int, bytes | None]]:
+    """Every entry under ``root`` (itself included): path, mode, mtime (ns), content."""
+    out = []
+    for path in sorted([root, *root.rglob("*")]):
+        st = path.lstat()
+        data = path.read_bytes() if path.is_file() else None
+        out.append((str(path.relative_to(root)), st.st_mode, st.st_mtime_ns, data))
+    return out
+
+
+def tar(root: Path) -> bytes:
+    """A tar of ``root`` with its entries in name order (as ``tar --sort=name``)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path in sorted([root, *root.rglob("*")]):
+            archive.add(path, arcname=str(path.relative_to(root)), recursive=False)
+    return buffer.getvalue()
+
+
+async def as_reader_answers(ws: Workspace, version: int, root: Path) -> None:
+    """The tree under ``root`` is exactly what the readers answer at ``version``."""
+    listing = await ws.list("", recursive=True, version=version, limit=10_000)
+    dirs = {e.path for e in listing.entries if e.kind == "directory"}
+    files = {e.path for e in listing.entries if e.kind == "file"}
+    on_disk = [p for p in root.rglob("*")]
+    assert {str(p.relative_to(root)) for p in on_disk if p.is_dir()} == dirs
+    assert {str(p.relative_to(root)) for p in on_disk if p.is_file()} == files
+    for path in files:
+        assert (root / path).read_bytes() == await ws.read_bytes(path, version=version), path
+        info = await ws.stat(path, version=version)
+        assert oct((root / path).stat().st_mode & 0o777)[2:] == info.permissions, path
+
+
+async def workspace_with_everything(quill: Quill, name: str) -> Workspace:
+    """Text, binary, a blob in WS_BLOBS, an executable, an empty directory, a move, a delete
+    and a restore (contents named again by sha256): versions 1 to 9."""
+    ws = quill.workspace(name)
+    await ws.create()
+    await ws.write("notes/a.md", "hello\n")
+    await ws.write("data/blob.bin", BIG)
+    await ws.apply(
+        [
+            rq.PutChange(path="bin/run.sh", content="#!/bin/sh\necho hi\n", executable=True),
+            rq.PutChange(path="img.png", data=b"\x89PNG\r\n\x1a\n\x00\xff"),
+        ]
+    )
+    await ws.mkdir("empty/dir")
+    await ws.write("notes/a.md", "changed\n")
+    await ws.move("notes/a.md", "notes/b.md")
+    await ws.delete("data", recursive=True)
+    await ws.restore(3)
+    assert ws.last_version == 9
+    return ws
+
+
+async def test_replay_is_what_readers_answer_at_every_version_and_is_reproducible(
+    services: StartReader, quill: Quill, tmp_path: Path
+) -> None:
+    await services("r1")
+    ws = await workspace_with_everything(quill, "acme/replayed")
+    for version in range(1, 10):
+        fold = await replayed(quill.nc, "acme/replayed", tmp_path / f"v{version}", version)
+        assert (fold.version, fold.events) == (version, version)
+        await as_reader_answers(ws, version, tmp_path / f"v{version}")
+    assert (tmp_path / "v9" / "data" / "blob.bin").read_bytes() == BIG  # restored, from WS_BLOBS
+    assert (tmp_path / "v8" / "bin" / "run.sh").stat().st_mode & 0o777 == 0o755
+    again = await replayed(quill.nc, "acme/replayed", tmp_path / "again")
+    assert entries(tmp_path / "again") == entries(tmp_path / "v9")  # modes and mtimes too
+    assert tar(tmp_path / "again") == tar(tmp_path / "v9")
+    assert again.summary().tree_hash == (await ws.info()).tree_hash
+    with pytest.raises(QuillError) as full:
+        await replayed(quill.nc, "acme/replayed", tmp_path / "v9")
+    assert full.value.code == ErrorCode.ALREADY_EXISTS
+    with pytest.raises(QuillError) as beyond:
+        await replayed(quill.nc, "acme/replayed", tmp_path / "v10", 10)
+    assert beyond.value.code == ErrorCode.INVALID_ARGUMENT and not (tmp_path / "v10").exists()
+
+
+async def compact(ws: Workspace) -> int:
+    """Write ``hot.md`` once more; the version of the compaction that follows."""
+    updates = await ws.client.nc.subscribe(SUBJECTS.updated(ws.tenant, ws.name))
+    async with asyncio.timeout(20):
+        await ws.write("hot.md", "the write that makes compaction due\n")
+        async for msg in updates.messages:
+            update = codec.decode(msg.data, WorkspaceUpdated)
+            if update.op == "compact":
+                await updates.unsubscribe()
+                return update.version
+    raise AssertionError("unreachable")
+
+
+async def test_a_compacted_workspace_replays_from_its_manifest(
+    services: StartReader, quill: Quill, tmp_path: Path, nats_url: str
+) -> None:
+    await services("r1")
+    ws = quill.workspace("acme/compacted")
+    await ws.create(limits=LimitsPatch(max_versions=2))
+    await ws.write("cold.md", "cold\n")  # v2, below the floor, kept
+    due = 2 + slack(2) + 1  # hot.md at v3..v21; v22 compacts, keeping v20 and v21
+    for i in range(due - 1):
+        await ws.write("hot.md", f"hot {i}\n")
+    before = await replayed(quill.nc, "acme/compacted", tmp_path / "before", 20)  # whole log
+    assert await compact(ws) == 22
+    await ws.write("after.md", "after\n")
+    after = await replayed(quill.nc, "acme/compacted", tmp_path / "after", 20)
+    assert (after.compaction, after.floor, before.compaction) == (22, 20, None)
+    assert entries(tmp_path / "after") == entries(tmp_path / "before")
+    latest = await replayed(quill.nc, "acme/compacted", tmp_path / "latest")
+    assert latest.version == 23 and latest.events == 2  # the compaction, then v23
+    await as_reader_answers(ws, 23, tmp_path / "latest")
+    with pytest.raises(QuillError) as below:
+        await replayed(quill.nc, "acme/compacted", tmp_path / "v19", 19)
+    assert below.value.code == ErrorCode.VERSION_TRIMMED and below.value.details["floor"] == 20
+    refused = await cli(
+        nats_url,
+        "replay",
+        "acme/compacted",
+        "--to-version",
+        "5",
+        "--out",
+        str(tmp_path / "v5"),
+        check=False,
+    )
+    assert refused.returncode == 1 and refused.stderr.startswith(
+        "quill: VERSION_TRIMMED: Version 5 of acme/compacted was compacted away"
+    )
+    # moved elsewhere under another name: the compaction's chain still verifies
+    export = tmp_path / "compacted.jsonl.gz"
+    await cli(nats_url, "export", "acme/compacted", str(export))
+    await cli(nats_url, "import", str(export), "acme/compacted2")
+    await replayed(quill.nc, "acme/compacted2", tmp_path / "moved", 20)
+    assert entries(tmp_path / "moved") == entries(tmp_path / "before")
+
+
+async def test_runs_are_listed_and_replayed_as_they_read(
+    services: StartReader, quill: Quill, tmp_path: Path, nats_url: str
+) -> None:
+    await services("r1")
+    ws = quill.workspace("acme/runs")
+    await ws.create()
+    await ws.write("plan.md", "turn 0\n")
+    await ws.start_run("turn-1")  # reads version 2
+    await ws.write("plan.md", "turn 1\n")
+    await ws.end_run("turn-1")
+    await ws.start_run("turn-2", version=1)
+    listed = json.loads((await cli(nats_url, "--json", "runs", "acme/runs")).stdout)
+    runs = {r["run"]: r for r in listed["runs"]}
+    assert (runs["turn-1"]["version"], runs["turn-1"]["status"]) == (2, "ended")
+    assert (runs["turn-2"]["version"], runs["turn-2"]["status"]) == (1, "running")
+    assert runs["turn-1"]["actor"] == "tester" and runs["turn-1"]["ended_version"] == 5
+    text = (await cli(nats_url, "runs", "acme/runs")).stdout.splitlines()
+    assert text[0].split() == ["RUN", "VERSION", "STATUS", "ACTOR", "STARTED", "ENDED"]
+    await cli(nats_url, "replay", "acme/runs", "--run", "turn-1", "--out", str(tmp_path / "run"))
+    assert (tmp_path / "run" / "plan.md").read_text() == "turn 0\n"
+    assert (await ws.run_info("turn-1")).version == 2
+    missing = await cli(
+        nats_url, "replay", "acme/runs", "--run", "nope", "--out", str(tmp_path / "x"), check=False
+    )
+    assert (missing.returncode, missing.stderr) == (3, "quill: FILE_NOT_FOUND: No run nope\n")
+
+
+async def tamper(store: Path, sql: str, *args: Any) -> None:
+    """Change a replica's projection behind its back (from a thread: it keeps serving)."""
+
+    def change() -> None:
+        with sqlite3.connect(store, timeout=10) as db:
+            assert db.execute(sql, args).rowcount == 1
+
+    await asyncio.to_thread(change)
+
+
+async def test_verify_names_a_replica_that_disagrees_with_the_log(
+    services: StartReader, quill: Quill, nats_url: str
+) -> None:
+    ra, rb = await services("ra"), await services("rb")
+    ws = quill.workspace("acme/verified")
+    await ws.create()
+    await ws.write("a.txt", "alpha\n")
+    await ws.write("never-read.txt", "beta\n")
+    fold = await rpl.replay(quill.nc.jetstream(), SUBJECTS, "acme", "verified")
+    # rb's rows now give a file nobody has read (none is cached) a.txt's content: the hash
+    # it records still matches, the tree its answers give does not
+    assert (await rpl.check_replica(quill.nc, SUBJECTS, fold, "rb", deep=False)).ok  # caught up
+    other = hashlib.sha256(b"alpha\n").hexdigest()  # a.txt's content
+    await tamper(rb.store.path, "UPDATE revisions SET sha256=? WHERE path='never-read.txt'", other)
+    shallow = await rpl.check_replica(quill.nc, SUBJECTS, fold, "rb", deep=False)
+    deep = await rpl.check_replica(quill.nc, SUBJECTS, fold, "rb", deep=True)
+    assert shallow.ok and not deep.ok and deep.problems[0].startswith("tree hash: replica ")
+    ok = json.loads((await cli(nats_url, "--json", "verify", "acme/verified")).stdout)
+    assert ok["ok"] and {r["instance"] for r in ok["replicas"]} == {"ra", "rb"}
+    await tamper(ra.store.path, "UPDATE revisions SET size=size+1 WHERE path='a.txt'")
+    bad = await cli(nats_url, "verify", "acme/verified", check=False)
+    assert bad.returncode == 1
+    assert "reader ra: MISMATCH: bytes: replica 12, log 11" in bad.stdout
+    assert bad.stderr == (
+        "quill: INTERNAL: 1 of 2 reader replicas disagree with the log at version 3: ra\n"
+    )
+
+
+async def test_export_and_import_move_a_workspace_with_its_history(
+    services: StartReader, quill: Quill, tmp_path: Path, nats_url: str
+) -> None:
+    await services("r1")
+    ws = await workspace_with_everything(quill, "acme/src")
+    await replayed(quill.nc, "acme/src", tmp_path / "src")
+    export = tmp_path / "src.jsonl"
+    out = json.loads((await cli(nats_url, "--json", "export", "acme/src", str(export))).stdout)
+    assert (out["version"], out["events"], out["blobs"]) == (9, 9, 1)
+    # another name on this deployment: events re-encoded and re-chained, history kept
+    imported = json.loads((await cli(nats_url, "--json", "import", str(export), "acme/dst")).stdout)
+    assert (imported["source"], imported["rehashed"], imported["version"]) == ("acme/src", True, 9)
+    dst = quill.workspace("acme/dst")
+    source, copied = await ws.events(limit=20), await dst.events(after=0, limit=20)
+    kept = ["version", "at", "op", "actor", "request_id", "tree_hash", "changes"]
+    assert [[getattr(e, k) for k in kept] for e in copied.events] == [
+        [getattr(e, k) for k in kept] for e in source.events
+    ]
+    assert source.events[-1].hash != copied.events[-1].hash
+    await as_reader_answers(dst, 9, tmp_path / "src")
+    await replayed(quill.nc, "acme/dst", tmp_path / "dst")
+    assert entries(tmp_path / "dst") == entries(tmp_path / "src")
+    assert json.loads((await cli(nats_url, "--json", "verify", "acme/dst", "--deep")).stdout)["ok"]
+    # the same name on another deployment: byte for byte, same hashes
+    elsewhere = NatsServer(tmp_path / "nats2").start()
+    try:
+        nc2 = await bus.connect(elsewhere.url, "test-elsewhere")
+        assert (
+            "has no stream WS_EVENTS"
+            in (await cli(elsewhere.url, "import", str(export), "acme/src", check=False)).stderr
+        )
+        await bus.ensure_streams(nc2, SUBJECTS)  # as Quill's services do when they start
+        await cli(elsewhere.url, "import", str(export), "acme/src")
+        there = await replayed(nc2, "acme/src", tmp_path / "there")
+        await nc2.close()
+    finally:
+        elsewhere.stop()
+    assert there.last_hash == source.events[-1].hash
+    assert entries(tmp_path / "there") == entries(tmp_path / "src")
+    # an existing target is refused, and nothing is appended to it
+    again = await cli(nats_url, "import", str(export), "acme/dst", check=False)
+    assert again.returncode == 1 and "ALREADY_EXISTS: Workspace acme/dst exists" in again.stderr
+    assert (await dst.info()).version == 9
+
+
+def _blob_altered(text: str) -> str:
+    lines = text.splitlines()
+    i = next(n for n, line in enumerate(lines) if '"record":"blob"' in line)
+    record = json.loads(lines[i])
+    record["data"] = "A" + record["data"][1:]
+    lines[i] = json.dumps(record)
+    return "\n".join(lines) + "\n"
+
+
+DAMAGES = [
+    (lambda s: s.replace('"changed\\n"', '"chanGed\\n"'), "does not hash to the hash"),
+    (lambda s: "\n".join(s.splitlines()[:-1]) + "\n", "it is truncated (no end record)"),
+    (_blob_altered, "does not match its sha256"),
+    (lambda s: s.replace('"record":"blob"', '"record":"nope"'), "line 3: "),
+    (lambda s: s.replace('"format_version":1', '"format_version":9'), "version 9 is newer"),
+]
+
+
+async def test_a_damaged_export_is_refused_and_nothing_is_imported(
+    services: StartReader, quill: Quill, tmp_path: Path, nats_url: str
+) -> None:
+    ws = quill.workspace("acme/damaged")
+    await ws.create()
+    await ws.write("blob.bin", BIG)
+    await ws.write("notes.md", "changed\n")
+    export = tmp_path / "export.jsonl"
+    await cli(nats_url, "export", "acme/damaged", str(export))
+    good = export.read_text()
+    for damage, message in DAMAGES:
+        export.write_text(damage(good))
+        refused = await cli(nats_url, "import", str(export), "acme/undamaged", check=False)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.startswith(f"quill: INVALID_ARGUMENT: {export} is not a valid ")
+        assert message in refused.stderr, refused.stderr
+    assert await rpl.last_event(quill.nc.jetstream(), SUBJECTS.evt("acme", "undamaged")) is None
