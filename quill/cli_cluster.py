@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from quill.cli import SANDBOX_HELP, main
+from quill.cli import SANDBOX_HELP, TOKENS_HELP, main
 from services.common.runtime import setup_logging
 
 
@@ -50,6 +50,7 @@ def _counts(fn: click.decorators.FC) -> click.decorators.FC:
 )
 @click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
+@click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -63,13 +64,17 @@ def up(
     nats_port: int,
     http_port: int,
     sandbox: str | None,
+    tokens: Path | None,
 ) -> None:
     """Start NATS servers in a cluster and the services, each its own process; Ctrl-C stops
     them. Clients use every server's URL, comma-separated (printed, and in DATA/stack.json)."""
     from quill.cluster import Cluster
+    from services.gateway.principals import Tokens
 
     setup_logging(ctx.obj["log_level"])
     try:
+        if tokens is not None:
+            Tokens.load(tokens)  # refuse a bad file here rather than in the gateway's log
         cluster = Cluster(
             data,
             nats=nats,
@@ -79,6 +84,7 @@ def up(
             partitions=partitions,
             lease_ttl=lease_ttl,
             sandbox=sandbox,
+            tokens=tokens,
             nats_port=nats_port,
             http_port=http_port,
             log_level=ctx.obj["log_level"],

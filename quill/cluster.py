@@ -45,7 +45,9 @@ COMPOSE_MONITOR_PORT = 8222
 COMPOSE_HTTP_PORT = 8080
 COMPOSE_DATA = "/data"
 """Where each container keeps its state (a volume)."""
-KINDS = ("writer", "reader", "executor", "gateway")
+COMPOSE_TOKENS = "/run/secrets/quill-tokens"
+"""The gateway's tokens file (a compose secret): it listens beyond loopback only with one."""
+RENDERED = "written by `python -m quill cluster render` from quill/cluster.py; do not edit"
 
 
 @dataclass(frozen=True)
@@ -112,20 +114,20 @@ class Deployment:
         return [*names, "gateway"]
 
     def service_args(
-        self, name: str, *, nats_url: str, data: str, host: str = "127.0.0.1", http_port: int = 8080
+        self,
+        name: str,
+        *,
+        nats_url: str,
+        data: str,
+        host: str = "127.0.0.1",
+        http_port: int = 8080,
+        tokens: str | None = None,
     ) -> list[str]:
         """The ``quill`` arguments that run service ``name`` (``writer-1``, ``gateway``)."""
         kind = name.rsplit("-", 1)[0]
         if kind == "gateway":
-            return [
-                "gateway",
-                "--nats-url",
-                nats_url,
-                "--host",
-                host,
-                "--http-port",
-                str(http_port),
-            ]
+            args = [kind, "--nats-url", nats_url, "--host", host, "--http-port", str(http_port)]
+            return args + (["--tokens", tokens] if tokens else [])
         args = [kind, "--nats-url", nats_url, "--data", data, "--replicas", str(self.replicas)]
         if kind == "writer":
             args += ["--partitions", str(self.partitions)]
@@ -163,9 +165,12 @@ class Deployment:
 
     def compose_configs(self) -> dict[str, str]:
         """``nats/<name>.conf`` → text, for the containers (``render``)."""
-        nodes = self.compose_nodes()
-        store = f"{COMPOSE_DATA}/jetstream"
-        return {f"nats/{n.name}.conf": self.server_config(n, nodes, store) for n in nodes}
+        nodes, store = self.compose_nodes(), f"{COMPOSE_DATA}/jetstream"
+        return {
+            f"nats/{n.name}.conf": f"# {n.name} of compose.yaml, {RENDERED}\n"
+            + self.server_config(n, nodes, store)
+            for n in nodes
+        }
 
     def compose_args(self, name: str) -> list[str]:
         """The ``quill`` arguments of service ``name`` in ``compose.yaml``."""
@@ -175,6 +180,7 @@ class Deployment:
             data=COMPOSE_DATA,
             host="0.0.0.0",
             http_port=COMPOSE_HTTP_PORT,
+            tokens=COMPOSE_TOKENS,
         )
 
 
@@ -222,13 +228,15 @@ class Cluster(Launcher):
         partitions: int = 64,
         lease_ttl: float | None = None,
         sandbox: str | None = None,
+        tokens: Path | None = None,
         nats_port: int = 0,
         http_port: int = 0,
         log_level: str = "info",
         restart: bool = True,
     ) -> None:
         """``nats_port``: the first server's client port, the others take the next ones
-        (0: free ports); ``http_port``: the gateway's (0: a free one).
+        (0: free ports); ``http_port``: the gateway's (0: a free one); ``tokens``: the
+        gateway's tokens file (docs/gateway.md).
 
         Raises:
             ValueError: counts the deployment cannot run with.
@@ -243,6 +251,7 @@ class Cluster(Launcher):
             for i, name in enumerate(self.deployment.nats_names)
         ]
         self.http_port = self.http_port or ports.free()
+        self.tokens = tokens.resolve() if tokens else None
 
     @property
     def nats_urls(self) -> list[str]:
@@ -271,7 +280,11 @@ class Cluster(Launcher):
 
     def _service(self, name: str) -> Child:
         args = self.deployment.service_args(
-            name, nats_url=self.nats_url, data=str(self.data_dir / name), http_port=self.http_port
+            name,
+            nats_url=self.nats_url,
+            data=str(self.data_dir / name),
+            http_port=self.http_port,
+            tokens=str(self.tokens) if self.tokens else None,
         )
         return Child(name, self.argv(*args), self._log(name), ping=name.rsplit("-", 1)[0])
 

@@ -1,0 +1,117 @@
+"""``compose.yaml`` is the deployment ``quill cluster up`` runs: the same processes, commands
+and flags, the same partitions; its NATS configurations are what ``quill cluster render``
+writes, and every one is valid for the nats-server the tests run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+from quill.cli_cluster import up
+from quill.cluster import COMPOSE_DATA, COMPOSE_HTTP_PORT, COMPOSE_TOKENS, Deployment
+from quill.natsserver import binary
+from services.gateway.principals import Tokens
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def _kind(name: str) -> str:
+    return name.rsplit("-", 1)[0]
+
+
+def _deployment(compose: dict[str, Any]) -> Deployment:
+    """The deployment compose.yaml describes, from its service names and writer flags."""
+    names = list(compose["services"])
+    count = {k: sum(_kind(n) == k for n in names) for k in ("nats", "writer", "reader", "executor")}
+    command = compose["services"]["writer-1"]["command"]
+    partitions = int(command[command.index("--partitions") + 1])
+    return Deployment(
+        nats=count["nats"],
+        writers=count["writer"],
+        readers=count["reader"],
+        executors=count["executor"],
+        partitions=partitions,
+    )
+
+
+def test_same_processes_as_cluster_up(compose: dict[str, Any]) -> None:
+    deployment = _deployment(compose)
+    assert deployment == Deployment()  # what quill cluster up starts when given no flags
+    defaults = {p.name: p.default for p in up.params if isinstance(p, click.Option)}
+    for flag in ("nats", "writers", "readers", "executors", "partitions"):
+        assert defaults[flag] == getattr(deployment, flag), flag
+    assert list(compose["services"]) == [*deployment.nats_names, *deployment.service_names]
+
+
+def test_same_commands_and_flags(compose: dict[str, Any]) -> None:
+    deployment = _deployment(compose)
+    for name in deployment.service_names:
+        assert compose["services"][name]["command"] == ["quill", *deployment.compose_args(name)]
+    assert "--replicas" in deployment.compose_args("reader-1") and deployment.replicas == 3
+
+
+def test_nats_configs_are_rendered_and_valid(compose: dict[str, Any]) -> None:
+    deployment = _deployment(compose)
+    configs = deployment.compose_configs()
+    assert len(configs) == 3
+    for relative, text in configs.items():
+        path = ROOT / "deploy" / relative
+        assert path.read_text() == text, f"{path} is stale: python -m quill cluster render"
+        assert f"{{{{partition({deployment.partitions},1,2)}}}}" in text
+        checked = subprocess.run(
+            [str(binary()), "-t", "-c", str(path)], capture_output=True, text=True, timeout=30
+        )
+        assert checked.returncode == 0, checked.stderr
+    for name in deployment.nats_names:
+        service = compose["services"][name]
+        assert service["command"] == ["nats-server", "-c", "/etc/nats/nats.conf"]
+        assert f"./deploy/nats/{name}.conf:/etc/nats/nats.conf:ro" in service["volumes"]
+
+
+def test_volumes_ports_and_order(compose: dict[str, Any]) -> None:
+    deployment = _deployment(compose)
+    services = compose["services"]
+    for name in [*deployment.nats_names, *deployment.service_names[:-1]]:
+        assert f"{name}:{COMPOSE_DATA}" in services[name]["volumes"], name
+        assert name in compose["volumes"]
+    published = [port for n in deployment.nats_names for port in services[n]["ports"]]
+    assert published == ["4222:4222", "4223:4222", "4224:4222"]
+    assert services["gateway"]["ports"] == [f"{COMPOSE_HTTP_PORT}:{COMPOSE_HTTP_PORT}"]
+    healthy = {name: {"condition": "service_healthy"} for name in deployment.nats_names}
+    for name in deployment.service_names:
+        assert services[name]["depends_on"] == healthy, name
+
+
+def test_the_gateway_reads_its_tokens_from_a_secret(compose: dict[str, Any]) -> None:
+    gateway = compose["services"]["gateway"]
+    assert gateway["secrets"] == ["quill-tokens"]
+    assert gateway["command"][-2:] == ["--tokens", COMPOSE_TOKENS]
+    assert compose["secrets"]["quill-tokens"] == {"file": "./deploy/tokens.toml"}
+    Tokens.load(ROOT / "deploy" / "tokens.example.toml")  # the example is a valid file
+
+
+def test_every_service_has_a_health_check(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        check = service["healthcheck"]
+        assert check["test"] == ["CMD", "quill", "cluster", "health", _kind(name)], name
+        assert check["interval"] and check["retries"] >= 1
+
+
+def test_the_image_installs_quill() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^RUN pip install --no-cache-dir \.", dockerfile, re.M)
+    for package in ("contracts", "services", "quill"):
+        assert f"COPY {package} ./{package}" in dockerfile
