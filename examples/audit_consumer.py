@@ -1,7 +1,9 @@
 """A downstream audit pipeline: a JetStream durable pull consumer on Quill's WS_AUDIT stream.
 
-    python examples/audit_consumer.py --nats-url nats://127.0.0.1:4222 \\
-        --durable audit-sink --out audit.jsonl
+    python examples/audit_consumer.py --durable audit-sink --out audit.jsonl
+
+(``--nats-url``, default ``$QUILL_NATS_URL`` or ``nats://127.0.0.1:4222``: a user that may
+read WS_AUDIT and create consumers on it, such as the system user.)
 
 Each audit record (one JSON object per operation, see docs/contract.md) is appended to
 ``--out`` as one line with its stream sequence (``seq``), flushed to disk, and only then
@@ -79,7 +81,9 @@ async def consume(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    parser.add_argument(
+        "--nats-url", default=os.environ.get("QUILL_NATS_URL", "nats://127.0.0.1:4222")
+    )
     parser.add_argument("--durable", default="audit-sink", help="The consumer's durable name.")
     parser.add_argument(
         "--subject", default="ws.audit.>", help="Which records: ws.audit.<tenant>.<workspace>."

@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -66,6 +67,17 @@ async def replayed(nc: NATS, name: str, out: Path, version: int | None = None) -
     finally:
         contents.close()
     return fold
+
+
+async def exported(nc: NATS, name: str, path: Path) -> rpl.Moved:
+    tenant, ws = name.split("/")
+    with open(path, "wb") as out:
+        return await rpl.export(nc.jetstream(), SUBJECTS, rpl.Fold(tenant, ws), out)
+
+
+async def imported(nc: NATS, path: Path, name: str) -> rpl.Moved:
+    tenant, ws = name.split("/")
+    return await rpl.import_file(nc, SUBJECTS, lambda: open(path, "rb"), str(path), tenant, ws)
 
 
 def entries(root: Path) -> list[tuple[str, int, int, bytes | None]]:
@@ -181,25 +193,26 @@ async def test_a_compacted_workspace_replays_from_its_manifest(
     with pytest.raises(QuillError) as below:
         await replayed(quill.nc, "acme/compacted", tmp_path / "v19", 19)
     assert below.value.code == ErrorCode.VERSION_TRIMMED and below.value.details["floor"] == 20
+    v5 = str(tmp_path / "v5")
     refused = await cli(
-        nats_url,
-        "replay",
-        "acme/compacted",
-        "--to-version",
-        "5",
-        "--out",
-        str(tmp_path / "v5"),
-        check=False,
+        nats_url, "replay", "acme/compacted", "--to-version", "5", "--out", v5, check=False
     )
     assert refused.returncode == 1 and refused.stderr.startswith(
         "quill: VERSION_TRIMMED: Version 5 of acme/compacted was compacted away"
     )
-    # moved elsewhere under another name: the compaction's chain still verifies
-    export = tmp_path / "compacted.jsonl.gz"
-    await cli(nats_url, "export", "acme/compacted", str(export))
-    await cli(nats_url, "import", str(export), "acme/compacted2")
+    # moved under another name: the compaction still chains to its manifest's history
+    await exported(quill.nc, "acme/compacted", tmp_path / "compacted.jsonl")
+    moved = await imported(quill.nc, tmp_path / "compacted.jsonl", "acme/compacted2")
+    assert (moved.version, moved.rehashed, moved.blobs) == (
+        23,
+        True,
+        4,
+    )  # manifest, cold.md, hot.md x2
     await replayed(quill.nc, "acme/compacted2", tmp_path / "moved", 20)
     assert entries(tmp_path / "moved") == entries(tmp_path / "before")
+    fold = await rpl.replay(quill.nc.jetstream(), SUBJECTS, "acme", "compacted2")
+    assert fold.compaction == 22
+    assert (await rpl.check_replica(quill.nc, SUBJECTS, fold, "r1", deep=True)).ok
 
 
 async def test_runs_are_listed_and_replayed_as_they_read(
@@ -213,16 +226,14 @@ async def test_runs_are_listed_and_replayed_as_they_read(
     await ws.write("plan.md", "turn 1\n")
     await ws.end_run("turn-1")
     await ws.start_run("turn-2", version=1)
-    listed = json.loads((await cli(nats_url, "--json", "runs", "acme/runs")).stdout)
-    runs = {r["run"]: r for r in listed["runs"]}
-    assert (runs["turn-1"]["version"], runs["turn-1"]["status"]) == (2, "ended")
-    assert (runs["turn-2"]["version"], runs["turn-2"]["status"]) == (1, "running")
-    assert runs["turn-1"]["actor"] == "tester" and runs["turn-1"]["ended_version"] == 5
-    text = (await cli(nats_url, "runs", "acme/runs")).stdout.splitlines()
-    assert text[0].split() == ["RUN", "VERSION", "STATUS", "ACTOR", "STARTED", "ENDED"]
-    await cli(nats_url, "replay", "acme/runs", "--run", "turn-1", "--out", str(tmp_path / "run"))
+    fold = await replayed(quill.nc, "acme/runs", tmp_path / "latest")
+    runs = fold.runs
+    assert (runs["turn-1"].version, runs["turn-1"].status) == (2, "ended")
+    assert (runs["turn-2"].version, runs["turn-2"].status) == (1, "running")
+    assert runs["turn-1"].actor == "tester" and runs["turn-1"].ended_version == 5
+    assert (await ws.run_info("turn-1")).version == runs["turn-1"].version
+    await replayed(quill.nc, "acme/runs", tmp_path / "run", runs["turn-1"].version)
     assert (tmp_path / "run" / "plan.md").read_text() == "turn 0\n"
-    assert (await ws.run_info("turn-1")).version == 2
     missing = await cli(
         nats_url, "replay", "acme/runs", "--run", "nope", "--out", str(tmp_path / "x"), check=False
     )
@@ -256,8 +267,8 @@ async def test_verify_names_a_replica_that_disagrees_with_the_log(
     shallow = await rpl.check_replica(quill.nc, SUBJECTS, fold, "rb", deep=False)
     deep = await rpl.check_replica(quill.nc, SUBJECTS, fold, "rb", deep=True)
     assert shallow.ok and not deep.ok and deep.problems[0].startswith("tree hash: replica ")
-    ok = json.loads((await cli(nats_url, "--json", "verify", "acme/verified")).stdout)
-    assert ok["ok"] and {r["instance"] for r in ok["replicas"]} == {"ra", "rb"}
+    assert await rpl.live_readers(quill.nc, SUBJECTS) == ["ra", "rb"]
+    assert (await rpl.check_replica(quill.nc, SUBJECTS, fold, "ra", deep=True)).ok
     await tamper(ra.store.path, "UPDATE revisions SET size=size+1 WHERE path='a.txt'")
     bad = await cli(nats_url, "verify", "acme/verified", check=False)
     assert bad.returncode == 1
@@ -274,11 +285,11 @@ async def test_export_and_import_move_a_workspace_with_its_history(
     ws = await workspace_with_everything(quill, "acme/src")
     await replayed(quill.nc, "acme/src", tmp_path / "src")
     export = tmp_path / "src.jsonl"
-    out = json.loads((await cli(nats_url, "--json", "export", "acme/src", str(export))).stdout)
-    assert (out["version"], out["events"], out["blobs"]) == (9, 9, 1)
+    out = await exported(quill.nc, "acme/src", export)
+    assert (out.version, out.events, out.blobs) == (9, 9, 1)
     # another name on this deployment: events re-encoded and re-chained, history kept
-    imported = json.loads((await cli(nats_url, "--json", "import", str(export), "acme/dst")).stdout)
-    assert (imported["source"], imported["rehashed"], imported["version"]) == ("acme/src", True, 9)
+    moved = await imported(quill.nc, export, "acme/dst")
+    assert (moved.source, moved.rehashed, moved.version) == ("acme/src", True, 9)
     dst = quill.workspace("acme/dst")
     source, copied = await ws.events(limit=20), await dst.events(after=0, limit=20)
     kept = ["version", "at", "op", "actor", "request_id", "tree_hash", "changes"]
@@ -287,19 +298,17 @@ async def test_export_and_import_move_a_workspace_with_its_history(
     ]
     assert source.events[-1].hash != copied.events[-1].hash
     await as_reader_answers(dst, 9, tmp_path / "src")
-    await replayed(quill.nc, "acme/dst", tmp_path / "dst")
+    fold = await replayed(quill.nc, "acme/dst", tmp_path / "dst")
     assert entries(tmp_path / "dst") == entries(tmp_path / "src")
-    assert json.loads((await cli(nats_url, "--json", "verify", "acme/dst", "--deep")).stdout)["ok"]
+    assert (await rpl.check_replica(quill.nc, SUBJECTS, fold, "r1", deep=True)).ok
     # the same name on another deployment: byte for byte, same hashes
     elsewhere = NatsServer(tmp_path / "nats2").start()
     try:
         nc2 = await bus.connect(elsewhere.url, "test-elsewhere")
-        assert (
-            "has no stream WS_EVENTS"
-            in (await cli(elsewhere.url, "import", str(export), "acme/src", check=False)).stderr
-        )
+        bare = await cli(elsewhere.url, "import", str(export), "acme/src", check=False)
+        assert "has no stream WS_EVENTS: Quill has not run there" in bare.stderr
         await bus.ensure_streams(nc2, SUBJECTS)  # as Quill's services do when they start
-        await cli(elsewhere.url, "import", str(export), "acme/src")
+        assert not (await imported(nc2, export, "acme/src")).rehashed
         there = await replayed(nc2, "acme/src", tmp_path / "there")
         await nc2.close()
     finally:
@@ -338,12 +347,49 @@ async def test_a_damaged_export_is_refused_and_nothing_is_imported(
     await ws.write("blob.bin", BIG)
     await ws.write("notes.md", "changed\n")
     export = tmp_path / "export.jsonl"
-    await cli(nats_url, "export", "acme/damaged", str(export))
+    await exported(quill.nc, "acme/damaged", export)
     good = export.read_text()
     for damage, message in DAMAGES:
         export.write_text(damage(good))
-        refused = await cli(nats_url, "import", str(export), "acme/undamaged", check=False)
-        assert refused.returncode == 2, refused.stderr
-        assert refused.stderr.startswith(f"quill: INVALID_ARGUMENT: {export} is not a valid ")
-        assert message in refused.stderr, refused.stderr
+        with pytest.raises(QuillError) as refused:
+            await imported(quill.nc, export, "acme/undamaged")
+        assert refused.value.code == ErrorCode.INVALID_ARGUMENT
+        assert refused.value.message.startswith(f"{export} is not a valid export: ")
+        assert message in refused.value.message
     assert await rpl.last_event(quill.nc.jetstream(), SUBJECTS.evt("acme", "undamaged")) is None
+    refused_cli = await cli(nats_url, "import", str(export), "acme/undamaged", check=False)
+    assert refused_cli.returncode == 2
+    assert refused_cli.stderr == (
+        f"quill: INVALID_ARGUMENT: {export} is not a valid export: format version 9 is newer\n"
+    )
+
+
+def doc_blocks() -> list[str]:
+    text = (ROOT / "docs" / "replay.md").read_text()
+    return re.findall(r"```bash\n(.*?)```", text, re.S)
+
+
+async def test_docs_replay_examples_run_as_written(
+    services: StartReader, nats_url: str, tmp_path: Path
+) -> None:
+    """The tour and the audit examples of docs/replay.md, line by line, as a user types them."""
+    await services("reader-host-4242")
+    env = {**os.environ, "QUILL_NATS_URL": nats_url}
+    tour, audit, consumer = doc_blocks()
+    out = []
+    for line in [*tour.strip().splitlines(), audit.strip(), consumer.strip()]:
+        command = line.split("  #")[0].replace("quill ", f"{sys.executable} -m quill ", 1)
+        command = command.replace("python examples/", f"{sys.executable} {ROOT}/examples/")
+        done = await asyncio.to_thread(
+            subprocess.run, ["bash", "-c", command], env=env, cwd=tmp_path, capture_output=True,
+            text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, (line, done.stderr)
+        out.append(done.stdout)
+    assert (tmp_path / "draft-1" / "ch1.md").read_text() == "# One\n"  # what the run read
+    assert (tmp_path / "book" / "ch1.md").read_text() == "# One, revised\n"
+    assert out[5].splitlines()[1].split()[:3] == ["draft-1", "2", "ended"]
+    assert out[6].startswith("replayed acme/book version 5 into book: 1 file, ")
+    assert "reader reader-host-4242: ok (tree hash " in out[8]
+    assert out[10].startswith("imported acme/book as acme/book-copy: version 5, 5 events")
+    assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 3
