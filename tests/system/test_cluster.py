@@ -1,9 +1,11 @@
 """``quill cluster up`` as a real process: three NATS servers in a cluster, two writers
 sharing the partitions, two readers, an executor and the gateway; used through the SDK and
-the CLI with every server's URL; stopped by SIGTERM with nothing left behind."""
+the CLI with every server's URL; stopped by SIGTERM with nothing left behind. And the
+``Cluster`` API that fault tests drive: one process killed, stopped, started, restarted."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -19,6 +21,7 @@ import pytest
 
 from contracts.subjects import BUCKET_LEASES, STREAM_AUDIT, STREAM_EVENTS
 from quill.client import Quill
+from quill.cluster import Cluster
 from services.common import bus
 from tests.system.conftest import READY
 
@@ -174,8 +177,10 @@ def test_cli_with_the_comma_separated_url(cluster: ClusterUp) -> None:
     assert cluster.cli("cat", "acme/cli", "todo.md").stdout == "- ship\n"
     ran = cluster.cli("exec", "acme/cli", "--", "sh", "-c", "wc -l < todo.md")
     assert ran.stdout.strip() == "1"
-    for service in ("writer", "reader", "executor", "gateway"):
-        cluster.cli("cluster", "health", service)
+    cluster.cli("cluster", "health", "writer")  # a writer on this host answers
+    record = json.loads((cluster.data / "stack.json").read_text())
+    monitor = record["servers"][1]["monitor"].rsplit(":", 1)[1]
+    cluster.cli("cluster", "health", "nats", "--monitor-port", monitor)
 
 
 def test_sigterm_stops_everything(cluster: ClusterUp) -> None:
@@ -186,3 +191,31 @@ def test_sigterm_stops_everything(cluster: ClusterUp) -> None:
     assert cluster.process.wait(30) == 0
     assert not [pid for pid in children if alive(pid)]
     assert not (cluster.data / "stack.json").exists()
+
+
+async def test_the_programmatic_api_kills_stops_and_restarts_one_process(tmp_path: Path) -> None:
+    small = Cluster(tmp_path, writers=1, readers=1, executors=0, partitions=8)
+    async with small:
+        assert small.names == ["nats-1", "nats-2", "nats-3", "writer-1", "reader-1", "gateway"]
+        quill = await Quill.connect(small.nats_urls)
+        try:
+            ws = quill.workspace("acme/api")
+            await ws.create()
+            reader = small.child("reader-1")
+            crashed = reader.pid
+            await small.kill("reader-1")  # the supervisor starts it again
+            deadline = time.monotonic() + 10
+            while not (reader.alive() and reader.pid != crashed):
+                assert time.monotonic() < deadline, "reader-1 was not restarted"
+                await asyncio.sleep(0.1)
+            await small.wait_ready("reader-1")
+            await small.stop("reader-1")  # on purpose: it stays down
+            await asyncio.sleep(1.0)  # two supervisor rounds
+            assert not reader.alive()
+            await small.start("reader-1")
+            await small.restart("nats-2")
+            await ws.write("a.txt", "after\n")
+            assert await ws.read_text("a.txt") == "after\n"
+        finally:
+            await quill.close()
+    assert not [c.name for c in small.children if c.alive()]
