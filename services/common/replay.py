@@ -112,9 +112,10 @@ class Summary(msgspec.Struct, kw_only=True):
     out: str | None = None
 
 
-def corrupt(message: str, version: int, **details: Any) -> QuillError:
+def corrupt(message: str, version: int | None, **details: Any) -> QuillError:
     """The log (or an export) is not what a writer appended."""
-    return QuillError(ErrorCode.INTERNAL, f"{message} (version {version})", details)
+    where = f" (version {version})" if version is not None else ""
+    return QuillError(ErrorCode.INTERNAL, message + where, details)
 
 
 # ---------------------------------------------------------------- contents
@@ -364,7 +365,10 @@ async def last_event(js: JetStreamContext, subject: str) -> WorkspaceEvent | Non
         raw = await js.get_last_msg(STREAM_EVENTS, subject, direct=True)
     except NotFoundError:
         return None
-    return codec.decode_event(raw.data or b"")
+    try:
+        return codec.decode_event(raw.data or b"")
+    except msgspec.MsgspecError as exc:
+        raise corrupt(f"Unreadable last event: {exc}", None) from None
 
 
 Raw = tuple[bytes, str | None]
@@ -413,6 +417,7 @@ async def messages(js: JetStreamContext, subject: str) -> AsyncGenerator[list[Ra
             drained.set()
             yield batch
     finally:
+        drained.set()
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
 

@@ -19,6 +19,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from nats.aio.client import Client as NATS
 
@@ -35,6 +36,7 @@ from services.common import replay as rpl
 from services.common.blobs import Blobs
 from services.common.compaction import slack
 from tests.conftest import StartReader
+from tests.helpers import LogBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBJECTS = Subjects()
@@ -393,3 +395,44 @@ async def test_docs_replay_examples_run_as_written(
     assert "reader reader-host-4242: ok (tree hash " in out[8]
     assert out[10].startswith("imported acme/book as acme/book-copy: version 5, 5 events")
     assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 3
+
+
+async def test_a_log_that_does_not_verify_is_refused(tmp_path: Path) -> None:
+    """Events appended behind the writer's back: a broken chain, a payload that does not match
+    the hash it carries. (A server of its own: the readers of the other tests follow theirs.)"""
+    server = NatsServer(tmp_path / "nats").start()
+    try:
+        nc = await bus.connect(server.url, "test-forger")
+        await bus.ensure_streams(nc, SUBJECTS)
+        # acme/chain: v3 names v1 as the event before it; acme/payload: v3 chains right but
+        # carries a hash that is not its payload's
+        for name, before, carried in [("chain", 0, None), ("payload", -1, "0" * 64)]:
+            log = LogBuilder("acme", name)
+            log.run(rq.CreateWorkspace(), "create")
+            log.run(rq.WriteFile(path="a.txt", content="a\n"))
+            items = [(codec.encode(c.event), f"{name}-{c.seq}", c.hash) for c in log.log]
+            subject = SUBJECTS.evt("acme", name)
+            last = await rpl.append_batch(nc, subject, 0, items, 1)
+            assert (await rpl.replay(nc.jetstream(), SUBJECTS, "acme", name)).version == 2
+            forged = msgspec.structs.replace(
+                log.log[-1].event, version=3, prev_hash=log.log[before].hash
+            )
+            payload = codec.encode(forged)
+            digest = carried or hashlib.sha256(payload).hexdigest()
+            await rpl.append_batch(nc, subject, last, [(payload, f"{name}-3", digest)], 3)
+        broken = await cli(
+            server.url, "replay", "acme/chain", "--out", str(tmp_path / "x"), check=False
+        )
+        assert (broken.returncode, broken.stderr) == (
+            1,
+            "quill: INTERNAL: Hash chain broken: prev_hash is not the previous event's hash "
+            "(version 3)\n",
+        )
+        assert not (tmp_path / "x").exists()
+        with pytest.raises(QuillError) as refused:
+            await rpl.replay(nc.jetstream(), SUBJECTS, "acme", "payload", to_version=3)
+        message = "An event does not hash to the hash recorded with it (version 3)"
+        assert (refused.value.code, refused.value.message) == (ErrorCode.INTERNAL, message)
+        await nc.close()
+    finally:
+        server.stop()
