@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from services.common import bus
 from tests.system.conftest import READY
 
 PARTITIONS = 16
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -183,7 +186,19 @@ def test_cli_with_the_comma_separated_url(cluster: ClusterUp) -> None:
     cluster.cli("cluster", "health", "nats", "--monitor-port", monitor)
 
 
+def _doc_block(lang: str, containing: str) -> str:
+    text = (ROOT / "docs" / "cluster.md").read_text()
+    return next(b for b in re.findall(rf"```{lang}\n(.*?)```", text, re.S) if containing in b)
+
+
+def test_docs_client_commands_run_as_written(cluster: ClusterUp) -> None:
+    lines = _doc_block("bash", "quill create").strip().splitlines()
+    out = [cluster.cli(*shlex.split(line)[1:]).stdout for line in lines]
+    assert out[0].startswith("created acme/team") and out[2].split()[0] == "6"
+
+
 def test_sigterm_stops_everything(cluster: ClusterUp) -> None:
+    """Last of the tests on the module's cluster: it ends it."""
     assert cluster.process is not None
     children = descendants(cluster.process.pid)
     assert len(children) >= 9  # 3 servers, 2 writers, 2 readers, an executor, the gateway
@@ -219,3 +234,15 @@ async def test_the_programmatic_api_kills_stops_and_restarts_one_process(tmp_pat
         finally:
             await quill.close()
     assert not [c.name for c in small.children if c.alive()]
+
+
+def test_docs_cluster_example_runs_as_written(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _doc_block("python", "Cluster(")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "up\n"

@@ -5,7 +5,9 @@ writes, and every one is valid for the nats-server the tests run."""
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +117,14 @@ def test_the_image_installs_quill() -> None:
     assert re.search(r"^RUN pip install --no-cache-dir \.", dockerfile, re.M)
     for package in ("contracts", "services", "quill"):
         assert f"COPY {package} ./{package}" in dockerfile
+
+
+def test_the_documented_render_command_writes_deploy(tmp_path: Path) -> None:
+    doc = (ROOT / "docs" / "cluster.md").read_text()
+    command = next(line.strip() for line in doc.splitlines() if "quill cluster render" in line)
+    argv = shlex.split(command.replace("--out deploy", f"--out {tmp_path}"))
+    assert argv[:2] == ["python", "-m"]
+    subprocess.run([sys.executable, *argv[1:]], check=True, capture_output=True, timeout=60)
+    for path in sorted((ROOT / "deploy" / "nats").iterdir()):
+        assert (tmp_path / "nats" / path.name).read_text() == path.read_text()
+    assert command in (ROOT / "compose.yaml").read_text()  # its header says the same
