@@ -104,8 +104,8 @@ def up(
 @_counts
 def render(out: Path, nats: int, partitions: int) -> None:
     """Write OUT/nats/nats-N.conf, the servers' configurations that compose.yaml mounts."""
-    from quill.cluster import Deployment
-    from quill.cluster import render as write
+    from quill.deployment import Deployment
+    from quill.deployment import render as write
 
     try:
         deployment = Deployment(nats=nats, partitions=partitions)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from quill.cli_cluster import up
-from quill.cluster import COMPOSE_DATA, COMPOSE_HTTP_PORT, COMPOSE_TOKENS, Deployment
+from quill.deployment import COMPOSE_DATA, COMPOSE_HTTP_PORT, COMPOSE_TOKENS, Deployment
 from quill.natsserver import binary
 from services.gateway.principals import Tokens
 
