@@ -78,8 +78,10 @@ async def main(seconds: float = 20.0) -> None:
                 f"clients: {base.rate:,.0f} req/s; ratio {rate / base.rate:.3f}x "
                 f"(p50 {base.pct(0.5):.2f} ms)"
             )
-            if many.failures or one.failures:
-                print(f"FAILURES: {len(many.failures) + len(one.failures)} (see the tables)")
+            failures = many.failures + one.failures
+            if failures:
+                print(f"FAILURES: {len(failures)}")
+                print("\n".join(f"  {line}" for line in failures[:10]))
         finally:
             echo.stop()
             up.stop()

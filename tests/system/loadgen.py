@@ -377,10 +377,11 @@ async def run_load(config: LoadConfig, chaos: Chaos | None = None) -> Report:
                 )
             )
         loops = [_Client(n, q, config, report) for n, q in enumerate(clients)]
-        for loop in loops:  # each client knows the seed files it wrote
-            for name in config.names():
+        for loop in loops:  # each client is handed its seed files, and the version they
+            for name in config.names():  # are at: it reads its own writes from there on
                 loop.expect[(name, f"c{loop.n}/f0.txt")] = {f"seed {loop.n} {name}\n"}
                 loop.existing[name] = [f"c{loop.n}/f0.txt"]
+                loop.quill.workspace(name).last_version = admin.workspace(name).last_version
         started = time.monotonic()
         stop = asyncio.Event()
         striker = asyncio.create_task(
