@@ -58,10 +58,11 @@ async def replay(
     """Rebuild WORKSPACE from its log alone into a directory, checking the hash chain and that
     the tree hashes to what the log recorded; two replays give identical trees."""
     js, subjects = ws.client.nc.jetstream(), ws.client.subjects
-    run_id = run_id or ctx.obj["run"]
+    if run_id is not None and to_version is not None:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Give --run or --to-version, not both")
+    if run_id is None and to_version is None:
+        run_id = ctx.obj["run"]  # quill --run ID replay ..., or $QUILL_RUN
     if run_id is not None:
-        if to_version is not None:
-            raise QuillError(ErrorCode.INVALID_ARGUMENT, "Give --run or --to-version, not both")
         to_version = (await rpl.find_run(js, subjects, ws.tenant, ws.name, run_id)).version
     contents = rpl.Contents()
     try:
