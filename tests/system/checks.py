@@ -8,9 +8,10 @@
 * ``replicas_converge``: every live reader replica answers the same tree hash at a version.
 * ``verify_run``: all of them after a ``loadgen`` run, and no failure the clients saw.
 
-Each raises ``AssertionError`` listing what is wrong. (``services/common/replay.py``, for
-``quill verify``, did not exist when these were written; ``verify_chain`` is the small
-check these tests need, over ``services.common.log``.)
+Each raises ``AssertionError`` listing what is wrong. ``verify_chain`` lists every break
+itself (and a request appended twice, which replay does not look for), then has
+``services.common.replay`` (``quill verify``) fold the log, which checks each event's tree
+hash against the tree rebuilt from the events before it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from contracts.events import HistoryCompacted
 from contracts.subjects import Subjects, split_workspace
 from quill.client import Quill
 from services.common import log as eventlog
+from services.common import replay
 from services.common.plan import Committed
 from tests.system.loadgen import Acked, Report
 
@@ -168,9 +170,9 @@ async def read_log(nc: NATS, tenant: str, workspace: str, timeout: float) -> lis
 
 
 async def verify_chain(nc: NATS, tenant: str, workspace: str, timeout: float = 60.0) -> Chain:
-    """Read the whole log of ``tenant/workspace`` and verify it (see the module docstring).
-    A log that starts at a ``history_compacted`` event (``max_versions``) is verified from
-    there.
+    """Read the whole log of ``tenant/workspace`` and verify it (see the module docstring),
+    replay included. A log that starts at a ``history_compacted`` event (``max_versions``)
+    is verified from there.
 
     Raises:
         AssertionError: the chain is broken (every break listed), or the log is empty.
@@ -204,6 +206,12 @@ async def verify_chain(nc: NATS, tenant: str, workspace: str, timeout: float = 6
             )
         requests.setdefault(event.request_id, event.version)
     _fail(problems, f"breaks in the chain of {tenant}/{workspace}")
+    try:
+        fold = await replay.replay(nc.jetstream(), SUBJECTS, tenant, workspace)
+    except QuillError as exc:
+        raise AssertionError(f"{tenant}/{workspace}: the replay refuses the log: {exc}") from exc
+    if (fold.version, fold.last_hash) != (events[-1].event.version, events[-1].hash):
+        raise AssertionError(f"{tenant}/{workspace}: the replay ends at v{fold.version}")
     return Chain(
         first=first.version,
         last=events[-1].event.version,
