@@ -622,7 +622,7 @@ class _Replica:
         every file's sha256 and mode from ``stat``."""
         v, digests, after, paths = self.fold.version, [], None, []
         while True:
-            body = rq.ListDirectory(recursive=True, after=after, limit=10_000, version=v)
+            body = rq.ListDirectory(recursive=True, after=after, version=v)
             page: rp.Listing = await self.ask("list", body, rp.Listing)
             for entry in page.entries:
                 if entry.kind == "directory":
