@@ -592,9 +592,12 @@ async def live_readers(nc: NATS, subjects: Subjects, window_s: float = 0.5) -> l
                 msg = await sub.next_msg(timeout=left)
             except nats.errors.TimeoutError:
                 break
-            instance = msgspec.json.decode(msg.data).get("instance")
-            if isinstance(instance, str):
-                found.add(instance)
+            try:  # (with no reader at all, the server answers "no responders": no data)
+                instance = msgspec.json.decode(msg.data or b"{}", type=dict[str, Any])
+            except msgspec.MsgspecError:
+                continue
+            if isinstance(instance.get("instance"), str):
+                found.add(instance["instance"])
     finally:
         await sub.unsubscribe()
     return sorted(found)
@@ -902,7 +905,7 @@ async def import_file(
         rename = (header.tenant, header.workspace) != (tenant, ws)
         blobs, manifests, hashes = Blobs(js), dict[str, bytes](), dict[str, str]()
         batch: list[tuple[bytes, str, str]] = []
-        last_seq = 0
+        last_seq = size = 0
         for record in read_records(open_file, name):
             if isinstance(record, BlobRecord):
                 if record.manifest:
@@ -918,11 +921,14 @@ async def import_file(
                         await blobs.put(hashing.content_sha256(manifest), manifest)
                     hashes[digest] = digest = hashing.event_hash(payload)
                 batch.append((payload, subjects.msg_id(tenant, ws, event.request_id), digest))
-                if len(batch) >= GROUP_EVENTS or sum(len(b[0]) for b in batch) >= GROUP_BYTES:
-                    last_seq = await append_batch(nc, subject, last_seq, batch, event.version)
-                    batch = []
+                size += len(payload)
+                if len(batch) >= GROUP_EVENTS or size >= GROUP_BYTES:
+                    first = event.version - len(batch) + 1
+                    last_seq = await append_batch(nc, subject, last_seq, batch, first)
+                    batch, size = [], 0
         if batch:
-            last_seq = await append_batch(nc, subject, last_seq, batch, source.version)
+            first = source.version - len(batch) + 1
+            last_seq = await append_batch(nc, subject, last_seq, batch, first)
         imported = await replay(js, subjects, tenant, ws)
     if (imported.version, imported.tree.hash) != (source.version, source.tree.hash):
         raise corrupt(f"{tenant}/{ws} does not replay to the exported tree", imported.version)

@@ -404,6 +404,7 @@ async def test_a_log_that_does_not_verify_is_refused(tmp_path: Path) -> None:
     try:
         nc = await bus.connect(server.url, "test-forger")
         await bus.ensure_streams(nc, SUBJECTS)
+        assert await rpl.live_readers(nc, SUBJECTS) == []  # "no responders" is not a reader
         # acme/chain: v3 names v1 as the event before it; acme/payload: v3 chains right but
         # carries a hash that is not its payload's
         for name, before, carried in [("chain", 0, None), ("payload", -1, "0" * 64)]:
