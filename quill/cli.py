@@ -264,7 +264,6 @@ def service_options(fn: Callable[..., None]) -> Callable[..., None]:
 
 
 SERVICES = {
-    "writer": ("services.writer.app", "Writer", "Run a writer (validates and commits mutations)."),
     "reader": (
         "services.reader.app",
         "Reader",
@@ -299,6 +298,54 @@ def _service_command(name: str, module: str, attr: str, doc: str) -> click.Comma
 
 for _name, (_module, _attr, _doc) in SERVICES.items():
     main.add_command(_service_command(_name, _module, _attr, _doc))
+
+
+@main.command()
+@service_options
+@click.option(
+    "--partitions",
+    default=0,
+    show_default=True,
+    help="On a cluster: the number of command partitions (as in the NATS servers' subject "
+    "mapping); the writer leases its share of them. 0: serve every command (one writer).",
+)
+@click.option(
+    "--lease-ttl",
+    default=5.0,
+    show_default=True,
+    help="Seconds a partition lease lives unrenewed: how soon another writer takes over "
+    "when this one dies.",
+)
+@click.pass_context
+def writer(
+    ctx: click.Context,
+    service_nats_url: str,
+    data: Path,
+    metrics_port: int | None,
+    root: str,
+    replicas: int,
+    log_format: str,
+    partitions: int,
+    lease_ttl: float,
+) -> None:
+    """Run a writer (validates and commits mutations)."""
+    from services.writer.app import Writer
+
+    if partitions < 0 or lease_ttl < 2:
+        click.echo("quill: --partitions must be >= 0 and --lease-ttl >= 2", err=True)
+        sys.exit(2)
+    setup_logging(ctx.obj["log_level"], log_format)
+    settings = _settings(service_nats_url, data, metrics_port, root, replicas)
+    settings.extra.update(partitions=str(partitions), lease_ttl=str(lease_ttl))
+
+    async def start() -> Callable[[], Awaitable[None]]:
+        return (await start_service(settings, "writer", Writer)).stop
+
+    try:
+        asyncio.run(run_until_stopped(start))
+    except RuntimeError as exc:  # e.g. a partition count the deployment does not have
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(1)
 
 
 SANDBOX_HELP = "bwrap (bubblewrap), or local (a plain process: no isolation). Default: bwrap \

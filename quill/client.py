@@ -53,6 +53,8 @@ R = TypeVar("R")
 
 SILENCE_S = 15.0
 """An executor announces a request it holds every 2 s; this long without a word, it is lost."""
+FAILOVER_S = 15.0
+"""Default of ``Quill.failover_s``: longer than a writer lease (5 s) plus its takeover."""
 
 __all__ = ["Quill", "QuillError", "ErrorCode", "Workspace"]
 
@@ -81,8 +83,12 @@ class Quill:
         root: str = "ws",
         exec_silence_s: float = SILENCE_S,
         wait_ms: int = 0,
+        failover_s: float = FAILOVER_S,
     ) -> None:
         self.nc = nc
+        self.failover_s = failover_s
+        """How long commands and queries keep retrying ``UNAVAILABLE`` (no writer for the
+        workspace yet, a partition changing hands) before giving up."""
         self.wait_ms = wait_ms
         """How long a command may wait for another session's lock or for its approval
         (``Ws-Wait``) before ``LOCKED``/``APPROVAL_REQUIRED``."""
@@ -165,6 +171,7 @@ class Quill:
             root=self.subjects.root,
             exec_silence_s=self.exec_silence_s,
             wait_ms=self.wait_ms,
+            failover_s=self.failover_s,
         )
         view._seen, view._nuid = self._seen, self._nuid
         return view
@@ -209,9 +216,11 @@ class Quill:
         data = codec.encode(body)
         timeout = self.timeout + wait_ms / 1000
         last: QuillError | None = None
-        for attempt in range(self.retries + 1):
+        failover_until = asyncio.get_running_loop().time() + self.failover_s
+        attempt = -1
+        while self._again(attempt := attempt + 1, last, failover_until):
             if attempt:
-                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+                await asyncio.sleep(min(0.1 * 2**attempt, 1.0))
             try:
                 msg = await self.nc.request(subject, data, timeout=timeout, headers=headers)
             except nats.errors.TimeoutError:
@@ -240,6 +249,19 @@ class Quill:
                 last = exc
         assert last is not None
         raise last
+
+    def _again(self, attempt: int, last: QuillError | None, failover_until: float) -> bool:
+        """Whether to send (again): the first time; then up to ``retries`` times; and while a
+        service is missing or handing over (``UNAVAILABLE``: a writer failing over, a
+        partition moving), until ``failover_s`` has passed, unless retries are off."""
+        if attempt == 0 or attempt <= self.retries:
+            return True
+        return (
+            self.retries > 0
+            and last is not None
+            and last.code == ErrorCode.UNAVAILABLE
+            and asyncio.get_running_loop().time() < failover_until
+        )
 
     async def exec_request(
         self,

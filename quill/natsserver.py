@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.limits import MAX_MESSAGE_BYTES
+from contracts.subjects import Subjects
 
 _LISTEN = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
 
@@ -64,6 +65,15 @@ def config(store_dir: Path, port: int, host: str = "127.0.0.1", extra: str = "")
         "}\n"
         f"{extra}"
     )
+
+
+def mappings_config(subjects: Subjects, partitions: int) -> str:
+    """The ``mappings`` block that spreads commands over ``partitions`` writer partitions."""
+    lines = "".join(
+        f'  "{source}": "{dest}"\n'
+        for source, dest in subjects.partition_mapping(partitions).items()
+    )
+    return f"mappings {{\n{lines}}}\n"
 
 
 class NatsServer:

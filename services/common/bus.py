@@ -10,7 +10,9 @@ turns ``allow_atomic`` off (DESIGN.md). Streams and buckets are created here, id
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -274,3 +276,26 @@ async def serve_ping(
         await nc.subscribe(f"{subjects.root}.sys.ping", cb=pong),
         await nc.subscribe(f"{subjects.root}.sys.ping.{service}", cb=pong),
     ]
+
+
+async def ping_all(
+    nc: NATS, subjects: Subjects, service: str | None = None, wait_s: float = 0.5
+) -> list[dict[str, Any]]:
+    """Every live instance's ping answer (of ``service``, or of every service), gathered for
+    ``wait_s`` seconds."""
+    subject = f"{subjects.root}.sys.ping" + (f".{service}" if service else "")
+    inbox = nc.new_inbox()
+    answers: list[dict[str, Any]] = []
+
+    async def collect(msg: Msg) -> None:
+        with contextlib.suppress(ValueError):
+            answers.append(json.loads(msg.data))
+
+    sub = await nc.subscribe(inbox, cb=collect)
+    try:
+        await nc.publish(subject, b"", reply=inbox)
+        await nc.flush()
+        await asyncio.sleep(wait_s)  # answers come from an unknown number of instances
+    finally:
+        await sub.unsubscribe()
+    return answers

@@ -39,10 +39,11 @@ def committed(msg: Msg, metadata: Msg.Metadata | None = None) -> Committed:
     return Committed(event=codec.decode_event(msg.data), hash=digest, seq=meta.sequence.stream)
 
 
-async def last_seq(js: JetStreamContext, subject: str) -> int:
-    """Stream sequence of the last event on ``subject`` (0 when it has none)."""
+async def last_seq(js: JetStreamContext, subject: str, *, fresh: bool = False) -> int:
+    """Stream sequence of the last event on ``subject`` (0 when it has none). ``fresh``: ask
+    the stream leader (a direct get may be answered by a replica a little behind)."""
     try:
-        raw = await js.get_last_msg(STREAM_EVENTS, subject, direct=True)
+        raw = await js.get_last_msg(STREAM_EVENTS, subject, direct=not fresh)
     except NotFoundError:
         return 0
     return int(raw.seq or 0)

@@ -22,6 +22,7 @@ from services.common.secrets import secrets_from_env
 from services.common.store import Store
 from services.writer.append import Appender, Group
 from services.writer.handlers import command_handler
+from services.writer.partitions import Partitions
 from services.writer.workspace import WorkspaceActor
 
 log = logging.getLogger("quill.writer")
@@ -83,17 +84,29 @@ class Writer:
         self.max_workspaces, self.max_queued = max_workspaces, max_queued
         self._actors: OrderedDict[tuple[str, str], WorkspaceActor] = OrderedDict()
         self._subs: list[Subscription] = []
+        partitions = int(settings.extra.get("partitions", "0"))
+        self.partitions: Partitions | None = (
+            Partitions(
+                self,
+                partitions,
+                float(settings.extra.get("lease_ttl", "5")),
+                self._serve_partition,
+            )
+            if partitions
+            else None
+        )
+        """On a cluster: the command partitions this writer leases (None: it serves all)."""
         self.queued = 0
         """Commands accepted and not yet answered (bounded by ``max_queued``)."""
 
     def remember_content(self, sha256: str, data: bytes) -> None:
         self.contents.put(sha256, data)
 
-    def actor(self, tenant: str, workspace: str) -> WorkspaceActor:
+    def actor(self, tenant: str, workspace: str, partition: int | None = None) -> WorkspaceActor:
         key = (tenant, workspace)
         actor = self._actors.get(key)
         if actor is None:
-            actor = self._actors[key] = WorkspaceActor(self, tenant, workspace)
+            actor = self._actors[key] = WorkspaceActor(self, tenant, workspace, partition)
             if len(self._actors) > self.max_workspaces:
                 for old_key, old in list(self._actors.items()):
                     if len(self._actors) <= self.max_workspaces:
@@ -129,21 +142,62 @@ class Writer:
             "queued": self.queued,
             "waiting": sum(a.waiting for a in self._actors.values()),
             "local_workspaces": len(self.bridges),
+            **({"partitions": self.partitions.info()} if self.partitions else {}),
         }
+
+    # ------------------------------------------------------------------ partitions
+    async def _serve_partition(self, partition: int) -> Subscription:
+        subject = self.subjects.cmd_partition(partition)
+        return await bus.serve(self.nc, subject, QUEUE_WRITER, command_handler(self, partition))
+
+    def _of(self, partition: int) -> list[tuple[tuple[str, str], WorkspaceActor]]:
+        return [(k, a) for k, a in self._actors.items() if a.partition == partition]
+
+    def forget_partition(self, partition: int) -> None:
+        """The partition was just taken: whatever was known of its workspaces is stale."""
+        for key, actor in self._of(partition):
+            actor.state = None
+            if actor.idle:
+                del self._actors[key]
+
+    async def drain_partition(self, partition: int, grace_s: float) -> None:
+        """Let the partition's commands in flight finish (the lease still holds)."""
+        busy = [a.wait_idle() for _, a in self._of(partition) if not a.idle]
+        if busy:
+            try:
+                await asyncio.wait_for(asyncio.gather(*busy), grace_s)
+            except TimeoutError:
+                log.warning("partition %d: commands in flight after %.1fs", partition, grace_s)
+
+    async def drop_partition(self, partition: int) -> None:
+        """The partition is another writer's now: answer what waits here (retriable)."""
+        for key, actor in self._of(partition):
+            actor.state = None
+            await actor.abandon()
+            if actor.idle:
+                del self._actors[key]
 
     async def start(self) -> None:
         await self.bridges.start()
         self.appender.start()
-        self._subs.append(
-            await bus.serve(self.nc, self.subjects.all_cmd, QUEUE_WRITER, command_handler(self))
-        )
+        if self.partitions is not None:
+            await self.partitions.start()
+            serving = f"{self.partitions.count} partitions ({len(self.partitions.held)} held)"
+        else:
+            handler = command_handler(self)
+            self._subs.append(
+                await bus.serve(self.nc, self.subjects.all_cmd, QUEUE_WRITER, handler)
+            )
+            serving = self.subjects.all_cmd
         self._subs += await bus.serve_ping(
             self.nc, self.subjects, "writer", self.instance, self.info
         )
         await self.nc.flush()
-        log.info("writer %s serving %s", self.instance, self.subjects.all_cmd)
+        log.info("writer %s serving %s", self.instance, serving)
 
     async def stop(self, grace_s: float = 10.0) -> None:
+        if self.partitions is not None:
+            await self.partitions.stop(grace_s)
         for sub in self._subs:
             try:
                 await sub.unsubscribe()

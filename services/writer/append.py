@@ -30,6 +30,7 @@ import prometheus_client as prom
 from nats.aio.client import Client as NATS
 
 from contracts.subjects import HEADER_EVENT_HASH
+from services.writer.partitions import Fence
 
 log = logging.getLogger("quill.writer.append")
 
@@ -72,6 +73,8 @@ class Group:
     """Each payload's sha256, sent as ``Ws-Event-Hash``."""
     context: Any = None
     """Whatever the submitter wants back in ``on_commit`` (the decoded events)."""
+    fence: Fence | None = None
+    """On a cluster: the partition epoch the append is fenced on (``partitions.py``)."""
     future: asyncio.Future[list[int]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -221,6 +224,14 @@ class Appender:
                 if i == 0:
                     headers["Nats-Expected-Last-Subject-Sequence"] = str(group.expected_seq)
                 msgs.append((group.subject, payload, headers))
+            if group.fence is not None:
+                # The fence check rides on the group's last message. A message carries one
+                # sequence check: a lone event trades its workspace CAS for the fence, which
+                # implies it (only the holder of the current epoch appends to the partition,
+                # and it loaded the workspace after taking it).
+                fenced = msgs[-1][2]
+                fenced["Nats-Expected-Last-Subject-Sequence"] = str(group.fence.seq)
+                fenced["Nats-Expected-Last-Subject-Sequence-Subject"] = group.fence.subject
         started = time.perf_counter()
         if len(msgs) > 1:  # else a plain publish: same CAS and dedup, no batch overhead
             batch_id = uuid.uuid4().hex

@@ -21,7 +21,11 @@ if TYPE_CHECKING:
     from services.writer.app import Writer
 
 
-def command_handler(writer: Writer) -> Callable[[Msg], Awaitable[None]]:
+def command_handler(
+    writer: Writer, partition: int | None = None
+) -> Callable[[Msg], Awaitable[None]]:
+    """``partition``: the partition whose subscription this serves (on a cluster)."""
+
     async def on_command(msg: Msg) -> None:
         incoming = Incoming(msg)
         try:
@@ -37,7 +41,7 @@ def command_handler(writer: Writer) -> Callable[[Msg], Awaitable[None]]:
         except QuillError as exc:
             await reject(incoming, exc, writer.auditor)
             return
-        actor = writer.actor(address.tenant, address.workspace)
+        actor = writer.actor(address.tenant, address.workspace, partition)
         if actor.submit(Pending(address, spec, request, origin, msg, incoming.started)):
             writer.queued += 1
 

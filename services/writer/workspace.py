@@ -55,6 +55,7 @@ from services.writer.append import AppendError, Group
 from services.writer.control import CONTROL_COMMANDS
 from services.writer.decide import decide, needs
 from services.writer.decision import Context, Decision, to_event
+from services.writer.partitions import Fence
 
 if TYPE_CHECKING:
     from services.writer.app import Writer
@@ -89,9 +90,15 @@ class Pending:
 
 
 class WorkspaceActor:
-    def __init__(self, writer: Writer, tenant: str, workspace: str) -> None:
+    def __init__(
+        self, writer: Writer, tenant: str, workspace: str, partition: int | None = None
+    ) -> None:
         self.writer = writer
         self.tenant, self.workspace = tenant, workspace
+        self.partition = partition
+        """On a cluster: the command partition the workspace maps to."""
+        self.fence: Fence | None = None
+        """The partition epoch the state was loaded under; every append is fenced on it."""
         self.subject = writer.subjects.evt(tenant, workspace)
         self.state: WorkspaceState | None = None
         self._queue: list[Pending] = []
@@ -224,7 +231,9 @@ class WorkspaceActor:
         if self._wake is not None:
             self._wake.cancel()
         parked, self._parked = self._parked, []
-        error = QuillError(ErrorCode.UNAVAILABLE, "The writer is stopping; retry")
+        error = QuillError(
+            ErrorCode.UNAVAILABLE, "The writer is stopping or handing the workspace over; retry"
+        )
         for p in parked:
             await self._answer(p, codec.error_reply(error), error=error)
 
@@ -264,13 +273,15 @@ class WorkspaceActor:
     # ------------------------------------------------------------------ state
     async def _load(self) -> WorkspaceState:
         """The state, loaded from the projection and caught up from the log if needed."""
-        if self.state is not None:
+        fence = self._current_fence()
+        if self.state is not None and fence == self.fence:
             return self.state
+        self.state = None
         await self.writer.appender.applied()  # the projection holds all we committed
         store, js = self.writer.store, self.writer.js
         state = await store.load_state(self.tenant, self.workspace)
         try:
-            last = await eventlog.last_seq(js, self.subject)
+            last = await eventlog.last_seq(js, self.subject, fresh=fence is not None)
             missing = await eventlog.read(js, self.subject, after=state.last_seq, upto=last)
         except Exception as exc:
             raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from None
@@ -289,8 +300,34 @@ class WorkspaceActor:
         if ws is not None:
             for request_id, version, result in await store.recent_results(ws, RECENT_RESULTS):
                 self._remember(request_id, version, result)
-        self.state = state
+        self.state, self.fence = state, fence
         return state
+
+    def _current_fence(self) -> Fence | None:
+        """The epoch of this workspace's partition while this writer holds it.
+
+        Raises:
+            QuillError: ``UNAVAILABLE`` when the partition is (now) another writer's.
+        """
+        partitions = self.writer.partitions
+        if partitions is None or self.partition is None:
+            return None
+        fence = partitions.fence(self.partition)
+        if fence is None:
+            raise QuillError(
+                ErrorCode.UNAVAILABLE,
+                f"Partition {self.partition} moved to another writer; retry",
+                {"partition": self.partition},
+            )
+        return fence
+
+    async def _fenced_out(self) -> bool:
+        """After a refused append: whether the partition's epoch moved on (lost to another
+        writer, which now owns the workspace)."""
+        partitions = self.writer.partitions
+        if partitions is None or self.partition is None or self.fence is None:
+            return False
+        return not await partitions.still_holds(self.partition, self.fence)
 
     def _remember(self, request_id: str, version: int, result: bytes) -> None:
         self._recent[request_id] = (version, result)
@@ -361,6 +398,7 @@ class WorkspaceActor:
                 ],
                 hashes=[digest for _, _, _, digest, _ in staged],
                 context=[(event, digest) for _, _, event, digest, _ in staged],
+                fence=self.fence,
             )
             try:
                 seqs = await self.writer.appender.submit(group)
@@ -373,11 +411,20 @@ class WorkspaceActor:
                     attempt,
                 )
                 self.state = None
-                if attempt == ATTEMPTS:
+                if await self._fenced_out():  # the workspace is another writer's now
+                    err = QuillError(
+                        ErrorCode.UNAVAILABLE,
+                        "The workspace moved to another writer; retry",
+                        {"partition": self.partition},
+                    )
+                elif attempt == ATTEMPTS:
                     err = QuillError(ErrorCode.UNAVAILABLE, f"Could not append to the log: {exc}")
-                    for p in batch:
+                else:
+                    continue
+                for p in batch:
+                    if not p.answered:
                         await self._answer(p, codec.error_reply(err), error=err)
-                continue
+                return
             state.last_seq = seqs[-1]
             await self._count(state, [event for _, _, event, _, _ in staged])
             for (p, decision, event, _, _), seq in zip(staged, seqs, strict=True):
@@ -520,6 +567,7 @@ class WorkspaceActor:
             msg_ids=[writer.subjects.msg_id(self.tenant, self.workspace, event.request_id)],
             hashes=[digest],
             context=[(event, digest)],
+            fence=self.fence,
         )
         try:
             (seq,) = await writer.appender.submit(group)

@@ -1,0 +1,438 @@
+"""Partition leases and epoch fencing: which writer serves which workspaces on a cluster.
+
+The NATS servers map every command subject onto one of ``count`` partitions
+(``ws.cmd.<t>.<w>.<op>`` → ``ws.cmdp.<p>.<t>.<w>.<op>``, subject mapping ``partition()``). A
+writer serves a partition while it holds the partition's lease, the key ``partition.<p>`` in
+the ``WS_LEASES`` bucket, written with a per-key TTL and renewed by CAS on its revision. A
+lease not renewed within its TTL vanishes (the server leaves a delete marker, so every writer
+sees it go at once) and the next writer takes it.
+
+Taking a partition bumps its *epoch*: a message on ``ws.fence.<p>`` in ``WS_EVENTS``,
+appended with CAS on the previous one. Every append of the partition's workspaces carries
+``Nats-Expected-Last-Subject-Sequence-Subject: ws.fence.<p>`` with the sequence of the
+holder's epoch message, so a writer that lost its lease (paused, partitioned away, slow to
+notice) cannot append once another has taken over, even with a correct workspace sequence.
+A workspace's state is loaded after its partition's epoch was bumped, from the stream leader,
+so the holder of the current epoch is the only writer that can extend its chain.
+
+Each writer keeps a membership key (``writer.<instance>``, same TTL) and aims for its fair
+share, ``ceil(count / live writers)``: it takes free partitions until it has its share
+(rendezvous hashing spreads the choice so writers rarely race for the same one) and hands
+back the surplus when writers join (drain: stop taking commands, finish those in flight,
+delete the lease so the next writer takes it without waiting for the TTL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import nats.errors
+import prometheus_client as prom
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import APIError, BadRequestError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.kv import KeyValue
+
+from contracts.subjects import BUCKET_LEASES, STREAM_EVENTS
+
+if TYPE_CHECKING:
+    from services.writer.app import Writer
+
+log = logging.getLogger("quill.writer.partitions")
+
+HELD = prom.Gauge("quill_writer_partitions_held", "Partitions this writer holds the lease on.")
+TAKEN = prom.Counter("quill_writer_partitions_taken_total", "Partitions taken (epoch bumped).")
+LOST = prom.Counter(
+    "quill_writer_partitions_lost_total", "Partitions lost without handing them back.", ["why"]
+)
+RELEASED = prom.Counter("quill_writer_partitions_released_total", "Partitions handed back.")
+
+CONFIG_KEY = "config"
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What every append of a partition's workspaces is checked against."""
+
+    subject: str
+    seq: int
+    """Sequence of the holder's epoch message on ``subject``."""
+    epoch: int
+
+
+@dataclass
+class Lease:
+    partition: int
+    revision: int
+    fence: Fence
+    renewed: float
+    """``monotonic()`` of the last successful renewal."""
+    sub: Subscription | None = None
+
+
+@dataclass
+class Seen:
+    """A key of the bucket as the watcher last saw it."""
+
+    value: dict[str, object]
+    revision: int
+    at: float
+
+
+async def leases_bucket(js: JetStreamContext, replicas: int) -> KeyValue:
+    """The ``WS_LEASES`` bucket (created if missing): one revision per key, per-key TTLs,
+    and a marker when a key expires so that watchers see it go."""
+    try:
+        return await js.key_value(BUCKET_LEASES)
+    except (NotFoundError, nats.js.errors.BucketNotFoundError):
+        pass
+    try:
+        return await js.create_key_value(
+            KeyValueConfig(
+                bucket=BUCKET_LEASES,
+                description="Quill: writer leases on command partitions",
+                history=1,
+                replicas=replicas,
+                storage=StorageType.FILE,
+                direct=False,  # lease reads must come from the stream leader
+                limit_marker_ttl=60.0,
+            )
+        )
+    except BadRequestError:  # created meanwhile by another writer
+        return await js.key_value(BUCKET_LEASES)
+
+
+def _rank(instance: str, partition: int) -> bytes:
+    return hashlib.blake2b(f"{instance}/{partition}".encode(), digest_size=8).digest()
+
+
+class Partitions:
+    """The partitions this writer holds, their leases, epochs and subscriptions."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        count: int,
+        ttl_s: float,
+        subscribe: Callable[[int], Awaitable[Subscription]],
+    ) -> None:
+        if count < 1:
+            raise ValueError("partitions must be at least 1")
+        if ttl_s < 2:
+            raise ValueError("the lease TTL must be at least 2 seconds")
+        self.writer = writer
+        self.count, self.ttl_s = count, ttl_s
+        self.tick_s = ttl_s / 4
+        self._subscribe = subscribe
+        self.instance = writer.instance
+        self.js = writer.js
+        self.subjects = writer.subjects
+        self.held: dict[int, Lease] = {}
+        self._seen: dict[str, Seen] = {}
+        self._kv: KeyValue | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._member_rev = 0
+        self._stopping = False
+        self._changed = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ queries
+    def fence(self, partition: int) -> Fence | None:
+        """The fence of ``partition`` while this writer holds it, else None."""
+        lease = self.held.get(partition)
+        return lease.fence if lease is not None else None
+
+    async def still_holds(self, partition: int, fence: Fence) -> bool:
+        """Whether ``fence`` is still the partition's epoch (asks the stream leader); when
+        it is not, the partition is given up at once."""
+        try:
+            last = await self.js.get_last_msg(STREAM_EVENTS, fence.subject, direct=False)
+            current = int(last.seq or 0)
+        except Exception:
+            return True  # cannot tell: the append path retries, the renewal loop decides
+        if current == fence.seq:
+            return True
+        lease = self.held.get(partition)
+        if lease is not None and lease.fence == fence:
+            await self._lose(partition, "fenced")
+        return False
+
+    def info(self) -> dict[str, object]:
+        return {
+            "partitions": self.count,
+            "held": sorted(self.held),
+            "writers": sorted(self._live_writers()),
+        }
+
+    # ------------------------------------------------------------------ lifetime
+    async def start(self) -> None:
+        self._kv = kv = await leases_bucket(self.js, self.writer.settings.replicas)
+        await self._check_config(kv)
+        await self._renew_membership()
+        watcher = await kv.watchall()
+        initial = asyncio.get_running_loop().create_future()
+        self._tasks.append(asyncio.create_task(self._watch(watcher, initial)))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(initial, 10)
+        await self._balance()
+        self._tasks.append(asyncio.create_task(self._loop(), name="partition-leases"))
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Hand every partition back (drained), so that others take over without waiting
+        for the leases to expire."""
+        self._stopping = True
+        self._changed.set()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for partition in list(self.held):
+            await self._release(partition, grace_s)
+        if self._kv is not None and self._member_rev:
+            with contextlib.suppress(Exception):
+                await self._kv.delete(self._member_key, last=self._member_rev)
+
+    # ------------------------------------------------------------------ internals
+    @property
+    def _member_key(self) -> str:
+        return f"writer.{self.instance}"
+
+    def _lease_key(self, partition: int) -> str:
+        return f"partition.{partition}"
+
+    async def _check_config(self, kv: KeyValue) -> None:
+        """Every writer of a deployment must agree on the partition count (it is also in
+        the NATS servers' mapping)."""
+        wanted = json.dumps({"partitions": self.count}).encode()
+        try:
+            await kv.create(CONFIG_KEY, wanted)
+            return
+        except KeyWrongLastSequenceError:
+            pass
+        entry = await kv.get(CONFIG_KEY)
+        found = json.loads(entry.value or b"{}").get("partitions")
+        if found != self.count:
+            raise RuntimeError(
+                f"this deployment has {found} partitions (WS_LEASES key {CONFIG_KEY!r}); "
+                f"this writer was started with --partitions {self.count}"
+            )
+
+    async def _publish(self, key: str, value: dict[str, object], last: int) -> int:
+        """Write ``key`` with the lease TTL if its revision is still ``last`` (0: absent)."""
+        assert self._kv is not None
+        data = json.dumps(value).encode()
+        if last == 0:
+            try:
+                return await self._kv.create(key, data, msg_ttl=self.ttl_s)
+            except KeyWrongLastSequenceError:
+                last = await self._tombstone(key)  # an expired or deleted key is free
+        ack = await self.js.publish(
+            f"$KV.{BUCKET_LEASES}.{key}",
+            data,
+            headers={"Nats-Expected-Last-Subject-Sequence": str(last)},
+            msg_ttl=self.ttl_s,
+        )
+        return int(ack.seq)
+
+    async def _tombstone(self, key: str) -> int:
+        """The revision of ``key``'s delete or expiry marker.
+
+        Raises:
+            KeyWrongLastSequenceError: the key holds a live value.
+        """
+        last = await self.js.get_last_msg(f"KV_{BUCKET_LEASES}", f"$KV.{BUCKET_LEASES}.{key}")
+        headers = last.headers or {}
+        if last.data and "KV-Operation" not in headers and "Nats-Marker-Reason" not in headers:
+            raise KeyWrongLastSequenceError()
+        return int(last.seq or 0)
+
+    async def _renew_membership(self) -> None:
+        value: dict[str, object] = {"writer": self.instance, "at": time.time()}
+        try:
+            self._member_rev = await self._publish(self._member_key, value, self._member_rev)
+        except (KeyWrongLastSequenceError, APIError):
+            self._member_rev = await self._publish(self._member_key, value, 0)
+
+    async def _watch(self, watcher: KeyValue.KeyWatcher, initial: asyncio.Future[None]) -> None:
+        while True:
+            entry = await watcher.updates(timeout=None)  # type: ignore[no-untyped-call]
+            if entry is None:
+                if not initial.done():
+                    initial.set_result(None)
+                continue
+            if entry.operation in ("DEL", "PURGE") or not entry.value:
+                self._seen.pop(entry.key, None)
+            else:
+                try:
+                    value = json.loads(entry.value)
+                except ValueError:
+                    continue
+                self._seen[entry.key] = Seen(value, int(entry.revision or 0), time.monotonic())
+            self._changed.set()
+            if entry.delta == 0 and not initial.done():
+                initial.set_result(None)
+
+    def _live_writers(self) -> set[str]:
+        now = time.monotonic()
+        live = {
+            str(seen.value.get("writer"))
+            for key, seen in self._seen.items()
+            if key.startswith("writer.") and now - seen.at < self.ttl_s * 1.5
+        }
+        return live | {self.instance}
+
+    def _free(self, partition: int) -> bool:
+        """No live lease on ``partition`` as far as the watcher knows (an entry not renewed
+        for a whole TTL has expired even if its marker was missed)."""
+        seen = self._seen.get(self._lease_key(partition))
+        return seen is None or time.monotonic() - seen.at > self.ttl_s * 1.5
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            # asyncio.wait, not wait_for/timeout: on 3.11 those can swallow a cancellation
+            # that comes as the timeout fires, and the loop would never stop.
+            changed = asyncio.ensure_future(self._changed.wait())
+            try:
+                await asyncio.wait({changed}, timeout=self.tick_s)
+            finally:
+                changed.cancel()
+            if self._stopping:
+                return
+            self._changed.clear()
+            try:
+                await self._renew()
+                await self._balance()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("lease upkeep failed; retrying")
+
+    async def _renew(self) -> None:
+        now = time.monotonic()
+        try:
+            await self._renew_membership()
+        except Exception as exc:
+            log.warning("cannot renew this writer's membership: %s", exc)
+        for partition, lease in list(self.held.items()):
+            if now - lease.renewed < self.tick_s * 0.9:
+                continue
+            value = self._lease_value(lease.fence)
+            try:
+                lease.revision = await self._publish(
+                    self._lease_key(partition), value, lease.revision
+                )
+                lease.renewed = time.monotonic()
+            except (KeyWrongLastSequenceError, APIError) as exc:
+                log.warning("lease on partition %d lost: %s", partition, exc)
+                await self._lose(partition, "taken")
+            except Exception as exc:
+                # Cannot reach JetStream: keep serving only while the lease surely holds
+                # (appends are fenced anyway, this only stops accepting commands).
+                if time.monotonic() - lease.renewed > self.ttl_s * 0.8:
+                    log.warning("cannot renew partition %d (%s): giving it up", partition, exc)
+                    await self._lose(partition, "unreachable")
+
+    def _lease_value(self, fence: Fence) -> dict[str, object]:
+        return {"writer": self.instance, "epoch": fence.epoch, "fence_seq": fence.seq}
+
+    async def _balance(self) -> None:
+        if self._stopping:
+            return
+        async with self._lock:
+            share = math.ceil(self.count / len(self._live_writers()))
+            surplus = len(self.held) - share
+            if surplus > 0:
+                # Hand back the partitions this writer ranks lowest (others rank them high).
+                order = sorted(self.held, key=lambda p: _rank(self.instance, p))
+                for partition in order[:surplus]:
+                    await self._release(partition, self.ttl_s / 2)
+                return
+            wanted = share - len(self.held)
+            if wanted <= 0:
+                return
+            free = [p for p in range(self.count) if p not in self.held and self._free(p)]
+            free.sort(key=lambda p: _rank(self.instance, p), reverse=True)
+            for partition in free[:wanted]:
+                await self._take(partition)
+
+    async def _take(self, partition: int) -> None:
+        key = self._lease_key(partition)
+        placeholder = Fence(self.subjects.fence(partition), 0, 0)
+        try:
+            revision = await self._publish(key, self._lease_value(placeholder), 0)
+        except (KeyWrongLastSequenceError, APIError):
+            return  # someone else has it
+        try:
+            fence = await self._bump_epoch(partition)
+            revision = await self._publish(key, self._lease_value(fence), revision)
+        except Exception as exc:
+            log.warning("could not take partition %d: %s", partition, exc)
+            with contextlib.suppress(Exception):
+                assert self._kv is not None
+                await self._kv.delete(key, last=revision)
+            return
+        lease = self.held[partition] = Lease(partition, revision, fence, time.monotonic())
+        self.writer.forget_partition(partition)  # whatever was loaded before is stale
+        lease.sub = await self._subscribe(partition)
+        TAKEN.inc()
+        HELD.set(len(self.held))
+        log.info("took partition %d (epoch %d)", partition, fence.epoch)
+
+    async def _bump_epoch(self, partition: int) -> Fence:
+        subject = self.subjects.fence(partition)
+        try:
+            last = await self.js.get_last_msg(STREAM_EVENTS, subject, direct=False)
+            previous = json.loads(last.data or b"{}").get("epoch", 0)
+            last_seq = int(last.seq or 0)
+        except NotFoundError:
+            previous, last_seq = 0, 0
+        epoch = int(previous) + 1
+        body = {"partition": partition, "epoch": epoch, "writer": self.instance}
+        ack = await self.js.publish(
+            subject,
+            json.dumps(body).encode(),
+            stream=STREAM_EVENTS,
+            headers={"Nats-Expected-Last-Subject-Sequence": str(last_seq)},
+        )
+        return Fence(subject, int(ack.seq), epoch)
+
+    async def _unserve(self, lease: Lease) -> None:
+        if lease.sub is not None:
+            with contextlib.suppress(Exception):
+                await lease.sub.unsubscribe()
+            lease.sub = None
+
+    async def _lose(self, partition: int, why: str) -> None:
+        lease = self.held.pop(partition, None)
+        if lease is None:
+            return
+        LOST.labels(why).inc()
+        HELD.set(len(self.held))
+        await self._unserve(lease)
+        await self.writer.drop_partition(partition)
+
+    async def _release(self, partition: int, grace_s: float = 10.0) -> None:
+        lease = self.held.get(partition)
+        if lease is None:
+            return
+        await self._unserve(lease)
+        await self.writer.drain_partition(partition, grace_s)
+        self.held.pop(partition, None)
+        HELD.set(len(self.held))
+        RELEASED.inc()
+        try:
+            assert self._kv is not None
+            await self._kv.delete(self._lease_key(partition), last=lease.revision)
+        except Exception as exc:
+            log.warning("could not delete the lease on partition %d: %s", partition, exc)
+        await self.writer.drop_partition(partition)
+        log.info("released partition %d", partition)
