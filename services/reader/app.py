@@ -50,6 +50,7 @@ class Reader:
         self.max_inflight = 4096
         self.tasks: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
+        self._joining: asyncio.Task[None] | None = None
 
     def info(self) -> dict[str, Any]:
         return {
@@ -66,16 +67,29 @@ class Reader:
         await self.follower.start()
         handler = query_handler(self)
         self._subs += [
-            await bus.serve(self.nc, self.subjects.all_qry, QUEUE_READER, handler),
             await bus.serve(self.nc, self.subjects.all_replica(self.instance), None, handler),
+            *await bus.serve_ping(self.nc, self.subjects, "reader", self.instance, self.info),
         ]
-        self._subs += await bus.serve_ping(
-            self.nc, self.subjects, "reader", self.instance, self.info
-        )
+        # It joins the replicas' queue group once it has caught up with the log, so a
+        # replica that starts late (or rebuilds) never answers for the others meanwhile.
+        if self.follower.caught_up:
+            await self._join(handler)
+        else:
+            self.log.info("reader %s catching up before it serves queries", self.instance)
+            self._joining = asyncio.create_task(self._join_when_ready(handler))
         await self.nc.flush()
+
+    async def _join_when_ready(self, handler: bus.Handler) -> None:
+        await self.follower.ready.wait()
+        await self._join(handler)
+
+    async def _join(self, handler: bus.Handler) -> None:
+        self._subs.append(await bus.serve(self.nc, self.subjects.all_qry, QUEUE_READER, handler))
         self.log.info("reader %s serving %s", self.instance, self.subjects.all_qry)
 
     async def stop(self) -> None:
+        if self._joining is not None:
+            self._joining.cancel()
         for sub in self._subs:
             try:
                 await sub.unsubscribe()

@@ -43,14 +43,22 @@ class Follower:
         )
         self._stop: Callable[[], Awaitable[None]] | None = None
         self.caught_up = False
+        self.ready = asyncio.Event()
+        """Set once the projection has every event the log held when following began."""
         self.position = 0
+        self._target = 0
 
     async def start(self) -> None:
         self.position = await self._store.position(TRACKING)
-        last = await eventlog.stream_last_seq(self._js)
-        self.caught_up = self.position >= last
-        log.info("following the log from seq %d (stream at %d)", self.position, last)
+        self._target = await eventlog.last_seq(self._js, self._subject, fresh=True)
+        if self.position >= self._target:
+            self._caught_up()
+        log.info("following the log from seq %d (last event at %d)", self.position, self._target)
         self._stop = await eventlog.follow(self._js, self._subject, self.position, self._on_batch)
+
+    def _caught_up(self) -> None:
+        self.caught_up = True
+        self.ready.set()
 
     async def stop(self) -> None:
         if self._stop is not None:
@@ -67,8 +75,8 @@ class Follower:
             if executed.blobs:
                 self._on_applied()
         self.position = batch[-1].seq
-        if pending == 0 and not self.caught_up:
-            self.caught_up = True
+        if not self.caught_up and (pending == 0 or self.position >= self._target):
+            self._caught_up()
             log.info("caught up with the log at seq %d", self.position)
         for key in {(c.event.tenant, c.event.workspace) for c in batch}:
             waiters = self._waiters.get(key)

@@ -45,7 +45,8 @@ async def resolve(
     store = reader.store
     want = max(req.version or 0, req.min_version or 0)
     current = store.version_of(tenant, workspace)
-    if want > current or current == 0:
+    # A replica still catching up answers at the latest version only (never an old one).
+    if want > current or current == 0 or not reader.follower.caught_up:
         try:
             raw = await reader.js.get_last_msg(
                 STREAM_EVENTS, reader.subjects.evt(tenant, workspace), direct=True
