@@ -166,7 +166,7 @@ class Cluster(Launcher):
                     leaderless = [
                         info.config.name
                         for info in await js.streams_info()
-                        if info.cluster is None or not info.cluster.leader
+                        if info.cluster is not None and not info.cluster.leader  # None: one server
                     ]
                     if not leaderless:
                         return
