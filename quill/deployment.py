@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.subjects import Subjects
-from quill.natsserver import config
+from quill.natsserver import config, mappings_config
 
 COMPOSE_CLIENT_PORT = 4222
 COMPOSE_CLUSTER_PORT = 6222
@@ -130,10 +130,7 @@ class Deployment:
                 f"cluster {{\n  name: {self.cluster_name}\n"
                 f"  listen: {node.listen}:{node.cluster_port}\n  routes: [\n{routes}  ]\n}}"
             )
-        mapping = Subjects(self.root).partition_mapping(self.partitions)
-        entries = "".join(f'  "{src}": "{dst}"\n' for src, dst in mapping.items())
-        lines.append(f"mappings {{\n{entries}}}")
-        extra = "\n".join(lines) + "\n"
+        extra = "\n".join(lines) + "\n" + mappings_config(Subjects(self.root), self.partitions)
         return config(Path(store_dir), node.port, node.listen, extra)
 
     # ---------------------------------------------------------------- compose
