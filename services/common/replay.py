@@ -132,7 +132,7 @@ class Contents:
         self._spilled: set[str] = set()
 
     def add(self, put: PutFile) -> None:
-        sha, value = put.sha256, put.text if put.text is not None else put.data
+        sha, value = put.sha256, _inline(put)
         if value is None or sha in self._mem or sha in self._spilled:
             return
         if put.size <= self._left:
@@ -157,6 +157,10 @@ class Contents:
             shutil.rmtree(self._spill, ignore_errors=True)
 
 
+def _inline(put: PutFile) -> str | bytes | None:
+    return put.text if put.text is not None else put.data
+
+
 def _sha(value: str | bytes) -> str:
     return hashlib.sha256(_bytes(value)).hexdigest()
 
@@ -169,7 +173,9 @@ def _bytes(value: str | bytes) -> bytes:
 
 
 class Fold:
-    """One workspace's log folded in order, checked as it goes (see the module docstring)."""
+    """One workspace's log folded in order, checked as it goes (see the module docstring).
+    With ``contents`` (a replay that writes the tree), inline contents are kept there and
+    checked when written; without, each is checked against its sha256 as it is read."""
 
     def __init__(self, tenant: str, workspace: str, contents: Contents | None = None) -> None:
         self.tenant, self.workspace, self.contents = tenant, workspace, contents
@@ -218,11 +224,10 @@ class Fold:
             tree, contents, version, at = self.tree, self.contents, event.version, event.at
             for change in event.changes:
                 if isinstance(change, PutFile):
-                    inline = change.text if change.text is not None else change.data
-                    if inline is not None and _sha(inline) != change.sha256:
-                        raise corrupt(f"The content of {change.path} is not its sha256", version)
                     if contents is not None:
-                        contents.add(change)
+                        contents.add(change)  # checked if written (``write_tree``)
+                    elif (inline := _inline(change)) is not None and _sha(inline) != change.sha256:
+                        raise corrupt(f"The content of {change.path} is not its sha256", version)
                 apply_change(tree, change, version, at)
         elif isinstance(event, RunStarted | RunEnded):
             self._run(event)
