@@ -173,9 +173,8 @@ def _bytes(value: str | bytes) -> bytes:
 
 
 class Fold:
-    """One workspace's log folded in order, checked as it goes (see the module docstring).
-    With ``contents`` (a replay that writes the tree), inline contents are kept there and
-    checked when written; without, each is checked against its sha256 as it is read."""
+    """One workspace's log folded in order, checked as it goes (see the module docstring);
+    with ``contents``, the contents it carries inline are kept there."""
 
     def __init__(self, tenant: str, workspace: str, contents: Contents | None = None) -> None:
         self.tenant, self.workspace, self.contents = tenant, workspace, contents
@@ -224,10 +223,12 @@ class Fold:
             tree, contents, version, at = self.tree, self.contents, event.version, event.at
             for change in event.changes:
                 if isinstance(change, PutFile):
+                    inline = _inline(change)
+                    if inline is not None and _sha(inline) != change.sha256:
+                        message = f"The content of {change.path} does not match its sha256"
+                        raise corrupt(message, version)
                     if contents is not None:
-                        contents.add(change)  # checked if written (``write_tree``)
-                    elif (inline := _inline(change)) is not None and _sha(inline) != change.sha256:
-                        raise corrupt(f"The content of {change.path} is not its sha256", version)
+                        contents.add(change)
                 apply_change(tree, change, version, at)
         elif isinstance(event, RunStarted | RunEnded):
             self._run(event)

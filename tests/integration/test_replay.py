@@ -398,16 +398,19 @@ async def test_docs_replay_examples_run_as_written(
 
 
 async def test_a_log_that_does_not_verify_is_refused(tmp_path: Path) -> None:
-    """Events appended behind the writer's back: a broken chain, a payload that does not match
-    the hash it carries. (A server of its own: the readers of the other tests follow theirs.)"""
+    """Events appended behind the writer's back are found out. (A server of its own: the
+    readers of the other tests follow theirs.)"""
     server = NatsServer(tmp_path / "nats").start()
     try:
         nc = await bus.connect(server.url, "test-forger")
         await bus.ensure_streams(nc, SUBJECTS)
         assert await rpl.live_readers(nc, SUBJECTS) == []  # "no responders" is not a reader
-        # acme/chain: v3 names v1 as the event before it; acme/payload: v3 chains right but
-        # carries a hash that is not its payload's
-        for name, before, carried in [("chain", 0, None), ("payload", -1, "0" * 64)]:
+        # v3 of acme/chain names v1 as the event before it; v3 of acme/payload chains right
+        # but carries a hash that is not its payload's; v3 of acme/content is a whole event
+        # whose text is not the sha256 it names (so the tree hash it records still matches)
+        cases = {"chain": (0, None, None), "payload": (-1, "0" * 64, None),
+                 "content": (-1, None, "evil\n")}  # fmt: skip
+        for name, (before, carried, text) in cases.items():
             log = LogBuilder("acme", name)
             log.run(rq.CreateWorkspace(), "create")
             log.run(rq.WriteFile(path="a.txt", content="a\n"))
@@ -415,9 +418,11 @@ async def test_a_log_that_does_not_verify_is_refused(tmp_path: Path) -> None:
             subject = SUBJECTS.evt("acme", name)
             last = await rpl.append_batch(nc, subject, 0, items, 1)
             assert (await rpl.replay(nc.jetstream(), SUBJECTS, "acme", name)).version == 2
-            forged = msgspec.structs.replace(
-                log.log[-1].event, version=3, prev_hash=log.log[before].hash
-            )
+            v2 = log.log[-1].event
+            forged = msgspec.structs.replace(v2, version=3, prev_hash=log.log[before].hash)
+            if text is not None:
+                changes = [msgspec.structs.replace(v2.changes[0], text=text)]
+                forged = msgspec.structs.replace(forged, changes=changes)
             payload = codec.encode(forged)
             digest = carried or hashlib.sha256(payload).hexdigest()
             await rpl.append_batch(nc, subject, last, [(payload, f"{name}-3", digest)], 3)
@@ -434,6 +439,11 @@ async def test_a_log_that_does_not_verify_is_refused(tmp_path: Path) -> None:
             await rpl.replay(nc.jetstream(), SUBJECTS, "acme", "payload", to_version=3)
         message = "An event does not hash to the hash recorded with it (version 3)"
         assert (refused.value.code, refused.value.message) == (ErrorCode.INTERNAL, message)
+        evil = "The content of a.txt does not match its sha256 (version 3)"
+        with pytest.raises(QuillError) as read:
+            await replayed(nc, "acme/content", tmp_path / "evil")
+        assert read.value.message == evil
+        assert not (tmp_path / "evil").exists()
         await nc.close()
     finally:
         server.stop()
