@@ -216,6 +216,10 @@ class Subjects:
         """What a writer holding ``partition`` subscribes to (commands after mapping)."""
         return f"{self.root}.cmdp.{partition}.*.*.*"
 
+    def cmd_mapped(self, tenant: str, workspace: str) -> str:
+        """A workspace's commands once a cluster's mapping put them in a partition."""
+        return f"{self.root}.cmdp.*.{tenant}.{workspace}.*"
+
     def partition_mapping(self, partitions: int) -> dict[str, str]:
         """The NATS server ``mappings`` entry that spreads commands over ``partitions``."""
         return {

@@ -167,6 +167,8 @@ class Bridge:
         self._subs += [
             await bus.serve(nc, subjects.qry(t, w, "*"), None, handlers.on_query()),
             await bus.serve(nc, subjects.cmd(t, w, "*"), None, handlers.on_command()),
+            # on a cluster the servers map commands to a partition (contracts/subjects.py)
+            await bus.serve(nc, subjects.cmd_mapped(t, w), None, handlers.on_command()),
             await bus.serve(nc, subjects.exec(t, w, "*"), None, handlers.on_exec()),
         ]
         await nc.flush()

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -148,6 +149,11 @@ async def answer_exec(
     except asyncio.CancelledError:
         await reject(incoming, QuillError(ErrorCode.UNAVAILABLE, stopping), auditor)
         raise
+    except (TimeoutError, nats.errors.Error) as exc:  # NATS failing over: retriable
+        log.warning("exec %s: NATS did not answer: %r", incoming.msg.subject, exc)
+        error = QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer in time ({exc!r}); retry")
+        await reject(incoming, error, auditor)
+        return
     except Exception as exc:
         log.exception("exec %s failed", incoming.msg.subject)
         error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
@@ -191,7 +197,10 @@ class Executor:
             Credentials.load(config.credentials) if config.credentials else Credentials()
         )
         self.blobs = Blobs(self.js)
-        self.quill = Quill(nc, actor="executor", root=self.subjects.root, timeout=60)
+        # A command's changes go to the writer as one apply, idempotent by request id: wait a
+        # while for a big one, but not a whole minute for a writer killed with it in hand
+        # (a retry reaches the writer that took its partition over, or joins the one running).
+        self.quill = Quill(nc, actor="executor", root=self.subjects.root, timeout=15, retries=4)
         self.auditor = Auditor(nc, self.subjects, "executor", self.instance)
         self.bridges = Bridges(self.js)
         self.secrets = secrets_from_env()
@@ -441,7 +450,10 @@ class Executor:
         t2 = time.perf_counter()
         if checkout is live:
             await asyncio.to_thread(checkout.save)
-            await checkout.sync()
+            try:
+                await checkout.sync()
+            except Exception as exc:  # committed already; the next command syncs it
+                log.warning("checkout of %s not synced after the commit: %r", address, exc)
         t3 = time.perf_counter()
         log.info(
             "capture %.1f ms, commit %.1f ms, sync %.1f ms",

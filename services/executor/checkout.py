@@ -185,7 +185,9 @@ class Checkout:
 
     # ------------------------------------------------------------------ sync
     async def latest_seq(self) -> int:
-        return await eventlog.last_seq(self._js, self._subject)
+        # From the stream leader: on a cluster a direct get may come from a replica behind
+        # it, and a command asking for the version its client just wrote would be refused.
+        return await eventlog.last_seq(self._js, self._subject, fresh=True)
 
     async def sync(self, upto_version: int | None = None) -> None:
         """Apply the workspace's events after ``version`` (up to ``upto_version``, default

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
@@ -47,15 +48,9 @@ async def resolve(
     current = store.version_of(tenant, workspace)
     # A replica still catching up answers at the latest version only (never an old one).
     if want > current or current == 0 or not reader.follower.caught_up:
-        try:
-            raw = await reader.js.get_last_msg(
-                STREAM_EVENTS, reader.subjects.evt(tenant, workspace), direct=True
-            )
-            latest = _version_decoder.decode(raw.data or b"{}").version
-        except NotFoundError:
-            latest = 0
-        except Exception as exc:
-            raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from None
+        latest = await _latest(reader, tenant, workspace, fresh=False)
+        if want > latest:  # a direct get may come from a stream replica behind the leader
+            latest = await _latest(reader, tenant, workspace, fresh=True)
         if latest == 0:
             raise QuillError(
                 ErrorCode.WORKSPACE_NOT_FOUND,
@@ -84,6 +79,23 @@ async def resolve(
         if pinned is not None:  # a run reads one version throughout (RFC 0059 §D)
             return row, pinned
     return row, req.version or row.version
+
+
+async def _latest(reader: Reader, tenant: str, workspace: str, *, fresh: bool) -> int:
+    """The workspace's last version in the log (0: none); ``fresh``: from the leader.
+
+    Raises:
+        QuillError: ``UNAVAILABLE`` when the log does not answer.
+    """
+    try:
+        raw = await reader.js.get_last_msg(
+            STREAM_EVENTS, reader.subjects.evt(tenant, workspace), direct=not fresh
+        )
+    except NotFoundError:
+        return 0
+    except Exception as exc:
+        raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from None
+    return _version_decoder.decode(raw.data or b"{}").version
 
 
 TREE_QUERIES = frozenset({"list", "glob", "grep", "explore", "diff"})
@@ -124,6 +136,11 @@ def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:
             result = await answer_at(reader, spec.name, ws, version, request)
         except QuillError as exc:
             await reject(incoming, exc, reader.auditor)
+            return
+        except (TimeoutError, nats.errors.Error) as exc:  # NATS failing over: retriable
+            reader.log.warning("query %s: NATS: %r", incoming.msg.subject, exc)
+            error = QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer: {exc!r}")
+            await reject(incoming, error, reader.auditor)
             return
         except Exception as exc:
             reader.log.exception("query %s failed", incoming.msg.subject)

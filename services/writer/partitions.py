@@ -175,10 +175,25 @@ class Partitions:
         }
 
     # ------------------------------------------------------------------ lifetime
-    async def start(self) -> None:
-        self._kv = kv = await leases_bucket(self.js, self.writer.settings.replicas)
-        await self._check_config(kv)
-        await self._renew_membership()
+    async def start(self, timeout: float = 60.0) -> None:
+        """Join the deployment's writers and take a first share of the partitions.
+
+        Raises:
+            RuntimeError: this writer's partition count is not the deployment's.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._kv = kv = await leases_bucket(self.js, self.writer.settings.replicas)
+                await self._check_config(kv)
+                await self._renew_membership()
+                break
+            except (nats.errors.Error, TimeoutError) as exc:
+                # a bucket just created on a cluster has no leader for a moment
+                if time.monotonic() > deadline:
+                    raise
+                log.info("WS_LEASES not ready (%r); retrying", exc)
+                await asyncio.sleep(0.5)
         watcher = await kv.watchall()
         initial = asyncio.get_running_loop().create_future()
         self._tasks.append(asyncio.create_task(self._watch(watcher, initial)))

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import nats.errors
 from nats.aio.msg import Msg
 
 from contracts import codec, hashing
@@ -260,11 +261,17 @@ class WorkspaceActor:
                         self._compact = False
                         await self._compaction()
                 except Exception as exc:
-                    log.exception(
-                        "workspace %s/%s: unexpected failure", self.tenant, self.workspace
-                    )
                     self.state = None
-                    error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+                    if isinstance(exc, TimeoutError | nats.errors.Error):  # NATS failing over
+                        log.warning("%s/%s: NATS: %r", self.tenant, self.workspace, exc)
+                        error = QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer: {exc!r}")
+                    else:
+                        log.exception(
+                            "workspace %s/%s: unexpected failure", self.tenant, self.workspace
+                        )
+                        error = QuillError(
+                            ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}"
+                        )
                     for p in batch:
                         await self._answer(p, codec.error_reply(error), error=error)
         finally:
