@@ -59,6 +59,7 @@ from contracts.events import (
 )
 from contracts.paths import normalize
 from contracts.subjects import HEADER_EVENT_HASH, STREAM_EVENTS, Subjects
+from services.common import bus
 from services.common.blobs import Blobs
 from services.common.compaction import decode_manifest, trimmed
 from services.common.runtime import bounded_gather
@@ -586,27 +587,9 @@ class ReplicaCheck(msgspec.Struct, kw_only=True):
 
 async def live_readers(nc: NATS, subjects: Subjects, window_s: float = 0.5) -> list[str]:
     """Instances of the reader replicas that answer ``<root>.sys.ping.reader`` within
-    ``window_s`` (every replica answers the ping)."""
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox)
-    found: set[str] = set()
-    try:
-        await nc.publish(f"{subjects.root}.sys.ping.reader", b"", reply=inbox)
-        deadline = asyncio.get_running_loop().time() + window_s
-        while (left := deadline - asyncio.get_running_loop().time()) > 0:
-            try:
-                msg = await sub.next_msg(timeout=left)
-            except nats.errors.TimeoutError:
-                break
-            try:  # (with no reader at all, the server answers "no responders": no data)
-                instance = msgspec.json.decode(msg.data or b"{}", type=dict[str, Any])
-            except msgspec.MsgspecError:
-                continue
-            if isinstance(instance.get("instance"), str):
-                found.add(instance["instance"])
-    finally:
-        await sub.unsubscribe()
-    return sorted(found)
+    ``window_s`` (every replica answers the ping, once it has caught up with the log)."""
+    answers = await bus.ping_all(nc, subjects, "reader", window_s)
+    return sorted({a["instance"] for a in answers if isinstance(a.get("instance"), str)})
 
 
 class _Replica:
