@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from click.testing import CliRunner
 from nats.aio.client import Client as NATS
 
 from contracts import codec
@@ -29,6 +30,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
+from quill.cli import main
 from quill.client import Quill, Workspace
 from quill.natsserver import NatsServer
 from services.common import bus
@@ -371,29 +373,44 @@ def doc_blocks() -> list[str]:
     return re.findall(r"```bash\n(.*?)```", text, re.S)
 
 
+async def quill_in_process(line: str, nats_url: str) -> str:
+    """A ``quill ...`` line of a document, its arguments as bash gives them, run by the CLI in
+    this process (in a thread: the services answer from this event loop). A new interpreter
+    per line would cost more than the rest of the test together."""
+    words = await asyncio.to_thread(
+        subprocess.run, ["bash", "-c", f"printf '%s\\0' {line.removeprefix('quill ')}"],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    argv = [w.decode() for w in words.stdout.split(b"\0")[:-1]]
+    env = {"QUILL_NATS_URL": nats_url}
+    result = await asyncio.to_thread(CliRunner().invoke, main, argv, env=env)
+    assert result.exit_code == 0, (line, result.output, result.exception)
+    return result.stdout
+
+
 async def test_docs_replay_examples_run_as_written(
-    services: StartReader, nats_url: str, tmp_path: Path
+    services: StartReader, nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The tour and the audit examples of docs/replay.md, line by line, as a user types them."""
     await services("reader-host-4242")
-    env = {**os.environ, "QUILL_NATS_URL": nats_url}
+    monkeypatch.chdir(tmp_path)
     tour, audit, consumer = doc_blocks()
     out = []
-    for line in [*tour.strip().splitlines(), audit.strip(), consumer.strip()]:
-        command = line.split("  #")[0].replace("quill ", f"{sys.executable} -m quill ", 1)
-        command = command.replace("python examples/", f"{sys.executable} {ROOT}/examples/")
-        done = await asyncio.to_thread(
-            subprocess.run, ["bash", "-c", command], env=env, cwd=tmp_path, capture_output=True,
-            text=True, timeout=60,
-        )  # fmt: skip
-        assert done.returncode == 0, (line, done.stderr)
-        out.append(done.stdout)
+    for line in [*tour.strip().splitlines(), audit.strip()]:
+        out.append(await quill_in_process(line.split("  #")[0], nats_url))
+    command = consumer.strip().replace("python examples/", f"{sys.executable} {ROOT}/examples/")
+    env = {**os.environ, "QUILL_NATS_URL": nats_url}
+    done = await asyncio.to_thread(
+        subprocess.run, ["bash", "-c", command], env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
     assert (tmp_path / "draft-1" / "ch1.md").read_text() == "# One\n"  # what the run read
     assert (tmp_path / "book" / "ch1.md").read_text() == "# One, revised\n"
     assert out[5].splitlines()[1].split()[:3] == ["draft-1", "2", "ended"]
     assert out[6].startswith("replayed acme/book version 5 into book: 1 file, ")
     assert "reader reader-host-4242: ok (tree hash " in out[8]
     assert out[10].startswith("imported acme/book as acme/book-copy: version 5, 5 events")
+    assert "cmd.create" in out[11]  # the audit records of the last 10 minutes
     assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 3
 
 
