@@ -1,13 +1,14 @@
-"""``python -m bench [core] [search] [gateway] [executor] [retention] [load] [replay]``: the
-benchmarks (all by default), each figure printed next to its baseline measured in the same run."""
+"""``python -m bench [core] [search] [gateway] [executor] [retention] [load] [replay]
+[cluster]``: the benchmarks (all by default), each figure printed next to its baseline measured
+in the same run."""
 
 import argparse
 import asyncio
 
-from bench import core, executor, gateway, load, replay, retention, search
+from bench import cluster, core, executor, gateway, load, replay, retention, search
 
 parser = argparse.ArgumentParser(prog="python -m bench")
-PARTS = ["core", "search", "gateway", "executor", "retention", "load", "replay"]
+PARTS = ["core", "search", "gateway", "executor", "retention", "load", "replay", "cluster"]
 parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
@@ -32,3 +33,5 @@ if "load" in which:
     asyncio.run(load.main(args.seconds * 5))
 if "replay" in which:
     asyncio.run(replay.main(args.rounds))
+if "cluster" in which:
+    asyncio.run(cluster.main(args.seconds, args.rounds))
