@@ -220,6 +220,15 @@ class Subjects:
         """A workspace's commands once a cluster's mapping put them in a partition."""
         return f"{self.root}.cmdp.*.{tenant}.{workspace}.*"
 
+    @staticmethod
+    def partition_of(tenant: str, workspace: str, partitions: int) -> int:
+        """The partition the servers' mapping puts a workspace in: nats-server's
+        ``partition()`` transform, FNV-1a (32 bits) of the tokens concatenated, modulo."""
+        digest = 0x811C9DC5
+        for byte in f"{tenant}{workspace}".encode():
+            digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
+        return digest % partitions
+
     def partition_mapping(self, partitions: int) -> dict[str, str]:
         """The NATS server ``mappings`` entry that spreads commands over ``partitions``."""
         return {

@@ -124,7 +124,10 @@ def permissions(tenant: Tenant, root: str = "ws") -> dict[str, Any]:
     """
     t = tenant.name
     requests = [f"{root}.{kind}.{t}.>" for kind in ("cmd", "qry", "exec")]
-    publish = list(requests)
+    # On a cluster the servers check a command's permission after mapping it to its
+    # partition (contracts/subjects.py); writers refuse one sent to the wrong partition.
+    mapped = f"{root}.cmdp.*.{t}.>"
+    publish = [*requests, mapped]
     subscribe = [
         f"{tenant.inbox}.>",
         f"{root}.updated.{t}.>",
@@ -141,9 +144,12 @@ def permissions(tenant: Tenant, root: str = "ws") -> dict[str, Any]:
             f"$KV.{BUCKET_BRIDGES}.{t}.>",
             f"$JS.API.DIRECT.GET.{STREAM_BRIDGES}.$KV.{BUCKET_BRIDGES}.{t}.>",
         ]
-        subscribe += requests
+        subscribe += [*requests, mapped]
         queues = (QUEUE_WRITER, QUEUE_READER, QUEUE_EXECUTOR)
-        perms["subscribe"]["deny"] = [f"{s} {q}" for s, q in zip(requests, queues, strict=True)]
+        perms["subscribe"]["deny"] = [
+            *(f"{s} {q}" for s, q in zip(requests, queues, strict=True)),
+            f"{mapped} {QUEUE_WRITER}",
+        ]
         perms["allow_responses"] = True
     return perms
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -205,9 +206,20 @@ async def start_service(
     """Connect, create the streams, open the service's projection (``<data>/<name>.db``), start
     the service; the returned ``stop`` undoes all of it."""
     nc = await connect_service(settings, name)
-    store = await Store.open(settings.data_dir / f"{name}.db", role=name)
+    try:
+        store = await Store.open(settings.data_dir / f"{name}.db", role=name)
+    except BaseException:
+        await nc.close()
+        raise
     service = factory(settings, nc, store)
-    await service.start()
+    try:
+        await service.start()
+    except BaseException:  # e.g. a writer refused by the deployment: exit, not hang
+        with contextlib.suppress(Exception):
+            await service.stop()
+        await store.close()
+        await nc.close()
+        raise
 
     async def stop() -> None:
         await service.stop()

@@ -113,6 +113,8 @@ class Appender:
         self._max_events, self._max_bytes, self._timeout = max_events, max_bytes, timeout
         self._max_inflight = max_inflight
         self._inflight = 0
+        self._fences_busy: set[str] = set()
+        """Fence subjects (partitions) with a send in flight."""
         self._queue: list[Group] = []
         self._wakeup = asyncio.Event()
         self._committed: list[tuple[Group, list[int]]] = []
@@ -147,15 +149,25 @@ class Appender:
             await self._applied.wait()
 
     def _take(self) -> list[Group]:
+        """The next batch: queued groups in order, within the size limits, skipping those of
+        a partition that has a send in flight (on a replicated stream the server refuses a
+        second check of a fence subject while one is pending)."""
         batch: list[Group] = []
+        kept: list[Group] = []
         events = size = 0
-        while self._queue:
-            group = self._queue[0]
+        full = False
+        for group in self._queue:
+            fence = group.fence.subject if group.fence is not None else None
             n = len(group.payloads)
             if batch and (events + n > self._max_events or size + group.size > self._max_bytes):
-                break
-            batch.append(self._queue.pop(0))
+                full = True
+            if full or (fence is not None and fence in self._fences_busy):
+                kept.append(group)
+                continue
+            batch.append(group)
             events, size = events + n, size + group.size
+        self._queue = kept
+        self._fences_busy |= {g.fence.subject for g in batch if g.fence is not None}
         return batch
 
     async def _run(self) -> None:
@@ -163,8 +175,11 @@ class Appender:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._queue and self._inflight < self._max_inflight:
+                batch = self._take()
+                if not batch:  # every queued group waits for its partition's send
+                    break
                 self._inflight += 1
-                task = asyncio.create_task(self._commit(self._take()))
+                task = asyncio.create_task(self._commit(batch))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
@@ -173,6 +188,7 @@ class Appender:
             await self._commit_groups(groups)
         finally:
             self._inflight -= 1
+            self._fences_busy -= {g.fence.subject for g in groups if g.fence is not None}
             self._wakeup.set()
 
     async def _commit_groups(self, groups: list[Group]) -> None:
@@ -210,6 +226,29 @@ class Appender:
                     log.exception("projection update failed; the log has the events")
             self._applied.set()
 
+    @staticmethod
+    def _fence(groups: list[Group], msgs: list[tuple[str, bytes, dict[str, str]]]) -> None:
+        """Put one check of each partition's fence in the batch (the batch is atomic: one
+        check covers all of it). A message carries one sequence check: the fence goes on a
+        group's second message where there is one (its first keeps the workspace CAS); else
+        a lone event trades its workspace CAS for the fence, which implies it (only the
+        holder of the current epoch appends to the partition, and it loaded the workspace
+        from the stream leader after taking it)."""
+        chosen: dict[str, tuple[Fence, int, bool]] = {}
+        first = 0
+        for group in groups:
+            if group.fence is not None:
+                trades = len(group.payloads) == 1
+                current = chosen.get(group.fence.subject)
+                if current is None or (current[2] and not trades):
+                    index = first if trades else first + 1
+                    chosen[group.fence.subject] = (group.fence, index, trades)
+            first += len(group.payloads)
+        for fence, index, _ in chosen.values():
+            headers = msgs[index][2]
+            headers["Nats-Expected-Last-Subject-Sequence"] = str(fence.seq)
+            headers["Nats-Expected-Last-Subject-Sequence-Subject"] = fence.subject
+
     async def _send(self, groups: list[Group]) -> list[list[int]]:
         """Publish ``groups`` as one atomic batch; return each group's sequences.
 
@@ -224,14 +263,7 @@ class Appender:
                 if i == 0:
                     headers["Nats-Expected-Last-Subject-Sequence"] = str(group.expected_seq)
                 msgs.append((group.subject, payload, headers))
-            if group.fence is not None:
-                # The fence check rides on the group's last message. A message carries one
-                # sequence check: a lone event trades its workspace CAS for the fence, which
-                # implies it (only the holder of the current epoch appends to the partition,
-                # and it loaded the workspace after taking it).
-                fenced = msgs[-1][2]
-                fenced["Nats-Expected-Last-Subject-Sequence"] = str(group.fence.seq)
-                fenced["Nats-Expected-Last-Subject-Sequence-Subject"] = group.fence.subject
+        self._fence(groups, msgs)
         started = time.perf_counter()
         if len(msgs) > 1:  # else a plain publish: same CAS and dedup, no batch overhead
             batch_id = uuid.uuid4().hex

@@ -32,6 +32,16 @@ def command_handler(
             address, spec, origin, request = parse(incoming, writer.subjects, "cmd", uuid.uuid4)
             if writer.bridges.claims(address.tenant, address.workspace):
                 return  # a local workspace: its bridge answers
+            if partition is not None and writer.partitions is not None:
+                home = writer.subjects.partition_of(
+                    address.tenant, address.workspace, writer.partitions.count
+                )
+                if home != partition:  # sent to a partition subject by hand: refuse, or
+                    raise QuillError(  # two writers could serve one workspace
+                        ErrorCode.ACCESS_DENIED,
+                        f"Commands for {address.tenant}/{address.workspace} go to "
+                        f"{writer.subjects.cmd(address.tenant, address.workspace, address.op)}",
+                    )
             if writer.queued >= writer.max_queued:
                 raise QuillError(
                     ErrorCode.UNAVAILABLE,

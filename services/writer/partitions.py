@@ -142,6 +142,7 @@ class Partitions:
         self._kv: KeyValue | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._member_rev = 0
+        self._member_renewed = 0.0
         self._stopping = False
         self._changed = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -204,17 +205,37 @@ class Partitions:
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Hand every partition back (drained), so that others take over without waiting
-        for the leases to expire."""
+        for the leases to expire: stop taking commands, let those in flight finish, delete
+        the leases (briefly: if NATS is gone, the leases expire on their own)."""
         self._stopping = True
         self._changed.set()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for partition in list(self.held):
-            await self._release(partition, grace_s)
-        if self._kv is not None and self._member_rev:
-            with contextlib.suppress(Exception):
-                await self._kv.delete(self._member_key, last=self._member_rev)
+        leases = list(self.held.values())
+        for lease in leases:
+            await self._unserve(lease)
+        await asyncio.gather(
+            *(self.writer.drain_partition(lease.partition, grace_s) for lease in leases)
+        )
+        self.held.clear()
+        HELD.set(0)
+        await asyncio.gather(
+            *(self._delete(self._lease_key(lease.partition), lease.revision) for lease in leases)
+        )
+        RELEASED.inc(len(leases))
+        for lease in leases:
+            await self.writer.drop_partition(lease.partition)
+        if self._member_rev:
+            await self._delete(self._member_key, None)  # only this writer writes it
+
+    async def _delete(self, key: str, revision: int | None, timeout: float = 2.0) -> None:
+        """Delete ``key`` (if it is still at ``revision``); give up after ``timeout``."""
+        assert self._kv is not None
+        try:
+            await asyncio.wait_for(self._kv.delete(key, last=revision), timeout)
+        except Exception as exc:
+            log.warning("could not delete %s: %r (it expires on its own)", key, exc)
 
     # ------------------------------------------------------------------ internals
     @property
@@ -284,15 +305,18 @@ class Partitions:
                 if not initial.done():
                     initial.set_result(None)
                 continue
+            before = self._seen.get(entry.key)
             if entry.operation in ("DEL", "PURGE") or not entry.value:
-                self._seen.pop(entry.key, None)
+                changed = self._seen.pop(entry.key, None) is not None
             else:
                 try:
                     value = json.loads(entry.value)
                 except ValueError:
                     continue
                 self._seen[entry.key] = Seen(value, int(entry.revision or 0), time.monotonic())
-            self._changed.set()
+                changed = before is None or before.value.get("writer") != value.get("writer")
+            if changed:  # a writer came or went, a lease changed hands: not a mere renewal
+                self._changed.set()
             if entry.delta == 0 and not initial.done():
                 initial.set_result(None)
 
@@ -333,10 +357,12 @@ class Partitions:
 
     async def _renew(self) -> None:
         now = time.monotonic()
-        try:
-            await self._renew_membership()
-        except Exception as exc:
-            log.warning("cannot renew this writer's membership: %s", exc)
+        if now - self._member_renewed >= self.tick_s * 0.9:
+            try:
+                await self._renew_membership()
+                self._member_renewed = now
+            except Exception as exc:
+                log.warning("cannot renew this writer's membership: %r", exc)
         for partition, lease in list(self.held.items()):
             if now - lease.renewed < self.tick_s * 0.9:
                 continue
@@ -444,10 +470,6 @@ class Partitions:
         self.held.pop(partition, None)
         HELD.set(len(self.held))
         RELEASED.inc()
-        try:
-            assert self._kv is not None
-            await self._kv.delete(self._lease_key(partition), last=lease.revision)
-        except Exception as exc:
-            log.warning("could not delete the lease on partition %d: %s", partition, exc)
+        await self._delete(self._lease_key(partition), lease.revision)
         await self.writer.drop_partition(partition)
         log.info("released partition %d", partition)

@@ -4,6 +4,7 @@ real nats-server whose subject mapping spreads commands over the partitions."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
@@ -40,9 +42,9 @@ class Writers:
         self.url, self.tmp = url, tmp
         self.running: dict[str, Running[Writer]] = {}
 
-    async def start(self, name: str) -> Writer:
+    async def start(self, name: str, ttl: float = TTL) -> Writer:
         settings = Settings(nats_url=self.url, data_dir=self.tmp / name, instance=name)
-        settings.extra.update(partitions=str(PARTITIONS), lease_ttl=str(TTL))
+        settings.extra.update(partitions=str(PARTITIONS), lease_ttl=str(ttl))
         running = self.running[name] = await start_service(settings, "writer", Writer)
         await answers(self.url, "writer", name)
         return running.service
@@ -173,3 +175,82 @@ async def test_a_writer_that_lost_its_partition_cannot_append(
         await verify_chain(quill.nc, "acme", "fenced")
     finally:
         await quill.close()
+
+
+async def test_a_writer_stopping_hands_its_partitions_over_at_once(
+    writers: Writers, nats_server: NatsServer
+) -> None:
+    # Leases of a minute: the other writer can only have them this soon if they were handed
+    # back, not left to expire.
+    a = await writers.start("writer-a", ttl=60)
+    b = await writers.start("writer-b", ttl=60)
+
+    async def balanced() -> bool:
+        return len(await held(a)) == len(await held(b)) == PARTITIONS // 2
+
+    await until(balanced)
+    quill = await Quill.connect(nats_server.url, timeout=5)
+    try:
+        names = [f"acme/handover{i}" for i in range(8)]
+        for name in names:
+            await quill.workspace(name).create()
+        await writers.stop("writer-b")
+
+        async def all_on_a() -> bool:
+            return await held(a) == set(range(PARTITIONS))
+
+        await until(all_on_a, timeout=20)
+        for name in names:
+            await quill.workspace(name).write("a.txt", "after the handover")
+            await verify_chain(quill.nc, *name.split("/"))
+    finally:
+        await quill.close()
+
+
+async def test_a_writer_with_another_partition_count_refuses_to_start(
+    writers: Writers, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    await writers.start("writer-a")
+    settings = Settings(nats_url=nats_server.url, data_dir=tmp_path / "odd", instance="odd")
+    settings.extra.update(partitions=str(PARTITIONS * 2), lease_ttl=str(TTL))
+    with pytest.raises(RuntimeError, match=f"this deployment has {PARTITIONS} partitions"):
+        await start_service(settings, "writer", Writer)
+
+
+async def test_partition_of_is_the_servers_mapping(nats_server: NatsServer) -> None:
+    nc = await bus.connect(nats_server.url, "mapping")
+    try:
+        seen: dict[str, str] = {}
+        done = asyncio.Event()
+        names = [(f"t{i % 7}", f"ws-{i}_{i * 31 % 97}") for i in range(300)]
+
+        async def on(msg: Msg) -> None:
+            seen[".".join(msg.subject.split(".")[3:5])] = msg.subject.split(".")[2]
+            if len(seen) == len(names):
+                done.set()
+
+        await nc.subscribe("ws.cmdp.>", cb=on)
+        await nc.flush()
+        for tenant, ws in names:
+            await nc.publish(Subjects().cmd(tenant, ws, "noop"), b"")
+        await asyncio.wait_for(done.wait(), 10)
+        for tenant, ws in names:
+            assert int(seen[f"{tenant}.{ws}"]) == Subjects.partition_of(tenant, ws, PARTITIONS)
+    finally:
+        await nc.close()
+
+
+async def test_a_command_sent_to_another_partition_by_hand_is_refused(
+    writers: Writers, nats_server: NatsServer
+) -> None:
+    await writers.start("writer-a")
+    home = Subjects.partition_of("acme", "astray", PARTITIONS)
+    wrong = (home + 1) % PARTITIONS
+    nc = await bus.connect(nats_server.url, "astray")
+    try:
+        reply = await nc.request(f"ws.cmdp.{wrong}.acme.astray.create", b"{}", timeout=5)
+        assert json.loads(reply.data)["error"]["code"] == "ACCESS_DENIED"
+        reply = await nc.request(f"ws.cmdp.{home}.acme.astray.create", b"{}", timeout=5)
+        assert json.loads(reply.data)["ok"] is True
+    finally:
+        await nc.close()
