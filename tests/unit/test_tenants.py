@@ -85,7 +85,10 @@ def test_tokens_of_a_tenant_name_no_other_tenant(tmp_path: Path) -> None:
 def test_a_tenant_may_use_only_its_own_subjects() -> None:
     perms = tenants.permissions(tenants.Tenant("acme", password="x" * 12))
     assert perms == {
-        "publish": {"allow": ["ws.cmd.acme.>", "ws.qry.acme.>", "ws.exec.acme.>"]},
+        # ws.cmdp: a command after a cluster's servers mapped it to its partition
+        "publish": {
+            "allow": ["ws.cmd.acme.>", "ws.qry.acme.>", "ws.exec.acme.>", "ws.cmdp.*.acme.>"]
+        },
         "subscribe": {
             "allow": ["_INBOX_acme.>", "ws.updated.acme.>", "ws.audit.acme.>", "ws.execout.acme.>"]
         },
@@ -95,6 +98,7 @@ def test_a_tenant_may_use_only_its_own_subjects() -> None:
 def test_a_bridge_tenant_also_serves_its_own_requests() -> None:
     perms = tenants.permissions(tenants.Tenant("g", nkey=NKEY, bridges=True), root="r")
     assert perms["publish"]["allow"][3:] == [
+        "r.cmdp.*.g.>",
         "r.updated.g.>",
         "r.execout.g.>",
         "r.sys.ping",
@@ -102,11 +106,17 @@ def test_a_bridge_tenant_also_serves_its_own_requests() -> None:
         "$KV.WS_BRIDGES.g.>",
         "$JS.API.DIRECT.GET.KV_WS_BRIDGES.$KV.WS_BRIDGES.g.>",
     ]
-    assert perms["subscribe"]["allow"][4:] == ["r.cmd.g.>", "r.qry.g.>", "r.exec.g.>"]
+    assert perms["subscribe"]["allow"][4:] == [
+        "r.cmd.g.>",
+        "r.qry.g.>",
+        "r.exec.g.>",
+        "r.cmdp.*.g.>",
+    ]
     assert perms["subscribe"]["deny"] == [
         "r.cmd.g.> quill-writer",
         "r.qry.g.> quill-reader",
         "r.exec.g.> quill-executor",
+        "r.cmdp.*.g.> quill-writer",
     ]
     assert perms["allow_responses"] is True
 
