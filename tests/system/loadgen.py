@@ -332,9 +332,18 @@ class _Client:
             if applied_maybe(exc):
                 self._unsure(ws, path, content, "exec", t0)
             raise
+        error = result.changes.error or ""
+        if result.exit_code == 0 and not result.changes.committed and error:
+            code = error.split(":", 1)[0]
+            if code in RETRIABLE:
+                # The command ran; committing its changes met a failover and the reply says
+                # so with a retriable code (the apply may still have landed: unsure).
+                self._unsure(ws, path, content, "exec", t0)
+                raise QuillError(ErrorCode(code), f"changes not committed: {error}")
         if result.exit_code != 0 or not result.changes.committed:
             raise WrongResult(
                 f"exec exit {result.exit_code}, committed {result.changes.committed}, "
+                f"error {error!r}, captured {result.changes.total}, "
                 f"conflicts {result.changes.conflicts}: {result.stderr[:200]}"
             )
         self._ack(ws, path, result.changes.version, content, "exec")
