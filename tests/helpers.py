@@ -95,6 +95,8 @@ async def start_reader(
     running = await start_service(settings, "reader", Reader)
     stack.push_async_callback(running.stop)
     await answers(nats_url, "reader", running.service.instance)
+    # a replica joins the queue group once it has caught up with the log
+    await asyncio.wait_for(running.service.serving.wait(), 60)
     return running.service
 
 

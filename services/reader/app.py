@@ -51,6 +51,8 @@ class Reader:
         self.tasks: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
         self._joining: asyncio.Task[None] | None = None
+        self.serving = asyncio.Event()
+        """Set once it answers queries in the replicas' queue group (caught up)."""
 
     def info(self) -> dict[str, Any]:
         return {
@@ -85,6 +87,8 @@ class Reader:
 
     async def _join(self, handler: bus.Handler) -> None:
         self._subs.append(await bus.serve(self.nc, self.subjects.all_qry, QUEUE_READER, handler))
+        await self.nc.flush()
+        self.serving.set()
         self.log.info("reader %s serving %s", self.instance, self.subjects.all_qry)
 
     async def stop(self) -> None:
