@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,33 +20,26 @@ READY = re.compile(r"quill ready nats=(\S+) http=(\S+)")
 
 @dataclass
 class Up:
-    """A running ``quill up``."""
+    """A running ``quill up`` (or, with ``command=("cluster", "up")``, ``quill cluster up``)."""
 
     data: Path
     args: tuple[str, ...] = ()
-    """More options for ``quill up``."""
+    """More options for the command."""
+    command: tuple[str, ...] = ("up",)
     process: subprocess.Popen[str] | None = None
     nats_url: str = ""
     http_url: str = ""
     output: list[str] = field(default_factory=list)
+    ready_s: float = 0.0
+    """How long it took to print its ready line."""
     _pump: threading.Thread | None = None
 
     def start(self, timeout: float = 60.0) -> Up:
         self.output = []
+        began = time.monotonic()
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "quill",
-                "up",
-                "--data",
-                str(self.data),
-                "--nats-port",
-                "0",
-                "--http-port",
-                "0",
-                *self.args,
-            ],
+            [sys.executable, "-m", "quill", *self.command, "--data", str(self.data)]
+            + ["--nats-port", "0", "--http-port", "0", *self.args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -66,7 +60,9 @@ class Up:
         self._pump.start()
         if not ready.wait(timeout) or not self.nats_url:
             self.kill()
-            raise RuntimeError("quill up did not get ready:\n" + "".join(self.output))
+            name = " ".join(self.command)
+            raise RuntimeError(f"quill {name} did not get ready:\n" + "".join(self.output))
+        self.ready_s = time.monotonic() - began
         return self
 
     def kill(self) -> None:
