@@ -279,23 +279,35 @@ async def serve_ping(
 
 
 async def ping_all(
-    nc: NATS, subjects: Subjects, service: str | None = None, wait_s: float = 0.5
+    nc: NATS,
+    subjects: Subjects,
+    service: str | None = None,
+    wait_s: float = 0.5,
+    *,
+    expect: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every live instance's ping answer (of ``service``, or of every service), gathered for
-    ``wait_s`` seconds."""
+    ``wait_s`` seconds, or until ``expect`` have answered."""
     subject = f"{subjects.root}.sys.ping" + (f".{service}" if service else "")
     inbox = nc.new_inbox()
     answers: list[dict[str, Any]] = []
+    enough = asyncio.Event()
 
     async def collect(msg: Msg) -> None:
+        if not msg.data:  # the server's "no responders" status: nobody is up
+            return
         with contextlib.suppress(ValueError):
             answers.append(json.loads(msg.data))
+        if expect is not None and len(answers) >= expect:
+            enough.set()
 
     sub = await nc.subscribe(inbox, cb=collect)
     try:
         await nc.publish(subject, b"", reply=inbox)
         await nc.flush()
-        await asyncio.sleep(wait_s)  # answers come from an unknown number of instances
+        # answers come from an unknown number of instances: wait the window out (or enough)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(enough.wait(), wait_s)
     finally:
         await sub.unsubscribe()
-    return answers
+    return list(answers)

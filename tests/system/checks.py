@@ -17,7 +17,6 @@ hash against the tree rebuilt from the events before it.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -25,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts import codec, hashing
@@ -35,8 +33,8 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import HistoryCompacted
 from contracts.subjects import Subjects, split_workspace
 from quill.client import Quill
+from services.common import bus, replay
 from services.common import log as eventlog
-from services.common import replay
 from services.common.plan import Committed
 from tests.system.loadgen import Acked, Report
 
@@ -226,28 +224,7 @@ async def pings(
     """The instances of ``service`` (all services: ``""``) that answer a ping:
     ``{"service", "instance", "pid", ...}``, gathered until ``expect`` have answered or
     ``window`` seconds have passed."""
-    subject = f"{SUBJECTS.root}.sys.ping" + (f".{service}" if service else "")
-    inbox = nc.new_inbox()
-    answers: list[dict[str, Any]] = []
-    enough = asyncio.Event()
-
-    async def collect(msg: Msg) -> None:
-        if not msg.data:  # the server's "503 no responders" status: nobody is up
-            return
-        answers.append(json.loads(msg.data))
-        if expect is not None and len(answers) >= expect:
-            enough.set()
-
-    sub = await nc.subscribe(inbox, cb=collect)
-    try:
-        await nc.publish(subject, b"", reply=inbox)
-        try:
-            await asyncio.wait_for(enough.wait(), window)
-        except TimeoutError:
-            pass
-    finally:
-        await sub.unsubscribe()
-    return list(answers)
+    return await bus.ping_all(nc, SUBJECTS, service or None, window, expect=expect)
 
 
 async def replica_info(
