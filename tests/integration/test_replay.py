@@ -329,7 +329,8 @@ def _blob_altered(text: str) -> str:
     lines = text.splitlines()
     i = next(n for n, line in enumerate(lines) if '"record":"blob"' in line)
     record = json.loads(lines[i])
-    record["data"] = "A" + record["data"][1:]
+    data = record["data"]
+    record["data"] = ("B" if data[0] == "A" else "A") + data[1:]  # always a different byte
     lines[i] = json.dumps(record)
     return "\n".join(lines) + "\n"
 
