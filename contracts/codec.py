@@ -69,6 +69,18 @@ def error_reply(error: QuillError) -> bytes:
     return _encoder.encode(Reply[Any](ok=False, error=body))
 
 
+_reply_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def _reply_decoder(result_type: Any) -> msgspec.json.Decoder[Any]:
+    """The decoder of ``Reply[result_type]``, keyed by ``result_type`` itself: building and
+    hashing the generic alias on every reply cost a client more than the decoding."""
+    decoder = _reply_decoders.get(result_type)
+    if decoder is None:
+        decoder = _reply_decoders[result_type] = msgspec.json.Decoder(Reply[result_type])
+    return decoder
+
+
 def decode_reply(data: bytes, result_type: type[T]) -> tuple[int | None, T]:
     """Decode a reply and return ``(version, result)``.
 
@@ -76,7 +88,7 @@ def decode_reply(data: bytes, result_type: type[T]) -> tuple[int | None, T]:
         QuillError: the error the reply carries, or ``INTERNAL`` for an undecodable reply.
     """
     try:
-        reply: Reply[T] = _decoder(Reply[result_type]).decode(data)  # type: ignore[valid-type]
+        reply: Reply[T] = _reply_decoder(result_type).decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise QuillError(ErrorCode.INTERNAL, f"Undecodable reply: {exc}") from None
     if not reply.ok:

@@ -22,6 +22,7 @@ subscribes to the partitions it leases in ``WS_LEASES`` only. Clients keep sendi
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -269,19 +270,7 @@ class Subjects:
         Raises:
             QuillError: ``INVALID_ARGUMENT`` if a token is malformed.
         """
-        parts = subject.split(".")
-        if len(parts) == 6 and parts[1] == "replica":
-            parts = [parts[0], "qry", *parts[3:]]
-        elif len(parts) == 6 and parts[1] == "cmdp":
-            parts = [parts[0], "cmd", *parts[3:]]
-        if len(parts) != 5 or parts[0] != self.root:
-            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a Quill request subject: {subject}")
-        _, kind, tenant, workspace, op = parts
-        check_id("tenant", tenant)
-        check_id("workspace", workspace)
-        if not _OP_RE.match(op):
-            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid op name {op!r}")
-        return Address(kind, tenant, workspace, op)
+        return _parse_request(self.root, subject)
 
     def parse_workspace_subject(self, subject: str) -> tuple[str, str]:
         """``ws.evt.t.w`` / ``ws.audit.t.w`` / ``ws.updated.t.w`` → ``(t, w)``."""
@@ -293,3 +282,22 @@ class Subjects:
     def msg_id(self, tenant: str, workspace: str, request_id: str) -> str:
         """The JetStream ``Nats-Msg-Id`` of the event a request produces."""
         return f"{tenant}/{workspace}/{request_id}"
+
+
+@functools.lru_cache(maxsize=16384)
+def _parse_request(root: str, subject: str) -> Address:
+    """``Subjects.parse_request``, remembered per subject (a busy service sees the same few
+    thousand subjects over and over; an ``Address`` is immutable). Errors are not cached."""
+    parts = subject.split(".")
+    if len(parts) == 6 and parts[1] == "replica":
+        parts = [parts[0], "qry", *parts[3:]]
+    elif len(parts) == 6 and parts[1] == "cmdp":
+        parts = [parts[0], "cmd", *parts[3:]]
+    if len(parts) != 5 or parts[0] != root:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a Quill request subject: {subject}")
+    _, kind, tenant, workspace, op = parts
+    check_id("tenant", tenant)
+    check_id("workspace", workspace)
+    if not _OP_RE.match(op):
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid op name {op!r}")
+    return Address(kind, tenant, workspace, op)
