@@ -226,6 +226,9 @@ class Executor:
         for private in (self.settings.data_dir, self.settings.data_dir / "checkouts"):
             private.mkdir(parents=True, exist_ok=True)
             private.chmod(0o700)
+        killed = await self.provider.sweep(self.settings.data_dir / "checkouts")
+        if killed:
+            log.warning("killed %d sandbox processes an earlier executor left running", killed)
         self._subs.append(
             await bus.serve(self.nc, self.subjects.all_exec, QUEUE_EXECUTOR, self.on_request)
         )

@@ -5,6 +5,7 @@ executor on the same data directory rebuilds the checkout from the log."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
-from services.executor.sandbox import probe_bwrap
+from services.executor.sandbox import bwrap_path, probe_bwrap
 from tests.helpers import start_reader, start_writer
 
 
@@ -82,3 +83,90 @@ async def test_an_executor_killed_mid_command(nats_url: str, tmp_path: Path) -> 
         finally:
             second.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(second.wait(), 30) == 0
+
+
+async def _sandbox(over: Path, *, blocked: bool) -> asyncio.subprocess.Process:
+    """A real bwrap sandbox over ``over`` as a killed executor leaves one: waiting for the
+    user-namespace map no one will write (``blocked``), or running a command with no parent
+    death signal armed."""
+    over.mkdir(parents=True)
+    wait_r, wait_w = os.pipe()
+    info = os.open(os.devnull, os.O_WRONLY)
+    argv = [str(bwrap_path()), "--unshare-all", "--unshare-user", "--ro-bind", "/", "/"]
+    argv += ["--bind", str(over), "/tmp", "--new-session"]
+    argv += ["--info-fd", str(info), "--userns-block-fd", str(wait_r)] if blocked else []
+    process = await asyncio.create_subprocess_exec(
+        *argv, "--", "sleep", "600", pass_fds=(wait_r, info), start_new_session=True
+    )
+    os.close(wait_r)
+    os.close(info)
+    _held.append(wait_w)  # never written, never closed before the test ends
+    return process
+
+
+_held: list[int] = []
+
+
+def _in_namespace_of(pid: int) -> list[int]:
+    """Processes (but ``pid``) in the PID namespace of ``pid``'s child: the sandbox's."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:  # exited
+        return []
+    if not children:
+        return []
+    ns = os.stat(f"/proc/{children[0]}/ns/pid").st_ino
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != pid:
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{name}/ns/pid").st_ino == ns:
+                    out.append(int(name))
+    return out
+
+
+async def test_an_executor_kills_the_sandboxes_an_earlier_one_left(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """What an executor SIGKILLed while starting commands left behind (bwrap waiting for its
+    user namespace forever, or a sandbox whose parent-death signal was not armed) is killed
+    when an executor starts on the same data directory; sandboxes over anything else are not
+    touched."""
+    if (why := probe_bwrap()) is not None:
+        pytest.skip(f"bwrap cannot run here: {why}")
+    data = tmp_path / "executor"
+    blocked = await _sandbox(data / "checkouts" / "acme" / "a" / "tree", blocked=True)
+    running = await _sandbox(data / "checkouts" / "acme" / "b" / "tree", blocked=False)
+    other = await _sandbox(tmp_path / "elsewhere" / "tree", blocked=False)
+    quill = await Quill.connect(nats_url)
+    executor = None
+    try:
+        async with asyncio.timeout(30):  # the running sandbox's command is up
+            while not (inside := _in_namespace_of(running.pid)):
+                await asyncio.sleep(0.05)
+        executor = await executor_process(quill, data)
+        assert await asyncio.wait_for(blocked.wait(), 30) == -signal.SIGKILL
+        assert await asyncio.wait_for(running.wait(), 30) == -signal.SIGKILL
+        for pid in inside:  # the command in the sandbox went with it
+            assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
+        assert other.returncode is None  # not this executor's
+    finally:
+        for process in (blocked, running, other):
+            if process.returncode is None:
+                for pid in _in_namespace_of(process.pid):  # bwrap's kill would spare them
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                process.kill()
+                await process.wait()
+        if executor is not None:
+            executor.send_signal(signal.SIGTERM)
+            await executor.wait()
+        await quill.close()
+        while _held:
+            os.close(_held.pop())
+
+
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    return True

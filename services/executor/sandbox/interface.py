@@ -69,6 +69,11 @@ class SandboxError(Exception):
 class Provider(Protocol):
     name: str
 
+    async def sweep(self, checkouts: Path) -> int:
+        """Kill what commands over the checkouts under ``checkouts`` an earlier executor left
+        running; the number of processes killed."""
+        ...
+
     async def run(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Outcome:

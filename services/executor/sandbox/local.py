@@ -31,6 +31,11 @@ class LocalProvider:
 
     name = "local"
 
+    async def sweep(self, checkouts: Path) -> int:
+        """Nothing: a local command's processes carry a marker of their own command only, so
+        what a killed executor left cannot be told apart (docs/executor.md says so)."""
+        return 0
+
     async def run(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Outcome:

@@ -71,6 +71,39 @@ def marked(session: int, marker: bytes, since: int) -> Finder:
     return lambda: _find(belongs)
 
 
+def sandboxes_under(binary: str, root: str) -> list[Found]:
+    """What sandboxes binding a directory under ``root`` left behind: the ``binary`` (bwrap)
+    processes whose arguments name such a directory, and every process in the PID namespaces
+    they made. An executor SIGKILLed while bwrap still waited for its user namespace's map
+    leaves bwrap blocked for good (``--die-with-parent`` is not armed yet); only an earlier
+    executor on the same data directory can have started these."""
+    binary = os.path.realpath(binary)
+    prefix = os.fsencode(root.rstrip("/")) + b"/"
+    host = _ns_inode(os.getpid())
+    namespaces: set[int] = set()
+
+    def is_sandbox(pid: int, stat: list[bytes]) -> bool:
+        try:
+            if os.readlink(f"/proc/{pid}/exe") != binary:
+                return False
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            return False
+        if not any(arg.startswith(prefix) for arg in argv):
+            return False
+        ns = _ns_inode(pid)
+        if ns is not None and ns != host:
+            namespaces.add(ns)
+        return True
+
+    found = _find(is_sandbox)
+    seen = {process.key[0] for process in found}
+    if namespaces:
+        found += _find(lambda pid, _: pid not in seen and _ns_inode(pid) in namespaces)
+    return found
+
+
 def _find(belongs: Callable[[int, list[bytes]], bool]) -> list[Found]:
     found = []
     for name in os.listdir("/proc"):
