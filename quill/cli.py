@@ -400,6 +400,9 @@ def executor(
         asyncio.run(run_until_stopped(start))
     except QuillError as exc:
         fail(exc)
+    except RuntimeError as exc:  # e.g. its data directory is another executor's
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(1)
 
 
 TOKENS_HELP = 'TOML file of [tokens."<token>"] tables (tenant = "...", workspace = "...").'

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -209,6 +210,7 @@ class Executor:
         self.tasks: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
         self._nuid = NUID()
+        self._lock: TextIO | None = None
         self.runs = 0
 
     def info(self) -> dict[str, Any]:
@@ -226,6 +228,14 @@ class Executor:
         for private in (self.settings.data_dir, self.settings.data_dir / "checkouts"):
             private.mkdir(parents=True, exist_ok=True)
             private.chmod(0o700)
+        # One executor per data directory: its checkouts are one process's, and the sweep
+        # below takes every sandbox over them for a dead predecessor's.
+        self._lock = open(self.settings.data_dir / "lock", "w")  # noqa: SIM115 (held till stop)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise RuntimeError(f"{self.settings.data_dir} is in use by another executor") from None
         killed = await self.provider.sweep(self.settings.data_dir / "checkouts")
         if killed:
             log.warning("killed %d sandbox processes an earlier executor left running", killed)
@@ -252,6 +262,8 @@ class Executor:
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=sandbox.GRACE_S + 5)
         await self.bridges.stop()
+        if self._lock is not None:
+            self._lock.close()
 
     # ------------------------------------------------------------------ requests
     async def on_request(self, msg: Msg) -> None:
@@ -585,7 +597,13 @@ async def start_executor(settings: Settings, config: ExecutorConfig) -> Running[
     """Connect and start an executor; the result's ``stop`` undoes all of it."""
     nc = await connect_service(settings, "executor")
     executor = Executor(settings, nc, config)
-    await executor.start()
+    try:
+        await executor.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await executor.stop()
+        await nc.close()
+        raise
 
     async def stop() -> None:
         await executor.stop()

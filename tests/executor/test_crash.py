@@ -131,7 +131,7 @@ async def test_an_executor_kills_the_sandboxes_an_earlier_one_left(
     """What an executor SIGKILLed while starting commands left behind (bwrap waiting for its
     user namespace forever, or a sandbox whose parent-death signal was not armed) is killed
     when an executor starts on the same data directory; sandboxes over anything else are not
-    touched."""
+    touched, and a second executor on a directory in use is refused."""
     if (why := probe_bwrap()) is not None:
         pytest.skip(f"bwrap cannot run here: {why}")
     data = tmp_path / "executor"
@@ -150,6 +150,16 @@ async def test_an_executor_kills_the_sandboxes_an_earlier_one_left(
         for pid in inside:  # the command in the sandbox went with it
             assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
         assert other.returncode is None  # not this executor's
+
+        # The sweep's premise: no other live executor uses the directory.
+        second = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "quill", "executor", "--nats-url", nats_url, "--data", str(data),
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await asyncio.wait_for(second.communicate(), 60)
+        assert second.returncode == 1
+        assert err.decode().endswith(f"quill: {data} is in use by another executor\n")
+        assert executor.returncode is None
     finally:
         for process in (blocked, running, other):
             if process.returncode is None:
