@@ -95,9 +95,11 @@ async def _sandbox(over: Path, *, blocked: bool) -> asyncio.subprocess.Process:
     argv = [str(bwrap_path()), "--unshare-all", "--unshare-user", "--ro-bind", "/", "/"]
     argv += ["--bind", str(over), "/tmp", "--new-session"]
     argv += ["--info-fd", str(info), "--userns-block-fd", str(wait_r)] if blocked else []
+    command = ["sh", "-c", "echo up; exec sleep 600"]
     process = await asyncio.create_subprocess_exec(
-        *argv, "--", "sleep", "600", pass_fds=(wait_r, info), start_new_session=True
-    )
+        *argv, "--", *command, pass_fds=(wait_r, info), stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
     os.close(wait_r)
     os.close(info)
     _held.append(wait_w)  # never written, never closed before the test ends
@@ -141,9 +143,10 @@ async def test_an_executor_kills_the_sandboxes_an_earlier_one_left(
     quill = await Quill.connect(nats_url)
     executor = None
     try:
-        async with asyncio.timeout(30):  # the running sandbox's command is up
-            while not (inside := _in_namespace_of(running.pid)):
-                await asyncio.sleep(0.05)
+        assert running.stdout is not None
+        assert await asyncio.wait_for(running.stdout.readline(), 30) == b"up\n"
+        inside = _in_namespace_of(running.pid)  # the sandbox's init and its command
+        assert inside
         executor = await executor_process(quill, data)
         assert await asyncio.wait_for(blocked.wait(), 30) == -signal.SIGKILL
         assert await asyncio.wait_for(running.wait(), 30) == -signal.SIGKILL
