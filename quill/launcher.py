@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import fcntl
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from nats.aio.msg import Msg
 from quill.natsserver import terminate
 from services.common import bus
 from services.common.credentials import NatsAuth
+from services.common.runtime import lock_directory
 
 log = logging.getLogger("quill.launcher")
 
@@ -132,14 +132,11 @@ class Child:
 
 @contextlib.contextmanager
 def _lock(data_dir: Path) -> Iterator[None]:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / "lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SystemExit(
-                f"quill: {data_dir} is in use by another quill up or cluster up"
-            ) from None
+    try:
+        handle = lock_directory(data_dir, "another quill up or cluster up")
+    except RuntimeError as exc:
+        raise SystemExit(f"quill: {exc}") from None
+    with handle:
         yield
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import signal
@@ -13,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import IO, Any, Generic, Protocol, TypeVar
 
 import prometheus_client as prom
 from nats.aio.client import Client as NATS
@@ -171,6 +172,23 @@ class Auditor:
 
 
 # ---------------------------------------------------------------- process lifetime
+
+
+def lock_directory(directory: Path, holder: str) -> IO[str]:
+    """Take ``directory`` for this process: an flock on ``<directory>/lock``, held while the
+    returned file is open (and released by the kernel however the process dies).
+
+    Raises:
+        RuntimeError: another process holds it (``<directory> is in use by <holder>``).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    handle = open(directory / "lock", "w")  # noqa: SIM115 (the caller holds it)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise RuntimeError(f"{directory} is in use by {holder}") from None
+    return handle
 
 
 class Service(Protocol):

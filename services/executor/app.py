@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -43,7 +42,13 @@ from services.common.blobs import Blobs
 from services.common.bridges import Bridges
 from services.common.bus import respond
 from services.common.entry import Incoming, parse, reject
-from services.common.runtime import Auditor, Running, Settings, connect_service
+from services.common.runtime import (
+    Auditor,
+    Running,
+    Settings,
+    connect_service,
+    lock_directory,
+)
 from services.common.secrets import NO_SECRETS, Secrets, secrets_from_env
 from services.executor import sandbox
 from services.executor.checkout import Captured, Checkout
@@ -210,7 +215,7 @@ class Executor:
         self.tasks: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
         self._nuid = NUID()
-        self._lock: TextIO | None = None
+        self._lock: IO[str] | None = None
         self.runs = 0
 
     def info(self) -> dict[str, Any]:
@@ -230,12 +235,7 @@ class Executor:
             private.chmod(0o700)
         # One executor per data directory: its checkouts are one process's, and the sweep
         # below takes every sandbox over them for a dead predecessor's.
-        self._lock = open(self.settings.data_dir / "lock", "w")  # noqa: SIM115 (held till stop)
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.close()
-            raise RuntimeError(f"{self.settings.data_dir} is in use by another executor") from None
+        self._lock = lock_directory(self.settings.data_dir, "another executor")
         killed = await self.provider.sweep(self.settings.data_dir / "checkouts")
         if killed:
             log.warning("killed %d sandbox processes an earlier executor left running", killed)

@@ -87,17 +87,7 @@ class BwrapProvider:
     async def sweep(self, checkouts: Path) -> int:
         """Kill what sandboxes over ``checkouts`` an earlier executor left running (see
         ``proctree.sandboxes_under``); the number of processes killed."""
-        found = await asyncio.to_thread(proctree.sandboxes_under, self._bwrap, str(checkouts))
-        fds = [process.fd for process in found]
-        try:
-            for fd in fds:
-                with contextlib.suppress(ProcessLookupError):
-                    signal.pidfd_send_signal(fd, signal.SIGKILL)
-            await proctree.wait_exited(fds, common.GRACE_S)
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return len(found)
+        return await proctree.kill_all(proctree.sandboxes_under(self._bwrap, str(checkouts)))
 
     async def run(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None

@@ -71,7 +71,7 @@ def marked(session: int, marker: bytes, since: int) -> Finder:
     return lambda: _find(belongs)
 
 
-def sandboxes_under(binary: str, root: str) -> list[Found]:
+def sandboxes_under(binary: str, root: str) -> Finder:
     """What sandboxes binding a directory under ``root`` left behind: the ``binary`` (bwrap)
     processes whose arguments name such a directory, and every process in the PID namespaces
     they made. An executor SIGKILLed while bwrap still waited for its user namespace's map
@@ -80,28 +80,32 @@ def sandboxes_under(binary: str, root: str) -> list[Found]:
     binary = os.path.realpath(binary)
     prefix = os.fsencode(root.rstrip("/")) + b"/"
     host = _ns_inode(os.getpid())
-    namespaces: set[int] = set()
 
-    def is_sandbox(pid: int, stat: list[bytes]) -> bool:
-        try:
-            if os.readlink(f"/proc/{pid}/exe") != binary:
+    def find() -> list[Found]:
+        namespaces: set[int] = set()
+
+        def is_sandbox(pid: int, stat: list[bytes]) -> bool:
+            try:
+                if os.readlink(f"/proc/{pid}/exe") != binary:
+                    return False
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
                 return False
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            return False
-        if not any(arg.startswith(prefix) for arg in argv):
-            return False
-        ns = _ns_inode(pid)
-        if ns is not None and ns != host:
-            namespaces.add(ns)
-        return True
+            if not any(arg.startswith(prefix) for arg in argv):
+                return False
+            ns = _ns_inode(pid)
+            if ns is not None and ns != host:
+                namespaces.add(ns)
+            return True
 
-    found = _find(is_sandbox)
-    seen = {process.key[0] for process in found}
-    if namespaces:
-        found += _find(lambda pid, _: pid not in seen and _ns_inode(pid) in namespaces)
-    return found
+        found = _find(is_sandbox)
+        seen = {process.key[0] for process in found}
+        if namespaces:
+            found += _find(lambda pid, _: pid not in seen and _ns_inode(pid) in namespaces)
+        return found
+
+    return find
 
 
 def _find(belongs: Callable[[int, list[bytes]], bool]) -> list[Found]:
@@ -191,20 +195,21 @@ def _resolve(loop: asyncio.AbstractEventLoop, fd: int, future: asyncio.Future[No
 
 async def kill_all(
     find: Finder, rounds: int = 50, timeout: float = 5.0, quiet_scans: int = 1
-) -> None:
+) -> int:
     """SIGKILL every process ``find`` returns, wait for them to die, repeat until none is left
     (a process may fork between the scan and the signal) in ``quiet_scans`` scans in a row,
-    ``QUIET_GAP_S`` apart (a process in the middle of ``execve`` can read as unmarked)."""
-    quiet = 0
+    ``QUIET_GAP_S`` apart (a process in the middle of ``execve`` can read as unmarked).
+    Returns how many processes it signalled."""
+    quiet = killed = 0
     for _ in range(rounds):
         pidfds = [process.fd for process in find()]
         if not pidfds:
             quiet += 1
             if quiet >= quiet_scans:
-                return
+                return killed
             await asyncio.sleep(QUIET_GAP_S)
             continue
-        quiet = 0
+        quiet, killed = 0, killed + len(pidfds)
         try:
             for fd in pidfds:
                 with contextlib.suppress(ProcessLookupError):
@@ -213,6 +218,7 @@ async def kill_all(
         finally:
             for fd in pidfds:
                 os.close(fd)
+    return killed
 
 
 QUIET_GAP_S = 0.003
