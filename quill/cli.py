@@ -70,6 +70,20 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         sys.exit(130)
 
 
+def run_to_exit(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)`` for the commands that run services: a start refused (a
+    ``QuillError``, or a ``RuntimeError`` such as a partition count the deployment does not
+    have or a data directory in use) is one line on stderr and a non-zero exit."""
+    try:
+        return asyncio.run(coro)
+    except QuillError as exc:
+        fail(exc)
+        raise AssertionError from exc  # unreachable: fail() exits
+    except RuntimeError as exc:
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(1)
+
+
 def emit(ctx: click.Context, result: Any, human: str | Callable[[], str | None]) -> None:
     """Print ``result`` as JSON with ``--json``, else the human text."""
     if ctx.obj["json"]:
@@ -291,7 +305,7 @@ def _service_command(name: str, module: str, attr: str, doc: str) -> click.Comma
         async def start() -> Callable[[], Awaitable[None]]:
             return (await start_service(settings, name, factory)).stop
 
-        asyncio.run(run_until_stopped(start))
+        run_to_exit(run_until_stopped(start))
 
     return click.command(name=name, help=doc)(command)
 
@@ -341,11 +355,7 @@ def writer(
     async def start() -> Callable[[], Awaitable[None]]:
         return (await start_service(settings, "writer", Writer)).stop
 
-    try:
-        asyncio.run(run_until_stopped(start))
-    except RuntimeError as exc:  # e.g. a partition count the deployment does not have
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(1)
+    run_to_exit(run_until_stopped(start))
 
 
 SANDBOX_HELP = "bwrap (bubblewrap), or local (a plain process: no isolation). Default: bwrap \
@@ -396,13 +406,7 @@ def executor(
     async def start() -> Callable[[], Awaitable[None]]:
         return (await start_executor(settings, config)).stop
 
-    try:
-        asyncio.run(run_until_stopped(start))
-    except QuillError as exc:
-        fail(exc)
-    except RuntimeError as exc:  # e.g. its data directory is another executor's
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(1)
+    run_to_exit(run_until_stopped(start))
 
 
 TOKENS_HELP = 'TOML file of [tokens."<token>"] tables (tenant = "...", workspace = "...").'
@@ -455,9 +459,7 @@ def gateway(
         return (await start_gateway(config)).stop
 
     try:
-        asyncio.run(run_until_stopped(start))
-    except QuillError as exc:
-        fail(exc)
+        run_to_exit(run_until_stopped(start))
     except OSError as exc:
         reason = exc.strerror or str(exc)
         click.echo(f"quill: cannot listen on {host}:{http_port}: {reason}", err=True)
@@ -525,11 +527,7 @@ def up(
         tenants=tenants,
         secrets_file=secrets_file,
     )
-    try:
-        sys.exit(asyncio.run(stack.run()))
-    except RuntimeError as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(1)
+    sys.exit(run_to_exit(stack.run()))
 
 
 @main.command("nats-auth")

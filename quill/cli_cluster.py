@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from quill.cli import SANDBOX_HELP, TOKENS_HELP, main
+from quill.cli import SANDBOX_HELP, TOKENS_HELP, main, run_to_exit
 from services.common.runtime import setup_logging
 
 
@@ -92,11 +92,7 @@ def up(
     except ValueError as exc:
         click.echo(f"quill: {exc}", err=True)
         sys.exit(2)
-    try:
-        sys.exit(asyncio.run(cluster.run()))
-    except RuntimeError as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(1)
+    sys.exit(run_to_exit(cluster.run()))
 
 
 @cluster_group.command("render")
