@@ -42,7 +42,7 @@ from bench.harness import Load, closed_loop, merge, row
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.subjects import STREAM_EVENTS, Subjects, split_workspace
-from quill.client import Quill, Workspace
+from quill.client import Quill
 from quill.cluster import Cluster
 from quill.launcher import Launcher
 from quill.stack import Stack
@@ -196,17 +196,6 @@ class System:
         return await closed_loop(CLIENTS, op, seconds), done
 
 
-async def owner(cluster: Cluster, ws: Workspace) -> str:
-    """The name (``writer-N``) of the writer that served the workspace's last command."""
-    instance = ""
-    async for record in ws.audit():
-        if record.service == "writer":
-            instance = record.instance
-    pongs = await bus.ping_all(ws.client.nc, Subjects(), "writer")
-    pid = next(p["pid"] for p in pongs if p["instance"] == instance)
-    return next(c.name for c in cluster.children if c.pid == pid)
-
-
 async def balanced(cluster: Cluster, nc: NATS, timeout: float = 60.0) -> bool:
     """Wait until every writer holds its fair share of the partitions; False if not in time."""
     writers = cluster.deployment.writers
@@ -231,12 +220,12 @@ async def failovers(cluster: Cluster, count: int) -> tuple[list[float], list[str
             ws = quill.workspace(f"bench/failover-{k}")
             await ws.create(exist_ok=True)
             await ws.write("a.txt", "before\n")
-            victim = await owner(cluster, ws)
+            victim = await cluster.writer_of(ws)
             await cluster.kill(victim)
             t0 = time.perf_counter()
             await ws.write("a.txt", "after\n")  # the SDK retries through the failover
             took.append(time.perf_counter() - t0)
-            served = await owner(cluster, ws)
+            served = await cluster.writer_of(ws)
             t1 = time.perf_counter()
             await cluster.start(victim)
             rebalanced = await balanced(cluster, quill.nc)

@@ -23,6 +23,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from contracts.subjects import Subjects
+from quill.client import Workspace
 from quill.deployment import COMPOSE_MONITOR_PORT, Deployment, NatsNode
 from quill.launcher import Child, Launcher, free_port, http_ok, ping_until_answered
 from quill.natsserver import binary
@@ -182,6 +183,20 @@ class Cluster(Launcher):
     @property
     def replicas(self) -> int:
         return self.deployment.replicas
+
+    def name_of(self, pid: int) -> str:
+        """The name (``writer-1``, ``nats-2``...) of the child process ``pid``."""
+        return next(c.name for c in self.children if c.pid == pid)
+
+    async def writer_of(self, ws: Workspace) -> str:
+        """The name (``writer-N``) of the writer that served ``ws``'s last command (its audit
+        record names the instance; the writers' pings give their pids)."""
+        instance = ""
+        async for record in ws.audit():
+            if record.service == "writer":
+                instance = record.instance
+        pongs = await bus.ping_all(ws.client.nc, Subjects(self.deployment.root), "writer")
+        return self.name_of(next(p["pid"] for p in pongs if p["instance"] == instance))
 
     async def _wait_more(self, nc: NATS, children: list[Child], deadline: float) -> None:
         names = set(self.deployment.nats_names)

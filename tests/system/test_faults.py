@@ -24,7 +24,7 @@ from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
-from quill.client import Quill, Workspace
+from quill.client import Quill
 from quill.cluster import Cluster
 from services.common import bus
 from tests.system.checks import verify_chain, verify_run
@@ -98,7 +98,7 @@ async def test_kill_9_an_executor_mid_command(cluster: Cluster, nc: NATS) -> Non
         await asyncio.wait_for(started.wait(), 30)
         busy = [p for p in await bus.ping_all(nc, Subjects(), "executor") if p.get("running")]
         assert len(busy) == 1, busy
-        name = await _child_of(cluster, busy[0]["pid"])
+        name = cluster.name_of(busy[0]["pid"])
         await cluster.kill(name)
         with pytest.raises(QuillError) as lost:
             await asyncio.wait_for(task, 30)
@@ -114,10 +114,6 @@ async def test_kill_9_an_executor_mid_command(cluster: Cluster, nc: NATS) -> Non
         await cluster.start(name)
     finally:
         await quill.close()
-
-
-async def _child_of(cluster: Cluster, pid: int) -> str:
-    return next(c.name for c in cluster.children if c.pid == pid)
 
 
 async def test_kill_9_one_nats_server_of_three_then_bring_it_back(
@@ -153,7 +149,7 @@ async def test_writer_failover_time(cluster: Cluster, nc: NATS) -> None:
         ws = quill.workspace("faults/failover")
         await ws.create(exist_ok=True)
         await ws.write("a.txt", "before")
-        owner = await _owner(cluster, ws)
+        owner = await cluster.writer_of(ws)
         await cluster.kill(owner)
         started = time.monotonic()
         await ws.write("a.txt", "after")  # the SDK retries through the failover
@@ -164,18 +160,6 @@ async def test_writer_failover_time(cluster: Cluster, nc: NATS) -> None:
         await cluster.start(owner)
     finally:
         await quill.close()
-
-
-async def _owner(cluster: Cluster, ws: Workspace) -> str:
-    """The cluster name (``writer-N``) of the writer that served the workspace's last
-    command (its audit record names the instance; the writers' pings give their pids)."""
-    instance = ""
-    async for record in ws.audit():
-        if record.service == "writer":
-            instance = record.instance
-    pongs = await bus.ping_all(ws.client.nc, Subjects(), "writer")
-    pid = next(p["pid"] for p in pongs if p["instance"] == instance)
-    return await _child_of(cluster, pid)
 
 
 @pytest.mark.slow
