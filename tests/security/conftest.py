@@ -1,0 +1,56 @@
+"""The adversarial suite: each attack of issue 10 as a test through the real path (real bwrap
+sandboxes, ``quill up`` as a process, bare nats-py clients with each tenant's credentials, MCP
+and REST clients).
+
+Shared here: host canary files that every attack test checks afterwards (``canaries``), and
+``verify`` (``quill verify`` on a workspace must pass after an attack)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.system.conftest import Up
+
+
+class Canaries:
+    """Host files an attacker would like to change or read: their hashes are checked after."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.files = {name: root / name for name in ("host-file", "passwd", "secret.key")}
+        for name, path in self.files.items():
+            path.write_text(f"canary {name}: must never change\n")
+        self._before = self.snapshot()
+
+    def snapshot(self) -> dict[str, str]:
+        seen = {}
+        for path in sorted(self.root.rglob("*")):
+            if path.is_symlink() or not path.is_file():
+                seen[str(path.relative_to(self.root))] = "non-file"
+            else:
+                seen[str(path.relative_to(self.root))] = hashlib.sha256(
+                    path.read_bytes()
+                ).hexdigest()
+        return seen
+
+    def assert_unchanged(self) -> None:
+        assert self.snapshot() == self._before, "a host canary file changed or appeared"
+
+
+@pytest.fixture
+def canaries(tmp_path: Path) -> Iterator[Canaries]:
+    """Host files outside every checkout; unchanged after the test, or it fails."""
+    found = Canaries(tmp_path / "host")
+    yield found
+    found.assert_unchanged()
+
+
+def verify(up: Up, workspace: str) -> None:
+    """``quill verify`` passes on ``workspace`` (its log checks out and the replicas agree)."""
+    result = up.cli("verify", workspace, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
