@@ -31,6 +31,7 @@ from nats.js.api import ObjectStoreConfig, PersistMode, StorageType, StreamConfi
 from nats.js.errors import NotFoundError
 
 from contracts import codec
+from contracts.errors import QuillError
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
 from services.common import bridges
@@ -218,17 +219,47 @@ async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> Non
     await bridges.bucket(js, replicas)
 
 
-def reply_allowed(subject: str, reply: str) -> bool:
+def reply_allowed(subject: str, reply: str, own_inbox: str | None = None) -> bool:
     """Whether a service may answer a request on ``subject`` at ``reply``.
 
     A requester chooses its reply subject freely, and a service publishes with every right:
     a reply to ``$JS.API.STREAM.DELETE.WS_EVENTS`` would delete the log, one to
     ``ws.evt.<other tenant>...`` would write into another tenant's log. So replies never go
     to a ``$`` subject (JetStream, KV, object store, system) nor under the request's own
-    root (``ws.``); inboxes, whatever their prefix, are fine.
+    root (``ws.``). A tenant's inbox (``_INBOX_<tenant>.``, the only prefix a tenant may
+    subscribe to) is answered only for a request on that tenant's subjects, or when it is the
+    service's own inbox prefix (``own_inbox``: the services' user, which requests on every
+    tenant's behalf): a request of tenant a cannot make a service answer into tenant b's
+    inbox. Other inboxes (``_INBOX.``, an application's own prefix) are fine, and so is any
+    inbox for a subject naming no tenant (a ping, which bridge tenants send: its answer holds
+    no tenant's data).
     """
     root = subject.split(".", 1)[0]
-    return not reply.startswith("$") and reply.split(".", 1)[0] != root
+    head = reply.split(".", 1)[0]
+    if reply.startswith("$") or head == root:
+        return False
+    if not head.startswith(INBOX_TENANT_PREFIX) or head == own_inbox:
+        return True
+    tenant = request_tenant(subject)
+    return tenant is None or head == INBOX_TENANT_PREFIX + tenant
+
+
+INBOX_TENANT_PREFIX = "_INBOX_"
+"""``_INBOX_<tenant>``: a tenant's inbox prefix (``quill/tenants.py``)."""
+
+
+def request_tenant(subject: str) -> str | None:
+    """The tenant a request subject names (None for one naming no tenant, e.g. a ping)."""
+    try:
+        return Subjects(root=subject.split(".", 1)[0]).parse_request(subject).tenant
+    except QuillError:
+        return None
+
+
+def own_inbox(nc: NATS) -> str | None:
+    """The inbox prefix of a connection (``_INBOX`` or ``_INBOX_<user>``)."""
+    prefix = getattr(nc, "_inbox_prefix", None)
+    return bytes(prefix).decode() if prefix else None
 
 
 async def respond(msg: Msg, data: bytes, headers: dict[str, str] | None = None) -> None:
@@ -236,8 +267,8 @@ async def respond(msg: Msg, data: bytes, headers: dict[str, str] | None = None) 
     nor does one whose reply subject is not an inbox (``reply_allowed``)."""
     if not msg.reply:
         return
-    if not reply_allowed(msg.subject, msg.reply):
-        log.warning("not replying to %s on %s: not an inbox", msg.subject, msg.reply)
+    if not reply_allowed(msg.subject, msg.reply, own_inbox(msg._client)):
+        log.warning("not replying to %s on %s: not the requester's inbox", msg.subject, msg.reply)
         return
     try:
         await msg._client.publish(msg.reply, data, headers=headers)

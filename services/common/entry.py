@@ -17,7 +17,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.ops import OpKind, OpSpec
 from contracts.requests import Request
 from contracts.subjects import Address, Origin, Subjects
-from services.common.bus import respond
+from services.common.bus import own_inbox, reply_allowed, respond
 from services.common.runtime import Auditor
 
 _NOUNS = {"cmd": ("command", "commands"), "qry": ("query", "queries"), "exec": ("op", "ops")}
@@ -44,9 +44,16 @@ def parse(
     """Understand ``incoming.msg`` as a request of ``kind``, filling ``incoming`` as it goes.
 
     Raises:
-        QuillError: ``INVALID_ARGUMENT`` for a bad subject, unknown op, header or body.
+        QuillError: ``INVALID_ARGUMENT`` for a bad subject, unknown op, header or body;
+            ``ACCESS_DENIED`` for a reply subject that is another tenant's inbox (refused
+            and audited, never answered there: ``bus.reply_allowed``).
     """
-    address = incoming.address = subjects.parse_request(incoming.msg.subject)
+    msg = incoming.msg
+    address = incoming.address = subjects.parse_request(msg.subject)
+    if msg.reply and not reply_allowed(msg.subject, msg.reply, own_inbox(msg._client)):
+        raise QuillError(
+            ErrorCode.ACCESS_DENIED, "The reply subject is another tenant's inbox: refused"
+        )
     spec = ops.find(kind, address.op)
     if spec is None:
         one, many = _NOUNS[kind]

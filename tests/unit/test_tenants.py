@@ -161,7 +161,15 @@ def test_credentials_default_to_the_users_own_inbox() -> None:
         ("$SYS.REQ.SERVER.PING", False),
         ("ws.evt.other.w", False),
         ("ws.cmd.other.w.write", False),
+        ("_INBOX_globex.abc.def", False),  # another tenant's inbox
+        ("_INBOX_quill-system.abc", True),  # the services' own (they request for everyone)
     ],
 )
 def test_services_reply_only_to_inboxes(reply: str, allowed: bool) -> None:
-    assert reply_allowed("ws.qry.acme.w.read", reply) is allowed
+    assert reply_allowed("ws.qry.acme.w.read", reply, "_INBOX_quill-system") is allowed
+
+
+def test_pings_name_no_tenant_and_are_answered_in_any_inbox() -> None:
+    assert reply_allowed("ws.sys.ping", "_INBOX_acme.x", "_INBOX_quill-system")
+    assert not reply_allowed("ws.sys.ping", "$JS.API.STREAM.DELETE.WS_EVENTS", None)
+    assert reply_allowed("ws.cmdp.3.acme.w.write", "_INBOX_acme.x")  # partition-mapped
