@@ -64,6 +64,14 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         int | None,
         Meta(description="Historical versions kept per file (None: all; latest always kept)."),
     ] = None
+    max_checkout_bytes: Annotated[
+        int,
+        Meta(
+            ge=1,
+            description="Most disk bytes an executor's checkout of the workspace may hold, "
+            "ignored and uncommitted files included; a command going over is stopped.",
+        ),
+    ] = 4 * 1024**3
 
 
 class LimitsPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -79,6 +87,7 @@ class LimitsPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_exec_ms: Positive | None = None
     max_change_paths: Positive | None = None
     max_versions: Positive | None = None
+    max_checkout_bytes: Positive | None = None
 
 
 DEFAULT_LIMITS = Limits()
@@ -94,6 +103,7 @@ CEILINGS = Limits(
     max_exec_ms=600_000,
     max_change_paths=50_000,
     max_versions=None,
+    max_checkout_bytes=64 * 1024**3,
 )
 """What a per-workspace override may not exceed (the NATS message size bounds several)."""
 
