@@ -40,10 +40,8 @@ from contracts.subjects import (
     check_id,
 )
 from services.common.bridges import STREAM_BRIDGES
-from services.common.credentials import DEFAULT_INBOX
+from services.common.credentials import DEFAULT_INBOX, SYSTEM_USER
 
-SYSTEM_USER = "quill-system"
-"""The services' NATS user; no tenant may have this name."""
 MIN_PASSWORD = 12
 _NKEY_USER = re.compile(r"U[A-Z2-7]{55}\Z")
 _PRINTABLE = re.compile(r"[\x20-\x7e]+\Z")

@@ -35,7 +35,7 @@ from contracts.errors import QuillError
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
 from services.common import bridges
-from services.common.credentials import NatsAuth
+from services.common.credentials import DEFAULT_INBOX, SYSTEM_USER, NatsAuth
 
 log = logging.getLogger("quill.bus")
 
@@ -228,24 +228,26 @@ def reply_allowed(subject: str, reply: str, own_inbox: str | None = None) -> boo
     to a ``$`` subject (JetStream, KV, object store, system) nor under the request's own
     root (``ws.``). A tenant's inbox (``_INBOX_<tenant>.``, the only prefix a tenant may
     subscribe to) is answered only for a request on that tenant's subjects, or when it is the
-    service's own inbox prefix (``own_inbox``: the services' user, which requests on every
-    tenant's behalf): a request of tenant a cannot make a service answer into tenant b's
-    inbox. Other inboxes (``_INBOX.``, an application's own prefix) are fine, and so is any
-    inbox for a subject naming no tenant (a ping, which bridge tenants send: its answer holds
-    no tenant's data).
+    service's own inbox prefix (``own_inbox``) or the services' user's (which requests on
+    every tenant's behalf, of bridges too): a request of tenant a cannot make a service answer
+    into tenant b's inbox. Other inboxes (``_INBOX.``, an application's own prefix) are fine,
+    and so is any inbox for a subject naming no tenant (a ping, which bridge tenants send: its
+    answer holds no tenant's data).
     """
     root = subject.split(".", 1)[0]
     head = reply.split(".", 1)[0]
     if reply.startswith("$") or head == root:
         return False
-    if not head.startswith(INBOX_TENANT_PREFIX) or head == own_inbox:
+    if not head.startswith(INBOX_TENANT_PREFIX) or head in (own_inbox, SYSTEM_INBOX):
         return True
     tenant = request_tenant(subject)
     return tenant is None or head == INBOX_TENANT_PREFIX + tenant
 
 
-INBOX_TENANT_PREFIX = "_INBOX_"
+INBOX_TENANT_PREFIX = DEFAULT_INBOX + "_"
 """``_INBOX_<tenant>``: a tenant's inbox prefix (``quill/tenants.py``)."""
+SYSTEM_INBOX = INBOX_TENANT_PREFIX + SYSTEM_USER
+"""The services' inbox under ``--tenants`` (the gateway asks bridges on tenants' behalf)."""
 
 
 def request_tenant(subject: str) -> str | None:

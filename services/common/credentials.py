@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_INBOX = "_INBOX"
+SYSTEM_USER = "quill-system"
+"""The services' NATS user under ``--tenants``; no tenant may have this name."""
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+\Z")
 
 
