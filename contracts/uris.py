@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import check_id
@@ -69,5 +70,40 @@ def parse(uri: str) -> Uri:
         tenant, workspace = check_id("tenant", parts[0]), check_id("workspace", parts[1])
         return Uri("server", host, f"{tenant}/{workspace}")
     if host == "git":
-        return Uri("git", host, path)
+        return Uri("git", host, _check_git_url(uri, path))
     return Uri("local", host, path)
+
+
+def check_target(target: str) -> tuple[str, str]:
+    """``(tenant, workspace)`` of an attach target: exactly ``<tenant>/<workspace>``, two
+    valid ids (so no ``..``, ``.``, empty or percent-encoded segment names another one).
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` otherwise.
+    """
+    parts = target.split("/")
+    if len(parts) != 2:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            "Invalid attach target: use <tenant>/<workspace>",
+            {"target": target},
+        )
+    return check_id("tenant", parts[0]), check_id("workspace", parts[1])
+
+
+def _check_git_url(uri: str, path: str) -> str:
+    """``path`` of a ``git:`` URI, refused when a segment is empty (but a trailing ``/``),
+    ``.`` or ``..``, or hides a ``/`` or a dot segment behind percent-encoding."""
+    rest = path.split("://", 1)[1] if "://" in path else path
+    segments = rest.split("/")
+    if len(segments) > 1 and segments[-1] == "":
+        segments.pop()  # git:host/org/repo/
+    for segment in segments:
+        decoded = unquote(segment)
+        if decoded in ("", ".", "..") or "/" in decoded or "\\" in decoded:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                "Invalid git URI: a segment of its URL is empty, '.' or '..'",
+                {"uri": uri},
+            )
+    return path

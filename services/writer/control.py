@@ -217,7 +217,7 @@ def _attach(state: WorkspaceState, cmd: rq.Attach, ctx: Context) -> Decision:
                 {"uri": cmd.uri},
             )
         target = cmd.target
-    tenant, _, name = target.partition("/")
+    tenant, name = uris.check_target(target)
     if tenant != state.tenant:
         raise QuillError(
             ErrorCode.ACCESS_DENIED,
