@@ -36,6 +36,7 @@ from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
 from services.common import bridges
 from services.common.credentials import DEFAULT_INBOX, SYSTEM_USER, NatsAuth
+from services.common.secrets import secrets_from_env
 
 log = logging.getLogger("quill.bus")
 
@@ -272,6 +273,9 @@ async def respond(msg: Msg, data: bytes, headers: dict[str, str] | None = None) 
     if not reply_allowed(msg.subject, msg.reply, own_inbox(msg._client)):
         log.warning("not replying to %s on %s: not the requester's inbox", msg.subject, msg.reply)
         return
+    secrets = secrets_from_env()
+    if secrets:  # the last net: no reply carries a registered secret (services/common/secrets)
+        data = secrets.redact_bytes(data)[0]
     try:
         await msg._client.publish(msg.reply, data, headers=headers)
     except Exception as exc:  # the caller is gone or the connection dropped: nothing to do

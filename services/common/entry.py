@@ -1,7 +1,9 @@
 """The edge of every service: a request message → its address, op, origin and request.
 
 Both services parse requests the same way and answer a bad one the same way: with the error
-reply, and an audit record when the subject named a workspace.
+reply, and an audit record when the subject named a workspace. A request that names something
+with a registered secret (its workspace, a ``Ws-*`` header, a path, a message, a branch...) is
+refused here (``secrets.refuse_names``), and what a refusal says is redacted.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from contracts.requests import Request
 from contracts.subjects import Address, Origin, Subjects
 from services.common.bus import own_inbox, reply_allowed, respond
 from services.common.runtime import Auditor
+from services.common.secrets import refuse_names, secrets_from_env
 
 _NOUNS = {"cmd": ("command", "commands"), "qry": ("query", "queries"), "exec": ("op", "ops")}
 
@@ -44,7 +47,8 @@ def parse(
     """Understand ``incoming.msg`` as a request of ``kind``, filling ``incoming`` as it goes.
 
     Raises:
-        QuillError: ``INVALID_ARGUMENT`` for a bad subject, unknown op, header or body;
+        QuillError: ``INVALID_ARGUMENT`` for a bad subject, unknown op, header or body, or
+            one naming something with a registered secret;
             ``ACCESS_DENIED`` for a reply subject that is another tenant's inbox (refused
             and audited, never answered there: ``bus.reply_allowed``).
     """
@@ -62,13 +66,20 @@ def parse(
             ErrorCode.INVALID_ARGUMENT, f"Unknown {one} {address.op!r} ({many}: {names})"
         )
     incoming.spec = spec
+    secrets = secrets_from_env()
     origin = incoming.origin = Origin.from_headers(incoming.msg.headers, new_id)
+    refuse_names(secrets, address, origin)
     request = incoming.request = codec.decode_request(spec, incoming.msg.data)
+    refuse_names(secrets, request=request)
     return address, spec, origin, request
 
 
 async def reject(incoming: Incoming, error: QuillError, auditor: Auditor) -> None:
-    """Answer ``incoming`` with ``error`` and audit it (when it named a workspace)."""
-    await respond(incoming.msg, codec.error_reply(error))
-    if incoming.address is not None:
-        await auditor.record(incoming.address, incoming.origin, incoming.started, error=error)
+    """Answer ``incoming`` with ``error`` and audit it (when it named a workspace), both with
+    every registered secret redacted (not audited when the workspace's name holds one)."""
+    secrets = secrets_from_env()
+    await respond(incoming.msg, codec.error_reply(secrets.redact_error(error)))
+    address = incoming.address
+    if address is not None and not secrets.find(f"{address.tenant}/{address.workspace}"):
+        origin = secrets.redact_origin(incoming.origin)
+        await auditor.record(address, origin, incoming.started, error=error)

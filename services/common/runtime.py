@@ -23,6 +23,7 @@ from contracts import codec
 from contracts.errors import QuillError
 from contracts.events import AuditRecord
 from contracts.subjects import Address, Origin, Subjects
+from services.common.secrets import LogFilter, secrets_from_env
 from services.common.store import Store
 
 log = logging.getLogger("quill")
@@ -69,8 +70,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line["exc"] = record.exc_text
         return json.dumps(line)
 
 
@@ -80,6 +83,7 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(LogFilter())  # no registered secret in a service log
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -165,8 +169,12 @@ class Auditor:
             instance=self.instance,
         )
         subject = self._subjects.audit(address.tenant, address.workspace)
+        payload = codec.encode(record)
+        secrets = secrets_from_env()
+        if secrets:  # the last net: no audit record carries a registered secret
+            payload = secrets.redact_bytes(payload)[0]
         try:
-            await self._nc.publish(subject, codec.encode(record))
+            await self._nc.publish(subject, payload)
         except Exception as exc:  # never fail an operation because auditing failed
             log.warning("audit publish failed: %s", exc)
 

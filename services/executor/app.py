@@ -49,7 +49,7 @@ from services.common.runtime import (
     connect_service,
     lock_directory,
 )
-from services.common.secrets import NO_SECRETS, Secrets, secrets_from_env
+from services.common.secrets import NO_SECRETS, Secrets, StreamRedactor, secrets_from_env
 from services.executor import sandbox
 from services.executor.checkout import Captured, Checkout
 from services.executor.commit import commit
@@ -83,7 +83,9 @@ class ExecutorConfig:
 
 @dataclass
 class Job:
-    """One request in hand: where its live output goes."""
+    """One request in hand: where its live output goes. Each stream is redacted as it comes
+    (a ``StreamRedactor``: the last bytes wait for the next chunk, so a secret split across
+    two chunks is caught); what is held is published just before ``eof``."""
 
     nc: NATS
     subject: str
@@ -91,8 +93,14 @@ class Job:
     seq: int = 0
     live: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
     redacted: set[str] = field(default_factory=set)
+    redactors: dict[str, StreamRedactor] = field(default_factory=dict)
 
     async def publish(self, stream: str, data: bytes = b"") -> None:
+        if stream == "eof":
+            for name, redactor in list(self.redactors.items()):
+                del self.redactors[name]
+                await self._send(name, redactor.flush())
+                self.redacted.update(redactor.redacted)
         self.seq += 1
         headers = {HEADER_STREAM: stream, HEADER_SEQ: str(self.seq)}
         try:
@@ -106,9 +114,15 @@ class Job:
             return
         chunk = chunk[:room]
         self.live[stream] += len(chunk)
-        if self.secrets:  # a secret split across two chunks is not caught live (the reply is)
-            chunk, ids = self.secrets.redact_bytes(chunk)
-            self.redacted.update(ids)
+        if self.secrets:
+            redactor = self.redactors.get(stream)
+            if redactor is None:
+                redactor = self.redactors[stream] = StreamRedactor(self.secrets)
+            chunk = redactor.feed(chunk)
+            self.redacted.update(redactor.redacted)
+        await self._send(stream, chunk)
+
+    async def _send(self, stream: str, chunk: bytes) -> None:
         for i in range(0, len(chunk), LIVE_CHUNK_BYTES):
             await self.publish(stream, chunk[i : i + LIVE_CHUNK_BYTES])
 

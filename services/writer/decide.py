@@ -523,6 +523,8 @@ def _edit(state: WorkspaceState, cmd: rq.EditFile, ctx: Context) -> Decision:
     path = normalize(cmd.path)
     text = _text_file(state, path, cmd.if_match, ctx)
     old, new = cmd.old_string, cmd.new_string
+    if ctx.secrets:  # the text holds the secret's marker, never the secret
+        old = ctx.secrets.redact(old)[0]
     if old == new:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "oldString and newString must be different")
     first = text.find(old)

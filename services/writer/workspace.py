@@ -487,11 +487,19 @@ class WorkspaceActor:
                 return decision, None, b""
             decision.changes = await self._externalize(decision.changes)
             event = to_event(state, decision, ctx, p.address.op, p.origin)
+            payload = codec.encode(event)
+            if writer.secrets:  # the last net: contents are redacted, names refused at the edge
+                leaked = writer.secrets.redact_bytes(payload)[1]
+                if leaked:
+                    raise QuillError(
+                        ErrorCode.INVALID_ARGUMENT,
+                        f"Refused: the event would hold a registered secret ({', '.join(leaked)})",
+                        {"secrets": leaked},
+                    )
             if isinstance(event, TrustChanged):
                 state.trust, state.controls.commands = event.trust, event.commands
             elif isinstance(event, CONTROL_EVENTS):
                 fold_control(state.controls, event)
-            payload = codec.encode(event)
             if len(payload) > MAX_MESSAGE_BYTES - EVENT_HEADROOM:
                 raise QuillError(
                     ErrorCode.SIZE_LIMIT_EXCEEDED,
@@ -675,6 +683,9 @@ class WorkspaceActor:
         if p.answered:
             return
         p.answered = True
+        if error is not None and self.writer.secrets:  # errors echo what was asked
+            error = self.writer.secrets.redact_error(error)
+            reply = codec.error_reply(error)
         self.writer.queued -= 1
         if self._inflight.get(p.origin.request_id) is p:
             del self._inflight[p.origin.request_id]
