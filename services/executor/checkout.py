@@ -13,17 +13,24 @@ Layout, under ``<data>/checkouts/<tenant>/<workspace>/``::
 ``capture`` walks ``tree/`` after a command and lists the changes to commit; ``committed``
 folds the outcome back into the manifest. Capture never follows a symlink and never descends
 into an ignored directory that holds nothing from the log.
+
+``tree/`` is the sandboxed command's to change: every name in it may be a link, a hard link or
+swapped for one between two looks. Nothing here resolves a name in it on the host: each file
+operation goes through ``services.common.safefs`` (relative to directory descriptors opened
+one name at a time without following links, new files at unpredictable names, checked after
+the open), so the executor never reads, writes, chmods or walks outside ``tree/``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
 import shutil
 import stat
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -44,12 +51,13 @@ from contracts.events import (
     WorkspaceCreated,
 )
 from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
-from contracts.paths import ancestors
+from contracts.paths import MAX_PATH_BYTES, ancestors
 from contracts.subjects import Subjects
 from services.common import log as eventlog
 from services.common.blobs import Blobs
 from services.common.compaction import decode_manifest
 from services.common.globs import Globs
+from services.common.safefs import Dir, parent_of, walk
 
 log = logging.getLogger("quill.executor")
 
@@ -58,6 +66,8 @@ IGNORE_FILE = ".quillignore"
 without ``/`` matches a name at any depth, as in ``.gitignore``)."""
 DEFAULT_IGNORE: tuple[str, ...] = tuple(p for p in DEFAULT_EXCLUSIONS if p != "**/.git/**")
 """WAP's default exclusions, except ``.git``: git state is versioned like any file."""
+IGNORE_FILE_BYTES = 1024 * 1024
+"""The most of ``.quillignore`` read."""
 
 Fetch = Callable[[str, int], Awaitable[bytes]]
 """A file's content as of a version, from a reader: ``fetch(path, version)``."""
@@ -243,13 +253,18 @@ class Checkout:
         shutil.rmtree(self.tree, ignore_errors=True)
         self.tree.mkdir(parents=True)
         self.manifest.paths, self.manifest.local, self.manifest.ignored = {}, {}, []
-        for row in sorted(live, key=lambda r: str(r[0])):  # parents before children
-            path, kind, sha = str(row[0]), row[4], row[5]
-            if not path:
-                continue
+        with Dir.open(self.tree) as root:
+            for row in sorted(live, key=lambda r: str(r[0])):  # parents before children
+                self._materialise_row(root, row, contents)
+
+    def _materialise_row(
+        self, root: Dir, row: tuple[object, ...], contents: dict[str, bytes]
+    ) -> None:
+        path, kind, sha = str(row[0]), row[4], row[5]
+        if path:
             if kind == "d":
-                self._apply(MakeDir(path=path), contents)
-                continue
+                self._apply(root, MakeDir(path=path), contents)
+                return
             assert isinstance(sha, str)
             put = PutFile(
                 path=path,
@@ -259,7 +274,7 @@ class Checkout:
                 created=datetime.fromisoformat(str(row[10])),
                 executable=bool(row[8]),
             )
-            self._apply(put, contents)
+            self._apply(root, put, contents)
 
     async def _contents(self, event: ChangesCommitted) -> dict[str, bytes]:
         """The contents ``event``'s puts do not carry inline, by sha256: a blob from WS_BLOBS;
@@ -269,7 +284,7 @@ class Checkout:
         for change in event.changes:
             if not isinstance(change, PutFile) or change.text is not None or change.data:
                 continue
-            if change.size and not self._holds(change.path, change.sha256):
+            if change.size and not await asyncio.to_thread(self._holds_path, change):
                 wanted.setdefault(change.sha256, change)
         if not wanted:
             return {}
@@ -277,8 +292,9 @@ class Checkout:
         contents: dict[str, bytes] = {}
         for sha, change in wanted.items():
             path = held.get(sha)
-            if path is not None and self._holds(path, sha):
-                contents[sha] = (self.tree / path).read_bytes()
+            data = None if path is None else await asyncio.to_thread(self._held, path, sha)
+            if data is not None:
+                contents[sha] = data
             elif change.blob:
                 contents[sha] = await self._blobs.get(sha)
             else:
@@ -287,63 +303,108 @@ class Checkout:
                 raise RuntimeError(f"content of {change.path} at v{event.version} is not {sha}")
         return contents
 
-    def _holds(self, path: str, sha256: str) -> bool:
-        """True if ``tree/path`` is already this content (our own capture coming back)."""
+    def _held(self, path: str, sha256: str) -> bytes | None:
+        """The content of ``tree/path`` if it is still this content the checkout wrote (read
+        without following any link), else None."""
+        tracked = self.manifest.paths.get(path)
+        if tracked is None or tracked.sha256 != sha256 or tracked.sig is None:
+            return None
+        try:
+            with Dir.open(self.tree) as root, parent_of(root, path) as found:
+                if found is None:
+                    return None
+                data, st = found[0].read_file(found[1], tracked.sig[0])
+        except OSError:
+            return None
+        if file_sig(st) != tracked.sig or hashlib.sha256(data).hexdigest() != sha256:
+            return None
+        return data
+
+    def _holds_path(self, change: PutFile) -> bool:
+        try:
+            with Dir.open(self.tree) as root, parent_of(root, change.path) as found:
+                return found is not None and self._holds(*found, change.path, change.sha256)
+        except OSError:
+            return False
+
+    def _holds(self, parent: Dir, name: str, path: str, sha256: str) -> bool:
+        """True if ``name`` in ``parent`` (``tree/path``) is already this content (our own
+        capture coming back)."""
         tracked = self.manifest.paths.get(path)
         if tracked is None or tracked.sha256 != sha256 or tracked.sig is None:
             return False
         try:
-            return file_sig(os.lstat(self.tree / path)) == tracked.sig
+            st = parent.lstat(name)
         except OSError:
             return False
+        return st is not None and stat.S_ISREG(st.st_mode) and file_sig(st) == tracked.sig
 
     def _apply_all(self, changes: list[AnyChange], contents: dict[str, bytes]) -> None:
-        for change in changes:
-            self._apply(change, contents)
+        with Dir.open(self.tree) as root:
+            for change in changes:
+                self._apply(root, change, contents)
 
-    def _apply(self, change: PutFile | MakeDir | Remove, contents: dict[str, bytes]) -> None:
-        target = self.tree / change.path
+    def _apply(
+        self, root: Dir, change: PutFile | MakeDir | Remove, contents: dict[str, bytes]
+    ) -> None:
         paths = self.manifest.paths
         if isinstance(change, Remove):
-            _remove(target)
+            with parent_of(root, change.path) as found:
+                if found is not None:  # else a link or a file stands on the way: not ours
+                    found[0].remove(found[1])
             prefix = change.path + "/"
             for path in [p for p in paths if p == change.path or p.startswith(prefix)]:
                 del paths[path]
             return
-        for parent in ancestors(change.path):  # outermost first
-            if paths.get(parent) is None:
-                _make_dir(self.tree / parent)
-                paths[parent] = Tracked(None)
-        if isinstance(change, MakeDir):
-            _make_dir(target)
-            paths[change.path] = Tracked(None)
-            return
+        for above in ancestors(change.path):  # outermost first
+            if paths.get(above) is None:
+                paths[above] = Tracked(None)
+        # Every directory on the way made, or made again where a link or a file stands.
+        with parent_of(root, change.path, create=True) as found:
+            assert found is not None
+            directory, name = found
+            if isinstance(change, MakeDir):
+                directory.ensure_dir(name).close()
+                paths[change.path] = Tracked(None)
+                return
+            self._put(directory, name, change, contents)
+
+    def _put(self, parent: Dir, name: str, change: PutFile, contents: dict[str, bytes]) -> None:
+        paths = self.manifest.paths
         mode = 0o755 if change.executable else 0o644
         tracked = paths.get(change.path)
-        if self._holds(change.path, change.sha256):
+        st: os.stat_result | None = None
+        if self._holds(parent, name, change.path, change.sha256):
             if tracked is not None and tracked.executable == change.executable:
                 self.manifest.local.pop(change.path, None)
                 return  # our own capture, coming back: the file is already this
-            os.chmod(target, mode)
-        else:
+            with contextlib.suppress(OSError):  # else rewritten whole below
+                st = parent.set_mode(name, mode)
+        if st is None:
             if change.text is not None:
                 data = change.text.encode("utf-8", "surrogatepass")
             elif change.data:
                 data = change.data
             else:
                 data = contents.get(change.sha256, b"")  # by reference (or empty)
-            _write(target, data, mode)
-        sig = file_sig(os.lstat(target))
-        paths[change.path] = Tracked(change.sha256, change.executable, sig)
+                if change.size and change.sha256 not in contents:  # held, then changed
+                    raise RuntimeError(f"content of {change.path} is not at hand")
+            st = parent.write_file(name, data, mode)
+        paths[change.path] = Tracked(change.sha256, change.executable, file_sig(st))
         self.manifest.local.pop(change.path, None)
 
     # ------------------------------------------------------------------ capture
     def ignore_patterns(self) -> Globs:
         """The defaults plus the workspace's ``.quillignore``, if the checkout has one."""
-        try:
-            text = (self.tree / IGNORE_FILE).read_text("utf-8", "replace")
+        with Dir.open(self.tree) as root:
+            return self._ignore_patterns(root)
+
+    def _ignore_patterns(self, root: Dir) -> Globs:
+        try:  # a link there is not followed: the defaults only
+            data, _ = root.read_file(IGNORE_FILE, IGNORE_FILE_BYTES)
         except OSError:
             return Globs.names(DEFAULT_IGNORE)
+        text = data.decode("utf-8", "replace")
         lines = [line.strip().rstrip("/") for line in text.splitlines()]
         patterns = [line for line in lines if line and not line.startswith("#")]
         try:
@@ -354,19 +415,30 @@ class Checkout:
 
     def capture(self) -> Captured:
         """Walk ``tree/`` and list what differs from the manifest (blocking: run in a thread)."""
+        with Dir.open(self.tree) as root:
+            return self._capture(root)
+
+    def _capture(self, root: Dir) -> Captured:
         out = Captured()
-        ignore = self.ignore_patterns()
+        ignore = self._ignore_patterns(root)
         limit = self.manifest.limits.max_file_bytes
         paths = self.manifest.paths
         seen: set[str] = set()
         made: list[str] = []
         puts: list[str] = []
         replaced: set[str] = set()  # a directory the log holds, now a file
-        for rel, entry in _walk(self.tree, ignore, paths, out):
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
+        dirs_with_tracked = {a for p in paths for a in ancestors(p)} | {
+            p for p, t in paths.items() if t.sha256 is None
+        }
+
+        def prune(rel: str) -> bool:
+            """An ignored directory holding nothing tracked: not entered (reported once)."""
+            if rel not in dirs_with_tracked and ignore.match_dir(rel):
+                out.seen_ignored.append(rel)
+                return True
+            return False
+
+        for rel, parent, name, st in walk(root, prune, MAX_PATH_BYTES):
             tracked = paths.get(rel)
             if stat.S_ISDIR(st.st_mode):
                 if tracked is not None and tracked.sha256 is None:
@@ -379,8 +451,10 @@ class Checkout:
                 self._skip(out, rel, reason, file_sig(st))
                 continue
             if st.st_mode & (stat.S_ISUID | stat.S_ISGID):  # never kept, never committed
-                os.chmod(self.tree / rel, stat.S_IMODE(st.st_mode) & 0o1777)
-                st = os.lstat(self.tree / rel)
+                try:
+                    st = parent.set_mode(name, stat.S_IMODE(st.st_mode) & 0o1777, st)
+                except OSError:
+                    continue
             sig = file_sig(st)
             executable = bool(st.st_mode & 0o100)
             if tracked is not None and tracked.sha256 is not None:
@@ -397,8 +471,8 @@ class Checkout:
                 if tracked is not None and tracked.sha256 is not None:
                     seen.add(rel)  # the log keeps its last committed content
                 continue
-            try:
-                data = (self.tree / rel).read_bytes()
+            try:  # the file listed, never what a link or a swap put there since
+                data, _ = parent.read_file(name, limit, st)
             except OSError:
                 continue
             digest = hashlib.sha256(data).hexdigest()
@@ -463,59 +537,3 @@ class Checkout:
         known = set(self.manifest.ignored)
         self.manifest.ignored += [p for p in out.seen_ignored if p not in known]
         assert self.manifest.version == base
-
-
-def _walk(
-    root: Path, ignore: Globs, tracked: dict[str, Tracked], out: Captured
-) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """Every entry under ``root`` as ``(relative path, entry)``, parents first; ignored
-    directories that hold nothing tracked are not entered (reported once when new)."""
-    dirs_with_tracked = {a for p in tracked for a in ancestors(p)} | {
-        p for p, t in tracked.items() if t.sha256 is None
-    }
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
-        try:
-            with os.scandir(root / rel_dir if rel_dir else root) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError:
-            continue
-        subdirs = []
-        for entry in entries:
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            if entry.is_dir(follow_symlinks=False):
-                if rel not in dirs_with_tracked and ignore.match_dir(rel):
-                    out.seen_ignored.append(rel)
-                    continue
-                yield rel, entry
-                subdirs.append(rel)
-            else:
-                yield rel, entry
-        stack.extend(reversed(subdirs))
-
-
-def _remove(target: Path) -> None:
-    try:
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        else:
-            target.unlink()
-    except FileNotFoundError:
-        pass
-
-
-def _make_dir(target: Path) -> None:
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
-        target.unlink()
-    target.mkdir(parents=True, exist_ok=True)
-
-
-def _write(target: Path, data: bytes, mode: int) -> None:
-    if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(target)
-    tmp = target.with_name(f".{target.name}.quill-tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, target)

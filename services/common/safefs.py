@@ -1,0 +1,345 @@
+"""File operations on a directory tree that someone else can change meanwhile (a sandboxed
+command's checkout, a user's folder), made so that no name in it is ever resolved through a
+link: nothing here opens, writes, chmods, renames, removes, makes or walks anything outside
+the tree, whatever links, hard links or swaps its other users plant.
+
+How. Every operation is relative to a directory file descriptor (``Dir``), itself opened one
+name at a time from the tree's root with ``O_DIRECTORY | O_NOFOLLOW`` (a link there is
+``ELOOP``, a file ``ENOTDIR``), then ``fstat``-checked: a directory, on the root's device.
+Names passed to ``Dir`` are single names (never ``a/b``). Files are opened ``O_NOFOLLOW |
+O_NONBLOCK`` (a FIFO cannot block the reader) and checked after the open with ``fstat``: a
+regular file, the inode the listing showed, the size it claims. Writes never modify a file in
+place: the content goes to a new file at an unpredictable name (``secrets.token_hex``),
+created ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a name someone planted makes it fail, never
+followed), its mode set with ``fchmod`` on that descriptor, then ``renameat`` over the target
+(which replaces a link or a hard link, never writes through it). A mode change on a file with
+other hard links rewrites it instead (its other names keep their mode). Removal is
+``unlinkat``, or ``shutil.rmtree(dir_fd=...)`` (which checks each directory it enters).
+
+Errors are ``OSError``: ``ELOOP`` or ``ENOTDIR`` where a link or a file stands in a path,
+``Changed`` when what was opened is not what was listed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import shutil
+import stat
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import TracebackType
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_CHUNK = 1024 * 1024
+
+Entry = tuple[str, "Dir", str, os.stat_result]
+"""A walk's item: (relative path, its directory, its name, its lstat)."""
+
+
+class Changed(OSError):
+    """What was opened is not what was listed (a swap, a file growing): try again later."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(errno.ESTALE, f"{name}: {why}")
+
+
+def temp_name() -> str:
+    """A name no one can guess in advance."""
+    return f".quill-{secrets.token_hex(12)}.tmp"
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or name in (".", ".."):
+        raise OSError(errno.EINVAL, f"not a single name: {name!r}")
+
+
+class Dir:
+    """An open directory of the tree; every method takes a single name in it."""
+
+    def __init__(self, fd: int, dev: int) -> None:
+        self.fd, self.dev = fd, dev
+
+    @classmethod
+    def open(cls, path: Path) -> Dir:
+        """The tree's root (a path the caller trusts; its last name must not be a link).
+
+        Raises:
+            OSError: not a directory, or a link.
+        """
+        fd = os.open(path, _DIR_FLAGS)
+        st = os.fstat(fd)
+        if not stat.S_ISDIR(st.st_mode):  # pragma: no cover - O_DIRECTORY says so
+            os.close(fd)
+            raise OSError(errno.ENOTDIR, f"not a directory: {path}")
+        return cls(fd, st.st_dev)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> Dir:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ directories
+    def open_dir(self, name: str, expect: os.stat_result | None = None) -> Dir:
+        """The directory ``name`` (never through a link), checked after the open.
+
+        Raises:
+            OSError: missing, a link (``ELOOP``), not a directory, on another device, or
+                (``Changed``) not the inode ``expect`` shows.
+        """
+        _check_name(name)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=self.fd)
+        st = os.fstat(fd)
+        why = None
+        if not stat.S_ISDIR(st.st_mode):  # pragma: no cover - O_DIRECTORY says so
+            why = "not a directory"
+        elif st.st_dev != self.dev:
+            why = "on another device"
+        elif expect is not None and (st.st_ino, st.st_dev) != (expect.st_ino, expect.st_dev):
+            why = "not the directory listed"
+        if why is not None:
+            os.close(fd)
+            raise Changed(name, why)
+        return Dir(fd, self.dev)
+
+    def ensure_dir(self, name: str, mode: int = 0o755) -> Dir:
+        """The directory ``name``, made if missing; a link, a file or anything else there is
+        removed first (never followed).
+
+        Raises:
+            OSError: it could not be made (or kept being replaced).
+        """
+        for _ in range(8):
+            try:
+                return self.open_dir(name)
+            except FileNotFoundError:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, mode, dir_fd=self.fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=self.fd)
+        raise OSError(errno.EAGAIN, f"{name}: kept changing while being made a directory")
+
+    def entries(self) -> list[tuple[str, os.stat_result]]:
+        """Every name in the directory with its lstat, in name order (names that vanish
+        meanwhile are left out)."""
+        out = []
+        with os.scandir(self.fd) as it:
+            for entry in it:
+                try:
+                    out.append((entry.name, entry.stat(follow_symlinks=False)))
+                except OSError:
+                    continue
+        out.sort(key=lambda item: item[0])
+        return out
+
+    # ------------------------------------------------------------------ names
+    def lstat(self, name: str) -> os.stat_result | None:
+        """The entry ``name`` itself (a link is a link); None if there is none."""
+        _check_name(name)
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def remove(self, name: str) -> None:
+        """Remove ``name`` (a directory with what it holds; a link itself); none is fine."""
+        st = self.lstat(name)
+        if st is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(name, dir_fd=self.fd)
+            else:
+                os.unlink(name, dir_fd=self.fd)
+
+    def rename(self, src: str, dst: str, into: Dir | None = None) -> None:
+        """``renameat``: ``src`` (itself, a link included) becomes ``dst`` in ``into``."""
+        _check_name(src)
+        _check_name(dst)
+        target = into if into is not None else self
+        os.rename(src, dst, src_dir_fd=self.fd, dst_dir_fd=target.fd)
+
+    # ------------------------------------------------------------------ files
+    def write_file(self, name: str, data: bytes, mode: int) -> os.stat_result:
+        """Replace ``name`` with a new file of ``data`` and ``mode`` (a directory there is
+        removed first); the new file's stat, taken after the rename.
+
+        Raises:
+            OSError: the write failed (nothing is left at a temporary name).
+        """
+        _check_name(name)
+        tmp = temp_name()
+        fd = os.open(tmp, _NEW_FLAGS, 0o600, dir_fd=self.fd)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view[:_CHUNK]) :]
+            st = self.lstat(name)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                self.remove(name)
+            os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            return os.fstat(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self.fd)
+            raise
+        finally:
+            os.close(fd)
+
+    def _open_file(self, name: str, expect: os.stat_result | None) -> tuple[int, os.stat_result]:
+        _check_name(name)
+        fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
+        st = os.fstat(fd)
+        why = None
+        if not stat.S_ISREG(st.st_mode):
+            why = "not a regular file"
+        elif expect is not None and (st.st_ino, st.st_dev) != (expect.st_ino, expect.st_dev):
+            why = "not the file listed"
+        if why is not None:
+            os.close(fd)
+            raise Changed(name, why)
+        return fd, st
+
+    def read_file(
+        self, name: str, limit: int, expect: os.stat_result | None = None
+    ) -> tuple[bytes, os.stat_result]:
+        """The whole content of the regular file ``name`` (never through a link) and its
+        stat after the open.
+
+        Raises:
+            OSError: missing, a link (``ELOOP``); ``Changed`` for anything but a regular file,
+                another inode than ``expect``'s, over ``limit`` bytes, or a size that is not
+                what was read.
+        """
+        fd, st = self._open_file(name, expect)
+        try:
+            if st.st_size > limit:
+                raise Changed(name, f"{st.st_size} bytes, over {limit}")
+            parts, got = [], 0
+            while got <= st.st_size:
+                chunk = os.read(fd, min(_CHUNK, st.st_size + 1 - got))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+            if got != st.st_size:
+                raise Changed(name, "changed size while read")
+            return b"".join(parts), st
+        finally:
+            os.close(fd)
+
+    def set_mode(
+        self, name: str, mode: int, expect: os.stat_result | None = None
+    ) -> os.stat_result:
+        """Give the regular file ``name`` the permission bits ``mode`` (``fchmod`` on the
+        opened file); a file with other hard links is rewritten instead, so that its other
+        names keep theirs. Its stat afterwards.
+
+        Raises:
+            OSError: as ``read_file``.
+        """
+        fd, st = self._open_file(name, expect)
+        try:
+            if st.st_nlink == 1:
+                os.fchmod(fd, mode)
+                return os.fstat(fd)
+        finally:
+            os.close(fd)
+        data, _ = self.read_file(name, st.st_size, st)
+        return self.write_file(name, data, mode)
+
+
+def open_parent(root: Dir, path: str, *, create: bool = False) -> tuple[Dir, str] | None:
+    """The directory holding ``path`` (a relative ``a/b/c`` name, no ``.`` or ``..``) and
+    its last name, opened one name at a time from ``root``. With ``create``, missing
+    directories are made and anything else in their place removed; without, None when a part
+    is missing, a link or not a directory. The caller closes the ``Dir``.
+
+    Raises:
+        OSError: with ``create``, a directory could not be made.
+    """
+    parts = path.split("/")
+    current = Dir(os.dup(root.fd), root.dev)
+    try:
+        for part in parts[:-1]:
+            try:
+                child = current.ensure_dir(part) if create else current.open_dir(part)
+            except OSError:
+                if create:
+                    raise
+                current.close()
+                return None
+            current.close()
+            current = child
+    except BaseException:
+        current.close()
+        raise
+    _check_name(parts[-1])
+    return current, parts[-1]
+
+
+@contextlib.contextmanager
+def parent_of(root: Dir, path: str, *, create: bool = False) -> Iterator[tuple[Dir, str] | None]:
+    """``open_parent`` as a context (the directory closed after)."""
+    found = open_parent(root, path, create=create)
+    try:
+        yield found
+    finally:
+        if found is not None:
+            found[0].close()
+
+
+def walk(root: Dir, prune: Callable[[str], bool], max_path_bytes: int = 1 << 20) -> Iterator[Entry]:
+    """Every entry under ``root``, parents first: a directory's entries (in name order), then
+    each of its subdirectories in turn. A subdirectory for which ``prune(relative path)`` is
+    True is neither yielded nor entered; none deeper than ``max_path_bytes`` is entered. Each
+    subdirectory is opened from its parent's descriptor (never through a link) and must be the
+    inode its listing showed. The ``Dir`` of an item is open until the walk moves past it."""
+    frames: list[tuple[str, Dir, deque[tuple[str, os.stat_result]]]] = []
+
+    def visit(rel_dir: str, directory: Dir) -> Iterator[Entry]:
+        subdirs: deque[tuple[str, os.stat_result]] = deque()
+        frames.append((rel_dir, directory, subdirs))  # closed by the walk, whatever happens
+        for name, st in directory.entries():
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            if stat.S_ISDIR(st.st_mode):
+                if prune(rel):
+                    continue
+                if len(rel.encode("utf-8", "surrogateescape")) <= max_path_bytes:
+                    subdirs.append((name, st))
+            yield rel, directory, name, st
+
+    try:
+        yield from visit("", Dir(os.dup(root.fd), root.dev))
+        while frames:
+            rel_dir, directory, pending = frames[-1]
+            if not pending:
+                frames.pop()
+                directory.close()
+                continue
+            name, st = pending.popleft()
+            try:
+                child = directory.open_dir(name, expect=st)
+            except OSError:
+                continue
+            yield from visit(f"{rel_dir}/{name}" if rel_dir else name, child)
+    finally:
+        for _, directory, _ in frames:
+            directory.close()

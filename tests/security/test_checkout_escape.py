@@ -1,0 +1,280 @@
+"""Issue 10, item 1: a command must not make the executor (root, on the host) write, chmod,
+read or walk anything outside the workspace's checkout through names it planted there.
+
+Each attack runs through the real path: a real nats-server, a writer, a reader and an executor
+with the bwrap sandbox; a command plants links in its checkout, then the workspace is changed
+through the SDK and another command makes the executor bring the checkout up to date. After
+each test the host canaries are unchanged (content and mode), the workspace holds what the
+SDK wrote, and ``quill verify`` passes.
+
+Races. The sandbox's PID namespace is killed when its command ends, before the executor
+captures, and commands of one workspace run one at a time: no sandboxed process is alive while
+the executor syncs or captures its checkout. ``test_a_background_loop_does_not_outlive_its_
+command`` checks that this holds; ``test_links_swapped_in_a_loop_while_the_checkout_syncs``
+(tests/security, on the host) races a real process against ``Checkout`` anyway, in case it did
+not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from contracts import requests as rq
+from quill.client import Quill, Workspace
+from services.executor.app import Executor, ExecutorConfig
+from services.executor.sandbox import probe_bwrap
+from tests.helpers import start_executor, start_reader, start_writer
+from tests.security.conftest import Canaries
+
+
+@dataclass
+class Stack:
+    quill: Quill
+    executor: Executor
+    data: Path
+    nats_url: str
+
+    def tree(self, name: str) -> Path:
+        """The host directory of ``tenant/workspace``'s checkout."""
+        tenant, workspace = name.split("/")
+        return self.data / "checkouts" / tenant / workspace / "tree"
+
+    def verify(self, name: str) -> None:
+        env = {**os.environ, "QUILL_NATS_URL": self.nats_url}
+        result = subprocess.run(
+            [sys.executable, "-m", "quill", "verify", name],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest_asyncio.fixture
+async def stack(nats_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    if (why := probe_bwrap()) is not None:
+        pytest.skip(f"bwrap cannot run here: {why}")
+    async with AsyncExitStack() as es:
+        await start_writer(es, nats_url, tmp_path / "writer")
+        await start_reader(es, nats_url, tmp_path / "reader")
+        data = tmp_path / "executor"
+        executor = await start_executor(es, nats_url, data, ExecutorConfig(sandbox="bwrap"))
+        quill = await Quill.connect(nats_url)
+        es.push_async_callback(quill.close)
+        yield Stack(quill, executor, data, nats_url)
+
+
+def modes(canaries: Canaries) -> dict[str, int]:
+    return {n: os.lstat(p).st_mode for n, p in canaries.files.items()}
+
+
+async def new_workspace(stack: Stack, name: str) -> Workspace:
+    ws = stack.quill.workspace(name)
+    await ws.create()
+    return ws
+
+
+async def ok(ws: Workspace, command: str) -> str:
+    result = await ws.exec(command)
+    assert result.exit_code == 0, (command, result.stdout, result.stderr)
+    return result.stdout
+
+
+# ------------------------------------------------------------------ the reported attack
+async def test_a_link_at_the_temporary_name_writes_nothing_outside(
+    stack: Stack, canaries: Canaries
+) -> None:
+    target = canaries.files["host-file"]
+    before = modes(canaries)
+    ws = await new_workspace(stack, "acme/tmp-link")
+    await ok(ws, f"ln -s {target} .pwn.txt.quill-tmp")
+    await ws.write("pwn.txt", "owned\n")
+    assert await ok(ws, "cat pwn.txt") == "owned\n"
+    assert modes(canaries) == before
+    assert await ws.read_text("pwn.txt") == "owned\n"
+    # the planted link is still only a link, never committed
+    assert os.path.islink(stack.tree("acme/tmp-link") / ".pwn.txt.quill-tmp")
+    assert [e.path for e in (await ws.list()).entries] == ["pwn.txt"]
+    stack.verify("acme/tmp-link")
+
+
+async def test_every_temporary_name_a_command_could_guess_is_a_link(
+    stack: Stack, canaries: Canaries
+) -> None:
+    """Links at every name of the old scheme and of a few guesses of a new one."""
+    target = canaries.files["passwd"]
+    ws = await new_workspace(stack, "acme/guesses")
+    await ws.write("f.txt", "one\n")
+    names = [".f.txt.quill-tmp", ".f.txt.tmp", "f.txt.tmp", ".f.txt~", ".f.txt.quill"]
+    await ok(ws, "; ".join(f"ln -s {target} '{n}'" for n in names))
+    await ws.write("f.txt", "two\n")
+    assert await ok(ws, "cat f.txt") == "two\n"
+    stack.verify("acme/guesses")
+
+
+# ------------------------------------------------------------------ directories and parents
+async def test_a_tracked_directory_replaced_by_a_link_is_not_written_through(
+    stack: Stack, canaries: Canaries
+) -> None:
+    """The command swaps ``docs/`` for a link to a host directory and, while it runs, the
+    agent writes ``docs/new.md`` through the SDK: the command's deletion of ``docs`` then
+    conflicts and is not committed, so the log still has ``docs`` as a directory when the
+    executor brings ``docs/new.md`` into the checkout."""
+    before = modes(canaries)
+    ws = await new_workspace(stack, "acme/dir-link")
+    await ws.write("docs/a.md", "a\n")
+    tree = stack.tree("acme/dir-link")
+    planted = asyncio.Event()
+
+    def on_output(stream: str, chunk: bytes) -> None:
+        if b"planted" in chunk:
+            planted.set()
+
+    command = (
+        f"rm -rf docs && ln -s {canaries.root} docs && echo planted && "
+        "while [ ! -e go ]; do sleep 0.01; done; rm go"
+    )
+    run = asyncio.create_task(ws.exec(command, on_output=on_output))
+    async with asyncio.timeout(30):
+        await planted.wait()
+    writer = stack.quill.workspace("acme/dir-link")
+    await writer.write("docs/new.md", "new\n")  # after the command's base version
+    (tree / "go").touch()  # the test's own hand in the checkout: the command may end now
+    result = await run
+    assert result.exit_code == 0, result.stderr
+    assert [c.path for c in result.changes.conflicts] == ["docs"]
+    # one more command: the executor syncs docs/new.md (and anything else) first
+    await ok(ws, "true")
+    assert modes(canaries) == before
+    ws.last_version = writer.last_version
+    assert await ws.read_text("docs/new.md") == "new\n"
+    stack.verify("acme/dir-link")
+
+
+async def test_a_link_as_a_parent_is_replaced_by_the_directory(
+    stack: Stack, canaries: Canaries
+) -> None:
+    ws = await new_workspace(stack, "acme/parent-link")
+    await ok(ws, f"mkdir -p a && ln -s {canaries.root} a/b")
+    await ws.write("a/b/c/x.txt", "x\n")
+    assert await ok(ws, "cat a/b/c/x.txt") == "x\n"
+    assert not os.path.islink(stack.tree("acme/parent-link") / "a/b")
+    stack.verify("acme/parent-link")
+
+
+# ------------------------------------------------------------------ modes and hard links
+async def test_an_executable_flag_change_reaches_no_other_name(
+    stack: Stack, canaries: Canaries
+) -> None:
+    """``other`` is a hard link to ``run.sh``: making ``run.sh`` executable (content the
+    checkout already holds) must not make ``other`` executable too (a change the agent never
+    made, committed by the next command)."""
+    before = modes(canaries)
+    ws = await new_workspace(stack, "acme/hard-link")
+    await ws.write("run.sh", "#!/bin/sh\necho hi\n")
+    await ok(ws, "ln run.sh other")
+    await ws.apply([rq.PutChange(path="run.sh", content="#!/bin/sh\necho hi\n", executable=True)])
+    version = ws.last_version
+    result = await ws.exec("test -x run.sh && ! test -x other && echo separate")
+    assert result.stdout == "separate\n", result
+    assert not result.changes.committed and result.changes.version == version
+    assert (await ws.stat("other")).permissions == "644"
+    assert modes(canaries) == before
+    stack.verify("acme/hard-link")
+
+
+async def test_a_rewrite_replaces_a_hard_linked_file(stack: Stack, canaries: Canaries) -> None:
+    ws = await new_workspace(stack, "acme/hard-rewrite")
+    await ws.write("a.txt", "first\n")
+    await ok(ws, "ln a.txt b.txt")
+    await ws.write("a.txt", "second\n")
+    result = await ws.exec("cat a.txt b.txt")
+    assert result.stdout == "second\nfirst\n"
+    assert not result.changes.committed  # b.txt was not rewritten behind the agent's back
+    assert await ws.read_text("b.txt") == "first\n"
+    stack.verify("acme/hard-rewrite")
+
+
+# ------------------------------------------------------------------ reads
+async def test_a_linked_quillignore_reads_no_host_file(stack: Stack, tmp_path: Path) -> None:
+    """A host file's lines must not become ignore patterns (an oracle on its content)."""
+    host = tmp_path / "host-patterns"
+    host.write_text("secret-name.txt\n")
+    ws = await new_workspace(stack, "acme/ignore-link")
+    result = await ws.exec(f"ln -s {host} .quillignore && echo x > secret-name.txt")
+    assert [p.path for p in result.changes.paths] == ["secret-name.txt"]
+    assert result.changes.ignored == []
+    assert [s.path for s in result.changes.skipped] == [".quillignore"]
+    stack.verify("acme/ignore-link")
+
+
+async def test_a_linked_file_is_never_committed(stack: Stack, canaries: Canaries) -> None:
+    ws = await new_workspace(stack, "acme/read-link")
+    secret = canaries.files["secret.key"]
+    result = await ws.exec(f"ln -s {secret} key && mkdir d && ln -s {canaries.root} d/host")
+    assert not result.changes.committed or all(
+        p.path == "d" for p in result.changes.paths
+    ), result.changes
+    for entry in (await ws.list(recursive=True)).entries:
+        if entry.kind == "file":
+            assert "canary" not in await ws.read_text(entry.path)
+    stack.verify("acme/read-link")
+
+
+# ------------------------------------------------------------------ another workspace
+async def test_a_link_into_another_workspaces_checkout_commits_nothing_there(
+    stack: Stack, canaries: Canaries
+) -> None:
+    """With tenants, the other tenant's checkout is on the same executor's disk."""
+    victim = await new_workspace(stack, "globex/main")
+    await victim.write("notes.txt", "globex's own\n")
+    await ok(victim, "true")  # the executor now holds globex/main's checkout
+    version = victim.last_version
+    theirs = stack.tree("globex/main") / "notes.txt"
+    attacker = await new_workspace(stack, "acme/main")
+    await ok(attacker, f"ln -s {theirs} .pwn.txt.quill-tmp && ln -s {theirs.parent} other")
+    await attacker.write("pwn.txt", "acme was here\n")
+    await attacker.write("other/planted.txt", "acme was here\n")
+    await ok(attacker, "true")
+    after = await victim.exec("cat notes.txt; ls")
+    assert after.stdout == "globex's own\nnotes.txt\n"
+    assert not after.changes.committed and after.changes.version == version
+    page = await victim.events()
+    assert page.events[-1].version == version
+    stack.verify("globex/main")
+    stack.verify("acme/main")
+
+
+# ------------------------------------------------------------------ races
+async def test_a_background_loop_does_not_outlive_its_command(
+    stack: Stack, canaries: Canaries
+) -> None:
+    """A loop re-creating the link, left running: the sandbox ends it with the command, and
+    the link it left behind is written over nothing."""
+    target = canaries.files["host-file"]
+    ws = await new_workspace(stack, "acme/race-loop")
+    loop = (
+        f"(while :; do ln -sfn {target} .pwn.txt.quill-tmp; echo . >> beat; "
+        f"rm -rf d; ln -sfn {canaries.root} d; done) >/dev/null 2>&1 & "
+        "while [ ! -s beat ]; do :; done; echo started"
+    )
+    assert await ok(ws, loop) == "started\n"
+    await ws.write("pwn.txt", "owned\n")
+    await ws.write("d/x.txt", "x\n")
+    first = await ok(ws, "cat pwn.txt d/x.txt; stat -c %s beat")
+    second = await ok(ws, "stat -c %s beat")
+    assert first.splitlines()[:2] == ["owned", "x"]
+    assert first.splitlines()[2] == second.strip()  # nothing appends any more
+    stack.verify("acme/race-loop")
