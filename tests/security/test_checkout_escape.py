@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -29,11 +28,16 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from nats.aio.client import Client as NATS
 
 from contracts import requests as rq
+from contracts.subjects import Subjects
 from quill.client import Quill, Workspace
+from services.common.blobs import Blobs
 from services.executor.app import Executor, ExecutorConfig
+from services.executor.checkout import Checkout
 from services.executor.sandbox import probe_bwrap
+from tests.conftest import StartReader
 from tests.helpers import start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries
 
@@ -224,9 +228,9 @@ async def test_a_linked_file_is_never_committed(stack: Stack, canaries: Canaries
     ws = await new_workspace(stack, "acme/read-link")
     secret = canaries.files["secret.key"]
     result = await ws.exec(f"ln -s {secret} key && mkdir d && ln -s {canaries.root} d/host")
-    assert not result.changes.committed or all(
-        p.path == "d" for p in result.changes.paths
-    ), result.changes
+    assert not result.changes.committed or all(p.path == "d" for p in result.changes.paths), (
+        result.changes
+    )
     for entry in (await ws.list(recursive=True)).entries:
         if entry.kind == "file":
             assert "canary" not in await ws.read_text(entry.path)
@@ -278,3 +282,132 @@ async def test_a_background_loop_does_not_outlive_its_command(
     assert first.splitlines()[:2] == ["owned", "x"]
     assert first.splitlines()[2] == second.strip()  # nothing appends any more
     stack.verify("acme/race-loop")
+
+
+# ------------------------------------------------------------------ races on the host
+RACER = r"""
+import os, sys
+tree, outside, canary = sys.argv[1], sys.argv[2], sys.argv[3]
+os.chdir(tree)
+print("ready", flush=True)
+i = 0
+while not os.path.exists(".stop"):
+    i += 1
+    for name in (".f.txt.quill-tmp", "f.txt.tmp", ".quillignore"):
+        try:
+            os.symlink(canary, name)
+        except OSError:
+            pass
+    try:  # the directory swapped for a link to a host directory, and back
+        os.rename("d", "d.away")
+        os.symlink(outside, "d")
+        os.unlink("d")
+        os.rename("d.away", "d")
+    except OSError:
+        pass
+    try:  # a file swapped for a link to a host file, and back
+        os.rename("f.txt", "f.away")
+        os.symlink(canary, "f.txt")
+        os.unlink("f.txt")
+        os.rename("f.away", "f.txt")
+    except OSError:
+        pass
+    try:
+        os.link("g.txt", f"hard{i % 4}")
+    except OSError:
+        pass
+    if i % 50 == 0:
+        for name in os.listdir("."):
+            if os.path.islink(name) and name not in ("d", "f.txt"):
+                os.unlink(name)
+"""
+
+
+async def race(
+    services: StartReader,
+    quill: Quill,
+    nc: NATS,
+    tmp_path: Path,
+    canaries: Canaries,
+    seconds: float,
+) -> int:
+    """Sync and capture a checkout, again and again, while a process swaps its names for links
+    to host files as fast as it can; the number of rounds that got through."""
+    await services("r1")
+    name = f"race-{int(seconds)}"
+    ws = quill.workspace(f"acme/{name}")
+    await ws.create()
+    await ws.apply(
+        [
+            rq.PutChange(path="f.txt", content="f\n"),
+            rq.PutChange(path="g.txt", content="g\n"),
+            rq.PutChange(path="d/x.txt", content="x\n"),
+        ]
+    )
+    js = nc.jetstream()
+
+    async def fetch(path: str, version: int) -> bytes:
+        return await ws.read_bytes(path, version=version)
+
+    co = Checkout(tmp_path / "co", "acme", name, js, Subjects(), Blobs(js), fetch)
+    await asyncio.to_thread(co.open)
+    await co.sync()
+    racer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            RACER,
+            str(co.tree),
+            str(canaries.root),
+            str(canaries.files["host-file"]),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    rounds = 0
+    try:
+        assert racer.stdout is not None and racer.stdout.readline() == "ready\n"
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        i = 0
+        while loop.time() < end or rounds < 3:
+            i += 1
+            await ws.apply(
+                [
+                    rq.PutChange(path="f.txt", content=f"f {i}\n", executable=bool(i % 2)),
+                    rq.PutChange(path="d/x.txt", content=f"x {i}\n"),
+                    rq.PutChange(path=f"d/new{i % 3}.txt", content=f"new {i}\n"),
+                ]
+            )
+            try:
+                await co.sync()
+                captured = await asyncio.to_thread(co.capture)
+            except (OSError, RuntimeError):
+                continue  # the racer won this round: the checkout may refuse, never escape
+            for path, data in captured.contents.items():
+                assert b"canary" not in data, path
+            assert ".quillignore" not in captured.contents
+            rounds += 1
+    finally:
+        (co.tree / ".stop").touch()
+        racer.wait(30)
+        assert racer.stdout is not None
+        racer.stdout.close()
+    return rounds
+
+
+async def test_links_swapped_in_a_loop_while_the_checkout_syncs(
+    services: StartReader, quill: Quill, nc: NATS, tmp_path: Path, canaries: Canaries
+) -> None:
+    before = modes(canaries)
+    assert await race(services, quill, nc, tmp_path, canaries, seconds=3) >= 3
+    assert modes(canaries) == before
+
+
+@pytest.mark.slow
+async def test_links_swapped_in_a_loop_for_a_minute(
+    services: StartReader, quill: Quill, nc: NATS, tmp_path: Path, canaries: Canaries
+) -> None:
+    before = modes(canaries)
+    assert await race(services, quill, nc, tmp_path, canaries, seconds=60) >= 3
+    assert modes(canaries) == before
