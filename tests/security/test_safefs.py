@@ -1,0 +1,176 @@
+"""``services.common.safefs`` against real files: no operation follows a link, writes through
+a hard link, or walks into a directory swapped for a link after it was listed."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from services.common import safefs
+from services.common.safefs import Changed, Dir, open_parent, parent_of, walk
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    (root / "d").mkdir(parents=True)
+    (root / "d/x.txt").write_text("x\n")
+    (root / "f.txt").write_text("f\n")
+    return root
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A host directory with a file that must never change."""
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "file").write_text("host\n")
+    (host / "file").chmod(0o600)
+    return host
+
+
+def unchanged(outside: Path) -> None:
+    assert sorted(p.name for p in outside.iterdir()) == ["file"]
+    assert (outside / "file").read_text() == "host\n"
+    assert stat.S_IMODE((outside / "file").stat().st_mode) == 0o600
+
+
+def test_write_replaces_a_link_and_never_writes_through_it(tree: Path, outside: Path) -> None:
+    (tree / "pwn.txt").symlink_to(outside / "file")
+    with Dir.open(tree) as root:
+        st = root.write_file("pwn.txt", b"mine\n", 0o755)
+    assert not (tree / "pwn.txt").is_symlink() and (tree / "pwn.txt").read_text() == "mine\n"
+    assert st.st_ino == (tree / "pwn.txt").stat().st_ino and stat.S_IMODE(st.st_mode) == 0o755
+    unchanged(outside)
+
+
+def test_temporary_names_are_unpredictable_and_never_followed(
+    tree: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = {safefs.temp_name() for _ in range(100)}
+    assert len(names) == 100
+    # Were a name guessed, the link there makes the write fail: it is never followed.
+    (tree / ".quill-guessed.tmp").symlink_to(outside / "file")
+    monkeypatch.setattr(safefs, "temp_name", lambda: ".quill-guessed.tmp")
+    with Dir.open(tree) as root, pytest.raises(FileExistsError):
+        root.write_file("f.txt", b"new\n", 0o644)
+    assert (tree / "f.txt").read_text() == "f\n"
+    unchanged(outside)
+
+
+def test_a_write_and_a_mode_change_leave_other_hard_links_alone(tree: Path) -> None:
+    os.link(tree / "f.txt", tree / "other")
+    with Dir.open(tree) as root:
+        root.set_mode("f.txt", 0o755)
+        assert stat.S_IMODE((tree / "other").stat().st_mode) == 0o644
+        assert os.access(tree / "f.txt", os.X_OK) and (tree / "f.txt").read_text() == "f\n"
+        root.write_file("f.txt", b"changed\n", 0o644)
+    assert (tree / "other").read_text() == "f\n"
+    # a file with no other name changes mode in place
+    inode = (tree / "d/x.txt").stat().st_ino
+    with Dir.open(tree / "d") as d:
+        st = d.set_mode("x.txt", 0o700)
+    assert st.st_ino == inode and stat.S_IMODE((tree / "d/x.txt").stat().st_mode) == 0o700
+
+
+def test_no_read_or_mode_change_through_a_link(tree: Path, outside: Path) -> None:
+    (tree / "link").symlink_to(outside / "file")
+    with Dir.open(tree) as root:
+        with pytest.raises(OSError) as read:
+            root.read_file("link", 1024)
+        assert read.value.errno == errno.ELOOP
+        with pytest.raises(OSError) as chmod:
+            root.set_mode("link", 0o777)
+        assert chmod.value.errno == errno.ELOOP
+    unchanged(outside)
+
+
+def test_reads_check_what_they_opened(tree: Path) -> None:
+    os.mkfifo(tree / "fifo")
+    with Dir.open(tree) as root:
+        with pytest.raises(Changed):  # no blocking on a FIFO: not a regular file
+            root.read_file("fifo", 1024)
+        with pytest.raises(Changed):
+            root.read_file("f.txt", 1)  # over the limit
+        listed = os.lstat(tree / "f.txt")
+        os.rename(tree / "d/x.txt", tree / "f.txt")  # swapped after the listing
+        with pytest.raises(Changed):
+            root.read_file("f.txt", 1024, listed)
+        data, st = root.read_file("f.txt", 1024)
+    assert data == b"x\n" and st.st_size == 2
+
+
+def test_parents_are_opened_without_following_links(tree: Path, outside: Path) -> None:
+    (tree / "up").symlink_to(outside)
+    (tree / "d/up").symlink_to(outside)
+    with Dir.open(tree) as root:
+        assert open_parent(root, "up/file") is None
+        assert open_parent(root, "d/up/file") is None
+        assert open_parent(root, "f.txt/x") is None
+        with parent_of(root, "up/new/file.txt", create=True) as found:
+            assert found is not None
+            found[0].write_file(found[1], b"in\n", 0o644)
+        with parent_of(root, "f.txt/y.txt", create=True) as found:  # a file on the way
+            assert found is not None
+            found[0].write_file(found[1], b"y\n", 0o644)
+    assert (tree / "up").is_dir() and not (tree / "up").is_symlink()
+    assert (tree / "up/new/file.txt").read_text() == "in\n"
+    assert (tree / "f.txt/y.txt").read_text() == "y\n"
+    unchanged(outside)
+
+
+def test_removing_a_link_removes_the_link(tree: Path, outside: Path) -> None:
+    (tree / "up").symlink_to(outside)
+    with Dir.open(tree) as root:
+        root.remove("up")
+        root.remove("d")
+        root.remove("missing")
+    assert not (tree / "up").exists() and not (tree / "d").exists()
+    unchanged(outside)
+
+
+def test_a_walk_does_not_follow_links(tree: Path, outside: Path) -> None:
+    (tree / "d/up").symlink_to(outside)
+    with Dir.open(tree) as root:
+        seen = {rel: stat.S_IFMT(st.st_mode) for rel, _, _, st in walk(root, lambda _: False)}
+    assert seen == {
+        "d": stat.S_IFDIR,
+        "d/up": stat.S_IFLNK,
+        "d/x.txt": stat.S_IFREG,
+        "f.txt": stat.S_IFREG,
+    }
+
+
+def test_a_directory_swapped_after_its_listing_is_not_entered(tree: Path, outside: Path) -> None:
+    (tree / "e").mkdir()
+    (tree / "e/y.txt").write_text("y\n")
+    seen = []
+    with Dir.open(tree) as root:
+        for rel, _, _, _ in walk(root, lambda _: False):
+            seen.append(rel)
+            if rel == "f.txt":  # listed, not entered yet: swap both directories
+                os.rename(tree / "d", tree / "d.away")
+                os.symlink(outside, tree / "d")
+                os.rename(tree / "e", tree / "e.away")
+                os.rename(tree / "d.away", tree / "e")  # a real directory, not the listed one
+    assert seen == ["d", "e", "f.txt"]
+
+
+def test_a_walk_prunes_and_closes_what_it_opened(tree: Path) -> None:
+    before = len(os.listdir("/proc/self/fd"))
+    with Dir.open(tree) as root:
+        assert [rel for rel, *_ in walk(root, lambda rel: rel == "d")] == ["f.txt"]
+        for _ in walk(root, lambda _: False):
+            break  # abandoned half-way
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_names_are_single_names(tree: Path) -> None:
+    with Dir.open(tree) as root:
+        for bad in ("d/x.txt", "..", ".", ""):
+            with pytest.raises(OSError):
+                root.read_file(bad, 10)
