@@ -192,3 +192,53 @@ async def test_moves_and_restores_bring_their_content(
     await ws.move("a.txt", "c.txt")
     await own.sync()
     assert (own.tree / "c.txt").read_text() == "first\n" and not (own.tree / "a.txt").exists()
+
+
+async def test_sync_replaces_links_and_never_follows_them(
+    services: StartReader, quill: Quill, nc: NATS, checkout: Checkout, tmp_path: Path
+) -> None:
+    """As a command could leave the tree: a link at the old temporary name, a tracked
+    directory swapped for a link to a host directory, a hard link to a tracked file."""
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "file").write_text("host\n")
+    await services("r1")
+    ws = quill.workspace(f"acme/{checkout.workspace}")
+    await ws.create()
+    await ws.write("d/x.txt", "x\n")
+    await ws.write("a.txt", "a\n")
+    await checkout.sync()
+    tree = checkout.tree
+    (tree / ".a.txt.quill-tmp").symlink_to(host / "file")
+    (tree / "d/x.txt").unlink()
+    (tree / "d").rmdir()
+    (tree / "d").symlink_to(host)
+    os.link(tree / "a.txt", tree / "hard")
+    await ws.write("a.txt", "a2\n")
+    await ws.write("d/new.txt", "new\n")
+    await ws.apply([rq.PutChange(path="a.txt", content="a2\n", executable=True)])
+    await checkout.sync()
+    assert sorted(p.name for p in host.iterdir()) == ["file"]
+    assert (host / "file").read_text() == "host\n"
+    assert (tree / "d").is_dir() and not (tree / "d").is_symlink()
+    assert (tree / "d/new.txt").read_text() == "new\n"
+    assert (tree / "a.txt").read_text() == "a2\n" and os.access(tree / "a.txt", os.X_OK)
+    assert (tree / "hard").read_text() == "a\n" and not os.access(tree / "hard", os.X_OK)
+
+
+async def test_capture_reads_nothing_through_a_link(
+    services: StartReader, quill: Quill, nc: NATS, checkout: Checkout, tmp_path: Path
+) -> None:
+    host = tmp_path / "host-ignore"
+    host.write_text("*.txt\n")
+    await services("r1")
+    ws = quill.workspace(f"acme/{checkout.workspace}")
+    await ws.create()
+    await checkout.sync()
+    (checkout.tree / ".quillignore").symlink_to(host)
+    (checkout.tree / "key").symlink_to(host)
+    (checkout.tree / "kept.txt").write_text("kept\n")
+    assert not checkout.ignore_patterns().match("kept.txt")
+    changes = await run_commit(quill, checkout, nc)
+    assert [p.path for p in changes.paths] == ["kept.txt"]  # .quillignore was not read
+    assert sorted(s.path for s in changes.skipped) == [".quillignore", "key"]
