@@ -4,12 +4,20 @@ Contents travel inline in the request while they fit a budget; larger ones (and 
 are stored in ``WS_BLOBS`` first and named by sha256, so a change set of any size within the
 workspace's limits is one event. Paths changed meanwhile by someone else are conflicts: the
 writer commits the rest (``on_conflict: skip``).
+
+With registered secrets (``services/common/secrets.py``), a path whose name holds one is not
+committed (it is reported skipped, its name redacted), nor a loose git object whose inflated
+content holds one (a commit message made in a command: zlib hides it from the writer's
+redaction); the contents stored in ``WS_BLOBS`` are redacted first.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import zlib
 
+from contracts import hashing
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import QuillError
@@ -18,12 +26,41 @@ from contracts.subjects import CHANGES_SUFFIX, Origin
 from quill.client import Quill
 from services.common.blobs import INLINE_MAX, Blobs
 from services.common.runtime import bounded_gather
+from services.common.secrets import NO_SECRETS, Secrets, secrets_from_env
 from services.executor.checkout import Captured, Checkout
 
 REQUEST_BUDGET = MAX_MESSAGE_BYTES // 2
 """Content bytes (as encoded) an apply request carries inline; the rest goes by blob."""
 SHOWN = 100
 """Paths listed in a result (the total says how many)."""
+GIT_OBJECT = re.compile(r"(^|/)\.git/objects/[0-9a-f]{2}/[0-9a-f]{38}$")
+INFLATE_MAX = 64 * 1024 * 1024
+"""Most bytes of one loose git object inflated to look for a secret."""
+
+
+def withhold(captured: Captured, secrets: Secrets) -> None:
+    """Take out of ``captured`` what would carry a registered secret into the log: a path
+    whose name holds one, a loose git object whose inflated content does. Each is reported
+    skipped, its name redacted; ignored paths are reported redacted."""
+    if not secrets:
+        return
+    kept: list[rq.ApplyItem] = []
+    for item in captured.changes:
+        ids = secrets.find(item.path)
+        if not ids and isinstance(item, rq.PutChange) and GIT_OBJECT.search(item.path):
+            data = captured.contents[item.path]
+            try:
+                inflated = zlib.decompressobj().decompress(data, INFLATE_MAX)
+            except zlib.error:
+                inflated = b""
+            ids = secrets.redact_bytes(inflated)[1]
+        if ids:
+            reason = f"holds a registered secret ({', '.join(ids)}): not committed"
+            captured.skipped.append((secrets.redact(item.path)[0], reason))
+        else:
+            kept.append(item)
+    captured.changes = kept
+    captured.ignored = [secrets.redact(p)[0] for p in captured.ignored]
 
 
 def changes_id(request_id: str) -> str:
@@ -43,8 +80,11 @@ def _inline(path: str, data: bytes, executable: bool) -> tuple[rq.PutChange, int
     return rq.PutChange(path=path, content=text, executable=executable), len(data) + 16
 
 
-async def pack(captured: Captured, blobs: Blobs) -> list[rq.ApplyItem]:
-    """The change set with each put's content inline or stored in WS_BLOBS and named."""
+async def pack(
+    captured: Captured, blobs: Blobs, secrets: Secrets = NO_SECRETS
+) -> list[rq.ApplyItem]:
+    """The change set with each put's content inline or stored in WS_BLOBS (redacted) and
+    named."""
     items: list[rq.ApplyItem] = []
     uploads: list[tuple[str, bytes]] = []
     budget = REQUEST_BUDGET
@@ -56,6 +96,9 @@ async def pack(captured: Captured, blobs: Blobs) -> list[rq.ApplyItem]:
         digest, executable, _ = captured.sigs[item.path]
         put, size = _inline(item.path, data, executable)
         if len(data) > INLINE_MAX or size > budget:
+            if secrets:  # never a secret in WS_BLOBS (the writer redacts what is inline)
+                data, ids = secrets.redact_bytes(data)
+                digest = hashing.content_sha256(data) if ids else digest
             uploads.append((digest, data))
             put = rq.PutChange(path=item.path, blob=digest, executable=executable)
         else:
@@ -78,6 +121,8 @@ async def commit(
 ) -> rp.CapturedChanges:
     """Commit ``captured`` on ``base`` as ``origin`` (who ran the command); fold the outcome
     into the checkout. Nothing committed leaves the checkout to be rebuilt from the log."""
+    secrets = secrets_from_env()
+    withhold(captured, secrets)
     skipped = [rp.SkippedPath(path=p, reason=r) for p, r in captured.skipped]
     ignored = captured.ignored[:SHOWN]
 
@@ -111,7 +156,7 @@ async def commit(
     view = quill.as_actor(origin.actor, session=origin.session, run=origin.run)
     request = rq.ApplyChanges(
         base_version=base,
-        changes=await pack(captured, blobs),
+        changes=await pack(captured, blobs, secrets),
         on_conflict="skip",
         message=message[:4096],
     )

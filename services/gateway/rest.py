@@ -25,6 +25,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import MAX_MESSAGE_BYTES, Limits
 from contracts.paths import normalize
 from quill.client import Workspace
+from services.common.secrets import secrets_from_env
 from services.gateway.files import Snapshot, content_type, iso, read_whole, version_of
 from services.gateway.principals import Access, principal_of
 
@@ -266,8 +267,9 @@ class Rest:
         content = put_content(await json_body(request))
         ws = await self.workspace(request)
         written = await ws.write(path, content, if_match=if_match(request))
+        stored = secrets_from_env().redact(content)[0]  # as the writer committed it
         snapshot = Snapshot(
-            path, content, content_type(path), written.file_version, written.etag, written.modified
+            path, stored, content_type(path), written.file_version, written.etag, written.modified
         )
         return snapshot.response(201 if written.created else 200)
 
