@@ -1,5 +1,6 @@
 """``quill replay``, ``quill verify``, ``quill export``/``import``, ``quill runs``: tooling
-that works from the log alone (``services/common/replay.py``; docs/replay.md)."""
+that works from the log alone (``services/common/replay.py``; docs/replay.md); ``quill scrub``,
+which rewrites a log to take a leaked secret out of it (``services/common/scrub.py``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from contracts.errors import ErrorCode, QuillError
 from quill.cli import DURATION, _run, connect, emit, main, size_text, workspace_command
 from quill.client import Workspace
 from services.common import replay as rpl
+from services.common import scrub as scr
 from services.common.blobs import Blobs
+from services.common.secrets import ENV_FILE, Secrets
 
 
 def _short(digest: str | None) -> str:
@@ -240,3 +243,71 @@ def import_(ctx: click.Context, file: Path, workspace: str) -> None:
         f"{_plural(moved.events, 'event')}, {_plural(moved.blobs, 'content')}{note}; "
         f"tree hash {_short(moved.tree_hash)}",
     )
+
+
+def _scrubbed_text(s: scr.Scrubbed) -> str:
+    name, ids = f"{s.tenant}/{s.workspace}", ", ".join(s.secret_ids)
+    found = (
+        f"{_plural(s.events_changed, 'event')}, {_plural(s.contents_changed, 'content')}, "
+        f"{_plural(len(s.paths_changed), 'path')}, {_plural(s.audit_records, 'audit record')}, "
+        f"{_plural(s.kv_entries, 'KV entry', 'KV entries')}"
+    )
+    if s.dry_run:
+        return f"dry run: {ids} found in {name}: {found}; nothing changed"
+    text = f"scrubbed {ids} from {name}: {found}\n"
+    if s.form == "unchanged":
+        return text + f"the log carried none: kept as it was (head {_short(s.head)})"
+    kept = (
+        "every event re-chained"
+        if s.form == "events"
+        else "history kept in the scrub's manifest (too many events for one atomic batch)"
+    )
+    return text + (
+        f"log: version {s.old_version} head {_short(s.old_head)} -> version {s.version} "
+        f"head {_short(s.head)} ({kept}); tree hash {_short(s.tree_hash)}; "
+        f"{_plural(s.blobs_deleted, 'blob')} deleted; verified"
+    )
+
+
+@main.command()
+@workspace_command
+@click.option(
+    "--secrets",
+    "secrets_file",
+    envvar=ENV_FILE,
+    required=True,
+    help="The secrets registry (TOML, as quill up --secrets; default $QUILL_SECRETS): each "
+    "secret it holds is scrubbed. - reads it from stdin. Never give a value on the command line.",
+)
+@click.option("--dry-run", is_flag=True, help="Report where the secrets occur; change nothing.")
+@click.option(
+    "--max-batch",
+    type=click.IntRange(min=1),
+    default=scr.MAX_BATCH,
+    show_default=True,
+    help="Most events appended as one atomic batch (the server's jetstream.limits.batch."
+    "max_msgs); a longer log keeps its scrubbed history in the scrub's manifest.",
+)
+async def scrub(
+    ctx: click.Context, ws: Workspace, secrets_file: str, dry_run: bool, max_batch: int
+) -> None:
+    """Take leaked secrets out of WORKSPACE's history: rewrite its log with every occurrence
+    redacted (contents, paths, messages, actors...), re-chain and verify it, replace it
+    atomically (refused if the workspace is written meanwhile), delete the blobs, audit
+    records and KV values that held them; replicas rebuild. Audited (op scrub, secret ids)."""
+    path = Path("/dev/stdin") if secrets_file == "-" else Path(secrets_file)
+    try:
+        secrets = Secrets.load(path)
+    except (OSError, ValueError) as exc:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"--secrets: {exc}") from None
+    result = await scr.scrub(
+        ws.client.nc,
+        ws.client.subjects,
+        ws.tenant,
+        ws.name,
+        secrets,
+        actor=ctx.obj["actor"],
+        dry_run=dry_run,
+        max_batch=max_batch,
+    )
+    emit(ctx, result, lambda: _scrubbed_text(result))

@@ -58,6 +58,7 @@ from services.common.blobs import Blobs
 from services.common.compaction import decode_manifest
 from services.common.globs import Globs
 from services.common.safefs import Dir, parent_of, walk
+from services.common.scrub import SCRUB_OP
 
 log = logging.getLogger("quill.executor")
 
@@ -206,10 +207,15 @@ class Checkout:
         if last <= self.manifest.seq:
             return
         events = await eventlog.read(self._js, self._subject, self.manifest.seq, last)
+        scrubs = [i for i, e in enumerate(events) if e.event.op == SCRUB_OP]
+        if scrubs:  # quill scrub rewrote the log: its (last) scrub event rebuilds the tree
+            events = events[scrubs[-1] :]
         self.begin()
         for item in events:
             event = item.event
-            if isinstance(event, HistoryCompacted) and event.version != self.manifest.version + 1:
+            if isinstance(event, HistoryCompacted) and (
+                event.version != self.manifest.version + 1 or event.op == SCRUB_OP
+            ):
                 # the log before it is purged: start from its manifest (as of an older
                 # version it keeps whole, for a past checkout)
                 at = min(event.version, upto_version or event.version)

@@ -1,0 +1,642 @@
+"""``quill scrub``: take leaked secrets out of a workspace's history (docs/replay.md).
+
+A secret that reached the log (before redaction covered where it leaked, or before it was
+registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewrites it:
+
+1. The whole log is read and checked (hash chain, tree hashes) like ``quill verify``. A log
+   that starts at a compaction (``max_versions``) is refused: its purged history lives only
+   in the compaction's manifest (see "left out" in docs/replay.md).
+2. Every event is redacted with the registry (``services.common.secrets``: each occurrence
+   becomes ``[REDACTED:<id>]``): every string it holds (paths, messages, actors, sessions,
+   runs, results...) and every content, inline or in WS_BLOBS. A content that changes gets a
+   new sha256 and size (and a new blob); a path that changes must still be a valid path and
+   must not become another path. Then each event is re-chained: ``tree_hash`` recomputed
+   from the rebuilt tree, ``prev_hash`` the new hash of the event before.
+3. A ``history_compacted`` event with op ``scrub`` closes the new log: its manifest (in
+   WS_BLOBS) is the whole scrubbed workspace, every revision and event kept (floor 1). Every
+   projection replaces the workspace with a compaction's manifest when it folds one (writer,
+   readers, executor checkouts), so live replicas drop what they held and new ones build the
+   same rows. Earlier ``scrub`` markers in the log get manifests rebuilt for the new chain.
+4. The new log is appended after the old one as **one** JetStream atomic batch conditioned
+   on the workspace's last sequence (``Nats-Expected-Last-Subject-Sequence``): the writer
+   appends with the same condition, so either the scrub commits whole and any command the
+   writer had decided on the old log is refused (it reloads from the log and decides again),
+   or a command got in first and the scrub is refused (``CONFLICT``: run it again). No one
+   ever sees half of the new log. When the new log does not fit in one batch (nats-server's
+   ``jetstream.limits.batch.max_msgs``, 1000 by default), only the closing event is
+   appended: the scrubbed history is then kept in its manifest, as a compaction keeps it.
+5. The old events are purged from WS_EVENTS, the WS_BLOBS objects that held a secret and
+   that the new log does not name are deleted, audit records (WS_AUDIT) that carry a secret
+   are re-published redacted and the originals deleted, KV values that carry one are
+   replaced by their redacted form (their history purged); keys that carry one are removed.
+6. The new log is replayed and checked, WS_EVENTS/WS_AUDIT are scanned for the secrets
+   again, and an audit record ``scrub`` (the secret ids, never the values; the old and new
+   head hashes) is published.
+
+Failures are ``QuillError``: ``WORKSPACE_NOT_FOUND``, ``NO_MATCH`` (no secret occurs),
+``INVALID_ARGUMENT`` (a redaction would make an invalid or colliding path, a secret in the
+workspace's own name, a compacted log), ``CONFLICT`` (the workspace was written meanwhile),
+``INTERNAL`` (the log does not verify, or the secret is still found afterwards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import socket
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from contracts import codec, hashing
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import (
+    AuditRecord,
+    ChangesCommitted,
+    HistoryCompacted,
+    WorkspaceEvent,
+)
+from contracts.paths import normalize
+from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
+from services.common import compaction
+from services.common import log as eventlog
+from services.common import replay as rpl
+from services.common.blobs import Blobs
+from services.common.plan import Committed
+from services.common.secrets import Secrets
+from services.common.store import Store
+from services.common.tree import Tree, apply_change
+
+SCRUB_OP = "scrub"
+"""``op`` of the ``history_compacted`` event that closes a scrubbed log."""
+MAX_BATCH = 1000
+"""Messages one atomic batch may hold (nats-server's default ``batch.max_msgs``)."""
+MAX_BATCH_BYTES = 32 * 1024 * 1024
+KEEP_ALL = 2**62
+"""``max_versions`` for the manifest: every revision is kept."""
+
+
+class Scrubbed(msgspec.Struct, kw_only=True):
+    """What ``quill scrub`` did (or, with ``dry_run``, would do)."""
+
+    tenant: str
+    workspace: str
+    secret_ids: list[str]
+    """The registry's ids found (never the values)."""
+    dry_run: bool
+    events_changed: int
+    """Events that carried a secret."""
+    contents_changed: int
+    """Distinct contents (inline or in WS_BLOBS) that carried a secret."""
+    paths_changed: list[str]
+    """Paths renamed by redaction, in their redacted form."""
+    audit_records: int
+    """Audit records that carried a secret (re-published redacted)."""
+    kv_entries: int
+    """KV values or keys that carried a secret."""
+    old_version: int
+    old_head: str
+    version: int = 0
+    """The new head's version (the ``scrub`` event)."""
+    head: str = ""
+    """The new head hash."""
+    tree_hash: str = ""
+    form: str = ""
+    """``events``: the whole log re-chained; ``manifest``: history kept in the manifest."""
+    blobs_deleted: int = 0
+
+
+class _Redactor:
+    """Redacts values, paths and contents of one workspace's log, remembering what changed."""
+
+    def __init__(self, secrets: Secrets, blobs: Blobs) -> None:
+        self.secrets, self.blobs = secrets, blobs
+        self.found: set[str] = set()
+        self.shas: dict[str, str] = {}
+        """Old sha256 → new, for contents that changed."""
+        self.contents: dict[str, tuple[str, int, bytes]] = {}
+        """Old sha256 → (new sha256, new size, new content), for every content seen."""
+        self.paths: dict[str, str] = {}
+        """Old path → new, for every path seen."""
+        self._owner: dict[str, str] = {}
+
+    def text(self, value: str) -> str:
+        new, ids = self.secrets.redact(value)
+        self.found.update(ids)
+        return self.shas.get(new, new)
+
+    def value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, dict):
+            return {self.text(k): self.value(v) for k, v in value.items()}
+        return value
+
+    def path(self, old: str, version: int) -> str:
+        known = self.paths.get(old)
+        if known is not None:
+            return known
+        new = self.text(old)
+        if new != old:
+            try:
+                valid = normalize(new) == new
+            except QuillError:
+                valid = False
+            if not valid:
+                raise QuillError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"Version {version}: a path would not be valid once redacted ({new!r})",
+                )
+        owner = self._owner.setdefault(new, old)
+        if owner != old:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Version {version}: two paths would both become {new!r} once redacted",
+            )
+        self.paths[old] = new
+        return new
+
+    async def content(self, change: dict[str, Any], version: int) -> None:
+        """Redact a ``put``'s content in place (inline, in WS_BLOBS, or named by sha256)."""
+        old_sha = str(change["sha256"])
+        if "text" in change:
+            raw = str(change["text"]).encode("utf-8", "surrogatepass")
+        elif "data" in change:
+            raw = base64.b64decode(change["data"])
+        elif change.get("blob"):
+            raw = await self.blobs.get(old_sha)
+        elif old_sha in self.contents:
+            new_sha, size, _ = self.contents[old_sha]
+            change["sha256"], change["size"] = new_sha, size
+            return
+        elif int(change.get("size", 0)) == 0:
+            raw = b""
+        else:
+            raw = await self.blobs.get(old_sha)
+        if hashing.content_sha256(raw) != old_sha:
+            raise rpl.corrupt(
+                f"The content of a put does not match its sha256 ({old_sha})", version
+            )
+        new, ids = self.secrets.redact_bytes(raw)
+        self.found.update(ids)
+        new_sha = hashing.content_sha256(new)
+        self.contents[old_sha] = (new_sha, len(new), new)
+        if new_sha == old_sha:
+            return
+        self.shas[old_sha] = new_sha
+        if "text" in change:
+            change["text"] = new.decode("utf-8", "surrogatepass")
+        elif "data" in change:
+            change["data"] = base64.b64encode(new).decode()
+        change["sha256"], change["size"] = new_sha, len(new)
+
+    async def event(self, event: WorkspaceEvent) -> dict[str, Any]:
+        """``event`` as JSON builtins, redacted (its hashes still the old ones)."""
+        body: dict[str, Any] = msgspec.json.decode(codec.encode(event))
+        out: dict[str, Any] = {}
+        for key, value in body.items():
+            if key == "changes":
+                changes = []
+                for change in value:
+                    change = dict(change)
+                    if change.get("type") == "put":
+                        await self.content(change, event.version)
+                    for name in ("path", "moved_from"):
+                        if name in change:
+                            change[name] = self.path(str(change[name]), event.version)
+                    changes.append({k: v if k in _RAW_CHANGE else self.value(v)
+                                    for k, v in change.items()})  # fmt: skip
+                out[key] = changes
+            elif key in _KEEP:
+                out[key] = value
+            else:
+                out[key] = self.value(value)
+        if (out["tenant"], out["workspace"]) != (event.tenant, event.workspace):
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                "A secret is part of the workspace's name: scrub cannot rename a workspace "
+                "(export it, import it under another name, scrub that)",
+            )
+        return out
+
+
+_KEEP = {"type", "prev_hash", "tree_hash", "manifest", "version", "at"}
+_RAW_CHANGE = {"type", "path", "moved_from", "text", "data", "sha256", "size", "created"}
+
+
+# ---------------------------------------------------------------- reading raw messages
+
+
+async def _raw(js: JetStreamContext, stream: str, subject: str) -> list[tuple[int, bytes]]:
+    """Every message on ``subject`` of ``stream``: ``(seq, payload)``, oldest first."""
+    try:
+        last = (await js.get_last_msg(stream, subject)).seq or 0
+    except NotFoundError:
+        return []
+    out: list[tuple[int, bytes]] = []
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def on_msg(msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        if seq <= last:
+            out.append((seq, msg.data))
+        if seq >= last and not done.done():
+            done.set_result(None)
+
+    sub = await js.subscribe(
+        subject,
+        stream=stream,
+        cb=on_msg,
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+    )
+    try:
+        await asyncio.wait_for(done, rpl.IDLE_S)
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
+def _carries(secrets: Secrets, data: bytes) -> bool:
+    return bool(secrets.redact_bytes(data)[1])
+
+
+# ---------------------------------------------------------------- the scrub
+
+
+class _Rewrite:
+    """The new log being built: payloads, hashes, and a projection of it for manifests."""
+
+    def __init__(self, store: Store, tenant: str, workspace: str) -> None:
+        self.store, self.tenant, self.workspace = store, tenant, workspace
+        self.tree = Tree()
+        self.last_hash = hashing.ZERO_HASH
+        self.payloads: list[tuple[bytes, str, int]] = []
+        """``(payload, hash, version)`` of every new event."""
+        self.manifests: dict[str, bytes] = {}
+        self._pending: list[Committed] = []
+
+    async def add(self, body: dict[str, Any]) -> WorkspaceEvent:
+        event = codec.decode_event(msgspec.json.encode(body))
+        more: dict[str, Any] = {}
+        if isinstance(event, ChangesCommitted):
+            for change in event.changes:
+                apply_change(self.tree, change, event.version, event.at)
+        manifest = None
+        if isinstance(event, HistoryCompacted):
+            manifest, manifest_body = await self.manifest()
+            digest = hashing.content_sha256(manifest_body)
+            self.manifests[digest] = manifest_body
+            more.update(manifest=digest, manifest_size=len(manifest_body), floor=manifest.floor)
+        event = msgspec.structs.replace(
+            event, prev_hash=self.last_hash, tree_hash=hashing.tree_hex(self.tree.hash), **more
+        )
+        payload = codec.encode(event)
+        digest = hashing.event_hash(payload)
+        self.payloads.append((payload, digest, event.version))
+        self._pending.append(Committed(event, digest, event.version, manifest))
+        if manifest is not None:
+            await self._flush()
+        self.last_hash = digest
+        return event
+
+    async def _flush(self) -> None:
+        if self._pending:
+            await self.store.apply(self._pending)
+            self._pending = []
+
+    async def manifest(self) -> tuple[Any, bytes]:
+        """The workspace as rebuilt so far, every revision and event kept."""
+        await self._flush()
+        ws = self.store.workspace_id(self.tenant, self.workspace)
+        assert ws is not None
+        manifest, _, _ = await self.store.compaction(ws, KEEP_ALL)
+        return manifest, compaction.encode_manifest(manifest)
+
+
+async def scrub(
+    nc: NATS,
+    subjects: Subjects,
+    tenant: str,
+    workspace: str,
+    secrets: Secrets,
+    *,
+    actor: str | None = None,
+    dry_run: bool = False,
+    max_batch: int = MAX_BATCH,
+    kv_buckets: list[str] | None = None,
+) -> Scrubbed:
+    """Scrub ``secrets`` from ``tenant/workspace`` (module docstring).
+
+    Raises:
+        QuillError: see the module docstring.
+    """
+    if not secrets:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "No secret to scrub: the registry is empty")
+    js, name = nc.jetstream(), f"{tenant}/{workspace}"
+    subject, audit_subject = subjects.evt(tenant, workspace), subjects.audit(tenant, workspace)
+    blobs = Blobs(js)
+    with rpl.nats_errors(f"Scrubbing {name}"):
+        last = await rpl.last_event(js, subject)
+        if last is None:
+            raise QuillError(ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace {name} not found")
+        last_seq = await eventlog.last_seq(js, subject, fresh=True)
+        old = await eventlog.read(js, subject, 0, last_seq, timeout=rpl.IDLE_S)
+        if old and isinstance(old[0].event, HistoryCompacted):
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{name}'s log starts at a compaction (max_versions): its older history is "
+                "kept in the compaction's manifest, which scrub does not rewrite",
+            )
+        fold = rpl.Fold(tenant, workspace)
+        for item in old:
+            fold.apply(item.event, item.hash)
+        redactor = _Redactor(secrets, blobs)
+        with tempfile.TemporaryDirectory(prefix="quill-scrub-") as tmp:
+            store = await Store.open(Path(tmp) / "scrub.db", role="writer")
+            try:
+                new = _Rewrite(store, tenant, workspace)
+                changed = 0
+                for item in old:
+                    body = await redactor.event(item.event)
+                    await new.add(body)
+                    changed += body != msgspec.json.decode(codec.encode(item.event))
+                audit = await _raw(js, STREAM_AUDIT, audit_subject)
+                audit_hits = [(s, d) for s, d in audit if _carries(secrets, d)]
+                kv_hits = await _kv_hits(js, secrets, kv_buckets)
+                for _, data in audit_hits:
+                    redactor.found.update(secrets.redact_bytes(data)[1])
+                for _, _, data in kv_hits:
+                    redactor.found.update(secrets.redact_bytes(data)[1])
+                result = Scrubbed(
+                    tenant=tenant,
+                    workspace=workspace,
+                    secret_ids=sorted(redactor.found),
+                    dry_run=dry_run,
+                    events_changed=changed,
+                    contents_changed=len(redactor.shas),
+                    paths_changed=sorted(n for o, n in redactor.paths.items() if o != n),
+                    audit_records=len(audit_hits),
+                    kv_entries=len(kv_hits),
+                    old_version=fold.version,
+                    old_head=fold.last_hash,
+                )
+                if not redactor.found:
+                    raise QuillError(
+                        ErrorCode.NO_MATCH,
+                        f"No registered secret occurs in {name} (its log, contents, audit "
+                        "records or KV buckets): nothing to scrub",
+                    )
+                if dry_run:
+                    return result
+                if changed:
+                    await _replace_log(
+                        nc, js, subjects, new, blobs, redactor, old, last_seq, actor, max_batch,
+                        result,
+                    )  # fmt: skip
+            finally:
+                await store.close()
+        await _scrub_audit(js, secrets, audit_subject, audit_hits)
+        await _scrub_kv(js, secrets, kv_hits)
+        await _check(js, subjects, tenant, workspace, secrets, result)
+        await _audit(js, subjects, result, actor)
+    return result
+
+
+async def _replace_log(
+    nc: NATS,
+    js: JetStreamContext,
+    subjects: Subjects,
+    new: _Rewrite,
+    blobs: Blobs,
+    redactor: _Redactor,
+    old: list[Committed],
+    last_seq: int,
+    actor: str | None,
+    max_batch: int,
+    result: Scrubbed,
+) -> None:
+    tenant, workspace = new.tenant, new.workspace
+    version = old[-1].event.version + 1
+    manifest, body = await new.manifest()
+    digest_m = hashing.content_sha256(body)
+    new.manifests[digest_m] = body
+    closing = HistoryCompacted(
+        tenant=tenant,
+        workspace=workspace,
+        version=version,
+        at=datetime.now(UTC),
+        op=SCRUB_OP,
+        request_id=f"scrub-{version}-{digest_m[:16]}",
+        actor=actor or "quill",
+        prev_hash=new.last_hash,
+        tree_hash=hashing.tree_hex(new.tree.hash),
+        manifest=digest_m,
+        manifest_size=len(body),
+        floor=manifest.floor,
+        max_versions=manifest.limits.max_versions or 0,
+        revisions_kept=len(manifest.revisions),
+        revisions_dropped=0,
+        events_dropped=0,
+    )
+    payload = codec.encode(closing)
+    head = hashing.event_hash(payload)
+    # Every content a manifest names is in WS_BLOBS (replicas that skip the new events, as
+    # they already have their versions, fetch them from there), and every manifest.
+    named = {str(r[5]) for r in manifest.revisions if r[4] == "f"}
+    for sha, _, data in redactor.contents.values():
+        if sha in named:
+            await blobs.put(sha, data)
+    for sha, data in new.manifests.items():
+        await blobs.put(sha, data)
+    tag = os.urandom(6).hex()
+    batch = [(p, subjects.msg_id(tenant, workspace, f"scrub-{tag}-{v}"), h)
+             for p, h, v in new.payloads]  # fmt: skip
+    batch.append((payload, subjects.msg_id(tenant, workspace, closing.request_id), head))
+    whole = len(batch) <= max_batch and sum(len(p) for p, _, _ in batch) <= MAX_BATCH_BYTES
+    if not whole:
+        batch = batch[-1:]
+    subject = subjects.evt(tenant, workspace)
+    try:
+        await rpl.append_batch(nc, subject, last_seq, batch, version)
+    except QuillError as exc:
+        raise QuillError(
+            ErrorCode.CONFLICT,
+            f"{tenant}/{workspace} was written while it was being scrubbed: nothing was "
+            "changed; run quill scrub again",
+        ) from exc
+    # every old event is at or below last_seq, every new one above it
+    await js.purge_stream(STREAM_EVENTS, subject=subject, seq=last_seq + 1)
+    referenced = {c for c, _, _ in redactor.contents.values()} | set(new.manifests)
+    gone = set(redactor.shas) - referenced
+    for item in old:
+        if isinstance(item.event, HistoryCompacted) and item.event.manifest not in referenced:
+            gone.add(item.event.manifest)
+    obs = await js.object_store(BUCKET_BLOBS)
+    for sha in sorted(gone):
+        with contextlib.suppress(NotFoundError):
+            await obs.delete(sha)
+    result.version, result.head, result.tree_hash = version, head, closing.tree_hash
+    result.form = "events" if whole else "manifest"
+    result.blobs_deleted = len(gone)
+
+
+async def _scrub_audit(
+    js: JetStreamContext, secrets: Secrets, subject: str, hits: list[tuple[int, bytes]]
+) -> None:
+    """Re-publish each audit record that carries a secret, redacted, and delete it."""
+    for seq, data in hits:
+        try:
+            redacted = msgspec.json.encode(_redact_json(secrets, msgspec.json.decode(data)))
+        except msgspec.DecodeError:
+            redacted = secrets.redact_bytes(data)[0]
+        await js.publish(subject, redacted, stream=STREAM_AUDIT)
+        await js.delete_msg(STREAM_AUDIT, seq)
+
+
+def _redact_json(secrets: Secrets, value: Any) -> Any:
+    if isinstance(value, str):
+        return secrets.redact(value)[0]
+    if isinstance(value, list):
+        return [_redact_json(secrets, v) for v in value]
+    if isinstance(value, dict):
+        return {secrets.redact(k)[0]: _redact_json(secrets, v) for k, v in value.items()}
+    return value
+
+
+KvHit = tuple[str, str, bytes]
+"""``(bucket, key, value)`` of a KV entry (any revision) carrying a secret."""
+
+
+async def _kv_hits(
+    js: JetStreamContext, secrets: Secrets, buckets: list[str] | None
+) -> list[KvHit]:
+    """Entries of the KV buckets (every revision kept) whose key or value carries a secret."""
+    if buckets is None:
+        buckets = [
+            str(s.config.name)[3:]
+            for s in await js.streams_info()
+            if s.config.name and str(s.config.name).startswith("KV_")
+        ]
+    hits: list[KvHit] = []
+    for bucket in buckets:
+        prefix = f"$KV.{bucket}."
+        for _, subject, data in await _raw_stream(js, f"KV_{bucket}", prefix + ">"):
+            key = subject[len(prefix) :]
+            if _carries(secrets, key.encode()) or _carries(secrets, data):
+                hits.append((bucket, key, data))
+    return hits
+
+
+async def _raw_stream(
+    js: JetStreamContext, stream: str, subject: str
+) -> list[tuple[int, str, bytes]]:
+    """Every message of ``stream`` on ``subject`` (a small stream: a KV bucket), in order."""
+    out: list[tuple[int, str, bytes]] = []
+    seq = 1
+    while True:
+        try:
+            msg = await js.get_msg(stream, seq, subject=subject, next=True)
+        except NotFoundError:
+            return out
+        assert msg.seq is not None
+        out.append((msg.seq, str(msg.subject), msg.data or b""))
+        seq = msg.seq + 1
+
+
+async def _scrub_kv(js: JetStreamContext, secrets: Secrets, hits: list[KvHit]) -> None:
+    """Purge each key with an entry carrying a secret; put back its latest value, redacted,
+    unless the key itself carries one."""
+    for bucket, key in sorted({(b, k) for b, k, _ in hits}):
+        kv = await js.key_value(bucket)
+        try:
+            latest = await kv.get(key)
+            value = latest.value if latest.operation is None else None
+        except NotFoundError:
+            value = None
+        await kv.purge(key)
+        await js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{key}")
+        if value is not None and not _carries(secrets, key.encode()):
+            await kv.put(key, secrets.redact_bytes(value)[0])
+
+
+async def _check(
+    js: JetStreamContext,
+    subjects: Subjects,
+    tenant: str,
+    workspace: str,
+    secrets: Secrets,
+    result: Scrubbed,
+) -> None:
+    """Replay the new log and scan the workspace's log and audit for the secrets again.
+
+    Raises:
+        QuillError: ``INTERNAL`` if the log does not verify or a secret is still there.
+    """
+    fold = await rpl.replay(js, subjects, tenant, workspace)
+    if result.head and fold.last_hash != result.head:
+        raise rpl.corrupt("The scrubbed log does not end at the scrub's event", fold.version)
+    if not result.head:
+        result.version, result.head = fold.version, fold.last_hash
+        result.tree_hash = hashing.tree_hex(fold.tree.hash)
+        result.form = "unchanged"
+    for stream, subject in (
+        (STREAM_EVENTS, subjects.evt(tenant, workspace)),
+        (STREAM_AUDIT, subjects.audit(tenant, workspace)),
+    ):
+        left = [s for s, d in await _raw(js, stream, subject) if _carries(secrets, d)]
+        if left:
+            raise QuillError(
+                ErrorCode.INTERNAL,
+                f"{len(left)} messages of {stream} still carry a secret after the scrub",
+            )
+
+
+async def _audit(
+    js: JetStreamContext, subjects: Subjects, result: Scrubbed, actor: str | None
+) -> None:
+    record = AuditRecord(
+        at=datetime.now(UTC),
+        tenant=result.tenant,
+        workspace=result.workspace,
+        kind="cmd",
+        op=SCRUB_OP,
+        actor=actor,
+        session=None,
+        run=None,
+        request_id=None,
+        outcome="ok",
+        error_code=None,
+        duration_ms=0.0,
+        version=result.version,
+        paths=result.paths_changed[:100],
+        summary=f"scrubbed {', '.join(result.secret_ids)}",
+        service="cli",
+        instance=f"scrub-{socket.gethostname()[:20]}-{os.getpid()}",
+        details={
+            "secret_ids": result.secret_ids,
+            "old_version": result.old_version,
+            "old_head": result.old_head,
+            "new_version": result.version,
+            "new_head": result.head,
+            "events_changed": result.events_changed,
+            "contents_changed": result.contents_changed,
+            "audit_records": result.audit_records,
+            "form": result.form,
+        },
+    )
+    await js.publish(
+        subjects.audit(result.tenant, result.workspace), codec.encode(record), stream=STREAM_AUDIT
+    )

@@ -1,0 +1,223 @@
+"""Issue 10, item 6 (last part): a secret that reached the log before it was registered is
+scrubbed from a workspace's history by ``quill scrub``, through the real path: ``quill up`` as
+a process with no secrets registry (so the secret is committed as is: in contents inline and
+in WS_BLOBS, in paths, in a commit message, in an actor, in a file later modified and in one
+moved), then ``quill scrub`` with the registry, then every stream, bucket and object store is
+scanned for the value, and the workspace is read at every version, through the replica that
+lived through the scrub, one started afterwards, and the executor's checkout."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from contracts import requests as rq
+from contracts.events import ChangesCommitted, HistoryCompacted
+from contracts.subjects import STREAM_AUDIT, Subjects
+from quill.client import Quill, Workspace
+from services.common import log as eventlog
+from services.common import replay as rpl
+from services.common.plan import Committed
+from services.common.scrub import SCRUB_OP
+from tests.helpers import start_reader
+from tests.security.conftest import verify
+from tests.system.conftest import Up
+
+SECRET = "sk-live-9f8e7d6c5b4a3210"
+MARK = "[REDACTED:leak]"
+WS = "acme/leak"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    """``quill up`` without a secrets registry: nothing is redacted at write time."""
+    up = Up(tmp_path_factory.mktemp("scrub") / ".quill").start()
+    yield up
+    if up.process and up.process.poll() is None:
+        up.stop()
+
+
+@pytest_asyncio.fixture
+async def quill(stack: Up) -> AsyncIterator[Quill]:
+    client = await Quill.connect(stack.nats_url, actor="tester", timeout=10)
+    yield client
+    await client.close()
+
+
+def registry(tmp_path: Path) -> Path:
+    path = tmp_path / "secrets.toml"
+    path.write_text(f'[secrets]\nleak = "{SECRET}"\n')
+    return path
+
+
+async def all_messages(js: JetStreamContext) -> Iterator[tuple[str, str, bytes]]:
+    """``(stream, subject, headers and payload)`` of every message of every stream (the
+    event log, the audit stream, the KV buckets and the object stores' streams)."""
+    found = []
+    for info in await js.streams_info():
+        name = str(info.config.name)
+        seq = 1
+        while True:
+            try:
+                msg = await js.get_msg(name, seq, subject=">", next=True)
+            except NotFoundError:
+                break
+            assert msg.seq is not None
+            raw = json.dumps(msg.headers or {}).encode() + (msg.data or b"")
+            found.append((name, str(msg.subject), raw))
+            seq = msg.seq + 1
+    return iter(found)
+
+
+async def the_log(js: JetStreamContext, subjects: Subjects) -> list[Committed]:
+    subject = subjects.evt("acme", "leak")
+    return await eventlog.read(js, subject, 0, await eventlog.last_seq(js, subject), timeout=10)
+
+
+async def audit_records(js: JetStreamContext, subjects: Subjects) -> list[dict[str, Any]]:
+    out, seq = [], 1
+    while True:
+        try:
+            msg = await js.get_msg(
+                STREAM_AUDIT, seq, subject=subjects.audit("acme", "leak"), next=True
+            )
+        except NotFoundError:
+            return out
+        assert msg.seq is not None and msg.data is not None
+        out.append(json.loads(msg.data))
+        seq = msg.seq + 1
+
+
+async def leaks(js: JetStreamContext) -> list[str]:
+    return [
+        f"{stream} {subject}"
+        for stream, subject, raw in await all_messages(js)
+        if SECRET.encode() in raw or SECRET in subject
+    ]
+
+
+async def snapshot(ws: Workspace, version: int) -> dict[str, bytes]:
+    """Every file of ``ws`` as of ``version``, by path."""
+    files = {}
+    async for entry in ws.list_all(recursive=True, kind="file", version=version):
+        files[entry.path] = await ws.read_bytes(entry.path, version=version)
+    return files
+
+
+async def fill(quill: Quill, stack: Up) -> int:
+    """Commit the secret everywhere a client can put it; return the last version."""
+    ws = quill.workspace(WS)
+    await ws.create()
+    await ws.write("notes.md", f"# notes\nkey: {SECRET}\n")  # inline content
+    big = ("x" * 80 + "\n") * 1000 + f"token={SECRET}\n"  # > 64 KiB: stored in WS_BLOBS
+    await ws.write("data/big.txt", big)
+    await ws.write(f"keys/{SECRET}.txt", "named after the key\n")  # a path
+    await ws.write("config.env", f"API_KEY={SECRET}\n")  # modified later: only v1 leaks
+    await ws.write("config.env", "API_KEY=${API_KEY}\n")
+    await ws.move("notes.md", "docs/notes.md")  # a put naming earlier content by sha256
+    await ws.apply([rq.PutChange(path="applied.md", content="clean\n")], message=f"rotate {SECRET}")
+    leaker = await Quill.connect(stack.nats_url, actor=f"bot-{SECRET}", timeout=10)
+    try:
+        bot = leaker.workspace(WS)
+        await bot.write("by-bot.md", "hello\n")  # an actor
+    finally:
+        await leaker.close()
+    # the executor materialises a checkout of the workspace (it must be reset by the scrub)
+    out = stack.cli("exec", WS, "--", "cat docs/notes.md")
+    assert SECRET in out.stdout
+    return bot.last_version
+
+
+async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
+    stack: Up, quill: Quill, tmp_path: Path
+) -> None:
+    js, subjects = quill.nc.jetstream(), Subjects()
+    last = await fill(quill, stack)
+    ws = quill.workspace(WS)
+    before = {v: await snapshot(ws, v) for v in range(1, last + 1)}
+    history_before = await ws.history("config.env")
+    assert await leaks(js), "the secret reached the stores (no registry at write time)"
+    head = await the_log(js, subjects)
+
+    dry = stack.cli("--json", "scrub", WS, "--secrets", str(registry(tmp_path)), "--dry-run")
+    assert json.loads(dry.stdout)["dry_run"] and await leaks(js), "a dry run changes nothing"
+
+    done = stack.cli("--json", "scrub", WS, "--secrets", str(registry(tmp_path)))
+    result = json.loads(done.stdout)
+    assert SECRET not in done.stdout + done.stderr
+    assert result["secret_ids"] == ["leak"] and result["form"] == "events"
+    assert result["version"] == last + 1 and result["old_head"] == head[-1].hash
+    assert f"keys/{MARK}.txt" in result["paths_changed"]
+
+    # 1. No stream, bucket or object store holds the value anymore.
+    assert await leaks(js) == []
+
+    # 2. The log is re-chained and closes with the scrub's event; quill verify passes (the
+    # replica that lived through the scrub agrees with the new log).
+    fold = await rpl.replay(js, subjects, "acme", "leak")
+    assert (fold.version, fold.last_hash) == (last + 1, result["head"])
+    events = await the_log(js, subjects)
+    assert [e.event.version for e in events] == list(range(1, last + 2))
+    closing = events[-1].event
+    assert isinstance(closing, HistoryCompacted) and closing.op == SCRUB_OP
+    verify(stack, WS)
+
+    # 3. Every version reads the redacted content, everything else unchanged.
+    for v in range(1, last + 1):
+        want = {
+            path.replace(SECRET, MARK): data.replace(SECRET.encode(), MARK.encode())
+            for path, data in before[v].items()
+        }
+        assert await snapshot(ws, v) == want, f"version {v}"
+    assert (await ws.read_text("docs/notes.md")) == f"# notes\nkey: {MARK}\n"
+    assert (await ws.read_text("config.env", version=5)) == f"API_KEY={MARK}\n"
+
+    # 4. History and diff still work, and say nothing of the secret.
+    history = await ws.history("config.env")
+    assert [r.version for r in history.revisions] == [r.version for r in history_before.revisions]
+    diff = await ws.diff(5, 6, "config.env")
+    assert MARK in str(diff) and SECRET not in str(diff)
+    page = await ws.history()
+    assert SECRET not in str(page) and f"bot-{MARK}" in str(page)
+    messages = [e.event.message for e in events if isinstance(e.event, ChangesCommitted)]
+    assert f"rotate {MARK}" in messages
+
+    # 5. A replica started afterwards builds the same workspace from the new log.
+    async with AsyncExitStack() as readers:
+        late = await start_reader(readers, stack.nats_url, tmp_path / "late", instance="late")
+        check = await rpl.check_replica(quill.nc, subjects, fold, late.instance, deep=True)
+        assert check.ok, check.problems
+        verify(stack, WS)
+
+    # 6. The executor's checkout was rebuilt: the command sees the redacted tree.
+    out = stack.cli("exec", WS, "--", "cat docs/notes.md; ls keys")
+    assert SECRET not in out.stdout + out.stderr
+    assert MARK in out.stdout and f"{MARK}.txt" in out.stdout
+
+    # 7. A new write chains on the scrub's event.
+    await ws.write("after.md", "after the scrub\n")
+    assert ws.last_version == last + 2
+    tail = await the_log(js, subjects)
+    assert tail[-1].event.prev_hash == result["head"]
+    verify(stack, WS)
+
+    # 8. The scrub is audited by secret id, never by value.
+    records = [r for r in await audit_records(js, subjects) if r["op"] == SCRUB_OP]
+    assert len(records) == 1, "one audit record scrub"
+    details = records[0]["details"]
+    assert details["secret_ids"] == ["leak"] and details["new_head"] == result["head"]
+    assert details["old_head"] == head[-1].hash
+
+    # 9. Nothing left to scrub: refused, and so is a workspace that does not exist.
+    again = stack.cli("scrub", WS, "--secrets", str(registry(tmp_path)), check=False)
+    assert again.returncode != 0 and "No registered secret occurs" in again.stderr
+    missing = stack.cli("scrub", "acme/nope", "--secrets", str(registry(tmp_path)), check=False)
+    assert missing.returncode != 0 and "not found" in missing.stderr
