@@ -375,6 +375,13 @@ if it works here, else local, with a warning."
     type=click.Path(path_type=Path, dir_okay=False),
     help="TOML file of git credentials for push/pull/clone (see docs/executor.md).",
 )
+@click.option(
+    "--git-allow",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="Let git reach this remote though it is not public: an internal server's name, "
+    "address or CIDR network. Repeatable (see docs/executor.md).",
+)
 @click.pass_context
 def executor(
     ctx: click.Context,
@@ -389,9 +396,17 @@ def executor(
     memory_mb: int,
     processes: int,
     git_credentials: Path | None,
+    git_allow: tuple[str, ...],
 ) -> None:
     """Run an executor (commands and git in a sandbox; their changes become events)."""
     from services.executor.app import ExecutorConfig, start_executor
+    from services.executor.git.targets import Targets
+
+    try:
+        Targets().allowing(git_allow)
+    except ValueError as exc:
+        click.echo(f"quill: {exc}", err=True)
+        sys.exit(2)
 
     setup_logging(ctx.obj["log_level"], log_format)
     settings = _settings(service_nats_url, data, metrics_port, root, replicas)
@@ -401,6 +416,7 @@ def executor(
         memory_bytes=memory_mb * 1024 * 1024,
         processes=processes,
         credentials=git_credentials,
+        git_allow=git_allow,
     )
 
     async def start() -> Callable[[], Awaitable[None]]:

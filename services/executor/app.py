@@ -79,6 +79,8 @@ class ExecutorConfig:
     file_bytes: int = 1024**3
     credentials: Path | None = None
     """TOML file of git credentials (see ``services/executor/git/``)."""
+    git_allow: tuple[str, ...] = ()
+    """More git allow-list entries, ``HOST[:PORT]`` (``services/executor/git/targets.py``)."""
 
 
 @dataclass
@@ -215,7 +217,7 @@ class Executor:
         self.provider = sandbox.provider(config.sandbox)
         self.credentials = (
             Credentials.load(config.credentials) if config.credentials else Credentials()
-        )
+        ).allowing(config.git_allow)
         self.blobs = Blobs(self.js)
         # A command's changes go to the writer as one apply, idempotent by request id: wait a
         # while for a big one, but not a whole minute for a writer killed with it in hand

@@ -19,11 +19,15 @@ from contracts.replies import GitFileStatus, GitResult, GitStatus
 from contracts.requests import GitCommand
 from services.executor import sandbox
 from services.executor.git import Credential, Credentials, Runner, run_git, sandbox_runner
+from services.executor.git.targets import UNREACHABLE, Targets
 from services.executor.sandbox import Limits, Outcome, Spawn
 from tests.executor.git_server import GitServer, git
 
 TOKEN = "ghs_T0kenThatMustNeverLeak_42"
 CAP = 50_000
+LOCAL_SERVERS = Targets().allowing(["127.0.0.1"])
+"""The test servers listen on 127.0.0.1: allow-listed, as a deployment with an internal git
+server would (``tests/security/test_git_network.py`` has what is refused without it)."""
 
 
 # ---------------------------------------------------------------- fixtures
@@ -74,7 +78,8 @@ def creds(tmp_path: Path, server: GitServer) -> Credentials:
     secrets.mkdir()
     (secrets / "token").write_text(TOKEN + "\n")
     return Credentials(
-        (Credential(host=server.host, protocol="http", token_file=secrets / "token"),)
+        (Credential(host=server.host, protocol="http", token_file=secrets / "token"),),
+        LOCAL_SERVERS,
     )
 
 
@@ -341,11 +346,14 @@ async def test_push_needs_the_right_credential(
     assert server.host in err.message
     (tmp_path / "wrong").write_text("wrong-token\n")
     wrong = Credentials(
-        (Credential(host=server.host, protocol="http", token_file=tmp_path / "wrong"),)
+        (Credential(host=server.host, protocol="http", token_file=tmp_path / "wrong"),),
+        LOCAL_SERVERS,
     )
     err = await fails(ErrorCode.EXECUTION_FAILED, g("push", creds=wrong))
     assert "Authentication failed" in err.message and "wrong-token" not in err.message
-    missing = Credentials((Credential(host=server.host, protocol="http", token_env="NO_SUCH_VAR"),))
+    missing = Credentials(
+        (Credential(host=server.host, protocol="http", token_env="NO_SUCH_VAR"),), LOCAL_SERVERS
+    )
     await fails(ErrorCode.EXECUTION_FAILED, g("push", creds=missing))
     assert git(server.root / "repo.git", "branch", "--list") == ""
 
@@ -376,7 +384,8 @@ async def test_push_follows_no_redirect(
     server.redirect_to = f"http://{evil.host}"
     await remote_repo(g, ws, server, {"a.txt": "a\n"})
     await g.sh("git", "remote", "set-url", "origin", f"http://{server.host}/redirect/repo.git")
-    await fails(ErrorCode.EXECUTION_FAILED, g("push"))
+    err = await fails(ErrorCode.EXECUTION_FAILED, g("push"))
+    assert err.message == UNREACHABLE  # no git server answered
     assert evil.requests == []
 
 
@@ -583,6 +592,8 @@ def test_credentials_from_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         'host = "git.example.com:8443"\n'
         'username = "bot"\n'
         'token_env = "QUILL_TEST_TOKEN"\n'
+        "[git]\n"
+        'allow = ["git.internal", "10.1.0.0/16:443"]\n'
     )
     monkeypatch.setenv("QUILL_TEST_TOKEN", "from-env")
     creds = Credentials.load(tmp_path / "creds.toml")
@@ -594,6 +605,16 @@ def test_credentials_from_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert creds.find("http", "github.com") is None
     assert creds.find("https", "evil.com") is None
     assert TOKEN not in repr(creds)
+    assert [str(a) for a in creds.targets.allow] == ["git.internal", "10.1.0.0/16:443"]
+    more = creds.allowing(["[fd00::1]:8443"])
+    assert [str(a) for a in more.targets.allow][-1] == "[fd00::1/128]:8443"
+    assert more.entries == creds.entries
+    (tmp_path / "allow.toml").write_text('[git]\nallow = ["http://x/"]\n')
+    with pytest.raises(ValueError):
+        Credentials.load(tmp_path / "allow.toml")
+    (tmp_path / "allow.toml").write_text('[git]\nallow = "git.internal"\n')
+    with pytest.raises(ValueError):
+        Credentials.load(tmp_path / "allow.toml")
     (tmp_path / "bad.toml").write_text('[[git.credential]]\nhost = "x"\ntoken = "inline"\n')
     with pytest.raises(ValueError):
         Credentials.load(tmp_path / "bad.toml")

@@ -133,7 +133,9 @@ async def test_git_uri_clones_into_a_restricted_workspace_and_the_docs_examples_
     examples of docs/agents.md run as written (their repository is this one)."""
     await services("r1")
     async with AsyncExitStack() as stack:
-        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        # The test's git server listens on 127.0.0.1: allow-listed, as an internal one would be.
+        config = ExecutorConfig(sandbox="local", git_allow=("127.0.0.1",))
+        await start_executor(stack, nats_url, tmp_path / "x", config)
         session = await Session.open(quill, "acme", "chat-git")
         url = repository.url("repo.git")
         listing = await session.attach(f"git:{url}")

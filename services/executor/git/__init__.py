@@ -11,7 +11,8 @@
     EXECUTION_FAILED   git failed (the first lines of its stderr, redacted; ``exit_code``), or
                        the sandbox could not start it; ``commit`` with nothing staged is one:
                        message ``nothing to commit`` (a state of the repository, not a bad
-                       request: the same request succeeds once something changed)
+                       request: the same request succeeds once something changed); a remote
+                       refused or unreachable: always ``targets.UNREACHABLE``, no details
 
 Paths in requests (``files``, ``path``) and in results (``GitStatus``) are workspace paths,
 like everywhere in Quill (``proj/src/a.py`` for a repository at ``proj``).
@@ -53,10 +54,16 @@ textconv, ``gpg.program``, ``credential.helper``, ``core.sshCommand``...). Hence
    the run and is redacted from everything git prints (``remote`` has the design step by
    step). The local provider has no isolation: there the token is kept from the workspace's
    git config and hooks (none runs in the credentialed run), not from other processes.
+4. Network runs reach public addresses only, unless allow-listed, at the address the executor
+   resolved and checked (pinned), and tell every refused or unreachable remote with the same
+   error (``targets``).
 
 Modules
 -------
-``credentials``  ``Credential``, ``Credentials``: configured per host, the token read at each use
+``credentials``  ``Credential``, ``Credentials``: configured per host, the token read at each use;
+                 the allow-list (``[git] allow``)
+``targets``      where network runs may connect: public addresses, the allow-list, pinning, the
+                 one error of every refused or unreachable remote
 ``workspace``    workspace paths: the action's directory and repository, never outside
 ``running``      ``Git``: one action's runs (hardening, environment, identities, deadline,
                  redaction and capping of output); ``Runner``, ``sandbox_runner``

@@ -1,21 +1,24 @@
-"""The executor's git credentials: a token per remote host.
+"""The executor's git configuration: a token per remote host, and the remotes it may reach.
 
 Credentials are configured per host (``Credentials.load`` reads ``[[git.credential]]`` from
 TOML; or build ``Credentials((Credential(host=..., token_file=...),))``); the token is read at
 each use, so short-lived tokens may be rotated in place. How a token reaches git, and only the
-host it is for, is ``remote``'s part.
+host it is for, is ``remote``'s part. The same file's ``[git] allow = ["HOST[:PORT]", ...]``
+is the allow-list of remotes that are not public (``targets``); ``Credentials.allowing`` adds
+entries (``quill executor --git-allow``).
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from contracts.errors import ErrorCode, QuillError
+from services.executor.git.targets import Targets
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,14 +68,16 @@ class Credential:
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    """The executor's git credentials, at most one per (protocol, host)."""
+    """The executor's git credentials, at most one per (protocol, host), and where remote git
+    may connect (``targets``: public addresses, and the allow-list)."""
 
     entries: tuple[Credential, ...] = ()
+    targets: Targets = Targets()
 
     @classmethod
     def load(cls, path: Path) -> Credentials:
         """Read ``[[git.credential]]`` tables (host, username, token_file | token_env,
-        protocol) from a TOML file.
+        protocol) and ``[git] allow`` (a list of ``HOST[:PORT]``) from a TOML file.
 
         Raises:
             ValueError: the file is malformed.
@@ -82,12 +87,16 @@ class Credentials:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> Credentials:
-        """``{"git": {"credential": [{...}, ...]}}``, as in the TOML file.
+        """``{"git": {"credential": [{...}, ...], "allow": [...]}}``, as in the TOML file.
 
         Raises:
-            ValueError: a table is malformed, or two name the same protocol and host.
+            ValueError: a table is malformed, or two name the same protocol and host; an
+                allow-list entry is malformed.
         """
         entries: list[Credential] = []
+        allow = data.get("git", {}).get("allow", [])
+        if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+            raise ValueError('git.allow: a list of "HOST[:PORT]" strings')
         for item in data.get("git", {}).get("credential", []):
             if not isinstance(item, Mapping) or "host" not in item:
                 raise ValueError("git.credential: each entry needs a host")
@@ -105,7 +114,15 @@ class Credentials:
             if any((c.protocol, c.host) == (cred.protocol, cred.host) for c in entries):
                 raise ValueError(f"git.credential: {cred.protocol}://{cred.host} twice")
             entries.append(cred)
-        return cls(tuple(entries))
+        return cls(tuple(entries), Targets().allowing(allow))
+
+    def allowing(self, entries: Sequence[str]) -> Credentials:
+        """These credentials with more allow-list entries (``HOST[:PORT]``).
+
+        Raises:
+            ValueError: an entry is malformed.
+        """
+        return Credentials(self.entries, self.targets.allowing(entries))
 
     def find(self, protocol: str, host: str) -> Credential | None:
         return next((c for c in self.entries if (c.protocol, c.host) == (protocol, host)), None)

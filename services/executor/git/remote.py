@@ -27,7 +27,9 @@ writes itself:
 
 The URL is validated first: ``https`` (or ``http`` when a credential names that protocol,
 for a trusted network), a plain host name, no ``user:password@``. Push requires a
-configured credential for the host; pull and clone go anonymous without one.
+configured credential for the host; pull and clone go anonymous without one. Each network run
+then resolves the host and connects to an address ``targets`` admits (public, or
+allow-listed), pinned; a failure before a git server answered is ``targets.unreachable()``.
 The credential helper (``_HELPER``) is scoped with ``credential.<protocol>://<host>.helper``
 and itself answers only for that exact protocol and host, so a redirect or a rewritten URL
 gets nothing (``http.followRedirects=false`` as well). The token reaches the sandbox on the
@@ -42,6 +44,7 @@ import base64
 import contextlib
 import re
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +53,7 @@ from urllib.parse import quote, urlsplit
 from contracts.errors import ErrorCode, QuillError
 from contracts.replies import GitResult
 from contracts.requests import GitCommand
+from services.executor.git import targets
 from services.executor.git.credentials import Credential, Credentials, has_control_chars
 from services.executor.git.local import check_branch
 from services.executor.git.running import Git, git_argv
@@ -78,7 +82,12 @@ class _Remote:
     """Rebuilt from its parts: what git fetches from or pushes to."""
     protocol: str
     host: str
+    """``name[:port]``, as git names it for credentials."""
     credential: Credential | None
+    hostname: str
+    """The name, IPv4 literal or ``[IPv6]`` literal, without the port."""
+    port: int
+    """The port git connects to (the protocol's default when the URL names none)."""
 
 
 def _remote(raw: str, credentials: Credentials) -> _Remote:
@@ -101,18 +110,28 @@ def _remote(raw: str, credentials: Credentials) -> _Remote:
     if "@" in parts.netloc:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "A remote URL must not carry credentials")
     hostname = parts.hostname or ""
-    if _HOST.match(hostname):
-        host = hostname
-    elif ":" in hostname and _IPV6.match(hostname):
-        host = f"[{hostname}]"
+    if _HOST.match(hostname) and (
+        targets.literal(hostname) is not None or not targets.numeric(hostname)
+    ):
+        name = hostname
+    elif ":" in hostname and _IPV6.match(hostname) and targets.literal(hostname) is not None:
+        name = f"[{hostname}]"
     else:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid host in remote URL: {hostname!r}")
-    if port is not None:
-        host += f":{port}"
+    if port == 0:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Invalid port in remote URL")
+    host = name if port is None else f"{name}:{port}"
     rest = parts.path + (f"?{parts.query}" if parts.query else "")
     if parts.fragment or has_control_chars(rest) or " " in rest:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "Invalid path in remote URL")
-    return _Remote(f"{protocol}://{host}{rest}", protocol, host, credentials.find(protocol, host))
+    return _Remote(
+        f"{protocol}://{host}{rest}",
+        protocol,
+        host,
+        credentials.find(protocol, host),
+        name,
+        port or (443 if protocol == "https" else 80),
+    )
 
 
 async def _remote_url(g: Git, name: str, *, push: bool) -> str:
@@ -131,10 +150,25 @@ async def _remote_url(g: Git, name: str, *, push: bool) -> str:
 
 
 async def _network(
-    g: Git, directory: Path, workdir: str, args: Sequence[str], remote: _Remote
+    g: Git,
+    directory: Path,
+    workdir: str,
+    args: Sequence[str],
+    remote: _Remote,
+    credentials: Credentials,
 ) -> Outcome:
-    """Run git with network in a scratch ``directory``, with the remote's credential."""
-    config = [f"protocol.{remote.protocol}.allow=always"]
+    """Run git with network in a scratch ``directory``, with the remote's credential, connected
+    to the one address ``targets`` admits for it.
+
+    Raises:
+        QuillError: ``targets.unreachable()`` for a remote refused, unreachable, or failing
+            before a git server answered (see ``targets``); else as ``Git.spawn``.
+    """
+    remaining = g.deadline - time.monotonic()
+    if remaining <= 0:
+        raise g.timed_out()
+    target = await credentials.targets.resolve(remote.hostname, remote.port, remaining)
+    config = [f"protocol.{remote.protocol}.allow=always", *target.config()]
     env: dict[str, str] = {}
     stdin: bytes | None = None
     argv = git_argv(args, config)
@@ -153,9 +187,18 @@ async def _network(
         argv = ["sh", "-c", _WITH_TOKEN, "sh", *git_argv(args, config)[1:]]
         stdin = token.encode() + b"\n"
     cap = g.cap + max((len(s) for s in g.secrets), default=0)
-    return await g.spawn(
-        directory, argv, workdir=workdir, cap=cap, network=True, env=env, stdin=stdin
+    out = await g.spawn(
+        directory, argv, workdir=workdir, cap=cap, network=True, env=env, stdin=stdin, ok=_ANY
     )
+    if out.exit_code != 0:
+        if not targets.spoke_git(g.redact(out.stderr)):
+            raise targets.unreachable()
+        raise g.failed(out)
+    return out
+
+
+_ANY = range(-256, 256)
+"""Every exit status: ``_network`` tells the failures itself."""
 
 
 _LOCAL = ("protocol.file.allow=always",)
@@ -237,7 +280,7 @@ async def push(
         ref.parent.mkdir(parents=True, exist_ok=True)
         ref.write_text(sha + "\n")
         spec = f"refs/heads/{branch}:refs/heads/{branch}"
-        out = await _network(g, tmp, "push.git", ["push", remote.url, spec], remote)
+        out = await _network(g, tmp, "push.git", ["push", remote.url, spec], remote, credentials)
     await g.git("update-ref", f"refs/remotes/{req.remote}/{branch}", sha)
     text, truncated = g.printed(out)
     return GitResult(
@@ -260,6 +303,7 @@ async def pull(
             "fetch.git",
             ["fetch", "-q", "--no-tags", remote.url, f"+refs/heads/{branch}:refs/heads/{branch}"],
             remote,
+            credentials,
         )
         root, binds = await _show(g, tmp, tmp)
         await g.git(
@@ -290,7 +334,12 @@ async def clone(
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid remote name: {name!r}")
     with _scratch(scratch) as tmp:
         await _network(
-            g, tmp, "", ["clone", "-q", "--bare", "--template=", remote.url, "clone.git"], remote
+            g,
+            tmp,
+            "",
+            ["clone", "-q", "--bare", "--template=", remote.url, "clone.git"],
+            remote,
+            credentials,
         )
         root, binds = await _show(g, tmp, tmp)
         local = await g.git(
