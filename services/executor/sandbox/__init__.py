@@ -124,11 +124,19 @@ def provider(name: str | None) -> Provider:
         raise ValueError(f"unknown sandbox provider {name!r} (bwrap, local)")
     why = probe_bwrap()
     if why is None:
-        return BwrapProvider()
-    if name == "bwrap":
+        chosen: Provider = BwrapProvider()
+    elif name == "bwrap":
         raise SandboxError(f"bwrap cannot run here: {why}")
-    log.warning("bwrap cannot run here (%s): commands run UNSANDBOXED (local provider)", why)
-    return LocalProvider()
+    else:
+        log.warning("bwrap cannot run here (%s): commands run UNSANDBOXED (local provider)", why)
+        chosen = LocalProvider()
+    if not chosen.cgroups:
+        log.warning(
+            "no cgroup per sandbox (%s): memory and process limits hold per process only, "
+            "so one command can use a multiple of them (docs/executor.md)",
+            chosen.no_cgroups,
+        )
+    return chosen
 
 
 def probe_bwrap() -> str | None:
@@ -142,7 +150,8 @@ def probe_bwrap() -> str | None:
         return f"missing {', '.join(missing)} (util-linux)"
     with tempfile.TemporaryDirectory(prefix="quill-probe-") as checkout:
         try:
-            outcome = _blocking(BwrapProvider(bwrap).run(Path(checkout), Spawn(["true"]), Limits()))
+            sandbox = BwrapProvider(bwrap, cgroups=False)
+            outcome = _blocking(sandbox.run(Path(checkout), Spawn(["true"]), Limits()))
         except SandboxError as e:
             return str(e)
     if outcome.exit_code != 0:

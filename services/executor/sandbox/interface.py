@@ -60,6 +60,9 @@ class Outcome:
     stderr_bytes: int
     timed_out: bool
     duration_ms: int
+    oom_killed: bool = False
+    """The sandbox's memory cgroup ran out and the kernel killed a process of it (its stderr
+    ends with a note saying so)."""
 
 
 class SandboxError(Exception):
@@ -68,6 +71,11 @@ class SandboxError(Exception):
 
 class Provider(Protocol):
     name: str
+    cgroups: bool
+    """Whether each sandbox gets its own cgroup: one memory and one process limit for all its
+    processes (and /tmp); without, the memory and process limits are per process."""
+    no_cgroups: str
+    """Why not, when ``cgroups`` is false."""
 
     async def sweep(self, checkouts: Path) -> int:
         """Kill what commands over the checkouts under ``checkouts`` an earlier executor left

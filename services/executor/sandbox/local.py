@@ -30,6 +30,8 @@ class LocalProvider:
     """Runs commands as plain processes (see the module docstring)."""
 
     name = "local"
+    cgroups = False
+    no_cgroups = "the local provider makes none"
 
     async def sweep(self, checkouts: Path) -> int:
         """Nothing: a local command's processes carry a marker of their own command only, so

@@ -72,11 +72,12 @@ def marked(session: int, marker: bytes, since: int) -> Finder:
 
 
 def sandboxes_under(binary: str, root: str) -> Finder:
-    """What sandboxes binding a directory under ``root`` left behind: the ``binary`` (bwrap)
-    processes whose arguments name such a directory, and every process in the PID namespaces
-    they made. An executor SIGKILLed while bwrap still waited for its user namespace's map
-    leaves bwrap blocked for good (``--die-with-parent`` is not armed yet); only an earlier
-    executor on the same data directory can have started these."""
+    """What sandboxes over a directory under ``root`` left behind: the ``binary`` (bwrap)
+    processes whose working directory is under ``root`` (the provider starts bwrap there; its
+    options come from a file) or whose arguments name such a directory, and every process in
+    the PID namespaces they made. An executor SIGKILLed while bwrap still waited for its user
+    namespace's map leaves bwrap blocked for good (``--die-with-parent`` is not armed yet);
+    only an earlier executor on the same data directory can have started these."""
     binary = os.path.realpath(binary)
     prefix = os.fsencode(root.rstrip("/")) + b"/"
     host = _ns_inode(os.getpid())
@@ -88,11 +89,12 @@ def sandboxes_under(binary: str, root: str) -> Finder:
             try:
                 if os.readlink(f"/proc/{pid}/exe") != binary:
                     return False
+                cwd = os.fsencode(os.readlink(f"/proc/{pid}/cwd")) + b"/"
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     argv = f.read().split(b"\0")
             except OSError:
                 return False
-            if not any(arg.startswith(prefix) for arg in argv):
+            if not any(arg.startswith(prefix) for arg in (cwd, *argv)):
                 return False
             ns = _ns_inode(pid)
             if ns is not None and ns != host:
