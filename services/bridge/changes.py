@@ -7,7 +7,10 @@ paths, their parents, everything below a directory it moves or deletes) and runs
 (modes, ``if_match`` etags, parents, ``NOT_A_DIRECTORY``, ``oldString not found in content``...,
 same codes, same messages). ``commit`` decides again and applies the decision's changes to the
 folder: files are written whole to a temporary name and renamed over the old one (an existing
-file keeps its permission bits but for the executable bit), a move is one ``rename``.
+file keeps its permission bits but for the executable bit), a move is one ``rename``. Every
+one of these goes through ``services.common.safefs``: relative to directories opened from the
+folder's root without following any link, at an unpredictable temporary name, so a link that
+appears after ``locate_for_change`` looked is never followed (the change is refused).
 
 What a folder cannot give: ``max_files`` is not enforced (only the loaded paths are counted),
 and ``apply`` finds no conflicts (no path has changed "after" a ``base_version`` the bridge
@@ -16,20 +19,19 @@ knows of: ``base_version`` only has to exist).
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
-import shutil
 import stat
-import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import MakeDir, PutFile, Remove
-from contracts.paths import ancestors, is_within, normalize
+from contracts.paths import ACCESS_DENIED_MESSAGE, ancestors, is_within, normalize
 from services.bridge.folder import Folder, sig_of
+from services.common.safefs import Dir, open_path, parent_of, walk
 from services.common.tree import DirNode, FileNode, Tree, WorkspaceState
 from services.writer.decide import decide
 from services.writer.decision import Context, Decision
@@ -125,9 +127,8 @@ class LocalChanges:
                 continue
             if kind == "f":
                 return
-            try:
-                st = os.lstat(self.folder.root / part)
-            except (FileNotFoundError, NotADirectoryError):
+            st = self._lstat(part)
+            if st is None:
                 break
             self._add(tree, part, st)
             if not stat.S_ISDIR(st.st_mode):
@@ -135,16 +136,33 @@ class LocalChanges:
         if path not in tree.last_fv:
             tree.last_fv[path] = self.folder.versions.last(path)
         if deep and tree.kind(path) == "d":
-            stack = [path]
-            while stack:
-                directory = stack.pop()
-                with os.scandir(self.folder.root / directory) as it:
-                    for entry in it:
-                        child = f"{directory}/{entry.name}"
-                        st = entry.stat(follow_symlinks=False)
-                        self._add(tree, child, st)
-                        if stat.S_ISDIR(st.st_mode):
-                            stack.append(child)
+            with Dir.open(self.folder.root) as root:
+                below = open_path(root, path)
+                if below is None:
+                    raise self._link(path)
+                with below:
+                    for rel, _, _, st in walk(below, lambda _: False):
+                        self._add(tree, f"{path}/{rel}", st)
+
+    def _lstat(self, path: str) -> os.stat_result | None:
+        """The entry at ``path`` itself, reached through no link; None if there is none."""
+        with Dir.open(self.folder.root) as root, parent_of(root, path) as found:
+            return None if found is None else found[0].lstat(found[1])
+
+    def _link(self, path: str) -> QuillError:
+        return QuillError(ErrorCode.ACCESS_DENIED, ACCESS_DENIED_MESSAGE, {"path": path})
+
+    @contextmanager
+    def _parent(self, path: str) -> Iterator[tuple[Dir, str]]:
+        """The directory holding ``path``, reached through no link.
+
+        Raises:
+            QuillError: ``ACCESS_DENIED``: a link (or a file) stands on the way now.
+        """
+        with Dir.open(self.folder.root) as root, parent_of(root, path) as found:
+            if found is None:
+                raise self._link(path)
+            yield found
 
     def _add(self, tree: Tree, path: str, st: os.stat_result) -> None:
         node = self.folder.node_of(path, st) if not stat.S_ISLNK(st.st_mode) else None
@@ -172,41 +190,50 @@ class LocalChanges:
         if not key.startswith(DISK):
             return blobs.get(key)
         path = key[len(DISK) :]
-        location = self.folder.root / path
-        size, limit = os.lstat(location).st_size, self.folder.limits.max_file_bytes
-        if size > limit:
-            raise QuillError(
-                ErrorCode.SIZE_LIMIT_EXCEEDED,
-                f"File too large: {size} bytes (limit {limit})",
-                {"path": path, "size": size, "max_file_bytes": limit},
-            )
-        return location.read_bytes()
+        limit = self.folder.limits.max_file_bytes
+        with self._parent(path) as (parent, name):
+            st = parent.lstat(name)
+            if st is not None and st.st_size > limit:
+                raise QuillError(
+                    ErrorCode.SIZE_LIMIT_EXCEEDED,
+                    f"File too large: {st.st_size} bytes (limit {limit})",
+                    {"path": path, "size": st.st_size, "max_file_bytes": limit},
+                )
+            try:
+                return parent.read_file(name, limit, st)[0]
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise self._link(path) from None
+                raise
 
     # ------------------------------------------------------------------ the disk
     def _apply(self, change: PutFile | MakeDir | Remove) -> None:
-        target = self.folder.root / change.path
-        if isinstance(change, MakeDir):
-            target.mkdir(exist_ok=True)
-        elif isinstance(change, Remove):
-            _remove(target)
-        else:
-            if change.text is not None:
-                data = change.text.encode("utf-8", "surrogatepass")
+        with self._parent(change.path) as (parent, name):
+            if isinstance(change, MakeDir):
+                _make_dir(parent, name)
+            elif isinstance(change, Remove):
+                parent.remove(name)
             else:
-                data = change.data or b""
-            _write(target, data, change.executable)
+                if change.text is not None:
+                    data = change.text.encode("utf-8", "surrogatepass")
+                else:
+                    data = change.data or b""
+                _write(parent, name, data, change.executable)
 
     def _move(self, src: str, dst: str, decision: Decision) -> None:
         for change in decision.changes:  # the missing parents of the destination
             if isinstance(change, MakeDir) and not is_within(change.path, dst):
-                (self.folder.root / change.path).mkdir(exist_ok=True)
-        os.replace(self.folder.root / src, self.folder.root / dst)
+                with self._parent(change.path) as (parent, name):
+                    _make_dir(parent, name)
+        with self._parent(src) as (old, old_name), self._parent(dst) as (new, new_name):
+            old.rename(old_name, new_name, into=new)
 
     def _record(self, decision: Decision, version: int) -> None:
         versions = self.folder.versions
         for change in decision.changes:
             if isinstance(change, PutFile):
-                st = os.lstat(self.folder.root / change.path)
+                st = self._lstat(change.path)
+                assert st is not None
                 versions.wrote(change.path, change.file_version, sig_of(st), version)
             elif isinstance(change, MakeDir):
                 versions.made(change.path, version)
@@ -214,28 +241,18 @@ class LocalChanges:
                 versions.removed(change.path, version)
 
 
-def _remove(target: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        else:
-            target.unlink()
-
-
-def _write(target: Path, data: bytes, executable: bool) -> None:
-    """Write ``target`` whole: a temporary file renamed over it (no reader sees half a file)."""
+def _make_dir(parent: Dir, name: str) -> None:
     try:
-        mode = stat.S_IMODE(os.lstat(target).st_mode)
-    except FileNotFoundError:
-        mode = 0o644
+        os.mkdir(name, 0o777, dir_fd=parent.fd)
+    except FileExistsError:
+        st = parent.lstat(name)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            raise
+
+
+def _write(parent: Dir, name: str, data: bytes, executable: bool) -> None:
+    """Write ``name`` whole: a new file renamed over it (no reader sees half a file)."""
+    st = parent.lstat(name)
+    mode = stat.S_IMODE(st.st_mode) if st is not None and stat.S_ISREG(st.st_mode) else 0o644
     mode = mode | (mode & 0o444) >> 2 if executable else mode & ~0o111
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".quill")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    parent.write_file(name, data, mode)

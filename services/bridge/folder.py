@@ -8,6 +8,9 @@ with the same message, so a link inside the folder pointing out reads nothing. W
 (listings, glob, grep, explore, counts) never follow a link: links are not shown at all, nor
 are sockets, devices and names that are not valid workspace names (control characters,
 invalid UTF-8, not NFC). Mutations go through no link at all (``locate_for_change``).
+What is located is then opened from the folder's root one name at a time without following
+any link (``services.common.safefs``): a part swapped for a link after ``locate`` is not
+found, never followed; walks open each directory from its parent's descriptor.
 
 File versions (etags). A folder has no log, so the bridge counts: a file gets version 1 when
 the bridge first sees it, and one more each time the bridge finds it changed (its stat
@@ -17,6 +20,7 @@ exact while one bridge runs, and counted afresh by the next one.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import stat
@@ -26,12 +30,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import DEFAULT_LIMITS, Limits
 from contracts.paths import ACCESS_DENIED_MESSAGE, MAX_NAME_BYTES, ancestors, display
 from services.common.content import as_text
 from services.common.plan import LIVE
+from services.common.safefs import Dir, open_path, parent_of
+from services.common.safefs import walk as walk_beneath
 from services.common.store import Node
 
 Sig = tuple[int, int, int, int]
@@ -187,11 +194,17 @@ class Folder:
 
     def node(self, path: str, real: Path) -> Node | None:
         """The entry at ``path`` (located at ``real``), None if there is none to show."""
+        rel = self._relative(real)
         try:
-            st = os.stat(real)
-        except (FileNotFoundError, NotADirectoryError):
+            with Dir.open(self.root) as root:
+                if not rel:
+                    st: os.stat_result | None = os.fstat(root.fd)
+                else:
+                    with parent_of(root, rel) as found:
+                        st = None if found is None else found[0].lstat(found[1])
+        except OSError:
             return None
-        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+        if st is None or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
             return None
         return self.node_of(path, st)
 
@@ -208,33 +221,49 @@ class Folder:
         children, or everything beneath it; ``prune(relative path)`` leaves a directory out
         with what it holds; no link is followed (blocking: call it in a thread)."""
         out: list[Node] = []
-        stack: list[tuple[str, Path, int]] = [(path, real, 1)]
-        while stack:
-            directory, location, depth = stack.pop()
-            try:
-                with os.scandir(location) as it:
-                    entries = list(it)
-            except OSError:
-                continue
-            for entry in entries:
-                if not valid_name(entry.name):
-                    continue
-                child = f"{directory}/{entry.name}" if directory else entry.name
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISDIR(st.st_mode):
-                    rel = child[len(path) + 1 :] if path else child
-                    if prune is not None and prune(rel):
+
+        def skip(rel: str) -> bool:
+            return not valid_name(rel.rsplit("/", 1)[-1]) or (prune is not None and prune(rel))
+
+        def enter(rel: str) -> bool:
+            return recursive and (max_depth is None or rel.count("/") + 1 < max_depth)
+
+        with Dir.open(self.root) as root:
+            start = open_path(root, self._relative(real))
+            if start is None:
+                return out
+            with start:
+                for rel, _, name, st in walk_beneath(start, skip, enter=enter):
+                    if not valid_name(name):
                         continue
-                    out.append(self.node_of(child, st))
-                    if recursive and (max_depth is None or depth < max_depth):
-                        stack.append((child, Path(entry.path), depth + 1))
-                elif stat.S_ISREG(st.st_mode):
-                    out.append(self.node_of(child, st))
+                    if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+                        out.append(self.node_of(f"{path}/{rel}" if path else rel, st))
         out.sort(key=lambda n: n.path)
         return out
+
+    def _relative(self, real: Path) -> str:
+        rel = os.path.relpath(real, self.root)
+        return "" if rel == "." else rel
+
+    def open_file(self, real: Path) -> BinaryIO:
+        """The file at ``real`` (a path ``locate`` gave), opened from the folder's root one
+        name at a time, no link followed: a part swapped for a link since is not found.
+
+        Raises:
+            FileNotFoundError: it is not there (or not any more through real names).
+        """
+        rel = self._relative(real)
+        try:
+            with Dir.open(self.root) as root, parent_of(root, rel) as found:
+                if found is None or not rel:
+                    raise FileNotFoundError(errno.ENOENT, f"not found: {rel}")
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                fd = os.open(found[1], flags, dir_fd=found[0].fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EINVAL):
+                raise FileNotFoundError(errno.ENOENT, f"not found: {rel}") from None
+            raise
+        return os.fdopen(fd, "rb")
 
     # ------------------------------------------------------------------ contents
     def read(self, path: str, real: Path) -> bytes:
@@ -244,7 +273,7 @@ class Folder:
             QuillError: ``SIZE_LIMIT_EXCEEDED`` for a larger file, ``FILE_NOT_FOUND``.
         """
         try:
-            with open(real, "rb") as f:
+            with self.open_file(real) as f:
                 size = os.fstat(f.fileno()).st_size
                 self.check_size(path, size)
                 return f.read(self.limits.max_file_bytes + 1)
@@ -254,7 +283,7 @@ class Folder:
             ) from None
 
     def read_range(self, real: Path, offset: int, length: int) -> bytes:
-        with open(real, "rb") as f:
+        with self.open_file(real) as f:
             f.seek(offset)
             return f.read(length)
 
@@ -274,7 +303,7 @@ class Folder:
         """``(sha256, binary)`` of a file, streamed; a file over ``max_file_bytes`` is judged
         binary or not by its first ``SNIFF_BYTES``."""
         h = hashlib.sha256()
-        with open(real, "rb") as f:
+        with self.open_file(real) as f:
             if size <= self.limits.max_file_bytes:
                 data = f.read()
                 h.update(data)

@@ -139,7 +139,7 @@ class Dir:
         """Every name in the directory with its lstat, in name order (names that vanish
         meanwhile are left out)."""
         out = []
-        with os.scandir(self.fd) as it:
+        with contextlib.suppress(OSError), os.scandir(self.fd) as it:
             for entry in it:
                 try:
                     out.append((entry.name, entry.stat(follow_symlinks=False)))
@@ -266,6 +266,24 @@ class Dir:
         return self.write_file(name, data, mode)
 
 
+def open_path(root: Dir, path: str) -> Dir | None:
+    """The directory ``path`` under ``root`` (``""``: a new descriptor of ``root``), opened one
+    name at a time without following links; None if a part is missing, a link or not a
+    directory. The caller closes it."""
+    if not path:
+        return Dir(os.dup(root.fd), root.dev)
+    found = open_parent(root, path)
+    if found is None:
+        return None
+    parent, name = found
+    try:
+        return parent.open_dir(name)
+    except OSError:
+        return None
+    finally:
+        parent.close()
+
+
 def open_parent(root: Dir, path: str, *, create: bool = False) -> tuple[Dir, str] | None:
     """The directory holding ``path`` (a relative ``a/b/c`` name, no ``.`` or ``..``) and
     its last name, opened one name at a time from ``root``. With ``create``, missing
@@ -306,10 +324,16 @@ def parent_of(root: Dir, path: str, *, create: bool = False) -> Iterator[tuple[D
             found[0].close()
 
 
-def walk(root: Dir, prune: Callable[[str], bool], max_path_bytes: int = 1 << 20) -> Iterator[Entry]:
+def walk(
+    root: Dir,
+    prune: Callable[[str], bool],
+    max_path_bytes: int = 1 << 20,
+    enter: Callable[[str], bool] | None = None,
+) -> Iterator[Entry]:
     """Every entry under ``root``, parents first: a directory's entries (in name order), then
     each of its subdirectories in turn. A subdirectory for which ``prune(relative path)`` is
-    True is neither yielded nor entered; none deeper than ``max_path_bytes`` is entered. Each
+    True is neither yielded nor entered; one for which ``enter`` is False is yielded, not
+    entered; none deeper than ``max_path_bytes`` is entered. Each
     subdirectory is opened from its parent's descriptor (never through a link) and must be the
     inode its listing showed. The ``Dir`` of an item is open until the walk moves past it."""
     frames: list[tuple[str, Dir, deque[tuple[str, os.stat_result]]]] = []
@@ -322,7 +346,8 @@ def walk(root: Dir, prune: Callable[[str], bool], max_path_bytes: int = 1 << 20)
             if stat.S_ISDIR(st.st_mode):
                 if prune(rel):
                     continue
-                if len(rel.encode("utf-8", "surrogateescape")) <= max_path_bytes:
+                deep = len(rel.encode("utf-8", "surrogateescape")) > max_path_bytes
+                if not deep and (enter is None or enter(rel)):
                     subdirs.append((name, st))
             yield rel, directory, name, st
 
