@@ -22,7 +22,7 @@ from pathlib import Path
 from quill import tenants as tenancy
 from quill.launcher import STACK_FILE, Child, Launcher, free_port, http_ok
 from quill.natsserver import NatsServer
-from services.common.credentials import ENV_NAMES, NatsAuth
+from services.common.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from services.common.secrets import ENV_FILE as SECRETS_ENV
 
 __all__ = ["Stack", "discover_url", "free_port", "http_ok", "DEFAULT_DATA", "STACK_FILE"]
@@ -70,7 +70,7 @@ class Stack(Launcher):
         environment; ``services/common/secrets.py``)."""
         system = None
         if tenants is not None:
-            system = NatsAuth(tenancy.SYSTEM_USER, secrets.token_urlsafe(32))
+            system = NatsAuth(SYSTEM_USER, secrets.token_urlsafe(32))
         super().__init__(
             data_dir, http_port=http_port, log_level=log_level, restart=restart, auth=system
         )

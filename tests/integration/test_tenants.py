@@ -33,11 +33,11 @@ from quill import tenants
 from quill.client import Quill
 from quill.natsserver import NatsServer
 from services.common import bridges, bus
-from services.common.credentials import ENV_NAMES, NatsAuth
+from services.common.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from services.executor.app import ExecutorConfig
 from tests.helpers import start_executor, start_reader, start_writer
 
-SYSTEM = NatsAuth(tenants.SYSTEM_USER, "system-password-for-tests")
+SYSTEM = NatsAuth(SYSTEM_USER, "system-password-for-tests")
 A = tenants.Tenant("a", password="tenant-a-password")
 B = tenants.Tenant("b", password="tenant-b-password")
 C = tenants.Tenant("c", password="tenant-c-password", bridges=True)
