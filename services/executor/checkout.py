@@ -127,6 +127,11 @@ def file_sig(st: os.stat_result) -> Sig:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
+def _scrub(event: object) -> bool:
+    """``quill scrub``'s closing event: the log before it was rewritten."""
+    return isinstance(event, HistoryCompacted) and event.op == SCRUB_OP
+
+
 class Checkout:
     """One workspace's checkout (one command at a time: the executor holds its lock)."""
 
@@ -207,14 +212,14 @@ class Checkout:
         if last <= self.manifest.seq:
             return
         events = await eventlog.read(self._js, self._subject, self.manifest.seq, last)
-        scrubs = [i for i, e in enumerate(events) if e.event.op == SCRUB_OP]
+        scrubs = [i for i, e in enumerate(events) if _scrub(e.event)]
         if scrubs:  # quill scrub rewrote the log: its (last) scrub event rebuilds the tree
             events = events[scrubs[-1] :]
         self.begin()
         for item in events:
             event = item.event
             if isinstance(event, HistoryCompacted) and (
-                event.version != self.manifest.version + 1 or event.op == SCRUB_OP
+                event.version != self.manifest.version + 1 or _scrub(event)
             ):
                 # the log before it is purged: start from its manifest (as of an older
                 # version it keeps whole, for a past checkout)
@@ -398,6 +403,19 @@ class Checkout:
             st = parent.write_file(name, data, mode)
         paths[change.path] = Tracked(change.sha256, change.executable, file_sig(st))
         self.manifest.local.pop(change.path, None)
+
+    def is_directory(self, path: str) -> bool | None:
+        """Whether ``tree/path`` (normalised, ``""`` the root) is a directory reached through
+        no link: None if nothing is there (or a link stands on the way), False if something
+        else is (a link included)."""
+        if not path:
+            return True
+        try:
+            with Dir.open(self.tree) as root, parent_of(root, path) as found:
+                st = None if found is None else found[0].lstat(found[1])
+        except OSError:
+            return None
+        return None if st is None else stat.S_ISDIR(st.st_mode)
 
     # ------------------------------------------------------------------ capture
     def ignore_patterns(self) -> Globs:

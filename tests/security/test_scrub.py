@@ -17,16 +17,19 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig
 from nats.js.errors import NotFoundError
 
 from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
 from contracts.events import ChangesCommitted, HistoryCompacted
 from contracts.subjects import STREAM_AUDIT, Subjects
 from quill.client import Quill, Workspace
 from services.common import log as eventlog
 from services.common import replay as rpl
 from services.common.plan import Committed
-from services.common.scrub import SCRUB_OP
+from services.common.scrub import SCRUB_OP, scrub
+from services.common.secrets import Secrets
 from tests.helpers import start_reader
 from tests.security.conftest import verify
 from tests.system.conftest import Up
@@ -52,9 +55,10 @@ async def quill(stack: Up) -> AsyncIterator[Quill]:
     await client.close()
 
 
-def registry(tmp_path: Path) -> Path:
+def registry(tmp_path: Path, **secrets: str) -> Path:
     path = tmp_path / "secrets.toml"
-    path.write_text(f'[secrets]\nleak = "{SECRET}"\n')
+    lines = [f'{name} = "{value}"' for name, value in (secrets or {"leak": SECRET}).items()]
+    path.write_text("[secrets]\n" + "\n".join(lines) + "\n")
     return path
 
 
@@ -96,11 +100,11 @@ async def audit_records(js: JetStreamContext, subjects: Subjects) -> list[dict[s
         seq = msg.seq + 1
 
 
-async def leaks(js: JetStreamContext) -> list[str]:
+async def leaks(js: JetStreamContext, secret: str = SECRET) -> list[str]:
     return [
         f"{stream} {subject}"
         for stream, subject, raw in await all_messages(js)
-        if SECRET.encode() in raw or SECRET in subject
+        if secret.encode() in raw or secret in subject
     ]
 
 
@@ -130,6 +134,12 @@ async def fill(quill: Quill, stack: Up) -> int:
         await bot.write("by-bot.md", "hello\n")  # an actor
     finally:
         await leaker.close()
+    # a KV bucket holding it (every revision kept), next to the deployment's own buckets
+    js = quill.nc.jetstream()
+    kv = await js.create_key_value(KeyValueConfig(bucket="SCRUBTEST", history=5))
+    await kv.put("token", f"value {SECRET}".encode())
+    await kv.put("token", f"still {SECRET}".encode())
+    await kv.put(f"key-{SECRET}", b"named after it")
     # the executor materialises a checkout of the workspace (it must be reset by the scrub)
     out = stack.cli("exec", WS, "--", "cat docs/notes.md")
     assert SECRET in out.stdout
@@ -159,6 +169,10 @@ async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
 
     # 1. No stream, bucket or object store holds the value anymore.
     assert await leaks(js) == []
+
+    kv = await js.key_value("SCRUBTEST")
+    assert (await kv.get("token")).value == f"still {MARK}".encode()
+    assert result["kv_entries"] == 3
 
     # 2. The log is re-chained and closes with the scrub's event; quill verify passes (the
     # replica that lived through the scrub agrees with the new log).
@@ -221,3 +235,97 @@ async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
     assert again.returncode != 0 and "No registered secret occurs" in again.stderr
     missing = stack.cli("scrub", "acme/nope", "--secrets", str(registry(tmp_path)), check=False)
     assert missing.returncode != 0 and "not found" in missing.stderr
+
+
+async def redacted_everywhere(
+    ws: Workspace, before: dict[int, dict[str, bytes]], **ids: str
+) -> None:
+    """Every version of ``ws`` reads as ``before`` with each secret (id=value) redacted."""
+
+    def redact(text: str) -> str:
+        for name, value in ids.items():
+            text = text.replace(value, f"[REDACTED:{name}]")
+        return text
+
+    for v, files in before.items():
+        want = {redact(p): redact(d.decode()).encode() for p, d in files.items()}
+        assert await snapshot(ws, v) == want, f"version {v}"
+
+
+async def test_a_log_too_long_for_one_batch_keeps_its_scrubbed_history_in_the_manifest(
+    stack: Up, quill: Quill, tmp_path: Path
+) -> None:
+    secret, name = "ghp_longlog0123456789abcdef", "acme/long"
+    ws = quill.workspace(name)
+    await ws.create()
+    for i in range(4):
+        await ws.write(f"f{i}.md", f"line {i}: {secret}\n")
+    await ws.write(f"dir/{secret}/x.md", "x\n")
+    stack.cli("exec", name, "--", "true")  # a checkout of the workspace
+    before = {v: await snapshot(ws, v) for v in range(1, ws.last_version + 1)}
+    reg = str(registry(tmp_path, gh=secret))
+    done = stack.cli("--json", "scrub", name, "--secrets", reg, "--max-batch", "3")
+    result = json.loads(done.stdout)
+    assert result["form"] == "manifest" and result["secret_ids"] == ["gh"]
+    assert await leaks(quill.nc.jetstream(), secret) == []
+    verify(stack, name)
+    await redacted_everywhere(ws, before, gh=secret)
+    out = stack.cli("exec", name, "--", "cat f0.md; ls dir")
+    assert secret not in out.stdout and "[REDACTED:gh]" in out.stdout
+    await ws.write("after.md", "after\n")
+    assert ws.last_version == result["version"] + 1
+    verify(stack, name)
+
+
+async def test_a_secret_registered_late_is_scrubbed_from_a_log_scrubbed_before(
+    stack: Up, quill: Quill, tmp_path: Path
+) -> None:
+    """The second scrub rewrites the first one's event too (its manifest, which held the
+    second secret, is replaced and deleted)."""
+    first, late, name = "xoxb-first-0123456789", "AKIAlate0123456789XY", "acme/twice"
+    ws = quill.workspace(name)
+    await ws.create()
+    await ws.write("a.md", f"{first} and {late}\n")
+    await ws.write(f"{late}.md", "named\n")
+    before = {v: await snapshot(ws, v) for v in range(1, ws.last_version + 1)}
+    stack.cli("scrub", name, "--secrets", str(registry(tmp_path, slack=first)))
+    await ws.write("b.md", f"again {late}\n")
+    before[ws.last_version] = await snapshot(ws, ws.last_version)  # after the first scrub
+    done = stack.cli("--json", "scrub", name, "--secrets", str(registry(tmp_path, aws=late)))
+    assert json.loads(done.stdout)["form"] == "events"
+    js = quill.nc.jetstream()
+    assert await leaks(js, first) == [] and await leaks(js, late) == []
+    verify(stack, name)
+    await redacted_everywhere(ws, before, slack=first, aws=late)
+    assert (await ws.read_text("b.md")) == "again [REDACTED:aws]\n"
+
+
+async def test_a_write_that_gets_in_first_makes_the_scrub_change_nothing(
+    stack: Up, quill: Quill, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new log is appended on the condition that the old one still ends where it was read:
+    a command committed in between wins, and the scrub is refused whole."""
+    secret, name = "sk-race-0123456789abcdef", "acme/race"
+    ws = quill.workspace(name)
+    await ws.create()
+    await ws.write("k.md", f"{secret}\n")
+    subject = Subjects().evt("acme", "race")
+    real = rpl.append_batch
+
+    async def first_a_write(*args: Any, **kwargs: Any) -> int:
+        await ws.write("meanwhile.md", "in between\n")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(rpl, "append_batch", first_a_write)
+    js = quill.nc.jetstream()
+    before = await eventlog.last_seq(js, subject)
+    with pytest.raises(QuillError) as refused:
+        await scrub(quill.nc, Subjects(), "acme", "race", Secrets({"race": secret}))
+    assert refused.value.code == ErrorCode.CONFLICT
+    assert await eventlog.last_seq(js, subject) == before + 1  # the write, nothing else
+    assert secret in await ws.read_text("k.md")
+    verify(stack, name)
+    monkeypatch.setattr(rpl, "append_batch", real)
+    done = await scrub(quill.nc, Subjects(), "acme", "race", Secrets({"race": secret}))
+    assert done.version == 4 and await leaks(js, secret) == []
+    verify(stack, name)
