@@ -421,12 +421,12 @@ class Executor:
 
     def _workdir(self, checkout: Checkout, workdir: str) -> str:
         path = normalize(workdir)
-        target = checkout.tree / path
-        if path and not target.exists():
+        is_directory = checkout.is_directory(path)  # never through a command's links
+        if is_directory is None:
             raise QuillError(
                 ErrorCode.FILE_NOT_FOUND, f"Directory not found: {display(path)}", {"path": path}
             )
-        if path and (target.is_symlink() or not target.is_dir()):
+        if not is_directory:
             raise QuillError(
                 ErrorCode.NOT_A_DIRECTORY, f"Not a directory: {display(path)}", {"path": path}
             )

@@ -31,6 +31,7 @@ import pytest_asyncio
 from nats.aio.client import Client as NATS
 
 from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
 from quill.client import Quill, Workspace
 from services.common.blobs import Blobs
@@ -411,3 +412,19 @@ async def test_links_swapped_in_a_loop_for_a_minute(
     before = modes(canaries)
     assert await race(services, quill, nc, tmp_path, canaries, seconds=60) >= 3
     assert modes(canaries) == before
+
+
+async def test_a_workdir_through_a_link_tells_nothing_of_the_host(
+    stack: Stack, canaries: Canaries
+) -> None:
+    """The executor checks ``workdir`` on the host: through a link, a host file that exists
+    and one that does not must answer alike (no oracle on the host's files)."""
+    ws = await new_workspace(stack, "acme/workdir-link")
+    await ok(ws, f"ln -s {canaries.root} h")
+    answers = []
+    for workdir in ("h/host-file", "h/no-such-file", "h"):
+        with pytest.raises(QuillError) as refused:
+            await ws.exec("true", workdir=workdir)
+        answers.append(refused.value.code)
+    assert answers[0] == answers[1] == ErrorCode.FILE_NOT_FOUND
+    assert answers[2] == ErrorCode.NOT_A_DIRECTORY  # the link itself: never entered
