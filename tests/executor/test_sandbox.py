@@ -7,6 +7,7 @@ poll against a deadline, never a sleep.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -28,6 +29,7 @@ from services.executor.sandbox import (
     SandboxError,
     Spawn,
     StreamName,
+    cgroups,
     common,
     seccomp,
 )
@@ -579,3 +581,73 @@ def test_seccomp_programs() -> None:
         code = seccomp.program(machine)
         assert code is not None and len(code) % 8 == 0 and len(code) // 8 < 256
     assert seccomp.program("riscv64") is None
+
+
+# --- cgroups: one per bwrap sandbox, where they can be made -----------------------------------
+
+CGROUPS, WHY_NO_CGROUPS = cgroups.detect()
+needs_cgroups = pytest.mark.skipif(CGROUPS is None, reason=f"no cgroups: {WHY_NO_CGROUPS}")
+
+
+def test_factory_warns_without_cgroups(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(cgroups, "detect", lambda: (None, "read-only cgroupfs"))
+    monkeypatch.setattr(sandbox, "probe_bwrap", lambda: None)
+    with caplog.at_level(logging.WARNING):
+        made = sandbox.provider("bwrap")
+    assert (made.cgroups, made.no_cgroups) == (False, "read-only cgroupfs")
+    assert "no cgroup per sandbox (read-only cgroupfs)" in caplog.text
+    assert not LocalProvider().cgroups
+
+
+@needs_bwrap
+async def test_runs_without_cgroups(checkout: Path) -> None:
+    made = BwrapProvider(cgroups=False)
+    assert not made.cgroups and made.cgroup_version is None
+    o = await made.run(checkout, sh("echo ok; cat /proc/1/cmdline"), Limits())
+    assert o.stdout.startswith(b"ok\nbwrap\0--args\0") and not o.oom_killed
+
+
+@needs_bwrap
+@needs_cgroups
+async def test_each_sandbox_has_its_own_cgroup_removed_afterwards(checkout: Path) -> None:
+    assert CGROUPS is not None
+    made = BwrapProvider()
+    assert made.cgroups and made.cgroup_version == CGROUPS.version
+    mine = f"{cgroups.PREFIX}{cgroups.owner(os.getpid())}-*"
+    script = "cat /proc/self/cgroup"  # rooted at its own cgroup: no host cgroup path shows
+    runs = [made.run(checkout, sh(script), Limits(memory_bytes=64 * 1024**2)) for _ in range(3)]
+    for o in await asyncio.gather(*runs):
+        assert o.exit_code == 0 and not o.oom_killed
+        assert {line.rsplit(":", 1)[1] for line in o.stdout.decode().splitlines()} == {"/"}
+    assert [p for base in CGROUPS.bases for p in base.glob(mine)] == []
+
+
+@needs_bwrap
+@needs_cgroups
+async def test_sweep_removes_the_cgroups_of_a_dead_executor(checkout: Path, tmp_path: Path) -> None:
+    assert CGROUPS is not None
+    dead = f"{cgroups.PREFIX}4194304.1-{secrets.token_hex(6)}"  # above any pid_max: not alive
+    live = (
+        f"{cgroups.PREFIX}{os.getpid()}.{cgroups._start_time(os.getpid())}-{secrets.token_hex(6)}"
+    )
+    t = token()
+    left = await asyncio.create_subprocess_exec("sleep", t)
+    try:
+        for base in CGROUPS.bases:
+            for name in (dead, live):
+                (base / name).mkdir()
+            (base / dead / "cgroup.procs").write_text(str(left.pid))
+        killed = await BwrapProvider().sweep(tmp_path / "checkouts")
+        assert killed >= 1 and await left.wait() == -9
+        for base in CGROUPS.bases:
+            assert not (base / dead).exists() and (base / live).exists()
+    finally:
+        if left.returncode is None:
+            left.kill()
+            await left.wait()
+        for base in CGROUPS.bases:
+            for name in (dead, live):
+                with contextlib.suppress(FileNotFoundError):
+                    (base / name).rmdir()

@@ -71,7 +71,7 @@ sys.exit(137 if -9 in codes else 0)
 def ours() -> list[Path]:
     """This process's sandbox cgroups that exist now."""
     assert CGROUPS is not None
-    mine = f"{cgroups.PREFIX}{cgroups._owner(os.getpid())}-"
+    mine = f"{cgroups.PREFIX}{cgroups.owner(os.getpid())}-"
     return [path for base in CGROUPS.bases for path in base.glob(f"{mine}*")]
 
 

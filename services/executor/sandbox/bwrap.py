@@ -15,7 +15,22 @@ the command creates are owned by ``HOST_UID`` on the host. Root-owned files show
 so /etc/gitconfig marks every directory safe for git. An executor that is not root gets bwrap's
 usual map (sandbox uid 1000 = its own uid, no capabilities).
 
-/tmp is a tmpfs of at most ``memory_bytes``, /dev/shm of 64 MiB.
+Limits. Where a cgroup can be made (``cgroups``), each sandbox gets its own: ``memory_bytes``
+for all its processes and /tmp together (the OOM killer ends one of them past it: exit 137,
+``Outcome.oom_killed`` and ``OOM_NOTE`` in stderr) and ``processes`` for all its processes and
+threads; the rlimits apply as well. /tmp is a tmpfs of at most ``memory_bytes``, /dev/shm of
+64 MiB (without a cgroup, each on top of what the processes hold).
+
+What it sees of the host. bwrap's options come from a memfd (``--args``) and its argv[0] is
+``bwrap``: /proc/1/cmdline inside shows ``bwrap --args N -- <the command>``; bwrap is started
+in the checkout (``cwd``), which is how ``sweep`` still knows an orphan. The environment is
+the command's own. No nested user namespace: bwrap's ``--disable-userns``, or as root (where
+bwrap refuses it with ``--userns-block-fd``) ``user.max_user_namespaces`` 0 in the sandbox's
+user namespace, which the command, without CAP_SYS_RESOURCE there, cannot raise. What cannot
+be hidden: /proc/self/mountinfo gives each bind mount's source as its path within its
+filesystem (the kernel prints the directory's path from that filesystem's root), so the
+checkout shows as ``<data>/checkouts/<tenant>/<workspace>/tree`` relative to the filesystem
+holding the data directory: nothing above it when that is a filesystem of its own.
 Timeout: SIGTERM to every process of the sandbox's PID namespace but its init (rescanned every
 0.1 s during the grace, each process signalled once), then SIGKILL to the init, which takes the
 whole namespace with it; the same SIGKILL ends whatever a finished command left behind. The

@@ -64,7 +64,7 @@ class Cgroups:
         Raises:
             SandboxError: it could not be made.
         """
-        name = f"{PREFIX}{_owner(os.getpid())}-{secrets.token_hex(6)}"
+        name = f"{PREFIX}{owner(os.getpid())}-{secrets.token_hex(6)}"
         cgroup = Cgroup(self.version, tuple(base / name for base in self.bases))
         try:
             for path in cgroup.paths:
@@ -272,7 +272,8 @@ def _mounts() -> dict[str, Path]:
     return found
 
 
-def _owner(pid: int) -> str:
+def owner(pid: int) -> str:
+    """How a cgroup's name says which process made it: its pid and start time."""
     return f"{pid}.{_start_time(pid)}"
 
 

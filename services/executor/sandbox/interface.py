@@ -19,9 +19,11 @@ class Limits:
     cpu_s: int = 600
     """CPU seconds (RLIMIT_CPU)."""
     memory_bytes: int = 4 * 1024**3
-    """Data segment and heap (RLIMIT_DATA)."""
+    """Data segment and heap of each process (RLIMIT_DATA), the size of /tmp (bwrap), and with
+    a cgroup (``Provider.cgroups``) all the sandbox's memory, /tmp included."""
     processes: int = 512
-    """Processes and threads (RLIMIT_NPROC, in the sandbox's user namespace)."""
+    """Processes and threads (RLIMIT_NPROC, in the sandbox's user namespace; with a cgroup
+    also its ``pids.max``, bwrap's own two processes included)."""
     file_bytes: int = 1024**3
     """Largest file it may write (RLIMIT_FSIZE)."""
     open_files: int = 1024
