@@ -5,7 +5,7 @@ registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewr
 
 1. The whole log is read and checked (hash chain, tree hashes) like ``quill verify``. A log
    that starts at a compaction (``max_versions``) is refused: its purged history lives only
-   in the compaction's manifest (see "left out" in docs/replay.md).
+   in the compaction's manifest (docs/replay.md: what it does not reach).
 2. Every event is redacted with the registry (``services.common.secrets``: each occurrence
    becomes ``[REDACTED:<id>]``): every string it holds (paths, messages, actors, sessions,
    runs, results...) and every content, inline or in WS_BLOBS. A content that changes gets a
@@ -13,7 +13,7 @@ registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewr
    must not become another path. Then each event is re-chained: ``tree_hash`` recomputed
    from the rebuilt tree, ``prev_hash`` the new hash of the event before.
 3. A ``history_compacted`` event with op ``scrub`` closes the new log: its manifest (in
-   WS_BLOBS) is the whole scrubbed workspace, every revision and event kept (floor 1). Every
+   WS_BLOBS) is the whole scrubbed workspace, every revision and event kept (no floor). Every
    projection replaces the workspace with a compaction's manifest when it folds one (writer,
    readers, executor checkouts), so live replicas drop what they held and new ones build the
    same rows. Earlier ``scrub`` markers in the log get manifests rebuilt for the new chain.
@@ -36,7 +36,9 @@ registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewr
 Failures are ``QuillError``: ``WORKSPACE_NOT_FOUND``, ``NO_MATCH`` (no secret occurs),
 ``INVALID_ARGUMENT`` (a redaction would make an invalid or colliding path, a secret in the
 workspace's own name, a compacted log), ``CONFLICT`` (the workspace was written meanwhile),
-``INTERNAL`` (the log does not verify, or the secret is still found afterwards).
+``INTERNAL`` (the log does not verify, or the secret is still found afterwards),
+``UNAVAILABLE`` (NATS failing; or the old log could not be purged after the new one was
+appended: the message says how to purge it).
 """
 
 from __future__ import annotations
@@ -478,7 +480,16 @@ async def _replace_log(
             "changed; run quill scrub again",
         ) from exc
     # every old event is at or below last_seq, every new one above it
-    await js.purge_stream(STREAM_EVENTS, subject=subject, seq=last_seq + 1)
+    try:
+        await js.purge_stream(STREAM_EVENTS, subject=subject, seq=last_seq + 1)
+    except Exception as exc:
+        raise QuillError(
+            ErrorCode.UNAVAILABLE,
+            f"The scrubbed log of {tenant}/{workspace} is appended (version {version}) but the "
+            f"old one could not be purged ({exc}): replicas already serve the scrubbed "
+            f"workspace; purge it by hand: nats stream purge {STREAM_EVENTS} --subject "
+            f"{subject} --seq {last_seq + 1} (quill verify fails until then)",
+        ) from None
     referenced = {c for c, _, _ in redactor.contents.values()} | set(new.manifests)
     gone = set(redactor.shas) - referenced
     for item in old:

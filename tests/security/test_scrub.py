@@ -8,6 +8,7 @@ lived through the scrub, one started afterwards, and the executor's checkout."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
@@ -20,13 +21,16 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
 from nats.js.errors import NotFoundError
 
+from contracts import codec
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import ChangesCommitted, HistoryCompacted
+from contracts.events import ChangesCommitted, HistoryCompacted, WorkspaceUpdated
+from contracts.limits import LimitsPatch
 from contracts.subjects import STREAM_AUDIT, Subjects
 from quill.client import Quill, Workspace
 from services.common import log as eventlog
 from services.common import replay as rpl
+from services.common.compaction import slack
 from services.common.plan import Committed
 from services.common.scrub import SCRUB_OP, scrub
 from services.common.secrets import Secrets
@@ -329,3 +333,37 @@ async def test_a_write_that_gets_in_first_makes_the_scrub_change_nothing(
     done = await scrub(quill.nc, Subjects(), "acme", "race", Secrets({"race": secret}))
     assert done.version == 4 and await leaks(js, secret) == []
     verify(stack, name)
+
+
+async def test_refused_when_redacting_would_merge_two_paths_or_the_log_was_compacted(
+    stack: Up, quill: Quill
+) -> None:
+    secret = "sk-refuse-0123456789ab"
+    registry_ = Secrets({"leak": secret})
+    ws = quill.workspace("acme/merge")
+    await ws.create()
+    await ws.write(f"a-{secret}.md", "one\n")
+    await ws.write(f"a-{MARK}.md", "two\n")
+    with pytest.raises(QuillError) as merged:
+        await scrub(quill.nc, Subjects(), "acme", "merge", registry_)
+    assert merged.value.code == ErrorCode.INVALID_ARGUMENT and secret not in str(merged.value)
+    assert "two paths would both become" in merged.value.message
+
+    compacted = quill.workspace("acme/compacted")
+    await compacted.create(limits=LimitsPatch(max_versions=1))
+    await compacted.write("k.md", f"{secret}\n")
+    updates = await quill.nc.subscribe(Subjects().updated("acme", "compacted"))
+    async with asyncio.timeout(30):
+        for i in range(1 + slack(1) + 1):
+            await compacted.write("hot.md", f"{i}\n")
+        async for msg in updates.messages:  # the writer compacts after it answered
+            if codec.decode(msg.data, WorkspaceUpdated).op == "compact":
+                break
+    await updates.unsubscribe()
+    js, subject = quill.nc.jetstream(), Subjects().evt("acme", "compacted")
+    first = (await eventlog.read(js, subject, 0, await eventlog.last_seq(js, subject)))[0]
+    assert isinstance(first.event, HistoryCompacted), "the log starts at a compaction"
+    with pytest.raises(QuillError) as refused:
+        await scrub(quill.nc, Subjects(), "acme", "compacted", registry_)
+    assert refused.value.code == ErrorCode.INVALID_ARGUMENT
+    assert "starts at a compaction" in refused.value.message
