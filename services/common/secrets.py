@@ -370,7 +370,11 @@ class LogFilter(logging.Filter):
             return True  # the service refuses to start with it, and says so
         if not secrets:
             return True
-        message, ids = secrets.redact(record.getMessage())
+        try:
+            message, ids = secrets.redact(record.getMessage())
+        except Exception:  # a malformed record: the handler reports it, without its args
+            record.msg, record.args = secrets.redact(str(record.msg))[0], None
+            return True
         if ids:
             record.msg, record.args = message, None
         if record.exc_info and not record.exc_text:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client as NATS
 
+from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import STREAM_AUDIT, STREAM_EVENTS
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
@@ -62,3 +63,46 @@ async def test_secrets_never_reach_the_log(
         assert ["aws-key", "openai"] in redacted and ["openai"] in redacted
         for raw in [*await messages(nc, STREAM_EVENTS), *audit]:
             assert SECRET.encode() not in raw and AWS.encode() not in raw
+
+
+async def test_names_holding_a_secret_are_refused_and_audited_redacted(
+    nats_url: str, nc: NATS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 10, item 6: a name holding a registered secret (a path, an actor, a session, a
+    commit message) is refused with INVALID_ARGUMENT, by the writer, the reader and the
+    executor alike; the refusal names the secret's id, never its value; the audit record of
+    the refusal shows the actor redacted. A file a command names with it is not committed."""
+    registry = tmp_path / "secrets.toml"
+    registry.write_text(f'[secrets]\nopenai = "{SECRET}"\n')
+    monkeypatch.setenv("QUILL_SECRETS", str(registry))
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        quill = await Quill.connect(nats_url, actor="agent-7")
+        stack.push_async_callback(quill.close)
+        ws = quill.workspace("acme/names")
+        await ws.create()
+        refusals = [
+            ws.write(f"keys/{SECRET}.txt", "x"),
+            ws.mkdir(f"d-{SECRET}"),
+            ws.read(SECRET),
+            ws.git("commit", message=f"add {SECRET}"),
+            quill.as_actor(f"bot-{SECRET}").workspace("acme/names").write("a.txt", "a"),
+            quill.as_actor("bot", session=SECRET).workspace("acme/names").lock(),
+        ]
+        for refused in refusals:
+            with pytest.raises(QuillError) as info:
+                await refused
+            assert info.value.code == ErrorCode.INVALID_ARGUMENT, info.value
+            assert "openai" in info.value.message and SECRET not in info.value.message
+        ran = await ws.exec('touch "$K.txt" kept.txt', env={"K": SECRET})
+        assert ran.changes is not None
+        assert [p.path for p in ran.changes.paths] == ["kept.txt"]
+        assert [p.path for p in ran.changes.skipped] == ["[REDACTED:openai].txt"]
+
+        audit = [json.loads(raw) for raw in await messages(nc, STREAM_AUDIT)]
+        bots = [(r["actor"], r["error_code"]) for r in audit if "bot-" in (r["actor"] or "")]
+        assert bots == [("bot-[REDACTED:openai]", "INVALID_ARGUMENT")]
+        for raw in [*await messages(nc, STREAM_EVENTS), *await messages(nc, STREAM_AUDIT)]:
+            assert SECRET.encode() not in raw
