@@ -371,6 +371,30 @@ if it works here, else local, with a warning."
 )
 @click.option("--processes", default=512, show_default=True, help="Processes per command.")
 @click.option(
+    "--tenant-runs",
+    type=click.IntRange(min=1),
+    help="Most requests one tenant runs at once. Default: --max-runs minus 1 (see "
+    "docs/executor.md, fair share).",
+)
+@click.option(
+    "--queue", default=16, show_default=True, help="Requests waiting for a slot, per tenant."
+)
+@click.option(
+    "--queue-wait", default=120.0, show_default=True, help="Seconds a request waits for a slot."
+)
+@click.option(
+    "--checkouts-budget-mb",
+    default=16384,
+    show_default=True,
+    help="Disk for checkouts; past it, idle ones are evicted (least recently used first).",
+)
+@click.option(
+    "--disk-reserve-mb",
+    type=click.IntRange(min=0),
+    help="Free space kept on the data disk: below it, new commands are refused. "
+    "Default: max(1 GiB, 5% of the disk).",
+)
+@click.option(
     "--git-credentials",
     type=click.Path(path_type=Path, dir_okay=False),
     help="TOML file of git credentials for push/pull/clone (see docs/executor.md).",
@@ -395,6 +419,11 @@ def executor(
     max_runs: int,
     memory_mb: int,
     processes: int,
+    tenant_runs: int | None,
+    queue: int,
+    queue_wait: float,
+    checkouts_budget_mb: int,
+    disk_reserve_mb: int | None,
     git_credentials: Path | None,
     git_allow: tuple[str, ...],
 ) -> None:
@@ -415,6 +444,11 @@ def executor(
         max_runs=max_runs,
         memory_bytes=memory_mb * 1024 * 1024,
         processes=processes,
+        tenant_runs=tenant_runs,
+        queue=queue,
+        queue_wait_s=queue_wait,
+        checkouts_budget=checkouts_budget_mb * 1024 * 1024,
+        disk_reserve=None if disk_reserve_mb is None else disk_reserve_mb * 1024 * 1024,
         credentials=git_credentials,
         git_allow=git_allow,
     )

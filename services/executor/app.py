@@ -1,9 +1,12 @@
 """An executor: runs commands and git actions against its checkouts, commits what they change.
 
 Executors form one queue group on ``ws.exec.*.*.*``. Each answers at most ``max_runs`` requests
-at once and refuses more with ``UNAVAILABLE`` (the SDK retries it, maybe on another executor)
-instead of queueing without bound. Commands on one workspace run one at a time on an executor
-(its checkout is one directory); a waiting command holds its slot. While a request is in hand,
+at once, shared fairly between tenants; more wait in a bounded queue per tenant, and past it
+are refused with ``UNAVAILABLE`` (the SDK retries it, maybe on another executor): ``slots``.
+Commands on one workspace run one at a time on an executor (its checkout is one directory); a
+waiting command holds its slot. A checkout holds at most ``max_checkout_bytes`` (``quota``); the
+executor keeps its checkouts within a byte budget and refuses commands when its data disk is
+short of free space (``disk``). While a request is in hand,
 the executor publishes its live output, and a heartbeat every ``HEARTBEAT_S``, on
 ``ws.execout.<t>.<w>.<request id>``, ending with ``eof`` just before the reply.
 
@@ -17,10 +20,11 @@ import contextlib
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -50,12 +54,14 @@ from services.common.runtime import (
     lock_directory,
 )
 from services.common.secrets import NO_SECRETS, Secrets, StreamRedactor, secrets_from_env
-from services.executor import sandbox
+from services.executor import disk, quota, sandbox
 from services.executor.checkout import Captured, Checkout
 from services.executor.commit import commit
 from services.executor.git import Credentials, run_git, sandbox_runner
+from services.executor.slots import Slots, Ticket
 
 log = logging.getLogger("quill.executor")
+T = TypeVar("T")
 
 HEARTBEAT_S = 2.0
 """How often a request in hand is announced alive on its output subject."""
@@ -73,7 +79,17 @@ class ExecutorConfig:
     sandbox: str | None = None
     """``bwrap``, ``local`` or None (bwrap when it works here, else local)."""
     max_runs: int = 4
-    """Requests answered at once; more are refused with UNAVAILABLE."""
+    """Requests answered at once (see ``slots`` for how tenants share them)."""
+    tenant_runs: int | None = None
+    """Most slots one tenant may hold (None: ``max_runs - 1``, at least 1)."""
+    queue: int = 16
+    """Requests waiting for a slot, per tenant; more are refused with UNAVAILABLE."""
+    queue_wait_s: float = 120.0
+    """Longest a request waits for a slot before UNAVAILABLE."""
+    checkouts_budget: int = 16 * 1024**3
+    """Bytes of checkouts kept on disk; past it, idle ones are evicted (least recently used)."""
+    disk_reserve: int | None = None
+    """Free bytes the data disk keeps: below, new commands are refused (None: max(1 GiB, 5%))."""
     memory_bytes: int = 4 * 1024**3
     processes: int = 512
     file_bytes: int = 1024**3
@@ -229,6 +245,11 @@ class Executor:
         self.checkouts: dict[tuple[str, str], Checkout] = {}
         self.locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.slots = Slots(config.max_runs, config.tenant_runs, config.queue, config.queue_wait_s)
+        self.reserve = disk.Reserve(settings.data_dir, config.disk_reserve)
+        self.budget = disk.Budget(config.checkouts_budget)
+        self.using: Counter[tuple[str, str]] = Counter()
+        """Requests in hand per checkout (one in use, or waited for, is never evicted)."""
         self._subs: list[Subscription] = []
         self._nuid = NUID()
         self._lock: IO[str] | None = None
@@ -237,9 +258,10 @@ class Executor:
     def info(self) -> dict[str, Any]:
         return {
             "sandbox": self.provider.name,
-            "running": len(self.tasks),
+            "running": self.slots.running,
             "max_runs": self.config.max_runs,
             "checkouts": len(self.checkouts),
+            **self._disk_info(),
             "local_workspaces": len(self.bridges),
         }
 
@@ -255,6 +277,7 @@ class Executor:
         killed = await self.provider.sweep(self.settings.data_dir / "checkouts")
         if killed:
             log.warning("killed %d sandbox processes an earlier executor left running", killed)
+        await self._found_checkouts()
         self._subs.append(
             await bus.serve(self.nc, self.subjects.all_exec, QUEUE_EXECUTOR, self.on_request)
         )
@@ -288,19 +311,22 @@ class Executor:
             address = self.subjects.parse_request(msg.subject)
             if self.bridges.claims(address.tenant, address.workspace):
                 return  # a local workspace: its bridge answers
-        if len(self.tasks) >= self.config.max_runs:
-            busy = QuillError(
-                ErrorCode.UNAVAILABLE,
-                f"Executor busy ({len(self.tasks)} requests running): retry",
-                {"running": len(self.tasks)},
-            )
-            await reject(incoming, busy, self.auditor)
+        try:  # a bad subject is refused here, as parse() would
+            ticket = self.slots.join(self.subjects.parse_request(msg.subject).tenant)
+        except QuillError as exc:
+            await reject(incoming, exc, self.auditor)
             return
-        task = asyncio.create_task(self.answer(incoming))
+        task = asyncio.create_task(self.answer(incoming, ticket))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def answer(self, incoming: Incoming) -> None:
+    async def answer(self, incoming: Incoming, ticket: Ticket) -> None:
+        try:
+            await self._answer(incoming, ticket)
+        finally:
+            self.slots.leave(ticket)
+
+    async def _answer(self, incoming: Incoming, ticket: Ticket) -> None:
         try:
             address, spec, origin, request = parse(
                 incoming, self.subjects, "exec", new_id=self._nuid.next
@@ -316,6 +342,7 @@ class Executor:
         details: dict[str, Any] = {}
 
         async def work() -> tuple[int, rp.CommandResult | rp.GitResult]:
+            await self.slots.wait(ticket)  # heartbeats go on meanwhile
             if isinstance(request, rq.RunCommand):
                 return await self.run(address, origin, request, job, details)
             assert isinstance(request, rq.GitCommand)
@@ -339,27 +366,136 @@ class Executor:
 
     @contextlib.asynccontextmanager
     async def _checkout(self, address: Address) -> AsyncIterator[Checkout]:
-        """The workspace's checkout, synced to the latest version, held exclusively."""
+        """The workspace's checkout, synced to the latest version, within its quota, held
+        exclusively; idle checkouts over the budget are evicted once it is released.
+
+        Raises:
+            QuillError: ``UNAVAILABLE`` (the log, or the disk's reserve), ``WORKSPACE_NOT_FOUND``,
+                ``SIZE_LIMIT_EXCEEDED`` (the log's files alone are over the quota).
+        """
         key = (address.tenant, address.workspace)
+        self.using[key] += 1
+        done = False
+        try:
+            async with self.locks.setdefault(key, asyncio.Lock()):
+                await self._room()
+                checkout = self.checkouts.get(key)
+                if checkout is None:
+                    home = self.settings.data_dir / "checkouts" / address.tenant
+                    checkout = self._new_checkout(home / address.workspace, address)
+                    await asyncio.to_thread(checkout.open)
+                    self.checkouts[key] = checkout
+                await self._sync(checkout)
+                if checkout.version == 0:
+                    raise QuillError(
+                        ErrorCode.WORKSPACE_NOT_FOUND,
+                        f"Workspace not found: {address.tenant}/{address.workspace}",
+                        {"tenant": address.tenant, "workspace": address.workspace},
+                    )
+                await self._within_quota(key, checkout)
+                yield checkout
+            done = True
+        finally:
+            self.using[key] -= 1
+            if self.using[key] <= 0:
+                del self.using[key]
+            if not done:  # failed or cancelled: evict in the background
+                self._background(self._evict())
+        await self._evict()  # before the reply: its sender sees the budget kept
+
+    async def _sync(self, checkout: Checkout) -> None:
+        try:
+            await checkout.sync()
+        except Exception as exc:
+            raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from exc
+
+    # ------------------------------------------------------------------ disk
+    async def _within_quota(self, key: tuple[str, str], checkout: Checkout) -> None:
+        """Before a command: a checkout over its quota drops what the log does not hold (it
+        is rebuilt from the log); still over, the command is refused."""
+        limit = checkout.limits.max_checkout_bytes
+        used = await quota.measure(checkout.home)
+        if used > limit:
+            log.warning("checkout %s/%s over its quota (%d bytes): rebuilt", *key, used)
+            await asyncio.to_thread(checkout.reset)
+            await self._sync(checkout)
+            used = await quota.measure(checkout.home)
+            if used > limit:
+                raise quota.OverQuota(used, limit).refused()
+        self.budget.used(key, used)
+
+    async def _guarded(self, checkout: Checkout, work: Awaitable[T]) -> T:
+        """``work`` (a command on ``checkout``) stopped if the checkout goes over its quota:
+        then its changes are discarded (the checkout is rebuilt from the log next time).
+
+        Raises:
+            QuillError: ``SIZE_LIMIT_EXCEEDED`` when it was stopped or ended over the quota.
+        """
+        try:
+            result, used = await quota.guard(
+                checkout.home, checkout.limits.max_checkout_bytes, work
+            )
+        except quota.OverQuota as over:
+            await asyncio.to_thread(checkout.reset)
+            self.budget.used((checkout.tenant, checkout.workspace), 0)
+            raise over.stopped() from None
+        self.budget.used((checkout.tenant, checkout.workspace), used)
+        return result
+
+    async def _room(self) -> None:
+        """Refuse (``UNAVAILABLE``) when the data disk is short of its reserve, after evicting
+        what idle checkouts can go."""
+        if not self.reserve.short():
+            return
+        for key in self.budget.idle(self.using.__contains__):
+            if not self.reserve.short():
+                return
+            await self._drop(key)
+        self.reserve.check()
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _evict(self) -> None:
+        """Evict idle checkouts, least recently used first, until within the budget."""
+        for key in self.budget.over(self.using.__contains__):
+            await self._drop(key)
+
+    async def _drop(self, key: tuple[str, str]) -> None:
+        if key in self.using:  # taken since: it stays
+            return
         lock = self.locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            checkout = self.checkouts.get(key)
-            if checkout is None:
-                home = self.settings.data_dir / "checkouts" / address.tenant / address.workspace
-                checkout = self._new_checkout(home, address)
-                await asyncio.to_thread(checkout.open)
-                self.checkouts[key] = checkout
-            try:
-                await checkout.sync()
-            except Exception as exc:
-                raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from exc
-            if checkout.version == 0:
-                raise QuillError(
-                    ErrorCode.WORKSPACE_NOT_FOUND,
-                    f"Workspace not found: {address.tenant}/{address.workspace}",
-                    {"tenant": address.tenant, "workspace": address.workspace},
-                )
-            yield checkout
+        async with lock:  # free: taken at once; a request arriving now waits for it
+            checkout = self.checkouts.pop(key, None)
+            home = self.settings.data_dir / "checkouts" / key[0] / key[1]
+            await asyncio.to_thread(_remove_tree, checkout.home if checkout else home)
+            self.budget.forget(key)
+        log.info("checkout %s/%s evicted (idle, over the checkouts budget or disk reserve)", *key)
+
+    async def _found_checkouts(self) -> None:
+        """The checkouts an earlier executor left count against the budget (and are evicted
+        first); pinned-version ones it left half-used are removed."""
+        checkouts = self.settings.data_dir / "checkouts"
+        await asyncio.to_thread(_remove_tree, checkouts / ".at")
+        for key, home in await asyncio.to_thread(disk.found, checkouts):
+            self.budget.used(key, await quota.measure(home))
+        await self._evict()
+
+    def _disk_info(self) -> dict[str, Any]:
+        try:
+            free, reserve = self.reserve.space()
+        except OSError:
+            free = reserve = -1
+        return {
+            "waiting": self.slots.waiting,
+            "checkouts_bytes": self.budget.total,
+            "checkouts_budget": self.budget.budget,
+            "disk_free_bytes": free,
+            "disk_reserve_bytes": reserve,
+            "refusing": "disk_reserve" if 0 <= free < reserve else None,
+        }
 
     async def _approved(
         self, checkout: Checkout, address: Address, origin: Origin, op: str, summary: str
@@ -432,12 +568,13 @@ class Executor:
             )
         return path
 
-    def _limits(self, timeout_s: float) -> sandbox.Limits:
+    def _limits(self, timeout_s: float, checkout: Checkout) -> sandbox.Limits:
         return sandbox.Limits(
             cpu_s=int(timeout_s) + 2,
             memory_bytes=self.config.memory_bytes,
             processes=self.config.processes,
-            file_bytes=self.config.file_bytes,
+            # no one file bigger than the checkout's whole quota
+            file_bytes=min(self.config.file_bytes, checkout.limits.max_checkout_bytes),
         )
 
     async def _sandboxed(
@@ -448,7 +585,7 @@ class Executor:
     ) -> sandbox.Outcome:
         try:
             return await self.provider.run(
-                checkout.tree, spawn, self._limits(spawn.timeout_s), on_output
+                checkout.tree, spawn, self._limits(spawn.timeout_s, checkout), on_output
             )
         except sandbox.SandboxError as exc:
             raise QuillError(
@@ -524,7 +661,7 @@ class Executor:
             )
             base = checkout.version
             await asyncio.to_thread(checkout.begin)
-            outcome = await self._sandboxed(checkout, spawn, job.output)
+            outcome = await self._guarded(checkout, self._sandboxed(checkout, spawn, job.output))
             changes = await self._capture_and_commit(
                 address, origin, checkout, base, f"$ {shown}", live
             )
@@ -567,14 +704,14 @@ class Executor:
             await self._approved(live, address, origin, "exec.git", f"git {req.action}")
             limits = checkout.limits
             timeout_ms = min(req.timeout_ms or DEFAULT_TIMEOUT_MS, limits.max_exec_ms)
-            runner = sandbox_runner(self.provider, self._limits(timeout_ms / 1000))
+            runner = sandbox_runner(self.provider, self._limits(timeout_ms / 1000, checkout))
             base = checkout.version
             mutating = req.action not in READ_ONLY_GIT
             if mutating:
                 await asyncio.to_thread(checkout.begin)
             message = f"git {req.action}" + (f": {req.message}" if req.message else "")
             try:
-                result = await run_git(
+                git = run_git(
                     msgspec.structs.replace(req, timeout_ms=timeout_ms),
                     checkout=checkout.tree,
                     run=runner,
@@ -583,6 +720,9 @@ class Executor:
                     output_cap=limits.max_output_bytes,
                     scratch=self.settings.data_dir / "scratch",
                 )
+                result = await self._guarded(checkout, git)
+            except quota.Stopped:
+                raise  # nothing of it is kept
             except QuillError:
                 if mutating:  # what git did before failing (an index update) is kept too
                     await self._capture_and_commit(address, origin, checkout, base, message, live)

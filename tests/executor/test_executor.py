@@ -14,10 +14,11 @@ import msgspec
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
-from contracts.subjects import STREAM_AUDIT
+from contracts.subjects import HEADER_STREAM, STREAM_AUDIT
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.sandbox import probe_bwrap
@@ -295,20 +296,82 @@ async def test_a_run_against_an_old_version(stack: StartExecutor, quill: Quill, 
 # ------------------------------------------------------------------ the pool
 
 
-async def test_a_busy_executor_refuses_rather_than_queues(
-    stack: StartExecutor, nats_url: str, name: str
+class Gate:
+    """A command that prints ``go``, then waits until the test creates ``.release`` in its
+    checkout (the command polls for it; the test waits on events)."""
+
+    COMMAND = "echo go; until [ -e .release ]; do sleep 0.02; done"
+
+    def __init__(self, executor: Executor, ws: Workspace) -> None:
+        self.executor, self.ws = executor, ws
+        self.started = asyncio.Event()
+        self.task = asyncio.create_task(ws.exec(self.COMMAND, on_output=self._seen))
+
+    def _seen(self, stream: str, chunk: bytes) -> None:
+        if b"go" in chunk:
+            self.started.set()
+
+    def release(self) -> None:
+        checkout = self.executor.checkouts[(self.ws.tenant, self.ws.name)]
+        (checkout.tree / ".release").touch()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+async def test_a_busy_executor_queues_up_to_its_bound_then_refuses(
+    stack: StartExecutor, nats_url: str, nc: NATS, name: str
 ) -> None:
-    await stack(max_runs=1)
+    executor = await stack(max_runs=1, queue=1)
     quill = await Quill.connect(nats_url, retries=0)
     try:
-        ws = await workspace(quill, name)
-        started = asyncio.Event()
-        long = asyncio.create_task(ws.exec("echo go; sleep 3", on_output=lambda *_: started.set()))
-        await asyncio.wait_for(started.wait(), 10)
-        with pytest.raises(QuillError) as info:
-            await ws.exec("true")
+        first, second, third = [await workspace(quill, f"{name}-{n}") for n in (1, 2, 3)]
+        gate = Gate(executor, first)
+        await asyncio.wait_for(gate.started.wait(), 10)
+        beats = 0
+
+        async def beat(msg: Msg) -> None:
+            nonlocal beats
+            beats += (msg.headers or {}).get(HEADER_STREAM) == "heartbeat"
+
+        await nc.subscribe(f"ws.execout.{second.tenant}.{second.name}.>", cb=beat)
+        await nc.flush()
+        queued = asyncio.create_task(second.exec("echo queued"))
+        await until(lambda: executor.info()["waiting"] == 1)
+        with pytest.raises(QuillError) as info:  # past the queue's bound: refused at once
+            await third.exec("true")
         assert info.value.code == ErrorCode.UNAVAILABLE and "busy" in info.value.message
-        assert (await long).exit_code == 0
+        assert info.value.details["waiting"] == 1 and not queued.done()
+        await until(lambda: beats >= 2)  # the waiting request is announced alive
+        assert not queued.done() and executor.info()["waiting"] == 1
+        gate.release()
+        assert (await gate.task).exit_code == 0
+        assert (await queued).stdout == "queued\n"  # it waited, heartbeats on, then ran
+        assert executor.info()["running"] == executor.info()["waiting"] == 0
+    finally:
+        await quill.close()
+
+
+async def test_a_request_waiting_past_queue_wait_is_unavailable(
+    stack: StartExecutor, nats_url: str, name: str
+) -> None:
+    executor = await stack(max_runs=1, queue_wait_s=0.5)
+    quill = await Quill.connect(nats_url, retries=0)
+    try:
+        first, second = [await workspace(quill, f"{name}-{n}") for n in (1, 2)]
+        gate = Gate(executor, first)
+        await asyncio.wait_for(gate.started.wait(), 10)
+        with pytest.raises(QuillError) as info:
+            await second.exec("echo never > never.txt")
+        assert info.value.code == ErrorCode.UNAVAILABLE and "no slot in 0.5 s" in info.value.message
+        gate.release()
+        assert (await gate.task).exit_code == 0
+        with pytest.raises(QuillError) as missing:
+            await second.read_text("never.txt")
+        assert missing.value.code == ErrorCode.FILE_NOT_FOUND
     finally:
         await quill.close()
 

@@ -1,0 +1,227 @@
+"""Items 2 and 4 of the adversarial suite: an agent cannot fill the executor's disk, and one
+tenant cannot take every executor slot.
+
+Disk: a command writing past its workspace's ``max_checkout_bytes`` (in an ignored directory,
+or as a file over ``max_file_bytes``, neither of which is committed) is stopped and told why,
+and nothing of it stays on disk; a workspace whose files alone exceed the quota runs no command;
+idle checkouts are evicted past the executor's budget, least recently used first, never one in
+use, and rebuilt from the log; an executor short of free disk refuses new commands with
+``UNAVAILABLE``. Slots: tenant a saturating its share, tenant b's command runs and finishes.
+
+Real bwrap sandboxes and a real nats-server, with the writer, a reader and executors in this
+process (their knobs set per test); tiny quotas, and a "disk short" made by a reserve larger
+than the disk (nothing is filled for real).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from contracts.errors import ErrorCode, QuillError
+from contracts.limits import LimitsPatch
+from quill.client import Quill, Workspace
+from services.executor.app import Executor, ExecutorConfig
+from services.executor.quota import usage
+from services.executor.sandbox import probe_bwrap
+from tests.helpers import start_executor, start_reader, start_writer
+
+MIB = 1024 * 1024
+QUOTA = LimitsPatch(max_checkout_bytes=2 * MIB, max_file_bytes=64 * 1024)
+
+StartExecutor = Callable[..., Awaitable[Executor]]
+
+
+@pytest_asyncio.fixture
+async def services(nats_url: str, tmp_path: Path) -> AsyncIterator[tuple[StartExecutor, Path]]:
+    """A writer, a reader, and a function starting a bwrap executor on ``data`` (default: its
+    own directory) with the given config; all stopped at the end."""
+    if (why := probe_bwrap()) is not None:
+        pytest.skip(f"bwrap cannot run here: {why}")
+    async with AsyncExitStack() as es:
+        await start_writer(es, nats_url, tmp_path / "writer")
+        await start_reader(es, nats_url, tmp_path / "reader")
+
+        async def executor(es: AsyncExitStack = es, **config: object) -> Executor:
+            cfg = ExecutorConfig(sandbox="bwrap", **config)  # type: ignore[arg-type]
+            return await start_executor(es, nats_url, tmp_path / "executor", cfg)
+
+        yield executor, tmp_path / "executor"
+
+
+@pytest_asyncio.fixture
+async def client(nats_url: str) -> AsyncIterator[Quill]:
+    """A client that does not retry: a refusal shows as it is."""
+    quill = await Quill.connect(nats_url, retries=0)
+    yield quill
+    await quill.close()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+def home(executor: Executor, ws: Workspace) -> Path:
+    return executor.settings.data_dir / "checkouts" / ws.tenant / ws.name
+
+
+class Gate:
+    """Commands that print ``go`` and then wait until the test releases them (a file the
+    test creates in their checkout, polled by the command itself)."""
+
+    COMMAND = "echo go; until [ -e .release ]; do sleep 0.02; done; echo done"
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.started: dict[str, asyncio.Event] = {}
+
+    def run(self, ws: Workspace) -> asyncio.Task[object]:
+        started = self.started[f"{ws.tenant}/{ws.name}"] = asyncio.Event()
+
+        def seen(stream: str, chunk: bytes) -> None:
+            if b"go" in chunk:
+                started.set()
+
+        return asyncio.create_task(ws.exec(self.COMMAND, timeout_ms=120_000, on_output=seen))
+
+    def release(self, ws: Workspace) -> None:
+        self.executor.checkouts[(ws.tenant, ws.name)].tree.joinpath(".release").touch()
+
+
+async def created(quill: Quill, name: str, limits: LimitsPatch | None = QUOTA) -> Workspace:
+    ws = quill.workspace(name)
+    await ws.create(limits=limits)
+    await ws.write("a.txt", "kept\n")
+    return ws
+
+
+# ------------------------------------------------------------------ item 2: the disk
+
+FILLERS = {  # 3 MB each, against a quota of 2 MiB (no one file may be larger than the quota)
+    "ignored-then-waits": "mkdir -p node_modules; head -c 1500K /dev/zero > node_modules/a; "
+    "head -c 1500K /dev/zero > node_modules/b; echo wrote; sleep 60",
+    "over-max-file-bytes-then-waits": "head -c 1500K /dev/zero > a.bin; "
+    "head -c 1500K /dev/zero > b.bin; echo wrote; sleep 60",
+    "fallocate-then-waits": "fallocate -l 1500K a.bin; fallocate -l 1500K b.bin; sleep 60",
+    "many-small-files-and-exits": "mkdir -p node_modules; for i in $(seq 30); do "
+    "head -c 100K /dev/urandom > node_modules/f$i; done",
+}
+
+
+@pytest.mark.parametrize("filler", FILLERS)
+async def test_a_command_over_its_checkout_quota_is_stopped_and_leaves_nothing(
+    services: tuple[StartExecutor, Path], client: Quill, filler: str
+) -> None:
+    start, _ = services
+    executor = await start()
+    ws = await created(client, f"acme/fill-{filler}")
+    version = (await ws.info()).version
+    assert (await ws.info()).limits.max_checkout_bytes == 2 * MIB
+    with pytest.raises(QuillError) as info:
+        await ws.exec(FILLERS[filler], timeout_ms=60_000)
+    error = info.value
+    assert error.code == ErrorCode.SIZE_LIMIT_EXCEEDED, error
+    assert "max_checkout_bytes" in error.message and error.details["limit"] == "max_checkout_bytes"
+    assert error.details["used"] > 2 * MIB
+    # nothing of it was committed, nothing of it stays on the executor's disk
+    assert (await ws.info()).version == version
+    assert usage(home(executor, ws)) < 2 * MIB
+    after = await ws.exec("cat a.txt; ls")
+    assert after.exit_code == 0 and after.stdout == "kept\na.txt\n"
+
+
+async def test_a_workspace_whose_files_exceed_the_quota_runs_no_command(
+    services: tuple[StartExecutor, Path], client: Quill
+) -> None:
+    start, _ = services
+    await start()
+    ws = await created(client, "acme/log-over", LimitsPatch(max_checkout_bytes=MIB))
+    for name in ("one", "two", "three"):
+        await ws.write(f"{name}.bin", b"x" * 400_000)
+    with pytest.raises(QuillError) as info:
+        await ws.exec("echo never > ran.txt")
+    assert info.value.code == ErrorCode.SIZE_LIMIT_EXCEEDED
+    assert "max_checkout_bytes" in info.value.message
+    await ws.delete("three.bin")
+    assert (await ws.exec("echo ran")).stdout == "ran\n"
+
+
+async def test_idle_checkouts_are_evicted_oldest_first_never_one_in_use(
+    services: tuple[StartExecutor, Path], client: Quill
+) -> None:
+    start, _ = services
+    executor = await start()
+    one, two, three = [await created(client, f"acme/evict-{n}", None) for n in (1, 2, 3)]
+    await one.exec("mkdir -p node_modules && echo cached > node_modules/x")
+    size = usage(home(executor, one))
+    # room for one checkout and a half: the next one pushes the oldest idle one out
+    executor.budget.budget = size + size // 2
+    await two.exec("true")
+    assert not home(executor, one).exists() and home(executor, two).exists()
+    # rebuilt from the log on next use: what the log holds is back, the ignored cache is not
+    back = await one.exec("cat a.txt; ls node_modules 2>&1 | wc -l; echo x > new.txt")
+    assert back.stdout.startswith("kept\n") and back.changes.committed
+    assert await one.read_text("new.txt") == "x\n"
+    # a checkout in use is never evicted, however far over the budget
+    executor.budget.budget = 1
+    gate = Gate(executor)
+    running = gate.run(three)
+    await asyncio.wait_for(gate.started["acme/evict-3"].wait(), 30)
+    await two.exec("true")
+    assert home(executor, three).exists() and not home(executor, two).exists()
+    gate.release(three)
+    await running
+    assert not home(executor, three).exists()
+
+
+async def test_an_executor_short_of_disk_refuses_new_commands(
+    services: tuple[StartExecutor, Path], client: Quill
+) -> None:
+    start, data = services
+    async with AsyncExitStack() as first:
+        executor = await start(first)
+        before = await created(client, "acme/short-1", None)
+        await before.exec("echo hi > hi.txt")
+        assert home(executor, before).exists()
+    # the same data directory, with a reserve no disk has: as good as a full disk
+    executor = await start(disk_reserve=2**62)
+    assert executor.info()["refusing"] == "disk_reserve"
+    ws = await created(client, "acme/short-2", None)
+    with pytest.raises(QuillError) as info:
+        await ws.exec("echo never > never.txt")
+    assert info.value.code == ErrorCode.UNAVAILABLE and info.value.retriable
+    assert "reserve" in info.value.message and info.value.details["reason"] == "disk_reserve"
+    # the idle checkout the earlier executor left was evicted first, to make room
+    assert not (data / "checkouts" / "acme" / "short-1").exists()
+
+
+# ------------------------------------------------------------------ item 4: slots
+
+
+async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
+    services: tuple[StartExecutor, Path], client: Quill
+) -> None:
+    start, _ = services
+    executor = await start(max_runs=2)
+    a = [await created(client, f"tenant-a/busy-{n}", None) for n in (1, 2)]
+    b = await created(client, "tenant-b/work", None)
+    gate = Gate(executor)
+    held = [gate.run(ws) for ws in a]  # max_runs long commands of tenant a
+    await asyncio.wait_for(gate.started["tenant-a/busy-1"].wait(), 30)
+    await until(lambda: len(executor.tasks) == 2)  # both of a's are in the executor's hands
+    result = await b.exec("echo b ran")  # no retry: b is served at once
+    assert result.exit_code == 0 and result.stdout == "b ran\n"
+    assert not any(task.done() for task in held)
+    assert executor.info()["waiting"] == 1  # a's second still waits, over its share
+    gate.release(a[0])
+    await asyncio.wait_for(gate.started["tenant-a/busy-2"].wait(), 30)  # then a's second runs
+    gate.release(a[1])
+    for task in held:
+        assert (await task).exit_code == 0  # type: ignore[attr-defined]
