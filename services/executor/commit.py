@@ -44,6 +44,7 @@ def withhold(captured: Captured, secrets: Secrets) -> None:
     skipped, its name redacted; ignored paths are reported redacted."""
     if not secrets:
         return
+    captured.skipped = [(secrets.redact(p)[0], r) for p, r in captured.skipped]
     kept: list[rq.ApplyItem] = []
     for item in captured.changes:
         ids = secrets.find(item.path)
