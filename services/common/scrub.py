@@ -43,7 +43,6 @@ appended: the message says how to purge it).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import os
@@ -55,9 +54,7 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from contracts import codec, hashing
@@ -73,6 +70,7 @@ from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjec
 from services.common import compaction
 from services.common import log as eventlog
 from services.common import replay as rpl
+from services.common import scrub_stores as stores
 from services.common.blobs import Blobs
 from services.common.plan import Committed
 from services.common.secrets import Secrets
@@ -238,43 +236,6 @@ _KEEP = {"type", "prev_hash", "tree_hash", "manifest", "version", "at"}
 _RAW_CHANGE = {"type", "path", "moved_from", "text", "data", "sha256", "size", "created"}
 
 
-# ---------------------------------------------------------------- reading raw messages
-
-
-async def _raw(js: JetStreamContext, stream: str, subject: str) -> list[tuple[int, bytes]]:
-    """Every message on ``subject`` of ``stream``: ``(seq, payload)``, oldest first."""
-    try:
-        last = (await js.get_last_msg(stream, subject)).seq or 0
-    except NotFoundError:
-        return []
-    out: list[tuple[int, bytes]] = []
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    async def on_msg(msg: Msg) -> None:
-        seq = msg.metadata.sequence.stream
-        if seq <= last:
-            out.append((seq, msg.data))
-        if seq >= last and not done.done():
-            done.set_result(None)
-
-    sub = await js.subscribe(
-        subject,
-        stream=stream,
-        cb=on_msg,
-        ordered_consumer=True,
-        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-    )
-    try:
-        await asyncio.wait_for(done, rpl.IDLE_S)
-    finally:
-        await sub.unsubscribe()
-    return out
-
-
-def _carries(secrets: Secrets, data: bytes) -> bool:
-    return bool(secrets.redact_bytes(data)[1])
-
-
 # ---------------------------------------------------------------- the scrub
 
 
@@ -375,9 +336,9 @@ async def scrub(
                     body = await redactor.event(item.event)
                     await new.add(body)
                     changed += body != msgspec.json.decode(codec.encode(item.event))
-                audit = await _raw(js, STREAM_AUDIT, audit_subject)
-                audit_hits = [(s, d) for s, d in audit if _carries(secrets, d)]
-                kv_hits = await _kv_hits(js, secrets, kv_buckets)
+                audit = await stores.messages(js, STREAM_AUDIT, audit_subject)
+                audit_hits = [(s, d) for s, d in audit if stores.carries(secrets, d)]
+                kv_hits = await stores.kv_hits(js, secrets, kv_buckets)
                 for _, data in audit_hits:
                     redactor.found.update(secrets.redact_bytes(data)[1])
                 for _, _, data in kv_hits:
@@ -410,8 +371,8 @@ async def scrub(
                     )  # fmt: skip
             finally:
                 await store.close()
-        await _scrub_audit(js, secrets, audit_subject, audit_hits)
-        await _scrub_kv(js, secrets, kv_hits)
+        await stores.scrub_audit(js, secrets, audit_subject, audit_hits)
+        await stores.scrub_kv(js, secrets, kv_hits)
         await _check(js, subjects, tenant, workspace, secrets, result)
         await _audit(js, subjects, result, actor)
     return result
@@ -496,91 +457,13 @@ async def _replace_log(
         if isinstance(item.event, HistoryCompacted) and item.event.manifest not in referenced:
             gone.add(item.event.manifest)
     obs = await js.object_store(BUCKET_BLOBS)
-    for sha in sorted(gone):
+    for sha in sorted(gone):  # most were inline: never in WS_BLOBS
         with contextlib.suppress(NotFoundError):
-            await obs.delete(sha)
+            if not (await obs.get_info(sha)).deleted:
+                await obs.delete(sha)
+                result.blobs_deleted += 1
     result.version, result.head, result.tree_hash = version, head, closing.tree_hash
     result.form = "events" if whole else "manifest"
-    result.blobs_deleted = len(gone)
-
-
-async def _scrub_audit(
-    js: JetStreamContext, secrets: Secrets, subject: str, hits: list[tuple[int, bytes]]
-) -> None:
-    """Re-publish each audit record that carries a secret, redacted, and delete it."""
-    for seq, data in hits:
-        try:
-            redacted = msgspec.json.encode(_redact_json(secrets, msgspec.json.decode(data)))
-        except msgspec.DecodeError:
-            redacted = secrets.redact_bytes(data)[0]
-        await js.publish(subject, redacted, stream=STREAM_AUDIT)
-        await js.delete_msg(STREAM_AUDIT, seq)
-
-
-def _redact_json(secrets: Secrets, value: Any) -> Any:
-    if isinstance(value, str):
-        return secrets.redact(value)[0]
-    if isinstance(value, list):
-        return [_redact_json(secrets, v) for v in value]
-    if isinstance(value, dict):
-        return {secrets.redact(k)[0]: _redact_json(secrets, v) for k, v in value.items()}
-    return value
-
-
-KvHit = tuple[str, str, bytes]
-"""``(bucket, key, value)`` of a KV entry (any revision) carrying a secret."""
-
-
-async def _kv_hits(
-    js: JetStreamContext, secrets: Secrets, buckets: list[str] | None
-) -> list[KvHit]:
-    """Entries of the KV buckets (every revision kept) whose key or value carries a secret."""
-    if buckets is None:
-        buckets = [
-            str(s.config.name)[3:]
-            for s in await js.streams_info()
-            if s.config.name and str(s.config.name).startswith("KV_")
-        ]
-    hits: list[KvHit] = []
-    for bucket in buckets:
-        prefix = f"$KV.{bucket}."
-        for _, subject, data in await _raw_stream(js, f"KV_{bucket}", prefix + ">"):
-            key = subject[len(prefix) :]
-            if _carries(secrets, key.encode()) or _carries(secrets, data):
-                hits.append((bucket, key, data))
-    return hits
-
-
-async def _raw_stream(
-    js: JetStreamContext, stream: str, subject: str
-) -> list[tuple[int, str, bytes]]:
-    """Every message of ``stream`` on ``subject`` (a small stream: a KV bucket), in order."""
-    out: list[tuple[int, str, bytes]] = []
-    seq = 1
-    while True:
-        try:
-            msg = await js.get_msg(stream, seq, subject=subject, next=True)
-        except NotFoundError:
-            return out
-        assert msg.seq is not None
-        out.append((msg.seq, str(msg.subject), msg.data or b""))
-        seq = msg.seq + 1
-
-
-async def _scrub_kv(js: JetStreamContext, secrets: Secrets, hits: list[KvHit]) -> None:
-    """Purge each key with an entry carrying a secret; put back its latest value, redacted,
-    unless the key itself carries one."""
-    for bucket, key in sorted({(b, k) for b, k, _ in hits}):
-        kv = await js.key_value(bucket)
-        try:
-            latest = await kv.get(key)
-            value = latest.value if latest.operation is None else None
-        except NotFoundError:
-            value = None
-        await kv.purge(key)
-        await js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{key}")
-        if value is not None and not _carries(secrets, key.encode()):
-            await kv.put(key, secrets.redact_bytes(value)[0])
 
 
 async def _check(
@@ -607,7 +490,9 @@ async def _check(
         (STREAM_EVENTS, subjects.evt(tenant, workspace)),
         (STREAM_AUDIT, subjects.audit(tenant, workspace)),
     ):
-        left = [s for s, d in await _raw(js, stream, subject) if _carries(secrets, d)]
+        left = [
+            s for s, d in await stores.messages(js, stream, subject) if stores.carries(secrets, d)
+        ]
         if left:
             raise QuillError(
                 ErrorCode.INTERNAL,

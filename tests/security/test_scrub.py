@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -170,6 +174,7 @@ async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
     assert result["secret_ids"] == ["leak"] and result["form"] == "events"
     assert result["version"] == last + 1 and result["old_head"] == head[-1].hash
     assert f"keys/{MARK}.txt" in result["paths_changed"]
+    assert result["blobs_deleted"] == 1  # data/big.txt's; the other contents were inline
 
     # 1. No stream, bucket or object store holds the value anymore.
     assert await leaks(js) == []
@@ -367,3 +372,37 @@ async def test_refused_when_redacting_would_merge_two_paths_or_the_log_was_compa
         await scrub(quill.nc, Subjects(), "acme", "compacted", registry_)
     assert refused.value.code == ErrorCode.INVALID_ARGUMENT
     assert "starts at a compaction" in refused.value.message
+
+
+def test_the_docs_example_runs_as_written(stack: Up, tmp_path: Path) -> None:
+    """docs/replay.md, "Scrubbing a leaked secret": its registry and its commands."""
+    text = (Path(__file__).parents[2] / "docs" / "replay.md").read_text()
+    section = text[text.index("## Scrubbing a leaked secret") :]
+    toml = re.search(r"```toml\n(.*?)```", section, re.S)
+    shell = re.search(r"```shell\n(.*?)```", section, re.S)
+    assert toml and shell
+    (tmp_path / "leaked.toml").write_text(toml.group(1))
+    secret = re.findall(r'"(.*)"', toml.group(1))[0]
+    quill = f"{sys.executable} -m quill"
+    done = subprocess.run(
+        ["bash", "-c", shell.group(1).replace("quill ", f"{quill} ")],
+        cwd=tmp_path,
+        env={**os.environ, "QUILL_NATS_URL": stack.nats_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    dry = next(line for line in lines if line.startswith("dry run:"))
+    assert dry.startswith("dry run: openai found in acme/app: 1 event, 1 content, 0 paths")
+    said = [c.split("# ", 1)[1] for c in shell.group(1).splitlines() if c.startswith("# ")]
+    at = lines.index(next(line for line in lines if line.startswith("scrubbed ")))
+    assert lines[at] == said[0]
+    assert (
+        lines[at + 1].startswith("log: version 3 head ") and "-> version 4 head " in lines[at + 1]
+    )
+    assert lines[at + 1].endswith("0 blobs deleted; verified")  # it was inline
+    assert lines[-1].endswith("key: [REDACTED:openai]")
+    assert secret not in done.stdout + done.stderr
+    verify(stack, "acme/app")

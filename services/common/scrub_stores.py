@@ -1,0 +1,134 @@
+"""The stores beside a workspace's log that ``quill scrub`` cleans (``scrub.py``): its
+audit records in WS_AUDIT and the entries of every KV bucket.
+
+An audit record that carries a secret is re-published redacted (its fields, its original
+``at`` kept) and the original deleted (``STREAM.MSG.DELETE`` erases it). A KV key with an
+entry (any revision kept) that carries one is purged, its history with it, and its latest
+value put back redacted, unless the key itself carries one (then it is gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from contracts.subjects import STREAM_AUDIT
+from services.common.replay import IDLE_S
+from services.common.secrets import Secrets
+
+
+async def messages(js: JetStreamContext, stream: str, subject: str) -> list[tuple[int, bytes]]:
+    """Every message on ``subject`` of ``stream``: ``(seq, payload)``, oldest first."""
+    try:
+        last = (await js.get_last_msg(stream, subject)).seq or 0
+    except NotFoundError:
+        return []
+    out: list[tuple[int, bytes]] = []
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def on_msg(msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        if seq <= last:
+            out.append((seq, msg.data))
+        if seq >= last and not done.done():
+            done.set_result(None)
+
+    sub = await js.subscribe(
+        subject,
+        stream=stream,
+        cb=on_msg,
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+    )
+    try:
+        await asyncio.wait_for(done, IDLE_S)
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
+def carries(secrets: Secrets, data: bytes) -> bool:
+    return bool(secrets.redact_bytes(data)[1])
+
+
+async def scrub_audit(
+    js: JetStreamContext, secrets: Secrets, subject: str, hits: list[tuple[int, bytes]]
+) -> None:
+    """Re-publish each audit record that carries a secret, redacted, and delete it."""
+    for seq, data in hits:
+        try:
+            redacted = msgspec.json.encode(_redact_json(secrets, msgspec.json.decode(data)))
+        except msgspec.DecodeError:
+            redacted = secrets.redact_bytes(data)[0]
+        await js.publish(subject, redacted, stream=STREAM_AUDIT)
+        await js.delete_msg(STREAM_AUDIT, seq)
+
+
+def _redact_json(secrets: Secrets, value: Any) -> Any:
+    if isinstance(value, str):
+        return secrets.redact(value)[0]
+    if isinstance(value, list):
+        return [_redact_json(secrets, v) for v in value]
+    if isinstance(value, dict):
+        return {secrets.redact(k)[0]: _redact_json(secrets, v) for k, v in value.items()}
+    return value
+
+
+KvHit = tuple[str, str, bytes]
+"""``(bucket, key, value)`` of a KV entry (any revision) carrying a secret."""
+
+
+async def kv_hits(js: JetStreamContext, secrets: Secrets, buckets: list[str] | None) -> list[KvHit]:
+    """Entries of the KV buckets (every revision kept) whose key or value carries a secret."""
+    if buckets is None:
+        buckets = [
+            str(s.config.name)[3:]
+            for s in await js.streams_info()
+            if s.config.name and str(s.config.name).startswith("KV_")
+        ]
+    hits: list[KvHit] = []
+    for bucket in buckets:
+        prefix = f"$KV.{bucket}."
+        for _, subject, data in await _raw_stream(js, f"KV_{bucket}", prefix + ">"):
+            key = subject[len(prefix) :]
+            if carries(secrets, key.encode()) or carries(secrets, data):
+                hits.append((bucket, key, data))
+    return hits
+
+
+async def _raw_stream(
+    js: JetStreamContext, stream: str, subject: str
+) -> list[tuple[int, str, bytes]]:
+    """Every message of ``stream`` on ``subject`` (a small stream: a KV bucket), in order."""
+    out: list[tuple[int, str, bytes]] = []
+    seq = 1
+    while True:
+        try:
+            msg = await js.get_msg(stream, seq, subject=subject, next=True)
+        except NotFoundError:
+            return out
+        assert msg.seq is not None
+        out.append((msg.seq, str(msg.subject), msg.data or b""))
+        seq = msg.seq + 1
+
+
+async def scrub_kv(js: JetStreamContext, secrets: Secrets, hits: list[KvHit]) -> None:
+    """Purge each key with an entry carrying a secret; put back its latest value, redacted,
+    unless the key itself carries one."""
+    for bucket, key in sorted({(b, k) for b, k, _ in hits}):
+        kv = await js.key_value(bucket)
+        try:
+            latest = await kv.get(key)
+            value = latest.value if latest.operation is None else None
+        except NotFoundError:
+            value = None
+        await kv.purge(key)
+        await js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{key}")
+        if value is not None and not carries(secrets, key.encode()):
+            await kv.put(key, secrets.redact_bytes(value)[0])
