@@ -258,6 +258,7 @@ class Executor:
     def info(self) -> dict[str, Any]:
         return {
             "sandbox": self.provider.name,
+            "cgroups": self.provider.cgroups,
             "running": self.slots.running,
             "max_runs": self.config.max_runs,
             "checkouts": len(self.checkouts),
