@@ -16,7 +16,8 @@ than the disk (nothing is filled for real).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -30,6 +31,9 @@ from services.executor.app import Executor, ExecutorConfig
 from services.executor.quota import usage
 from services.executor.sandbox import probe_bwrap
 from tests.helpers import start_executor, start_reader, start_writer
+from tests.security.conftest import Canaries, verify
+from tests.system.conftest import Up
+from tests.system.test_tenants import PASSWORDS, TENANTS
 
 MIB = 1024 * 1024
 QUOTA = LimitsPatch(max_checkout_bytes=2 * MIB, max_file_bytes=64 * 1024)
@@ -78,8 +82,9 @@ class Gate:
 
     COMMAND = "echo go; until [ -e .release ]; do sleep 0.02; done; echo done"
 
-    def __init__(self, executor: Executor) -> None:
-        self.executor = executor
+    def __init__(self, checkouts: Path) -> None:
+        self.checkouts = checkouts
+        """The executor's ``<data>/checkouts``."""
         self.started: dict[str, asyncio.Event] = {}
 
     def run(self, ws: Workspace) -> asyncio.Task[object]:
@@ -92,7 +97,7 @@ class Gate:
         return asyncio.create_task(ws.exec(self.COMMAND, timeout_ms=120_000, on_output=seen))
 
     def release(self, ws: Workspace) -> None:
-        self.executor.checkouts[(ws.tenant, ws.name)].tree.joinpath(".release").touch()
+        (self.checkouts / ws.tenant / ws.name / "tree" / ".release").touch()
 
 
 async def created(quill: Quill, name: str, limits: LimitsPatch | None = QUOTA) -> Workspace:
@@ -171,7 +176,7 @@ async def test_idle_checkouts_are_evicted_oldest_first_never_one_in_use(
     assert await one.read_text("new.txt") == "x\n"
     # a checkout in use is never evicted, however far over the budget
     executor.budget.budget = 1
-    gate = Gate(executor)
+    gate = Gate(executor.settings.data_dir / "checkouts")
     running = gate.run(three)
     await asyncio.wait_for(gate.started["acme/evict-3"].wait(), 30)
     await two.exec("true")
@@ -212,7 +217,7 @@ async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
     executor = await start(max_runs=2)
     a = [await created(client, f"tenant-a/busy-{n}", None) for n in (1, 2)]
     b = await created(client, "tenant-b/work", None)
-    gate = Gate(executor)
+    gate = Gate(executor.settings.data_dir / "checkouts")
     held = [gate.run(ws) for ws in a]  # max_runs long commands of tenant a
     await asyncio.wait_for(gate.started["tenant-a/busy-1"].wait(), 30)
     await until(lambda: len(executor.tasks) == 2)  # both of a's are in the executor's hands
@@ -225,3 +230,56 @@ async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
     gate.release(a[1])
     for task in held:
         assert (await task).exit_code == 0  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def tenants_up(tmp_path: Path) -> Iterator[Up]:
+    """``quill up --tenants`` (tenants a and b), its executor with the default 4 slots."""
+    if (why := probe_bwrap()) is not None:
+        pytest.skip(f"bwrap cannot run here: {why}")
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANTS)
+    tenants.chmod(0o600)
+    stack = Up(tmp_path / ".quill", args=("--tenants", str(tenants), "--sandbox", "bwrap"))
+    yield stack.start()
+    if stack.process and stack.process.poll() is None:
+        stack.stop()
+
+
+async def test_with_tenants_one_saturating_the_executor_leaves_a_slot_for_the_other(
+    tenants_up: Up, canaries: Canaries, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    up = tenants_up
+    clients = {
+        t: await Quill.connect(up.nats_url, user=t, password=PASSWORDS[t], actor=t, retries=0)
+        for t in ("a", "b")
+    }
+    try:
+        a = [await created(clients["a"], f"a/busy-{n}", None) for n in range(4)]  # --max-runs
+        b = await created(clients["b"], "b/work", None)
+        gate = Gate(up.data / "executor" / "checkouts")
+        held = [gate.run(ws) for ws in a]
+        started = [gate.started[f"a/{ws.name}"] for ws in a]
+        await until(lambda: sum(e.is_set() for e in started) >= 3, 60)  # a's share: 3 of 4
+        result = await b.exec("echo b ran > b.txt; cat b.txt")  # no retry: b runs at once
+        assert (result.exit_code, result.stdout) == (0, "b ran\n") and result.changes.committed
+        assert not any(task.done() for task in held)
+        assert sum(e.is_set() for e in started) == 3  # a's fourth still waits
+        for ws, event in zip(a, started, strict=True):
+            if event.is_set():
+                gate.release(ws)
+        await until(lambda: all(e.is_set() for e in started), 60)
+        for ws in a:
+            gate.release(ws)
+        for task in held:
+            assert (await task).exit_code == 0  # type: ignore[attr-defined]
+    finally:
+        for quill in clients.values():
+            await quill.close()
+    conf = (up.data / "nats" / "nats-server.conf").read_text()
+    system = re.search(r'user: "quill-system", password: "([^"]+)"', conf)
+    assert system is not None
+    monkeypatch.setenv("QUILL_NATS_USER", "quill-system")
+    monkeypatch.setenv("QUILL_NATS_PASSWORD", system.group(1))
+    verify(up, "b/work")
+    verify(up, "a/busy-0")
