@@ -432,15 +432,19 @@ class Executor:
         Raises:
             QuillError: ``SIZE_LIMIT_EXCEEDED`` when it was stopped or ended over the quota.
         """
+        key = (checkout.tenant, checkout.workspace)
+        live = self.checkouts.get(key) is checkout  # not one built at an older version
         try:
             result, used = await quota.guard(
                 checkout.home, checkout.limits.max_checkout_bytes, work
             )
         except quota.OverQuota as over:
             await asyncio.to_thread(checkout.reset)
-            self.budget.used((checkout.tenant, checkout.workspace), 0)
+            if live:
+                self.budget.used(key, await quota.measure(checkout.home))
             raise over.stopped() from None
-        self.budget.used((checkout.tenant, checkout.workspace), used)
+        if live:
+            self.budget.used(key, used)
         return result
 
     async def _room(self) -> None:

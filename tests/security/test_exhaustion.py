@@ -122,7 +122,7 @@ FILLERS = {  # 3 MB each, against a quota of 2 MiB (no one file may be larger th
 
 @pytest.mark.parametrize("filler", FILLERS)
 async def test_a_command_over_its_checkout_quota_is_stopped_and_leaves_nothing(
-    services: tuple[StartExecutor, Path], client: Quill, filler: str
+    services: tuple[StartExecutor, Path], client: Quill, canaries: Canaries, filler: str
 ) -> None:
     start, _ = services
     executor = await start()
@@ -143,7 +143,7 @@ async def test_a_command_over_its_checkout_quota_is_stopped_and_leaves_nothing(
 
 
 async def test_a_workspace_whose_files_exceed_the_quota_runs_no_command(
-    services: tuple[StartExecutor, Path], client: Quill
+    services: tuple[StartExecutor, Path], client: Quill, canaries: Canaries
 ) -> None:
     start, _ = services
     await start()
@@ -159,7 +159,7 @@ async def test_a_workspace_whose_files_exceed_the_quota_runs_no_command(
 
 
 async def test_idle_checkouts_are_evicted_oldest_first_never_one_in_use(
-    services: tuple[StartExecutor, Path], client: Quill
+    services: tuple[StartExecutor, Path], client: Quill, canaries: Canaries
 ) -> None:
     start, _ = services
     executor = await start()
@@ -187,7 +187,7 @@ async def test_idle_checkouts_are_evicted_oldest_first_never_one_in_use(
 
 
 async def test_an_executor_short_of_disk_refuses_new_commands(
-    services: tuple[StartExecutor, Path], client: Quill
+    services: tuple[StartExecutor, Path], client: Quill, canaries: Canaries
 ) -> None:
     start, data = services
     async with AsyncExitStack() as first:
@@ -211,7 +211,7 @@ async def test_an_executor_short_of_disk_refuses_new_commands(
 
 
 async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
-    services: tuple[StartExecutor, Path], client: Quill
+    services: tuple[StartExecutor, Path], client: Quill, canaries: Canaries
 ) -> None:
     start, _ = services
     executor = await start(max_runs=2)
