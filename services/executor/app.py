@@ -250,6 +250,8 @@ class Executor:
         self.budget = disk.Budget(config.checkouts_budget)
         self.using: Counter[tuple[str, str]] = Counter()
         """Requests in hand per checkout (one in use, or waited for, is never evicted)."""
+        self.over_quota: dict[tuple[str, str], int] = {}
+        """Checkouts over their quota with only what the log holds, at that version."""
         self._subs: list[Subscription] = []
         self._nuid = NUID()
         self._lock: IO[str] | None = None
@@ -416,14 +418,16 @@ class Executor:
         is rebuilt from the log); still over, the command is refused."""
         limit = checkout.limits.max_checkout_bytes
         used = await quota.measure(checkout.home)
-        if used > limit:
+        if used > limit and self.over_quota.get(key) != checkout.version:
             log.warning("checkout %s/%s over its quota (%d bytes): rebuilt", *key, used)
             await asyncio.to_thread(checkout.reset)
             await self._sync(checkout)
             used = await quota.measure(checkout.home)
-            if used > limit:
-                raise quota.OverQuota(used, limit).refused()
         self.budget.used(key, used)
+        if used > limit:  # not rebuilt again until the log changes
+            self.over_quota[key] = checkout.version
+            raise quota.OverQuota(used, limit).refused()
+        self.over_quota.pop(key, None)
 
     async def _guarded(self, checkout: Checkout, work: Awaitable[T]) -> T:
         """``work`` (a command on ``checkout``) stopped if the checkout goes over its quota:
@@ -474,6 +478,7 @@ class Executor:
         lock = self.locks.setdefault(key, asyncio.Lock())
         async with lock:  # free: taken at once; a request arriving now waits for it
             checkout = self.checkouts.pop(key, None)
+            self.over_quota.pop(key, None)
             home = self.settings.data_dir / "checkouts" / key[0] / key[1]
             await asyncio.to_thread(_remove_tree, checkout.home if checkout else home)
             self.budget.forget(key)
