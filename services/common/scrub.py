@@ -64,6 +64,7 @@ from contracts.events import (
     ChangesCommitted,
     HistoryCompacted,
     WorkspaceEvent,
+    WorkspaceUpdated,
 )
 from contracts.paths import normalize
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
@@ -464,6 +465,19 @@ async def _replace_log(
                 result.blobs_deleted += 1
     result.version, result.head, result.tree_hash = version, head, closing.tree_hash
     result.form = "events" if whole else "manifest"
+    update = WorkspaceUpdated(
+        tenant=tenant,
+        workspace=workspace,
+        version=version,
+        op=SCRUB_OP,
+        actor=closing.actor,
+        request_id=closing.request_id,
+        at=closing.at,
+        paths=result.paths_changed[:100],
+        paths_total=len(result.paths_changed),
+        tree_hash=closing.tree_hash,
+    )
+    await nc.publish(subjects.updated(tenant, workspace), codec.encode(update))
 
 
 async def _check(

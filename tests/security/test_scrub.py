@@ -168,7 +168,12 @@ async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
     dry = stack.cli("--json", "scrub", WS, "--secrets", str(registry(tmp_path)), "--dry-run")
     assert json.loads(dry.stdout)["dry_run"] and await leaks(js), "a dry run changes nothing"
 
+    updates = await quill.nc.subscribe(subjects.updated("acme", "leak"))
+    await quill.nc.flush()
     done = stack.cli("--json", "scrub", WS, "--secrets", str(registry(tmp_path)))
+    update = codec.decode((await updates.next_msg(timeout=10)).data, WorkspaceUpdated)
+    await updates.unsubscribe()
+    assert (update.op, update.version) == (SCRUB_OP, last + 1)  # watchers learn of it
     result = json.loads(done.stdout)
     assert SECRET not in done.stdout + done.stderr
     assert result["secret_ids"] == ["leak"] and result["form"] == "events"
