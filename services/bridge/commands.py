@@ -17,7 +17,6 @@ move. Git actions go through ``services.executor.git`` (hardened git, the actor 
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.paths import display, normalize
 from services.bridge.folder import Folder, Sig, sig_of
 from services.common.globs import Globs
+from services.common.safefs import Dir, walk
 from services.executor import sandbox
 from services.executor.app import DEFAULT_TIMEOUT_MS, READ_ONLY_GIT, text_of
 from services.executor.checkout import DEFAULT_IGNORE
@@ -44,26 +44,9 @@ def snapshot(root: Path) -> Snapshot:
     """Every entry of the folder but what the ignore patterns leave out (blocking)."""
     ignore = Globs.names(DEFAULT_IGNORE)
     out: Snapshot = {}
-    stack = [""]
-    while stack:
-        directory = stack.pop()
-        try:
-            with os.scandir(root / directory if directory else root) as it:
-                entries = list(it)
-        except OSError:
-            continue
-        for entry in entries:
-            rel = f"{directory}/{entry.name}" if directory else entry.name
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            is_dir = stat.S_ISDIR(st.st_mode)
-            if is_dir and ignore.match_dir(rel):
-                continue
-            out[rel] = (is_dir, sig_of(st))
-            if is_dir:
-                stack.append(rel)
+    with Dir.open(root) as top:  # each directory from its parent's descriptor, no link followed
+        for rel, _, _, st in walk(top, ignore.match_dir):
+            out[rel] = (stat.S_ISDIR(st.st_mode), sig_of(st))
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -212,9 +213,9 @@ class LocalQueries:
         for node in files:
             if node.size > self.folder.limits.max_file_bytes:
                 continue
-            location = os.path.join(real, relative(node.path, scope))
+            location = Path(os.path.join(real, relative(node.path, scope)))
             try:
-                with open(location, "rb") as f:
+                with self.folder.open_file(location) as f:  # through no link
                     text = as_text(f.read())
             except OSError:
                 continue

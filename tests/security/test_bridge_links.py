@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,8 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from services.bridge.changes import LocalChanges
 from services.bridge.folder import Folder
+from services.bridge.queries import LocalQueries
+from services.common.store import Node
 from services.writer.decision import Decision
 
 
@@ -124,3 +127,20 @@ def test_no_walk_goes_through_a_directory_swapped_for_a_link(folder: Folder, out
     real = folder.locate("d")
     assert folder.walk("d", real) == []
     assert [n.path for n in folder.walk("", folder.root)] == ["d.away", "d.away/x.txt", "f.txt"]
+
+
+def test_grep_reads_no_file_swapped_for_a_link_after_the_walk(
+    folder: Folder, outside: Path
+) -> None:
+    queries = LocalQueries(folder, "acme", "laptop", "full", "file:///laptop")
+    walked = folder.walk
+    swap = to_link(folder.root / "f.txt", outside / "secret.txt")
+
+    def racing(*args: Any, **kwargs: Any) -> list[Node]:
+        nodes: list[Node] = walked(*args, **kwargs)
+        swap()
+        return nodes
+
+    folder.walk = racing  # type: ignore[method-assign]
+    result = queries.grep(rq.GrepQuery(pattern="secret", literal=True))
+    assert result.matches == []
