@@ -428,3 +428,13 @@ async def test_a_workdir_through_a_link_tells_nothing_of_the_host(
         answers.append(refused.value.code)
     assert answers[0] == answers[1] == ErrorCode.FILE_NOT_FOUND
     assert answers[2] == ErrorCode.NOT_A_DIRECTORY  # the link itself: never entered
+
+
+async def test_no_hard_link_reaches_a_host_file(stack: Stack, canaries: Canaries) -> None:
+    """The host files the sandbox shows are other mounts than the checkout's: no hard link to
+    one can be made in it (so none can be committed, nor rewritten by the executor)."""
+    ws = await new_workspace(stack, "acme/hard-host")
+    result = await ws.exec("ln /usr/bin/env e; ln /etc/ld.so.cache c; ls -A")
+    assert result.stdout == ""
+    assert result.stderr.count("Invalid cross-device link") == 2, result.stderr
+    assert not result.changes.committed
