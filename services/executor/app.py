@@ -252,6 +252,9 @@ class Executor:
         """Requests in hand per checkout (one in use, or waited for, is never evicted)."""
         self.over_quota: dict[tuple[str, str], int] = {}
         """Checkouts over their quota with only what the log holds, at that version."""
+        self.measured: dict[tuple[str, str], tuple[int, int]] = {}
+        """Per checkout a command ended in normally: (version after it, bytes it held then),
+        so that the next command at that version need not walk it again."""
         self._subs: list[Subscription] = []
         self._nuid = NUID()
         self._lock: IO[str] | None = None
@@ -397,6 +400,7 @@ class Executor:
                     )
                 await self._within_quota(key, checkout)
                 yield checkout
+                self.measured[key] = (checkout.version, self.budget.sizes.get(key, 0))
             done = True
         finally:
             self.using[key] -= 1
@@ -417,7 +421,11 @@ class Executor:
         """Before a command: a checkout over its quota drops what the log does not hold (it
         is rebuilt from the log); still over, the command is refused."""
         limit = checkout.limits.max_checkout_bytes
-        used = await quota.measure(checkout.home)
+        known = self.measured.pop(key, None)  # kept only by a command that ended normally
+        if known is not None and known[0] == checkout.version:
+            used = known[1]  # nothing changed it since
+        else:
+            used = await quota.measure(checkout.home)
         if used > limit and self.over_quota.get(key) != checkout.version:
             log.warning("checkout %s/%s over its quota (%d bytes): rebuilt", *key, used)
             await asyncio.to_thread(checkout.reset)
@@ -479,6 +487,7 @@ class Executor:
         async with lock:  # free: taken at once; a request arriving now waits for it
             checkout = self.checkouts.pop(key, None)
             self.over_quota.pop(key, None)
+            self.measured.pop(key, None)
             home = self.settings.data_dir / "checkouts" / key[0] / key[1]
             await asyncio.to_thread(_remove_tree, checkout.home if checkout else home)
             self.budget.forget(key)

@@ -7,7 +7,8 @@ directories (``node_modules``), files over ``max_file_bytes`` and everything els
 uncommitted count like the rest: they are on the executor's disk all the same.
 
 ``guard`` runs a command while measuring its checkout every ``WATCH_S`` (a ``scandir`` walk in
-a thread: no file is read) and once more when it ends; over the limit it cancels the command,
+a thread: no file is read; ~25 ms for 10,000 files here, and for a bigger tree, every twice
+the time a walk takes) and once more when it ends; over the limit it cancels the command,
 which makes the provider kill the whole sandbox, and raises ``OverQuota``. The quota is sampled,
 not a filesystem quota: a command may get past it by what it writes between two samples (with
 ``fallocate``, quickly), bounded per file by RLIMIT_FSIZE, which the executor sets no higher
@@ -107,9 +108,13 @@ async def guard(
         Exception: what ``work`` raised.
     """
     task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    wait = every
     try:
-        while not (await asyncio.wait({task}, timeout=every))[0]:
+        while not (await asyncio.wait({task}, timeout=wait))[0]:
+            began = loop.time()
             used = await measure(root)
+            wait = max(every, 2 * (loop.time() - began))  # a big tree: a third of a core at most
             if used > limit and not task.done():
                 await _stop(task)
                 raise OverQuota(used, limit)
