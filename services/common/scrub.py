@@ -4,8 +4,8 @@ A secret that reached the log (before redaction covered where it leaked, or befo
 registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewrites it:
 
 1. The whole log is read and checked (hash chain, tree hashes) like ``quill verify``. A log
-   that starts at a compaction (``max_versions``) is refused: its purged history lives only
-   in the compaction's manifest (docs/replay.md: what it does not reach).
+   that starts at a compaction (``max_versions``) starts from its manifest, which is
+   redacted too (``scrub_redact.py``).
 2. Every event is redacted with the registry (``services.common.secrets``: each occurrence
    becomes ``[REDACTED:<id>]``): every string it holds (paths, messages, actors, sessions,
    runs, results...) and every content, inline or in WS_BLOBS. A content that changes gets a
@@ -35,7 +35,7 @@ registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewr
 
 Failures are ``QuillError``: ``WORKSPACE_NOT_FOUND``, ``NO_MATCH`` (no secret occurs),
 ``INVALID_ARGUMENT`` (a redaction would make an invalid or colliding path, a secret in the
-workspace's own name, a compacted log), ``CONFLICT`` (the workspace was written meanwhile),
+workspace's own name), ``CONFLICT`` (the workspace was written meanwhile),
 ``INTERNAL`` (the log does not verify, or the secret is still found afterwards),
 ``UNAVAILABLE`` (NATS failing; or the old log could not be purged after the new one was
 appended: the message says how to purge it).
@@ -43,7 +43,6 @@ appended: the message says how to purge it).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import socket
@@ -62,11 +61,11 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import (
     AuditRecord,
     ChangesCommitted,
+    CompactionManifest,
     HistoryCompacted,
     WorkspaceEvent,
     WorkspaceUpdated,
 )
-from contracts.paths import normalize
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
 from services.common import compaction
 from services.common import log as eventlog
@@ -74,6 +73,7 @@ from services.common import replay as rpl
 from services.common import scrub_stores as stores
 from services.common.blobs import Blobs
 from services.common.plan import Committed
+from services.common.scrub_redact import Redactor, tree_at
 from services.common.secrets import Secrets
 from services.common.store import Store
 from services.common.tree import Tree, apply_change
@@ -117,126 +117,6 @@ class Scrubbed(msgspec.Struct, kw_only=True):
     blobs_deleted: int = 0
 
 
-class _Redactor:
-    """Redacts values, paths and contents of one workspace's log, remembering what changed."""
-
-    def __init__(self, secrets: Secrets, blobs: Blobs) -> None:
-        self.secrets, self.blobs = secrets, blobs
-        self.found: set[str] = set()
-        self.shas: dict[str, str] = {}
-        """Old sha256 → new, for contents that changed."""
-        self.contents: dict[str, tuple[str, int, bytes]] = {}
-        """Old sha256 → (new sha256, new size, new content), for every content seen."""
-        self.paths: dict[str, str] = {}
-        """Old path → new, for every path seen."""
-        self._owner: dict[str, str] = {}
-
-    def text(self, value: str) -> str:
-        new, ids = self.secrets.redact(value)
-        self.found.update(ids)
-        return self.shas.get(new, new)
-
-    def value(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, list):
-            return [self.value(v) for v in value]
-        if isinstance(value, dict):
-            return {self.text(k): self.value(v) for k, v in value.items()}
-        return value
-
-    def path(self, old: str, version: int) -> str:
-        known = self.paths.get(old)
-        if known is not None:
-            return known
-        new = self.text(old)
-        if new != old:
-            try:
-                valid = normalize(new) == new
-            except QuillError:
-                valid = False
-            if not valid:
-                raise QuillError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"Version {version}: a path would not be valid once redacted ({new!r})",
-                )
-        owner = self._owner.setdefault(new, old)
-        if owner != old:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"Version {version}: two paths would both become {new!r} once redacted",
-            )
-        self.paths[old] = new
-        return new
-
-    async def content(self, change: dict[str, Any], version: int) -> None:
-        """Redact a ``put``'s content in place (inline, in WS_BLOBS, or named by sha256)."""
-        old_sha = str(change["sha256"])
-        if "text" in change:
-            raw = str(change["text"]).encode("utf-8", "surrogatepass")
-        elif "data" in change:
-            raw = base64.b64decode(change["data"])
-        elif change.get("blob"):
-            raw = await self.blobs.get(old_sha)
-        elif old_sha in self.contents:
-            new_sha, size, _ = self.contents[old_sha]
-            change["sha256"], change["size"] = new_sha, size
-            return
-        elif int(change.get("size", 0)) == 0:
-            raw = b""
-        else:
-            raw = await self.blobs.get(old_sha)
-        if hashing.content_sha256(raw) != old_sha:
-            raise rpl.corrupt(
-                f"The content of a put does not match its sha256 ({old_sha})", version
-            )
-        new, ids = self.secrets.redact_bytes(raw)
-        self.found.update(ids)
-        new_sha = hashing.content_sha256(new)
-        self.contents[old_sha] = (new_sha, len(new), new)
-        if new_sha == old_sha:
-            return
-        self.shas[old_sha] = new_sha
-        if "text" in change:
-            change["text"] = new.decode("utf-8", "surrogatepass")
-        elif "data" in change:
-            change["data"] = base64.b64encode(new).decode()
-        change["sha256"], change["size"] = new_sha, len(new)
-
-    async def event(self, event: WorkspaceEvent) -> dict[str, Any]:
-        """``event`` as JSON builtins, redacted (its hashes still the old ones)."""
-        body: dict[str, Any] = msgspec.json.decode(codec.encode(event))
-        out: dict[str, Any] = {}
-        for key, value in body.items():
-            if key == "changes":
-                changes = []
-                for change in value:
-                    change = dict(change)
-                    if change.get("type") == "put":
-                        await self.content(change, event.version)
-                    for name in ("path", "moved_from"):
-                        if name in change:
-                            change[name] = self.path(str(change[name]), event.version)
-                    changes.append({k: v if k in _RAW_CHANGE else self.value(v)
-                                    for k, v in change.items()})  # fmt: skip
-                out[key] = changes
-            elif key in _KEEP:
-                out[key] = value
-            else:
-                out[key] = self.value(value)
-        if (out["tenant"], out["workspace"]) != (event.tenant, event.workspace):
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                "A secret is part of the workspace's name: scrub cannot rename a workspace "
-                "(export it, import it under another name, scrub that)",
-            )
-        return out
-
-
-_KEEP = {"type", "prev_hash", "tree_hash", "manifest", "version", "at"}
-_RAW_CHANGE = {"type", "path", "moved_from", "text", "data", "sha256", "size", "created"}
-
-
 # ---------------------------------------------------------------- the scrub
 
 
@@ -275,6 +155,28 @@ class _Rewrite:
             await self._flush()
         self.last_hash = digest
         return event
+
+    async def start(self, body: dict[str, Any], manifest: CompactionManifest) -> None:
+        """Start from the compaction the log starts at, with its (redacted) manifest: it
+        still chains to the manifest's rows, whose hashes are kept."""
+        event = codec.decode_event(msgspec.json.encode(body))
+        assert isinstance(event, HistoryCompacted)
+        self.tree = tree_at(manifest.revisions, event.version)
+        manifest_body = compaction.encode_manifest(manifest)
+        digest_m = hashing.content_sha256(manifest_body)
+        self.manifests[digest_m] = manifest_body
+        event = msgspec.structs.replace(
+            event,
+            manifest=digest_m,
+            manifest_size=len(manifest_body),
+            tree_hash=hashing.tree_hex(self.tree.hash),
+        )
+        payload = codec.encode(event)
+        digest = hashing.event_hash(payload)
+        self.payloads.append((payload, digest, event.version))
+        self._pending.append(Committed(event, digest, event.version, manifest))
+        await self._flush()
+        self.last_hash = digest
 
     async def _flush(self) -> None:
         if self._pending:
@@ -318,24 +220,26 @@ async def scrub(
             raise QuillError(ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace {name} not found")
         last_seq = await eventlog.last_seq(js, subject, fresh=True)
         old = await eventlog.read(js, subject, 0, last_seq, timeout=rpl.IDLE_S)
-        if old and isinstance(old[0].event, HistoryCompacted):
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"{name}'s log starts at a compaction (max_versions): its older history is "
-                "kept in the compaction's manifest, which scrub does not rewrite",
-            )
-        fold = rpl.Fold(tenant, workspace)
-        for item in old:
+        fold, kept = rpl.Fold(tenant, workspace), None
+        if old and isinstance(first := old[0].event, HistoryCompacted):
+            kept = compaction.decode_manifest(await blobs.get(first.manifest))
+            fold.start(first, old[0].hash, kept, first.version)
+        for item in old[1:] if kept else old:
             fold.apply(item.event, item.hash)
-        redactor = _Redactor(secrets, blobs)
+        redactor = Redactor(secrets, blobs)
         with tempfile.TemporaryDirectory(prefix="quill-scrub-") as tmp:
             store = await Store.open(Path(tmp) / "scrub.db", role="writer")
             try:
                 new = _Rewrite(store, tenant, workspace)
                 changed = 0
-                for item in old:
+                for n, item in enumerate(old):
                     body = await redactor.event(item.event)
-                    await new.add(body)
+                    if n == 0 and kept is not None:  # the log starts at a compaction
+                        redacted = await redactor.manifest(kept)
+                        await new.start(body, redacted)
+                        changed += redacted != kept
+                    else:
+                        await new.add(body)
                     changed += body != msgspec.json.decode(codec.encode(item.event))
                 audit = await stores.messages(js, STREAM_AUDIT, audit_subject)
                 audit_hits = [(s, d) for s, d in audit if stores.carries(secrets, d)]
@@ -385,7 +289,7 @@ async def _replace_log(
     subjects: Subjects,
     new: _Rewrite,
     blobs: Blobs,
-    redactor: _Redactor,
+    redactor: Redactor,
     old: list[Committed],
     last_seq: int,
     actor: str | None,

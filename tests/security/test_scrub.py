@@ -345,38 +345,50 @@ async def test_a_write_that_gets_in_first_makes_the_scrub_change_nothing(
     verify(stack, name)
 
 
-async def test_refused_when_redacting_would_merge_two_paths_or_the_log_was_compacted(
-    stack: Up, quill: Quill
-) -> None:
+async def test_refused_when_redacting_would_merge_two_paths(stack: Up, quill: Quill) -> None:
     secret = "sk-refuse-0123456789ab"
-    registry_ = Secrets({"leak": secret})
     ws = quill.workspace("acme/merge")
     await ws.create()
     await ws.write(f"a-{secret}.md", "one\n")
     await ws.write(f"a-{MARK}.md", "two\n")
     with pytest.raises(QuillError) as merged:
-        await scrub(quill.nc, Subjects(), "acme", "merge", registry_)
+        await scrub(quill.nc, Subjects(), "acme", "merge", Secrets({"leak": secret}))
     assert merged.value.code == ErrorCode.INVALID_ARGUMENT and secret not in str(merged.value)
     assert "two paths would both become" in merged.value.message
+    verify(stack, "acme/merge")
 
-    compacted = quill.workspace("acme/compacted")
-    await compacted.create(limits=LimitsPatch(max_versions=1))
-    await compacted.write("k.md", f"{secret}\n")
+
+async def test_a_compacted_log_is_scrubbed_manifest_and_all(stack: Up, quill: Quill) -> None:
+    """``max_versions`` purged the log's beginning: the compaction's manifest (its kept
+    revisions, event rows and contents) holds the secret, and is rewritten too."""
+    secret, name = "sk-compact-0123456789ab", "acme/compacted"
+    ws = quill.workspace(name)
+    await ws.create(limits=LimitsPatch(max_versions=1))
+    await ws.write(f"k-{secret}.md", f"{secret}\n")
     updates = await quill.nc.subscribe(Subjects().updated("acme", "compacted"))
     async with asyncio.timeout(30):
         for i in range(1 + slack(1) + 1):
-            await compacted.write("hot.md", f"{i}\n")
+            await ws.write("hot.md", f"{i}\n")
         async for msg in updates.messages:  # the writer compacts after it answered
             if codec.decode(msg.data, WorkspaceUpdated).op == "compact":
                 break
     await updates.unsubscribe()
+    await ws.write("late.md", f"after the compaction: {secret}\n")
     js, subject = quill.nc.jetstream(), Subjects().evt("acme", "compacted")
     first = (await eventlog.read(js, subject, 0, await eventlog.last_seq(js, subject)))[0]
     assert isinstance(first.event, HistoryCompacted), "the log starts at a compaction"
-    with pytest.raises(QuillError) as refused:
-        await scrub(quill.nc, Subjects(), "acme", "compacted", registry_)
-    assert refused.value.code == ErrorCode.INVALID_ARGUMENT
-    assert "starts at a compaction" in refused.value.message
+    floor = first.event.floor
+    before = {v: await snapshot(ws, v) for v in range(floor, ws.last_version + 1)}
+    done = await scrub(quill.nc, Subjects(), "acme", "compacted", Secrets({"c": secret}))
+    assert done.form == "events" and done.paths_changed == ["k-[REDACTED:c].md"]
+    assert await leaks(js, secret) == []
+    verify(stack, name)
+    await redacted_everywhere(ws, before, c=secret)
+    out = stack.cli(
+        "replay", name, "--to-version", str(floor), "--out", str(Path(stack.data) / "r")
+    )
+    assert "replayed acme/compacted" in out.stdout
+    assert (Path(stack.data) / "r" / "k-[REDACTED:c].md").read_text() == "[REDACTED:c]\n"
 
 
 def test_the_docs_example_runs_as_written(stack: Up, tmp_path: Path) -> None:
