@@ -291,12 +291,7 @@ class Checkout:
         """The contents ``event``'s puts do not carry inline, by sha256: a blob from WS_BLOBS;
         for a move or a restore (a put naming content the log carried before), a file the
         checkout already holds with that content, else the file as a reader has it."""
-        wanted: dict[str, PutFile] = {}
-        for change in event.changes:
-            if not isinstance(change, PutFile) or change.text is not None or change.data:
-                continue
-            if change.size and not await asyncio.to_thread(self._holds_path, change):
-                wanted.setdefault(change.sha256, change)
+        wanted = await asyncio.to_thread(self._wanted, event)
         if not wanted:
             return {}
         held = {t.sha256: p for p, t in self.manifest.paths.items() if t.sha256 in wanted}
@@ -331,9 +326,25 @@ class Checkout:
             return None
         return data
 
-    def _holds_path(self, change: PutFile) -> bool:
+    def _wanted(self, event: ChangesCommitted) -> dict[str, PutFile]:
+        """Per sha256, a put of ``event`` whose content is neither inline nor already at its
+        path in the checkout (a path the event also removes, or below one, counts as not)."""
+        removed = {c.path for c in event.changes if isinstance(c, Remove)}
+        wanted: dict[str, PutFile] = {}
+        with Dir.open(self.tree) as root:
+            for change in event.changes:
+                if not isinstance(change, PutFile) or change.text is not None or change.data:
+                    continue
+                if not change.size:
+                    continue
+                gone = change.path in removed or any(a in removed for a in ancestors(change.path))
+                if gone or not self._holds_path(root, change):
+                    wanted.setdefault(change.sha256, change)
+        return wanted
+
+    def _holds_path(self, root: Dir, change: PutFile) -> bool:
         try:
-            with Dir.open(self.tree) as root, parent_of(root, change.path) as found:
+            with parent_of(root, change.path) as found:
                 return found is not None and self._holds(*found, change.path, change.sha256)
         except OSError:
             return False
