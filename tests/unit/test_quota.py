@@ -1,0 +1,88 @@
+"""services/executor/quota.py: what a checkout holds (like ``du``), and ``guard`` stopping work
+that makes it hold more than its quota. Small files in tmp_path; no sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from services.executor.quota import OverQuota, guard, usage
+
+KIB = 1024
+
+
+def test_usage_counts_blocks_of_everything_never_through_a_link(tmp_path: Path) -> None:
+    root = tmp_path / "checkout"
+    (root / "node_modules" / "deep").mkdir(parents=True)
+    (root / "node_modules" / "deep" / "big").write_bytes(b"x" * 200 * KIB)
+    empty = usage(root)
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"y" * 500 * KIB)
+    (root / "link").symlink_to(outside)  # counted as a link, not as what it points at
+    (root / "hard").write_bytes(b"z" * 100 * KIB)
+    os.link(root / "hard", root / "hard2")  # one file, two names: counted once
+    with open(root / "sparse", "wb") as f:  # 1 GiB apparent, no blocks
+        f.truncate(1024**3)
+    used = usage(root)
+    assert 200 * KIB < empty < 300 * KIB
+    assert 100 * KIB <= used - empty < 150 * KIB
+    assert usage(tmp_path / "missing") == 0
+
+
+async def test_guard_stops_work_that_goes_over_and_waits_for_it(tmp_path: Path) -> None:
+    stopped = asyncio.Event()
+
+    async def fill() -> None:
+        try:
+            for i in range(10_000):
+                (tmp_path / f"f{i}").write_bytes(b"x" * 64 * KIB)
+                await asyncio.sleep(0.001)
+        finally:
+            stopped.set()
+
+    with pytest.raises(OverQuota) as info:
+        await guard(tmp_path, 1024 * KIB, fill(), every=0.01)
+    assert stopped.is_set() and info.value.used > info.value.limit == 1024 * KIB
+    error = info.value.stopped()
+    assert error.code == "SIZE_LIMIT_EXCEEDED" and error.details["limit"] == "max_checkout_bytes"
+
+
+async def test_guard_checks_once_more_when_work_ends(tmp_path: Path) -> None:
+    async def burst() -> str:
+        (tmp_path / "big").write_bytes(b"x" * 300 * KIB)
+        return "done"
+
+    with pytest.raises(OverQuota):  # never sampled while it ran: caught at its end
+        await guard(tmp_path, 100 * KIB, burst(), every=60)
+    assert (await guard(tmp_path, 1024 * KIB, burst(), every=60))[0] == "done"
+
+
+async def test_guard_returns_the_result_and_what_is_held(tmp_path: Path) -> None:
+    async def small() -> int:
+        (tmp_path / "a").write_bytes(b"x" * 10 * KIB)
+        return 7
+
+    result, used = await guard(tmp_path, 1024 * KIB, small())
+    assert result == 7 and used == usage(tmp_path)
+
+
+async def test_guard_cancelled_cancels_its_work_first(tmp_path: Path) -> None:
+    cancelled = asyncio.Event()
+    running = asyncio.Event()
+
+    async def forever() -> None:
+        running.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+
+    outer = asyncio.create_task(guard(tmp_path, 1024 * KIB, forever(), every=0.01))
+    await asyncio.wait_for(running.wait(), 5)
+    outer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await outer
+    assert cancelled.is_set()
