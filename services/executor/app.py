@@ -348,6 +348,7 @@ class Executor:
         details: dict[str, Any] = {}
 
         async def work() -> tuple[int, rp.CommandResult | rp.GitResult]:
+            await self._room()  # a disk short of its reserve refuses at once, not after a wait
             await self.slots.wait(ticket)  # heartbeats go on meanwhile
             if isinstance(request, rq.RunCommand):
                 return await self.run(address, origin, request, job, details)
