@@ -265,7 +265,8 @@ def _scrubbed_text(s: scr.Scrubbed) -> str:
     return text + (
         f"log: version {s.old_version} head {_short(s.old_head)} -> version {s.version} "
         f"head {_short(s.head)} ({kept}); tree hash {_short(s.tree_hash)}; "
-        f"{_plural(s.blobs_deleted, 'blob')} deleted; verified"
+        f"{_plural(s.blobs_deleted, 'blob')} deleted; verified\n"
+        f"{_plural(len(s.replicas), 'reader replica')} rebuilt and agreeing"
     )
 
 
@@ -310,4 +311,19 @@ async def scrub(
         dry_run=dry_run,
         max_batch=max_batch,
     )
+    if not dry_run:  # the replicas rebuilt: each answers the new log's tree
+        nc, subjects = ws.client.nc, ws.client.subjects
+        fold = await rpl.replay(nc.jetstream(), subjects, ws.tenant, ws.name)
+        checks = [
+            await rpl.check_replica(nc, subjects, fold, instance, deep=False)
+            for instance in await rpl.live_readers(nc, subjects)
+        ]
+        result.replicas = [c.instance for c in checks if c.ok]
+        bad = [f"{c.instance} ({'; '.join(c.problems)})" for c in checks if not c.ok]
+        if bad:
+            raise QuillError(
+                ErrorCode.INTERNAL,
+                f"The log of {ws.tenant}/{ws.name} is scrubbed, but reader replicas disagree "
+                f"with it: {', '.join(bad)}",
+            )
     emit(ctx, result, lambda: _scrubbed_text(result))

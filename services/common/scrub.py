@@ -115,6 +115,9 @@ class Scrubbed(msgspec.Struct, kw_only=True):
     form: str = ""
     """``events``: the whole log re-chained; ``manifest``: history kept in the manifest."""
     blobs_deleted: int = 0
+    replicas: list[str] = msgspec.field(default_factory=list)
+    """The live reader replicas that answer the scrubbed workspace (``quill scrub`` checks
+    them as ``quill verify`` does)."""
 
 
 # ---------------------------------------------------------------- the scrub

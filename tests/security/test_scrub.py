@@ -180,6 +180,7 @@ async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
     assert result["version"] == last + 1 and result["old_head"] == head[-1].hash
     assert f"keys/{MARK}.txt" in result["paths_changed"]
     assert result["blobs_deleted"] == 1  # data/big.txt's; the other contents were inline
+    assert len(result["replicas"]) == 1  # quill up's reader, rebuilt and agreeing
 
     # 1. No stream, bucket or object store holds the value anymore.
     assert await leaks(js) == []
@@ -420,6 +421,7 @@ def test_the_docs_example_runs_as_written(stack: Up, tmp_path: Path) -> None:
         lines[at + 1].startswith("log: version 3 head ") and "-> version 4 head " in lines[at + 1]
     )
     assert lines[at + 1].endswith("0 blobs deleted; verified")  # it was inline
+    assert lines[at + 2] == "1 reader replica rebuilt and agreeing"
     assert lines[-1].endswith("key: [REDACTED:openai]")
     assert secret not in done.stdout + done.stderr
     verify(stack, "acme/app")
