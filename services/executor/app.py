@@ -505,16 +505,20 @@ class Executor:
 
     def _disk_info(self) -> dict[str, Any]:
         try:
-            free, reserve = self.reserve.space()
+            (free, reserve), (inodes, inode_reserve) = self.reserve.space(), self.reserve.inodes()
+            short = free < reserve or inodes < inode_reserve
         except OSError:
-            free = reserve = -1
+            free = reserve = inodes = inode_reserve = -1
+            short = False
         return {
             "waiting": self.slots.waiting,
             "checkouts_bytes": self.budget.total,
             "checkouts_budget": self.budget.budget,
             "disk_free_bytes": free,
             "disk_reserve_bytes": reserve,
-            "refusing": "disk_reserve" if 0 <= free < reserve else None,
+            "disk_free_inodes": inodes,
+            "disk_reserve_inodes": inode_reserve,
+            "refusing": "disk_reserve" if short else None,
         }
 
     async def _approved(

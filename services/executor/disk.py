@@ -41,13 +41,31 @@ class Reserve:
         reserve = self.reserve if self.reserve is not None else max(GIB, size // 20)
         return st.f_bavail * st.f_frsize, reserve
 
+    def inodes(self) -> tuple[int, int]:
+        """(free inodes for the executor, the reserve: 5% of them); (0, 0) on a filesystem
+        that has no fixed number of inodes (btrfs, some network filesystems report none).
+        Blocks are not the only thing a command can exhaust: a million empty files take no
+        blocks, and a filesystem out of inodes stops JetStream as surely as a full one."""
+        st = os.statvfs(self.path)
+        return (st.f_favail, st.f_files // 20) if st.f_files else (0, 0)
+
     def short(self) -> bool:
         free, reserve = self.space()
-        return free < reserve
+        inodes, inode_reserve = self.inodes()
+        return free < reserve or inodes < inode_reserve
 
     def check(self) -> None:
         """Raises:
-        QuillError: ``UNAVAILABLE`` when free space is below the reserve."""
+        QuillError: ``UNAVAILABLE`` when free space (or free inodes) is below the reserve."""
+        inodes, inode_reserve = self.inodes()
+        if inodes < inode_reserve:
+            raise QuillError(
+                ErrorCode.UNAVAILABLE,
+                f"Executor refusing new commands: its data disk has {inodes} inodes free, under "
+                f"its reserve of {inode_reserve} (disk_reserve); retry, another executor may "
+                "take it",
+                {"reason": "disk_reserve", "free_inodes": inodes, "reserve_inodes": inode_reserve},
+            )
         free, reserve = self.space()
         if free < reserve:
             raise QuillError(

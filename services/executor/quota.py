@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from contracts.errors import ErrorCode, QuillError
+from services.common import safefs
 
 T = TypeVar("T")
 
@@ -65,30 +66,22 @@ class OverQuota(Exception):
 
 def usage(root: Path) -> int:
     """Bytes on disk under ``root``, ``root`` included (0 if it does not exist). Blocking:
-    run it in a thread. Entries vanishing during the walk are skipped."""
+    run it in a thread. Entries vanishing during the walk are skipped. The walk runs while the
+    command does, so it goes through ``safefs``: a directory the command swaps for a link is
+    never followed (it would walk the host)."""
     try:
-        total = os.lstat(root).st_blocks * 512
+        top = safefs.Dir.open(root)
     except OSError:
         return 0
-    seen: set[tuple[int, int]] = set()
-    stack = [str(root)]
-    while stack:
-        try:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if stat.S_ISDIR(st.st_mode):
-                        stack.append(entry.path)
-                    elif st.st_nlink > 1:
-                        if (st.st_dev, st.st_ino) in seen:
-                            continue
-                        seen.add((st.st_dev, st.st_ino))
-                    total += st.st_blocks * 512
-        except OSError:
-            continue
+    with top:
+        total = os.fstat(top.fd).st_blocks * 512
+        seen: set[tuple[int, int]] = set()
+        for _, _, _, st in safefs.walk(top, prune=lambda _: False):
+            if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
     return total
 
 

@@ -212,6 +212,53 @@ async def test_an_executor_short_of_disk_refuses_new_commands(
     assert not (data / "checkouts" / "acme" / "short-1").exists()
 
 
+@pytest.fixture
+def small_inode_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real filesystem of 256 inodes (a tmpfs; mounting one needs root)."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs with few inodes needs root")
+    disk = tmp_path / "small-inode-disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,nr_inodes=256", "tmpfs", str(disk)])
+    if not os.path.ismount(disk):
+        pytest.skip("this host lets root mount no tmpfs")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+async def test_empty_files_that_exhaust_the_inodes_make_the_executor_refuse(
+    nats_url: str, client: Quill, small_inode_disk: Path, canaries: Canaries
+) -> None:
+    """Empty files take no blocks, so no byte quota sees them; the inodes run out all the
+    same, and the executor refuses new commands before its data disk has none left."""
+    if (why := probe_bwrap()) is not None:
+        pytest.skip(f"bwrap cannot run here: {why}")
+    async with AsyncExitStack() as es:
+        await start_writer(es, nats_url, small_inode_disk.parent / "writer")
+        await start_reader(es, nats_url, small_inode_disk.parent / "reader")
+        config = ExecutorConfig(sandbox="bwrap", disk_reserve=0)
+        executor = await start_executor(es, nats_url, small_inode_disk / "executor", config)
+        ws = await created(client, "acme/inodes", None)
+        await ws.exec("mkdir -p node_modules && cd node_modules && touch $(seq 1 240)")
+        assert executor.info()["refusing"] == "disk_reserve"
+        # the next command makes room first: the idle checkout holding them is evicted
+        other = await created(client, "acme/inodes-2", None)
+        await other.exec("echo fine > fine.txt")
+        assert not home(executor, ws).exists() and executor.info()["refusing"] is None
+        # inodes taken by something no eviction frees: new commands are refused
+        outside = small_inode_disk / "outside"
+        outside.mkdir()
+        for i in range(240):
+            (outside / str(i)).touch()
+        with pytest.raises(QuillError) as info:
+            await other.exec("echo never > never.txt")
+        assert info.value.code == ErrorCode.UNAVAILABLE
+        assert info.value.details["reason"] == "disk_reserve" and "inodes" in info.value.message
+
+
 # ------------------------------------------------------------------ item 4: slots
 
 
