@@ -611,6 +611,9 @@ def nats_auth(tenants_file: Path, root: str) -> None:
 @click.option("--max-file-bytes", type=int)
 @click.option("--max-files", type=int)
 @click.option("--max-versions", type=int, help="Revisions kept per file (at least; default: all).")
+@click.option(
+    "--max-checkout-bytes", type=int, help="Disk an executor's checkout of it may hold (4 GiB)."
+)
 @click.option("--exist-ok", is_flag=True, help="Succeed if it already exists.")
 async def create(
     ctx: click.Context,
@@ -619,11 +622,15 @@ async def create(
     max_file_bytes: int | None,
     max_files: int | None,
     max_versions: int | None,
+    max_checkout_bytes: int | None,
     exist_ok: bool,
 ) -> None:
     """Create WORKSPACE (tenant/workspace)."""
     limits = LimitsPatch(
-        max_file_bytes=max_file_bytes, max_files=max_files, max_versions=max_versions
+        max_file_bytes=max_file_bytes,
+        max_files=max_files,
+        max_versions=max_versions,
+        max_checkout_bytes=max_checkout_bytes,
     )
     r = await ws.create(trust=trust, limits=limits, exist_ok=exist_ok)  # type: ignore[arg-type]
     emit(

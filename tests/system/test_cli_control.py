@@ -295,3 +295,12 @@ def test_up_refuses_a_bad_secrets_file_at_once(
     assert done.stderr.startswith("quill: " + message.format(path=registry))
     assert len(done.stderr.splitlines()) == 1
     assert not (tmp_path / ".quill").exists()  # nothing was started
+
+
+def test_create_sets_the_checkout_quota_that_info_answers(up: Up) -> None:
+    ws = "acme/quota-cli"
+    up.cli("create", ws, "--max-checkout-bytes", str(64 * 1024 * 1024))
+    info = json.loads(up.cli("--json", "info", ws).stdout)
+    assert info["limits"]["max_checkout_bytes"] == 64 * 1024 * 1024
+    over = up.cli("create", "acme/quota-cli-2", "--max-checkout-bytes", "-1", check=False)
+    assert over.returncode == 2 and "INVALID_ARGUMENT" in over.stderr
