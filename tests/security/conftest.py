@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.system.conftest import Up
+from tests.system.conftest import Up, running
 
 
 class Canaries:
@@ -54,3 +54,10 @@ def verify(up: Up, workspace: str) -> None:
     """``quill verify`` passes on ``workspace`` (its log checks out and the replicas agree)."""
     result = up.cli("verify", workspace, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    """A plain ``quill up`` for the module (modules needing options define their own)."""
+    with running(tmp_path_factory.mktemp("up") / ".quill") as stack:
+        yield stack

@@ -6,7 +6,7 @@ git URL with dot segments. Driven with bare nats-py against a real ``quill up``.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import nats
@@ -15,14 +15,6 @@ from nats.aio.client import Client as NATS
 
 from tests.security.conftest import Canaries, verify
 from tests.system.conftest import Up
-
-
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    stack = Up(tmp_path_factory.mktemp("up") / ".quill").start()
-    yield stack
-    if stack.process and stack.process.poll() is None:
-        stack.stop()
 
 
 @pytest.fixture

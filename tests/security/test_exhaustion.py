@@ -33,7 +33,7 @@ from services.executor.sandbox import probe_bwrap
 from tests.helpers import start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries, verify
 from tests.system.conftest import Up
-from tests.system.test_tenants import PASSWORDS, TENANTS
+from tests.system.test_tenants import PASSWORDS, with_tenants
 
 MIB = 1024 * 1024
 QUOTA = LimitsPatch(max_checkout_bytes=2 * MIB, max_file_bytes=64 * 1024)
@@ -289,13 +289,8 @@ def tenants_up(tmp_path: Path) -> Iterator[Up]:
     """``quill up --tenants`` (tenants a and b), its executor with the default 4 slots."""
     if (why := probe_bwrap()) is not None:
         pytest.skip(f"bwrap cannot run here: {why}")
-    tenants = tmp_path / "tenants.toml"
-    tenants.write_text(TENANTS)
-    tenants.chmod(0o600)
-    stack = Up(tmp_path / ".quill", args=("--tenants", str(tenants), "--sandbox", "bwrap"))
-    yield stack.start()
-    if stack.process and stack.process.poll() is None:
-        stack.stop()
+    with with_tenants(tmp_path, "--sandbox", "bwrap") as stack:
+        yield stack
 
 
 async def test_with_tenants_one_saturating_the_executor_leaves_a_slot_for_the_other(

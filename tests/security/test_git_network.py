@@ -115,14 +115,6 @@ def server(tmp_path: Path) -> Iterator[GitServer]:
 # ---------------------------------------------------------------- through quill up
 
 
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    stack = Up(tmp_path_factory.mktemp("up") / ".quill").start()
-    yield stack
-    if stack.process and stack.process.poll() is None:
-        stack.stop()
-
-
 @pytest.fixture
 async def quill(up: Up) -> AsyncIterator[Quill]:
     client = await Quill.connect(up.nats_url, actor="attacker")

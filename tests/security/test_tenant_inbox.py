@@ -15,7 +15,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from tests.system.conftest import Up
-from tests.system.test_tenants import PASSWORDS, TENANTS
+from tests.system.test_tenants import PASSWORDS, with_tenants
 
 SUBJECTS = (
     ("ws.qry.a.shared.read", b'{"path": "notes.md"}'),
@@ -26,14 +26,8 @@ SUBJECTS = (
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    home = tmp_path_factory.mktemp("tenants")
-    tenants = home / "tenants.toml"
-    tenants.write_text(TENANTS)
-    tenants.chmod(0o600)
-    stack = Up(home / ".quill", args=("--tenants", str(tenants))).start()
-    yield stack
-    if stack.process and stack.process.poll() is None:
-        stack.stop()
+    with with_tenants(tmp_path_factory.mktemp("tenants")) as stack:
+        yield stack
 
 
 async def test_a_reply_into_another_tenants_inbox_is_refused_and_audited(up: Up) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -104,9 +105,18 @@ class Up:
         return result
 
 
+@contextlib.contextmanager
+def running(data: Path, *args: str) -> Iterator[Up]:
+    """``quill up --data DATA ARGS...`` until the block ends (then stopped, if still up)."""
+    stack = Up(data, args=args).start()
+    try:
+        yield stack
+    finally:
+        if stack.process and stack.process.poll() is None:
+            stack.stop()
+
+
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    stack = Up(tmp_path_factory.mktemp("up") / ".quill").start()
-    yield stack
-    if stack.process and stack.process.poll() is None:
-        stack.stop()
+    with running(tmp_path_factory.mktemp("up") / ".quill") as stack:
+        yield stack

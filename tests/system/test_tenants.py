@@ -5,6 +5,7 @@ server refuses), not over REST or MCP (404, the same answer as for what does not
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from quill.client import Quill
 from quill.natsserver import binary
 from services.gateway.principals import Principal, Tokens
 from tests.gateway.support import error, mcp_client, ok
-from tests.system.conftest import Up
+from tests.system.conftest import Up, running
 
 PASSWORDS = {"a": "tenant-a-password", "b": "tenant-b-password"}
 TOKENS = {"a": "token-of-tenant-a", "b": "token-of-tenant-b"}
@@ -35,16 +36,20 @@ TENANTS = "".join(
 )
 
 
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    home = tmp_path_factory.mktemp("tenants")
+@contextlib.contextmanager
+def with_tenants(home: Path, *args: str) -> Iterator[Up]:
+    """``quill up --tenants`` (tenants a and b) in ``home`` until the block ends."""
     tenants = home / "tenants.toml"
     tenants.write_text(TENANTS)
     tenants.chmod(0o600)
-    stack = Up(home / ".quill", args=("--tenants", str(tenants))).start()
-    yield stack
-    if stack.process and stack.process.poll() is None:
-        stack.stop()
+    with running(home / ".quill", "--tenants", str(tenants), *args) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    with with_tenants(tmp_path_factory.mktemp("tenants")) as stack:
+        yield stack
 
 
 async def quill_as(up: Up, tenant: str) -> Quill:
