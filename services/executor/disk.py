@@ -57,24 +57,15 @@ class Reserve:
     def check(self) -> None:
         """Raises:
         QuillError: ``UNAVAILABLE`` when free space (or free inodes) is below the reserve."""
-        inodes, inode_reserve = self.inodes()
-        if inodes < inode_reserve:
-            raise QuillError(
-                ErrorCode.UNAVAILABLE,
-                f"Executor refusing new commands: its data disk has {inodes} inodes free, under "
-                f"its reserve of {inode_reserve} (disk_reserve); retry, another executor may "
-                "take it",
-                {"reason": "disk_reserve", "free_inodes": inodes, "reserve_inodes": inode_reserve},
-            )
-        free, reserve = self.space()
-        if free < reserve:
-            raise QuillError(
-                ErrorCode.UNAVAILABLE,
-                f"Executor refusing new commands: its data disk has {free} bytes free, under "
-                f"its reserve of {reserve} bytes (disk_reserve); retry, another executor may "
-                "take it",
-                {"reason": "disk_reserve", "free_bytes": free, "reserve_bytes": reserve},
-            )
+        for unit, (free, reserve) in (("inodes", self.inodes()), ("bytes", self.space())):
+            if free < reserve:
+                raise QuillError(
+                    ErrorCode.UNAVAILABLE,
+                    f"Executor refusing new commands: its data disk has {free} {unit} free, "
+                    f"under its reserve of {reserve} {unit} (disk_reserve); retry, another "
+                    "executor may take it",
+                    {"reason": "disk_reserve", f"free_{unit}": free, f"reserve_{unit}": reserve},
+                )
 
 
 @dataclass
