@@ -253,7 +253,7 @@ def _scrubbed_text(s: scr.Scrubbed) -> str:
         f"{_plural(s.kv_entries, 'KV entry', 'KV entries')}"
     )
     if s.dry_run:
-        return f"dry run: {ids} found in {name}: {found}; nothing changed"
+        return f"dry run: {ids} found in {name}: {found}; nothing changed" + _shared_text(s)
     text = f"scrubbed {ids} from {name}: {found}\n"
     if s.form == "unchanged":
         return text + f"the log carried none: kept as it was (head {_short(s.head)})"
@@ -262,16 +262,32 @@ def _scrubbed_text(s: scr.Scrubbed) -> str:
         if s.form == "events"
         else "history kept in the scrub's manifest (too many events for one atomic batch)"
     )
-    return text + (
-        f"log: version {s.old_version} head {_short(s.old_head)} -> version {s.version} "
-        f"head {_short(s.head)} ({kept}); tree hash {_short(s.tree_hash)}; "
-        f"{_plural(s.blobs_deleted, 'blob')} deleted; verified\n"
-        f"{_plural(len(s.replicas), 'reader replica')} rebuilt and agreeing"
+    return (
+        text
+        + (
+            f"log: version {s.old_version} head {_short(s.old_head)} -> version {s.version} "
+            f"head {_short(s.head)} ({kept}); tree hash {_short(s.tree_hash)}; "
+            f"{_plural(s.blobs_deleted, 'blob')} deleted; verified\n"
+            f"{_plural(len(s.replicas), 'reader replica')} rebuilt and agreeing"
+        )
+        + _shared_text(s)
+    )
+
+
+def _shared_text(s: scr.Scrubbed) -> str:
+    """The other workspaces that name a blob that held a secret (kept for them)."""
+    if not s.shared_with:
+        return ""
+    one = len(s.shared_with) == 1
+    kept = "would be kept" if s.dry_run else "kept"
+    return (
+        f"\n{_plural(s.blobs_kept, 'blob')} {kept}: {', '.join(s.shared_with)} "
+        f"{'holds' if one else 'hold'} the same content: scrub {'it' if one else 'them'} too"
     )
 
 
 @main.command()
-@workspace_command
+@click.argument("workspaces", metavar="WORKSPACE...", nargs=-1, required=True)
 @click.option(
     "--secrets",
     "secrets_file",
@@ -289,18 +305,42 @@ def _scrubbed_text(s: scr.Scrubbed) -> str:
     help="Most events appended as one atomic batch (the server's jetstream.limits.batch."
     "max_msgs); a longer log keeps its scrubbed history in the scrub's manifest.",
 )
-async def scrub(
-    ctx: click.Context, ws: Workspace, secrets_file: str, dry_run: bool, max_batch: int
+@click.pass_context
+def scrub(
+    ctx: click.Context,
+    workspaces: tuple[str, ...],
+    secrets_file: str,
+    dry_run: bool,
+    max_batch: int,
 ) -> None:
-    """Take leaked secrets out of WORKSPACE's history: rewrite its log with every occurrence
-    redacted (contents, paths, messages, actors...), re-chain and verify it, replace it
-    atomically (refused if the workspace is written meanwhile), delete the blobs, audit
-    records and KV values that held them; replicas rebuild. Audited (op scrub, secret ids)."""
+    """Take leaked secrets out of each WORKSPACE's history: rewrite its log with every
+    occurrence redacted (contents, paths, messages, actors...), re-chain and verify it, replace
+    it atomically (refused if the workspace is written meanwhile), delete the blobs (unless
+    another workspace names one: it is kept and that workspace named), audit records and KV
+    values that held them; replicas rebuild. Audited (op scrub, secret ids). Several
+    workspaces are scrubbed in turn: a blob they share goes with the last of them."""
     path = Path("/dev/stdin") if secrets_file == "-" else Path(secrets_file)
     try:
         secrets = Secrets.load(path)
     except (OSError, ValueError) as exc:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"--secrets: {exc}") from None
+
+    async def go() -> None:
+        quill = await connect(ctx)
+        try:
+            for name in dict.fromkeys(workspaces):
+                ws = quill.workspace(name)
+                result = await _scrub_one(ctx, ws, secrets, dry_run, max_batch)
+                emit(ctx, result, _scrubbed_text(result))
+        finally:
+            await quill.close()
+
+    _run(go())
+
+
+async def _scrub_one(
+    ctx: click.Context, ws: Workspace, secrets: Secrets, dry_run: bool, max_batch: int
+) -> scr.Scrubbed:
     result = await scr.scrub(
         ws.client.nc,
         ws.client.subjects,
@@ -326,4 +366,4 @@ async def scrub(
                 f"The log of {ws.tenant}/{ws.name} is scrubbed, but reader replicas disagree "
                 f"with it: {', '.join(bad)}",
             )
-    emit(ctx, result, lambda: _scrubbed_text(result))
+    return result

@@ -26,7 +26,11 @@ registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewr
    ``jetstream.limits.batch.max_msgs``, 1000 by default), only the closing event is
    appended: the scrubbed history is then kept in its manifest, as a compaction keeps it.
 5. The old events are purged from WS_EVENTS, the WS_BLOBS objects that held a secret and
-   that the new log does not name are deleted, audit records (WS_AUDIT) that carry a secret
+   that the new log does not name are deleted, unless another workspace (of any tenant) still
+   names one (WS_BLOBS is addressed by sha256, shared by every workspace: ``referrers``
+   reads every other log once): that one is kept, and the result names the workspaces
+   (``shared_with``: they hold the same content, scrub them too; scrubbing the last of them
+   deletes it). Audit records (WS_AUDIT) that carry a secret
    are re-published redacted and the originals deleted, KV values that carry one are
    replaced by their redacted form (their history purged); keys that carry one are removed.
 6. The new log is replayed and checked, WS_EVENTS/WS_AUDIT are scanned for the secrets
@@ -115,6 +119,11 @@ class Scrubbed(msgspec.Struct, kw_only=True):
     form: str = ""
     """``events``: the whole log re-chained; ``manifest``: history kept in the manifest."""
     blobs_deleted: int = 0
+    blobs_kept: int = 0
+    """WS_BLOBS objects that held a secret, kept because another workspace names them."""
+    shared_with: list[str] = msgspec.field(default_factory=list)
+    """The other workspaces (``tenant/workspace``) that name a blob that held a secret: they
+    hold the same content, so the same secret: scrub them too."""
     replicas: list[str] = msgspec.field(default_factory=list)
     """The live reader replicas that answer the scrubbed workspace (``quill scrub`` checks
     them as ``quill verify`` does)."""
@@ -271,6 +280,7 @@ async def scrub(
                         "records or KV buckets): nothing to scrub",
                     )
                 if dry_run:
+                    await _shared(js, subjects, subject, set(redactor.shas), secrets, result)
                     return result
                 if changed:
                     await _replace_log(
@@ -359,17 +369,13 @@ async def _replace_log(
             f"workspace; purge it by hand: nats stream purge {STREAM_EVENTS} --subject "
             f"{subject} --seq {last_seq + 1} (quill verify fails until then)",
         ) from None
-    referenced = {c for c, _, _ in redactor.contents.values()} | set(new.manifests)
+    # Never delete what the new log names (its contents, its manifests, what they name).
+    referenced = {c for c, _, _ in redactor.contents.values()} | set(new.manifests) | named
     gone = set(redactor.shas) - referenced
     for item in old:
         if isinstance(item.event, HistoryCompacted) and item.event.manifest not in referenced:
             gone.add(item.event.manifest)
-    obs = await js.object_store(BUCKET_BLOBS)
-    for sha in sorted(gone):  # most were inline: never in WS_BLOBS
-        with contextlib.suppress(NotFoundError):
-            if not (await obs.get_info(sha)).deleted:
-                await obs.delete(sha)
-                result.blobs_deleted += 1
+    await _delete_blobs(js, subjects, subject, gone, redactor, result)
     result.version, result.head, result.tree_hash = version, head, closing.tree_hash
     result.form = "events" if whole else "manifest"
     update = WorkspaceUpdated(
@@ -385,6 +391,71 @@ async def _replace_log(
         tree_hash=closing.tree_hash,
     )
     await nc.publish(subjects.updated(tenant, workspace), codec.encode(update))
+
+
+async def _present(js: JetStreamContext, shas: set[str]) -> set[str]:
+    """Those of ``shas`` that are objects of WS_BLOBS (most contents were inline)."""
+    obs, out = await js.object_store(BUCKET_BLOBS), set()
+    for sha in shas:
+        with contextlib.suppress(NotFoundError):
+            if not (await obs.get_info(sha)).deleted:
+                out.add(sha)
+    return out
+
+
+def _name_shared(
+    refs: dict[str, set[str]], kept: set[str], secrets: Secrets, result: Scrubbed
+) -> None:
+    result.blobs_kept = len(kept)
+    names = {name for sha in kept for name in refs.get(sha, ())}
+    result.shared_with = sorted(secrets.redact(name)[0] for name in names)
+
+
+async def _shared(
+    js: JetStreamContext,
+    subjects: Subjects,
+    subject: str,
+    shas: set[str],
+    secrets: Secrets,
+    result: Scrubbed,
+) -> None:
+    """For a dry run: the blobs a scrub would keep, and the workspaces that name them."""
+    present = await _present(js, shas)
+    refs, _ = await stores.referrers(js, subjects, subject, present)
+    _name_shared(refs, set(refs), secrets, result)
+
+
+async def _delete_blobs(
+    js: JetStreamContext,
+    subjects: Subjects,
+    subject: str,
+    gone: set[str],
+    redactor: Redactor,
+    result: Scrubbed,
+) -> None:
+    """Delete the objects of ``gone`` from WS_BLOBS, except those another workspace names.
+
+    The other logs are read once up to their end; what no one else names is deleted; then
+    the events appended meanwhile are read: a write that stored the same content in between
+    found the object there and did not store it again, so it is put back for it (and its
+    workspace is named like the others)."""
+    present = await _present(js, gone)
+    refs, seen = await stores.referrers(js, subjects, subject, present)
+    kept = set(refs)
+    doomed = sorted(present - kept)
+    originals = {sha: redactor.originals.get(sha) or await redactor.blobs.get(sha)
+                 for sha in doomed}  # fmt: skip
+    obs = await js.object_store(BUCKET_BLOBS)
+    for sha in doomed:
+        with contextlib.suppress(NotFoundError):
+            await obs.delete(sha)
+    late, _ = await stores.referrers(js, subjects, subject, set(doomed), start=seen + 1)
+    for sha, names in late.items():
+        await redactor.blobs.put(sha, originals[sha])
+        refs.setdefault(sha, set()).update(names)
+        kept.add(sha)
+    result.blobs_deleted = len(doomed) - len(late)
+    _name_shared(refs, kept, redactor.secrets, result)
 
 
 async def _check(
@@ -452,6 +523,9 @@ async def _audit(
             "contents_changed": result.contents_changed,
             "audit_records": result.audit_records,
             "form": result.form,
+            "blobs_deleted": result.blobs_deleted,
+            "blobs_kept": result.blobs_kept,
+            "shared_with": result.shared_with,
         },
     )
     await js.publish(

@@ -41,6 +41,9 @@ class Redactor:
         self.found: set[str] = set()
         self.shas: dict[str, str] = {}
         """Old sha256 → new, for contents that changed."""
+        self.originals: dict[str, bytes] = {}
+        """Old sha256 → old content, for contents that changed (a blob deleted by the scrub
+        is put back from here if a write of another workspace names it meanwhile)."""
         self.contents: dict[str, tuple[str, int, bytes]] = {}
         """Old sha256 → (new sha256, new size, new content), for every content seen."""
         self.paths: dict[str, str] = {}
@@ -113,6 +116,7 @@ class Redactor:
         if new_sha == old_sha:
             return
         self.shas[old_sha] = new_sha
+        self.originals[old_sha] = raw
         if "text" in change:
             change["text"] = new.decode("utf-8", "surrogatepass")
         elif "data" in change:

@@ -1,5 +1,6 @@
 """The stores beside a workspace's log that ``quill scrub`` cleans (``scrub.py``): its
-audit records in WS_AUDIT and the entries of every KV bucket.
+audit records in WS_AUDIT and the entries of every KV bucket; and the other workspaces'
+logs, which the scrub must not break (``referrers``: the WS_BLOBS objects they still name).
 
 An audit record that carries a secret is re-published redacted (its fields, its original
 ``at`` kept) and the original deleted (``STREAM.MSG.DELETE`` erases it). A KV key with an
@@ -18,7 +19,12 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from contracts.subjects import STREAM_AUDIT
+from contracts import codec
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import ChangesCommitted, HistoryCompacted, PutFile
+from contracts.subjects import STREAM_AUDIT, STREAM_EVENTS, Subjects
+from services.common import compaction
+from services.common.blobs import Blobs
 from services.common.replay import IDLE_S
 from services.common.secrets import Secrets
 
@@ -132,3 +138,109 @@ async def scrub_kv(js: JetStreamContext, secrets: Secrets, hits: list[KvHit]) ->
         await js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{key}")
         if value is not None and not carries(secrets, key.encode()):
             await kv.put(key, secrets.redact_bytes(value)[0])
+
+
+_COMPACTED = b'"history_compacted"'
+
+
+async def referrers(
+    js: JetStreamContext,
+    subjects: Subjects,
+    own: str,
+    shas: set[str],
+    *,
+    start: int = 1,
+) -> tuple[dict[str, set[str]], int]:
+    """Which OTHER workspaces (every tenant's; not the one on subject ``own``) name one of
+    ``shas`` as a WS_BLOBS object: ``({sha: {"tenant/workspace", ...}}, last seq read)``.
+
+    WS_BLOBS is addressed by sha256 and shared by every workspace: a content two workspaces
+    hold is stored once, and deleting it breaks the other's reads. A workspace names it when
+    a ``put`` of its log carries it by sha256 without the content inline (``blob``, or a move
+    or restore of it), when the manifest of a ``history_compacted`` event of its log has a
+    file revision of it, or when that manifest is it.
+
+    One pass over WS_EVENTS from ``start`` (an ordered consumer on every workspace's log
+    subject): an event is decoded only when its payload spells one of ``shas`` or is a
+    compaction (whose manifest is then read from WS_BLOBS); the others are skipped unread.
+    """
+    found: dict[str, set[str]] = {}
+    if not shas:
+        return found, start - 1
+    every = subjects.evt("*", "*")
+    try:
+        last = (await js.stream_info(STREAM_EVENTS)).state.last_seq
+        first = await js.get_msg(STREAM_EVENTS, start, subject=every, next=True)
+    except NotFoundError:
+        return found, start - 1
+    assert first.seq is not None
+    needles = [sha.encode() for sha in shas]
+    manifests: list[tuple[str, str]] = []
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    seen = start - 1
+
+    def name(subject: str) -> str:
+        tenant, workspace = subject.rsplit(".", 2)[-2:]
+        return f"{tenant}/{workspace}"
+
+    def look(subject: str, data: bytes) -> None:
+        compacted = _COMPACTED in data
+        if not compacted and not any(n in data for n in needles):
+            return
+        try:
+            event = codec.decode_event(data)
+        except Exception:  # not an event of ours: nothing it names is read through the log
+            return
+        if isinstance(event, HistoryCompacted):
+            manifests.append((name(subject), event.manifest))
+        elif isinstance(event, ChangesCommitted):
+            for change in event.changes:
+                if (
+                    isinstance(change, PutFile)
+                    and change.sha256 in shas
+                    and change.text is None
+                    and change.data is None
+                ):
+                    found.setdefault(change.sha256, set()).add(name(subject))
+
+    async def on_msg(msg: Msg) -> None:
+        nonlocal seen
+        meta = msg.metadata
+        seen = meta.sequence.stream
+        if msg.subject != own:
+            look(msg.subject, msg.data)
+        if (seen >= last or meta.num_pending == 0) and not done.done():
+            done.set_result(None)
+
+    sub = await js.subscribe(
+        every,
+        stream=STREAM_EVENTS,
+        cb=on_msg,
+        ordered_consumer=True,
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first.seq
+        ),
+    )
+    try:
+        while not done.done():  # a long stream takes long: give up only when it stalls
+            before = seen
+            await asyncio.wait({done}, timeout=IDLE_S)
+            if not done.done() and seen == before:
+                raise QuillError(
+                    ErrorCode.UNAVAILABLE,
+                    f"Reading {STREAM_EVENTS} stalled at sequence {seen} (of {last})",
+                )
+    finally:
+        await sub.unsubscribe()
+    blobs = Blobs(js)
+    for workspace, digest in manifests:
+        if digest in shas:
+            found.setdefault(digest, set()).add(workspace)
+        try:
+            manifest = compaction.decode_manifest(await blobs.get(digest))
+        except Exception:  # a manifest already missing: nothing more of it can be read
+            continue
+        for r in manifest.revisions:
+            if r[4] == "f" and str(r[5]) in shas:
+                found.setdefault(str(r[5]), set()).add(workspace)
+    return found, seen

@@ -25,15 +25,16 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig
 from nats.js.errors import NotFoundError
 
-from contracts import codec
+from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import ChangesCommitted, HistoryCompacted, WorkspaceUpdated
 from contracts.limits import LimitsPatch
-from contracts.subjects import STREAM_AUDIT, Subjects
+from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, Subjects
 from quill.client import Quill, Workspace
 from services.common import log as eventlog
 from services.common import replay as rpl
+from services.common.blobs import INLINE_MAX
 from services.common.compaction import slack
 from services.common.plan import Committed
 from services.common.scrub import SCRUB_OP, scrub
@@ -94,12 +95,14 @@ async def the_log(js: JetStreamContext, subjects: Subjects) -> list[Committed]:
     return await eventlog.read(js, subject, 0, await eventlog.last_seq(js, subject), timeout=10)
 
 
-async def audit_records(js: JetStreamContext, subjects: Subjects) -> list[dict[str, Any]]:
+async def audit_records(
+    js: JetStreamContext, subjects: Subjects, tenant: str = "acme", workspace: str = "leak"
+) -> list[dict[str, Any]]:
     out, seq = [], 1
     while True:
         try:
             msg = await js.get_msg(
-                STREAM_AUDIT, seq, subject=subjects.audit("acme", "leak"), next=True
+                STREAM_AUDIT, seq, subject=subjects.audit(tenant, workspace), next=True
             )
         except NotFoundError:
             return out
@@ -425,3 +428,73 @@ def test_the_docs_example_runs_as_written(stack: Up, tmp_path: Path) -> None:
     assert lines[-1].endswith("key: [REDACTED:openai]")
     assert secret not in done.stdout + done.stderr
     verify(stack, "acme/app")
+
+
+async def blob_exists(js: JetStreamContext, sha: str) -> bool:
+    obs = await js.object_store(BUCKET_BLOBS)
+    try:
+        return not (await obs.get_info(sha)).deleted
+    except NotFoundError:
+        return False
+
+
+def replayed(stack: Up, name: str, version: int, out: Path) -> dict[str, bytes]:
+    """``quill replay`` of ``name`` as of ``version``: from the log and WS_BLOBS alone (no
+    replica's cache), every file by path."""
+    stack.cli("replay", name, "--to-version", str(version), "--out", str(out))
+    return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+async def test_a_blob_another_tenants_workspace_holds_too_is_kept_until_that_one_is_scrubbed(
+    stack: Up, quill: Quill, tmp_path: Path
+) -> None:
+    """WS_BLOBS is addressed by sha256 and shared by every workspace of every tenant: scrubbing
+    acme/shared must not delete the blob globex/shared (same content) reads; the scrub names
+    globex/shared instead, and the blob goes with globex/shared's own scrub."""
+    secret = "sk-shared-0123456789abcdef"
+    big = ("y" * 80 + "\n") * 1000 + f"token={secret}\n"
+    assert len(big) > INLINE_MAX  # stored in WS_BLOBS, once for both workspaces
+    sha = hashing.content_sha256(big.encode())
+    first, second = quill.workspace("acme/shared"), quill.workspace("globex/shared")
+    await first.create()
+    await first.write("big.txt", big)
+    await first.write("big.txt", "rotated\n")
+    await second.create()
+    await second.write("copy/big.txt", big)  # the latest version still holds it
+    await second.write("other.md", "other\n")
+    js = quill.nc.jetstream()
+    assert await blob_exists(js, sha)
+    want = {v: await snapshot(second, v) for v in range(1, second.last_version + 1)}
+    reg = str(registry(tmp_path, shared=secret))
+
+    dry = stack.cli("scrub", "acme/shared", "--secrets", reg, "--dry-run")
+    done = stack.cli("scrub", "acme/shared", "--secrets", reg)
+
+    # globex/shared reads its file intact at every version, from the log and WS_BLOBS alone
+    for v, files in want.items():
+        assert replayed(stack, "globex/shared", v, tmp_path / f"r{v}") == files, f"version {v}"
+    assert await blob_exists(js, sha)
+    verify(stack, "globex/shared")
+
+    # the scrub (and its dry run) named the workspace that holds the same content
+    assert "globex/shared" in dry.stdout and secret not in dry.stdout + dry.stderr
+    assert secret not in done.stdout + done.stderr
+    assert "1 blob kept: globex/shared holds the same content: scrub it too" in done.stdout
+    verify(stack, "acme/shared")
+    assert "[REDACTED:shared]" in await first.read_text("big.txt", version=2)
+
+    # the audit record of the scrub names it too (never the secret)
+    records = [r for r in await audit_records(js, Subjects(), "acme", "shared")
+               if r["op"] == SCRUB_OP]  # fmt: skip
+    details = records[-1]["details"]
+    assert details["shared_with"] == ["globex/shared"] and details["blobs_kept"] == 1
+    assert secret not in json.dumps(records)
+
+    # scrubbing globex/shared deletes the blob: no other workspace refers to it any more
+    last = json.loads(stack.cli("--json", "scrub", "globex/shared", "--secrets", reg).stdout)
+    assert last["blobs_deleted"] == 1 and last["shared_with"] == []
+    assert not await blob_exists(js, sha)
+    assert await leaks(js, secret) == []
+    verify(stack, "globex/shared")
+    files = replayed(stack, "globex/shared", 2, tmp_path / "after")
+    assert files["copy/big.txt"] == big.replace(secret, "[REDACTED:shared]").encode()
