@@ -34,6 +34,7 @@ from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, Subjects
 from quill.client import Quill, Workspace
 from services.common import log as eventlog
 from services.common import replay as rpl
+from services.common import scrub_stores
 from services.common.blobs import INLINE_MAX
 from services.common.compaction import slack
 from services.common.plan import Committed
@@ -498,3 +499,101 @@ async def test_a_blob_another_tenants_workspace_holds_too_is_kept_until_that_one
     verify(stack, "globex/shared")
     files = replayed(stack, "globex/shared", 2, tmp_path / "after")
     assert files["copy/big.txt"] == big.replace(secret, "[REDACTED:shared]").encode()
+
+
+async def compacted_with(ws: Workspace, quill: Quill, path: str, content: str) -> None:
+    """Create ``ws`` with ``max_versions=1``, write ``content`` to ``path``, and write another
+    file until the writer compacts: the put naming ``content`` is purged from the log, only
+    the compaction's manifest names it."""
+    tenant, name = ws.tenant, ws.name
+    await ws.create(limits=LimitsPatch(max_versions=1))
+    await ws.write(path, content)
+    updates = await quill.nc.subscribe(Subjects().updated(tenant, name))
+    async with asyncio.timeout(30):
+        for i in range(1 + slack(1) + 1):
+            await ws.write("hot.md", f"{i}\n")
+        async for msg in updates.messages:
+            if codec.decode(msg.data, WorkspaceUpdated).op == "compact":
+                break
+    await updates.unsubscribe()
+    js, subject = quill.nc.jetstream(), Subjects().evt(tenant, name)
+    log = await eventlog.read(js, subject, 0, await eventlog.last_seq(js, subject))
+    assert isinstance(log[0].event, HistoryCompacted), "the log starts at a compaction"
+    puts = [e for e in log if isinstance(e.event, ChangesCommitted)
+            for c in e.event.changes if c.path == path]  # fmt: skip
+    assert puts == [], "only the manifest names the content"
+
+
+async def test_a_blob_only_a_compaction_manifest_names_is_kept_and_several_scrub_together(
+    stack: Up, quill: Quill, tmp_path: Path
+) -> None:
+    """The other workspace names the blob only through its compaction's manifest; then the
+    two that still hold it are scrubbed in one call, and the last one deletes the blob."""
+    secret = "sk-trio-0123456789abcdef"
+    big = ("z" * 80 + "\n") * 1000 + f"token={secret}\n"
+    sha = hashing.content_sha256(big.encode())
+    one, two, three = (quill.workspace(f"{t}/trio") for t in ("acme", "globex", "initech"))
+    await one.create()
+    await one.write("big.txt", big)
+    await compacted_with(two, quill, "kept/big.txt", big)
+    await three.create()
+    await three.write("big.txt", big)
+    js = quill.nc.jetstream()
+    want = {ws.tenant: (v := ws.last_version, await snapshot(ws, v)) for ws in (one, two, three)}
+    reg = str(registry(tmp_path, trio=secret))
+
+    first = json.loads(stack.cli("--json", "scrub", "acme/trio", "--secrets", reg).stdout)
+    for tenant in ("globex", "initech"):  # both still read it, from the log and WS_BLOBS
+        v, files = want[tenant]
+        assert replayed(stack, f"{tenant}/trio", v, tmp_path / tenant) == files, tenant
+        verify(stack, f"{tenant}/trio")
+    assert first["shared_with"] == ["globex/trio", "initech/trio"]
+    assert (first["blobs_kept"], first["blobs_deleted"]) == (1, 0)
+
+    done = stack.cli("--json", "scrub", "globex/trio", "initech/trio", "--secrets", reg)
+    second, third = (json.loads(line) for line in done.stdout.splitlines())
+    assert second["workspace"] == "trio" and second["tenant"] == "globex"
+    assert second["shared_with"] == ["initech/trio"] and second["blobs_kept"] == 1
+    assert third["shared_with"] == [] and third["blobs_deleted"] == 1
+    assert not await blob_exists(js, sha)
+    assert await leaks(js, secret) == []
+    for ws in (one, two, three):
+        v, files = want[ws.tenant]
+        got = replayed(stack, f"{ws.tenant}/trio", v, tmp_path / f"after-{ws.tenant}")
+        assert got == {p: d.replace(secret.encode(), b"[REDACTED:trio]") for p, d in files.items()}
+        verify(stack, f"{ws.tenant}/trio")
+
+
+async def test_a_write_of_the_same_content_while_the_blob_is_deleted_gets_it_back(
+    stack: Up, quill: Quill, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Another workspace writes the same content between the scrub's reading of the other logs
+    and its deletion: its writer finds the object there and does not store it again, so the
+    scrub reads the events appended meanwhile and puts the object back for it."""
+    secret = "sk-race-blob-0123456789ab"
+    big = ("w" * 80 + "\n") * 1000 + f"token={secret}\n"
+    sha = hashing.content_sha256(big.encode())
+    ws, late = quill.workspace("acme/racer"), quill.workspace("globex/racer")
+    await ws.create()
+    await ws.write("big.txt", big)
+    await late.create()
+    real = scrub_stores.referrers
+    calls = 0
+
+    async def then_a_write(*args: Any, **kwargs: Any) -> tuple[dict[str, set[str]], int]:
+        nonlocal calls
+        calls += 1
+        found = await real(*args, **kwargs)
+        if calls == 1:  # the other logs are read: now globex/racer writes the same content
+            await late.write("big.txt", big)
+        return found
+
+    monkeypatch.setattr(scrub_stores, "referrers", then_a_write)
+    done = await scrub(quill.nc, Subjects(), "acme", "racer", Secrets({"racer": secret}))
+    assert calls == 2
+    assert (done.blobs_deleted, done.blobs_kept, done.shared_with) == (0, 1, ["globex/racer"])
+    js = quill.nc.jetstream()
+    assert await blob_exists(js, sha)
+    v = late.last_version
+    assert replayed(stack, "globex/racer", v, tmp_path / "r")["big.txt"] == big.encode()
+    verify(stack, "globex/racer")
