@@ -37,6 +37,7 @@ from contracts.subjects import Subjects
 from quill.client import Quill
 from services.common import bus
 from services.gateway import VERSION, mcp_files, openapi, wap
+from services.gateway.fleet import Fleet
 from services.gateway.metrics import HttpMetrics, metrics_endpoint
 from services.gateway.principals import (
     ANONYMOUS,
@@ -74,8 +75,11 @@ class GatewayConfig:
             )
 
 
-def build_app(quill: Quill, access: Access, tokens: Tokens | None, host: str) -> Starlette:
-    """The gateway's ASGI app over ``access`` (the MCP session managers run in its lifespan)."""
+def build_app(
+    quill: Quill, access: Access, tokens: Tokens | None, host: str, fleet: Fleet | None = None
+) -> Starlette:
+    """The gateway's ASGI app over ``access`` (the MCP session managers run in its lifespan);
+    ``fleet``: what ``/health`` tells of the executors."""
     servers = [mcp_files.build(access), wap.build(access)]
     # With tokens, a caller proves who it is: the MCP library's Host/Origin checks (against
     # DNS rebinding, for servers without auth) would only stand in the way of a proxy.
@@ -91,6 +95,8 @@ def build_app(quill: Quill, access: Access, tokens: Tokens | None, host: str) ->
     async def health(request: Request) -> Response:
         up = quill.nc.is_connected
         body = {"status": "ok" if up else "unavailable", "service": SERVICE, "version": VERSION}
+        if fleet is not None:
+            body |= fleet.health()
         return JSONResponse(body, status_code=200 if up else 503)
 
     async def openapi_json(request: Request) -> Response:
@@ -176,6 +182,7 @@ class Gateway:
     host: str
     port: int
     subs: list[Subscription] = field(default_factory=list)
+    fleet: Fleet | None = None
 
     @property
     def url(self) -> str:
@@ -189,6 +196,8 @@ class Gateway:
         for sub in self.subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+        if self.fleet is not None:
+            await self.fleet.stop()
         self.server.should_exit = True
         await self.task
         await self.quill.close()
@@ -208,7 +217,8 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
     try:
         access = Access(quill)
         await access.prepare(config.tokens.principals() if config.tokens else [ANONYMOUS])
-        app = build_app(quill, access, config.tokens, config.host)
+        fleet = Fleet(quill.nc, Subjects(config.root))
+        app = build_app(quill, access, config.tokens, config.host, fleet)
         sock = listen(config.host, config.port)
         uv = uvicorn.Config(
             app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=5
@@ -219,10 +229,11 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         if not server.started:
             await task
             raise RuntimeError("the gateway app did not start (see the log)")
-        gateway = Gateway(quill, server, task, config.host, sock.getsockname()[1])
+        gateway = Gateway(quill, server, task, config.host, sock.getsockname()[1], fleet=fleet)
         instance = bus.instance_id("gateway")
         subjects = Subjects(config.root)
         gateway.subs = await bus.serve_ping(quill.nc, subjects, "gateway", instance, gateway.info)
+        fleet.start()
         log.info("gateway %s serving %s", instance, gateway.url)
         return gateway
     except BaseException:

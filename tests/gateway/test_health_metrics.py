@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import AsyncExitStack
+from pathlib import Path
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from services.executor.app import ExecutorConfig
 from services.gateway.app import Gateway
+from tests.gateway.conftest import StartGateway
 from tests.gateway.support import error, mcp_client, ok
+from tests.helpers import start_executor
 
 FILES = "/v1/host/workspace/files"
 
@@ -14,7 +21,32 @@ FILES = "/v1/host/workspace/files"
 async def test_health_says_who_is_up(http: httpx.AsyncClient) -> None:
     reply = await http.get("/health")
     assert reply.status_code == 200
-    assert reply.json() == {"status": "ok", "service": "quill-gateway", "version": "0.1.0"}
+    body = reply.json()
+    assert {k: body[k] for k in ("status", "service", "version")} == {
+        "status": "ok",
+        "service": "quill-gateway",
+        "version": "0.1.0",
+    }
+    assert "warnings" not in body
+
+
+async def test_health_warns_of_an_executor_without_cgroups(
+    nats_url: str, start: StartGateway, tmp_path: Path
+) -> None:
+    """An executor that cannot give each sandbox a cgroup (here: the local provider, which
+    never does) is named in ``/health``: an operator's probe sees the risk."""
+    async with AsyncExitStack() as stack:
+        executor = await start_executor(
+            stack, nats_url, tmp_path / "executor", ExecutorConfig(sandbox="local")
+        )
+        gateway = await start()
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
+            async with asyncio.timeout(20):
+                while "executors" not in (body := (await http.get("/health")).json()):
+                    await asyncio.sleep(0.05)  # the gateway's first round of pings
+        assert body["status"] == "ok"
+        assert body["executors"] == {"answered": 1, "without_cgroups": [executor.instance]}
+        assert executor.instance in body["warnings"][0] and "cgroup" in body["warnings"][0]
 
 
 async def samples(http: httpx.AsyncClient) -> dict[tuple[str, str, str, str], float]:
