@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -32,11 +33,15 @@ def committed(msg: Msg, metadata: Msg.Metadata | None = None) -> Committed:
         CorruptEvent: the payload does not match its ``Ws-Event-Hash``.
     """
     meta = metadata or msg.metadata
-    digest = hashing.event_hash(msg.data)
-    carried = (msg.headers or {}).get(HEADER_EVENT_HASH)
+    return _committed(msg.subject, msg.data, msg.headers, meta.sequence.stream)
+
+
+def _committed(subject: str, data: bytes, headers: dict[str, str] | None, seq: int) -> Committed:
+    digest = hashing.event_hash(data)
+    carried = (headers or {}).get(HEADER_EVENT_HASH)
     if carried is not None and carried != digest:
-        raise CorruptEvent(f"{msg.subject} seq {meta.sequence.stream}: hash mismatch")
-    return Committed(event=codec.decode_event(msg.data), hash=digest, seq=meta.sequence.stream)
+        raise CorruptEvent(f"{subject} seq {seq}: hash mismatch")
+    return Committed(event=codec.decode_event(data), hash=digest, seq=seq)
 
 
 async def last_seq(js: JetStreamContext, subject: str, *, fresh: bool = False) -> int:
@@ -59,11 +64,75 @@ async def read(
 ) -> list[Committed]:
     """Every event on ``subject`` with ``after < seq <= upto``, in order.
 
+    By batched direct gets (no consumer: a consumer per read lingers on the server after it is
+    done, and a busy executor or a writer loading many workspaces reached the server's limit
+    of 1,000 within seconds: ``maximum consumers limit reached``); from the stream leader by
+    an ordered consumer when a direct get, answered by a replica behind the leader, misses
+    events ``upto`` says exist.
+
     Raises:
         TimeoutError: the events did not arrive within ``timeout``.
+        CorruptEvent: an event does not match the hash it carries.
     """
     if upto <= after:
         return []
+    async with asyncio.timeout(timeout):
+        found = await _read_direct(js, subject, after, upto)
+        last = found[-1].seq if found else after
+        if last >= upto:
+            return found
+        return found + await _read_consumer(js, subject, last, upto)
+
+
+DIRECT_BATCH = 256
+DIRECT_BATCH_BYTES = 16 * 1024 * 1024
+"""One batched direct get returns at most this many events and (about) this many bytes."""
+
+
+async def _read_direct(
+    js: JetStreamContext, subject: str, after: int, upto: int
+) -> list[Committed]:
+    """The events after ``after`` up to ``upto`` that direct gets find, in order (fewer than
+    asked when the replica answering is behind)."""
+    nc = js._nc
+    api = f"{js._prefix}.DIRECT.GET.{STREAM_EVENTS}"
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    out: list[Committed] = []
+    try:
+        seq = after + 1
+        while seq <= upto:
+            request = {
+                "seq": seq,
+                "next_by_subj": subject,
+                "batch": min(DIRECT_BATCH, upto - seq + 1),
+                "max_bytes": DIRECT_BATCH_BYTES,
+            }
+            await nc.publish(api, json.dumps(request).encode(), reply=inbox)
+            got = 0
+            while True:
+                msg = await sub.next_msg(timeout=None)
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status == "204":  # end of this batch
+                    break
+                if status is not None:  # 404: nothing from seq on (a replica behind)
+                    return out
+                at = int(headers["Nats-Sequence"])
+                if at <= upto:
+                    out.append(_committed(subject, msg.data, headers, at))
+                    got += 1
+                seq = at + 1
+            if not got:
+                return out
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
+async def _read_consumer(
+    js: JetStreamContext, subject: str, after: int, upto: int
+) -> list[Committed]:
     out: list[Committed] = []
     done = asyncio.get_running_loop().create_future()
 
@@ -83,7 +152,7 @@ async def read(
         ),
     )
     try:
-        await asyncio.wait_for(done, timeout)
+        await done
     finally:
         await sub.unsubscribe()
     return out

@@ -1,0 +1,61 @@
+"""Reading a workspace's log (``services.common.log.read``) against a real server: batched
+direct gets, no consumer left behind, and the stream leader's consumer when a batch falls
+short."""
+
+from __future__ import annotations
+
+import pytest
+from nats.aio.client import Client as NATS
+
+from contracts.subjects import STREAM_EVENTS, Subjects
+from quill.client import Quill
+from services.common import log as eventlog
+from tests.conftest import StartReader
+
+
+async def test_reads_leave_no_consumer_and_never_reach_the_servers_limit(
+    services: StartReader, quill: Quill, nc: NATS
+) -> None:
+    """Each read used to create an ordered consumer that outlived it on the server; 1,000 of
+    them within seconds (a busy executor's syncs, a writer loading cold workspaces) and the
+    server refused the next: ``maximum consumers limit reached``."""
+    ws = quill.workspace("acme/reads")
+    await ws.create()
+    for i in range(3):
+        await ws.write(f"f{i}.txt", f"{i}\n")
+    js = nc.jetstream()
+    subject = Subjects().evt("acme", "reads")
+    last = await eventlog.last_seq(js, subject)
+    whole = await eventlog.read(js, subject, 0, last)
+    assert [c.event.version for c in whole] == [1, 2, 3, 4]
+    for _ in range(1500):
+        assert await eventlog.read(js, subject, whole[1].seq, last) == whole[2:]
+    assert (await js.stream_info(STREAM_EVENTS)).state.consumer_count == 0
+
+
+async def test_a_read_longer_than_a_batch_comes_whole_and_in_order(
+    services: StartReader, quill: Quill, nc: NATS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = quill.workspace("acme/long")
+    await ws.create()
+    other = quill.workspace("acme/other")
+    await other.create()
+    for i in range(20):
+        await ws.write("f.txt", f"{i}\n")
+        await other.write("g.txt", f"{i}\n")  # interleaved: the reads skip them
+    js = nc.jetstream()
+    subject = Subjects().evt("acme", "long")
+    last = await eventlog.last_seq(js, subject)
+    monkeypatch.setattr(eventlog, "DIRECT_BATCH", 3)
+    events = await eventlog.read(js, subject, 0, last)
+    assert [c.event.version for c in events] == list(range(1, 22))
+    assert all(c.event.workspace == "long" for c in events)
+
+    # a replica behind the leader answers the direct gets: the rest comes from the leader
+    real = eventlog._read_direct
+
+    async def behind(*args: object) -> list[eventlog.Committed]:
+        return (await real(*args))[:5]  # type: ignore[arg-type]
+
+    monkeypatch.setattr(eventlog, "_read_direct", behind)
+    assert await eventlog.read(js, subject, 0, last) == events
