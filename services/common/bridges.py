@@ -24,6 +24,7 @@ from nats.js.kv import KeyValue
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import BUCKET_BRIDGES
+from services.common import assets
 
 log = logging.getLogger("quill.bridges")
 
@@ -59,28 +60,34 @@ def key(tenant: str, workspace: str) -> str:
 
 
 async def bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
-    """The WS_BRIDGES bucket, created if missing (idempotent).
+    """The WS_BRIDGES bucket, created if missing, its configuration corrected (idempotent,
+    and safe when several services do it at once: ``services/common/assets.py``).
 
     Tenants' bridges write their own keys only (``$KV.WS_BRIDGES.<tenant>.>``, see
     ``quill/tenants.py``), so the bucket reads by direct get, whose subject names the key (a
     plain message get names it in the body, out of the server's permissions' reach), and
     refuses rollup headers (``Nats-Rollup: all`` on any key would purge every tenant's).
+    Another service may create the bucket between our look and our create, and turn rollups
+    off before our create arrives: JetStream then refuses ours (a different configuration),
+    which is a success; the configuration is read and corrected all the same.
+
+    Raises:
+        nats.js.errors.APIError: JetStream refused the create or the update.
     """
     try:
         await js.key_value(BUCKET_BRIDGES)
     except BucketNotFoundError:
-        await js.create_key_value(
-            KeyValueConfig(
-                bucket=BUCKET_BRIDGES,
-                description="Quill: local workspaces and the bridges that serve them",
-                history=1,
-                ttl=CLAIM_TTL_S * 4,
-                max_value_size=MAX_CLAIM_BYTES,
-                storage=StorageType.FILE,
-                replicas=replicas,
-                direct=True,
-            )
+        wanted = KeyValueConfig(
+            bucket=BUCKET_BRIDGES,
+            description="Quill: local workspaces and the bridges that serve them",
+            history=1,
+            ttl=CLAIM_TTL_S * 4,
+            max_value_size=MAX_CLAIM_BYTES,
+            storage=StorageType.FILE,
+            replicas=replicas,
+            direct=True,
         )
+        await assets.create_once(f"bucket {BUCKET_BRIDGES}", lambda: js.create_key_value(wanted))
     config = (await js.stream_info(STREAM_BRIDGES)).config
     if not config.allow_direct or config.allow_rollup_hdrs:
         update = dataclasses.replace(config, allow_direct=True, allow_rollup_hdrs=False)

@@ -34,7 +34,7 @@ from contracts import codec
 from contracts.errors import QuillError
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
-from services.common import bridges
+from services.common import assets, bridges
 from services.common.credentials import DEFAULT_INBOX, SYSTEM_USER, NatsAuth
 from services.common.secrets import secrets_from_env
 
@@ -176,13 +176,16 @@ def _audit_stream(subjects: Subjects, replicas: int) -> StreamConfig:
 
 
 async def _ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
+    """Create ``wanted`` if missing, else bring the configuration Quill relies on (subjects,
+    atomic batches, direct gets) to it; a create that loses a race to another service is a
+    success, and the configuration is checked then as well (``assets``)."""
     assert wanted.name is not None
     try:
         info = await js.stream_info(wanted.name)
     except NotFoundError:
-        await js.add_stream(wanted)
-        log.info("created stream %s", wanted.name)
-        return
+        if await assets.create_once(f"stream {wanted.name}", lambda: js.add_stream(wanted)):
+            return
+        info = await js.stream_info(wanted.name)
     current = info.config
     if (
         sorted(current.subjects or []) != sorted(wanted.subjects or [])
@@ -199,24 +202,33 @@ async def _ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
         log.info("updated stream %s", wanted.name)
 
 
-async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> None:
-    """Create WS_EVENTS, WS_AUDIT, the WS_BLOBS object store and the WS_BRIDGES bucket if
-    missing (idempotent)."""
-    js = nc.jetstream()
-    await _ensure_stream(js, _events_stream(subjects, replicas))
-    await _ensure_stream(js, _audit_stream(subjects, replicas))
+async def _ensure_blobs(js: JetStreamContext, replicas: int) -> None:
+    """The WS_BLOBS object store, created if missing (a lost race is a success)."""
     try:
         await js.object_store(BUCKET_BLOBS)
     except NotFoundError:
-        await js.create_object_store(
-            BUCKET_BLOBS,
-            ObjectStoreConfig(
-                description="Quill: large file contents by sha256",
-                storage=StorageType.FILE,
-                replicas=replicas,
-            ),
+        config = ObjectStoreConfig(
+            description="Quill: large file contents by sha256",
+            storage=StorageType.FILE,
+            replicas=replicas,
         )
-        log.info("created object store %s", BUCKET_BLOBS)
+        name = f"object store {BUCKET_BLOBS}"
+        await assets.create_once(name, lambda: js.create_object_store(BUCKET_BLOBS, config))
+
+
+async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> None:
+    """Create WS_EVENTS, WS_AUDIT, the WS_BLOBS object store and the WS_BRIDGES bucket if
+    missing, and correct their configuration if needed (idempotent, and safe when several
+    processes do it at the same moment).
+
+    Raises:
+        nats.js.errors.APIError: JetStream refused a create or an update (not for a stream
+            that exists already).
+    """
+    js = nc.jetstream()
+    await _ensure_stream(js, _events_stream(subjects, replicas))
+    await _ensure_stream(js, _audit_stream(subjects, replicas))
+    await _ensure_blobs(js, replicas)
     await bridges.bucket(js, replicas)
 
 

@@ -40,10 +40,11 @@ import prometheus_client as prom
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import APIError, BadRequestError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from contracts.subjects import BUCKET_LEASES, STREAM_EVENTS
+from services.common import assets
 
 if TYPE_CHECKING:
     from services.writer.app import Writer
@@ -91,25 +92,28 @@ class Seen:
 
 async def leases_bucket(js: JetStreamContext, replicas: int) -> KeyValue:
     """The ``WS_LEASES`` bucket (created if missing): one revision per key, per-key TTLs,
-    and a marker when a key expires so that watchers see it go."""
+    and a marker when a key expires so that watchers see it go. Writers (and ``quill
+    cluster up``) starting together may all create it: a lost race is a success
+    (``services/common/assets.py``).
+
+    Raises:
+        nats.js.errors.APIError: JetStream refused the create.
+    """
     try:
         return await js.key_value(BUCKET_LEASES)
     except (NotFoundError, nats.js.errors.BucketNotFoundError):
         pass
-    try:
-        return await js.create_key_value(
-            KeyValueConfig(
-                bucket=BUCKET_LEASES,
-                description="Quill: writer leases on command partitions",
-                history=1,
-                replicas=replicas,
-                storage=StorageType.FILE,
-                direct=False,  # lease reads must come from the stream leader
-                limit_marker_ttl=60.0,
-            )
-        )
-    except BadRequestError:  # created meanwhile by another writer
-        return await js.key_value(BUCKET_LEASES)
+    config = KeyValueConfig(
+        bucket=BUCKET_LEASES,
+        description="Quill: writer leases on command partitions",
+        history=1,
+        replicas=replicas,
+        storage=StorageType.FILE,
+        direct=False,  # lease reads must come from the stream leader
+        limit_marker_ttl=60.0,
+    )
+    made = await assets.create_once(f"bucket {BUCKET_LEASES}", lambda: js.create_key_value(config))
+    return made if made is not None else await js.key_value(BUCKET_LEASES)
 
 
 def _rank(instance: str, partition: int) -> bytes:
