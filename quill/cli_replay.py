@@ -4,15 +4,28 @@ which rewrites a log to take a leaked secret out of it (``services/common/scrub.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import gzip
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 import msgspec
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from contracts.errors import ErrorCode, QuillError
 from quill.cli import DURATION, _run, connect, emit, main, size_text, workspace_command
@@ -45,6 +58,78 @@ def _checked_text(s: rpl.Summary) -> str:
     return text
 
 
+# ---------------------------------------------------------------- progress
+
+BAR_DELAY_S = 1.0
+"""A bar appears only for what takes longer than this."""
+
+quiet_option = click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="No progress bar (there is none either when stdout or stderr is not a terminal).",
+)
+
+
+class Bar:
+    """``rpl.Progress`` drawn with rich on stderr, once a phase has run ``BAR_DELAY_S``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rich: Progress | None = None
+        self._task: TaskID | None = None
+        self._what, self._total, self._done = "", cast(int | None, None), 0
+        self._since = time.monotonic()
+
+    def start(self, what: str, total: int | None) -> None:
+        with self._lock:
+            if self._rich is not None and self._task is not None:
+                self._rich.update(self._task, completed=self._total or self._done)
+                self._task = self._rich.add_task(what, total=total)
+            self._what, self._total, self._done = what, total, 0
+
+    def update(self, completed: int) -> None:
+        with self._lock:
+            self._done = completed
+            if self._rich is None and time.monotonic() - self._since >= BAR_DELAY_S:
+                self._rich = Progress(
+                    SpinnerColumn(),
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    TimeRemainingColumn(),
+                    console=Console(stderr=True),
+                )
+                self._rich.start()
+                self._task = self._rich.add_task(self._what, total=self._total)
+            if self._rich is not None and self._task is not None:
+                self._rich.update(self._task, completed=completed)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._rich is not None:
+                self._rich.stop()
+                self._rich = None
+
+
+def _tty() -> bool:
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def progress(quiet: bool) -> Iterator[rpl.Progress]:
+    """A bar on the terminal, or nothing with ``--quiet`` or when not on a terminal."""
+    if quiet or not _tty():
+        yield rpl.QUIET
+        return
+    bar = Bar()
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
 @main.command()
 @workspace_command
 @click.option(
@@ -55,8 +140,14 @@ def _checked_text(s: rpl.Summary) -> str:
 )
 @click.option("--to-version", type=int, help="Rebuild this version (default: the latest).")
 @click.option("--run", "run_id", help="Rebuild what this run read (default: the global --run).")
+@quiet_option
 async def replay(
-    ctx: click.Context, ws: Workspace, out: Path, to_version: int | None, run_id: str | None
+    ctx: click.Context,
+    ws: Workspace,
+    out: Path,
+    to_version: int | None,
+    run_id: str | None,
+    quiet: bool,
 ) -> None:
     """Rebuild WORKSPACE from its log alone into a directory, checking the hash chain and that
     the tree hashes to what the log recorded; two replays give identical trees."""
@@ -69,10 +160,12 @@ async def replay(
         to_version = (await rpl.find_run(js, subjects, ws.tenant, ws.name, run_id)).version
     contents = rpl.Contents()
     try:
-        fold = await rpl.replay(
-            js, subjects, ws.tenant, ws.name, to_version=to_version, contents=contents
-        )
-        await rpl.write_tree(fold, Blobs(js), out, contents)
+        with progress(quiet) as bar:
+            fold = await rpl.replay(
+                js, subjects, ws.tenant, ws.name, to_version=to_version, contents=contents,
+                progress=bar,
+            )  # fmt: skip
+            await rpl.write_tree(fold, Blobs(js), out, contents, bar)
     finally:
         contents.close()
     s = fold.summary(run=run_id, out=str(out))
@@ -109,10 +202,13 @@ def _runs_text(r: RunList) -> str:
 
 @main.command()
 @workspace_command
-async def runs(ctx: click.Context, ws: Workspace) -> None:
+@quiet_option
+async def runs(ctx: click.Context, ws: Workspace, quiet: bool) -> None:
     """List WORKSPACE's runs from its log: the version each read, whether it ended, who
     started it, when (replay one with quill replay --run ID)."""
-    fold = await rpl.replay(ws.client.nc.jetstream(), ws.client.subjects, ws.tenant, ws.name)
+    js, subjects = ws.client.nc.jetstream(), ws.client.subjects
+    with progress(quiet) as bar:
+        fold = await rpl.replay(js, subjects, ws.tenant, ws.name, progress=bar)
     found = sorted(fold.runs.values(), key=lambda r: r.started_version)
     result = RunList(tenant=ws.tenant, workspace=ws.name, version=fold.version, runs=found)
     emit(ctx, result, lambda: _runs_text(result))
@@ -152,20 +248,22 @@ def _verified_text(v: Verified) -> str:
     show_default=True,
     help="How long to gather the replicas' answers to the ping.",
 )
+@quiet_option
 async def verify(
-    ctx: click.Context, ws: Workspace, deep: bool, timeout: int, ping_wait: int
+    ctx: click.Context, ws: Workspace, deep: bool, timeout: int, ping_wait: int, quiet: bool
 ) -> None:
     """Check WORKSPACE's log (hash chain, tree hashes) and that every live reader replica
     answers the same tree at its latest version; exit 1 on any mismatch."""
     nc, subjects = ws.client.nc, ws.client.subjects
-    fold = await rpl.replay(nc.jetstream(), subjects, ws.tenant, ws.name)
-    instances = await rpl.live_readers(nc, subjects, ping_wait / 1000)
-    checks = await asyncio.gather(
-        *(
-            rpl.check_replica(nc, subjects, fold, i, deep=deep, timeout=timeout / 1000)
+    with progress(quiet) as bar:
+        fold = await rpl.replay(nc.jetstream(), subjects, ws.tenant, ws.name, progress=bar)
+        instances = await rpl.live_readers(nc, subjects, ping_wait / 1000)
+        checks = [  # one replica at a time: one bar, and 32 requests in flight, not 32 each
+            await rpl.check_replica(
+                nc, subjects, fold, i, deep=deep, timeout=timeout / 1000, progress=bar
+            )
             for i in instances
-        )
-    )
+        ]
     result = Verified(ok=all(c.ok for c in checks), log=fold.summary(), replicas=list(checks))
     emit(ctx, result, lambda: _verified_text(result))
     if not instances:
@@ -182,7 +280,8 @@ async def verify(
 @main.command(name="export")
 @workspace_command
 @click.argument("file")
-async def export_(ctx: click.Context, ws: Workspace, file: str) -> None:
+@quiet_option
+async def export_(ctx: click.Context, ws: Workspace, file: str, quiet: bool) -> None:
     """Write WORKSPACE with its whole history (its events, and the contents they keep in
     WS_BLOBS) to FILE: JSON lines, gzip-compressed if FILE ends in .gz; - for stdout."""
     js, subjects = ws.client.nc.jetstream(), ws.client.subjects
@@ -194,8 +293,11 @@ async def export_(ctx: click.Context, ws: Workspace, file: str) -> None:
         path = Path(file)
         tmp = path.with_name(f".{path.name}.partial")
         try:
-            with gzip.open(tmp, "wb") if path.suffix == ".gz" else open(tmp, "wb") as out:
-                moved = await rpl.export(js, subjects, fold, out)
+            with (
+                progress(quiet) as bar,
+                gzip.open(tmp, "wb") if path.suffix == ".gz" else open(tmp, "wb") as out,
+            ):
+                moved = await rpl.export(js, subjects, fold, out, bar)
             tmp.rename(path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -219,8 +321,9 @@ def _reader(path: Path) -> Callable[[], Any]:
 @main.command(name="import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("workspace")
+@quiet_option
 @click.pass_context
-def import_(ctx: click.Context, file: Path, workspace: str) -> None:
+def import_(ctx: click.Context, file: Path, workspace: str, quiet: bool) -> None:
     """Import an export FILE as WORKSPACE, which must not exist yet: the whole file is checked
     first (contents, hash chain, tree hashes), then appended, then the new log replayed."""
 
@@ -228,9 +331,10 @@ def import_(ctx: click.Context, file: Path, workspace: str) -> None:
         quill = await connect(ctx)
         try:
             ws = quill.workspace(workspace)
-            return await rpl.import_file(
-                quill.nc, quill.subjects, _reader(file), str(file), ws.tenant, ws.name
-            )
+            with progress(quiet) as bar:
+                return await rpl.import_file(
+                    quill.nc, quill.subjects, _reader(file), str(file), ws.tenant, ws.name, bar
+                )
         finally:
             await quill.close()
 

@@ -4,15 +4,28 @@ Contents larger than ``INLINE_MAX`` are stored once in the WS_BLOBS object store
 the sha256) before the event that references them is appended. Readers fetch a blob on first
 use and keep it in their SQLite projection: the object store is slow to read (~18 MB/s from
 nats-py), the local copy is not.
+
+A get uses no consumer: nats-py's ``ObjectStore.get`` subscribes an ordered consumer per
+object, which outlives the get on the server (its unsubscribe does not delete it), so a few
+thousand gets (``quill export``/``replay`` of a 3,000-file workspace) reached the server's
+limit, ``maximum consumers limit reached``. Here an object's info (``$O.<bucket>.M.<name>``)
+is read by a direct get of the subject's last message, and its chunks (``$O.<bucket>.C.<nuid>``)
+by batched direct gets, each chunk counted and the whole checked against the info's digest
+and the sha256 it is named by. A direct get may be answered by a replica a little behind the
+stream leader: what it misses is asked of the leader (``STREAM.MSG.GET``, no consumer either).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import json
 import logging
 from collections.abc import Callable
 
 from nats.js import JetStreamContext
+from nats.js.api import ObjectInfo
 from nats.js.errors import NotFoundError
 from nats.js.object_store import ObjectStore
 
@@ -87,16 +100,116 @@ class Blobs:
             del self._fetching[sha256]
 
     async def _fetch(self, sha256: str) -> bytes:
-        try:
-            result = await (await self._obs()).get(sha256)
-        except NotFoundError:
+        data = await read_object(self._js, sha256)
+        if data is None:
             raise QuillError(
                 ErrorCode.UNAVAILABLE, f"Content {sha256[:12]}… is missing from {BUCKET_BLOBS}"
-            ) from None
-        data = result.data or b""
+            )
         if hashing.content_sha256(data) != sha256:
             raise QuillError(ErrorCode.INTERNAL, f"Content {sha256[:12]}… is corrupt")
         if self._store is not None:
             await self._store.put_blob(sha256, data)
         self._on_fetched()
         return data
+
+
+STREAM_BLOBS = f"OBJ_{BUCKET_BLOBS}"
+CHUNK_BATCH = 64
+"""Chunks (128 KiB each as nats-py writes them) asked for by one batched direct get."""
+BATCH_BYTES = 8 * 1024 * 1024
+
+
+def _meta_subject(name: str) -> str:
+    key = base64.urlsafe_b64encode(name.encode()).decode()
+    return f"$O.{BUCKET_BLOBS}.M.{key}"
+
+
+async def object_info(js: JetStreamContext, name: str) -> ObjectInfo | None:
+    """The info of object ``name`` in WS_BLOBS (None if absent or deleted): a direct get of
+    its meta subject's last message, asked of the stream leader when the replica answering
+    has none."""
+    subject = _meta_subject(name)
+    for direct in (True, False):
+        try:
+            raw = await js.get_last_msg(STREAM_BLOBS, subject, direct=direct)
+        except NotFoundError:
+            continue
+        info = ObjectInfo.from_response(json.loads(raw.data or b"{}"))
+        return None if info.deleted else info
+    return None
+
+
+async def read_object(js: JetStreamContext, name: str) -> bytes | None:
+    """The content of object ``name`` in WS_BLOBS without a consumer (None if absent).
+
+    Raises:
+        QuillError: ``INTERNAL`` if its chunks do not add up to its recorded size and digest.
+    """
+    info = await object_info(js, name)
+    if info is None:
+        return None
+    if not info.size:
+        return b""
+    if not info.nuid or info.chunks is None:
+        raise QuillError(ErrorCode.INTERNAL, f"Object {name[:12]}… has a bad meta record")
+    subject = f"$O.{BUCKET_BLOBS}.C.{info.nuid}"
+    chunks = await _chunks_direct(js, subject, info.chunks)
+    while len(chunks) < info.chunks:  # a replica behind the leader: the rest from the leader
+        after = chunks[-1][0] if chunks else 0
+        try:
+            raw = await js.get_msg(STREAM_BLOBS, seq=after + 1, next=True, subject=subject)
+        except NotFoundError:
+            break
+        chunks.append((int(raw.seq or 0), raw.data or b""))
+    data = b"".join(chunk for _, chunk in chunks)
+    recorded = (info.digest or "").split("=", 1)[-1]
+    try:
+        expected = base64.urlsafe_b64decode(recorded + "=" * (-len(recorded) % 4))
+    except ValueError:
+        expected = b""
+    if len(data) != info.size or hashlib.sha256(data).digest() != expected:
+        raise QuillError(
+            ErrorCode.INTERNAL,
+            f"Object {name[:12]}… in {BUCKET_BLOBS} is incomplete or corrupt "
+            f"({len(chunks)} of {info.chunks} chunks, {len(data)} of {info.size} bytes)",
+        )
+    return data
+
+
+async def _chunks_direct(js: JetStreamContext, subject: str, count: int) -> list[tuple[int, bytes]]:
+    """Up to ``count`` messages of ``subject`` by batched direct gets: ``(seq, data)``, in
+    order (fewer when the replica answering is behind)."""
+    nc = js._nc
+    api = f"{js._prefix}.DIRECT.GET.{STREAM_BLOBS}"
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    out: list[tuple[int, bytes]] = []
+    try:
+        seq = 1
+        while len(out) < count:
+            request = {
+                "seq": seq,
+                "next_by_subj": subject,
+                "batch": min(CHUNK_BATCH, count - len(out)),
+                "max_bytes": BATCH_BYTES,
+            }
+            await nc.publish(api, json.dumps(request).encode(), reply=inbox)
+            got = 0
+            while True:
+                msg = await sub.next_msg(timeout=30)
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status == "204":  # end of this batch
+                    break
+                if status is not None:  # 404: nothing from seq on
+                    return out
+                at = int(headers["Nats-Sequence"])
+                if len(out) < count:
+                    out.append((at, msg.data))
+                    got += 1
+                seq = at + 1
+            if not got:
+                return out
+    finally:
+        await sub.unsubscribe()
+    return out

@@ -30,10 +30,10 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import nats.errors
@@ -41,7 +41,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from contracts import codec, hashing
 from contracts import replies as rp
@@ -58,11 +58,10 @@ from contracts.events import (
     WorkspaceEvent,
 )
 from contracts.paths import normalize
-from contracts.subjects import HEADER_EVENT_HASH, STREAM_EVENTS, Subjects
+from contracts.subjects import BUCKET_BLOBS, HEADER_EVENT_HASH, STREAM_EVENTS, Subjects
 from services.common import bus
 from services.common.blobs import Blobs
 from services.common.compaction import decode_manifest, trimmed
-from services.common.runtime import bounded_gather
 from services.common.tree import DirNode, FileNode, Tree, apply_change
 
 IDLE_S = 30.0
@@ -72,6 +71,7 @@ BUFFER_MAX = 8192
 MEMORY_BUDGET = 256 * 1024 * 1024
 """Inline contents kept in memory during a replay; more go to a temporary directory."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+T = TypeVar("T")
 
 
 class RunRecord(msgspec.Struct, kw_only=True):
@@ -117,6 +117,32 @@ def corrupt(message: str, version: int | None, **details: Any) -> QuillError:
     """The log (or an export) is not what a writer appended."""
     where = f" (version {version})" if version is not None else ""
     return QuillError(ErrorCode.INTERNAL, message + where, details)
+
+
+# ---------------------------------------------------------------- progress
+
+
+class Progress(Protocol):
+    """Where a long tool reports how far it is (``quill/cli_replay.py`` draws a bar)."""
+
+    def start(self, what: str, total: int | None) -> None:
+        """A new phase: ``what`` is being done to ``total`` items (None: unknown)."""
+
+    def update(self, completed: int) -> None:
+        """``completed`` items of the current phase are done."""
+
+
+class NoProgress:
+    """Reports nowhere."""
+
+    def start(self, what: str, total: int | None) -> None:
+        pass
+
+    def update(self, completed: int) -> None:
+        pass
+
+
+QUIET: Progress = NoProgress()
 
 
 # ---------------------------------------------------------------- contents
@@ -343,16 +369,27 @@ def _time(value: Any) -> datetime:
 
 @contextlib.contextmanager
 def nats_errors(what: str) -> Iterator[None]:
-    """NATS failures as ``UNAVAILABLE`` naming ``what`` was being done."""
+    """NATS failures as ``UNAVAILABLE`` naming ``what`` was being done, and why: the server's
+    own words when it refused a request (a limit, a missing stream), a word on access only
+    when no answer came (a user without JetStream rights gets none)."""
     try:
         yield
-    except (TimeoutError, nats.errors.Error) as exc:
+    except APIError as exc:
+        why = exc.description or type(exc).__name__
+        code = f" (JetStream error {exc.err_code})" if exc.err_code else ""
+        raise QuillError(
+            ErrorCode.UNAVAILABLE, f"{what}: the server refused: {why}{code}"
+        ) from None
+    except (TimeoutError, nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
         why = str(exc) or type(exc).__name__
         raise QuillError(
             ErrorCode.UNAVAILABLE,
-            f"{what}: {why} (reading {STREAM_EVENTS} needs JetStream access to it: "
-            "see docs/replay.md)",
+            f"{what}: no answer from JetStream ({why}); reading {STREAM_EVENTS} and "
+            f"{BUCKET_BLOBS} needs JetStream access to them: see docs/replay.md",
         ) from None
+    except nats.errors.Error as exc:
+        why = str(exc) or type(exc).__name__
+        raise QuillError(ErrorCode.UNAVAILABLE, f"{what}: {why}") from None
 
 
 async def last_event(js: JetStreamContext, subject: str) -> WorkspaceEvent | None:
@@ -439,8 +476,10 @@ async def drive(
     fold: Fold,
     to_version: int | None = None,
     on_event: OnEvent | None = None,
+    progress: Progress = QUIET,
 ) -> Fold:
-    """Fold the log of ``fold``'s workspace up to ``to_version`` (default: the last).
+    """Fold the log of ``fold``'s workspace up to ``to_version`` (default: the last),
+    reporting the versions folded to ``progress``.
 
     Raises:
         QuillError: ``WORKSPACE_NOT_FOUND`` for an empty log, ``INVALID_ARGUMENT`` for a
@@ -460,8 +499,10 @@ async def drive(
                 f"{name} is at version {last.version}: no version {target}",
                 {"version": target, "latest": last.version},
             )
+        progress.start(f"reading the log of {name}", target)
         async with contextlib.aclosing(messages(js, subject)) as batches:
             async for batch in batches:
+                progress.update(fold.version)
                 for data, carried in batch:
                     event, digest = fold.check(data, carried)
                     manifest = None
@@ -474,6 +515,7 @@ async def drive(
                     if on_event is not None:
                         await on_event(event, data, digest, manifest)
                     if fold.version >= target:
+                        progress.update(fold.version)
                         return fold
     return fold
 
@@ -486,9 +528,11 @@ async def replay(
     *,
     to_version: int | None = None,
     contents: Contents | None = None,
+    progress: Progress = QUIET,
 ) -> Fold:
     """The workspace rebuilt from its log as of ``to_version`` (default: the last), checked."""
-    return await drive(js, subjects, Fold(tenant, workspace, contents), to_version)
+    fold = Fold(tenant, workspace, contents)
+    return await drive(js, subjects, fold, to_version, progress=progress)
 
 
 async def find_run(
@@ -512,16 +556,27 @@ def _ns(when: datetime) -> int:
     return (when - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
-async def write_tree(fold: Fold, blobs: Blobs, out: Path, contents: Contents | None) -> None:
+WRITERS = 8
+"""Contents fetched and written at once by ``write_tree``."""
+
+
+async def write_tree(
+    fold: Fold,
+    blobs: Blobs,
+    out: Path,
+    contents: Contents | None,
+    progress: Progress = QUIET,
+) -> None:
     """Write ``fold``'s tree to the directory ``out`` (absent or empty): files 0644 (0755
     when executable), directories 0755, each file's mtime the time of the event that last
     wrote it, each directory's the time it was made, ``out``'s the time of the version. Each
-    content is checked against its sha256. ``out`` appears whole or not at all.
+    content is checked against its sha256. ``out`` appears whole or not at all. At most
+    ``WRITERS`` contents are in memory at once.
 
     Raises:
         QuillError: ``ALREADY_EXISTS`` if ``out`` holds something; ``UNAVAILABLE`` if a content
-            is missing from WS_BLOBS; ``INTERNAL`` for a content that does not match or an
-            unsafe path.
+            is missing from WS_BLOBS or NATS fails; ``INTERNAL`` for a content that does not
+            match or an unsafe path.
     """
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise QuillError(ErrorCode.ALREADY_EXISTS, f"{out} exists and is not an empty directory")
@@ -543,7 +598,9 @@ async def write_tree(fold: Fold, blobs: Blobs, out: Path, contents: Contents | N
             os.chmod(target, 0o755 if node.executable else 0o644)
             os.utime(target, ns=(_ns(node.modified), _ns(node.modified)))
 
-        await bounded_gather([put(p, n) for p, n in tree.files.items()], 8)
+        progress.start(f"writing {out}", len(tree.files))
+        with nats_errors(f"Reading the contents of {fold.tenant}/{fold.workspace}"):
+            await each(tree.files.items(), lambda item: put(*item), WRITERS, progress)
         for path in sorted(tree.dirs, reverse=True):  # children before their parents
             os.chmod(tmp / path, 0o755)
             when = _ns(tree.dirs[path].created)
@@ -556,6 +613,37 @@ async def write_tree(fold: Fold, blobs: Blobs, out: Path, contents: Contents | N
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+async def each(
+    items: Iterable[T],
+    work: Callable[[T], Awaitable[None]],
+    limit: int,
+    progress: Progress = QUIET,
+) -> None:
+    """``work(item)`` for each of ``items``, at most ``limit`` at a time; no coroutine is made
+    before a worker takes its item (a hundred thousand are not held at once), and the first
+    failure stops the others and is raised (no work is left behind, never awaited)."""
+    source = iter(items)
+    done = 0
+
+    async def worker() -> None:
+        nonlocal done
+        for item in source:
+            await work(item)
+            done += 1
+            if done % 64 == 0:
+                progress.update(done)
+
+    workers = [asyncio.create_task(worker()) for _ in range(limit)]
+    try:
+        await asyncio.gather(*workers)
+    except BaseException:
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        raise
+    progress.update(done)
 
 
 def _safe(path: str, version: int) -> str:
@@ -609,37 +697,47 @@ class _Replica:
             raise QuillError(ErrorCode.UNAVAILABLE, "it is gone") from None
         return codec.decode_reply(msg.data, result)[1]
 
-    async def tree_hash(self) -> str:
+    async def tree_hash(self, progress: Progress = QUIET) -> str:
         """The tree hash of what the replica answers as of the version: every entry listed,
         every file's sha256 and mode from ``stat``."""
-        v, digests, after, paths = self.fold.version, [], None, []
+        v, after, paths = self.fold.version, None, []
+        total = 0
+        progress.start(f"listing {self.fold.tenant}/{self.fold.workspace} on {self.instance}", None)
         while True:
             body = rq.ListDirectory(recursive=True, after=after, version=v)
             page: rp.Listing = await self.ask("list", body, rp.Listing)
             for entry in page.entries:
                 if entry.kind == "directory":
-                    digests.append(hashing.dir_digest(entry.path))
+                    total = hashing.tree_add(total, hashing.dir_digest(entry.path))
                 else:
                     paths.append(entry.path)
+            progress.update(len(paths))
             if page.next is None:
                 break
             after = page.next
 
-        async def stat(path: str) -> int:
+        async def stat(path: str) -> None:
+            nonlocal total
             info: rp.FileInfo = await self.ask(
                 "stat", rq.StatPath(path=path, version=v), rp.FileInfo
             )
-            return hashing.file_digest(path, info.sha256 or "", info.permissions == "755")
-
-        digests += await bounded_gather([stat(p) for p in paths], 32)
-        total = 0
-        for digest in digests:
+            digest = hashing.file_digest(path, info.sha256 or "", info.permissions == "755")
             total = hashing.tree_add(total, digest)
+
+        progress.start(f"asking {self.instance} about each file", len(paths))
+        await each(paths, stat, 32, progress)
         return hashing.tree_hex(total)
 
 
 async def check_replica(
-    nc: NATS, subjects: Subjects, fold: Fold, instance: str, *, deep: bool, timeout: float = 10.0
+    nc: NATS,
+    subjects: Subjects,
+    fold: Fold,
+    instance: str,
+    *,
+    deep: bool,
+    timeout: float = 10.0,
+    progress: Progress = QUIET,
 ) -> ReplicaCheck:
     """Ask replica ``instance`` about the workspace as of ``fold.version`` (waiting for it to
     get there) and compare its answer with the replay."""
@@ -648,7 +746,7 @@ async def check_replica(
     try:
         body = rq.WorkspaceInfoQuery(version=v, min_version=v)
         info: rp.WorkspaceInfo = await replica.ask("info", body, rp.WorkspaceInfo)
-        check.tree_hash = await replica.tree_hash() if deep else info.tree_hash
+        check.tree_hash = await replica.tree_hash(progress) if deep else info.tree_hash
     except QuillError as exc:
         check.problems.append(f"{exc.code}: {exc.message}")
         return check
@@ -731,7 +829,9 @@ class Moved(msgspec.Struct, kw_only=True):
     """Import under another name: events were re-encoded, so their hashes changed."""
 
 
-async def export(js: JetStreamContext, subjects: Subjects, fold: Fold, out: Any) -> Moved:
+async def export(
+    js: JetStreamContext, subjects: Subjects, fold: Fold, out: Any, progress: Progress = QUIET
+) -> Moved:
     """Write ``fold``'s workspace, its whole log and every WS_BLOBS content the log needs, to
     the binary stream ``out``, checking the log as it goes (memory: one content at a time)."""
     blobs, sent = Blobs(js), set()
@@ -762,7 +862,7 @@ async def export(js: JetStreamContext, subjects: Subjects, fold: Fold, out: Any)
                     await blob(change.sha256)
         out.write(b'{"record":"event","hash":"%s","event":%s}\n' % (digest.encode(), data))
 
-    await drive(js, subjects, fold, on_event=on_event)
+    await drive(js, subjects, fold, on_event=on_event, progress=progress)
     summary = _moved(fold, len(sent))
     out.write(
         _encode(
@@ -810,7 +910,9 @@ def read_records(open_file: Callable[[], Any], name: str) -> Iterator[AnyRecord]
                 raise _invalid(name, f"line {n}: {exc}") from None
 
 
-def verify_file(open_file: Callable[[], Any], name: str) -> tuple[Header, Fold, int]:
+def verify_file(
+    open_file: Callable[[], Any], name: str, progress: Progress = QUIET
+) -> tuple[Header, Fold, int]:
     """Check an export without writing anything: its format, every blob against its sha256,
     the hash chain and tree hashes of its events, that each content an event needs from
     WS_BLOBS is in it, and its end record. Returns the header, the fold and the blob count.
@@ -820,7 +922,10 @@ def verify_file(open_file: Callable[[], Any], name: str) -> tuple[Header, Fold, 
     """
     header, fold, end = None, None, None
     blobs: dict[str, bytes | None] = {}  # sha → manifest JSON (None for other contents)
-    for record in read_records(open_file, name):
+    progress.start(f"checking {name}", None)
+    for n, record in enumerate(read_records(open_file, name)):
+        if n % 256 == 0:
+            progress.update(n)
         if header is None or fold is None:
             if not isinstance(record, Header) or record.format != FORMAT:
                 raise _invalid(name, "it does not start with a Quill export header")
@@ -869,7 +974,13 @@ def _fold_record(fold: Fold, record: EventRecord, blobs: dict[str, bytes | None]
 
 
 async def import_file(
-    nc: NATS, subjects: Subjects, open_file: Callable[[], Any], name: str, tenant: str, ws: str
+    nc: NATS,
+    subjects: Subjects,
+    open_file: Callable[[], Any],
+    name: str,
+    tenant: str,
+    ws: str,
+    progress: Progress = QUIET,
 ) -> Moved:
     """Import the export ``name`` as ``tenant/ws``, which must have no events: check the whole
     file first (``verify_file``), then store its contents in WS_BLOBS and append its events in
@@ -881,7 +992,7 @@ async def import_file(
         QuillError: ``INVALID_ARGUMENT`` for a file that does not verify, ``ALREADY_EXISTS``
             for a target with events, ``CONFLICT`` if the target was written meanwhile.
     """
-    header, source, blob_count = await asyncio.to_thread(verify_file, open_file, name)
+    header, source, blob_count = await asyncio.to_thread(verify_file, open_file, name, progress)
     js, subject = nc.jetstream(), subjects.evt(tenant, ws)
     with nats_errors(f"Importing into {tenant}/{ws}"):
         existing = await last_event(js, subject)
@@ -895,6 +1006,7 @@ async def import_file(
         blobs, manifests, hashes = Blobs(js), dict[str, bytes](), dict[str, str]()
         batch: list[tuple[bytes, str, str]] = []
         last_seq = size = 0
+        progress.start(f"importing {name} into {tenant}/{ws}", source.version)
         for record in read_records(open_file, name):
             if isinstance(record, BlobRecord):
                 if record.manifest:
@@ -915,10 +1027,11 @@ async def import_file(
                     first = event.version - len(batch) + 1
                     last_seq = await append_batch(nc, subject, last_seq, batch, first)
                     batch, size = [], 0
+                    progress.update(event.version)
         if batch:
             first = source.version - len(batch) + 1
             last_seq = await append_batch(nc, subject, last_seq, batch, first)
-        imported = await replay(js, subjects, tenant, ws)
+        imported = await replay(js, subjects, tenant, ws, progress=progress)
     if (imported.version, imported.tree.hash) != (source.version, source.tree.hash):
         raise corrupt(f"{tenant}/{ws} does not replay to the exported tree", imported.version)
     return _moved(
