@@ -1,19 +1,40 @@
-"""Workspace path rules, applied before any work is done.
+"""Workspace path rules, applied before any work is done: one rule for every front door (the
+bus, the SDK, MCP, REST, the CLI, what a command creates in its checkout, a bridged folder).
 
 A path on the wire is a POSIX path relative to the workspace root. ``/workspace`` names the
 root, so ``/workspace/a.txt``, ``a.txt`` and ``./x/../a.txt`` are the same file. Normal form:
-no leading or trailing ``/``, no empty, ``.`` or ``..`` segments, Unicode NFC; the root is
-``""``. Rejected:
+no leading or trailing ``/``, no empty, ``.`` or ``..`` segments; the root is ``""``.
 
-* a path that would leave the workspace (``..`` above the root, or an absolute path outside
-  ``/workspace`` such as ``/etc/passwd``): ``ACCESS_DENIED``, message
-  ``Access denied. Path must be within /workspace``;
-* a NUL or other control character, a segment over ``MAX_NAME_BYTES`` or a path over
-  ``MAX_PATH_BYTES`` (UTF-8 bytes): ``INVALID_ARGUMENT``.
+Names are compared as the exact sequence of code points they are written with, so a name must
+be one that cannot look like another. Refused with ``INVALID_ARGUMENT``, naming the character
+by code point (``check_name`` gives the reason):
+
+* a character that is not a valid Unicode scalar value: a lone surrogate, which is also how
+  Python shows a byte of a name on disk that is not UTF-8 (``os.scandir``'s
+  ``surrogateescape``);
+* a control character (``Cc``: C0, DEL and C1), a line or paragraph separator (``Zl``,
+  ``Zp``), a format character (``Cf``: bidi embeddings, overrides, isolates and marks,
+  zero-width space, joiners, word joiner, BOM, soft hyphen, tags...), a Hangul filler (a
+  letter that renders as nothing), a noncharacter (``U+FDD0``-``U+FDEF``, ``U+xFFFE``,
+  ``U+xFFFF``);
+* a path that is not in Unicode NFC: refused, not normalised, so that ``café`` written
+  precomposed and decomposed can never be two files nor silently one (the message gives the
+  NFC spelling to use);
+* a name over ``MAX_NAME_BYTES`` or a path over ``MAX_PATH_BYTES`` (UTF-8 bytes).
+
+A path that would leave the workspace (``..`` above the root, or an absolute path outside
+``/workspace`` such as ``/etc/passwd``) is ``ACCESS_DENIED``, message
+``Access denied. Path must be within /workspace``.
+
+``normalize_file`` is the rule for a path a file is written at: one ending in ``/`` (or ``/.``)
+names a directory, and is refused rather than made a file of that name.
+
+``printable`` shows any name (one found on disk included) escaped, for messages and reports.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from contracts.errors import ErrorCode, QuillError
@@ -22,22 +43,106 @@ ROOT_DIR = "/workspace"
 MAX_NAME_BYTES = 255
 MAX_PATH_BYTES = 1024
 ACCESS_DENIED_MESSAGE = "Access denied. Path must be within /workspace"
+REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""General categories no name may hold (see the module docstring)."""
+INVISIBLE_LETTERS = frozenset({0x115F, 0x1160, 0x3164, 0xFFA0})
+"""Hangul fillers: letters (``Lo``) that render as nothing."""
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ASCII_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def _refused(ch: str) -> str | None:
+    """Why the character ``ch`` may not be in a name, or None."""
+    cp = ord(ch)
+    category = unicodedata.category(ch)
+    if 0xDC80 <= cp <= 0xDCFF:
+        return f"not valid UTF-8 (byte 0x{cp - 0xDC00:02X})"
+    if category == "Cs":
+        return f"U+{cp:04X} is a lone surrogate, not a character"
+    if category in REFUSED_CATEGORIES or cp in INVISIBLE_LETTERS:
+        what = {
+            "Cc": "a control character",
+            "Cf": "an invisible format character (bidi or zero-width)",
+            "Zl": "a line separator",
+            "Zp": "a paragraph separator",
+        }.get(category, "an invisible character")
+        return f"U+{cp:04X} {unicodedata.name(ch, '')} is {what}".replace("  ", " ")
+    if 0xFDD0 <= cp <= 0xFDEF or cp & 0xFFFE == 0xFFFE:
+        return f"U+{cp:04X} is a noncharacter"
+    return None
+
+
+def _first_refused(text: str) -> str | None:
+    """Why the first character of ``text`` that no name may hold is refused, or None."""
+    if text.isascii():  # the common case, fast: only C0 controls and DEL can be wrong
+        found = _ASCII_CONTROL.search(text)
+        return None if found is None else _refused(found.group())
+    for ch in text:
+        why = _refused(ch)
+        if why is not None:
+            return why
+    return None
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a name may not hold escaped (``\\xff`` for a byte that is
+    not UTF-8, ``\\n``, ``\\u202e``...): safe to show and to encode. A valid name is returned
+    unchanged."""
+    if _first_refused(text) is None:
+        return text
+    out = []
+    for ch in text:
+        cp = ord(ch)
+        if _refused(ch) is None:
+            out.append(ch)
+        elif ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif 0xDC80 <= cp <= 0xDCFF:
+            out.append(f"\\x{cp - 0xDC00:02x}")
+        elif cp < 0x100:
+            out.append(f"\\x{cp:02x}")
+        elif cp < 0x10000:
+            out.append(f"\\u{cp:04x}")
+        else:
+            out.append(f"\\U{cp:08x}")
+    return "".join(out)
+
+
+def check_name(path: str) -> str | None:
+    """Why ``path`` (a name, or a path of names) breaks the character rules, or None: the
+    first refused character, else not NFC."""
+    why = _first_refused(path)
+    if why is not None:
+        return why
+    if not path.isascii() and not unicodedata.is_normalized("NFC", path):
+        at = next(
+            i for i in range(len(path)) if not unicodedata.is_normalized("NFC", path[: i + 1])
+        )
+        ch = path[at]
+        nfc = unicodedata.normalize("NFC", path)
+        return (
+            f"not in Unicode NFC (U+{ord(ch):04X} {unicodedata.name(ch, '')} composes with the "
+            f"character before it): write it as {nfc!r}"
+        )
+    return None
+
+
+def _invalid(path: str, why: str) -> QuillError:
+    shown = printable(path)[:200]
+    return QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid path '{shown}': {why}", {"path": shown})
 
 
 def normalize(path: str) -> str:
     """Return the normal form of a workspace path (``""`` for the root).
 
     Raises:
-        QuillError: ``ACCESS_DENIED`` for an escape, ``INVALID_ARGUMENT`` for a malformed path.
+        QuillError: ``ACCESS_DENIED`` for an escape, ``INVALID_ARGUMENT`` for a malformed path
+            (a refused character, not NFC, too long).
     """
-    for ch in path:
-        if ord(ch) < 0x20 or ord(ch) == 0x7F:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"Invalid path {path!r}: contains a control character",
-                {"path": path},
-            )
-    text = unicodedata.normalize("NFC", path)
+    why = check_name(path)
+    if why is not None:
+        raise _invalid(path, why)
+    text = path
     if text == ROOT_DIR or text.startswith(ROOT_DIR + "/"):
         text = text[len(ROOT_DIR) :]
     elif text.startswith("/"):
@@ -52,20 +157,43 @@ def normalize(path: str) -> str:
             parts.pop()
             continue
         if len(segment.encode()) > MAX_NAME_BYTES:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"Invalid path: a name is longer than {MAX_NAME_BYTES} bytes",
-                {"path": path[:200]},
-            )
+            raise _invalid(path, f"a name is longer than {MAX_NAME_BYTES} bytes")
         parts.append(segment)
     result = "/".join(parts)
     if len(result.encode()) > MAX_PATH_BYTES:
+        raise _invalid(path, f"longer than {MAX_PATH_BYTES} bytes")
+    return result
+
+
+def normalize_file(path: str) -> str:
+    """``normalize`` for a path a file is written at: a path ending in ``/``, ``/.`` or ``/..``
+    names a directory and is refused (never a file of that name).
+
+    Raises:
+        QuillError: as ``normalize``; ``INVALID_ARGUMENT`` for a directory form.
+    """
+    normal = normalize(path)
+    ending = next((e for e in ("/", "/.", "/..") if path.endswith(e)), None)
+    if normal and ending is not None:
         raise QuillError(
             ErrorCode.INVALID_ARGUMENT,
-            f"Invalid path: longer than {MAX_PATH_BYTES} bytes",
-            {"path": path[:200]},
+            f"Not a file path: {path!r} ends with {ending!r}, which names a directory",
+            {"path": normal},
         )
-    return result
+    return normal
+
+
+def problem(path: str) -> str | None:
+    """Why ``path``, a relative path found on disk (``a/b``, possibly holding bytes that are
+    not UTF-8), is not a valid normalised workspace path, or None."""
+    why = check_name(path)
+    if why is not None:
+        return why
+    if len(path.encode()) > MAX_PATH_BYTES:
+        return f"path longer than {MAX_PATH_BYTES} bytes"
+    if any(len(s.encode()) > MAX_NAME_BYTES for s in path.split("/")):
+        return f"a name is longer than {MAX_NAME_BYTES} bytes"
+    return None
 
 
 def parent(path: str) -> str:

@@ -51,7 +51,7 @@ from contracts.events import (
     WorkspaceCreated,
 )
 from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
-from contracts.paths import MAX_PATH_BYTES, ancestors
+from contracts.paths import MAX_PATH_BYTES, ancestors, check_name, printable
 from contracts.subjects import Subjects
 from services.common import log as eventlog
 from services.common.blobs import Blobs
@@ -125,6 +125,15 @@ class Captured:
 
 def file_sig(st: os.stat_result) -> Sig:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def invalid(rel: str) -> str | None:
+    """Why the last name of ``rel``, a path found in the tree (its parents already checked),
+    breaks the workspace path rule (``contracts.paths``), or None."""
+    why = check_name(rel.rpartition("/")[2])
+    if why is None and len(rel.encode()) > MAX_PATH_BYTES:
+        why = f"path longer than {MAX_PATH_BYTES} bytes"
+    return why
 
 
 def _scrub(event: object) -> bool:
@@ -468,12 +477,19 @@ class Checkout:
 
         def prune(rel: str) -> bool:
             """An ignored directory holding nothing tracked: not entered (reported once)."""
-            if rel not in dirs_with_tracked and ignore.match_dir(rel):
+            if invalid(rel) is None and rel not in dirs_with_tracked and ignore.match_dir(rel):
                 out.seen_ignored.append(rel)
                 return True
             return False
 
-        for rel, parent, name, st in walk(root, prune, MAX_PATH_BYTES):
+        def enter(rel: str) -> bool:
+            return invalid(rel) is None  # what is below an invalid name is skipped with it
+
+        for rel, parent, name, st in walk(root, prune, MAX_PATH_BYTES, enter):
+            why = invalid(rel)
+            if why is not None:
+                self._skip(out, rel, f"invalid name: {why}: not committed", file_sig(st))
+                continue
             tracked = paths.get(rel)
             if stat.S_ISDIR(st.st_mode):
                 if tracked is not None and tracked.sha256 is None:
@@ -544,9 +560,11 @@ class Checkout:
         return out
 
     def _skip(self, out: Captured, rel: str, reason: str, sig: Sig) -> None:
-        out.local[rel] = sig
-        if self.manifest.local.get(rel) != sig:
-            out.skipped.append((rel, reason))
+        shown = printable(rel)  # a name that is not valid (not UTF-8...) shown escaped
+        key = rel if shown == rel else "\0" + shown  # never a valid path, always encodable
+        out.local[key] = sig
+        if self.manifest.local.get(key) != sig:
+            out.skipped.append((shown, reason))
 
     def committed(self, out: Captured, applied: set[str], base: int) -> None:
         """Record the committed part of ``out`` (``applied`` paths) in the manifest, so that

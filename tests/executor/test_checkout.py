@@ -242,3 +242,65 @@ async def test_capture_reads_nothing_through_a_link(
     changes = await run_commit(quill, checkout, nc)
     assert [p.path for p in changes.paths] == ["kept.txt"]  # .quillignore was not read
     assert sorted(s.path for s in changes.skipped) == [".quillignore", "key"]
+
+
+BAD_NAMES = (
+    # (how bash makes it, how `skipped` shows it, the start of the reason)
+    ("$'bad\\xff.txt'", "bad\\xff.txt", "not valid UTF-8 (byte 0xFF)"),
+    ("$'new\\nline.txt'", "new\\nline.txt", "U+000A is a control character"),
+    ("$'evil\\xe2\\x80\\xaetxt.md'", "evil\\u202etxt.md", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+    ("$'zero\\xe2\\x80\\x8bwidth'", "zero\\u200bwidth", "U+200B ZERO WIDTH SPACE"),
+    ("$'cafe\\xcc\\x81.txt'", "cafe\u0301.txt", "not in Unicode NFC"),
+)
+
+
+async def test_names_a_command_makes_that_break_the_rule_are_skipped_the_rest_commits(
+    nats_url: str, tmp_path: Path, quill: Quill
+) -> None:
+    """Through a real bwrap executor: a command makes files whose names are not valid
+    workspace names (not UTF-8, a newline, bidi, zero-width, not NFC; a directory with such a
+    name and a file in it) beside normal ones. The normal ones commit; each bad one is in
+    ``skipped``, shown escaped, with the reason; the next command works and says nothing
+    more of them."""
+    from contextlib import AsyncExitStack
+
+    from services.executor.app import ExecutorConfig
+    from services.executor.sandbox import probe_bwrap
+    from tests.helpers import start_executor, start_reader, start_writer
+
+    if (why := probe_bwrap()) is not None:
+        pytest.skip(f"bwrap cannot run here: {why}")
+    async with AsyncExitStack() as es:
+        await start_writer(es, nats_url, tmp_path / "writer")
+        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_executor(es, nats_url, tmp_path / "ex", ExecutorConfig(sandbox="bwrap"))
+        ws = quill.workspace("acme/bad-names")
+        await ws.create()
+        makes = "; ".join(f"printf x > {bash}" for bash, _, _ in BAD_NAMES)
+        command = (
+            f"{makes}; mkdir $'dir\\xff' && printf y > $'dir\\xff/inner.txt'; "
+            "printf ok > ok.txt; mkdir sub && printf ok > sub/ok.txt"
+        )
+        result = await ws.exec(command)
+        assert result.exit_code == 0, result.stderr
+        changes = result.changes
+        assert changes.error is None and changes.committed
+        assert sorted(p.path for p in changes.paths) == ["ok.txt", "sub/ok.txt"]
+        skipped = {s.path: s.reason for s in changes.skipped}
+        expected = {shown: reason for _, shown, reason in BAD_NAMES}
+        expected["dir\\xff"] = "not valid UTF-8 (byte 0xFF)"
+        assert sorted(skipped) == sorted(expected)
+        for shown, reason in expected.items():
+            assert skipped[shown].startswith(f"invalid name: {reason}"), skipped[shown]
+        ws.last_version = changes.version
+        assert await ws.read_text("sub/ok.txt") == "ok"
+        listed = {f.path for f in (await ws.list("", recursive=True)).entries}
+        assert listed == {"ok.txt", "sub", "sub/ok.txt"}
+
+        later = await ws.exec("printf later > later.txt; find . -mindepth 1 -maxdepth 1 -printf x")
+        assert later.exit_code == 0 and later.changes.error is None
+        assert [p.path for p in later.changes.paths] == ["later.txt"]
+        assert later.changes.skipped == []  # reported once, while unchanged
+        assert len(later.stdout) == 9  # the bad names stay in the checkout
+        ws.last_version = later.changes.version
+        assert await ws.read_text("later.txt") == "later"
