@@ -37,7 +37,8 @@ def decode(data: bytes, tp: type[T]) -> T:
     """Decode ``data`` as ``tp``.
 
     Raises:
-        QuillError: ``INVALID_ARGUMENT`` naming the problem (bad JSON, unknown field, type).
+        QuillError: ``INVALID_ARGUMENT`` naming the problem (bad JSON, a string that is not
+            UTF-8, unknown field, type).
     """
     try:
         result: T = _decoder(tp).decode(data)
@@ -45,6 +46,14 @@ def decode(data: bytes, tp: type[T]) -> T:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid request: {exc}") from None
     except msgspec.DecodeError as exc:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid JSON: {exc}") from None
+    except UnicodeDecodeError as exc:  # msgspec's, for a string that is not UTF-8
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"Invalid JSON: a string is not valid UTF-8 ({exc.reason})",
+            {"encoding": "utf-8"},
+        ) from None
+    except RecursionError:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Invalid JSON: nested too deep") from None
     return result
 
 

@@ -61,6 +61,11 @@ class ErrorCode(StrEnum):
     VERSION_TRIMMED = "VERSION_TRIMMED"
     """The version asked for was compacted away (``max_versions``): details give the
     workspace's ``floor`` (the oldest version whose whole tree is kept). (Addition.)"""
+    RUN_NOT_FOUND = "RUN_NOT_FOUND"
+    """The query names a run (``Ws-Run``) that the workspace's log does not hold: details give
+    the ``run``. A replica waits (bounded, like ``min_version``) for a run it has not applied
+    yet before it answers this; a query in a run is only ever answered at the run's version.
+    (Addition.)"""
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset({ErrorCode.TIMEOUT, ErrorCode.UNAVAILABLE})

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -90,6 +91,30 @@ def check_request_id(value: str) -> str:
     return value
 
 
+def new_request_id() -> str:
+    """A fresh request id, for a request that came without ``Ws-Request-Id``: 32 hex digits
+    (a valid ``Ws-Request-Id``, so that it can name the event, the audit record and the
+    executor's ``apply``, which adds ``CHANGES_SUFFIX``). The one generator every service uses."""
+    return uuid.uuid4().hex
+
+
+def _generated_id(value: object) -> str:
+    """What a ``new_id`` generator returned, as a request id: ``bytes`` (``NUID.next``) are
+    decoded, never shown as their repr; ``-`` (a ``UUID``'s) dropped.
+
+    Raises:
+        ValueError: the generator made something that is not a valid request id (a bug).
+    """
+    if isinstance(value, bytes | bytearray | memoryview):
+        text = bytes(value).decode("ascii", "replace")
+    else:
+        text = str(value)
+    text = text.replace("-", "")
+    if not _REQUEST_ID_RE.match(text):
+        raise ValueError(f"Generated request id {text!r} is not a valid Ws-Request-Id")
+    return text
+
+
 def split_workspace(name: str) -> tuple[str, str]:
     """Split ``tenant/workspace``.
 
@@ -121,7 +146,10 @@ class Origin:
         cls, headers: Mapping[str, str] | None, new_id: Callable[[], object] | None = None
     ) -> Origin:
         """Read the ``Ws-*`` headers; ``new_id()`` names a request without ``Ws-Request-Id``
-        (default: ``""``, for queries, which need no idempotency key).
+        (default: ``""``, for queries, which need no idempotency key). Services pass
+        ``new_request_id``; what any other generator returns is made a valid id the same way
+        (``bytes`` decoded, ``-`` dropped), so a request without the header works exactly like
+        one with it.
 
         Raises:
             QuillError: ``INVALID_ARGUMENT`` for a malformed request id or an over-long value.
@@ -143,7 +171,7 @@ class Origin:
         return cls(
             request_id=check_request_id(request_id)
             if request_id
-            else (str(new_id()).replace("-", "") if new_id else ""),
+            else (_generated_id(new_id()) if new_id else ""),
             actor=values[HEADER_ACTOR],
             session=values[HEADER_SESSION],
             run=values[HEADER_RUN],

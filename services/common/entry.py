@@ -8,6 +8,7 @@ refused here (``secrets.refuse_names``), and what a refusal says is redacted.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,10 +19,12 @@ from contracts import codec, ops
 from contracts.errors import ErrorCode, QuillError
 from contracts.ops import OpKind, OpSpec
 from contracts.requests import Request
-from contracts.subjects import Address, Origin, Subjects
+from contracts.subjects import HEADER_REQUEST_ID, Address, Origin, Subjects
 from services.common.bus import own_inbox, reply_allowed, respond
 from services.common.runtime import Auditor
 from services.common.secrets import refuse_names, secrets_from_env
+
+log = logging.getLogger("quill.entry")
 
 _NOUNS = {"cmd": ("command", "commands"), "qry": ("query", "queries"), "exec": ("op", "ops")}
 
@@ -50,8 +53,29 @@ def parse(
         QuillError: ``INVALID_ARGUMENT`` for a bad subject, unknown op, header or body, or
             one naming something with a registered secret;
             ``ACCESS_DENIED`` for a reply subject that is another tenant's inbox (refused
-            and audited, never answered there: ``bus.reply_allowed``).
+            and audited, never answered there: ``bus.reply_allowed``);
+            ``INTERNAL`` (logged) for anything unexpected: whatever a request holds, the
+            caller gets its one answer.
     """
+    try:
+        return _parse(incoming, subjects, kind, new_id)
+    except QuillError:
+        raise
+    except Exception as exc:  # a bug: still one answer, never an exception past the edge
+        log.exception(
+            "request on %s (Ws-Request-Id %s): could not be understood",
+            incoming.msg.subject,
+            (incoming.msg.headers or {}).get(HEADER_REQUEST_ID),
+        )
+        raise QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}") from None
+
+
+def _parse(
+    incoming: Incoming,
+    subjects: Subjects,
+    kind: OpKind,
+    new_id: Callable[[], object] | None,
+) -> tuple[Address, OpSpec, Origin, Request]:
     msg = incoming.msg
     address = incoming.address = subjects.parse_request(msg.subject)
     if msg.reply and not reply_allowed(msg.subject, msg.reply, own_inbox(msg._client)):

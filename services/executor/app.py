@@ -39,7 +39,14 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import display, normalize
-from contracts.subjects import HEADER_SEQ, HEADER_STREAM, QUEUE_EXECUTOR, Address, Origin
+from contracts.subjects import (
+    HEADER_SEQ,
+    HEADER_STREAM,
+    QUEUE_EXECUTOR,
+    Address,
+    Origin,
+    new_request_id,
+)
 from quill.client import Quill
 from services.common import bus, compaction
 from services.common.blobs import Blobs
@@ -335,7 +342,7 @@ class Executor:
     async def _answer(self, incoming: Incoming, ticket: Ticket) -> None:
         try:
             address, spec, origin, request = parse(
-                incoming, self.subjects, "exec", new_id=self._nuid.next
+                incoming, self.subjects, "exec", new_id=new_request_id
             )
         except QuillError as exc:
             await reject(incoming, exc, self.auditor)

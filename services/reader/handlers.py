@@ -35,12 +35,13 @@ async def resolve(
     reader: Reader, address: Address, req: rq.Query, run: str | None = None
 ) -> tuple[WorkspaceRow, int]:
     """The workspace and the version to answer at, after waiting (bounded) for it: the
-    version asked, else the one ``run`` (the ``Ws-Run`` header) was pinned to, else the
-    latest.
+    one ``run`` (the ``Ws-Run`` header) was pinned to, else the version asked, else the
+    latest. A query in a run is answered at the run's version or not at all.
 
     Raises:
         QuillError: ``WORKSPACE_NOT_FOUND``, ``INVALID_ARGUMENT`` for a version that does not
-            exist, ``UNAVAILABLE`` when this replica has not applied it in time.
+            exist (or, in a run, is not the run's), ``RUN_NOT_FOUND`` for a run the log does
+            not hold, ``UNAVAILABLE`` when this replica has not applied it in time.
     """
     tenant, workspace = address.tenant, address.workspace
     store = reader.store
@@ -74,11 +75,54 @@ async def resolve(
     row = store.workspace(tenant, workspace)
     if row is None:
         raise QuillError(ErrorCode.UNAVAILABLE, "Workspace not yet applied by this replica")
-    if req.version is None and run is not None:
-        pinned = await reader.queries.model.pinned(row.id, run)
-        if pinned is not None:  # a run reads one version throughout (RFC 0059 §D)
+    if run is None:
+        return row, req.version or row.version
+    row, pinned = await _run_version(reader, address, row, run)
+    if req.version is not None and req.version != pinned:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"Run {run} reads version {pinned}, not {req.version}: ask outside the run "
+            "(without Ws-Run) for another version",
+            {"run": run, "version": req.version, "run_version": pinned},
+        )
+    return row, pinned
+
+
+async def _run_version(
+    reader: Reader, address: Address, row: WorkspaceRow, run: str
+) -> tuple[WorkspaceRow, int]:
+    """The version ``run`` reads (a run reads one version throughout, RFC 0059 §D). A run
+    this replica has not applied yet is waited for: until the replica has every event the
+    log held when asked (bounded, like ``min_version``).
+
+    Raises:
+        QuillError: ``RUN_NOT_FOUND`` when the log holds no such run;
+            ``UNAVAILABLE`` when this replica has not caught up in time to tell.
+    """
+    tenant, workspace = address.tenant, address.workspace
+    store, model = reader.store, reader.queries.model
+    pinned = await model.pinned(row.id, run)
+    if pinned is not None:
+        return row, pinned
+    latest = await _latest(reader, tenant, workspace, fresh=True)
+    if latest > store.version_of(tenant, workspace):
+        if not await reader.follower.wait_for(tenant, workspace, latest, reader.max_wait_s):
+            applied = store.version_of(tenant, workspace)
+            raise QuillError(
+                ErrorCode.UNAVAILABLE,
+                f"This replica has applied version {applied}, not yet {latest}, and cannot "
+                f"tell run {run} yet; retry",
+                {"applied_version": applied, "wanted": latest, "run": run},
+            )
+        row = store.workspace(tenant, workspace) or row
+        pinned = await model.pinned(row.id, run)
+        if pinned is not None:
             return row, pinned
-    return row, req.version or row.version
+    raise QuillError(
+        ErrorCode.RUN_NOT_FOUND,
+        f"No run {run} in {tenant}/{workspace}",
+        {"run": run},
+    )
 
 
 async def _latest(reader: Reader, tenant: str, workspace: str, *, fresh: bool) -> int:

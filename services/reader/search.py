@@ -17,6 +17,7 @@ from typing import Any
 
 from contracts import replies as rp
 from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
 from contracts.paths import normalize
 from services.common.globs import relative
 from services.common.store import Node, WorkspaceRow
@@ -72,6 +73,13 @@ class Search:
 
     # ------------------------------------------------------------------ grep
     async def grep(self, ws: WorkspaceRow, version: int, req: rq.GrepQuery) -> rp.GrepResult:
+        if "\0" in req.pattern:  # it could match nothing, and the index cannot take it
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                "The pattern holds a NUL character: no text file does (one with NUL is "
+                "binary, and grep searches text files only)",
+                {"pattern": req.pattern},
+            )
         scope = await self._scope(ws, req.path, version)
         plan = GrepPlan.of(req, ws.limits)
         index_query = trigram_query(req.pattern, req.literal)
@@ -145,4 +153,10 @@ def trigram_query(pattern: str, literal: bool) -> str | None:
 
 
 def _trigrams(text: str) -> list[str]:
-    return [text[i : i + 3] for i in range(len(text) - 2) if "\n" not in text[i : i + 3]]
+    """Its trigrams the index holds (none spans a line; none holds a NUL, which FTS5 refuses
+    and no text file contains)."""
+    return [
+        gram
+        for i in range(len(text) - 2)
+        if "\n" not in (gram := text[i : i + 3]) and "\0" not in gram
+    ]

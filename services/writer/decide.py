@@ -23,7 +23,7 @@ from contracts.events import (
     Remove,
 )
 from contracts.limits import effective_limits
-from contracts.paths import ancestors, display, is_within, normalize, rebase
+from contracts.paths import ancestors, display, is_within, normalize, normalize_file, rebase
 from services.common.content import as_text, is_binary, split_lines
 from services.common.tree import Tree, WorkspaceState, apply_change, etag_of
 from services.writer import control
@@ -227,7 +227,7 @@ def _file_or_dir_target(tree: Tree, path: str) -> None:
 
 
 def _write(state: WorkspaceState, cmd: rq.WriteFile, ctx: Context) -> Decision:
-    path = normalize(cmd.path)
+    path = normalize_file(cmd.path)
     data = _payload(cmd.content, cmd.data)
     tree = state.tree
     _file_or_dir_target(tree, path)
@@ -322,6 +322,8 @@ def _move(state: WorkspaceState, cmd: rq.MovePath, ctx: Context) -> Decision:
     kind = tree.kind(src)
     if kind is None:
         raise QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {src}", {"path": src})
+    if kind == "f":
+        normalize_file(cmd.to)  # a file is not moved to a name given as a directory (``d/``)
     if src == dst:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "Source and destination are the same")
     if kind == "d" and is_within(dst, src):
@@ -433,7 +435,7 @@ def _apply(state: WorkspaceState, cmd: rq.ApplyChanges, ctx: Context) -> Decisio
     items: list[tuple[rq.ApplyItem, str]] = []
     seen: dict[str, rq.ApplyItem] = {}
     for item in cmd.changes:
-        path = normalize(item.path)
+        path = normalize_file(item.path) if isinstance(item, rq.PutChange) else normalize(item.path)
         if path == "":
             raise QuillError(ErrorCode.INVALID_ARGUMENT, "A change cannot target the root")
         before = seen.get(path)
@@ -520,7 +522,7 @@ def _rewrite(
 
 
 def _edit(state: WorkspaceState, cmd: rq.EditFile, ctx: Context) -> Decision:
-    path = normalize(cmd.path)
+    path = normalize_file(cmd.path)
     text = _text_file(state, path, cmd.if_match, ctx)
     old, new = cmd.old_string, cmd.new_string
     if ctx.secrets:  # the text holds the secret's marker, never the secret
@@ -553,7 +555,7 @@ def _edit(state: WorkspaceState, cmd: rq.EditFile, ctx: Context) -> Decision:
 
 
 def _modify(state: WorkspaceState, cmd: rq.ModifyFile, ctx: Context) -> Decision:
-    path = normalize(cmd.path)
+    path = normalize_file(cmd.path)
     text = _text_file(state, path, cmd.if_match, ctx)
     lines = split_lines(text)
     line_ops = [op for op in cmd.operations if not isinstance(op, rq.RegexReplace)]
@@ -589,8 +591,9 @@ def _restore(state: WorkspaceState, cmd: rq.RestorePath, ctx: Context) -> Decisi
             f"Version {cmd.version} does not exist (the latest is {state.version})",
             {"version": cmd.version, "latest_version": state.version},
         )
-    assert ctx.past is not None, "restore needs the past tree"
-    scope = normalize(cmd.path) if cmd.path is not None else ""
+    scope = normalize(cmd.path) if cmd.path is not None else ""  # ACCESS_DENIED outside
+    if ctx.past is None:  # needs() names the past tree of every restore with a valid path
+        raise QuillError(ErrorCode.INTERNAL, "Restore without the past tree")
     tree, past = state.tree, ctx.past
     now = [scope] if scope and tree.kind(scope) else []
     now += list(tree.walk(scope)) if tree.kind(scope) == "d" else []

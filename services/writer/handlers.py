@@ -7,18 +7,21 @@ flight).
 
 from __future__ import annotations
 
-import uuid
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from nats.aio.msg import Msg
 
 from contracts.errors import ErrorCode, QuillError
+from contracts.subjects import new_request_id
 from services.common.entry import Incoming, parse, reject
 from services.writer.workspace import Pending
 
 if TYPE_CHECKING:
     from services.writer.app import Writer
+
+log = logging.getLogger("quill.writer")
 
 
 def command_handler(
@@ -29,7 +32,7 @@ def command_handler(
     async def on_command(msg: Msg) -> None:
         incoming = Incoming(msg)
         try:
-            address, spec, origin, request = parse(incoming, writer.subjects, "cmd", uuid.uuid4)
+            address, spec, origin, request = parse(incoming, writer.subjects, "cmd", new_request_id)
             if writer.bridges.claims(address.tenant, address.workspace):
                 return  # a local workspace: its bridge answers
             if partition is not None and writer.partitions is not None:
@@ -51,8 +54,13 @@ def command_handler(
         except QuillError as exc:
             await reject(incoming, exc, writer.auditor)
             return
-        actor = writer.actor(address.tenant, address.workspace, partition)
-        if actor.submit(Pending(address, spec, request, origin, msg, incoming.started)):
-            writer.queued += 1
+        try:
+            actor = writer.actor(address.tenant, address.workspace, partition)
+            if actor.submit(Pending(address, spec, request, origin, msg, incoming.started)):
+                writer.queued += 1
+        except Exception as exc:  # a bug: still one answer
+            log.exception("request %s on %s: not queued", origin.request_id, msg.subject)
+            error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+            await reject(incoming, error, writer.auditor)
 
     return on_command

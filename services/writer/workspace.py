@@ -383,6 +383,10 @@ class WorkspaceActor:
                     if not self._park(p, exc, state):
                         await self._answer(p, codec.error_reply(exc), error=exc)
                     continue
+                except Exception as exc:  # this command's failure alone: the group goes on
+                    error = self._unexpected(p, exc)
+                    await self._answer(p, codec.error_reply(error), error=error)
+                    continue
                 if event is None:
                     reply = codec.ok_reply(state.version, decision.result)
                     await self._answer(p, reply, version=state.version, paths=decision.paths)
@@ -455,6 +459,32 @@ class WorkspaceActor:
             if self._parked and any(isinstance(e, frees) for _, _, e, _, _ in staged):
                 self._unpark()
             return
+
+    def _unexpected(self, p: Pending, exc: Exception) -> QuillError:
+        """The answer to a command whose decision raised something unexpected (its changes
+        were undone by the tree's savepoint), logged with its request id."""
+        if isinstance(exc, TimeoutError | nats.errors.Error):  # NATS failing over
+            log.warning(
+                "%s/%s: request %s: NATS: %r",
+                self.tenant,
+                self.workspace,
+                p.origin.request_id,
+                exc,
+            )
+            return QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer: {exc!r}")
+        log.error(
+            "%s/%s: request %s (%s): unexpected failure",
+            self.tenant,
+            self.workspace,
+            p.origin.request_id,
+            p.address.op,
+            exc_info=exc,
+        )
+        return QuillError(
+            ErrorCode.INTERNAL,
+            f"Internal error: {type(exc).__name__} (request {p.origin.request_id})",
+            {"request_id": p.origin.request_id},
+        )
 
     async def _decide(
         self, state: WorkspaceState, p: Pending

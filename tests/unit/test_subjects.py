@@ -36,3 +36,22 @@ def test_workspace_names_and_headers() -> None:
         Origin.from_headers({"Ws-Request-Id": "has space"})
     with pytest.raises(QuillError):
         Origin.from_headers({"Ws-Actor": "x" * 300})
+
+
+def test_a_generated_request_id_is_a_valid_one() -> None:
+    """A request without ``Ws-Request-Id`` gets an id as valid as a client's (the executor
+    once made ``bytearray(b'…')`` of a NUID, refused by its own ``apply``)."""
+    from uuid import uuid4
+
+    from nats.nuid import NUID
+
+    from contracts.subjects import CHANGES_SUFFIX, check_request_id, new_request_id
+
+    nuid = NUID()
+    for new_id in (new_request_id, nuid.next, uuid4):
+        request_id = Origin.from_headers({}, new_id=new_id).request_id
+        assert "bytearray" not in request_id and "-" not in request_id
+        assert check_request_id(request_id + CHANGES_SUFFIX)
+    assert new_request_id() != new_request_id()
+    with pytest.raises(ValueError):
+        Origin.from_headers(None, new_id=lambda: "not an id")
