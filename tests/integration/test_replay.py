@@ -7,6 +7,7 @@ and a tampered export is refused."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import io
 import json
@@ -465,3 +466,74 @@ async def test_a_log_that_does_not_verify_is_refused(tmp_path: Path) -> None:
         await nc.close()
     finally:
         server.stop()
+
+
+async def blob_consumers(nc: NATS) -> int:
+    info = await nc.jetstream().stream_info("OBJ_WS_BLOBS")
+    return int(info.state.consumer_count)
+
+
+async def test_thousands_of_contents_in_ws_blobs_are_read_without_a_consumer(
+    services: StartReader, quill: Quill, tmp_path: Path
+) -> None:
+    """nats-py's object store made one consumer per get, which outlived it on the server: the
+    writer deciding an apply that names 1,100 blobs (an executor's capture of a big command)
+    logged ``BadRequestError`` (``maximum consumers limit reached``, the server's 1,000 per
+    stream) six times, and export and replay of such a workspace failed. Every get is now a
+    direct get: the apply, the export and the replay read them all, no consumer is left."""
+    js, blobs, items = quill.nc.jetstream(), Blobs(quill.nc.jetstream()), []
+    for n in range(1_100):
+        data = f"content {n}\n".encode() * 3
+        sha = hashlib.sha256(data).hexdigest()
+        await blobs.put(sha, data)
+        items.append(rq.PutChange(path=f"d{n % 7}/f{n}.txt", blob=sha))
+    ws = quill.workspace("acme/many-blobs")
+    await ws.create()
+    await ws.apply(items)
+    assert await blob_consumers(quill.nc) == 0
+    # the writer inlined them in the event: export and replay find them in WS_BLOBS only if
+    # the event keeps them there, so also read every one back directly
+    fresh = Blobs(js)
+    for item in items:
+        assert item.blob is not None
+        assert hashlib.sha256(await fresh.get(item.blob)).hexdigest() == item.blob
+    moved = await exported(quill.nc, "acme/many-blobs", tmp_path / "x.jsonl")
+    fold = await replayed(quill.nc, "acme/many-blobs", tmp_path / "tree")
+    assert moved.version == fold.version == ws.last_version
+    assert len(list((tmp_path / "tree").rglob("*.txt"))) == 1_100
+    assert await blob_consumers(quill.nc) == 0
+
+
+async def test_a_corrupt_object_in_ws_blobs_is_refused(quill: Quill) -> None:
+    """Chunks that do not hash to the digest the object's info records are refused."""
+    from services.common.blobs import _meta_subject, object_info
+
+    js = quill.nc.jetstream()
+    data = b"the right content\n"
+    sha = hashlib.sha256(data).hexdigest()
+    await Blobs(js).put(sha, data)
+    info = await object_info(js, sha)
+    assert info is not None
+    raw = await js.get_last_msg("OBJ_WS_BLOBS", _meta_subject(sha))
+    meta = json.loads(raw.data or b"")
+    meta["digest"] = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(b"x").digest()).decode()
+    await js.publish(_meta_subject(sha), json.dumps(meta).encode())
+    with pytest.raises(QuillError) as bad:
+        await Blobs(js).get(sha)
+    assert bad.value.code == ErrorCode.INTERNAL
+
+
+def test_nats_errors_say_what_the_server_said() -> None:
+    """A refusal is named as the server gave it, not blamed on permissions (the consumer
+    limit read 'needs JetStream access'); no answer at all still points at access."""
+    from nats.js.errors import BadRequestError
+
+    with pytest.raises(QuillError) as refused, rpl.nats_errors("Reading the log of a/b"):
+        raise BadRequestError(
+            code=400, err_code=10026, description="maximum consumers limit reached"
+        )
+    assert "maximum consumers limit reached" in refused.value.message
+    assert "access" not in refused.value.message
+    with pytest.raises(QuillError) as silent, rpl.nats_errors("Reading the log of a/b"):
+        raise TimeoutError
+    assert "access" in silent.value.message
