@@ -41,6 +41,7 @@ EXIT_CODES: dict[str, int] = {
     ErrorCode.INVALID_ARGUMENT: 2,
     ErrorCode.FILE_NOT_FOUND: 3,
     ErrorCode.WORKSPACE_NOT_FOUND: 3,
+    ErrorCode.RUN_NOT_FOUND: 3,
     ErrorCode.CONFLICT: 4,
     ErrorCode.ACCESS_DENIED: 5,
     ErrorCode.UNAVAILABLE: 6,

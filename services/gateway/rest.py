@@ -38,6 +38,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     E.DENIED: (403, "access_denied"),
     E.FILE_NOT_FOUND: (404, "not_found"),
     E.WORKSPACE_NOT_FOUND: (404, "not_found"),
+    E.RUN_NOT_FOUND: (404, "not_found"),
     E.NOT_A_FILE: (404, "not_found"),  # a directory: there is no file at that path
     E.CONFLICT: (409, "workspace_conflict"),
     E.VERSION_TRIMMED: (410, "version_trimmed"),
