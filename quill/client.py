@@ -38,6 +38,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord, WorkspaceUpdated
 from contracts.limits import LimitsPatch
+from contracts.paths import normalize, printable
 from contracts.subjects import (
     HEADER_REQUEST_ID,
     HEADER_STREAM,
@@ -57,6 +58,34 @@ FAILOVER_S = 15.0
 """Default of ``Quill.failover_s``: longer than a writer lease (5 s) plus its takeover."""
 
 __all__ = ["Quill", "QuillError", "ErrorCode", "Workspace"]
+
+
+def _not_text(value: Any, key: str = "request") -> QuillError:
+    """The refusal of a request holding a string that is not text (a lone surrogate, as Python
+    shows a byte that is not UTF-8 in a name from argv or the disk): for a path, the server's
+    own (``contracts.paths``); else ``INVALID_ARGUMENT`` naming the field."""
+    items = list(value.items()) if isinstance(value, dict) else list(enumerate(value))
+    for k, v in items:
+        name = k if isinstance(k, str) else key
+        for text in (k, v) if isinstance(k, str) else (v,):
+            if isinstance(text, str) and not _encodable(text):
+                if name in ("path", "to", "workdir") and text is v:
+                    normalize(v)  # raises the rule's INVALID_ARGUMENT
+                label, shown = name if text is v else key, printable(text)[:100]
+                return QuillError(ErrorCode.INVALID_ARGUMENT, f"{label} is not UTF-8: '{shown}'")
+        if isinstance(v, dict | list):
+            found = _not_text(v, name)
+            if found.details.get("field") != "?":
+                return found
+    return QuillError(ErrorCode.INVALID_ARGUMENT, f"{key} is not UTF-8", {"field": "?"})
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refused(subject: str) -> QuillError:
@@ -213,7 +242,10 @@ class Quill:
         if not request_id:
             del named[HEADER_REQUEST_ID]
         headers = named or None
-        data = codec.encode(body)
+        try:
+            data = codec.encode(body)
+        except UnicodeEncodeError:  # a lone surrogate: a byte of an argv name not UTF-8
+            raise _not_text(msgspec.to_builtins(body)) from None
         timeout = self.timeout + wait_ms / 1000
         last: QuillError | None = None
         failover_until = asyncio.get_running_loop().time() + self.failover_s

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import unicodedata
 from typing import Any
 
 from starlette.convertors import Convertor, register_url_convertor
@@ -89,8 +88,9 @@ def file_path(raw: str) -> str:
 
     Raises:
         QuillError: ``ACCESS_DENIED`` for an escape (``../x``, ``/etc/x``), ``INVALID_ARGUMENT``
-            for anything not canonical (``a/../b``, ``/workspace/x``, ``./x``, NFD Unicode),
-            control, invisible or unassigned characters, over-long names.
+            for anything not canonical (``a/../b``, ``/workspace/x``, ``./x``), and what
+            ``contracts.paths`` refuses everywhere (control or invisible characters, not NFC,
+            over-long names).
     """
     path = normalize(raw)
     if not path:
@@ -102,8 +102,6 @@ def file_path(raw: str) -> str:
             f"leading '/' or /workspace prefix; Unicode NFC): use {path!r}",
             {"path": path},
         )
-    if any(unicodedata.category(ch) in ("Cf", "Co", "Cn", "Cs", "Zl", "Zp") for ch in path):
-        raise QuillError(E.INVALID_ARGUMENT, "Path contains invisible or unassigned characters")
     return path
 
 
