@@ -22,14 +22,13 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.nuid import NUID
 
 from contracts import codec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AnyChange, WorkspaceUpdated
-from contracts.subjects import Address, Origin, Subjects
+from contracts.subjects import Address, Origin, Subjects, new_request_id
 from services.bridge.approvals import Approver, asking, describe
 from services.bridge.changes import LocalChanges
 from services.bridge.commands import LocalCommands
@@ -71,7 +70,6 @@ class Handlers:
         self.tasks: set[asyncio.Task[None]] = set()
         self.pending: dict[str, list[Msg]] = {}
         self.done: OrderedDict[str, bytes] = OrderedDict()
-        self._nuid = NUID()
 
     def _spawn(self, answer: Callable[[Incoming], Any]) -> Callable[[Msg], Any]:
         async def on_msg(msg: Msg) -> None:
@@ -129,7 +127,7 @@ class Handlers:
     async def command(self, incoming: Incoming) -> None:
         try:
             address, spec, origin, request = parse(
-                incoming, self.subjects, "cmd", new_id=self._nuid.next
+                incoming, self.subjects, "cmd", new_id=new_request_id
             )
         except QuillError as exc:
             await reject(incoming, exc, self.auditor)
@@ -235,7 +233,7 @@ class Handlers:
         local = self.local
         try:
             address, spec, origin, request = parse(
-                incoming, self.subjects, "exec", new_id=self._nuid.next
+                incoming, self.subjects, "exec", new_id=new_request_id
             )
         except QuillError as exc:
             await reject(incoming, exc, self.auditor)
