@@ -1,0 +1,200 @@
+"""Every MCP tool through the official MCP client: arguments drawn from the tool's published
+input schema (``tools/list``), valid and mutated; each call gets one answer within 5 s, a tool
+result (never a JSON-RPC error) whose error code is one the tool's op documents, never INTERNAL.
+Raw JSON-RPC bodies (invalid UTF-8, 100,000 deep, not JSON) get an HTTP answer, never a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+from contracts.ops import OPS
+from tests.contract.conftest import (
+    ANSWER_S,
+    LEDGER,
+    Failure,
+    alive,
+    connect,
+    judge_code,
+    seed,
+    verify_all,
+)
+from tests.contract.strategies import from_schema, mutated_body, narrow
+from tests.gateway.support import mcp_client
+from tests.system.conftest import Up
+
+T = TypeVar("T")
+EXAMPLES = 10
+WORKSPACE = "default/default"
+"""Where the gateway without ``--tokens`` sends every tool call."""
+
+TOOL_OPS: dict[str, str] = {
+    "read_file": "qry.read",
+    "write_file": "cmd.write",
+    "list_directory": "qry.list",
+    "create_directory": "cmd.mkdir",
+    "get_file_info": "qry.stat",
+    "search_files": "qry.glob",
+    "edit_file": "cmd.edit",
+    "modify_file": "cmd.modify",
+    "grep": "qry.grep",
+    "explore_files": "qry.explore",
+    "delete_file": "cmd.delete",
+    "move_file": "cmd.move",
+    "file_history": "qry.history",
+    "diff": "qry.diff",
+    "restore": "cmd.restore",
+    "get_workspace_info": "qry.info",
+    "execute_command": "exec.run",
+    "bash": "exec.run",
+    "git": "exec.git",
+    "attach_workspace": "cmd.attach",
+    "detach_workspace": "cmd.detach",
+    "list_workspaces": "qry.attached",
+}
+"""Each tool and the op it is (docs/gateway.md), whose documented errors it may answer."""
+
+
+class McpDriver:
+    """An MCP client session on its own event loop, for the synchronous Hypothesis tests."""
+
+    def __init__(self, up: Up) -> None:
+        self.up = up
+        self.loop = asyncio.new_event_loop()
+        self.stop = asyncio.Event()
+        ready: asyncio.Future[Client] = self.loop.create_future()
+
+        async def hold() -> None:  # enters and leaves the client in one task (anyio needs it)
+            async with mcp_client(up.http_url) as client:
+                ready.set_result(client)
+                await self.stop.wait()
+
+        self.holder = self.loop.create_task(hold())
+        self.client: Client = self.run(ready)
+        tools = self.run(self.client.list_tools()).tools
+        self.schemas: dict[str, dict[str, Any]] = {t.name: dict(t.input_schema) for t in tools}
+        self.bus = self.run(connect(up))
+        tenant, name = WORKSPACE.split("/")
+        self.run(seed(self.bus.nc, tenant, name))
+
+    def run(self, coro: Coroutine[Any, Any, T] | asyncio.Future[T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.run(self.holder)
+        self.run(self.bus.close())
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def mcp(stack: Up) -> Iterator[McpDriver]:
+    found = McpDriver(stack)
+    yield found
+    found.close()
+
+
+def arguments(schema: dict[str, Any], key: str) -> st.SearchStrategy[tuple[str, Any]]:
+    """(kind, arguments) for a tool: valid ones, or one JSON mutation of them."""
+    schema = {**schema, "properties": dict(schema.get("properties", {}))}
+    schema["properties"].pop("workspace", None)  # the session's: default/default
+    valid = from_schema(schema).map(lambda body: ("valid", narrow(key, body)))
+    bad = mutated_body(schema, key, raw=False).map(lambda m: (m[0], m[1]))
+    return valid | bad
+
+
+async def call(client: Client, tool: str, args: Any) -> tuple[str, Any]:
+    """('answer', result) or ('error', what went wrong) within ``ANSWER_S``."""
+    try:
+        async with asyncio.timeout(ANSWER_S):
+            return "answer", await client.call_tool(tool, args)
+    except TimeoutError:
+        return "error", f"no answer within {ANSWER_S:g} s"
+    except Exception as e:  # a JSON-RPC error, or the transport broke
+        return "error", f"{type(e).__name__}: {str(e)[:160]}"
+
+
+def judge_tool(tool: str, kind: str, args: Any, got: tuple[str, Any]) -> str | None:
+    key = TOOL_OPS[tool]
+    what, result = got
+    shown = json.dumps(args, default=str)[:300]
+    if what == "error":
+        outcome: str | None = f"not a tool result: {result}"
+    elif not result.is_error:
+        LEDGER.saw("mcp", key, kind, "ok", shown)
+        return None
+    else:
+        structured = result.structured_content or {}
+        code = structured.get("code")
+        LEDGER.saw("mcp", key, kind, str(code), shown)
+        outcome = judge_code(OPS[key], code, str(structured.get("error")))
+    if outcome is None:
+        return None
+    failure = Failure("mcp", f"{key}:{tool}", kind, outcome, f"arguments={shown}")
+    return None if LEDGER.record(failure) else failure.line()
+
+
+def test_every_tool_has_an_op(mcp: McpDriver) -> None:
+    assert set(mcp.schemas) == set(TOOL_OPS)
+
+
+@pytest.mark.parametrize("tool", sorted(TOOL_OPS))
+def test_fuzz_tool(mcp: McpDriver, tool: str) -> None:
+    strategy = arguments(mcp.schemas[tool], TOOL_OPS[tool])
+
+    @settings(max_examples=EXAMPLES, phases=(Phase.explicit, Phase.generate))
+    @given(case=strategy)
+    def one(case: tuple[str, Any]) -> None:
+        kind, args = case
+        problem = judge_tool(tool, kind, args, mcp.run(call(mcp.client, tool, args)))
+        assert problem is None, problem
+
+    one()
+    dead = mcp.run(alive(mcp.bus.nc))
+    assert not dead, f"services stopped answering pings: {dead}"
+
+
+RAW_BODIES: dict[str, bytes] = {
+    "invalid-utf8": b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file",'
+    b'"arguments":{"path":"\xff\xfe"}}}',
+    "deep-100k": b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file",'
+    b'"arguments":{"path":' + b"[" * 100_000 + b"]" * 100_000 + b"}}}",
+    "not-json": b'{"jsonrpc":"2.0",',
+    "array": b"[]",
+    "unknown-tool": b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope",'
+    b'"arguments":{}}}',
+    "nul-path": b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_file",'
+    b'"arguments":{"path":"a\\u0000b"}}}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(RAW_BODIES))
+def test_raw_jsonrpc_bodies(mcp: McpDriver, name: str) -> None:
+    """A malformed JSON-RPC body gets an answer (a JSON-RPC error or a 4xx), never a 500."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    response = httpx.post(
+        mcp.up.http_url + "/mcp", content=RAW_BODIES[name], headers=headers, timeout=ANSWER_S
+    )
+    outcome = None
+    if response.status_code >= 500:
+        outcome = f"HTTP {response.status_code}"
+    elif response.status_code == 200 and '"code":"INTERNAL"' in response.text.replace(" ", ""):
+        outcome = "INTERNAL"
+    if outcome is not None:
+        failure = Failure("mcp", "http:/mcp", f"raw:{name}", outcome, response.text[:200])
+        assert LEDGER.record(failure), failure.line()
+
+
+def test_verify_after_mcp(mcp: McpDriver) -> None:
+    failed = verify_all(mcp.up, {WORKSPACE})
+    assert not failed, failed
+    dead = mcp.run(alive(mcp.bus.nc))
+    assert not dead, f"services stopped answering pings: {dead}"
