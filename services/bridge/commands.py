@@ -25,29 +25,54 @@ import msgspec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.paths import display, normalize
+from contracts.paths import display, normalize, printable
 from services.bridge.folder import Folder, Sig, sig_of
 from services.common.globs import Globs
 from services.common.safefs import Dir, walk
 from services.executor import sandbox
 from services.executor.app import DEFAULT_TIMEOUT_MS, READ_ONLY_GIT, text_of
-from services.executor.checkout import DEFAULT_IGNORE
-from services.executor.commit import SHOWN
+from services.executor.checkout import DEFAULT_IGNORE, invalid
+from services.executor.commit import MAX_SKIPPED, SHOWN
 from services.executor.git import Credentials, run_git, sandbox_runner
 
 NETWORK_GIT = frozenset({"push", "pull", "clone"})
 Snapshot = dict[str, tuple[bool, Sig]]
 """Per path: (is a directory, stat signature)."""
+Invalid = dict[str, tuple[str, Sig]]
+"""Per entry whose name breaks the workspace path rule (shown escaped, as ``printable``
+does): (why, stat signature). What is below such a directory is not looked at."""
 
 
-def snapshot(root: Path) -> Snapshot:
-    """Every entry of the folder but what the ignore patterns leave out (blocking)."""
+def snapshot(root: Path) -> tuple[Snapshot, Invalid]:
+    """Every entry of the folder but what the ignore patterns leave out, and apart the entries
+    whose names are not workspace names (``contracts.paths``) (blocking)."""
     ignore = Globs.names(DEFAULT_IGNORE)
     out: Snapshot = {}
+    bad: Invalid = {}
+
+    def prune(rel: str) -> bool:
+        return invalid(rel) is None and ignore.match_dir(rel)
+
+    def enter(rel: str) -> bool:
+        return invalid(rel) is None
+
     with Dir.open(root) as top:  # each directory from its parent's descriptor, no link followed
-        for rel, _, _, st in walk(top, ignore.match_dir):
-            out[rel] = (stat.S_ISDIR(st.st_mode), sig_of(st))
-    return out
+        for rel, _, _, st in walk(top, prune, enter=enter):
+            why = invalid(rel)
+            if why is not None:
+                bad[printable(rel)] = (why, sig_of(st))
+            else:
+                out[rel] = (stat.S_ISDIR(st.st_mode), sig_of(st))
+    return out, bad
+
+
+def skipped(before: Invalid, after: Invalid) -> list[rp.SkippedPath]:
+    """The entries with names that are not workspace names the command made or changed."""
+    return [
+        rp.SkippedPath(path=path, reason=f"invalid name: {why}: not shown")
+        for path, (why, sig) in sorted(after.items())
+        if before.get(path) != (why, sig)
+    ][:MAX_SKIPPED]
 
 
 def compare(before: Snapshot, after: Snapshot) -> list[rp.ChangedPath]:
@@ -105,8 +130,10 @@ class LocalCommands:
     def _timeout_ms(self, req: rq.Execution) -> int:
         return min(req.timeout_ms or DEFAULT_TIMEOUT_MS, self.folder.limits.max_exec_ms)
 
-    def _changes(self, before: Snapshot, after: Snapshot) -> rp.CapturedChanges:
-        changed = compare(before, after)
+    def _changes(
+        self, before: tuple[Snapshot, Invalid], after: tuple[Snapshot, Invalid]
+    ) -> rp.CapturedChanges:
+        changed = compare(before[0], after[0])
         version = self.folder.version
         return rp.CapturedChanges(
             base_version=version,
@@ -115,7 +142,7 @@ class LocalCommands:
             paths=changed[:SHOWN],
             total=len(changed),
             conflicts=[],
-            skipped=[],
+            skipped=skipped(before[1], after[1]),
             ignored=[],
         )
 

@@ -6,8 +6,9 @@ are refused there, with the server's message). ``locate`` then resolves it under
 with symbolic links followed: a path whose real path leaves the folder is ``ACCESS_DENIED``
 with the same message, so a link inside the folder pointing out reads nothing. Walks
 (listings, glob, grep, explore, counts) never follow a link: links are not shown at all, nor
-are sockets, devices and names that are not valid workspace names (control characters,
-invalid UTF-8, not NFC). Mutations go through no link at all (``locate_for_change``).
+are sockets, devices and names that are not valid workspace names (``contracts.paths``:
+control or invisible characters, invalid UTF-8, not NFC). Mutations go through no link at
+all (``locate_for_change``).
 What is located is then opened from the folder's root one name at a time without following
 any link (``services.common.safefs``): a part swapped for a link after ``locate`` is not
 found, never followed; walks open each directory from its parent's descriptor.
@@ -25,7 +26,6 @@ import hashlib
 import os
 import stat
 import threading
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,7 +34,13 @@ from typing import BinaryIO
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import DEFAULT_LIMITS, Limits
-from contracts.paths import ACCESS_DENIED_MESSAGE, MAX_NAME_BYTES, ancestors, display
+from contracts.paths import (
+    ACCESS_DENIED_MESSAGE,
+    MAX_NAME_BYTES,
+    ancestors,
+    check_name,
+    display,
+)
 from services.common.content import as_text
 from services.common.plan import LIVE
 from services.common.safefs import Dir, open_path, parent_of
@@ -56,15 +62,12 @@ def _time(ns: int) -> datetime:
 
 
 def valid_name(entry_name: str) -> bool:
-    """Whether a name on disk is a name a workspace path can have."""
-    try:
-        size = len(entry_name.encode())
-    except UnicodeEncodeError:  # undecodable bytes (surrogate escapes)
-        return False
+    """Whether a name on disk is a name a workspace path can have (``contracts.paths``: no
+    byte that is not UTF-8, no control or invisible character, NFC, at most 255 bytes)."""
     return (
-        0 < size <= MAX_NAME_BYTES
-        and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in entry_name)
-        and unicodedata.normalize("NFC", entry_name) == entry_name
+        bool(entry_name)
+        and check_name(entry_name) is None
+        and (len(entry_name.encode()) <= MAX_NAME_BYTES)
     )
 
 

@@ -33,6 +33,8 @@ REQUEST_BUDGET = MAX_MESSAGE_BYTES // 2
 """Content bytes (as encoded) an apply request carries inline; the rest goes by blob."""
 SHOWN = 100
 """Paths listed in a result (the total says how many)."""
+MAX_SKIPPED = 1000
+"""Skipped paths listed in a result (a command making a million bad names gets an answer)."""
 GIT_OBJECT = re.compile(r"(^|/)\.git/objects/[0-9a-f]{2}/[0-9a-f]{38}$")
 INFLATE_MAX = 64 * 1024 * 1024
 """Most bytes of one loose git object inflated to look for a secret."""
@@ -124,7 +126,7 @@ async def commit(
     into the checkout. Nothing committed leaves the checkout to be rebuilt from the log."""
     secrets = secrets_from_env()
     withhold(captured, secrets)
-    skipped = [rp.SkippedPath(path=p, reason=r) for p, r in captured.skipped]
+    skipped = [rp.SkippedPath(path=p, reason=r) for p, r in captured.skipped[:MAX_SKIPPED]]
     ignored = captured.ignored[:SHOWN]
 
     def result(
