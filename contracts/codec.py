@@ -74,8 +74,15 @@ def ok_reply_raw(version: int | None, result: bytes) -> bytes:
 
 
 def error_reply(error: QuillError) -> bytes:
+    """The error reply; always one: a message or details that JSON cannot carry (a lone
+    surrogate, an object of no JSON type) are escaped, or dropped, rather than unanswered."""
     body = ErrorBody(code=str(error.code), message=error.message, details=error.details)
-    return _encoder.encode(Reply[Any](ok=False, error=body))
+    try:
+        return _encoder.encode(Reply[Any](ok=False, error=body))
+    except (UnicodeEncodeError, TypeError, msgspec.EncodeError):
+        message = error.message.encode("utf-8", "backslashreplace").decode("utf-8")
+        safe = ErrorBody(code=str(error.code), message=message, details={})
+        return _encoder.encode(Reply[Any](ok=False, error=safe))
 
 
 _reply_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}

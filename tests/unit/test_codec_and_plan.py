@@ -73,3 +73,22 @@ def test_plan_closes_in_batch_rows_and_database_rows() -> None:
     # a later batch closes what the database holds: nothing in it is live any more
     later = plan(b.log[3:], {("acme", "demo"): 1})
     assert later.rows == [] and {c[0] for c in later.closes} == {4}
+
+
+def test_malformed_requests_and_unencodable_errors_get_one_answer() -> None:
+    """Invalid UTF-8 inside a JSON string is INVALID_ARGUMENT naming it (msgspec raised a
+    bare UnicodeDecodeError: the writer never answered); an error that JSON cannot carry still
+    makes a reply."""
+    import json
+
+    spec = ops.find("cmd", "write")
+    assert spec is not None
+    for body in (b'{"path": "a\xff", "content": "x"}', b'{"path": "a", "content": "\xed\xa0\x80"}'):
+        with pytest.raises(QuillError) as info:
+            codec.decode_request(spec, body)
+        assert info.value.code == ErrorCode.INVALID_ARGUMENT
+        assert "not valid UTF-8" in info.value.message
+    reply = json.loads(
+        codec.error_reply(QuillError(ErrorCode.INTERNAL, "x\udcff", {"o": object()}))
+    )
+    assert reply["error"] == {"code": "INTERNAL", "message": "x\\udcff", "details": {}}
