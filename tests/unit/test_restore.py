@@ -63,3 +63,18 @@ def test_restore_refusals() -> None:
         decision = decide(b.state, rq.RestorePath(version=8), ctx)
     assert not decision.commits  # already as it was at version 8: no event
     assert isinstance(decision.result, Restored) and decision.result.committed is False
+
+
+@pytest.mark.parametrize("path", ["../etc", "/etc/passwd", "notes/../../x"])
+def test_restore_outside_the_workspace_is_access_denied(path: str) -> None:
+    """``needs`` names no past tree for a path that leaves the workspace; ``decide`` refuses
+    it like every other op (it was an AssertionError, INTERNAL, failing the whole group)."""
+    from services.writer.decide import needs
+
+    b = build()
+    cmd = rq.RestorePath(version=3, path=path)
+    assert needs(b.state, cmd).past is None
+    ctx = Context(version=b.state.version + 1, at=T0, content=b.contents.get, past=None)
+    with pytest.raises(QuillError) as info:
+        decide(b.state, cmd, ctx)
+    assert info.value.code == ErrorCode.ACCESS_DENIED
