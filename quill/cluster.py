@@ -81,6 +81,7 @@ class Cluster(Launcher):
         self.deployment = Deployment(
             nats, writers, readers, executors, partitions, lease_ttl, sandbox
         )
+        self.root = self.deployment.root
         ports = _Ports(nats_port)
         self.servers = [
             NatsNode(name, "127.0.0.1", ports.client(i), ports.free(), ports.free())

@@ -2,10 +2,11 @@
 
 A ``Launcher`` starts its children (each its own process, logging to ``<data>/logs/``), waits
 until every service process answers its ping and the gateway its ``GET /health``, restarts a
-child that dies (at most 5 times a minute, then it gives up on it), records the URLs in
-``<data>/stack.json`` and prints the ready line; SIGINT/SIGTERM stops everything. Children
-get SIGTERM if the launcher is killed (``PR_SET_PDEATHSIG``). ``quill.stack.Stack`` and
-``quill.cluster.Cluster`` say what to start.
+child that dies, with a backoff and never giving up, while the others serve on
+(``quill.supervisor``), records the URLs in ``<data>/stack.json`` and prints the ready line;
+SIGINT/SIGTERM stops everything. Children get SIGTERM if the launcher is killed
+(``PR_SET_PDEATHSIG``). ``quill.stack.Stack`` and ``quill.cluster.Cluster`` say what to
+start.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,6 +31,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from quill.natsserver import terminate
+from quill.supervisor import Backoff, Supervisor
 from services.common import bus
 from services.common.credentials import NatsAuth
 from services.common.runtime import lock_directory
@@ -85,7 +87,6 @@ class Child:
     wanted: bool = True
     """False while stopped on purpose: the supervisor leaves it down."""
     process: subprocess.Popen[bytes] | None = None
-    restarts: list[float] = field(default_factory=list)
     _log: IO[bytes] | None = None
 
     def start(self) -> None:
@@ -184,6 +185,9 @@ class Launcher:
     ``restart(name)``; these two wait until it answers again.
     """
 
+    root = "ws"
+    """The subjects' root (``<root>.sys.ping.*``)."""
+
     def __init__(
         self,
         data_dir: Path,
@@ -199,10 +203,12 @@ class Launcher:
         self.restart_children = restart
         self.system = auth
         self.children: list[Child] = []
-        self.gave_up = asyncio.Event()
-        """Set when a child kept exiting (more than 5 times a minute) and was left down."""
+        self.say: Callable[[str], None] = log.warning
+        """Where the supervisor's lines go (``run``: this process's output)."""
+        self.supervisor: Supervisor | None = None
+        """While ``restart`` and started: what it knows of each child (``watches``)."""
         self._guard = asyncio.Lock()
-        self._supervisor: asyncio.Task[None] | None = None
+        self._supervising: asyncio.Task[None] | None = None
 
     # ---------------------------------------------------------------- what subclasses say
     @property
@@ -241,7 +247,8 @@ class Launcher:
         it answers; then supervise, when ``restart``.
 
         Raises:
-            RuntimeError: something did not start or did not answer (see its log).
+            RuntimeError: something did not start or did not answer (see its log), or
+                ``$QUILL_RESTART_BACKOFF`` is malformed.
             KeyError: no child is called ``name``.
         """
         if name is not None:
@@ -253,13 +260,31 @@ class Launcher:
             await self.wait_ready(name)
             return
         try:
+            backoff = Backoff.from_env()
+        except ValueError as exc:
+            raise RuntimeError(str(exc)) from None
+        try:
             await self._launch()
             await self.wait_ready()
+            if self.restart_children:
+                await self._supervise(backoff)
         except BaseException:
             await self.stop()
             raise
-        if self.restart_children:
-            self._supervisor = asyncio.create_task(self._supervise(), name="supervisor")
+
+    async def _supervise(self, backoff: Backoff) -> None:
+        supervisor = Supervisor(
+            lambda: self.children,
+            self._guard,
+            self.nats_url,
+            self.system,
+            self.root,
+            lambda line: self.say(line),
+            backoff,
+        )
+        await supervisor.open()
+        self.supervisor = supervisor
+        self._supervising = asyncio.create_task(supervisor.run(), name="supervisor")
 
     async def stop(self, name: str | None = None) -> None:
         """Stop everything: the services (at once), then the NATS servers (or the one child
@@ -270,11 +295,14 @@ class Launcher:
                 child.wanted = False
                 await asyncio.to_thread(child.stop)
             return
-        if self._supervisor is not None:
-            self._supervisor.cancel()
+        if self._supervising is not None:
+            self._supervising.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
-            self._supervisor = None
+                await self._supervising
+            self._supervising = None
+        if self.supervisor is not None:
+            await self.supervisor.close()
+            self.supervisor = None
         services = [c for c in self.children if c.ping]
         for group in (services, [c for c in self.children if not c.ping]):
             await asyncio.gather(*(asyncio.to_thread(child.stop) for child in group))
@@ -314,7 +342,7 @@ class Launcher:
         nc = await bus.connect(self.nats_url, "quill-up", wait_s=timeout, auth=self.system)
         try:
             await self._wait_more(nc, children, deadline)
-            await ping_until_answered(nc, [c for c in children if c.ping], deadline)
+            await ping_until_answered(nc, [c for c in children if c.ping], deadline, self.root)
         finally:
             await nc.close()
         if any(c.ping == "gateway" for c in children):
@@ -333,8 +361,9 @@ class Launcher:
         }
 
     async def run(self) -> int:
-        """The command: start, record, print the ready line, run until SIGINT/SIGTERM, stop.
-        Returns 0, or 1 if a child kept exiting and was left down.
+        """The command: start, record, print the ready line, run until SIGINT/SIGTERM, stop;
+        a line for each child that exits and is restarted, and for each that is back. Returns
+        0 (a child that keeps exiting is restarted, with a backoff, for as long as it runs).
 
         Raises:
             RuntimeError: something did not start (see its log).
@@ -346,6 +375,7 @@ class Launcher:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
             record = self.data_dir / STACK_FILE
+            self.say = lambda line: print(line, flush=True)
             try:
                 await self.start()
                 record.write_text(json.dumps(self.record()))
@@ -353,30 +383,8 @@ class Launcher:
                     f"quill ready nats={self.nats_url} http={self.http_url} data={self.data_dir}",
                     flush=True,
                 )
-                waits = [asyncio.create_task(e.wait()) for e in (stop, self.gave_up)]
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                for task in waits:
-                    task.cancel()
-                return 1 if self.gave_up.is_set() and not stop.is_set() else 0
+                await stop.wait()
+                return 0
             finally:
                 record.unlink(missing_ok=True)
                 await self.stop()
-
-    async def _supervise(self) -> None:
-        while True:
-            await asyncio.sleep(0.5)
-            async with self._guard:
-                for child in self.children:
-                    if child.alive() or not child.wanted:
-                        continue
-                    now = time.monotonic()
-                    child.restarts = [t for t in child.restarts if now - t < 60] + [now]
-                    code = child.exit_code
-                    if len(child.restarts) > 5:
-                        log.error("%s keeps exiting (code %s); giving up", child.name, code)
-                        child.wanted = False
-                        self.gave_up.set()
-                        continue
-                    log.warning("%s exited (code %s); restarting", child.name, code)
-                    await asyncio.to_thread(child.stop)
-                    await asyncio.to_thread(child.start)

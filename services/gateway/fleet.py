@@ -1,15 +1,24 @@
-"""What ``/health`` tells of the executors: those that cannot give each sandbox its own cgroup.
+"""What ``/health`` tells beyond the gateway itself: the executors without a cgroup per sandbox,
+and the services that ``quill up`` (or ``quill cluster up``) is restarting.
 
 An executor without cgroups limits memory and processes per process only, so one command can
 take a multiple of its memory limit (docs/executor.md, Threat model). It says so in its log
 and its ping; the gateway asks every executor in the background (every ``EVERY_S``; the first
 time at start) so that ``/health`` answers at once and an operator's probe sees the risk.
+
+The launcher's supervisor (``quill/supervisor.py``) knows which of its children exited and
+when it starts them again; it answers ``<root>.sys.ping.launcher`` with that, and the gateway
+asks every ``SUPERVISOR_EVERY_S``. A failing service makes ``/health`` say
+``"status": "degraded"`` (still 200: the gateway serves, and the other services with it) and
+name it. Services run some other way (compose, systemd) have no launcher to answer: nothing
+is added then.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from typing import Any
 
@@ -21,26 +30,40 @@ from services.common import bus
 log = logging.getLogger("quill.gateway")
 
 EVERY_S = 15.0
+SUPERVISOR_EVERY_S = 1.0
 WAIT_S = 0.5
-"""How long one round gathers the executors' answers."""
+"""How long one round gathers the executors' answers (and waits for the launcher's)."""
+FAILING = ("restarting", "starting")
+"""A child of the launcher in one of these states is failing (down, or not answering yet)."""
 
 
 class Fleet:
-    """The executors' answers of the last round of pings."""
+    """The executors' answers of the last round of pings, and the launcher's last answer."""
 
-    def __init__(self, nc: NATS, subjects: Subjects, every: float = EVERY_S) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        subjects: Subjects,
+        every: float = EVERY_S,
+        supervisor_every: float = SUPERVISOR_EVERY_S,
+    ) -> None:
         self._nc, self._subjects, self._every = nc, subjects, every
+        self._supervisor_every = supervisor_every
         self._answers: list[dict[str, Any]] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._launcher: dict[str, Any] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._watch())
+        self._tasks = [
+            asyncio.create_task(self._watch()),
+            asyncio.create_task(self._watch_launcher()),
+        ]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
 
     async def _watch(self) -> None:
         while True:
@@ -50,19 +73,51 @@ class Fleet:
                 log.debug("executor pings failed: %s", exc)
             await asyncio.sleep(self._every)
 
+    async def _watch_launcher(self) -> None:
+        subject = f"{self._subjects.root}.sys.ping.launcher"
+        while True:
+            try:
+                reply = await self._nc.request(subject, b"", timeout=WAIT_S)
+                self._launcher = json.loads(reply.data)
+            except Exception as exc:  # no launcher (no responders), or NATS down
+                self._launcher = None
+                log.debug("launcher ping failed: %s", exc)
+            await asyncio.sleep(self._supervisor_every)
+
     def health(self) -> dict[str, Any]:
         """``executors``: how many answered, and which run sandboxes without a cgroup each;
-        ``warnings``: one line per such executor. Empty before the first round."""
-        if self._answers is None:
-            return {}
-        without = sorted(str(a.get("instance")) for a in self._answers if a.get("cgroups") is False)
-        body: dict[str, Any] = {
-            "executors": {"answered": len(self._answers), "without_cgroups": without}
-        }
-        if without:
-            body["warnings"] = [
+        ``supervisor``: the launcher's children that are failing (when a launcher answers);
+        ``warnings``: one line per such executor or child; ``status: degraded`` while a child
+        fails (and NATS is reachable: else the gateway's own ``unavailable`` stands)."""
+        body: dict[str, Any] = {}
+        warnings: list[str] = []
+        if self._answers is not None:
+            without = sorted(
+                str(a.get("instance")) for a in self._answers if a.get("cgroups") is False
+            )
+            body["executors"] = {"answered": len(self._answers), "without_cgroups": without}
+            warnings += [
                 f"executor {name}: no cgroup per sandbox: memory and processes are limited per "
                 "process only (docs/executor.md, Threat model)"
                 for name in without
             ]
+        if self._launcher is not None:
+            children = [c for c in self._launcher.get("children", []) if isinstance(c, dict)]
+            failing = [c for c in children if c.get("state") in FAILING]
+            body["supervisor"] = {"processes": len(children), "failing": failing}
+            warnings += [_failing(child) for child in failing]
+            if failing and self._nc.is_connected:
+                body["status"] = "degraded"
+        if warnings:
+            body["warnings"] = warnings
         return body
+
+
+def _failing(child: dict[str, Any]) -> str:
+    name, exits = child.get("name"), child.get("exits_in_a_row", 0)
+    how = child.get("last_exit") or "exited"
+    if child.get("state") == "restarting":
+        when = f"restarting it in {child.get('restart_in_s', 0):g} s"
+    else:
+        when = "started again, not answering yet"
+    return f"{name}: exited {exits} time{'s' if exits != 1 else ''} in a row ({how}); {when}"

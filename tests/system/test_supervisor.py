@@ -1,0 +1,164 @@
+"""``quill up`` under a service that keeps crashing: its supervisor restarts it with a growing
+delay and never gives up, the other services serve on, ``/health`` names the failing one and
+``quill up``'s output says when it exits and when it is back.
+
+Before the supervisor had a backoff, the sixth exit within a minute made ``quill up`` give up
+and stop everything: NATS, the writer, the reader and the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from quill.client import Quill
+from tests.system.conftest import Up, running
+
+T = TypeVar("T")
+
+FIRST, CAP = 0.2, 1.0
+KILLS = 7
+SERVICES = ("writer", "reader", "executor", "gateway")
+RESTARTING = re.compile(
+    r"quill: executor exited \(killed by SIGKILL\); restarting it in ([\d.]+) s"
+)
+
+
+def children(up: Up) -> dict[str, int]:
+    """``quill up``'s service processes by name, from the process table."""
+    assert up.process is not None
+    found: dict[str, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) != up.process.pid:
+            continue
+        names = [a.decode() for a in argv if a.decode() in SERVICES]
+        if b"quill" in argv and names:
+            found[names[0]] = int(entry.name)
+    return found
+
+
+def until(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
+    """Poll ``check`` until it returns something (the condition), or fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while (result := check()) is None:
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return result
+
+
+class HealthWatch:
+    """Every ``/health`` body seen while it runs (a thread polling the gateway)."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.seen = url + "/health", list[dict[str, Any]]()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        with httpx.Client(timeout=5) as http:
+            while not self._stop.is_set():
+                try:
+                    reply = http.get(self.url)
+                    self.seen.append({"code": reply.status_code, **reply.json()})
+                except httpx.HTTPError:
+                    self.seen.append({"code": None})
+                self._stop.wait(0.1)
+
+    def __enter__(self) -> HealthWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def health(up: Up) -> dict[str, Any]:
+    reply = httpx.get(up.http_url + "/health", timeout=5)
+    return {"code": reply.status_code, **reply.json()}
+
+
+def failing(body: dict[str, Any]) -> list[str]:
+    return [c["name"] for c in body.get("supervisor", {}).get("failing", [])]
+
+
+@pytest.fixture
+def up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Up]:
+    monkeypatch.setenv("QUILL_RESTART_BACKOFF", f"{FIRST},{CAP}")
+    with running(tmp_path / ".quill", "--sandbox", "local") as stack:
+        yield stack
+
+
+async def test_a_service_killed_again_and_again_is_restarted_while_the_others_serve(
+    up: Up,
+) -> None:
+    before = children(up)
+    assert sorted(before) == sorted(SERVICES), before
+    quill = await Quill.connect(up.nats_url, actor="tester", timeout=15)
+    try:
+        ws = quill.workspace("acme/crashing")
+        await ws.create()
+        assert health(up)["status"] == "ok"
+        killed: list[int] = []
+        with HealthWatch(up.http_url) as watch:
+            for n in range(KILLS):
+                # wait for the supervisor to start it again, then kill the new process
+                pid = await asyncio.to_thread(
+                    until,
+                    lambda: p if (p := children(up).get("executor")) not in killed else None,
+                    f"executor restarted after {n} kills",
+                )
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                if n == KILLS // 2:  # meanwhile, the others serve
+                    await ws.write("meanwhile.txt", f"written after {n + 1} kills\n")
+                    text = await ws.read_text("meanwhile.txt")
+                    assert text == f"written after {n + 1} kills\n"
+            # it comes back: /health is clean again
+            back = await asyncio.to_thread(
+                until,
+                lambda: b if (b := health(up))["status"] == "ok" and not failing(b) else None,
+                "a clean /health",
+            )
+        assert back["code"] == 200 and back["supervisor"]["processes"] == len(SERVICES)
+        degraded = [b for b in watch.seen if b.get("status") == "degraded"]
+        assert degraded, "/health never said degraded while the executor kept exiting"
+        assert all(failing(b) == ["executor"] and b["code"] == 200 for b in degraded)
+        assert any("executor: exited" in w for b in degraded for w in b["warnings"])
+        assert all(b["code"] == 200 for b in watch.seen), "the gateway stopped answering"
+
+        # only the executor was restarted; the others kept their processes
+        after = children(up)
+        assert after["executor"] not in killed
+        assert {s: after[s] for s in SERVICES if s != "executor"} == {
+            s: before[s] for s in SERVICES if s != "executor"
+        }
+        assert up.process is not None and up.process.poll() is None
+        await ws.write("after.txt", "still here\n")
+        assert await ws.read_text("after.txt") == "still here\n"
+    finally:
+        await quill.close()
+
+    # quill up's output: a line per exit with its delay (doubling, capped), one when back
+    output = "".join(up.output)
+    delays = [float(d) for d in RESTARTING.findall(output)]
+    assert len(delays) == KILLS, output
+    assert delays[0] == FIRST and max(delays) == CAP and all(d <= CAP for d in delays), delays
+    assert "quill: executor is back (pid" in output.rsplit("restarting it in", 1)[1], output
