@@ -5,8 +5,10 @@ own process (``python -m quill writer …``, the reader, the executor, and the H
 ``--http-port``), waits until every one answers a ping and the gateway's ``GET /health``
 answers 200, records the URLs in ``<data>/stack.json`` (clients find them there) and prints
 one line with ``ready``.
-Services that die are restarted; SIGINT/SIGTERM stops everything cleanly. Children get
-SIGTERM if this process is killed, and everything they acknowledged is already on disk.
+Services that die are restarted, after a delay that doubles with each exit in a row
+(``quill.supervisor``), while the others serve on; SIGINT/SIGTERM stops everything cleanly.
+Children get SIGTERM if this process is killed, and everything they acknowledged is already on
+disk.
 
 The life cycle is ``quill.launcher.Launcher``'s, shared with ``quill cluster up``.
 """
