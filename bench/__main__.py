@@ -1,18 +1,20 @@
 """``python -m bench [core] [search] [gateway] [executor] [retention] [load] [replay]
-[cluster]``: the benchmarks (all by default), each figure printed next to its baseline measured
-in the same run."""
+[cluster] [size]``: the benchmarks (all by default), each figure printed next to its baseline
+measured in the same run."""
 
 import argparse
 import asyncio
 
-from bench import cluster, core, executor, gateway, load, replay, retention, search
+from bench import cluster, core, executor, gateway, load, replay, retention, search, size
 
 parser = argparse.ArgumentParser(prog="python -m bench")
-PARTS = ["core", "search", "gateway", "executor", "retention", "load", "replay", "cluster"]
+PARTS = ["core", "search", "gateway", "executor", "retention", "load", "replay", "cluster", "size"]
 parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
 parser.add_argument("--versions", type=int, default=10_000, help="Versions of the history file.")
+parser.add_argument("--files", type=int, default=size.FILES, help="size: files.")
+parser.add_argument("--events", type=int, default=size.EVENTS, help="size: events in the log.")
 args = parser.parse_args()
 which = args.which or PARTS
 if "core" in which:
@@ -35,3 +37,5 @@ if "replay" in which:
     asyncio.run(replay.main(args.rounds))
 if "cluster" in which:
     asyncio.run(cluster.main(args.seconds, args.rounds))
+if "size" in which:
+    asyncio.run(size.main(args.files, args.events))

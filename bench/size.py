@@ -1,0 +1,289 @@
+"""Size (``python -m bench size``): every tool on a workspace of 100,000 files and 1,000,000
+events, each as its own process, its time and peak memory (resident, VmHWM) printed next to
+a baseline measured in the same run.
+
+The log is made here, on a bare nats-server: a workspace created, 100,000 files written 100
+per event (2,000 of them with their content in WS_BLOBS), then single-file writes round
+robin until the log holds 1,000,000 events, each a writer-shaped event with its hash chain and
+tree hash, appended in atomic batches (``--files`` and ``--events`` make it smaller). Then, as
+processes: ``quill replay``, a reader replica catching up, ``quill verify`` and ``verify
+--deep``, ``quill export`` and ``import``, a writer that compacts the whole workspace (its
+``max_versions`` is due after a few more writes), an executor materialising the compaction,
+and ``quill replay`` from the compaction. Baselines: reading the raw messages of the log (an
+ordered consumer that only counts them), and ``tar`` of the replayed tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import nats
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from contracts import codec, hashing
+from contracts.events import ChangesCommitted, MakeDir, PutFile, WorkspaceCreated
+from contracts.limits import DEFAULT_LIMITS
+from contracts.subjects import Subjects
+from quill.client import Quill
+from quill.natsserver import NatsServer
+from services.common import bus
+from services.common import replay as rpl
+from services.common.blobs import Blobs
+from services.common.compaction import slack
+from services.common.tree import Tree, apply_change
+
+FILES = 100_000
+EVENTS = 1_000_000
+BLOB_EVERY = 50
+"""One file in this many has its content in WS_BLOBS."""
+PER_EVENT = 100
+BATCH = 500
+MAX_VERSIONS = 5
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SUBJECTS = Subjects()
+PROBE = (
+    "import atexit, resource, sys\n"
+    "atexit.register(lambda: sys.stderr.write("
+    "'\\nMAXRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+    "sys.argv = [sys.argv[1], *sys.argv[2:]]\n"
+    "if sys.argv[0] == 'raw':\n"
+    "    import asyncio, bench.size as s\n"
+    "    asyncio.run(s.raw(sys.argv[1], sys.argv[2], int(sys.argv[3])))\n"
+    "else:\n"
+    "    from quill.cli import main\n"
+    "    main()\n"
+)
+
+
+def content(n: int, version: int) -> bytes:
+    return f"file {n} at version {version}\n".encode() * 3
+
+
+def path_of(n: int) -> str:
+    return f"d{n % 1000:03}/f{n:06}.txt"
+
+
+def synthesise(
+    tenant: str, workspace: str, files: int, events: int
+) -> Iterator[tuple[bytes, str, str, list[tuple[str, bytes]]]]:
+    """The log: ``(payload, Nats-Msg-Id, hash, [(sha, content) to store in WS_BLOBS])`` of
+    each event, in order."""
+    tree, prev = Tree(), hashing.ZERO_HASH
+    limits = msgspec.structs.replace(
+        DEFAULT_LIMITS, max_files=10 * files, max_versions=MAX_VERSIONS
+    )
+    n = 0
+    for version in range(1, events + 1):
+        at = T0 + timedelta(milliseconds=version)
+        common = dict(
+            tenant=tenant,
+            workspace=workspace,
+            version=version,
+            at=at,
+            actor="bench",
+            request_id=f"r{version}",
+            prev_hash=prev,
+        )
+        blobs: list[tuple[str, bytes]] = []
+        if version == 1:
+            event: WorkspaceCreated | ChangesCommitted = WorkspaceCreated(
+                **common, op="create", tree_hash=prev, trust="full", limits=limits
+            )
+        else:
+            changes: list[MakeDir | PutFile] = []
+            for _ in range(PER_EVENT if n < files else 1):
+                f = n % files
+                data, path = content(f, version), path_of(f)
+                parent = path.rsplit("/", 1)[0]
+                if parent not in tree.dirs:
+                    mkdir = MakeDir(path=parent)
+                    apply_change(tree, mkdir, version, at)
+                    changes.append(mkdir)
+                sha = hashlib.sha256(data).hexdigest()
+                fv = tree.last_fv.get(path, 0) + 1
+                created = tree.files[path].created if path in tree.files else at
+                blob = f % BLOB_EVERY == 0
+                if blob:
+                    blobs.append((sha, data))
+                change = PutFile(
+                    path=path,
+                    sha256=sha,
+                    size=len(data),
+                    file_version=fv,
+                    created=created,
+                    text=None if blob else data.decode(),
+                    blob=blob,
+                )
+                apply_change(tree, change, version, at)
+                changes.append(change)
+                n += 1
+            event = ChangesCommitted(
+                **common, op="apply", tree_hash=hashing.tree_hex(tree.hash), changes=changes
+            )
+        payload = codec.encode(event)
+        prev = hashing.event_hash(payload)
+        yield payload, SUBJECTS.msg_id(tenant, workspace, f"r{version}"), prev, blobs
+
+
+async def raw(url: str, subject: str, count: int) -> None:
+    """The baseline: an ordered consumer receives ``count`` messages of ``subject``."""
+    nc = await nats.connect(url)
+    done = asyncio.get_running_loop().create_future()
+    seen = 0
+
+    async def on_msg(msg: Msg) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == count and not done.done():
+            done.set_result(None)
+
+    sub = await nc.jetstream().subscribe(
+        subject,
+        cb=on_msg,
+        ordered_consumer=True,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+        pending_msgs_limit=4 * rpl.BUFFER_MAX,
+        pending_bytes_limit=256 * 1024 * 1024,
+    )
+    await done
+    await sub.unsubscribe()
+    await nc.close()
+
+
+def measured(url: str, *args: str) -> tuple[float, int, str]:
+    """``quill ARGS`` (or ``raw URL SUBJECT COUNT``) as a process: seconds, peak MiB, stdout."""
+    env = {**os.environ, "QUILL_NATS_URL": url}
+    argv = [sys.executable, "-c", PROBE, *([] if args[0] == "raw" else ["quill"]), *args]
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    took = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"{args}: {done.stderr[-2000:]}")
+    peak = int(done.stderr.rsplit("MAXRSS ", 1)[1].split()[0]) // 1024
+    return took, peak, done.stdout
+
+
+def hwm(pid: int) -> int:
+    """Peak resident MiB of a running process."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    return 0
+
+
+def service(url: str, name: str, data: Path, *more: str) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "quill", name, "--nats-url", url, "--data", str(data), *more]
+    log = open(data.with_suffix(".log"), "wb")
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+
+async def pinged(nc: nats.NATS, what: str, deadline_s: float = 3600) -> float:
+    """Seconds until a ``what`` service answers the ping (a reader once caught up)."""
+    t0 = time.perf_counter()
+    async with asyncio.timeout(deadline_s):
+        while not await bus.ping_all(nc, SUBJECTS, what, 0.5):
+            pass
+    return time.perf_counter() - t0
+
+
+def line(label: str, took: float, peak: int | None, base: str) -> None:
+    mem = f"{peak:,} MiB" if peak is not None else "-"
+    print(f"{label:<40} {took:>9.1f} s {mem:>11}   {base}")
+
+
+async def main(files: int = FILES, events: int = EVENTS) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="quill-bench-size-"))
+    server = NatsServer(tmp / "nats").start()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        nc = await bus.connect(server.url, "bench-size")
+        await bus.ensure_streams(nc, SUBJECTS)
+        js, subject = nc.jetstream(), SUBJECTS.evt("bench", "size")
+        blobs = Blobs(js)
+        t0 = time.perf_counter()
+        batch: list[tuple[bytes, str, str]] = []
+        last = 0
+        for payload, msg_id, digest, stored in synthesise("bench", "size", files, events):
+            for sha, data in stored:
+                await blobs.put(sha, data)
+            batch.append((payload, msg_id, digest))
+            if len(batch) == BATCH:
+                last = await rpl.append_batch(nc, subject, last, batch, 0)
+                batch = []
+        if batch:
+            await rpl.append_batch(nc, subject, last, batch, 0)
+        made = time.perf_counter() - t0
+        url = server.url
+        print(f"Size: {files:,} files, {events:,} events ({files // BLOB_EVERY:,} in WS_BLOBS)")
+        print(f"(log synthesised and appended in {made:.0f} s)\n")
+        print(f"{'tool (a process each)':<40} {'time':>11} {'peak mem':>11}   baseline")
+        raw_s, raw_mb, _ = measured(url, "raw", url, subject, str(events))
+        line("read the raw messages (baseline)", raw_s, raw_mb, "")
+        base = f"raw read {raw_s:.1f} s, {raw_mb} MiB"
+        took, peak, _ = measured(url, "replay", "bench/size", "--out", str(tmp / "tree"))
+        line("quill replay (tree written)", took, peak, base)
+        t0 = time.perf_counter()
+        subprocess.run(f"tar -cf - -C {tmp} tree | wc -c", shell=True, check=True, text=True,
+                       capture_output=True)  # fmt: skip
+        line("  tar of the replayed tree (baseline)", time.perf_counter() - t0, None, "")
+        reader = service(url, "reader", tmp / "reader")
+        procs.append(reader)
+        caught = await pinged(nc, "reader")
+        line("reader replica catching up", caught, hwm(reader.pid), base)
+        took, peak, _ = measured(url, "verify", "bench/size")
+        line("quill verify", took, peak, base)
+        took, peak, _ = measured(url, "verify", "--deep", "--timeout", "600s", "bench/size")
+        line("quill verify --deep", took, peak, base)
+        export = tmp / "size.jsonl.gz"
+        took, peak, _ = measured(url, "export", "bench/size", str(export))
+        line("quill export (gzip)", took, peak, base)
+        took, peak, _ = measured(url, "import", str(export), "bench/size-copy")
+        line("quill import (checked, appended, replayed)", took, peak, base)
+        writer = service(url, "writer", tmp / "writer")
+        procs.append(writer)
+        await pinged(nc, "writer")
+        quill = await Quill.connect(url, actor="bench", timeout=3600)
+        ws = quill.workspace("bench/size")
+        updates = await nc.subscribe(SUBJECTS.updated("bench", "size"))
+        t0 = time.perf_counter()
+        for n in range(MAX_VERSIONS + slack(MAX_VERSIONS) + 2):
+            await ws.write(path_of(0), f"hot {n}\n")
+        async with asyncio.timeout(3600):
+            async for msg in updates.messages:
+                if b'"compact"' in msg.data:
+                    break
+        line("writer: load, 23 writes, compaction", time.perf_counter() - t0, hwm(writer.pid),
+             base)  # fmt: skip
+        executor = service(url, "executor", tmp / "executor", "--sandbox", "local")
+        procs.append(executor)
+        await pinged(nc, "executor")
+        t0 = time.perf_counter()
+        ran = await ws.exec("find . -type f | wc -l")
+        line("executor materialising the compaction", time.perf_counter() - t0,
+             hwm(executor.pid), f"{ran.stdout.strip()} files")  # fmt: skip
+        took, peak, _ = measured(url, "replay", "bench/size", "--out", str(tmp / "compacted"))
+        line("quill replay from the compaction", took, peak, base)
+        await quill.close()
+        await nc.close()
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
