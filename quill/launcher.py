@@ -208,7 +208,6 @@ class Launcher:
         self.supervisor: Supervisor | None = None
         """While ``restart`` and started: what it knows of each child (``watches``)."""
         self._guard = asyncio.Lock()
-        self._supervising: asyncio.Task[None] | None = None
 
     # ---------------------------------------------------------------- what subclasses say
     @property
@@ -284,7 +283,6 @@ class Launcher:
         )
         await supervisor.open()
         self.supervisor = supervisor
-        self._supervising = asyncio.create_task(supervisor.run(), name="supervisor")
 
     async def stop(self, name: str | None = None) -> None:
         """Stop everything: the services (at once), then the NATS servers (or the one child
@@ -295,11 +293,6 @@ class Launcher:
                 child.wanted = False
                 await asyncio.to_thread(child.stop)
             return
-        if self._supervising is not None:
-            self._supervising.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervising
-            self._supervising = None
         if self.supervisor is not None:
             await self.supervisor.close()
             self.supervisor = None

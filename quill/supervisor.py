@@ -120,7 +120,9 @@ class Watch:
 
 @dataclass
 class Supervisor:
-    """Restarts the children of a launcher that exit (``run``, a task cancelled to stop)."""
+    """Restarts the children of a launcher that exit: ``await open()``, then ``await close()``
+    (after the tick under way, so that no child is started behind the launcher's back while it
+    stops them)."""
 
     children: Callable[[], list[Any]]
     """The launcher's children (``quill.launcher.Child``), read at every tick."""
@@ -136,9 +138,12 @@ class Supervisor:
     _nc: NATS | None = None
     _answered: set[int] = field(default_factory=set)
     _inbox: str = ""
+    _closing: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
-        """Connect, answer ``<root>.sys.ping.launcher``, and take the children as they run now.
+        """Connect, answer ``<root>.sys.ping.launcher``, take the children as they run now,
+        and supervise them.
 
         Raises:
             ConnectionError: NATS did not answer.
@@ -150,20 +155,27 @@ class Supervisor:
         now = time.monotonic()
         for child in self.children():
             self.watches[child.name] = self._watch(child, now)
+        self._task = asyncio.create_task(self._run(), name="supervisor")
 
     async def close(self) -> None:
+        """Stop supervising (once the tick under way is done) and disconnect."""
+        self._closing.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
         if self._nc is not None:
             await self._nc.close()
             self._nc = None
 
-    async def run(self) -> None:
-        while True:
+    async def _run(self) -> None:
+        while not self._closing.is_set():
             try:
                 async with self.guard:
                     await self.tick()
             except Exception:  # the supervisor itself must not stop supervising
                 log.exception("supervisor tick failed")
-            await asyncio.sleep(TICK_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), TICK_S)
 
     def report(self) -> dict[str, Any]:
         """What ``ping.launcher`` answers: this process, and each child's state."""
