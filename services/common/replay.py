@@ -911,7 +911,10 @@ def read_records(open_file: Callable[[], Any], name: str) -> Iterator[AnyRecord]
 
 
 def verify_file(
-    open_file: Callable[[], Any], name: str, progress: Progress = QUIET
+    open_file: Callable[[], Any],
+    name: str,
+    progress: Progress = QUIET,
+    named: set[str] | None = None,
 ) -> tuple[Header, Fold, int]:
     """Check an export without writing anything: its format, every blob against its sha256,
     the hash chain and tree hashes of its events, that each content an event needs from
@@ -942,7 +945,7 @@ def verify_file(
             blobs[record.sha256] = record.data if record.manifest else None
         elif isinstance(record, EventRecord):
             try:
-                _fold_record(fold, record, blobs)
+                _fold_record(fold, record, blobs, named)
             except QuillError as exc:
                 raise _invalid(name, exc.message) from None
         elif isinstance(record, End):
@@ -954,7 +957,11 @@ def verify_file(
     return header, fold, len(blobs)
 
 
-def _fold_record(fold: Fold, record: EventRecord, blobs: dict[str, bytes | None]) -> None:
+def _fold_record(
+    fold: Fold, record: EventRecord, blobs: dict[str, bytes | None], named: set[str] | None
+) -> None:
+    """Fold one event record; add to ``named`` the hashes of earlier events that a
+    compaction's manifest names (an import under another name maps those, not all)."""
     event, digest = fold.check(bytes(record.event), record.hash)
     needed: set[str] = set()
     if isinstance(event, HistoryCompacted):
@@ -965,6 +972,9 @@ def _fold_record(fold: Fold, record: EventRecord, blobs: dict[str, bytes | None]
         needed = {str(r[5]) for r in kept.revisions if r[4] == "f"}
         if fold.version == 0:
             fold.start(event, digest, kept, event.version)
+        elif named is not None:
+            named.update(str(h) for r in kept.events for h in (r[9], r[10]))
+            named.update(codec.decode_event(b.encode()).prev_hash for _, _, b in kept.controls)
     elif isinstance(event, ChangesCommitted):
         needed = {c.sha256 for c in event.changes if isinstance(c, PutFile) and c.blob}
     if fold.compaction != event.version:
@@ -992,7 +1002,10 @@ async def import_file(
         QuillError: ``INVALID_ARGUMENT`` for a file that does not verify, ``ALREADY_EXISTS``
             for a target with events, ``CONFLICT`` if the target was written meanwhile.
     """
-    header, source, blob_count = await asyncio.to_thread(verify_file, open_file, name, progress)
+    named: set[str] = set()  # old hashes a compaction's manifest names
+    header, source, blob_count = await asyncio.to_thread(
+        verify_file, open_file, name, progress, named
+    )
     js, subject = nc.jetstream(), subjects.evt(tenant, ws)
     with nats_errors(f"Importing into {tenant}/{ws}"):
         existing = await last_event(js, subject)
@@ -1006,6 +1019,7 @@ async def import_file(
         blobs, manifests, hashes = Blobs(js), dict[str, bytes](), dict[str, str]()
         batch: list[tuple[bytes, str, str]] = []
         last_seq = size = 0
+        last_old: str | None = None
         progress.start(f"importing {name} into {tenant}/{ws}", source.version)
         for record in read_records(open_file, name):
             if isinstance(record, BlobRecord):
@@ -1020,7 +1034,10 @@ async def import_file(
                     payload, manifest = _renamed(event, tenant, ws, hashes, manifests)
                     if manifest is not None:
                         await blobs.put(hashing.content_sha256(manifest), manifest)
-                    hashes[digest] = digest = hashing.event_hash(payload)
+                    if last_old is not None and last_old not in named:
+                        del hashes[last_old]  # memory: only the hashes still to be named
+                    hashes[digest], last_old = hashing.event_hash(payload), digest
+                    digest = hashes[digest]
                 batch.append((payload, subjects.msg_id(tenant, ws, event.request_id), digest))
                 size += len(payload)
                 if len(batch) >= GROUP_EVENTS or size >= GROUP_BYTES:
