@@ -74,7 +74,8 @@ quiet_option = click.option(
 class Bar:
     """``rpl.Progress`` drawn with rich on stderr, once a phase has run ``BAR_DELAY_S``."""
 
-    def __init__(self) -> None:
+    def __init__(self, console: Console | None = None) -> None:
+        self._console = console or Console(stderr=True)
         self._lock = threading.Lock()
         self._rich: Progress | None = None
         self._task: TaskID | None = None
@@ -99,7 +100,7 @@ class Bar:
                     MofNCompleteColumn(),
                     TimeElapsedColumn(),
                     TimeRemainingColumn(),
-                    console=Console(stderr=True),
+                    console=self._console,
                 )
                 self._rich.start()
                 self._task = self._rich.add_task(self._what, total=self._total)
