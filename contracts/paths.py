@@ -230,3 +230,21 @@ def rebase(path: str, old: str, new: str) -> str:
 def display(path: str) -> str:
     """How a normalised path is shown in messages: the root is ``.``."""
     return path or "."
+
+
+def in_log(path: str) -> bool:
+    """Whether ``path``, read from a workspace's log, is a safe normalised path to materialise:
+    the structure of the normal form (not the root, no ``.``, ``..`` or empty name, no leading
+    ``/``), text, no C0 control or DEL, within the lengths. Looser than ``normalize``: a name a
+    log holds from before the name rule (a bidi or zero-width character was accepted) stays
+    readable, exportable and replayable."""
+    if not path or _ASCII_CONTROL.search(path) is not None:
+        return False
+    try:
+        size = len(path.encode())
+    except UnicodeEncodeError:
+        return False
+    parts = path.split("/")
+    return size <= MAX_PATH_BYTES and all(
+        p not in ("", ".", "..") and len(p.encode()) <= MAX_NAME_BYTES for p in parts
+    )

@@ -6,6 +6,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.paths import (
     ACCESS_DENIED_MESSAGE,
     ancestors,
+    in_log,
     is_within,
     normalize,
     normalize_file,
@@ -147,3 +148,9 @@ def test_valid_names_print_unchanged_and_problems_on_disk() -> None:
     assert problem("a/" + "x" * 256) == "a name is longer than 255 bytes"
     assert problem("/".join(["d" * 200] * 6)) == "path longer than 1024 bytes"
     assert problem("ok/fine.txt") is None
+
+
+def test_a_log_path_from_before_the_rule_is_still_safe_to_materialise() -> None:
+    assert in_log("old/evil\u202etxt.md") and in_log("caf\u00e9.txt")
+    for unsafe in ("", "/etc/passwd", "a/../b", "a//b", "./a", "a/", "a\nb", "x\udcff", ".."):
+        assert not in_log(unsafe), unsafe
