@@ -23,6 +23,7 @@ from nats.js.api import StreamConfig
 from contracts.subjects import BUCKET_BLOBS, BUCKET_BRIDGES, BUCKET_LEASES, Subjects
 from quill.client import Quill
 from quill.natsserver import NatsServer
+from quill.stack import Stack
 from services.common import bridges, bus
 from services.writer.partitions import leases_bucket
 from tests.helpers import start_executor, start_reader, start_writer
@@ -156,5 +157,21 @@ async def test_services_started_together_all_serve(tmp_path: Path) -> None:
                 await ws.write("a.txt", "hello\n")
                 assert await ws.read_text("a.txt") == "hello\n"
             await _check(server.url, leases=False)  # one writer: no partitions, no leases
+        finally:
+            server.stop()
+
+
+async def test_service_processes_started_together_all_answer(tmp_path: Path) -> None:
+    """``quill up``'s four service processes, started at the same moment on a fresh server
+    (without restarts, so that one that exits fails the start instead of being started
+    again): each answers its ping."""
+    for round_ in range(2):
+        server = NatsServer(tmp_path / f"nats-{round_}").start()
+        try:
+            data = tmp_path / f"up-{round_}"
+            stack = Stack(data, nats_url=server.url, http_port=0, sandbox="local", restart=False)
+            async with stack:
+                assert all(child.alive() for child in stack.children)
+            await _check(server.url, leases=False)
         finally:
             server.stop()
