@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -68,8 +69,8 @@ IDLE_S = 30.0
 """Reading the log: no message for this long is ``UNAVAILABLE``."""
 BUFFER_MAX = 8192
 """Messages received but not yet folded before the consumer is held back."""
-MEMORY_BUDGET = 256 * 1024 * 1024
-"""Inline contents kept in memory during a replay; more go to a temporary directory."""
+MEMORY_BUDGET = 64 * 1024 * 1024
+"""Inline contents kept in memory during a replay; more go to a temporary SQLite file."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 T = TypeVar("T")
 
@@ -150,36 +151,52 @@ QUIET: Progress = NoProgress()
 
 class Contents:
     """Contents carried inline by the log, by sha256 (a move or restore names one again).
-    Beyond ``budget`` bytes they go to a temporary directory; ``close`` removes it."""
+    Up to ``budget`` bytes in memory (each content counted with ``ENTRY_COST`` for its
+    bookkeeping: a million small contents cost more in keys than in bytes), the rest in a
+    SQLite file in a temporary directory; ``close`` removes it."""
+
+    ENTRY_COST = 200
 
     def __init__(self, budget: int = MEMORY_BUDGET) -> None:
         self._mem: dict[str, str | bytes] = {}
         self._left = budget
         self._spill: Path | None = None
-        self._spilled: set[str] = set()
+        self._db: sqlite3.Connection | None = None
 
     def add(self, put: PutFile) -> None:
         sha, value = put.sha256, _inline(put)
-        if value is None or sha in self._mem or sha in self._spilled:
+        if value is None or sha in self._mem:
             return
-        if put.size <= self._left:
+        cost = put.size + self.ENTRY_COST
+        if cost <= self._left:
             self._mem[sha] = value
-            self._left -= put.size
+            self._left -= cost
             return
-        if self._spill is None:
+        self._disk().execute("INSERT OR IGNORE INTO c VALUES (?, ?)", (sha, _bytes(value)))
+
+    def _disk(self) -> sqlite3.Connection:
+        if self._db is None:
             self._spill = Path(tempfile.mkdtemp(prefix="quill-replay-"))
-        (self._spill / sha).write_bytes(_bytes(value))
-        self._spilled.add(sha)
+            self._db = sqlite3.connect(self._spill / "contents.db", check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode = OFF")
+            self._db.execute("PRAGMA synchronous = OFF")
+            self._db.execute("CREATE TABLE c (sha TEXT PRIMARY KEY, data BLOB) WITHOUT ROWID")
+        return self._db
 
     def get(self, sha256: str) -> bytes | None:
         value = self._mem.get(sha256)
         if value is not None:
             return _bytes(value)
-        if sha256 in self._spilled and self._spill is not None:
-            return (self._spill / sha256).read_bytes()
+        if self._db is not None:
+            row = self._db.execute("SELECT data FROM c WHERE sha = ?", (sha256,)).fetchone()
+            if row is not None:
+                return bytes(row[0])
         return None
 
     def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
         if self._spill is not None:
             shutil.rmtree(self._spill, ignore_errors=True)
 
