@@ -39,7 +39,24 @@ ANSWER_S = 5.0
 SERVICES = ("writer", "reader", "executor", "gateway")
 TENANT = "fuzz"
 
-KNOWN: dict[tuple[str, str, str], str] = {}
+EXPLORE = os.environ.get("QUILL_HYPOTHESIS") == "explore"
+
+
+def examples(ci: int) -> int:
+    """Examples per test: ``ci`` fixed ones in CI (the suite stays fast), 25 times as many fresh
+    ones with ``QUILL_HYPOTHESIS=explore``."""
+    return ci * 25 if EXPLORE else ci
+
+
+KNOWN: dict[tuple[str, str, str], str] = {
+    ("PUT", "*if-match:W/*", "undocumented status 412 for PUT"): (
+        "issue 11 (HTTP): a weak If-Match is now 412 precondition_failed (services/gateway/"
+        "rest.py) but /openapi.json (services/gateway/openapi.py) does not list 412 for PUT"
+    ),
+    ("DELETE", "*if-match:W/*", "undocumented status 412 for DELETE"): (
+        "issue 11 (HTTP): as for PUT, 412 missing from /openapi.json for DELETE"
+    ),
+}
 """Failures being fixed elsewhere in issue 11: (op glob, case-kind glob, outcome glob) -> why.
 Only a failure matching one entry is tolerated; remove an entry as soon as its fix lands."""
 
@@ -105,8 +122,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         if os.environ["QUILL_FUZZ_STATS"] == "samples":
             for (transport, kind, answer), sample in sorted(LEDGER.samples.items()):
                 write(f"{transport} {kind} -> {answer}: {sample}")
-    if not (LEDGER.tolerated or LEDGER.unexpected):
-        return
+    if not (LEDGER.tolerated or LEDGER.unexpected or LEDGER.answers):
+        return  # the contract suite did not run
     terminalreporter.section("contract fuzzing: known failures (issue 11)")
     seen: dict[tuple[str, str, str], list[Failure]] = {}
     for failure, entry in LEDGER.tolerated:
@@ -114,6 +131,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for entry, failures in seen.items():
         write(f"KNOWN {entry}: {KNOWN[entry]} -- {len(failures)} time(s), e.g.")
         write("    " + failures[0].line())
+    for entry, why in KNOWN.items():
+        if entry not in seen:
+            write(f"KNOWN {entry} did not occur in this run (fixed? then remove it): {why}")
     for failure in LEDGER.unexpected:
         write("UNEXPECTED " + failure.line())
 
@@ -151,6 +171,19 @@ def judge(spec: OpSpec, replies: list[bytes]) -> str | None:
     if errors:
         where = "/".join(str(p) for p in errors[0].path)
         return f"reply does not match its schema at {where}: {errors[0].message[:120]}"
+    return judge_changes(spec, reply)
+
+
+def judge_changes(spec: OpSpec, reply: dict[str, Any]) -> str | None:
+    """A command that ran keeps what it changed: ``changes.error`` may only be a documented
+    refusal (a limit), never ``INTERNAL`` nor a malformed request of the executor's own."""
+    changes = (reply.get("result") or {}).get("changes") if spec.kind == "exec" else None
+    error = (changes or {}).get("error")
+    if not error:
+        return None
+    code = error.split(":", 1)[0]
+    if code in (ErrorCode.INTERNAL, ErrorCode.INVALID_ARGUMENT) or code not in spec.errors:
+        return f"changes lost: {code} ({error[:160]})"
     return None
 
 

@@ -21,6 +21,7 @@ from tests.contract.conftest import (
     all_ops,
     answer_of,
     connect,
+    examples,
     judge,
     op_workspace,
     seed,
@@ -31,7 +32,7 @@ from tests.system.conftest import Up
 
 T = TypeVar("T")
 TOUCHED: set[str] = set()
-EXAMPLES = 8
+EXAMPLES = examples(8)
 """Examples per op in CI (derandomized); QUILL_HYPOTHESIS=explore searches many more."""
 
 
