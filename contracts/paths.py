@@ -165,6 +165,24 @@ def normalize(path: str) -> str:
     return result
 
 
+def normalize_existing(path: str) -> str:
+    """``normalize`` for a path that only names what already exists (read, stat, list,
+    history, delete, the source of a move): a path the log holds from before the name rule
+    (``in_log``: a bidi or zero-width character was accepted then) is taken as given, so such a
+    name stays readable, and can be removed or renamed to a valid one. Nothing new can be
+    named this way: writes, directories made and the destination of a move use ``normalize``.
+
+    Raises:
+        QuillError: as ``normalize``, for a path that is not such a legacy name either.
+    """
+    try:
+        return normalize(path)
+    except QuillError as exc:
+        if exc.code == ErrorCode.INVALID_ARGUMENT and check_name(path) and in_log(path):
+            return path
+        raise
+
+
 def normalize_file(path: str) -> str:
     """``normalize`` for a path a file is written at: a path ending in ``/``, ``/.`` or ``/..``
     names a directory and is refused (never a file of that name).

@@ -19,7 +19,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import TrustChanged
 from contracts.limits import DEFAULT_EXCLUSIONS
-from contracts.paths import ROOT_DIR, normalize
+from contracts.paths import ROOT_DIR, normalize_existing
 from contracts.replies import ChangeSummary
 from services.common.blobs import Blobs
 from services.common.control import (
@@ -107,7 +107,7 @@ class Queries:
         return found[0], found[1] or b""
 
     async def read(self, ws: WorkspaceRow, version: int, req: rq.ReadFile) -> rp.FileContent:
-        path = normalize(req.path)
+        path = normalize_existing(req.path)
         node, data = await self._content(ws, path, version)
         limits = ws.limits
         if node.kind == "d":
@@ -119,7 +119,7 @@ class Queries:
         return file_content(path, node, data, req, limits)
 
     async def read_bytes(self, ws: WorkspaceRow, version: int, req: rq.ReadBytes) -> rp.FileBytes:
-        path = normalize(req.path)
+        path = normalize_existing(req.path)
         node, data = await self._content(ws, path, version)
         if node.kind != "f":
             raise not_a_file(path)
@@ -127,7 +127,7 @@ class Queries:
         return file_bytes(path, node, data[req.offset : req.offset + length], req.offset)
 
     async def list(self, ws: WorkspaceRow, version: int, req: rq.ListDirectory) -> rp.Listing:
-        path = normalize(req.path)
+        path = normalize_existing(req.path)
         node = await self._node(ws, path, version, what="Directory")
         if node.kind != "d":
             raise not_a_directory(path)
@@ -143,7 +143,7 @@ class Queries:
         return listing(path, nodes, limit, total)
 
     async def stat(self, ws: WorkspaceRow, version: int, req: rq.StatPath) -> rp.FileInfo:
-        path = normalize(req.path)
+        path = normalize_existing(req.path)
         node = await self._node(ws, path, version, what="Path")
         count = None
         if node.kind == "d":
@@ -167,7 +167,7 @@ class Queries:
                 for r in rows[: req.limit]
             ]
             return rp.HistoryPage(path=None, revisions=revisions, truncated=len(rows) > req.limit)
-        path = normalize(req.path)
+        path = normalize_existing(req.path)
         rows = await self.model.path_history(ws.id, path, upto, req.limit + 1)
         out: list[rp.Revision] = []
         newer: Node | None = None

@@ -23,7 +23,15 @@ from contracts.events import (
     Remove,
 )
 from contracts.limits import effective_limits
-from contracts.paths import ancestors, display, is_within, normalize, normalize_file, rebase
+from contracts.paths import (
+    ancestors,
+    display,
+    is_within,
+    normalize,
+    normalize_existing,
+    normalize_file,
+    rebase,
+)
 from services.common.content import as_text, is_binary, split_lines
 from services.common.tree import Tree, WorkspaceState, apply_change, etag_of
 from services.writer import control
@@ -287,7 +295,7 @@ def _mkdir(state: WorkspaceState, cmd: rq.MakeDirectory, ctx: Context) -> Decisi
 
 
 def _delete(state: WorkspaceState, cmd: rq.DeletePath, ctx: Context) -> Decision:
-    path = normalize(cmd.path)
+    path = normalize_existing(cmd.path)
     tree = state.tree
     if path == "":
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "Cannot delete the workspace root")
@@ -315,7 +323,7 @@ def _delete(state: WorkspaceState, cmd: rq.DeletePath, ctx: Context) -> Decision
 
 
 def _move(state: WorkspaceState, cmd: rq.MovePath, ctx: Context) -> Decision:
-    src, dst = normalize(cmd.path), normalize(cmd.to)
+    src, dst = normalize_existing(cmd.path), normalize(cmd.to)
     tree = state.tree
     if src == "" or dst == "":
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "Cannot move the workspace root")

@@ -265,3 +265,25 @@ def test_savepoints_nest_and_roll_back() -> None:
         snapshot
     )
     assert tree.names("") == ["d"] and tree.names("d") == ["a"]
+
+
+def test_a_name_from_before_the_name_rule_can_be_deleted_or_renamed_not_made() -> None:
+    """A log may hold a name the rule now refuses (a zero-width space was accepted before):
+    it can still be named to delete it or move it to a valid name, never to write one."""
+    h = Harness()
+    h.run(rq.WriteFile(path="keep.txt", content="k\n"))
+    legacy = "notes\u200b.txt"
+    sha = h.state.tree.files["keep.txt"].sha256
+    change = PutFile(path=legacy, sha256=sha, size=2, file_version=1, created=T0)
+    apply_change(h.state.tree, change, h.state.version + 1, T0)
+    h.state.version += 1
+    h.fails(rq.WriteFile(path=legacy, content="new\n"), ErrorCode.INVALID_ARGUMENT)
+    h.fails(rq.MovePath(path="keep.txt", to="x\u200b.txt"), ErrorCode.INVALID_ARGUMENT)
+    moved = h.run(rq.MovePath(path=legacy, to="notes.txt"))
+    assert moved.commits and "notes.txt" in h.state.tree.files
+    assert legacy not in h.state.tree.files
+    h.run(rq.MovePath(path="notes.txt", to="other.txt"))
+    apply_change(h.state.tree, change, h.state.version + 1, T0)
+    h.state.version += 1
+    assert h.run(rq.DeletePath(path=legacy)).commits and legacy not in h.state.tree.files
+    h.fails(rq.DeletePath(path="gone\u200b.txt"), ErrorCode.FILE_NOT_FOUND)
