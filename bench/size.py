@@ -33,6 +33,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from contracts import codec, hashing
+from contracts.errors import ErrorCode, QuillError
 from contracts.events import ChangesCommitted, MakeDir, PutFile, WorkspaceCreated
 from contracts.limits import DEFAULT_LIMITS
 from contracts.subjects import Subjects
@@ -170,7 +171,7 @@ def measured(url: str, *args: str) -> tuple[float, int, str]:
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     took = time.perf_counter() - t0
     if done.returncode != 0:
-        raise RuntimeError(f"{args}: {done.stderr[-2000:]}")
+        raise RuntimeError(f"{args}: {done.stdout[-3000:]} {done.stderr[-2000:]}")
     peak = int(done.stderr.rsplit("MAXRSS ", 1)[1].split()[0]) // 1024
     return took, peak, done.stdout
 
@@ -196,6 +197,19 @@ async def pinged(nc: nats.NATS, what: str, deadline_s: float = 3600) -> float:
         while not await bus.ping_all(nc, SUBJECTS, what, 0.5):
             pass
     return time.perf_counter() - t0
+
+
+async def applied(quill: Quill, name: str, version: int) -> float:
+    """Seconds until a reader replica answers ``name`` at ``version``."""
+    ws, t0 = quill.workspace(name), time.perf_counter()
+    ws.last_version = version
+    while True:
+        try:
+            await ws.info()
+            return time.perf_counter() - t0
+        except QuillError as exc:
+            if exc.code not in (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT):
+                raise
 
 
 def line(label: str, took: float, peak: int | None, base: str) -> None:
@@ -240,12 +254,16 @@ async def main(files: int = FILES, events: int = EVENTS) -> None:
         line("  tar of the replayed tree (baseline)", time.perf_counter() - t0, None, "")
         reader = service(url, "reader", tmp / "reader")
         procs.append(reader)
-        caught = await pinged(nc, "reader")
+        quill = await Quill.connect(url, actor="bench", timeout=3600)
+        caught = await applied(quill, "bench/size", events)
         line("reader replica catching up", caught, hwm(reader.pid), base)
-        took, peak, _ = measured(url, "verify", "bench/size")
+        wait = ("--timeout", "600s", "--ping-wait", "2s")
+        took, peak, out = measured(url, "verify", *wait, "bench/size")
+        assert ": ok" in out, out
         line("quill verify", took, peak, base)
-        took, peak, _ = measured(url, "verify", "--deep", "--timeout", "600s", "bench/size")
+        took, peak, _ = measured(url, "verify", "--deep", *wait, "bench/size")
         line("quill verify --deep", took, peak, base)
+        line("  the reader replica, after both", 0.0, hwm(reader.pid), "(its peak so far)")
         export = tmp / "size.jsonl.gz"
         took, peak, _ = measured(url, "export", "bench/size", str(export))
         line("quill export (gzip)", took, peak, base)
@@ -254,7 +272,6 @@ async def main(files: int = FILES, events: int = EVENTS) -> None:
         writer = service(url, "writer", tmp / "writer")
         procs.append(writer)
         await pinged(nc, "writer")
-        quill = await Quill.connect(url, actor="bench", timeout=3600)
         ws = quill.workspace("bench/size")
         updates = await nc.subscribe(SUBJECTS.updated("bench", "size"))
         t0 = time.perf_counter()
