@@ -416,3 +416,24 @@ FIXED: dict[str, tuple[bytes, dict[str, str]]] = {
     "huge-header": (b"{}", {"Ws-Actor": "a" * 4000}),
 }
 """Payloads and headers sent to every op, by name (kind ``fixed:<name>``)."""
+
+UNKNOWN_RUN = "no-such-run"
+EXAMPLE_CASES = ("example", "example-outside", "example-nul", "example-unknown-run")
+"""Cases made from each op's documented example (``contracts/ops.py``): as it is, with every
+path outside the workspace, with a NUL in every string, in a run that does not exist."""
+
+
+def from_example(spec: OpSpec, name: str) -> Case:
+    """The case ``name`` (one of ``EXAMPLE_CASES``) of op ``spec``'s documented example."""
+    body: dict[str, Any] = narrow(spec.key, dict(spec.example))
+    headers: dict[str, str] = {}
+    properties, _ = _fields(request_schema(spec.key))
+    if name == "example-outside":
+        named = [f for f in properties if f in PATH_FIELDS and f != "prefix"]
+        for field_name in named:
+            body[field_name] = "../outside"
+    elif name == "example-nul":
+        body = {k: (v + "\x00" if isinstance(v, str) else v) for k, v in body.items()}
+    elif name == "example-unknown-run":
+        headers["Ws-Run"] = UNKNOWN_RUN
+    return Case(f"fixed:{name}", json.dumps(body).encode(), headers, body)

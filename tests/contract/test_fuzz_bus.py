@@ -5,6 +5,7 @@ payloads; each gets exactly one documented answer within 5 s, the services stay 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -27,7 +28,14 @@ from tests.contract.conftest import (
     seed,
     verify_all,
 )
-from tests.contract.strategies import FIXED, STRATEGIES, Case
+from tests.contract.strategies import (
+    EXAMPLE_CASES,
+    FIXED,
+    STRATEGIES,
+    UNKNOWN_RUN,
+    Case,
+    from_example,
+)
 from tests.system.conftest import Up
 
 T = TypeVar("T")
@@ -77,11 +85,20 @@ def check(key: str, case: Case, replies: list[bytes]) -> str | None:
     """The failure (if not a known one) of ``case`` sent to op ``key``."""
     sample = f"{case.show()} => {replies[0][:200]!r}" if replies else case.show()
     LEDGER.saw("bus", key, case.kind, answer_of(replies), sample)
-    outcome = judge(OPS[key], replies)
+    outcome = judge(OPS[key], replies) or outside_run(key, case, replies)
     if outcome is None:
         return None
     failure = Failure("bus", key, case.kind, outcome, case.show())
     return None if LEDGER.record(failure) else failure.line()
+
+
+def outside_run(key: str, case: Case, replies: list[bytes]) -> str | None:
+    """A query in a run that does not exist must not be answered (at any version)."""
+    if OPS[key].kind != "qry" or case.headers.get("Ws-Run") != UNKNOWN_RUN:
+        return None
+    if json.loads(replies[0]).get("ok"):
+        return "answered in an unknown run"
+    return None
 
 
 def still_alive(driver: Driver) -> None:
@@ -102,6 +119,29 @@ def test_fixed_payload_to_every_op(driver: Driver, name: str) -> None:
 
     answers = driver.run(send_all())
     problems = [p for key, got in zip(keys, answers, strict=True) if (p := check(key, case, got))]
+    still_alive(driver)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_CASES)
+def test_documented_example_to_every_op(driver: Driver, name: str) -> None:
+    """Each op's documented example, and the same outside the workspace, with NUL characters,
+    and in an unknown run: each answered once, documented; a query in an unknown run is never
+    answered (at whatever version the replica has)."""
+    keys = all_ops()
+    cases = [from_example(OPS[key], name) for key in keys]
+    targets = [subject(key, driver.workspace(key)) for key in keys]
+
+    async def send_all() -> list[list[bytes]]:
+        sends = (driver.bus.send(t, c) for t, c in zip(targets, cases, strict=True))
+        return list(await asyncio.gather(*sends))
+
+    answers = driver.run(send_all())
+    problems = [
+        p
+        for key, case, got in zip(keys, cases, answers, strict=True)
+        if (p := check(key, case, got))
+    ]
     still_alive(driver)
     assert not problems, "\n".join(problems)
 
