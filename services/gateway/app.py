@@ -8,9 +8,12 @@ One SDK client (``Quill``) for every request; one Starlette app served by uvicor
     /v1/host/workspace/files[/{path}]         REST (RFC 0059 §C)
     /.well-known/openwop                      discovery
 
-Middleware, outermost first: ``HttpMetrics`` (counts and times every request), then
-``PrincipalMiddleware`` (who is calling; 401 otherwise). The process also answers
-``ws.sys.ping.gateway`` like every Quill service.
+Middleware, outermost first: ``HttpMetrics`` (counts and times every request),
+``PrincipalMiddleware`` (who is calling; 401 otherwise), then ``BodyBounds`` (each body read
+whole before the app runs: at most ``MAX_BODY_BYTES``, within ``body_timeout``). uvicorn runs
+``HeaderDeadline``, its h11 protocol closing a connection whose request head is late
+(``services/gateway/bounds.py``). The process also answers ``ws.sys.ping.gateway`` like every
+Quill service.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from contracts.subjects import Subjects
 from quill.client import Quill
 from services.common import bus
 from services.gateway import VERSION, mcp_files, openapi, wap
+from services.gateway.bounds import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, BodyBounds, HeaderDeadline
 from services.gateway.fleet import Fleet
 from services.gateway.metrics import HttpMetrics, metrics_endpoint
 from services.gateway.principals import (
@@ -46,7 +50,7 @@ from services.gateway.principals import (
     Tokens,
     is_loopback,
 )
-from services.gateway.rest import Rest
+from services.gateway.rest import MAX_BODY_BYTES, Rest
 
 log = logging.getLogger("quill.gateway")
 
@@ -64,6 +68,10 @@ class GatewayConfig:
     tokens: Tokens | None = None
     """None: no tokens, loopback only, everyone is tenant ``default``."""
     root: str = "ws"
+    header_timeout: float = HEADER_TIMEOUT_S
+    """Seconds a connection has to send a request's head (408 and closed after)."""
+    body_timeout: float = BODY_TIMEOUT_S
+    """Seconds a request's body has to arrive once its head has (408 after)."""
 
     def check(self) -> None:
         """Raises:
@@ -76,10 +84,16 @@ class GatewayConfig:
 
 
 def build_app(
-    quill: Quill, access: Access, tokens: Tokens | None, host: str, fleet: Fleet | None = None
+    quill: Quill,
+    access: Access,
+    tokens: Tokens | None,
+    host: str,
+    fleet: Fleet | None = None,
+    body_timeout: float = BODY_TIMEOUT_S,
 ) -> Starlette:
     """The gateway's ASGI app over ``access`` (the MCP session managers run in its lifespan);
-    ``fleet``: what ``/health`` tells of the executors."""
+    ``fleet``: what ``/health`` tells of the executors; ``body_timeout``: seconds a body has
+    to arrive."""
     servers = [mcp_files.build(access), wap.build(access)]
     # With tokens, a caller proves who it is: the MCP library's Host/Origin checks (against
     # DNS rebinding, for servers without auth) would only stand in the way of a proxy.
@@ -121,6 +135,7 @@ def build_app(
     middleware = [
         Middleware(HttpMetrics, routes=routes),
         Middleware(PrincipalMiddleware, tokens=tokens),
+        Middleware(BodyBounds, max_body=MAX_BODY_BYTES, body_timeout=body_timeout),
     ]
     handlers = {404: not_found, 405: not_allowed}
     return Starlette(
@@ -218,10 +233,16 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         access = Access(quill)
         await access.prepare(config.tokens.principals() if config.tokens else [ANONYMOUS])
         fleet = Fleet(quill.nc, Subjects(config.root))
-        app = build_app(quill, access, config.tokens, config.host, fleet)
+        app = build_app(quill, access, config.tokens, config.host, fleet, config.body_timeout)
         sock = listen(config.host, config.port)
         uv = uvicorn.Config(
-            app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=5
+            app,
+            http=HeaderDeadline.with_timeout(config.header_timeout),
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=5,  # an idle keep-alive connection is closed after 5 s
         )
         server = _Server(uv)
         task = asyncio.create_task(server.serve(sockets=[sock]))

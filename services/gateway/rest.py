@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from starlette.convertors import Convertor, register_url_convertor
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -123,9 +124,55 @@ def count_param(request: Request, name: str, default: int, most: int) -> int:
     return int(raw)
 
 
-def if_match(request: Request) -> str | None:
-    value = request.headers.get("if-match")
-    return value.strip() if value is not None and value.strip() else None
+class PreconditionFailed(Exception):
+    """An ``If-Match`` that can never match (only weak etags): 412 ``precondition_failed``."""
+
+
+_ETAG = re.compile(r'\s*(W/)?("[^"]*"|[^",\s]+)\s*(?:,|$)')
+
+
+def if_match(request: Request) -> list[str] | None:
+    """The strong etags of ``If-Match`` (``*``, ``"v3"``, bare ``v3``, or a list), unquoted.
+
+    RFC 9110 §13.1.1: If-Match compares strongly, so a weak etag (``W/"v3"``) never matches.
+
+    Raises:
+        PreconditionFailed: only weak etags.
+        QuillError: ``INVALID_ARGUMENT`` for a malformed header.
+    """
+    value = request.headers.get("if-match", "").strip()
+    if not value:
+        return None
+    if value == "*":
+        return ["*"]
+    tags: list[tuple[bool, str]] = []
+    at = 0
+    while at < len(value):
+        match = _ETAG.match(value, at)
+        if match is None or match.end() == at:
+            raise QuillError(E.INVALID_ARGUMENT, f"Malformed If-Match: {value[:100]!r}")
+        tags.append((match.group(1) is not None, match.group(2).strip('"')))
+        at = match.end()
+    strong = [tag for weak, tag in tags if not weak]
+    if not strong:
+        raise PreconditionFailed(
+            "If-Match compares etags strongly: a weak etag (W/...) never matches"
+        )
+    return strong
+
+
+async def precondition(ws: Workspace, path: str, tags: list[str] | None) -> str | None:
+    """The ``if_match`` to send for ``tags``: the one etag, or of a list the file's current
+    etag if listed (the writer checks it again, atomically), else the first (a conflict)."""
+    if tags is None or len(tags) == 1:
+        return None if tags is None else tags[0]
+    try:
+        current = (await ws.stat(path)).etag
+    except QuillError as error:
+        if error.code != E.FILE_NOT_FOUND:
+            raise
+        current = None
+    return current if current in tags else tags[0]
 
 
 async def json_body(request: Request) -> Any:
@@ -145,6 +192,8 @@ async def json_body(request: Request) -> Any:
         return json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError) as exc:
         raise QuillError(E.INVALID_ARGUMENT, f"Body is not JSON: {exc}") from None
+    except RecursionError:
+        raise QuillError(E.INVALID_ARGUMENT, "Body is JSON nested too deeply") from None
 
 
 def put_content(body: Any) -> str:
@@ -201,6 +250,12 @@ class Rest:
                 response: Response = await handler(request)
             except QuillError as error:
                 return error_response(error)
+            except PreconditionFailed as failed:
+                body = {"error": "precondition_failed", "message": str(failed)}
+                return JSONResponse(body, status_code=412)
+            except ClientDisconnect:
+                log.info("%s %s: the client went away", request.method, request.url.path)
+                return Response(status_code=400)  # nobody reads it
             except Exception:
                 log.exception("%s %s failed", request.method, request.url.path)
                 return error_response(QuillError(E.INTERNAL, "Internal error (logged)"))
@@ -263,9 +318,10 @@ class Rest:
 
     async def put_file(self, request: Request) -> Response:
         path = file_path(request.path_params["path"])
+        tags = if_match(request)
         content = put_content(await json_body(request))
         ws = await self.workspace(request)
-        written = await ws.write(path, content, if_match=if_match(request))
+        written = await ws.write(path, content, if_match=await precondition(ws, path, tags))
         stored = secrets_from_env().redact(content)[0]  # as the writer committed it
         snapshot = Snapshot(
             path, stored, content_type(path), written.file_version, written.etag, written.modified
@@ -274,10 +330,11 @@ class Rest:
 
     async def delete_file(self, request: Request) -> Response:
         path = file_path(request.path_params["path"])
+        tags = if_match(request)
         ws = await self.workspace(request)
         if (await ws.stat(path)).kind != "file":
             raise QuillError(E.NOT_A_FILE, f"Not a file: {path}", {"path": path})
-        await ws.delete(path, if_match=if_match(request))
+        await ws.delete(path, if_match=await precondition(ws, path, tags))
         return Response(status_code=204)
 
     async def discovery(self, request: Request) -> Response:

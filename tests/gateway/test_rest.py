@@ -260,3 +260,50 @@ async def test_no_reader_is_503_and_the_write_still_lands(nats_url: str, tmp_pat
             got = (await http.get(f"{FILES}/a.txt")).json()
             assert got["content"] == "kept"
             assert got["updatedAt"] == put.json()["updatedAt"]  # the commit time, from the writer
+
+
+async def test_a_weak_if_match_never_matches(http: httpx.AsyncClient) -> None:
+    # RFC 9110 §13.1.1: If-Match uses the strong comparison, so a weak etag never matches.
+    await http.put(f"{FILES}/a.md", json={"content": "1"})
+    for weak in ('W/"v1"', "W/v1", 'W/"v1", W/"v2"'):
+        put = await http.put(f"{FILES}/a.md", json={"content": "2"}, headers={"If-Match": weak})
+        assert (put.status_code, put.json()["error"]) == (412, "precondition_failed"), weak
+        gone = await http.delete(f"{FILES}/a.md", headers={"If-Match": weak})
+        assert gone.status_code == 412, weak
+    assert (await http.get(f"{FILES}/a.md")).json()["version"] == 1
+    listed = await http.put(
+        f"{FILES}/a.md", json={"content": "2"}, headers={"If-Match": 'W/"v1", "v0", "v1"'}
+    )
+    assert (listed.status_code, listed.json()["version"]) == (200, 2)  # the strong "v1" matches
+    stale = await http.put(
+        f"{FILES}/a.md", json={"content": "3"}, headers={"If-Match": '"v0", "v1"'}
+    )
+    assert (stale.status_code, stale.json()["details"]) == (409, {"currentVersion": 2})
+    bad = await http.put(f"{FILES}/a.md", json={"content": "3"}, headers={"If-Match": '"v2'})
+    assert (bad.status_code, bad.json()["error"]) == (400, "invalid_argument")
+
+
+async def test_head_answers_like_get_without_a_body(http: httpx.AsyncClient) -> None:
+    await http.put(f"{FILES}/notes/a.md", json={"content": "hello\n"})
+    got = await http.get(f"{FILES}/notes/a.md")
+    head = await http.head(f"{FILES}/notes/a.md")
+    assert (head.status_code, head.content) == (200, b"")
+    assert head.headers["etag"] == got.headers["etag"] == '"v1"'
+    assert int(head.headers["content-length"]) == len(got.content)
+    assert head.headers["content-type"] == got.headers["content-type"]
+    old = await http.head(f"{FILES}/notes/a.md", params={"version": 1})
+    assert old.status_code == 200 and old.headers["etag"] == '"v1"'
+    listing = await http.head(FILES)
+    assert (listing.status_code, listing.content) == (200, b"")
+    missing = await http.head(f"{FILES}/nope.md")
+    assert (missing.status_code, missing.content) == (404, b"")
+    escape = await http.head(f"{FILES}/%2e%2e/x")
+    assert escape.status_code == 403
+
+
+async def test_a_deeply_nested_body_is_400(http: httpx.AsyncClient) -> None:
+    for deep in (b"[" * 100_000 + b"]" * 100_000, b'{"content": ' + b"[" * 100_000):
+        reply = await http.put(f"{FILES}/x.txt", content=deep)
+        assert (reply.status_code, reply.json()["error"]) == (400, "invalid_argument")
+        assert "nested" in reply.json()["message"] or "JSON" in reply.json()["message"]
+    assert (await http.get(FILES)).json()["files"] == []
