@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -14,6 +15,7 @@ from hypothesis import Phase, given, settings
 
 from contracts.ops import OPS
 from tests.contract.conftest import (
+    ANSWER_S,
     LEDGER,
     TENANT,
     Bus,
@@ -41,6 +43,9 @@ from tests.system.conftest import Up
 T = TypeVar("T")
 TOUCHED: set[str] = set()
 EXAMPLES = examples(8)
+CROWD = 8
+"""Legitimate writes sent beside each hostile request."""
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 """Examples per op in CI (derandomized); QUILL_HYPOTHESIS=explore searches many more."""
 
 
@@ -160,6 +165,77 @@ def test_fuzz_op(driver: Driver, key: str) -> None:
 
     one()
     still_alive(driver)
+
+
+@pytest.mark.parametrize("name", [*sorted(FIXED), "restore-outside"])
+def test_hostile_beside_legitimate_writes(driver: Driver, name: str) -> None:
+    """One client's hostile request, to every command of a workspace, never harms the others:
+    legitimate writes sent at the same time to the same workspace all commit."""
+    workspace = driver.workspace("crowd")
+    if name == "restore-outside":  # once failed the whole group commit with INTERNAL
+        hostile = from_example(OPS["cmd.restore"], "example-outside")
+    else:
+        payload, headers = FIXED[name]
+        hostile = Case(f"fixed:{name}", payload, headers)
+    writes = [
+        Case(
+            "valid",
+            json.dumps({"path": f"crowd/{name}-{i}.txt", "content": f"{i}\n"}).encode(),
+            {"Ws-Request-Id": f"crowd-{name}-{i}"},
+        )
+        for i in range(CROWD)
+    ]
+    commands = [key for key in all_ops() if OPS[key].kind == "cmd"]
+
+    async def send_all() -> tuple[list[list[bytes]], list[list[bytes]]]:
+        mine = [driver.bus.send(subject("cmd.write", workspace), w) for w in writes]
+        theirs = [driver.bus.send(subject(key, workspace), hostile) for key in commands]
+        answers = await asyncio.gather(*mine, *theirs)
+        return list(answers[:CROWD]), list(answers[CROWD:])
+
+    legit, bad = driver.run(send_all())
+    problems = [
+        p for key, got in zip(commands, bad, strict=True) if (p := check(key, hostile, got))
+    ]
+    for case, got in zip(writes, legit, strict=True):
+        reply = json.loads(got[0]) if got and got[0] else None
+        if not (reply and reply["ok"]):
+            problems.append(
+                f"a legitimate write beside fixed:{name} failed: {case.show()} -> {got}"
+            )
+    still_alive(driver)
+    assert not problems, "\n".join(problems)
+
+
+async def audit_records(bus: Bus) -> list[dict[str, Any]]:
+    """Every audit record of the fuzzed tenant so far (``WS_AUDIT``)."""
+    js = bus.nc.jetstream()
+    sub = await js.pull_subscribe(f"ws.audit.{TENANT}.>", stream="WS_AUDIT")
+    records: list[dict[str, Any]] = []
+    try:
+        while True:
+            info = await sub.consumer_info()
+            if info.num_pending == 0:
+                break
+            for msg in await sub.fetch(min(info.num_pending, 1000), timeout=ANSWER_S):
+                records.append(json.loads(msg.data))
+                await msg.ack()
+    finally:
+        await sub.unsubscribe()
+    return records
+
+
+def test_audit_request_ids(driver: Driver) -> None:
+    """Every audit record names its request with a documented request id (a request sent
+    without ``Ws-Request-Id`` gets one from the service, never ``bytearray(b'...')``)."""
+    records = driver.run(audit_records(driver.bus))
+    assert records
+    bad = [
+        (r["op"], r["request_id"])
+        for r in records
+        if r["request_id"] and not REQUEST_ID.fullmatch(r["request_id"])
+    ]
+    assert not bad, f"audit records with malformed request ids: {bad[:5]} ({len(bad)} in all)"
 
 
 def test_each_request_answered_once(driver: Driver) -> None:
