@@ -24,7 +24,7 @@ import msgspec
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
-from contracts.limits import LimitsPatch
+from contracts.limits import CEILINGS, LimitsPatch
 from contracts.paths import display, normalize
 from quill.client import Quill, Workspace
 from quill.session import Session
@@ -643,6 +643,31 @@ async def create(
     )
 
 
+async def _read_bounded(ws: Workspace, source: Any) -> bytes:
+    """SOURCE's bytes, reading no more than the workspace's ``max_file_bytes`` + 1.
+
+    Raises:
+        QuillError: ``SIZE_LIMIT_EXCEEDED`` for a bigger source.
+    """
+    try:
+        most = (await ws.info()).limits.max_file_bytes
+    except QuillError:  # the write will say what is wrong; bound the read all the same
+        most = CEILINGS.max_file_bytes
+    data = bytearray()
+    while len(data) <= most:
+        chunk = source.read(min(1 << 20, most + 1 - len(data)))
+        if not chunk:
+            return bytes(data)
+        data += chunk
+    name = getattr(source, "name", "SOURCE")
+    raise QuillError(
+        ErrorCode.SIZE_LIMIT_EXCEEDED,
+        f"{'stdin' if name == '<stdin>' else name} is over {most} bytes, the largest file "
+        f"{ws.tenant}/{ws.name} takes (max_file_bytes): not sent",
+        {"max_file_bytes": most},
+    )
+
+
 @main.command()
 @workspace_command
 @click.argument("path")
@@ -661,11 +686,14 @@ async def put(
     create_only: bool,
     if_match: str | None,
 ) -> None:
-    """Write PATH from SOURCE (a file, or - for stdin), or from --text."""
+    """Write PATH from SOURCE (a file, or - for stdin), or from --text.
+
+    At most the workspace's max_file_bytes (plus one) is read from SOURCE: a bigger source is
+    refused (SIZE_LIMIT_EXCEEDED) without reading the rest."""
     if text is not None:
         content: str | bytes = text
     else:
-        content = (source or sys.stdin.buffer).read()
+        content = await _read_bounded(ws, source or sys.stdin.buffer)
     mode = "append" if append else "create" if create_only else "overwrite"
     r = await ws.write(path, content, mode=mode, if_match=if_match)  # type: ignore[arg-type]
     emit(

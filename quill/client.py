@@ -37,7 +37,7 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord, WorkspaceUpdated
-from contracts.limits import LimitsPatch
+from contracts.limits import CEILINGS, LimitsPatch
 from contracts.paths import normalize, printable
 from contracts.subjects import (
     HEADER_REQUEST_ID,
@@ -86,6 +86,21 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def check_size(content: str | bytes) -> None:
+    """Refuse content no workspace takes before encoding it (a character is at least a byte).
+
+    Raises:
+        QuillError: ``SIZE_LIMIT_EXCEEDED`` over ``CEILINGS.max_file_bytes``.
+    """
+    most = CEILINGS.max_file_bytes
+    if len(content) > most:
+        raise QuillError(
+            ErrorCode.SIZE_LIMIT_EXCEEDED,
+            f"Content is over {most} bytes, the largest file a workspace may take",
+            {"max_file_bytes": most},
+        )
 
 
 def _refused(subject: str) -> QuillError:
@@ -433,6 +448,14 @@ class Workspace:
         expected_version: int | None = None,
         create_parents: bool = True,
     ) -> rp.FileWritten:
+        """Write ``path`` (the writer checks the workspace's ``max_file_bytes``).
+
+        Raises:
+            QuillError: ``SIZE_LIMIT_EXCEEDED`` before anything is sent for content over
+                ``CEILINGS.max_file_bytes``, the largest file any workspace takes; as the
+                writer answers otherwise.
+        """
+        check_size(content)
         text, data = (content, None) if isinstance(content, str) else (None, content)
         body = rq.WriteFile(
             path=path,

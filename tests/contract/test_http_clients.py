@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from nats.aio.msg import Msg
 
+from contracts.errors import ErrorCode, QuillError
+from contracts.limits import CEILINGS
+from quill.client import Quill
 from services.gateway.app import Gateway, GatewayConfig, start_gateway
 from services.gateway.rest import MAX_BODY_BYTES
 from tests.helpers import start_reader, start_writer
@@ -169,3 +173,24 @@ async def test_a_streamed_body_is_cut_at_the_bound(gateway: Gateway, path: str) 
         writer.close()
     assert sent < 3 * MAX_BODY_BYTES, "the gateway read everything that was sent"
     assert status(answer) in (None, 413), answer[:200]
+
+
+async def test_the_sdk_refuses_content_no_workspace_takes_before_sending(nats_url: str) -> None:
+    """No writer runs: content over ``CEILINGS.max_file_bytes`` is refused before it is
+    encoded or sent (before: encoded, sent, and waited on until ``UNAVAILABLE``)."""
+    async with await Quill.connect(nats_url, failover_s=2.0, retries=0) as quill:
+        sent: list[str] = []
+
+        async def note(msg: Msg) -> None:
+            sent.append(msg.subject)
+
+        sub = await quill.nc.subscribe("ws.cmd.>", cb=note)
+        ws = quill.workspace("acme/big")
+        for content in ("x" * (CEILINGS.max_file_bytes + 1), b"\0" * (CEILINGS.max_file_bytes + 1)):
+            with pytest.raises(QuillError) as refused:
+                await ws.write("big.txt", content)
+            assert refused.value.code == ErrorCode.SIZE_LIMIT_EXCEEDED
+            assert refused.value.details == {"max_file_bytes": CEILINGS.max_file_bytes}
+        await quill.nc.flush()
+        await sub.unsubscribe()
+        assert sent == []

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
 import select
+import signal
 import subprocess
 import sys
 
@@ -165,3 +168,69 @@ def test_cli_exec_streams_and_exits_with_the_status(up: Up) -> None:
     assert commit.startswith("[main ") and commit.endswith("] first\n")
     log = up.cli("git", ws, "log").stdout
     assert log.split()[3:] == ["alice", "first"]
+
+
+MEASURED = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:])
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)
+sys.exit(done.returncode)
+"""
+"""Run argv and print its peak RSS (KiB) as the last line of stderr."""
+
+
+def _address_space(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def test_put_refuses_a_big_source_without_reading_it(up: Up) -> None:
+    up.cli("create", "acme/sizes", "--max-file-bytes", str(1024 * 1024))
+    env = {**os.environ, "QUILL_NATS_URL": up.nats_url}
+    cli = [sys.executable, "-c", MEASURED, sys.executable, "-m", "quill"]
+    small = subprocess.run(
+        [*cli, "put", "acme/sizes", "small.txt", "-"],
+        input="x",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert small.returncode == 0, small.stderr
+    baseline = int(small.stderr.splitlines()[-1])  # KiB
+    # 64 MiB from a pipe: the CLI reads max_file_bytes + 1, refuses, and exits; the writer
+    # of the pipe gets SIGPIPE instead of writing it all
+    head = subprocess.Popen(["head", "-c", str(64 << 20), "/dev/zero"], stdout=subprocess.PIPE)
+    assert head.stdout is not None
+    put = subprocess.run(
+        [*cli, "put", "acme/sizes", "big.bin", "-"],
+        stdin=head.stdout,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        preexec_fn=lambda: _address_space(4 << 30),
+    )
+    head.stdout.close()
+    assert head.wait(60) == -signal.SIGPIPE
+    *said, peak = put.stderr.splitlines()
+    assert put.returncode == 1, put.stderr
+    assert said == [
+        "quill: SIZE_LIMIT_EXCEEDED: stdin is over 1048576 bytes, the largest file acme/sizes "
+        "takes (max_file_bytes): not sent"
+    ]
+    assert int(peak) < baseline + 16 * 1024, (baseline, peak)  # it never held the 64 MiB
+    # a file that never ends: read up to the limit, refused, the process stays small
+    endless = subprocess.run(
+        [*cli, "put", "acme/sizes", "big.bin", "/dev/zero"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        preexec_fn=lambda: _address_space(1 << 30),  # before the fix: 23 GB, and killed
+    )
+    assert endless.returncode == 1, endless.stderr
+    assert "SIZE_LIMIT_EXCEEDED: /dev/zero is over 1048576 bytes" in endless.stderr
+    assert "Traceback" not in endless.stderr
+    fits = up.cli("put", "acme/sizes", "ok.bin", "-", input="x" * 1024 * 1024)
+    assert fits.stdout.startswith("wrote ok.bin: 1048576 bytes")
+    assert up.cli("ls", "acme/sizes").stdout == "ok.bin\nsmall.txt\n"
