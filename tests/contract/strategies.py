@@ -33,7 +33,9 @@ SEEDED_FILES = ("a.txt", "dir/b.txt", "dir/sub/c.md", "bin.dat")
 name something that exists."""
 SEEDED_DIRS = ("dir", "dir/sub", "empty")
 
-PATH_FIELDS = frozenset({"path", "to", "workdir", "source", "destination", "prefix"})
+PATH_FIELDS = frozenset(
+    {"path", "to", "workdir", "source", "destination", "prefix", "workingDirectory"}
+)
 """Request fields holding a workspace path: drawn from the seeded names as well."""
 
 HOSTILE_PATHS: dict[str, str] = {
@@ -141,11 +143,16 @@ def from_schema(
 ) -> st.SearchStrategy[Any]:
     """A strategy for the JSON values ``node`` (default: the schema itself) accepts."""
     node = _resolve(root, root if node is None else node)
-    if "anyOf" in node:
-        return st.one_of([from_schema(root, option, name) for option in node["anyOf"]])
+    for alternatives in ("anyOf", "oneOf"):  # ours are disjoint (a tag, or distinct types)
+        if alternatives in node:
+            return st.one_of([from_schema(root, o, name) for o in node[alternatives]])
+    if "const" in node:
+        return st.just(node["const"])
     if "enum" in node:
         return st.sampled_from(node["enum"])
     kind = node.get("type", "string" if "pattern" in node else None)
+    if kind is None and "properties" in node:
+        kind = "object"
     if kind == "null":
         return st.none()
     if kind == "boolean":
@@ -214,6 +221,8 @@ def narrow(key: str, body: dict[str, Any]) -> dict[str, Any]:
         if len(body["command"]) % 3 or not body["command"].isascii():  # most: a real command
             body["command"] = EXEC_COMMANDS[len(body["command"]) % len(EXEC_COMMANDS)]
         body["timeout_ms"] = min(body.get("timeout_ms") or 2000, 2000)
+        if "timeout" in body:  # WAP's name for it
+            body["timeout"] = min(body["timeout"] or 2000, 2000)
     if key == "exec.git":
         body["timeout_ms"] = min(body.get("timeout_ms") or 2000, 2000)
         if body.get("url") is not None:

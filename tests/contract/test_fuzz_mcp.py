@@ -66,6 +66,17 @@ TOOL_OPS: dict[str, str] = {
 }
 """Each tool and the op it is (docs/gateway.md), whose documented errors it may answer."""
 
+WAP_TOOL_OPS: dict[str, str] = {
+    "exploreFiles": "qry.explore",
+    "readFile": "qry.read",
+    "writeFile": "cmd.write",
+    "modifyFile": "cmd.modify",
+    "searchFiles": "qry.grep",
+    "executeCommand": "exec.run",
+    "getWorkspaceInfo": "qry.info",
+}
+"""The tools at ``/mcp/wap`` and their ops."""
+
 
 MCP_ANY = (E.ACCESS_DENIED, E.FILE_NOT_FOUND, E.NOT_A_FILE, E.NOT_A_DIRECTORY, E.INVALID_ENCODING)
 """Codes docs/gateway.md ("Error texts") documents for any tool: the workspace tool's own
@@ -78,8 +89,9 @@ MCP_SPECS: dict[str, OpSpec] = {
 class McpDriver:
     """An MCP client session on its own event loop, for the synchronous Hypothesis tests."""
 
-    def __init__(self, up: Up) -> None:
+    def __init__(self, up: Up, path: str = "/mcp") -> None:
         self.up = up
+        self.path = path
         self.loop = asyncio.new_event_loop()
         self.open()
         tools = self.run(self.client.list_tools()).tools
@@ -95,7 +107,7 @@ class McpDriver:
         up = self.up
 
         async def hold() -> None:  # enters and leaves the client in one task (anyio needs it)
-            async with mcp_client(up.http_url) as client:
+            async with mcp_client(up.http_url, self.path) as client:
                 ready.set_result(client)
                 await self.stop.wait()
 
@@ -125,6 +137,13 @@ def mcp(stack: Up) -> Iterator[McpDriver]:
     found.close()
 
 
+@pytest.fixture(scope="module")
+def wap(stack: Up) -> Iterator[McpDriver]:
+    found = McpDriver(stack, "/mcp/wap")
+    yield found
+    found.close()
+
+
 def arguments(schema: dict[str, Any], key: str) -> st.SearchStrategy[tuple[str, Any]]:
     """(kind, arguments) for a tool: valid ones, or one JSON mutation of them."""
     schema = {**schema, "properties": dict(schema.get("properties", {}))}
@@ -145,8 +164,10 @@ async def call(client: Client, tool: str, args: Any) -> tuple[str, Any]:
         return "error", f"{type(e).__name__}: {str(e)[:160]}"
 
 
-def judge_tool(tool: str, kind: str, args: Any, got: tuple[str, Any]) -> str | None:
-    key = TOOL_OPS[tool]
+def judge_tool(
+    tool: str, kind: str, args: Any, got: tuple[str, Any], tools: dict[str, str] = TOOL_OPS
+) -> str | None:
+    key = tools[tool]
     what, result = got
     shown = json.dumps(args, default=str)[:300]
     if what == "error":
@@ -157,6 +178,8 @@ def judge_tool(tool: str, kind: str, args: Any, got: tuple[str, Any]) -> str | N
     else:
         structured = result.structured_content or {}
         code = structured.get("code")
+        if tools is WAP_TOOL_OPS and code == "PERMISSION_DENIED":
+            code = "ACCESS_DENIED"  # WAP's name for it (docs/gateway.md)
         LEDGER.saw("mcp", key, kind, str(code), shown)
         outcome = judge_code(MCP_SPECS[key], code, str(structured.get("error")))
     if outcome is None:
@@ -186,6 +209,28 @@ def test_fuzz_tool(mcp: McpDriver, tool: str) -> None:
     one()
     dead = mcp.run(alive(mcp.bus.nc))
     assert not dead, f"services stopped answering pings: {dead}"
+
+
+def test_every_wap_tool_has_an_op(wap: McpDriver) -> None:
+    assert set(wap.schemas) == set(WAP_TOOL_OPS)
+
+
+@pytest.mark.parametrize("tool", sorted(WAP_TOOL_OPS))
+def test_fuzz_wap_tool(wap: McpDriver, tool: str) -> None:
+    """The same at ``/mcp/wap`` (WAP's camelCase tools and ``PERMISSION_DENIED``)."""
+    strategy = arguments(wap.schemas[tool], WAP_TOOL_OPS[tool])
+
+    @settings(max_examples=EXAMPLES, phases=(Phase.explicit, Phase.generate))
+    @given(case=strategy)
+    def one(case: tuple[str, Any]) -> None:
+        kind, args = case
+        got = wap.run(call(wap.client, tool, args))
+        if got[0] == "error":
+            wap.reopen()
+        problem = judge_tool(tool, kind, args, got, WAP_TOOL_OPS)
+        assert problem is None, problem
+
+    one()
 
 
 RAW_BODIES: dict[str, bytes] = {
