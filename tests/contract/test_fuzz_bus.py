@@ -238,6 +238,44 @@ def test_audit_request_ids(driver: Driver) -> None:
     assert not bad, f"audit records with malformed request ids: {bad[:5]} ({len(bad)} in all)"
 
 
+HOSTILE_SUBJECTS = (
+    "ws.cmd.fuzz.bus-crowd.no_such_op",
+    "ws.qry.fuzz.bus-crowd.no_such_op",
+    "ws.exec.fuzz.bus-crowd.no_such_op",
+    "ws.cmd.FUZZ.bus-crowd.write",
+    "ws.qry.fuzz.Bus_Crowd.read",
+    "ws.exec.-fuzz.bus-crowd.run",
+    "ws.cmd.fuzz.never-created.write",
+    "ws.qry.fuzz.never-created.read",
+    "ws.exec.fuzz.never-created.run",
+    "ws.cmd.fuzz.bus-crowd.Write",
+    "ws.qry.fuzz.bus-crowd.read.extra",
+    "ws.cmd." + "t" * 65 + ".w.write",
+)
+SUBJECT_CODES = ("INVALID_ARGUMENT", "WORKSPACE_NOT_FOUND")
+
+
+@pytest.mark.parametrize("target", HOSTILE_SUBJECTS)
+def test_hostile_subjects(driver: Driver, target: str) -> None:
+    """A request to an op that does not exist, a malformed tenant or workspace id, or a
+    workspace never created: one answer, INVALID_ARGUMENT or WORKSPACE_NOT_FOUND (or nobody
+    subscribes to the subject at all: NATS answers "no responders" at once)."""
+    driver.workspace("crowd")
+    body = {"path": "a.txt", "content": "x", "command": "true"}
+    if target.endswith(".read"):
+        body = {"path": "a.txt"}
+    case = Case("subject", json.dumps(body).encode(), {})
+    got = driver.run(driver.bus.send(target, case))
+    assert len(got) == 1, f"{target}: {len(got)} answers within {ANSWER_S:g} s"
+    if got[0]:
+        reply = json.loads(got[0])
+        code = None if reply["ok"] else reply["error"]["code"]
+        LEDGER.saw("bus", target, "subject", str(code or "ok"), target)
+        if code not in SUBJECT_CODES:
+            failure = Failure("bus", target, "subject", f"answered {code or 'ok'}", got[0][:200])
+            assert LEDGER.record(failure), failure.line()
+
+
 def test_each_request_answered_once(driver: Driver) -> None:
     """After every batch (and pings that went through the same services): no second answer."""
     still_alive(driver)
