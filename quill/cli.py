@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 import re
 import shlex
 import sys
 import tomllib
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from functools import update_wrapper
 from pathlib import Path
@@ -24,6 +25,7 @@ import msgspec
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
+from contracts.events import AuditRecord, WorkspaceUpdated
 from contracts.limits import CEILINGS, LimitsPatch
 from contracts.paths import display, normalize
 from quill.client import Quill, Workspace
@@ -1263,30 +1265,89 @@ def _since(value: str | None) -> datetime | None:
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
 
 
+RETRY_FIRST_S, RETRY_MOST_S = 0.5, 15.0
+"""A follower's reconnection attempts: 0.5 s apart at first, doubling up to 15 s."""
+
+
+async def _follow(
+    ctx: click.Context, ws: Workspace, stream: AsyncIterator[T], line: Callable[[T], str]
+) -> None:
+    """Print each item of ``stream`` until Ctrl-C. While NATS is away, say so once, retry
+    with backoff (``RETRY_FIRST_S`` doubling to ``RETRY_MOST_S``) and say once when it is back;
+    the client's own log lines (one per failed attempt) are kept off the terminal."""
+    nc = ws.client.nc
+    quiet = logging.getLogger("quill.bus")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+
+    where = nc.connected_url.netloc if nc.connected_url else "?"
+
+    async def watch_connection() -> None:
+        wait, lost_at, bumped_at = RETRY_FIRST_S, 0.0, 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(0.2)
+            now = loop.time()
+            if nc.is_connected:
+                if lost_at:
+                    click.echo("quill: connected to NATS again", err=True)
+                    wait, lost_at = RETRY_FIRST_S, 0.0
+                    nc.options["reconnect_time_wait"] = wait
+                continue
+            if not lost_at:
+                lost_at = bumped_at = now
+                click.echo(
+                    f"quill: lost the connection to NATS ({where}); retrying until it is back "
+                    "(Ctrl-C to stop)",
+                    err=True,
+                )
+            elif now - bumped_at >= wait and wait < RETRY_MOST_S:
+                wait, bumped_at = min(wait * 2, RETRY_MOST_S), now
+                nc.options["reconnect_time_wait"] = wait
+
+    monitor = asyncio.create_task(watch_connection())
+    try:
+        async for item in stream:
+            emit(ctx, item, line(item))
+    finally:
+        monitor.cancel()
+        quiet.setLevel(level)
+
+
+def _audit_line(rec: AuditRecord) -> str:
+    code = f" {rec.error_code}" if rec.error_code else ""
+    return (
+        f"{rec.at:%Y-%m-%d %H:%M:%S.%f} {rec.kind}.{rec.op:<10} {rec.outcome}{code} "
+        f"{rec.duration_ms:.1f}ms v{rec.version or '-'} {rec.actor or '-'} "
+        f"{' '.join(rec.paths)}"
+    )
+
+
+def _update_line(update: WorkspaceUpdated) -> str:
+    more = update.paths_total - len(update.paths)
+    line = f"v{update.version} {update.op} by {update.actor or '-'}: {', '.join(update.paths)}"
+    return line + (f" (+{more})" if more > 0 else "")
+
+
 @main.command()
 @workspace_command
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new records.")
 @click.option("--since", help="Start at this time (ISO 8601) or this long ago (30s, 10m, 2h).")
 async def audit(ctx: click.Context, ws: Workspace, follow: bool, since: str | None) -> None:
     """Print the workspace's audit records."""
-    async for rec in ws.audit(since=_since(since), follow=follow):
-        code = f" {rec.error_code}" if rec.error_code else ""
-        line = (
-            f"{rec.at:%Y-%m-%d %H:%M:%S.%f} {rec.kind}.{rec.op:<10} {rec.outcome}{code} "
-            f"{rec.duration_ms:.1f}ms v{rec.version or '-'} {rec.actor or '-'} "
-            f"{' '.join(rec.paths)}"
-        )
-        emit(ctx, rec, line)
+    records = ws.audit(since=_since(since), follow=follow)
+    if follow:
+        await _follow(ctx, ws, records, _audit_line)
+        return
+    async for rec in records:
+        emit(ctx, rec, _audit_line(rec))
 
 
 @main.command()
 @workspace_command
 async def watch(ctx: click.Context, ws: Workspace) -> None:
     """Print workspace.updated notifications as they happen (Ctrl-C to stop)."""
-    async for update in ws.watch():
-        more = update.paths_total - len(update.paths)
-        line = f"v{update.version} {update.op} by {update.actor or '-'}: {', '.join(update.paths)}"
-        emit(ctx, update, line + (f" (+{more})" if more > 0 else ""))
+    await _follow(ctx, ws, ws.watch(), _update_line)
 
 
 @main.command()

@@ -923,8 +923,25 @@ class Workspace:
 
     # ------------------------------------------------------------------ streams
     async def watch(self) -> AsyncIterator[WorkspaceUpdated]:
-        """``workspace.updated`` notifications, as they are published."""
-        sub = await self.client.nc.subscribe(self.client.subjects.updated(self.tenant, self.name))
+        """``workspace.updated`` notifications, as they are published.
+
+        Raises:
+            QuillError: ``ACCESS_DENIED`` when the server refuses the subscription (another
+                tenant's workspace), ``UNAVAILABLE`` if it cannot be confirmed.
+        """
+        nc = self.client.nc
+        subject = self.client.subjects.updated(self.tenant, self.name)
+        sub = await nc.subscribe(subject)
+        try:
+            # The server answers a refused SUB with -ERR before the PONG of this flush, and
+            # the client records it (bus.refused) as it reads it: nothing would ever arrive.
+            await nc.flush(timeout=max(1, int(self.client.timeout)))
+        except (nats.errors.Error, TimeoutError) as exc:
+            await sub.unsubscribe()
+            raise QuillError(ErrorCode.UNAVAILABLE, f"NATS: {exc}") from None
+        if bus.refused(nc, subject):
+            await sub.unsubscribe()
+            raise _refused(subject)
         try:
             async for msg in sub.messages:
                 yield codec.decode(msg.data, WorkspaceUpdated)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import resource
 import select
 import signal
 import subprocess
 import sys
+import threading
+from pathlib import Path
 
 from tests.system.conftest import Up
 
@@ -234,3 +238,102 @@ def test_put_refuses_a_big_source_without_reading_it(up: Up) -> None:
     fits = up.cli("put", "acme/sizes", "ok.bin", "-", input="x" * 1024 * 1024)
     assert fits.stdout.startswith("wrote ok.bin: 1048576 bytes")
     assert up.cli("ls", "acme/sizes").stdout == "ok.bin\nsmall.txt\n"
+
+
+class Follower:
+    """A ``quill`` command that follows a stream; its stdout and stderr lines are queued as
+    they come (a thread per pipe)."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "quill", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.lines: dict[str, queue.Queue[str]] = {"stdout": queue.Queue(), "stderr": queue.Queue()}
+        self.pumps = [
+            threading.Thread(target=self._pump, args=(name,), daemon=True) for name in self.lines
+        ]
+        for pump in self.pumps:
+            pump.start()
+
+    def _pump(self, name: str) -> None:
+        with getattr(self.process, name) as pipe:
+            for line in pipe:
+                self.lines[name].put(line)
+
+    def line(self, stream: str, deadline_s: float = 30.0) -> str:
+        """The next line of ``stream`` (``stdout`` or ``stderr``), waiting up to the deadline."""
+        try:
+            return self.lines[stream].get(timeout=deadline_s)
+        except queue.Empty:
+            raise AssertionError(f"nothing on {stream} within {deadline_s}s") from None
+
+    def stop(self) -> list[str]:
+        """Interrupt it (Ctrl-C); the lines left on stderr."""
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(30)
+        for pump in self.pumps:
+            pump.join(30)
+        left: list[str] = []
+        while not self.lines["stderr"].empty():
+            left.append(self.lines["stderr"].get())
+        return left
+
+
+def _writes_until_seen(up: Up, ws: str, follower: Follower, start: int) -> str:
+    """Write files into ``ws`` until ``follower`` prints a line (it subscribes on its own)."""
+    for i in range(start, start + 50):
+        up.cli("put", ws, f"f{i}.txt", "--text", "x")
+        with contextlib.suppress(AssertionError):
+            return follower.line("stdout", 0.2)
+    raise AssertionError("the follower printed nothing")
+
+
+def test_followers_say_once_they_lost_the_server_and_carry_on(tmp_path: Path) -> None:
+    data = tmp_path / ".quill"
+    stack = Up(data).start()
+    port = stack.nats_url.rsplit(":", 1)[1]
+    stack.cli("create", "acme/followed")
+    env = {**os.environ, "QUILL_NATS_URL": stack.nats_url}
+    watch = Follower(env, "watch", "acme/followed")
+    audit = Follower(env, "audit", "acme/followed", "--follow")
+    try:
+        assert " write by cli: f" in _writes_until_seen(stack, "acme/followed", watch, 0)
+        assert "cmd.create" in audit.line("stdout")
+        assert stack.stop() == 0
+        for follower in (watch, audit):
+            assert follower.line("stderr").startswith("quill: lost the connection to NATS")
+        # back on the same port; meanwhile (starting takes seconds) nothing more is printed
+        stack = Up(data, args=("--nats-port", port)).start()
+        for follower in (watch, audit):
+            assert follower.line("stderr") == "quill: connected to NATS again\n"
+            assert follower.process.poll() is None
+        assert " write by cli: f" in _writes_until_seen(stack, "acme/followed", watch, 100)
+        while "cmd.write" not in audit.line("stdout"):  # what it missed, then the new
+            pass
+    finally:
+        rests = [watch.stop(), audit.stop()]
+        if stack.process is not None and stack.process.poll() is None:
+            stack.stop()
+    assert rests == [[], []]  # one line lost, one line back: nothing else
+
+
+def test_watch_of_a_workspace_the_tenant_may_not_read_exits(tmp_path: Path) -> None:
+    from tests.system.test_tenants import PASSWORDS, with_tenants
+
+    with with_tenants(tmp_path) as stack:
+        env = {**os.environ, "QUILL_NATS_URL": stack.nats_url}
+        env |= {"QUILL_NATS_USER": "b", "QUILL_NATS_PASSWORD": PASSWORDS["b"]}
+        done = subprocess.run(
+            [sys.executable, "-m", "quill", "watch", "a/shared"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert done.returncode == 5, done
+        assert done.stderr.startswith("quill: ACCESS_DENIED: NATS refused ws.updated.a.shared")
+        assert done.stderr.count("\n") == 1, done.stderr
