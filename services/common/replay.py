@@ -39,9 +39,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError
 
 from contracts import codec, hashing
@@ -68,7 +66,7 @@ from services.common.tree import DirNode, FileNode, Tree, apply_change
 IDLE_S = 30.0
 """Reading the log: no message for this long is ``UNAVAILABLE``."""
 BUFFER_MAX = 8192
-"""Messages received but not yet folded before the consumer is held back."""
+"""Pending messages of the baseline's consumer in ``bench``."""
 MEMORY_BUDGET = 64 * 1024 * 1024
 """Inline contents kept in memory during a replay; more go to a temporary SQLite file."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -436,49 +434,60 @@ Raw = tuple[bytes, str | None]
 """An event message: its payload and the ``Ws-Event-Hash`` it carries."""
 
 
+BATCH = 1024
+"""Messages asked for by one batched direct get (and at most ``BATCH_BYTES``)."""
+BATCH_BYTES = 16 * 1024 * 1024
+
+
 async def messages(js: JetStreamContext, subject: str) -> AsyncGenerator[list[Raw], None]:
-    """The messages on ``subject``, oldest first, in batches of what has arrived (one ordered
-    consumer; the consumer waits while ``BUFFER_MAX`` are unprocessed). Close it (``aclosing``)
-    to stop.
+    """The messages on ``subject``, oldest first, in batches, by batched direct gets (no
+    consumer: the next batch is asked for when the caller wants it, so a slow caller, an
+    export fetching contents, never makes the client drop messages; a pushed consumer did, at
+    a million events: ``slow consumer, messages dropped``, then a gap in the versions). What a
+    stream replica answering a direct get does not have yet is asked of the leader. Close it
+    (``aclosing``) to stop early.
 
     Raises:
-        QuillError: ``UNAVAILABLE`` when nothing arrives for ``IDLE_S``.
+        QuillError: ``UNAVAILABLE`` when no answer comes for ``IDLE_S``.
     """
-    buffer: list[Raw] = []
-    arrived, drained = asyncio.Event(), asyncio.Event()
-
-    async def on_msg(msg: Msg) -> None:
-        while len(buffer) >= BUFFER_MAX:
-            drained.clear()
-            await drained.wait()
-        headers = msg.headers
-        buffer.append((msg.data, headers.get(HEADER_EVENT_HASH) if headers else None))
-        arrived.set()
-
-    sub = await js.subscribe(
-        subject,
-        cb=on_msg,
-        ordered_consumer=True,
-        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-        pending_msgs_limit=4 * BUFFER_MAX,
-        pending_bytes_limit=256 * 1024 * 1024,
-    )
+    nc = js._nc
+    api = f"{js._prefix}.DIRECT.GET.{STREAM_EVENTS}"
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    seq = 1
     try:
         while True:
-            if not buffer:
-                arrived.clear()
+            request = {
+                "seq": seq,
+                "next_by_subj": subject,
+                "batch": BATCH,
+                "max_bytes": BATCH_BYTES,
+            }
+            await nc.publish(api, msgspec.json.encode(request), reply=inbox)
+            batch: list[Raw] = []
+            while True:
                 try:
-                    await asyncio.wait_for(arrived.wait(), IDLE_S)
-                except TimeoutError:
+                    msg = await sub.next_msg(timeout=IDLE_S)
+                except nats.errors.TimeoutError:
                     raise QuillError(
-                        ErrorCode.UNAVAILABLE, f"{subject}: no event arrived in {IDLE_S:.0f}s"
+                        ErrorCode.UNAVAILABLE, f"{subject}: no answer in {IDLE_S:.0f}s"
                     ) from None
-            batch = buffer[:]
-            buffer.clear()
-            drained.set()
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status is not None:  # 204: end of this batch; 404: nothing from seq on
+                    break
+                batch.append((msg.data, headers.get(HEADER_EVENT_HASH)))
+                seq = int(headers["Nats-Sequence"]) + 1
+            if not batch:  # the end here; the leader may have more than a replica
+                try:
+                    raw = await js.get_msg(STREAM_EVENTS, seq=seq, next=True, subject=subject)
+                except NotFoundError:
+                    return
+                headers = raw.headers or {}
+                batch.append((raw.data or b"", headers.get(HEADER_EVENT_HASH)))
+                seq = int(raw.seq or seq) + 1
             yield batch
     finally:
-        drained.set()
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
 
