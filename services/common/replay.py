@@ -6,7 +6,7 @@ hash, and after each event the tree hash of the rebuilt tree equals the ``tree_h
 event records. A log that starts at a ``history_compacted`` event (the older log was purged)
 starts from its manifest: the manifest's event rows must chain into the compaction event, and
 the tree as of any version from the manifest's ``floor`` on is rebuilt from its revision rows.
-The log is read with one ordered consumer, decoded with msgspec and folded in memory
+The log is read by batched direct gets (no consumer), decoded with msgspec and folded in memory
 (``services.common.tree``, the writer's own definition of a change); files are written once,
 at the end, with modes 0644/0755 and each entry's mtime taken from the log, so that two
 replays of a log are byte-identical trees.
