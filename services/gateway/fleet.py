@@ -61,7 +61,12 @@ class Fleet:
 
     async def stop(self) -> None:
         for task in self._tasks:
-            task.cancel()
+            # Cancel until it is done: on Python 3.11 a cancellation that lands as a NATS
+            # request's reply arrives is swallowed by its asyncio.wait_for, and the loop would
+            # go on (stop() then hung for good).
+            while not task.done():
+                task.cancel()
+                await asyncio.wait([task], timeout=1.0)
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 

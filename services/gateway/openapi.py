@@ -38,7 +38,8 @@ IF_MATCH = {
     "name": "If-Match",
     "in": "header",
     "required": False,
-    "description": 'Only if the file\'s current etag is this one ("v3" or v3; * = exists)',
+    "description": 'Only if the file\'s current etag is this one ("v3" or v3; * = exists) or '
+    'one of a list ("v2", "v3"); compared strongly: a weak etag (W/"v3") never matches',
     "schema": {"type": "string"},
 }
 ETAG_HEADER = {"ETag": {"description": 'The etag, quoted ("v3")', "schema": {"type": "string"}}}
@@ -162,7 +163,10 @@ def document() -> dict[str, Any]:
                 "200": {**_json(_ref("WorkspaceFile"), "Replaced"), "headers": ETAG_HEADER},
                 "201": {**_json(_ref("WorkspaceFile"), "Created"), "headers": ETAG_HEADER},
                 "409": _error("workspace_conflict (details.currentVersion), or path_conflict"),
-                "413": _error("workspace_too_large: over maxFileBytes"),
+                "412": _error("precondition_failed: If-Match has only weak etags (W/...)"),
+                "413": _error(
+                    "workspace_too_large: over maxFileBytes; payload_too_large: a body over 16 MiB"
+                ),
                 **ERRORS,
             },
         },
@@ -172,6 +176,7 @@ def document() -> dict[str, Any]:
             "responses": {
                 "204": {"description": "Deleted"},
                 "409": _error("workspace_conflict"),
+                "412": _error("precondition_failed: If-Match has only weak etags (W/...)"),
                 **ERRORS,
             },
         },
