@@ -285,7 +285,7 @@ def test_each_request_answered_once(driver: Driver) -> None:
 
 def test_verify_touched_workspaces(driver: Driver) -> None:
     """``quill verify`` passes on every workspace the fuzzing touched."""
-    assert TOUCHED
+    driver.workspace("crowd")  # at least one, even when only this test was selected
     failed = verify_all(driver.up, TOUCHED)
     assert not failed, failed
     still_alive(driver)
