@@ -133,15 +133,18 @@ def _payload(content: str | None, data: bytes | None) -> bytes:
 def _check_etag(tree: Tree, path: str, if_match: str | None) -> None:
     if if_match is None:
         return
-    wanted = if_match.strip().removeprefix("W/").strip('"')
+    given = if_match.strip()
+    weak = given.startswith("W/")  # If-Match compares strongly (RFC 9110): never a match
+    wanted = given.removeprefix("W/").strip('"')
     node = tree.files.get(path)
     current = node.etag if node is not None else None
     if wanted == "*" and node is not None:
         return
-    if wanted != current:
+    if weak or wanted != current:
         raise QuillError(
             ErrorCode.CONFLICT,
-            f"Etag mismatch for {display(path)}: expected {wanted}, current {current}",
+            f"Etag mismatch for {display(path)}: expected {given}, current {current}"
+            + (" (a weak etag never matches: if_match compares strongly)" if weak else ""),
             {
                 "path": path,
                 "current_etag": current,

@@ -287,3 +287,15 @@ def test_a_name_from_before_the_name_rule_can_be_deleted_or_renamed_not_made() -
     h.state.version += 1
     assert h.run(rq.DeletePath(path=legacy)).commits and legacy not in h.state.tree.files
     h.fails(rq.DeletePath(path="gone\u200b.txt"), ErrorCode.FILE_NOT_FOUND)
+
+
+def test_a_weak_etag_never_satisfies_if_match() -> None:
+    """RFC 9110: If-Match uses the strong comparison, on the bus as over REST."""
+    h = Harness()
+    h.run(rq.WriteFile(path="a.txt", content="a\n"))
+    etag = h.state.tree.files["a.txt"].etag
+    error = h.fails(
+        rq.WriteFile(path="a.txt", content="b\n", if_match=f'W/"{etag}"'), ErrorCode.CONFLICT
+    )
+    assert "weak" in error.message
+    assert h.run(rq.WriteFile(path="a.txt", content="b\n", if_match=f'"{etag}"')).commits
