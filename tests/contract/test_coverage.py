@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import pytest
 from hypothesis import HealthCheck, given, settings
 

@@ -215,7 +215,7 @@ async def audit_records(bus: Bus) -> list[dict[str, Any]]:
     try:
         while True:
             info = await sub.consumer_info()
-            if info.num_pending == 0:
+            if not info.num_pending:
                 break
             for msg in await sub.fetch(min(info.num_pending, 1000), timeout=ANSWER_S):
                 records.append(json.loads(msg.data))
@@ -272,7 +272,9 @@ def test_hostile_subjects(driver: Driver, target: str) -> None:
         code = None if reply["ok"] else reply["error"]["code"]
         LEDGER.saw("bus", target, "subject", str(code or "ok"), target)
         if code not in SUBJECT_CODES:
-            failure = Failure("bus", target, "subject", f"answered {code or 'ok'}", got[0][:200])
+            failure = Failure(
+                "bus", target, "subject", f"answered {code or 'ok'}", got[0][:200].decode()
+            )
             assert LEDGER.record(failure), failure.line()
 
 
