@@ -273,7 +273,11 @@ def test_hostile_subjects(driver: Driver, target: str) -> None:
         LEDGER.saw("bus", target, "subject", str(code or "ok"), target)
         if code not in SUBJECT_CODES:
             failure = Failure(
-                "bus", target, "subject", f"answered {code or 'ok'}", got[0][:200].decode()
+                "bus",
+                target,
+                "subject",
+                f"answered {code or 'ok'}",
+                got[0][:200].decode("utf-8", "replace"),
             )
             assert LEDGER.record(failure), failure.line()
 
