@@ -163,7 +163,12 @@ async def raw(url: str, subject: str, count: int) -> None:
     await nc.close()
 
 
-def measured(url: str, *args: str) -> tuple[float, int, str]:
+async def measured(url: str, *args: str) -> tuple[float, int, str]:
+    """``measured_`` in a thread: this process's connections keep answering the server."""
+    return await asyncio.to_thread(measured_, url, *args)
+
+
+def measured_(url: str, *args: str) -> tuple[float, int, str]:
     """``quill ARGS`` (or ``raw URL SUBJECT COUNT``) as a process: seconds, peak MiB, stdout."""
     env = {**os.environ, "QUILL_NATS_URL": url}
     argv = [sys.executable, "-c", PROBE, *([] if args[0] == "raw" else ["quill"]), *args]
@@ -243,10 +248,10 @@ async def main(files: int = FILES, events: int = EVENTS) -> None:
         print(f"Size: {files:,} files, {events:,} events ({files // BLOB_EVERY:,} in WS_BLOBS)")
         print(f"(log synthesised and appended in {made:.0f} s)\n")
         print(f"{'tool (a process each)':<40} {'time':>11} {'peak mem':>11}   baseline")
-        raw_s, raw_mb, _ = measured(url, "raw", url, subject, str(events))
+        raw_s, raw_mb, _ = await measured(url, "raw", url, subject, str(events))
         line("read the raw messages (baseline)", raw_s, raw_mb, "")
         base = f"raw read {raw_s:.1f} s, {raw_mb} MiB"
-        took, peak, _ = measured(url, "replay", "bench/size", "--out", str(tmp / "tree"))
+        took, peak, _ = await measured(url, "replay", "bench/size", "--out", str(tmp / "tree"))
         line("quill replay (tree written)", took, peak, base)
         t0 = time.perf_counter()
         subprocess.run(f"tar -cf - -C {tmp} tree | wc -c", shell=True, check=True, text=True,
@@ -258,16 +263,16 @@ async def main(files: int = FILES, events: int = EVENTS) -> None:
         caught = await applied(quill, "bench/size", events)
         line("reader replica catching up", caught, hwm(reader.pid), base)
         wait = ("--timeout", "600s", "--ping-wait", "2s")
-        took, peak, out = measured(url, "verify", *wait, "bench/size")
+        took, peak, out = await measured(url, "verify", *wait, "bench/size")
         assert ": ok" in out, out
         line("quill verify", took, peak, base)
-        took, peak, _ = measured(url, "verify", "--deep", *wait, "bench/size")
+        took, peak, _ = await measured(url, "verify", "--deep", *wait, "bench/size")
         line("quill verify --deep", took, peak, base)
         line("  the reader replica, after both", 0.0, hwm(reader.pid), "(its peak so far)")
         export = tmp / "size.jsonl.gz"
-        took, peak, _ = measured(url, "export", "bench/size", str(export))
+        took, peak, _ = await measured(url, "export", "bench/size", str(export))
         line("quill export (gzip)", took, peak, base)
-        took, peak, _ = measured(url, "import", str(export), "bench/size-copy")
+        took, peak, _ = await measured(url, "import", str(export), "bench/size-copy")
         line("quill import (checked, appended, replayed)", took, peak, base)
         writer = service(url, "writer", tmp / "writer")
         procs.append(writer)
@@ -290,7 +295,7 @@ async def main(files: int = FILES, events: int = EVENTS) -> None:
         ran = await ws.exec("find . -type f | wc -l")
         line("executor materialising the compaction", time.perf_counter() - t0,
              hwm(executor.pid), f"{ran.stdout.strip()} files")  # fmt: skip
-        took, peak, _ = measured(url, "replay", "bench/size", "--out", str(tmp / "compacted"))
+        took, peak, _ = await measured(url, "replay", "bench/size", "--out", str(tmp / "compacted"))
         line("quill replay from the compaction", took, peak, base)
         await quill.close()
         await nc.close()
