@@ -435,6 +435,8 @@ path outside the workspace, with a NUL in every string, in a run that does not e
 def from_example(spec: OpSpec, name: str) -> Case:
     """The case ``name`` (one of ``EXAMPLE_CASES``) of op ``spec``'s documented example."""
     body: dict[str, Any] = narrow(spec.key, dict(spec.example))
+    if "command" in spec.example:  # the documented command, not one of ours
+        body["command"] = spec.example["command"]
     headers: dict[str, str] = {}
     properties, _ = _fields(request_schema(spec.key))
     if name == "example-outside":

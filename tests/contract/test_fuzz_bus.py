@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from contracts.ops import OPS
 from tests.contract.conftest import (
@@ -139,6 +140,42 @@ def test_documented_example_to_every_op(driver: Driver, name: str) -> None:
 
     async def send_all() -> list[list[bytes]]:
         sends = (driver.bus.send(t, c) for t, c in zip(targets, cases, strict=True))
+        return list(await asyncio.gather(*sends))
+
+    answers = driver.run(send_all())
+    problems = [
+        p
+        for key, case, got in zip(keys, cases, answers, strict=True)
+        if (p := check(key, case, got))
+    ]
+    still_alive(driver)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("state", ["restricted", "locked"])
+def test_every_op_on_a_restricted_or_locked_workspace(driver: Driver, state: str) -> None:
+    """Each op's documented example on a restricted workspace, and on one another session has
+    locked: each answered once with a code its op documents (no Ws-Wait: nothing waits)."""
+    workspace = driver.workspace(state)
+    if state == "restricted":
+        setup = ("set_trust", {"trust": "restricted"}, {})
+    else:
+        setup = ("lock", {"ttl_ms": 600_000}, {"Ws-Session": "holder"})
+    op, body, headers = setup
+    prepared = Case("setup", json.dumps(body).encode(), headers)
+    got = driver.run(driver.bus.send(subject(f"cmd.{op}", workspace), prepared))
+    assert got and json.loads(got[0])["ok"], got
+    keys = [k for k in all_ops() if k not in ("cmd.create", "cmd.set_trust", "cmd.decide")]
+    bodies = [
+        {"command": "echo hi > out.txt"} if key == "exec.run" else from_example(OPS[key], "x").body
+        for key in keys
+    ]  # a command that runs and changes a file (the example's workdir does not exist)
+    cases = [Case(f"fixed:{state}", json.dumps(body).encode()) for body in bodies]
+
+    async def send_all() -> list[list[bytes]]:
+        sends = (
+            driver.bus.send(subject(k, workspace), c) for k, c in zip(keys, cases, strict=True)
+        )
         return list(await asyncio.gather(*sends))
 
     answers = driver.run(send_all())
@@ -280,6 +317,34 @@ def test_hostile_subjects(driver: Driver, target: str) -> None:
                 got[0][:200].decode("utf-8", "replace"),
             )
             assert LEDGER.record(failure), failure.line()
+
+
+MIX = 16
+"""Requests of a concurrent mix."""
+
+
+def test_concurrent_mix(driver: Driver) -> None:
+    """Valid and mutated requests of every op, many clients at once on one workspace: each
+    answered once, documented (one request's failure is nobody else's)."""
+    workspace = driver.workspace("mix")
+    keys = all_ops()
+    pairs = st.sampled_from(keys).flatmap(lambda k: STRATEGIES[k].map(lambda c: (k, c)))
+
+    @settings(max_examples=examples(4), phases=(Phase.explicit, Phase.generate))
+    @given(batch=st.lists(pairs, min_size=MIX, max_size=MIX))
+    def one(batch: list[tuple[str, Case]]) -> None:
+        async def send_all() -> list[list[bytes]]:
+            sends = (driver.bus.send(subject(k, workspace), c) for k, c in batch)
+            return list(await asyncio.gather(*sends))
+
+        answers = driver.run(send_all())
+        problems = [
+            p for (k, c), got in zip(batch, answers, strict=True) if (p := check(k, c, got))
+        ]
+        assert not problems, "\n".join(problems)
+
+    one()
+    still_alive(driver)
 
 
 def test_each_request_answered_once(driver: Driver) -> None:
