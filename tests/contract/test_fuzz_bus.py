@@ -157,10 +157,11 @@ def test_every_op_on_a_restricted_or_locked_workspace(driver: Driver, state: str
     """Each op's documented example on a restricted workspace, and on one another session has
     locked: each answered once with a code its op documents (no Ws-Wait: nothing waits)."""
     workspace = driver.workspace(state)
-    if state == "restricted":
-        setup = ("set_trust", {"trust": "restricted"}, {})
-    else:
-        setup = ("lock", {"ttl_ms": 600_000}, {"Ws-Session": "holder"})
+    setup: tuple[str, dict[str, Any], dict[str, str]] = (
+        ("set_trust", {"trust": "restricted"}, {})
+        if state == "restricted"
+        else ("lock", {"ttl_ms": 600_000}, {"Ws-Session": "holder"})
+    )
     op, body, headers = setup
     prepared = Case("setup", json.dumps(body).encode(), headers)
     got = driver.run(driver.bus.send(subject(f"cmd.{op}", workspace), prepared))
