@@ -247,7 +247,11 @@ def valid_headers(draw: st.DrawFn, spec: OpSpec) -> dict[str, str]:
     """Documented headers: a request id on commands (sometimes none), maybe actor/session."""
     headers: dict[str, str] = {}
     if spec.kind != "qry" and draw(st.integers(0, 3)):
-        headers["Ws-Request-Id"] = draw(st.from_regex(r"[A-Za-z0-9._:-]{1,40}", fullmatch=True))
+        # unique: a reused id answers with the first request's reply, whatever its op (the
+        # documented idempotency), which a concurrent mix of ops would take for a wrong reply
+        headers["Ws-Request-Id"] = draw(st.uuids()).hex + draw(
+            st.from_regex(r"[A-Za-z0-9._:-]{0,20}", fullmatch=True)
+        )
     if draw(st.booleans()):
         headers["Ws-Actor"] = draw(_HEADER_TEXT.filter(bool))
     if draw(st.booleans()):
