@@ -183,6 +183,16 @@ def normalize_existing(path: str) -> str:
         raise
 
 
+def not_found(path: str, what: str = "File") -> QuillError:
+    """The answer for a path ``normalize_existing`` let through that names nothing:
+    ``FILE_NOT_FOUND``, or, for a name that breaks the rule (no legacy name by that name
+    exists), the rule's ``INVALID_ARGUMENT``, as for any new name."""
+    why = check_name(path)
+    if why is not None:
+        return _invalid(path, why)
+    return QuillError(ErrorCode.FILE_NOT_FOUND, f"{what} not found: {path}", {"path": path})
+
+
 def normalize_file(path: str) -> str:
     """``normalize`` for a path a file is written at: a path ending in ``/``, ``/.`` or ``/..``
     names a directory and is refused (never a file of that name).

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from contracts import replies as rp
+from contracts.errors import ErrorCode, QuillError
 from contracts.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -67,6 +68,14 @@ class LockState:
 
     def held_by_other(self, session: str | None, now: datetime) -> bool:
         return self.expires > now and self.holder != session
+
+    def refusal(self) -> QuillError:
+        """``LOCKED``: what a mutation of another session is answered while the lock holds."""
+        return QuillError(
+            ErrorCode.LOCKED,
+            f"Workspace is locked by session {self.holder} until {self.expires.isoformat()}",
+            {"holder": self.holder, "expires": self.expires.isoformat()},
+        )
 
 
 @dataclass(slots=True)

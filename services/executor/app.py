@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -52,6 +53,7 @@ from services.common import bus, compaction
 from services.common.blobs import Blobs
 from services.common.bridges import Bridges
 from services.common.bus import respond
+from services.common.control import LockState
 from services.common.entry import Incoming, parse, reject
 from services.common.runtime import (
     Auditor,
@@ -531,11 +533,17 @@ class Executor:
     async def _approved(
         self, checkout: Checkout, address: Address, origin: Origin, op: str, summary: str
     ) -> None:
-        """On a restricted workspace: refuse, or wait for the approval of what is asked.
+        """Refuse a command of another session while the workspace is locked (before it runs:
+        the writer would refuse its changes); on a restricted workspace, refuse, or wait for
+        the approval of what is asked.
 
         Raises:
             QuillError: ``DENIED``, ``APPROVAL_REQUIRED``, ``LOCKED``.
         """
+        if checkout.manifest.lock is not None:
+            lock = LockState(*checkout.manifest.lock)
+            if lock.held_by_other(origin.session, datetime.now(UTC)):
+                raise lock.refusal()
         if checkout.manifest.trust != "restricted":
             return
         if not checkout.manifest.commands:

@@ -44,6 +44,8 @@ from contracts.events import (
     AnyChange,
     ChangesCommitted,
     HistoryCompacted,
+    LockAcquired,
+    LockReleased,
     MakeDir,
     PutFile,
     Remove,
@@ -100,6 +102,9 @@ class Manifest(msgspec.Struct, kw_only=True):
     """Files left uncommitted (skipped), as last reported: not reported again unless changed."""
     ignored: list[str] = msgspec.field(default_factory=list)
     """Ignored paths seen at the top of an ignored subtree (reported when new)."""
+    lock: tuple[str, datetime] | None = None
+    """The workspace lock as of ``version``: (holder session, expires); a command of another
+    session is refused before it runs, as the writer would refuse its changes."""
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -246,6 +251,10 @@ class Checkout:
                 self.manifest.limits, self.manifest.trust = event.limits, event.trust
             elif isinstance(event, TrustChanged):
                 self.manifest.trust, self.manifest.commands = event.trust, event.commands
+            elif isinstance(event, LockAcquired):
+                self.manifest.lock = (event.holder, event.expires)
+            elif isinstance(event, LockReleased):
+                self.manifest.lock = None
             elif isinstance(event, ChangesCommitted):
                 contents = await self._contents(event)
                 # File work off the event loop: a large event must not stall heartbeats.
@@ -285,10 +294,16 @@ class Checkout:
                 break
             start = end
         self.manifest.limits, self.manifest.trust = kept.limits, kept.trust
+        self.manifest.lock = None
         for _, kind, body in kept.controls:
             if kind == "trust_changed":
                 change = msgspec.json.decode(body.encode(), type=TrustChanged)
                 self.manifest.trust, self.manifest.commands = change.trust, change.commands
+            elif kind == "lock_acquired":
+                taken = msgspec.json.decode(body.encode(), type=LockAcquired)
+                self.manifest.lock = (taken.holder, taken.expires)
+            elif kind == "lock_released":
+                self.manifest.lock = None
 
     def _materialise(
         self, live: list[tuple[object, ...]], contents: dict[str, bytes], fresh: bool = True

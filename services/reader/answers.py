@@ -17,7 +17,7 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import Limits
-from contracts.paths import display, name
+from contracts.paths import display, name, not_found
 from services.common.content import split_lines
 from services.common.store import Node
 from services.common.tree import etag_of
@@ -106,8 +106,9 @@ def mime_type(path: str, binary: bool) -> str:
 
 
 def missing(path: str, what: str = "File") -> QuillError:
-    """``FILE_NOT_FOUND`` for ``path``; ``what`` is ``File``, ``Directory`` or ``Path``."""
-    return QuillError(ErrorCode.FILE_NOT_FOUND, f"{what} not found: {path}", {"path": path})
+    """``FILE_NOT_FOUND`` for ``path`` (``paths.not_found``: ``INVALID_ARGUMENT`` for a name
+    the rule refuses); ``what`` is ``File``, ``Directory`` or ``Path``."""
+    return not_found(path, what)
 
 
 def not_a_directory(path: str) -> QuillError:

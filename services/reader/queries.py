@@ -19,7 +19,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import TrustChanged
 from contracts.limits import DEFAULT_EXCLUSIONS
-from contracts.paths import ROOT_DIR, normalize_existing
+from contracts.paths import ROOT_DIR, check_name, normalize_existing
 from contracts.replies import ChangeSummary
 from services.common.blobs import Blobs
 from services.common.control import (
@@ -169,6 +169,8 @@ class Queries:
             return rp.HistoryPage(path=None, revisions=revisions, truncated=len(rows) > req.limit)
         path = normalize_existing(req.path)
         rows = await self.model.path_history(ws.id, path, upto, req.limit + 1)
+        if not rows and check_name(path) is not None:
+            raise missing(path)  # no legacy name by that name: the rule's answer
         out: list[rp.Revision] = []
         newer: Node | None = None
         for i, (node, made, ended) in enumerate(rows[: req.limit]):

@@ -60,15 +60,7 @@ def gate(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> None:
     lock = state.controls.lock
     session = ctx.origin.session if ctx.origin is not None else None
     if lock is not None and lock.held_by_other(session, ctx.at):
-        raise locked(lock.holder, lock.expires)
-
-
-def locked(holder: str, expires: Any) -> QuillError:
-    return QuillError(
-        ErrorCode.LOCKED,
-        f"Workspace is locked by session {holder} until {expires.isoformat()}",
-        {"holder": holder, "expires": expires.isoformat()},
-    )
+        raise lock.refusal()
 
 
 def _run_start(state: WorkspaceState, cmd: rq.RunStart, ctx: Context) -> Decision:
@@ -130,7 +122,7 @@ def _lock(state: WorkspaceState, cmd: rq.Lock, ctx: Context) -> Decision:
     session = _session(ctx)
     lock = state.controls.lock
     if lock is not None and lock.held_by_other(session, ctx.at):
-        raise locked(lock.holder, lock.expires)
+        raise lock.refusal()
     expires = ctx.at + timedelta(milliseconds=cmd.ttl_ms)
 
     def make(common: dict[str, Any]) -> LockAcquired:
@@ -145,7 +137,7 @@ def _unlock(state: WorkspaceState, cmd: rq.Unlock, ctx: Context) -> Decision:
     if lock is None or lock.expires <= ctx.at:
         return Decision(result=rp.LockInfo(holder=None, expires=None))
     if lock.holder != session:
-        raise locked(lock.holder, lock.expires)
+        raise lock.refusal()
 
     def make(common: dict[str, Any]) -> LockReleased:
         return LockReleased(holder=session, reason="unlock", **common)

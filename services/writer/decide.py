@@ -25,11 +25,13 @@ from contracts.events import (
 from contracts.limits import effective_limits
 from contracts.paths import (
     ancestors,
+    check_name,
     display,
     is_within,
     normalize,
     normalize_existing,
     normalize_file,
+    not_found,
     rebase,
 )
 from services.common.content import as_text, is_binary, split_lines
@@ -304,9 +306,9 @@ def _delete(state: WorkspaceState, cmd: rq.DeletePath, ctx: Context) -> Decision
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "Cannot delete the workspace root")
     kind = tree.kind(path)
     if kind is None:
-        if cmd.missing_ok:
+        if cmd.missing_ok and check_name(path) is None:
             return Decision(result=rp.PathDeleted(path=path, kind=None, deleted=0), paths=[path])
-        raise QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {path}", {"path": path})
+        raise not_found(path)
     _check_etag(tree, path, cmd.if_match)
     if kind == "d" and tree.children.get(path) and not cmd.recursive:
         raise QuillError(
@@ -332,7 +334,7 @@ def _move(state: WorkspaceState, cmd: rq.MovePath, ctx: Context) -> Decision:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "Cannot move the workspace root")
     kind = tree.kind(src)
     if kind is None:
-        raise QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {src}", {"path": src})
+        raise not_found(src)
     if kind == "f":
         normalize_file(cmd.to)  # a file is not moved to a name given as a directory (``d/``)
     if src == dst:

@@ -48,22 +48,7 @@ def examples(ci: int) -> int:
     return ci * 25 if EXPLORE else ci
 
 
-KNOWN: dict[tuple[str, str, str], str] = {
-    ("exec.*", "*", "undocumented DENIED *"): (
-        "found by this suite, not yet assigned: exec.run/exec.git on a restricted workspace "
-        "answer DENIED ('Commands are not offered on restricted workspace'), which "
-        "contracts/ops.py _COMMON_EXEC does not list"
-    ),
-    ("exec.*", "*", "undocumented APPROVAL_REQUIRED *"): (
-        "found by this suite, not yet assigned: exec.* on a restricted workspace that offers "
-        "commands answers APPROVAL_REQUIRED ('Waiting for approval ...'), not in _COMMON_EXEC"
-    ),
-    ("exec.run", "*", "changes lost: LOCKED *"): (
-        "found by this suite, not yet assigned: exec.run on a workspace another session has "
-        "locked runs the command and answers ok with changes.error 'LOCKED: ...' (its changes "
-        "dropped); LOCKED is not an exec error in contracts/ops.py"
-    ),
-}
+KNOWN: dict[tuple[str, str, str], str] = {}
 """Failures being fixed elsewhere in issue 11: (op glob, case-kind glob, outcome glob) -> why.
 Only a failure matching one entry is tolerated; remove an entry as soon as its fix lands."""
 

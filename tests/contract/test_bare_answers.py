@@ -290,3 +290,25 @@ async def test_nul_in_a_grep_pattern_is_invalid_argument(bare: Stack) -> None:
     escaped = {"pattern": "abc\\x00def", "min_version": w["version"]}
     reply = await bare.call("qry", "nul", "grep", escaped)
     assert reply["ok"] and reply["result"]["total"] == 0, reply
+
+
+async def test_a_command_of_another_session_on_a_locked_workspace_is_refused_before_it_runs(
+    bare: Stack,
+) -> None:
+    """Before: the command ran, answered ``ok``, and its changes were dropped
+    (``changes.error: LOCKED``). Now it is refused before it runs; the holder's command runs."""
+    await bare.executor()
+    assert (await bare.call("cmd", "locked", "create"))["ok"]
+    lock = await bare.call("cmd", "locked", "lock", {"ttl_ms": 60_000}, **{"Ws-Session": "s1"})
+    assert lock["ok"], lock
+    other = await bare.call("exec", "locked", "run", {"command": "touch out.txt"}, timeout=60)
+    assert code(other) == "LOCKED" and other["error"]["details"]["holder"] == "s1", other
+    for session in ({}, {"Ws-Session": "s2"}):
+        refused = await bare.call("exec", "locked", "run", {"command": "true"}, **session)
+        assert code(refused) == "LOCKED", refused
+    mine = await bare.call(
+        "exec", "locked", "run", {"command": "touch mine.txt"}, timeout=60, **{"Ws-Session": "s1"}
+    )
+    assert mine["ok"] and mine["result"]["changes"]["committed"], mine
+    listed = await bare.call("qry", "locked", "list", {"path": "", "min_version": 3})
+    assert [e["path"] for e in listed["result"]["entries"]] == ["mine.txt"], listed
