@@ -933,9 +933,12 @@ class Workspace:
         subject = self.client.subjects.updated(self.tenant, self.name)
         sub = await nc.subscribe(subject)
         try:
-            # The server answers a refused SUB with -ERR before the PONG of this flush, and
-            # the client records it (bus.refused) as it reads it: nothing would ever arrive.
-            await nc.flush(timeout=max(1, int(self.client.timeout)))
+            # The server answers a refused SUB with -ERR, and the client records it
+            # (bus.refused) as it reads it: nothing would ever arrive. The -ERR may come after
+            # the PONG of the first round trip (seen with nats-server 2.15), never after the
+            # second's.
+            for _ in range(2):
+                await nc.flush(timeout=max(1, int(self.client.timeout)))
         except (nats.errors.Error, TimeoutError) as exc:
             await sub.unsubscribe()
             raise QuillError(ErrorCode.UNAVAILABLE, f"NATS: {exc}") from None

@@ -70,17 +70,20 @@ async def read(
     an ordered consumer when a direct get, answered by a replica behind the leader, misses
     events ``upto`` says exist.
 
+    ``timeout`` bounds each wait for the server (a long log takes as long as it takes while
+    events keep coming: a million events is ~40 s here), and the leader's part as a whole.
+
     Raises:
-        TimeoutError: the events did not arrive within ``timeout``.
+        TimeoutError: the server did not answer within ``timeout``.
         CorruptEvent: an event does not match the hash it carries.
     """
     if upto <= after:
         return []
+    found = await _read_direct(js, subject, after, upto, timeout)
+    last = found[-1].seq if found else after
+    if last >= upto:
+        return found
     async with asyncio.timeout(timeout):
-        found = await _read_direct(js, subject, after, upto)
-        last = found[-1].seq if found else after
-        if last >= upto:
-            return found
         return found + await _read_consumer(js, subject, last, upto)
 
 
@@ -90,7 +93,7 @@ DIRECT_BATCH_BYTES = 16 * 1024 * 1024
 
 
 async def _read_direct(
-    js: JetStreamContext, subject: str, after: int, upto: int
+    js: JetStreamContext, subject: str, after: int, upto: int, idle: float = 30.0
 ) -> list[Committed]:
     """The events after ``after`` up to ``upto`` that direct gets find, in order (fewer than
     asked when the replica answering is behind)."""
@@ -111,7 +114,7 @@ async def _read_direct(
             await nc.publish(api, json.dumps(request).encode(), reply=inbox)
             got = 0
             while True:
-                msg = await sub.next_msg(timeout=None)
+                msg = await sub.next_msg(timeout=idle)
                 headers = msg.headers or {}
                 status = headers.get("Status")
                 if status == "204":  # end of this batch

@@ -225,6 +225,8 @@ class BwrapProvider:
                 if any(path.exists() for path in cgroup.paths):
                     log.warning("cannot remove the sandbox's cgroup %s", cgroup.paths[0])
         exits = [r["exit-code"] for r in reports if "exit-code" in r]
+        if not exits and oom_kills:  # the OOM killer took bwrap (or the sandbox's init) itself
+            exits = [common.exit_code(-signal.SIGKILL)]
         if not exits and not timed_out:
             message = bytes(out.kept["stderr"]).decode(errors="replace").strip()
             raise SandboxError(message or f"bwrap failed (exit {proc.returncode})")
