@@ -32,6 +32,7 @@ from nats.js.object_store import ObjectStore
 from contracts import hashing
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import BUCKET_BLOBS
+from services.common import direct
 from services.common.store import Store
 
 log = logging.getLogger("quill.blobs")
@@ -129,9 +130,9 @@ async def object_info(js: JetStreamContext, name: str) -> ObjectInfo | None:
     its meta subject's last message, asked of the stream leader when the replica answering
     has none."""
     subject = _meta_subject(name)
-    for direct in (True, False):
+    for from_replica in (True, False):
         try:
-            raw = await js.get_last_msg(STREAM_BLOBS, subject, direct=direct)
+            raw = await js.get_last_msg(STREAM_BLOBS, subject, direct=from_replica)
         except NotFoundError:
             continue
         info = ObjectInfo.from_response(json.loads(raw.data or b"{}"))
@@ -153,7 +154,10 @@ async def read_object(js: JetStreamContext, name: str) -> bytes | None:
     if not info.nuid or info.chunks is None:
         raise QuillError(ErrorCode.INTERNAL, f"Object {name[:12]}… has a bad meta record")
     subject = f"$O.{BUCKET_BLOBS}.C.{info.nuid}"
-    chunks = await _chunks_direct(js, subject, info.chunks)
+    found = await direct.messages(
+        js, STREAM_BLOBS, subject, count=info.chunks, batch=CHUNK_BATCH, max_bytes=BATCH_BYTES
+    )
+    chunks = [(seq, data) for seq, _, data in found]
     while len(chunks) < info.chunks:  # a replica behind the leader: the rest from the leader
         after = chunks[-1][0] if chunks else 0
         try:
@@ -174,42 +178,3 @@ async def read_object(js: JetStreamContext, name: str) -> bytes | None:
             f"({len(chunks)} of {info.chunks} chunks, {len(data)} of {info.size} bytes)",
         )
     return data
-
-
-async def _chunks_direct(js: JetStreamContext, subject: str, count: int) -> list[tuple[int, bytes]]:
-    """Up to ``count`` messages of ``subject`` by batched direct gets: ``(seq, data)``, in
-    order (fewer when the replica answering is behind)."""
-    nc = js._nc
-    api = f"{js._prefix}.DIRECT.GET.{STREAM_BLOBS}"
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox)
-    out: list[tuple[int, bytes]] = []
-    try:
-        seq = 1
-        while len(out) < count:
-            request = {
-                "seq": seq,
-                "next_by_subj": subject,
-                "batch": min(CHUNK_BATCH, count - len(out)),
-                "max_bytes": BATCH_BYTES,
-            }
-            await nc.publish(api, json.dumps(request).encode(), reply=inbox)
-            got = 0
-            while True:
-                msg = await sub.next_msg(timeout=30)
-                headers = msg.headers or {}
-                status = headers.get("Status")
-                if status == "204":  # end of this batch
-                    break
-                if status is not None:  # 404: nothing from seq on
-                    return out
-                at = int(headers["Nats-Sequence"])
-                if len(out) < count:
-                    out.append((at, msg.data))
-                    got += 1
-                seq = at + 1
-            if not got:
-                return out
-    finally:
-        await sub.unsubscribe()
-    return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -14,6 +13,7 @@ from nats.js.errors import NotFoundError
 
 from contracts import codec, hashing
 from contracts.subjects import HEADER_EVENT_HASH, STREAM_EVENTS
+from services.common import direct
 from services.common.plan import Committed
 
 log = logging.getLogger("quill.log")
@@ -87,9 +87,7 @@ async def read(
         return found + await _read_consumer(js, subject, last, upto)
 
 
-DIRECT_BATCH = 256
-DIRECT_BATCH_BYTES = 16 * 1024 * 1024
-"""One batched direct get returns at most this many events and (about) this many bytes."""
+DIRECT_BATCH = direct.BATCH
 
 
 async def _read_direct(
@@ -97,40 +95,10 @@ async def _read_direct(
 ) -> list[Committed]:
     """The events after ``after`` up to ``upto`` that direct gets find, in order (fewer than
     asked when the replica answering is behind)."""
-    nc = js._nc
-    api = f"{js._prefix}.DIRECT.GET.{STREAM_EVENTS}"
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox)
-    out: list[Committed] = []
-    try:
-        seq = after + 1
-        while seq <= upto:
-            request = {
-                "seq": seq,
-                "next_by_subj": subject,
-                "batch": min(DIRECT_BATCH, upto - seq + 1),
-                "max_bytes": DIRECT_BATCH_BYTES,
-            }
-            await nc.publish(api, json.dumps(request).encode(), reply=inbox)
-            got = 0
-            while True:
-                msg = await sub.next_msg(timeout=idle)
-                headers = msg.headers or {}
-                status = headers.get("Status")
-                if status == "204":  # end of this batch
-                    break
-                if status is not None:  # 404: nothing from seq on (a replica behind)
-                    return out
-                at = int(headers["Nats-Sequence"])
-                if at <= upto:
-                    out.append(_committed(subject, msg.data, headers, at))
-                    got += 1
-                seq = at + 1
-            if not got:
-                return out
-    finally:
-        await sub.unsubscribe()
-    return out
+    found = await direct.messages(
+        js, STREAM_EVENTS, subject, after=after, upto=upto, batch=DIRECT_BATCH, idle=idle
+    )
+    return [_committed(subject, data, headers, seq) for seq, headers, data in found]
 
 
 async def _read_consumer(
