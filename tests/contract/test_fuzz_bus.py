@@ -112,21 +112,29 @@ def still_alive(driver: Driver) -> None:
     assert not dead, f"services stopped answering pings: {dead}"
 
 
+def all_at_once(driver: Driver, sends: list[tuple[str, str, Case]]) -> None:
+    """Send every ``(op key, subject, case)`` at once; each is answered once, documented, and
+    the services are alive afterwards."""
+
+    async def send_all() -> list[list[bytes]]:
+        return list(await asyncio.gather(*(driver.bus.send(s, c) for _, s, c in sends)))
+
+    answers = driver.run(send_all())
+    problems = [
+        p
+        for (key, _, case), got in zip(sends, answers, strict=True)
+        if (p := check(key, case, got))
+    ]
+    still_alive(driver)
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("name", sorted(FIXED))
 def test_fixed_payload_to_every_op(driver: Driver, name: str) -> None:
     """One hostile payload sent to every op at once: each answered once, documented."""
     payload, headers = FIXED[name]
     case = Case(f"fixed:{name}", payload, headers)
-    keys = all_ops()
-    targets = [subject(key, driver.workspace(key)) for key in keys]
-
-    async def send_all() -> list[list[bytes]]:
-        return list(await asyncio.gather(*(driver.bus.send(s, case) for s in targets)))
-
-    answers = driver.run(send_all())
-    problems = [p for key, got in zip(keys, answers, strict=True) if (p := check(key, case, got))]
-    still_alive(driver)
-    assert not problems, "\n".join(problems)
+    all_at_once(driver, [(k, subject(k, driver.workspace(k)), case) for k in all_ops()])
 
 
 @pytest.mark.parametrize("name", EXAMPLE_CASES)
@@ -135,21 +143,9 @@ def test_documented_example_to_every_op(driver: Driver, name: str) -> None:
     and in an unknown run: each answered once, documented; a query in an unknown run is never
     answered (at whatever version the replica has)."""
     keys = all_ops()
-    cases = [from_example(OPS[key], name) for key in keys]
-    targets = [subject(key, driver.workspace(key)) for key in keys]
-
-    async def send_all() -> list[list[bytes]]:
-        sends = (driver.bus.send(t, c) for t, c in zip(targets, cases, strict=True))
-        return list(await asyncio.gather(*sends))
-
-    answers = driver.run(send_all())
-    problems = [
-        p
-        for key, case, got in zip(keys, cases, answers, strict=True)
-        if (p := check(key, case, got))
-    ]
-    still_alive(driver)
-    assert not problems, "\n".join(problems)
+    all_at_once(
+        driver, [(k, subject(k, driver.workspace(k)), from_example(OPS[k], name)) for k in keys]
+    )
 
 
 @pytest.mark.parametrize("state", ["restricted", "locked"])
@@ -173,20 +169,7 @@ def test_every_op_on_a_restricted_or_locked_workspace(driver: Driver, state: str
     ]  # a command that runs and changes a file (the example's workdir does not exist)
     cases = [Case(f"fixed:{state}", json.dumps(body).encode()) for body in bodies]
 
-    async def send_all() -> list[list[bytes]]:
-        sends = (
-            driver.bus.send(subject(k, workspace), c) for k, c in zip(keys, cases, strict=True)
-        )
-        return list(await asyncio.gather(*sends))
-
-    answers = driver.run(send_all())
-    problems = [
-        p
-        for key, case, got in zip(keys, cases, answers, strict=True)
-        if (p := check(key, case, got))
-    ]
-    still_alive(driver)
-    assert not problems, "\n".join(problems)
+    all_at_once(driver, [(k, subject(k, workspace), c) for k, c in zip(keys, cases, strict=True)])
 
 
 @pytest.mark.parametrize("key", all_ops())
