@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -62,7 +62,33 @@ async def stream_last_seq(js: JetStreamContext) -> int:
 async def read(
     js: JetStreamContext, subject: str, after: int, upto: int, timeout: float = 30.0
 ) -> list[Committed]:
-    """Every event on ``subject`` with ``after < seq <= upto``, in order.
+    """Every event on ``subject`` with ``after < seq <= upto``, in order (all in memory: for
+    a log of any length, use ``chunks``).
+
+    Raises:
+        TimeoutError: the server did not answer within ``timeout``.
+        CorruptEvent: an event does not match the hash it carries.
+    """
+    out: list[Committed] = []
+    async for chunk in chunks(js, subject, after, upto, timeout=timeout):
+        out.extend(chunk)
+    return out
+
+
+CHUNK = 4096
+"""Events a chunk of ``chunks`` holds at most: a million-event log is read in bounded memory."""
+
+
+async def chunks(
+    js: JetStreamContext,
+    subject: str,
+    after: int,
+    upto: int,
+    *,
+    size: int = CHUNK,
+    timeout: float = 30.0,
+) -> AsyncIterator[list[Committed]]:
+    """The events on ``subject`` with ``after < seq <= upto``, in order, ``size`` at a time.
 
     By batched direct gets (no consumer: a consumer per read lingers on the server after it is
     done, and a busy executor or a writer loading many workspaces reached the server's limit
@@ -71,47 +97,57 @@ async def read(
     events ``upto`` says exist.
 
     ``timeout`` bounds each wait for the server (a long log takes as long as it takes while
-    events keep coming: a million events is ~40 s here), and the leader's part as a whole.
+    events keep coming: a million events is ~40 s here), and each of the leader's parts.
 
     Raises:
         TimeoutError: the server did not answer within ``timeout``.
         CorruptEvent: an event does not match the hash it carries.
     """
-    if upto <= after:
-        return []
-    found = await _read_direct(js, subject, after, upto, timeout)
-    last = found[-1].seq if found else after
-    if last >= upto:
-        return found
-    async with asyncio.timeout(timeout):
-        return found + await _read_consumer(js, subject, last, upto)
+    while after < upto:
+        found = await _read_direct(js, subject, after, upto, size, timeout)
+        if not found:  # a replica behind the leader answered: ask the leader
+            async with asyncio.timeout(timeout):
+                found = await _read_consumer(js, subject, after, upto, size)
+            if not found:
+                return
+        yield found
+        after = found[-1].seq
 
 
 DIRECT_BATCH = direct.BATCH
 
 
 async def _read_direct(
-    js: JetStreamContext, subject: str, after: int, upto: int, idle: float = 30.0
+    js: JetStreamContext, subject: str, after: int, upto: int, count: int, idle: float = 30.0
 ) -> list[Committed]:
-    """The events after ``after`` up to ``upto`` that direct gets find, in order (fewer than
-    asked when the replica answering is behind)."""
+    """At most ``count`` of the events after ``after`` up to ``upto`` that direct gets find,
+    in order (fewer when the replica answering is behind)."""
     found = await direct.messages(
-        js, STREAM_EVENTS, subject, after=after, upto=upto, batch=DIRECT_BATCH, idle=idle
+        js,
+        STREAM_EVENTS,
+        subject,
+        after=after,
+        upto=upto,
+        count=count,
+        batch=DIRECT_BATCH,
+        idle=idle,
     )
     return [_committed(subject, data, headers, seq) for seq, headers, data in found]
 
 
 async def _read_consumer(
-    js: JetStreamContext, subject: str, after: int, upto: int
+    js: JetStreamContext, subject: str, after: int, upto: int, count: int
 ) -> list[Committed]:
     out: list[Committed] = []
     done = asyncio.get_running_loop().create_future()
 
     async def on_msg(msg: Msg) -> None:
+        if done.done():
+            return
         item = committed(msg)
         if item.seq <= upto:
             out.append(item)
-        if item.seq >= upto and not done.done():
+        if (item.seq >= upto or len(out) >= count) and not done.done():
             done.set_result(None)
 
     sub = await js.subscribe(
@@ -138,18 +174,25 @@ async def follow(
 ) -> Callable[[], Awaitable[None]]:
     """Follow ``subject`` from ``after``: ``on_batch(events, pending)`` is called with what has
     arrived (in order, one call at a time; ``pending`` is how many more the stream holds).
-    Returns a function that stops following."""
-    queue: asyncio.Queue[tuple[Committed, int]] = asyncio.Queue()
+    Returns a function that stops following.
+
+    Memory is bounded while catching up on a long log: the queue holds at most a few batches,
+    a full queue holds the subscription's callback, and the consumer's flow control holds the
+    server (before: a reader catching up on a million events queued them all, 2.6 GiB).
+    """
+    queue: asyncio.Queue[tuple[Committed, int]] = asyncio.Queue(maxsize=4 * max_batch)
 
     async def on_msg(msg: Msg) -> None:
         try:
             meta = msg.metadata
-            queue.put_nowait((committed(msg, meta), meta.num_pending))
+            item = (committed(msg, meta), meta.num_pending)
         except Exception:
             # An event this replica cannot read (a newer writer's, or corrupt): it stops at the
             # gap (and says so every second) rather than skip an event.
             log.critical("cannot read the event at %s; see the log above", msg.subject)
             log.exception("event rejected")
+            return
+        await queue.put(item)
 
     last_apply = 0.0
 

@@ -225,43 +225,48 @@ class Checkout:
         last = await self.latest_seq()
         if last <= self.manifest.seq:
             return
-        events = await eventlog.read(self._js, self._subject, self.manifest.seq, last)
-        scrubs = [i for i, e in enumerate(events) if _scrub(e.event)]
-        if scrubs:  # quill scrub rewrote the log: its (last) scrub event rebuilds the tree
-            events = events[scrubs[-1] :]
         self.begin()
-        for item in events:
-            event = item.event
-            if isinstance(event, HistoryCompacted) and (
-                event.version != self.manifest.version + 1 or _scrub(event)
-            ):
-                # the log before it is purged: start from its manifest (as of an older
-                # version it keeps whole, for a past checkout)
-                at = min(event.version, upto_version or event.version)
-                await self._rebuild(event, at)
-                self.manifest.floor = event.floor
-                if at < event.version:
-                    self.manifest.version = at
+        # A chunk of the log at a time: an uncompacted log of a million events materialises
+        # in bounded memory.
+        async for events in eventlog.chunks(self._js, self._subject, self.manifest.seq, last):
+            scrubs = [i for i, e in enumerate(events) if _scrub(e.event)]
+            if scrubs:  # quill scrub rewrote the log: its (last) scrub event rebuilds the tree
+                events = events[scrubs[-1] :]
+            for item in events:
+                event = item.event
+                if isinstance(event, HistoryCompacted) and (
+                    event.version != self.manifest.version + 1 or _scrub(event)
+                ):
+                    # the log before it is purged: start from its manifest (as of an older
+                    # version it keeps whole, for a past checkout)
+                    at = min(event.version, upto_version or event.version)
+                    await self._rebuild(event, at)
+                    self.manifest.floor = event.floor
+                    if at < event.version:
+                        self.manifest.version = at
+                        break
+                    self.manifest.version, self.manifest.seq = event.version, item.seq
+                    continue
+                if upto_version is not None and event.version > upto_version:
                     break
+                if isinstance(event, WorkspaceCreated):
+                    self.manifest.limits, self.manifest.trust = event.limits, event.trust
+                elif isinstance(event, TrustChanged):
+                    self.manifest.trust, self.manifest.commands = event.trust, event.commands
+                elif isinstance(event, LockAcquired):
+                    self.manifest.lock = (event.holder, event.expires)
+                elif isinstance(event, LockReleased):
+                    self.manifest.lock = None
+                elif isinstance(event, ChangesCommitted):
+                    contents = await self._contents(event)
+                    # File work off the event loop: a large event must not stall heartbeats.
+                    await asyncio.to_thread(self._apply_all, event.changes, contents)
+                elif isinstance(event, HistoryCompacted):
+                    self.manifest.floor = event.floor
                 self.manifest.version, self.manifest.seq = event.version, item.seq
+            else:
                 continue
-            if upto_version is not None and event.version > upto_version:
-                break
-            if isinstance(event, WorkspaceCreated):
-                self.manifest.limits, self.manifest.trust = event.limits, event.trust
-            elif isinstance(event, TrustChanged):
-                self.manifest.trust, self.manifest.commands = event.trust, event.commands
-            elif isinstance(event, LockAcquired):
-                self.manifest.lock = (event.holder, event.expires)
-            elif isinstance(event, LockReleased):
-                self.manifest.lock = None
-            elif isinstance(event, ChangesCommitted):
-                contents = await self._contents(event)
-                # File work off the event loop: a large event must not stall heartbeats.
-                await asyncio.to_thread(self._apply_all, event.changes, contents)
-            elif isinstance(event, HistoryCompacted):
-                self.manifest.floor = event.floor
-            self.manifest.version, self.manifest.seq = event.version, item.seq
+            break  # at upto_version
         await asyncio.to_thread(self.save)
 
     async def _rebuild(self, event: HistoryCompacted, at: int) -> None:

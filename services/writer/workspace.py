@@ -289,18 +289,12 @@ class WorkspaceActor:
         state = await store.load_state(self.tenant, self.workspace)
         try:
             last = await eventlog.last_seq(js, self.subject, fresh=fence is not None)
-            missing = await eventlog.read(js, self.subject, after=state.last_seq, upto=last)
-        except Exception as exc:
-            raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from None
-        if missing:
-            log.info("%s/%s: catching up %d events", self.tenant, self.workspace, len(missing))
-            missing = await with_manifests(missing, self.writer.manifest_blobs)
-            await store.apply(missing)
-            if any(isinstance(item.event, HistoryCompacted) for item in missing):
-                state = await store.load_state(self.tenant, self.workspace)
-            else:
-                for item in missing:
-                    fold(state, item.event, item.hash, item.seq)
+            if last > state.last_seq:
+                state = await self._catch_up(state, last)
+        except QuillError:
+            raise
+        except (TimeoutError, nats.errors.Error, eventlog.CorruptEvent) as exc:
+            raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc!r}") from None
         self._counts = None
         ws = store.workspace_id(self.tenant, self.workspace)
         self._recent.clear()
@@ -308,6 +302,27 @@ class WorkspaceActor:
             for request_id, version, result in await store.recent_results(ws, RECENT_RESULTS):
                 self._remember(request_id, version, result)
         self.state, self.fence = state, fence
+        return state
+
+    async def _catch_up(self, state: WorkspaceState, last: int) -> WorkspaceState:
+        """``state`` with the log's events after it up to ``last``, applied to the projection
+        and folded a chunk at a time (a workspace of a million events loads in bounded
+        memory)."""
+        store, js = self.writer.store, self.writer.js
+        caught, compacted = 0, False
+        async for chunk in eventlog.chunks(js, self.subject, state.last_seq, last):
+            chunk = await with_manifests(chunk, self.writer.manifest_blobs)
+            await store.apply(chunk)
+            caught += len(chunk)
+            if compacted or any(isinstance(item.event, HistoryCompacted) for item in chunk):
+                compacted = True  # the projection folds compactions: reload it at the end
+            else:
+                for item in chunk:
+                    fold(state, item.event, item.hash, item.seq)
+        if caught:
+            log.info("%s/%s: caught up %d events", self.tenant, self.workspace, caught)
+        if compacted:
+            state = await store.load_state(self.tenant, self.workspace)
         return state
 
     def _current_fence(self) -> Fence | None:
