@@ -58,3 +58,23 @@ async def wap(client: Client, tool: str, **arguments: Any) -> tuple[bool, Any]:
     data = json.loads(text(result))
     assert data == result.structured_content
     return result.is_error, data
+
+
+def model_view(result: CallToolResult) -> str:
+    """The tool result as a model reads it: its text blocks in order, ``Error:``-led when the
+    tool failed. A model acts on this text: ``structuredContent`` is for programs, and what
+    only it says the model does not know."""
+    texts = [block.text for block in result.content if isinstance(block, TextContent)]
+    view = "\n".join(texts)
+    if result.is_error:
+        assert view.startswith("Error"), view
+    return view
+
+
+def assert_names_missing(view: str, *facts: str, way_on: str) -> None:
+    """A partial result, as the model reads it, names what is missing (each of ``facts``,
+    e.g. ``"5000 lines"``, ``"lines 2001-4000"``) and how to get the rest (``way_on``: the
+    parameter or tool to call again with)."""
+    missing = [fact for fact in facts if fact not in view]
+    assert not missing, f"the model is not told {missing}:\n{view}"
+    assert way_on in view, f"the model is not told how to get the rest ({way_on!r}):\n{view}"
