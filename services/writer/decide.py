@@ -38,6 +38,7 @@ from services.common.content import as_text, is_binary, split_lines
 from services.common.tree import Tree, WorkspaceState, apply_change, etag_of
 from services.writer import control
 from services.writer.decision import Context, Decision, Needs
+from services.writer.matches import multiple_matches, no_match
 from services.writer.textops import modify_lines, regex_replace
 
 
@@ -544,14 +545,9 @@ def _edit(state: WorkspaceState, cmd: rq.EditFile, ctx: Context) -> Decision:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "oldString and newString must be different")
     first = text.find(old)
     if first < 0:
-        raise QuillError(ErrorCode.NO_MATCH, "oldString not found in content", {"path": path})
+        raise no_match(path, text, old)  # with the closest text, never applied
     if not cmd.replace_all and text.find(old, first + 1) >= 0:
-        raise QuillError(
-            ErrorCode.MULTIPLE_MATCHES,
-            "Found multiple matches for oldString. Provide more surrounding lines in oldString "
-            "to identify the correct match, or set replace_all to replace every occurrence.",
-            {"path": path, "occurrences": text.count(old)},
-        )
+        raise multiple_matches(path, text, old)  # with the line of each
     count = text.count(old) if cmd.replace_all else 1
     updated = text.replace(old, new, -1 if cmd.replace_all else 1)  # literal: no $1, no \1
     put, changes = _rewrite(state, path, updated, ctx)

@@ -30,7 +30,7 @@ def test_edit_is_str_replace(text: str, old: str, new: str, everywhere: bool) ->
     except QuillError as exc:
         if not occurrences:
             assert exc.code == ErrorCode.NO_MATCH
-            assert exc.message == "oldString not found in content"
+            assert exc.message.startswith("oldString not found in content")
         else:
             assert exc.code == ErrorCode.MULTIPLE_MATCHES and not everywhere
             assert exc.message.startswith("Found multiple matches for oldString")
