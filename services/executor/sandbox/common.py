@@ -20,16 +20,20 @@ GRACE_S = 5.0
 SANDBOX_USER = "quill"
 PATH = "/usr/local/bin:/usr/bin:/bin"
 """The command's PATH, and where ``prlimit`` and ``setpriv`` are looked up."""
+SHIMS = "/opt/quill/bin"
+"""In a bwrap sandbox: commands the host lacks under their usual name (``python``, a link to
+``python3``), last on the command's PATH (a host's own ``python`` comes first)."""
 DRAIN_S = 2.0
 """Longest wait for the rest of the output once the command has ended."""
 
 _RESCAN_S = 0.1
 
 
-def environment(home: str, extra: Mapping[str, str]) -> dict[str, str]:
-    """The command's whole environment: a clean base, then ``extra`` (never the executor's)."""
+def environment(home: str, extra: Mapping[str, str], shims: str | None = None) -> dict[str, str]:
+    """The command's whole environment: a clean base, then ``extra`` (never the executor's);
+    ``shims`` (a directory) ends the PATH."""
     base = {
-        "PATH": PATH,
+        "PATH": f"{PATH}:{shims}" if shims else PATH,
         "HOME": home,
         "TMPDIR": home,
         "LANG": "C.UTF-8",
@@ -38,6 +42,30 @@ def environment(home: str, extra: Mapping[str, str]) -> dict[str, str]:
         "LOGNAME": SANDBOX_USER,
     }
     return base | dict(extra)
+
+
+def shim_links() -> dict[str, str]:
+    """The links a shims directory holds: ``python`` → the host's ``python3`` when the host
+    has a ``python3`` on PATH and no ``python``."""
+    python3 = shutil.which("python3", path=PATH)
+    if python3 is None or shutil.which("python", path=PATH) is not None:
+        return {}
+    return {"python": python3}
+
+
+LEFT_RUNNING = (
+    'fd=$1; shift; "$@" {fd}>&-; status=$?; n=0; '
+    "for d in /proc/[0-9]*; do p=${d#/proc/}; "
+    '[ "$p" = 1 ] || [ "$p" = "$$" ] && continue; '
+    'line=; read -r line 2>/dev/null < "$d/stat" || continue; line=${line##*) }; '
+    "case ${line%% *} in Z|X) ;; *) n=$((n + 1)) ;; esac; done; "
+    'printf "%d\\n" "$n" >&"$fd"; exit "$status"'
+)
+"""A bwrap sandbox's first process with ``Spawn.count_left``: runs the command (without the
+report descriptor ``$1``), then counts the processes of the PID namespace still alive but its
+init (pid 1) and itself, and writes the number to ``$1`` before exiting with the command's
+status. Its exit is what ends the sandbox (bwrap's init follows, the kernel kills the rest), so
+it is the one place that sees what is left before it goes."""
 
 
 def workdir(relative: str) -> str:
@@ -120,7 +148,14 @@ async def supervise(
 
 
 def outcome(
-    out: proctree.Output, exit_code: int, timed_out: bool, started: float, oom_killed: bool = False
+    out: proctree.Output,
+    exit_code: int,
+    timed_out: bool,
+    started: float,
+    oom_killed: bool = False,
+    *,
+    stdin_read: bool = False,
+    left_running: int = 0,
 ) -> Outcome:
     """The ``Outcome`` of a command started at ``started`` (``time.monotonic()``)."""
     return Outcome(
@@ -132,6 +167,8 @@ def outcome(
         timed_out=timed_out,
         duration_ms=int((time.monotonic() - started) * 1000),
         oom_killed=oom_killed,
+        stdin_read=stdin_read,
+        left_running=0 if timed_out else left_running,
     )
 
 

@@ -48,6 +48,11 @@ class Spawn:
     ro_binds: tuple[tuple[Path, str], ...] = ()
     """Extra host paths to show read-only: (host path, path inside the sandbox)."""
     stdin: bytes | None = None
+    watch_stdin: bool = False
+    """With no ``stdin``: tell whether the command waited to read its (closed) stdin
+    (``Outcome.stdin_read``; see ``sandbox.stdin``)."""
+    count_left: bool = False
+    """Count what the command left running when it ended (``Outcome.left_running``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,12 @@ class Outcome:
     oom_killed: bool = False
     """The sandbox's memory cgroup ran out and the kernel killed a process of it (its stderr
     ends with a note saying so)."""
+    stdin_read: bool = False
+    """``Spawn.watch_stdin``: a process of the command waited to read stdin, and got end of
+    file."""
+    left_running: int = 0
+    """``Spawn.count_left``: processes still running when the command ended (``cmd &``), all
+    killed then; 0 when it timed out."""
 
 
 class SandboxError(Exception):

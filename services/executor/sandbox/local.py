@@ -20,6 +20,7 @@ from pathlib import Path
 
 from services.executor.sandbox import common, proctree
 from services.executor.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+from services.executor.sandbox.stdin import StdinWatch, available
 
 MARKER = "QUILL_EXEC_TOKEN"
 """Environment variable tagging a local command's processes."""
@@ -47,9 +48,14 @@ class LocalProvider:
         token = secrets.token_hex(16)
         out = proctree.Output(spawn.output_cap, on_output)
         home = tempfile.mkdtemp(prefix="quill-home-")
+        watch = StdinWatch() if spawn.stdin is None and spawn.watch_stdin and available() else None
+        left = 0
         try:
-            env = common.environment(home, spawn.env) | {MARKER: token}
+            shims = _shims(home)
+            env = common.environment(home, spawn.env, shims) | {MARKER: token}
             stdin = common.memfd("stdin", spawn.stdin) if spawn.stdin is not None else None
+            if watch is not None:
+                stdin, watch.read_end = watch.read_end, None
             since = proctree.ticks_now() - 1
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
@@ -72,6 +78,8 @@ class LocalProvider:
                 for end in (out_w, err_w, stdin):
                     if end is not None:
                         os.close(end)
+            if watch is not None:
+                watch.start()
             await out.attach("stdout", out_r)
             await out.attach("stderr", err_r)
             tree = proctree.marked(proc.pid, f"{MARKER}={token}".encode(), since)
@@ -80,12 +88,33 @@ class LocalProvider:
             finally:
                 # Marks are read from /proc/<pid>/environ, which can read empty while a
                 # process execs: only several empty scans in a row mean none is left.
-                await proctree.kill_all(tree, quiet_scans=LOCAL_QUIET_SCANS)
+                left = await proctree.kill_all(tree, quiet_scans=LOCAL_QUIET_SCANS)
                 await common.reap(proc)
                 await out.finish(common.DRAIN_S)
         finally:
+            if watch is not None:
+                await watch.close()
             shutil.rmtree(home, ignore_errors=True)
-        return common.outcome(out, common.exit_code(proc.returncode or 0), timed_out, started)
+        return common.outcome(
+            out,
+            common.exit_code(proc.returncode or 0),
+            timed_out,
+            started,
+            stdin_read=watch is not None and watch.seen,
+            left_running=left if spawn.count_left else 0,
+        )
+
+
+def _shims(home: str) -> str | None:
+    """A directory in the command's private HOME with ``common.shim_links`` (None: none)."""
+    links = common.shim_links()
+    if not links:
+        return None
+    shims = os.path.join(home, ".quill-bin")
+    os.mkdir(shims)
+    for name, target in links.items():
+        os.symlink(target, os.path.join(shims, name))
+    return shims
 
 
 def _close(fd: int) -> None:
