@@ -20,7 +20,11 @@ by code point (``check_name`` gives the reason):
 * a path that is not in Unicode NFC: refused, not normalised, so that ``café`` written
   precomposed and decomposed can never be two files nor silently one (the message gives the
   NFC spelling to use);
-* a name over ``MAX_NAME_BYTES`` or a path over ``MAX_PATH_BYTES`` (UTF-8 bytes).
+* a name over ``MAX_NAME_BYTES`` or a path over ``MAX_PATH_BYTES`` (UTF-8 bytes);
+* a Windows path: a backslash anywhere (it is no separator here, and a name holding one
+  cannot be checked out on Windows), or a name that is a drive (``C:``, as in ``C:\\foo`` or
+  ``C:/foo``). The message gives the POSIX spelling to use. ``C:\\foo`` is never a file
+  named so: a model that writes Windows paths is told at once, at every front door.
 
 A path that would leave the workspace (``..`` above the root, or an absolute path outside
 ``/workspace`` such as ``/etc/passwd``) is ``ACCESS_DENIED``, message
@@ -49,6 +53,8 @@ INVISIBLE_LETTERS = frozenset({0x115F, 0x1160, 0x3164, 0xFFA0})
 """Hangul fillers: letters (``Lo``) that render as nothing."""
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _ASCII_CONTROL = re.compile("[\x00-\x1f\x7f]")
+_DRIVE = re.compile(r"(?:^|/)([A-Za-z]:)(?:[/\\]|$)")
+"""A Windows drive (``C:``) as a name: ``C:\\foo``, ``C:/foo``, ``C:``."""
 
 
 def _refused(ch: str) -> str | None:
@@ -108,10 +114,30 @@ def printable(text: str) -> str:
     return "".join(out)
 
 
+def _windows(path: str) -> str | None:
+    """Why ``path`` reads as a Windows path (a backslash, a drive such as ``C:``), or None."""
+    drive = _DRIVE.search(path)
+    if drive is not None and drive.start() == 0:
+        rest = path[drive.end() :].replace("\\", "/").strip("/")
+        return (
+            f"{drive.group(1)!r} is a Windows drive, not a name: paths are POSIX paths relative "
+            f"to /workspace, with / between names (e.g. {rest or '.'!r})"
+        )
+    if drive is not None:
+        return f"{drive.group(1)!r} cannot be a name: it reads as a Windows drive"
+    if "\\" in path:
+        return (
+            "a backslash is not a path separator here and no name may hold one: write "
+            f"{path.replace(chr(92), '/')!r} (paths are POSIX paths relative to /workspace)"
+        )
+    return None
+
+
 def check_name(path: str) -> str | None:
     """Why ``path`` (a name, or a path of names) breaks the character rules, or None: the
-    first refused character, else not NFC."""
-    why = _first_refused(path)
+    first refused character, a Windows form (a backslash, a drive name such as ``C:``), else
+    not NFC."""
+    why = _first_refused(path) or _windows(path)
     if why is not None:
         return why
     if not path.isascii() and not unicodedata.is_normalized("NFC", path):

@@ -30,7 +30,7 @@ from contracts.paths import (
         ("/workspace/a/../../workspace/b" if False else "a/b/../../c", "c"),
         ("caf\u00e9/r\u00e9sum\u00e9.md", "caf\u00e9/r\u00e9sum\u00e9.md"),  # NFC: fine
         ("\U0001f600 \u2764\ufe0f \ue000.txt", "\U0001f600 \u2764\ufe0f \ue000.txt"),
-        ("a\\..\\b", "a\\..\\b"),  # backslash is an ordinary character
+        ("a:b/C:x/ab:", "a:b/C:x/ab:"),  # a colon is an ordinary character: only ``C:`` is a drive
     ],
 )
 def test_normalize(raw: str, expected: str) -> None:
@@ -52,6 +52,44 @@ def test_malformed_paths_are_invalid(raw: str) -> None:
     with pytest.raises(QuillError) as info:
         normalize(raw)
     assert info.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (
+            "C:\\foo",
+            "'C:' is a Windows drive, not a name: paths are POSIX paths relative to "
+            "/workspace, with / between names (e.g. 'foo')",
+        ),
+        ("c:\\Users\\me\\notes.txt", "(e.g. 'Users/me/notes.txt')"),
+        ("D:/data/x.csv", "'D:' is a Windows drive, not a name"),
+        ("C:", "'C:' is a Windows drive, not a name"),
+        ("\\\\server\\share\\f", "a backslash is not a path separator here"),
+        (
+            "src\\main.py",
+            "a backslash is not a path separator here and no name may hold one: "
+            "write 'src/main.py' (paths are POSIX paths relative to /workspace)",
+        ),
+        ("a\\..\\b", "write 'a/../b'"),
+        ("x/C:", "'C:' cannot be a name: it reads as a Windows drive"),
+    ],
+)
+def test_windows_paths_are_refused_with_the_posix_spelling(raw: str, says: str) -> None:
+    for rule in (normalize, normalize_file):
+        with pytest.raises(QuillError) as info:
+            rule(raw)
+        assert info.value.code == ErrorCode.INVALID_ARGUMENT
+        assert info.value.message.startswith(f"Invalid path '{raw}': ")
+        assert says in info.value.message
+    assert problem(raw) is not None  # found on disk (a command made it): not committed either
+
+
+def test_a_backslash_name_already_in_a_log_stays_reachable() -> None:
+    from contracts.paths import normalize_existing
+
+    assert in_log("old\\name.txt")
+    assert normalize_existing("old\\name.txt") == "old\\name.txt"
 
 
 def test_helpers() -> None:
