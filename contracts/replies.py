@@ -152,12 +152,51 @@ class FileContent(Result, frozen=True, kw_only=True):
     returned_lines: int
     start_line: int
     truncated: bool
-    """True when lines or bytes were left out because of a range or a limit."""
+    """True when a read limit left out lines or bytes of the window asked for (``cut`` says
+    which and how to read them); a range asked for (head, tail, offset/limit) is not a cut.
+    For a directory: more entries than the listing shows."""
     size: int
     file_version: int | None
     etag: str | None
     modified: datetime
     mime_type: str | None
+    start_char: int = 0
+    """The content starts at this character (0-based) of line ``start_line``: not 0 when a
+    line was read from ``char_offset``, or a tail kept the end of a line longer than
+    ``max_read_bytes``."""
+    end_char: int | None = None
+    """Set when the content stops within its last line (a line longer than
+    ``max_read_bytes``): the character of that line where it stops."""
+    cut: ReadCut | None = None
+    """Set when a read limit cut the window asked for: what it left out and the read that
+    returns it. ``null`` when the window asked for was returned whole."""
+
+
+ReadLimit = Literal["lines", "bytes"]
+
+
+class ReadCut(msgspec.Struct, frozen=True, kw_only=True):
+    """What a read limit left out of the lines a read asked for, and how to get it.
+
+    A tail keeps its last lines: what is left out is before them. Any other window keeps its
+    first lines: what is left out is after them."""
+
+    by: ReadLimit
+    """The limit that cut: ``max_read_lines`` (``lines``) or ``max_read_bytes`` (``bytes``)."""
+    max: int
+    """That limit's value."""
+    first_missing: int
+    last_missing: int
+    """The lines of the window not returned (whole): ``first_missing``..``last_missing``."""
+    offset: int
+    limit: int
+    char_offset: int
+    """The read that returns (the next part of) them: ``offset``, ``limit`` and
+    ``char_offset`` to read with."""
+    line: int | None = None
+    """Set when a line longer than ``max_read_bytes`` was returned in part: its number."""
+    line_length: int | None = None
+    """That line's length, in characters."""
 
 
 class FileBytes(Result, frozen=True, kw_only=True):

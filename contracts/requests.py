@@ -254,6 +254,10 @@ class ReadFile(Query, frozen=True, kw_only=True):
     """Return only the last N lines."""
     line_numbers: bool = False
     """Prefix each line with ``<n>: ``."""
+    char_offset: Annotated[int, Meta(ge=0, le=2**31)] = 0
+    """Start at this character (0-based) of the first line asked for: to read a line longer
+    than ``max_read_bytes`` in parts (the ``cut`` of the previous read names it). Not with
+    ``tail``."""
 
 
 class ReadBytes(Query, frozen=True, kw_only=True):

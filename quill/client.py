@@ -625,8 +625,13 @@ class Workspace:
         head: int | None = None,
         tail: int | None = None,
         line_numbers: bool = False,
+        char_offset: int = 0,
         version: int | None = None,
     ) -> rp.FileContent:
+        """One read of ``path``: the lines asked for (all, ``head``, ``tail``, or ``offset``/
+        ``limit``), up to the read limits. A read limit may return less than asked: then
+        ``truncated`` is true and ``cut`` names what is left out and the read that returns it
+        (``read_text`` reads a whole file)."""
         body = rq.ReadFile(
             path=path,
             offset=offset,
@@ -634,32 +639,51 @@ class Workspace:
             head=head,
             tail=tail,
             line_numbers=line_numbers,
+            char_offset=char_offset,
             version=version,
         )
         return await self._qry("read", body, rp.FileContent)
 
     async def read_text(self, path: str, *, version: int | None = None) -> str:
-        """The whole text of a file (up to the read limits).
+        """The whole text of a file, however long (files are at most ``max_file_bytes``):
+        past the read limits, the rest is fetched chunk by chunk at the same version.
 
         Raises:
-            QuillError: ``INVALID_ENCODING`` for a binary file, or the read's error.
+            QuillError: ``NOT_A_FILE`` for a directory, ``INVALID_ENCODING`` for a binary
+                file, or the read's error.
         """
-        result = await self.read(path, version=version)
+        body = rq.ReadFile(path=path, version=version)
+        at, result = await self._qry_at("read", body, rp.FileContent)
+        if result.kind != "file":
+            raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {path}", {"path": path})
         if result.content is None:
             raise QuillError(
                 ErrorCode.INVALID_ENCODING, "File contains invalid UTF-8 encoding", {"path": path}
             )
-        return result.content
+        if not result.truncated:
+            return result.content
+        shown = result.content.encode()  # the file's first bytes: the rest follows them
+        rest = await self._bytes_from(path, len(shown), version or at)
+        try:
+            return (shown + rest).decode("utf-8")
+        except UnicodeDecodeError:  # not the same file: it changed between the two reads
+            raise QuillError(
+                ErrorCode.INVALID_ENCODING, "File contains invalid UTF-8 encoding", {"path": path}
+            ) from None
 
     async def read_bytes(self, path: str, *, version: int | None = None) -> bytes:
-        """The whole content of any file, fetched chunk by chunk."""
+        """The whole content of any file, fetched chunk by chunk at one version."""
+        return await self._bytes_from(path, 0, version)
+
+    async def _bytes_from(self, path: str, offset: int, version: int | None) -> bytes:
+        """The bytes of ``path`` from ``offset`` to its end, chunk by chunk at one version
+        (``version``, or the first chunk's)."""
         chunks: list[bytes] = []
-        offset = 0
         pinned = version
         while True:
             body = rq.ReadBytes(path=path, offset=offset, version=pinned)
-            chunk = await self._qry("read_bytes", body, rp.FileBytes)
-            pinned = pinned or self.last_version
+            at, chunk = await self._qry_at("read_bytes", body, rp.FileBytes)
+            pinned = pinned or at
             chunks.append(chunk.data)
             offset += len(chunk.data)
             if not chunk.truncated or not chunk.data:

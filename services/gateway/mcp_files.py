@@ -50,7 +50,42 @@ FilePath = Annotated[str, Field(description=P_FILE)]
 DirPath = Annotated[str, Field(description=P_DIR)]
 AnyPath = Annotated[str, Field(description=P_ANY)]
 WorkspaceName = Annotated[str | None, Field(description=P_WS)]
-Lines = Annotated[int | None, Field(ge=0, description="Read only this many lines")]
+Head = Annotated[int, Field(ge=0, description="Read only the first N lines (0: not used)")]
+Tail = Annotated[int, Field(ge=0, description="Read only the last N lines (0: not used)")]
+Offset = Annotated[
+    int, Field(ge=1, description="First line to read, 1-based (with limit: a line range)")
+]
+Limit = Annotated[
+    int,
+    Field(ge=0, description="Most lines to read from offset (0: as many as one read returns)"),
+]
+LineNumbers = Annotated[bool, Field(description="Prefix each line with its number: `12: text`")]
+CharOffset = Annotated[
+    int,
+    Field(
+        ge=0,
+        description=(
+            "Start at this character (0-based) of line offset: to read a line longer than "
+            "one read returns in parts, as a [truncated: ...] note says"
+        ),
+    ),
+]
+READ_FILE = (
+    "Read a text file from the workspace and return its contents. Use head or tail to read "
+    "only the first or last N lines, or offset and limit for a line range (offset=2001 "
+    "limit=2000 reads lines 2001-4000); line_numbers=true prefixes each line with `<n>: `. "
+    "One read returns at most 2000 lines / 256 KiB (a workspace may set other limits): when "
+    "a limit cuts what you asked for, the text ends with a [truncated: ...] note saying which "
+    "lines are shown, which are not, and the read_file call that reads them (a tail keeps the "
+    "LAST lines). A line longer than one read returns is read in parts with char_offset. "
+    "Errors: 'File not found' (check with list_directory), 'Not a file' (a directory), "
+    "'invalid UTF-8' (a binary file)."
+)
+COMMITTED_ONLY = (
+    " Only committed files are visible to the file tools: a file a command made that could "
+    "not be committed (over max_file_bytes, a symlink, an invalid name) answers 'not found' "
+    "with why."
+)
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 ADDS = ToolAnnotations(
@@ -86,31 +121,33 @@ def build(access: Access) -> MCPServer:
 def register(server: MCPServer, tools: Tools) -> None:
     """The six tools of the workspace tool."""
 
-    @server.tool(
-        description=(
-            "Read a text file from the workspace and return its contents. Use head or tail to "
-            "read only the first or last N lines of a large file. Reads return at most 2000 "
-            "lines / 256 KiB; longer files end with a [truncated: ...] note. Errors: "
-            "'File not found' (check with list_directory), 'Not a file' (a directory), "
-            "'invalid UTF-8' (a binary file)."
-        ),
-        annotations=READ_ONLY,
-    )
+    @server.tool(description=READ_FILE + COMMITTED_ONLY, annotations=READ_ONLY)
     async def read_file(
         ctx: Ctx,
         path: FilePath,
-        head: Lines = None,
-        tail: Lines = None,
+        head: Head = 0,
+        tail: Tail = 0,
+        offset: Offset = 1,
+        limit: Limit = 0,
+        line_numbers: LineNumbers = False,
+        char_offset: CharOffset = 0,
         workspace: WorkspaceName = None,
     ) -> Answer:
         async def go(ws: Workspace) -> Done:
-            result = await ws.read(path, head=head, tail=tail)
+            result = await ws.read(
+                path,
+                head=head or None,
+                tail=tail or None,
+                offset=offset if offset > 1 else None,
+                limit=limit or None,
+                line_numbers=line_numbers,
+                char_offset=char_offset,
+            )
             if result.kind == "directory":
                 raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {path}", {"path": path})
             if result.content is None:
                 raise QuillError(ErrorCode.INVALID_ENCODING, "File contains invalid UTF-8 encoding")
-            ranged = head is not None or tail is not None
-            return Done(texts.read_text(result, ranged), builtins(result))
+            return Done(texts.read_text(result), builtins(result))
 
         return await tools.call(ctx, "read_file", go, path=path, workspace=workspace)
 

@@ -125,15 +125,57 @@ def matches_text(pattern: str, path: str, matches: rp.Matches) -> str:
     return text
 
 
-def read_text(result: rp.FileContent, ranged: bool) -> str:
-    """A file's text; says so when a read limit (not the caller's head/tail) cut it short."""
+def read_text(result: rp.FileContent) -> str:
+    """A file's text, then, when a read limit cut the lines asked for, a ``[truncated: ...]``
+    note: what is shown, what is not, and the ``read_file`` call that reads it (cut in turn,
+    that call's note names the next)."""
     text = result.content or ""
-    if result.truncated and not ranged:
-        text += (
-            f"\n\n[truncated: {result.returned_lines} of {result.total_lines} lines shown, "
-            f"the file has {result.size} bytes; use head or tail to read the rest]"
+    if result.returned_lines == 0 and result.total_lines:
+        return f"{text}[no lines in this range: the file has {result.total_lines} lines]"
+    cut = result.cut
+    if cut is None:
+        return text
+    call = f"call read_file again with offset={cut.offset} limit={cut.limit}"
+    if cut.char_offset:
+        call += f" char_offset={cut.char_offset}"
+    size = f"the file has {result.total_lines} lines, {result.size} bytes"
+    if cut.line is not None:  # one line longer than a read returns, shown in part
+        length = cut.line_length or 0
+        shown_to = result.end_char if result.end_char is not None else length
+        note = (
+            f"[truncated: part of line {cut.line} shown ({size}); line {cut.line} has "
+            f"{length} characters, more than one read returns ({cut.max} bytes): showing "
+            f"characters {result.start_char}-{shown_to - 1} of it. Not shown: "
         )
-    return text
+        rest = _lines(cut.first_missing, cut.last_missing, but=cut.line)
+        if result.start_char:  # a tail kept the line's end: its start, the lines before
+            note += f"{rest}characters 0-{result.start_char - 1} of line {cut.line}"
+            return f"{text}\n\n{note}; to read them, {call}]"
+        note += f"characters {shown_to}-{length - 1} of line {cut.line}"
+        note += f", {rest.removesuffix(', ')}" if rest else ""
+        return f"{text}\n\n{note}; to read them, {call}]"
+    last = result.start_line + result.returned_lines - 1
+    note = (
+        f"[truncated: {result.returned_lines} of {result.total_lines} lines shown, "
+        f"the file has {result.size} bytes; "
+    )
+    limit = f"a read returns at most {cut.max} {cut.by}"
+    note += f"showing lines {result.start_line}-{last} ({limit}). "
+    missing = f"lines {cut.first_missing}-{cut.last_missing}"
+    if cut.first_missing == cut.last_missing:
+        missing = f"line {cut.first_missing}"
+    return f"{text}\n\n{note}Not shown: {missing}; to read them, {call}]"
+
+
+def _lines(first: int, last: int, but: int) -> str:
+    """``lines a-b, `` of ``first..last`` without line ``but`` (at either end), or nothing."""
+    if but == first:
+        first += 1
+    if but == last:
+        last -= 1
+    if first > last:
+        return ""
+    return f"line {first}, " if first == last else f"lines {first}-{last}, "
 
 
 PLURALS = {"entry": "entries", "match": "matches"}

@@ -21,47 +21,7 @@ from contracts.paths import display, name, not_found
 from services.common.content import split_lines
 from services.common.store import Node
 from services.common.tree import etag_of
-
-
-def select_lines(lines: list[str], req: rq.ReadFile) -> tuple[int, list[str]]:
-    """``(first line number, lines)`` picked by head/tail/offset/limit.
-
-    Raises:
-        QuillError: ``INVALID_ARGUMENT`` for combinations that do not make sense.
-    """
-    if req.head is not None and req.tail is not None:
-        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Give head or tail, not both")
-    if (req.head is not None or req.tail is not None) and (
-        req.offset is not None or req.limit is not None
-    ):
-        raise QuillError(
-            ErrorCode.INVALID_ARGUMENT, "head/tail cannot be combined with offset/limit"
-        )
-    if req.head is not None:
-        return 1, lines[: req.head]
-    if req.tail is not None:
-        start = max(len(lines) - req.tail, 0) if req.tail else len(lines)
-        return start + 1, lines[start:]
-    start = (req.offset or 1) - 1
-    end = len(lines) if req.limit is None else start + req.limit
-    return start + 1, lines[start:end]
-
-
-def cap(lines: list[str], limits: Limits) -> tuple[list[str], bool]:
-    """Keep at most ``max_read_lines`` lines and ``max_read_bytes`` bytes."""
-    out: list[str] = []
-    used, cut = 0, False
-    for line in lines[: limits.max_read_lines]:
-        size = len(line.encode())
-        if used + size > limits.max_read_bytes:
-            if not out:  # a single huge line: return its start
-                head = line.encode()[: limits.max_read_bytes].decode("utf-8", "ignore")
-                out.append(head)
-            cut = True
-            break
-        out.append(line)
-        used += size
-    return out, cut or len(lines) > limits.max_read_lines
+from services.reader.window import cap, window
 
 
 def number(lines: list[str], first: int) -> str:
@@ -167,16 +127,19 @@ def file_content(
     if node.binary:
         return meta
     lines = split_lines(data.decode("utf-8"))
-    first, chosen = select_lines(lines, req)
-    chosen, truncated = cap(chosen, limits)
+    shown = cap(window(lines, req), limits)
+    chosen = shown.lines
     return msgspec.structs.replace(
         meta,
-        content=number(chosen, first) if req.line_numbers else "".join(chosen),
+        content=number(chosen, shown.first) if req.line_numbers else "".join(chosen),
         binary=False,
         total_lines=len(lines),
         returned_lines=len(chosen),
-        start_line=first if chosen else 0,
-        truncated=truncated,
+        start_line=shown.first if chosen else 0,
+        truncated=shown.cut is not None,
+        start_char=shown.start_char,
+        end_char=shown.end_char,
+        cut=shown.cut,
     )
 
 

@@ -22,7 +22,7 @@ SEED_SESSION = [
     b'"arguments":{"path":"."}}}',
 ]
 SEED_PARAMETERS = {
-    "read_file": ({"path"}, {"head", "tail"}),
+    "read_file": ({"path"}, {"head", "tail", "offset", "limit", "line_numbers", "char_offset"}),
     "write_file": ({"path", "content"}, set()),
     "list_directory": ({"path"}, set()),
     "create_directory": ({"path"}, set()),
@@ -71,8 +71,9 @@ async def test_read_file_whole_head_tail_and_errors(gateway: Gateway, sdk: Quill
         assert await ok(mcp, "read_file", path="/workspace/logs/app.log", tail=1) == "line 10\n"
         cut = await ok(mcp, "read_file", path="long.txt")
         assert cut.endswith(
-            "[truncated: 2000 of 2500 lines shown, the file has 5000 bytes; "
-            "use head or tail to read the rest]"
+            "[truncated: 2000 of 2500 lines shown, the file has 5000 bytes; showing lines "
+            "1-2000 (a read returns at most 2000 lines). Not shown: lines 2001-2500; to read "
+            "them, call read_file again with offset=2001 limit=500]"
         )
         assert await error(mcp, "read_file", path="nope.txt") == "Error: File not found: nope.txt"
         assert await error(mcp, "read_file", path="logs") == "Error: Not a file: logs"
