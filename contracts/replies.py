@@ -64,6 +64,11 @@ class FileWritten(Result, frozen=True, kw_only=True):
     """True if the file did not exist before."""
     modified: datetime
     """When the write was committed: the event's time, the file's ``modified`` from now on."""
+    previous_size: int | None = None
+    """Size of the file this write replaced (or appended to); null when it created the file."""
+    committed: bool = True
+    """False when the file already had exactly this content: nothing changed, no new version
+    (``file_version``, ``etag`` and ``modified`` are the file's as they were)."""
 
 
 class DirectoryMade(Result, frozen=True, kw_only=True):
@@ -113,6 +118,8 @@ class FileEdited(Result, frozen=True, kw_only=True):
     size: int
     file_version: int
     etag: str
+    committed: bool = True
+    """False when the edit left the text as it was: no new version."""
 
 
 class FileModified(Result, frozen=True, kw_only=True):
@@ -125,6 +132,9 @@ class FileModified(Result, frozen=True, kw_only=True):
     size: int
     file_version: int
     etag: str
+    committed: bool = True
+    """False when the operations left the text as it was (inserting an empty text, a regex
+    replacing a match with itself): nothing changed, no new version."""
 
 
 class Restored(Result, frozen=True, kw_only=True):

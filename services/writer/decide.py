@@ -35,7 +35,7 @@ from contracts.paths import (
     rebase,
 )
 from services.common.content import as_text, is_binary, split_lines
-from services.common.tree import Tree, WorkspaceState, apply_change, etag_of
+from services.common.tree import FileNode, Tree, WorkspaceState, apply_change, etag_of
 from services.writer import control
 from services.writer.decision import Context, Decision, Needs
 from services.writer.matches import multiple_matches, no_match
@@ -232,6 +232,26 @@ def _put(
     return change
 
 
+def _unchanged(
+    state: WorkspaceState, path: str, data: bytes, ctx: Context, executable: bool
+) -> FileNode | None:
+    """The file at ``path`` when putting ``data`` there would change nothing (the same
+    content, as stored: redacted, and the same mode), else None. Such a put makes no
+    version: a change that changes nothing is not one."""
+    old = state.tree.files.get(path)
+    if old is None or old.executable != executable:
+        return None
+    if ctx.secrets:
+        data, ids = ctx.secrets.redact_bytes(data)
+        if len(data) == old.size and hashing.content_sha256(data) == old.sha256:
+            ctx.redacted.update(ids)
+            return old
+        return None
+    if len(data) != old.size or hashing.content_sha256(data) != old.sha256:
+        return None
+    return old
+
+
 def _file_or_dir_target(tree: Tree, path: str) -> None:
     if path == "" or tree.kind(path) == "d":
         raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {display(path)}", {"path": path})
@@ -255,6 +275,20 @@ def _write(state: WorkspaceState, cmd: rq.WriteFile, ctx: Context) -> Decision:
         if previous is None:
             raise QuillError(ErrorCode.UNAVAILABLE, f"Content of {path} is not available")
         data = previous + data
+    previous_size = old.size if old is not None else None
+    if old is not None and _unchanged(state, path, data, ctx, old.executable) is not None:
+        result = rp.FileWritten(
+            path=path,
+            bytes_written=written,
+            size=old.size,
+            file_version=old.file_version,
+            etag=old.etag,
+            created=False,
+            modified=old.modified,
+            previous_size=previous_size,
+            committed=False,
+        )
+        return Decision(result=result)
     changes: list[AnyChange] = []
     _ensure_parents(state, path, ctx, changes, cmd.create_parents)
     put = _put(state, path, data, ctx, changes, executable=old.executable if old else False)
@@ -266,6 +300,7 @@ def _write(state: WorkspaceState, cmd: rq.WriteFile, ctx: Context) -> Decision:
         etag=etag_of(put.file_version),
         created=old is None,
         modified=ctx.at,
+        previous_size=previous_size,
     )
     return Decision(result=result, changes=changes, paths=[path])
 
@@ -528,10 +563,15 @@ def _text_file(state: WorkspaceState, path: str, if_match: str | None, ctx: Cont
 
 def _rewrite(
     state: WorkspaceState, path: str, text: str, ctx: Context
-) -> tuple[PutFile, list[AnyChange]]:
+) -> tuple[FileNode | PutFile, list[AnyChange]]:
+    """Put ``text`` at ``path``: the change, or the file as it is (no change) when ``text``
+    is what it holds."""
     old = state.tree.files[path]
+    data = text.encode()
+    if _unchanged(state, path, data, ctx, old.executable) is not None:
+        return old, []
     changes: list[AnyChange] = []
-    put = _put(state, path, text.encode(), ctx, changes, executable=old.executable)
+    put = _put(state, path, data, ctx, changes, executable=old.executable)
     return put, changes
 
 
@@ -559,6 +599,7 @@ def _edit(state: WorkspaceState, cmd: rq.EditFile, ctx: Context) -> Decision:
         size=put.size,
         file_version=put.file_version,
         etag=etag_of(put.file_version),
+        committed=bool(changes),
     )
     return Decision(result=result, changes=changes, paths=[path])
 
@@ -586,6 +627,7 @@ def _modify(state: WorkspaceState, cmd: rq.ModifyFile, ctx: Context) -> Decision
         size=put.size,
         file_version=put.file_version,
         etag=etag_of(put.file_version),
+        committed=bool(changes),
     )
     return Decision(result=result, changes=changes, paths=[path])
 

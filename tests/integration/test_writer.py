@@ -67,6 +67,8 @@ async def test_create_write_and_the_log(writer: Writer, nc: NATS) -> None:
         "etag": "v1",
         "created": True,
         "modified": r["result"]["modified"],
+        "previous_size": None,
+        "committed": True,
     }
     # the log holds two chained events on the workspace's subject
     js = nc.jetstream()
