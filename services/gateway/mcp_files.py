@@ -30,6 +30,7 @@ from services.gateway.tooling import (
     answer,
     builtins,
     error_data,
+    plain_schemas,
 )
 
 INSTRUCTIONS = """\
@@ -115,6 +116,7 @@ def build(access: Access) -> MCPServer:
     register(server, tools)
     mcp_quill.register(server, tools)
     mcp_sessions.register(server, tools, sessions)
+    plain_schemas(server)
     return server
 
 
@@ -156,7 +158,9 @@ def register(server: MCPServer, tools: Tools) -> None:
             "Create a file or completely replace its contents (UTF-8 text); missing parent "
             "directories are created. This REPLACES the whole file: to add to a file, read it, "
             "combine, and write the combined text (or use edit_file). An empty content creates "
-            "an empty file. Files are limited to 4 MiB by default. Returns the bytes written."
+            "an empty file. Files are limited to 4 MiB by default. Returns the bytes written "
+            "and, over an existing file, the size of what it replaced; writing the content a "
+            "file already has answers 'No changes' (no new version)."
         ),
         annotations=WRITES,
     )
@@ -168,8 +172,7 @@ def register(server: MCPServer, tools: Tools) -> None:
     ) -> Answer:
         async def go(ws: Workspace) -> Done:
             result = await ws.write(path, content)
-            text = f"Successfully wrote {result.bytes_written} bytes to {path}"
-            return Done(text, builtins(result))
+            return Done(texts.write_text(path, result), builtins(result))
 
         return await tools.call(ctx, "write_file", go, path=path, workspace=workspace)
 
@@ -177,14 +180,27 @@ def register(server: MCPServer, tools: Tools) -> None:
         description=(
             "List a directory: 'Contents of <path>:' then one line per entry, [DIR] name lines "
             "first, then [FILE] name lines. An empty directory answers 'Directory is empty'. "
-            "At most 500 entries are shown."
+            "At most 500 entries are shown a page: a longer listing ends with how many entries "
+            "there are and the after value to call again with for the next page."
         ),
         annotations=READ_ONLY,
     )
-    async def list_directory(ctx: Ctx, path: DirPath, workspace: WorkspaceName = None) -> Answer:
+    async def list_directory(
+        ctx: Ctx,
+        path: DirPath,
+        after: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                description="Optional: the after value a listing's last line gives, to get "
+                "its next page",
+            ),
+        ] = None,
+        workspace: WorkspaceName = None,
+    ) -> Answer:
         async def go(ws: Workspace) -> Done:
-            listing = await ws.list(path)
-            return Done(texts.listing_text(path, listing), builtins(listing))
+            listing = await ws.list(path, after=after)
+            return Done(texts.listing_text(path, listing, after), builtins(listing))
 
         return await tools.call(ctx, "list_directory", go, path=path, workspace=workspace)
 

@@ -65,8 +65,10 @@ def register(server: MCPServer, tools: Tools) -> None:
         description=(
             "Replace an exact piece of text in a file. old_string must match exactly "
             "(whitespace and indentation included) and occur once, unless replace_all is true. "
-            "Errors: 'oldString not found in content' (read the file again and copy the text "
-            "exactly), 'Found multiple matches for oldString' (add surrounding lines or set "
+            "Errors: 'oldString not found in content', followed by the closest text in the "
+            "file, its line and how it differs (e.g. whitespace: copy the text exactly as the "
+            "file has it; it is never applied for you); 'Found multiple matches for oldString', "
+            "followed by the lines it occurs on (add surrounding lines to old_string, or set "
             "replace_all)."
         ),
         annotations=CHANGES,
@@ -81,6 +83,8 @@ def register(server: MCPServer, tools: Tools) -> None:
     ) -> Answer:
         async def go(ws: Workspace) -> Done:
             r = await ws.edit(path, old_string, new_string, replace_all=replace_all)
+            if not r.committed:
+                return Done(texts.unchanged_text(path, "the edit", r.file_version), builtins(r))
             text = (
                 f"Edited {path}: {texts.plural(r.replacements, 'replacement')}, "
                 f"{texts.plural(r.lines_changed, 'line')} changed (file version {r.file_version})"
@@ -93,7 +97,8 @@ def register(server: MCPServer, tools: Tools) -> None:
         description=(
             "Change a text file by line numbers or regular expressions, all operations at once "
             "(all or nothing): replace, insert or delete line ranges, or regex_replace. Read "
-            "the file first to know its line numbers."
+            "the file first to know its line numbers. Operations that leave the text as it was "
+            "(inserting an empty text) answer 'No changes' and make no new version."
         ),
         annotations=CHANGES,
     )
@@ -103,6 +108,9 @@ def register(server: MCPServer, tools: Tools) -> None:
         async def go(ws: Workspace) -> Done:
             ops = converted(operations, list[ModifyOperation], "operations")
             r = await ws.modify(path, ops)
+            if not r.committed:
+                what = texts.plural(r.operations, "operation")
+                return Done(texts.unchanged_text(path, what, r.file_version), builtins(r))
             text = (
                 f"Modified {path}: {texts.plural(r.operations, 'operation')}, "
                 f"{texts.plural(r.replacements, 'regex replacement')}, {r.lines_before} -> "

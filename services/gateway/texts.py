@@ -22,6 +22,10 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.FILE_NOT_FOUND, "list_directory"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "search_files"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "explore_files"): "Error: Directory not found: {path}",
+    (E.FILE_NOT_FOUND, "grep"): "Error: Directory not found: {path}",
+    (E.FILE_NOT_FOUND, "execute_command"): "Error: Directory not found: {path}",
+    (E.FILE_NOT_FOUND, "bash"): "Error: Directory not found: {path}",
+    (E.FILE_NOT_FOUND, "git"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "get_file_info"): "Error: Path not found: {path}",
     (E.FILE_NOT_FOUND, "delete_file"): "Error: Path not found: {path}",
     (E.FILE_NOT_FOUND, "move_file"): "Error: {message}",
@@ -80,17 +84,44 @@ def stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def listing_text(path: str, listing: rp.Listing) -> str:
-    """``Contents of <path>:``, a blank line, ``[DIR]`` lines then ``[FILE]`` lines."""
+def listing_text(path: str, listing: rp.Listing, after: str | None = None) -> str:
+    """``Contents of <path>:``, a blank line, ``[DIR]`` lines then ``[FILE]`` lines; a page
+    that is not the last says how many entries there are and how to get the next page."""
     if not listing.entries:
+        if after is not None:
+            return f"No more entries in {path} after {after!r} (the directory has {listing.total})"
         return f"Directory is empty: {path}"
     dirs = [f"[DIR] {e.name}" for e in listing.entries if e.kind == "directory"]
     files = [f"[FILE] {e.name}" for e in listing.entries if e.kind == "file"]
     text = f"Contents of {path}:\n\n" + "\n".join(dirs + files)
     if listing.truncated:
-        more = listing.total - len(listing.entries)
-        text += f"\n\n({more} more entries not shown: the listing limit was reached)"
+        text += (
+            f"\n\n(this page shows {len(listing.entries)} of the {listing.total} entries; more "
+            f'follow: call list_directory again with after="{listing.next}" for the next page)'
+        )
     return text
+
+
+def write_text(path: str, r: rp.FileWritten) -> str:
+    """``write_file``'s answer: the bytes written and what they replaced, or that the file
+    already had this content (no new version)."""
+    if not r.committed:
+        return (
+            f"No changes: {path} already has this content ({plural(r.size, 'byte')}, file "
+            f"version {r.file_version}); no new version was made"
+        )
+    text = f"Successfully wrote {r.bytes_written} bytes to {path}"
+    if r.previous_size is not None:
+        text += f", replacing its previous content ({plural(r.previous_size, 'byte')})"
+    return text
+
+
+def unchanged_text(path: str, what: str, file_version: int) -> str:
+    """A change that changes nothing: the file is as it was after ``what`` (``the edit``)."""
+    return (
+        f"No changes: {path} is as it was after {what} (file version {file_version}); no new "
+        "version was made"
+    )
 
 
 def file_info_text(path: str, info: rp.FileInfo) -> str:

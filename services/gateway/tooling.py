@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, InputRequiredResult, TextContent
 
 from contracts.errors import ErrorCode, QuillError
@@ -266,3 +266,34 @@ class ArgumentErrors:
             "content": rendered["content"],
             "structuredContent": rendered["structuredContent"],
         }
+
+
+NULL = {"type": "null"}
+
+
+def plain(schema: dict[str, Any]) -> dict[str, Any]:
+    """An optional parameter's schema without its null: pydantic writes ``int | None = None``
+    as ``{"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null}``, which
+    function-calling models handle worse than ``{"type": "integer"}``. The parameter stays
+    optional (not in ``required``); a null a client sends is still taken as "not given" (the
+    tool's arguments are validated against its Python signature, which keeps ``None``)."""
+    options = schema.get("anyOf")
+    if not isinstance(options, list) or NULL not in options:
+        return schema
+    rest = [option for option in options if option != NULL]
+    out = {key: value for key, value in schema.items() if key != "anyOf"}
+    if "default" in out and out["default"] is None:
+        del out["default"]
+    if len(rest) == 1 and isinstance(rest[0], dict):
+        return {**rest[0], **out}
+    return {**out, "anyOf": rest}
+
+
+def plain_schemas(server: MCPServer) -> None:
+    """Every tool of ``server`` with plain optional parameters (``plain``): done once, after
+    the tools are registered, for every endpoint."""
+    for tool in server._tool_manager.list_tools():  # the registered tools (no public handle)
+        properties = tool.parameters.get("properties", {})
+        for name, schema in properties.items():
+            if isinstance(schema, dict):
+                properties[name] = plain(schema)

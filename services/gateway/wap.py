@@ -31,6 +31,7 @@ from services.gateway.tooling import (
     answer,
     converted,
     error_data,
+    plain_schemas,
 )
 
 CODES: dict[str, str] = {ErrorCode.ACCESS_DENIED: "PERMISSION_DENIED"}
@@ -364,4 +365,5 @@ def build(access: Access) -> MCPServer:
 
         return await tools.call(ctx, "getWorkspaceInfo", go, workspace=workspace)
 
+    plain_schemas(server)
     return server

@@ -24,7 +24,7 @@ SEED_SESSION = [
 SEED_PARAMETERS = {
     "read_file": ({"path"}, {"head", "tail", "offset", "limit", "line_numbers", "char_offset"}),
     "write_file": ({"path", "content"}, set()),
-    "list_directory": ({"path"}, set()),
+    "list_directory": ({"path"}, {"after"}),
     "create_directory": ({"path"}, set()),
     "get_file_info": ({"path"}, set()),
     "search_files": ({"path", "pattern"}, {"max_results"}),
@@ -97,7 +97,8 @@ async def test_write_file_reports_bytes_and_fails_as_the_seed_says(
             "Successfully wrote 0 bytes to empty.txt"
         )
         assert await ok(mcp, "write_file", path="data/metrics.json", content="{}") == (
-            "Successfully wrote 2 bytes to data/metrics.json"  # replaced, not appended
+            "Successfully wrote 2 bytes to data/metrics.json, replacing its previous content "
+            "(13 bytes)"  # replaced, not appended
         )
         blocked = await error(mcp, "write_file", path="empty.txt/inner.txt", content="x")
         assert blocked == "Error: Failed to create parent directory - Not a directory: empty.txt"
