@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from nats.aio.msg import Msg
@@ -176,65 +177,134 @@ async def follow(
     arrived (in order, one call at a time; ``pending`` is how many more the stream holds).
     Returns a function that stops following.
 
-    Memory is bounded while catching up on a long log: the queue holds at most a few batches,
-    a full queue holds the subscription's callback, and the consumer's flow control holds the
-    server (before: a reader catching up on a million events queued them all, 2.6 GiB).
+    Far behind the log (a replica starting from nothing, or falling behind), it reads by
+    batched direct gets, a batch at a time, as fast as ``on_batch`` takes them; near the end,
+    an ordered consumer pushes what comes. Memory stays bounded either way (before: a replica
+    catching up on a million events queued them all, 2.6 GiB; and a push consumer cannot be
+    held: nats-py drops what overflows its pending limit, a gap the replica stops at). A batch
+    that fails is retried from the last one applied, every second, saying so.
     """
-    queue: asyncio.Queue[tuple[Committed, int]] = asyncio.Queue(maxsize=4 * max_batch)
+    task = asyncio.create_task(
+        _follow(js, subject, after, on_batch, max_batch), name="log-follower"
+    )
+
+    async def stop() -> None:
+        task.cancel()
+        try:
+            await task
+        except BaseException:
+            pass
+
+    return stop
+
+
+BEHIND = 8
+"""Batches behind the log past which the follower reads by direct gets rather than pushed."""
+
+
+async def _follow(
+    js: JetStreamContext,
+    subject: str,
+    position: int,
+    on_batch: Callable[[list[Committed], int], Awaitable[None]],
+    max_batch: int,
+) -> None:
+    while True:
+        try:
+            position = await _catch_up(js, subject, position, on_batch, max_batch)
+            position = await _pushed(js, subject, position, on_batch, max_batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # An event this replica cannot read or apply (a newer writer's, or corrupt): it
+            # stops at the gap, and says so every second, rather than skip an event.
+            log.critical("cannot apply the events after seq %d; retrying", position)
+            log.exception("follower")
+            await asyncio.sleep(1)
+
+
+async def _catch_up(
+    js: JetStreamContext,
+    subject: str,
+    position: int,
+    on_batch: Callable[[list[Committed], int], Awaitable[None]],
+    max_batch: int,
+) -> int:
+    """Apply the log by direct gets until fewer than ``BEHIND`` batches are left."""
+    while True:
+        last = await stream_last_seq(js)
+        if last - position <= BEHIND * max_batch:
+            return position
+        found = await direct.messages(
+            js, STREAM_EVENTS, subject, after=position, upto=last, count=max_batch
+        )
+        if not found:
+            return position
+        batch = [
+            _committed(headers.get("Nats-Subject", subject), data, headers, seq)
+            for seq, headers, data in found
+        ]
+        await on_batch(batch, last - batch[-1].seq)
+        position = batch[-1].seq
+
+
+async def _pushed(
+    js: JetStreamContext,
+    subject: str,
+    position: int,
+    on_batch: Callable[[list[Committed], int], Awaitable[None]],
+    max_batch: int,
+) -> int:
+    """Apply what an ordered consumer pushes from ``position`` on; return (to catch up by
+    direct gets) when the queue grows past ``BEHIND`` batches."""
+    arrived: deque[tuple[Committed, int] | Exception] = deque()
+    more = asyncio.Event()
 
     async def on_msg(msg: Msg) -> None:
         try:
             meta = msg.metadata
-            item = (committed(msg, meta), meta.num_pending)
-        except Exception:
-            # An event this replica cannot read (a newer writer's, or corrupt): it stops at the
-            # gap (and says so every second) rather than skip an event.
-            log.critical("cannot read the event at %s; see the log above", msg.subject)
-            log.exception("event rejected")
-            return
-        await queue.put(item)
-
-    last_apply = 0.0
-
-    async def pump() -> None:
-        nonlocal last_apply
-        loop = asyncio.get_running_loop()
-        while True:
-            item = await queue.get()
-            # Under sustained load, linger a moment so one transaction carries more events
-            # (per-event cost falls ~3x from batches of 2 to 128); when idle, apply at once.
-            if loop.time() - last_apply < LINGER_IF_BUSY_S and queue.qsize() < max_batch // 4:
-                await asyncio.sleep(LINGER_S)
-            batch, pending = [item[0]], item[1]
-            while not queue.empty() and len(batch) < max_batch:
-                event, pending = queue.get_nowait()
-                batch.append(event)
-            last_apply = loop.time()
-            while True:
-                try:
-                    await on_batch(batch, pending)
-                    break
-                except Exception:
-                    log.exception("could not apply events up to seq %d; retrying", batch[-1].seq)
-                    await asyncio.sleep(1)
+            arrived.append((committed(msg, meta), meta.num_pending))
+        except Exception as exc:
+            arrived.append(exc)
+        more.set()
 
     sub = await js.subscribe(
         subject,
         cb=on_msg,
         ordered_consumer=True,
         config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=position + 1
         ),
         pending_msgs_limit=100_000,
         pending_bytes_limit=512 * 1024 * 1024,
     )
-    task = asyncio.create_task(pump(), name="log-follower")
-
-    async def stop() -> None:
-        task.cancel()
+    loop = asyncio.get_running_loop()
+    last_apply = 0.0
+    try:
+        while len(arrived) <= BEHIND * max_batch:
+            if not arrived:
+                more.clear()
+                await more.wait()
+                continue
+            if isinstance(arrived[0], Exception):
+                raise arrived[0]
+            # Under sustained load, linger a moment so one transaction carries more events
+            # (per-event cost falls ~3x from batches of 2 to 128); when idle, apply at once.
+            if loop.time() - last_apply < LINGER_IF_BUSY_S and len(arrived) < max_batch // 4:
+                await asyncio.sleep(LINGER_S)
+            batch: list[Committed] = []
+            pending = 0
+            # up to an event it could not read (raised next round, after those before it)
+            while arrived and len(batch) < max_batch and not isinstance(arrived[0], Exception):
+                event, pending = arrived.popleft()  # type: ignore[misc]
+                batch.append(event)
+            last_apply = loop.time()
+            await on_batch(batch, pending)
+            position = batch[-1].seq
+        log.info("the log is %d events ahead: catching up by direct gets", len(arrived))
+        return position
+    finally:
         try:
             await sub.unsubscribe()
         except Exception:
             pass
-
-    return stop
