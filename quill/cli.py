@@ -1345,9 +1345,21 @@ async def audit(ctx: click.Context, ws: Workspace, follow: bool, since: str | No
 
 @main.command()
 @workspace_command
-async def watch(ctx: click.Context, ws: Workspace) -> None:
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Wait for a workspace that does not exist yet (else: WORKSPACE_NOT_FOUND, exit 3).",
+)
+async def watch(ctx: click.Context, ws: Workspace, wait: bool) -> None:
     """Print workspace.updated notifications as they happen (Ctrl-C to stop)."""
-    await _follow(ctx, ws, ws.watch(), _update_line)
+    if wait:
+        try:
+            await ws.stat(".")
+        except QuillError as exc:
+            if exc.code != ErrorCode.WORKSPACE_NOT_FOUND:
+                raise
+            click.echo(f"quill: waiting for {ws.tenant}/{ws.name} to be created", err=True)
+    await _follow(ctx, ws, ws.watch(wait=wait), _update_line)
 
 
 @main.command()

@@ -946,12 +946,17 @@ class Workspace:
         return await self._qry("events", body, rp.EventPage)
 
     # ------------------------------------------------------------------ streams
-    async def watch(self) -> AsyncIterator[WorkspaceUpdated]:
+    async def watch(self, *, wait: bool = False) -> AsyncIterator[WorkspaceUpdated]:
         """``workspace.updated`` notifications, as they are published.
 
+        A workspace that does not exist fails like every other call on it, once the
+        subscription is confirmed (nothing created meanwhile is missed); with ``wait``, the
+        watch waits for it instead: its creation is the first notification.
+
         Raises:
-            QuillError: ``ACCESS_DENIED`` when the server refuses the subscription (another
-                tenant's workspace), ``UNAVAILABLE`` if it cannot be confirmed.
+            QuillError: ``WORKSPACE_NOT_FOUND`` (without ``wait``), ``ACCESS_DENIED`` when the
+                server refuses the subscription (another tenant's workspace), ``UNAVAILABLE``
+                if it cannot be confirmed.
         """
         nc = self.client.nc
         subject = self.client.subjects.updated(self.tenant, self.name)
@@ -970,6 +975,8 @@ class Workspace:
             await sub.unsubscribe()
             raise _refused(subject)
         try:
+            if not wait:
+                await self.stat(".")  # WORKSPACE_NOT_FOUND, as any call on it answers
             async for msg in sub.messages:
                 yield codec.decode(msg.data, WorkspaceUpdated)
         finally:
