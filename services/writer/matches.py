@@ -97,7 +97,7 @@ def multiple_matches(path: str, text: str, old: str) -> QuillError:
         "Found multiple matches for oldString. Provide more surrounding lines in oldString "
         "to identify the correct match, or set replace_all to replace every occurrence. "
         f"It occurs {total} times in {path}"
-        + (f"; {more} more after the lines below" if more > 0 else "")
+        + (f" (listed up to line {listed[-1]['line']}; {more} more after it)" if more > 0 else "")
         + ":\n"
         + "\n".join(lines)
     )

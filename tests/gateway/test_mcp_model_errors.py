@@ -41,7 +41,12 @@ async def test_an_ambiguous_old_string_names_the_lines(gateway: Gateway, sdk: Qu
         many = model_view(
             await call(mcp, "edit_file", path="app.py", old_string="def ", new_string="x")
         )
-        assert_names_missing(many, "It occurs 15 times", "5 more", way_on="replace_all")
+        assert_names_missing(
+            many,
+            "It occurs 15 times",
+            "listed up to line 28; 5 more after it",
+            way_on="replace_all",
+        )
     assert await ws.read_text("app.py") == CODE
 
 

@@ -42,7 +42,7 @@ def test_multiple_matches_lists_lines_with_excerpts() -> None:
     assert error.message.startswith(
         "Found multiple matches for oldString. Provide more surrounding lines in oldString "
         "to identify the correct match, or set replace_all to replace every occurrence. "
-        "It occurs 14 times in f.py; 4 more after the lines below:\n"
+        "It occurs 14 times in f.py (listed up to line 20; 4 more after it):\n"
         "line 2: value = 1\nline 4: value = 1\n"
     )
     assert error.details["occurrences"] == 14
