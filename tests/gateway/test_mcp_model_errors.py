@@ -4,6 +4,7 @@ a file, a long listing, optional parameters. Through the official MCP client, on
 
 from __future__ import annotations
 
+import re
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,22 @@ async def test_optional_parameters_are_plain(gateway: Gateway, sdk: Quill) -> No
         assert model_view(refused).startswith(
             "Error: Search failed - Invalid arguments: max_results: Input should be a valid integer"
         )
+
+
+async def test_the_edit_errors_in_the_agents_page_are_what_a_model_reads(
+    gateway: Gateway, sdk: Quill
+) -> None:
+    """docs/agents.md "### Edit errors": each ``edit_file(...)`` shown on ``CODE`` gives that
+    text, and changes nothing."""
+    page = (Path(__file__).parents[2] / "docs" / "agents.md").read_text()
+    section = page.split("### Edit errors", 1)[1].split("\n### ", 1)[0]
+    shown = re.findall(r"```text\n(.*?)```", section, re.S)
+    calls = re.split(r"^(edit_file\(.*\))$", "".join(shown), flags=re.M)[1:]
+    assert len(calls) == 2 * 4
+    ws = sdk.workspace("default/default")
+    await ws.write("app.py", CODE)
+    async with mcp_client(gateway.url) as mcp:
+        for call_text, expected in zip(calls[::2], calls[1::2], strict=True):
+            arguments = eval(call_text, {"edit_file": dict})  # noqa: S307
+            assert model_view(await call(mcp, "edit_file", **arguments)) == expected.strip("\n")
+    assert await ws.read_text("app.py") == CODE
