@@ -230,22 +230,35 @@ async def _catch_up(
     on_batch: Callable[[list[Committed], int], Awaitable[None]],
     max_batch: int,
 ) -> int:
-    """Apply the log by direct gets until fewer than ``BEHIND`` batches are left."""
-    while True:
+    """Apply the log by direct gets until fewer than ``BEHIND`` batches are left (the next
+    batch fetched while one is applied)."""
+
+    async def fetch(after: int) -> tuple[int, list[Committed]]:
         last = await stream_last_seq(js)
-        if last - position <= BEHIND * max_batch:
-            return position
+        if last - after <= BEHIND * max_batch:
+            return last, []
         found = await direct.messages(
-            js, STREAM_EVENTS, subject, after=position, upto=last, count=max_batch
+            js, STREAM_EVENTS, subject, after=after, upto=last, count=max_batch
         )
-        if not found:
-            return position
         batch = [
             _committed(headers.get("Nats-Subject", subject), data, headers, seq)
             for seq, headers, data in found
         ]
-        await on_batch(batch, last - batch[-1].seq)
-        position = batch[-1].seq
+        return last, batch
+
+    ahead = asyncio.create_task(fetch(position))
+    try:
+        while True:
+            last, batch = await ahead
+            if not batch:
+                return position
+            ahead = asyncio.create_task(fetch(batch[-1].seq))
+            await on_batch(batch, last - batch[-1].seq)
+            position = batch[-1].seq
+    finally:
+        ahead.cancel()
+        if ahead.done() and not ahead.cancelled():
+            ahead.exception()  # retrieved: the failure that matters is raised already
 
 
 async def _pushed(
