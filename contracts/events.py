@@ -13,6 +13,12 @@ Changes inside a ``changes_committed`` event are applied in order, all or nothin
   content ``sha256`` appeared earlier in this workspace's log.
 * ``mkdir``: create the directory ``path`` (its parent exists).
 * ``delete``: remove ``path`` and, for a directory, everything below it.
+
+``uncommitted`` (optional, on an executor's ``changes_committed``) is the set of paths the
+command's sandbox holds that Quill did not commit (over ``max_file_bytes``, a symlink, an
+invalid name...), with why: it replaces the set recorded before; a later change that commits
+or removes one of those paths clears it. Absent: the set is unchanged. The file tools answer
+such a path with why it is not there (``FILE_NOT_FOUND`` with ``details.uncommitted``).
 """
 
 from __future__ import annotations
@@ -78,11 +84,23 @@ class WorkspaceCreated(
     limits: Limits
 
 
+class UncommittedPath(msgspec.Struct, frozen=True, kw_only=True):
+    """A path a command left in its sandbox that was not committed, and why."""
+
+    path: str
+    """As the executor shows it (a name that breaks the path rule is escaped)."""
+    reason: str
+    """``over max_file_bytes (10 MiB > 4 MiB)``, ``symlink``, ``invalid name: ...``."""
+
+
 class ChangesCommitted(
     Event, frozen=True, kw_only=True, omit_defaults=True, tag="changes_committed"
 ):
     changes: list[AnyChange]
     message: str | None = None
+    uncommitted: list[UncommittedPath] | None = None
+    """The paths the command's sandbox now holds uncommitted (replacing the set recorded
+    before); None: unchanged. At most ``contracts.uncommitted.MAX_PATHS``."""
 
 
 class RunStarted(Event, frozen=True, kw_only=True, omit_defaults=True, tag="run_started"):
@@ -194,6 +212,9 @@ class CompactionManifest(msgspec.Struct, frozen=True, kw_only=True):
     controls: list[tuple[int, str, str]]
     """``(version, type, event JSON)``: every control event (runs, locks, trust, approvals,
     attachments), all kept."""
+    uncommitted: list[tuple[str, str, str, int]] = msgspec.field(default_factory=list)
+    """``(path, reason, by_command, version)``: the paths recorded as left uncommitted by a
+    command (``ChangesCommitted.uncommitted``) and still so."""
 
 
 WorkspaceEvent = (

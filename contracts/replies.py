@@ -107,6 +107,9 @@ class ChangesApplied(Result, frozen=True, kw_only=True):
     conflicts: list[ChangeConflict]
     committed: bool
     """False when nothing was committed (no event, version unchanged)."""
+    uncommitted_recorded: bool = False
+    """True when the event recorded a new set of paths left uncommitted (``uncommitted``),
+    even with no change committed."""
 
 
 class FileEdited(Result, frozen=True, kw_only=True):
@@ -495,7 +498,8 @@ class SkippedPath(msgspec.Struct, frozen=True, kw_only=True):
 
     path: str
     reason: str
-    """``symlink``, ``not a regular file`` or ``over max_file_bytes``."""
+    """``symlink``, ``not a regular file``, ``over max_file_bytes (10 MiB > 4 MiB)``,
+    ``invalid name: ...``. The file tools answer such a path with this reason."""
 
 
 class CapturedChanges(msgspec.Struct, frozen=True, kw_only=True):
@@ -506,7 +510,8 @@ class CapturedChanges(msgspec.Struct, frozen=True, kw_only=True):
     committed: bool
     """True when its changes were committed as one event."""
     version: int
-    """The workspace version after that event (``base_version`` when nothing committed)."""
+    """The workspace version after that event (``base_version`` when no event was made; an
+    event may record only the paths left uncommitted, ``committed`` staying false)."""
     paths: list[ChangedPath]
     """Paths committed (first 100), in path order."""
     total: int

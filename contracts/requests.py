@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from contracts.events import UncommittedPath
 from contracts.limits import MAX_MESSAGE_BYTES, LimitsPatch
 
 PathArg = Annotated[
@@ -151,14 +152,17 @@ class ApplyChanges(Command, frozen=True, kw_only=True):
 
     base_version: Version
     """The version the changes were made against (conflicts are changes made after it)."""
-    changes: Annotated[list[ApplyItem], Meta(min_length=1, max_length=50_000)]
+    changes: Annotated[list[ApplyItem], Meta(max_length=50_000)]
     """Applied in order; each path at most once, except that a ``delete`` may be followed by a
     ``put`` or ``mkdir`` of the same path (a file replaced by a directory). Items are tagged
-    by ``type``."""
+    by ``type``. Empty only with ``uncommitted``."""
     on_conflict: Literal["fail", "skip"] = "fail"
     """``fail``: refuse all on any conflict; ``skip``: commit the rest, report conflicts."""
     message: Annotated[str, Meta(max_length=4096)] | None = None
     """Why (recorded in the event)."""
+    uncommitted: Annotated[list[UncommittedPath], Meta(max_length=1000)] | None = None
+    """An executor's: the paths the command's sandbox holds that it could not commit (the
+    whole set, replacing the one recorded; recorded in the event when it differs)."""
 
 
 class EditFile(Command, frozen=True, kw_only=True):

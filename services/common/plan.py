@@ -25,6 +25,7 @@ from contracts.events import (
 from contracts.events import WorkspaceEvent as Event
 from contracts.paths import parent
 from contracts.replies import ChangeSummary
+from contracts.uncommitted import command_of
 from services.common.control import CONTROL_EVENTS
 
 LIVE = 2**63 - 1
@@ -61,6 +62,11 @@ class Plan:
     workspace_updates: dict[int, tuple[object, ...]] = field(default_factory=dict)
     replaced: list[int] = field(default_factory=list)
     """Workspaces a compaction replaced (caches of them are stale)."""
+    uncommitted_clears: list[tuple[int, str, str]] = field(default_factory=list)
+    """``(ws, lo, hi)``: paths a change committed or removed, no longer left uncommitted."""
+    uncommitted_sets: dict[int, list[tuple[str, str, str, int]]] = field(default_factory=dict)
+    """Per workspace whose set an event replaced: its rows ``(path, reason, by_command,
+    version)`` after the batch (written after the clears)."""
 
 
 # Column order of a revision row (see store.SCHEMA).
@@ -75,6 +81,24 @@ def exact(path: str) -> tuple[str, str]:
 def subtree(path: str) -> tuple[str, str]:
     """The range of every path strictly below directory ``path`` (``'0'`` follows ``'/'``)."""
     return path + "/", path + "0"
+
+
+def _uncommitted(out: Plan, ws: int, ev: ChangesCommitted) -> None:
+    """The paths ``ev`` commits or removes are no longer left uncommitted; its set (if any)
+    replaces the workspace's."""
+    rows = out.uncommitted_sets.get(ws)
+    for change in ev.changes:
+        ranges = [exact(change.path)]
+        if isinstance(change, Remove):
+            ranges.append(subtree(change.path))
+        for lo, hi in ranges:
+            if rows is None:
+                out.uncommitted_clears.append((ws, lo, hi))
+            else:
+                rows[:] = [r for r in rows if not lo <= r[0] < hi]
+    if ev.uncommitted is not None:
+        by = command_of(ev.request_id)
+        out.uncommitted_sets[ws] = [(u.path, u.reason, by, ev.version) for u in ev.uncommitted]
 
 
 def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
@@ -109,6 +133,8 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
             out.controls.append((ws, ev.version, str(tag), _encoder.encode(ev).decode()))
         if isinstance(ev, TrustChanged):
             out.trust.append((ev.trust, ws))
+        if isinstance(ev, ChangesCommitted):
+            _uncommitted(out, ws, ev)
         summary: list[ChangeSummary] = []
         changes = ev.changes if isinstance(ev, ChangesCommitted) else []
         for change in changes:

@@ -175,9 +175,12 @@ class Redactor:
             events.append(tuple(row))
         controls = [(v, kind, str(self._json(body))) for v, kind, body in kept.controls]
         limits = msgspec.convert(self.value(msgspec.to_builtins(kept.limits)), type(kept.limits))
+        uncommitted = [(self.value(u[0]), self.value(u[1]), self.value(u[2]), u[3])
+                       for u in kept.uncommitted]  # fmt: skip
         return msgspec.structs.replace(
-            kept, revisions=revisions, events=events, controls=controls, limits=limits
-        )
+            kept, revisions=revisions, events=events, controls=controls, limits=limits,
+            uncommitted=uncommitted,
+        )  # fmt: skip
 
     def _json(self, text: Any) -> Any:
         if not isinstance(text, str):

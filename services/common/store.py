@@ -30,12 +30,13 @@ from contracts.events import (
     WorkspaceCreated,
 )
 from contracts.limits import Limits
+from contracts.uncommitted import Recorded
 from services.common.content import as_text
 from services.common.control import CONTROL_EVENTS, fold_control
 from services.common.plan import LIVE, Committed, Plan, plan, subtree
 from services.common.tree import DirNode, FileNode, WorkspaceState
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
@@ -63,6 +64,9 @@ CREATE TABLE IF NOT EXISTS blobs(
 CREATE TABLE IF NOT EXISTS controls(
     ws INTEGER NOT NULL, version INTEGER NOT NULL, type TEXT NOT NULL, event TEXT NOT NULL,
     PRIMARY KEY(ws, version)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS uncommitted(
+    ws INTEGER NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL, by_command TEXT NOT NULL,
+    version INTEGER NOT NULL, PRIMARY KEY(ws, path)) WITHOUT ROWID;
 """
 ROLE_INDEXES = {
     # The writer looks up request ids (idempotent retries) and loads whole workspaces.
@@ -403,12 +407,22 @@ class Store:
         for sql, rows in statements:
             if rows:
                 await self._w.executemany(sql, rows)
+        if p.uncommitted_clears:
+            await self._w.executemany(
+                "DELETE FROM uncommitted WHERE ws=? AND path>=? AND path<?", p.uncommitted_clears
+            )
+        for ws, kept in p.uncommitted_sets.items():
+            await self._w.execute("DELETE FROM uncommitted WHERE ws=?", (ws,))
+            await self._w.executemany(
+                "INSERT OR REPLACE INTO uncommitted VALUES(?, ?, ?, ?, ?)",
+                [(ws, *r) for r in kept],
+            )
 
     async def _replace(self, item: Committed, ws: int) -> None:
         """Make workspace ``ws`` exactly what a ``history_compacted`` event's manifest says."""
         ev, m = item.event, item.manifest
         assert isinstance(ev, HistoryCompacted) and m is not None
-        for table in ("revisions", "events", "controls"):
+        for table in ("revisions", "events", "controls", "uncommitted"):
             await self._w.execute(f"DELETE FROM {table} WHERE ws=?", (ws,))
         await self._w.execute(
             "INSERT INTO workspaces(id, tenant, name, trust, limits, created) "
@@ -427,6 +441,10 @@ class Store:
         )
         await self._w.executemany(
             "INSERT INTO controls VALUES(?, ?, ?, ?)", [(ws, *c) for c in m.controls]
+        )
+        await self._w.executemany(
+            "INSERT OR REPLACE INTO uncommitted VALUES(?, ?, ?, ?, ?)",
+            [(ws, *u) for u in m.uncommitted],
         )
         summary = plan([item], {(ev.tenant, ev.workspace): ws})
         await self._w.executemany(
@@ -484,6 +502,14 @@ class Store:
                 "SELECT version, type, event FROM controls WHERE ws=? ORDER BY version", (ws,)
             )
         ]
+        uncommitted = [
+            (str(u[0]), str(u[1]), str(u[2]), int(u[3]))
+            for u in await self._w.execute_fetchall(
+                "SELECT path, reason, by_command, version FROM uncommitted WHERE ws=? "
+                "ORDER BY path",
+                (ws,),
+            )
+        ]
         manifest = CompactionManifest(
             trust=row.trust,
             limits=row.limits,
@@ -492,6 +518,7 @@ class Store:
             revisions=kept,
             events=events,
             controls=controls,
+            uncommitted=uncommitted,
         )
         return manifest, dropped, int(total) - len(events)
 
@@ -566,6 +593,16 @@ class Store:
         )
         return [node_from_row(r) for r in rows]
 
+    async def uncommitted(self, ws: int, paths: list[str]) -> dict[str, Recorded]:
+        """Which of ``paths`` a command left in its sandbox uncommitted, as last recorded."""
+        marks = ", ".join("?" * len(paths))
+        rows = await self._r.execute_fetchall(
+            f"SELECT path, reason, by_command, version FROM uncommitted WHERE ws=? "
+            f"AND path IN ({marks})",
+            (ws, *paths),
+        )
+        return {str(r[0]): Recorded(str(r[1]), str(r[2]), int(r[3])) for r in rows}
+
     async def result_of(self, ws: int, request_id: str) -> tuple[int, bytes] | None:
         rows = list(
             await self._w.execute_fetchall(
@@ -623,6 +660,10 @@ class Store:
             control = codec.decode_event(str(event).encode())
             if isinstance(control, CONTROL_EVENTS):
                 fold_control(state.controls, control)
+        for path, reason, by, version in await self._w.execute_fetchall(
+            "SELECT path, reason, by_command, version FROM uncommitted WHERE ws=?", (row.id,)
+        ):
+            state.uncommitted[str(path)] = Recorded(str(reason), str(by), int(version))
         return state
 
     async def recent_results(self, ws: int, limit: int) -> list[tuple[str, int, bytes]]:

@@ -28,6 +28,7 @@ from contracts.events import (
 )
 from contracts.limits import DEFAULT_LIMITS, Limits
 from contracts.paths import name, parent
+from contracts.uncommitted import Recorded, fold_uncommitted
 from services.common.control import CONTROL_EVENTS, Controls, fold_control
 
 
@@ -248,6 +249,8 @@ class WorkspaceState:
     updated: datetime | None = None
     tree: Tree = field(default_factory=Tree)
     controls: Controls = field(default_factory=Controls)
+    uncommitted: dict[str, Recorded] = field(default_factory=dict)
+    """Paths a command left in its sandbox uncommitted, as recorded (``contracts.uncommitted``)."""
 
 
 def fold(state: WorkspaceState, event: WorkspaceEvent, event_hash: str, seq: int) -> None:
@@ -262,6 +265,8 @@ def fold(state: WorkspaceState, event: WorkspaceEvent, event_hash: str, seq: int
     elif isinstance(event, CONTROL_EVENTS):
         fold_control(state.controls, event)
     evolve(state.tree, event)
+    if isinstance(event, ChangesCommitted):
+        fold_uncommitted(state.uncommitted, event)
     state.version = event.version
     state.last_hash = event_hash
     state.last_seq = seq

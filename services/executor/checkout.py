@@ -55,6 +55,7 @@ from contracts.events import (
 from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
 from contracts.paths import MAX_PATH_BYTES, ancestors, check_name, printable
 from contracts.subjects import Subjects
+from contracts.uncommitted import Recorded, fold_uncommitted
 from services.common import log as eventlog
 from services.common.blobs import Blobs
 from services.common.compaction import decode_manifest
@@ -105,6 +106,9 @@ class Manifest(msgspec.Struct, kw_only=True):
     lock: tuple[str, datetime] | None = None
     """The workspace lock as of ``version``: (holder session, expires); a command of another
     session is refused before it runs, as the writer would refuse its changes."""
+    uncommitted: dict[str, Recorded] = msgspec.field(default_factory=dict)
+    """The paths the log records as left uncommitted as of ``version`` (a command whose set
+    differs records its own, even when it changed nothing)."""
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -123,9 +127,22 @@ class Captured:
     sigs: dict[str, tuple[str, bool, Sig]] = field(default_factory=dict)
     """Per put path: (sha256, executable, stat signature) to record once committed."""
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    """Paths not committed that are new or changed since last reported: (path, reason)."""
+    present: list[tuple[str, str]] = field(default_factory=list)
+    """Every path not committed that the tree holds now (reported or not): (path, reason)."""
     ignored: list[str] = field(default_factory=list)
     local: dict[str, Sig] = field(default_factory=dict)
     seen_ignored: list[str] = field(default_factory=list)
+
+
+def size_text(size: int) -> str:
+    """``512 bytes``, ``4 MiB``, ``10.5 MiB``: a size as the reasons say it."""
+    if size < 1024:
+        return f"{size} bytes"
+    value, units = size / 1024, ["KiB", "MiB", "GiB", "TiB"]
+    while value >= 1024 and len(units) > 1:
+        value, units = value / 1024, units[1:]
+    return f"{value:.1f}".removesuffix(".0") + f" {units[0]}"
 
 
 def file_sig(st: os.stat_result) -> Sig:
@@ -261,6 +278,7 @@ class Checkout:
                     contents = await self._contents(event)
                     # File work off the event loop: a large event must not stall heartbeats.
                     await asyncio.to_thread(self._apply_all, event.changes, contents)
+                    fold_uncommitted(self.manifest.uncommitted, event)
                 elif isinstance(event, HistoryCompacted):
                     self.manifest.floor = event.floor
                 self.manifest.version, self.manifest.seq = event.version, item.seq
@@ -300,6 +318,9 @@ class Checkout:
             start = end
         self.manifest.limits, self.manifest.trust = kept.limits, kept.trust
         self.manifest.lock = None
+        self.manifest.uncommitted = {
+            u[0]: Recorded(u[1], u[2], u[3]) for u in kept.uncommitted if u[3] <= at
+        }
         for _, kind, body in kept.controls:
             if kind == "trust_changed":
                 change = msgspec.json.decode(body.encode(), type=TrustChanged)
@@ -563,7 +584,8 @@ class Checkout:
                 out.seen_ignored.append(rel)  # a new file matching a pattern directly
                 continue
             if st.st_size > limit:
-                self._skip(out, rel, "over max_file_bytes", sig)
+                why = f"over max_file_bytes ({size_text(st.st_size)} > {size_text(limit)})"
+                self._skip(out, rel, why, sig)
                 if tracked is not None and tracked.sha256 is not None:
                     seen.add(rel)  # the log keeps its last committed content
                 continue
@@ -608,6 +630,7 @@ class Checkout:
         shown = printable(rel)  # a name that is not valid (not UTF-8...) shown escaped
         key = rel if shown == rel else "\0" + shown  # never a valid path, always encodable
         out.local[key] = sig
+        out.present.append((shown, reason))
         if self.manifest.local.get(key) != sig:
             out.skipped.append((shown, reason))
 

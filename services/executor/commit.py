@@ -9,6 +9,10 @@ With registered secrets (``services/common/secrets.py``), a path whose name hold
 committed (it is reported skipped, its name redacted), nor a loose git object whose inflated
 content holds one (a commit message made in a command: zlib hides it from the writer's
 redaction); the contents stored in ``WS_BLOBS`` are redacted first.
+
+Every apply carries the paths the command's tree holds uncommitted (``uncommitted``); a
+command that changed nothing sends an apply of them alone when they differ from the set the
+log records, so the file tools can say why such a path is not there (``contracts.uncommitted``).
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from contracts import hashing
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import QuillError
+from contracts.events import UncommittedPath
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import CHANGES_SUFFIX, Origin
+from contracts.uncommitted import capped
 from quill.client import Quill
 from services.common.blobs import INLINE_MAX, Blobs
 from services.common.runtime import bounded_gather
@@ -47,6 +53,7 @@ def withhold(captured: Captured, secrets: Secrets) -> None:
     if not secrets:
         return
     captured.skipped = [(secrets.redact(p)[0], r) for p, r in captured.skipped]
+    captured.present = [(secrets.redact(p)[0], r) for p, r in captured.present]
     kept: list[rq.ApplyItem] = []
     for item in captured.changes:
         ids = secrets.find(item.path)
@@ -60,6 +67,7 @@ def withhold(captured: Captured, secrets: Secrets) -> None:
         if ids:
             reason = f"holds a registered secret ({', '.join(ids)}): not committed"
             captured.skipped.append((secrets.redact(item.path)[0], reason))
+            captured.present.append((secrets.redact(item.path)[0], reason))
         else:
             kept.append(item)
     captured.changes = kept
@@ -153,7 +161,8 @@ async def commit(
             error=error,
         )
 
-    if not captured.changes:
+    left = left_uncommitted(captured, checkout)
+    if not captured.changes and left is None:
         checkout.committed(captured, set(), base)
         return result(False, base, [], [])
     view = quill.as_actor(origin.actor, session=origin.session, run=origin.run)
@@ -162,6 +171,7 @@ async def commit(
         changes=await pack(captured, blobs, secrets),
         on_conflict="skip",
         message=message[:4096],
+        uncommitted=left,
     )
     apply_id = changes_id(origin.request_id)
     try:
@@ -172,5 +182,17 @@ async def commit(
         checkout.reset()  # its tree holds changes the log does not: start over from the log
         return result(False, base, [], [], error=f"{exc.code}: {exc.message}")
     checkout.committed(captured, set(applied.applied), base)
-    committed_version = version if applied.committed and version else base
+    made = applied.committed or applied.uncommitted_recorded
+    committed_version = version if made and version else base
     return result(applied.committed, committed_version, applied.applied, applied.conflicts)
+
+
+def left_uncommitted(captured: Captured, checkout: Checkout) -> list[UncommittedPath] | None:
+    """The paths the command's tree holds uncommitted, to record with its changes (the writer
+    records them when they differ from the set recorded); with no change, only when they
+    differ from the set the log records (``contracts.uncommitted``)."""
+    left = capped([UncommittedPath(path=p, reason=r) for p, r in captured.present])
+    if captured.changes:
+        return left
+    recorded = {p: r.reason for p, r in checkout.manifest.uncommitted.items()}
+    return None if {u.path: u.reason for u in left} == recorded else left

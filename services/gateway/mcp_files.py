@@ -223,7 +223,8 @@ def register(server: MCPServer, tools: Tools) -> None:
         description=(
             "Metadata of a file or directory: Path, Type, Size (files), Permissions, owner, "
             "Created/Modified/Accessed times in UTC, and Entries (directories)."
-        ),
+        )
+        + COMMITTED_ONLY,
         annotations=READ_ONLY,
     )
     async def get_file_info(ctx: Ctx, path: AnyPath, workspace: WorkspaceName = None) -> Answer:

@@ -331,6 +331,8 @@ def register(server: MCPServer, tools: Tools) -> None:
         "code is an answer, not an error. Files the command creates, changes or deletes are "
         "committed to the workspace as one new version (node_modules, .venv, __pycache__ and "
         "the like are kept out)."
+        " Only committed files are visible to the file tools; files a command made that "
+        "could not be committed (too large, symlinks, invalid names) are listed in its reply."
     )
 
     async def run_command(

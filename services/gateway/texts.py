@@ -12,6 +12,7 @@ from datetime import datetime
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
+from contracts.uncommitted import said
 
 E = ErrorCode
 ANY = "*"
@@ -60,7 +61,10 @@ def error_text(tool: str, error: QuillError, path: str | None, workspace: str) -
         template = ERROR_TEXTS.get(key)
         if template is not None:
             shown = path if path not in (None, "") else "."
-            return template.format(path=shown, message=error.message, workspace=workspace)
+            text = template.format(path=shown, message=error.message, workspace=workspace)
+            asked = error.details.get("path") if error.details else None
+            extra = said(error.details, str(asked)) if "{message}" not in template else None
+            return f"{text}: {extra}" if extra else text
     raise AssertionError("the table has a catch-all row")
 
 

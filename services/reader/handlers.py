@@ -14,7 +14,9 @@ from nats.js.errors import NotFoundError
 from contracts import codec
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.paths import ancestors
 from contracts.subjects import STREAM_EVENTS, Address
+from contracts.uncommitted import asked_path, lookup, not_committed
 from services.common import compaction
 from services.common.bus import respond
 from services.common.entry import Incoming, parse, reject
@@ -155,7 +157,10 @@ async def answer_at(reader: Reader, op: str, ws: WorkspaceRow, version: int, req
     """
     oldest = min(version, getattr(req, "from_version", None) or version)
     if oldest >= ws.floor:
-        return await reader.ops[op](ws, version, req)
+        try:
+            return await reader.ops[op](ws, version, req)
+        except QuillError as exc:
+            raise await explained(reader, ws, version, exc) from None
     if op in TREE_QUERIES:
         raise compaction.trimmed(f"{ws.tenant}/{ws.name}", oldest, ws.floor)
     try:
@@ -165,6 +170,22 @@ async def answer_at(reader: Reader, op: str, ws: WorkspaceRow, version: int, req
             raise
         what = getattr(req, "path", None) or f"{ws.tenant}/{ws.name}"
         raise compaction.trimmed(what, oldest, ws.floor) from None
+
+
+async def explained(
+    reader: Reader, ws: WorkspaceRow, version: int, error: QuillError
+) -> QuillError:
+    """``error``, a path not found or a name refused, saying why when a command left that
+    path (or a parent of it) in its sandbox uncommitted, as recorded by ``version`` or
+    before (``contracts.uncommitted``)."""
+    path = asked_path(error)
+    if path is None:
+        return error
+    recorded = await reader.store.uncommitted(ws.id, [path, *ancestors(path)])
+    found = lookup(recorded, path)
+    if found is None or found[1].version > version:
+        return error
+    return not_committed(error, path, *found)
 
 
 def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:

@@ -21,6 +21,7 @@ from contracts.events import (
     MakeDir,
     PutFile,
     Remove,
+    UncommittedPath,
 )
 from contracts.limits import effective_limits
 from contracts.paths import (
@@ -34,6 +35,7 @@ from contracts.paths import (
     not_found,
     rebase,
 )
+from contracts.uncommitted import asked_path, capped, clear, lookup, not_committed
 from services.common.content import as_text, is_binary, split_lines
 from services.common.tree import FileNode, Tree, WorkspaceState, apply_change, etag_of
 from services.writer import control
@@ -85,7 +87,20 @@ def decide(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> Decision:
     handler = _HANDLERS.get(type(cmd)) or control.HANDLERS.get(type(cmd))
     if handler is None:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a command: {type(cmd).__name__}")
-    return handler(state, cmd, ctx)
+    try:
+        return handler(state, cmd, ctx)
+    except QuillError as exc:
+        raise _explained(state, exc) from None
+
+
+def _explained(state: WorkspaceState, error: QuillError) -> QuillError:
+    """``error``, a path not found or a name refused, saying why when a command left that
+    path (or a parent of it) in its sandbox uncommitted (``contracts.uncommitted``)."""
+    path = asked_path(error) if state.uncommitted else None
+    if path is None or state.tree.kind(path) is not None:
+        return error
+    found = lookup(state.uncommitted, path)
+    return error if found is None else not_committed(error, path, *found)
 
 
 # ---------------------------------------------------------------- create
@@ -475,6 +490,8 @@ def _apply(state: WorkspaceState, cmd: rq.ApplyChanges, ctx: Context) -> Decisio
             f"base_version {cmd.base_version} is beyond the latest version {state.version}",
             {"base_version": cmd.base_version, "current_version": state.version},
         )
+    if not cmd.changes and cmd.uncommitted is None:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Give at least one change")
     if len(cmd.changes) > state.limits.max_change_paths:
         raise QuillError(
             ErrorCode.SIZE_LIMIT_EXCEEDED,
@@ -535,8 +552,32 @@ def _apply(state: WorkspaceState, cmd: rq.ApplyChanges, ctx: Context) -> Decisio
             continue
         if done:
             applied.append(path)
-    result = rp.ChangesApplied(applied=applied, conflicts=conflicts, committed=bool(changes))
-    return Decision(result=result, changes=changes, paths=applied, message=cmd.message)
+    recorded = _uncommitted(state, cmd, changes)
+    result = rp.ChangesApplied(
+        applied=applied,
+        conflicts=conflicts,
+        committed=bool(changes),
+        uncommitted_recorded=recorded is not None,
+    )
+    return Decision(
+        result=result, changes=changes, paths=applied, message=cmd.message, uncommitted=recorded
+    )
+
+
+def _uncommitted(
+    state: WorkspaceState, cmd: rq.ApplyChanges, changes: list[AnyChange]
+) -> list[UncommittedPath] | None:
+    """The set of paths left uncommitted to record, when it is not the one recorded (a path
+    these ``changes`` commit is not in it)."""
+    if cmd.uncommitted is None:
+        return None
+    touched = {c.path for c in changes}
+    wanted = capped([u for u in cmd.uncommitted if u.path not in touched])
+    now = dict(state.uncommitted)
+    clear(now, changes)
+    if {u.path: u.reason for u in wanted} == {p: r.reason for p, r in now.items()}:
+        return None
+    return wanted
 
 
 # ---------------------------------------------------------------- edit, modify

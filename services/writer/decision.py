@@ -12,7 +12,13 @@ import msgspec
 
 from contracts import codec, hashing
 from contracts import replies as rp
-from contracts.events import AnyChange, ChangesCommitted, WorkspaceCreated, WorkspaceEvent
+from contracts.events import (
+    AnyChange,
+    ChangesCommitted,
+    UncommittedPath,
+    WorkspaceCreated,
+    WorkspaceEvent,
+)
 from contracts.limits import Limits
 from contracts.subjects import Origin
 from services.common.secrets import NO_SECRETS, Secrets
@@ -54,10 +60,18 @@ class Decision:
     """For a control command (run, lock, trust, approval): its event."""
     redacted: list[str] = field(default_factory=list)
     """Ids of the secrets its contents had (they were replaced)."""
+    uncommitted: list[UncommittedPath] | None = None
+    """For an executor's ``apply``: the paths its sandbox left uncommitted, when the set
+    recorded changes (``contracts.uncommitted``)."""
 
     @property
     def commits(self) -> bool:
-        return bool(self.changes) or self.created is not None or self.make is not None
+        return (
+            bool(self.changes)
+            or self.created is not None
+            or self.make is not None
+            or self.uncommitted is not None
+        )
 
 
 def to_event(
@@ -83,7 +97,12 @@ def to_event(
         return WorkspaceCreated(trust=trust, limits=limits, **common)
     if decision.make is not None:
         return decision.make(common)
-    return ChangesCommitted(changes=decision.changes, message=decision.message, **common)
+    return ChangesCommitted(
+        changes=decision.changes,
+        message=decision.message,
+        uncommitted=decision.uncommitted,
+        **common,
+    )
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from contracts.events import (
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.ops import OpSpec
 from contracts.subjects import CHANGES_SUFFIX, STREAM_EVENTS, Address, Origin
+from contracts.uncommitted import fold_uncommitted
 from services.common import compaction
 from services.common import log as eventlog
 from services.common.blobs import INLINE_BUDGET, INLINE_MAX
@@ -411,6 +412,8 @@ class WorkspaceActor:
                 if decision.created is not None:
                     state.exists = True
                     state.trust, state.limits = decision.created
+                if isinstance(event, ChangesCommitted):
+                    fold_uncommitted(state.uncommitted, event)
                 staged.append((p, decision, event, digest, payload))
             if not staged:
                 return
