@@ -77,7 +77,7 @@ def error_response(error: QuillError) -> JSONResponse:
     """The HTTP answer for ``error``. A 404 says only ``not_found``: nothing about anyone else."""
     status, name = ERRORS.get(str(error.code), (500, "internal"))
     body: dict[str, Any] = {"error": name}
-    if status != 404:
+    if status != 404 or "uncommitted" in error.details:  # the caller's own sandbox's file
         body["message"] = error.message
     if error.code == E.CONFLICT:
         body["details"] = {"currentVersion": error.details.get("current_file_version")}
