@@ -24,7 +24,10 @@ ERRORS = {
     "400": _error("invalid_argument: a malformed path, body or version"),
     "401": _error("unauthorized: missing or unknown bearer token"),
     "403": _error("access_denied: the path leaves the workspace"),
-    "404": _error("not_found: no such file (or version), and nothing else is said"),
+    "404": _error(
+        "not_found: no such file (or version), and nothing else is said; but for a file a "
+        "command left in the workspace's sandbox uncommitted, message says why"
+    ),
     "503": _error("unavailable: Quill cannot answer now; retry"),
 }
 PATH_PARAM = {
