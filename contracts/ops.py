@@ -407,6 +407,15 @@ _ALL: tuple[OpSpec, ...] = (
         "Run a shell command in the workspace's sandbox; the files it changes become one event.",
         {"command": "wc -l app.py && echo ok > check.log", "workdir": "src", "timeout_ms": 10000},
     ),
+    OpSpec(
+        "exec",
+        "output",
+        rq.CommandOutputQuery,
+        rp.CommandOutput,
+        "A page of a command's whole output, kept for a while (an hour) after it ended, by its id.",
+        (E.INVALID_ARGUMENT, E.WORKSPACE_NOT_FOUND, E.FILE_NOT_FOUND, E.UNAVAILABLE, E.TIMEOUT),
+        {"command_id": "example-run", "stream": "stdout", "offset": 0, "length": 1000},
+    ),
     _exec(
         "git",
         rq.GitCommand,

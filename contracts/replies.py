@@ -534,9 +534,11 @@ class CommandResult(Result, frozen=True, kw_only=True):
     exit_code: int
     """Its exit status; a command ended by a signal gives 128 + the signal's number."""
     stdout: str
-    """The first ``max_output_bytes`` of standard output (invalid UTF-8 replaced)."""
+    """Standard output (invalid UTF-8 replaced); past ``max_output_bytes``, its beginning only:
+    the end is ``stdout_tail``, and ``stdout_omitted_bytes`` are left out between them."""
     stderr: str
     stdout_truncated: bool
+    """Part of standard output is left out (``stdout_omitted_bytes``)."""
     stderr_truncated: bool
     stdout_bytes: int
     """Bytes the command wrote to standard output in all."""
@@ -546,6 +548,47 @@ class CommandResult(Result, frozen=True, kw_only=True):
     """It ran past its timeout: it got SIGTERM, then SIGKILL 5 s later; output is what it had
     written by then."""
     changes: CapturedChanges
+    command_id: str = ""
+    """The command's id (its request id): ``exec.output`` reads its whole output by it."""
+    stdout_tail: str = ""
+    """The end of standard output when its middle is left out (else empty)."""
+    stdout_omitted_bytes: int = 0
+    """Bytes of standard output left out between ``stdout`` and ``stdout_tail``."""
+    stdout_omitted_offset: int = 0
+    """Where they start: read them with ``exec.output`` from this offset (secrets are
+    redacted before offsets are counted)."""
+    stderr_tail: str = ""
+    stderr_omitted_bytes: int = 0
+    stderr_omitted_offset: int = 0
+    output_kept: bool = False
+    """Its whole output (up to the executor's cap a stream) can be read with ``exec.output``
+    for a while (an hour by default)."""
+    background_killed: int = 0
+    """Processes the command left running (``cmd &``), killed when it ended: nothing runs
+    after a command."""
+    stdin_read: bool = False
+    """The command waited to read standard input, which is closed: it read end of file (a
+    ``read -p`` prompt, ``input()``)."""
+
+
+class CommandOutput(Result, frozen=True, kw_only=True):
+    """A page of a command's kept output."""
+
+    command_id: str
+    stream: str
+    offset: int
+    text: str
+    """The page (invalid UTF-8 replaced)."""
+    length: int
+    """Bytes in the page; the next page starts at ``offset + length``."""
+    kept_bytes: int
+    """Bytes of the stream kept (those that can be read)."""
+    total_bytes: int
+    """Bytes the command wrote to the stream (more than ``kept_bytes`` past the cap)."""
+    more: bool
+    """Kept bytes remain after this page."""
+    complete: bool
+    """The command has ended (else it is running, and more may come)."""
 
 
 class GitFileStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -507,6 +507,22 @@ class RunCommand(Execution, frozen=True, kw_only=True):
     """Extra environment variables (their values are never logged or audited)."""
 
 
+OutputStream = Literal["stdout", "stderr"]
+
+
+class CommandOutputQuery(Request, frozen=True, kw_only=True):
+    """A page of the whole output a command wrote (``exec.run``), kept for a while after it
+    ended (an hour by default), by the command's id (``CommandResult.command_id``)."""
+
+    command_id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+    """The command's id: its ``Ws-Request-Id``."""
+    stream: OutputStream = "stdout"
+    offset: Annotated[int, Meta(ge=0, le=2**53)] = 0
+    """First byte to return."""
+    length: Annotated[int, Meta(ge=1, le=1024 * 1024)] = 64 * 1024
+    """Most bytes to return (a page ends early rather than split a UTF-8 character)."""
+
+
 GitAction = Literal[
     "status", "diff", "commit", "checkout", "branch", "log", "push", "pull", "clone"
 ]

@@ -8,6 +8,8 @@ Subjects (root ``ws`` by default)::
     ws.qry.<tenant>.<workspace>.<op>     queries, request/reply, to the readers
     ws.exec.<tenant>.<workspace>.<op>    commands to run, to the executors
     ws.execout.<tenant>.<workspace>.<id> a running command's live output (id: its request id)
+    ws.cmdout.<t>.<w>.<id>.<part>        a command's whole output, kept a while (stream WS_OUTPUT;
+                                         read with exec.output, never by tenants directly)
     ws.evt.<tenant>.<workspace>          the event log (stream WS_EVENTS); only writers publish
     ws.updated.<tenant>.<workspace>      one message per committed change
     ws.audit.<tenant>.<workspace>        one record per operation (stream WS_AUDIT)
@@ -32,6 +34,7 @@ from contracts.errors import ErrorCode, QuillError
 
 STREAM_EVENTS = "WS_EVENTS"
 STREAM_AUDIT = "WS_AUDIT"
+STREAM_OUTPUT = "WS_OUTPUT"
 BUCKET_BLOBS = "WS_BLOBS"
 BUCKET_LEASES = "WS_LEASES"
 BUCKET_BRIDGES = "WS_BRIDGES"
@@ -220,6 +223,15 @@ class Subjects:
     def execout(self, tenant: str, workspace: str, request_id: str) -> str:
         """Where a command's live output goes: one subject token made of its request id."""
         return f"{self.root}.execout.{tenant}.{workspace}.{request_id.replace('.', '_')}"
+
+    def cmdout(self, tenant: str, workspace: str, request_id: str, part: str) -> str:
+        """A part of a command's kept output in ``WS_OUTPUT``: ``stdout.<n>``/``stderr.<n>``
+        (its n-th chunk) or ``end`` (what was kept, written when the command ended)."""
+        return f"{self.root}.cmdout.{tenant}.{workspace}.{request_id.replace('.', '_')}.{part}"
+
+    @property
+    def all_cmdout(self) -> str:
+        return f"{self.root}.cmdout.>"
 
     def evt(self, tenant: str, workspace: str) -> str:
         return f"{self.root}.evt.{tenant}.{workspace}"

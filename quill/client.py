@@ -885,6 +885,32 @@ class Workspace:
         )
         return await self._exec("git", body, rp.GitResult, timeout_ms, None)
 
+    async def command_output(
+        self,
+        command_id: str,
+        *,
+        stream: rq.OutputStream = "stdout",
+        offset: int = 0,
+        length: int = 64 * 1024,
+    ) -> rp.CommandOutput:
+        """A page of a command's whole output (``exec.output``), kept for a while (an hour
+        by default) after it ended: ``length`` bytes from byte ``offset`` of ``stream``. A
+        long output's reply (``exec``) shows its head and tail; the middle is
+        ``stdout_omitted_bytes`` from ``stdout_omitted_offset``. Page on with
+        ``offset + page.length`` while ``page.more``.
+
+        Raises:
+            QuillError: ``FILE_NOT_FOUND`` when nothing is kept under ``command_id`` for this
+                workspace (another workspace's command, or too old).
+        """
+        body = rq.CommandOutputQuery(
+            command_id=command_id, stream=stream, offset=offset, length=length
+        )
+        _, page = await self.client.request(
+            "exec", self.tenant, self.name, "output", body, rp.CommandOutput
+        )
+        return page
+
     async def _exec(
         self,
         op: str,

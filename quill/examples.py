@@ -56,7 +56,7 @@ async def run_examples(nats_url: str) -> dict[str, Any]:
                 "Ws-Session": "docs-session",
                 "Ws-Request-Id": f"example-{spec.name}",
             }
-            if spec.kind in ("qry", "exec"):
+            if spec.kind in ("qry", "exec") and "min_version" in spec.request.__struct_fields__:
                 body.setdefault("min_version", last)
             if spec.kind == "qry":
                 headers.pop("Ws-Request-Id")

@@ -67,6 +67,7 @@ from services.executor import disk, quota, sandbox
 from services.executor.checkout import Captured, Checkout
 from services.executor.commit import commit
 from services.executor.git import Credentials, run_git, sandbox_runner
+from services.executor.output import OutputConfig, Recorder, ensure_stream, read_page
 from services.executor.slots import Slots, Ticket
 
 log = logging.getLogger("quill.executor")
@@ -106,6 +107,8 @@ class ExecutorConfig:
     """TOML file of git credentials (see ``services/executor/git/``)."""
     git_allow: tuple[str, ...] = ()
     """More git allow-list entries, ``HOST[:PORT]`` (``services/executor/git/targets.py``)."""
+    output: OutputConfig = OutputConfig()
+    """How long and how much of commands' output is kept for ``exec.output`` (``output``)."""
 
 
 @dataclass
@@ -293,6 +296,7 @@ class Executor:
         if killed:
             log.warning("killed %d sandbox processes an earlier executor left running", killed)
         await self._found_checkouts()
+        await ensure_stream(self.js, self.subjects, self.config.output, self.settings.replicas)
         self._subs.append(
             await bus.serve(self.nc, self.subjects.all_exec, QUEUE_EXECUTOR, self.on_request)
         )
@@ -326,6 +330,9 @@ class Executor:
             address = self.subjects.parse_request(msg.subject)
             if self.bridges.claims(address.tenant, address.workspace):
                 return  # a local workspace: its bridge answers
+            if address.op == "output":  # a read of kept output: no slot, no checkout
+                self._background(self.answer_output(incoming))
+                return
         try:  # a bad subject is refused here, as parse() would
             ticket = self.slots.join(self.subjects.parse_request(msg.subject).tenant)
         except QuillError as exc:
@@ -368,6 +375,32 @@ class Executor:
             incoming, job, self.auditor, address, origin, work, details,
             stopping="The executor is stopping; retry",
         )  # fmt: skip
+
+    async def answer_output(self, incoming: Incoming) -> None:
+        """``exec.output``: a page of a command's kept output (``output``), of the tenant
+        and workspace the request was sent to only."""
+        try:
+            address, _, origin, request = parse(incoming, self.subjects, "exec")
+            assert isinstance(request, rq.CommandOutputQuery)
+            try:
+                page = await read_page(
+                    self.js, self.subjects, address.tenant, address.workspace, request
+                )
+            except QuillError as exc:  # nothing kept: said as for any op if no workspace
+                if exc.code == ErrorCode.FILE_NOT_FOUND:
+                    await self.quill.workspace(f"{address.tenant}/{address.workspace}").info()
+                raise
+        except QuillError as exc:
+            await reject(incoming, exc, self.auditor)
+            return
+        except Exception as exc:
+            log.exception("exec %s failed", incoming.msg.subject)
+            error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+            await reject(incoming, error, self.auditor)
+            return
+        await respond(incoming.msg, codec.ok_reply(None, page))
+        summary = f"output of {request.command_id} ({request.stream} from {request.offset})"
+        await self.auditor.record(address, origin, incoming.started, summary=summary)
 
     # ------------------------------------------------------------------ checkouts
     def _new_checkout(self, home: Path, address: Address) -> Checkout:
@@ -697,10 +730,28 @@ class Executor:
                 env=dict(req.env or {}),
                 timeout_s=timeout_ms / 1000,
                 output_cap=limits.max_output_bytes,
+                watch_stdin=True,
+                count_left=True,
             )
+            recorder = Recorder(
+                self.js,
+                self.subjects,
+                address.tenant,
+                address.workspace,
+                origin.request_id,
+                cap=limits.max_output_bytes,
+                config=self.config.output,
+                secrets=self.secrets,
+            )
+
+            async def on_output(stream: sandbox.StreamName, chunk: bytes) -> None:
+                await job.output(stream, chunk)
+                await recorder.feed(stream, chunk)
+
             base = checkout.version
             await asyncio.to_thread(checkout.begin)
-            outcome = await self._guarded(checkout, self._sandboxed(checkout, spawn, job.output))
+            outcome = await self._guarded(checkout, self._sandboxed(checkout, spawn, on_output))
+            view = await recorder.finish(added(outcome, recorder.raw))
             changes = await self._capture_and_commit(
                 address, origin, checkout, base, f"$ {shown}", live
             )
@@ -713,23 +764,32 @@ class Executor:
             committed=changes.committed,
             changed=changes.total,
         )
-        cap = limits.max_output_bytes
-        stdout, out_ids = self.secrets.redact(text_of(outcome.stdout, outcome.stdout_bytes > cap))
-        stderr, err_ids = self.secrets.redact(text_of(outcome.stderr, outcome.stderr_bytes > cap))
-        redacted = sorted({*out_ids, *err_ids, *job.redacted})
+        details.update(background_killed=outcome.left_running, stdin_read=outcome.stdin_read)
+        redacted = sorted({*recorder.redacted, *job.redacted})
         if redacted:
             details["redacted"] = redacted
+        out, err = view["stdout"], view["stderr"]
         result = rp.CommandResult(
             exit_code=outcome.exit_code,
-            stdout=stdout,
-            stderr=stderr,
-            stdout_truncated=outcome.stdout_bytes > cap,
-            stderr_truncated=outcome.stderr_bytes > cap,
+            stdout=out.head,
+            stderr=err.head,
+            stdout_truncated=out.omitted > 0,
+            stderr_truncated=err.omitted > 0,
             stdout_bytes=outcome.stdout_bytes,
             stderr_bytes=outcome.stderr_bytes,
             duration_ms=outcome.duration_ms,
             timed_out=outcome.timed_out,
             changes=changes,
+            command_id=origin.request_id,
+            stdout_tail=out.tail,
+            stdout_omitted_bytes=out.omitted,
+            stdout_omitted_offset=out.offset,
+            stderr_tail=err.tail,
+            stderr_omitted_bytes=err.omitted,
+            stderr_omitted_offset=err.offset,
+            output_kept=recorder.ok,
+            background_killed=outcome.left_running,
+            stdin_read=outcome.stdin_read,
         )
         return changes.version, result
 
@@ -774,6 +834,23 @@ class Executor:
         details.update(committed=bool(changes and changes.committed))
         version = changes.version if changes is not None else base
         return version, msgspec.structs.replace(result, changes=changes)
+
+
+def added(
+    outcome: sandbox.Outcome, seen: dict[rq.OutputStream, int]
+) -> dict[rq.OutputStream, bytes]:
+    """Per stream, the bytes the provider added to its ``Outcome`` that the command did not
+    write (never handed to ``on_output``: the out-of-memory note ends stderr)."""
+    out: dict[rq.OutputStream, bytes] = {}
+    streams: tuple[tuple[rq.OutputStream, bytes, int], ...] = (
+        ("stdout", outcome.stdout, outcome.stdout_bytes),
+        ("stderr", outcome.stderr, outcome.stderr_bytes),
+    )
+    for stream, data, total in streams:
+        more = total - seen[stream]
+        if 0 < more <= len(data):
+            out[stream] = data[-more:]
+    return out
 
 
 def without_userinfo(url: str) -> str:

@@ -70,9 +70,9 @@ async def workspace(quill: Quill, name: str) -> Workspace:
 
 
 def comparable(result: rp.CommandResult) -> dict[str, object]:
-    """A result without what differs from run to run (time, versions)."""
+    """A result without what differs from run to run (time, versions, the command's id)."""
     data = msgspec.to_builtins(result)
-    del data["duration_ms"]
+    del data["duration_ms"], data["command_id"]
     data["changes"] = {k: v for k, v in data["changes"].items() if "version" not in k}
     return data
 
@@ -176,11 +176,18 @@ async def test_output_over_50kb_is_cut_and_counted(
     await stack()
     ws = await workspace(quill, name)
     r = await ws.exec("head -c 200000 /dev/zero | tr '\\0' a; echo small >&2")
-    assert r.stdout == "a" * 51200 and r.stdout_truncated and r.stdout_bytes == 200_000
+    # the first and the last half of the cap (51,200 bytes), and what is left out between
+    assert r.stdout == r.stdout_tail == "a" * 25600 and r.stdout_truncated
+    assert (r.stdout_bytes, r.stdout_omitted_bytes, r.stdout_omitted_offset) == (
+        200_000,
+        200_000 - 51200,
+        25600,
+    )
     assert r.stderr == "small\n" and not r.stderr_truncated and r.stderr_bytes == 6
     utf8 = await ws.exec("printf '\\xff\\xfeok'; printf '%.0s\\xc3\\xa9' $(seq 30000)")
     assert utf8.stdout.startswith("\ufffd\ufffdok") and utf8.stdout_truncated
     assert not utf8.stdout.endswith("\ufffd")  # a character cut by the cap is dropped
+    assert set(utf8.stdout_tail) == {"é"}  # and one the tail starts inside
 
 
 async def test_live_output_reaches_the_caller(

@@ -1,0 +1,335 @@
+"""A command's output: its head and tail for the reply, and all of it kept a while in WS_OUTPUT.
+
+The reply to ``exec.run`` holds at most ``max_output_bytes`` of each stream: past it, the first
+half and the last half, each cut at a line end when one is near (``Kept.shown``), and how many
+bytes were left out between them and from which offset. The whole stream (up to
+``OutputConfig.keep_bytes``) goes to the JetStream stream ``WS_OUTPUT`` as it comes, so that
+any executor can answer ``exec.output`` (a page by byte offset) for ``OutputConfig.ttl_s``
+(``max_age``; the stream's ``max_bytes`` drops the oldest first). Subjects
+(``Subjects.cmdout``): ``ws.cmdout.<t>.<w>.<id>.stdout.<n>`` is the n-th ``CHUNK`` bytes of
+stdout (so a page is a direct get of each chunk it spans, by subject), ``….end`` says what was
+kept once the command has ended. Tenants cannot read the stream: a tenant's NATS user has no
+``$JS.API`` (``quill/tenants.py``), and ``exec.output`` reads under the tenant and workspace of
+its own subject only.
+
+Everything is counted after secrets are redacted (``StreamRedactor``): the offsets in a reply
+are offsets in the kept output. Keeping is best effort: a publish JetStream refuses or does not
+acknowledge stops the keeping of that command (logged; ``output_kept`` false), never the
+command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass, field
+
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, PersistMode, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.subjects import STREAM_OUTPUT, Subjects
+from services.common import assets
+from services.common.secrets import NO_SECRETS, Secrets, StreamRedactor
+
+log = logging.getLogger("quill.executor.output")
+
+CHUNK = 64 * 1024
+"""Bytes of one kept message (the last of a stream may be shorter)."""
+STREAMS: tuple[rq.OutputStream, ...] = ("stdout", "stderr")
+_NEAR = 4
+"""A head or tail is cut at a line end found within its last (first) 1/_NEAR."""
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    ttl_s: float = 3600.0
+    """How long a command's output can be read after it ended (the stream's ``max_age``)."""
+    keep_bytes: int = 32 * 1024**2
+    """Bytes kept of each stream of one command; the rest is counted only."""
+    stream_bytes: int = 1024**3
+    """Bytes the whole ``WS_OUTPUT`` stream holds; past it, the oldest output goes first."""
+
+
+async def ensure_stream(
+    js: JetStreamContext, subjects: Subjects, config: OutputConfig, replicas: int = 1
+) -> None:
+    """Create ``WS_OUTPUT`` if missing, else bring its age, size and subjects to ``config``
+    (a create lost to another executor is a success: ``assets``).
+
+    Raises:
+        nats.js.errors.APIError: JetStream refused the create or the update.
+    """
+    wanted = StreamConfig(
+        name=STREAM_OUTPUT,
+        description="Quill: commands' output, kept a while (exec.output)",
+        subjects=[subjects.all_cmdout],
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        max_age=config.ttl_s,
+        max_bytes=config.stream_bytes,
+        discard=DiscardPolicy.OLD,
+        allow_direct=True,
+        persist_mode=PersistMode.ASYNC if replicas == 1 else None,
+    )
+    try:
+        info = await js.stream_info(STREAM_OUTPUT)
+    except NotFoundError:
+        if await assets.create_once(f"stream {STREAM_OUTPUT}", lambda: js.add_stream(wanted)):
+            return
+        info = await js.stream_info(STREAM_OUTPUT)
+    current = info.config
+    if (
+        current.subjects != wanted.subjects
+        or current.max_age != wanted.max_age
+        or current.max_bytes != wanted.max_bytes
+        or not current.allow_direct
+    ):
+        await js.update_stream(
+            dataclasses.replace(
+                current,
+                subjects=wanted.subjects,
+                max_age=wanted.max_age,
+                max_bytes=wanted.max_bytes,
+                allow_direct=True,
+            )
+        )
+        log.info("updated stream %s", STREAM_OUTPUT)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a reply shows of one stream."""
+
+    head: str
+    tail: str
+    omitted: int
+    """Bytes left out between head and tail."""
+    offset: int
+    """Where they start in the kept output."""
+
+
+@dataclass
+class Kept:
+    """One stream's first ``head_cap`` and last ``tail_cap`` bytes (none counted twice)."""
+
+    head_cap: int
+    tail_cap: int
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.tail_cap:
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    def shown(self) -> Shown:
+        """Head and tail as text: all of it when nothing is left out; else each cut at a
+        line end when one is near, and never inside a UTF-8 character."""
+        head, tail = bytes(self.head), bytes(self.tail)
+        if self.total == len(head) + len(tail):
+            return Shown((head + tail).decode("utf-8", "replace"), "", 0, 0)
+        end = head.rfind(b"\n")
+        if end >= len(head) - len(head) // _NEAR:
+            head = head[: end + 1]
+        else:
+            head = head[: _char_start(head, len(head))]
+        start = tail.find(b"\n")
+        if 0 <= start < len(tail) // _NEAR:
+            tail = tail[start + 1 :]
+        else:
+            tail = tail[_char_start(tail, 0) :] if tail else tail
+        omitted = self.total - len(head) - len(tail)
+        return Shown(
+            head.decode("utf-8", "replace"), tail.decode("utf-8", "replace"), omitted, len(head)
+        )
+
+
+def _char_start(data: bytes, i: int) -> int:
+    """``i`` moved back to the start of the UTF-8 character it is in (``i`` itself when it
+    starts one, or for the end: when the last character is whole)."""
+    j, back = i, 0
+    if i == len(data):
+        j = i - 1
+        while j >= 0 and back < 3 and data[j] & 0xC0 == 0x80:
+            j, back = j - 1, back + 1
+        if j >= 0 and data[j] >= 0xC0:
+            width = 2 if data[j] < 0xE0 else 3 if data[j] < 0xF0 else 4
+            return j if len(data) - j < width else i
+        return i
+    while j < len(data) and back < 3 and data[j] & 0xC0 == 0x80:  # a tail: skip forward
+        j, back = j + 1, back + 1
+    return j
+
+
+class Recorder:
+    """One command's output, as it comes: redacted, its head and tail kept for the reply, and
+    kept in ``WS_OUTPUT`` (see the module docstring). ``feed`` is its ``on_output``."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        subjects: Subjects,
+        tenant: str,
+        workspace: str,
+        command_id: str,
+        *,
+        cap: int,
+        config: OutputConfig,
+        secrets: Secrets = NO_SECRETS,
+    ) -> None:
+        self.js = js
+        self._where = (subjects, tenant, workspace, command_id)
+        self.config = config
+        self.secrets = secrets
+        self.kept = {s: Kept(cap // 2, cap - cap // 2) for s in STREAMS}
+        self.raw = dict.fromkeys(STREAMS, 0)
+        self.stored = dict.fromkeys(STREAMS, 0)
+        self.redacted: set[str] = set()
+        self.ok = True
+        self._buffers = {s: bytearray() for s in STREAMS}
+        self._redactors = {s: StreamRedactor(secrets) for s in STREAMS} if secrets else {}
+
+    def subject(self, part: str) -> str:
+        subjects, tenant, workspace, command_id = self._where
+        return subjects.cmdout(tenant, workspace, command_id, part)
+
+    async def feed(self, stream: rq.OutputStream, chunk: bytes) -> None:
+        self.raw[stream] += len(chunk)
+        redactor = self._redactors.get(stream)
+        if redactor is not None:
+            chunk = redactor.feed(chunk)
+            self.redacted.update(redactor.redacted)
+        await self._take(stream, chunk)
+
+    async def _take(self, stream: rq.OutputStream, data: bytes) -> None:
+        self.kept[stream].feed(data)
+        room = self.config.keep_bytes - self.stored[stream] - len(self._buffers[stream])
+        if not self.ok or room <= 0:
+            return
+        buffer = self._buffers[stream]
+        buffer += data[:room]
+        while len(buffer) >= CHUNK:
+            await self._store(stream, bytes(buffer[:CHUNK]))
+            del buffer[:CHUNK]
+
+    async def _store(self, stream: rq.OutputStream, data: bytes) -> None:
+        if not self.ok:
+            return
+        n = self.stored[stream] // CHUNK
+        try:
+            await self.js.publish(self.subject(f"{stream}.{n}"), data, timeout=5)
+        except Exception as exc:  # keeping is best effort: never the command's failure
+            log.warning("output of %s not kept: %r", self.subject("*"), exc)
+            self.ok = False
+            return
+        self.stored[stream] += len(data)
+
+    async def finish(self, extra: dict[rq.OutputStream, bytes]) -> dict[str, Shown]:
+        """End the streams (``extra``: bytes the provider added that ``feed`` never saw, e.g.
+        the sandbox's out-of-memory note), keep what is buffered and the ``end`` record.
+        Returns what the reply shows of each stream."""
+        for stream in STREAMS:
+            redactor = self._redactors.get(stream)
+            if redactor is not None:
+                await self._take(stream, redactor.flush())
+                self.redacted.update(redactor.redacted)
+            if extra.get(stream):
+                await self._take(stream, self.secrets.redact_bytes(extra[stream])[0])
+            if self._buffers[stream]:
+                await self._store(stream, bytes(self._buffers[stream]))
+                self._buffers[stream].clear()
+        if self.ok:
+            end = {
+                s: {
+                    "kept": self.stored[s],
+                    "written": self.kept[s].total,
+                    "total": self.raw[s] + len(extra.get(s, b"")),
+                }
+                for s in STREAMS
+            }
+            try:
+                await self.js.publish(self.subject("end"), json.dumps(end).encode(), timeout=5)
+            except Exception as exc:
+                log.warning("output of %s not kept: %r", self.subject("*"), exc)
+                self.ok = False
+        return {s: self.kept[s].shown() for s in STREAMS}
+
+
+async def read_page(
+    js: JetStreamContext,
+    subjects: Subjects,
+    tenant: str,
+    workspace: str,
+    req: rq.CommandOutputQuery,
+) -> rp.CommandOutput:
+    """A page of a command's kept output (of the workspace the request was sent to).
+
+    Raises:
+        QuillError: ``FILE_NOT_FOUND`` when nothing is kept under that id (never run here,
+            another workspace's, or older than the stream keeps); ``UNAVAILABLE`` when
+            JetStream does not answer.
+    """
+
+    def subject(part: str) -> str:
+        return subjects.cmdout(tenant, workspace, req.command_id, part)
+
+    async def get(part: str) -> bytes | None:
+        try:
+            msg = await js.get_last_msg(STREAM_OUTPUT, subject(part), direct=True)
+        except NotFoundError:
+            return None
+        except Exception as exc:
+            raise QuillError(
+                ErrorCode.UNAVAILABLE, f"The kept output could not be read ({exc!r}); retry"
+            ) from None
+        return msg.data or b""
+
+    end_data = await get("end")
+    end = json.loads(end_data)[req.stream] if end_data is not None else None
+    limit = end["kept"] if end is not None else None
+    stop = req.offset + req.length if limit is None else min(req.offset + req.length, limit)
+    data = bytearray()
+    n = req.offset // CHUNK
+    while req.offset + len(data) < stop:
+        chunk = await get(f"{req.stream}.{n}")
+        if chunk is None:
+            break
+        start = req.offset - n * CHUNK if n == req.offset // CHUNK else 0
+        data += chunk[start:]
+        if len(chunk) < CHUNK:
+            break
+        n += 1
+    if end is None and not data and not [s for s in STREAMS if await get(f"{s}.0") is not None]:
+        raise QuillError(
+            ErrorCode.FILE_NOT_FOUND,
+            f"No output kept for command {req.command_id}: not a command of this workspace, "
+            "or one that ended too long ago (output is kept an hour by default)",
+            {"command_id": req.command_id},
+        )
+    page = bytes(data[: max(stop - req.offset, 0)])
+    if req.offset + len(page) < (limit if limit is not None else req.offset + len(data)):
+        page = page[: _char_start(page, len(page))] or page  # never split a character
+    kept = limit if limit is not None else req.offset + len(data)
+    return rp.CommandOutput(
+        command_id=req.command_id,
+        stream=req.stream,
+        offset=req.offset,
+        text=page.decode("utf-8", "replace"),
+        length=len(page),
+        kept_bytes=kept,
+        total_bytes=end["total"] if end is not None else kept,
+        more=req.offset + len(page) < kept or end is None,
+        complete=end is not None,
+    )
