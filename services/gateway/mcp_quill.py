@@ -9,7 +9,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import Field, WithJsonSchema
 
-from contracts.requests import GitAction, ModifyOperation
+from contracts.requests import GitAction, ModifyOperation, OutputStream
 from quill.client import Workspace
 from services.gateway import texts
 from services.gateway.tooling import (
@@ -59,7 +59,8 @@ OPEN = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_h
 
 def register(server: MCPServer, tools: Tools) -> None:
     """Quill's tools: edit_file, modify_file, grep, explore_files, delete_file, move_file,
-    file_history, diff, restore, get_workspace_info, execute_command (and bash), git."""
+    file_history, diff, restore, get_workspace_info, execute_command (and bash),
+    read_command_output, git."""
 
     @server.tool(
         description=(
@@ -324,13 +325,19 @@ def register(server: MCPServer, tools: Tools) -> None:
         return await tools.call(ctx, "get_workspace_info", go, workspace=workspace)
 
     command_description = (
-        "Run a shell command (bash) in the workspace's sandbox: the workspace is the current "
-        "directory (/workspace), there is no network, and the command is stopped at timeout_ms "
-        "(SIGTERM, then SIGKILL 5 s later). Answers the exit code and stdout and stderr "
-        "separately (each up to 50 KB; longer output says how long it was). A non-zero exit "
-        "code is an answer, not an error. Files the command creates, changes or deletes are "
-        "committed to the workspace as one new version (node_modules, .venv, __pycache__ and "
-        "the like are kept out)."
+        "Run a shell command (bash -c) in the workspace's sandbox: the workspace is the "
+        "current directory (/workspace), there is no network, and the command is stopped at "
+        "timeout_ms (SIGTERM, then SIGKILL 5 s later). Answers the exit code and stdout and "
+        "stderr separately; a stream over 50 KB shows its first and last 25 KB with the size "
+        "of the middle left out, which read_command_output reads (the answer gives the exact "
+        "call; kept for an hour). A non-zero exit code is an answer, not an error. Files the "
+        "command creates, changes or deletes are committed to the workspace as one new "
+        "version (node_modules, .venv, __pycache__ and the like are kept out). Each command "
+        "is a fresh shell: cd, export and /tmp do not carry over to the next one (chain steps "
+        "with && in one command); processes left running (cmd &) are killed when it ends "
+        "(the answer says so); stdin is closed, so a prompt (read -p, input()) gets end of "
+        "file (the answer says so: pass input with a pipe or a --yes flag); python is "
+        "python3."
         " Only committed files are visible to the file tools; files a command made that "
         "could not be committed (too large, symlinks, invalid names) are listed in its reply."
     )
@@ -375,6 +382,39 @@ def register(server: MCPServer, tools: Tools) -> None:
         workspace: WorkspaceName = None,
     ) -> Answer:
         return await run_command(ctx, "bash", command, workdir, timeout_ms, env, workspace)
+
+    @server.tool(
+        description=(
+            "Read a part of a command's whole output by the command's id (execute_command "
+            "shows a long stream's first and last part and gives the exact call for the middle): "
+            "length bytes from byte offset of stdout or stderr. Output is kept for an hour "
+            "after the command ends."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def read_command_output(
+        ctx: Ctx,
+        command_id: Annotated[
+            str,
+            Field(
+                pattern=r"^[A-Za-z0-9._:-]{1,128}$",
+                description="The command's id, as execute_command's answer gives it",
+            ),
+        ],
+        stream: Annotated[OutputStream, Field(description="stdout or stderr")] = "stdout",
+        offset: Annotated[int, Field(ge=0, description="First byte to read")] = 0,
+        length: Annotated[
+            int, Field(ge=1, le=1024 * 1024, description="Most bytes to read (default 65536)")
+        ] = 64 * 1024,
+        workspace: WorkspaceName = None,
+    ) -> Answer:
+        async def go(ws: Workspace) -> Done:
+            r = await ws.command_output(command_id, stream=stream, offset=offset, length=length)
+            return Done(texts.command_output_text(r), builtins(r))
+
+        return await tools.call(
+            ctx, "read_command_output", go, workspace=workspace, detail=command_id
+        )
 
     @server.tool(
         description=(

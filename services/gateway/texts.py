@@ -37,6 +37,7 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.FILE_NOT_FOUND, "detach_workspace"): "Error: {message}",
     (E.ACCESS_DENIED, "attach_workspace"): "Error: {message}",
     (E.FILE_NOT_FOUND, "list_workspaces"): "Error: Workspace not found: {workspace}",
+    (E.FILE_NOT_FOUND, "read_command_output"): "Error: {message}",
     (E.NOT_A_FILE, ANY): "Error: Not a file: {path}",
     (E.NOT_A_FILE, "write_file"): "Error: Failed to write file - {message}",
     (E.NOT_A_DIRECTORY, ANY): "Error: Not a directory: {path}",
@@ -318,24 +319,95 @@ def changes_text(changes: rp.CapturedChanges | None) -> str:
 
 
 def command_text(r: rp.CommandResult) -> str:
-    """``execute_command``'s answer: exit code, both streams (each labelled), what changed."""
+    """``execute_command``'s answer: exit code, both streams (each labelled; a long one as its
+    head and tail, with what is left out between and the exact call that reads it), what the
+    command left running or tried to read, what changed."""
     parts = [f"Exit code: {r.exit_code}" + (" (timed out)" if r.timed_out else "")]
     if r.timed_out:
         parts.append(
             f"The command ran past its timeout ({r.duration_ms / 1000:.1f}s): it was stopped "
             "(SIGTERM, then SIGKILL); the output below is what it wrote until then."
         )
-    for name, text, truncated, total in (
-        ("stdout", r.stdout, r.stdout_truncated, r.stdout_bytes),
-        ("stderr", r.stderr, r.stderr_truncated, r.stderr_bytes),
-    ):
-        if text or truncated:
-            note = f"\n[{name} truncated: first part shown of {total} bytes]" if truncated else ""
-            parts.append(f"--- {name} ---\n{text.rstrip(chr(10))}{note}")
+    streams: tuple[tuple[str, str, str, int, int, int], ...] = (
+        ("stdout", r.stdout, r.stdout_tail, r.stdout_omitted_bytes, r.stdout_omitted_offset,
+         r.stdout_bytes),
+        ("stderr", r.stderr, r.stderr_tail, r.stderr_omitted_bytes, r.stderr_omitted_offset,
+         r.stderr_bytes),
+    )  # fmt: skip
+    for name, head, tail, omitted, offset, total in streams:
+        if omitted:
+            parts.append(
+                f"--- {name} ({total} bytes: the first and the last part; {omitted} bytes "
+                f"in the middle left out) ---\n{head}"
+                + _omitted_note(r, name, omitted, offset)
+                + f"\n{tail.rstrip(chr(10))}"
+            )
+        elif head:
+            parts.append(f"--- {name} ---\n{head.rstrip(chr(10))}")
+    if r.stdin_read:
+        parts.append(
+            "Note: the command tried to read standard input, which is closed (a prompt such "
+            "as `read -p` or input() cannot be answered): it got end of file. Give the input "
+            "in the command (`echo yes | cmd`, `cmd < answers.txt`) or use a non-interactive "
+            "option (`-y`, `--yes`)."
+        )
+    if r.background_killed:
+        n = r.background_killed
+        parts.append(
+            f"Note: the command left {n} process{'' if n == 1 else 'es'} running in "
+            "the background, killed when it ended: nothing runs between commands. Start a "
+            "server and what uses it in one command (`server & sleep 1; curl ...`)."
+        )
     changed = changes_text(r.changes)
     if changed:
         parts.append(changed)
     return "\n\n".join(parts)
+
+
+def _omitted_note(r: rp.CommandResult, name: str, omitted: int, offset: int) -> str:
+    """What is left out of a long stream and the call that reads it."""
+    where = f"bytes {offset}-{offset + omitted - 1} of {name}"
+    if not r.output_kept:
+        return (
+            f"[... {omitted} bytes left out ({where}); the whole output was not kept: run "
+            "the command again with its output redirected to a file (cmd > out.log 2>&1) "
+            "and read the file ...]"
+        )
+    stream = "" if name == "stdout" else ', stream="stderr"'
+    return (
+        f"[... {omitted} bytes left out ({where}). To read them: "
+        f'read_command_output(command_id="{r.command_id}"{stream}, offset={offset}), '
+        "then again from the offset each page says; kept for an hour ...]"
+    )
+
+
+def command_output_text(r: rp.CommandOutput) -> str:
+    """``read_command_output``'s answer: the page, where it lies and how to read on."""
+    end = r.offset + r.length
+    head = f"--- {r.stream} of command {r.command_id}, bytes {r.offset}-{end - 1} ---"
+    if not r.length:
+        head = f"--- {r.stream} of command {r.command_id}: nothing from byte {r.offset} ---"
+    notes = []
+    stream = "" if r.stream == "stdout" else ', stream="stderr"'
+    if r.more and r.complete:
+        notes.append(
+            f"[{r.kept_bytes - end} more bytes (of {r.kept_bytes}): "
+            f'read_command_output(command_id="{r.command_id}"{stream}, offset={end})]'
+        )
+    elif not r.complete:
+        notes.append(
+            "[the command is still running: more may come; "
+            f'read_command_output(command_id="{r.command_id}"{stream}, offset={end})]'
+        )
+    else:
+        notes.append(f"[end of the {r.stream} ({r.kept_bytes} bytes)]")
+    if r.complete and r.total_bytes > r.kept_bytes:
+        notes.append(
+            f"[the command wrote {r.total_bytes} bytes: those past byte {r.kept_bytes} were "
+            "not kept (the last part is in the command's own answer)]"
+        )
+    text = r.text + ("" if r.text.endswith("\n") or not r.text else "\n")
+    return f"{head}\n{text}" + "\n".join(notes)
 
 
 def git_text(r: rp.GitResult) -> str:

@@ -52,6 +52,7 @@ TOOL_OPS: dict[str, str] = {
     "get_workspace_info": "qry.info",
     "execute_command": "exec.run",
     "bash": "exec.run",
+    "read_command_output": "exec.output",
     "git": "exec.git",
 }
 """The op each ``/mcp`` tool needs a workspace to offer (``WorkspaceInfo.capabilities``)."""

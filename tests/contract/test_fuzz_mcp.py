@@ -59,6 +59,7 @@ TOOL_OPS: dict[str, str] = {
     "get_workspace_info": "qry.info",
     "execute_command": "exec.run",
     "bash": "exec.run",
+    "read_command_output": "exec.output",
     "git": "exec.git",
     "attach_workspace": "cmd.attach",
     "detach_workspace": "cmd.detach",
