@@ -1,0 +1,124 @@
+"""A command's kept output (``WS_OUTPUT``, read with ``exec.output``) is its tenant's alone.
+
+Tenant a runs a command whose output holds a marker; a reads it back by the command's id.
+Tenant b, a bare nats-py client with its own credentials and the command's id, tries every way
+there is: ``exec.output`` on its own workspace (the id names nothing there), on a's subject
+(refused by the server), a direct get and a message get on the stream (``$JS.API``: refused),
+a subscription to the stream's subjects (refused; nothing arrives while a runs another
+command), and ids that try to reach out of their subject token. None gives b a byte of it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from contracts.subjects import STREAM_OUTPUT
+from tests.system.conftest import Up
+from tests.system.test_tenants import PASSWORDS, quill_as, with_tenants
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    with with_tenants(tmp_path_factory.mktemp("tenants")) as stack:
+        yield stack
+
+
+async def ask(nc: NATS, subject: str, body: dict[str, Any] | bytes) -> dict[str, Any] | None:
+    """The reply to a request, or None when the server refused it (no reply comes)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    try:
+        msg = await nc.request(subject, data, timeout=3)
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+        return None
+    try:
+        reply: dict[str, Any] = json.loads(msg.data)
+    except ValueError:
+        return {"raw": msg.data.decode(errors="replace"), "headers": msg.headers}
+    return reply
+
+
+async def test_another_tenant_cannot_read_a_commands_output(up: Up) -> None:
+    marker = f"A-ONLY-{secrets.token_hex(8)}"
+    qa = await quill_as(up, "a")
+    qb = await quill_as(up, "b")
+    refusals: list[str] = []
+    both_refused = asyncio.Event()
+
+    async def on_error(exc: Exception) -> None:
+        refusals.append(str(exc))
+        if sum("ws.cmdout" in e for e in refusals) >= 2:
+            both_refused.set()
+
+    nb = await nats.connect(
+        up.nats_url,
+        user="b",
+        password=PASSWORDS["b"],
+        inbox_prefix="_INBOX_b",
+        error_cb=on_error,
+    )
+    try:
+        wa = qa.workspace("a/shared")
+        await wa.create(exist_ok=True)
+        await qb.workspace("b/shared").create(exist_ok=True)
+        # long: its middle is only in the kept output
+        r = await wa.exec(f"for i in $(seq 1 20000); do echo {marker} $i; done")
+        assert r.stdout_truncated and r.output_kept
+        own = await wa.command_output(r.command_id, offset=r.stdout_omitted_offset)
+        assert marker in own.text  # a reads its own
+
+        leaked: list[bytes] = []
+
+        async def collect(msg: Msg) -> None:
+            leaked.append(msg.data)
+
+        await nb.subscribe("ws.cmdout.>", cb=collect)
+        await nb.subscribe(f"ws.cmdout.a.shared.{r.command_id}.>", cb=collect)
+        await nb.flush()
+
+        body = {"command_id": r.command_id, "offset": r.stdout_omitted_offset}
+        answers = {
+            "own workspace": await ask(nb, "ws.exec.b.shared.output", body),
+            "a's subject": await ask(nb, "ws.exec.a.shared.output", body),
+            "direct get": await ask(
+                nb,
+                f"$JS.API.DIRECT.GET.{STREAM_OUTPUT}.ws.cmdout.a.shared.{r.command_id}.stdout.0",
+                b"",
+            ),
+            "msg get": await ask(
+                nb,
+                f"$JS.API.STREAM.MSG.GET.{STREAM_OUTPUT}",
+                {"last_by_subj": f"ws.cmdout.a.shared.{r.command_id}.stdout.0"},
+            ),
+            "stream info": await ask(nb, f"$JS.API.STREAM.INFO.{STREAM_OUTPUT}", b""),
+        }
+        for escape in ("*", ">", f"a.shared.{r.command_id}", "../a/shared"):
+            answers[f"id {escape}"] = await ask(
+                nb, "ws.exec.b.shared.output", {"command_id": escape}
+            )
+        assert answers["own workspace"] is not None
+        assert answers["own workspace"]["error"]["code"] == "FILE_NOT_FOUND"
+        for what in ("a's subject", "direct get", "msg get", "stream info"):
+            assert answers[what] is None, (what, answers[what])  # refused by the server
+        for what, answer in answers.items():
+            assert marker not in json.dumps(answer), what
+            if what.startswith("id "):
+                assert answer is not None and not answer["ok"], (what, answer)
+        # what a runs now is not streamed to b's subscriptions either
+        again = await wa.exec(f"echo {marker} again")
+        assert again.output_kept
+        await nb.flush()
+        await asyncio.wait_for(both_refused.wait(), 10)  # both subscriptions were refused
+        assert not leaked
+    finally:
+        await nb.close()
+        await qa.close()
+        await qb.close()
