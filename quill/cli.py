@@ -24,6 +24,7 @@ import click
 import msgspec
 
 from contracts import replies as rp
+from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord, WorkspaceUpdated
 from contracts.limits import CEILINGS, LimitsPatch
@@ -1161,7 +1162,10 @@ async def exec_(
         variables[name] = value
     as_json = ctx.obj["json"]
 
+    shown = {"stdout": 0, "stderr": 0}
+
     def live(stream: str, chunk: bytes) -> None:
+        shown[stream] += len(chunk)
         out = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
         out.write(chunk)
         out.flush()
@@ -1179,8 +1183,76 @@ async def exec_(
     else:
         if r.timed_out:
             click.echo(f"quill: timed out after {r.duration_ms / 1000:.1f}s", err=True)
+        _exec_notes(r, shown, f"{ws.tenant}/{ws.name}")
         _changes_note(r.changes)
     sys.exit(min(r.exit_code, 255))
+
+
+def _exec_notes(r: rp.CommandResult, shown: dict[str, int], workspace: str) -> None:
+    """What the live output did not show (past what is streamed), and what the command left
+    running or tried to read."""
+    for stream, total in (("stdout", r.stdout_bytes), ("stderr", r.stderr_bytes)):
+        if shown[stream] < total:
+            how = (
+                f"quill output {workspace} {r.command_id} --stream {stream} "
+                f"--offset {shown[stream]}"
+                if r.output_kept
+                else "it was not kept"
+            )
+            click.echo(
+                f"quill: {stream}: {total - shown[stream]} bytes past the first "
+                f"{shown[stream]} were not streamed; the rest: {how}",
+                err=True,
+            )
+    if r.background_killed:
+        n = r.background_killed
+        click.echo(
+            f"quill: the command left {n} process{'' if n == 1 else 'es'} running in the "
+            "background, killed when it ended",
+            err=True,
+        )
+    if r.stdin_read:
+        click.echo(
+            "quill: the command read its standard input, which is closed (end of file)",
+            err=True,
+        )
+
+
+@main.command(name="output")
+@workspace_command
+@click.argument("command_id")
+@click.option(
+    "--stream", type=click.Choice(["stdout", "stderr"]), default="stdout", show_default=True
+)
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="First byte (default 0).")
+@click.option("--length", type=click.IntRange(min=1), help="Most bytes (default: to the end).")
+async def output(
+    ctx: click.Context,
+    ws: Workspace,
+    command_id: str,
+    stream: str,
+    offset: int,
+    length: int | None,
+) -> None:
+    """Print the kept output of command COMMAND_ID (its id: `quill exec --json`, or the note
+    `quill exec` prints past what it streamed), from --offset. Output is kept an hour after
+    the command ended. With --json: one page (64 KiB unless --length) as JSON."""
+    which: rq.OutputStream = "stderr" if stream == "stderr" else "stdout"
+    if ctx.obj["json"]:
+        page = await ws.command_output(
+            command_id, stream=which, offset=offset, length=min(length or 65536, 1024**2)
+        )
+        emit(ctx, page, lambda: None)
+        return
+    end = None if length is None else offset + length
+    while end is None or offset < end:
+        size = 1024**2 if end is None else min(end - offset, 1024**2)
+        page = await ws.command_output(command_id, stream=which, offset=offset, length=size)
+        sys.stdout.write(page.text)
+        offset += page.length
+        if not page.more or not page.length:
+            break
+    sys.stdout.flush()
 
 
 @main.command()
