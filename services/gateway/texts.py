@@ -328,19 +328,26 @@ def command_text(r: rp.CommandResult) -> str:
             f"The command ran past its timeout ({r.duration_ms / 1000:.1f}s): it was stopped "
             "(SIGTERM, then SIGKILL); the output below is what it wrote until then."
         )
-    streams: tuple[tuple[str, str, str, int, int, int], ...] = (
+    streams: tuple[tuple[str, str, str, int, int, int, bool], ...] = (
         ("stdout", r.stdout, r.stdout_tail, r.stdout_omitted_bytes, r.stdout_omitted_offset,
-         r.stdout_bytes),
+         r.stdout_bytes, r.stdout_truncated),
         ("stderr", r.stderr, r.stderr_tail, r.stderr_omitted_bytes, r.stderr_omitted_offset,
-         r.stderr_bytes),
+         r.stderr_bytes, r.stderr_truncated),
     )  # fmt: skip
-    for name, head, tail, omitted, offset, total in streams:
+    for name, head, tail, omitted, offset, total, truncated in streams:
         if omitted:
             parts.append(
                 f"--- {name} ({total} bytes: the first and the last part; {omitted} bytes "
                 f"in the middle left out) ---\n{head}"
                 + _omitted_note(r, name, omitted, offset)
                 + f"\n{tail.rstrip(chr(10))}"
+            )
+        elif truncated:  # only its beginning (a local workspace's command)
+            parts.append(
+                f"--- {name} ---\n{head.rstrip(chr(10))}\n[{name} truncated: the first "
+                f"{len(head.encode())} of {total} bytes shown; the rest was not kept: run the "
+                "command again with its output redirected to a file (cmd > out.log 2>&1) and "
+                "read the file]"
             )
         elif head:
             parts.append(f"--- {name} ---\n{head.rstrip(chr(10))}")

@@ -14,7 +14,9 @@ from typing import Any
 import pytest_asyncio
 from mcp import Client
 
+from contracts import replies as rp
 from services.executor.app import ExecutorConfig
+from services.gateway import texts
 from services.gateway.app import Gateway
 from tests.gateway.support import assert_names_missing, call, mcp_client, model_view
 from tests.helpers import start_executor
@@ -138,3 +140,31 @@ async def environment(mcp: Client) -> None:
     assert "Note: the command left 1 process running in the background, killed" in left
     quiet = await view_of(mcp, "execute_command", command="python -c 'print(6 * 7)'")
     assert quiet == "Exit code: 0\n\n--- stdout ---\n42", quiet  # no note when there is none
+
+
+def test_a_stream_cut_without_a_kept_rest_says_so() -> None:
+    """A local workspace's command (a bridge keeps no output): only the beginning, and the
+    text says what is missing and what to do instead."""
+    r = rp.CommandResult(
+        exit_code=0,
+        stdout="a" * 100,
+        stderr="",
+        stdout_truncated=True,
+        stderr_truncated=False,
+        stdout_bytes=5000,
+        stderr_bytes=0,
+        duration_ms=1,
+        timed_out=False,
+        changes=rp.CapturedChanges(
+            base_version=1,
+            committed=False,
+            version=1,
+            paths=[],
+            total=0,
+            conflicts=[],
+            skipped=[],
+            ignored=[],
+        ),
+    )
+    view = texts.command_text(r)
+    assert_names_missing(view, "the first 100 of 5000 bytes", way_on="cmd > out.log 2>&1")
