@@ -371,6 +371,13 @@ def command_text(r: rp.CommandResult) -> str:
     return "\n\n".join(parts)
 
 
+def head_and_tail(head: str, tail: str, omitted: int) -> str:
+    """A stream as one text: its head, what is left out, its tail (WAP's ``stdout``)."""
+    if not omitted:
+        return head
+    return f"{head}[... {omitted} bytes left out ...]\n{tail}"
+
+
 def _omitted_note(r: rp.CommandResult, name: str, omitted: int, offset: int) -> str:
     """What is left out of a long stream and the call that reads it."""
     where = f"bytes {offset}-{offset + omitted - 1} of {name}"

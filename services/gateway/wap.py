@@ -19,7 +19,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.paths import ROOT_DIR, normalize, parent
 from contracts.requests import ModifyOperation
 from quill.client import Workspace
-from services.gateway import VERSION
+from services.gateway import VERSION, texts
 from services.gateway.principals import Access
 from services.gateway.tooling import (
     Answer,
@@ -331,8 +331,8 @@ def build(access: Access) -> MCPServer:
             )
             return reply(
                 {
-                    "stdout": r.stdout,
-                    "stderr": r.stderr,
+                    "stdout": texts.head_and_tail(r.stdout, r.stdout_tail, r.stdout_omitted_bytes),
+                    "stderr": texts.head_and_tail(r.stderr, r.stderr_tail, r.stderr_omitted_bytes),
                     "exitCode": r.exit_code,
                     "isOutputTruncated": r.stdout_truncated or r.stderr_truncated,
                     "durationMs": r.duration_ms,

@@ -18,7 +18,7 @@ from contracts import replies as rp
 from services.executor.app import ExecutorConfig
 from services.gateway import texts
 from services.gateway.app import Gateway
-from tests.gateway.support import assert_names_missing, call, mcp_client, model_view
+from tests.gateway.support import assert_names_missing, call, mcp_client, model_view, wap
 from tests.helpers import start_executor
 
 LINES = 50_000
@@ -168,3 +168,11 @@ def test_a_stream_cut_without_a_kept_rest_says_so() -> None:
     )
     view = texts.command_text(r)
     assert_names_missing(view, "the first 100 of 5000 bytes", way_on="cmd > out.log 2>&1")
+
+
+async def test_wap_execute_command_keeps_the_end(gateway: Gateway, executor: None) -> None:
+    async with mcp_client(gateway.url, "/mcp/wap") as mcp:
+        failed, data = await wap(mcp, "executeCommand", command="seq 1 30000; echo FAILED")
+    assert not failed and data["isOutputTruncated"]
+    assert data["stdout"].startswith("1\n2\n") and data["stdout"].endswith("30000\nFAILED\n")
+    assert re.search(r"\n\[\.\.\. \d+ bytes left out \.\.\.\]\n", data["stdout"])
