@@ -229,6 +229,10 @@ class Subjects:
         (its n-th chunk) or ``end`` (what was kept, written when the command ended)."""
         return f"{self.root}.cmdout.{tenant}.{workspace}.{request_id.replace('.', '_')}.{part}"
 
+    def workspace_cmdout(self, tenant: str, workspace: str) -> str:
+        """Every part of every kept command output of a workspace."""
+        return f"{self.root}.cmdout.{tenant}.{workspace}.>"
+
     @property
     def all_cmdout(self) -> str:
         return f"{self.root}.cmdout.>"

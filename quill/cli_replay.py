@@ -356,6 +356,7 @@ def _scrubbed_text(s: scr.Scrubbed) -> str:
         f"{_plural(s.events_changed, 'event')}, {_plural(s.contents_changed, 'content')}, "
         f"{_plural(len(s.paths_changed), 'path')}, {_plural(s.audit_records, 'audit record')}, "
         f"{_plural(s.kv_entries, 'KV entry', 'KV entries')}"
+        + (f", {_plural(s.outputs_purged, 'command output')}" if s.outputs_purged else "")
     )
     if s.dry_run:
         return f"dry run: {ids} found in {name}: {found}; nothing changed" + _shared_text(s)

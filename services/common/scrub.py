@@ -32,8 +32,9 @@ registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewr
    (``shared_with``: they hold the same content, scrub them too; scrubbing the last of them
    deletes it). Audit records (WS_AUDIT) that carry a secret
    are re-published redacted and the originals deleted, KV values that carry one are
-   replaced by their redacted form (their history purged); keys that carry one are removed.
-6. The new log is replayed and checked, WS_EVENTS/WS_AUDIT are scanned for the secrets
+   replaced by their redacted form (their history purged); keys that carry one are removed;
+   the kept output (WS_OUTPUT) of a command that printed one is purged whole.
+6. The new log is replayed and checked, WS_EVENTS/WS_AUDIT/WS_OUTPUT are scanned for the secrets
    again, and an audit record ``scrub`` (the secret ids, never the values; the old and new
    head hashes) is published.
 
@@ -70,7 +71,7 @@ from contracts.events import (
     WorkspaceEvent,
     WorkspaceUpdated,
 )
-from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
+from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, STREAM_OUTPUT, Subjects
 from services.common import compaction
 from services.common import log as eventlog
 from services.common import replay as rpl
@@ -109,6 +110,8 @@ class Scrubbed(msgspec.Struct, kw_only=True):
     """Audit records that carried a secret (re-published redacted)."""
     kv_entries: int
     """KV values or keys that carried a secret."""
+    outputs_purged: int = 0
+    """Commands whose kept output (WS_OUTPUT) carried a secret: their output is purged."""
     old_version: int
     old_head: str
     version: int = 0
@@ -256,6 +259,11 @@ async def scrub(
                 audit = await stores.messages(js, STREAM_AUDIT, audit_subject)
                 audit_hits = [(s, d) for s, d in audit if stores.carries(secrets, d)]
                 kv_hits = await stores.kv_hits(js, secrets, kv_buckets)
+                output_hits = await stores.output_hits(
+                    js, secrets, subjects.workspace_cmdout(tenant, workspace)
+                )
+                for found in output_hits.values():
+                    redactor.found.update(found)
                 for _, data in audit_hits:
                     redactor.found.update(secrets.redact_bytes(data)[1])
                 for _, _, data in kv_hits:
@@ -270,6 +278,7 @@ async def scrub(
                     paths_changed=sorted(n for o, n in redactor.paths.items() if o != n),
                     audit_records=len(audit_hits),
                     kv_entries=len(kv_hits),
+                    outputs_purged=len(output_hits),
                     old_version=fold.version,
                     old_head=fold.last_hash,
                 )
@@ -277,7 +286,7 @@ async def scrub(
                     raise QuillError(
                         ErrorCode.NO_MATCH,
                         f"No registered secret occurs in {name} (its log, contents, audit "
-                        "records or KV buckets): nothing to scrub",
+                        "records, kept command output or KV buckets): nothing to scrub",
                     )
                 if dry_run:
                     await _shared(js, subjects, subject, set(redactor.shas), secrets, result)
@@ -291,6 +300,7 @@ async def scrub(
                 await store.close()
         await stores.scrub_audit(js, secrets, audit_subject, audit_hits)
         await stores.scrub_kv(js, secrets, kv_hits)
+        await stores.scrub_output(js, sorted(output_hits))
         await _check(js, subjects, tenant, workspace, secrets, result)
         await _audit(js, subjects, result, actor)
     return result
@@ -490,6 +500,10 @@ async def _check(
                 ErrorCode.INTERNAL,
                 f"{len(left)} messages of {stream} still carry a secret after the scrub",
             )
+    if await stores.output_hits(js, secrets, subjects.workspace_cmdout(tenant, workspace)):
+        raise QuillError(
+            ErrorCode.INTERNAL, f"{STREAM_OUTPUT} still holds a secret after the scrub"
+        )
 
 
 async def _audit(
@@ -522,6 +536,7 @@ async def _audit(
             "events_changed": result.events_changed,
             "contents_changed": result.contents_changed,
             "audit_records": result.audit_records,
+            "outputs_purged": result.outputs_purged,
             "form": result.form,
             "blobs_deleted": result.blobs_deleted,
             "blobs_kept": result.blobs_kept,

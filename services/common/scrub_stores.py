@@ -1,16 +1,19 @@
 """The stores beside a workspace's log that ``quill scrub`` cleans (``scrub.py``): its
-audit records in WS_AUDIT and the entries of every KV bucket; and the other workspaces'
+audit records in WS_AUDIT, its commands' kept output in WS_OUTPUT and the entries of every
+KV bucket; and the other workspaces'
 logs, which the scrub must not break (``referrers``: the WS_BLOBS objects they still name).
 
 An audit record that carries a secret is re-published redacted (its fields, its original
 ``at`` kept) and the original deleted (``STREAM.MSG.DELETE`` erases it). A KV key with an
 entry (any revision kept) that carries one is purged, its history with it, and its latest
-value put back redacted, unless the key itself carries one (then it is gone).
+value put back redacted, unless the key itself carries one (then it is gone). A command
+whose kept output carries one has its output purged whole.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import msgspec
@@ -22,7 +25,7 @@ from nats.js.errors import NotFoundError
 from contracts import codec
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import ChangesCommitted, HistoryCompacted, PutFile
-from contracts.subjects import STREAM_AUDIT, STREAM_EVENTS, Subjects
+from contracts.subjects import STREAM_AUDIT, STREAM_EVENTS, STREAM_OUTPUT, Subjects
 from services.common import compaction
 from services.common.blobs import Blobs
 from services.common.replay import IDLE_S
@@ -31,17 +34,25 @@ from services.common.secrets import Secrets
 
 async def messages(js: JetStreamContext, stream: str, subject: str) -> list[tuple[int, bytes]]:
     """Every message on ``subject`` of ``stream``: ``(seq, payload)``, oldest first."""
+    return [(seq, data) for seq, _, data in await subject_messages(js, stream, subject)]
+
+
+async def subject_messages(
+    js: JetStreamContext, stream: str, subject: str
+) -> list[tuple[int, str, bytes]]:
+    """Every message on ``subject`` (wildcards allowed) of ``stream``: ``(seq, subject,
+    payload)``, oldest first; none when the stream does not exist."""
     try:
         last = (await js.get_last_msg(stream, subject)).seq or 0
     except NotFoundError:
         return []
-    out: list[tuple[int, bytes]] = []
+    out: list[tuple[int, str, bytes]] = []
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def on_msg(msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
         if seq <= last:
-            out.append((seq, msg.data))
+            out.append((seq, msg.subject, msg.data))
         if seq >= last and not done.done():
             done.set_result(None)
 
@@ -61,6 +72,32 @@ async def messages(js: JetStreamContext, stream: str, subject: str) -> list[tupl
 
 def carries(secrets: Secrets, data: bytes) -> bool:
     return bool(secrets.redact_bytes(data)[1])
+
+
+async def output_hits(js: JetStreamContext, secrets: Secrets, subject: str) -> dict[str, set[str]]:
+    """The commands whose kept output (WS_OUTPUT, ``subject``: a workspace's ``cmdout``
+    wildcard) carries a secret: each command's subject prefix (``...<id>``), with the ids
+    of the secrets found. A chunk of output is cut at a byte count, so a secret may straddle
+    two chunks: a command's parts are joined before they are searched."""
+    prefix = subject.removesuffix(".>")
+    joined: dict[tuple[str, str], list[bytes]] = {}
+    for _, name, data in await subject_messages(js, STREAM_OUTPUT, subject):
+        command, _, rest = name[len(prefix) + 1 :].partition(".")  # <id>, stdout.<n> | end
+        joined.setdefault((command, rest.partition(".")[0]), []).append(data)
+    hits: dict[str, set[str]] = {}
+    for (command, _), parts in joined.items():
+        found = secrets.redact_bytes(b"".join(parts))[1]
+        if found:
+            hits.setdefault(f"{prefix}.{command}", set()).update(found)
+    return hits
+
+
+async def scrub_output(js: JetStreamContext, commands: list[str]) -> None:
+    """Purge the kept output of each command (its every part): output is kept for a while
+    only, and cut in chunks that redaction would change, so it goes whole."""
+    for command in commands:
+        with contextlib.suppress(NotFoundError):
+            await js.purge_stream(STREAM_OUTPUT, subject=f"{command}.>")
 
 
 async def scrub_audit(

@@ -240,6 +240,10 @@ def _part(window: str, matcher: difflib.SequenceMatcher[str], size: int) -> tupl
     first, last = blocks[0], blocks[-1]
     lo = max(0, first.a - first.b)
     hi = min(len(window), last.a + last.size + (size - last.b - last.size))
+    while 0 < lo < len(window) and window[lo - 1].isalnum() and window[lo].isalnum():
+        lo -= 1  # whole words: "return 42", not "return 4", is what the file has
+    while 0 < hi < len(window) and window[hi - 1].isalnum() and window[hi].isalnum():
+        hi += 1
     matched = sum(b.size for b in blocks if lo <= b.a and b.a + b.size <= hi)
     return window[lo:hi], 2 * matched / (size + hi - lo)
 

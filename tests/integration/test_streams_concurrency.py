@@ -52,7 +52,7 @@ async def _one_service(url: str, index: int, skew: float) -> None:
         await nc.close()
 
 
-async def _check(url: str, *, leases: bool = True) -> None:
+async def _check(url: str, *, leases: bool = True, output: bool = False) -> None:
     """Each asset exists once, with the configuration the services rely on."""
     nc = await bus.connect(url, "checker")
     try:
@@ -66,6 +66,7 @@ async def _check(url: str, *, leases: bool = True) -> None:
                 f"KV_{BUCKET_BRIDGES}",
             ]
             + ([f"KV_{BUCKET_LEASES}"] if leases else [])
+            + (["WS_OUTPUT"] if output else [])  # an executor's
         )
         events: StreamConfig = (await js.stream_info("WS_EVENTS")).config
         assert events.allow_atomic and events.allow_direct
@@ -156,7 +157,7 @@ async def test_services_started_together_all_serve(tmp_path: Path) -> None:
                 await ws.create()
                 await ws.write("a.txt", "hello\n")
                 assert await ws.read_text("a.txt") == "hello\n"
-            await _check(server.url, leases=False)  # one writer: no partitions, no leases
+            await _check(server.url, leases=False, output=True)  # one writer: no leases
         finally:
             server.stop()
 
@@ -172,6 +173,6 @@ async def test_service_processes_started_together_all_answer(tmp_path: Path) -> 
             stack = Stack(data, nats_url=server.url, http_port=0, sandbox="local", restart=False)
             async with stack:
                 assert all(child.alive() for child in stack.children)
-            await _check(server.url, leases=False)
+            await _check(server.url, leases=False, output=True)
         finally:
             server.stop()

@@ -192,6 +192,7 @@ async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
     kv = await js.key_value("SCRUBTEST")
     assert (await kv.get("token")).value == f"still {MARK}".encode()
     assert result["kv_entries"] == 3
+    assert result["outputs_purged"] == 1  # the kept output of `cat docs/notes.md`
 
     # 2. The log is re-chained and closes with the scrub's event; quill verify passes (the
     # replica that lived through the scrub agrees with the new log).

@@ -40,6 +40,8 @@ async def test_documented_json_over_bare_nats(up: Up) -> None:
                 "etag": "v1",
                 "created": True,
                 "modified": w["result"]["modified"],
+                "previous_size": None,
+                "committed": True,
             },
         }
         assert (

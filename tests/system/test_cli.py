@@ -112,7 +112,9 @@ def test_cli_tools_edit_grep_glob_tree_diff_restore(up: Up) -> None:
     missing = up.cli("edit", ws, "src/app.py", "return 1", "x", check=False)
     assert (missing.returncode, missing.stderr) == (
         1,
-        "quill: NO_MATCH: oldString not found in content\n",
+        "quill: NO_MATCH: oldString not found in content. The closest text in src/app.py is at"
+        " line 4 (differs: oldString has 'return 1' where the file has 'return 42'); nothing"
+        " was changed. The file has there:\nreturn 42\n",
     )
 
     assert (
