@@ -42,11 +42,11 @@ from bench.harness import Load, closed_loop, merge, row
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.subjects import STREAM_EVENTS, Subjects, split_workspace
+from infra import bus
 from quill.client import Quill
 from quill.cluster import Cluster
 from quill.launcher import Launcher
 from quill.stack import Stack
-from services.common import bus
 
 CLIENTS = 32
 WORKSPACES = 64

@@ -4,7 +4,7 @@ reading the same messages from JetStream and doing nothing with them.
 The log is made here, on a bare nats-server (``sync_interval: always``, no Quill service
 running to compete for the CPU): a workspace created, a directory, then 99,998 writes spread
 over 1,000 files of ~100 bytes, each a ``changes_committed`` event of the writer's shape with
-its hash chain and tree hash (folded by ``services.common.tree``, as the writer does), appended
+its hash chain and tree hash (folded by ``core.tree``, as the writer does), appended
 in atomic batches. Replay reads the log back with one ordered consumer, checks every hash and
 tree hash, folds it in memory and writes the 1,000 files; the baseline is an ordered consumer
 on the same subject that only counts the messages. The goal: >= 20,000 events/s.
@@ -30,11 +30,11 @@ from contracts import codec, hashing
 from contracts.events import ChangesCommitted, MakeDir, PutFile, WorkspaceCreated
 from contracts.limits import DEFAULT_LIMITS
 from contracts.subjects import Subjects
+from core.tree import Tree, apply_change
+from infra import bus
+from infra.blobs import Blobs
 from quill.natsserver import NatsServer
-from services.common import bus
 from services.common import replay as rpl
-from services.common.blobs import Blobs
-from services.common.tree import Tree, apply_change
 
 EVENTS = 100_000
 FILES = 1_000

@@ -23,8 +23,8 @@ from contracts import requests as rq
 from contracts.events import WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from contracts.subjects import STREAM_EVENTS
+from infra.compaction import slack
 from quill.client import Quill
-from services.common.compaction import slack
 
 FILES = 1000
 KEEP = 2

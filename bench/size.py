@@ -37,13 +37,13 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import ChangesCommitted, MakeDir, PutFile, WorkspaceCreated
 from contracts.limits import DEFAULT_LIMITS
 from contracts.subjects import Subjects
+from core.tree import Tree, apply_change
+from infra import bus
+from infra.blobs import Blobs
+from infra.compaction import slack
 from quill.client import Quill
 from quill.natsserver import NatsServer
-from services.common import bus
 from services.common import replay as rpl
-from services.common.blobs import Blobs
-from services.common.compaction import slack
-from services.common.tree import Tree, apply_change
 
 FILES = 100_000
 EVENTS = 1_000_000

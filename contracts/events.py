@@ -196,7 +196,7 @@ class HistoryCompacted(
 
 class CompactionManifest(msgspec.Struct, frozen=True, kw_only=True):
     """What a compacted workspace keeps (``HistoryCompacted``): rows in the column order of
-    the projection's tables (see ``services/common/store.py``)."""
+    the projection's tables (see ``infra/store.py``)."""
 
     trust: str
     limits: Limits

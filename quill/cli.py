@@ -29,14 +29,14 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord, WorkspaceUpdated
 from contracts.limits import CEILINGS, LimitsPatch
 from contracts.paths import display, normalize
-from quill.client import Quill, Workspace
-from quill.session import Session
-from services.common.runtime import (
+from infra.runtime import (
     Settings,
     run_until_stopped,
     setup_logging,
     start_service,
 )
+from quill.client import Quill, Workspace
+from quill.session import Session
 
 T = TypeVar("T")
 
@@ -544,9 +544,9 @@ def up(
     secrets_file: Path | None,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
+    from core.secrets import Secrets
     from quill import tenants as tenancy
     from quill.stack import Stack
-    from services.common.secrets import Secrets
     from services.gateway.principals import Tokens
 
     setup_logging(ctx.obj["log_level"])

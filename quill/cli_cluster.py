@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
+from infra.runtime import setup_logging
 from quill.cli import SANDBOX_HELP, TOKENS_HELP, main, run_to_exit
-from services.common.runtime import setup_logging
 
 
 @main.group("cluster")

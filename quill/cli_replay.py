@@ -28,12 +28,12 @@ from rich.progress import (
 )
 
 from contracts.errors import ErrorCode, QuillError
+from core.secrets import ENV_FILE, Secrets
+from infra.blobs import Blobs
 from quill.cli import DURATION, _run, connect, emit, main, size_text, workspace_command
 from quill.client import Workspace
 from services.common import replay as rpl
 from services.common import scrub as scr
-from services.common.blobs import Blobs
-from services.common.secrets import ENV_FILE, Secrets
 
 
 def _short(digest: str | None) -> str:

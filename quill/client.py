@@ -47,8 +47,8 @@ from contracts.subjects import (
     Subjects,
     split_workspace,
 )
-from services.common import bus
-from services.common.credentials import NatsAuth
+from infra import bus
+from infra.credentials import NatsAuth
 
 R = TypeVar("R")
 

@@ -23,11 +23,11 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from contracts.subjects import Subjects
+from infra import bus
 from quill.client import Workspace
 from quill.deployment import COMPOSE_MONITOR_PORT, Deployment, NatsNode
 from quill.launcher import Child, Launcher, free_port, http_ok, ping_until_answered
 from quill.natsserver import binary
-from services.common import bus
 from services.writer.partitions import leases_bucket
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from contracts import ops
 from contracts.subjects import Subjects
+from infra import bus
+from infra.runtime import Settings, start_service
 from quill.natsserver import NatsServer
-from services.common import bus
-from services.common.runtime import Settings, start_service
 from services.executor.app import ExecutorConfig, start_executor
 from services.reader.app import Reader
 from services.writer.app import Writer

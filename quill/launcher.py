@@ -30,11 +30,11 @@ from typing import IO, Any
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from infra import bus
+from infra.credentials import NatsAuth
+from infra.runtime import lock_directory
 from quill.natsserver import terminate
 from quill.supervisor import Backoff, Supervisor
-from services.common import bus
-from services.common.credentials import NatsAuth
-from services.common.runtime import lock_directory
 
 log = logging.getLogger("quill.launcher")
 

@@ -21,11 +21,11 @@ import os
 import secrets
 from pathlib import Path
 
+from core.secrets import ENV_FILE as SECRETS_ENV
+from infra.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill import tenants as tenancy
 from quill.launcher import STACK_FILE, Child, Launcher, free_port, http_ok
 from quill.natsserver import NatsServer
-from services.common.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
-from services.common.secrets import ENV_FILE as SECRETS_ENV
 
 __all__ = ["Stack", "discover_url", "free_port", "http_ok", "DEFAULT_DATA", "STACK_FILE"]
 
@@ -69,7 +69,7 @@ class Stack(Launcher):
         admits each tenant with its own rights and the services as the system user, whose
         password is made here and handed to the services in their environment.
         ``secrets_file``: the registry every service redacts (``$QUILL_SECRETS`` in their
-        environment; ``services/common/secrets.py``)."""
+        environment; ``core/secrets.py``)."""
         system = None
         if tenants is not None:
             system = NatsAuth(SYSTEM_USER, secrets.token_urlsafe(32))

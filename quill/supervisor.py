@@ -30,8 +30,8 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from contracts import codec
-from services.common import bus
-from services.common.credentials import NatsAuth
+from infra import bus
+from infra.credentials import NatsAuth
 
 log = logging.getLogger("quill.supervisor")
 

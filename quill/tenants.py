@@ -19,7 +19,7 @@ services, with every right, and one user per tenant with ``permissions()``. All 
 one account (the server's global one): the streams, their data and the services' view of every
 tenant stay as they are without ``--tenants``, and bridges answer on the same subjects the
 services use. Isolation comes from the permissions, each tenant's own inbox prefix, and
-services that never reply outside an inbox (``services.common.bus.reply_allowed``).
+services that never reply outside an inbox (``infra.bus.reply_allowed``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from contracts.subjects import (
     QUEUE_WRITER,
     check_id,
 )
-from services.common.bridges import STREAM_BRIDGES
-from services.common.credentials import DEFAULT_INBOX, SYSTEM_USER
+from infra.bridges import STREAM_BRIDGES
+from infra.credentials import DEFAULT_INBOX, SYSTEM_USER
 
 MIN_PASSWORD = 12
 _NKEY_USER = re.compile(r"U[A-Z2-7]{55}\Z")

@@ -13,9 +13,9 @@ import pytest_asyncio
 from hypothesis import settings
 from nats.aio.client import Client as NATS
 
+from infra import bus
 from quill.client import Quill
 from quill.natsserver import NatsServer
-from services.common import bus
 from services.reader.app import Reader
 from tests.helpers import start_reader, start_writer
 

@@ -14,16 +14,16 @@ from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.events import PutFile
 from contracts.subjects import Origin
-from services.common import bus
-from services.common.plan import Committed
-from services.common.runtime import Settings, start_service
-from services.common.tree import WorkspaceState, fold
+from core.decide import decide
+from core.decision import Context, to_event
+from core.plan import Committed
+from core.tree import WorkspaceState, fold
+from infra import bus
+from infra.runtime import Settings, start_service
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.app import start_executor as start_exec
 from services.reader.app import Reader
 from services.writer.app import Writer
-from services.writer.decide import decide
-from services.writer.decision import Context, to_event
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

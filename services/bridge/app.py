@@ -30,6 +30,9 @@ from nats.js.kv import KeyValue
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects, check_id
+from infra import bridges, bus
+from infra import log as eventlog
+from infra.runtime import Auditor
 from services.bridge.approvals import DEFAULT_TIMEOUT_S, Approver, Terminal
 from services.bridge.changes import LocalChanges
 from services.bridge.commands import LocalCommands
@@ -37,9 +40,6 @@ from services.bridge.folder import Folder
 from services.bridge.handlers import Handlers, Local
 from services.bridge.policy import Policy
 from services.bridge.queries import LocalQueries
-from services.common import bridges, bus
-from services.common import log as eventlog
-from services.common.runtime import Auditor
 
 log = logging.getLogger("quill.bridge")
 

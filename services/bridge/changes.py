@@ -3,12 +3,12 @@ then applied to it.
 
 ``LocalChanges.decide`` builds a ``WorkspaceState`` holding only what the command touches (its
 paths, their parents, everything below a directory it moves or deletes) and runs
-``services.writer.decide`` on it: a command is refused or accepted exactly as the writer would
+``core.decide`` on it: a command is refused or accepted exactly as the writer would
 (modes, ``if_match`` etags, parents, ``NOT_A_DIRECTORY``, ``oldString not found in content``...,
 same codes, same messages). ``commit`` decides again and applies the decision's changes to the
 folder: files are written whole to a temporary name and renamed over the old one (an existing
 file keeps its permission bits but for the executable bit), a move is one ``rename``. Every
-one of these goes through ``services.common.safefs``: relative to directories opened from the
+one of these goes through ``infra.safefs``: relative to directories opened from the
 folder's root without following any link, at an unpredictable temporary name, so a link that
 appears after ``locate_for_change`` looked is never followed (the change is refused).
 
@@ -30,11 +30,11 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import MakeDir, PutFile, Remove
 from contracts.paths import ACCESS_DENIED_MESSAGE, ancestors, is_within, normalize
+from core.decide import decide
+from core.decision import Context, Decision
+from core.tree import DirNode, FileNode, Tree, WorkspaceState
+from infra.safefs import Dir, open_path, parent_of, walk
 from services.bridge.folder import Folder, sig_of
-from services.common.safefs import Dir, open_path, parent_of, walk
-from services.common.tree import DirNode, FileNode, Tree, WorkspaceState
-from services.writer.decide import decide
-from services.writer.decision import Context, Decision
 
 DISK = "disk:"
 """The "sha256" of a file loaded from the disk: its path follows (read when decide asks)."""

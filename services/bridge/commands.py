@@ -26,9 +26,9 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import display, normalize, printable
+from core.globs import Globs
+from infra.safefs import Dir, walk
 from services.bridge.folder import Folder, Sig, sig_of
-from services.common.globs import Globs
-from services.common.safefs import Dir, walk
 from services.executor import sandbox
 from services.executor.app import DEFAULT_TIMEOUT_MS, READ_ONLY_GIT, text_of
 from services.executor.checkout import DEFAULT_IGNORE, invalid

@@ -10,7 +10,7 @@ are sockets, devices and names that are not valid workspace names (``contracts.p
 control or invisible characters, invalid UTF-8, not NFC). Mutations go through no link at
 all (``locate_for_change``).
 What is located is then opened from the folder's root one name at a time without following
-any link (``services.common.safefs``): a part swapped for a link after ``locate`` is not
+any link (``infra.safefs``): a part swapped for a link after ``locate`` is not
 found, never followed; walks open each directory from its parent's descriptor.
 
 File versions (etags). A folder has no log, so the bridge counts: a file gets version 1 when
@@ -41,11 +41,11 @@ from contracts.paths import (
     check_name,
     display,
 )
-from services.common.content import as_text
-from services.common.plan import LIVE
-from services.common.safefs import Dir, open_path, parent_of
-from services.common.safefs import walk as walk_beneath
-from services.common.store import Node
+from core.content import as_text
+from core.plan import LIVE
+from core.rows import Node
+from infra.safefs import Dir, open_path, parent_of
+from infra.safefs import walk as walk_beneath
 
 Sig = tuple[int, int, int, int]
 """(size, mtime_ns, ctime_ns, inode): a file whose signature differs has changed."""

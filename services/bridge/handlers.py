@@ -1,6 +1,6 @@
 """Entry point of a bridge: a request for its workspace → the answer from the folder.
 
-Requests are parsed, refused and audited exactly as the services do (``services.common.entry``,
+Requests are parsed, refused and audited exactly as the services do (``infra.entry``,
 one audit record per operation, ``service: "bridge"``). Queries are answered at once, each in a
 thread. Mutations and commands pass a gate in arrival order: a mutation is decided first (a
 refused one is answered without asking anybody), then approved (``approvals``), then decided
@@ -29,15 +29,15 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AnyChange, WorkspaceUpdated
 from contracts.subjects import Address, Origin, Subjects, new_request_id
+from infra.blobs import Blobs
+from infra.bus import respond
+from infra.entry import Incoming, parse, reject
+from infra.runtime import Auditor
 from services.bridge.approvals import Approver, asking, describe
 from services.bridge.changes import LocalChanges
 from services.bridge.commands import LocalCommands
 from services.bridge.folder import Folder
 from services.bridge.queries import COMMANDS, NOT_KEPT, LocalQueries, not_kept
-from services.common.blobs import Blobs
-from services.common.bus import respond
-from services.common.entry import Incoming, parse, reject
-from services.common.runtime import Auditor
 from services.executor.app import READ_ONLY_GIT, Job, answer_exec
 
 log = logging.getLogger("quill.bridge")

@@ -38,7 +38,7 @@ from typing import Literal
 import msgspec
 
 from contracts.errors import QuillError
-from services.common.globs import Globs
+from core.globs import Globs
 
 Verdict = Literal["allow", "deny", "ask"]
 OPS = frozenset({"write", "edit", "modify", "mkdir", "move", "delete", "apply", "run", "git"})

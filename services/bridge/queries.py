@@ -1,4 +1,4 @@
-"""Queries on a local folder: the reader's answers (``services.reader.answers`` and
+"""Queries on a local folder: the reader's answers (``core.answers`` and
 ``finding``), over the folder's entries instead of a projection.
 
 Every function here blocks (it walks and reads the disk): the handlers call it in a thread. A
@@ -21,11 +21,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import DEFAULT_EXCLUSIONS
 from contracts.paths import ROOT_DIR, normalize
-from services.bridge.folder import Folder
-from services.common.content import as_text
-from services.common.globs import relative
-from services.common.store import Node
-from services.reader.answers import (
+from core.answers import (
     cursor_of,
     directory_content,
     file_bytes,
@@ -37,6 +33,10 @@ from services.reader.answers import (
     not_a_file,
     read_length,
 )
+from core.content import as_text
+from core.globs import relative
+from core.rows import Node
+from services.bridge.folder import Folder
 from services.reader.finding import (
     GrepPlan,
     exclusions,

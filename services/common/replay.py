@@ -7,7 +7,7 @@ event records. A log that starts at a ``history_compacted`` event (the older log
 starts from its manifest: the manifest's event rows must chain into the compaction event, and
 the tree as of any version from the manifest's ``floor`` on is rebuilt from its revision rows.
 The log is read by batched direct gets (no consumer), decoded with msgspec and folded in memory
-(``services.common.tree``, the writer's own definition of a change); files are written once,
+(``core.tree``, the writer's own definition of a change); files are written once,
 at the end, with modes 0644/0755 and each entry's mtime taken from the log, so that two
 replays of a log are byte-identical trees.
 
@@ -58,10 +58,10 @@ from contracts.events import (
 )
 from contracts.paths import in_log
 from contracts.subjects import BUCKET_BLOBS, HEADER_EVENT_HASH, STREAM_EVENTS, Subjects
-from services.common import bus
-from services.common.blobs import Blobs
-from services.common.compaction import decode_manifest, trimmed
-from services.common.tree import DirNode, FileNode, Tree, apply_change
+from core.tree import DirNode, FileNode, Tree, apply_change
+from infra import bus
+from infra.blobs import Blobs
+from infra.compaction import decode_manifest, trimmed
 
 IDLE_S = 30.0
 """Reading the log: no message for this long is ``UNAVAILABLE``."""

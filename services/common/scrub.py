@@ -6,7 +6,7 @@ registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewr
 1. The whole log is read and checked (hash chain, tree hashes) like ``quill verify``. A log
    that starts at a compaction (``max_versions``) starts from its manifest, which is
    redacted too (``scrub_redact.py``).
-2. Every event is redacted with the registry (``services.common.secrets``: each occurrence
+2. Every event is redacted with the registry (``core.secrets``: each occurrence
    becomes ``[REDACTED:<id>]``): every string it holds (paths, messages, actors, sessions,
    runs, results...) and every content, inline or in WS_BLOBS. A content that changes gets a
    new sha256 and size (and a new blob); a path that changes must still be a valid path and
@@ -72,16 +72,16 @@ from contracts.events import (
     WorkspaceUpdated,
 )
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, STREAM_OUTPUT, Subjects
-from services.common import compaction
-from services.common import log as eventlog
+from core.plan import Committed
+from core.secrets import Secrets
+from core.tree import Tree, apply_change
+from infra import compaction
+from infra import log as eventlog
+from infra.blobs import Blobs
+from infra.store import Store
 from services.common import replay as rpl
 from services.common import scrub_stores as stores
-from services.common.blobs import Blobs
-from services.common.plan import Committed
 from services.common.scrub_redact import Redactor, tree_at
-from services.common.secrets import Secrets
-from services.common.store import Store
-from services.common.tree import Tree, apply_change
 
 SCRUB_OP = "scrub"
 """``op`` of the ``history_compacted`` event that closes a scrubbed log."""

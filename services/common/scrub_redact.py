@@ -22,10 +22,10 @@ from contracts import codec, hashing
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import CompactionManifest, WorkspaceEvent
 from contracts.paths import normalize
+from core.secrets import Secrets
+from core.tree import DirNode, FileNode, Tree
+from infra.blobs import Blobs
 from services.common import replay as rpl
-from services.common.blobs import Blobs
-from services.common.secrets import Secrets
-from services.common.tree import DirNode, FileNode, Tree
 
 _KEEP = {"type", "prev_hash", "tree_hash", "manifest", "version", "at"}
 _RAW_CHANGE = {"type", "path", "moved_from", "text", "data", "sha256", "size", "created"}

@@ -26,10 +26,10 @@ from contracts import codec
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import ChangesCommitted, HistoryCompacted, PutFile
 from contracts.subjects import STREAM_AUDIT, STREAM_EVENTS, STREAM_OUTPUT, Subjects
-from services.common import compaction
-from services.common.blobs import Blobs
+from core.secrets import Secrets
+from infra import compaction
+from infra.blobs import Blobs
 from services.common.replay import IDLE_S
-from services.common.secrets import Secrets
 
 
 async def messages(js: JetStreamContext, stream: str, subject: str) -> list[tuple[int, bytes]]:

@@ -48,21 +48,21 @@ from contracts.subjects import (
     Origin,
     new_request_id,
 )
-from quill.client import Quill
-from services.common import bus, compaction
-from services.common.blobs import Blobs
-from services.common.bridges import Bridges
-from services.common.bus import respond
-from services.common.control import LockState
-from services.common.entry import Incoming, parse, reject
-from services.common.runtime import (
+from core.controls import LockState
+from core.secrets import NO_SECRETS, Secrets, StreamRedactor, secrets_from_env
+from infra import bus, compaction
+from infra.blobs import Blobs
+from infra.bridges import Bridges
+from infra.bus import respond
+from infra.entry import Incoming, parse, reject
+from infra.runtime import (
     Auditor,
     Running,
     Settings,
     connect_service,
     lock_directory,
 )
-from services.common.secrets import NO_SECRETS, Secrets, StreamRedactor, secrets_from_env
+from quill.client import Quill
 from services.executor import disk, quota, sandbox
 from services.executor.checkout import Captured, Checkout
 from services.executor.commit import commit

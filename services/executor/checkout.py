@@ -16,7 +16,7 @@ into an ignored directory that holds nothing from the log.
 
 ``tree/`` is the sandboxed command's to change: every name in it may be a link, a hard link or
 swapped for one between two looks. Nothing here resolves a name in it on the host: each file
-operation goes through ``services.common.safefs`` (relative to directory descriptors opened
+operation goes through ``infra.safefs`` (relative to directory descriptors opened
 one name at a time without following links, new files at unpredictable names, checked after
 the open), so the executor never reads, writes, chmods or walks outside ``tree/``.
 """
@@ -56,11 +56,11 @@ from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
 from contracts.paths import MAX_PATH_BYTES, ancestors, check_name, printable
 from contracts.subjects import Subjects
 from contracts.uncommitted import Recorded, fold_uncommitted
-from services.common import log as eventlog
-from services.common.blobs import Blobs
-from services.common.compaction import decode_manifest
-from services.common.globs import Globs
-from services.common.safefs import Dir, parent_of, walk
+from core.globs import Globs
+from infra import log as eventlog
+from infra.blobs import Blobs
+from infra.compaction import decode_manifest
+from infra.safefs import Dir, parent_of, walk
 from services.common.scrub import SCRUB_OP
 
 log = logging.getLogger("quill.executor")

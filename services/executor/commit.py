@@ -5,7 +5,7 @@ are stored in ``WS_BLOBS`` first and named by sha256, so a change set of any siz
 workspace's limits is one event. Paths changed meanwhile by someone else are conflicts: the
 writer commits the rest (``on_conflict: skip``).
 
-With registered secrets (``services/common/secrets.py``), a path whose name holds one is not
+With registered secrets (``core/secrets.py``), a path whose name holds one is not
 committed (it is reported skipped, its name redacted), nor a loose git object whose inflated
 content holds one (a commit message made in a command: zlib hides it from the writer's
 redaction); the contents stored in ``WS_BLOBS`` are redacted first.
@@ -29,10 +29,10 @@ from contracts.events import UncommittedPath
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import CHANGES_SUFFIX, Origin
 from contracts.uncommitted import capped
+from core.secrets import NO_SECRETS, Secrets, secrets_from_env
+from infra.blobs import INLINE_MAX, Blobs
+from infra.runtime import bounded_gather
 from quill.client import Quill
-from services.common.blobs import INLINE_MAX, Blobs
-from services.common.runtime import bounded_gather
-from services.common.secrets import NO_SECRETS, Secrets, secrets_from_env
 from services.executor.checkout import Captured, Checkout
 
 REQUEST_BUDGET = MAX_MESSAGE_BYTES // 2

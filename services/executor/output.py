@@ -33,8 +33,8 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import STREAM_OUTPUT, Subjects
-from services.common import assets
-from services.common.secrets import NO_SECRETS, Secrets, StreamRedactor
+from core.secrets import NO_SECRETS, Secrets, StreamRedactor
+from infra import assets
 
 log = logging.getLogger("quill.executor.output")
 

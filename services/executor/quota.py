@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from contracts.errors import ErrorCode, QuillError
-from services.common import safefs
+from infra import safefs
 
 T = TypeVar("T")
 

@@ -37,8 +37,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from contracts.subjects import Subjects
+from infra import bus
 from quill.client import Quill
-from services.common import bus
 from services.gateway import VERSION, mcp_files, openapi, wap
 from services.gateway.bounds import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, BodyBounds, HeaderDeadline
 from services.gateway.fleet import Fleet

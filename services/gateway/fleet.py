@@ -25,7 +25,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 
 from contracts.subjects import Subjects
-from services.common import bus
+from infra import bus
 
 log = logging.getLogger("quill.gateway")
 

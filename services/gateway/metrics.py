@@ -1,4 +1,4 @@
-"""Gateway metrics, in the families every service uses (``services/common/runtime.py``).
+"""Gateway metrics, in the families every service uses (``infra/runtime.py``).
 
 ``quill_requests_total{service="gateway", kind, op, outcome}`` and ``quill_request_seconds``:
 
@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.common.runtime import LATENCY, REQUESTS
+from infra.runtime import LATENCY, REQUESTS
 
 SERVICE = "gateway"
 

@@ -24,8 +24,8 @@ from starlette.routing import Route
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import MAX_MESSAGE_BYTES, Limits
 from contracts.paths import normalize
+from core.secrets import secrets_from_env
 from quill.client import Workspace
-from services.common.secrets import secrets_from_env
 from services.gateway.files import Snapshot, content_type, iso, read_whole, version_of
 from services.gateway.principals import Access, principal_of
 

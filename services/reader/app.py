@@ -10,11 +10,11 @@ from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
 
 from contracts.subjects import QUEUE_READER
-from services.common import bus
-from services.common.blobs import Blobs
-from services.common.bridges import Bridges
-from services.common.runtime import Auditor, Settings
-from services.common.store import Store
+from infra import bus
+from infra.blobs import Blobs
+from infra.bridges import Bridges
+from infra.runtime import Auditor, Settings
+from infra.store import Store
 from services.reader.cache import RevisionCache
 from services.reader.diff import Differ
 from services.reader.follower import Follower

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 
-from services.common.plan import LIVE
-from services.common.store import Node
+from core.plan import LIVE
+from core.rows import Node
 
 Key = tuple[int, str]
 

@@ -10,8 +10,8 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import normalize
-from services.common.content import as_text
-from services.common.store import Node, WorkspaceRow
+from core.content import as_text
+from core.rows import Node, WorkspaceRow
 from services.reader.queries import Queries
 
 

@@ -27,9 +27,9 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import DEFAULT_EXCLUSIONS, Limits
 from contracts.paths import display
-from services.common.globs import Globs, relative
-from services.common.store import Node
-from services.reader.answers import entry
+from core.answers import entry
+from core.globs import Globs, relative
+from core.rows import Node
 
 GREP_BUDGET_S = 10.0
 """Longest a grep may search before it answers ``TIMEOUT``."""

@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 
 from nats.js import JetStreamContext
 
-from services.common import log as eventlog
-from services.common.blobs import Blobs
-from services.common.compaction import with_manifests
-from services.common.plan import Committed
-from services.common.store import Store
+from core.plan import Committed
+from infra import log as eventlog
+from infra.blobs import Blobs
+from infra.compaction import with_manifests
+from infra.store import Store
 from services.reader.cache import RevisionCache
 
 log = logging.getLogger("quill.reader")

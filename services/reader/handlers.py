@@ -17,10 +17,10 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.paths import ancestors
 from contracts.subjects import STREAM_EVENTS, Address
 from contracts.uncommitted import asked_path, lookup, not_committed
-from services.common import compaction
-from services.common.bus import respond
-from services.common.entry import Incoming, parse, reject
-from services.common.store import WorkspaceRow
+from core.rows import WorkspaceRow
+from infra import compaction
+from infra.bus import respond
+from infra.entry import Incoming, parse, reject
 
 if TYPE_CHECKING:
     from services.reader.app import Reader

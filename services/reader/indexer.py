@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from services.common.store import Store
+from infra.store import Store
 
 log = logging.getLogger("quill.reader.indexer")
 

@@ -21,18 +21,7 @@ from contracts.events import TrustChanged
 from contracts.limits import DEFAULT_EXCLUSIONS
 from contracts.paths import ROOT_DIR, check_name, normalize_existing
 from contracts.replies import ChangeSummary
-from services.common.blobs import Blobs
-from services.common.control import (
-    CONTROL_EVENTS,
-    Controls,
-    attached_list,
-    fold_control,
-    run_info,
-)
-from services.common.plan import LIVE
-from services.common.store import Node, Store, WorkspaceRow
-from services.common.tree import etag_of
-from services.reader.answers import (
+from core.answers import (
     cursor_of,
     directory_content,
     file_bytes,
@@ -44,6 +33,18 @@ from services.reader.answers import (
     not_a_file,
     read_length,
 )
+from core.controls import (
+    CONTROL_EVENTS,
+    Controls,
+    attached_list,
+    fold_control,
+    run_info,
+)
+from core.plan import LIVE
+from core.rows import Node, WorkspaceRow
+from core.tree import etag_of
+from infra.blobs import Blobs
+from infra.store import Store
 from services.reader.cache import RevisionCache, TextCache
 from services.reader.readmodel import ReadModel, Scope
 

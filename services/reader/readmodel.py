@@ -9,14 +9,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.plan import LIVE, subtree
-from services.common.store import (
-    R_REVISION_COLUMNS,
-    REVISION_COLUMNS,
-    Node,
-    Store,
-    node_from_row,
-)
+from core.plan import LIVE, subtree
+from core.rows import Node
+from infra.store import R_REVISION_COLUMNS, REVISION_COLUMNS, Store, node_from_row
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,9 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import normalize
-from services.common.globs import relative
-from services.common.store import Node, WorkspaceRow
-from services.reader.answers import not_a_directory
+from core.answers import not_a_directory
+from core.globs import relative
+from core.rows import Node, WorkspaceRow
 from services.reader.finding import (
     GrepPlan,
     exclusions,

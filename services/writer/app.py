@@ -13,13 +13,13 @@ from nats.js import JetStreamContext
 
 from contracts.events import CompactionManifest, HistoryCompacted
 from contracts.subjects import QUEUE_WRITER, Subjects
-from services.common import bus
-from services.common.blobs import Blobs
-from services.common.bridges import Bridges
-from services.common.plan import Committed
-from services.common.runtime import Auditor, Settings
-from services.common.secrets import secrets_from_env
-from services.common.store import Store
+from core.plan import Committed
+from core.secrets import secrets_from_env
+from infra import bus
+from infra.blobs import Blobs
+from infra.bridges import Bridges
+from infra.runtime import Auditor, Settings
+from infra.store import Store
 from services.writer.append import Appender, Group
 from services.writer.handlers import command_handler
 from services.writer.partitions import Partitions

@@ -15,7 +15,7 @@ from nats.aio.msg import Msg
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import new_request_id
-from services.common.entry import Incoming, parse, reject
+from infra.entry import Incoming, parse, reject
 from services.writer.workspace import Pending
 
 if TYPE_CHECKING:

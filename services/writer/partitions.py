@@ -44,7 +44,7 @@ from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from contracts.subjects import BUCKET_LEASES, STREAM_EVENTS
-from services.common import assets
+from infra import assets
 
 if TYPE_CHECKING:
     from services.writer.app import Writer
@@ -94,7 +94,7 @@ async def leases_bucket(js: JetStreamContext, replicas: int) -> KeyValue:
     """The ``WS_LEASES`` bucket (created if missing): one revision per key, per-key TTLs,
     and a marker when a key expires so that watchers see it go. Writers (and ``quill
     cluster up``) starting together may all create it: a lost race is a success
-    (``services/common/assets.py``).
+    (``infra/assets.py``).
 
     Raises:
         nats.js.errors.APIError: JetStream refused the create.

@@ -45,18 +45,18 @@ from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.ops import OpSpec
 from contracts.subjects import CHANGES_SUFFIX, STREAM_EVENTS, Address, Origin
 from contracts.uncommitted import fold_uncommitted
-from services.common import compaction
-from services.common import log as eventlog
-from services.common.blobs import INLINE_BUDGET, INLINE_MAX
-from services.common.bus import respond
-from services.common.compaction import with_manifests
-from services.common.control import CONTROL_EVENTS, fold_control
-from services.common.runtime import bounded_gather
-from services.common.tree import DirNode, FileNode, Tree, WorkspaceState, fold
+from core.controls import CONTROL_EVENTS, fold_control
+from core.decide import decide, needs
+from core.decide_control import CONTROL_COMMANDS
+from core.decision import Context, Decision, to_event
+from core.tree import DirNode, FileNode, Tree, WorkspaceState, fold
+from infra import compaction
+from infra import log as eventlog
+from infra.blobs import INLINE_BUDGET, INLINE_MAX
+from infra.bus import respond
+from infra.compaction import with_manifests
+from infra.runtime import bounded_gather
 from services.writer.append import AppendError, Group
-from services.writer.control import CONTROL_COMMANDS
-from services.writer.decide import decide, needs
-from services.writer.decision import Context, Decision, to_event
 from services.writer.partitions import Fence
 
 if TYPE_CHECKING:
@@ -579,7 +579,7 @@ class WorkspaceActor:
                     self._compact = self._compact or compaction.due(n, limit)
 
     async def _compaction(self) -> None:
-        """Snapshot and trim (``services/common/compaction.py``): keep the last
+        """Snapshot and trim (``infra/compaction.py``): keep the last
         ``max_versions`` revisions of each path, purge the log before the snapshot."""
         state = await self._load()
         limit = state.limits.max_versions

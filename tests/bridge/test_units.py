@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ErrorCode, QuillError
+from core.plan import LIVE
+from core.rows import Node
 from services.bridge.approvals import Approver, Terminal, printable
 from services.bridge.folder import FileVersions, Folder
 from services.bridge.policy import Policy, Request
 from services.bridge.queries import page
-from services.common.plan import LIVE
-from services.common.store import Node
 
 POLICY = """
 default = "deny"

@@ -21,7 +21,7 @@ from nats.aio.client import Client as NATS
 
 from contracts import requests as rq
 from contracts.subjects import HEADER_REQUEST_ID, HEADER_RUN, STREAM_AUDIT
-from services.common.plan import Committed
+from core.plan import Committed
 from services.executor.app import ExecutorConfig
 from services.reader.app import Reader
 from services.writer import workspace as writer_workspace

@@ -13,8 +13,8 @@ from nats.aio.client import Client as NATS
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.subjects import Origin, Subjects
+from infra.blobs import Blobs
 from quill.client import Quill
-from services.common.blobs import Blobs
 from services.executor.checkout import Checkout
 from services.executor.commit import commit
 from tests.conftest import StartReader

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from infra import bus
 from quill.stack import free_port
-from services.common import bus
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import mcp_client, ok
 

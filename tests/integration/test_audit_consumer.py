@@ -19,7 +19,7 @@ from nats.aio.client import Client as NATS
 from contracts import codec
 from contracts.events import AuditRecord
 from contracts.subjects import Subjects
-from services.common import bus
+from infra import bus
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "audit_consumer.py"

@@ -13,8 +13,8 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from contracts.errors import ErrorCode, QuillError
+from infra import bridges
 from quill.client import Quill
-from services.common import bridges
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
 from tests.helpers import start_executor

@@ -16,10 +16,10 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import HistoryCompacted, WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
+from infra import log as eventlog
+from infra.compaction import slack
+from infra.store import Store
 from quill.client import Quill, Workspace
-from services.common import log as eventlog
-from services.common.compaction import slack
-from services.common.store import Store
 from services.executor.app import ExecutorConfig
 from tests.helpers import start_executor, start_reader, start_writer
 

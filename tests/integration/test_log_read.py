@@ -1,4 +1,4 @@
-"""Reading a workspace's log (``services.common.log.read``) against a real server: batched
+"""Reading a workspace's log (``infra.log.read``) against a real server: batched
 direct gets, no consumer left behind, and the stream leader's consumer when a batch falls
 short."""
 
@@ -11,8 +11,8 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from contracts.subjects import STREAM_EVENTS, Subjects
+from infra import log as eventlog
 from quill.client import Quill
-from services.common import log as eventlog
 from tests.conftest import StartReader
 
 

@@ -16,10 +16,10 @@ from nats.aio.msg import Msg
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
+from infra import bus
+from infra.runtime import Running, Settings, start_service
 from quill.client import Quill
 from quill.natsserver import NatsServer, mappings_config
-from services.common import bus
-from services.common.runtime import Running, Settings, start_service
 from services.writer.app import Writer
 from services.writer.append import AppendError, Group
 from tests.helpers import answers, start_reader

@@ -7,8 +7,8 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from contracts.subjects import Subjects
+from infra import bus
 from quill.client import Quill
-from services.common import bus
 from tests.helpers import start_reader, start_writer
 
 

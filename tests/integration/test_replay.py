@@ -31,13 +31,13 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
+from infra import bus
+from infra.blobs import Blobs
+from infra.compaction import slack
 from quill.cli import main
 from quill.client import Quill, Workspace
 from quill.natsserver import NatsServer
-from services.common import bus
 from services.common import replay as rpl
-from services.common.blobs import Blobs
-from services.common.compaction import slack
 from tests.conftest import StartReader
 from tests.helpers import LogBuilder
 
@@ -507,7 +507,7 @@ async def test_thousands_of_contents_in_ws_blobs_are_read_without_a_consumer(
 
 async def test_a_corrupt_object_in_ws_blobs_is_refused(quill: Quill) -> None:
     """Chunks that do not hash to the digest the object's info records are refused."""
-    from services.common.blobs import _meta_subject, object_info
+    from infra.blobs import _meta_subject, object_info
 
     js = quill.nc.jetstream()
     data = b"the right content\n"

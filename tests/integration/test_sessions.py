@@ -15,9 +15,9 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
+from infra import bridges
 from quill.client import Quill
 from quill.session import Session
-from services.common import bridges
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
 from tests.executor.git_server import GitServer, git

@@ -28,9 +28,9 @@ from contracts import requests as rq
 from contracts.events import WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
+from infra.blobs import Blobs
 from quill.client import Quill, Workspace
 from quill.natsserver import NatsServer
-from services.common.blobs import Blobs
 from services.executor.app import ExecutorConfig
 from tests.helpers import start_executor, start_reader, start_writer
 

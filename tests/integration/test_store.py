@@ -6,7 +6,7 @@ from pathlib import Path
 
 from contracts import hashing
 from contracts import requests as rq
-from services.common.store import Store
+from infra.store import Store
 from services.reader.readmodel import ReadModel, Scope
 from tests.helpers import LogBuilder
 

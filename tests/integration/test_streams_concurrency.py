@@ -21,10 +21,10 @@ from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
 from contracts.subjects import BUCKET_BLOBS, BUCKET_BRIDGES, BUCKET_LEASES, Subjects
+from infra import bridges, bus
 from quill.client import Quill
 from quill.natsserver import NatsServer
 from quill.stack import Stack
-from services.common import bridges, bus
 from services.writer.partitions import leases_bucket
 from tests.helpers import start_executor, start_reader, start_writer
 

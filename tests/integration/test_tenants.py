@@ -29,11 +29,11 @@ from nats.js.api import ConsumerConfig
 from nats.js.object_store import ObjectStore
 
 from contracts.errors import ErrorCode, QuillError
+from infra import bridges, bus
+from infra.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill import tenants
 from quill.client import Quill
 from quill.natsserver import NatsServer
-from services.common import bridges, bus
-from services.common.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from services.executor.app import ExecutorConfig
 from tests.helpers import start_executor, start_reader, start_writer
 

@@ -14,10 +14,10 @@ from nats.aio.msg import Msg
 
 from contracts import hashing
 from contracts.subjects import STREAM_EVENTS, Subjects
-from services.common import bus
-from services.common.log import CorruptEvent, committed
-from services.common.runtime import Settings
-from services.common.store import Store
+from infra import bus
+from infra.log import CorruptEvent, committed
+from infra.runtime import Settings
+from infra.store import Store
 from services.writer.app import Writer
 
 S = Subjects()

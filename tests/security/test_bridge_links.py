@@ -15,11 +15,11 @@ import pytest
 
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from core.decision import Decision
+from core.rows import Node
 from services.bridge.changes import LocalChanges
 from services.bridge.folder import Folder
 from services.bridge.queries import LocalQueries
-from services.common.store import Node
-from services.writer.decision import Decision
 
 
 @pytest.fixture

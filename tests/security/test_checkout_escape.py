@@ -33,8 +33,8 @@ from nats.aio.client import Client as NATS
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
+from infra.blobs import Blobs
 from quill.client import Quill, Workspace
-from services.common.blobs import Blobs
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.checkout import Checkout
 from services.executor.sandbox import probe_bwrap

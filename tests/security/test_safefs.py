@@ -1,4 +1,4 @@
-"""``services.common.safefs`` against real files: no operation follows a link, writes through
+"""``infra.safefs`` against real files: no operation follows a link, writes through
 a hard link, or walks into a directory swapped for a link after it was listed."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.common import safefs
-from services.common.safefs import Changed, Dir, open_parent, parent_of, walk
+from infra import safefs
+from infra.safefs import Changed, Dir, open_parent, parent_of, walk
 
 
 @pytest.fixture

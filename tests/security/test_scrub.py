@@ -31,15 +31,15 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import ChangesCommitted, HistoryCompacted, WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, Subjects
+from core.plan import Committed
+from core.secrets import Secrets
+from infra import log as eventlog
+from infra.blobs import INLINE_MAX
+from infra.compaction import slack
 from quill.client import Quill, Workspace
-from services.common import log as eventlog
 from services.common import replay as rpl
 from services.common import scrub_stores
-from services.common.blobs import INLINE_MAX
-from services.common.compaction import slack
-from services.common.plan import Committed
 from services.common.scrub import SCRUB_OP, scrub
-from services.common.secrets import Secrets
 from tests.helpers import start_reader
 from tests.security.conftest import verify
 from tests.system.conftest import Up

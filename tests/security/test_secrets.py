@@ -39,7 +39,7 @@ from contracts.subjects import (
     STREAM_AUDIT,
     STREAM_EVENTS,
 )
-from services.common.secrets import Secrets, StreamRedactor
+from core.secrets import Secrets, StreamRedactor
 from tests.gateway.support import call, mcp_client, text
 from tests.security.conftest import Canaries, verify
 from tests.system.conftest import Up
@@ -265,7 +265,7 @@ async def test_a_secret_reaches_no_stream_reply_output_or_log(
 
 LOGGING = """
 import logging, sys
-from services.common.runtime import setup_logging
+from infra.runtime import setup_logging
 setup_logging("info", sys.argv[1])
 log = logging.getLogger("quill.test")
 log.warning("a message with %s", sys.argv[2])

@@ -32,10 +32,11 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import HistoryCompacted
 from contracts.subjects import Subjects, split_workspace
+from core.plan import Committed
+from infra import bus
+from infra import log as eventlog
 from quill.client import Quill
-from services.common import bus, replay
-from services.common import log as eventlog
-from services.common.plan import Committed
+from services.common import replay
 from tests.system.loadgen import Acked, Report
 
 SUBJECTS = Subjects()
@@ -143,11 +144,11 @@ class Chain:
 
 async def read_log(nc: NATS, tenant: str, workspace: str, timeout: float) -> list[Committed]:
     """The whole log of ``tenant/workspace`` in WS_EVENTS, each payload checked against its
-    hash header. (Not ``services.common.log.read``: a corrupt event raised in its callback
+    hash header. (Not ``infra.log.read``: a corrupt event raised in its callback
     is only logged, and the read then waits out its timeout.)
 
     Raises:
-        services.common.log.CorruptEvent: a payload does not match its hash.
+        infra.log.CorruptEvent: a payload does not match its hash.
         TimeoutError: the log did not arrive within ``timeout``.
     """
     js = nc.jetstream()
@@ -174,7 +175,7 @@ async def verify_chain(nc: NATS, tenant: str, workspace: str, timeout: float = 6
 
     Raises:
         AssertionError: the chain is broken (every break listed), or the log is empty.
-        services.common.log.CorruptEvent: a payload does not match its hash.
+        infra.log.CorruptEvent: a payload does not match its hash.
     """
     events = await read_log(nc, tenant, workspace, timeout)
     if not events:

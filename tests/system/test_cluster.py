@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from contracts.subjects import BUCKET_LEASES, STREAM_AUDIT, STREAM_EVENTS
+from infra import bus
 from quill.client import Quill
 from quill.cluster import Cluster
-from services.common import bus
 from tests.system.conftest import Up
 
 PARTITIONS = 16

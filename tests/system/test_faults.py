@@ -24,9 +24,9 @@ from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
+from infra import bus
 from quill.client import Quill
 from quill.cluster import Cluster
-from services.common import bus
 from tests.system.checks import verify_chain, verify_run
 from tests.system.loadgen import Chaos, LoadConfig, Report, Victim, outage, run_load
 

@@ -30,9 +30,9 @@ from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.events import Event
 from contracts.subjects import HEADER_EVENT_HASH, Subjects, split_workspace
+from infra import bus
+from infra.log import CorruptEvent
 from quill.client import Quill
-from services.common import bus
-from services.common.log import CorruptEvent
 from tests.helpers import LogBuilder
 from tests.system.checks import pings, replicas_converge, verify_acked, verify_chain, verify_run
 from tests.system.conftest import Up

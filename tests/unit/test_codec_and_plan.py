@@ -9,7 +9,7 @@ from contracts import codec, ops
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from services.common.plan import exact, plan, subtree
+from core.plan import exact, plan, subtree
 from tests.helpers import LogBuilder
 
 

@@ -11,9 +11,9 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import MakeDir, PutFile, Remove
 from contracts.limits import LimitsPatch, effective_limits
-from services.common.tree import Tree, WorkspaceState, apply_change
-from services.writer.decide import decide
-from services.writer.decision import Context, Decision
+from core.decide import decide
+from core.decision import Context, Decision
+from core.tree import Tree, WorkspaceState, apply_change
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from contracts.errors import QuillError
 from contracts.limits import DEFAULT_EXCLUSIONS
-from services.common.globs import Globs, relative
+from core.globs import Globs, relative
 
 
 @pytest.mark.parametrize(

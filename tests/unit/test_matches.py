@@ -10,8 +10,8 @@ import pytest
 
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from services.writer import matches
-from services.writer.matches import closest, occurrences
+from core import matches
+from core.matches import closest, occurrences
 from tests.unit.test_decide import Harness
 
 CODE = (

@@ -7,8 +7,8 @@ import pytest
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.replies import Restored
-from services.writer.decide import decide
-from services.writer.decision import Context
+from core.decide import decide
+from core.decision import Context
 from tests.helpers import T0, LogBuilder
 
 
@@ -69,7 +69,7 @@ def test_restore_refusals() -> None:
 def test_restore_outside_the_workspace_is_access_denied(path: str) -> None:
     """``needs`` names no past tree for a path that leaves the workspace; ``decide`` refuses
     it like every other op (it was an AssertionError, INTERNAL, failing the whole group)."""
-    from services.writer.decide import needs
+    from core.decide import needs
 
     b = build()
     cmd = rq.RestorePath(version=3, path=path)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from infra.bus import reply_allowed
+from infra.credentials import NatsAuth
 from quill import tenants
-from services.common.bus import reply_allowed
-from services.common.credentials import NatsAuth
 from services.gateway.principals import Principal, Tokens
 
 NKEY = "UACRSXBF4BEWKK76Q5QP6M2RHIJ2ZDM6YKZWQLDYHEE7O6M3VMJHUORF"

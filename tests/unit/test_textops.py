@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from services.common.content import split_lines
-from services.writer.textops import modify_lines, regex_replace
+from core.content import split_lines
+from core.textops import modify_lines, regex_replace
 from tests.unit.test_decide import Harness
 
 _text = st.text(alphabet="ab\n$1\\", max_size=40)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from contracts.events import ChangesCommitted, MakeDir, PutFile, Remove, UncommittedPath
 from contracts.uncommitted import Recorded, capped, command_of, fold_uncommitted, lookup
-from services.common.plan import Committed, plan
+from core.plan import Committed, plan
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -20,9 +20,9 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.ops import OpKind, OpSpec
 from contracts.requests import Request
 from contracts.subjects import HEADER_REQUEST_ID, Address, Origin, Subjects
-from services.common.bus import own_inbox, reply_allowed, respond
-from services.common.runtime import Auditor
-from services.common.secrets import refuse_names, secrets_from_env
+from core.secrets import refuse_names, secrets_from_env
+from infra.bus import own_inbox, reply_allowed, respond
+from infra.runtime import Auditor
 
 log = logging.getLogger("quill.entry")
 

@@ -24,9 +24,9 @@ from contracts.events import (
     WorkspaceAttached,
     WorkspaceDetached,
 )
-from services.common.control import Controls, RunState, attached_list, run_info
-from services.common.tree import WorkspaceState
-from services.writer.decision import Context, Decision
+from core.controls import Controls, RunState, attached_list, run_info
+from core.decision import Context, Decision
+from core.tree import WorkspaceState
 
 CONTROL_COMMANDS = (
     rq.RunStart,

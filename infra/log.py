@@ -14,8 +14,8 @@ from nats.js.errors import NotFoundError
 
 from contracts import codec, hashing
 from contracts.subjects import HEADER_EVENT_HASH, STREAM_EVENTS
-from services.common import direct
-from services.common.plan import Committed
+from core.plan import Committed
+from infra import direct
 
 log = logging.getLogger("quill.log")
 

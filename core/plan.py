@@ -26,7 +26,7 @@ from contracts.events import WorkspaceEvent as Event
 from contracts.paths import parent
 from contracts.replies import ChangeSummary
 from contracts.uncommitted import command_of
-from services.common.control import CONTROL_EVENTS
+from core.controls import CONTROL_EVENTS
 
 LIVE = 2**63 - 1
 """``until`` of a revision that is still current."""

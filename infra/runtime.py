@@ -23,8 +23,8 @@ from contracts import codec
 from contracts.errors import QuillError
 from contracts.events import AuditRecord
 from contracts.subjects import Address, Origin, Subjects
-from services.common.secrets import LogFilter, secrets_from_env
-from services.common.store import Store
+from core.secrets import LogFilter, secrets_from_env
+from infra.store import Store
 
 log = logging.getLogger("quill")
 
@@ -218,7 +218,7 @@ class Running(Generic[S]):
 
 async def connect_service(settings: Settings, name: str) -> NATS:
     """Serve the metrics, connect as ``quill-<name>``, create the streams (idempotently)."""
-    from services.common import bus
+    from infra import bus
 
     serve_metrics(settings.metrics_port)
     nc = await bus.connect(settings.nats_url, name=f"quill-{name}")

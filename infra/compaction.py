@@ -17,8 +17,8 @@ import msgspec
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import CompactionManifest, HistoryCompacted
-from services.common.blobs import Blobs
-from services.common.plan import Committed
+from core.plan import Committed
+from infra.blobs import Blobs
 
 _decoder = msgspec.json.Decoder(CompactionManifest)
 encode_manifest = msgspec.json.Encoder().encode

@@ -21,8 +21,8 @@ from contracts.events import (
 )
 from contracts.limits import Limits
 from contracts.subjects import Origin
-from services.common.secrets import NO_SECRETS, Secrets
-from services.common.tree import Tree, WorkspaceState
+from core.secrets import NO_SECRETS, Secrets
+from core.tree import Tree, WorkspaceState
 
 
 @dataclass(frozen=True)

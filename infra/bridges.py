@@ -24,7 +24,7 @@ from nats.js.kv import KeyValue
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import BUCKET_BRIDGES
-from services.common import assets
+from infra import assets
 
 log = logging.getLogger("quill.bridges")
 
@@ -61,7 +61,7 @@ def key(tenant: str, workspace: str) -> str:
 
 async def bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
     """The WS_BRIDGES bucket, created if missing, its configuration corrected (idempotent,
-    and safe when several services do it at once: ``services/common/assets.py``).
+    and safe when several services do it at once: ``infra/assets.py``).
 
     Tenants' bridges write their own keys only (``$KV.WS_BRIDGES.<tenant>.>``, see
     ``quill/tenants.py``), so the bucket reads by direct get, whose subject names the key (a

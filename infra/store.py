@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,10 +30,11 @@ from contracts.events import (
 )
 from contracts.limits import Limits
 from contracts.uncommitted import Recorded
-from services.common.content import as_text
-from services.common.control import CONTROL_EVENTS, fold_control
-from services.common.plan import LIVE, Committed, Plan, plan, subtree
-from services.common.tree import DirNode, FileNode, WorkspaceState
+from core.content import as_text
+from core.controls import CONTROL_EVENTS, fold_control
+from core.plan import LIVE, Committed, Plan, plan, subtree
+from core.rows import Node, WorkspaceRow
+from core.tree import DirNode, FileNode, WorkspaceState
 
 SCHEMA_VERSION = "6"
 SCHEMA = f"""
@@ -119,41 +119,6 @@ def _segments(batch: list[Committed]) -> list[list[Committed] | Committed]:
     if run:
         out.append(run)
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class WorkspaceRow:
-    id: int
-    tenant: str
-    name: str
-    trust: str
-    limits: Limits
-    created: datetime
-    version: int
-    last_seq: int
-    last_hash: str
-    tree_hash: str
-    updated: datetime
-    floor: int = 0
-    """The oldest version whose whole tree is kept (0: every version is)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """A path as of some version."""
-
-    path: str
-    kind: str
-    sha256: str | None
-    size: int
-    file_version: int | None
-    executable: bool
-    binary: bool
-    created: datetime
-    modified: datetime
-    version: int
-    until: int
-    moved_from: str | None
 
 
 async def _schema_version(db: aiosqlite.Connection) -> str | None:

@@ -32,8 +32,8 @@ from nats.js.object_store import ObjectStore
 from contracts import hashing
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import BUCKET_BLOBS
-from services.common import direct
-from services.common.store import Store
+from infra import direct
+from infra.store import Store
 
 log = logging.getLogger("quill.blobs")
 

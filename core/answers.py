@@ -18,10 +18,10 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import Limits
 from contracts.paths import display, name, not_found
-from services.common.content import split_lines
-from services.common.store import Node
-from services.common.tree import etag_of
-from services.reader.window import cap, window
+from core.content import split_lines
+from core.rows import Node
+from core.tree import etag_of
+from core.window import cap, window
 
 
 def number(lines: list[str], first: int) -> str:

@@ -36,12 +36,12 @@ from contracts.paths import (
     rebase,
 )
 from contracts.uncommitted import asked_path, capped, clear, lookup, not_committed
-from services.common.content import as_text, is_binary, split_lines
-from services.common.tree import FileNode, Tree, WorkspaceState, apply_change, etag_of
-from services.writer import control
-from services.writer.decision import Context, Decision, Needs
-from services.writer.matches import multiple_matches, no_match
-from services.writer.textops import modify_lines, regex_replace
+from core import decide_control as control
+from core.content import as_text, is_binary, split_lines
+from core.decision import Context, Decision, Needs
+from core.matches import multiple_matches, no_match
+from core.textops import modify_lines, regex_replace
+from core.tree import FileNode, Tree, WorkspaceState, apply_change, etag_of
 
 
 def needs(state: WorkspaceState, cmd: rq.Request) -> Needs:

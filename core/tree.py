@@ -29,7 +29,7 @@ from contracts.events import (
 from contracts.limits import DEFAULT_LIMITS, Limits
 from contracts.paths import name, parent
 from contracts.uncommitted import Recorded, fold_uncommitted
-from services.common.control import CONTROL_EVENTS, Controls, fold_control
+from core.controls import CONTROL_EVENTS, Controls, fold_control
 
 
 @dataclass(slots=True, frozen=True)

@@ -8,7 +8,7 @@ Audit records name the ids redacted, never the values.
 
 Contents and command lines are redacted; names are not, since a redacted name names something
 else (a path, an actor, a session, a branch, a workdir, a URI). ``refuse_names`` is the one
-check every service's edge (``services/common/entry.py``) makes on everything a request names:
+check every service's edge (``infra/entry.py``) makes on everything a request names:
 its subject, its ``Ws-*`` headers and every field of its body but the ``CONTENT_FIELDS``; a
 name holding a secret is refused with ``INVALID_ARGUMENT`` and a message that does not hold
 it. Error messages are redacted before they leave (``redact_error``), live output through a

@@ -34,9 +34,9 @@ from contracts import codec
 from contracts.errors import QuillError
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
-from services.common import assets, bridges
-from services.common.credentials import DEFAULT_INBOX, SYSTEM_USER, NatsAuth
-from services.common.secrets import secrets_from_env
+from core.secrets import secrets_from_env
+from infra import assets, bridges
+from infra.credentials import DEFAULT_INBOX, SYSTEM_USER, NatsAuth
 
 log = logging.getLogger("quill.bus")
 
