@@ -11,7 +11,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from contracts.events import CompactionManifest, HistoryCompacted
+from contracts.events import HistoryCompacted
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
 from core.secrets import secrets_from_env
@@ -21,37 +21,12 @@ from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
 from infra.store import Store
 from services.writer.append import Appender, Group
+from services.writer.deps import Backlog, Deps
 from services.writer.handlers import command_handler
 from services.writer.partitions import Partitions
 from services.writer.workspace import WorkspaceActor
 
 log = logging.getLogger("quill.writer")
-
-
-class ContentCache:
-    """Recently written or read contents by sha256, bounded in bytes (LRU)."""
-
-    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self._data: OrderedDict[str, bytes] = OrderedDict()
-        self._bytes, self._max = 0, max_bytes
-
-    def get(self, sha256: str) -> bytes | None:
-        data = self._data.get(sha256)
-        if data is not None:
-            self._data.move_to_end(sha256)
-        return data
-
-    def __contains__(self, sha256: str) -> bool:
-        return sha256 in self._data
-
-    def put(self, sha256: str, data: bytes) -> None:
-        if sha256 in self._data or len(data) > self._max // 4:
-            return
-        self._data[sha256] = data
-        self._bytes += len(data)
-        while self._bytes > self._max:
-            _, old = self._data.popitem(last=False)
-            self._bytes -= len(old)
 
 
 class Writer:
@@ -72,41 +47,53 @@ class Writer:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.store = store
-        self.blobs = Blobs(self.js, store)
-        self.manifest_blobs = Blobs(self.js)  # manifests are not kept in the projection
-        self.manifests: dict[str, CompactionManifest] = {}
-        """Manifests of the compactions being appended, by sha256 (for the projection)."""
-        self.auditor = Auditor(nc, self.subjects, "writer", self.instance)
         self.appender = Appender(nc, self._on_commit)
         self.bridges = Bridges(self.js)
-        self.secrets = secrets_from_env()
-        self.contents = ContentCache()
-        self.max_workspaces, self.max_queued = max_workspaces, max_queued
+        self.max_workspaces = max_workspaces
         self._actors: OrderedDict[tuple[str, str], WorkspaceActor] = OrderedDict()
         self._subs: list[Subscription] = []
         partitions = int(settings.extra.get("partitions", "0"))
         self.partitions: Partitions | None = (
             Partitions(
-                self,
+                self.js,
+                self.subjects,
+                self.instance,
+                settings.replicas,
                 partitions,
                 float(settings.extra.get("lease_ttl", "5")),
                 self._serve_partition,
+                self,
             )
             if partitions
             else None
         )
         """On a cluster: the command partitions this writer leases (None: it serves all)."""
-        self.queued = 0
-        """Commands accepted and not yet answered (bounded by ``max_queued``)."""
+        self.deps = Deps(
+            subjects=self.subjects,
+            nc=nc,
+            js=self.js,
+            store=store,
+            appender=self.appender,
+            blobs=Blobs(self.js, store),
+            manifest_blobs=Blobs(self.js),
+            bridges=self.bridges,
+            secrets=secrets_from_env(),
+            auditor=Auditor(nc, self.subjects, "writer", self.instance),
+            partitions=self.partitions,
+            backlog=Backlog(limit=max_queued),
+        )
+        """What every workspace actor and the command entry are given."""
 
-    def remember_content(self, sha256: str, data: bytes) -> None:
-        self.contents.put(sha256, data)
+    @property
+    def queued(self) -> int:
+        """Commands accepted and not yet answered (bounded by ``max_queued``)."""
+        return self.deps.backlog.queued
 
     def actor(self, tenant: str, workspace: str, partition: int | None = None) -> WorkspaceActor:
         key = (tenant, workspace)
         actor = self._actors.get(key)
         if actor is None:
-            actor = self._actors[key] = WorkspaceActor(self, tenant, workspace, partition)
+            actor = self._actors[key] = WorkspaceActor(self.deps, tenant, workspace, partition)
             if len(self._actors) > self.max_workspaces:
                 for old_key, old in list(self._actors.items()):
                     if len(self._actors) <= self.max_workspaces:
@@ -121,7 +108,7 @@ class Writer:
         """Bring the projection up to what the log acknowledged. If that fails, the actors
         concerned drop their state and catch up from the log when next used."""
         batch = [
-            Committed(event, digest, seq, self.manifests.pop(event.manifest, None))
+            Committed(event, digest, seq, self.deps.manifests.pop(event.manifest, None))
             if isinstance(event, HistoryCompacted)
             else Committed(event, digest, seq)
             for group, seqs in committed
@@ -148,7 +135,8 @@ class Writer:
     # ------------------------------------------------------------------ partitions
     async def _serve_partition(self, partition: int) -> Subscription:
         subject = self.subjects.cmd_partition(partition)
-        return await bus.serve(self.nc, subject, QUEUE_WRITER, command_handler(self, partition))
+        handler = command_handler(self.deps, self.actor, partition)
+        return await bus.serve(self.nc, subject, QUEUE_WRITER, handler)
 
     def _of(self, partition: int) -> list[tuple[tuple[str, str], WorkspaceActor]]:
         return [(k, a) for k, a in self._actors.items() if a.partition == partition]
@@ -184,7 +172,7 @@ class Writer:
             await self.partitions.start()
             serving = f"{self.partitions.count} partitions ({len(self.partitions.held)} held)"
         else:
-            handler = command_handler(self)
+            handler = command_handler(self.deps, self.actor)
             self._subs.append(
                 await bus.serve(self.nc, self.subjects.all_cmd, QUEUE_WRITER, handler)
             )

@@ -9,58 +9,59 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from nats.aio.msg import Msg
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import new_request_id
 from infra.entry import Incoming, parse, reject
-from services.writer.workspace import Pending
-
-if TYPE_CHECKING:
-    from services.writer.app import Writer
+from services.writer.deps import Deps
+from services.writer.workspace import Pending, WorkspaceActor
 
 log = logging.getLogger("quill.writer")
 
 
 def command_handler(
-    writer: Writer, partition: int | None = None
+    deps: Deps,
+    actor_of: Callable[[str, str, int | None], WorkspaceActor],
+    partition: int | None = None,
 ) -> Callable[[Msg], Awaitable[None]]:
-    """``partition``: the partition whose subscription this serves (on a cluster)."""
+    """``actor_of``: a workspace's actor (``Writer.actor``); ``partition``: the partition
+    whose subscription this serves (on a cluster)."""
+    backlog = deps.backlog
 
     async def on_command(msg: Msg) -> None:
         incoming = Incoming(msg)
         try:
-            address, spec, origin, request = parse(incoming, writer.subjects, "cmd", new_request_id)
-            if writer.bridges.claims(address.tenant, address.workspace):
+            address, spec, origin, request = parse(incoming, deps.subjects, "cmd", new_request_id)
+            if deps.bridges.claims(address.tenant, address.workspace):
                 return  # a local workspace: its bridge answers
-            if partition is not None and writer.partitions is not None:
-                home = writer.subjects.partition_of(
-                    address.tenant, address.workspace, writer.partitions.count
+            if partition is not None and deps.partitions is not None:
+                home = deps.subjects.partition_of(
+                    address.tenant, address.workspace, deps.partitions.count
                 )
                 if home != partition:  # sent to a partition subject by hand: refuse, or
                     raise QuillError(  # two writers could serve one workspace
                         ErrorCode.ACCESS_DENIED,
                         f"Commands for {address.tenant}/{address.workspace} go to "
-                        f"{writer.subjects.cmd(address.tenant, address.workspace, address.op)}",
+                        f"{deps.subjects.cmd(address.tenant, address.workspace, address.op)}",
                     )
-            if writer.queued >= writer.max_queued:
+            if backlog.queued >= backlog.limit:
                 raise QuillError(
                     ErrorCode.UNAVAILABLE,
                     "The writer is overloaded; retry later",
-                    {"queued": writer.queued},
+                    {"queued": backlog.queued},
                 )
         except QuillError as exc:
-            await reject(incoming, exc, writer.auditor)
+            await reject(incoming, exc, deps.auditor)
             return
         try:
-            actor = writer.actor(address.tenant, address.workspace, partition)
+            actor = actor_of(address.tenant, address.workspace, partition)
             if actor.submit(Pending(address, spec, request, origin, msg, incoming.started)):
-                writer.queued += 1
+                backlog.queued += 1
         except Exception as exc:  # a bug: still one answer
             log.exception("request %s on %s: not queued", origin.request_id, msg.subject)
             error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
-            await reject(incoming, error, writer.auditor)
+            await reject(incoming, error, deps.auditor)
 
     return on_command

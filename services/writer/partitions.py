@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import nats.errors
 import prometheus_client as prom
@@ -43,11 +43,8 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
-from contracts.subjects import BUCKET_LEASES, STREAM_EVENTS
+from contracts.subjects import BUCKET_LEASES, STREAM_EVENTS, Subjects
 from infra import assets
-
-if TYPE_CHECKING:
-    from services.writer.app import Writer
 
 log = logging.getLogger("quill.writer.partitions")
 
@@ -116,6 +113,20 @@ async def leases_bucket(js: JetStreamContext, replicas: int) -> KeyValue:
     return made if made is not None else await js.key_value(BUCKET_LEASES)
 
 
+class Holder(Protocol):
+    """What is done with a partition's workspaces as the partition comes and goes (the
+    writer's actors)."""
+
+    def forget_partition(self, partition: int) -> None:
+        """The partition was just taken: whatever was known of its workspaces is stale."""
+
+    async def drain_partition(self, partition: int, grace_s: float) -> None:
+        """Let the partition's commands in flight finish (the lease still holds)."""
+
+    async def drop_partition(self, partition: int) -> None:
+        """The partition is another writer's now: answer what waits here (retriable)."""
+
+
 def _rank(instance: str, partition: int) -> bytes:
     return hashlib.blake2b(f"{instance}/{partition}".encode(), digest_size=8).digest()
 
@@ -125,22 +136,29 @@ class Partitions:
 
     def __init__(
         self,
-        writer: Writer,
+        js: JetStreamContext,
+        subjects: Subjects,
+        instance: str,
+        replicas: int,
         count: int,
         ttl_s: float,
         subscribe: Callable[[int], Awaitable[Subscription]],
+        holder: Holder,
     ) -> None:
+        """``subscribe`` starts serving a partition taken; ``holder`` is told when one is
+        taken, handed back or lost; ``replicas`` is the ``WS_LEASES`` bucket's."""
         if count < 1:
             raise ValueError("partitions must be at least 1")
         if ttl_s < 2:
             raise ValueError("the lease TTL must be at least 2 seconds")
-        self.writer = writer
         self.count, self.ttl_s = count, ttl_s
         self.tick_s = ttl_s / 4
         self._subscribe = subscribe
-        self.instance = writer.instance
-        self.js = writer.js
-        self.subjects = writer.subjects
+        self._holder = holder
+        self.instance = instance
+        self.replicas = replicas
+        self.js = js
+        self.subjects = subjects
         self.held: dict[int, Lease] = {}
         self._seen: dict[str, Seen] = {}
         self._kv: KeyValue | None = None
@@ -189,7 +207,7 @@ class Partitions:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self._kv = kv = await leases_bucket(self.js, self.writer.settings.replicas)
+                self._kv = kv = await leases_bucket(self.js, self.replicas)
                 await self._check_config(kv)
                 await self._renew_membership()
                 break
@@ -220,7 +238,7 @@ class Partitions:
         for lease in leases:
             await self._unserve(lease)
         await asyncio.gather(
-            *(self.writer.drain_partition(lease.partition, grace_s) for lease in leases)
+            *(self._holder.drain_partition(lease.partition, grace_s) for lease in leases)
         )
         self.held.clear()
         HELD.set(0)
@@ -229,7 +247,7 @@ class Partitions:
         )
         RELEASED.inc(len(leases))
         for lease in leases:
-            await self.writer.drop_partition(lease.partition)
+            await self._holder.drop_partition(lease.partition)
         if self._member_rev:
             await self._delete(self._member_key, None)  # only this writer writes it
 
@@ -426,7 +444,7 @@ class Partitions:
                 await self._kv.delete(key, last=revision)
             return
         lease = self.held[partition] = Lease(partition, revision, fence, time.monotonic())
-        self.writer.forget_partition(partition)  # whatever was loaded before is stale
+        self._holder.forget_partition(partition)  # whatever was loaded before is stale
         lease.sub = await self._subscribe(partition)
         TAKEN.inc()
         HELD.set(len(self.held))
@@ -463,17 +481,17 @@ class Partitions:
         LOST.labels(why).inc()
         HELD.set(len(self.held))
         await self._unserve(lease)
-        await self.writer.drop_partition(partition)
+        await self._holder.drop_partition(partition)
 
     async def _release(self, partition: int, grace_s: float = 10.0) -> None:
         lease = self.held.get(partition)
         if lease is None:
             return
         await self._unserve(lease)
-        await self.writer.drain_partition(partition, grace_s)
+        await self._holder.drain_partition(partition, grace_s)
         self.held.pop(partition, None)
         HELD.set(len(self.held))
         RELEASED.inc()
         await self._delete(self._lease_key(partition), lease.revision)
-        await self.writer.drop_partition(partition)
+        await self._holder.drop_partition(partition)
         log.info("released partition %d", partition)

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import nats.errors
@@ -57,10 +57,8 @@ from infra.bus import respond
 from infra.compaction import with_manifests
 from infra.runtime import bounded_gather
 from services.writer.append import AppendError, Group
+from services.writer.deps import Deps
 from services.writer.partitions import Fence
-
-if TYPE_CHECKING:
-    from services.writer.app import Writer
 
 log = logging.getLogger("quill.writer")
 
@@ -92,16 +90,18 @@ class Pending:
 
 
 class WorkspaceActor:
+    """One workspace's state and queue; everything else it uses comes in ``deps``."""
+
     def __init__(
-        self, writer: Writer, tenant: str, workspace: str, partition: int | None = None
+        self, deps: Deps, tenant: str, workspace: str, partition: int | None = None
     ) -> None:
-        self.writer = writer
+        self.deps = deps
         self.tenant, self.workspace = tenant, workspace
         self.partition = partition
         """On a cluster: the command partition the workspace maps to."""
         self.fence: Fence | None = None
         """The partition epoch the state was loaded under; every append is fenced on it."""
-        self.subject = writer.subjects.evt(tenant, workspace)
+        self.subject = deps.subjects.evt(tenant, workspace)
         self.state: WorkspaceState | None = None
         self._queue: list[Pending] = []
         self._inflight: dict[str, Pending] = {}
@@ -285,8 +285,8 @@ class WorkspaceActor:
         if self.state is not None and fence == self.fence:
             return self.state
         self.state = None
-        await self.writer.appender.applied()  # the projection holds all we committed
-        store, js = self.writer.store, self.writer.js
+        await self.deps.appender.applied()  # the projection holds all we committed
+        store, js = self.deps.store, self.deps.js
         state = await store.load_state(self.tenant, self.workspace)
         try:
             last = await eventlog.last_seq(js, self.subject, fresh=fence is not None)
@@ -309,10 +309,10 @@ class WorkspaceActor:
         """``state`` with the log's events after it up to ``last``, applied to the projection
         and folded a chunk at a time (a workspace of a million events loads in bounded
         memory)."""
-        store, js = self.writer.store, self.writer.js
+        store, js = self.deps.store, self.deps.js
         caught, compacted = 0, False
         async for chunk in eventlog.chunks(js, self.subject, state.last_seq, last):
-            chunk = await with_manifests(chunk, self.writer.manifest_blobs)
+            chunk = await with_manifests(chunk, self.deps.manifest_blobs)
             await store.apply(chunk)
             caught += len(chunk)
             if compacted or any(isinstance(item.event, HistoryCompacted) for item in chunk):
@@ -332,7 +332,7 @@ class WorkspaceActor:
         Raises:
             QuillError: ``UNAVAILABLE`` when the partition is (now) another writer's.
         """
-        partitions = self.writer.partitions
+        partitions = self.deps.partitions
         if partitions is None or self.partition is None:
             return None
         fence = partitions.fence(self.partition)
@@ -347,7 +347,7 @@ class WorkspaceActor:
     async def _fenced_out(self) -> bool:
         """After a refused append: whether the partition's epoch moved on (lost to another
         writer, which now owns the workspace)."""
-        partitions = self.writer.partitions
+        partitions = self.deps.partitions
         if partitions is None or self.partition is None or self.fence is None:
             return False
         return not await partitions.still_holds(self.partition, self.fence)
@@ -361,9 +361,9 @@ class WorkspaceActor:
     async def _committed_result(self, request_id: str) -> tuple[int, bytes] | None:
         found = self._recent.get(request_id)
         if found is None and self.state is not None:
-            ws = self.writer.store.workspace_id(self.tenant, self.workspace)
+            ws = self.deps.store.workspace_id(self.tenant, self.workspace)
             if ws is not None:
-                found = await self.writer.store.result_of(ws, request_id)
+                found = await self.deps.store.result_of(ws, request_id)
         return found
 
     # ------------------------------------------------------------------ deciding
@@ -422,7 +422,7 @@ class WorkspaceActor:
                 expected_seq=expected_seq,
                 payloads=[payload for *_, payload in staged],
                 msg_ids=[
-                    self.writer.subjects.msg_id(self.tenant, self.workspace, event.request_id)
+                    self.deps.subjects.msg_id(self.tenant, self.workspace, event.request_id)
                     for _, _, event, _, _ in staged
                 ],
                 hashes=[digest for _, _, _, digest, _ in staged],
@@ -430,7 +430,7 @@ class WorkspaceActor:
                 fence=self.fence,
             )
             try:
-                seqs = await self.writer.appender.submit(group)
+                seqs = await self.deps.appender.submit(group)
             except AppendError as exc:
                 log.warning(
                     "%s/%s: append failed (%s, attempt %d): reloading from the log",
@@ -507,13 +507,13 @@ class WorkspaceActor:
     async def _decide(
         self, state: WorkspaceState, p: Pending
     ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
-        writer = self.writer
+        deps = self.deps
         wanted = needs(state, p.request)
         for sha in wanted.contents:
-            if sha not in writer.contents:
-                await writer.appender.applied()  # inline contents reach the store on apply
+            if sha not in deps.contents:
+                await deps.appender.applied()  # inline contents reach the store on apply
                 try:
-                    writer.remember_content(sha, await writer.blobs.get(sha))
+                    deps.contents.put(sha, await deps.blobs.get(sha))
                 except QuillError as exc:
                     if exc.code != ErrorCode.UNAVAILABLE:
                         raise
@@ -522,11 +522,11 @@ class WorkspaceActor:
         ctx = Context(
             version=state.version + 1,
             at=datetime.now(UTC),
-            content=writer.contents.get,
+            content=deps.contents.get,
             past=past,
             origin=p.origin,
-            locate=writer.bridges.find,
-            secrets=writer.secrets,
+            locate=deps.bridges.find,
+            secrets=deps.secrets,
         )
         with state.tree.savepoint():
             decision = decide(state, p.request, ctx)
@@ -536,8 +536,8 @@ class WorkspaceActor:
             decision.changes = await self._externalize(decision.changes)
             event = to_event(state, decision, ctx, p.address.op, p.origin)
             payload = codec.encode(event)
-            if writer.secrets:  # the last net: contents are redacted, names refused at the edge
-                leaked = writer.secrets.redact_bytes(payload)[1]
+            if deps.secrets:  # the last net: contents are redacted, names refused at the edge
+                leaked = deps.secrets.redact_bytes(payload)[1]
                 if leaked:
                     raise QuillError(
                         ErrorCode.INVALID_ARGUMENT,
@@ -564,9 +564,9 @@ class WorkspaceActor:
         if limit is None:
             return
         if self._counts is None:
-            await self.writer.appender.applied()
-            ws = self.writer.store.workspace_id(self.tenant, self.workspace)
-            self._counts = await self.writer.store.revision_counts(ws) if ws is not None else {}
+            await self.deps.appender.applied()
+            ws = self.deps.store.workspace_id(self.tenant, self.workspace)
+            self._counts = await self.deps.store.revision_counts(ws) if ws is not None else {}
             self._compact = any(compaction.due(n, limit) for n in self._counts.values())
             return  # the store counted these events already
         counts = self._counts
@@ -585,23 +585,23 @@ class WorkspaceActor:
         limit = state.limits.max_versions
         if limit is None:
             return
-        writer = self.writer
-        await writer.appender.applied()
-        ws = writer.store.workspace_id(self.tenant, self.workspace)
+        deps = self.deps
+        await deps.appender.applied()
+        ws = deps.store.workspace_id(self.tenant, self.workspace)
         assert ws is not None
         started = time.perf_counter()
-        manifest, dropped, events_dropped = await writer.store.compaction(ws, limit)
+        manifest, dropped, events_dropped = await deps.store.compaction(ws, limit)
         contents = {r[5] for r in manifest.revisions if r[4] == "f"}
 
         async def keep(sha: str) -> None:
-            data = await writer.store.blob(sha)
+            data = await deps.store.blob(sha)
             if data is not None:  # None: stored in WS_BLOBS when it was written
-                await writer.blobs.put(sha, data)
+                await deps.blobs.put(sha, data)
 
         await bounded_gather([keep(sha) for sha in contents], 32)
         body = compaction.encode_manifest(manifest)
         digest_m = hashing.content_sha256(body)
-        await writer.blobs.put(digest_m, body)
+        await deps.blobs.put(digest_m, body)
         event = HistoryCompacted(
             tenant=self.tenant,
             workspace=self.workspace,
@@ -622,28 +622,28 @@ class WorkspaceActor:
         )
         payload = codec.encode(event)
         digest = hashing.event_hash(payload)
-        writer.manifests[digest_m] = manifest
+        deps.manifests[digest_m] = manifest
         group = Group(
             subject=self.subject,
             expected_seq=state.last_seq,
             payloads=[payload],
-            msg_ids=[writer.subjects.msg_id(self.tenant, self.workspace, event.request_id)],
+            msg_ids=[deps.subjects.msg_id(self.tenant, self.workspace, event.request_id)],
             hashes=[digest],
             context=[(event, digest)],
             fence=self.fence,
         )
         try:
-            (seq,) = await writer.appender.submit(group)
+            (seq,) = await deps.appender.submit(group)
         except AppendError as exc:
-            writer.manifests.pop(digest_m, None)
+            deps.manifests.pop(digest_m, None)
             log.warning("%s/%s: compaction not appended (%s)", self.tenant, self.workspace, exc)
             self.state = None
             return
         state.version, state.last_hash, state.last_seq = event.version, digest, seq
         state.updated = event.at
-        await writer.appender.applied()
+        await deps.appender.applied()
         try:
-            await writer.js.purge_stream(STREAM_EVENTS, subject=self.subject, seq=seq)
+            await deps.js.purge_stream(STREAM_EVENTS, subject=self.subject, seq=seq)
         except Exception as exc:  # the next compaction purges what this one could not
             log.warning("%s/%s: purging the log failed: %s", self.tenant, self.workspace, exc)
         self._counts = {path: min(n, limit) for path, n in (self._counts or {}).items()}
@@ -661,13 +661,13 @@ class WorkspaceActor:
 
     async def _past(self, version: int, scope: str) -> Tree:
         """The workspace (``scope`` and below) as it was at ``version``, from the projection."""
-        await self.writer.appender.applied()
+        await self.deps.appender.applied()
         tree = Tree()
-        ws = self.writer.store.workspace_id(self.tenant, self.workspace)
+        ws = self.deps.store.workspace_id(self.tenant, self.workspace)
         if ws is None:
             return tree
-        nodes = await self.writer.store.entries_at(ws, version, scope, with_scope=True)
-        row = self.writer.store.workspace(self.tenant, self.workspace)
+        nodes = await self.deps.store.entries_at(ws, version, scope, with_scope=True)
+        row = self.deps.store.workspace(self.tenant, self.workspace)
         floor = row.floor if row is not None else 0
         if version < floor and not (scope and [n.kind for n in nodes] == ["f"]):
             # below the floor only a file whose revision was kept is known
@@ -700,7 +700,7 @@ class WorkspaceActor:
         for i, change in enumerate(changes):
             if isinstance(change, PutFile) and (change.text is not None or change.data):
                 data = change.text.encode() if change.text is not None else change.data or b""
-                self.writer.remember_content(change.sha256, data)
+                self.deps.contents.put(change.sha256, data)
                 contents[i] = data
         inline = sum(len(d) for d in contents.values())
         out = list(changes)
@@ -714,7 +714,7 @@ class WorkspaceActor:
             out[i] = msgspec.structs.replace(change, text=None, data=None, blob=True)
             moved.append((change.sha256, data))
             inline -= len(data)
-        await bounded_gather([self.writer.blobs.put(sha, data) for sha, data in moved], 32)
+        await bounded_gather([self.deps.blobs.put(sha, data) for sha, data in moved], 32)
         return out
 
     # ------------------------------------------------------------------ answering
@@ -731,15 +731,15 @@ class WorkspaceActor:
         if p.answered:
             return
         p.answered = True
-        if error is not None and self.writer.secrets:  # errors echo what was asked
-            error = self.writer.secrets.redact_error(error)
+        if error is not None and self.deps.secrets:  # errors echo what was asked
+            error = self.deps.secrets.redact_error(error)
             reply = codec.error_reply(error)
-        self.writer.queued -= 1
+        self.deps.backlog.queued -= 1
         if self._inflight.get(p.origin.request_id) is p:
             del self._inflight[p.origin.request_id]
         for msg in [p.msg, *p.retries]:
             await respond(msg, reply)
-        await self.writer.auditor.record(
+        await self.deps.auditor.record(
             p.address,
             p.origin,
             p.started,
@@ -764,8 +764,8 @@ class WorkspaceActor:
             tree_hash=event.tree_hash,
         )
         try:
-            await self.writer.nc.publish(
-                self.writer.subjects.updated(event.tenant, event.workspace), codec.encode(update)
+            await self.deps.nc.publish(
+                self.deps.subjects.updated(event.tenant, event.workspace), codec.encode(update)
             )
         except Exception as exc:
             log.warning("could not publish workspace.updated: %s", exc)

@@ -1,0 +1,98 @@
+"""What a workspace actor and the command entry are given: the writer's collaborators.
+
+``app.py`` builds one :class:`Deps` and hands it to every ``WorkspaceActor`` and to the
+command handler; neither reaches back into the ``Writer``. The partitions are seen through
+:class:`Fencing`, the few questions an actor asks them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from contracts.events import CompactionManifest
+from contracts.subjects import Subjects
+from core.secrets import Secrets
+from infra.blobs import Blobs
+from infra.bridges import Bridges
+from infra.runtime import Auditor
+from infra.store import Store
+from services.writer.append import Appender
+from services.writer.partitions import Fence
+
+
+class ContentCache:
+    """Recently written or read contents by sha256, bounded in bytes (LRU)."""
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self._data: OrderedDict[str, bytes] = OrderedDict()
+        self._bytes, self._max = 0, max_bytes
+
+    def get(self, sha256: str) -> bytes | None:
+        data = self._data.get(sha256)
+        if data is not None:
+            self._data.move_to_end(sha256)
+        return data
+
+    def __contains__(self, sha256: str) -> bool:
+        return sha256 in self._data
+
+    def put(self, sha256: str, data: bytes) -> None:
+        if sha256 in self._data or len(data) > self._max // 4:
+            return
+        self._data[sha256] = data
+        self._bytes += len(data)
+        while self._bytes > self._max:
+            _, old = self._data.popitem(last=False)
+            self._bytes -= len(old)
+
+
+@dataclass
+class Backlog:
+    """Commands accepted and not yet answered: counted up by the entry, down by the actor
+    that answers them."""
+
+    limit: int
+    queued: int = 0
+
+
+class Fencing(Protocol):
+    """The partitions as an actor and the entry see them (``partitions.Partitions``)."""
+
+    @property
+    def count(self) -> int: ...
+
+    def fence(self, partition: int) -> Fence | None: ...
+
+    async def still_holds(self, partition: int, fence: Fence) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Deps:
+    """The writer's collaborators, built once by ``app.py``."""
+
+    subjects: Subjects
+    nc: NATS
+    """Publishes ``workspace.updated``."""
+    js: JetStreamContext
+    """Reads the log (catch-up) and purges it after a compaction."""
+    store: Store
+    """The writer's projection."""
+    appender: Appender
+    blobs: Blobs
+    """``WS_BLOBS``, backed by the projection's contents."""
+    manifest_blobs: Blobs
+    """``WS_BLOBS`` alone: manifests are not kept in the projection."""
+    bridges: Bridges
+    secrets: Secrets
+    auditor: Auditor
+    partitions: Fencing | None
+    """On a cluster: the command partitions this writer leases (None: it serves all)."""
+    backlog: Backlog
+    contents: ContentCache = field(default_factory=ContentCache)
+    manifests: dict[str, CompactionManifest] = field(default_factory=dict)
+    """Manifests of the compactions being appended, by sha256 (for the projection)."""
