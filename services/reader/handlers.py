@@ -1,29 +1,68 @@
-"""Entry point of a reader: a query message → the answer as of the version it asks for."""
+"""Entry point of a reader: a query message → the answer as of the version it asks for.
+
+It is given the replica as a :class:`Replica` (what it reads of ``app.Reader``), so it never
+imports the wiring module.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 import msgspec
 import nats.errors
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from contracts import codec
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import ancestors
-from contracts.subjects import STREAM_EVENTS, Address
+from contracts.subjects import STREAM_EVENTS, Address, Subjects
 from contracts.uncommitted import asked_path, lookup, not_committed
 from core.rows import WorkspaceRow
 from infra import compaction
+from infra.bridges import Bridges
 from infra.bus import respond
 from infra.entry import Incoming, parse, reject
+from infra.runtime import Auditor
+from infra.store import Store
+from services.reader.follower import Follower
+from services.reader.queries import Queries
 
-if TYPE_CHECKING:
-    from services.reader.app import Reader
+
+class Replica(Protocol):
+    """What the entry reads of a reader replica (``app.Reader``): its projection and
+    follower, its query ops, its bounds (``max_wait_s`` for a version not applied yet,
+    ``max_inflight`` queries in ``tasks``), and where it audits."""
+
+    @property
+    def subjects(self) -> Subjects: ...
+    @property
+    def js(self) -> JetStreamContext: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def follower(self) -> Follower: ...
+    @property
+    def queries(self) -> Queries: ...
+    @property
+    def ops(self) -> Mapping[str, Callable[..., Awaitable[Any]]]: ...
+    @property
+    def auditor(self) -> Auditor: ...
+    @property
+    def bridges(self) -> Bridges: ...
+    @property
+    def log(self) -> logging.Logger: ...
+    @property
+    def max_wait_s(self) -> float: ...
+    @property
+    def max_inflight(self) -> int: ...
+    @property
+    def tasks(self) -> set[asyncio.Task[None]]: ...
 
 
 class _Version(msgspec.Struct):
@@ -34,7 +73,7 @@ _version_decoder = msgspec.json.Decoder(_Version)
 
 
 async def resolve(
-    reader: Reader, address: Address, req: rq.Query, run: str | None = None
+    reader: Replica, address: Address, req: rq.Query, run: str | None = None
 ) -> tuple[WorkspaceRow, int]:
     """The workspace and the version to answer at, after waiting (bounded) for it: the
     one ``run`` (the ``Ws-Run`` header) was pinned to, else the version asked, else the
@@ -91,7 +130,7 @@ async def resolve(
 
 
 async def _run_version(
-    reader: Reader, address: Address, row: WorkspaceRow, run: str
+    reader: Replica, address: Address, row: WorkspaceRow, run: str
 ) -> tuple[WorkspaceRow, int]:
     """The version ``run`` reads (a run reads one version throughout, RFC 0059 §D). A run
     this replica has not applied yet is waited for: until the replica has every event the
@@ -127,7 +166,7 @@ async def _run_version(
     )
 
 
-async def _latest(reader: Reader, tenant: str, workspace: str, *, fresh: bool) -> int:
+async def _latest(reader: Replica, tenant: str, workspace: str, *, fresh: bool) -> int:
     """The workspace's last version in the log (0: none); ``fresh``: from the leader.
 
     Raises:
@@ -148,7 +187,7 @@ TREE_QUERIES = frozenset({"list", "glob", "grep", "explore", "diff"})
 """Queries over the whole tree (or a subtree) as of a version: refused below the floor."""
 
 
-async def answer_at(reader: Reader, op: str, ws: WorkspaceRow, version: int, req: rq.Query) -> Any:
+async def answer_at(reader: Replica, op: str, ws: WorkspaceRow, version: int, req: rq.Query) -> Any:
     """The answer of ``op`` as of ``version``. Below the workspace's floor (history a
     compaction dropped) only a path whose revision at that version was kept is answered.
 
@@ -173,7 +212,7 @@ async def answer_at(reader: Reader, op: str, ws: WorkspaceRow, version: int, req
 
 
 async def explained(
-    reader: Reader, ws: WorkspaceRow, version: int, error: QuillError
+    reader: Replica, ws: WorkspaceRow, version: int, error: QuillError
 ) -> QuillError:
     """``error``, a path not found or a name refused, saying why when a command left that
     path (or a parent of it) in its sandbox uncommitted, as recorded by ``version`` or
@@ -188,7 +227,7 @@ async def explained(
     return not_committed(error, path, *found)
 
 
-def query_handler(reader: Reader) -> Callable[[Msg], Awaitable[None]]:
+def query_handler(reader: Replica) -> Callable[[Msg], Awaitable[None]]:
     tasks: set[asyncio.Task[None]] = reader.tasks
 
     async def answer(incoming: Incoming) -> None:
