@@ -44,9 +44,9 @@ from contracts import requests as rq
 from contracts.subjects import STREAM_EVENTS, Subjects, split_workspace
 from infra import bus
 from quill.client import Quill
-from quill.cluster import Cluster
-from quill.launcher import Launcher
-from quill.stack import Stack
+from quill_cli.cluster import Cluster
+from quill_cli.launcher import Launcher
+from quill_cli.stack import Stack
 
 CLIENTS = 32
 WORKSPACES = 64

@@ -33,8 +33,8 @@ from contracts.subjects import Subjects
 from core.tree import Tree, apply_change
 from infra import bus
 from infra.blobs import Blobs
-from quill.natsserver import NatsServer
-from services.common import replay as rpl
+from quill_cli.natsserver import NatsServer
+from quill_cli.tools import replay as rpl
 
 EVENTS = 100_000
 FILES = 1_000

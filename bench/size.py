@@ -42,8 +42,8 @@ from infra import bus
 from infra.blobs import Blobs
 from infra.compaction import slack
 from quill.client import Quill
-from quill.natsserver import NatsServer
-from services.common import replay as rpl
+from quill_cli.natsserver import NatsServer
+from quill_cli.tools import replay as rpl
 
 FILES = 100_000
 EVENTS = 1_000_000
@@ -63,7 +63,7 @@ PROBE = (
     "    import asyncio, bench.size as s\n"
     "    asyncio.run(s.raw(sys.argv[1], sys.argv[2], int(sys.argv[3])))\n"
     "else:\n"
-    "    from quill.cli import main\n"
+    "    from quill_cli.cli import main\n"
     "    main()\n"
 )
 

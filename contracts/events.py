@@ -174,6 +174,10 @@ class WorkspaceDetached(
     uri: str
 
 
+SCRUB_OP = "scrub"
+"""``op`` of the ``history_compacted`` event that closes a scrubbed log (``quill scrub``)."""
+
+
 class HistoryCompacted(
     Event, frozen=True, kw_only=True, omit_defaults=True, tag="history_compacted"
 ):

@@ -13,7 +13,8 @@ its subject, its ``Ws-*`` headers and every field of its body but the ``CONTENT_
 name holding a secret is refused with ``INVALID_ARGUMENT`` and a message that does not hold
 it. Error messages are redacted before they leave (``redact_error``), live output through a
 ``StreamRedactor`` (a secret split across two chunks is caught), and every service log line
-through ``LogFilter``.
+through ``LogFilter``. The file and the environment are read in
+``infra/secret_registry.py``; this module is pure.
 
 The registry is a TOML file (``--secrets FILE``)::
 
@@ -29,13 +30,8 @@ The registry is a TOML file (``--secrets FILE``)::
 from __future__ import annotations
 
 import dataclasses
-import logging
-import os
 import re._parser as sre_parse
-import threading
-import tomllib
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -43,8 +39,6 @@ import regex
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Address, Origin
-
-log = logging.getLogger("quill.secrets")
 
 MIN_LENGTH = 8
 PATTERN_SPAN = 1024
@@ -174,40 +168,6 @@ class Secrets:
             origin, request_id=request_id or "", actor=actor, session=session, run=run
         )
 
-    @classmethod
-    def load(cls, path: Path) -> Secrets:
-        """Read the registry file.
-
-        Raises:
-            ValueError: it is malformed (an unknown key, a missing variable, a bad regex).
-        """
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-        unknown = set(data) - {"secrets", "patterns"}
-        if unknown:
-            raise ValueError(f"{path}: unknown tables {sorted(unknown)}")
-        values: dict[str, str] = {}
-        for secret_id, value in data.get("secrets", {}).items():
-            if isinstance(value, dict) and set(value) == {"env"}:
-                resolved = os.environ.get(str(value["env"]))
-                if resolved is None:
-                    raise ValueError(f"{path}: secret {secret_id}: ${value['env']} is not set")
-                values[secret_id] = resolved
-            elif isinstance(value, str):
-                values[secret_id] = value
-            else:
-                raise ValueError(f"{path}: secret {secret_id}: a string or {{ env = ... }}")
-        patterns: dict[str, str] = {}
-        for item in data.get("patterns", []):
-            if set(item) != {"id", "regex"}:
-                raise ValueError(f"{path}: each [[patterns]] has id and regex")
-            try:
-                regex.compile(item["regex"])
-            except regex.error as exc:
-                raise ValueError(f"{path}: pattern {item['id']}: {exc}") from None
-            patterns[str(item["id"])] = str(item["regex"])
-        return cls(values, patterns)
-
 
 def _redact_value(secrets: Secrets, value: Any) -> tuple[Any, bool]:
     """``value`` (a JSON-like tree) with every string in it redacted; whether any changed."""
@@ -229,40 +189,6 @@ def _redact_value(secrets: Secrets, value: Any) -> tuple[Any, bool]:
 
 
 NO_SECRETS = Secrets()
-
-ENV_FILE = "QUILL_SECRETS"
-"""The environment variable naming the registry file (``quill up --secrets`` sets it)."""
-
-_loaded: dict[str, Secrets] = {}
-_loading = threading.local()
-
-
-def secrets_from_env() -> Secrets:
-    """The registry named by ``$QUILL_SECRETS`` (none: nothing is redacted), read once per
-    process and file name.
-
-    Raises:
-        ValueError: the file is malformed.
-    """
-    path = os.environ.get(ENV_FILE)
-    if not path:
-        return NO_SECRETS
-    secrets = _loaded.get(path)
-    if secrets is None:
-        _loading.active = True
-        try:
-            secrets = _loaded[path] = Secrets.load(Path(path))
-        finally:
-            _loading.active = False
-        for secret_id in secrets.too_short:
-            log.warning(
-                "secret %s is shorter than %d characters: not registered", secret_id, MIN_LENGTH
-            )
-        log.info("redacting %d secrets from %s", len(secrets), path)
-    return secrets
-
-
-# ---------------------------------------------------------------- names (refused)
 
 CONTENT_FIELDS = frozenset(
     {"content", "data", "old_string", "new_string", "new_content", "replacement", "command"}
@@ -355,32 +281,3 @@ class StreamRedactor:
         self._held = b""
         self.redacted.update(ids)
         return shown
-
-
-class LogFilter(logging.Filter):
-    """Redacts every registered secret (``$QUILL_SECRETS``) from a log record's message and
-    traceback; installed on the handler of every service process (``runtime.setup_logging``)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if getattr(_loading, "active", False):
-            return True
-        try:
-            secrets = secrets_from_env()
-        except (OSError, ValueError, tomllib.TOMLDecodeError):
-            return True  # the service refuses to start with it, and says so
-        if not secrets:
-            return True
-        try:
-            message, ids = secrets.redact(record.getMessage())
-        except Exception:  # a malformed record: the handler reports it, without its args
-            record.msg, record.args = secrets.redact(str(record.msg))[0], None
-            return True
-        if ids:
-            record.msg, record.args = message, None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = secrets.redact(record.exc_text)[0]
-        if record.stack_info:
-            record.stack_info = secrets.redact(record.stack_info)[0]
-        return True

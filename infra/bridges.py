@@ -64,7 +64,7 @@ async def bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
     and safe when several services do it at once: ``infra/assets.py``).
 
     Tenants' bridges write their own keys only (``$KV.WS_BRIDGES.<tenant>.>``, see
-    ``quill/tenants.py``), so the bucket reads by direct get, whose subject names the key (a
+    ``quill_cli/tenants.py``), so the bucket reads by direct get, whose subject names the key (a
     plain message get names it in the body, out of the server's permissions' reach), and
     refuses rollup headers (``Nats-Rollup: all`` on any key would purge every tenant's).
     Another service may create the bucket between our look and our create, and turn rollups

@@ -20,9 +20,10 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.ops import OpKind, OpSpec
 from contracts.requests import Request
 from contracts.subjects import HEADER_REQUEST_ID, Address, Origin, Subjects
-from core.secrets import refuse_names, secrets_from_env
+from core.secrets import refuse_names
 from infra.bus import own_inbox, reply_allowed, respond
 from infra.runtime import Auditor
+from infra.secret_registry import secrets_from_env
 
 log = logging.getLogger("quill.entry")
 

@@ -23,7 +23,7 @@ from contracts import codec
 from contracts.errors import QuillError
 from contracts.events import AuditRecord
 from contracts.subjects import Address, Origin, Subjects
-from core.secrets import LogFilter, secrets_from_env
+from infra.secret_registry import LogFilter, secrets_from_env
 from infra.store import Store
 
 log = logging.getLogger("quill")

@@ -1,4 +1,6 @@
-"""Quill: the SDK (``quill.client``), the CLI and the embedded launcher."""
+"""Quill's Python SDK: ``Quill`` connects, ``Workspace`` holds the tools (``quill.client``).
+
+It imports ``contracts`` (the wire) and nothing of the server; the CLI is ``quill_cli``."""
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill, Workspace

@@ -47,8 +47,8 @@ from contracts.subjects import (
     Subjects,
     split_workspace,
 )
-from infra import bus
-from infra.credentials import NatsAuth
+from quill import connection
+from quill.credentials import NatsAuth
 
 R = TypeVar("R")
 
@@ -171,9 +171,7 @@ class Quill:
             QuillError: ``UNAVAILABLE`` if NATS cannot be reached (or refuses the
                 credentials), ``INVALID_ARGUMENT`` for incomplete credentials.
         """
-        from quill.stack import discover_url
-
-        url = url or discover_url()
+        url = url or connection.discover_url()
         auth = NatsAuth(user, password, nkey_seed, inbox_prefix)
         if user is None and password is None and nkey_seed is None:
             env = NatsAuth.from_env()
@@ -184,7 +182,7 @@ class Quill:
             raise QuillError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
         wait_s = options.pop("connect_wait", 5.0)
         try:
-            nc = await bus.connect(url, name="quill-sdk", wait_s=wait_s, auth=auth)
+            nc = await connection.connect(url, name="quill-sdk", wait_s=wait_s, auth=auth)
         except ConnectionError as exc:
             raise QuillError(ErrorCode.UNAVAILABLE, str(exc)) from None
         return cls(nc, **options)
@@ -271,7 +269,7 @@ class Quill:
             try:
                 msg = await self.nc.request(subject, data, timeout=timeout, headers=headers)
             except nats.errors.TimeoutError:
-                if bus.refused(self.nc, subject):
+                if connection.refused(self.nc, subject):
                     raise _refused(subject) from None
                 last = QuillError(ErrorCode.TIMEOUT, f"No reply to {kind}.{op} in {timeout}s")
                 continue
@@ -345,7 +343,7 @@ class Quill:
             try:
                 silence = self.exec_silence_s
                 while not (await asyncio.wait({pending}, timeout=silence / 3))[0]:
-                    if bus.refused(self.nc, subject):
+                    if connection.refused(self.nc, subject):
                         raise _refused(subject)
                     if time.monotonic() - max(heard(), sent) > silence:
                         raise QuillError(
@@ -989,15 +987,15 @@ class Workspace:
         sub = await nc.subscribe(subject)
         try:
             # The server answers a refused SUB with -ERR, and the client records it
-            # (bus.refused) as it reads it: nothing would ever arrive. The -ERR may come after
-            # the PONG of the first round trip (seen with nats-server 2.15), never after the
+            # (connection.refused) as it reads it: nothing would ever arrive. The -ERR may come
+            # after the PONG of the first round trip (seen with nats-server 2.15), never after the
             # second's.
             for _ in range(2):
                 await nc.flush(timeout=max(1, int(self.client.timeout)))
         except (nats.errors.Error, TimeoutError) as exc:
             await sub.unsubscribe()
             raise QuillError(ErrorCode.UNAVAILABLE, f"NATS: {exc}") from None
-        if bus.refused(nc, subject):
+        if connection.refused(nc, subject):
             await sub.unsubscribe()
             raise _refused(subject)
         try:

@@ -15,7 +15,7 @@ from nats.aio.client import Client as NATS
 
 from infra import bus
 from quill.client import Quill
-from quill.natsserver import NatsServer
+from quill_cli.natsserver import NatsServer
 from services.reader.app import Reader
 from tests.helpers import start_reader, start_writer
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,7 @@ from core.answers import (
     read_length,
 )
 from core.content import as_text
-from core.globs import relative
-from core.rows import Node
-from services.bridge.folder import Folder
-from services.reader.finding import (
+from core.finding import (
     GrepPlan,
     exclusions,
     explore_result,
@@ -45,6 +43,9 @@ from services.reader.finding import (
     glob_result,
     without_excluded,
 )
+from core.globs import relative
+from core.rows import Node
+from services.bridge.folder import Folder
 
 NOT_KEPT = ("history", "diff", "events")
 """Queries about the past: a folder keeps none."""
@@ -205,7 +206,7 @@ class LocalQueries:
             for n in self.folder.walk(scope, real)
             if n.kind == "f" and plan.selects(relative(n.path, scope))
         ]
-        return plan.search(self._texts(files, real, scope))
+        return plan.search(self._texts(files, real, scope), clock=time.monotonic)
 
     def _texts(self, files: list[Node], real: Any, scope: str) -> Iterator[tuple[str, str]]:
         """``(path, text)`` of the text files among ``files`` (binary ones and files over

@@ -49,7 +49,7 @@ from contracts.subjects import (
     new_request_id,
 )
 from core.controls import LockState
-from core.secrets import NO_SECRETS, Secrets, StreamRedactor, secrets_from_env
+from core.secrets import NO_SECRETS, Secrets, StreamRedactor
 from infra import bus, compaction
 from infra.blobs import Blobs
 from infra.bridges import Bridges
@@ -62,6 +62,7 @@ from infra.runtime import (
     connect_service,
     lock_directory,
 )
+from infra.secret_registry import secrets_from_env
 from quill.client import Quill
 from services.executor import disk, quota, sandbox
 from services.executor.checkout import Captured, Checkout

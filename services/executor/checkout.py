@@ -41,6 +41,7 @@ from nats.js import JetStreamContext
 from contracts import requests as rq
 from contracts.errors import QuillError
 from contracts.events import (
+    SCRUB_OP,
     AnyChange,
     ChangesCommitted,
     HistoryCompacted,
@@ -61,7 +62,6 @@ from infra import log as eventlog
 from infra.blobs import Blobs
 from infra.compaction import decode_manifest
 from infra.safefs import Dir, parent_of, walk
-from services.common.scrub import SCRUB_OP
 
 log = logging.getLogger("quill.executor")
 

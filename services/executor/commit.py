@@ -29,9 +29,10 @@ from contracts.events import UncommittedPath
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import CHANGES_SUFFIX, Origin
 from contracts.uncommitted import capped
-from core.secrets import NO_SECRETS, Secrets, secrets_from_env
+from core.secrets import NO_SECRETS, Secrets
 from infra.blobs import INLINE_MAX, Blobs
 from infra.runtime import bounded_gather
+from infra.secret_registry import secrets_from_env
 from quill.client import Quill
 from services.executor.checkout import Captured, Checkout
 

@@ -9,7 +9,7 @@ any executor can answer ``exec.output`` (a page by byte offset) for ``OutputConf
 (``Subjects.cmdout``): ``ws.cmdout.<t>.<w>.<id>.stdout.<n>`` is the n-th ``CHUNK`` bytes of
 stdout (so a page is a direct get of each chunk it spans, by subject), ``….end`` says what was
 kept once the command has ended. Tenants cannot read the stream: a tenant's NATS user has no
-``$JS.API`` (``quill/tenants.py``), and ``exec.output`` reads under the tenant and workspace of
+``$JS.API`` (``quill_cli/tenants.py``), and ``exec.output`` reads under the tenant and workspace of
 its own subject only.
 
 Everything is counted after secrets are redacted (``StreamRedactor``): the offsets in a reply

@@ -6,7 +6,7 @@ take a multiple of its memory limit (docs/executor.md, Threat model). It says so
 and its ping; the gateway asks every executor in the background (every ``EVERY_S``; the first
 time at start) so that ``/health`` answers at once and an operator's probe sees the risk.
 
-The launcher's supervisor (``quill/supervisor.py``) knows which of its children exited and
+The launcher's supervisor (``quill_cli/supervisor.py``) knows which of its children exited and
 when it starts them again; it answers ``<root>.sys.ping.launcher`` with that, and the gateway
 asks every ``SUPERVISOR_EVERY_S``. A failing service makes ``/health`` say
 ``"status": "degraded"`` (still 200: the gateway serves, and the other services with it) and

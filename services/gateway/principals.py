@@ -78,7 +78,7 @@ class Tokens:
     @classmethod
     def load(cls, path: Path) -> Tokens:
         """Read a TOML file of ``[tokens."<token>"]`` tables with ``tenant`` and ``workspace``,
-        or a tenants file (``quill/tenants.py``), whose ``[tenants.<t>.tokens."<token>"]``
+        or a tenants file (``quill_cli/tenants.py``), whose ``[tenants.<t>.tokens."<token>"]``
         tables name only the ``workspace`` (a tenants file may have no tokens at all: the
         gateway then admits no one). Either may add ``actor`` and ``scope`` (``workspace``,
         the default: the token reaches its workspace only; ``tenant``: any of its tenant's).

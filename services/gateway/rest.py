@@ -24,7 +24,7 @@ from starlette.routing import Route
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import MAX_MESSAGE_BYTES, Limits
 from contracts.paths import normalize
-from core.secrets import secrets_from_env
+from infra.secret_registry import secrets_from_env
 from quill.client import Workspace
 from services.gateway.files import Snapshot, content_type, iso, read_whole, version_of
 from services.gateway.principals import Access, principal_of

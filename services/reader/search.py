@@ -12,6 +12,7 @@ literal of three characters reads every file in scope.
 from __future__ import annotations
 
 import re._parser as sre_parse  # the stdlib's own regex parser, to find required literals
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,9 +21,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import normalize
 from core.answers import not_a_directory
-from core.globs import relative
-from core.rows import Node, WorkspaceRow
-from services.reader.finding import (
+from core.finding import (
     GrepPlan,
     exclusions,
     explore_result,
@@ -30,6 +29,8 @@ from services.reader.finding import (
     glob_result,
     without_excluded,
 )
+from core.globs import relative
+from core.rows import Node, WorkspaceRow
 from services.reader.queries import Queries
 
 MAX_TRIGRAMS = 24
@@ -89,7 +90,9 @@ class Search:
             if plan.selects(relative(path, scope))
         ]
         texts = await self.texts([sha for _, sha in files])
-        return plan.search(((path, texts[sha]) for path, sha in files), len(files))
+        return plan.search(
+            ((path, texts[sha]) for path, sha in files), len(files), clock=time.monotonic
+        )
 
     async def texts(self, shas: list[str]) -> dict[str, str]:
         """Text contents by sha256: from memory, else the projection, else WS_BLOBS."""

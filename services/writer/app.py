@@ -14,11 +14,11 @@ from nats.js import JetStreamContext
 from contracts.events import HistoryCompacted
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
-from core.secrets import secrets_from_env
 from infra import bus
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
+from infra.secret_registry import secrets_from_env
 from infra.store import Store
 from services.writer.append import Appender, Group
 from services.writer.deps import Backlog, Deps

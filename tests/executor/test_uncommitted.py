@@ -21,7 +21,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from contracts.subjects import HEADER_REQUEST_ID, Subjects
 from quill.client import Quill, Workspace
-from services.common import replay as rpl
+from quill_cli.tools import replay as rpl
 from services.executor.app import ExecutorConfig
 from services.executor.sandbox import probe_bwrap
 from tests.helpers import start_executor, start_reader, start_writer

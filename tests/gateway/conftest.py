@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from quill.client import Quill
-from quill.natsserver import NatsServer
+from quill_cli.natsserver import NatsServer
 from services.gateway.app import Gateway, GatewayConfig, start_gateway
 from services.gateway.principals import Principal, Tokens
 from tests.helpers import start_reader, start_writer

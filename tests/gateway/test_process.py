@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from infra import bus
-from quill.stack import free_port
+from quill_cli.stack import free_port
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import mcp_client, ok
 

@@ -19,7 +19,7 @@ from contracts.subjects import Subjects
 from infra import bus
 from infra.runtime import Running, Settings, start_service
 from quill.client import Quill
-from quill.natsserver import NatsServer, mappings_config
+from quill_cli.natsserver import NatsServer, mappings_config
 from services.writer.app import Writer
 from services.writer.append import AppendError, Group
 from tests.helpers import answers, start_reader

@@ -1,4 +1,4 @@
-"""Replay and audit tooling (``services/common/replay.py``, ``quill replay/verify/runs/export/
+"""Replay and audit tooling (``quill_cli/tools/replay.py``, ``quill replay/verify/runs/export/
 import``): a workspace rebuilt from its log alone is what the readers answer at that version,
 byte for byte and identically every time; compacted logs replay from their manifest; replicas
 that disagree with the log are named; a workspace moves between deployments with its history,
@@ -34,10 +34,10 @@ from contracts.subjects import Subjects
 from infra import bus
 from infra.blobs import Blobs
 from infra.compaction import slack
-from quill.cli import main
 from quill.client import Quill, Workspace
-from quill.natsserver import NatsServer
-from services.common import replay as rpl
+from quill_cli.cli import main
+from quill_cli.natsserver import NatsServer
+from quill_cli.tools import replay as rpl
 from tests.conftest import StartReader
 from tests.helpers import LogBuilder
 

@@ -30,7 +30,7 @@ from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
 from infra.blobs import Blobs
 from quill.client import Quill, Workspace
-from quill.natsserver import NatsServer
+from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
 from tests.helpers import start_executor, start_reader, start_writer
 
@@ -111,7 +111,7 @@ async def cli(big: Big, *args: str) -> tuple[subprocess.CompletedProcess[str], i
         "import atexit, resource, sys\n"
         "atexit.register(lambda: sys.stderr.write("
         "'\\nMAXRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
-        "from quill.cli import main\n"
+        "from quill_cli.cli import main\n"
         "sys.argv = ['quill', *sys.argv[1:]]\n"
         "main()\n"
     )

@@ -23,8 +23,8 @@ from nats.js.api import StreamConfig
 from contracts.subjects import BUCKET_BLOBS, BUCKET_BRIDGES, BUCKET_LEASES, Subjects
 from infra import bridges, bus
 from quill.client import Quill
-from quill.natsserver import NatsServer
-from quill.stack import Stack
+from quill_cli.natsserver import NatsServer
+from quill_cli.stack import Stack
 from services.writer.partitions import leases_bucket
 from tests.helpers import start_executor, start_reader, start_writer
 

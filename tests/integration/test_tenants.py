@@ -1,6 +1,6 @@
 """Tenants isolated by the NATS server itself (RFC 0059 WCT-1).
 
-A real nats-server configured from ``quill.tenants.authorization``; a writer, a reader and an
+A real nats-server configured from ``quill_cli.tenants.authorization``; a writer, a reader and an
 executor connected as the system user; tenants connecting with their own credentials and
 inbox prefixes. Whatever tenant ``b`` tries on tenant ``a``'s subjects, the server refuses it
 (a permissions violation, reported through nats-py's error callback), while the same request
@@ -30,10 +30,10 @@ from nats.js.object_store import ObjectStore
 
 from contracts.errors import ErrorCode, QuillError
 from infra import bridges, bus
-from infra.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
-from quill import tenants
 from quill.client import Quill
-from quill.natsserver import NatsServer
+from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
+from quill_cli import tenants
+from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
 from tests.helpers import start_executor, start_reader, start_writer
 

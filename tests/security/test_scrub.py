@@ -28,7 +28,7 @@ from nats.js.errors import NotFoundError
 from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import ChangesCommitted, HistoryCompacted, WorkspaceUpdated
+from contracts.events import SCRUB_OP, ChangesCommitted, HistoryCompacted, WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, Subjects
 from core.plan import Committed
@@ -37,9 +37,9 @@ from infra import log as eventlog
 from infra.blobs import INLINE_MAX
 from infra.compaction import slack
 from quill.client import Quill, Workspace
-from services.common import replay as rpl
-from services.common import scrub_stores
-from services.common.scrub import SCRUB_OP, scrub
+from quill_cli.tools import replay as rpl
+from quill_cli.tools import scrub_stores
+from quill_cli.tools.scrub import scrub
 from tests.helpers import start_reader
 from tests.security.conftest import verify
 from tests.system.conftest import Up

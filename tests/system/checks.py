@@ -10,7 +10,7 @@
 
 Each raises ``AssertionError`` listing what is wrong. ``verify_chain`` lists every break
 itself (and a request appended twice, which replay does not look for), then has
-``services.common.replay`` (``quill verify``) fold the log, which checks each event's tree
+``quill_cli.tools.replay`` (``quill verify``) fold the log, which checks each event's tree
 hash against the tree rebuilt from the events before it.
 """
 
@@ -36,7 +36,7 @@ from core.plan import Committed
 from infra import bus
 from infra import log as eventlog
 from quill.client import Quill
-from services.common import replay
+from quill_cli.tools import replay
 from tests.system.loadgen import Acked, Report
 
 SUBJECTS = Subjects()

@@ -21,7 +21,7 @@ import pytest
 from contracts.subjects import BUCKET_LEASES, STREAM_AUDIT, STREAM_EVENTS
 from infra import bus
 from quill.client import Quill
-from quill.cluster import Cluster
+from quill_cli.cluster import Cluster
 from tests.system.conftest import Up
 
 PARTITIONS = 16

@@ -15,9 +15,9 @@ import click
 import pytest
 import yaml
 
-from quill.cli_cluster import up
-from quill.deployment import COMPOSE_DATA, COMPOSE_HTTP_PORT, COMPOSE_TOKENS, Deployment
-from quill.natsserver import binary
+from quill_cli.cli_cluster import up
+from quill_cli.deployment import COMPOSE_DATA, COMPOSE_HTTP_PORT, COMPOSE_TOKENS, Deployment
+from quill_cli.natsserver import binary
 from services.gateway.principals import Tokens
 
 ROOT = Path(__file__).resolve().parents[2]

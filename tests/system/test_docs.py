@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from quill import docgen
-from quill.examples import mask, run_examples, with_stack
+from quill_cli import docgen
+from quill_cli.examples import mask, run_examples, with_stack
 from tests.system.conftest import Up
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ def blocks(text: str, lang: str) -> list[str]:
 
 def test_generated_documents_are_current() -> None:
     stale = [p for p, content in docgen.generated().items() if p.read_text() != content]
-    assert not stale, f"run python -m quill.docgen: {stale}"
+    assert not stale, f"run python -m quill_cli.docgen: {stale}"
 
 
 async def test_contract_examples_give_the_documented_replies() -> None:

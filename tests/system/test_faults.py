@@ -26,7 +26,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
 from infra import bus
 from quill.client import Quill
-from quill.cluster import Cluster
+from quill_cli.cluster import Cluster
 from tests.system.checks import verify_chain, verify_run
 from tests.system.loadgen import Chaos, LoadConfig, Report, Victim, outage, run_load
 

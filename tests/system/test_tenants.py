@@ -22,7 +22,7 @@ import nkeys
 import pytest
 
 from quill.client import Quill
-from quill.natsserver import binary
+from quill_cli.natsserver import binary
 from services.gateway.principals import Principal, Tokens
 from tests.gateway.support import error, mcp_client, ok
 from tests.system.conftest import Up, running

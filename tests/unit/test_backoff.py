@@ -1,11 +1,11 @@
-"""The supervisor's restart delays (``quill/supervisor.py``): doubling, capped, reset after a
+"""The supervisor's restart delays (``quill_cli/supervisor.py``): doubling, capped, reset after a
 long enough run, and ``$QUILL_RESTART_BACKOFF``."""
 
 from __future__ import annotations
 
 import pytest
 
-from quill.supervisor import Backoff, describe_exit
+from quill_cli.supervisor import Backoff, describe_exit
 
 
 def test_the_delay_doubles_with_each_exit_in_a_row_up_to_the_cap() -> None:

@@ -1,4 +1,4 @@
-"""Progress of the log tools (``quill/cli_replay.py``'s bar, ``services/common/replay.each``):
+"""Progress of the log tools (``quill_cli/cli_replay.py``'s bar, ``services/common/replay.each``):
 a bar only on a terminal and without ``--quiet``, drawn once a phase runs past a second; work
 over many items runs a bounded number at a time and fails with the first failure, leaving
 nothing behind."""
@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from quill import cli_replay
-from quill.cli import main
-from services.common import replay as rpl
+from quill_cli import cli_replay
+from quill_cli.cli import main
+from quill_cli.tools import replay as rpl
 
 
 def test_no_bar_when_quiet_or_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""``services.common.replay.Contents``: inline contents a replay keeps, in memory up to its
+"""``quill_cli.tools.replay.Contents``: inline contents a replay keeps, in memory up to its
 budget (bookkeeping counted), the rest in a temporary SQLite file that ``close`` removes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import hashlib
 from datetime import UTC, datetime
 
 from contracts.events import PutFile
-from services.common.replay import Contents
+from quill_cli.tools.replay import Contents
 
 
 def put(n: int) -> PutFile:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from infra.bus import reply_allowed
-from infra.credentials import NatsAuth
-from quill import tenants
+from quill.credentials import NatsAuth
+from quill_cli import tenants
 from services.gateway.principals import Principal, Tokens
 
 NKEY = "UACRSXBF4BEWKK76Q5QP6M2RHIJ2ZDM6YKZWQLDYHEE7O6M3VMJHUORF"

@@ -122,7 +122,7 @@ def corrupt(message: str, version: int | None, **details: Any) -> QuillError:
 
 
 class Progress(Protocol):
-    """Where a long tool reports how far it is (``quill/cli_replay.py`` draws a bar)."""
+    """Where a long tool reports how far it is (``quill_cli/cli_replay.py`` draws a bar)."""
 
     def start(self, what: str, total: int | None) -> None:
         """A new phase: ``what`` is being done to ``total`` items (None: unknown)."""

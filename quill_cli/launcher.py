@@ -3,9 +3,9 @@
 A ``Launcher`` starts its children (each its own process, logging to ``<data>/logs/``), waits
 until every service process answers its ping and the gateway its ``GET /health``, restarts a
 child that dies, with a backoff and never giving up, while the others serve on
-(``quill.supervisor``), records the URLs in ``<data>/stack.json`` and prints the ready line;
+(``quill_cli.supervisor``), records the URLs in ``<data>/stack.json`` and prints the ready line;
 SIGINT/SIGTERM stops everything. Children get SIGTERM if the launcher is killed
-(``PR_SET_PDEATHSIG``). ``quill.stack.Stack`` and ``quill.cluster.Cluster`` say what to
+(``PR_SET_PDEATHSIG``). ``quill_cli.stack.Stack`` and ``quill_cli.cluster.Cluster`` say what to
 start.
 """
 
@@ -31,14 +31,13 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from infra import bus
-from infra.credentials import NatsAuth
 from infra.runtime import lock_directory
-from quill.natsserver import terminate
-from quill.supervisor import Backoff, Supervisor
+from quill.connection import STACK_FILE
+from quill.credentials import NatsAuth
+from quill_cli.natsserver import terminate
+from quill_cli.supervisor import Backoff, Supervisor
 
-log = logging.getLogger("quill.launcher")
-
-STACK_FILE = "stack.json"
+log = logging.getLogger("quill_cli.launcher")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

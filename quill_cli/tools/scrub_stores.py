@@ -29,7 +29,7 @@ from contracts.subjects import STREAM_AUDIT, STREAM_EVENTS, STREAM_OUTPUT, Subje
 from core.secrets import Secrets
 from infra import compaction
 from infra.blobs import Blobs
-from services.common.replay import IDLE_S
+from quill_cli.tools.replay import IDLE_S
 
 
 async def messages(js: JetStreamContext, stream: str, subject: str) -> list[tuple[int, bytes]]:

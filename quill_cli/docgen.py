@@ -1,11 +1,11 @@
 """Generate the contract's documents from ``contracts``: JSON Schemas, AsyncAPI, op reference.
 
-``python -m quill.docgen`` writes ``docs/schemas/*.json``, ``docs/asyncapi.yaml`` and the
+``python -m quill_cli.docgen`` writes ``docs/schemas/*.json``, ``docs/asyncapi.yaml`` and the
 generated part of ``docs/contract.md`` (between its ``BEGIN``/``END GENERATED`` markers);
 ``--check`` fails if any of them differs from what the code says (CI runs it).
 Field descriptions come from the attribute docstrings and ``Meta(description=…)`` of the
 Structs; example replies come from ``docs/examples.json`` (recorded by
-``python -m quill.docgen --record-examples``, verified by ``tests/system/test_docs.py``).
+``python -m quill_cli.docgen --record-examples``, verified by ``tests/system/test_docs.py``).
 """
 
 from __future__ import annotations
@@ -387,7 +387,7 @@ def generated() -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m quill.docgen")
+    parser = argparse.ArgumentParser(prog="python -m quill_cli.docgen")
     parser.add_argument("--check", action="store_true", help="Fail if a document is stale.")
     parser.add_argument(
         "--record-examples",
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.record_examples:
         import asyncio
 
-        from quill.examples import record
+        from quill_cli.examples import record
 
         asyncio.run(record(DOCS / "examples.json"))
     stale = []
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(content)
     if args.check and stale:
         names = ", ".join(str(p.relative_to(DOCS.parent)) for p in stale)
-        print(f"stale generated docs: {names}; run python -m quill.docgen", file=sys.stderr)
+        print(f"stale generated docs: {names}; run python -m quill_cli.docgen", file=sys.stderr)
         return 1
     print(f"{'checked' if args.check else 'wrote'} {len(generated())} generated documents")
     return 0

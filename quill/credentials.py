@@ -9,7 +9,7 @@ credentials never appear on a command line (``ps`` shows argv to every user)::
     QUILL_NATS_INBOX      the inbox prefix for replies (default below)
 
 A tenant may only subscribe to its own inboxes (``_INBOX_<tenant>.>``, see
-``quill/tenants.py``), so a connection with a user name uses ``_INBOX_<user>`` unless told
+``quill_cli/tenants.py``), so a connection with a user name uses ``_INBOX_<user>`` unless told
 otherwise; a tenant's user is named after the tenant. Without a user, ``_INBOX``.
 """
 

@@ -1,8 +1,8 @@
 """``quill cluster up``: a NATS cluster and the services as separate processes, on one
-machine (the ``quill.deployment.Deployment``); ``health``, a container's health check.
+machine (the ``quill_cli.deployment.Deployment``); ``health``, a container's health check.
 
 ``Cluster`` runs a deployment here: each server and each service is a child process of the
-launcher (``quill.launcher``: readiness, supervision, ``kill``/``stop``/``start``/``restart``
+launcher (``quill_cli.launcher``: readiness, supervision, ``kill``/``stop``/``start``/``restart``
 of one process by name, ``nats-2`` or ``writer-1``). It is ready when every server's
 JetStream is healthy, every service process answers its ping, every partition has a writer
 and the gateway answers ``/health``.
@@ -25,9 +25,9 @@ from nats.aio.msg import Msg
 from contracts.subjects import Subjects
 from infra import bus
 from quill.client import Workspace
-from quill.deployment import COMPOSE_MONITOR_PORT, Deployment, NatsNode
-from quill.launcher import Child, Launcher, free_port, http_ok, ping_until_answered
-from quill.natsserver import binary
+from quill_cli.deployment import COMPOSE_MONITOR_PORT, Deployment, NatsNode
+from quill_cli.launcher import Child, Launcher, free_port, http_ok, ping_until_answered
+from quill_cli.natsserver import binary
 from services.writer.partitions import leases_bucket
 
 

@@ -25,7 +25,7 @@ from contracts.paths import normalize
 from core.secrets import Secrets
 from core.tree import DirNode, FileNode, Tree
 from infra.blobs import Blobs
-from services.common import replay as rpl
+from quill_cli.tools import replay as rpl
 
 _KEEP = {"type", "prev_hash", "tree_hash", "manifest", "version", "at"}
 _RAW_CHANGE = {"type", "path", "moved_from", "text", "data", "sha256", "size", "created"}

@@ -15,8 +15,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +29,9 @@ from contracts.paths import display
 from core.answers import entry
 from core.globs import Globs, relative
 from core.rows import Node
+
+Clock = Callable[[], float]
+"""A monotonic clock in seconds (the services pass ``time.monotonic``: core reads no time)."""
 
 GREP_BUDGET_S = 10.0
 """Longest a grep may search before it answers ``TIMEOUT``."""
@@ -166,26 +168,31 @@ class GrepPlan:
         return not self.exclude.match(rel) and (self.include is None or self.include.match(rel))
 
     def search(
-        self, files: Iterable[tuple[str, str]], files_searched: int | None = None
+        self,
+        files: Iterable[tuple[str, str]],
+        files_searched: int | None = None,
+        *,
+        clock: Clock,
     ) -> rp.GrepResult:
         """Search ``files`` (``(path, text)`` in path order); ``files_searched`` defaults to
-        the number of files taken from ``files``.
+        the number of files taken from ``files``. ``clock``: the caller's monotonic clock
+        (``time.monotonic``), which the budget is measured on.
 
         Raises:
             QuillError: ``TIMEOUT`` past ``GREP_BUDGET_S``.
         """
-        deadline = time.monotonic() + GREP_BUDGET_S
+        deadline = clock() + GREP_BUDGET_S
         matches: list[rp.GrepMatch] = []
         total = matched_files = taken = 0
         for path, text in files:
             taken += 1
             if len(matches) < self.limit:  # where lines are returned: find each one
-                hits = matching_lines(self.compiled, text, deadline)
+                hits = matching_lines(self.compiled, text, deadline, clock)
                 room = self.limit - len(matches)
                 matches += with_context(path, text, hits[:room], self.req.context_lines)
                 count = len(hits)
             else:  # beyond the returned ones, only count
-                count = count_lines(self.compiled, self.plain, text, deadline)
+                count = count_lines(self.compiled, self.plain, text, deadline, clock)
             total += count
             matched_files += count > 0
             if total >= MAX_COUNTED:
@@ -216,16 +223,18 @@ def compile_pattern(pattern: str, literal: bool, ignore_case: bool) -> Any:
         ) from None
 
 
-def matching_lines(compiled: Any, text: str, deadline: float) -> list[tuple[int, int, int]]:
+def matching_lines(
+    compiled: Any, text: str, deadline: float, clock: Clock
+) -> list[tuple[int, int, int]]:
     """``(line number, start, end)`` of every line of ``text`` that ``compiled`` matches.
 
     Raises:
-        QuillError: ``TIMEOUT`` once ``deadline`` (``time.monotonic()``) has passed.
+        QuillError: ``TIMEOUT`` once ``deadline`` (on ``clock``) has passed.
     """
     out: list[tuple[int, int, int]] = []
     pos = line_no = counted_to = 0
     while True:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - clock()
         if remaining <= 0:
             raise QuillError(ErrorCode.TIMEOUT, "Search took too long: narrow the pattern or path")
         try:
@@ -248,13 +257,13 @@ def matching_lines(compiled: Any, text: str, deadline: float) -> list[tuple[int,
             return out
 
 
-def count_lines(compiled: Any, plain: str | None, text: str, deadline: float) -> int:
+def count_lines(compiled: Any, plain: str | None, text: str, deadline: float, clock: Clock) -> int:
     """How many lines of ``text`` match (``plain``: the pattern is this exact text), at C speed.
 
     Raises:
         QuillError: ``TIMEOUT`` once ``deadline`` has passed.
     """
-    remaining = deadline - time.monotonic()
+    remaining = deadline - clock()
     try:
         if remaining <= 0 or compiled.search(text, timeout=remaining) is None:
             if remaining <= 0:
@@ -263,7 +272,7 @@ def count_lines(compiled: Any, plain: str | None, text: str, deadline: float) ->
         lines = text.removesuffix("\n").split("\n")
         if plain is not None:
             return sum(map(operator.contains, lines, itertools.repeat(plain)))
-        search = functools.partial(compiled.search, timeout=deadline - time.monotonic())
+        search = functools.partial(compiled.search, timeout=deadline - clock())
         return sum(map(bool, map(search, lines)))
     except TimeoutError:
         raise QuillError(

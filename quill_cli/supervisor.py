@@ -31,9 +31,9 @@ from nats.aio.msg import Msg
 
 from contracts import codec
 from infra import bus
-from infra.credentials import NatsAuth
+from quill.credentials import NatsAuth
 
-log = logging.getLogger("quill.supervisor")
+log = logging.getLogger("quill_cli.supervisor")
 
 FIRST_S = 0.5
 CAP_S = 30.0
@@ -125,7 +125,7 @@ class Supervisor:
     stops them)."""
 
     children: Callable[[], list[Any]]
-    """The launcher's children (``quill.launcher.Child``), read at every tick."""
+    """The launcher's children (``quill_cli.launcher.Child``), read at every tick."""
     guard: asyncio.Lock
     """Held during a tick: the launcher's own ``kill``/``stop``/``start`` hold it too."""
     nats_url: str

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from infra.runtime import setup_logging
-from quill.cli import SANDBOX_HELP, TOKENS_HELP, main, run_to_exit
+from quill_cli.cli import SANDBOX_HELP, TOKENS_HELP, main, run_to_exit
 
 
 @main.group("cluster")
@@ -68,7 +68,7 @@ def up(
 ) -> None:
     """Start NATS servers in a cluster and the services, each its own process; Ctrl-C stops
     them. Clients use every server's URL, comma-separated (printed, and in DATA/stack.json)."""
-    from quill.cluster import Cluster
+    from quill_cli.cluster import Cluster
     from services.gateway.principals import Tokens
 
     setup_logging(ctx.obj["log_level"])
@@ -100,8 +100,8 @@ def up(
 @_counts
 def render(out: Path, nats: int, partitions: int) -> None:
     """Write OUT/nats/nats-N.conf, the servers' configurations that compose.yaml mounts."""
-    from quill.deployment import Deployment
-    from quill.deployment import render as write
+    from quill_cli.deployment import Deployment
+    from quill_cli.deployment import render as write
 
     try:
         deployment = Deployment(nats=nats, partitions=partitions)
@@ -120,8 +120,8 @@ def render(out: Path, nats: int, partitions: int) -> None:
 def health(ctx: click.Context, service: str, monitor_port: int, timeout: float) -> None:
     """Exit 0 if SERVICE on this host is healthy: the local nats-server's /healthz, or a
     process of the service on this host answering its ping (a container's health check)."""
-    from quill.cluster import health as check
-    from quill.stack import discover_url
+    from quill_cli.cluster import health as check
+    from quill_cli.stack import discover_url
 
     url = ctx.obj["nats_url"] or discover_url()
     why = asyncio.run(check(service, nats_url=url, monitor_port=monitor_port, wait_s=timeout))

@@ -6,46 +6,28 @@ own process (``python -m quill writer …``, the reader, the executor, and the H
 answers 200, records the URLs in ``<data>/stack.json`` (clients find them there) and prints
 one line with ``ready``.
 Services that die are restarted, after a delay that doubles with each exit in a row
-(``quill.supervisor``), while the others serve on; SIGINT/SIGTERM stops everything cleanly.
+(``quill_cli.supervisor``), while the others serve on; SIGINT/SIGTERM stops everything cleanly.
 Children get SIGTERM if this process is killed, and everything they acknowledged is already on
 disk.
 
-The life cycle is ``quill.launcher.Launcher``'s, shared with ``quill cluster up``.
+The life cycle is ``quill_cli.launcher.Launcher``'s, shared with ``quill cluster up``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 from pathlib import Path
 
-from core.secrets import ENV_FILE as SECRETS_ENV
-from infra.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
-from quill import tenants as tenancy
-from quill.launcher import STACK_FILE, Child, Launcher, free_port, http_ok
-from quill.natsserver import NatsServer
+from infra.secret_registry import ENV_FILE as SECRETS_ENV
+from quill.connection import DEFAULT_DATA, STACK_FILE, discover_url
+from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
+from quill_cli import tenants as tenancy
+from quill_cli.launcher import Child, Launcher, free_port, http_ok
+from quill_cli.natsserver import NatsServer
 
-__all__ = ["Stack", "discover_url", "free_port", "http_ok", "DEFAULT_DATA", "STACK_FILE"]
-
-DEFAULT_DATA = Path(".quill")
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
-
-
-def discover_url() -> str:
-    """``QUILL_NATS_URL``, else the ``quill up`` (or ``quill cluster up``) running for this
-    directory, else the default. A cluster's is its servers' URLs, comma-separated."""
-    env = os.environ.get("QUILL_NATS_URL")
-    if env:
-        return env
-    record = Path(os.environ.get("QUILL_DATA", DEFAULT_DATA)) / STACK_FILE
-    try:
-        info = json.loads(record.read_text())
-        os.kill(int(info["pid"]), 0)
-        return str(info["nats_url"])
-    except (OSError, ValueError, KeyError):
-        return DEFAULT_NATS_URL
+__all__ = ["DEFAULT_DATA", "STACK_FILE", "Stack", "discover_url", "free_port", "http_ok"]
 
 
 class Stack(Launcher):
@@ -65,7 +47,7 @@ class Stack(Launcher):
         secrets_file: Path | None = None,
         restart: bool = True,
     ) -> None:
-        """``tenants``: a tenants file (``quill/tenants.py``): the embedded server then
+        """``tenants``: a tenants file (``quill_cli/tenants.py``): the embedded server then
         admits each tenant with its own rights and the services as the system user, whose
         password is made here and handed to the services in their environment.
         ``secrets_file``: the registry every service redacts (``$QUILL_SECRETS`` in their

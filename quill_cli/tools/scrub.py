@@ -64,6 +64,7 @@ from nats.js.errors import NotFoundError
 from contracts import codec, hashing
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import (
+    SCRUB_OP,
     AuditRecord,
     ChangesCommitted,
     CompactionManifest,
@@ -79,12 +80,10 @@ from infra import compaction
 from infra import log as eventlog
 from infra.blobs import Blobs
 from infra.store import Store
-from services.common import replay as rpl
-from services.common import scrub_stores as stores
-from services.common.scrub_redact import Redactor, tree_at
+from quill_cli.tools import replay as rpl
+from quill_cli.tools import scrub_stores as stores
+from quill_cli.tools.scrub_redact import Redactor, tree_at
 
-SCRUB_OP = "scrub"
-"""``op`` of the ``history_compacted`` event that closes a scrubbed log."""
 MAX_BATCH = 1000
 """Messages one atomic batch may hold (nats-server's default ``batch.max_msgs``)."""
 MAX_BATCH_BYTES = 32 * 1024 * 1024

@@ -29,6 +29,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord, WorkspaceUpdated
 from contracts.limits import CEILINGS, LimitsPatch
 from contracts.paths import display, normalize
+from infra import secret_registry
 from infra.runtime import (
     Settings,
     run_until_stopped,
@@ -544,9 +545,8 @@ def up(
     secrets_file: Path | None,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
-    from core.secrets import Secrets
-    from quill import tenants as tenancy
-    from quill.stack import Stack
+    from quill_cli import tenants as tenancy
+    from quill_cli.stack import Stack
     from services.gateway.principals import Tokens
 
     setup_logging(ctx.obj["log_level"])
@@ -564,7 +564,7 @@ def up(
             Tokens.load(tokens or tenants)  # type: ignore[arg-type]
         if secrets_file is not None:  # { env = ... } values too: the services inherit ours
             try:
-                Secrets.load(secrets_file)
+                secret_registry.load(secrets_file)
             except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
                 raise ValueError(f"cannot read secrets file {secrets_file}: {exc}") from None
     except ValueError as exc:
@@ -590,7 +590,7 @@ def up(
 def nats_auth(tenants_file: Path, root: str) -> None:
     """Print the nats-server authorization block for TENANTS_FILE (put it in the
     configuration of every server of yours). The services' password is $QUILL_NATS_PASSWORD."""
-    from quill import tenants as tenancy
+    from quill_cli import tenants as tenancy
 
     password = os.environ.get("QUILL_NATS_PASSWORD", "")
     try:
@@ -1500,7 +1500,7 @@ def attach(
     """Serve DIRECTORY as workspace TENANT/NAME from this machine, until Ctrl-C."""
     import socket
 
-    from quill.stack import discover_url
+    from quill_cli.stack import discover_url
     from services.bridge.app import BridgeConfig
     from services.bridge.app import attach as run_bridge
     from services.bridge.policy import Policy
@@ -1769,4 +1769,4 @@ async def session_list(ctx: click.Context, session: Session) -> None:
 
 
 # Commands defined in their own modules register themselves on ``main`` when imported.
-from quill import cli_cluster, cli_replay  # noqa: E402, F401
+from quill_cli import cli_cluster, cli_replay  # noqa: E402, F401

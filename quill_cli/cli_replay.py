@@ -1,6 +1,6 @@
 """``quill replay``, ``quill verify``, ``quill export``/``import``, ``quill runs``: tooling
-that works from the log alone (``services/common/replay.py``; docs/replay.md); ``quill scrub``,
-which rewrites a log to take a leaked secret out of it (``services/common/scrub.py``)."""
+that works from the log alone (``quill_cli/tools/replay.py``; docs/replay.md); ``quill scrub``,
+which rewrites a log to take a leaked secret out of it (``quill_cli/tools/scrub.py``)."""
 
 from __future__ import annotations
 
@@ -28,12 +28,14 @@ from rich.progress import (
 )
 
 from contracts.errors import ErrorCode, QuillError
-from core.secrets import ENV_FILE, Secrets
+from core.secrets import Secrets
+from infra import secret_registry
 from infra.blobs import Blobs
-from quill.cli import DURATION, _run, connect, emit, main, size_text, workspace_command
+from infra.secret_registry import ENV_FILE
 from quill.client import Workspace
-from services.common import replay as rpl
-from services.common import scrub as scr
+from quill_cli.cli import DURATION, _run, connect, emit, main, size_text, workspace_command
+from quill_cli.tools import replay as rpl
+from quill_cli.tools import scrub as scr
 
 
 def _short(digest: str | None) -> str:
@@ -427,7 +429,7 @@ def scrub(
     workspaces are scrubbed in turn: a blob they share goes with the last of them."""
     path = Path("/dev/stdin") if secrets_file == "-" else Path(secrets_file)
     try:
-        secrets = Secrets.load(path)
+        secrets = secret_registry.load(path)
     except (OSError, ValueError) as exc:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"--secrets: {exc}") from None
 

@@ -1,5 +1,5 @@
 """What a cluster deployment runs, and the NATS servers' configurations for it; pure (no
-processes): ``quill cluster up`` (``quill.cluster``) runs it on one machine, ``compose.yaml``
+processes): ``quill cluster up`` (``quill_cli.cluster``) runs it on one machine, ``compose.yaml``
 on several, with the server configurations ``render`` writes to ``deploy/``.
 
 A ``Deployment`` says what runs: ``nats`` servers (JetStream on each, streams with
@@ -8,7 +8,7 @@ A ``Deployment`` says what runs: ``nats`` servers (JetStream on each, streams wi
 mapping that spreads ``ws.cmd.…`` over the partitions (``Subjects.partition_mapping``), so a
 command reaches the writer holding its partition whichever server the client is on.
 
-Every server keeps ``sync_interval: always`` (``quill.natsserver.config``): on one machine
+Every server keeps ``sync_interval: always`` (``quill_cli.natsserver.config``): on one machine
 the three replicas share a disk and a power supply, so only an fsync makes an acknowledged
 write survive a power loss; on separate machines it still covers losing them all at once.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.subjects import Subjects
-from quill.natsserver import config, mappings_config
+from quill_cli.natsserver import config, mappings_config
 
 COMPOSE_CLIENT_PORT = 4222
 COMPOSE_CLUSTER_PORT = 6222
@@ -30,7 +30,7 @@ COMPOSE_DATA = "/data"
 """Where each container keeps its state (a volume)."""
 COMPOSE_TOKENS = "/run/secrets/quill-tokens"
 """The gateway's tokens file (a compose secret): it listens beyond loopback only with one."""
-RENDERED = "written by `python -m quill cluster render` from quill/deployment.py; do not edit"
+RENDERED = "written by `python -m quill cluster render` from quill_cli/deployment.py; do not edit"
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from contracts.subjects import (
     check_id,
 )
 from infra.bridges import STREAM_BRIDGES
-from infra.credentials import DEFAULT_INBOX, SYSTEM_USER
+from quill.credentials import DEFAULT_INBOX, SYSTEM_USER
 
 MIN_PASSWORD = 12
 _NKEY_USER = re.compile(r"U[A-Z2-7]{55}\Z")

@@ -15,7 +15,7 @@ from contracts import ops
 from contracts.subjects import Subjects
 from infra import bus
 from infra.runtime import Settings, start_service
-from quill.natsserver import NatsServer
+from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig, start_executor
 from services.reader.app import Reader
 from services.writer.app import Writer

@@ -1,0 +1,1 @@
+"""Tools over the log alone: replay, verify, runs, export and import (``replay``), and scrub."""
