@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import msgspec
 import pytest
-import pytest_asyncio
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -22,43 +21,8 @@ from contracts.subjects import HEADER_STREAM, STREAM_AUDIT
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.sandbox import probe_bwrap
+from tests.executor.conftest import PROVIDERS, StartExecutor
 from tests.helpers import start_executor, start_reader, start_writer
-
-PROVIDERS = ["bwrap", "local"]
-
-
-@pytest.fixture(params=PROVIDERS)
-def provider(request: pytest.FixtureRequest) -> str:
-    if request.param == "bwrap" and (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
-    return str(request.param)
-
-
-StartExecutor = Callable[..., Awaitable[Executor]]
-
-
-@pytest_asyncio.fixture
-async def stack(nats_url: str, tmp_path: Path, provider: str) -> AsyncIterator[StartExecutor]:
-    """A writer, a reader, and a function that starts executors with ``provider``."""
-    async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
-        count = 0
-
-        async def executor(**config: object) -> Executor:
-            nonlocal count
-            count += 1
-            cfg = ExecutorConfig(sandbox=provider, **config)  # type: ignore[arg-type]
-            return await start_executor(es, nats_url, tmp_path / f"executor{count}", cfg)
-
-        yield executor
-
-
-@pytest.fixture
-def name(request: pytest.FixtureRequest) -> str:
-    """A workspace name of this test's own (the server is shared by the module)."""
-    base = request.node.name.removeprefix("test_").replace("[", "-").rstrip("]")
-    return "acme/" + base.replace("_", "-")[:60]
 
 
 async def workspace(quill: Quill, name: str) -> Workspace:

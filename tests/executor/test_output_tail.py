@@ -8,54 +8,19 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from quill.client import Quill, Workspace
-from services.executor.app import Executor, ExecutorConfig
 from services.executor.output import CHUNK, OutputConfig
-from services.executor.sandbox import probe_bwrap
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.executor.conftest import StartExecutor
 
-StartExecutor = Callable[..., Awaitable[Executor]]
 LINES = 50_000
 LOG = f"for i in $(seq 1 {LINES}); do echo \"line $i of the build\"; done; echo 'ERROR: it broke'"
 """A build log of 50,000 lines whose last line is the error."""
-
-
-@pytest.fixture(params=["bwrap", "local"])
-def provider(request: pytest.FixtureRequest) -> str:
-    if request.param == "bwrap" and (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
-    return str(request.param)
-
-
-@pytest_asyncio.fixture
-async def stack(nats_url: str, tmp_path: Path, provider: str) -> AsyncIterator[StartExecutor]:
-    async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
-        count = 0
-
-        async def executor(**config: object) -> Executor:
-            nonlocal count
-            count += 1
-            cfg = ExecutorConfig(sandbox=provider, **config)  # type: ignore[arg-type]
-            return await start_executor(es, nats_url, tmp_path / f"executor{count}", cfg)
-
-        yield executor
-
-
-@pytest.fixture
-def name(request: pytest.FixtureRequest) -> str:
-    base = request.node.name.removeprefix("test_").replace("[", "-").rstrip("]")
-    return "acme/" + base.replace("_", "-")[:60]
 
 
 async def created(quill: Quill, name: str, **limits: int) -> Workspace:
