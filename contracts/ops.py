@@ -6,14 +6,16 @@ document are generated from it, so they cannot drift apart.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode as E
 
 OpKind = Literal["cmd", "qry", "exec"]
+H = TypeVar("H")
 
 _COMMON_CMD = (
     E.INVALID_ARGUMENT,
@@ -433,5 +435,45 @@ def find(kind: str, name: str) -> OpSpec | None:
     return OPS.get(f"{kind}.{name}")
 
 
+BY_REQUEST: dict[type[rq.Request], OpSpec] = {spec.request: spec for spec in _ALL}
+"""Each op's request type is its own: the registry finds an op from the request alone."""
+
+
 def of_kind(kind: OpKind) -> list[OpSpec]:
     return [spec for spec in _ALL if spec.kind == kind]
+
+
+def of_request(request: rq.Request) -> OpSpec:
+    """The op ``request`` is the body of.
+
+    Raises:
+        KeyError: ``request`` is no op's request type.
+    """
+    return BY_REQUEST[type(request)]
+
+
+class RegistryError(Exception):
+    """A service's handler table does not cover exactly the registry's ops of its kind."""
+
+
+def table(
+    kind: OpKind, handlers: Mapping[str, H], *, served_elsewhere: tuple[str, ...] = ()
+) -> dict[str, H]:
+    """``handlers`` (op name → handler) as the handler table of ``kind``'s ops, checked
+    against the registry, so that an op added here without a handler (or a handler left behind
+    by a removed op) stops the service from importing, and the test of the registry fails.
+
+    ``served_elsewhere``: ops of ``kind`` the table's owner answers on another path.
+
+    Raises:
+        RegistryError: naming each op without a handler and each handler without an op.
+    """
+    names = {spec.name for spec in of_kind(kind)} - set(served_elsewhere)
+    missing = sorted(names - set(handlers))
+    unknown = sorted(set(handlers) - names)
+    if missing or unknown:
+        raise RegistryError(
+            f"The {kind} handler table does not match contracts/ops.py: "
+            f"no handler for {missing}, no op for {unknown}"
+        )
+    return dict(handlers)

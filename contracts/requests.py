@@ -92,6 +92,7 @@ class DeletePath(Command, frozen=True, kw_only=True):
 
     path: PathArg
     recursive: bool = False
+    """Delete a non-empty directory with everything in it."""
     if_match: Etag | None = None
     missing_ok: bool = False
     """Succeed with ``deleted: 0`` instead of ``FILE_NOT_FOUND``."""
@@ -229,6 +230,8 @@ class ModifyFile(Command, frozen=True, kw_only=True):
 
     path: PathArg
     operations: Annotated[list[ModifyOperation], Meta(min_length=1, max_length=1000)]
+    """The changes, applied together or not at all (line operations by the numbers before the
+    call)."""
     if_match: Etag | None = None
 
 
@@ -285,6 +288,7 @@ class ListDirectory(Query, frozen=True, kw_only=True):
     recursive: bool = False
     """Every entry beneath ``path``, ordered by path, instead of its children."""
     kind: EntryKind = "any"
+    """Only files (``file``), only directories (``directory``), or both."""
     prefix: Annotated[str, Meta(max_length=4096)] = ""
     """Only entries whose path, relative to ``path``, starts with this text (``"t"`` keeps
     ``todo.md`` and ``tests/...``)."""
@@ -323,6 +327,7 @@ class GlobQuery(Query, frozen=True, kw_only=True):
     path: PathArg = ""
     """The directory to search in."""
     kind: EntryKind = "any"
+    """Only files (``file``), only directories (``directory``), or both."""
     max_results: Annotated[int, Meta(ge=1, le=10_000)] | None = None
     """Default 100, at most the workspace's ``max_search_results`` ceiling."""
     exclude: Patterns | None = None
@@ -333,15 +338,18 @@ class GrepQuery(Query, frozen=True, kw_only=True):
     """Lines matching a regex or literal text in the files under ``path``."""
 
     pattern: Annotated[str, Meta(min_length=1, max_length=4096)]
+    """A regular expression (Python syntax), or plain text with ``literal``."""
     path: PathArg = ""
     literal: bool = False
     """Match ``pattern`` as plain text rather than a regular expression."""
     ignore_case: bool = False
+    """Match regardless of case."""
     include: Patterns | None = None
     """Only files matching one of these globs (``*.ts``: at any depth; ``src/**/*.ts``)."""
     exclude: Patterns | None = None
     """Globs to leave out; default: the workspace's default exclusions. ``[]``: none."""
     context_lines: Annotated[int, Meta(ge=0, le=50)] = 0
+    """Lines of context to return before and after each match."""
     max_results: Annotated[int, Meta(ge=1, le=10_000)] | None = None
     """Most matches to return (default 100); ``total`` still counts them all."""
 
@@ -351,7 +359,9 @@ class ExploreQuery(Query, frozen=True, kw_only=True):
 
     path: PathArg = ""
     recursive: bool = False
+    """Descend into subdirectories, down to ``max_depth``."""
     max_depth: Annotated[int, Meta(ge=1, le=100)] = 3
+    """With ``recursive``: how many levels below ``path``."""
     exclude: Patterns | None = None
     """Globs to leave out; default: the workspace's default exclusions. ``[]``: none."""
     metadata: bool = False
@@ -369,6 +379,7 @@ class DiffQuery(Query, frozen=True, kw_only=True):
     path: PathArg | None = None
     """A file or directory; omit for the whole workspace."""
     context_lines: Annotated[int, Meta(ge=0, le=100)] = 3
+    """Unchanged lines shown around each change."""
 
 
 class WorkspaceInfoQuery(Query, frozen=True, kw_only=True):
@@ -406,6 +417,7 @@ class RunEnd(Command, frozen=True, kw_only=True):
     """End a run (its id is refused afterwards)."""
 
     run: RunId
+    """The run to end."""
 
 
 class Lock(Command, frozen=True, kw_only=True):
@@ -414,6 +426,7 @@ class Lock(Command, frozen=True, kw_only=True):
     extends it; another session's lock is waited for like any mutation's (``Ws-Wait``)."""
 
     ttl_ms: Annotated[int, Meta(ge=1000, le=3_600_000)] = 60_000
+    """How long the lock holds unless released or taken again (1 s to 1 h)."""
 
 
 class Unlock(Command, frozen=True, kw_only=True):
@@ -426,6 +439,7 @@ class SetTrust(Command, frozen=True, kw_only=True):
     unless ``commands`` (then each needs approval too)."""
 
     trust: Trust
+    """``full``, or ``restricted`` (every mutation waits for approval)."""
     commands: bool = False
     """``restricted`` only: offer ``exec.run`` and ``exec.git`` (each approved first)."""
 
@@ -444,8 +458,11 @@ class Decide(Command, frozen=True, kw_only=True):
     """Approve or deny a request parked on a restricted workspace."""
 
     approval_id: Annotated[str, Meta(min_length=1, max_length=128)]
+    """The request to decide (from ``approvals``, or the ``APPROVAL_REQUIRED`` error)."""
     approve: bool
+    """True to approve, false to deny."""
     reason: Annotated[str, Meta(max_length=1024)] | None = None
+    """Recorded with the decision."""
 
 
 class Attach(Command, frozen=True, kw_only=True):
@@ -460,6 +477,7 @@ class Attach(Command, frozen=True, kw_only=True):
 
 class Detach(Command, frozen=True, kw_only=True):
     uri: Annotated[str, Meta(min_length=3, max_length=4096)]
+    """The attached workspace to detach, as it was attached."""
 
 
 class AttachedQuery(Query, frozen=True, kw_only=True):
@@ -470,6 +488,7 @@ class RunQuery(Query, frozen=True, kw_only=True):
     """A run: which version it reads, its parent, whether it ended."""
 
     run: RunId
+    """The run's id."""
 
 
 class ApprovalsQuery(Query, frozen=True, kw_only=True):
@@ -503,6 +522,7 @@ class RunCommand(Execution, frozen=True, kw_only=True):
     committed as one event; a non-zero exit status is a result, not an error."""
 
     command: Annotated[str, Meta(min_length=1, max_length=64 * 1024)]
+    """The command line, run by ``bash -c`` in the workspace's root (or ``workdir``)."""
     env: Env | None = None
     """Extra environment variables (their values are never logged or audited)."""
 
@@ -517,6 +537,7 @@ class CommandOutputQuery(Request, frozen=True, kw_only=True):
     command_id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
     """The command's id: its ``Ws-Request-Id``."""
     stream: OutputStream = "stdout"
+    """``stdout`` or ``stderr``."""
     offset: Annotated[int, Meta(ge=0, le=2**53)] = 0
     """First byte to return."""
     length: Annotated[int, Meta(ge=1, le=1024 * 1024)] = 64 * 1024
@@ -533,6 +554,8 @@ class GitCommand(Execution, frozen=True, kw_only=True):
     workspace like any file, so git state is versioned too."""
 
     action: GitAction
+    """What to do: ``status``, ``diff``, ``commit``, ``checkout``, ``branch``, ``log``,
+    ``push``, ``pull`` or ``clone``."""
     message: Annotated[str, Meta(min_length=1, max_length=64 * 1024)] | None = None
     """``commit``: the commit message (required)."""
     files: Annotated[list[PathArg], Meta(max_length=10_000)] | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from contracts import hashing
+from contracts import hashing, ops
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
@@ -68,8 +68,12 @@ def decide(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> Decision:
     Raises:
         QuillError: the command is refused; nothing is committed.
     """
+    spec = ops.BY_REQUEST.get(type(cmd))
+    if spec is None or spec.kind != "cmd":
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a command: {type(cmd).__name__}")
+    handler = DECIDERS[spec.name]
     if isinstance(cmd, rq.CreateWorkspace):
-        return _create(state, cmd)
+        return handler(state, cmd, ctx)
     if not state.exists:
         raise QuillError(
             ErrorCode.WORKSPACE_NOT_FOUND,
@@ -84,9 +88,6 @@ def decide(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> Decision:
                 {"current_version": state.version, "expected_version": cmd.expected_version},
             )
     control.gate(state, cmd, ctx)
-    handler = _HANDLERS.get(type(cmd)) or control.HANDLERS.get(type(cmd))
-    if handler is None:
-        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a command: {type(cmd).__name__}")
     try:
         return handler(state, cmd, ctx)
     except QuillError as exc:
@@ -742,13 +743,19 @@ def _restore(state: WorkspaceState, cmd: rq.RestorePath, ctx: Context) -> Decisi
     return Decision(result=result, changes=changes, paths=[scope] if scope else [])
 
 
-_HANDLERS: dict[type, Callable[[WorkspaceState, Any, Context], Decision]] = {
-    rq.WriteFile: _write,
-    rq.MakeDirectory: _mkdir,
-    rq.DeletePath: _delete,
-    rq.MovePath: _move,
-    rq.ApplyChanges: _apply,
-    rq.EditFile: _edit,
-    rq.ModifyFile: _modify,
-    rq.RestorePath: _restore,
-}
+DECIDERS: dict[str, Callable[[WorkspaceState, Any, Context], Decision]] = ops.table(
+    "cmd",
+    {
+        "create": lambda state, cmd, ctx: _create(state, cmd),
+        "write": _write,
+        "mkdir": _mkdir,
+        "delete": _delete,
+        "move": _move,
+        "apply": _apply,
+        "edit": _edit,
+        "modify": _modify,
+        "restore": _restore,
+        **control.DECIDERS,
+    },
+)
+"""Each command's decision, by op name: the registry (``contracts/ops.py``) checks it is whole."""

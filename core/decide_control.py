@@ -244,14 +244,15 @@ def _detach(state: WorkspaceState, cmd: rq.Detach, ctx: Context) -> Decision:
     return Decision(result=attached_list(primary, Controls(attached=after)), make=make)
 
 
-HANDLERS: dict[type, Any] = {
-    rq.RunStart: _run_start,
-    rq.RunEnd: _run_end,
-    rq.Lock: _lock,
-    rq.Unlock: _unlock,
-    rq.SetTrust: _set_trust,
-    rq.Decide: _decide,
-    rq.RequestApproval: _request_approval,
-    rq.Attach: _attach,
-    rq.Detach: _detach,
+DECIDERS: dict[str, Any] = {
+    "run_start": _run_start,
+    "run_end": _run_end,
+    "lock": _lock,
+    "unlock": _unlock,
+    "set_trust": _set_trust,
+    "decide": _decide,
+    "request_approval": _request_approval,
+    "attach": _attach,
+    "detach": _detach,
 }
+"""The control commands' decisions, by op name (``core.decide.DECIDERS`` holds them all)."""

@@ -32,7 +32,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.nuid import NUID
 
-from contracts import codec
+from contracts import codec, ops
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
@@ -226,6 +226,27 @@ class Quill:
             handle = self._workspaces[name] = Workspace(self, tenant, ws)
         return handle
 
+    async def send(
+        self,
+        tenant: str,
+        workspace: str,
+        body: rq.Request,
+        *,
+        request_id: str | None = None,
+        wait_ms: int | None = None,
+    ) -> tuple[int | None, Any]:
+        """Send ``body`` as the op the registry (``contracts/ops.py``) has for its type, and
+        decode the reply to that op's result type (``request`` for what else holds).
+
+        Raises:
+            QuillError: as ``request``.
+        """
+        spec = ops.of_request(body)
+        return await self.request(
+            spec.kind, tenant, workspace, spec.name, body, spec.result,
+            request_id=request_id, wait_ms=wait_ms,
+        )  # fmt: skip
+
     async def request(
         self,
         kind: str,
@@ -404,23 +425,22 @@ class Workspace:
     def __repr__(self) -> str:
         return f"Workspace({self.tenant}/{self.name}, seen v{self.last_version})"
 
-    async def _cmd(self, op: str, body: rq.Command, result_type: type[R]) -> R:
-        version, result = await self.client.request(
-            "cmd", self.tenant, self.name, op, body, result_type
-        )
+    # The op a request is sent as, and the type its result decodes to, come from the
+    # registry (``contracts/ops.py``), by the request's type; the methods below only say how
+    # their arguments make the request.
+    async def _cmd(self, body: rq.Command, *, wait_ms: int | None = None) -> Any:
+        version, result = await self.client.send(self.tenant, self.name, body, wait_ms=wait_ms)
         self.last_version = max(self.last_version, version or 0)
         return result
 
-    async def _qry(self, op: str, body: rq.Query, result_type: type[R]) -> R:
-        return (await self._qry_at(op, body, result_type))[1]
+    async def _qry(self, body: rq.Query) -> Any:
+        return (await self._qry_at(body))[1]
 
-    async def _qry_at(self, op: str, body: rq.Query, result_type: type[R]) -> tuple[int, R]:
+    async def _qry_at(self, body: rq.Query) -> tuple[int, Any]:
         """The result and the workspace version it was answered at."""
         if body.min_version is None and body.version is None and self.last_version:
             body = msgspec.structs.replace(body, min_version=self.last_version)
-        version, result = await self.client.request(
-            "qry", self.tenant, self.name, op, body, result_type
-        )
+        version, result = await self.client.send(self.tenant, self.name, body)
         if body.version is None:
             self.last_version = max(self.last_version, version or 0)
         return version or 0, result
@@ -434,7 +454,7 @@ class Workspace:
         exist_ok: bool = False,
     ) -> rp.WorkspaceCreatedResult:
         body = rq.CreateWorkspace(trust=trust, limits=limits, exist_ok=exist_ok)
-        return await self._cmd("create", body, rp.WorkspaceCreatedResult)
+        return await self._cmd(body)
 
     async def write(
         self,
@@ -464,10 +484,10 @@ class Workspace:
             expected_version=expected_version,
             create_parents=create_parents,
         )
-        return await self._cmd("write", body, rp.FileWritten)
+        return await self._cmd(body)
 
     async def mkdir(self, path: str) -> rp.DirectoryMade:
-        return await self._cmd("mkdir", rq.MakeDirectory(path=path), rp.DirectoryMade)
+        return await self._cmd(rq.MakeDirectory(path=path))
 
     async def delete(
         self,
@@ -480,13 +500,13 @@ class Workspace:
         body = rq.DeletePath(
             path=path, recursive=recursive, if_match=if_match, missing_ok=missing_ok
         )
-        return await self._cmd("delete", body, rp.PathDeleted)
+        return await self._cmd(body)
 
     async def move(
         self, path: str, to: str, *, overwrite: bool = False, if_match: str | None = None
     ) -> rp.PathMoved:
         body = rq.MovePath(path=path, to=to, overwrite=overwrite, if_match=if_match)
-        return await self._cmd("move", body, rp.PathMoved)
+        return await self._cmd(body)
 
     async def apply(
         self,
@@ -503,7 +523,7 @@ class Workspace:
             on_conflict=on_conflict,
             message=message,
         )
-        return await self._cmd("apply", body, rp.ChangesApplied)
+        return await self._cmd(body)
 
     async def edit(
         self,
@@ -523,7 +543,7 @@ class Workspace:
             if_match=if_match,
             expected_version=expected_version,
         )
-        return await self._cmd("edit", body, rp.FileEdited)
+        return await self._cmd(body)
 
     async def modify(
         self,
@@ -539,7 +559,7 @@ class Workspace:
             if_match=if_match,
             expected_version=expected_version,
         )
-        return await self._cmd("modify", body, rp.FileModified)
+        return await self._cmd(body)
 
     # ------------------------------------------------------------------ runs, locks, trust
     @contextlib.asynccontextmanager
@@ -570,26 +590,21 @@ class Workspace:
         self, run: str | None = None, *, parent: str | None = None, version: int | None = None
     ) -> rp.RunInfo:
         body = rq.RunStart(run=run, parent=parent, version=version)
-        return await self._cmd("run_start", body, rp.RunInfo)
+        return await self._cmd(body)
 
     async def end_run(self, run: str) -> rp.RunInfo:
-        return await self._cmd("run_end", rq.RunEnd(run=run), rp.RunInfo)
+        return await self._cmd(rq.RunEnd(run=run))
 
     async def run_info(self, run: str) -> rp.RunInfo:
-        return await self._qry("run", rq.RunQuery(run=run), rp.RunInfo)
+        return await self._qry(rq.RunQuery(run=run))
 
     async def lock(self, *, ttl_ms: int = 60_000, wait_ms: int | None = None) -> rp.LockInfo:
         """Hold the workspace for this client's session (``Quill(session=...)``); if another
         session holds it, wait up to ``wait_ms`` (default: the client's ``wait_ms``)."""
-        version, result = await self.client.request(
-            "cmd", self.tenant, self.name, "lock", rq.Lock(ttl_ms=ttl_ms), rp.LockInfo,
-            wait_ms=wait_ms,
-        )  # fmt: skip
-        self.last_version = max(self.last_version, version or 0)
-        return result
+        return await self._cmd(rq.Lock(ttl_ms=ttl_ms), wait_ms=wait_ms)
 
     async def unlock(self) -> rp.LockInfo:
-        return await self._cmd("unlock", rq.Unlock(), rp.LockInfo)
+        return await self._cmd(rq.Unlock())
 
     async def set_trust(
         self, trust: Literal["full", "restricted"], *, commands: bool = False
@@ -597,21 +612,39 @@ class Workspace:
         """Make the workspace ``full`` or ``restricted`` (every mutation then waits for
         approval; ``commands``: offer exec, each approved first)."""
         body = rq.SetTrust(trust=trust, commands=commands)
-        return await self._cmd("set_trust", body, rp.TrustInfo)
+        return await self._cmd(body)
 
     async def approvals(self) -> rp.ApprovalList:
-        return await self._qry("approvals", rq.ApprovalsQuery(), rp.ApprovalList)
+        return await self._qry(rq.ApprovalsQuery())
 
     async def approve(self, approval_id: str, reason: str | None = None) -> rp.ApprovalResult:
         body = rq.Decide(approval_id=approval_id, approve=True, reason=reason)
-        return await self._cmd("decide", body, rp.ApprovalResult)
+        return await self._cmd(body)
 
     async def deny(self, approval_id: str, reason: str | None = None) -> rp.ApprovalResult:
         body = rq.Decide(approval_id=approval_id, approve=False, reason=reason)
-        return await self._cmd("decide", body, rp.ApprovalResult)
+        return await self._cmd(body)
+
+    async def request_approval(
+        self, op: str, summary: str, *, request_id: str | None = None, wait_ms: int | None = None
+    ) -> rp.ApprovalResult:
+        """Ask for the approval a restricted workspace needs before ``op`` (``exec.run``,
+        ``exec.git``) is done outside the writer; returns once it is decided (what executors
+        do before running a command there).
+
+        Raises:
+            QuillError: ``DENIED`` when denied; ``APPROVAL_REQUIRED`` while undecided past
+                ``wait_ms``.
+        """
+        body = rq.RequestApproval(op=op, summary=summary[:4096])
+        version, result = await self.client.send(
+            self.tenant, self.name, body, request_id=request_id, wait_ms=wait_ms
+        )
+        self.last_version = max(self.last_version, version or 0)
+        return result
 
     async def restore(self, version: int, path: str | None = None) -> rp.Restored:
-        return await self._cmd("restore", rq.RestorePath(version=version, path=path), rp.Restored)
+        return await self._cmd(rq.RestorePath(version=version, path=path))
 
     # ------------------------------------------------------------------ queries
     async def read(
@@ -640,7 +673,7 @@ class Workspace:
             char_offset=char_offset,
             version=version,
         )
-        return await self._qry("read", body, rp.FileContent)
+        return await self._qry(body)
 
     async def read_text(self, path: str, *, version: int | None = None) -> str:
         """The whole text of a file, however long (files are at most ``max_file_bytes``):
@@ -651,7 +684,7 @@ class Workspace:
                 file, or the read's error.
         """
         body = rq.ReadFile(path=path, version=version)
-        at, result = await self._qry_at("read", body, rp.FileContent)
+        at, result = await self._qry_at(body)
         if result.kind != "file":
             raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {path}", {"path": path})
         if result.content is None:
@@ -680,7 +713,7 @@ class Workspace:
         pinned = version
         while True:
             body = rq.ReadBytes(path=path, offset=offset, version=pinned)
-            at, chunk = await self._qry_at("read_bytes", body, rp.FileBytes)
+            at, chunk = await self._qry_at(body)
             pinned = pinned or at
             chunks.append(chunk.data)
             offset += len(chunk.data)
@@ -741,10 +774,10 @@ class Workspace:
             limit=limit,
             version=version,
         )
-        return await self._qry_at("list", body, rp.Listing)
+        return await self._qry_at(body)
 
     async def stat(self, path: str = ".", *, version: int | None = None) -> rp.FileInfo:
-        return await self._qry("stat", rq.StatPath(path=path, version=version), rp.FileInfo)
+        return await self._qry(rq.StatPath(path=path, version=version))
 
     async def glob(
         self,
@@ -764,7 +797,7 @@ class Workspace:
             exclude=None if exclude is None else list(exclude),
             version=version,
         )
-        return await self._qry("glob", body, rp.Matches)
+        return await self._qry(body)
 
     async def grep(
         self,
@@ -790,7 +823,7 @@ class Workspace:
             max_results=max_results,
             version=version,
         )
-        return await self._qry("grep", body, rp.GrepResult)
+        return await self._qry(body)
 
     async def explore(
         self,
@@ -812,7 +845,7 @@ class Workspace:
             max_results=max_results,
             version=version,
         )
-        return await self._qry("explore", body, rp.Tree)
+        return await self._qry(body)
 
     async def diff(
         self,
@@ -828,7 +861,7 @@ class Workspace:
             path=path,
             context_lines=context_lines,
         )
-        return await self._qry("diff", body, rp.Diff)
+        return await self._qry(body)
 
     # ------------------------------------------------------------------ exec
     async def exec(
@@ -851,7 +884,7 @@ class Workspace:
             version=version,
             min_version=self.last_version or None if version is None else None,
         )
-        return await self._exec("run", body, rp.CommandResult, timeout_ms, on_output)
+        return await self._exec(body, timeout_ms, on_output)
 
     async def git(
         self,
@@ -881,7 +914,7 @@ class Workspace:
             timeout_ms=timeout_ms,
             min_version=self.last_version or None,
         )
-        return await self._exec("git", body, rp.GitResult, timeout_ms, None)
+        return await self._exec(body, timeout_ms, None)
 
     async def command_output(
         self,
@@ -904,20 +937,12 @@ class Workspace:
         body = rq.CommandOutputQuery(
             command_id=command_id, stream=stream, offset=offset, length=length
         )
-        _, page = await self.client.request(
-            "exec", self.tenant, self.name, "output", body, rp.CommandOutput
-        )
-        return page
+        return (await self.client.send(self.tenant, self.name, body))[1]
 
     async def _exec(
-        self,
-        op: str,
-        body: rq.Execution,
-        result_type: type[R],
-        timeout_ms: int | None,
-        on_output: OnOutput | None,
-    ) -> R:
-        client = self.client
+        self, body: rq.Execution, timeout_ms: int | None, on_output: OnOutput | None
+    ) -> Any:
+        client, spec = self.client, ops.of_request(body)
         request_id = client._nuid.next().decode()
         heard = time.monotonic()
         eof = asyncio.Event()
@@ -939,9 +964,9 @@ class Workspace:
             version, result = await client.exec_request(
                 self.tenant,
                 self.name,
-                op,
+                spec.name,
                 body,
-                result_type,
+                spec.result,
                 request_id=request_id,
                 deadline_s=(timeout_ms or 600_000) / 1000 + 600,
                 heard=lambda: heard,
@@ -959,15 +984,15 @@ class Workspace:
         self, path: str | None = None, *, limit: int = 100, before: int | None = None
     ) -> rp.HistoryPage:
         body = rq.History(path=path, limit=limit, before=before)
-        return await self._qry("history", body, rp.HistoryPage)
+        return await self._qry(body)
 
     async def info(self, *, version: int | None = None) -> rp.WorkspaceInfo:
         body = rq.WorkspaceInfoQuery(version=version)
-        return await self._qry("info", body, rp.WorkspaceInfo)
+        return await self._qry(body)
 
     async def events(self, *, after: int = 0, limit: int = 100) -> rp.EventPage:
         body = rq.EventsQuery(after=after, limit=limit)
-        return await self._qry("events", body, rp.EventPage)
+        return await self._qry(body)
 
     # ------------------------------------------------------------------ streams
     async def watch(self, *, wait: bool = False) -> AsyncIterator[WorkspaceUpdated]:

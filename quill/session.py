@@ -53,13 +53,13 @@ class Session:
         if parsed.kind == "git":
             target = await self._clone(parsed)
         body = rq.Attach(uri=uri, target=target)
-        return await self.primary._cmd("attach", body, rp.Attached)
+        return await self.primary._cmd(body)
 
     async def detach(self, uri: str) -> rp.Attached:
-        return await self.primary._cmd("detach", rq.Detach(uri=uri), rp.Attached)
+        return await self.primary._cmd(rq.Detach(uri=uri))
 
     async def workspaces(self) -> rp.Attached:
-        return await self.primary._qry("attached", rq.AttachedQuery(), rp.Attached)
+        return await self.primary._qry(rq.AttachedQuery())
 
     async def resolve(self, op: str, workspace: str | None = None) -> Workspace:
         """The workspace a call of ``op`` (``qry.read``, ``exec.run``...) goes to.

@@ -278,8 +278,12 @@ def _meta_description(t: msgspec.inspect.Type) -> str:
 
 def contract_ops(docs: dict[str, dict[str, str]], examples: dict[str, Any]) -> str:
     lines: list[str] = []
-    titles = {"cmd": "Commands (to the writer)", "qry": "Queries (to the readers)"}
-    for kind in ("cmd", "qry"):
+    titles = {
+        "cmd": "Commands (to the writer)",
+        "qry": "Queries (to the readers)",
+        "exec": "Executions (to the executors; docs/executor.md)",
+    }
+    for kind in ("cmd", "qry", "exec"):
         lines += [f"### {titles[kind]}", ""]
         for spec in ops.of_kind(kind):
             lines += [

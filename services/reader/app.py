@@ -9,6 +9,7 @@ from typing import Any
 from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
 
+from contracts import ops as registry
 from contracts.subjects import QUEUE_READER
 from infra import bus
 from infra.blobs import Blobs
@@ -38,12 +39,9 @@ class Reader:
         self.indexer = Indexer(store)
         self.follower = Follower(self.js, store, self.subjects.all_evt, cache, self.indexer.poke)
         self.queries = Queries(store, Blobs(self.js, store, on_fetched=self.indexer.poke), cache)
-        self.ops = {
-            **self.queries.ops(),
-            **Search(self.queries).ops(),
-            **Differ(self.queries).ops(),
-        }
-        """Every query op, by name."""
+        by_name = {**self.queries.ops(), **Search(self.queries).ops(), **Differ(self.queries).ops()}
+        self.ops = registry.table("qry", by_name)
+        """Every query op, by name (``contracts/ops.py`` checks that none is missing)."""
         self.auditor = Auditor(nc, self.subjects, "reader", self.instance)
         self.bridges = Bridges(self.js)
         self.max_wait_s = max_wait_s
