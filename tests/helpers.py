@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import nats.errors
+from nats.aio.client import Client as NATS
 
 from contracts import codec, hashing
 from contracts import requests as rq
@@ -129,3 +130,20 @@ async def answers(nats_url: str, service: str, instance: str, timeout: float = 1
                     return
     finally:
         await nc.close()
+
+
+async def services_see(
+    nc: NATS,
+    claims: int,
+    services: tuple[str, ...] = ("writer", "reader", "executor"),
+    timeout: float = 20.0,
+) -> None:
+    """Wait until each of ``services`` reports ``claims`` live bridge claims
+    (``local_workspaces`` in its ping): they learn claims by watching the bucket."""
+    async with asyncio.timeout(timeout):
+        for service in services:
+            while True:
+                pong = await nc.request(f"ws.sys.ping.{service}", b"", timeout=2)
+                if json.loads(pong.data)["local_workspaces"] == claims:
+                    break
+                await asyncio.sleep(0.01)  # polling a ping: nothing to wait on instead

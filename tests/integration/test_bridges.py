@@ -17,18 +17,7 @@ from infra import bridges
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import start_executor
-
-
-async def every_service_sees(nc: NATS, claims: int) -> None:
-    """Wait until the writer, the reader and the executor report ``claims`` live claims."""
-    async with asyncio.timeout(10):
-        for service in ("writer", "reader", "executor"):
-            while True:
-                pong = await nc.request(f"ws.sys.ping.{service}", b"", timeout=2)
-                if json.loads(pong.data)["local_workspaces"] == claims:
-                    break
-                await asyncio.sleep(0.01)
+from tests.helpers import services_see, start_executor
 
 
 async def test_servers_stay_silent_on_a_claimed_workspace(
@@ -39,7 +28,7 @@ async def test_servers_stay_silent_on_a_claimed_workspace(
         await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
         kv = await bridges.bucket(nc.jetstream())
         await bridges.claim(kv, "acme", "laptop", "bridge-1", "macbook", "~/dev/app")
-        await every_service_sees(nc, 1)
+        await services_see(nc, 1)
         answered: list[str] = []
 
         async def bridge(msg: Msg) -> None:  # a slow bridge: any other answer would win
@@ -63,7 +52,7 @@ async def test_servers_stay_silent_on_a_claimed_workspace(
 
         await bridges.release(kv, "acme", "laptop")
         await sub.unsubscribe()
-        await every_service_sees(nc, 0)
+        await services_see(nc, 0)
         ws = quill.workspace("acme/laptop")
         with pytest.raises(QuillError) as info:  # released: the servers answer again
             await ws.read_text("a.txt")

@@ -3,8 +3,6 @@ case by case."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -21,17 +19,7 @@ from quill.session import Session
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
 from tests.executor.git_server import GitServer, git
-from tests.helpers import start_executor
-
-
-async def writer_sees(nc: NATS, claims: int) -> None:
-    """Wait until the writer knows ``claims`` live bridge claims (it learns them by watching)."""
-    async with asyncio.timeout(10):
-        while (
-            json.loads((await nc.request("ws.sys.ping.writer", b"")).data)["local_workspaces"]
-            != claims
-        ):
-            await asyncio.sleep(0.01)
+from tests.helpers import services_see, start_executor
 
 
 async def test_attach_detach_and_resolution(services: StartReader, quill: Quill, nc: NATS) -> None:
@@ -70,19 +58,15 @@ async def test_attach_detach_and_resolution(services: StartReader, quill: Quill,
     assert "run `quill attach` on macbook" in info.value.message
     kv = await bridges.bucket(nc.jetstream())
     await bridges.claim(kv, "acme", "laptop-app", "b-1", "macbook", "~/dev/app")
-    async with asyncio.timeout(10):  # the writer learns claims by watching: wait for it
-        while (
-            json.loads((await nc.request("ws.sys.ping.writer", b"")).data)["local_workspaces"] != 1
-        ):
-            await asyncio.sleep(0.01)
+    await services_see(nc, 1, ("writer",))  # the writer learns claims by watching: wait for it
     listing = await session.attach("macbook:~/dev/app")
     assert listing.attached[-1].target == "acme/laptop-app"
     assert listing.attached[-1].kind == "local"
     await bridges.release(kv, "acme", "laptop-app")
     # Another tenant's bridge is not found, as if it did not exist.
-    await writer_sees(nc, 0)
+    await services_see(nc, 0, ("writer",))
     await bridges.claim(kv, "other", "vault", "b-2", "macbook", "~/secret")
-    await writer_sees(nc, 1)
+    await services_see(nc, 1, ("writer",))
     with pytest.raises(QuillError) as info:
         await session.attach("macbook:~/secret")
     assert info.value.code == ErrorCode.FILE_NOT_FOUND

@@ -35,7 +35,7 @@ from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill_cli import tenants
 from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import services_see, start_executor, start_reader, start_writer
 
 SYSTEM = NatsAuth(SYSTEM_USER, "system-password-for-tests")
 A = tenants.Tenant("a", password="tenant-a-password")
@@ -313,16 +313,6 @@ async def test_tenants_work_in_their_own_workspaces(url: str, tmp_path: Path) ->
         assert await ws.read_text("x.txt") == "d\n"
 
 
-async def every_service_sees(nc: NATS, claims: int) -> None:
-    async with asyncio.timeout(10):
-        for service in ("writer", "reader", "executor"):
-            while True:
-                pong = await nc.request(f"ws.sys.ping.{service}", b"", timeout=2)
-                if json.loads(pong.data)["local_workspaces"] == claims:
-                    break
-                await asyncio.sleep(0.01)
-
-
 async def test_a_bridge_tenant_serves_only_its_own(url: str, system: NATS) -> None:
     system_kv = await bridges.bucket(system.jetstream())
     await bridges.claim(system_kv, "a", "laptop", "bridge-a", "host-a", "~/a")
@@ -332,7 +322,7 @@ async def test_a_bridge_tenant_serves_only_its_own(url: str, system: NATS) -> No
     try:
         revision = await bridges.claim(kv, "c", "laptop", "bridge-c", "host-c", "~/c")
         await bridges.renew(kv, "c", "laptop", "bridge-c", "host-c", "~/c", revision)
-        await every_service_sees(nc, 2)  # c may ping the services
+        await services_see(nc, 2)  # c may ping the services
 
         async def serve(msg: Msg) -> None:
             await msg.respond(b'{"ok": true, "version": 0, "result": {"from": "c"}}')
