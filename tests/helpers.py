@@ -1,83 +1,33 @@
-"""Test helpers shared by unit and integration tests (no fixtures here)."""
+"""Test helpers shared by unit and integration tests (no fixtures here); the pure ones
+(``LogBuilder``, ``T0``) are in tests/core/build.py, re-exported here."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import nats.errors
 from nats.aio.client import Client as NATS
 
-from contracts import codec, hashing
-from contracts import requests as rq
-from contracts.events import PutFile
-from contracts.subjects import Origin
-from core.decide import decide
-from core.decision import Context, to_event
-from core.plan import Committed
-from core.tree import WorkspaceState, fold
 from infra import bus
 from infra.runtime import Settings, start_service
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.app import start_executor as start_exec
 from services.reader.app import Reader
 from services.writer.app import Writer
+from tests.core.build import T0, LogBuilder
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-class LogBuilder:
-    """Decide commands like the writer does and keep the committed log, without NATS."""
-
-    def __init__(self, tenant: str = "acme", workspace: str = "demo") -> None:
-        self.state = WorkspaceState(tenant, workspace)
-        self.log: list[Committed] = []
-        self.contents: dict[str, bytes] = {}
-        self.seq = 0
-
-    def run(self, cmd: rq.Request, op: str = "write") -> None:
-        past = self.replay(cmd.version).tree if isinstance(cmd, rq.RestorePath) else None
-        ctx = Context(
-            version=self.state.version + 1,
-            at=T0 + timedelta(seconds=self.state.version),
-            content=self.contents.get,
-            past=past,
-        )
-        with self.state.tree.savepoint():
-            decision = decide(self.state, cmd, ctx)
-            assert decision.commits, cmd
-            event = to_event(self.state, decision, ctx, op, Origin(f"req-{ctx.version}"))
-        for change in decision.changes:
-            if isinstance(change, PutFile) and (change.text is not None or change.data):
-                self.contents[change.sha256] = (
-                    change.text.encode() if change.text is not None else change.data or b""
-                )
-        payload = codec.encode(event)
-        self.seq += 1
-        digest = hashing.event_hash(payload)
-        # fold onto a copy of the pre-decision state is what the log says; the tree already
-        # holds the decision's changes, so only the log position moves here.
-        self.state.version, self.state.last_hash, self.state.last_seq = (
-            event.version,
-            digest,
-            self.seq,
-        )
-        if decision.created is not None:
-            self.state.exists = True
-            self.state.trust, self.state.limits = decision.created
-        self.log.append(Committed(codec.decode_event(payload), digest, self.seq))
-
-    def replay(self, upto: int | None = None) -> WorkspaceState:
-        """Rebuild the state from the log alone (up to version ``upto``)."""
-        state = WorkspaceState(self.state.tenant, self.state.workspace)
-        for item in self.log:
-            if upto is not None and item.event.version > upto:
-                break
-            fold(state, item.event, item.hash, item.seq)
-        return state
+__all__ = [
+    "T0",
+    "LogBuilder",
+    "answers",
+    "services_see",
+    "start_executor",
+    "start_reader",
+    "start_writer",
+]
 
 
 async def start_writer(stack: AsyncExitStack, nats_url: str, data: Path) -> Writer:

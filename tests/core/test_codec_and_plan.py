@@ -10,7 +10,7 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from core.plan import exact, plan, subtree
-from tests.helpers import LogBuilder
+from tests.core.build import LogBuilder
 
 
 def test_requests_decode_strictly() -> None:

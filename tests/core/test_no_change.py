@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contracts import replies as rp
 from contracts import requests as rq
-from tests.unit.test_decide import Harness
+from tests.core.test_decide import Harness
 
 
 def test_writing_identical_content_makes_no_version() -> None:

@@ -10,7 +10,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from core.content import split_lines
 from core.textops import modify_lines, regex_replace
-from tests.unit.test_decide import Harness
+from tests.core.test_decide import Harness
 
 _text = st.text(alphabet="ab\n$1\\", max_size=40)
 

@@ -12,7 +12,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from core import matches
 from core.matches import closest, occurrences
-from tests.unit.test_decide import Harness
+from tests.core.test_decide import Harness
 
 CODE = (
     "import os\n"

@@ -9,7 +9,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.replies import Restored
 from core.decide import decide
 from core.decision import Context
-from tests.helpers import T0, LogBuilder
+from tests.core.build import T0, LogBuilder
 
 
 def files(b: LogBuilder) -> dict[str, str]:
