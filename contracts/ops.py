@@ -2,6 +2,9 @@
 
 Services dispatch on it, the SDK encodes with it, and the docs, JSON Schemas and AsyncAPI
 document are generated from it, so they cannot drift apart.
+
+Size: the registry is a table of every op with its errors and example; splitting a table
+would only make it harder to see whole.
 """
 
 from __future__ import annotations

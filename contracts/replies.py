@@ -4,6 +4,8 @@ Every reply is ``{"ok": true, "version": V, "result": {...}}`` or
 ``{"ok": false, "error": {"code": "...", "message": "...", "details": {...}}}``. ``version``
 is the workspace version a command produced or a query answered at. Result fields are always
 present (``null`` when they do not apply).
+
+Size: the whole reply side of the wire in one module, as ``requests.py``; no logic.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Requests are JSON objects with snake_case fields. Unknown fields, wrong types and
 out-of-range values are refused with ``INVALID_ARGUMENT``; an empty body means ``{}``.
 Schemas evolve only by adding optional fields.
+
+Size: the whole request side of the wire in one module, the reference a client in another
+language reads (and docs/contract.md is generated from); one Struct per op, no logic.
 """
 
 from __future__ import annotations

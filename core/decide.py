@@ -5,6 +5,11 @@ command and later commands of one group commit see them; the caller wraps each c
 ``tree.savepoint()`` so that a refused command leaves no trace. What a command reads beyond the
 in-memory state (the text an ``edit`` changes, the past tree a ``restore`` brings back) is
 named by ``needs`` and handed in through the ``Context`` by the caller.
+
+Size: one module because its decisions share the tree-simulation helpers (``_put``,
+``_ensure_parents``, ``_check_etag``...) and one handler table the registry checks; the control
+commands' decisions are apart (``decide_control``), and the text transformations (``textops``,
+``matches``). Split further only with those helpers in a module of their own.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ never wait behind an apply.
 
 Every path's history is kept as revision rows valid over ``[version, until)``: a read as of
 any version is one index seek, as fast at version 1 as at the latest.
+
+Size: every SQL statement of the projection lives here, next to the schema it depends on,
+so a schema change is one module's change; the plan of what to write is pure (``core.plan``).
 """
 
 from __future__ import annotations

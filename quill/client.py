@@ -11,6 +11,10 @@
 Every failure is a ``QuillError`` with a stable ``code``. Reads see your own writes: each
 ``Workspace`` remembers the highest version it has seen and passes it as ``min_version``.
 A command that times out is retried with the same request id, so it is applied once.
+
+Size: the SDK's public surface (``Quill``, ``Workspace``, ``Run``) in one module, so that a
+user reads it top to bottom; each method is a few lines saying how its arguments make the
+request, since the op and the result type come from the registry (``contracts/ops.py``).
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ manifest) and ``event`` records (the event message's exact payload and its hash)
 Failures are ``QuillError``: a log that does not verify is ``INTERNAL`` (it is not what a
 writer appended), an export file that does not verify ``INVALID_ARGUMENT``, a version below
 a compaction's floor ``VERSION_TRIMMED``.
+
+Size: the fold, the log reading and the export format are one verified pipeline (each check
+above is made where the record is read); the scrub (``scrub*.py``) and the CLI around it
+(``quill_cli``) are apart.
 """
 
 from __future__ import annotations

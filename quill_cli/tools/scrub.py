@@ -44,6 +44,9 @@ workspace's own name), ``CONFLICT`` (the workspace was written meanwhile),
 ``INTERNAL`` (the log does not verify, or the secret is still found afterwards),
 ``UNAVAILABLE`` (NATS failing; or the old log could not be purged after the new one was
 appended: the message says how to purge it).
+
+Size: the scrub's steps below are one transaction-like procedure over one log; the stores'
+purges and the manifest's redaction are apart (``scrub_stores.py``, ``scrub_redact.py``).
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ share, ``ceil(count / live writers)``: it takes free partitions until it has its
 (rendezvous hashing spreads the choice so writers rarely race for the same one) and hands
 back the surplus when writers join (drain: stop taking commands, finish those in flight,
 delete the lease so the next writer takes it without waiting for the TTL).
+
+Size: leases, membership, epochs and hand-over are one protocol with one set of invariants
+(the docstring above); keeping them in one module keeps that argument in one place.
 """
 
 from __future__ import annotations

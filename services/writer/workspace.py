@@ -7,6 +7,11 @@ workspaces' groups. The state is loaded lazily from the projection and caught up
 log, so a writer that crashed, or one taking over a workspace, starts from the truth. Any
 failed or uncertain append drops the state and decides again from the log; requests whose
 events turn out to be committed get their first reply back.
+
+Size: the actor is one state machine (queue → decide → append → answer, and the reload that
+undoes a failed append); its steps share the actor's state, and splitting them across modules
+would bring back the back-references ``deps.py`` removed. What it calls is elsewhere: decisions
+in ``core``, the append in ``append.py``, collaborators in ``deps.py``.
 """
 
 from __future__ import annotations
