@@ -30,6 +30,7 @@ from contracts.limits import DEFAULT_LIMITS, Limits
 from contracts.paths import name, parent
 from contracts.uncommitted import Recorded, fold_uncommitted
 from core.controls import CONTROL_EVENTS, Controls, fold_control
+from core.rows import Node
 
 
 @dataclass(slots=True, frozen=True)
@@ -198,6 +199,27 @@ class Tree:
                     table.pop(key, None)
                 else:
                     table[key] = old
+
+
+def place(tree: Tree, node: Node) -> None:
+    """Put a projection's row (a file or directory as of some version) into ``tree``."""
+    if node.kind == "d":
+        tree.set_dir(node.path, DirNode(created=node.created, version=node.version))
+        return
+    assert node.sha256 is not None and node.file_version is not None
+    tree.set_file(
+        node.path,
+        FileNode(
+            node.sha256,
+            node.size,
+            node.file_version,
+            node.executable,
+            node.binary,
+            node.created,
+            node.modified,
+            node.version,
+        ),
+    )
 
 
 def apply_change(tree: Tree, change: AnyChange, version: int, at: datetime) -> None:

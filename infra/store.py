@@ -37,7 +37,7 @@ from core.content import as_text
 from core.controls import CONTROL_EVENTS, fold_control
 from core.plan import LIVE, Committed, Plan, plan, subtree
 from core.rows import Node, WorkspaceRow
-from core.tree import DirNode, FileNode, WorkspaceState
+from core.tree import WorkspaceState, place
 
 SCHEMA_VERSION = "6"
 SCHEMA = f"""
@@ -595,24 +595,7 @@ class Store:
             f"SELECT {REVISION_COLUMNS} FROM revisions WHERE ws=? AND until={LIVE} ORDER BY path",
             (row.id,),
         ):
-            n = node_from_row(r)
-            if n.kind == "d":
-                tree.set_dir(n.path, DirNode(created=n.created, version=n.version))
-            else:
-                assert n.sha256 is not None and n.file_version is not None
-                tree.set_file(
-                    n.path,
-                    FileNode(
-                        n.sha256,
-                        n.size,
-                        n.file_version,
-                        n.executable,
-                        n.binary,
-                        n.created,
-                        n.modified,
-                        n.version,
-                    ),
-                )
+            place(tree, node_from_row(r))
         for path, fv, version, ended in await self._w.execute_fetchall(
             f"SELECT path, max(coalesce(file_version, 0)), max(version), "
             f"max(CASE WHEN until < {LIVE} THEN until ELSE 0 END) FROM revisions "

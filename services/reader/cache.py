@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 
+from core.lru import SizedLRU
 from core.plan import LIVE
 from core.rows import Node
 
@@ -71,25 +72,9 @@ class RevisionCache:
             ]
 
 
-class TextCache:
+class TextCache(SizedLRU[str]):
     """Decoded text contents by sha256 (contents never change), bounded in bytes (LRU): grep
     reads them from memory instead of the projection once they are hot."""
 
     def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
-        self._texts: OrderedDict[str, str] = OrderedDict()
-        self._bytes, self._max = 0, max_bytes
-
-    def get(self, sha256: str) -> str | None:
-        text = self._texts.get(sha256)
-        if text is not None:
-            self._texts.move_to_end(sha256)
-        return text
-
-    def put(self, sha256: str, text: str) -> None:
-        if sha256 in self._texts or len(text) > self._max // 8:
-            return
-        self._texts[sha256] = text
-        self._bytes += len(text)
-        while self._bytes > self._max:
-            _, old = self._texts.popitem(last=False)
-            self._bytes -= len(old)
+        super().__init__(max_bytes, largest_share=8)

@@ -7,7 +7,6 @@ command handler; neither reaches back into the ``Writer``. The partitions are se
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,6 +15,7 @@ from nats.js import JetStreamContext
 
 from contracts.events import CompactionManifest
 from contracts.subjects import Subjects
+from core.lru import SizedLRU
 from core.secrets import Secrets
 from infra.blobs import Blobs
 from infra.bridges import Bridges
@@ -25,30 +25,11 @@ from services.writer.append import Appender
 from services.writer.partitions import Fence
 
 
-class ContentCache:
+class ContentCache(SizedLRU[bytes]):
     """Recently written or read contents by sha256, bounded in bytes (LRU)."""
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
-        self._data: OrderedDict[str, bytes] = OrderedDict()
-        self._bytes, self._max = 0, max_bytes
-
-    def get(self, sha256: str) -> bytes | None:
-        data = self._data.get(sha256)
-        if data is not None:
-            self._data.move_to_end(sha256)
-        return data
-
-    def __contains__(self, sha256: str) -> bool:
-        return sha256 in self._data
-
-    def put(self, sha256: str, data: bytes) -> None:
-        if sha256 in self._data or len(data) > self._max // 4:
-            return
-        self._data[sha256] = data
-        self._bytes += len(data)
-        while self._bytes > self._max:
-            _, old = self._data.popitem(last=False)
-            self._bytes -= len(old)
+        super().__init__(max_bytes)
 
 
 @dataclass

@@ -54,7 +54,7 @@ from core.controls import CONTROL_EVENTS, fold_control
 from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
 from core.decision import Context, Decision, to_event
-from core.tree import DirNode, FileNode, Tree, WorkspaceState, fold
+from core.tree import Tree, WorkspaceState, fold, place
 from infra import compaction
 from infra import log as eventlog
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
@@ -678,23 +678,7 @@ class WorkspaceActor:
             # below the floor only a file whose revision was kept is known
             raise compaction.trimmed(scope or f"{self.tenant}/{self.workspace}", version, floor)
         for node in nodes:
-            if node.kind == "d":
-                tree.set_dir(node.path, DirNode(created=node.created, version=node.version))
-            else:
-                assert node.sha256 is not None and node.file_version is not None
-                tree.set_file(
-                    node.path,
-                    FileNode(
-                        node.sha256,
-                        node.size,
-                        node.file_version,
-                        node.executable,
-                        node.binary,
-                        node.created,
-                        node.modified,
-                        node.version,
-                    ),
-                )
+            place(tree, node)
         return tree
 
     async def _externalize(self, changes: list[AnyChange]) -> list[AnyChange]:
