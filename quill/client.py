@@ -429,6 +429,23 @@ class Workspace:
     def __repr__(self) -> str:
         return f"Workspace({self.tenant}/{self.name}, seen v{self.last_version})"
 
+    async def call(self, body: rq.Request) -> Any:
+        """Send any op's request (``body``'s type names the op: ``contracts/ops.py``) as its
+        method would, and return the registry's result type; what ``quill call`` uses.
+
+        Raises:
+            QuillError: as the op's method.
+        """
+        if type(body) not in ops.BY_REQUEST:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not an op's request: {body!r}")
+        if isinstance(body, rq.Command):
+            return await self._cmd(body)
+        if isinstance(body, rq.Query):
+            return await self._qry(body)
+        if isinstance(body, rq.Execution):
+            return await self._exec(body, body.timeout_ms, None)
+        return (await self.client.send(self.tenant, self.name, body))[1]
+
     # The op a request is sent as, and the type its result decodes to, come from the
     # registry (``contracts/ops.py``), by the request's type; the methods below only say how
     # their arguments make the request.
