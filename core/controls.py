@@ -169,3 +169,19 @@ def attached_list(primary: str, controls: Controls) -> rp.Attached:
         for uri, (target, kind) in (controls.attached or {}).items()
     ]
     return rp.Attached(primary=primary, attached=items)
+
+
+def approval_list(controls: Controls) -> rp.ApprovalList:
+    """The approvals still waiting for a decision."""
+    pending = [
+        rp.Approval(
+            approval_id=approval_id,
+            op=a.op,
+            summary=a.summary,
+            requested_by=a.requested_by,
+            requested=a.requested,
+            version=a.version,
+        )
+        for approval_id, a in controls.pending()
+    ]
+    return rp.ApprovalList(pending=pending)

@@ -237,19 +237,28 @@ async def start_service(
     except BaseException:
         await nc.close()
         raise
-    service = factory(settings, nc, store)
+    return await started(factory(settings, nc, store), nc, store.close)
+
+
+async def started(
+    service: S, nc: NATS, close: Callable[[], Awaitable[None]] | None = None
+) -> Running[S]:
+    """Start ``service`` (connected on ``nc``; ``close``: what else it holds, closed after it);
+    the returned ``stop`` undoes all of it, as a failed start does."""
     try:
         await service.start()
     except BaseException:  # e.g. a writer refused by the deployment: exit, not hang
         with contextlib.suppress(Exception):
             await service.stop()
-        await store.close()
+        if close is not None:
+            await close()
         await nc.close()
         raise
 
     async def stop() -> None:
         await service.stop()
-        await store.close()
+        if close is not None:
+            await close()
         await nc.drain()
 
     return Running(service, stop)

@@ -433,8 +433,8 @@ def executor(
     git_allow: tuple[str, ...],
 ) -> None:
     """Run an executor (commands and git in a sandbox; their changes become events)."""
+    from infra.exec.git.targets import Targets
     from services.executor.app import ExecutorConfig, start_executor
-    from services.executor.git.targets import Targets
 
     try:
         Targets().allowing(git_allow)

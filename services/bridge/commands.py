@@ -1,7 +1,7 @@
-"""Commands and git on a local folder, run by the executor's local provider with the folder as
-the checkout.
+"""Commands and git on a local folder, run by the local sandbox provider with the folder as
+the checkout (``infra.exec``, as on an executor).
 
-A command is a plain process in its own session (``services.executor.sandbox.local``): the same
+A command is a plain process in its own session (``infra.exec.sandbox.local``): the same
 clean environment (``PATH``, a private ``HOME``), limits, timeout (SIGTERM, SIGKILL 5 s later,
 nothing left running) and output caps as on an executor, but no sandbox: it runs as the
 bridge's user, in the folder, and can reach whatever that user can. On a restricted workspace
@@ -10,8 +10,10 @@ its user approves each command first. One command runs at a time.
 There is no log to commit to: what a command changed is found by comparing the folder's stat
 signatures before and after (the executor's ignore patterns, ``node_modules`` and the like,
 left out) and reported in ``changes.paths`` with ``committed: false``; the version does not
-move. Git actions go through ``services.executor.git`` (hardened git, the actor as author);
-``push``, ``pull`` and ``clone`` need credentials a bridge does not hold nor lend: refused.
+move. Output is redacted and the result assembled as on an executor (``infra.exec.results``;
+past the output cap, its beginning only). Git actions go through ``infra.exec.git``
+(hardened git, the actor as author); ``push``, ``pull`` and ``clone`` need credentials a bridge
+does not hold nor lend: refused.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import display, normalize, printable
 from core.globs import Globs
+from infra.exec import sandbox
+from infra.exec.answer import timeout_ms
+from infra.exec.checkout import DEFAULT_IGNORE, invalid
+from infra.exec.commit import MAX_SKIPPED, SHOWN
+from infra.exec.git import READ_ONLY_GIT, Credentials, run_git, sandbox_runner
+from infra.exec.results import Output, command_result
 from infra.safefs import Dir, walk
+from infra.secret_registry import secrets_from_env
 from services.bridge.folder import Folder, Sig, sig_of
-from services.executor import sandbox
-from services.executor.app import DEFAULT_TIMEOUT_MS, READ_ONLY_GIT, text_of
-from services.executor.checkout import DEFAULT_IGNORE, invalid
-from services.executor.commit import MAX_SKIPPED, SHOWN
-from services.executor.git import Credentials, run_git, sandbox_runner
 
 NETWORK_GIT = frozenset({"push", "pull", "clone"})
 Snapshot = dict[str, tuple[bool, Sig]]
@@ -102,6 +106,7 @@ class LocalCommands:
     def __init__(self, folder: Folder, uri: str) -> None:
         self.folder, self.uri = folder, uri
         self.provider = sandbox.LocalProvider()
+        self.secrets = secrets_from_env()
         self._one = asyncio.Lock()
 
     def workdir(self, workdir: str) -> str:
@@ -128,7 +133,7 @@ class LocalCommands:
         return sandbox.Limits(cpu_s=int(timeout_s) + 2)
 
     def _timeout_ms(self, req: rq.Execution) -> int:
-        return min(req.timeout_ms or DEFAULT_TIMEOUT_MS, self.folder.limits.max_exec_ms)
+        return timeout_ms(req, self.folder.limits.max_exec_ms)
 
     def _changes(
         self, before: tuple[Snapshot, Invalid], after: tuple[Snapshot, Invalid]
@@ -148,8 +153,9 @@ class LocalCommands:
 
     async def run(
         self, req: rq.RunCommand, workdir: str, on_output: sandbox.OnOutput | None
-    ) -> rp.CommandResult:
-        """Run ``req`` in the folder (``workdir`` from ``self.workdir``).
+    ) -> tuple[sandbox.Outcome, Output, rp.CommandResult]:
+        """Run ``req`` in the folder (``workdir`` from ``self.workdir``): its outcome, its output
+        (redacted, ``Output.redacted`` says which secrets), and the result to answer.
 
         Raises:
             QuillError: ``EXECUTION_FAILED`` when it cannot be started.
@@ -163,29 +169,26 @@ class LocalCommands:
             timeout_s=timeout_s,
             output_cap=cap,
         )
+        output = Output(cap, self.secrets, head_only=True)  # no output kept to page through
+
+        async def feed(stream: sandbox.StreamName, chunk: bytes) -> None:
+            output.feed(stream, chunk)
+            if on_output is not None:
+                await on_output(stream, chunk)
+
         async with self._one:
             before = await asyncio.to_thread(snapshot, self.folder.root)
             try:
                 outcome = await self.provider.run(
-                    self.folder.root, spawn, self._limits(timeout_s), on_output
+                    self.folder.root, spawn, self._limits(timeout_s), feed
                 )
             except sandbox.SandboxError as exc:
                 raise QuillError(
                     ErrorCode.EXECUTION_FAILED, f"The command could not be started: {exc}"
                 ) from exc
             after = await asyncio.to_thread(snapshot, self.folder.root)
-        return rp.CommandResult(
-            exit_code=outcome.exit_code,
-            stdout=text_of(outcome.stdout, outcome.stdout_bytes > cap),
-            stderr=text_of(outcome.stderr, outcome.stderr_bytes > cap),
-            stdout_truncated=outcome.stdout_bytes > cap,
-            stderr_truncated=outcome.stderr_bytes > cap,
-            stdout_bytes=outcome.stdout_bytes,
-            stderr_bytes=outcome.stderr_bytes,
-            duration_ms=outcome.duration_ms,
-            timed_out=outcome.timed_out,
-            changes=self._changes(before, after),
-        )
+        output.finish(outcome)
+        return outcome, output, command_result(outcome, output, self._changes(before, after))
 
     def check_git(self, req: rq.GitCommand) -> None:
         """Raises:
@@ -203,7 +206,7 @@ class LocalCommands:
         """A git action on the repository at ``req.workdir``.
 
         Raises:
-            QuillError: as ``services.executor.git`` documents, and ``check_git``.
+            QuillError: as ``infra.exec.git`` documents, and ``check_git``.
         """
         self.check_git(req)
         timeout_ms = self._timeout_ms(req)

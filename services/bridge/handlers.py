@@ -32,13 +32,15 @@ from contracts.subjects import Address, Origin, Subjects, new_request_id
 from infra.blobs import Blobs
 from infra.bus import respond
 from infra.entry import Incoming, parse, reject
+from infra.exec.answer import Job, answer_exec, received
+from infra.exec.git import READ_ONLY_GIT
+from infra.exec.results import audited
 from infra.runtime import Auditor
 from services.bridge.approvals import Approver, asking, describe
 from services.bridge.changes import LocalChanges
 from services.bridge.commands import LocalCommands
 from services.bridge.folder import Folder
 from services.bridge.queries import COMMANDS, NOT_KEPT, LocalQueries, not_kept
-from services.executor.app import READ_ONLY_GIT, Job, answer_exec
 
 log = logging.getLogger("quill.bridge")
 
@@ -231,16 +233,11 @@ class Handlers:
     # ------------------------------------------------------------------ exec
     async def execute(self, incoming: Incoming) -> None:
         local = self.local
-        try:
-            address, spec, origin, request = parse(
-                incoming, self.subjects, "exec", new_id=new_request_id
-            )
-        except QuillError as exc:
-            await reject(incoming, exc, self.auditor)
+        secrets = local.commands.secrets
+        taken = await received(incoming, self.nc, self.subjects, self.auditor, secrets)
+        if taken is None:
             return
-        job = Job(
-            self.nc, self.subjects.execout(address.tenant, address.workspace, origin.request_id)
-        )
+        address, origin, request, job = taken
         details: dict[str, Any] = {"summary": describe(request)}
 
         async def work() -> tuple[int, rp.CommandResult | rp.GitResult]:
@@ -274,21 +271,17 @@ class Handlers:
                     asking("git", request), describe(request), origin
                 )
             return await local.commands.git(request, origin.actor)
-        details.update(command=request.command[:4096], env=sorted(request.env or {}))
+        secrets = local.commands.secrets  # the command as audited and approved: redacted
+        details.update(command=secrets.redact(request.command)[0][:4096])
+        details.update(env=sorted(request.env or {}))
         async with self.gate:
             workdir = local.commands.workdir(request.workdir)
             details["approval"] = await local.approver.approve(
-                asking("run", request), describe(request), origin
+                asking("run", request), secrets.redact(describe(request))[0], origin
             )
-        result = await local.commands.run(request, workdir, job.output)
-        details.update(
-            exit_code=result.exit_code,
-            timed_out=result.timed_out,
-            command_ms=result.duration_ms,
-            stdout_bytes=result.stdout_bytes,
-            stderr_bytes=result.stderr_bytes,
-            changed=result.changes.total,
-        )
+        outcome, output, result = await local.commands.run(request, workdir, job.output)
+        audited(outcome, details, output.redacted | job.redacted)
+        details["changed"] = result.changes.total
         return result
 
 

@@ -22,27 +22,8 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import DEFAULT_EXCLUSIONS
 from contracts.paths import ROOT_DIR, normalize
-from core.answers import (
-    cursor_of,
-    directory_content,
-    file_bytes,
-    file_content,
-    file_info,
-    listing,
-    missing,
-    not_a_directory,
-    not_a_file,
-    read_length,
-)
+from core import answers, finding
 from core.content import as_text
-from core.finding import (
-    GrepPlan,
-    exclusions,
-    explore_result,
-    glob_matcher,
-    glob_result,
-    without_excluded,
-)
 from core.globs import relative
 from core.rows import Node
 from services.bridge.folder import Folder
@@ -125,14 +106,14 @@ class LocalQueries:
         real = self.folder.locate(path)
         node = self.folder.node(path, real)
         if node is None:
-            raise missing(path, what)
+            raise answers.missing(path, what)
         return node, real
 
     def _scope(self, path: str) -> tuple[str, Any]:
         scope = normalize(path)
         node, real = self._found(scope, "Directory")
         if node.kind != "d":
-            raise not_a_directory(scope)
+            raise answers.not_a_directory(scope)
         return scope, real
 
     # ------------------------------------------------------------------ ops
@@ -143,64 +124,74 @@ class LocalQueries:
         if node.kind == "d":
             children = self.folder.walk(path, real, recursive=False)
             first = page(children, False, None, limits.max_directory_entries)
-            return directory_content(path, node.modified, first, len(children))
+            return answers.directory_content(path, node.modified, first, len(children))
         data = self.folder.read(path, real)
         node = dataclasses.replace(node, binary=as_text(data) is None)
-        return file_content(path, node, data, req, limits)
+        return answers.file_content(path, node, data, req, limits)
 
     def read_bytes(self, req: rq.ReadBytes) -> rp.FileBytes:
         path = normalize(req.path)
         node, real = self._found(path)
         if node.kind != "f":
-            raise not_a_file(path)
-        chunk = self.folder.read_range(real, req.offset, read_length(req, self.folder.limits))
-        return file_bytes(path, node, chunk, req.offset)
+            raise answers.not_a_file(path)
+        chunk = self.folder.read_range(
+            real, req.offset, answers.read_length(req, self.folder.limits)
+        )
+        return answers.file_bytes(path, node, chunk, req.offset)
 
     def list_directory(self, req: rq.ListDirectory) -> rp.Listing:
         path = normalize(req.path)
         node, real = self._found(path, "Directory")
         if node.kind != "d":
-            raise not_a_directory(path)
+            raise answers.not_a_directory(path)
         most = self.folder.limits.max_directory_entries
         limit = min(req.limit or most, most)
-        after = cursor_of(req.after) if req.after is not None else None
+        after = answers.cursor_of(req.after) if req.after is not None else None
         start = f"{path}/{req.prefix}" if path else req.prefix
         nodes = [
             n
             for n in self.folder.walk(path, real, recursive=req.recursive)
             if (req.kind == "any" or n.kind == req.kind[0]) and n.path.startswith(start)
         ]
-        return listing(path, page(nodes, req.recursive, after, limit + 1), limit, len(nodes))
+        return answers.listing(
+            path, page(nodes, req.recursive, after, limit + 1), limit, len(nodes)
+        )
 
     def stat(self, req: rq.StatPath) -> rp.FileInfo:
         path = normalize(req.path)
         node, real = self._found(path, "Path")
         if node.kind == "d":
-            return file_info(path, node, len(self.folder.walk(path, real, recursive=False)))
+            return answers.file_info(path, node, len(self.folder.walk(path, real, recursive=False)))
         sha256, binary = self.folder.digest(real, node.size)
-        return file_info(path, dataclasses.replace(node, sha256=sha256, binary=binary), None)
+        return answers.file_info(
+            path, dataclasses.replace(node, sha256=sha256, binary=binary), None
+        )
 
     def glob(self, req: rq.GlobQuery) -> rp.Matches:
         scope, real = self._scope(req.path)
-        matcher = glob_matcher(req.pattern)
-        patterns = exclusions(req.exclude)
+        matcher = finding.glob_matcher(req.pattern)
+        patterns = finding.exclusions(req.exclude)
         nodes = self.folder.walk(scope, real, prune=patterns.match_dir)
-        return glob_result(
-            scope, req, matcher, without_excluded(nodes, scope, patterns), self.folder.limits
+        return finding.glob_result(
+            scope,
+            req,
+            matcher,
+            finding.without_excluded(nodes, scope, patterns),
+            self.folder.limits,
         )
 
     def explore(self, req: rq.ExploreQuery) -> rp.Tree:
         scope, real = self._scope(req.path)
-        patterns = exclusions(req.exclude)
+        patterns = finding.exclusions(req.exclude)
         depth = req.max_depth if req.recursive else 1
         nodes = self.folder.walk(scope, real, prune=patterns.match_dir, max_depth=depth)
-        return explore_result(
-            scope, req, without_excluded(nodes, scope, patterns), self.folder.limits
+        return finding.explore_result(
+            scope, req, finding.without_excluded(nodes, scope, patterns), self.folder.limits
         )
 
     def grep(self, req: rq.GrepQuery) -> rp.GrepResult:
         scope, real = self._scope(req.path)
-        plan = GrepPlan.of(req, self.folder.limits)
+        plan = finding.GrepPlan.of(req, self.folder.limits)
         files = [
             n
             for n in self.folder.walk(scope, real)

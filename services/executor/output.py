@@ -1,8 +1,8 @@
-"""A command's output: its head and tail for the reply, and all of it kept a while in WS_OUTPUT.
+"""A command's output kept a while in WS_OUTPUT, for ``exec.output``.
 
 The reply to ``exec.run`` holds at most ``max_output_bytes`` of each stream: past it, the first
-half and the last half, each cut at a line end when one is near (``Kept.shown``), and how many
-bytes were left out between them and from which offset. The whole stream (up to
+half and the last half, and how many bytes were left out between them and from which offset
+(``infra/exec/results.py``). The whole stream (up to
 ``OutputConfig.keep_bytes``) goes to the JetStream stream ``WS_OUTPUT`` as it comes, so that
 any executor can answer ``exec.output`` (a page by byte offset) for ``OutputConfig.ttl_s``
 (``max_age``; the stream's ``max_bytes`` drops the oldest first). Subjects
@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, PersistMode, StorageType, StreamConfig
@@ -33,16 +33,14 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import STREAM_OUTPUT, Subjects
-from core.secrets import NO_SECRETS, Secrets, StreamRedactor
 from infra import assets
+from infra.exec.results import STREAMS, Output, char_start
+from infra.exec.sandbox import Outcome
 
 log = logging.getLogger("quill.executor.output")
 
 CHUNK = 64 * 1024
 """Bytes of one kept message (the last of a stream may be shorter)."""
-STREAMS: tuple[rq.OutputStream, ...] = ("stdout", "stderr")
-_NEAR = 4
-"""A head or tail is cut at a line end found within its last (first) 1/_NEAR."""
 
 
 @dataclass(frozen=True)
@@ -101,81 +99,10 @@ async def ensure_stream(
         log.info("updated stream %s", STREAM_OUTPUT)
 
 
-@dataclass(frozen=True)
-class Shown:
-    """What a reply shows of one stream."""
-
-    head: str
-    tail: str
-    omitted: int
-    """Bytes left out between head and tail."""
-    offset: int
-    """Where they start in the kept output."""
-
-
-@dataclass
-class Kept:
-    """One stream's first ``head_cap`` and last ``tail_cap`` bytes (none counted twice)."""
-
-    head_cap: int
-    tail_cap: int
-    head: bytearray = field(default_factory=bytearray)
-    tail: bytearray = field(default_factory=bytearray)
-    total: int = 0
-
-    def feed(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.head_cap - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            if len(self.tail) > self.tail_cap:
-                del self.tail[: len(self.tail) - self.tail_cap]
-
-    def shown(self) -> Shown:
-        """Head and tail as text: all of it when nothing is left out; else each cut at a
-        line end when one is near, and never inside a UTF-8 character."""
-        head, tail = bytes(self.head), bytes(self.tail)
-        if self.total == len(head) + len(tail):
-            return Shown((head + tail).decode("utf-8", "replace"), "", 0, 0)
-        end = head.rfind(b"\n")
-        if end >= len(head) - len(head) // _NEAR:
-            head = head[: end + 1]
-        else:
-            head = head[: _char_start(head, len(head))]
-        start = tail.find(b"\n")
-        if 0 <= start < len(tail) // _NEAR:
-            tail = tail[start + 1 :]
-        else:
-            tail = tail[_char_start(tail, 0) :] if tail else tail
-        omitted = self.total - len(head) - len(tail)
-        return Shown(
-            head.decode("utf-8", "replace"), tail.decode("utf-8", "replace"), omitted, len(head)
-        )
-
-
-def _char_start(data: bytes, i: int) -> int:
-    """``i`` moved back to the start of the UTF-8 character it is in (``i`` itself when it
-    starts one, or for the end: when the last character is whole)."""
-    j, back = i, 0
-    if i == len(data):
-        j = i - 1
-        while j >= 0 and back < 3 and data[j] & 0xC0 == 0x80:
-            j, back = j - 1, back + 1
-        if j >= 0 and data[j] >= 0xC0:
-            width = 2 if data[j] < 0xE0 else 3 if data[j] < 0xF0 else 4
-            return j if len(data) - j < width else i
-        return i
-    while j < len(data) and back < 3 and data[j] & 0xC0 == 0x80:  # a tail: skip forward
-        j, back = j + 1, back + 1
-    return j
-
-
 class Recorder:
-    """One command's output, as it comes: redacted, its head and tail kept for the reply, and
-    kept in ``WS_OUTPUT`` (see the module docstring). ``feed`` is its ``on_output``."""
+    """One command's output, as it comes: shown by the reply (``Output``: redacted, its head
+    and tail kept) and kept in ``WS_OUTPUT`` (see the module docstring). ``feed`` is its
+    ``on_output``."""
 
     def __init__(
         self,
@@ -185,36 +112,25 @@ class Recorder:
         workspace: str,
         command_id: str,
         *,
-        cap: int,
+        output: Output,
         config: OutputConfig,
-        secrets: Secrets = NO_SECRETS,
     ) -> None:
         self.js = js
         self._where = (subjects, tenant, workspace, command_id)
         self.config = config
-        self.secrets = secrets
-        self.kept = {s: Kept(cap // 2, cap - cap // 2) for s in STREAMS}
-        self.raw = dict.fromkeys(STREAMS, 0)
+        self.output = output
         self.stored = dict.fromkeys(STREAMS, 0)
-        self.redacted: set[str] = set()
         self.ok = True
         self._buffers = {s: bytearray() for s in STREAMS}
-        self._redactors = {s: StreamRedactor(secrets) for s in STREAMS} if secrets else {}
 
     def subject(self, part: str) -> str:
         subjects, tenant, workspace, command_id = self._where
         return subjects.cmdout(tenant, workspace, command_id, part)
 
     async def feed(self, stream: rq.OutputStream, chunk: bytes) -> None:
-        self.raw[stream] += len(chunk)
-        redactor = self._redactors.get(stream)
-        if redactor is not None:
-            chunk = redactor.feed(chunk)
-            self.redacted.update(redactor.redacted)
-        await self._take(stream, chunk)
+        await self._keep(stream, self.output.feed(stream, chunk))
 
-    async def _take(self, stream: rq.OutputStream, data: bytes) -> None:
-        self.kept[stream].feed(data)
+    async def _keep(self, stream: rq.OutputStream, data: bytes) -> None:
         room = self.config.keep_bytes - self.stored[stream] - len(self._buffers[stream])
         if not self.ok or room <= 0:
             return
@@ -236,17 +152,12 @@ class Recorder:
             return
         self.stored[stream] += len(data)
 
-    async def finish(self, extra: dict[rq.OutputStream, bytes]) -> dict[str, Shown]:
-        """End the streams (``extra``: bytes the provider added that ``feed`` never saw, e.g.
-        the sandbox's out-of-memory note), keep what is buffered and the ``end`` record.
-        Returns what the reply shows of each stream."""
-        for stream in STREAMS:
-            redactor = self._redactors.get(stream)
-            if redactor is not None:
-                await self._take(stream, redactor.flush())
-                self.redacted.update(redactor.redacted)
-            if extra.get(stream):
-                await self._take(stream, self.secrets.redact_bytes(extra[stream])[0])
+    async def finish(self, outcome: Outcome) -> None:
+        """End the streams (``Output.finish``: with the bytes the provider added that ``feed``
+        never saw, e.g. the sandbox's out-of-memory note), keep what is buffered and the
+        ``end`` record."""
+        for stream, data in self.output.finish(outcome).items():
+            await self._keep(stream, data)
             if self._buffers[stream]:
                 await self._store(stream, bytes(self._buffers[stream]))
                 self._buffers[stream].clear()
@@ -254,8 +165,8 @@ class Recorder:
             end = {
                 s: {
                     "kept": self.stored[s],
-                    "written": self.kept[s].total,
-                    "total": self.raw[s] + len(extra.get(s, b"")),
+                    "written": self.output.kept[s].total,
+                    "total": self.output.raw[s],
                 }
                 for s in STREAMS
             }
@@ -264,7 +175,6 @@ class Recorder:
             except Exception as exc:
                 log.warning("output of %s not kept: %r", self.subject("*"), exc)
                 self.ok = False
-        return {s: self.kept[s].shown() for s in STREAMS}
 
 
 async def read_page(
@@ -320,7 +230,7 @@ async def read_page(
         )
     page = bytes(data[: max(stop - req.offset, 0)])
     if req.offset + len(page) < (limit if limit is not None else req.offset + len(data)):
-        page = page[: _char_start(page, len(page))] or page  # never split a character
+        page = page[: char_start(page, len(page))] or page  # never split a character
     kept = limit if limit is not None else req.offset + len(data)
     return rp.CommandOutput(
         command_id=req.command_id,

@@ -36,6 +36,7 @@ from core.answers import (
 from core.controls import (
     CONTROL_EVENTS,
     Controls,
+    approval_list,
     attached_list,
     fold_control,
     run_info,
@@ -295,18 +296,7 @@ class Queries:
     ) -> rp.ApprovalList:
         kinds = ("approval_requested", "approval_decided")
         controls = await self._controls(ws, version, kinds)
-        pending = [
-            rp.Approval(
-                approval_id=approval_id,
-                op=a.op,
-                summary=a.summary,
-                requested_by=a.requested_by,
-                requested=a.requested,
-                version=a.version,
-            )
-            for approval_id, a in controls.pending()
-        ]
-        return rp.ApprovalList(pending=pending)
+        return approval_list(controls)
 
 
 def _kind(node: Node) -> rp.Kind:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from infra.exec.sandbox import probe_bwrap
 from services.executor.app import Executor, ExecutorConfig
-from services.executor.sandbox import probe_bwrap
 from tests.helpers import start_executor, start_reader, start_writer
 
 PROVIDERS = ["bwrap", "local"]

@@ -14,9 +14,9 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.subjects import Origin, Subjects
 from infra.blobs import Blobs
+from infra.exec.checkout import Checkout
+from infra.exec.commit import commit
 from quill.client import Quill
-from services.executor.checkout import Checkout
-from services.executor.commit import commit
 from tests.conftest import StartReader
 
 
@@ -264,8 +264,8 @@ async def test_names_a_command_makes_that_break_the_rule_are_skipped_the_rest_co
     more of them."""
     from contextlib import AsyncExitStack
 
+    from infra.exec.sandbox import probe_bwrap
     from services.executor.app import ExecutorConfig
-    from services.executor.sandbox import probe_bwrap
     from tests.helpers import start_executor, start_reader, start_writer
 
     if (why := probe_bwrap()) is not None:

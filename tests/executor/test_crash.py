@@ -16,8 +16,8 @@ import nats.errors
 import pytest
 
 from contracts.errors import ErrorCode, QuillError
+from infra.exec.sandbox import bwrap_path, probe_bwrap
 from quill.client import Quill
-from services.executor.sandbox import bwrap_path, probe_bwrap
 from tests.helpers import start_reader, start_writer
 
 

@@ -18,9 +18,9 @@ from nats.aio.msg import Msg
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import HEADER_STREAM, STREAM_AUDIT
+from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
-from services.executor.sandbox import probe_bwrap
 from tests.executor.conftest import PROVIDERS, StartExecutor
 from tests.helpers import start_executor, start_reader, start_writer
 
@@ -283,7 +283,7 @@ class Gate:
             self.started.set()
 
     def release(self) -> None:
-        checkout = self.executor.checkouts[(self.ws.tenant, self.ws.name)]
+        checkout = self.executor.checkouts.live[(self.ws.tenant, self.ws.name)]
         (checkout.tree / ".release").touch()
 
 

@@ -17,10 +17,10 @@ import pytest
 from contracts.errors import ErrorCode, QuillError
 from contracts.replies import GitFileStatus, GitResult, GitStatus
 from contracts.requests import GitCommand
-from services.executor import sandbox
-from services.executor.git import Credential, Credentials, Runner, run_git, sandbox_runner
-from services.executor.git.targets import UNREACHABLE, Targets
-from services.executor.sandbox import Limits, Outcome, Spawn
+from infra.exec import sandbox
+from infra.exec.git import Credential, Credentials, Runner, run_git, sandbox_runner
+from infra.exec.git.targets import UNREACHABLE, Targets
+from infra.exec.sandbox import Limits, Outcome, Spawn
 from tests.executor.git_server import GitServer, git
 
 TOKEN = "ghs_T0kenThatMustNeverLeak_42"

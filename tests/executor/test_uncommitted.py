@@ -20,10 +20,10 @@ from nats.aio.client import Client as NATS
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from contracts.subjects import HEADER_REQUEST_ID, Subjects
+from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from quill_cli.tools import replay as rpl
 from services.executor.app import ExecutorConfig
-from services.executor.sandbox import probe_bwrap
 from tests.helpers import start_executor, start_reader, start_writer
 from tests.integration.test_compaction import KEEP, WRITES, compacted
 

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from contracts.limits import LimitsPatch
+from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
-from services.executor.sandbox import probe_bwrap
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, mcp_client, model_view
 from tests.helpers import start_executor

@@ -34,10 +34,10 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
 from infra.blobs import Blobs
+from infra.exec.checkout import Checkout
+from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
-from services.executor.checkout import Checkout
-from services.executor.sandbox import probe_bwrap
 from tests.conftest import StartReader
 from tests.helpers import start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries

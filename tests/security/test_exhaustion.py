@@ -26,10 +26,10 @@ import pytest_asyncio
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
+from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.quota import usage
-from services.executor.sandbox import probe_bwrap
 from tests.helpers import start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries, verify
 from tests.system.conftest import Up
@@ -172,7 +172,7 @@ async def test_idle_checkouts_are_evicted_oldest_first_never_one_in_use(
     await one.exec("mkdir -p node_modules && echo cached > node_modules/x")
     size = usage(home(executor, one))
     # room for one checkout and a half: the next one pushes the oldest idle one out
-    executor.budget.budget = size + size // 2
+    executor.checkouts.budget.budget = size + size // 2
     await two.exec("true")
     assert not home(executor, one).exists() and home(executor, two).exists()
     # rebuilt from the log on next use: what the log holds is back, the ignored cache is not
@@ -180,7 +180,7 @@ async def test_idle_checkouts_are_evicted_oldest_first_never_one_in_use(
     assert back.stdout.startswith("kept\n") and back.changes.committed
     assert await one.read_text("new.txt") == "x\n"
     # a checkout in use is never evicted, however far over the budget
-    executor.budget.budget = 1
+    executor.checkouts.budget.budget = 1
     gate = Gate(executor.settings.data_dir / "checkouts")
     running = gate.run(three)
     await asyncio.wait_for(gate.started["acme/evict-3"].wait(), 30)

@@ -22,11 +22,11 @@ import pytest
 from contracts.errors import ErrorCode, QuillError
 from contracts.replies import GitResult
 from contracts.requests import GitCommand
+from infra.exec import sandbox
+from infra.exec.git import Credential, Credentials, Runner, run_git, sandbox_runner
+from infra.exec.git.targets import UNREACHABLE, Allowed, Targets, is_public
+from infra.exec.sandbox import Limits, Spawn
 from quill.client import Quill
-from services.executor import sandbox
-from services.executor.git import Credential, Credentials, Runner, run_git, sandbox_runner
-from services.executor.git.targets import UNREACHABLE, Allowed, Targets, is_public
-from services.executor.sandbox import Limits, Spawn
 from tests.executor.git_server import GitServer, git
 from tests.security.conftest import Canaries, verify
 from tests.system.conftest import Up

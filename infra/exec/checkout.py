@@ -19,6 +19,11 @@ swapped for one between two looks. Nothing here resolves a name in it on the hos
 operation goes through ``infra.safefs`` (relative to directory descriptors opened
 one name at a time without following links, new files at unpredictable names, checked after
 the open), so the executor never reads, writes, chmods or walks outside ``tree/``.
+
+Why one module of ~650 lines: sync and capture are two halves of one invariant (the manifest
+says what ``tree/`` holds from the log, and capture trusts it to hash only what changed), and
+both walk the same hostile tree through the same ``safefs`` handles; split, each half would
+need the other's private view of the manifest.
 """
 
 from __future__ import annotations

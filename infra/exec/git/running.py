@@ -27,8 +27,8 @@ from typing import Any
 
 from contracts import paths
 from contracts.errors import ErrorCode, QuillError
-from services.executor.git.workspace import display, within
-from services.executor.sandbox import Limits, Outcome, Provider, SandboxError, Spawn
+from infra.exec.git.workspace import display, within
+from infra.exec.sandbox import Limits, Outcome, Provider, SandboxError, Spawn
 
 Runner = Callable[[Path, Spawn], Awaitable[Outcome]]
 """Runs a spawn in the sandbox against a directory (the checkout, or a scratch directory)."""

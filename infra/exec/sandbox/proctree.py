@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from services.executor.sandbox.interface import OnOutput, StreamName
+from infra.exec.sandbox.interface import OnOutput, StreamName
 
 
 class Found(NamedTuple):

@@ -72,8 +72,11 @@ Modules
 ``dispatch``     ``run_git``
 """
 
-from services.executor.git.credentials import Credential, Credentials
-from services.executor.git.dispatch import run_git
-from services.executor.git.running import Runner, sandbox_runner
+from infra.exec.git.credentials import Credential, Credentials
+from infra.exec.git.dispatch import run_git
+from infra.exec.git.running import Runner, sandbox_runner
 
-__all__ = ["Credential", "Credentials", "Runner", "run_git", "sandbox_runner"]
+READ_ONLY_GIT = frozenset({"status", "diff", "branch", "log"})
+"""Git actions that change no file (run with GIT_OPTIONAL_LOCKS=0): nothing to capture."""
+
+__all__ = ["READ_ONLY_GIT", "Credential", "Credentials", "Runner", "run_git", "sandbox_runner"]

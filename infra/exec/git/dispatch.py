@@ -9,10 +9,10 @@ from contracts import paths
 from contracts.errors import ErrorCode, QuillError
 from contracts.replies import GitResult
 from contracts.requests import GitCommand
-from services.executor.git import local, remote
-from services.executor.git.credentials import Credentials
-from services.executor.git.running import DEFAULT_TIMEOUT_S, GIT_ENV, Git, Runner, identity
-from services.executor.git.workspace import find_repo
+from infra.exec.git import local, remote
+from infra.exec.git.credentials import Credentials
+from infra.exec.git.running import DEFAULT_TIMEOUT_S, GIT_ENV, Git, Runner, identity
+from infra.exec.git.workspace import find_repo
 
 
 async def run_git(
@@ -32,7 +32,7 @@ async def run_git(
     the checkout. The result's ``changes`` is None (the executor captures them).
 
     Raises:
-        QuillError: see the docstring of ``services.executor.git``.
+        QuillError: see the docstring of ``infra.exec.git``.
     """
     timeout_s = req.timeout_ms / 1000 if req.timeout_ms is not None else DEFAULT_TIMEOUT_S
     workdir = paths.normalize(req.workdir)

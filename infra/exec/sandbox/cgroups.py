@@ -39,8 +39,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.executor.sandbox import proctree
-from services.executor.sandbox.interface import Limits, SandboxError
+from infra.exec.sandbox import proctree
+from infra.exec.sandbox.interface import Limits, SandboxError
 
 PREFIX = "quill-"
 LEAF = "quill-executor"

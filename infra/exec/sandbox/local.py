@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from services.executor.sandbox import common, proctree
-from services.executor.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
-from services.executor.sandbox.stdin import StdinWatch, available
+from infra.exec.sandbox import common, proctree
+from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.stdin import StdinWatch, available
 
 MARKER = "QUILL_EXEC_TOKEN"
 """Environment variable tagging a local command's processes."""

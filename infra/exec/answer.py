@@ -1,0 +1,171 @@
+"""An exec request in hand, on an executor or a bridge: its timeout, its live output and
+heartbeats on ``ws.execout.<t>.<w>.<request id>`` (ending with ``eof`` just before the reply),
+its answer and its audit record.
+
+Live output is redacted as it comes (``$QUILL_SECRETS``: a ``StreamRedactor`` per stream, so a
+secret split across two chunks is caught); the reply and the audit record are redacted again
+on their way out (``infra.bus.respond``, ``infra.runtime.Auditor``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client as NATS
+
+from contracts import codec
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.subjects import HEADER_SEQ, HEADER_STREAM, Address, Origin, Subjects, new_request_id
+from core.secrets import NO_SECRETS, Secrets, StreamRedactor
+from infra.bus import respond
+from infra.entry import Incoming, parse, reject
+from infra.exec.sandbox import StreamName
+from infra.runtime import Auditor
+
+log = logging.getLogger("quill.executor")
+
+HEARTBEAT_S = 2.0
+"""How often a request in hand is announced alive on its output subject."""
+DEFAULT_TIMEOUT_MS = 30_000
+LIVE_MAX_BYTES = 8 * 1024 * 1024
+"""Live output published per stream; past it, output is still counted (and the first
+``max_output_bytes`` returned) but no longer streamed."""
+LIVE_CHUNK_BYTES = 256 * 1024
+
+
+def timeout_ms(req: rq.Execution, max_exec_ms: int) -> int:
+    """The request's timeout: its own (default ``DEFAULT_TIMEOUT_MS``), at most the limit's."""
+    return min(req.timeout_ms or DEFAULT_TIMEOUT_MS, max_exec_ms)
+
+
+@dataclass
+class Job:
+    """One request in hand: where its live output goes. Each stream is redacted as it comes
+    (a ``StreamRedactor``: the last bytes wait for the next chunk, so a secret split across
+    two chunks is caught); what is held is published just before ``eof``."""
+
+    nc: NATS
+    subject: str
+    secrets: Secrets = NO_SECRETS
+    seq: int = 0
+    live: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+    redacted: set[str] = field(default_factory=set)
+    redactors: dict[str, StreamRedactor] = field(default_factory=dict)
+
+    async def publish(self, stream: str, data: bytes = b"") -> None:
+        if stream == "eof":
+            for name, redactor in list(self.redactors.items()):
+                del self.redactors[name]
+                await self._send(name, redactor.flush())
+                self.redacted.update(redactor.redacted)
+        self.seq += 1
+        headers = {HEADER_STREAM: stream, HEADER_SEQ: str(self.seq)}
+        try:
+            await self.nc.publish(self.subject, data, headers=headers)
+        except Exception as exc:  # live output is best effort; the reply has what counts
+            log.debug("live output on %s dropped: %s", self.subject, exc)
+
+    async def output(self, stream: StreamName, chunk: bytes) -> None:
+        room = LIVE_MAX_BYTES - self.live[stream]
+        if room <= 0:
+            return
+        chunk = chunk[:room]
+        self.live[stream] += len(chunk)
+        if self.secrets:
+            redactor = self.redactors.get(stream)
+            if redactor is None:
+                redactor = self.redactors[stream] = StreamRedactor(self.secrets)
+            chunk = redactor.feed(chunk)
+            self.redacted.update(redactor.redacted)
+        await self._send(stream, chunk)
+
+    async def _send(self, stream: str, chunk: bytes) -> None:
+        for i in range(0, len(chunk), LIVE_CHUNK_BYTES):
+            await self.publish(stream, chunk[i : i + LIVE_CHUNK_BYTES])
+
+
+async def received(
+    incoming: Incoming, nc: NATS, subjects: Subjects, auditor: Auditor, secrets: Secrets
+) -> tuple[Address, Origin, rq.Request, Job] | None:
+    """An exec request parsed (given a request id when it has none) and the ``Job`` of its live
+    output; a request that does not parse is refused here (None)."""
+    try:
+        address, _, origin, request = parse(incoming, subjects, "exec", new_id=new_request_id)
+    except QuillError as exc:
+        await reject(incoming, exc, auditor)
+        return None
+    out = subjects.execout(address.tenant, address.workspace, origin.request_id)
+    return address, origin, request, Job(nc, out, secrets=secrets)
+
+
+@contextlib.asynccontextmanager
+async def heartbeat(job: Job) -> AsyncIterator[None]:
+    """Announce the request alive every ``HEARTBEAT_S`` while it waits and runs (the SDK gives
+    up on a silent one)."""
+
+    async def beat() -> None:
+        while True:
+            await job.publish("heartbeat")
+            await asyncio.sleep(HEARTBEAT_S)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+async def answer_exec(
+    incoming: Incoming,
+    job: Job,
+    auditor: Auditor,
+    address: Address,
+    origin: Origin,
+    work: Callable[[], Awaitable[tuple[int, rp.CommandResult | rp.GitResult]]],
+    details: dict[str, Any],
+    *,
+    stopping: str,
+) -> None:
+    """Run an exec request's ``work`` with heartbeats, end its live output, answer it and
+    audit it (``details``: what the audit record keeps; its ``summary`` goes on the record).
+    Failures are answered as errors; an unexpected one is logged and is ``INTERNAL``."""
+    try:
+        async with heartbeat(job):
+            version, result = await work()
+            await job.publish("eof")
+    except QuillError as exc:
+        await job.publish("eof")
+        await reject(incoming, exc, auditor)
+        return
+    except asyncio.CancelledError:
+        await reject(incoming, QuillError(ErrorCode.UNAVAILABLE, stopping), auditor)
+        raise
+    except (TimeoutError, nats.errors.Error) as exc:  # NATS failing over: retriable
+        log.warning("exec %s: NATS did not answer: %r", incoming.msg.subject, exc)
+        error = QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer in time ({exc!r}); retry")
+        await reject(incoming, error, auditor)
+        return
+    except Exception as exc:
+        log.exception("exec %s failed", incoming.msg.subject)
+        error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+        await reject(incoming, error, auditor)
+        return
+    await respond(incoming.msg, codec.ok_reply(version, result))
+    changes = result.changes
+    await auditor.record(
+        address,
+        origin,
+        incoming.started,
+        version=version,
+        paths=[p.path for p in changes.paths] if changes else [],
+        summary=details.pop("summary", None),
+        details=details,
+    )

@@ -1,0 +1,258 @@
+"""The executor's checkouts on its data disk: one per workspace, under
+``<data>/checkouts/<tenant>/<workspace>/`` (``infra.exec.checkout``), held by one request at a
+time, synced to the log before each, kept within each workspace's quota (``quota``), and within
+a byte budget for all of them and the disk's free-space reserve (``disk``): idle ones are
+evicted, least recently used first. A request pinned to an older version gets a checkout of its
+own built at that version (``at``), removed after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from nats.js import JetStreamContext
+from nats.nuid import NUID
+
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.subjects import Address, Subjects
+from infra import compaction
+from infra.blobs import Blobs
+from infra.exec.checkout import Checkout
+from quill.client import Quill
+from services.executor import disk, quota
+
+log = logging.getLogger("quill.executor")
+T = TypeVar("T")
+
+Key = tuple[str, str]
+"""(tenant, workspace)."""
+
+
+class Checkouts:
+    """The checkouts of one executor (see the module docstring). ``background`` runs an
+    eviction the executor waits for when it stops."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        js: JetStreamContext,
+        subjects: Subjects,
+        blobs: Blobs,
+        quill: Quill,
+        *,
+        budget: int,
+        reserve: int | None,
+        background: Callable[[Coroutine[Any, Any, None]], None],
+    ) -> None:
+        self.data_dir, self.js, self.subjects, self.blobs = data_dir, js, subjects, blobs
+        self.quill = quill
+        self.background = background
+        self.live: dict[Key, Checkout] = {}
+        """The checkout of each workspace (not those built at an older version)."""
+        self.locks: dict[Key, asyncio.Lock] = {}
+        self.reserve = disk.Reserve(data_dir, reserve)
+        self.budget = disk.Budget(budget)
+        self.using: Counter[Key] = Counter()
+        """Requests in hand per checkout (one in use, or waited for, is never evicted)."""
+        self.over_quota: dict[Key, int] = {}
+        """Checkouts over their quota with only what the log holds, at that version."""
+        self.measured: dict[Key, tuple[int, int]] = {}
+        """Per checkout a command ended in normally: (version after it, bytes it held then),
+        so that the next command at that version need not walk it again."""
+        self._nuid = NUID()
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    def new(self, home: Path, address: Address) -> Checkout:
+        ws = self.quill.workspace(f"{address.tenant}/{address.workspace}")
+
+        async def fetch(path: str, version: int) -> bytes:
+            return await ws.read_bytes(path, version=version)
+
+        return Checkout(
+            home, address.tenant, address.workspace, self.js, self.subjects, self.blobs, fetch
+        )
+
+    @contextlib.asynccontextmanager
+    async def hold(self, address: Address) -> AsyncIterator[Checkout]:
+        """The workspace's checkout, synced to the latest version, within its quota, held
+        exclusively; idle checkouts over the budget are evicted once it is released.
+
+        Raises:
+            QuillError: ``UNAVAILABLE`` (the log, or the disk's reserve), ``WORKSPACE_NOT_FOUND``,
+                ``SIZE_LIMIT_EXCEEDED`` (the log's files alone are over the quota).
+        """
+        key = (address.tenant, address.workspace)
+        self.using[key] += 1
+        done = False
+        try:
+            async with self.locks.setdefault(key, asyncio.Lock()):
+                await self.room()
+                checkout = self.live.get(key)
+                if checkout is None:
+                    home = self.data_dir / "checkouts" / address.tenant
+                    checkout = self.new(home / address.workspace, address)
+                    await asyncio.to_thread(checkout.open)
+                    self.live[key] = checkout
+                await self.sync(checkout)
+                if checkout.version == 0:
+                    raise QuillError(
+                        ErrorCode.WORKSPACE_NOT_FOUND,
+                        f"Workspace not found: {address.tenant}/{address.workspace}",
+                        {"tenant": address.tenant, "workspace": address.workspace},
+                    )
+                await self.within_quota(key, checkout)
+                yield checkout
+                self.measured[key] = (checkout.version, self.budget.sizes.get(key, 0))
+            done = True
+        finally:
+            self.using[key] -= 1
+            if self.using[key] <= 0:
+                del self.using[key]
+            if not done:  # failed or cancelled: evict in the background
+                self.background(self.evict())
+        await self.evict()  # before the reply: its sender sees the budget kept
+
+    async def sync(self, checkout: Checkout) -> None:
+        try:
+            await checkout.sync()
+        except Exception as exc:
+            raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from exc
+
+    async def within_quota(self, key: Key, checkout: Checkout) -> None:
+        """Before a command: a checkout over its quota drops what the log does not hold (it
+        is rebuilt from the log); still over, the command is refused."""
+        limit = checkout.limits.max_checkout_bytes
+        known = self.measured.pop(key, None)  # kept only by a command that ended normally
+        if known is not None and known[0] == checkout.version:
+            used = known[1]  # nothing changed it since
+        else:
+            used = await quota.measure(checkout.home)
+        if used > limit and self.over_quota.get(key) != checkout.version:
+            log.warning("checkout %s/%s over its quota (%d bytes): rebuilt", *key, used)
+            await asyncio.to_thread(checkout.reset)
+            await self.sync(checkout)
+            used = await quota.measure(checkout.home)
+        self.budget.used(key, used)
+        if used > limit:  # not rebuilt again until the log changes
+            self.over_quota[key] = checkout.version
+            raise quota.OverQuota(used, limit).refused()
+        self.over_quota.pop(key, None)
+
+    async def guarded(self, checkout: Checkout, work: Awaitable[T]) -> T:
+        """``work`` (a command on ``checkout``) stopped if the checkout goes over its quota:
+        then its changes are discarded (the checkout is rebuilt from the log next time).
+
+        Raises:
+            QuillError: ``SIZE_LIMIT_EXCEEDED`` when it was stopped or ended over the quota.
+        """
+        key = (checkout.tenant, checkout.workspace)
+        live = self.live.get(key) is checkout  # not one built at an older version
+        try:
+            result, used = await quota.guard(
+                checkout.home, checkout.limits.max_checkout_bytes, work
+            )
+        except quota.OverQuota as over:
+            await asyncio.to_thread(checkout.reset)
+            if live:
+                self.budget.used(key, await quota.measure(checkout.home))
+            raise over.stopped() from None
+        if live:
+            self.budget.used(key, used)
+        return result
+
+    async def room(self) -> None:
+        """Refuse (``UNAVAILABLE``) when the data disk is short of its reserve, after evicting
+        what idle checkouts can go."""
+        if not self.reserve.short():
+            return
+        for key in self.budget.idle(self.using.__contains__):
+            if not self.reserve.short():
+                return
+            await self.drop(key)
+        self.reserve.check()
+
+    async def evict(self) -> None:
+        """Evict idle checkouts, least recently used first, until within the budget."""
+        for key in self.budget.over(self.using.__contains__):
+            await self.drop(key)
+
+    async def drop(self, key: Key) -> None:
+        if key in self.using:  # taken since: it stays
+            return
+        lock = self.locks.setdefault(key, asyncio.Lock())
+        async with lock:  # free: taken at once; a request arriving now waits for it
+            checkout = self.live.pop(key, None)
+            self.over_quota.pop(key, None)
+            self.measured.pop(key, None)
+            home = self.data_dir / "checkouts" / key[0] / key[1]
+            await asyncio.to_thread(_remove_tree, checkout.home if checkout else home)
+            self.budget.forget(key)
+        log.info("checkout %s/%s evicted (idle, over the checkouts budget or disk reserve)", *key)
+
+    async def found(self) -> None:
+        """The checkouts an earlier executor left count against the budget (and are evicted
+        first); pinned-version ones it left half-used are removed."""
+        checkouts = self.data_dir / "checkouts"
+        await asyncio.to_thread(_remove_tree, checkouts / ".at")
+        for key, home in await asyncio.to_thread(disk.found, checkouts):
+            self.budget.used(key, await quota.measure(home))
+        await self.evict()
+
+    def info(self) -> dict[str, Any]:
+        try:
+            (free, reserve), (inodes, inode_reserve) = self.reserve.space(), self.reserve.inodes()
+            short = free < reserve or inodes < inode_reserve
+        except OSError:
+            free = reserve = inodes = inode_reserve = -1
+            short = False
+        return {
+            "checkouts_bytes": self.budget.total,
+            "checkouts_budget": self.budget.budget,
+            "disk_free_bytes": free,
+            "disk_reserve_bytes": reserve,
+            "disk_free_inodes": inodes,
+            "disk_reserve_inodes": inode_reserve,
+            "refusing": "disk_reserve" if short else None,
+        }
+
+    @contextlib.asynccontextmanager
+    async def at(
+        self, checkout: Checkout, address: Address, req: rq.Execution
+    ) -> AsyncIterator[Checkout]:
+        """The checkout to run ``req`` in: the live one, or one built at an older version."""
+        latest = checkout.version
+        for wanted in (req.version, req.min_version):
+            if wanted is not None and wanted > latest:
+                raise QuillError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"Version {wanted} does not exist (the latest is {latest})",
+                    {"version": wanted, "latest_version": latest},
+                )
+        if req.version is None or req.version == latest:
+            yield checkout
+            return
+        if req.version < checkout.manifest.floor:
+            what = f"{address.tenant}/{address.workspace}"
+            raise compaction.trimmed(what, req.version, checkout.manifest.floor)
+        temp = self.data_dir / "checkouts" / ".at" / self._nuid.next().decode()
+        past = self.new(temp, address)
+        try:
+            await asyncio.to_thread(past.open)
+            await past.sync(req.version)
+            yield past
+        finally:
+            await asyncio.to_thread(_remove_tree, temp)
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,291 @@
+"""``exec.run`` and ``exec.git`` on an executor: a checkout held (``checkouts``), the request
+approved (a lock held by another session refuses it; a restricted workspace asks), run in the
+sandbox within the checkout's quota, its output recorded (``output``), and what it changed
+captured and committed to the log as one ``apply`` (``infra.exec.commit``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+from nats.js import JetStreamContext
+
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.paths import display, normalize
+from contracts.subjects import Address, Origin, Subjects
+from core.controls import LockState
+from core.secrets import Secrets
+from infra.blobs import Blobs
+from infra.exec import sandbox
+from infra.exec.answer import Job, timeout_ms
+from infra.exec.checkout import Captured, Checkout
+from infra.exec.commit import commit
+from infra.exec.git import READ_ONLY_GIT, Credentials, run_git, sandbox_runner
+from infra.exec.results import Output, audited, command_result
+from quill.client import Quill
+from services.executor import quota
+from services.executor.checkouts import Checkouts
+from services.executor.config import ExecutorConfig
+from services.executor.output import Recorder
+
+log = logging.getLogger("quill.executor")
+
+
+class Commands:
+    """Runs commands and git actions for one executor (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ExecutorConfig,
+        provider: sandbox.Provider,
+        checkouts: Checkouts,
+        quill: Quill,
+        blobs: Blobs,
+        js: JetStreamContext,
+        subjects: Subjects,
+        *,
+        credentials: Credentials,
+        secrets: Secrets,
+        scratch: Path,
+    ) -> None:
+        self.config, self.provider, self.checkouts = config, provider, checkouts
+        self.quill, self.blobs, self.js, self.subjects = quill, blobs, js, subjects
+        self.credentials, self.secrets, self.scratch = credentials, secrets, scratch
+
+    async def _approved(
+        self, checkout: Checkout, address: Address, origin: Origin, op: str, summary: str
+    ) -> None:
+        """Refuse a command of another session while the workspace is locked (before it runs:
+        the writer would refuse its changes); on a restricted workspace, refuse, or wait for
+        the approval of what is asked.
+
+        Raises:
+            QuillError: ``DENIED``, ``APPROVAL_REQUIRED``, ``LOCKED``.
+        """
+        if checkout.manifest.lock is not None:
+            lock = LockState(*checkout.manifest.lock)
+            if lock.held_by_other(origin.session, datetime.now(UTC)):
+                raise lock.refusal()
+        if checkout.manifest.trust != "restricted":
+            return
+        if not checkout.manifest.commands:
+            raise QuillError(
+                ErrorCode.DENIED,
+                f"Commands are not offered on restricted workspace "
+                f"{address.tenant}/{address.workspace}",
+                {"trust": "restricted"},
+            )
+        view = self.quill.as_actor(origin.actor, session=origin.session, run=origin.run)
+        body = rq.RequestApproval(op=op, summary=summary[:4096])
+        await view.request(
+            "cmd",
+            address.tenant,
+            address.workspace,
+            "request_approval",
+            body,
+            rp.ApprovalResult,
+            request_id=origin.request_id,
+            wait_ms=origin.wait_ms,
+        )
+
+    def _workdir(self, checkout: Checkout, workdir: str) -> str:
+        path = normalize(workdir)
+        is_directory = checkout.is_directory(path)  # never through a command's links
+        if is_directory is None:
+            raise QuillError(
+                ErrorCode.FILE_NOT_FOUND, f"Directory not found: {display(path)}", {"path": path}
+            )
+        if not is_directory:
+            raise QuillError(
+                ErrorCode.NOT_A_DIRECTORY, f"Not a directory: {display(path)}", {"path": path}
+            )
+        return path
+
+    def _limits(self, timeout_s: float, checkout: Checkout) -> sandbox.Limits:
+        return sandbox.Limits(
+            cpu_s=int(timeout_s) + 2,
+            memory_bytes=self.config.memory_bytes,
+            processes=self.config.processes,
+            # no one file bigger than the checkout's whole quota
+            file_bytes=min(self.config.file_bytes, checkout.limits.max_checkout_bytes),
+        )
+
+    async def _sandboxed(
+        self,
+        checkout: Checkout,
+        spawn: sandbox.Spawn,
+        on_output: sandbox.OnOutput | None,
+    ) -> sandbox.Outcome:
+        try:
+            return await self.provider.run(
+                checkout.tree, spawn, self._limits(spawn.timeout_s, checkout), on_output
+            )
+        except sandbox.SandboxError as exc:
+            raise QuillError(
+                ErrorCode.EXECUTION_FAILED, f"The sandbox could not run the command: {exc}"
+            ) from exc
+
+    async def _capture_and_commit(
+        self,
+        address: Address,
+        origin: Origin,
+        checkout: Checkout,
+        base: int,
+        message: str,
+        live: Checkout,
+    ) -> rp.CapturedChanges:
+        t0 = time.perf_counter()
+        captured: Captured = await asyncio.to_thread(checkout.capture)
+        t1 = time.perf_counter()
+        changes = await commit(
+            self.quill,
+            origin,
+            address.tenant,
+            address.workspace,
+            checkout,
+            captured,
+            base,
+            message,
+            self.blobs,
+        )
+        t2 = time.perf_counter()
+        if checkout is live:
+            await asyncio.to_thread(checkout.save)
+            try:
+                await checkout.sync()
+            except Exception as exc:  # committed already; the next command syncs it
+                log.warning("checkout of %s not synced after the commit: %r", address, exc)
+        t3 = time.perf_counter()
+        log.info(
+            "capture %.1f ms, commit %.1f ms, sync %.1f ms",
+            (t1 - t0) * 1e3,
+            (t2 - t1) * 1e3,
+            (t3 - t2) * 1e3,
+        )
+        return changes
+
+    async def run(
+        self,
+        address: Address,
+        origin: Origin,
+        req: rq.RunCommand,
+        job: Job,
+        details: dict[str, Any],
+    ) -> tuple[int, rp.CommandResult]:
+        shown = self.secrets.redact(req.command)[0]  # as logged, audited, approved
+        details.update(
+            command=shown[:4096],
+            workdir=req.workdir,
+            env=sorted(req.env or {}),
+            summary=f"$ {shown[:500]}",
+        )
+        async with (
+            self.checkouts.hold(address) as live,
+            self.checkouts.at(live, address, req) as checkout,
+        ):
+            await self._approved(live, address, origin, "exec.run", shown)
+            workdir = self._workdir(checkout, req.workdir)
+            limits = checkout.limits
+            ms = timeout_ms(req, limits.max_exec_ms)
+            spawn = sandbox.Spawn(
+                argv=["bash", "-c", req.command],
+                workdir=workdir,
+                env=dict(req.env or {}),
+                timeout_s=ms / 1000,
+                output_cap=limits.max_output_bytes,
+                watch_stdin=True,
+                count_left=True,
+            )
+            output = Output(limits.max_output_bytes, self.secrets)
+            recorder = Recorder(
+                self.js,
+                self.subjects,
+                address.tenant,
+                address.workspace,
+                origin.request_id,
+                output=output,
+                config=self.config.output,
+            )
+
+            async def on_output(stream: sandbox.StreamName, chunk: bytes) -> None:
+                await job.output(stream, chunk)
+                await recorder.feed(stream, chunk)
+
+            base = checkout.version
+            await asyncio.to_thread(checkout.begin)
+            outcome = await self.checkouts.guarded(
+                checkout, self._sandboxed(checkout, spawn, on_output)
+            )
+            await recorder.finish(outcome)
+            changes = await self._capture_and_commit(
+                address, origin, checkout, base, f"$ {shown}", live
+            )
+        audited(outcome, details, output.redacted | job.redacted)
+        details.update(committed=changes.committed, changed=changes.total)
+        details.update(background_killed=outcome.left_running, stdin_read=outcome.stdin_read)
+        result = command_result(
+            outcome, output, changes, command_id=origin.request_id, output_kept=recorder.ok
+        )
+        return changes.version, result
+
+    async def git(
+        self, address: Address, origin: Origin, req: rq.GitCommand, details: dict[str, Any]
+    ) -> tuple[int, rp.GitResult]:
+        details.update(action=req.action, workdir=req.workdir, summary=f"git {req.action}")
+        if req.url is not None:
+            details["url"] = without_userinfo(req.url)
+        async with (
+            self.checkouts.hold(address) as live,
+            self.checkouts.at(live, address, req) as checkout,
+        ):
+            await self._approved(live, address, origin, "exec.git", f"git {req.action}")
+            limits = checkout.limits
+            ms = timeout_ms(req, limits.max_exec_ms)
+            runner = sandbox_runner(self.provider, self._limits(ms / 1000, checkout))
+            base = checkout.version
+            mutating = req.action not in READ_ONLY_GIT
+            if mutating:
+                await asyncio.to_thread(checkout.begin)
+            message = f"git {req.action}" + (f": {req.message}" if req.message else "")
+            try:
+                git = run_git(
+                    msgspec.structs.replace(req, timeout_ms=ms),
+                    checkout=checkout.tree,
+                    run=runner,
+                    actor=origin.actor,
+                    credentials=self.credentials,
+                    output_cap=limits.max_output_bytes,
+                    scratch=self.scratch,
+                )
+                result = await self.checkouts.guarded(checkout, git)
+            except quota.Stopped:
+                raise  # nothing of it is kept
+            except QuillError:
+                if mutating:  # what git did before failing (an index update) is kept too
+                    await self._capture_and_commit(address, origin, checkout, base, message, live)
+                raise
+            changes = None
+            if mutating:
+                changes = await self._capture_and_commit(
+                    address, origin, checkout, base, message, live
+                )
+        details.update(committed=bool(changes and changes.committed))
+        version = changes.version if changes is not None else base
+        return version, msgspec.structs.replace(result, changes=changes)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` masked (it is audited, and may carry a secret)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))

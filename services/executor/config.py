@@ -1,0 +1,35 @@
+"""How an executor runs (``quill executor`` options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.executor.output import OutputConfig
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    sandbox: str | None = None
+    """``bwrap``, ``local`` or None (bwrap when it works here, else local)."""
+    max_runs: int = 4
+    """Requests answered at once (see ``slots`` for how tenants share them)."""
+    tenant_runs: int | None = None
+    """Most slots one tenant may hold (None: ``max_runs - 1``, at least 1)."""
+    queue: int = 16
+    """Requests waiting for a slot, per tenant; more are refused with UNAVAILABLE."""
+    queue_wait_s: float = 120.0
+    """Longest a request waits for a slot before UNAVAILABLE."""
+    checkouts_budget: int = 16 * 1024**3
+    """Bytes of checkouts kept on disk; past it, idle ones are evicted (least recently used)."""
+    disk_reserve: int | None = None
+    """Free bytes the data disk keeps: below, new commands are refused (None: max(1 GiB, 5%))."""
+    memory_bytes: int = 4 * 1024**3
+    processes: int = 512
+    file_bytes: int = 1024**3
+    credentials: Path | None = None
+    """TOML file of git credentials (see ``infra/exec/git/``)."""
+    git_allow: tuple[str, ...] = ()
+    """More git allow-list entries, ``HOST[:PORT]`` (``infra/exec/git/targets.py``)."""
+    output: OutputConfig = OutputConfig()
+    """How long and how much of commands' output is kept for ``exec.output`` (``output``)."""
