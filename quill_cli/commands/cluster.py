@@ -11,10 +11,12 @@ from pathlib import Path
 import click
 
 from infra.runtime import setup_logging
-from quill_cli.cli import SANDBOX_HELP, TOKENS_HELP, main, run_to_exit
+from quill_cli.common import SANDBOX_HELP, TOKENS_HELP, Commands, run_to_exit
+
+commands = Commands()
 
 
-@main.group("cluster")
+@commands.group("cluster")
 def cluster_group() -> None:
     """A NATS cluster with JetStream replicas and several processes of each service."""
 
