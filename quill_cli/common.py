@@ -62,14 +62,20 @@ def fail(error: QuillError) -> None:
     sys.exit(EXIT_CODES.get(str(error.code), 1))
 
 
-def run_client(coro: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(coro)`` for the client commands: a ``QuillError`` is one line on stderr
-    and its exit status (``EXIT_CODES``); Ctrl-C exits 130."""
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)``; a ``QuillError`` is one line on stderr and its exit status."""
     try:
         return asyncio.run(coro)
     except QuillError as exc:
         fail(exc)
         raise AssertionError from exc  # unreachable: fail() exits
+
+
+def run_client(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)`` for the client commands: a ``QuillError`` is one line on stderr
+    and its exit status (``EXIT_CODES``); Ctrl-C exits 130."""
+    try:
+        return _run(coro)
     except KeyboardInterrupt:
         sys.exit(130)
 
@@ -79,10 +85,7 @@ def run_to_exit(coro: Coroutine[Any, Any, T]) -> T:
     ``QuillError``, or a ``RuntimeError`` such as a partition count the deployment does not
     have or a data directory in use) is one line on stderr and a non-zero exit."""
     try:
-        return asyncio.run(coro)
-    except QuillError as exc:
-        fail(exc)
-        raise AssertionError from exc  # unreachable: fail() exits
+        return _run(coro)
     except RuntimeError as exc:
         click.echo(f"quill: {exc}", err=True)
         sys.exit(1)

@@ -1,5 +1,8 @@
 """Generate the contract's documents from ``contracts``: JSON Schemas, AsyncAPI, op reference.
 
+Why one module of ~420 lines: its three generators (schemas, AsyncAPI, contract.md) share
+the attribute docstrings and the op table, and ``--check`` compares all of them at once.
+
 ``python -m quill_cli.docgen`` writes ``docs/schemas/*.json``, ``docs/asyncapi.yaml`` and the
 generated part of ``docs/contract.md`` (between its ``BEGIN``/``END GENERATED`` markers);
 ``--check`` fails if any of them differs from what the code says (CI runs it).

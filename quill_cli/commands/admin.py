@@ -5,7 +5,6 @@ tenants file (``quill_cli/tenants.py``; docs/operations.md)."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -15,7 +14,7 @@ from core.secrets import Secrets
 from infra import secret_registry
 from infra.secret_registry import ENV_FILE
 from quill.client import Workspace
-from quill_cli.common import Commands, connected, emit, plural, run_client, short
+from quill_cli.common import Commands, connected, emit, plural, refusing, run_client, short
 from quill_cli.tools import replay as rpl
 from quill_cli.tools import scrub as scr
 
@@ -153,14 +152,11 @@ def nats_auth(tenants_file: Path, root: str) -> None:
     from quill_cli import tenants as tenancy
 
     password = os.environ.get("QUILL_NATS_PASSWORD", "")
-    try:
+    with refusing(AssertionError):
         if len(password) < tenancy.MIN_PASSWORD or not password.isascii():
             raise ValueError(
                 "set QUILL_NATS_PASSWORD to the services' password (at least "
                 f"{tenancy.MIN_PASSWORD} ASCII characters; never on the command line)"
             )
         block = tenancy.authorization(tenancy.load(tenants_file), password, root)
-    except (ValueError, AssertionError) as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(2)
     click.echo(block, nl=False)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import msgspec
@@ -14,14 +14,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import CEILINGS, LimitsPatch
 from contracts.paths import display, normalize
 from quill.client import Workspace
-from quill_cli.common import (
-    Commands,
-    emit,
-    size_text,
-    workspace_command,
-)
-
-T = TypeVar("T")
+from quill_cli.common import Commands, emit, size_text, workspace_command
 
 commands = Commands()
 

@@ -14,13 +14,7 @@ import click
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord, WorkspaceUpdated
 from quill.client import Workspace
-from quill_cli.common import (
-    DURATION_PATTERN,
-    Commands,
-    emit,
-    parse_duration,
-    workspace_command,
-)
+from quill_cli.common import DURATION_PATTERN, Commands, emit, parse_duration, workspace_command
 
 T = TypeVar("T")
 

@@ -5,7 +5,6 @@ the workspaces a session holds."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import click
 
@@ -22,8 +21,6 @@ from quill_cli.common import (
     run_client,
     workspace_command,
 )
-
-T = TypeVar("T")
 
 commands = Commands()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import TypeVar
 
 import click
 
@@ -13,13 +12,7 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
-from quill_cli.common import (
-    Commands,
-    emit,
-    workspace_command,
-)
-
-T = TypeVar("T")
+from quill_cli.common import Commands, emit, workspace_command
 
 commands = Commands()
 

@@ -4,21 +4,29 @@ exclusions unless ``--exclude``/``--no-exclude`` say otherwise)."""
 from __future__ import annotations
 
 import sys
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from quill.client import Workspace
-from quill_cli.common import (
-    Commands,
-    emit,
-    size_text,
-    workspace_command,
-)
-
-T = TypeVar("T")
+from quill_cli.common import Commands, emit, size_text, workspace_command
 
 commands = Commands()
+
+
+EXCLUDE_HELP = "Leave out paths matching this glob (repeatable)."
+
+
+def _exclusions(verb: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--exclude`` (repeatable) and ``--no-exclude``: "VERB everything" (``_patterns``)."""
+
+    def options(fn: Callable[..., Any]) -> Callable[..., Any]:
+        everything = f"{verb} everything (no default exclusions)."
+        fn = click.option("--no-exclude", is_flag=True, help=everything)(fn)
+        return click.option("--exclude", multiple=True, help=EXCLUDE_HELP)(fn)
+
+    return options
 
 
 def _patterns(values: tuple[str, ...], none: bool) -> list[str] | None:
@@ -34,8 +42,7 @@ def _patterns(values: tuple[str, ...], none: bool) -> list[str] | None:
 @click.option("-i", "--ignore-case", is_flag=True)
 @click.option("-C", "--context", "context_lines", default=0, help="Lines of context.")
 @click.option("--include", multiple=True, help="Only files matching this glob (repeatable).")
-@click.option("--exclude", multiple=True, help="Leave out paths matching this glob (repeatable).")
-@click.option("--no-exclude", is_flag=True, help="Search everything (no default exclusions).")
+@_exclusions("Search")
 @click.option("--max-results", type=int, help="Matching lines to show.")
 @click.option("--version", "at", type=int, help="As of this workspace version.")
 async def grep(
@@ -102,8 +109,7 @@ async def grep(
 @click.argument("pattern")
 @click.argument("path", default=".")
 @click.option("--type", "kind", type=click.Choice(["file", "directory", "any"]), default="any")
-@click.option("--exclude", multiple=True, help="Leave out paths matching this glob (repeatable).")
-@click.option("--no-exclude", is_flag=True, help="Match everything (no default exclusions).")
+@_exclusions("Match")
 @click.option("--max-results", type=int)
 @click.option("--version", "at", type=int, help="As of this workspace version.")
 async def glob_(
@@ -140,8 +146,7 @@ async def glob_(
 @workspace_command
 @click.argument("path", default=".")
 @click.option("-L", "--depth", "max_depth", default=3, show_default=True, help="Levels to show.")
-@click.option("--exclude", multiple=True, help="Leave out paths matching this glob (repeatable).")
-@click.option("--no-exclude", is_flag=True, help="Show everything (no default exclusions).")
+@_exclusions("Show")
 @click.option("-l", "long", is_flag=True, help="Sizes and modification times.")
 @click.option("--max-results", type=int)
 @click.option("--version", "at", type=int, help="As of this workspace version.")

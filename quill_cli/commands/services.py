@@ -4,12 +4,11 @@ machine as a workspace (the bridge)."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 import tomllib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 import click
 
@@ -21,33 +20,28 @@ from quill_cli.common import (
     TENANTS_HELP,
     TOKENS_HELP,
     Commands,
+    refusing,
     run_client,
     run_to_exit,
 )
 
-T = TypeVar("T")
-
 commands = Commands()
 
 
-def _settings(
-    nats_url: str, data: Path, metrics_port: int | None, root: str, replicas: int
-) -> Settings:
-    return Settings(
-        nats_url=nats_url, data_dir=data, root=root, replicas=replicas, metrics_port=metrics_port
-    )
+_nats_url_option = click.option(
+    "--nats-url",
+    "service_nats_url",
+    envvar="QUILL_NATS_URL",
+    default="nats://127.0.0.1:4222",
+    show_default=True,
+)
 
 
 def service_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """The options of every service that keeps a projection (``_settings`` reads them)."""
     for option in reversed(
         [
-            click.option(
-                "--nats-url",
-                "service_nats_url",
-                envvar="QUILL_NATS_URL",
-                default="nats://127.0.0.1:4222",
-                show_default=True,
-            ),
+            _nats_url_option,
             click.option(
                 "--data",
                 type=click.Path(path_type=Path),
@@ -69,41 +63,38 @@ def service_options(fn: Callable[..., None]) -> Callable[..., None]:
     return fn
 
 
-SERVICES = {
-    "reader": (
-        "services.reader.app",
-        "Reader",
-        "Run a reader replica (answers as of any version).",
-    ),
-}
+def _settings(ctx: click.Context, options: dict[str, Any]) -> Settings:
+    """Logging as ``--log-level`` and ``--log-format`` say; the settings ``service_options``
+    give."""
+    setup_logging(ctx.obj["log_level"], options["log_format"])
+    return Settings(
+        nats_url=options["service_nats_url"],
+        data_dir=options["data"],
+        root=options["root"],
+        replicas=options["replicas"],
+        metrics_port=options["metrics_port"],
+    )
 
 
-def _service_command(name: str, module: str, attr: str, doc: str) -> click.Command:
-    @service_options
-    @click.pass_context
-    def command(
-        ctx: click.Context,
-        service_nats_url: str,
-        data: Path,
-        metrics_port: int | None,
-        root: str,
-        replicas: int,
-        log_format: str,
-    ) -> None:
-        factory = getattr(importlib.import_module(module), attr)
-        setup_logging(ctx.obj["log_level"], log_format)
-        settings = _settings(service_nats_url, data, metrics_port, root, replicas)
+def _serve(start: Callable[[], Awaitable[Any]]) -> None:
+    """Run the service ``start()`` starts until SIGINT or SIGTERM, then its ``stop()``; a start
+    refused is one line on stderr and a non-zero exit (``run_to_exit``)."""
 
-        async def start() -> Callable[[], Awaitable[None]]:
-            return (await start_service(settings, name, factory)).stop
+    async def started() -> Callable[[], Awaitable[None]]:
+        return (await start()).stop  # type: ignore[no-any-return]
 
-        run_to_exit(run_until_stopped(start))
-
-    return click.command(name=name, help=doc)(command)
+    run_to_exit(run_until_stopped(started))
 
 
-for _name, (_module, _attr, _doc) in SERVICES.items():
-    commands.add_command(_service_command(_name, _module, _attr, _doc))
+@commands.command()
+@service_options
+@click.pass_context
+def reader(ctx: click.Context, /, **options: Any) -> None:
+    """Run a reader replica (answers as of any version)."""
+    from services.reader.app import Reader
+
+    settings = _settings(ctx, options)
+    _serve(lambda: start_service(settings, "reader", Reader))
 
 
 @commands.command()
@@ -123,31 +114,16 @@ for _name, (_module, _attr, _doc) in SERVICES.items():
     "when this one dies.",
 )
 @click.pass_context
-def writer(
-    ctx: click.Context,
-    service_nats_url: str,
-    data: Path,
-    metrics_port: int | None,
-    root: str,
-    replicas: int,
-    log_format: str,
-    partitions: int,
-    lease_ttl: float,
-) -> None:
+def writer(ctx: click.Context, /, partitions: int, lease_ttl: float, **options: Any) -> None:
     """Run a writer (validates and commits mutations)."""
     from services.writer.app import Writer
 
     if partitions < 0 or lease_ttl < 2:
         click.echo("quill: --partitions must be >= 0 and --lease-ttl >= 2", err=True)
         sys.exit(2)
-    setup_logging(ctx.obj["log_level"], log_format)
-    settings = _settings(service_nats_url, data, metrics_port, root, replicas)
+    settings = _settings(ctx, options)
     settings.extra.update(partitions=str(partitions), lease_ttl=str(lease_ttl))
-
-    async def start() -> Callable[[], Awaitable[None]]:
-        return (await start_service(settings, "writer", Writer)).stop
-
-    run_to_exit(run_until_stopped(start))
+    _serve(lambda: start_service(settings, "writer", Writer))
 
 
 @commands.command()
@@ -197,12 +173,7 @@ def writer(
 @click.pass_context
 def executor(
     ctx: click.Context,
-    service_nats_url: str,
-    data: Path,
-    metrics_port: int | None,
-    root: str,
-    replicas: int,
-    log_format: str,
+    /,
     sandbox: str | None,
     max_runs: int,
     memory_mb: int,
@@ -214,19 +185,16 @@ def executor(
     disk_reserve_mb: int | None,
     git_credentials: Path | None,
     git_allow: tuple[str, ...],
+    **options: Any,
 ) -> None:
     """Run an executor (commands and git in a sandbox; their changes become events)."""
     from services.executor.app import ExecutorConfig, start_executor
     from services.executor.git.targets import Targets
 
-    try:
+    with refusing():
         Targets().allowing(git_allow)
-    except ValueError as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(2)
 
-    setup_logging(ctx.obj["log_level"], log_format)
-    settings = _settings(service_nats_url, data, metrics_port, root, replicas)
+    settings = _settings(ctx, options)
     config = ExecutorConfig(
         sandbox=sandbox,
         max_runs=max_runs,
@@ -241,20 +209,11 @@ def executor(
         git_allow=git_allow,
     )
 
-    async def start() -> Callable[[], Awaitable[None]]:
-        return (await start_executor(settings, config)).stop
-
-    run_to_exit(run_until_stopped(start))
+    _serve(lambda: start_executor(settings, config))
 
 
 @commands.command()
-@click.option(
-    "--nats-url",
-    "service_nats_url",
-    envvar="QUILL_NATS_URL",
-    default="nats://127.0.0.1:4222",
-    show_default=True,
-)
+@_nats_url_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
@@ -275,7 +234,7 @@ def gateway(
     from services.gateway.principals import Tokens
 
     setup_logging(ctx.obj["log_level"], log_format)
-    try:
+    with refusing():
         config = GatewayConfig(
             service_nats_url,
             host=host,
@@ -284,15 +243,8 @@ def gateway(
             root=root,
         )
         config.check()
-    except ValueError as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(2)
-
-    async def start() -> Callable[[], Awaitable[None]]:
-        return (await start_gateway(config)).stop
-
     try:
-        run_to_exit(run_until_stopped(start))
+        _serve(lambda: start_gateway(config))
     except OSError as exc:
         reason = exc.strerror or str(exc)
         click.echo(f"quill: cannot listen on {host}:{http_port}: {reason}", err=True)
@@ -328,7 +280,7 @@ def up(
     from services.gateway.principals import Tokens
 
     setup_logging(ctx.obj["log_level"])
-    try:  # refuse a bad file here rather than in a child's log
+    with refusing():  # refuse a bad file here rather than in a child's log
         if tenants is not None:
             if tokens is not None:
                 raise ValueError("--tenants holds the gateway's tokens: drop --tokens")
@@ -345,9 +297,6 @@ def up(
                 secret_registry.load(secrets_file)
             except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
                 raise ValueError(f"cannot read secrets file {secrets_file}: {exc}") from None
-    except ValueError as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(2)
     stack = Stack(
         data,
         nats_port=nats_port,
@@ -408,11 +357,8 @@ def attach(
     from services.bridge.policy import Policy
 
     setup_logging(ctx.obj["log_level"])
-    try:
+    with refusing():
         policy = Policy.load(policy_file) if policy_file is not None else Policy()
-    except ValueError as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(2)
     config = BridgeConfig(
         directory=directory,
         workspace=name,

@@ -1,5 +1,10 @@
 """Replay and audit tooling over the log alone (``quill replay/verify/runs/export/import``).
 
+Why one module of ~1,100 lines: the fold, the log reading, the tree writing, the replica
+checks and the export format all work on one ``Fold`` and its ``Contents``, and were moved
+here whole from ``services/common`` (issue 12); it splits along its ``# ---`` sections (fold,
+reading, writing, replicas, export/import) into a package of its own, which is still to do.
+
 ``Fold`` checks a workspace's log as it folds it: every payload hashes to its
 ``Ws-Event-Hash``, versions follow each other, each ``prev_hash`` is the previous event's
 hash, and after each event the tree hash of the rebuilt tree equals the ``tree_hash`` the

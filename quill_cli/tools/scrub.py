@@ -1,5 +1,9 @@
 """``quill scrub``: take leaked secrets out of a workspace's history (docs/replay.md).
 
+Why one module of ~550 lines: it is one procedure, ``scrub``, whose steps (below: the whole
+docstring is its specification) share the rewrite's state (``_Rewrite``); redaction
+(``scrub_redact.py``) and the stores beside the log (``scrub_stores.py``) are apart already.
+
 A secret that reached the log (before redaction covered where it leaked, or before it was
 registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewrites it:
 
