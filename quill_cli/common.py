@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from functools import update_wrapper
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 import msgspec
@@ -57,7 +57,8 @@ class Commands(click.Group):
     to ``quill``. Never invoked itself."""
 
 
-def fail(error: QuillError) -> None:
+def fail(error: QuillError) -> NoReturn:
+    """Exit as ``error`` says: one line ``quill: CODE: message`` on stderr, ``EXIT_CODES``."""
     click.echo(f"quill: {error.code}: {error.message}", err=True)
     sys.exit(EXIT_CODES.get(str(error.code), 1))
 
@@ -68,7 +69,6 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     except QuillError as exc:
         fail(exc)
-        raise AssertionError from exc  # unreachable: fail() exits
 
 
 def run_client(coro: Coroutine[Any, Any, T]) -> T:

@@ -14,7 +14,7 @@ from core.secrets import Secrets
 from infra import secret_registry
 from infra.secret_registry import ENV_FILE
 from quill.client import Workspace
-from quill_cli.common import Commands, connected, emit, plural, refusing, run_client, short
+from quill_cli.common import Commands, connected, emit, fail, plural, refusing, run_client, short
 from quill_cli.tools import replay as rpl
 from quill_cli.tools import scrub as scr
 
@@ -100,7 +100,7 @@ def scrub(
     try:
         secrets = secret_registry.load(path)
     except (OSError, ValueError) as exc:
-        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"--secrets: {exc}") from None
+        fail(QuillError(ErrorCode.INVALID_ARGUMENT, f"--secrets: {exc}"))
 
     async def go() -> None:
         async with connected(ctx) as quill:

@@ -66,3 +66,11 @@ def test_a_bad_option_or_file_is_one_line_and_exit_2(
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("quill: "), result.stderr
     assert says in lines[0]
+
+
+def test_scrub_with_an_unreadable_secrets_file_is_one_line_and_exit_2(tmp: Path) -> None:
+    """Refused before connecting: ``quill: INVALID_ARGUMENT: --secrets: ...``, no traceback."""
+    result = CliRunner().invoke(main, ["scrub", "a/b", "--secrets", f"{tmp}/missing.toml"])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.stderr.startswith("quill: INVALID_ARGUMENT: --secrets: "), result.stderr
+    assert len(result.stderr.splitlines()) == 1
