@@ -1,14 +1,14 @@
 """Generate the contract's documents from ``contracts``: JSON Schemas, AsyncAPI, op reference.
 
+Why one module of ~420 lines: its three generators (schemas, AsyncAPI, contract.md) share
+the attribute docstrings and the op table, and ``--check`` compares all of them at once.
+
 ``python -m quill_cli.docgen`` writes ``docs/schemas/*.json``, ``docs/asyncapi.yaml`` and the
 generated part of ``docs/contract.md`` (between its ``BEGIN``/``END GENERATED`` markers);
 ``--check`` fails if any of them differs from what the code says (CI runs it).
 Field descriptions come from the attribute docstrings and ``Meta(description=…)`` of the
 Structs; example replies come from ``docs/examples.json`` (recorded by
 ``python -m quill_cli.docgen --record-examples``, verified by ``tests/system/test_docs.py``).
-
-Size: one generator per document (schemas, AsyncAPI, the op reference, the CLI reference),
-sharing the field-description reader; about 400 lines of straight-line rendering.
 """
 
 from __future__ import annotations

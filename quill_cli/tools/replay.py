@@ -1,5 +1,10 @@
 """Replay and audit tooling over the log alone (``quill replay/verify/runs/export/import``).
 
+Why one module of ~1,100 lines: the fold, the log reading, the tree writing, the replica
+checks and the export format all work on one ``Fold`` and its ``Contents``, and were moved
+here whole from ``services/common`` (issue 12); it splits along its ``# ---`` sections (fold,
+reading, writing, replicas, export/import) into a package of its own, which is still to do.
+
 ``Fold`` checks a workspace's log as it folds it: every payload hashes to its
 ``Ws-Event-Hash``, versions follow each other, each ``prev_hash`` is the previous event's
 hash, and after each event the tree hash of the rebuilt tree equals the ``tree_hash`` the
@@ -20,10 +25,6 @@ manifest) and ``event`` records (the event message's exact payload and its hash)
 Failures are ``QuillError``: a log that does not verify is ``INTERNAL`` (it is not what a
 writer appended), an export file that does not verify ``INVALID_ARGUMENT``, a version below
 a compaction's floor ``VERSION_TRIMMED``.
-
-Size: the fold, the log reading and the export format are one verified pipeline (each check
-above is made where the record is read); the scrub (``scrub*.py``) and the CLI around it
-(``quill_cli``) are apart.
 """
 
 from __future__ import annotations

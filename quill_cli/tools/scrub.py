@@ -1,5 +1,9 @@
 """``quill scrub``: take leaked secrets out of a workspace's history (docs/replay.md).
 
+Why one module of ~550 lines: it is one procedure, ``scrub``, whose steps (below: the whole
+docstring is its specification) share the rewrite's state (``_Rewrite``); redaction
+(``scrub_redact.py``) and the stores beside the log (``scrub_stores.py``) are apart already.
+
 A secret that reached the log (before redaction covered where it leaked, or before it was
 registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewrites it:
 
@@ -44,9 +48,6 @@ workspace's own name), ``CONFLICT`` (the workspace was written meanwhile),
 ``INTERNAL`` (the log does not verify, or the secret is still found afterwards),
 ``UNAVAILABLE`` (NATS failing; or the old log could not be purged after the new one was
 appended: the message says how to purge it).
-
-Size: the scrub's steps below are one transaction-like procedure over one log; the stores'
-purges and the manifest's redaction are apart (``scrub_stores.py``, ``scrub_redact.py``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import click
 import pytest
 import yaml
 
-from quill_cli.cli_cluster import up
+from quill_cli.commands.cluster import up
 from quill_cli.deployment import COMPOSE_DATA, COMPOSE_HTTP_PORT, COMPOSE_TOKENS, Deployment
 from quill_cli.natsserver import binary
 from services.gateway.principals import Tokens

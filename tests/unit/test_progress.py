@@ -1,4 +1,4 @@
-"""Progress of the log tools (``quill_cli/cli_replay.py``'s bar, ``services/common/replay.each``):
+"""Progress of the log tools (``quill_cli/progress.py``'s bar, ``services/common/replay.each``):
 a bar only on a terminal and without ``--quiet``, drawn once a phase runs past a second; work
 over many items runs a bounded number at a time and fails with the first failure, leaving
 nothing behind."""
@@ -14,31 +14,31 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from quill_cli import cli_replay
+from quill_cli import progress
 from quill_cli.cli import main
 from quill_cli.tools import replay as rpl
 
 
 def test_no_bar_when_quiet_or_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    with cli_replay.progress(quiet=True) as bar:
+    with progress.progress(quiet=True) as bar:
         assert bar is rpl.QUIET
-    monkeypatch.setattr(cli_replay, "_tty", lambda: False)
-    with cli_replay.progress(quiet=False) as bar:
+    monkeypatch.setattr(progress, "_tty", lambda: False)
+    with progress.progress(quiet=False) as bar:
         assert bar is rpl.QUIET
-    monkeypatch.setattr(cli_replay, "_tty", lambda: True)
-    with cli_replay.progress(quiet=False) as bar:
-        assert isinstance(bar, cli_replay.Bar)
+    monkeypatch.setattr(progress, "_tty", lambda: True)
+    with progress.progress(quiet=False) as bar:
+        assert isinstance(bar, progress.Bar)
 
 
 def test_the_bar_draws_each_phase_once_it_has_run_past_its_delay(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     out = io.StringIO()
-    bar = cli_replay.Bar(Console(file=out, force_terminal=True, width=120))
+    bar = progress.Bar(Console(file=out, force_terminal=True, width=120))
     bar.start("reading the log of a/b", 1_000)
     bar.update(10)
     assert bar._rich is None  # not yet a second: nothing drawn
-    monkeypatch.setattr(cli_replay, "BAR_DELAY_S", 0.0)
+    monkeypatch.setattr(progress, "BAR_DELAY_S", 0.0)
     bar.update(500)
     assert bar._rich is not None
     bar.start("writing out", 20)

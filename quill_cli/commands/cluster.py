@@ -11,10 +11,12 @@ from pathlib import Path
 import click
 
 from infra.runtime import setup_logging
-from quill_cli.cli import SANDBOX_HELP, TOKENS_HELP, main, run_to_exit
+from quill_cli.common import SANDBOX_HELP, TOKENS_HELP, Commands, refusing, run_to_exit
+
+commands = Commands()
 
 
-@main.group("cluster")
+@commands.group("cluster")
 def cluster_group() -> None:
     """A NATS cluster with JetStream replicas and several processes of each service."""
 
@@ -72,7 +74,7 @@ def up(
     from services.gateway.principals import Tokens
 
     setup_logging(ctx.obj["log_level"])
-    try:
+    with refusing():
         if tokens is not None:
             Tokens.load(tokens)  # refuse a bad file here rather than in the gateway's log
         cluster = Cluster(
@@ -89,9 +91,6 @@ def up(
             http_port=http_port,
             log_level=ctx.obj["log_level"],
         )
-    except ValueError as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(2)
     sys.exit(run_to_exit(cluster.run()))
 
 
@@ -103,11 +102,8 @@ def render(out: Path, nats: int, partitions: int) -> None:
     from quill_cli.deployment import Deployment
     from quill_cli.deployment import render as write
 
-    try:
+    with refusing():
         deployment = Deployment(nats=nats, partitions=partitions)
-    except ValueError as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(2)
     for path in write(deployment, out):
         click.echo(str(path))
 

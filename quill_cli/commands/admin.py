@@ -1,0 +1,162 @@
+"""``quill scrub``, which rewrites a log to take a leaked secret out of it
+(``quill_cli/tools/scrub.py``), and ``quill nats-auth``, the NATS servers' authorization for a
+tenants file (``quill_cli/tenants.py``; docs/operations.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from contracts.errors import ErrorCode, QuillError
+from core.secrets import Secrets
+from infra import secret_registry
+from infra.secret_registry import ENV_FILE
+from quill.client import Workspace
+from quill_cli.common import Commands, connected, emit, fail, plural, refusing, run_client, short
+from quill_cli.tools import replay as rpl
+from quill_cli.tools import scrub as scr
+
+commands = Commands()
+
+
+def _scrubbed_text(s: scr.Scrubbed) -> str:
+    name, ids = f"{s.tenant}/{s.workspace}", ", ".join(s.secret_ids)
+    found = (
+        f"{plural(s.events_changed, 'event')}, {plural(s.contents_changed, 'content')}, "
+        f"{plural(len(s.paths_changed), 'path')}, {plural(s.audit_records, 'audit record')}, "
+        f"{plural(s.kv_entries, 'KV entry', 'KV entries')}"
+        + (f", {plural(s.outputs_purged, 'command output')}" if s.outputs_purged else "")
+    )
+    if s.dry_run:
+        return f"dry run: {ids} found in {name}: {found}; nothing changed" + _shared_text(s)
+    text = f"scrubbed {ids} from {name}: {found}\n"
+    if s.form == "unchanged":
+        return text + f"the log carried none: kept as it was (head {short(s.head)})"
+    kept = (
+        "every event re-chained"
+        if s.form == "events"
+        else "history kept in the scrub's manifest (too many events for one atomic batch)"
+    )
+    return (
+        text
+        + (
+            f"log: version {s.old_version} head {short(s.old_head)} -> version {s.version} "
+            f"head {short(s.head)} ({kept}); tree hash {short(s.tree_hash)}; "
+            f"{plural(s.blobs_deleted, 'blob')} deleted; verified\n"
+            f"{plural(len(s.replicas), 'reader replica')} rebuilt and agreeing"
+        )
+        + _shared_text(s)
+    )
+
+
+def _shared_text(s: scr.Scrubbed) -> str:
+    """The other workspaces that name a blob that held a secret (kept for them)."""
+    if not s.shared_with:
+        return ""
+    one = len(s.shared_with) == 1
+    kept = "would be kept" if s.dry_run else "kept"
+    return (
+        f"\n{plural(s.blobs_kept, 'blob')} {kept}: {', '.join(s.shared_with)} "
+        f"{'holds' if one else 'hold'} the same content: scrub {'it' if one else 'them'} too"
+    )
+
+
+@commands.command()
+@click.argument("workspaces", metavar="WORKSPACE...", nargs=-1, required=True)
+@click.option(
+    "--secrets",
+    "secrets_file",
+    envvar=ENV_FILE,
+    required=True,
+    help="The secrets registry (TOML, as quill up --secrets; default $QUILL_SECRETS): each "
+    "secret it holds is scrubbed. - reads it from stdin. Never give a value on the command line.",
+)
+@click.option("--dry-run", is_flag=True, help="Report where the secrets occur; change nothing.")
+@click.option(
+    "--max-batch",
+    type=click.IntRange(min=1),
+    default=scr.MAX_BATCH,
+    show_default=True,
+    help="Most events appended as one atomic batch (the server's jetstream.limits.batch."
+    "max_msgs); a longer log keeps its scrubbed history in the scrub's manifest.",
+)
+@click.pass_context
+def scrub(
+    ctx: click.Context,
+    workspaces: tuple[str, ...],
+    secrets_file: str,
+    dry_run: bool,
+    max_batch: int,
+) -> None:
+    """Take leaked secrets out of each WORKSPACE's history: rewrite its log with every
+    occurrence redacted (contents, paths, messages, actors...), re-chain and verify it, replace
+    it atomically (refused if the workspace is written meanwhile), delete the blobs (unless
+    another workspace names one: it is kept and that workspace named), audit records and KV
+    values that held them; replicas rebuild. Audited (op scrub, secret ids). Several
+    workspaces are scrubbed in turn: a blob they share goes with the last of them."""
+    path = Path("/dev/stdin") if secrets_file == "-" else Path(secrets_file)
+    try:
+        secrets = secret_registry.load(path)
+    except (OSError, ValueError) as exc:
+        fail(QuillError(ErrorCode.INVALID_ARGUMENT, f"--secrets: {exc}"))
+
+    async def go() -> None:
+        async with connected(ctx) as quill:
+            for name in dict.fromkeys(workspaces):
+                ws = quill.workspace(name)
+                result = await _scrub_one(ctx, ws, secrets, dry_run, max_batch)
+                emit(ctx, result, _scrubbed_text(result))
+
+    run_client(go())
+
+
+async def _scrub_one(
+    ctx: click.Context, ws: Workspace, secrets: Secrets, dry_run: bool, max_batch: int
+) -> scr.Scrubbed:
+    result = await scr.scrub(
+        ws.client.nc,
+        ws.client.subjects,
+        ws.tenant,
+        ws.name,
+        secrets,
+        actor=ctx.obj["actor"],
+        dry_run=dry_run,
+        max_batch=max_batch,
+    )
+    if not dry_run:  # the replicas rebuilt: each answers the new log's tree
+        nc, subjects = ws.client.nc, ws.client.subjects
+        fold = await rpl.replay(nc.jetstream(), subjects, ws.tenant, ws.name)
+        checks = [
+            await rpl.check_replica(nc, subjects, fold, instance, deep=False)
+            for instance in await rpl.live_readers(nc, subjects)
+        ]
+        result.replicas = [c.instance for c in checks if c.ok]
+        bad = [f"{c.instance} ({'; '.join(c.problems)})" for c in checks if not c.ok]
+        if bad:
+            raise QuillError(
+                ErrorCode.INTERNAL,
+                f"The log of {ws.tenant}/{ws.name} is scrubbed, but reader replicas disagree "
+                f"with it: {', '.join(bad)}",
+            )
+    return result
+
+
+@commands.command("nats-auth")
+@click.argument("tenants_file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--root", default="ws", show_default=True, help="Subject root.")
+def nats_auth(tenants_file: Path, root: str) -> None:
+    """Print the nats-server authorization block for TENANTS_FILE (put it in the
+    configuration of every server of yours). The services' password is $QUILL_NATS_PASSWORD."""
+    from quill_cli import tenants as tenancy
+
+    password = os.environ.get("QUILL_NATS_PASSWORD", "")
+    with refusing(AssertionError):
+        if len(password) < tenancy.MIN_PASSWORD or not password.isascii():
+            raise ValueError(
+                "set QUILL_NATS_PASSWORD to the services' password (at least "
+                f"{tenancy.MIN_PASSWORD} ASCII characters; never on the command line)"
+            )
+        block = tenancy.authorization(tenancy.load(tenants_file), password, root)
+    click.echo(block, nl=False)

@@ -1,0 +1,221 @@
+"""``quill exec``, ``output``, ``git``: commands run in the workspace's sandbox, their kept
+output, and what they changed (on stderr: stdout is the command's)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from quill.client import Workspace
+from quill_cli.common import Commands, emit, workspace_command
+
+commands = Commands()
+
+
+def _changes_note(changes: rp.CapturedChanges | None) -> None:
+    """What a command did to the workspace, on stderr (stdout is the command's)."""
+    if changes is None:
+        return
+    if changes.committed:
+        click.echo(
+            f"quill: committed {changes.total} path(s) as version {changes.version}", err=True
+        )
+    for conflict in changes.conflicts:
+        click.echo(f"quill: not committed: {conflict.path}: {conflict.reason}", err=True)
+    for skipped in changes.skipped:
+        click.echo(f"quill: not committed: {skipped.path} ({skipped.reason})", err=True)
+    if changes.error:
+        click.echo(f"quill: nothing committed: {changes.error}", err=True)
+
+
+@commands.command(name="exec")
+@workspace_command
+@click.option("-C", "--workdir", default="", help="Working directory in the workspace.")
+@click.option("-t", "--timeout", "timeout_s", type=float, help="Seconds (default 30).")
+@click.option("-e", "--env", multiple=True, help="NAME=VALUE for the command (repeatable).")
+@click.option("--version", "at", type=int, help="Run against this workspace version.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+async def exec_(
+    ctx: click.Context,
+    ws: Workspace,
+    workdir: str,
+    timeout_s: float | None,
+    env: tuple[str, ...],
+    at: int | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND in the workspace's sandbox (after --), streaming its output; exit with its
+    status. One argument is a shell line; several are words, quoted for the shell."""
+    line = command[0] if len(command) == 1 else shlex.join(command)
+    variables: dict[str, str] = {}
+    for item in env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Bad --env {item!r}: use NAME=VALUE")
+        variables[name] = value
+    as_json = ctx.obj["json"]
+
+    shown = {"stdout": 0, "stderr": 0}
+
+    def live(stream: str, chunk: bytes) -> None:
+        shown[stream] += len(chunk)
+        out = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
+        out.write(chunk)
+        out.flush()
+
+    r = await ws.exec(
+        line,
+        workdir=workdir,
+        timeout_ms=int(timeout_s * 1000) if timeout_s is not None else None,
+        env=variables or None,
+        version=at,
+        on_output=None if as_json else live,
+    )
+    if as_json:
+        emit(ctx, r, lambda: None)
+    else:
+        if r.timed_out:
+            click.echo(f"quill: timed out after {r.duration_ms / 1000:.1f}s", err=True)
+        _exec_notes(r, shown, f"{ws.tenant}/{ws.name}")
+        _changes_note(r.changes)
+    sys.exit(min(r.exit_code, 255))
+
+
+def _exec_notes(r: rp.CommandResult, shown: dict[str, int], workspace: str) -> None:
+    """What the live output did not show (past what is streamed), and what the command left
+    running or tried to read."""
+    for stream, total in (("stdout", r.stdout_bytes), ("stderr", r.stderr_bytes)):
+        if shown[stream] < total:
+            how = (
+                f"quill output {workspace} {r.command_id} --stream {stream} "
+                f"--offset {shown[stream]}"
+                if r.output_kept
+                else "it was not kept"
+            )
+            click.echo(
+                f"quill: {stream}: {total - shown[stream]} bytes past the first "
+                f"{shown[stream]} were not streamed; the rest: {how}",
+                err=True,
+            )
+    if r.background_killed:
+        n = r.background_killed
+        click.echo(
+            f"quill: the command left {n} process{'' if n == 1 else 'es'} running in the "
+            "background, killed when it ended",
+            err=True,
+        )
+    if r.stdin_read:
+        click.echo(
+            "quill: the command read its standard input, which is closed (end of file)",
+            err=True,
+        )
+
+
+@commands.command(name="output")
+@workspace_command
+@click.argument("command_id")
+@click.option(
+    "--stream", type=click.Choice(["stdout", "stderr"]), default="stdout", show_default=True
+)
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="First byte (default 0).")
+@click.option("--length", type=click.IntRange(min=1), help="Most bytes (default: to the end).")
+async def output(
+    ctx: click.Context,
+    ws: Workspace,
+    command_id: str,
+    stream: str,
+    offset: int,
+    length: int | None,
+) -> None:
+    """Print the kept output of command COMMAND_ID (its id: `quill exec --json`, or the note
+    `quill exec` prints past what it streamed), from --offset. Output is kept an hour after
+    the command ended. With --json: one page (64 KiB unless --length) as JSON."""
+    which: rq.OutputStream = "stderr" if stream == "stderr" else "stdout"
+    if ctx.obj["json"]:
+        page = await ws.command_output(
+            command_id, stream=which, offset=offset, length=min(length or 65536, 1024**2)
+        )
+        emit(ctx, page, lambda: None)
+        return
+    end = None if length is None else offset + length
+    while end is None or offset < end:
+        size = 1024**2 if end is None else min(end - offset, 1024**2)
+        page = await ws.command_output(command_id, stream=which, offset=offset, length=size)
+        sys.stdout.write(page.text)
+        offset += page.length
+        if not page.more or not page.length:
+            break
+    sys.stdout.flush()
+
+
+@commands.command()
+@workspace_command
+@click.argument(
+    "action",
+    type=click.Choice(
+        ["status", "diff", "commit", "checkout", "branch", "log", "push", "pull", "clone"]
+    ),
+)
+@click.option("-C", "--workdir", default="", help="The repository's directory.")
+@click.option("-m", "--message", help="commit: the message.")
+@click.option("-f", "--file", "files", multiple=True, help="commit: stage only these paths.")
+@click.option("-b", "--branch", help="checkout/push/pull: the branch.")
+@click.option("--remote", default="origin", show_default=True)
+@click.option("--url", help="clone: the repository to clone.")
+@click.option("--path", help="diff/log: only this path.")
+@click.option("-n", "--limit", default=20, show_default=True, help="log: commits.")
+async def git(
+    ctx: click.Context,
+    ws: Workspace,
+    action: str,
+    workdir: str,
+    message: str | None,
+    files: tuple[str, ...],
+    branch: str | None,
+    remote: str,
+    url: str | None,
+    path: str | None,
+    limit: int,
+) -> None:
+    """Run a git ACTION on the repository in the workspace (its .git is versioned too)."""
+    r = await ws.git(
+        action,  # type: ignore[arg-type]
+        workdir=workdir,
+        message=message,
+        files=list(files) or None,
+        branch=branch,
+        remote=remote,
+        url=url,
+        path=path,
+        limit=limit,
+    )
+
+    def human() -> str | None:
+        if r.status is not None:
+            st = r.status
+            track = f" ({st.upstream}: +{st.ahead} -{st.behind})" if st.upstream else ""
+            lines = [f"## {st.branch or '(detached)'}{track}"]
+            lines += [f"staged    {f.status:<12} {f.path}" for f in st.staged]
+            lines += [f"unstaged  {f.status:<12} {f.path}" for f in st.unstaged]
+            lines += [f"untracked {'':<12} {p}" for p in st.untracked]
+            return "\n".join(lines)
+        if r.log is not None:
+            return "\n".join(
+                f"{c.sha[:10]} {c.at:%Y-%m-%d %H:%M} {c.author:<12} {c.subject}" for c in r.log
+            )
+        if r.branches is not None:
+            return "\n".join(("* " if b == r.branch else "  ") + b for b in r.branches)
+        if r.commit is not None:
+            return f"[{r.branch or 'detached'} {r.commit[:10]}] {message or ''}".rstrip()
+        return r.output.rstrip("\n") or None
+
+    emit(ctx, r, human)
+    if not ctx.obj["json"]:
+        if r.output_truncated:
+            click.echo("quill: output truncated", err=True)
+        _changes_note(r.changes)

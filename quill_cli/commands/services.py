@@ -1,0 +1,372 @@
+"""``quill up``, ``writer``, ``reader``, ``executor``, ``gateway``, ``attach``: running the
+services (one each, or all of them and NATS on this machine), and serving a directory of this
+machine as a workspace (the bridge)."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from infra import secret_registry
+from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
+from quill_cli.common import (
+    SANDBOX_HELP,
+    SECRETS_HELP,
+    TENANTS_HELP,
+    TOKENS_HELP,
+    Commands,
+    refusing,
+    run_client,
+    run_to_exit,
+)
+
+commands = Commands()
+
+
+_nats_url_option = click.option(
+    "--nats-url",
+    "service_nats_url",
+    envvar="QUILL_NATS_URL",
+    default="nats://127.0.0.1:4222",
+    show_default=True,
+)
+
+
+def service_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """The options of every service that keeps a projection (``_settings`` reads them)."""
+    for option in reversed(
+        [
+            _nats_url_option,
+            click.option(
+                "--data",
+                type=click.Path(path_type=Path),
+                required=True,
+                help="Directory for this service's projection.",
+            ),
+            click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port."),
+            click.option("--root", default="ws", show_default=True, help="Subject root."),
+            click.option(
+                "--replicas",
+                default=1,
+                show_default=True,
+                help="JetStream replicas for the streams it creates.",
+            ),
+            click.option("--log-format", type=click.Choice(["text", "json"]), default="text"),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def _settings(ctx: click.Context, options: dict[str, Any]) -> Settings:
+    """Logging as ``--log-level`` and ``--log-format`` say; the settings ``service_options``
+    give."""
+    setup_logging(ctx.obj["log_level"], options["log_format"])
+    return Settings(
+        nats_url=options["service_nats_url"],
+        data_dir=options["data"],
+        root=options["root"],
+        replicas=options["replicas"],
+        metrics_port=options["metrics_port"],
+    )
+
+
+def _serve(start: Callable[[], Awaitable[Any]]) -> None:
+    """Run the service ``start()`` starts until SIGINT or SIGTERM, then its ``stop()``; a start
+    refused is one line on stderr and a non-zero exit (``run_to_exit``)."""
+
+    async def started() -> Callable[[], Awaitable[None]]:
+        return (await start()).stop  # type: ignore[no-any-return]
+
+    run_to_exit(run_until_stopped(started))
+
+
+@commands.command()
+@service_options
+@click.pass_context
+def reader(ctx: click.Context, /, **options: Any) -> None:
+    """Run a reader replica (answers as of any version)."""
+    from services.reader.app import Reader
+
+    settings = _settings(ctx, options)
+    _serve(lambda: start_service(settings, "reader", Reader))
+
+
+@commands.command()
+@service_options
+@click.option(
+    "--partitions",
+    default=0,
+    show_default=True,
+    help="On a cluster: the number of command partitions (as in the NATS servers' subject "
+    "mapping); the writer leases its share of them. 0: serve every command (one writer).",
+)
+@click.option(
+    "--lease-ttl",
+    default=5.0,
+    show_default=True,
+    help="Seconds a partition lease lives unrenewed: how soon another writer takes over "
+    "when this one dies.",
+)
+@click.pass_context
+def writer(ctx: click.Context, /, partitions: int, lease_ttl: float, **options: Any) -> None:
+    """Run a writer (validates and commits mutations)."""
+    from services.writer.app import Writer
+
+    if partitions < 0 or lease_ttl < 2:
+        click.echo("quill: --partitions must be >= 0 and --lease-ttl >= 2", err=True)
+        sys.exit(2)
+    settings = _settings(ctx, options)
+    settings.extra.update(partitions=str(partitions), lease_ttl=str(lease_ttl))
+    _serve(lambda: start_service(settings, "writer", Writer))
+
+
+@commands.command()
+@service_options
+@click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
+@click.option("--max-runs", default=4, show_default=True, help="Requests run at once.")
+@click.option(
+    "--memory-mb", default=4096, show_default=True, help="Memory (data segment) per command."
+)
+@click.option("--processes", default=512, show_default=True, help="Processes per command.")
+@click.option(
+    "--tenant-runs",
+    type=click.IntRange(min=1),
+    help="Most requests one tenant runs at once. Default: --max-runs minus 1 (see "
+    "docs/executor.md, fair share).",
+)
+@click.option(
+    "--queue", default=16, show_default=True, help="Requests waiting for a slot, per tenant."
+)
+@click.option(
+    "--queue-wait", default=120.0, show_default=True, help="Seconds a request waits for a slot."
+)
+@click.option(
+    "--checkouts-budget-mb",
+    default=16384,
+    show_default=True,
+    help="Disk for checkouts; past it, idle ones are evicted (least recently used first).",
+)
+@click.option(
+    "--disk-reserve-mb",
+    type=click.IntRange(min=0),
+    help="Free space kept on the data disk: below it, new commands are refused. "
+    "Default: max(1 GiB, 5% of the disk).",
+)
+@click.option(
+    "--git-credentials",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="TOML file of git credentials for push/pull/clone (see docs/executor.md).",
+)
+@click.option(
+    "--git-allow",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="Let git reach this remote though it is not public: an internal server's name, "
+    "address or CIDR network. Repeatable (see docs/executor.md).",
+)
+@click.pass_context
+def executor(
+    ctx: click.Context,
+    /,
+    sandbox: str | None,
+    max_runs: int,
+    memory_mb: int,
+    processes: int,
+    tenant_runs: int | None,
+    queue: int,
+    queue_wait: float,
+    checkouts_budget_mb: int,
+    disk_reserve_mb: int | None,
+    git_credentials: Path | None,
+    git_allow: tuple[str, ...],
+    **options: Any,
+) -> None:
+    """Run an executor (commands and git in a sandbox; their changes become events)."""
+    from infra.exec.git.targets import Targets
+    from services.executor.app import ExecutorConfig, start_executor
+
+    with refusing():
+        Targets().allowing(git_allow)
+
+    settings = _settings(ctx, options)
+    config = ExecutorConfig(
+        sandbox=sandbox,
+        max_runs=max_runs,
+        memory_bytes=memory_mb * 1024 * 1024,
+        processes=processes,
+        tenant_runs=tenant_runs,
+        queue=queue,
+        queue_wait_s=queue_wait,
+        checkouts_budget=checkouts_budget_mb * 1024 * 1024,
+        disk_reserve=None if disk_reserve_mb is None else disk_reserve_mb * 1024 * 1024,
+        credentials=git_credentials,
+        git_allow=git_allow,
+    )
+
+    _serve(lambda: start_executor(settings, config))
+
+
+@commands.command()
+@_nats_url_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
+@click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
+@click.option("--root", default="ws", show_default=True, help="Subject root.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.pass_context
+def gateway(
+    ctx: click.Context,
+    service_nats_url: str,
+    host: str,
+    http_port: int,
+    tokens: Path | None,
+    root: str,
+    log_format: str,
+) -> None:
+    """Run the HTTP gateway: MCP at /mcp, WAP at /mcp/wap, REST at /v1/host/workspace."""
+    from services.gateway.app import GatewayConfig, start_gateway
+    from services.gateway.principals import Tokens
+
+    setup_logging(ctx.obj["log_level"], log_format)
+    with refusing():
+        config = GatewayConfig(
+            service_nats_url,
+            host=host,
+            port=http_port,
+            tokens=Tokens.load(tokens) if tokens else None,
+            root=root,
+        )
+        config.check()
+    try:
+        _serve(lambda: start_gateway(config))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        click.echo(f"quill: cannot listen on {host}:{http_port}: {reason}", err=True)
+        sys.exit(1)
+
+
+@commands.command()
+@click.option("--data", type=click.Path(path_type=Path), default=Path(".quill"), show_default=True)
+@click.option("--nats-port", default=4222, show_default=True, help="0 picks a free port.")
+@click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
+@click.option("--nats-url", "external", help="Use this NATS instead of starting one.")
+@click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
+@click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
+@click.option("--tenants", type=click.Path(path_type=Path, dir_okay=False), help=TENANTS_HELP)
+@click.option(
+    "--secrets", "secrets_file", type=click.Path(path_type=Path, dir_okay=False), help=SECRETS_HELP
+)
+@click.pass_context
+def up(
+    ctx: click.Context,
+    data: Path,
+    nats_port: int,
+    http_port: int,
+    external: str | None,
+    tokens: Path | None,
+    sandbox: str | None,
+    tenants: Path | None,
+    secrets_file: Path | None,
+) -> None:
+    """Start NATS and every service on this machine; Ctrl-C stops them."""
+    from quill_cli import tenants as tenancy
+    from quill_cli.stack import Stack
+    from services.gateway.principals import Tokens
+
+    setup_logging(ctx.obj["log_level"])
+    with refusing():  # refuse a bad file here rather than in a child's log
+        if tenants is not None:
+            if tokens is not None:
+                raise ValueError("--tenants holds the gateway's tokens: drop --tokens")
+            if external is not None:
+                raise ValueError(
+                    "--tenants configures the NATS server quill up starts; for your own "
+                    "server, see docs/operations.md (quill nats-auth)"
+                )
+            tenancy.load(tenants)
+        if tokens or tenants:
+            Tokens.load(tokens or tenants)  # type: ignore[arg-type]
+        if secrets_file is not None:  # { env = ... } values too: the services inherit ours
+            try:
+                secret_registry.load(secrets_file)
+            except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                raise ValueError(f"cannot read secrets file {secrets_file}: {exc}") from None
+    stack = Stack(
+        data,
+        nats_port=nats_port,
+        http_port=http_port,
+        nats_url=external,
+        log_level=ctx.obj["log_level"],
+        tokens=tokens,
+        sandbox=sandbox,
+        tenants=tenants,
+        secrets_file=secrets_file,
+    )
+    sys.exit(run_to_exit(stack.run()))
+
+
+@commands.command()
+@click.argument("directory", type=click.Path(path_type=Path, file_okay=False, exists=True))
+@click.option("--as", "name", required=True, help="The workspace name it is served as.")
+@click.option("--tenant", default="default", show_default=True)
+@click.option("--client", help="This machine's name in the workspace's URI (default: host name).")
+@click.option(
+    "--trust",
+    type=click.Choice(["full", "restricted"]),
+    default="restricted",
+    show_default=True,
+    help="restricted: ask before each mutation or command (or follow --policy).",
+)
+@click.option(
+    "--policy",
+    "policy_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="TOML rules that allow, deny or ask (see docs/bridge.md).",
+)
+@click.option(
+    "--ask-timeout",
+    default=30.0,
+    show_default=True,
+    help="Seconds a question waits for its answer before it counts as no.",
+)
+@click.option("--nats-url", "attach_nats_url", help="NATS URL (default: as the other commands).")
+@click.pass_context
+def attach(
+    ctx: click.Context,
+    directory: Path,
+    name: str,
+    tenant: str,
+    client: str | None,
+    trust: str,
+    policy_file: Path | None,
+    ask_timeout: float,
+    attach_nats_url: str | None,
+) -> None:
+    """Serve DIRECTORY as workspace TENANT/NAME from this machine, until Ctrl-C."""
+    import socket
+
+    from quill_cli.stack import discover_url
+    from services.bridge.app import BridgeConfig
+    from services.bridge.app import attach as run_bridge
+    from services.bridge.policy import Policy
+
+    setup_logging(ctx.obj["log_level"])
+    with refusing():
+        policy = Policy.load(policy_file) if policy_file is not None else Policy()
+    config = BridgeConfig(
+        directory=directory,
+        workspace=name,
+        tenant=tenant,
+        client=client or socket.gethostname(),
+        nats_url=attach_nats_url or ctx.obj["nats_url"] or discover_url(),
+        trust=trust,
+        policy=policy,
+        ask_timeout_s=ask_timeout,
+    )
+    sys.exit(run_client(run_bridge(config)))
