@@ -2,9 +2,9 @@
 
 Quill's own tools (edit, modify, grep, history, diff, restore...) are ``mcp_quill.TOOLS``, the
 session's (attach, detach, list workspaces) ``mcp_sessions.TOOLS``; ``optable`` serves them
-all. Every tool takes an optional ``workspace``: another workspace of the
-caller's tenant (with a pinned token: only the token's own) or an attached one's URI; without
-it, the session decides (``mcp_sessions``). Calls parked for approval are put to the client's
+all. Every tool takes an optional ``workspace``: another workspace of the caller's tenant (with
+a pinned token: only the token's own) or an attached one's URI; without it, the session
+decides (``mcp_sessions``). Calls parked for approval are put to the client's
 user where it can be asked (``approvals``).
 """
 

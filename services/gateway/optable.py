@@ -140,7 +140,7 @@ def handler(tool: Tool, tools: Tools, answer: Answerer, host: Any = None) -> Any
             return await tools.run(ctx, tool.name, on_caller, path=path, workspace=workspace)
 
         async def go(ws: Workspace) -> Done:
-            result = await (tool.call or (lambda w, a: sdk_call(w, tool, a)))(ws, args)
+            result = await (tool.call(ws, args) if tool.call else sdk_call(ws, tool, args))
             return answer(tool.render(args, result), result)
 
         detail = tool.detail(args) if tool.detail else None

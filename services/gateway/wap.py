@@ -2,7 +2,7 @@
 
 Each tool answers WAP's response object, JSON-encoded as its text and as ``structuredContent``;
 a failure answers WAP's ``{"error", "code", "details"}`` the same way, with ``isError: true``.
-``executeCommand`` is not offered (Quill has no executor yet).
+The tools are the rows of ``TOOLS``, served by ``optable``.
 """
 
 from __future__ import annotations
