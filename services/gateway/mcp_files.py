@@ -1,29 +1,26 @@
 """MCP at ``/mcp``: the workspace tool's six tools (seed 000), with its parameters and texts.
 
-Quill's own tools (edit, modify, grep, history, diff, restore...) are added by
-``mcp_quill.register``, the session's (attach, detach, list workspaces) by
-``mcp_sessions.register``. Every tool takes an optional ``workspace``: another workspace of the
-caller's tenant (with a pinned token: only the token's own) or an attached one's URI; without
-it, the session decides (``mcp_sessions``). Calls parked for approval are put to the client's
+Quill's own tools (edit, modify, grep, history, diff, restore...) are ``mcp_quill.TOOLS``, the
+session's (attach, detach, list workspaces) ``mcp_sessions.TOOLS``; ``optable`` serves them
+all. Every tool takes an optional ``workspace``: another workspace of the caller's tenant (with
+a pinned token: only the token's own) or an attached one's URI; without it, the session
+decides (``mcp_sessions``). Calls parked for approval are put to the client's
 user where it can be asked (``approvals``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from contracts.errors import ErrorCode, QuillError
-from quill.client import Workspace
-from services.gateway import VERSION, approvals, mcp_quill, mcp_sessions, texts
+from services.gateway import VERSION, approvals, mcp_quill, mcp_sessions, optable, texts
+from services.gateway.optable import Arg, Tool, described
 from services.gateway.principals import Access
 from services.gateway.tooling import (
-    Answer,
     ArgumentErrors,
-    Ctx,
     Done,
     Failure,
     Tools,
@@ -31,6 +28,7 @@ from services.gateway.tooling import (
     builtins,
     error_data,
     plain_schemas,
+    text_read,
 )
 
 INSTRUCTIONS = """\
@@ -71,6 +69,16 @@ CharOffset = Annotated[
         ),
     ),
 ]
+After = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        description="Optional: the after value a listing's last line gives, to get its next page",
+    ),
+]
+MostResults = Annotated[
+    int, Field(ge=1, le=10_000, description="Most results to return (default 100)")
+]
 READ_FILE = (
     "Read a text file from the workspace and return its contents. Use head or tail to read "
     "only the first or last N lines, or offset and limit for a line range (offset=2001 "
@@ -100,6 +108,128 @@ def render(failure: Failure) -> CallToolResult:
     return answer(text, error_data(failure.error), is_error=True)
 
 
+def said(text: str, result: Any) -> Done:
+    """``/mcp``'s answer: the text for the model, the result as JSON for programs."""
+    return Done(text, builtins(result))
+
+
+def unset(n: int) -> int | None:
+    """A count a model gives as 0 for "not used"."""
+    return n or None
+
+
+WS = Arg("workspace", WorkspaceName, None)
+TOOLS = (
+    Tool(
+        "read_file",
+        "qry.read",
+        READ_FILE + COMMITTED_ONLY,
+        (
+            Arg("path", FilePath),
+            Arg("head", Head, 0, send=unset),
+            Arg("tail", Tail, 0, send=unset),
+            Arg("offset", Offset, 1, send=lambda n: n if n > 1 else None),
+            Arg("limit", Limit, 0, send=unset),
+            Arg("line_numbers", LineNumbers, False),
+            Arg("char_offset", CharOffset, 0),
+            WS,
+        ),
+        lambda a, r: texts.read_text(text_read(r, a.path)),
+        READ_ONLY,
+    ),
+    Tool(
+        "write_file",
+        "cmd.write",
+        "Create a file or completely replace its contents (UTF-8 text); missing parent "
+        "directories are created. This REPLACES the whole file: to add to a file, read it, "
+        "combine, and write the combined text (or use edit_file). An empty content creates "
+        "an empty file. Files are limited to 4 MiB by default. Returns the bytes written "
+        "and, over an existing file, the size of what it replaced; writing the content a "
+        "file already has answers 'No changes' (no new version).",
+        (
+            Arg("path", FilePath),
+            Arg(
+                "content",
+                Annotated[str, Field(description="The complete new contents of the file")],
+            ),
+            WS,
+        ),
+        lambda a, r: texts.write_text(a.path, r),
+        WRITES,
+    ),
+    Tool(
+        "list_directory",
+        "qry.list",
+        "List a directory: 'Contents of <path>:' then one line per entry, [DIR] name lines "
+        "first, then [FILE] name lines. An empty directory answers 'Directory is empty'. "
+        "At most 500 entries are shown a page: a longer listing ends with how many entries "
+        "there are and the after value to call again with for the next page.",
+        (Arg("path", DirPath), Arg("after", After, None), WS),
+        lambda a, r: texts.listing_text(a.path, r, a.after),
+        READ_ONLY,
+    ),
+    Tool(
+        "create_directory",
+        "cmd.mkdir",
+        "Create a directory and any missing parents (like mkdir -p). Succeeds if it already "
+        "exists; fails with 'Path exists but is not a directory' if a file is in the way.",
+        (Arg("path", DirPath), WS),
+        lambda a, r: texts.mkdir_text(a.path, r),
+        ADDS,
+    ),
+    Tool(
+        "get_file_info",
+        "qry.stat",
+        "Metadata of a file or directory: Path, Type, Size (files), Permissions, owner, "
+        "Created/Modified/Accessed times in UTC, and Entries (directories)." + COMMITTED_ONLY,
+        (Arg("path", AnyPath), WS),
+        lambda a, r: texts.file_info_text(a.path, r),
+        READ_ONLY,
+    ),
+    Tool(
+        "search_files",
+        "qry.glob",
+        "Find files and directories whose path matches a glob, searching recursively from "
+        "a directory. Glob syntax: * (any characters but /), ** (any characters including "
+        "/), ? (one character), [abc] (a set), {a,b} (alternatives); e.g. **/*.json, *.log, "
+        "**/config. Answers 'Found N match(es)' and one [FILE] or [DIR] line per path "
+        "(newest first). node_modules, .git, dist, build, .venv, target, __pycache__ and "
+        "vendor are skipped.",
+        (
+            Arg(
+                "path", Annotated[str, Field(description="Directory to search from; . is the root")]
+            ),
+            Arg("pattern", described(str, "Glob pattern, e.g. **/*.txt")),
+            Arg("max_results", MostResults, 100),
+            WS,
+        ),
+        lambda a, r: texts.matches_text(a.pattern, a.path, r),
+        READ_ONLY,
+    ),
+)
+"""The six tools of the workspace tool."""
+MCP_TOOLS = TOOLS + mcp_quill.TOOLS + mcp_sessions.TOOLS
+"""Every tool at ``/mcp``, in the order ``tools/list`` lists them."""
+TOOL_OPS = optable.ops_of(MCP_TOOLS)
+"""The op each ``/mcp`` tool is (the session tools' included)."""
+NO_TOOL: dict[str, str] = {
+    "cmd.create": "a caller's workspace is created on its first call (principals.Access)",
+    "cmd.apply": "several changes against a base version: for syncing clients (SDK, bridge)",
+    "cmd.run_start": "runs are an agent framework's (SDK, quill run)",
+    "cmd.run_end": "runs are an agent framework's (SDK, quill run)",
+    "qry.run": "runs are an agent framework's (SDK, quill run)",
+    "cmd.lock": "a session's lock is its client's (SDK, quill lock)",
+    "cmd.unlock": "a session's lock is its client's (SDK, quill lock)",
+    "cmd.set_trust": "an operator's (quill trust): a model must not lift its own restriction",
+    "cmd.decide": "a person's (elicitation, quill approve): a model must not approve itself",
+    "qry.approvals": "an operator's (quill approvals)",
+    "cmd.request_approval": "the executors' (asked before a command runs)",
+    "qry.read_bytes": "binary content: REST and the SDK (read_file reads text)",
+    "qry.events": "the log: the SDK's and quill log (file_history is the model's view)",
+}
+"""The ops no ``/mcp`` tool is, and why: with ``TOOL_OPS``, every op of ``contracts.ops``."""
+
+
 def build(access: Access) -> MCPServer:
     """The MCP server of ``/mcp`` with every tool registered."""
     server: MCPServer = MCPServer(
@@ -113,149 +243,6 @@ def build(access: Access) -> MCPServer:
     sessions = mcp_sessions.Sessions(access)
     tools = Tools(access, "mcp", render, sessions.target, elicit=True)
     server.middleware.append(ArgumentErrors(tools))
-    register(server, tools)
-    mcp_quill.register(server, tools)
-    mcp_sessions.register(server, tools, sessions)
+    optable.register(server, tools, MCP_TOOLS, said, sessions)
     plain_schemas(server)
     return server
-
-
-def register(server: MCPServer, tools: Tools) -> None:
-    """The six tools of the workspace tool."""
-
-    @server.tool(description=READ_FILE + COMMITTED_ONLY, annotations=READ_ONLY)
-    async def read_file(
-        ctx: Ctx,
-        path: FilePath,
-        head: Head = 0,
-        tail: Tail = 0,
-        offset: Offset = 1,
-        limit: Limit = 0,
-        line_numbers: LineNumbers = False,
-        char_offset: CharOffset = 0,
-        workspace: WorkspaceName = None,
-    ) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            result = await ws.read(
-                path,
-                head=head or None,
-                tail=tail or None,
-                offset=offset if offset > 1 else None,
-                limit=limit or None,
-                line_numbers=line_numbers,
-                char_offset=char_offset,
-            )
-            if result.kind == "directory":
-                raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {path}", {"path": path})
-            if result.content is None:
-                raise QuillError(ErrorCode.INVALID_ENCODING, "File contains invalid UTF-8 encoding")
-            return Done(texts.read_text(result), builtins(result))
-
-        return await tools.call(ctx, "read_file", go, path=path, workspace=workspace)
-
-    @server.tool(
-        description=(
-            "Create a file or completely replace its contents (UTF-8 text); missing parent "
-            "directories are created. This REPLACES the whole file: to add to a file, read it, "
-            "combine, and write the combined text (or use edit_file). An empty content creates "
-            "an empty file. Files are limited to 4 MiB by default. Returns the bytes written "
-            "and, over an existing file, the size of what it replaced; writing the content a "
-            "file already has answers 'No changes' (no new version)."
-        ),
-        annotations=WRITES,
-    )
-    async def write_file(
-        ctx: Ctx,
-        path: FilePath,
-        content: Annotated[str, Field(description="The complete new contents of the file")],
-        workspace: WorkspaceName = None,
-    ) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            result = await ws.write(path, content)
-            return Done(texts.write_text(path, result), builtins(result))
-
-        return await tools.call(ctx, "write_file", go, path=path, workspace=workspace)
-
-    @server.tool(
-        description=(
-            "List a directory: 'Contents of <path>:' then one line per entry, [DIR] name lines "
-            "first, then [FILE] name lines. An empty directory answers 'Directory is empty'. "
-            "At most 500 entries are shown a page: a longer listing ends with how many entries "
-            "there are and the after value to call again with for the next page."
-        ),
-        annotations=READ_ONLY,
-    )
-    async def list_directory(
-        ctx: Ctx,
-        path: DirPath,
-        after: Annotated[
-            str | None,
-            Field(
-                min_length=1,
-                description="Optional: the after value a listing's last line gives, to get "
-                "its next page",
-            ),
-        ] = None,
-        workspace: WorkspaceName = None,
-    ) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            listing = await ws.list(path, after=after)
-            return Done(texts.listing_text(path, listing, after), builtins(listing))
-
-        return await tools.call(ctx, "list_directory", go, path=path, workspace=workspace)
-
-    @server.tool(
-        description=(
-            "Create a directory and any missing parents (like mkdir -p). Succeeds if it already "
-            "exists; fails with 'Path exists but is not a directory' if a file is in the way."
-        ),
-        annotations=ADDS,
-    )
-    async def create_directory(ctx: Ctx, path: DirPath, workspace: WorkspaceName = None) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            result = await ws.mkdir(path)
-            verb = "Successfully created directory" if result.created else "Directory exists"
-            return Done(f"{verb}: {path}", builtins(result))
-
-        return await tools.call(ctx, "create_directory", go, path=path, workspace=workspace)
-
-    @server.tool(
-        description=(
-            "Metadata of a file or directory: Path, Type, Size (files), Permissions, owner, "
-            "Created/Modified/Accessed times in UTC, and Entries (directories)."
-        )
-        + COMMITTED_ONLY,
-        annotations=READ_ONLY,
-    )
-    async def get_file_info(ctx: Ctx, path: AnyPath, workspace: WorkspaceName = None) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            info = await ws.stat(path)
-            return Done(texts.file_info_text(path, info), builtins(info))
-
-        return await tools.call(ctx, "get_file_info", go, path=path, workspace=workspace)
-
-    @server.tool(
-        description=(
-            "Find files and directories whose path matches a glob, searching recursively from "
-            "a directory. Glob syntax: * (any characters but /), ** (any characters including "
-            "/), ? (one character), [abc] (a set), {a,b} (alternatives); e.g. **/*.json, *.log, "
-            "**/config. Answers 'Found N match(es)' and one [FILE] or [DIR] line per path "
-            "(newest first). node_modules, .git, dist, build, .venv, target, __pycache__ and "
-            "vendor are skipped."
-        ),
-        annotations=READ_ONLY,
-    )
-    async def search_files(
-        ctx: Ctx,
-        path: Annotated[str, Field(description="Directory to search from; . is the root")],
-        pattern: Annotated[str, Field(description="Glob pattern, e.g. **/*.txt")],
-        max_results: Annotated[
-            int, Field(ge=1, le=10_000, description="Most results to return (default 100)")
-        ] = 100,
-        workspace: WorkspaceName = None,
-    ) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            matches = await ws.glob(pattern, path, max_results=max_results)
-            return Done(texts.matches_text(pattern, path, matches), builtins(matches))
-
-        return await tools.call(ctx, "search_files", go, path=path, workspace=workspace)

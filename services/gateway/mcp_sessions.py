@@ -12,9 +12,9 @@ before. A pinned token reaches its own workspace only: it attaches nothing.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
@@ -23,8 +23,8 @@ from contracts import uris
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
 from quill.session import Session
+from services.gateway.optable import Arg, Tool
 from services.gateway.principals import Access, Principal
-from services.gateway.tooling import TOOL_OPS, Answer, Ctx, Done, Tools, builtins
 
 URI = Annotated[
     str,
@@ -71,12 +71,14 @@ class Sessions:
             session = self._open[key] = Session(ws.client, ws)
         return session
 
-    async def target(self, principal: Principal, tool: str, workspace: str | None) -> Workspace:
-        """The workspace a call of ``tool`` goes to.
+    async def target(
+        self, principal: Principal, op: str | None, workspace: str | None
+    ) -> Workspace:
+        """The workspace a call of ``op`` goes to (no op: the primary).
 
         Raises:
             QuillError: ``INVALID_ARGUMENT`` "Tool not found" when no workspace of the session
-                offers the tool; ``WORKSPACE_NOT_FOUND``/``FILE_NOT_FOUND`` for a workspace the
+                offers the op; ``WORKSPACE_NOT_FOUND``/``FILE_NOT_FOUND`` for a workspace the
                 caller may not reach or has not attached.
         """
         if workspace in (f"server:/{principal.name}", f"quill:/{principal.name}"):
@@ -84,7 +86,6 @@ class Sessions:
         if workspace and (principal.pinned or ":" not in workspace):
             return await self.access.workspace(principal, workspace)
         session = await self.session(principal)
-        op = TOOL_OPS.get(tool)
         if op is None:
             return session.primary
         ws = await session.resolve(op, workspace)
@@ -158,49 +159,51 @@ def listing_text(listing: rp.Attached, change: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def register(server: MCPServer, tools: Tools, sessions: Sessions) -> None:
-    """attach_workspace, detach_workspace, list_workspaces."""
+ARGS = (Arg("uri", URI), Arg("workspace", Primary, None))
+Change = Callable[[Sessions, Principal, str, str | None], Awaitable[rp.Attached]]
 
-    @server.tool(
-        description=(
-            "Attach another workspace to this session, by URI. Tools that name no workspace "
-            "use your own (primary) workspace when it offers them, else the first attached "
-            "workspace that does; any tool's workspace argument may name an attached "
-            "workspace by its URI."
-        ),
-        annotations=SESSION,
+
+def by_uri(name: str, op: str, description: str, done: str, change: Change) -> Tool:
+    """A tool that changes the session by a workspace's URI and answers its workspaces."""
+    return Tool(
+        name,
+        op,
+        description,
+        ARGS,
+        lambda a, listing: listing_text(listing, f"{done} {a.uri}"),
+        SESSION,
+        path="uri",
+        run=lambda sessions, principal, a: change(sessions, principal, a.uri, a.workspace),
     )
-    async def attach_workspace(ctx: Ctx, uri: URI, workspace: Primary = None) -> Answer:
-        async def go(principal: Principal) -> Done:
-            listing = await sessions.attach(principal, uri, workspace)
-            return Done(listing_text(listing, f"Attached {uri}"), builtins(listing))
 
-        return await tools.run(ctx, "attach_workspace", go, path=uri, workspace=workspace)
 
-    @server.tool(
-        description=(
-            "Detach a workspace from this session, by the URI it was attached as; tools stop "
-            "using it (its files stay as they are)."
-        ),
-        annotations=SESSION,
-    )
-    async def detach_workspace(ctx: Ctx, uri: URI, workspace: Primary = None) -> Answer:
-        async def go(principal: Principal) -> Done:
-            listing = await sessions.detach(principal, uri, workspace)
-            return Done(listing_text(listing, f"Detached {uri}"), builtins(listing))
-
-        return await tools.run(ctx, "detach_workspace", go, path=uri, workspace=workspace)
-
-    @server.tool(
-        description=(
-            "This session's workspaces: your own (primary) and the attached ones, in the order "
-            "tools that name no workspace try them."
-        ),
-        annotations=LISTING,
-    )
-    async def list_workspaces(ctx: Ctx, workspace: Primary = None) -> Answer:
-        async def go(principal: Principal) -> Done:
-            listing = await sessions.workspaces(principal, workspace)
-            return Done(listing_text(listing), builtins(listing))
-
-        return await tools.run(ctx, "list_workspaces", go, workspace=workspace)
+TOOLS = (
+    by_uri(
+        "attach_workspace",
+        "cmd.attach",
+        "Attach another workspace to this session, by URI. Tools that name no workspace use "
+        "your own (primary) workspace when it offers them, else the first attached workspace "
+        "that does; any tool's workspace argument may name an attached workspace by its URI.",
+        "Attached",
+        Sessions.attach,
+    ),
+    by_uri(
+        "detach_workspace",
+        "cmd.detach",
+        "Detach a workspace from this session, by the URI it was attached as; tools stop "
+        "using it (its files stay as they are).",
+        "Detached",
+        Sessions.detach,
+    ),
+    Tool(
+        "list_workspaces",
+        "qry.attached",
+        "This session's workspaces: your own (primary) and the attached ones, in the order "
+        "tools that name no workspace try them.",
+        ARGS[1:],
+        lambda a, listing: listing_text(listing),
+        LISTING,
+        run=lambda sessions, principal, a: sessions.workspaces(principal, a.workspace),
+    ),
+)
+"""attach_workspace, detach_workspace, list_workspaces: on the caller's session (``run``)."""

@@ -4,6 +4,11 @@
 000's wording). Rows are keyed by ``(code, tool)``; ``"*"`` matches any code or any tool. The
 most specific row wins: ``(code, tool)``, then ``(code, "*")``, then ``("*", tool)``, then
 ``("*", "*")``. A workspace the caller may not reach reads as the tool's own "not found".
+
+Why one module of ~500 lines: everything a model reads (each tool's answer, every error) is
+here, so that the wording is reviewed and kept consistent in one place, and the tool tables
+(``mcp_files``, ``mcp_quill``) only point at it; split by tool, one voice would be scattered
+over a dozen files that each hold a few lines.
 """
 
 from __future__ import annotations
@@ -127,6 +132,64 @@ def unchanged_text(path: str, what: str, file_version: int) -> str:
         f"No changes: {path} is as it was after {what} (file version {file_version}); no new "
         "version was made"
     )
+
+
+def mkdir_text(path: str, r: rp.DirectoryMade) -> str:
+    """``create_directory``'s answer: made, or already there."""
+    verb = "Successfully created directory" if r.created else "Directory exists"
+    return f"{verb}: {path}"
+
+
+def edited_text(path: str, r: rp.FileEdited) -> str:
+    """``edit_file``'s answer: how many replacements and lines, or no change."""
+    if not r.committed:
+        return unchanged_text(path, "the edit", r.file_version)
+    return (
+        f"Edited {path}: {plural(r.replacements, 'replacement')}, "
+        f"{plural(r.lines_changed, 'line')} changed (file version {r.file_version})"
+    )
+
+
+def modified_text(path: str, r: rp.FileModified) -> str:
+    """``modify_file``'s answer: operations, regex replacements, lines before and after."""
+    if not r.committed:
+        return unchanged_text(path, plural(r.operations, "operation"), r.file_version)
+    return (
+        f"Modified {path}: {plural(r.operations, 'operation')}, "
+        f"{plural(r.replacements, 'regex replacement')}, {r.lines_before} -> "
+        f"{r.lines_after} lines (file version {r.file_version})"
+    )
+
+
+def deleted_text(path: str, r: rp.PathDeleted) -> str:
+    """``delete_file``'s answer."""
+    return f"Deleted {path} ({plural(r.deleted, 'entry')} removed)"
+
+
+def moved_text(r: rp.PathMoved) -> str:
+    """``move_file``'s answer."""
+    return f"Moved {r.path} to {r.to} ({plural(r.moved, 'entry')})"
+
+
+def diff_text(path: str | None, r: rp.Diff) -> str:
+    """``diff``'s answer: the unified diff, or that nothing changed."""
+    if not r.files:
+        return f"No changes between version {r.from_version} and {r.to_version}"
+    text = (
+        f"Diff of {path or 'the workspace'} from version {r.from_version} to "
+        f"{r.to_version} ({plural(len(r.files), 'file')} changed):\n\n{r.diff}"
+    )
+    if r.truncated:
+        text += "\n\n(diff truncated at the read limit: diff one file at a time)"
+    return text
+
+
+def restored_text(path: str | None, version: int, r: rp.Restored) -> str:
+    """``restore``'s answer: how many paths changed, or that none had to."""
+    what = path or "the workspace"
+    if r.committed:
+        return f"Restored {what} to version {version}: {plural(r.changed_total, 'path')} changed"
+    return f"Nothing to restore: {what} is already as it was at version {version}"
 
 
 def file_info_text(path: str, info: rp.FileInfo) -> str:

@@ -22,6 +22,7 @@ import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, InputRequiredResult, TextContent
 
+from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
 from services.gateway import approvals
@@ -33,31 +34,8 @@ log = logging.getLogger("quill.gateway")
 Ctx = Context[Any, Any]
 Answer = CallToolResult | InputRequiredResult
 """A tool's answer: its result, or (2026-07-28) a question for the client's user first."""
-TOOL_OPS: dict[str, str] = {
-    "read_file": "qry.read",
-    "write_file": "cmd.write",
-    "list_directory": "qry.list",
-    "create_directory": "cmd.mkdir",
-    "get_file_info": "qry.stat",
-    "search_files": "qry.glob",
-    "edit_file": "cmd.edit",
-    "modify_file": "cmd.modify",
-    "grep": "qry.grep",
-    "explore_files": "qry.explore",
-    "delete_file": "cmd.delete",
-    "move_file": "cmd.move",
-    "file_history": "qry.history",
-    "diff": "qry.diff",
-    "restore": "cmd.restore",
-    "get_workspace_info": "qry.info",
-    "execute_command": "exec.run",
-    "bash": "exec.run",
-    "read_command_output": "exec.output",
-    "git": "exec.git",
-}
-"""The op each ``/mcp`` tool needs a workspace to offer (``WorkspaceInfo.capabilities``)."""
-Route = Callable[[Principal, str, str | None], Awaitable[Workspace]]
-"""``(principal, tool, workspace named or None)`` → the workspace the call goes to."""
+Route = Callable[[Principal, str | None, str | None], Awaitable[Workspace]]
+"""``(principal, op, workspace named or None)`` → the workspace a call of ``op`` goes to."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +60,19 @@ def answer(text: str, data: Any, *, is_error: bool = False) -> CallToolResult:
     return CallToolResult(
         content=[TextContent(type="text", text=text)], structured_content=data, is_error=is_error
     )
+
+
+def text_read(result: rp.FileContent, path: str) -> rp.FileContent:
+    """A read that has text: the tools read files only as text.
+
+    Raises:
+        QuillError: ``NOT_A_FILE`` for a directory, ``INVALID_ENCODING`` for a binary file.
+    """
+    if result.kind == "directory":
+        raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {path}", {"path": path})
+    if result.content is None:
+        raise QuillError(ErrorCode.INVALID_ENCODING, "File contains invalid UTF-8 encoding")
+    return result
 
 
 def converted(value: Any, kind: Any, what: str) -> Any:
@@ -123,7 +114,7 @@ class Tools:
         elicit: bool = False,
     ) -> None:
         self.access, self.kind, self.render = access, kind, render
-        self.route = route or (lambda principal, tool, name: access.workspace(principal, name))
+        self.route = route or (lambda principal, op, name: access.workspace(principal, name))
         self.elicit = elicit
         """Ask the client's user about calls parked for approval (where it can be asked)."""
 
@@ -165,11 +156,12 @@ class Tools:
         tool: str,
         body: Callable[[Workspace], Awaitable[Done]],
         *,
+        op: str | None = None,
         path: str | None = None,
         workspace: str | None = None,
         detail: str | None = None,
     ) -> Answer:
-        """Run ``body`` on the workspace the call goes to (``route``); on an endpoint that
+        """Run ``body`` on the workspace a call of ``op`` goes to (``route``); on an endpoint that
         elicits, a call parked for approval is put to the client's user first (``detail``:
         what else the user should see, such as the command line)."""
 
@@ -180,13 +172,13 @@ class Tools:
                 ws = (await self.access.workspace(principal)).client.workspace(parked.workspace)
                 await approvals.decide(principal, ws, parked, accepted, reason)
                 return await body(approvals.again(ws, parked.approval_id))
-            ws = await self.route(principal, tool, workspace)
+            ws = await self.route(principal, op, workspace)
             try:
                 return await body(ws)
             except QuillError as exc:
                 if exc.code != ErrorCode.APPROVAL_REQUIRED or not self.elicit:
                     raise
-                what = approvals.Asked(tool, TOOL_OPS.get(tool), path, detail)
+                what = approvals.Asked(tool, op, path, detail)
                 asked = await approvals.ask(ctx, principal, ws, what, exc)
                 if asked is None:
                     raise

@@ -2,7 +2,7 @@
 
 Each tool answers WAP's response object, JSON-encoded as its text and as ``structuredContent``;
 a failure answers WAP's ``{"error", "code", "details"}`` the same way, with ``isError: true``.
-``executeCommand`` is not offered (Quill has no executor yet).
+The tools are the rows of ``TOOLS``, served by ``optable``.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field, WithJsonSchema
 
+from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import ROOT_DIR, normalize, parent
 from contracts.requests import ModifyOperation
 from quill.client import Workspace
-from services.gateway import VERSION, texts
+from services.gateway import VERSION, optable, texts
+from services.gateway.optable import Arg, Args, Tool
 from services.gateway.principals import Access
 from services.gateway.tooling import (
-    Answer,
     ArgumentErrors,
-    Ctx,
     Done,
     Failure,
     Tools,
@@ -32,6 +32,7 @@ from services.gateway.tooling import (
     converted,
     error_data,
     plain_schemas,
+    text_read,
 )
 
 CODES: dict[str, str] = {ErrorCode.ACCESS_DENIED: "PERMISSION_DENIED"}
@@ -104,7 +105,8 @@ def render(failure: Failure) -> CallToolResult:
     return answer(json.dumps(data), data, is_error=True)
 
 
-def reply(data: dict[str, Any]) -> Done:
+def reply(data: dict[str, Any], result: Any = None) -> Done:
+    """WAP's answer: its response object, as JSON text and as structured content."""
     return Done(json.dumps(data), data)
 
 
@@ -128,6 +130,217 @@ def wap_operations(items: list[dict[str, Any]]) -> list[ModifyOperation]:
     return result
 
 
+def explored(a: Args, r: rp.Tree) -> dict[str, Any]:
+    files = []
+    for e in r.entries:
+        item: dict[str, Any] = {"path": e.path, "isDirectory": e.kind == "directory"}
+        if a.returnMetadata:
+            item["metadata"] = metadata(e.path, e.size or 0, e.kind == "directory", e.modified)
+        files.append(item)
+    return {"files": files, "isTruncated": r.truncated, "totalFound": r.total}
+
+
+def lines(a: Args) -> tuple[int, int | None]:
+    """``startLine``..``endLine`` as the first line and how many (None: to the end).
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for an end before the start.
+    """
+    start = a.startLine or 1
+    if a.endLine is not None and a.endLine < start:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "endLine is before startLine")
+    return start, None if a.endLine is None else a.endLine - start + 1
+
+
+async def read_lines(ws: Workspace, a: Args) -> rp.FileContent:
+    start, limit = lines(a)
+    return await ws.read(a.path, offset=start, limit=limit)
+
+
+def read(a: Args, r: rp.FileContent) -> dict[str, Any]:
+    text_read(r, a.path)
+    start, limit = lines(a)
+    available = max(r.total_lines - start + 1, 0)
+    wanted = available if limit is None else min(limit, available)
+    return {
+        "content": r.content,
+        "metadata": metadata(r.path, r.size, False, r.modified),
+        "isTruncated": r.truncated and r.returned_lines < wanted,
+        "totalLines": r.total_lines,
+        "returnedLines": r.returned_lines,
+    }
+
+
+async def search(ws: Workspace, a: Args) -> dict[str, Any]:
+    """WAP's search: a grep of each of ``paths`` (``recursive`` false: only the files right in
+    it), the matches together."""
+    matches: list[dict[str, Any]] = []
+    total, truncated = 0, False
+    for where in a.paths:
+        r = await ws.grep(
+            a.query,
+            where,
+            literal=a.type == "literal",
+            exclude=a.excludePatterns,
+            context_lines=a.contextLines,
+        )
+        found = r.matches
+        if not a.recursive:
+            top = normalize(where)
+            found = [m for m in found if parent(m.path) == top or m.path == top]
+        total += r.total if a.recursive else len(found)
+        truncated = truncated or r.truncated
+        matches += [
+            {
+                "path": m.path,
+                "line": m.line,
+                "matchText": m.text,
+                "contextBefore": m.before,
+                "contextAfter": m.after,
+            }
+            for m in found
+        ]
+    return {"matches": matches, "isTruncated": truncated, "totalMatches": total}
+
+
+def executed(a: Args, r: rp.CommandResult) -> dict[str, Any]:
+    return {
+        "stdout": texts.head_and_tail(r.stdout, r.stdout_tail, r.stdout_omitted_bytes),
+        "stderr": texts.head_and_tail(r.stderr, r.stderr_tail, r.stderr_omitted_bytes),
+        "exitCode": r.exit_code,
+        "isOutputTruncated": r.stdout_truncated or r.stderr_truncated,
+        "durationMs": r.duration_ms,
+        "timedOut": r.timed_out,
+        "version": r.changes.version,
+    }
+
+
+def info(a: Args, r: rp.WorkspaceInfo) -> dict[str, Any]:
+    limits = {
+        "maxFileSize": r.limits.max_file_bytes,
+        "maxDirectoryEntries": r.limits.max_directory_entries,
+        "maxSearchResults": r.limits.max_search_results,
+        "maxOutputSize": r.limits.max_output_bytes,
+    }
+    return {"root": r.root, "defaultExclusions": r.default_exclusions, "limits": limits}
+
+
+WS = Arg("workspace", WorkspaceName, None)
+TOOLS = (
+    Tool(
+        "exploreFiles",
+        "qry.explore",
+        "Lists files and directories in a path, optionally recursively (maxDepth levels, "
+        "default 3). Returns {files: [{path, isDirectory, metadata?}], isTruncated, "
+        "totalFound}; default exclusions (node_modules, .git...) apply.",
+        (
+            Arg("path", Path),
+            Arg("recursive", bool, False),
+            Arg("excludePatterns", Excludes, None, to="exclude"),
+            Arg("maxDepth", Annotated[int, Field(ge=1, le=100)], 3, to="max_depth"),
+            Arg("returnMetadata", bool, False, to="metadata"),
+            WS,
+        ),
+        explored,
+    ),
+    Tool(
+        "readFile",
+        "qry.read",
+        "Reads a text file, whole or lines startLine..endLine (1-indexed, inclusive). "
+        "Returns {content, metadata, isTruncated, totalLines, returnedLines}; isTruncated "
+        "means a size limit (2000 lines / 256 KiB) cut the content short.",
+        (
+            Arg("path", Path),
+            Arg("startLine", Annotated[int | None, Field(ge=1)], None),
+            Arg("endLine", Annotated[int | None, Field(ge=1)], None),
+            WS,
+        ),
+        read,
+        call=read_lines,
+    ),
+    Tool(
+        "writeFile",
+        "cmd.write",
+        "Writes content to a file: mode overwrite (default), create (fails if it exists) "
+        "or append. Parent directories are created unless createDirectories is false. "
+        "Returns {success, path, bytesWritten}.",
+        (
+            Arg("path", Path),
+            Arg("content", str),
+            Arg("mode", Literal["create", "overwrite", "append"], "overwrite"),
+            Arg("createDirectories", bool, True, to="create_parents"),
+            WS,
+        ),
+        lambda a, r: {"success": True, "path": r.path, "bytesWritten": r.bytes_written},
+    ),
+    Tool(
+        "modifyFile",
+        "cmd.modify",
+        "Targeted changes to a file, all or nothing: replace/delete lines "
+        "startLine..endLine, insert newContent after afterLine (0: at the top), or "
+        "regexReplace pattern with replacement ($1 names a group; flags g i m s x). Line "
+        "numbers refer to the file before the call. Returns {success, path}.",
+        (
+            Arg("path", Path),
+            Arg(
+                "operations",
+                Annotated[list[dict[str, Any]], WithJsonSchema(OPERATION_SCHEMA)],
+                send=wap_operations,
+            ),
+            WS,
+        ),
+        lambda a, r: {"success": True, "path": r.path},
+    ),
+    Tool(
+        "searchFiles",
+        "qry.grep",
+        "Searches file contents under each of paths for query, a regex or literal text. "
+        "Returns {matches: [{path, line, matchText, contextBefore, contextAfter}], "
+        "isTruncated, totalMatches}.",
+        (
+            Arg("paths", Annotated[list[str], Field(min_length=1, max_length=100)]),
+            Arg("query", Annotated[str, Field(min_length=1)]),
+            Arg("type", Literal["regex", "literal"]),
+            Arg("recursive", bool, True),
+            Arg("excludePatterns", Excludes, None),
+            Arg("contextLines", Annotated[int, Field(ge=0, le=50)], 0),
+            WS,
+        ),
+        lambda a, data: data,
+        path=None,  # WAP's errors name no path
+        call=search,
+    ),
+    Tool(
+        "executeCommand",
+        "exec.run",
+        "Executes a shell command in the workspace (bash, in a sandbox without network; "
+        "default working directory: the workspace root; timeout in ms, default 30000). "
+        "Returns {stdout, stderr, exitCode, isOutputTruncated, durationMs}; a non-zero "
+        "exitCode is not an error. Files it changes become a new workspace version.",
+        (
+            Arg("command", Annotated[str, Field(min_length=1)]),
+            Arg("workingDirectory", str, "", to="workdir"),
+            Arg("timeout", Annotated[int | None, Field(ge=1, le=600_000)], None, to="timeout_ms"),
+            Arg("environment", dict[str, str] | None, None, to="env"),
+            WS,
+        ),
+        executed,
+        path="workingDirectory",
+    ),
+    Tool(
+        "getWorkspaceInfo",
+        "qry.info",
+        "Workspace root, default exclusion patterns and limits: {root, defaultExclusions, "
+        "limits: {maxFileSize, maxDirectoryEntries, maxSearchResults, maxOutputSize}}.",
+        (WS,),
+        info,
+    ),
+)
+"""WAP's tools; ``readFile`` and ``searchFiles`` are not one call of their op (``call``)."""
+TOOL_OPS = optable.ops_of(TOOLS)
+"""The op each ``/mcp/wap`` tool is."""
+
+
 def build(access: Access) -> MCPServer:
     """The MCP server of ``/mcp/wap``."""
     server: MCPServer = MCPServer(
@@ -139,231 +352,6 @@ def build(access: Access) -> MCPServer:
     )
     tools = Tools(access, "wap", render)
     server.middleware.append(ArgumentErrors(tools))
-
-    @server.tool(
-        name="exploreFiles",
-        description=(
-            "Lists files and directories in a path, optionally recursively (maxDepth levels, "
-            "default 3). Returns {files: [{path, isDirectory, metadata?}], isTruncated, "
-            "totalFound}; default exclusions (node_modules, .git...) apply."
-        ),
-    )
-    async def explore_files(
-        ctx: Ctx,
-        path: Path,
-        recursive: bool = False,
-        excludePatterns: Excludes = None,  # noqa: N803 - WAP's parameter names
-        maxDepth: Annotated[int, Field(ge=1, le=100)] = 3,  # noqa: N803
-        returnMetadata: bool = False,  # noqa: N803
-        workspace: WorkspaceName = None,
-    ) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            r = await ws.explore(
-                path,
-                recursive=recursive,
-                max_depth=maxDepth,
-                exclude=excludePatterns,
-                metadata=returnMetadata,
-            )
-            files = []
-            for e in r.entries:
-                item: dict[str, Any] = {"path": e.path, "isDirectory": e.kind == "directory"}
-                if returnMetadata:
-                    item["metadata"] = metadata(
-                        e.path, e.size or 0, e.kind == "directory", e.modified
-                    )
-                files.append(item)
-            return reply({"files": files, "isTruncated": r.truncated, "totalFound": r.total})
-
-        return await tools.call(ctx, "exploreFiles", go, path=path, workspace=workspace)
-
-    @server.tool(
-        name="readFile",
-        description=(
-            "Reads a text file, whole or lines startLine..endLine (1-indexed, inclusive). "
-            "Returns {content, metadata, isTruncated, totalLines, returnedLines}; isTruncated "
-            "means a size limit (2000 lines / 256 KiB) cut the content short."
-        ),
-    )
-    async def read_file(
-        ctx: Ctx,
-        path: Path,
-        startLine: Annotated[int | None, Field(ge=1)] = None,  # noqa: N803
-        endLine: Annotated[int | None, Field(ge=1)] = None,  # noqa: N803
-        workspace: WorkspaceName = None,
-    ) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            start = startLine or 1
-            if endLine is not None and endLine < start:
-                raise QuillError(ErrorCode.INVALID_ARGUMENT, "endLine is before startLine")
-            limit = None if endLine is None else endLine - start + 1
-            r = await ws.read(path, offset=start, limit=limit)
-            if r.kind == "directory":
-                raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {path}", {"path": path})
-            if r.content is None:
-                raise QuillError(ErrorCode.INVALID_ENCODING, "File contains invalid UTF-8 encoding")
-            available = max(r.total_lines - start + 1, 0)
-            wanted = available if limit is None else min(limit, available)
-            return reply(
-                {
-                    "content": r.content,
-                    "metadata": metadata(r.path, r.size, False, r.modified),
-                    "isTruncated": r.truncated and r.returned_lines < wanted,
-                    "totalLines": r.total_lines,
-                    "returnedLines": r.returned_lines,
-                }
-            )
-
-        return await tools.call(ctx, "readFile", go, path=path, workspace=workspace)
-
-    @server.tool(
-        name="writeFile",
-        description=(
-            "Writes content to a file: mode overwrite (default), create (fails if it exists) "
-            "or append. Parent directories are created unless createDirectories is false. "
-            "Returns {success, path, bytesWritten}."
-        ),
-    )
-    async def write_file(
-        ctx: Ctx,
-        path: Path,
-        content: str,
-        mode: Literal["create", "overwrite", "append"] = "overwrite",
-        createDirectories: bool = True,  # noqa: N803
-        workspace: WorkspaceName = None,
-    ) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            r = await ws.write(path, content, mode=mode, create_parents=createDirectories)
-            return reply({"success": True, "path": r.path, "bytesWritten": r.bytes_written})
-
-        return await tools.call(ctx, "writeFile", go, path=path, workspace=workspace)
-
-    @server.tool(
-        name="modifyFile",
-        description=(
-            "Targeted changes to a file, all or nothing: replace/delete lines "
-            "startLine..endLine, insert newContent after afterLine (0: at the top), or "
-            "regexReplace pattern with replacement ($1 names a group; flags g i m s x). Line "
-            "numbers refer to the file before the call. Returns {success, path}."
-        ),
-    )
-    async def modify_file(
-        ctx: Ctx,
-        path: Path,
-        operations: Annotated[list[dict[str, Any]], WithJsonSchema(OPERATION_SCHEMA)],
-        workspace: WorkspaceName = None,
-    ) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            r = await ws.modify(path, wap_operations(operations))
-            return reply({"success": True, "path": r.path})
-
-        return await tools.call(ctx, "modifyFile", go, path=path, workspace=workspace)
-
-    @server.tool(
-        name="searchFiles",
-        description=(
-            "Searches file contents under each of paths for query, a regex or literal text. "
-            "Returns {matches: [{path, line, matchText, contextBefore, contextAfter}], "
-            "isTruncated, totalMatches}."
-        ),
-    )
-    async def search_files(
-        ctx: Ctx,
-        paths: Annotated[list[str], Field(min_length=1, max_length=100)],
-        query: Annotated[str, Field(min_length=1)],
-        type: Literal["regex", "literal"],
-        recursive: bool = True,
-        excludePatterns: Excludes = None,  # noqa: N803
-        contextLines: Annotated[int, Field(ge=0, le=50)] = 0,  # noqa: N803
-        workspace: WorkspaceName = None,
-    ) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            matches: list[dict[str, Any]] = []
-            total, truncated = 0, False
-            for where in paths:
-                r = await ws.grep(
-                    query,
-                    where,
-                    literal=type == "literal",
-                    exclude=excludePatterns,
-                    context_lines=contextLines,
-                )
-                found = r.matches
-                if not recursive:
-                    top = normalize(where)
-                    found = [m for m in found if parent(m.path) == top or m.path == top]
-                total += r.total if recursive else len(found)
-                truncated = truncated or r.truncated
-                matches += [
-                    {
-                        "path": m.path,
-                        "line": m.line,
-                        "matchText": m.text,
-                        "contextBefore": m.before,
-                        "contextAfter": m.after,
-                    }
-                    for m in found
-                ]
-            return reply({"matches": matches, "isTruncated": truncated, "totalMatches": total})
-
-        return await tools.call(ctx, "searchFiles", go, path=paths[0], workspace=workspace)
-
-    @server.tool(
-        name="executeCommand",
-        description=(
-            "Executes a shell command in the workspace (bash, in a sandbox without network; "
-            "default working directory: the workspace root; timeout in ms, default 30000). "
-            "Returns {stdout, stderr, exitCode, isOutputTruncated, durationMs}; a non-zero "
-            "exitCode is not an error. Files it changes become a new workspace version."
-        ),
-    )
-    async def execute_command(
-        ctx: Ctx,
-        command: Annotated[str, Field(min_length=1)],
-        workingDirectory: str = "",  # noqa: N803 - WAP's parameter names
-        timeout: Annotated[int | None, Field(ge=1, le=600_000)] = None,
-        environment: dict[str, str] | None = None,
-        workspace: WorkspaceName = None,
-    ) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            r = await ws.exec(
-                command, workdir=workingDirectory, timeout_ms=timeout, env=environment
-            )
-            return reply(
-                {
-                    "stdout": texts.head_and_tail(r.stdout, r.stdout_tail, r.stdout_omitted_bytes),
-                    "stderr": texts.head_and_tail(r.stderr, r.stderr_tail, r.stderr_omitted_bytes),
-                    "exitCode": r.exit_code,
-                    "isOutputTruncated": r.stdout_truncated or r.stderr_truncated,
-                    "durationMs": r.duration_ms,
-                    "timedOut": r.timed_out,
-                    "version": r.changes.version,
-                }
-            )
-
-        path = workingDirectory or None
-        return await tools.call(ctx, "executeCommand", go, path=path, workspace=workspace)
-
-    @server.tool(
-        name="getWorkspaceInfo",
-        description=(
-            "Workspace root, default exclusion patterns and limits: {root, defaultExclusions, "
-            "limits: {maxFileSize, maxDirectoryEntries, maxSearchResults, maxOutputSize}}."
-        ),
-    )
-    async def get_workspace_info(ctx: Ctx, workspace: WorkspaceName = None) -> Answer:
-        async def go(ws: Workspace) -> Done:
-            r = await ws.info()
-            limits = {
-                "maxFileSize": r.limits.max_file_bytes,
-                "maxDirectoryEntries": r.limits.max_directory_entries,
-                "maxSearchResults": r.limits.max_search_results,
-                "maxOutputSize": r.limits.max_output_bytes,
-            }
-            data = {"root": r.root, "defaultExclusions": r.default_exclusions, "limits": limits}
-            return reply(data)
-
-        return await tools.call(ctx, "getWorkspaceInfo", go, workspace=workspace)
-
+    optable.register(server, tools, TOOLS, reply)
     plain_schemas(server)
     return server

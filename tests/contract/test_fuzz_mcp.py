@@ -20,6 +20,8 @@ from mcp import Client
 
 from contracts.errors import ErrorCode as E
 from contracts.ops import OPS, OpSpec
+from services.gateway import mcp_files
+from services.gateway import wap as wap_tools
 from tests.contract.conftest import (
     ANSWER_S,
     LEDGER,
@@ -40,42 +42,9 @@ EXAMPLES = examples(10)
 WORKSPACE = "default/default"
 """Where the gateway without ``--tokens`` sends every tool call."""
 
-TOOL_OPS: dict[str, str] = {
-    "read_file": "qry.read",
-    "write_file": "cmd.write",
-    "list_directory": "qry.list",
-    "create_directory": "cmd.mkdir",
-    "get_file_info": "qry.stat",
-    "search_files": "qry.glob",
-    "edit_file": "cmd.edit",
-    "modify_file": "cmd.modify",
-    "grep": "qry.grep",
-    "explore_files": "qry.explore",
-    "delete_file": "cmd.delete",
-    "move_file": "cmd.move",
-    "file_history": "qry.history",
-    "diff": "qry.diff",
-    "restore": "cmd.restore",
-    "get_workspace_info": "qry.info",
-    "execute_command": "exec.run",
-    "bash": "exec.run",
-    "read_command_output": "exec.output",
-    "git": "exec.git",
-    "attach_workspace": "cmd.attach",
-    "detach_workspace": "cmd.detach",
-    "list_workspaces": "qry.attached",
-}
+TOOL_OPS = mcp_files.TOOL_OPS
 """Each tool and the op it is (docs/gateway.md), whose documented errors it may answer."""
-
-WAP_TOOL_OPS: dict[str, str] = {
-    "exploreFiles": "qry.explore",
-    "readFile": "qry.read",
-    "writeFile": "cmd.write",
-    "modifyFile": "cmd.modify",
-    "searchFiles": "qry.grep",
-    "executeCommand": "exec.run",
-    "getWorkspaceInfo": "qry.info",
-}
+WAP_TOOL_OPS = wap_tools.TOOL_OPS
 """The tools at ``/mcp/wap`` and their ops."""
 
 
