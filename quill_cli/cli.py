@@ -16,6 +16,7 @@ import click
 
 from quill_cli.commands import (
     admin,
+    call,
     cluster,
     files,
     history,
@@ -27,7 +28,7 @@ from quill_cli.commands import (
 )
 from quill_cli.common import DURATION
 
-GROUPS = (files, search, history, sandbox, runs, replay, admin, services, cluster)
+GROUPS = (files, search, history, sandbox, runs, call, replay, admin, services, cluster)
 """The modules whose commands ``quill`` offers (listed by name in its help, whatever the
 order here)."""
 

@@ -176,9 +176,7 @@ async def commit(
     )
     apply_id = changes_id(origin.request_id)
     try:
-        version, applied = await view.request(
-            "cmd", tenant, workspace, "apply", request, rp.ChangesApplied, request_id=apply_id
-        )
+        version, applied = await view.send(tenant, workspace, request, request_id=apply_id)
     except QuillError as exc:
         checkout.reset()  # its tree holds changes the log does not: start over from the log
         return result(False, base, [], [], error=f"{exc.code}: {exc.message}")

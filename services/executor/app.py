@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import IO, Any
 
 from nats.aio.client import Client as NATS
@@ -31,17 +31,18 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from contracts import codec
+from contracts import ops as registry
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.subjects import QUEUE_EXECUTOR
+from contracts.subjects import QUEUE_EXECUTOR, Address, Origin
 from infra import bus
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
 from infra.entry import Incoming, parse, reject
 from infra.exec import sandbox
-from infra.exec.answer import answer_exec, received
+from infra.exec.answer import Job, answer_exec, received
 from infra.exec.git import Credentials
 from infra.runtime import (
     Auditor,
@@ -104,6 +105,19 @@ class Executor:
             secrets=secrets_from_env(),
             scratch=settings.data_dir / "scratch",
         )
+        commands = self.commands
+        self.ops: dict[str, Callable[[Address, Origin, Any, Job, dict[str, Any]], Awaitable[Any]]]
+        self.ops = registry.table(
+            "exec",
+            {
+                "run": commands.run,
+                "git": lambda address, origin, req, _job, details: commands.git(
+                    address, origin, req, details
+                ),
+            },
+            served_elsewhere=("output",),  # a read of kept output: no slot, no checkout
+        )
+        """The ops that run in a checkout, by name (``contracts/ops.py`` checks the table)."""
         self._subs: list[Subscription] = []
         self._lock: IO[str] | None = None
         self.runs = 0
@@ -194,14 +208,12 @@ class Executor:
         details: dict[str, Any] = {}
 
         async def work() -> tuple[int, rp.CommandResult | rp.GitResult]:
-            await (
-                self.checkouts.room()
-            )  # a disk short of its reserve refuses at once, not after a wait
+            await self.checkouts.room()  # a disk short of its reserve refuses at once
             await self.slots.wait(ticket)  # heartbeats go on meanwhile
-            if isinstance(request, rq.RunCommand):
-                return await self.commands.run(address, origin, request, job, details)
-            assert isinstance(request, rq.GitCommand)
-            return await self.commands.git(address, origin, request, details)
+            run = self.ops[registry.of_request(request).name]
+            result: tuple[int, rp.CommandResult | rp.GitResult]
+            result = await run(address, origin, request, job, details)
+            return result
 
         await answer_exec(
             incoming, job, self.auditor, address, origin, work, details,

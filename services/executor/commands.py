@@ -85,17 +85,8 @@ class Commands:
                 {"trust": "restricted"},
             )
         view = self.quill.as_actor(origin.actor, session=origin.session, run=origin.run)
-        body = rq.RequestApproval(op=op, summary=summary[:4096])
-        await view.request(
-            "cmd",
-            address.tenant,
-            address.workspace,
-            "request_approval",
-            body,
-            rp.ApprovalResult,
-            request_id=origin.request_id,
-            wait_ms=origin.wait_ms,
-        )
+        ws = view.workspace(f"{address.tenant}/{address.workspace}")
+        await ws.request_approval(op, summary, request_id=origin.request_id, wait_ms=origin.wait_ms)
 
     def _workdir(self, checkout: Checkout, workdir: str) -> str:
         path = normalize(workdir)
