@@ -221,10 +221,8 @@ class CompactionManifest(msgspec.Struct, frozen=True, kw_only=True):
     command (``ChangesCommitted.uncommitted``) and still so."""
 
 
-WorkspaceEvent = (
-    WorkspaceCreated
-    | ChangesCommitted
-    | RunStarted
+ControlEvent = (
+    RunStarted
     | RunEnded
     | LockAcquired
     | LockReleased
@@ -233,8 +231,10 @@ WorkspaceEvent = (
     | ApprovalDecided
     | WorkspaceAttached
     | WorkspaceDetached
-    | HistoryCompacted
 )
+"""The events that change a workspace's controls (runs, lock, trust, approvals, attachments)."""
+
+WorkspaceEvent = WorkspaceCreated | ChangesCommitted | ControlEvent | HistoryCompacted
 
 
 # ---------------------------------------------------------------- notifications

@@ -9,43 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import get_args
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import (
     ApprovalDecided,
     ApprovalRequested,
+    ControlEvent,
     LockAcquired,
     LockReleased,
     RunEnded,
     RunStarted,
-    TrustChanged,
     WorkspaceAttached,
     WorkspaceDetached,
 )
 
-ControlEvent = (
-    RunStarted
-    | RunEnded
-    | LockAcquired
-    | LockReleased
-    | TrustChanged
-    | ApprovalRequested
-    | ApprovalDecided
-    | WorkspaceAttached
-    | WorkspaceDetached
-)
-CONTROL_EVENTS = (
-    RunStarted,
-    RunEnded,
-    LockAcquired,
-    LockReleased,
-    TrustChanged,
-    ApprovalRequested,
-    ApprovalDecided,
-    WorkspaceAttached,
-    WorkspaceDetached,
-)
+CONTROL_EVENTS = get_args(ControlEvent)
+"""The control event types, for ``isinstance``."""
 DECIDED_KEPT = 1000
 """Decided approvals remembered per workspace (a retried request finds its decision)."""
 

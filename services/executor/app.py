@@ -105,16 +105,10 @@ class Executor:
             secrets=secrets_from_env(),
             scratch=settings.data_dir / "scratch",
         )
-        commands = self.commands
         self.ops: dict[str, Callable[[Address, Origin, Any, Job, dict[str, Any]], Awaitable[Any]]]
         self.ops = registry.table(
             "exec",
-            {
-                "run": commands.run,
-                "git": lambda address, origin, req, _job, details: commands.git(
-                    address, origin, req, details
-                ),
-            },
+            {"run": self.commands.run, "git": self.commands.git},
             served_elsewhere=("output",),  # a read of kept output: no slot, no checkout
         )
         """The ops that run in a checkout, by name (``contracts/ops.py`` checks the table)."""

@@ -229,7 +229,12 @@ class Commands:
         return changes.version, result
 
     async def git(
-        self, address: Address, origin: Origin, req: rq.GitCommand, details: dict[str, Any]
+        self,
+        address: Address,
+        origin: Origin,
+        req: rq.GitCommand,
+        _job: Job,  # git streams no output: taken for the one signature of the exec ops
+        details: dict[str, Any],
     ) -> tuple[int, rp.GitResult]:
         details.update(action=req.action, workdir=req.workdir, summary=f"git {req.action}")
         if req.url is not None:
