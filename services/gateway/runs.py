@@ -82,7 +82,7 @@ class Runs:
         if "tenantId" in body and body["tenantId"] != ws.tenant:
             raise QuillError(E.ACCESS_DENIED, "tenantId is not the caller's tenant")
         info = await ws.start_run(f"{workflow}:{secrets.token_hex(8)}")
-        status_url = f"{str(request.base_url).rstrip('/')}/v1/runs/{quote(info.run, safe='')}"
+        status_url = f"{str(request.base_url).rstrip('/')}/v1/runs/{quote(info.run, safe=':')}"
         reply = {
             "runId": info.run,
             "status": "running",
