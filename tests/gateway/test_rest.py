@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 
 from contracts import requests as rq
@@ -316,3 +318,47 @@ async def test_a_deeply_nested_body_is_400(http: httpx.AsyncClient) -> None:
         assert (reply.status_code, reply.json()["error"]) == (400, "invalid_argument")
         assert "nested" in reply.json()["message"] or "JSON" in reply.json()["message"]
     assert (await http.get(FILES)).json()["files"] == []
+
+
+async def test_what_is_served_matches_openapi_json(http: httpx.AsyncClient) -> None:
+    spec = (await http.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+
+    def inline(node: Any) -> Any:  # the document's own $refs, resolved in place
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                return inline(schemas[ref.removeprefix("#/components/schemas/")])
+            return {key: inline(value) for key, value in node.items()}
+        return [inline(item) for item in node] if isinstance(node, list) else node
+
+    def check(instance: object, schema: dict[str, object]) -> None:
+        jsonschema.Draft202012Validator(inline(schema)).validate(instance)
+
+    paths = spec["paths"]
+    put = await http.put(f"{FILES}/notes/a.md", json={"content": "x"})
+    file_ops = paths["/v1/host/workspace/files/{path}"]
+    check(
+        put.json(),
+        file_ops["put"]["responses"][str(put.status_code)]["content"]["application/json"]["schema"],
+    )
+    got = await http.get(f"{FILES}/notes/a.md")
+    check(got.json(), file_ops["get"]["responses"]["200"]["content"]["application/json"]["schema"])
+    for params in ({}, {"limit": "1"}, {"prefix": "notes/"}):
+        listed = await http.get(FILES, params=params)
+        schema = paths[FILES]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        check(listed.json(), schema)
+    created = await http.post("/v1/runs", json={"workflowId": "nightly"})
+    runs = paths["/v1/runs"]["post"]["responses"]
+    check(created.json(), runs[str(created.status_code)]["content"]["application/json"]["schema"])
+    snap = await http.get(f"/v1/runs/{created.json()['runId']}")
+    schema = paths["/v1/runs/{runId}"]["get"]["responses"]["200"]["content"]["application/json"]
+    check(snap.json(), schema["schema"])
+    ended = await http.post(f"/v1/runs/{created.json()['runId']}/cancel")
+    schema = paths["/v1/runs/{runId}/cancel"]["post"]["responses"]["200"]["content"]
+    check(ended.json(), schema["application/json"]["schema"])
+    discovery = await http.get("/.well-known/openwop")
+    schema = paths["/.well-known/openwop"]["get"]["responses"]["200"]["content"]
+    check(discovery.json(), schema["application/json"]["schema"])
+    missing = await http.get(f"{FILES}/nope.md")
+    check(missing.json(), spec["components"]["schemas"]["Error"])
