@@ -6,7 +6,8 @@ One SDK client (``Quill``) for every request; one Starlette app served by uvicor
     /mcp                                      MCP, the workspace tool's tools and Quill's
     /mcp/wap                                  MCP, WAP's camelCase tools
     /v1/host/workspace/files[/{path}]         REST (RFC 0059 §C)
-    /.well-known/openwop                      discovery
+    /v1/runs[/{runId}[/cancel]]               REST runs (RFC 0059 §D)
+    /.well-known/openwop                      discovery (no token needed)
 
 Middleware, outermost first: ``HttpMetrics`` (counts and times every request),
 ``PrincipalMiddleware`` (who is calling; 401 otherwise), then ``BodyBounds`` (each body read
@@ -51,6 +52,7 @@ from services.gateway.principals import (
     is_loopback,
 )
 from services.gateway.rest import MAX_BODY_BYTES, Rest
+from services.gateway.runs import Runs
 
 log = logging.getLogger("quill.gateway")
 
@@ -122,7 +124,8 @@ def build_app(
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/mcp", StreamableHTTPASGIApp(servers[0].session_manager)),
         Route("/mcp/wap", StreamableHTTPASGIApp(servers[1].session_manager)),
-        *Rest(access).routes(),
+        *(rest := Rest(access)).routes(),
+        *Runs(rest).routes(),
     ]
 
     @contextlib.asynccontextmanager

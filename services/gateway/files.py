@@ -1,4 +1,5 @@
-"""One file of a workspace as RFC 0059's WorkspaceFile, read whole and at a file version.
+"""One file of a workspace as RFC 0059's WorkspaceFile, read whole and at a file version,
+and the workspace's files as the list's metadata (a WorkspaceFile without ``content``).
 
 Everything here goes through the SDK; a read past the read limits fetches the bytes chunk by
 chunk at one pinned workspace version, so content and metadata always agree.
@@ -10,9 +11,11 @@ import logging
 import mimetypes
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from starlette.responses import JSONResponse
 
+from contracts import replies as rp
 from contracts.errors import ErrorCode as E
 from contracts.errors import QuillError
 from quill.client import Workspace
@@ -104,3 +107,46 @@ async def version_of(ws: Workspace, path: str, file_version: int) -> int:
                 before = page.revisions[-1].version
                 continue
         raise QuillError(E.FILE_NOT_FOUND, f"No version {file_version} of {path}", {"path": path})
+
+
+def metadata(e: rp.Entry) -> dict[str, Any]:
+    """A listed file as the list shows it: the WorkspaceFile's fields but ``content``."""
+    return {
+        "path": e.path,
+        "contentType": content_type(e.path),
+        "version": e.file_version,
+        "etag": e.etag,
+        "updatedAt": iso(e.modified),
+    }
+
+
+async def listing(
+    ws: Workspace,
+    prefix: str = "",
+    *,
+    after: str | None = None,
+    limit: int | None = None,
+    version: int | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """The metadata of the files whose path starts with ``prefix``, by path, after the path
+    ``after``, as of workspace ``version`` (default: one version, the latest): at most
+    ``limit`` of them (None: all), and whether more follow."""
+    directory, _, rest = prefix.rpartition("/")
+    files: list[dict[str, Any]] = []
+    try:
+        async for e in ws.list_all(
+            directory or ".",
+            recursive=True,
+            kind="file",
+            prefix=rest,
+            after=None if after is None else f"f:{after}",
+            version=version,
+        ):
+            if limit is not None and len(files) == limit:
+                return files, True
+            files.append(metadata(e))
+    except QuillError as error:
+        if error.code in (E.FILE_NOT_FOUND, E.NOT_A_DIRECTORY):
+            return [], False
+        raise
+    return files, False

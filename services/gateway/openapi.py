@@ -1,11 +1,17 @@
-"""``GET /openapi.json``: an OpenAPI 3.1 description of the gateway's HTTP endpoints."""
+"""``GET /openapi.json``: an OpenAPI 3.1 description of the gateway's HTTP endpoints.
+
+Over 400 lines because it is one document, mostly data: the schemas and paths of the file
+store, the runs and discovery, written out once so that what the gateway serves and what it
+describes can be compared in one place (``tests/gateway/test_openwop_conformance.py``).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from services.gateway import VERSION
-from services.gateway.rest import LIST_DEFAULT, LIST_MAX
+from services.gateway.rest import LIST_MAX, MAX_BODY_BYTES
+from services.gateway.runs import SNAPSHOT_FILES
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -46,11 +52,39 @@ IF_MATCH = {
     "schema": {"type": "string"},
 }
 ETAG_HEADER = {"ETag": {"description": 'The etag, quoted ("v3")', "schema": {"type": "string"}}}
+RUN_PARAM = {
+    "name": "runId",
+    "in": "query",
+    "required": False,
+    "description": "Read the workspace as of this run's start (POST /v1/runs), RFC 0059 §D",
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+}
+RUN_ID_PATH = {
+    "name": "runId",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 128},
+}
+
+FAMILY = {
+    "type": "object",
+    "required": ["supported"],
+    "additionalProperties": False,
+    "properties": {
+        "supported": {"type": "boolean"},
+        "versioned": {"type": "boolean"},
+        "maxFileBytes": {"type": "integer", "minimum": 1},
+        "maxFiles": {"type": "integer", "minimum": 1},
+        "maxVersions": {"type": "integer", "minimum": 1},
+    },
+}
+"""openwop's ``workspace`` capability family (capabilities.schema.json)."""
 
 SCHEMAS: dict[str, Any] = {
     "WorkspaceFile": {
         "type": "object",
         "required": ["path", "content", "version", "updatedAt"],
+        "additionalProperties": False,
         "properties": {
             "path": {"type": "string"},
             "content": {"type": "string", "description": "UTF-8 file body"},
@@ -61,27 +95,84 @@ SCHEMAS: dict[str, Any] = {
         },
     },
     "WorkspaceFileMeta": {
+        "description": "A WorkspaceFile without content (the list returns no bodies)",
         "type": "object",
-        "required": ["path", "version", "etag", "updatedAt", "size"],
+        "required": ["path", "version", "etag", "updatedAt"],
+        "additionalProperties": False,
         "properties": {
             "path": {"type": "string"},
             "contentType": {"type": "string"},
             "version": {"type": "integer", "minimum": 1},
             "etag": {"type": "string"},
             "updatedAt": {"type": "string", "format": "date-time"},
-            "size": {"type": "integer", "minimum": 0},
         },
     },
     "FileList": {
         "type": "object",
-        "required": ["files", "truncated"],
+        "required": ["files"],
+        "additionalProperties": False,
+        "properties": {"files": {"type": "array", "items": _ref("WorkspaceFileMeta")}},
+    },
+    "RunCreate": {
+        "type": "object",
+        "required": ["workflowId"],
+        "additionalProperties": False,
         "properties": {
-            "files": {"type": "array", "items": _ref("WorkspaceFileMeta")},
-            "truncated": {"type": "boolean", "description": "More files follow this page"},
-            "next": {
-                "type": ["string", "null"],
-                "description": "Pass as after for the next page (the last path listed); null "
-                "on the last page",
+            "workflowId": {
+                "type": "string",
+                "pattern": "^[A-Za-z0-9._-]{1,100}$",
+                "description": "Names the run (runId is <workflowId>:<random>); Quill runs no "
+                "workflow",
+            },
+            "tenantId": {"type": "string", "description": "If given, the caller's tenant"},
+            "inputs": {"type": "object", "description": "Accepted, not kept"},
+            "tags": {"type": "array", "description": "Accepted, not kept"},
+            "metadata": {"type": "object", "description": "Accepted, not kept"},
+            "configurable": {"type": "object", "description": "Accepted, not kept"},
+            "scopeId": {"type": "string", "description": "Accepted, not kept"},
+        },
+    },
+    "RunCreated": {
+        "type": "object",
+        "required": ["runId", "status", "eventsUrl"],
+        "properties": {
+            "runId": {"type": "string"},
+            "status": {"type": "string", "enum": ["running"]},
+            "eventsUrl": {
+                "type": "string",
+                "format": "uri",
+                "description": "Given because the schema requires it; not served (404): a "
+                "Quill run emits no run events",
+            },
+            "statusUrl": {"type": "string", "format": "uri"},
+        },
+    },
+    "RunSnapshot": {
+        "type": "object",
+        "required": ["runId", "workflowId", "status"],
+        "properties": {
+            "runId": {"type": "string"},
+            "workflowId": {"type": "string"},
+            "status": {"type": "string", "enum": ["running", "completed"]},
+            "owner": {
+                "type": "object",
+                "properties": {"tenant": {"type": "string"}, "workspace": {"type": "string"}},
+            },
+            "startedAt": {"type": "string", "format": "date-time"},
+            "workspaceVersion": {
+                "type": "integer",
+                "description": "The workspace version the run reads (its start)",
+            },
+            "workspace": {
+                "type": "array",
+                "items": _ref("WorkspaceFileMeta"),
+                "description": f"The files as of the run's start, by path (at most "
+                f"{SNAPSHOT_FILES})",
+            },
+            "workspaceTruncated": {
+                "type": "boolean",
+                "description": "More files than workspace lists: page them with "
+                "GET /v1/host/workspace/files?runId=&limit=",
             },
         },
     },
@@ -104,24 +195,29 @@ SCHEMAS: dict[str, Any] = {
         },
     },
     "Discovery": {
+        "description": "Capability families at the document root (openwop RFC 0073)",
         "type": "object",
+        "required": ["protocolVersion", "supportedEnvelopes", "schemaVersions", "limits"],
         "properties": {
-            "capabilities": {
+            "protocolVersion": {"type": "string"},
+            "supportedEnvelopes": {"type": "array", "items": {"type": "string"}},
+            "schemaVersions": {"type": "object"},
+            "limits": {
                 "type": "object",
                 "properties": {
-                    "workspace": {
-                        "type": "object",
-                        "required": ["supported"],
-                        "properties": {
-                            "supported": {"type": "boolean"},
-                            "versioned": {"type": "boolean"},
-                            "maxFileBytes": {"type": "integer", "minimum": 1},
-                            "maxFiles": {"type": "integer", "minimum": 1},
-                            "maxVersions": {"type": "integer", "minimum": 1},
-                        },
-                    }
+                    "clarificationRounds": {"type": "integer"},
+                    "schemaRounds": {"type": "integer"},
+                    "envelopesPerTurn": {"type": "integer"},
+                    "maxRequestBodyBytes": {"type": "integer", "const": MAX_BODY_BYTES},
                 },
-            }
+            },
+            "workspace": FAMILY,
+            "capabilities": {
+                "description": "Deprecated mirror (RFC 0073) for clients that still read "
+                "capabilities.workspace",
+                "type": "object",
+                "properties": {"workspace": FAMILY},
+            },
         },
     },
     "Health": {
@@ -145,9 +241,10 @@ def document() -> dict[str, Any]:
     file_ops = {
         "parameters": [PATH_PARAM],
         "get": {
-            "summary": "Read one file (optionally as of file version N)",
+            "summary": "Read one file (as of file version N, or of a run's start)",
             "parameters": [
-                {"name": "version", "in": "query", "schema": {"type": "integer", "minimum": 1}}
+                {"name": "version", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+                RUN_PARAM,
             ],
             "responses": {
                 "200": {**_json(_ref("WorkspaceFile"), "The file"), "headers": ETAG_HEADER},
@@ -163,8 +260,10 @@ def document() -> dict[str, Any]:
                 "content": {"application/json": {"schema": _ref("WorkspaceFileWrite")}},
             },
             "responses": {
-                "200": {**_json(_ref("WorkspaceFile"), "Replaced"), "headers": ETAG_HEADER},
-                "201": {**_json(_ref("WorkspaceFile"), "Created"), "headers": ETAG_HEADER},
+                "200": {
+                    **_json(_ref("WorkspaceFile"), "File created or replaced"),
+                    "headers": ETAG_HEADER,
+                },
                 "409": _error("workspace_conflict (details.currentVersion), or path_conflict"),
                 "412": _error("precondition_failed: If-Match has only weak etags (W/...)"),
                 "413": _error(
@@ -199,7 +298,8 @@ def document() -> dict[str, Any]:
         "paths": {
             "/v1/host/workspace/files": {
                 "get": {
-                    "summary": "List file metadata (no bodies), by path, a page at a time",
+                    "summary": "List file metadata (no bodies), by path: every file, or with "
+                    "limit a page (Link rel=next names the next)",
                     "parameters": [
                         {
                             "name": "prefix",
@@ -210,29 +310,81 @@ def document() -> dict[str, Any]:
                         {
                             "name": "limit",
                             "in": "query",
-                            "description": "Files per page",
-                            "schema": {
-                                "type": "integer",
-                                "minimum": 1,
-                                "maximum": LIST_MAX,
-                                "default": LIST_DEFAULT,
-                            },
+                            "description": "Page: at most this many files (absent: all)",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": LIST_MAX},
                         },
                         {
                             "name": "after",
                             "in": "query",
-                            "description": "The previous page's next: list the files after it",
+                            "description": "Only the files after this path (as Link gives it)",
                             "schema": {"type": "string"},
                         },
+                        RUN_PARAM,
                     ],
-                    "responses": {"200": _json(_ref("FileList"), "The files"), **ERRORS},
+                    "responses": {
+                        "200": {
+                            **_json(_ref("FileList"), "The files"),
+                            "headers": {
+                                "Link": {
+                                    "description": '<...>; rel="next" when limit cut the '
+                                    "list: the next page",
+                                    "schema": {"type": "string"},
+                                }
+                            },
+                        },
+                        **ERRORS,
+                    },
                 }
             },
             "/v1/host/workspace/files/{path}": file_ops,
+            "/v1/runs": {
+                "post": {
+                    "summary": "Start a run: reads under it see the workspace as of now",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": _ref("RunCreate")}},
+                    },
+                    "responses": {"201": _json(_ref("RunCreated"), "Started"), **ERRORS},
+                }
+            },
+            "/v1/runs/{runId}": {
+                "parameters": [RUN_ID_PATH],
+                "get": {
+                    "summary": "The run, and the workspace's files as of its start",
+                    "responses": {"200": _json(_ref("RunSnapshot"), "The run"), **ERRORS},
+                },
+            },
+            "/v1/runs/{runId}/cancel": {
+                "parameters": [RUN_ID_PATH],
+                "post": {
+                    "summary": "End the run (reads under it stay as of its start)",
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "runId": {"type": "string"},
+                                    "status": {"type": "string", "enum": ["cancelled"]},
+                                },
+                            },
+                            "Ended",
+                        ),
+                        **ERRORS,
+                    },
+                },
+            },
             "/.well-known/openwop": {
                 "get": {
-                    "summary": "Capabilities (capabilities.workspace)",
-                    "responses": {"200": _json(_ref("Discovery"), "Discovery"), **ERRORS},
+                    "summary": "Capabilities: the workspace family at the root (and in the "
+                    "deprecated capabilities mirror); no token needed",
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            **_json(_ref("Discovery"), "Discovery"),
+                            "headers": {"Cache-Control": {"schema": {"type": "string"}}},
+                        },
+                        "503": ERRORS["503"],
+                    },
                 }
             },
             "/health": {

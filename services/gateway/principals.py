@@ -43,6 +43,9 @@ SCOPES = ("workspace", "tenant")
 """A token's ``scope``: its own workspace only (pinned), or any workspace of its tenant."""
 PUBLIC_PATHS = frozenset({"/health", "/metrics", "/openapi.json"})
 """Paths anyone may fetch, token or not (nothing workspace-specific)."""
+OPEN_PATHS = frozenset({"/.well-known/openwop"})
+"""Paths anyone may fetch too, where a caller with a valid token is still known (its
+principal stored); without one the handler answers what it tells everyone."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,14 @@ class PrincipalMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if scope["path"] in OPEN_PATHS:
+            host = host_of(HTTPConnection(scope).headers.get("host", ""))
+            known = self.tokens is not None or is_loopback(host)
+            principal = self.resolve(scope) if known else None
+            if principal is not None:
+                scope.setdefault("state", {})["principal"] = principal
             await self.app(scope, receive, send)
             return
         if self.tokens is None:

@@ -1,9 +1,13 @@
-"""REST (RFC 0059 §C): the caller's workspace as a versioned file store.
+"""REST (openwop RFC 0059 §C): the caller's workspace as a versioned file store.
 
-``GET /v1/host/workspace/files[?prefix=][&limit=][&after=]`` lists file metadata, by path, a
-page at a time; ``GET|PUT|DELETE
-/v1/host/workspace/files/{path}`` reads (``?version=N``: as of file version N), writes
-(``If-Match``) and deletes one file; ``GET /.well-known/openwop`` advertises the capability.
+``GET /v1/host/workspace/files[?prefix=]`` lists the metadata of every file, by path, as the
+schema's ``{"files": [...]}`` and nothing else; a client that asks with ``?limit=N`` (and
+``&after=PATH``) gets a page, and a ``Link: <...>; rel="next"`` header when more follow.
+``GET|PUT|DELETE /v1/host/workspace/files/{path}`` reads (``?version=N``: as of file version
+N), writes (``If-Match``; ``200`` whether created or replaced) and deletes one file;
+``?runId=`` reads the workspace as of a run's start (``services/gateway/runs.py``).
+``GET /.well-known/openwop`` (no token needed) advertises the ``workspace`` family at the
+document root (RFC 0073) and, for clients that still read it, in a ``capabilities`` mirror.
 A file is the RFC's WorkspaceFile: ``version`` is the file's own version and ``etag`` is
 ``v<version>``, also sent quoted as the ``ETag`` header. ``ERRORS`` is the one table from a
 ``QuillError`` to an HTTP status and error name.
@@ -15,6 +19,7 @@ import json
 import logging
 import re
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import ClientDisconnect, Request
@@ -22,12 +27,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from contracts.errors import ErrorCode, QuillError
-from contracts.limits import MAX_MESSAGE_BYTES, Limits
+from contracts.limits import DEFAULT_LIMITS, MAX_MESSAGE_BYTES, Limits
 from contracts.paths import normalize
 from infra.secret_registry import secrets_from_env
 from quill.client import Workspace
-from services.gateway.files import Snapshot, content_type, iso, read_whole, version_of
-from services.gateway.principals import Access, principal_of
+from services.gateway.files import Snapshot, content_type, listing, read_whole, version_of
+from services.gateway.principals import Access, Principal, principal_of
 
 log = logging.getLogger("quill.gateway")
 
@@ -106,19 +111,24 @@ def file_path(raw: str) -> str:
     return path
 
 
-LIST_DEFAULT, LIST_MAX = 1000, 10_000
-"""Files one ``GET /files`` returns by default and at most (``?limit=``); ``next`` pages on."""
+LIST_MAX = 10_000
+"""Most files one page of ``GET /files?limit=`` holds; without ``limit``, every file."""
+PROTOCOL_VERSION = "1.1"
+"""The openwop version whose RFC 0059 surface the gateway serves (discovery's
+``protocolVersion``)."""
+RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+"""A Quill run id (``contracts.requests.RunId``)."""
 
 
-def count_param(request: Request, name: str, default: int, most: int) -> int:
-    """The query parameter ``name``: an integer from 1 to ``most``, ``default`` if absent.
+def count_param(request: Request, name: str, most: int) -> int | None:
+    """The query parameter ``name``: an integer from 1 to ``most``, None if absent.
 
     Raises:
         QuillError: ``INVALID_ARGUMENT`` for anything else.
     """
     raw = request.query_params.get(name)
     if raw is None:
-        return default
+        return None
     if not (raw.isascii() and raw.isdecimal() and len(raw) <= 16) or not 1 <= int(raw) <= most:
         raise QuillError(E.INVALID_ARGUMENT, f"{name} must be an integer from 1 to {most}")
     return int(raw)
@@ -266,42 +276,33 @@ class Rest:
     async def workspace(self, request: Request) -> Workspace:
         return await self.access.workspace(principal_of(request.scope))
 
+    async def run_version(self, ws: Workspace, request: Request) -> int | None:
+        """The workspace version ``?runId=`` reads (the run's start, RFC 0059 §D), or None.
+
+        Raises:
+            QuillError: ``INVALID_ARGUMENT`` for a malformed id, ``RUN_NOT_FOUND`` for a run
+                this workspace never had.
+        """
+        run = request.query_params.get("runId")
+        if run is None:
+            return None
+        if not RUN_ID.fullmatch(run):
+            raise QuillError(E.INVALID_ARGUMENT, "runId must be a run id (A-Z a-z 0-9 . _ : -)")
+        return (await ws.run_info(run)).version
+
     async def list_files(self, request: Request) -> Response:
         ws = await self.workspace(request)
         prefix = request.query_params.get("prefix", "")
         after = request.query_params.get("after")
-        limit = count_param(request, "limit", LIST_DEFAULT, LIST_MAX)
-        directory, _, rest = prefix.rpartition("/")
-        files: list[dict[str, Any]] = []
-        try:
-            async for e in ws.list_all(
-                directory or ".",
-                recursive=True,
-                kind="file",
-                prefix=rest,
-                after=None if after is None else f"f:{file_path(after)}",
-            ):
-                files.append(
-                    {
-                        "path": e.path,
-                        "contentType": content_type(e.path),
-                        "version": e.file_version,
-                        "etag": e.etag,
-                        "updatedAt": iso(e.modified),
-                        "size": e.size,
-                    }
-                )
-                if len(files) > limit:
-                    break
-        except QuillError as error:
-            if error.code in (E.FILE_NOT_FOUND, E.NOT_A_DIRECTORY):
-                return JSONResponse({"files": [], "truncated": False, "next": None})
-            raise
-        more = len(files) > limit
-        files = files[:limit]
-        return JSONResponse(
-            {"files": files, "truncated": more, "next": files[-1]["path"] if more else None}
-        )
+        after = None if after is None else file_path(after)
+        limit = count_param(request, "limit", LIST_MAX)
+        version = await self.run_version(ws, request)
+        files, more = await listing(ws, prefix, after=after, limit=limit, version=version)
+        headers = {}
+        if more:  # only with ?limit=: the client asked for pages
+            query = {**request.query_params, "after": files[-1]["path"]}
+            headers["Link"] = f'<{request.url.path}?{urlencode(query)}>; rel="next"'
+        return JSONResponse({"files": files}, headers=headers)
 
     async def get_file(self, request: Request) -> Response:
         path = file_path(request.path_params["path"])
@@ -314,6 +315,11 @@ class Rest:
             ):
                 raise QuillError(E.INVALID_ARGUMENT, "version must be a file version (1, 2...)")
             version = await version_of(ws, path, int(asked))
+        run_version = await self.run_version(ws, request)
+        if run_version is not None:
+            if version is not None:
+                raise QuillError(E.INVALID_ARGUMENT, "Ask for a version or a runId, not both")
+            version = run_version
         return (await read_whole(ws, path, version)).response()
 
     async def put_file(self, request: Request) -> Response:
@@ -326,7 +332,7 @@ class Rest:
         snapshot = Snapshot(
             path, stored, content_type(path), written.file_version, written.etag, written.modified
         )
-        return snapshot.response(201 if written.created else 200)
+        return snapshot.response()  # 200, created or replaced: the only success listed
 
     async def delete_file(self, request: Request) -> Response:
         path = file_path(request.path_params["path"])
@@ -338,7 +344,14 @@ class Rest:
         return Response(status_code=204)
 
     async def discovery(self, request: Request) -> Response:
-        limits = await self.limits(await self.workspace(request))
+        """Anyone may ask (``security: []``). A caller known by its token is told its own
+        workspace's limits; anyone else the limits a new workspace gets, and nothing else."""
+        principal = request.scope.get("state", {}).get("principal")
+        if isinstance(principal, Principal):
+            limits = await self.limits(await self.access.workspace(principal))
+            cache = "private, max-age=60"
+        else:
+            limits, cache = DEFAULT_LIMITS, "public, max-age=300"
         block: dict[str, Any] = {
             "supported": True,
             "versioned": True,
@@ -347,4 +360,18 @@ class Rest:
         }
         if limits.max_versions is not None:  # absent: every version is kept
             block["maxVersions"] = limits.max_versions
-        return JSONResponse({"capabilities": {"workspace": block}})
+        document = {
+            "protocolVersion": PROTOCOL_VERSION,
+            "supportedEnvelopes": [],  # Quill runs no model: it recognises no envelopes
+            "schemaVersions": {},
+            "limits": {
+                "clarificationRounds": 0,
+                "schemaRounds": 0,
+                "envelopesPerTurn": 0,
+                "maxRequestBodyBytes": MAX_BODY_BYTES,
+            },
+            "workspace": block,
+            "capabilities": {"workspace": block},  # RFC 0073's deprecated mirror, for old readers
+        }
+        headers = {"Cache-Control": cache, "Vary": "Authorization"}
+        return JSONResponse(document, headers=headers)

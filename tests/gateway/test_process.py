@@ -101,7 +101,7 @@ async def test_quill_gateway_serves_pings_and_stops(
     auth = {"Authorization": "Bearer token-for-tests"}
     async with httpx.AsyncClient(base_url=url, headers=auth) as http:
         put = await http.put(f"{FILES}/runbook.md", json={"content": "restart it"})
-        assert put.status_code == 201
+        assert put.status_code == 200
     code, output = await stop(gateway)
     assert code == 0, output
     assert all(json.loads(line)["level"] for line in output.splitlines() if line.strip())
@@ -136,7 +136,7 @@ async def test_quill_up_starts_the_gateway_with_tokens(
         assert (await http.get(FILES)).status_code == 401
         auth = {"Authorization": "Bearer token-for-tests"}
         put = await http.put(f"{FILES}/notes.md", json={"content": "hello"}, headers=auth)
-        assert put.status_code == 201
+        assert put.status_code == 200
     async with mcp_client(url, token="token-for-tests") as mcp:
         assert await ok(mcp, "read_file", path="notes.md") == "hello"
     stack = json.loads((tmp_path / ".quill" / "stack.json").read_text())

@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 
 from contracts import requests as rq
@@ -22,7 +24,7 @@ STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 async def test_put_get_list_delete_round_trip(http: httpx.AsyncClient) -> None:
     created = await http.put(f"{FILES}/DIRECTIVES.md", json={"content": "# Be kind\n"})
-    assert created.status_code == 201
+    assert created.status_code == 200  # created or replaced: the API lists only 200
     assert created.headers["etag"] == '"v1"'
     body = created.json()
     assert STAMP.fullmatch(body.pop("updatedAt"))
@@ -43,11 +45,11 @@ async def test_put_get_list_delete_round_trip(http: httpx.AsyncClient) -> None:
     assert got.json()["updatedAt"] == replaced.json()["updatedAt"]
     await http.put(f"{FILES}/memory/index.json", json={"content": "{}"})
     listing = (await http.get(FILES)).json()
-    assert listing["truncated"] is False
+    assert set(listing) == {"files"}
     assert [f["path"] for f in listing["files"]] == ["DIRECTIVES.md", "memory/index.json"]
     first = listing["files"][0]
-    assert set(first) == {"path", "contentType", "version", "etag", "updatedAt", "size"}
-    assert (first["version"], first["etag"], first["size"]) == (2, "v2", 11)
+    assert set(first) == {"path", "contentType", "version", "etag", "updatedAt"}
+    assert (first["version"], first["etag"]) == (2, "v2")
     deleted = await http.delete(f"{FILES}/DIRECTIVES.md")
     assert (deleted.status_code, deleted.content) == (204, b"")
     gone = await http.get(f"{FILES}/DIRECTIVES.md")
@@ -93,7 +95,7 @@ async def test_version_query_returns_history(http: httpx.AsyncClient) -> None:
 
 async def test_big_files_are_read_whole(http: httpx.AsyncClient) -> None:
     content = "".join(f"line {i:05}\n" for i in range(30_000))  # 330 KB, past the read limits
-    assert (await http.put(f"{FILES}/big.log", json={"content": content})).status_code == 201
+    assert (await http.put(f"{FILES}/big.log", json={"content": content})).status_code == 200
     await http.put(f"{FILES}/big.log", json={"content": "small"})
     assert (await http.get(f"{FILES}/big.log", params={"version": 1})).json()["content"] == content
     await http.put(f"{FILES}/big.log", json={"content": content + "end\n"})
@@ -112,12 +114,16 @@ async def test_over_max_file_bytes_is_413(nats_url: str, start: StartGateway) ->
     auth = {"Authorization": "Bearer token-small-1"}
     async with httpx.AsyncClient(base_url=gateway.url, headers=auth) as http:
         fits = await http.put(f"{FILES}/a.txt", json={"content": "x" * 1024})
-        assert fits.status_code == 201
+        assert fits.status_code == 200
         big = await http.put(f"{FILES}/a.txt", json={"content": "x" * 1025})
         assert big.status_code == 413 and big.json()["error"] == "workspace_too_large"
         assert (await http.get(f"{FILES}/a.txt")).json()["version"] == 1
         discovery = (await http.get("/.well-known/openwop")).json()
-        assert discovery["capabilities"]["workspace"]["maxFileBytes"] == 1024
+        assert discovery["workspace"]["maxFileBytes"] == 1024  # the caller's own workspace
+        assert discovery["capabilities"]["workspace"] == discovery["workspace"]
+    async with httpx.AsyncClient(base_url=gateway.url) as anonymous:
+        public = (await anonymous.get("/.well-known/openwop")).json()
+        assert public["workspace"]["maxFileBytes"] == 4 * 1024 * 1024  # what a new one gets
 
 
 async def test_bad_bodies_and_non_files(http: httpx.AsyncClient, sdk: Quill) -> None:
@@ -172,7 +178,7 @@ async def test_path_tricks_are_refused_cleanly(
 
 async def test_unicode_names_in_normal_form_work(http: httpx.AsyncClient) -> None:
     put = await http.put(f"{FILES}/caf%C3%A9/r%C3%A9sum%C3%A9.md", json={"content": "ok"})
-    assert put.status_code == 201 and put.json()["path"] == "café/résumé.md"
+    assert put.status_code == 200 and put.json()["path"] == "café/résumé.md"
     assert (await http.get(f"{FILES}/café/résumé.md")).json()["content"] == "ok"
     assert [f["path"] for f in (await http.get(FILES)).json()["files"]] == ["café/résumé.md"]
 
@@ -200,24 +206,28 @@ async def test_list_pages_through_every_file(http: httpx.AsyncClient, sdk: Quill
     names = [f"logs/{i:04}.txt" for i in range(1200)] + ["notes/zz.md", "top.md"]
     await ws.apply([rq.PutChange(path=p, content="x") for p in names])
 
-    whole = (await http.get(FILES)).json()
-    assert len(whole["files"]) == 1000 and whole["truncated"] is True
-    assert whole["next"] == whole["files"][-1]["path"] == "logs/0999.txt"
-    rest = (await http.get(FILES, params={"after": whole["next"]})).json()
-    assert (rest["truncated"], rest["next"]) == (False, None)
-    assert [f["path"] for f in whole["files"] + rest["files"]] == sorted(names)
+    whole = await http.get(FILES)  # a client that does not ask for pages gets every file
+    assert "link" not in whole.headers
+    assert [f["path"] for f in whole.json()["files"]] == sorted(names)
+
+    first = await http.get(FILES, params={"limit": "1000"})
+    assert set(first.json()) == {"files"} and len(first.json()["files"]) == 1000
+    link = first.headers["link"]
+    assert link.endswith('>; rel="next"') and "after=logs%2F0999.txt" in link
+    rest = await http.get(link[1 : link.index(">")])
+    assert "link" not in rest.headers
+    assert [f["path"] for f in first.json()["files"] + rest.json()["files"]] == sorted(names)
 
     paged: list[str] = []
-    params: dict[str, str] = {"prefix": "logs/01", "limit": "30"}
-    while True:
-        page = (await http.get(FILES, params=params)).json()
-        paged += [f["path"] for f in page["files"]]
-        if page["next"] is None:
-            break
-        params["after"] = page["next"]
+    url: str | None = f"{FILES}?prefix=logs/01&limit=30"
+    while url is not None:
+        page = await http.get(url)
+        paged += [f["path"] for f in page.json()["files"]]
+        next_link = page.headers.get("link")
+        url = None if next_link is None else next_link[1 : next_link.index(">")]
     assert paged == [f"logs/{i:04}.txt" for i in range(100, 200)]
 
-    for bad in ("0", "10001", "ten", "9" * 5000):
+    for bad in ("0", "10001", "ten", "9" * 5000, "-1", "1.5", "\u0663"):
         reply = await http.get(FILES, params={"limit": bad})
         assert reply.status_code == 400, bad
         assert reply.json()["error"] == "invalid_argument"
@@ -227,19 +237,20 @@ async def test_list_pages_through_every_file(http: httpx.AsyncClient, sdk: Quill
 
 async def test_discovery_and_openapi(http: httpx.AsyncClient) -> None:
     discovery = (await http.get("/.well-known/openwop")).json()
-    assert discovery["capabilities"]["workspace"] == {
+    family = {
         "supported": True,
         "versioned": True,
         "maxFileBytes": 4 * 1024 * 1024,
         "maxFiles": 100_000,
     }  # no maxVersions: every version is kept
+    assert discovery["workspace"] == discovery["capabilities"]["workspace"] == family
     spec = (await http.get("/openapi.json")).json()
     assert spec["openapi"] == "3.1.0"
     assert set(spec["paths"]["/v1/host/workspace/files/{path}"]) >= {"get", "put", "delete"}
     assert "get" in spec["paths"]["/v1/host/workspace/files"]
-    assert "/.well-known/openwop" in spec["paths"]
+    assert spec["paths"]["/.well-known/openwop"]["get"]["security"] == []
     put = spec["paths"]["/v1/host/workspace/files/{path}"]["put"]
-    assert {"200", "201", "409", "413"} <= set(put["responses"])
+    assert {"200", "409", "413"} <= set(put["responses"]) and "201" not in put["responses"]
 
 
 async def test_no_reader_is_503_and_the_write_still_lands(nats_url: str, tmp_path: Path) -> None:
@@ -254,7 +265,7 @@ async def test_no_reader_is_503_and_the_write_still_lands(nats_url: str, tmp_pat
             health = await http.get("/health")
             assert health.status_code == 200  # the gateway itself is fine
             put = await http.put(f"{FILES}/a.txt", json={"content": "kept"})
-            assert (put.status_code, put.json()["version"]) == (201, 1)  # committed: not a 503
+            assert (put.status_code, put.json()["version"]) == (200, 1)  # committed: not a 503
         await start_reader(stack, nats_url, tmp_path / "reader")
         async with httpx.AsyncClient(base_url=gateway.url) as http:
             got = (await http.get(f"{FILES}/a.txt")).json()
@@ -307,3 +318,47 @@ async def test_a_deeply_nested_body_is_400(http: httpx.AsyncClient) -> None:
         assert (reply.status_code, reply.json()["error"]) == (400, "invalid_argument")
         assert "nested" in reply.json()["message"] or "JSON" in reply.json()["message"]
     assert (await http.get(FILES)).json()["files"] == []
+
+
+async def test_what_is_served_matches_openapi_json(http: httpx.AsyncClient) -> None:
+    spec = (await http.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+
+    def inline(node: Any) -> Any:  # the document's own $refs, resolved in place
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                return inline(schemas[ref.removeprefix("#/components/schemas/")])
+            return {key: inline(value) for key, value in node.items()}
+        return [inline(item) for item in node] if isinstance(node, list) else node
+
+    def check(instance: object, schema: dict[str, object]) -> None:
+        jsonschema.Draft202012Validator(inline(schema)).validate(instance)
+
+    paths = spec["paths"]
+    put = await http.put(f"{FILES}/notes/a.md", json={"content": "x"})
+    file_ops = paths["/v1/host/workspace/files/{path}"]
+    check(
+        put.json(),
+        file_ops["put"]["responses"][str(put.status_code)]["content"]["application/json"]["schema"],
+    )
+    got = await http.get(f"{FILES}/notes/a.md")
+    check(got.json(), file_ops["get"]["responses"]["200"]["content"]["application/json"]["schema"])
+    for params in ({}, {"limit": "1"}, {"prefix": "notes/"}):
+        listed = await http.get(FILES, params=params)
+        schema = paths[FILES]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        check(listed.json(), schema)
+    created = await http.post("/v1/runs", json={"workflowId": "nightly"})
+    runs = paths["/v1/runs"]["post"]["responses"]
+    check(created.json(), runs[str(created.status_code)]["content"]["application/json"]["schema"])
+    snap = await http.get(f"/v1/runs/{created.json()['runId']}")
+    schema = paths["/v1/runs/{runId}"]["get"]["responses"]["200"]["content"]["application/json"]
+    check(snap.json(), schema["schema"])
+    ended = await http.post(f"/v1/runs/{created.json()['runId']}/cancel")
+    schema = paths["/v1/runs/{runId}/cancel"]["post"]["responses"]["200"]["content"]
+    check(ended.json(), schema["application/json"]["schema"])
+    discovery = await http.get("/.well-known/openwop")
+    schema = paths["/.well-known/openwop"]["get"]["responses"]["200"]["content"]
+    check(discovery.json(), schema["application/json"]["schema"])
+    missing = await http.get(f"{FILES}/nope.md")
+    check(missing.json(), spec["components"]["schemas"]["Error"])

@@ -188,7 +188,7 @@ async def battery(bus: Bus, up: Up, carried: list[bytes]) -> None:
     files = f"{up.http_url}/v1/host/workspace/files"
     async with httpx.AsyncClient(timeout=30) as http:
         put_ok = await http.put(f"{files}/rest.txt", json={"content": f"K={s}\n"})
-        assert put_ok.status_code == 201, put_ok.text
+        assert put_ok.status_code == 200, put_ok.text
         echoed = put_ok.json()["content"]
         bus.check(echoed == "K=[REDACTED:openai]\n", f"REST PUT echoes {echoed!r}")
         named = await http.put(f"{files}/{s}.txt", json={"content": "x"})

@@ -178,7 +178,7 @@ async def test_rest_and_mcp_across_tenants_are_404(up: Up) -> None:
     as_b = {"Authorization": f"Bearer {TOKENS['b']}"}
     async with httpx.AsyncClient(timeout=30) as http:
         put = await http.put(f"{files}/secret.txt", json={"content": "a's secret\n"}, headers=as_a)
-        assert put.status_code == 201, put.text
+        assert put.status_code == 200, put.text
         assert (await http.get(f"{files}/secret.txt", headers=as_a)).status_code == 200
         # b's token reaches b/shared: the same name, another tenant's workspace
         missing = await http.get(f"{files}/secret.txt", headers=as_b)
