@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import mimetypes
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -120,19 +121,13 @@ def metadata(e: rp.Entry) -> dict[str, Any]:
     }
 
 
-async def listing(
-    ws: Workspace,
-    prefix: str = "",
-    *,
-    after: str | None = None,
-    limit: int | None = None,
-    version: int | None = None,
-) -> tuple[list[dict[str, Any]], bool]:
+async def entries(
+    ws: Workspace, prefix: str = "", *, after: str | None = None, version: int | None = None
+) -> AsyncIterator[dict[str, Any]]:
     """The metadata of the files whose path starts with ``prefix``, by path, after the path
-    ``after``, as of workspace ``version`` (default: one version, the latest): at most
-    ``limit`` of them (None: all), and whether more follow."""
+    ``after``, all as of one workspace version (``version``, or the latest when it starts),
+    fetched a page at a time: none when the prefix names no directory."""
     directory, _, rest = prefix.rpartition("/")
-    files: list[dict[str, Any]] = []
     try:
         async for e in ws.list_all(
             directory or ".",
@@ -142,11 +137,24 @@ async def listing(
             after=None if after is None else f"f:{after}",
             version=version,
         ):
-            if limit is not None and len(files) == limit:
-                return files, True
-            files.append(metadata(e))
+            yield metadata(e)
     except QuillError as error:
-        if error.code in (E.FILE_NOT_FOUND, E.NOT_A_DIRECTORY):
-            return [], False
-        raise
+        if error.code not in (E.FILE_NOT_FOUND, E.NOT_A_DIRECTORY):
+            raise
+
+
+async def listing(
+    ws: Workspace,
+    prefix: str = "",
+    *,
+    after: str | None = None,
+    limit: int,
+    version: int | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """At most ``limit`` of ``entries``, and whether more follow."""
+    files: list[dict[str, Any]] = []
+    async for file in entries(ws, prefix, after=after, version=version):
+        if len(files) == limit:
+            return files, True
+        files.append(file)
     return files, False

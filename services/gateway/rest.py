@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from contracts.errors import ErrorCode, QuillError
@@ -31,7 +32,14 @@ from contracts.limits import DEFAULT_LIMITS, MAX_MESSAGE_BYTES, Limits
 from contracts.paths import normalize
 from infra.secret_registry import secrets_from_env
 from quill.client import Workspace
-from services.gateway.files import Snapshot, content_type, listing, read_whole, version_of
+from services.gateway.files import (
+    Snapshot,
+    content_type,
+    entries,
+    listing,
+    read_whole,
+    version_of,
+)
 from services.gateway.principals import Access, Principal, principal_of
 
 log = logging.getLogger("quill.gateway")
@@ -227,6 +235,33 @@ def put_content(body: Any) -> str:
     return content
 
 
+STREAM_CHUNK = 64 * 1024
+"""Bytes of a whole listing sent at a time."""
+
+
+async def whole_listing(files: AsyncIterator[dict[str, Any]]) -> Response:
+    """``{"files": [...]}`` with every file, streamed a chunk at a time as the pages come (a
+    workspace may hold up to a million files: the gateway never holds them all). The first
+    page is fetched before the answer starts, so a failure there is still an error status;
+    a failure later cuts the body short (the client sees invalid JSON, never a short list
+    that looks whole)."""
+    first = await anext(files, None)
+
+    async def body() -> AsyncIterator[bytes]:
+        chunk = bytearray(b'{"files":[')
+        if first is not None:
+            chunk += json.dumps(first, separators=(",", ":")).encode()
+            async for file in files:
+                chunk += b"," + json.dumps(file, separators=(",", ":")).encode()
+                if len(chunk) >= STREAM_CHUNK:
+                    yield bytes(chunk)
+                    chunk.clear()
+        chunk += b"]}"
+        yield bytes(chunk)
+
+    return StreamingResponse(body(), media_type="application/json")
+
+
 class Rest:
     """The REST endpoints, over the caller's own workspace."""
 
@@ -297,6 +332,8 @@ class Rest:
         after = None if after is None else file_path(after)
         limit = count_param(request, "limit", LIST_MAX)
         version = await self.run_version(ws, request)
+        if limit is None:
+            return await whole_listing(entries(ws, prefix, after=after, version=version))
         files, more = await listing(ws, prefix, after=after, limit=limit, version=version)
         headers = {}
         if more:  # only with ?limit=: the client asked for pages

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from contracts import requests as rq
 from contracts.limits import LimitsPatch
 from quill.client import Quill
 from services.gateway.app import Gateway
@@ -184,6 +185,27 @@ async def test_list_is_metadata_without_bodies(owner: httpx.AsyncClient) -> None
     for row in body["files"]:
         assert "content" not in row and set(row) <= FILE_FIELDS
         assert {"path", "version", "updatedAt"} <= set(row)
+
+
+async def test_the_list_holds_every_file_however_many(
+    owner: httpx.AsyncClient, nats_url: str
+) -> None:
+    """agent-workspace.md §C: the list is the metadata of the caller's files (all of them: no
+    paging field exists in the schema). Past many of the reader's pages it still answers them
+    all, as one JSON document the gateway streams instead of holding."""
+    quill = await Quill.connect(nats_url)
+    try:
+        ws = quill.workspace("acme/agents")
+        await ws.info()  # the gateway made it: the base version is the one seen
+        paths = [f"many/{i:05}.md" for i in range(6000)]
+        await ws.apply([rq.PutChange(path=p, content="x") for p in paths])
+        await ws.info(version=ws.last_version)  # the reader has it
+    finally:
+        await quill.close()
+    reply = await owner.get(FILES)
+    assert reply.status_code == 200 and "link" not in reply.headers
+    assert "content-length" not in reply.headers  # streamed, not built whole
+    assert [f["path"] for f in reply.json()["files"]] == paths
 
 
 async def test_prefix_filters_the_flat_namespace(owner: httpx.AsyncClient) -> None:
