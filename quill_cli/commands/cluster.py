@@ -13,7 +13,7 @@ import click
 from infra.runtime import setup_logging
 from quill_cli.common import SANDBOX_HELP, TOKENS_HELP, Commands, refusing, run_to_exit
 
-commands = Commands()
+commands = Commands("services")
 
 
 @commands.group("cluster")
