@@ -280,3 +280,38 @@ def test_spinner_only_on_a_terminal(up: Up) -> None:
         proc.wait(60)
         os.close(leader)
     assert b"\x1b[" in seen  # drawn (and redrawn) on the terminal
+
+
+def test_a_change_to_a_bridge_says_it_waits_for_the_bridge_s_user(up: Up, tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    bridge = subprocess.Popen(
+        [sys.executable, "-m", "quill", "attach", str(folder), "--as", "bridged"]
+        + ["--tenant", "acme", "--client", "laptop", "--trust", "restricted"]
+        + ["--ask-timeout", "60", "--nats-url", up.nats_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert bridge.stdin is not None and bridge.stdout is not None
+    try:
+        while "quill attach ready" not in (line := bridge.stdout.readline()):
+            assert line, "quill attach ended"
+        put = _background(up, "put", "acme/bridged", "todo.md", "--text", "- milk\n")
+        said = _first_line(put.stderr)
+        assert said.startswith(
+            "quill: waiting for the user of the bridge serving acme/bridged "
+            f"(laptop:{folder}, quill attach) to answer"
+        ), said
+        while "allow?" not in (line := bridge.stdout.readline()):
+            assert line, "quill attach ended"
+        bridge.stdin.write("y\n")
+        bridge.stdin.flush()
+        out, err = put.communicate(timeout=60)
+        assert put.returncode == 0, err
+        assert out.startswith("wrote todo.md: 7 bytes")
+        assert (folder / "todo.md").read_text() == "- milk\n"
+    finally:
+        bridge.terminate()
+        bridge.communicate(timeout=30)
