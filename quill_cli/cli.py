@@ -27,10 +27,11 @@ from quill_cli.commands import (
     sandbox,
     search,
     services,
+    tokens,
 )
 from quill_cli.common import DURATION, SECTIONS, report
 
-GROUPS = (files, search, history, sandbox, runs, call, replay, admin, services, cluster)
+GROUPS = (files, search, history, sandbox, runs, call, replay, admin, tokens, services, cluster)
 """The modules whose commands ``quill`` offers (listed in its help by section, then name,
 whatever the order here)."""
 

@@ -146,7 +146,8 @@ def report(
     ``--json`` (or ``as_json``) one JSON object ``{"code", "message", "details",
     "exit_status"}``."""
     if as_json or (as_json is None and _json_wanted()):
-        body = {"code": code, "message": message, "details": details or {}, "exit_status": status}
+        shown = code or ("INVALID_ARGUMENT" if status == 2 else "FAILED")
+        body = {"code": shown, "message": message, "details": details or {}, "exit_status": status}
         click.echo(_json.encode(body).decode(), err=True)
     else:
         click.echo(f"quill: {code}: {message}" if code else f"quill: {message}", err=True)
