@@ -28,10 +28,24 @@ from quill_cli.commands import (
     search,
     services,
     tokens,
+    transfer,
 )
 from quill_cli.common import DURATION, SECTIONS, report
 
-GROUPS = (files, search, history, sandbox, runs, call, replay, admin, tokens, services, cluster)
+GROUPS = (
+    files,
+    transfer,
+    search,
+    history,
+    sandbox,
+    runs,
+    call,
+    replay,
+    admin,
+    tokens,
+    services,
+    cluster,
+)
 """The modules whose commands ``quill`` offers (listed in its help by section, then name,
 whatever the order here)."""
 
