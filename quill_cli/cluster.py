@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -25,8 +26,16 @@ from nats.aio.msg import Msg
 from contracts.subjects import Subjects
 from infra import bus
 from quill.client import Workspace
+from quill.connection import STACK_FILE
 from quill_cli.deployment import COMPOSE_MONITOR_PORT, Deployment, NatsNode
-from quill_cli.launcher import Child, Launcher, free_port, http_ok, ping_until_answered
+from quill_cli.launcher import (
+    Child,
+    Launcher,
+    free_port,
+    http_ok,
+    ping_until_answered,
+    port_busy,
+)
 from quill_cli.natsserver import binary
 from services.writer.partitions import leases_bucket
 
@@ -128,7 +137,29 @@ class Cluster(Launcher):
     def _log(self, name: str) -> Path:
         return self.data_dir / "logs" / f"{name}.log"
 
+    def _check_ports(self) -> None:
+        """Refuse to start on a port something else holds, naming it (nats-server would only
+        log it, and the cluster wait for a server that never comes up).
+
+        Raises:
+            RuntimeError: the first busy port, whose it was to be, and what to do.
+        """
+        wanted = [(self.http_port, "the gateway's HTTP port", "--http-port")]
+        for node in self.servers:
+            wanted += [
+                (node.port, f"{node.name}'s client port", "--nats-port"),
+                (node.cluster_port, f"{node.name}'s cluster port", "--nats-port"),
+                (node.monitor_port, f"{node.name}'s monitoring port", "--nats-port"),
+            ]
+        for port, what, option in wanted:
+            if port_busy(port):
+                raise RuntimeError(
+                    f"port {port} ({what}) is in use on 127.0.0.1: stop what holds it, or "
+                    f"choose another with {option} (0: free ports)"
+                )
+
     async def _launch(self, timeout: float = 30.0) -> None:
+        self._check_ports()
         servers = [self._server(node) for node in self.servers]
         self.children = servers
         for child in servers:
@@ -230,6 +261,17 @@ def _held(answers: Any) -> set[int] | None:
             reported = True
             held.update(int(p) for p in info.get("held", []))
     return held if reported else None
+
+
+def monitor_port_of(data_dir: Path) -> int | None:
+    """The monitoring port of the first NATS server ``quill cluster up`` (or ``quill up``)
+    recorded in ``DATA/stack.json``, if one runs there."""
+    try:
+        record = json.loads((data_dir / STACK_FILE).read_text())
+        monitor = urlsplit(str(record["servers"][0]["monitor"]))
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return monitor.port
 
 
 async def health(

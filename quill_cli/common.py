@@ -14,15 +14,19 @@ import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import update_wrapper
 from typing import Any, NoReturn, TypeVar
 
 import click
 import msgspec
+from click.core import ParameterSource
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
+from quill.connection import DEFAULT_NATS_URL, discover_url
+from quill_cli import client as cli_client
+from quill_cli.client import CliQuill
 
 T = TypeVar("T")
 
@@ -51,16 +55,109 @@ SECRETS_HELP = "TOML registry of secrets the services redact ($QUILL_SECRETS; se
 _json = msgspec.json.Encoder()
 
 
+SECTIONS = {
+    "files": "Files",
+    "history": "History",
+    "exec": "Exec",
+    "runs": "Runs and sessions (trust, approvals, locks)",
+    "admin": "Admin (logs, replay, secrets, tokens, any op)",
+    "services": "Services (run Quill)",
+}
+"""The sections of ``quill --help``, in order: a command module's ``Commands(section)``."""
+
+
 class Commands(click.Group):
     """The commands one module defines, declared as on the root group
     (``@commands.command()``, ``@commands.group()``); ``quill_cli/cli.py`` adds each of them
-    to ``quill``. Never invoked itself."""
+    to ``quill``, listed in ``quill --help`` under ``section`` (a key of ``SECTIONS``).
+    Never invoked itself."""
+
+    def __init__(self, section: str = "admin") -> None:
+        super().__init__()
+        if section not in SECTIONS:
+            raise ValueError(f"unknown section {section!r}: one of {', '.join(SECTIONS)}")
+        self.section = section
+
+
+CLI_WORDS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    (
+        ErrorCode.NO_MATCH,
+        re.compile(r"oldString not found in content"),
+        "OLD not found in the file",
+    ),
+    (
+        ErrorCode.MULTIPLE_MATCHES,
+        re.compile(
+            r"Found multiple matches for oldString\. Provide more surrounding lines in oldString "
+            r"to identify the correct match, or set replace_all to replace every occurrence\."
+        ),
+        "OLD occurs more than once: give more of the surrounding text in OLD to pick one, "
+        "or use --all to replace every occurrence.",
+    ),
+    ("", re.compile(r"\boldString\b"), "OLD"),
+    ("", re.compile(r"\bnewString\b"), "NEW"),
+    (
+        "",
+        re.compile(r"\(set recursive to delete it with its contents\)"),
+        "(use -r to delete it with its contents)",
+    ),
+    ("", re.compile(r"\bset replace_all\b"), "use --all"),
+    ("", re.compile(r"\breplace_all\b"), "--all"),
+    (
+        ErrorCode.APPROVAL_REQUIRED,
+        re.compile(
+            r"Waiting for approval (\S+) \(restricted workspace (\S+)\): approve it, then send "
+            r"the same request \(same Ws-Request-Id\) again"
+        ),
+        r"\2 is restricted: the change waits for approval \1. Once someone approves it "
+        r"(quill approve \2 \1), finish it with: quill resume \1 (or run the command with "
+        r"--wait 10m to wait for the decision)",
+    ),
+    ("", re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?(\+00:00|Z)"), r"\1 \2"),
+)
+"""The CLI's own words for what the services say in the wire's (MCP's ``oldString``, the
+``Ws-Request-Id`` header, ISO times): ``(code or "" for any, pattern, replacement)``, applied
+in order to every error message the CLI prints."""
+
+
+def cli_words(code: str, message: str) -> str:
+    """``message`` in the CLI's words (``CLI_WORDS``)."""
+    for only, pattern, replacement in CLI_WORDS:
+        if not only or only == code:
+            message = pattern.sub(replacement, message)
+    return message
+
+
+def _json_wanted() -> bool:
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return bool(isinstance(obj, dict) and obj.get("json"))
+
+
+def report(
+    code: str,
+    message: str,
+    status: int,
+    details: dict[str, Any] | None = None,
+    *,
+    as_json: bool | None = None,
+) -> NoReturn:
+    """Exit with ``status``, saying why on stderr: ``quill: CODE: message``, or with
+    ``--json`` (or ``as_json``) one JSON object ``{"code", "message", "details",
+    "exit_status"}``."""
+    if as_json or (as_json is None and _json_wanted()):
+        shown = code or ("INVALID_ARGUMENT" if status == 2 else "FAILED")
+        body = {"code": shown, "message": message, "details": details or {}, "exit_status": status}
+        click.echo(_json.encode(body).decode(), err=True)
+    else:
+        click.echo(f"quill: {code}: {message}" if code else f"quill: {message}", err=True)
+    sys.exit(status)
 
 
 def fail(error: QuillError) -> NoReturn:
-    """Exit as ``error`` says: one line ``quill: CODE: message`` on stderr, ``EXIT_CODES``."""
-    click.echo(f"quill: {error.code}: {error.message}", err=True)
-    sys.exit(EXIT_CODES.get(str(error.code), 1))
+    """Exit as ``error`` says (``report``), in the CLI's words, with its ``EXIT_CODES``."""
+    code = str(error.code)
+    report(code, cli_words(code, error.message), EXIT_CODES.get(code, 1), error.details)
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -87,8 +184,7 @@ def run_to_exit(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return _run(coro)
     except RuntimeError as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(1)
+        report("", str(exc), 1)
 
 
 @contextmanager
@@ -99,8 +195,7 @@ def refusing(*errors: type[Exception]) -> Iterator[None]:
     try:
         yield
     except caught as exc:
-        click.echo(f"quill: {exc}", err=True)
-        sys.exit(2)
+        report("", str(exc), 2)
 
 
 def emit(ctx: click.Context, result: Any, human: str | Callable[[], str | None]) -> None:
@@ -162,15 +257,30 @@ def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else words or word + 's'}"
 
 
-async def connect(ctx: click.Context) -> Quill:
-    """A client as the global options say (actor, session, run, wait).
+def nats_url(ctx: click.Context) -> tuple[str, str]:
+    """The NATS URL the global options name, and where it came from (for an error)."""
+    root = ctx.find_root()
+    url = root.obj["nats_url"]
+    if url:
+        source = root.get_parameter_source("nats_url")
+        return url, "$QUILL_NATS_URL" if source == ParameterSource.ENVIRONMENT else "--nats-url"
+    found = discover_url()
+    return found, "the NATS URL" if found == DEFAULT_NATS_URL else "$QUILL_NATS_URL or stack.json"
+
+
+async def connect(ctx: click.Context) -> CliQuill:
+    """A client as the global options say (actor, session, run, wait), failing at once when
+    no server answers (``quill_cli/client.py``).
 
     Raises:
-        QuillError: ``UNAVAILABLE`` if NATS cannot be reached.
+        QuillError: ``UNAVAILABLE`` if NATS cannot be reached, ``INVALID_ARGUMENT`` for a URL
+            that is not NATS's.
     """
-    obj = ctx.obj
-    return await Quill.connect(
-        obj["nats_url"],
+    obj = ctx.find_root().obj
+    url, source = nats_url(ctx)
+    return await cli_client.connect(
+        url,
+        source,
         actor=obj["actor"],
         session=obj["session"],
         run=obj["run"],
@@ -178,8 +288,53 @@ async def connect(ctx: click.Context) -> Quill:
     )
 
 
+def when(stamp: datetime | None) -> str:
+    """A time as the CLI shows every time: ``2025-06-01 10:42:07``, in UTC."""
+    if stamp is None:
+        return "-"
+    if stamp.tzinfo is not None:
+        stamp = stamp.astimezone(UTC)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def value_text(value: Any) -> str:
+    """A value as the CLI prints it: no Python reprs (``yes``/``no``, ``-``, times by
+    ``when``, lists comma-separated)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, datetime):
+        return when(value)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(value_text(v) for v in value) or "-"
+    if isinstance(value, msgspec.Struct):
+        return ", ".join(f"{k}={value_text(v)}" for k, v in msgspec.structs.asdict(value).items())
+    return str(value)
+
+
+def columns(rows: list[list[str]], right: frozenset[int] = frozenset()) -> str:
+    """``rows`` as aligned columns (two spaces apart; ``right``: the columns aligned right);
+    the last column is never padded."""
+    if not rows:
+        return ""
+    widths = [max(len(r[i]) for r in rows if i < len(r)) for i in range(max(map(len, rows)))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(widths[i])
+            if i in right
+            else cell
+            if i == len(row) - 1
+            else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
 @asynccontextmanager
-async def connected(ctx: click.Context) -> AsyncIterator[Quill]:
+async def connected(ctx: click.Context) -> AsyncIterator[CliQuill]:
     """``connect(ctx)``, closed on the way out.
 
     Raises:

@@ -1,10 +1,11 @@
 """Generate the contract's documents from ``contracts``: JSON Schemas, AsyncAPI, op reference.
 
-Why one module of ~420 lines: its three generators (schemas, AsyncAPI, contract.md) share
+Why one module of ~450 lines: its generators (schemas, AsyncAPI, contract.md, cli.md) share
 the attribute docstrings and the op table, and ``--check`` compares all of them at once.
 
-``python -m quill_cli.docgen`` writes ``docs/schemas/*.json``, ``docs/asyncapi.yaml`` and the
-generated part of ``docs/contract.md`` (between its ``BEGIN``/``END GENERATED`` markers);
+``python -m quill_cli.docgen`` writes ``docs/schemas/*.json``, ``docs/asyncapi.yaml``, the
+table of exit statuses in ``docs/cli.md`` and the generated part of ``docs/contract.md``
+(between their ``BEGIN``/``END GENERATED`` markers);
 ``--check`` fails if any of them differs from what the code says (CI runs it).
 Field descriptions come from the attribute docstrings and ``Meta(description=…)`` of the
 Structs; example replies come from ``docs/examples.json`` (recorded by
@@ -29,6 +30,8 @@ from contracts.subjects import HEADER_ACTOR, HEADER_REQUEST_ID, HEADER_RUN, HEAD
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 BEGIN, END = "<!-- BEGIN GENERATED OPS -->", "<!-- END GENERATED OPS -->"
+EXIT_BEGIN = "<!-- BEGIN GENERATED EXIT CODES -->"
+EXIT_END = "<!-- END GENERATED EXIT CODES -->"
 MODULES = (requests, replies, events, limits)
 
 
@@ -371,6 +374,25 @@ def attribute_docs_of(source: str) -> dict[str, str]:
     return out
 
 
+def exit_codes() -> str:
+    """docs/cli.md's table of the exit status of every error code (``EXIT_CODES``)."""
+    from quill_cli.common import EXIT_CODES
+
+    code_docs = attribute_docs_of(inspect.getsource(errors.ErrorCode))
+    rows = sorted(errors.ErrorCode, key=lambda c: (EXIT_CODES.get(c, 1), str(c)))
+    lines = ["| code | exit status | meaning |", "|---|---|---|"]
+    for code in rows:
+        meaning = code_docs.get(code.name, "").replace("``", "`").replace("|", "\\|")
+        lines.append(f"| `{code}` | {EXIT_CODES.get(code, 1)} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+def _between(text: str, begin: str, end: str, content: str) -> str:
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n\n{content}\n{end}{tail}"
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -387,9 +409,9 @@ def generated() -> dict[Path, str]:
     }
     files[DOCS / "asyncapi.yaml"] = yaml.safe_dump(asyncapi(docs), sort_keys=False, width=100)
     contract = (DOCS / "contract.md").read_text()
-    head, _, rest = contract.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    files[DOCS / "contract.md"] = f"{head}{BEGIN}\n\n{contract_ops(docs, examples)}\n{END}{tail}"
+    files[DOCS / "contract.md"] = _between(contract, BEGIN, END, contract_ops(docs, examples))
+    cli = (DOCS / "cli.md").read_text()
+    files[DOCS / "cli.md"] = _between(cli, EXIT_BEGIN, EXIT_END, exit_codes())
     return files
 
 

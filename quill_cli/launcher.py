@@ -40,12 +40,36 @@ from quill_cli.supervisor import Backoff, Supervisor
 log = logging.getLogger("quill_cli.launcher")
 
 
+GITIGNORE = "# Written by quill: the data of a Quill stack, never to commit.\n*\n"
+
+
+def _ignore_in_git(data_dir: Path) -> None:
+    """Make git ignore the data directory (``.quill/``, ``.quill-cluster/``...), as a venv
+    does: a ``.gitignore`` of ``*`` in it, unless it has one."""
+    with contextlib.suppress(OSError):
+        with (data_dir / ".gitignore").open("x") as out:
+            out.write(GITIGNORE)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on now (for ``--http-port 0``)."""
     with socket.socket() as probe:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def port_busy(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on ``host:port`` (or holds it: it cannot be bound)."""
+    if not port:
+        return False
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 async def http_ok(host: str, port: int, path: str, timeout: float = 2.0) -> bool:
@@ -368,6 +392,7 @@ class Launcher:
                 loop.add_signal_handler(sig, stop.set)
             record = self.data_dir / STACK_FILE
             self.say = lambda line: print(line, flush=True)
+            _ignore_in_git(self.data_dir)
             try:
                 await self.start()
                 record.write_text(json.dumps(self.record()))
@@ -380,3 +405,4 @@ class Launcher:
             finally:
                 record.unlink(missing_ok=True)
                 await self.stop()
+                print(f"quill stopped: data={self.data_dir}", flush=True)

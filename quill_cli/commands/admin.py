@@ -18,7 +18,7 @@ from quill_cli.common import Commands, connected, emit, fail, plural, refusing, 
 from quill_cli.tools import replay as rpl
 from quill_cli.tools import scrub as scr
 
-commands = Commands()
+commands = Commands("admin")
 
 
 def _scrubbed_text(s: scr.Scrubbed) -> str:

@@ -15,7 +15,7 @@ from contracts.limits import MAX_MESSAGE_BYTES
 from quill.client import Workspace
 from quill_cli.common import Commands, workspace_command
 
-commands = Commands()
+commands = Commands("admin")
 
 
 def _spec(op: str) -> ops.OpSpec:

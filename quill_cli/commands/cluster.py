@@ -5,6 +5,7 @@ machine; ``quill cluster render``: the servers' configurations for ``compose.yam
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import click
 from infra.runtime import setup_logging
 from quill_cli.common import SANDBOX_HELP, TOKENS_HELP, Commands, refusing, run_to_exit
 
-commands = Commands()
+commands = Commands("services")
 
 
 @commands.group("cluster")
@@ -110,15 +111,25 @@ def render(out: Path, nats: int, partitions: int) -> None:
 
 @cluster_group.command("health")
 @click.argument("service", type=click.Choice(["nats", "writer", "reader", "executor", "gateway"]))
-@click.option("--monitor-port", default=8222, show_default=True, help="nats-server's monitoring.")
+@click.option(
+    "--monitor-port",
+    type=int,
+    help="nats-server's monitoring port. Default: the first server's in DATA/stack.json (the "
+    "quill cluster up running here, $QUILL_DATA or .quill), else 8222 (compose).",
+)
 @click.option("--timeout", default=3.0, show_default=True, help="Seconds to wait for an answer.")
 @click.pass_context
-def health(ctx: click.Context, service: str, monitor_port: int, timeout: float) -> None:
+def health(ctx: click.Context, service: str, monitor_port: int | None, timeout: float) -> None:
     """Exit 0 if SERVICE on this host is healthy: the local nats-server's /healthz, or a
     process of the service on this host answering its ping (a container's health check)."""
     from quill_cli.cluster import health as check
-    from quill_cli.stack import discover_url
+    from quill_cli.cluster import monitor_port_of
+    from quill_cli.deployment import COMPOSE_MONITOR_PORT
+    from quill_cli.stack import DEFAULT_DATA, discover_url
 
+    if monitor_port is None:
+        data = Path(os.environ.get("QUILL_DATA", DEFAULT_DATA))
+        monitor_port = monitor_port_of(data) or COMPOSE_MONITOR_PORT
     url = ctx.obj["nats_url"] or discover_url()
     why = asyncio.run(check(service, nats_url=url, monitor_port=monitor_port, wait_s=timeout))
     if why is not None:

@@ -14,9 +14,18 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import CEILINGS, LimitsPatch
 from contracts.paths import display, normalize
 from quill.client import Workspace
-from quill_cli.common import Commands, emit, size_text, workspace_command
+from quill_cli.common import (
+    Commands,
+    columns,
+    emit,
+    plural,
+    size_text,
+    value_text,
+    when,
+    workspace_command,
+)
 
-commands = Commands()
+commands = Commands("files")
 
 
 @commands.command()
@@ -70,12 +79,12 @@ async def info(ctx: click.Context, ws: Workspace, at: int | None) -> None:
                 f"workspace: {r.tenant}/{r.workspace}",
                 f"version: {r.version}",
                 f"trust: {r.trust}",
-                f"files: {r.files}  directories: {r.directories}  bytes: {r.total_bytes}",
-                f"created: {r.created}",
-                f"updated: {r.updated}",
+                f"files: {r.files:,}  directories: {r.directories:,}  "
+                f"size: {size_text(r.total_bytes)}",
+                f"created: {value_text(r.created)}",
+                f"updated: {value_text(r.updated)}",
                 f"tree hash: {r.tree_hash}",
-                "limits: "
-                + ", ".join(f"{k}={v}" for k, v in msgspec.structs.asdict(r.limits).items()),
+                f"limits: {value_text(r.limits)}",
                 f"default exclusions: {' '.join(r.default_exclusions)}",
             ]
         ),
@@ -139,7 +148,7 @@ async def put(
         ctx,
         r,
         lambda: (
-            f"wrote {r.path}: {r.bytes_written} bytes, file version "
+            f"wrote {r.path}: {plural(r.bytes_written, 'byte')}, file version "
             f"{r.file_version}, workspace version {ws.last_version}"
         ),
     )
@@ -175,6 +184,13 @@ async def cat(
         offset=offset,
         limit=limit,
     )
+    if r.kind == "directory":  # as read_file says (MCP, REST): cat reads files
+        raise QuillError(
+            ErrorCode.NOT_A_FILE,
+            f"Not a file: {r.path} is a directory (quill ls {ws.tenant}/{ws.name} {r.path} "
+            "lists it)",
+            {"path": r.path},
+        )
     if ctx.obj["json"]:
         emit(ctx, r, lambda: None)
     elif r.binary:
@@ -202,16 +218,16 @@ async def ls(
     entries = [e async for e in ws.list_all(path, recursive=recursive, version=at)]
 
     def human() -> str:
-        lines = []
+        rows = []
         for e in entries:
             label = (e.path if recursive else e.name) + ("/" if e.kind == "directory" else "")
             if long:
-                stamp = e.modified.strftime("%Y-%m-%d %H:%M")
                 fv = f"v{e.file_version}" if e.file_version else "-"
-                lines.append(f"{size_text(e.size):>10}  {stamp}  {fv:>5}  {label}")
+                rows.append([size_text(e.size), when(e.modified), fv, label])
             else:
-                lines.append(label)
-        return "\n".join(lines) if lines else f"(empty: {shown})"
+                rows.append([label])
+        aligned = frozenset({0, 2}) if long else frozenset()
+        return columns(rows, right=aligned) if rows else f"(empty: {shown})"
 
     shown = display(normalize(path))  # valid: the listing succeeded
     listing = rp.Listing(path=shown, entries=entries, total=len(entries), truncated=False)
@@ -226,7 +242,11 @@ async def stat(ctx: click.Context, ws: Workspace, path: str, at: int | None) -> 
     """Show metadata of a file or directory."""
     r = await ws.stat(path, version=at)
     fields = msgspec.structs.asdict(r)
-    emit(ctx, r, lambda: "\n".join(f"{k}: {v}" for k, v in fields.items() if v is not None))
+    emit(
+        ctx,
+        r,
+        lambda: columns([[f"{k}:", value_text(v)] for k, v in fields.items() if v is not None]),
+    )
 
 
 @commands.command()
@@ -242,7 +262,10 @@ async def rm(
     emit(
         ctx,
         r,
-        lambda: f"deleted {r.path} ({r.deleted} entries), workspace version {ws.last_version}",
+        lambda: (
+            f"deleted {r.path} ({plural(r.deleted, 'entry', 'entries')}), "
+            f"workspace version {ws.last_version}"
+        ),
     )
 
 
@@ -260,7 +283,8 @@ async def mv(
         ctx,
         r,
         lambda: (
-            f"moved {r.path} -> {r.to} ({r.moved} entries), workspace version {ws.last_version}"
+            f"moved {r.path} -> {r.to} ({plural(r.moved, 'entry', 'entries')}), "
+            f"workspace version {ws.last_version}"
         ),
     )
 
@@ -296,7 +320,8 @@ async def edit(
         ctx,
         r,
         lambda: (
-            f"edited {r.path}: {r.replacements} replaced, {r.lines_changed} lines changed, "
+            f"edited {r.path}: {plural(r.replacements, 'occurrence')} replaced, "
+            f"{plural(r.lines_changed, 'line')} changed, "
             f"file version {r.file_version}, workspace version {ws.last_version}"
         ),
     )

@@ -14,11 +14,20 @@ import click
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord, WorkspaceUpdated
 from quill.client import Workspace
-from quill_cli.common import DURATION_PATTERN, Commands, emit, parse_duration, workspace_command
+from quill_cli.common import (
+    DURATION_PATTERN,
+    Commands,
+    columns,
+    emit,
+    parse_duration,
+    size_text,
+    when,
+    workspace_command,
+)
 
 T = TypeVar("T")
 
-commands = Commands()
+commands = Commands("history")
 
 
 @commands.command()
@@ -79,15 +88,12 @@ async def history(
     r = await ws.history(path, limit=limit, before=before)
 
     def human() -> str:
-        lines = []
+        rows = []
         for v in r.revisions:
             what = v.change if path else f"{v.change} {', '.join(v.paths or [])}"
-            extra = f"  {v.size} B  {v.etag}" if v.size is not None else ""
-            lines.append(
-                f"v{v.version:<5} {v.at:%Y-%m-%d %H:%M:%S}  {v.op:<8} "
-                f"{v.actor or '-':<12} {what}{extra}"
-            )
-        return "\n".join(lines) or "(no history)"
+            extra = f"  {size_text(v.size)}  {v.etag}" if v.size is not None else ""
+            rows.append([f"v{v.version}", when(v.at), v.op, v.actor or "-", what + extra])
+        return columns(rows) or "(no history)"
 
     emit(ctx, r, human)
 
@@ -101,15 +107,15 @@ async def log_(ctx: click.Context, ws: Workspace, after: int, limit: int) -> Non
     r = await ws.events(after=after, limit=limit)
 
     def human() -> str:
-        lines = []
+        rows = []
         for e in r.events:
             changes = ", ".join(f"{c.kind} {c.path}" for c in e.changes[:3])
             more = f" (+{e.changes_total - 3})" if e.changes_total > 3 else ""
-            lines.append(
-                f"v{e.version:<5} seq {e.seq:<6} {e.at:%Y-%m-%d %H:%M:%S} {e.op:<8} "
-                f"{e.actor or '-':<10} {changes}{more}  {e.hash[:12]}"
-            )
-        return "\n".join(lines) or "(no events)"
+            rows.append(
+                [f"v{e.version}", f"seq {e.seq}", when(e.at), e.op, e.actor or "-",
+                 e.hash[:12], f"{changes}{more}"]
+            )  # fmt: skip
+        return columns(rows) or "(no events)"
 
     emit(ctx, r, human)
 
@@ -180,7 +186,7 @@ async def _follow(
 def _audit_line(rec: AuditRecord) -> str:
     code = f" {rec.error_code}" if rec.error_code else ""
     return (
-        f"{rec.at:%Y-%m-%d %H:%M:%S.%f} {rec.kind}.{rec.op:<10} {rec.outcome}{code} "
+        f"{when(rec.at)} {rec.kind}.{rec.op:<10} {rec.outcome}{code} "
         f"{rec.duration_ms:.1f}ms v{rec.version or '-'} {rec.actor or '-'} "
         f"{' '.join(rec.paths)}"
     )

@@ -24,12 +24,13 @@ from quill_cli.common import (
     run_client,
     short,
     size_text,
+    when,
     workspace_command,
 )
 from quill_cli.progress import progress, quiet_option
 from quill_cli.tools import replay as rpl
 
-commands = Commands()
+commands = Commands("admin")
 
 
 def _tree_text(s: rpl.Summary) -> str:
@@ -106,10 +107,9 @@ def _runs_text(r: RunList) -> str:
         return f"no runs in {r.tenant}/{r.workspace}"
     rows = [("RUN", "VERSION", "STATUS", "ACTOR", "STARTED", "ENDED")]
     for run in r.runs:
-        ended = f"{run.ended:%Y-%m-%d %H:%M:%S}" if run.ended else "-"
         rows.append(
             (run.run, str(run.version), run.status, run.actor or "-",
-             f"{run.started:%Y-%m-%d %H:%M:%S}", ended)
+             when(run.started), when(run.ended))
         )  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)

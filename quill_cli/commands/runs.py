@@ -4,25 +4,30 @@ the workspaces a session holds."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 
 import click
 
+from contracts import codec, ops
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
 from quill.session import Session
+from quill_cli.client import drop_pending, load_pending
 from quill_cli.common import (
     DURATION,
     Commands,
     client_command,
+    columns,
     connected,
     emit,
     run_client,
+    when,
     workspace_command,
 )
 
-commands = Commands()
+commands = Commands("runs")
 
 
 def _trust_text(ws: Workspace, r: rp.TrustInfo) -> str:
@@ -69,12 +74,11 @@ async def approvals(ctx: click.Context, ws: Workspace) -> None:
     r = await ws.approvals()
 
     def human() -> str:
-        lines = [
-            f"{a.approval_id}  {a.requested:%Y-%m-%d %H:%M:%S}  {a.requested_by or '-':<12} "
-            f"{a.op:<10} {a.summary}"
+        rows = [
+            [a.approval_id, when(a.requested), a.requested_by or "-", a.op, a.summary]
             for a in r.pending
         ]
-        return "\n".join(lines) or "(no pending approvals)"
+        return columns(rows) or "(no pending approvals)"
 
     emit(ctx, r, human)
 
@@ -87,6 +91,41 @@ async def approve(ctx: click.Context, ws: Workspace, approval_id: str, reason: s
     """Approve the waiting request APPROVAL_ID: it goes ahead, and its caller gets its result."""
     r = await ws.approve(approval_id, reason)
     emit(ctx, r, f"approved {r.approval_id}")
+
+
+@commands.command()
+@click.argument("approval_id")
+@click.pass_context
+def resume(ctx: click.Context, approval_id: str) -> None:
+    """Finish the change waiting for approval APPROVAL_ID that you ran here without --wait:
+    send it again (the same request) once approved. With --wait, wait for the decision."""
+
+    async def go() -> None:
+        kept = load_pending(approval_id)
+        spec = ops.OPS.get(str(kept.get("op")))
+        if spec is None or spec.kind != "cmd":
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a change: {kept.get('op')!r}")
+        body = codec.decode_request(spec, json.dumps(kept["body"]).encode())
+        name = str(kept["workspace"])
+        async with connected(ctx) as quill:
+            ws = quill.workspace(name)
+            try:
+                version, result = await quill.request(
+                    spec.kind, ws.tenant, ws.name, spec.name, body, spec.result,
+                    request_id=approval_id,
+                )  # fmt: skip
+            except QuillError as exc:
+                if exc.code != ErrorCode.APPROVAL_REQUIRED:
+                    drop_pending(approval_id)
+                raise
+        drop_pending(approval_id)
+        emit(
+            ctx,
+            result,
+            f"done: {spec.key} on {name} (approval {approval_id}), workspace version {version}",
+        )
+
+    run_client(go())
 
 
 @commands.command()
@@ -125,7 +164,7 @@ async def lock(ctx: click.Context, ws: Workspace, ttl_ms: int, wait_ms: int | No
     sessions' changes get LOCKED (or wait, with --wait). Reads are never locked."""
     _need_session(ctx, "lock")
     r = await ws.lock(ttl_ms=ttl_ms, wait_ms=wait_ms)
-    until = f"{r.expires:%Y-%m-%d %H:%M:%S} UTC" if r.expires else "-"
+    until = when(r.expires)
     emit(ctx, r, f"locked {ws.tenant}/{ws.name} for session {r.holder} until {until}")
 
 
@@ -148,7 +187,7 @@ def _run_text(r: rp.RunInfo) -> str:
     lines = [
         f"run: {r.run}",
         f"reads version: {r.version}",
-        f"started: {r.started:%Y-%m-%d %H:%M:%S} by {r.actor or '-'} (version {r.started_version})",
+        f"started: {when(r.started)} by {r.actor or '-'} (version {r.started_version})",
         f"ended: {'no' if r.ended_version is None else f'version {r.ended_version}'}",
     ]
     if r.parent:
@@ -204,9 +243,7 @@ def session_command(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
 
 
 def _attached_text(r: rp.Attached) -> str:
-    lines = [f"primary  {r.primary}"]
-    lines += [f"{a.kind:<8} {a.target:<30} {a.uri}" for a in r.attached]
-    return "\n".join(lines)
+    return columns([["primary", r.primary], *([a.kind, a.target, a.uri] for a in r.attached)])
 
 
 @session_group.command(name="open")

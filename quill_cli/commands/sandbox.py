@@ -12,9 +12,9 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
-from quill_cli.common import Commands, emit, workspace_command
+from quill_cli.common import Commands, columns, emit, plural, when, workspace_command
 
-commands = Commands()
+commands = Commands("exec")
 
 
 def _changes_note(changes: rp.CapturedChanges | None) -> None:
@@ -23,7 +23,8 @@ def _changes_note(changes: rp.CapturedChanges | None) -> None:
         return
     if changes.committed:
         click.echo(
-            f"quill: committed {changes.total} path(s) as version {changes.version}", err=True
+            f"quill: committed {plural(changes.total, 'path')} as version {changes.version}",
+            err=True,
         )
     for conflict in changes.conflicts:
         click.echo(f"quill: not committed: {conflict.path}: {conflict.reason}", err=True)
@@ -205,9 +206,7 @@ async def git(
             lines += [f"untracked {'':<12} {p}" for p in st.untracked]
             return "\n".join(lines)
         if r.log is not None:
-            return "\n".join(
-                f"{c.sha[:10]} {c.at:%Y-%m-%d %H:%M} {c.author:<12} {c.subject}" for c in r.log
-            )
+            return columns([[c.sha[:10], when(c.at), c.author, c.subject] for c in r.log])
         if r.branches is not None:
             return "\n".join(("* " if b == r.branch else "  ") + b for b in r.branches)
         if r.commit is not None:

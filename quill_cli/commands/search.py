@@ -10,9 +10,9 @@ from typing import Any
 import click
 
 from quill.client import Workspace
-from quill_cli.common import Commands, emit, size_text, workspace_command
+from quill_cli.common import Commands, emit, size_text, when, workspace_command
 
-commands = Commands()
+commands = Commands("files")
 
 
 EXCLUDE_HELP = "Leave out paths matching this glob (repeatable)."
@@ -177,7 +177,7 @@ async def tree(
         for e in r.entries:
             name = e.path.rsplit("/", 1)[-1] + ("/" if e.kind == "directory" else "")
             size = f"{size_text(e.size or 0):>10}  " if long else ""
-            stamp = f"{e.modified:%Y-%m-%d %H:%M}  " if long and e.modified else ""
+            stamp = f"{when(e.modified)}  " if long and e.modified else ""
             lines.append(f"{size}{stamp}{'  ' * (e.depth - 1)}{name}")
         if r.truncated:
             lines.append(f"... {r.total - len(r.entries)} more")

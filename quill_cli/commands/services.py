@@ -25,7 +25,7 @@ from quill_cli.common import (
     run_to_exit,
 )
 
-commands = Commands()
+commands = Commands("services")
 
 
 _nats_url_option = click.option(

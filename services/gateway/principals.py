@@ -72,11 +72,39 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class Tokens:
-    """Bearer tokens and their principals (kept as sha256 digests, never as plain text)."""
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when the file is edited or replaced (``quill token`` replaces it)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
-    def __init__(self, principals: dict[str, Principal]) -> None:
+
+class Tokens:
+    """Bearer tokens and their principals (kept as sha256 digests, never as plain text).
+
+    Loaded from a file, they follow it: each lookup checks the file's modification time,
+    size and inode (one ``stat``), and reads it again when it changed (``quill token add``,
+    ``revoke``), so a token works, or stops working, without a restart. A file that no
+    longer reads (malformed, removed) keeps the tokens read last, with a warning."""
+
+    def __init__(self, principals: dict[str, Principal], path: Path | None = None) -> None:
         self._by_digest = {_digest(token): p for token, p in principals.items()}
+        self._path = path
+        self._stamp = _stamp(path) if path is not None else None
+
+    def _refresh(self) -> None:
+        if self._path is None or (stamp := _stamp(self._path)) == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            fresh = Tokens.load(self._path)
+        except ValueError as exc:
+            log.warning("tokens file not reloaded (the previous tokens stay): %s", exc)
+            return
+        self._by_digest = fresh._by_digest
+        log.info("tokens reloaded from %s: %d token(s)", self._path, len(self._by_digest))
 
     @classmethod
     def load(cls, path: Path) -> Tokens:
@@ -89,6 +117,7 @@ class Tokens:
         Raises:
             ValueError: the file is missing, not TOML, or a table is malformed.
         """
+        stamp = _stamp(path)  # before reading: a change made meanwhile is read next time
         try:
             data = tomllib.loads(path.read_text())
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -135,12 +164,16 @@ class Tokens:
                 raise ValueError(f"{where}: {exc.message}") from None
             pinned = scope == "workspace"
             principals[token] = Principal(tenant, workspace, pinned=pinned, actor=actor)
-        return cls(principals)
+        tokens = cls(principals, path)
+        tokens._stamp = stamp
+        return tokens
 
     def find(self, token: str) -> Principal | None:
+        self._refresh()
         return self._by_digest.get(_digest(token))
 
     def principals(self) -> list[Principal]:
+        self._refresh()
         return sorted(set(self._by_digest.values()), key=lambda p: p.name)
 
 

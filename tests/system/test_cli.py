@@ -108,12 +108,14 @@ def test_cli_tools_edit_grep_glob_tree_diff_restore(up: Up) -> None:
     up.cli("put", ws, ".git/config", "--text", "def hidden\n")
 
     out = up.cli("edit", ws, "src/app.py", "return 1", "return 42").stdout
-    assert out.startswith("edited src/app.py: 1 replaced, 1 lines changed, file version 2")
+    assert out.startswith(
+        "edited src/app.py: 1 occurrence replaced, 1 line changed, file version 2"
+    )
     missing = up.cli("edit", ws, "src/app.py", "return 1", "x", check=False)
     assert (missing.returncode, missing.stderr) == (
         1,
-        "quill: NO_MATCH: oldString not found in content. The closest text in src/app.py is at"
-        " line 4 (differs: oldString has 'return 1' where the file has 'return 42'); nothing"
+        "quill: NO_MATCH: OLD not found in the file. The closest text in src/app.py is at"
+        " line 4 (differs: OLD has 'return 1' where the file has 'return 42'); nothing"
         " was changed. The file has there:\nreturn 42\n",
     )
 
@@ -159,7 +161,7 @@ def test_cli_exec_streams_and_exits_with_the_status(up: Up) -> None:
     )
     assert (done.returncode, done.stdout) == (4, "out\n")
     assert done.stderr.startswith("err\n")
-    assert "quill: committed 1 path(s) as version 2" in done.stderr
+    assert "quill: committed 1 path as version 2" in done.stderr
     words = up.cli("exec", ws, "--", "printf", "%s|", "a b", "c")  # several words: quoted
     assert words.stdout == "a b|c|"
     assert up.cli("cat", ws, "made.txt").stdout == "made\n"
@@ -238,7 +240,7 @@ def test_put_refuses_a_big_source_without_reading_it(up: Up) -> None:
     assert "SIZE_LIMIT_EXCEEDED: /dev/zero is over 1048576 bytes" in endless.stderr
     assert "Traceback" not in endless.stderr
     fits = up.cli("put", "acme/sizes", "ok.bin", "-", input="x" * 1024 * 1024)
-    assert fits.stdout.startswith("wrote ok.bin: 1048576 bytes")
+    assert fits.stdout.startswith("wrote ok.bin: 1,048,576 bytes")
     assert up.cli("ls", "acme/sizes").stdout == "ok.bin\nsmall.txt\n"
 
 
