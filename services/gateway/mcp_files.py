@@ -104,8 +104,9 @@ ADDS = ToolAnnotations(
 
 def render(failure: Failure) -> CallToolResult:
     """A failure as the workspace tool words it (``Error: ...``)."""
-    text = texts.error_text(failure.tool, failure.error, failure.path, failure.workspace)
-    return answer(text, error_data(failure.error), is_error=True)
+    error = texts.workspace_unknown(failure.error, failure.workspace)
+    text = texts.error_text(failure.tool, error, failure.path, failure.workspace)
+    return answer(text, error_data(error), is_error=True)
 
 
 def said(text: str, result: Any) -> Done:
