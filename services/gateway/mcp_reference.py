@@ -39,7 +39,13 @@ MAX_MEDIA_BYTES = 4 * 1024 * 1024
 """Largest file ``read_media_file`` returns (its base64 is a third larger)."""
 MAX_TREE_ENTRIES = 2000
 """Most entries one ``directory_tree`` answer holds."""
-PER_FILE = (ErrorCode.FILE_NOT_FOUND, ErrorCode.NOT_A_FILE, ErrorCode.INVALID_ENCODING)
+PER_FILE = (
+    ErrorCode.FILE_NOT_FOUND,
+    ErrorCode.NOT_A_FILE,
+    ErrorCode.INVALID_ENCODING,
+    ErrorCode.ACCESS_DENIED,  # a path outside /workspace
+    ErrorCode.INVALID_ARGUMENT,  # a malformed path
+)
 """Errors ``read_multiple_files`` reports for one file and goes on."""
 
 WS = Arg("workspace", str | None, None)  # said once, in the instructions
@@ -217,7 +223,9 @@ def one_edit(path: str, text: str, edit: dict[str, Any], n: int, of: int) -> tup
     every = bool(edit.get("replace_all", False))
     which = f"Edit {n} of {of}: " if of > 1 else ""
     if not isinstance(old, str) or not old or not isinstance(new, str):
-        raise QuillError(ErrorCode.INVALID_ARGUMENT, f"{which}needs old_string and new_string")
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT, f"{which}old_string and new_string are required"
+        )
     if old == new:
         raise QuillError(
             ErrorCode.INVALID_ARGUMENT, f"{which}oldString and newString must be different"
