@@ -8,6 +8,10 @@ MCP image or audio content), ``directory_tree`` (an explore, as nested JSON),
 Several edits are one write with ``if_match`` the etag the file had when read: all of them or
 none, one event, and a file changed in between is a ``CONFLICT`` rather than a lost update.
 A single edit without ``dry_run`` stays the ``cmd.edit`` op it always was.
+
+Size: four tools and an edit mode, each a few small functions and its row; they are one
+module because they are one thing (the reference server's set, read against it together),
+and each part is short enough that splitting would only scatter the rows from their bodies.
 """
 
 from __future__ import annotations
