@@ -5,81 +5,70 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from mcp.types import ToolAnnotations
 from pydantic import Field, WithJsonSchema
 
 from contracts.requests import GitAction, ModifyOperation, OutputStream
-from services.gateway import texts
-from services.gateway.optable import Arg, Tool, described
+from services.gateway import mcp_reference, texts
+from services.gateway.optable import (
+    CHANGES,
+    OPEN,
+    READ_ONLY,
+    REPLACES,
+    Arg,
+    Tool,
+    described,
+)
 from services.gateway.tooling import converted, inline_schema
 
-P_FILE = "File path relative to /workspace (or absolute path within /workspace)"
+P_FILE = "File path in /workspace"
 P_DIR = "Directory path relative to /workspace; . is the root"
-P_WS = "Optional: another workspace of your tenant (its id). Omit to use your own."
 
 FilePath = Annotated[str, Field(description=P_FILE)]
-WorkspaceName = Annotated[str | None, Field(description=P_WS)]
 Globs = Annotated[
     list[str] | None,
-    Field(description="Glob patterns to leave out (default: node_modules, .git, dist...)"),
+    Field(description="Glob patterns to skip (default: node_modules, .git, dist...)"),
 ]
-Version = Annotated[int, Field(ge=1, description="A workspace version (1 is its creation)")]
+Version = Annotated[int, Field(ge=1, description="A workspace version (1: its creation)")]
 Operations = Annotated[
     list[dict[str, Any]],
     WithJsonSchema(inline_schema(list[ModifyOperation])),
     Field(
         description=(
-            "Operations, each an object tagged by type: "
-            '{"type": "replace", "start_line", "end_line", "new_content"}, '
-            '{"type": "insert", "after_line", "new_content"} (after_line 0: at the top), '
-            '{"type": "delete", "start_line", "end_line"}, '
-            '{"type": "regex_replace", "pattern", "replacement", "flags"} (flags: g i m s x; '
-            "$1 and $<name> in the replacement name groups). Line numbers are 1-based and refer "
-            "to the file before the call; line operations must not overlap."
+            "Objects tagged by type: replace {start_line, end_line, new_content}, insert "
+            "{after_line (0: the top), new_content}, delete {start_line, end_line}, "
+            "regex_replace {pattern, replacement, flags: g i m s x} ($1, $<name>: groups). "
+            "Line ranges must not overlap."
         )
     ),
 ]
 Command = Annotated[str, Field(min_length=1, description="The shell command line")]
-Workdir = Annotated[str, Field(description="Working directory inside /workspace (default: root)")]
+Workdir = Annotated[str, Field(description="Working directory in /workspace (default: root)")]
 Timeout = Annotated[int | None, Field(ge=1, le=600_000, description="Milliseconds (default 30000)")]
 Env = Annotated[dict[str, str] | None, Field(description="Extra environment variables")]
 CommandId = Annotated[
     str,
-    Field(
-        pattern=r"^[A-Za-z0-9._:-]{1,128}$",
-        description="The command's id, as execute_command's answer gives it",
-    ),
+    Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$", description="The id execute_command gave"),
 ]
 OutputLength = Annotated[
     int, Field(ge=1, le=1024 * 1024, description="Most bytes to read (default 65536)")
 ]
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-CHANGES = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
-OPEN = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True)
 
 
 COMMAND = (
-    "Run a shell command (bash -c) in the workspace's sandbox: the workspace is the "
-    "current directory (/workspace), there is no network, and the command is stopped at "
-    "timeout_ms (SIGTERM, then SIGKILL 5 s later). Answers the exit code and stdout and "
-    "stderr separately; a stream over 50 KB shows its first and last 25 KB with the size "
-    "of the middle left out, which read_command_output reads (the answer gives the exact "
-    "call; kept for an hour). A non-zero exit code is an answer, not an error. Files the "
-    "command creates, changes or deletes are committed to the workspace as one new "
-    "version (node_modules, .venv, __pycache__ and the like are kept out). Each command "
-    "is a fresh shell: cd, export and /tmp do not carry over to the next one (chain steps "
-    "with && in one command); processes left running (cmd &) are killed when it ends "
-    "(the answer says so); stdin is closed, so a prompt (read -p, input()) gets end of "
-    "file (the answer says so: pass input with a pipe or a --yes flag); python is "
-    "python3."
-    " Only committed files are visible to the file tools; files a command made that "
-    "could not be committed (too large, symlinks, invalid names) are listed in its reply."
+    "Run a shell command (bash -c) in the workspace's sandbox: in /workspace, no network, "
+    "stopped at timeout_ms. Answers the exit code (non-zero is not an error), stdout and "
+    "stderr; of a stream over 50 KB the first and last 25 KB (read_command_output reads "
+    "the rest). What it changes is committed as one version. Each command is a fresh "
+    "shell: cd, export and /tmp do not carry over (chain with &&); processes left running "
+    "are killed when it ends; stdin is closed (pipe input); python is python3. Only "
+    "committed files are visible to the file tools: the answer lists those not committed."
 )
-Only = Annotated[str | None, Field(description="Omit for the workspace")]
+ALIAS = "The same tool as execute_command (an alias: same arguments, answer and hints)."
+Only = Annotated[str | None, Field(description="Omit for the whole workspace")]
 Depth = Annotated[int, Field(ge=1, le=100)]
 MostResults = Annotated[int | None, Field(ge=1, le=10_000)]
 DIR = Arg("path", described(str, P_DIR), ".")
-WS = Arg("workspace", WorkspaceName, None)
+WS = Arg("workspace", str | None, None)  # said once, in the instructions
 COMMAND_ARGS = (
     Arg("command", Command),
     Arg("workdir", Workdir, ""),
@@ -87,34 +76,51 @@ COMMAND_ARGS = (
     Arg("env", Env, None),
     WS,
 )
+
+
+def command_tool(name: str, description: str) -> Tool:
+    """``execute_command``, or an alias of it: one row, so they cannot drift apart."""
+    return Tool(
+        name,
+        "exec.run",
+        description,
+        COMMAND_ARGS,
+        lambda a, r: texts.command_text(r),
+        OPEN,
+        path="workdir",
+        detail=lambda a: a.command,
+    )
+
+
 TOOLS = (
     Tool(
         "edit_file",
         "cmd.edit",
-        "Replace an exact piece of text in a file. old_string must match exactly "
-        "(whitespace and indentation included) and occur once, unless replace_all is true. "
-        "Errors: 'oldString not found in content', followed by the closest text in the "
-        "file, its line and how it differs (e.g. whitespace: copy the text exactly as the "
-        "file has it; it is never applied for you); 'Found multiple matches for oldString', "
-        "followed by the lines it occurs on (add surrounding lines to old_string, or set "
-        "replace_all).",
+        "Replace exact text in a file: old_string (as the file has it, whitespace included) "
+        "must occur once, unless replace_all; if not, the error shows the closest text or "
+        "the lines it is on. edits: several edits, in order, all or none; dry_run: answer "
+        "the unified diff only.",
         (
             Arg("path", FilePath),
-            Arg("old_string", described(str, "The exact text to replace", min_length=1)),
-            Arg("new_string", described(str, "The replacement text (used literally)")),
+            Arg(
+                "old_string", described(str | None, "The exact text to replace", min_length=1), None
+            ),
+            Arg("new_string", described(str | None, "The replacement text (used literally)"), None),
             Arg("replace_all", described(bool, "Replace every occurrence"), False),
+            *mcp_reference.EDIT_ARGS,
             WS,
         ),
-        lambda a, r: texts.edited_text(a.path, r),
+        mcp_reference.edit_text,
         CHANGES,
+        call=mcp_reference.edit_many,
+        output=mcp_reference.EDIT_OUTPUT,
     ),
     Tool(
         "modify_file",
         "cmd.modify",
-        "Change a text file by line numbers or regular expressions, all operations at once "
-        "(all or nothing): replace, insert or delete line ranges, or regex_replace. Read "
-        "the file first to know its line numbers. Operations that leave the text as it was "
-        "(inserting an empty text) answer 'No changes' and make no new version.",
+        "Change a text file by line numbers (replace, insert, delete line ranges) or "
+        "regex_replace, all operations at once or none. Line numbers are 1-based, of the file "
+        "before the call: read_file with line_numbers shows them.",
         (
             Arg("path", FilePath),
             Arg(
@@ -130,16 +136,15 @@ TOOLS = (
     Tool(
         "grep",
         "qry.grep",
-        "Search file contents for a regular expression (Python syntax) or, with literal, "
-        "plain text. Answers one 'path:line: text' line per match (100 at most by default), "
-        "with context_lines lines around each as 'path-line- text'. include limits the "
-        "search to files matching globs (*.py matches at any depth).",
+        "Search file contents for a regular expression (Python syntax), or plain text with "
+        "literal. Answers 'path:line: text' per match (100 by default), with context_lines "
+        "around each as 'path-line- text'.",
         (
-            Arg("pattern", described(str, "Regular expression or text", min_length=1)),
+            Arg("pattern", described(str, "Regular expression, or text", min_length=1)),
             DIR,
             Arg("literal", described(bool, "Match pattern as plain text"), False),
             Arg("ignore_case", bool, False),
-            Arg("include", described(list[str] | None, "Only files matching"), None),
+            Arg("include", described(list[str] | None, "Only files matching (*.py)"), None),
             Arg("exclude", Globs, None),
             Arg("context_lines", Annotated[int, Field(ge=0, le=50)], 0),
             Arg("max_results", MostResults, None),
@@ -151,15 +156,15 @@ TOOLS = (
     Tool(
         "explore_files",
         "qry.explore",
-        "Show the tree under a directory: its entries, or with recursive everything down "
-        "to max_depth levels, directories before files. metadata adds sizes and times. "
-        "node_modules, .git and other build directories are skipped unless exclude is [].",
+        "The entries under a directory, or with recursive all to max_depth, directories "
+        "first; metadata adds sizes and times. node_modules, .git... are skipped unless "
+        "exclude is [].",
         (
             DIR,
             Arg("recursive", bool, False),
             Arg("max_depth", Depth, 3),
             Arg("exclude", Globs, None),
-            Arg("metadata", described(bool, "Include sizes and times"), False),
+            Arg("metadata", bool, False),
             Arg("max_results", MostResults, None),
             WS,
         ),
@@ -169,22 +174,21 @@ TOOLS = (
     Tool(
         "delete_file",
         "cmd.delete",
-        "Delete a file, or a directory (a non-empty one only with recursive). The content "
-        "stays in the history: restore can bring it back.",
+        "Delete a file, or a directory (a non-empty one with recursive). It stays in the "
+        "history: restore brings it back.",
         (
             Arg("path", described(str, "File or directory to delete")),
             Arg("recursive", described(bool, "Delete a directory's contents"), False),
             WS,
         ),
         lambda a, r: texts.deleted_text(a.path, r),
-        CHANGES,
+        REPLACES,
     ),
     Tool(
         "move_file",
         "cmd.move",
-        "Move or rename a file or directory (with everything below it); missing parents of "
-        "the destination are created. An existing destination file is replaced only with "
-        "overwrite; a directory never is.",
+        "Move or rename a file or directory; missing parents are created. An existing "
+        "destination file is replaced only with overwrite, a directory never.",
         (
             Arg("source", described(str, "The path to move"), to="path"),
             Arg("destination", described(str, "Its new path"), to="to"),
@@ -199,9 +203,8 @@ TOOLS = (
     Tool(
         "file_history",
         "qry.history",
-        "The history of a file (every version: created, modified, moved, deleted, with "
-        "sizes and etags) or, without path, of the whole workspace; newest first. The "
-        "version numbers are what diff and restore take.",
+        "The versions of a file (created, modified, moved, deleted) or, without path, of the "
+        "workspace, newest first: the numbers diff and restore take.",
         (
             Arg("path", Only, None),
             Arg("limit", Annotated[int, Field(ge=1, le=1000)], 20),
@@ -214,9 +217,8 @@ TOOLS = (
     Tool(
         "diff",
         "qry.diff",
-        "Unified diff of a file, a directory or (without path) the whole workspace between "
-        "two workspace versions (to_version defaults to the latest). Versions come from "
-        "file_history.",
+        "Unified diff of a file, a directory or (without path) the workspace between two "
+        "versions (to_version: default the latest).",
         (
             Arg("from_version", Version),
             Arg("to_version", Annotated[int | None, Field(ge=1)], None),
@@ -230,51 +232,30 @@ TOOLS = (
     Tool(
         "restore",
         "cmd.restore",
-        "Bring a file, a directory or (without path) the whole workspace back to how it was "
-        "at a workspace version. This is a new change: nothing is lost, and it can itself "
-        "be undone.",
+        "Bring a file, a directory or (without path) the workspace back to how it was at a "
+        "version, as a new version (nothing is lost; it can be undone).",
         (Arg("version", Version), Arg("path", Only, None), WS),
         lambda a, r: texts.restored_text(a.path, a.version, r),
-        CHANGES,
+        REPLACES,
     ),
     Tool(
         "get_workspace_info",
         "qry.info",
-        "The workspace's version, file and directory counts, size, limits (largest file, "
-        "read and search limits) and the directories searches skip.",
+        "The workspace's version, counts, size, limits and the directories searches skip.",
         (WS,),
         lambda a, r: texts.info_text(r),
         READ_ONLY,
     ),
-    Tool(
-        "execute_command",
-        "exec.run",
-        COMMAND,
-        COMMAND_ARGS,
-        lambda a, r: texts.command_text(r),
-        OPEN,
-        path="workdir",
-        detail=lambda a: a.command,
-    ),
-    Tool(
-        "bash",
-        "exec.run",
-        COMMAND + " (The same tool as execute_command.)",
-        COMMAND_ARGS,
-        lambda a, r: texts.command_text(r),
-        path="workdir",
-        detail=lambda a: a.command,
-    ),
+    command_tool("execute_command", COMMAND),
+    command_tool("bash", ALIAS),
     Tool(
         "read_command_output",
         "exec.output",
-        "Read a part of a command's whole output by the command's id (execute_command "
-        "shows a long stream's first and last part and gives the exact call for the middle): "
-        "length bytes from byte offset of stdout or stderr. Output is kept for an hour "
-        "after the command ends.",
+        "Read part of a command's output by its id (execute_command gives the exact call), "
+        "for an hour after it ends.",
         (
             Arg("command_id", CommandId),
-            Arg("stream", described(OutputStream, "stdout or stderr"), "stdout"),
+            Arg("stream", OutputStream, "stdout"),
             Arg("offset", described(int, "First byte to read", ge=0), 0),
             Arg("length", OutputLength, 64 * 1024),
             WS,
@@ -287,21 +268,18 @@ TOOLS = (
     Tool(
         "git",
         "exec.git",
-        "Git on the repository in the workspace (its .git is part of the workspace). "
-        "action: status (staged, unstaged, untracked files, branch), diff (staged and "
-        "unstaged), commit (message; files to stage, default all changes), checkout "
-        "(branch; created if missing), branch (list), log (limit), push / pull (remote, "
-        "branch; credentials are the service's, never yours to see), clone (url into "
-        "workdir).",
+        "Git in the workspace. action: status, diff, commit (message; files, default all), "
+        "checkout (branch; created if missing), branch, log (limit), push / pull (remote, "
+        "branch; the service's credentials), clone (url, into workdir).",
         (
             Arg("action", GitAction),
-            Arg("message", described(str | None, "commit: the message"), None),
-            Arg("files", described(list[str] | None, "commit: paths to stage"), None),
-            Arg("branch", described(str | None, "checkout/push/pull"), None),
-            Arg("remote", described(str, "push/pull"), "origin"),
-            Arg("url", described(str | None, "clone: the repository URL"), None),
+            Arg("message", str | None, None),
+            Arg("files", list[str] | None, None),
+            Arg("branch", str | None, None),
+            Arg("remote", str, "origin"),
+            Arg("url", str | None, None),
             Arg("path", described(str | None, "diff/log: only this path"), None),
-            Arg("limit", described(int, "log: commits", ge=1, le=1000), 20),
+            Arg("limit", Annotated[int, Field(ge=1, le=1000)], 20),
             Arg("workdir", described(str, "The repository's directory"), ""),
             WS,
         ),
@@ -312,5 +290,5 @@ TOOLS = (
     ),
 )
 """Quill's tools: edit_file, modify_file, grep, explore_files, delete_file, move_file,
-file_history, diff, restore, get_workspace_info, execute_command (and bash),
+file_history, diff, restore, get_workspace_info, execute_command (and its alias bash),
 read_command_output, git."""

@@ -31,9 +31,8 @@ URI = Annotated[
     Field(
         min_length=1,
         description=(
-            "A workspace URI: server:/<tenant>/<workspace> (a workspace of your tenant), "
-            "git:<url> (cloned into a new restricted workspace) or <client>:<path> (a folder "
-            "served by `quill attach` on that machine)"
+            "server:/<tenant>/<workspace>, git:<url> (cloned into a new restricted "
+            "workspace) or <client>:<path> (a folder quill attach serves on that machine)"
         ),
     ),
 ]
@@ -46,7 +45,14 @@ Primary = Annotated[
         )
     ),
 ]
-SESSION = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+ATTACH = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True
+)
+"""Changes only the session, the same again; reaches beyond Quill (a git URL, a user's
+folder)."""
+DETACH = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 LISTING = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
@@ -163,7 +169,9 @@ ARGS = (Arg("uri", URI), Arg("workspace", Primary, None))
 Change = Callable[[Sessions, Principal, str, str | None], Awaitable[rp.Attached]]
 
 
-def by_uri(name: str, op: str, description: str, done: str, change: Change) -> Tool:
+def by_uri(
+    name: str, op: str, description: str, done: str, change: Change, hints: ToolAnnotations
+) -> Tool:
     """A tool that changes the session by a workspace's URI and answers its workspaces."""
     return Tool(
         name,
@@ -171,7 +179,7 @@ def by_uri(name: str, op: str, description: str, done: str, change: Change) -> T
         description,
         ARGS,
         lambda a, listing: listing_text(listing, f"{done} {a.uri}"),
-        SESSION,
+        hints,
         path="uri",
         run=lambda sessions, principal, a: change(sessions, principal, a.uri, a.workspace),
     )
@@ -181,19 +189,20 @@ TOOLS = (
     by_uri(
         "attach_workspace",
         "cmd.attach",
-        "Attach another workspace to this session, by URI. Tools that name no workspace use "
-        "your own (primary) workspace when it offers them, else the first attached workspace "
-        "that does; any tool's workspace argument may name an attached workspace by its URI.",
+        "Attach a workspace to this session by URI. Tools that name no workspace use yours "
+        "when it offers them, else the first attached one that does; a tool's workspace "
+        "argument may name an attached one by its URI.",
         "Attached",
         Sessions.attach,
+        ATTACH,
     ),
     by_uri(
         "detach_workspace",
         "cmd.detach",
-        "Detach a workspace from this session, by the URI it was attached as; tools stop "
-        "using it (its files stay as they are).",
+        "Detach a workspace from this session by the URI it was attached as (its files stay).",
         "Detached",
         Sessions.detach,
+        DETACH,
     ),
     Tool(
         "list_workspaces",

@@ -11,7 +11,8 @@ session rather than a workspace).
 
 The input schema a client lists is the one MCP derives from a Python signature: the row's
 ``Arg`` s make that signature (same annotations, same defaults), so a tool's schema is what a
-hand-written ``async def`` with those parameters would publish.
+hand-written ``async def`` with those parameters would publish. The output schema is the
+row's ``output``, else the shape of the op's result (``schemas``), admitting the error form.
 """
 
 from __future__ import annotations
@@ -29,8 +30,31 @@ from pydantic import Field
 from contracts.ops import OPS
 from quill.client import Workspace
 from services.gateway.principals import Principal
+from services.gateway.schemas import Schema, shape, with_errors
 from services.gateway.tooling import Answer, Ctx, Done, Tools
 
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+"""Changes nothing (MCP: ``readOnlyHint``); reaches only the workspace (``openWorldHint``
+false)."""
+ADDS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+"""Only adds (nothing is overwritten or removed), and again with the same arguments changes
+nothing more (``idempotentHint``)."""
+REPLACES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+"""May overwrite or remove (``destructiveHint``), but again with the same arguments changes
+nothing more (a write of the same content, a restore, a delete)."""
+CHANGES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
+"""May overwrite or remove, and each call may change again (an edit, an insert, a move)."""
+OPEN = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
+)
+"""Anything a program may do, beyond the workspace as well: a command (an executor may run
+without a sandbox's network fence), git's push, pull and clone."""
 REQUIRED: Any = inspect.Parameter.empty
 """An ``Arg`` default: the argument is required."""
 WORKSPACE = "workspace"
@@ -81,7 +105,8 @@ class Arg:
 class Tool:
     """One MCP tool. ``render(args, result)`` is what the endpoint's answer is made of (the text
     at ``/mcp``, the response object at ``/mcp/wap``); ``path`` names the argument failures and
-    approvals speak of; ``detail`` is what else a user asked to approve the call sees."""
+    approvals speak of; ``detail`` is what else a user asked to approve the call sees. A
+    ``render`` that returns a ``Done`` is the answer as it is (content blocks of its own)."""
 
     name: str
     op: str
@@ -95,6 +120,13 @@ class Tool:
     """Instead of the op's SDK method with the request the ``args`` make."""
     run: Callable[[Any, Principal, Args], Awaitable[Any]] | None = None
     """On the caller (``(host, principal, args)``) rather than on a workspace."""
+    output: Schema | None = None
+    """The success shape of ``structuredContent`` where it is not the op's result's."""
+
+    @property
+    def output_schema(self) -> Schema:
+        """The declared ``outputSchema``: success or the error form."""
+        return with_errors(self.output or shape(OPS[self.op].result))
 
     def request(self, args: Args) -> dict[str, Any]:
         """The op's request fields (the SDK method's keyword arguments) for ``args``."""
@@ -126,6 +158,9 @@ async def sdk_call(ws: Workspace, tool: Tool, args: Args) -> Any:
 def handler(tool: Tool, tools: Tools, answer: Answerer, host: Any = None) -> Any:
     """The function MCP calls for ``tool`` (its signature made from the row)."""
 
+    def answered(rendered: Any, result: Any) -> Done:
+        return rendered if isinstance(rendered, Done) else answer(rendered, result)
+
     async def serve(ctx: Ctx, **given: Any) -> Answer:
         args = Args(given)
         path = (args.get(tool.path) or None) if tool.path else None
@@ -141,7 +176,7 @@ def handler(tool: Tool, tools: Tools, answer: Answerer, host: Any = None) -> Any
 
         async def go(ws: Workspace) -> Done:
             result = await (tool.call(ws, args) if tool.call else sdk_call(ws, tool, args))
-            return answer(tool.render(args, result), result)
+            return answered(tool.render(args, result), result)
 
         detail = tool.detail(args) if tool.detail else None
         return await tools.call(
@@ -170,6 +205,9 @@ def register(
             description=tool.description,
             annotations=tool.annotations,
         )
+        registered = server._tool_manager.get_tool(tool.name)  # no public handle
+        assert registered is not None
+        registered.fn_metadata.output_schema = tool.output_schema
 
 
 def ops_of(table: tuple[Tool, ...]) -> dict[str, str]:

@@ -11,7 +11,9 @@ unknown). Without a tokens file every caller is tenant ``default``, workspace ``
 * a token with ``scope = "tenant"``: its own workspace first (the primary of its MCP
   sessions), and any other workspace of its tenant, created on first use; never another
   tenant's;
-* without tokens, as ``scope = "tenant"`` in tenant ``default`` (workspace ``default``).
+* without tokens (the gateway then serves loopback only), as ``scope = "tenant"`` in tenant
+  ``default`` (workspace ``default``), and any workspace of any tenant named
+  ``tenant/workspace``: whoever reaches a loopback gateway without tokens runs it.
 """
 
 from __future__ import annotations
@@ -58,13 +60,15 @@ class Principal:
     pinned: bool = True
     actor: str = "local"
     """Who the caller is in events and audit records."""
+    anywhere: bool = False
+    """May name a workspace of any tenant as ``tenant/workspace`` (no tokens: loopback only)."""
 
     @property
     def name(self) -> str:
         return f"{self.tenant}/{self.workspace}"
 
 
-ANONYMOUS = Principal(DEFAULT_TENANT, DEFAULT_WORKSPACE, pinned=False)
+ANONYMOUS = Principal(DEFAULT_TENANT, DEFAULT_WORKSPACE, pinned=False, anywhere=True)
 """Every caller when the gateway runs without a tokens file."""
 
 
@@ -297,7 +301,8 @@ class Access:
         return ws
 
     async def workspace(self, principal: Principal, name: str | None = None) -> Workspace:
-        """The workspace ``name`` of the principal's tenant (default: the principal's own).
+        """The workspace ``name`` of the principal's tenant (default: the principal's own), or
+        for a principal that reaches ``anywhere``, ``tenant/workspace`` of any tenant.
 
         Raises:
             QuillError: ``WORKSPACE_NOT_FOUND`` for a workspace the principal may not reach,
@@ -310,5 +315,10 @@ class Access:
             raise QuillError(
                 ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace not found: {name}", {"workspace": name}
             )
+        tenant, _, rest = name.rpartition("/")
+        if tenant and principal.anywhere:
+            check_id("tenant", tenant)
+            check_id("workspace", rest)
+            return await self._ensure(client.workspace(name))
         check_id("workspace", name)
         return await self._ensure(client.workspace(f"{principal.tenant}/{name}"))

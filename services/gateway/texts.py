@@ -3,7 +3,8 @@
 ``ERROR_TEXTS`` is the one table from a ``QuillError`` to the text a tool answers with (seed
 000's wording). Rows are keyed by ``(code, tool)``; ``"*"`` matches any code or any tool. The
 most specific row wins: ``(code, tool)``, then ``(code, "*")``, then ``("*", tool)``, then
-``("*", "*")``. A workspace the caller may not reach reads as the tool's own "not found".
+``("*", "*")``. A workspace the caller may not reach reads "Workspace not found: <as named>"
+whether or not it exists, in the text as in ``structuredContent`` (``workspace_unknown``).
 
 Why one module of ~500 lines: everything a model reads (each tool's answer, every error) is
 here, so that the wording is reviewed and kept consistent in one place, and the tool tables
@@ -28,6 +29,8 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.FILE_NOT_FOUND, "list_directory"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "search_files"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "explore_files"): "Error: Directory not found: {path}",
+    (E.FILE_NOT_FOUND, "directory_tree"): "Error: Directory not found: {path}",
+    (E.FILE_NOT_FOUND, "list_directory_with_sizes"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "grep"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "execute_command"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "bash"): "Error: Directory not found: {path}",
@@ -42,6 +45,7 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.FILE_NOT_FOUND, "detach_workspace"): "Error: {message}",
     (E.ACCESS_DENIED, "attach_workspace"): "Error: {message}",
     (E.FILE_NOT_FOUND, "list_workspaces"): "Error: Workspace not found: {workspace}",
+    (E.WORKSPACE_NOT_FOUND, ANY): "Error: {message}",
     (E.FILE_NOT_FOUND, "read_command_output"): "Error: {message}",
     (E.NOT_A_FILE, ANY): "Error: Not a file: {path}",
     (E.NOT_A_FILE, "write_file"): "Error: Failed to write file - {message}",
@@ -61,8 +65,6 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
 def error_text(tool: str, error: QuillError, path: str | None, workspace: str) -> str:
     """The text ``tool`` answers ``error`` with; ``path`` as the caller gave it."""
     code = str(error.code)
-    if code == E.WORKSPACE_NOT_FOUND:  # leaks nothing: the same answer as a missing path
-        code = E.FILE_NOT_FOUND
     for key in ((code, tool), (code, ANY), (ANY, tool), (ANY, ANY)):
         template = ERROR_TEXTS.get(key)
         if template is not None:
@@ -72,6 +74,17 @@ def error_text(tool: str, error: QuillError, path: str | None, workspace: str) -
             extra = said(error.details, str(asked)) if "{message}" not in template else None
             return f"{text}: {extra}" if extra else text
     raise AssertionError("the table has a catch-all row")
+
+
+def workspace_unknown(error: QuillError, workspace: str) -> QuillError:
+    """A workspace the caller may not reach, said as the caller named it and nothing more (the
+    same whether or not it exists, and whoever refused it); other errors as they are."""
+    if error.code != E.WORKSPACE_NOT_FOUND:
+        return error
+    details = error.details or {}
+    key = "uri" if "uri" in details else "workspace"
+    named = str(details.get(key) or workspace)
+    return QuillError(E.WORKSPACE_NOT_FOUND, f"Workspace not found: {named}", {key: named})
 
 
 # ---------------------------------------------------------------- output formats

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, InputRequiredResult, TextContent
+from mcp.types import CallToolResult, ContentBlock, InputRequiredResult, TextContent
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
@@ -28,6 +28,7 @@ from quill.client import Workspace
 from services.gateway import approvals
 from services.gateway.metrics import observe
 from services.gateway.principals import Access, Principal, principal_of
+from services.gateway.schemas import no_titles
 
 log = logging.getLogger("quill.gateway")
 
@@ -40,10 +41,12 @@ Route = Callable[[Principal, str | None, str | None], Awaitable[Workspace]]
 
 @dataclass(frozen=True)
 class Done:
-    """A tool's success: ``text`` for the model, ``data`` (JSON-able) for programs."""
+    """A tool's success: ``text`` for the model, ``data`` (JSON-able) for programs;
+    ``blocks``: content (an image, audio) the model gets instead of the text."""
 
     text: str
     data: Any
+    blocks: tuple[ContentBlock, ...] = ()
 
 
 def builtins(value: Any) -> Any:
@@ -56,10 +59,11 @@ def error_data(error: QuillError) -> dict[str, Any]:
     return {"error": error.message, "code": str(error.code), "details": builtins(error.details)}
 
 
-def answer(text: str, data: Any, *, is_error: bool = False) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)], structured_content=data, is_error=is_error
-    )
+def answer(
+    text: str, data: Any, *, is_error: bool = False, blocks: tuple[ContentBlock, ...] = ()
+) -> CallToolResult:
+    content = list(blocks) or [TextContent(type="text", text=text)]
+    return CallToolResult(content=content, structured_content=data, is_error=is_error)
 
 
 def text_read(result: rp.FileContent, path: str) -> rp.FileContent:
@@ -146,7 +150,7 @@ class Tools:
                 observe(self.kind, tool, "input_required", started)
                 return done
             observe(self.kind, tool, "ok", started)
-            return answer(done.text, done.data)
+            return answer(done.text, done.data, blocks=done.blocks)
         observe(self.kind, tool, str(error.code), started)
         return self.render(Failure(tool, error, path, workspace or principal.workspace))
 
@@ -189,9 +193,15 @@ class Tools:
         return await self.run(ctx, tool, go, path=path, workspace=workspace)
 
 
+DROPPED = ("discriminator", "description", "title", "additionalProperties", "maximum", "maxLength")
+"""What a contract type's schema says that a tool's parameter does not: docstrings are not for
+a model, and the bus checks unknown fields and sizes (the last two, on numbers and strings)."""
+
+
 def inline_schema(kind: Any) -> dict[str, Any]:
     """The JSON Schema of a contract type with its ``$defs`` inlined (a tool argument's schema
-    cannot point into a document root it does not own)."""
+    cannot point into a document root it does not own), without the types' docstrings (the
+    tool's parameter says what a model needs)."""
     schema = msgspec.json.schema(kind)
     defs = schema.pop("$defs", {})
 
@@ -200,7 +210,8 @@ def inline_schema(kind: Any) -> dict[str, Any]:
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
                 return inline(defs[ref.removeprefix("#/$defs/")])
-            return {k: inline(v) for k, v in node.items() if k != "discriminator"}
+            dropped = DROPPED if node.get("type") in ("integer", "string") else DROPPED[:4]
+            return {k: inline(v) for k, v in node.items() if k not in dropped}
         if isinstance(node, list):
             return [inline(item) for item in node]
         return node
@@ -271,8 +282,8 @@ def plain(schema: dict[str, Any]) -> dict[str, Any]:
     optional (not in ``required``); a null a client sends is still taken as "not given" (the
     tool's arguments are validated against its Python signature, which keeps ``None``)."""
     options = schema.get("anyOf")
-    if not isinstance(options, list) or NULL not in options:
-        return schema
+    if not isinstance(options, list) or NULL not in options:  # a schema of its own: no null
+        return {k: v for k, v in schema.items() if not (k == "default" and v is None)}
     rest = [option for option in options if option != NULL]
     out = {key: value for key, value in schema.items() if key != "anyOf"}
     if "default" in out and out["default"] is None:
@@ -286,6 +297,7 @@ def plain_schemas(server: MCPServer) -> None:
     """Every tool of ``server`` with plain optional parameters (``plain``): done once, after
     the tools are registered, for every endpoint."""
     for tool in server._tool_manager.list_tools():  # the registered tools (no public handle)
+        tool.parameters = no_titles(tool.parameters)
         properties = tool.parameters.get("properties", {})
         for name, schema in properties.items():
             if isinstance(schema, dict):

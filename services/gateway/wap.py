@@ -21,8 +21,9 @@ from contracts.paths import ROOT_DIR, normalize, parent
 from contracts.requests import ModifyOperation
 from quill.client import Workspace
 from services.gateway import VERSION, optable, texts
-from services.gateway.optable import Arg, Args, Tool
+from services.gateway.optable import CHANGES, OPEN, READ_ONLY, Arg, Args, Tool
 from services.gateway.principals import Access
+from services.gateway.schemas import obj
 from services.gateway.tooling import (
     ArgumentErrors,
     Done,
@@ -91,9 +92,6 @@ WAP_FIELDS = {
 WAP_TYPES = {"regexReplace": "regex_replace"}
 
 Path = Annotated[str, Field(description="Path relative to the workspace root")]
-WorkspaceName = Annotated[
-    str | None, Field(description="Optional: another workspace of your tenant (its id)")
-]
 Excludes = Annotated[
     list[str] | None, Field(description="Glob patterns to exclude (default: WAP's defaults)")
 ]
@@ -225,14 +223,13 @@ def info(a: Args, r: rp.WorkspaceInfo) -> dict[str, Any]:
     return {"root": r.root, "defaultExclusions": r.default_exclusions, "limits": limits}
 
 
-WS = Arg("workspace", WorkspaceName, None)
+WS = Arg("workspace", str | None, None)  # said once, in the instructions
 TOOLS = (
     Tool(
         "exploreFiles",
         "qry.explore",
         "Lists files and directories in a path, optionally recursively (maxDepth levels, "
-        "default 3). Returns {files: [{path, isDirectory, metadata?}], isTruncated, "
-        "totalFound}; default exclusions (node_modules, .git...) apply.",
+        "default 3); default exclusions (node_modules, .git...) apply.",
         (
             Arg("path", Path),
             Arg("recursive", bool, False),
@@ -242,13 +239,14 @@ TOOLS = (
             WS,
         ),
         explored,
+        READ_ONLY,
+        output=obj({"files": "array", "isTruncated": "boolean", "totalFound": "integer"}),
     ),
     Tool(
         "readFile",
         "qry.read",
-        "Reads a text file, whole or lines startLine..endLine (1-indexed, inclusive). "
-        "Returns {content, metadata, isTruncated, totalLines, returnedLines}; isTruncated "
-        "means a size limit (2000 lines / 256 KiB) cut the content short.",
+        "Reads a text file, whole or lines startLine..endLine (1-indexed, inclusive); "
+        "isTruncated: a limit (2000 lines / 256 KiB) cut the content short.",
         (
             Arg("path", Path),
             Arg("startLine", Annotated[int | None, Field(ge=1)], None),
@@ -256,14 +254,23 @@ TOOLS = (
             WS,
         ),
         read,
+        READ_ONLY,
         call=read_lines,
+        output=obj(
+            {
+                "content": "string",
+                "metadata": "object",
+                "isTruncated": "boolean",
+                "totalLines": "integer",
+                "returnedLines": "integer",
+            }
+        ),
     ),
     Tool(
         "writeFile",
         "cmd.write",
         "Writes content to a file: mode overwrite (default), create (fails if it exists) "
-        "or append. Parent directories are created unless createDirectories is false. "
-        "Returns {success, path, bytesWritten}.",
+        "or append. Parent directories are created unless createDirectories is false.",
         (
             Arg("path", Path),
             Arg("content", str),
@@ -272,6 +279,8 @@ TOOLS = (
             WS,
         ),
         lambda a, r: {"success": True, "path": r.path, "bytesWritten": r.bytes_written},
+        CHANGES,
+        output=obj({"success": "boolean", "path": "string", "bytesWritten": "integer"}),
     ),
     Tool(
         "modifyFile",
@@ -279,7 +288,7 @@ TOOLS = (
         "Targeted changes to a file, all or nothing: replace/delete lines "
         "startLine..endLine, insert newContent after afterLine (0: at the top), or "
         "regexReplace pattern with replacement ($1 names a group; flags g i m s x). Line "
-        "numbers refer to the file before the call. Returns {success, path}.",
+        "numbers refer to the file before the call.",
         (
             Arg("path", Path),
             Arg(
@@ -290,13 +299,13 @@ TOOLS = (
             WS,
         ),
         lambda a, r: {"success": True, "path": r.path},
+        CHANGES,
+        output=obj({"success": "boolean", "path": "string"}),
     ),
     Tool(
         "searchFiles",
         "qry.grep",
-        "Searches file contents under each of paths for query, a regex or literal text. "
-        "Returns {matches: [{path, line, matchText, contextBefore, contextAfter}], "
-        "isTruncated, totalMatches}.",
+        "Searches file contents under each of paths for query, a regex or literal text.",
         (
             Arg("paths", Annotated[list[str], Field(min_length=1, max_length=100)]),
             Arg("query", Annotated[str, Field(min_length=1)]),
@@ -307,16 +316,17 @@ TOOLS = (
             WS,
         ),
         lambda a, data: data,
+        READ_ONLY,
         path=None,  # WAP's errors name no path
         call=search,
+        output=obj({"matches": "array", "isTruncated": "boolean", "totalMatches": "integer"}),
     ),
     Tool(
         "executeCommand",
         "exec.run",
         "Executes a shell command in the workspace (bash, in a sandbox without network; "
-        "default working directory: the workspace root; timeout in ms, default 30000). "
-        "Returns {stdout, stderr, exitCode, isOutputTruncated, durationMs}; a non-zero "
-        "exitCode is not an error. Files it changes become a new workspace version.",
+        "default working directory: the workspace root; timeout in ms, default 30000); a "
+        "non-zero exitCode is not an error. Files it changes become a new workspace version.",
         (
             Arg("command", Annotated[str, Field(min_length=1)]),
             Arg("workingDirectory", str, "", to="workdir"),
@@ -325,15 +335,29 @@ TOOLS = (
             WS,
         ),
         executed,
+        OPEN,
         path="workingDirectory",
+        output=obj(
+            {
+                "stdout": "string",
+                "stderr": "string",
+                "exitCode": ["integer", "null"],
+                "isOutputTruncated": "boolean",
+                "durationMs": ["integer", "null"],
+                "timedOut": "boolean",
+                "version": ["integer", "null"],
+            }
+        ),
     ),
     Tool(
         "getWorkspaceInfo",
         "qry.info",
-        "Workspace root, default exclusion patterns and limits: {root, defaultExclusions, "
-        "limits: {maxFileSize, maxDirectoryEntries, maxSearchResults, maxOutputSize}}.",
+        "Workspace root, default exclusion patterns and limits (maxFileSize, "
+        "maxDirectoryEntries, maxSearchResults, maxOutputSize).",
         (WS,),
         info,
+        READ_ONLY,
+        output=obj({"root": "string", "defaultExclusions": "array", "limits": "object"}),
     ),
 )
 """WAP's tools; ``readFile`` and ``searchFiles`` are not one call of their op (``call``)."""
@@ -347,7 +371,10 @@ def build(access: Access) -> MCPServer:
         "quill-wap",
         title="Quill workspace (Workspace Agent Protocol)",
         version=VERSION,
-        instructions="Workspace Agent Protocol 1.0 tools over a Quill workspace.",
+        instructions=(
+            "Workspace Agent Protocol 1.0 tools over a Quill workspace. Every tool takes an "
+            "optional workspace: another workspace of your tenant (its id) than yours."
+        ),
         log_level="WARNING",
     )
     tools = Tools(access, "wap", render)

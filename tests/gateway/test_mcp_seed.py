@@ -27,7 +27,7 @@ SEED_PARAMETERS = {
     "list_directory": ({"path"}, {"after"}),
     "create_directory": ({"path"}, set()),
     "get_file_info": ({"path"}, set()),
-    "search_files": ({"path", "pattern"}, {"max_results"}),
+    "search_files": ({"path", "pattern"}, {"max_results", "exclude"}),
 }
 STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 

@@ -82,13 +82,14 @@ async def test_mcp_reaches_only_the_token_workspace(guarded: Gateway) -> None:
     async with mcp_client(guarded.url, token="token-acme-beta") as beta:
         missing = "Error: File not found: plan.md"
         assert await error(beta, "read_file", path="plan.md") == missing
-        # naming a sibling workspace answers like a missing file, existing or not
-        assert await error(beta, "read_file", path="plan.md", workspace="alpha") == missing
-        assert await error(beta, "read_file", path="plan.md", workspace="nowhere") == missing
+        # naming a sibling workspace: "not found" as named, existing or not
+        for name in ("alpha", "nowhere"):
+            said = await error(beta, "read_file", path="plan.md", workspace=name)
+            assert said == f"Error: Workspace not found: {name}"
         refused = await error(beta, "write_file", path="x.md", content="x", workspace="alpha")
-        assert refused == "Error: Failed to write file - Workspace not found: alpha"
+        assert refused == "Error: Workspace not found: alpha"
         listing = await error(beta, "list_directory", path=".", workspace="alpha")
-        assert listing == "Error: Directory not found: ."
+        assert listing == "Error: Workspace not found: alpha"
     async with mcp_client(guarded.url, "/mcp/wap", token="token-globex-alpha") as globex:
         result = await globex.call_tool("readFile", {"path": "plan.md"})
         assert result.is_error and result.structured_content is not None
@@ -96,15 +97,22 @@ async def test_mcp_reaches_only_the_token_workspace(guarded: Gateway) -> None:
     assert [e.name for e in (await guarded.quill.workspace("acme/beta").list()).entries] == []
 
 
-async def test_without_tokens_any_workspace_of_tenant_default(gateway: Gateway) -> None:
+async def test_without_tokens_any_workspace_of_any_tenant(gateway: Gateway) -> None:
     async with mcp_client(gateway.url) as mcp:
         said = await ok(mcp, "write_file", path="s.md", content="scratch", workspace="scratch")
         assert said == "Successfully wrote 7 bytes to s.md"
         assert await ok(mcp, "read_file", path="s.md", workspace="scratch") == "scratch"
         assert await error(mcp, "read_file", path="s.md") == "Error: File not found: s.md"
         bad = await error(mcp, "read_file", path="s.md", workspace="Not/Valid")
-        assert bad.startswith("Error: Invalid workspace id 'Not/Valid'")
+        assert bad.startswith("Error: Invalid tenant id 'Not'")
+        bad = await error(mcp, "read_file", path="s.md", workspace="acme/Nope")
+        assert bad.startswith("Error: Invalid workspace id 'Nope'")
+        # on loopback without tokens, tenant/workspace names any tenant's (the README's tour)
+        await ok(mcp, "write_file", path="t.md", content="tour", workspace="acme/demo")
+        assert await ok(mcp, "read_file", path="t.md", workspace="acme/demo") == "tour"
+        assert await ok(mcp, "read_file", path="s.md", workspace="default/scratch") == "scratch"
     assert await gateway.quill.workspace("default/scratch").read_text("s.md") == "scratch"
+    assert await gateway.quill.workspace("acme/demo").read_text("t.md") == "tour"
 
 
 async def test_without_tokens_only_loopback_host_names_are_served(gateway: Gateway) -> None:

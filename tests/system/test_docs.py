@@ -68,6 +68,7 @@ def test_readme_tour(up: Up) -> None:
     curl = next(b for b in blocks(README, "bash") if "curl" in b)
     answer = json.loads(run(curl.replace("http://127.0.0.1:8080", up.http_url)))
     assert answer["result"]["isError"] is False
+    assert answer["result"]["content"][0]["text"] == "Contents of notes:\n\n[FILE] done.md"
 
 
 def test_readme_sdk_example(up: Up) -> None:
