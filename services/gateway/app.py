@@ -51,6 +51,7 @@ from services.gateway.principals import (
     is_loopback,
 )
 from services.gateway.rest import MAX_BODY_BYTES, Rest
+from services.gateway.workspaces import WorkspacesRest
 
 log = logging.getLogger("quill.gateway")
 
@@ -123,6 +124,7 @@ def build_app(
         Route("/mcp", StreamableHTTPASGIApp(servers[0].session_manager)),
         Route("/mcp/wap", StreamableHTTPASGIApp(servers[1].session_manager)),
         *Rest(access).routes(),
+        *WorkspacesRest(access).routes(),
     ]
 
     @contextlib.asynccontextmanager

@@ -226,6 +226,7 @@ NO_TOOL: dict[str, str] = {
     "cmd.request_approval": "the executors' (asked before a command runs)",
     "qry.read_bytes": "binary content: REST and the SDK (read_file reads text)",
     "qry.events": "the log: the SDK's and quill log (file_history is the model's view)",
+    **mcp_sessions.workspaces.NO_TOOL,
 }
 """The ops no ``/mcp`` tool is, and why: with ``TOOL_OPS``, every op of ``contracts.ops``."""
 
