@@ -299,42 +299,6 @@ _ALL: tuple[OpSpec, ...] = (
         (E.FILE_NOT_FOUND,),
         {"approval_id": "req-42", "approve": True},
     ),
-    _cmd(
-        "archive",
-        rq.ArchiveWorkspace,
-        rp.ArchiveInfo,
-        "Archive the workspace: later commands get WORKSPACE_ARCHIVED until unarchive; reads "
-        "and history still work.",
-        (),
-        {"reason": "project finished"},
-    ),
-    _cmd(
-        "unarchive",
-        rq.UnarchiveWorkspace,
-        rp.ArchiveInfo,
-        "Take the workspace out of the archive.",
-        (),
-        {},
-    ),
-    _cmd(
-        "purge",
-        rq.PurgeWorkspace,
-        rp.Purged,
-        "Delete the workspace for good: its log, kept command output, and every replica's "
-        "projection and executor's checkout of it; the name may be created again.",
-        (),
-        {"confirm": "acme/old-project"},
-    ),
-    OpSpec(
-        "qry",
-        "workspaces",
-        rq.ListWorkspaces,
-        rp.WorkspaceList,
-        "The tenant's workspaces by name, a page at a time (sent as workspace `_`).",
-        (E.INVALID_ARGUMENT, E.UNAVAILABLE, E.TIMEOUT),
-        {"limit": 2},
-        scope="tenant",
-    ),
     _qry(
         "read",
         rq.ReadFile,
@@ -447,6 +411,16 @@ _ALL: tuple[OpSpec, ...] = (
         (),
         {"after": 0, "limit": 2},
     ),
+    OpSpec(
+        "qry",
+        "workspaces",
+        rq.ListWorkspaces,
+        rp.WorkspaceList,
+        "The tenant's workspaces by name, a page at a time (sent as workspace `_`).",
+        (E.INVALID_ARGUMENT, E.UNAVAILABLE, E.TIMEOUT),
+        {"limit": 2},
+        scope="tenant",
+    ),
     _exec(
         "run",
         rq.RunCommand,
@@ -470,6 +444,32 @@ _ALL: tuple[OpSpec, ...] = (
         "A structured git action (status, diff, commit, checkout, branch, log, push, pull, "
         "clone) on a repository in the workspace.",
         {"action": "log", "limit": 5},
+    ),
+    _cmd(
+        "archive",
+        rq.ArchiveWorkspace,
+        rp.ArchiveInfo,
+        "Archive the workspace: later commands get WORKSPACE_ARCHIVED until unarchive; reads "
+        "and history still work.",
+        (),
+        {"reason": "project finished"},
+    ),
+    _cmd(
+        "unarchive",
+        rq.UnarchiveWorkspace,
+        rp.ArchiveInfo,
+        "Take the workspace out of the archive.",
+        (),
+        {},
+    ),
+    _cmd(
+        "purge",
+        rq.PurgeWorkspace,
+        rp.Purged,
+        "Delete the workspace for good: its log, kept command output, and every replica's "
+        "projection and executor's checkout of it; the name may be created again.",
+        (),
+        {"confirm": "acme/demo"},
     ),
 )
 

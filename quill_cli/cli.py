@@ -25,10 +25,11 @@ from quill_cli.commands import (
     sandbox,
     search,
     services,
+    workspaces,
 )
 from quill_cli.common import DURATION
 
-GROUPS = (files, search, history, sandbox, runs, call, replay, admin, services, cluster)
+GROUPS = (files, search, history, sandbox, runs, call, replay, admin, services, cluster, workspaces)
 """The modules whose commands ``quill`` offers (listed by name in its help, whatever the
 order here)."""
 
