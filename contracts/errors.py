@@ -66,6 +66,10 @@ class ErrorCode(StrEnum):
     the ``run``. A replica waits (bounded, like ``min_version``) for a run it has not applied
     yet before it answers this; a query in a run is only ever answered at the run's version.
     (Addition.)"""
+    WORKSPACE_ARCHIVED = "WORKSPACE_ARCHIVED"
+    """The workspace is archived (``cmd.archive``): it refuses every command and command run
+    but ``unarchive`` and ``purge``; reads and history still work. Details give the
+    ``archived_at`` time and ``archived_by``. (Addition.)"""
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset({ErrorCode.TIMEOUT, ErrorCode.UNAVAILABLE})

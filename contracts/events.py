@@ -174,6 +174,30 @@ class WorkspaceDetached(
     uri: str
 
 
+class WorkspaceArchived(
+    Event, frozen=True, kw_only=True, omit_defaults=True, tag="workspace_archived"
+):
+    """From here on the workspace refuses every command but ``unarchive`` and ``purge``."""
+
+    reason: str | None = None
+
+
+class WorkspaceUnarchived(
+    Event, frozen=True, kw_only=True, omit_defaults=True, tag="workspace_unarchived"
+):
+    pass
+
+
+class WorkspacePurged(Event, frozen=True, kw_only=True, omit_defaults=True, tag="workspace_purged"):
+    """The workspace was deleted: every event before this one is purged from the log, and
+    every projection and checkout of it is deleted when it reaches them. It is the only event
+    left of the workspace (``version`` is the version it had, plus one); a ``workspace_created``
+    after it starts a new workspace of that name at version 1 (and then it is purged too)."""
+
+    purged_version: int
+    """The version the workspace had."""
+
+
 SCRUB_OP = "scrub"
 """``op`` of the ``history_compacted`` event that closes a scrubbed log (``quill scrub``)."""
 
@@ -231,10 +255,15 @@ ControlEvent = (
     | ApprovalDecided
     | WorkspaceAttached
     | WorkspaceDetached
+    | WorkspaceArchived
+    | WorkspaceUnarchived
 )
-"""The events that change a workspace's controls (runs, lock, trust, approvals, attachments)."""
+"""The events that change a workspace's controls (runs, lock, trust, approvals, attachments,
+archive)."""
 
-WorkspaceEvent = WorkspaceCreated | ChangesCommitted | ControlEvent | HistoryCompacted
+WorkspaceEvent = (
+    WorkspaceCreated | ChangesCommitted | ControlEvent | HistoryCompacted | WorkspacePurged
+)
 
 
 # ---------------------------------------------------------------- notifications

@@ -18,6 +18,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode as E
 
 OpKind = Literal["cmd", "qry", "exec"]
+Scope = Literal["workspace", "tenant"]
 H = TypeVar("H")
 
 _COMMON_CMD = (
@@ -29,6 +30,7 @@ _COMMON_CMD = (
     E.DENIED,
     E.UNAVAILABLE,
     E.TIMEOUT,
+    E.WORKSPACE_ARCHIVED,
 )
 _COMMON_QRY = (
     E.INVALID_ARGUMENT,
@@ -48,6 +50,9 @@ class OpSpec:
     summary: str
     errors: tuple[E, ...]
     example: dict[str, Any] = field(default_factory=dict)
+    scope: Scope = "workspace"
+    """``tenant``: an op of the tenant, sent with ``_`` for the workspace
+    (``contracts.subjects.TENANT_SCOPE``)."""
 
     @property
     def key(self) -> str:
@@ -89,6 +94,7 @@ _COMMON_EXEC = (
     E.SIZE_LIMIT_EXCEEDED,
     E.UNAVAILABLE,
     E.TIMEOUT,
+    E.WORKSPACE_ARCHIVED,
 )
 
 
@@ -405,6 +411,16 @@ _ALL: tuple[OpSpec, ...] = (
         (),
         {"after": 0, "limit": 2},
     ),
+    OpSpec(
+        "qry",
+        "workspaces",
+        rq.ListWorkspaces,
+        rp.WorkspaceList,
+        "The tenant's workspaces by name, a page at a time (sent as workspace `_`).",
+        (E.INVALID_ARGUMENT, E.UNAVAILABLE, E.TIMEOUT),
+        {"limit": 2},
+        scope="tenant",
+    ),
     _exec(
         "run",
         rq.RunCommand,
@@ -428,6 +444,32 @@ _ALL: tuple[OpSpec, ...] = (
         "A structured git action (status, diff, commit, checkout, branch, log, push, pull, "
         "clone) on a repository in the workspace.",
         {"action": "log", "limit": 5},
+    ),
+    _cmd(
+        "archive",
+        rq.ArchiveWorkspace,
+        rp.ArchiveInfo,
+        "Archive the workspace: later commands get WORKSPACE_ARCHIVED until unarchive; reads "
+        "and history still work.",
+        (),
+        {"reason": "project finished"},
+    ),
+    _cmd(
+        "unarchive",
+        rq.UnarchiveWorkspace,
+        rp.ArchiveInfo,
+        "Take the workspace out of the archive.",
+        (),
+        {},
+    ),
+    _cmd(
+        "purge",
+        rq.PurgeWorkspace,
+        rp.Purged,
+        "Delete the workspace for good: its log, kept command output, and every replica's "
+        "projection and executor's checkout of it; the name may be created again.",
+        (),
+        {"confirm": "acme/demo"},
     ),
 )
 

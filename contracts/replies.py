@@ -454,6 +454,48 @@ class Attached(Result, frozen=True, kw_only=True):
     """In the order they were attached (resolution tries them in this order)."""
 
 
+class WorkspaceSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """A workspace as ``workspaces`` lists it."""
+
+    workspace: str
+    """Its name (without the tenant)."""
+    version: int
+    files: int
+    total_bytes: int
+    created: datetime
+    updated: datetime
+    """When its last event was committed."""
+    updated_by: str | None
+    """The actor of its last event."""
+    last_op: str
+    """The op of its last event (``write``, ``archive``...)."""
+    trust: str
+    lock_holder: str | None
+    """The session holding its lock (None: nobody, or the lock expired)."""
+    archived: bool
+
+
+class WorkspaceList(Result, frozen=True, kw_only=True):
+    tenant: str
+    workspaces: list[WorkspaceSummary]
+    """By name."""
+    next: str | None
+    """Pass as ``after`` for the next page; null on the last one."""
+
+
+class ArchiveInfo(Result, frozen=True, kw_only=True):
+    archived: bool
+    changed: bool
+    """False when it already was (or was not) archived: nothing recorded."""
+
+
+class Purged(Result, frozen=True, kw_only=True):
+    workspace: str
+    """``tenant/workspace``."""
+    version: int
+    """The version it had when it was purged."""
+
+
 class LockInfo(Result, frozen=True, kw_only=True):
     holder: str | None
     """The session holding the workspace (None: nobody)."""

@@ -483,6 +483,40 @@ class Detach(Command, frozen=True, kw_only=True):
     """The attached workspace to detach, as it was attached."""
 
 
+class ArchiveWorkspace(Command, frozen=True, kw_only=True):
+    """Archive the workspace (event ``workspace_archived``): every later command is refused
+    with ``WORKSPACE_ARCHIVED`` until ``unarchive``; reads and history still work."""
+
+    reason: Annotated[str, Meta(max_length=1024)] | None = None
+    """Why (recorded in the event, shown by ``workspaces``)."""
+
+
+class UnarchiveWorkspace(Command, frozen=True, kw_only=True):
+    """Take the workspace out of the archive (event ``workspace_unarchived``)."""
+
+
+class PurgeWorkspace(Command, frozen=True, kw_only=True):
+    """Delete the workspace for good: its log, kept command output and every projection and
+    checkout of it. Its events are purged from the log behind a ``workspace_purged`` event
+    (what tells replicas and executors to delete their copies); its name may be created again
+    (version 1)."""
+
+    confirm: Annotated[str, Meta(max_length=200)]
+    """The workspace's own name, ``tenant/workspace``: a purge names what it destroys."""
+
+
+class ListWorkspaces(Request, frozen=True, kw_only=True):
+    """The tenant's workspaces, by name, a page at a time. Sent on the tenant's subject
+    ``ws.qry.<tenant>._.workspaces`` (``_``: no workspace)."""
+
+    after: Annotated[str, Meta(max_length=64)] | None = None
+    """The ``next`` of the previous page: names after it (keyset paging, no offset)."""
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+    """Workspaces per page."""
+    prefix: Annotated[str, Meta(max_length=64)] | None = None
+    """Only names starting with this."""
+
+
 class AttachedQuery(Query, frozen=True, kw_only=True):
     """The workspaces attached to this (primary) workspace's session."""
 

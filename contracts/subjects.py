@@ -12,6 +12,7 @@ Subjects (root ``ws`` by default)::
                                          read with exec.output, never by tenants directly)
     ws.evt.<tenant>.<workspace>          the event log (stream WS_EVENTS); only writers publish
     ws.updated.<tenant>.<workspace>      one message per committed change
+    ws.purged.<tenant>.<workspace>       a workspace was purged (to the services only)
     ws.audit.<tenant>.<workspace>        one record per operation (stream WS_AUDIT)
     ws.replica.<instance>.<t>.<w>.<op>   a query addressed to one reader replica
 
@@ -60,6 +61,10 @@ HEADER_STREAM = "Ws-Stream"
 """On a live output message: ``stdout``, ``stderr``, ``heartbeat`` or ``eof`` (the last)."""
 HEADER_SEQ = "Ws-Seq"
 """On a live output message: its number, from 1, so that a gap shows."""
+
+TENANT_SCOPE = "_"
+"""The workspace token of a tenant's own ops (``ws.qry.<tenant>._.workspaces``): never a
+workspace id (ids start with a letter or digit)."""
 
 ID_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
 _ID_RE = re.compile(ID_PATTERN + r"\Z")
@@ -240,6 +245,14 @@ class Subjects:
     def evt(self, tenant: str, workspace: str) -> str:
         return f"{self.root}.evt.{tenant}.{workspace}"
 
+    def purged(self, tenant: str, workspace: str) -> str:
+        """Where the writer says a workspace was purged (executors drop their checkouts)."""
+        return f"{self.root}.purged.{tenant}.{workspace}"
+
+    @property
+    def all_purged(self) -> str:
+        return f"{self.root}.purged.*.*"
+
     def updated(self, tenant: str, workspace: str) -> str:
         return f"{self.root}.updated.{tenant}.{workspace}"
 
@@ -341,7 +354,8 @@ def _parse_request(root: str, subject: str) -> Address:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a Quill request subject: {subject}")
     _, kind, tenant, workspace, op = parts
     check_id("tenant", tenant)
-    check_id("workspace", workspace)
+    if workspace != TENANT_SCOPE:
+        check_id("workspace", workspace)
     if not _OP_RE.match(op):
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid op name {op!r}")
     return Address(kind, tenant, workspace, op)

@@ -21,8 +21,10 @@ from contracts.events import (
     LockReleased,
     RunEnded,
     RunStarted,
+    WorkspaceArchived,
     WorkspaceAttached,
     WorkspaceDetached,
+    WorkspaceUnarchived,
 )
 
 CONTROL_EVENTS = get_args(ControlEvent)
@@ -73,6 +75,22 @@ class ApprovalState:
 
 
 @dataclass(slots=True)
+class ArchiveState:
+    at: datetime
+    by: str | None
+    reason: str | None
+
+    def refusal(self, workspace: str) -> QuillError:
+        """``WORKSPACE_ARCHIVED``: what every command but unarchive and purge is answered."""
+        return QuillError(
+            ErrorCode.WORKSPACE_ARCHIVED,
+            f"Workspace {workspace} is archived (since {self.at.isoformat()}): unarchive it "
+            "to change it; reads and history still work",
+            {"archived_at": self.at.isoformat(), "archived_by": self.by, "reason": self.reason},
+        )
+
+
+@dataclass(slots=True)
 class Controls:
     """A workspace's control state (its trust level is ``WorkspaceState.trust``)."""
 
@@ -83,6 +101,8 @@ class Controls:
     attached: dict[str, tuple[str, str]] | None = None
     """uri → (tenant/workspace, kind), in attach order."""
     approvals: dict[str, ApprovalState] | None = None
+    archived: ArchiveState | None = None
+    """Set while the workspace is archived."""
 
     def run(self, run_id: str) -> RunState | None:
         return (self.runs or {}).get(run_id)
@@ -122,6 +142,10 @@ def fold_control(controls: Controls, event: ControlEvent) -> None:
         controls.attached[event.uri] = (event.target, event.kind)
     elif isinstance(event, WorkspaceDetached):
         (controls.attached or {}).pop(event.uri, None)
+    elif isinstance(event, WorkspaceArchived):
+        controls.archived = ArchiveState(event.at, event.actor, event.reason)
+    elif isinstance(event, WorkspaceUnarchived):
+        controls.archived = None
     elif isinstance(event, ApprovalDecided):
         approval = controls.approval(event.approval_id)
         if approval is not None:

@@ -21,8 +21,11 @@ from contracts.events import (
     RunEnded,
     RunStarted,
     TrustChanged,
+    WorkspaceArchived,
     WorkspaceAttached,
     WorkspaceDetached,
+    WorkspacePurged,
+    WorkspaceUnarchived,
 )
 from core.controls import Controls, RunState, attached_list, run_info
 from core.decision import Context, Decision
@@ -37,8 +40,13 @@ CONTROL_COMMANDS = (
     rq.Decide,
     rq.Attach,
     rq.Detach,
+    rq.ArchiveWorkspace,
+    rq.UnarchiveWorkspace,
+    rq.PurgeWorkspace,
 )
 """Commands that change no file: never held up by a lock or an approval."""
+ARCHIVE_PROOF = (rq.UnarchiveWorkspace, rq.PurgeWorkspace, rq.ArchiveWorkspace)
+"""The commands an archived workspace still takes."""
 
 
 def gate(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> None:
@@ -55,6 +63,9 @@ def gate(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> None:
             f"Run {run_id} has ended (version {run.ended_version})",
             {"run": run_id, "ended_version": run.ended_version},
         )
+    archived = state.controls.archived
+    if archived is not None and not isinstance(cmd, ARCHIVE_PROOF):
+        raise archived.refusal(f"{state.tenant}/{state.workspace}")
     if isinstance(cmd, CONTROL_COMMANDS):
         return
     lock = state.controls.lock
@@ -244,7 +255,46 @@ def _detach(state: WorkspaceState, cmd: rq.Detach, ctx: Context) -> Decision:
     return Decision(result=attached_list(primary, Controls(attached=after)), make=make)
 
 
+def _archive(state: WorkspaceState, cmd: rq.ArchiveWorkspace, ctx: Context) -> Decision:
+    if state.controls.archived is not None:
+        return Decision(result=rp.ArchiveInfo(archived=True, changed=False))
+
+    def make(common: dict[str, Any]) -> WorkspaceArchived:
+        return WorkspaceArchived(reason=cmd.reason, **common)
+
+    return Decision(result=rp.ArchiveInfo(archived=True, changed=True), make=make)
+
+
+def _unarchive(state: WorkspaceState, cmd: rq.UnarchiveWorkspace, ctx: Context) -> Decision:
+    if state.controls.archived is None:
+        return Decision(result=rp.ArchiveInfo(archived=False, changed=False))
+
+    def make(common: dict[str, Any]) -> WorkspaceUnarchived:
+        return WorkspaceUnarchived(**common)
+
+    return Decision(result=rp.ArchiveInfo(archived=False, changed=True), make=make)
+
+
+def _purge(state: WorkspaceState, cmd: rq.PurgeWorkspace, ctx: Context) -> Decision:
+    name = f"{state.tenant}/{state.workspace}"
+    if cmd.confirm != name:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"A purge names what it destroys: confirm must be {name!r}",
+            {"confirm": cmd.confirm},
+        )
+    version = state.version
+
+    def make(common: dict[str, Any]) -> WorkspacePurged:
+        return WorkspacePurged(purged_version=version, **common)
+
+    return Decision(result=rp.Purged(workspace=name, version=version), make=make)
+
+
 DECIDERS: dict[str, Any] = {
+    "archive": _archive,
+    "unarchive": _unarchive,
+    "purge": _purge,
     "run_start": _run_start,
     "run_end": _run_end,
     "lock": _lock,

@@ -25,6 +25,7 @@ from contracts.events import (
     TrustChanged,
     WorkspaceCreated,
     WorkspaceEvent,
+    WorkspacePurged,
 )
 from contracts.limits import DEFAULT_LIMITS, Limits
 from contracts.paths import name, parent
@@ -275,8 +276,20 @@ class WorkspaceState:
     """Paths a command left in its sandbox uncommitted, as recorded (``contracts.uncommitted``)."""
 
 
+def forget(state: WorkspaceState) -> None:
+    """``state`` after ``workspace_purged``: no workspace (a ``create`` starts at version 1,
+    its chain from the zero hash); only the log position (the CAS of the next append) stays."""
+    fresh = WorkspaceState(state.tenant, state.workspace, last_seq=state.last_seq)
+    for slot in WorkspaceState.__slots__:
+        setattr(state, slot, getattr(fresh, slot))
+
+
 def fold(state: WorkspaceState, event: WorkspaceEvent, event_hash: str, seq: int) -> None:
     """Fold a committed event (with its hash and stream sequence) into ``state``."""
+    if isinstance(event, WorkspacePurged):
+        state.last_seq = seq
+        forget(state)
+        return
     if isinstance(event, WorkspaceCreated):
         state.exists = True
         state.trust = event.trust

@@ -19,7 +19,7 @@ from contracts import codec, ops
 from contracts.errors import ErrorCode, QuillError
 from contracts.ops import OpKind, OpSpec
 from contracts.requests import Request
-from contracts.subjects import HEADER_REQUEST_ID, Address, Origin, Subjects
+from contracts.subjects import HEADER_REQUEST_ID, TENANT_SCOPE, Address, Origin, Subjects
 from core.secrets import refuse_names
 from infra.bus import own_inbox, reply_allowed, respond
 from infra.runtime import Auditor
@@ -89,6 +89,13 @@ def _parse(
         names = ", ".join(s.name for s in ops.of_kind(kind))
         raise QuillError(
             ErrorCode.INVALID_ARGUMENT, f"Unknown {one} {address.op!r} ({many}: {names})"
+        )
+    if (address.workspace == TENANT_SCOPE) != (spec.scope == "tenant"):
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{spec.key} is an op of a tenant: send it to workspace {TENANT_SCOPE}"
+            if spec.scope == "tenant"
+            else f"{spec.key} is an op of a workspace, not of the tenant ({TENANT_SCOPE})",
         )
     incoming.spec = spec
     secrets = secrets_from_env()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from contracts.events import (
     HistoryCompacted,
     TrustChanged,
     WorkspaceCreated,
+    WorkspacePurged,
 )
 from contracts.limits import Limits
 from contracts.uncommitted import Recorded
@@ -107,12 +109,21 @@ _limits_decoder = msgspec.json.Decoder(Limits)
 _encoder = msgspec.json.Encoder()
 
 
-def _segments(batch: list[Committed]) -> list[list[Committed] | Committed]:
-    """``batch`` split at its compactions (each applied alone, between the runs around it)."""
+def _segments(
+    batch: list[Committed], wipes: frozenset[int] = frozenset()
+) -> list[list[Committed] | Committed]:
+    """``batch`` split at its compactions and purges (each applied alone, between the runs
+    around it), and before each item of ``wipes`` (``id()`` s: a workspace created again
+    where this projection had the old one, which is purged first)."""
     out: list[list[Committed] | Committed] = []
     run: list[Committed] = []
     for item in batch:
-        if isinstance(item.event, HistoryCompacted):
+        if id(item) in wipes:
+            if run:
+                out.append(run)
+                run = []
+            out.append(Committed(_purge_of(item), item.hash, item.seq))
+        if isinstance(item.event, HistoryCompacted | WorkspacePurged):
             if run:
                 out.append(run)
                 run = []
@@ -122,6 +133,16 @@ def _segments(batch: list[Committed]) -> list[list[Committed] | Committed]:
     if run:
         out.append(run)
     return out
+
+
+def _purge_of(item: Committed) -> WorkspacePurged:
+    """The purge a ``workspace_created`` of a name this projection holds implies (the
+    ``workspace_purged`` event before it was removed from the log)."""
+    ev = item.event
+    return WorkspacePurged(
+        tenant=ev.tenant, workspace=ev.workspace, version=0, at=ev.at, op="purge",
+        request_id=ev.request_id, prev_hash="", tree_hash="", purged_version=0,
+    )  # fmt: skip
 
 
 async def _schema_version(db: aiosqlite.Connection) -> str | None:
@@ -265,18 +286,30 @@ class Store:
         """
         async with self._lock:
             versions = dict(self._versions)
-            fresh = []
+            seqs = {key: row.last_seq for key, row in self._rows.items()}
+            fresh: list[Committed] = []
+            wipes: set[int] = set()
             for item in batch:
                 key = (item.event.tenant, item.event.workspace)
                 have = versions.get(key, 0)
+                if (
+                    have
+                    and isinstance(item.event, WorkspaceCreated)
+                    and item.seq > seqs.get(key, 0)
+                ):
+                    wipes.add(id(item))  # created again after a purge this projection missed
+                    have = 0
                 if item.event.version <= have:
                     continue
-                # a compaction replaces the workspace: what the log purged before it is moot
-                jumps = isinstance(item.event, HistoryCompacted)
+                # a compaction replaces the workspace, a purge ends it: what the log purged
+                # before either is moot
+                jumps = isinstance(item.event, HistoryCompacted | WorkspacePurged)
                 if item.event.version != have + 1 and not jumps:
                     raise ProjectionGap(f"{key[0]}/{key[1]}: v{item.event.version} after v{have}")
                 fresh.append(item)
-                versions[key] = item.event.version
+                purged = isinstance(item.event, WorkspacePurged)
+                versions[key] = 0 if purged else item.event.version
+                seqs[key] = item.seq
             if not fresh and tracking is None:
                 return None
             ids = dict(self._ids)
@@ -286,7 +319,11 @@ class Store:
                     ids[key] = max(ids.values(), default=0) + 1
             executed = Plan()
             try:
-                for part in _segments(fresh):
+                for part in _segments(fresh, frozenset(wipes)):
+                    if isinstance(part, Committed) and isinstance(part.event, WorkspacePurged):
+                        await self._purge(ids[(part.event.tenant, part.event.workspace)])
+                        executed.replaced.append(ids[(part.event.tenant, part.event.workspace)])
+                        continue
                     if isinstance(part, Committed):
                         await self._replace(part, ids[(part.event.tenant, part.event.workspace)])
                         executed.replaced.append(ids[(part.event.tenant, part.event.workspace)])
@@ -305,13 +342,19 @@ class Store:
                 raise
             self._ids, self._versions = ids, versions
             self._update_rows(fresh, ids)
+            for key in [key for key, version in versions.items() if version == 0]:
+                del self._ids[key], self._versions[key]  # purged: no workspace of that name
+                self._rows.pop(key, None)
             return executed
 
     def _update_rows(self, fresh: list[Committed], ids: dict[tuple[str, str], int]) -> None:
         for item in fresh:
             ev = item.event
             key = (ev.tenant, ev.workspace)
-            row = self._rows.get(key)
+            if isinstance(ev, WorkspacePurged):
+                self._rows.pop(key, None)
+                continue
+            row = None if isinstance(ev, WorkspaceCreated) else self._rows.get(key)
             if isinstance(ev, HistoryCompacted):
                 assert item.manifest is not None
                 m = item.manifest
@@ -385,6 +428,47 @@ class Store:
                 "INSERT OR REPLACE INTO uncommitted VALUES(?, ?, ?, ?, ?)",
                 [(ws, *r) for r in kept],
             )
+
+    async def _purge(self, ws: int) -> None:
+        """Delete every row of workspace ``ws``, and the contents no other workspace has
+        (with their entries in the trigram index)."""
+        shas = [
+            str(r[0])
+            for r in await self._w.execute_fetchall(
+                "SELECT DISTINCT sha256 FROM revisions WHERE ws=? AND sha256 IS NOT NULL", (ws,)
+            )
+        ]
+        for table in ("revisions", "events", "controls", "uncommitted"):
+            await self._w.execute(f"DELETE FROM {table} WHERE ws=?", (ws,))
+        await self._w.execute("DELETE FROM workspaces WHERE id=?", (ws,))
+        if not shas:
+            return
+        wanted = json.dumps(shas)
+        kept = {
+            str(r[0])
+            for r in await self._w.execute_fetchall(
+                "SELECT DISTINCT sha256 FROM revisions WHERE sha256 IN "
+                "(SELECT value FROM json_each(?))",
+                (wanted,),
+            )
+        }
+        gone = json.dumps([sha for sha in shas if sha not in kept])
+        if self.role == "reader":  # a contentless index forgets an entry given its content
+            for rowid, data in await self._w.execute_fetchall(
+                "SELECT rowid, data FROM blobs WHERE indexed = 1 AND data IS NOT NULL AND "
+                "sha256 IN (SELECT value FROM json_each(?))",
+                (gone,),
+            ):
+                text = as_text(bytes(data))
+                if text is not None:
+                    await self._w.execute(
+                        "INSERT INTO content_index(content_index, rowid, content) "
+                        "VALUES('delete', ?, ?)",
+                        (rowid, text),
+                    )
+        await self._w.execute(
+            "DELETE FROM blobs WHERE sha256 IN (SELECT value FROM json_each(?))", (gone,)
+        )
 
     async def _replace(self, item: Committed, ws: int) -> None:
         """Make workspace ``ws`` exactly what a ``history_compacted`` event's manifest says."""

@@ -47,8 +47,10 @@ from contracts.subjects import (
     HEADER_REQUEST_ID,
     HEADER_STREAM,
     STREAM_AUDIT,
+    TENANT_SCOPE,
     Origin,
     Subjects,
+    check_id,
     split_workspace,
 )
 from quill import connection
@@ -230,6 +232,37 @@ class Quill:
             handle = self._workspaces[name] = Workspace(self, tenant, ws)
         return handle
 
+    async def workspaces(
+        self,
+        tenant: str,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        prefix: str | None = None,
+    ) -> rp.WorkspaceList:
+        """A page of ``tenant``'s workspaces by name (``next``: pass as ``after`` for the
+        next page), each with its version, size, last change, trust, lock and archive state.
+
+        Raises:
+            QuillError: ``INVALID_ARGUMENT`` for a bad tenant id or limit; ``ACCESS_DENIED``
+                for another tenant's (under ``--tenants``).
+        """
+        body = rq.ListWorkspaces(after=after, limit=limit, prefix=prefix)
+        return (await self.send(check_id("tenant", tenant), TENANT_SCOPE, body))[1]
+
+    async def all_workspaces(
+        self, tenant: str, *, prefix: str | None = None, page: int = 500
+    ) -> AsyncIterator[rp.WorkspaceSummary]:
+        """Every workspace of ``tenant`` by name, a page (``workspaces``) at a time."""
+        after: str | None = None
+        while True:
+            listing = await self.workspaces(tenant, after=after, limit=page, prefix=prefix)
+            for summary in listing.workspaces:
+                yield summary
+            if listing.next is None:
+                return
+            after = listing.next
+
     async def send(
         self,
         tenant: str,
@@ -246,6 +279,8 @@ class Quill:
             QuillError: as ``request``.
         """
         spec = ops.of_request(body)
+        if spec.scope == "tenant":
+            workspace = TENANT_SCOPE  # the tenant's op: sent as no workspace's
         return await self.request(
             spec.kind, tenant, workspace, spec.name, body, spec.result,
             request_id=request_id, wait_ms=wait_ms,
@@ -662,6 +697,23 @@ class Workspace:
             self.tenant, self.name, body, request_id=request_id, wait_ms=wait_ms
         )
         self.last_version = max(self.last_version, version or 0)
+        return result
+
+    async def archive(self, reason: str | None = None) -> rp.ArchiveInfo:
+        """Archive the workspace: every later command is refused (``WORKSPACE_ARCHIVED``)
+        until ``unarchive``; reads and history still work."""
+        return await self._cmd(rq.ArchiveWorkspace(reason=reason))
+
+    async def unarchive(self) -> rp.ArchiveInfo:
+        return await self._cmd(rq.UnarchiveWorkspace())
+
+    async def purge(self, *, expected_version: int | None = None) -> rp.Purged:
+        """Delete the workspace for good: its log, kept output, every replica's projection
+        and executor's checkout of it (``expected_version``: only if nothing changed it since,
+        e.g. since an export). Its name may then be created again, at version 1."""
+        body = rq.PurgeWorkspace(confirm=self._key, expected_version=expected_version)
+        result: rp.Purged = await self._cmd(body)
+        self.last_version = 0
         return result
 
     async def restore(self, version: int, path: str | None = None) -> rp.Restored:

@@ -29,6 +29,7 @@ from quill_cli.commands import (
     services,
     tokens,
     transfer,
+    workspaces,
 )
 from quill_cli.common import DURATION, SECTIONS, report
 
@@ -43,6 +44,7 @@ GROUPS = (
     replay,
     admin,
     tokens,
+    workspaces,
     services,
     cluster,
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from contracts import ops
-from contracts.subjects import Subjects
+from contracts.subjects import TENANT_SCOPE, Subjects
 from infra import bus
 from infra.runtime import Settings, start_service
 from quill_cli.natsserver import NatsServer
@@ -49,7 +49,8 @@ async def run_examples(nats_url: str) -> dict[str, Any]:
     last = 0  # the version the last command produced: queries read their writes
     try:
         for spec in ops.OPS.values():
-            subject = subjects.request(spec.kind, TENANT, WORKSPACE, spec.name)
+            where = TENANT_SCOPE if spec.scope == "tenant" else WORKSPACE
+            subject = subjects.request(spec.kind, TENANT, where, spec.name)
             body = dict(spec.example)
             headers = {
                 "Ws-Actor": "docs",

@@ -56,7 +56,10 @@ from contracts.events import (
     PutFile,
     Remove,
     TrustChanged,
+    WorkspaceArchived,
     WorkspaceCreated,
+    WorkspacePurged,
+    WorkspaceUnarchived,
 )
 from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
 from contracts.paths import MAX_PATH_BYTES, ancestors, check_name, printable
@@ -114,6 +117,9 @@ class Manifest(msgspec.Struct, kw_only=True):
     uncommitted: dict[str, Recorded] = msgspec.field(default_factory=dict)
     """The paths the log records as left uncommitted as of ``version`` (a command whose set
     differs records its own, even when it changed nothing)."""
+    archived: tuple[datetime, str | None, str | None] | None = None
+    """While the workspace is archived: (since, by, reason); commands are refused before
+    they run, as the writer would refuse their changes."""
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -269,6 +275,14 @@ class Checkout:
                         break
                     self.manifest.version, self.manifest.seq = event.version, item.seq
                     continue
+                if isinstance(event, WorkspacePurged) or (
+                    isinstance(event, WorkspaceCreated) and self.manifest.version
+                ):  # purged (and maybe created again): nothing of the old workspace stays
+                    await asyncio.to_thread(self._wipe)
+                    self.begin()
+                    if isinstance(event, WorkspacePurged):
+                        self.manifest.seq = item.seq
+                        continue
                 if upto_version is not None and event.version > upto_version:
                     break
                 if isinstance(event, WorkspaceCreated):
@@ -279,6 +293,10 @@ class Checkout:
                     self.manifest.lock = (event.holder, event.expires)
                 elif isinstance(event, LockReleased):
                     self.manifest.lock = None
+                elif isinstance(event, WorkspaceArchived):
+                    self.manifest.archived = (event.at, event.actor, event.reason)
+                elif isinstance(event, WorkspaceUnarchived):
+                    self.manifest.archived = None
                 elif isinstance(event, ChangesCommitted):
                     contents = await self._contents(event)
                     # File work off the event loop: a large event must not stall heartbeats.

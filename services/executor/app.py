@@ -145,6 +145,7 @@ class Executor:
         self._subs.append(
             await bus.serve(self.nc, self.subjects.all_exec, QUEUE_EXECUTOR, self.on_request)
         )
+        self._subs.append(await self.nc.subscribe(self.subjects.all_purged, cb=self.on_purged))
         self._subs += await bus.serve_ping(
             self.nc, self.subjects, "executor", self.instance, self.info
         )
@@ -169,6 +170,10 @@ class Executor:
             self._lock.close()
 
     # ------------------------------------------------------------------ requests
+    async def on_purged(self, msg: Msg) -> None:
+        """``ws.purged.<t>.<w>``: the writer purged a workspace; its checkout goes."""
+        self._background(self.checkouts.purged(self.subjects.parse_workspace_subject(msg.subject)))
+
     async def on_request(self, msg: Msg) -> None:
         incoming = Incoming(msg)
         with contextlib.suppress(QuillError):  # a bad subject is answered by answer()

@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 from nats.nuid import NUID
 
+from contracts import codec
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.subjects import Address, Subjects
+from contracts.events import WorkspacePurged
+from contracts.subjects import STREAM_EVENTS, Address, Subjects
 from infra import compaction
 from infra.blobs import Blobs
 from infra.exec.checkout import Checkout
@@ -191,13 +194,33 @@ class Checkouts:
             return
         lock = self.locks.setdefault(key, asyncio.Lock())
         async with lock:  # free: taken at once; a request arriving now waits for it
-            checkout = self.live.pop(key, None)
-            self.over_quota.pop(key, None)
-            self.measured.pop(key, None)
-            home = self.data_dir / "checkouts" / key[0] / key[1]
-            await asyncio.to_thread(_remove_tree, checkout.home if checkout else home)
-            self.budget.forget(key)
+            await self._remove(key)
         log.info("checkout %s/%s evicted (idle, over the checkouts budget or disk reserve)", *key)
+
+    async def _remove(self, key: Key) -> None:
+        checkout = self.live.pop(key, None)
+        self.over_quota.pop(key, None)
+        self.measured.pop(key, None)
+        home = self.data_dir / "checkouts" / key[0] / key[1]
+        await asyncio.to_thread(_remove_tree, checkout.home if checkout else home)
+        self.budget.forget(key)
+
+    async def purged(self, key: Key) -> None:
+        """The workspace was purged: its checkout goes, once no command holds it (one that
+        does finds the purge when it commits, and its checkout is wiped at its next sync)."""
+        async with self.locks.setdefault(key, asyncio.Lock()):
+            await self._remove(key)
+        log.info("checkout %s/%s removed: the workspace was purged", *key)
+
+    async def _gone(self, key: Key) -> bool:
+        """Whether the log holds nothing of the workspace but its purge (or nothing)."""
+        try:
+            last = await self.js.get_last_msg(STREAM_EVENTS, self.subjects.evt(*key))
+        except NotFoundError:
+            return True
+        except Exception:  # the log is not reachable: keep it, the next sync decides
+            return False
+        return isinstance(codec.decode_event(last.data or b""), WorkspacePurged)
 
     async def found(self) -> None:
         """The checkouts an earlier executor left count against the budget (and are evicted
@@ -205,6 +228,9 @@ class Checkouts:
         checkouts = self.data_dir / "checkouts"
         await asyncio.to_thread(_remove_tree, checkouts / ".at")
         for key, home in await asyncio.to_thread(disk.found, checkouts):
+            if await self._gone(key):  # purged while no executor was here to hear it
+                await self._remove(key)
+                continue
             self.budget.used(key, await quota.measure(home))
         await self.evict()
 

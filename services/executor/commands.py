@@ -22,7 +22,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import display, normalize
 from contracts.subjects import Address, Origin, Subjects
-from core.controls import LockState
+from core.controls import ArchiveState, LockState
 from core.secrets import Secrets
 from infra.blobs import Blobs
 from infra.exec import sandbox
@@ -69,8 +69,11 @@ class Commands:
         the approval of what is asked.
 
         Raises:
-            QuillError: ``DENIED``, ``APPROVAL_REQUIRED``, ``LOCKED``.
+            QuillError: ``DENIED``, ``APPROVAL_REQUIRED``, ``LOCKED``, ``WORKSPACE_ARCHIVED``.
         """
+        if checkout.manifest.archived is not None:
+            name = f"{address.tenant}/{address.workspace}"
+            raise ArchiveState(*checkout.manifest.archived).refusal(name)
         if checkout.manifest.lock is not None:
             lock = LockState(*checkout.manifest.lock)
             if lock.held_by_other(origin.session, datetime.now(UTC)):

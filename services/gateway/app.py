@@ -53,6 +53,7 @@ from services.gateway.principals import (
 )
 from services.gateway.rest import MAX_BODY_BYTES, Rest
 from services.gateway.runs import Runs
+from services.gateway.workspaces import WorkspacesRest
 
 log = logging.getLogger("quill.gateway")
 
@@ -126,6 +127,7 @@ def build_app(
         Route("/mcp/wap", StreamableHTTPASGIApp(servers[1].session_manager)),
         *(rest := Rest(access)).routes(),
         *Runs(rest).routes(),
+        *WorkspacesRest(access).routes(),
     ]
 
     @contextlib.asynccontextmanager

@@ -23,6 +23,7 @@ from contracts import uris
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
 from quill.session import Session
+from services.gateway import workspaces as workspaces
 from services.gateway.optable import Arg, Tool
 from services.gateway.principals import Access, Principal
 
@@ -185,7 +186,7 @@ def by_uri(
     )
 
 
-TOOLS = (
+TOOLS: tuple[Tool, ...] = (
     by_uri(
         "attach_workspace",
         "cmd.attach",
@@ -216,3 +217,6 @@ TOOLS = (
     ),
 )
 """attach_workspace, detach_workspace, list_workspaces: on the caller's session (``run``)."""
+TOOLS = (
+    TOOLS + workspaces.TOOLS
+)  # list_tenant_workspaces, archive_workspace: on the caller's tenant

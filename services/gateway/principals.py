@@ -300,6 +300,10 @@ class Access:
             self._ready.add(key)
         return ws
 
+    def forget(self, name: str) -> None:
+        """``tenant/workspace`` was purged: create it again on its next use."""
+        self._ready.discard(name)
+
     async def workspace(self, principal: Principal, name: str | None = None) -> Workspace:
         """The workspace ``name`` of the principal's tenant (default: the principal's own), or
         for a principal that reaches ``anywhere``, ``tenant/workspace`` of any tenant.

@@ -60,6 +60,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     E.SIZE_LIMIT_EXCEEDED: (413, "workspace_too_large"),
     E.INVALID_ENCODING: (422, "invalid_encoding"),  # a binary file has no UTF-8 content
     E.LOCKED: (423, "locked"),
+    E.WORKSPACE_ARCHIVED: (409, "workspace_archived"),
     E.UNAVAILABLE: (503, "unavailable"),
     E.TIMEOUT: (503, "unavailable"),
 }

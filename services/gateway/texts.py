@@ -44,6 +44,7 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.FILE_NOT_FOUND, "attach_workspace"): "Error: {message}",
     (E.FILE_NOT_FOUND, "detach_workspace"): "Error: {message}",
     (E.ACCESS_DENIED, "attach_workspace"): "Error: {message}",
+    (E.ACCESS_DENIED, "archive_workspace"): "Error: {message}",
     (E.FILE_NOT_FOUND, "list_workspaces"): "Error: Workspace not found: {workspace}",
     (E.WORKSPACE_NOT_FOUND, ANY): "Error: {message}",
     (E.FILE_NOT_FOUND, "read_command_output"): "Error: {message}",

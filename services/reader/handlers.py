@@ -20,6 +20,7 @@ from nats.js.errors import NotFoundError
 from contracts import codec
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.events import WorkspacePurged
 from contracts.paths import ancestors
 from contracts.subjects import STREAM_EVENTS, Address, Subjects
 from contracts.uncommitted import asked_path, lookup, not_committed
@@ -67,6 +68,7 @@ class Replica(Protocol):
 
 class _Version(msgspec.Struct):
     version: int
+    type: str = ""
 
 
 _version_decoder = msgspec.json.Decoder(_Version)
@@ -180,8 +182,12 @@ async def _latest(reader: Replica, tenant: str, workspace: str, *, fresh: bool) 
         return 0
     except Exception as exc:
         raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from None
-    return _version_decoder.decode(raw.data or b"{}").version
+    last = _version_decoder.decode(raw.data or b"{}")
+    return 0 if last.type == PURGED else last.version
 
+
+PURGED = WorkspacePurged.__struct_config__.tag
+"""A log that ends with a purge holds no workspace."""
 
 TREE_QUERIES = frozenset({"list", "glob", "grep", "explore", "diff"})
 """Queries over the whole tree (or a subtree) as of a version: refused below the floor."""
@@ -235,9 +241,12 @@ def query_handler(reader: Replica) -> Callable[[Msg], Awaitable[None]]:
             address, spec, origin, request = parse(incoming, reader.subjects, "qry")
             if reader.bridges.claims(address.tenant, address.workspace):
                 return  # a local workspace: its bridge answers
-            assert isinstance(request, rq.Query)
-            ws, version = await resolve(reader, address, request, origin.run)
-            result = await answer_at(reader, spec.name, ws, version, request)
+            if isinstance(request, rq.ListWorkspaces):  # the tenant's: no workspace to resolve
+                version, result = None, await reader.queries.workspaces(address.tenant, request)
+            else:
+                assert isinstance(request, rq.Query)
+                ws, version = await resolve(reader, address, request, origin.run)
+                result = await answer_at(reader, spec.name, ws, version, request)
         except QuillError as exc:
             await reject(incoming, exc, reader.auditor)
             return

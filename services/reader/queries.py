@@ -8,7 +8,7 @@ found, is decided by the pure functions of ``answers``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -17,7 +17,7 @@ from contracts import codec, ops
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import TrustChanged
+from contracts.events import LockAcquired, TrustChanged
 from contracts.limits import DEFAULT_EXCLUSIONS
 from contracts.paths import ROOT_DIR, check_name, normalize_existing
 from contracts.replies import ChangeSummary
@@ -73,6 +73,7 @@ class Queries:
             "run": self.run,
             "approvals": self.approvals,
             "attached": self.attached,
+            "workspaces": self.workspaces,
         }
 
     async def _lookup(
@@ -297,6 +298,40 @@ class Queries:
         kinds = ("approval_requested", "approval_decided")
         controls = await self._controls(ws, version, kinds)
         return approval_list(controls)
+
+    async def workspaces(self, tenant: str, req: rq.ListWorkspaces) -> rp.WorkspaceList:
+        """A page of the tenant's workspaces (a tenant's op: no workspace, no version)."""
+        rows = await self.model.workspaces(tenant, req.after or "", req.prefix or "", req.limit + 1)
+        now = datetime.now(UTC)
+        out = []
+        for ws, name, version, trust, created, at, actor, op in rows[: req.limit]:
+            files, _, size = await self.model.totals(ws, version)
+            lock = await self.model.last_control(ws, ("lock_acquired", "lock_released"))
+            held = codec.decode_event(lock) if lock else None
+            archive = await self.model.last_control(
+                ws, ("workspace_archived", "workspace_unarchived")
+            )
+            out.append(
+                rp.WorkspaceSummary(
+                    workspace=name,
+                    version=version,
+                    files=files,
+                    total_bytes=size,
+                    created=datetime.fromisoformat(created),
+                    updated=datetime.fromisoformat(at),
+                    updated_by=actor,
+                    last_op=op,
+                    trust=trust,
+                    lock_holder=held.holder
+                    if isinstance(held, LockAcquired) and held.expires > now
+                    else None,
+                    archived=archive is not None and b'"workspace_archived"' in archive,
+                )
+            )
+        more = len(rows) > req.limit
+        return rp.WorkspaceList(
+            tenant=tenant, workspaces=out, next=out[-1].workspace if more and out else None
+        )
 
 
 def _kind(node: Node) -> rp.Kind:

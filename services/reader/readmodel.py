@@ -186,6 +186,36 @@ class ReadModel:
         )
         return [(r[0], r[1]) for r in rows]
 
+    async def workspaces(
+        self, tenant: str, after: str, prefix: str, limit: int
+    ) -> list[tuple[Any, ...]]:
+        """A page of ``tenant``'s workspaces by name, after ``after`` (keyset on the unique
+        ``(tenant, name)`` index: a page costs the same wherever it starts): ``(id, name,
+        version, trust, created, at, actor, op)`` of each and of its last event."""
+        where, args = "w.tenant=? AND w.name>?", [tenant, after]
+        if prefix:
+            where += " AND w.name>=? AND w.name<?"
+            args += [prefix, prefix + "\U0010ffff"]
+        rows = await self._db.execute_fetchall(
+            "SELECT w.id, w.name, w.version, w.trust, w.created, e.at, e.actor, e.op "
+            "FROM workspaces w JOIN events e ON e.ws = w.id AND e.version = w.version "
+            f"WHERE {where} ORDER BY w.name LIMIT ?",
+            (*args, limit),
+        )
+        return [tuple(r) for r in rows]
+
+    async def last_control(self, ws: int, kinds: tuple[str, ...]) -> bytes | None:
+        """The workspace's last control event of ``kinds`` (JSON), if any."""
+        marks = ",".join("?" * len(kinds))
+        rows = list(
+            await self._db.execute_fetchall(
+                f"SELECT event FROM controls WHERE ws=? AND type IN ({marks}) "
+                "ORDER BY version DESC LIMIT 1",
+                (ws, *kinds),
+            )
+        )
+        return str(rows[0][0]).encode() if rows else None
+
     async def pinned(self, ws: int, run: str) -> int | None:
         """The version ``run`` reads, if it is a run of this workspace."""
         rows = list(

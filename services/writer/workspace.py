@@ -27,6 +27,7 @@ from typing import Any
 
 import msgspec
 import nats.errors
+import nats.js.errors
 from nats.aio.msg import Msg
 
 from contracts import codec, hashing
@@ -43,18 +44,20 @@ from contracts.events import (
     PutFile,
     Remove,
     TrustChanged,
+    WorkspaceCreated,
     WorkspaceEvent,
+    WorkspacePurged,
     WorkspaceUpdated,
 )
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.ops import OpSpec
-from contracts.subjects import CHANGES_SUFFIX, STREAM_EVENTS, Address, Origin
+from contracts.subjects import CHANGES_SUFFIX, STREAM_EVENTS, STREAM_OUTPUT, Address, Origin
 from contracts.uncommitted import fold_uncommitted
 from core.controls import CONTROL_EVENTS, fold_control
 from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
 from core.decision import Context, Decision, to_event
-from core.tree import Tree, WorkspaceState, fold, place
+from core.tree import Tree, WorkspaceState, fold, forget, place
 from infra import compaction
 from infra import log as eventlog
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
@@ -419,6 +422,8 @@ class WorkspaceActor:
                     state.trust, state.limits = decision.created
                 if isinstance(event, ChangesCommitted):
                     fold_uncommitted(state.uncommitted, event)
+                if isinstance(event, WorkspacePurged):
+                    forget(state)  # what follows in the group finds no workspace
                 staged.append((p, decision, event, digest, payload))
             if not staged:
                 return
@@ -460,6 +465,8 @@ class WorkspaceActor:
                         await self._answer(p, codec.error_reply(err), error=err)
                 return
             state.last_seq = seqs[-1]
+            events = [(e, seq) for (_, _, e, _, _), seq in zip(staged, seqs, strict=True)]
+            await self._after_lifecycle(events, had_log=expected_seq > 0)
             await self._count(state, [event for _, _, event, _, _ in staged])
             for (p, decision, event, _, _), seq in zip(staged, seqs, strict=True):
                 if isinstance(event, ApprovalRequested):  # p waits for the decision
@@ -482,6 +489,40 @@ class WorkspaceActor:
             if self._parked and any(isinstance(e, frees) for _, _, e, _, _ in staged):
                 self._unpark()
             return
+
+    async def _after_lifecycle(
+        self, committed: list[tuple[WorkspaceEvent, int]], *, had_log: bool
+    ) -> None:
+        """After a purge is in the log: purge the workspace's events before it (it stays, to
+        tell every replica and executor), and its kept command output; say so on
+        ``ws.purged``. After a workspace is created again: purge the purge event before it.
+        Both idempotent: a writer that fails here leaves what a later purge removes."""
+        deps = self.deps
+        for event, seq in committed:
+            purged = isinstance(event, WorkspacePurged)
+            if not purged and not (isinstance(event, WorkspaceCreated) and had_log):
+                continue
+            if purged:
+                self._recent.clear()  # an old request id is not answered from a purged log
+                self._counts = None
+            try:
+                await deps.js.purge_stream(STREAM_EVENTS, subject=self.subject, seq=seq)
+                if purged:
+                    await self._purge_output()
+                    await deps.nc.publish(deps.subjects.purged(self.tenant, self.workspace))
+            except Exception as exc:
+                log.warning("%s/%s: purging the log failed: %s", self.tenant, self.workspace, exc)
+            else:
+                if purged:
+                    log.info("%s/%s purged (was at v%d)", self.tenant, self.workspace,
+                             event.version - 1)  # fmt: skip
+
+    async def _purge_output(self) -> None:
+        subject = self.deps.subjects.workspace_cmdout(self.tenant, self.workspace)
+        try:
+            await self.deps.js.purge_stream(STREAM_OUTPUT, subject=subject)
+        except nats.js.errors.NotFoundError:
+            pass  # no executor ever kept output here
 
     def _unexpected(self, p: Pending, exc: Exception) -> QuillError:
         """The answer to a command whose decision raised something unexpected (its changes

@@ -1,0 +1,263 @@
+"""The caller's tenant's workspaces at the gateway: listing, archiving and purging them.
+
+REST (Quill's own routes, beside RFC 0059's file routes):
+
+* ``GET /v1/workspaces?after=&limit=&prefix=``: a page of the tenant's workspaces by name
+  (``next``: pass as ``after``);
+* ``POST /v1/workspaces/{name}/archive`` (body ``{"reason": ...}``, optional) and
+  ``POST /v1/workspaces/{name}/unarchive``;
+* ``DELETE /v1/workspaces/{name}?confirm=<tenant>/<name>``: purge.
+
+MCP (``/mcp``): ``list_tenant_workspaces`` (the tenant's workspaces, those of the caller's
+session marked) and ``archive_workspace``. Unarchive and purge are not tools: a model must not
+undo an operator's archive, nor destroy a workspace.
+
+Who may: a principal acts in its own tenant only (another tenant's names are never reached).
+A pinned token (``scope = "workspace"``) sees its own workspace in the listing and nothing
+else, and may not archive, unarchive or purge (``ACCESS_DENIED``); a ``scope = "tenant"``
+token (or, without tokens, the loopback caller) may, but not purge its own workspace (its
+sessions' primary) through the gateway.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.types import ToolAnnotations
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.subjects import check_id
+from quill.client import Quill, Workspace
+from services.gateway.optable import Arg, Args, Tool, described
+from services.gateway.principals import Access, Principal, principal_of
+from services.gateway.rest import Rest, count_param, json_body
+
+PAGE, MOST = 100, 1000
+
+
+def _denied(principal: Principal, what: str) -> QuillError:
+    return QuillError(
+        ErrorCode.ACCESS_DENIED,
+        f"Access denied: this token reaches only its own workspace ({principal.name}) and may "
+        f"not {what} workspaces",
+    )
+
+
+async def listing(
+    access: Access, principal: Principal, after: str | None, limit: int, prefix: str | None
+) -> rp.WorkspaceList:
+    """A page of the principal's tenant's workspaces; a pinned token's own alone.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for a bad cursor, limit or prefix.
+    """
+    client = _client(access, principal)
+    if not principal.pinned:
+        return await client.workspaces(principal.tenant, after=after, limit=limit, prefix=prefix)
+    own = await client.workspaces(principal.tenant, prefix=principal.workspace, limit=1)
+    mine = [w for w in own.workspaces if w.workspace == principal.workspace]
+    if after is not None and after >= principal.workspace:
+        mine = []
+    if prefix and not principal.workspace.startswith(prefix):
+        mine = []
+    return rp.WorkspaceList(tenant=principal.tenant, workspaces=mine, next=None)
+
+
+def _client(access: Access, principal: Principal) -> Quill:
+    return access.quill.as_actor(principal.actor)
+
+
+def target(access: Access, principal: Principal, name: str, what: str) -> Workspace:
+    """The workspace ``name`` of the principal's tenant, to ``what`` (archive, purge...); never
+    created on the way.
+
+    Raises:
+        QuillError: ``ACCESS_DENIED`` for a pinned token; ``INVALID_ARGUMENT`` for a bad name.
+    """
+    if principal.pinned:
+        raise _denied(principal, what)
+    check_id("workspace", name)
+    return _client(access, principal).workspace(f"{principal.tenant}/{name}")
+
+
+def summary_json(w: rp.WorkspaceSummary) -> dict[str, Any]:
+    return {
+        "name": w.workspace,
+        "version": w.version,
+        "files": w.files,
+        "size": w.total_bytes,
+        "createdAt": _iso(w.created),
+        "updatedAt": _iso(w.updated),
+        "updatedBy": w.updated_by,
+        "lastOp": w.last_op,
+        "trust": w.trust,
+        "lockHolder": w.lock_holder,
+        "archived": w.archived,
+    }
+
+
+def _iso(at: Any) -> str:
+    return str(at.isoformat().replace("+00:00", "Z"))
+
+
+class WorkspacesRest:
+    """``/v1/workspaces``: the REST routes of the module docstring."""
+
+    def __init__(self, access: Access) -> None:
+        self.access = access
+
+    def routes(self) -> list[Route]:
+        base = "/v1/workspaces"
+        guard = Rest.guard
+        return [
+            Route(base, guard(self.list), methods=["GET"]),
+            Route(base + "/{name}/archive", guard(self.archive), methods=["POST"]),
+            Route(base + "/{name}/unarchive", guard(self.unarchive), methods=["POST"]),
+            Route(base + "/{name}", guard(self.purge), methods=["DELETE"]),
+        ]
+
+    async def list(self, request: Request) -> Response:
+        params = request.query_params
+        page = await listing(
+            self.access,
+            principal_of(request.scope),
+            params.get("after"),
+            count_param(request, "limit", MOST) or PAGE,
+            params.get("prefix"),
+        )
+        body = {
+            "tenant": page.tenant,
+            "workspaces": [summary_json(w) for w in page.workspaces],
+            "next": page.next,
+        }
+        return JSONResponse(body)
+
+    async def archive(self, request: Request) -> Response:
+        ws = target(self.access, principal_of(request.scope), request.path_params["name"],
+                    "archive")  # fmt: skip
+        body = await json_body(request) if await request.body() else {}
+        reason = body.get("reason") if isinstance(body, dict) else None
+        if not (reason is None or isinstance(reason, str)) or set(body) - {"reason"}:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, 'The body is {"reason": "..."} or empty')
+        done = await ws.archive(reason)
+        return JSONResponse({"archived": done.archived, "changed": done.changed})
+
+    async def unarchive(self, request: Request) -> Response:
+        ws = target(self.access, principal_of(request.scope), request.path_params["name"],
+                    "unarchive")  # fmt: skip
+        done = await ws.unarchive()
+        return JSONResponse({"archived": done.archived, "changed": done.changed})
+
+    async def purge(self, request: Request) -> Response:
+        principal = principal_of(request.scope)
+        name = request.path_params["name"]
+        ws = target(self.access, principal, name, "purge")
+        if name == principal.workspace:
+            raise QuillError(
+                ErrorCode.ACCESS_DENIED,
+                f"{principal.name} is this token's own workspace: purge it with another "
+                "token or `quill purge`",
+            )
+        confirm = request.query_params.get("confirm", "")
+        done = await ws.call(rq.PurgeWorkspace(confirm=confirm))
+        self.access.forget(f"{principal.tenant}/{name}")
+        return JSONResponse({"purged": done.workspace, "version": done.version})
+
+
+# ---------------------------------------------------------------- MCP
+
+After = described(
+    str | None, "Optional: the `next` of the previous page, to list the workspaces after it"
+)
+Name = described(str, "The workspace's id (of your tenant), e.g. notes")
+Session = described(
+    str | None,
+    "Optional: mark the workspaces of another session of your tenant, by its primary "
+    "workspace's id. Omit for your own session.",
+)
+Reason = described(str | None, "Optional: why, recorded and shown in the listing")
+LISTING = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+ARCHIVES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+
+async def _tenant_listing(sessions: Any, principal: Principal, a: Args) -> dict[str, Any]:
+    page = await listing(sessions.access, principal, a.after, PAGE, None)
+    attached = await sessions.workspaces(principal, a.workspace)
+    return {
+        "tenant": page.tenant,
+        "primary": attached.primary,
+        "attached": [w.target for w in attached.attached],
+        "workspaces": [summary_json(w) for w in page.workspaces],
+        "next": page.next,
+    }
+
+
+def listing_text(a: Args, found: dict[str, Any]) -> str:
+    """One line a workspace: ``* name`` (``*`` this session's primary, ``+`` attached)."""
+    tenant = found["tenant"]
+    primary, attached = found["primary"], set(found["attached"])
+    if not found["workspaces"]:
+        return f"No workspaces in tenant {tenant}"
+    lines = [f"Workspaces of tenant {tenant} (* this session's primary, + attached):"]
+    for w in found["workspaces"]:
+        key = f"{tenant}/{w['name']}"
+        mark = "*" if key == primary else "+" if key in attached else " "
+        state = ["archived"] if w["archived"] else []
+        if w["lockHolder"]:
+            state.append(f"locked by {w['lockHolder']}")
+        if w["trust"] != "full":
+            state.append(w["trust"])
+        files = f"{w['files']} file{'s' if w['files'] != 1 else ''}"
+        extra = f" ({', '.join(state)})" if state else ""
+        lines.append(
+            f"{mark} {w['name']}: v{w['version']}, {files}, {w['size']} bytes, last "
+            f"{w['lastOp']} {w['updatedAt']} by {w['updatedBy'] or 'unknown'}{extra}"
+        )
+    if found["next"]:
+        lines.append(f"More: call again with after={found['next']}")
+    return "\n".join(lines)
+
+
+async def _archive(sessions: Any, principal: Principal, a: Args) -> rp.ArchiveInfo:
+    return await target(sessions.access, principal, a.workspace, "archive").archive(a.reason)
+
+
+TOOLS = (
+    Tool(
+        "list_tenant_workspaces",
+        "qry.workspaces",
+        "Every workspace of your tenant, by name, with its version, files, size, last change, "
+        "lock and archive state; those of this session are marked. list_workspaces shows "
+        "only this session's.",
+        (Arg("after", After, None), Arg("workspace", Session, None)),
+        listing_text,
+        LISTING,
+        path=None,
+        run=_tenant_listing,
+    ),
+    Tool(
+        "archive_workspace",
+        "cmd.archive",
+        "Archive a workspace of your tenant: it then refuses every change and command (reads "
+        "still work) until an operator unarchives it.",
+        (Arg("workspace", Name), Arg("reason", Reason, None)),
+        lambda a, done: (
+            f"Archived {a.workspace}" if done.changed else f"{a.workspace} was archived already"
+        ),
+        ARCHIVES,
+        path=None,
+        run=_archive,
+    ),
+)
+"""list_tenant_workspaces, archive_workspace: on the caller's tenant (``run``)."""
+NO_TOOL = {
+    "cmd.unarchive": "an operator's (quill unarchive): a model must not undo an archive",
+    "cmd.purge": "destroys a workspace for good: an operator's (quill purge), never a model's",
+}
