@@ -45,8 +45,8 @@ A persistent, shared, versioned workspace of files. Paths are relative to /works
 (`notes.txt`, `data/report.md`); `/workspace/notes.txt` is the same file, and any path outside \
 /workspace is refused. Every tool takes an optional workspace: another workspace than yours \
 (its id, tenant/id without tokens, or an attached one's URI). Every change is recorded: \
-file_history and diff show what changed, restore brings back an earlier version. Errors are \
-tool results starting with `Error:`."""
+file_history and diff show what changed, restore brings back an earlier version. The file \
+tools see committed files only. Errors are tool results starting with `Error:`."""
 
 P_FILE = "File path relative to /workspace (or absolute path within /workspace)"
 P_DIR = "Directory path relative to /workspace (or absolute path within /workspace)"
@@ -72,12 +72,10 @@ MostResults = Annotated[
 ]
 Excluded = Annotated[list[str] | None, Field(description="More glob patterns to skip")]
 READ_FILE = (
-    "Read complete file contents from workspace. head/tail: first/last N lines; offset, "
-    "limit: a line range; line_numbers: lines as 'N: text' (as modify_file counts). A read "
-    "returns at most 2000 lines / 256 KiB: a cut answer ends with a [truncated: ...] note "
-    "giving the call for the rest. Binary files: read_media_file."
+    "Read complete file contents from workspace. A read returns at most 2000 lines / 256 "
+    "KiB: a cut answer ends with a [truncated: ...] note giving the call for the rest. "
+    "Binary files: read_media_file."
 )
-COMMITTED_ONLY = " Only committed files are visible to the file tools."
 
 
 def render(failure: Failure) -> CallToolResult:
@@ -107,7 +105,7 @@ TOOLS = (
     Tool(
         "read_file",
         "qry.read",
-        READ_FILE + COMMITTED_ONLY,
+        READ_FILE,
         (
             Arg("path", FilePath),
             Arg("head", Head, 0, send=unset),
@@ -159,8 +157,7 @@ TOOLS = (
     Tool(
         "get_file_info",
         "qry.stat",
-        "Get detailed file or directory metadata: type, size, permissions, times (UTC), "
-        "entries." + COMMITTED_ONLY,
+        "Get detailed file or directory metadata: type, size, permissions, times (UTC), entries.",
         (Arg("path", AnyPath), WS),
         lambda a, r: texts.file_info_text(a.path, r),
         READ_ONLY,

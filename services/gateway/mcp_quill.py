@@ -34,9 +34,7 @@ Operations = Annotated[
     WithJsonSchema(inline_schema(list[ModifyOperation])),
     Field(
         description=(
-            "Objects tagged by type: replace {start_line, end_line, new_content}, insert "
-            "{after_line (0: the top), new_content}, delete {start_line, end_line}, "
-            "regex_replace {pattern, replacement, flags: g i m s x} ($1, $<name>: groups). "
+            "insert after_line 0 is the top; regex_replace groups are $1 or $<name>. "
             "Line ranges must not overlap."
         )
     ),
@@ -55,13 +53,13 @@ OutputLength = Annotated[
 
 
 COMMAND = (
-    "Run a shell command (bash -c) in the workspace's sandbox: in /workspace, no network, "
-    "stopped at timeout_ms. Answers the exit code (non-zero is not an error), stdout and "
-    "stderr; of a stream over 50 KB the first and last 25 KB (read_command_output reads "
-    "the rest). What it changes is committed as one version. Each command is a fresh "
-    "shell: cd, export and /tmp do not carry over (chain with &&); processes left running "
-    "are killed when it ends; stdin is closed (pipe input); python is python3. Only "
-    "committed files are visible to the file tools: the answer lists those not committed."
+    "Run a shell command (bash -c) in the workspace's sandbox (in /workspace, no network) "
+    "until timeout_ms. Answers the exit code (non-zero is no error), stdout and stderr (over "
+    "50 KB: the first and last 25 KB; read_command_output reads the rest). Its changes are "
+    "committed as one version. Each call is a fresh shell: cd, export and /tmp do not carry "
+    "over; processes left running are killed when it ends; stdin is closed; python is "
+    "python3. Only committed files are visible to the file tools: it lists those it could "
+    "not commit."
 )
 ALIAS = "The same tool as execute_command (an alias: same arguments, answer and hints)."
 Only = Annotated[str | None, Field(description="Omit for the whole workspace")]
@@ -98,8 +96,7 @@ TOOLS = (
         "cmd.edit",
         "Replace exact text in a file: old_string (as the file has it, whitespace included) "
         "must occur once, unless replace_all; if not, the error shows the closest text or "
-        "the lines it is on. edits: several edits, in order, all or none; dry_run: answer "
-        "the unified diff only.",
+        "the lines it is on.",
         (
             Arg("path", FilePath),
             Arg(

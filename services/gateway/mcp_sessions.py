@@ -13,7 +13,7 @@ before. A pinned token reaches its own workspace only: it attaches nothing.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.types import ToolAnnotations
 from pydantic import Field
@@ -27,6 +27,7 @@ from services.gateway import workspaces as workspaces
 from services.gateway.optable import Arg, Tool
 from services.gateway.principals import Access, Principal
 
+AS_ATTACHED = Annotated[str, Field(min_length=1, description="The URI it was attached as")]
 URI = Annotated[
     str,
     Field(
@@ -41,8 +42,7 @@ Primary = Annotated[
     str | None,
     Field(
         description=(
-            "Optional: another session of your tenant, by its primary workspace's id. "
-            "Omit for your own session."
+            "Another session of your tenant, by its primary workspace's id (default: yours)"
         )
     ),
 ]
@@ -154,6 +154,15 @@ class Sessions:
         return await (await self.session(principal, primary)).workspaces()
 
 
+def workspaces_text(found: dict[str, Any]) -> str:
+    """``list_workspaces``: the session's workspaces, then the tenant's page."""
+    session = rp.Attached(
+        primary=found["primary"],
+        attached=[rp.AttachedWorkspace(**w) for w in found["attached"]],
+    )
+    return f"{listing_text(session)}\n\n{workspaces.listing_text(found)}"
+
+
 def listing_text(listing: rp.Attached, change: str | None = None) -> str:
     """``Attached server:/acme/notes.`` then the session's workspaces, in resolution order."""
     lines = [change] if change else []
@@ -166,19 +175,25 @@ def listing_text(listing: rp.Attached, change: str | None = None) -> str:
     return "\n".join(lines)
 
 
-ARGS = (Arg("uri", URI), Arg("workspace", Primary, None))
+SESSION = Arg("workspace", Primary, None)
 Change = Callable[[Sessions, Principal, str, str | None], Awaitable[rp.Attached]]
 
 
 def by_uri(
-    name: str, op: str, description: str, done: str, change: Change, hints: ToolAnnotations
+    name: str,
+    op: str,
+    description: str,
+    done: str,
+    change: Change,
+    hints: ToolAnnotations,
+    uri: Any = URI,
 ) -> Tool:
     """A tool that changes the session by a workspace's URI and answers its workspaces."""
     return Tool(
         name,
         op,
         description,
-        ARGS,
+        (Arg("uri", uri), SESSION),
         lambda a, listing: listing_text(listing, f"{done} {a.uri}"),
         hints,
         path="uri",
@@ -190,9 +205,8 @@ TOOLS: tuple[Tool, ...] = (
     by_uri(
         "attach_workspace",
         "cmd.attach",
-        "Attach a workspace to this session by URI. Tools that name no workspace use yours "
-        "when it offers them, else the first attached one that does; a tool's workspace "
-        "argument may name an attached one by its URI.",
+        "Attach a workspace to this session by URI: tools that name no workspace try yours, "
+        "then the attached ones in order; a workspace argument may name one by its URI.",
         "Attached",
         Sessions.attach,
         ATTACH,
@@ -200,23 +214,24 @@ TOOLS: tuple[Tool, ...] = (
     by_uri(
         "detach_workspace",
         "cmd.detach",
-        "Detach a workspace from this session by the URI it was attached as (its files stay).",
+        "Detach an attached workspace from this session; its files stay in the workspace.",
         "Detached",
         Sessions.detach,
         DETACH,
+        AS_ATTACHED,
     ),
     Tool(
         "list_workspaces",
-        "qry.attached",
-        "This session's workspaces: your own (primary) and the attached ones, in the order "
-        "tools that name no workspace try them.",
-        ARGS[1:],
-        lambda a, listing: listing_text(listing),
+        "qry.workspaces",
+        "This session's workspaces (yours, then the attached ones in the order tools that "
+        "name no workspace try them), then your tenant's, a page at a time.",
+        (Arg("after", workspaces.After, None), SESSION),
+        lambda a, found: workspaces_text(found),
         LISTING,
-        run=lambda sessions, principal, a: sessions.workspaces(principal, a.workspace),
+        output=workspaces.LISTING_OUTPUT,
+        path=None,
+        run=workspaces.tenant_listing,
     ),
 )
 """attach_workspace, detach_workspace, list_workspaces: on the caller's session (``run``)."""
-TOOLS = (
-    TOOLS + workspaces.TOOLS
-)  # list_tenant_workspaces, archive_workspace: on the caller's tenant
+TOOLS = TOOLS + workspaces.TOOLS  # archive_workspace: on the caller's tenant

@@ -8,9 +8,10 @@ REST (Quill's own routes, beside RFC 0059's file routes):
   ``POST /v1/workspaces/{name}/unarchive``;
 * ``DELETE /v1/workspaces/{name}?confirm=<tenant>/<name>``: purge.
 
-MCP (``/mcp``): ``list_tenant_workspaces`` (the tenant's workspaces, those of the caller's
-session marked) and ``archive_workspace``. Unarchive and purge are not tools: a model must not
-undo an operator's archive, nor destroy a workspace.
+MCP (``/mcp``): ``list_workspaces`` (``services/gateway/mcp_sessions.py``: the session's
+workspaces, then the tenant's, the session's marked) and ``archive_workspace``. Unarchive
+and purge are not tools: a model must not undo an operator's archive, nor destroy a
+workspace.
 
 Who may: a principal acts in its own tenant only (another tenant's names are never reached).
 A pinned token (``scope = "workspace"``) sees its own workspace in the listing and nothing
@@ -36,6 +37,7 @@ from quill.client import Quill, Workspace
 from services.gateway.optable import Arg, Args, Tool, described
 from services.gateway.principals import Access, Principal, principal_of
 from services.gateway.rest import Rest, count_param, json_body
+from services.gateway.schemas import obj
 
 PAGE, MOST = 100, 1000
 
@@ -171,38 +173,51 @@ class WorkspacesRest:
 
 # ---------------------------------------------------------------- MCP
 
-After = described(
-    str | None, "Optional: the `next` of the previous page, to list the workspaces after it"
-)
-Name = described(str, "The workspace's id (of your tenant), e.g. notes")
+After = described(str | None, "The previous page's next: list the workspaces after it")
+Name = described(str, "A workspace of your tenant, e.g. notes")
 Session = described(
     str | None,
     "Optional: mark the workspaces of another session of your tenant, by its primary "
     "workspace's id. Omit for your own session.",
 )
-Reason = described(str | None, "Optional: why, recorded and shown in the listing")
+Reason = described(str | None, "Why (recorded in its log)")
 LISTING = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ARCHIVES = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
 
 
-async def _tenant_listing(sessions: Any, principal: Principal, a: Args) -> dict[str, Any]:
-    page = await listing(sessions.access, principal, a.after, PAGE, None)
+async def tenant_listing(sessions: Any, principal: Principal, a: Args) -> dict[str, Any]:
+    """``list_workspaces``: the session's workspaces (primary, then attached, by URI) and a
+    page of the tenant's, the session's marked."""
     attached = await sessions.workspaces(principal, a.workspace)
+    page = await listing(sessions.access, principal, a.after, PAGE, None)
     return {
-        "tenant": page.tenant,
         "primary": attached.primary,
-        "attached": [w.target for w in attached.attached],
+        "attached": [{"uri": w.uri, "target": w.target, "kind": w.kind} for w in attached.attached],
+        "tenant": page.tenant,
         "workspaces": [summary_json(w) for w in page.workspaces],
         "next": page.next,
     }
 
 
-def listing_text(a: Args, found: dict[str, Any]) -> str:
-    """One line a workspace: ``* name`` (``*`` this session's primary, ``+`` attached)."""
+LISTING_OUTPUT = obj(
+    {
+        "primary": "string",
+        "attached": "array",
+        "tenant": "string",
+        "workspaces": "array",
+        "next": ["string", "null"],
+    }
+)
+
+
+def listing_text(found: dict[str, Any]) -> str:
+    """The tenant's page, one line a workspace: ``* name`` (``*`` this session's primary,
+    ``+`` attached)."""
     tenant = found["tenant"]
-    primary, attached = found["primary"], set(found["attached"])
+    primary = found["primary"]
+    attached = {a["target"] for a in found["attached"]}
     if not found["workspaces"]:
         return f"No workspaces in tenant {tenant}"
     lines = [f"Workspaces of tenant {tenant} (* this session's primary, + attached):"]
@@ -231,18 +246,6 @@ async def _archive(sessions: Any, principal: Principal, a: Args) -> rp.ArchiveIn
 
 TOOLS = (
     Tool(
-        "list_tenant_workspaces",
-        "qry.workspaces",
-        "Every workspace of your tenant, by name, with its version, files, size, last change, "
-        "lock and archive state; those of this session are marked. list_workspaces shows "
-        "only this session's.",
-        (Arg("after", After, None), Arg("workspace", Session, None)),
-        listing_text,
-        LISTING,
-        path=None,
-        run=_tenant_listing,
-    ),
-    Tool(
         "archive_workspace",
         "cmd.archive",
         "Archive a workspace of your tenant: it then refuses every change and command (reads "
@@ -256,8 +259,9 @@ TOOLS = (
         run=_archive,
     ),
 )
-"""list_tenant_workspaces, archive_workspace: on the caller's tenant (``run``)."""
+"""archive_workspace: on the caller's tenant (``run``)."""
 NO_TOOL = {
+    "qry.attached": "list_workspaces answers it first, then the tenant's workspaces",
     "cmd.unarchive": "an operator's (quill unarchive): a model must not undo an archive",
     "cmd.purge": "destroys a workspace for good: an operator's (quill purge), never a model's",
 }

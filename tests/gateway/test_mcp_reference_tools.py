@@ -258,6 +258,7 @@ WORKSPACE_TOOLS = {
         "list_workspaces": {},
         "attach_workspace": {"uri": "server:/acme/other"},
         "detach_workspace": {"uri": "server:/acme/other"},
+        "archive_workspace": {},
     }.items()
 }
 
@@ -279,7 +280,7 @@ async def test_a_pinned_token_naming_another_workspace_learns_nothing(
                 data = result.structured_content
                 assert result.is_error and isinstance(data, dict), tool
                 assert model_view(result) == f"Error: {data['error']}", tool  # the same words
-                if tool == "attach_workspace":  # a pinned token attaches nothing, anywhere
+                if tool in ("attach_workspace", "archive_workspace"):  # a pinned token may not
                     assert data["code"] == "ACCESS_DENIED", data
                 else:
                     assert data == {

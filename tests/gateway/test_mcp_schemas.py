@@ -80,6 +80,7 @@ MCP_CALLS: dict[str, list[dict[str, Any]]] = {
     "attach_workspace": [{"uri": "server:/default/other"}, {"uri": "nonsense"}],
     "detach_workspace": [{"uri": "server:/default/other"}, {"uri": "server:/default/other"}],
     "list_workspaces": [{}, {"workspace": "Bad Name"}],
+    "archive_workspace": [{"workspace": "other"}, {"workspace": "Bad Name"}],
 }
 WAP_CALLS: dict[str, list[dict[str, Any]]] = {
     "exploreFiles": [{"path": ".", "returnMetadata": True}, {"path": "nope"}],

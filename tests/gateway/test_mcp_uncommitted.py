@@ -41,8 +41,9 @@ async def test_the_model_is_told_why(start: StartGateway, nats_url: str, tmp_pat
         )
         async with mcp_client(gateway.url, token=TOKEN) as mcp:
             tools = {t.name: t.description or "" for t in (await mcp.list_tools()).tools}
-            for tool in ("read_file", "get_file_info", "execute_command"):
-                assert "Only committed files are visible to the file tools" in tools[tool]
+            assert "Only committed files are visible to the file tools" in tools["execute_command"]
+            told = mcp.instructions or ""
+            assert "The file tools see committed files only" in told  # said once to every tool
 
             made = await call(
                 mcp, "execute_command", command="head -c 10000 /dev/zero > big.bin && ln -s x l"

@@ -1,6 +1,6 @@
 """The tenant's workspaces at the gateway (``services/gateway/workspaces.py``): REST
 ``/v1/workspaces`` (list, archive, unarchive, purge) and the MCP tools
-``list_tenant_workspaces`` and ``archive_workspace``, with who may do what: a tenant-scope
+``list_workspaces`` and ``archive_workspace``, with who may do what: a tenant-scope
 token in its own tenant only, a pinned token nothing but seeing its own workspace."""
 
 from __future__ import annotations
@@ -107,22 +107,28 @@ async def test_mcp_lists_the_tenants_workspaces_and_archives(start: StartGateway
     await seed(gateway.quill)
     async with mcp_client(gateway.url, token="acme-admin-token") as mcp:
         await ok(mcp, "attach_workspace", uri="server:/acme/book")
-        said = await ok(mcp, "list_tenant_workspaces")
-        lines = said.splitlines()
+        said = await ok(mcp, "list_workspaces")
+        session, tenant = said.split("\n\n")
+        assert session.splitlines() == [
+            "Primary workspace: server:/acme/ops",
+            "Attached (tools that name no workspace try them in this order):",
+            "  server:/acme/book -> acme/book (server)",
+        ]  # the session's, then the tenant's: one list, the same marks
+        lines = tenant.splitlines()
         assert lines[0] == "Workspaces of tenant acme (* this session's primary, + attached):"
         assert [line[:2] for line in lines[1:]] == ["  ", "+ ", "* ", "  "]
         assert lines[2].startswith("+ book: v2, 1 file, 5 bytes, last write ")
         assert await ok(mcp, "archive_workspace", workspace="zoo", reason="done") == "Archived zoo"
         again = await ok(mcp, "archive_workspace", workspace="zoo")
         assert again == "zoo was archived already"
-        assert "zoo: v2, 0 files, 0 bytes, last archive" in await ok(mcp, "list_tenant_workspaces")
+        assert "zoo: v2, 0 files, 0 bytes, last archive" in await ok(mcp, "list_workspaces")
         refused = await error(mcp, "write_file", path="a.md", content="a", workspace="zoo")
         assert "is archived" in refused
     async with mcp_client(gateway.url, token="acme-agent-token") as mcp:
-        said = await ok(mcp, "list_tenant_workspaces")
-        assert said.splitlines()[1:] == [said.splitlines()[1]] and "* agents" in said
+        tenant = (await ok(mcp, "list_workspaces")).split("\n\n")[1].splitlines()
+        assert len(tenant) == 2 and tenant[1].startswith("* agents")  # its own alone
         denied = await error(mcp, "archive_workspace", workspace="book")
         assert denied.startswith("Error: Access denied: this token reaches only its own")
         tools = {t.name for t in (await mcp.list_tools()).tools}
-        assert {"list_tenant_workspaces", "archive_workspace"} <= tools
+        assert {"list_workspaces", "archive_workspace"} <= tools
         assert not {"purge_workspace", "unarchive_workspace"} & tools
