@@ -67,7 +67,7 @@ class Filters:
             return False
         if self.run and (e.run or "") != self.run:
             return False
-        if self.op and self.op not in (e.op, e.type):
+        if self.op and self.op not in (e.op, e.type, f"cmd.{e.op}"):
             return False
         if self.path:
             prefix = self.path.strip("/") + "/"
@@ -94,6 +94,7 @@ class Chain:
             self._link(batch[-1], self._older_prev, batch[-1].version + 1)
         if batch:
             self._older_prev = batch[0].prev_hash
+            self.newest_hash = self.newest_hash or batch[-1].hash
 
     def _link(self, older: rp.EventSummary, prev_hash: str, version: int) -> None:
         self.links += 1
@@ -123,8 +124,6 @@ async def read_timeline(ws: Workspace, before: int, filters: Filters) -> Timelin
         batch = [e for e in page.events if e.version <= top]
         if not batch:
             break
-        if chain.newest_hash is None:
-            chain.newest_hash = batch[-1].hash
         chain.add(batch)
         read += len(batch)
         for e in reversed(batch):

@@ -91,14 +91,15 @@ async def decide(c: Console, request: Request) -> Response:
 @dataclass
 class RunRow:
     run: str
-    started: rp.EventSummary | None
-    info: rp.RunInfo | None
+    events: int
+    info: rp.RunInfo | None = None
 
 
 async def runs(c: Console, request: Request) -> Response:
+    """The runs whose events are among the last ``RUNS_SCAN`` (newest first), or one by id."""
     ws = await c.workspace(request)
     latest = (await ws.info()).version
-    found: list[RunRow] = []
+    found: dict[str, RunRow] = {}
     top = latest
     while top >= 1 and latest - top < RUNS_SCAN and len(found) < RUNS_MAX:
         n = min(1000, top)
@@ -107,20 +108,19 @@ async def runs(c: Console, request: Request) -> Response:
         if not batch:
             break
         for e in reversed(batch):
-            if e.type == "run_started" and e.run and len(found) < RUNS_MAX:
-                found.append(RunRow(e.run, e, None))
+            if e.run and (e.run in found or len(found) < RUNS_MAX):
+                found.setdefault(e.run, RunRow(e.run, 0)).events += 1
         top = batch[0].version - 1
     asked = request.query_params.get("run", "").strip()[:128]
-    if asked and all(r.run != asked for r in found):
-        found.insert(0, RunRow(asked, None, None))
-    rows = []
-    for row in found:
+    rows = list(found.values())
+    if asked and asked not in found:
+        rows.insert(0, RunRow(asked, 0))
+    for row in rows:
         try:
             row.info = await ws.run_info(row.run)
         except QuillError as exc:
             if exc.code not in (ErrorCode.RUN_NOT_FOUND, ErrorCode.INVALID_ARGUMENT):
                 raise
-        rows.append(row)
     return c.page(request, "runs.html", {"rows": rows, "asked": asked, "scanned": latest - top})
 
 
