@@ -53,7 +53,7 @@ async def events(c: Console, request: Request) -> Response:
         answer = await ws.call(rq.ApprovalsQuery(min_version=seen or None))
         pending = answer.pending
         html = c.templates.get_template("approvals_list.html").render(
-            pending=pending, prefix=PREFIX, ws=ws_name, csrf=csrf, decided=""
+            pending=pending, prefix=PREFIX, ws=ws_name, csrf=csrf
         )
         return message("approvals", html)
 
