@@ -8,6 +8,7 @@ One SDK client (``Quill``) for every request; one Starlette app served by uvicor
     /v1/host/workspace/files[/{path}]         REST (RFC 0059 §C)
     /v1/runs[/{runId}[/cancel]]               REST runs (RFC 0059 §D)
     /.well-known/openwop                      discovery (no token needed)
+    /ui/                                      the operator's console (docs/console.md)
 
 Middleware, outermost first: ``HttpMetrics`` (counts and times every request),
 ``PrincipalMiddleware`` (who is calling; 401 otherwise), then ``BodyBounds`` (each body read
@@ -42,6 +43,7 @@ from infra import bus
 from quill.client import Quill
 from services.gateway import VERSION, mcp_files, openapi, wap
 from services.gateway.bounds import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, BodyBounds, HeaderDeadline
+from services.gateway.console import Console
 from services.gateway.fleet import Fleet
 from services.gateway.metrics import HttpMetrics, metrics_endpoint
 from services.gateway.principals import (
@@ -139,6 +141,7 @@ def build_app(
 
     middleware = [
         Middleware(HttpMetrics, routes=routes),
+        Middleware(Console(access, tokens, body_timeout).gate),  # /ui/: the console
         Middleware(PrincipalMiddleware, tokens=tokens),
         Middleware(BodyBounds, max_body=MAX_BODY_BYTES, body_timeout=body_timeout),
     ]

@@ -1,0 +1,144 @@
+"""The operator's console: HTML pages at ``/ui/`` over the same SDK calls REST makes
+(docs/console.md).
+
+``Console`` is an ASGI app; ``Console.gate`` is the middleware ``services/gateway/app.py`` puts
+outside ``PrincipalMiddleware`` to send ``/ui`` requests here under the gateway's own
+authentication (``auth.py``). Pages are Jinja2 templates (``templates/``), made interactive by
+htmx and its SSE extension, vendored with their licences (``static/``); no CDN, no build step.
+A page reads the workspace as the principal's SDK handle (``Access.workspace``), so a tenant
+reaches exactly what it reaches over REST.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from pygments.formatters import HtmlFormatter
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp
+
+from contracts.errors import ErrorCode, QuillError
+from quill.client import Workspace
+from services.gateway.console.auth import PREFIX, Csrf, Gate, Refused
+from services.gateway.principals import Access, Principal, Tokens, principal_of
+
+log = logging.getLogger("quill.gateway")
+
+HERE = Path(__file__).parent
+Handler = Callable[[Request], Awaitable[Response]]
+Page = Callable[["Console", Request], Awaitable[Response]]
+
+_STATUS: dict[str, int] = {
+    ErrorCode.WORKSPACE_NOT_FOUND: 404,
+    ErrorCode.FILE_NOT_FOUND: 404,
+    ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.RUN_NOT_FOUND: 404,
+    ErrorCode.NOT_A_FILE: 400,
+    ErrorCode.NOT_A_DIRECTORY: 400,
+    ErrorCode.ACCESS_DENIED: 403,
+    ErrorCode.VERSION_TRIMMED: 410,
+}
+
+
+class Console:
+    """The console's pages over ``access`` (the gateway's principals and their workspaces)."""
+
+    def __init__(self, access: Access, tokens: Tokens | None, body_timeout: float) -> None:
+        self.access, self.tokens, self.body_timeout = access, tokens, body_timeout
+        self.csrf = Csrf()
+        env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S") if t else ""
+        env.filters["filesize"] = lambda n: jinja2.filters.do_filesizeformat(n, binary=True)
+        self.templates = Jinja2Templates(env=env)
+        formatter: Any = HtmlFormatter(style="default")
+        self.pygments_css = str(formatter.get_style_defs(".hl"))
+        self.app = Starlette(routes=self.routes())
+
+    def gate(self, app: ASGIApp) -> ASGIApp:
+        """The middleware that routes ``/ui`` here (``Middleware(console.gate)``)."""
+        return Gate(app, self.app, self.tokens, self.body_timeout)
+
+    def routes(self) -> list[BaseRoute]:
+        from services.gateway.console import history, live, operate, session
+
+        def r(
+            path: str, handler: Callable[[Console, Request], Awaitable[Response]], **kw: Any
+        ) -> Route:
+            return Route(f"{PREFIX}{path}", self.guarded(handler), **kw)
+
+        async def css(request: Request) -> Response:
+            return PlainTextResponse(self.pygments_css, media_type="text/css")
+
+        async def home(request: Request) -> Response:
+            return RedirectResponse(f"{PREFIX}/", status_code=307)
+
+        return [
+            Route(PREFIX, home),
+            Route(f"{PREFIX}/static/pygments.css", css),
+            Mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="static"),
+            r("/login", session.login, methods=["GET", "POST"]),
+            r("/logout", session.logout, methods=["POST"]),
+            r("/", operate.workspaces),
+            r("/w/{ws}/", history.timeline),
+            r("/w/{ws}/tree", history.tree),
+            r("/w/{ws}/file", history.file),
+            r("/w/{ws}/history", history.file_history),
+            r("/w/{ws}/diff", history.diff),
+            r("/w/{ws}/approvals", operate.approvals),
+            r("/w/{ws}/approvals/{approval}", operate.decide, methods=["POST"]),
+            r("/w/{ws}/runs", operate.runs),
+            r("/w/{ws}/audit", operate.audit),
+            r("/w/{ws}/live", live.events),
+        ]
+
+    def guarded(self, handler: Page) -> Handler:
+        """``handler``, its ``QuillError`` an error page and a refused form a 403."""
+
+        async def run(request: Request) -> Response:
+            try:
+                return await handler(self, request)
+            except Refused as exc:
+                return self.page(request, "error.html", {"message": str(exc)}, status=403)
+            except QuillError as exc:
+                code = str(exc.code)
+                status = _STATUS.get(code, 502 if exc.retriable else 500)
+                context = {"message": exc.message, "code": code}
+                return self.page(request, "error.html", context, status=status)
+
+        return run
+
+    def principal(self, request: Request) -> Principal:
+        return principal_of(request.scope)
+
+    async def workspace(self, request: Request) -> Workspace:
+        """The workspace named in the URL, as the caller reaches it (another tenant's never)."""
+        return await self.access.workspace(self.principal(request), request.path_params["ws"])
+
+    def page(
+        self, request: Request, template: str, context: dict[str, Any], status: int = 200
+    ) -> Response:
+        principal = request.scope.get("state", {}).get("principal")
+        base = {
+            "prefix": PREFIX,
+            "principal": principal,
+            "logged_in": self.tokens is not None and principal is not None,
+            "csrf": self.csrf.token(request) if principal is not None else "",
+            "ws": request.path_params.get("ws"),
+        }
+        headers = {"Cache-Control": "no-store", "X-Frame-Options": "DENY"}
+        return self.templates.TemplateResponse(
+            request, template, base | context, status_code=status, headers=headers
+        )

@@ -1,0 +1,257 @@
+"""A workspace's history in pages: the timeline, the tree and a file as of any version, a
+file's revisions, and the diff between two versions.
+
+The timeline is read newest first by keyset paging on the version (``?before=``): a page is
+one ``events`` query of ``PAGE`` events below it, never the whole log. With filters (actor,
+run, op, path), pages of ``SCAN_BATCH`` events are scanned down, at most ``SCAN_MAX`` per
+request, and the page says how far it got (``older`` goes on from there). The hash chain of
+what was read is checked on the way: each event's ``prev_hash`` is the hash of the event
+before it, and the newest event's hash is the workspace's ``last_hash``; ``quill verify``
+checks also each payload against its hash and the tree hashes, from the log itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from contracts import replies as rp
+from contracts.errors import ErrorCode, QuillError
+from quill.client import Workspace
+from services.gateway.console import render
+
+if TYPE_CHECKING:
+    from services.gateway.console import Console
+
+PAGE = 50
+SCAN_BATCH = 1000
+SCAN_MAX = 20_000
+"""Events a filtered timeline page reads at most before it answers what it found."""
+TREE_PAGE = 200
+DIFF_FILES_MAX = 50
+"""Files shown side by side at most (the rest as the unified diff)."""
+
+
+def number(request: Request, name: str, default: int | None = None) -> int | None:
+    """A non-negative integer query parameter (``default`` when absent or not a number)."""
+    text = request.query_params.get(name, "").strip()
+    return int(text) if text.isdecimal() and len(text) < 17 else default
+
+
+@dataclass
+class Filters:
+    actor: str = ""
+    run: str = ""
+    op: str = ""
+    path: str = ""
+
+    @classmethod
+    def of(cls, request: Request) -> Filters:
+        q = request.query_params
+        return cls(*(q.get(k, "").strip()[:1024] for k in ("actor", "run", "op", "path")))
+
+    def query(self, **more: object) -> str:
+        """The filters (and ``more``) as a query string."""
+        given = {k: v for k, v in asdict(self).items() if v}
+        return urlencode(given | more)
+
+    def __bool__(self) -> bool:
+        return bool(self.actor or self.run or self.op or self.path)
+
+    def match(self, e: rp.EventSummary) -> bool:
+        if self.actor and (e.actor or "") != self.actor:
+            return False
+        if self.run and (e.run or "") != self.run:
+            return False
+        if self.op and self.op not in (e.op, e.type, f"cmd.{e.op}"):
+            return False
+        if self.path:
+            prefix = self.path.strip("/") + "/"
+            touched = (c.path for c in e.changes)
+            return any(p == self.path.strip("/") or p.startswith(prefix) for p in touched)
+        return True
+
+
+@dataclass
+class Chain:
+    """The hash chain of the events read: links checked, and the first broken one."""
+
+    links: int = 0
+    broken_at: int | None = None
+    newest_hash: str | None = None
+    """The hash of the newest event read."""
+    _older_prev: str | None = field(default=None, repr=False)
+
+    def add(self, batch: list[rp.EventSummary]) -> None:
+        """A batch of events, oldest first, just below those added before."""
+        for older, newer in zip(batch, batch[1:], strict=False):
+            self._link(older, newer.prev_hash, newer.version)
+        if batch and self._older_prev is not None:
+            self._link(batch[-1], self._older_prev, batch[-1].version + 1)
+        if batch:
+            self._older_prev = batch[0].prev_hash
+            self.newest_hash = self.newest_hash or batch[-1].hash
+
+    def _link(self, older: rp.EventSummary, prev_hash: str, version: int) -> None:
+        self.links += 1
+        if (prev_hash != older.hash or version != older.version + 1) and self.broken_at is None:
+            self.broken_at = version
+
+
+@dataclass
+class Timeline:
+    rows: list[rp.EventSummary]
+    older: int | None
+    """``before`` of the next page (None: no older events)."""
+    scanned_to: int
+    chain: Chain
+
+
+async def read_timeline(ws: Workspace, before: int, filters: Filters) -> Timeline:
+    rows: list[rp.EventSummary] = []
+    chain = Chain()
+    top = before - 1
+    budget = SCAN_MAX if filters else PAGE
+    read = 0
+    older: int | None = None
+    while top >= 1 and read < budget:
+        n = min(SCAN_BATCH if filters else PAGE, top)
+        page = await ws.events(after=top - n, limit=n)
+        batch = [e for e in page.events if e.version <= top]
+        if not batch:
+            break
+        chain.add(batch)
+        read += len(batch)
+        for e in reversed(batch):
+            if filters.match(e):
+                rows.append(e)
+                if len(rows) == PAGE:
+                    older = e.version
+                    break
+        if older is not None:
+            break
+        top = batch[0].version - 1
+    if older is None and top >= 1 and read >= budget:
+        older = top + 1
+    return Timeline(rows, older, top + 1 if older is None else older, chain)
+
+
+async def timeline(c: Console, request: Request) -> Response:
+    ws = await c.workspace(request)
+    info = await ws.info()
+    latest = info.version
+    before = min(number(request, "before", latest + 1) or latest + 1, latest + 1)
+    filters = Filters.of(request)
+    t = await read_timeline(ws, before, filters)
+    head_ok = None  # the newest event's hash is the workspace's last hash
+    if before == latest + 1 and t.chain.newest_hash is not None:
+        head_ok = t.chain.newest_hash == info.last_hash
+    context = {
+        "info": info,
+        "t": t,
+        "filters": filters,
+        "before": before,
+        "latest": latest,
+        "head_ok": head_ok,
+        "live": before == latest + 1 and not filters,
+    }
+    return c.page(request, "timeline.html", context)
+
+
+def _version(request: Request, latest: int) -> int:
+    v = number(request, "v", latest) or latest
+    return max(1, min(v, latest))
+
+
+def _path(request: Request, default: str = ".") -> str:
+    return request.query_params.get("path", default).strip()[:4096] or default
+
+
+def crumbs(path: str) -> list[tuple[str, str]]:
+    """``a/b/c`` → ``[("a", "a"), ("b", "a/b"), ("c", "a/b/c")]``."""
+    parts = [p for p in path.strip("/").split("/") if p and p != "."]
+    return [(p, "/".join(parts[: i + 1])) for i, p in enumerate(parts)]
+
+
+async def tree(c: Console, request: Request) -> Response:
+    ws = await c.workspace(request)
+    latest = (await ws.info()).version
+    v, path = _version(request, latest), _path(request)
+    after = request.query_params.get("after") or None
+    listing = await ws.list(path, version=v, after=after, limit=TREE_PAGE)
+    context = {"v": v, "latest": latest, "path": path, "crumbs": crumbs(path), "listing": listing}
+    return c.page(request, "tree.html", context)
+
+
+async def file(c: Console, request: Request) -> Response:
+    ws = await c.workspace(request)
+    latest = (await ws.info()).version
+    v, path = _version(request, latest), _path(request, "")
+    if not path:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Which file? (?path=)")
+    content = await ws.read(path, version=v)
+    if content.kind != "file":
+        raise QuillError(ErrorCode.NOT_A_FILE, f"Not a file: {path}", {"path": path})
+    lines = [] if content.content is None else render.highlight_lines(content.content, path)
+    context = {
+        "v": v,
+        "latest": latest,
+        "path": path,
+        "crumbs": crumbs(path),
+        "content": content,
+        "lines": lines,
+    }
+    return c.page(request, "file.html", context)
+
+
+async def file_history(c: Console, request: Request) -> Response:
+    ws = await c.workspace(request)
+    path = _path(request, "")
+    if not path:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Whose history? (?path=)")
+    page = await ws.history(path, limit=PAGE, before=number(request, "before"))
+    older = page.revisions[-1].version if page.truncated and page.revisions else None
+    context = {"path": path, "crumbs": crumbs(path), "page": page, "older": older}
+    return c.page(request, "history.html", context)
+
+
+@dataclass
+class ShownFile:
+    path: str
+    change: str
+    binary: bool
+    lines: list[render.Line]
+    hunks: list[list[render.Row]]
+
+
+async def diff(c: Console, request: Request) -> Response:
+    ws = await c.workspace(request)
+    latest = (await ws.info()).version
+    to = max(0, min(number(request, "to", latest) or latest, latest))
+    frm = max(0, min(number(request, "from", max(to - 1, 0)) or 0, to))
+    path = request.query_params.get("path", "").strip()[:4096] or None
+    split = request.query_params.get("mode") == "split"
+    d = await ws.diff(frm, to, path)
+    shown: list[ShownFile] = []
+    for i, f in enumerate(d.files):
+        hunks: list[list[render.Row]] = []
+        if split and not f.binary and i < DIFF_FILES_MAX:
+            old = "" if f.change == "added" else await ws.read_text(f.path, version=frm)
+            new = "" if f.change == "deleted" else await ws.read_text(f.path, version=to)
+            hunks = render.side_by_side(old, new, f.path)
+        lines = [] if hunks else render.unified(f.diff)
+        shown.append(ShownFile(f.path, f.change, f.binary, lines, hunks))
+    context = {
+        "frm": frm,
+        "to": to,
+        "latest": latest,
+        "path": path or "",
+        "split": split,
+        "d": d,
+        "files": shown,
+    }
+    return c.page(request, "diff.html", context)

@@ -1,0 +1,106 @@
+"""Server-sent events: a workspace's new events as timeline rows, as they are committed.
+
+The stream subscribes to the workspace's ``ws.updated`` subject (what ``Workspace.watch``
+reads), confirms the subscription, then catches up on the events committed since the
+version the page showed (``?after=``), says ``ready``, and from then on sends each new
+event's row (``event``), read with the ``events`` query, so a row shows what the timeline
+shows; or, with ``?approvals=1``, the approvals queue as the page shows it (``approvals``)
+after each change. Every ``KEEPALIVE_S`` without news it sends a comment, which also ends
+the stream of a client that went away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import nats.errors
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from contracts import codec
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.events import WorkspaceUpdated
+from services.gateway.console.auth import PREFIX
+from services.gateway.console.history import number
+
+if TYPE_CHECKING:
+    from services.gateway.console import Console
+
+KEEPALIVE_S = 15.0
+BATCH = 100
+
+
+def message(event: str, html: str) -> str:
+    data = "\n".join(f"data: {line}" for line in html.splitlines() or [""])
+    return f"event: {event}\n{data}\n\n"
+
+
+async def events(c: Console, request: Request) -> Response:
+    ws = await c.workspace(request)
+    after = number(request, "after", 0) or 0
+    nc = ws.client.nc
+    subject = ws.client.subjects.updated(ws.tenant, ws.name)
+    rows = c.templates.get_template("timeline_rows.html")
+    ws_name = request.path_params["ws"]
+
+    queue = request.query_params.get("approvals") == "1"
+    csrf = c.csrf.token(request)
+
+    async def approvals(seen: int) -> str:
+        """The queue as of at least version ``seen`` (the replica may lag the log)."""
+        answer = await ws.call(rq.ApprovalsQuery(min_version=seen or None))
+        pending = answer.pending
+        html = c.templates.get_template("approvals_list.html").render(
+            pending=pending, prefix=PREFIX, ws=ws_name, csrf=csrf
+        )
+        return message("approvals", html)
+
+    def render(batch: list[rp.EventSummary]) -> str:
+        return rows.render(rows=list(reversed(batch)), prefix=PREFIX, ws=ws_name, live=True)
+
+    async def stream() -> AsyncIterator[str]:
+        last = after
+        sub = await nc.subscribe(subject)
+        try:
+            try:
+                await nc.flush(timeout=5)
+            except (nats.errors.Error, TimeoutError):
+                yield message("failed", "NATS did not confirm the subscription")
+                return
+
+            async def catch_up(upto: int | None = None) -> AsyncIterator[str]:
+                """The events after ``last`` (at least up to ``upto``: the replica answering
+                may not have applied what the notification announced yet)."""
+                nonlocal last
+                while True:
+                    body = rq.EventsQuery(after=last, limit=BATCH, min_version=upto)
+                    page: rp.EventPage = await ws.call(body)
+                    if not page.events:
+                        return  # nothing new
+                    last = page.events[-1].version
+                    if not queue:
+                        yield message("event", render(page.events))
+                    if not page.has_more:
+                        break
+                if queue:
+                    yield await approvals(last)
+
+            async for chunk in catch_up():
+                yield chunk
+            yield message("ready", "live")
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=KEEPALIVE_S)
+                except nats.errors.TimeoutError:
+                    yield ": keepalive\n\n"
+                    continue
+                update = codec.decode(msg.data, WorkspaceUpdated)
+                async for chunk in catch_up(update.version):
+                    yield chunk
+        finally:
+            await sub.unsubscribe()
+
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)

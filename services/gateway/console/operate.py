@@ -1,0 +1,171 @@
+"""The pages an operator acts from: the workspaces, the approvals queue (and its decisions),
+the runs, and the audit search."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from contracts import replies as rp
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import AuditRecord
+from services.gateway.console.auth import PREFIX
+from services.gateway.console.history import number
+from services.gateway.console.workspaces import known_workspaces
+
+if TYPE_CHECKING:
+    from services.gateway.console import Console
+
+RUNS_SCAN = 2000
+"""Recent events the runs page reads for runs."""
+RUNS_MAX = 50
+AUDIT_SCAN = 50_000
+"""Audit records one search reads at most."""
+AUDIT_SHOWN = 200
+DECISION_ACTOR_MAX = 128
+
+
+@dataclass
+class Row:
+    name: str
+    info: rp.WorkspaceInfo | None
+    pending: int
+    error: str | None
+
+
+async def workspaces(c: Console, request: Request) -> Response:
+    principal = c.principal(request)
+    rows: list[Row] = []
+    for name in await known_workspaces(c.access, principal):
+        try:
+            ws = await c.access.workspace(principal, name)
+            info = await ws.info()
+            pending = len((await ws.approvals()).pending)
+            rows.append(Row(name, info, pending, None))
+        except QuillError as exc:
+            rows.append(Row(name, None, 0, exc.message))
+    return c.page(request, "workspaces.html", {"rows": rows})
+
+
+async def approvals(c: Console, request: Request) -> Response:
+    ws = await c.workspace(request)
+    info = await ws.info()
+    pending = (await ws.approvals()).pending
+    decided = request.query_params.get("decided", "")[:200]
+    return c.page(request, "approvals.html", {"info": info, "pending": pending, "decided": decided})
+
+
+async def decide(c: Console, request: Request) -> Response:
+    """Approve or deny, recorded as the logged-in principal's decision."""
+    form = await c.csrf.checked_form(request)
+    ws = await c.workspace(request)
+    approval = request.path_params["approval"]
+    choice = form.get("decision")
+    if choice not in ("approve", "deny"):
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "decision must be approve or deny")
+    reason = form.get("reason")
+    note = reason.strip()[:1000] or None if isinstance(reason, str) else None
+    principal = c.principal(request)
+    actor = f"{principal.actor} via console"[:DECISION_ACTOR_MAX]
+    target = ws.client.as_actor(actor).workspace(f"{ws.tenant}/{ws.name}")
+    try:
+        if choice == "approve":
+            await target.approve(approval, note)
+        else:
+            await target.deny(approval, note)
+        outcome = f"{approval} {'approved' if choice == 'approve' else 'denied'}"
+    except QuillError as exc:
+        if exc.code not in (ErrorCode.CONFLICT, ErrorCode.FILE_NOT_FOUND):
+            raise
+        outcome = f"{approval}: {exc.message}"
+    where = f"{PREFIX}/w/{request.path_params['ws']}/approvals"
+    return RedirectResponse(f"{where}?{urlencode({'decided': outcome})}", status_code=303)
+
+
+@dataclass
+class RunRow:
+    run: str
+    events: int
+    info: rp.RunInfo | None = None
+
+
+async def runs(c: Console, request: Request) -> Response:
+    """The runs whose events are among the last ``RUNS_SCAN`` (newest first), or one by id."""
+    ws = await c.workspace(request)
+    latest = (await ws.info()).version
+    found: dict[str, RunRow] = {}
+    top = latest
+    while top >= 1 and latest - top < RUNS_SCAN and len(found) < RUNS_MAX:
+        n = min(1000, top)
+        page = await ws.events(after=top - n, limit=n)
+        batch = [e for e in page.events if e.version <= top]
+        if not batch:
+            break
+        for e in reversed(batch):
+            if e.run and (e.run in found or len(found) < RUNS_MAX):
+                found.setdefault(e.run, RunRow(e.run, 0)).events += 1
+        top = batch[0].version - 1
+    asked = request.query_params.get("run", "").strip()[:128]
+    rows = list(found.values())
+    if asked and asked not in found:
+        rows.insert(0, RunRow(asked, 0))
+    for row in rows:
+        try:
+            row.info = await ws.run_info(row.run)
+        except QuillError as exc:
+            if exc.code not in (ErrorCode.RUN_NOT_FOUND, ErrorCode.INVALID_ARGUMENT):
+                raise
+    return c.page(request, "runs.html", {"rows": rows, "asked": asked, "scanned": latest - top})
+
+
+@dataclass
+class AuditQuery:
+    actor: str
+    op: str
+    outcome: str
+    code: str
+    since: datetime
+    TEXTS = ("actor", "op", "outcome", "code")
+
+    @classmethod
+    def of(cls, request: Request) -> AuditQuery:
+        q = request.query_params
+        minutes = number(request, "minutes", 60) or 60
+        since = datetime.now(UTC) - timedelta(minutes=min(minutes, 60 * 24 * 366))
+        actor, op, outcome, code = (q.get(k, "").strip()[:200] for k in cls.TEXTS)
+        return cls(actor, op, outcome, code, since)
+
+    def match(self, r: AuditRecord) -> bool:
+        return (
+            (not self.actor or (r.actor or "") == self.actor)
+            and (not self.op or r.op == self.op)
+            and (not self.outcome or r.outcome == self.outcome)
+            and (not self.code or (r.error_code or "") == self.code)
+        )
+
+
+async def audit(c: Console, request: Request) -> Response:
+    ws = await c.workspace(request)
+    query = AuditQuery.of(request)
+    shown: deque[AuditRecord] = deque(maxlen=AUDIT_SHOWN)  # the newest matches
+    read = 0
+    async for record in ws.audit(since=query.since):
+        read += 1
+        if query.match(record):
+            shown.append(record)
+        if read >= AUDIT_SCAN:
+            break
+    context = {
+        "records": list(reversed(shown)),
+        "q": query,
+        "read": read,
+        "capped": read >= AUDIT_SCAN,
+    }
+    context["minutes"] = number(request, "minutes", 60)
+    return c.page(request, "audit.html", context)
