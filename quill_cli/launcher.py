@@ -400,6 +400,7 @@ class Launcher:
                     f"quill ready nats={self.nats_url} http={self.http_url} data={self.data_dir}",
                     flush=True,
                 )
+                print(f"console: {self.http_url}/ui/ (open it in a browser)", flush=True)
                 await stop.wait()
                 return 0
             finally:

@@ -12,6 +12,8 @@ import sys
 import threading
 from pathlib import Path
 
+import httpx
+
 from tests.system.conftest import Up
 
 
@@ -66,7 +68,11 @@ def test_cluster_health_reads_its_ports_from_stack_json(tmp_path: Path) -> None:
 
 def test_up_says_when_it_stops_and_git_ignores_its_data(tmp_path: Path) -> None:
     stack = Up(tmp_path / ".quill").start()
+    console = f"console: {stack.http_url}/ui/ (open it in a browser)\n"
+    page = httpx.get(f"{stack.http_url}/ui/", follow_redirects=True, timeout=30)
+    assert page.status_code == 200 and "<html" in page.text  # the printed address serves it
     assert stack.stop() == 0
+    assert console in stack.output  # right after the ready line
     assert stack.output[-1].startswith("quill stopped: data=")
     assert (tmp_path / ".quill" / ".gitignore").read_text().endswith("\n*\n")
     repo = subprocess.run(["git", "init", "-q", str(tmp_path)], capture_output=True)
