@@ -147,6 +147,21 @@ class WorkspaceBlobs:
         finally:
             del blobs._fetching[name]
 
+    async def own(self, sha256: str) -> bytes | None:
+        """Content by sha256 if the workspace's own namespace holds it (None otherwise, held
+        elsewhere or not): what a request's ``blob`` resolves to. The local projection's copy
+        serves once the namespace is known to hold it.
+
+        Raises:
+            QuillError: ``INTERNAL`` if the object does not hash to ``sha256``.
+        """
+        blobs = self._blobs
+        data = await blobs._store.blob(sha256) if blobs._store is not None else None
+        if data is not None:
+            return data if await self.has(sha256) else None
+        data = await read_object(blobs._js, self.name(sha256))
+        return None if data is None else await self._fetched(sha256, data)
+
     async def _fetch(self, sha256: str) -> bytes:
         blobs = self._blobs
         data = await read_object(blobs._js, self.name(sha256))
@@ -156,6 +171,10 @@ class WorkspaceBlobs:
             raise QuillError(
                 ErrorCode.UNAVAILABLE, f"Content {sha256[:12]}… is missing from {BUCKET_BLOBS}"
             )
+        return await self._fetched(sha256, data)
+
+    async def _fetched(self, sha256: str, data: bytes) -> bytes:
+        blobs = self._blobs
         if hashing.content_sha256(data) != sha256:
             raise QuillError(ErrorCode.INTERNAL, f"Content {sha256[:12]}… is corrupt")
         if blobs._store is not None:

@@ -588,9 +588,9 @@ class WorkspaceActor:
     ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
         deps = self.deps
         wanted = needs(state, p.request)
-        foreign = await self._foreign(p.request, wanted.contents)
-        for sha in wanted.contents:
-            if sha not in deps.contents and sha not in foreign:
+        foreign = await self._resolve_blobs(p.request, wanted.contents)
+        for sha in wanted.contents if foreign is None else []:
+            if sha not in deps.contents:
                 await deps.appender.applied()  # inline contents reach the store on apply
                 try:
                     deps.contents.put(sha, await self.blobs.get(sha))
@@ -602,7 +602,7 @@ class WorkspaceActor:
         ctx = Context(
             version=state.version + 1,
             at=datetime.now(UTC),
-            content=deps.contents.get if not foreign else _without(deps.contents.get, foreign),
+            content=_without(deps.contents.get, foreign) if foreign else deps.contents.get,
             past=past,
             origin=p.origin,
             locate=deps.bridges.find,
@@ -636,14 +636,26 @@ class WorkspaceActor:
                 )
         return decision, event, payload
 
-    async def _foreign(self, request: rq.Request, wanted: list[str]) -> set[str]:
-        """The contents an ``apply`` names by sha256 (``blob``) that are not in this
-        workspace's own namespace of WS_BLOBS: they resolve to nothing, whoever else holds
-        them (what the writer has cached or projected of other workspaces included)."""
-        if not isinstance(request, rq.ApplyChanges) or not wanted:
-            return set()
-        shas = list(dict.fromkeys(wanted))
-        found = await bounded_gather([self.blobs.has(sha) for sha in shas], 32)
+    async def _resolve_blobs(self, request: rq.Request, wanted: list[str]) -> set[str] | None:
+        """Bring the contents an ``apply`` names by sha256 (``blob``) into ``deps.contents``
+        from this workspace's own namespace of WS_BLOBS (32 at once); return those it does
+        not hold: they resolve to nothing, whoever else holds them (what the writer has
+        cached or projected of other workspaces included). None: not an ``apply``."""
+        if not isinstance(request, rq.ApplyChanges):
+            return None
+        contents, shas = self.deps.contents, list(dict.fromkeys(wanted))
+        if any(sha not in contents for sha in shas):
+            await self.deps.appender.applied()  # inline contents reach the store on apply
+
+        async def held(sha: str) -> bool:
+            if sha in contents:
+                return await self.blobs.has(sha)
+            data = await self.blobs.own(sha)
+            if data is not None:
+                contents.put(sha, data)
+            return data is not None
+
+        found = await bounded_gather([held(sha) for sha in shas], 32)
         return {sha for sha, ok in zip(shas, found, strict=True) if not ok}
 
     # ------------------------------------------------------------------ compaction
