@@ -83,7 +83,7 @@ from core.secrets import Secrets
 from core.tree import Tree, apply_change
 from infra import compaction
 from infra import log as eventlog
-from infra.blobs import Blobs, WorkspaceBlobs
+from infra.blobs import Blobs, WorkspaceBlobs, remove
 from infra.store import Store
 from quill_cli.tools import replay as rpl
 from quill_cli.tools import scrub_stores as stores
@@ -453,17 +453,14 @@ async def _delete_blobs(
     The other logs are read once up to their end; what no one else names is deleted; then
     the events appended meanwhile are read: one that names a legacy object deleted meanwhile
     gets it back (and its workspace is named like the others)."""
-    obs = await js.object_store(BUCKET_BLOBS)
-    own = redactor.blobs
-    for sha in sorted(gone):
-        with contextlib.suppress(NotFoundError):
-            await obs.delete(own.name(sha))
+    own = [await remove(js, redactor.blobs.name(sha)) for sha in sorted(gone)]
     present = await _present(js, gone)
     refs, seen = await stores.referrers(js, subjects, subject, present)
     kept = set(refs)
     doomed = sorted(present - kept)
     originals = {sha: redactor.originals.get(sha) or await redactor.blobs.get(sha)
                  for sha in doomed}  # fmt: skip
+    obs = await js.object_store(BUCKET_BLOBS)
     for sha in doomed:
         with contextlib.suppress(NotFoundError):
             await obs.delete(sha)
@@ -472,7 +469,7 @@ async def _delete_blobs(
         await obs.put(sha, originals[sha])
         refs.setdefault(sha, set()).update(names)
         kept.add(sha)
-    result.blobs_deleted = len(doomed) - len(late)
+    result.blobs_deleted = sum(own) + len(doomed) - len(late)
     _name_shared(refs, kept, redactor.secrets, result)
 
 
