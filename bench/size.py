@@ -230,7 +230,7 @@ async def main(files: int = FILES, events: int = EVENTS) -> None:
         nc = await bus.connect(server.url, "bench-size")
         await bus.ensure_streams(nc, SUBJECTS)
         js, subject = nc.jetstream(), SUBJECTS.evt("bench", "size")
-        blobs = Blobs(js)
+        blobs = Blobs(js).of("bench", "size")
         t0 = time.perf_counter()
         batch: list[tuple[bytes, str, str]] = []
         last = 0

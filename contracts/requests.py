@@ -122,7 +122,8 @@ class PutChange(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """The file as bytes (base64 in JSON)."""
     blob: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")] | None = None
     """Instead of ``content``/``data``: the sha256 of content already stored in the object
-    store ``WS_BLOBS`` under that name (how large change sets stay within a message)."""
+    store ``WS_BLOBS`` under the workspace's own name for it, ``<tenant>/<workspace>/<sha256>``
+    (how large change sets stay within a message); another workspace's copy never resolves."""
     executable: bool = False
     """Mode 755 instead of 644."""
 

@@ -57,7 +57,9 @@ async def with_manifests(batch: list[Committed], blobs: Blobs) -> list[Committed
     for item in batch:
         event = item.event
         if isinstance(event, HistoryCompacted) and item.manifest is None:
-            manifest = decode_manifest(await blobs.get(event.manifest))
+            manifest = decode_manifest(
+                await blobs.of(event.tenant, event.workspace).get(event.manifest)
+            )
             item = Committed(item.event, item.hash, item.seq, manifest)
         out.append(item)
     return out

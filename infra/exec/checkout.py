@@ -191,8 +191,9 @@ class Checkout:
         self._fetch = fetch
         self.tree = home / "tree"
         self.tenant, self.workspace = tenant, workspace
-        self._js, self._subject, self._blobs = js, subjects.evt(tenant, workspace), blobs
-        self._manifest_blobs = Blobs(js)
+        self._js, self._subject = js, subjects.evt(tenant, workspace)
+        self._blobs = blobs.of(tenant, workspace)
+        self._manifest_blobs = Blobs(js).of(tenant, workspace)
         self.manifest = Manifest()
 
     @property

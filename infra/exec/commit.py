@@ -24,13 +24,13 @@ import zlib
 from contracts import hashing
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import QuillError
+from contracts.errors import ErrorCode, QuillError
 from contracts.events import UncommittedPath
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import CHANGES_SUFFIX, Origin
 from contracts.uncommitted import capped
 from core.secrets import NO_SECRETS, Secrets
-from infra.blobs import INLINE_MAX, Blobs
+from infra.blobs import INLINE_MAX, Blobs, WorkspaceBlobs
 from infra.exec.checkout import Captured, Checkout
 from infra.runtime import bounded_gather
 from infra.secret_registry import secrets_from_env
@@ -93,10 +93,10 @@ def _inline(path: str, data: bytes, executable: bool) -> tuple[rq.PutChange, int
 
 
 async def pack(
-    captured: Captured, blobs: Blobs, secrets: Secrets = NO_SECRETS
+    captured: Captured, blobs: WorkspaceBlobs, secrets: Secrets = NO_SECRETS
 ) -> list[rq.ApplyItem]:
-    """The change set with each put's content inline or stored in WS_BLOBS (redacted) and
-    named."""
+    """The change set with each put's content inline or stored in the workspace's namespace of
+    WS_BLOBS (redacted) and named."""
     items: list[rq.ApplyItem] = []
     uploads: list[tuple[str, bytes]] = []
     budget = REQUEST_BUDGET
@@ -167,9 +167,10 @@ async def commit(
         checkout.committed(captured, set(), base)
         return result(False, base, [], [])
     view = quill.as_actor(origin.actor, session=origin.session, run=origin.run)
+    own = blobs.of(tenant, workspace)
     request = rq.ApplyChanges(
         base_version=base,
-        changes=await pack(captured, blobs, secrets),
+        changes=await pack(captured, own, secrets),
         on_conflict="skip",
         message=message[:4096],
         uncommitted=left,
@@ -179,6 +180,8 @@ async def commit(
         version, applied = await view.send(tenant, workspace, request, request_id=apply_id)
     except QuillError as exc:
         checkout.reset()  # its tree holds changes the log does not: start over from the log
+        if exc.code == ErrorCode.WORKSPACE_NOT_FOUND:  # purged while the command ran
+            await own.remove([c.blob for c in request.changes if isinstance(c, rq.PutChange)])
         return result(False, base, [], [], error=f"{exc.code}: {exc.message}")
     checkout.committed(captured, set(applied.applied), base)
     made = applied.committed or applied.uncommitted_recorded

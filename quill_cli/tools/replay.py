@@ -518,7 +518,7 @@ async def drive(
     """
     subject = subjects.evt(fold.tenant, fold.workspace)
     name = f"{fold.tenant}/{fold.workspace}"
-    blobs = Blobs(js)
+    blobs = Blobs(js).of(fold.tenant, fold.workspace)
     with nats_errors(f"Reading the log of {name}"):
         last = await last_event(js, subject)
         if last is None:
@@ -614,6 +614,7 @@ async def write_tree(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     tree = fold.tree
+    own = blobs.of(fold.tenant, fold.workspace)
     try:
         for path in sorted(tree.dirs):
             (tmp / _safe(path, fold.version)).mkdir(0o755)
@@ -621,7 +622,7 @@ async def write_tree(
         async def put(path: str, node: FileNode) -> None:
             data = b"" if node.size == 0 else contents.get(node.sha256) if contents else None
             if data is None:
-                data = await blobs.get(node.sha256)
+                data = await own.get(node.sha256)
             if hashing.content_sha256(data) != node.sha256:
                 raise corrupt(f"The content of {path} does not match its sha256", node.version)
             target = tmp / _safe(path, fold.version)
@@ -861,7 +862,7 @@ async def export(
 ) -> Moved:
     """Write ``fold``'s workspace, its whole log and every WS_BLOBS content the log needs, to
     the binary stream ``out``, checking the log as it goes (memory: one content at a time)."""
-    blobs, sent = Blobs(js), set()
+    blobs, sent = Blobs(js).of(fold.tenant, fold.workspace), set()
     head = Header(
         format=FORMAT,
         format_version=FORMAT_VERSION,
@@ -1043,7 +1044,7 @@ async def import_file(
                 "new workspace",
             )
         rename = (header.tenant, header.workspace) != (tenant, ws)
-        blobs, manifests, hashes = Blobs(js), dict[str, bytes](), dict[str, str]()
+        blobs, manifests, hashes = Blobs(js).of(tenant, ws), dict[str, bytes](), dict[str, str]()
         batch: list[tuple[bytes, str, str]] = []
         last_seq = size = 0
         last_old: str | None = None

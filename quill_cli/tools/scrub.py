@@ -30,11 +30,12 @@ registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewr
    ``jetstream.limits.batch.max_msgs``, 1000 by default), only the closing event is
    appended: the scrubbed history is then kept in its manifest, as a compaction keeps it.
 5. The old events are purged from WS_EVENTS, the WS_BLOBS objects that held a secret and
-   that the new log does not name are deleted, unless another workspace (of any tenant) still
-   names one (WS_BLOBS is addressed by sha256, shared by every workspace: ``referrers``
-   reads every other log once): that one is kept, and the result names the workspaces
-   (``shared_with``: they hold the same content, scrub them too; scrubbing the last of them
-   deletes it). Audit records (WS_AUDIT) that carry a secret
+   that the new log does not name are deleted: those of the workspace's own namespace
+   (``<tenant>/<workspace>/<sha256>``) always; a legacy one (named by the bare sha256, shared by
+   every workspace that wrote it before workspaces had their own) unless another workspace (of
+   any tenant) still names it (``referrers`` reads every other log once): that one is kept,
+   and the result names the workspaces (``shared_with``: they hold the same content, scrub
+   them too; scrubbing the last of them deletes it). Audit records (WS_AUDIT) that carry a secret
    are re-published redacted and the originals deleted, KV values that carry one are
    replaced by their redacted form (their history purged); keys that carry one are removed;
    the kept output (WS_OUTPUT) of a command that printed one is purged whole.
@@ -82,7 +83,7 @@ from core.secrets import Secrets
 from core.tree import Tree, apply_change
 from infra import compaction
 from infra import log as eventlog
-from infra.blobs import Blobs
+from infra.blobs import Blobs, WorkspaceBlobs, remove
 from infra.store import Store
 from quill_cli.tools import replay as rpl
 from quill_cli.tools import scrub_stores as stores
@@ -231,7 +232,7 @@ async def scrub(
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "No secret to scrub: the registry is empty")
     js, name = nc.jetstream(), f"{tenant}/{workspace}"
     subject, audit_subject = subjects.evt(tenant, workspace), subjects.audit(tenant, workspace)
-    blobs = Blobs(js)
+    blobs = Blobs(js).of(tenant, workspace)
     with rpl.nats_errors(f"Scrubbing {name}"):
         last = await rpl.last_event(js, subject)
         if last is None:
@@ -314,7 +315,7 @@ async def _replace_log(
     js: JetStreamContext,
     subjects: Subjects,
     new: _Rewrite,
-    blobs: Blobs,
+    blobs: WorkspaceBlobs,
     redactor: Redactor,
     old: list[Committed],
     last_seq: int,
@@ -446,12 +447,13 @@ async def _delete_blobs(
     redactor: Redactor,
     result: Scrubbed,
 ) -> None:
-    """Delete the objects of ``gone`` from WS_BLOBS, except those another workspace names.
+    """Delete the objects of ``gone`` from WS_BLOBS: from the workspace's namespace, and the
+    legacy ones (bare sha256) except those another workspace names.
 
     The other logs are read once up to their end; what no one else names is deleted; then
-    the events appended meanwhile are read: a write that stored the same content in between
-    found the object there and did not store it again, so it is put back for it (and its
-    workspace is named like the others)."""
+    the events appended meanwhile are read: one that names a legacy object deleted meanwhile
+    gets it back (and its workspace is named like the others)."""
+    own = [await remove(js, redactor.blobs.name(sha)) for sha in sorted(gone)]
     present = await _present(js, gone)
     refs, seen = await stores.referrers(js, subjects, subject, present)
     kept = set(refs)
@@ -464,10 +466,10 @@ async def _delete_blobs(
             await obs.delete(sha)
     late, _ = await stores.referrers(js, subjects, subject, set(doomed), start=seen + 1)
     for sha, names in late.items():
-        await redactor.blobs.put(sha, originals[sha])
+        await obs.put(sha, originals[sha])
         refs.setdefault(sha, set()).update(names)
         kept.add(sha)
-    result.blobs_deleted = len(doomed) - len(late)
+    result.blobs_deleted = sum(own) + len(doomed) - len(late)
     _name_shared(refs, kept, redactor.secrets, result)
 
 

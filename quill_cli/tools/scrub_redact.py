@@ -24,7 +24,7 @@ from contracts.events import CompactionManifest, WorkspaceEvent
 from contracts.paths import normalize
 from core.secrets import Secrets
 from core.tree import DirNode, FileNode, Tree
-from infra.blobs import Blobs
+from infra.blobs import WorkspaceBlobs
 from quill_cli.tools import replay as rpl
 
 _KEEP = {"type", "prev_hash", "tree_hash", "manifest", "version", "at"}
@@ -36,7 +36,7 @@ by ``path``/``content`` rather than redacted as text."""
 class Redactor:
     """Redacts values, paths and contents of one workspace's log, remembering what changed."""
 
-    def __init__(self, secrets: Secrets, blobs: Blobs) -> None:
+    def __init__(self, secrets: Secrets, blobs: WorkspaceBlobs) -> None:
         self.secrets, self.blobs = secrets, blobs
         self.found: set[str] = set()
         self.shas: dict[str, str] = {}

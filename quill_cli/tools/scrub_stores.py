@@ -274,7 +274,8 @@ async def referrers(
         if digest in shas:
             found.setdefault(digest, set()).add(workspace)
         try:
-            manifest = compaction.decode_manifest(await blobs.get(digest))
+            owner = blobs.of(*workspace.split("/", 1))
+            manifest = compaction.decode_manifest(await owner.get(digest))
         except Exception:  # a manifest already missing: nothing more of it can be read
             continue
         for r in manifest.revisions:

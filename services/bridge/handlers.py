@@ -67,7 +67,7 @@ class Handlers:
 
     def __init__(self, nc: NATS, subjects: Subjects, auditor: Auditor, local: Local) -> None:
         self.nc, self.subjects, self.auditor, self.local = nc, subjects, auditor, local
-        self.blobs = Blobs(nc.jetstream())
+        self.blobs = Blobs(nc.jetstream()).of(local.tenant, local.workspace)
         self.gate = asyncio.Lock()
         self.tasks: set[asyncio.Task[None]] = set()
         self.pending: dict[str, list[Msg]] = {}
@@ -220,14 +220,16 @@ class Handlers:
             log.warning("could not publish workspace.updated: %s", exc)
 
     async def _blobs(self, request: rq.Request) -> dict[str, bytes]:
-        """Contents an ``apply`` names by sha256 (a missing one: decide refuses the apply)."""
+        """Contents an ``apply`` names by sha256, in the workspace's own namespace (a missing
+        one: decide refuses the apply)."""
         if not isinstance(request, rq.ApplyChanges):
             return {}
         out = {}
         for change in request.changes:
             if isinstance(change, rq.PutChange) and change.blob and change.blob not in out:
                 with contextlib.suppress(QuillError):
-                    out[change.blob] = await self.blobs.get(change.blob)
+                    if await self.blobs.has(change.blob):
+                        out[change.blob] = await self.blobs.get(change.blob)
         return out
 
     # ------------------------------------------------------------------ exec

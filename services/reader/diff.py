@@ -33,14 +33,14 @@ class Differ:
         entries = await self.q.store.entries_at(ws.id, version, scope)
         return {n.path: n for n in entries if n.kind == "f"}
 
-    async def _text(self, node: Node | None) -> tuple[list[str], bool]:
+    async def _text(self, ws: WorkspaceRow, node: Node | None) -> tuple[list[str], bool]:
         """The file's lines (with their ends), and whether it is binary."""
         if node is None:
             return [], False
         if node.binary:
             return [], True
         assert node.sha256 is not None
-        text = as_text(await self.q.blobs.get(node.sha256)) or ""
+        text = as_text(await self.q.blobs.of(ws.tenant, ws.name).get(node.sha256)) or ""
         return text.splitlines(keepends=True), False
 
     async def diff(self, ws: WorkspaceRow, version: int, req: rq.DiffQuery) -> rp.Diff:
@@ -65,7 +65,7 @@ class Differ:
             if before is not None and after is not None and before.sha256 == after.sha256:
                 continue
             change = "added" if before is None else "deleted" if after is None else "modified"
-            (a, a_bin), (b, b_bin) = await self._text(before), await self._text(after)
+            (a, a_bin), (b, b_bin) = await self._text(ws, before), await self._text(ws, after)
             if a_bin or b_bin:
                 text = f"Binary files a/{path} and b/{path} differ\n"
                 diff = ""

@@ -92,7 +92,7 @@ class Queries:
         node, data = found
         if node.kind == "f" and data is None:
             assert node.sha256 is not None
-            data = await self.blobs.get(node.sha256)
+            data = await self.blobs.of(ws.tenant, ws.name).get(node.sha256)
         if self.store.version_of(ws.tenant, ws.name) == before:
             self.cache.put(ws.id, node, data)
         return node, data

@@ -89,12 +89,12 @@ class Search:
             for path, sha in await self.q.model.files(ws.id, version, scope, index_query)
             if plan.selects(relative(path, scope))
         ]
-        texts = await self.texts([sha for _, sha in files])
+        texts = await self.texts(ws, [sha for _, sha in files])
         return plan.search(
             ((path, texts[sha]) for path, sha in files), len(files), clock=time.monotonic
         )
 
-    async def texts(self, shas: list[str]) -> dict[str, str]:
+    async def texts(self, ws: WorkspaceRow, shas: list[str]) -> dict[str, str]:
         """Text contents by sha256: from memory, else the projection, else WS_BLOBS."""
         cache = self.q.texts
         out = {sha: text for sha in shas if (text := cache.get(sha)) is not None}
@@ -103,7 +103,7 @@ class Search:
         for sha in missing:
             data = found.get(sha)
             if data is None:
-                data = await self.q.blobs.get(sha)
+                data = await self.q.blobs.of(ws.tenant, ws.name).get(sha)
             out[sha] = text = data.decode("utf-8")
             cache.put(sha, text)
         return out

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -58,7 +58,7 @@ from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
 from core.decision import Context, Decision, to_event
 from core.tree import Tree, WorkspaceState, fold, forget, place
-from infra import compaction
+from infra import blobs, compaction
 from infra import log as eventlog
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
 from infra.bus import respond
@@ -110,6 +110,8 @@ class WorkspaceActor:
         self.fence: Fence | None = None
         """The partition epoch the state was loaded under; every append is fenced on it."""
         self.subject = deps.subjects.evt(tenant, workspace)
+        self.blobs = deps.blobs.of(tenant, workspace)
+        """The workspace's own contents in WS_BLOBS (backed by the projection)."""
         self.state: WorkspaceState | None = None
         self._queue: list[Pending] = []
         self._inflight: dict[str, Pending] = {}
@@ -305,12 +307,16 @@ class WorkspaceActor:
         except (TimeoutError, nats.errors.Error, eventlog.CorruptEvent) as exc:
             raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc!r}") from None
         self._counts = None
+        finished = True
+        if not state.exists and state.last_seq and await self._unfinished_purge(state.last_seq):
+            log.info("%s/%s: finishing its purge", self.tenant, self.workspace)
+            finished = await self._finish_purge(state.last_seq)
         ws = store.workspace_id(self.tenant, self.workspace)
         self._recent.clear()
         if ws is not None:
             for request_id, version, result in await store.recent_results(ws, RECENT_RESULTS):
                 self._remember(request_id, version, result)
-        self.state, self.fence = state, fence
+        self.state, self.fence = (state if finished else None), fence
         return state
 
     async def _catch_up(self, state: WorkspaceState, last: int) -> WorkspaceState:
@@ -493,29 +499,56 @@ class WorkspaceActor:
     async def _after_lifecycle(
         self, committed: list[tuple[WorkspaceEvent, int]], *, had_log: bool
     ) -> None:
-        """After a purge is in the log: purge the workspace's events before it (it stays, to
-        tell every replica and executor), and its kept command output; say so on
-        ``ws.purged``. After a workspace is created again: purge the purge event before it.
-        Both idempotent: a writer that fails here leaves what a later purge removes."""
-        deps = self.deps
+        """After a purge is in the log: delete the workspace's contents from WS_BLOBS, then
+        its events before the purge (which stays, to tell every replica and executor), and its
+        kept command output; say so on ``ws.purged``. After a workspace is created again: purge
+        the purge event before it. Both idempotent: the events before a purge say it is not
+        finished, and a writer that fails here (or crashed) finishes it when it next loads the
+        workspace (``_load``)."""
         for event, seq in committed:
-            purged = isinstance(event, WorkspacePurged)
-            if not purged and not (isinstance(event, WorkspaceCreated) and had_log):
-                continue
-            if purged:
+            if isinstance(event, WorkspacePurged):
                 self._recent.clear()  # an old request id is not answered from a purged log
                 self._counts = None
-            try:
-                await deps.js.purge_stream(STREAM_EVENTS, subject=self.subject, seq=seq)
-                if purged:
-                    await self._purge_output()
-                    await deps.nc.publish(deps.subjects.purged(self.tenant, self.workspace))
-            except Exception as exc:
-                log.warning("%s/%s: purging the log failed: %s", self.tenant, self.workspace, exc)
-            else:
-                if purged:
+                if await self._finish_purge(seq):
                     log.info("%s/%s purged (was at v%d)", self.tenant, self.workspace,
                              event.version - 1)  # fmt: skip
+            elif isinstance(event, WorkspaceCreated) and had_log:
+                try:
+                    await self.deps.js.purge_stream(STREAM_EVENTS, subject=self.subject, seq=seq)
+                except Exception as exc:
+                    log.warning("%s/%s: purging the log failed: %s", self.tenant,
+                                self.workspace, exc)  # fmt: skip
+
+    async def _finish_purge(self, seq: int) -> bool:
+        """Carry out the purge at log sequence ``seq``; False if something failed (the next
+        load of the workspace tries again)."""
+        deps = self.deps
+        try:
+            gone = await blobs.purge(deps.js, self.tenant, self.workspace)
+            await deps.js.purge_stream(STREAM_EVENTS, subject=self.subject, seq=seq)
+            await self._purge_output()
+            await deps.nc.publish(deps.subjects.purged(self.tenant, self.workspace))
+        except Exception as exc:
+            log.warning("%s/%s: purging failed: %s", self.tenant, self.workspace, exc)
+            self.state = None  # the next command loads it again, and finishes the purge
+            return False
+        if gone:
+            log.info("%s/%s: %d contents deleted from WS_BLOBS", self.tenant, self.workspace,
+                     gone)  # fmt: skip
+        return True
+
+    async def _unfinished_purge(self, last_seq: int) -> bool:
+        """Whether the log still holds events before the purge at ``last_seq`` (the last
+        event of a workspace that does not exist is its purge): a purge not finished."""
+        try:
+            first = await self.deps.js.get_msg(
+                STREAM_EVENTS, seq=1, next=True, subject=self.subject
+            )
+        except (TimeoutError, nats.errors.Error) as exc:  # NotFoundError: an empty log
+            if not isinstance(exc, nats.js.errors.NotFoundError):
+                log.warning("%s/%s: reading the log: %r", self.tenant, self.workspace, exc)
+            return False
+        return int(first.seq or last_seq) < last_seq
 
     async def _purge_output(self) -> None:
         subject = self.deps.subjects.workspace_cmdout(self.tenant, self.workspace)
@@ -555,11 +588,12 @@ class WorkspaceActor:
     ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
         deps = self.deps
         wanted = needs(state, p.request)
-        for sha in wanted.contents:
+        foreign = await self._resolve_blobs(p.request, wanted.contents)
+        for sha in wanted.contents if foreign is None else []:
             if sha not in deps.contents:
                 await deps.appender.applied()  # inline contents reach the store on apply
                 try:
-                    deps.contents.put(sha, await deps.blobs.get(sha))
+                    deps.contents.put(sha, await self.blobs.get(sha))
                 except QuillError as exc:
                     if exc.code != ErrorCode.UNAVAILABLE:
                         raise
@@ -568,7 +602,7 @@ class WorkspaceActor:
         ctx = Context(
             version=state.version + 1,
             at=datetime.now(UTC),
-            content=deps.contents.get,
+            content=_without(deps.contents.get, foreign) if foreign else deps.contents.get,
             past=past,
             origin=p.origin,
             locate=deps.bridges.find,
@@ -601,6 +635,28 @@ class WorkspaceActor:
                     {"event_bytes": len(payload)},
                 )
         return decision, event, payload
+
+    async def _resolve_blobs(self, request: rq.Request, wanted: list[str]) -> set[str] | None:
+        """Bring the contents an ``apply`` names by sha256 (``blob``) into ``deps.contents``
+        from this workspace's own namespace of WS_BLOBS (32 at once); return those it does
+        not hold: they resolve to nothing, whoever else holds them (what the writer has
+        cached or projected of other workspaces included). None: not an ``apply``."""
+        if not isinstance(request, rq.ApplyChanges):
+            return None
+        contents, shas = self.deps.contents, list(dict.fromkeys(wanted))
+        if any(sha not in contents for sha in shas):
+            await self.deps.appender.applied()  # inline contents reach the store on apply
+
+        async def held(sha: str) -> bool:
+            if sha in contents:
+                return await self.blobs.has(sha)
+            data = await self.blobs.own(sha)
+            if data is not None:
+                contents.put(sha, data)
+            return data is not None
+
+        found = await bounded_gather([held(sha) for sha in shas], 32)
+        return {sha for sha, ok in zip(shas, found, strict=True) if not ok}
 
     # ------------------------------------------------------------------ compaction
     async def _count(self, state: WorkspaceState, events: list[WorkspaceEvent]) -> None:
@@ -642,12 +698,12 @@ class WorkspaceActor:
         async def keep(sha: str) -> None:
             data = await deps.store.blob(sha)
             if data is not None:  # None: stored in WS_BLOBS when it was written
-                await deps.blobs.put(sha, data)
+                await self.blobs.put(sha, data)
 
         await bounded_gather([keep(sha) for sha in contents], 32)
         body = compaction.encode_manifest(manifest)
         digest_m = hashing.content_sha256(body)
-        await deps.blobs.put(digest_m, body)
+        await self.blobs.put(digest_m, body)
         event = HistoryCompacted(
             tenant=self.tenant,
             workspace=self.workspace,
@@ -744,7 +800,7 @@ class WorkspaceActor:
             out[i] = msgspec.structs.replace(change, text=None, data=None, blob=True)
             moved.append((change.sha256, data))
             inline -= len(data)
-        await bounded_gather([self.deps.blobs.put(sha, data) for sha, data in moved], 32)
+        await bounded_gather([self.blobs.put(sha, data) for sha, data in moved], 32)
         return out
 
     # ------------------------------------------------------------------ answering
@@ -799,6 +855,13 @@ class WorkspaceActor:
             )
         except Exception as exc:
             log.warning("could not publish workspace.updated: %s", exc)
+
+
+def _without(
+    content: Callable[[str], bytes | None], foreign: set[str]
+) -> Callable[[str], bytes | None]:
+    """``content`` that knows nothing of the ``foreign`` contents."""
+    return lambda sha: None if sha in foreign else content(sha)
 
 
 def _named_paths(request: rq.Request) -> list[str]:

@@ -23,7 +23,9 @@ async def test_a_put_may_name_content_already_in_the_object_store(
     await ws.create()
     big = bytes(range(256)) * 1024  # 256 KiB, binary
     sha = hashlib.sha256(big).hexdigest()
-    await (await nc.jetstream().object_store(BUCKET_BLOBS)).put(sha, big)
+    await (await nc.jetstream().object_store(BUCKET_BLOBS)).put(
+        f"acme/blobref/{sha}", big
+    )  # the workspace's own name
     done = await ws.apply(
         [rq.PutChange(path="out/model.bin", blob=sha), rq.PutChange(path="a.txt", content="a")]
     )

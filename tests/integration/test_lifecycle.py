@@ -6,23 +6,31 @@ name created again fresh)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import sqlite3
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from contracts import codec
+from contracts import codec, hashing
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import WorkspacePurged
+from contracts.limits import LimitsPatch
 from contracts.subjects import STREAM_EVENTS, STREAM_OUTPUT, TENANT_SCOPE, Subjects
+from infra import blobs, direct
+from infra.blobs import STREAM_BLOBS, Blobs
+from infra.exec import commit
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from services.reader.app import Reader
 from tests.helpers import start_executor, start_reader, start_writer
+from tests.integration.test_compaction import KEEP, WRITES, compacted
 
 BIG = "x" * 70_000 + "\n"
 """Over ``INLINE_MAX``: stored in WS_BLOBS, not in the event."""
@@ -283,3 +291,125 @@ async def test_a_purge_amid_writes_leaves_no_half_state(
             assert reader.store.workspace("busy", "hot") is None
         await ws.create()
         assert (await ws.list()).entries == []
+
+
+async def object_names(quill: Quill) -> list[str]:
+    """The name of every object WS_BLOBS records (a deleted one's tombstone included)."""
+    meta, names, after = "$O.WS_BLOBS.M.", [], 0
+    while page := await direct.messages(
+        quill.nc.jetstream(), STREAM_BLOBS, meta + ">", after=after, count=256
+    ):
+        after = page[-1][0]
+        for _, headers, _ in page:
+            token = headers["Nats-Subject"].removeprefix(meta)
+            names.append(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode())
+    return names
+
+
+def under(names: list[str], tenant: str, workspace: str) -> list[str]:
+    return [n for n in names if n.startswith(f"{tenant}/{workspace}/")]
+
+
+async def test_purge_deletes_the_workspace_contents_from_ws_blobs(
+    nats_url: str, tmp_path: Path, quill: Quill
+) -> None:
+    """Every object of the purged workspace goes, whoever else holds the same bytes: the
+    writer's, the executor's, a compaction manifest, and an upload no event ever named."""
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "w")
+        reader = await start_reader(stack, nats_url, tmp_path / "r", instance="r1")
+        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        ws = quill.workspace("blobby/doomed")
+        keeper = quill.workspace("other-tenant/keeper")
+        await ws.create(limits=LimitsPatch(max_versions=KEEP))
+        await keeper.create()
+        shared = os.urandom(100_000)
+        for each in (ws, keeper):
+            await each.write("shared.bin", shared)
+        await ws.write("big.txt", BIG)
+        ran = await ws.exec("head -c 300000 /dev/urandom > made.bin && echo ran")
+        assert ran.stdout == "ran\n"
+        made = await ws.read_bytes("made.bin")
+        assert len(made) == 300_000
+        event = await compacted(ws, WRITES)  # its manifest is an object of the workspace
+        js = quill.nc.jetstream()
+        orphan = b"an upload whose apply never came\n" * 3000
+        await Blobs(js).of(*KEY_B).put(hashing.content_sha256(orphan), orphan)
+
+        mine = under(await object_names(quill), *KEY_B)
+        for content in (shared, BIG.encode(), made, orphan):
+            assert f"blobby/doomed/{hashing.content_sha256(content)}" in mine
+        assert f"blobby/doomed/{event.manifest}" in mine
+        assert f"other-tenant/keeper/{hashing.content_sha256(shared)}" in await object_names(quill)
+
+        await ws.purge()
+        assert under(await object_names(quill), *KEY_B) == []  # not even a tombstone
+        # the other tenant's copy of the same bytes is its own, and still reads
+        fresh = Blobs(js).of("other-tenant", "keeper")
+        assert await fresh.get(hashing.content_sha256(shared)) == shared
+        await caught_up([reader], keeper)
+        assert await keeper.read_bytes("shared.bin") == shared
+        assert [w.workspace for w in (await quill.workspaces("blobby")).workspaces] == []
+
+
+KEY_B = ("blobby", "doomed")
+
+
+async def test_a_purge_that_fails_midway_is_finished_by_the_next_load(
+    nats_url: str, tmp_path: Path, quill: Quill, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer fails deleting the contents (as if it crashed there): the old events stay in
+    the log, saying the purge is unfinished; the next command loads the workspace again and
+    finishes it before it is decided."""
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "w")
+        await start_reader(stack, nats_url, tmp_path / "r", instance="r1")
+        ws = quill.workspace("halfway/doomed")
+        await ws.create()
+        await ws.write("big.txt", BIG)
+        sha = hashing.content_sha256(BIG.encode())
+        real, failures = blobs.purge, []
+
+        async def failing(*args: object) -> int:
+            failures.append(args)
+            raise TimeoutError("nats did not answer")
+
+        monkeypatch.setattr(blobs, "purge", failing)
+        await ws.purge()
+        assert len(failures) == 1
+        subject = Subjects().evt("halfway", "doomed")
+        assert await subject_count(quill, STREAM_EVENTS, subject) == 3  # not finished
+        assert under(await object_names(quill), "halfway", "doomed") == [f"halfway/doomed/{sha}"]
+
+        monkeypatch.setattr(blobs, "purge", real)
+        assert (await ws.create()).created and ws.last_version == 1
+        assert under(await object_names(quill), "halfway", "doomed") == []
+        assert await subject_count(quill, STREAM_EVENTS, subject) == 1  # the new create
+        assert (await ws.list()).entries == []
+
+
+async def test_what_a_command_uploaded_as_its_workspace_was_purged_is_removed(
+    nats_url: str, tmp_path: Path, quill: Quill, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command still running when its workspace is purged uploads its large files after
+    the purge swept WS_BLOBS; its ``apply`` finds no workspace, and the executor deletes what
+    it uploaded."""
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "w")
+        await start_reader(stack, nats_url, tmp_path / "r", instance="r1")
+        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        ws = quill.workspace("racing/doomed")
+        await ws.create()
+        real = commit.pack
+
+        async def then_purged(*args: Any, **kwargs: Any) -> list[rq.ApplyItem]:
+            items = await real(*args, **kwargs)  # uploaded: now the purge comes
+            assert under(await object_names(quill), "racing", "doomed")
+            await ws.purge()
+            return items
+
+        monkeypatch.setattr(commit, "pack", then_purged)
+        ran = await ws.exec("head -c 200000 /dev/urandom > made.bin")
+        assert not ran.changes.committed
+        assert (ran.changes.error or "").startswith("WORKSPACE_NOT_FOUND")
+        assert under(await object_names(quill), "racing", "doomed") == []

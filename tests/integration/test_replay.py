@@ -482,7 +482,8 @@ async def test_thousands_of_contents_in_ws_blobs_are_read_without_a_consumer(
     logged ``BadRequestError`` (``maximum consumers limit reached``, the server's 1,000 per
     stream) six times, and export and replay of such a workspace failed. Every get is now a
     direct get: the apply, the export and the replay read them all, no consumer is left."""
-    js, blobs, items = quill.nc.jetstream(), Blobs(quill.nc.jetstream()), []
+    js, items = quill.nc.jetstream(), []
+    blobs = Blobs(js).of("acme", "many-blobs")
     for n in range(1_100):
         data = f"content {n}\n".encode() * 3
         sha = hashlib.sha256(data).hexdigest()
@@ -494,7 +495,7 @@ async def test_thousands_of_contents_in_ws_blobs_are_read_without_a_consumer(
     assert await blob_consumers(quill.nc) == 0
     # the writer inlined them in the event: export and replay find them in WS_BLOBS only if
     # the event keeps them there, so also read every one back directly
-    fresh = Blobs(js)
+    fresh = Blobs(js).of("acme", "many-blobs")
     for item in items:
         assert item.blob is not None
         assert hashlib.sha256(await fresh.get(item.blob)).hexdigest() == item.blob
@@ -512,15 +513,16 @@ async def test_a_corrupt_object_in_ws_blobs_is_refused(quill: Quill) -> None:
     js = quill.nc.jetstream()
     data = b"the right content\n"
     sha = hashlib.sha256(data).hexdigest()
-    await Blobs(js).put(sha, data)
-    info = await object_info(js, sha)
+    blobs = Blobs(js).of("acme", "corrupt")
+    await blobs.put(sha, data)
+    info = await object_info(js, blobs.name(sha))
     assert info is not None
-    raw = await js.get_last_msg("OBJ_WS_BLOBS", _meta_subject(sha))
+    raw = await js.get_last_msg("OBJ_WS_BLOBS", _meta_subject(blobs.name(sha)))
     meta = json.loads(raw.data or b"")
     meta["digest"] = "SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(b"x").digest()).decode()
-    await js.publish(_meta_subject(sha), json.dumps(meta).encode())
+    await js.publish(_meta_subject(blobs.name(sha)), json.dumps(meta).encode())
     with pytest.raises(QuillError) as bad:
-        await Blobs(js).get(sha)
+        await Blobs(js).of("acme", "corrupt").get(sha)
     assert bad.value.code == ErrorCode.INTERNAL
 
 

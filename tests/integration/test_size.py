@@ -61,7 +61,7 @@ async def build(quill: Quill, name: str) -> tuple[Workspace, int]:
     compaction's version."""
     ws = quill.workspace(name)
     await ws.create(limits=LimitsPatch(max_versions=1))
-    blobs = Blobs(quill.nc.jetstream())
+    blobs = Blobs(quill.nc.jetstream()).of(*name.split("/"))
     items: list[rq.ApplyItem] = []
     for n in range(FILES):
         path, data = f"d{n % 100:02}/f{n:05}.txt", content(n)

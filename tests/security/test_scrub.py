@@ -33,8 +33,9 @@ from contracts.limits import LimitsPatch
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, Subjects
 from core.plan import Committed
 from core.secrets import Secrets
+from infra import blobs
 from infra import log as eventlog
-from infra.blobs import INLINE_MAX
+from infra.blobs import INLINE_MAX, object_info
 from infra.compaction import slack
 from quill.client import Quill, Workspace
 from quill_cli.tools import replay as rpl
@@ -440,6 +441,15 @@ async def blob_exists(js: JetStreamContext, sha: str) -> bool:
         return False
 
 
+async def legacy(js: JetStreamContext, data: bytes, *names: str) -> None:
+    """Make ``data`` as an earlier version stored it for the workspaces ``names``: one object
+    under the bare sha256, shared by all of them, none under their own prefixes."""
+    sha = hashing.content_sha256(data)
+    await (await js.object_store(BUCKET_BLOBS)).put(sha, data)
+    for name in names:
+        assert await blobs.remove(js, f"{name}/{sha}")
+
+
 def replayed(stack: Up, name: str, version: int, out: Path) -> dict[str, bytes]:
     """``quill replay`` of ``name`` as of ``version``: from the log and WS_BLOBS alone (no
     replica's cache), every file by path."""
@@ -447,12 +457,36 @@ def replayed(stack: Up, name: str, version: int, out: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
 
+async def test_a_scrub_deletes_its_own_object_and_leaves_another_tenants_copy(
+    stack: Up, quill: Quill
+) -> None:
+    """Each workspace has its own copy of a content in WS_BLOBS: scrubbing one deletes its copy
+    (no other workspace can name it), names no one, and the other tenant's copy still reads."""
+    secret = "sk-owncopy-0123456789abcd"
+    big = ("v" * 80 + "\n") * 1000 + f"token={secret}\n"
+    sha = hashing.content_sha256(big.encode())
+    mine, theirs = quill.workspace("acme/owncopy"), quill.workspace("globex/owncopy")
+    for ws in (mine, theirs):
+        await ws.create()
+        await ws.write("big.txt", big)
+    js = quill.nc.jetstream()
+    assert await object_info(js, f"acme/owncopy/{sha}") is not None
+    done = await scrub(quill.nc, Subjects(), "acme", "owncopy", Secrets({"owncopy": secret}))
+    assert (done.blobs_kept, done.shared_with) == (0, [])
+    assert await object_info(js, f"acme/owncopy/{sha}") is None
+    assert await object_info(js, f"globex/owncopy/{sha}") is not None
+    assert await theirs.read_text("big.txt") == big
+    verify(stack, "globex/owncopy")
+    verify(stack, "acme/owncopy")
+
+
 async def test_a_blob_another_tenants_workspace_holds_too_is_kept_until_that_one_is_scrubbed(
     stack: Up, quill: Quill, tmp_path: Path
 ) -> None:
-    """WS_BLOBS is addressed by sha256 and shared by every workspace of every tenant: scrubbing
-    acme/shared must not delete the blob globex/shared (same content) reads; the scrub names
-    globex/shared instead, and the blob goes with globex/shared's own scrub."""
+    """A legacy object (named by the bare sha256, shared by every workspace that wrote the same
+    content before workspaces had their own): scrubbing acme/shared must not delete the blob
+    globex/shared (same content) reads; the scrub names globex/shared instead, and the blob
+    goes with globex/shared's own scrub."""
     secret = "sk-shared-0123456789abcdef"
     big = ("y" * 80 + "\n") * 1000 + f"token={secret}\n"
     assert len(big) > INLINE_MAX  # stored in WS_BLOBS, once for both workspaces
@@ -465,6 +499,7 @@ async def test_a_blob_another_tenants_workspace_holds_too_is_kept_until_that_one
     await second.write("copy/big.txt", big)  # the latest version still holds it
     await second.write("other.md", "other\n")
     js = quill.nc.jetstream()
+    await legacy(js, big.encode(), "acme/shared", "globex/shared")
     assert await blob_exists(js, sha)
     want = {v: await snapshot(second, v) for v in range(1, second.last_version + 1)}
     reg = str(registry(tmp_path, shared=secret))
@@ -540,6 +575,7 @@ async def test_a_blob_only_a_compaction_manifest_names_is_kept_and_several_scrub
     await three.create()
     await three.write("big.txt", big)
     js = quill.nc.jetstream()
+    await legacy(js, big.encode(), "acme/trio", "globex/trio", "initech/trio")
     want = {ws.tenant: (v := ws.last_version, await snapshot(ws, v)) for ws in (one, two, three)}
     reg = str(registry(tmp_path, trio=secret))
 
@@ -568,15 +604,16 @@ async def test_a_blob_only_a_compaction_manifest_names_is_kept_and_several_scrub
 async def test_a_write_of_the_same_content_while_the_blob_is_deleted_gets_it_back(
     stack: Up, quill: Quill, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Another workspace writes the same content between the scrub's reading of the other logs
-    and its deletion: its writer finds the object there and does not store it again, so the
-    scrub reads the events appended meanwhile and puts the object back for it."""
+    """Another workspace names a legacy object between the scrub's reading of the other logs
+    and its deletion: the scrub reads the events appended meanwhile and puts the object back
+    for it."""
     secret = "sk-race-blob-0123456789ab"
     big = ("w" * 80 + "\n") * 1000 + f"token={secret}\n"
     sha = hashing.content_sha256(big.encode())
     ws, late = quill.workspace("acme/racer"), quill.workspace("globex/racer")
     await ws.create()
     await ws.write("big.txt", big)
+    await legacy(quill.nc.jetstream(), big.encode(), "acme/racer")
     await late.create()
     real = scrub_stores.referrers
     calls = 0
