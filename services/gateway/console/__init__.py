@@ -72,7 +72,7 @@ class Console:
         return Gate(app, self.app, self.tokens, self.body_timeout)
 
     def routes(self) -> list[BaseRoute]:
-        from services.gateway.console import history, live, operate, session
+        from services.gateway.console import history, live, operate, session, workspaces
 
         def r(
             path: str, handler: Callable[[Console, Request], Awaitable[Response]], **kw: Any
@@ -91,7 +91,8 @@ class Console:
             Mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="static"),
             r("/login", session.login, methods=["GET", "POST"]),
             r("/logout", session.logout, methods=["POST"]),
-            r("/", operate.workspaces),
+            r("/", workspaces.page),
+            r("/live/workspaces", workspaces.live),
             r("/w/{ws}/", history.timeline),
             r("/w/{ws}/tree", history.tree),
             r("/w/{ws}/file", history.file),
@@ -124,8 +125,11 @@ class Console:
         return principal_of(request.scope)
 
     async def workspace(self, request: Request) -> Workspace:
-        """The workspace named in the URL, as the caller reaches it (another tenant's never)."""
-        return await self.access.workspace(self.principal(request), request.path_params["ws"])
+        """The workspace named in the URL, as the caller reaches it (another tenant's never):
+        ``name`` of the caller's tenant, or ``tenant:name`` (``tenant/name``, for a caller that
+        reaches ``anywhere``; any other's is refused as a bad name)."""
+        name = request.path_params["ws"].replace(":", "/", 1)
+        return await self.access.workspace(self.principal(request), name)
 
     def page(
         self, request: Request, template: str, context: dict[str, Any], status: int = 200
