@@ -11,6 +11,7 @@ import httpx
 from playwright.async_api import expect
 
 from contracts import replies as rp
+from contracts.hashing import ZERO_HASH
 from services.gateway.app import Gateway
 from services.gateway.console import history, render
 
@@ -92,15 +93,19 @@ def event(version: int, digest: str, prev: str) -> rp.EventSummary:
 def test_the_chain_check_names_the_first_broken_link() -> None:
     good = history.Chain()
     good.add([event(3, "c", "b"), event(4, "d", "c")])
-    good.add([event(1, "a", ""), event(2, "b", "a")])  # the batch below
-    assert (good.links, good.broken_at, good.newest_hash) == (3, None, "d")
+    good.add([event(1, "a", ZERO_HASH), event(2, "b", "a")])  # the batch below
+    assert (good.links, good.broken_at, good.newest_hash) == (4, None, "d")
     bad = history.Chain()
     bad.add([event(3, "c", "b"), event(4, "d", "X")])
-    bad.add([event(1, "a", ""), event(2, "B", "a")])
-    assert bad.broken_at == 4
+    bad.add([event(1, "a", ZERO_HASH), event(2, "B", "a")])
+    assert bad.broken_at == 4 and bad.broken is not None
+    assert bad.broken.details == {"prev_hash": "X", "previous": "c"}
     gap = history.Chain()
-    gap.add([event(1, "a", ""), event(3, "c", "a")])
+    gap.add([event(1, "a", ZERO_HASH), event(3, "c", "a")])
     assert gap.broken_at == 3
+    first = history.Chain()  # the first event follows the zero hash, as quill verify checks
+    first.add([event(1, "a", "f" * 64), event(2, "b", "a")])
+    assert first.broken_at == 1
 
 
 def test_highlighting_keeps_one_escaped_line_per_line() -> None:
