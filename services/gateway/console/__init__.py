@@ -72,7 +72,14 @@ class Console:
         return Gate(app, self.app, self.tokens, self.body_timeout)
 
     def routes(self) -> list[BaseRoute]:
-        from services.gateway.console import history, live, operate, session, workspaces
+        from services.gateway.console import (
+            commands,
+            history,
+            live,
+            operate,
+            session,
+            workspaces,
+        )
 
         def r(
             path: str, handler: Callable[[Console, Request], Awaitable[Response]], **kw: Any
@@ -103,6 +110,10 @@ class Console:
             r("/w/{ws}/runs", operate.runs),
             r("/w/{ws}/audit", operate.audit),
             r("/w/{ws}/live", live.events),
+            r("/w/{ws}/commands", commands.commands),
+            r("/w/{ws}/commands/live", commands.commands_live),
+            r("/w/{ws}/commands/{command}", commands.command),
+            r("/w/{ws}/commands/{command}/output", commands.output_live),
         ]
 
     def guarded(self, handler: Page) -> Handler:
