@@ -29,6 +29,7 @@ from starlette.types import ASGIApp
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
 from services.gateway.console.auth import PREFIX, Csrf, Gate, Refused
+from services.gateway.console.cluster import Cluster
 from services.gateway.principals import Access, Principal, Tokens, principal_of
 
 log = logging.getLogger("quill.gateway")
@@ -55,6 +56,7 @@ class Console:
     def __init__(self, access: Access, tokens: Tokens | None, body_timeout: float) -> None:
         self.access, self.tokens, self.body_timeout = access, tokens, body_timeout
         self.csrf = Csrf()
+        self.cluster = Cluster()
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
@@ -73,6 +75,7 @@ class Console:
 
     def routes(self) -> list[BaseRoute]:
         from services.gateway.console import (
+            cluster,
             commands,
             history,
             live,
@@ -99,6 +102,7 @@ class Console:
             r("/login", session.login, methods=["GET", "POST"]),
             r("/logout", session.logout, methods=["POST"]),
             r("/", workspaces.page),
+            r("/cluster", cluster.page),
             r("/live/workspaces", workspaces.live),
             r("/w/{ws}/", history.timeline),
             r("/w/{ws}/tree", history.tree),
