@@ -114,6 +114,7 @@ class Console:
             r("/w/{ws}/runs", operate.runs),
             r("/w/{ws}/audit", operate.audit),
             r("/w/{ws}/live", live.events),
+            r("/w/{ws}/audit/live", live.audit),
             r("/w/{ws}/commands", commands.commands),
             r("/w/{ws}/commands/live", commands.commands_live),
             r("/w/{ws}/commands/{command}", commands.command),

@@ -1,4 +1,5 @@
-"""Server-sent events: a workspace's new events as timeline rows, as they are committed.
+"""Server-sent events: a workspace's new events as timeline rows, as they are committed, and
+its new audit records as audit rows (``audit``).
 
 The stream subscribes to the workspace's ``ws.updated`` subject (what ``Workspace.watch``
 reads), confirms the subscription, then catches up on the events committed since the
@@ -21,9 +22,10 @@ from starlette.responses import Response, StreamingResponse
 from contracts import codec
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.events import WorkspaceUpdated
+from contracts.events import AuditRecord, WorkspaceUpdated
 from services.gateway.console.auth import PREFIX
 from services.gateway.console.history import number
+from services.gateway.console.operate import AuditQuery
 
 if TYPE_CHECKING:
     from services.gateway.console import Console
@@ -99,6 +101,40 @@ async def events(c: Console, request: Request) -> Response:
                 update = codec.decode(msg.data, WorkspaceUpdated)
                 async for chunk in catch_up(update.version):
                     yield chunk
+        finally:
+            await sub.unsubscribe()
+
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+
+async def audit(c: Console, request: Request) -> Response:
+    """The workspace's new audit records that match the page's search (``AuditQuery``), each
+    as a row (``record``), from when the stream listens (``ws.audit.<t>.<w>``, the subject
+    WS_AUDIT keeps)."""
+    ws = await c.workspace(request)
+    query = AuditQuery.of(request)
+    nc = ws.client.nc
+    rows = c.templates.get_template("audit_rows.html")
+
+    async def stream() -> AsyncIterator[str]:
+        sub = await nc.subscribe(ws.client.subjects.audit(ws.tenant, ws.name))
+        try:
+            try:
+                await nc.flush(timeout=5)
+            except (nats.errors.Error, TimeoutError):
+                yield message("failed", "NATS did not confirm the subscription")
+                return
+            yield message("ready", "live")
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=KEEPALIVE_S)
+                except nats.errors.TimeoutError:
+                    yield ": keepalive\n\n"
+                    continue
+                record = codec.decode(msg.data, AuditRecord)
+                if query.match(record):
+                    yield message("record", rows.render(records=[record], live=True))
         finally:
             await sub.unsubscribe()
 

@@ -118,6 +118,11 @@ class AuditQuery:
         actor, op, outcome, code = (q.get(k, "").strip()[:200] for k in cls.TEXTS)
         return cls(actor, op, outcome, code, since)
 
+    def text(self) -> str:
+        """The search (but its time) as a query string."""
+        given = {k: getattr(self, k) for k in self.TEXTS if getattr(self, k)}
+        return urlencode(given)
+
     def match(self, r: AuditRecord) -> bool:
         return (
             (not self.actor or (r.actor or "") == self.actor)
@@ -145,4 +150,5 @@ async def audit(c: Console, request: Request) -> Response:
         "capped": read >= AUDIT_SCAN,
     }
     context["minutes"] = number(request, "minutes", 60)
+    context["query"] = query.text()
     return c.page(request, "audit.html", context)
