@@ -14,8 +14,6 @@ moment the page listens (what it wrote before is in its kept output once it ends
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import html
 import re
 from collections import deque
@@ -24,10 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import nats.errors
-from nats.aio.msg import Msg
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from contracts import codec
 from contracts import replies as rp
@@ -38,7 +34,7 @@ from contracts.subjects import HEADER_STREAM
 from quill.client import Workspace
 from services.gateway.console.auth import PREFIX
 from services.gateway.console.history import number
-from services.gateway.console.live import message
+from services.gateway.console.live import FAILED, KEEPALIVE, listening, message, sse
 
 if TYPE_CHECKING:
     from services.gateway.console import Console
@@ -48,12 +44,10 @@ SCAN = 50_000
 SHOWN = 100
 OUTPUT_SHOWN = 1024 * 1024
 """Bytes of each stream a command's page shows at most (the rest: ``quill output``)."""
-KEEPALIVE_S = 15.0
 COMMAND_ID = re.compile(r"^[A-Za-z0-9_:-]{1,128}$")
 """A command id the page accepts (``exec.output``'s, without ``.``: one subject token)."""
 EXEC_OPS = ("run", "git")
 STREAMS: tuple[rq.OutputStream, ...] = ("stdout", "stderr")
-QUEUE_MAX = 1000
 SEEN_MAX = 10_000
 
 
@@ -147,23 +141,18 @@ async def output_live(c: Console, request: Request) -> Response:
         return message("end", template.render(pages=pages, running=False))
 
     async def stream() -> AsyncIterator[str]:
-        sub = await nc.subscribe(subject)
-        try:
-            try:
-                await nc.flush(timeout=5)
-            except (nats.errors.Error, TimeoutError):
-                yield message("failed", "NATS did not confirm the subscription")
+        async with listening(nc, subject) as heard:
+            if heard is None:
+                yield FAILED
                 return
             pages = await kept(ws, command_id)
             if pages is not None and pages["stdout"].complete:
                 yield await ended()
                 return
             yield message("ready", "live")
-            while True:
-                try:
-                    msg = await sub.next_msg(timeout=KEEPALIVE_S)
-                except nats.errors.TimeoutError:
-                    yield ": keepalive\n\n"
+            async for msg in heard:
+                if msg is None:
+                    yield KEEPALIVE
                     continue
                 which = (msg.headers or {}).get(HEADER_STREAM)
                 if which == "eof":
@@ -171,11 +160,8 @@ async def output_live(c: Console, request: Request) -> Response:
                     return
                 if which in ("stdout", "stderr"):
                     yield message(which, _text(msg.data))
-        finally:
-            await sub.unsubscribe()
 
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+    return sse(stream())
 
 
 async def commands_live(c: Console, request: Request) -> Response:
@@ -193,39 +179,21 @@ async def commands_live(c: Console, request: Request) -> Response:
         return rows.render(prefix=PREFIX, ws=ws_name, **({"done": [], "running": []} | context))
 
     async def stream() -> AsyncIterator[str]:
-        queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=QUEUE_MAX)
-
-        async def put(msg: Msg) -> None:
-            with contextlib.suppress(asyncio.QueueFull):  # a flood: later rows are dropped
-                queue.put_nowait(msg)
-
-        subs = [await nc.subscribe(outputs, cb=put), await nc.subscribe(audits, cb=put)]
         seen: set[str] = set()
-        try:
-            try:
-                await nc.flush(timeout=5)
-            except (nats.errors.Error, TimeoutError):
-                yield message("failed", "NATS did not confirm the subscription")
+        async with listening(nc, outputs, audits) as heard:
+            if heard is None:
+                yield FAILED
                 return
             yield message("ready", "live")
-            while True:
-                try:
-                    msg = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
-                except TimeoutError:
-                    yield ": keepalive\n\n"
-                    continue
-                if msg.subject != audits:
+            async for msg in heard:
+                if msg is None:
+                    yield KEEPALIVE
+                elif msg.subject != audits:
                     command_id = msg.subject.rsplit(".", 1)[-1]
                     if command_id not in seen and len(seen) < SEEN_MAX:
                         seen.add(command_id)
                         yield message("running", render(running=[command_id]))
-                    continue
-                record = codec.decode(msg.data, AuditRecord)
-                if is_command(record):
+                elif is_command(record := codec.decode(msg.data, AuditRecord)):
                     yield message("done", render(done=[Done(record)]))
-        finally:
-            for sub in subs:
-                await sub.unsubscribe()
 
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+    return sse(stream())

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-import nats.errors
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from contracts import codec
 from contracts import replies as rp
@@ -31,7 +30,7 @@ from contracts.events import WorkspaceUpdated
 from contracts.subjects import check_id
 from quill.client import Workspace
 from services.gateway.console.auth import PREFIX
-from services.gateway.console.live import message
+from services.gateway.console.live import FAILED, KEEPALIVE, listening, message, sse
 from services.gateway.principals import Principal
 from services.gateway.workspaces import listing
 
@@ -48,9 +47,6 @@ SORTS: dict[str, Any] = {
     "size": lambda w: w.total_bytes,
     "updated": lambda w: w.updated.timestamp(),
 }
-KEEPALIVE_S = 15.0
-BURST = 1000
-"""Notifications one new page answers at most."""
 
 
 @dataclass
@@ -170,20 +166,15 @@ async def live(c: Console, request: Request) -> Response:
         return message("rows", html)
 
     async def stream() -> AsyncIterator[str]:
-        sub = await nc.subscribe(subjects.updated(q.tenant, watched))
-        try:
-            try:
-                await nc.flush(timeout=5)
-            except (nats.errors.Error, TimeoutError):
-                yield message("failed", "NATS did not confirm the subscription")
+        async with listening(nc, subjects.updated(q.tenant, watched)) as heard:
+            if heard is None:
+                yield FAILED
                 return
             yield await render()  # what changed between the page and the subscription
             yield message("ready", "live")
-            while True:
-                try:
-                    msg = await sub.next_msg(timeout=KEEPALIVE_S)
-                except nats.errors.TimeoutError:
-                    yield ": keepalive\n\n"
+            async for msg in heard:
+                if msg is None:
+                    yield KEEPALIVE
                     continue
                 update = codec.decode(msg.data, WorkspaceUpdated)
                 name = msg.subject.rsplit(".", 1)[-1]
@@ -193,14 +184,8 @@ async def live(c: Console, request: Request) -> Response:
                 except QuillError as exc:
                     if exc.code != ErrorCode.WORKSPACE_NOT_FOUND:
                         raise
-                for _ in range(BURST):  # one page for a burst of changes
-                    try:
-                        await sub.next_msg(timeout=0.01)
-                    except nats.errors.TimeoutError:
-                        break
+                while not heard.queue.empty():  # one page for a burst of changes
+                    heard.queue.get_nowait()
                 yield await render()
-        finally:
-            await sub.unsubscribe()
 
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+    return sse(stream())
