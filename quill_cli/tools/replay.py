@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import shutil
 import sqlite3
@@ -63,6 +62,7 @@ from contracts.events import (
 )
 from contracts.paths import in_log
 from contracts.subjects import BUCKET_BLOBS, HEADER_EVENT_HASH, STREAM_EVENTS, Subjects
+from core import chain
 from core.tree import DirNode, FileNode, Tree, apply_change
 from infra import bus
 from infra.blobs import Blobs
@@ -208,10 +208,6 @@ def _inline(put: PutFile) -> str | bytes | None:
     return put.text if put.text is not None else put.data
 
 
-def _sha(value: str | bytes) -> str:
-    return hashlib.sha256(_bytes(value)).hexdigest()
-
-
 def _bytes(value: str | bytes) -> bytes:
     return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
 
@@ -236,9 +232,9 @@ class Fold:
 
     def check(self, data: bytes, carried: str | None) -> tuple[WorkspaceEvent, str]:
         """Decode one message, checking its hash and whose event it is."""
-        digest = hashlib.sha256(data).hexdigest()
-        if carried is not None and carried != digest:
-            raise corrupt("An event does not hash to the hash recorded with it", self.version + 1)
+        digest, broken = chain.payload(data, carried, self.version + 1)
+        if broken is not None:
+            raise corrupt(broken.message, broken.version)
         try:
             event = codec.decode_event(data)
         except msgspec.MsgspecError as exc:
@@ -257,23 +253,18 @@ class Fold:
             raise corrupt(
                 "The log starts neither with the creation nor a compaction", event.version
             )
-        if event.version != self.version + 1:
-            raise corrupt(f"Version {event.version} follows version {self.version}", event.version)
-        if event.prev_hash != self.last_hash:
-            raise corrupt(
-                "Hash chain broken: prev_hash is not the previous event's hash",
-                event.version,
-                prev_hash=event.prev_hash,
-                previous=self.last_hash,
-            )
+        broken = chain.link(self.version, self.last_hash, event.version, event.prev_hash)
+        if broken is not None:
+            raise corrupt(broken.message, broken.version, **broken.details)
         if isinstance(event, ChangesCommitted):
             tree, contents, version, at = self.tree, self.contents, event.version, event.at
             for change in event.changes:
                 if isinstance(change, PutFile):
                     inline = _inline(change)
-                    if inline is not None and _sha(inline) != change.sha256:
-                        message = f"The content of {change.path} does not match its sha256"
-                        raise corrupt(message, version)
+                    if inline is not None and (
+                        broken := chain.content(change.path, _bytes(inline), change.sha256, version)
+                    ):
+                        raise corrupt(broken.message, broken.version)
                     if contents is not None:
                         contents.add(change)
                 apply_change(tree, change, version, at)

@@ -3,6 +3,7 @@ hash-chain check and the diff rendering on their own."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -11,8 +12,11 @@ import httpx
 from playwright.async_api import expect
 
 from contracts import replies as rp
+from contracts.errors import QuillError
+from contracts.hashing import ZERO_HASH
 from services.gateway.app import Gateway
 from services.gateway.console import history, render
+from tests.gateway.conftest import StartGateway
 
 WS = "default/default"
 
@@ -92,15 +96,19 @@ def event(version: int, digest: str, prev: str) -> rp.EventSummary:
 def test_the_chain_check_names_the_first_broken_link() -> None:
     good = history.Chain()
     good.add([event(3, "c", "b"), event(4, "d", "c")])
-    good.add([event(1, "a", ""), event(2, "b", "a")])  # the batch below
-    assert (good.links, good.broken_at, good.newest_hash) == (3, None, "d")
+    good.add([event(1, "a", ZERO_HASH), event(2, "b", "a")])  # the batch below
+    assert (good.links, good.broken_at, good.newest_hash) == (4, None, "d")
     bad = history.Chain()
     bad.add([event(3, "c", "b"), event(4, "d", "X")])
-    bad.add([event(1, "a", ""), event(2, "B", "a")])
-    assert bad.broken_at == 4
+    bad.add([event(1, "a", ZERO_HASH), event(2, "B", "a")])
+    assert bad.broken_at == 4 and bad.broken is not None
+    assert bad.broken.details == {"prev_hash": "X", "previous": "c"}
     gap = history.Chain()
-    gap.add([event(1, "a", ""), event(3, "c", "a")])
+    gap.add([event(1, "a", ZERO_HASH), event(3, "c", "a")])
     assert gap.broken_at == 3
+    first = history.Chain()  # the first event follows the zero hash, as quill verify checks
+    first.add([event(1, "a", "f" * 64), event(2, "b", "a")])
+    assert first.broken_at == 1
 
 
 def test_highlighting_keeps_one_escaped_line_per_line() -> None:
@@ -110,3 +118,26 @@ def test_highlighting_keeps_one_escaped_line_per_line() -> None:
     assert all(line.count("<span") == line.count("</span>") for line in lines)
     rows = [r for hunk in render.side_by_side("a\nb\n", "a\nc\nd\n", "t.txt") for r in hunk]
     assert [r.kind for r in rows] == ["same", "change", "add"]
+
+
+async def test_the_audit_shows_new_records_live(gateway: Gateway, page: Any) -> None:
+    ws = gateway.quill.workspace("default/default")
+    await ws.write("seen-before.txt", "x")
+    await page.goto(f"{gateway.url}/ui/w/default/audit?outcome=error")
+    await expect(page.locator("#live-state")).to_have_text("live")
+    await ws.write("a.txt", "fine")  # ok: not shown under outcome=error
+    with contextlib.suppress(QuillError):
+        await ws.read("missing-now.txt")
+    rows = page.locator("#records tr")
+    await expect(rows.first).to_contain_text("✗ FILE_NOT_FOUND")
+    await expect(rows.first).to_contain_text("read")
+    await expect(page.locator("#records")).not_to_contain_text("a.txt")
+
+
+async def test_another_tenants_audit_stream_is_refused(start: StartGateway) -> None:
+    gateway = await start({"token-acme-0001": "acme/one", "token-beta-0001": "beta/two"})
+    beta = {"Authorization": "Bearer token-beta-0001"}
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as http:
+        for path in ("/ui/w/one/audit/live", "/ui/w/acme:one/audit/live", "/ui/w/one/audit"):
+            got = await http.get(path, headers=beta)
+            assert got.status_code in (400, 404) and "event:" not in got.text, path

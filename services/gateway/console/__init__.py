@@ -29,6 +29,7 @@ from starlette.types import ASGIApp
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
 from services.gateway.console.auth import PREFIX, Csrf, Gate, Refused
+from services.gateway.console.cluster import Cluster
 from services.gateway.principals import Access, Principal, Tokens, principal_of
 
 log = logging.getLogger("quill.gateway")
@@ -55,6 +56,7 @@ class Console:
     def __init__(self, access: Access, tokens: Tokens | None, body_timeout: float) -> None:
         self.access, self.tokens, self.body_timeout = access, tokens, body_timeout
         self.csrf = Csrf()
+        self.cluster = Cluster()
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
@@ -72,7 +74,15 @@ class Console:
         return Gate(app, self.app, self.tokens, self.body_timeout)
 
     def routes(self) -> list[BaseRoute]:
-        from services.gateway.console import history, live, operate, session
+        from services.gateway.console import (
+            cluster,
+            commands,
+            history,
+            live,
+            operate,
+            session,
+            workspaces,
+        )
 
         def r(
             path: str, handler: Callable[[Console, Request], Awaitable[Response]], **kw: Any
@@ -91,7 +101,9 @@ class Console:
             Mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="static"),
             r("/login", session.login, methods=["GET", "POST"]),
             r("/logout", session.logout, methods=["POST"]),
-            r("/", operate.workspaces),
+            r("/", workspaces.page),
+            r("/cluster", cluster.page),
+            r("/live/workspaces", workspaces.live),
             r("/w/{ws}/", history.timeline),
             r("/w/{ws}/tree", history.tree),
             r("/w/{ws}/file", history.file),
@@ -102,6 +114,11 @@ class Console:
             r("/w/{ws}/runs", operate.runs),
             r("/w/{ws}/audit", operate.audit),
             r("/w/{ws}/live", live.events),
+            r("/w/{ws}/audit/live", live.audit),
+            r("/w/{ws}/commands", commands.commands),
+            r("/w/{ws}/commands/live", commands.commands_live),
+            r("/w/{ws}/commands/{command}", commands.command),
+            r("/w/{ws}/commands/{command}/output", commands.output_live),
         ]
 
     def guarded(self, handler: Page) -> Handler:
@@ -124,8 +141,11 @@ class Console:
         return principal_of(request.scope)
 
     async def workspace(self, request: Request) -> Workspace:
-        """The workspace named in the URL, as the caller reaches it (another tenant's never)."""
-        return await self.access.workspace(self.principal(request), request.path_params["ws"])
+        """The workspace named in the URL, as the caller reaches it (another tenant's never):
+        ``name`` of the caller's tenant, or ``tenant:name`` (``tenant/name``, for a caller that
+        reaches ``anywhere``; any other's is refused as a bad name)."""
+        name = request.path_params["ws"].replace(":", "/", 1)
+        return await self.access.workspace(self.principal(request), name)
 
     def page(
         self, request: Request, template: str, context: dict[str, Any], status: int = 200

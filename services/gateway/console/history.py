@@ -5,9 +5,11 @@ The timeline is read newest first by keyset paging on the version (``?before=``)
 one ``events`` query of ``PAGE`` events below it, never the whole log. With filters (actor,
 run, op, path), pages of ``SCAN_BATCH`` events are scanned down, at most ``SCAN_MAX`` per
 request, and the page says how far it got (``older`` goes on from there). The hash chain of
-what was read is checked on the way: each event's ``prev_hash`` is the hash of the event
-before it, and the newest event's hash is the workspace's ``last_hash``; ``quill verify``
-checks also each payload against its hash and the tree hashes, from the log itself.
+what was read is checked on the way by ``core.chain.link``, the check ``quill verify`` makes of
+each event: each follows the one before it (the next version, its ``prev_hash`` that event's
+hash; version 1 the zero hash), and the newest event's hash is the workspace's ``last_hash``.
+``quill verify`` checks also each payload against its hash and the tree hashes: it reads the
+event messages themselves, which the ``events`` query (contents left out) does not return.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.responses import Response
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
+from core import chain
 from quill.client import Workspace
 from services.gateway.console import render
 
@@ -78,28 +81,38 @@ class Filters:
 
 @dataclass
 class Chain:
-    """The hash chain of the events read: links checked, and the first broken one."""
+    """The hash chain of the events read, each link checked by ``core.chain.link`` (the check
+    ``quill verify`` makes): links checked, and the first broken one."""
 
     links: int = 0
-    broken_at: int | None = None
+    broken: chain.Broken | None = None
     newest_hash: str | None = None
     """The hash of the newest event read."""
-    _older_prev: str | None = field(default=None, repr=False)
+    _newer: rp.EventSummary | None = field(default=None, repr=False)
+    """The oldest event of the batch added before (newer than this batch)."""
+
+    @property
+    def broken_at(self) -> int | None:
+        return None if self.broken is None else self.broken.version
 
     def add(self, batch: list[rp.EventSummary]) -> None:
         """A batch of events, oldest first, just below those added before."""
+        if not batch:
+            return
         for older, newer in zip(batch, batch[1:], strict=False):
-            self._link(older, newer.prev_hash, newer.version)
-        if batch and self._older_prev is not None:
-            self._link(batch[-1], self._older_prev, batch[-1].version + 1)
-        if batch:
-            self._older_prev = batch[0].prev_hash
-            self.newest_hash = self.newest_hash or batch[-1].hash
+            self._link(older.version, older.hash, newer)
+        if self._newer is not None:
+            self._link(batch[-1].version, batch[-1].hash, self._newer)
+        if batch[0].version == 1:
+            self._link(*chain.GENESIS, batch[0])
+        self._newer = batch[0]
+        self.newest_hash = self.newest_hash or batch[-1].hash
 
-    def _link(self, older: rp.EventSummary, prev_hash: str, version: int) -> None:
+    def _link(self, version: int, digest: str, newer: rp.EventSummary) -> None:
         self.links += 1
-        if (prev_hash != older.hash or version != older.version + 1) and self.broken_at is None:
-            self.broken_at = version
+        broken = chain.link(version, digest, newer.version, newer.prev_hash)
+        if broken is not None and self.broken is None:
+            self.broken = broken
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Server-sent events: a workspace's new events as timeline rows, as they are committed.
+"""Server-sent events: a workspace's new events as timeline rows, as they are committed, and
+its new audit records as audit rows (``audit``).
 
 The stream subscribes to the workspace's ``ws.updated`` subject (what ``Workspace.watch``
 reads), confirms the subscription, then catches up on the events committed since the
@@ -11,19 +12,24 @@ the stream of a client that went away.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from contracts import codec
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.events import WorkspaceUpdated
+from contracts.events import AuditRecord, WorkspaceUpdated
 from services.gateway.console.auth import PREFIX
 from services.gateway.console.history import number
+from services.gateway.console.operate import AuditQuery
 
 if TYPE_CHECKING:
     from services.gateway.console import Console
@@ -35,6 +41,58 @@ BATCH = 100
 def message(event: str, html: str) -> str:
     data = "\n".join(f"data: {line}" for line in html.splitlines() or [""])
     return f"event: {event}\n{data}\n\n"
+
+
+FAILED = message("failed", "NATS did not confirm the subscription")
+KEEPALIVE = ": keepalive\n\n"
+QUEUE_MAX = 1000
+"""Messages a stream keeps waiting at most (a flood past it is dropped: every stream reads
+what it shows from a query, or sends the whole at the end)."""
+
+
+class Heard:
+    """What the subscriptions of ``listening`` receive: each message, or None after
+    ``KEEPALIVE_S`` without one (send ``KEEPALIVE``: it also ends the stream of a client that
+    went away)."""
+
+    def __init__(self, queue: asyncio.Queue[Msg]) -> None:
+        self.queue = queue
+
+    async def __aiter__(self) -> AsyncIterator[Msg | None]:
+        while True:
+            try:
+                yield await asyncio.wait_for(self.queue.get(), KEEPALIVE_S)
+            except TimeoutError:
+                yield None
+
+
+@contextlib.asynccontextmanager
+async def listening(nc: NATS, *subjects: str) -> AsyncIterator[Heard | None]:
+    """Subscribed to ``subjects`` (None: NATS did not confirm the subscriptions: send
+    ``FAILED``), unsubscribed after."""
+    queue: asyncio.Queue[Msg] = asyncio.Queue(maxsize=QUEUE_MAX)
+
+    async def put(msg: Msg) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            queue.put_nowait(msg)
+
+    subs = [await nc.subscribe(subject, cb=put) for subject in subjects]
+    try:
+        try:
+            await nc.flush(timeout=5)
+        except (nats.errors.Error, TimeoutError):
+            yield None
+        else:
+            yield Heard(queue)
+    finally:
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+
+def sse(stream: AsyncIterator[str]) -> Response:
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
 
 async def events(c: Console, request: Request) -> Response:
@@ -62,12 +120,9 @@ async def events(c: Console, request: Request) -> Response:
 
     async def stream() -> AsyncIterator[str]:
         last = after
-        sub = await nc.subscribe(subject)
-        try:
-            try:
-                await nc.flush(timeout=5)
-            except (nats.errors.Error, TimeoutError):
-                yield message("failed", "NATS did not confirm the subscription")
+        async with listening(nc, subject) as heard:
+            if heard is None:
+                yield FAILED
                 return
 
             async def catch_up(upto: int | None = None) -> AsyncIterator[str]:
@@ -90,17 +145,38 @@ async def events(c: Console, request: Request) -> Response:
             async for chunk in catch_up():
                 yield chunk
             yield message("ready", "live")
-            while True:
-                try:
-                    msg = await sub.next_msg(timeout=KEEPALIVE_S)
-                except nats.errors.TimeoutError:
-                    yield ": keepalive\n\n"
+            async for msg in heard:
+                if msg is None:
+                    yield KEEPALIVE
                     continue
                 update = codec.decode(msg.data, WorkspaceUpdated)
                 async for chunk in catch_up(update.version):
                     yield chunk
-        finally:
-            await sub.unsubscribe()
 
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+    return sse(stream())
+
+
+async def audit(c: Console, request: Request) -> Response:
+    """The workspace's new audit records that match the page's search (``AuditQuery``), each
+    as a row (``record``), from when the stream listens (``ws.audit.<t>.<w>``, the subject
+    WS_AUDIT keeps)."""
+    ws = await c.workspace(request)
+    query = AuditQuery.of(request)
+    nc = ws.client.nc
+    rows = c.templates.get_template("audit_rows.html")
+
+    async def stream() -> AsyncIterator[str]:
+        async with listening(nc, ws.client.subjects.audit(ws.tenant, ws.name)) as heard:
+            if heard is None:
+                yield FAILED
+                return
+            yield message("ready", "live")
+            async for msg in heard:
+                if msg is None:
+                    yield KEEPALIVE
+                    continue
+                record = codec.decode(msg.data, AuditRecord)
+                if query.match(record):
+                    yield message("record", rows.render(records=[record], live=True))
+
+    return sse(stream())

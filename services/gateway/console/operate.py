@@ -1,4 +1,4 @@
-"""The pages an operator acts from: the workspaces, the approvals queue (and its decisions),
+"""The pages an operator acts from: the approvals queue (and its decisions),
 the runs, and the audit search."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord
 from services.gateway.console.auth import PREFIX
 from services.gateway.console.history import number
-from services.gateway.console.workspaces import known_workspaces
 
 if TYPE_CHECKING:
     from services.gateway.console import Console
@@ -29,28 +28,6 @@ AUDIT_SCAN = 50_000
 """Audit records one search reads at most."""
 AUDIT_SHOWN = 200
 DECISION_ACTOR_MAX = 128
-
-
-@dataclass
-class Row:
-    name: str
-    info: rp.WorkspaceInfo | None
-    pending: int
-    error: str | None
-
-
-async def workspaces(c: Console, request: Request) -> Response:
-    principal = c.principal(request)
-    rows: list[Row] = []
-    for name in await known_workspaces(c.access, principal):
-        try:
-            ws = await c.access.workspace(principal, name)
-            info = await ws.info()
-            pending = len((await ws.approvals()).pending)
-            rows.append(Row(name, info, pending, None))
-        except QuillError as exc:
-            rows.append(Row(name, None, 0, exc.message))
-    return c.page(request, "workspaces.html", {"rows": rows})
 
 
 async def approvals(c: Console, request: Request) -> Response:
@@ -141,6 +118,11 @@ class AuditQuery:
         actor, op, outcome, code = (q.get(k, "").strip()[:200] for k in cls.TEXTS)
         return cls(actor, op, outcome, code, since)
 
+    def text(self) -> str:
+        """The search (but its time) as a query string."""
+        given = {k: getattr(self, k) for k in self.TEXTS if getattr(self, k)}
+        return urlencode(given)
+
     def match(self, r: AuditRecord) -> bool:
         return (
             (not self.actor or (r.actor or "") == self.actor)
@@ -168,4 +150,5 @@ async def audit(c: Console, request: Request) -> Response:
         "capped": read >= AUDIT_SCAN,
     }
     context["minutes"] = number(request, "minutes", 60)
+    context["query"] = query.text()
     return c.page(request, "audit.html", context)
