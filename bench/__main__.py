@@ -1,20 +1,42 @@
 """``python -m bench [core] [search] [gateway] [executor] [retention] [load] [replay]
-[cluster] [size]``: the benchmarks (all by default), each figure printed next to its baseline
-measured in the same run."""
+[cluster] [size] [console]``: the benchmarks (all by default), each figure printed next to
+its baseline measured in the same run."""
 
 import argparse
 import asyncio
 
-from bench import cluster, core, executor, gateway, load, replay, retention, search, size
+from bench import (
+    cluster,
+    console,
+    core,
+    executor,
+    gateway,
+    load,
+    replay,
+    retention,
+    search,
+    size,
+)
 
 parser = argparse.ArgumentParser(prog="python -m bench")
-PARTS = ["core", "search", "gateway", "executor", "retention", "load", "replay", "cluster", "size"]
+PARTS = [
+    "core",
+    "search",
+    "gateway",
+    "executor",
+    "retention",
+    "load",
+    "replay",
+    "cluster",
+    "size",
+    "console",
+]
 parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
 parser.add_argument("--versions", type=int, default=10_000, help="Versions of the history file.")
-parser.add_argument("--files", type=int, default=size.FILES, help="size: files.")
-parser.add_argument("--events", type=int, default=size.EVENTS, help="size: events in the log.")
+parser.add_argument("--files", type=int, default=size.FILES, help="size, console: files.")
+parser.add_argument("--events", type=int, default=size.EVENTS, help="size, console: events.")
 args = parser.parse_args()
 which = args.which or PARTS
 if "core" in which:
@@ -39,3 +61,5 @@ if "cluster" in which:
     asyncio.run(cluster.main(args.seconds, args.rounds))
 if "size" in which:
     asyncio.run(size.main(args.files, args.events))
+if "console" in which:
+    asyncio.run(console.main(args.files, args.events))

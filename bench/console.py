@@ -27,10 +27,8 @@ import httpx
 
 from bench import size
 from infra import bus
-from infra.blobs import Blobs
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer
-from quill_cli.tools import replay as rpl
 from services.gateway.app import GatewayConfig, start_gateway
 
 ROUNDS = 7
@@ -47,25 +45,12 @@ async def median_s(call: Callable[[], Awaitable[Any]], rounds: int = ROUNDS) -> 
 
 
 async def build(url: str, files: int, events: int) -> float:
-    """The log of ``bench/size`` (``size.synthesise``), appended; seconds it took."""
+    """The log of ``bench/size`` (``size.build``), appended; seconds it took."""
     nc = await bus.connect(url, "bench-console")
-    await bus.ensure_streams(nc, size.SUBJECTS)
-    js, subject = nc.jetstream(), size.SUBJECTS.evt("bench", "size")
-    blobs = Blobs(js)
-    t0 = time.perf_counter()
-    batch: list[tuple[bytes, str, str]] = []
-    last = 0
-    for payload, msg_id, digest, stored in size.synthesise("bench", "size", files, events):
-        for sha, data in stored:
-            await blobs.put(sha, data)
-        batch.append((payload, msg_id, digest))
-        if len(batch) == size.BATCH:
-            last = await rpl.append_batch(nc, subject, last, batch, 0)
-            batch = []
-    if batch:
-        await rpl.append_batch(nc, subject, last, batch, 0)
-    await nc.close()
-    return time.perf_counter() - t0
+    try:
+        return await size.build(nc, files, events)
+    finally:
+        await nc.close()
 
 
 async def paints(base: str, pages: dict[str, str]) -> dict[str, float]:

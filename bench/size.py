@@ -138,6 +138,27 @@ def synthesise(
         yield payload, SUBJECTS.msg_id(tenant, workspace, f"r{version}"), prev, blobs
 
 
+async def build(nc: nats.NATS, files: int, events: int) -> float:
+    """Append the synthesised log of ``bench/size`` (``synthesise``) as workspace bench/size,
+    its large contents in WS_BLOBS; return the seconds it took."""
+    await bus.ensure_streams(nc, SUBJECTS)
+    js, subject = nc.jetstream(), SUBJECTS.evt("bench", "size")
+    blobs = Blobs(js).of("bench", "size")
+    t0 = time.perf_counter()
+    batch: list[tuple[bytes, str, str]] = []
+    last = 0
+    for payload, msg_id, digest, stored in synthesise("bench", "size", files, events):
+        for sha, data in stored:
+            await blobs.put(sha, data)
+        batch.append((payload, msg_id, digest))
+        if len(batch) == BATCH:
+            last = await rpl.append_batch(nc, subject, last, batch, 0)
+            batch = []
+    if batch:
+        await rpl.append_batch(nc, subject, last, batch, 0)
+    return time.perf_counter() - t0
+
+
 async def raw(url: str, subject: str, count: int) -> None:
     """The baseline: an ordered consumer receives ``count`` messages of ``subject``."""
     nc = await nats.connect(url)
@@ -228,22 +249,8 @@ async def main(files: int = FILES, events: int = EVENTS) -> None:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         nc = await bus.connect(server.url, "bench-size")
-        await bus.ensure_streams(nc, SUBJECTS)
-        js, subject = nc.jetstream(), SUBJECTS.evt("bench", "size")
-        blobs = Blobs(js).of("bench", "size")
-        t0 = time.perf_counter()
-        batch: list[tuple[bytes, str, str]] = []
-        last = 0
-        for payload, msg_id, digest, stored in synthesise("bench", "size", files, events):
-            for sha, data in stored:
-                await blobs.put(sha, data)
-            batch.append((payload, msg_id, digest))
-            if len(batch) == BATCH:
-                last = await rpl.append_batch(nc, subject, last, batch, 0)
-                batch = []
-        if batch:
-            await rpl.append_batch(nc, subject, last, batch, 0)
-        made = time.perf_counter() - t0
+        subject = SUBJECTS.evt("bench", "size")
+        made = await build(nc, files, events)
         url = server.url
         print(f"Size: {files:,} files, {events:,} events ({files // BLOB_EVERY:,} in WS_BLOBS)")
         print(f"(log synthesised and appended in {made:.0f} s)\n")
