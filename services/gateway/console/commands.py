@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from nats.aio.msg import Msg
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -34,7 +35,15 @@ from contracts.subjects import HEADER_STREAM
 from quill.client import Workspace
 from services.gateway.console.auth import PREFIX
 from services.gateway.console.history import number
-from services.gateway.console.live import FAILED, KEEPALIVE, listening, message, sse
+from services.gateway.console.live import (
+    FAILED,
+    KEEPALIVE,
+    Heard,
+    follow,
+    listening,
+    message,
+    sse,
+)
 
 if TYPE_CHECKING:
     from services.gateway.console import Console
@@ -178,22 +187,15 @@ async def commands_live(c: Console, request: Request) -> Response:
     def render(**context: Any) -> str:
         return rows.render(prefix=PREFIX, ws=ws_name, **({"done": [], "running": []} | context))
 
-    async def stream() -> AsyncIterator[str]:
-        seen: set[str] = set()
-        async with listening(nc, outputs, audits) as heard:
-            if heard is None:
-                yield FAILED
-                return
-            yield message("ready", "live")
-            async for msg in heard:
-                if msg is None:
-                    yield KEEPALIVE
-                elif msg.subject != audits:
-                    command_id = msg.subject.rsplit(".", 1)[-1]
-                    if command_id not in seen and len(seen) < SEEN_MAX:
-                        seen.add(command_id)
-                        yield message("running", render(running=[command_id]))
-                elif is_command(record := codec.decode(msg.data, AuditRecord)):
-                    yield message("done", render(done=[Done(record)]))
+    seen: set[str] = set()
 
-    return sse(stream())
+    async def each(msg: Msg, _: Heard) -> AsyncIterator[str]:
+        if msg.subject != audits:
+            command_id = msg.subject.rsplit(".", 1)[-1]
+            if command_id not in seen and len(seen) < SEEN_MAX:
+                seen.add(command_id)
+                yield message("running", render(running=[command_id]))
+        elif is_command(record := codec.decode(msg.data, AuditRecord)):
+            yield message("done", render(done=[Done(record)]))
+
+    return sse(follow(nc, [outputs, audits], each))

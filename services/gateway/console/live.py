@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import nats.errors
@@ -90,6 +90,31 @@ async def listening(nc: NATS, *subjects: str) -> AsyncIterator[Heard | None]:
                 await sub.unsubscribe()
 
 
+async def follow(
+    nc: NATS,
+    subjects: list[str],
+    each: Callable[[Msg, Heard], AsyncIterator[str]],
+    before: Callable[[], AsyncIterator[str]] | None = None,
+) -> AsyncIterator[str]:
+    """A live stream: subscribed to ``subjects`` (else ``FAILED``), what ``before`` sends
+    (what changed between the page and the subscription), ``ready``, then what ``each``
+    makes of every message, and ``KEEPALIVE`` after ``KEEPALIVE_S`` without one."""
+    async with listening(nc, *subjects) as heard:
+        if heard is None:
+            yield FAILED
+            return
+        if before is not None:
+            async for chunk in before():
+                yield chunk
+        yield message("ready", "live")
+        async for msg in heard:
+            if msg is None:
+                yield KEEPALIVE
+                continue
+            async for chunk in each(msg, heard):
+                yield chunk
+
+
 def sse(stream: AsyncIterator[str]) -> Response:
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
@@ -118,42 +143,30 @@ async def events(c: Console, request: Request) -> Response:
     def render(batch: list[rp.EventSummary]) -> str:
         return rows.render(rows=list(reversed(batch)), prefix=PREFIX, ws=ws_name, live=True)
 
-    async def stream() -> AsyncIterator[str]:
-        last = after
-        async with listening(nc, subject) as heard:
-            if heard is None:
-                yield FAILED
-                return
+    last = after
 
-            async def catch_up(upto: int | None = None) -> AsyncIterator[str]:
-                """The events after ``last`` (at least up to ``upto``: the replica answering
-                may not have applied what the notification announced yet)."""
-                nonlocal last
-                while True:
-                    body = rq.EventsQuery(after=last, limit=BATCH, min_version=upto)
-                    page: rp.EventPage = await ws.call(body)
-                    if not page.events:
-                        return  # nothing new
-                    last = page.events[-1].version
-                    if not queue:
-                        yield message("event", render(page.events))
-                    if not page.has_more:
-                        break
-                if queue:
-                    yield await approvals(last)
+    async def catch_up(upto: int | None = None) -> AsyncIterator[str]:
+        """The events after ``last`` (at least up to ``upto``: the replica answering may not
+        have applied what the notification announced yet)."""
+        nonlocal last
+        while True:
+            body = rq.EventsQuery(after=last, limit=BATCH, min_version=upto)
+            page: rp.EventPage = await ws.call(body)
+            if not page.events:
+                return  # nothing new
+            last = page.events[-1].version
+            if not queue:
+                yield message("event", render(page.events))
+            if not page.has_more:
+                break
+        if queue:
+            yield await approvals(last)
 
-            async for chunk in catch_up():
-                yield chunk
-            yield message("ready", "live")
-            async for msg in heard:
-                if msg is None:
-                    yield KEEPALIVE
-                    continue
-                update = codec.decode(msg.data, WorkspaceUpdated)
-                async for chunk in catch_up(update.version):
-                    yield chunk
+    async def each(msg: Msg, _: Heard) -> AsyncIterator[str]:
+        async for chunk in catch_up(codec.decode(msg.data, WorkspaceUpdated).version):
+            yield chunk
 
-    return sse(stream())
+    return sse(follow(nc, [subject], each, catch_up))
 
 
 async def audit(c: Console, request: Request) -> Response:
@@ -165,18 +178,9 @@ async def audit(c: Console, request: Request) -> Response:
     nc = ws.client.nc
     rows = c.templates.get_template("audit_rows.html")
 
-    async def stream() -> AsyncIterator[str]:
-        async with listening(nc, ws.client.subjects.audit(ws.tenant, ws.name)) as heard:
-            if heard is None:
-                yield FAILED
-                return
-            yield message("ready", "live")
-            async for msg in heard:
-                if msg is None:
-                    yield KEEPALIVE
-                    continue
-                record = codec.decode(msg.data, AuditRecord)
-                if query.match(record):
-                    yield message("record", rows.render(records=[record], live=True))
+    async def each(msg: Msg, _: Heard) -> AsyncIterator[str]:
+        record = codec.decode(msg.data, AuditRecord)
+        if query.match(record):
+            yield message("record", rows.render(records=[record], live=True))
 
-    return sse(stream())
+    return sse(follow(nc, [ws.client.subjects.audit(ws.tenant, ws.name)], each))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from nats.aio.msg import Msg
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -30,7 +31,7 @@ from contracts.events import WorkspaceUpdated
 from contracts.subjects import check_id
 from quill.client import Workspace
 from services.gateway.console.auth import PREFIX
-from services.gateway.console.live import FAILED, KEEPALIVE, listening, message, sse
+from services.gateway.console.live import Heard, follow, message, sse
 from services.gateway.principals import Principal
 from services.gateway.workspaces import listing
 
@@ -165,27 +166,20 @@ async def live(c: Console, request: Request) -> Response:
         html = rows.render(_context(principal, q, found), prefix=PREFIX)
         return message("rows", html)
 
-    async def stream() -> AsyncIterator[str]:
-        async with listening(nc, subjects.updated(q.tenant, watched)) as heard:
-            if heard is None:
-                yield FAILED
-                return
-            yield await render()  # what changed between the page and the subscription
-            yield message("ready", "live")
-            async for msg in heard:
-                if msg is None:
-                    yield KEEPALIVE
-                    continue
-                update = codec.decode(msg.data, WorkspaceUpdated)
-                name = msg.subject.rsplit(".", 1)[-1]
-                try:  # the listing's replica has applied at least this version
-                    body = rq.WorkspaceInfoQuery(min_version=update.version)
-                    await _listed(c, principal, q, name).call(body)
-                except QuillError as exc:
-                    if exc.code != ErrorCode.WORKSPACE_NOT_FOUND:
-                        raise
-                while not heard.queue.empty():  # one page for a burst of changes
-                    heard.queue.get_nowait()
-                yield await render()
+    async def now() -> AsyncIterator[str]:
+        yield await render()  # what changed between the page and the subscription
 
-    return sse(stream())
+    async def each(msg: Msg, heard: Heard) -> AsyncIterator[str]:
+        update = codec.decode(msg.data, WorkspaceUpdated)
+        name = msg.subject.rsplit(".", 1)[-1]
+        try:  # the listing's replica has applied at least this version
+            body = rq.WorkspaceInfoQuery(min_version=update.version)
+            await _listed(c, principal, q, name).call(body)
+        except QuillError as exc:
+            if exc.code != ErrorCode.WORKSPACE_NOT_FOUND:
+                raise
+        while not heard.queue.empty():  # one page for a burst of changes
+            heard.queue.get_nowait()
+        yield await render()
+
+    return sse(follow(nc, [subjects.updated(q.tenant, watched)], each, now))
