@@ -17,7 +17,9 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from contracts import codec
 from contracts import requests as rq
+from contracts.events import WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from quill.client import Quill
 from services.gateway.app import Gateway
@@ -292,12 +294,11 @@ async def test_a_successful_put_bumps_recomputes_and_emits(
     first = (await put(owner, "DIRECTIVES.md", "v1")).json()
     quill = await Quill.connect(nats_url)
     try:
-        updates = quill.workspace("acme/agents").watch()
-        waiting = asyncio.ensure_future(anext(updates))
-        await asyncio.sleep(0)  # let the watch subscribe before the write
+        sub = await quill.nc.subscribe(quill.subjects.updated("acme", "agents"))
+        await quill.nc.flush()  # the server has the subscription before the write
         second = (await put(owner, "DIRECTIVES.md", "v2", **{"If-Match": first["etag"]})).json()
-        note = await asyncio.wait_for(waiting, 30)
-        await updates.aclose()
+        note = codec.decode((await sub.next_msg(timeout=30)).data, WorkspaceUpdated)
+        await sub.unsubscribe()
     finally:
         await quill.close()
     assert second["version"] == first["version"] + 1 and second["etag"] != first["etag"]
