@@ -93,10 +93,15 @@ class Tokens:
     ``revoke``), so a token works, or stops working, without a restart. A file that no
     longer reads (malformed, removed) keeps the tokens read last, with a warning."""
 
-    def __init__(self, principals: dict[str, Principal], path: Path | None = None) -> None:
+    def __init__(
+        self,
+        principals: dict[str, Principal],
+        path: Path | None = None,
+        stamp: tuple[int, int, int] | None = None,
+    ) -> None:
+        """``path``: the file they were read from, as it was (``stamp``) before reading."""
         self._by_digest = {_digest(token): p for token, p in principals.items()}
-        self._path = path
-        self._stamp = _stamp(path) if path is not None else None
+        self._path, self._stamp = path, stamp
 
     def _refresh(self) -> None:
         if self._path is None or (stamp := _stamp(self._path)) == self._stamp:
@@ -168,9 +173,7 @@ class Tokens:
                 raise ValueError(f"{where}: {exc.message}") from None
             pinned = scope == "workspace"
             principals[token] = Principal(tenant, workspace, pinned=pinned, actor=actor)
-        tokens = cls(principals, path)
-        tokens._stamp = stamp
-        return tokens
+        return cls(principals, path, stamp)
 
     def find(self, token: str) -> Principal | None:
         self._refresh()
