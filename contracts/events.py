@@ -147,6 +147,10 @@ class ApprovalRequested(
     summary: str
     """What it would do: the paths, or the command line (never contents)."""
     requested_by: str | None = None
+    preview: str | None = None
+    """The change it would make if decided at this version, as a unified diff (contents
+    redacted; at most ``contracts.limits.PREVIEW_MAX_BYTES``); None for a command, whose
+    changes are known only once it has run."""
 
 
 class ApprovalDecided(Event, frozen=True, kw_only=True, omit_defaults=True, tag="approval_decided"):

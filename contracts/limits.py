@@ -29,6 +29,9 @@ DEFAULT_EXCLUSIONS: tuple[str, ...] = (
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 """The NATS ``max_payload`` Quill's embedded server runs with (requests, replies, events)."""
 
+PREVIEW_MAX_BYTES = 32 * 1024
+"""The longest diff an approval request shows of the change it would make (cut past it)."""
+
 Positive = Annotated[int, Meta(ge=1, le=2**40)]
 
 

@@ -517,6 +517,8 @@ class Approval(msgspec.Struct, frozen=True, kw_only=True):
     requested: datetime
     version: int
     """The version of its ``approval_requested`` event."""
+    preview: str | None = None
+    """The change it would make, as a unified diff as of ``version`` (None: a command)."""
 
 
 class ApprovalList(Result, frozen=True, kw_only=True):

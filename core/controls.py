@@ -72,6 +72,8 @@ class ApprovalState:
     """None while pending."""
     decided_by: str | None = None
     reason: str | None = None
+    preview: str | None = None
+    """What it would change (a diff), kept while it waits."""
 
 
 @dataclass(slots=True)
@@ -134,7 +136,12 @@ def fold_control(controls: Controls, event: ControlEvent) -> None:
         if controls.approvals is None:
             controls.approvals = {}
         controls.approvals[event.approval_id] = ApprovalState(
-            event.request_op, event.summary, event.requested_by, event.at, event.version
+            event.request_op,
+            event.summary,
+            event.requested_by,
+            event.at,
+            event.version,
+            preview=event.preview,
         )
     elif isinstance(event, WorkspaceAttached):
         if controls.attached is None:
@@ -151,6 +158,7 @@ def fold_control(controls: Controls, event: ControlEvent) -> None:
         if approval is not None:
             approval.approved = event.approved
             approval.decided_by, approval.reason = event.actor, event.reason
+            approval.preview = None  # decided: the diff is in the log, not kept in memory
         decided = [k for k, a in (controls.approvals or {}).items() if a.approved is not None]
         for old in decided[: max(0, len(decided) - DECIDED_KEPT)]:
             del controls.approvals[old]  # type: ignore[union-attr]
@@ -186,6 +194,7 @@ def approval_list(controls: Controls) -> rp.ApprovalList:
             requested_by=a.requested_by,
             requested=a.requested,
             version=a.version,
+            preview=a.preview,
         )
         for approval_id, a in controls.pending()
     ]

@@ -70,7 +70,8 @@ async def trust(
 @workspace_command
 async def approvals(ctx: click.Context, ws: Workspace) -> None:
     """Requests waiting for approval on WORKSPACE: id, when, who asked, the op, what it would
-    touch (paths, or the command line). Decide with quill approve / quill deny."""
+    touch (paths, or the command line), then the diff of the change each would make.
+    Decide with quill approve / quill deny."""
     r = await ws.approvals()
 
     def human() -> str:
@@ -78,7 +79,12 @@ async def approvals(ctx: click.Context, ws: Workspace) -> None:
             [a.approval_id, when(a.requested), a.requested_by or "-", a.op, a.summary]
             for a in r.pending
         ]
-        return columns(rows) or "(no pending approvals)"
+        diffs = [
+            f"\n{a.approval_id} would change (as of version {a.version}):\n{a.preview.rstrip()}"
+            for a in r.pending
+            if a.preview
+        ]
+        return "\n".join([columns(rows), *diffs]) if rows else "(no pending approvals)"
 
     emit(ctx, r, human)
 

@@ -17,7 +17,6 @@ and each part is short enough that splitting would only scatter the rows from th
 from __future__ import annotations
 
 import base64
-import difflib
 import json
 import mimetypes
 from typing import Annotated, Any, Literal
@@ -28,6 +27,7 @@ from pydantic import Field, WithJsonSchema
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from core.content import as_text
+from core.diffs import unified
 from core.matches import multiple_matches, no_match
 from quill.client import Workspace
 from services.gateway import texts
@@ -271,14 +271,7 @@ async def edit_many(ws: Workspace, a: Args) -> Any:
     for n, edit in enumerate(edits, 1):
         after, count = one_edit(info.path, after, edit, n, len(edits))
         replacements += count
-    diff = "".join(
-        difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
-            f"a/{info.path}",
-            f"b/{info.path}",
-        )
-    )
+    diff = unified(info.path, before, after)
     data: dict[str, Any] = {
         "path": info.path,
         "edits": len(edits),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,6 +10,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import normalize
 from core.content import as_text
+from core.diffs import unified
 from core.rows import Node, WorkspaceRow
 from services.reader.queries import Queries
 
@@ -33,15 +33,14 @@ class Differ:
         entries = await self.q.store.entries_at(ws.id, version, scope)
         return {n.path: n for n in entries if n.kind == "f"}
 
-    async def _text(self, ws: WorkspaceRow, node: Node | None) -> tuple[list[str], bool]:
-        """The file's lines (with their ends), and whether it is binary."""
+    async def _text(self, ws: WorkspaceRow, node: Node | None) -> tuple[str | None, bool]:
+        """The file's text (None: no file), and whether it is binary."""
         if node is None:
-            return [], False
+            return None, False
         if node.binary:
-            return [], True
+            return "", True
         assert node.sha256 is not None
-        text = as_text(await self.q.blobs.of(ws.tenant, ws.name).get(node.sha256)) or ""
-        return text.splitlines(keepends=True), False
+        return as_text(await self.q.blobs.of(ws.tenant, ws.name).get(node.sha256)) or "", False
 
     async def diff(self, ws: WorkspaceRow, version: int, req: rq.DiffQuery) -> rp.Diff:
         to_version = req.to_version or version
@@ -70,17 +69,7 @@ class Differ:
                 text = f"Binary files a/{path} and b/{path} differ\n"
                 diff = ""
             else:
-                diff = "".join(
-                    _ended(
-                        difflib.unified_diff(
-                            a,
-                            b,
-                            "/dev/null" if before is None else f"a/{path}",
-                            "/dev/null" if after is None else f"b/{path}",
-                            n=req.context_lines,
-                        )
-                    )
-                )
+                diff = unified(path, a, b, req.context_lines)
                 text = diff
             if used + len(text) > budget:
                 truncated = True
@@ -96,15 +85,3 @@ class Differ:
             diff="".join(chunks),
             truncated=truncated,
         )
-
-
-def _ended(lines: Any) -> Any:
-    """difflib lines, each ending with a newline (a last line without one gets the usual
-    ``\\ No newline at end of file`` marker)."""
-    for line in lines:
-        if line.endswith("\n"):
-            yield line
-        else:
-            yield line + "\n"
-            if not line.startswith(("---", "+++", "@@")):
-                yield "\\ No newline at end of file\n"

@@ -67,6 +67,7 @@ from infra.runtime import bounded_gather
 from services.writer.append import AppendError, Group
 from services.writer.deps import Deps
 from services.writer.partitions import Fence
+from services.writer.preview import preview
 
 log = logging.getLogger("quill.writer")
 
@@ -187,18 +188,19 @@ class WorkspaceActor:
             and approval.requested_by == p.origin.actor
         )
 
-    def _ask(
+    async def _ask(
         self, state: WorkspaceState, p: Pending
     ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
         """The ``approval_requested`` event that parks ``p`` (under its own request id: the
-        command itself keeps its id for when it is approved and committed)."""
+        command itself keeps its id for when it is approved and committed), with a diff of
+        what it would change if decided now."""
         summary, paths = describe(p)
         origin = Origin(
             f"{p.origin.request_id}:approval", p.origin.actor, p.origin.session, p.origin.run
         )
-
         request = p.request
         op = request.op if isinstance(request, rq.RequestApproval) else p.spec.key
+        shown = None if isinstance(request, rq.RequestApproval) else await self._preview(state, p)
 
         def make(common: dict[str, Any]) -> ApprovalRequested:
             return ApprovalRequested(
@@ -206,6 +208,7 @@ class WorkspaceActor:
                 request_op=op,
                 summary=summary,
                 requested_by=p.origin.actor,
+                preview=shown,
                 **common,
             )
 
@@ -214,6 +217,30 @@ class WorkspaceActor:
         event = to_event(state, decision, ctx, "approval_requested", origin)
         fold_control(state.controls, event)  # type: ignore[arg-type]
         return decision, event, codec.encode(event)
+
+    async def _preview(self, state: WorkspaceState, p: Pending) -> str:
+        """``p`` decided against ``state`` and undone: the diff of its changes, or why it
+        would be refused (as it stands; it is decided again once approved)."""
+        try:
+            ctx = await self._context(state, p)
+            with state.tree.savepoint():
+                changes = decide(state, p.request, ctx).changes
+                raise _Undo(changes)
+        except _Undo as undone:
+            changes = undone.changes
+        except QuillError as exc:
+            return f"As it stands it would be refused: {exc.code}: {exc.message}\n"
+        shown = await preview(changes, state.tree, self._content, self.deps.secrets)
+        return shown or "No change to the files.\n"
+
+    async def _content(self, sha256: str) -> bytes | None:
+        data = self.deps.contents.get(sha256)
+        if data is None:
+            try:
+                data = await self.blobs.get(sha256)
+            except QuillError:
+                return None
+        return data
 
     # ------------------------------------------------------------------ waiting
     def _park(self, p: Pending, error: QuillError, state: WorkspaceState) -> bool:
@@ -406,7 +433,7 @@ class WorkspaceActor:
                 try:
                     asks = self._needs_approval(state, p)
                     if asks:
-                        decision, event, payload = self._ask(state, p)
+                        decision, event, payload = await self._ask(state, p)
                     else:
                         decision, event, payload = await self._decide(state, p)
                 except QuillError as exc:
@@ -587,27 +614,7 @@ class WorkspaceActor:
         self, state: WorkspaceState, p: Pending
     ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
         deps = self.deps
-        wanted = needs(state, p.request)
-        foreign = await self._resolve_blobs(p.request, wanted.contents)
-        for sha in wanted.contents if foreign is None else []:
-            if sha not in deps.contents:
-                await deps.appender.applied()  # inline contents reach the store on apply
-                try:
-                    deps.contents.put(sha, await self.blobs.get(sha))
-                except QuillError as exc:
-                    if exc.code != ErrorCode.UNAVAILABLE:
-                        raise
-                    # decide says what is missing (a blob an apply names, a file's content)
-        past = await self._past(*wanted.past) if wanted.past is not None else None
-        ctx = Context(
-            version=state.version + 1,
-            at=datetime.now(UTC),
-            content=_without(deps.contents.get, foreign) if foreign else deps.contents.get,
-            past=past,
-            origin=p.origin,
-            locate=deps.bridges.find,
-            secrets=deps.secrets,
-        )
+        ctx = await self._context(state, p)
         with state.tree.savepoint():
             decision = decide(state, p.request, ctx)
             decision.redacted = sorted(ctx.redacted)
@@ -635,6 +642,31 @@ class WorkspaceActor:
                     {"event_bytes": len(payload)},
                 )
         return decision, event, payload
+
+    async def _context(self, state: WorkspaceState, p: Pending) -> Context:
+        """What deciding ``p`` needs: the contents it reads, the past it restores from."""
+        deps = self.deps
+        wanted = needs(state, p.request)
+        foreign = await self._resolve_blobs(p.request, wanted.contents)
+        for sha in wanted.contents if foreign is None else []:
+            if sha not in deps.contents:
+                await deps.appender.applied()  # inline contents reach the store on apply
+                try:
+                    deps.contents.put(sha, await self.blobs.get(sha))
+                except QuillError as exc:
+                    if exc.code != ErrorCode.UNAVAILABLE:
+                        raise
+                    # decide says what is missing (a blob an apply names, a file's content)
+        past = await self._past(*wanted.past) if wanted.past is not None else None
+        return Context(
+            version=state.version + 1,
+            at=datetime.now(UTC),
+            content=_without(deps.contents.get, foreign) if foreign else deps.contents.get,
+            past=past,
+            origin=p.origin,
+            locate=deps.bridges.find,
+            secrets=deps.secrets,
+        )
 
     async def _resolve_blobs(self, request: rq.Request, wanted: list[str]) -> set[str] | None:
         """Bring the contents an ``apply`` names by sha256 (``blob``) into ``deps.contents``
@@ -866,6 +898,13 @@ def _without(
 
 def _named_paths(request: rq.Request) -> list[str]:
     return [v for k in ("path", "to") if isinstance(v := getattr(request, k, None), str)]
+
+
+class _Undo(Exception):
+    """Raised inside a savepoint to undo a decision made only to be shown."""
+
+    def __init__(self, changes: list[AnyChange]) -> None:
+        self.changes = changes
 
 
 def awaiting(p: Pending, approval_id: str) -> QuillError:

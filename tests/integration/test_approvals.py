@@ -14,7 +14,7 @@ from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import start_executor
+from tests.helpers import start_executor, start_reader, start_writer
 
 
 async def pending(ws: object, n: int) -> list[str]:
@@ -109,6 +109,7 @@ async def test_commands_on_a_restricted_workspace(
         [approval_id] = await pending(desk, 1)
         [waiting] = (await desk.approvals()).pending
         assert waiting.op == "exec.run" and waiting.summary.endswith("echo ran")
+        assert waiting.preview is None  # what a command changes is known once it has run
         await desk.approve(approval_id)
         result = await asyncio.wait_for(running, 60)
         assert result.stdout == "ran\n" and result.changes.committed
@@ -116,3 +117,67 @@ async def test_commands_on_a_restricted_workspace(
             (await agent.nc.jetstream().get_last_msg("WS_AUDIT", "ws.audit.acme.shell")).data
         )
         assert (record["op"], record["outcome"]) == ("run", "ok")
+
+
+async def test_an_approval_shows_the_change_it_would_make(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The approver sees a diff of each parked mutation, decided against the state it was
+    asked at: contents as they would be committed (a registered secret redacted, in the
+    listing and in the log), a file it cannot show named, a refusal said as such."""
+    secret = "sk-live-approval-0123456789"
+    registry = tmp_path / "secrets.toml"
+    registry.write_text(f'[secrets]\napi_key = "{secret}"\n')
+    monkeypatch.setenv("QUILL_SECRETS", str(registry))
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        await start_reader(stack, nats_url, tmp_path / "reader", instance="r1")
+        agent = await Quill.connect(nats_url, actor="agent-7", retries=0)
+        human = await Quill.connect(nats_url, actor="alice")
+        stack.push_async_callback(agent.close)
+        stack.push_async_callback(human.close)
+        ws, desk = agent.workspace("acme/review"), human.workspace("acme/review")
+        await desk.create()
+        await desk.write("app.py", "a = 1\nb = 2\nc = 3\n")
+        await desk.write("old.txt", "gone soon\n")
+        await desk.write("logo.bin", b"\x89PNG\x00\x01")
+        await desk.set_trust("restricted")
+
+        asked: list[str] = []
+        for change in (
+            ws.edit("app.py", "b = 2", f"b = '{secret}'"),
+            ws.delete("old.txt"),
+            ws.write("logo.bin", b"\x89PNG\x00\x02"),
+            ws.edit("app.py", "no such line", "x"),
+        ):
+            with pytest.raises(QuillError) as info:
+                await change
+            assert info.value.code == ErrorCode.APPROVAL_REQUIRED
+            asked.append(info.value.details["approval_id"])
+        await pending(desk, 4)
+        shown = {a.approval_id: a.preview for a in (await desk.approvals()).pending}
+        edit, delete, binary, refused = (shown[i] or "" for i in asked)
+
+        assert edit.splitlines() == [
+            "--- a/app.py",
+            "+++ b/app.py",
+            "@@ -1,3 +1,3 @@",
+            " a = 1",
+            "-b = 2",
+            "+b = '[REDACTED:api_key]'",
+            " c = 3",
+        ]
+        assert delete == "--- a/old.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-gone soon\n"
+        assert binary == "modified logo.bin (6 bytes -> 6 bytes, binary)\n"
+        assert refused.startswith("As it stands it would be refused: NO_MATCH: oldString not found")
+
+        # The previews are in the log (each approval_requested event), redacted like contents.
+        js = agent.nc.jetstream()
+        stream = await js.stream_info("WS_EVENTS")
+        logged = b"".join(
+            [
+                (await js.get_msg("WS_EVENTS", seq)).data or b""
+                for seq in range(stream.state.first_seq, (stream.state.last_seq or 0) + 1)
+            ]
+        )
+        assert b"b = '[REDACTED:api_key]'" in logged and secret.encode() not in logged

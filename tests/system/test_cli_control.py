@@ -81,7 +81,10 @@ def test_approve_and_deny_while_the_caller_waits(up: Up) -> None:
     listed = up.cli("approvals", ws).stdout
     assert re.fullmatch(
         rf"{request['approval_id']}  \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d  agent +cmd.write +"
-        r"write plan.md\n",
+        r"write plan.md\n"
+        rf"\n{request['approval_id']} would change \(as of version \d+\):\n"
+        r"--- /dev/null\n\+\+\+ b/plan.md\n@@ -0,0 \+1 @@\n\+# plan\n"
+        r"\\ No newline at end of file\n",
         listed,
     )
     approved = up.cli("--actor", "alice", "approve", ws, request["approval_id"])

@@ -47,9 +47,13 @@ async def history(url: str) -> asyncio.Task[object]:
         await other.create()
         await other.write("todo.md", f"- {name}\n")
     held = quill.workspace("default/reviewed")
-    await held.create(trust="restricted")
+    await held.create()
+    await held.write("plan.md", "# Plan\n\n- write the tests\n- ship it on Friday\n")
+    await held.set_trust("restricted")
     parked = asyncio.create_task(
-        quill.as_actor("agent-9").workspace("default/reviewed").write("plan.md", "ship it\n")
+        quill.as_actor("agent-9")
+        .workspace("default/reviewed")
+        .edit("plan.md", "- ship it on Friday\n", "- ship it today\n- skip the review\n")
     )
     async with asyncio.timeout(10):
         while not (await held.approvals()).pending:

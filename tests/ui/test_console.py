@@ -98,6 +98,7 @@ async def test_approve_from_the_page_and_the_waiting_write_completes(
 ) -> None:
     ws = gateway.quill.workspace(WS)
     await ws.create(exist_ok=True)
+    await ws.write("plan.md", "step one\nthe old plan\n")
     await ws.set_trust("restricted")
     agent = gateway.quill.as_actor("agent-7")
     agent.wait_ms = 60_000
@@ -106,6 +107,9 @@ async def test_approve_from_the_page_and_the_waiting_write_completes(
         await pending(ws)
         await page.goto(f"{gateway.url}/ui/w/default/approvals")
         await expect(page.locator("#approval-list")).to_contain_text("write plan.md")
+        diff = page.locator("#approval-list table.preview")  # the change it would make
+        await expect(diff.locator("tr.del")).to_have_text(["-step one", "-the old plan"])
+        await expect(diff.locator("tr.add")).to_have_text(["+the plan"])
         await page.get_by_role("button", name="Approve").click()
         written = await asyncio.wait_for(waiting, 30)
     finally:

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
+from services.gateway.console import render
 from services.gateway.console.auth import PREFIX, Csrf, Gate, Refused
 from services.gateway.console.cluster import Cluster
 from services.gateway.principals import Access, Principal, Tokens, principal_of
@@ -63,6 +64,7 @@ class Console:
             undefined=jinja2.StrictUndefined,
         )
         env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S") if t else ""
+        env.filters["diff_lines"] = render.unified
         env.filters["filesize"] = lambda n: jinja2.filters.do_filesizeformat(n, binary=True)
         self.templates = Jinja2Templates(env=env)
         formatter: Any = HtmlFormatter(style="default")
