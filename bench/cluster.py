@@ -38,7 +38,7 @@ from pathlib import Path
 
 from nats.aio.client import Client as NATS
 
-from bench.harness import Load, closed_loop, merge, row
+from bench.harness import Load, closed_loop, merge, payload, row
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.subjects import STREAM_EVENTS, Subjects, split_workspace
@@ -175,7 +175,7 @@ class System:
             nonlocal done
             tenant, name = self._ws(n, i)
             ws = self.clients[n].workspace(f"{tenant}/{name}")
-            await ws.write(f"c{n}/f{i % 10}.txt", PAYLOAD)
+            await ws.write(f"c{n}/f{i % 10}.txt", payload(n * 1_000_000 + i))
             done += 1
 
         load = await closed_loop(CLIENTS, op, seconds)

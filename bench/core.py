@@ -18,6 +18,7 @@ from bench.harness import (
     Process,
     closed_loop,
     interleaved,
+    payload,
     quill_up,
     row,
     serial,
@@ -70,7 +71,8 @@ async def quill_writes(quill: Quill, workspaces: int, seconds: float) -> Load:
         await quill.workspace(name).create(exist_ok=True)
 
     async def op(n: int, i: int) -> None:
-        await quill.workspace(names[n % workspaces]).write(f"c{n}/f{i % 10}.txt", PAYLOAD)
+        name = names[n % workspaces]
+        await quill.workspace(name).write(f"c{n}/f{i % 10}.txt", payload(n * 1_000_000 + i))
 
     return await closed_loop(CLIENTS, op, seconds)
 

@@ -15,6 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+def payload(i: int, size: int = 200) -> str:
+    """``size`` bytes of text that differ for each ``i``: a write of the same content as the
+    file holds is answered without a commit, so a write benchmark must never repeat one."""
+    head = f"{i:>12} "
+    return head + "x" * (size - len(head) - 1) + "\n"
+
+
 @dataclass
 class Load:
     ops: int
