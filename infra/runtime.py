@@ -50,13 +50,16 @@ class Settings:
 
 async def bounded_gather(awaitables: Iterable[Awaitable[T]], limit: int) -> list[T]:
     """Await all of ``awaitables``, at most ``limit`` at a time; results in order."""
+    pending = list(awaitables)
+    if len(pending) <= 1:  # the common case on a hot path: no semaphore, no gather
+        return [await a for a in pending]
     gate = asyncio.Semaphore(limit)
 
     async def one(awaitable: Awaitable[T]) -> T:
         async with gate:
             return await awaitable
 
-    return list(await asyncio.gather(*(one(a) for a in awaitables)))
+    return list(await asyncio.gather(*(one(a) for a in pending)))
 
 
 # ---------------------------------------------------------------- logs

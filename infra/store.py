@@ -204,6 +204,8 @@ class Store:
         self._ids: dict[tuple[str, str], int] = {}
         self._versions: dict[tuple[str, str], int] = {}
         self._rows: dict[tuple[str, str], WorkspaceRow] = {}
+        self._next_id = 1
+        """The id the next new workspace gets (ids are never handed out twice in a process)."""
         self._lock = asyncio.Lock()
 
     @classmethod
@@ -238,6 +240,7 @@ class Store:
             store._ids[(ws.tenant, ws.name)] = ws.id
             store._versions[(ws.tenant, ws.name)] = ws.version
             store._rows[(ws.tenant, ws.name)] = ws
+            store._next_id = max(store._next_id, ws.id + 1)
         return store
 
     @property
@@ -285,20 +288,21 @@ class Store:
             ProjectionGap: an event's predecessor has not been applied (nothing is applied).
         """
         async with self._lock:
-            versions = dict(self._versions)
-            seqs = {key: row.last_seq for key, row in self._rows.items()}
+            # What this batch changes, over the projection's maps: the cost of an apply is
+            # the batch's, never the number of workspaces the projection holds.
+            versions: dict[tuple[str, str], int] = {}
+            seqs: dict[tuple[str, str], int] = {}
             fresh: list[Committed] = []
             wipes: set[int] = set()
             for item in batch:
                 key = (item.event.tenant, item.event.workspace)
-                have = versions.get(key, 0)
-                if (
-                    have
-                    and isinstance(item.event, WorkspaceCreated)
-                    and item.seq > seqs.get(key, 0)
-                ):
-                    wipes.add(id(item))  # created again after a purge this projection missed
-                    have = 0
+                have = versions[key] if key in versions else self._versions.get(key, 0)
+                if have and isinstance(item.event, WorkspaceCreated):
+                    row = self._rows.get(key)
+                    seen = seqs[key] if key in seqs else (row.last_seq if row else 0)
+                    if item.seq > seen:
+                        wipes.add(id(item))  # created again after a purge this projection missed
+                        have = 0
                 if item.event.version <= have:
                     continue
                 # a compaction replaces the workspace, a purge ends it: what the log purged
@@ -312,11 +316,15 @@ class Store:
                 seqs[key] = item.seq
             if not fresh and tracking is None:
                 return None
-            ids = dict(self._ids)
+            ids: dict[tuple[str, str], int] = {}
+            next_id = self._next_id
             for item in fresh:
                 key = (item.event.tenant, item.event.workspace)
                 if key not in ids:
-                    ids[key] = max(ids.values(), default=0) + 1
+                    known = self._ids.get(key)
+                    if known is None:
+                        known, next_id = next_id, next_id + 1
+                    ids[key] = known
             executed = Plan()
             try:
                 for part in _segments(fresh, frozenset(wipes)):
@@ -340,7 +348,9 @@ class Store:
             except BaseException:
                 await self._w.rollback()
                 raise
-            self._ids, self._versions = ids, versions
+            self._ids.update(ids)
+            self._versions.update(versions)
+            self._next_id = next_id
             self._update_rows(fresh, ids)
             for key in [key for key, version in versions.items() if version == 0]:
                 del self._ids[key], self._versions[key]  # purged: no workspace of that name
