@@ -53,24 +53,6 @@ def shim_links() -> dict[str, str]:
     return {"python": python3}
 
 
-LEFT_RUNNING = (
-    "trap : TERM; fd=$1; shift; exec {err}>&2 2>/dev/null; "
-    '"$@" 2>&"$err" {err}>&- {fd}>&-; status=$?; n=0; '
-    "for d in /proc/[0-9]*; do p=${d#/proc/}; "
-    '[ "$p" = 1 ] || [ "$p" = "$$" ] && continue; '
-    'line=; read -r line 2>/dev/null < "$d/stat" || continue; line=${line##*) }; '
-    "case ${line%% *} in Z|X) ;; *) n=$((n + 1)) ;; esac; done; "
-    'printf "%d\\n" "$n" >&"$fd"; exit "$status"'
-)
-"""A bwrap sandbox's first process with ``Spawn.count_left``: runs the command (without the
-report descriptor ``$1``; SIGTERM on a timeout is the command's to take or ignore: the
-shim's trap only lets it wait for the command, and its own stderr, where bash would say
-"Terminated", is /dev/null), then counts the processes of the PID namespace still alive but its
-init (pid 1) and itself, and writes the number to ``$1`` before exiting with the command's
-status. Its exit is what ends the sandbox (bwrap's init follows, the kernel kills the rest), so
-it is the one place that sees what is left before it goes."""
-
-
 def workdir(relative: str) -> str:
     """``relative`` normalised ("" for the root).
 
