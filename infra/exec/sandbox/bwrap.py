@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -63,6 +64,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -288,30 +290,19 @@ class BwrapProvider:
             argv = [self._bwrap, "--args", str(args), "--", *self._user(), *shim]
             if box.cgroup is not None:
                 argv = box.cgroup.wrap(self._bash, argv, "bwrap")
-            try:
-                box.proc = await asyncio.create_subprocess_exec(
-                    "bwrap" if box.cgroup is None else argv[0],
-                    *argv[1:],
-                    executable=argv[0],
-                    cwd=checkout,  # what ``sweep`` knows an orphaned bwrap by
-                    stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                    stdout=out_w,
-                    stderr=err_w,
-                    env=self._env,
-                    pass_fds=(
-                        status_w,
-                        block_r,
-                        info,
-                        args,
-                        report_w,
-                        go_r,
-                        box.spec,
-                        *data.values(),
-                    ),
-                    start_new_session=True,
-                )
-            except (OSError, ValueError) as e:
-                raise SandboxError(f"cannot start bwrap: {e}") from e
+            popen: Callable[[], subprocess.Popen[bytes]] = functools.partial(  # type: ignore[assignment]
+                subprocess.Popen,
+                ["bwrap" if box.cgroup is None else argv[0], *argv[1:]],
+                executable=argv[0],
+                cwd=checkout,  # what ``sweep`` knows an orphaned bwrap by
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                env=self._env,
+                pass_fds=(status_w, block_r, info, args, report_w, go_r, box.spec, *data.values()),
+                start_new_session=True,
+            )
+            box.proc = await _Process.start(popen)
             for end in (status_w, block_r, out_w, err_w, info, stdin, args, report_w, go_r):
                 fds.close(end)
             for end in data.values():
@@ -600,7 +591,7 @@ class _Box:
         """Readers of bwrap's status and the shim's report."""
         self.cgroup: cg.Cgroup | None = None
         self.watch: StdinWatch | None = None
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: _Process | None = None
         self.init: tuple[int, int, int] | None = None
         """A pidfd of the sandbox's init, its host pid and its PID namespace's inode."""
         self.status: asyncio.StreamReader | None = None
@@ -684,6 +675,8 @@ class _Box:
                 await self.watch.close()
             self.pipes.close()
             self.fds.close_all()
+            if self.proc is not None:
+                self.proc.close()
         if self.cgroup is None:
             return 0
         oom_kills = self.cgroup.oom_kills()
@@ -691,3 +684,52 @@ class _Box:
         if any(path.exists() for path in self.cgroup.paths):
             log.warning("cannot remove the sandbox's cgroup %s", self.cgroup.paths[0])
         return oom_kills
+
+
+class _Process:
+    """bwrap's process: started by ``subprocess.Popen`` in a thread (a fork from the executor,
+    a large process, stalls whichever thread makes it, and asyncio's own subprocesses cost
+    twice as much), waited for through a pidfd."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self._pidfd = os.pidfd_open(popen.pid)  # our child, not reaped before we wait
+
+    @classmethod
+    async def start(cls, popen: Callable[[], subprocess.Popen[bytes]]) -> _Process:
+        """Start it; the descriptors it is given stay open until this returns (a caller
+        cancelled meanwhile still waits for the thread, then ends what it started).
+
+        Raises:
+            SandboxError: it could not be started.
+        """
+        future = asyncio.get_running_loop().run_in_executor(None, popen)
+        try:
+            started = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                orphan = await future
+                orphan.kill()
+                await asyncio.to_thread(orphan.wait)
+            raise
+        except (OSError, ValueError) as e:
+            raise SandboxError(f"cannot start bwrap: {e}") from e
+        return cls(started)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def kill(self) -> None:
+        self._popen.kill()  # a no-op once reaped (Popen checks)
+
+    async def wait(self) -> int:
+        while self._popen.poll() is None:
+            await proctree.wait_exited([self._pidfd], common.GRACE_S)
+        return self._popen.returncode
+
+    def close(self) -> None:
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1

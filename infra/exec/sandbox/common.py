@@ -10,6 +10,7 @@ import posixpath
 import shutil
 import time
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from infra.exec.sandbox import proctree
 from infra.exec.sandbox.interface import Limits, Outcome, SandboxError
@@ -51,6 +52,17 @@ def shim_links() -> dict[str, str]:
     if python3 is None or shutil.which("python", path=PATH) is not None:
         return {}
     return {"python": python3}
+
+
+class Process(Protocol):
+    """A started process, as ``supervise`` and ``reap`` use it (asyncio's, or bwrap's own)."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    async def wait(self) -> int: ...
 
 
 def workdir(relative: str) -> str:
@@ -96,7 +108,7 @@ def memfd(name: str, data: str | bytes) -> int:
 
 
 async def supervise(
-    proc: asyncio.subprocess.Process,
+    proc: Process,
     out: proctree.Output,
     deadline: float,
     terminate: Callable[[], None],
@@ -157,7 +169,7 @@ def outcome(
     )
 
 
-async def reap(proc: asyncio.subprocess.Process) -> None:
+async def reap(proc: Process) -> None:
     """SIGKILL ``proc`` (if it still runs) and wait for it."""
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
