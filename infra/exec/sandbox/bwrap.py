@@ -53,6 +53,7 @@ command's exit status comes from ``--json-status-fd``; a sandbox that never ran 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import json
@@ -92,13 +93,13 @@ SPARES = 8
 """Spare sandboxes a provider keeps by default (one per recently used checkout)."""
 
 SHIM = (
-    "trap : TERM; go=$1 spec=$2 rep=$3; printf 'R\\n' >&\"$rep\"; "
+    "go=$1 spec=$2 rep=$3; printf 'R\\n' >&\"$rep\"; "
     'IFS= read -r -n 1 x <&"$go" || exit 125; exec {go}<&-; '
     "mapfile -t -d '' -u \"$spec\" a; exec {spec}<&-; "
     'cd -- "${a[0]}" 2>/dev/null || { printf "E %s\\n" "${a[0]}" >&"$rep"; exit 125; }; '
     'count=${a[1]}; set -- "${a[@]:2}"; '
     'if [ "$count" = 0 ]; then exec {rep}>&-; exec "$@"; fi; '
-    "exec {err}>&2 2>/dev/null; "
+    "trap : TERM; exec {err}>&2 2>/dev/null; "
     '"$@" 2>&"$err" {err}>&- {rep}>&-; status=$?; n=0; '
     "for d in /proc/[0-9]*; do p=${d#/proc/}; "
     '[ "$p" = 1 ] || [ "$p" = "$$" ] && continue; '
@@ -112,7 +113,8 @@ says it is ready (``R`` on REPORT), waits for a byte on GO, then reads the comma
 ``env -i -- NAME=VALUE... argv...``, each ending in NUL), closes GO and SPEC, enters the
 directory (else reports ``E <directory>``) and runs the command with exactly its environment.
 Counting (``Spawn.count_left``) it runs it as a child (without REPORT; SIGTERM on a timeout is
-the command's to take or ignore: the shim's trap only lets it wait for the command, and its own
+the command's to take or ignore: the shim's trap, set just before, only lets it wait for it;
+until then SIGTERM ends the shim as it would the command, and its own
 stderr, where bash would say "Terminated", is /dev/null), then counts the processes of the PID
 namespace still alive but its init (pid 1) and itself, and writes the number to REPORT before
 exiting with the command's status. Its exit is what ends the sandbox (bwrap's init follows, the
@@ -686,10 +688,16 @@ class _Box:
         return oom_kills
 
 
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="quill-bwrap")
+"""The one thread that starts bwrap, for the life of the process: bwrap's ``--die-with-parent``
+(PR_SET_PDEATHSIG) fires when the *thread* that forked it ends, so it must be one that ends
+with the process only (a pool that retires idle threads would kill running sandboxes)."""
+
+
 class _Process:
-    """bwrap's process: started by ``subprocess.Popen`` in a thread (a fork from the executor,
-    a large process, stalls whichever thread makes it, and asyncio's own subprocesses cost
-    twice as much), waited for through a pidfd."""
+    """bwrap's process: started by ``subprocess.Popen`` in ``_SPAWNER`` (a fork from the
+    executor, a large process, stalls whichever thread makes it, and asyncio's own subprocesses
+    cost twice as much), waited for through a pidfd."""
 
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self._popen = popen
@@ -704,7 +712,7 @@ class _Process:
         Raises:
             SandboxError: it could not be started.
         """
-        future = asyncio.get_running_loop().run_in_executor(None, popen)
+        future = asyncio.get_running_loop().run_in_executor(_SPAWNER, popen)
         try:
             started = await asyncio.shield(future)
         except asyncio.CancelledError:
