@@ -90,6 +90,7 @@ class Executor:
             budget=config.checkouts_budget,
             reserve=config.disk_reserve,
             background=self._background,
+            gone=self.provider.discard,
         )
         self.commands = Commands(
             config,
@@ -166,6 +167,7 @@ class Executor:
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=sandbox.GRACE_S + 5)
         await self.bridges.stop()
+        await self.provider.close()
         if self._lock is not None:
             self._lock.close()
 

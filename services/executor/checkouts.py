@@ -54,10 +54,13 @@ class Checkouts:
         budget: int,
         reserve: int | None,
         background: Callable[[Coroutine[Any, Any, None]], None],
+        gone: Callable[[Path], None] = lambda tree: None,
     ) -> None:
         self.data_dir, self.js, self.subjects, self.blobs = data_dir, js, subjects, blobs
         self.quill = quill
         self.background = background
+        self.gone = gone
+        """Told each checkout tree removed (the provider drops what it got ready for it)."""
         self.live: dict[Key, Checkout] = {}
         """The checkout of each workspace (not those built at an older version)."""
         self.locks: dict[Key, asyncio.Lock] = {}
@@ -201,8 +204,9 @@ class Checkouts:
         checkout = self.live.pop(key, None)
         self.over_quota.pop(key, None)
         self.measured.pop(key, None)
-        home = self.data_dir / "checkouts" / key[0] / key[1]
-        await asyncio.to_thread(_remove_tree, checkout.home if checkout else home)
+        home = checkout.home if checkout else self.data_dir / "checkouts" / key[0] / key[1]
+        self.gone(home / "tree")
+        await asyncio.to_thread(_remove_tree, home)
         self.budget.forget(key)
 
     async def purged(self, key: Key) -> None:

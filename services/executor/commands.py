@@ -154,8 +154,9 @@ class Commands:
         t2 = time.perf_counter()
         if checkout is live:
             await asyncio.to_thread(checkout.save)
-            try:
-                await checkout.sync()
+            try:  # past our own event (nothing made: the next command syncs before it runs)
+                if changes.version != base:
+                    await checkout.sync()
             except Exception as exc:  # committed already; the next command syncs it
                 log.warning("checkout of %s not synced after the commit: %r", address, exc)
         t3 = time.perf_counter()
@@ -219,10 +220,15 @@ class Commands:
             outcome = await self.checkouts.guarded(
                 checkout, self._sandboxed(checkout, spawn, on_output)
             )
-            await recorder.finish(outcome)
-            changes = await self._capture_and_commit(
-                address, origin, checkout, base, f"$ {shown}", live
-            )
+            if checkout is live:  # the next command here finds a sandbox started
+                self.provider.warm(checkout.tree, self._limits(spawn.timeout_s, checkout))
+            finishing = asyncio.ensure_future(recorder.finish(outcome))  # alongside the capture
+            try:
+                changes = await self._capture_and_commit(
+                    address, origin, checkout, base, f"$ {shown}", live
+                )
+            finally:
+                await finishing
         audited(outcome, details, output.redacted | job.redacted)
         details.update(committed=changes.committed, changed=changes.total)
         details.update(background_killed=outcome.left_running, stdin_read=outcome.stdin_read)

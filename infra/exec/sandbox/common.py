@@ -10,6 +10,7 @@ import posixpath
 import shutil
 import time
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from infra.exec.sandbox import proctree
 from infra.exec.sandbox.interface import Limits, Outcome, SandboxError
@@ -53,22 +54,15 @@ def shim_links() -> dict[str, str]:
     return {"python": python3}
 
 
-LEFT_RUNNING = (
-    "trap : TERM; fd=$1; shift; exec {err}>&2 2>/dev/null; "
-    '"$@" 2>&"$err" {err}>&- {fd}>&-; status=$?; n=0; '
-    "for d in /proc/[0-9]*; do p=${d#/proc/}; "
-    '[ "$p" = 1 ] || [ "$p" = "$$" ] && continue; '
-    'line=; read -r line 2>/dev/null < "$d/stat" || continue; line=${line##*) }; '
-    "case ${line%% *} in Z|X) ;; *) n=$((n + 1)) ;; esac; done; "
-    'printf "%d\\n" "$n" >&"$fd"; exit "$status"'
-)
-"""A bwrap sandbox's first process with ``Spawn.count_left``: runs the command (without the
-report descriptor ``$1``; SIGTERM on a timeout is the command's to take or ignore: the
-shim's trap only lets it wait for the command, and its own stderr, where bash would say
-"Terminated", is /dev/null), then counts the processes of the PID namespace still alive but its
-init (pid 1) and itself, and writes the number to ``$1`` before exiting with the command's
-status. Its exit is what ends the sandbox (bwrap's init follows, the kernel kills the rest), so
-it is the one place that sees what is left before it goes."""
+class Process(Protocol):
+    """A started process, as ``supervise`` and ``reap`` use it (asyncio's, or bwrap's own)."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+    async def wait(self) -> int: ...
 
 
 def workdir(relative: str) -> str:
@@ -114,7 +108,7 @@ def memfd(name: str, data: str | bytes) -> int:
 
 
 async def supervise(
-    proc: asyncio.subprocess.Process,
+    proc: Process,
     out: proctree.Output,
     deadline: float,
     terminate: Callable[[], None],
@@ -175,7 +169,7 @@ def outcome(
     )
 
 
-async def reap(proc: asyncio.subprocess.Process) -> None:
+async def reap(proc: Process) -> None:
     """SIGKILL ``proc`` (if it still runs) and wait for it."""
     with contextlib.suppress(ProcessLookupError):
         proc.kill()

@@ -104,3 +104,16 @@ class Provider(Protocol):
             SandboxError: the sandbox could not start it.
         """
         ...
+
+    def warm(self, checkout: Path, limits: Limits) -> None:
+        """Get ready for another command on ``checkout`` with ``limits`` (bwrap: start a spare
+        sandbox for it; never one reused: ``sandbox.spares``)."""
+        ...
+
+    def discard(self, checkout: Path) -> None:
+        """Drop what ``warm`` got ready for ``checkout`` (it is going away)."""
+        ...
+
+    async def close(self) -> None:
+        """Drop all of it (the executor is stopping)."""
+        ...

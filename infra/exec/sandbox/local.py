@@ -39,6 +39,15 @@ class LocalProvider:
         what a killed executor left cannot be told apart (docs/executor.md says so)."""
         return 0
 
+    def warm(self, checkout: Path, limits: Limits) -> None:
+        """Nothing: a local command starts in a few milliseconds anyway."""
+
+    def discard(self, checkout: Path) -> None:
+        """Nothing (``warm`` keeps nothing)."""
+
+    async def close(self) -> None:
+        """Nothing (``warm`` keeps nothing)."""
+
     async def run(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Outcome:

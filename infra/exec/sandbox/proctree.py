@@ -96,7 +96,7 @@ def sandboxes_under(binary: str, root: str) -> Finder:
                 return False
             if not any(arg.startswith(prefix) for arg in (cwd, *argv)):
                 return False
-            for member in (pid, *_children(pid)):  # bwrap's monitor and the sandbox's init
+            for member in (pid, *children(pid)):  # bwrap's monitor and the sandbox's init
                 ns = _ns_inode(member)
                 if ns is not None and ns != host:
                     namespaces.add(ns)
@@ -146,10 +146,18 @@ def _stat(pid: int) -> list[bytes] | None:
         return None
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The live children of ``pid`` (from /proc/<pid>/task/<pid>/children, else a scan of
+    /proc for processes whose parent it is)."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
             return [int(child) for child in f.read().split()]
+    except FileNotFoundError:
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit() and (stat := _stat(int(name))) is not None and int(stat[1]) == pid:
+                found.append(int(name))
+        return found
     except (OSError, ValueError):
         return []
 
