@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -29,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from nats.aio.subscription import Subscription
 from starlette.applications import Starlette
@@ -45,6 +45,7 @@ from services.gateway import VERSION, mcp_files, openapi, wap
 from services.gateway.bounds import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, BodyBounds, HeaderDeadline
 from services.gateway.console import Console
 from services.gateway.fleet import Fleet
+from services.gateway.mcp_http import Exchange
 from services.gateway.metrics import HttpMetrics, metrics_endpoint
 from services.gateway.principals import (
     ANONYMOUS,
@@ -125,8 +126,8 @@ def build_app(
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
-        Route("/mcp", StreamableHTTPASGIApp(servers[0].session_manager)),
-        Route("/mcp/wap", StreamableHTTPASGIApp(servers[1].session_manager)),
+        Route("/mcp", Exchange(servers[0].session_manager)),
+        Route("/mcp/wap", Exchange(servers[1].session_manager)),
         *(rest := Rest(access)).routes(),
         *Runs(rest).routes(),
         *WorkspacesRest(access).routes(),
@@ -226,6 +227,15 @@ class Gateway:
         await self.quill.close()
 
 
+def settle_heap() -> None:
+    """Exempt what startup built (the MCP SDK, pydantic's schemas, the tool tables: ~400,000
+    objects) from the garbage collector: a full collection walked them all, a 100-150 ms
+    pause of every request in flight every second or two under load, which was the gateway's
+    p99 (docs/performance.md, "Gateway")."""
+    gc.collect()
+    gc.freeze()
+
+
 async def start_gateway(config: GatewayConfig) -> Gateway:
     """Connect, create the reachable workspaces, listen, serve; ready when it returns.
 
@@ -263,6 +273,7 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         subjects = Subjects(config.root)
         gateway.subs = await bus.serve_ping(quill.nc, subjects, "gateway", instance, gateway.info)
         fleet.start()
+        settle_heap()
         log.info("gateway %s serving %s", instance, gateway.url)
         return gateway
     except BaseException:
