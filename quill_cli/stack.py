@@ -46,6 +46,7 @@ class Stack(Launcher):
         tenants: Path | None = None,
         secrets_file: Path | None = None,
         restart: bool = True,
+        gateway_workers: int | None = None,
     ) -> None:
         """``tenants``: a tenants file (``quill_cli/tenants.py``): the embedded server then
         admits each tenant with its own rights and the services as the system user, whose
@@ -67,6 +68,7 @@ class Stack(Launcher):
         if self.tenants is not None:
             self.tokens = self.tenants  # the gateway reads its tokens from the same file
         self.nats: NatsServer | None = None
+        self.gateway_workers = gateway_workers
 
     @property
     def nats_url(self) -> str:
@@ -99,6 +101,7 @@ class Stack(Launcher):
         argv = self.argv("gateway", "--nats-url", self.nats_url, "--host", "127.0.0.1")
         argv += ["--http-port", str(self.http_port)]
         argv += ["--tokens", str(self.tokens)] if self.tokens else []
+        argv += ["--workers", str(self.gateway_workers)] if self.gateway_workers else []
         return Child("gateway", argv, self._log("gateway"), self._env(), ping="gateway")
 
     async def _launch(self) -> None:
