@@ -13,7 +13,7 @@ One SDK client (``Quill``) for every request; one Starlette app served by uvicor
 Middleware, outermost first: ``HttpMetrics`` (counts and times every request),
 ``PrincipalMiddleware`` (who is calling; 401 otherwise), then ``BodyBounds`` (each body read
 whole before the app runs: at most ``MAX_BODY_BYTES``, within ``body_timeout``). uvicorn runs
-``HeaderDeadline``, its h11 protocol closing a connection whose request head is late
+``HeaderDeadline``, its httptools protocol closing a connection whose request head is late or large
 (``services/gateway/bounds.py``). The process also answers ``ws.sys.ping.gateway`` like every
 Quill service.
 """
