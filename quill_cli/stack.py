@@ -30,6 +30,15 @@ from quill_cli.natsserver import NatsServer
 __all__ = ["DEFAULT_DATA", "STACK_FILE", "Stack", "discover_url", "free_port", "http_ok"]
 
 
+def up_workers() -> int:
+    """The gateway's processes under ``quill up``: half the cores, since NATS, the writer, the
+    reader and the executor run on the same ones (on 2 cores one worker measured faster than
+    two, docs/performance.md)."""
+    from services.gateway.workers import default_count
+
+    return max(1, default_count() // 2)
+
+
 class Stack(Launcher):
     """``quill up``: one NATS server (or ``nats_url``'s) and one process of each service."""
 
@@ -101,7 +110,7 @@ class Stack(Launcher):
         argv = self.argv("gateway", "--nats-url", self.nats_url, "--host", "127.0.0.1")
         argv += ["--http-port", str(self.http_port)]
         argv += ["--tokens", str(self.tokens)] if self.tokens else []
-        argv += ["--workers", str(self.gateway_workers)] if self.gateway_workers else []
+        argv += ["--workers", str(self.gateway_workers or up_workers())]
         return Child("gateway", argv, self._log("gateway"), self._env(), ping="gateway")
 
     async def _launch(self) -> None:

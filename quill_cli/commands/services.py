@@ -28,6 +28,7 @@ from quill_cli.common import (
 commands = Commands("services")
 
 WORKERS_HELP = "Gateway processes serving the HTTP port (default: one a core)."
+UP_WORKERS_HELP = "Gateway processes serving the HTTP port (default: half the cores)."
 
 
 _nats_url_option = click.option(
@@ -268,7 +269,7 @@ def gateway(
 @click.option(
     "--secrets", "secrets_file", type=click.Path(path_type=Path, dir_okay=False), help=SECRETS_HELP
 )
-@click.option("--gateway-workers", type=click.IntRange(min=1), help=WORKERS_HELP)
+@click.option("--gateway-workers", type=click.IntRange(min=1), help=UP_WORKERS_HELP)
 @click.pass_context
 def up(
     ctx: click.Context,
