@@ -35,6 +35,9 @@ parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
 parser.add_argument("--versions", type=int, default=10_000, help="Versions of the history file.")
+parser.add_argument(
+    "--gateway-workers", type=int, help="gateway: its processes (default: quill up's)."
+)
 parser.add_argument("--files", type=int, default=size.FILES, help="size, console: files.")
 parser.add_argument("--events", type=int, default=size.EVENTS, help="size, console: events.")
 args = parser.parse_args()
@@ -46,7 +49,7 @@ if "search" in which:
     asyncio.run(search.main())
     print()
 if "gateway" in which:
-    asyncio.run(gateway.main(args.seconds, args.rounds))
+    asyncio.run(gateway.main(args.seconds, args.rounds, args.gateway_workers))
     print()
 if "executor" in which:
     asyncio.run(executor.main())

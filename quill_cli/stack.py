@@ -30,6 +30,15 @@ from quill_cli.natsserver import NatsServer
 __all__ = ["DEFAULT_DATA", "STACK_FILE", "Stack", "discover_url", "free_port", "http_ok"]
 
 
+def up_workers() -> int:
+    """The gateway's processes under ``quill up``: half the cores, since NATS, the writer, the
+    reader and the executor run on the same ones (on 2 cores one worker measured faster than
+    two, docs/performance.md)."""
+    from services.gateway.workers import default_count
+
+    return max(1, default_count() // 2)
+
+
 class Stack(Launcher):
     """``quill up``: one NATS server (or ``nats_url``'s) and one process of each service."""
 
@@ -46,6 +55,7 @@ class Stack(Launcher):
         tenants: Path | None = None,
         secrets_file: Path | None = None,
         restart: bool = True,
+        gateway_workers: int | None = None,
     ) -> None:
         """``tenants``: a tenants file (``quill_cli/tenants.py``): the embedded server then
         admits each tenant with its own rights and the services as the system user, whose
@@ -67,6 +77,7 @@ class Stack(Launcher):
         if self.tenants is not None:
             self.tokens = self.tenants  # the gateway reads its tokens from the same file
         self.nats: NatsServer | None = None
+        self.gateway_workers = gateway_workers
 
     @property
     def nats_url(self) -> str:
@@ -99,6 +110,7 @@ class Stack(Launcher):
         argv = self.argv("gateway", "--nats-url", self.nats_url, "--host", "127.0.0.1")
         argv += ["--http-port", str(self.http_port)]
         argv += ["--tokens", str(self.tokens)] if self.tokens else []
+        argv += ["--workers", str(self.gateway_workers or up_workers())]
         return Child("gateway", argv, self._log("gateway"), self._env(), ping="gateway")
 
     async def _launch(self) -> None:

@@ -27,6 +27,9 @@ from quill_cli.common import (
 
 commands = Commands("services")
 
+WORKERS_HELP = "Gateway processes serving the HTTP port (default: one a core)."
+UP_WORKERS_HELP = "Gateway processes serving the HTTP port (default: half the cores)."
+
 
 _nats_url_option = click.option(
     "--nats-url",
@@ -219,6 +222,7 @@ def executor(
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
 @click.option("--root", default="ws", show_default=True, help="Subject root.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.option("--workers", type=click.IntRange(min=1), help=WORKERS_HELP)
 @click.pass_context
 def gateway(
     ctx: click.Context,
@@ -228,10 +232,12 @@ def gateway(
     tokens: Path | None,
     root: str,
     log_format: str,
+    workers: int | None,
 ) -> None:
     """Run the HTTP gateway: MCP at /mcp, WAP at /mcp/wap, REST at /v1/host/workspace."""
     from services.gateway.app import GatewayConfig, start_gateway
     from services.gateway.principals import Tokens
+    from services.gateway.workers import default_count
 
     setup_logging(ctx.obj["log_level"], log_format)
     with refusing():
@@ -241,6 +247,7 @@ def gateway(
             port=http_port,
             tokens=Tokens.load(tokens) if tokens else None,
             root=root,
+            workers=workers or default_count(),
         )
         config.check()
     try:
@@ -262,6 +269,7 @@ def gateway(
 @click.option(
     "--secrets", "secrets_file", type=click.Path(path_type=Path, dir_okay=False), help=SECRETS_HELP
 )
+@click.option("--gateway-workers", type=click.IntRange(min=1), help=UP_WORKERS_HELP)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -273,6 +281,7 @@ def up(
     sandbox: str | None,
     tenants: Path | None,
     secrets_file: Path | None,
+    gateway_workers: int | None,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
     from quill_cli import tenants as tenancy
@@ -307,6 +316,7 @@ def up(
         sandbox=sandbox,
         tenants=tenants,
         secrets_file=secrets_file,
+        gateway_workers=gateway_workers,
     )
     sys.exit(run_to_exit(stack.run()))
 

@@ -13,7 +13,7 @@ One SDK client (``Quill``) for every request; one Starlette app served by uvicor
 Middleware, outermost first: ``HttpMetrics`` (counts and times every request),
 ``PrincipalMiddleware`` (who is calling; 401 otherwise), then ``BodyBounds`` (each body read
 whole before the app runs: at most ``MAX_BODY_BYTES``, within ``body_timeout``). uvicorn runs
-``HeaderDeadline``, its h11 protocol closing a connection whose request head is late
+``HeaderDeadline``, its httptools protocol closing a connection whose request head is late or large
 (``services/gateway/bounds.py``). The process also answers ``ws.sys.ping.gateway`` like every
 Quill service.
 """
@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import uvicorn
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from nats.aio.subscription import Subscription
 from starlette.applications import Starlette
@@ -45,6 +45,7 @@ from services.gateway import VERSION, mcp_files, openapi, wap
 from services.gateway.bounds import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, BodyBounds, HeaderDeadline
 from services.gateway.console import Console
 from services.gateway.fleet import Fleet
+from services.gateway.mcp_http import Exchange
 from services.gateway.metrics import HttpMetrics, metrics_endpoint
 from services.gateway.principals import (
     ANONYMOUS,
@@ -55,6 +56,7 @@ from services.gateway.principals import (
 )
 from services.gateway.rest import MAX_BODY_BYTES, Rest
 from services.gateway.runs import Runs
+from services.gateway.workers import Workers
 from services.gateway.workspaces import WorkspacesRest
 
 log = logging.getLogger("quill.gateway")
@@ -77,15 +79,21 @@ class GatewayConfig:
     """Seconds a connection has to send a request's head (408 and closed after)."""
     body_timeout: float = BODY_TIMEOUT_S
     """Seconds a request's body has to arrive once its head has (408 after)."""
+    workers: int = 1
+    """Gateway processes serving the port (``services/gateway/workers.py``)."""
+    reuse_port: bool = False
+    """Listen with ``SO_REUSEPORT`` (a worker's: the others listen on the same port)."""
 
     def check(self) -> None:
         """Raises:
-        ValueError: a non-loopback host without tokens."""
+        ValueError: a non-loopback host without tokens; fewer than one worker."""
         if self.tokens is None and not is_loopback(self.host):
             raise ValueError(
                 f"--host {self.host} needs --tokens: without tokens the gateway serves "
                 "loopback only"
             )
+        if self.workers < 1:
+            raise ValueError(f"--workers must be at least 1, not {self.workers}")
 
 
 def build_app(
@@ -125,8 +133,8 @@ def build_app(
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
-        Route("/mcp", StreamableHTTPASGIApp(servers[0].session_manager)),
-        Route("/mcp/wap", StreamableHTTPASGIApp(servers[1].session_manager)),
+        Route("/mcp", Exchange(servers[0].session_manager)),
+        Route("/mcp/wap", Exchange(servers[1].session_manager)),
         *(rest := Rest(access)).routes(),
         *Runs(rest).routes(),
         *WorkspacesRest(access).routes(),
@@ -159,16 +167,20 @@ async def not_allowed(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": "method_not_allowed"}, status_code=405)
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """A listening TCP socket whose protocol is named: asyncio sets ``TCP_NODELAY`` only on
     sockets with ``proto == IPPROTO_TCP``, and ``socket.create_server`` leaves it 0, which put
-    a 40 ms Nagle/delayed-ACK stall on every keep-alive request after the first."""
+    a 40 ms Nagle/delayed-ACK stall on every keep-alive request after the first.
+    ``reuse_port``: other sockets (the gateway's other workers) may listen on the port too,
+    the kernel spreading connections across them."""
     family, kind, proto, _, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
     )[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
         sock.listen(2048)
     except BaseException:
@@ -206,6 +218,8 @@ class Gateway:
     port: int
     subs: list[Subscription] = field(default_factory=list)
     fleet: Fleet | None = None
+    workers: Workers | None = None
+    """The other workers, when this process is worker 0 of several."""
 
     @property
     def url(self) -> str:
@@ -216,6 +230,8 @@ class Gateway:
         return {"http_url": self.url}
 
     async def stop(self) -> None:
+        if self.workers is not None:
+            await self.workers.stop()
         for sub in self.subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -224,6 +240,16 @@ class Gateway:
         self.server.should_exit = True
         await self.task
         await self.quill.close()
+
+
+def settle_heap() -> None:
+    """Exempt what startup built (the MCP SDK, pydantic's schemas, the tool tables: ~110,000
+    objects) from the garbage collector. Every call leaves a few objects to the oldest
+    generation, so under load a full collection ran every ~0.4 s and walked them all: ~60 ms
+    of CPU during which every request in flight waited, which was the gateway's p99
+    (docs/performance.md, "Gateway")."""
+    gc.collect()
+    gc.freeze()
 
 
 async def start_gateway(config: GatewayConfig) -> Gateway:
@@ -242,7 +268,7 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         await access.prepare(config.tokens.principals() if config.tokens else [ANONYMOUS])
         fleet = Fleet(quill.nc, Subjects(config.root))
         app = build_app(quill, access, config.tokens, config.host, fleet, config.body_timeout)
-        sock = listen(config.host, config.port)
+        sock = listen(config.host, config.port, config.reuse_port or config.workers > 1)
         uv = uvicorn.Config(
             app,
             http=HeaderDeadline.with_timeout(config.header_timeout),
@@ -263,6 +289,14 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         subjects = Subjects(config.root)
         gateway.subs = await bus.serve_ping(quill.nc, subjects, "gateway", instance, gateway.info)
         fleet.start()
+        settle_heap()
+        if config.workers > 1:
+            gateway.workers = Workers(replace(config, port=gateway.port), config.workers - 1)
+            try:
+                await gateway.workers.start()
+            except BaseException:
+                await gateway.stop()
+                raise
         log.info("gateway %s serving %s", instance, gateway.url)
         return gateway
     except BaseException:

@@ -1,13 +1,16 @@
 """Every HTTP request bounded in time and size, whoever sends it.
 
-uvicorn (h11) bounds a request's headers in size (``h11_max_incomplete_event_size``, 16 KiB),
-and an idle keep-alive connection in time (``timeout_keep_alive``), but not the time headers
-or a body take to arrive: a client that sends half a request holds a connection, and a task,
+uvicorn bounds an idle keep-alive connection in time (``timeout_keep_alive``), but not the
+size of a request's head (its httptools parser buffers any amount) nor the time headers or a
+body take to arrive: a client that sends half a request holds a connection, and a task,
 forever. Two pieces close that:
 
-* ``HeaderDeadline``, the HTTP protocol: a connection that has not sent a whole request head
-  within ``header_timeout`` seconds (from its opening, or from the first byte after a
-  keep-alive pause) is answered ``408`` and closed.
+* ``HeaderDeadline``, the HTTP protocol (uvicorn's httptools protocol; its h11 one cost ~25%
+  more CPU a request, docs/performance.md): a connection that has not sent a whole request
+  head within ``header_timeout`` seconds (from its opening, or from the first byte after a
+  keep-alive pause) is answered ``408`` and closed; a head over ``MAX_HEAD_BYTES`` (16 KiB,
+  h11's bound) is answered ``400`` and closed, and at most one read (``MAX_HEAD_BYTES`` plus
+  what one ``recv`` returns) is held while a head is incomplete.
 * ``BodyBounds``, ASGI middleware: reads a request's body before the app runs, at most
   ``max_body`` bytes (``413`` past it, at once for a ``Content-Length`` over it) within
   ``body_timeout`` seconds of the head (``408`` otherwise), then hands the app the whole body.
@@ -22,9 +25,8 @@ import json
 import logging
 from typing import Any
 
-import h11
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("quill.gateway")
 
@@ -32,6 +34,8 @@ HEADER_TIMEOUT_S = 10.0
 """Default time for a request's head (request line and headers) to arrive."""
 BODY_TIMEOUT_S = 60.0
 """Default time for a request's whole body to arrive once its head has."""
+MAX_HEAD_BYTES = 16 * 1024
+"""The most a request's head (request line and headers) may hold."""
 
 
 def _answer(status: int, reason: str, body: dict[str, str]) -> bytes:
@@ -46,13 +50,28 @@ def _answer(status: int, reason: str, body: dict[str, str]) -> bytes:
 REQUEST_TIMEOUT = _answer(
     408, "Request Timeout", {"error": "request_timeout", "message": "Request head too slow"}
 )
+HEAD_TOO_LARGE = _answer(
+    400, "Bad Request", {"error": "bad_request", "message": "Request head too large"}
+)
 
 
-class HeaderDeadline(H11Protocol):
-    """uvicorn's h11 protocol, closing a connection whose request head is late (408)."""
+class HeaderDeadline(HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing a connection whose request head is late (408) or
+    too large (400)."""
 
     header_timeout: float = HEADER_TIMEOUT_S
     _header_timer: asyncio.TimerHandle | None = None
+    _in_head = True
+    """Between requests or inside a head: what arrives is a head's."""
+    _too_large = False
+    _begun = False
+    """The next request's head has begun arriving."""
+    _heads = 0
+    """Heads parsed so far on this connection."""
+    _head_bytes = 0
+    """Bytes of the reads that arrived inside the current head."""
+    _head_size = 0
+    """The current head's request line and headers, as parsed."""
 
     @classmethod
     def with_timeout(cls, seconds: float) -> type[HeaderDeadline]:
@@ -64,17 +83,45 @@ class HeaderDeadline(H11Protocol):
         self._arm()
 
     def data_received(self, data: bytes) -> None:
+        heads, began_in_head = self._heads, self._in_head
         super().data_received(data)
-        if self.conn.their_state is h11.IDLE:  # a head begun (or none yet): it has a deadline
-            if self._header_timer is None:
-                self._arm()
-        else:
+        if self.transport.is_closing():
+            return
+        if not self._in_head:
             self._disarm()
+            return
+        if began_in_head and heads == self._heads:  # the read began and ended in one head
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._refuse(HEAD_TOO_LARGE, f"request head over {MAX_HEAD_BYTES} bytes")
+                return
+        if self._header_timer is None and not self._answering():
+            self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head, self._begun, self._head_size = True, True, 0
+
+    def on_url(self, url: bytes) -> None:
+        self._grow(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._grow(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head, self._begun, self._head_bytes = False, False, 0
+        self._heads += 1
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        pending, _ = self.conn.trailing_data
-        if self.conn.their_state is h11.IDLE and pending and not self.transport.is_closing():
+        if self._begun and not self.transport.is_closing():
             self._unset_keepalive_if_required()  # the next head has begun: it has a deadline
             if self._header_timer is None:
                 self._arm()
@@ -82,6 +129,22 @@ class HeaderDeadline(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def _grow(self, size: int) -> None:
+        """Count ``size`` bytes of the head being parsed.
+
+        Raises:
+            ValueError: past ``MAX_HEAD_BYTES`` (the parser stops, ``send_400_response``)."""
+        self._head_size += size
+        if self._head_size > MAX_HEAD_BYTES:
+            self._too_large = True
+            raise ValueError("request head too large")
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:
+            self._refuse(HEAD_TOO_LARGE, f"request head over {MAX_HEAD_BYTES} bytes")
+        else:
+            super().send_400_response(msg)
 
     def _arm(self) -> None:
         self._header_timer = self.loop.call_later(self.header_timeout, self._late)
@@ -91,16 +154,22 @@ class HeaderDeadline(H11Protocol):
             self._header_timer.cancel()
             self._header_timer = None
 
+    def _answering(self) -> bool:
+        """Whether a request is being answered (its time is the app's, not the head's)."""
+        return self.cycle is not None and not self.cycle.response_complete
+
     def _late(self) -> None:
         self._header_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+        if self.transport.is_closing() or not self._in_head or self._answering():
             return
         if self.timeout_keep_alive_task is not None:
             return  # between requests: the keep-alive timeout closes it
-        log.info(
-            "closed a connection from %s: no request head in %ss", self.client, self.header_timeout
-        )
-        self.transport.write(REQUEST_TIMEOUT)
+        self._refuse(REQUEST_TIMEOUT, f"no request head in {self.header_timeout}s")
+
+    def _refuse(self, answer: bytes, why: str) -> None:
+        log.info("closed a connection from %s: %s", self.client, why)
+        self._disarm()
+        self.transport.write(answer)
         self.transport.close()
 
 

@@ -1,0 +1,212 @@
+"""``/mcp`` and ``/mcp/wap`` over HTTP: the MCP SDK's stateless JSON exchange, answered in the
+request's own task.
+
+The SDK's stateless streamable-HTTP path (``StreamableHTTPSessionManager``) builds, for every
+POST, a transport, two pairs of memory streams, a message-router task, a ``JSONRPCDispatcher``
+and a handler task in the manager's task group, and tears them down again: ~0.6 ms of CPU a
+call on this machine, more than the rest of the request, and the scheduling behind the
+gateway's tail latency (docs/performance.md, "Gateway"). None of it carries anything in
+stateless JSON mode: the client's POST gets exactly one JSON body back, notifications the
+handler sends have no wire (the SDK drops them), and the handler cannot ask the client
+anything (``can_send_request`` is False). ``Exchange`` answers such a request the way the
+SDK's own 2026-07-28 single-exchange entry does: the SDK's kernel (``serve_one``: the
+server's middleware, method table, validation and result serialization) runs in the ASGI
+task, and the reply is framed as the stateless transport frames it (the same status, headers
+and JSON, errors mapped by the same rungs).
+
+Only the plain case takes this path: a POST of one JSON-RPC request (not ``initialize``)
+with a handshake-era or absent ``MCP-Protocol-Version``, accepted as JSON, within the body
+limit, past the SDK's Host/Origin/Content-Type checks. Everything else (notifications,
+batches, malformed bodies, ``initialize``, GET/DELETE, 2026-07-28 requests, refusals) goes
+to the SDK unchanged, with the body read here handed on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import pydantic_core
+from mcp.server.connection import Connection
+from mcp.server.runner import serve_one
+from mcp.server.streamable_http import check_accept_headers
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.exceptions import NoBackChannelError
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.jsonrpc_dispatcher import (
+    handler_exception_to_error_data,
+    progress_token_from_params,
+)
+from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.transport_context import TransportContext
+from mcp_types import (
+    DEFAULT_NEGOTIATED_VERSION,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCRequest,
+    JSONRPCResponse,
+    ProgressToken,
+    RequestId,
+    jsonrpc_message_adapter,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+
+log = logging.getLogger("quill.gateway")
+
+_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode("latin-1")
+_TRANSPORT = TransportContext(kind="streamable-http", can_send_request=False)
+"""What the SDK's stateless path tells a handler of its transport."""
+_JSON = [(b"content-type", b"application/json")]
+
+
+@dataclass
+class _Dispatch:
+    """The ``DispatchContext`` of one stateless JSON exchange: no back channel, and
+    notifications (progress, logs) dropped, as the SDK drops them in JSON mode."""
+
+    request_id: RequestId
+    message_metadata: ServerMessageMetadata
+    cancel_requested: anyio.Event
+    """Never set: a stateless exchange has no way for the client to cancel it but to go away."""
+    progress_token: ProgressToken | None = None
+    transport: TransportContext = _TRANSPORT
+    can_send_request: bool = False
+
+    async def send_raw_request(
+        self, method: str, params: Any, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        raise NoBackChannelError(method)
+
+    async def notify(self, method: str, params: Any, opts: CallOptions | None = None) -> None:
+        return None
+
+    async def progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        return None
+
+
+class Exchange:
+    """The ASGI app of one MCP endpoint (``manager``: its SDK session manager, stateless and
+    JSON); ``fast`` False sends every request to the SDK (tests compare the two)."""
+
+    def __init__(self, manager: StreamableHTTPSessionManager, *, fast: bool = True) -> None:
+        if not (manager.stateless and manager.json_response):
+            raise ValueError("Exchange serves a stateless, JSON-response session manager")
+        self.manager = manager
+        self.fast = fast
+        self.security = TransportSecurityMiddleware(manager.security_settings)
+        self._never: anyio.Event | None = None
+        """``cancel_requested`` of every exchange (one: making one costs ~2% of a call)."""
+        self.answered = 0
+        """Requests answered here rather than by the SDK (tests check the path is taken)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        manager = self.manager
+        if not self.fast or scope["method"] != "POST" or manager._task_group is None:  # noqa: SLF001
+            await manager.handle_request(scope, receive, send)
+            return
+        version = next((v for k, v in scope["headers"] if k == _VERSION_HEADER), None)
+        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await manager.handle_request(scope, receive, send)  # 2026-07-28: the SDK's own
+            return
+        body, trailing = await _body(receive)
+        message = None
+        if trailing is None and len(body) <= manager.max_request_body_size:
+            request = Request(scope, _replay(body, trailing, receive))
+            message = await self._plain(request, body)
+        if message is None:
+            await manager.handle_request(scope, _replay(body, trailing, receive), send)
+            return
+        self.answered += 1
+        await request.body()  # as the SDK's transport did: a handler may ask for it again
+        await self._answer(request, message, version, send)
+
+    async def _plain(self, request: Request, body: bytes) -> JSONRPCRequest | None:
+        """The request's JSON-RPC request when it is the plain case (see the module's
+        docstring)."""
+        if await self.security.validate_request(request, is_post=True) is not None:
+            return None
+        if not check_accept_headers(request)[0]:
+            return None
+        content_type = request.headers.get("content-type", "")
+        if "application/json" not in (p.strip() for p in content_type.split(";")[0].split(",")):
+            return None
+        try:
+            message = jsonrpc_message_adapter.validate_python(
+                pydantic_core.from_json(body), by_name=False
+            )
+        except (ValueError, ValidationError):
+            return None
+        if not isinstance(message, JSONRPCRequest) or message.method == "initialize":
+            return None
+        return message
+
+    async def _answer(
+        self, request: Request, message: JSONRPCRequest, version: bytes | None, send: Send
+    ) -> None:
+        if self._never is None:
+            self._never = anyio.Event()
+        dispatch = _Dispatch(
+            message.id,
+            ServerMessageMetadata(request_context=request, can_send_request=False),
+            self._never,
+            progress_token_from_params(message.params),
+        )
+        connection = Connection.from_envelope(
+            version.decode("latin-1") if version is not None else DEFAULT_NEGOTIATED_VERSION,
+            None,
+            None,
+        )
+        reply: JSONRPCResponse | JSONRPCError
+        try:
+            result = await serve_one(
+                self.manager.app,
+                dispatch,
+                message.method,
+                message.params,
+                connection=connection,
+                lifespan_state=self.manager._lifespan_state,  # noqa: SLF001 (entered by run())
+            )
+        except Exception as exc:  # the SDK dispatcher's rungs, its code 0 for the rest
+            error = handler_exception_to_error_data(exc)
+            if error is None:
+                log.exception("handler for %r raised", message.method)
+                error = ErrorData(code=0, message=str(exc))
+            reply = JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
+        else:
+            reply = JSONRPCResponse(jsonrpc="2.0", id=message.id, result=result)
+        payload = reply.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        headers = [*_JSON, (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
+async def _body(receive: Receive) -> tuple[bytes, Message | None]:
+    """The body, and the message that ended it early (a disconnect) if one did."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), message
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks), None
+
+
+def _replay(body: bytes, trailing: Message | None, receive: Receive) -> Receive:
+    """``receive`` as if nothing had been read: the body (then what ended it) first."""
+    pending: list[Message] = [] if trailing is None else [trailing]
+    pending.append({"type": "http.request", "body": body, "more_body": trailing is not None})
+
+    async def again() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return again
