@@ -202,7 +202,7 @@ async def main(seconds: float = 4.0, versions: int = 10_000, rounds: int = 3) ->
                     fmt(reads),
                     fmt(base_r),
                     reads.rate / base_r.rate,
-                    ">= 0.4x bare echo",
+                    ">= 0.5x bare echo",
                 )
             )
             print(
