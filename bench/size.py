@@ -54,10 +54,10 @@ BATCH = 500
 MAX_VERSIONS = 5
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SUBJECTS = Subjects()
-PROBE = (
-    "import atexit, resource, sys\n"
-    "atexit.register(lambda: sys.stderr.write("
-    "'\\nMAXRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+PROBE = (  # VmHWM: the process's own peak (ru_maxrss after a vfork counts the parent's)
+    "import atexit, re, sys\n"
+    "atexit.register(lambda: sys.stderr.write('\\nMAXRSS %s\\n' % re.search("
+    "r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)))\n"
     "sys.argv = [sys.argv[1], *sys.argv[2:]]\n"
     "if sys.argv[0] == 'raw':\n"
     "    import asyncio, bench.size as s\n"

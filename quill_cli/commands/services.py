@@ -248,6 +248,7 @@ def gateway(
             tokens=Tokens.load(tokens) if tokens else None,
             root=root,
             workers=workers or default_count(),
+            settle_heap=True,
         )
         config.check()
     try:

@@ -83,6 +83,10 @@ class GatewayConfig:
     """Gateway processes serving the port (``services/gateway/workers.py``)."""
     reuse_port: bool = False
     """Listen with ``SO_REUSEPORT`` (a worker's: the others listen on the same port)."""
+    settle_heap: bool = False
+    """Freeze the startup heap (``settle_heap``): for a process that is only a gateway (the
+    ``quill gateway`` command sets it), never for one that starts gateways among other work
+    (a test run: what it froze would stay for the rest of the process)."""
 
     def check(self) -> None:
         """Raises:
@@ -289,7 +293,8 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         subjects = Subjects(config.root)
         gateway.subs = await bus.serve_ping(quill.nc, subjects, "gateway", instance, gateway.info)
         fleet.start()
-        settle_heap()
+        if config.settle_heap:
+            settle_heap()
         if config.workers > 1:
             gateway.workers = Workers(replace(config, port=gateway.port), config.workers - 1)
             try:

@@ -106,11 +106,12 @@ async def big(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Big]:
 
 async def cli(big: Big, *args: str) -> tuple[subprocess.CompletedProcess[str], int]:
     """``quill ARGS`` as a process (stdout and stderr not a terminal); its peak resident
-    memory in MiB."""
+    memory in MiB: its own (``VmHWM``), not ``ru_maxrss``, which a child started by vfork
+    inherits from its parent (the test process, hundreds of MiB late in a run)."""
     probe = (
-        "import atexit, resource, sys\n"
-        "atexit.register(lambda: sys.stderr.write("
-        "'\\nMAXRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+        "import atexit, re, sys\n"
+        "atexit.register(lambda: sys.stderr.write('\\nMAXRSS %s\\n' % re.search("
+        "r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)))\n"
         "from quill_cli.cli import main\n"
         "sys.argv = ['quill', *sys.argv[1:]]\n"
         "main()\n"
