@@ -1,4 +1,4 @@
-"""``python -m bench [core] [search] [gateway] [executor] [retention] [load] [replay]
+"""``python -m bench [core] [log] [search] [gateway] [executor] [retention] [load] [replay]
 [cluster] [size] [console]``: the benchmarks (all by default), each figure printed next to
 its baseline measured in the same run."""
 
@@ -12,6 +12,7 @@ from bench import (
     executor,
     gateway,
     load,
+    log,
     replay,
     retention,
     search,
@@ -21,6 +22,7 @@ from bench import (
 parser = argparse.ArgumentParser(prog="python -m bench")
 PARTS = [
     "core",
+    "log",
     "search",
     "gateway",
     "executor",
@@ -44,6 +46,9 @@ args = parser.parse_args()
 which = args.which or PARTS
 if "core" in which:
     asyncio.run(core.main(args.seconds, args.versions, args.rounds))
+    print()
+if "log" in which:
+    asyncio.run(log.main())
     print()
 if "search" in which:
     asyncio.run(search.main())
