@@ -5,13 +5,14 @@ the same 1,000 files in one ``apply`` itself; in one run."""
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import quill_up, row
+from bench.harness import Process, quill_up, row
 from contracts import requests as rq
 from quill.client import Quill
 
@@ -28,20 +29,64 @@ def bare_true(n: int) -> list[float]:
     return samples
 
 
-async def pool_true(quill: Quill, name: str, n: int) -> tuple[list[float], list[float]]:
+def processes(up: Process) -> dict[int, str]:
+    """``quill up``'s processes (its own included), each by its role: ``executor``, ``writer``,
+    ``nats-server``..."""
+    table = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True)
+    rows = [line.split(None, 2) for line in table.stdout.splitlines()[1:]]
+    found, parents = {up.proc.pid: "up"}, {up.proc.pid}
+    while parents:
+        kids = [r for r in rows if int(r[1]) in parents and len(r) == 3]
+        parents = {int(r[0]) for r in kids}
+        for pid, _, args in kids:
+            words = args.split()
+            role = next((w for w in words if w in ROLES), os.path.basename(words[0]))
+            found[int(pid)] = role
+    return found
+
+
+ROLES = ("executor", "writer", "reader", "gateway", "bridge", "scheduler", "indexer")
+
+
+def cpu(pids: dict[int, str]) -> dict[str, float]:
+    """CPU seconds so far per role: each process's own, and apart its reaped children's (a
+    sandbox's processes are reaped up the chain to the executor)."""
+    spent: dict[str, float] = {}
+    for pid, role in pids.items():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        hz = os.sysconf("SC_CLK_TCK")
+        spent[role] = spent.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / hz
+        reaped = (int(fields[13]) + int(fields[14])) / hz
+        spent[f"{role}'s children"] = spent.get(f"{role}'s children", 0.0) + reaped
+    return spent
+
+
+async def pool_true(
+    quill: Quill, name: str, n: int, up: Process | None = None
+) -> tuple[list[float], list[float], dict[str, float]]:
     """(``ws.exec("true")``, a bare ``subprocess.run(["true"])``), interleaved one for one so
-    that drift of a shared machine falls on both alike."""
+    that drift of a shared machine falls on both alike; and the CPU each of ``up``'s
+    processes spent per command (ms), the bare runs' included in ``bench``."""
     ws = quill.workspace(name)
     await ws.create(exist_ok=True)
     for _ in range(3):
         await ws.exec("true")  # warm: the checkout exists (and a spare sandbox waits)
+    pids = processes(up) if up is not None else {}
     samples, bare = [], []
+    before, own = cpu(pids), time.process_time()
     for _ in range(n):
         t0 = time.perf_counter()
         await ws.exec("true")
         samples.append(time.perf_counter() - t0)
         bare += bare_true(1)
-    return samples, bare
+    after = cpu(pids)
+    per = {role: (after[role] - before.get(role, 0.0)) * 1000 / n for role in after}
+    per["bench"] = (time.process_time() - own) * 1000 / n
+    return samples, bare, per
 
 
 async def capture(quill: Quill, name: str, rounds: int) -> tuple[list[float], list[float]]:
@@ -70,13 +115,14 @@ def ms(samples: list[float]) -> str:
 
 async def main(rounds: int = ROUNDS) -> None:
     figures: list[str] = []
+    cpus: list[str] = []
     bare = bare_true(rounds)
     for sandbox in ("bwrap", "local"):
         with tempfile.TemporaryDirectory() as tmp:
             up, url = quill_up(Path(tmp) / "quill", "--sandbox", sandbox)
             try:
                 quill = await Quill.connect(url, timeout=60)
-                ours, base = await pool_true(quill, f"bench/true-{sandbox}", rounds)
+                ours, base, per = await pool_true(quill, f"bench/true-{sandbox}", rounds, up)
                 figures.append(
                     row(
                         f"run `true` through the pool ({sandbox})",
@@ -86,6 +132,10 @@ async def main(rounds: int = ROUNDS) -> None:
                         "(p50 ratio; baseline: subprocess.run(['true']), interleaved)",
                     )
                 )
+                shown = sorted(per.items(), key=lambda kv: -kv[1])
+                spent = ", ".join(f"{role} {v:.1f}" for role, v in shown if v >= 0.05)
+                services = sum(v for role, v in per.items() if role != "bench")
+                cpus.append(f"CPU per `true` ({sandbox}), ms: {services:.1f} in quill up ({spent})")
                 if sandbox == "bwrap":
                     caught, sent = await capture(quill, "bench/capture", max(3, rounds // 10))
                     figures.append(
@@ -106,6 +156,9 @@ async def main(rounds: int = ROUNDS) -> None:
     )
     print(f"{'figure':<44} {'quill':>16} {'baseline':>16} {'ratio':>8}  note")
     for line in figures:
+        print(line)
+    print()
+    for line in cpus:
         print(line)
 
 

@@ -27,7 +27,7 @@ from contracts.subjects import HEADER_SEQ, HEADER_STREAM, Address, Origin, Subje
 from core.secrets import NO_SECRETS, Secrets, StreamRedactor
 from infra.bus import respond
 from infra.entry import Incoming, parse, reject
-from infra.exec.sandbox import StreamName
+from infra.exec.sandbox import StreamName, common
 from infra.runtime import Auditor
 
 log = logging.getLogger("quill.executor")
@@ -136,7 +136,40 @@ async def answer_exec(
 ) -> None:
     """Run an exec request's ``work`` with heartbeats, end its live output, answer it and
     audit it (``details``: what the audit record keeps; its ``summary`` goes on the record).
-    Failures are answered as errors; an unexpected one is logged and is ``INTERNAL``."""
+    Failures are answered as errors; an unexpected one is logged and is ``INTERNAL``. What the
+    sandbox left to tidy (``common.after_reply``) is done once it is answered."""
+    later: common.Later = []
+    try:
+        with common.after_reply(later):
+            await _answer_exec(incoming, job, auditor, address, origin, work, details, stopping)
+    finally:
+        if later:  # in the background: the request's slot is free once it is answered
+            tidying = asyncio.ensure_future(_tidy(later))
+            _TIDYING.add(tidying)
+            tidying.add_done_callback(_TIDYING.discard)
+
+
+_TIDYING: set[asyncio.Future[None]] = set()
+
+
+async def _tidy(later: common.Later) -> None:
+    for tidy in later:
+        try:
+            await tidy()
+        except Exception:  # a cgroup or directory left for the next sweep
+            log.exception("tidying after a command failed")
+
+
+async def _answer_exec(
+    incoming: Incoming,
+    job: Job,
+    auditor: Auditor,
+    address: Address,
+    origin: Origin,
+    work: Callable[[], Awaitable[tuple[int, rp.CommandResult | rp.GitResult]]],
+    details: dict[str, Any],
+    stopping: str,
+) -> None:
     try:
         async with heartbeat(job):
             version, result = await work()

@@ -60,6 +60,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 import resource
 import shutil
 import signal
@@ -97,10 +98,12 @@ SHIM = (
     'IFS= read -r -n 1 x <&"$go" || exit 125; exec {go}<&-; '
     "mapfile -t -d '' -u \"$spec\" a; exec {spec}<&-; "
     'cd -- "${a[0]}" 2>/dev/null || { printf "E %s\\n" "${a[0]}" >&"$rep"; exit 125; }; '
-    'count=${a[1]}; set -- "${a[@]:2}"; '
+    'count=${a[1]} k=${a[2]} n=${a[3]}; set -- "${a[@]:4}"; '
     'if [ "$count" = 0 ]; then exec {rep}>&-; exec "$@"; fi; '
     "trap : TERM; exec {err}>&2 2>/dev/null; "
-    '"$@" 2>&"$err" {err}>&- {rep}>&-; status=$?; n=0; '
+    'if [ "$k" = - ]; then "$@" 2>&"$err" {err}>&- {rep}>&-; else '
+    '( unset -v "${@:1:k}"; set -- "${a[@]:4+k+n}"; export -- "${a[@]:4+k:n}"; exec -- "$@" ) '
+    '2>&"$err" {err}>&- {rep}>&-; fi; status=$?; n=0; '
     "for d in /proc/[0-9]*; do p=${d#/proc/}; "
     '[ "$p" = 1 ] || [ "$p" = "$$" ] && continue; '
     'line=; read -r line 2>/dev/null < "$d/stat" || continue; line=${line##*) }; '
@@ -109,9 +112,14 @@ SHIM = (
 )
 """A bwrap sandbox's first process (after ``setpriv``), ``bash -c SHIM quill GO SPEC REPORT``:
 says it is ready (``R`` on REPORT), waits for a byte on GO, then reads the command from SPEC
-(a memfd the provider has filled meanwhile: the directory, whether to count what is left, then
-``env -i -- NAME=VALUE... argv...``, each ending in NUL), closes GO and SPEC, enters the
-directory (else reports ``E <directory>``) and runs the command with exactly its environment.
+(a memfd the provider has filled meanwhile: the directory, whether to count what is left, K and
+N, then either ``env -i -- NAME=VALUE... argv...`` (K is ``-``) or the K names the shim
+exports, the command's N ``NAME=VALUE`` and its argv; each ending in NUL), closes GO and SPEC,
+enters the directory (else reports ``E <directory>``) and runs the command with exactly its
+environment: through ``env -i``, or (``bash -c``, and ``_exported``: names bash exports as
+given; a missing program would be reported in bash's words, not env's) from a
+subshell that unsets what the shim exports, exports the command's and execs it, one exec less
+(bash's ``exec`` adds no ``_``, and in a subshell it sets no ``SHLVL``).
 Counting (``Spawn.count_left``) it runs it as a child (without REPORT; SIGTERM on a timeout is
 the command's to take or ignore: the shim's trap, set just before, only lets it wait for it;
 until then SIGTERM ends the shim as it would the command, and its own
@@ -362,7 +370,7 @@ class BwrapProvider:
                 await out.finish(common.DRAIN_S)
                 refused, left = box.reported()
         finally:
-            oom_kills = await box.close()
+            oom_kills = await box.close(common.deferred())
         if refused is not None:
             raise SandboxError(f"cannot enter the workdir {refused}: not a directory")
         exits = [r["exit-code"] for r in reports if "exit-code" in r]
@@ -415,7 +423,8 @@ class BwrapProvider:
         return init, pid, int(report["pid-namespace"])
 
     def _spec(self, cwd: str, spawn: Spawn) -> bytes:
-        """What ``SHIM`` reads: ``cwd``, whether to count, ``env -i -- NAME=VALUE... argv...``.
+        """What ``SHIM`` reads: ``cwd``, whether to count, K, N, then ``env -i -- NAME=VALUE...
+        argv...`` (K ``-``) or the K names to unset, the N ``NAME=VALUE`` and argv.
 
         Raises:
             SandboxError: what ``execve`` could not take (a NUL, ``=`` in a name), no program,
@@ -425,9 +434,13 @@ class BwrapProvider:
         env = common.environment("/tmp", spawn.env, shims)
         if not spawn.argv or "=" in spawn.argv[0]:
             raise SandboxError(f"cannot start bwrap: no program to run in {spawn.argv[:1]}")
-        items = [cwd, "1" if spawn.count_left else "0", self._env_bin, "-i", "--"]
-        items += [f"{name}={value}" for name, value in env.items()]
-        items += spawn.argv
+        pairs = [f"{name}={value}" for name, value in env.items()]
+        if spawn.count_left and spawn.argv[0] == "bash" and _exported(env, self._env):
+            unset = [*self._env, *_BASH_EXPORTS]
+            items = [cwd, "1", str(len(unset)), str(len(pairs)), *unset, *pairs, *spawn.argv]
+        else:
+            items = [cwd, "1" if spawn.count_left else "0", "-", "0"]
+            items += [self._env_bin, "-i", "--", *pairs, *spawn.argv]
         if any("=" in name for name in env) or any("\0" in item for item in items):
             raise SandboxError("cannot start bwrap: a NUL byte, or '=' in a variable name")
         try:
@@ -505,6 +518,30 @@ def _system_view() -> list[str]:
     for name in _ETC:
         opts += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     return opts
+
+
+_BASH_EXPORTS = ("PWD", "OLDPWD", "SHLVL")
+"""What bash exports of its own (besides the environment it was given)."""
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SPECIAL = frozenset(
+    "_ PWD OLDPWD SHLVL SHELLOPTS BASHOPTS PPID UID EUID GROUPS RANDOM SRANDOM SECONDS LINENO "
+    "EPOCHSECONDS EPOCHREALTIME HISTCMD FUNCNAME DIRSTACK POSIXLY_CORRECT IFS OPTIND OPTARG "
+    "OPTERR PS4 CDPATH GLOBIGNORE TEXTDOMAIN TEXTDOMAINDIR go spec rep x a count k n err "
+    "status p d line".split()
+)
+"""Names bash treats as its own (read-only, dynamic, changing how it runs) and the shim's."""
+
+
+def _exported(env: dict[str, str], base: dict[str, str]) -> bool:
+    """Whether a bash exporting ``env`` (``SHIM``) hands the command exactly ``env``, as
+    ``env -i`` does: plain names that are none of bash's own, the locale and PATH the base's
+    (bash would warn of a locale it lacks; PATH finds the program as env would)."""
+    for name, value in env.items():
+        if not _NAME.fullmatch(name) or name in _SPECIAL or name.startswith(("BASH", "COMP_")):
+            return False
+        if (name.startswith("LC_") or name in ("LANG", "PATH")) and base.get(name) != value:
+            return False
+    return True
 
 
 _SPARE = Spawn(argv=[], watch_stdin=True)
@@ -664,9 +701,11 @@ class _Box:
         counts = [int(line) for line in lines if line.strip().isdigit()]
         return None, max(counts[-1], 0) if counts else 0
 
-    async def close(self) -> int:
+    async def close(self, later: common.Later | None = None) -> int:
         """End it if it is not yet, free what is left (its stdin watch, descriptors, cgroup);
-        how many processes the OOM killer took from it."""
+        how many processes the OOM killer took from it. With ``later``, a cgroup that holds no
+        process any more (read here: nothing of the sandbox runs on once this returns) is
+        removed from there."""
         if self._closed:
             return 0
         self._closed = True
@@ -682,10 +721,17 @@ class _Box:
         if self.cgroup is None:
             return 0
         oom_kills = self.cgroup.oom_kills()
-        await self.cgroup.remove()
-        if any(path.exists() for path in self.cgroup.paths):
-            log.warning("cannot remove the sandbox's cgroup %s", self.cgroup.paths[0])
+        if later is not None and not self.cgroup.pids():
+            later.append(functools.partial(_remove, self.cgroup))
+        else:
+            await _remove(self.cgroup)
         return oom_kills
+
+
+async def _remove(cgroup: cg.Cgroup) -> None:
+    await cgroup.remove()
+    if any(path.exists() for path in cgroup.paths):
+        log.warning("cannot remove the sandbox's cgroup %s", cgroup.paths[0])
 
 
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="quill-bwrap")

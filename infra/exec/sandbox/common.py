@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 import posixpath
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Protocol
 
 from infra.exec.sandbox import proctree
@@ -28,6 +29,26 @@ DRAIN_S = 2.0
 """Longest wait for the rest of the output once the command has ended."""
 
 _RESCAN_S = 0.1
+
+Later = list[Callable[[], Awaitable[None]]]
+_later: contextvars.ContextVar[Later | None] = contextvars.ContextVar("later", default=None)
+
+
+@contextlib.contextmanager
+def after_reply(later: Later) -> Iterator[None]:
+    """Within it, a provider may leave tidying that proves nothing (removing an empty cgroup)
+    to ``later``, which the caller runs once it has replied. What a caller's reply promises
+    (nothing of the command still runs) is checked before the provider returns, as without."""
+    token = _later.set(later)
+    try:
+        yield
+    finally:
+        _later.reset(token)
+
+
+def deferred() -> Later | None:
+    """Where tidying may go (``after_reply``); None: do it now."""
+    return _later.get()
 
 
 def environment(home: str, extra: Mapping[str, str], shims: str | None = None) -> dict[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import shutil
@@ -103,7 +104,11 @@ class LocalProvider:
         finally:
             if watch is not None:
                 await watch.close()
-            shutil.rmtree(home, ignore_errors=True)
+            later = common.deferred()
+            if later is not None:  # nothing of the command is left to use it (``kill_all``)
+                later.append(functools.partial(asyncio.to_thread, _remove, home))
+            else:
+                _remove(home)
         return common.outcome(
             out,
             common.exit_code(proc.returncode or 0),
@@ -124,6 +129,10 @@ def _shims(home: str) -> str | None:
     for name, target in links.items():
         os.symlink(target, os.path.join(shims, name))
     return shims
+
+
+def _remove(home: str) -> None:
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _close(fd: int) -> None:

@@ -52,23 +52,54 @@ def ticks_now() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
-def marked(session: int, marker: bytes, since: int) -> Finder:
+class Marked:
     """Live processes started at ``since`` (``ticks_now()``) or later that are in ``session`` or
     whose initial environment holds ``marker``. Older processes cannot be the command's, and
-    their environments are not read."""
+    their environments are not read.
 
-    def belongs(pid: int, stat: list[bytes]) -> bool:
-        if int(stat[19]) < since:
+    ``sure``: whether the last scan that found none proves none is left: no process it looked
+    at read with an empty environment (one in the middle of ``execve`` does), and none listed
+    in /proc was gone before it was read (one of the command's could have forked a child after
+    the listing, then ended). Otherwise only more scans in a row can tell (``kill_all``)."""
+
+    def __init__(self, session: int, marker: bytes, since: int) -> None:
+        self.session, self.marker, self.since = session, marker, since
+        self.sure = False
+
+    def __call__(self) -> list[Found]:
+        self.sure = True
+        found = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            if (stat := _stat(int(name))) is None:
+                self.sure = False
+            elif (process := _claim(int(name), self._belongs, stat)) is not None:
+                found.append(process)
+        return found
+
+    def _belongs(self, pid: int, stat: list[bytes]) -> bool:
+        if int(stat[19]) < self.since:
             return False
-        if int(stat[3]) == session:
+        if int(stat[3]) == self.session:
             return True
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                return marker in f.read().split(b"\0")
+                environ = f.read()
         except OSError:
             return False
+        if not environ and not int(stat[6]) & _KERNEL_THREAD:
+            self.sure = False
+        return self.marker in environ.split(b"\0")
 
-    return lambda: _find(belongs)
+
+_KERNEL_THREAD = 0x00200000
+"""PF_KTHREAD in /proc/<pid>/stat's flags: a kernel thread, whose environment is always empty."""
+
+
+def marked(session: int, marker: bytes, since: int) -> Marked:
+    """The processes of a command (``Marked``)."""
+    return Marked(session, marker, since)
 
 
 def sandboxes_under(binary: str, root: str) -> Finder:
@@ -119,10 +150,13 @@ def _find(belongs: Callable[[int, list[bytes]], bool]) -> list[Found]:
     return found
 
 
-def _claim(pid: int, belongs: Callable[[int, list[bytes]], bool]) -> Found | None:
+def _claim(
+    pid: int, belongs: Callable[[int, list[bytes]], bool], stat: list[bytes] | None = None
+) -> Found | None:
     """A pidfd on ``pid`` if it is alive (no zombie) and ``belongs``; checked again once the
-    pidfd is open, so that it is the process that was checked and not a successor."""
-    stat = _stat(pid)
+    pidfd is open, so that it is the process that was checked and not a successor (``stat``:
+    its fields, read already)."""
+    stat = stat if stat is not None else _stat(pid)
     if stat is None or stat[0] in (b"Z", b"X") or not belongs(pid, stat):
         return None
     try:
@@ -217,14 +251,15 @@ async def kill_all(
 ) -> int:
     """SIGKILL every process ``find`` returns, wait for them to die, repeat until none is left
     (a process may fork between the scan and the signal) in ``quiet_scans`` scans in a row,
-    ``QUIET_GAP_S`` apart (a process in the middle of ``execve`` can read as unmarked).
+    ``QUIET_GAP_S`` apart (a process in the middle of ``execve`` can read as unmarked), or in
+    one scan that a ``Marked`` finder is ``sure`` of.
     Returns how many processes it signalled."""
     quiet = killed = 0
     for _ in range(rounds):
         pidfds = [process.fd for process in find()]
         if not pidfds:
             quiet += 1
-            if quiet >= quiet_scans:
+            if quiet >= quiet_scans or getattr(find, "sure", False):
                 return killed
             await asyncio.sleep(QUIET_GAP_S)
             continue
