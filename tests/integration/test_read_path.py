@@ -11,9 +11,11 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from contracts.errors import QuillError
+from contracts.errors import ErrorCode, QuillError
+from contracts.paths import normalize_existing
 from quill.client import Quill
 from services.reader.handlers import eagerly
+from services.reader.queries import existing
 from tests.integration.conftest import StartReader
 
 
@@ -128,3 +130,37 @@ async def test_eagerly_passes_failures_and_cancellation_to_the_coroutine() -> No
     assert task is not None
     with pytest.raises(RuntimeError, match="after a yield"):
         await task
+
+
+async def test_remembered_paths_are_normal_and_refusals_are_not_remembered(
+    services: StartReader, quill: Quill
+) -> None:
+    await services("r1")
+    ws = quill.workspace("acme/paths")
+    await ws.create()
+    await ws.write("d/a.txt", "a\n")
+    for _ in range(2):
+        assert (await ws.read("./d//a.txt")).path == "d/a.txt"
+        assert (await ws.read("/workspace/d/a.txt")).path == "d/a.txt"
+        for hostile, code in [
+            ("../etc/passwd", ErrorCode.ACCESS_DENIED),
+            ("/etc/passwd", ErrorCode.ACCESS_DENIED),
+            ("d\\a.txt", ErrorCode.INVALID_ARGUMENT),
+            ("d/" + "../" * 100 + "a", ErrorCode.ACCESS_DENIED),  # past what is remembered
+            ("x" * 300, ErrorCode.INVALID_ARGUMENT),
+        ]:
+            with pytest.raises(QuillError) as refused:
+                await ws.read(hostile)
+            assert refused.value.code == code
+    # the same answer as the rule, remembered or not, refusal or legacy name
+    for path in ["a/./b", "e\u0301.txt", "../x", "a\\b", "a" * 300, "/workspace", "x/" * 200]:
+        for _ in range(2):
+            try:
+                expected: str | ErrorCode = normalize_existing(path)
+            except QuillError as exc:
+                expected = exc.code
+            try:
+                got: str | ErrorCode = existing(path)
+            except QuillError as exc:
+                got = exc.code
+            assert got == expected
