@@ -27,6 +27,9 @@ from infra.secret_registry import secrets_from_env
 
 log = logging.getLogger("quill.entry")
 
+_NO_HEADERS = Origin.from_headers(None)
+"""The origin of a request without headers (most queries): the same every time."""
+
 _NOUNS = {"cmd": ("command", "commands"), "qry": ("query", "queries"), "exec": ("op", "ops")}
 
 
@@ -99,7 +102,10 @@ def _parse(
         )
     incoming.spec = spec
     secrets = secrets_from_env()
-    origin = incoming.origin = Origin.from_headers(incoming.msg.headers, new_id)
+    headers = msg.headers
+    origin = incoming.origin = (
+        Origin.from_headers(headers, new_id) if headers or new_id else _NO_HEADERS
+    )
     refuse_names(secrets, address, origin)
     request = incoming.request = codec.decode_request(spec, incoming.msg.data)
     refuse_names(secrets, request=request)

@@ -310,18 +310,19 @@ class Quill:
             request_id = self._nuid.next().decode() if kind != "qry" else ""
         if wait_ms is None:
             wait_ms = self.wait_ms if kind == "cmd" else 0
-        origin = Origin(request_id, self.actor, self.session, self.run, wait_ms)
-        named = origin.headers()
-        if not request_id:
-            del named[HEADER_REQUEST_ID]
-        headers = named or None
+        headers: dict[str, str] | None = None
+        if request_id or wait_ms or self.actor or self.session or self.run:
+            named = Origin(request_id, self.actor, self.session, self.run, wait_ms).headers()
+            if not request_id:
+                del named[HEADER_REQUEST_ID]
+            headers = named
         try:
             data = codec.encode(body)
         except UnicodeEncodeError:  # a lone surrogate: a byte of an argv name not UTF-8
             raise _not_text(msgspec.to_builtins(body)) from None
         timeout = self.timeout + wait_ms / 1000
         last: QuillError | None = None
-        failover_until = asyncio.get_running_loop().time() + self.failover_s
+        failover_until = time.monotonic() + self.failover_s
         attempt = -1
         while self._again(attempt := attempt + 1, last, failover_until):
             if attempt:
@@ -365,7 +366,7 @@ class Quill:
             self.retries > 0
             and last is not None
             and last.code == ErrorCode.UNAVAILABLE
-            and asyncio.get_running_loop().time() < failover_until
+            and time.monotonic() < failover_until
         )
 
     async def exec_request(

@@ -7,8 +7,9 @@ imports the wiring module.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any, Protocol
 
 import msgspec
@@ -272,8 +273,49 @@ def query_handler(reader: Replica) -> Callable[[Msg], Awaitable[None]]:
             error = QuillError(ErrorCode.UNAVAILABLE, "The reader is overloaded; retry later")
             await reject(incoming, error, reader.auditor)
             return
-        task = asyncio.create_task(answer(incoming))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        task = eagerly(answer(incoming))
+        if task is not None:
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
     return on_query
+
+
+def eagerly(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+    """Run ``coro`` now, up to its first suspension; None if it finished without one, else
+    the task that carries it on (Python 3.12's eager tasks). A read answered from memory
+    never suspends: it is answered without the cost of a task (creating, scheduling and
+    stepping one took ~10% of the reader's CPU under load), and its reply is in the same
+    write to the server as the others the loop answered in that pass.
+    """
+    try:
+        first = coro.send(None)
+    except StopIteration:
+        return None
+    return asyncio.ensure_future(_Resumed(coro, first).run())
+
+
+class _Resumed:
+    """A started coroutine, driven on by a task exactly as ``yield from`` would: what it
+    yields (a future it waits for) goes to the task, what the task sends or throws (a
+    cancellation) goes to it."""
+
+    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
+        self._coro, self._first = coro, first
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        yielded = self._first
+        while True:
+            try:
+                sent = yield yielded
+            except BaseException as exc:  # noqa: BLE001 - handed to the coroutine, as await does
+                step = functools.partial(self._coro.throw, exc)
+            else:
+                step = functools.partial(self._coro.send, sent)
+            try:
+                yielded = step()
+            except StopIteration:
+                return
+
+    async def run(self) -> None:
+        await self

@@ -7,6 +7,7 @@ found, is decided by the pure functions of ``answers``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +20,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import LockAcquired, TrustChanged
 from contracts.limits import DEFAULT_EXCLUSIONS
-from contracts.paths import ROOT_DIR, check_name, normalize_existing
+from contracts.paths import ROOT_DIR, check_name, normalize, normalize_existing
 from contracts.replies import ChangeSummary
 from core.answers import (
     cursor_of,
@@ -51,6 +52,22 @@ from services.reader.readmodel import ReadModel, Scope
 
 _summaries = msgspec.json.Decoder(list[ChangeSummary])
 CAPABILITIES = sorted(ops.OPS)
+
+
+_normal = functools.lru_cache(maxsize=16_384)(normalize)
+
+
+def existing(path: str) -> str:
+    """``normalize_existing``, remembered for the paths read recently (up to 256 characters:
+    what a cache of 16,384 holds stays small): ``normalize`` is a function of the path alone,
+    and cost a read ~2-4 µs; a path it refuses is not remembered, and goes on to the rule
+    for legacy names."""
+    if len(path) > 256:
+        return normalize_existing(path)
+    try:
+        return _normal(path)
+    except QuillError:
+        return normalize_existing(path)
 
 
 class Queries:
@@ -110,7 +127,7 @@ class Queries:
         return found[0], found[1] or b""
 
     async def read(self, ws: WorkspaceRow, version: int, req: rq.ReadFile) -> rp.FileContent:
-        path = normalize_existing(req.path)
+        path = existing(req.path)
         node, data = await self._content(ws, path, version)
         limits = ws.limits
         if node.kind == "d":
@@ -122,7 +139,7 @@ class Queries:
         return file_content(path, node, data, req, limits)
 
     async def read_bytes(self, ws: WorkspaceRow, version: int, req: rq.ReadBytes) -> rp.FileBytes:
-        path = normalize_existing(req.path)
+        path = existing(req.path)
         node, data = await self._content(ws, path, version)
         if node.kind != "f":
             raise not_a_file(path)
@@ -130,7 +147,7 @@ class Queries:
         return file_bytes(path, node, data[req.offset : req.offset + length], req.offset)
 
     async def list(self, ws: WorkspaceRow, version: int, req: rq.ListDirectory) -> rp.Listing:
-        path = normalize_existing(req.path)
+        path = existing(req.path)
         node = await self._node(ws, path, version, what="Directory")
         if node.kind != "d":
             raise not_a_directory(path)
@@ -146,7 +163,7 @@ class Queries:
         return listing(path, nodes, limit, total)
 
     async def stat(self, ws: WorkspaceRow, version: int, req: rq.StatPath) -> rp.FileInfo:
-        path = normalize_existing(req.path)
+        path = existing(req.path)
         node = await self._node(ws, path, version, what="Path")
         count = None
         if node.kind == "d":
@@ -170,7 +187,7 @@ class Queries:
                 for r in rows[: req.limit]
             ]
             return rp.HistoryPage(path=None, revisions=revisions, truncated=len(rows) > req.limit)
-        path = normalize_existing(req.path)
+        path = existing(req.path)
         rows = await self.model.path_history(ws.id, path, upto, req.limit + 1)
         if not rows and check_name(path) is not None:
             raise missing(path)  # no legacy name by that name: the rule's answer
