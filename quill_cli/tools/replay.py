@@ -444,8 +444,11 @@ that was only slow makes another from where it was."""
 class _Asked:
     """The answer to one fetch, as its messages arrive."""
 
-    def __init__(self, wanted: int) -> None:
+    def __init__(self, wanted: int, inbox: str = "") -> None:
         self.wanted = wanted
+        self.inbox = inbox
+        """Where this fetch's answers come (each fetch its own: a late status of the one
+        before, say a 409 for the bytes it used up, is not taken for this one's)."""
         self.raws: list[Raw] = []
         self.reply = ""
         """The ``$JS.ACK...`` subject of the last message (its stream sequence and what is
@@ -479,6 +482,8 @@ async def messages(js: JetStreamContext, subject: str) -> AsyncGenerator[list[Ra
 
     async def on_message(msg: Msg) -> None:
         nonlocal heard
+        if not msg.reply and msg.subject != asked.inbox:
+            return  # the status of a fetch that is over (messages come under their own subject)
         heard = loop.time()
         if not msg.reply:  # a status: 404 nothing left, 409 bytes used up or consumer gone
             headers = msg.headers or {}
@@ -492,8 +497,8 @@ async def messages(js: JetStreamContext, subject: str) -> AsyncGenerator[list[Ra
             asked.done.set_result(None)
 
     inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox, cb=on_message)
-    name, next_seq, dseq = "", 1, 0
+    sub = await nc.subscribe(f"{inbox}.*", cb=on_message)
+    name, next_seq, dseq, fetches = "", 1, 0, 0
 
     async def consume(start: int) -> str:
         config = ConsumerConfig(
@@ -508,11 +513,12 @@ async def messages(js: JetStreamContext, subject: str) -> AsyncGenerator[list[Ra
         return str((await js.add_consumer(STREAM_EVENTS, config)).name)
 
     async def fetch() -> None:
-        nonlocal asked, heard
-        asked, heard = _Asked(BATCH), loop.time()
+        nonlocal asked, heard, fetches
+        fetches += 1
+        asked, heard = _Asked(BATCH, f"{inbox}.{fetches}"), loop.time()
         request = {"batch": BATCH, "max_bytes": BATCH_BYTES, "no_wait": True}
         api = f"{js._prefix}.CONSUMER.MSG.NEXT.{STREAM_EVENTS}.{name}"
-        await nc.publish(api, msgspec.json.encode(request), reply=inbox)
+        await nc.publish(api, msgspec.json.encode(request), reply=asked.inbox)
 
     async def answer() -> _Asked:
         while not asked.done.done():

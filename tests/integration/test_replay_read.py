@@ -202,3 +202,40 @@ async def test_a_status_that_is_not_the_end_is_unavailable(nc: NATS) -> None:
             await fake.first_batch()
     assert refused.value.code == ErrorCode.UNAVAILABLE
     assert "408 Request Timeout" in refused.value.message
+
+
+async def test_a_late_status_of_one_fetch_does_not_end_the_next(
+    nc: NATS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch filled to its count whose server also ends it with a status (a 409 for the
+    bytes used up) after the next fetch was sent: that status belongs to the first fetch, and
+    the second still brings its messages (it used to be read as "a message larger than the
+    fetch's bytes", failing a replay of a good log)."""
+    monkeypatch.setattr(rpl, "BATCH", 2)
+    replies: list[str] = []
+
+    def message(dseq: int) -> tuple[bytes, dict[str, str], str]:
+        ack = f"fake.ack.WS_EVENTS.fake.1.{dseq}.{dseq}.0.{3 - dseq}"
+        return f'{{"n": {dseq}}}'.encode(), {"Ws-Event-Hash": f"h{dseq}"}, ack
+
+    async def answering(reply: str) -> None:
+        replies.append(reply)
+        if len(replies) == 1:
+            for dseq in (1, 2):
+                data, headers, ack = message(dseq)
+                await nc.publish(reply, data, headers=headers, reply=ack)
+            return
+        late = {"Status": "409", "Description": "Message Size Exceeds MaxBytes"}
+        await nc.publish(replies[0], b"", headers=late)  # the first fetch's, arriving late
+        data, headers, ack = message(3)
+        await nc.publish(reply, data, headers=headers, reply=ack)
+        await nc.publish(reply, b"", headers={"Status": "404"})  # nothing more
+
+    async with FakeJetStream(nc, answering) as fake:
+        js = fake.nc.jetstream(prefix=fake.prefix)
+        got: list[rpl.Raw] = []
+        async with contextlib.aclosing(rpl.messages(js, SUBJECTS.evt("acme", "x"))) as batches:
+            async for batch in batches:
+                got += batch
+    assert [data for data, _ in got] == [b'{"n": 1}', b'{"n": 2}', b'{"n": 3}']
+    assert len(set(replies)) == len(replies) == 2  # each fetch answered on its own subject
