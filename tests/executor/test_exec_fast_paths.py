@@ -6,7 +6,6 @@ a process. Real bwrap sandboxes and processes."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 from pathlib import Path
@@ -110,7 +109,6 @@ async def test_a_local_command_exec_looping_is_gone_when_run_returns(tmp_path: P
         assert survivors(t) == []  # at once: before any reply
         for tidy in later:
             await tidy()
-        await asyncio.sleep(0)
 
 
 def survivors(needle: str) -> list[int]:
