@@ -222,7 +222,7 @@ class Gateway:
     port: int
     subs: list[Subscription] = field(default_factory=list)
     fleet: Fleet | None = None
-    workers: Workers | None = None
+    workers: Workers[GatewayConfig] | None = None
     """The other workers, when this process is worker 0 of several."""
 
     @property
@@ -296,7 +296,8 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         if config.settle_heap:
             settle_heap()
         if config.workers > 1:
-            gateway.workers = Workers(replace(config, port=gateway.port), config.workers - 1)
+            worker = replace(config, port=gateway.port, workers=1, reuse_port=True)
+            gateway.workers = Workers(worker, config.workers - 1, start_gateway)
             try:
                 await gateway.workers.start()
             except BaseException:

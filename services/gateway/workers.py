@@ -20,15 +20,11 @@ import logging
 import multiprocessing
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 from infra.runtime import JsonFormatter, run_until_stopped, setup_logging
-
-if TYPE_CHECKING:
-    from services.gateway.app import GatewayConfig
 
 log = logging.getLogger("quill.gateway")
 
@@ -48,12 +44,22 @@ def default_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class Workers:
+class Serving(Protocol):
+    async def stop(self) -> None: ...
+
+
+C = TypeVar("C")
+Start = Callable[[C], Awaitable[Serving]]
+"""What a worker runs: ``start_gateway`` (passed in, so this module needs nothing of the app)."""
+
+
+class Workers(Generic[C]):
     """Workers 1..``count`` of a gateway whose worker 0 is this process."""
 
-    def __init__(self, config: GatewayConfig, count: int) -> None:
-        """``config``: worker 0's, its port resolved."""
-        self.config = replace(config, workers=1, reuse_port=True)
+    def __init__(self, config: C, count: int, start: Start[C]) -> None:
+        """``config``: a worker's (worker 0's port, ``reuse_port``, one worker); ``start``: a
+        module-level function (the spawned process imports it by name)."""
+        self.config, self.starter = config, start
         self.count = count
         root = logging.getLogger()
         json = any(isinstance(h.formatter, JsonFormatter) for h in root.handlers)
@@ -86,7 +92,7 @@ class Workers:
         ours, theirs = self.context.Pipe(duplex=False)
         process = self.context.Process(
             target=serve,
-            args=(self.config, theirs, self.logging_as),
+            args=(self.config, self.starter, theirs, self.logging_as),
             name=f"quill-gateway-{n}",
             daemon=True,
         )
@@ -174,17 +180,15 @@ async def _wait(process: BaseProcess, ready: Connection) -> bool:
         loop.remove_reader(ready.fileno())
 
 
-def serve(config: GatewayConfig, ready: Connection, logging_as: tuple[str, str]) -> None:
+def serve(config: C, start: Start[C], ready: Connection, logging_as: tuple[str, str]) -> None:
     """A worker's process: serve ``config`` until SIGTERM or until the parent is gone."""
     setup_logging(*logging_as)
-    asyncio.run(run_until_stopped(lambda: _started(config, ready)))
+    asyncio.run(run_until_stopped(lambda: _started(config, start, ready)))
 
 
-async def _started(config: GatewayConfig, ready: Connection) -> Callable[[], Awaitable[None]]:
-    from services.gateway.app import start_gateway
-
+async def _started(config: C, start: Start[C], ready: Connection) -> Callable[[], Awaitable[None]]:
     try:
-        gateway = await start_gateway(config)
+        gateway = await start(config)
     except BaseException:
         ready.send(False)
         raise
