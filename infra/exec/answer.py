@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,27 +123,16 @@ async def heartbeat(job: Job) -> AsyncIterator[None]:
         task.cancel()
 
 
-async def answer_exec(
-    incoming: Incoming,
-    job: Job,
-    auditor: Auditor,
-    address: Address,
-    origin: Origin,
-    work: Callable[[], Awaitable[tuple[int, rp.CommandResult | rp.GitResult]]],
-    details: dict[str, Any],
-    *,
-    stopping: str,
-) -> None:
-    """Run an exec request's ``work`` with heartbeats, end its live output, answer it and
-    audit it (``details``: what the audit record keeps; its ``summary`` goes on the record).
-    Failures are answered as errors; an unexpected one is logged and is ``INTERNAL``. What the
-    sandbox left to tidy (``common.after_reply``) is done once it is answered."""
+@contextlib.contextmanager
+def _tidied_in_background() -> Iterator[None]:
+    """What the sandbox leaves to tidy (``common.after_reply``) is done once the block has
+    answered, in the background: the request's slot is free once it is answered."""
     later: common.Later = []
     try:
         with common.after_reply(later):
-            await _answer_exec(incoming, job, auditor, address, origin, work, details, stopping)
+            yield
     finally:
-        if later:  # in the background: the request's slot is free once it is answered
+        if later:
             tidying = asyncio.ensure_future(_tidy(later))
             _TIDYING.add(tidying)
             tidying.add_done_callback(_TIDYING.discard)
@@ -160,7 +149,7 @@ async def _tidy(later: common.Later) -> None:
             log.exception("tidying after a command failed")
 
 
-async def _answer_exec(
+async def answer_exec(
     incoming: Incoming,
     job: Job,
     auditor: Auditor,
@@ -168,37 +157,45 @@ async def _answer_exec(
     origin: Origin,
     work: Callable[[], Awaitable[tuple[int, rp.CommandResult | rp.GitResult]]],
     details: dict[str, Any],
+    *,
     stopping: str,
 ) -> None:
-    try:
-        async with heartbeat(job):
-            version, result = await work()
+    """Run an exec request's ``work`` with heartbeats, end its live output, answer it and
+    audit it (``details``: what the audit record keeps; its ``summary`` goes on the record).
+    Failures are answered as errors; an unexpected one is logged and is ``INTERNAL``. What the
+    sandbox left to tidy (``common.after_reply``) is done once it is answered."""
+    with _tidied_in_background():
+        try:
+            async with heartbeat(job):
+                version, result = await work()
+                await job.publish("eof")
+        except QuillError as exc:
             await job.publish("eof")
-    except QuillError as exc:
-        await job.publish("eof")
-        await reject(incoming, exc, auditor)
-        return
-    except asyncio.CancelledError:
-        await reject(incoming, QuillError(ErrorCode.UNAVAILABLE, stopping), auditor)
-        raise
-    except (TimeoutError, nats.errors.Error) as exc:  # NATS failing over: retriable
-        log.warning("exec %s: NATS did not answer: %r", incoming.msg.subject, exc)
-        error = QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer in time ({exc!r}); retry")
-        await reject(incoming, error, auditor)
-        return
-    except Exception as exc:
-        log.exception("exec %s failed", incoming.msg.subject)
-        error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
-        await reject(incoming, error, auditor)
-        return
-    await respond(incoming.msg, codec.ok_reply(version, result))
-    changes = result.changes
-    await auditor.record(
-        address,
-        origin,
-        incoming.started,
-        version=version,
-        paths=[p.path for p in changes.paths] if changes else [],
-        summary=details.pop("summary", None),
-        details=details,
-    )
+            await reject(incoming, exc, auditor)
+            return
+        except asyncio.CancelledError:
+            await reject(incoming, QuillError(ErrorCode.UNAVAILABLE, stopping), auditor)
+            raise
+        except (TimeoutError, nats.errors.Error) as exc:  # NATS failing over: retriable
+            log.warning("exec %s: NATS did not answer: %r", incoming.msg.subject, exc)
+            error = QuillError(
+                ErrorCode.UNAVAILABLE, f"NATS did not answer in time ({exc!r}); retry"
+            )
+            await reject(incoming, error, auditor)
+            return
+        except Exception as exc:
+            log.exception("exec %s failed", incoming.msg.subject)
+            error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+            await reject(incoming, error, auditor)
+            return
+        await respond(incoming.msg, codec.ok_reply(version, result))
+        changes = result.changes
+        await auditor.record(
+            address,
+            origin,
+            incoming.started,
+            version=version,
+            paths=[p.path for p in changes.paths] if changes else [],
+            summary=details.pop("summary", None),
+            details=details,
+        )
