@@ -44,8 +44,13 @@ WRITER_MAX_QUEUED = 20_000
 WRITER_MAX_QUEUED_BYTES = 512 * 1024 * 1024
 """Bytes of those commands' requests (``--max-queued-bytes``); queue ``command_bytes``."""
 WRITER_MAX_QUEUED_PER_WORKSPACE = 2_048
-"""Commands one workspace holds queued, deciding, appending or parked on a lock
+"""Commands one workspace holds queued, deciding or appending
 (``--max-queued-per-workspace``); queue ``workspace_commands``."""
+WRITER_MAX_WAITING_PER_WORKSPACE = 1_024
+"""Commands one workspace holds waiting (``Ws-Wait``) for another session's lock to go, or
+for their approval; past it a command that would wait for the lock is answered busy (queue
+``workspace_waiting``), one that awaits its approval gets ``APPROVAL_REQUIRED`` at once.
+Apart from the bound above, so that waiters never keep the lock's holder from unlocking."""
 WRITER_MAX_RETRIES_WAITING = 16
 """Copies of one request id (retries) waiting for that request's answer; queue
 ``request_retries``."""

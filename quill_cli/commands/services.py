@@ -17,6 +17,7 @@ from contracts.limits import (
     WRITER_MAX_QUEUED,
     WRITER_MAX_QUEUED_BYTES,
     WRITER_MAX_QUEUED_PER_WORKSPACE,
+    WRITER_MAX_WAITING_PER_WORKSPACE,
 )
 from infra import secret_registry
 from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
@@ -142,7 +143,14 @@ def reader(ctx: click.Context, /, **options: Any) -> None:
     type=click.IntRange(min=1),
     default=WRITER_MAX_QUEUED_PER_WORKSPACE,
     show_default=True,
-    help="Commands one workspace holds at once.",
+    help="Commands one workspace holds at once (queued, deciding, appending).",
+)
+@click.option(
+    "--max-waiting-per-workspace",
+    type=click.IntRange(min=1),
+    default=WRITER_MAX_WAITING_PER_WORKSPACE,
+    show_default=True,
+    help="Commands one workspace holds waiting for its lock or their approval.",
 )
 @click.pass_context
 def writer(
@@ -153,6 +161,7 @@ def writer(
     max_queued: int,
     max_queued_bytes: int,
     max_queued_per_workspace: int,
+    max_waiting_per_workspace: int,
     **options: Any,
 ) -> None:
     """Run a writer (validates and commits mutations)."""
@@ -168,6 +177,7 @@ def writer(
         max_queued=str(max_queued),
         max_queued_bytes=str(max_queued_bytes),
         max_queued_per_workspace=str(max_queued_per_workspace),
+        max_waiting_per_workspace=str(max_waiting_per_workspace),
     )
     _serve(lambda: start_service(settings, "writer", Writer))
 

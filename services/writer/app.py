@@ -37,6 +37,7 @@ def _backlog(extra: dict[str, str]) -> Backlog:
             ("limit", "max_queued"),
             ("max_bytes", "max_queued_bytes"),
             ("per_workspace", "max_queued_per_workspace"),
+            ("parked_per_workspace", "max_waiting_per_workspace"),
         )
         if key in extra
     }
@@ -56,8 +57,8 @@ class Writer:
         backlog: Backlog | None = None,
     ) -> None:
         """``backlog``: the bounds on commands held (default: ``contracts/limits.py``'s, or
-        ``settings.extra``'s ``max_queued``, ``max_queued_bytes``, ``max_queued_per_workspace``
-        as ``quill writer`` sets them)."""
+        ``settings.extra``'s ``max_queued``, ``max_queued_bytes``, ``max_queued_per_workspace``,
+        ``max_waiting_per_workspace`` as ``quill writer`` sets them)."""
         self.settings = settings
         self.subjects: Subjects = settings.subjects
         self.instance = settings.instance or bus.instance_id("writer")

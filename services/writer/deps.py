@@ -18,6 +18,7 @@ from contracts.limits import (
     WRITER_MAX_QUEUED,
     WRITER_MAX_QUEUED_BYTES,
     WRITER_MAX_QUEUED_PER_WORKSPACE,
+    WRITER_MAX_WAITING_PER_WORKSPACE,
 )
 from contracts.subjects import Subjects
 from core.lru import SizedLRU
@@ -47,7 +48,9 @@ class Backlog:
     max_bytes: int = WRITER_MAX_QUEUED_BYTES
     """The most bytes of requests they hold."""
     per_workspace: int = WRITER_MAX_QUEUED_PER_WORKSPACE
-    """The most commands one workspace holds."""
+    """The most commands one workspace holds queued, deciding or appending."""
+    parked_per_workspace: int = WRITER_MAX_WAITING_PER_WORKSPACE
+    """The most commands one workspace holds waiting for its lock (or their approval)."""
     queued: int = 0
     bytes: int = 0
 

@@ -50,7 +50,7 @@ def command_handler(
                     )
             full(backlog, len(msg.data))
             actor = actor_of(address.tenant, address.workspace, partition)
-            if actor.queued >= backlog.per_workspace:
+            if actor.queued - actor.waiting >= backlog.per_workspace:  # waiters: apart
                 raise refused(
                     "writer",
                     "workspace_commands",

@@ -268,9 +268,22 @@ class WorkspaceActor:
         waits = (ErrorCode.LOCKED, ErrorCode.APPROVAL_REQUIRED)
         if error.code not in waits or time.perf_counter() >= p.wait_until:
             return False
+        if len(self._parked) >= self.deps.backlog.parked_per_workspace:
+            return False
         self._parked.append(p)
         self._schedule(state)
         return True
+
+    def _no_room(self, p: Pending, error: QuillError) -> QuillError:
+        """``error``, or busy when ``p`` would wait for the lock but as many commands wait
+        already as may (``parked_per_workspace``): the client retries after the hint."""
+        bound = self.deps.backlog.parked_per_workspace
+        if error.code != ErrorCode.LOCKED or len(self._parked) < bound:
+            return error
+        if time.perf_counter() >= p.wait_until:
+            return error
+        what = f"Workspace {self.tenant}/{self.workspace}"
+        return refused("writer", "workspace_waiting", what, RETRY_AFTER_MS, limit=bound)
 
     def _schedule(self, state: WorkspaceState) -> None:
         """Wake the parked commands at the first deadline or when the lock expires."""
@@ -457,7 +470,8 @@ class WorkspaceActor:
                         decision, event, payload = await self._decide(state, p)
                 except QuillError as exc:
                     if not self._park(p, exc, state):
-                        await self._answer(p, codec.error_reply(exc), error=exc)
+                        error = self._no_room(p, exc)
+                        await self._answer(p, codec.error_reply(error), error=error)
                     continue
                 except Exception as exc:  # this command's failure alone: the group goes on
                     error = self._unexpected(p, exc)
