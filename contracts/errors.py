@@ -55,7 +55,9 @@ class ErrorCode(StrEnum):
     EXECUTION_FAILED = "EXECUTION_FAILED"
     """A command could not be started."""
     UNAVAILABLE = "UNAVAILABLE"
-    """The service cannot answer now (overloaded, lagging replica, lost backend). Retriable."""
+    """The service cannot answer now (overloaded, lagging replica, lost backend). Retriable.
+    A busy service (a bounded queue full) says so in ``details``: ``reason`` ``busy``,
+    ``queue``, ``retry_after_ms`` (retry no sooner)."""
     INTERNAL = "INTERNAL"
     """A bug. Reported with a reference to the service log line."""
     WORKSPACE_NOT_FOUND = "WORKSPACE_NOT_FOUND"
