@@ -145,6 +145,7 @@ class Writer:
         return {
             "workspaces": len(self._actors),
             "queued": self.queued,
+            "queued_bytes": self.deps.backlog.bytes,
             "waiting": sum(a.waiting for a in self._actors.values()),
             "local_workspaces": len(self.bridges),
             **({"partitions": self.partitions.info()} if self.partitions else {}),
