@@ -68,6 +68,8 @@ EXECUTOR_MAX_WAITING = 1_024
 queue is bounded too: ``quill executor --queue``); queue ``runs``."""
 EXECUTOR_MAX_OUTPUT_READS = 256
 """``exec.output`` reads an executor answers at once; queue ``output_reads``."""
+BRIDGE_MAX_INFLIGHT = 1_024
+"""Requests (commands, queries, exec) a bridge answers at once; queue ``requests``."""
 SUBSCRIPTION_PENDING_MSGS = 65_536
 """Messages a service's subscription holds received and not yet handled (nats-py's pending
 limit); past it nats-py drops them as a slow consumer and the service answers each dropped
