@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
@@ -42,6 +43,22 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
             await asyncio.sleep(0.005)
 
 
+async def answering(nats_url: str) -> None:
+    """Until a command gets an answer (here, the writer's refusal of an unknown op): seen once
+    under a loaded machine, the first command after a writer started met no responders."""
+    client = await nats.connect(nats_url)
+    try:
+        async with asyncio.timeout(10):
+            while True:
+                try:
+                    await client.request(S.cmd("busy", "probe", "nothing"), b"{}", timeout=5)
+                    return
+                except nats.errors.NoRespondersError:
+                    await asyncio.sleep(0.05)
+    finally:
+        await client.close()
+
+
 @pytest_asyncio.fixture
 async def start_writer(
     nats_url: str, tmp_path: Path
@@ -55,6 +72,7 @@ async def start_writer(
         writer = Writer(Settings(nats_url=nats_url, data_dir=tmp_path), nc, store, backlog=backlog)
         await writer.start()
         started.append((writer, store, nc))
+        await answering(nats_url)
         return writer
 
     yield start
