@@ -5,6 +5,9 @@ Exception tree::
     QuillError              a failure with a stable ``code`` (an ``ErrorCode``), a human
                             ``message`` and machine-readable ``details``
 
+A busy service (a bounded queue full: ``busy``) answers ``UNAVAILABLE`` with
+``details = {"reason": "busy", "queue": ..., "retry_after_ms": ...}``.
+
 Domain code raises ``QuillError``; service handlers turn it into the error reply
 ``{"ok": false, "error": {"code", "message", "details"}}`` at the edge; each front door
 (SDK, CLI, MCP, REST) keeps one table from code to its own form.
@@ -52,7 +55,9 @@ class ErrorCode(StrEnum):
     EXECUTION_FAILED = "EXECUTION_FAILED"
     """A command could not be started."""
     UNAVAILABLE = "UNAVAILABLE"
-    """The service cannot answer now (overloaded, lagging replica, lost backend). Retriable."""
+    """The service cannot answer now (overloaded, lagging replica, lost backend). Retriable.
+    A busy service (a bounded queue full) says so in ``details``: ``reason`` ``busy``,
+    ``queue``, ``retry_after_ms`` (retry no sooner)."""
     INTERNAL = "INTERNAL"
     """A bug. Reported with a reference to the service log line."""
     WORKSPACE_NOT_FOUND = "WORKSPACE_NOT_FOUND"
@@ -99,6 +104,30 @@ class QuillError(Exception):
 
     def __repr__(self) -> str:
         return f"QuillError({str(self.code)!r}, {self.message!r}, {self.details!r})"
+
+
+BUSY = "busy"
+"""``details["reason"]`` of an ``UNAVAILABLE`` that a full queue gave (a flood refused)."""
+
+
+def busy(what: str, queue: str, retry_after_ms: int, **details: Any) -> QuillError:
+    """The answer past a bound: ``UNAVAILABLE`` (retriable) saying what is busy and when to
+    retry; ``details``: ``reason`` (``busy``), ``queue`` (which bound), ``retry_after_ms``, and
+    whatever the bound adds (its ``limit``...). docs/operations.md lists every queue."""
+    return QuillError(
+        ErrorCode.UNAVAILABLE,
+        f"{what} is busy ({queue} queue full); retry in {retry_after_ms} ms",
+        {**details, "reason": BUSY, "queue": queue, "retry_after_ms": retry_after_ms},
+    )
+
+
+def retry_after_ms(error: QuillError) -> int | None:
+    """The retry hint of a busy answer (None for any other error, or a hint that is no
+    non-negative whole number of milliseconds)."""
+    hint = error.details.get("retry_after_ms") if error.details else None
+    if isinstance(hint, bool) or not isinstance(hint, int) or hint < 0:
+        return None
+    return hint
 
 
 def not_found(path: str) -> QuillError:

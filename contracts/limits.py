@@ -32,6 +32,58 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 PREVIEW_MAX_BYTES = 32 * 1024
 """The longest diff an approval request shows of the change it would make (cut past it)."""
 
+# ---------------------------------------------------------------- queues (a flood is refused)
+# Every queue a client can fill is bounded; past its bound a request is answered at once with
+# ``errors.busy`` (``UNAVAILABLE``, ``details.reason == "busy"``, a ``retry_after_ms`` hint)
+# and counted in ``quill_busy_rejections_total{service,queue}``. docs/operations.md
+# ("Overload") lists them.
+
+WRITER_MAX_QUEUED = 20_000
+"""Commands a writer holds accepted and not yet answered, all workspaces together
+(``quill writer --max-queued``); queue ``commands``."""
+WRITER_MAX_QUEUED_BYTES = 512 * 1024 * 1024
+"""Bytes of those commands' requests (``--max-queued-bytes``); queue ``command_bytes``."""
+WRITER_MAX_QUEUED_PER_WORKSPACE = 2_048
+"""Commands one workspace holds queued, deciding or appending
+(``--max-queued-per-workspace``); queue ``workspace_commands``."""
+WRITER_MAX_WAITING_PER_WORKSPACE = 1_024
+"""Commands one workspace holds waiting (``Ws-Wait``) for another session's lock to go, or
+for their approval; past it a command that would wait for the lock is answered busy (queue
+``workspace_waiting``), one that awaits its approval gets ``APPROVAL_REQUIRED`` at once.
+Apart from the bound above, so that waiters never keep the lock's holder from unlocking."""
+WRITER_MAX_RETRIES_WAITING = 16
+"""Copies of one request id (retries) waiting for that request's answer; queue
+``request_retries``."""
+READER_MAX_INFLIGHT = 4_096
+"""Queries a reader is answering at once (those that had to wait for I/O); queue
+``queries``."""
+READER_MAX_VERSION_WAITERS = 1_024
+"""Queries a reader holds waiting for a version it has not applied yet (``min_version``, a
+run's version); queue ``version_waiters``."""
+GATEWAY_MAX_INFLIGHT = 1_024
+"""HTTP requests (REST, MCP, the console) one gateway process serves at once (``quill gateway
+--max-inflight``; ``/health`` and ``/metrics`` are not counted); queue ``http``."""
+EXECUTOR_MAX_WAITING = 1_024
+"""Exec requests an executor holds waiting for a slot, all tenants together (each tenant's
+queue is bounded too: ``quill executor --queue``); queue ``runs``."""
+EXECUTOR_MAX_OUTPUT_READS = 256
+"""``exec.output`` reads an executor answers at once; queue ``output_reads``."""
+BRIDGE_MAX_INFLIGHT = 1_024
+"""Requests (commands, queries, exec) a bridge answers at once; queue ``requests``."""
+SUBSCRIPTION_PENDING_MSGS = 65_536
+"""Messages a service's subscription holds received and not yet handled (nats-py's pending
+limit); past it nats-py drops them as a slow consumer and the service answers each dropped
+request busy (queue ``subscription``)."""
+SUBSCRIPTION_PENDING_BYTES = 256 * 1024 * 1024
+"""Bytes those messages may hold."""
+
+RETRY_AFTER_MS = 250
+"""The retry hint of a busy answer from a writer, a reader or a subscription."""
+GATEWAY_RETRY_AFTER_MS = 1_000
+"""The retry hint of a busy gateway (also its ``Retry-After``, rounded up to seconds)."""
+EXECUTOR_RETRY_AFTER_MS = 1_000
+"""The retry hint of a busy executor (its tenant's queue full, or no slot in time)."""
+
 Positive = Annotated[int, Meta(ge=1, le=2**40)]
 
 

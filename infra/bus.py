@@ -28,7 +28,11 @@ from nats.js.errors import NotFoundError
 
 from contracts import codec
 from contracts.errors import QuillError
-from contracts.limits import MAX_MESSAGE_BYTES
+from contracts.limits import (
+    MAX_MESSAGE_BYTES,
+    SUBSCRIPTION_PENDING_BYTES,
+    SUBSCRIPTION_PENDING_MSGS,
+)
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
 from infra import assets, bridges
 from infra.secret_registry import secrets_from_env
@@ -204,16 +208,25 @@ Handler = Callable[[Msg], Awaitable[None]]
 
 
 async def serve(
-    nc: NATS, subject: str, queue: str | None, handler: Handler, *, pending: int = 65_536
+    nc: NATS,
+    subject: str,
+    queue: str | None,
+    handler: Handler,
+    *,
+    pending: int = SUBSCRIPTION_PENDING_MSGS,
+    pending_bytes: int = SUBSCRIPTION_PENDING_BYTES,
 ) -> Subscription:
     """Subscribe ``handler`` to ``subject``. The handler runs in the subscription's own task,
-    one message at a time, so it must hand long work off (a queue, a task) and return."""
+    one message at a time, so it must hand long work off (a queue, a task) and return.
+    At most ``pending`` messages (``pending_bytes``) wait for it; nats-py drops what comes
+    past them, and a service's connection answers each dropped request busy
+    (``infra/busy.py``)."""
     return await nc.subscribe(
         subject,
         queue=queue or "",
         cb=handler,
         pending_msgs_limit=pending,
-        pending_bytes_limit=pending * 16 * 1024,
+        pending_bytes_limit=pending_bytes,
     )
 
 

@@ -255,9 +255,10 @@ class Running(Generic[S]):
 async def connect_service(settings: Settings, name: str) -> NATS:
     """Serve the metrics, connect as ``quill-<name>``, create the streams (idempotently)."""
     from infra import bus
+    from infra.busy import Dropped
 
     serve_metrics(settings.metrics_port)
-    nc = await bus.connect(settings.nats_url, name=f"quill-{name}")
+    nc = await bus.connect(settings.nats_url, name=f"quill-{name}", on_dropped=Dropped(name))
     await bus.ensure_streams(nc, settings.subjects, settings.replicas)
     return nc
 

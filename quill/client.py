@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
@@ -39,7 +40,7 @@ from nats.nuid import NUID
 from contracts import codec, ops
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, retry_after_ms
 from contracts.events import AuditRecord, WorkspaceUpdated
 from contracts.limits import CEILINGS, LimitsPatch
 from contracts.paths import normalize, printable
@@ -326,7 +327,7 @@ class Quill:
         attempt = -1
         while self._again(attempt := attempt + 1, last, failover_until):
             if attempt:
-                await asyncio.sleep(min(0.1 * 2**attempt, 1.0))
+                await asyncio.sleep(backoff(attempt, last, 1.0))
             try:
                 msg = await self.nc.request(subject, data, timeout=timeout, headers=headers)
             except nats.errors.TimeoutError:
@@ -396,7 +397,7 @@ class Quill:
         last: QuillError | None = None
         for attempt in range(self.retries + 1):
             if attempt:
-                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+                await asyncio.sleep(backoff(attempt, last, 2.0))
             sent = time.monotonic()
             pending = asyncio.ensure_future(
                 self.nc.request(subject, data, timeout=deadline_s, headers=headers)
@@ -439,6 +440,22 @@ class Quill:
                 last = exc  # refused before running (busy, log unreachable): try again
         assert last is not None
         raise last
+
+
+MAX_RETRY_AFTER_S = 30.0
+"""The longest a busy answer's ``retry_after_ms`` makes a retry wait."""
+
+
+def backoff(attempt: int, last: QuillError | None, cap: float) -> float:
+    """Seconds to wait before retry ``attempt``: ``0.1 * 2**attempt`` (at most ``cap``), or,
+    after a busy answer, its ``retry_after_ms`` if longer (at most ``MAX_RETRY_AFTER_S``),
+    spread by up to a quarter more so that the clients a flood refused do not all come back
+    at the same moment."""
+    pause = min(0.1 * 2**attempt, cap)
+    hint = retry_after_ms(last) if last is not None else None
+    if hint is None:
+        return pause
+    return max(pause, min(hint / 1000, MAX_RETRY_AFTER_S)) * random.uniform(1.0, 1.25)
 
 
 OnOutput = Callable[[str, bytes], Awaitable[None] | None]

@@ -13,10 +13,11 @@ import os
 import re
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import nats
+import nats.errors
 from nats.aio.client import Client as NATS
 
 from quill.credentials import NatsAuth
@@ -68,11 +69,14 @@ async def connect(
     *,
     wait_s: float = 10.0,
     auth: NatsAuth | None = None,
+    on_dropped: Callable[[nats.errors.SlowConsumerError], Awaitable[None]] | None = None,
 ) -> NATS:
     """Connect to NATS, retrying for up to ``wait_s`` seconds, then reconnecting forever.
     ``url``: one server or several of a cluster (``servers``): the client picks one, fails
     over to the others and learns the rest of the cluster from the server.
     ``auth``: the credentials (default: from the environment, ``QUILL_NATS_*``).
+    ``on_dropped``: called for each message a subscription dropped as a slow consumer (its
+    pending limit reached) instead of logging it (a service answers such a request busy).
 
     Raises:
         ConnectionError: no server answered within ``wait_s``, or the credentials are
@@ -97,6 +101,9 @@ async def connect(
         if not holder:  # before the first connection, the caller reports (the server's
             if not first_error or "Authorization" not in str(first_error[0]):  # word first)
                 first_error[:] = [exc]
+            return
+        if on_dropped is not None and isinstance(exc, nats.errors.SlowConsumerError):
+            await on_dropped(exc)
             return
         if (match := _REFUSED.search(str(exc))) is not None:
             seen = _refusals.setdefault(holder[0], set())

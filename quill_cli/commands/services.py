@@ -12,6 +12,13 @@ from typing import Any
 
 import click
 
+from contracts.limits import (
+    GATEWAY_MAX_INFLIGHT,
+    WRITER_MAX_QUEUED,
+    WRITER_MAX_QUEUED_BYTES,
+    WRITER_MAX_QUEUED_PER_WORKSPACE,
+    WRITER_MAX_WAITING_PER_WORKSPACE,
+)
 from infra import secret_registry
 from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
 from quill_cli.common import (
@@ -116,8 +123,47 @@ def reader(ctx: click.Context, /, **options: Any) -> None:
     help="Seconds a partition lease lives unrenewed: how soon another writer takes over "
     "when this one dies.",
 )
+@click.option(
+    "--max-queued",
+    type=click.IntRange(min=1),
+    default=WRITER_MAX_QUEUED,
+    show_default=True,
+    help="Commands held (queued, deciding, appending) at once, all workspaces together; "
+    "past it a command is answered busy (docs/operations.md, Overload).",
+)
+@click.option(
+    "--max-queued-bytes",
+    type=click.IntRange(min=1),
+    default=WRITER_MAX_QUEUED_BYTES,
+    show_default=True,
+    help="Bytes of the requests of those commands.",
+)
+@click.option(
+    "--max-queued-per-workspace",
+    type=click.IntRange(min=1),
+    default=WRITER_MAX_QUEUED_PER_WORKSPACE,
+    show_default=True,
+    help="Commands one workspace holds at once (queued, deciding, appending).",
+)
+@click.option(
+    "--max-waiting-per-workspace",
+    type=click.IntRange(min=1),
+    default=WRITER_MAX_WAITING_PER_WORKSPACE,
+    show_default=True,
+    help="Commands one workspace holds waiting for its lock or their approval.",
+)
 @click.pass_context
-def writer(ctx: click.Context, /, partitions: int, lease_ttl: float, **options: Any) -> None:
+def writer(
+    ctx: click.Context,
+    /,
+    partitions: int,
+    lease_ttl: float,
+    max_queued: int,
+    max_queued_bytes: int,
+    max_queued_per_workspace: int,
+    max_waiting_per_workspace: int,
+    **options: Any,
+) -> None:
     """Run a writer (validates and commits mutations)."""
     from services.writer.app import Writer
 
@@ -125,7 +171,14 @@ def writer(ctx: click.Context, /, partitions: int, lease_ttl: float, **options: 
         click.echo("quill: --partitions must be >= 0 and --lease-ttl >= 2", err=True)
         sys.exit(2)
     settings = _settings(ctx, options)
-    settings.extra.update(partitions=str(partitions), lease_ttl=str(lease_ttl))
+    settings.extra.update(
+        partitions=str(partitions),
+        lease_ttl=str(lease_ttl),
+        max_queued=str(max_queued),
+        max_queued_bytes=str(max_queued_bytes),
+        max_queued_per_workspace=str(max_queued_per_workspace),
+        max_waiting_per_workspace=str(max_waiting_per_workspace),
+    )
     _serve(lambda: start_service(settings, "writer", Writer))
 
 
@@ -223,6 +276,14 @@ def executor(
 @click.option("--root", default="ws", show_default=True, help="Subject root.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--workers", type=click.IntRange(min=1), help=WORKERS_HELP)
+@click.option(
+    "--max-inflight",
+    type=click.IntRange(min=1),
+    default=GATEWAY_MAX_INFLIGHT,
+    show_default=True,
+    help="HTTP requests each worker serves at once; past it a request is answered busy "
+    "(503 with Retry-After; docs/operations.md, Overload).",
+)
 @click.pass_context
 def gateway(
     ctx: click.Context,
@@ -233,6 +294,7 @@ def gateway(
     root: str,
     log_format: str,
     workers: int | None,
+    max_inflight: int,
 ) -> None:
     """Run the HTTP gateway: MCP at /mcp, WAP at /mcp/wap, REST at /v1/host/workspace."""
     from services.gateway.app import GatewayConfig, start_gateway
@@ -248,6 +310,7 @@ def gateway(
             tokens=Tokens.load(tokens) if tokens else None,
             root=root,
             workers=workers or default_count(),
+            max_inflight=max_inflight,
             settle_heap=True,
         )
         config.check()

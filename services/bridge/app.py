@@ -32,6 +32,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects, check_id
 from infra import bridges, bus
 from infra import log as eventlog
+from infra.busy import Dropped
 from infra.runtime import Auditor
 from services.bridge.approvals import DEFAULT_TIMEOUT_S, Approver, Terminal
 from services.bridge.changes import LocalChanges
@@ -108,7 +109,9 @@ class Bridge:
         if not self.folder.root.is_dir():
             raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a directory: {config.directory}")
         try:
-            nc = self._nc = await bus.connect(config.nats_url, name="quill-bridge")
+            nc = self._nc = await bus.connect(
+                config.nats_url, name="quill-bridge", on_dropped=Dropped("bridge")
+            )
         except ConnectionError as exc:
             raise QuillError(ErrorCode.UNAVAILABLE, str(exc)) from None
         js = nc.jetstream()

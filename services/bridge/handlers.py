@@ -28,9 +28,11 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AnyChange, WorkspaceUpdated
+from contracts.limits import BRIDGE_MAX_INFLIGHT, RETRY_AFTER_MS
 from contracts.subjects import Address, Origin, Subjects, new_request_id
 from infra.blobs import Blobs
 from infra.bus import respond
+from infra.busy import refused
 from infra.entry import Incoming, parse, reject
 from infra.exec.answer import Job, answer_exec, received
 from infra.exec.git import READ_ONLY_GIT
@@ -75,6 +77,12 @@ class Handlers:
 
     def _spawn(self, answer: Callable[[Incoming], Any]) -> Callable[[Msg], Any]:
         async def on_msg(msg: Msg) -> None:
+            if len(self.tasks) >= BRIDGE_MAX_INFLIGHT:
+                error = refused(
+                    "bridge", "requests", "The bridge", RETRY_AFTER_MS, limit=BRIDGE_MAX_INFLIGHT
+                )
+                await reject(Incoming(msg), error, self.auditor)
+                return
             task = asyncio.create_task(answer(Incoming(msg)))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)

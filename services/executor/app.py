@@ -35,11 +35,13 @@ from contracts import ops as registry
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import EXECUTOR_MAX_OUTPUT_READS, RETRY_AFTER_MS
 from contracts.subjects import QUEUE_EXECUTOR, Address, Origin
 from infra import bus
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
+from infra.busy import refused
 from infra.entry import Incoming, parse, reject
 from infra.exec import sandbox
 from infra.exec.answer import Job, answer_exec, received
@@ -80,6 +82,8 @@ class Executor:
         self.auditor = Auditor(nc, self.subjects, "executor", self.instance)
         self.bridges = Bridges(self.js)
         self.tasks: set[asyncio.Task[None]] = set()
+        self.output_reads = 0
+        """``exec.output`` reads being answered (at most ``EXECUTOR_MAX_OUTPUT_READS``)."""
         self.slots = Slots(config.max_runs, config.tenant_runs, config.queue, config.queue_wait_s)
         self.checkouts = Checkouts(
             settings.data_dir,
@@ -183,7 +187,15 @@ class Executor:
             if self.bridges.claims(address.tenant, address.workspace):
                 return  # a local workspace: its bridge answers
             if address.op == "output":  # a read of kept output: no slot, no checkout
-                self._background(self.answer_output(incoming))
+                if self.output_reads >= EXECUTOR_MAX_OUTPUT_READS:
+                    limit = EXECUTOR_MAX_OUTPUT_READS
+                    error = refused(
+                        "executor", "output_reads", "The executor", RETRY_AFTER_MS, limit=limit
+                    )
+                    await reject(incoming, error, self.auditor)
+                    return
+                self.output_reads += 1
+                self._background(self._read_output(incoming))
                 return
         try:  # a bad subject is refused here, as parse() would
             ticket = self.slots.join(self.subjects.parse_request(msg.subject).tenant)
@@ -246,6 +258,12 @@ class Executor:
         await respond(incoming.msg, codec.ok_reply(None, page))
         summary = f"output of {request.command_id} ({request.stream} from {request.offset})"
         await self.auditor.record(address, origin, incoming.started, summary=summary)
+
+    async def _read_output(self, incoming: Incoming) -> None:
+        try:
+            await self.answer_output(incoming)
+        finally:
+            self.output_reads -= 1
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)

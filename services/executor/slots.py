@@ -8,8 +8,10 @@ An executor runs at most ``total`` requests at once (``--max-runs``). The rule:
   one free at once. A tenant over its share (it took them while alone) keeps what runs, and
   gets no more until it is under its share again: running commands are never preempted.
 * A request that cannot start waits in its tenant's FIFO queue, at most ``queue`` requests per
-  tenant and at most ``wait_s`` seconds (the executor keeps announcing it alive meanwhile).
-  Past either: ``UNAVAILABLE`` ("Executor busy"), which the SDK retries, perhaps elsewhere.
+  tenant, ``max_waiting`` of all tenants together, and at most ``wait_s`` seconds (the
+  executor keeps announcing it alive meanwhile). Past any: the busy answer (``UNAVAILABLE``,
+  ``details.reason == "busy"``, queue ``tenant_runs``, ``runs`` or ``slot_wait``, with
+  ``retry_after_ms``), which the SDK retries, perhaps elsewhere.
 * A free slot goes to the waiting tenant holding the fewest slots (ties: the request waiting
   longest), among those under their share.
 """
@@ -22,7 +24,9 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import QuillError
+from contracts.limits import EXECUTOR_MAX_WAITING, EXECUTOR_RETRY_AFTER_MS
+from infra.busy import refused
 
 
 @dataclass(eq=False)
@@ -36,7 +40,15 @@ class Ticket:
 
 
 class Slots:
-    def __init__(self, total: int, per_tenant: int | None, queue: int, wait_s: float) -> None:
+    def __init__(
+        self,
+        total: int,
+        per_tenant: int | None,
+        queue: int,
+        wait_s: float,
+        max_waiting: int = EXECUTOR_MAX_WAITING,
+    ) -> None:
+        self.max_waiting = max_waiting
         self.total = max(1, total)
         self.per_tenant = max(1, per_tenant if per_tenant is not None else self.total - 1)
         self.queue, self.wait_s = queue, wait_s
@@ -67,10 +79,17 @@ class Slots:
         queue = self.queues.setdefault(tenant, deque())
         queue.append(ticket)
         self._dispatch()
-        if ticket.state == "waiting" and len(queue) > self.queue:
+        if ticket.state == "waiting" and (
+            len(queue) > self.queue or self.waiting > self.max_waiting
+        ):
+            over = len(queue) > self.queue
             self._drop(ticket)
             self._dispatch()  # without it, the others' share may have grown
-            raise self._busy(tenant, f"{len(queue)} of tenant {tenant!r} waiting")
+            if over:
+                raise self._busy(
+                    tenant, "tenant_runs", f"{len(queue)} of tenant {tenant!r} waiting"
+                )
+            raise self._busy(tenant, "runs", f"{self.waiting} waiting")
         return ticket
 
     async def wait(self, ticket: Ticket) -> None:
@@ -83,7 +102,8 @@ class Slots:
             await asyncio.wait_for(ticket.granted.wait(), self.wait_s)
         except TimeoutError:
             if ticket.state != "running":
-                raise self._busy(ticket.tenant, f"no slot in {self.wait_s:g} s") from None
+                why = f"no slot in {self.wait_s:g} s"
+                raise self._busy(ticket.tenant, "slot_wait", why) from None
 
     def leave(self, ticket: Ticket) -> None:
         """The request is answered (or gave up): its slot, or its place, goes to the next."""
@@ -115,9 +135,13 @@ class Slots:
             if not queue:
                 del self.queues[ticket.tenant]
 
-    def _busy(self, tenant: str, why: str) -> QuillError:
-        return QuillError(
-            ErrorCode.UNAVAILABLE,
-            f"Executor busy ({self.running} requests running, {why}): retry",
-            {"running": self.running, "waiting": self.waiting, "tenant": tenant},
+    def _busy(self, tenant: str, queue: str, why: str) -> QuillError:
+        return refused(
+            "executor",
+            queue,
+            f"The executor ({self.running} requests running, {why})",
+            EXECUTOR_RETRY_AFTER_MS,
+            running=self.running,
+            waiting=self.waiting,
+            tenant=tenant,
         )

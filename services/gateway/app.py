@@ -10,7 +10,8 @@ One SDK client (``Quill``) for every request; one Starlette app served by uvicor
     /.well-known/openwop                      discovery (no token needed)
     /ui/                                      the operator's console (docs/console.md)
 
-Middleware, outermost first: ``HttpMetrics`` (counts and times every request),
+Middleware, outermost first: ``HttpMetrics`` (counts and times every request), ``Inflight``
+(at most ``max_inflight`` requests served at once, busy past it: ``inflight.py``),
 ``PrincipalMiddleware`` (who is calling; 401 otherwise), then ``BodyBounds`` (each body read
 whole before the app runs: at most ``MAX_BODY_BYTES``, within ``body_timeout``). uvicorn runs
 ``HeaderDeadline``, its httptools protocol closing a connection whose request head is late or large
@@ -38,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from contracts.limits import GATEWAY_MAX_INFLIGHT
 from contracts.subjects import Subjects
 from infra import bus
 from quill.client import Quill
@@ -45,6 +47,7 @@ from services.gateway import VERSION, mcp_files, openapi, wap
 from services.gateway.bounds import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, BodyBounds, HeaderDeadline
 from services.gateway.console import Console
 from services.gateway.fleet import Fleet
+from services.gateway.inflight import Inflight
 from services.gateway.mcp_http import Exchange
 from services.gateway.metrics import HttpMetrics, metrics_endpoint
 from services.gateway.principals import (
@@ -83,6 +86,8 @@ class GatewayConfig:
     """Gateway processes serving the port (``services/gateway/workers.py``)."""
     reuse_port: bool = False
     """Listen with ``SO_REUSEPORT`` (a worker's: the others listen on the same port)."""
+    max_inflight: int = GATEWAY_MAX_INFLIGHT
+    """HTTP requests served at once; past it, answered busy (``inflight.py``)."""
     settle_heap: bool = False
     """Freeze the startup heap (``settle_heap``): for a process that is only a gateway (the
     ``quill gateway`` command sets it), never for one that starts gateways among other work
@@ -107,10 +112,11 @@ def build_app(
     host: str,
     fleet: Fleet | None = None,
     body_timeout: float = BODY_TIMEOUT_S,
+    max_inflight: int = GATEWAY_MAX_INFLIGHT,
 ) -> Starlette:
     """The gateway's ASGI app over ``access`` (the MCP session managers run in its lifespan);
     ``fleet``: what ``/health`` tells of the executors; ``body_timeout``: seconds a body has
-    to arrive."""
+    to arrive; ``max_inflight``: requests served at once (busy past it)."""
     servers = [mcp_files.build(access), wap.build(access)]
     # With tokens, a caller proves who it is: the MCP library's Host/Origin checks (against
     # DNS rebinding, for servers without auth) would only stand in the way of a proxy.
@@ -153,6 +159,7 @@ def build_app(
 
     middleware = [
         Middleware(HttpMetrics, routes=routes),
+        Middleware(Inflight, max_inflight=max_inflight),
         Middleware(Console(access, tokens, body_timeout).gate),  # /ui/: the console
         Middleware(PrincipalMiddleware, tokens=tokens),
         Middleware(BodyBounds, max_body=MAX_BODY_BYTES, body_timeout=body_timeout),
@@ -271,7 +278,15 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         access = Access(quill)
         await access.prepare(config.tokens.principals() if config.tokens else [ANONYMOUS])
         fleet = Fleet(quill.nc, Subjects(config.root))
-        app = build_app(quill, access, config.tokens, config.host, fleet, config.body_timeout)
+        app = build_app(
+            quill,
+            access,
+            config.tokens,
+            config.host,
+            fleet,
+            config.body_timeout,
+            config.max_inflight,
+        )
         sock = listen(config.host, config.port, config.reuse_port or config.workers > 1)
         uv = uvicorn.Config(
             app,

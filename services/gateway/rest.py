@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,7 +28,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, retry_after_ms
 from contracts.limits import DEFAULT_LIMITS, MAX_MESSAGE_BYTES, Limits
 from contracts.paths import normalize
 from infra.secret_registry import secrets_from_env
@@ -95,7 +96,11 @@ def error_response(error: QuillError) -> JSONResponse:
         body["message"] = error.message
     if error.code == E.CONFLICT:
         body["details"] = {"currentVersion": error.details.get("current_file_version")}
-    return JSONResponse(body, status_code=status)
+    headers: dict[str, str] = {}
+    if (hint := retry_after_ms(error)) is not None:  # busy: when to come back
+        body["details"] = error.details
+        headers["Retry-After"] = str(math.ceil(hint / 1000))
+    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 def file_path(raw: str) -> str:

@@ -10,6 +10,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
 
 from contracts import ops as registry
+from contracts.limits import READER_MAX_INFLIGHT
 from contracts.subjects import QUEUE_READER
 from infra import bus
 from infra.blobs import Blobs
@@ -45,7 +46,7 @@ class Reader:
         self.auditor = Auditor(nc, self.subjects, "reader", self.instance)
         self.bridges = Bridges(self.js)
         self.max_wait_s = max_wait_s
-        self.max_inflight = 4096
+        self.max_inflight = READER_MAX_INFLIGHT
         self.tasks: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
         self._joining: asyncio.Task[None] | None = None
@@ -58,6 +59,7 @@ class Reader:
             "indexing": self.indexer.busy,
             "caught_up": self.follower.caught_up,
             "inflight": len(self.tasks),
+            "version_waiters": self.follower.waiting,
             "local_workspaces": len(self.bridges),
         }
 

@@ -14,9 +14,11 @@ from collections.abc import Awaitable, Callable
 
 from nats.js import JetStreamContext
 
+from contracts.limits import READER_MAX_VERSION_WAITERS, RETRY_AFTER_MS
 from core.plan import Committed
 from infra import log as eventlog
 from infra.blobs import Blobs
+from infra.busy import refused
 from infra.compaction import with_manifests
 from infra.store import Store
 from services.reader.cache import RevisionCache
@@ -47,6 +49,8 @@ class Follower:
         """Set once the projection has every event the log held when following began."""
         self.position = 0
         self._target = 0
+        self.max_waiters = READER_MAX_VERSION_WAITERS
+        self._waiting = 0
 
     async def start(self) -> None:
         self.position = await self._store.position(TRACKING)
@@ -95,14 +99,52 @@ class Follower:
             else:
                 del self._waiters[key]
 
+    @property
+    def waiting(self) -> int:
+        """Queries waiting for a version (bounded by ``max_waiters``)."""
+        return self._waiting
+
     async def wait_for(self, tenant: str, workspace: str, version: int, timeout: float) -> bool:
-        """Wait until the projection has ``version`` of the workspace; False on timeout."""
+        """Wait until the projection has ``version`` of the workspace; False on timeout.
+
+        Raises:
+            QuillError: busy (``UNAVAILABLE``, queue ``version_waiters``) when
+                ``max_waiters`` queries wait already.
+        """
         if self._store.version_of(tenant, workspace) >= version:
             return True
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[(tenant, workspace)].append((version, future))
+        if self._waiting >= self.max_waiters:
+            raise refused(
+                "reader",
+                "version_waiters",
+                "The reader",
+                RETRY_AFTER_MS,
+                limit=self.max_waiters,
+            )
+        key = (tenant, workspace)
+        entry: tuple[int, asyncio.Future[None]] = (
+            version,
+            asyncio.get_running_loop().create_future(),
+        )
+        self._waiters[key].append(entry)
+        self._waiting += 1
         try:
-            await asyncio.wait_for(future, timeout)
+            await asyncio.wait_for(entry[1], timeout)
             return True
         except TimeoutError:
             return self._store.version_of(tenant, workspace) >= version
+        finally:
+            self._waiting -= 1
+            self._forget(key, entry)
+
+    def _forget(self, key: tuple[str, str], entry: tuple[int, asyncio.Future[None]]) -> None:
+        """A waiter that gave up (timed out, cancelled) leaves no trace."""
+        waiters = self._waiters.get(key)
+        if waiters is None:
+            return
+        try:
+            waiters.remove(entry)
+        except ValueError:  # woken: already gone
+            return
+        if not waiters:
+            del self._waiters[key]

@@ -22,6 +22,7 @@ from contracts import codec
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import WorkspacePurged
+from contracts.limits import RETRY_AFTER_MS
 from contracts.paths import ancestors
 from contracts.subjects import STREAM_EVENTS, Address, Subjects
 from contracts.uncommitted import asked_path, lookup, not_committed
@@ -29,6 +30,7 @@ from core.rows import WorkspaceRow
 from infra import compaction
 from infra.bridges import Bridges
 from infra.bus import respond
+from infra.busy import refused
 from infra.entry import Incoming, parse, reject
 from infra.runtime import Auditor
 from infra.store import Store
@@ -270,7 +272,8 @@ def query_handler(reader: Replica) -> Callable[[Msg], Awaitable[None]]:
     async def on_query(msg: Msg) -> None:
         incoming = Incoming(msg)
         if len(tasks) >= reader.max_inflight:
-            error = QuillError(ErrorCode.UNAVAILABLE, "The reader is overloaded; retry later")
+            limit = reader.max_inflight
+            error = refused("reader", "queries", "The reader", RETRY_AFTER_MS, limit=limit)
             await reject(incoming, error, reader.auditor)
             return
         task = eagerly(answer(incoming))

@@ -29,6 +29,21 @@ from services.writer.workspace import WorkspaceActor
 log = logging.getLogger("quill.writer")
 
 
+def _backlog(extra: dict[str, str]) -> Backlog:
+    """The bounds on commands held, as ``quill writer``'s options set them (else defaults)."""
+    bounds = {
+        name: int(extra[key])
+        for name, key in (
+            ("limit", "max_queued"),
+            ("max_bytes", "max_queued_bytes"),
+            ("per_workspace", "max_queued_per_workspace"),
+            ("parked_per_workspace", "max_waiting_per_workspace"),
+        )
+        if key in extra
+    }
+    return Backlog(**bounds)
+
+
 class Writer:
     """Owns the mutations of the workspaces whose commands reach it."""
 
@@ -39,8 +54,11 @@ class Writer:
         store: Store,
         *,
         max_workspaces: int = 2000,
-        max_queued: int = 20_000,
+        backlog: Backlog | None = None,
     ) -> None:
+        """``backlog``: the bounds on commands held (default: ``contracts/limits.py``'s, or
+        ``settings.extra``'s ``max_queued``, ``max_queued_bytes``, ``max_queued_per_workspace``,
+        ``max_waiting_per_workspace`` as ``quill writer`` sets them)."""
         self.settings = settings
         self.subjects: Subjects = settings.subjects
         self.instance = settings.instance or bus.instance_id("writer")
@@ -80,13 +98,13 @@ class Writer:
             secrets=secrets_from_env(),
             auditor=Auditor(nc, self.subjects, "writer", self.instance),
             partitions=self.partitions,
-            backlog=Backlog(limit=max_queued),
+            backlog=backlog or _backlog(settings.extra),
         )
         """What every workspace actor and the command entry are given."""
 
     @property
     def queued(self) -> int:
-        """Commands accepted and not yet answered (bounded by ``max_queued``)."""
+        """Commands accepted and not yet answered (bounded by ``deps.backlog.limit``)."""
         return self.deps.backlog.queued
 
     def actor(self, tenant: str, workspace: str, partition: int | None = None) -> WorkspaceActor:
@@ -127,6 +145,7 @@ class Writer:
         return {
             "workspaces": len(self._actors),
             "queued": self.queued,
+            "queued_bytes": self.deps.backlog.bytes,
             "waiting": sum(a.waiting for a in self._actors.values()),
             "local_workspaces": len(self.bridges),
             **({"partitions": self.partitions.info()} if self.partitions else {}),

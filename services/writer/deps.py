@@ -14,6 +14,12 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from contracts.events import CompactionManifest
+from contracts.limits import (
+    WRITER_MAX_QUEUED,
+    WRITER_MAX_QUEUED_BYTES,
+    WRITER_MAX_QUEUED_PER_WORKSPACE,
+    WRITER_MAX_WAITING_PER_WORKSPACE,
+)
 from contracts.subjects import Subjects
 from core.lru import SizedLRU
 from core.secrets import Secrets
@@ -35,10 +41,18 @@ class ContentCache(SizedLRU[bytes]):
 @dataclass
 class Backlog:
     """Commands accepted and not yet answered: counted up by the entry, down by the actor
-    that answers them."""
+    that answers them; the entry refuses past the bounds (``contracts/limits.py``)."""
 
-    limit: int
+    limit: int = WRITER_MAX_QUEUED
+    """The most commands held, all workspaces together."""
+    max_bytes: int = WRITER_MAX_QUEUED_BYTES
+    """The most bytes of requests they hold."""
+    per_workspace: int = WRITER_MAX_QUEUED_PER_WORKSPACE
+    """The most commands one workspace holds queued, deciding or appending."""
+    parked_per_workspace: int = WRITER_MAX_WAITING_PER_WORKSPACE
+    """The most commands one workspace holds waiting for its lock (or their approval)."""
     queued: int = 0
+    bytes: int = 0
 
 
 class Fencing(Protocol):

@@ -49,7 +49,7 @@ from contracts.events import (
     WorkspacePurged,
     WorkspaceUpdated,
 )
-from contracts.limits import MAX_MESSAGE_BYTES
+from contracts.limits import MAX_MESSAGE_BYTES, RETRY_AFTER_MS, WRITER_MAX_RETRIES_WAITING
 from contracts.ops import OpSpec
 from contracts.subjects import CHANGES_SUFFIX, STREAM_EVENTS, STREAM_OUTPUT, Address, Origin
 from contracts.uncommitted import fold_uncommitted
@@ -62,6 +62,7 @@ from infra import blobs, compaction
 from infra import log as eventlog
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
 from infra.bus import respond
+from infra.busy import refused
 from infra.compaction import with_manifests
 from infra.runtime import bounded_gather
 from services.writer.append import AppendError, Group
@@ -134,10 +135,28 @@ class WorkspaceActor:
     def idle(self) -> bool:
         return self._task is None and not self._queue and not self._parked
 
+    @property
+    def queued(self) -> int:
+        """Commands held: queued, being decided or appended, or parked."""
+        return len(self._inflight)
+
     def submit(self, pending: Pending) -> bool:
-        """Queue ``pending``; False when it joined an identical request already queued."""
+        """Queue ``pending``; False when it joined an identical request already queued.
+
+        Raises:
+            QuillError: busy (``UNAVAILABLE``) when that request has ``WRITER_MAX_RETRIES_WAITING``
+                copies waiting already.
+        """
         first = self._inflight.get(pending.origin.request_id)
         if first is not None:
+            if len(first.retries) >= WRITER_MAX_RETRIES_WAITING:
+                raise refused(
+                    "writer",
+                    "request_retries",
+                    f"Request {pending.origin.request_id}",
+                    RETRY_AFTER_MS,
+                    limit=WRITER_MAX_RETRIES_WAITING,
+                )
             first.retries.append(pending.msg)
             return False
         self._inflight[pending.origin.request_id] = pending
@@ -249,9 +268,22 @@ class WorkspaceActor:
         waits = (ErrorCode.LOCKED, ErrorCode.APPROVAL_REQUIRED)
         if error.code not in waits or time.perf_counter() >= p.wait_until:
             return False
+        if len(self._parked) >= self.deps.backlog.parked_per_workspace:
+            return False
         self._parked.append(p)
         self._schedule(state)
         return True
+
+    def _no_room(self, p: Pending, error: QuillError) -> QuillError:
+        """``error``, or busy when ``p`` would wait for the lock but as many commands wait
+        already as may (``parked_per_workspace``): the client retries after the hint."""
+        bound = self.deps.backlog.parked_per_workspace
+        if error.code != ErrorCode.LOCKED or len(self._parked) < bound:
+            return error
+        if time.perf_counter() >= p.wait_until:
+            return error
+        what = f"Workspace {self.tenant}/{self.workspace}"
+        return refused("writer", "workspace_waiting", what, RETRY_AFTER_MS, limit=bound)
 
     def _schedule(self, state: WorkspaceState) -> None:
         """Wake the parked commands at the first deadline or when the lock expires."""
@@ -438,7 +470,8 @@ class WorkspaceActor:
                         decision, event, payload = await self._decide(state, p)
                 except QuillError as exc:
                     if not self._park(p, exc, state):
-                        await self._answer(p, codec.error_reply(exc), error=exc)
+                        error = self._no_room(p, exc)
+                        await self._answer(p, codec.error_reply(error), error=error)
                     continue
                 except Exception as exc:  # this command's failure alone: the group goes on
                     error = self._unexpected(p, exc)
@@ -853,6 +886,7 @@ class WorkspaceActor:
             error = self.deps.secrets.redact_error(error)
             reply = codec.error_reply(error)
         self.deps.backlog.queued -= 1
+        self.deps.backlog.bytes -= len(p.msg.data)
         if self._inflight.get(p.origin.request_id) is p:
             del self._inflight[p.origin.request_id]
         for msg in [p.msg, *p.retries]:

@@ -68,3 +68,24 @@ async def test_a_granted_ticket_returns_at_once() -> None:
     await slots.wait(ticket)
     slots.leave(ticket)
     assert slots.running == 0 and slots.held == {}
+
+
+async def test_waiting_requests_of_all_tenants_together_are_bounded_and_answered_busy() -> None:
+    """Without ``--tenants`` a tenant is any name: one per request would make each tenant's
+    queue short and their sum unbounded."""
+    slots = Slots(1, 1, queue=8, wait_s=1, max_waiting=3)
+    first = slots.join("t0")
+    waiting = [slots.join(f"t{i}") for i in range(1, 4)]
+    assert first.state == "running" and slots.waiting == 3
+    with pytest.raises(QuillError) as refused:
+        slots.join("t4")
+    details = refused.value.details
+    assert refused.value.code == ErrorCode.UNAVAILABLE and refused.value.retriable
+    assert (details["reason"], details["queue"], details["retry_after_ms"]) == (
+        "busy",
+        "runs",
+        1000,
+    )
+    assert slots.waiting == 3 and "t4" not in slots.queues
+    slots.leave(first)
+    assert waiting[0].state == "running"
