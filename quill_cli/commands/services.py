@@ -31,6 +31,15 @@ WORKERS_HELP = "Gateway processes serving the HTTP port (default: one a core)."
 UP_WORKERS_HELP = "Gateway processes serving the HTTP port (default: half the cores)."
 
 
+METRICS_PORT_HELP = "Serve Prometheus metrics at http://HOST:N/metrics (--metrics-host)."
+METRICS_HOST_HELP = "The address --metrics-port listens on (0.0.0.0 in a container)."
+_metrics_port_option = click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), help=METRICS_PORT_HELP
+)
+_metrics_host_option = click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help=METRICS_HOST_HELP
+)
+
 _nats_url_option = click.option(
     "--nats-url",
     "service_nats_url",
@@ -51,7 +60,8 @@ def service_options(fn: Callable[..., None]) -> Callable[..., None]:
                 required=True,
                 help="Directory for this service's projection.",
             ),
-            click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port."),
+            _metrics_port_option,
+            _metrics_host_option,
             click.option("--root", default="ws", show_default=True, help="Subject root."),
             click.option(
                 "--replicas",
@@ -76,6 +86,7 @@ def _settings(ctx: click.Context, options: dict[str, Any]) -> Settings:
         root=options["root"],
         replicas=options["replicas"],
         metrics_port=options["metrics_port"],
+        metrics_host=options["metrics_host"],
     )
 
 
@@ -223,6 +234,8 @@ def executor(
 @click.option("--root", default="ws", show_default=True, help="Subject root.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--workers", type=click.IntRange(min=1), help=WORKERS_HELP)
+@_metrics_port_option
+@_metrics_host_option
 @click.pass_context
 def gateway(
     ctx: click.Context,
@@ -233,6 +246,8 @@ def gateway(
     root: str,
     log_format: str,
     workers: int | None,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run the HTTP gateway: MCP at /mcp, WAP at /mcp/wap, REST at /v1/host/workspace."""
     from services.gateway.app import GatewayConfig, start_gateway
@@ -249,6 +264,8 @@ def gateway(
             root=root,
             workers=workers or default_count(),
             settle_heap=True,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
         config.check()
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from services.gateway.app import Gateway, GatewayConfig, start_gateway
 from tests.gateway.support import mcp_client, ok
@@ -196,3 +197,52 @@ def _free_port() -> int:
     from quill_cli.stack import free_port
 
     return free_port()
+
+
+def _requests(text: str, worker: str | None = None) -> float:
+    """The gateway's ``GET /health`` count in an exposition (of one ``worker``, or all)."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name == "quill_requests_total"
+                and labels.get("op") == "GET /health"
+                and (worker is None or labels.get("worker") == worker)
+            ):
+                total += sample.value
+    return total
+
+
+async def test_metrics_of_two_workers_add_up(nats_url: str, tmp_path: Path) -> None:
+    """Whichever worker a scrape lands on, it sees both workers' counts: as many ``GET
+    /health`` as were sent, spread over ``worker`` 0 and 1, with each worker's own memory."""
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        gateway = await start_gateway(GatewayConfig(nats_url, port=0, workers=2, metrics_port=0))
+        stack.push_async_callback(gateway.stop)
+        everyone = pids(gateway)
+        assert await served_by(gateway, everyone) == set(everyone)  # each answered a /health
+        assert gateway.scrape is not None and gateway.scrape.server is not None
+        before = _requests(httpx.get(gateway.scrape.server.url).text)
+        sent = 40
+        for _ in range(sent):  # a new connection each: the kernel spreads them
+            async with httpx.AsyncClient() as http:
+                assert (await http.get(gateway.url + "/health")).status_code == 200
+        whole = httpx.get(gateway.scrape.server.url).text
+        assert _requests(whole) - before == sent
+        assert _requests(whole, "0") > 0 and _requests(whole, "1") > 0
+        memory = {
+            s.labels["worker"]: s.value
+            for f in text_string_to_metric_families(whole)
+            for s in f.samples
+            if s.name == "process_resident_memory_bytes"
+        }
+        assert set(memory) == {"0", "1"} and all(v > 0 for v in memory.values())
+        seen = set()
+        for _ in range(40):  # GET /metrics on the HTTP port, whichever worker answers
+            async with httpx.AsyncClient() as http:
+                answer = await http.get(gateway.url + "/metrics")
+            assert answer.status_code == 200
+            seen.add(_requests(answer.text) >= sent)
+        assert seen == {True}
