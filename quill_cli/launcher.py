@@ -3,10 +3,16 @@
 A ``Launcher`` starts its children (each its own process, logging to ``<data>/logs/``), waits
 until every service process answers its ping and the gateway its ``GET /health``, restarts a
 child that dies, with a backoff and never giving up, while the others serve on
-(``quill_cli.supervisor``), records the URLs in ``<data>/stack.json`` and prints the ready line;
-SIGINT/SIGTERM stops everything. Children get SIGTERM if the launcher is killed
-(``PR_SET_PDEATHSIG``). ``quill_cli.stack.Stack`` and ``quill_cli.cluster.Cluster`` say what to
-start.
+(``quill_cli.supervisor``), records the URLs and each process in ``<data>/stack.json`` and
+prints the ready line; SIGINT/SIGTERM stops everything. Children get SIGTERM if the launcher is
+killed (``PR_SET_PDEATHSIG``). ``quill_cli.stack.Stack`` and ``quill_cli.cluster.Cluster`` say
+what to start.
+
+Every service process serves Prometheus metrics on a loopback port of its own
+(``--metrics-port``: the ``metrics_port`` given and the next ones, or free ports), which it
+keeps across restarts; so does the launcher. ``stack.json``'s ``processes`` names each
+process: ``name``, ``role``, ``pid`` and ``metrics`` URL (None for a NATS server), rewritten
+(whole, by a rename) each time a process starts again with a new pid.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,7 +38,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from infra import bus
-from infra.runtime import lock_directory
+from infra.runtime import METRICS_HOST, lock_directory, serve_metrics
 from quill.connection import STACK_FILE
 from quill.credentials import NatsAuth
 from quill_cli.natsserver import terminate
@@ -39,6 +46,9 @@ from quill_cli.supervisor import Backoff, Supervisor
 
 log = logging.getLogger("quill_cli.launcher")
 
+
+LAUNCHER = "launcher"
+"""The launcher's own name and role in ``stack.json``'s ``processes``."""
 
 GITIGNORE = "# Written by quill: the data of a Quill stack, never to commit.\n*\n"
 
@@ -57,6 +67,27 @@ def free_port(host: str = "127.0.0.1") -> int:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+@dataclass
+class Ports:
+    """The ports a launcher picks for its processes: from a first one on, or free ones (a first
+    of 0); never one twice."""
+
+    taken: set[int] = field(default_factory=set)
+
+    def pick(self, first: int, index: int) -> int:
+        """``first + index``, or a free port when ``first`` is 0."""
+        if first:
+            port = first + index
+        else:
+            while (port := free_port()) in self.taken:
+                pass
+        self.taken.add(port)
+        return port
+
+    def free(self) -> int:
+        return self.pick(0, 0)
 
 
 def port_busy(port: int, host: str = "127.0.0.1") -> bool:
@@ -109,8 +140,28 @@ class Child:
     """The service it answers pings as (``ws.sys.ping.<ping>``); None: it answers none."""
     wanted: bool = True
     """False while stopped on purpose: the supervisor leaves it down."""
+    metrics_port: int | None = None
+    """Where it serves Prometheus metrics on loopback (None: it serves none)."""
+    on_start: Callable[[Child], None] | None = None
+    """Called once it has started (a new pid)."""
     process: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = None
+
+    @property
+    def role(self) -> str:
+        """``nats``, or the service it runs (``writer``, ``reader``, ``executor``,
+        ``gateway``)."""
+        return self.ping or "nats"
+
+    @property
+    def metrics_url(self) -> str | None:
+        if self.metrics_port is None:
+            return None
+        return f"http://{METRICS_HOST}:{self.metrics_port}/metrics"
+
+    def describe(self) -> dict[str, Any]:
+        """Its entry in ``stack.json``'s ``processes``."""
+        return {"name": self.name, "role": self.role, "pid": self.pid, "metrics": self.metrics_url}
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +174,8 @@ class Child:
             preexec_fn=_die_with_parent,
             env=self.env,
         )
+        if self.on_start is not None:
+            self.on_start(self)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -219,8 +272,15 @@ class Launcher:
         log_level: str = "info",
         restart: bool = True,
         auth: NatsAuth | None = None,
+        metrics_port: int = 0,
     ) -> None:
+        """``metrics_port``: the first process's metrics port, the others take the next ones
+        in the order of ``processes`` (the launcher's last); 0: free ports."""
         self.data_dir = data_dir.resolve()
+        self.ports = Ports()
+        self.metrics_first = metrics_port
+        self.metrics_ports: dict[str, int] = {}
+        """Each service's metrics port, and the launcher's (``plan_metrics``)."""
         self.http_port = http_port
         self.log_level = log_level
         self.restart_children = restart
@@ -231,6 +291,9 @@ class Launcher:
         self.supervisor: Supervisor | None = None
         """While ``restart`` and started: what it knows of each child (``watches``)."""
         self._guard = asyncio.Lock()
+        self._record: Path | None = None
+        """``stack.json`` while ``run`` has written it (rewritten when a pid changes)."""
+        self._recording = threading.Lock()
 
     # ---------------------------------------------------------------- what subclasses say
     @property
@@ -246,6 +309,24 @@ class Launcher:
 
     async def _wait_more(self, nc: NATS, children: list[Child], deadline: float) -> None:
         """Readiness beyond the pings (a cluster: its NATS servers, the partitions)."""
+
+    def plan_metrics(self, names: list[str]) -> None:
+        """Pick the metrics ports of the services ``names`` and of the launcher (last).
+
+        Raises:
+            RuntimeError: with a first port given, one of them is in use.
+        """
+        for index, name in enumerate([*names, LAUNCHER]):
+            port = self.metrics_ports[name] = self.ports.pick(self.metrics_first, index)
+            if self.metrics_first and port_busy(port):
+                raise RuntimeError(
+                    f"port {port} ({name}'s metrics port) is in use on {METRICS_HOST}: stop "
+                    "what holds it, or choose another with --metrics-port (0: free ports)"
+                )
+
+    def metrics_args(self, name: str) -> list[str]:
+        """``--metrics-port N`` for the service ``name`` (``plan_metrics``)."""
+        return ["--metrics-port", str(self.metrics_ports[name])]
 
     # ---------------------------------------------------------------- life cycle
     @property
@@ -367,14 +448,40 @@ class Launcher:
                     raise RuntimeError(f"the gateway's /health did not answer on {self.http_url}")
                 await asyncio.sleep(0.1)
 
+    def processes(self) -> list[dict[str, Any]]:
+        """Each process (``name``, ``role``, ``pid``, ``metrics`` URL), the launcher last."""
+        port = self.metrics_ports.get(LAUNCHER)
+        me = {
+            "name": LAUNCHER,
+            "role": LAUNCHER,
+            "pid": os.getpid(),
+            "metrics": None if port is None else f"http://{METRICS_HOST}:{port}/metrics",
+        }
+        return [*(child.describe() for child in self.children), me]
+
     def record(self) -> dict[str, Any]:
-        """What ``<data>/stack.json`` says (clients find NATS there)."""
+        """What ``<data>/stack.json`` says (clients find NATS there; tooling the processes)."""
         return {
             "nats_url": self.nats_url,
             "http_url": self.http_url,
             "pid": os.getpid(),
             "data": str(self.data_dir),
+            "processes": self.processes(),
         }
+
+    def _write_record(self, *_: object) -> None:
+        """(Re)write ``stack.json`` whole: a reader sees the old file or the new one."""
+        with self._recording:
+            if self._record is None:
+                return
+            fresh = self._record.with_suffix(".json.new")
+            fresh.write_text(json.dumps(self.record()))
+            os.replace(fresh, self._record)
+
+    def metrics_line(self) -> str:
+        """``metrics: http://127.0.0.1:PORT/metrics for writer=9101 …`` (each process's)."""
+        ports = " ".join(f"{name}={port}" for name, port in self.metrics_ports.items())
+        return f"metrics: http://{METRICS_HOST}:PORT/metrics for {ports}"
 
     async def run(self) -> int:
         """The command: start, record, print the ready line, run until SIGINT/SIGTERM, stop;
@@ -393,9 +500,15 @@ class Launcher:
             record = self.data_dir / STACK_FILE
             self.say = lambda line: print(line, flush=True)
             _ignore_in_git(self.data_dir)
+            metrics = None
             try:
                 await self.start()
-                record.write_text(json.dumps(self.record()))
+                metrics = serve_metrics(self.metrics_ports.get(LAUNCHER))
+                self._record = record
+                self._write_record()
+                for child in self.children:  # a new pid (a restart): stack.json says so
+                    child.on_start = self._write_record
+                print(self.metrics_line(), flush=True)
                 print(
                     f"quill ready nats={self.nats_url} http={self.http_url} data={self.data_dir}",
                     flush=True,
@@ -404,6 +517,10 @@ class Launcher:
                 await stop.wait()
                 return 0
             finally:
-                record.unlink(missing_ok=True)
+                with self._recording:
+                    self._record = None
+                    record.unlink(missing_ok=True)
+                if metrics is not None:
+                    metrics.close()
                 await self.stop()
                 print(f"quill stopped: data={self.data_dir}", flush=True)

@@ -28,6 +28,10 @@ from quill_cli.common import (
 commands = Commands("services")
 
 WORKERS_HELP = "Gateway processes serving the HTTP port (default: one a core)."
+UP_METRICS_HELP = (
+    "The writer's metrics port; the reader, executor, gateway and quill up itself take the "
+    "next ones (in DATA/stack.json). 0: free ports."
+)
 UP_WORKERS_HELP = "Gateway processes serving the HTTP port (default: half the cores)."
 
 
@@ -288,6 +292,13 @@ def gateway(
     "--secrets", "secrets_file", type=click.Path(path_type=Path, dir_okay=False), help=SECRETS_HELP
 )
 @click.option("--gateway-workers", type=click.IntRange(min=1), help=UP_WORKERS_HELP)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help=UP_METRICS_HELP,
+)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -300,6 +311,7 @@ def up(
     tenants: Path | None,
     secrets_file: Path | None,
     gateway_workers: int | None,
+    metrics_port: int,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
     from quill_cli import tenants as tenancy
@@ -335,6 +347,7 @@ def up(
         tenants=tenants,
         secrets_file=secrets_file,
         gateway_workers=gateway_workers,
+        metrics_port=metrics_port,
     )
     sys.exit(run_to_exit(stack.run()))
 
