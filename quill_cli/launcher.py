@@ -38,7 +38,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from infra import bus
-from infra.runtime import METRICS_HOST, lock_directory, serve_metrics
+from infra.runtime import METRICS_HOST, MetricsServer, lock_directory, serve_metrics
 from quill.connection import STACK_FILE
 from quill.credentials import NatsAuth
 from quill_cli.natsserver import terminate
@@ -294,6 +294,8 @@ class Launcher:
         self._record: Path | None = None
         """``stack.json`` while ``run`` has written it (rewritten when a pid changes)."""
         self._recording = threading.Lock()
+        self._metrics: MetricsServer | None = None
+        """The launcher's own metrics, while ``run`` serves them."""
 
     # ---------------------------------------------------------------- what subclasses say
     @property
@@ -450,12 +452,12 @@ class Launcher:
 
     def processes(self) -> list[dict[str, Any]]:
         """Each process (``name``, ``role``, ``pid``, ``metrics`` URL), the launcher last."""
-        port = self.metrics_ports.get(LAUNCHER)
+        served = self._metrics
         me = {
             "name": LAUNCHER,
             "role": LAUNCHER,
             "pid": os.getpid(),
-            "metrics": None if port is None else f"http://{METRICS_HOST}:{port}/metrics",
+            "metrics": None if served is None else served.url,
         }
         return [*(child.describe() for child in self.children), me]
 
@@ -500,10 +502,9 @@ class Launcher:
             record = self.data_dir / STACK_FILE
             self.say = lambda line: print(line, flush=True)
             _ignore_in_git(self.data_dir)
-            metrics = None
             try:
                 await self.start()
-                metrics = serve_metrics(self.metrics_ports.get(LAUNCHER))
+                self._metrics = serve_metrics(self.metrics_ports.get(LAUNCHER))
                 self._record = record
                 self._write_record()
                 for child in self.children:  # a new pid (a restart): stack.json says so
@@ -520,7 +521,8 @@ class Launcher:
                 with self._recording:
                     self._record = None
                     record.unlink(missing_ok=True)
-                if metrics is not None:
-                    metrics.close()
+                if self._metrics is not None:
+                    self._metrics.close()
+                    self._metrics = None
                 await self.stop()
                 print(f"quill stopped: data={self.data_dir}", flush=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +28,7 @@ from prometheus_client.samples import Sample
 from quill.client import Quill
 from tests.system.conftest import Up, running
 
+ROOT = Path(__file__).resolve().parents[2]
 ROLES = ["nats", "writer", "reader", "executor", "gateway", "launcher"]
 
 
@@ -170,6 +173,9 @@ def test_a_restarted_process_is_recorded_with_its_new_pid(up: Up, name: str) -> 
     assert _started(samples) > started  # the new process's, not the killed one's
     assert values(samples, "process_resident_memory_bytes")[0] > 0
     assert json.loads((up.data / "stack.json").read_text())["nats_url"] == up.nats_url
+    launcher = next(p for p in processes(up.data) if p["role"] == "launcher")
+    restarts = values(scrape(launcher["metrics"]), "quill_launcher_restarts_total", process=name)
+    assert restarts == [1.0]
 
 
 def test_a_busy_metrics_port_is_refused_by_name(tmp_path: Path) -> None:
@@ -217,3 +223,27 @@ def test_a_metrics_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 2 and "--metrics-port" in done.stderr
+
+
+def test_the_documented_file_sd_command_lists_every_target(up: Up, tmp_path: Path) -> None:
+    """docs/operations.md's ``jq`` line, run on this stack's ``stack.json``, writes a
+    Prometheus file_sd list: one target a scraped process, its job ``quill-<role>``."""
+    if shutil.which("jq") is None:
+        pytest.skip("jq is not installed: the documented command cannot run here")
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    command = next(line for line in doc.splitlines() if line.startswith("jq "))
+    command = command.replace(".quill/stack.json", shlex.quote(str(up.data / "stack.json")))
+    command = command.replace("> quill-targets.json", f"> {shlex.quote(str(tmp_path / 't.json'))}")
+    subprocess.run(["bash", "-c", command], check=True, timeout=30)
+    targets = json.loads((tmp_path / "t.json").read_text())
+    wanted = [
+        {
+            "targets": [p["metrics"].removeprefix("http://").removesuffix("/metrics")],
+            "labels": {"job": f"quill-{p['role']}", "process": p["name"]},
+        }
+        for p in processes(up.data)
+        if p["metrics"]
+    ]
+    assert targets == wanted and len(targets) == len(ROLES) - 1
+    for target in targets:  # each answers at that address, as Prometheus will ask it
+        assert scrape(f"http://{target['targets'][0]}/metrics")
