@@ -509,11 +509,11 @@ class Launcher:
                 self._write_record()
                 for child in self.children:  # a new pid (a restart): stack.json says so
                     child.on_start = self._write_record
-                print(self.metrics_line(), flush=True)
                 print(
                     f"quill ready nats={self.nats_url} http={self.http_url} data={self.data_dir}",
                     flush=True,
                 )
+                print(self.metrics_line(), flush=True)
                 print(f"console: {self.http_url}/ui/ (open it in a browser)", flush=True)
                 await stop.wait()
                 return 0

@@ -4,7 +4,7 @@ Starts ``nats-server`` from the wheel (unless given ``--nats-url``), then each s
 own process (``python -m quill writer …``, the reader, the executor, and the HTTP gateway on
 ``--http-port``), waits until every one answers a ping and the gateway's ``GET /health``
 answers 200, records the URLs and each process (its role, pid and metrics URL) in
-``<data>/stack.json`` (clients find them there) and prints one line with ``ready``, after one
+``<data>/stack.json`` (clients find them there) and prints one line with ``ready``, then one
 with each process's metrics port (every service serves its own, on loopback).
 Services that die are restarted, after a delay that doubles with each exit in a row
 (``quill_cli.supervisor``), while the others serve on; SIGINT/SIGTERM stops everything cleanly.

@@ -315,6 +315,7 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
             raise
         instance = bus.instance_id("gateway")
         subjects = Subjects(config.root)
+        gateway.subs = await bus.serve_ping(quill.nc, subjects, "gateway", instance, gateway.info)
         fleet.start()
         if config.settle_heap:
             settle_heap()
@@ -335,8 +336,6 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
             except BaseException:
                 await gateway.stop()
                 raise
-        # Answering pings last: a launcher waiting on them waits for every worker too.
-        gateway.subs = await bus.serve_ping(quill.nc, subjects, "gateway", instance, gateway.info)
         log.info("gateway %s serving %s", instance, gateway.url)
         return gateway
     except BaseException:
