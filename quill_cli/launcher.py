@@ -318,9 +318,20 @@ class Launcher:
         Raises:
             RuntimeError: with a first port given, one of them is in use.
         """
+        others = self.ports.taken | {self.http_port}  # NATS's ports, the gateway's HTTP port
         for index, name in enumerate([*names, LAUNCHER]):
-            port = self.metrics_ports[name] = self.ports.pick(self.metrics_first, index)
-            if self.metrics_first and port_busy(port):
+            self.metrics_ports[name] = self.ports.pick(self.metrics_first, index)
+        if not self.metrics_first:
+            return
+        for name, port in self.metrics_ports.items():
+            if port > 65535 or port in others:
+                why = "past 65535" if port > 65535 else "another port of this stack"
+                raise RuntimeError(
+                    f"port {port} ({name}'s metrics port) is {why}: choose another "
+                    "--metrics-port (0: free ports)"
+                )
+        for name, port in self.metrics_ports.items():
+            if port_busy(port):
                 raise RuntimeError(
                     f"port {port} ({name}'s metrics port) is in use on {METRICS_HOST}: stop "
                     "what holds it, or choose another with --metrics-port (0: free ports)"

@@ -128,13 +128,15 @@ class Stack(Launcher):
         return Child("gateway", argv, log, self._env(), ping="gateway", metrics_port=port)
 
     async def _launch(self) -> None:
+        if not self.external_nats and self.nats_port:
+            self.ports.taken.add(self.nats_port)
         self.plan_metrics(["writer", "reader", "executor", "gateway"])
         if not self.external_nats:
             port = self.nats_port or -1  # 0: any free port
             auth = self._authorization()
             self.nats = NatsServer(self.data_dir / "nats", port=port, extra_config=auth)
             await asyncio.to_thread(self.nats.start)
-        self.http_port = self.http_port or free_port()
+        self.http_port = self.http_port or self.ports.free()
         sandbox = ["--sandbox", self.sandbox] if self.sandbox else []
         self.children = [
             self._service("writer"),

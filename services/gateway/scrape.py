@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import prometheus_client as prom
@@ -30,6 +31,9 @@ from starlette.responses import Response
 from infra.runtime import MetricsServer, serve_metrics
 
 PEER_TIMEOUT_S = 2.0
+SCRAPES_AT_ONCE = 2
+"""Threads answering ``GET /metrics`` (a flood of scrapes waits for them, not the threads the
+rest of the gateway uses)."""
 LABEL = "worker"
 
 
@@ -69,9 +73,14 @@ class Whole(Collector):
         _labelled(merged, "0", prom.REGISTRY.collect())
         for worker, url in sorted(self.peers().items()):
             answer = fetch(url)
-            if answer is not None:
+            if answer is None:
+                continue
+            try:
                 text = answer[0].decode()
-                _labelled(merged, str(worker), text_string_to_metric_families(text))  # type: ignore[no-untyped-call]
+                families = list(text_string_to_metric_families(text))  # type: ignore[no-untyped-call]
+            except ValueError:  # not an exposition: not a worker of ours answering
+                continue
+            _labelled(merged, str(worker), families)
         yield from merged.values()
 
 
@@ -88,6 +97,12 @@ class Scrape:
         self.peers: Callable[[], dict[int, str]] = dict
         self.registry: Any = prom.REGISTRY
         self.server: MetricsServer | None = None
+        self._threads: ThreadPoolExecutor | None = None
+
+    async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(SCRAPES_AT_ONCE, "quill-scrape")
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
 
     def serve(self, port: int | None, host: str, workers: int) -> MetricsServer | None:
         """Serve the metrics on ``host:port`` (``port`` None: on no port of its own, unless
@@ -108,16 +123,19 @@ class Scrape:
         if self.server is not None:
             self.server.close()
             self.server = None
+        if self._threads is not None:
+            self._threads.shutdown(wait=False)
+            self._threads = None
 
     async def endpoint(self, request: Request) -> Response:
         """``GET /metrics``."""
         accept = request.headers.get("accept", "")
         if self.relay is not None:
-            answer = await asyncio.to_thread(fetch, self.relay, accept)
+            answer = await self._off_loop(fetch, self.relay, accept)
             if answer is None:
                 return Response("worker 0 did not answer\n", status_code=503)
             return Response(answer[0], media_type=answer[1])
         if self.registry is prom.REGISTRY:
             return Response(prom.generate_latest(), media_type=prom.CONTENT_TYPE_LATEST)
-        body = await asyncio.to_thread(prom.generate_latest, self.registry)
+        body = await self._off_loop(prom.generate_latest, self.registry)
         return Response(body, media_type=prom.CONTENT_TYPE_LATEST)

@@ -4,8 +4,10 @@ that dies is restarted, none outlives the gateway that started it."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -16,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.gateway.app import Gateway, GatewayConfig, start_gateway
+from services.gateway.scrape import Whole
 from tests.gateway.support import mcp_client, ok
 from tests.gateway.test_process import processes, spawn  # noqa: F401
 from tests.helpers import start_reader, start_writer
@@ -246,3 +249,31 @@ async def test_metrics_of_two_workers_add_up(nats_url: str, tmp_path: Path) -> N
             assert answer.status_code == 200
             seen.add(_requests(answer.text) >= sent)
         assert seen == {True}
+
+
+def test_a_worker_answering_garbage_or_nothing_is_left_out() -> None:
+    """The whole scrape survives a peer that answers something else than metrics, and one
+    that does not answer (a worker being restarted): worker 0's series are still there."""
+
+    class Garbage(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = b"# TYPE x counter\nx{{{ not metrics\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        whole = Whole(lambda: {1: f"http://127.0.0.1:{port}/metrics", 2: "http://127.0.0.1:1/"})
+        workers = {s.labels.get("worker") for family in whole.collect() for s in family.samples}
+        assert workers == {"0"}
+    finally:
+        server.shutdown()
+        server.server_close()

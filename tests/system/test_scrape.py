@@ -209,6 +209,28 @@ def test_a_busy_metrics_port_is_refused_by_name(tmp_path: Path) -> None:
     assert not (tmp_path / ".quill" / "stack.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("offset", "why"),
+    [(2, "executor's metrics port) is another port of this stack"), (0, "past 65535")],
+)
+def test_metrics_ports_that_cannot_be_are_refused(tmp_path: Path, offset: int, why: str) -> None:
+    """``--metrics-port`` whose series runs into the gateway's HTTP port, or past the last
+    port: refused before anything starts, naming the port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        http = probe.getsockname()[1]
+    first = http - offset if offset else 65533
+    done = subprocess.run(
+        [sys.executable, "-m", "quill", "up", "--data", str(tmp_path / ".quill")]
+        + ["--nats-port", "0", "--http-port", str(http), "--metrics-port", str(first)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and why in done.stderr, done.stderr
+    assert not (tmp_path / ".quill" / "stack.json").exists()
+
+
 @pytest.mark.parametrize("host", ["256.1.1.1", "no-such-host.invalid", "8.8.8.8"])
 def test_a_service_that_cannot_listen_for_metrics_says_where(tmp_path: Path, host: str) -> None:
     """A metrics address the service cannot listen on is one line naming it, and an exit
