@@ -27,14 +27,9 @@ from infra import bus
 from quill.client import Workspace
 from quill.connection import STACK_FILE
 from quill_cli.deployment import COMPOSE_MONITOR_PORT, Deployment, NatsNode
-from quill_cli.launcher import (
-    Child,
-    Launcher,
-    http_ok,
-    ping_until_answered,
-    port_busy,
-)
+from quill_cli.launcher import Child, Launcher, ping_until_answered
 from quill_cli.natsserver import binary
+from quill_cli.ports import http_ok, port_busy
 from services.writer.partitions import leases_bucket
 
 

@@ -8,6 +8,10 @@ prints the ready line; SIGINT/SIGTERM stops everything. Children get SIGTERM if 
 killed (``PR_SET_PDEATHSIG``). ``quill_cli.stack.Stack`` and ``quill_cli.cluster.Cluster`` say
 what to start.
 
+Longer than most modules because the life cycle is one piece: the children, their readiness,
+their supervision and their record in ``stack.json`` change together; the ports it picks are
+``quill_cli.ports``.
+
 Every service process serves Prometheus metrics on a loopback port of its own
 (``--metrics-port``: the ``metrics_port`` given and the next ones, or free ports), which it
 keeps across restarts; so does the launcher. ``stack.json``'s ``processes`` names each
@@ -24,13 +28,12 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,6 +45,7 @@ from infra.runtime import METRICS_HOST, MetricsServer, lock_directory, serve_met
 from quill.connection import STACK_FILE
 from quill.credentials import NatsAuth
 from quill_cli.natsserver import terminate
+from quill_cli.ports import Ports, http_ok, port_busy
 from quill_cli.supervisor import Backoff, Supervisor
 
 log = logging.getLogger("quill_cli.launcher")
@@ -59,66 +63,6 @@ def _ignore_in_git(data_dir: Path) -> None:
     with contextlib.suppress(OSError):
         with (data_dir / ".gitignore").open("x") as out:
             out.write(GITIGNORE)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now (for ``--http-port 0``)."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@dataclass
-class Ports:
-    """The ports a launcher picks for its processes: from a first one on, or free ones (a first
-    of 0); never one twice."""
-
-    taken: set[int] = field(default_factory=set)
-
-    def pick(self, first: int, index: int) -> int:
-        """``first + index``, or a free port when ``first`` is 0."""
-        if first:
-            port = first + index
-        else:
-            while (port := free_port()) in self.taken:
-                pass
-        self.taken.add(port)
-        return port
-
-    def free(self) -> int:
-        return self.pick(0, 0)
-
-
-def port_busy(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether something listens on ``host:port`` (or holds it: it cannot be bound)."""
-    if not port:
-        return False
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-async def http_ok(host: str, port: int, path: str, timeout: float = 2.0) -> bool:
-    """True when ``GET path`` on ``host:port`` answers 200 (no HTTP client library needed)."""
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (OSError, TimeoutError):
-        return False
-    try:
-        request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
-        writer.write(request.encode())
-        await writer.drain()
-        status = await asyncio.wait_for(reader.readline(), timeout)
-        return status.split()[1:2] == [b"200"]
-    except (OSError, TimeoutError):
-        return False
-    finally:
-        writer.close()
 
 
 def _die_with_parent() -> None:

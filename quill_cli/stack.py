@@ -26,8 +26,9 @@ from infra.secret_registry import ENV_FILE as SECRETS_ENV
 from quill.connection import DEFAULT_DATA, STACK_FILE, discover_url
 from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill_cli import tenants as tenancy
-from quill_cli.launcher import Child, Launcher, free_port, http_ok
+from quill_cli.launcher import Child, Launcher
 from quill_cli.natsserver import NatsServer
+from quill_cli.ports import free_port, http_ok
 
 __all__ = ["DEFAULT_DATA", "STACK_FILE", "Stack", "discover_url", "free_port", "http_ok"]
 

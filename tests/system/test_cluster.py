@@ -23,7 +23,7 @@ from infra import bus
 from quill.client import Quill
 from quill_cli.cluster import Cluster
 from tests.system.conftest import Up
-from tests.system.test_scrape import EVERY_KIND, check_scraped, processes
+from tests.system.test_scrape import EVERY_KIND, check_scraped, processes, use_every_service
 
 PARTITIONS = 16
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,15 +143,7 @@ async def test_every_process_is_listed_and_scraped(cluster: Up) -> None:
         "launcher"
     ]
     assert [p["name"] for p in listed][:3] == ["nats-1", "nats-2", "nats-3"]
-    quill = await Quill.connect(cluster.nats_url)
-    try:
-        ws = quill.workspace("acme/scraped")
-        await ws.create()
-        await ws.write("a.md", "one\n")
-        assert await ws.read_text("a.md") == "one\n"
-        assert (await ws.exec("cat a.md")).stdout == "one\n"
-    finally:
-        await quill.close()
+    await use_every_service(cluster)
     check_scraped(cluster.data, EVERY_KIND)
 
 

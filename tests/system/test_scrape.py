@@ -88,7 +88,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         yield stack
 
 
-async def _use(up: Up) -> None:
+async def use_every_service(up: Up) -> None:
     """A write, a read and a command run, through the SDK; a request to the gateway."""
     quill = await Quill.connect(up.nats_url)
     try:
@@ -115,7 +115,7 @@ async def test_every_process_is_listed_and_scraped(up: Up) -> None:
     assert [p["role"] for p in listed] == ROLES
     assert [p["name"] for p in listed] == ROLES
     assert up.process is not None and listed[-1]["pid"] == up.process.pid
-    await _use(up)
+    await use_every_service(up)
     scraped = check_scraped(up.data, EVERY_KIND)
     url = next(p["metrics"] for p in processes(up.data) if p["role"] == "gateway")
     deadline = time.monotonic() + 60  # worker 0 answers before worker 1 serves: wait for it
