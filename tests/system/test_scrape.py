@@ -280,3 +280,16 @@ def test_the_documented_file_sd_command_lists_every_target(up: Up, tmp_path: Pat
     assert targets == wanted and len(targets) == len(ROLES) - 1
     for target in targets:  # each answers at that address, as Prometheus will ask it
         assert scrape(f"http://{target['targets'][0]}/metrics")
+
+
+def test_the_documented_stack_json_is_what_quill_up_writes(up: Up) -> None:
+    """docs/operations.md's example of ``stack.json``: the same keys, the same processes in
+    the same order, as the running stack's."""
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    block = next(b for b in re.findall(r"```json\n(.*?)```", doc, re.S) if '"processes"' in b)
+    documented = json.loads(block)
+    real = json.loads((up.data / "stack.json").read_text())
+    assert set(documented) == set(real)
+    assert [(p["name"], p["role"], set(p)) for p in documented["processes"]] == [
+        (p["name"], p["role"], set(p)) for p in real["processes"]
+    ]
