@@ -4,8 +4,13 @@ of them never picked twice, and whether an HTTP endpoint answers 200 (no client 
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
+
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+QUIET_FROM = 10000
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -16,10 +21,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def quiet_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on, below the kernel's ephemeral range when it can: outgoing
+    connections take their local ports from that range, and one could take a port picked
+    there before the process it is for binds it (seen: a service then failed to start)."""
+    try:
+        low = int(EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    if low - QUIET_FROM >= 1000:
+        for _ in range(50):
+            port = random.randrange(QUIET_FROM, low)
+            if not port_busy(port, host):
+                return port
+    return free_port(host)
+
+
 @dataclass
 class Ports:
     """The ports a launcher picks for its processes: from a first one on, or free ones (a first
-    of 0); never one twice."""
+    of 0: ``quiet_port``); never one twice."""
 
     taken: set[int] = field(default_factory=set)
 
@@ -28,7 +49,7 @@ class Ports:
         if first:
             port = first + index
         else:
-            while (port := free_port()) in self.taken:
+            while (port := quiet_port()) in self.taken:
                 pass
         self.taken.add(port)
         return port

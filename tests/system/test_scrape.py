@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from quill.client import Quill
+from quill_cli.ports import EPHEMERAL, QUIET_FROM, Ports
 from tests.system.conftest import Up, running
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,3 +294,14 @@ def test_the_documented_stack_json_is_what_quill_up_writes(up: Up) -> None:
     assert [(p["name"], p["role"], set(p)) for p in documented["processes"]] == [
         (p["name"], p["role"], set(p)) for p in real["processes"]
     ]
+
+
+def test_picked_ports_are_below_the_ephemeral_range() -> None:
+    """Ports picked free stay out of the range outgoing connections take their local ports
+    from (so none takes one before its service binds it), and none is picked twice."""
+    low = int(EPHEMERAL.read_text().split()[0])
+    ports = Ports()
+    picked = [ports.free() for _ in range(20)]
+    assert len(set(picked)) == 20
+    if low - QUIET_FROM >= 1000:
+        assert all(QUIET_FROM <= port < low for port in picked), picked
