@@ -41,6 +41,9 @@ class Settings:
     root: str = "ws"
     replicas: int = 1
     metrics_port: int | None = None
+    """Serve Prometheus metrics on this port (0: a free one; None: not at all)."""
+    metrics_host: str = "127.0.0.1"
+    """The address the metrics listen on (``0.0.0.0`` in a container)."""
     instance: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -109,9 +112,50 @@ LATENCY = prom.Histogram(
 )
 
 
-def serve_metrics(port: int | None) -> None:
-    if port is not None:
-        prom.start_http_server(port, addr="127.0.0.1")
+METRICS_HOST = "127.0.0.1"
+
+
+@dataclass
+class MetricsServer:
+    """``GET /metrics`` served from a thread (``serve_metrics``)."""
+
+    server: Any
+    thread: Any
+    host: str
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_port)
+
+    @property
+    def url(self) -> str:
+        """Where this machine reaches it (loopback when it listens on every address)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+def serve_metrics(
+    port: int | None, host: str = METRICS_HOST, registry: Any = prom.REGISTRY
+) -> MetricsServer | None:
+    """Serve ``registry`` (this process's metrics) at ``http://host:port/metrics`` (``port``
+    0: a free one); None when ``port`` is None.
+
+    Raises:
+        RuntimeError: it cannot listen there (one line naming the address and why).
+    """
+    if port is None:
+        return None
+    try:
+        server, thread = prom.start_http_server(port, addr=host, registry=registry)
+    except (OSError, ValueError) as exc:  # ValueError: a host that is no address
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise RuntimeError(f"cannot serve metrics on {host}:{port}: {reason}") from None
+    return MetricsServer(server, thread, host)
 
 
 # ---------------------------------------------------------------- audit
@@ -257,7 +301,7 @@ async def connect_service(settings: Settings, name: str) -> NATS:
     from infra import bus
     from infra.busy import Dropped
 
-    serve_metrics(settings.metrics_port)
+    serve_metrics(settings.metrics_port, settings.metrics_host)
     nc = await bus.connect(settings.nats_url, name=f"quill-{name}", on_dropped=Dropped(name))
     await bus.ensure_streams(nc, settings.subjects, settings.replicas)
     return nc

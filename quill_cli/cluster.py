@@ -15,7 +15,6 @@ import contextlib
 import json
 import socket
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,32 +27,10 @@ from infra import bus
 from quill.client import Workspace
 from quill.connection import STACK_FILE
 from quill_cli.deployment import COMPOSE_MONITOR_PORT, Deployment, NatsNode
-from quill_cli.launcher import (
-    Child,
-    Launcher,
-    free_port,
-    http_ok,
-    ping_until_answered,
-    port_busy,
-)
+from quill_cli.launcher import Child, Launcher, ping_until_answered
 from quill_cli.natsserver import binary
+from quill_cli.ports import http_ok, port_busy
 from services.writer.partitions import leases_bucket
-
-
-@dataclass
-class _Ports:
-    base: int
-    """First client port (the next servers take the following ones); 0: free ports."""
-    taken: set[int] = field(default_factory=set)
-
-    def client(self, index: int) -> int:
-        return self.base + index if self.base else self.free()
-
-    def free(self) -> int:
-        while (port := free_port()) in self.taken:
-            pass
-        self.taken.add(port)
-        return port
 
 
 class Cluster(Launcher):
@@ -78,22 +55,31 @@ class Cluster(Launcher):
         http_port: int = 0,
         log_level: str = "info",
         restart: bool = True,
+        metrics_port: int = 0,
     ) -> None:
         """``nats_port``: the first server's client port, the others take the next ones
         (0: free ports); ``http_port``: the gateway's (0: a free one); ``tokens``: the
-        gateway's tokens file (docs/gateway.md).
+        gateway's tokens file (docs/gateway.md); ``metrics_port``: the first service's
+        metrics port, the others (``names`` order, this launcher last) the next ones (0: free
+        ports).
 
         Raises:
             ValueError: counts the deployment cannot run with.
         """
-        super().__init__(data_dir, http_port=http_port, log_level=log_level, restart=restart)
+        super().__init__(
+            data_dir,
+            http_port=http_port,
+            log_level=log_level,
+            restart=restart,
+            metrics_port=metrics_port,
+        )
         self.deployment = Deployment(
             nats, writers, readers, executors, partitions, lease_ttl, sandbox
         )
         self.root = self.deployment.root
-        ports = _Ports(nats_port)
+        ports = self.ports
         self.servers = [
-            NatsNode(name, "127.0.0.1", ports.client(i), ports.free(), ports.free())
+            NatsNode(name, "127.0.0.1", ports.pick(nats_port, i), ports.free(), ports.free())
             for i, name in enumerate(self.deployment.nats_names)
         ]
         self.http_port = self.http_port or ports.free()
@@ -131,8 +117,10 @@ class Cluster(Launcher):
             data=str(self.data_dir / name),
             http_port=self.http_port,
             tokens=str(self.tokens) if self.tokens else None,
+            metrics_port=self.metrics_ports[name],
         )
-        return Child(name, self.argv(*args), self._log(name), ping=name.rsplit("-", 1)[0])
+        role, port = name.rsplit("-", 1)[0], self.metrics_ports[name]
+        return Child(name, self.argv(*args), self._log(name), ping=role, metrics_port=port)
 
     def _log(self, name: str) -> Path:
         return self.data_dir / "logs" / f"{name}.log"
@@ -160,6 +148,7 @@ class Cluster(Launcher):
 
     async def _launch(self, timeout: float = 30.0) -> None:
         self._check_ports()
+        self.plan_metrics(self.deployment.service_names)
         servers = [self._server(node) for node in self.servers]
         self.children = servers
         for child in servers:

@@ -26,6 +26,9 @@ COMPOSE_CLIENT_PORT = 4222
 COMPOSE_CLUSTER_PORT = 6222
 COMPOSE_MONITOR_PORT = 8222
 COMPOSE_HTTP_PORT = 8080
+COMPOSE_METRICS_PORT = 9464
+"""Each service container's Prometheus metrics (every address of the container: reachable
+inside the compose network, published nowhere)."""
 COMPOSE_DATA = "/data"
 """Where each container keeps its state (a volume)."""
 COMPOSE_TOKENS = "/run/secrets/quill-tokens"
@@ -105,19 +108,25 @@ class Deployment:
         host: str = "127.0.0.1",
         http_port: int = 8080,
         tokens: str | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str | None = None,
     ) -> list[str]:
-        """The ``quill`` arguments that run service ``name`` (``writer-1``, ``gateway``)."""
+        """The ``quill`` arguments that run service ``name`` (``writer-1``, ``gateway``);
+        ``metrics_port``, ``metrics_host``: where it serves its metrics (None: not at all; the
+        service's default address)."""
         kind = name.rsplit("-", 1)[0]
+        metrics = [] if metrics_port is None else ["--metrics-port", str(metrics_port)]
+        metrics += ["--metrics-host", metrics_host] if metrics_host else []
         if kind == "gateway":
             args = [kind, "--nats-url", nats_url, "--host", host, "--http-port", str(http_port)]
-            return args + (["--tokens", tokens] if tokens else [])
+            return args + (["--tokens", tokens] if tokens else []) + metrics
         args = [kind, "--nats-url", nats_url, "--data", data, "--replicas", str(self.replicas)]
         if kind == "writer":
             args += ["--partitions", str(self.partitions)]
             args += ["--lease-ttl", f"{self.lease_ttl:g}"] if self.lease_ttl else []
         if kind == "executor" and self.sandbox:
             args += ["--sandbox", self.sandbox]
-        return args
+        return args + metrics
 
     def server_config(self, node: NatsNode, nodes: Sequence[NatsNode], store_dir: str) -> str:
         """The configuration of server ``node`` among ``nodes``: client port, JetStream,
@@ -161,6 +170,8 @@ class Deployment:
             host="0.0.0.0",
             http_port=COMPOSE_HTTP_PORT,
             tokens=COMPOSE_TOKENS,
+            metrics_port=COMPOSE_METRICS_PORT,
+            metrics_host="0.0.0.0",
         )
 
 

@@ -3,10 +3,20 @@
 A ``Launcher`` starts its children (each its own process, logging to ``<data>/logs/``), waits
 until every service process answers its ping and the gateway its ``GET /health``, restarts a
 child that dies, with a backoff and never giving up, while the others serve on
-(``quill_cli.supervisor``), records the URLs in ``<data>/stack.json`` and prints the ready line;
-SIGINT/SIGTERM stops everything. Children get SIGTERM if the launcher is killed
-(``PR_SET_PDEATHSIG``). ``quill_cli.stack.Stack`` and ``quill_cli.cluster.Cluster`` say what to
-start.
+(``quill_cli.supervisor``), records the URLs and each process in ``<data>/stack.json`` and
+prints the ready line; SIGINT/SIGTERM stops everything. Children get SIGTERM if the launcher is
+killed (``PR_SET_PDEATHSIG``). ``quill_cli.stack.Stack`` and ``quill_cli.cluster.Cluster`` say
+what to start.
+
+Longer than most modules because the life cycle is one piece: the children, their readiness,
+their supervision and their record in ``stack.json`` change together; the ports it picks are
+``quill_cli.ports``.
+
+Every service process serves Prometheus metrics on a loopback port of its own
+(``--metrics-port``: the ``metrics_port`` given and the next ones, or free ports), which it
+keeps across restarts; so does the launcher. ``stack.json``'s ``processes`` names each
+process: ``name``, ``role``, ``pid`` and ``metrics`` URL (None for a NATS server), rewritten
+(whole, by a rename) each time a process starts again with a new pid.
 """
 
 from __future__ import annotations
@@ -18,9 +28,9 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,14 +41,18 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from infra import bus
-from infra.runtime import lock_directory
+from infra.runtime import METRICS_HOST, MetricsServer, lock_directory, serve_metrics
 from quill.connection import STACK_FILE
 from quill.credentials import NatsAuth
 from quill_cli.natsserver import terminate
+from quill_cli.ports import Ports, http_ok, port_busy
 from quill_cli.supervisor import Backoff, Supervisor
 
 log = logging.getLogger("quill_cli.launcher")
 
+
+LAUNCHER = "launcher"
+"""The launcher's own name and role in ``stack.json``'s ``processes``."""
 
 GITIGNORE = "# Written by quill: the data of a Quill stack, never to commit.\n*\n"
 
@@ -49,45 +63,6 @@ def _ignore_in_git(data_dir: Path) -> None:
     with contextlib.suppress(OSError):
         with (data_dir / ".gitignore").open("x") as out:
             out.write(GITIGNORE)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now (for ``--http-port 0``)."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def port_busy(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether something listens on ``host:port`` (or holds it: it cannot be bound)."""
-    if not port:
-        return False
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-async def http_ok(host: str, port: int, path: str, timeout: float = 2.0) -> bool:
-    """True when ``GET path`` on ``host:port`` answers 200 (no HTTP client library needed)."""
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (OSError, TimeoutError):
-        return False
-    try:
-        request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n"
-        writer.write(request.encode())
-        await writer.drain()
-        status = await asyncio.wait_for(reader.readline(), timeout)
-        return status.split()[1:2] == [b"200"]
-    except (OSError, TimeoutError):
-        return False
-    finally:
-        writer.close()
 
 
 def _die_with_parent() -> None:
@@ -109,8 +84,28 @@ class Child:
     """The service it answers pings as (``ws.sys.ping.<ping>``); None: it answers none."""
     wanted: bool = True
     """False while stopped on purpose: the supervisor leaves it down."""
+    metrics_port: int | None = None
+    """Where it serves Prometheus metrics on loopback (None: it serves none)."""
+    on_start: Callable[[Child], None] | None = None
+    """Called once it has started (a new pid)."""
     process: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = None
+
+    @property
+    def role(self) -> str:
+        """``nats``, or the service it runs (``writer``, ``reader``, ``executor``,
+        ``gateway``)."""
+        return self.ping or "nats"
+
+    @property
+    def metrics_url(self) -> str | None:
+        if self.metrics_port is None:
+            return None
+        return f"http://{METRICS_HOST}:{self.metrics_port}/metrics"
+
+    def describe(self) -> dict[str, Any]:
+        """Its entry in ``stack.json``'s ``processes``."""
+        return {"name": self.name, "role": self.role, "pid": self.pid, "metrics": self.metrics_url}
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +118,8 @@ class Child:
             preexec_fn=_die_with_parent,
             env=self.env,
         )
+        if self.on_start is not None:
+            self.on_start(self)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -219,8 +216,15 @@ class Launcher:
         log_level: str = "info",
         restart: bool = True,
         auth: NatsAuth | None = None,
+        metrics_port: int = 0,
     ) -> None:
+        """``metrics_port``: the first process's metrics port, the others take the next ones
+        in the order of ``processes`` (the launcher's last); 0: free ports."""
         self.data_dir = data_dir.resolve()
+        self.ports = Ports()
+        self.metrics_first = metrics_port
+        self.metrics_ports: dict[str, int] = {}
+        """Each service's metrics port, and the launcher's (``plan_metrics``)."""
         self.http_port = http_port
         self.log_level = log_level
         self.restart_children = restart
@@ -231,6 +235,11 @@ class Launcher:
         self.supervisor: Supervisor | None = None
         """While ``restart`` and started: what it knows of each child (``watches``)."""
         self._guard = asyncio.Lock()
+        self._record: Path | None = None
+        """``stack.json`` while ``run`` has written it (rewritten when a pid changes)."""
+        self._recording = threading.Lock()
+        self._metrics: MetricsServer | None = None
+        """The launcher's own metrics, while ``run`` serves them."""
 
     # ---------------------------------------------------------------- what subclasses say
     @property
@@ -246,6 +255,35 @@ class Launcher:
 
     async def _wait_more(self, nc: NATS, children: list[Child], deadline: float) -> None:
         """Readiness beyond the pings (a cluster: its NATS servers, the partitions)."""
+
+    def plan_metrics(self, names: list[str]) -> None:
+        """Pick the metrics ports of the services ``names`` and of the launcher (last).
+
+        Raises:
+            RuntimeError: with a first port given, one of them is in use.
+        """
+        others = self.ports.taken | {self.http_port}  # NATS's ports, the gateway's HTTP port
+        for index, name in enumerate([*names, LAUNCHER]):
+            self.metrics_ports[name] = self.ports.pick(self.metrics_first, index)
+        if not self.metrics_first:
+            return
+        for name, port in self.metrics_ports.items():
+            if port > 65535 or port in others:
+                why = "past 65535" if port > 65535 else "another port of this stack"
+                raise RuntimeError(
+                    f"port {port} ({name}'s metrics port) is {why}: choose another "
+                    "--metrics-port (0: free ports)"
+                )
+        for name, port in self.metrics_ports.items():
+            if port_busy(port):
+                raise RuntimeError(
+                    f"port {port} ({name}'s metrics port) is in use on {METRICS_HOST}: stop "
+                    "what holds it, or choose another with --metrics-port (0: free ports)"
+                )
+
+    def metrics_args(self, name: str) -> list[str]:
+        """``--metrics-port N`` for the service ``name`` (``plan_metrics``)."""
+        return ["--metrics-port", str(self.metrics_ports[name])]
 
     # ---------------------------------------------------------------- life cycle
     @property
@@ -367,14 +405,40 @@ class Launcher:
                     raise RuntimeError(f"the gateway's /health did not answer on {self.http_url}")
                 await asyncio.sleep(0.1)
 
+    def processes(self) -> list[dict[str, Any]]:
+        """Each process (``name``, ``role``, ``pid``, ``metrics`` URL), the launcher last."""
+        served = self._metrics
+        me = {
+            "name": LAUNCHER,
+            "role": LAUNCHER,
+            "pid": os.getpid(),
+            "metrics": None if served is None else served.url,
+        }
+        return [*(child.describe() for child in self.children), me]
+
     def record(self) -> dict[str, Any]:
-        """What ``<data>/stack.json`` says (clients find NATS there)."""
+        """What ``<data>/stack.json`` says (clients find NATS there; tooling the processes)."""
         return {
             "nats_url": self.nats_url,
             "http_url": self.http_url,
             "pid": os.getpid(),
             "data": str(self.data_dir),
+            "processes": self.processes(),
         }
+
+    def _write_record(self, *_: object) -> None:
+        """(Re)write ``stack.json`` whole: a reader sees the old file or the new one."""
+        with self._recording:
+            if self._record is None:
+                return
+            fresh = self._record.with_suffix(".json.new")
+            fresh.write_text(json.dumps(self.record()))
+            os.replace(fresh, self._record)
+
+    def metrics_line(self) -> str:
+        """``metrics: http://127.0.0.1:PORT/metrics for writer=9101 …`` (each process's)."""
+        ports = " ".join(f"{name}={port}" for name, port in self.metrics_ports.items())
+        return f"metrics: http://{METRICS_HOST}:PORT/metrics for {ports}"
 
     async def run(self) -> int:
         """The command: start, record, print the ready line, run until SIGINT/SIGTERM, stop;
@@ -395,15 +459,25 @@ class Launcher:
             _ignore_in_git(self.data_dir)
             try:
                 await self.start()
-                record.write_text(json.dumps(self.record()))
+                self._metrics = serve_metrics(self.metrics_ports.get(LAUNCHER))
+                self._record = record
+                self._write_record()
+                for child in self.children:  # a new pid (a restart): stack.json says so
+                    child.on_start = self._write_record
                 print(
                     f"quill ready nats={self.nats_url} http={self.http_url} data={self.data_dir}",
                     flush=True,
                 )
+                print(self.metrics_line(), flush=True)
                 print(f"console: {self.http_url}/ui/ (open it in a browser)", flush=True)
                 await stop.wait()
                 return 0
             finally:
-                record.unlink(missing_ok=True)
+                with self._recording:
+                    self._record = None
+                    record.unlink(missing_ok=True)
+                if self._metrics is not None:
+                    self._metrics.close()
+                    self._metrics = None
                 await self.stop()
                 print(f"quill stopped: data={self.data_dir}", flush=True)

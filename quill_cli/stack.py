@@ -3,8 +3,9 @@
 Starts ``nats-server`` from the wheel (unless given ``--nats-url``), then each service as its
 own process (``python -m quill writer …``, the reader, the executor, and the HTTP gateway on
 ``--http-port``), waits until every one answers a ping and the gateway's ``GET /health``
-answers 200, records the URLs in ``<data>/stack.json`` (clients find them there) and prints
-one line with ``ready``.
+answers 200, records the URLs and each process (its role, pid and metrics URL) in
+``<data>/stack.json`` (clients find them there) and prints one line with ``ready``, then one
+with each process's metrics port (every service serves its own, on loopback).
 Services that die are restarted, after a delay that doubles with each exit in a row
 (``quill_cli.supervisor``), while the others serve on; SIGINT/SIGTERM stops everything cleanly.
 Children get SIGTERM if this process is killed, and everything they acknowledged is already on
@@ -19,13 +20,15 @@ import asyncio
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from infra.secret_registry import ENV_FILE as SECRETS_ENV
 from quill.connection import DEFAULT_DATA, STACK_FILE, discover_url
 from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill_cli import tenants as tenancy
-from quill_cli.launcher import Child, Launcher, free_port, http_ok
+from quill_cli.launcher import Child, Launcher
 from quill_cli.natsserver import NatsServer
+from quill_cli.ports import free_port, http_ok
 
 __all__ = ["DEFAULT_DATA", "STACK_FILE", "Stack", "discover_url", "free_port", "http_ok"]
 
@@ -56,17 +59,24 @@ class Stack(Launcher):
         secrets_file: Path | None = None,
         restart: bool = True,
         gateway_workers: int | None = None,
+        metrics_port: int = 0,
     ) -> None:
         """``tenants``: a tenants file (``quill_cli/tenants.py``): the embedded server then
         admits each tenant with its own rights and the services as the system user, whose
         password is made here and handed to the services in their environment.
         ``secrets_file``: the registry every service redacts (``$QUILL_SECRETS`` in their
-        environment; ``core/secrets.py``)."""
+        environment; ``core/secrets.py``). ``metrics_port``: the writer's metrics port, the
+        reader, executor, gateway and this launcher taking the next ones (0: free ports)."""
         system = None
         if tenants is not None:
             system = NatsAuth(SYSTEM_USER, secrets.token_urlsafe(32))
         super().__init__(
-            data_dir, http_port=http_port, log_level=log_level, restart=restart, auth=system
+            data_dir,
+            http_port=http_port,
+            log_level=log_level,
+            restart=restart,
+            auth=system,
+            metrics_port=metrics_port,
         )
         self.sandbox = sandbox
         self.nats_port = nats_port
@@ -88,7 +98,9 @@ class Stack(Launcher):
 
     def _service(self, name: str, *extra: str) -> Child:
         argv = self.argv(name, "--nats-url", self.nats_url, "--data", str(self.data_dir / name))
-        return Child(name, [*argv, *extra], self._log(name), self._env(), ping=name)
+        argv += [*self.metrics_args(name), *extra]
+        port = self.metrics_ports[name]
+        return Child(name, argv, self._log(name), self._env(), ping=name, metrics_port=port)
 
     def _log(self, name: str) -> Path:
         return self.data_dir / "logs" / f"{name}.log"
@@ -111,15 +123,21 @@ class Stack(Launcher):
         argv += ["--http-port", str(self.http_port)]
         argv += ["--tokens", str(self.tokens)] if self.tokens else []
         argv += ["--workers", str(self.gateway_workers or up_workers())]
-        return Child("gateway", argv, self._log("gateway"), self._env(), ping="gateway")
+        argv += self.metrics_args("gateway")
+        port = self.metrics_ports["gateway"]
+        log = self._log("gateway")
+        return Child("gateway", argv, log, self._env(), ping="gateway", metrics_port=port)
 
     async def _launch(self) -> None:
+        if not self.external_nats and self.nats_port:
+            self.ports.taken.add(self.nats_port)
+        self.plan_metrics(["writer", "reader", "executor", "gateway"])
         if not self.external_nats:
             port = self.nats_port or -1  # 0: any free port
             auth = self._authorization()
             self.nats = NatsServer(self.data_dir / "nats", port=port, extra_config=auth)
             await asyncio.to_thread(self.nats.start)
-        self.http_port = self.http_port or free_port()
+        self.http_port = self.http_port or self.ports.free()
         sandbox = ["--sandbox", self.sandbox] if self.sandbox else []
         self.children = [
             self._service("writer"),
@@ -129,6 +147,14 @@ class Stack(Launcher):
         ]
         for child in self.children:
             child.start()
+
+    def processes(self) -> list[dict[str, Any]]:
+        """The NATS server this started (none with ``nats_url``) first, then the others."""
+        listed = super().processes()
+        if self.nats is not None and self.nats.process is not None:
+            pid = self.nats.process.pid
+            listed.insert(0, {"name": "nats", "role": "nats", "pid": pid, "metrics": None})
+        return listed
 
     async def _shutdown(self) -> None:
         if self.nats is not None:

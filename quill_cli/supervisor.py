@@ -10,7 +10,8 @@ row)``, then ``quill: reader is back (pid …)``, once the new process answers i
 
 The supervisor answers ``<root>.sys.ping.launcher`` with the state of every child (``report``):
 the gateway asks it every second and names the failing ones in ``/health``
-(``services/gateway/fleet.py``).
+(``services/gateway/fleet.py``). Each restart counts in ``quill_launcher_restarts_total``
+(the launcher's own metrics).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import prometheus_client as prom
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -41,6 +43,11 @@ ENV = "QUILL_RESTART_BACKOFF"
 TICK_S = 0.2
 SERVICE = "launcher"
 """The name the supervisor answers pings as (``<root>.sys.ping.launcher``)."""
+RESTARTS = prom.Counter(
+    "quill_launcher_restarts_total",
+    "Processes the launcher started again after they exited, by process name.",
+    ["process"],
+)
 
 
 @dataclass
@@ -206,6 +213,7 @@ class Supervisor:
             watch.pid, watch.started, watch.state = child.pid, now, "starting"
         if watch.state == "restarting":
             if now >= watch.retry_at:
+                RESTARTS.labels(child.name).inc()  # counted before stack.json names the pid
                 await asyncio.to_thread(child.start)
                 watch.pid, watch.started, watch.state = child.pid, now, "starting"
                 watch.restarts += 1

@@ -54,6 +54,14 @@ def _counts(fn: click.decorators.FC) -> click.decorators.FC:
 @click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="The first service's metrics port; the others and the launcher take the next ones "
+    "(in DATA/stack.json). 0: free ports.",
+)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -68,6 +76,7 @@ def up(
     http_port: int,
     sandbox: str | None,
     tokens: Path | None,
+    metrics_port: int,
 ) -> None:
     """Start NATS servers in a cluster and the services, each its own process; Ctrl-C stops
     them. Clients use every server's URL, comma-separated (printed, and in DATA/stack.json)."""
@@ -91,6 +100,7 @@ def up(
             nats_port=nats_port,
             http_port=http_port,
             log_level=ctx.obj["log_level"],
+            metrics_port=metrics_port,
         )
     sys.exit(run_to_exit(cluster.run()))
 

@@ -35,8 +35,21 @@ from quill_cli.common import (
 commands = Commands("services")
 
 WORKERS_HELP = "Gateway processes serving the HTTP port (default: one a core)."
+UP_METRICS_HELP = (
+    "The writer's metrics port; the reader, executor, gateway and quill up itself take the "
+    "next ones (in DATA/stack.json). 0: free ports."
+)
 UP_WORKERS_HELP = "Gateway processes serving the HTTP port (default: half the cores)."
 
+
+METRICS_PORT_HELP = "Serve Prometheus metrics at http://HOST:N/metrics (--metrics-host)."
+METRICS_HOST_HELP = "The address --metrics-port listens on (0.0.0.0 in a container)."
+_metrics_port_option = click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), help=METRICS_PORT_HELP
+)
+_metrics_host_option = click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help=METRICS_HOST_HELP
+)
 
 _nats_url_option = click.option(
     "--nats-url",
@@ -58,7 +71,8 @@ def service_options(fn: Callable[..., None]) -> Callable[..., None]:
                 required=True,
                 help="Directory for this service's projection.",
             ),
-            click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port."),
+            _metrics_port_option,
+            _metrics_host_option,
             click.option("--root", default="ws", show_default=True, help="Subject root."),
             click.option(
                 "--replicas",
@@ -83,6 +97,7 @@ def _settings(ctx: click.Context, options: dict[str, Any]) -> Settings:
         root=options["root"],
         replicas=options["replicas"],
         metrics_port=options["metrics_port"],
+        metrics_host=options["metrics_host"],
     )
 
 
@@ -284,6 +299,8 @@ def executor(
     help="HTTP requests each worker serves at once; past it a request is answered busy "
     "(503 with Retry-After; docs/operations.md, Overload).",
 )
+@_metrics_port_option
+@_metrics_host_option
 @click.pass_context
 def gateway(
     ctx: click.Context,
@@ -295,6 +312,8 @@ def gateway(
     log_format: str,
     workers: int | None,
     max_inflight: int,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run the HTTP gateway: MCP at /mcp, WAP at /mcp/wap, REST at /v1/host/workspace."""
     from services.gateway.app import GatewayConfig, start_gateway
@@ -312,6 +331,8 @@ def gateway(
             workers=workers or default_count(),
             max_inflight=max_inflight,
             settle_heap=True,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
         config.check()
     try:
@@ -334,6 +355,13 @@ def gateway(
     "--secrets", "secrets_file", type=click.Path(path_type=Path, dir_okay=False), help=SECRETS_HELP
 )
 @click.option("--gateway-workers", type=click.IntRange(min=1), help=UP_WORKERS_HELP)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help=UP_METRICS_HELP,
+)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -346,6 +374,7 @@ def up(
     tenants: Path | None,
     secrets_file: Path | None,
     gateway_workers: int | None,
+    metrics_port: int,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
     from quill_cli import tenants as tenancy
@@ -381,6 +410,7 @@ def up(
         tenants=tenants,
         secrets_file=secrets_file,
         gateway_workers=gateway_workers,
+        metrics_port=metrics_port,
     )
     sys.exit(run_to_exit(stack.run()))
 

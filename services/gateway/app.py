@@ -59,6 +59,7 @@ from services.gateway.principals import (
 )
 from services.gateway.rest import MAX_BODY_BYTES, Rest
 from services.gateway.runs import Runs
+from services.gateway.scrape import Scrape
 from services.gateway.workers import Workers
 from services.gateway.workspaces import WorkspacesRest
 
@@ -92,6 +93,12 @@ class GatewayConfig:
     """Freeze the startup heap (``settle_heap``): for a process that is only a gateway (the
     ``quill gateway`` command sets it), never for one that starts gateways among other work
     (a test run: what it froze would stay for the rest of the process)."""
+    metrics_port: int | None = None
+    """Serve the metrics on this port too (0: a free one), besides ``GET /metrics``; with
+    several workers, the whole gateway's (``services/gateway/scrape.py``)."""
+    metrics_host: str = "127.0.0.1"
+    metrics_relay: str | None = None
+    """A worker n ≥ 1's: worker 0's metrics URL, which its ``GET /metrics`` answers."""
 
     def check(self) -> None:
         """Raises:
@@ -113,10 +120,12 @@ def build_app(
     fleet: Fleet | None = None,
     body_timeout: float = BODY_TIMEOUT_S,
     max_inflight: int = GATEWAY_MAX_INFLIGHT,
+    metrics: Any = metrics_endpoint,
 ) -> Starlette:
     """The gateway's ASGI app over ``access`` (the MCP session managers run in its lifespan);
     ``fleet``: what ``/health`` tells of the executors; ``body_timeout``: seconds a body has
-    to arrive; ``max_inflight``: requests served at once (busy past it)."""
+    to arrive; ``max_inflight``: requests served at once (busy past it); ``metrics``: what
+    answers ``GET /metrics`` (this process's registry)."""
     servers = [mcp_files.build(access), wap.build(access)]
     # With tokens, a caller proves who it is: the MCP library's Host/Origin checks (against
     # DNS rebinding, for servers without auth) would only stand in the way of a proxy.
@@ -141,7 +150,7 @@ def build_app(
 
     routes: list[BaseRoute] = [
         Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/mcp", Exchange(servers[0].session_manager)),
         Route("/mcp/wap", Exchange(servers[1].session_manager)),
@@ -231,6 +240,7 @@ class Gateway:
     fleet: Fleet | None = None
     workers: Workers[GatewayConfig] | None = None
     """The other workers, when this process is worker 0 of several."""
+    scrape: Scrape | None = None
 
     @property
     def url(self) -> str:
@@ -238,11 +248,16 @@ class Gateway:
         return f"http://{host}:{self.port}"
 
     def info(self) -> dict[str, Any]:
-        return {"http_url": self.url}
+        info = {"http_url": self.url}
+        if self.scrape is not None and self.scrape.server is not None:
+            info["metrics_url"] = self.scrape.server.url
+        return info
 
     async def stop(self) -> None:
         if self.workers is not None:
             await self.workers.stop()
+        if self.scrape is not None:
+            self.scrape.close()
         for sub in self.subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -278,6 +293,7 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         access = Access(quill)
         await access.prepare(config.tokens.principals() if config.tokens else [ANONYMOUS])
         fleet = Fleet(quill.nc, Subjects(config.root))
+        scrape = Scrape(config.metrics_relay)
         app = build_app(
             quill,
             access,
@@ -286,6 +302,7 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
             fleet,
             config.body_timeout,
             config.max_inflight,
+            scrape.endpoint,
         )
         sock = listen(config.host, config.port, config.reuse_port or config.workers > 1)
         uv = uvicorn.Config(
@@ -303,7 +320,14 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         if not server.started:
             await task
             raise RuntimeError("the gateway app did not start (see the log)")
-        gateway = Gateway(quill, server, task, config.host, sock.getsockname()[1], fleet=fleet)
+        gateway = Gateway(
+            quill, server, task, config.host, sock.getsockname()[1], fleet=fleet, scrape=scrape
+        )
+        try:
+            scrape.serve(config.metrics_port, config.metrics_host, config.workers)
+        except BaseException:
+            await gateway.stop()
+            raise
         instance = bus.instance_id("gateway")
         subjects = Subjects(config.root)
         gateway.subs = await bus.serve_ping(quill.nc, subjects, "gateway", instance, gateway.info)
@@ -311,8 +335,17 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
         if config.settle_heap:
             settle_heap()
         if config.workers > 1:
-            worker = replace(config, port=gateway.port, workers=1, reuse_port=True)
-            gateway.workers = Workers(worker, config.workers - 1, start_gateway)
+            assert scrape.server is not None  # served for them: Scrape.serve
+            worker = replace(
+                config,
+                port=gateway.port,
+                workers=1,
+                reuse_port=True,
+                metrics_port=None,
+                metrics_relay=scrape.server.url,
+            )
+            gateway.workers = workers = Workers(worker, config.workers - 1, start_gateway)
+            scrape.peers = lambda: dict(workers.metrics)
             try:
                 await gateway.workers.start()
             except BaseException:

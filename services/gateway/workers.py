@@ -9,6 +9,9 @@ until each serves, and restarts one that exits, after a delay that doubles with 
 row (at most ``MAX_DELAY_S``), logging each exit; ``/health`` counts them
 (``gateway_workers``). A worker whose parent is gone stops.
 
+Each worker n ≥ 1 serves its own metrics on a loopback port it picks and names with "ready"
+(``metrics``: worker → URL); worker 0 serves them all as one (``services/gateway/scrape.py``).
+
 ``default_count`` is how many a machine gets by default: one a core.
 """
 
@@ -24,7 +27,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Generic, Protocol, TypeVar
 
-from infra.runtime import JsonFormatter, run_until_stopped, setup_logging
+from infra.runtime import JsonFormatter, run_until_stopped, serve_metrics, setup_logging
 
 log = logging.getLogger("quill.gateway")
 
@@ -69,6 +72,8 @@ class Workers(Generic[C]):
         )
         self.context = multiprocessing.get_context("spawn")
         self.processes: dict[int, BaseProcess] = {}
+        self.metrics: dict[int, str] = {}
+        """Worker n's metrics URL (its own series), while it serves."""
         self.restarts = 0
         self.restarted = asyncio.Event()
         """Set when a worker has been restarted (and serves again)."""
@@ -99,11 +104,14 @@ class Workers(Generic[C]):
         process.start()
         theirs.close()
         self.processes[n] = process
+        self.metrics.pop(n, None)
         try:
             ready = await _wait(process, ours)
         finally:
             ours.close()
-        if not ready:
+        if ready:
+            self.metrics[n] = ready
+        else:
             raise RuntimeError(
                 f"gateway worker {n} did not start (exit code {process.exitcode}; see the log)"
             )
@@ -165,17 +173,18 @@ async def _exited(process: BaseProcess) -> None:
     await asyncio.to_thread(process.join)
 
 
-async def _wait(process: BaseProcess, ready: Connection) -> bool:
-    """Whether ``process`` says it serves (within ``START_TIMEOUT_S``) before it exits."""
+async def _wait(process: BaseProcess, ready: Connection) -> str:
+    """``process``'s metrics URL once it says it serves (within ``START_TIMEOUT_S``, before it
+    exits); "" if it does not."""
     loop = asyncio.get_running_loop()
     said: asyncio.Future[None] = loop.create_future()
     loop.add_reader(ready.fileno(), _settle, said)
     try:
         async with asyncio.timeout(START_TIMEOUT_S):
             await said
-        return bool(ready.poll() and ready.recv())
+        return str(ready.recv() or "") if ready.poll() else ""
     except (TimeoutError, EOFError, OSError):
-        return False
+        return ""
     finally:
         loop.remove_reader(ready.fileno())
 
@@ -189,10 +198,12 @@ def serve(config: C, start: Start[C], ready: Connection, logging_as: tuple[str, 
 async def _started(config: C, start: Start[C], ready: Connection) -> Callable[[], Awaitable[None]]:
     try:
         gateway = await start(config)
+        metrics = serve_metrics(0)  # this worker's own series, for worker 0 to gather
     except BaseException:
-        ready.send(False)
+        ready.send("")
         raise
-    ready.send(True)
+    assert metrics is not None
+    ready.send(metrics.url)
     ready.close()
     parent = multiprocessing.parent_process()
     if parent is not None:  # the parent gone: stop as on SIGTERM

@@ -4,8 +4,10 @@ that dies is restarted, none outlives the gateway that started it."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -13,8 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from services.gateway.app import Gateway, GatewayConfig, start_gateway
+from services.gateway.scrape import Whole
 from tests.gateway.support import mcp_client, ok
 from tests.gateway.test_process import processes, spawn  # noqa: F401
 from tests.helpers import start_reader, start_writer
@@ -196,3 +200,80 @@ def _free_port() -> int:
     from quill_cli.stack import free_port
 
     return free_port()
+
+
+def _requests(text: str, worker: str | None = None) -> float:
+    """The gateway's ``GET /health`` count in an exposition (of one ``worker``, or all)."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name == "quill_requests_total"
+                and labels.get("op") == "GET /health"
+                and (worker is None or labels.get("worker") == worker)
+            ):
+                total += sample.value
+    return total
+
+
+async def test_metrics_of_two_workers_add_up(nats_url: str, tmp_path: Path) -> None:
+    """Whichever worker a scrape lands on, it sees both workers' counts: as many ``GET
+    /health`` as were sent, spread over ``worker`` 0 and 1, with each worker's own memory."""
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        gateway = await start_gateway(GatewayConfig(nats_url, port=0, workers=2, metrics_port=0))
+        stack.push_async_callback(gateway.stop)
+        everyone = pids(gateway)
+        assert await served_by(gateway, everyone) == set(everyone)  # each answered a /health
+        assert gateway.scrape is not None and gateway.scrape.server is not None
+        before = _requests(httpx.get(gateway.scrape.server.url).text)
+        sent = 40
+        for _ in range(sent):  # a new connection each: the kernel spreads them
+            async with httpx.AsyncClient() as http:
+                assert (await http.get(gateway.url + "/health")).status_code == 200
+        whole = httpx.get(gateway.scrape.server.url).text
+        assert _requests(whole) - before == sent
+        assert _requests(whole, "0") > 0 and _requests(whole, "1") > 0
+        memory = {
+            s.labels["worker"]: s.value
+            for f in text_string_to_metric_families(whole)
+            for s in f.samples
+            if s.name == "process_resident_memory_bytes"
+        }
+        assert set(memory) == {"0", "1"} and all(v > 0 for v in memory.values())
+        seen = set()
+        for _ in range(40):  # GET /metrics on the HTTP port, whichever worker answers
+            async with httpx.AsyncClient() as http:
+                answer = await http.get(gateway.url + "/metrics")
+            assert answer.status_code == 200
+            seen.add(_requests(answer.text) >= sent)
+        assert seen == {True}
+
+
+def test_a_worker_answering_garbage_or_nothing_is_left_out() -> None:
+    """The whole scrape survives a peer that answers something else than metrics, and one
+    that does not answer (a worker being restarted): worker 0's series are still there."""
+
+    class Garbage(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = b"# TYPE x counter\nx{{{ not metrics\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        whole = Whole(lambda: {1: f"http://127.0.0.1:{port}/metrics", 2: "http://127.0.0.1:1/"})
+        workers = {s.labels.get("worker") for family in whole.collect() for s in family.samples}
+        assert workers == {"0"}
+    finally:
+        server.shutdown()
+        server.server_close()

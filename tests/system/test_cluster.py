@@ -23,6 +23,7 @@ from infra import bus
 from quill.client import Quill
 from quill_cli.cluster import Cluster
 from tests.system.conftest import Up
+from tests.system.test_scrape import EVERY_KIND, check_scraped, processes, use_every_service
 
 PARTITIONS = 16
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,6 +131,20 @@ def test_docs_client_commands_run_as_written(cluster: Up) -> None:
     lines = _doc_block("bash", "quill create").strip().splitlines()
     out = [cluster.cli(*shlex.split(line)[1:]).stdout for line in lines]
     assert out[0].startswith("created acme/team") and out[2].split()[0] == "6"
+
+
+async def test_every_process_is_listed_and_scraped(cluster: Up) -> None:
+    """``stack.json`` names every process of the cluster with its role and pid, and each
+    service's (and the launcher's) metrics URL answers its own metrics; after a write, a read
+    and a command, the writers, readers and executor counted them."""
+    listed = processes(cluster.data)
+    roles = [p["role"] for p in listed]
+    assert roles == ["nats"] * 3 + ["writer"] * 2 + ["reader"] * 2 + ["executor", "gateway"] + [
+        "launcher"
+    ]
+    assert [p["name"] for p in listed][:3] == ["nats-1", "nats-2", "nats-3"]
+    await use_every_service(cluster)
+    check_scraped(cluster.data, EVERY_KIND)
 
 
 def test_sigterm_stops_everything(cluster: Up) -> None:

@@ -16,7 +16,13 @@ import pytest
 import yaml
 
 from quill_cli.commands.cluster import up
-from quill_cli.deployment import COMPOSE_DATA, COMPOSE_HTTP_PORT, COMPOSE_TOKENS, Deployment
+from quill_cli.deployment import (
+    COMPOSE_DATA,
+    COMPOSE_HTTP_PORT,
+    COMPOSE_METRICS_PORT,
+    COMPOSE_TOKENS,
+    Deployment,
+)
 from quill_cli.natsserver import binary
 from services.gateway.principals import Tokens
 
@@ -100,7 +106,8 @@ def test_volumes_ports_and_order(compose: dict[str, Any]) -> None:
 def test_the_gateway_reads_its_tokens_from_a_secret(compose: dict[str, Any]) -> None:
     gateway = compose["services"]["gateway"]
     assert gateway["secrets"] == ["quill-tokens"]
-    assert gateway["command"][-2:] == ["--tokens", COMPOSE_TOKENS]
+    command = gateway["command"]
+    assert command[command.index("--tokens") + 1] == COMPOSE_TOKENS
     assert compose["secrets"]["quill-tokens"] == {"file": "./deploy/tokens.toml"}
     Tokens.load(ROOT / "deploy" / "tokens.example.toml")  # the example is a valid file
 
@@ -128,3 +135,32 @@ def test_the_documented_render_command_writes_deploy(tmp_path: Path) -> None:
     for path in sorted((ROOT / "deploy" / "nats").iterdir()):
         assert (tmp_path / "nats" / path.name).read_text() == path.read_text()
     assert command in (ROOT / "compose.yaml").read_text()  # its header says the same
+
+
+def test_every_service_serves_metrics_inside_the_network(compose: dict[str, Any]) -> None:
+    """Each service listens for scrapes on every address of its container, on one port, and
+    that port is published nowhere (the compose network reaches it; the host does not)."""
+    deployment = _deployment(compose)
+    for name in deployment.service_names:
+        service = compose["services"][name]
+        command = service["command"]
+        assert command[command.index("--metrics-port") + 1] == str(COMPOSE_METRICS_PORT), name
+        assert command[command.index("--metrics-host") + 1] == "0.0.0.0", name
+        published = [str(port).split(":")[-1] for port in service.get("ports", [])]
+        assert str(COMPOSE_METRICS_PORT) not in published, name
+
+
+def test_the_scrape_config_names_every_service(compose: dict[str, Any]) -> None:
+    """deploy/prometheus-compose.yml scrapes every service of compose.yaml, one job a kind
+    (``quill-writer``…, as the alerts say), and nothing else."""
+    deployment = _deployment(compose)
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus-compose.yml").read_text())
+    jobs = {
+        job["job_name"]: [t for group in job["static_configs"] for t in group["targets"]]
+        for job in config["scrape_configs"]
+    }
+    wanted: dict[str, list[str]] = {}
+    for name in deployment.service_names:
+        wanted.setdefault(f"quill-{_kind(name)}", []).append(f"{name}:{COMPOSE_METRICS_PORT}")
+    assert jobs == wanted
+    assert "deploy/prometheus-compose.yml" in (ROOT / "compose.yaml").read_text()
