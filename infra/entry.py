@@ -92,7 +92,6 @@ def _parse(
     msg = incoming.msg
     logfields.bind(None)  # what the subscription's task served before is not this request
     address = incoming.address = subjects.parse_request(msg.subject)
-    logfields.bind(address)
     if msg.reply and not reply_allowed(msg.subject, msg.reply, own_inbox(msg._client)):
         raise QuillError(
             ErrorCode.ACCESS_DENIED, "The reply subject is another tenant's inbox: refused"

@@ -33,6 +33,8 @@ _current: ContextVar[tuple[str, str, str, str] | None] = ContextVar("quill_reque
 
 log = logging.getLogger("quill.requests")
 
+_ONE_LINE = {i: f"\\x{i:02x}" for i in (*range(32), 127)}
+"""Control characters (a newline...) as escapes: what a request named stays on its line."""
 _SERVER_SIDE = frozenset({*RETRIABLE, ErrorCode.EXECUTION_FAILED, "STORAGE_FULL"})
 
 
@@ -88,7 +90,8 @@ def failed(address: Address | None, origin: Origin | None, error: QuillError) ->
         )
     if origin is not None and origin.request_id:
         extra["request_id"] = origin.request_id
-    log.log(level, "request failed: %s: %s", error.code, error.message, extra=extra)
+    message = error.message.translate(_ONE_LINE)  # a hostile path cannot forge a log line
+    log.log(level, "request failed: %s: %s", error.code, message, extra=extra)
 
 
 class RequestFields(logging.Filter):

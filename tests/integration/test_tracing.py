@@ -53,14 +53,19 @@ async def gateway(
         yield running
 
 
+async def traced_put(gateway: Gateway, spans: InMemorySpanExporter, path: str) -> httpx.Response:
+    """A PUT of ``path`` once the workspace has ``a.md``: its spans alone are in ``spans``."""
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
+        await http.put(f"{FILES}/a.md", json={"content": "creates the workspace first"})
+        spans.clear()
+        return await http.put(f"{FILES}/{path}", json={"content": "traced"})
+
+
 async def test_a_rest_write_is_one_trace_from_gateway_to_append(
     gateway: Gateway, spans: InMemorySpanExporter
 ) -> None:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
-        await http.put(f"{FILES}/warm.md", json={"content": "creates the workspace first"})
-        spans.clear()
-        answer = await http.put(f"{FILES}/notes.md", json={"content": "traced"})
-        assert answer.status_code == 200, answer.text
+    answer = await traced_put(gateway, spans, "notes.md")
+    assert answer.status_code == 200, answer.text
     rid = answer.headers["x-request-id"]
     finished = spans.get_finished_spans()
     by_id = {s.context.span_id: s for s in finished if s.context is not None}
@@ -90,10 +95,7 @@ async def test_a_rest_write_is_one_trace_from_gateway_to_append(
 async def test_a_refused_command_s_span_says_why(
     gateway: Gateway, spans: InMemorySpanExporter
 ) -> None:
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
-        await http.put(f"{FILES}/a.md", json={"content": "one"})
-        spans.clear()
-        under_a_file = await http.put(f"{FILES}/a.md/b.md", json={"content": "two"})
+    under_a_file = await traced_put(gateway, spans, "a.md/b.md")  # a.md is a file
     assert under_a_file.status_code >= 400, under_a_file.text
     refused = [s for s in spans.get_finished_spans() if s.name == "cmd.write"]
     assert refused, [s.name for s in spans.get_finished_spans()]

@@ -80,3 +80,12 @@ def test_one_line_per_failure_with_its_fields(caplog: pytest.LogCaptureFixture) 
         "op": "cmd.write",
         "code": "UNAVAILABLE",
     }
+
+
+def test_a_failure_naming_a_newline_stays_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    forged = "x\n2026-01-01 00:00:00,000 ERROR quill.writer: forged"
+    with caplog.at_level(logging.INFO, "quill.requests"):
+        logfields.failed(ADDRESS, Origin("r-4"), QuillError(ErrorCode.FILE_NOT_FOUND, forged))
+    (line,) = caplog.records
+    text = logfields.TextFormatter().format(line)
+    assert "\n" not in text and "x\\x0a2026" in text
