@@ -8,6 +8,7 @@ refused here (``secrets.refuse_names``), and what a refusal says is redacted.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -19,8 +20,16 @@ from contracts import codec, ops
 from contracts.errors import ErrorCode, QuillError
 from contracts.ops import OpKind, OpSpec
 from contracts.requests import Request
-from contracts.subjects import HEADER_REQUEST_ID, TENANT_SCOPE, Address, Origin, Subjects
+from contracts.subjects import (
+    HEADER_REQUEST_ID,
+    TENANT_SCOPE,
+    Address,
+    Origin,
+    Subjects,
+    new_request_id,
+)
 from core.secrets import refuse_names
+from infra import logfields
 from infra.bus import own_inbox, reply_allowed, respond
 from infra.runtime import Auditor
 from infra.secret_registry import secrets_from_env
@@ -81,6 +90,7 @@ def _parse(
     new_id: Callable[[], object] | None,
 ) -> tuple[Address, OpSpec, Origin, Request]:
     msg = incoming.msg
+    logfields.bind(None)  # what the subscription's task served before is not this request
     address = incoming.address = subjects.parse_request(msg.subject)
     if msg.reply and not reply_allowed(msg.subject, msg.reply, own_inbox(msg._client)):
         raise QuillError(
@@ -106,18 +116,35 @@ def _parse(
     origin = incoming.origin = (
         Origin.from_headers(headers, new_id) if headers or new_id else _NO_HEADERS
     )
+    logfields.bind(address, origin)
     refuse_names(secrets, address, origin)
     request = incoming.request = codec.decode_request(spec, incoming.msg.data)
     refuse_names(secrets, request=request)
     return address, spec, origin, request
 
 
+def reply_headers(origin: Origin) -> dict[str, str] | None:
+    """The headers of a reply to a request from ``origin``: ``Ws-Request-Id``, the request's
+    own or the one the service gave it (none for a query that came without one)."""
+    return {HEADER_REQUEST_ID: origin.request_id} if origin.request_id else None
+
+
 async def reject(incoming: Incoming, error: QuillError, auditor: Auditor) -> None:
     """Answer ``incoming`` with ``error`` and audit it (when it named a workspace), both with
-    every registered secret redacted (not audited when the workspace's name holds one)."""
+    every registered secret redacted (not audited when the workspace's name holds one), and
+    log it (``logfields.failed``). A request without a request id is given one: its reply
+    (header ``Ws-Request-Id``), audit record and log line name it."""
     secrets = secrets_from_env()
-    await respond(incoming.msg, codec.error_reply(secrets.redact_error(error)))
+    if incoming.origin is None or not incoming.origin.request_id:  # named, for its log line
+        incoming.origin = dataclasses.replace(
+            incoming.origin or _NO_HEADERS, request_id=new_request_id()
+        )
+    origin = secrets.redact_origin(incoming.origin)
+    assert origin is not None
+    reply = codec.error_reply(secrets.redact_error(error))
+    await respond(incoming.msg, reply, reply_headers(origin))
     address = incoming.address
     if address is not None and not secrets.find(f"{address.tenant}/{address.workspace}"):
-        origin = secrets.redact_origin(incoming.origin)
         await auditor.record(address, origin, incoming.started, error=error)
+    else:  # not audited: the log line alone (the filter redacts what it names)
+        logfields.failed(address, origin, error)

@@ -24,6 +24,7 @@ from contracts import codec
 from contracts.errors import QuillError
 from contracts.events import AuditRecord
 from contracts.subjects import Address, Origin, Subjects
+from infra import logfields, tracing
 from infra.secret_registry import LogFilter, secrets_from_env
 from infra.store import Store
 
@@ -76,6 +77,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            **logfields.fields_of(record),
         }
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
@@ -86,11 +88,9 @@ class JsonFormatter(logging.Formatter):
 
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(LogFilter())  # no registered secret in a service log
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logfields.TextFormatter())
+    handler.addFilter(logfields.RequestFields())  # the request a line was written for
+    handler.addFilter(LogFilter())  # no registered secret in a service log (its fields too)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -192,6 +192,8 @@ class Auditor:
         summary: str | None = None,
         details: dict[str, Any] | None = None,
     ) -> None:
+        if error is not None:  # the one log line of a failed request
+            logfields.failed(address, origin, error)
         elapsed = time.perf_counter() - started
         self._observe(address.kind, address.op, "ok" if error is None else str(error.code), elapsed)
         at, duration_ms, paths = datetime.now(UTC), round(elapsed * 1000, 3), (paths or [])[:100]
@@ -301,6 +303,7 @@ async def connect_service(settings: Settings, name: str) -> NATS:
     from infra import bus
     from infra.busy import Dropped
 
+    tracing.setup(name)
     serve_metrics(settings.metrics_port, settings.metrics_host)
     nc = await bus.connect(settings.nats_url, name=f"quill-{name}", on_dropped=Dropped(name))
     await bus.ensure_streams(nc, settings.subjects, settings.replicas)

@@ -14,6 +14,7 @@ from pathlib import Path
 import regex
 
 from core.secrets import MIN_LENGTH, NO_SECRETS, Secrets
+from infra.logfields import FIELDS
 
 log = logging.getLogger("quill.secrets")
 
@@ -93,8 +94,9 @@ def secrets_from_env() -> Secrets:
 
 
 class LogFilter(logging.Filter):
-    """Redacts every registered secret (``$QUILL_SECRETS``) from a log record's message and
-    traceback; installed on the handler of every service process (``runtime.setup_logging``)."""
+    """Redacts every registered secret (``$QUILL_SECRETS``) from a log record's message,
+    traceback and request fields; installed on the handler of every service process
+    (``runtime.setup_logging``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(_loading, "active", False):
@@ -118,4 +120,8 @@ class LogFilter(logging.Filter):
             record.exc_text = secrets.redact(record.exc_text)[0]
         if record.stack_info:
             record.stack_info = secrets.redact(record.stack_info)[0]
+        for name in FIELDS:  # infra.logfields: what the request named
+            value = getattr(record, name, None)
+            if isinstance(value, str) and value:
+                setattr(record, name, secrets.redact(value)[0])
         return True

@@ -26,7 +26,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import HEADER_SEQ, HEADER_STREAM, Address, Origin, Subjects, new_request_id
 from core.secrets import NO_SECRETS, Secrets, StreamRedactor
 from infra.bus import respond
-from infra.entry import Incoming, parse, reject
+from infra.entry import Incoming, parse, reject, reply_headers
 from infra.exec.sandbox import StreamName, common
 from infra.runtime import Auditor
 
@@ -188,7 +188,7 @@ async def answer_exec(
             error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
             await reject(incoming, error, auditor)
             return
-        await respond(incoming.msg, codec.ok_reply(version, result))
+        await respond(incoming.msg, codec.ok_reply(version, result), reply_headers(origin))
         changes = result.changes
         await auditor.record(
             address,

@@ -12,7 +12,15 @@ from pathlib import Path
 import click
 
 from infra.runtime import setup_logging
-from quill_cli.common import SANDBOX_HELP, TOKENS_HELP, Commands, refusing, run_to_exit
+from quill_cli.common import (
+    LAUNCHED_LOG_FORMAT,
+    LOG_FORMAT_ENV,
+    SANDBOX_HELP,
+    TOKENS_HELP,
+    Commands,
+    refusing,
+    run_to_exit,
+)
 
 commands = Commands("services")
 
@@ -62,6 +70,7 @@ def _counts(fn: click.decorators.FC) -> click.decorators.FC:
     help="The first service's metrics port; the others and the launcher take the next ones "
     "(in DATA/stack.json). 0: free ports.",
 )
+@LAUNCHED_LOG_FORMAT
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -77,13 +86,15 @@ def up(
     sandbox: str | None,
     tokens: Path | None,
     metrics_port: int,
+    log_format: str,
 ) -> None:
     """Start NATS servers in a cluster and the services, each its own process; Ctrl-C stops
     them. Clients use every server's URL, comma-separated (printed, and in DATA/stack.json)."""
     from quill_cli.cluster import Cluster
     from services.gateway.principals import Tokens
 
-    setup_logging(ctx.obj["log_level"])
+    setup_logging(ctx.obj["log_level"], log_format)
+    os.environ[LOG_FORMAT_ENV] = log_format  # the services inherit it
     with refusing():
         if tokens is not None:
             Tokens.load(tokens)  # refuse a bad file here rather than in the gateway's log

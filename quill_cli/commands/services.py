@@ -4,6 +4,7 @@ machine as a workspace (the bridge)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import tomllib
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,9 @@ from contracts.limits import (
 from infra import secret_registry
 from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
 from quill_cli.common import (
+    LAUNCHED_LOG_FORMAT,
+    LOG_FORMAT,
+    LOG_FORMAT_ENV,
     SANDBOX_HELP,
     SECRETS_HELP,
     TENANTS_HELP,
@@ -80,7 +84,7 @@ def service_options(fn: Callable[..., None]) -> Callable[..., None]:
                 show_default=True,
                 help="JetStream replicas for the streams it creates.",
             ),
-            click.option("--log-format", type=click.Choice(["text", "json"]), default="text"),
+            LOG_FORMAT,
         ]
     ):
         fn = option(fn)
@@ -289,7 +293,7 @@ def executor(
 @click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
 @click.option("--root", default="ws", show_default=True, help="Subject root.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@LOG_FORMAT
 @click.option("--workers", type=click.IntRange(min=1), help=WORKERS_HELP)
 @click.option(
     "--max-inflight",
@@ -362,6 +366,7 @@ def gateway(
     show_default=True,
     help=UP_METRICS_HELP,
 )
+@LAUNCHED_LOG_FORMAT
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -375,13 +380,15 @@ def up(
     secrets_file: Path | None,
     gateway_workers: int | None,
     metrics_port: int,
+    log_format: str,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
     from quill_cli import tenants as tenancy
     from quill_cli.stack import Stack
     from services.gateway.principals import Tokens
 
-    setup_logging(ctx.obj["log_level"])
+    setup_logging(ctx.obj["log_level"], log_format)
+    os.environ[LOG_FORMAT_ENV] = log_format  # the services inherit it
     with refusing():  # refuse a bad file here rather than in a child's log
         if tenants is not None:
             if tokens is not None:

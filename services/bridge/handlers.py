@@ -33,7 +33,7 @@ from contracts.subjects import Address, Origin, Subjects, new_request_id
 from infra.blobs import Blobs
 from infra.bus import respond
 from infra.busy import refused
-from infra.entry import Incoming, parse, reject
+from infra.entry import Incoming, parse, reject, reply_headers
 from infra.exec.answer import Job, answer_exec, received
 from infra.exec.git import READ_ONLY_GIT
 from infra.exec.results import audited
@@ -127,7 +127,7 @@ class Handlers:
         except Exception as exc:
             await reject(incoming, _internal(incoming, exc), self.auditor)
             return
-        await respond(incoming.msg, codec.ok_reply(version, result))
+        await respond(incoming.msg, codec.ok_reply(version, result), reply_headers(origin))
         path = getattr(request, "path", None)
         await self.auditor.record(
             address, origin, incoming.started, version=version, paths=[path] if path else []
@@ -145,7 +145,7 @@ class Handlers:
         rid = origin.request_id
         replayed = self.done.get(rid)
         if replayed is not None:  # a retry of a command done: its first reply
-            await respond(incoming.msg, replayed)
+            await respond(incoming.msg, replayed, reply_headers(origin))
             return
         waiting = self.pending.get(rid)
         if waiting is not None:  # a retry of a command in progress: answered with it
@@ -174,7 +174,7 @@ class Handlers:
             if error is not None:
                 reply = codec.error_reply(error)
             for msg in self.pending.pop(rid, []):
-                await respond(msg, reply)
+                await respond(msg, reply, reply_headers(origin))
             await self.auditor.record(
                 address,
                 origin,

@@ -41,7 +41,7 @@ from starlette.routing import BaseRoute, Route
 
 from contracts.limits import GATEWAY_MAX_INFLIGHT
 from contracts.subjects import Subjects
-from infra import bus
+from infra import bus, tracing
 from quill.client import Quill
 from services.gateway import VERSION, mcp_files, openapi, wap
 from services.gateway.bounds import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, BodyBounds, HeaderDeadline
@@ -57,6 +57,7 @@ from services.gateway.principals import (
     Tokens,
     is_loopback,
 )
+from services.gateway.requestids import RequestIds, TaggedIds
 from services.gateway.rest import MAX_BODY_BYTES, Rest
 from services.gateway.runs import Runs
 from services.gateway.scrape import Scrape
@@ -168,6 +169,7 @@ def build_app(
 
     middleware = [
         Middleware(HttpMetrics, routes=routes),
+        Middleware(RequestIds),  # X-Request-Id, on the log lines and the commands it sends
         Middleware(Inflight, max_inflight=max_inflight),
         Middleware(Console(access, tokens, body_timeout).gate),  # /ui/: the console
         Middleware(PrincipalMiddleware, tokens=tokens),
@@ -289,6 +291,9 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
     config.check()
     logging.getLogger("mcp").setLevel(logging.WARNING)  # it logs every stateless request at INFO
     quill = await Quill.connect(config.nats_url, actor="gateway", root=config.root)
+    quill._nuid = TaggedIds()  # commands named after the HTTP request (requestids.py)
+    if tracing.setup("gateway"):  # each request it sends carries its span (traceparent)
+        setattr(quill.nc, "request", tracing.traced_requests(quill.nc.request))  # noqa: B010
     try:
         access = Access(quill)
         await access.prepare(config.tokens.principals() if config.tokens else [ANONYMOUS])

@@ -31,7 +31,7 @@ from infra import compaction
 from infra.bridges import Bridges
 from infra.bus import respond
 from infra.busy import refused
-from infra.entry import Incoming, parse, reject
+from infra.entry import Incoming, parse, reject, reply_headers
 from infra.runtime import Auditor
 from infra.store import Store
 from services.reader.follower import Follower
@@ -263,7 +263,7 @@ def query_handler(reader: Replica) -> Callable[[Msg], Awaitable[None]]:
             error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
             await reject(incoming, error, reader.auditor)
             return
-        await respond(incoming.msg, codec.ok_reply(version, result))
+        await respond(incoming.msg, codec.ok_reply(version, result), reply_headers(origin))
         path = getattr(request, "path", None)
         await reader.auditor.record(
             address, origin, incoming.started, version=version, paths=[path] if path else []

@@ -58,12 +58,13 @@ from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
 from core.decision import Context, Decision, to_event
 from core.tree import Tree, WorkspaceState, fold, forget, place
-from infra import blobs, compaction
+from infra import blobs, compaction, logfields, tracing
 from infra import log as eventlog
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
 from infra.bus import respond
 from infra.busy import refused
 from infra.compaction import with_manifests
+from infra.entry import reply_headers
 from infra.runtime import bounded_gather
 from services.writer.append import AppendError, Group
 from services.writer.deps import Deps
@@ -325,6 +326,8 @@ class WorkspaceActor:
         try:
             while self._queue:
                 batch, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+                first = batch[0]  # what is logged while deciding names the command (or one)
+                logfields.bind(first.address, first.origin if len(batch) == 1 else None)
                 try:
                     await self._process(batch)
                     if self._compact:
@@ -505,6 +508,7 @@ class WorkspaceActor:
                 context=[(event, digest) for _, _, event, digest, _ in staged],
                 fence=self.fence,
             )
+            began = time.perf_counter() if tracing.ON else 0.0
             try:
                 seqs = await self.deps.appender.submit(group)
             except AppendError as exc:
@@ -531,6 +535,9 @@ class WorkspaceActor:
                         await self._answer(p, codec.error_reply(err), error=err)
                 return
             state.last_seq = seqs[-1]
+            if tracing.ON:  # the append span of each command it carried
+                for p, *_ in staged:
+                    tracing.appended(p.msg, began)
             events = [(e, seq) for (_, _, e, _, _), seq in zip(staged, seqs, strict=True)]
             await self._after_lifecycle(events, had_log=expected_seq > 0)
             await self._count(state, [event for _, _, event, _, _ in staged])
@@ -890,7 +897,10 @@ class WorkspaceActor:
         if self._inflight.get(p.origin.request_id) is p:
             del self._inflight[p.origin.request_id]
         for msg in [p.msg, *p.retries]:
-            await respond(msg, reply)
+            await respond(msg, reply, reply_headers(p.origin))
+        if tracing.ON:
+            code = None if error is None else str(error.code)
+            tracing.served(p.msg, p.spec.key, p.started, _traced(p), code)
         await self.deps.auditor.record(
             p.address,
             p.origin,
@@ -968,3 +978,13 @@ def describe(p: Pending) -> tuple[str, list[str]]:
         if more > 0:
             paths.append(f"... and {more} more")
     return f"{p.address.op} {' '.join(paths)}".strip(), paths
+
+
+def _traced(p: Pending) -> dict[str, str]:
+    """The attributes of a command's span (``infra.tracing``)."""
+    address = p.address
+    return {
+        "quill.tenant": address.tenant,
+        "quill.workspace": address.workspace,
+        "quill.request_id": p.origin.request_id,
+    }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 from nats.aio.client import Client as NATS
@@ -61,7 +62,11 @@ async def test_each_read_audits_its_own_version_paths_and_origin(
         (["a.txt"], 3, None, None, "ok", None),
     ]
     assert len({r["at"] for r in records}) == 6
-    assert all(r["request_id"] is None and r["run"] is None for r in records)
+    # a query sent without an id has none, but a failed one is given one (its reply's
+    # Ws-Request-Id and its log line name it: docs/operations.md#logs)
+    assert [r["request_id"] is None for r in records] == [True] * 4 + [False, True]
+    assert re.fullmatch(r"[0-9a-f]{32}", records[4]["request_id"])
+    assert all(r["run"] is None for r in records)
     assert all(r["service"] == "reader" and r["details"] is None for r in records)
 
 

@@ -16,9 +16,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import nats
 import pytest
 
-from contracts.subjects import BUCKET_LEASES, STREAM_AUDIT, STREAM_EVENTS
+from contracts.subjects import (
+    BUCKET_LEASES,
+    HEADER_REQUEST_ID,
+    STREAM_AUDIT,
+    STREAM_EVENTS,
+    Subjects,
+)
 from infra import bus
 from quill.client import Quill
 from quill_cli.cluster import Cluster
@@ -58,7 +65,7 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    args = ("--executors", "1", "--partitions", str(PARTITIONS))
+    args = ("--executors", "1", "--partitions", str(PARTITIONS), "--log-format", "json")
     up = Up(tmp_path_factory.mktemp("cluster") / ".quill", args, command=("cluster", "up"))
     yield up.start()
     up.kill()
@@ -73,6 +80,39 @@ def test_ready_with_every_server_in_the_url(cluster: Up) -> None:
     logs = {p.stem for p in (cluster.data / "logs").iterdir()}
     assert logs >= {"nats-1", "writer-1", "writer-2", "reader-1", "reader-2", "executor-1"}
     print(f"quill cluster up ready in {cluster.ready_s:.1f}s")
+
+
+async def test_every_service_logs_json_and_a_failure_names_its_request(cluster: Up) -> None:
+    """``--log-format json`` reaches every service; a refused command sent with no request id
+    is answered with the one it was given, which its writer's log line names."""
+    nc = await nats.connect(cluster.nats_url.split(","))
+    try:
+        subject = Subjects("ws").cmd("acme", "logged", "write")
+        reply = await nc.request(subject, b'{"path": "../x", "content": "x"}', timeout=15)
+    finally:
+        await nc.close()
+    assert json.loads(reply.data)["error"]["code"] in ("ACCESS_DENIED", "WORKSPACE_NOT_FOUND")
+    assert reply.headers is not None
+    rid = reply.headers[HEADER_REQUEST_ID]
+    logs = cluster.data / "logs"
+    for name in ("writer-1", "writer-2", "reader-1", "executor-1", "gateway"):
+        first = (logs / f"{name}.log").read_text().splitlines()[0]
+        assert json.loads(first)["level"], name
+    deadline = time.monotonic() + 20
+    while True:  # the line is written after the reply: wait for it
+        found = [
+            json.loads(line)
+            for log in logs.glob("writer-*.log")
+            for line in log.read_text().splitlines()
+            if rid in line
+        ]
+        if found:
+            break
+        assert time.monotonic() < deadline, f"no writer line names {rid}"
+        await asyncio.sleep(0.05)
+    assert [(x["request_id"], x["workspace"], x["op"]) for x in found] == [
+        (rid, "logged", "cmd.write")
+    ]
 
 
 async def test_streams_have_three_replicas(cluster: Up) -> None:

@@ -1,0 +1,93 @@
+"""The HTTP request id (``X-Request-Id``), followed into the services.
+
+Every HTTP response carries ``X-Request-Id``: the client's own when it sent a valid one
+(1-64 of ``A-Z a-z 0-9 . _ : -``), else one the gateway made (32 hex digits). While the request
+is served, the gateway's log lines carry it (``request_id``, ``infra.logfields``) and each
+command the gateway sends for it is named ``<id>.<unique>`` (its ``Ws-Request-Id``), so the
+writer's log line, the audit record and the event of that command start with the HTTP id:
+``grep <id>`` finds them all. The suffix keeps two commands apart: a request id is the
+writer's idempotency key, and a client reusing an ``X-Request-Id`` must not get an earlier
+write's answer for a new one.
+
+A request answered with a 5xx status gets one log line (warning) naming its id.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from contextvars import ContextVar
+
+from nats.nuid import NUID
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from contracts.subjects import new_request_id
+from infra import logfields, tracing
+
+HEADER = b"x-request-id"
+CLIENT_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}\Z")
+"""A client's ``X-Request-Id`` the gateway keeps (else it makes one): short enough that
+``<id>.<unique>`` (and the executor's ``:changes`` after it) is a valid ``Ws-Request-Id``."""
+
+_http_id: ContextVar[str | None] = ContextVar("quill_http_request_id", default=None)
+
+log = logging.getLogger("quill.gateway")
+
+
+def of(scope: Scope) -> str:
+    """The request id of an HTTP request: the client's valid ``X-Request-Id``, or a new one."""
+    for name, value in scope.get("headers", ()):
+        if name == HEADER and CLIENT_ID.match(value):
+            return str(value.decode("ascii"))
+    return new_request_id()
+
+
+class RequestIds:
+    """Middleware: name each HTTP request (``of``), answer with ``X-Request-Id``, bind the id
+    for the log lines and the commands sent while serving it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = of(scope)
+        raw = request_id.encode()
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", ()) if k != HEADER]
+                message["headers"] = [*headers, (HEADER, raw)]
+            await send(message)
+
+        token, bound = _http_id.set(request_id), logfields.bind_id(request_id)
+        try:
+            if tracing.ON:
+                with tracing.http_span(scope["method"], scope["path"]) as span:
+                    span.set_attribute("quill.request_id", request_id)
+                    await self.app(scope, receive, sending)
+                    span.set_attribute("http.status_code", status)
+            else:
+                await self.app(scope, receive, sending)
+        finally:
+            if status >= 500:
+                log.warning("%s %s answered %d", scope["method"], scope["path"], status)
+            _http_id.reset(token)
+            logfields.reset(bound)
+
+
+class TaggedIds(NUID):
+    """The gateway's request ids for commands: ``<HTTP request id>.<unique>`` while an HTTP
+    request is served, else a plain unique id (``NUID``)."""
+
+    def next(self) -> bytearray:
+        unique = super().next()
+        request_id = _http_id.get()
+        if request_id is None:
+            return unique
+        return bytearray(request_id.encode() + b"." + unique)
