@@ -13,7 +13,10 @@ inherit them. ``RequestFields``, a filter on every service's log handler
 - ``warning``: what the service could not do though the request was fine: the retriable codes
   (``UNAVAILABLE``, ``TIMEOUT``), ``STORAGE_FULL`` and ``EXECUTION_FAILED``,
 - ``info``: the caller's request answered by the rules (``INVALID_ARGUMENT``, ``CONFLICT``,
-  ``FILE_NOT_FOUND``, ``LOCKED``, ``ACCESS_DENIED``...).
+  ``FILE_NOT_FOUND``, ``LOCKED``, ``ACCESS_DENIED``...),
+- ``debug``: a busy answer (``UNAVAILABLE`` with ``details.reason == "busy"``): a flood would
+  otherwise write a line per refused request; ``infra.busy`` writes one warning per queue every
+  10 s instead, and ``quill_busy_rejections_total`` counts each.
 """
 
 from __future__ import annotations
@@ -78,9 +81,15 @@ def failure_level(code: ErrorCode | str) -> int:
     return logging.INFO
 
 
+def one_line(text: str) -> str:
+    """``text`` with its control characters (a newline...) escaped: it stays on its line."""
+    return text.translate(_ONE_LINE)
+
+
 def failed(address: Address | None, origin: Origin | None, error: QuillError) -> None:
     """The one log line of a request answered with ``error``."""
-    level = failure_level(error.code)
+    busy = error.details.get("reason") == "busy"
+    level = logging.DEBUG if busy else failure_level(error.code)
     if not log.isEnabledFor(level):
         return
     extra: dict[str, Any] = {"code": str(error.code)}
@@ -90,7 +99,7 @@ def failed(address: Address | None, origin: Origin | None, error: QuillError) ->
         )
     if origin is not None and origin.request_id:
         extra["request_id"] = origin.request_id
-    message = error.message.translate(_ONE_LINE)  # a hostile path cannot forge a log line
+    message = one_line(error.message)  # a hostile path cannot forge a log line
     log.log(level, "request failed: %s: %s", error.code, message, extra=extra)
 
 

@@ -9,7 +9,8 @@ writer's log line, the audit record and the event of that command start with the
 writer's idempotency key, and a client reusing an ``X-Request-Id`` must not get an earlier
 write's answer for a new one.
 
-A request answered with a 5xx status gets one log line (warning) naming its id.
+A request answered with a 5xx status gets one log line (warning) naming its id, but for a busy
+503 (``Retry-After``: ``infra.busy`` summarises those).
 """
 
 from __future__ import annotations
@@ -55,12 +56,14 @@ class RequestIds:
             return
         request_id = of(scope)
         raw = request_id.encode()
-        status = 0
+        status, busy = 0, False
 
         async def sending(message: Message) -> None:
-            nonlocal status
+            nonlocal status, busy
             if message["type"] == "http.response.start":
                 status = message["status"]
+                # busy (a Retry-After): counted and summarised (infra.busy), not a line each
+                busy = any(k.lower() == b"retry-after" for k, _ in message.get("headers", ()))
                 headers = [(k, v) for k, v in message.get("headers", ()) if k != HEADER]
                 message["headers"] = [*headers, (HEADER, raw)]
             await send(message)
@@ -75,8 +78,9 @@ class RequestIds:
             else:
                 await self.app(scope, receive, sending)
         finally:
-            if status >= 500:
-                log.warning("%s %s answered %d", scope["method"], scope["path"], status)
+            if status >= 500 and not busy:
+                path = logfields.one_line(scope["path"])  # a decoded %0A cannot forge a line
+                log.warning("%s %s answered %d", scope["method"], path, status)
             _http_id.reset(token)
             logfields.reset(bound)
 

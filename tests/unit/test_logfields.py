@@ -89,3 +89,12 @@ def test_a_failure_naming_a_newline_stays_one_line(caplog: pytest.LogCaptureFixt
     (line,) = caplog.records
     text = logfields.TextFormatter().format(line)
     assert "\n" not in text and "x\\x0a2026" in text
+
+
+def test_a_busy_answer_is_not_a_line_each(caplog: pytest.LogCaptureFixture) -> None:
+    """A flood of busy answers must not become a flood of warnings (infra.busy summarises)."""
+    busy = QuillError(ErrorCode.UNAVAILABLE, "busy", {"reason": "busy", "queue": "commands"})
+    with caplog.at_level(logging.INFO, "quill.requests"):
+        for _ in range(100):
+            logfields.failed(ADDRESS, Origin("r-4"), busy)
+    assert caplog.records == []
