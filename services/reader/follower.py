@@ -2,7 +2,10 @@
 
 The follower resumes from the tracking position stored with the data (0 for a new or
 deleted database: a full rebuild), applies what arrives in batches, one transaction each,
-and wakes the queries waiting for a version of a workspace.
+and wakes the queries waiting for a version of a workspace. A batch its disk cannot take
+(``ENOSPC``, SQLite's "database or disk is full") is retried every second by the log
+follower, the reader marked ``storage_full`` meanwhile (its ping, ``/health``,
+``quill_storage_full{service="reader"}``); the first batch applied ends it.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from nats.js import JetStreamContext
 
 from core.plan import Committed
 from infra import log as eventlog
+from infra import storage
 from infra.blobs import Blobs
 from infra.compaction import with_manifests
+from infra.storage import FullState
 from infra.store import Store
 from services.reader.cache import RevisionCache
 
@@ -47,6 +52,10 @@ class Follower:
         """Set once the projection has every event the log held when following began."""
         self.position = 0
         self._target = 0
+        self.disk = FullState("reader")
+        """Whether its own disk is full (``infra/storage.py``): set when the projection
+        cannot take a batch, or a query cannot store a content; cleared by the next batch
+        applied."""
 
     async def start(self) -> None:
         self.position = await self._store.position(TRACKING)
@@ -66,7 +75,13 @@ class Follower:
 
     async def _on_batch(self, batch: list[Committed], pending: int) -> None:
         batch = await with_manifests(batch, self._manifests)
-        executed = await self._store.apply(batch, tracking=TRACKING)
+        try:
+            executed = await self._store.apply(batch, tracking=TRACKING)
+        except Exception as exc:  # the log follower retries the batch every second
+            if storage.is_disk_full(exc):
+                self.disk.mark(f"cannot apply the log to the projection: {exc}")
+            raise
+        self.disk.clear()
         if executed is not None:
             for ws in executed.replaced:
                 self._cache.forget(ws)

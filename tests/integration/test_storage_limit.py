@@ -1,0 +1,71 @@
+"""JetStream's storage limit is Quill's (``quill_cli.natsserver``, ``infra.storage``): set at
+start, raised while the server runs by a reload (no restart), never lowered; a write over it is
+refused cleanly (err_code 10023) and goes through once the limit is raised."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import nats
+import pytest
+
+from infra.storage import MIB, is_log_full
+from quill_cli.natsserver import NatsServer
+
+PAYLOAD = b"x" * 200_000
+
+
+@pytest.fixture
+def small_server(tmp_path: Path) -> Iterator[NatsServer]:
+    server = NatsServer(tmp_path / "nats", log_max_bytes=4 * MIB, watch=False).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def _publish(nc: nats.NATS) -> dict[str, object]:
+    reply = await nc.request("full.x", PAYLOAD, timeout=5)
+    ack: dict[str, object] = json.loads(reply.data)
+    return ack
+
+
+async def test_the_limit_is_raised_by_a_reload_without_a_restart(small_server: NatsServer) -> None:
+    assert "max_file_store: 4194304" in (small_server.data_dir / "nats-server.conf").read_text()
+    nc = await nats.connect(small_server.url)
+    try:
+        await nc.jetstream().add_stream(name="FULL", subjects=["full.>"])
+        for _ in range(100):
+            ack = await _publish(nc)
+            if "error" in ack:
+                break
+        else:
+            raise AssertionError("100 writes of 200 KB went through a 4 MiB limit")
+        error = ack["error"]
+        assert isinstance(error, dict) and error["err_code"] == 10023
+        assert is_log_full(Exception(error["description"]))
+        pid = small_server.process.pid  # type: ignore[union-attr]
+
+        small_server.log_max_bytes = 16 * MIB
+        assert small_server.raise_limit()
+        deadline = time.monotonic() + 10
+        while "error" in (ack := await _publish(nc)):
+            assert time.monotonic() < deadline, f"still refused after the reload: {ack}"
+            await asyncio.sleep(0.1)
+        assert small_server.process.pid == pid  # type: ignore[union-attr]
+        assert "Reloaded: JetStream max_file_store" in small_server.log_path.read_text()
+    finally:
+        await nc.close()
+
+
+def test_the_limit_never_goes_down(small_server: NatsServer) -> None:
+    """nats-server refuses a reload that lowers max_file_store: it is never asked to."""
+    small_server.log_max_bytes = 2 * MIB
+    assert not small_server.raise_limit()
+    assert small_server.limit == 4 * MIB
+    small_server.log_max_bytes = 4 * MIB + 1000  # less than a step: no reload for nothing
+    assert not small_server.raise_limit()

@@ -1,0 +1,92 @@
+"""``infra.storage``: sizes, the limit's arithmetic, what counts as "full"."""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from contracts.errors import ErrorCode
+from infra.storage import (
+    MIB,
+    MIN_RESERVE,
+    STORAGE_FULL,
+    FullState,
+    default_reserve,
+    disk_full,
+    is_disk_full,
+    is_log_full,
+    jetstream_limit,
+    log_full,
+    parse_size,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("1048576", MIB), ("512MiB", 512 * MIB), ("20GB", 20 * 10**9), ("1.5k", 1500), ("0", 0)],
+)
+def test_sizes(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "MiB", "-1MB", "12 parsecs", "1e999999GB", "1;rm"])
+def test_not_sizes(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_the_limit_is_the_disk_less_the_reserve_at_most_the_cap(tmp_path: Path) -> None:
+    store = tmp_path / "jetstream"
+    (store / "x").mkdir(parents=True)
+    (store / "x" / "blk").write_bytes(b"a" * 1000)
+    free_limit = jetstream_limit(store, reserve=0)
+    assert free_limit >= 1000
+    assert jetstream_limit(store, reserve=10 * MIB) == free_limit - 10 * MIB
+    assert jetstream_limit(store, reserve=0, cap=5 * MIB) == 5 * MIB
+    # a store that does not exist yet: measured on the nearest existing parent
+    assert jetstream_limit(tmp_path / "not" / "yet", reserve=0) > 0
+    # a reserve larger than the disk: the least the server starts with, writes refused
+    assert jetstream_limit(store, reserve=2**62) == MIB
+
+
+def test_the_default_reserve() -> None:
+    assert default_reserve(100 * MIB) == MIN_RESERVE
+    assert default_reserve(100_000 * MIB) == 5_000 * MIB
+
+
+def test_what_counts_as_the_log_full() -> None:
+    class Api(Exception):
+        def __init__(self, err_code: int, description: str) -> None:
+            super().__init__(description)
+            self.err_code, self.description = err_code, description
+
+    assert is_log_full(Api(10023, "insufficient resources"))
+    assert is_log_full(Api(10047, "insufficient storage resources available"))
+    assert not is_log_full(Api(10071, "wrong last sequence: 3"))
+    assert not is_log_full(TimeoutError())
+    error = log_full("insufficient resources")
+    assert error.code == ErrorCode.STORAGE_FULL and not error.retriable
+    assert error.details == {"service": "log"}
+
+
+def test_what_counts_as_a_disk_full() -> None:
+    assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_disk_full(sqlite3.OperationalError("database or disk is full"))
+    assert not is_disk_full(OSError(errno.ENOENT, "gone"))
+    assert not is_disk_full(sqlite3.OperationalError("no such table: x"))
+    error = disk_full("reader", "reader.db")
+    assert error.details == {"service": "reader"} and "reader" in error.message
+
+
+def test_the_state_and_its_gauge() -> None:
+    state = FullState("executor")
+    assert STORAGE_FULL.labels("executor")._value.get() == 0
+    state.mark("no space left on device")
+    assert state.full and state.info() == {"storage_full": "no space left on device"}
+    assert STORAGE_FULL.labels("executor")._value.get() == 1
+    state.clear()
+    assert not state.full and state.info() == {}
+    assert STORAGE_FULL.labels("executor")._value.get() == 0
