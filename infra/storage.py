@@ -142,6 +142,16 @@ async def poll_log_usage(js: JetStreamContext, every: float = POLL_S) -> None:
         await asyncio.sleep(every)
 
 
+_STATES: dict[str, FullState] = {}
+
+
+def state(service: str) -> FullState:
+    """This process's ``FullState`` of ``service`` (one per service name)."""
+    if service not in _STATES:
+        _STATES[service] = FullState(service)
+    return _STATES[service]
+
+
 # ---------------------------------------------------------------- the limit (launcher side)
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2}
 _UNITS |= {"mib": MIB, "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4}
@@ -177,16 +187,25 @@ def tree_bytes(root: Path) -> int:
     return total
 
 
+def worth_raising(current: int, target: int) -> bool:
+    """Whether ``target`` is enough above ``current`` to reload a server for (1 MiB or 1%)."""
+    return target > current + max(MIB, current // 100)
+
+
 def default_reserve(total_bytes: int) -> int:
     """What stays free on the store's filesystem: 5% of it, at least 32 MiB."""
     return max(MIN_RESERVE, int(total_bytes * RESERVE_SHARE))
 
 
-def jetstream_limit(store_dir: Path, reserve: int | None = None, cap: int | None = None) -> int:
+def jetstream_limit(
+    store_dir: Path, reserve: int | None = None, cap: int | None = None, share: int = 1
+) -> int:
     """The ``max_file_store`` for a store at ``store_dir``: what JetStream stores there now
     plus the filesystem's free space, less ``reserve`` (None: ``default_reserve``), at most
-    ``cap``. Below what it stores now when the disk is fuller than the reserve allows: the
-    server then refuses writes at once (at least 1 MiB, which nats-server needs to start).
+    ``cap``; ``share``: how many servers' stores share the filesystem (``quill cluster up``
+    on one machine): each gets that part of the free space. Below what it stores now when
+    the disk is fuller than the reserve allows: the server then refuses writes at once (at
+    least 1 MiB, which nats-server needs to start).
     """
     probe = store_dir
     while not probe.exists():
@@ -195,7 +214,7 @@ def jetstream_limit(store_dir: Path, reserve: int | None = None, cap: int | None
     total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
     used = tree_bytes(store_dir)
     keep = default_reserve(total) if reserve is None else reserve
-    limit = used + free - keep
+    limit = used + (free - keep) // max(1, share)
     if cap is not None:
         limit = min(limit, cap)
     return max(limit, MIB)

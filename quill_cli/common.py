@@ -23,6 +23,7 @@ import msgspec
 from click.core import ParameterSource
 
 from contracts.errors import ErrorCode, QuillError
+from infra.storage import parse_size
 from quill.client import Quill
 from quill.connection import DEFAULT_NATS_URL, discover_url
 from quill_cli import client as cli_client
@@ -55,6 +56,25 @@ TENANTS_HELP = "TOML file of tenants: NATS credentials and gateway tokens (docs/
 SECRETS_HELP = "TOML registry of secrets the services redact ($QUILL_SECRETS; see docs/cli.md)."
 
 _json = msgspec.json.Encoder()
+
+LOG_MAX_HELP = "Most bytes the log (JetStream) may store, e.g. 20GB (default: the disk less \
+--disk-reserve, raised as the disk grows; docs/operations.md, Disk full)."
+DISK_RESERVE_HELP = "Space the log leaves free on its disk, e.g. 1GiB (default: 5% of it, at \
+least 32 MiB)."
+
+
+class SizeType(click.ParamType):  # type: ignore[type-arg]
+    """A size: ``512MiB``, ``20GB``, ``1048576``."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 SECTIONS = {

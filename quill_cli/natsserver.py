@@ -31,7 +31,7 @@ from typing import Any
 
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import Subjects
-from infra.storage import MIB, jetstream_limit
+from infra.storage import jetstream_limit, worth_raising
 
 log = logging.getLogger("quill_cli.natsserver")
 
@@ -189,7 +189,7 @@ class NatsServer:
         """Recompute the storage limit; if it grew by more than a step (1 MiB or 1%), write it
         to the configuration and have the server reload it. Whether it did."""
         target = self._computed_limit()
-        if target <= self.limit + max(MIB, self.limit // 100):
+        if not worth_raising(self.limit, target):
             return False
         process = self.process
         if process is None or process.poll() is not None:

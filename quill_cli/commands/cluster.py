@@ -12,7 +12,16 @@ from pathlib import Path
 import click
 
 from infra.runtime import setup_logging
-from quill_cli.common import SANDBOX_HELP, TOKENS_HELP, Commands, refusing, run_to_exit
+from quill_cli.common import (
+    DISK_RESERVE_HELP,
+    LOG_MAX_HELP,
+    SANDBOX_HELP,
+    TOKENS_HELP,
+    Commands,
+    SizeType,
+    refusing,
+    run_to_exit,
+)
 
 commands = Commands("services")
 
@@ -54,6 +63,8 @@ def _counts(fn: click.decorators.FC) -> click.decorators.FC:
 @click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
+@click.option("--log-max-bytes", type=SizeType(), help=LOG_MAX_HELP)
+@click.option("--disk-reserve", type=SizeType(), help=DISK_RESERVE_HELP)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -68,6 +79,8 @@ def up(
     http_port: int,
     sandbox: str | None,
     tokens: Path | None,
+    log_max_bytes: int | None,
+    disk_reserve: int | None,
 ) -> None:
     """Start NATS servers in a cluster and the services, each its own process; Ctrl-C stops
     them. Clients use every server's URL, comma-separated (printed, and in DATA/stack.json)."""
@@ -91,6 +104,8 @@ def up(
             nats_port=nats_port,
             http_port=http_port,
             log_level=ctx.obj["log_level"],
+            log_max_bytes=log_max_bytes,
+            disk_reserve=disk_reserve,
         )
     sys.exit(run_to_exit(cluster.run()))
 
@@ -98,13 +113,19 @@ def up(
 @cluster_group.command("render")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("deploy"), show_default=True)
 @_counts
-def render(out: Path, nats: int, partitions: int) -> None:
+@click.option(
+    "--log-max-bytes",
+    type=SizeType(),
+    help="Each server's JetStream storage limit (max_file_store), e.g. 20GB: set it below "
+    "the volume's size (docs/operations.md, Disk full). Default: nats-server's own.",
+)
+def render(out: Path, nats: int, partitions: int, log_max_bytes: int | None) -> None:
     """Write OUT/nats/nats-N.conf, the servers' configurations that compose.yaml mounts."""
     from quill_cli.deployment import Deployment
     from quill_cli.deployment import render as write
 
     with refusing():
-        deployment = Deployment(nats=nats, partitions=partitions)
+        deployment = Deployment(nats=nats, partitions=partitions, log_max_bytes=log_max_bytes)
     for path in write(deployment, out):
         click.echo(str(path))
 

@@ -14,13 +14,15 @@ import click
 
 from infra import secret_registry
 from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
-from infra.storage import parse_size
 from quill_cli.common import (
+    DISK_RESERVE_HELP,
+    LOG_MAX_HELP,
     SANDBOX_HELP,
     SECRETS_HELP,
     TENANTS_HELP,
     TOKENS_HELP,
     Commands,
+    SizeType,
     refusing,
     run_client,
     run_to_exit,
@@ -258,26 +260,6 @@ def gateway(
         reason = exc.strerror or str(exc)
         click.echo(f"quill: cannot listen on {host}:{http_port}: {reason}", err=True)
         sys.exit(1)
-
-
-LOG_MAX_HELP = "Most bytes the log (JetStream) may store, e.g. 20GB (default: the disk less \
---disk-reserve, raised as the disk grows; docs/operations.md, Disk full)."
-DISK_RESERVE_HELP = "Space the log leaves free on its disk, e.g. 1GiB (default: 5% of it, at \
-least 32 MiB)."
-
-
-class SizeType(click.ParamType):  # type: ignore[type-arg]
-    """A size: ``512MiB``, ``20GB``, ``1048576``."""
-
-    name = "size"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_size(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
 
 
 @commands.command()

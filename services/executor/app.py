@@ -36,7 +36,7 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import QUEUE_EXECUTOR, Address, Origin
-from infra import bus
+from infra import bus, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
@@ -127,6 +127,7 @@ class Executor:
             "waiting": self.slots.waiting,
             **self.checkouts.info(),
             "local_workspaces": len(self.bridges),
+            **storage.state("executor").info(),
         }
 
     async def start(self) -> None:

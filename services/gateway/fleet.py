@@ -113,7 +113,7 @@ class Fleet:
                     for a in answers
                     if a.get("storage_full")
                 ]
-                for service in {f["service"] for f in self._full} | {"log"}:
+                for service in {f["service"] for f in [*self._full, *full]} | {"log"}:
                     STORAGE_FULL.labels(service).set(any(f["service"] == service for f in full))
                 self._full = full
             except Exception as exc:  # NATS down: /health says so by itself

@@ -173,3 +173,67 @@ async def test_log_full_is_named_and_ends_when_the_disk_grows(small_disk: Path) 
 async def test_log_full_on_a_bigger_disk(small_disk: Path) -> None:
     _grow(small_disk, "300m")
     await _full_and_back(small_disk, "600m", most=3000)
+
+
+@pytest.fixture
+def reader_disk(tmp_path: Path) -> Iterator[Path]:
+    """``quill up``'s data directory, its reader's own directory a small tmpfs."""
+    data = tmp_path / "q"
+    why = _mount(data / "reader", "16m")
+    if why is not None:
+        print(f"skipped: {why}")
+        pytest.skip(why)
+    try:
+        yield data
+    finally:
+        subprocess.run(["umount", "-l", str(data / "reader")], check=False)
+
+
+async def test_a_readers_full_disk_is_named_and_ends_when_it_grows(reader_disk: Path) -> None:
+    """The reader's projection cannot take the log: it says so (ping, /health, the metric),
+    does not crash, and catches up by itself once its disk grows; writes go on meanwhile."""
+    up = Up(reader_disk).start()
+    try:
+        quill = await Quill.connect(up.nats_url, timeout=15, retries=0)
+        try:
+            ws = quill.workspace("acme/reader-full")
+            await ws.create(exist_ok=True)
+            before = _pids(up)
+            acked: dict[str, str] = {}
+
+            def reader_full() -> bool:
+                status, body = _health(up.http_url)
+                full = body.get("storage_full") or []
+                return status == 503 and any(f["service"] == "reader" for f in full)  # type: ignore[index, union-attr]
+
+            for i in range(400):  # 50 KB each: inline in the events, so in reader.db
+                content = os.urandom(25_000).hex()
+                await ws.write(f"inline/{i}.txt", content)  # the log takes them all
+                acked[f"inline/{i}.txt"] = content
+                if i % 20 == 19 and reader_full():
+                    break
+            await _until(reader_full, 20, "/health names the reader's full disk")
+            assert _metric(up.http_url, 'quill_storage_full{service="reader"}') == 1.0
+            with pytest.raises(QuillError) as refused:
+                await ws.read(list(acked)[-1])
+            assert refused.value.code in (ErrorCode.UNAVAILABLE, ErrorCode.STORAGE_FULL)
+            assert "disk is full" in refused.value.message, refused.value
+
+            _grow(reader_disk / "reader", "200m")
+
+            async def reads() -> bool:
+                try:
+                    got = await ws.read(list(acked)[-1])
+                except QuillError:
+                    return False
+                return got.content == list(acked.values())[-1]
+
+            await _until(reads, 30, "the reader catches up after its disk grew")
+            await _until(lambda: _health(up.http_url)[0] == 200, 20, "/health green again")
+            assert _pids(up) == before, "a process was restarted"
+            for path, content in acked.items():
+                assert (await ws.read(path)).content == content, path
+        finally:
+            await quill.close()
+    finally:
+        up.stop()
