@@ -91,6 +91,23 @@ async def _until(check: object, timeout: float, what: str) -> None:
         await asyncio.sleep(0.2)
 
 
+def _rest_put(http_url: str, path: str, text: str) -> int:
+    """PUT a file through the REST API (no tokens: workspace ``default/default``): its
+    status."""
+    body = json.dumps({"content": text}).encode()
+    request = urllib.request.Request(
+        f"{http_url}/v1/host/workspace/files/{path}",
+        data=body,
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def _content() -> str:
     return os.urandom(FILE_CHARS // 2).hex()
 
@@ -122,6 +139,7 @@ async def _full_and_back(disk: Path, grow_to: str, most: int) -> None:
         try:
             ws = quill.workspace("acme/full")
             await ws.create(exist_ok=True)
+            await quill.workspace("default/default").create(exist_ok=True)  # REST's
             before = _pids(up)
             acked: dict[str, str] = {}
             refused = await _fill(ws, acked, most)
@@ -136,6 +154,12 @@ async def _full_and_back(disk: Path, grow_to: str, most: int) -> None:
             assert body["status"] == "storage_full"
             assert [f["service"] for f in body["storage_full"]] == ["log"]  # type: ignore[index, union-attr]
             assert _metric(up.http_url, 'quill_storage_full{service="log"}') == 1.0
+            # the other front doors, while full: the CLI's exit status, REST's 507
+            big = disk.parent / "big.txt"
+            big.write_text(_content())
+            cli = up.cli("put", "acme/full", "cli.txt", str(big), check=False)
+            assert cli.returncode == 9 and "STORAGE_FULL" in cli.stderr, cli
+            assert _rest_put(up.http_url, "rest.txt", _content()) == 507
 
             _grow(disk, grow_to)
 

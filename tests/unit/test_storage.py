@@ -90,3 +90,28 @@ def test_the_state_and_its_gauge() -> None:
     state.clear()
     assert not state.full and state.info() == {}
     assert STORAGE_FULL.labels("executor")._value.get() == 0
+
+
+@pytest.mark.parametrize("command", [["up"], ["cluster", "up"], ["cluster", "render"]])
+@pytest.mark.parametrize("value", ["lots", "-5GB", "1e400", "12 MB; rm -rf /"])
+def test_the_cli_refuses_a_size_that_is_not_one(command: list[str], value: str) -> None:
+    """Refused while parsing (exit 2, naming the option), before anything starts."""
+    from click.testing import CliRunner
+
+    from quill_cli.cli import main
+
+    result = CliRunner().invoke(main, [*command, "--log-max-bytes", value])
+    assert result.exit_code == 2, result.output
+    assert "--log-max-bytes" in result.output and "not a size" in result.output
+
+
+def test_render_writes_the_limit(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from quill_cli.cli import main
+
+    out = tmp_path / "deploy"
+    args = ["cluster", "render", "--out", str(out), "--log-max-bytes", "20GB"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "max_file_store: 20000000000" in (out / "nats" / "nats-1.conf").read_text()
