@@ -22,6 +22,7 @@ import errno
 import logging
 import os
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -197,24 +198,82 @@ def default_reserve(total_bytes: int) -> int:
     return max(MIN_RESERVE, int(total_bytes * RESERVE_SHARE))
 
 
-def jetstream_limit(
-    store_dir: Path, reserve: int | None = None, cap: int | None = None, share: int = 1
-) -> int:
-    """The ``max_file_store`` for a store at ``store_dir``: what JetStream stores there now
-    plus the filesystem's free space, less ``reserve`` (None: ``default_reserve``), at most
-    ``cap``; ``share``: how many servers' stores share the filesystem (``quill cluster up``
-    on one machine): each gets that part of the free space. Below what it stores now when
-    the disk is fuller than the reserve allows: the server then refuses writes at once (at
-    least 1 MiB, which nats-server needs to start).
-    """
+def measure(store_dir: Path) -> tuple[int, int, int]:
+    """(bytes the store holds, free bytes, the filesystem's size) for a store at
+    ``store_dir`` (measured on its nearest existing parent while it does not exist)."""
     probe = store_dir
     while not probe.exists():
         probe = probe.parent
     st = os.statvfs(probe)
-    total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-    used = tree_bytes(store_dir)
-    keep = default_reserve(total) if reserve is None else reserve
-    limit = used + (free - keep) // max(1, share)
-    if cap is not None:
-        limit = min(limit, cap)
-    return max(limit, MIB)
+    return tree_bytes(store_dir), st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def shares_disk(store_dir: Path, other: Path) -> bool:
+    """Whether the store is on the same filesystem as ``other`` (the services' data)."""
+    probe = store_dir
+    while not probe.exists():
+        probe = probe.parent
+    try:
+        return probe.stat().st_dev == other.stat().st_dev
+    except OSError:
+        return True
+
+
+@dataclass
+class Limit:
+    """JetStream's ``max_file_store`` for one store, and when it may grow.
+
+    At start: what the store holds plus ``fraction`` of the free space beyond the reserve
+    (``reserve``; None: ``default_reserve``), at most ``cap``, at least 1 MiB. ``fraction``
+    is 1 for a store on a disk of its own; less when the disk is shared: with the services'
+    data (their SQLite projections grow with the log: a reader keeps a copy of every content
+    it served), or with other servers (``quill cluster up`` on one machine). Then, while it
+    runs, it grows by ``fraction`` of what the room (the store plus the free space) gained:
+    the disk grew, or something else freed space, never the log's own growth (which leaves
+    the room as it is). It never shrinks (nats-server refuses to lower it on a reload);
+    ``danger`` says when the disk is filling under it anyway.
+    """
+
+    store_dir: Path
+    reserve: int | None = None
+    cap: int | None = None
+    fraction: float = 1.0
+    limit: int = 0
+    _uncapped: int = 0
+    _room: int = 0
+
+    def start(self) -> int:
+        used, free, total = measure(self.store_dir)
+        keep = default_reserve(total) if self.reserve is None else self.reserve
+        self._room = used + free
+        self._uncapped = used + int((free - keep) * self.fraction)
+        self.limit = self._capped(self._uncapped)
+        return self.limit
+
+    def _capped(self, limit: int) -> int:
+        return max(MIB, min(limit, self.cap) if self.cap is not None else limit)
+
+    def grown(self) -> int | None:
+        """The new limit, when the room (or ``cap``) has grown enough to raise it; else None."""
+        used, free, _ = measure(self.store_dir)
+        room = used + free
+        uncapped = self._uncapped + int(max(0, room - self._room) * self.fraction)
+        target = self._capped(uncapped)
+        if not worth_raising(self.limit, target):
+            return None
+        self._room, self._uncapped, self.limit = max(room, self._room), uncapped, target
+        return target
+
+    def danger(self) -> bool:
+        """Whether the disk may fill before the limit: free space under half the reserve
+        while the limit is above what the store holds plus that free space."""
+        used, free, total = measure(self.store_dir)
+        keep = default_reserve(total) if self.reserve is None else self.reserve
+        return free < keep // 2 and self.limit > used + free
+
+
+def jetstream_limit(
+    store_dir: Path, reserve: int | None = None, cap: int | None = None, fraction: float = 1.0
+) -> int:
+    """``Limit(...).start()``: the limit for a store at ``store_dir`` now."""
+    return Limit(store_dir, reserve, cap, fraction).start()

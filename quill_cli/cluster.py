@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 
 from contracts.subjects import Subjects
 from infra import bus
-from infra.storage import jetstream_limit, worth_raising
+from infra.storage import Limit
 from quill.client import Workspace
 from quill.connection import STACK_FILE
 from quill_cli.deployment import COMPOSE_MONITOR_PORT, Deployment, NatsNode
@@ -39,7 +39,7 @@ from quill_cli.launcher import (
     ping_until_answered,
     port_busy,
 )
-from quill_cli.natsserver import WATCH_S, binary
+from quill_cli.natsserver import SHARED, WATCH_S, binary
 from services.writer.partitions import leases_bucket
 
 log = logging.getLogger("quill_cli.cluster")
@@ -107,9 +107,16 @@ class Cluster(Launcher):
         ]
         self.http_port = self.http_port or ports.free()
         self.tokens = tokens.resolve() if tokens else None
-        self.log_max_bytes, self.disk_reserve = log_max_bytes, disk_reserve
-        self.limits: dict[str, int] = {}
-        """Each server's JetStream ``max_file_store`` as last written."""
+        self.limits = {
+            node.name: Limit(
+                self.data_dir / node.name / "jetstream",
+                disk_reserve,
+                log_max_bytes,
+                SHARED / len(self.servers),  # one disk: the servers' and the services' data
+            )
+            for node in self.servers
+        }
+        """Each server's JetStream ``max_file_store`` (``quill_cli.natsserver``)."""
         self._limits_watch: asyncio.Task[None] | None = None
 
     @property
@@ -133,20 +140,15 @@ class Cluster(Launcher):
     def _server(self, node: NatsNode) -> Child:
         home = self.data_dir / node.name
         home.mkdir(parents=True, exist_ok=True)
-        self.limits[node.name] = self._limit(node)
+        self.limits[node.name].start()
         self._write_config(node)
         return Child(
             node.name, [str(binary()), "-c", str(home / "nats.conf")], self._log(node.name)
         )
 
-    def _limit(self, node: NatsNode) -> int:
-        store = self.data_dir / node.name / "jetstream"
-        share = len(self.servers)
-        return jetstream_limit(store, self.disk_reserve, self.log_max_bytes, share)
-
     def _write_config(self, node: NatsNode) -> None:
         home = self.data_dir / node.name
-        limit = self.limits[node.name]
+        limit = self.limits[node.name].limit
         text = self.deployment.server_config(node, self.servers, str(home / "jetstream"), limit)
         (home / "nats.conf").write_text(text)
 
@@ -155,16 +157,17 @@ class Cluster(Launcher):
         while True:
             await asyncio.sleep(WATCH_S)
             for node in self.servers:
+                child = self.child(node.name)
+                if not child.alive():
+                    continue
                 try:
-                    target = await asyncio.to_thread(self._limit, node)
+                    target = await asyncio.to_thread(self.limits[node.name].grown)
                 except OSError as exc:
                     log.warning("%s: storage limit not recomputed: %s", node.name, exc)
                     continue
-                child = self.child(node.name)
-                if not worth_raising(self.limits[node.name], target) or not child.alive():
+                if target is None:
                     continue
                 log.warning("%s: raising JetStream's storage limit to %d bytes", node.name, target)
-                self.limits[node.name] = target
                 self._write_config(node)
                 assert child.process is not None
                 child.process.send_signal(signal.SIGHUP)

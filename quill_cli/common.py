@@ -77,6 +77,12 @@ class SizeType(click.ParamType):  # type: ignore[type-arg]
             self.fail(str(exc), param, ctx)
 
 
+def storage_options(fn: click.decorators.FC) -> click.decorators.FC:
+    """``--log-max-bytes`` and ``--disk-reserve`` (``quill up``, ``quill cluster up``)."""
+    fn = click.option("--disk-reserve", type=SizeType(), help=DISK_RESERVE_HELP)(fn)
+    return click.option("--log-max-bytes", type=SizeType(), help=LOG_MAX_HELP)(fn)
+
+
 SECTIONS = {
     "files": "Files",
     "history": "History",

@@ -5,14 +5,19 @@ JetStream stores under ``<data>/jetstream`` and syncs every write to disk
 power loss included. The client port listens on loopback only.
 
 JetStream's storage limit (``max_file_store``) is set here, not left to nats-server, which
-would size it from the free disk it sees at start and never change it: it is what the store
-holds plus the free space less a reserve (``--disk-reserve``, default 5% of the filesystem, at
-least 32 MiB), at most ``--log-max-bytes`` (``infra.storage.jetstream_limit``). A watcher
-thread recomputes it every ``WATCH_S`` seconds and, when it has grown (the disk grew, or
-space was freed), rewrites the configuration and signals the server to reload it (SIGHUP),
-which raises the limit at once: writes refused as ``STORAGE_FULL`` then go through, with no
-restart. It never lowers it: nats-server refuses a reload that lowers ``max_file_store``
-("config reload not supported for decreasing jetstream max memory and store").
+would size it from the free disk it sees at start and never change it (``infra.storage.Limit``):
+what the store holds plus the free space beyond a reserve (``--disk-reserve``, default 5% of
+the filesystem, at least 32 MiB), half of it when the services' data shares the disk (a
+reader keeps a copy of every content it serves), at most ``--log-max-bytes``. A watcher
+thread looks every ``WATCH_S`` seconds; when the disk has grown, or space was freed, it
+raises the limit by as much (halved likewise): it rewrites the configuration and signals the
+server to reload it (SIGHUP), which takes effect at once: writes refused as ``STORAGE_FULL``
+go through again, nothing restarted. It never lowers it: nats-server refuses a reload that
+lowers ``max_file_store``. Should the disk fill under the limit anyway (something else ate
+the reserve), a write error would stop the stream for good (nats-server keeps it until a
+restart): before that, with free space under half the reserve, the watcher restarts the
+server with a limit at what it holds (writes then refused as ``STORAGE_FULL`` until space
+returns), a reconnect for the services rather than a log that takes nothing more.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import Subjects
-from infra.storage import jetstream_limit, worth_raising
+from infra.storage import Limit, shares_disk
 
 log = logging.getLogger("quill_cli.natsserver")
 
@@ -100,6 +105,8 @@ def mappings_config(subjects: Subjects, partitions: int) -> str:
     return f"mappings {{\n{lines}}}\n"
 
 
+SHARED = 0.5
+"""The part of the free space the log may take on a disk the services' data shares."""
 WATCH_S = 2.0
 """How often the storage limit is recomputed (a statvfs and a walk of the store)."""
 
@@ -122,9 +129,11 @@ class NatsServer:
         self.data_dir = data_dir
         self.port = port
         self.extra_config = extra_config
-        self.log_max_bytes, self.disk_reserve, self.watch = log_max_bytes, disk_reserve, watch
-        self.limit = 0
-        """JetStream's ``max_file_store`` as last written (bytes)."""
+        self.watch = watch
+        shared = shares_disk(self.data_dir / "jetstream", data_dir.resolve().parent)
+        self.limits = Limit(
+            data_dir / "jetstream", disk_reserve, log_max_bytes, SHARED if shared else 1.0
+        )
         self._stop_watch = threading.Event()
         self._watcher: threading.Thread | None = None
         self._listen = port
@@ -145,7 +154,7 @@ class NatsServer:
             RuntimeError: it exited or did not become ready within ``timeout``.
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.limit = self._computed_limit()
+        self.limits.start()
         self._listen = self.port  # what the configuration says (a reload may not change it)
         self._write_config()
         self._ready.clear()
@@ -172,13 +181,15 @@ class NatsServer:
     def store_dir(self) -> Path:
         return self.data_dir / "jetstream"
 
-    def _computed_limit(self) -> int:
-        return jetstream_limit(self.store_dir, self.disk_reserve, self.log_max_bytes)
+    @property
+    def limit(self) -> int:
+        """JetStream's ``max_file_store`` as last written (bytes)."""
+        return self.limits.limit
 
     def _write_config(self) -> None:
         conf = self.data_dir / "nats-server.conf"
         port, extra = self._listen, self.extra_config
-        text = config(self.store_dir, port, extra=extra, max_store=self.limit)
+        text = config(self.store_dir, port, extra=extra, max_store=self.limits.limit)
         # 0600: with tenants, the configuration holds every NATS password.
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(fd, 0o600)
@@ -186,20 +197,19 @@ class NatsServer:
             out.write(text)
 
     def raise_limit(self) -> bool:
-        """Recompute the storage limit; if it grew by more than a step (1 MiB or 1%), write it
-        to the configuration and have the server reload it. Whether it did."""
-        target = self._computed_limit()
-        if not worth_raising(self.limit, target):
-            return False
+        """If the disk has grown enough (``Limit.grown``), write the higher limit to the
+        configuration and have the server reload it. Whether it did."""
         process = self.process
         if process is None or process.poll() is not None:
             return False
+        before = self.limit
+        if self.limits.grown() is None:
+            return False
         log.warning(
             "raising JetStream's storage limit from %d to %d bytes (the disk has more room)",
+            before,
             self.limit,
-            target,
         )
-        self.limit = target
         self._write_config()
         process.send_signal(signal.SIGHUP)
         return True
@@ -207,8 +217,17 @@ class NatsServer:
     def _watch_limit(self) -> None:
         while not self._stop_watch.wait(WATCH_S):
             try:
+                if self.limits.danger():
+                    log.error(
+                        "the disk of JetStream's store is filling under its limit (%d bytes): "
+                        "restarting nats-server with a limit at what it holds",
+                        self.limit,
+                    )
+                    self.stop()
+                    self.start()  # a new watcher goes on
+                    return
                 self.raise_limit()
-            except OSError as exc:  # the store's filesystem is gone, or unreadable: next round
+            except (OSError, RuntimeError) as exc:  # the store's filesystem is gone: next round
                 log.warning("JetStream's storage limit not recomputed: %s", exc)
 
     def _read_log(self) -> None:
@@ -241,9 +260,9 @@ class NatsServer:
 
     def _close(self) -> None:
         self._stop_watch.set()
-        if self._watcher is not None:
+        if self._watcher is not None and self._watcher is not threading.current_thread():
             self._watcher.join(5)
-            self._watcher = None
+        self._watcher = None
         if self._reader is not None:
             self._reader.join(5)
             self._reader = None

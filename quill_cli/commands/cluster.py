@@ -13,14 +13,13 @@ import click
 
 from infra.runtime import setup_logging
 from quill_cli.common import (
-    DISK_RESERVE_HELP,
-    LOG_MAX_HELP,
     SANDBOX_HELP,
     TOKENS_HELP,
     Commands,
     SizeType,
     refusing,
     run_to_exit,
+    storage_options,
 )
 
 commands = Commands("services")
@@ -63,8 +62,7 @@ def _counts(fn: click.decorators.FC) -> click.decorators.FC:
 @click.option("--http-port", default=8080, show_default=True, help="0 picks a free port.")
 @click.option("--sandbox", type=click.Choice(["bwrap", "local"]), help=SANDBOX_HELP)
 @click.option("--tokens", type=click.Path(path_type=Path, dir_okay=False), help=TOKENS_HELP)
-@click.option("--log-max-bytes", type=SizeType(), help=LOG_MAX_HELP)
-@click.option("--disk-reserve", type=SizeType(), help=DISK_RESERVE_HELP)
+@storage_options
 @click.pass_context
 def up(
     ctx: click.Context,

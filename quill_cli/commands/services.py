@@ -15,17 +15,15 @@ import click
 from infra import secret_registry
 from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
 from quill_cli.common import (
-    DISK_RESERVE_HELP,
-    LOG_MAX_HELP,
     SANDBOX_HELP,
     SECRETS_HELP,
     TENANTS_HELP,
     TOKENS_HELP,
     Commands,
-    SizeType,
     refusing,
     run_client,
     run_to_exit,
+    storage_options,
 )
 
 commands = Commands("services")
@@ -274,8 +272,7 @@ def gateway(
     "--secrets", "secrets_file", type=click.Path(path_type=Path, dir_okay=False), help=SECRETS_HELP
 )
 @click.option("--gateway-workers", type=click.IntRange(min=1), help=UP_WORKERS_HELP)
-@click.option("--log-max-bytes", type=SizeType(), help=LOG_MAX_HELP)
-@click.option("--disk-reserve", type=SizeType(), help=DISK_RESERVE_HELP)
+@storage_options
 @click.pass_context
 def up(
     ctx: click.Context,

@@ -50,7 +50,7 @@ async def test_the_limit_is_raised_by_a_reload_without_a_restart(small_server: N
         assert is_log_full(Exception(error["description"]))
         pid = small_server.process.pid  # type: ignore[union-attr]
 
-        small_server.log_max_bytes = 16 * MIB
+        small_server.limits.cap = 16 * MIB
         assert small_server.raise_limit()
         deadline = time.monotonic() + 10
         while "error" in (ack := await _publish(nc)):
@@ -64,8 +64,8 @@ async def test_the_limit_is_raised_by_a_reload_without_a_restart(small_server: N
 
 def test_the_limit_never_goes_down(small_server: NatsServer) -> None:
     """nats-server refuses a reload that lowers max_file_store: it is never asked to."""
-    small_server.log_max_bytes = 2 * MIB
+    small_server.limits.cap = 2 * MIB
     assert not small_server.raise_limit()
     assert small_server.limit == 4 * MIB
-    small_server.log_max_bytes = 4 * MIB + 1000  # less than a step: no reload for nothing
+    small_server.limits.cap = 4 * MIB + 1000  # less than a step: no reload for nothing
     assert not small_server.raise_limit()

@@ -132,6 +132,14 @@ def _pids(up: Up) -> set[int]:
     return pids
 
 
+async def _back_to_normal(up: Up, ws: Workspace, acked: dict[str, str], pids: set[int]) -> None:
+    """/health green again, nothing restarted, every acknowledged write as written."""
+    await _until(lambda: _health(up.http_url)[0] == 200, 20, "/health green again")
+    assert _pids(up) == pids, "a process was restarted"
+    for path, content in acked.items():
+        assert (await ws.read(path)).content == content, path
+
+
 async def _full_and_back(disk: Path, grow_to: str, most: int) -> None:
     up = Up(disk / "q").start()
     try:
@@ -178,11 +186,8 @@ async def _full_and_back(disk: Path, grow_to: str, most: int) -> None:
                 content = _content()
                 await ws.write(f"more/{i}.txt", content)
                 acked[f"more/{i}.txt"] = content
-            await _until(lambda: _health(up.http_url)[0] == 200, 20, "/health green again")
+            await _back_to_normal(up, ws, acked, before)
             assert _metric(up.http_url, 'quill_storage_full{service="log"}') == 0.0
-            assert _pids(up) == before, "a process was restarted"
-            for path, content in acked.items():
-                assert (await ws.read(path)).content == content, path
         finally:
             await quill.close()
     finally:
@@ -253,10 +258,7 @@ async def test_a_readers_full_disk_is_named_and_ends_when_it_grows(reader_disk: 
                 return got.content == list(acked.values())[-1]
 
             await _until(reads, 30, "the reader catches up after its disk grew")
-            await _until(lambda: _health(up.http_url)[0] == 200, 20, "/health green again")
-            assert _pids(up) == before, "a process was restarted"
-            for path, content in acked.items():
-                assert (await ws.read(path)).content == content, path
+            await _back_to_normal(up, ws, acked, before)
         finally:
             await quill.close()
     finally:

@@ -115,3 +115,28 @@ def test_render_writes_the_limit(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "max_file_store: 20000000000" in (out / "nats" / "nats-1.conf").read_text()
+
+
+def test_the_limit_grows_with_the_room_not_with_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log's own growth leaves the room as it is; others' growth lowers nothing; the disk
+    growing raises it by the fraction; the cap bounds it."""
+    from infra import storage
+
+    disk = {"used": 0, "free": 1000 * MIB, "total": 1000 * MIB}
+    monkeypatch.setattr(storage, "measure", lambda _: (disk["used"], disk["free"], disk["total"]))
+    limit = storage.Limit(tmp_path, reserve=100 * MIB, fraction=0.5)
+    assert limit.start() == 450 * MIB
+    disk.update(used=300 * MIB, free=700 * MIB)  # the log grew
+    assert limit.grown() is None
+    disk.update(free=500 * MIB)  # the services' data grew
+    assert limit.grown() is None and limit.limit == 450 * MIB
+    assert limit.danger() is False
+    disk.update(free=40 * MIB)  # the disk fills under the limit: under half the reserve
+    assert limit.danger() is True
+    disk.update(free=900 * MIB, total=1400 * MIB)  # room 1200 MiB: 200 more than at start
+    assert limit.grown() == 450 * MIB + 100 * MIB
+    limit.cap = 500 * MIB
+    disk.update(free=1300 * MIB, total=1800 * MIB)
+    assert limit.grown() is None and limit.limit == 550 * MIB  # never lowered by the cap
