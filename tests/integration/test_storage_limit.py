@@ -69,3 +69,48 @@ def test_the_limit_never_goes_down(small_server: NatsServer) -> None:
     assert small_server.limit == 4 * MIB
     small_server.limits.cap = 4 * MIB + 1000  # less than a step: no reload for nothing
     assert not small_server.raise_limit()
+
+
+def test_a_disk_filling_under_the_limit_restarts_the_server_below_it(tmp_path: Path) -> None:
+    """Something else takes the disk (a file here): before JetStream meets the disk's end
+    (a write error it keeps until restarted), the watcher restarts the server with a limit at
+    what it holds; writes are then refused cleanly, and the server answers."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        print("skipped: mounting a tmpfs needs root")
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)])
+    if mounted.returncode != 0:
+        pytest.skip("mount refused")
+    try:
+        server = NatsServer(disk / "nats", disk_reserve=8 * MIB).start()
+        try:
+            first_pid, limit = server.process.pid, server.limit  # type: ignore[union-attr]
+            (disk / "other").write_bytes(b"\0" * (61 * MIB))  # leaves about 3 MiB free
+            deadline = time.monotonic() + 20
+            while server.process is None or server.process.pid == first_pid:
+                assert time.monotonic() < deadline, "the server was not restarted"
+                time.sleep(0.1)
+            assert server.limit < limit
+
+            async def refused() -> dict[str, object]:
+                nc = await nats.connect(server.url)
+                try:
+                    await nc.jetstream().add_stream(name="FULL", subjects=["full.>"])
+                    for _ in range(10):  # 2 MB at most: the disk has about 3 MiB
+                        if "error" in (ack := await _publish(nc)):
+                            return ack
+                    raise AssertionError("10 writes of 200 KB went through")
+                finally:
+                    await nc.close()
+
+            error = asyncio.run(refused())["error"]
+            assert isinstance(error, dict) and error["err_code"] == 10023, error
+        finally:
+            server.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
