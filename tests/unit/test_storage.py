@@ -140,3 +140,34 @@ def test_the_limit_grows_with_the_room_not_with_the_log(
     limit.cap = 500 * MIB
     disk.update(free=1300 * MIB, total=1800 * MIB)
     assert limit.grown() is None and limit.limit == 550 * MIB  # never lowered by the cap
+
+
+@pytest.mark.parametrize(
+    ("jsz", "full"),
+    [
+        ({"storage": 100, "config": {"max_storage": 100}}, True),
+        ({"storage": 99, "config": {"max_storage": 100}}, False),
+        ({"storage": 5, "config": {"max_storage": -1}}, False),
+        ({"no": "storage"}, False),  # a server that says something else: nothing of the disk
+    ],
+)
+async def test_cluster_health_says_a_full_server(jsz: dict[str, object], full: bool) -> None:
+    """``quill cluster health nats``'s reading of the server's /jsz (a fake monitor port)."""
+    import asyncio
+    import json
+
+    from quill_cli.cluster import _storage_full
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\n" + json.dumps(jsz).encode())
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        why = await _storage_full(port, 2.0)
+    assert (why is not None) == full
+    if full:
+        assert why is not None and "storage full" in why
