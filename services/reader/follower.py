@@ -5,7 +5,7 @@ deleted database: a full rebuild), applies what arrives in batches, one transact
 and wakes the queries waiting for a version of a workspace. A batch its disk cannot take
 (``ENOSPC``, SQLite's "database or disk is full") is retried every second by the log
 follower, the reader marked ``storage_full`` meanwhile (its ping, ``/health``,
-``quill_storage_full{service="reader"}``); the first batch applied ends it.
+``quill_storage_full{service="reader"}``) until it has caught up with the log again.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ class Follower:
         self._target = 0
         self.disk = FullState("reader")
         """Whether its own disk is full (``infra/storage.py``): set when the projection
-        cannot take a batch, or a query cannot store a content; cleared by the next batch
-        applied."""
+        cannot take a batch, or a query cannot store a content; cleared once it has caught
+        up with the log."""
 
     async def start(self) -> None:
         self.position = await self._store.position(TRACKING)
@@ -81,7 +81,8 @@ class Follower:
             if storage.is_disk_full(exc):
                 self.disk.mark(f"cannot apply the log to the projection: {exc}")
             raise
-        self.disk.clear()
+        if pending == 0:  # caught up: a batch that fit between two that did not proves little
+            self.disk.clear()
         if executed is not None:
             for ws in executed.replaced:
                 self._cache.forget(ws)
