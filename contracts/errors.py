@@ -75,6 +75,11 @@ class ErrorCode(StrEnum):
     """The workspace is archived (``cmd.archive``): it refuses every command and command run
     but ``unarchive`` and ``purge``; reads and history still work. Details give the
     ``archived_at`` time and ``archived_by``. (Addition.)"""
+    STORAGE_FULL = "STORAGE_FULL"
+    """A disk is full: the log's (JetStream reached its storage limit) or the answering
+    service's own; ``details.service`` names it (``log``, ``reader``, ``executor``, ...).
+    Nothing was stored. Not retriable as is: it ends when an operator frees space or grows
+    the disk (the limit then rises by itself, docs/operations.md "Disk full"). (Addition.)"""
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset({ErrorCode.TIMEOUT, ErrorCode.UNAVAILABLE})

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import signal
 import socket
 import time
 from pathlib import Path
@@ -24,13 +26,16 @@ from nats.aio.msg import Msg
 
 from contracts.subjects import Subjects
 from infra import bus
+from infra.storage import Limit
 from quill.client import Workspace
 from quill.connection import STACK_FILE
 from quill_cli.deployment import COMPOSE_MONITOR_PORT, Deployment, NatsNode
 from quill_cli.launcher import Child, Launcher, ping_until_answered
-from quill_cli.natsserver import binary
+from quill_cli.natsserver import SHARED, WATCH_S, binary
 from quill_cli.ports import http_ok, port_busy
 from services.writer.partitions import leases_bucket
+
+log = logging.getLogger("quill_cli.cluster")
 
 
 class Cluster(Launcher):
@@ -56,12 +61,16 @@ class Cluster(Launcher):
         log_level: str = "info",
         restart: bool = True,
         metrics_port: int = 0,
+        log_max_bytes: int | None = None,
+        disk_reserve: int | None = None,
     ) -> None:
         """``nats_port``: the first server's client port, the others take the next ones
         (0: free ports); ``http_port``: the gateway's (0: a free one); ``tokens``: the
         gateway's tokens file (docs/gateway.md); ``metrics_port``: the first service's
         metrics port, the others (``names`` order, this launcher last) the next ones (0: free
-        ports).
+        ports); ``log_max_bytes``, ``disk_reserve``: each server's JetStream storage limit, as
+        ``quill up``'s (``quill_cli.natsserver``), the free space shared between the servers
+        (one disk).
 
         Raises:
             ValueError: counts the deployment cannot run with.
@@ -84,6 +93,17 @@ class Cluster(Launcher):
         ]
         self.http_port = self.http_port or ports.free()
         self.tokens = tokens.resolve() if tokens else None
+        self.limits = {
+            node.name: Limit(
+                self.data_dir / node.name / "jetstream",
+                disk_reserve,
+                log_max_bytes,
+                SHARED / len(self.servers),  # one disk: the servers' and the services' data
+            )
+            for node in self.servers
+        }
+        """Each server's JetStream ``max_file_store`` (``quill_cli.natsserver``)."""
+        self._limits_watch: asyncio.Task[None] | None = None
 
     @property
     def nats_urls(self) -> list[str]:
@@ -106,9 +126,37 @@ class Cluster(Launcher):
     def _server(self, node: NatsNode) -> Child:
         home = self.data_dir / node.name
         home.mkdir(parents=True, exist_ok=True)
-        conf = home / "nats.conf"
-        conf.write_text(self.deployment.server_config(node, self.servers, str(home / "jetstream")))
-        return Child(node.name, [str(binary()), "-c", str(conf)], self._log(node.name))
+        self.limits[node.name].start()
+        self._write_config(node)
+        return Child(
+            node.name, [str(binary()), "-c", str(home / "nats.conf")], self._log(node.name)
+        )
+
+    def _write_config(self, node: NatsNode) -> None:
+        home = self.data_dir / node.name
+        limit = self.limits[node.name].limit
+        text = self.deployment.server_config(node, self.servers, str(home / "jetstream"), limit)
+        (home / "nats.conf").write_text(text)
+
+    async def _watch_limits(self) -> None:
+        """Raise each server's storage limit as the disk grows (``quill_cli.natsserver``)."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            for node in self.servers:
+                child = self.child(node.name)
+                if not child.alive():
+                    continue
+                try:
+                    target = await asyncio.to_thread(self.limits[node.name].grown)
+                except OSError as exc:
+                    log.warning("%s: storage limit not recomputed: %s", node.name, exc)
+                    continue
+                if target is None:
+                    continue
+                log.warning("%s: raising JetStream's storage limit to %d bytes", node.name, target)
+                self._write_config(node)
+                assert child.process is not None
+                child.process.send_signal(signal.SIGHUP)
 
     def _service(self, name: str) -> Child:
         args = self.deployment.service_args(
@@ -160,6 +208,13 @@ class Cluster(Launcher):
         self.children = [*servers, *services]
         for child in services:
             child.start()
+        self._limits_watch = asyncio.create_task(self._watch_limits())
+
+    async def _shutdown(self) -> None:
+        if self._limits_watch is not None:
+            self._limits_watch.cancel()
+            await asyncio.gather(self._limits_watch, return_exceptions=True)
+            self._limits_watch = None
 
     async def _wait_servers(self, children: list[Child], deadline: float) -> None:
         """Until each server's ``/healthz`` answers 200: JetStream up, current with the
@@ -270,19 +325,23 @@ async def health(
     the local server's ``/healthz``; for the others, a process of the service on this host
     (by host name) answers its ping. None when healthy, else why not."""
     if service == "nats":
-        if await http_ok("127.0.0.1", monitor_port, "/healthz", timeout=wait_s):
-            return None
-        return f"nats-server's /healthz on port {monitor_port} did not answer 200"
+        if not await http_ok("127.0.0.1", monitor_port, "/healthz", timeout=wait_s):
+            return f"nats-server's /healthz on port {monitor_port} did not answer 200"
+        return await _storage_full(monitor_port, wait_s)
     mine = bus.instance_id(service).rsplit("-", 1)[0] + "-"  # <service>-<host>-
     try:
         nc = await bus.connect(nats_url, f"quill-health-{service}", wait_s=wait_s)
     except ConnectionError as exc:
         return str(exc)
     found = asyncio.Event()
+    full: list[str] = []
 
     async def check(msg: Msg) -> None:
         with contextlib.suppress(ValueError, AttributeError):
-            if str(json.loads(msg.data).get("instance", "")).startswith(mine):
+            answer = json.loads(msg.data)
+            if str(answer.get("instance", "")).startswith(mine):
+                if answer.get("storage_full"):
+                    full.append(str(answer["storage_full"]))
                 found.set()
 
     try:
@@ -292,10 +351,34 @@ async def health(
             await nc.publish(f"{Subjects().root}.sys.ping.{service}", b"", reply=inbox)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(found.wait(), min(left, 0.5))
-                return None
+                what = "the log" if service == "writer" else f"the {service}'s disk"
+                return f"storage full: {what}: {full[0]}" if full else None
         return f"no {service} on {socket.gethostname()} answered its ping"
     finally:
         await nc.close()
+
+
+async def _storage_full(monitor_port: int, wait_s: float) -> str | None:
+    """Why the server on ``monitor_port`` is full (its JetStream storage at its limit, from
+    ``/jsz``), or None."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", monitor_port), wait_s
+        )
+        writer.write(b"GET /jsz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), wait_s)
+        writer.close()
+        jsz = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+        used, limit = int(jsz["storage"]), int(jsz["config"]["max_storage"])
+    except (OSError, TimeoutError, ValueError, KeyError, IndexError, TypeError):
+        return None  # /healthz answered: a /jsz it cannot read says nothing of the disk
+    if limit > 0 and used >= limit:
+        return (
+            f"storage full: JetStream stores {used} bytes, its limit is {limit} "
+            "(docs/operations.md, Disk full)"
+        )
+    return None
 
 
 __all__ = ["Cluster", "health"]

@@ -23,6 +23,7 @@ import msgspec
 from click.core import ParameterSource
 
 from contracts.errors import ErrorCode, QuillError
+from infra.storage import parse_size
 from quill.client import Quill
 from quill.connection import DEFAULT_NATS_URL, discover_url
 from quill_cli import client as cli_client
@@ -42,9 +43,11 @@ EXIT_CODES: dict[str, int] = {
     ErrorCode.LOCKED: 7,
     ErrorCode.APPROVAL_REQUIRED: 7,
     ErrorCode.DENIED: 8,
+    ErrorCode.STORAGE_FULL: 9,
 }
 """Exit status by error code; anything else exits 1. 7: someone else must act first (a lock,
-an approval: try again, or ``--wait``); 8: an approver said no."""
+an approval: try again, or ``--wait``); 8: an approver said no; 9: a disk is full (an operator
+must free space: docs/operations.md, Disk full)."""
 
 SANDBOX_HELP = "bwrap (bubblewrap), or local (a plain process: no isolation). Default: bwrap \
 if it works here, else local, with a warning."
@@ -72,6 +75,31 @@ LAUNCHED_LOG_FORMAT = click.option(
 )
 
 _json = msgspec.json.Encoder()
+
+LOG_MAX_HELP = "Most bytes the log (JetStream) may store, e.g. 20GB (default: the disk less \
+--disk-reserve, raised as the disk grows; docs/operations.md, Disk full)."
+DISK_RESERVE_HELP = "Space the log leaves free on its disk, e.g. 1GiB (default: 5% of it, at \
+least 32 MiB)."
+
+
+class SizeType(click.ParamType):  # type: ignore[type-arg]
+    """A size: ``512MiB``, ``20GB``, ``1048576``."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def storage_options(fn: click.decorators.FC) -> click.decorators.FC:
+    """``--log-max-bytes`` and ``--disk-reserve`` (``quill up``, ``quill cluster up``)."""
+    fn = click.option("--disk-reserve", type=SizeType(), help=DISK_RESERVE_HELP)(fn)
+    return click.option("--log-max-bytes", type=SizeType(), help=LOG_MAX_HELP)(fn)
 
 
 SECTIONS = {

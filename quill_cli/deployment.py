@@ -76,6 +76,10 @@ class Deployment:
     sandbox: str | None = None
     cluster_name: str = "quill"
     root: str = "ws"
+    log_max_bytes: int | None = None
+    """Each server's JetStream storage limit in ``compose.yaml`` (``render --log-max-bytes``;
+    None: nats-server's own, 75% of the free disk at start). ``quill cluster up`` computes
+    its servers' from their disk (``infra.storage.jetstream_limit``)."""
 
     def __post_init__(self) -> None:
         """Raises: ValueError: a count the deployment cannot run with."""
@@ -128,10 +132,16 @@ class Deployment:
             args += ["--sandbox", self.sandbox]
         return args + metrics
 
-    def server_config(self, node: NatsNode, nodes: Sequence[NatsNode], store_dir: str) -> str:
-        """The configuration of server ``node`` among ``nodes``: client port, JetStream,
-        the cluster and its routes (every server, itself included: it ignores its own),
-        the monitoring port and the partition mapping."""
+    def server_config(
+        self,
+        node: NatsNode,
+        nodes: Sequence[NatsNode],
+        store_dir: str,
+        max_store: int | None = None,
+    ) -> str:
+        """The configuration of server ``node`` among ``nodes``: client port, JetStream (and
+        its storage limit ``max_store``), the cluster and its routes (every server, itself
+        included: it ignores its own), the monitoring port and the partition mapping."""
         lines = [f"server_name: {node.name}", f"http: {node.listen}:{node.monitor_port}"]
         if len(nodes) > 1:  # one server: a plain JetStream server, no cluster to form
             routes = "".join(f"    {n.route}\n" for n in nodes)
@@ -140,7 +150,7 @@ class Deployment:
                 f"  listen: {node.listen}:{node.cluster_port}\n  routes: [\n{routes}  ]\n}}"
             )
         extra = "\n".join(lines) + "\n" + mappings_config(Subjects(self.root), self.partitions)
-        return config(Path(store_dir), node.port, node.listen, extra)
+        return config(Path(store_dir), node.port, node.listen, extra, max_store)
 
     # ---------------------------------------------------------------- compose
     def compose_nodes(self) -> list[NatsNode]:
@@ -157,7 +167,7 @@ class Deployment:
         nodes, store = self.compose_nodes(), f"{COMPOSE_DATA}/jetstream"
         return {
             f"nats/{n.name}.conf": f"# {n.name} of compose.yaml, {RENDERED}\n"
-            + self.server_config(n, nodes, store)
+            + self.server_config(n, nodes, store, self.log_max_bytes)
             for n in nodes
         }
 

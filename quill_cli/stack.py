@@ -60,13 +60,17 @@ class Stack(Launcher):
         restart: bool = True,
         gateway_workers: int | None = None,
         metrics_port: int = 0,
+        log_max_bytes: int | None = None,
+        disk_reserve: int | None = None,
     ) -> None:
         """``tenants``: a tenants file (``quill_cli/tenants.py``): the embedded server then
         admits each tenant with its own rights and the services as the system user, whose
         password is made here and handed to the services in their environment.
         ``secrets_file``: the registry every service redacts (``$QUILL_SECRETS`` in their
         environment; ``core/secrets.py``). ``metrics_port``: the writer's metrics port, the
-        reader, executor, gateway and this launcher taking the next ones (0: free ports)."""
+        reader, executor, gateway and this launcher taking the next ones (0: free ports).
+        ``log_max_bytes``, ``disk_reserve``: JetStream's storage limit
+        (``quill_cli.natsserver``)."""
         system = None
         if tenants is not None:
             system = NatsAuth(SYSTEM_USER, secrets.token_urlsafe(32))
@@ -88,6 +92,7 @@ class Stack(Launcher):
             self.tokens = self.tenants  # the gateway reads its tokens from the same file
         self.nats: NatsServer | None = None
         self.gateway_workers = gateway_workers
+        self.log_max_bytes, self.disk_reserve = log_max_bytes, disk_reserve
 
     @property
     def nats_url(self) -> str:
@@ -135,7 +140,13 @@ class Stack(Launcher):
         if not self.external_nats:
             port = self.nats_port or -1  # 0: any free port
             auth = self._authorization()
-            self.nats = NatsServer(self.data_dir / "nats", port=port, extra_config=auth)
+            self.nats = NatsServer(
+                self.data_dir / "nats",
+                port=port,
+                extra_config=auth,
+                log_max_bytes=self.log_max_bytes,
+                disk_reserve=self.disk_reserve,
+            )
             await asyncio.to_thread(self.nats.start)
         self.http_port = self.http_port or self.ports.free()
         sandbox = ["--sandbox", self.sandbox] if self.sandbox else []

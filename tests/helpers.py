@@ -76,6 +76,9 @@ async def answers(nats_url: str, service: str, instance: str, timeout: float = 1
                     msg = await sub.next_msg(timeout=0.5)
                 except nats.errors.TimeoutError:
                     continue
+                if not msg.data:  # the server's "no responders": not subscribed yet
+                    await asyncio.sleep(0.05)
+                    continue
                 if json.loads(msg.data)["instance"] == instance:
                     return
     finally:

@@ -25,6 +25,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import HEADER_SEQ, HEADER_STREAM, Address, Origin, Subjects, new_request_id
 from core.secrets import NO_SECRETS, Secrets, StreamRedactor
+from infra import storage
 from infra.bus import respond
 from infra.entry import Incoming, parse, reject, reply_headers
 from infra.exec.sandbox import StreamName, common
@@ -162,7 +163,9 @@ async def answer_exec(
 ) -> None:
     """Run an exec request's ``work`` with heartbeats, end its live output, answer it and
     audit it (``details``: what the audit record keeps; its ``summary`` goes on the record).
-    Failures are answered as errors; an unexpected one is logged and is ``INTERNAL``. What the
+    Failures are answered as errors; an unexpected one is logged and is ``INTERNAL``, but a
+    full disk (``ENOSPC`` writing the checkout) is ``STORAGE_FULL`` naming the service, which
+    is marked full until a command succeeds again (``infra/storage.py``). What the
     sandbox left to tidy (``common.after_reply``) is done once it is answered."""
     with _tidied_in_background():
         try:
@@ -184,10 +187,16 @@ async def answer_exec(
             await reject(incoming, error, auditor)
             return
         except Exception as exc:
+            if storage.is_disk_full(exc):  # its checkout could not be written
+                log.error("exec %s: disk full: %s", incoming.msg.subject, exc)
+                storage.state(auditor.service).mark(str(exc))
+                await reject(incoming, storage.disk_full(auditor.service, str(exc)), auditor)
+                return
             log.exception("exec %s failed", incoming.msg.subject)
             error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
             await reject(incoming, error, auditor)
             return
+        storage.state(auditor.service).clear()
         await respond(incoming.msg, codec.ok_reply(version, result), reply_headers(origin))
         changes = result.changes
         await auditor.record(

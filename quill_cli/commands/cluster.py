@@ -18,8 +18,10 @@ from quill_cli.common import (
     SANDBOX_HELP,
     TOKENS_HELP,
     Commands,
+    SizeType,
     refusing,
     run_to_exit,
+    storage_options,
 )
 
 commands = Commands("services")
@@ -71,6 +73,7 @@ def _counts(fn: click.decorators.FC) -> click.decorators.FC:
     "(in DATA/stack.json). 0: free ports.",
 )
 @LAUNCHED_LOG_FORMAT
+@storage_options
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -87,6 +90,8 @@ def up(
     tokens: Path | None,
     metrics_port: int,
     log_format: str,
+    log_max_bytes: int | None,
+    disk_reserve: int | None,
 ) -> None:
     """Start NATS servers in a cluster and the services, each its own process; Ctrl-C stops
     them. Clients use every server's URL, comma-separated (printed, and in DATA/stack.json)."""
@@ -112,6 +117,8 @@ def up(
             http_port=http_port,
             log_level=ctx.obj["log_level"],
             metrics_port=metrics_port,
+            log_max_bytes=log_max_bytes,
+            disk_reserve=disk_reserve,
         )
     sys.exit(run_to_exit(cluster.run()))
 
@@ -119,13 +126,19 @@ def up(
 @cluster_group.command("render")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("deploy"), show_default=True)
 @_counts
-def render(out: Path, nats: int, partitions: int) -> None:
+@click.option(
+    "--log-max-bytes",
+    type=SizeType(),
+    help="Each server's JetStream storage limit (max_file_store), e.g. 20GB: set it below "
+    "the volume's size (docs/operations.md, Disk full). Default: nats-server's own.",
+)
+def render(out: Path, nats: int, partitions: int, log_max_bytes: int | None) -> None:
     """Write OUT/nats/nats-N.conf, the servers' configurations that compose.yaml mounts."""
     from quill_cli.deployment import Deployment
     from quill_cli.deployment import render as write
 
     with refusing():
-        deployment = Deployment(nats=nats, partitions=partitions)
+        deployment = Deployment(nats=nats, partitions=partitions, log_max_bytes=log_max_bytes)
     for path in write(deployment, out):
         click.echo(str(path))
 

@@ -34,6 +34,7 @@ from quill_cli.common import (
     refusing,
     run_client,
     run_to_exit,
+    storage_options,
 )
 
 commands = Commands("services")
@@ -367,6 +368,7 @@ def gateway(
     help=UP_METRICS_HELP,
 )
 @LAUNCHED_LOG_FORMAT
+@storage_options
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -381,6 +383,8 @@ def up(
     gateway_workers: int | None,
     metrics_port: int,
     log_format: str,
+    log_max_bytes: int | None,
+    disk_reserve: int | None,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
     from quill_cli import tenants as tenancy
@@ -418,6 +422,8 @@ def up(
         secrets_file=secrets_file,
         gateway_workers=gateway_workers,
         metrics_port=metrics_port,
+        log_max_bytes=log_max_bytes,
+        disk_reserve=disk_reserve,
     )
     sys.exit(run_to_exit(stack.run()))
 

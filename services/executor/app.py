@@ -37,7 +37,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import EXECUTOR_MAX_OUTPUT_READS, RETRY_AFTER_MS
 from contracts.subjects import QUEUE_EXECUTOR, Address, Origin
-from infra import bus
+from infra import bus, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
@@ -131,6 +131,7 @@ class Executor:
             "waiting": self.slots.waiting,
             **self.checkouts.info(),
             "local_workspaces": len(self.bridges),
+            **storage.state("executor").info(),
         }
 
     async def start(self) -> None:

@@ -142,9 +142,11 @@ def build_app(
     async def health(request: Request) -> Response:
         up = quill.nc.is_connected
         body = {"status": "ok" if up else "unavailable", "service": SERVICE, "version": VERSION}
+        full = False
         if fleet is not None:
             body |= fleet.health()
-        return JSONResponse(body, status_code=200 if up else 503)
+            full = fleet.storage_full
+        return JSONResponse(body, status_code=200 if up and not full else 503)
 
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(openapi.document())

@@ -12,6 +12,12 @@ asks every ``SUPERVISOR_EVERY_S``. A failing service makes ``/health`` say
 ``"status": "degraded"`` (still 200: the gateway serves, and the other services with it) and
 name it. Services run some other way (compose, systemd) have no launcher to answer: nothing
 is added then.
+
+A full disk (``infra/storage.py``) is said in the ping answers (``storage_full``: the writer
+for the log, a reader or an executor for its own disk); the gateway pings every service every
+``STORAGE_EVERY_S`` and, while one says so, ``/health`` answers 503 with
+``"status": "storage_full"`` and the reasons, until the state ends (docs/operations.md, Disk
+full); its ``/metrics`` shows the same as ``quill_storage_full{service}``.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ from nats.aio.client import Client as NATS
 
 from contracts.subjects import Subjects
 from infra import bus
+from infra.storage import STORAGE_FULL
 
 log = logging.getLogger("quill.gateway")
 
 EVERY_S = 15.0
 SUPERVISOR_EVERY_S = 1.0
+STORAGE_EVERY_S = 2.0
 WAIT_S = 0.5
 """How long one round gathers the executors' answers (and waits for the launcher's)."""
 FAILING = ("restarting", "starting")
@@ -51,12 +59,15 @@ class Fleet:
         self._supervisor_every = supervisor_every
         self._answers: list[dict[str, Any]] | None = None
         self._launcher: dict[str, Any] | None = None
+        self._full: list[dict[str, Any]] = []
+        """Each service instance whose last ping answer said ``storage_full``."""
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._watch()),
             asyncio.create_task(self._watch_launcher()),
+            asyncio.create_task(self._watch_storage()),
         ]
 
     async def stop(self) -> None:
@@ -89,11 +100,37 @@ class Fleet:
                 log.debug("launcher ping failed: %s", exc)
             await asyncio.sleep(self._supervisor_every)
 
+    async def _watch_storage(self) -> None:
+        while True:
+            try:
+                answers = await bus.ping_all(self._nc, self._subjects, None, WAIT_S)
+                full = [
+                    {
+                        "service": "log" if a.get("service") == "writer" else a.get("service"),
+                        "instance": a.get("instance"),
+                        "reason": a["storage_full"],
+                    }
+                    for a in answers
+                    if a.get("storage_full")
+                ]
+                for service in {f["service"] for f in [*self._full, *full]} | {"log"}:
+                    STORAGE_FULL.labels(service).set(any(f["service"] == service for f in full))
+                self._full = full
+            except Exception as exc:  # NATS down: /health says so by itself
+                log.debug("storage pings failed: %s", exc)
+            await asyncio.sleep(STORAGE_EVERY_S)
+
+    @property
+    def storage_full(self) -> bool:
+        return bool(self._full)
+
     def health(self) -> dict[str, Any]:
         """``executors``: how many answered, and which run sandboxes without a cgroup each;
         ``supervisor``: the launcher's children that are failing (when a launcher answers);
         ``warnings``: one line per such executor or child; ``status: degraded`` while a child
-        fails (and NATS is reachable: else the gateway's own ``unavailable`` stands)."""
+        fails (and NATS is reachable: else the gateway's own ``unavailable`` stands);
+        ``status: storage_full`` and ``storage_full`` (service, instance, reason) while a disk
+        is full (``/health`` then answers 503)."""
         body: dict[str, Any] = {}
         warnings: list[str] = []
         if self._answers is not None:
@@ -113,6 +150,12 @@ class Fleet:
             warnings += [_failing(child) for child in failing]
             if failing and self._nc.is_connected:
                 body["status"] = "degraded"
+        if self._full:
+            body["status"] = "storage_full"
+            body["storage_full"] = self._full
+            warnings += [
+                f"{f['service']} ({f['instance']}): storage full: {f['reason']}" for f in self._full
+            ]
         if warnings:
             body["warnings"] = warnings
         return body

@@ -35,6 +35,10 @@ ERRORS = {
         "command left in the workspace's sandbox uncommitted, message says why"
     ),
     "503": _error("unavailable: Quill cannot answer now; retry"),
+    "507": _error(
+        "storage_full: a disk is full (details.service: log, reader, executor); nothing was "
+        "stored; not retriable until an operator frees space (docs/operations.md, Disk full)"
+    ),
 }
 PATH_PARAM = {
     "name": "path",

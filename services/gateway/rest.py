@@ -64,6 +64,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     E.WORKSPACE_ARCHIVED: (409, "workspace_archived"),
     E.UNAVAILABLE: (503, "unavailable"),
     E.TIMEOUT: (503, "unavailable"),
+    E.STORAGE_FULL: (507, "storage_full"),
 }
 """QuillError code → (HTTP status, error name); anything else is 500 ``internal``."""
 

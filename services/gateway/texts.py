@@ -55,6 +55,7 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.NOT_A_DIRECTORY, "write_file"): "Error: Failed to create parent directory - {message}",
     (E.NOT_A_DIRECTORY, "move_file"): "Error: {message}",
     (E.INVALID_ENCODING, ANY): "Error: File contains invalid UTF-8 encoding",
+    (E.STORAGE_FULL, ANY): "Error: Storage full - {message}",
     (ANY, "write_file"): "Error: Failed to write file - {message}",
     (ANY, "create_directory"): "Error: Failed to create directory - {message}",
     (ANY, "get_file_info"): "Error: Failed to get file info - {message}",

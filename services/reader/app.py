@@ -61,6 +61,7 @@ class Reader:
             "inflight": len(self.tasks),
             "version_waiters": self.follower.waiting,
             "local_workspaces": len(self.bridges),
+            **self.follower.disk.info(),
         }
 
     async def start(self) -> None:

@@ -2,7 +2,10 @@
 
 The follower resumes from the tracking position stored with the data (0 for a new or
 deleted database: a full rebuild), applies what arrives in batches, one transaction each,
-and wakes the queries waiting for a version of a workspace.
+and wakes the queries waiting for a version of a workspace. A batch its disk cannot take
+(``ENOSPC``, SQLite's "database or disk is full") is retried every second by the log
+follower, the reader marked ``storage_full`` meanwhile (its ping, ``/health``,
+``quill_storage_full{service="reader"}``) until it has caught up with the log again.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from nats.js import JetStreamContext
 from contracts.limits import READER_MAX_VERSION_WAITERS, RETRY_AFTER_MS
 from core.plan import Committed
 from infra import log as eventlog
+from infra import storage
 from infra.blobs import Blobs
 from infra.busy import refused
 from infra.compaction import with_manifests
+from infra.storage import FullState
 from infra.store import Store
 from services.reader.cache import RevisionCache
 
@@ -51,6 +56,10 @@ class Follower:
         self._target = 0
         self.max_waiters = READER_MAX_VERSION_WAITERS
         self._waiting = 0
+        self.disk = FullState("reader")
+        """Whether its own disk is full (``infra/storage.py``): set when the projection
+        cannot take a batch, or a query cannot store a content; cleared once it has caught
+        up with the log."""
 
     async def start(self) -> None:
         self.position = await self._store.position(TRACKING)
@@ -70,7 +79,14 @@ class Follower:
 
     async def _on_batch(self, batch: list[Committed], pending: int) -> None:
         batch = await with_manifests(batch, self._manifests)
-        executed = await self._store.apply(batch, tracking=TRACKING)
+        try:
+            executed = await self._store.apply(batch, tracking=TRACKING)
+        except Exception as exc:  # the log follower retries the batch every second
+            if storage.is_disk_full(exc):
+                self.disk.mark(f"cannot apply the log to the projection: {exc}")
+            raise
+        if pending == 0:  # caught up: a batch that fit between two that did not proves little
+            self.disk.clear()
         if executed is not None:
             for ws in executed.replaced:
                 self._cache.forget(ws)

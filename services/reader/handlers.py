@@ -27,7 +27,7 @@ from contracts.paths import ancestors
 from contracts.subjects import STREAM_EVENTS, Address, Subjects
 from contracts.uncommitted import asked_path, lookup, not_committed
 from core.rows import WorkspaceRow
-from infra import compaction
+from infra import compaction, storage
 from infra.bridges import Bridges
 from infra.bus import respond
 from infra.busy import refused
@@ -112,10 +112,12 @@ async def resolve(
             )
         target = want or latest
         if not await reader.follower.wait_for(tenant, workspace, target, reader.max_wait_s):
+            full = reader.follower.disk.reason  # retriable still: another replica may answer
+            why = f" (its disk is full: {full})" if full else ""
             raise QuillError(
                 ErrorCode.UNAVAILABLE,
                 f"This replica has applied version {store.version_of(tenant, workspace)}, "
-                f"not yet {target}; retry",
+                f"not yet {target}{why}; retry",
                 {"applied_version": store.version_of(tenant, workspace), "wanted": target},
             )
     row = store.workspace(tenant, workspace)
@@ -259,6 +261,11 @@ def query_handler(reader: Replica) -> Callable[[Msg], Awaitable[None]]:
             await reject(incoming, error, reader.auditor)
             return
         except Exception as exc:
+            if storage.is_disk_full(exc):  # e.g. a content fetched that reader.db cannot keep
+                reader.log.error("query %s: disk full: %s", incoming.msg.subject, exc)
+                reader.follower.disk.mark(f"cannot store in the projection: {exc}")
+                await reject(incoming, storage.disk_full("reader", str(exc)), reader.auditor)
+                return
             reader.log.exception("query %s failed", incoming.msg.subject)
             error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
             await reject(incoming, error, reader.auditor)

@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 from contracts.events import HistoryCompacted
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
-from infra import bus
+from infra import bus, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
@@ -70,6 +70,7 @@ class Writer:
         self.max_workspaces = max_workspaces
         self._actors: OrderedDict[tuple[str, str], WorkspaceActor] = OrderedDict()
         self._subs: list[Subscription] = []
+        self._usage: asyncio.Task[None] | None = None
         partitions = int(settings.extra.get("partitions", "0"))
         self.partitions: Partitions | None = (
             Partitions(
@@ -149,6 +150,7 @@ class Writer:
             "waiting": sum(a.waiting for a in self._actors.values()),
             "local_workspaces": len(self.bridges),
             **({"partitions": self.partitions.info()} if self.partitions else {}),
+            **self.deps.log_storage.info(),
         }
 
     # ------------------------------------------------------------------ partitions
@@ -187,6 +189,7 @@ class Writer:
     async def start(self) -> None:
         await self.bridges.start()
         self.appender.start()
+        self._usage = asyncio.create_task(storage.poll_log_usage(self.js))
         if self.partitions is not None:
             await self.partitions.start()
             serving = f"{self.partitions.count} partitions ({len(self.partitions.held)} held)"
@@ -220,3 +223,6 @@ class Writer:
                 log.warning("stopping with commands still in flight")
         await self.appender.stop()
         await self.bridges.stop()
+        if self._usage is not None:
+            self._usage.cancel()
+            await asyncio.gather(self._usage, return_exceptions=True)

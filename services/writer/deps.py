@@ -26,6 +26,7 @@ from core.secrets import Secrets
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor
+from infra.storage import FullState
 from infra.store import Store
 from services.writer.append import Appender
 from services.writer.partitions import Fence
@@ -91,3 +92,5 @@ class Deps:
     contents: ContentCache = field(default_factory=ContentCache)
     manifests: dict[str, CompactionManifest] = field(default_factory=dict)
     """Manifests of the compactions being appended, by sha256 (for the projection)."""
+    log_storage: FullState = field(default_factory=lambda: FullState("log"))
+    """Whether the log refused the last append for storage (``infra/storage.py``)."""

@@ -58,7 +58,7 @@ from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
 from core.decision import Context, Decision, to_event
 from core.tree import Tree, WorkspaceState, fold, forget, place
-from infra import blobs, compaction, logfields, tracing
+from infra import blobs, compaction, logfields, storage, tracing
 from infra import log as eventlog
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
 from infra.bus import respond
@@ -335,7 +335,10 @@ class WorkspaceActor:
                         await self._compaction()
                 except Exception as exc:
                     self.state = None
-                    if isinstance(exc, TimeoutError | nats.errors.Error):  # NATS failing over
+                    if storage.is_log_full(exc):  # a blob refused by the object store
+                        self.deps.log_storage.mark(str(exc))
+                        error = storage.log_full(str(exc))
+                    elif isinstance(exc, TimeoutError | nats.errors.Error):  # NATS failing over
                         log.warning("%s/%s: NATS: %r", self.tenant, self.workspace, exc)
                         error = QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer: {exc!r}")
                     else:
@@ -520,7 +523,10 @@ class WorkspaceActor:
                     attempt,
                 )
                 self.state = None
-                if await self._fenced_out():  # the workspace is another writer's now
+                if storage.is_log_full(exc):  # retrying cannot help: the operator must act
+                    self.deps.log_storage.mark(str(exc))
+                    err = storage.log_full(str(exc))
+                elif await self._fenced_out():  # the workspace is another writer's now
                     err = QuillError(
                         ErrorCode.UNAVAILABLE,
                         "The workspace moved to another writer; retry",
@@ -534,6 +540,7 @@ class WorkspaceActor:
                     if not p.answered:
                         await self._answer(p, codec.error_reply(err), error=err)
                 return
+            self.deps.log_storage.clear()
             state.last_seq = seqs[-1]
             if tracing.ON:  # the append span of each command it carried
                 for p, *_ in staged:
@@ -627,6 +634,9 @@ class WorkspaceActor:
     def _unexpected(self, p: Pending, exc: Exception) -> QuillError:
         """The answer to a command whose decision raised something unexpected (its changes
         were undone by the tree's savepoint), logged with its request id."""
+        if storage.is_log_full(exc):  # a blob refused by the object store
+            self.deps.log_storage.mark(str(exc))
+            return storage.log_full(str(exc))
         if isinstance(exc, TimeoutError | nats.errors.Error):  # NATS failing over
             log.warning(
                 "%s/%s: request %s: NATS: %r",

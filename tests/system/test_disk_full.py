@@ -1,0 +1,265 @@
+"""A full disk under a real ``quill up``: a named state that ends when space returns.
+
+``quill up --data`` on a small tmpfs; 200 KB files until the log refuses one; the refusal is
+``STORAGE_FULL`` (not retriable, naming the log), ``/health`` answers 503 with the reason and
+the gateway's ``quill_storage_full{service="log"}`` is 1; the tmpfs is grown (remount) and
+writes go through again within a bounded wait, with nothing restarted (the same pids), and
+every acknowledged write reads back. Needs root (``mount``): skipped with the reason elsewhere.
+The short run (a 100 MB disk) always runs; ``-m slow`` fills 300 MB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contracts.errors import ErrorCode, QuillError
+from quill.client import Quill, Workspace
+from tests.system.conftest import Up
+
+FILE_CHARS = 200_000
+"""Each file: 200 KB of text that never repeats (no dedup helps)."""
+
+
+def _mount(path: Path, size: str) -> str | None:
+    """Mount a tmpfs of ``size`` on ``path``; why not, or None."""
+    if os.geteuid() != 0:
+        return "mounting a tmpfs needs root"
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    return None if done.returncode == 0 else f"mount refused: {done.stderr.strip()}"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs at ``tmp_path/disk``, unmounted after the test (lazily: a process may linger)."""
+    disk = tmp_path / "disk"
+    why = _mount(disk, "100m")
+    if why is not None:
+        print(f"skipped: {why}")
+        pytest.skip(why)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _grow(disk: Path, size: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True)
+
+
+def _health(http_url: str) -> tuple[int, dict[str, object]]:
+    try:
+        with urllib.request.urlopen(f"{http_url}/health", timeout=5) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _metric(http_url: str, line_start: str) -> float | None:
+    with urllib.request.urlopen(f"{http_url}/metrics", timeout=5) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith(line_start):
+                return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def _until(check: object, timeout: float, what: str) -> None:
+    """Poll ``check()`` (sync or async) until true, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()  # type: ignore[operator]
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what}")
+        await asyncio.sleep(0.2)
+
+
+def _rest_put(http_url: str, path: str, text: str) -> int:
+    """PUT a file through the REST API (no tokens: workspace ``default/default``): its
+    status."""
+    body = json.dumps({"content": text}).encode()
+    request = urllib.request.Request(
+        f"{http_url}/v1/host/workspace/files/{path}",
+        data=body,
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _content() -> str:
+    return os.urandom(FILE_CHARS // 2).hex()
+
+
+async def _fill(ws: Workspace, acked: dict[str, str], most: int) -> QuillError:
+    """Write files until one is refused; the refusal."""
+    for i in range(most):
+        content = _content()
+        try:
+            await ws.write(f"fill/{i}.txt", content)
+        except QuillError as exc:
+            return exc
+        acked[f"fill/{i}.txt"] = content
+    raise AssertionError(f"{most} files of 200 KB were all accepted: the disk never filled")
+
+
+def _pids(up: Up) -> set[int]:
+    record = json.loads((up.data / "stack.json").read_text())
+    pids = {int(record["pid"])}
+    out = subprocess.run(["pgrep", "-P", str(up.process.pid)], capture_output=True, text=True)  # type: ignore[union-attr]
+    pids |= {int(p) for p in out.stdout.split()}
+    return pids
+
+
+async def _back_to_normal(up: Up, ws: Workspace, acked: dict[str, str], pids: set[int]) -> None:
+    """/health green again, nothing restarted, every acknowledged write as written."""
+    await _until(lambda: _health(up.http_url)[0] == 200, 20, "/health green again")
+    assert _pids(up) == pids, "a process was restarted"
+    for path, content in acked.items():
+        assert (await ws.read(path)).content == content, path
+
+
+async def _full_and_back(disk: Path, grow_to: str, most: int) -> None:
+    up = Up(disk / "q").start()
+    try:
+        quill = await Quill.connect(up.nats_url, timeout=15, retries=0)
+        try:
+            ws = quill.workspace("acme/full")
+            await ws.create(exist_ok=True)
+            await quill.workspace("default/default").create(exist_ok=True)  # REST's
+            before = _pids(up)
+            acked: dict[str, str] = {}
+            refused = await _fill(ws, acked, most)
+            assert refused.code == ErrorCode.STORAGE_FULL, refused
+            assert refused.details.get("service") == "log"
+            assert not refused.retriable
+            assert "full" in refused.message and "docs/operations.md" in refused.message
+            assert acked, "nothing was accepted before the disk filled"
+
+            await _until(lambda: _health(up.http_url)[0] == 503, 20, "/health turns red")
+            status, body = _health(up.http_url)
+            assert body["status"] == "storage_full"
+            assert [f["service"] for f in body["storage_full"]] == ["log"]  # type: ignore[index, union-attr]
+            assert _metric(up.http_url, 'quill_storage_full{service="log"}') == 1.0
+            # the other front doors, while full: the CLI's exit status, REST's 507
+            big = disk.parent / "big.txt"
+            big.write_text(_content())
+            cli = up.cli("put", "acme/full", "cli.txt", str(big), check=False)
+            assert cli.returncode == 9 and "STORAGE_FULL" in cli.stderr, cli
+            assert _rest_put(up.http_url, "rest.txt", _content()) == 507
+
+            _grow(disk, grow_to)
+
+            async def writes() -> bool:
+                content = _content()
+                try:
+                    await ws.write("after-grow.txt", content)
+                except QuillError as exc:
+                    assert exc.code == ErrorCode.STORAGE_FULL, exc  # nothing else meanwhile
+                    return False
+                acked["after-grow.txt"] = content
+                return True
+
+            await _until(writes, 30, "writes resume after the disk grew")
+            for i in range(5):
+                content = _content()
+                await ws.write(f"more/{i}.txt", content)
+                acked[f"more/{i}.txt"] = content
+            await _back_to_normal(up, ws, acked, before)
+            assert _metric(up.http_url, 'quill_storage_full{service="log"}') == 0.0
+        finally:
+            await quill.close()
+    finally:
+        up.stop()
+
+
+async def test_log_full_is_named_and_ends_when_the_disk_grows(small_disk: Path) -> None:
+    await _full_and_back(small_disk, "200m", most=1000)
+
+
+@pytest.mark.slow
+async def test_log_full_on_a_bigger_disk(small_disk: Path) -> None:
+    _grow(small_disk, "300m")
+    await _full_and_back(small_disk, "600m", most=3000)
+
+
+@pytest.fixture
+def reader_disk(tmp_path: Path) -> Iterator[Path]:
+    """``quill up``'s data directory, its reader's own directory a small tmpfs."""
+    data = tmp_path / "q"
+    why = _mount(data / "reader", "16m")
+    if why is not None:
+        print(f"skipped: {why}")
+        pytest.skip(why)
+    try:
+        yield data
+    finally:
+        subprocess.run(["umount", "-l", str(data / "reader")], check=False)
+
+
+async def test_a_readers_full_disk_is_named_and_ends_when_it_grows(reader_disk: Path) -> None:
+    """The reader's projection cannot take the log: it says so (ping, /health, the metric),
+    does not crash, and catches up by itself once its disk grows; writes go on meanwhile."""
+    up = Up(reader_disk).start()
+    try:
+        quill = await Quill.connect(up.nats_url, timeout=15, retries=0)
+        try:
+            ws = quill.workspace("acme/reader-full")
+            await ws.create(exist_ok=True)
+            before = _pids(up)
+            acked: dict[str, str] = {}
+
+            def reader_full() -> bool:
+                status, body = _health(up.http_url)
+                full = body.get("storage_full") or []
+                return status == 503 and any(f["service"] == "reader" for f in full)  # type: ignore[index, union-attr]
+
+            for i in range(400):  # 50 KB each: inline in the events, so in reader.db
+                content = os.urandom(25_000).hex()
+                await ws.write(f"inline/{i}.txt", content)  # the log takes them all
+                acked[f"inline/{i}.txt"] = content
+                if i % 20 == 19 and reader_full():
+                    break
+            await _until(reader_full, 20, "/health names the reader's full disk")
+            assert _metric(up.http_url, 'quill_storage_full{service="reader"}') == 1.0
+            with pytest.raises(QuillError) as refused:
+                await ws.read(list(acked)[-1])
+            assert refused.value.code in (ErrorCode.UNAVAILABLE, ErrorCode.STORAGE_FULL)
+            assert "disk is full" in refused.value.message, refused.value
+
+            _grow(reader_disk / "reader", "200m")
+
+            async def reads() -> bool:
+                try:
+                    got = await ws.read(list(acked)[-1])
+                except QuillError:
+                    return False
+                return got.content == list(acked.values())[-1]
+
+            await _until(reads, 30, "the reader catches up after its disk grew")
+            await _back_to_normal(up, ws, acked, before)
+        finally:
+            await quill.close()
+    finally:
+        up.stop()
