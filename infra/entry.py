@@ -121,3 +121,5 @@ async def reject(incoming: Incoming, error: QuillError, auditor: Auditor) -> Non
     if address is not None and not secrets.find(f"{address.tenant}/{address.workspace}"):
         origin = secrets.redact_origin(incoming.origin)
         await auditor.record(address, origin, incoming.started, error=error)
+    else:  # still counted: a flood of bad requests shows in the metrics
+        auditor.unaddressed(incoming.msg.subject, error, incoming.started)

@@ -13,7 +13,7 @@ import os
 import re
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import nats
@@ -68,11 +68,14 @@ async def connect(
     *,
     wait_s: float = 10.0,
     auth: NatsAuth | None = None,
+    on_server_error: Callable[[Exception], None] | None = None,
 ) -> NATS:
     """Connect to NATS, retrying for up to ``wait_s`` seconds, then reconnecting forever.
     ``url``: one server or several of a cluster (``servers``): the client picks one, fails
     over to the others and learns the rest of the cluster from the server.
     ``auth``: the credentials (default: from the environment, ``QUILL_NATS_*``).
+    ``on_server_error``: also told each error the server reports once connected (a service counts
+    the publishes it was refused).
 
     Raises:
         ConnectionError: no server answered within ``wait_s``, or the credentials are
@@ -103,6 +106,8 @@ async def connect(
             if len(seen) > 1024:
                 seen.clear()
             seen.add(match.group(1))  # nats-py reports it in lower case
+        if on_server_error is not None:
+            on_server_error(exc)
         if not closing():
             log.warning("nats error: %s", exc)
 

@@ -11,7 +11,7 @@ from nats.aio.subscription import Subscription
 
 from contracts import ops as registry
 from contracts.subjects import QUEUE_READER
-from infra import bus
+from infra import bus, metrics
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
@@ -49,6 +49,7 @@ class Reader:
         self.tasks: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
         self._joining: asyncio.Task[None] | None = None
+        self._gauges = metrics.Sources()
         self.serving = asyncio.Event()
         """Set once it answers queries in the replicas' queue group (caught up)."""
 
@@ -65,6 +66,10 @@ class Reader:
         await self.bridges.start()
         self.indexer.start()
         await self.follower.start()
+        follower = self.follower
+        self._gauges.add(metrics.READER_LAG_VERSIONS, follower.lag_versions)
+        self._gauges.add(metrics.READER_LAG_SECONDS, follower.lag_seconds)
+        self._gauges.add(metrics.READER_VERSION_WAITERS, lambda: follower.waiting)
         handler = query_handler(self)
         self._subs += [
             await bus.serve(self.nc, self.subjects.all_replica(self.instance), None, handler),
@@ -102,3 +107,4 @@ class Reader:
         await self.follower.stop()
         await self.indexer.stop()
         await self.bridges.stop()
+        self._gauges.remove()

@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 from contracts.events import HistoryCompacted
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
-from infra import bus
+from infra import bus, metrics
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
@@ -83,6 +83,7 @@ class Writer:
             backlog=Backlog(limit=max_queued),
         )
         """What every workspace actor and the command entry are given."""
+        self._gauges = metrics.Sources()
 
     @property
     def queued(self) -> int:
@@ -122,6 +123,11 @@ class Writer:
                 if actor is not None:
                     actor.state = None
             raise
+
+    def _deepest(self) -> int:
+        """The most commands one workspace has waiting (read on scrape, from another thread:
+        the actors are copied first)."""
+        return max((a.depth for a in tuple(self._actors.values())), default=0)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -168,6 +174,9 @@ class Writer:
     async def start(self) -> None:
         await self.bridges.start()
         self.appender.start()
+        self._gauges.add(metrics.WRITER_QUEUE_DEPTH, lambda: self.queued)
+        self._gauges.add(metrics.WRITER_QUEUE_DEPTH_MAX, self._deepest)
+        self._gauges.add(metrics.WRITER_WORKSPACES, lambda: len(self._actors))
         if self.partitions is not None:
             await self.partitions.start()
             serving = f"{self.partitions.count} partitions ({len(self.partitions.held)} held)"
@@ -201,3 +210,4 @@ class Writer:
                 log.warning("stopping with commands still in flight")
         await self.appender.stop()
         await self.bridges.stop()
+        self._gauges.remove()
