@@ -1,0 +1,163 @@
+"""The Grafana dashboard (``deploy/grafana/quill.json``) and the alert rules
+(``deploy/prometheus/quill-rules.yml``) use only metrics a running stack exports.
+
+A writer, a reader, an executor and a gateway run as processes (``quill writer --metrics-port``
+…) against a real nats-server; every ``quill_*`` and ``process_*`` name the two files use must
+be declared (``# TYPE``) by one of their scrapes. The rules are checked by ``promtool`` where it
+is installed (Debian: ``apt-get install prometheus``), else for their structure; the
+dashboard's expressions go through ``promtool`` as recording rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+import yaml
+
+from quill_cli.launcher import free_port
+from tests.metrics_scrape import Scrape
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "deploy/grafana/quill.json"
+RULES = ROOT / "deploy/prometheus/quill-rules.yml"
+
+AWAITED = {
+    "quill_busy_rejections_total": "bounded queues",
+    "quill_gateway_inflight_requests": "bounded queues",
+    "quill_jetstream_storage_bytes": "disk full",
+    "quill_jetstream_storage_limit_bytes": "disk full",
+    "quill_storage_full": "disk full",
+}
+"""Families other parts of issue 16 add, named here before they exist: once a scrape declares
+one, this test fails until it is removed from here."""
+
+_NAME = re.compile(r"\b((?:quill|process)_[a-z0-9_]+)")
+_SUFFIX = re.compile(r"_(bucket|count|sum)$")
+
+
+def used(expr: str) -> set[str]:
+    """The families an expression reads (a histogram's ``_bucket`` is its family)."""
+    return {_SUFFIX.sub("", name) for name in _NAME.findall(expr)}
+
+
+def dashboard_exprs() -> list[str]:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    return [t["expr"] for p in panels for t in p.get("targets", [])]
+
+
+def rules() -> list[dict[str, Any]]:
+    return [
+        rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]
+    ]
+
+
+def test_the_rules_are_alerts_with_a_severity_and_a_summary() -> None:
+    doc = yaml.safe_load(RULES.read_text())
+    assert set(doc) == {"groups"}
+    names = set()
+    for group in doc["groups"]:
+        assert group["name"] and group["rules"]
+        for rule in group["rules"]:
+            assert set(rule) <= {"alert", "expr", "for", "labels", "annotations"}, rule
+            assert rule["alert"] not in names
+            names.add(rule["alert"])
+            assert isinstance(rule["expr"], str), rule
+            assert re.fullmatch(r"\d+[smh]", rule.get("for", "0s")), rule
+            assert rule["labels"]["severity"] in ("page", "ticket"), rule
+            assert rule["annotations"]["summary"], rule
+    for alert in ("QuillReaderLag", "QuillWriterQueue", "QuillPublishFailures"):
+        assert alert in names
+    assert {"QuillStorageFull", "QuillBusyRejections"} <= names
+
+
+def test_the_dashboard_has_a_panel_per_area() -> None:
+    doc = json.loads(DASHBOARD.read_text())
+    assert doc["uid"] == "quill"
+    rows = [p["title"] for p in doc["panels"] if p["type"] == "row"]
+    assert rows == ["Requests", "Writer", "Reader", "Executor", "Storage and publishing",
+                    "Processes"]  # fmt: skip
+    for panel in doc["panels"]:
+        if panel["type"] != "row":
+            assert panel["targets"] and panel["datasource"]["uid"] == "${datasource}", panel
+
+
+def test_promtool_accepts_the_rules_and_the_dashboards_expressions(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (apt-get install prometheus): structure only")
+    checked = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True)
+    assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+    recording = [
+        {"record": f"quill:dashboard:{i}", "expr": expr.replace("$__rate_interval", "5m")}
+        for i, expr in enumerate(dashboard_exprs())
+    ]
+    as_rules = tmp_path / "dashboard-rules.yml"
+    as_rules.write_text(yaml.safe_dump({"groups": [{"name": "d", "rules": recording}]}))
+    checked = subprocess.run([promtool, "check", "rules", str(as_rules)], capture_output=True)
+    assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+
+
+@pytest_asyncio.fixture
+async def scrapes(nats_url: str, tmp_path: Path) -> AsyncIterator[list[str]]:
+    """The metrics URLs of a writer, a reader, an executor and a gateway, each a process."""
+    urls, procs = [], []
+    for service in ("writer", "reader", "executor"):
+        port = free_port()
+        extra = ["--sandbox", "local"] if service == "executor" else []
+        args = ["--nats-url", nats_url, "--data", str(tmp_path / service)]
+        procs.append(await _spawn(service, *args, "--metrics-port", str(port), *extra))
+        urls.append(f"http://127.0.0.1:{port}/metrics")
+    port = free_port()
+    gateway = ["--nats-url", nats_url, "--http-port", str(port), "--workers", "1"]
+    procs.append(await _spawn("gateway", *gateway))
+    urls.append(f"http://127.0.0.1:{port}/metrics")
+    try:
+        yield urls
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.terminate()
+            await proc.wait()
+
+
+async def _spawn(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "quill",
+        *args,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def test_every_metric_they_use_is_exported_by_a_running_stack(scrapes: list[str]) -> None:
+    exprs = dashboard_exprs() + [rule["expr"] for rule in rules()]
+    wanted = set().union(*map(used, exprs))
+    assert {"quill_reader_lag_seconds", "process_cpu_seconds_total"} <= wanted
+    expected = wanted - set(AWAITED)
+    declared: set[str] = set()
+    async with httpx.AsyncClient() as http:
+        async with asyncio.timeout(60):
+            while not expected <= declared:
+                await asyncio.sleep(0.2)  # polling the processes' scrapes until all serve
+                declared = set()
+                for url in scrapes:
+                    try:
+                        declared |= Scrape.parse((await http.get(url)).text).declared
+                    except httpx.TransportError:
+                        pass  # not listening yet
+    assert not expected - declared
+    arrived = set(AWAITED) & declared
+    assert not arrived, f"now exported: remove {sorted(arrived)} from AWAITED"
