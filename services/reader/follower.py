@@ -113,7 +113,7 @@ class Follower:
             )
             if first.time is not None:
                 behind = (int(first.seq or 0), first.time.timestamp())
-        self.log_last, self._behind = max(last, self.log_last), behind
+        self.log_last, self._behind = last, behind
 
     async def _on_batch(self, batch: list[Committed], pending: int) -> None:
         batch = await with_manifests(batch, self._manifests)

@@ -11,6 +11,7 @@ dashboard's expressions go through ``promtool`` as recording rules.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -81,6 +82,33 @@ def test_the_rules_are_alerts_with_a_severity_and_a_summary() -> None:
     assert {"QuillStorageFull", "QuillBusyRejections"} <= names
 
 
+def documented_alerts() -> dict[str, str]:
+    """docs/operations.md's "### Alerts" table: each row's expression (those on metrics)."""
+    section = (ROOT / "docs/operations.md").read_text().split("### Alerts", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    out = {}
+    for line in section.splitlines():
+        cells = line.split(" | ")
+        if not line.startswith("| ") or len(cells) < 3 or "`" not in cells[1]:
+            continue
+        expr = cells[1].replace("\\|", "|").split("`")[1]
+        if "quill_" in expr or "up{" in expr:
+            out[cells[0].removeprefix("| ")] = expr
+    return out
+
+
+def test_the_rules_are_the_documented_alerts() -> None:
+    def same(expr: str) -> str:
+        return re.sub(r"\s+", "", expr)
+
+    exprs = {same(rule["expr"]) for rule in rules()}
+    documented = documented_alerts()
+    assert len(documented) >= 15
+    missing = {name: e for name, e in documented.items() if same(e) not in exprs}
+    assert not missing, f"in docs/operations.md, not in {RULES.name}: {missing}"
+    assert len(exprs) == len(documented)
+
+
 def test_the_dashboard_has_a_panel_per_area() -> None:
     doc = json.loads(DASHBOARD.read_text())
     assert doc["uid"] == "quill"
@@ -111,35 +139,33 @@ def test_promtool_accepts_the_rules_and_the_dashboards_expressions(tmp_path: Pat
 @pytest_asyncio.fixture
 async def scrapes(nats_url: str, tmp_path: Path) -> AsyncIterator[list[str]]:
     """The metrics URLs of a writer, a reader, an executor and a gateway, each a process."""
-    urls, procs = [], []
-    for service in ("writer", "reader", "executor"):
-        port = free_port()
-        extra = ["--sandbox", "local"] if service == "executor" else []
-        args = ["--nats-url", nats_url, "--data", str(tmp_path / service)]
-        procs.append(await _spawn(service, *args, "--metrics-port", str(port), *extra))
-        urls.append(f"http://127.0.0.1:{port}/metrics")
-    port = free_port()
-    gateway = ["--nats-url", nats_url, "--http-port", str(port), "--workers", "1"]
-    procs.append(await _spawn("gateway", *gateway))
-    urls.append(f"http://127.0.0.1:{port}/metrics")
+    ports = [free_port() for _ in range(4)]
+    runs = [
+        [s, "--data", str(tmp_path / s), "--metrics-port", str(port)]
+        for s, port in zip(("writer", "reader", "executor"), ports, strict=False)
+    ]
+    runs[2] += ["--sandbox", "local"]
+    runs.append(["gateway", "--http-port", str(ports[3]), "--workers", "1"])
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "quill",
+            *run,
+            "--nats-url",
+            nats_url,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        for run in runs
+    ]
     try:
-        yield urls
+        yield [f"http://127.0.0.1:{port}/metrics" for port in ports]
     finally:
         for proc in procs:
             if proc.returncode is None:
                 proc.terminate()
             await proc.wait()
-
-
-async def _spawn(*args: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "quill",
-        *args,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
 
 
 async def test_every_metric_they_use_is_exported_by_a_running_stack(scrapes: list[str]) -> None:
@@ -149,15 +175,16 @@ async def test_every_metric_they_use_is_exported_by_a_running_stack(scrapes: lis
     expected = wanted - set(AWAITED)
     declared: set[str] = set()
     async with httpx.AsyncClient() as http:
-        async with asyncio.timeout(60):
-            while not expected <= declared:
-                await asyncio.sleep(0.2)  # polling the processes' scrapes until all serve
-                declared = set()
-                for url in scrapes:
-                    try:
-                        declared |= Scrape.parse((await http.get(url)).text).declared
-                    except httpx.TransportError:
-                        pass  # not listening yet
-    assert not expected - declared
+        with contextlib.suppress(TimeoutError):  # then the assertion says what is missing
+            async with asyncio.timeout(60):
+                while not expected <= declared:
+                    await asyncio.sleep(0.2)  # polling the processes' scrapes until all serve
+                    declared = set()
+                    for url in scrapes:
+                        try:
+                            declared |= Scrape.parse((await http.get(url)).text).declared
+                        except httpx.TransportError:
+                            pass  # not listening yet
+    assert not expected - declared, f"used, not exported: {sorted(expected - declared)}"
     arrived = set(AWAITED) & declared
     assert not arrived, f"now exported: remove {sorted(arrived)} from AWAITED"
