@@ -106,8 +106,8 @@ Value = float | Mapping[tuple[str, ...], float]
 
 class Live(Collector):
     """A gauge computed when scraped, from the sources the running services added: several
-    services of one process (tests, ``quill up --in-process``) are ``combine``d (summed, or
-    the worst of them). No source: no sample (a gateway shows no writer queue)."""
+    services of one process (as the tests run them) are ``combine``d (summed, or the worst of
+    them). No source: no sample (a gateway shows no writer queue)."""
 
     def __init__(
         self,
