@@ -31,14 +31,20 @@ def observe(kind: str, op: str, outcome: str, started: float) -> None:
     _REQUESTS.observe(kind, op, outcome, time.perf_counter() - started)
 
 
+METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+"""HTTP methods named in the ``op`` label; any other a client sends is ``OTHER`` (a label
+value per invented method would grow the series without bound)."""
+
+
 def route_name(routes: list[BaseRoute], scope: Scope) -> str:
     """``METHOD /template`` of the route that serves ``scope`` (``unmatched`` for none)."""
+    method = scope["method"] if scope["method"] in METHODS else "OTHER"
     for route in routes:
         match, _ = route.matches(scope)
         if match is not Match.NONE:
             template = re.sub(r":\w+}", "}", getattr(route, "path", "?"))
-            return f"{scope['method']} {template}"
-    return f"{scope['method']} unmatched"
+            return f"{method} {template}"
+    return f"{method} unmatched"
 
 
 class HttpMetrics:
