@@ -12,6 +12,7 @@ appended. Between two asks, what was applied meanwhile counts at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -81,6 +82,8 @@ class Follower:
     async def stop(self) -> None:
         if self._watch is not None:
             self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
         if self._stop is not None:
             await self._stop()
 
