@@ -64,6 +64,7 @@ class Follower:
         """The first event not applied when last asked: (its sequence, when it was appended,
         as ``time.time()``)."""
         self._watch: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def start(self) -> None:
         self.position = await self._store.position(TRACKING)
@@ -80,8 +81,9 @@ class Follower:
         self.ready.set()
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._watch is not None:
-            self._watch.cancel()
+            self._watch.cancel()  # nats-py may turn it into a TimeoutError: the flag ends it
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
         if self._stop is not None:
@@ -99,7 +101,7 @@ class Follower:
         return max(0.0, time.time() - behind[1])
 
     async def _watch_lag(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self._ask_lag()
             except Exception as exc:  # the log unreachable: the last answer stands
