@@ -146,5 +146,6 @@ async def reject(incoming: Incoming, error: QuillError, auditor: Auditor) -> Non
     address = incoming.address
     if address is not None and not secrets.find(f"{address.tenant}/{address.workspace}"):
         await auditor.record(address, origin, incoming.started, error=error)
-    else:  # not audited: the log line alone (the filter redacts what it names)
+    else:  # not audited: the log line alone (the filter redacts what it names), still counted
         logfields.failed(address, origin, error)
+        auditor.unaddressed(incoming.msg.subject, error, incoming.started)

@@ -20,11 +20,11 @@ import msgspec
 import prometheus_client as prom
 from nats.aio.client import Client as NATS
 
-from contracts import codec
+from contracts import codec, ops
 from contracts.errors import QuillError
 from contracts.events import AuditRecord
 from contracts.subjects import Address, Origin, Subjects
-from infra import logfields, tracing
+from infra import logfields, metrics, tracing
 from infra.secret_registry import LogFilter, secrets_from_env
 from infra.store import Store
 
@@ -99,18 +99,6 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
 
 # ---------------------------------------------------------------- metrics
 
-REQUESTS = prom.Counter(
-    "quill_requests_total",
-    "Requests handled, by service, kind, op and outcome (ok or the error code).",
-    ["service", "kind", "op", "outcome"],
-)
-LATENCY = prom.Histogram(
-    "quill_request_seconds",
-    "Time from receiving a request to replying.",
-    ["service", "kind", "op"],
-    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-)
-
 
 METRICS_HOST = "127.0.0.1"
 
@@ -161,24 +149,28 @@ def serve_metrics(
 # ---------------------------------------------------------------- audit
 
 
+_KINDS = frozenset(("cmd", "qry", "exec"))
+
+
 class Auditor:
-    """Publishes one audit record per operation and counts it in the metrics."""
+    """Publishes one audit record per operation and counts it in the metrics
+    (``quill_requests_total``, ``quill_request_seconds``; ``quill_publish_failures_total``
+    when the record could not be published)."""
 
     def __init__(self, nc: NATS, subjects: Subjects, service: str, instance: str) -> None:
         self._nc, self._subjects = nc, subjects
         self.service, self.instance = service, instance
-        self._metrics: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self.requests = metrics.Requests(service)
         self._templates: dict[tuple[Address, Origin | None], tuple[AuditRecord, str]] = {}
 
-    def _observe(self, kind: str, op: str, outcome: str, elapsed: float) -> None:
-        metrics = self._metrics.get((kind, op, outcome))
-        if metrics is None:
-            metrics = self._metrics[(kind, op, outcome)] = (
-                REQUESTS.labels(self.service, kind, op, outcome),
-                LATENCY.labels(self.service, kind, op),
-            )
-        metrics[0].inc()
-        metrics[1].observe(elapsed)
+    def unaddressed(self, subject: str, error: QuillError, started: float) -> None:
+        """Count a request refused without an audit record (a bad subject, a name holding a
+        secret): ``op="unknown"``, never the subject's own words (label values a hostile
+        client would choose)."""
+        kind = subject.split(".", 2)[1:2]
+        known = kind[0] if kind and kind[0] in _KINDS else "unknown"
+        elapsed = time.perf_counter() - started
+        self.requests.observe(known, "unknown", str(error.code), elapsed)
 
     async def record(
         self,
@@ -195,7 +187,11 @@ class Auditor:
         if error is not None:  # the one log line of a failed request
             logfields.failed(address, origin, error)
         elapsed = time.perf_counter() - started
-        self._observe(address.kind, address.op, "ok" if error is None else str(error.code), elapsed)
+        if error is None:
+            self.requests.observe(address.kind, address.op, "ok", elapsed)
+        else:  # an op the registry lacks is counted as unknown: bounded label values
+            op = address.op if ops.find(address.kind, address.op) is not None else "unknown"
+            self.requests.observe(address.kind, op, str(error.code), elapsed)
         at, duration_ms, paths = datetime.now(UTC), round(elapsed * 1000, 3), (paths or [])[:100]
         if error is None and summary is None and details is None:
             # The common record (a success with nothing op-specific): what its address and
@@ -225,6 +221,7 @@ class Auditor:
         try:
             await self._nc.publish(subject, payload)
         except Exception as exc:  # never fail an operation because auditing failed
+            metrics.publish_failed(self.service, "audit")
             log.warning("audit publish failed: %s", exc)
 
     def _build(
@@ -305,7 +302,13 @@ async def connect_service(settings: Settings, name: str) -> NATS:
 
     tracing.setup(name)
     serve_metrics(settings.metrics_port, settings.metrics_host)
-    nc = await bus.connect(settings.nats_url, name=f"quill-{name}", on_dropped=Dropped(name))
+    refused = metrics.refused_publishes(name, settings.subjects)
+    nc = await bus.connect(
+        settings.nats_url,
+        name=f"quill-{name}",
+        on_dropped=Dropped(name),
+        on_server_error=refused,
+    )
     await bus.ensure_streams(nc, settings.subjects, settings.replicas)
     return nc
 

@@ -70,6 +70,7 @@ async def connect(
     wait_s: float = 10.0,
     auth: NatsAuth | None = None,
     on_dropped: Callable[[nats.errors.SlowConsumerError], Awaitable[None]] | None = None,
+    on_server_error: Callable[[Exception], None] | None = None,
 ) -> NATS:
     """Connect to NATS, retrying for up to ``wait_s`` seconds, then reconnecting forever.
     ``url``: one server or several of a cluster (``servers``): the client picks one, fails
@@ -77,6 +78,8 @@ async def connect(
     ``auth``: the credentials (default: from the environment, ``QUILL_NATS_*``).
     ``on_dropped``: called for each message a subscription dropped as a slow consumer (its
     pending limit reached) instead of logging it (a service answers such a request busy).
+    ``on_server_error``: also told each error the server reports once connected (a service counts
+    the publishes it was refused).
 
     Raises:
         ConnectionError: no server answered within ``wait_s``, or the credentials are
@@ -110,6 +113,8 @@ async def connect(
             if len(seen) > 1024:
                 seen.clear()
             seen.add(match.group(1))  # nats-py reports it in lower case
+        if on_server_error is not None:
+            on_server_error(exc)
         if not closing():
             log.warning("nats error: %s", exc)
 

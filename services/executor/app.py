@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sized
 from typing import IO, Any
 
 from nats.aio.client import Client as NATS
@@ -37,7 +37,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import EXECUTOR_MAX_OUTPUT_READS, RETRY_AFTER_MS
 from contracts.subjects import QUEUE_EXECUTOR, Address, Origin
-from infra import bus, storage
+from infra import bus, metrics, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
@@ -119,6 +119,7 @@ class Executor:
         """The ops that run in a checkout, by name (``contracts/ops.py`` checks the table)."""
         self._subs: list[Subscription] = []
         self._lock: IO[str] | None = None
+        self._gauges = metrics.Sources()
         self.runs = 0
 
     def info(self) -> dict[str, Any]:
@@ -147,6 +148,10 @@ class Executor:
         if killed:
             log.warning("killed %d sandbox processes an earlier executor left running", killed)
         await self.checkouts.found()
+        slots, budget = self.slots, self.checkouts.budget
+        self._gauges.add(metrics.EXECUTOR_SLOTS_BUSY, lambda: per_tenant(slots.held))
+        self._gauges.add(metrics.EXECUTOR_QUEUED, lambda: per_tenant(slots.queues))
+        self._gauges.add(metrics.EXECUTOR_CHECKOUT_BYTES, lambda: sum(tuple(budget.sizes.values())))
         await ensure_stream(self.js, self.subjects, self.config.output, self.settings.replicas)
         self._subs.append(
             await bus.serve(self.nc, self.subjects.all_exec, QUEUE_EXECUTOR, self.on_request)
@@ -175,6 +180,7 @@ class Executor:
         await self.provider.close()
         if self._lock is not None:
             self._lock.close()
+        self._gauges.remove()
 
     # ------------------------------------------------------------------ requests
     async def on_purged(self, msg: Msg) -> None:
@@ -270,6 +276,12 @@ class Executor:
         task = asyncio.create_task(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+
+def per_tenant(counts: Mapping[str, int | Sized]) -> dict[tuple[str, ...], float]:
+    """A gauge's value per tenant, from a count or a queue per tenant (copied first: a
+    scrape reads it from another thread)."""
+    return {(t,): float(n if isinstance(n, int) else len(n)) for t, n in tuple(counts.items())}
 
 
 async def start_executor(settings: Settings, config: ExecutorConfig) -> Running[Executor]:

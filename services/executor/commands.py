@@ -31,6 +31,7 @@ from infra.exec.checkout import Captured, Checkout
 from infra.exec.commit import commit
 from infra.exec.git import READ_ONLY_GIT, Credentials, run_git, sandbox_runner
 from infra.exec.results import Output, audited, command_result
+from infra.metrics import EXECUTOR_KILLS
 from quill.client import Quill
 from services.executor import quota
 from services.executor.checkouts import Checkouts
@@ -38,6 +39,21 @@ from services.executor.config import ExecutorConfig
 from services.executor.output import Recorder
 
 log = logging.getLogger("quill.executor")
+
+WHY = ("timeout", "memory", "background", "quota", "cancel")
+KILLS = {why: EXECUTOR_KILLS.labels(why) for why in WHY}
+"""``quill_executor_sandbox_kills_total`` by why, bound once."""
+
+
+def count_kills(outcome: sandbox.Outcome) -> None:
+    """Count what the sandbox killed of a command that ran: all of it at its timeout, a
+    process the OOM killer took, what it left running when it ended."""
+    if outcome.timed_out:
+        KILLS["timeout"].inc()
+    if outcome.oom_killed:
+        KILLS["memory"].inc()
+    if outcome.left_running:
+        KILLS["background"].inc()
 
 
 class Commands:
@@ -217,9 +233,17 @@ class Commands:
 
             base = checkout.version
             await asyncio.to_thread(checkout.begin)
-            outcome = await self.checkouts.guarded(
-                checkout, self._sandboxed(checkout, spawn, on_output)
-            )
+            try:
+                outcome = await self.checkouts.guarded(
+                    checkout, self._sandboxed(checkout, spawn, on_output)
+                )
+            except quota.Stopped:
+                KILLS["quota"].inc()
+                raise
+            except asyncio.CancelledError:  # the executor is stopping: the command is killed
+                KILLS["cancel"].inc()
+                raise
+            count_kills(outcome)
             if checkout is live:  # the next command here finds a sandbox started
                 self.provider.warm(checkout.tree, self._limits(spawn.timeout_s, checkout))
             finishing = asyncio.ensure_future(recorder.finish(outcome))  # alongside the capture

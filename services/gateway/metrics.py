@@ -1,4 +1,4 @@
-"""Gateway metrics, in the families every service uses (``infra/runtime.py``).
+"""Gateway metrics, in the families every service uses (``infra/metrics.py``).
 
 ``quill_requests_total{service="gateway", kind, op, outcome}`` and ``quill_request_seconds``:
 
@@ -20,25 +20,31 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from infra.runtime import LATENCY, REQUESTS
+from infra.metrics import Requests
 
 SERVICE = "gateway"
+_REQUESTS = Requests(SERVICE)
 
 
 def observe(kind: str, op: str, outcome: str, started: float) -> None:
     """Count one request of ``kind``/``op`` and its latency since ``started``."""
-    REQUESTS.labels(SERVICE, kind, op, outcome).inc()
-    LATENCY.labels(SERVICE, kind, op).observe(time.perf_counter() - started)
+    _REQUESTS.observe(kind, op, outcome, time.perf_counter() - started)
+
+
+METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+"""HTTP methods named in the ``op`` label; any other a client sends is ``OTHER`` (a label
+value per invented method would grow the series without bound)."""
 
 
 def route_name(routes: list[BaseRoute], scope: Scope) -> str:
     """``METHOD /template`` of the route that serves ``scope`` (``unmatched`` for none)."""
+    method = scope["method"] if scope["method"] in METHODS else "OTHER"
     for route in routes:
         match, _ = route.matches(scope)
         if match is not Match.NONE:
             template = re.sub(r":\w+}", "}", getattr(route, "path", "?"))
-            return f"{scope['method']} {template}"
-    return f"{scope['method']} unmatched"
+            return f"{method} {template}"
+    return f"{method} unmatched"
 
 
 class HttpMetrics:

@@ -12,7 +12,7 @@ from nats.aio.subscription import Subscription
 from contracts import ops as registry
 from contracts.limits import READER_MAX_INFLIGHT
 from contracts.subjects import QUEUE_READER
-from infra import bus
+from infra import bus, metrics
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
@@ -50,6 +50,7 @@ class Reader:
         self.tasks: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
         self._joining: asyncio.Task[None] | None = None
+        self._gauges = metrics.Sources()
         self.serving = asyncio.Event()
         """Set once it answers queries in the replicas' queue group (caught up)."""
 
@@ -68,6 +69,10 @@ class Reader:
         await self.bridges.start()
         self.indexer.start()
         await self.follower.start()
+        follower = self.follower
+        self._gauges.add(metrics.READER_LAG_VERSIONS, follower.lag_versions)
+        self._gauges.add(metrics.READER_LAG_SECONDS, follower.lag_seconds)
+        self._gauges.add(metrics.READER_VERSION_WAITERS, lambda: follower.waiting)
         handler = query_handler(self)
         self._subs += [
             await bus.serve(self.nc, self.subjects.all_replica(self.instance), None, handler),
@@ -105,3 +110,4 @@ class Reader:
         await self.follower.stop()
         await self.indexer.stop()
         await self.bridges.stop()
+        self._gauges.remove()

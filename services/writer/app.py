@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 from contracts.events import HistoryCompacted
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
-from infra import bus, storage
+from infra import bus, metrics, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
@@ -102,6 +102,7 @@ class Writer:
             backlog=backlog or _backlog(settings.extra),
         )
         """What every workspace actor and the command entry are given."""
+        self._gauges = metrics.Sources()
 
     @property
     def queued(self) -> int:
@@ -141,6 +142,11 @@ class Writer:
                 if actor is not None:
                     actor.state = None
             raise
+
+    def _deepest(self) -> int:
+        """The most commands one workspace has waiting (read on scrape, from another thread:
+        the actors are copied first)."""
+        return max((a.depth for a in tuple(self._actors.values())), default=0)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -190,6 +196,9 @@ class Writer:
         await self.bridges.start()
         self.appender.start()
         self._usage = asyncio.create_task(storage.poll_log_usage(self.js))
+        self._gauges.add(metrics.WRITER_QUEUE_DEPTH, lambda: self.queued)
+        self._gauges.add(metrics.WRITER_QUEUE_DEPTH_MAX, self._deepest)
+        self._gauges.add(metrics.WRITER_WORKSPACES, lambda: len(self._actors))
         if self.partitions is not None:
             await self.partitions.start()
             serving = f"{self.partitions.count} partitions ({len(self.partitions.held)} held)"
@@ -226,3 +235,4 @@ class Writer:
         if self._usage is not None:
             self._usage.cancel()
             await asyncio.gather(self._usage, return_exceptions=True)
+        self._gauges.remove()

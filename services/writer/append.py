@@ -30,6 +30,8 @@ import prometheus_client as prom
 from nats.aio.client import Client as NATS
 
 from contracts.subjects import HEADER_EVENT_HASH
+from infra import storage
+from infra.metrics import WRITER_APPENDS
 from services.writer.partitions import Fence
 
 log = logging.getLogger("quill.writer.append")
@@ -44,9 +46,12 @@ APPEND_SECONDS = prom.Histogram(
     "Time for the log to acknowledge a batch.",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
 )
-APPEND_FAILURES = prom.Counter(
-    "quill_writer_append_failures_total", "Groups the log refused or did not acknowledge.", ["why"]
-)
+WRONG_LAST_SEQUENCE = 10071
+"""JetStream's error code when an expected last (subject) sequence does not hold."""
+_APPENDS = {
+    outcome: WRITER_APPENDS.labels(outcome)
+    for outcome in ("ok", "conflict", "refused", "uncertain", "storage_full")
+}
 
 
 APPLY_LINGER_S = 0.05
@@ -59,6 +64,17 @@ class AppendError(Exception):
         super().__init__(message)
         self.uncertain = uncertain
         self.code = code
+
+    @property
+    def outcome(self) -> str:
+        """Its ``quill_writer_appends_total`` outcome: ``uncertain`` (fate unknown),
+        ``conflict`` (the workspace's or the partition's sequence moved on), ``storage_full``
+        (the log at its storage limit), ``refused``."""
+        if self.uncertain:
+            return "uncertain"
+        if storage.is_log_full(self):
+            return "storage_full"
+        return "conflict" if self.code == WRONG_LAST_SEQUENCE else "refused"
 
 
 @dataclass
@@ -196,13 +212,14 @@ class Appender:
             seqs = await self._send(groups)
         except AppendError as exc:
             if len(groups) == 1:
-                APPEND_FAILURES.labels("uncertain" if exc.uncertain else "refused").inc()
+                _APPENDS[exc.outcome].inc()
                 groups[0].future.set_exception(exc)
                 return
             log.info("batch of %d groups failed (%s); retrying each alone", len(groups), exc)
             for group in groups:
                 await self._commit_groups([group])
             return
+        _APPENDS["ok"].inc(len(groups))
         committed = list(zip(groups, seqs, strict=True))
         self._committed.extend(committed)
         self._applied.clear()

@@ -65,6 +65,7 @@ from infra.bus import respond
 from infra.busy import refused
 from infra.compaction import with_manifests
 from infra.entry import reply_headers
+from infra.metrics import publish_failed
 from infra.runtime import bounded_gather
 from services.writer.append import AppendError, Group
 from services.writer.deps import Deps
@@ -131,6 +132,11 @@ class WorkspaceActor:
     def waiting(self) -> int:
         """Commands parked until a lock goes (or an approval comes)."""
         return len(self._parked)
+
+    @property
+    def depth(self) -> int:
+        """Commands accepted and not yet answered (its queue, in flight, parked)."""
+        return len(self._inflight)
 
     @property
     def idle(self) -> bool:
@@ -940,6 +946,7 @@ class WorkspaceActor:
                 self.deps.subjects.updated(event.tenant, event.workspace), codec.encode(update)
             )
         except Exception as exc:
+            publish_failed("writer", "updated")
             log.warning("could not publish workspace.updated: %s", exc)
 
 
