@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from quill_cli.launcher import free_port
+from quill_cli.ports import free_port
 from tests.metrics_scrape import Scrape
 
 ROOT = Path(__file__).resolve().parents[2]
