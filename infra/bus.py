@@ -30,7 +30,7 @@ from contracts import codec
 from contracts.errors import QuillError
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
-from infra import assets, bridges
+from infra import assets, bridges, snapshots
 from infra.secret_registry import secrets_from_env
 from quill import connection
 from quill.credentials import DEFAULT_INBOX, SYSTEM_USER
@@ -123,9 +123,9 @@ async def _ensure_blobs(js: JetStreamContext, replicas: int) -> None:
 
 
 async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> None:
-    """Create WS_EVENTS, WS_AUDIT, the WS_BLOBS object store and the WS_BRIDGES bucket if
-    missing, and correct their configuration if needed (idempotent, and safe when several
-    processes do it at the same moment).
+    """Create WS_EVENTS, WS_AUDIT, the WS_BLOBS and WS_SNAPSHOTS object stores and the
+    WS_BRIDGES and WS_SNAPSHOT_LEASES buckets if missing, and correct their configuration if
+    needed (idempotent, and safe when several processes do it at the same moment).
 
     Raises:
         nats.js.errors.APIError: JetStream refused a create or an update (not for a stream
@@ -135,6 +135,7 @@ async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> Non
     await _ensure_stream(js, _events_stream(subjects, replicas))
     await _ensure_stream(js, _audit_stream(subjects, replicas))
     await _ensure_blobs(js, replicas)
+    await snapshots.ensure_bucket(js, replicas)
     await bridges.bucket(js, replicas)
 
 

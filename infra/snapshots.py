@@ -1,0 +1,468 @@
+"""Snapshots of a projection in the WS_SNAPSHOTS object store: made, listed, fetched, installed.
+
+A replica that starts with no projection (or one far behind) would replay the whole log before
+it serves: a minute for 60,000 events, more the longer the log. Instead it installs the newest
+snapshot of a replica's projection and replays only the events after it.
+
+A snapshot is the projection's SQLite file copied consistently (``VACUUM INTO``: one read
+transaction, so the data and its tracking position agree; run in a thread, off the event
+loop), gzip-compressed, stored as the object ``<role>/<position>`` (the position zero-padded:
+one object per log position, so two replicas snapshotting the same position make one object).
+Its meta record's headers say what it is: the log position it covers (``Quill-Position``,
+the stream sequence of the last event applied), the projection's schema version, the
+compressed bytes' sha256 and length, the database's size, the ``WS_EVENTS`` stream it was
+made from (its creation time: a log deleted and made again is another log), when and by whom.
+
+A snapshot is trusted only once it verifies: the schema version is this process's, the log is
+the same and holds the position, the bytes hash to the sha256 recorded, they decompress to the
+size recorded, and the database inside has the schema and tracking position the headers say.
+One that does not is logged and skipped (the next older one is tried, then the log from where
+the local data is). Installing is a rename over the projection's path (its WAL and shared
+memory files removed first), before the store is opened.
+
+Objects are read without a consumer (batched direct gets, as ``infra/blobs.py`` reads
+WS_BLOBS: nats-py's ``ObjectStore.get`` leaves an ordered consumer on the server per get, and
+joins chunks in memory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import time
+import zlib
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, ObjectMeta, ObjectStoreConfig, StorageType
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+from nats.js.kv import KeyValue
+
+from contracts.subjects import BUCKET_SNAPSHOT_LEASES, BUCKET_SNAPSHOTS, STREAM_EVENTS
+from infra import assets, direct
+from infra.store import SCHEMA_VERSION
+
+log = logging.getLogger("quill.snapshots")
+
+STREAM = f"OBJ_{BUCKET_SNAPSHOTS}"
+META = f"$O.{BUCKET_SNAPSHOTS}.M."
+LEASE_S = 15 * 60
+"""How long a replica may take making a snapshot before another may start one."""
+CHUNK_BATCH = 64
+"""Chunks (128 KiB) asked for by one batched direct get."""
+COMPRESS_LEVEL = 1
+"""gzip level: a projection (JSON text, paths, hashes) shrinks ~4x at level 1, at ~100 MB/s."""
+
+H_POSITION, H_SCHEMA, H_SHA256 = "Quill-Position", "Quill-Schema", "Quill-Sha256"
+H_SIZE, H_STORED, H_LOG = "Quill-Size", "Quill-Stored", "Quill-Log"
+H_MADE, H_BY = "Quill-Made", "Quill-By"
+STARTED_FROM = "started_from_snapshot"
+"""The projection's ``meta`` key naming the snapshot it was installed from."""
+
+
+class Rejected(Exception):
+    """A snapshot that does not verify (never installed)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """One snapshot, as its meta record describes it."""
+
+    name: str
+    role: str
+    position: int
+    """Stream sequence of the last event the projection had applied."""
+    schema: str
+    sha256: str
+    """Of the stored (compressed) bytes."""
+    size: int
+    """Of the database, uncompressed."""
+    stored: int
+    log: str
+    """Creation time of the ``WS_EVENTS`` stream it was made from."""
+    made: datetime
+    by: str
+    nuid: str
+    chunks: int
+
+    def headers(self) -> dict[str, list[str]]:
+        return {
+            H_POSITION: [str(self.position)],
+            H_SCHEMA: [self.schema],
+            H_SHA256: [self.sha256],
+            H_SIZE: [str(self.size)],
+            H_STORED: [str(self.stored)],
+            H_LOG: [self.log],
+            H_MADE: [self.made.isoformat()],
+            H_BY: [self.by],
+        }
+
+
+def object_name(role: str, position: int) -> str:
+    return f"{role}/{position:020d}"
+
+
+async def ensure_bucket(js: JetStreamContext, replicas: int) -> None:
+    """The WS_SNAPSHOTS object store and the WS_SNAPSHOT_LEASES bucket, created if missing."""
+    try:
+        await js.object_store(BUCKET_SNAPSHOTS)
+    except NotFoundError:
+        config = ObjectStoreConfig(
+            description="Quill: snapshots of the projections (a replica starts from one)",
+            storage=StorageType.FILE,
+            replicas=replicas,
+        )
+        name = f"object store {BUCKET_SNAPSHOTS}"
+        await assets.create_once(name, lambda: js.create_object_store(BUCKET_SNAPSHOTS, config))
+    await _leases(js, replicas)
+
+
+async def _leases(js: JetStreamContext, replicas: int = 1) -> KeyValue:
+    try:
+        return await js.key_value(BUCKET_SNAPSHOT_LEASES)
+    except NotFoundError:
+        config = KeyValueConfig(
+            bucket=BUCKET_SNAPSHOT_LEASES,
+            description="Quill: which replica is making a snapshot",
+            ttl=LEASE_S,
+            storage=StorageType.FILE,
+            replicas=replicas,
+        )
+        name = f"bucket {BUCKET_SNAPSHOT_LEASES}"
+        made = await assets.create_once(name, lambda: js.create_key_value(config))
+        return made if made is not None else await js.key_value(BUCKET_SNAPSHOT_LEASES)
+
+
+# ---------------------------------------------------------------- listing
+
+
+def _header(headers: dict[str, object], key: str) -> str:
+    value = headers.get(key)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if not isinstance(value, str):
+        raise ValueError(f"no {key}")
+    return value
+
+
+def _parse(record: bytes) -> Snapshot | None:
+    """The snapshot a meta record describes (None: deleted, or not a snapshot)."""
+    info = json.loads(record or b"{}")
+    if info.get("deleted") or not info.get("nuid"):
+        return None
+    headers = info.get("headers") or {}
+    name = str(info["name"])
+    return Snapshot(
+        name=name,
+        role=name.split("/", 1)[0],
+        position=int(_header(headers, H_POSITION)),
+        schema=_header(headers, H_SCHEMA),
+        sha256=_header(headers, H_SHA256),
+        size=int(_header(headers, H_SIZE)),
+        stored=int(info.get("size") or 0),
+        log=_header(headers, H_LOG),
+        made=datetime.fromisoformat(_header(headers, H_MADE)),
+        by=_header(headers, H_BY),
+        nuid=str(info["nuid"]),
+        chunks=int(info.get("chunks") or 0),
+    )
+
+
+async def listing(js: JetStreamContext, role: str) -> list[Snapshot]:
+    """The snapshots of ``role`` projections, newest (highest position) first. A meta record
+    that does not parse is logged and left out."""
+    found: list[Snapshot] = []
+    after = 0
+    while True:
+        page = await direct.messages(js, STREAM, META + ">", after=after, count=256)
+        if not page:
+            break
+        after = page[-1][0]
+        for _, headers, data in page:
+            try:
+                snap = _parse(data)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("snapshot record %s ignored: %s", headers.get("Nats-Subject"), exc)
+                continue
+            if snap is not None and snap.role == role:
+                found.append(snap)
+    return sorted(found, key=lambda s: s.position, reverse=True)
+
+
+async def log_identity(js: JetStreamContext) -> tuple[str, int]:
+    """``WS_EVENTS``'s creation time (which log) and last sequence."""
+    info = await js.stream_info(STREAM_EVENTS)
+    created = info.created.isoformat() if info.created else ""
+    return created, int(info.state.last_seq)
+
+
+# ---------------------------------------------------------------- making
+
+
+def _tracked(db: Path, tracking: str) -> tuple[str | None, int]:
+    """The schema version and tracking position of the database ``db`` ((None, 0): none)."""
+    if not db.exists():
+        return None, 0
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None, 0
+    try:
+        schema = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        row = conn.execute("SELECT position FROM tracking WHERE name=?", (tracking,)).fetchone()
+        return (str(schema[0]) if schema else None), (int(row[0]) if row else 0)
+    except sqlite3.Error:
+        return None, 0
+    finally:
+        conn.close()
+
+
+def local_position(db: Path, tracking: str) -> int:
+    """How far the projection at ``db`` has applied the log (0: none, or another schema)."""
+    schema, position = _tracked(db, tracking)
+    return position if schema == SCHEMA_VERSION else 0
+
+
+def _dump(db: Path, work: Path, tracking: str) -> tuple[Path, int, int, int, str]:
+    """Copy ``db`` consistently and compress it into ``work``: (file, position, size, stored,
+    sha256). Blocking: run in a thread."""
+    copy, packed = work / "snapshot.db", work / "snapshot.db.gz"
+    copy.unlink(missing_ok=True)
+    src = sqlite3.connect(db)
+    try:
+        src.execute("VACUUM INTO ?", (str(copy),))
+    finally:
+        src.close()
+    schema, position = _tracked(copy, tracking)
+    if schema != SCHEMA_VERSION:
+        raise RuntimeError(f"the projection has schema {schema}, not {SCHEMA_VERSION}")
+    digest = hashlib.sha256()
+    pack = zlib.compressobj(COMPRESS_LEVEL, zlib.DEFLATED, 31)  # 31: a gzip stream
+    with open(copy, "rb") as src_file, open(packed, "wb") as out:
+        while chunk := src_file.read(1 << 20):
+            data = pack.compress(chunk)
+            out.write(data)
+            digest.update(data)
+        data = pack.flush()
+        out.write(data)
+        digest.update(data)
+    size = copy.stat().st_size
+    copy.unlink()
+    return packed, position, size, packed.stat().st_size, digest.hexdigest()
+
+
+async def make(
+    js: JetStreamContext, db: Path, role: str, tracking: str, by: str, *, keep: int
+) -> Snapshot:
+    """Snapshot the projection at ``db`` into WS_SNAPSHOTS, then keep the newest ``keep``.
+
+    Raises:
+        Exception: the copy or the upload failed (nothing half-made is listed: the meta
+            record, written last, names the object).
+    """
+    work = db.parent / "snapshot-work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    started = time.monotonic()
+    try:
+        identity, _ = await log_identity(js)
+        packed, position, size, stored, sha = await asyncio.to_thread(_dump, db, work, tracking)
+        name = object_name(role, position)
+        snap = Snapshot(
+            name=name, role=role, position=position, schema=SCHEMA_VERSION, sha256=sha,
+            size=size, stored=stored, log=identity, made=datetime.now(UTC), by=by, nuid="",
+            chunks=0,
+        )  # fmt: skip
+        obs = await js.object_store(BUCKET_SNAPSHOTS)
+        with open(packed, "rb") as data:
+            meta = ObjectMeta(name=name, description=f"{role} projection", headers=snap.headers())
+            await obs.put(name, data, meta=meta)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log.info(
+        "snapshot %s made: log position %d, %d bytes (%d stored) in %.1f s",
+        name, position, size, stored, time.monotonic() - started,
+    )  # fmt: skip
+    await prune(js, role, keep)
+    return snap
+
+
+async def prune(js: JetStreamContext, role: str, keep: int) -> int:
+    """Delete all but the newest ``keep`` snapshots of ``role``; return how many went."""
+    gone = 0
+    for old in (await listing(js, role))[max(keep, 1) :]:
+        await js.purge_stream(STREAM, subject=f"$O.{BUCKET_SNAPSHOTS}.C.{old.nuid}")
+        key = base64.urlsafe_b64encode(old.name.encode()).decode()
+        await js.purge_stream(STREAM, subject=META + key)
+        gone += 1
+    return gone
+
+
+class Lease:
+    """One replica at a time makes a snapshot: a key created in WS_SNAPSHOT_LEASES (which
+    fails while another holds it), deleted when done, expiring after ``LEASE_S`` should its
+    holder die."""
+
+    def __init__(self, js: JetStreamContext, role: str, holder: str) -> None:
+        self._js, self._key, self._holder = js, role, holder
+        self._revision: int | None = None
+
+    async def take(self) -> bool:
+        kv = await _leases(self._js)
+        try:
+            self._revision = await kv.create(self._key, self._holder.encode())
+        except KeyWrongLastSequenceError:
+            return False
+        return True
+
+    async def release(self) -> None:
+        if self._revision is None:
+            return
+        kv = await _leases(self._js)
+        try:
+            await kv.delete(self._key, last=self._revision)
+        except KeyWrongLastSequenceError:  # expired and taken by another meanwhile
+            pass
+        self._revision = None
+
+
+# ---------------------------------------------------------------- fetching, installing
+
+
+def unusable(snap: Snapshot, log_id: str, last_seq: int) -> str | None:
+    """Why ``snap`` cannot serve this log and this process (None: it may, once verified)."""
+    if snap.schema != SCHEMA_VERSION:
+        return f"schema version {snap.schema}, this process's is {SCHEMA_VERSION}"
+    if snap.log != log_id:
+        return f"made from another {STREAM_EVENTS} (created {snap.log}, this one {log_id})"
+    if snap.position > last_seq:
+        return f"covers log position {snap.position}, beyond the log's last ({last_seq})"
+    return None
+
+
+async def _download(js: JetStreamContext, snap: Snapshot, packed: Path) -> None:
+    """The snapshot's stored bytes into ``packed``, checked against the sha256 recorded."""
+    subject = f"$O.{BUCKET_SNAPSHOTS}.C.{snap.nuid}"
+    digest, length, count, after = hashlib.sha256(), 0, 0, 0
+    with open(packed, "wb") as out:
+        while count < snap.chunks:
+            found = await direct.messages(
+                js, STREAM, subject, after=after, count=min(CHUNK_BATCH, snap.chunks - count)
+            )
+            if not found:  # a replica behind the leader: ask the leader
+                try:
+                    raw = await js.get_msg(STREAM, seq=after + 1, next=True, subject=subject)
+                except NotFoundError:
+                    break
+                found = [(int(raw.seq or 0), {}, raw.data or b"")]
+            for seq, _, data in found:
+                await asyncio.to_thread(out.write, data)
+                digest.update(data)
+                length += len(data)
+                count += 1
+                after = seq
+    if length != snap.stored or digest.hexdigest() != snap.sha256:
+        raise Rejected(
+            f"checksum mismatch ({count} of {snap.chunks} chunks, {length} of {snap.stored} "
+            "bytes, or the sha256 differs)"
+        )
+
+
+def _unpack(snap: Snapshot, packed: Path, db: Path, tracking: str) -> None:
+    """Decompress ``packed`` into ``db`` and check what is inside. Blocking."""
+    unpack = zlib.decompressobj(31)
+    size = 0
+    try:
+        with open(packed, "rb") as src, open(db, "wb") as out:
+            while chunk := src.read(1 << 20):
+                data = unpack.decompress(chunk)
+                size += len(data)
+                out.write(data)
+            data = unpack.flush()
+            size += len(data)
+            out.write(data)
+    except zlib.error as exc:
+        raise Rejected(f"does not decompress: {exc}") from None
+    if not unpack.eof or size != snap.size:
+        raise Rejected(f"decompresses to {size} bytes, not {snap.size}")
+    schema, position = _tracked(db, tracking)
+    if schema != SCHEMA_VERSION or position != snap.position:
+        raise Rejected(f"holds schema {schema} at position {position}, not what it says")
+    conn = sqlite3.connect(db)
+    try:  # which snapshot the projection started from (``Reader.info``)
+        conn.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (STARTED_FROM, snap.name))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _install(db: Path, path: Path) -> None:
+    """Put ``db`` in place of the projection at ``path``: its WAL and shared memory go first
+    (an old WAL replayed onto the new file would corrupt it), then a rename."""
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    os.replace(db, path)
+
+
+async def install(js: JetStreamContext, snap: Snapshot, path: Path, tracking: str) -> None:
+    """Fetch ``snap``, verify it, and make it the projection at ``path`` (not open).
+
+    Raises:
+        Rejected: it does not verify (nothing changed at ``path``).
+    """
+    work = path.parent / "snapshot-fetch"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        packed, db = work / "snapshot.db.gz", work / "snapshot.db"
+        await _download(js, snap, packed)
+        await asyncio.to_thread(_unpack, snap, packed, db, tracking)
+        _install(db, path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def bootstrap(
+    js: JetStreamContext, path: Path, role: str, tracking: str, *, behind: int
+) -> Snapshot | None:
+    """Install the newest snapshot that verifies at ``path`` if the projection there is more
+    than ``behind`` events behind it (or missing); return it (None: the projection stays,
+    and replays the log from where it is). Never raises for a snapshot: one that does not
+    verify is logged and the next older one tried."""
+    if behind <= 0:
+        return None
+    have = await asyncio.to_thread(local_position, path, tracking)
+    try:
+        found = await listing(js, role)
+        log_id, last_seq = await log_identity(js)
+    except Exception as exc:  # no snapshots at hand: replay the log, as before
+        log.warning("no snapshot: the store could not be read (%s)", exc)
+        return None
+    for snap in found:
+        if snap.position - have <= behind:
+            return None  # the local projection is recent enough: replay the tail
+        reason = unusable(snap, log_id, last_seq)
+        if reason is None:
+            started = time.monotonic()
+            try:
+                await install(js, snap, path, tracking)
+            except Rejected as exc:
+                reason = str(exc)
+            except Exception as exc:
+                reason = f"could not be fetched ({exc!r})"
+            else:
+                log.info(
+                    "installed snapshot %s (log position %d, %d bytes) in %.1f s",
+                    snap.name, snap.position, snap.size, time.monotonic() - started,
+                )  # fmt: skip
+                return snap
+        log.warning("snapshot %s ignored: %s", snap.name, reason)
+    return None

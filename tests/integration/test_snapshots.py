@@ -1,0 +1,252 @@
+"""Projection snapshots (``infra/snapshots.py``): a reader with no data starts from the newest
+snapshot in WS_SNAPSHOTS and replays only the tail; one that does not verify is ignored (said
+in the log) and the reader still answers right; readers make them, one at a time, keeping K."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import hashlib
+import json
+import logging
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js.api import ObjectMeta
+
+from contracts.limits import LimitsPatch
+from contracts.subjects import BUCKET_SNAPSHOTS, Subjects
+from infra import snapshots as snaps
+from quill.client import Quill
+from tests.helpers import start_reader, start_writer
+from tests.integration.test_compaction import KEEP, WRITES, compacted, rows
+
+BOOT = {"snapshot_behind": "1", "snapshot_events": "0"}
+"""A replica that starts from any snapshot ahead of it, and makes none unless asked."""
+
+
+async def clear(nc: NATS) -> None:
+    """No snapshots (the server is shared by the module's tests)."""
+    await snaps.ensure_bucket(nc.jetstream(), 1)
+    await nc.jetstream().purge_stream(snaps.STREAM)
+
+
+async def force(nc: NATS) -> dict[str, object]:
+    """``quill snapshot``'s request: one replica snapshots now."""
+    reply = await nc.request(Subjects().snapshot("reader"), b"", timeout=30)
+    answer = json.loads(reply.data)
+    assert answer["ok"], answer
+    return dict(answer)
+
+
+async def fill(quill: Quill, name: str, writes: int) -> None:
+    ws = quill.workspace(name)
+    await ws.create()
+    for i in range(writes):
+        await ws.write("f.txt", f"needle {i}\n")
+
+
+async def test_a_reader_with_no_data_starts_from_the_snapshot_and_replays_the_tail(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        quill = await Quill.connect(nats_url, timeout=5)
+        stack.push_async_callback(quill.close)
+        async with AsyncExitStack() as first:
+            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
+            await fill(quill, "acme/snap", 30)
+            made = await force(nc)
+            assert made["by"] == "r1" and int(str(made["bytes"])) > 0
+            ws = quill.workspace("acme/snap")
+            for i in range(30, 35):  # the tail, after the snapshot
+                await ws.write("f.txt", f"needle {i}\n")
+        # r1 is gone: r2 (no data) answers alone
+        r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
+        assert r2.started_from == made["name"]
+        assert r2.follower.position > int(str(made["position"]))
+        fresh = await Quill.connect(nats_url, timeout=5)
+        stack.push_async_callback(fresh.close)
+        assert await fresh.workspace("acme/snap").read_text("f.txt") == "needle 34\n"
+        assert await ws.read_text("f.txt", version=10) == "needle 8\n"  # from the snapshot
+        found = await fresh.workspace("acme/snap").grep("needle 3[0-4]")  # the trigram index
+        assert found.total == 1
+        await ws.write("g.txt", "latest")  # read-your-writes on the new replica
+        assert await ws.read_text("g.txt") == "latest"
+        assert (await ws.info()).version == ws.last_version == 37
+
+
+def _tampered(kind: str, data: bytes, snap: snaps.Snapshot) -> tuple[bytes, snaps.Snapshot]:
+    """A snapshot's bytes and record, broken as ``kind`` says."""
+    if kind == "bad checksum":
+        return data[:100] + bytes([data[100] ^ 1]) + data[101:], snap
+    if kind == "truncated":  # the record agrees with the bytes: only unpacking finds it
+        cut = data[: len(data) // 2]
+        return cut, snap.__class__(
+            **{**snap.__dict__, "sha256": hashlib.sha256(cut).hexdigest(), "stored": len(cut)}
+        )
+    if kind == "wrong schema":
+        return data, snap.__class__(**{**snap.__dict__, "schema": "0"})
+    if kind == "another log":
+        return data, snap.__class__(**{**snap.__dict__, "log": "1999-01-01T00:00:00+00:00"})
+    assert kind == "not a database"
+    junk = gzip.compress(b"x" * snap.size)
+    return junk, snap.__class__(
+        **{**snap.__dict__, "sha256": hashlib.sha256(junk).hexdigest(), "stored": len(junk)}
+    )
+
+
+async def _replace(nc: NATS, snap: snaps.Snapshot, kind: str, work: Path) -> None:
+    """Store a broken copy of ``snap`` in its place."""
+    work.mkdir(exist_ok=True)
+    await snaps._download(nc.jetstream(), snap, work / "s.gz")
+    data, record = _tampered(kind, (work / "s.gz").read_bytes(), snap)
+    obs = await nc.jetstream().object_store(BUCKET_SNAPSHOTS)
+    meta = ObjectMeta(name=snap.name, headers=record.headers())
+    await obs.put(snap.name, data, meta=meta)
+
+
+@pytest.mark.parametrize(
+    "kind", ["bad checksum", "truncated", "wrong schema", "another log", "not a database"]
+)
+async def test_a_snapshot_that_does_not_verify_is_ignored_and_said(
+    nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    await clear(nc)
+    name = "acme/" + kind.replace(" ", "-")
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        quill = await Quill.connect(nats_url, timeout=5)
+        stack.push_async_callback(quill.close)
+        async with AsyncExitStack() as first:
+            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
+            await fill(quill, name, 5)
+            older = await force(nc)
+            ws = quill.workspace(name)
+            for i in range(5, 10):
+                await ws.write("f.txt", f"needle {i}\n")
+            newer = await force(nc)
+        (broken, _) = await snaps.listing(nc.jetstream(), "reader")
+        assert broken.name == newer["name"]
+        await _replace(nc, broken, kind, tmp_path / "work")
+
+        with caplog.at_level(logging.WARNING, "quill.snapshots"):
+            r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
+        assert f"snapshot {broken.name} ignored" in caplog.text
+        assert r2.started_from == older["name"]  # the previous one, which verifies
+        assert await ws.read_text("f.txt") == "needle 9\n"
+
+        # with only the broken one left: a full replay, and the same answers
+        await snaps.prune(nc.jetstream(), "reader", keep=1)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, "quill.snapshots"):
+            r3 = await start_reader(stack, nats_url, tmp_path / "r3", "r3", BOOT)
+        assert f"snapshot {broken.name} ignored" in caplog.text
+        assert r3.started_from is None
+        assert r3.store.version_of("acme", name.split("/")[1]) == 11
+        assert not (tmp_path / "r3" / "snapshot-fetch").exists()
+
+
+async def test_a_snapshot_older_than_a_compaction_and_a_purge_gives_the_same_projection(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    """The log before a compaction (and a purged workspace's) is gone once the snapshot is
+    old: the tail still has the compaction and the purge, which replace what it held."""
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        quill = await Quill.connect(nats_url, timeout=5)
+        stack.push_async_callback(quill.close)
+        old = await start_reader(stack, nats_url, tmp_path / "r1", "r1", BOOT)
+        ws = quill.workspace("acme/trimmed")
+        await ws.create(limits=LimitsPatch(max_versions=KEEP))
+        await ws.write("hot.md", "hot 0\n")
+        gone = quill.workspace("acme/gone")
+        await gone.create()
+        await gone.write("a.txt", "old life")
+        made = await force(nc)
+        event = await compacted(ws, WRITES)  # purges the log before it, after the snapshot
+        await gone.purge()
+        await gone.create()
+        await gone.write("b.txt", "new life")
+        await gone.write("c.txt", "!")
+        last = gone.last_version
+
+        new = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
+        assert new.started_from == made["name"]
+        async with asyncio.timeout(10):
+            while not (
+                new.store.version_of("acme", "trimmed") >= event.version
+                and new.store.version_of("acme", "gone") >= last
+            ):
+                await asyncio.sleep(0.01)
+        for name in ("trimmed", "gone"):
+            assert await rows(new.store, "acme", name) == await rows(old.store, "acme", name)
+
+
+async def test_readers_make_snapshots_when_due_one_at_a_time_keeping_k(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    await clear(nc)
+    js = nc.jetstream()
+    often = {"snapshot_events": "5", "snapshot_keep": "2", "snapshot_check_s": "0.05"}
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        quill = await Quill.connect(nats_url, timeout=5)
+        stack.push_async_callback(quill.close)
+        readers = [
+            await start_reader(stack, nats_url, tmp_path / n, n, often) for n in ("m1", "m2")
+        ]
+        ws = quill.workspace("acme/often")
+        await ws.create()
+        seen: set[str] = set()
+        newest = 0
+        for round_ in range(3):
+            for i in range(6):  # more than snapshot_events: one is due
+                await ws.write("f.txt", f"{round_} {i}")
+            async with asyncio.timeout(20):  # a snapshot newer than the last round's is made
+                while True:
+                    found = await snaps.listing(js, "reader")
+                    if found and found[0].position > newest:
+                        break
+                    await asyncio.sleep(0.02)
+            newest = found[0].position
+            seen |= {s.name for s in found}
+            assert len(found) <= 2
+        assert len(seen) >= 3
+        assert sum(r.snapshots.made for r in readers) >= 3
+        # a lease held by another replica: no snapshot, and said so
+        other = snaps.Lease(js, "reader", "someone-else")
+        assert await other.take()
+        try:
+            assert await readers[0].snapshots.make() is None
+        finally:
+            await other.release()
+        assert await readers[0].snapshots.make() is not None
+
+
+async def test_a_projection_close_behind_the_snapshot_keeps_its_data(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    """Within ``snapshot_behind`` events of the newest snapshot, a replica keeps its own data
+    (the tail is short); a newer schema's snapshot is never installed."""
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        quill = await Quill.connect(nats_url, timeout=5)
+        stack.push_async_callback(quill.close)
+        async with AsyncExitStack() as first:
+            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
+            await fill(quill, "acme/near", 3)
+        async with AsyncExitStack() as maker:
+            await start_reader(maker, nats_url, tmp_path / "m", "m", BOOT)
+            await quill.workspace("acme/near").write("f.txt", "later")
+            await force(nc)
+        again = await start_reader(
+            stack, nats_url, tmp_path / "r1", "r1", {**BOOT, "snapshot_behind": "1000"}
+        )
+        assert again.started_from is None
+        assert await quill.workspace("acme/near").read_text("f.txt") == "later"
