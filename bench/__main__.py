@@ -1,11 +1,12 @@
 """``python -m bench [core] [log] [search] [gateway] [executor] [retention] [load] [replay]
-[cluster] [size] [console]``: the benchmarks (all by default), each figure printed next to
-its baseline measured in the same run."""
+[cluster] [size] [console] [bootstrap]``: the benchmarks (all by default), each figure printed
+next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
 
 from bench import (
+    bootstrap,
     cluster,
     console,
     core,
@@ -32,6 +33,7 @@ PARTS = [
     "cluster",
     "size",
     "console",
+    "bootstrap",
 ]
 parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
@@ -42,6 +44,10 @@ parser.add_argument(
 )
 parser.add_argument("--files", type=int, default=size.FILES, help="size, console: files.")
 parser.add_argument("--events", type=int, default=size.EVENTS, help="size, console: events.")
+parser.add_argument(
+    "--workspaces", type=int, default=bootstrap.WORKSPACES, help="bootstrap: workspaces."
+)
+parser.add_argument("--tail", type=int, default=bootstrap.TAIL, help="bootstrap: tail events.")
 args = parser.parse_args()
 which = args.which or PARTS
 if "core" in which:
@@ -71,3 +77,6 @@ if "size" in which:
     asyncio.run(size.main(args.files, args.events))
 if "console" in which:
     asyncio.run(console.main(args.files, args.events))
+if "bootstrap" in which:
+    events = args.events if args.events != size.EVENTS else bootstrap.EVENTS
+    asyncio.run(bootstrap.main(events, args.workspaces, args.tail))
