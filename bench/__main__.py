@@ -43,7 +43,9 @@ parser.add_argument(
     "--gateway-workers", type=int, help="gateway: its processes (default: quill up's)."
 )
 parser.add_argument("--files", type=int, default=size.FILES, help="size, console: files.")
-parser.add_argument("--events", type=int, default=size.EVENTS, help="size, console: events.")
+parser.add_argument(
+    "--events", type=int, help=f"size, console: events ({size.EVENTS:,}); bootstrap: its log's"
+)
 parser.add_argument(
     "--workspaces", type=int, default=bootstrap.WORKSPACES, help="bootstrap: workspaces."
 )
@@ -74,9 +76,8 @@ if "replay" in which:
 if "cluster" in which:
     asyncio.run(cluster.main(args.seconds, args.rounds))
 if "size" in which:
-    asyncio.run(size.main(args.files, args.events))
+    asyncio.run(size.main(args.files, args.events or size.EVENTS))
 if "console" in which:
-    asyncio.run(console.main(args.files, args.events))
+    asyncio.run(console.main(args.files, args.events or size.EVENTS))
 if "bootstrap" in which:
-    events = args.events if args.events != size.EVENTS else bootstrap.EVENTS
-    asyncio.run(bootstrap.main(events, args.workspaces, args.tail))
+    asyncio.run(bootstrap.main(args.events or bootstrap.EVENTS, args.workspaces, args.tail))

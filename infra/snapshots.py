@@ -20,6 +20,13 @@ One that does not is logged and skipped (the next older one is tried, then the l
 the local data is). Installing is a rename over the projection's path (its WAL and shared
 memory files removed first), before the store is opened.
 
+A writer without its projection starts from a reader's snapshot too (``into="writer"``): the
+tables are the same, so the reader's indexes are swapped for the writer's; each workspace's row
+says how far its events go, and the writer catches a workspace up from there when it loads it.
+
+Size (~490 lines): the format is written (``make``) and read (``install``) here, next to each
+other, so the two ends of it change together; listing and the lease are a few lines each.
+
 Objects are read without a consumer (batched direct gets, as ``infra/blobs.py`` reads
 WS_BLOBS: nats-py's ``ObjectStore.get`` leaves an ordered consumer on the server per get, and
 joins chunks in memory).
@@ -48,7 +55,7 @@ from nats.js.kv import KeyValue
 
 from contracts.subjects import BUCKET_SNAPSHOT_LEASES, BUCKET_SNAPSHOTS, STREAM_EVENTS
 from infra import assets, direct
-from infra.store import SCHEMA_VERSION
+from infra.store import ROLE_DROPS, ROLE_INDEXES, SCHEMA_VERSION
 
 log = logging.getLogger("quill.snapshots")
 
@@ -404,6 +411,16 @@ def _unpack(snap: Snapshot, packed: Path, db: Path, tracking: str) -> None:
         conn.close()
 
 
+def _convert(db: Path, role: str) -> None:
+    """Make the projection at ``db`` a ``role`` projection (its indexes). Blocking."""
+    conn = sqlite3.connect(db)
+    try:
+        conn.executescript(ROLE_DROPS[role] + ROLE_INDEXES[role])
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def _install(db: Path, path: Path) -> None:
     """Put ``db`` in place of the projection at ``path``: its WAL and shared memory go first
     (an old WAL replayed onto the new file would corrupt it), then a rename."""
@@ -412,8 +429,11 @@ def _install(db: Path, path: Path) -> None:
     os.replace(db, path)
 
 
-async def install(js: JetStreamContext, snap: Snapshot, path: Path, tracking: str) -> None:
-    """Fetch ``snap``, verify it, and make it the projection at ``path`` (not open).
+async def install(
+    js: JetStreamContext, snap: Snapshot, path: Path, tracking: str, into: str | None = None
+) -> None:
+    """Fetch ``snap``, verify it, and make it the projection at ``path`` (not open), a
+    projection of role ``into`` if given (its own role's otherwise).
 
     Raises:
         Rejected: it does not verify (nothing changed at ``path``).
@@ -425,19 +445,31 @@ async def install(js: JetStreamContext, snap: Snapshot, path: Path, tracking: st
         packed, db = work / "snapshot.db.gz", work / "snapshot.db"
         await _download(js, snap, packed)
         await asyncio.to_thread(_unpack, snap, packed, db, tracking)
+        if into is not None and into != snap.role:
+            await asyncio.to_thread(_convert, db, into)
         _install(db, path)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 async def bootstrap(
-    js: JetStreamContext, path: Path, role: str, tracking: str, *, behind: int
+    js: JetStreamContext,
+    path: Path,
+    role: str,
+    tracking: str,
+    *,
+    behind: int,
+    into: str | None = None,
 ) -> Snapshot | None:
-    """Install the newest snapshot that verifies at ``path`` if the projection there is more
-    than ``behind`` events behind it (or missing); return it (None: the projection stays,
-    and replays the log from where it is). Never raises for a snapshot: one that does not
-    verify is logged and the next older one tried."""
+    """Install the newest ``role`` snapshot that verifies at ``path`` if the projection there
+    is more than ``behind`` events behind it (or missing), as a projection of role ``into``
+    (default: ``role``); return it (None: the projection stays, and replays the log from where
+    it is). Never raises for a snapshot: one that does not verify is logged and the next older
+    one tried. A projection of another role than the snapshot's is replaced only if missing
+    (it tracks no position to compare)."""
     if behind <= 0:
+        return None
+    if into is not None and into != role and path.exists():
         return None
     have = await asyncio.to_thread(local_position, path, tracking)
     try:
@@ -453,7 +485,7 @@ async def bootstrap(
         if reason is None:
             started = time.monotonic()
             try:
-                await install(js, snap, path, tracking)
+                await install(js, snap, path, tracking, into)
             except Rejected as exc:
                 reason = str(exc)
             except Exception as exc:

@@ -87,6 +87,19 @@ CREATE INDEX IF NOT EXISTS blobs_unindexed ON blobs(indexed) WHERE indexed = 0;
 """,
 }
 """Each role indexes only what it queries: every index costs on every applied event."""
+ROLE_DROPS = {
+    "writer": """
+DROP INDEX IF EXISTS revisions_live;
+DROP INDEX IF EXISTS revisions_children;
+DROP INDEX IF EXISTS blobs_unindexed;
+DROP TABLE IF EXISTS content_index;
+DELETE FROM tracking;
+""",
+    "reader": "DROP INDEX IF EXISTS events_request;",
+}
+"""With ``ROLE_INDEXES``, what makes another role's projection this role's (a writer starting
+from a reader's snapshot: the tables are the same, the indexes not; a writer tracks no
+position, each workspace's row says how far it is)."""
 
 _COLUMNS = (
     "path",

@@ -167,17 +167,37 @@ def reader(
     help="Seconds a partition lease lives unrenewed: how soon another writer takes over "
     "when this one dies.",
 )
+@click.option(
+    "--snapshot-behind",
+    envvar="QUILL_SNAPSHOT_BEHIND",
+    default=20_000,
+    show_default=True,
+    help="A writer with no projection starts from the newest reader snapshot if it covers "
+    "more than this many events. 0: never.",
+)
 @click.pass_context
-def writer(ctx: click.Context, /, partitions: int, lease_ttl: float, **options: Any) -> None:
+def writer(
+    ctx: click.Context,
+    /,
+    partitions: int,
+    lease_ttl: float,
+    snapshot_behind: int,
+    **options: Any,
+) -> None:
     """Run a writer (validates and commits mutations)."""
     from services.writer.app import Writer
 
-    if partitions < 0 or lease_ttl < 2:
-        click.echo("quill: --partitions must be >= 0 and --lease-ttl >= 2", err=True)
+    if partitions < 0 or lease_ttl < 2 or snapshot_behind < 0:
+        click.echo(
+            "quill: --partitions must be >= 0, --lease-ttl >= 2, --snapshot-behind >= 0",
+            err=True,
+        )
         sys.exit(2)
     settings = _settings(ctx, options)
-    settings.extra.update(partitions=str(partitions), lease_ttl=str(lease_ttl))
-    _serve(lambda: start_service(settings, "writer", Writer))
+    settings.extra.update(
+        partitions=str(partitions), lease_ttl=str(lease_ttl), snapshot_behind=str(snapshot_behind)
+    )
+    _serve(lambda: start_service(settings, "writer", Writer, Writer.prepare))
 
 
 @commands.command()

@@ -90,6 +90,7 @@ class Snapshotter:
         self._making = asyncio.Lock()
         self.newest: snaps.Snapshot | None = None
         self.made = 0
+        self._started = datetime.now(UTC)
 
     def start(self) -> None:
         if self.config.every_events > 0:
@@ -102,11 +103,11 @@ class Snapshotter:
                 await self._task
 
     def due(self, position: int, now: datetime) -> bool:
+        """Whether a snapshot is due at log ``position`` (none yet: as if one had been made
+        at position 0 when this replica started)."""
         newest = self.newest
-        if newest is None:
-            return position > 0
-        behind = position - newest.position
-        age = (now - newest.made).total_seconds()
+        since, made = (newest.position, newest.made) if newest else (0, self._started)
+        behind, age = position - since, (now - made).total_seconds()
         return behind >= self.config.every_events or (behind > 0 and age >= self.config.every_s)
 
     async def _run(self) -> None:

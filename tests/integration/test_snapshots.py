@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from contracts.limits import LimitsPatch
 from contracts.subjects import BUCKET_SNAPSHOTS, Subjects
 from infra import snapshots as snaps
 from quill.client import Quill
+from quill_cli.tools import replay as rpl
+from services.reader.snapshots import SnapshotConfig, Snapshotter
 from tests.helpers import start_reader, start_writer
 from tests.integration.test_compaction import KEEP, WRITES, compacted, rows
 
@@ -207,15 +210,14 @@ async def test_readers_make_snapshots_when_due_one_at_a_time_keeping_k(
         for round_ in range(3):
             for i in range(6):  # more than snapshot_events: one is due
                 await ws.write("f.txt", f"{round_} {i}")
-            async with asyncio.timeout(20):  # a snapshot newer than the last round's is made
-                while True:
+            async with asyncio.timeout(20):  # a snapshot newer than the last round's is made,
+                while True:  # and the oldest pruned (keep 2)
                     found = await snaps.listing(js, "reader")
-                    if found and found[0].position > newest:
+                    if found and found[0].position > newest and len(found) <= 2:
                         break
                     await asyncio.sleep(0.02)
             newest = found[0].position
             seen |= {s.name for s in found}
-            assert len(found) <= 2
         assert len(seen) >= 3
         assert sum(r.snapshots.made for r in readers) >= 3
         # a lease held by another replica: no snapshot, and said so
@@ -250,3 +252,43 @@ async def test_a_projection_close_behind_the_snapshot_keeps_its_data(
         )
         assert again.started_from is None
         assert await quill.workspace("acme/near").read_text("f.txt") == "later"
+
+
+async def test_a_writer_with_no_projection_starts_from_a_reader_snapshot(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        quill = await Quill.connect(nats_url, timeout=5)
+        stack.push_async_callback(quill.close)
+        await start_reader(stack, nats_url, tmp_path / "r1", "r1", BOOT)
+        async with AsyncExitStack() as first:
+            await start_writer(first, nats_url, tmp_path / "w1")
+            await fill(quill, "acme/writer", 20)
+            made = await force(nc)
+            ws = quill.workspace("acme/writer")
+            await ws.write("f.txt", "after the snapshot\n")  # v22: the writer catches it up
+        writer = await start_writer(stack, nats_url, tmp_path / "w2", {"snapshot_behind": "1"})
+        assert writer.store.version_of("acme", "writer") == 21  # as of the snapshot
+        tables = {
+            str(r[0])
+            for r in await writer.store.reads.execute_fetchall(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'index')"
+            )
+        }
+        assert "events_request" in tables and "content_index" not in tables
+        assert "revisions_live" not in tables
+        done = await ws.edit("f.txt", "after", "later")  # decided on the snapshot + the tail
+        assert done.replacements == 1 and ws.last_version == 23
+        assert await ws.read_text("f.txt") == "later the snapshot\n"
+        folded = await rpl.replay(nc.jetstream(), Subjects(), "acme", "writer")  # the chain holds
+        assert folded.version == 23
+        assert made["position"]
+
+
+def test_a_snapshot_is_due_after_n_events_or_m_seconds_with_events_since() -> None:
+    config = SnapshotConfig(every_events=10, every_s=60)
+    maker = Snapshotter(None, Path("x"), "reader", "r", config, lambda: 0)  # type: ignore[arg-type]
+    now = datetime.now(UTC)
+    assert not maker.due(9, now) and maker.due(10, now)
+    assert maker.due(1, now + timedelta(seconds=61)) and not maker.due(0, now + timedelta(hours=1))
