@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 from nats.aio.client import Client as NATS
 from nats.js.api import ObjectMeta
 
@@ -21,6 +22,7 @@ from contracts.limits import LimitsPatch
 from contracts.subjects import BUCKET_SNAPSHOTS, Subjects
 from infra import snapshots as snaps
 from quill.client import Quill
+from quill_cli.cli import main
 from quill_cli.tools import replay as rpl
 from services.reader.snapshots import SnapshotConfig, Snapshotter
 from tests.helpers import start_reader, start_writer
@@ -292,3 +294,33 @@ def test_a_snapshot_is_due_after_n_events_or_m_seconds_with_events_since() -> No
     now = datetime.now(UTC)
     assert not maker.due(9, now) and maker.due(10, now)
     assert maker.due(1, now + timedelta(seconds=61)) and not maker.due(0, now + timedelta(hours=1))
+
+
+async def cli(nats_url: str, *argv: str) -> Result:
+    """``quill ARGV`` run by the CLI in this process (in a thread: the services answer from
+    this event loop)."""
+    env = {"QUILL_NATS_URL": nats_url}
+    return await asyncio.to_thread(CliRunner().invoke, main, list(argv), env=env)
+
+
+async def test_quill_snapshot_makes_one_now_and_lists_them(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, tmp_path / "writer")
+        quill = await Quill.connect(nats_url, timeout=5)
+        stack.push_async_callback(quill.close)
+        async with AsyncExitStack() as first:
+            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
+            await fill(quill, "acme/cli", 3)
+            made = await cli(nats_url, "--json", "snapshot")
+            assert made.exit_code == 0, made.output
+            answer = json.loads(made.stdout)
+            listed = await cli(nats_url, "--json", "snapshot", "--list")
+            assert [r["name"] for r in json.loads(listed.stdout)] == [answer["name"]]
+            human = await cli(nats_url, "snapshot", "--list")
+            assert f"log position {answer['position']:,}" in human.stdout
+        # no reader replica: said, and a non-zero exit
+        refused = await cli(nats_url, "snapshot", "--timeout", "1")
+        assert refused.exit_code != 0 and "UNAVAILABLE" in refused.output
