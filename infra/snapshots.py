@@ -392,6 +392,8 @@ def _unpack(snap: Snapshot, packed: Path, db: Path, tracking: str) -> None:
             while chunk := src.read(1 << 20):
                 data = unpack.decompress(chunk)
                 size += len(data)
+                if size > snap.size:  # never more than it says (a bomb would fill the disk)
+                    raise Rejected(f"decompresses to more than {snap.size} bytes")
                 out.write(data)
             data = unpack.flush()
             size += len(data)

@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -51,6 +52,7 @@ async def fill(quill: Quill, name: str, writes: int) -> None:
     await ws.create()
     for i in range(writes):
         await ws.write("f.txt", f"needle {i}\n")
+    await ws.read_text("f.txt")  # the reader has applied it all (read-your-writes)
 
 
 async def test_a_reader_with_no_data_starts_from_the_snapshot_and_replays_the_tail(
@@ -90,18 +92,17 @@ def _tampered(kind: str, data: bytes, snap: snaps.Snapshot) -> tuple[bytes, snap
         return data[:100] + bytes([data[100] ^ 1]) + data[101:], snap
     if kind == "truncated":  # the record agrees with the bytes: only unpacking finds it
         cut = data[: len(data) // 2]
-        return cut, snap.__class__(
-            **{**snap.__dict__, "sha256": hashlib.sha256(cut).hexdigest(), "stored": len(cut)}
-        )
+        return cut, replace(snap, sha256=hashlib.sha256(cut).hexdigest(), stored=len(cut))
     if kind == "wrong schema":
-        return data, snap.__class__(**{**snap.__dict__, "schema": "0"})
+        return data, replace(snap, schema="0")
     if kind == "another log":
-        return data, snap.__class__(**{**snap.__dict__, "log": "1999-01-01T00:00:00+00:00"})
+        return data, replace(snap, log="1999-01-01T00:00:00+00:00")
+    if kind == "a bomb":  # says it is small, decompresses to far more
+        bomb = gzip.compress(b"\0" * (snap.size * 4))
+        return bomb, replace(snap, sha256=hashlib.sha256(bomb).hexdigest(), stored=len(bomb))
     assert kind == "not a database"
     junk = gzip.compress(b"x" * snap.size)
-    return junk, snap.__class__(
-        **{**snap.__dict__, "sha256": hashlib.sha256(junk).hexdigest(), "stored": len(junk)}
-    )
+    return junk, replace(snap, sha256=hashlib.sha256(junk).hexdigest(), stored=len(junk))
 
 
 async def _replace(nc: NATS, snap: snaps.Snapshot, kind: str, work: Path) -> None:
@@ -115,7 +116,8 @@ async def _replace(nc: NATS, snap: snaps.Snapshot, kind: str, work: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    "kind", ["bad checksum", "truncated", "wrong schema", "another log", "not a database"]
+    "kind",
+    ["bad checksum", "truncated", "wrong schema", "another log", "not a database", "a bomb"],
 )
 async def test_a_snapshot_that_does_not_verify_is_ignored_and_said(
     nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
