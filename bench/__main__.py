@@ -4,6 +4,7 @@ next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
+from pathlib import Path
 
 from bench import (
     bootstrap,
@@ -50,6 +51,9 @@ parser.add_argument(
     "--workspaces", type=int, default=bootstrap.WORKSPACES, help="bootstrap: workspaces."
 )
 parser.add_argument("--tail", type=int, default=bootstrap.TAIL, help="bootstrap: tail events.")
+parser.add_argument(
+    "--keep", type=Path, help="bootstrap: keep the log here; again: only the start measured."
+)
 args = parser.parse_args()
 which = args.which or PARTS
 if "core" in which:
@@ -80,4 +84,5 @@ if "size" in which:
 if "console" in which:
     asyncio.run(console.main(args.files, args.events or size.EVENTS))
 if "bootstrap" in which:
-    asyncio.run(bootstrap.main(args.events or bootstrap.EVENTS, args.workspaces, args.tail))
+    events = args.events or bootstrap.EVENTS
+    asyncio.run(bootstrap.main(events, args.workspaces, args.tail, args.keep))

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -45,6 +46,7 @@ import shutil
 import sqlite3
 import time
 import zlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -355,62 +357,115 @@ def unusable(snap: Snapshot, log_id: str, last_seq: int) -> str | None:
     return None
 
 
-async def _download(js: JetStreamContext, snap: Snapshot, packed: Path) -> None:
-    """The snapshot's stored bytes into ``packed``, checked against the sha256 recorded."""
+async def stored_chunks(js: JetStreamContext, snap: Snapshot) -> AsyncIterator[list[bytes]]:
+    """The snapshot's stored bytes, ``CHUNK_BATCH`` chunks at a time, in order (fewer in all
+    when the object is incomplete: the checksum then says so)."""
     subject = f"$O.{BUCKET_SNAPSHOTS}.C.{snap.nuid}"
-    digest, length, count, after = hashlib.sha256(), 0, 0, 0
-    with open(packed, "wb") as out:
-        while count < snap.chunks:
-            found = await direct.messages(
-                js, STREAM, subject, after=after, count=min(CHUNK_BATCH, snap.chunks - count)
-            )
-            if not found:  # a replica behind the leader: ask the leader
-                try:
-                    raw = await js.get_msg(STREAM, seq=after + 1, next=True, subject=subject)
-                except NotFoundError:
-                    break
-                found = [(int(raw.seq or 0), {}, raw.data or b"")]
-            for seq, _, data in found:
-                await asyncio.to_thread(out.write, data)
-                digest.update(data)
-                length += len(data)
-                count += 1
-                after = seq
-    if length != snap.stored or digest.hexdigest() != snap.sha256:
-        raise Rejected(
-            f"checksum mismatch ({count} of {snap.chunks} chunks, {length} of {snap.stored} "
-            "bytes, or the sha256 differs)"
+    count, after = 0, 0
+    while count < snap.chunks:
+        found = await direct.messages(
+            js, STREAM, subject, after=after, count=min(CHUNK_BATCH, snap.chunks - count)
         )
+        if not found:  # a replica behind the leader: ask the leader
+            try:
+                raw = await js.get_msg(STREAM, seq=after + 1, next=True, subject=subject)
+            except NotFoundError:
+                return
+            found = [(int(raw.seq or 0), {}, raw.data or b"")]
+        count += len(found)
+        after = found[-1][0]
+        yield [data for _, _, data in found]
 
 
-def _unpack(snap: Snapshot, packed: Path, db: Path, tracking: str) -> None:
-    """Decompress ``packed`` into ``db`` and check what is inside. Blocking."""
-    unpack = zlib.decompressobj(31)
-    size = 0
+class _Unpacker:
+    """The stored bytes as they arrive: hashed and decompressed into ``db`` (``feed`` runs in a
+    thread while the next chunks are fetched; zlib and hashlib let the event loop run)."""
+
+    def __init__(self, snap: Snapshot, db: Path) -> None:
+        self.snap, self.db = snap, db
+        self._out = open(db, "wb")  # noqa: SIM115 (closed by ``finish``)
+        self._unpack = zlib.decompressobj(31)
+        self._digest = hashlib.sha256()
+        self.stored, self.size = 0, 0
+        self.broken: str | None = None
+
+    def feed(self, chunks: list[bytes]) -> None:
+        for data in chunks:
+            self._digest.update(data)
+            self.stored += len(data)
+            if self.broken is not None:
+                continue  # hashed on: a checksum mismatch is the better reason
+            try:
+                out = self._unpack.decompress(data)
+            except zlib.error as exc:
+                self.broken = f"does not decompress: {exc}"
+                continue
+            self.size += len(out)
+            if self.size > self.snap.size:  # never more than it says (a bomb fills the disk)
+                self.broken = f"decompresses to more than {self.snap.size} bytes"
+                continue
+            self._out.write(out)
+
+    def finish(self, tracking: str) -> None:
+        """Check what arrived and what is inside. Blocking.
+
+        Raises:
+            Rejected: it does not verify.
+        """
+        snap = self.snap
+        if self.broken is None:
+            try:
+                tail = self._unpack.flush()
+                self.size += len(tail)
+                self._out.write(tail)
+            except zlib.error as exc:
+                self.broken = f"does not decompress: {exc}"
+        self._out.close()
+        if self.stored != snap.stored or self._digest.hexdigest() != snap.sha256:
+            raise Rejected(
+                f"checksum mismatch ({self.stored} of {snap.stored} bytes, or the sha256 differs)"
+            )
+        if self.broken is not None:
+            raise Rejected(self.broken)
+        if not self._unpack.eof or self.size != snap.size:
+            raise Rejected(f"decompresses to {self.size} bytes, not {snap.size}")
+        schema, position = _tracked(self.db, tracking)
+        if schema != SCHEMA_VERSION or position != snap.position:
+            raise Rejected(f"holds schema {schema} at position {position}, not what it says")
+        conn = sqlite3.connect(self.db)
+        try:  # which snapshot the projection started from (``Reader.info``)
+            conn.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (STARTED_FROM, snap.name))
+            conn.commit()
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._out.close()
+
+
+async def _fetch(js: JetStreamContext, snap: Snapshot, db: Path, tracking: str) -> None:
+    """Fetch ``snap`` into the database file ``db``, verified; the next chunks are fetched
+    while the last are decompressed.
+
+    Raises:
+        Rejected: it does not verify.
+    """
+    unpacker = _Unpacker(snap, db)
+    feeding: asyncio.Future[None] | None = None
     try:
-        with open(packed, "rb") as src, open(db, "wb") as out:
-            while chunk := src.read(1 << 20):
-                data = unpack.decompress(chunk)
-                size += len(data)
-                if size > snap.size:  # never more than it says (a bomb would fill the disk)
-                    raise Rejected(f"decompresses to more than {snap.size} bytes")
-                out.write(data)
-            data = unpack.flush()
-            size += len(data)
-            out.write(data)
-    except zlib.error as exc:
-        raise Rejected(f"does not decompress: {exc}") from None
-    if not unpack.eof or size != snap.size:
-        raise Rejected(f"decompresses to {size} bytes, not {snap.size}")
-    schema, position = _tracked(db, tracking)
-    if schema != SCHEMA_VERSION or position != snap.position:
-        raise Rejected(f"holds schema {schema} at position {position}, not what it says")
-    conn = sqlite3.connect(db)
-    try:  # which snapshot the projection started from (``Reader.info``)
-        conn.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (STARTED_FROM, snap.name))
-        conn.commit()
+        async for chunks in stored_chunks(js, snap):
+            if feeding is not None:
+                await feeding
+            feeding = asyncio.ensure_future(asyncio.to_thread(unpacker.feed, chunks))
+        if feeding is not None:
+            await feeding
+        await asyncio.to_thread(unpacker.finish, tracking)
     finally:
-        conn.close()
+        if feeding is not None and not feeding.done():
+            feeding.cancel()
+            with contextlib.suppress(BaseException):
+                await feeding
+        unpacker.close()
 
 
 def _convert(db: Path, role: str) -> None:
@@ -444,9 +499,8 @@ async def install(
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        packed, db = work / "snapshot.db.gz", work / "snapshot.db"
-        await _download(js, snap, packed)
-        await asyncio.to_thread(_unpack, snap, packed, db, tracking)
+        db = work / "snapshot.db"
+        await _fetch(js, snap, db, tracking)
         if into is not None and into != snap.role:
             await asyncio.to_thread(_convert, db, into)
         _install(db, path)

@@ -105,11 +105,10 @@ def _tampered(kind: str, data: bytes, snap: snaps.Snapshot) -> tuple[bytes, snap
     return junk, replace(snap, sha256=hashlib.sha256(junk).hexdigest(), stored=len(junk))
 
 
-async def _replace(nc: NATS, snap: snaps.Snapshot, kind: str, work: Path) -> None:
+async def _replace(nc: NATS, snap: snaps.Snapshot, kind: str) -> None:
     """Store a broken copy of ``snap`` in its place."""
-    work.mkdir(exist_ok=True)
-    await snaps._download(nc.jetstream(), snap, work / "s.gz")
-    data, record = _tampered(kind, (work / "s.gz").read_bytes(), snap)
+    stored = b"".join([b"".join(c) async for c in snaps.stored_chunks(nc.jetstream(), snap)])
+    data, record = _tampered(kind, stored, snap)
     obs = await nc.jetstream().object_store(BUCKET_SNAPSHOTS)
     meta = ObjectMeta(name=snap.name, headers=record.headers())
     await obs.put(snap.name, data, meta=meta)
@@ -138,7 +137,7 @@ async def test_a_snapshot_that_does_not_verify_is_ignored_and_said(
             newer = await force(nc)
         (broken, _) = await snaps.listing(nc.jetstream(), "reader")
         assert broken.name == newer["name"]
-        await _replace(nc, broken, kind, tmp_path / "work")
+        await _replace(nc, broken, kind)
 
         with caplog.at_level(logging.WARNING, "quill.snapshots"):
             r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
