@@ -25,7 +25,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from contracts import codec
-from infra import bus
+from infra import bus, snapshot_install
 from infra import snapshots as snaps
 from infra.runtime import Settings
 
@@ -67,7 +67,7 @@ class SnapshotConfig:
 async def prepare(settings: Settings, js: JetStreamContext, path: Path, tracking: str) -> None:
     """Before the projection at ``path`` opens: install the newest snapshot if it is far ahead."""
     config = SnapshotConfig.of(settings)
-    await snaps.bootstrap(js, path, ROLE, tracking, behind=config.behind)
+    await snapshot_install.bootstrap(js, path, ROLE, tracking, behind=config.behind)
 
 
 class Snapshotter:

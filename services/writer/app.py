@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 from contracts.events import HistoryCompacted
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
-from infra import bus, snapshots
+from infra import bus, snapshot_install
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
@@ -36,9 +36,10 @@ class Writer:
     @staticmethod
     async def prepare(settings: Settings, nc: NATS, path: Path) -> None:
         """Before its projection opens: a writer with none starts from the newest reader
-        snapshot if it covers more than ``snapshot_behind`` events (``infra/snapshots.py``)."""
+        snapshot if it covers more than ``snapshot_behind`` events
+        (``infra/snapshot_install.py``)."""
         behind = int(settings.extra.get("snapshot_behind", "20000"))
-        await snapshots.bootstrap(
+        await snapshot_install.bootstrap(
             nc.jetstream(), path, "reader", "reader", behind=behind, into="writer"
         )
 

@@ -21,6 +21,7 @@ from nats.js.api import ObjectMeta
 
 from contracts.limits import LimitsPatch
 from contracts.subjects import BUCKET_SNAPSHOTS, Subjects
+from infra import snapshot_install
 from infra import snapshots as snaps
 from quill.client import Quill
 from quill_cli.cli import main
@@ -107,7 +108,9 @@ def _tampered(kind: str, data: bytes, snap: snaps.Snapshot) -> tuple[bytes, snap
 
 async def _replace(nc: NATS, snap: snaps.Snapshot, kind: str) -> None:
     """Store a broken copy of ``snap`` in its place."""
-    stored = b"".join([b"".join(c) async for c in snaps.stored_chunks(nc.jetstream(), snap)])
+    stored = b"".join(
+        [b"".join(c) async for c in snapshot_install.stored_chunks(nc.jetstream(), snap)]
+    )
     data, record = _tampered(kind, stored, snap)
     obs = await nc.jetstream().object_store(BUCKET_SNAPSHOTS)
     meta = ObjectMeta(name=snap.name, headers=record.headers())
