@@ -23,7 +23,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, PersistMode, StorageType, StreamConfig
+from nats.js.api import PersistMode, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from contracts import codec
@@ -108,20 +108,6 @@ async def _ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
         log.info("updated stream %s", wanted.name)
 
 
-async def _ensure_blobs(js: JetStreamContext, replicas: int) -> None:
-    """The WS_BLOBS object store, created if missing (a lost race is a success)."""
-    try:
-        await js.object_store(BUCKET_BLOBS)
-    except NotFoundError:
-        config = ObjectStoreConfig(
-            description="Quill: large file contents by sha256",
-            storage=StorageType.FILE,
-            replicas=replicas,
-        )
-        name = f"object store {BUCKET_BLOBS}"
-        await assets.create_once(name, lambda: js.create_object_store(BUCKET_BLOBS, config))
-
-
 async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> None:
     """Create WS_EVENTS, WS_AUDIT, the WS_BLOBS and WS_SNAPSHOTS object stores and the
     WS_BRIDGES and WS_SNAPSHOT_LEASES buckets if missing, and correct their configuration if
@@ -134,7 +120,7 @@ async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> Non
     js = nc.jetstream()
     await _ensure_stream(js, _events_stream(subjects, replicas))
     await _ensure_stream(js, _audit_stream(subjects, replicas))
-    await _ensure_blobs(js, replicas)
+    await assets.object_store(js, BUCKET_BLOBS, "Quill: large file contents by sha256", replicas)
     await snapshots.ensure_bucket(js, replicas)
     await bridges.bucket(js, replicas)
 

@@ -14,7 +14,7 @@ says how far its events go, and the writer catches a workspace up from there whe
 Objects are read without a consumer (batched direct gets, as ``infra/blobs.py`` reads
 WS_BLOBS: nats-py's ``ObjectStore.get`` leaves an ordered consumer on the server per get, and
 joins chunks in memory); the next chunks are fetched while the last are hashed and
-decompressed in a thread.
+decompressed (zstd) in a thread.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import os
 import shutil
 import sqlite3
 import time
-import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import IO, BinaryIO, cast
 
+import zstandard
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
@@ -38,6 +39,7 @@ from contracts.subjects import BUCKET_SNAPSHOTS, STREAM_EVENTS
 from infra import direct
 from infra.snapshots import (
     CHUNK_BATCH,
+    ENCODING,
     STARTED_FROM,
     STREAM,
     Rejected,
@@ -54,6 +56,8 @@ log = logging.getLogger("quill.snapshots")
 
 def unusable(snap: Snapshot, log_id: str, last_seq: int) -> str | None:
     """Why ``snap`` cannot serve this log and this process (None: it may, once verified)."""
+    if snap.encoding != ENCODING:
+        return f"compressed as {snap.encoding}, this process reads {ENCODING}"
     if snap.schema != SCHEMA_VERSION:
         return f"schema version {snap.schema}, this process's is {SCHEMA_VERSION}"
     if snap.log != log_id:
@@ -83,16 +87,36 @@ async def stored_chunks(js: JetStreamContext, snap: Snapshot) -> AsyncIterator[l
         yield [data for _, _, data in found]
 
 
+class _TooBig(Exception):
+    pass
+
+
+class _Sink:
+    """Where the decompressed database goes: a file that takes no more than ``limit`` bytes
+    (a snapshot never decompresses to more than it says: a bomb would fill the disk)."""
+
+    def __init__(self, out: BinaryIO, limit: int) -> None:
+        self._out, self._limit, self.size = out, limit, 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        if self.size > self._limit:
+            raise _TooBig
+        return self._out.write(data)
+
+
 class _Unpacker:
     """The stored bytes as they arrive: hashed and decompressed into ``db`` (``feed`` runs in a
-    thread while the next chunks are fetched; zlib and hashlib let the event loop run)."""
+    thread while the next chunks are fetched; zstd and hashlib let the event loop run)."""
 
     def __init__(self, snap: Snapshot, db: Path) -> None:
         self.snap, self.db = snap, db
         self._out = open(db, "wb")  # noqa: SIM115 (closed by ``finish``)
-        self._unpack = zlib.decompressobj(31)
+        self._sink = _Sink(self._out, snap.size)
+        sink = cast(IO[bytes], self._sink)  # what zstandard calls on it: write
+        self._unpack = zstandard.ZstdDecompressor().stream_writer(sink, closefd=False)
         self._digest = hashlib.sha256()
-        self.stored, self.size = 0, 0
+        self.stored = 0
         self.broken: str | None = None
 
     def feed(self, chunks: list[bytes]) -> None:
@@ -102,15 +126,11 @@ class _Unpacker:
             if self.broken is not None:
                 continue  # hashed on: a checksum mismatch is the better reason
             try:
-                out = self._unpack.decompress(data)
-            except zlib.error as exc:
+                self._unpack.write(data)
+            except zstandard.ZstdError as exc:
                 self.broken = f"does not decompress: {exc}"
-                continue
-            self.size += len(out)
-            if self.size > self.snap.size:  # never more than it says (a bomb fills the disk)
+            except _TooBig:
                 self.broken = f"decompresses to more than {self.snap.size} bytes"
-                continue
-            self._out.write(out)
 
     def finish(self, tracking: str) -> None:
         """Check what arrived and what is inside. Blocking.
@@ -119,22 +139,15 @@ class _Unpacker:
             Rejected: it does not verify.
         """
         snap = self.snap
-        if self.broken is None:
-            try:
-                tail = self._unpack.flush()
-                self.size += len(tail)
-                self._out.write(tail)
-            except zlib.error as exc:
-                self.broken = f"does not decompress: {exc}"
-        self._out.close()
+        self._out.close()  # each write decompressed what it could: a cut stream is short
         if self.stored != snap.stored or self._digest.hexdigest() != snap.sha256:
             raise Rejected(
                 f"checksum mismatch ({self.stored} of {snap.stored} bytes, or the sha256 differs)"
             )
         if self.broken is not None:
             raise Rejected(self.broken)
-        if not self._unpack.eof or self.size != snap.size:
-            raise Rejected(f"decompresses to {self.size} bytes, not {snap.size}")
+        if self._sink.size != snap.size:
+            raise Rejected(f"decompresses to {self._sink.size} bytes, not {snap.size}")
         schema, position = tracked(self.db, tracking)
         if schema != SCHEMA_VERSION or position != snap.position:
             raise Rejected(f"holds schema {schema} at position {position}, not what it says")
