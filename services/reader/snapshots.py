@@ -129,8 +129,12 @@ class Snapshotter:
                 await self.make()
 
     async def make(self) -> snaps.Snapshot | None:
-        """Make one now, if no other replica is making one (None then)."""
+        """Make one now, if no other replica is making one (None then); the newest again if
+        nothing was applied since it (asking again and again costs nothing)."""
         async with self._making:
+            newest, position = self.newest, self._position()
+            if newest is not None and position is not None and newest.position >= position:
+                return newest
             lease = snaps.Lease(self._js, ROLE, self._instance)
             if not await lease.take():
                 log.info("another replica is making a snapshot")

@@ -151,6 +151,7 @@ async def test_a_snapshot_that_does_not_verify_is_ignored_and_said(
             ws = quill.workspace(name)
             for i in range(5, 10):
                 await ws.write("f.txt", f"needle {i}\n")
+            await ws.read_text("f.txt")  # applied: the next snapshot is of a later position
             newer = await force(nc)
         (broken, _) = await snaps.listing(nc.jetstream(), "reader")
         assert broken.name == newer["name"]
@@ -237,6 +238,10 @@ async def test_readers_make_snapshots_when_due_one_at_a_time_keeping_k(
         assert len(seen) >= 3
         assert {by for _, by in seen} <= {"m1", "m2"}
         # a lease held by another replica: no snapshot, and said so
+        await ws.write("f.txt", "one more")
+        async with asyncio.timeout(10):  # applied past its newest snapshot: one would be made
+            while readers[0].follower.position <= max(s.position for s in found):
+                await asyncio.sleep(0.01)
         other = snaps.Lease(js, "reader", "someone-else")
         assert await other.take()
         try:
@@ -327,6 +332,8 @@ async def test_quill_snapshot_makes_one_now_and_lists_them(
             made = await cli(nats_url, "--json", "snapshot")
             assert made.exit_code == 0, made.output
             answer = json.loads(made.stdout)
+            again = await cli(nats_url, "--json", "snapshot")  # nothing new: the same one
+            assert json.loads(again.stdout)["name"] == answer["name"]
             listed = await cli(nats_url, "--json", "snapshot", "--list")
             assert [r["name"] for r in json.loads(listed.stdout)] == [answer["name"]]
             human = await cli(nats_url, "snapshot", "--list")
