@@ -169,11 +169,12 @@ def reader(
 )
 @click.option(
     "--snapshot-behind",
-    envvar="QUILL_SNAPSHOT_BEHIND",
-    default=20_000,
+    envvar="QUILL_WRITER_SNAPSHOT_BEHIND",
+    default=0,
     show_default=True,
     help="A writer with no projection starts from the newest reader snapshot if it covers "
-    "more than this many events. 0: never.",
+    "more than this many events. 0: never (it loads each workspace from its own log when "
+    "first used, which is faster unless single workspaces have very long logs).",
 )
 @click.pass_context
 def writer(

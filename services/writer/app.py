@@ -36,9 +36,9 @@ class Writer:
     @staticmethod
     async def prepare(settings: Settings, nc: NATS, path: Path) -> None:
         """Before its projection opens: a writer with none starts from the newest reader
-        snapshot if it covers more than ``snapshot_behind`` events
-        (``infra/snapshot_install.py``)."""
-        behind = int(settings.extra.get("snapshot_behind", "20000"))
+        snapshot if it covers more than ``snapshot_behind`` events (0, the default: never;
+        ``infra/snapshot_install.py``)."""
+        behind = int(settings.extra.get("snapshot_behind", "0"))
         await snapshot_install.bootstrap(
             nc.jetstream(), path, "reader", "reader", behind=behind, into="writer"
         )
