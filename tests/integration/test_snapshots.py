@@ -65,7 +65,7 @@ async def fill(quill: Quill, name: str, writes: int) -> None:
 
 
 async def test_a_reader_with_no_data_starts_from_the_snapshot_and_replays_the_tail(
-    nats_url: str, nc: NATS, tmp_path: Path
+    nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     await clear(nc)
     async with AsyncExitStack() as stack:
@@ -79,8 +79,10 @@ async def test_a_reader_with_no_data_starts_from_the_snapshot_and_replays_the_ta
             for i in range(30, 35):  # the tail, after the snapshot
                 await ws.write("f.txt", f"needle {i}\n")
         # r1 is gone: r2 (no data) answers alone
-        r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
+        with caplog.at_level(logging.INFO, "quill.reader"):
+            r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
         assert r2.started_from == made["name"]
+        assert f"following the log from seq {made['position']} " in caplog.text  # the tail only
         assert r2.follower.position > int(str(made["position"]))
         fresh = await Quill.connect(nats_url, timeout=5)
         stack.push_async_callback(fresh.close)
