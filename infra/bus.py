@@ -108,6 +108,11 @@ async def _ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
         log.info("updated stream %s", wanted.name)
 
 
+async def _ensure_blobs(js: JetStreamContext, replicas: int) -> None:
+    """The WS_BLOBS object store, created if missing (a lost race is a success)."""
+    await assets.object_store(js, BUCKET_BLOBS, "Quill: large file contents by sha256", replicas)
+
+
 async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> None:
     """Create WS_EVENTS, WS_AUDIT, the WS_BLOBS and WS_SNAPSHOTS object stores and the
     WS_BRIDGES and WS_SNAPSHOT_LEASES buckets if missing, and correct their configuration if
@@ -120,7 +125,7 @@ async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> Non
     js = nc.jetstream()
     await _ensure_stream(js, _events_stream(subjects, replicas))
     await _ensure_stream(js, _audit_stream(subjects, replicas))
-    await assets.object_store(js, BUCKET_BLOBS, "Quill: large file contents by sha256", replicas)
+    await _ensure_blobs(js, replicas)
     await snapshots.ensure_bucket(js, replicas)
     await bridges.bucket(js, replicas)
 
