@@ -1,11 +1,13 @@
 """``python -m bench [core] [log] [search] [gateway] [executor] [retention] [load] [replay]
-[cluster] [size] [console]``: the benchmarks (all by default), each figure printed next to
-its baseline measured in the same run."""
+[cluster] [size] [console] [bootstrap]``: the benchmarks (all by default), each figure printed
+next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
+from pathlib import Path
 
 from bench import (
+    bootstrap,
     cluster,
     console,
     core,
@@ -32,6 +34,7 @@ PARTS = [
     "cluster",
     "size",
     "console",
+    "bootstrap",
 ]
 parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
@@ -41,7 +44,16 @@ parser.add_argument(
     "--gateway-workers", type=int, help="gateway: its processes (default: quill up's)."
 )
 parser.add_argument("--files", type=int, default=size.FILES, help="size, console: files.")
-parser.add_argument("--events", type=int, default=size.EVENTS, help="size, console: events.")
+parser.add_argument(
+    "--events", type=int, help=f"size, console: events ({size.EVENTS:,}); bootstrap: its log's"
+)
+parser.add_argument(
+    "--workspaces", type=int, default=bootstrap.WORKSPACES, help="bootstrap: workspaces."
+)
+parser.add_argument("--tail", type=int, default=bootstrap.TAIL, help="bootstrap: tail events.")
+parser.add_argument(
+    "--keep", type=Path, help="bootstrap: keep the log here; again: only the start measured."
+)
 args = parser.parse_args()
 which = args.which or PARTS
 if "core" in which:
@@ -68,6 +80,9 @@ if "replay" in which:
 if "cluster" in which:
     asyncio.run(cluster.main(args.seconds, args.rounds))
 if "size" in which:
-    asyncio.run(size.main(args.files, args.events))
+    asyncio.run(size.main(args.files, args.events or size.EVENTS))
 if "console" in which:
-    asyncio.run(console.main(args.files, args.events))
+    asyncio.run(console.main(args.files, args.events or size.EVENTS))
+if "bootstrap" in which:
+    events = args.events or bootstrap.EVENTS
+    asyncio.run(bootstrap.main(events, args.workspaces, args.tail, args.keep))

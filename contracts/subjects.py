@@ -39,6 +39,10 @@ STREAM_OUTPUT = "WS_OUTPUT"
 BUCKET_BLOBS = "WS_BLOBS"
 BUCKET_LEASES = "WS_LEASES"
 BUCKET_BRIDGES = "WS_BRIDGES"
+BUCKET_SNAPSHOTS = "WS_SNAPSHOTS"
+"""Object store of projection snapshots (``infra/snapshots.py``)."""
+BUCKET_SNAPSHOT_LEASES = "WS_SNAPSHOT_LEASES"
+"""KV bucket: who is making a snapshot (one replica at a time)."""
 
 QUEUE_WRITER = "quill-writer"
 QUEUE_READER = "quill-reader"
@@ -320,6 +324,10 @@ class Subjects:
 
     def all_replica(self, instance: str) -> str:
         return f"{self.root}.replica.{instance}.*.*.*"
+
+    def snapshot(self, role: str) -> str:
+        """Ask one ``role`` replica (a queue group) to snapshot its projection now."""
+        return f"{self.root}.sys.snapshot.{role}"
 
     def parse_request(self, subject: str) -> Address:
         """Parse a cmd/qry/exec (or replica) subject into its address.

@@ -17,7 +17,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from nats.js.errors import APIError
+from nats.js import JetStreamContext
+from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.errors import APIError, NotFoundError
 
 log = logging.getLogger("quill.assets")
 
@@ -49,3 +51,15 @@ async def create_once(name: str, create: Callable[[], Awaitable[T]]) -> T | None
         return None
     log.info("created %s", name)
     return made
+
+
+async def object_store(js: JetStreamContext, bucket: str, description: str, replicas: int) -> None:
+    """The object store ``bucket`` (file storage, ``replicas``), created if missing (a lost
+    race is a success)."""
+    try:
+        await js.object_store(bucket)
+    except NotFoundError:
+        config = ObjectStoreConfig(
+            description=description, storage=StorageType.FILE, replicas=replicas
+        )
+        await create_once(f"object store {bucket}", lambda: js.create_object_store(bucket, config))

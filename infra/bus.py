@@ -23,7 +23,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, PersistMode, StorageType, StreamConfig
+from nats.js.api import PersistMode, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from contracts import codec
@@ -34,7 +34,7 @@ from contracts.limits import (
     SUBSCRIPTION_PENDING_MSGS,
 )
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
-from infra import assets, bridges
+from infra import assets, bridges, snapshots
 from infra.secret_registry import secrets_from_env
 from quill import connection
 from quill.credentials import DEFAULT_INBOX, SYSTEM_USER
@@ -114,22 +114,13 @@ async def _ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
 
 async def _ensure_blobs(js: JetStreamContext, replicas: int) -> None:
     """The WS_BLOBS object store, created if missing (a lost race is a success)."""
-    try:
-        await js.object_store(BUCKET_BLOBS)
-    except NotFoundError:
-        config = ObjectStoreConfig(
-            description="Quill: large file contents by sha256",
-            storage=StorageType.FILE,
-            replicas=replicas,
-        )
-        name = f"object store {BUCKET_BLOBS}"
-        await assets.create_once(name, lambda: js.create_object_store(BUCKET_BLOBS, config))
+    await assets.object_store(js, BUCKET_BLOBS, "Quill: large file contents by sha256", replicas)
 
 
 async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> None:
-    """Create WS_EVENTS, WS_AUDIT, the WS_BLOBS object store and the WS_BRIDGES bucket if
-    missing, and correct their configuration if needed (idempotent, and safe when several
-    processes do it at the same moment).
+    """Create WS_EVENTS, WS_AUDIT, the WS_BLOBS and WS_SNAPSHOTS object stores and the
+    WS_BRIDGES and WS_SNAPSHOT_LEASES buckets if missing, and correct their configuration if
+    needed (idempotent, and safe when several processes do it at the same moment).
 
     Raises:
         nats.js.errors.APIError: JetStream refused a create or an update (not for a stream
@@ -139,6 +130,7 @@ async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> Non
     await _ensure_stream(js, _events_stream(subjects, replicas))
     await _ensure_stream(js, _audit_stream(subjects, replicas))
     await _ensure_blobs(js, replicas)
+    await snapshots.ensure_bucket(js, replicas)
     await bridges.bucket(js, replicas)
 
 

@@ -313,14 +313,24 @@ async def connect_service(settings: Settings, name: str) -> NATS:
     return nc
 
 
+Prepare = Callable[[Settings, NATS, Path], Awaitable[None]]
+"""What a service does to its projection's file before it opens (a reader installs a snapshot)."""
+
+
 async def start_service(
-    settings: Settings, name: str, factory: Callable[[Settings, NATS, Store], S]
+    settings: Settings,
+    name: str,
+    factory: Callable[[Settings, NATS, Store], S],
+    prepare: Prepare | None = None,
 ) -> Running[S]:
-    """Connect, create the streams, open the service's projection (``<data>/<name>.db``), start
-    the service; the returned ``stop`` undoes all of it."""
+    """Connect, create the streams, ``prepare`` the service's projection (``<data>/<name>.db``),
+    open it, start the service; the returned ``stop`` undoes all of it."""
     nc = await connect_service(settings, name)
     try:
-        store = await Store.open(settings.data_dir / f"{name}.db", role=name)
+        path = settings.data_dir / f"{name}.db"
+        if prepare is not None:
+            await prepare(settings, nc, path)
+        store = await Store.open(path, role=name)
     except BaseException:
         await nc.close()
         raise

@@ -81,7 +81,7 @@ async def with_stack(fn: Any) -> Any:
             async with AsyncExitStack() as stack:
                 writer = await start_service(settings, "writer", Writer)
                 stack.push_async_callback(writer.stop)
-                reader = await start_service(settings, "reader", Reader)
+                reader = await start_service(settings, "reader", Reader, Reader.prepare)
                 stack.push_async_callback(reader.stop)
                 executor = await start_executor(settings, ExecutorConfig())
                 stack.push_async_callback(executor.stop)

@@ -30,20 +30,29 @@ __all__ = [
 ]
 
 
-async def start_writer(stack: AsyncExitStack, nats_url: str, data: Path) -> Writer:
-    """Start an in-process writer, ready to answer; ``stack`` stops it."""
-    running = await start_service(Settings(nats_url=nats_url, data_dir=data), "writer", Writer)
+async def start_writer(
+    stack: AsyncExitStack, nats_url: str, data: Path, extra: dict[str, str] | None = None
+) -> Writer:
+    """Start an in-process writer, ready to answer; ``stack`` stops it. ``extra``: its options
+    (``snapshot_behind``)."""
+    settings = Settings(nats_url=nats_url, data_dir=data, extra=extra or {})
+    running = await start_service(settings, "writer", Writer, Writer.prepare)
     stack.push_async_callback(running.stop)
     await answers(nats_url, "writer", running.service.instance)
     return running.service
 
 
 async def start_reader(
-    stack: AsyncExitStack, nats_url: str, data: Path, instance: str = ""
+    stack: AsyncExitStack,
+    nats_url: str,
+    data: Path,
+    instance: str = "",
+    extra: dict[str, str] | None = None,
 ) -> Reader:
-    """Start an in-process reader replica, ready to answer; ``stack`` stops it."""
-    settings = Settings(nats_url=nats_url, data_dir=data, instance=instance)
-    running = await start_service(settings, "reader", Reader)
+    """Start an in-process reader replica, ready to answer; ``stack`` stops it. ``extra``:
+    its options (``services/reader/snapshots.py: SnapshotConfig``)."""
+    settings = Settings(nats_url=nats_url, data_dir=data, instance=instance, extra=extra or {})
+    running = await start_service(settings, "reader", Reader, Reader.prepare)
     stack.push_async_callback(running.stop)
     await answers(nats_url, "reader", running.service.instance)
     # a replica joins the queue group once it has caught up with the log

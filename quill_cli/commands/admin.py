@@ -1,17 +1,21 @@
 """``quill scrub``, which rewrites a log to take a leaked secret out of it
-(``quill_cli/tools/scrub.py``), and ``quill nats-auth``, the NATS servers' authorization for a
-tenants file (``quill_cli/tenants.py``; docs/operations.md)."""
+(``quill_cli/tools/scrub.py``), ``quill snapshot``, which asks a reader replica to snapshot its
+projection now (``infra/snapshots.py``), and ``quill nats-auth``, the NATS servers'
+authorization for a tenants file (``quill_cli/tenants.py``; docs/operations.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import click
+import nats.errors
 
 from contracts.errors import ErrorCode, QuillError
 from core.secrets import Secrets
 from infra import secret_registry
+from infra import snapshots as snaps
 from infra.secret_registry import ENV_FILE
 from quill.client import Workspace
 from quill_cli.common import Commands, connected, emit, fail, plural, refusing, run_client, short
@@ -141,6 +145,58 @@ async def _scrub_one(
                 f"with it: {', '.join(bad)}",
             )
     return result
+
+
+@commands.command()
+@click.option("--list", "listing", is_flag=True, help="List the snapshots kept; make none.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for the replica making it.",
+)
+@click.pass_context
+def snapshot(ctx: click.Context, listing: bool, timeout: float) -> None:
+    """Snapshot the readers' projection now: one reader replica copies its projection into the
+    WS_SNAPSHOTS object store (the oldest beyond its --snapshot-keep deleted), where a new or
+    wiped reader (or a writer with no projection) starts from. With --list, the snapshots kept,
+    newest first."""
+
+    async def go() -> None:
+        async with connected(ctx) as quill:
+            if listing:
+                found = await snaps.listing(quill.nc.jetstream(), "reader")
+                rows = [
+                    {"name": s.name, "position": s.position, "bytes": s.size,
+                     "stored_bytes": s.stored, "made": s.made.isoformat(), "by": s.by}
+                    for s in found
+                ]  # fmt: skip
+                text = "\n".join(
+                    f"{r['name']}  log position {r['position']:,}  {r['bytes']:,} bytes "
+                    f"({r['stored_bytes']:,} stored)  {r['made']}  by {r['by']}"
+                    for r in rows
+                )
+                emit(ctx, rows, text or "no snapshots")
+                return
+            subject = quill.subjects.snapshot("reader")
+            try:
+                reply = await quill.nc.request(subject, b"", timeout=timeout)
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+                raise QuillError(
+                    ErrorCode.UNAVAILABLE, f"No reader replica made a snapshot: {exc!r}"
+                ) from None
+            made = json.loads(reply.data)
+            if not made.get("ok"):
+                raise QuillError(ErrorCode.UNAVAILABLE, str(made.get("error")))
+            emit(
+                ctx,
+                made,
+                f"{made['name']}: log position {made['position']:,}, {made['bytes']:,} bytes "
+                f"({made['stored_bytes']:,} stored), by {made['by']}",
+            )
+
+    run_client(go())
 
 
 @commands.command("nats-auth")

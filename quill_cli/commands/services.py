@@ -118,13 +118,64 @@ def _serve(start: Callable[[], Awaitable[Any]]) -> None:
 
 @commands.command()
 @service_options
+@click.option(
+    "--snapshot-events",
+    envvar="QUILL_SNAPSHOT_EVENTS",
+    default=20_000,
+    show_default=True,
+    help="Snapshot the projection into WS_SNAPSHOTS once this many events were applied since "
+    "the newest snapshot (one replica makes it). 0: this replica makes none unless asked.",
+)
+@click.option(
+    "--snapshot-minutes",
+    envvar="QUILL_SNAPSHOT_MINUTES",
+    default=30.0,
+    show_default=True,
+    help="... or once the newest snapshot is this old and events came since.",
+)
+@click.option(
+    "--snapshot-keep",
+    envvar="QUILL_SNAPSHOT_KEEP",
+    default=3,
+    show_default=True,
+    help="Snapshots kept (the oldest deleted when one is made).",
+)
+@click.option(
+    "--snapshot-behind",
+    envvar="QUILL_SNAPSHOT_BEHIND",
+    default=20_000,
+    show_default=True,
+    help="Start from the newest snapshot when the local projection is missing or more than "
+    "this many events behind it. 0: always replay the log.",
+)
 @click.pass_context
-def reader(ctx: click.Context, /, **options: Any) -> None:
+def reader(
+    ctx: click.Context,
+    /,
+    snapshot_events: int,
+    snapshot_minutes: float,
+    snapshot_keep: int,
+    snapshot_behind: int,
+    **options: Any,
+) -> None:
     """Run a reader replica (answers as of any version)."""
     from services.reader.app import Reader
 
+    if min(snapshot_events, snapshot_behind) < 0 or snapshot_minutes <= 0 or snapshot_keep < 1:
+        click.echo(
+            "quill: --snapshot-events and --snapshot-behind must be >= 0, --snapshot-minutes "
+            "> 0, --snapshot-keep >= 1",
+            err=True,
+        )
+        sys.exit(2)
     settings = _settings(ctx, options)
-    _serve(lambda: start_service(settings, "reader", Reader))
+    settings.extra.update(
+        snapshot_events=str(snapshot_events),
+        snapshot_minutes=str(snapshot_minutes),
+        snapshot_keep=str(snapshot_keep),
+        snapshot_behind=str(snapshot_behind),
+    )
+    _serve(lambda: start_service(settings, "reader", Reader, Reader.prepare))
 
 
 @commands.command()
@@ -172,6 +223,15 @@ def reader(ctx: click.Context, /, **options: Any) -> None:
     show_default=True,
     help="Commands one workspace holds waiting for its lock or their approval.",
 )
+@click.option(
+    "--snapshot-behind",
+    envvar="QUILL_WRITER_SNAPSHOT_BEHIND",
+    default=0,
+    show_default=True,
+    help="A writer with no projection starts from the newest reader snapshot if it covers "
+    "more than this many events. 0: never (it loads each workspace from its own log when "
+    "first used, which is faster unless single workspaces have very long logs).",
+)
 @click.pass_context
 def writer(
     ctx: click.Context,
@@ -182,13 +242,17 @@ def writer(
     max_queued_bytes: int,
     max_queued_per_workspace: int,
     max_waiting_per_workspace: int,
+    snapshot_behind: int,
     **options: Any,
 ) -> None:
     """Run a writer (validates and commits mutations)."""
     from services.writer.app import Writer
 
-    if partitions < 0 or lease_ttl < 2:
-        click.echo("quill: --partitions must be >= 0 and --lease-ttl >= 2", err=True)
+    if partitions < 0 or lease_ttl < 2 or snapshot_behind < 0:
+        click.echo(
+            "quill: --partitions must be >= 0, --lease-ttl >= 2, --snapshot-behind >= 0",
+            err=True,
+        )
         sys.exit(2)
     settings = _settings(ctx, options)
     settings.extra.update(
@@ -198,8 +262,9 @@ def writer(
         max_queued_bytes=str(max_queued_bytes),
         max_queued_per_workspace=str(max_queued_per_workspace),
         max_waiting_per_workspace=str(max_waiting_per_workspace),
+        snapshot_behind=str(snapshot_behind),
     )
-    _serve(lambda: start_service(settings, "writer", Writer))
+    _serve(lambda: start_service(settings, "writer", Writer, Writer.prepare))
 
 
 @commands.command()

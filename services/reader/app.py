@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from contracts import ops as registry
@@ -16,14 +18,17 @@ from infra import bus, metrics
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
+from infra.snapshots import STARTED_FROM
 from infra.store import Store
 from services.reader.cache import RevisionCache
 from services.reader.diff import Differ
-from services.reader.follower import Follower
+from services.reader.follower import TRACKING, Follower
 from services.reader.handlers import query_handler
 from services.reader.indexer import Indexer
 from services.reader.queries import Queries
 from services.reader.search import Search
+from services.reader.snapshots import SnapshotConfig, Snapshotter
+from services.reader.snapshots import prepare as prepare_snapshot
 
 
 class Reader:
@@ -43,6 +48,10 @@ class Reader:
         by_name = {**self.queries.ops(), **Search(self.queries).ops(), **Differ(self.queries).ops()}
         self.ops = registry.table("qry", by_name)
         """Every query op, by name (``contracts/ops.py`` checks that none is missing)."""
+        self.snapshots = Snapshotter(
+            self.js, store.path, TRACKING, self.instance, SnapshotConfig.of(settings),
+            lambda: self.follower.position if self.follower.caught_up else None,
+        )  # fmt: skip
         self.auditor = Auditor(nc, self.subjects, "reader", self.instance)
         self.bridges = Bridges(self.js)
         self.max_wait_s = max_wait_s
@@ -51,8 +60,16 @@ class Reader:
         self._subs: list[Subscription] = []
         self._joining: asyncio.Task[None] | None = None
         self._gauges = metrics.Sources()
+        self.started_from: str | None = None
+        """The snapshot the projection was installed from, if it was."""
         self.serving = asyncio.Event()
         """Set once it answers queries in the replicas' queue group (caught up)."""
+
+    @staticmethod
+    async def prepare(settings: Settings, nc: NATS, path: Path) -> None:
+        """Before its projection opens: start from the newest snapshot if the projection is
+        missing or far behind it (``services/reader/snapshots.py``)."""
+        await prepare_snapshot(settings, nc.jetstream(), path, TRACKING)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -63,9 +80,12 @@ class Reader:
             "version_waiters": self.follower.waiting,
             "local_workspaces": len(self.bridges),
             **self.follower.disk.info(),
+            "started_from": self.started_from,
+            "snapshot": self.snapshots.newest.position if self.snapshots.newest else None,
         }
 
     async def start(self) -> None:
+        self.started_from = await self.store.get_meta(STARTED_FROM)
         await self.bridges.start()
         self.indexer.start()
         await self.follower.start()
@@ -73,6 +93,7 @@ class Reader:
         self._gauges.add(metrics.READER_LAG_VERSIONS, follower.lag_versions)
         self._gauges.add(metrics.READER_LAG_SECONDS, follower.lag_seconds)
         self._gauges.add(metrics.READER_VERSION_WAITERS, lambda: follower.waiting)
+        self.snapshots.start()
         handler = query_handler(self)
         self._subs += [
             await bus.serve(self.nc, self.subjects.all_replica(self.instance), None, handler),
@@ -93,11 +114,19 @@ class Reader:
 
     async def _join(self, handler: bus.Handler) -> None:
         self._subs.append(await bus.serve(self.nc, self.subjects.all_qry, QUEUE_READER, handler))
+        snapshot = self.subjects.snapshot("reader")
+        self._subs.append(await bus.serve(self.nc, snapshot, QUEUE_READER, self._snapshot))
         await self.nc.flush()
         self.serving.set()
         self.log.info("reader %s serving %s", self.instance, self.subjects.all_qry)
 
+    async def _snapshot(self, msg: Msg) -> None:
+        task = asyncio.create_task(self.snapshots.on_request(msg))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
     async def stop(self) -> None:
+        await self.snapshots.stop()
         if self._joining is not None:
             self._joining.cancel()
         for sub in self._subs:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -14,7 +15,7 @@ from nats.js import JetStreamContext
 from contracts.events import HistoryCompacted
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
-from infra import bus, metrics, storage
+from infra import bus, metrics, snapshot_install, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
@@ -46,6 +47,16 @@ def _backlog(extra: dict[str, str]) -> Backlog:
 
 class Writer:
     """Owns the mutations of the workspaces whose commands reach it."""
+
+    @staticmethod
+    async def prepare(settings: Settings, nc: NATS, path: Path) -> None:
+        """Before its projection opens: a writer with none starts from the newest reader
+        snapshot if it covers more than ``snapshot_behind`` events (0, the default: never;
+        ``infra/snapshot_install.py``)."""
+        behind = int(settings.extra.get("snapshot_behind", "0"))
+        await snapshot_install.bootstrap(
+            nc.jetstream(), path, "reader", "reader", behind=behind, into="writer"
+        )
 
     def __init__(
         self,

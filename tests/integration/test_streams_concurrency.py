@@ -20,8 +20,15 @@ import pytest
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
-from contracts.subjects import BUCKET_BLOBS, BUCKET_BRIDGES, BUCKET_LEASES, Subjects
-from infra import bridges, bus
+from contracts.subjects import (
+    BUCKET_BLOBS,
+    BUCKET_BRIDGES,
+    BUCKET_LEASES,
+    BUCKET_SNAPSHOT_LEASES,
+    BUCKET_SNAPSHOTS,
+    Subjects,
+)
+from infra import bridges, bus, snapshots
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer
 from quill_cli.stack import Stack
@@ -64,6 +71,8 @@ async def _check(url: str, *, leases: bool = True, output: bool = False) -> None
                 "WS_AUDIT",
                 f"OBJ_{BUCKET_BLOBS}",
                 f"KV_{BUCKET_BRIDGES}",
+                f"OBJ_{BUCKET_SNAPSHOTS}",
+                f"KV_{BUCKET_SNAPSHOT_LEASES}",
             ]
             + ([f"KV_{BUCKET_LEASES}"] if leases else [])
             + (["WS_OUTPUT"] if output else [])  # an executor's
@@ -100,6 +109,7 @@ ASSETS: dict[str, Create] = {
     "blobs": lambda js: bus._ensure_blobs(js, 1),
     "bridges": lambda js: bridges.bucket(js),
     "leases": lambda js: leases_bucket(js, 1),
+    "snapshots": lambda js: snapshots.ensure_bucket(js, 1),
 }
 
 

@@ -1,0 +1,345 @@
+"""Projection snapshots (``infra/snapshots.py``): a reader with no data starts from the newest
+snapshot in WS_SNAPSHOTS and replays only the tail; one that does not verify is ignored (said
+in the log) and the reader still answers right; readers make them, one at a time, keeping K."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import zstandard
+from click.testing import CliRunner, Result
+from nats.aio.client import Client as NATS
+from nats.js.api import ObjectMeta
+
+from contracts.limits import LimitsPatch
+from contracts.subjects import BUCKET_SNAPSHOTS, Subjects
+from infra import snapshot_install
+from infra import snapshots as snaps
+from quill.client import Quill
+from quill_cli.cli import main
+from quill_cli.tools import replay as rpl
+from services.reader.snapshots import SnapshotConfig, Snapshotter
+from tests.helpers import start_reader, start_writer
+from tests.integration.test_compaction import KEEP, WRITES, compacted, rows
+
+BOOT = {"snapshot_behind": "1", "snapshot_events": "0"}
+"""A replica that starts from any snapshot ahead of it, and makes none unless asked."""
+
+
+async def clear(nc: NATS) -> None:
+    """No snapshots (the server is shared by the module's tests)."""
+    await snaps.ensure_bucket(nc.jetstream(), 1)
+    await nc.jetstream().purge_stream(snaps.STREAM)
+
+
+async def force(nc: NATS) -> dict[str, object]:
+    """``quill snapshot``'s request: one replica snapshots now."""
+    reply = await nc.request(Subjects().snapshot("reader"), b"", timeout=30)
+    answer = json.loads(reply.data)
+    assert answer["ok"], answer
+    return dict(answer)
+
+
+async def deployment(stack: AsyncExitStack, nats_url: str, tmp_path: Path) -> Quill:
+    """A writer and a client (``stack`` stops them)."""
+    await start_writer(stack, nats_url, tmp_path / "writer")
+    quill = await Quill.connect(nats_url, timeout=5)
+    stack.push_async_callback(quill.close)
+    return quill
+
+
+async def fill(quill: Quill, name: str, writes: int) -> None:
+    ws = quill.workspace(name)
+    await ws.create()
+    for i in range(writes):
+        await ws.write("f.txt", f"needle {i}\n")
+    await ws.read_text("f.txt")  # the reader has applied it all (read-your-writes)
+
+
+async def test_a_reader_with_no_data_starts_from_the_snapshot_and_replays_the_tail(
+    nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        quill = await deployment(stack, nats_url, tmp_path)
+        async with AsyncExitStack() as first:
+            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
+            await fill(quill, "acme/snap", 30)
+            made = await force(nc)
+            assert made["by"] == "r1" and int(str(made["bytes"])) > 0
+            ws = quill.workspace("acme/snap")
+            for i in range(30, 35):  # the tail, after the snapshot
+                await ws.write("f.txt", f"needle {i}\n")
+        # r1 is gone: r2 (no data) answers alone
+        with caplog.at_level(logging.INFO, "quill.reader"):
+            r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
+        assert r2.started_from == made["name"]
+        assert f"following the log from seq {made['position']} " in caplog.text  # the tail only
+        assert r2.follower.position > int(str(made["position"]))
+        fresh = await Quill.connect(nats_url, timeout=5)
+        stack.push_async_callback(fresh.close)
+        assert await fresh.workspace("acme/snap").read_text("f.txt") == "needle 34\n"
+        assert await ws.read_text("f.txt", version=10) == "needle 8\n"  # from the snapshot
+        found = await fresh.workspace("acme/snap").grep("needle 3[0-4]")  # the trigram index
+        assert found.total == 1
+        await ws.write("g.txt", "latest")  # read-your-writes on the new replica
+        assert await ws.read_text("g.txt") == "latest"
+        assert (await ws.info()).version == ws.last_version == 37
+
+
+def _tampered(kind: str, data: bytes, snap: snaps.Snapshot) -> tuple[bytes, snaps.Snapshot]:
+    """A snapshot's bytes and record, broken as ``kind`` says."""
+    if kind == "bad checksum":
+        return data[:100] + bytes([data[100] ^ 1]) + data[101:], snap
+    if kind == "truncated":  # the record agrees with the bytes: only unpacking finds it
+        cut = data[: len(data) // 2]
+        return cut, replace(snap, sha256=hashlib.sha256(cut).hexdigest(), stored=len(cut))
+    if kind == "wrong schema":
+        return data, replace(snap, schema="0")
+    if kind == "another encoding":
+        return data, replace(snap, encoding="gzip")
+    if kind == "another log":
+        return data, replace(snap, log="1999-01-01T00:00:00+00:00")
+    if kind == "a bomb":  # says it is small, decompresses to far more
+        bomb = zstandard.ZstdCompressor().compress(b"\0" * (snap.size * 4))
+        return bomb, replace(snap, sha256=hashlib.sha256(bomb).hexdigest(), stored=len(bomb))
+    assert kind == "not a database"
+    junk = zstandard.ZstdCompressor().compress(b"x" * snap.size)
+    return junk, replace(snap, sha256=hashlib.sha256(junk).hexdigest(), stored=len(junk))
+
+
+async def _replace(nc: NATS, snap: snaps.Snapshot, kind: str) -> None:
+    """Store a broken copy of ``snap`` in its place."""
+    stored = b"".join(
+        [b"".join(c) async for c in snapshot_install.stored_chunks(nc.jetstream(), snap)]
+    )
+    data, record = _tampered(kind, stored, snap)
+    obs = await nc.jetstream().object_store(BUCKET_SNAPSHOTS)
+    meta = ObjectMeta(name=snap.name, headers=record.headers())
+    await obs.put(snap.name, data, meta=meta)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "bad checksum",
+        "truncated",
+        "wrong schema",
+        "another encoding",
+        "another log",
+        "not a database",
+        "a bomb",
+    ],
+)
+async def test_a_snapshot_that_does_not_verify_is_ignored_and_said(
+    nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    await clear(nc)
+    name = "acme/" + kind.replace(" ", "-")
+    async with AsyncExitStack() as stack:
+        quill = await deployment(stack, nats_url, tmp_path)
+        async with AsyncExitStack() as first:
+            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
+            await fill(quill, name, 5)
+            older = await force(nc)
+            ws = quill.workspace(name)
+            for i in range(5, 10):
+                await ws.write("f.txt", f"needle {i}\n")
+            await ws.read_text("f.txt")  # applied: the next snapshot is of a later position
+            newer = await force(nc)
+        (broken, _) = await snaps.listing(nc.jetstream(), "reader")
+        assert broken.name == newer["name"]
+        await _replace(nc, broken, kind)
+
+        with caplog.at_level(logging.WARNING, "quill.snapshots"):
+            r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
+        assert f"snapshot {broken.name} ignored" in caplog.text
+        assert r2.started_from == older["name"]  # the previous one, which verifies
+        assert await ws.read_text("f.txt") == "needle 9\n"
+
+        # with only the broken one left: a full replay, and the same answers
+        await snaps.prune(nc.jetstream(), "reader", keep=1)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, "quill.snapshots"):
+            r3 = await start_reader(stack, nats_url, tmp_path / "r3", "r3", BOOT)
+        assert f"snapshot {broken.name} ignored" in caplog.text
+        assert r3.started_from is None
+        assert r3.store.version_of("acme", name.split("/")[1]) == 11
+        assert not (tmp_path / "r3" / "snapshot-fetch").exists()
+
+
+async def test_a_snapshot_older_than_a_compaction_and_a_purge_gives_the_same_projection(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    """The log before a compaction (and a purged workspace's) is gone once the snapshot is
+    old: the tail still has the compaction and the purge, which replace what it held."""
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        quill = await deployment(stack, nats_url, tmp_path)
+        old = await start_reader(stack, nats_url, tmp_path / "r1", "r1", BOOT)
+        ws = quill.workspace("acme/trimmed")
+        await ws.create(limits=LimitsPatch(max_versions=KEEP))
+        await ws.write("hot.md", "hot 0\n")
+        gone = quill.workspace("acme/gone")
+        await gone.create()
+        await gone.write("a.txt", "old life")
+        made = await force(nc)
+        event = await compacted(ws, WRITES)  # purges the log before it, after the snapshot
+        await gone.purge()
+        await gone.create()
+        await gone.write("b.txt", "new life")
+        await gone.write("c.txt", "!")
+        last = gone.last_version
+
+        new = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
+        assert new.started_from == made["name"]
+        async with asyncio.timeout(10):
+            while not (
+                new.store.version_of("acme", "trimmed") >= event.version
+                and new.store.version_of("acme", "gone") >= last
+            ):
+                await asyncio.sleep(0.01)
+        for name in ("trimmed", "gone"):
+            assert await rows(new.store, "acme", name) == await rows(old.store, "acme", name)
+
+
+async def test_readers_make_snapshots_when_due_one_at_a_time_keeping_k(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    await clear(nc)
+    js = nc.jetstream()
+    often = {"snapshot_events": "5", "snapshot_keep": "2", "snapshot_check_s": "0.05"}
+    async with AsyncExitStack() as stack:
+        quill = await deployment(stack, nats_url, tmp_path)
+        readers = [
+            await start_reader(stack, nats_url, tmp_path / n, n, often) for n in ("m1", "m2")
+        ]
+        ws = quill.workspace("acme/often")
+        await ws.create()
+        seen: set[tuple[str, str]] = set()
+        newest = 0
+        for round_ in range(3):
+            for i in range(6):  # more than snapshot_events: one is due
+                await ws.write("f.txt", f"{round_} {i}")
+            async with asyncio.timeout(20):  # a snapshot newer than the last round's is made,
+                while True:  # and the oldest pruned (keep 2)
+                    found = await snaps.listing(js, "reader")
+                    if found and found[0].position > newest and len(found) <= 2:
+                        break
+                    await asyncio.sleep(0.02)
+            newest = found[0].position
+            seen |= {(s.name, s.by) for s in found}
+        assert len(seen) >= 3
+        assert {by for _, by in seen} <= {"m1", "m2"}
+        # a lease held by another replica: no snapshot, and said so
+        await ws.write("f.txt", "one more")
+        async with asyncio.timeout(10):  # applied past its newest snapshot: one would be made
+            while readers[0].follower.position <= max(s.position for s in found):
+                await asyncio.sleep(0.01)
+        other = snaps.Lease(js, "reader", "someone-else")
+        assert await other.take()
+        try:
+            assert await readers[0].snapshots.make() is None
+        finally:
+            await other.release()
+        assert await readers[0].snapshots.make() is not None
+
+
+async def test_a_projection_close_behind_the_snapshot_keeps_its_data(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    """Within ``snapshot_behind`` events of the newest snapshot, a replica keeps its own data
+    (the tail is short); a newer schema's snapshot is never installed."""
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        quill = await deployment(stack, nats_url, tmp_path)
+        async with AsyncExitStack() as first:
+            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
+            await fill(quill, "acme/near", 3)
+        async with AsyncExitStack() as maker:
+            await start_reader(maker, nats_url, tmp_path / "m", "m", BOOT)
+            await quill.workspace("acme/near").write("f.txt", "later")
+            await force(nc)
+        again = await start_reader(
+            stack, nats_url, tmp_path / "r1", "r1", {**BOOT, "snapshot_behind": "1000"}
+        )
+        assert again.started_from is None
+        assert await quill.workspace("acme/near").read_text("f.txt") == "later"
+
+
+async def test_a_writer_with_no_projection_starts_from_a_reader_snapshot(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        quill = await Quill.connect(nats_url, timeout=5)
+        stack.push_async_callback(quill.close)
+        await start_reader(stack, nats_url, tmp_path / "r1", "r1", BOOT)
+        async with AsyncExitStack() as first:
+            await start_writer(first, nats_url, tmp_path / "w1")
+            await fill(quill, "acme/writer", 20)
+            made = await force(nc)
+            ws = quill.workspace("acme/writer")
+            await ws.write("f.txt", "after the snapshot\n")  # v22: the writer catches it up
+        writer = await start_writer(stack, nats_url, tmp_path / "w2", {"snapshot_behind": "1"})
+        assert writer.store.version_of("acme", "writer") == 21  # as of the snapshot
+        tables = {
+            str(r[0])
+            for r in await writer.store.reads.execute_fetchall(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'index')"
+            )
+        }
+        assert "events_request" in tables and "content_index" not in tables
+        assert "revisions_live" not in tables
+        done = await ws.edit("f.txt", "after", "later")  # decided on the snapshot + the tail
+        assert done.replacements == 1 and ws.last_version == 23
+        assert await ws.read_text("f.txt") == "later the snapshot\n"
+        folded = await rpl.replay(nc.jetstream(), Subjects(), "acme", "writer")  # the chain holds
+        assert folded.version == 23
+        assert made["position"]
+
+
+def test_a_snapshot_is_due_after_n_events_or_m_seconds_with_events_since() -> None:
+    config = SnapshotConfig(every_events=10, every_s=60)
+    maker = Snapshotter(None, Path("x"), "reader", "r", config, lambda: 0)  # type: ignore[arg-type]
+    now = datetime.now(UTC)
+    assert not maker.due(9, now) and maker.due(10, now)
+    assert maker.due(1, now + timedelta(seconds=61)) and not maker.due(0, now + timedelta(hours=1))
+
+
+async def cli(nats_url: str, *argv: str) -> Result:
+    """``quill ARGV`` run by the CLI in this process (in a thread: the services answer from
+    this event loop)."""
+    env = {"QUILL_NATS_URL": nats_url}
+    return await asyncio.to_thread(CliRunner().invoke, main, list(argv), env=env)
+
+
+async def test_quill_snapshot_makes_one_now_and_lists_them(
+    nats_url: str, nc: NATS, tmp_path: Path
+) -> None:
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        quill = await deployment(stack, nats_url, tmp_path)
+        async with AsyncExitStack() as first:
+            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
+            await fill(quill, "acme/cli", 3)
+            made = await cli(nats_url, "--json", "snapshot")
+            assert made.exit_code == 0, made.output
+            answer = json.loads(made.stdout)
+            again = await cli(nats_url, "--json", "snapshot")  # nothing new: the same one
+            assert json.loads(again.stdout)["name"] == answer["name"]
+            listed = await cli(nats_url, "--json", "snapshot", "--list")
+            assert [r["name"] for r in json.loads(listed.stdout)] == [answer["name"]]
+            human = await cli(nats_url, "snapshot", "--list")
+            assert f"log position {answer['position']:,}" in human.stdout
+        # no reader replica: said, and a non-zero exit
+        refused = await cli(nats_url, "snapshot", "--timeout", "1")
+        assert refused.exit_code != 0 and "UNAVAILABLE" in refused.output
