@@ -1,5 +1,5 @@
 """``python -m bench [core] [log] [search] [gateway] [executor] [retention] [load] [replay]
-[cluster] [size] [console]``: the benchmarks (all by default), each figure printed next to
+[cluster] [size] [console] [scale]``: the benchmarks (all by default), each figure printed next to
 its baseline measured in the same run."""
 
 import argparse
@@ -15,6 +15,7 @@ from bench import (
     log,
     replay,
     retention,
+    scale,
     search,
     size,
 )
@@ -32,8 +33,9 @@ PARTS = [
     "cluster",
     "size",
     "console",
+    "scale",
 ]
-parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
+parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all but scale.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
 parser.add_argument("--versions", type=int, default=10_000, help="Versions of the history file.")
@@ -41,9 +43,10 @@ parser.add_argument(
     "--gateway-workers", type=int, help="gateway: its processes (default: quill up's)."
 )
 parser.add_argument("--files", type=int, default=size.FILES, help="size, console: files.")
+parser.add_argument("--workspaces", type=int, default=20_000, help="scale: workspaces built.")
 parser.add_argument("--events", type=int, default=size.EVENTS, help="size, console: events.")
 args = parser.parse_args()
-which = args.which or PARTS
+which = args.which or [p for p in PARTS if p != "scale"]
 if "core" in which:
     asyncio.run(core.main(args.seconds, args.versions, args.rounds))
     print()
@@ -71,3 +74,5 @@ if "size" in which:
     asyncio.run(size.main(args.files, args.events))
 if "console" in which:
     asyncio.run(console.main(args.files, args.events))
+if "scale" in which:
+    asyncio.run(scale.main(args.workspaces))

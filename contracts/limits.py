@@ -32,6 +32,15 @@ MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 PREVIEW_MAX_BYTES = 32 * 1024
 """The longest diff an approval request shows of the change it would make (cut past it)."""
 
+WRITER_WORKSPACES = 2000
+"""Workspaces a writer holds in memory (their state, their recent results): past it, the
+least recently used idle one is dropped (never one with commands queued, parked or in
+flight), and loaded again from the projection when next used (``docs/operations.md``)."""
+
+WRITER_RECENT_RESULTS = 128
+"""Request ids (with their replies) a writer keeps in memory per workspace it holds, for
+idempotent retries; an older request id is looked up in the projection."""
+
 Positive = Annotated[int, Meta(ge=1, le=2**40)]
 
 

@@ -41,7 +41,7 @@ from core.plan import LIVE, Committed, Plan, plan, subtree
 from core.rows import Node, WorkspaceRow
 from core.tree import WorkspaceState, place
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS workspaces(
     version INTEGER NOT NULL DEFAULT 0, last_seq INTEGER NOT NULL DEFAULT 0,
     last_hash TEXT NOT NULL DEFAULT '', tree_hash TEXT NOT NULL DEFAULT '',
     updated TEXT NOT NULL DEFAULT '', floor INTEGER NOT NULL DEFAULT 0,
+    files INTEGER NOT NULL DEFAULT 0, total_bytes INTEGER NOT NULL DEFAULT 0,
     UNIQUE(tenant, name));
 CREATE TABLE IF NOT EXISTS events(
     ws INTEGER NOT NULL, version INTEGER NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
@@ -77,13 +78,27 @@ ROLE_INDEXES = {
     # The writer looks up request ids (idempotent retries) and loads whole workspaces.
     "writer": "CREATE INDEX IF NOT EXISTS events_request ON events(ws, request_id);",
     # Readers answer as-of-version listings and whole-tree queries, and search contents: a
-    # contentless trigram index of every text blob (keyed by the blob's rowid).
-    "reader": """
+    # contentless trigram index of every text blob (keyed by the blob's rowid). They keep each
+    # workspace's live files and bytes in its row (triggers), so a page of the workspace
+    # listing costs the same whatever the workspaces hold (issue 17).
+    "reader": f"""
 CREATE INDEX IF NOT EXISTS revisions_live ON revisions(ws, until, path);
 CREATE INDEX IF NOT EXISTS revisions_children ON revisions(ws, parent, until);
 CREATE VIRTUAL TABLE IF NOT EXISTS content_index
     USING fts5(content, tokenize='trigram', content='', detail=none);
 CREATE INDEX IF NOT EXISTS blobs_unindexed ON blobs(indexed) WHERE indexed = 0;
+CREATE TRIGGER IF NOT EXISTS files_born AFTER INSERT ON revisions
+    WHEN NEW.kind = 'f' AND NEW.until = {LIVE} BEGIN
+    UPDATE workspaces SET files = files + 1, total_bytes = total_bytes + NEW.size
+    WHERE id = NEW.ws; END;
+CREATE TRIGGER IF NOT EXISTS files_ended AFTER UPDATE OF until ON revisions
+    WHEN OLD.kind = 'f' AND OLD.until = {LIVE} AND NEW.until <> {LIVE} BEGIN
+    UPDATE workspaces SET files = files - 1, total_bytes = total_bytes - OLD.size
+    WHERE id = OLD.ws; END;
+CREATE TRIGGER IF NOT EXISTS files_deleted AFTER DELETE ON revisions
+    WHEN OLD.kind = 'f' AND OLD.until = {LIVE} BEGIN
+    UPDATE workspaces SET files = files - 1, total_bytes = total_bytes - OLD.size
+    WHERE id = OLD.ws; END;
 """,
 }
 """Each role indexes only what it queries: every index costs on every applied event."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from contracts.limits import WRITER_WORKSPACES
 from infra import secret_registry
 from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
 from quill_cli.common import (
@@ -116,16 +117,31 @@ def reader(ctx: click.Context, /, **options: Any) -> None:
     help="Seconds a partition lease lives unrenewed: how soon another writer takes over "
     "when this one dies.",
 )
+@click.option(
+    "--max-workspaces",
+    default=WRITER_WORKSPACES,
+    show_default=True,
+    envvar="QUILL_WRITER_WORKSPACES",
+    help="Workspaces held in memory; past it the least recently used idle one is dropped "
+    "(and loaded again from the projection when next used).",
+)
 @click.pass_context
-def writer(ctx: click.Context, /, partitions: int, lease_ttl: float, **options: Any) -> None:
+def writer(
+    ctx: click.Context, /, partitions: int, lease_ttl: float, max_workspaces: int, **options: Any
+) -> None:
     """Run a writer (validates and commits mutations)."""
     from services.writer.app import Writer
 
-    if partitions < 0 or lease_ttl < 2:
-        click.echo("quill: --partitions must be >= 0 and --lease-ttl >= 2", err=True)
+    if partitions < 0 or lease_ttl < 2 or max_workspaces < 1:
+        click.echo(
+            "quill: --partitions must be >= 0, --lease-ttl >= 2 and --max-workspaces >= 1",
+            err=True,
+        )
         sys.exit(2)
     settings = _settings(ctx, options)
-    settings.extra.update(partitions=str(partitions), lease_ttl=str(lease_ttl))
+    settings.extra.update(
+        partitions=str(partitions), lease_ttl=str(lease_ttl), max_workspaces=str(max_workspaces)
+    )
     _serve(lambda: start_service(settings, "writer", Writer))
 
 

@@ -190,14 +190,16 @@ class ReadModel:
         self, tenant: str, after: str, prefix: str, limit: int
     ) -> list[tuple[Any, ...]]:
         """A page of ``tenant``'s workspaces by name, after ``after`` (keyset on the unique
-        ``(tenant, name)`` index: a page costs the same wherever it starts): ``(id, name,
-        version, trust, created, at, actor, op)`` of each and of its last event."""
+        ``(tenant, name)`` index: a page costs the same wherever it starts, and whatever the
+        workspaces hold: their files and bytes are kept in their rows): ``(id, name, version,
+        trust, created, at, actor, op, files, total_bytes)`` of each and of its last event."""
         where, args = "w.tenant=? AND w.name>?", [tenant, after]
         if prefix:
             where += " AND w.name>=? AND w.name<?"
             args += [prefix, prefix + "\U0010ffff"]
         rows = await self._db.execute_fetchall(
-            "SELECT w.id, w.name, w.version, w.trust, w.created, e.at, e.actor, e.op "
+            "SELECT w.id, w.name, w.version, w.trust, w.created, e.at, e.actor, e.op, "
+            "w.files, w.total_bytes "
             "FROM workspaces w JOIN events e ON e.ws = w.id AND e.version = w.version "
             f"WHERE {where} ORDER BY w.name LIMIT ?",
             (*args, limit),

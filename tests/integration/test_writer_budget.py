@@ -1,0 +1,98 @@
+"""The writer's memory budgets (issue 17): it holds at most ``max_workspaces`` workspaces and
+``WRITER_RECENT_RESULTS`` results of each; what it drops answers as before, from the
+projection (a retried request id gets its first reply, evicted or not)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client as NATS
+
+from contracts.subjects import Subjects
+from infra import bus
+from infra.runtime import Settings
+from infra.store import Store
+from services.writer import workspace
+from services.writer.app import Writer
+
+S = Subjects()
+BUDGET = 4
+
+
+@pytest_asyncio.fixture
+async def writer(nats_url: str, tmp_path: Path) -> AsyncIterator[Writer]:
+    nc = await bus.connect(nats_url, "writer")
+    await bus.ensure_streams(nc, S)
+    store = await Store.open(tmp_path / "writer.db", role="writer")
+    w = Writer(Settings(nats_url=nats_url, data_dir=tmp_path), nc, store, max_workspaces=BUDGET)
+    await w.start()
+    yield w
+    await w.stop()
+    await store.close()
+    await nc.close()
+
+
+async def cmd(nc: NATS, name: str, op: str, body: dict[str, Any], request_id: str) -> Any:
+    msg = await nc.request(
+        S.cmd("acme", name, op),
+        json.dumps(body).encode(),
+        timeout=10,
+        headers={"Ws-Request-Id": request_id},
+    )
+    return json.loads(msg.data)
+
+
+async def held(nc: NATS) -> tuple[int, int]:
+    pong = json.loads((await nc.request("ws.sys.ping.writer", b"", timeout=5)).data)
+    return pong["workspaces"], pong["budget"]
+
+
+async def test_the_writer_holds_its_budget_and_evicted_workspaces_answer_retries(
+    writer: Writer, nc: NATS
+) -> None:
+    first: dict[str, Any] = {}
+    for i in range(3 * BUDGET):
+        name = f"b{i}"
+        first[f"{name}/create"] = await cmd(nc, name, "create", {}, f"{name}-create")
+        body = {"path": "f", "content": f"{i}\n"}
+        first[f"{name}/write"] = await cmd(nc, name, "write", body, f"{name}-write")
+        assert first[f"{name}/write"]["version"] == 2
+        count, budget = await held(nc)
+        assert budget == BUDGET and count <= BUDGET
+    # every workspace but the last few was dropped: the same requests again get their
+    # first replies (not ALREADY_EXISTS, not a new version)
+    for key, reply in first.items():
+        name, op = key.split("/")
+        body = {} if op == "create" else {"path": "f", "content": "another\n"}
+        assert await cmd(nc, name, op, body, f"{name}-{op}") == reply
+        assert (await held(nc))[0] <= BUDGET
+    again = await cmd(nc, "b0", "write", {"path": "f", "content": "new\n"}, "b0-new")
+    assert again["ok"] and again["version"] == 3  # a cold write commits after what was there
+
+
+async def test_results_past_the_memory_budget_come_from_the_projection(
+    writer: Writer, nc: NATS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workspace, "WRITER_RECENT_RESULTS", 3)
+    created = await cmd(nc, "long", "create", {}, "long-create")
+    assert created["ok"]
+    replies = [
+        await cmd(nc, "long", "write", {"path": "f", "content": f"{i}\n"}, f"long-{i}")
+        for i in range(10)
+    ]
+    assert len(writer._actors[("acme", "long")]._recent) <= 3
+    # held (warm), then dropped and loaded again (cold): the oldest request ids still get
+    # their first replies (a write decided again would commit version 12, or answer 11)
+    for _ in range(2):
+        assert await cmd(nc, "long", "create", {}, "long-create") == created
+        for i, reply in enumerate(replies):
+            body = {"path": "f", "content": "x\n"}
+            assert await cmd(nc, "long", "write", body, f"long-{i}") == reply
+        writer._actors.pop(("acme", "long"))  # as if evicted: the next command loads it
+    last = await cmd(nc, "long", "write", {"path": "f", "content": "last\n"}, "long-last")
+    assert last["version"] == 12
