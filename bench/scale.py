@@ -4,8 +4,8 @@ write to one it holds, against ``quill up`` with many workspaces (bare nats-py).
 ``python -m bench scale --workspaces 20000``: builds the workspaces (64 clients, each a
 ``create`` and a ``write``), then measures serially a write to each of a sample of workspaces
 untouched since the build (cold: the writer holds at most its budget of the most recent
-ones) and writes round-robin over 10 workspaces (warm), and prints p50/p99 of each and their
-ratio, with the RSS of each process and the writer's held count.
+ones), alternating with writes round-robin over 10 workspaces (warm), and prints p50/p99 of
+each and their ratio, with the RSS of each process and the writer's held count.
 """
 
 from __future__ import annotations
@@ -47,16 +47,22 @@ async def build(nc: NATS, count: int, clients: int = BUILDERS) -> None:
     await asyncio.gather(*[client() for _ in range(clients)])
 
 
-async def writes(nc: NATS, names: list[str], start: int) -> Load:
-    """One write to each of ``names`` in turn (serially): their latencies."""
-    latencies: list[float] = []
+async def write(nc: NATS, name: str, n: int, into: list[float]) -> None:
+    t0 = time.perf_counter()
+    await call(nc, f"ws.cmd.{TENANT}.{name}.write", {"path": "f", "content": payload(n)})
+    into.append(time.perf_counter() - t0)
+
+
+async def writes(nc: NATS, warm: list[str], cold: list[str]) -> tuple[Load, Load]:
+    """A write to each of ``warm`` and ``cold`` in turn, alternating (serially, so that the
+    machine's drift falls on both alike): their latencies."""
+    latencies: tuple[list[float], list[float]] = ([], [])
     t = time.perf_counter()
-    for n, name in enumerate(names):
-        t0 = time.perf_counter()
-        body = {"path": "f", "content": payload(start + n)}
-        await call(nc, f"ws.cmd.{TENANT}.{name}.write", body)
-        latencies.append(time.perf_counter() - t0)
-    return Load(len(names), time.perf_counter() - t, latencies)
+    for n, (hot, old) in enumerate(zip(warm, cold, strict=True)):
+        await write(nc, hot, 2 * n, latencies[0])
+        await write(nc, old, 2 * n + 1, latencies[1])
+    seconds = time.perf_counter() - t
+    return Load(len(warm), seconds, latencies[0]), Load(len(cold), seconds, latencies[1])
 
 
 def rss_mb(up_pids: dict[int, str]) -> dict[str, float]:
@@ -79,10 +85,10 @@ async def measure(url: str, count: int, samples: int) -> tuple[Load, Load, dict[
         # cold: never touched since the build, and older than the writer's budget
         pool = list(range(max(count - budget - 100, 0)))
         cold_names = [f"w{i}" for i in random.Random(17).sample(pool, min(samples, len(pool)))]
-        warm_names = [f"w{count - 1 - i % 10}" for i in range(samples)]
-        await writes(nc, warm_names[:50], 10_000_000)  # the warm ones are held
-        warm = await writes(nc, warm_names, 20_000_000)
-        cold = await writes(nc, cold_names, 30_000_000)
+        warm_names = [f"w{count - 1 - i % 10}" for i in range(len(cold_names))]
+        for name in warm_names[:10]:  # the warm ones are held
+            await write(nc, name, 10_000_000, [])
+        warm, cold = await writes(nc, warm_names, cold_names)
         pong = json.loads((await nc.request("ws.sys.ping.writer", b"", timeout=5)).data)
         return warm, cold, pong
     finally:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -172,13 +174,20 @@ class ProjectionGap(Exception):
     """An event arrived before the one preceding it: the projection must catch up first."""
 
 
+@functools.lru_cache(maxsize=256)
+def _limits(encoded: str) -> Limits:
+    """Decoded once per distinct value: most workspaces share the defaults (frozen, so one
+    object serves them all; ~0.5 KB saved per workspace held in ``Store``'s maps)."""
+    return _limits_decoder.decode(encoded)
+
+
 def _workspace_row(r: Any) -> WorkspaceRow:
     return WorkspaceRow(
         r[0],
-        r[1],
+        sys.intern(r[1]),
         r[2],
-        r[3],
-        _limits_decoder.decode(r[4]),
+        sys.intern(r[3]),
+        _limits(r[4]),
         datetime.fromisoformat(r[5]),
         r[6],
         r[7],
@@ -252,9 +261,10 @@ class Store:
             "tree_hash, updated, floor FROM workspaces"
         ):
             ws = _workspace_row(row)
-            store._ids[(ws.tenant, ws.name)] = ws.id
-            store._versions[(ws.tenant, ws.name)] = ws.version
-            store._rows[(ws.tenant, ws.name)] = ws
+            key = (ws.tenant, ws.name)  # one key for the three maps
+            store._ids[key] = ws.id
+            store._versions[key] = ws.version
+            store._rows[key] = ws
             store._next_id = max(store._next_id, ws.id + 1)
         return store
 
