@@ -81,11 +81,13 @@ ROLE_INDEXES = {
     "writer": "CREATE INDEX IF NOT EXISTS events_request ON events(ws, request_id);",
     # Readers answer as-of-version listings and whole-tree queries, and search contents: a
     # contentless trigram index of every text blob (keyed by the blob's rowid). They keep each
-    # workspace's live files and bytes in its row (triggers), so a page of the workspace
-    # listing costs the same whatever the workspaces hold (issue 17).
+    # workspace's live files and bytes in its row (triggers), and find its last lock or archive
+    # event by kind, so a page of the workspace listing costs the same whatever the workspaces
+    # hold (issue 17).
     "reader": f"""
 CREATE INDEX IF NOT EXISTS revisions_live ON revisions(ws, until, path);
 CREATE INDEX IF NOT EXISTS revisions_children ON revisions(ws, parent, until);
+CREATE INDEX IF NOT EXISTS controls_kind ON controls(ws, type, version);
 CREATE VIRTUAL TABLE IF NOT EXISTS content_index
     USING fts5(content, tokenize='trigram', content='', detail=none);
 CREATE INDEX IF NOT EXISTS blobs_unindexed ON blobs(indexed) WHERE indexed = 0;

@@ -207,13 +207,17 @@ class ReadModel:
         return [tuple(r) for r in rows]
 
     async def last_control(self, ws: int, kinds: tuple[str, ...]) -> bytes | None:
-        """The workspace's last control event of ``kinds`` (JSON), if any."""
-        marks = ",".join("?" * len(kinds))
+        """The workspace's last control event of ``kinds`` (JSON), if any: one seek on the
+        ``(ws, type, version)`` index per kind, however many control events (of other kinds:
+        runs, approvals) the workspace has."""
+        newest = " UNION ALL ".join(
+            "SELECT max(version) AS v FROM controls WHERE ws=? AND type=?" for _ in kinds
+        )
         rows = list(
             await self._db.execute_fetchall(
-                f"SELECT event FROM controls WHERE ws=? AND type IN ({marks}) "
-                "ORDER BY version DESC LIMIT 1",
-                (ws, *kinds),
+                "SELECT event FROM controls WHERE ws=? AND version="
+                f"(SELECT max(v) FROM ({newest}))",
+                (ws, *[x for kind in kinds for x in (ws, kind)]),
             )
         )
         return str(rows[0][0]).encode() if rows else None
