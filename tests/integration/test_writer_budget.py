@@ -96,3 +96,37 @@ async def test_results_past_the_memory_budget_come_from_the_projection(
         writer._actors.pop(("acme", "long"))  # as if evicted: the next command loads it
     last = await cmd(nc, "long", "write", {"path": "f", "content": "last\n"}, "long-last")
     assert last["version"] == 12
+
+
+class Busy:
+    """A held workspace as eviction sees it."""
+
+    def __init__(self, idle: bool) -> None:
+        self.idle = idle
+
+
+async def test_eviction_drops_the_oldest_idle_never_a_busy_one(writer: Writer) -> None:
+    actors: Any = writer._actors
+    real = dict(actors)
+    actors.clear()
+    try:
+        for i in range(BUDGET):  # oldest first: idle, busy, idle, busy
+            actors[("acme", f"held{i}")] = Busy(idle=i % 2 == 0)
+        writer.actor("acme", "new1")
+        assert list(actors) == [("acme", f"held{i}") for i in (1, 2, 3)] + [("acme", "new1")]
+        writer.actor("acme", "new2")  # held1 is busy: held2 goes
+        assert list(actors)[:2] == [("acme", "held1"), ("acme", "held3")]
+        for i in range(3):
+            writer.actor("acme", f"more{i}")
+        assert len(actors) == BUDGET
+        assert [k for k, a in actors.items() if isinstance(a, Busy)] == [
+            ("acme", "held1"),
+            ("acme", "held3"),
+        ]
+        for key in list(actors):
+            actors[key] = Busy(idle=False)
+        writer.actor("acme", "over")  # all busy: over the budget rather than drop one
+        assert len(actors) == BUDGET + 1 and ("acme", "over") in actors
+    finally:
+        actors.clear()
+        actors.update(real)

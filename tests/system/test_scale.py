@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +85,19 @@ def test_two_thousand_workspaces_on_a_writer_holding_five_hundred(
     monkeypatch.setenv("QUILL_WRITER_WORKSPACES", str(BUDGET))
     with running(tmp_path / ".quill") as up:
         asyncio.run(scenario(up.nats_url))
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "many"])
+def test_a_writer_budget_that_is_not_a_positive_count_is_refused(
+    value: str, tmp_path: Path
+) -> None:
+    argv = ["writer", "--data", str(tmp_path), "--max-workspaces", value]
+    result = subprocess.run(
+        [sys.executable, "-m", "quill", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "QUILL_NATS_URL": "nats://127.0.0.1:1"},  # never reached
+    )
+    assert result.returncode == 2, result.stderr
+    assert "--max-workspaces" in result.stderr
