@@ -106,10 +106,10 @@ class Writer:
     def _evict(self, keep: tuple[str, str]) -> None:
         """Drop the least recently used idle workspaces past ``max_workspaces`` (their state
         and results are in the projection: a later command loads them again). One with
-        commands queued, parked or in flight stays, over the budget if it must, and so does ``keep``
-        (the one being used). Oldest first,
-        stopping as soon as enough are found: before, each new workspace copied the whole
-        map (a third of the writer's CPU with every command a cold one)."""
+        commands queued, parked or in flight stays, over the budget if it must, and so does
+        ``keep`` (the one being used). Oldest first, stopping as soon as enough are found:
+        before, each new workspace copied the whole map (a third of the writer's CPU when
+        every command was a cold one)."""
         excess = len(self._actors) - self.max_workspaces
         if excess <= 0:
             return
