@@ -1,6 +1,6 @@
 """``python -m bench [core] [log] [search] [gateway] [executor] [retention] [load] [replay]
-[cluster] [size] [console] [bootstrap]``: the benchmarks (all by default), each figure printed
-next to its baseline measured in the same run."""
+[cluster] [size] [console] [bootstrap] [scale]``: the benchmarks (all by default), each figure
+printed next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
@@ -17,6 +17,7 @@ from bench import (
     log,
     replay,
     retention,
+    scale,
     search,
     size,
 )
@@ -35,8 +36,9 @@ PARTS = [
     "size",
     "console",
     "bootstrap",
+    "scale",
 ]
-parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all.")
+parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all but bootstrap and scale.")
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
 parser.add_argument("--versions", type=int, default=10_000, help="Versions of the history file.")
@@ -48,14 +50,17 @@ parser.add_argument(
     "--events", type=int, help=f"size, console: events ({size.EVENTS:,}); bootstrap: its log's"
 )
 parser.add_argument(
-    "--workspaces", type=int, default=bootstrap.WORKSPACES, help="bootstrap: workspaces."
+    "--workspaces",
+    type=int,
+    default=None,
+    help="bootstrap, scale: workspaces (scale: 20,000).",
 )
 parser.add_argument("--tail", type=int, default=bootstrap.TAIL, help="bootstrap: tail events.")
 parser.add_argument(
     "--keep", type=Path, help="bootstrap: keep the log here; again: only the start measured."
 )
 args = parser.parse_args()
-which = args.which or PARTS
+which = args.which or [p for p in PARTS if p not in ("bootstrap", "scale")]
 if "core" in which:
     asyncio.run(core.main(args.seconds, args.versions, args.rounds))
     print()
@@ -85,4 +90,7 @@ if "console" in which:
     asyncio.run(console.main(args.files, args.events or size.EVENTS))
 if "bootstrap" in which:
     events = args.events or bootstrap.EVENTS
-    asyncio.run(bootstrap.main(events, args.workspaces, args.tail, args.keep))
+    workspaces = args.workspaces or bootstrap.WORKSPACES
+    asyncio.run(bootstrap.main(events, workspaces, args.tail, args.keep))
+if "scale" in which:
+    asyncio.run(scale.main(args.workspaces or 20_000))

@@ -84,6 +84,15 @@ GATEWAY_RETRY_AFTER_MS = 1_000
 EXECUTOR_RETRY_AFTER_MS = 1_000
 """The retry hint of a busy executor (its tenant's queue full, or no slot in time)."""
 
+WRITER_WORKSPACES = 2000
+"""Workspaces a writer holds in memory (their state, their recent results): past it, the
+least recently used idle one is dropped (never one with commands queued, parked or in
+flight), and loaded again from the projection when next used (``docs/operations.md``)."""
+
+WRITER_RECENT_RESULTS = 128
+"""Request ids (with their replies) a writer keeps in memory per workspace it holds, for
+idempotent retries; an older request id is looked up in the projection."""
+
 Positive = Annotated[int, Meta(ge=1, le=2**40)]
 
 

@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from core.plan import LIVE, Committed, Plan, plan, subtree
 from core.rows import Node, WorkspaceRow
 from core.tree import WorkspaceState, place
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
@@ -52,6 +53,7 @@ CREATE TABLE IF NOT EXISTS workspaces(
     version INTEGER NOT NULL DEFAULT 0, last_seq INTEGER NOT NULL DEFAULT 0,
     last_hash TEXT NOT NULL DEFAULT '', tree_hash TEXT NOT NULL DEFAULT '',
     updated TEXT NOT NULL DEFAULT '', floor INTEGER NOT NULL DEFAULT 0,
+    files INTEGER NOT NULL DEFAULT 0, total_bytes INTEGER NOT NULL DEFAULT 0,
     UNIQUE(tenant, name));
 CREATE TABLE IF NOT EXISTS events(
     ws INTEGER NOT NULL, version INTEGER NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
@@ -78,13 +80,29 @@ ROLE_INDEXES = {
     # The writer looks up request ids (idempotent retries) and loads whole workspaces.
     "writer": "CREATE INDEX IF NOT EXISTS events_request ON events(ws, request_id);",
     # Readers answer as-of-version listings and whole-tree queries, and search contents: a
-    # contentless trigram index of every text blob (keyed by the blob's rowid).
-    "reader": """
+    # contentless trigram index of every text blob (keyed by the blob's rowid). They keep each
+    # workspace's live files and bytes in its row (triggers), and find its last lock or archive
+    # event by kind, so a page of the workspace listing costs the same whatever the workspaces
+    # hold (issue 17).
+    "reader": f"""
 CREATE INDEX IF NOT EXISTS revisions_live ON revisions(ws, until, path);
 CREATE INDEX IF NOT EXISTS revisions_children ON revisions(ws, parent, until);
+CREATE INDEX IF NOT EXISTS controls_kind ON controls(ws, type, version);
 CREATE VIRTUAL TABLE IF NOT EXISTS content_index
     USING fts5(content, tokenize='trigram', content='', detail=none);
 CREATE INDEX IF NOT EXISTS blobs_unindexed ON blobs(indexed) WHERE indexed = 0;
+CREATE TRIGGER IF NOT EXISTS files_born AFTER INSERT ON revisions
+    WHEN NEW.kind = 'f' AND NEW.until = {LIVE} BEGIN
+    UPDATE workspaces SET files = files + 1, total_bytes = total_bytes + NEW.size
+    WHERE id = NEW.ws; END;
+CREATE TRIGGER IF NOT EXISTS files_ended AFTER UPDATE OF until ON revisions
+    WHEN OLD.kind = 'f' AND OLD.until = {LIVE} AND NEW.until <> {LIVE} BEGIN
+    UPDATE workspaces SET files = files - 1, total_bytes = total_bytes - OLD.size
+    WHERE id = OLD.ws; END;
+CREATE TRIGGER IF NOT EXISTS files_deleted AFTER DELETE ON revisions
+    WHEN OLD.kind = 'f' AND OLD.until = {LIVE} BEGIN
+    UPDATE workspaces SET files = files - 1, total_bytes = total_bytes - OLD.size
+    WHERE id = OLD.ws; END;
 """,
 }
 """Each role indexes only what it queries: every index costs on every applied event."""
@@ -172,18 +190,18 @@ class ProjectionGap(Exception):
 
 
 @functools.lru_cache(maxsize=256)
-def _limits(text: str) -> Limits:
-    """Decoded once per distinct text: most workspaces share their limits, and decoding each
-    was half the cost of opening a projection of 200,000 workspaces (Limits is frozen)."""
-    return _limits_decoder.decode(text)
+def _limits(encoded: str) -> Limits:
+    """Decoded once per distinct value: most workspaces share the defaults (frozen, so one
+    object serves them all; ~0.5 KB saved per workspace held in ``Store``'s maps)."""
+    return _limits_decoder.decode(encoded)
 
 
 def _workspace_row(r: Any) -> WorkspaceRow:
     return WorkspaceRow(
         r[0],
-        r[1],
+        sys.intern(r[1]),
         r[2],
-        r[3],
+        sys.intern(r[3]),
         _limits(r[4]),
         datetime.fromisoformat(r[5]),
         r[6],
@@ -258,9 +276,10 @@ class Store:
             "tree_hash, updated, floor FROM workspaces"
         ):
             ws = _workspace_row(row)
-            store._ids[(ws.tenant, ws.name)] = ws.id
-            store._versions[(ws.tenant, ws.name)] = ws.version
-            store._rows[(ws.tenant, ws.name)] = ws
+            key = (ws.tenant, ws.name)  # one key for the three maps
+            store._ids[key] = ws.id
+            store._versions[key] = ws.version
+            store._rows[key] = ws
             store._next_id = max(store._next_id, ws.id + 1)
         return store
 

@@ -19,6 +19,7 @@ from contracts.limits import (
     WRITER_MAX_QUEUED_BYTES,
     WRITER_MAX_QUEUED_PER_WORKSPACE,
     WRITER_MAX_WAITING_PER_WORKSPACE,
+    WRITER_WORKSPACES,
 )
 from infra import secret_registry
 from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
@@ -232,6 +233,14 @@ def reader(
     "more than this many events. 0: never (it loads each workspace from its own log when "
     "first used, which is faster unless single workspaces have very long logs).",
 )
+@click.option(
+    "--max-workspaces",
+    default=WRITER_WORKSPACES,
+    show_default=True,
+    envvar="QUILL_WRITER_WORKSPACES",
+    help="Workspaces held in memory; past it the least recently used idle one is dropped "
+    "(and loaded again from the projection when next used).",
+)
 @click.pass_context
 def writer(
     ctx: click.Context,
@@ -243,14 +252,16 @@ def writer(
     max_queued_per_workspace: int,
     max_waiting_per_workspace: int,
     snapshot_behind: int,
+    max_workspaces: int,
     **options: Any,
 ) -> None:
     """Run a writer (validates and commits mutations)."""
     from services.writer.app import Writer
 
-    if partitions < 0 or lease_ttl < 2 or snapshot_behind < 0:
+    if partitions < 0 or lease_ttl < 2 or snapshot_behind < 0 or max_workspaces < 1:
         click.echo(
-            "quill: --partitions must be >= 0, --lease-ttl >= 2, --snapshot-behind >= 0",
+            "quill: --partitions must be >= 0, --lease-ttl >= 2, --snapshot-behind >= 0 and "
+            "--max-workspaces >= 1",
             err=True,
         )
         sys.exit(2)
@@ -263,6 +274,7 @@ def writer(
         max_queued_per_workspace=str(max_queued_per_workspace),
         max_waiting_per_workspace=str(max_waiting_per_workspace),
         snapshot_behind=str(snapshot_behind),
+        max_workspaces=str(max_workspaces),
     )
     _serve(lambda: start_service(settings, "writer", Writer, Writer.prepare))
 

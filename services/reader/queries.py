@@ -321,8 +321,7 @@ class Queries:
         rows = await self.model.workspaces(tenant, req.after or "", req.prefix or "", req.limit + 1)
         now = datetime.now(UTC)
         out = []
-        for ws, name, version, trust, created, at, actor, op in rows[: req.limit]:
-            files, _, size = await self.model.totals(ws, version)
+        for ws, name, version, trust, created, at, actor, op, files, size in rows[: req.limit]:
             lock = await self.model.last_control(ws, ("lock_acquired", "lock_released"))
             held = codec.decode_event(lock) if lock else None
             archive = await self.model.last_control(

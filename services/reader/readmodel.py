@@ -190,14 +190,16 @@ class ReadModel:
         self, tenant: str, after: str, prefix: str, limit: int
     ) -> list[tuple[Any, ...]]:
         """A page of ``tenant``'s workspaces by name, after ``after`` (keyset on the unique
-        ``(tenant, name)`` index: a page costs the same wherever it starts): ``(id, name,
-        version, trust, created, at, actor, op)`` of each and of its last event."""
+        ``(tenant, name)`` index: a page costs the same wherever it starts, and whatever the
+        workspaces hold: their files and bytes are kept in their rows): ``(id, name, version,
+        trust, created, at, actor, op, files, total_bytes)`` of each and of its last event."""
         where, args = "w.tenant=? AND w.name>?", [tenant, after]
         if prefix:
             where += " AND w.name>=? AND w.name<?"
             args += [prefix, prefix + "\U0010ffff"]
         rows = await self._db.execute_fetchall(
-            "SELECT w.id, w.name, w.version, w.trust, w.created, e.at, e.actor, e.op "
+            "SELECT w.id, w.name, w.version, w.trust, w.created, e.at, e.actor, e.op, "
+            "w.files, w.total_bytes "
             "FROM workspaces w JOIN events e ON e.ws = w.id AND e.version = w.version "
             f"WHERE {where} ORDER BY w.name LIMIT ?",
             (*args, limit),
@@ -205,13 +207,17 @@ class ReadModel:
         return [tuple(r) for r in rows]
 
     async def last_control(self, ws: int, kinds: tuple[str, ...]) -> bytes | None:
-        """The workspace's last control event of ``kinds`` (JSON), if any."""
-        marks = ",".join("?" * len(kinds))
+        """The workspace's last control event of ``kinds`` (JSON), if any: one seek on the
+        ``(ws, type, version)`` index per kind, however many control events (of other kinds:
+        runs, approvals) the workspace has."""
+        newest = " UNION ALL ".join(
+            "SELECT max(version) AS v FROM controls WHERE ws=? AND type=?" for _ in kinds
+        )
         rows = list(
             await self._db.execute_fetchall(
-                f"SELECT event FROM controls WHERE ws=? AND type IN ({marks}) "
-                "ORDER BY version DESC LIMIT 1",
-                (ws, *kinds),
+                "SELECT event FROM controls WHERE ws=? AND version="
+                f"(SELECT max(v) FROM ({newest}))",
+                (ws, *[x for kind in kinds for x in (ws, kind)]),
             )
         )
         return str(rows[0][0]).encode() if rows else None

@@ -13,6 +13,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from contracts.events import HistoryCompacted
+from contracts.limits import WRITER_WORKSPACES
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
 from infra import bus, metrics, snapshot_install, storage
@@ -64,7 +65,7 @@ class Writer:
         nc: NATS,
         store: Store,
         *,
-        max_workspaces: int = 2000,
+        max_workspaces: int | None = None,
         backlog: Backlog | None = None,
     ) -> None:
         """``backlog``: the bounds on commands held (default: ``contracts/limits.py``'s, or
@@ -78,7 +79,10 @@ class Writer:
         self.store = store
         self.appender = Appender(nc, self._on_commit)
         self.bridges = Bridges(self.js)
-        self.max_workspaces = max_workspaces
+        self.max_workspaces = max_workspaces or int(
+            settings.extra.get("max_workspaces", WRITER_WORKSPACES)
+        )
+        """Workspaces held in memory at most (``--max-workspaces``), but busy ones."""
         self._actors: OrderedDict[tuple[str, str], WorkspaceActor] = OrderedDict()
         self._subs: list[Subscription] = []
         self._usage: asyncio.Task[None] | None = None
@@ -125,15 +129,29 @@ class Writer:
         actor = self._actors.get(key)
         if actor is None:
             actor = self._actors[key] = WorkspaceActor(self.deps, tenant, workspace, partition)
-            if len(self._actors) > self.max_workspaces:
-                for old_key, old in list(self._actors.items()):
-                    if len(self._actors) <= self.max_workspaces:
-                        break
-                    if old.idle and old_key != key:
-                        del self._actors[old_key]
+            self._evict(key)
         else:
             self._actors.move_to_end(key)
         return actor
+
+    def _evict(self, keep: tuple[str, str]) -> None:
+        """Drop the least recently used idle workspaces past ``max_workspaces`` (their state
+        and results are in the projection: a later command loads them again). One with
+        commands queued, parked or in flight stays, over the budget if it must, and so does
+        ``keep`` (the one being used). Oldest first, stopping as soon as enough are found:
+        before, each new workspace copied the whole map (a third of the writer's CPU when
+        every command was a cold one)."""
+        excess = len(self._actors) - self.max_workspaces
+        if excess <= 0:
+            return
+        victims = []
+        for old_key, old in self._actors.items():
+            if old.idle and old_key != keep:
+                victims.append(old_key)
+                if len(victims) == excess:
+                    break
+        for old_key in victims:
+            del self._actors[old_key]
 
     async def _on_commit(self, committed: list[tuple[Group, list[int]]]) -> None:
         """Bring the projection up to what the log acknowledged. If that fails, the actors
@@ -162,6 +180,7 @@ class Writer:
     def info(self) -> dict[str, Any]:
         return {
             "workspaces": len(self._actors),
+            "budget": self.max_workspaces,
             "queued": self.queued,
             "queued_bytes": self.deps.backlog.bytes,
             "waiting": sum(a.waiting for a in self._actors.values()),

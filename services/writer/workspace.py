@@ -20,10 +20,10 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import nats.errors
@@ -49,7 +49,12 @@ from contracts.events import (
     WorkspacePurged,
     WorkspaceUpdated,
 )
-from contracts.limits import MAX_MESSAGE_BYTES, RETRY_AFTER_MS, WRITER_MAX_RETRIES_WAITING
+from contracts.limits import (
+    MAX_MESSAGE_BYTES,
+    RETRY_AFTER_MS,
+    WRITER_MAX_RETRIES_WAITING,
+    WRITER_RECENT_RESULTS,
+)
 from contracts.ops import OpSpec
 from contracts.subjects import CHANGES_SUFFIX, STREAM_EVENTS, STREAM_OUTPUT, Address, Origin
 from contracts.uncommitted import fold_uncommitted
@@ -73,9 +78,8 @@ from services.writer.partitions import Fence
 from services.writer.preview import preview
 
 log = logging.getLogger("quill.writer")
+_T = TypeVar("_T")
 
-RECENT_RESULTS = 10_000
-"""Request ids (with their replies) remembered per workspace for idempotent retries."""
 MAX_GROUP = 256
 ATTEMPTS = 3
 EVENT_HEADROOM = 64 * 1024
@@ -120,6 +124,13 @@ class WorkspaceActor:
         self._queue: list[Pending] = []
         self._inflight: dict[str, Pending] = {}
         self._recent: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        """The last ``WRITER_RECENT_RESULTS`` results by request id (idempotent retries)."""
+        self._recent_all = True
+        """``_recent`` holds every result the projection has of the workspace (else a
+        request id not in it is looked up in the projection)."""
+        self._unprojected: dict[str, tuple[int, bytes]] = {}
+        """Results dropped from ``_recent`` whose events the projection does not have yet
+        (bounded by what commits in one linger of the applier)."""
         self._task: asyncio.Task[None] | None = None
         self._parked: list[Pending] = []
         """Commands waiting for another session's lock to go (decided again when it does)."""
@@ -366,29 +377,47 @@ class WorkspaceActor:
         if self.state is not None and fence == self.fence:
             return self.state
         self.state = None
-        await self.deps.appender.applied()  # the projection holds all we committed
+        await self.deps.appender.applied(self.subject)  # the projection holds all we committed
         store, js = self.deps.store, self.deps.js
-        state = await store.load_state(self.tenant, self.workspace)
-        try:
-            last = await eventlog.last_seq(js, self.subject, fresh=fence is not None)
-            if last > state.last_seq:
-                state = await self._catch_up(state, last)
-        except QuillError:
-            raise
-        except (TimeoutError, nats.errors.Error, eventlog.CorruptEvent) as exc:
-            raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc!r}") from None
+        # The projection's state and results and the log's last sequence, asked at once.
+        state, last, recent = await asyncio.gather(
+            store.load_state(self.tenant, self.workspace),
+            self._unavailable_if_failing(
+                eventlog.last_seq(js, self.subject, fresh=fence is not None)
+            ),
+            self._recent_results(),
+        )
+        if last > state.last_seq:
+            state = await self._unavailable_if_failing(self._catch_up(state, last))
+            recent = await self._recent_results()
         self._counts = None
         finished = True
         if not state.exists and state.last_seq and await self._unfinished_purge(state.last_seq):
             log.info("%s/%s: finishing its purge", self.tenant, self.workspace)
             finished = await self._finish_purge(state.last_seq)
-        ws = store.workspace_id(self.tenant, self.workspace)
         self._recent.clear()
-        if ws is not None:
-            for request_id, version, result in await store.recent_results(ws, RECENT_RESULTS):
-                self._remember(request_id, version, result)
+        self._unprojected = {}
+        for request_id, version, result in recent:
+            self._remember(request_id, version, result)
+        self._recent_all = state.version <= WRITER_RECENT_RESULTS
         self.state, self.fence = (state if finished else None), fence
         return state
+
+    async def _recent_results(self) -> list[tuple[str, int, bytes]]:
+        ws = self.deps.store.workspace_id(self.tenant, self.workspace)
+        if ws is None:
+            return []
+        return await self.deps.store.recent_results(ws, WRITER_RECENT_RESULTS)
+
+    @staticmethod
+    async def _unavailable_if_failing(reading: Awaitable[_T]) -> _T:
+        """``reading`` (of the log), its failure as ``UNAVAILABLE``."""
+        try:
+            return await reading
+        except QuillError:
+            raise
+        except (TimeoutError, nats.errors.Error, eventlog.CorruptEvent) as exc:
+            raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc!r}") from None
 
     async def _catch_up(self, state: WorkspaceState, last: int) -> WorkspaceState:
         """``state`` with the log's events after it up to ``last``, applied to the projection
@@ -440,12 +469,20 @@ class WorkspaceActor:
     def _remember(self, request_id: str, version: int, result: bytes) -> None:
         self._recent[request_id] = (version, result)
         self._recent.move_to_end(request_id)
-        if len(self._recent) > RECENT_RESULTS:
-            self._recent.popitem(last=False)
+        projected = self.deps.store.version_of(self.tenant, self.workspace)
+        if len(self._recent) > WRITER_RECENT_RESULTS:
+            old_id, (old_version, old_result) = self._recent.popitem(last=False)
+            self._recent_all = False
+            if old_version > projected:  # kept until the projection has it
+                self._unprojected[old_id] = (old_version, old_result)
+        if self._unprojected:
+            self._unprojected = {k: v for k, v in self._unprojected.items() if v[0] > projected}
 
-    async def _committed_result(self, request_id: str) -> tuple[int, bytes] | None:
-        found = self._recent.get(request_id)
-        if found is None and self.state is not None:
+    async def _committed_result(self, request_id: str, *, look: bool) -> tuple[int, bytes] | None:
+        """The version and result ``request_id`` was answered with, if it committed: from
+        memory, else (``look``, or when memory does not hold every result) the projection."""
+        found = self._recent.get(request_id) or self._unprojected.get(request_id)
+        if found is None and self.state is not None and (look or not self._recent_all):
             ws = self.deps.store.workspace_id(self.tenant, self.workspace)
             if ws is not None:
                 found = await self.deps.store.result_of(ws, request_id)
@@ -465,11 +502,7 @@ class WorkspaceActor:
             for p in batch:
                 if p.answered:
                     continue
-                stored = (
-                    await self._committed_result(p.origin.request_id)
-                    if attempt > 1
-                    else self._recent.get(p.origin.request_id)
-                )
+                stored = await self._committed_result(p.origin.request_id, look=attempt > 1)
                 if stored is not None:
                     await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
                     continue
@@ -588,6 +621,7 @@ class WorkspaceActor:
         for event, seq in committed:
             if isinstance(event, WorkspacePurged):
                 self._recent.clear()  # an old request id is not answered from a purged log
+                self._recent_all, self._unprojected = True, {}
                 self._counts = None
                 if await self._finish_purge(seq):
                     log.info("%s/%s purged (was at v%d)", self.tenant, self.workspace,
