@@ -31,12 +31,13 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import Subjects
-from infra.storage import Limit, shares_disk
+from infra.storage import STORAGE_LIMIT, Limit, shares_disk
 
 log = logging.getLogger("quill_cli.natsserver")
 
@@ -111,6 +112,16 @@ WATCH_S = 2.0
 """How often the storage limit is recomputed (a statvfs and a walk of the store)."""
 
 
+_RUNNING: weakref.WeakSet[NatsServer] = weakref.WeakSet()
+
+
+def _smallest_limit() -> float:
+    """A launcher's ``quill_jetstream_storage_limit_bytes``: the lowest limit of its live
+    servers (each holds a whole copy of the log, so the first at its limit refuses)."""
+    limits = [s.limit for s in list(_RUNNING) if s.process and s.process.poll() is None]
+    return float(min(limits)) if limits else 0.0
+
+
 class NatsServer:
     """A ``nats-server`` child process. ``port=-1`` picks a free port. ``log_max_bytes`` and
     ``disk_reserve`` bound JetStream's storage (the module's docstring); ``watch=False``:
@@ -171,6 +182,8 @@ class NatsServer:
             self.stop()
             tail = self._failed or "not ready in time"
             raise RuntimeError(f"nats-server did not start: {tail} (log: {self.log_path})")
+        _RUNNING.add(self)
+        STORAGE_LIMIT.set_function(_smallest_limit)  # on the launcher's own metrics
         if self.watch:
             self._stop_watch.clear()
             self._watcher = threading.Thread(target=self._watch_limit, daemon=True)

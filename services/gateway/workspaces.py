@@ -147,12 +147,14 @@ class WorkspacesRest:
         if not (reason is None or isinstance(reason, str)) or set(body) - {"reason"}:
             raise QuillError(ErrorCode.INVALID_ARGUMENT, 'The body is {"reason": "..."} or empty')
         done = await ws.archive(reason)
+        await ws.info()  # the replica has it (min_version): the next listing shows it
         return JSONResponse({"archived": done.archived, "changed": done.changed})
 
     async def unarchive(self, request: Request) -> Response:
         ws = target(self.access, principal_of(request.scope), request.path_params["name"],
                     "unarchive")  # fmt: skip
         done = await ws.unarchive()
+        await ws.info()  # the replica has it (min_version): the next listing shows it
         return JSONResponse({"archived": done.archived, "changed": done.changed})
 
     async def purge(self, request: Request) -> Response:
@@ -241,7 +243,10 @@ def listing_text(found: dict[str, Any]) -> str:
 
 
 async def _archive(sessions: Any, principal: Principal, a: Args) -> rp.ArchiveInfo:
-    return await target(sessions.access, principal, a.workspace, "archive").archive(a.reason)
+    ws = target(sessions.access, principal, a.workspace, "archive")
+    done = await ws.archive(a.reason)
+    await ws.info()  # the replica has it (min_version): the next list_workspaces shows it
+    return done
 
 
 TOOLS = (

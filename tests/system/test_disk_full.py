@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.error
@@ -69,8 +70,8 @@ def _health(http_url: str) -> tuple[int, dict[str, object]]:
         return exc.code, json.loads(exc.read())
 
 
-def _metric(http_url: str, line_start: str) -> float | None:
-    with urllib.request.urlopen(f"{http_url}/metrics", timeout=5) as reply:
+def _metric(http_url: str, line_start: str, path: str = "/metrics") -> float | None:
+    with urllib.request.urlopen(f"{http_url}{path}", timeout=5) as reply:
         for line in reply.read().decode().splitlines():
             if line.startswith(line_start):
                 return float(line.rsplit(" ", 1)[1])
@@ -132,6 +133,23 @@ def _pids(up: Up) -> set[int]:
     return pids
 
 
+def _samples(up: Up, role: str) -> dict[str, float]:
+    """Every sample of the metrics of the process of ``role`` that stack.json lists."""
+    record = json.loads((up.data / "stack.json").read_text())
+    (url,) = [p["metrics"] for p in record["processes"] if p["role"] == role]
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        lines = reply.read().decode().splitlines()
+    pairs = (line.rsplit(" ", 1) for line in lines if line and not line.startswith("#"))
+    return {name: float(value) for name, value in pairs}
+
+
+def _scrape(up: Up, role: str, line_start: str) -> float | None:
+    """A sample of the metrics of the process of ``role`` that stack.json lists."""
+    record = json.loads((up.data / "stack.json").read_text())
+    (url,) = [p["metrics"] for p in record["processes"] if p["role"] == role]
+    return _metric(url, line_start, "")
+
+
 async def _back_to_normal(up: Up, ws: Workspace, acked: dict[str, str], pids: set[int]) -> None:
     """/health green again, nothing restarted, every acknowledged write as written."""
     await _until(lambda: _health(up.http_url)[0] == 200, 20, "/health green again")
@@ -162,6 +180,12 @@ async def _full_and_back(disk: Path, grow_to: str, most: int) -> None:
             assert body["status"] == "storage_full"
             assert [f["service"] for f in body["storage_full"]] == ["log"]  # type: ignore[index, union-attr]
             assert _metric(up.http_url, 'quill_storage_full{service="log"}') == 1.0
+            writer = _samples(up, "writer")
+            refused = [v for k, v in writer.items() if 'outcome="STORAGE_FULL"' in k]
+            assert sum(refused) >= 1, "the writer did not count the refused writes"
+            limit = _scrape(up, "launcher", "quill_jetstream_storage_limit_bytes")
+            conf = (up.data / "nats" / "nats-server.conf").read_text()
+            assert limit == float(re.search(r"max_file_store: (\d+)", conf)[1])  # type: ignore[index]
             # the other front doors, while full: the CLI's exit status, REST's 507
             big = disk.parent / "big.txt"
             big.write_text(_content())
@@ -187,6 +211,8 @@ async def _full_and_back(disk: Path, grow_to: str, most: int) -> None:
                 await ws.write(f"more/{i}.txt", content)
                 acked[f"more/{i}.txt"] = content
             await _back_to_normal(up, ws, acked, before)
+            raised = _scrape(up, "launcher", "quill_jetstream_storage_limit_bytes")
+            assert raised is not None and raised > limit, "the limit's gauge did not rise"
             assert _metric(up.http_url, 'quill_storage_full{service="log"}') == 0.0
         finally:
             await quill.close()
