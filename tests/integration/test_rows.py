@@ -107,6 +107,21 @@ def _created(tenant: str, name: str, seq: int) -> Committed:
     return Committed(b.log[0].event, b.log[0].hash, seq)
 
 
+async def test_unknown_names_hold_nothing(tmp_path: Path) -> None:
+    """A client asking for workspaces that do not exist (hostile names included) costs a
+    lookup each and fills no memory."""
+    store = await Store.open(tmp_path / "p.db", max_rows=2)
+    try:
+        await store.apply(logs()[0].log)
+        for n in range(1000):
+            name = f"nope-{n}" if n % 3 else f"x' OR 1=1; --{n}\u0000{'z' * 300}"
+            assert store.workspace("acme", name) is None
+            assert store.version_of(name, "w00") == 0
+        assert store.rows_held == 1 and store.rows_loaded == 0  # w00, from its apply
+    finally:
+        await store.close()
+
+
 async def test_budget_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="max_rows"):
         await Store.open(tmp_path / "p.db", max_rows=0)
