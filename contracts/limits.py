@@ -89,6 +89,12 @@ WRITER_WORKSPACES = 2000
 least recently used idle one is dropped (never one with commands queued, parked or in
 flight), and loaded again from the projection when next used (``docs/operations.md``)."""
 
+PROJECTION_ROWS = 10_000
+"""Workspace rows (id, version, limits, ...: ~1 KB each) a projection holds in memory, in the
+writer and in each reader (``--projection-rows``): past it, the least recently used is
+dropped and read again from SQLite (one indexed lookup) when next asked for. At least the
+writer's ``WRITER_WORKSPACES``, so a workspace the writer holds has its row too."""
+
 WRITER_RECENT_RESULTS = 128
 """Request ids (with their replies) a writer keeps in memory per workspace it holds, for
 idempotent retries; an older request id is looked up in the projection."""

@@ -330,7 +330,8 @@ async def start_service(
         path = settings.data_dir / f"{name}.db"
         if prepare is not None:
             await prepare(settings, nc, path)
-        store = await Store.open(path, role=name)
+        rows = settings.extra.get("projection_rows")
+        store = await Store.open(path, role=name, max_rows=int(rows) if rows else None)
     except BaseException:
         await nc.close()
         raise

@@ -9,6 +9,10 @@ never wait behind an apply.
 Every path's history is kept as revision rows valid over ``[version, until)``: a read as of
 any version is one index seek, as fast at version 1 as at the latest.
 
+Workspace rows are held in a bounded cache (``PROJECTION_ROWS``, least recently used first
+out), loaded on a miss by one indexed lookup: opening costs the same at any number of
+workspaces, and memory grows with the budget, not with the workspaces (issue 17).
+
 Size: every SQL statement of the projection lives here, next to the schema it depends on,
 so a schema change is one module's change; the plan of what to write is pure (``core.plan``).
 """
@@ -19,7 +23,10 @@ import asyncio
 import dataclasses
 import functools
 import json
+import os
+import sqlite3
 import sys
+from collections import OrderedDict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +42,7 @@ from contracts.events import (
     WorkspaceCreated,
     WorkspacePurged,
 )
-from contracts.limits import Limits
+from contracts.limits import PROJECTION_ROWS, Limits
 from contracts.uncommitted import Recorded
 from core.content import as_text
 from core.controls import CONTROL_EVENTS, fold_control
@@ -137,6 +144,13 @@ _COLUMNS = (
 REVISION_COLUMNS = ", ".join(_COLUMNS)
 """The columns ``node_from_row`` reads, in order."""
 R_REVISION_COLUMNS = ", ".join("r." + c for c in _COLUMNS)
+_ROW_COLUMNS = (
+    "id, tenant, name, trust, limits, created, version, last_seq, last_hash, tree_hash, "
+    "updated, floor"
+)
+"""The columns ``_workspace_row`` reads, in order."""
+ROWS_ENV = "QUILL_PROJECTION_ROWS"
+"""The environment's budget of workspace rows held in memory (``--projection-rows``)."""
 _limits_decoder = msgspec.json.Decoder(Limits)
 _encoder = msgspec.json.Encoder()
 
@@ -234,23 +248,43 @@ class Store:
     """A projection database. Open with ``await Store.open(path)``."""
 
     def __init__(
-        self, path: Path, write: aiosqlite.Connection, read: aiosqlite.Connection, role: str
+        self,
+        path: Path,
+        write: aiosqlite.Connection,
+        read: aiosqlite.Connection,
+        role: str,
+        lookup: sqlite3.Connection,
+        max_rows: int = PROJECTION_ROWS,
     ) -> None:
         self.path = path
         self.role = role
         self._w = write
         self._r = read
-        self._ids: dict[tuple[str, str], int] = {}
-        self._versions: dict[tuple[str, str], int] = {}
-        self._rows: dict[tuple[str, str], WorkspaceRow] = {}
+        self._lookup = lookup
+        """Loads a workspace row missing from ``_rows`` on the event loop's thread: one
+        indexed lookup (tens of microseconds) is cheaper than a hop to aiosqlite's thread, and
+        keeps ``workspace``/``version_of`` synchronous. It sees committed rows only, which is
+        what ``_rows`` holds too: ``apply`` updates both after its commit."""
+        self._rows: OrderedDict[tuple[str, str], WorkspaceRow] = OrderedDict()
+        """The workspace rows used last, at most ``max_rows`` (the least recently used goes)."""
+        self.max_rows = max_rows
+        self.rows_loaded = 0
+        """Rows read from SQLite on a miss since opening (none at open)."""
         self._next_id = 1
         """The id the next new workspace gets (ids are never handed out twice in a process)."""
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, path: Path, role: str = "reader") -> Store:
-        """Open (or create) the projection at ``path`` for ``role`` (``writer``/``reader``).
-        A projection written by another schema version is deleted and rebuilt from the log."""
+    async def open(cls, path: Path, role: str = "reader", max_rows: int | None = None) -> Store:
+        """Open (or create) the projection at ``path`` for ``role`` (``writer``/``reader``),
+        holding at most ``max_rows`` workspace rows in memory (default: ``$QUILL_PROJECTION_ROWS``
+        or ``PROJECTION_ROWS``). A projection written by another schema version is deleted
+        and rebuilt from the log. Opening reads no workspace row: it costs the same at any
+        number of workspaces."""
+        if max_rows is None:
+            max_rows = int(os.environ.get(ROWS_ENV) or PROJECTION_ROWS)
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, not {max_rows}")
         path.parent.mkdir(parents=True, exist_ok=True)
         write = await aiosqlite.connect(path)
         if await _schema_version(write) not in (None, SCHEMA_VERSION):
@@ -270,17 +304,11 @@ class Store:
         read = await aiosqlite.connect(path)
         await read.execute("PRAGMA query_only=1")
         await read.execute("PRAGMA cache_size=-65536")
-        store = cls(path, write, read, role)
-        for row in await write.execute_fetchall(
-            "SELECT id, tenant, name, trust, limits, created, version, last_seq, last_hash, "
-            "tree_hash, updated, floor FROM workspaces"
-        ):
-            ws = _workspace_row(row)
-            key = (ws.tenant, ws.name)  # one key for the three maps
-            store._ids[key] = ws.id
-            store._versions[key] = ws.version
-            store._rows[key] = ws
-            store._next_id = max(store._next_id, ws.id + 1)
+        lookup = sqlite3.connect(path, timeout=30, isolation_level=None)
+        lookup.execute("PRAGMA query_only=1")
+        store = cls(path, write, read, role, lookup, max_rows)
+        top = list(await write.execute_fetchall("SELECT max(id) FROM workspaces"))[0][0]
+        store._next_id = int(top or 0) + 1
         return store
 
     @property
@@ -289,6 +317,7 @@ class Store:
         return self._r
 
     async def close(self) -> None:
+        self._lookup.close()
         await self._r.close()
         await self._w.close()
 
@@ -309,14 +338,24 @@ class Store:
 
     # ------------------------------------------------------------------ apply
     def workspace_id(self, tenant: str, name: str) -> int | None:
-        return self._ids.get((tenant, name))
+        row = self.workspace(tenant, name)
+        return None if row is None else row.id
 
     def version_of(self, tenant: str, name: str) -> int:
         """The workspace's projected version (0 if unknown)."""
-        return self._versions.get((tenant, name), 0)
+        row = self.workspace(tenant, name)
+        return 0 if row is None else row.version
 
-    def versions(self) -> dict[tuple[str, str], int]:
-        return dict(self._versions)
+    @property
+    def rows_held(self) -> int:
+        """Workspace rows in memory (at most ``max_rows``)."""
+        return len(self._rows)
+
+    def _hold(self, key: tuple[str, str], row: WorkspaceRow) -> None:
+        self._rows[key] = row
+        self._rows.move_to_end(key)
+        while len(self._rows) > self.max_rows:
+            self._rows.popitem(last=False)
 
     async def apply(self, batch: list[Committed], tracking: str | None = None) -> Plan | None:
         """Apply committed events (log order) in one transaction, with the tracking position.
@@ -330,15 +369,20 @@ class Store:
         async with self._lock:
             # What this batch changes, over the projection's maps: the cost of an apply is
             # the batch's, never the number of workspaces the projection holds.
+            # ``base``: each workspace's row before the batch (held, or one indexed lookup;
+            # nothing of this batch is written yet, so the committed row is the current one).
+            base: dict[tuple[str, str], WorkspaceRow | None] = {}
             versions: dict[tuple[str, str], int] = {}
             seqs: dict[tuple[str, str], int] = {}
             fresh: list[Committed] = []
             wipes: set[int] = set()
             for item in batch:
                 key = (item.event.tenant, item.event.workspace)
-                have = versions[key] if key in versions else self._versions.get(key, 0)
+                if key not in base:
+                    base[key] = self.workspace(*key)
+                row = base[key]
+                have = versions[key] if key in versions else (row.version if row else 0)
                 if have and isinstance(item.event, WorkspaceCreated):
-                    row = self._rows.get(key)
                     seen = seqs[key] if key in seqs else (row.last_seq if row else 0)
                     if item.seq > seen:
                         wipes.add(id(item))  # created again after a purge this projection missed
@@ -361,10 +405,11 @@ class Store:
             for item in fresh:
                 key = (item.event.tenant, item.event.workspace)
                 if key not in ids:
-                    known = self._ids.get(key)
-                    if known is None:
-                        known, next_id = next_id, next_id + 1
-                    ids[key] = known
+                    before = base[key]
+                    if before is None:
+                        ids[key], next_id = next_id, next_id + 1
+                    else:
+                        ids[key] = before.id
             executed = Plan()
             try:
                 for part in _segments(fresh, frozenset(wipes)):
@@ -388,23 +433,30 @@ class Store:
             except BaseException:
                 await self._w.rollback()
                 raise
-            self._ids.update(ids)
-            self._versions.update(versions)
             self._next_id = next_id
-            self._update_rows(fresh, ids)
-            for key in [key for key, version in versions.items() if version == 0]:
-                del self._ids[key], self._versions[key]  # purged: no workspace of that name
-                self._rows.pop(key, None)
+            for key, after in self._rows_after(fresh, ids, base).items():
+                if after is None:
+                    self._rows.pop(key, None)  # purged: no workspace of that name
+                else:
+                    self._hold(key, after)
             return executed
 
-    def _update_rows(self, fresh: list[Committed], ids: dict[tuple[str, str], int]) -> None:
+    @staticmethod
+    def _rows_after(
+        fresh: list[Committed],
+        ids: dict[tuple[str, str], int],
+        base: dict[tuple[str, str], WorkspaceRow | None],
+    ) -> dict[tuple[str, str], WorkspaceRow | None]:
+        """The rows of the workspaces ``fresh`` changed, as its commit left them (None:
+        purged), from ``base`` (the rows before it): no SQLite read."""
+        rows: dict[tuple[str, str], WorkspaceRow | None] = {}
         for item in fresh:
             ev = item.event
             key = (ev.tenant, ev.workspace)
             if isinstance(ev, WorkspacePurged):
-                self._rows.pop(key, None)
+                rows[key] = None
                 continue
-            row = None if isinstance(ev, WorkspaceCreated) else self._rows.get(key)
+            row = None if isinstance(ev, WorkspaceCreated) else rows.get(key, base.get(key))
             if isinstance(ev, HistoryCompacted):
                 assert item.manifest is not None
                 m = item.manifest
@@ -429,7 +481,7 @@ class Store:
                 )
             if isinstance(ev, TrustChanged):
                 row = dataclasses.replace(row, trust=ev.trust)
-            self._rows[key] = dataclasses.replace(
+            rows[key] = dataclasses.replace(
                 row,
                 version=ev.version,
                 last_seq=item.seq,
@@ -437,6 +489,7 @@ class Store:
                 tree_hash=ev.tree_hash,
                 updated=ev.at,
             )
+        return rows
 
     async def _execute(self, p: Plan) -> None:
         # One executemany per table (each is a thread round trip in aiosqlite); empty ones skipped.
@@ -566,7 +619,13 @@ class Store:
     async def compaction(self, ws: int, max_versions: int) -> tuple[CompactionManifest, int, int]:
         """What compacting workspace ``ws`` to ``max_versions`` revisions per path keeps:
         the manifest, and how many revisions and events it drops. Writer only."""
-        row = next(r for r in self._rows.values() if r.id == ws)
+        row = _workspace_row(
+            list(
+                await self._w.execute_fetchall(
+                    f"SELECT {_ROW_COLUMNS} FROM workspaces WHERE id=?", (ws,)
+                )
+            )[0]
+        )
         kept: list[tuple[Any, ...]] = []
         floor, dropped = row.floor, 0
         rows = await self._w.execute_fetchall(
@@ -671,8 +730,22 @@ class Store:
 
     # ------------------------------------------------------------------ queries
     def workspace(self, tenant: str, name: str) -> WorkspaceRow | None:
-        """The workspace as projected (kept in memory, updated by ``apply``)."""
-        return self._rows.get((tenant, name))
+        """The workspace as projected: held in memory (updated by ``apply``), or read by one
+        indexed lookup and held, the least recently used row dropped past ``max_rows``."""
+        key = (tenant, name)
+        row = self._rows.get(key)
+        if row is not None:
+            self._rows.move_to_end(key)
+            return row
+        found = self._lookup.execute(
+            f"SELECT {_ROW_COLUMNS} FROM workspaces WHERE tenant=? AND name=?", key
+        ).fetchall()  # fetched to the end: no read transaction left open
+        if not found:
+            return None
+        row = _workspace_row(found[0])
+        self.rows_loaded += 1
+        self._hold(key, row)
+        return row
 
     async def blob(self, sha256: str) -> bytes | None:
         rows = list(

@@ -15,6 +15,7 @@ import click
 
 from contracts.limits import (
     GATEWAY_MAX_INFLIGHT,
+    PROJECTION_ROWS,
     WRITER_MAX_QUEUED,
     WRITER_MAX_QUEUED_BYTES,
     WRITER_MAX_QUEUED_PER_WORKSPACE,
@@ -86,6 +87,15 @@ def service_options(fn: Callable[..., None]) -> Callable[..., None]:
                 show_default=True,
                 help="JetStream replicas for the streams it creates.",
             ),
+            click.option(
+                "--projection-rows",
+                type=click.IntRange(min=1),
+                default=PROJECTION_ROWS,
+                show_default=True,
+                envvar="QUILL_PROJECTION_ROWS",
+                help="Workspace rows its projection holds in memory; past it the least "
+                "recently used is dropped (and read again from the projection when next used).",
+            ),
             LOG_FORMAT,
         ]
     ):
@@ -104,6 +114,7 @@ def _settings(ctx: click.Context, options: dict[str, Any]) -> Settings:
         replicas=options["replicas"],
         metrics_port=options["metrics_port"],
         metrics_host=options["metrics_host"],
+        extra={"projection_rows": str(options["projection_rows"])},
     )
 
 
