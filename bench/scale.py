@@ -67,11 +67,15 @@ async def build(nc: NATS, first: int, count: int, clients: int = BUILDERS) -> No
     """Workspaces ``w<first>..w<count-1>``, each created and written once, by ``clients`` at
     once."""
     todo = iter(range(first, count))
+    t0 = time.perf_counter()
 
     async def client() -> None:
         for i in todo:
             await call(nc, f"ws.cmd.{TENANT}.w{i}.create", {})
             await call(nc, f"ws.cmd.{TENANT}.w{i}.write", {"path": "f", "content": payload(i)})
+            if i > first and i % 100_000 == 0:
+                rate = (i - first) / (time.perf_counter() - t0)
+                print(f"  ... {i:,} workspaces ({rate:,.0f}/s)", flush=True)
 
     await asyncio.gather(*[client() for _ in range(clients)])
 
@@ -400,10 +404,9 @@ async def main(
                 built = count
                 report(step, done[-1] if done else None)
                 done.append(step)
+                print("\n" + table(done), flush=True)  # each step's: a long run may be cut
+                if plot_to is not None:
+                    plot(done, plot_to)
         finally:
             server.stop()
-    if done:
-        print("\n" + table(done))
-    if plot_to is not None and done:
-        plot(done, plot_to)
     return done
