@@ -359,10 +359,11 @@ def plot(steps: list[Step], path: Path) -> None:
     xs = [s.count for s in steps]
     fig, (p50, p99, mem) = plt.subplots(1, 3, figsize=(15, 4.5))
     for ax, q in ((p50, 0.5), (p99, 0.99)):
-        for op, marker in (("write", "o"), ("read", "s")):
+        for op, marker, colour in (("write", "o", "tab:blue"), ("read", "s", "tab:green")):
             for kind, style in (("warm", "-"), ("cold", "--")):
                 ys = [s.figures[f"{op} {kind}"].pct(q) for s in steps]
-                ax.plot(xs, ys, style, marker=marker, label=f"{op} {kind}")
+                label = f"{op} {kind}"
+                ax.plot(xs, ys, style, marker=marker, color=colour, label=label)
         title = f"Latency p{int(q * 100)}, serial requests"
         ax.set(xscale="log", xlabel="workspaces", ylabel="ms", title=title)
         ax.set_ylim(bottom=0)
