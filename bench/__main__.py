@@ -53,8 +53,11 @@ parser.add_argument(
     "--workspaces",
     type=int,
     default=None,
-    help="bootstrap, scale: workspaces (scale: 20,000).",
+    help="bootstrap: workspaces; scale: the steps up to this one (instead of --max).",
 )
+parser.add_argument("--max", type=int, default=100_000, help="scale: the largest step.")
+parser.add_argument("--plot", type=Path, help="scale: draw the figures into this PNG.")
+parser.add_argument("--samples", type=int, default=scale.SAMPLES, help="scale: per figure.")
 parser.add_argument("--tail", type=int, default=bootstrap.TAIL, help="bootstrap: tail events.")
 parser.add_argument(
     "--keep", type=Path, help="bootstrap: keep the log here; again: only the start measured."
@@ -93,4 +96,17 @@ if "bootstrap" in which:
     workspaces = args.workspaces or bootstrap.WORKSPACES
     asyncio.run(bootstrap.main(events, workspaces, args.tail, args.keep))
 if "scale" in which:
-    asyncio.run(scale.main(args.workspaces or 20_000))
+    steps = (
+        (*[s for s in scale.STEPS if s < args.workspaces], args.workspaces)
+        if args.workspaces
+        else scale.STEPS
+    )
+    asyncio.run(
+        scale.main(
+            args.max if not args.workspaces else args.workspaces,
+            args.samples,
+            args.seconds,
+            args.plot,
+            steps,
+        )
+    )

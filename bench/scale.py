@@ -1,73 +1,130 @@
-"""Cold workspaces (issue 17): a write to a workspace the writer does not hold, next to a
-write to one it holds, against ``quill up`` with many workspaces (bare nats-py).
+"""Many workspaces (issue 17): the cost of an operation against the number of workspaces, on
+``quill up`` (bare nats-py), in steps 1,000 → 10,000 → 100,000 (→ 1,000,000 with ``--max``).
 
-``python -m bench scale --workspaces 20000``: builds the workspaces (64 clients, each a
-``create`` and a ``write``), then measures serially a write to each of a sample of workspaces
-untouched since the build (cold: the writer holds at most its budget of the most recent
-ones), alternating with writes round-robin over 10 workspaces (warm), and prints p50/p99 of
-each and their ratio, with the RSS of each process and the writer's held count.
+``python -m bench scale [--max 100000] [--plot docs/scale.png]``: one nats-server (with its
+monitoring port) for the whole run; at each step ``quill up --nats-url`` on the same data
+directory, grown from the last step's to the step's count (64 clients, each workspace a
+``create`` and a ``write``: the real command path), then, each figure next to its baseline:
+
+- write and read, p50/p99, serially and alternating (so that the machine's drift falls on
+  both alike): cold (a workspace untouched since the build, older than the writer's budget of
+  held workspaces, ``--budget``) next to warm (round-robin over 10 workspaces just used);
+- throughput of writes from 64 clients spread over all workspaces next to the same 64
+  clients on 64 workspaces (one each), interleaved rounds;
+- RSS of each process (writer, reader, executor, gateway, nats-server), disk per workspace
+  (the services' data and the log's), what nats-server holds per subject (its RSS and its
+  ``/jsz`` stream state over the subjects);
+- reader bootstrap: the reader makes a snapshot before the throughput rounds (whose writes are
+  then the tail); after them ``quill up`` stops, and a reader with no data starts from the
+  snapshot: the time until it answers the latest write.
+
+``--plot PATH`` draws latency (p50/p99, warm and cold, write and read) and RSS per process
+against the number of workspaces (log x) into a PNG (matplotlib, the ``dev`` extra).
+
+Why one module of over 400 lines: building, each figure, the report, the Markdown table and
+the plot all read the same ``Step``; split, each part would only pass it on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import shutil
+import subprocess
 import tempfile
 import time
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
 
+from bench.bootstrap import from_snapshot
 from bench.executor import processes
-from bench.harness import Load, payload, quill_up, settle
+from bench.harness import Load, closed_loop, interleaved, payload, quill_up, settle
+from quill_cli.natsserver import NatsServer
+from quill_cli.ports import free_port
 
 TENANT = "scale"
 BUILDERS = 64
+CLIENTS = 64
 SAMPLES = 1000
+BUDGET = 500
+STEPS = (1_000, 10_000, 100_000, 1_000_000)
+ROLES = ("writer", "reader", "executor", "gateway", "nats-server")
 
 
-async def call(nc: NATS, subject: str, body: dict[str, object]) -> None:
-    msg = await nc.request(subject, json.dumps(body).encode(), timeout=30)
-    reply = json.loads(msg.data)
+async def call(nc: NATS, subject: str, body: dict[str, object]) -> dict[str, Any]:
+    msg = await nc.request(subject, json.dumps(body).encode(), timeout=60)
+    reply: dict[str, Any] = json.loads(msg.data)
     if not reply.get("ok"):
         raise RuntimeError(f"{subject}: {reply}")
+    return reply
 
 
-async def build(nc: NATS, count: int, clients: int = BUILDERS) -> None:
-    """``count`` workspaces ``w<i>``, each created and written once, by ``clients`` at once."""
-    todo = iter(range(count))
+async def build(nc: NATS, first: int, count: int, clients: int = BUILDERS) -> None:
+    """Workspaces ``w<first>..w<count-1>``, each created and written once, by ``clients`` at
+    once."""
+    todo = iter(range(first, count))
+    t0 = time.perf_counter()
 
     async def client() -> None:
         for i in todo:
             await call(nc, f"ws.cmd.{TENANT}.w{i}.create", {})
             await call(nc, f"ws.cmd.{TENANT}.w{i}.write", {"path": "f", "content": payload(i)})
+            if i > first and i % 100_000 == 0:
+                rate = (i - first) / (time.perf_counter() - t0)
+                print(f"  ... {i:,} workspaces ({rate:,.0f}/s)", flush=True)
 
     await asyncio.gather(*[client() for _ in range(clients)])
 
 
-async def write(nc: NATS, name: str, n: int, into: list[float]) -> None:
-    t0 = time.perf_counter()
-    await call(nc, f"ws.cmd.{TENANT}.{name}.write", {"path": "f", "content": payload(n)})
-    into.append(time.perf_counter() - t0)
+class Ops:
+    """Writes and reads of workspace ``w<i>``; remembers the latest write (workspace,
+    version) and every workspace touched after its build."""
+
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self.n = 10_000_000
+        self.latest = ("", 0)
+        self.touched: set[int] = set()
+
+    async def write(self, i: int, into: list[float] | None = None) -> None:
+        self.n += 1
+        self.touched.add(i)
+        t0 = time.perf_counter()
+        body = {"path": "f", "content": payload(self.n)}
+        reply = await call(self.nc, f"ws.cmd.{TENANT}.w{i}.write", body)
+        if into is not None:
+            into.append(time.perf_counter() - t0)
+        if reply["version"] > self.latest[1] or not self.latest[0]:
+            self.latest = (f"w{i}", reply["version"])
+
+    async def read(self, i: int, into: list[float]) -> None:
+        self.touched.add(i)
+        t0 = time.perf_counter()
+        await call(self.nc, f"ws.qry.{TENANT}.w{i}.read", {"path": "f"})
+        into.append(time.perf_counter() - t0)
 
 
-async def writes(nc: NATS, warm: list[str], cold: list[str]) -> tuple[Load, Load]:
-    """A write to each of ``warm`` and ``cold`` in turn, alternating (serially, so that the
-    machine's drift falls on both alike): their latencies."""
-    latencies: tuple[list[float], list[float]] = ([], [])
+async def alternate(op: Any, warm: list[int], cold: list[int]) -> tuple[Load, Load]:
+    """``op`` on each of ``warm`` and ``cold`` in turn, serially: their latencies."""
+    out: tuple[list[float], list[float]] = ([], [])
     t = time.perf_counter()
-    for n, (hot, old) in enumerate(zip(warm, cold, strict=True)):
-        await write(nc, hot, 2 * n, latencies[0])
-        await write(nc, old, 2 * n + 1, latencies[1])
+    for hot, old in zip(warm, cold, strict=True):
+        await op(hot, out[0])
+        await op(old, out[1])
     seconds = time.perf_counter() - t
-    return Load(len(warm), seconds, latencies[0]), Load(len(cold), seconds, latencies[1])
+    return Load(len(warm), seconds, out[0]), Load(len(cold), seconds, out[1])
 
 
-def rss_mb(up_pids: dict[int, str]) -> dict[str, float]:
+def rss_mb(pids: dict[int, str]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for pid, role in up_pids.items():
+    for pid, role in pids.items():
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
@@ -77,47 +134,283 @@ def rss_mb(up_pids: dict[int, str]) -> dict[str, float]:
     return out
 
 
-async def measure(url: str, count: int, samples: int) -> tuple[Load, Load, dict[str, object]]:
+def du_mb(path: Path) -> float:
+    done = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True)
+    return int(done.stdout.split()[0]) / 1024 if done.returncode == 0 else float("nan")
+
+
+def jsz(monitor: int) -> dict[str, Any]:
+    """The server's ``/jsz`` with stream details: its streams' state by name."""
+    url = f"http://127.0.0.1:{monitor}/jsz?streams=true"
+    with urllib.request.urlopen(url, timeout=30) as got:
+        data = json.load(got)
+    streams: dict[str, Any] = {}
+    for account in data.get("account_details", []):
+        for stream in account.get("stream_detail", []):
+            streams[stream["name"]] = stream["state"]
+    return {"memory": data.get("memory", 0), "store": data.get("storage", 0), "streams": streams}
+
+
+@dataclass
+class Step:
+    count: int
+    built_s: float = 0.0
+    figures: dict[str, Load] = field(default_factory=dict)
+    rss: dict[str, float] = field(default_factory=dict)
+    disk: dict[str, float] = field(default_factory=dict)
+    subjects: int = 0
+    snapshot_s: float = 0.0
+    bootstrap_s: float = 0.0
+    held: int = 0
+    tail: int = 0
+    stream: dict[str, Any] = field(default_factory=dict)
+
+
+async def measure(url: str, step: Step, samples: int, seconds: float, touched: set[int]) -> Ops:
+    """The latencies and throughputs of ``step`` on the running ``quill up``."""
     nc = await nats.connect(url)
+    ops = Ops(nc)
+    ops.touched = touched
+    count = step.count
     try:
-        pong = json.loads((await nc.request("ws.sys.ping.writer", b"", timeout=5)).data)
-        budget = int(pong.get("budget", pong["workspaces"]))
-        # cold: never touched since the build, and older than the writer's budget
-        pool = list(range(max(count - budget - 100, 0)))
-        cold_names = [f"w{i}" for i in random.Random(17).sample(pool, min(samples, len(pool)))]
-        warm_names = [f"w{count - 1 - i % 10}" for i in range(len(cold_names))]
-        for name in warm_names[:10]:  # the warm ones are held
-            await write(nc, name, 10_000_000, [])
-        warm, cold = await writes(nc, warm_names, cold_names)
-        pong = json.loads((await nc.request("ws.sys.ping.writer", b"", timeout=5)).data)
-        return warm, cold, pong
+        # cold: untouched since the build, older than the writer's budget (the last built
+        # are held), one sample to write and another to read
+        pool = [i for i in range(max(count - BUDGET - 100, 0)) if i not in touched]
+        rng = random.Random(count)
+        picked = rng.sample(pool, min(2 * samples, len(pool)))
+        cold, cold_r = picked[: len(picked) // 2], picked[len(picked) // 2 :]
+        warm = [count - 1 - k % 10 for k in range(len(cold))]
+        for i in warm[:10]:  # the warm ones are held, and read once
+            await ops.write(i)
+            await ops.read(i, [])
+        w, c = await alternate(ops.write, warm, cold)
+        step.figures |= {"write warm": w, "write cold": c}
+        r, c = await alternate(ops.read, warm, cold_r)
+        step.figures |= {"read warm": r, "read cold": c}
+        # the snapshot: the throughput rounds' writes are the tail of the bootstrap
+        t0 = time.perf_counter()
+        made = json.loads((await nc.request("ws.sys.snapshot.reader", b"", timeout=3600)).data)
+        assert made.get("ok"), made
+        step.snapshot_s = time.perf_counter() - t0
+        before = ops.n
+        spread_rng = random.Random(-count)
+
+        async def spread(client: int, n: int) -> None:
+            await ops.write(spread_rng.randrange(count))
+
+        async def concentrated(client: int, n: int) -> None:
+            await ops.write(count - 1 - client)
+
+        step.figures["spread"], step.figures["64 workspaces"] = await interleaved(
+            3,
+            lambda: closed_loop(CLIENTS, spread, seconds),
+            lambda: closed_loop(CLIENTS, concentrated, seconds),
+        )
+        pong = json.loads((await nc.request("ws.sys.ping.writer", b"", timeout=10)).data)
+        step.held = pong["workspaces"]
+        step.tail = ops.n - before
+        return ops
     finally:
         await nc.close()
 
 
-async def main(count: int = 20_000, samples: int = SAMPLES) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        up, url = quill_up(Path(tmp) / "quill")
-        try:
-            nc = await nats.connect(url)
-            t0 = time.perf_counter()
-            await build(nc, count)
-            built = time.perf_counter() - t0
-            await nc.close()
-            await settle(url)  # the reader has applied the build: it competes no more
-            print(f"built {count} workspaces in {built:.0f} s; measuring", flush=True)
-            warm, cold, pong = await measure(url, count, samples)
-            rss = rss_mb(processes(up))
-        finally:
-            up.stop()
-    print(f"Scale: {count} workspaces (built in {built:.0f} s, {count / built:.0f}/s)")
-    print(f"{'write':<34} {'p50 ms':>8} {'p99 ms':>8}")
-    figures = (("warm (round-robin over 10)", warm), ("cold (untouched since built)", cold))
-    for label, load in figures:
-        print(f"{label:<34} {load.pct(0.5):>8.2f} {load.pct(0.99):>8.2f}")
+async def run_step(
+    server: NatsServer,
+    monitor: int,
+    tmp: Path,
+    step: Step,
+    built: int,
+    ops_state: set[int],
+    *,
+    samples: int,
+    seconds: float,
+) -> None:
+    data = tmp / "quill"
+    up, url = quill_up(data, "--nats-url", server.url)
+    try:
+        nc = await nats.connect(url)
+        t0 = time.perf_counter()
+        await build(nc, built, step.count)
+        step.built_s = time.perf_counter() - t0
+        await nc.close()
+        await settle(url)  # the reader has applied the build: it competes no more
+        print(f"  built {built:,} → {step.count:,} in {step.built_s:.0f} s; measuring", flush=True)
+        ops = await measure(url, step, samples, seconds, ops_state)
+        await settle(url)
+        pids = processes(up)
+        assert server.process is not None
+        pids[server.process.pid] = "nats-server"
+        step.rss = rss_mb(pids)
+    finally:
+        up.stop()
+    state = jsz(monitor)
+    events = state["streams"].get("WS_EVENTS", {})
+    step.subjects = int(events.get("num_subjects", 0))
+    step.stream = events
+    step.disk = {"services": du_mb(data), "log": du_mb(server.store_dir)}
+    name, version = ops.latest
+    boot = tmp / f"boot-{step.count}"
+    step.bootstrap_s = await from_snapshot(server.url, boot, f"{TENANT}/{name}", version, step.tail)
+    shutil.rmtree(boot, ignore_errors=True)
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def per_subject(step: Step, before: Step | None) -> float:
+    """nats-server's RSS per subject of WS_EVENTS, in bytes: what the subjects added since
+    the step ``before`` (the whole RSS over the subjects at the first step)."""
+    rss, subjects = step.rss.get("nats-server", 0.0), step.subjects
+    if before is not None:
+        rss -= before.rss.get("nats-server", 0.0)
+        subjects -= before.subjects
+    return rss * 2**20 / max(subjects, 1)
+
+
+def report(step: Step, before: Step | None) -> None:
+    f = step.figures
+    n = step.count
+    print(f"\nScale: {n:,} workspaces (built in {step.built_s:.0f} s this step)")
     print(
-        f"{'cold / warm':<34} {cold.pct(0.5) / warm.pct(0.5):>7.2f}x"
-        f" {cold.pct(0.99) / warm.pct(0.99):>7.2f}x   goal <= 2x"
+        f"{'':<10} {'warm p50':>9} {'cold p50':>9} {'ratio':>7} {'warm p99':>9} "
+        f"{'cold p99':>9} {'ratio':>7}   goal <= 2x"
     )
-    print(f"writer holds {pong['workspaces']} workspaces (budget {pong.get('budget', '?')})")
-    print("RSS MB: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(rss.items())))
+    for op in ("write", "read"):
+        w, c = f[f"{op} warm"], f[f"{op} cold"]
+        print(
+            f"{op:<10} {w.pct(0.5):>9.2f} {c.pct(0.5):>9.2f} {ratio(c.pct(0.5), w.pct(0.5)):>7}"
+            f" {w.pct(0.99):>9.2f} {c.pct(0.99):>9.2f} {ratio(c.pct(0.99), w.pct(0.99)):>7}"
+        )
+    s, b = f["spread"], f["64 workspaces"]
+    print(
+        f"writes/s, 64 clients: spread over all {s.rate:,.0f}, on 64 workspaces {b.rate:,.0f}"
+        f" ({ratio(s.rate, b.rate)}; goal >= 0.80x)"
+    )
+    print("RSS MB: " + ", ".join(f"{k} {step.rss.get(k, 0):.0f}" for k in ROLES))
+    services, log = step.disk["services"], step.disk["log"]
+    per = f"{(services + log) * 2**20 / n:,.0f} B/workspace"
+    print(f"disk: services {services:,.0f} MB, log {log:,.0f} MB ({per})")
+    nats_per = per_subject(step, before)
+    print(
+        f"nats-server: {step.subjects:,} subjects in WS_EVENTS, {nats_per:,.0f} B RSS per "
+        f"subject added ({step.stream.get('messages', 0):,} messages, "
+        f"{step.stream.get('bytes', 0) / 2**20:,.0f} MB)"
+    )
+    print(
+        f"writer holds {step.held:,} (budget {BUDGET}); snapshot made in {step.snapshot_s:.1f} s,"
+        f" a reader with no data served the latest write in {step.bootstrap_s:.1f} s"
+    )
+
+
+def table(steps: list[Step]) -> str:
+    """The figures per step as a Markdown table (docs/performance.md)."""
+    head = ["workspaces", *(f"{s.count:,}" for s in steps)]
+    rows: list[list[str]] = []
+
+    def lat(op: str, q: float) -> list[str]:
+        out = []
+        for s in steps:
+            w, c = s.figures[f"{op} warm"].pct(q), s.figures[f"{op} cold"].pct(q)
+            out.append(f"{w:.2f} / {c:.2f} ({c / w:.2f}x)")
+        return out
+
+    for op in ("write", "read"):
+        rows.append([f"{op} p50 ms, warm / cold (ratio)", *lat(op, 0.5)])
+        rows.append([f"{op} p99 ms, warm / cold (ratio)", *lat(op, 0.99)])
+    rows.append(
+        [
+            "writes/s, 64 clients: spread / on 64 (ratio)",
+            *(
+                f"{s.figures['spread'].rate:,.0f} / {s.figures['64 workspaces'].rate:,.0f} "
+                f"({s.figures['spread'].rate / s.figures['64 workspaces'].rate:.2f}x)"
+                for s in steps
+            ),
+        ]
+    )
+    for role in ROLES:
+        rows.append([f"RSS {role}, MB", *(f"{s.rss.get(role, 0):.0f}" for s in steps)])
+    rows.append(
+        [
+            "nats-server RSS per subject added, B",
+            *(f"{per_subject(s, b):,.0f}" for s, b in zip(steps, [None, *steps], strict=False)),
+        ]
+    )
+    rows.append(
+        [
+            "disk per workspace (services + log), B",
+            *(f"{(s.disk['services'] + s.disk['log']) * 2**20 / s.count:,.0f}" for s in steps),
+        ]
+    )
+    rows.append(
+        [
+            "reader with no data, from snapshot, to the latest write, s",
+            *(f"{s.bootstrap_s:.1f}" for s in steps),
+        ]
+    )
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def plot(steps: list[Step], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [s.count for s in steps]
+    fig, (p50, p99, mem) = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, q in ((p50, 0.5), (p99, 0.99)):
+        for op, marker, colour in (("write", "o", "tab:blue"), ("read", "s", "tab:green")):
+            for kind, style in (("warm", "-"), ("cold", "--")):
+                ys = [s.figures[f"{op} {kind}"].pct(q) for s in steps]
+                label = f"{op} {kind}"
+                ax.plot(xs, ys, style, marker=marker, color=colour, label=label)
+        title = f"Latency p{int(q * 100)}, serial requests"
+        ax.set(xscale="log", xlabel="workspaces", ylabel="ms", title=title)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    for role in ROLES:
+        mem.plot(xs, [s.rss.get(role, 0) for s in steps], marker="o", label=role)
+    mem.set(xscale="log", xlabel="workspaces", ylabel="MB", title="RSS per process")
+    mem.set_ylim(bottom=0)
+    mem.legend(fontsize=8)
+    for ax in (p50, p99, mem):
+        ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    print(f"plot: {path}")
+
+
+async def main(
+    largest: int = 100_000,
+    samples: int = SAMPLES,
+    seconds: float = 3.0,
+    plot_to: Path | None = None,
+    steps: tuple[int, ...] = STEPS,
+) -> list[Step]:
+    os.environ["QUILL_WRITER_WORKSPACES"] = str(BUDGET)  # quill up's writer inherits it
+    done: list[Step] = []
+    with tempfile.TemporaryDirectory(prefix="quill-bench-scale-") as name:
+        tmp = Path(name)
+        monitor = free_port()
+        server = NatsServer(tmp / "nats", extra_config=f"http: 127.0.0.1:{monitor}\n").start()
+        touched: set[int] = set()
+        try:
+            built = 0
+            for count in [c for c in steps if c <= largest]:
+                step = Step(count)
+                await run_step(
+                    server, monitor, tmp, step, built, touched, samples=samples, seconds=seconds
+                )
+                built = count
+                report(step, done[-1] if done else None)
+                done.append(step)
+                print("\n" + table(done), flush=True)  # each step's: a long run may be cut
+                if plot_to is not None:
+                    plot(done, plot_to)
+        finally:
+            server.stop()
+    return done
