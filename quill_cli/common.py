@@ -56,22 +56,25 @@ TENANTS_HELP = "TOML file of tenants: NATS credentials and gateway tokens (docs/
 SECRETS_HELP = "TOML registry of secrets the services redact ($QUILL_SECRETS; see docs/cli.md)."
 LOG_FORMAT_ENV = "QUILL_LOG_FORMAT"
 """The services' log format when ``--log-format`` is not given (``quill up`` sets it)."""
-LOG_FORMAT = click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    envvar=LOG_FORMAT_ENV,
-    help="Log lines as text, or one JSON object a line (docs/operations.md#logs); "
-    "as $QUILL_LOG_FORMAT.",
+
+
+def _log_format(help: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--log-format`` (text or json, default ``$QUILL_LOG_FORMAT``), with its ``help``."""
+    return click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        envvar=LOG_FORMAT_ENV,
+        help=help,
+    )
+
+
+LOG_FORMAT = _log_format(
+    "Log lines as text, or one JSON object a line (docs/operations.md#logs); as $QUILL_LOG_FORMAT."
 )
-LAUNCHED_LOG_FORMAT = click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    envvar=LOG_FORMAT_ENV,
-    help="Every service's log format (DIR/logs/*.log): text, or one JSON object a line.",
+LAUNCHED_LOG_FORMAT = _log_format(
+    "Every service's log format (DIR/logs/*.log): text, or one JSON object a line."
 )
 
 _json = msgspec.json.Encoder()
