@@ -58,6 +58,13 @@ parser.add_argument(
 parser.add_argument("--max", type=int, default=100_000, help="scale: the largest step.")
 parser.add_argument("--plot", type=Path, help="scale: draw the figures into this PNG.")
 parser.add_argument("--samples", type=int, default=scale.SAMPLES, help="scale: per figure.")
+parser.add_argument(
+    "--build",
+    choices=["batches", "commands"],
+    default="batches",
+    help="scale: make the workspaces by the log's batches and the projections' apply "
+    "(fast), or through the writer's commands (the real path, ~500 a second here).",
+)
 parser.add_argument("--tail", type=int, default=bootstrap.TAIL, help="bootstrap: tail events.")
 parser.add_argument(
     "--keep", type=Path, help="bootstrap: keep the log here; again: only the start measured."
@@ -108,5 +115,6 @@ if "scale" in which:
             args.seconds,
             args.plot,
             steps,
+            args.build == "batches",
         )
     )

@@ -43,13 +43,13 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
-from bench.bootstrap import from_snapshot
+from bench.bootstrap import from_snapshot, grow, name_of
 from bench.executor import processes
 from bench.harness import Load, closed_loop, interleaved, payload, quill_up, settle
 from quill_cli.natsserver import NatsServer
 from quill_cli.ports import free_port
 
-TENANT = "scale"
+TENANT = "bench"  # what ``bootstrap.synthesise`` makes
 BUILDERS = 64
 CLIENTS = 64
 SAMPLES = 1000
@@ -74,8 +74,9 @@ async def build(nc: NATS, first: int, count: int, clients: int = BUILDERS) -> No
 
     async def client() -> None:
         for i in todo:
-            await call(nc, f"ws.cmd.{TENANT}.w{i}.create", {})
-            await call(nc, f"ws.cmd.{TENANT}.w{i}.write", {"path": "f", "content": payload(i)})
+            await call(nc, f"ws.cmd.{TENANT}.{name_of(i)}.create", {})
+            body = {"path": "f.txt", "content": payload(i)}
+            await call(nc, f"ws.cmd.{TENANT}.{name_of(i)}.write", body)
             if i > first and i % 100_000 == 0:
                 rate = (i - first) / (time.perf_counter() - t0)
                 print(f"  ... {i:,} workspaces ({rate:,.0f}/s)", flush=True)
@@ -97,17 +98,17 @@ class Ops:
         self.n += 1
         self.touched.add(i)
         t0 = time.perf_counter()
-        body = {"path": "f", "content": payload(self.n)}
-        reply = await call(self.nc, f"ws.cmd.{TENANT}.w{i}.write", body)
+        body = {"path": "f.txt", "content": payload(self.n)}
+        reply = await call(self.nc, f"ws.cmd.{TENANT}.{name_of(i)}.write", body)
         if into is not None:
             into.append(time.perf_counter() - t0)
         if reply["version"] > self.latest[1] or not self.latest[0]:
-            self.latest = (f"w{i}", reply["version"])
+            self.latest = (name_of(i), reply["version"])
 
     async def read(self, i: int, into: list[float]) -> None:
         self.touched.add(i)
         t0 = time.perf_counter()
-        await call(self.nc, f"ws.qry.{TENANT}.w{i}.read", {"path": "f"})
+        await call(self.nc, f"ws.qry.{TENANT}.{name_of(i)}.read", {"path": "f.txt"})
         into.append(time.perf_counter() - t0)
 
 
@@ -224,15 +225,19 @@ async def run_step(
     *,
     samples: int,
     seconds: float,
+    batches: bool,
 ) -> None:
     data = tmp / "quill"
+    t0 = time.perf_counter()
+    if batches:
+        await grow(server.url, data, built, step.count)
     up, url = quill_up(data, "--nats-url", server.url)
     try:
-        nc = await nats.connect(url)
-        t0 = time.perf_counter()
-        await build(nc, built, step.count)
+        if not batches:
+            nc = await nats.connect(url)
+            await build(nc, built, step.count)
+            await nc.close()
         step.built_s = time.perf_counter() - t0
-        await nc.close()
         await settle(url)  # the reader has applied the build: it competes no more
         print(f"  built {built:,} → {step.count:,} in {step.built_s:.0f} s; measuring", flush=True)
         ops = await measure(url, step, samples, seconds, ops_state)
@@ -390,6 +395,7 @@ async def main(
     seconds: float = 3.0,
     plot_to: Path | None = None,
     steps: tuple[int, ...] = STEPS,
+    batches: bool = True,
 ) -> list[Step]:
     os.environ["QUILL_WRITER_WORKSPACES"] = str(BUDGET)  # quill up's writer inherits it
     done: list[Step] = []
@@ -403,7 +409,15 @@ async def main(
             for count in [c for c in steps if c <= largest]:
                 step = Step(count)
                 await run_step(
-                    server, monitor, tmp, step, built, touched, samples=samples, seconds=seconds
+                    server,
+                    monitor,
+                    tmp,
+                    step,
+                    built,
+                    touched,
+                    samples=samples,
+                    seconds=seconds,
+                    batches=batches,
                 )
                 built = count
                 report(step, done[-1] if done else None)

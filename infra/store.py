@@ -27,9 +27,10 @@ import os
 import sqlite3
 import sys
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiosqlite
 import msgspec
@@ -199,6 +200,14 @@ async def _schema_version(db: aiosqlite.Connection) -> str | None:
     return str(rows[0][0]) if rows else None
 
 
+class Loaded(NamedTuple):
+    """What ``Store.load`` read of a workspace: the writer's state and its recent results."""
+
+    state: WorkspaceState
+    recent: list[tuple[str, int, bytes]]
+    """``(request_id, version, result)`` of its last events, oldest first."""
+
+
 class ProjectionGap(Exception):
     """An event arrived before the one preceding it: the projection must catch up first."""
 
@@ -273,6 +282,9 @@ class Store:
         self._next_id = 1
         """The id the next new workspace gets (ids are never handed out twice in a process)."""
         self._lock = asyncio.Lock()
+        self._loading = ThreadPoolExecutor(1, thread_name_prefix="store-load")
+        """The thread ``load`` reads on, with its own connection (``_loader``)."""
+        self._loader: sqlite3.Connection | None = None
 
     @classmethod
     async def open(cls, path: Path, role: str = "reader", max_rows: int | None = None) -> Store:
@@ -318,8 +330,15 @@ class Store:
 
     async def close(self) -> None:
         self._lookup.close()
+        await asyncio.get_running_loop().run_in_executor(self._loading, self._close_loader)
+        self._loading.shutdown()
         await self._r.close()
         await self._w.close()
+
+    def _close_loader(self) -> None:
+        if self._loader is not None:
+            self._loader.close()
+            self._loader = None
 
     # ------------------------------------------------------------------ tracking, meta
     async def position(self, name: str) -> int:
@@ -790,45 +809,69 @@ class Store:
     # ------------------------------------------------------------------ writer state
     async def load_state(self, tenant: str, name: str) -> WorkspaceState:
         """The writer's in-memory state of a workspace, as projected here."""
+        return (await self.load(tenant, name)).state
+
+    async def load(self, tenant: str, name: str, recent: int = 0) -> Loaded:
+        """The writer's in-memory state of a workspace, as projected here, and the request
+        id, version and result of its last ``recent`` events: every query in one read
+        transaction on the loading thread, one hop from the event loop (five queries on
+        aiosqlite's connection were five hops, queued behind the applier's transactions:
+        what a write to a workspace the writer no longer holds paid, issue 17)."""
         state = WorkspaceState(tenant, name)
         row = self.workspace(tenant, name)
         if row is None:
-            return state
+            return Loaded(state, [])
         state.exists, state.version, state.last_seq = True, row.version, row.last_seq
         state.last_hash, state.trust, state.limits = row.last_hash, row.trust, row.limits
         state.created, state.updated = row.created, row.updated
-        tree = state.tree
-        for r in await self._w.execute_fetchall(
-            f"SELECT {REVISION_COLUMNS} FROM revisions WHERE ws=? AND until={LIVE} ORDER BY path",
-            (row.id,),
-        ):
-            place(tree, node_from_row(r))
-        for path, fv, version, ended in await self._w.execute_fetchall(
-            f"SELECT path, max(coalesce(file_version, 0)), max(version), "
-            f"max(CASE WHEN until < {LIVE} THEN until ELSE 0 END) FROM revisions "
-            "WHERE ws=? GROUP BY path",
-            (row.id,),
-        ):
-            if fv:
-                tree.last_fv[path] = fv
-            tree.changed[path] = max(version, ended)
-        for (event,) in await self._w.execute_fetchall(
-            "SELECT event FROM controls WHERE ws=? ORDER BY version", (row.id,)
-        ):
-            control = codec.decode_event(str(event).encode())
-            if isinstance(control, CONTROL_EVENTS):
-                fold_control(state.controls, control)
-        for path, reason, by, version in await self._w.execute_fetchall(
-            "SELECT path, reason, by_command, version FROM uncommitted WHERE ws=?", (row.id,)
-        ):
-            state.uncommitted[str(path)] = Recorded(str(reason), str(by), int(version))
-        return state
+        loop = asyncio.get_running_loop()
+        results = await loop.run_in_executor(self._loading, self._fill, state, row.id, recent)
+        return Loaded(state, results)
 
-    async def recent_results(self, ws: int, limit: int) -> list[tuple[str, int, bytes]]:
-        """``(request_id, version, result)`` of the workspace's last ``limit`` events."""
-        rows = await self._w.execute_fetchall(
-            "SELECT request_id, version, result FROM events WHERE ws=? "
-            "ORDER BY version DESC LIMIT ?",
-            (ws, limit),
-        )
-        return [(r[0], int(r[1]), str(r[2]).encode()) for r in reversed(list(rows)) if r[0]]
+    def _fill(self, state: WorkspaceState, ws: int, recent: int) -> list[tuple[str, int, bytes]]:
+        """On the loading thread: ``state``'s tree, controls and uncommitted files, and the
+        last ``recent`` results, from one read transaction."""
+        if self._loader is None:
+            self._loader = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self._loader.execute("PRAGMA query_only=1")
+        db = self._loader
+        db.execute("BEGIN")
+        try:
+            tree = state.tree
+            for r in db.execute(
+                f"SELECT {REVISION_COLUMNS} FROM revisions WHERE ws=? AND until={LIVE} "
+                "ORDER BY path",
+                (ws,),
+            ):
+                place(tree, node_from_row(r))
+            for path, fv, version, ended in db.execute(
+                f"SELECT path, max(coalesce(file_version, 0)), max(version), "
+                f"max(CASE WHEN until < {LIVE} THEN until ELSE 0 END) FROM revisions "
+                "WHERE ws=? GROUP BY path",
+                (ws,),
+            ):
+                if fv:
+                    tree.last_fv[path] = fv
+                tree.changed[path] = max(version, ended)
+            for (event,) in db.execute(
+                "SELECT event FROM controls WHERE ws=? ORDER BY version", (ws,)
+            ):
+                control = codec.decode_event(str(event).encode())
+                if isinstance(control, CONTROL_EVENTS):
+                    fold_control(state.controls, control)
+            for path, reason, by, version in db.execute(
+                "SELECT path, reason, by_command, version FROM uncommitted WHERE ws=?", (ws,)
+            ):
+                state.uncommitted[str(path)] = Recorded(str(reason), str(by), int(version))
+            rows = (
+                db.execute(
+                    "SELECT request_id, version, result FROM events WHERE ws=? "
+                    "ORDER BY version DESC LIMIT ?",
+                    (ws, recent),
+                ).fetchall()
+                if recent
+                else []
+            )
+        finally:
+            db.execute("COMMIT")
+        return [(r[0], int(r[1]), str(r[2]).encode()) for r in reversed(rows) if r[0]]

@@ -380,16 +380,15 @@ class WorkspaceActor:
         await self.deps.appender.applied(self.subject)  # the projection holds all we committed
         store, js = self.deps.store, self.deps.js
         # The projection's state and results and the log's last sequence, asked at once.
-        state, last, recent = await asyncio.gather(
-            store.load_state(self.tenant, self.workspace),
+        (state, recent), last = await asyncio.gather(
+            store.load(self.tenant, self.workspace, WRITER_RECENT_RESULTS),
             self._unavailable_if_failing(
                 eventlog.last_seq(js, self.subject, fresh=fence is not None)
             ),
-            self._recent_results(),
         )
         if last > state.last_seq:
             state = await self._unavailable_if_failing(self._catch_up(state, last))
-            recent = await self._recent_results()
+            recent = (await store.load(self.tenant, self.workspace, WRITER_RECENT_RESULTS)).recent
         self._counts = None
         finished = True
         if not state.exists and state.last_seq and await self._unfinished_purge(state.last_seq):
@@ -402,12 +401,6 @@ class WorkspaceActor:
         self._recent_all = state.version <= WRITER_RECENT_RESULTS
         self.state, self.fence = (state if finished else None), fence
         return state
-
-    async def _recent_results(self) -> list[tuple[str, int, bytes]]:
-        ws = self.deps.store.workspace_id(self.tenant, self.workspace)
-        if ws is None:
-            return []
-        return await self.deps.store.recent_results(ws, WRITER_RECENT_RESULTS)
 
     @staticmethod
     async def _unavailable_if_failing(reading: Awaitable[_T]) -> _T:
