@@ -17,8 +17,10 @@ from contracts.limits import WRITER_WORKSPACES
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
 from infra import bus, metrics, snapshot_install, storage
+from infra import log as eventlog
 from infra.blobs import Blobs
 from infra.bridges import Bridges
+from infra.compaction import with_manifests
 from infra.runtime import Auditor, Settings
 from infra.secret_registry import secrets_from_env
 from infra.store import Store
@@ -29,6 +31,10 @@ from services.writer.partitions import Partitions
 from services.writer.workspace import WorkspaceActor
 
 log = logging.getLogger("quill.writer")
+
+CATCH_UP_EVENTS = 100_000
+"""The most events a writer applies at start to trust its projection (``_complete_projection``):
+a few seconds at most; a projection further behind is not trusted (each load asks the log)."""
 
 
 def _backlog(extra: dict[str, str]) -> Backlog:
@@ -166,6 +172,7 @@ class Writer:
         try:
             await self.store.apply(batch)
         except Exception:
+            self.deps.projection.complete = False  # loads ask the log again
             for item in batch:
                 actor = self._actors.get((item.event.tenant, item.event.workspace))
                 if actor is not None:
@@ -233,6 +240,7 @@ class Writer:
             await self.partitions.start()
             serving = f"{self.partitions.count} partitions ({len(self.partitions.held)} held)"
         else:
+            await self._complete_projection()
             handler = command_handler(self.deps, self.actor)
             self._subs.append(
                 await bus.serve(self.nc, self.subjects.all_cmd, QUEUE_WRITER, handler)
@@ -243,6 +251,38 @@ class Writer:
         )
         await self.nc.flush()
         log.info("writer %s serving %s", self.instance, serving)
+
+    async def _complete_projection(self) -> None:
+        """A writer that serves every workspace (no partitions) makes sure, once, before it
+        serves, that its projection holds the whole log of each workspace it has a row of:
+        it applies the events after the newest it holds (what a crash kept it from applying,
+        or a tool appended), at most ``CATCH_UP_EVENTS`` of them. Then its loads trust the
+        projection (``deps.Completeness``). A projection further behind (new, or from an old
+        snapshot), or one this fails for, is not trusted: each load asks the log, as a
+        writer of a cluster's partitions always does."""
+        try:
+            last = await eventlog.stream_last_seq(self.js)
+            high = await self.store.high_water()
+            if last - high > CATCH_UP_EVENTS:
+                log.info("projection %d events behind the log: each load asks the log", last - high)
+                return
+            applied = 0
+            every = self.subjects.evt("*", "*")
+            async for chunk in eventlog.chunks(self.js, every, high, last):
+                held = [
+                    item
+                    for item in chunk
+                    if self.store.workspace(item.event.tenant, item.event.workspace) is not None
+                ]
+                if held:
+                    await self.store.apply(await with_manifests(held, self.deps.manifest_blobs))
+                    applied += len(held)
+        except Exception as exc:
+            log.warning("projection not checked against the log (%r): each load asks it", exc)
+            return
+        self.deps.projection.complete = True
+        if applied:
+            log.info("projection: applied %d events it missed", applied)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         if self.partitions is not None:

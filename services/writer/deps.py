@@ -56,6 +56,18 @@ class Backlog:
     bytes: int = 0
 
 
+@dataclass
+class Completeness:
+    """Whether the writer's projection holds every event of the log of each workspace it has
+    a row of: set at start once it has applied what it missed (``Writer`` in ``app.py``),
+    cleared when an apply fails. While set, loading a workspace the projection holds does not
+    ask the log for its last sequence (a round trip to the server, a third of a cold write's
+    cost): the append's condition (``Nats-Expected-Last-Subject-Sequence``) still refuses a
+    decision made on a stale state, which is then decided again on the log's."""
+
+    complete: bool = False
+
+
 class Fencing(Protocol):
     """The partitions as an actor and the entry see them (``partitions.Partitions``)."""
 
@@ -94,3 +106,5 @@ class Deps:
     """Manifests of the compactions being appended, by sha256 (for the projection)."""
     log_storage: FullState = field(default_factory=lambda: FullState("log"))
     """Whether the log refused the last append for storage (``infra/storage.py``)."""
+    projection: Completeness = field(default_factory=Completeness)
+    """Whether a load may trust the projection without asking the log."""

@@ -371,21 +371,31 @@ class WorkspaceActor:
             self._task = None
 
     # ------------------------------------------------------------------ state
-    async def _load(self) -> WorkspaceState:
-        """The state, loaded from the projection and caught up from the log if needed."""
+    async def _load(self, trust: bool = True) -> WorkspaceState:
+        """The state, loaded from the projection and caught up from the log if needed.
+        ``trust``: unless False (after an append refused on a stale state), a projection
+        that holds the whole log (``deps.Completeness``) is not checked against it."""
         fence = self._current_fence()
         if self.state is not None and fence == self.fence:
             return self.state
         self.state = None
         await self.deps.appender.applied(self.subject)  # the projection holds all we committed
         store, js = self.deps.store, self.deps.js
-        # The projection's state and results and the log's last sequence, asked at once.
-        (state, recent), last = await asyncio.gather(
-            store.load(self.tenant, self.workspace, WRITER_RECENT_RESULTS),
-            self._unavailable_if_failing(
-                eventlog.last_seq(js, self.subject, fresh=fence is not None)
-            ),
-        )
+        if (
+            trust
+            and self.deps.projection.complete
+            and fence is None
+            and store.workspace(self.tenant, self.workspace) is not None
+        ):  # the projection has all of it (deps.Completeness): the log is not asked
+            state, recent = await store.load(self.tenant, self.workspace, WRITER_RECENT_RESULTS)
+            last = state.last_seq
+        else:  # the projection's state and results and the log's last sequence, at once
+            (state, recent), last = await asyncio.gather(
+                store.load(self.tenant, self.workspace, WRITER_RECENT_RESULTS),
+                self._unavailable_if_failing(
+                    eventlog.last_seq(js, self.subject, fresh=fence is not None)
+                ),
+            )
         if last > state.last_seq:
             state = await self._unavailable_if_failing(self._catch_up(state, last))
             recent = (await store.load(self.tenant, self.workspace, WRITER_RECENT_RESULTS)).recent
@@ -485,7 +495,7 @@ class WorkspaceActor:
     async def _process(self, batch: list[Pending]) -> None:
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                state = await self._load()
+                state = await self._load(trust=attempt == 1)
             except QuillError as exc:
                 for p in batch:
                     await self._answer(p, codec.error_reply(exc), error=exc)

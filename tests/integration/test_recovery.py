@@ -59,6 +59,38 @@ async def test_retry_after_writer_restart_and_lost_database(
     assert await events_on(nc, "acme/restart") == 4
 
 
+async def test_a_writer_applies_what_its_projection_missed_before_it_trusts_it(
+    nats_url: str, tmp_path: Path, nc: NATS
+) -> None:
+    """A writer's projection that lacks the log's last events of a workspace it holds (a
+    crash between the append and the apply; here, another writer on another data directory
+    appended them) is brought up to the log at start: an edit of what only the log holds
+    (answered without an append, so no condition on the log would catch a stale state), a
+    retry of the missed command and the next write all follow the log."""
+    ws = Quill(nc).workspace("acme/missed")
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, nats_url, mine)
+        await ws.create()
+        await write(nc, "acme/missed", {"path": "a.txt", "content": "1"}, "req-1")
+    async with AsyncExitStack() as stack:  # mine never applies these two
+        await start_writer(stack, nats_url, other)
+        missed = await write(nc, "acme/missed", {"path": "a.txt", "content": "2"}, "req-2")
+        await write(nc, "acme/missed", {"path": "b.txt", "content": "3"}, "req-3")
+    assert missed["version"] == 3
+    async with AsyncExitStack() as stack:
+        writer = await start_writer(stack, nats_url, mine)
+        assert writer.deps.projection.complete
+        await ws.edit("a.txt", "2", "5")  # "2" is a.txt's text in the log alone
+        assert ws.last_version == 5
+        assert await write(nc, "acme/missed", {"path": "a.txt", "content": "2"}, "req-2") == missed
+        after = await write(
+            nc, "acme/missed", {"path": "a.txt", "content": "6", "if_match": "v3"}, "req-6"
+        )
+        assert after["ok"] and after["version"] == 6 and after["result"]["file_version"] == 4
+    assert await events_on(nc, "acme/missed") == 6
+
+
 async def test_reader_resumes_from_its_position(nats_url: str, tmp_path: Path, nc: NATS) -> None:
     async with AsyncExitStack() as stack:
         await start_writer(stack, nats_url, tmp_path / "w")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from contracts import hashing
 from contracts import requests as rq
-from infra.store import Store
+from infra.store import SMALL_LOAD, Store
 from services.reader.readmodel import ReadModel, Scope
 from tests.helpers import LogBuilder
 
@@ -84,6 +84,34 @@ async def test_writer_state_loads_identical_to_the_fold(tmp_path: Path) -> None:
     assert loaded.tree.last_fv == folded.tree.last_fv
     assert loaded.tree.changed == folded.tree.changed
     assert loaded.last_hash == b.log[-1].hash and loaded.last_seq == 7
+
+
+async def test_small_and_large_workspaces_load_alike_with_their_recent_results(
+    tmp_path: Path,
+) -> None:
+    """A workspace over ``SMALL_LOAD`` is read on the loading thread, a small one on the
+    event loop's: both load what the fold of their log makes, and their last results."""
+    small, large = build(), LogBuilder(workspace="large")
+    large.run(rq.CreateWorkspace(), "create")
+    for n in range(SMALL_LOAD + 6):
+        large.run(rq.WriteFile(path=f"d{n % 7}/f{n}.txt", content=f"{n}"))
+    large.run(rq.DeletePath(path="d3", recursive=True), "delete")
+    store = await Store.open(tmp_path / "p.db", role="writer")
+    try:
+        await store.apply(small.log + [*large.log])
+        loaded = {name: await store.load("acme", name, recent=5) for name in ("demo", "large")}
+    finally:
+        await store.close()
+    for name, b in (("demo", small), ("large", large)):
+        state, recent = loaded[name]
+        folded = b.replay()
+        assert state.version == folded.version == b.log[-1].event.version
+        assert state.tree.hash == folded.tree.hash
+        assert state.tree.files == folded.tree.files
+        assert state.tree.last_fv == folded.tree.last_fv
+        assert state.tree.changed == folded.tree.changed
+        assert [version for _, version, _ in recent] == [item.event.version for item in b.log[-5:]]
+    assert loaded["large"].state.version > SMALL_LOAD >= loaded["demo"].state.version
 
 
 async def test_reopen_resumes(tmp_path: Path) -> None:
