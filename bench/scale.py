@@ -56,6 +56,8 @@ SAMPLES = 1000
 BUDGET = 500
 STEPS = (1_000, 10_000, 100_000, 1_000_000)
 ROLES = ("writer", "reader", "executor", "gateway", "nats-server")
+RESTARTED = "nats-server restarted"
+"""nats-server's RSS once restarted on the step's data: what holding the streams takes."""
 
 
 async def call(nc: NATS, subject: str, body: dict[str, object]) -> dict[str, Any]:
@@ -253,6 +255,11 @@ async def run_step(
     step.subjects = int(events.get("num_subjects", 0))
     step.stream = events
     step.disk = {"services": du_mb(data), "log": du_mb(server.store_dir)}
+    # what the server needs to hold the subjects, apart from what the load left in its heap
+    server.stop()
+    server.start()
+    assert server.process is not None
+    step.rss[RESTARTED] = rss_mb({server.process.pid: RESTARTED})[RESTARTED]
     name, version = ops.latest
     boot = tmp / f"boot-{step.count}"
     step.bootstrap_s = await from_snapshot(server.url, boot, f"{TENANT}/{name}", version, step.tail)
@@ -263,12 +270,13 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
 
 
-def per_subject(step: Step, before: Step | None) -> float:
-    """nats-server's RSS per subject of WS_EVENTS, in bytes: what the subjects added since
-    the step ``before`` (the whole RSS over the subjects at the first step)."""
-    rss, subjects = step.rss.get("nats-server", 0.0), step.subjects
+def per_subject(step: Step, before: Step | None, role: str = "nats-server") -> float:
+    """nats-server's RSS (``role``: running, or restarted) per subject of WS_EVENTS, in
+    bytes: what the subjects added since the step ``before`` (the whole RSS over the subjects
+    at the first step)."""
+    rss, subjects = step.rss.get(role, 0.0), step.subjects
     if before is not None:
-        rss -= before.rss.get("nats-server", 0.0)
+        rss -= before.rss.get(role, 0.0)
         subjects -= before.subjects
     return rss * 2**20 / max(subjects, 1)
 
@@ -300,7 +308,9 @@ def report(step: Step, before: Step | None) -> None:
     print(
         f"nats-server: {step.subjects:,} subjects in WS_EVENTS, {nats_per:,.0f} B RSS per "
         f"subject added ({step.stream.get('messages', 0):,} messages, "
-        f"{step.stream.get('bytes', 0) / 2**20:,.0f} MB)"
+        f"{step.stream.get('bytes', 0) / 2**20:,.0f} MB); restarted: "
+        f"{step.rss.get(RESTARTED, 0):,.0f} MB, {per_subject(step, before, RESTARTED):,.0f} B "
+        "per subject added"
     )
     print(
         f"writer holds {step.held:,} (budget {BUDGET}); snapshot made in {step.snapshot_s:.1f} s,"
@@ -339,6 +349,16 @@ def table(steps: list[Step]) -> str:
         [
             "nats-server RSS per subject added, B",
             *(f"{per_subject(s, b):,.0f}" for s, b in zip(steps, [None, *steps], strict=False)),
+        ]
+    )
+    rows.append([f"RSS {RESTARTED}, MB", *(f"{s.rss.get(RESTARTED, 0):.0f}" for s in steps)])
+    rows.append(
+        [
+            "nats-server restarted, RSS per subject added, B",
+            *(
+                f"{per_subject(s, b, RESTARTED):,.0f}"
+                for s, b in zip(steps, [None, *steps], strict=False)
+            ),
         ]
     )
     rows.append(

@@ -281,8 +281,9 @@ async def test_a_projection_close_behind_the_snapshot_keeps_its_data(
 
 
 async def test_a_writer_with_no_projection_starts_from_a_reader_snapshot(
-    nats_url: str, nc: NATS, tmp_path: Path
+    nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, "quill.snapshots")
     await clear(nc)
     async with AsyncExitStack() as stack:
         quill = await Quill.connect(nats_url, timeout=5)
@@ -293,9 +294,11 @@ async def test_a_writer_with_no_projection_starts_from_a_reader_snapshot(
             await fill(quill, "acme/writer", 20)
             made = await force(nc)
             ws = quill.workspace("acme/writer")
-            await ws.write("f.txt", "after the snapshot\n")  # v22: the writer catches it up
+            await ws.write("f.txt", "after the snapshot\n")  # v22: the tail
         writer = await start_writer(stack, nats_url, tmp_path / "w2", {"snapshot_behind": "1"})
-        assert writer.store.version_of("acme", "writer") == 21  # as of the snapshot
+        # the snapshot (as of v21), then the tail, applied before it serves
+        assert "installed snapshot" in caplog.text
+        assert writer.store.version_of("acme", "writer") == 22 and writer.deps.projection.complete
         tables = {
             str(r[0])
             for r in await writer.store.reads.execute_fetchall(
