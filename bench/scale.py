@@ -14,9 +14,12 @@ directory, grown from the last step's to the step's count (64 clients, each work
 - RSS of each process (writer, reader, executor, gateway, nats-server), disk per workspace
   (the services' data and the log's), what nats-server holds per subject (its RSS and its
   ``/jsz`` stream state over the subjects);
-- reader bootstrap: the reader makes a snapshot before the throughput rounds (whose writes are
-  then the tail); after them ``quill up`` stops, and a reader with no data starts from the
-  snapshot: the time until it answers the latest write.
+- the baseline of cold and warm: the log alone finding a workspace's last event (a direct
+  get by subject, what the condition of an append to it looks up on the server);
+- reader bootstrap: after the throughput rounds the reader makes a snapshot, then ``TAIL``
+  writes to workspaces at random follow it (the most a reader's default policy leaves out of
+  a snapshot); ``quill up`` stops, and a reader with no data starts from the snapshot: the
+  time until it answers the latest write.
 
 ``--plot PATH`` draws latency (p50/p99, warm and cold, write and read) and RSS per process
 against the number of workspaces (log x) into a PNG (matplotlib, the ``dev`` extra).
@@ -46,13 +49,18 @@ from nats.aio.client import Client as NATS
 from bench.bootstrap import from_snapshot, grow, name_of
 from bench.executor import processes
 from bench.harness import Load, closed_loop, interleaved, payload, quill_up, settle
+from contracts.subjects import STREAM_EVENTS
 from quill_cli.natsserver import NatsServer
 from quill_cli.ports import free_port
+from services.reader.snapshots import SnapshotConfig
 
 TENANT = "bench"  # what ``bootstrap.synthesise`` makes
 BUILDERS = 64
 CLIENTS = 64
 SAMPLES = 1000
+TAIL = SnapshotConfig().every_events
+"""Writes after the reader's snapshot, before a reader with no data starts from it: the most
+its default policy (``--snapshot-events``) leaves out of one."""
 BUDGET = 500
 STEPS = (1_000, 10_000, 100_000, 1_000_000)
 ROLES = ("writer", "reader", "executor", "gateway", "nats-server")
@@ -92,6 +100,7 @@ class Ops:
 
     def __init__(self, nc: NATS) -> None:
         self.nc = nc
+        self.js = nc.jetstream()
         self.n = 10_000_000
         self.latest = ("", 0)
         self.touched: set[int] = set()
@@ -111,6 +120,14 @@ class Ops:
         self.touched.add(i)
         t0 = time.perf_counter()
         await call(self.nc, f"ws.qry.{TENANT}.{name_of(i)}.read", {"path": "f.txt"})
+        into.append(time.perf_counter() - t0)
+
+    async def last(self, i: int, into: list[float]) -> None:
+        """The baseline: the log alone finding workspace ``i``'s last event (a direct get by
+        subject: what the condition of an append to it looks up on the server)."""
+        self.touched.add(i)
+        t0 = time.perf_counter()
+        await self.js.get_last_msg(STREAM_EVENTS, f"ws.evt.{TENANT}.{name_of(i)}", direct=True)
         into.append(time.perf_counter() - t0)
 
 
@@ -180,22 +197,19 @@ async def measure(url: str, step: Step, samples: int, seconds: float, touched: s
         # are held), one sample to write and another to read
         pool = [i for i in range(max(count - BUDGET - 100, 0)) if i not in touched]
         rng = random.Random(count)
-        picked = rng.sample(pool, min(2 * samples, len(pool)))
-        cold, cold_r = picked[: len(picked) // 2], picked[len(picked) // 2 :]
-        warm = [count - 1 - k % 10 for k in range(len(cold))]
+        picked = rng.sample(pool, min(3 * samples, len(pool)))
+        third = len(picked) // 3
+        cold, cold_r, cold_l = picked[:third], picked[third : 2 * third], picked[2 * third :]
+        warm = [count - 1 - k % 10 for k in range(third)]
         for i in warm[:10]:  # the warm ones are held, and read once
             await ops.write(i)
             await ops.read(i, [])
+        w, c = await alternate(ops.last, warm, cold_l)
+        step.figures |= {"log warm": w, "log cold": c}
         w, c = await alternate(ops.write, warm, cold)
         step.figures |= {"write warm": w, "write cold": c}
         r, c = await alternate(ops.read, warm, cold_r)
         step.figures |= {"read warm": r, "read cold": c}
-        # the snapshot: the throughput rounds' writes are the tail of the bootstrap
-        t0 = time.perf_counter()
-        made = json.loads((await nc.request("ws.sys.snapshot.reader", b"", timeout=3600)).data)
-        assert made.get("ok"), made
-        step.snapshot_s = time.perf_counter() - t0
-        before = ops.n
         spread_rng = random.Random(-count)
 
         async def spread(client: int, n: int) -> None:
@@ -211,6 +225,20 @@ async def measure(url: str, step: Step, samples: int, seconds: float, touched: s
         )
         pong = json.loads((await nc.request("ws.sys.ping.writer", b"", timeout=10)).data)
         step.held = pong["workspaces"]
+        # a snapshot, then as many writes after it as a reader's default policy leaves out
+        # of one at most (``--snapshot-events``), to workspaces at random: the worst tail
+        t0 = time.perf_counter()
+        made = json.loads((await nc.request("ws.sys.snapshot.reader", b"", timeout=3600)).data)
+        assert made.get("ok"), made
+        step.snapshot_s = time.perf_counter() - t0
+        before = ops.n
+        todo = iter(range(TAIL))
+
+        async def tail() -> None:
+            for _ in todo:
+                await ops.write(spread_rng.randrange(count))
+
+        await asyncio.gather(*[tail() for _ in range(CLIENTS)])
         step.tail = ops.n - before
         return ops
     finally:
@@ -289,7 +317,7 @@ def report(step: Step, before: Step | None) -> None:
         f"{'':<10} {'warm p50':>9} {'cold p50':>9} {'ratio':>7} {'warm p99':>9} "
         f"{'cold p99':>9} {'ratio':>7}   goal <= 2x"
     )
-    for op in ("write", "read"):
+    for op in ("log", "write", "read"):
         w, c = f[f"{op} warm"], f[f"{op} cold"]
         print(
             f"{op:<10} {w.pct(0.5):>9.2f} {c.pct(0.5):>9.2f} {ratio(c.pct(0.5), w.pct(0.5)):>7}"
@@ -330,9 +358,10 @@ def table(steps: list[Step]) -> str:
             out.append(f"{w:.2f} / {c:.2f} ({c / w:.2f}x)")
         return out
 
-    for op in ("write", "read"):
-        rows.append([f"{op} p50 ms, warm / cold (ratio)", *lat(op, 0.5)])
-        rows.append([f"{op} p99 ms, warm / cold (ratio)", *lat(op, 0.99)])
+    for op in ("log", "write", "read"):
+        name = "the log alone (last event by subject)" if op == "log" else op
+        rows.append([f"{name} p50 ms, warm / cold (ratio)", *lat(op, 0.5)])
+        rows.append([f"{name} p99 ms, warm / cold (ratio)", *lat(op, 0.99)])
     rows.append(
         [
             "writes/s, 64 clients: spread / on 64 (ratio)",
@@ -369,7 +398,7 @@ def table(steps: list[Step]) -> str:
     )
     rows.append(
         [
-            "reader with no data, from snapshot, to the latest write, s",
+            f"reader with no data, from snapshot + {TAIL:,} events, to the latest write, s",
             *(f"{s.bootstrap_s:.1f}" for s in steps),
         ]
     )
