@@ -304,7 +304,9 @@ async def prune(js: JetStreamContext, role: str, keep: int) -> int:
 class Lease:
     """One replica at a time makes a snapshot: a key created in WS_SNAPSHOT_LEASES (which
     fails while another holds it), deleted when done, expiring after ``LEASE_S`` should its
-    holder die."""
+    holder die. A take that fails or is cancelled once the create was sent (its answer lost,
+    a timeout, the replica stopping) deletes the key if the create was stored all the same:
+    else no replica could make one for ``LEASE_S``."""
 
     def __init__(self, js: JetStreamContext, role: str, holder: str) -> None:
         self._js, self._key, self._holder = js, role, holder
@@ -316,7 +318,19 @@ class Lease:
             self._revision = await kv.create(self._key, self._holder.encode())
         except KeyWrongLastSequenceError:
             return False
+        except BaseException:
+            await self._drop_if_held(kv)
+            raise
         return True
+
+    async def _drop_if_held(self, kv: KeyValue) -> None:
+        """Delete the key if it names this holder (best effort: else it expires)."""
+        try:
+            entry = await kv.get(self._key)
+            if entry.value == self._holder.encode() and entry.revision is not None:
+                await kv.delete(self._key, last=entry.revision)
+        except Exception as exc:  # gone, deleted, taken by another, or NATS away
+            log.debug("snapshot lease %s not dropped: %s", self._key, exc)
 
     async def release(self) -> None:
         if self._revision is None:

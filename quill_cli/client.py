@@ -45,6 +45,9 @@ BRIDGE_NOTE_S = 1.0
 bridge's user."""
 PROBE_S = 2.0
 """How long the look for a listening server waits for a TCP connection."""
+CLOSE_S = 2.0
+"""How long closing the connection may take before the CLI gives up on it and exits (Ctrl-C
+ends a command promptly, whatever state the connection is in)."""
 WAITS = (ErrorCode.LOCKED, ErrorCode.APPROVAL_REQUIRED)
 
 
@@ -206,6 +209,15 @@ class CliQuill(Quill):
                 approval = str(exc.details.get("approval_id", rid))
                 keep_pending(approval, tenant, workspace, kind, op, body)
             raise
+
+    async def close(self) -> None:
+        """Close the connection; after ``CLOSE_S`` give up (the process is about to exit)."""
+        closing = asyncio.ensure_future(super().close())
+        done, _ = await asyncio.wait({closing}, timeout=CLOSE_S)
+        if not done:
+            closing.cancel()
+            return
+        closing.result()
 
     async def _noting_bridge(self, reply: Coroutine[Any, Any, T], tenant: str, workspace: str) -> T:
         """``await reply``; if it takes ``BRIDGE_NOTE_S`` and a bridge serves the workspace,

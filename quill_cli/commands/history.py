@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -14,6 +16,7 @@ import click
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord, WorkspaceUpdated
 from quill.client import Workspace
+from quill_cli.client import CLOSE_S
 from quill_cli.common import (
     DURATION_PATTERN,
     Commands,
@@ -141,9 +144,10 @@ RETRY_FIRST_S, RETRY_MOST_S = 0.5, 15.0
 async def _follow(
     ctx: click.Context, ws: Workspace, stream: AsyncIterator[T], line: Callable[[T], str]
 ) -> None:
-    """Print each item of ``stream`` until Ctrl-C. While NATS is away, say so once, retry
-    with backoff (``RETRY_FIRST_S`` doubling to ``RETRY_MOST_S``) and say once when it is back;
-    the client's own log lines (one per failed attempt) are kept off the terminal."""
+    """Print each item of ``stream`` until Ctrl-C (SIGINT: exit 130). While NATS is away, say
+    so once, retry with backoff (``RETRY_FIRST_S`` doubling to ``RETRY_MOST_S``) and say once
+    when it is back; the client's own log lines (one per failed attempt) are kept off the
+    terminal."""
     nc = ws.client.nc
     quiet = logging.getLogger("quill.bus")
     level = quiet.level
@@ -153,7 +157,6 @@ async def _follow(
 
     async def watch_connection() -> None:
         wait, lost_at, bumped_at = RETRY_FIRST_S, 0.0, 0.0
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(0.2)
             now = loop.time()
@@ -174,13 +177,33 @@ async def _follow(
                 wait, bumped_at = min(wait * 2, RETRY_MOST_S), now
                 nc.options["reconnect_time_wait"] = wait
 
-    monitor = asyncio.create_task(watch_connection())
-    try:
+    async def pump() -> None:
         async for item in stream:
             emit(ctx, item, line(item))
+
+    # Ctrl-C ends the following even when SIGINT was ignored when this started (the background
+    # job of a script: asyncio.run then installs no handler) and whatever the client is doing
+    # (reconnecting, waiting in a subscription): this waits for the signal, not the stream.
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    handled = threading.current_thread() is threading.main_thread()  # else: signals can't be
+    if handled:
+        loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    monitor = asyncio.create_task(watch_connection())
+    pumping = asyncio.create_task(pump())
+    stopping = asyncio.create_task(interrupted.wait())
+    try:
+        await asyncio.wait({pumping, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        monitor.cancel()
+        if handled:  # a second Ctrl-C: KeyboardInterrupt at once
+            loop.remove_signal_handler(signal.SIGINT)
+        for task in (monitor, pumping, stopping):
+            task.cancel()
+        await asyncio.wait({pumping}, timeout=CLOSE_S)  # the subscription's own clean-up
         quiet.setLevel(level)
+    if interrupted.is_set():
+        raise KeyboardInterrupt  # run_client: exit 130
+    pumping.result()
 
 
 def _audit_line(rec: AuditRecord) -> str:

@@ -18,6 +18,7 @@ import zstandard
 from click.testing import CliRunner, Result
 from nats.aio.client import Client as NATS
 from nats.js.api import ObjectMeta
+from nats.js.kv import KeyValue
 
 from contracts.limits import LimitsPatch
 from contracts.subjects import BUCKET_SNAPSHOTS, Subjects
@@ -211,11 +212,6 @@ async def test_a_snapshot_older_than_a_compaction_and_a_purge_gives_the_same_pro
             assert await rows(new.store, "acme", name) == await rows(old.store, "acme", name)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race, open: a replica may still hold the snapshot lease when the test takes "
-    "it as 'someone-else' (failed once in a fresh-clone CI run, 2026-11-25)",
-)
 async def test_readers_make_snapshots_when_due_one_at_a_time_keeping_k(
     nats_url: str, nc: NATS, tmp_path: Path
 ) -> None:
@@ -249,13 +245,41 @@ async def test_readers_make_snapshots_when_due_one_at_a_time_keeping_k(
         async with asyncio.timeout(10):  # applied past its newest snapshot: one would be made
             while readers[0].follower.position <= max(s.position for s in found):
                 await asyncio.sleep(0.01)
+        # the replica that made the last round's snapshot releases the lease after pruning
+        # (what the loop above waited for): take it as soon as it is free
         other = snaps.Lease(js, "reader", "someone-else")
-        assert await other.take()
+        async with asyncio.timeout(10):  # a lease never released would fail here
+            while not await other.take():
+                await asyncio.sleep(0.01)
         try:
             assert await readers[0].snapshots.make() is None
         finally:
             await other.release()
         assert await readers[0].snapshots.make() is not None
+
+
+@pytest.mark.parametrize("lost", [TimeoutError, asyncio.CancelledError])
+async def test_a_lease_taken_without_an_answer_is_not_left_held(
+    nc: NATS, monkeypatch: pytest.MonkeyPatch, lost: type[BaseException]
+) -> None:
+    """The create is stored but its answer never comes (a timeout, or the replica stopping
+    meanwhile): the lease is dropped, not left for ``LEASE_S`` with no snapshots made."""
+    js = nc.jetstream()
+    await snaps.ensure_bucket(js, 1)
+    create = KeyValue.create
+
+    async def stored_unanswered(kv: KeyValue, key: str, value: bytes) -> int:
+        await create(kv, key, value)
+        raise lost
+
+    role = f"lost-{lost.__name__}"  # the key (a held one outlives a failed test)
+    monkeypatch.setattr(KeyValue, "create", stored_unanswered)
+    with pytest.raises(lost):
+        await snaps.Lease(js, role, "r1").take()
+    monkeypatch.undo()
+    other = snaps.Lease(js, role, "r2")
+    assert await other.take()  # before: False for LEASE_S (15 minutes)
+    await other.release()
 
 
 async def test_a_projection_close_behind_the_snapshot_keeps_its_data(
