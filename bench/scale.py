@@ -199,7 +199,8 @@ async def measure(url: str, step: Step, samples: int, seconds: float, touched: s
         rng = random.Random(count)
         picked = rng.sample(pool, min(3 * samples, len(pool)))
         third = len(picked) // 3
-        cold, cold_r, cold_l = picked[:third], picked[third : 2 * third], picked[2 * third :]
+        cold, cold_r = picked[:third], picked[third : 2 * third]
+        cold_l = picked[2 * third : 3 * third]
         warm = [count - 1 - k % 10 for k in range(third)]
         for i in warm[:10]:  # the warm ones are held, and read once
             await ops.write(i)
