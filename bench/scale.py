@@ -58,6 +58,8 @@ TENANT = "bench"  # what ``bootstrap.synthesise`` makes
 BUILDERS = 64
 CLIENTS = 64
 SAMPLES = 1000
+PAGES = 200
+"""Pages of the listing timed, first and deep alike."""
 TAIL = SnapshotConfig().every_events
 """Writes after the reader's snapshot, before a reader with no data starts from it: the most
 its default policy (``--snapshot-events``) leaves out of one."""
@@ -121,6 +123,16 @@ class Ops:
         t0 = time.perf_counter()
         await call(self.nc, f"ws.qry.{TENANT}.{name_of(i)}.read", {"path": "f.txt"})
         into.append(time.perf_counter() - t0)
+
+    async def page(self, i: int, into: list[float]) -> None:
+        """A page of the listing (100 workspaces): the first (``i`` < 0) or after ``w<i>``."""
+        body: dict[str, object] = {"limit": 100}
+        if i >= 0:
+            body["after"] = name_of(i)
+        t0 = time.perf_counter()
+        reply = await call(self.nc, f"ws.qry.{TENANT}._.workspaces", body)
+        into.append(time.perf_counter() - t0)
+        assert len(reply["result"]["workspaces"]) == 100 or i >= 0, reply
 
     async def last(self, i: int, into: list[float]) -> None:
         """The baseline: the log alone finding workspace ``i``'s last event (a direct get by
@@ -211,6 +223,9 @@ async def measure(url: str, step: Step, samples: int, seconds: float, touched: s
         step.figures |= {"write warm": w, "write cold": c}
         r, c = await alternate(ops.read, warm, cold_r)
         step.figures |= {"read warm": r, "read cold": c}
+        deep = [rng.randrange(max(count - 100, 1)) for _ in range(PAGES)]
+        first, after = await alternate(ops.page, [-1] * PAGES, deep)
+        step.figures |= {"page first": first, "page deep": after}
         spread_rng = random.Random(-count)
 
         async def spread(client: int, n: int) -> None:
@@ -324,6 +339,11 @@ def report(step: Step, before: Step | None) -> None:
             f"{op:<10} {w.pct(0.5):>9.2f} {c.pct(0.5):>9.2f} {ratio(c.pct(0.5), w.pct(0.5)):>7}"
             f" {w.pct(0.99):>9.2f} {c.pct(0.99):>9.2f} {ratio(c.pct(0.99), w.pct(0.99)):>7}"
         )
+    first, deep = f["page first"], f["page deep"]
+    print(
+        f"listing, a page of 100: first {first.pct(0.5):.2f} / {first.pct(0.99):.2f} ms, after a "
+        f"random name {deep.pct(0.5):.2f} / {deep.pct(0.99):.2f} ms (p50 / p99)"
+    )
     s, b = f["spread"], f["64 workspaces"]
     print(
         f"writes/s, 64 clients: spread over all {s.rate:,.0f}, on 64 workspaces {b.rate:,.0f}"
@@ -363,6 +383,16 @@ def table(steps: list[Step]) -> str:
         name = "the log alone (last event by subject)" if op == "log" else op
         rows.append([f"{name} p50 ms, warm / cold (ratio)", *lat(op, 0.5)])
         rows.append([f"{name} p99 ms, warm / cold (ratio)", *lat(op, 0.99)])
+    rows.append(
+        [
+            "listing, a page of 100 after a random name / the first, p50 ms (ratio)",
+            *(
+                f"{s.figures['page deep'].pct(0.5):.2f} / {s.figures['page first'].pct(0.5):.2f}"
+                f" ({s.figures['page deep'].pct(0.5) / s.figures['page first'].pct(0.5):.2f}x)"
+                for s in steps
+            ),
+        ]
+    )
     rows.append(
         [
             "writes/s, 64 clients: spread / on 64 (ratio)",
