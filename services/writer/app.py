@@ -263,7 +263,9 @@ class Writer:
         try:
             last = await eventlog.stream_last_seq(self.js)
             high = await self.store.high_water()
-            if last - high > CATCH_UP_EVENTS:
+            if high == 0:  # no rows: every load asks the log anyway
+                last = high
+            elif last - high > CATCH_UP_EVENTS:
                 log.info("projection %d events behind the log: each load asks the log", last - high)
                 return
             applied = 0
