@@ -9,6 +9,7 @@ import msgspec
 import pytest
 from nats.aio.client import Client as NATS
 
+from contracts.subjects import STREAM_AUDIT
 from infra import bridges
 from quill import client as client_module
 from quill.client import Quill
@@ -76,3 +77,29 @@ async def test_services_forget_claims_of_bridges_that_lapsed(
         assert list(watching._claims) == ["acme.alive"]
     finally:
         await watching.stop()
+
+
+async def test_a_watcher_that_goes_away_leaves_no_subscription_nor_consumer(
+    services: StartReader, nc: NATS
+) -> None:
+    await services("r1")
+    quill = Quill(nc)
+    ws = quill.workspace("acme/watched")
+    await ws.create()
+    js = nc.jetstream()
+    subs_before = len(nc._subs)
+    consumers_before = (await js.stream_info(STREAM_AUDIT)).state.consumer_count
+    watch = ws.watch()
+    first = asyncio.ensure_future(anext(watch))
+    await ws.write("a.txt", "x\n")
+    assert (await asyncio.wait_for(first, 10)).version == 2
+    audit = ws.audit(follow=True)
+    assert (await asyncio.wait_for(anext(audit), 10)).op
+    assert len(nc._subs) > subs_before
+    await watch.aclose()
+    await audit.aclose()
+    assert len(nc._subs) == subs_before
+    # the audit follower's ordered consumer: gone once the server sees no interest in it
+    async with asyncio.timeout(30):
+        while (await js.stream_info(STREAM_AUDIT)).state.consumer_count > consumers_before:
+            await asyncio.sleep(0.25)
