@@ -99,6 +99,20 @@ WRITER_RECENT_RESULTS = 128
 """Request ids (with their replies) a writer keeps in memory per workspace it holds, for
 idempotent retries; an older request id is looked up in the projection."""
 
+SDK_WORKSPACES = 10_000
+"""Workspaces an SDK client (``quill.Quill``: the gateway's, the executor's, a script's)
+remembers (its handle, and the highest version it saw, for read-your-writes): past it, the
+least recently used is forgotten; a query on it then reads the newest version a reader has
+applied, with no floor, until the client sees a version of it again."""
+GATEWAY_SESSIONS = 10_000
+"""MCP sessions (a principal's, or another primary workspace's of its tenant) a gateway
+process keeps: past it, the least recently used is forgotten and opened again when next used
+(its attachments are in its primary workspace's log; what each offers is asked again)."""
+GATEWAY_WORKSPACES = 10_000
+"""Workspaces a gateway process remembers it has created (``exist_ok``) and their limits:
+past it, the least recently used is forgotten, and created (``exist_ok``: a no-op) and asked
+again when next used."""
+
 Positive = Annotated[int, Meta(ge=1, le=2**40)]
 
 

@@ -1,13 +1,16 @@
-"""A cache of values by key, bounded by the total size of its values (least recently used
-goes first). Contents are immutable by sha256, so these caches never need invalidating."""
+"""Caches bounded in memory, least recently used first: ``SizedLRU`` by the total size of its
+values (contents, immutable by sha256, so never invalidated), ``LRU`` by its count of
+entries."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sized
+from collections.abc import Hashable, Sized
 from typing import Generic, TypeVar
 
+K = TypeVar("K", bound=Hashable)
 V = TypeVar("V", bound=Sized)
+T = TypeVar("T")
 
 
 class SizedLRU(Generic[V]):
@@ -35,3 +38,32 @@ class SizedLRU(Generic[V]):
         while self._bytes > self._max:
             _, old = self._items.popitem(last=False)
             self._bytes -= len(old)
+
+
+class LRU(Generic[K, T]):
+    """At most ``most`` entries; past it, the least recently used (got or put) goes."""
+
+    def __init__(self, most: int) -> None:
+        self._items: OrderedDict[K, T] = OrderedDict()
+        self.most = most
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._items
+
+    def get(self, key: K) -> T | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: T) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self.most:
+            self._items.popitem(last=False)
+
+    def pop(self, key: K) -> T | None:
+        return self._items.pop(key, None)

@@ -31,6 +31,8 @@ log = logging.getLogger("quill.bridges")
 CLAIM_TTL_S = 30.0
 RENEW_S = 10.0
 MAX_CLAIM_BYTES = 4096
+SWEEP_S = CLAIM_TTL_S
+"""How often the watchers forget lapsed claims (``Bridges._sweep``)."""
 STREAM_BRIDGES = f"KV_{BUCKET_BRIDGES}"
 
 
@@ -113,6 +115,7 @@ class Bridges:
     def __init__(self, js: JetStreamContext) -> None:
         self._js = js
         self._claims: dict[str, Claim] = {}
+        self._swept = time.monotonic()
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
 
@@ -134,6 +137,17 @@ class Bridges:
             if owner == tenant and claim.live and (claim.client, claim.path) == (client, path):
                 return workspace
         return None
+
+    def _sweep(self) -> None:
+        """Forget the claims that lapsed (a bridge that died without releasing its claim:
+        the bucket's TTL removes it without telling watchers), at most once per
+        ``SWEEP_S``: the claims held are those renewed lately, not every one ever seen."""
+        now = time.monotonic()
+        if now - self._swept < SWEEP_S:
+            return
+        self._swept = now
+        for name in [n for n, claim in self._claims.items() if not claim.live]:
+            del self._claims[name]
 
     async def start(self) -> None:
         kv = await bucket(self._js)
@@ -161,6 +175,7 @@ class Bridges:
                         self._claims[entry.key] = _decode(entry.value)
                     except msgspec.DecodeError:
                         log.warning("ignoring an unreadable claim on %s", entry.key)
+                    self._sweep()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a connection blip: watch again

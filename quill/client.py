@@ -25,6 +25,7 @@ import dataclasses
 import inspect
 import random
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -42,7 +43,7 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError, retry_after_ms
 from contracts.events import AuditRecord, WorkspaceUpdated
-from contracts.limits import CEILINGS, LimitsPatch
+from contracts.limits import CEILINGS, SDK_WORKSPACES, LimitsPatch
 from contracts.paths import normalize, printable
 from contracts.subjects import (
     HEADER_REQUEST_ID,
@@ -148,10 +149,12 @@ class Quill:
         self.subjects = Subjects(root)
         self.actor, self.session, self.run = actor, session, run
         self.timeout, self.retries = timeout, retries
-        self._workspaces: dict[str, Workspace] = {}
+        self._workspaces: OrderedDict[str, Workspace] = OrderedDict()
+        """Handles by name, the ``SDK_WORKSPACES`` most recently asked for."""
         self._nuid = NUID()  # unique request ids, far cheaper than uuid4
-        self._seen: dict[str, int] = {}
-        """Highest version seen per workspace, shared by every view (``as_actor``)."""
+        self._seen: OrderedDict[str, int] = OrderedDict()
+        """Highest version seen per workspace, shared by every view (``as_actor``): of the
+        ``SDK_WORKSPACES`` most recently seen (``contracts/limits.py``)."""
 
     @classmethod
     async def connect(
@@ -226,11 +229,16 @@ class Quill:
         return view
 
     def workspace(self, name: str) -> Workspace:
-        """The workspace ``tenant/workspace`` (one handle per name, shared)."""
+        """The workspace ``tenant/workspace`` (one handle per name, shared, while it is among
+        the ``SDK_WORKSPACES`` most recently asked for)."""
         handle = self._workspaces.get(name)
         if handle is None:
             tenant, ws = split_workspace(name)
             handle = self._workspaces[name] = Workspace(self, tenant, ws)
+            if len(self._workspaces) > SDK_WORKSPACES:
+                self._workspaces.popitem(last=False)
+        else:
+            self._workspaces.move_to_end(name)
         return handle
 
     async def workspaces(
@@ -477,7 +485,11 @@ class Workspace:
 
     @last_version.setter
     def last_version(self, version: int) -> None:
-        self.client._seen[self._key] = version
+        seen = self.client._seen
+        seen[self._key] = version
+        seen.move_to_end(self._key)
+        if len(seen) > SDK_WORKSPACES:  # the least recently seen is forgotten
+            seen.popitem(last=False)
 
     def __repr__(self) -> str:
         return f"Workspace({self.tenant}/{self.name}, seen v{self.last_version})"

@@ -38,6 +38,11 @@ T = TypeVar("T")
 Key = tuple[str, str]
 """(tenant, workspace)."""
 
+IN_MEMORY = 256
+"""Idle checkouts whose manifest (a row per path of the workspace) stays in memory; past it
+the least recently used is forgotten, not removed: its manifest is read again from
+``manifest.bin`` when next used, as after a restart."""
+
 
 class Checkouts:
     """The checkouts of one executor (see the module docstring). ``background`` runs an
@@ -62,8 +67,11 @@ class Checkouts:
         self.gone = gone
         """Told each checkout tree removed (the provider drops what it got ready for it)."""
         self.live: dict[Key, Checkout] = {}
-        """The checkout of each workspace (not those built at an older version)."""
-        self.locks: dict[Key, asyncio.Lock] = {}
+        """The checkout of each workspace in memory (not those built at an older version),
+        least recently used first: at most ``in_memory`` idle ones."""
+        self.in_memory = IN_MEMORY
+        self.locks = KeyLocks()
+        """One lock per checkout someone holds or waits for (none for an idle one)."""
         self.reserve = disk.Reserve(data_dir, reserve)
         self.budget = disk.Budget(budget)
         self.using: Counter[Key] = Counter()
@@ -101,16 +109,17 @@ class Checkouts:
         self.using[key] += 1
         done = False
         try:
-            async with self.locks.setdefault(key, asyncio.Lock()):
+            async with self.locks(key):
                 await self.room()
-                checkout = self.live.get(key)
+                checkout = self.live.pop(key, None)
                 if checkout is None:
                     home = self.data_dir / "checkouts" / address.tenant
                     checkout = self.new(home / address.workspace, address)
                     await asyncio.to_thread(checkout.open)
-                    self.live[key] = checkout
+                self.live[key] = checkout  # the most recently used
                 await self.sync(checkout)
-                if checkout.version == 0:
+                if checkout.version == 0:  # none (or purged): nothing of it is kept
+                    await self._remove(key)
                     raise QuillError(
                         ErrorCode.WORKSPACE_NOT_FOUND,
                         f"Workspace not found: {address.tenant}/{address.workspace}",
@@ -188,15 +197,21 @@ class Checkouts:
         self.reserve.check()
 
     async def evict(self) -> None:
-        """Evict idle checkouts, least recently used first, until within the budget."""
+        """Evict idle checkouts, least recently used first, until within the budget; forget
+        idle ones past ``in_memory`` (they stay on disk)."""
         for key in self.budget.over(self.using.__contains__):
             await self.drop(key)
+        excess = len(self.live) - self.in_memory
+        for key in [k for k in self.live if k not in self.using]:
+            if excess <= 0:
+                break
+            del self.live[key]
+            excess -= 1
 
     async def drop(self, key: Key) -> None:
         if key in self.using:  # taken since: it stays
             return
-        lock = self.locks.setdefault(key, asyncio.Lock())
-        async with lock:  # free: taken at once; a request arriving now waits for it
+        async with self.locks(key):  # free: taken at once; a request arriving now waits for it
             await self._remove(key)
         log.info("checkout %s/%s evicted (idle, over the checkouts budget or disk reserve)", *key)
 
@@ -212,7 +227,7 @@ class Checkouts:
     async def purged(self, key: Key) -> None:
         """The workspace was purged: its checkout goes, once no command holds it (one that
         does finds the purge when it commits, and its checkout is wiped at its next sync)."""
-        async with self.locks.setdefault(key, asyncio.Lock()):
+        async with self.locks(key):
             await self._remove(key)
         log.info("checkout %s/%s removed: the workspace was purged", *key)
 
@@ -282,6 +297,34 @@ class Checkouts:
             yield past
         finally:
             await asyncio.to_thread(_remove_tree, temp)
+
+
+class KeyLocks:
+    """A lock per key, kept only while someone holds it or waits for it: a key no one asks
+    for again leaves nothing behind (an executor serving a million workspaces over its life
+    keeps none of their locks)."""
+
+    def __init__(self) -> None:
+        self._held: dict[Key, tuple[asyncio.Lock, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, key: Key) -> AsyncIterator[None]:
+        lock, users = self._held.get(key, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._held[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            _, users = self._held[key]
+            if users <= 1:
+                del self._held[key]
+            else:
+                self._held[key] = (lock, users - 1)
 
 
 def _remove_tree(path: Path) -> None:

@@ -5,10 +5,10 @@ for the checkouts it keeps between commands.
   max(1 GiB, 5% of it)), the executor refuses new commands with ``UNAVAILABLE`` (another
   executor may take them) rather than fill the disk it may share with JetStream.
 * ``Budget``: the checkouts on disk, least recently used first, with the size each had when
-  last used. Past the budget, idle checkouts are evicted whole, oldest first; one in use never
-  is. An evicted checkout is rebuilt from the log the next time its workspace runs a command:
-  only what the log does not hold is lost (ignored directories such as ``node_modules``, files
-  left uncommitted).
+  last used. Past the budget (bytes, or ``MOST_CHECKOUTS`` checkouts), idle checkouts are
+  evicted whole, oldest first; one in use never is. An evicted checkout is rebuilt from the
+  log the next time its workspace runs a command: only what the log does not hold is lost
+  (ignored directories such as ``node_modules``, files left uncommitted).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ Key = tuple[str, str]
 """(tenant, workspace)"""
 
 GIB = 1024**3
+MOST_CHECKOUTS = 10_000
+"""Checkouts kept on disk at most, however small (each is a row here, and inodes there)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class Budget:
     budget: int
     sizes: dict[Key, int] = field(default_factory=dict)
     """Least recently used first."""
+    most: int = MOST_CHECKOUTS
+    """Checkouts at most, whatever their bytes."""
 
     @property
     def total(self) -> int:
@@ -89,14 +93,15 @@ class Budget:
         self.sizes.pop(key, None)
 
     def over(self, busy: Callable[[Key], bool]) -> list[Key]:
-        """Idle checkouts to evict, least recently used first, to get within the budget."""
-        excess, out = self.total - self.budget, []
+        """Idle checkouts to evict, least recently used first, to get within the budget (its
+        bytes and ``most``)."""
+        excess, extra, out = self.total - self.budget, len(self.sizes) - self.most, []
         for key, size in self.sizes.items():
-            if excess <= 0:
+            if excess <= 0 and extra <= 0:
                 break
             if not busy(key):
                 out.append(key)
-                excess -= size
+                excess, extra = excess - size, extra - 1
         return out
 
     def idle(self, busy: Callable[[Key], bool]) -> Iterator[Key]:

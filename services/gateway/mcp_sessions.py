@@ -21,6 +21,8 @@ from pydantic import Field
 from contracts import replies as rp
 from contracts import uris
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import GATEWAY_SESSIONS
+from core.lru import LRU
 from quill.client import Workspace
 from quill.session import Session
 from services.gateway import workspaces as workspaces
@@ -58,11 +60,13 @@ LISTING = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
 class Sessions:
-    """One ``Session`` per principal (it remembers what workspaces offer, for 30 s)."""
+    """One ``Session`` per principal (it remembers what workspaces offer, for 30 s), and per
+    other primary workspace named: at most ``GATEWAY_SESSIONS``, least recently used
+    forgotten first (opened again when next used: what a session holds is in its log)."""
 
     def __init__(self, access: Access) -> None:
         self.access = access
-        self._open: dict[tuple[Principal, str], Session] = {}
+        self._open: LRU[tuple[Principal, str], Session] = LRU(GATEWAY_SESSIONS)
 
     async def session(self, principal: Principal, primary: str | None = None) -> Session:
         """The principal's session, or (``primary``: a workspace id) the session of that
@@ -75,7 +79,8 @@ class Sessions:
         session = self._open.get(key)
         if session is None:
             ws = await self.access.workspace(principal, primary)
-            session = self._open[key] = Session(ws.client, ws)
+            session = Session(ws.client, ws)
+            self._open.put(key, session)
         return session
 
     async def target(

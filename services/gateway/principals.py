@@ -35,7 +35,9 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import GATEWAY_WORKSPACES
 from contracts.subjects import check_id
+from core.lru import LRU
 from quill.client import Quill, Workspace
 
 log = logging.getLogger("quill.gateway")
@@ -271,8 +273,10 @@ class Access:
 
     def __init__(self, quill: Quill) -> None:
         self.quill = quill
-        self._ready: set[str] = set()
+        self._ready: LRU[str, bool] = LRU(GATEWAY_WORKSPACES)
+        """Workspaces created (``exist_ok``) by this process, the most recently used."""
         self._views: dict[str, Quill] = {}
+        """Per principal's actor (principals are configured: a bounded set)."""
 
     def _client(self, principal: Principal) -> Quill:
         """The SDK client that names the principal's actor in its requests."""
@@ -301,14 +305,14 @@ class Access:
 
     async def _ensure(self, ws: Workspace) -> Workspace:
         key = f"{ws.tenant}/{ws.name}"
-        if key not in self._ready:
+        if self._ready.get(key) is None:
             await ws.create(exist_ok=True)
-            self._ready.add(key)
+            self._ready.put(key, True)
         return ws
 
     def forget(self, name: str) -> None:
         """``tenant/workspace`` was purged: create it again on its next use."""
-        self._ready.discard(name)
+        self._ready.pop(name)
 
     async def workspace(self, principal: Principal, name: str | None = None) -> Workspace:
         """The workspace ``name`` of the principal's tenant (default: the principal's own), or

@@ -29,8 +29,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from contracts.errors import ErrorCode, QuillError, retry_after_ms
-from contracts.limits import DEFAULT_LIMITS, MAX_MESSAGE_BYTES, Limits
+from contracts.limits import DEFAULT_LIMITS, GATEWAY_WORKSPACES, MAX_MESSAGE_BYTES, Limits
 from contracts.paths import normalize
+from core.lru import LRU
 from infra.secret_registry import secrets_from_env
 from quill.client import Workspace
 from services.gateway.files import (
@@ -274,14 +275,17 @@ class Rest:
 
     def __init__(self, access: Access) -> None:
         self.access = access
-        self._limits: dict[str, Limits] = {}
+        self._limits: LRU[str, Limits] = LRU(GATEWAY_WORKSPACES)
 
     async def limits(self, ws: Workspace) -> Limits:
-        """A workspace's limits (fixed when it was created, so asked once)."""
+        """A workspace's limits (fixed when it was created, so asked once while it is among
+        the ``GATEWAY_WORKSPACES`` most recently asked)."""
         key = f"{ws.tenant}/{ws.name}"
-        if key not in self._limits:
-            self._limits[key] = (await ws.info()).limits
-        return self._limits[key]
+        limits = self._limits.get(key)
+        if limits is None:
+            limits = (await ws.info()).limits
+            self._limits.put(key, limits)
+        return limits
 
     def routes(self) -> list[Route]:
         files = "/v1/host/workspace/files"

@@ -4,6 +4,10 @@ A revision is valid over ``[version, until)``. A closed revision never changes, 
 one changes only when an apply closes it; the follower passes every close of every applied
 plan to ``close``, so an entry is never stale. A revision read from SQLite is cached only if
 no apply touched the workspace while the read was in flight.
+
+Bounded (docs/operations.md, Sizing): ``RevisionCache`` holds at most ``max_entries`` paths and
+``max_bytes`` of contents, least recently used first, and keeps an index entry per workspace
+only while one of its paths is held; ``TextCache`` holds ``max_bytes`` of texts.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ Key = tuple[int, str]
 
 class RevisionCache:
     def __init__(self, max_bytes: int = 64 * 1024 * 1024, max_entries: int = 100_000) -> None:
+        """At most ``max_entries`` paths and ``max_bytes`` of contents (200 more per
+        revision), least recently read first."""
         self._entries: OrderedDict[Key, list[tuple[Node, bytes | None]]] = OrderedDict()
         self._by_ws: dict[int, set[str]] = {}
         self._bytes = 0
@@ -47,7 +53,10 @@ class RevisionCache:
         while self._bytes > self._max_bytes or len(self._entries) > self._max_entries:
             (old_ws, old_path), dropped = self._entries.popitem(last=False)
             self._bytes -= sum(len(d or b"") + 200 for _, d in dropped)
-            self._by_ws.get(old_ws, set()).discard(old_path)
+            paths = self._by_ws[old_ws]
+            paths.discard(old_path)
+            if not paths:  # no trace of a workspace whose last revision went
+                del self._by_ws[old_ws]
 
     def forget(self, ws: int) -> None:
         """Drop every revision of ``ws`` (a compaction replaced its history)."""
