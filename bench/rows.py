@@ -31,10 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.bootstrap import name_of, synthesise
+from bench.bootstrap import name_of, project, synthesise
 from bench.harness import closed_loop, payload, quill_up, settle
-from contracts import codec
-from core.plan import Committed
 from infra.store import Store
 from quill.client import Quill
 
@@ -51,16 +49,16 @@ def rss_mb() -> float:
 
 async def build(path: Path, role: str, workspaces: int) -> None:
     store = await Store.open(path, role=role)
-    batch: list[Committed] = []
+    stores = [(store, "log" if role == "reader" else None)]
+    batch: list[tuple[str, bytes, str, str]] = []
     seq = 0
-    for _, data, _, digest in synthesise(0, workspaces, 2 * workspaces):
-        seq += 1
-        batch.append(Committed(codec.decode_event(data), digest, seq))
+    for item in synthesise(0, workspaces, 2 * workspaces):
+        batch.append(item)
         if len(batch) >= BATCH:
-            await store.apply(batch, "log" if role == "reader" else None)
-            batch = []
+            await project(stores, batch, seq)
+            seq, batch = seq + len(batch), []
     if batch:
-        await store.apply(batch, "log" if role == "reader" else None)
+        await project(stores, batch, seq)
     await store.close()
 
 
