@@ -456,8 +456,9 @@ def plot(steps: list[Step], path: Path) -> None:
         ax.set(xscale="log", xlabel="workspaces", ylabel="ms", title=title)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
-    for role in ROLES:
-        mem.plot(xs, [s.rss.get(role, 0) for s in steps], marker="o", label=role)
+    for role in (*ROLES, RESTARTED):
+        style = "--" if role == RESTARTED else "-"
+        mem.plot(xs, [s.rss.get(role, 0) for s in steps], style, marker="o", label=role)
     mem.set(xscale="log", xlabel="workspaces", ylabel="MB", title="RSS per process")
     mem.set_ylim(bottom=0)
     mem.legend(fontsize=8)
