@@ -145,6 +145,9 @@ _COLUMNS = (
 REVISION_COLUMNS = ", ".join(_COLUMNS)
 """The columns ``node_from_row`` reads, in order."""
 R_REVISION_COLUMNS = ", ".join("r." + c for c in _COLUMNS)
+HIGH_WATER = "high_water"
+"""The meta key of the newest event a writer's projection holds (``Store.high_water``)."""
+
 SMALL_LOAD = 64
 """A workspace of at most this many events and revision rows is loaded on the event loop's
 thread (``Store.load``)."""
@@ -345,7 +348,12 @@ class Store:
             self._loader = None
 
     async def high_water(self) -> int:
-        """The log sequence of the newest event this projection holds (0: none)."""
+        """The log sequence of the newest event this projection holds (0: none): kept by a
+        writer's applies; else (a reader's projection, or one from before it was kept) the
+        newest of its workspaces' last events, a scan of their rows."""
+        kept = await self.get_meta(HIGH_WATER)
+        if kept is not None:
+            return int(kept)
         rows = list(await self._w.execute_fetchall("SELECT max(last_seq) FROM workspaces"))
         return int(rows[0][0] or 0)
 
@@ -456,6 +464,12 @@ class Store:
                 if tracking is not None and batch:
                     await self._w.execute(
                         "INSERT OR REPLACE INTO tracking VALUES(?, ?)", (tracking, batch[-1].seq)
+                    )
+                elif fresh:  # a writer's: the newest event it holds (``high_water``)
+                    await self._w.execute(
+                        "INSERT INTO meta VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET "
+                        "value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+                        (HIGH_WATER, max(item.seq for item in fresh)),
                     )
                 await self._w.commit()
             except BaseException:

@@ -114,6 +114,29 @@ async def test_small_and_large_workspaces_load_alike_with_their_recent_results(
     assert loaded["large"].state.version > SMALL_LOAD >= loaded["demo"].state.version
 
 
+async def test_the_newest_event_held_is_kept_by_a_writer_and_scanned_otherwise(
+    tmp_path: Path,
+) -> None:
+    """``high_water`` (what a writer's start compares with the log): a writer keeps it as it
+    applies (its start reads one row at any number of workspaces), a projection without it
+    (a reader's, or one made before) finds it among its workspaces' rows."""
+    b = build()
+    writer = await Store.open(tmp_path / "w.db", role="writer")
+    reader = await Store.open(tmp_path / "r.db", role="reader")
+    try:
+        assert await writer.high_water() == 0 == await reader.high_water()
+        await writer.apply(b.log[:5])
+        await reader.apply(b.log[:5], tracking="t")
+        await writer.apply(b.log[2:4])  # applied already: it stays at 5
+        assert await writer.get_meta("high_water") == "5" and await writer.high_water() == 5
+        assert await reader.get_meta("high_water") is None and await reader.high_water() == 5
+        await writer.apply(b.log[5:])
+        assert await writer.high_water() == 7
+    finally:
+        await writer.close()
+        await reader.close()
+
+
 async def test_reopen_resumes(tmp_path: Path) -> None:
     b = build()
     store = await Store.open(tmp_path / "p.db")
