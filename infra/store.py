@@ -207,6 +207,16 @@ async def _schema_version(db: aiosqlite.Connection) -> str | None:
     return str(rows[0][0]) if rows else None
 
 
+RECENT_RESULTS = (
+    "SELECT request_id, version, result FROM events WHERE ws=? ORDER BY version DESC LIMIT ?"
+)
+
+
+def _results(rows: list[Any]) -> list[tuple[str, int, bytes]]:
+    """``RECENT_RESULTS``'s rows, oldest first, those of events with a request id."""
+    return [(r[0], int(r[1]), str(r[2]).encode()) for r in reversed(rows) if r[0]]
+
+
 class Loaded(NamedTuple):
     """What ``Store.load`` read of a workspace: the writer's state and its recent results."""
 
@@ -904,15 +914,19 @@ class Store:
                 "SELECT path, reason, by_command, version FROM uncommitted WHERE ws=?", (ws,)
             ):
                 state.uncommitted[str(path)] = Recorded(str(reason), str(by), int(version))
-            rows = (
-                db.execute(
-                    "SELECT request_id, version, result FROM events WHERE ws=? "
-                    "ORDER BY version DESC LIMIT ?",
-                    (ws, recent),
-                ).fetchall()
-                if recent
-                else []
+            results = (
+                _results(db.execute(RECENT_RESULTS, (ws, recent)).fetchall()) if recent else []
             )
         finally:
             db.execute("COMMIT")
-        return [(r[0], int(r[1]), str(r[2]).encode()) for r in reversed(rows) if r[0]]
+        return results
+
+    async def recent_results(
+        self, tenant: str, name: str, limit: int
+    ) -> list[tuple[str, int, bytes]]:
+        """``(request_id, version, result)`` of the workspace's last ``limit`` events, oldest
+        first (what ``load`` reads with the state, alone)."""
+        ws = self.workspace_id(tenant, name)
+        if ws is None:
+            return []
+        return _results(list(await self._w.execute_fetchall(RECENT_RESULTS, (ws, limit))))

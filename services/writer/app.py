@@ -261,11 +261,10 @@ class Writer:
         snapshot), or one this fails for, is not trusted: each load asks the log, as a
         writer of a cluster's partitions always does."""
         try:
-            last = await eventlog.stream_last_seq(self.js)
             high = await self.store.high_water()
-            if high == 0:  # no rows: every load asks the log anyway
-                last = high
-            elif last - high > CATCH_UP_EVENTS:
+            # no rows (high 0): nothing to check, every load asks the log anyway
+            last = await eventlog.stream_last_seq(self.js) if high else 0
+            if last - high > CATCH_UP_EVENTS:
                 log.info("projection %d events behind the log: each load asks the log", last - high)
                 return
             applied = 0

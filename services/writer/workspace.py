@@ -398,7 +398,7 @@ class WorkspaceActor:
             )
         if last > state.last_seq:
             state = await self._unavailable_if_failing(self._catch_up(state, last))
-            recent = (await store.load(self.tenant, self.workspace, WRITER_RECENT_RESULTS)).recent
+            recent = await store.recent_results(self.tenant, self.workspace, WRITER_RECENT_RESULTS)
         self._counts = None
         finished = True
         if not state.exists and state.last_seq and await self._unfinished_purge(state.last_seq):
