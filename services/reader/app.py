@@ -87,7 +87,6 @@ class Reader:
     async def start(self) -> None:
         self.started_from = await self.store.get_meta(STARTED_FROM)
         await self.bridges.start()
-        self.indexer.start()
         await self.follower.start()
         follower = self.follower
         self._gauges.add(metrics.READER_LAG_VERSIONS, follower.lag_versions)
@@ -113,6 +112,10 @@ class Reader:
         await self._join(handler)
 
     async def _join(self, handler: bus.Handler) -> None:
+        # The trigram index takes in what was applied once the replica has caught up, not
+        # during: catching up goes faster without it, and until then nothing is asked of it
+        # (grep reads a content not indexed yet: the same answers).
+        self.indexer.start()
         self._subs.append(await bus.serve(self.nc, self.subjects.all_qry, QUEUE_READER, handler))
         snapshot = self.subjects.snapshot("reader")
         self._subs.append(await bus.serve(self.nc, snapshot, QUEUE_READER, self._snapshot))

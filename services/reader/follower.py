@@ -82,6 +82,8 @@ class Follower:
         self._target = await eventlog.last_seq(self._js, self._subject, fresh=True)
         if self.position >= self._target:
             self._caught_up()
+        else:  # nothing is served before it has caught up: apply in bulk until then
+            await self._store.bulk(True)
         log.info("following the log from seq %d (last event at %d)", self.position, self._target)
         self._stop = await eventlog.follow(self._js, self._subject, self.position, self._on_batch)
         self.log_last = self._target
@@ -153,6 +155,7 @@ class Follower:
         self.position = batch[-1].seq
         if not self.caught_up and (pending == 0 or self.position >= self._target):
             self._caught_up()
+            await self._store.bulk(False)
             log.info("caught up with the log at seq %d", self.position)
         for key in {(c.event.tenant, c.event.workspace) for c in batch}:
             waiters = self._waiters.get(key)

@@ -269,15 +269,20 @@ class Writer:
                 return
             applied = 0
             every = self.subjects.evt("*", "*")
-            async for chunk in eventlog.chunks(self.js, every, high, last):
-                held = [
-                    item
-                    for item in chunk
-                    if self.store.workspace(item.event.tenant, item.event.workspace) is not None
-                ]
-                if held:
-                    await self.store.apply(await with_manifests(held, self.deps.manifest_blobs))
-                    applied += len(held)
+            await self.store.bulk(True)
+            try:
+                async for chunk in eventlog.chunks(self.js, every, high, last):
+                    held = [
+                        item
+                        for item in chunk
+                        if self.store.workspace(item.event.tenant, item.event.workspace) is not None
+                    ]
+                    if held:
+                        held = await with_manifests(held, self.deps.manifest_blobs)
+                        await self.store.apply(held)
+                        applied += len(held)
+            finally:
+                await self.store.bulk(False)
         except Exception as exc:
             log.warning("projection not checked against the log (%r): each load asks it", exc)
             return

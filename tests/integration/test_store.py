@@ -6,7 +6,7 @@ from pathlib import Path
 
 from contracts import hashing
 from contracts import requests as rq
-from infra.store import SMALL_LOAD, Store
+from infra.store import SMALL_LOAD, WAL_KEPT_BYTES, WAL_PAGES, Store
 from services.reader.readmodel import ReadModel, Scope
 from tests.helpers import LogBuilder
 
@@ -149,3 +149,41 @@ async def test_reopen_resumes(tmp_path: Path) -> None:
         assert store.version_of("acme", "demo") == 7
     finally:
         await store.close()
+
+
+def _wal_bytes(store: Store) -> int:
+    wal = Path(f"{store.path}-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+async def test_a_bulk_of_applies_checkpoints_once_at_its_end(tmp_path: Path) -> None:
+    """A replica catching up applies in bulk: its commits leave the WAL to grow past the
+    ordinary checkpoint (a third of a catch-up's time, issue 17), and the end of the bulk
+    moves it into the database once, giving back what the WAL took beyond WAL_KEPT_BYTES."""
+    b = LogBuilder()
+    b.run(rq.CreateWorkspace(), "create")
+    for n in range(2000):  # 80 MB of contents: twice the pages the WAL holds before a checkpoint
+        b.run(rq.WriteFile(path=f"f{n % 7}.txt", content=f"{n:08d}" * 5000))
+    ordinary = WAL_PAGES * 4096
+    plain = await Store.open(tmp_path / "plain.db")
+    bulk = await Store.open(tmp_path / "bulk.db")
+    try:
+        await bulk.bulk(True)
+        for start in range(0, len(b.log), 100):
+            await plain.apply(b.log[start : start + 100], tracking="t")
+            await bulk.apply(b.log[start : start + 100], tracking="t")
+        assert _wal_bytes(plain) < ordinary + 10 * 2**20  # checkpointed as it went
+        assert _wal_bytes(bulk) > ordinary + 10 * 2**20  # not: the WAL holds it all
+        await bulk.bulk(False)
+        await bulk.checkpointed()
+        await bulk.apply(b.log, tracking="t")  # the next transaction starts the WAL over
+        assert _wal_bytes(bulk) <= WAL_KEPT_BYTES
+        assert bulk.version_of("acme", "demo") == plain.version_of("acme", "demo") == 2001
+        model = ReadModel(bulk)
+        ws = bulk.workspace_id("acme", "demo")
+        assert ws is not None
+        found = await model.node_with_data(ws, "f1.txt", 2001)
+        assert found is not None and found[1] == (f"{1996:08d}" * 5000).encode()
+    finally:
+        await plain.close()
+        await bulk.close()
