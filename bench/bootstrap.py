@@ -317,7 +317,7 @@ async def main(
         out["snapshot_mb"] = made["bytes"] / 2**20
         out["snapshot_stored_mb"] = made["stored_bytes"] / 2**20
         sizes = f"{out['snapshot_mb']:,.0f} MiB, {out['snapshot_stored_mb']:,.0f} MiB stored"
-        line("making a snapshot (VACUUM INTO, zstd, upload)", out["snapshot"], sizes)
+        line("making a snapshot (backup, zstd, upload)", out["snapshot"], sizes)
         stop(full)
         procs.remove(full)
         shutil.rmtree(tmp / "full", ignore_errors=True)

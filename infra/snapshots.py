@@ -4,10 +4,11 @@ A replica that starts with no projection (or one far behind) would replay the wh
 it serves: a minute for 60,000 events, more the longer the log. Instead it installs the newest
 snapshot of a replica's projection and replays only the events after it.
 
-A snapshot is the projection's SQLite file copied consistently (``VACUUM INTO``: one read
-transaction, so the data and its tracking position agree; run in a thread, off the event
-loop), zstd-compressed, stored as the object ``<role>/<position>`` (the position zero-padded:
-one object per log position, so two replicas snapshotting the same position make one object).
+A snapshot is the projection's SQLite file copied consistently (SQLite's online backup, every
+page in one read transaction, so the data and its tracking position agree; run in a thread,
+off the event loop), zstd-compressed, stored as the object ``<role>/<position>`` (the position
+zero-padded: one object per log position, so two replicas snapshotting the same position make
+one object).
 Its meta record's headers say what it is: the log position it covers (``Quill-Position``,
 the stream sequence of the last event applied), the projection's schema version, the
 compressed bytes' sha256 and length, the database's size, the ``WS_EVENTS`` stream it was
@@ -237,10 +238,16 @@ def _dump(db: Path, work: Path, tracking: str) -> tuple[Path, int, int, int, str
     sha256). Blocking: run in a thread."""
     copy, packed = work / "snapshot.db", work / "snapshot.db.zst"
     copy.unlink(missing_ok=True)
-    src = sqlite3.connect(db)
+    src, dst = sqlite3.connect(db), sqlite3.connect(copy)
     try:
-        src.execute("VACUUM INTO ?", (str(copy),))
+        # Page by page in one read transaction (every page at once): the data and the tracking
+        # position agree, and the pages keep the room the projection left in them. ``VACUUM
+        # INTO`` packed them full, so a replica starting from one split a page at the first
+        # insert into each: its tail applied at half the speed (issue 17), and it took longer.
+        src.backup(dst)
+        dst.execute("PRAGMA journal_mode=DELETE")  # one file, whatever the projection's mode
     finally:
+        dst.close()
         src.close()
     schema, position = tracked(copy, tracking)
     if schema != SCHEMA_VERSION:

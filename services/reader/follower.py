@@ -141,6 +141,7 @@ class Follower:
         except Exception as exc:  # the log follower retries the batch every second
             if storage.is_disk_full(exc):
                 self.disk.mark(f"cannot apply the log to the projection: {exc}")
+                await self._store.bulk(False)  # what the WAL holds goes into the database
             raise
         READER_APPLY_SECONDS.observe(time.perf_counter() - started)
         if pending == 0:  # caught up: a batch that fit between two that did not proves little
