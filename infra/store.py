@@ -451,11 +451,19 @@ class Store:
         while len(self._rows) > self.max_rows:
             self._rows.popitem(last=False)
 
-    async def apply(self, batch: list[Committed], tracking: str | None = None) -> Plan | None:
+    async def apply(
+        self, batch: list[Committed], tracking: str | None = None, *, ahead: bool = False
+    ) -> Plan | None:
         """Apply committed events (log order) in one transaction, with the tracking position.
 
         Events a workspace already has (version <= its projected version) are skipped, so
         applying the same event twice is harmless. Returns what was executed.
+
+        ``ahead``: one workspace's events, applied before the events of others that precede
+        them in the log (a replica catching up, asked for that workspace now): neither the
+        tracking position nor the high water moves, since what lies before them in the log
+        is not all applied. When the replica's catch-up reaches them, they are skipped; those
+        the catch-up applied first (as far as the workspace's last sequence) are skipped here.
 
         Raises:
             ProjectionGap: an event's predecessor has not been applied (nothing is applied).
@@ -476,6 +484,10 @@ class Store:
                     base[key] = self.workspace(*key)
                 row = base[key]
                 have = versions[key] if key in versions else (row.version if row else 0)
+                if ahead and item.seq <= (
+                    seqs[key] if key in seqs else (row.last_seq if row else 0)
+                ):
+                    continue  # the catch-up got there first (maybe past a purge: not this life's)
                 if have and isinstance(item.event, WorkspaceCreated):
                     seen = seqs[key] if key in seqs else (row.last_seq if row else 0)
                     if item.seq > seen:
@@ -519,7 +531,9 @@ class Store:
                     await self._execute(done)
                     executed.closes += done.closes
                     executed.blobs += done.blobs
-                if tracking is not None and batch:
+                if ahead:
+                    pass
+                elif tracking is not None and batch:
                     await self._w.execute(
                         "INSERT OR REPLACE INTO tracking VALUES(?, ?)", (tracking, batch[-1].seq)
                     )

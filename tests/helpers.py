@@ -48,15 +48,20 @@ async def start_reader(
     data: Path,
     instance: str = "",
     extra: dict[str, str] | None = None,
+    *,
+    caught_up: bool = True,
 ) -> Reader:
     """Start an in-process reader replica, ready to answer; ``stack`` stops it. ``extra``:
-    its options (``services/reader/snapshots.py: SnapshotConfig``)."""
+    its options (``services/reader/snapshots.py: SnapshotConfig``). It has caught up with
+    the log when this returns; ``caught_up=False``: as soon as it serves (it joins the
+    queue group before, when near the log's end: ``services/reader/follower.py``)."""
     settings = Settings(nats_url=nats_url, data_dir=data, instance=instance, extra=extra or {})
     running = await start_service(settings, "reader", Reader, Reader.prepare)
     stack.push_async_callback(running.stop)
     await answers(nats_url, "reader", running.service.instance)
-    # a replica joins the queue group once it has caught up with the log
     await asyncio.wait_for(running.service.serving.wait(), 60)
+    if caught_up:
+        await asyncio.wait_for(running.service.follower.ready.wait(), 60)
     return running.service
 
 

@@ -43,7 +43,7 @@ class Reader:
         self.nc, self.js, self.store = nc, nc.jetstream(), store
         cache = RevisionCache()
         self.indexer = Indexer(store)
-        self.follower = Follower(self.js, store, self.subjects.all_evt, cache, self.indexer.poke)
+        self.follower = Follower(self.js, store, self.subjects, cache, self.indexer.poke)
         self.queries = Queries(store, Blobs(self.js, store, on_fetched=self.indexer.poke), cache)
         by_name = {**self.queries.ops(), **Search(self.queries).ops(), **Differ(self.queries).ops()}
         self.ops = registry.table("qry", by_name)
@@ -59,6 +59,7 @@ class Reader:
         self.tasks: set[asyncio.Task[None]] = set()
         self._subs: list[Subscription] = []
         self._joining: asyncio.Task[None] | None = None
+        self._caught_up: asyncio.Task[None] | None = None
         self._gauges = metrics.Sources()
         self.started_from: str | None = None
         """The snapshot the projection was installed from, if it was."""
@@ -76,6 +77,7 @@ class Reader:
             "position": self.follower.position,
             "indexing": self.indexer.busy,
             "caught_up": self.follower.caught_up,
+            "serving": self.serving.is_set(),
             "inflight": len(self.tasks),
             "version_waiters": self.follower.waiting,
             "local_workspaces": len(self.bridges),
@@ -98,30 +100,41 @@ class Reader:
             await bus.serve(self.nc, self.subjects.all_replica(self.instance), None, handler),
             *await bus.serve_ping(self.nc, self.subjects, "reader", self.instance, self.info),
         ]
-        # It joins the replicas' queue group once it has caught up with the log, so a
-        # replica that starts late (or rebuilds) never answers for the others meanwhile.
-        if self.follower.caught_up:
+        # It joins the replicas' queue group once it is near the log (``follower.near``): a
+        # replica that starts from a snapshot joins at once, and answers a workspace whose
+        # events it has not reached yet by applying them first (``follower.py``); one that
+        # replays a long log joins when it is close to the end. Nothing it answers is older
+        # than the log when asked.
+        if self.follower.near.is_set():
             await self._join(handler)
         else:
             self.log.info("reader %s catching up before it serves queries", self.instance)
-            self._joining = asyncio.create_task(self._join_when_ready(handler))
+            self._joining = asyncio.create_task(self._join_when_near(handler))
         await self.nc.flush()
 
-    async def _join_when_ready(self, handler: bus.Handler) -> None:
-        await self.follower.ready.wait()
+    async def _join_when_near(self, handler: bus.Handler) -> None:
+        await self.follower.near.wait()
         await self._join(handler)
 
     async def _join(self, handler: bus.Handler) -> None:
-        # The trigram index takes in what was applied once the replica has caught up, not
-        # during: catching up goes faster without it, and until then nothing is asked of it
-        # (grep reads a content not indexed yet: the same answers).
-        self.indexer.start()
         self._subs.append(await bus.serve(self.nc, self.subjects.all_qry, QUEUE_READER, handler))
-        snapshot = self.subjects.snapshot("reader")
-        self._subs.append(await bus.serve(self.nc, snapshot, QUEUE_READER, self._snapshot))
         await self.nc.flush()
         self.serving.set()
         self.log.info("reader %s serving %s", self.instance, self.subjects.all_qry)
+        if not self.follower.caught_up:
+            self._caught_up = asyncio.create_task(self._when_caught_up())
+        else:
+            await self._when_caught_up()
+
+    async def _when_caught_up(self) -> None:
+        await self.follower.ready.wait()
+        # The trigram index takes in what was applied once the replica has caught up, not
+        # during: catching up goes faster without it (grep reads a content not indexed yet:
+        # the same answers). It makes snapshots only then: before, some workspaces may be
+        # applied ahead of its position.
+        self.indexer.start()
+        snapshot = self.subjects.snapshot("reader")
+        self._subs.append(await bus.serve(self.nc, snapshot, QUEUE_READER, self._snapshot))
 
     async def _snapshot(self, msg: Msg) -> None:
         task = asyncio.create_task(self.snapshots.on_request(msg))
@@ -130,8 +143,9 @@ class Reader:
 
     async def stop(self) -> None:
         await self.snapshots.stop()
-        if self._joining is not None:
-            self._joining.cancel()
+        for task in (self._joining, self._caught_up):
+            if task is not None:
+                task.cancel()
         for sub in self._subs:
             try:
                 await sub.unsubscribe()

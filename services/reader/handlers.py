@@ -173,6 +173,23 @@ async def _run_version(
     )
 
 
+async def caught_up(reader: Replica) -> None:
+    """Wait (bounded) until the replica has caught up with the log: what only the whole log
+    answers (the workspace listing) is not answered from part of it.
+
+    Raises:
+        QuillError: ``UNAVAILABLE`` (retriable) when it has not in time.
+    """
+    follower = reader.follower
+    if not await follower.wait_caught_up(reader.max_wait_s):
+        raise QuillError(
+            ErrorCode.UNAVAILABLE,
+            f"This replica is catching up with the log ({follower.lag_versions()} events "
+            "behind); retry",
+            {"behind": follower.lag_versions(), "retry_after_ms": RETRY_AFTER_MS},
+        )
+
+
 async def _latest(reader: Replica, tenant: str, workspace: str, *, fresh: bool) -> int:
     """The workspace's last version in the log (0: none); ``fresh``: from the leader.
 
@@ -247,6 +264,7 @@ def query_handler(reader: Replica) -> Callable[[Msg], Awaitable[None]]:
             if reader.bridges.claims(address.tenant, address.workspace):
                 return  # a local workspace: its bridge answers
             if isinstance(request, rq.ListWorkspaces):  # the tenant's: no workspace to resolve
+                await caught_up(reader)
                 version, result = None, await reader.queries.workspaces(address.tenant, request)
             else:
                 assert isinstance(request, rq.Query)

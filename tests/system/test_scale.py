@@ -167,6 +167,9 @@ async def large_scenario(url: str) -> tuple[str, int, str]:
         back = quill.workspace(f"bench/{name_of(100)}")
         back.last_version = 4
         assert await back.read_text("f.txt") == "dropped, written again\n"
+        async with asyncio.timeout(120):  # it serves before, but snapshots once caught up
+            while not (await ask(nc, "ws.sys.ping.reader"))["caught_up"]:
+                await asyncio.sleep(0.2)
         made = await ask(nc, "ws.sys.snapshot.reader")
         assert made["ok"], made
         # the tail: a write after the snapshot, the latest

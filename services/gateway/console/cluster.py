@@ -52,7 +52,9 @@ class Round:
 
 def _state(answer: dict[str, Any]) -> str:
     if answer.get("service") == "reader":
-        return "serving" if answer.get("caught_up") else "catching up"
+        if answer.get("caught_up"):
+            return "serving"
+        return "serving, catching up" if answer.get("serving") else "catching up"
     if answer.get("service") == "executor" and answer.get("cgroups") is False:
         return "serving (no cgroup per sandbox)"
     return "serving"
