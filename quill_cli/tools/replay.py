@@ -70,6 +70,7 @@ from core.tree import DirNode, FileNode, Tree, apply_change
 from infra import bus
 from infra.blobs import Blobs
 from infra.compaction import decode_manifest, trimmed
+from infra.runtime import InFlight, prefetched
 
 IDLE_S = 30.0
 """Reading the log: no message for this long is ``UNAVAILABLE``."""
@@ -863,6 +864,8 @@ async def check_replica(
 
 FORMAT = "quill-workspace-export"
 FORMAT_VERSION = 1
+PARALLEL = 16
+"""Contents fetched (export) or stored (import) at once."""
 GROUP_EVENTS = 256
 GROUP_BYTES = 4 * 1024 * 1024
 """An import appends at most this many events (bytes) per atomic batch."""
@@ -946,8 +949,10 @@ async def export(
     async def on_event(event: WorkspaceEvent, data: bytes, digest: str, kept: bytes | None) -> None:
         if isinstance(event, HistoryCompacted) and kept is not None:
             await blob(event.manifest, kept, manifest=True)
-            for sha in sorted({str(r[5]) for r in decode_manifest(kept).revisions if r[4] == "f"}):
-                await blob(sha)
+            shas = {str(r[5]) for r in decode_manifest(kept).revisions if r[4] == "f"}
+            # fetched PARALLEL at a time (one after the other, 20,000 took 13 s of 17 here)
+            async for sha, content in prefetched(sorted(shas - sent), blobs.get, PARALLEL):
+                await blob(sha, content)
         elif isinstance(event, ChangesCommitted):
             for change in event.changes:
                 if isinstance(change, PutFile) and change.blob:
@@ -1113,12 +1118,13 @@ async def import_file(
         last_seq = size = 0
         last_old: str | None = None
         progress.start(f"importing {name} into {tenant}/{ws}", source.version)
+        storing = InFlight(PARALLEL)  # one after the other, 20,000 took 30 s here
         for record in read_records(open_file, name):
             if isinstance(record, BlobRecord):
                 if record.manifest:
                     manifests[record.sha256] = record.data
                 if not (record.manifest and rename):
-                    await blobs.put(record.sha256, record.data)
+                    await storing.add(blobs.put(record.sha256, record.data))
             elif isinstance(record, EventRecord):
                 payload, digest = bytes(record.event), record.hash
                 event = codec.decode_event(payload)
@@ -1134,9 +1140,11 @@ async def import_file(
                 size += len(payload)
                 if len(batch) >= GROUP_EVENTS or size >= GROUP_BYTES:
                     first = event.version - len(batch) + 1
+                    await storing.drain()  # the contents its events name are stored first
                     last_seq = await append_batch(nc, subject, last_seq, batch, first)
                     batch, size = [], 0
                     progress.update(event.version)
+        await storing.drain()
         if batch:
             first = source.version - len(batch) + 1
             last_seq = await append_batch(nc, subject, last_seq, batch, first)

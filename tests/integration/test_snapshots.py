@@ -434,10 +434,10 @@ async def test_a_replica_from_a_snapshot_answers_before_its_tail_is_applied(
     await clear(nc)
     async with AsyncExitStack() as stack:
         quill = await deployment(stack, nats_url, tmp_path)
-        reborn = quill.workspace("acme/reborn")
+        reborn = quill.workspace("boot/reborn")
         async with AsyncExitStack() as first:
             await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
-            await fill(quill, "acme/early", 3)
+            await fill(quill, "boot/early", 3)
             await reborn.create()
             await reborn.write("old.txt", "the first life\n")
             await force(nc)
@@ -446,28 +446,28 @@ async def test_a_replica_from_a_snapshot_answers_before_its_tail_is_applied(
         await reborn.purge()
         await reborn.create()
         await reborn.write("new.txt", "the second life\n")
-        early = quill.workspace("acme/early")
+        early = quill.workspace("boot/early")
         await early.write("f.txt", "after the tail\n")
 
         with caplog.at_level(logging.DEBUG, "quill.reader"):
             r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT, caught_up=False)
             fresh = await Quill.connect(nats_url, timeout=5)  # has seen no version
             stack.push_async_callback(fresh.close)
-            assert await fresh.workspace("acme/early").read_text("f.txt") == "after the tail\n"
+            assert await fresh.workspace("boot/early").read_text("f.txt") == "after the tail\n"
             assert not r2.follower.caught_up  # answered ahead of the tail's 20,000 events
-            assert "acme/early: 1 events applied ahead" in caplog.text
+            assert "boot/early: 1 events applied ahead" in caplog.text
             try:
-                listed = [w.workspace for w in (await fresh.workspaces("acme")).workspaces]
+                listed = [w.workspace for w in (await fresh.workspaces("boot")).workspaces]
             except QuillError as exc:  # while catching up: never a listing of part of the log
                 assert exc.code == ErrorCode.UNAVAILABLE and "catching up" in exc.message, exc
                 listed = ["early", "reborn"]
             assert listed == ["early", "reborn"]
-            again = await fresh.workspace("acme/reborn").read_text("new.txt")
+            again = await fresh.workspace("boot/reborn").read_text("new.txt")
             assert again == "the second life\n"
-            assert "acme/reborn: " not in caplog.text  # waited for the catch-up
+            assert "boot/reborn: " not in caplog.text  # waited for the catch-up
         await asyncio.wait_for(r2.follower.ready.wait(), 60)
-        assert (await fresh.workspace("acme/reborn").info()).version == 2
+        assert (await fresh.workspace("boot/reborn").info()).version == 2
         with pytest.raises(QuillError) as gone:
-            await fresh.workspace("acme/reborn").read_text("old.txt")
+            await fresh.workspace("boot/reborn").read_text("old.txt")
         assert gone.value.code == ErrorCode.FILE_NOT_FOUND
-        assert [w.workspace for w in (await fresh.workspaces("acme")).workspaces] == listed
+        assert [w.workspace for w in (await fresh.workspaces("boot")).workspaces] == listed
