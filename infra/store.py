@@ -317,6 +317,7 @@ class Store:
         self._loader: sqlite3.Connection | None = None
         self._checkpointing: asyncio.Future[None] | None = None
         """The checkpoint at the end of a bulk of applies, while it runs."""
+        self._in_bulk = False
 
     @classmethod
     async def open(cls, path: Path, role: str = "reader", max_rows: int | None = None) -> Store:
@@ -375,10 +376,11 @@ class Store:
             self._loader = None
 
     async def bulk(self, on: bool) -> None:
-        """Begin (``on``) or end a bulk of applies: a replica catching up on the log before it
-        serves. Meanwhile commits leave the WAL to grow to ``BULK_WAL_PAGES`` rather than
-        checkpoint every ``WAL_PAGES``; at the end a checkpoint on a thread of its own
-        moves it into the database, applies going on meanwhile (and returns at once)."""
+        """Begin (``on``) or end a bulk of applies: a replica catching up on the log.
+        Meanwhile commits leave the WAL to grow to ``BULK_WAL_PAGES`` rather than checkpoint
+        every ``WAL_PAGES``; at the end a checkpoint on a thread of its own moves it into the
+        database, applies going on meanwhile (and returns at once)."""
+        self._in_bulk = on
         if on:
             await self._w.execute(f"PRAGMA wal_autocheckpoint={BULK_WAL_PAGES}")
             return
@@ -395,7 +397,8 @@ class Store:
             await asyncio.to_thread(self._checkpoint)
         except Exception as exc:  # the commits' own checkpoints will do it
             log.warning("checkpoint after a bulk of applies: %r", exc)
-        await self._w.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+        if not self._in_bulk:  # not begun again meanwhile
+            await self._w.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
 
     def _checkpoint(self) -> None:
         """Move the WAL into the database, without waiting for (or stopping) applies."""
@@ -531,7 +534,7 @@ class Store:
                     await self._execute(done)
                     executed.closes += done.closes
                     executed.blobs += done.blobs
-                if ahead:
+                if ahead:  # before events not applied yet: no position to record
                     pass
                 elif tracking is not None and batch:
                     await self._w.execute(

@@ -2,7 +2,10 @@
 
 The follower resumes from the tracking position stored with the data (0 for a new or
 deleted database: a full rebuild), applies what arrives in batches, one transaction each,
-and wakes the queries waiting for a version of a workspace.
+and wakes the queries waiting for a version of a workspace. A batch its disk cannot take
+(``ENOSPC``, SQLite's "database or disk is full") is retried every second by the log
+follower, the reader marked ``storage_full`` meanwhile (its ping, ``/health``,
+``quill_storage_full{service="reader"}``) until it has caught up with the log again.
 
 A replica at most ``SERVE_BEHIND`` events behind the log serves (``near``) before it has
 caught up: a query for a workspace whose events it has not reached yet has them read from the
@@ -12,10 +15,7 @@ that starts from a snapshot answers any workspace once the snapshot is installed
 the tail after it is applied (at 1,000,000 workspaces, 20,000 events at random took 7 s
 here, issue 17). What only the whole log answers (the workspace listing) waits for the
 catch-up. A purge or a compaction is never applied ahead: its workspace waits for the
-catch-up too (a purge applied twice would wipe what came after it). A batch its disk cannot take
-(``ENOSPC``, SQLite's "database or disk is full") is retried every second by the log
-follower, the reader marked ``storage_full`` meanwhile (its ping, ``/health``,
-``quill_storage_full{service="reader"}``) until it has caught up with the log again.
+catch-up too (a purge applied twice would wipe what came after it).
 
 How far behind it is (``lag``: ``quill_reader_lag_versions`` and ``_seconds``) is asked of
 the log every ``LAG_POLL_S``: its last sequence, and when the first event not applied was
@@ -121,6 +121,8 @@ class Follower:
 
     async def stop(self) -> None:
         self._stopping = True
+        for ahead in list(self._ahead.values()):
+            ahead.cancel()
         if self._watch is not None:
             self._watch.cancel()  # nats-py may turn it into a TimeoutError: the flag ends it
             with contextlib.suppress(asyncio.CancelledError):
@@ -274,7 +276,7 @@ class Follower:
             if version - have > AHEAD_MAX:
                 return
             subject = self._subjects.evt(tenant, workspace)
-            last = await eventlog.last_seq(self._js, subject)
+            last = await eventlog.last_seq(self._js, subject, fresh=True)
             events = await eventlog.read(self._js, subject, row.last_seq if row else 0, last)
             if len(events) > AHEAD_MAX or any(
                 isinstance(c.event, WorkspacePurged | HistoryCompacted) for c in events
