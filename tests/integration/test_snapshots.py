@@ -466,6 +466,10 @@ async def test_a_replica_from_a_snapshot_answers_before_its_tail_is_applied(
             assert again == "the second life\n"
             assert "boot/reborn: " not in caplog.text  # waited for the catch-up
         await asyncio.wait_for(r2.follower.ready.wait(), 60)
+        # the catch-up skipped what was applied ahead: each change once, nothing after it
+        history = await fresh.workspace("boot/early").history("f.txt")
+        assert [r.version for r in history.revisions] == [5, 4, 3, 2]
+        assert (await fresh.workspace("boot/early").info()).version == 5
         assert (await fresh.workspace("boot/reborn").info()).version == 2
         with pytest.raises(QuillError) as gone:
             await fresh.workspace("boot/reborn").read_text("old.txt")
