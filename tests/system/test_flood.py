@@ -156,6 +156,7 @@ async def served_after(up: Up) -> None:
     try:
         async with asyncio.timeout(AFTER_S):
             ws = quill.workspace("default/flood-0")
+            await ws.create(exist_ok=True)  # the HTTP flood alone (-m slow) made none
             await ws.write("after.txt", "still here")
             assert (await ws.read("after.txt")).content == "still here"
     finally:
