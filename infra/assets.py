@@ -9,17 +9,25 @@ configuration"): the case of a service whose create arrives after another has cr
 asset *and* changed it (``WS_BRIDGES`` turns rollups off after creating the bucket). So a
 create that finds the asset there is a success: the caller then reads the configuration
 again and corrects it, as it would have for an asset it had found.
+
+A service may also start before JetStream can answer at all: a cluster still electing its
+meta leader, servers busy starting on a loaded machine. Its setup is then tried again
+(``patiently``) rather than the service exiting with a traceback at the first timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import ObjectStoreConfig, StorageType
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 log = logging.getLogger("quill.assets")
 
@@ -28,6 +36,75 @@ T = TypeVar("T")
 STREAM_NAME_IN_USE = 10058
 """JetStream's ``JSStreamNameExistErr``: a stream of that name exists already, with another
 configuration."""
+
+
+SETUP_WAIT_S = 60.0
+"""How long a starting service tries its JetStream setup again while JetStream does not answer
+(``$QUILL_SETUP_WAIT_S``)."""
+SETUP_PAUSE_S = (0.2, 2.0)
+"""The first pause between tries, and the longest (doubling)."""
+
+
+def setup_wait_s() -> float:
+    """``$QUILL_SETUP_WAIT_S``, else ``SETUP_WAIT_S``.
+
+    Raises:
+        RuntimeError: it is not a number of seconds >= 0 (one line, as a start refused).
+    """
+    text = os.environ.get("QUILL_SETUP_WAIT_S", "")
+    if not text:
+        return SETUP_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise RuntimeError(f"QUILL_SETUP_WAIT_S={text!r}: expected a number of seconds >= 0")
+    return value
+
+
+def unanswered(exc: BaseException) -> str | None:
+    """Why JetStream did not answer, when ``exc`` says only that (a timeout, no responders,
+    "temporarily unavailable", the connection reconnecting): worth trying again. None for any
+    other error."""
+    if isinstance(exc, nats.errors.TimeoutError | TimeoutError):
+        return "no answer in time"
+    if isinstance(exc, nats.errors.ConnectionReconnectingError | nats.errors.StaleConnectionError):
+        return "the connection to NATS is down, reconnecting"
+    if isinstance(exc, nats.errors.NoRespondersError):
+        return "no JetStream responded"
+    if isinstance(exc, ServiceUnavailableError):
+        return exc.description or "no JetStream responded"
+    return None
+
+
+async def patiently(what: str, setup: Callable[[], Awaitable[T]], within: float | None = None) -> T:
+    """``await setup()``, tried again while JetStream does not answer it (``unanswered``),
+    for up to ``within`` seconds (default ``setup_wait_s()``), a warning each time.
+
+    Raises:
+        RuntimeError: JetStream still had not answered after ``within`` seconds.
+        Exception: whatever else ``setup`` raised (a refusal is not retried).
+    """
+    wait = setup_wait_s() if within is None else within
+    deadline = time.monotonic() + wait
+    pause, longest = SETUP_PAUSE_S
+    while True:
+        try:
+            return await setup()
+        except Exception as exc:
+            why = unanswered(exc)
+            if why is None:
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(
+                    f"{what}: JetStream did not answer within {wait:g} s ({why}): is JetStream "
+                    "enabled on the server, and has the cluster elected its leader?"
+                ) from None
+            log.warning("%s: JetStream did not answer (%s); trying again", what, why)
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, longest)
 
 
 def exists_already(exc: BaseException) -> bool:

@@ -353,8 +353,9 @@ class Running(Generic[S]):
 
 
 async def connect_service(settings: Settings, name: str) -> NATS:
-    """Serve the metrics, connect as ``quill-<name>``, create the streams (idempotently)."""
-    from infra import bus
+    """Serve the metrics, connect as ``quill-<name>``, create the streams (idempotently; while
+    JetStream does not answer, again: ``assets.patiently``)."""
+    from infra import assets, bus
     from infra.busy import Dropped
 
     tracing.setup(name)
@@ -366,7 +367,14 @@ async def connect_service(settings: Settings, name: str) -> NATS:
         on_dropped=Dropped(name),
         on_server_error=refused,
     )
-    await bus.ensure_streams(nc, settings.subjects, settings.replicas)
+    try:
+        await assets.patiently(
+            "creating the streams",
+            lambda: bus.ensure_streams(nc, settings.subjects, settings.replicas),
+        )
+    except BaseException:
+        await nc.close()
+        raise
     return nc
 
 

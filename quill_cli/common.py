@@ -229,11 +229,12 @@ def run_client(coro: Coroutine[Any, Any, T]) -> T:
 
 def run_to_exit(coro: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(coro)`` for the commands that run services: a start refused (a
-    ``QuillError``, or a ``RuntimeError`` such as a partition count the deployment does not
-    have or a data directory in use) is one line on stderr and a non-zero exit."""
+    ``QuillError``, a ``RuntimeError`` such as a partition count the deployment does not
+    have, a data directory in use or JetStream not answering, or a ``ConnectionError``: no
+    NATS server answered) is one line on stderr and a non-zero exit."""
     try:
         return _run(coro)
-    except RuntimeError as exc:
+    except (RuntimeError, ConnectionError) as exc:
         report("", str(exc), 1)
 
 

@@ -36,8 +36,8 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import EXECUTOR_MAX_OUTPUT_READS, RETRY_AFTER_MS
-from contracts.subjects import QUEUE_EXECUTOR, Address, Origin
-from infra import bus, metrics, storage
+from contracts.subjects import QUEUE_EXECUTOR, STREAM_OUTPUT, Address, Origin
+from infra import assets, bus, metrics, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
@@ -152,7 +152,11 @@ class Executor:
         self._gauges.add(metrics.EXECUTOR_SLOTS_BUSY, lambda: per_tenant(slots.held))
         self._gauges.add(metrics.EXECUTOR_QUEUED, lambda: per_tenant(slots.queues))
         self._gauges.add(metrics.EXECUTOR_CHECKOUT_BYTES, lambda: sum(tuple(budget.sizes.values())))
-        await ensure_stream(self.js, self.subjects, self.config.output, self.settings.replicas)
+        output, replicas = self.config.output, self.settings.replicas
+        await assets.patiently(
+            f"creating {STREAM_OUTPUT}",
+            lambda: ensure_stream(self.js, self.subjects, output, replicas),
+        )
         self._subs.append(
             await bus.serve(self.nc, self.subjects.all_exec, QUEUE_EXECUTOR, self.on_request)
         )
