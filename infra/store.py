@@ -534,13 +534,12 @@ class Store:
                     await self._execute(done)
                     executed.closes += done.closes
                     executed.blobs += done.blobs
-                if ahead:  # before events not applied yet: no position to record
-                    pass
-                elif tracking is not None and batch:
+                # applied ahead: events before them are not all applied, no position to record
+                if not ahead and tracking is not None and batch:
                     await self._w.execute(
                         "INSERT OR REPLACE INTO tracking VALUES(?, ?)", (tracking, batch[-1].seq)
                     )
-                elif fresh:  # a writer's: the newest event it holds (``high_water``)
+                elif not ahead and fresh:  # a writer's: the newest event it holds (``high_water``)
                     await self._w.execute(
                         "INSERT INTO meta VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET "
                         "value = max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",

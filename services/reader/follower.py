@@ -278,11 +278,11 @@ class Follower:
             subject = self._subjects.evt(tenant, workspace)
             last = await eventlog.last_seq(self._js, subject, fresh=True)
             events = await eventlog.read(self._js, subject, row.last_seq if row else 0, last)
-            if len(events) > AHEAD_MAX or any(
-                isinstance(c.event, WorkspacePurged | HistoryCompacted) for c in events
+            if (
+                not events
+                or len(events) > AHEAD_MAX
+                or any(isinstance(c.event, WorkspacePurged | HistoryCompacted) for c in events)
             ):
-                return
-            if not events:
                 return
             executed = await self._store.apply(events, ahead=True)
             if executed is not None:

@@ -19,14 +19,9 @@ import pytest
 
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer, binary, terminate
+from quill_cli.ports import quiet_port
 
 WAITING = "creating the streams: JetStream did not answer"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -74,7 +69,7 @@ def until_said(err: Path, text: str, proc: subprocess.Popen[bytes], timeout: flo
 
 
 async def test_a_writer_started_before_jetstream_waits_for_it_then_serves(tmp_path: Path) -> None:
-    port = free_port()
+    port = quiet_port()
     err = tmp_path / "writer.err"
     with without_jetstream(port, tmp_path / "plain") as url:
         writer = service("writer", url, tmp_path / "writer", err)
@@ -100,7 +95,7 @@ async def test_a_writer_started_before_jetstream_waits_for_it_then_serves(tmp_pa
 
 
 def test_a_service_jetstream_never_answers_exits_with_one_line(tmp_path: Path) -> None:
-    with without_jetstream(free_port(), tmp_path / "plain") as url:
+    with without_jetstream(quiet_port(), tmp_path / "plain") as url:
         err = tmp_path / "executor.err"
         executor = service("executor", url, tmp_path / "x", err, QUILL_SETUP_WAIT_S="2")
         try:
@@ -118,7 +113,7 @@ def test_a_service_jetstream_never_answers_exits_with_one_line(tmp_path: Path) -
 
 @pytest.mark.parametrize("wait", ["soon", "-1", "nan"])
 def test_a_setup_wait_that_is_not_seconds_is_refused(tmp_path: Path, wait: str) -> None:
-    with without_jetstream(free_port(), tmp_path / "plain") as url:
+    with without_jetstream(quiet_port(), tmp_path / "plain") as url:
         err = tmp_path / "reader.err"
         reader = service("reader", url, tmp_path / "r", err, QUILL_SETUP_WAIT_S=wait)
         try:
@@ -130,7 +125,7 @@ def test_a_setup_wait_that_is_not_seconds_is_refused(tmp_path: Path, wait: str) 
 
 
 def test_a_service_with_no_nats_server_exits_with_one_line(tmp_path: Path) -> None:
-    port = free_port()  # nothing listens there
+    port = quiet_port()  # nothing listens there
     err = tmp_path / "writer.err"
     writer = service("writer", f"nats://127.0.0.1:{port}", tmp_path / "w", err)
     try:
