@@ -456,6 +456,15 @@ async def test_a_replica_from_a_snapshot_answers_before_its_tail_is_applied(
             assert await fresh.workspace("boot/early").read_text("f.txt") == "after the tail\n"
             assert not r2.follower.caught_up  # answered ahead of the tail's 20,000 events
             assert "boot/early: 1 events applied ahead" in caplog.text
+            # a bare client's queries that would have a replica read the log for nothing: a
+            # version the log does not have, a workspace it never held; one answer each
+            for subject, body, code in [
+                ("ws.qry.boot.early.read", {"path": "f.txt", "version": 10**9}, "INVALID_ARGUMENT"),
+                ("ws.qry.boot.never-made.read", {"path": "f.txt"}, "WORKSPACE_NOT_FOUND"),
+            ]:
+                raw = await nc.request(subject, json.dumps(body).encode(), timeout=10)
+                assert json.loads(raw.data)["error"]["code"] == code, raw.data
+            assert "boot/never-made" not in caplog.text  # nothing read or applied ahead for it
             try:
                 listed = [w.workspace for w in (await fresh.workspaces("boot")).workspaces]
             except QuillError as exc:  # while catching up: never a listing of part of the log
