@@ -1,6 +1,6 @@
 """``python -m bench [core] [log] [search] [gateway] [executor] [retention] [load] [replay]
-[cluster] [size] [console] [bootstrap] [scale]``: the benchmarks (all by default), each figure
-printed next to its baseline measured in the same run."""
+[cluster] [size] [console] [bootstrap] [scale] [depth]``: the benchmarks (all by default),
+each figure printed next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
@@ -11,6 +11,7 @@ from bench import (
     cluster,
     console,
     core,
+    depth,
     executor,
     gateway,
     load,
@@ -37,8 +38,11 @@ PARTS = [
     "console",
     "bootstrap",
     "scale",
+    "depth",
 ]
-parser.add_argument("which", nargs="*", choices=PARTS, help="Default: all but bootstrap and scale.")
+parser.add_argument(
+    "which", nargs="*", choices=PARTS, help="Default: all but bootstrap, scale and depth."
+)
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
 parser.add_argument("--versions", type=int, default=10_000, help="Versions of the history file.")
@@ -69,8 +73,18 @@ parser.add_argument("--tail", type=int, default=bootstrap.TAIL, help="bootstrap:
 parser.add_argument(
     "--keep", type=Path, help="bootstrap: keep the log here; again: only the start measured."
 )
+parser.add_argument(
+    "--max-events", type=int, default=depth.EVENT_STEPS[-1], help="depth: the largest history."
+)
+parser.add_argument(
+    "--max-files", type=int, default=depth.FILE_STEPS[-1], help="depth: the largest tree."
+)
+parser.add_argument(
+    "--fast", action="store_true", help="depth: append the histories' logs directly."
+)
+parser.add_argument("--sandbox", default="bwrap", help="depth: the executor's sandbox.")
 args = parser.parse_args()
-which = args.which or [p for p in PARTS if p not in ("bootstrap", "scale")]
+which = args.which or [p for p in PARTS if p not in ("bootstrap", "scale", "depth")]
 if "core" in which:
     asyncio.run(core.main(args.seconds, args.versions, args.rounds))
     print()
@@ -117,4 +131,9 @@ if "scale" in which:
             steps,
             args.build == "batches",
         )
+    )
+if "depth" in which:
+    samples = args.samples if args.samples != scale.SAMPLES else depth.SAMPLES
+    asyncio.run(
+        depth.main(args.max_events, args.max_files, samples, args.fast, args.sandbox, args.plot)
     )

@@ -77,13 +77,13 @@ def path_of(n: int) -> str:
 
 
 def synthesise(
-    tenant: str, workspace: str, files: int, events: int
+    tenant: str, workspace: str, files: int, events: int, max_versions: int | None = MAX_VERSIONS
 ) -> Iterator[tuple[bytes, str, str, list[tuple[str, bytes]]]]:
     """The log: ``(payload, Nats-Msg-Id, hash, [(sha, content) to store in WS_BLOBS])`` of
     each event, in order."""
     tree, prev = Tree(), hashing.ZERO_HASH
     limits = msgspec.structs.replace(
-        DEFAULT_LIMITS, max_files=10 * files, max_versions=MAX_VERSIONS
+        DEFAULT_LIMITS, max_files=10 * files, max_versions=max_versions
     )
     n = 0
     for version in range(1, events + 1):
@@ -138,16 +138,26 @@ def synthesise(
         yield payload, SUBJECTS.msg_id(tenant, workspace, f"r{version}"), prev, blobs
 
 
-async def build(nc: nats.NATS, files: int, events: int) -> float:
-    """Append the synthesised log of ``bench/size`` (``synthesise``) as workspace bench/size,
+async def build(
+    nc: nats.NATS,
+    files: int,
+    events: int,
+    *,
+    name: str = "bench/size",
+    max_versions: int | None = MAX_VERSIONS,
+) -> float:
+    """Append the synthesised log of ``bench/size`` (``synthesise``) as workspace ``name``,
     its large contents in WS_BLOBS; return the seconds it took."""
     await bus.ensure_streams(nc, SUBJECTS)
-    js, subject = nc.jetstream(), SUBJECTS.evt("bench", "size")
-    blobs = Blobs(js).of("bench", "size")
+    tenant, workspace = name.split("/")
+    js, subject = nc.jetstream(), SUBJECTS.evt(tenant, workspace)
+    blobs = Blobs(js).of(tenant, workspace)
     t0 = time.perf_counter()
     batch: list[tuple[bytes, str, str]] = []
     last = 0
-    for payload, msg_id, digest, stored in synthesise("bench", "size", files, events):
+    for payload, msg_id, digest, stored in synthesise(
+        tenant, workspace, files, events, max_versions
+    ):
         for sha, data in stored:
             await blobs.put(sha, data)
         batch.append((payload, msg_id, digest))
