@@ -164,3 +164,29 @@ async def _inflight_is(http: httpx.AsyncClient, n: int) -> bool:
         if family.name == "quill_gateway_inflight_requests":
             return bool(family.samples[0].value == n)
     raise AssertionError("no quill_gateway_inflight_requests in /metrics")
+
+
+FLOOD = 1_100
+"""The attack's streams: more than the gateway's 1,024 request slots (``GATEWAY_MAX_INFLIGHT``)."""
+
+
+@pytest.mark.slow
+async def test_the_attacks_1100_streams_leave_every_request_slot_free(start: StartGateway) -> None:
+    """The attack at its size, on a gateway with the default request slots: beta's 1,100
+    live streams (all admitted: its cap raised to that) take none of them; acme is served,
+    ``/health`` says ok and counts them; beta's next stream is refused."""
+    gateway = await start(TOKENS, max_streams=FLOOD)
+    limits = httpx.Limits(max_connections=FLOOD + 16, max_keepalive_connections=16)
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60, limits=limits) as http:
+        async with contextlib.AsyncExitStack() as beta:
+            for n in range(FLOOD):
+                live = await opened(beta, http, "/ui/w/two/live", BETA)
+                assert live.status_code == 200, (n, live.status_code)
+            refused = await opened(beta, http, "/ui/w/two/live", BETA)
+            assert refused.status_code == 429
+            for n in range(2 * SLOTS):
+                listed = await http.get(FILES, headers=ACME)
+                assert listed.status_code == 200, (n, listed.text)
+            state = await health(http)
+            assert state["status"] == "ok"
+            assert state["http"] | {"inflight": 0, "streams": FLOOD} == state["http"]
