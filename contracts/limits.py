@@ -63,6 +63,14 @@ run's version); queue ``version_waiters``."""
 GATEWAY_MAX_INFLIGHT = 1_024
 """HTTP requests (REST, MCP, the console) one gateway process serves at once (``quill gateway
 --max-inflight``; ``/health`` and ``/metrics`` are not counted); queue ``http``."""
+GATEWAY_STREAMS_PER_PRINCIPAL = 32
+"""Long-lived HTTP streams (server-sent events: the console's live pages) one principal (a
+token; everyone, without tokens) keeps open at once on one gateway process (``quill gateway
+--max-streams``); past it ``429``. Streams do not take request slots (``GATEWAY_MAX_INFLIGHT``);
+queue ``streams``."""
+GATEWAY_MAX_STREAMS = 4_096
+"""Long-lived HTTP streams one gateway process keeps open at once, all principals together;
+past it ``503`` busy; queue ``streams``."""
 EXECUTOR_MAX_WAITING = 1_024
 """Exec requests an executor holds waiting for a slot, all tenants together (each tenant's
 queue is bounded too: ``quill executor --queue``); queue ``runs``."""

@@ -15,6 +15,7 @@ import click
 
 from contracts.limits import (
     GATEWAY_MAX_INFLIGHT,
+    GATEWAY_STREAMS_PER_PRINCIPAL,
     PROJECTION_ROWS,
     WRITER_MAX_QUEUED,
     WRITER_MAX_QUEUED_BYTES,
@@ -392,6 +393,15 @@ def executor(
     help="HTTP requests each worker serves at once; past it a request is answered busy "
     "(503 with Retry-After; docs/operations.md, Overload).",
 )
+@click.option(
+    "--max-streams",
+    type=click.IntRange(min=1),
+    default=GATEWAY_STREAMS_PER_PRINCIPAL,
+    show_default=True,
+    help="Live streams (server-sent events: the console's live pages) each token keeps open "
+    "at once on each worker; past it 429 with Retry-After. Streams take no request slot "
+    "(docs/gateway.md, Streams).",
+)
 @_metrics_port_option
 @_metrics_host_option
 @click.pass_context
@@ -405,6 +415,7 @@ def gateway(
     log_format: str,
     workers: int | None,
     max_inflight: int,
+    max_streams: int,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -423,6 +434,7 @@ def gateway(
             root=root,
             workers=workers or default_count(),
             max_inflight=max_inflight,
+            max_streams=max_streams,
             settle_heap=True,
             metrics_port=metrics_port,
             metrics_host=metrics_host,

@@ -10,10 +10,13 @@ One SDK client (``Quill``) for every request; one Starlette app served by uvicor
     /.well-known/openwop                      discovery (no token needed)
     /ui/                                      the operator's console (docs/console.md)
 
-Middleware, outermost first: ``HttpMetrics`` (counts and times every request), ``Inflight``
-(at most ``max_inflight`` requests served at once, busy past it: ``inflight.py``),
-``PrincipalMiddleware`` (who is calling; 401 otherwise), then ``BodyBounds`` (each body read
-whole before the app runs: at most ``MAX_BODY_BYTES``, within ``body_timeout``). uvicorn runs
+Middleware, outermost first: ``HttpMetrics`` (counts and times every request),
+``Redaction`` (no registered secret in any response's headers or body: ``redaction.py``),
+``RequestIds`` (``X-Request-Id``), ``Inflight`` (at most ``max_inflight`` requests served at
+once, busy past it, and server-sent event streams counted per principal instead:
+``inflight.py``, ``streams.py``), the console's gate (``/ui``), ``PrincipalMiddleware`` (who
+is calling; 401 otherwise), then ``BodyBounds`` (each body read whole before the app runs: at
+most ``MAX_BODY_BYTES``, within ``body_timeout``). uvicorn runs
 ``HeaderDeadline``, its httptools protocol closing a connection whose request head is late or large
 (``services/gateway/bounds.py``). The process also answers ``ws.sys.ping.gateway`` like every
 Quill service.
@@ -25,6 +28,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
@@ -39,7 +43,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from contracts.limits import GATEWAY_MAX_INFLIGHT
+from contracts.limits import (
+    GATEWAY_MAX_INFLIGHT,
+    GATEWAY_RETRY_AFTER_MS,
+    GATEWAY_STREAMS_PER_PRINCIPAL,
+)
 from contracts.subjects import Subjects
 from infra import bus, tracing
 from quill.client import Quill
@@ -47,7 +55,7 @@ from services.gateway import VERSION, mcp_files, openapi, wap
 from services.gateway.bounds import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, BodyBounds, HeaderDeadline
 from services.gateway.console import Console
 from services.gateway.fleet import Fleet
-from services.gateway.inflight import Inflight
+from services.gateway.inflight import Inflight, Slots
 from services.gateway.mcp_http import Exchange
 from services.gateway.metrics import HttpMetrics, metrics_endpoint
 from services.gateway.principals import (
@@ -57,10 +65,12 @@ from services.gateway.principals import (
     Tokens,
     is_loopback,
 )
+from services.gateway.redaction import Redaction
 from services.gateway.requestids import RequestIds, TaggedIds
 from services.gateway.rest import MAX_BODY_BYTES, Rest
 from services.gateway.runs import Runs
 from services.gateway.scrape import Scrape
+from services.gateway.streams import Streams
 from services.gateway.workers import Workers
 from services.gateway.workspaces import WorkspacesRest
 
@@ -90,6 +100,9 @@ class GatewayConfig:
     """Listen with ``SO_REUSEPORT`` (a worker's: the others listen on the same port)."""
     max_inflight: int = GATEWAY_MAX_INFLIGHT
     """HTTP requests served at once; past it, answered busy (``inflight.py``)."""
+    max_streams: int = GATEWAY_STREAMS_PER_PRINCIPAL
+    """Server-sent event streams one principal keeps open at once; past it, ``429``
+    (``streams.py``). Streams take no request slot."""
     settle_heap: bool = False
     """Freeze the startup heap (``settle_heap``): for a process that is only a gateway (the
     ``quill gateway`` command sets it), never for one that starts gateways among other work
@@ -111,6 +124,8 @@ class GatewayConfig:
             )
         if self.workers < 1:
             raise ValueError(f"--workers must be at least 1, not {self.workers}")
+        if self.max_streams < 1:
+            raise ValueError(f"--max-streams must be at least 1, not {self.max_streams}")
 
 
 def build_app(
@@ -122,11 +137,13 @@ def build_app(
     body_timeout: float = BODY_TIMEOUT_S,
     max_inflight: int = GATEWAY_MAX_INFLIGHT,
     metrics: Any = metrics_endpoint,
+    max_streams: int = GATEWAY_STREAMS_PER_PRINCIPAL,
 ) -> Starlette:
     """The gateway's ASGI app over ``access`` (the MCP session managers run in its lifespan);
     ``fleet``: what ``/health`` tells of the executors; ``body_timeout``: seconds a body has
     to arrive; ``max_inflight``: requests served at once (busy past it); ``metrics``: what
-    answers ``GET /metrics`` (this process's registry)."""
+    answers ``GET /metrics`` (this process's registry); ``max_streams``: streams open at once
+    per principal (``429`` past it)."""
     servers = [mcp_files.build(access), wap.build(access)]
     # With tokens, a caller proves who it is: the MCP library's Host/Origin checks (against
     # DNS rebinding, for servers without auth) would only stand in the way of a proxy.
@@ -139,14 +156,27 @@ def build_app(
             json_response=True, stateless_http=True, host=host, transport_security=security
         )
 
+    slots = Slots(max_inflight, Streams(max_streams))
+
     async def health(request: Request) -> Response:
         up = quill.nc.is_connected
-        body = {"status": "ok" if up else "unavailable", "service": SERVICE, "version": VERSION}
+        status = "ok" if up else "unavailable"
+        body: dict[str, Any] = {"status": status, "service": SERVICE, "version": VERSION}
         full = False
         if fleet is not None:
             body |= fleet.health()
             full = fleet.storage_full
-        return JSONResponse(body, status_code=200 if up and not full else 503)
+        body["http"] = slots.health()
+        headers = None
+        if slots.full:  # every request is refused busy now: say so, as they are told
+            if up and not full:
+                body["status"] = "busy"
+            taken = f"{slots.serving} of {slots.max_inflight}"
+            busy = f"http: every request slot is taken ({taken}): requests are refused busy"
+            body["warnings"] = [*body.get("warnings", []), busy]
+            headers = {"Retry-After": str(math.ceil(GATEWAY_RETRY_AFTER_MS / 1000))}
+        ok = up and not full and not slots.full
+        return JSONResponse(body, status_code=200 if ok else 503, headers=headers)
 
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(openapi.document())
@@ -171,8 +201,9 @@ def build_app(
 
     middleware = [
         Middleware(HttpMetrics, routes=routes),
+        Middleware(Redaction),  # outside everything that may echo what a client sent
         Middleware(RequestIds),  # X-Request-Id, on the log lines and the commands it sends
-        Middleware(Inflight, max_inflight=max_inflight),
+        Middleware(Inflight, slots=slots),
         Middleware(Console(access, tokens, body_timeout).gate),  # /ui/: the console
         Middleware(PrincipalMiddleware, tokens=tokens),
         Middleware(BodyBounds, max_body=MAX_BODY_BYTES, body_timeout=body_timeout),
@@ -310,6 +341,7 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
             config.body_timeout,
             config.max_inflight,
             scrape.endpoint,
+            config.max_streams,
         )
         sock = listen(config.host, config.port, config.reuse_port or config.workers > 1)
         uv = uvicorn.Config(

@@ -16,9 +16,19 @@ and JSON, errors mapped by the same rungs).
 
 Only the plain case takes this path: a POST of one JSON-RPC request (not ``initialize``)
 with a handshake-era or absent ``MCP-Protocol-Version``, accepted as JSON, within the body
-limit, past the SDK's Host/Origin/Content-Type checks. Everything else (notifications,
-batches, malformed bodies, ``initialize``, GET/DELETE, 2026-07-28 requests, refusals) goes
+limit, past the SDK's Host/Origin/Content-Type checks. Everything else POSTed
+(notifications, batches, malformed bodies, ``initialize``, 2026-07-28 requests, refusals) goes
 to the SDK unchanged, with the body read here handed on.
+
+Any other method is answered ``405 Method Not Allowed`` (``Allow: POST``). The transport's
+words (streamable HTTP, "Listening for Messages from the Server"): "The server MUST either
+return Content-Type: text/event-stream in response to this HTTP GET, or else return HTTP 405
+Method Not Allowed, indicating that the server does not offer an SSE stream at this
+endpoint." A stateless server has nothing to send on such a stream (no session, no request
+to the client), yet the SDK's stateless path opened one for every ``GET`` and held it open
+for good: a request slot each, until 1,100 of them from one tenant left none for the others
+(``inflight.py``). ``DELETE`` ends a session, and there is none ("The server MAY respond to
+this request with HTTP 405").
 """
 
 from __future__ import annotations
@@ -64,6 +74,16 @@ _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode("latin-1")
 _TRANSPORT = TransportContext(kind="streamable-http", can_send_request=False)
 """What the SDK's stateless path tells a handler of its transport."""
 _JSON = [(b"content-type", b"application/json")]
+_NOT_ALLOWED_BODY = (
+    b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Method Not Allowed: '
+    b"this MCP endpoint is stateless: it offers no SSE stream (GET) and no session to end "
+    b'(DELETE); POST each JSON-RPC message"}}'
+)
+_NOT_ALLOWED = [
+    *_JSON,
+    (b"allow", b"POST"),
+    (b"content-length", str(len(_NOT_ALLOWED_BODY)).encode()),
+]
 
 
 @dataclass
@@ -110,6 +130,10 @@ class Exchange:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         manager = self.manager
+        if scope["method"] != "POST":
+            await send({"type": "http.response.start", "status": 405, "headers": _NOT_ALLOWED})
+            await send({"type": "http.response.body", "body": _NOT_ALLOWED_BODY})
+            return
         if not self.fast or scope["method"] != "POST" or manager._task_group is None:  # noqa: SLF001
             await manager.handle_request(scope, receive, send)
             return

@@ -1,7 +1,10 @@
 """The HTTP request id (``X-Request-Id``), followed into the services.
 
 Every HTTP response carries ``X-Request-Id``: the client's own when it sent a valid one
-(1-64 of ``A-Z a-z 0-9 . _ : -``), else one the gateway made (32 hex digits). While the request
+(1-64 of ``A-Z a-z 0-9 . _ : -``, holding no registered secret), else one the gateway made
+(32 hex digits). An id holding a secret is not kept: every command named after it would be
+refused (``core.secrets.refuse_names``), and the log and the response would have to carry it
+redacted, which greps for nothing. While the request
 is served, the gateway's log lines carry it (``request_id``, ``infra.logfields``) and each
 command the gateway sends for it is named ``<id>.<unique>`` (its ``Ws-Request-Id``), so the
 writer's log line, the audit record and the event of that command start with the HTTP id:
@@ -24,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contracts.subjects import new_request_id
 from infra import logfields, tracing
+from infra.secret_registry import secrets_from_env
 
 HEADER = b"x-request-id"
 CLIENT_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}\Z")
@@ -39,7 +43,9 @@ def of(scope: Scope) -> str:
     """The request id of an HTTP request: the client's valid ``X-Request-Id``, or a new one."""
     for name, value in scope.get("headers", ()):
         if name == HEADER and CLIENT_ID.match(value):
-            return str(value.decode("ascii"))
+            kept = str(value.decode("ascii"))
+            if not secrets_from_env().find(kept):
+                return kept
     return new_request_id()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,18 +32,22 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
 @pytest_asyncio.fixture
 async def start(nats_url: str, tmp_path: Path) -> AsyncIterator[StartGateway]:
     """A writer and a reader, and a function that starts a gateway (with ``tokens``:
-    ``{token: "tenant/workspace"}``, or ``Tokens`` as loaded from a file)."""
+    ``{token: "tenant/workspace"}``, or ``Tokens`` as loaded from a file; ``options``: more
+    ``GatewayConfig`` fields)."""
     async with AsyncExitStack() as stack:
         await start_writer(stack, nats_url, tmp_path / "writer")
         await start_reader(stack, nats_url, tmp_path / "reader")
 
         async def gateway(
-            tokens: dict[str, str] | Tokens | None = None, host: str = "127.0.0.1"
+            tokens: dict[str, str] | Tokens | None = None,
+            host: str = "127.0.0.1",
+            **options: Any,
         ) -> Gateway:
             table = tokens
             if isinstance(tokens, dict):
                 table = Tokens({t: Principal(*name.split("/")) for t, name in tokens.items()})
-            running = await start_gateway(GatewayConfig(nats_url, host=host, port=0, tokens=table))
+            config = GatewayConfig(nats_url, host=host, port=0, tokens=table, **options)
+            running = await start_gateway(config)
             stack.push_async_callback(running.stop)
             return running
 

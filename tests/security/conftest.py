@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.gateway.conftest import start  # noqa: F401 (a fixture: gateways on a writer, a reader)
 from tests.system.conftest import Up, running
 
 
