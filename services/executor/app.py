@@ -37,7 +37,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import EXECUTOR_MAX_OUTPUT_READS, RETRY_AFTER_MS
 from contracts.subjects import QUEUE_EXECUTOR, STREAM_OUTPUT, Address, Origin
-from infra import assets, bus, metrics, storage
+from infra import assets, bus, claims, metrics, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
@@ -163,6 +163,9 @@ class Executor:
         self._subs.append(await self.nc.subscribe(self.subjects.all_purged, cb=self.on_purged))
         self._subs += await bus.serve_ping(
             self.nc, self.subjects, "executor", self.instance, self.info
+        )
+        self._subs += await claims.serve(
+            self.nc, self.subjects, self.bridges, "executor", self.instance
         )
         await self.nc.flush()
         log.info(

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import secrets
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -34,18 +35,14 @@ import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.js.errors import NoKeysError
 
 from quill.client import Quill
-from tests.gateway.support import mcp_client, text
-from tests.security.conftest import verify
+from tests.gateway.support import error, mcp_client, ok, text
 from tests.system.conftest import Up, running
 
 PASSWORDS = {"acme": "acme-nats-password", "evil": "evil-nats-password"}
-TOKENS = {
-    "acme": "acme-gateway-token",
-    "evil": "evil-gateway-token",
-    "laptop": "evil-laptop-gateway-token",
-}
+TOKENS = {"acme": "acme-gateway-token", "evil": "evil-gateway-token"}
 TENANTS = f"""
 [tenants.acme]
 password = "{PASSWORDS["acme"]}"
@@ -59,9 +56,7 @@ bridges = true
 
 [tenants.evil.tokens."{TOKENS["evil"]}"]
 workspace = "shared"
-
-[tenants.evil.tokens."{TOKENS["laptop"]}"]
-workspace = "laptop"
+scope = "tenant"
 """
 FORGED = b'{"ok":false,"error":{"code":"DENIED","message":"PWNED: forged by evil"}}'
 
@@ -269,7 +264,16 @@ async def test_a_bridge_tenant_publishes_nothing_past_its_inbox(up: Up) -> None:
         )
         after = (await js.stream_info("WS_EVENTS", subjects_filter="ws.evt.acme.app")).state
     assert (after.messages, after.last_seq) == (before.messages, before.last_seq)
-    verify(up, "acme/app")
+    env = {**os.environ, "QUILL_NATS_URL": up.nats_url, "QUILL_NATS_USER": "quill-system"}
+    env["QUILL_NATS_PASSWORD"] = system_password(up)
+    verified = subprocess.run(
+        [sys.executable, "-m", "quill", "verify", "acme/app"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 async def test_pings_are_answered_only_into_the_pinging_tenants_inbox(up: Up) -> None:
@@ -340,10 +344,12 @@ async def test_bridge_claims_have_a_per_tenant_quota(up: Up) -> None:
                 "ws.bridge.evil.release", json.dumps(body).encode(), timeout=10
             )
             assert json.loads(msg.data)["ok"], msg.data
-        stored = await system.jetstream().stream_info(
-            "KV_WS_BRIDGES", subjects_filter="$KV.WS_BRIDGES.evil.>"
-        )
-    assert stored.state.messages == 0
+        kv = await system.jetstream().key_value("WS_BRIDGES")
+        try:
+            held = await kv.keys(filters=["evil.>"])
+        except NoKeysError:
+            held = []
+    assert held == []
 
 
 async def test_a_bridge_tenant_serves_its_folder_to_the_gateway(up: Up, tmp_path: Path) -> None:
@@ -372,13 +378,12 @@ async def test_a_bridge_tenant_serves_its_folder_to_the_gateway(up: Up, tmp_path
                 raw = await proc.stdout.readline()
                 assert raw, "".join(lines)
                 lines.append(raw.decode())
-        files = "/v1/host/workspace/files/hello.txt"
-        async with httpx.AsyncClient(base_url=up.http_url, timeout=30) as http:
-            got = await http.get(files, headers={"Authorization": f"Bearer {TOKENS['laptop']}"})
-            assert got.status_code == 200, got.text
-            assert "from evil's laptop" in got.text
-            other = await http.get(files, headers={"Authorization": f"Bearer {TOKENS['acme']}"})
-            assert other.status_code == 404, other.text
+        async with mcp_client(up.http_url, token=TOKENS["evil"]) as as_evil:
+            shown = await ok(as_evil, "read_file", path="hello.txt", workspace="laptop")
+            assert "from evil's laptop" in shown
+        async with mcp_client(up.http_url, token=TOKENS["acme"]) as as_acme:
+            shown = await error(as_acme, "read_file", path="hello.txt", workspace="laptop")
+            assert "from evil's laptop" not in shown
     finally:
         if proc.returncode is None:
             proc.terminate()
