@@ -46,6 +46,7 @@ from infra.entry import Incoming, parse, reject
 from infra.exec import sandbox
 from infra.exec.answer import Job, answer_exec, received
 from infra.exec.git import Credentials
+from infra.private import tighten_logged
 from infra.runtime import (
     Auditor,
     Running,
@@ -141,6 +142,8 @@ class Executor:
         for private in (self.settings.data_dir, self.settings.data_dir / "checkouts"):
             private.mkdir(parents=True, exist_ok=True)
             private.chmod(0o700)
+        # and what an earlier version left readable in it (the sandbox's trees stay as they are)
+        tighten_logged(self.settings.data_dir, "executor")
         # One executor per data directory: its checkouts are one process's, and the sweep
         # below takes every sandbox over them for a dead predecessor's.
         self._lock = lock_directory(self.settings.data_dir, "another executor")
