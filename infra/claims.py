@@ -26,7 +26,8 @@ import contextlib
 import json
 import logging
 import time
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 import nats.errors
@@ -35,6 +36,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+from nats.js.kv import KeyValue
 
 from contracts import codec
 from contracts.errors import ErrorCode, QuillError
@@ -133,8 +135,10 @@ class Registrar:
                 "under another name",
                 {"tenant": tenant, "workspace": workspace},
             )
-        claim = Claim(owner=owner, client=client, path=path, expires=time.time())
-        self._quota(tenant, workspace, claim)
+        stored = Claim(
+            owner=owner, client=client, path=path, expires=time.time() + bridges.CLAIM_TTL_S
+        )
+        self._quota(tenant, workspace, stored)
         kv = bridges.tenant_bucket(self._js)
         try:
             await bridges.claim(kv, tenant, workspace, owner, client, path)
@@ -142,9 +146,6 @@ class Registrar:
             raise QuillError(
                 ErrorCode.ALREADY_EXISTS, f"{name} was claimed at the same time"
             ) from None
-        stored = Claim(
-            owner=owner, client=client, path=path, expires=time.time() + bridges.CLAIM_TTL_S
-        )
         self._view.note(tenant, workspace, stored)
         if await self._server_workspace(tenant, workspace):  # created just before the claim
             await self._drop(kv, tenant, workspace)
@@ -175,7 +176,7 @@ class Registrar:
             await self._drop(kv, tenant, workspace)
         return {"workspace": f"{tenant}/{workspace}"}
 
-    async def _drop(self, kv: Any, tenant: str, workspace: str) -> None:
+    async def _drop(self, kv: KeyValue, tenant: str, workspace: str) -> None:
         await bridges.release(kv, tenant, workspace)
         self._view.note(tenant, workspace, None)
 
@@ -208,10 +209,12 @@ async def serve(
         handler = Registrar(nc.jetstream(), subjects, view)
 
         async def on_claim(msg: Msg) -> None:
-            await _answer(msg, subjects, lambda t: handler.claim(t, _decode(msg, ClaimRequest)))
+            body = msg.data
+            await _answer(msg, subjects, lambda t: handler.claim(t, claim_request(body)))
 
         async def on_release(msg: Msg) -> None:
-            await _answer(msg, subjects, lambda t: handler.release(t, _decode(msg, ReleaseRequest)))
+            body = msg.data
+            await _answer(msg, subjects, lambda t: handler.release(t, release_request(body)))
 
         subs += [
             await bus.serve(nc, subjects.bridge("*", "claim"), QUEUE_WRITER, on_claim),
@@ -220,14 +223,21 @@ async def serve(
     return subs
 
 
-T = TypeVar("T")
+def claim_request(body: bytes) -> ClaimRequest:
+    return codec.decode(body, ClaimRequest)
 
 
-def _decode(msg: Msg, kind: type[T]) -> T:
-    return codec.decode(msg.data, kind)
+def release_request(body: bytes) -> ReleaseRequest:
+    return codec.decode(body, ReleaseRequest)
 
 
-async def _answer(msg: Msg, subjects: Subjects, act: Any) -> None:
+Act = Callable[[str], Awaitable[dict[str, Any]]]
+"""What a request asks, given its tenant: the result."""
+
+
+async def _answer(msg: Msg, subjects: Subjects, act: Act) -> None:
+    """Answer ``msg`` with what ``act`` makes of it, or the error it raised; a request whose
+    reply subject is not its tenant's inbox is not acted upon."""
     tenant = subjects.parse_bridge(msg.subject)
     if tenant is None or not msg.reply:
         return
