@@ -261,6 +261,14 @@ async def ping_all(
     """Every live instance's ping answer (of ``service``, or of every service), gathered for
     ``wait_s`` seconds, or until ``expect`` have answered."""
     subject = f"{subjects.root}.sys.ping" + (f".{service}" if service else "")
+    return await gather(nc, subject, wait_s, expect=expect)
+
+
+async def gather(
+    nc: NATS, subject: str, wait_s: float, *, expect: int | None = None
+) -> list[dict[str, Any]]:
+    """The JSON answers to one request on ``subject`` that every instance answers (a ping),
+    gathered for ``wait_s`` seconds, or until ``expect`` have answered."""
     inbox = nc.new_inbox()
     answers: list[dict[str, Any]] = []
     enough = asyncio.Event()

@@ -22,8 +22,6 @@ subject is not one is not acted upon.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -302,21 +300,9 @@ async def release(nc: NATS, subjects: Subjects, tenant: str, workspace: str, own
 async def seen(nc: NATS, subjects: Subjects, tenant: str) -> dict[str, int]:
     """The live claims of ``tenant`` each service counts, by instance (the answers gathered
     within ``SEEN_WINDOW_S``)."""
-    counts: dict[str, int] = {}
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox)
-    try:
-        await nc.publish(subjects.bridge(tenant, "seen"), b"", reply=inbox)
-        end = time.monotonic() + SEEN_WINDOW_S
-        while (left := end - time.monotonic()) > 0:
-            try:
-                msg = await sub.next_msg(timeout=left)
-            except nats.errors.TimeoutError:
-                break
-            with contextlib.suppress(ValueError, AttributeError):
-                pong = json.loads(msg.data)
-                if isinstance(pong.get("local_workspaces"), int):
-                    counts[str(pong.get("instance"))] = pong["local_workspaces"]
-    finally:
-        await sub.unsubscribe()
-    return counts
+    answers = await bus.gather(nc, subjects.bridge(tenant, "seen"), SEEN_WINDOW_S)
+    return {
+        str(pong.get("instance")): pong["local_workspaces"]
+        for pong in answers
+        if isinstance(pong, dict) and isinstance(pong.get("local_workspaces"), int)
+    }
