@@ -15,6 +15,8 @@ Subjects (root ``ws`` by default)::
     ws.purged.<tenant>.<workspace>       a workspace was purged (to the services only)
     ws.audit.<tenant>.<workspace>        one record per operation (stream WS_AUDIT)
     ws.replica.<instance>.<t>.<w>.<op>   a query addressed to one reader replica
+    ws.bridge.<tenant>.<op>              a bridge's claims (``infra/claims.py``): ``claim`` and
+                                         ``release`` to a writer, ``seen`` to every service
 
 On a cluster (writers with partitions), the NATS servers map every command subject to a
 partition, ``ws.cmd.<t>.<w>.<op>`` → ``ws.cmdp.<p>.<t>.<w>.<op>`` (subject mapping
@@ -324,6 +326,17 @@ class Subjects:
 
     def all_replica(self, instance: str) -> str:
         return f"{self.root}.replica.{instance}.*.*.*"
+
+    def bridge(self, tenant: str, op: str) -> str:
+        """A bridge's request about its tenant's claims (``infra/claims.py``)."""
+        return f"{self.root}.bridge.{tenant}.{op}"
+
+    def parse_bridge(self, subject: str) -> str | None:
+        """The tenant of a ``bridge`` subject (None: not one)."""
+        parts = subject.split(".")
+        if len(parts) != 4 or parts[0] != self.root or parts[1] != "bridge":
+            return None
+        return parts[2] if _ID_RE.match(parts[2]) else None
 
     def snapshot(self, role: str) -> str:
         """Ask one ``role`` replica (a queue group) to snapshot its projection now."""

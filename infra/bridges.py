@@ -1,10 +1,11 @@
 """Local workspaces: which ``tenant/workspace`` names a bridge (``quill attach``) answers for.
 
-A bridge serves a folder on someone's machine on the same subjects as a server workspace. It
-claims its name in the KV bucket ``WS_BRIDGES`` (key ``<tenant>.<workspace>``, value a
-``Claim``) and renews the claim every ``RENEW_S``; a claim not renewed for ``CLAIM_TTL_S``
-lapses. The writer, readers and executors watch the bucket and stay silent on a claimed
-workspace's subjects, so that the bridge's answer is the only one. A bridge may only claim a
+A bridge serves a folder on someone's machine on the same subjects as a server workspace. Its
+name is claimed in the KV bucket ``WS_BRIDGES`` (key ``<tenant>.<workspace>``, value a
+``Claim``) and renewed every ``RENEW_S``, by a writer the bridge asks (``infra/claims.py``:
+a tenant never writes the bucket itself); a claim not renewed for ``CLAIM_TTL_S`` lapses.
+The writer, readers and executors watch the bucket and stay silent on a claimed workspace's
+subjects, so that the bridge's answer is the only one. A bridge may only claim a
 name the log does not hold, and the writer refuses to create one that is claimed.
 """
 
@@ -57,6 +58,20 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Claim).decode
 
 
+def size(claim: Claim) -> int:
+    """Bytes the claim takes in the bucket (a tenant's quota counts them)."""
+    return len(_encode(claim))
+
+
+def decode(value: bytes) -> Claim:
+    """A stored claim.
+
+    Raises:
+        msgspec.DecodeError: not one.
+    """
+    return _decode(value)
+
+
 def key(tenant: str, workspace: str) -> str:
     return f"{tenant}.{workspace}"
 
@@ -65,10 +80,10 @@ async def bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
     """The WS_BRIDGES bucket, created if missing, its configuration corrected (idempotent,
     and safe when several services do it at once: ``infra/assets.py``).
 
-    Tenants' bridges write their own keys only (``$KV.WS_BRIDGES.<tenant>.>``, see
-    ``quill_cli/tenants.py``), so the bucket reads by direct get, whose subject names the key (a
-    plain message get names it in the body, out of the server's permissions' reach), and
-    refuses rollup headers (``Nats-Rollup: all`` on any key would purge every tenant's).
+    Only the services write it: a tenant's bridge asks a writer (``infra/claims.py``), as
+    tenants once wrote their own keys (``$KV.WS_BRIDGES.<tenant>.>``) and JetStream answered
+    their puts and gets on any reply subject they named. It still reads by direct get and
+    refuses rollup headers (``Nats-Rollup: all`` on any key would purge every claim).
     Another service may create the bucket between our look and our create, and turn rollups
     off before our create arrives: JetStream then refuses ours (a different configuration),
     which is a success; the configuration is read and corrected all the same.
@@ -98,7 +113,7 @@ async def bucket(js: JetStreamContext, replicas: int = 1) -> KeyValue:
 
 
 def tenant_bucket(js: JetStreamContext) -> KeyValue:
-    """WS_BRIDGES without asking JetStream's API anything (a tenant may not): puts go to
+    """WS_BRIDGES without asking JetStream's API anything: puts go to
     ``$KV.WS_BRIDGES.<key>``, reads are direct gets."""
     return KeyValue(
         name=BUCKET_BRIDGES,
@@ -128,6 +143,23 @@ class Bridges:
         """The live claim on ``tenant/workspace``, if a bridge answers for it."""
         claim = self._claims.get(key(tenant, workspace))
         return claim if claim is not None and claim.live else None
+
+    def of_tenant(self, tenant: str) -> dict[str, Claim]:
+        """``tenant``'s live claims, by workspace (what its quota counts: ``infra/claims.py``)."""
+        prefix = f"{tenant}."
+        return {
+            name[len(prefix) :]: claim
+            for name, claim in self._claims.items()
+            if name.startswith(prefix) and claim.live
+        }
+
+    def note(self, tenant: str, workspace: str, claim: Claim | None) -> None:
+        """What this service just stored (or deleted, None), before its watch says so: the
+        next claim it handles counts it."""
+        if claim is None:
+            self._claims.pop(key(tenant, workspace), None)
+        else:
+            self._claims[key(tenant, workspace)] = claim
 
     def find(self, tenant: str, client: str, path: str) -> str | None:
         """The workspace of ``tenant`` whose live claim serves ``<client>:<path>`` (another
@@ -186,7 +218,8 @@ class Bridges:
 async def claim(
     kv: KeyValue, tenant: str, workspace: str, owner: str, client: str, path: str
 ) -> int:
-    """Claim ``tenant/workspace`` for a bridge; returns the revision to renew from.
+    """Claim ``tenant/workspace`` for a bridge, or renew its claim (the same ``owner``);
+    returns the revision stored.
 
     Raises:
         QuillError: ``ALREADY_EXISTS`` if another live bridge holds it.

@@ -37,7 +37,8 @@ from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjec
 from infra import assets, bridges, snapshots
 from infra.secret_registry import secrets_from_env
 from quill import connection
-from quill.credentials import DEFAULT_INBOX, SYSTEM_USER
+from quill.credentials import DEFAULT_INBOX
+from quill.inboxes import SYSTEM_INBOX, own_inbox
 
 log = logging.getLogger("quill.bus")
 
@@ -141,42 +142,53 @@ def reply_allowed(subject: str, reply: str, own_inbox: str | None = None) -> boo
     a reply to ``$JS.API.STREAM.DELETE.WS_EVENTS`` would delete the log, one to
     ``ws.evt.<other tenant>...`` would write into another tenant's log. So replies never go
     to a ``$`` subject (JetStream, KV, object store, system) nor under the request's own
-    root (``ws.``). A tenant's inbox (``_INBOX_<tenant>.``, the only prefix a tenant may
-    subscribe to) is answered only for a request on that tenant's subjects, or when it is the
-    service's own inbox prefix (``own_inbox``) or the services' user's (which requests on
-    every tenant's behalf, of bridges too): a request of tenant a cannot make a service answer
-    into tenant b's inbox. Other inboxes (``_INBOX.``, an application's own prefix) are fine,
-    and so is any inbox for a subject naming no tenant (a ping, which bridge tenants send: its
-    answer holds no tenant's data).
+    root (``ws.``).
+
+    Under ``--tenants`` (the service runs as the services' user: ``own_inbox`` is
+    ``_INBOX_quill-system``), a request on a subject a tenant may publish (its ``cmd``,
+    ``qry``, ``exec`` and ``bridge`` subjects) is answered only into that tenant's inbox,
+    ``_INBOX_<tenant>.``: the only one it may subscribe to, and the one the services' user's
+    own requests for the tenant are answered on (``quill/inboxes.py``, the gateway's among
+    them). So no tenant makes a service answer into another tenant's inbox, nor into the
+    services' own, where the replies to other tenants' requests once were. A subject no
+    tenant may publish (a ping, a replica's query) is the services' own: any inbox.
+
+    Without tenants (an open server; a tenant's own process such as a bridge, which the
+    server confines), a tenant's inbox (``_INBOX_<tenant>.``) is answered only for a request
+    on that tenant's subjects, or when it is the service's own (``own_inbox``) or the
+    services' user's; other inboxes (``_INBOX.``, an application's own prefix) are fine.
     """
     root = subject.split(".", 1)[0]
     head = reply.split(".", 1)[0]
     if reply.startswith("$") or head == root:
         return False
+    tenant = request_tenant(subject)
+    if own_inbox == SYSTEM_INBOX and tenant is not None and not _replica(subject):
+        return head == INBOX_TENANT_PREFIX + tenant and "." in reply
     if not head.startswith(INBOX_TENANT_PREFIX) or head in (own_inbox, SYSTEM_INBOX):
         return True
-    tenant = request_tenant(subject)
     return tenant is None or head == INBOX_TENANT_PREFIX + tenant
 
 
 INBOX_TENANT_PREFIX = DEFAULT_INBOX + "_"
 """``_INBOX_<tenant>``: a tenant's inbox prefix (``quill_cli/tenants.py``)."""
-SYSTEM_INBOX = INBOX_TENANT_PREFIX + SYSTEM_USER
-"""The services' inbox under ``--tenants`` (the gateway asks bridges on tenants' behalf)."""
 
 
 def request_tenant(subject: str) -> str | None:
     """The tenant a request subject names (None for one naming no tenant, e.g. a ping)."""
+    subjects = Subjects(root=subject.split(".", 1)[0])
+    bridge = subjects.parse_bridge(subject)
+    if bridge is not None:
+        return bridge
     try:
-        return Subjects(root=subject.split(".", 1)[0]).parse_request(subject).tenant
+        return subjects.parse_request(subject).tenant
     except QuillError:
         return None
 
 
-def own_inbox(nc: NATS) -> str | None:
-    """The inbox prefix of a connection (``_INBOX`` or ``_INBOX_<user>``)."""
-    prefix = getattr(nc, "_inbox_prefix", None)
-    return bytes(prefix).decode() if prefix else None
+def _replica(subject: str) -> bool:
+    """A query addressed to one replica (``ws.replica.…``): the services' subject only."""
+    return subject.split(".", 2)[1:2] == ["replica"]
 
 
 async def respond(msg: Msg, data: bytes, headers: dict[str, str] | None = None) -> None:
@@ -249,6 +261,14 @@ async def ping_all(
     """Every live instance's ping answer (of ``service``, or of every service), gathered for
     ``wait_s`` seconds, or until ``expect`` have answered."""
     subject = f"{subjects.root}.sys.ping" + (f".{service}" if service else "")
+    return await gather(nc, subject, wait_s, expect=expect)
+
+
+async def gather(
+    nc: NATS, subject: str, wait_s: float, *, expect: int | None = None
+) -> list[dict[str, Any]]:
+    """The JSON answers to one request on ``subject`` that every instance answers (a ping),
+    gathered for ``wait_s`` seconds, or until ``expect`` have answered."""
     inbox = nc.new_inbox()
     answers: list[dict[str, Any]] = []
     enough = asyncio.Event()

@@ -23,7 +23,8 @@ from nats.errors import SlowConsumerError
 from contracts import codec
 from contracts.errors import QuillError, busy
 from contracts.limits import RETRY_AFTER_MS
-from infra.bus import own_inbox, reply_allowed
+from infra.bus import reply_allowed
+from quill.inboxes import own_inbox
 
 log = logging.getLogger("quill.busy")
 

@@ -30,9 +30,10 @@ from contracts.subjects import (
 )
 from core.secrets import refuse_names
 from infra import logfields
-from infra.bus import own_inbox, reply_allowed, respond
+from infra.bus import reply_allowed, respond
 from infra.runtime import Auditor
 from infra.secret_registry import secrets_from_env
+from quill.inboxes import own_inbox
 
 log = logging.getLogger("quill.entry")
 

@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -25,7 +26,7 @@ from contracts import codec, ops
 from contracts.errors import QuillError
 from contracts.events import AuditRecord
 from contracts.subjects import Address, Origin, Subjects
-from infra import logfields, metrics, tracing
+from infra import logfields, metrics, private, tracing
 from infra.secret_registry import LogFilter, secrets_from_env
 from infra.store import Store
 
@@ -326,7 +327,8 @@ def lock_directory(directory: Path, holder: str) -> IO[str]:
         RuntimeError: another process holds it (``<directory> is in use by <holder>``).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    handle = open(directory / "lock", "w")  # noqa: SIM115 (the caller holds it)
+    fd = os.open(directory / "lock", os.O_WRONLY | os.O_CREAT, 0o600)  # owner-only, any umask
+    handle = os.fdopen(fd, "w")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -390,6 +392,7 @@ async def start_service(
 ) -> Running[S]:
     """Connect, create the streams, ``prepare`` the service's projection (``<data>/<name>.db``),
     open it, start the service; the returned ``stop`` undoes all of it."""
+    private.tighten_logged(settings.data_dir, name)  # what an earlier version left readable
     nc = await connect_service(settings, name)
     try:
         path = settings.data_dir / f"{name}.db"

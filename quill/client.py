@@ -55,7 +55,7 @@ from contracts.subjects import (
     check_id,
     split_workspace,
 )
-from quill import connection
+from quill import connection, inboxes
 from quill.credentials import NatsAuth
 
 R = TypeVar("R")
@@ -137,7 +137,7 @@ class Quill:
         wait_ms: int = 0,
         failover_s: float = FAILOVER_S,
     ) -> None:
-        self.nc = nc
+        self.nc = inboxes.harden(nc)
         self.failover_s = failover_s
         """How long commands and queries keep retrying ``UNAVAILABLE`` (no writer for the
         workspace yet, a partition changing hands) before giving up."""
@@ -337,7 +337,9 @@ class Quill:
             if attempt:
                 await asyncio.sleep(backoff(attempt, last, 1.0))
             try:
-                msg = await self.nc.request(subject, data, timeout=timeout, headers=headers)
+                msg = await inboxes.request(
+                    self.nc, subject, data, timeout=timeout, headers=headers, tenant=tenant
+                )
             except nats.errors.TimeoutError:
                 if connection.refused(self.nc, subject):
                     raise _refused(subject) from None
@@ -408,7 +410,9 @@ class Quill:
                 await asyncio.sleep(backoff(attempt, last, 2.0))
             sent = time.monotonic()
             pending = asyncio.ensure_future(
-                self.nc.request(subject, data, timeout=deadline_s, headers=headers)
+                inboxes.request(
+                    self.nc, subject, data, timeout=deadline_s, headers=headers, tenant=tenant
+                )
             )
             try:
                 silence = self.exec_silence_s

@@ -1,6 +1,7 @@
 """The SDK's connection to NATS: which server (``discover_url``: the environment or the
 ``quill up`` running here), connect (with credentials, a cluster's URLs, bounded first
-connect then reconnecting forever), and which subjects the server refused this client.
+connect then reconnecting forever, inboxes nobody can guess: ``quill/inboxes.py``), and which
+subjects the server refused this client.
 
 The services connect the same way (``infra/bus.py`` re-exports these)."""
 
@@ -20,6 +21,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client as NATS
 
+from quill import inboxes
 from quill.credentials import NatsAuth
 
 log = logging.getLogger("quill.bus")
@@ -144,7 +146,7 @@ async def connect(
             )
             nc.options["max_reconnect_attempts"] = -1
             holder.append(nc)
-            return nc
+            return inboxes.harden(nc)  # every inbox it names: 128 unguessable bits
         except Exception as exc:  # nats raises several unrelated types here
             if time.monotonic() >= deadline:
                 why = first_error[0] if first_error else exc  # "Authorization Violation"

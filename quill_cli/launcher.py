@@ -40,7 +40,7 @@ from typing import IO, Any
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from infra import bus
+from infra import bus, private
 from infra.runtime import METRICS_HOST, MetricsServer, lock_directory, serve_metrics
 from quill.connection import STACK_FILE
 from quill.credentials import NatsAuth
@@ -449,6 +449,8 @@ class Launcher:
             RuntimeError: something did not start (see its log).
             SystemExit: the data directory is in use by another launcher.
         """
+        private.umask("launcher")  # its children's too (the executor sets its own)
+        private.tighten_logged(self.data_dir, "quill")  # what an earlier version left readable
         with _lock(self.data_dir):
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()

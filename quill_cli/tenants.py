@@ -12,7 +12,7 @@ that reach its workspaces (read by ``services/gateway/principals.py: Tokens``)::
 
     [tenants.globex]
     nkey = "UD..."                      # an nkey user instead: globex keeps the seed
-    bridges = true                      # may serve local workspaces (WS_BRIDGES)
+    bridges = true                      # may serve local workspaces (quill attach)
 
 ``authorization()`` writes the server's ``authorization`` block: a system user for the
 services, with every right, and one user per tenant with ``permissions()``. All users share
@@ -33,13 +33,11 @@ from typing import Any
 
 from contracts.errors import QuillError
 from contracts.subjects import (
-    BUCKET_BRIDGES,
     QUEUE_EXECUTOR,
     QUEUE_READER,
     QUEUE_WRITER,
     check_id,
 )
-from infra.bridges import STREAM_BRIDGES
 from quill.credentials import DEFAULT_INBOX, SYSTEM_USER
 
 MIN_PASSWORD = 12
@@ -57,7 +55,7 @@ class Tenant:
     nkey: str | None = None
     """The public nkey (``U...``) of an nkey user."""
     bridges: bool = False
-    """May serve local workspaces: answer its own requests, claim names in WS_BRIDGES."""
+    """May serve local workspaces: answer its own requests, have names claimed for them."""
 
     @property
     def inbox(self) -> str:
@@ -117,8 +115,16 @@ def permissions(tenant: Tenant, root: str = "ws") -> dict[str, Any]:
       the log ``<root>.evt``, nor audit records, nor any ``$JS.API``);
     * subscribe to its own inboxes, ``<root>.updated/audit/execout.<tenant>.>``;
     * with ``bridges``, also serve its own requests (subscribe to them, not in the
-      services' queue groups; reply once to each), publish ``updated``/``execout`` for them,
-      ping the services, and put and read its own WS_BRIDGES keys (by direct get).
+      services' queue groups), answer them into its own inbox (``_INBOX_<tenant>.>``: the
+      services answer a tenant's requests nowhere else, the gateway's for the tenant
+      included, ``infra/bus.py: reply_allowed``), publish ``updated``/``execout`` for them,
+      and ask the services about its claims (``<root>.bridge.<tenant>.*``,
+      ``infra/claims.py``).
+
+    Nothing else: no ``allow_responses`` (it let a bridge tenant answer its own request on
+    any reply subject it named: another tenant's inbox, another tenant's log), no ``$KV``
+    nor JetStream subject (JetStream answers on any reply subject it is given), no
+    ``<root>.sys.ping`` (a ping names no tenant: the services' own, answered anywhere).
     """
     t = tenant.name
     requests = [f"{root}.{kind}.{t}.>" for kind in ("cmd", "qry", "exec")]
@@ -135,12 +141,10 @@ def permissions(tenant: Tenant, root: str = "ws") -> dict[str, Any]:
     perms: dict[str, Any] = {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
     if tenant.bridges:
         publish += [
+            f"{tenant.inbox}.>",
             f"{root}.updated.{t}.>",
             f"{root}.execout.{t}.>",
-            f"{root}.sys.ping",
-            f"{root}.sys.ping.*",
-            f"$KV.{BUCKET_BRIDGES}.{t}.>",
-            f"$JS.API.DIRECT.GET.{STREAM_BRIDGES}.$KV.{BUCKET_BRIDGES}.{t}.>",
+            f"{root}.bridge.{t}.*",
         ]
         subscribe += [*requests, mapped]
         queues = (QUEUE_WRITER, QUEUE_READER, QUEUE_EXECUTOR)
@@ -148,7 +152,6 @@ def permissions(tenant: Tenant, root: str = "ws") -> dict[str, Any]:
             *(f"{s} {q}" for s, q in zip(requests, queues, strict=True)),
             f"{mapped} {QUEUE_WRITER}",
         ]
-        perms["allow_responses"] = True
     return perms
 
 

@@ -23,7 +23,7 @@ from contracts.limits import (
     WRITER_MAX_WAITING_PER_WORKSPACE,
     WRITER_WORKSPACES,
 )
-from infra import secret_registry
+from infra import private, secret_registry
 from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
 from quill_cli.common import (
     LAUNCHED_LOG_FORMAT,
@@ -188,6 +188,7 @@ def reader(
         snapshot_keep=str(snapshot_keep),
         snapshot_behind=str(snapshot_behind),
     )
+    private.umask("reader")
     _serve(lambda: start_service(settings, "reader", Reader, Reader.prepare))
 
 
@@ -288,6 +289,7 @@ def writer(
         snapshot_behind=str(snapshot_behind),
         max_workspaces=str(max_workspaces),
     )
+    private.umask("writer")
     _serve(lambda: start_service(settings, "writer", Writer, Writer.prepare))
 
 
@@ -374,6 +376,7 @@ def executor(
         git_allow=git_allow,
     )
 
+    private.umask("executor")  # what it writes for commands, the sandbox's user reads
     _serve(lambda: start_executor(settings, config))
 
 
@@ -440,6 +443,7 @@ def gateway(
             metrics_host=metrics_host,
         )
         config.check()
+    private.umask("gateway")
     try:
         _serve(lambda: start_gateway(config))
     except OSError as exc:

@@ -1,18 +1,18 @@
 """A bridge: wiring only. ``quill attach DIR --as NAME`` runs one (``attach``).
 
-Start: connect; refuse a name the log holds (a server workspace) or another live bridge holds;
-claim ``<tenant>/<name>`` in WS_BRIDGES; wait until every service that reports claims in its
-ping (writer, readers, executors) counts one claim more than before, so that from then on the
-bridge's answer is the only one; then subscribe to the workspace's ``cmd``, ``qry`` and
-``exec`` subjects and renew the claim every ``RENEW_S``. Stop: unsubscribe, answer what is in
-progress ``UNAVAILABLE``, release the claim (the servers answer again, ``WORKSPACE_NOT_FOUND``).
+Start: connect; ask a writer to claim ``<tenant>/<name>`` (``infra/claims.py``: it refuses a
+name the log holds, a server workspace, or another live bridge holds, and counts the tenant's
+quota); wait until every service that counts claims (writer, readers, executors: ``seen``)
+counts one more of the tenant's than before, so that from then on the bridge's answer is the
+only one; then subscribe to the workspace's ``cmd``, ``qry`` and ``exec`` subjects and renew
+the claim every ``RENEW_S``. Stop: unsubscribe, answer what is in progress ``UNAVAILABLE``,
+release the claim (the servers answer again, ``WORKSPACE_NOT_FOUND``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -21,17 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.subscription import Subscription
-from nats.js.errors import KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects, check_id
-from infra import bridges, bus
-from infra import log as eventlog
+from infra import bridges, bus, claims
 from infra.busy import Dropped
 from infra.runtime import Auditor
 from services.bridge.approvals import DEFAULT_TIMEOUT_S, Approver, Terminal
@@ -46,8 +41,6 @@ log = logging.getLogger("quill.bridge")
 
 SEEN_TIMEOUT_S = 10.0
 """Longest the bridge waits for the services to see its claim before serving anyway."""
-PING_WINDOW_S = 0.3
-"""How long the replies to one ping are gathered."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +71,7 @@ class Bridge:
         self.lost = asyncio.Event()
         """Set when the claim was lost (another bridge took it after it lapsed)."""
         self._nc: NATS | None = None
-        self._kv: KeyValue | None = None
-        self._revision = 0
+        self._claimed = False
         self._subs: list[Subscription] = []
         self._renewer: asyncio.Task[None] | None = None
         self._handlers: Handlers | None = None
@@ -114,36 +106,35 @@ class Bridge:
             )
         except ConnectionError as exc:
             raise QuillError(ErrorCode.UNAVAILABLE, str(exc)) from None
-        js = nc.jetstream()
-        await self._refuse_server_workspace()
-        before = await self._pings(nc)
-        kv = self._kv = await bridges.bucket(js)
-        self._revision = await bridges.claim(
-            kv, config.tenant, config.workspace, self.instance, config.client, self.path
-        )
+        before = await claims.seen(nc, self.subjects, config.tenant)
+        await self._claim()
+        self._claimed = True
         try:
-            await self._refuse_server_workspace()  # created just before the claim
             await self._serve(nc, before)
         except BaseException:
-            await bridges.release(kv, config.tenant, config.workspace)
+            await self._release()
             raise
         self._renewer = asyncio.create_task(self._renew())
         log.info("bridge %s serving %s as %s", self.instance, self.uri, self.name)
 
-    async def _refuse_server_workspace(self) -> None:
+    async def _claim(self) -> None:
+        """Claim the name, or renew the claim (``infra/claims.py``)."""
         assert self._nc is not None
-        subject = self.subjects.evt(self.config.tenant, self.config.workspace)
-        try:
-            held = await eventlog.last_seq(self._nc.jetstream(), subject) > 0
-        except Exception:  # no WS_EVENTS stream yet: no server workspace either
-            held = False
-        if held:
-            raise QuillError(
-                ErrorCode.ALREADY_EXISTS,
-                f"{self.name} is a server workspace (its log has events): attach the folder "
-                "under another name",
-                {"tenant": self.config.tenant, "workspace": self.config.workspace},
-            )
+        config = self.config
+        await claims.claim(
+            self._nc,
+            self.subjects,
+            config.tenant,
+            config.workspace,
+            self.instance,
+            config.client,
+            self.path,
+        )
+
+    async def _release(self) -> None:
+        assert self._nc is not None
+        tenant, workspace = self.config.tenant, self.config.workspace
+        await claims.release(self._nc, self.subjects, tenant, workspace, self.instance)
 
     async def _serve(self, nc: NATS, before: dict[str, int]) -> None:
         config, subjects = self.config, self.subjects
@@ -176,33 +167,12 @@ class Bridge:
         ]
         await nc.flush()
 
-    async def _pings(self, nc: NATS) -> dict[str, int]:
-        """The live claims each service counts (``local_workspaces`` in its ping), by
-        instance, from the replies gathered within ``PING_WINDOW_S``."""
-        counts: dict[str, int] = {}
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
-        try:
-            await nc.publish(f"{self.subjects.root}.sys.ping", b"", reply=inbox)
-            end = time.monotonic() + PING_WINDOW_S
-            while (left := end - time.monotonic()) > 0:
-                try:
-                    msg = await sub.next_msg(timeout=left)
-                except nats.errors.TimeoutError:
-                    break
-                pong = json.loads(msg.data)
-                if isinstance(pong.get("local_workspaces"), int):
-                    counts[str(pong.get("instance"))] = pong["local_workspaces"]
-        finally:
-            await sub.unsubscribe()
-        return counts
-
     async def _await_services(self, nc: NATS, before: dict[str, int]) -> None:
         """Wait until every service counts one more claim than ``before`` ours was made (a
         service started since: at least one), or ``SEEN_TIMEOUT_S``."""
         deadline = time.monotonic() + SEEN_TIMEOUT_S
         while True:
-            counts = await self._pings(nc)
+            counts = await claims.seen(nc, self.subjects, self.config.tenant)
             behind = [i for i, n in counts.items() if n < before.get(i, 0) + 1]
             if not behind:
                 return
@@ -211,26 +181,14 @@ class Bridge:
                 return
 
     async def _renew(self) -> None:
-        config, kv = self.config, self._kv
-        assert kv is not None
         while True:
             await asyncio.sleep(bridges.RENEW_S)
             try:
-                self._revision = await bridges.renew(
-                    kv,
-                    config.tenant,
-                    config.workspace,
-                    self.instance,
-                    config.client,
-                    self.path,
-                    self._revision,
-                )
-            except KeyWrongLastSequenceError:
-                entry = await kv.get(bridges.key(config.tenant, config.workspace))
-                held = _claim(entry.value) if entry.value else None
-                if held is not None and held.owner == self.instance:
-                    self._revision = int(entry.revision or 0)  # our own renewal, unacknowledged
-                    continue
+                await self._claim()
+            except QuillError as exc:
+                if exc.code != ErrorCode.ALREADY_EXISTS:  # no writer now: the claim lasts
+                    log.warning("renewing the claim on %s failed: %s", self.name, exc.message)
+                    continue  # CLAIM_TTL_S
                 self.terminal.say(f"[quill] the claim on {self.name} was lost: stopping")
                 self.lost.set()
                 return
@@ -248,15 +206,11 @@ class Bridge:
                 await self._renewer
         if self._handlers is not None:
             await self._handlers.stop()
-        if self._kv is not None and not self.lost.is_set():
-            await bridges.release(self._kv, self.config.tenant, self.config.workspace)
+        if self._claimed and not self.lost.is_set():
+            await self._release()
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await self._nc.drain()
-
-
-def _claim(value: bytes) -> bridges.Claim:
-    return msgspec.json.decode(value, type=bridges.Claim)
 
 
 async def attach(config: BridgeConfig) -> int:

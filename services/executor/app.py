@@ -37,7 +37,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import EXECUTOR_MAX_OUTPUT_READS, RETRY_AFTER_MS
 from contracts.subjects import QUEUE_EXECUTOR, STREAM_OUTPUT, Address, Origin
-from infra import assets, bus, metrics, storage
+from infra import assets, bus, claims, metrics, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
@@ -46,6 +46,7 @@ from infra.entry import Incoming, parse, reject
 from infra.exec import sandbox
 from infra.exec.answer import Job, answer_exec, received
 from infra.exec.git import Credentials
+from infra.private import tighten_logged
 from infra.runtime import (
     Auditor,
     Running,
@@ -141,6 +142,8 @@ class Executor:
         for private in (self.settings.data_dir, self.settings.data_dir / "checkouts"):
             private.mkdir(parents=True, exist_ok=True)
             private.chmod(0o700)
+        # and what an earlier version left readable in it (the sandbox's trees stay as they are)
+        tighten_logged(self.settings.data_dir, "executor")
         # One executor per data directory: its checkouts are one process's, and the sweep
         # below takes every sandbox over them for a dead predecessor's.
         self._lock = lock_directory(self.settings.data_dir, "another executor")
@@ -163,6 +166,9 @@ class Executor:
         self._subs.append(await self.nc.subscribe(self.subjects.all_purged, cb=self.on_purged))
         self._subs += await bus.serve_ping(
             self.nc, self.subjects, "executor", self.instance, self.info
+        )
+        self._subs += await claims.serve(
+            self.nc, self.subjects, self.bridges, "executor", self.instance
         )
         await self.nc.flush()
         log.info(

@@ -14,7 +14,7 @@ from nats.aio.subscription import Subscription
 from contracts import ops as registry
 from contracts.limits import READER_MAX_INFLIGHT
 from contracts.subjects import QUEUE_READER
-from infra import bus, metrics
+from infra import bus, claims, metrics
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.runtime import Auditor, Settings
@@ -99,6 +99,7 @@ class Reader:
         self._subs += [
             await bus.serve(self.nc, self.subjects.all_replica(self.instance), None, handler),
             *await bus.serve_ping(self.nc, self.subjects, "reader", self.instance, self.info),
+            *await claims.serve(self.nc, self.subjects, self.bridges, "reader", self.instance),
         ]
         # It joins the replicas' queue group once it is near the log (``follower.near``): a
         # replica that starts from a snapshot joins at once, and answers a workspace whose

@@ -16,7 +16,7 @@ from contracts.events import HistoryCompacted
 from contracts.limits import WRITER_WORKSPACES
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
-from infra import bus, metrics, snapshot_install, storage
+from infra import bus, claims, metrics, snapshot_install, storage
 from infra import log as eventlog
 from infra.blobs import Blobs
 from infra.bridges import Bridges
@@ -248,6 +248,9 @@ class Writer:
             serving = self.subjects.all_cmd
         self._subs += await bus.serve_ping(
             self.nc, self.subjects, "writer", self.instance, self.info
+        )
+        self._subs += await claims.serve(
+            self.nc, self.subjects, self.bridges, "writer", self.instance, registrar=True
         )
         await self.nc.flush()
         log.info("writer %s serving %s", self.instance, serving)

@@ -29,13 +29,15 @@ from nats.js.api import ConsumerConfig
 from nats.js.object_store import ObjectStore
 
 from contracts.errors import ErrorCode, QuillError
-from infra import bridges, bus
+from contracts.subjects import Subjects
+from infra import bridges, bus, claims
+from quill import inboxes
 from quill.client import Quill
 from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill_cli import tenants
 from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
-from tests.helpers import services_see, start_executor, start_reader, start_writer
+from tests.helpers import start_executor, start_reader, start_writer
 
 SYSTEM = NatsAuth(SYSTEM_USER, "system-password-for-tests")
 A = tenants.Tenant("a", password="tenant-a-password")
@@ -151,7 +153,8 @@ async def test_b_cannot_send_requests_to_a(url: str, system: NATS, a_workspace: 
         for subject, (body, op) in REQUESTS.items():
             live = subject.rsplit(".", 1)[0] + f".{op}"  # the system user is answered here
             body_ok = {**HARMLESS[op], "min_version": a_workspace} if op == "read" else HARMLESS[op]
-            reply = await system.request(live, json.dumps(body_ok).encode(), timeout=10)
+            data_ok = json.dumps(body_ok).encode()  # answered on a's own inbox (quill/inboxes.py)
+            reply = await inboxes.request(system, live, data_ok, timeout=10, tenant="a")
             assert json.loads(reply.data)["ok"], reply.data
             data = json.dumps(body).encode()
             attempts += [no_answer(nb.request(subject, data, timeout=2))]
@@ -318,35 +321,44 @@ async def test_a_bridge_tenant_serves_only_its_own(url: str, system: NATS) -> No
     await bridges.claim(system_kv, "a", "laptop", "bridge-a", "host-a", "~/a")
     refusals = Refusals()
     nc = await bare(url, C, refusals)
-    kv = bridges.tenant_bucket(nc.jetstream(timeout=1.5))
+    subjects = Subjects()
     try:
-        revision = await bridges.claim(kv, "c", "laptop", "bridge-c", "host-c", "~/c")
-        await bridges.renew(kv, "c", "laptop", "bridge-c", "host-c", "~/c", revision)
-        await services_see(nc, 2)  # c may ping the services
+        await claims.claim(nc, subjects, "c", "laptop", "bridge-c", "host-c", "~/c")
+        await claims.claim(nc, subjects, "c", "laptop", "bridge-c", "host-c", "~/c")  # renewed
+        async with asyncio.timeout(20):  # the services count c's claim, and only c's
+            while sorted((await claims.seen(nc, subjects, "c")).values()) != [1, 1, 1]:
+                pass
 
         async def serve(msg: Msg) -> None:
             await msg.respond(b'{"ok": true, "version": 0, "result": {"from": "c"}}')
 
         await nc.subscribe("ws.qry.c.laptop.*", cb=serve)
         await nc.flush()
-        reply = await system.request("ws.qry.c.laptop.read", b'{"path": "x"}', timeout=5)
+        data = b'{"path": "x"}'
+        reply = await inboxes.request(system, "ws.qry.c.laptop.read", data, timeout=5, tenant="c")
         assert json.loads(reply.data).get("result") == {"from": "c"}, reply.data
+        # asked on the services' own inbox, c cannot answer: its answers go to its inbox only
+        await no_answer(system.request("ws.qry.c.laptop.read", data, timeout=2))
+        await refusals.wait("publish", "_INBOX_quill-system.")
 
+        kv = bridges.tenant_bucket(nc.jetstream(timeout=1.5))
         await asyncio.gather(
-            no_answer(kv.put("a.laptop", b"{}")),
-            refusals.wait("publish", "$KV.WS_BRIDGES.a.laptop"),
+            no_answer(kv.put("c.laptop", b"{}")),
+            refusals.wait("publish", "$KV.WS_BRIDGES.c.laptop"),
             no_answer(kv.get("a.laptop")),
             refusals.wait("publish", "$JS.API.DIRECT.GET.KV_WS_BRIDGES.$KV.WS_BRIDGES.a."),
         )
-        ack = await nc.request("$KV.WS_BRIDGES.c.x", b"", headers={"Nats-Rollup": "all"})
-        assert json.loads(ack.data)["error"]["err_code"] == 10111  # rollup not permitted
+        with pytest.raises(QuillError) as other:  # c may not even ask about a's names
+            await claims.claim(nc, Subjects(), "a", "laptop", "bridge-c", "host-c", "~/c")
+        assert other.value.code == ErrorCode.UNAVAILABLE  # the server refused the publish
+        await refusals.wait("publish", "ws.bridge.a.claim")
         assert (await system_kv.get("a.laptop")).value  # a's claim is still there
         await nc.subscribe("ws.cmd.c.>", queue="quill-writer")
         await refusals.wait("subscription", "ws.cmd.c.>")
         await nc.subscribe("ws.qry.a.laptop.*")
         await refusals.wait("subscription", "ws.qry.a.laptop.*")
     finally:
-        await bridges.release(kv, "c", "laptop")
+        await claims.release(nc, subjects, "c", "laptop", "bridge-c")
         await bridges.release(system_kv, "a", "laptop")
         await nc.close()
 

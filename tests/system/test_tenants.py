@@ -1,6 +1,7 @@
 """``quill up --tenants FILE``: two tenants, each with its NATS user and a gateway token, both
-on a workspace named ``shared``. Tenant b reaches nothing of tenant a's: not over NATS (the
-server refuses), not over REST or MCP (404, the same answer as for what does not exist)."""
+on a workspace named ``shared`` (b may also serve local workspaces: a bridge tenant). Tenant b
+reaches nothing of tenant a's: not over NATS (the server refuses), not over REST or MCP (404,
+the same answer as for what does not exist)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ from tests.system.conftest import Up, running
 
 PASSWORDS = {"a": "tenant-a-password", "b": "tenant-b-password"}
 TOKENS = {"a": "token-of-tenant-a", "b": "token-of-tenant-b"}
+BRIDGES = {"a": "", "b": "bridges = true\n"}
+"""b may serve local workspaces: a bridge tenant is attacked, and attacks, like any other."""
 TENANTS = "".join(
-    f'[tenants.{t}]\npassword = "{PASSWORDS[t]}"\n\n'
+    f'[tenants.{t}]\npassword = "{PASSWORDS[t]}"\n{BRIDGES[t]}\n'
     f'[tenants.{t}.tokens."{TOKENS[t]}"]\nworkspace = "shared"\n\n'
     for t in ("a", "b")
 )

@@ -97,14 +97,14 @@ def test_a_tenant_may_use_only_its_own_subjects() -> None:
 
 def test_a_bridge_tenant_also_serves_its_own_requests() -> None:
     perms = tenants.permissions(tenants.Tenant("g", nkey=NKEY, bridges=True), root="r")
+    # its answers go into its own inbox only; its claims are a writer's to store
+    # (infra/claims.py): no $KV, no JetStream, no ping of the services (issue 28)
     assert perms["publish"]["allow"][3:] == [
         "r.cmdp.*.g.>",
+        "_INBOX_g.>",
         "r.updated.g.>",
         "r.execout.g.>",
-        "r.sys.ping",
-        "r.sys.ping.*",
-        "$KV.WS_BRIDGES.g.>",
-        "$JS.API.DIRECT.GET.KV_WS_BRIDGES.$KV.WS_BRIDGES.g.>",
+        "r.bridge.g.*",
     ]
     assert perms["subscribe"]["allow"][4:] == [
         "r.cmd.g.>",
@@ -118,7 +118,7 @@ def test_a_bridge_tenant_also_serves_its_own_requests() -> None:
         "r.exec.g.> quill-executor",
         "r.cmdp.*.g.> quill-writer",
     ]
-    assert perms["allow_responses"] is True
+    assert "allow_responses" not in perms  # an answer to its own request went anywhere
 
 
 def test_the_authorization_block_quotes_what_it_must() -> None:
@@ -150,26 +150,36 @@ def test_credentials_default_to_the_users_own_inbox() -> None:
             incomplete.options()
 
 
-@pytest.mark.parametrize(
-    ("reply", "allowed"),
-    [
-        ("_INBOX.abc.def", True),
-        ("_INBOX_acme.abc.def", True),
-        ("my-app.replies.1", True),
-        ("$JS.API.STREAM.DELETE.WS_EVENTS", False),
-        ("$KV.WS_BRIDGES.a.w", False),
-        ("$SYS.REQ.SERVER.PING", False),
-        ("ws.evt.other.w", False),
-        ("ws.cmd.other.w.write", False),
-        ("_INBOX_globex.abc.def", False),  # another tenant's inbox
-        ("_INBOX_quill-system.abc", True),  # the services' own (they request for everyone)
-    ],
-)
-def test_services_reply_only_to_inboxes(reply: str, allowed: bool) -> None:
-    assert reply_allowed("ws.qry.acme.w.read", reply, "_INBOX_quill-system") is allowed
+REPLIES = [
+    ("_INBOX_acme.abc.def", True, True),
+    ("_INBOX.abc.def", True, False),
+    ("my-app.replies.1", True, False),
+    ("_INBOX_acme", True, False),
+    ("$JS.API.STREAM.DELETE.WS_EVENTS", False, False),
+    ("$KV.WS_BRIDGES.a.w", False, False),
+    ("$SYS.REQ.SERVER.PING", False, False),
+    ("ws.evt.other.w", False, False),
+    ("ws.cmd.other.w.write", False, False),
+    ("_INBOX_globex.abc.def", False, False),  # another tenant's inbox
+    ("_INBOX_acme-x.abc.def", False, False),  # another tenant's, the same start
+    ("_INBOX_quill-system.abc", True, False),  # the services' own: not acme's to name
+]
 
 
-def test_pings_name_no_tenant_and_are_answered_in_any_inbox() -> None:
-    assert reply_allowed("ws.sys.ping", "_INBOX_acme.x", "_INBOX_quill-system")
+@pytest.mark.parametrize(("reply", "open_server", "tenants"), REPLIES)
+def test_services_reply_only_to_the_tenants_inbox(
+    reply: str, open_server: bool, tenants: bool
+) -> None:
+    """Without tenants (a service of an open server), any inbox but another tenant's; under
+    ``--tenants`` (the services' user), acme's request is answered into acme's inbox only."""
+    for subject in ("ws.qry.acme.w.read", "ws.cmdp.3.acme.w.write", "ws.bridge.acme.claim"):
+        assert reply_allowed(subject, reply, "_INBOX") is open_server, subject
+        assert reply_allowed(subject, reply, "_INBOX_quill-system") is tenants, subject
+
+
+def test_the_services_own_subjects_are_answered_in_any_inbox() -> None:
+    """A ping, a replica's query: no tenant may publish them (only the services' user)."""
+    assert reply_allowed("ws.sys.ping", "_INBOX_quill-system.x", "_INBOX_quill-system")
+    services = "_INBOX_quill-system"
+    assert reply_allowed("ws.replica.r1.acme.w.read", f"{services}.x", services)
     assert not reply_allowed("ws.sys.ping", "$JS.API.STREAM.DELETE.WS_EVENTS", None)
-    assert reply_allowed("ws.cmdp.3.acme.w.write", "_INBOX_acme.x")  # partition-mapped
