@@ -95,6 +95,7 @@ class Executor:
             reserve=config.disk_reserve,
             background=self._background,
             gone=self.provider.discard,
+            owner=self.provider.owner,
         )
         self.commands = Commands(
             config,

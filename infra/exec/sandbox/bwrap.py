@@ -82,7 +82,11 @@ WORKSPACE = "/workspace"
 SANDBOX_UID = 1000
 HOST_UID = 2_000_000_000
 """Host uid (and gid) of the command's processes when the executor is root: no account uses it,
-and it is below 2**31 and outside the ranges systemd allocates."""
+and it is below 2**31 and outside the ranges systemd allocates. The checkout belongs to it
+(``BwrapProvider.owner``)."""
+ROOT_HOST_UID = HOST_UID + 1
+"""Host uid (and gid) of the sandbox's root (uid 0 inside) when the executor is root: the
+shim's, another uid than the command's, and no account's either."""
 
 OOM_NOTE = (
     "\nquill: out of memory: the sandbox reached its memory limit ({mib} MiB, /tmp included)"
@@ -132,11 +136,23 @@ counting, it execs the command. Its limits are set from the host (``prlimit``) b
 log = logging.getLogger(__name__)
 
 _SETUP_S = 10.0
+_NOBODY = 65534
+_MAP = f"0 {ROOT_HOST_UID} 1\n{SANDBOX_UID} {HOST_UID} 1\n{_NOBODY} 0 1\n"
+"""The sandbox's user namespace (uid and gid) when the executor is root: its root is
+``ROOT_HOST_UID``, the command ``HOST_UID``; the host's root shows as ``nobody``, which only
+bwrap's own processes are (module docstring)."""
 _NO_USERNS = "/proc/sys/user/max_user_namespaces"
 """Set to 0 in the sandbox's user namespace when the executor is root: no nested one (the
 command lacks the CAP_SYS_RESOURCE that would set it back)."""
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "pressure")
+"""Kernel-global parts of /proc the command could write by their mode alone (``pressure``: a
+PSI trigger per open file, 0666), shown read-only. bwrap covers the first four itself only
+when its own uid inside is 0, which it is not here (module docstring)."""
 _SHM_BYTES = 64 * 1024**2
-_CAPS = ("dac_override", "fowner")
+_SHIM_CAPS = ("setuid", "setgid", "setpcap", "dac_read_search")
+"""What the shim (the sandbox's root) keeps, in the sandbox's user namespace only: switching the
+command to ``SANDBOX_UID`` with no capability at all, and entering a workdir the command made
+that the sandbox's root could not search otherwise."""
 _ETC = (
     "alternatives",
     "ld.so.cache",
@@ -179,12 +195,16 @@ class BwrapProvider:
         self._shims = common.shim_links()
         self._env = common.environment("/tmp", {}, common.SHIMS if self._shims else None)
         self._env_bin = shutil.which("env", path=common.PATH) or "env"
+        self._setpriv = shutil.which("setpriv", path=common.PATH) or "setpriv"
         self._spares: Spares[_Box] = Spares()
         self.spares = spares
         """At most this many spare sandboxes (``warm``); 0: none."""
         self.used = 0
         """Commands run in a spare."""
         self.cgroups = self._cgroups is not None
+        self.owner = (HOST_UID, HOST_UID) if self._root else None
+        """Who the checkout must belong to for the command to change it (the command has no
+        privilege over any other file); None: the executor's own uid (bwrap's usual map)."""
 
     @property
     def cgroup_version(self) -> int | None:
@@ -297,7 +317,7 @@ class BwrapProvider:
             # names no host path (its own included: argv[0] is "bwrap").
             args = fds.add(common.memfd("args", b"".join(os.fsencode(o) + b"\0" for o in options)))
             shim = [self._bash, "-c", SHIM, "quill", str(go_r), str(box.spec), str(report_w)]
-            argv = [self._bwrap, "--args", str(args), "--", *self._user(), *shim]
+            argv = [self._bwrap, "--args", str(args), "--", *self._shim_user(), *shim]
             if box.cgroup is not None:
                 argv = box.cgroup.wrap(self._bash, argv, "bwrap")
             popen: Callable[[], subprocess.Popen[bytes]] = functools.partial(  # type: ignore[assignment]
@@ -418,7 +438,7 @@ class BwrapProvider:
         if self._root:
             with contextlib.suppress(OSError):  # it died already: bwrap says why
                 for kind in ("uid", "gid"):
-                    _write(f"/proc/{pid}/{kind}_map", f"0 0 1\n{SANDBOX_UID} {HOST_UID} 1\n")
+                    _write(f"/proc/{pid}/{kind}_map", _MAP)
                 os.write(block_w, b"1")
         return init, pid, int(report["pid-namespace"])
 
@@ -437,9 +457,10 @@ class BwrapProvider:
         pairs = [f"{name}={value}" for name, value in env.items()]
         if spawn.count_left and spawn.argv[0] == "bash" and _exported(env, self._env):
             unset = [*self._env, *_BASH_EXPORTS]
-            items = [cwd, "1", str(len(unset)), str(len(pairs)), *unset, *pairs, *spawn.argv]
+            argv = [*self._command_user(), *spawn.argv]
+            items = [cwd, "1", str(len(unset)), str(len(pairs)), *unset, *pairs, *argv]
         else:
-            items = [cwd, "1" if spawn.count_left else "0", "-", "0"]
+            items = [cwd, "1" if spawn.count_left else "0", "-", "0", *self._command_user()]
             items += [self._env_bin, "-i", "--", *pairs, *spawn.argv]
         if any("=" in name for name in env) or any("\0" in item for item in items):
             raise SandboxError("cannot start bwrap: a NUL byte, or '=' in a variable name")
@@ -448,18 +469,36 @@ class BwrapProvider:
         except (UnicodeError, TypeError) as e:
             raise SandboxError(f"cannot start bwrap: {e}") from e
 
-    def _user(self) -> list[str]:
+    def _shim_user(self) -> list[str]:
+        """As root: ``setpriv`` making bwrap's process (still host root, outside every
+        mapping) the sandbox's root, ``ROOT_HOST_UID``, with ``_SHIM_CAPS`` only."""
         if not self._root:
             return []
-        caps = ",".join(f"+{c}" for c in _CAPS)
+        caps = ",".join(f"+{c}" for c in _SHIM_CAPS)
         return [
-            shutil.which("setpriv", path=common.PATH) or "setpriv",
-            f"--reuid={SANDBOX_UID}",
-            f"--regid={SANDBOX_UID}",
+            self._setpriv,
+            "--reuid=0",
+            "--regid=0",
             "--clear-groups",
             f"--inh-caps=-all,{caps}",
             f"--ambient-caps=-all,{caps}",
             f"--bounding-set=-all,{caps}",
+            "--",
+        ]
+
+    def _command_user(self) -> list[str]:
+        """As root: ``setpriv`` the shim runs the command through, as ``SANDBOX_UID`` with no
+        capability (none permitted, inheritable, ambient or in its bounding set)."""
+        if not self._root:
+            return []
+        return [
+            self._setpriv,
+            f"--reuid={SANDBOX_UID}",
+            f"--regid={SANDBOX_UID}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--bounding-set=-all",
             "--",
         ]
 
@@ -476,7 +515,7 @@ class BwrapProvider:
             opts += ["--ro-bind-try", "/etc/hosts", "/etc/hosts"]
         if self._root:
             opts += ["--cap-drop", "ALL"]
-            for cap in ("setuid", "setgid", "setpcap", *_CAPS):
+            for cap in _SHIM_CAPS:
                 opts += ["--cap-add", f"CAP_{cap.upper()}"]
         else:
             opts += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
@@ -495,6 +534,8 @@ class BwrapProvider:
         opts += ["--proc", "/proc", "--dev", "/dev"]
         if _NO_USERNS in data:
             opts += ["--file", str(data[_NO_USERNS]), _NO_USERNS]
+        for name in _PROC_READ_ONLY:  # after the --file above: it writes into /proc/sys
+            opts += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
         opts += ["--perms", "1777", "--size", str(limits.memory_bytes), "--tmpfs", "/tmp"]
         opts += ["--perms", "1777", "--size", str(_SHM_BYTES), "--tmpfs", "/dev/shm"]
         opts += ["--bind", str(checkout), WORKSPACE]
