@@ -511,15 +511,16 @@ class BwrapProvider:
         opts += ["--hostname", "sandbox"]
         if spawn.network:
             opts += ["--share-net"]
-            opts += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
-            opts += ["--ro-bind-try", "/etc/hosts", "/etc/hosts"]
         if self._root:
             opts += ["--cap-drop", "ALL"]
             for cap in _SHIM_CAPS:
                 opts += ["--cap-add", f"CAP_{cap.upper()}"]
         else:
             opts += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-        opts += self._system
+        opts += self._system  # /etc made 0755 first: a bind's missing parents would be 0700
+        if spawn.network:
+            opts += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+            opts += ["--ro-bind-try", "/etc/hosts", "/etc/hosts"]
         if self._shims:
             opts += ["--perms", "0755", "--dir", common.SHIMS]
             for name, target in self._shims.items():
