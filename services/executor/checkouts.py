@@ -294,6 +294,10 @@ class Checkouts:
         self._emptying = True
         self.background(self._empty())
 
+    async def close(self) -> None:
+        """Stop removing what the trash holds (the rest waits for the next start)."""
+        await asyncio.to_thread(self.trash.close)
+
     async def _empty(self) -> None:
         try:
             while not await asyncio.to_thread(self.trash.empty):

@@ -35,10 +35,11 @@ from contracts.limits import LimitsPatch
 from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
-from services.executor.checkouts import AT, TRASH
 from tests.helpers import start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries
 
+AT, TRASH = ".at", ".trash"
+"""Under the executor's ``checkouts``: pinned-version checkouts, and what is being removed."""
 LEVELS = 3000
 DEEP = (
     "import os\n"
@@ -94,7 +95,8 @@ async def services(nats_url: str, tmp_path: Path) -> AsyncIterator[tuple[StartEx
 
             yield executor, data
     finally:  # rm is iterative: whatever the executor left, however deep
-        subprocess.run(["rm", "-rf", "--one-file-system", str(data)], check=True)
+        done = subprocess.run(["rm", "-rf", "--one-file-system", str(data)], capture_output=True)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
 @pytest_asyncio.fixture
@@ -122,7 +124,7 @@ async def emptied(executor: Executor) -> None:
     """Wait until the executor's trash holds nothing (its background removal is done)."""
     trash = executor.settings.data_dir / "checkouts" / TRASH
     async with asyncio.timeout(60):
-        while executor.checkouts.trash.pending() or executor.checkouts._emptying:
+        while executor.checkouts.trash.pending() or not executor.checkouts.trash.idle():
             await asyncio.sleep(0.05)
     assert not trash.exists() or os.listdir(trash) == []
 
