@@ -1,6 +1,6 @@
 """``BwrapProvider`` ("bwrap"): a command in bubblewrap (the package has what the sandbox shows).
 
-Why one module of ~700 lines: it is one argv (bwrap's options), the one process that runs it
+Why one module of ~850 lines: it is one argv (bwrap's options), the one process that runs it
 and the shim that process starts, whose protocol (ready, limits, command, go, report) is read
 on both sides here; the pieces that stand alone are apart already (``cgroups``, ``seccomp``,
 ``proctree``, ``stdin``, ``spares``), and what is left reads best next to the reasons below.
@@ -8,17 +8,40 @@ on both sides here; the pieces that stand alone are apart already (``cgroups``, 
 Who the command is. RLIMIT_NPROC is the only per-tree process limit without cgroups, and the
 kernel never applies it to host uid 0 (``copy_process`` exempts ``INIT_USER``), so bwrap's usual
 map (sandbox uid 1000 = the caller, root) would let a fork bomb fill the host's pid table
-(measured: ``ulimit -u 20`` then 40 forks all succeed). When the executor is root the sandbox's
-user namespace maps uid 0 to host root and uid 1000 to ``HOST_UID``, an otherwise unused host
-uid (bwrap's ``--userns-block-fd`` lets us write that map); ``setpriv`` switches the command to
-uid 1000 keeping only CAP_DAC_OVERRIDE and CAP_FOWNER, which hold in the sandbox's user namespace
-alone: the command can create, change, chmod and delete the checkout's root-owned files, cannot
-write any read-only mount, and RLIMIT_NPROC counts its processes per sandbox (ucounts are per
-user namespace). A seccomp filter (``seccomp``) refuses setuid and setgid bits in chmod, which
-CAP_FOWNER would otherwise allow on a root-owned file (a setuid-root program on the host). Files
-the command creates are owned by ``HOST_UID`` on the host. Root-owned files show as root inside,
-so /etc/gitconfig marks every directory safe for git. An executor that is not root gets bwrap's
-usual map (sandbox uid 1000 = its own uid, no capabilities).
+(measured: ``ulimit -u 20`` then 40 forks all succeed). So when the executor is root the
+command never runs as host root, and holds no privilege over any file but its own:
+
+* The sandbox's user namespace (``_MAP``, written by us: bwrap's ``--userns-block-fd``) maps
+  uid 1000 to ``HOST_UID`` (the command), uid 0 to ``ROOT_HOST_UID`` (the sandbox's root: the
+  shim) and the host's root to 65534 (``nobody``). Both host uids are unused by any account.
+  The host's root must be mapped: bwrap's own process stays host root (it is not setuid and
+  does not change uid) and the kernel lets no one make files on the sandbox's new root unless
+  their uid is mapped there (``EOVERFLOW``); it is mapped as nobody and no process the command
+  can reach or become is it (bwrap's init, which reaps, and bwrap itself).
+* ``setpriv`` makes bwrap's process the sandbox's root with ``_SHIM_CAPS`` only (switching
+  uids, searching the command's directories); that is ``SHIM``, which runs the command through
+  another ``setpriv`` as uid 1000 with no capability at all: none permitted, effective,
+  inheritable, ambient or in its bounding set. Capabilities in a user namespace reach only
+  files whose owner is mapped there, and the command has none: it cannot chmod a device node or
+  a /proc entry (``/dev/null``, ``/proc/execdomains``: owned by the host's root, which it is
+  not), read root-only /proc files (``/proc/slabinfo``), ptrace or signal the shim or open its
+  descriptors (another uid; the shim's report of what the command left running cannot be
+  forged). RLIMIT_NPROC counts its processes per sandbox (ucounts are per user namespace).
+* Why not keep CAP_DAC_OVERRIDE and CAP_FOWNER for a root-owned checkout, as before: they held
+  over every root-owned file the sandbox shows, so the checkout belongs to the command instead
+  (``owner``: the executor gives it what it writes there, ``infra.safefs``), and so does every
+  file the command makes. Other host files show as nobody inside (/etc/gitconfig marks every
+  directory safe for git).
+* A seccomp filter (``seccomp``) refuses setuid and setgid bits in chmod (a setuid program of
+  ``HOST_UID`` on the host) and every kernel-key call (``add_key``, ``request_key``,
+  ``keyctl``): keyrings are per host uid, which all sandboxes share, and ``/proc/keys`` listed
+  one tenant's keys to another.
+* The kernel-global parts of /proc a mode alone would let a process write (``_PROC_READ_ONLY``)
+  are read-only binds (bwrap does so for four of them only when its uid inside is 0).
+
+An executor that is not root gets bwrap's usual map (sandbox uid 1000 = its own uid, no
+capabilities): one uid for the shim and the command, which may then trace the shim and forge
+its report of what it left running (docs/executor.md).
 
 Limits. Where a cgroup can be made (``cgroups``), each sandbox gets its own: ``memory_bytes``
 for all its processes and /tmp together (the OOM killer ends one of them past it: exit 137,
@@ -34,6 +57,7 @@ through the same steps at once; a spare (``warm``, ``spares``) has them done ahe
 
 What it sees of the host. bwrap's options come from a memfd (``--args``) and its argv[0] is
 ``bwrap``: /proc/1/cmdline inside shows ``bwrap --args N -- setpriv ... bash -c SHIM ...``;
+the host's root and every other host uid show as nobody (65534);
 bwrap is started in the checkout (``cwd``), which is how ``sweep`` still knows an orphan. The
 environment is the command's own (``env -i``). No nested user namespace: bwrap's
 ``--disable-userns``, or as root (where bwrap refuses it with ``--userns-block-fd``)
@@ -114,13 +138,15 @@ SHIM = (
     "case ${line%% *} in Z|X) ;; *) n=$((n + 1)) ;; esac; done; "
     'printf "%d\\n" "$n" >&"$rep"; exit "$status"'
 )
-"""A bwrap sandbox's first process (after ``setpriv``), ``bash -c SHIM quill GO SPEC REPORT``:
+"""A bwrap sandbox's first process (after ``setpriv``: the sandbox's root when the executor is
+root), ``bash -c SHIM quill GO SPEC REPORT``:
 says it is ready (``R`` on REPORT), waits for a byte on GO, then reads the command from SPEC
 (a memfd the provider has filled meanwhile: the directory, whether to count what is left, K and
 N, then either ``env -i -- NAME=VALUE... argv...`` (K is ``-``) or the K names the shim
 exports, the command's N ``NAME=VALUE`` and its argv; each ending in NUL), closes GO and SPEC,
-enters the directory (else reports ``E <directory>``) and runs the command with exactly its
-environment: through ``env -i``, or (``bash -c``, and ``_exported``: names bash exports as
+enters the directory (else reports ``E <directory>``) and runs the command (as root, through
+``setpriv`` to uid 1000: the SPEC's argv starts with it) with exactly its environment: through
+``env -i``, or (``bash -c``, and ``_exported``: names bash exports as
 given; a missing program would be reported in bash's words, not env's) from a
 subshell that unsets what the shim exports, exports the command's and execs it, one exec less
 (bash's ``exec`` adds no ``_``, and in a subshell it sets no ``SHLVL``).
@@ -470,8 +496,8 @@ class BwrapProvider:
             raise SandboxError(f"cannot start bwrap: {e}") from e
 
     def _shim_user(self) -> list[str]:
-        """As root: ``setpriv`` making bwrap's process (still host root, outside every
-        mapping) the sandbox's root, ``ROOT_HOST_UID``, with ``_SHIM_CAPS`` only."""
+        """As root: ``setpriv`` making bwrap's process (still host root: nobody inside) the
+        sandbox's root, ``ROOT_HOST_UID``, with ``_SHIM_CAPS`` only."""
         if not self._root:
             return []
         caps = ",".join(f"+{c}" for c in _SHIM_CAPS)
