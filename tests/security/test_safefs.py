@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -206,7 +208,19 @@ def descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_a_deep_walk_holds_few_descriptors(tmp_path: Path) -> None:
+@pytest.fixture
+def deep(tmp_path: Path) -> Iterator[Path]:
+    """``tmp_path``, emptied afterwards by ``rm -rf`` (iterative): a tree this deep left there
+    would break pytest's own clean-up of its temporary directories later (``shutil.rmtree``)."""
+    try:
+        yield tmp_path
+    finally:
+        for path in tmp_path.iterdir():
+            subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=True)
+
+
+def test_a_deep_walk_holds_few_descriptors(deep: Path) -> None:
+    tmp_path = deep
     chain(tmp_path / "tree", DEEP)
     before, most = descriptors(), 0
     with Dir.open(tmp_path / "tree") as root:
@@ -223,8 +237,9 @@ def test_a_deep_walk_holds_few_descriptors(tmp_path: Path) -> None:
 
 
 def test_a_deep_walk_stops_where_a_closed_directory_was_moved(
-    tmp_path: Path, outside: Path
+    deep: Path, outside: Path
 ) -> None:
+    tmp_path = deep
     made = chain(tmp_path / "tree", 4 * safefs.MAX_OPEN)
     (tmp_path / "tree/side").mkdir()  # entered after d's subtree: skipped with the rest
     (tmp_path / "tree/side/x").write_text("x\n")
@@ -239,8 +254,9 @@ def test_a_deep_walk_stops_where_a_closed_directory_was_moved(
 
 
 def test_removing_a_deep_tree_is_iterative_bounded_and_resumable(
-    tmp_path: Path, outside: Path
+    deep: Path, outside: Path
 ) -> None:
+    tmp_path = deep
     chain(tmp_path / "tree", DEEP)
     (tmp_path / "tree/d/d/up").symlink_to(outside)
     for i in range(3 * 1024):  # a directory wider than one listing batch
