@@ -80,9 +80,9 @@ class Trash:
             return self._remove(name, budget)
 
     def empty(self, budget: int = ENTRIES) -> bool:
-        """Remove at most ``budget`` entries of what the trash holds (but what failed before,
-        or another thread removes); whether nothing is left to do. Blocking: run it in a
-        thread."""
+        """Remove what the trash holds (but what failed before, or another thread removes),
+        at most ``budget`` entries of each tree in it; whether nothing is left to do.
+        Blocking: run it in a thread."""
         if self._closed:
             return True
         try:
