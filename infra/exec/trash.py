@@ -35,7 +35,8 @@ log = logging.getLogger("quill.executor")
 STEP = 1_000
 """Entries removed between two looks at ``close``."""
 ENTRIES = 10_000
-"""Entries ``empty`` removes per call (the caller calls again: a thread is never held long)."""
+"""Entries ``empty`` removes of each tree per call (the caller calls again: a thread is never
+held long)."""
 INLINE = 200_000
 """Entries ``discard`` removes before it returns by default (a checkout within its quota is
 removed whole; more waits in the trash for ``empty``)."""

@@ -236,9 +236,7 @@ def test_a_deep_walk_holds_few_descriptors(deep: Path) -> None:
     assert descriptors() == before
 
 
-def test_a_deep_walk_stops_where_a_closed_directory_was_moved(
-    deep: Path, outside: Path
-) -> None:
+def test_a_deep_walk_stops_where_a_closed_directory_was_moved(deep: Path, outside: Path) -> None:
     tmp_path = deep
     made = chain(tmp_path / "tree", 4 * safefs.MAX_OPEN)
     (tmp_path / "tree/side").mkdir()  # entered after d's subtree: skipped with the rest
@@ -253,9 +251,7 @@ def test_a_deep_walk_stops_where_a_closed_directory_was_moved(
     assert sorted(p.name for p in outside.iterdir()) == ["file", "moved"]
 
 
-def test_removing_a_deep_tree_is_iterative_bounded_and_resumable(
-    deep: Path, outside: Path
-) -> None:
+def test_removing_a_deep_tree_is_iterative_bounded_and_resumable(deep: Path, outside: Path) -> None:
     tmp_path = deep
     chain(tmp_path / "tree", DEEP)
     (tmp_path / "tree/d/d/up").symlink_to(outside)
