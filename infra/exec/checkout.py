@@ -33,7 +33,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import shutil
 import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -69,7 +68,8 @@ from core.globs import Globs
 from infra import log as eventlog
 from infra.blobs import Blobs
 from infra.compaction import decode_manifest
-from infra.safefs import Dir, parent_of, walk
+from infra.exec.trash import Trash
+from infra.safefs import Dir, Owner, parent_of, remove_tree, walk
 
 log = logging.getLogger("quill.executor")
 
@@ -186,8 +186,15 @@ class Checkout:
         subjects: Subjects,
         blobs: Blobs,
         fetch: Fetch,
+        *,
+        owner: Owner | None = None,
+        trash: Trash | None = None,
     ) -> None:
+        """``owner``: who ``tree/`` and everything the checkout writes into it belongs to (the
+        sandboxed command's host uid, ``Provider.owner``; None: the executor's own);
+        ``trash``: where a wiped checkout goes (None: removed in place)."""
         self.home = home
+        self.owner, self.trash = owner, trash
         self._fetch = fetch
         self.tree = home / "tree"
         self.tenant, self.workspace = tenant, workspace
@@ -211,6 +218,10 @@ class Checkout:
         if (self.home / "dirty").exists() or not path.exists():
             self._wipe()
             return
+        if self.owner is not None and self._owned_by() != self.owner[0]:
+            log.info("checkout %s/%s: not its sandbox's to change: rebuilding", *self._name)
+            self._wipe()
+            return
         try:
             self.manifest = _decoder.decode(path.read_bytes())
         except (msgspec.DecodeError, OSError) as exc:
@@ -221,11 +232,36 @@ class Checkout:
     def _name(self) -> tuple[str, str]:
         return self.tenant, self.workspace
 
+    def _owned_by(self) -> int | None:
+        try:
+            return self.tree.lstat().st_uid
+        except OSError:
+            return None
+
+    def _root(self) -> Dir:
+        """``tree/``, opened so that what is made in it belongs to ``owner``."""
+        return Dir.open(self.tree, self.owner)
+
     def _wipe(self) -> None:
-        shutil.rmtree(self.home, ignore_errors=True)
-        self.tree.mkdir(parents=True)
+        """Start over empty: the old home goes to the trash (or is removed), however deep
+        the command made it."""
+        self._discard(self.home)
+        self._new_tree()
         self.manifest = Manifest()
         self.save()
+
+    def _discard(self, path: Path) -> None:
+        if self.trash is not None:
+            self.trash.discard(path)
+        elif os.path.lexists(path):
+            with Dir.open(path.parent) as parent:
+                remove_tree(parent, path.name)
+
+    def _new_tree(self) -> None:
+        """An empty ``tree/`` of ``owner``'s."""
+        self.tree.mkdir(parents=True)
+        if self.owner is not None:
+            os.chown(self.tree, *self.owner)
 
     def begin(self) -> None:
         """Mark ``tree/`` as being changed (cleared by ``save``)."""
@@ -360,10 +396,10 @@ class Checkout:
     ) -> None:
         """Write ``live`` (revision rows, parents first); ``fresh``: in an empty tree."""
         if fresh:
-            shutil.rmtree(self.tree, ignore_errors=True)
-            self.tree.mkdir(parents=True)
+            self._discard(self.tree)
+            self._new_tree()
             self.manifest.paths, self.manifest.local, self.manifest.ignored = {}, {}, []
-        with Dir.open(self.tree) as root:
+        with self._root() as root:
             for row in sorted(live, key=lambda r: str(r[0])):  # parents before children
                 self._materialise_row(root, row, contents)
 
@@ -415,7 +451,7 @@ class Checkout:
         if tracked is None or tracked.sha256 != sha256 or tracked.sig is None:
             return None
         try:
-            with Dir.open(self.tree) as root, parent_of(root, path) as found:
+            with self._root() as root, parent_of(root, path) as found:
                 if found is None:
                     return None
                 data, st = found[0].read_file(found[1], tracked.sig[0])
@@ -430,7 +466,7 @@ class Checkout:
         path in the checkout (a path the event also removes, or below one, counts as not)."""
         removed = {c.path for c in event.changes if isinstance(c, Remove)}
         wanted: dict[str, PutFile] = {}
-        with Dir.open(self.tree) as root:
+        with self._root() as root:
             for change in event.changes:
                 if not isinstance(change, PutFile) or change.text is not None or change.data:
                     continue
@@ -461,7 +497,7 @@ class Checkout:
         return st is not None and stat.S_ISREG(st.st_mode) and file_sig(st) == tracked.sig
 
     def _apply_all(self, changes: list[AnyChange], contents: dict[str, bytes]) -> None:
-        with Dir.open(self.tree) as root:
+        with self._root() as root:
             for change in changes:
                 self._apply(root, change, contents)
 
@@ -521,7 +557,7 @@ class Checkout:
         if not path:
             return True
         try:
-            with Dir.open(self.tree) as root, parent_of(root, path) as found:
+            with self._root() as root, parent_of(root, path) as found:
                 st = None if found is None else found[0].lstat(found[1])
         except OSError:
             return None
@@ -530,7 +566,7 @@ class Checkout:
     # ------------------------------------------------------------------ capture
     def ignore_patterns(self) -> Globs:
         """The defaults plus the workspace's ``.quillignore``, if the checkout has one."""
-        with Dir.open(self.tree) as root:
+        with self._root() as root:
             return self._ignore_patterns(root)
 
     def _ignore_patterns(self, root: Dir) -> Globs:
@@ -549,7 +585,7 @@ class Checkout:
 
     def capture(self) -> Captured:
         """Walk ``tree/`` and list what differs from the manifest (blocking: run in a thread)."""
-        with Dir.open(self.tree) as root:
+        with self._root() as root:
             return self._capture(root)
 
     def _capture(self, root: Dir) -> Captured:

@@ -96,6 +96,7 @@ class Executor:
             reserve=config.disk_reserve,
             background=self._background,
             gone=self.provider.discard,
+            owner=self.provider.owner,
         )
         self.commands = Commands(
             config,
@@ -186,6 +187,7 @@ class Executor:
             task.cancel()
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=sandbox.GRACE_S + 5)
+        await self.checkouts.close()  # no removal goes on in a thread after it
         await self.bridges.stop()
         await self.provider.close()
         if self._lock is not None:

@@ -4,6 +4,11 @@ time, synced to the log before each, kept within each workspace's quota (``quota
 a byte budget for all of them and the disk's free-space reserve (``disk``): idle ones are
 evicted, least recently used first. A request pinned to an older version gets a checkout of its
 own built at that version (``at``), removed after it.
+
+A checkout removed (evicted, purged, rebuilt, one built at an older version) goes to the trash
+(``infra.exec.trash``): renamed at once, removed from there without recursion, a bounded amount
+at a time, the rest in the background (``tidy``); one that cannot be removed is logged and left
+there. No tree a command made, however deep, can fail a request or an executor's start for good.
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -29,6 +33,8 @@ from contracts.subjects import STREAM_EVENTS, Address, Subjects
 from infra import compaction
 from infra.blobs import Blobs
 from infra.exec.checkout import Checkout
+from infra.exec.trash import Trash
+from infra.safefs import Owner
 from quill.client import Quill
 from services.executor import disk, quota
 
@@ -38,6 +44,10 @@ T = TypeVar("T")
 Key = tuple[str, str]
 """(tenant, workspace)."""
 
+AT = ".at"
+"""Under ``<data>/checkouts``: the checkouts built at an older version, one per request."""
+TRASH = ".trash"
+"""Under ``<data>/checkouts``: what is being removed, or could not be (``infra.exec.trash``)."""
 IN_MEMORY = 256
 """Idle checkouts whose manifest (a row per path of the workspace) stays in memory; past it
 the least recently used is forgotten, not removed: its manifest is read again from
@@ -60,8 +70,13 @@ class Checkouts:
         reserve: int | None,
         background: Callable[[Coroutine[Any, Any, None]], None],
         gone: Callable[[Path], None] = lambda tree: None,
+        owner: Owner | None = None,
     ) -> None:
         self.data_dir, self.js, self.subjects, self.blobs = data_dir, js, subjects, blobs
+        self.owner = owner
+        """Who each checkout's tree belongs to (``Provider.owner``)."""
+        self.trash = Trash(data_dir / "checkouts" / TRASH)
+        self._emptying = False
         self.quill = quill
         self.background = background
         self.gone = gone
@@ -93,7 +108,15 @@ class Checkouts:
             return await ws.read_bytes(path, version=version)
 
         return Checkout(
-            home, address.tenant, address.workspace, self.js, self.subjects, self.blobs, fetch
+            home,
+            address.tenant,
+            address.workspace,
+            self.js,
+            self.subjects,
+            self.blobs,
+            fetch,
+            owner=self.owner,
+            trash=self.trash,
         )
 
     @contextlib.asynccontextmanager
@@ -135,6 +158,7 @@ class Checkouts:
                 del self.using[key]
             if not done:  # failed or cancelled: evict in the background
                 self.background(self.evict())
+            self.tidy()
         await self.evict()  # before the reply: its sender sees the budget kept
 
     async def sync(self, checkout: Checkout) -> None:
@@ -221,7 +245,7 @@ class Checkouts:
         self.measured.pop(key, None)
         home = checkout.home if checkout else self.data_dir / "checkouts" / key[0] / key[1]
         self.gone(home / "tree")
-        await asyncio.to_thread(_remove_tree, home)
+        await self._discard(home)
         self.budget.forget(key)
 
     async def purged(self, key: Key) -> None:
@@ -245,13 +269,41 @@ class Checkouts:
         """The checkouts an earlier executor left count against the budget (and are evicted
         first); pinned-version ones it left half-used are removed."""
         checkouts = self.data_dir / "checkouts"
-        await asyncio.to_thread(_remove_tree, checkouts / ".at")
+        await self._discard(checkouts / AT)
         for key, home in await asyncio.to_thread(disk.found, checkouts):
             if await self._gone(key):  # purged while no executor was here to hear it
                 await self._remove(key)
                 continue
             self.budget.used(key, await quota.measure(home))
         await self.evict()
+        self.tidy()  # what this or an earlier executor left in the trash
+
+    async def _discard(self, path: Path) -> None:
+        """Move ``path`` to the trash and remove it (``Trash.discard``); a failure is logged,
+        never raised (the trash keeps what it could not remove); the rest in the background."""
+        try:
+            await asyncio.to_thread(self.trash.discard, path)
+        except Exception as exc:
+            log.warning("cannot remove %s (%s): left in place", path, exc)
+        self.tidy()
+
+    def tidy(self) -> None:
+        """Empty the trash in the background (one task at a time), if it holds anything."""
+        if self._emptying or not self.trash.pending():
+            return
+        self._emptying = True
+        self.background(self._empty())
+
+    async def close(self) -> None:
+        """Stop removing what the trash holds (the rest waits for the next start)."""
+        await asyncio.to_thread(self.trash.close)
+
+    async def _empty(self) -> None:
+        try:
+            while not await asyncio.to_thread(self.trash.empty):
+                pass
+        finally:
+            self._emptying = False
 
     def info(self) -> dict[str, Any]:
         try:
@@ -289,14 +341,14 @@ class Checkouts:
         if req.version < checkout.manifest.floor:
             what = f"{address.tenant}/{address.workspace}"
             raise compaction.trimmed(what, req.version, checkout.manifest.floor)
-        temp = self.data_dir / "checkouts" / ".at" / self._nuid.next().decode()
+        temp = self.data_dir / "checkouts" / AT / self._nuid.next().decode()
         past = self.new(temp, address)
         try:
             await asyncio.to_thread(past.open)
             await past.sync(req.version)
             yield past
         finally:
-            await asyncio.to_thread(_remove_tree, temp)
+            await self._discard(temp)
 
 
 class KeyLocks:
@@ -325,7 +377,3 @@ class KeyLocks:
                 del self._held[key]
             else:
                 self._held[key] = (lock, users - 1)
-
-
-def _remove_tree(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

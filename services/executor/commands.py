@@ -294,6 +294,7 @@ class Commands:
                     credentials=self.credentials,
                     output_cap=limits.max_output_bytes,
                     scratch=self.scratch,
+                    owner=self.provider.owner,
                 )
                 result = await self.checkouts.guarded(checkout, git)
             except quota.Stopped:

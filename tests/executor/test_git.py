@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,11 +84,37 @@ def creds(tmp_path: Path, server: GitServer) -> Credentials:
     )
 
 
+OWNER = (sandbox.HOST_UID, sandbox.HOST_UID) if os.geteuid() == 0 else None
+"""Who a checkout belongs to under bwrap (``Provider.owner``): its command has no privilege
+over any other file."""
+
+
+@pytest.fixture
+def owner(request: pytest.FixtureRequest) -> tuple[int, int] | None:
+    return OWNER if request.node.callspec.params.get("run") == "bwrap" else None
+
+
+def own(root: Path, owner: tuple[int, int] | None) -> None:
+    """Give what the test wrote into a checkout on the host to the command's uid, as the
+    executor gives what it writes (nothing under a link is followed)."""
+    if owner is not None and root.exists():
+        for path in [root, *root.rglob("*")]:
+            os.chown(path, *owner, follow_symlinks=False)
+
+
 class Git:
     """Runs actions like the executor does, and git commands in the sandbox for setup."""
 
-    def __init__(self, run: Runner, ws: Path, creds: Credentials, scratch: Path) -> None:
+    def __init__(
+        self,
+        run: Runner,
+        ws: Path,
+        creds: Credentials,
+        scratch: Path,
+        owner: tuple[int, int] | None = None,
+    ) -> None:
         self.run, self.ws, self.creds, self.scratch = run, ws, creds, scratch
+        self.owner = owner
 
     async def __call__(
         self,
@@ -100,6 +127,7 @@ class Git:
         **fields: Any,
     ) -> GitResult:
         req = msgspec.convert({"action": action, **fields}, GitCommand)
+        own(ws or self.ws, self.owner)
         try:
             return await run_git(
                 req,
@@ -109,11 +137,13 @@ class Git:
                 credentials=self.creds if creds is None else creds,
                 output_cap=cap,
                 scratch=self.scratch,
+                owner=self.owner,
             )
         finally:  # scratch repositories never outlive the action
             assert not self.scratch.exists() or list(self.scratch.iterdir()) == []
 
     async def sh(self, *argv: str, workdir: str = "", ws: Path | None = None) -> str:
+        own(ws or self.ws, self.owner)
         out = await self.run(ws or self.ws, Spawn(argv=list(argv), workdir=workdir))
         assert out.exit_code == 0, out.stderr.decode()
         return out.stdout.decode()
@@ -123,8 +153,10 @@ class Git:
 
 
 @pytest.fixture
-def g(run: Runner, ws: Path, creds: Credentials, tmp_path: Path) -> Git:
-    return Git(run, ws, creds, tmp_path / "data/scratch")
+def g(
+    run: Runner, ws: Path, creds: Credentials, tmp_path: Path, owner: tuple[int, int] | None
+) -> Git:
+    return Git(run, ws, creds, tmp_path / "data/scratch", owner)
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -401,7 +433,12 @@ async def test_remote_echoing_the_token_is_redacted(g: Git, ws: Path, server: Gi
 
 
 async def test_the_token_is_redacted_even_cut_by_the_cap(
-    run: Runner, ws: Path, server: GitServer, creds: Credentials, tmp_path: Path
+    run: Runner,
+    ws: Path,
+    server: GitServer,
+    creds: Credentials,
+    tmp_path: Path,
+    owner: tuple[int, int] | None,
 ) -> None:
     """Whatever git prints with the credential, no piece of the token reaches the reply."""
     basic = base64.b64encode(f"x-access-token:{TOKEN}".encode())
@@ -413,7 +450,7 @@ async def test_the_token_is_redacted_even_cut_by_the_cap(
         kept = noise[: spawn.output_cap]  # as a sandbox keeps the first output_cap bytes
         return Outcome(0, b"", kept, 0, len(noise), False, 1)
 
-    g = Git(echoing, ws, creds, tmp_path / "scratch")
+    g = Git(echoing, ws, creds, tmp_path / "scratch", owner)
     await remote_repo(g, ws, server, {"a.txt": "a\n"})
     pieces = {TOKEN[i : i + 4] for i in range(len(TOKEN) - 3)}
     for cap in range(20, 200, 11):
@@ -557,14 +594,14 @@ async def test_clone_into_the_root_and_anonymous(g: Git, tmp_path: Path, evil: G
 
 
 async def test_no_network_in_the_sandbox_fails_clearly(
-    run: Runner, ws: Path, server: GitServer, creds: Credentials
+    run: Runner, ws: Path, server: GitServer, creds: Credentials, owner: tuple[int, int] | None
 ) -> None:
     async def offline(directory: Path, spawn: Spawn) -> Outcome:
         if spawn.network:
             raise sandbox.SandboxError("network is not available in this sandbox")
         return await run(directory, spawn)
 
-    g = Git(offline, ws, creds, ws.parent / "scratch")
+    g = Git(offline, ws, creds, ws.parent / "scratch", owner)
     await remote_repo(g, ws, server, {"a.txt": "a\n"})
     err = await fails(ErrorCode.EXECUTION_FAILED, g("push"))
     assert err.message == (

@@ -10,6 +10,7 @@ regression fails on a loopback target first). Names are resolved by a test resol
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -179,8 +180,9 @@ class Resolver:
 
 
 class Action:
-    def __init__(self, run: Runner, tmp_path: Path) -> None:
-        self.run, self.tmp = run, tmp_path
+    def __init__(self, run: Runner, tmp_path: Path, owner: tuple[int, int] | None) -> None:
+        self.run, self.tmp, self.owner = run, tmp_path, owner
+        """``owner``: who a checkout belongs to under the provider (``Provider.owner``)."""
         self.count = 0
 
     async def __call__(
@@ -190,6 +192,8 @@ class Action:
             self.count += 1
             ws = self.tmp / f"ws{self.count}"
             ws.mkdir()
+        if self.owner is not None:  # the checkout's, as the executor makes it
+            os.chown(ws, *self.owner)
         req = msgspec.convert({"action": action, **fields}, GitCommand)
         return await run_git(
             req,
@@ -199,6 +203,7 @@ class Action:
             credentials=creds,
             output_cap=10_000,
             scratch=self.tmp / "scratch",
+            owner=self.owner,
         )
 
     async def fails(self, action: str, creds: Credentials, **fields: Any) -> QuillError:
@@ -208,8 +213,10 @@ class Action:
 
 
 @pytest.fixture
-def act(run: Runner, tmp_path: Path) -> Action:
-    return Action(run, tmp_path)
+def act(run: Runner, tmp_path: Path, request: pytest.FixtureRequest) -> Action:
+    bwrap = request.node.callspec.params["run"] == "bwrap"
+    owner = (sandbox.HOST_UID, sandbox.HOST_UID) if bwrap and os.geteuid() == 0 else None
+    return Action(run, tmp_path, owner)
 
 
 def allowing(*entries: str, resolver: Resolver | None = None) -> Credentials:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,110 @@ def test_names_are_single_names(tree: Path) -> None:
         for bad in ("d/x.txt", "..", ".", ""):
             with pytest.raises(OSError):
                 root.read_file(bad, 10)
+
+
+# ------------------------------------------------------------------ deep trees (issue 28, item 3)
+
+DEEP = 1200
+"""Levels: past Python's recursion limit (1,000), where ``shutil.rmtree`` raised
+``RecursionError``, and many times ``safefs.MAX_OPEN``."""
+
+
+def chain(top: Path, levels: int) -> list[Path]:
+    """``top/d/d/...`` ``levels`` deep with a file at each level; each directory, outermost
+    first (made through descriptors: the path would soon be too long for the kernel)."""
+    top.mkdir()
+    made, fd = [], os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    path = top
+    try:
+        for _ in range(levels):
+            os.mkdir("d", dir_fd=fd)
+            os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd, path = child, path / "d"
+            made.append(path)
+    finally:
+        os.close(fd)
+    return made
+
+
+def descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+def deep(tmp_path: Path) -> Iterator[Path]:
+    """``tmp_path``, emptied afterwards by ``rm -rf`` (iterative): a tree this deep left there
+    would break pytest's own clean-up of its temporary directories later (``shutil.rmtree``)."""
+    try:
+        yield tmp_path
+    finally:
+        for path in tmp_path.iterdir():
+            subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=True)
+
+
+def test_a_deep_walk_holds_few_descriptors(deep: Path) -> None:
+    tmp_path = deep
+    chain(tmp_path / "tree", DEEP)
+    before, most = descriptors(), 0
+    with Dir.open(tmp_path / "tree") as root:
+        seen, deepest = 0, 0
+        for rel, parent, name, _ in walk(root, lambda _: False):
+            seen, deepest = seen + 1, max(deepest, rel.count("/"))
+            if seen % 50 == 0:
+                most = max(most, descriptors())
+            if name == "f":  # the directory an item names is open until the walk moves on
+                assert parent.lstat("f") is not None
+    assert (seen, deepest) == (2 * DEEP, DEEP - 1)  # every level, to the last file
+    assert most <= before + safefs.MAX_OPEN + 3  # before: one descriptor per level
+    assert descriptors() == before
+
+
+def test_a_deep_walk_stops_where_a_closed_directory_was_moved(deep: Path, outside: Path) -> None:
+    tmp_path = deep
+    made = chain(tmp_path / "tree", 4 * safefs.MAX_OPEN)
+    (tmp_path / "tree/side").mkdir()  # entered after d's subtree: skipped with the rest
+    (tmp_path / "tree/side/x").write_text("x\n")
+    seen = []
+    with Dir.open(tmp_path / "tree") as root:
+        for rel, _, _, _ in walk(root, lambda _: False):
+            seen.append(rel)
+            if rel.count("/") == 3 * safefs.MAX_OPEN and not (outside / "moved").exists():
+                os.rename(made[5], outside / "moved")  # its ancestors' descriptors are closed
+    assert not any(rel.startswith("side/") or "file" in rel for rel in seen)
+    assert sorted(p.name for p in outside.iterdir()) == ["file", "moved"]
+
+
+def test_removing_a_deep_tree_is_iterative_bounded_and_resumable(deep: Path, outside: Path) -> None:
+    tmp_path = deep
+    chain(tmp_path / "tree", DEEP)
+    (tmp_path / "tree/d/d/up").symlink_to(outside)
+    for i in range(3 * 1024):  # a directory wider than one listing batch
+        (tmp_path / "tree/d" / f"sub{i}").mkdir()
+    with Dir.open(tmp_path) as top:
+        before, rounds = descriptors(), 0
+        while not safefs.remove_tree(top, "tree", budget=500):  # at most 500 entries a call
+            rounds += 1
+            assert descriptors() == before
+        assert rounds >= (2 * DEEP + 3 * 1024) // 500 - 1
+        assert not (tmp_path / "tree").exists() and descriptors() == before
+    unchanged(outside)
+
+
+def test_what_a_dir_with_an_owner_makes_is_the_owners(tree: Path) -> None:
+    if os.geteuid() != 0:
+        print("not root: cannot give files to another uid")
+        pytest.skip("not root: cannot give files to another uid")
+    owner = (2_000_000_000, 2_000_000_000)
+    with Dir.open(tree, owner) as root:
+        made = root.ensure_dir("new")
+        with made:
+            made.write_file("x.txt", b"x", 0o644)
+        root.write_file("f.txt", b"rewritten", 0o755)
+        kept = root.ensure_dir("d")  # already there: left as it is
+        kept.close()
+    for path in ("new", "new/x.txt", "f.txt"):
+        st = (tree / path).lstat()
+        assert (st.st_uid, st.st_gid) == owner, path
+    assert (tree / "d").stat().st_uid == 0

@@ -69,6 +69,13 @@ def host_processes(token: str) -> list[int]:
     return found
 
 
+def own(*paths: Path) -> None:
+    """Give ``paths`` to the command's uid, as an executor does a checkout's files."""
+    if os.geteuid() == 0:
+        for path in paths:
+            os.chown(path, sandbox.HOST_UID, sandbox.HOST_UID)
+
+
 @pytest.fixture
 def checkouts(tmp_path: Path, canaries: Canaries) -> Iterator[tuple[Path, Path]]:
     base = tmp_path / "data" / "checkouts"
@@ -76,6 +83,7 @@ def checkouts(tmp_path: Path, canaries: Canaries) -> Iterator[tuple[Path, Path]]
     for tree in (a, b):
         tree.mkdir(parents=True)
         (tree / "whose").write_text(tree.parent.parent.name)
+        own(tree, tree / "whose")
     yield a, b
 
 
@@ -135,6 +143,7 @@ async def test_a_spare_over_a_replaced_checkout_is_not_used(
     shutil.rmtree(a)  # a checkout reset: a new directory at the same path
     a.mkdir()
     (a / "whose").write_text("rebuilt")
+    own(a, a / "whose")
     o = await provider.run(a, sh("cat whose; touch made"), LIMITS)
     assert (o.exit_code, o.stdout) == (0, b"rebuilt"), o.stderr
     assert (a / "made").exists() and provider.used == 1

@@ -24,12 +24,14 @@ async def run_git(
     credentials: Credentials,
     output_cap: int,
     scratch: Path | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> GitResult:
     """Run one git action against the repository at ``req.workdir`` in ``checkout``.
 
     ``run`` runs each git process in the sandbox; ``scratch`` is where the network actions
     make their temporary repositories (default: the system's temporary directory), outside
-    the checkout. The result's ``changes`` is None (the executor captures them).
+    the checkout, given to ``owner`` (``Provider.owner``). The result's ``changes`` is None
+    (the executor captures them).
 
     Raises:
         QuillError: see the docstring of ``infra.exec.git``.
@@ -52,6 +54,7 @@ async def run_git(
         timeout_s=timeout_s,
         deadline=time.monotonic() + timeout_s,
         env=env,
+        owner=owner,
     )
     match req.action:
         case "status":

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import re
 import tempfile
 import time
@@ -59,6 +60,7 @@ from infra.exec.git.local import check_branch
 from infra.exec.git.running import Git, git_argv
 from infra.exec.git.workspace import display, resolve_dir
 from infra.exec.sandbox import Outcome
+from infra.safefs import Dir, remove_tree
 
 _HELPER = (
     '!f() { test "$1" = get || exit 0; p=; h=; '
@@ -227,24 +229,39 @@ async def _show(g: Git, host: Path, probe: Path) -> tuple[str, tuple[tuple[Path,
 
 
 @contextlib.contextmanager
-def _scratch(scratch: Path | None) -> Iterator[Path]:
-    """A temporary directory of the executor's, readable by the sandbox's user."""
+def _scratch(scratch: Path | None, owner: tuple[int, int] | None) -> Iterator[Path]:
+    """A temporary directory of the executor's, the sandbox's user's to write (``owner``);
+    removed afterwards however deep a sandboxed git made it (``safefs.remove_tree``)."""
     if scratch is not None:
         scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="quill-git-", dir=scratch) as tmp:
-        path = Path(tmp).resolve()
+    path = Path(tempfile.mkdtemp(prefix="quill-git-", dir=scratch)).resolve()
+    try:
         path.chmod(0o755)
+        _own(owner, path)
         yield path
+    finally:
+        with Dir.open(path.parent) as parent:
+            remove_tree(parent, path.name)
 
 
-def _bare(path: Path, alternates: str | None = None) -> None:
-    """A fresh bare repository whose every file the executor wrote."""
+def _own(owner: tuple[int, int] | None, *paths: Path) -> None:
+    """Give ``paths`` (the executor just made them) to ``owner``."""
+    if owner is not None:
+        for path in paths:
+            os.chown(path, *owner, follow_symlinks=False)
+
+
+def _bare(path: Path, owner: tuple[int, int] | None, alternates: str | None = None) -> None:
+    """A fresh bare repository whose every file the executor wrote, given to ``owner``."""
     for sub in ("objects/info", "refs/heads", "refs/tags"):
         (path / sub).mkdir(parents=True)
     (path / "HEAD").write_text("ref: refs/heads/quill-scratch\n")
     (path / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = true\n")
+    made = ["", "objects", "objects/info", "refs", "refs/heads", "refs/tags", "HEAD", "config"]
     if alternates is not None:
         (path / "objects/info/alternates").write_text(alternates + "\n")
+        made.append("objects/info/alternates")
+    _own(owner, *(path / name for name in made))
 
 
 async def push(
@@ -261,9 +278,9 @@ async def push(
             f"No git credential is configured for {remote.protocol}://{remote.host}",
             {"host": remote.host},
         )
-    with _scratch(scratch) as tmp:
+    with _scratch(scratch, g.owner) as tmp:
         stage, push = tmp / "stage.git", tmp / "push.git"
-        _bare(stage)
+        _bare(stage, g.owner)
         root, binds = await _show(g, g.checkout.resolve(), stage)
         source = f"{root}/{g.repo}".rstrip("/")
         await g.spawn(
@@ -275,10 +292,12 @@ async def push(
             workdir="",
             ro_binds=binds,
         )
-        _bare(push, alternates="../../stage.git/objects")
+        _bare(push, g.owner, alternates="../../stage.git/objects")
         ref = push / "refs/heads" / branch
+        made = [p for p in ref.parents if not p.exists() and push in p.parents]
         ref.parent.mkdir(parents=True, exist_ok=True)
         ref.write_text(sha + "\n")
+        _own(g.owner, *made, ref)
         spec = f"refs/heads/{branch}:refs/heads/{branch}"
         out = await _network(g, tmp, "push.git", ["push", remote.url, spec], remote, credentials)
     await g.git("update-ref", f"refs/remotes/{req.remote}/{branch}", sha)
@@ -295,8 +314,8 @@ async def pull(
     branch = check_branch(req.branch or current or "")
     remote = _remote(await _remote_url(g, req.remote, push=False), credentials)
     tracking = f"refs/remotes/{req.remote}/{branch}"
-    with _scratch(scratch) as tmp:
-        _bare(tmp / "fetch.git")
+    with _scratch(scratch, g.owner) as tmp:
+        _bare(tmp / "fetch.git", g.owner)
         await _network(
             g,
             tmp,
@@ -332,7 +351,7 @@ async def clone(
     name = req.remote
     if not _REMOTE.match(name):
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Invalid remote name: {name!r}")
-    with _scratch(scratch) as tmp:
+    with _scratch(scratch, g.owner) as tmp:
         await _network(
             g,
             tmp,

@@ -130,6 +130,9 @@ class Git:
     secrets: list[bytes] = field(default_factory=list)
     mounts: bool | None = None
     """Whether the sandbox shows ``ro_binds`` (asked once, by ``remote._show``)."""
+    owner: tuple[int, int] | None = None
+    """Who the scratch repositories must belong to for the sandboxed git to write them
+    (``Provider.owner``)."""
 
     async def spawn(
         self,

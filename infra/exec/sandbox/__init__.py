@@ -19,8 +19,11 @@ A provider runs one process tree for one command:
 (and /bin, /lib... as the host has them), a curated /etc (loader, certificates, time zone, a
 synthetic passwd/group naming ``quill``, uid 1000), a fresh /proc and /dev, a private /tmp
 (HOME) and the checkout read-write at /workspace. When the executor is root the command runs
-as an otherwise unused host uid, so that RLIMIT_NPROC contains a fork bomb; a seccomp filter
-refuses setuid and setgid bits in chmod (``bwrap`` has who the command is, and why). Where the
+as an otherwise unused host uid with no capability (RLIMIT_NPROC contains a fork bomb; it can
+change nothing outside /workspace, /tmp and /dev/shm, and the checkout is that uid's:
+``Provider.owner``), the shim reporting its result as another; a seccomp filter refuses
+setuid and setgid bits in chmod and kernel keys; the kernel-global parts of /proc are
+read-only (``bwrap`` has who the command is, and why). Where the
 host lets the executor make cgroups (v2, or v1 memory and pids; as root on a plain host), each
 sandbox gets one: one memory limit for all its processes and its /tmp, one process limit
 (``cgroups``). Without, the executor warns at start (``provider``) and says ``"cgroups":
@@ -31,7 +34,9 @@ environment policy (HOME and TMPDIR a private directory, removed afterwards), li
 timeout (``local`` has how its processes are found). It is no sandbox: host network and files,
 ``ro_binds`` ignored, nothing killed if the executor dies, a process that both leaves the
 session and clears its environment escapes, and as root RLIMIT_NPROC does not apply (no
-fork-bomb containment).
+fork-bomb containment). It runs as the executor's user: as root, with every privilege of the
+host's root (device nodes, kernel-global files, root-only /proc, tracing the executor, the
+kernel keyring): none of bwrap's separation (``Provider.owner`` is None).
 
 Limits are set by util-linux ``prlimit`` exec'd just before the command (local), or with
 ``prlimit(2)`` from the executor on the bwrap sandbox's first process while it waits for the

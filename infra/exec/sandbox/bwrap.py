@@ -1,6 +1,6 @@
 """``BwrapProvider`` ("bwrap"): a command in bubblewrap (the package has what the sandbox shows).
 
-Why one module of ~700 lines: it is one argv (bwrap's options), the one process that runs it
+Why one module of ~850 lines: it is one argv (bwrap's options), the one process that runs it
 and the shim that process starts, whose protocol (ready, limits, command, go, report) is read
 on both sides here; the pieces that stand alone are apart already (``cgroups``, ``seccomp``,
 ``proctree``, ``stdin``, ``spares``), and what is left reads best next to the reasons below.
@@ -8,17 +8,40 @@ on both sides here; the pieces that stand alone are apart already (``cgroups``, 
 Who the command is. RLIMIT_NPROC is the only per-tree process limit without cgroups, and the
 kernel never applies it to host uid 0 (``copy_process`` exempts ``INIT_USER``), so bwrap's usual
 map (sandbox uid 1000 = the caller, root) would let a fork bomb fill the host's pid table
-(measured: ``ulimit -u 20`` then 40 forks all succeed). When the executor is root the sandbox's
-user namespace maps uid 0 to host root and uid 1000 to ``HOST_UID``, an otherwise unused host
-uid (bwrap's ``--userns-block-fd`` lets us write that map); ``setpriv`` switches the command to
-uid 1000 keeping only CAP_DAC_OVERRIDE and CAP_FOWNER, which hold in the sandbox's user namespace
-alone: the command can create, change, chmod and delete the checkout's root-owned files, cannot
-write any read-only mount, and RLIMIT_NPROC counts its processes per sandbox (ucounts are per
-user namespace). A seccomp filter (``seccomp``) refuses setuid and setgid bits in chmod, which
-CAP_FOWNER would otherwise allow on a root-owned file (a setuid-root program on the host). Files
-the command creates are owned by ``HOST_UID`` on the host. Root-owned files show as root inside,
-so /etc/gitconfig marks every directory safe for git. An executor that is not root gets bwrap's
-usual map (sandbox uid 1000 = its own uid, no capabilities).
+(measured: ``ulimit -u 20`` then 40 forks all succeed). So when the executor is root the
+command never runs as host root, and holds no privilege over any file but its own:
+
+* The sandbox's user namespace (``_MAP``, written by us: bwrap's ``--userns-block-fd``) maps
+  uid 1000 to ``HOST_UID`` (the command), uid 0 to ``ROOT_HOST_UID`` (the sandbox's root: the
+  shim) and the host's root to 65534 (``nobody``). Both host uids are unused by any account.
+  The host's root must be mapped: bwrap's own process stays host root (it is not setuid and
+  does not change uid) and the kernel lets no one make files on the sandbox's new root unless
+  their uid is mapped there (``EOVERFLOW``); it is mapped as nobody and no process the command
+  can reach or become is it (bwrap's init, which reaps, and bwrap itself).
+* ``setpriv`` makes bwrap's process the sandbox's root with ``_SHIM_CAPS`` only (switching
+  uids, searching the command's directories); that is ``SHIM``, which runs the command through
+  another ``setpriv`` as uid 1000 with no capability at all: none permitted, effective,
+  inheritable, ambient or in its bounding set. Capabilities in a user namespace reach only
+  files whose owner is mapped there, and the command has none: it cannot chmod a device node or
+  a /proc entry (``/dev/null``, ``/proc/execdomains``: owned by the host's root, which it is
+  not), read root-only /proc files (``/proc/slabinfo``), ptrace or signal the shim or open its
+  descriptors (another uid; the shim's report of what the command left running cannot be
+  forged). RLIMIT_NPROC counts its processes per sandbox (ucounts are per user namespace).
+* Why not keep CAP_DAC_OVERRIDE and CAP_FOWNER for a root-owned checkout, as before: they held
+  over every root-owned file the sandbox shows, so the checkout belongs to the command instead
+  (``owner``: the executor gives it what it writes there, ``infra.safefs``), and so does every
+  file the command makes. Other host files show as nobody inside (/etc/gitconfig marks every
+  directory safe for git).
+* A seccomp filter (``seccomp``) refuses setuid and setgid bits in chmod (a setuid program of
+  ``HOST_UID`` on the host) and every kernel-key call (``add_key``, ``request_key``,
+  ``keyctl``): keyrings are per host uid, which all sandboxes share, and ``/proc/keys`` listed
+  one tenant's keys to another.
+* The kernel-global parts of /proc a mode alone would let a process write (``_PROC_READ_ONLY``)
+  are read-only binds (bwrap does so for four of them only when its uid inside is 0).
+
+An executor that is not root gets bwrap's usual map (sandbox uid 1000 = its own uid, no
+capabilities): one uid for the shim and the command, which may then trace the shim and forge
+its report of what it left running (docs/executor.md).
 
 Limits. Where a cgroup can be made (``cgroups``), each sandbox gets its own: ``memory_bytes``
 for all its processes and /tmp together (the OOM killer ends one of them past it: exit 137,
@@ -34,6 +57,7 @@ through the same steps at once; a spare (``warm``, ``spares``) has them done ahe
 
 What it sees of the host. bwrap's options come from a memfd (``--args``) and its argv[0] is
 ``bwrap``: /proc/1/cmdline inside shows ``bwrap --args N -- setpriv ... bash -c SHIM ...``;
+the host's root and every other host uid show as nobody (65534);
 bwrap is started in the checkout (``cwd``), which is how ``sweep`` still knows an orphan. The
 environment is the command's own (``env -i``). No nested user namespace: bwrap's
 ``--disable-userns``, or as root (where bwrap refuses it with ``--userns-block-fd``)
@@ -82,7 +106,11 @@ WORKSPACE = "/workspace"
 SANDBOX_UID = 1000
 HOST_UID = 2_000_000_000
 """Host uid (and gid) of the command's processes when the executor is root: no account uses it,
-and it is below 2**31 and outside the ranges systemd allocates."""
+and it is below 2**31 and outside the ranges systemd allocates. The checkout belongs to it
+(``BwrapProvider.owner``)."""
+ROOT_HOST_UID = HOST_UID + 1
+"""Host uid (and gid) of the sandbox's root (uid 0 inside) when the executor is root: the
+shim's, another uid than the command's, and no account's either."""
 
 OOM_NOTE = (
     "\nquill: out of memory: the sandbox reached its memory limit ({mib} MiB, /tmp included)"
@@ -110,13 +138,15 @@ SHIM = (
     "case ${line%% *} in Z|X) ;; *) n=$((n + 1)) ;; esac; done; "
     'printf "%d\\n" "$n" >&"$rep"; exit "$status"'
 )
-"""A bwrap sandbox's first process (after ``setpriv``), ``bash -c SHIM quill GO SPEC REPORT``:
+"""A bwrap sandbox's first process (after ``setpriv``: the sandbox's root when the executor is
+root), ``bash -c SHIM quill GO SPEC REPORT``:
 says it is ready (``R`` on REPORT), waits for a byte on GO, then reads the command from SPEC
 (a memfd the provider has filled meanwhile: the directory, whether to count what is left, K and
 N, then either ``env -i -- NAME=VALUE... argv...`` (K is ``-``) or the K names the shim
 exports, the command's N ``NAME=VALUE`` and its argv; each ending in NUL), closes GO and SPEC,
-enters the directory (else reports ``E <directory>``) and runs the command with exactly its
-environment: through ``env -i``, or (``bash -c``, and ``_exported``: names bash exports as
+enters the directory (else reports ``E <directory>``) and runs the command (as root, through
+``setpriv`` to uid 1000: the SPEC's argv starts with it) with exactly its environment: through
+``env -i``, or (``bash -c``, and ``_exported``: names bash exports as
 given; a missing program would be reported in bash's words, not env's) from a
 subshell that unsets what the shim exports, exports the command's and execs it, one exec less
 (bash's ``exec`` adds no ``_``, and in a subshell it sets no ``SHLVL``).
@@ -132,11 +162,23 @@ counting, it execs the command. Its limits are set from the host (``prlimit``) b
 log = logging.getLogger(__name__)
 
 _SETUP_S = 10.0
+_NOBODY = 65534
+_MAP = f"0 {ROOT_HOST_UID} 1\n{SANDBOX_UID} {HOST_UID} 1\n{_NOBODY} 0 1\n"
+"""The sandbox's user namespace (uid and gid) when the executor is root: its root is
+``ROOT_HOST_UID``, the command ``HOST_UID``; the host's root shows as ``nobody``, which only
+bwrap's own processes are (module docstring)."""
 _NO_USERNS = "/proc/sys/user/max_user_namespaces"
 """Set to 0 in the sandbox's user namespace when the executor is root: no nested one (the
 command lacks the CAP_SYS_RESOURCE that would set it back)."""
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "pressure")
+"""Kernel-global parts of /proc the command could write by their mode alone (``pressure``: a
+PSI trigger per open file, 0666), shown read-only. bwrap covers the first four itself only
+when its own uid inside is 0, which it is not here (module docstring)."""
 _SHM_BYTES = 64 * 1024**2
-_CAPS = ("dac_override", "fowner")
+_SHIM_CAPS = ("setuid", "setgid", "setpcap", "dac_read_search")
+"""What the shim (the sandbox's root) keeps, in the sandbox's user namespace only: switching the
+command to ``SANDBOX_UID`` with no capability at all, and entering a workdir the command made
+that the sandbox's root could not search otherwise."""
 _ETC = (
     "alternatives",
     "ld.so.cache",
@@ -179,12 +221,16 @@ class BwrapProvider:
         self._shims = common.shim_links()
         self._env = common.environment("/tmp", {}, common.SHIMS if self._shims else None)
         self._env_bin = shutil.which("env", path=common.PATH) or "env"
+        self._setpriv = shutil.which("setpriv", path=common.PATH) or "setpriv"
         self._spares: Spares[_Box] = Spares()
         self.spares = spares
         """At most this many spare sandboxes (``warm``); 0: none."""
         self.used = 0
         """Commands run in a spare."""
         self.cgroups = self._cgroups is not None
+        self.owner = (HOST_UID, HOST_UID) if self._root else None
+        """Who the checkout must belong to for the command to change it (the command has no
+        privilege over any other file); None: the executor's own uid (bwrap's usual map)."""
 
     @property
     def cgroup_version(self) -> int | None:
@@ -297,7 +343,7 @@ class BwrapProvider:
             # names no host path (its own included: argv[0] is "bwrap").
             args = fds.add(common.memfd("args", b"".join(os.fsencode(o) + b"\0" for o in options)))
             shim = [self._bash, "-c", SHIM, "quill", str(go_r), str(box.spec), str(report_w)]
-            argv = [self._bwrap, "--args", str(args), "--", *self._user(), *shim]
+            argv = [self._bwrap, "--args", str(args), "--", *self._shim_user(), *shim]
             if box.cgroup is not None:
                 argv = box.cgroup.wrap(self._bash, argv, "bwrap")
             popen: Callable[[], subprocess.Popen[bytes]] = functools.partial(  # type: ignore[assignment]
@@ -418,7 +464,7 @@ class BwrapProvider:
         if self._root:
             with contextlib.suppress(OSError):  # it died already: bwrap says why
                 for kind in ("uid", "gid"):
-                    _write(f"/proc/{pid}/{kind}_map", f"0 0 1\n{SANDBOX_UID} {HOST_UID} 1\n")
+                    _write(f"/proc/{pid}/{kind}_map", _MAP)
                 os.write(block_w, b"1")
         return init, pid, int(report["pid-namespace"])
 
@@ -437,9 +483,10 @@ class BwrapProvider:
         pairs = [f"{name}={value}" for name, value in env.items()]
         if spawn.count_left and spawn.argv[0] == "bash" and _exported(env, self._env):
             unset = [*self._env, *_BASH_EXPORTS]
-            items = [cwd, "1", str(len(unset)), str(len(pairs)), *unset, *pairs, *spawn.argv]
+            argv = [*self._command_user(), *spawn.argv]
+            items = [cwd, "1", str(len(unset)), str(len(pairs)), *unset, *pairs, *argv]
         else:
-            items = [cwd, "1" if spawn.count_left else "0", "-", "0"]
+            items = [cwd, "1" if spawn.count_left else "0", "-", "0", *self._command_user()]
             items += [self._env_bin, "-i", "--", *pairs, *spawn.argv]
         if any("=" in name for name in env) or any("\0" in item for item in items):
             raise SandboxError("cannot start bwrap: a NUL byte, or '=' in a variable name")
@@ -448,18 +495,36 @@ class BwrapProvider:
         except (UnicodeError, TypeError) as e:
             raise SandboxError(f"cannot start bwrap: {e}") from e
 
-    def _user(self) -> list[str]:
+    def _shim_user(self) -> list[str]:
+        """As root: ``setpriv`` making bwrap's process (still host root: nobody inside) the
+        sandbox's root, ``ROOT_HOST_UID``, with ``_SHIM_CAPS`` only."""
         if not self._root:
             return []
-        caps = ",".join(f"+{c}" for c in _CAPS)
+        caps = ",".join(f"+{c}" for c in _SHIM_CAPS)
         return [
-            shutil.which("setpriv", path=common.PATH) or "setpriv",
-            f"--reuid={SANDBOX_UID}",
-            f"--regid={SANDBOX_UID}",
+            self._setpriv,
+            "--reuid=0",
+            "--regid=0",
             "--clear-groups",
             f"--inh-caps=-all,{caps}",
             f"--ambient-caps=-all,{caps}",
             f"--bounding-set=-all,{caps}",
+            "--",
+        ]
+
+    def _command_user(self) -> list[str]:
+        """As root: ``setpriv`` the shim runs the command through, as ``SANDBOX_UID`` with no
+        capability (none permitted, inheritable, ambient or in its bounding set)."""
+        if not self._root:
+            return []
+        return [
+            self._setpriv,
+            f"--reuid={SANDBOX_UID}",
+            f"--regid={SANDBOX_UID}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--bounding-set=-all",
             "--",
         ]
 
@@ -472,15 +537,16 @@ class BwrapProvider:
         opts += ["--hostname", "sandbox"]
         if spawn.network:
             opts += ["--share-net"]
-            opts += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
-            opts += ["--ro-bind-try", "/etc/hosts", "/etc/hosts"]
         if self._root:
             opts += ["--cap-drop", "ALL"]
-            for cap in ("setuid", "setgid", "setpcap", *_CAPS):
+            for cap in _SHIM_CAPS:
                 opts += ["--cap-add", f"CAP_{cap.upper()}"]
         else:
             opts += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-        opts += self._system
+        opts += self._system  # /etc made 0755 first: a bind's missing parents would be 0700
+        if spawn.network:
+            opts += ["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]
+            opts += ["--ro-bind-try", "/etc/hosts", "/etc/hosts"]
         if self._shims:
             opts += ["--perms", "0755", "--dir", common.SHIMS]
             for name, target in self._shims.items():
@@ -495,6 +561,8 @@ class BwrapProvider:
         opts += ["--proc", "/proc", "--dev", "/dev"]
         if _NO_USERNS in data:
             opts += ["--file", str(data[_NO_USERNS]), _NO_USERNS]
+        for name in _PROC_READ_ONLY:  # after the --file above: it writes into /proc/sys
+            opts += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
         opts += ["--perms", "1777", "--size", str(limits.memory_bytes), "--tmpfs", "/tmp"]
         opts += ["--perms", "1777", "--size", str(_SHM_BYTES), "--tmpfs", "/dev/shm"]
         opts += ["--bind", str(checkout), WORKSPACE]

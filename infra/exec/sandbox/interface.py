@@ -89,6 +89,10 @@ class Provider(Protocol):
     processes (and /tmp); without, the memory and process limits are per process."""
     no_cgroups: str
     """Why not, when ``cgroups`` is false."""
+    owner: tuple[int, int] | None
+    """The host (uid, gid) a checkout's files must belong to for the command to change them:
+    it has no privilege over any other file. None: the executor's own (it runs the command as
+    itself, or as its own uid inside)."""
 
     async def sweep(self, checkouts: Path) -> int:
         """Kill what commands over the checkouts under ``checkouts`` an earlier executor left

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import os
 import secrets
-import shutil
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from infra.exec.sandbox import common, proctree
 from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
 from infra.exec.sandbox.stdin import StdinWatch, available
+from infra.safefs import Dir, remove_tree
 
 MARKER = "QUILL_EXEC_TOKEN"
 """Environment variable tagging a local command's processes."""
@@ -34,6 +34,7 @@ class LocalProvider:
     name = "local"
     cgroups = False
     no_cgroups = "the local provider makes none"
+    owner: tuple[int, int] | None = None
 
     async def sweep(self, checkouts: Path) -> int:
         """Nothing: a local command's processes carry a marker of their own command only, so
@@ -132,7 +133,9 @@ def _shims(home: str) -> str | None:
 
 
 def _remove(home: str) -> None:
-    shutil.rmtree(home, ignore_errors=True)
+    """Remove the command's private HOME, however deep it made it (``safefs.remove_tree``)."""
+    with contextlib.suppress(OSError), Dir.open(Path(home).parent) as parent:
+        remove_tree(parent, os.path.basename(home))
 
 
 def _close(fd: int) -> None:

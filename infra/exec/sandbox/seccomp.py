@@ -1,10 +1,16 @@
-"""A seccomp filter for the bwrap sandbox: no setuid or setgid bit through chmod.
+"""A seccomp filter for the bwrap sandbox: no setuid or setgid bit through chmod, no kernel keys.
 
-Only ``bwrap`` uses this module. The sandboxed command keeps CAP_FOWNER in its user namespace
-so that it can chmod the checkout's root-owned files; without this filter it could also make one
-of them setuid root on the host (write a program into it, ``chmod 4755``). ``chmod``,
-``fchmod``, ``fchmodat`` and ``fchmodat2`` with S_ISUID or S_ISGID in the mode fail with EPERM;
-every other call is allowed. Covers x86_64 (with its i386 and x32 ABIs) and aarch64 (with its
+Only ``bwrap`` uses this module. Every file of the checkout belongs to the command's host uid,
+so without this filter it could make one of them a setuid program of that uid on the host
+(write a program, ``chmod 4755``) for any local user to run. ``chmod``, ``fchmod``,
+``fchmodat`` and ``fchmodat2`` with S_ISUID or S_ISGID in the mode fail with EPERM.
+
+The kernel's keyrings are not namespaced by anything a sandbox has of its own: every sandbox
+runs as the same host uid, and ``/proc/keys`` lists every key that uid may view, whichever
+sandbox added it (one tenant read another's key descriptions). ``add_key``, ``request_key``
+and ``keyctl`` fail with EPERM: no command adds, finds or reads a key.
+
+Every other call is allowed. Covers x86_64 (with its i386 and x32 ABIs) and aarch64 (with its
 32-bit ARM ABI); elsewhere ``program()`` returns None.
 """
 
@@ -26,15 +32,23 @@ _NR, _ARCH = 0, 4  # offsets in struct seccomp_data; args[i] at 16 + 8 i (low ha
 _X32_BIT = 0x40000000
 _SETID = stat.S_ISUID | stat.S_ISGID
 
-# per architecture (AUDIT_ARCH_*): {syscall number: index of its mode argument}
-_ABIS = {
+_KEYS = "keys"
+# per architecture (AUDIT_ARCH_*): {syscall number: index of its mode argument, or _KEYS for
+# add_key, request_key and keyctl (refused whatever their arguments)}
+_ABIS: dict[str, dict[int, dict[int, int | str]]] = {
     "x86_64": {
-        0xC000003E: {90: 1, 91: 1, 268: 2, 452: 2},  # x86_64 (and x32, same numbers)
-        0x40000003: {15: 1, 94: 1, 306: 2, 452: 2},  # i386
+        0xC000003E: {  # x86_64 (and x32, same numbers)
+            **{90: 1, 91: 1, 268: 2, 452: 2},
+            **dict.fromkeys((248, 249, 250), _KEYS),
+        },
+        0x40000003: {15: 1, 94: 1, 306: 2, 452: 2, **dict.fromkeys((286, 287, 288), _KEYS)},
     },
     "aarch64": {
-        0xC00000B7: {52: 1, 53: 2, 452: 2},  # aarch64 (fchmod, fchmodat, fchmodat2)
-        0x40000028: {15: 1, 94: 1, 333: 2, 452: 2},  # arm
+        0xC00000B7: {  # aarch64 (fchmod, fchmodat, fchmodat2; the key calls)
+            **{52: 1, 53: 2, 452: 2},
+            **dict.fromkeys((217, 218, 219), _KEYS),
+        },
+        0x40000028: {15: 1, 94: 1, 333: 2, 452: 2, **dict.fromkeys((309, 310, 311), _KEYS)},
     },
 }
 
@@ -54,7 +68,7 @@ def program(machine: str | None = None) -> bytes | None:
         code.append((_LD_ABS, 0, 0, _NR))
         code.append((_AND, 0, 0, 0xFFFFFFFF & ~_X32_BIT))
         for nr, arg in calls.items():
-            code.append((_JEQ, f"arg{arg}", 0, nr))
+            code.append((_JEQ, "deny" if arg == _KEYS else f"arg{arg}", 0, nr))
         code.append((_RET, 0, 0, _ALLOW))
     labels[f"abi{len(abis)}"] = len(code)
     code.append((_RET, 0, 0, _ALLOW))
