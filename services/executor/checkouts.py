@@ -3,7 +3,12 @@
 time, synced to the log before each, kept within each workspace's quota (``quota``), and within
 a byte budget for all of them and the disk's free-space reserve (``disk``): idle ones are
 evicted, least recently used first. A request pinned to an older version gets a checkout of its
-own built at that version (``at``), removed after it.
+own built at that version (``at``), removed after it; it counts against the budget meanwhile.
+
+What one checkout may hold (``allowance``): its workspace's ``max_checkout_bytes``, at most
+the executor's ceiling (``--max-checkout-mb``, default the budget), at most what the budget
+leaves beside the other checkouts once the idle ones are evicted; a command never has to give
+back what its checkout held when it started.
 """
 
 from __future__ import annotations
@@ -60,7 +65,10 @@ class Checkouts:
         reserve: int | None,
         background: Callable[[Coroutine[Any, Any, None]], None],
         gone: Callable[[Path], None] = lambda tree: None,
+        ceiling: int | None = None,
     ) -> None:
+        """``ceiling``: the most one checkout may hold, whatever its workspace says (None:
+        ``budget``)."""
         self.data_dir, self.js, self.subjects, self.blobs = data_dir, js, subjects, blobs
         self.quill = quill
         self.background = background
@@ -74,6 +82,11 @@ class Checkouts:
         """One lock per checkout someone holds or waits for (none for an idle one)."""
         self.reserve = disk.Reserve(data_dir, reserve)
         self.budget = disk.Budget(budget)
+        self.ceiling = budget if ceiling is None else min(ceiling, budget)
+        self.watch = disk.Watch(self.reserve)
+        """Free space while commands run (``disk.Watch``)."""
+        self.pinned: dict[Path, int] = {}
+        """The bytes of each checkout built at an older version, while a command uses it."""
         self.using: Counter[Key] = Counter()
         """Requests in hand per checkout (one in use, or waited for, is never evicted)."""
         self.over_quota: dict[Key, int] = {}
@@ -146,7 +159,8 @@ class Checkouts:
     async def within_quota(self, key: Key, checkout: Checkout) -> None:
         """Before a command: a checkout over its quota drops what the log does not hold (it
         is rebuilt from the log); still over, the command is refused."""
-        limit = checkout.limits.max_checkout_bytes
+        allowed = self.quota_of(checkout)
+        limit = allowed.bytes
         known = self.measured.pop(key, None)  # kept only by a command that ended normally
         if known is not None and known[0] == checkout.version:
             used = known[1]  # nothing changed it since
@@ -160,27 +174,89 @@ class Checkouts:
         self.budget.used(key, used)
         if used > limit:  # not rebuilt again until the log changes
             self.over_quota[key] = checkout.version
-            raise quota.OverQuota(used, limit).refused()
+            raise quota.OverQuota(used, allowed).refused()
         self.over_quota.pop(key, None)
 
-    async def guarded(self, checkout: Checkout, work: Awaitable[T]) -> T:
-        """``work`` (a command on ``checkout``) stopped if the checkout goes over its quota:
-        then its changes are discarded (the checkout is rebuilt from the log next time).
+    def quota_of(self, checkout: Checkout) -> quota.Allowed:
+        """Its workspace's ``max_checkout_bytes``, at most the executor's ceiling."""
+        asked = checkout.limits.max_checkout_bytes
+        if asked <= self.ceiling:
+            return quota.Allowed(asked)
+        return quota.Allowed(self.ceiling, asked=asked)
+
+    def file_bytes(self, checkout: Checkout) -> int:
+        """The largest file a command on ``checkout`` may write (its RLIMIT_FSIZE): no more
+        than the checkout may hold, the whole budget, or the free space beyond the reserve
+        now (a single ``write`` or ``fallocate`` then cannot take the log's room)."""
+        try:
+            free, reserve = self.reserve.space()
+        except OSError:
+            free, reserve = self.budget.budget, 0
+        room = max(1, free - reserve)
+        return min(self.quota_of(checkout).bytes, self.budget.budget, room)
+
+    def _allowance(self, key: Key, checkout: Checkout, live: bool, started: int) -> quota.Allowance:
+        """What ``checkout`` may hold at each sample of a command on it (``quota.guard``):
+        its quota, or less: what the budget leaves beside the others (idle ones evicted
+        first, least recently used first), never less than it held at the start."""
+        wanted = self.quota_of(checkout)
+
+        async def allowance(used: int) -> quota.Allowed:
+            if live:
+                self.budget.used(key, used)
+            else:
+                self.pinned[checkout.home] = used
+            room = self._room(key if live else None, checkout.home)
+            if used > room:
+                for idle in self.budget.idle(lambda k: k in self.using or k == key):
+                    await self.drop(idle)
+                    room = self._room(key if live else None, checkout.home)
+                    if used <= room:
+                        break
+            room = max(room, started)
+            if room < wanted.bytes:
+                return quota.Allowed(room, "checkouts_budget", asked=wanted.bytes)
+            return wanted
+
+        return allowance
+
+    def _room(self, key: Key | None, home: Path) -> int:
+        """What the budget leaves one checkout beside the others (idle, in use, pinned)."""
+        pinned = sum(b for h, b in self.pinned.items() if h != home)
+        return self.budget.budget - self.budget.others(key) - pinned
+
+    async def guarded(
+        self, checkout: Checkout, work: Awaitable[T], also: tuple[Path, ...] = ()
+    ) -> T:
+        """``work`` (a command on ``checkout``) stopped if the checkout goes over what it may
+        hold (``allowance``), or grows the most while the disk is under its reserve
+        (``disk.Watch``; ``also``: other directories the command writes to): then its changes
+        are discarded (the checkout is rebuilt from the log next time).
 
         Raises:
             QuillError: ``SIZE_LIMIT_EXCEEDED`` when it was stopped or ended over the quota.
         """
         key = (checkout.tenant, checkout.workspace)
         live = self.live.get(key) is checkout  # not one built at an older version
+        started = self.budget.sizes.get(key) if live else None
+        if started is None:
+            started = await quota.measure(checkout.home)
+        allowance = self._allowance(key, checkout, live, started)
         try:
             result, used = await quota.guard(
-                checkout.home, checkout.limits.max_checkout_bytes, work
+                checkout.home, allowance, work, watch=self.watch, also=also
             )
-        except quota.OverQuota as over:
-            await asyncio.to_thread(checkout.reset)
-            if live:
-                self.budget.used(key, await quota.measure(checkout.home))
+        except (quota.OverQuota, quota.DiskShort) as over:
+            try:
+                await asyncio.to_thread(checkout.reset)
+                if live:
+                    self.budget.used(key, await quota.measure(checkout.home))
+            finally:
+                if isinstance(over, quota.DiskShort):
+                    over.release()  # the space it took is free: the watch may stop another
             raise over.stopped() from None
+        finally:
+            self.pinned.pop(checkout.home, None)
         if live:
             self.budget.used(key, used)
         return result
@@ -261,8 +337,10 @@ class Checkouts:
             free = reserve = inodes = inode_reserve = -1
             short = False
         return {
-            "checkouts_bytes": self.budget.total,
+            "checkouts_bytes": self.budget.total + sum(self.pinned.values()),
             "checkouts_budget": self.budget.budget,
+            "max_checkout_bytes": self.ceiling,
+            "disk_watch_stops": self.watch.stops,
             "disk_free_bytes": free,
             "disk_reserve_bytes": reserve,
             "disk_free_inodes": inodes,
