@@ -245,11 +245,21 @@ class NatsServer:
         conf = self.data_dir / "nats-server.conf"
         port, extra = self._listen, self.extra_config
         text = config(self.store_dir, port, extra=extra, max_store=self.limits.limit)
-        # 0600: with tenants, the configuration holds every NATS password.
-        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)
-        with open(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        # 0600: with tenants, the configuration holds every NATS password. Whole or not at
+        # all (a new file renamed over it): on a full disk the last one stays as it was.
+        fresh = conf.with_name(conf.name + ".new")
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            with open(fd, "w", encoding="utf-8", closefd=False) as out:
+                out.write(text)
+            os.fsync(fd)
+        except OSError:
+            fresh.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        os.replace(fresh, conf)
 
     def raise_limit(self) -> bool:
         """If the disk has grown enough (``Limit.grown``), write the higher limit to the

@@ -117,7 +117,8 @@ class ServerLog:
             if self.lost:
                 note = f"quill: {self.lost} lines of nats-server's output lost: {self.error}\n"
                 self._size += os.write(self._fd, note.encode())  # type: ignore[arg-type]
-                self.lost, self.written = 0, self.written + 1
+                self.lost, self.written, self.error = 0, self.written + 1, None
+                log.warning("nats-server's log %s written again", self.path)
             self._size += os.write(self._fd, data)  # type: ignore[arg-type]
             self.written += 1
             return True

@@ -76,8 +76,10 @@ class NatsChild(Child):
         start is left down for the supervisor to try again after its delay."""
         try:
             self.server.start()
-        except (RuntimeError, OSError) as exc:
+        except RuntimeError as exc:  # "nats-server did not start: ..."
             log.warning("%s", exc)
+        except OSError as exc:  # its configuration or its store's disk
+            log.warning("nats-server not started: %s", exc)
 
     def alive(self) -> bool:
         return self.server.alive()
