@@ -74,8 +74,12 @@ class Stack:
         return st.f_bavail * st.f_frsize
 
     def executor_reserve(self) -> int:
-        """The ``--disk-reserve-mb`` ``quill up`` gave its executor (its command line)."""
+        """The ``--disk-reserve-mb`` ``quill up`` gave its executor (its command line), or the
+        executor's default, max(1 GiB, 5% of the disk)."""
         argv = Path(f"/proc/{self.pids()['executor']}/cmdline").read_bytes().split(b"\0")
+        if b"--disk-reserve-mb" not in argv:
+            st = os.statvfs(self.disk)
+            return max(1024 * MIB, st.f_blocks * st.f_frsize // 20)
         return int(argv[argv.index(b"--disk-reserve-mb") + 1]) * MIB
 
     def log_room(self) -> int:
