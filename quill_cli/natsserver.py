@@ -18,6 +18,12 @@ the reserve), a write error would stop the stream for good (nats-server keeps it
 restart): before that, with free space under half the reserve, the watcher restarts the
 server with a limit at what it holds (writes then refused as ``STORAGE_FULL`` until space
 returns), a reconnect for the services rather than a log that takes nothing more.
+
+Its output (stderr) is read by ``quill_cli.serverlog`` into ``<data>/nats-server.log``:
+redacted, rate-limited, rotated, 0600, and read whatever happens to that file (a full disk),
+so that the server never blocks on it. ``quill up`` supervises it like its services
+(``quill_cli.stack.NatsChild``): ``start`` of a running server does nothing, and a server
+that exited starts again on the port it had (``port=-1`` picks one the first time only).
 """
 
 from __future__ import annotations

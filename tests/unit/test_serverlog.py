@@ -25,7 +25,7 @@ class Clock:
 
 
 def line(n: int) -> bytes:
-    return f"[1] 2026/01/01 [ERR] 127.0.0.1 - Publish Violation - Subject \"s{n}\"\n".encode()
+    return f'[1] 2026/01/01 [ERR] 127.0.0.1 - Publish Violation - Subject "s{n}"\n'.encode()
 
 
 def test_lines_past_the_rate_are_dropped_and_counted_fatal_ones_kept(tmp_path: Path) -> None:
