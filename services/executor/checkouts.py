@@ -94,6 +94,9 @@ class Checkouts:
         self.measured: dict[Key, tuple[int, int]] = {}
         """Per checkout a command ended in normally: (version after it, bytes it held then),
         so that the next command at that version need not walk it again."""
+        self.entries: dict[Key, int] = {}
+        """The entries (inodes) each checkout held when last walked: with its bytes, what a
+        command starts from for the disk watch (no walk of its own)."""
         self._nuid = NUID()
 
     def __len__(self) -> int:
@@ -162,15 +165,15 @@ class Checkouts:
         allowed = self.quota_of(checkout)
         limit = allowed.bytes
         known = self.measured.pop(key, None)  # kept only by a command that ended normally
-        if known is not None and known[0] == checkout.version:
+        if known is not None and known[0] == checkout.version and key in self.entries:
             used = known[1]  # nothing changed it since
         else:
-            used = await quota.measure(checkout.home)
+            used, self.entries[key] = await quota.measure_held(checkout.home)
         if used > limit and self.over_quota.get(key) != checkout.version:
             log.warning("checkout %s/%s over its quota (%d bytes): rebuilt", *key, used)
             await asyncio.to_thread(checkout.reset)
             await self.sync(checkout)
-            used = await quota.measure(checkout.home)
+            used, self.entries[key] = await quota.measure_held(checkout.home)
         self.budget.used(key, used)
         if used > limit:  # not rebuilt again until the log changes
             self.over_quota[key] = checkout.version
@@ -238,19 +241,22 @@ class Checkouts:
         """
         key = (checkout.tenant, checkout.workspace)
         live = self.live.get(key) is checkout  # not one built at an older version
-        started = self.budget.sizes.get(key) if live else None
-        if started is None:
-            started = await quota.measure(checkout.home)
-        allowance = self._allowance(key, checkout, live, started)
+        started: tuple[int, int] | None = None
+        if live and key in self.budget.sizes and key in self.entries:
+            started = (self.budget.sizes[key], self.entries[key])  # walked before it: no walk
+        else:
+            started = await quota.measure_held(checkout.home)
+        allowance = self._allowance(key, checkout, live, started[0])
         try:
-            result, used = await quota.guard(
-                checkout.home, allowance, work, watch=self.watch, also=also
+            result, (used, entries) = await quota.guard(
+                checkout.home, allowance, work, watch=self.watch, started=started, also=also
             )
         except (quota.OverQuota, quota.DiskShort) as over:
             try:
                 await asyncio.to_thread(checkout.reset)
                 if live:
-                    self.budget.used(key, await quota.measure(checkout.home))
+                    used, self.entries[key] = await quota.measure_held(checkout.home)
+                    self.budget.used(key, used)
             finally:
                 if isinstance(over, quota.DiskShort):
                     over.release()  # the space it took is free: the watch may stop another
@@ -259,6 +265,7 @@ class Checkouts:
             self.pinned.pop(checkout.home, None)
         if live:
             self.budget.used(key, used)
+            self.entries[key] = entries
         return result
 
     async def room(self) -> None:
@@ -295,6 +302,7 @@ class Checkouts:
         checkout = self.live.pop(key, None)
         self.over_quota.pop(key, None)
         self.measured.pop(key, None)
+        self.entries.pop(key, None)
         home = checkout.home if checkout else self.data_dir / "checkouts" / key[0] / key[1]
         self.gone(home / "tree")
         await asyncio.to_thread(_remove_tree, home)
@@ -326,7 +334,8 @@ class Checkouts:
             if await self._gone(key):  # purged while no executor was here to hear it
                 await self._remove(key)
                 continue
-            self.budget.used(key, await quota.measure(home))
+            used, self.entries[key] = await quota.measure_held(home)
+            self.budget.used(key, used)
         await self.evict()
 
     def info(self) -> dict[str, Any]:

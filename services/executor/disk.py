@@ -7,9 +7,10 @@ for its checkouts.
   (another executor may take them) rather than fill the disk it may share with JetStream.
 * ``Watch``: while commands run, the free space every ``WATCH_S``; under the reserve, the
   running command whose checkout grew the most since it started is stopped (one at a time,
-  each once the last one stopped is gone). A ``statvfs`` is a few microseconds, so this is
-  what bounds a command between two walks of its checkout (``quota``): it can take past the
-  reserve only what it writes in ``WATCH_S``.
+  each once the last one stopped is gone; if none grew, their checkouts are walked again
+  ``CALM_S`` later). A ``statvfs`` is a few microseconds, so this is what bounds a command
+  between two walks of its checkout (``quota``): it can take past the reserve only what it
+  writes in ``WATCH_S``.
 * ``Budget``: the checkouts on disk, least recently used first, with the size each had when
   last measured (a running one's every walk). The checkouts together may hold the budget
   (``quota.Allowed``): a running command may take what the others leave, after idle ones are
@@ -90,6 +91,9 @@ class Reserve:
 
 WATCH_S = 0.02
 """How often the disk watch reads the free space while commands run (a ``statvfs``)."""
+CALM_S = 1.0
+"""Under the reserve with no running command grown, how long before their checkouts are
+walked again (at least twice the time the walks took)."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +116,8 @@ class Entry:
     """One running command the watch may stop."""
 
     held: Held
-    started: asyncio.Future[tuple[int, int]]
-    """(bytes, entries) when it started (measured as it starts)."""
+    started: tuple[int, int]
+    """(bytes, entries) when it started."""
     tripped: asyncio.Event = field(default_factory=asyncio.Event)
     short: Short | None = None
     """Set with ``tripped``: why it is to stop."""
@@ -129,7 +133,7 @@ class Watch:
         """Commands stopped so far (for the executor's info)."""
         self._task: asyncio.Task[None] | None = None
 
-    def enter(self, held: Held, started: asyncio.Future[tuple[int, int]]) -> Entry:
+    def enter(self, held: Held, started: tuple[int, int]) -> Entry:
         """Watch a command from now (its directories held ``started``) until ``leave``."""
         entry = Entry(held, started)
         self.entries.append(entry)
@@ -140,15 +144,10 @@ class Watch:
     def leave(self, entry: Entry) -> None:
         with contextlib.suppress(ValueError):
             self.entries.remove(entry)
-        entry.started.add_done_callback(_retrieved)
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        calm_until = 0.0
         while self.entries:
             await asyncio.sleep(self.every)
             if any(e.tripped.is_set() for e in self.entries):
@@ -158,24 +157,26 @@ class Watch:
             except OSError as exc:  # the data directory's filesystem is gone: next round
                 log.warning("disk watch: %s", exc)
                 continue
-            if shortage is not None:
-                await self._stop_one(*shortage)
+            if shortage is None or loop.time() < calm_until:
+                continue
+            began = loop.time()
+            if not await self._stop_one(*shortage):  # none grew: walk again later, not at once
+                calm_until = loop.time() + max(CALM_S, 2 * (loop.time() - began))
 
-    async def _stop_one(self, unit: str, free: int, reserve: int) -> None:
-        """Trip the command that grew most (in ``unit``) since it started, if any grew."""
+    async def _stop_one(self, unit: str, free: int, reserve: int) -> bool:
+        """Trip the command that grew most (in ``unit``) since it started; whether one
+        had."""
         index = 0 if unit == "bytes" else 1
         best: tuple[int, Entry] | None = None
         for entry in list(self.entries):
-            if not entry.started.done() or entry.started.exception() is not None:
-                continue  # not measured yet (it started 20 ms ago): the next round
             try:
-                grown = (await entry.held())[index] - entry.started.result()[index]
+                grown = (await entry.held())[index] - entry.started[index]
             except OSError:
                 continue
             if grown > 0 and (best is None or grown > best[0]):
                 best = (grown, entry)
         if best is None:
-            return  # none of them grew: the disk fills from elsewhere; new commands are refused
+            return False  # the disk fills from elsewhere: new commands are refused
         grown, entry = best
         log.warning(
             "data disk under its reserve (%d %s free, reserve %d): stopping the command that "
@@ -189,11 +190,7 @@ class Watch:
         entry.short = Short(unit, free, reserve, grown)
         entry.tripped.set()
         self.stops += 1
-
-
-def _retrieved(future: asyncio.Future[tuple[int, int]]) -> None:
-    if not future.cancelled():
-        future.exception()  # a walk that failed is no news once its command has ended
+        return True
 
 
 @dataclass

@@ -179,6 +179,10 @@ async def measure(root: Path) -> int:
     return await asyncio.to_thread(usage, root)
 
 
+async def measure_held(root: Path) -> tuple[int, int]:
+    return await asyncio.to_thread(held, root)
+
+
 async def guard(
     root: Path,
     limit: int | Allowance,
@@ -186,13 +190,15 @@ async def guard(
     every: float = WATCH_S,
     *,
     watch: disk.Watch | None = None,
+    started: tuple[int, int] | None = None,
     also: tuple[Path, ...] = (),
-) -> tuple[T, int]:
+) -> tuple[T, tuple[int, int]]:
     """Run ``work`` while ``root`` holds at most what ``limit`` allows (bytes, or an
-    ``Allowance`` asked at each sample); return its result and the bytes ``root`` held when it
-    ended. With ``watch``, the command is also stopped when the disk falls under its reserve
-    and it grew the most since it started (``also``: other directories it writes to, counted
-    in its growth).
+    ``Allowance`` asked at each sample); return its result and what ``root`` held when it
+    ended (bytes, entries). With ``watch``, the command is also stopped when the disk falls
+    under its reserve and it grew the most since it started (``started``: what ``root`` held
+    then, when the caller knows, else measured here first; ``also``: other directories it
+    writes to, counted in its growth, measured here first).
 
     Raises:
         OverQuota: ``root`` went over what it may hold (``work`` was cancelled, and waited
@@ -202,8 +208,10 @@ async def guard(
     """
     allowance = _fixed(limit) if isinstance(limit, int) else limit
     entry: disk.Entry | None = None
-    if watch is not None:  # measured while the sandbox starts, before the command writes
-        entry = watch.enter(lambda: _held(root, also), asyncio.ensure_future(_held(root, also)))
+    if watch is not None:  # what it starts from, measured before it can write
+        mine = started if started is not None else await asyncio.to_thread(held, root)
+        more = await _held(None, also)
+        entry = watch.enter(lambda: _held(root, also), (mine[0] + more[0], mine[1] + more[1]))
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
     wait = every
@@ -235,11 +243,11 @@ async def guard(
             await _stop(task)
         if entry is not None and watch is not None:
             watch.leave(entry)
-    used = await measure(root)
-    allowed = await allowance(used)
-    if used > allowed.bytes:
-        raise OverQuota(used, allowed)
-    return result, used
+    ended = await asyncio.to_thread(held, root)
+    allowed = await allowance(ended[0])
+    if ended[0] > allowed.bytes:
+        raise OverQuota(ended[0], allowed)
+    return result, ended
 
 
 def _fixed(limit: int) -> Allowance:
@@ -249,9 +257,9 @@ def _fixed(limit: int) -> Allowance:
     return allowance
 
 
-async def _held(root: Path, also: tuple[Path, ...]) -> tuple[int, int]:
+async def _held(root: Path | None, also: tuple[Path, ...]) -> tuple[int, int]:
     def walk() -> tuple[int, int]:
-        total = held(root)
+        total = held(root) if root is not None else (0, 0)
         for path in also:
             more = held(path)
             total = (total[0] + more[0], total[1] + more[1])

@@ -78,8 +78,8 @@ async def test_guard_returns_the_result_and_what_is_held(tmp_path: Path) -> None
         (tmp_path / "a").write_bytes(b"x" * 10 * KIB)
         return 7
 
-    result, used = await guard(tmp_path, 1024 * KIB, small())
-    assert result == 7 and used == usage(tmp_path)
+    result, (used, entries) = await guard(tmp_path, 1024 * KIB, small())
+    assert result == 7 and used == usage(tmp_path) and entries == 2
 
 
 async def test_guard_cancelled_cancels_its_work_first(tmp_path: Path) -> None:
