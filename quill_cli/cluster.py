@@ -175,9 +175,9 @@ class Cluster(Launcher):
         """An executor's ``--disk-reserve-mb`` and ``--checkouts-budget-mb`` when its data
         shares the servers' disk: the room every store was promised stays free, the budget is
         shared between the executors (``infra.storage.executor_share``)."""
-        data.mkdir(parents=True, exist_ok=True)
+        probe = data if data.exists() else self.data_dir  # a filesystem mounted there exists
         limits = list(self.limits.values())
-        if not any(shares_disk(limit.store_dir, data) for limit in limits):
+        if not any(shares_disk(limit.store_dir, probe) for limit in limits):
             return []
         count = sum(1 for n in self.deployment.service_names if n.startswith("executor-"))
         reserve, budget = executor_share(limits, executors=count)

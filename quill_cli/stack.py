@@ -166,9 +166,8 @@ class Stack(Launcher):
         (its own defaults)."""
         if self.nats is None:
             return []
-        executor = self.data_dir / "executor"
-        executor.mkdir(parents=True, exist_ok=True)
-        if not shares_disk(self.nats.store_dir, executor):
+        executor = self.data_dir / "executor"  # a filesystem mounted there: it exists
+        if not shares_disk(self.nats.store_dir, executor if executor.exists() else self.data_dir):
             return []
         reserve, budget = executor_share([self.nats.limits], executors=1)
         return [
