@@ -277,3 +277,30 @@ def jetstream_limit(
 ) -> int:
     """``Limit(...).start()``: the limit for a store at ``store_dir`` now."""
     return Limit(store_dir, reserve, cap, fraction).start()
+
+
+EXECUTOR_BUDGET = 16 * 1024**3
+"""The most ``executor_share`` gives one executor's checkouts (the executor's own default)."""
+
+
+def executor_share(limits: list[Limit], executors: int = 1) -> tuple[int, int]:
+    """(disk reserve, checkouts budget) for each of ``executors`` executors whose data shares
+    the disk of the stores ``limits`` bound (each started). The reserve is the room the log was
+    promised (each store's limit beyond what it holds now) plus the stores' own reserve: an
+    executor refuses commands, and stops the one that grew most, before the free space falls
+    under it, so no command takes the log's room. The budget is half of the free space beyond
+    that reserve (the other half is the other services' data, a reader's copies), shared
+    between the executors, at most ``EXECUTOR_BUDGET`` each.
+
+    The reserve is fixed when the stack starts: as the log fills its room, the executor's room
+    shrinks by as much (it keeps free what the log may still need, and some more), and the
+    budget bounds the checkouts whatever the disk gains later.
+    """
+    room = keep = free = 0
+    for limit in limits:
+        used, free, total = measure(limit.store_dir)
+        room += max(0, limit.limit - used)
+        keep = max(keep, default_reserve(total) if limit.reserve is None else limit.reserve)
+    reserve = keep + room
+    budget = min(EXECUTOR_BUDGET, max(0, free - reserve) // 2 // max(1, executors))
+    return reserve, budget

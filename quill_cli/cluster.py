@@ -26,7 +26,7 @@ from nats.aio.msg import Msg
 
 from contracts.subjects import Subjects
 from infra import bus
-from infra.storage import Limit
+from infra.storage import Limit, executor_share, shares_disk
 from quill.client import Workspace
 from quill.connection import STACK_FILE
 from quill_cli.deployment import COMPOSE_MONITOR_PORT, Deployment, NatsNode
@@ -128,9 +128,8 @@ class Cluster(Launcher):
         home.mkdir(parents=True, exist_ok=True)
         self.limits[node.name].start()
         self._write_config(node)
-        return Child(
-            node.name, [str(binary()), "-c", str(home / "nats.conf")], self._log(node.name)
-        )
+        argv = [str(binary()), "-c", str(home / "nats.conf")]
+        return Child(node.name, argv, self._log(node.name), pumped=True)
 
     def _write_config(self, node: NatsNode) -> None:
         home = self.data_dir / node.name
@@ -168,7 +167,27 @@ class Cluster(Launcher):
             metrics_port=self.metrics_ports[name],
         )
         role, port = name.rsplit("-", 1)[0], self.metrics_ports[name]
+        if role == "executor":
+            args += self._executor_disk(self.data_dir / name)
         return Child(name, self.argv(*args), self._log(name), ping=role, metrics_port=port)
+
+    def _executor_disk(self, data: Path) -> list[str]:
+        """An executor's ``--disk-reserve-mb`` and ``--checkouts-budget-mb`` when its data
+        shares the servers' disk: the room every store was promised stays free, the budget is
+        shared between the executors (``infra.storage.executor_share``)."""
+        probe = data if data.exists() else self.data_dir  # a filesystem mounted there exists
+        limits = list(self.limits.values())
+        if not any(shares_disk(limit.store_dir, probe) for limit in limits):
+            return []
+        count = sum(1 for n in self.deployment.service_names if n.startswith("executor-"))
+        reserve, budget = executor_share(limits, executors=count)
+        mib = 1024 * 1024
+        return [
+            "--disk-reserve-mb",
+            str(-(-reserve // mib)),
+            "--checkouts-budget-mb",
+            str(max(1, budget // mib)),
+        ]
 
     def _log(self, name: str) -> Path:
         return self.data_dir / "logs" / f"{name}.log"

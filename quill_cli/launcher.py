@@ -46,6 +46,7 @@ from quill.connection import STACK_FILE
 from quill.credentials import NatsAuth
 from quill_cli.natsserver import terminate
 from quill_cli.ports import Ports, http_ok, port_busy
+from quill_cli.serverlog import ServerLog, pump
 from quill_cli.supervisor import Backoff, Supervisor
 
 log = logging.getLogger("quill_cli.launcher")
@@ -88,8 +89,12 @@ class Child:
     """Where it serves Prometheus metrics on loopback (None: it serves none)."""
     on_start: Callable[[Child], None] | None = None
     """Called once it has started (a new pid)."""
+    pumped: bool = False
+    """Its output read by the launcher into ``log_path`` (``quill_cli.serverlog``: rate-limited,
+    rotated, capped, 0600; a NATS server's), not written to it by the child itself."""
     process: subprocess.Popen[bytes] | None = None
     _log: IO[bytes] | None = None
+    _pump: threading.Thread | None = None
 
     @property
     def role(self) -> str:
@@ -110,14 +115,21 @@ class Child:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._close_log()
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        if not self.pumped:
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             self.argv,
-            stdout=self._log,
+            stdout=subprocess.PIPE if self.pumped else self._log,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
             env=self.env,
         )
+        if self.pumped:
+            assert self.process.stdout is not None
+            out = ServerLog(self.log_path)
+            self._pump = threading.Thread(target=pump, args=(self.process.stdout, out))
+            self._pump.daemon = True
+            self._pump.start()
         if self.on_start is not None:
             self.on_start(self)
 
@@ -149,6 +161,11 @@ class Child:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._pump is not None:  # its child has exited: the pipe ends
+            self._pump.join(5)
+            self._pump = None
+            if self.process is not None and self.process.stdout is not None:
+                self.process.stdout.close()
 
 
 @contextlib.contextmanager

@@ -18,6 +18,12 @@ the reserve), a write error would stop the stream for good (nats-server keeps it
 restart): before that, with free space under half the reserve, the watcher restarts the
 server with a limit at what it holds (writes then refused as ``STORAGE_FULL`` until space
 returns), a reconnect for the services rather than a log that takes nothing more.
+
+Its output (stderr) is read by ``quill_cli.serverlog`` into ``<data>/nats-server.log``:
+redacted, rate-limited, rotated, 0600, and read whatever happens to that file (a full disk),
+so that the server never blocks on it. ``quill up`` supervises it like its services
+(``quill_cli.stack.NatsChild``): ``start`` of a running server does nothing, and a server
+that exited starts again on the port it had (``port=-1`` picks one the first time only).
 """
 
 from __future__ import annotations
@@ -32,12 +38,15 @@ import sys
 import sysconfig
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from contracts.limits import MAX_MESSAGE_BYTES
 from contracts.subjects import Subjects
+from core.secrets import NO_SECRETS, Secrets
 from infra.storage import STORAGE_LIMIT, Limit, shares_disk
+from quill_cli.serverlog import ServerLog, pump
 
 log = logging.getLogger("quill_cli.natsserver")
 
@@ -123,9 +132,13 @@ def _smallest_limit() -> float:
 
 
 class NatsServer:
-    """A ``nats-server`` child process. ``port=-1`` picks a free port. ``log_max_bytes`` and
-    ``disk_reserve`` bound JetStream's storage (the module's docstring); ``watch=False``:
-    no watcher (the limit stays as computed at start)."""
+    """A ``nats-server`` child process. ``port=-1`` picks a free port (kept across restarts).
+    ``log_max_bytes`` and ``disk_reserve`` bound JetStream's storage (the module's docstring);
+    ``watch=False``: no watcher (the limit stays as computed at start). Its output goes to
+    ``<data>/nats-server.log`` through ``quill_cli.serverlog`` (redacted with ``secrets``,
+    rate-limited, rotated and capped). ``start``, ``stop`` and ``kill`` may come from any
+    thread (the launcher's supervisor, the watcher): one at a time, and ``start`` of a
+    running server does nothing."""
 
     def __init__(
         self,
@@ -136,19 +149,24 @@ class NatsServer:
         log_max_bytes: int | None = None,
         disk_reserve: int | None = None,
         watch: bool = True,
+        secrets: Secrets = NO_SECRETS,
     ) -> None:
         self.data_dir = data_dir
         self.port = port
         self.extra_config = extra_config
         self.watch = watch
+        self.secrets = secrets
         shared = shares_disk(self.data_dir / "jetstream", data_dir.resolve().parent)
         self.limits = Limit(
             data_dir / "jetstream", disk_reserve, log_max_bytes, SHARED if shared else 1.0
         )
+        self.on_start: Callable[[], None] | None = None
+        """Called after each start (a new pid): the launcher rewrites ``stack.json``."""
+        self._life = threading.RLock()
         self._stop_watch = threading.Event()
         self._watcher: threading.Thread | None = None
         self._listen = port
-        self.process: subprocess.Popen[str] | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self._ready = threading.Event()
         self._failed: str | None = None
         self.log_path = data_dir / "nats-server.log"
@@ -158,37 +176,67 @@ class NatsServer:
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
+    def alive(self) -> bool:
+        process = self.process
+        return process is not None and process.poll() is None
+
     def start(self, timeout: float = 20.0) -> NatsServer:
-        """Start the server and wait until it is ready.
+        """Start the server (unless it runs) and wait until it is ready.
 
         Raises:
             RuntimeError: it exited or did not become ready within ``timeout``.
         """
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.limits.start()
-        self._listen = self.port  # what the configuration says (a reload may not change it)
-        self._write_config()
-        self._ready.clear()
-        self.process = subprocess.Popen(
-            [str(binary()), "-c", str(self.data_dir / "nats-server.conf")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=False,
-        )
-        self._reader = threading.Thread(target=self._read_log, daemon=True)
-        self._reader.start()
-        if not self._ready.wait(timeout) or self._failed:
-            self.stop()
-            tail = self._failed or "not ready in time"
-            raise RuntimeError(f"nats-server did not start: {tail} (log: {self.log_path})")
-        _RUNNING.add(self)
-        STORAGE_LIMIT.set_function(_smallest_limit)  # on the launcher's own metrics
-        if self.watch:
-            self._stop_watch.clear()
-            self._watcher = threading.Thread(target=self._watch_limit, daemon=True)
-            self._watcher.start()
+        with self._life:
+            if self.alive():
+                return self
+            self._close()  # what is left of a server that exited by itself
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.limits.start()
+            self._listen = self.port  # what the configuration says (a reload may not change it)
+            self._write_config()
+            self._ready.clear()
+            self._failed = None
+            self.process = subprocess.Popen(
+                [str(binary()), "-c", str(self.data_dir / "nats-server.conf")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=False,
+            )
+            assert self.process.stderr is not None
+            out = ServerLog(self.log_path, self.secrets)
+            self._reader = threading.Thread(
+                target=pump, args=(self.process.stderr, out, self._starting), daemon=True
+            )
+            self._reader.start()
+            if not self._ready.wait(timeout) or self._failed:
+                self.stop()
+                tail = self._failed or "not ready in time"
+                raise RuntimeError(f"nats-server did not start: {tail} (log: {self.log_path})")
+            _RUNNING.add(self)
+            STORAGE_LIMIT.set_function(_smallest_limit)  # on the launcher's own metrics
+            if self.watch:
+                self._stop_watch = stop = threading.Event()
+                self._watcher = threading.Thread(
+                    target=self._watch_limit, args=(stop,), daemon=True
+                )
+                self._watcher.start()
+        if self.on_start is not None:
+            self.on_start()
         return self
+
+    def _starting(self, line: str) -> bool:
+        """A line of the server's output while it starts: its port, ready, or fatal. Whether
+        to go on reading lines for it."""
+        if match := _LISTEN.search(line):
+            self.port = int(match.group(1))
+        if "[FTL]" in line:
+            self._failed = line.strip()
+            self._ready.set()
+            return False
+        if "Server is ready" in line:
+            self._ready.set()
+            return False
+        return True
 
     @property
     def store_dir(self) -> Path:
@@ -203,11 +251,21 @@ class NatsServer:
         conf = self.data_dir / "nats-server.conf"
         port, extra = self._listen, self.extra_config
         text = config(self.store_dir, port, extra=extra, max_store=self.limits.limit)
-        # 0600: with tenants, the configuration holds every NATS password.
-        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)
-        with open(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        # 0600: with tenants, the configuration holds every NATS password. Whole or not at
+        # all (a new file renamed over it): on a full disk the last one stays as it was.
+        fresh = conf.with_name(conf.name + ".new")
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            with open(fd, "w", encoding="utf-8", closefd=False) as out:
+                out.write(text)
+            os.fsync(fd)
+        except OSError:
+            fresh.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        os.replace(fresh, conf)
 
     def raise_limit(self) -> bool:
         """If the disk has grown enough (``Limit.grown``), write the higher limit to the
@@ -227,8 +285,8 @@ class NatsServer:
         process.send_signal(signal.SIGHUP)
         return True
 
-    def _watch_limit(self) -> None:
-        while not self._stop_watch.wait(WATCH_S):
+    def _watch_limit(self, stop: threading.Event) -> None:
+        while not stop.wait(WATCH_S):
             try:
                 if self.limits.danger():
                     log.error(
@@ -236,45 +294,34 @@ class NatsServer:
                         "restarting nats-server with a limit at what it holds",
                         self.limit,
                     )
-                    self.stop()
-                    self.start()  # a new watcher goes on
+                    with self._life:
+                        if stop.is_set():
+                            return  # stopped meanwhile: not ours to start again
+                        self.stop()
+                        self.start()  # a new watcher goes on
                     return
-                self.raise_limit()
+                if not stop.is_set():
+                    self.raise_limit()
             except (OSError, RuntimeError) as exc:  # the store's filesystem is gone: next round
                 log.warning("JetStream's storage limit not recomputed: %s", exc)
 
-    def _read_log(self) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        with open(self.log_path, "a", encoding="utf-8") as out:
-            for line in self.process.stderr:
-                out.write(line)
-                out.flush()
-                if match := _LISTEN.search(line):
-                    self.port = int(match.group(1))
-                if "Server is ready" in line:
-                    self._ready.set()
-                if "[FTL]" in line:
-                    self._failed = line.strip()
-                    self._ready.set()
-        self._ready.set()
-
     def stop(self, timeout: float = 10.0) -> None:
-        if self.process is None:
-            return
-        terminate(self.process, timeout)
-        self._close()
+        with self._life:
+            if self.process is None:
+                return
+            terminate(self.process, timeout)
+            self._close()
 
     def kill(self) -> None:
         """``kill -9``: no chance to flush anything."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self._close()
+        with self._life:
+            if self.process is not None and self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self._close()
 
     def _close(self) -> None:
-        self._stop_watch.set()
-        if self._watcher is not None and self._watcher is not threading.current_thread():
-            self._watcher.join(5)
+        self._stop_watch.set()  # that watcher acts no more (it ends at its next look)
         self._watcher = None
         if self._reader is not None:
             self._reader.join(5)

@@ -6,8 +6,16 @@ own process (``python -m quill writer …``, the reader, the executor, and the H
 answers 200, records the URLs and each process (its role, pid and metrics URL) in
 ``<data>/stack.json`` (clients find them there) and prints one line with ``ready``, then one
 with each process's metrics port (every service serves its own, on loopback).
-Services that die are restarted, after a delay that doubles with each exit in a row
-(``quill_cli.supervisor``), while the others serve on; SIGINT/SIGTERM stops everything cleanly.
+Every process that dies is restarted, NATS included, after a delay that doubles with each exit
+in a row (``quill_cli.supervisor``), while the others serve on; SIGINT/SIGTERM stops everything
+cleanly. The NATS server listens on the same port when it starts again (the services reconnect
+by themselves), and its output goes to ``<data>/nats/nats-server.log`` through
+``quill_cli.serverlog`` (redacted with ``--secrets``, rate-limited, rotated, capped).
+
+The executor shares the disk of JetStream's store (unless its data directory is elsewhere): so
+that no command can take the room the log was promised, it gets a disk reserve of that room
+plus the log's own reserve and a checkouts budget of half of what is left
+(``infra.storage.executor_share``).
 Children get SIGTERM if this process is killed, and everything they acknowledged is already on
 disk.
 
@@ -17,18 +25,24 @@ The life cycle is ``quill_cli.launcher.Launcher``'s, shared with ``quill cluster
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 from pathlib import Path
-from typing import Any
 
+from core.secrets import NO_SECRETS
+from infra import secret_registry
 from infra.secret_registry import ENV_FILE as SECRETS_ENV
+from infra.storage import executor_share, shares_disk
 from quill.connection import DEFAULT_DATA, STACK_FILE, discover_url
 from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill_cli import tenants as tenancy
 from quill_cli.launcher import Child, Launcher
 from quill_cli.natsserver import NatsServer
 from quill_cli.ports import free_port, http_ok
+
+log = logging.getLogger("quill_cli.stack")
+MIB = 1024 * 1024
 
 __all__ = ["DEFAULT_DATA", "STACK_FILE", "Stack", "discover_url", "free_port", "http_ok"]
 
@@ -40,6 +54,51 @@ def up_workers() -> int:
     from services.gateway.workers import default_count
 
     return max(1, default_count() // 2)
+
+
+class NatsChild(Child):
+    """The NATS server ``quill up`` starts, as one of its children: supervised like the
+    services (restarted, on its port, after a crash or a ``kill -9``), listed in ``stack.json``
+    (``name`` and ``role`` ``nats``). It starts again by itself too, when its watcher restarts
+    it with a lower storage limit (``quill_cli.natsserver``)."""
+
+    def __init__(self, server: NatsServer) -> None:
+        super().__init__("nats", [], server.log_path)
+        self.server = server
+        server.on_start = self._started
+
+    def _started(self) -> None:
+        if self.on_start is not None:
+            self.on_start(self)
+
+    def start(self) -> None:
+        """Start it (if it is not running) and wait until it is ready; one that does not
+        start is left down for the supervisor to try again after its delay."""
+        try:
+            self.server.start()
+        except RuntimeError as exc:  # "nats-server did not start: ..."
+            log.warning("%s", exc)
+        except OSError as exc:  # its configuration or its store's disk
+            log.warning("nats-server not started: %s", exc)
+
+    def alive(self) -> bool:
+        return self.server.alive()
+
+    @property
+    def pid(self) -> int | None:
+        process = self.server.process
+        return process.pid if process is not None else None
+
+    @property
+    def exit_code(self) -> int | None:
+        process = self.server.process
+        return process.poll() if process is not None else None
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self.server.stop(timeout)
+
+    def kill(self) -> None:
+        self.server.kill()
 
 
 class Stack(Launcher):
@@ -101,6 +160,23 @@ class Stack(Launcher):
         assert self.nats is not None
         return self.nats.url
 
+    def _executor_disk(self) -> list[str]:
+        """The executor's ``--disk-reserve-mb`` and ``--checkouts-budget-mb`` when its data
+        shares the disk of JetStream's store (``infra.storage.executor_share``); else none
+        (its own defaults)."""
+        if self.nats is None:
+            return []
+        executor = self.data_dir / "executor"  # a filesystem mounted there: it exists
+        if not shares_disk(self.nats.store_dir, executor if executor.exists() else self.data_dir):
+            return []
+        reserve, budget = executor_share([self.nats.limits], executors=1)
+        return [
+            "--disk-reserve-mb",
+            str(-(-reserve // MIB)),  # rounded up: never less than the log's room
+            "--checkouts-budget-mb",
+            str(max(1, budget // MIB)),
+        ]
+
     def _service(self, name: str, *extra: str) -> Child:
         argv = self.argv(name, "--nats-url", self.nats_url, "--data", str(self.data_dir / name))
         argv += [*self.metrics_args(name), *extra]
@@ -140,32 +216,29 @@ class Stack(Launcher):
         if not self.external_nats:
             port = self.nats_port or -1  # 0: any free port
             auth = self._authorization()
+            registry = NO_SECRETS
+            if self.secrets_file is not None:  # checked by the command before we got here
+                registry = secret_registry.load(self.secrets_file)
             self.nats = NatsServer(
                 self.data_dir / "nats",
                 port=port,
                 extra_config=auth,
                 log_max_bytes=self.log_max_bytes,
                 disk_reserve=self.disk_reserve,
+                secrets=registry,
             )
             await asyncio.to_thread(self.nats.start)
         self.http_port = self.http_port or self.ports.free()
         sandbox = ["--sandbox", self.sandbox] if self.sandbox else []
-        self.children = [
+        services = [
             self._service("writer"),
             self._service("reader"),
-            self._service("executor", *sandbox),
+            self._service("executor", *sandbox, *self._executor_disk()),
             self._gateway(),
         ]
-        for child in self.children:
+        for child in services:
             child.start()
-
-    def processes(self) -> list[dict[str, Any]]:
-        """The NATS server this started (none with ``nats_url``) first, then the others."""
-        listed = super().processes()
-        if self.nats is not None and self.nats.process is not None:
-            pid = self.nats.process.pid
-            listed.insert(0, {"name": "nats", "role": "nats", "pid": pid, "metrics": None})
-        return listed
+        self.children = [NatsChild(self.nats), *services] if self.nats else services
 
     async def _shutdown(self) -> None:
         if self.nats is not None:

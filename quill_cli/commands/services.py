@@ -317,7 +317,14 @@ def writer(
     "--checkouts-budget-mb",
     default=16384,
     show_default=True,
-    help="Disk for checkouts; past it, idle ones are evicted (least recently used first).",
+    help="Disk for all checkouts, running commands' included; past it, idle ones are evicted "
+    "(least recently used first) and a command growing past what the others leave is stopped.",
+)
+@click.option(
+    "--max-checkout-mb",
+    type=click.IntRange(min=1),
+    help="The most disk one checkout may hold, whatever its workspace's max_checkout_bytes "
+    "says. Default: --checkouts-budget-mb.",
 )
 @click.option(
     "--disk-reserve-mb",
@@ -349,6 +356,7 @@ def executor(
     queue: int,
     queue_wait: float,
     checkouts_budget_mb: int,
+    max_checkout_mb: int | None,
     disk_reserve_mb: int | None,
     git_credentials: Path | None,
     git_allow: tuple[str, ...],
@@ -371,6 +379,7 @@ def executor(
         queue=queue,
         queue_wait_s=queue_wait,
         checkouts_budget=checkouts_budget_mb * 1024 * 1024,
+        max_checkout_bytes=None if max_checkout_mb is None else max_checkout_mb * 1024 * 1024,
         disk_reserve=None if disk_reserve_mb is None else disk_reserve_mb * 1024 * 1024,
         credentials=git_credentials,
         git_allow=git_allow,

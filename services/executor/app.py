@@ -94,6 +94,7 @@ class Executor:
             self.quill,
             budget=config.checkouts_budget,
             reserve=config.disk_reserve,
+            ceiling=config.max_checkout_bytes,
             background=self._background,
             gone=self.provider.discard,
             owner=self.provider.owner,

@@ -3,7 +3,12 @@
 time, synced to the log before each, kept within each workspace's quota (``quota``), and within
 a byte budget for all of them and the disk's free-space reserve (``disk``): idle ones are
 evicted, least recently used first. A request pinned to an older version gets a checkout of its
-own built at that version (``at``), removed after it.
+own built at that version (``at``), removed after it; it counts against the budget meanwhile.
+
+What one checkout may hold (``allowance``): its workspace's ``max_checkout_bytes``, at most
+the executor's ceiling (``--max-checkout-mb``, default the budget), at most what the budget
+leaves beside the other checkouts once the idle ones are evicted; a command never has to give
+back what its checkout held when it started.
 
 A checkout removed (evicted, purged, rebuilt, one built at an older version) goes to the trash
 (``infra.exec.trash``): renamed at once, removed from there without recursion, a bounded amount
@@ -71,7 +76,10 @@ class Checkouts:
         background: Callable[[Coroutine[Any, Any, None]], None],
         gone: Callable[[Path], None] = lambda tree: None,
         owner: Owner | None = None,
+        ceiling: int | None = None,
     ) -> None:
+        """``ceiling``: the most one checkout may hold, whatever its workspace says (None:
+        ``budget``)."""
         self.data_dir, self.js, self.subjects, self.blobs = data_dir, js, subjects, blobs
         self.owner = owner
         """Who each checkout's tree belongs to (``Provider.owner``)."""
@@ -89,6 +97,11 @@ class Checkouts:
         """One lock per checkout someone holds or waits for (none for an idle one)."""
         self.reserve = disk.Reserve(data_dir, reserve)
         self.budget = disk.Budget(budget)
+        self.ceiling = budget if ceiling is None else min(ceiling, budget)
+        self.watch = disk.Watch(self.reserve)
+        """Free space while commands run (``disk.Watch``)."""
+        self.pinned: dict[Path, int] = {}
+        """The bytes of each checkout built at an older version, while a command uses it."""
         self.using: Counter[Key] = Counter()
         """Requests in hand per checkout (one in use, or waited for, is never evicted)."""
         self.over_quota: dict[Key, int] = {}
@@ -96,6 +109,9 @@ class Checkouts:
         self.measured: dict[Key, tuple[int, int]] = {}
         """Per checkout a command ended in normally: (version after it, bytes it held then),
         so that the next command at that version need not walk it again."""
+        self.entries: dict[Key, int] = {}
+        """The entries (inodes) each checkout held when last walked: with its bytes, what a
+        command starts from for the disk watch (no walk of its own)."""
         self._nuid = NUID()
 
     def __len__(self) -> int:
@@ -170,43 +186,110 @@ class Checkouts:
     async def within_quota(self, key: Key, checkout: Checkout) -> None:
         """Before a command: a checkout over its quota drops what the log does not hold (it
         is rebuilt from the log); still over, the command is refused."""
-        limit = checkout.limits.max_checkout_bytes
+        allowed = self.quota_of(checkout)
+        limit = allowed.bytes
         known = self.measured.pop(key, None)  # kept only by a command that ended normally
-        if known is not None and known[0] == checkout.version:
+        if known is not None and known[0] == checkout.version and key in self.entries:
             used = known[1]  # nothing changed it since
         else:
-            used = await quota.measure(checkout.home)
+            used, self.entries[key] = await quota.measure_held(checkout.home)
         if used > limit and self.over_quota.get(key) != checkout.version:
             log.warning("checkout %s/%s over its quota (%d bytes): rebuilt", *key, used)
             await asyncio.to_thread(checkout.reset)
             await self.sync(checkout)
-            used = await quota.measure(checkout.home)
+            used, self.entries[key] = await quota.measure_held(checkout.home)
         self.budget.used(key, used)
         if used > limit:  # not rebuilt again until the log changes
             self.over_quota[key] = checkout.version
-            raise quota.OverQuota(used, limit).refused()
+            raise quota.OverQuota(used, allowed).refused()
         self.over_quota.pop(key, None)
 
-    async def guarded(self, checkout: Checkout, work: Awaitable[T]) -> T:
-        """``work`` (a command on ``checkout``) stopped if the checkout goes over its quota:
-        then its changes are discarded (the checkout is rebuilt from the log next time).
+    def quota_of(self, checkout: Checkout) -> quota.Allowed:
+        """Its workspace's ``max_checkout_bytes``, at most the executor's ceiling."""
+        asked = checkout.limits.max_checkout_bytes
+        if asked <= self.ceiling:
+            return quota.Allowed(asked)
+        return quota.Allowed(self.ceiling, asked=asked)
+
+    def file_bytes(self, checkout: Checkout) -> int:
+        """The largest file a command on ``checkout`` may write (its RLIMIT_FSIZE): no more
+        than the checkout may hold, the whole budget, or the free space beyond the reserve
+        now (a single ``write`` or ``fallocate`` then cannot take the log's room)."""
+        try:
+            free, reserve = self.reserve.space()
+        except OSError:
+            free, reserve = self.budget.budget, 0
+        room = max(1, free - reserve)
+        return min(self.quota_of(checkout).bytes, self.budget.budget, room)
+
+    def _allowance(self, key: Key, checkout: Checkout, live: bool, started: int) -> quota.Allowance:
+        """What ``checkout`` may hold at each sample of a command on it (``quota.guard``):
+        its quota, or less: what the budget leaves beside the others (idle ones evicted
+        first, least recently used first), never less than it held at the start."""
+        wanted = self.quota_of(checkout)
+
+        async def allowance(used: int) -> quota.Allowed:
+            if live:
+                self.budget.used(key, used)
+            else:
+                self.pinned[checkout.home] = used
+            room = self._room(key if live else None, checkout.home)
+            if used > room:
+                for idle in self.budget.idle(lambda k: k in self.using or k == key):
+                    await self.drop(idle)
+                    room = self._room(key if live else None, checkout.home)
+                    if used <= room:
+                        break
+            room = max(room, started)
+            if room < wanted.bytes:
+                return quota.Allowed(room, "checkouts_budget", asked=wanted.bytes)
+            return wanted
+
+        return allowance
+
+    def _room(self, key: Key | None, home: Path) -> int:
+        """What the budget leaves one checkout beside the others (idle, in use, pinned)."""
+        pinned = sum(b for h, b in self.pinned.items() if h != home)
+        return self.budget.budget - self.budget.others(key) - pinned
+
+    async def guarded(
+        self, checkout: Checkout, work: Awaitable[T], also: tuple[Path, ...] = ()
+    ) -> T:
+        """``work`` (a command on ``checkout``) stopped if the checkout goes over what it may
+        hold (``allowance``), or grows the most while the disk is under its reserve
+        (``disk.Watch``; ``also``: other directories the command writes to): then its changes
+        are discarded (the checkout is rebuilt from the log next time).
 
         Raises:
             QuillError: ``SIZE_LIMIT_EXCEEDED`` when it was stopped or ended over the quota.
         """
         key = (checkout.tenant, checkout.workspace)
         live = self.live.get(key) is checkout  # not one built at an older version
+        started: tuple[int, int] | None = None
+        if live and key in self.budget.sizes and key in self.entries:
+            started = (self.budget.sizes[key], self.entries[key])  # walked before it: no walk
+        else:
+            started = await quota.measure_held(checkout.home)
+        allowance = self._allowance(key, checkout, live, started[0])
         try:
-            result, used = await quota.guard(
-                checkout.home, checkout.limits.max_checkout_bytes, work
+            result, (used, entries) = await quota.guard(
+                checkout.home, allowance, work, watch=self.watch, started=started, also=also
             )
-        except quota.OverQuota as over:
-            await asyncio.to_thread(checkout.reset)
-            if live:
-                self.budget.used(key, await quota.measure(checkout.home))
+        except (quota.OverQuota, quota.DiskShort) as over:
+            try:
+                await asyncio.to_thread(checkout.reset)
+                if live:
+                    used, self.entries[key] = await quota.measure_held(checkout.home)
+                    self.budget.used(key, used)
+            finally:
+                if isinstance(over, quota.DiskShort):
+                    over.release()  # the space it took is free: the watch may stop another
             raise over.stopped() from None
+        finally:
+            self.pinned.pop(checkout.home, None)
         if live:
             self.budget.used(key, used)
+            self.entries[key] = entries
         return result
 
     async def room(self) -> None:
@@ -243,6 +326,7 @@ class Checkouts:
         checkout = self.live.pop(key, None)
         self.over_quota.pop(key, None)
         self.measured.pop(key, None)
+        self.entries.pop(key, None)
         home = checkout.home if checkout else self.data_dir / "checkouts" / key[0] / key[1]
         self.gone(home / "tree")
         await self._discard(home)
@@ -274,7 +358,8 @@ class Checkouts:
             if await self._gone(key):  # purged while no executor was here to hear it
                 await self._remove(key)
                 continue
-            self.budget.used(key, await quota.measure(home))
+            used, self.entries[key] = await quota.measure_held(home)
+            self.budget.used(key, used)
         await self.evict()
         self.tidy()  # what this or an earlier executor left in the trash
 
@@ -313,8 +398,10 @@ class Checkouts:
             free = reserve = inodes = inode_reserve = -1
             short = False
         return {
-            "checkouts_bytes": self.budget.total,
+            "checkouts_bytes": self.budget.total + sum(self.pinned.values()),
             "checkouts_budget": self.budget.budget,
+            "max_checkout_bytes": self.ceiling,
+            "disk_watch_stops": self.watch.stops,
             "disk_free_bytes": free,
             "disk_reserve_bytes": reserve,
             "disk_free_inodes": inodes,

@@ -125,8 +125,8 @@ class Commands:
             cpu_s=int(timeout_s) + 2,
             memory_bytes=self.config.memory_bytes,
             processes=self.config.processes,
-            # no one file bigger than the checkout's whole quota
-            file_bytes=min(self.config.file_bytes, checkout.limits.max_checkout_bytes),
+            # no one file bigger than the checkout may hold, nor than the disk's room
+            file_bytes=min(self.config.file_bytes, self.checkouts.file_bytes(checkout)),
         )
 
     async def _sandboxed(
@@ -296,7 +296,7 @@ class Commands:
                     scratch=self.scratch,
                     owner=self.provider.owner,
                 )
-                result = await self.checkouts.guarded(checkout, git)
+                result = await self.checkouts.guarded(checkout, git, also=(self.scratch,))
             except quota.Stopped:
                 raise  # nothing of it is kept
             except QuillError:

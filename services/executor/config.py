@@ -21,7 +21,12 @@ class ExecutorConfig:
     queue_wait_s: float = 120.0
     """Longest a request waits for a slot before UNAVAILABLE."""
     checkouts_budget: int = 16 * 1024**3
-    """Bytes of checkouts kept on disk; past it, idle ones are evicted (least recently used)."""
+    """Bytes all checkouts may hold on disk, running commands' included; past it, idle ones
+    are evicted (least recently used), and a command growing its checkout past what the
+    others leave is stopped."""
+    max_checkout_bytes: int | None = None
+    """The most one checkout may hold, whatever its workspace's ``max_checkout_bytes`` says
+    (None: ``checkouts_budget``)."""
     disk_reserve: int | None = None
     """Free bytes the data disk keeps: below, new commands are refused (None: max(1 GiB, 5%))."""
     memory_bytes: int = 4 * 1024**3

@@ -1,11 +1,20 @@
 """The executor's data disk: a reserve of free space it will not eat into, and a byte budget
-for the checkouts it keeps between commands.
+for its checkouts.
 
 * ``Reserve``: below ``reserve`` free bytes on the data directory's filesystem (default
-  max(1 GiB, 5% of it)), the executor refuses new commands with ``UNAVAILABLE`` (another
-  executor may take them) rather than fill the disk it may share with JetStream.
+  max(1 GiB, 5% of it); under ``quill up``, what the log was promised plus its own reserve,
+  ``infra.storage.executor_share``), the executor refuses new commands with ``UNAVAILABLE``
+  (another executor may take them) rather than fill the disk it may share with JetStream.
+* ``Watch``: while commands run, the free space every ``WATCH_S``; under the reserve, the
+  running command whose checkout grew the most since it started is stopped (one at a time,
+  each once the last one stopped is gone; if none grew, their checkouts are walked again
+  ``CALM_S`` later). A ``statvfs`` is a few microseconds, so this is what bounds a command
+  between two walks of its checkout (``quota``): it can take past the reserve only what it
+  writes in ``WATCH_S``.
 * ``Budget``: the checkouts on disk, least recently used first, with the size each had when
-  last used. Past the budget (bytes, or ``MOST_CHECKOUTS`` checkouts), idle checkouts are
+  last measured (a running one's every walk). The checkouts together may hold the budget
+  (``quota.Allowed``): a running command may take what the others leave, after idle ones are
+  evicted. Past the budget (bytes, or ``MOST_CHECKOUTS`` checkouts), idle checkouts are
   evicted whole, oldest first; one in use never is. An evicted checkout is rebuilt from the
   log the next time its workspace runs a command: only what the log does not hold is lost
   (ignored directories such as ``node_modules``, files left uncommitted).
@@ -13,12 +22,17 @@ for the checkouts it keeps between commands.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.errors import ErrorCode, QuillError
+
+log = logging.getLogger("quill.executor")
 
 Key = tuple[str, str]
 """(tenant, workspace)"""
@@ -52,9 +66,14 @@ class Reserve:
         return (st.f_favail, st.f_files // 20) if st.f_files else (0, 0)
 
     def short(self) -> bool:
-        free, reserve = self.space()
-        inodes, inode_reserve = self.inodes()
-        return free < reserve or inodes < inode_reserve
+        return self.shortage() is not None
+
+    def shortage(self) -> tuple[str, int, int] | None:
+        """(unit, free, reserve) of what is under the reserve (bytes first), or None."""
+        for unit, (free, reserve) in (("bytes", self.space()), ("inodes", self.inodes())):
+            if free < reserve:
+                return unit, free, reserve
+        return None
 
     def check(self) -> None:
         """Raises:
@@ -70,6 +89,110 @@ class Reserve:
                 )
 
 
+WATCH_S = 0.02
+"""How often the disk watch reads the free space while commands run (a ``statvfs``)."""
+CALM_S = 1.0
+"""Under the reserve with no running command grown, how long before their checkouts are
+walked again (at least twice the time the walks took)."""
+
+
+@dataclass(frozen=True)
+class Short:
+    """The disk under its reserve, and what the command stopped for it had grown by."""
+
+    unit: str
+    """``bytes`` or ``inodes``."""
+    free: int
+    reserve: int
+    grown: int
+
+
+Held = Callable[[], Awaitable[tuple[int, int]]]
+"""What a running command's directories hold now: (bytes, entries)."""
+
+
+@dataclass(eq=False)
+class Entry:
+    """One running command the watch may stop."""
+
+    held: Held
+    started: tuple[int, int]
+    """(bytes, entries) when it started."""
+    tripped: asyncio.Event = field(default_factory=asyncio.Event)
+    short: Short | None = None
+    """Set with ``tripped``: why it is to stop."""
+
+
+class Watch:
+    """Free space while commands run; the command that grew most stopped under the reserve."""
+
+    def __init__(self, reserve: Reserve, every: float = WATCH_S) -> None:
+        self.reserve, self.every = reserve, every
+        self.entries: list[Entry] = []
+        self.stops = 0
+        """Commands stopped so far (for the executor's info)."""
+        self._task: asyncio.Task[None] | None = None
+
+    def enter(self, held: Held, started: tuple[int, int]) -> Entry:
+        """Watch a command from now (its directories held ``started``) until ``leave``."""
+        entry = Entry(held, started)
+        self.entries.append(entry)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="disk-watch")
+        return entry
+
+    def leave(self, entry: Entry) -> None:
+        with contextlib.suppress(ValueError):
+            self.entries.remove(entry)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        calm_until = 0.0
+        while self.entries:
+            await asyncio.sleep(self.every)
+            if any(e.tripped.is_set() for e in self.entries):
+                continue  # one is being stopped: its checkout is rebuilt, then look again
+            try:
+                shortage = self.reserve.shortage()
+            except OSError as exc:  # the data directory's filesystem is gone: next round
+                log.warning("disk watch: %s", exc)
+                continue
+            if shortage is None or loop.time() < calm_until:
+                continue
+            began = loop.time()
+            if not await self._stop_one(*shortage):  # none grew: walk again later, not at once
+                calm_until = loop.time() + max(CALM_S, 2 * (loop.time() - began))
+
+    async def _stop_one(self, unit: str, free: int, reserve: int) -> bool:
+        """Trip the command that grew most (in ``unit``) since it started; whether one
+        had."""
+        index = 0 if unit == "bytes" else 1
+        best: tuple[int, Entry] | None = None
+        for entry in list(self.entries):
+            try:
+                grown = (await entry.held())[index] - entry.started[index]
+            except OSError:
+                continue
+            if grown > 0 and (best is None or grown > best[0]):
+                best = (grown, entry)
+        if best is None:
+            return False  # the disk fills from elsewhere: new commands are refused
+        grown, entry = best
+        log.warning(
+            "data disk under its reserve (%d %s free, reserve %d): stopping the command that "
+            "grew most (%d %s)",
+            free,
+            unit,
+            reserve,
+            grown,
+            unit,
+        )
+        entry.short = Short(unit, free, reserve, grown)
+        entry.tripped.set()
+        self.stops += 1
+        return True
+
+
 @dataclass
 class Budget:
     """The checkouts on disk by last use, and which idle ones to evict."""
@@ -83,6 +206,10 @@ class Budget:
     @property
     def total(self) -> int:
         return sum(self.sizes.values())
+
+    def others(self, key: Key | None) -> int:
+        """What the checkouts but ``key`` hold."""
+        return self.total - (self.sizes.get(key, 0) if key is not None else 0)
 
     def used(self, key: Key, size: int) -> None:
         """``key`` was just used and holds ``size`` bytes."""

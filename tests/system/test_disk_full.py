@@ -6,6 +6,12 @@ the gateway's ``quill_storage_full{service="log"}`` is 1; the tmpfs is grown (re
 writes go through again within a bounded wait, with nothing restarted (the same pids), and
 every acknowledged write reads back. Needs root (``mount``): skipped with the reason elsewhere.
 The short run (a 100 MB disk) always runs; ``-m slow`` fills 300 MB.
+
+And a disk filled from outside to its last byte (issue 28): JetStream's real ``ENOSPC``, the
+launcher restarting nats-server with a lower limit, nats-server's log unwritable, its
+configuration unwritable: once the space is freed the whole stack serves again by itself, every
+acknowledged write is there, and no service was restarted. Before, the launcher's reader of
+the server's output died on the full disk, and the restarted server never answered again.
 """
 
 from __future__ import annotations
@@ -14,9 +20,11 @@ import asyncio
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -289,3 +297,95 @@ async def test_a_readers_full_disk_is_named_and_ends_when_it_grows(reader_disk: 
             await quill.close()
     finally:
         up.stop()
+
+
+def _stack_pids(up: Up) -> dict[str, int]:
+    record = json.loads((up.data / "stack.json").read_text())
+    return {p["name"]: int(p["pid"]) for p in record["processes"]}
+
+
+def _fill_to_the_last_byte(disk: Path) -> Path:
+    """A host file taking every free block of ``disk`` (as root: no reserve stops it)."""
+    hog = disk / "hog"
+    with open(hog, "wb") as out:
+        for chunk in (1024 * 1024, 4096):  # MiBs, then the last pages
+            while True:
+                try:
+                    os.posix_fallocate(out.fileno(), os.fstat(out.fileno()).st_size, chunk)
+                except OSError:
+                    break
+    return hog
+
+
+async def test_a_disk_full_to_the_last_byte_serves_again_once_freed(
+    small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUILL_RESTART_BACKOFF", "0.2,2")
+    up = Up(small_disk / "q", args=("--sandbox", "local")).start()
+    try:
+        quill = await Quill.connect(up.nats_url, timeout=5, retries=0)
+        try:
+            ws = quill.workspace("acme/last-byte")
+            await ws.create()
+            acked = {f"before/{i}.txt": f"before {i}\n" for i in range(10)}
+            for path, text in acked.items():
+                await ws.write(path, text)
+            before = _stack_pids(up)
+            hog = _fill_to_the_last_byte(small_disk)
+
+            async def refused() -> bool:
+                try:
+                    await ws.write("during.txt", "during\n")
+                except QuillError:
+                    return True
+                acked["during.txt"] = "during\n"
+                return False
+
+            await _until(refused, 30, "a write refused on the full disk")
+            # the launcher sees the disk full under the log's limit and restarts the server
+            # (the only way out of JetStream's sticky write error), which cannot start on the
+            # full disk (its configuration, its log, its store): it stays down, retried
+            await _until(lambda: _refuses(up.nats_url), 30, "nats-server down on the full disk")
+            hog.unlink()
+
+            async def writes() -> bool:
+                try:
+                    await ws.write("after.txt", "after\n")
+                except QuillError:
+                    return False
+                acked["after.txt"] = "after\n"
+                return True
+
+            await _until(writes, 60, "writes resume once the disk is freed")
+            for i in range(5):
+                await ws.write(f"more/{i}.txt", f"more {i}\n")
+                acked[f"more/{i}.txt"] = f"more {i}\n"
+
+            async def reads() -> bool:
+                try:
+                    return await ws.read_text("more/4.txt") == "more 4\n"
+                except QuillError:
+                    return False
+
+            await _until(reads, 60, "reads resume")
+            for path, text in acked.items():
+                assert await ws.read_text(path) == text, path
+            after = _stack_pids(up)
+            services = ("writer", "reader", "executor", "gateway", "launcher")
+            assert {s: after[s] for s in services} == {s: before[s] for s in services}
+            assert Path(f"/proc/{after['nats']}/exe").resolve().name == "nats-server"
+            assert _health(up.http_url)[0] == 200
+        finally:
+            await quill.close()
+    finally:
+        up.stop()
+
+
+def _refuses(nats_url: str) -> bool:
+    """Whether nothing listens at ``nats_url`` (the server is down)."""
+    address = urllib.parse.urlsplit(nats_url)
+    try:
+        socket.create_connection((address.hostname, address.port), timeout=1).close()
+    except OSError:
+        return True
+    return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 from pathlib import Path
 
@@ -10,12 +11,15 @@ import pytest
 
 from contracts.errors import ErrorCode
 from infra.storage import (
+    EXECUTOR_BUDGET,
     MIB,
     MIN_RESERVE,
     STORAGE_FULL,
     FullState,
+    Limit,
     default_reserve,
     disk_full,
+    executor_share,
     is_disk_full,
     is_log_full,
     jetstream_limit,
@@ -50,6 +54,26 @@ def test_the_limit_is_the_disk_less_the_reserve_at_most_the_cap(tmp_path: Path) 
     assert jetstream_limit(tmp_path / "not" / "yet", reserve=0) > 0
     # a reserve larger than the disk: the least the server starts with, writes refused
     assert jetstream_limit(store, reserve=2**62) == MIB
+
+
+def test_an_executor_sharing_the_logs_disk_keeps_the_logs_room_free(tmp_path: Path) -> None:
+    """Its reserve: the room the log was promised plus the log's reserve; its budget: half of
+    the free space beyond that, shared between the executors, at most EXECUTOR_BUDGET."""
+    store = tmp_path / "jetstream"
+    store.mkdir()
+    (store / "blk").write_bytes(b"a" * 1000)
+    limit = Limit(store, reserve=10 * MIB, cap=20 * MIB, fraction=0.5)
+    limit.start()
+    reserve, budget = executor_share([limit], executors=1)
+    room = limit.limit - 1000
+    assert reserve == 10 * MIB + room
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    assert abs(budget - min(EXECUTOR_BUDGET, (free - reserve) // 2)) < MIB
+    shared = executor_share([limit], executors=4)[1]
+    assert abs(shared - min(EXECUTOR_BUDGET, (free - reserve) // 2 // 4)) < MIB
+    full = Limit(store, reserve=2**50)  # a reserve larger than the disk: no budget
+    full.start()
+    assert executor_share([full])[1] == 0
 
 
 def test_the_default_reserve() -> None:

@@ -1,4 +1,5 @@
-"""A seccomp filter for the bwrap sandbox: no setuid or setgid bit through chmod, no kernel keys.
+"""A seccomp filter for the bwrap sandbox: no setuid or setgid bit through chmod, no kernel keys,
+no ``fallocate`` but to punch holes.
 
 Only ``bwrap`` uses this module. Every file of the checkout belongs to the command's host uid,
 so without this filter it could make one of them a setuid program of that uid on the host
@@ -9,6 +10,14 @@ The kernel's keyrings are not namespaced by anything a sandbox has of its own: e
 runs as the same host uid, and ``/proc/keys`` lists every key that uid may view, whichever
 sandbox added it (one tenant read another's key descriptions). ``add_key``, ``request_key``
 and ``keyctl`` fail with EPERM: no command adds, finds or reads a key.
+
+``fallocate`` fails with EOPNOTSUPP unless its mode punches a hole (which frees blocks): it
+takes gigabytes of the disk the checkout shares with the log in microseconds (measured here:
+20 GB/s on tmpfs, more on ext4, where it only marks extents), faster than any sampling of the
+checkout can stop; writing the same bytes runs at the speed of memory, which the executor's
+disk watch outruns (``services/executor/disk.py``). EOPNOTSUPP is what a filesystem without
+``fallocate`` answers, so programs fall back by themselves (glibc's ``posix_fallocate`` writes
+the blocks instead).
 
 Every other call is allowed. Covers x86_64 (with its i386 and x32 ABIs) and aarch64 (with its
 32-bit ARM ABI); elsewhere ``program()`` returns None.
@@ -31,6 +40,11 @@ _DENY = 0x00050000 | errno.EPERM  # SECCOMP_RET_ERRNO
 _NR, _ARCH = 0, 4  # offsets in struct seccomp_data; args[i] at 16 + 8 i (low half first)
 _X32_BIT = 0x40000000
 _SETID = stat.S_ISUID | stat.S_ISGID
+_NO_FALLOCATE = 0x00050000 | errno.EOPNOTSUPP  # SECCOMP_RET_ERRNO
+_PUNCH_HOLE = 0x02  # FALLOC_FL_PUNCH_HOLE
+
+# per architecture (AUDIT_ARCH_*): fallocate's syscall number (its mode is argument 1)
+_FALLOCATE = {0xC000003E: 285, 0x40000003: 324, 0xC00000B7: 47, 0x40000028: 352}
 
 _KEYS = "keys"
 # per architecture (AUDIT_ARCH_*): {syscall number: index of its mode argument, or _KEYS for
@@ -69,6 +83,7 @@ def program(machine: str | None = None) -> bytes | None:
         code.append((_AND, 0, 0, 0xFFFFFFFF & ~_X32_BIT))
         for nr, arg in calls.items():
             code.append((_JEQ, "deny" if arg == _KEYS else f"arg{arg}", 0, nr))
+        code.append((_JEQ, "fallocate", 0, _FALLOCATE[arch]))
         code.append((_RET, 0, 0, _ALLOW))
     labels[f"abi{len(abis)}"] = len(code)
     code.append((_RET, 0, 0, _ALLOW))
@@ -77,6 +92,12 @@ def program(machine: str | None = None) -> bytes | None:
         code.append((_LD_ABS, 0, 0, 16 + 8 * arg))
         code.append((_JSET, "deny", 0, _SETID))
         code.append((_RET, 0, 0, _ALLOW))
+    labels["fallocate"] = len(code)
+    code.append((_LD_ABS, 0, 0, 16 + 8 * 1))
+    code.append((_JSET, 0, "no-fallocate", _PUNCH_HOLE))
+    code.append((_RET, 0, 0, _ALLOW))
+    labels["no-fallocate"] = len(code)
+    code.append((_RET, 0, 0, _NO_FALLOCATE))
     labels["deny"] = len(code)
     code.append((_RET, 0, 0, _DENY))
 
