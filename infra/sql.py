@@ -165,11 +165,11 @@ SEEDED_STATS: tuple[tuple[str, str, str], ...] = (
 large, so a small one that grows never keeps a plan made for a handful of rows (the forced
 plans above do not depend on them; these keep the others right until an ``ANALYZE``)."""
 SEED_STAT = (
-    "INSERT INTO sqlite_stat1(tbl, idx, stat) SELECT ?1, ?2, ?3 "
+    f"INSERT INTO sqlite_stat1(tbl, idx, stat) SELECT {WHOLE_TABLE} ?1, ?2, ?3 "
     "WHERE EXISTS (SELECT 1 FROM sqlite_schema WHERE name = ?2) "
     "AND NOT EXISTS (SELECT 1 FROM sqlite_stat1 WHERE tbl = ?1 AND idx = ?2)"
 )
-"""A seeded row, for an index that exists and has none."""
+"""A seeded row, for an index that exists and has none (the catalog's tables are small)."""
 ANALYZE = (
     f"PRAGMA analysis_limit={ANALYSIS_ROWS}",
     "BEGIN IMMEDIATE",
@@ -243,7 +243,8 @@ SET_POSITION_OF_WORKSPACE = (
     "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=? WHERE id=?"
 )
 CLEAR_UNCOMMITTED = "DELETE FROM uncommitted WHERE ws=? AND path>=? AND path<?"
-DROP_UNCOMMITTED = "DELETE FROM uncommitted WHERE ws=?"
+DROP_UNCOMMITTED = f"DELETE FROM uncommitted {WHOLE_WORKSPACE} WHERE ws=?"
+"""A workspace's uncommitted set is replaced whole (as long as one command's set: capped)."""
 SET_UNCOMMITTED = "INSERT OR REPLACE INTO uncommitted VALUES(?, ?, ?, ?, ?)"
 
 # ---------------------------------------------------------------------- purge, compaction
@@ -260,12 +261,15 @@ CONTENTS_KEPT = (
     f"SELECT DISTINCT {WHOLE_TABLE} sha256 FROM revisions WHERE sha256 IN "
     "(SELECT value FROM json_each(?))"
 )
+BY_SHA = "INDEXED BY sqlite_autoindex_blobs_1"
+"""A blob by its sha256 (the primary key's index: ``IN (SELECT value FROM json_each(?))``
+was planned as a scan of every blob when the statistics said there were few)."""
 INDEXED_CONTENTS = (
-    "SELECT rowid, data FROM blobs WHERE indexed = 1 AND data IS NOT NULL AND "
+    f"SELECT rowid, data FROM blobs {BY_SHA} WHERE indexed = 1 AND data IS NOT NULL AND "
     "sha256 IN (SELECT value FROM json_each(?))"
 )
 UNINDEX = "INSERT INTO content_index(content_index, rowid, content) VALUES('delete', ?, ?)"
-DELETE_BLOBS = "DELETE FROM blobs WHERE sha256 IN (SELECT value FROM json_each(?))"
+DELETE_BLOBS = f"DELETE FROM blobs {BY_SHA} WHERE sha256 IN (SELECT value FROM json_each(?))"
 REPLACE_WORKSPACE = (
     "INSERT INTO workspaces(id, tenant, name, trust, limits, created) "
     "VALUES(?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET trust=excluded.trust, "
@@ -309,11 +313,11 @@ MARK_INDEXED = "UPDATE blobs SET indexed = 1 WHERE rowid = ?"
 BLOB = "SELECT data FROM blobs WHERE sha256=?"
 CONTENTS = "SELECT sha256, data FROM blobs WHERE sha256 IN ({marks}) AND data IS NOT NULL"
 CANDIDATES = (
-    "SELECT sha256 FROM blobs WHERE rowid IN "
-    "(SELECT rowid FROM content_index WHERE content_index MATCH ?) "
-    "UNION ALL SELECT sha256 FROM blobs WHERE indexed = 0"
+    "SELECT blobs.sha256 FROM content_index CROSS JOIN blobs ON blobs.rowid = content_index.rowid "
+    "WHERE content_index MATCH ? UNION ALL SELECT sha256 FROM blobs WHERE indexed = 0"
 )
-"""Contents that may match a trigram query: indexed ones that match, and those not indexed."""
+"""Contents that may match a trigram query: indexed ones that match (each looked up by rowid,
+never a scan of the blobs), and those not indexed."""
 
 # ---------------------------------------------------------------------- revisions
 _COLUMNS = (
@@ -389,7 +393,9 @@ revisions ended since that version."""
 SMALL_PROBE = f"SELECT count(*) FROM (SELECT {FIRST_ROWS} 1 FROM revisions WHERE ws=? LIMIT ?)"
 LIVE_CONTROLS = f"SELECT {WHOLE_WORKSPACE} event FROM controls WHERE ws=? ORDER BY version"
 """The writer's load folds every control event (runs, locks, approvals, trust)."""
-UNCOMMITTED_OF = "SELECT path, reason, by_command, version FROM uncommitted WHERE ws=?"
+UNCOMMITTED_OF = (
+    f"SELECT {WHOLE_WORKSPACE} path, reason, by_command, version FROM uncommitted WHERE ws=?"
+)
 UNCOMMITTED_AT = (
     "SELECT path, reason, by_command, version FROM uncommitted WHERE ws=? AND path IN ({marks})"
 )
