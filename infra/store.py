@@ -373,9 +373,10 @@ class Store:
             else:
                 await conn.set_progress_handler(steps.handler(name), 1)
                 await conn.set_trace_callback(steps.statement)
-        for name, db in (("lookup", self._lookup), ("loader", self._loader)):
-            if db is not None:
-                _instrument(db, steps, name)
+        _instrument(self._lookup, steps, "lookup")
+        if self._loader is not None:  # on the thread that made it
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._loading, _instrument, self._loader, steps, "loader")
 
     async def bulk(self, on: bool) -> None:
         """Begin (``on``) or end a bulk of applies: a replica catching up on the log.
