@@ -49,9 +49,10 @@ from contracts.limits import PROJECTION_ROWS, Limits
 from contracts.uncommitted import Recorded
 from core.content import as_text
 from core.controls import CONTROL_EVENTS, fold_control
+from core.decision import Needs
 from core.plan import Committed, Plan, plan, subtree
 from core.rows import Node, WorkspaceRow
-from core.tree import WorkspaceState, place
+from core.tree import Tree, WorkspaceState, place
 from infra import sql
 
 log = logging.getLogger("quill.store")
@@ -830,6 +831,20 @@ class Store:
         else:
             rows = list(await self._r.execute_fetchall(sql.PATH_HISTORIES, args))
         return {str(r[0]): (r[1], r[2]) for r in rows}
+
+    async def look_up(self, tree: Tree, ws: int | None, wanted: Needs) -> None:
+        """Put into ``tree`` (loaded from this projection: ``Tree.partial``) the history of
+        workspace ``ws`` that ``wanted`` names. Those paths did not change since the tree was
+        loaded (else it has them), so this projection holds what they are."""
+        if ws is None:  # not projected yet: no history before this tree
+            tree.looked.update(wanted.history)
+            return
+        found = await self.histories(ws, wanted.history) if wanted.history else {}
+        for path in wanted.history:
+            tree.learn(path, *found.get(path, (None, None)))
+        for directory, after in wanted.changes_below:
+            for path, until in await self.changed_below(ws, directory, after):
+                tree.changed.setdefault(path, until)
 
     async def changed_below(self, ws: int, directory: str, after: int) -> list[tuple[str, int]]:
         """The paths below ``directory`` that ended after version ``after``, and when they

@@ -770,22 +770,10 @@ class WorkspaceActor:
         )
 
     async def _history(self, state: WorkspaceState, wanted: Needs) -> None:
-        """Look up the history ``wanted`` names in the projection (a state loaded from it
-        holds the live paths' only: ``Tree.partial``). Those paths did not change since the
-        state was loaded (else the state has them), so the projection holds what they are."""
-        if not (wanted.history or wanted.changes_below):
-            return
-        tree, store = state.tree, self.deps.store
-        ws = store.workspace_id(self.tenant, self.workspace)
-        if ws is None:  # not projected yet: no history before this state
-            tree.looked.update(wanted.history)
-            return
-        found = await store.histories(ws, wanted.history)
-        for path in wanted.history:
-            tree.learn(path, *found.get(path, (None, None)))
-        for directory, after in wanted.changes_below:
-            for path, until in await store.changed_below(ws, directory, after):
-                tree.changed.setdefault(path, until)
+        """The history ``wanted`` names, from the projection (``Store.look_up``)."""
+        if wanted.history or wanted.changes_below:
+            ws = self.deps.store.workspace_id(self.tenant, self.workspace)
+            await self.deps.store.look_up(state.tree, ws, wanted)
 
     async def _resolve_blobs(self, request: rq.Request, wanted: list[str]) -> set[str] | None:
         """Bring the contents an ``apply`` names by sha256 (``blob``) into ``deps.contents``
