@@ -6,15 +6,21 @@ transaction together with the tracking position, so a crash never leaves half a 
 or a position that disagrees with the data. Reads use a second connection (WAL), so queries
 never wait behind an apply.
 
-Every path's history is kept as revision rows valid over ``[version, until)``: a read as of
-any version is one index seek, as fast at version 1 as at the latest.
+Every path's history is kept as revision rows valid over ``[version, until)``: a read of a
+path as of any version is one index seek, as fast at version 1 as at the latest. A whole tree
+at the newest version is the live rows (one seek); at an older version, the live rows and
+those ended since (``as_of``): an operation costs what it returns, not the history behind it
+(issue 29). The writer loads a workspace's live tree only, and looks up the history of the
+other paths a decision names (``look_up``).
 
 Workspace rows are held in a bounded cache (``PROJECTION_ROWS``, least recently used first
 out), loaded on a miss by one indexed lookup: opening costs the same at any number of
 workspaces, and memory grows with the budget, not with the workspaces (issue 17).
 
-Size: every SQL statement of the projection lives here, next to the schema it depends on,
-so a schema change is one module's change; the plan of what to write is pure (``core.plan``).
+The planner's statistics are seeded when the projection is made and gathered again as it
+grows (``gather_statistics``); the statements themselves, the schema and the plan each is meant
+to have are in ``infra/sql.py``, so a schema change is one module's change; the plan of what to
+write is pure (``core.plan``). ``count_steps`` counts what the statements touch, for tests.
 """
 
 from __future__ import annotations
