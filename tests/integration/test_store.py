@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
+
+import pytest
 
 from contracts import hashing
 from contracts import requests as rq
 from core.tree import WorkspaceState
+from infra import sql
 from infra.store import SMALL_LOAD, WAL_KEPT_BYTES, WAL_PAGES, Store
 from services.reader.readmodel import ReadModel, Scope
 from tests.helpers import LogBuilder
@@ -215,3 +219,47 @@ async def test_a_bulk_of_applies_checkpoints_once_at_its_end(tmp_path: Path) -> 
     finally:
         await plain.close()
         await bulk.close()
+
+
+def _stats(path: Path) -> dict[str, str]:
+    db = sqlite3.connect(path)
+    try:
+        return {str(idx): str(stat) for _, idx, stat in db.execute("SELECT * FROM sqlite_stat1")}
+    finally:
+        db.close()
+
+
+async def test_statistics_are_seeded_then_gathered_as_the_projection_doubles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh projection plans with the seeded statistics of a large one; it gathers its
+    own (``ANALYZE``) once it has applied ``STATS_EVERY`` events, then each time it doubles,
+    and remembers where (``stats_at``) across a restart."""
+    monkeypatch.setattr(sql, "STATS_EVERY", 40)
+    b = LogBuilder()
+    b.run(rq.CreateWorkspace(), "create")
+    for n in range(199):
+        b.run(rq.WriteFile(path=f"d{n % 5}/f{n % 20}.txt", content=f"{n}"))
+    path = tmp_path / "w.db"
+    store = await Store.open(path, role="writer")
+    try:
+        seeded = dict((idx, stat) for _, idx, stat in sql.SEEDED_STATS)
+        assert _stats(path)["revisions_live"] == seeded["revisions_live"]
+        assert "controls_run" not in _stats(path)  # a reader's index: none here
+        await store.apply(b.log[:39])
+        assert await store.get_meta(sql.STATS_AT) is None
+        await store.apply(b.log[39:45])  # position 45: 40 since none
+        assert await store.get_meta(sql.STATS_AT) == "45"
+        gathered = _stats(path)
+        assert gathered["events"] != seeded["events"]  # this projection's own
+        assert gathered["controls"] == seeded["controls"]  # empty: seeded again
+        await store.apply(b.log[45:85])  # 85 < 2 x 45
+        assert await store.get_meta(sql.STATS_AT) == "45"
+    finally:
+        await store.close()
+    store = await Store.open(path, role="writer")
+    try:
+        await store.apply(b.log[85:95])  # 95 >= 2 x 45 and 45 + 40
+        assert await store.get_meta(sql.STATS_AT) == "95"
+    finally:
+        await store.close()
