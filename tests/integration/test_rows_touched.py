@@ -41,6 +41,7 @@ from contracts.subjects import STREAM_EVENTS
 from infra.store import Steps, Store
 from quill.client import Quill, Workspace
 from services.reader.app import Reader
+from services.writer import workspace
 from services.writer.app import Writer
 from tests.helpers import start_reader, start_writer
 from tests.integration.plans import faults, plan, statements
@@ -65,6 +66,8 @@ class Stack:
     writer: Writer | None = None
     _writer_exit: AsyncExitStack | None = None
     seen: dict[str, list[str]] = field(default_factory=lambda: {"writer": [], "reader": []})
+    last: list[str] = field(default_factory=list)
+    """The writer's statements of the last operation counted."""
 
     async def start_writer(self) -> Writer:
         if self._writer_exit is not None:
@@ -106,6 +109,7 @@ class Stack:
                 await store.count_steps(None)
         for role, count in counts.items():
             self.seen[role] += count.statements
+        self.last = counts["writer"].statements
         return sum(count.total for count in counts.values())
 
     def explained(self) -> dict[str, list[str]]:
@@ -247,3 +251,22 @@ async def flat(stack: Stack, quill: Quill, small: int, large: int) -> None:
 @pytest.mark.timeout(300)
 async def test_operations_touch_the_same_rows_at_1k_and_20k(stack: Stack, client: Quill) -> None:
     await flat(stack, client, 1_000, 20_000)
+
+
+async def test_a_request_id_the_writer_made_is_not_looked_up(
+    stack: Stack, client: Quill, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the results a workspace keeps in memory, a request the client named may be a
+    retry: its id is looked up in the projection (one seek of ``events_request``). One
+    without ``Ws-Request-Id`` gets an id the writer makes: no earlier request had it, and
+    nothing is looked up."""
+    monkeypatch.setattr(workspace, "WRITER_RECENT_RESULTS", 3)
+    ws = client.workspace(f"{TENANT}/ids")
+    await ws.create()
+    for n in range(5):
+        await ws.write("f.txt", f"{n}\n")
+    looked_up = "FROM events INDEXED BY events_request"
+    await stack.steps(ws, lambda: ws.write("f.txt", "named\n"))
+    assert [t for t in stack.last if looked_up in t]
+    await stack.steps(ws, operations(stack, ws, history=False)["write without Ws-Request-Id"])
+    assert stack.last and not [t for t in stack.last if looked_up in t]
