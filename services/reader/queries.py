@@ -285,8 +285,8 @@ class Queries:
 
     async def _commands(self, ws: WorkspaceRow) -> bool:
         """Whether a restricted workspace offers commands (its last trust change says)."""
-        changes = await self.model.control_events(ws.id, ("trust_changed",))
-        last = codec.decode_event(changes[-1]) if changes else None
+        change = await self.model.last_control(ws.id, ("trust_changed",))
+        last = codec.decode_event(change) if change else None
         return isinstance(last, TrustChanged) and last.commands
 
     async def _controls(self, ws: WorkspaceRow, version: int, kinds: tuple[str, ...]) -> Controls:

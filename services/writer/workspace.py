@@ -61,7 +61,7 @@ from contracts.uncommitted import fold_uncommitted
 from core.controls import CONTROL_EVENTS, fold_control
 from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
-from core.decision import Context, Decision, to_event
+from core.decision import Context, Decision, Needs, to_event
 from core.tree import Tree, WorkspaceState, fold, forget, place
 from infra import blobs, compaction, logfields, storage, tracing
 from infra import log as eventlog
@@ -481,11 +481,16 @@ class WorkspaceActor:
         if self._unprojected:
             self._unprojected = {k: v for k, v in self._unprojected.items() if v[0] > projected}
 
-    async def _committed_result(self, request_id: str, *, look: bool) -> tuple[int, bytes] | None:
-        """The version and result ``request_id`` was answered with, if it committed: from
-        memory, else (``look``, or when memory does not hold every result) the projection."""
+    async def _committed_result(self, origin: Origin, *, look: bool) -> tuple[int, bytes] | None:
+        """The version and result ``origin``'s request was answered with, if it committed:
+        from memory, else (``look``: an append of it may have committed; or when memory does
+        not hold every result and a client named the request, so it may be a retry) the
+        projection (one seek of ``events_request``). An id the writer made is no client's
+        retry: the projection is not asked for it."""
+        request_id = origin.request_id
         found = self._recent.get(request_id) or self._unprojected.get(request_id)
-        if found is None and self.state is not None and (look or not self._recent_all):
+        asked = look or not (self._recent_all or origin.generated)
+        if found is None and self.state is not None and asked:
             ws = self.deps.store.workspace_id(self.tenant, self.workspace)
             if ws is not None:
                 found = await self.deps.store.result_of(ws, request_id)
@@ -505,7 +510,7 @@ class WorkspaceActor:
             for p in batch:
                 if p.answered:
                     continue
-                stored = await self._committed_result(p.origin.request_id, look=attempt > 1)
+                stored = await self._committed_result(p.origin, look=attempt > 1)
                 if stored is not None:
                     await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
                     continue
@@ -740,6 +745,7 @@ class WorkspaceActor:
         """What deciding ``p`` needs: the contents it reads, the past it restores from."""
         deps = self.deps
         wanted = needs(state, p.request)
+        await self._history(state, wanted)
         foreign = await self._resolve_blobs(p.request, wanted.contents)
         for sha in wanted.contents if foreign is None else []:
             if sha not in deps.contents:
@@ -751,6 +757,8 @@ class WorkspaceActor:
                         raise
                     # decide says what is missing (a blob an apply names, a file's content)
         past = await self._past(*wanted.past) if wanted.past is not None else None
+        if past is not None:  # the history of the files it brings back
+            await self._history(state, needs(state, p.request, past))
         return Context(
             version=state.version + 1,
             at=datetime.now(UTC),
@@ -760,6 +768,12 @@ class WorkspaceActor:
             locate=deps.bridges.find,
             secrets=deps.secrets,
         )
+
+    async def _history(self, state: WorkspaceState, wanted: Needs) -> None:
+        """The history ``wanted`` names, from the projection (``Store.look_up``)."""
+        if wanted.history or wanted.changes_below:
+            ws = self.deps.store.workspace_id(self.tenant, self.workspace)
+            await self.deps.store.look_up(state.tree, ws, wanted)
 
     async def _resolve_blobs(self, request: rq.Request, wanted: list[str]) -> set[str] | None:
         """Bring the contents an ``apply`` names by sha256 (``blob``) into ``deps.contents``
