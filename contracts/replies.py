@@ -290,6 +290,8 @@ class Revision(msgspec.Struct, frozen=True, kw_only=True):
     moved_from: str | None = None
     paths: list[str] | None = None
     """For workspace history: paths the event changed (first 100)."""
+    changes_total: int | None = None
+    """For workspace history: how many changes the event made (``paths`` names the first)."""
 
 
 class HistoryPage(Result, frozen=True, kw_only=True):

@@ -339,11 +339,14 @@ class GlobQuery(Query, frozen=True, kw_only=True):
 
 
 class GrepQuery(Query, frozen=True, kw_only=True):
-    """Lines matching a regex or literal text in the files under ``path``."""
+    """Lines matching a regex or literal text in the files under ``path``, or in ``path``
+    itself when it is a file."""
 
     pattern: Annotated[str, Meta(min_length=1, max_length=4096)]
     """A regular expression (Python syntax), or plain text with ``literal``."""
     path: PathArg = ""
+    """A directory (every text file below it, as ``include`` and ``exclude`` say), or one
+    file (searched whatever they say; a binary file has no matching line)."""
     literal: bool = False
     """Match ``pattern`` as plain text rather than a regular expression."""
     ignore_case: bool = False
@@ -563,6 +566,11 @@ class RunCommand(Execution, frozen=True, kw_only=True):
     """The command line, run by ``bash -c`` in the workspace's root (or ``workdir``)."""
     env: Env | None = None
     """Extra environment variables (their values are never logged or audited)."""
+    stdin: bytes | None = None
+    """The command's standard input (base64 in JSON), given whole: at most
+    ``limits.EXEC_STDIN_MAX_BYTES`` (1 MiB; past it ``SIZE_LIMIT_EXCEEDED``); never logged or
+    audited (its size is). Omitted: stdin is closed, and the result says whether the command
+    tried to read it (``stdin_read``)."""
 
 
 OutputStream = Literal["stdout", "stderr"]

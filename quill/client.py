@@ -43,7 +43,7 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError, retry_after_ms
 from contracts.events import AuditRecord, WorkspaceUpdated
-from contracts.limits import CEILINGS, SDK_WORKSPACES, LimitsPatch
+from contracts.limits import CEILINGS, SDK_WORKSPACES, LimitsPatch, check_stdin
 from contracts.paths import normalize, printable
 from contracts.subjects import (
     HEADER_REQUEST_ID,
@@ -980,9 +980,17 @@ class Workspace:
         env: Mapping[str, str] | None = None,
         version: int | None = None,
         on_output: OnOutput | None = None,
+        stdin: bytes | None = None,
     ) -> rp.CommandResult:
         """Run ``command`` (``bash -c``) in the workspace's sandbox; the files it changes are
-        committed as one event. ``on_output`` receives its output live."""
+        committed as one event. ``on_output`` receives its output live; ``stdin`` is its
+        standard input, given whole (default: closed).
+
+        Raises:
+            QuillError: ``SIZE_LIMIT_EXCEEDED`` for a ``stdin`` over
+                ``limits.EXEC_STDIN_MAX_BYTES`` (not sent); what ``exec.run`` answers.
+        """
+        check_stdin(stdin)
         body = rq.RunCommand(
             command=command,
             workdir=workdir,
@@ -990,6 +998,7 @@ class Workspace:
             env=dict(env) if env is not None else None,
             version=version,
             min_version=self.last_version or None if version is None else None,
+            stdin=stdin,
         )
         return await self._exec(body, timeout_ms, on_output)
 

@@ -20,6 +20,7 @@ from nats.js import JetStreamContext
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import check_stdin
 from contracts.paths import display, normalize
 from contracts.subjects import Address, Origin, Subjects
 from core.controls import ArchiveState, LockState
@@ -192,18 +193,22 @@ class Commands:
         job: Job,
         details: dict[str, Any],
     ) -> tuple[int, rp.CommandResult]:
+        check_stdin(req.stdin)
         shown = self.secrets.redact(req.command)[0]  # as logged, audited, approved
+        fed = f" < stdin ({len(req.stdin)} bytes)" if req.stdin is not None else ""
         details.update(
             command=shown[:4096],
             workdir=req.workdir,
             env=sorted(req.env or {}),
-            summary=f"$ {shown[:500]}",
+            summary=f"$ {shown[:500]}{fed}",
         )
+        if req.stdin is not None:  # its size, never its bytes
+            details.update(stdin_bytes=len(req.stdin))
         async with (
             self.checkouts.hold(address) as live,
             self.checkouts.at(live, address, req) as checkout,
         ):
-            await self._approved(live, address, origin, "exec.run", shown)
+            await self._approved(live, address, origin, "exec.run", shown + fed)
             workdir = self._workdir(checkout, req.workdir)
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
@@ -213,7 +218,8 @@ class Commands:
                 env=dict(req.env or {}),
                 timeout_s=ms / 1000,
                 output_cap=limits.max_output_bytes,
-                watch_stdin=True,
+                stdin=req.stdin,
+                watch_stdin=req.stdin is None,  # given none: tell if it waited to read some
                 count_left=True,
             )
             output = Output(limits.max_output_bytes, self.secrets)

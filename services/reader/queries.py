@@ -183,6 +183,7 @@ class Queries:
                     request_id=r[8],
                     change=r[0],
                     paths=[c.path for c in _summaries.decode(r[12])][:100],
+                    changes_total=r[13],
                 )
                 for r in rows[: req.limit]
             ]
