@@ -147,7 +147,7 @@ def test_cli_tools_edit_grep_glob_tree_diff_restore(up: Up) -> None:
     diff = up.cli("diff", ws, "2", "--path", "src/app.py").stdout
     assert "-    return 1\n+    return 42" in diff and diff.startswith("--- a/src/app.py")
     restored = up.cli("restore", ws, "2", "src/app.py").stdout
-    assert restored.startswith("restored src/app.py to version 2: src/app.py; workspace version")
+    assert restored == "restored src/app.py from version 2 (src/app.py): now workspace version 7\n"
     assert "return 1" in up.cli("cat", ws, "src/app.py").stdout
     again = up.cli("restore", ws, "2", "src/app.py").stdout
     assert again == "unchanged: src/app.py is already as at version 2\n"
