@@ -290,6 +290,9 @@ class Revision(msgspec.Struct, frozen=True, kw_only=True):
     moved_from: str | None = None
     paths: list[str] | None = None
     """For workspace history: paths the event changed (first 100)."""
+    path: str | None = None
+    """With ``follow``: the name the file had at this revision, where it is not the asked
+    path (it was moved since)."""
 
 
 class HistoryPage(Result, frozen=True, kw_only=True):
@@ -297,6 +300,9 @@ class HistoryPage(Result, frozen=True, kw_only=True):
     revisions: list[Revision]
     truncated: bool
     """True when older revisions remain (page with ``before``)."""
+    next_path: str | None = None
+    """With ``follow``, when truncated: the path the next page asks (with ``before``, the last
+    revision's version): the name the file had there."""
 
 
 class Matches(Result, frozen=True, kw_only=True):
