@@ -623,6 +623,32 @@ class CommandResult(Result, frozen=True, kw_only=True):
     ``read -p`` prompt, ``input()``)."""
 
 
+class CommandFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What a command was and how it ended, kept with its output (``exec.run``'s)."""
+
+    command: str
+    """The command line, as audited (secrets redacted; its first 4,096 characters)."""
+    workdir: str
+    """Where it ran (``""``: the workspace's root)."""
+    actor: str | None
+    session: str | None
+    run: str | None
+    started: datetime
+    duration_ms: int
+    """How long it ran (in the sandbox)."""
+    exit_code: int
+    timed_out: bool
+    base_version: int
+    """The version it ran against."""
+    version: int | None
+    """The version its changes were committed as (None: it committed nothing)."""
+    changed: int
+    """Paths it committed."""
+    error: str | None = None
+    """Why its changes could not be committed, when they could not (an error code, or the
+    reason ``CapturedChanges.error`` gives)."""
+
+
 class CommandOutput(Result, frozen=True, kw_only=True):
     """A page of a command's kept output."""
 
@@ -641,6 +667,9 @@ class CommandOutput(Result, frozen=True, kw_only=True):
     """Kept bytes remain after this page."""
     complete: bool
     """The command has ended (else it is running, and more may come)."""
+    command: CommandFacts | None = None
+    """Once it has ended: what it was and how it ended (None while it runs, and for output
+    kept by an executor that did not record it)."""
 
 
 class GitFileStatus(msgspec.Struct, frozen=True, kw_only=True):
