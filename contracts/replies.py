@@ -401,6 +401,9 @@ class ChangeSummary(msgspec.Struct, frozen=True, kw_only=True):
     size: int | None = None
     sha256: str | None = None
     moved_from: str | None = None
+    change: str | None = None
+    """What it did to ``path``, as git marks it: ``added`` (a new file or directory: A),
+    ``modified`` (M), ``moved`` (here from ``moved_from``: R) or ``deleted`` (D)."""
 
 
 class EventSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -420,6 +423,9 @@ class EventSummary(msgspec.Struct, frozen=True, kw_only=True):
     tree_hash: str
     changes: list[ChangeSummary]
     changes_total: int
+    message: str | None = None
+    """The event's message (a command's commit: ``$ <command line>``; first 1,000
+    characters)."""
 
 
 class EventPage(Result, frozen=True, kw_only=True):

@@ -243,6 +243,7 @@ class Queries:
                 tree_hash=r[11],
                 changes=_summaries.decode(r[12]),
                 changes_total=r[13],
+                message=r[14],
             )
             for r in rows[: req.limit]
         ]
