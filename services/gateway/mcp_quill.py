@@ -17,6 +17,7 @@ from services.gateway.optable import (
     Arg,
     Tool,
     described,
+    workspace_arg,
 )
 from services.gateway.tooling import converted, inline_schema
 
@@ -66,7 +67,7 @@ Only = Annotated[str | None, Field(description="Omit for the whole workspace")]
 Depth = Annotated[int, Field(ge=1, le=100)]
 MostResults = Annotated[int | None, Field(ge=1, le=10_000)]
 DIR = Arg("path", described(str, P_DIR), ".")
-WS = Arg("workspace", str | None, None)  # said once, in the instructions
+WS = workspace_arg()
 COMMAND_ARGS = (
     Arg("command", Command),
     Arg("workdir", Workdir, ""),
