@@ -19,9 +19,7 @@ async def test_each_change_says_what_it_did(services: StartReader, quill: Quill)
     await ws.delete("d", recursive=True)  # v6
     await ws.apply([PutChange(path="c.txt", content="x\n")], message="$ make c")  # v7
     page = await ws.events(after=1, limit=10)
-    marks = {
-        e.version: sorted((c.kind, c.path, c.change) for c in e.changes) for e in page.events
-    }
+    marks = {e.version: sorted((c.kind, c.path, c.change) for c in e.changes) for e in page.events}
     assert marks[2] == [("put", "a.txt", "added")]
     assert marks[3] == [("put", "a.txt", "modified")]
     assert marks[4] == [("mkdir", "d", "added")]

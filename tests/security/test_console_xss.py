@@ -24,8 +24,8 @@ HOSTILE = (
 
 
 async def test_markup_in_a_command_line_shows_as_text(
-    gateway: Gateway,
-    executor: Executor,
+    gateway: Gateway,  # noqa: F811 (a fixture)
+    executor: Executor,  # noqa: F811 (a fixture)
     page: Any,  # noqa: F811 (a fixture)
 ) -> None:
     ws = gateway.quill.workspace("default/default")

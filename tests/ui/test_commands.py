@@ -37,7 +37,8 @@ async def test_each_command_with_its_exit_code_change_set_and_diff(
     await page.goto(f"{gateway.url}/ui/w/default/commands/{failed.command_id}")
     await expect(page.locator("#ended")).to_contain_text("Ended")
     await expect(page.locator("#stderr")).to_have_text("oops\n")
-    await expect(page.locator("#cmdline")).to_have_text("echo made > out.txt; echo oops >&2; exit 3")
+    line = "echo made > out.txt; echo oops >&2; exit 3"
+    await expect(page.locator("#cmdline")).to_have_text(line)
     await expect(page.locator("#exit")).to_have_text("✗ 3")
     await expect(page.locator("#output")).not_to_contain_text("✓")  # never ✓ for a failure
     await expect(page.locator("#timed-out")).to_have_text("no")
