@@ -6,14 +6,17 @@ SDK; the reader's seeks counted."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from quill.client import Quill
-from services.reader import history
 from services.reader.readmodel import ReadModel
 from tests.integration.conftest import StartReader
 
 MOVES = 400
+BATCH = 16
+"""Rows one seek of the walk reads at most (``services.reader.history.FIRST_BATCH``)."""
 
 
 async def test_a_move_cycle_is_walked_a_page_at_a_time(
@@ -30,9 +33,7 @@ async def test_a_move_cycle_is_walked_a_page_at_a_time(
     seeks: list[int] = []
     real = ReadModel.path_history
 
-    async def counted(
-        self: ReadModel, ws_id: int, path: str, upto: int, limit: int
-    ) -> list[history.Row]:
+    async def counted(self: ReadModel, ws_id: int, path: str, upto: int, limit: int) -> list[Any]:
         rows = await real(self, ws_id, path, upto, limit)
         seeks.append(len(rows))
         return rows
@@ -43,7 +44,7 @@ async def test_a_move_cycle_is_walked_a_page_at_a_time(
     assert [r.change for r in page.revisions] == ["moved"] * 50
     assert page.next_path in names
     assert len(seeks) == 50  # one seek a move shown
-    assert sum(seeks) <= 50 * history.FIRST_BATCH  # each a batch at most
+    assert sum(seeks) <= 50 * BATCH  # each a batch at most
     # The whole chain, page by page, ends at the file's creation.
     seen, before, path = 0, None, last
     while True:

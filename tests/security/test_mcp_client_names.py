@@ -22,11 +22,12 @@ from mcp.types import Implementation
 
 from quill.client import Quill
 from services.gateway.app import Gateway
-from services.gateway.mcp_clients import NAME_MAX
 from tests.gateway.conftest import gateway, nats_server  # noqa: F401 (fixtures)
 from tests.gateway.support import mcp_client, ok
 
 SECRET = "sk-live-0123456789abcdef"
+NAME_MAX = 64
+"""Characters of a client's name kept as its actor (``services.gateway.mcp_clients``)."""
 MCP = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
