@@ -201,12 +201,13 @@ TOOLS = (
     Tool(
         "file_history",
         "qry.history",
-        "The versions of a file (created, modified, moved, deleted) or, without path, of the "
-        "workspace, newest first: the numbers diff and restore take.",
+        "The versions of a file across its moves (created, modified, moved, deleted) or, "
+        "without path, of the workspace, newest first: the numbers diff and restore take.",
         (
             Arg("path", Only, None),
             Arg("limit", Annotated[int, Field(ge=1, le=1000)], 20),
             Arg("before", described(int | None, "Older than this version", ge=1), None),
+            Arg("follow", bool, True),
             WS,
         ),
         lambda a, r: texts.history_text(a.path, r),
