@@ -124,6 +124,7 @@ async def test_a_token_lists_its_tenant_only(start: StartGateway, browser: Any) 
         pinned = {"Authorization": "Bearer token-acme-pin1"}
         got = await http.get("/ui/", headers=pinned)
         assert ">two</a>" in got.text and ">one</a>" not in got.text
+        assert "<h1>Tenants</h1>" not in got.text and "beta" not in got.text  # no tenant list
         beta = {"Authorization": "Bearer token-beta-0001"}
         for query in ("?tenant=acme", "?prefix=%00%ff", "?sort=evil", "?sort=size&after=x|y"):
             got = await http.get(f"/ui/{query}", headers=beta)
