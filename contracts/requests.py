@@ -318,6 +318,11 @@ class History(Query, frozen=True, kw_only=True):
     """Most revisions to return."""
     before: Version | None = None
     """Page backwards: only versions lower than this."""
+    follow: bool = False
+    """With ``path``: follow the file across moves, as ``git log --follow``. Past the revision
+    that moved it to ``path`` (``moved_from``), its revisions under the name it had before (each
+    with that ``path``), and so on across each earlier move; the revisions of an older file
+    that had the same name are not its history. A page is read as a seek per move."""
 
 
 Patterns = Annotated[list[Annotated[str, Meta(max_length=1024)]], Meta(max_length=100)]

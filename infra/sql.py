@@ -52,7 +52,7 @@ WHOLE_TABLE = "/* plan: table */"
 FIRST_ROWS = "/* plan: first rows */"
 """Reads a workspace's rows in index order and stops at its ``LIMIT``."""
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS events(
     ws INTEGER NOT NULL, version INTEGER NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
     op TEXT NOT NULL, at TEXT NOT NULL, actor TEXT, session TEXT, run TEXT, request_id TEXT,
     hash TEXT NOT NULL, prev_hash TEXT NOT NULL, tree_hash TEXT NOT NULL,
-    changes TEXT NOT NULL, changes_total INTEGER NOT NULL, result TEXT,
+    changes TEXT NOT NULL, changes_total INTEGER NOT NULL, result TEXT, message TEXT,
     PRIMARY KEY(ws, version)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS revisions(
     ws INTEGER NOT NULL, path TEXT NOT NULL, version INTEGER NOT NULL,
@@ -232,7 +232,10 @@ CLOSE_LIVE = (
 )
 """End the live rows of ``[lo, hi)``: a seek of the live rows, never a path's history."""
 INSERT_REVISION = "INSERT INTO revisions VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-INSERT_EVENT = "INSERT INTO events VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_EVENT = "INSERT INTO events VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+EVENT_ROW = 16
+"""Values of an event row but its ``ws`` (a compaction manifest made before ``message`` was kept
+holds one fewer: ``Store`` pads it)."""
 UPSERT_BLOB = (
     "INSERT INTO blobs(sha256, size, data) VALUES(?, ?, ?) ON CONFLICT(sha256) "
     "DO UPDATE SET data=coalesce(blobs.data, excluded.data)"
@@ -288,7 +291,7 @@ ALL_REVISIONS = (
 )
 ALL_EVENTS = (
     f"SELECT {WHOLE_WORKSPACE} version, seq, type, op, at, actor, session, run, request_id, "
-    "hash, prev_hash, tree_hash, changes, changes_total, result FROM events WHERE ws=? "
+    "hash, prev_hash, tree_hash, changes, changes_total, result, message FROM events WHERE ws=? "
     "ORDER BY version"
 )
 COUNT_EVENTS = f"SELECT {WHOLE_WORKSPACE} count(*) FROM events WHERE ws=?"
@@ -435,7 +438,7 @@ PATH_HISTORY = (
 )
 _EVENT_COLUMNS = (
     "type, version, seq, at, op, actor, session, run, request_id, hash, "
-    "prev_hash, tree_hash, changes, changes_total"
+    "prev_hash, tree_hash, changes, changes_total, message"
 )
 EVENTS = (
     f"SELECT {_EVENT_COLUMNS} FROM events "

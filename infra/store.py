@@ -666,7 +666,8 @@ class Store:
              m.created.isoformat()),
         )  # fmt: skip
         await self._w.executemany(sql.INSERT_REVISION, [(ws, *r) for r in m.revisions])
-        await self._w.executemany(sql.INSERT_EVENT, [(ws, *e) for e in m.events])
+        padded = [(ws, *e, *(None,) * (sql.EVENT_ROW - len(e))) for e in m.events]
+        await self._w.executemany(sql.INSERT_EVENT, padded)
         await self._w.executemany(sql.INSERT_CONTROL, [(ws, *c) for c in m.controls])
         await self._w.executemany(sql.INSERT_UNCOMMITTED, [(ws, *u) for u in m.uncommitted])
         summary = plan([item], {(ev.tenant, ev.workspace): ws})

@@ -1097,9 +1097,17 @@ class Workspace:
         return result
 
     async def history(
-        self, path: str | None = None, *, limit: int = 100, before: int | None = None
+        self,
+        path: str | None = None,
+        *,
+        limit: int = 100,
+        before: int | None = None,
+        follow: bool = False,
     ) -> rp.HistoryPage:
-        body = rq.History(path=path, limit=limit, before=before)
+        """Revisions of ``path`` (or the workspace's events), newest first; ``follow``: across
+        the moves that brought the file to ``path`` (page on with ``before`` and the page's
+        ``next_path``)."""
+        body = rq.History(path=path, limit=limit, before=before, follow=follow)
         return await self._qry(body)
 
     async def info(self, *, version: int | None = None) -> rp.WorkspaceInfo:

@@ -106,20 +106,39 @@ async def restore(ctx: click.Context, ws: Workspace, version: int, path: str | N
 @click.argument("path", required=False)
 @click.option("--limit", default=20, show_default=True)
 @click.option("--before", type=int, help="Only versions before this one.")
+@click.option(
+    "--follow/--no-follow",
+    default=True,
+    show_default=True,
+    help="Follow PATH across the moves that brought the file there (its earlier names).",
+)
 async def history(
-    ctx: click.Context, ws: Workspace, path: str | None, limit: int, before: int | None
+    ctx: click.Context,
+    ws: Workspace,
+    path: str | None,
+    limit: int,
+    before: int | None,
+    follow: bool,
 ) -> None:
     """Revisions of PATH, or the workspace's events; newest first."""
-    r = await ws.history(path, limit=limit, before=before)
+    r = await ws.history(path, limit=limit, before=before, follow=follow and path is not None)
 
     def human() -> str:
         rows = []
         for v in r.revisions:
             paths = _paths(v.paths or [], v.changes_total or len(v.paths or []))
             what = v.change if path else f"{v.change} {paths}"
+            if v.moved_from:
+                what += f" from {v.moved_from}"
+            if v.path:
+                what += f" (as {v.path})"
             extra = f"  {size_text(v.size)}  {v.etag}" if v.size is not None else ""
             rows.append([f"v{v.version}", when(v.at), v.op, v.actor or "-", what + extra])
-        return columns(rows) or "(no history)"
+        text = columns(rows) or "(no history)"
+        if r.truncated and r.revisions:
+            asked = " ".join([f"{ws.tenant}/{ws.name}", *filter(None, [r.next_path or path])])
+            text += f"\n(older: quill history {asked} --before {r.revisions[-1].version})"
+        return text
 
     emit(ctx, r, human)
 

@@ -231,6 +231,7 @@ class Commands:
                 origin.request_id,
                 output=output,
                 config=self.config.output,
+                facts=known_facts(origin, details, checkout.version),
             )
 
             async def on_output(stream: sandbox.StreamName, chunk: bytes) -> None:
@@ -253,12 +254,18 @@ class Commands:
             if checkout is live:  # the next command here finds a sandbox started
                 self.provider.warm(checkout.tree, self._limits(spawn.timeout_s, checkout))
             finishing = asyncio.ensure_future(recorder.finish(outcome))  # alongside the capture
+            changes: rp.CapturedChanges | None = None
+            failed: str | None = None
             try:
                 changes = await self._capture_and_commit(
                     address, origin, checkout, base, f"$ {shown}", live
                 )
+            except QuillError as exc:
+                failed = str(exc.code)
+                raise
             finally:
                 await finishing
+                await recorder.end(changes, failed)  # what it committed: kept with its output
         audited(outcome, details, output.redacted | job.redacted)
         details.update(committed=changes.committed, changed=changes.total)
         details.update(background_killed=outcome.left_running, stdin_read=outcome.stdin_read)
@@ -317,6 +324,20 @@ class Commands:
         details.update(committed=bool(changes and changes.committed))
         version = changes.version if changes is not None else base
         return version, msgspec.structs.replace(result, changes=changes)
+
+
+def known_facts(origin: Origin, details: dict[str, Any], base: int) -> dict[str, Any]:
+    """The fields of a command's ``rp.CommandFacts`` known before it runs (``details``: its
+    audit record's, the command line redacted as audited)."""
+    return {
+        "command": details["command"],
+        "workdir": details["workdir"],
+        "actor": origin.actor,
+        "session": origin.session,
+        "run": origin.run,
+        "started": datetime.now(UTC),
+        "base_version": base,
+    }
 
 
 def without_userinfo(url: str) -> str:

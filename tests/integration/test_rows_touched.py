@@ -8,8 +8,8 @@ a content's, and FTS5 merges segments every so many transactions, whatever the h
 
 * History: two workspaces of the same 500 files, one of 1,000 events and one of 20,000
   (their logs synthesised as ``bench depth --fast`` does, then loaded by the services as any
-  log): a write (with and without ``Ws-Request-Id``), an edit, a read, a
-  stat, a listing, a page of a path's history, a diff of the last 10 versions, ``info``, a
+  log): a write (with and without ``Ws-Request-Id``), an edit, a read, a stat, a listing, a
+  page of a path's history (followed or not), a diff of the last 10 versions, ``info``, a
   page of events, and a writer's restart then first write cost the same at both.
 * Tree: two workspaces of 1,000 and 20,000 files (committed through the writer, 1,000 a
   command) and the same 100-file directory: a write, an edit, a read, a stat, a listing
@@ -199,6 +199,7 @@ def operations(
         "stat": lambda: ws.stat(some[1]),
         "list": lambda: ws.list(some[2].rsplit("/", 1)[0]),
         "history of a path (a page of 2)": lambda: ws.history(some[0], limit=2),
+        "followed history of a path": lambda: ws.history(some[0], limit=2, follow=True),
         "info": lambda: ws.info(),
         "a page of events": lambda: ws.events(after=max(0, last - 4), limit=3),
     }
