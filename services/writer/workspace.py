@@ -481,19 +481,28 @@ class WorkspaceActor:
         if self._unprojected:
             self._unprojected = {k: v for k, v in self._unprojected.items() if v[0] > projected}
 
-    async def _committed_result(self, origin: Origin, *, look: bool) -> tuple[int, bytes] | None:
-        """The version and result ``origin``'s request was answered with, if it committed:
-        from memory, else (``look``: an append of it may have committed; or when memory does
-        not hold every result and a client named the request, so it may be a retry) the
-        projection (one seek of ``events_request``). An id the writer made is no client's
-        retry: the projection is not asked for it."""
-        request_id = origin.request_id
-        found = self._recent.get(request_id) or self._unprojected.get(request_id)
-        asked = look or not (self._recent_all or origin.generated)
-        if found is None and self.state is not None and asked:
+    def _committed_results(
+        self, batch: list[Pending], *, look: bool
+    ) -> dict[str, tuple[int, bytes]]:
+        """The version and result each command of ``batch`` was answered with, if it
+        committed, by request id: from memory, else (``look``: an append of it may have
+        committed; or when memory does not hold every result and a client named the request,
+        so it may be a retry) the projection, every such id of the group in one statement
+        (``Store.results_of``). An id the writer made is no client's retry: the projection is
+        not asked for it."""
+        found: dict[str, tuple[int, bytes]] = {}
+        asked: list[str] = []
+        for p in batch:
+            request_id = p.origin.request_id
+            held = self._recent.get(request_id) or self._unprojected.get(request_id)
+            if held is not None:
+                found[request_id] = held
+            elif look or not (self._recent_all or p.origin.generated):
+                asked.append(request_id)
+        if asked and self.state is not None:
             ws = self.deps.store.workspace_id(self.tenant, self.workspace)
             if ws is not None:
-                found = await self.deps.store.result_of(ws, request_id)
+                found.update(self.deps.store.results_of(ws, asked))
         return found
 
     # ------------------------------------------------------------------ deciding
@@ -507,10 +516,12 @@ class WorkspaceActor:
                 return
             staged: list[tuple[Pending, Decision, WorkspaceEvent, str, bytes]] = []
             expected_seq = state.last_seq
+            batch = [p for p in batch if not p.answered]
+            results = self._committed_results(batch, look=attempt > 1)
             for p in batch:
                 if p.answered:
                     continue
-                stored = await self._committed_result(p.origin, look=attempt > 1)
+                stored = results.get(p.origin.request_id)
                 if stored is not None:
                     await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
                     continue
