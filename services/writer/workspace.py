@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import nats.errors
@@ -105,6 +105,66 @@ class Pending:
         return self.started + self.origin.wait_ms / 1000
 
 
+class Staged(NamedTuple):
+    """A command decided into an event, waiting for its append."""
+
+    pending: Pending
+    decision: Decision
+    event: WorkspaceEvent
+    digest: str
+    payload: bytes
+
+
+class Held(NamedTuple):
+    """An answer that waits for the changes it was decided after to be acknowledged (a
+    refusal or a no-op that follows them): sent if they are, decided again if not."""
+
+    pending: Pending
+    reply: bytes
+    error: QuillError | None
+    version: int | None
+    paths: list[str] | None
+
+
+@dataclass
+class _Flight:
+    """A group decided and handed to the appender (``group``; None: only answers held until
+    the group before it is acknowledged), with what answering it needs."""
+
+    batch: list[Pending]
+    staged: list[Staged]
+    group: Group | None
+    state: WorkspaceState
+    """The state it was decided against (and leaves)."""
+    after: _Flight | None
+    """The group it was decided after and is chained to, while that one was in flight."""
+    held: list[Held]
+
+    @property
+    def plain(self) -> bool:
+        """Changes only: nothing that must be acted on after it commits."""
+        return all(isinstance(s.event, ChangesCommitted) for s in self.staged)
+
+    async def acknowledged(self) -> bool:
+        """Whether its group was committed (waiting for the appender to say)."""
+        assert self.group is not None
+        await asyncio.wait([self.group.future])
+        return self.group.future.exception() is None
+
+    async def dropped(self) -> None:
+        """Wait until the appender has dropped its group unsent (the group before it
+        failed)."""
+        if self.group is not None:
+            await asyncio.wait([self.group.future])
+            self.group.future.exception()  # retrieved: it was never sent
+
+    async def release(self, answer: Callable[..., Awaitable[None]]) -> None:
+        """Send the answers held for its changes (they are acknowledged)."""
+        held, self.held = self.held, []
+        for h in held:
+            await answer(h.pending, h.reply, error=h.error, version=h.version, paths=h.paths)
+
+
 class WorkspaceActor:
     """One workspace's state and queue; everything else it uses comes in ``deps``."""
 
@@ -138,6 +198,8 @@ class WorkspaceActor:
         self._counts: dict[str, int] | None = None
         """Revisions kept per path, when the workspace has ``max_versions``."""
         self._compact = False
+        self._arrival: asyncio.Future[None] | None = None
+        """Set while the actor waits for its group in flight or a command, whichever first."""
 
     @property
     def waiting(self) -> int:
@@ -179,6 +241,8 @@ class WorkspaceActor:
             return False
         self._inflight[pending.origin.request_id] = pending
         self._queue.append(pending)
+        if self._arrival is not None and not self._arrival.done():
+            self._arrival.set_result(None)
         self._start()
         return True
 
@@ -340,35 +404,81 @@ class WorkspaceActor:
             await asyncio.shield(self._task)
 
     async def _run(self) -> None:
+        """Decide and append the queued commands, a group at a time; while a group of plain
+        changes is being appended, the next group is decided against the state it leaves and
+        handed to the appender chained to it (``Group.after``): sent as soon as the first is
+        acknowledged, never if it is not. A failed append drops the state, and both groups
+        are decided again from the log."""
         try:
-            while self._queue:
-                batch, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
-                first = batch[0]  # what is logged while deciding names the command (or one)
-                logfields.bind(first.address, first.origin if len(batch) == 1 else None)
-                try:
-                    await self._process(batch)
-                    if self._compact:
-                        self._compact = False
-                        await self._compaction()
-                except Exception as exc:
-                    self.state = None
-                    if storage.is_log_full(exc):  # a blob refused by the object store
-                        self.deps.log_storage.mark(str(exc))
-                        error = storage.log_full(str(exc))
-                    elif isinstance(exc, TimeoutError | nats.errors.Error):  # NATS failing over
-                        log.warning("%s/%s: NATS: %r", self.tenant, self.workspace, exc)
-                        error = QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer: {exc!r}")
-                    else:
-                        log.exception(
-                            "workspace %s/%s: unexpected failure", self.tenant, self.workspace
-                        )
-                        error = QuillError(
-                            ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}"
-                        )
-                    for p in batch:
-                        await self._answer(p, codec.error_reply(error), error=error)
+            ahead: _Flight | None = None
+            while self._queue or ahead is not None:
+                if ahead is not None and not self._queue and self._overlaps(ahead):
+                    await self._arrival_or(ahead)
+                following: _Flight | None = None
+                if self._queue and (ahead is None or self._overlaps(ahead)):
+                    batch, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+                    first = batch[0]  # what is logged while deciding names the command (or one)
+                    logfields.bind(first.address, first.origin if len(batch) == 1 else None)
+                    following = await self._guarded(batch, self._stage(batch, 1, ahead))
+                if ahead is not None:
+                    landed = await self._guarded(ahead.batch, self._land(ahead, 1))
+                    if landed is False:  # not appended: it, and what was chained to it, again
+                        redo = ahead.batch
+                        if following is not None:
+                            await following.dropped()
+                            redo, following = redo + following.batch, None
+                        await self._guarded(redo, self._process(redo, 2))
+                ahead = following
+                if ahead is None and self._compact:
+                    self._compact = False
+                    await self._guarded([], self._compaction())
         finally:
             self._task = None
+
+    async def _arrival_or(self, ahead: _Flight) -> None:
+        """Wait until ``ahead``'s append is answered or a command arrives (to be decided
+        while ``ahead`` is in flight)."""
+        assert ahead.group is not None
+        self._arrival = asyncio.get_running_loop().create_future()
+        either: list[asyncio.Future[Any]] = [ahead.group.future, self._arrival]
+        try:
+            await asyncio.wait(either, return_when="FIRST_COMPLETED")
+        finally:
+            self._arrival = None
+
+    async def _guarded(self, batch: list[Pending], step: Awaitable[_T]) -> _T | None:
+        """``step``; if it fails unexpectedly, the state is dropped and the commands of
+        ``batch`` not answered yet get the failure (None)."""
+        try:
+            return await step
+        except Exception as exc:
+            self.state = None
+            if storage.is_log_full(exc):  # a blob refused by the object store
+                self.deps.log_storage.mark(str(exc))
+                error = storage.log_full(str(exc))
+            elif isinstance(exc, TimeoutError | nats.errors.Error):  # NATS failing over
+                log.warning("%s/%s: NATS: %r", self.tenant, self.workspace, exc)
+                error = QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer: {exc!r}")
+            else:
+                log.exception("workspace %s/%s: unexpected failure", self.tenant, self.workspace)
+                error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+            for p in batch:
+                await self._answer(p, codec.error_reply(error), error=error)
+            return None
+
+    def _overlaps(self, ahead: _Flight) -> bool:
+        """Whether the next group may be decided while ``ahead`` is being appended: ``ahead``
+        holds changes only (no lifecycle, control or approval event, whose effects follow
+        its commit), no compaction is due, and the state is still the one it was decided
+        on (not dropped, same partition epoch)."""
+        if ahead.group is None or not ahead.plain or self._compact:
+            return False
+        if self.state is not ahead.state:
+            return False
+        try:
+            return self._current_fence() == self.fence
+        except QuillError:
+            return False
 
     # ------------------------------------------------------------------ state
     async def _load(self, trust: bool = True) -> WorkspaceState:
@@ -506,127 +616,171 @@ class WorkspaceActor:
         return found
 
     # ------------------------------------------------------------------ deciding
-    async def _process(self, batch: list[Pending]) -> None:
-        for attempt in range(1, ATTEMPTS + 1):
-            try:
-                state = await self._load(trust=attempt == 1)
-            except QuillError as exc:
-                for p in batch:
-                    await self._answer(p, codec.error_reply(exc), error=exc)
+    async def _process(self, batch: list[Pending], first: int = 1) -> None:
+        """Decide ``batch`` and append it, again from the log (up to ``ATTEMPTS``) while the
+        append fails."""
+        for attempt in range(first, ATTEMPTS + 1):
+            flight = await self._stage(batch, attempt, None)
+            if flight is None or await self._land(flight, attempt):
                 return
-            staged: list[tuple[Pending, Decision, WorkspaceEvent, str, bytes]] = []
-            expected_seq = state.last_seq
-            batch = [p for p in batch if not p.answered]
-            results = self._committed_results(batch, look=attempt > 1)
+
+    async def _stage(
+        self, batch: list[Pending], attempt: int, after: _Flight | None
+    ) -> _Flight | None:
+        """Decide ``batch`` (against the state ``after`` leaves, when given) and hand its
+        events to the appender; None when there is nothing to append (every command
+        answered, refused or parked). Answers that depend on changes not acknowledged yet
+        (a refusal or a no-op after them) wait for them (``_Flight.held``)."""
+        try:
+            state = await self._load(trust=attempt == 1)
+        except QuillError as exc:
             for p in batch:
-                if p.answered:
-                    continue
-                stored = results.get(p.origin.request_id)
-                if stored is not None:
-                    await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
-                    continue
-                asks = False
-                try:
-                    asks = self._needs_approval(state, p)
-                    if asks:
-                        decision, event, payload = await self._ask(state, p)
-                    else:
-                        decision, event, payload = await self._decide(state, p)
-                except QuillError as exc:
-                    if not self._park(p, exc, state):
-                        error = self._no_room(p, exc)
-                        await self._answer(p, codec.error_reply(error), error=error)
-                    continue
-                except Exception as exc:  # this command's failure alone: the group goes on
-                    error = self._unexpected(p, exc)
-                    await self._answer(p, codec.error_reply(error), error=error)
-                    continue
-                if event is None:
-                    reply = codec.ok_reply(state.version, decision.result)
-                    await self._answer(p, reply, version=state.version, paths=decision.paths)
-                    continue
-                digest = hashing.event_hash(payload)
-                state.version, state.last_hash, state.updated = event.version, digest, event.at
-                if decision.created is not None:
-                    state.exists = True
-                    state.trust, state.limits = decision.created
-                if isinstance(event, ChangesCommitted):
-                    fold_uncommitted(state.uncommitted, event)
-                if isinstance(event, WorkspacePurged):
-                    forget(state)  # what follows in the group finds no workspace
-                staged.append((p, decision, event, digest, payload))
-            if not staged:
-                return
-            group = Group(
-                subject=self.subject,
-                expected_seq=expected_seq,
-                payloads=[payload for *_, payload in staged],
-                msg_ids=[
-                    self.deps.subjects.msg_id(self.tenant, self.workspace, event.request_id)
-                    for _, _, event, _, _ in staged
-                ],
-                hashes=[digest for _, _, _, digest, _ in staged],
-                context=[(event, digest) for _, _, event, digest, _ in staged],
-                fence=self.fence,
-            )
-            began = time.perf_counter() if tracing.ON else 0.0
+                await self._answer(p, codec.error_reply(exc), error=exc)
+            return None
+        staged: list[Staged] = []
+        held: list[Held] = []
+        parked = {id(p) for p in self._parked} if attempt > 1 else set()
+        batch = [p for p in batch if not p.answered and id(p) not in parked]
+        results = self._committed_results(batch, look=attempt > 1)
+
+        async def answer(p: Pending, reply: bytes, error: QuillError | None = None,
+                         paths: list[str] | None = None) -> None:  # fmt: skip
+            version = None if error is not None else state.version
+            if staged or after is not None:  # decided on changes not acknowledged yet
+                held.append(Held(p, reply, error, version, paths))
+            else:
+                await self._answer(p, reply, error=error, version=version, paths=paths)
+
+        for p in batch:
+            stored = results.get(p.origin.request_id)
+            if stored is not None:
+                await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
+                continue
+            asks = False
             try:
-                seqs = await self.deps.appender.submit(group)
-            except AppendError as exc:
-                log.warning(
-                    "%s/%s: append failed (%s, attempt %d): reloading from the log",
-                    self.tenant,
-                    self.workspace,
-                    exc,
-                    attempt,
-                )
-                self.state = None
-                if storage.is_log_full(exc):  # retrying cannot help: the operator must act
-                    self.deps.log_storage.mark(str(exc))
-                    err = storage.log_full(str(exc))
-                elif await self._fenced_out():  # the workspace is another writer's now
-                    err = QuillError(
-                        ErrorCode.UNAVAILABLE,
-                        "The workspace moved to another writer; retry",
-                        {"partition": self.partition},
-                    )
-                elif attempt == ATTEMPTS:
-                    err = QuillError(ErrorCode.UNAVAILABLE, f"Could not append to the log: {exc}")
+                asks = self._needs_approval(state, p)
+                if asks:
+                    decision, event, payload = await self._ask(state, p)
                 else:
-                    continue
-                for p in batch:
-                    if not p.answered:
-                        await self._answer(p, codec.error_reply(err), error=err)
-                return
-            self.deps.log_storage.clear()
-            state.last_seq = seqs[-1]
-            if tracing.ON:  # the append span of each command it carried
-                for p, *_ in staged:
-                    tracing.appended(p.msg, began)
-            events = [(e, seq) for (_, _, e, _, _), seq in zip(staged, seqs, strict=True)]
-            await self._after_lifecycle(events, had_log=expected_seq > 0)
-            await self._count(state, [event for _, _, event, _, _ in staged])
-            for (p, decision, event, _, _), seq in zip(staged, seqs, strict=True):
-                if isinstance(event, ApprovalRequested):  # p waits for the decision
-                    await self._notify(event, [], seq)
-                    if not self._park(p, awaiting(p, event.approval_id), state):
-                        error = awaiting(p, event.approval_id)
-                        await self._answer(p, codec.error_reply(error), error=error)
-                    continue
-                result = bytes(event.result)
-                self._remember(p.origin.request_id, event.version, result)
-                await self._answer(
-                    p,
-                    codec.ok_reply_raw(event.version, result),
-                    version=event.version,
-                    paths=decision.paths,
-                    redacted=decision.redacted,
+                    decision, event, payload = await self._decide(state, p)
+            except QuillError as exc:
+                if not self._park(p, exc, state):
+                    error = self._no_room(p, exc)
+                    await answer(p, codec.error_reply(error), error)
+                continue
+            except Exception as exc:  # this command's failure alone: the group goes on
+                error = self._unexpected(p, exc)
+                await self._answer(p, codec.error_reply(error), error=error)
+                continue
+            if event is None:
+                await answer(
+                    p, codec.ok_reply(state.version, decision.result), None, decision.paths
                 )
-                await self._notify(event, decision.changes, seq)
-            frees = (LockReleased, ApprovalDecided)
-            if self._parked and any(isinstance(e, frees) for _, _, e, _, _ in staged):
-                self._unpark()
-            return
+                continue
+            digest = hashing.event_hash(payload)
+            state.version, state.last_hash, state.updated = event.version, digest, event.at
+            if decision.created is not None:
+                state.exists = True
+                state.trust, state.limits = decision.created
+            if isinstance(event, ChangesCommitted):
+                fold_uncommitted(state.uncommitted, event)
+            if isinstance(event, WorkspacePurged):
+                forget(state)  # what follows in the group finds no workspace
+            staged.append(Staged(p, decision, event, digest, payload))
+        if not staged:
+            if held:  # after ``after``'s changes: answered once they are acknowledged
+                assert after is not None
+                return _Flight(batch, [], None, state, after, held)
+            return None
+        group = Group(
+            subject=self.subject,
+            expected_seq=state.last_seq if after is None else 0,
+            payloads=[s.payload for s in staged],
+            msg_ids=[
+                self.deps.subjects.msg_id(self.tenant, self.workspace, s.event.request_id)
+                for s in staged
+            ],
+            hashes=[s.digest for s in staged],
+            context=[(s.event, s.digest) for s in staged],
+            fence=self.fence,
+            after=after.group if after is not None else None,
+        )
+        flight = _Flight(batch, staged, group, state, after, held)
+        self.deps.appender.submit(group)
+        return flight
+
+    async def _land(self, flight: _Flight, attempt: int) -> bool:
+        """Wait for ``flight``'s append and answer its commands: True when they are answered
+        (committed, or refused for good), False when they must be decided again from the
+        log (the state is dropped)."""
+        state, staged, group = flight.state, flight.staged, flight.group
+        if group is None:  # answers only, after the group before them
+            assert flight.after is not None
+            if not await flight.after.acknowledged():
+                return False
+            await flight.release(self._answer)
+            return True
+        began = time.perf_counter() if tracing.ON else 0.0
+        try:
+            seqs = await group.future
+        except AppendError as exc:
+            log.warning(
+                "%s/%s: append failed (%s, attempt %d): reloading from the log",
+                self.tenant,
+                self.workspace,
+                exc,
+                attempt,
+            )
+            self.state = None
+            if storage.is_log_full(exc):  # retrying cannot help: the operator must act
+                self.deps.log_storage.mark(str(exc))
+                err = storage.log_full(str(exc))
+            elif await self._fenced_out():  # the workspace is another writer's now
+                err = QuillError(
+                    ErrorCode.UNAVAILABLE,
+                    "The workspace moved to another writer; retry",
+                    {"partition": self.partition},
+                )
+            elif attempt == ATTEMPTS:
+                err = QuillError(ErrorCode.UNAVAILABLE, f"Could not append to the log: {exc}")
+            else:
+                return False
+            for p in flight.batch:
+                if not p.answered:
+                    await self._answer(p, codec.error_reply(err), error=err)
+            return True
+        self.deps.log_storage.clear()
+        state.last_seq = seqs[-1]
+        if tracing.ON:  # the append span of each command it carried
+            for s in staged:
+                tracing.appended(s.pending.msg, began)
+        events = [(s.event, seq) for s, seq in zip(staged, seqs, strict=True)]
+        had_log = flight.after is not None or group.expected_seq > 0
+        await self._after_lifecycle(events, had_log=had_log)
+        await self._count(state, [s.event for s in staged])
+        for s, seq in zip(staged, seqs, strict=True):
+            p, decision, event = s.pending, s.decision, s.event
+            if isinstance(event, ApprovalRequested):  # p waits for the decision
+                await self._notify(event, [], seq)
+                if not self._park(p, awaiting(p, event.approval_id), state):
+                    error = awaiting(p, event.approval_id)
+                    await self._answer(p, codec.error_reply(error), error=error)
+                continue
+            result = bytes(event.result)
+            self._remember(p.origin.request_id, event.version, result)
+            await self._answer(
+                p,
+                codec.ok_reply_raw(event.version, result),
+                version=event.version,
+                paths=decision.paths,
+                redacted=decision.redacted,
+            )
+            await self._notify(event, decision.changes, seq)
+        await flight.release(self._answer)
+        frees = (LockReleased, ApprovalDecided)
+        if self._parked and any(isinstance(s.event, frees) for s in staged):
+            self._unpark()
+        return True
 
     async def _after_lifecycle(
         self, committed: list[tuple[WorkspaceEvent, int]], *, had_log: bool
