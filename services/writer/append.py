@@ -57,6 +57,10 @@ _APPENDS = {
 
 
 APPLY_LINGER_S = 0.05
+MAX_BATCH_EVENTS = 512
+MAX_BATCH_BYTES = 6 * 1024 * 1024
+"""The most events and bytes of one send, whatever groups it holds (a group larger than
+these goes alone)."""
 
 
 class AppendError(Exception):
@@ -125,8 +129,8 @@ class Appender:
         nc: NATS,
         on_commit: OnCommit,
         *,
-        max_events: int = 512,
-        max_bytes: int = 6 * 1024 * 1024,
+        max_events: int = MAX_BATCH_EVENTS,
+        max_bytes: int = MAX_BATCH_BYTES,
         max_inflight: int = 64,
         timeout: float = 10.0,
     ) -> None:

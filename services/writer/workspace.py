@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -72,7 +72,7 @@ from infra.compaction import with_manifests
 from infra.entry import reply_headers
 from infra.metrics import publish_failed
 from infra.runtime import bounded_gather
-from services.writer.append import AppendError, Group
+from services.writer.append import MAX_BATCH_BYTES, AppendError, Group
 from services.writer.deps import Deps
 from services.writer.partitions import Fence
 from services.writer.preview import preview
@@ -144,6 +144,37 @@ class _Flight:
     def plain(self) -> bool:
         """Changes only: nothing that must be acted on after it commits."""
         return all(isinstance(s.event, ChangesCommitted) for s in self.staged)
+
+    @property
+    def settled(self) -> bool:
+        """Its append is answered (or it has none): it can be answered without waiting."""
+        return self.group is None or self.group.future.done()
+
+    def open_for(self, staged: list[Staged]) -> bool:
+        """Whether ``staged`` (decided after it) may join its group: the appender has not
+        taken the group yet (it waits for the one before it), and it stays within
+        ``MAX_GROUP`` events and the appender's ``MAX_BATCH_BYTES``."""
+        group = self.group
+        if group is None or group.after is None or group.future.done():
+            return False
+        size = group.size + sum(len(s.payload) for s in staged)
+        return len(group.payloads) + len(staged) <= MAX_GROUP and size <= MAX_BATCH_BYTES
+
+    def merge(
+        self, batch: list[Pending], staged: list[Staged], held: list[Held], msg_ids: list[str]
+    ) -> None:
+        """Take ``batch``'s events (``staged``) and held answers into its group (``open_for``)."""
+        group = self.group
+        assert group is not None
+        self.batch, self.staged, self.held = (
+            self.batch + batch,
+            self.staged + staged,
+            self.held + held,
+        )
+        group.payloads += [s.payload for s in staged]
+        group.msg_ids += msg_ids
+        group.hashes += [s.digest for s in staged]
+        group.context += [(s.event, s.digest) for s in staged]
 
     async def acknowledged(self) -> bool:
         """Whether its group was committed (waiting for the appender to say)."""
@@ -404,47 +435,68 @@ class WorkspaceActor:
             await asyncio.shield(self._task)
 
     async def _run(self) -> None:
-        """Decide and append the queued commands, a group at a time; while a group of plain
-        changes is being appended, the next group is decided against the state it leaves and
-        handed to the appender chained to it (``Group.after``): sent as soon as the first is
-        acknowledged, never if it is not. A failed append drops the state, and both groups
-        are decided again from the log."""
+        """Decide and append the queued commands, a group at a time. While a group of plain
+        changes is being appended, what arrives is decided against the state it leaves, into
+        one group handed to the appender chained to it (``Group.after``), which grows with
+        what arrives until it is sent: as soon as the group before it is acknowledged, never
+        if that one is not. Groups are answered in order as they are acknowledged; a failed
+        append drops the state, and its commands and those chained to it are decided again
+        from the log."""
+        flights: deque[_Flight] = deque()
         try:
-            ahead: _Flight | None = None
-            while self._queue or ahead is not None:
-                if ahead is not None and not self._queue and self._overlaps(ahead):
-                    await self._arrival_or(ahead)
-                following: _Flight | None = None
-                if self._queue and (ahead is None or self._overlaps(ahead)):
+            while self._queue or flights:
+                head = flights[0] if flights else None
+                last = flights[-1] if flights else None
+                if head is not None and head.settled:
+                    await self._land_head(flights)
+                elif self._queue and (last is None or self._overlaps(last)):
                     batch, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
                     first = batch[0]  # what is logged while deciding names the command (or one)
                     logfields.bind(first.address, first.origin if len(batch) == 1 else None)
-                    following = await self._guarded(batch, self._stage(batch, 1, ahead))
-                if ahead is not None:
-                    landed = await self._guarded(ahead.batch, self._land(ahead, 1))
-                    if landed is False:  # not appended: it, and what was chained to it, again
-                        redo = ahead.batch
-                        if following is not None:
-                            await following.dropped()
-                            redo, following = redo + following.batch, None
-                        await self._guarded(redo, self._process(redo, 2))
-                ahead = following
-                if ahead is None and self._compact:
+                    flight = await self._guarded(batch, self._stage(batch, 1, last))
+                    if flight is not None and flight is not last:
+                        flights.append(flight)
+                elif head is not None and last is not None and self._overlaps(last):
+                    await self._arrival_or(head)  # its acknowledgement, or more to decide
+                else:
+                    await self._land_head(flights)
+                if not flights and self._compact:
                     self._compact = False
                     await self._guarded([], self._compaction())
         finally:
             self._task = None
 
-    async def _arrival_or(self, ahead: _Flight) -> None:
-        """Wait until ``ahead``'s append is answered or a command arrives (to be decided
-        while ``ahead`` is in flight)."""
-        assert ahead.group is not None
-        self._arrival = asyncio.get_running_loop().create_future()
-        either: list[asyncio.Future[Any]] = [ahead.group.future, self._arrival]
+    async def _land_head(self, flights: deque[_Flight]) -> None:
+        """Answer the first group in flight once its append is answered; if it failed, drop
+        the groups chained to it and decide all of them again from the log."""
+        head = flights.popleft()
+        landed = await self._guarded(head.batch, self._land(head, 1))
+        if landed is False:
+            redo = head.batch
+            for chained in flights:
+                await chained.dropped()
+                redo = redo + chained.batch
+            flights.clear()
+            await self._guarded(redo, self._process(redo, 2))
+
+    async def _arrival_or(self, head: _Flight) -> None:
+        """Wait until ``head``'s append is answered or a command arrives (to be decided
+        while ``head`` is in flight): a future either resolves (cheaper than
+        ``asyncio.wait``, on every command of a workspace written one command at a time)."""
+        assert head.group is not None
+        done = head.group.future
+        arrival = self._arrival = asyncio.get_running_loop().create_future()
+
+        def wake(_: object) -> None:
+            if not arrival.done():
+                arrival.set_result(None)
+
+        done.add_done_callback(wake)
         try:
-            await asyncio.wait(either, return_when="FIRST_COMPLETED")
+            await arrival
         finally:
             self._arrival = None
+            done.remove_done_callback(wake)
 
     async def _guarded(self, batch: list[Pending], step: Awaitable[_T]) -> _T | None:
         """``step``; if it fails unexpectedly, the state is dropped and the commands of
@@ -687,6 +739,9 @@ class WorkspaceActor:
             if isinstance(event, WorkspacePurged):
                 forget(state)  # what follows in the group finds no workspace
             staged.append(Staged(p, decision, event, digest, payload))
+        if after is not None and after.open_for(staged):  # not sent yet: it takes these too
+            after.merge(batch, staged, held, self._msg_ids(staged))
+            return after
         if not staged:
             if held:  # after ``after``'s changes: answered once they are acknowledged
                 assert after is not None
@@ -696,10 +751,7 @@ class WorkspaceActor:
             subject=self.subject,
             expected_seq=state.last_seq if after is None else 0,
             payloads=[s.payload for s in staged],
-            msg_ids=[
-                self.deps.subjects.msg_id(self.tenant, self.workspace, s.event.request_id)
-                for s in staged
-            ],
+            msg_ids=self._msg_ids(staged),
             hashes=[s.digest for s in staged],
             context=[(s.event, s.digest) for s in staged],
             fence=self.fence,
@@ -708,6 +760,10 @@ class WorkspaceActor:
         flight = _Flight(batch, staged, group, state, after, held)
         self.deps.appender.submit(group)
         return flight
+
+    def _msg_ids(self, staged: list[Staged]) -> list[str]:
+        subjects = self.deps.subjects
+        return [subjects.msg_id(self.tenant, self.workspace, s.event.request_id) for s in staged]
 
     async def _land(self, flight: _Flight, attempt: int) -> bool:
         """Wait for ``flight``'s append and answer its commands: True when they are answered

@@ -16,11 +16,13 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
 
+from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import HEADER_REQUEST_ID, HEADER_SESSION, HEADER_WAIT, Subjects
 from infra import bus
 from infra.runtime import Settings
 from infra.store import Store
-from quill.client import Quill
+from quill import client as client_module
+from quill.client import CONFLICT_BASE_S, CONFLICT_CAP_S, Quill, conflict_backoff
 from services.writer.app import Writer
 from services.writer.append import AppendError, Group
 from tests.conftest import StartReader
@@ -100,8 +102,14 @@ async def test_a_burst_to_one_workspace_takes_fewer_appends_than_commands(
     waits = {HEADER_SESSION: "b", HEADER_WAIT: "30000"}
     burst = [
         asyncio.create_task(
-            cmd(nc, "hot/burst", "write", {"path": "f.txt", "content": f"{n}\n", "mode": "append"},
-                **waits, **{HEADER_REQUEST_ID: f"burst-{n}"})
+            cmd(
+                nc,
+                "hot/burst",
+                "write",
+                {"path": "f.txt", "content": f"{n}\n", "mode": "append"},
+                **waits,
+                **{HEADER_REQUEST_ID: f"burst-{n}"},
+            )
         )  # fmt: skip
         for n in range(CLIENTS)
     ]
@@ -196,3 +204,58 @@ async def test_the_next_group_is_decided_while_one_is_in_flight(
         assert writer.appender.chained > chained
     last = await nc.jetstream().get_last_msg("WS_EVENTS", S.evt("hot", name))
     assert json.loads(last.data or b"{}")["version"] == 17  # no event twice, none lost
+
+
+async def test_a_conflict_is_retried_only_when_asked(services: StartReader, single: Quill) -> None:
+    await services("r1")
+    ws = single.workspace("hot/asked")
+    await ws.create()
+    await ws.write("f.txt", "one\n")
+    tries = 0
+
+    async def stale() -> object:
+        nonlocal tries
+        tries += 1
+        return await ws.write("f.txt", "two\n", if_match='"v9"')
+
+    with pytest.raises(QuillError) as refused:
+        await single.retry_conflicts(stale)  # conflict_retries is 0: not retried
+    assert (refused.value.code, tries) == (ErrorCode.CONFLICT, 1)
+    tries = 0
+    with pytest.raises(QuillError):
+        await single.retry_conflicts(stale, retries=3)
+    assert tries == 4
+    tries = 0
+    missing = single.retry_conflicts(lambda: ws.read_text("nothing.txt"), retries=3)
+    with pytest.raises(QuillError) as other:
+        await missing  # another error is raised at once
+    assert other.value.code == ErrorCode.FILE_NOT_FOUND
+
+
+async def test_update_reads_again_after_a_conflict(services: StartReader, nats_url: str) -> None:
+    """Eight clients each adding a line with ``update`` (read, change, ``if_match``): those
+    that conflict read again and retry, until every line is in."""
+    await services("r1")
+    client = await Quill.connect(nats_url, timeout=30, conflict_retries=1_000)
+    try:
+        ws = client.workspace("hot/update")
+        await ws.create()
+        await ws.write("list.txt", "")
+        await asyncio.gather(
+            *[ws.update("list.txt", lambda text, n=n: text + f"item {n}\n") for n in range(8)]
+        )
+        text = await ws.read_text("list.txt")
+        assert sorted(text.splitlines()) == [f"item {n}" for n in range(8)]
+        assert (await ws.stat("list.txt")).file_version == 9  # each change once
+    finally:
+        await client.close()
+
+
+def test_the_conflict_backoff_is_jittered_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full jitter: uniform in ``[0, min(cap, base * 2**retry)]``, never more than the cap."""
+    drawn: list[tuple[float, float]] = []
+    monkeypatch.setattr(client_module.random, "uniform", lambda a, b: drawn.append((a, b)) or b)
+    pauses = [conflict_backoff(n) for n in (0, 1, 2, 10, 10_000)]
+    assert drawn == [(0.0, p) for p in pauses]
+    assert pauses[:3] == [CONFLICT_BASE_S, 2 * CONFLICT_BASE_S, 4 * CONFLICT_BASE_S]
+    assert pauses[3:] == [CONFLICT_CAP_S, CONFLICT_CAP_S]
