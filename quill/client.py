@@ -712,11 +712,11 @@ class Workspace:
         """
 
         async def attempt() -> rp.FileWritten:
-            at, first = await self._qry_at(rq.ReadFile(path=path))
+            first = await self.read(path)
             if first.kind == "file" and first.content is not None and not first.truncated:
                 text = first.content
-            else:  # a long file (or an error to raise): read whole, at the same version
-                text = await self.read_text(path, version=at)
+            else:  # a long file (or an error to raise): read whole; if it changed since
+                text = await self.read_text(path)  # ``first``, its etag makes a CONFLICT
             new = change(text)
             if inspect.isawaitable(new):
                 new = await new

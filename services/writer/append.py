@@ -12,6 +12,12 @@ this is written against the raw protocol.
 If a multi-workspace batch fails, each group is retried alone so one stale workspace cannot
 fail the others. A group that still fails gets ``AppendError``; its workspace reloads from the
 log and decides again.
+
+A workspace's group decided while its previous group is in flight is *chained* to it
+(``Group.after``): the server assigns stream sequences, so its CAS (the previous group's last
+sequence) is known only at that group's acknowledgement; it waits in the queue until then,
+and fails unsent (certainly not in the log) if the previous group fails. One group of a
+workspace is in flight at a time, as before.
 """
 
 from __future__ import annotations

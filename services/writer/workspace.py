@@ -1,12 +1,18 @@
 """One workspace inside the writer: its state, its queue of commands, its commits.
 
-Commands for a workspace are decided strictly in arrival order by a single task. What queues
-while an append is in flight is decided as one group (each command still gets its own event,
-version and reply) and handed to the appender, which commits it together with other
-workspaces' groups. The state is loaded lazily from the projection and caught up from the
-log, so a writer that crashed, or one taking over a workspace, starts from the truth. Any
-failed or uncertain append drops the state and decides again from the log; requests whose
-events turn out to be committed get their first reply back.
+Commands for a workspace are decided strictly in arrival order by a single task, each against
+the state the ones before it leave (so commands that do not depend on each other, appends to
+one file or edits of different parts of it, all commit: no ``CONFLICT``, no client retry).
+What queues is decided as one group (each command still gets its own event, version and
+reply) and handed to the appender, which commits it together with other workspaces' groups.
+While a group of changes is in flight, what arrives is decided at once into the next group,
+chained to it (``Group.after``: sent the moment the first is acknowledged, with its last
+sequence as the CAS), so a hot workspace's log never waits for the decisions or the answers
+(issue 29). An answer decided on changes not yet acknowledged (a refusal, a no-op after them)
+waits for them. The state is loaded lazily from the projection and caught up from the log, so
+a writer that crashed, or one taking over a workspace, starts from the truth. Any failed or
+uncertain append drops the state, and the group and those chained to it are decided again
+from the log; requests whose events turn out to be committed get their first reply back.
 
 Size: the actor is one state machine (queue → decide → append → answer, and the reload that
 undoes a failed append); its steps share the actor's state, and splitting them across modules
