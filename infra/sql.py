@@ -406,11 +406,12 @@ RECENT_RESULTS = (
     f"SELECT {FIRST_ROWS} request_id, version, result FROM events WHERE ws=? "
     "ORDER BY version DESC LIMIT ?"
 )
-RESULT_OF = (
-    "SELECT version, result FROM events INDEXED BY events_request "
-    "WHERE ws=? AND request_id=? LIMIT 1"
+RESULTS_OF = (
+    "SELECT request_id, version, result FROM events INDEXED BY events_request "
+    "WHERE ws=?1 AND request_id IN (SELECT value FROM json_each(?2))"
 )
-"""A request id's result: one seek of ``events_request`` (a writer's), never its history."""
+"""The results of a JSON list of request ids: one seek of ``events_request`` (a writer's) an
+id, never the workspace's history."""
 
 # ---------------------------------------------------------------------- reader
 NODE = (
@@ -650,7 +651,7 @@ FIXED: dict[str, tuple[str, tuple[str, ...]]] = {
     "LIVE_CONTROLS": (LIVE_CONTROLS, WRITER),
     "UNCOMMITTED_OF": (UNCOMMITTED_OF, WRITER),
     "RECENT_RESULTS": (RECENT_RESULTS, WRITER),
-    "RESULT_OF": (RESULT_OF, WRITER),
+    "RESULTS_OF": (RESULTS_OF, WRITER),
     "NODE": (NODE, READER),
     "NODE_WITH_DATA": (NODE_WITH_DATA, READER),
     "TOTALS_AT": (TOTALS_AT, READER),

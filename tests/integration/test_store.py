@@ -75,9 +75,10 @@ async def test_apply_and_read_as_of_versions(tmp_path: Path) -> None:
         await writer.apply(b.log)
         ws = writer.workspace_id("acme", "demo")
         assert ws is not None
-        found = await writer.result_of(ws, "req-7")
-        assert found is not None and found[0] == 7
-        assert await writer.result_of(ws, "req-8") is None
+        found = writer.results_of(ws, ["req-7", "req-8"])
+        assert list(found) == ["req-7"] and found["req-7"][0] == 7
+        held = writer.results_of(ws, [f"req-{n}" for n in range(40)])
+        assert {k: v[0] for k, v in held.items()} == {f"req-{n}": n for n in range(1, 8)}
     finally:
         await writer.close()
 
