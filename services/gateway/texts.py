@@ -31,7 +31,7 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.FILE_NOT_FOUND, "explore_files"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "directory_tree"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "list_directory_with_sizes"): "Error: Directory not found: {path}",
-    (E.FILE_NOT_FOUND, "grep"): "Error: Directory not found: {path}",
+    (E.FILE_NOT_FOUND, "grep"): "Error: Path not found: {path}",  # a file or a directory
     (E.FILE_NOT_FOUND, "execute_command"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "bash"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "git"): "Error: Directory not found: {path}",

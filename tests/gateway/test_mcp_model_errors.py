@@ -90,7 +90,6 @@ async def test_a_missing_directory_is_one_message(
 ) -> None:
     await sdk.workspace("default/default").write("a.txt", "a\n")
     calls: list[tuple[str, dict[str, Any]]] = [
-        ("grep", {"pattern": "a", "path": "nope"}),
         ("explore_files", {"path": "nope"}),
         ("search_files", {"path": "nope", "pattern": "*"}),
         ("list_directory", {"path": "nope"}),
@@ -106,6 +105,10 @@ async def test_a_missing_directory_is_one_message(
                 structured = result.structured_content or {}
                 assert structured["error"] == "Directory not found: nope", tool
                 assert structured["code"] == "FILE_NOT_FOUND", tool
+            # grep searches a file or a directory: the same message names neither
+            result = await call(mcp, "grep", pattern="a", path="nope")
+            assert model_view(result) == "Error: Path not found: nope"
+            assert (result.structured_content or {})["error"] == "Path not found: nope"
 
 
 async def test_a_change_that_changes_nothing_says_so(gateway: Gateway, sdk: Quill) -> None:
