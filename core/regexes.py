@@ -26,6 +26,7 @@ that runs the pattern over it.
 from __future__ import annotations
 
 import functools
+import itertools
 import re._constants as sre
 import re._parser as sre_parse  # the stdlib's own regex parser
 import warnings
@@ -87,39 +88,73 @@ class UserPattern:
                 f"Invalid regex {pattern!r}: {exc}",
                 {"pattern": pattern},
             ) from None
-        self.groups: int = self.fallback.groups
-        self.groupindex: dict[str, int] = dict(self.fallback.groupindex)
         self.linear: Any = None
+        """The RE2 form (its ``_re2.RE2``), or None."""
         self.ascii_only = False
+        """RE2 means the same over an ASCII text only (the pattern has ``\\b``/``\\B``)."""
+        self.may_be_empty = True
+        """A match may be empty (then a global replacement's next match, which ``re`` lets
+        be a non-empty one at the same place, is one RE2 cannot ask for)."""
         try:
-            translated, self.ascii_only = translate(source, flags)
+            translated, self.ascii_only, self.may_be_empty = translate(source, flags)
             compiled = re2.compile(translated, _OPTIONS)
         except (Untranslatable, re2.error):
             return
-        if compiled.groups == self.groups:
+        if compiled.groups == self.fallback.groups:
             self.linear = compiled._regexp
 
-    def over(self, text: str | bytes) -> Subject:
-        """``text`` (UTF-8 bytes, or a str) bound to the engine that runs this pattern on it."""
-        if self.linear is not None:
+    def over(self, text: str | bytes, *, global_replace: bool = False) -> Subject:
+        """``text`` (UTF-8 bytes, or a str) bound to the engine that runs this pattern on it
+        (``global_replace``: for a replacement of every match)."""
+        linear = self.linear is not None and not (global_replace and self.may_be_empty)
+        if linear:
             data = text.encode() if isinstance(text, str) else text
             if not self.ascii_only or data.isascii():
                 return _Linear(self.linear, data)
-        return _Backtracking(self.fallback, text.decode() if isinstance(text, bytes) else text)
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        return _Backtracking(self.fallback, text)
+
+    @property
+    def groupindex(self) -> dict[str, int]:
+        return dict(self.fallback.groupindex)
 
 
 class Subject:
     """One text and the engine running one pattern over it. ``text`` is what positions index
-    (bytes for RE2, str for ``regex``); ``newline`` is ``\\n`` of the same type."""
+    (UTF-8 bytes for RE2, str for ``regex``); ``newline`` is ``\\n`` of the same type."""
 
     text: Any
     newline: Any
 
-    def search(self, pos: int, timeout: float, endpos: int | None = None) -> Spans | None:
-        """The first match at or after ``pos`` (before ``endpos``), or None.
+    def search(self, pos: int, timeout: float) -> Spans | None:
+        """The first match at or after ``pos``, or None.
 
         Raises:
             TimeoutError: a backtracking search took longer than ``timeout`` seconds.
+        """
+        raise NotImplementedError
+
+    def part(self, start: int, end: int) -> Subject:
+        """``text[start:end]`` on its own (``^``, ``$`` and the rest at its edges)."""
+        raise NotImplementedError
+
+    def count(self, lines: list[Any], timeout: float) -> int:
+        """How many of ``lines`` (parts of ``text``) the pattern matches in.
+
+        Raises:
+            TimeoutError: a backtracking search took longer than ``timeout`` seconds.
+        """
+        raise NotImplementedError
+
+    def sub(
+        self, replace: Callable[[Spans], str], every: bool, remaining: Callable[[], float]
+    ) -> tuple[str, int]:
+        """The text with its first match (each, with ``every``) replaced by ``replace(spans)``,
+        as ``re.subn`` does, and how many.
+
+        Raises:
+            TimeoutError: it took longer than ``remaining()`` seconds.
         """
         raise NotImplementedError
 
@@ -127,20 +162,51 @@ class Subject:
         """A slice of ``text`` as a str."""
         raise NotImplementedError
 
+    def encode(self, part: str) -> Any:
+        """A str as a slice of ``text`` would be."""
+        raise NotImplementedError
+
 
 class _Linear(Subject):
-    __slots__ = ("text", "newline", "_match")
+    __slots__ = ("text", "newline", "_compiled", "_match")
 
     def __init__(self, compiled: Any, data: bytes) -> None:
-        self.text, self.newline = data, b"\n"
-        self._match: Callable[..., Spans] = functools.partial(compiled.Match, _UNANCHORED, data)
+        self.text, self.newline, self._compiled = data, b"\n", compiled
+        self._match: Callable[..., Spans] = functools.partial(compiled.Match, _UNANCHORED)
 
-    def search(self, pos: int, timeout: float, endpos: int | None = None) -> Spans | None:
-        spans = self._match(pos, len(self.text) if endpos is None else endpos)
+    def search(self, pos: int, timeout: float) -> Spans | None:
+        spans = self._match(self.text, pos, len(self.text))
         return None if spans[0] == _NULL else spans
+
+    def part(self, start: int, end: int) -> Subject:
+        return _Linear(self._compiled, self.text[start:end])
+
+    def count(self, lines: list[Any], timeout: float) -> int:
+        found = map(self._match, lines, itertools.repeat(0), map(len, lines))
+        return sum(1 for spans in found if spans[0] != _NULL)
+
+    def sub(
+        self, replace: Callable[[Spans], str], every: bool, remaining: Callable[[], float]
+    ) -> tuple[str, int]:
+        # Only asked when no match is empty, or for the first one (``UserPattern.over``): so
+        # the next match starts where one ends, as in ``re.subn``.
+        text = self.text
+        parts: list[bytes] = []
+        pos = count = 0
+        while (spans := self.search(pos, 0)) is not None:
+            start, end = spans[0]
+            parts += [text[pos:start], replace(spans).encode()]
+            pos, count = end, count + 1
+            if not every or end == start:
+                break
+        parts.append(text[pos:])
+        return b"".join(parts).decode(), count
 
     def decode(self, part: Any) -> str:
         return bytes(part).decode()
+
+    def encode(self, part: str) -> Any:
+        return part.encode()
 
 
 class _Backtracking(Subject):
@@ -149,25 +215,52 @@ class _Backtracking(Subject):
     def __init__(self, compiled: Any, text: str) -> None:
         self.text, self.newline, self._compiled = text, "\n", compiled
 
-    def search(self, pos: int, timeout: float, endpos: int | None = None) -> Spans | None:
+    def search(self, pos: int, timeout: float) -> Spans | None:
         if timeout <= 0:
             raise TimeoutError
-        end = len(self.text) if endpos is None else endpos
-        found = self._compiled.search(self.text, pos, end, timeout=timeout)
+        found = self._compiled.search(self.text, pos, timeout=timeout)
         if found is None:
             return None
         return [found.span(i) for i in range(self._compiled.groups + 1)]
 
+    def part(self, start: int, end: int) -> Subject:
+        return _Backtracking(self._compiled, self.text[start:end])
+
+    def count(self, lines: list[Any], timeout: float) -> int:
+        if timeout <= 0:
+            raise TimeoutError
+        search = functools.partial(self._compiled.search, timeout=timeout)
+        return sum(map(bool, map(search, lines)))
+
+    def sub(
+        self, replace: Callable[[Spans], str], every: bool, remaining: Callable[[], float]
+    ) -> tuple[str, int]:
+        groups = range(self._compiled.groups + 1)
+        timeout = remaining()
+        if timeout <= 0:
+            raise TimeoutError
+        out, count = self._compiled.subn(
+            lambda found: replace([found.span(i) for i in groups]),
+            self.text,
+            count=0 if every else 1,
+            timeout=timeout,
+        )
+        return str(out), int(count)
+
     def decode(self, part: Any) -> str:
         return str(part)
+
+    def encode(self, part: str) -> Any:
+        return part
 
 
 # ---------------------------------------------------------------- the translation
 
 
-def translate(pattern: str, flags: str = "") -> tuple[str, bool]:
-    """``pattern`` (Python syntax, with the flag letters ``flags``) in RE2 syntax, and
-    whether RE2 agrees with ``regex`` on ASCII texts only (the pattern uses ``\\b``/``\\B``).
+def translate(pattern: str, flags: str = "") -> tuple[str, bool, bool]:
+    """``pattern`` (Python syntax, with the flag letters ``flags``) in RE2 syntax; whether
+    RE2 agrees with ``regex`` on ASCII texts only (the pattern uses ``\\b``/``\\B``); whether
+    a match may be empty.
 
     Raises:
         Untranslatable: the pattern has no RE2 form with the same meaning.
@@ -186,7 +279,8 @@ def translate(pattern: str, flags: str = "") -> tuple[str, bool]:
         raise Untranslatable("ASCII-only case folding")  # RE2 folds Unicode
     state = _State(parsed.state.groupdict)
     out = state.sequence(list(parsed), every)
-    return ("(?i)" if every & sre.SRE_FLAG_IGNORECASE else "") + out, state.word_boundary
+    case = "(?i)" if every & sre.SRE_FLAG_IGNORECASE else ""
+    return case + out, state.word_boundary, parsed.getwidth()[0] == 0
 
 
 def _ignores_case(flags: int, items: list[Any]) -> bool:
