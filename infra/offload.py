@@ -9,8 +9,9 @@ over a 1 MB file), and every other tenant waited. Here that work is a pure funct
 ``core`` that the service hands to a worker process (``infra/offload_worker.py``) and awaits:
 
 * **Processes, not threads.** A thread cannot be stopped, and pure Python (``difflib``) holds
-  the GIL the event loop needs; a process is stopped by ``SIGKILL``, and runs at a lower CPU
-  priority (``offload_worker.NICE``) than the services, so it takes the CPU they leave.
+  the GIL the event loop needs; a process is stopped by ``SIGKILL``, and runs under
+  ``SCHED_IDLE`` (``offload_worker.idle``): it takes the CPU the services leave, and a service
+  woken by a request takes it back at once.
 * **A budget per job.** The worker interrupts the function at its budget (``TimeoutError``
   inside it: grep answers ``TIMEOUT``, a diff "too large to diff here"); a worker that does not
   answer ``GRACE_S`` later is killed and replaced.
@@ -52,7 +53,7 @@ from contracts.limits import (
     RETRY_AFTER_MS,
 )
 from infra.busy import refused
-from infra.offload_worker import HEADER
+from infra.offload_worker import HEADER, idle
 
 log = logging.getLogger("quill.offload")
 
@@ -104,6 +105,8 @@ class _Worker:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
+        with suppress(OSError):
+            idle(proc.pid)  # from its first instruction, not once it has imported Python
         return cls(proc)
 
     async def call(self, fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float) -> Any:
