@@ -10,8 +10,8 @@ over a 1 MB file), and every other tenant waited. Here that work is a pure funct
 
 * **Processes, not threads.** A thread cannot be stopped, and pure Python (``difflib``) holds
   the GIL the event loop needs; a process is stopped by ``SIGKILL``, and runs under
-  ``SCHED_IDLE`` (``offload_worker.idle``): it takes the CPU the services leave, and a service
-  woken by a request takes it back at once.
+  ``SCHED_IDLE`` on half the CPUs (``offload_worker``): it takes the CPU the services leave,
+  and a service woken by a request takes it back at once.
 * **A budget per job.** The worker interrupts the function at its budget (``TimeoutError``
   inside it: grep answers ``TIMEOUT``, a diff "too large to diff here"); a worker that does not
   answer ``GRACE_S`` later is killed and replaced.
@@ -53,7 +53,7 @@ from contracts.limits import (
     RETRY_AFTER_MS,
 )
 from infra.busy import refused
-from infra.offload_worker import HEADER, idle
+from infra.offload_worker import HEADER, pin
 
 log = logging.getLogger("quill.offload")
 
@@ -61,8 +61,8 @@ T = TypeVar("T")
 
 GRACE_S = 1.0
 """How long past its budget a worker may take to answer before it is killed."""
-KEEP_IDLE = 2
-"""Idle workers kept started (a new one takes ~0.3 s to start)."""
+KEEP_IDLE = 4
+"""Idle workers kept started (a new one takes ~0.5 s of CPU to start)."""
 
 CLIENT_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "client_deadline", default=None
@@ -105,8 +105,7 @@ class _Worker:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
-        with suppress(OSError):
-            idle(proc.pid)  # from its first instruction, not once it has imported Python
+        pin(proc.pid)  # from its first instruction (then it turns itself idle)
         return cls(proc)
 
     async def call(self, fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float) -> Any:
