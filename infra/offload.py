@@ -12,9 +12,10 @@ over a 1 MB file), and every other tenant waited. Here that work is a pure funct
   the GIL the event loop needs; a process is stopped by ``SIGKILL``, and runs under
   ``SCHED_IDLE`` on half the CPUs (``offload_worker``): it takes the CPU the services leave,
   and a service woken by a request takes it back at once.
-* **A budget per job.** The worker interrupts the function at its budget (``TimeoutError``
-  inside it: grep answers ``TIMEOUT``, a diff "too large to diff here"); a worker that does not
-  answer ``GRACE_S`` later is killed and replaced.
+* **A budget per job**, in CPU time (so that a busy machine does not shorten it), and
+  ``WALL_FACTOR`` times as much in time at most. The worker interrupts the function at either
+  (``TimeoutError`` inside it: grep answers ``TIMEOUT``, a diff "too large to diff here"); a
+  worker that does not answer ``GRACE_S`` later is killed and replaced.
 * **Per tenant.** A tenant runs at most ``OFFLOAD_PER_TENANT`` jobs at once per service and
   queues ``OFFLOAD_QUEUED_PER_TENANT`` more; past that its request is answered busy
   (``UNAVAILABLE``, ``retry_after_ms``; queue ``tenant_work``). A free worker goes to the next
@@ -23,7 +24,8 @@ over a 1 MB file), and every other tenant waited. Here that work is a pure funct
 * **The client's deadline.** A request may say how long its client waits (``Ws-Timeout``,
   ``contracts/subjects.py``); the handler puts the deadline in ``CLIENT_DEADLINE``. Work still
   queued at that deadline never starts, and running work is stopped there: what a client gave
-  up on costs nothing more. Without the header, a job waits for a worker at most its budget.
+  up on costs nothing more. Without the header, a job waits for a worker at most
+  ``WALL_FACTOR`` times its budget.
 
 Deadlines are on ``time.monotonic``. Counted in ``quill_offload_jobs_total{service,outcome}``;
 ``quill_offload_running{service}`` is the number of jobs running now.
@@ -60,7 +62,11 @@ log = logging.getLogger("quill.offload")
 T = TypeVar("T")
 
 GRACE_S = 1.0
-"""How long past its budget a worker may take to answer before it is killed."""
+"""How long past its time a worker may take to answer before it is killed."""
+WALL_FACTOR = 5
+"""A job's budget is CPU time (what it costs, however busy the machine is); it may take this
+many times as long in time (its worker gets the CPU the services leave), or until its client's
+deadline when that is sooner."""
 KEEP_IDLE = 4
 """Idle workers kept started (a new one takes ~0.5 s of CPU to start)."""
 
@@ -108,14 +114,16 @@ class _Worker:
         pin(proc.pid)  # from its first instruction (then it turns itself idle)
         return cls(proc)
 
-    async def call(self, fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float) -> Any:
-        """``fn(*args)`` in the worker. Returns its reply ``(kind, value)``; kills the worker
-        when it does not answer within ``budget_s + GRACE_S`` (``TimeoutError``) or the
-        caller is cancelled."""
+    async def call(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float, wall_s: float
+    ) -> Any:
+        """``fn(*args)`` in the worker, within ``budget_s`` of CPU and ``wall_s`` of time.
+        Returns its reply ``(kind, value)``; kills the worker when it does not answer within
+        ``wall_s + GRACE_S`` (``TimeoutError``) or the caller is cancelled."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        frame = pickle.dumps((fn, args, budget_s), pickle.HIGHEST_PROTOCOL)
+        frame = pickle.dumps((fn, args, budget_s, wall_s), pickle.HIGHEST_PROTOCOL)
         try:
-            async with asyncio.timeout(budget_s + GRACE_S):
+            async with asyncio.timeout(wall_s + GRACE_S):
                 self.proc.stdin.writelines((HEADER.pack(len(frame)), frame))
                 await self.proc.stdin.drain()
                 header = await self.proc.stdout.readexactly(HEADER.size)
@@ -192,10 +200,12 @@ class Offload:
         *args: Any,
         budget_s: float,
         overtime: str,
+        until: float | None = None,
     ) -> T:
         """``fn(*args, remaining=...)`` (a pure function of ``core``) in a worker, as
-        ``tenant``'s, within ``budget_s`` seconds and the client's deadline
-        (``CLIENT_DEADLINE``).
+        ``tenant``'s, within ``budget_s`` seconds of CPU, ``WALL_FACTOR`` times as long at
+        most, the client's deadline (``CLIENT_DEADLINE``) and ``until`` (``time.monotonic``:
+        the end of a request of several jobs).
 
         Raises:
             QuillError: what ``fn`` raised; ``TIMEOUT`` saying ``overtime`` past the budget,
@@ -207,15 +217,16 @@ class Offload:
             self._outcomes["timeout"].inc()
             raise QuillError(ErrorCode.TIMEOUT, overtime, {"budget_s": budget_s})
         client = CLIENT_DEADLINE.get()
-        async with self._turn(tenant, time.monotonic() + budget_s if client is None else client):
-            budget = min(budget_s, math.inf if client is None else client - time.monotonic())
-            if budget <= 0:
+        own = min(time.monotonic() + budget_s * WALL_FACTOR, until or math.inf)
+        async with self._turn(tenant, own if client is None else min(own, client)):
+            wall = min(own, math.inf if client is None else client) - time.monotonic()
+            if wall <= 0:
                 self._outcomes["expired"].inc()
                 raise _expired()
             worker = self._idle.pop() if self._idle else await _Worker.start()
             self._gauge.inc()
             try:
-                kind, value = await worker.call(fn, args, budget)
+                kind, value = await worker.call(fn, args, budget_s, wall)
             except TimeoutError:
                 self._outcomes["killed"].inc()
                 raise QuillError(ErrorCode.TIMEOUT, overtime, {"budget_s": budget_s}) from None

@@ -2,11 +2,14 @@
 
 ``python -m infra.offload_worker`` reads requests on stdin and writes replies on stdout, each
 a frame: 8 bytes of length (big-endian) and a pickle. A request is ``(function, args,
-budget_s)``: the function is called as ``function(*args, remaining=...)``, ``remaining()``
-being the seconds left of its budget. At the budget a ``SIGALRM`` raises ``TimeoutError``
-inside it (pure Python code such as ``difflib`` checks no clock; the function may catch it to
-say what it was doing); the parent kills the process if no reply comes soon after. A reply is
-``("ok", value)``, ``("error", QuillError)``, ``("timeout", None)`` or ``("crash", text)``.
+budget_s, wall_s)``: the function is called as ``function(*args, remaining=...)``,
+``remaining()`` being the seconds left of its budgets. ``budget_s`` is CPU time (the
+process's: what the work costs, however busy the machine is), ``wall_s`` the time its client
+waits. At either a signal (``SIGPROF``, ``SIGALRM``) raises ``TimeoutError`` inside the
+function (pure Python code such as ``difflib`` checks no clock, and the regular expression
+engines stop at signals; the function may catch it to say what it was doing); the parent
+kills the process if no reply comes soon after. A reply is ``("ok", value)``, ``("error",
+QuillError)``, ``("timeout", None)`` or ``("crash", text)``.
 
 Only functions of ``core`` are run: the frames come from the service that started the
 process, over its pipe, and name code by reference (pickle), never send it.
@@ -77,18 +80,22 @@ def _overtime(signum: int, frame: Any) -> None:
         raise TimeoutError
 
 
-def run(fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float) -> tuple[str, Any]:
-    """``fn(*args)`` within ``budget_s`` seconds, as a reply."""
+def run(
+    fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float, wall_s: float
+) -> tuple[str, Any]:
+    """``fn(*args)`` within ``budget_s`` seconds of CPU and ``wall_s`` of time, as a reply."""
     global _armed
     if not getattr(fn, "__module__", "").startswith("core."):
         return ("crash", f"refused to run {fn!r}: not a function of core")
-    deadline = time.monotonic() + budget_s
+    cpu_deadline = time.process_time() + budget_s
+    deadline = time.monotonic() + wall_s
 
     def remaining() -> float:
-        return deadline - time.monotonic()
+        return min(cpu_deadline - time.process_time(), deadline - time.monotonic())
 
     _armed = True
-    signal.setitimer(signal.ITIMER_REAL, max(budget_s, 0.001))
+    signal.setitimer(signal.ITIMER_PROF, max(budget_s, 0.001))
+    signal.setitimer(signal.ITIMER_REAL, max(wall_s, 0.001))
     try:
         return ("ok", fn(*args, remaining=remaining))
     except QuillError as exc:
@@ -99,6 +106,7 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float) -> tuple
         return ("crash", f"{type(exc).__name__}: {exc}")
     finally:
         _armed = False
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
@@ -113,8 +121,8 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
         frame = _read(requests, HEADER.unpack(header)[0])
         if frame is None:
             return
-        fn, args, budget_s = pickle.loads(frame)
-        reply = run(fn, args, budget_s)
+        fn, args, budget_s, wall_s = pickle.loads(frame)
+        reply = run(fn, args, budget_s, wall_s)
         try:
             data = pickle.dumps(reply, pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
@@ -127,6 +135,7 @@ def main() -> None:
     prepare()
     idle()
     signal.signal(signal.SIGALRM, _overtime)
+    signal.signal(signal.SIGPROF, _overtime)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the service, which stops us
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print cannot break a frame

@@ -1,9 +1,9 @@
 """Unified diffs between two versions of a path or of the whole workspace.
 
 The texts are read here; ``difflib`` runs in a worker process (``infra/offload.py``), as the
-tenant's, in parts of up to ``PART_BYTES`` of text, within ``DIFF_BUDGET_S`` for the whole
-diff: a file it cannot diff in that time is "too large to diff here" (``SIZE_LIMIT_EXCEEDED``
-with both sizes, ``core/diffs.py``). The answer is cut at ``max_read_bytes``.
+tenant's, in parts of up to ``PART_BYTES`` of text, each with ``DIFF_BUDGET_S`` of CPU: a file
+it cannot diff in that time is "too large to diff here" (``SIZE_LIMIT_EXCEEDED`` with both
+sizes, ``core/diffs.py``). The answer is cut at ``max_read_bytes``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from contracts.paths import normalize
 from core.content import as_text
 from core.diffs import DIFF_BUDGET_S, Pair, unified_many
 from core.rows import Node, WorkspaceRow
-from infra.offload import Offload
+from infra.offload import WALL_FACTOR, Offload
 from services.reader.queries import Queries
 
 PART_BYTES = 4 * 1024 * 1024
@@ -69,7 +69,7 @@ class Differ:
         old = await self._files(ws, req.from_version, scope)
         new = await self._files(ws, to_version, scope)
         answer = _Answer(ws.limits.max_read_bytes)
-        deadline = time.monotonic() + DIFF_BUDGET_S
+        until = time.monotonic() + DIFF_BUDGET_S * WALL_FACTOR
         pending: list[tuple[str, str, Pair | None]] = []  # (path, change, texts or binary)
         size = 0
         for path in sorted(old.keys() | new.keys()):
@@ -84,11 +84,11 @@ class Differ:
                 pending.append((path, change, (path, a, b)))
                 size += len(a or "") + len(b or "")
             if size >= PART_BYTES:
-                if not await self._flush(ws, req, pending, answer, deadline):
+                if not await self._flush(ws, req, pending, answer, until):
                     break
                 pending, size = [], 0
         else:
-            await self._flush(ws, req, pending, answer, deadline)
+            await self._flush(ws, req, pending, answer, until)
         return rp.Diff(
             path=scope if req.path is not None else None,
             from_version=req.from_version,
@@ -104,7 +104,7 @@ class Differ:
         req: rq.DiffQuery,
         pending: list[tuple[str, str, Pair | None]],
         answer: _Answer,
-        deadline: float,
+        until: float,
     ) -> bool:
         """Diff ``pending`` in a worker and add it to ``answer``; False once it is cut."""
         texts = [pair for _, _, pair in pending if pair is not None]
@@ -114,8 +114,9 @@ class Differ:
                 unified_many,
                 texts,
                 req.context_lines,
-                budget_s=max(0.0, deadline - time.monotonic()),
+                budget_s=DIFF_BUDGET_S,
                 overtime=OVERTIME,
+                until=until,
             )
             if texts
             else []

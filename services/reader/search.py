@@ -9,9 +9,9 @@ trigrams; files whose content has them all are then searched line by line. A pat
 literal of three characters reads every file in scope.
 
 The search itself (the client's regular expression over the texts) runs in a worker process
-(``infra/offload.py``), as the tenant's, within ``GREP_BUDGET_S`` and the client's deadline:
-the texts go to it in parts of up to ``PART_BYTES``, read from memory or the projection while
-the worker searches, so the event loop only moves bytes.
+(``infra/offload.py``), as the tenant's, within the client's deadline: the texts go to it in
+parts of up to ``PART_BYTES``, each with ``GREP_BUDGET_S`` of CPU (``WALL_FACTOR`` times as
+long for the whole grep, at most), so the event loop only moves bytes.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from core.finding import (
 )
 from core.globs import relative
 from core.rows import Node, WorkspaceRow
-from infra.offload import Offload
+from infra.offload import WALL_FACTOR, Offload
 from services.reader.queries import Queries
 
 MAX_TRIGRAMS = 24
@@ -104,7 +104,7 @@ class Search:
             if plan.selects(relative(path, scope))
         ]
         parts: list[GrepPart] = []
-        deadline = time.monotonic() + GREP_BUDGET_S
+        until = time.monotonic() + GREP_BUDGET_S * WALL_FACTOR
         async for batch in self._batches(ws, files):
             room = max(0, plan.limit - sum(len(p.matches) for p in parts))
             parts.append(
@@ -114,8 +114,9 @@ class Search:
                     plan.req,
                     room,
                     batch,
-                    budget_s=max(0.0, deadline - time.monotonic()),
+                    budget_s=GREP_BUDGET_S,
                     overtime=OVERTIME,
+                    until=until,
                 )
             )
             if sum(p.total for p in parts) >= MAX_COUNTED:

@@ -241,6 +241,7 @@ async def test_b_floods_expensive_requests_and_a_keeps_its_latency(up: Up) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 async def test_b_floods_harder_and_longer(up: Up) -> None:
     """The same with three loops of each of b's requests (more than its turns and queue),
     over eight cycles of at least 300 of a's samples each."""

@@ -49,13 +49,13 @@ async def test_a_job_runs_in_a_worker_process_that_idles_on_half_the_cpus(
 
 async def test_a_job_past_its_budget_ends_with_its_own_error(offload: Offload) -> None:
     with pytest.raises(QuillError) as info:
-        await grep(offload, "a", SLOW, 0.5)
+        await grep(offload, "a", SLOW, 1)
     assert info.value.code == ErrorCode.TIMEOUT
     assert info.value.message == "Search took too long: narrow the pattern or path"
     with pytest.raises(QuillError) as diff:  # difflib, stopped inside by the worker's alarm
         vocabulary = [f"line {i} " * 3 + "\n" for i in range(150)]
         texts = ["".join(vocabulary[(i * k) % 150] for i in range(20_000)) for k in (7, 11)]
-        await offload.run("a", unified_many, [("big", *texts)], 3, budget_s=0.3, overtime="x")
+        await offload.run("a", unified_many, [("big", *texts)], 3, budget_s=1, overtime="x")
     assert diff.value.code == ErrorCode.SIZE_LIMIT_EXCEEDED
     assert diff.value.details["path"] == "big" and diff.value.details["from_lines"] == 20_000
 
