@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contracts.errors import ErrorCode, QuillError
 
 DIFF_BUDGET_S = 5.0
-"""How long one diff (every file of it) may take."""
+"""CPU seconds a diff may take per part of the files it compares (``services/reader/diff.py``)."""
 
 Remaining = Callable[[], float]
 """Seconds left of a budget (core reads no clock: the caller hands this in)."""

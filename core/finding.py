@@ -33,7 +33,8 @@ Remaining = Callable[[], float]
 """Seconds left of a budget (core reads no clock: the caller hands this in)."""
 
 GREP_BUDGET_S = 10.0
-"""Longest a grep may search before it answers ``TIMEOUT``."""
+"""CPU seconds a grep may search (per part of the texts it reads) before it answers
+``TIMEOUT``."""
 MAX_COUNTED = 1_000_000
 """Matching lines counted at most (``total`` stops there)."""
 
