@@ -165,6 +165,7 @@ class Offload:
         self._free = workers
         """Jobs that may start now (workers not taken)."""
         self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
         self._running: Counter[str] = Counter()
         self._waiting: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
         self._spawning: set[asyncio.Task[Any]] = set()
@@ -227,6 +228,7 @@ class Offload:
                 self._outcomes["expired"].inc()
                 raise _expired()
             worker = self._idle.pop() if self._idle else await _Worker.start()
+            self._busy.add(worker)
             self._gauge.inc()
             try:
                 kind, value = await worker.call(fn, args, budget_s, wall)
@@ -242,6 +244,7 @@ class Offload:
                 raise QuillError(ErrorCode.INTERNAL, "Internal error: a worker ended") from None
             finally:
                 self._gauge.dec()
+                self._busy.discard(worker)
                 if worker.dead or self._closed or len(self._idle) >= KEEP_IDLE:
                     await worker.stop()
                 else:
@@ -343,7 +346,7 @@ class Offload:
             task.cancel()
         await asyncio.gather(*self._spawning, return_exceptions=True)
         idle, self._idle = self._idle, []
-        for worker in idle:
+        for worker in [*idle, *self._busy]:  # a running job ends INTERNAL
             await worker.stop()
         for queue in self._waiting.values():
             for granted in queue:

@@ -27,6 +27,7 @@ not theirs. Where the policy is not available, the lowest priority (``nice`` 19)
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import signal
@@ -57,6 +58,21 @@ def idle() -> None:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):  # not Linux: the lowest priority instead
         os.setpriority(os.PRIO_PROCESS, 0, 19)
+
+
+def _die_with_parent() -> None:
+    """Be killed when the service that started us ends (even by ``SIGKILL``): a worker never
+    runs on for a service that is gone."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (AttributeError, OSError):  # not Linux: it ends at its next read (end of file)
+        return
+    if os.getppid() != parent:  # the service ended before the request took
+        os._exit(0)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def prepare() -> None:
@@ -132,6 +148,7 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
 
 
 def main() -> None:
+    _die_with_parent()
     prepare()
     idle()
     signal.signal(signal.SIGALRM, _overtime)

@@ -85,6 +85,8 @@ _T = TypeVar("_T")
 MAX_GROUP = 256
 ATTEMPTS = 3
 EVENT_HEADROOM = 64 * 1024
+MAX_STEPS = 8
+"""Expensive steps one decision may ask for (``_with_work``; an edit or a modify asks one)."""
 
 
 @dataclass
@@ -307,7 +309,7 @@ class WorkspaceActor:
         until the client's deadline at most; a step's failure (its error, busy, its budget
         run out) is its result, which the decision then raises."""
         assert ctx.computed is not None
-        while True:
+        for _ in range(MAX_STEPS):
             try:
                 return await attempt()
             except Expensive as step:
@@ -325,6 +327,7 @@ class WorkspaceActor:
                 finally:
                     CLIENT_DEADLINE.reset(token)
                 ctx.computed.append((step.fn, step.args, result))
+        raise QuillError(ErrorCode.INTERNAL, f"Internal error: {p.spec.key} asked too many steps")
 
     async def _content(self, sha256: str) -> bytes | None:
         data = self.deps.contents.get(sha256)
