@@ -38,6 +38,7 @@ import contextvars
 import fcntl
 import logging
 import math
+import os
 import pickle
 import sys
 import time
@@ -111,6 +112,7 @@ class _Worker:
             "infra.offload_worker",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            env=_environment(),
         )
         pin(proc.pid)  # from its first instruction (then it turns itself idle)
         for stream in (proc.stdin, proc.stdout):
@@ -355,6 +357,12 @@ class Offload:
 
 
 _OUTCOMES = ("ok", "error", "timeout", "killed", "expired", "crash")
+
+
+def _environment() -> dict[str, str]:
+    """The service's environment without its credentials and settings (``QUILL_*``,
+    ``NATS_*``): a worker reaches nothing, it computes."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("QUILL_", "NATS_"))}
 
 
 PIPE_BYTES = 1024 * 1024

@@ -36,8 +36,10 @@ async def grep(pool: Offload, tenant: str, query: rq.GrepQuery, budget_s: float)
 
 
 async def test_a_job_runs_in_a_worker_process_that_idles_on_half_the_cpus(
-    offload: Offload,
+    offload: Offload, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """... without the service's credentials."""
+    monkeypatch.setenv("QUILL_NATS_PASSWORD", "service-secret")
     part = await grep(offload, "a", QUICK, 10)
     assert part.total == 10  # type: ignore[attr-defined]
     (worker,) = offload._idle
@@ -45,6 +47,8 @@ async def test_a_job_runs_in_a_worker_process_that_idles_on_half_the_cpus(
     assert os.sched_getscheduler(worker.proc.pid) == os.SCHED_IDLE
     cpus = sorted(os.sched_getaffinity(0))
     assert sorted(os.sched_getaffinity(worker.proc.pid)) == cpus[len(cpus) // 2 :]
+    environ = open(f"/proc/{worker.proc.pid}/environ", "rb").read()
+    assert b"service-secret" not in environ and b"QUILL_" not in environ
 
 
 async def test_a_job_past_its_budget_ends_with_its_own_error(offload: Offload) -> None:
