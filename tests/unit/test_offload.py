@@ -7,6 +7,7 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -47,7 +48,7 @@ async def test_a_job_runs_in_a_worker_process_that_idles_on_half_the_cpus(
     assert os.sched_getscheduler(worker.proc.pid) == os.SCHED_IDLE
     cpus = sorted(os.sched_getaffinity(0))
     assert sorted(os.sched_getaffinity(worker.proc.pid)) == cpus[len(cpus) // 2 :]
-    environ = open(f"/proc/{worker.proc.pid}/environ", "rb").read()
+    environ = Path(f"/proc/{worker.proc.pid}/environ").read_bytes()
     assert b"service-secret" not in environ and b"QUILL_" not in environ
 
 
