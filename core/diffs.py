@@ -20,8 +20,9 @@ DIFF_BUDGET_S = 5.0
 Remaining = Callable[[], float]
 """Seconds left of a budget (core reads no clock: the caller hands this in)."""
 
-Pair = tuple[str, str | None, str | None]
-"""A file's path and its text before and after (None: no file on that side)."""
+Pair = tuple[str, str | bytes | None, str | bytes | None]
+"""A file's path and its text before and after, as a str or UTF-8 bytes (None: no file on
+that side)."""
 
 
 def unified(path: str, before: str | None, after: str | None, context: int = 3) -> str:
@@ -41,7 +42,8 @@ def unified(path: str, before: str | None, after: str | None, context: int = 3) 
 
 
 def unified_many(pairs: list[Pair], context: int, *, remaining: Remaining) -> list[str]:
-    """``unified`` of each pair, within ``remaining()`` seconds.
+    """``unified`` of each pair, within ``remaining()`` seconds (the texts may come as UTF-8
+    bytes: decoded here, in the worker, not by the service that read them).
 
     Raises:
         QuillError: ``SIZE_LIMIT_EXCEEDED`` ("too large to diff here", with both sides'
@@ -49,13 +51,24 @@ def unified_many(pairs: list[Pair], context: int, *, remaining: Remaining) -> li
     """
     out: list[str] = []
     for path, before, after in pairs:
+        old, new = _text(before), _text(after)
         try:
             if remaining() <= 0:
                 raise TimeoutError
-            out.append(unified(path, before, after, context))
+            out.append(unified(path, old, new, context))
         except TimeoutError:
-            raise too_large(path, before, after) from None
+            raise too_large(path, old, new) from None
     return out
+
+
+def _text(side: str | bytes | None) -> str | None:
+    """A side's text (bytes not UTF-8: as an empty text, which a binary file is not shown as)."""
+    if not isinstance(side, bytes):
+        return side
+    try:
+        return side.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
 
 
 def too_large(path: str, before: str | None, after: str | None) -> QuillError:

@@ -57,20 +57,22 @@ from contracts.limits import (
     RETRY_AFTER_MS,
 )
 from infra.busy import refused
-from infra.offload_worker import HEADER, pin
+from infra.offload_worker import HEADER, idle
 
 log = logging.getLogger("quill.offload")
 
 T = TypeVar("T")
 
-GRACE_S = 1.0
-"""How long past its time a worker may take to answer before it is killed."""
+GRACE_S = 5.0
+"""How long past its time a worker may take to answer before it is killed (it was
+interrupted at its time, and answers once it gets the CPU again: on a busy machine that may
+take a while, and a killed worker costs a new one's start)."""
 WALL_FACTOR = 5
 """A job's budget is CPU time (what it costs, however busy the machine is); it may take this
 many times as long in time (its worker gets the CPU the services leave), or until its client's
 deadline when that is sooner."""
 KEEP_IDLE = 4
-"""Idle workers kept started (a new one takes ~0.5 s of CPU to start)."""
+"""Idle workers kept started (a new one takes ~0.5 s of CPU to start, at ``SCHED_IDLE``)."""
 
 CLIENT_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "client_deadline", default=None
@@ -114,7 +116,7 @@ class _Worker:
             stdout=asyncio.subprocess.PIPE,
             env=_environment(),
         )
-        pin(proc.pid)  # from its first instruction (then it turns itself idle)
+        idle(proc.pid)  # from its first instruction, start-up imports included
         for stream in (proc.stdin, proc.stdout):
             _widen(stream)
         return cls(proc)
@@ -251,6 +253,8 @@ class Offload:
                     await worker.stop()
                 else:
                     self._idle.append(worker)
+                if worker.dead and not self._closed:
+                    self.warm()  # the next job need not wait for a worker to start
         self._outcomes[kind].inc()
         if kind == "ok":
             return value  # type: ignore[no-any-return]

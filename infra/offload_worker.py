@@ -14,19 +14,20 @@ QuillError)``, ``("timeout", None)`` or ``("crash", text)``.
 Only functions of ``core`` are run: the frames come from the service that started the
 process, over its pipe, and name code by reference (pickle), never send it.
 
-The process runs on the upper half of the CPUs its service may use (``pin``: its parent sets
-it as soon as it exists) and, once it has imported what its jobs need (at the services'
-priority, so that starting one is quick on a busy machine), under Linux's ``SCHED_IDLE``
-policy (``idle``): it gets a CPU only when nothing else wants it, a service's event loop that
-wakes up to answer a request takes the CPU from it at once, and the lower half of the CPUs
-(their caches included: a ``difflib`` or a backtracking regex at ``SCHED_IDLE`` on every CPU
-still tripled the tail latency of reads, measured; on half of them, it did not) is the
-services' alone. So what a worker computes for one client takes the CPU the services leave,
-not theirs. Where the policy is not available, the lowest priority (``nice`` 19) instead.
+The process runs under Linux's ``SCHED_IDLE`` policy, on the upper half of the CPUs its
+service may use (``idle``: its parent sets both as soon as it exists, so that even its
+start-up imports take no CPU from the services): it gets a CPU only when nothing else wants
+it, a service's event loop that wakes up to answer a request takes the CPU from it at once,
+and the lower half of the CPUs (their caches included: a ``difflib`` or a backtracking regex
+at ``SCHED_IDLE`` on every CPU still tripled the tail latency of reads, measured; on half of
+them, it did not) is the services' alone. So what a worker computes for one client takes the
+CPU the services leave, not theirs. Where the policy is not available, the lowest priority
+(``nice`` 19) instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import pickle
@@ -42,22 +43,19 @@ from contracts.errors import QuillError
 HEADER = struct.Struct("!Q")
 
 
-def pin(pid: int) -> None:
-    """Keep process ``pid`` to the upper half of the CPUs this process may use (all of them
-    when there is one)."""
+def idle(pid: int) -> None:
+    """Give process ``pid`` a CPU only when nothing else wants it, and only the upper half of
+    the CPUs this process may use (all of them when there is one)."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux: the lowest priority instead
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, pid, 19)
     try:
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(pid, cpus[len(cpus) // 2 :])
     except (AttributeError, OSError):
         pass
-
-
-def idle() -> None:
-    """Give this process a CPU only when nothing else wants it."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):  # not Linux: the lowest priority instead
-        os.setpriority(os.PRIO_PROCESS, 0, 19)
 
 
 def _die_with_parent() -> None:
@@ -76,7 +74,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def prepare() -> None:
-    """Import what the jobs run, and build the tables they use, before turning idle."""
+    """Import what the jobs run, and build the tables they use, before the first job."""
     import core.diffs
     import core.finding
     import core.matches
@@ -150,7 +148,6 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
 def main() -> None:
     _die_with_parent()
     prepare()
-    idle()
     signal.signal(signal.SIGALRM, _overtime)
     signal.signal(signal.SIGPROF, _overtime)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the service, which stops us

@@ -16,7 +16,6 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import normalize
-from core.content import as_text
 from core.diffs import DIFF_BUDGET_S, Pair, unified_many
 from core.rows import Node, WorkspaceRow
 from infra.offload import WALL_FACTOR, Offload
@@ -46,14 +45,16 @@ class Differ:
         entries = await self.q.store.entries_at(ws.id, version, scope)
         return {n.path: n for n in entries if n.kind == "f"}
 
-    async def _text(self, ws: WorkspaceRow, node: Node | None) -> tuple[str | None, bool]:
-        """The file's text (None: no file), and whether it is binary."""
+    async def _text(self, ws: WorkspaceRow, node: Node | None) -> tuple[bytes | None, bool]:
+        """The file's content (None: no file; decoded by the worker), and whether it is
+        binary."""
         if node is None:
             return None, False
         if node.binary:
-            return "", True
+            return b"", True
         assert node.sha256 is not None
-        return as_text(await self.q.blobs.of(ws.tenant, ws.name).get(node.sha256)) or "", False
+        data = await self.q.blobs.of(ws.tenant, ws.name).get(node.sha256)
+        return (b"" if b"\0" in data else data), False
 
     async def diff(self, ws: WorkspaceRow, version: int, req: rq.DiffQuery) -> rp.Diff:
         to_version = req.to_version or version
