@@ -104,6 +104,11 @@ class QuillError(Exception):
     def retriable(self) -> bool:
         return self.code in RETRIABLE
 
+    def __reduce__(self) -> tuple[type[QuillError], tuple[str, str, dict[str, Any]]]:
+        """Pickled as its code, message and details (a worker process's answer:
+        ``infra/offload.py``)."""
+        return (QuillError, (str(self.code), self.message, self.details))
+
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 

@@ -100,6 +100,14 @@ EXECUTOR_MAX_OUTPUT_READS = 256
 """``exec.output`` reads an executor answers at once; queue ``output_reads``."""
 BRIDGE_MAX_INFLIGHT = 1_024
 """Requests (commands, queries, exec) a bridge answers at once; queue ``requests``."""
+OFFLOAD_PER_TENANT = 2
+"""Expensive jobs (grep, diff, ``modify``'s regexes, a refused ``edit``'s closest-text search)
+one tenant runs at once in one writer or reader (``infra/offload.py``)."""
+OFFLOAD_QUEUED_PER_TENANT = 8
+"""Expensive jobs of one tenant waiting for their turn in one writer or reader; past it the
+next is answered busy (queue ``tenant_work``)."""
+OFFLOAD_WORKERS = 8
+"""Worker processes one writer or reader runs expensive jobs in, all tenants together."""
 SUBSCRIPTION_PENDING_MSGS = 65_536
 """Messages a service's subscription holds received and not yet handled (nats-py's pending
 limit); past it nats-py drops them as a slow consumer and the service answers each dropped

@@ -360,7 +360,7 @@ _ALL: tuple[OpSpec, ...] = (
         rq.DiffQuery,
         rp.Diff,
         "Unified diff of a path or the workspace between two versions.",
-        (E.ACCESS_DENIED,),
+        (E.ACCESS_DENIED, E.SIZE_LIMIT_EXCEEDED),
         {"from_version": 5, "path": "src/app.py"},
     ),
     _qry(

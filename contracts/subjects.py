@@ -58,6 +58,13 @@ HEADER_WAIT = "Ws-Wait"
 """On a command: how long (ms, at most ``MAX_WAIT_MS``) it may wait for another session's lock
 to go, or for its approval on a restricted workspace, before ``LOCKED``/``APPROVAL_REQUIRED``."""
 MAX_WAIT_MS = 600_000
+HEADER_TIMEOUT = "Ws-Timeout"
+"""On any request: how long (ms, at most ``MAX_WAIT_MS``) its client waits for the answer.
+Expensive work for it (grep, diff, ``modify``'s regexes, a refused edit's closest-text search:
+``infra/offload.py``) that has not started by then never starts, and what runs stops then.
+The SDK sends it with every command and with ``COSTLY_QUERIES``."""
+COSTLY_QUERIES = frozenset({"grep", "diff"})
+"""Queries whose work a client can make expensive (the SDK says how long it waits for them)."""
 CHANGES_SUFFIX = ":changes"
 """Request id of an executor's ``apply`` = the command's request id + this (on a restricted
 workspace the command's approval covers it)."""
@@ -157,6 +164,8 @@ class Origin:
     generated: bool = False
     """The request id was made here (``new_id``: no ``Ws-Request-Id``): no earlier request
     had it, so it cannot be a retry (the writer looks no result up for it)."""
+    timeout_ms: int = 0
+    """``Ws-Timeout``: how long the client waits for the answer (0: it did not say)."""
 
     @classmethod
     def from_headers(
@@ -183,8 +192,10 @@ class Origin:
             values[header] = value or None
         request_id = headers.get(HEADER_REQUEST_ID)
         wait = headers.get(HEADER_WAIT)
-        if wait is not None and not (wait.isdecimal() and len(wait) <= 7):
-            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"{HEADER_WAIT} must be milliseconds")
+        timeout = headers.get(HEADER_TIMEOUT)
+        for name, value in ((HEADER_WAIT, wait), (HEADER_TIMEOUT, timeout)):
+            if value is not None and not (value.isdecimal() and len(value) <= 7):
+                raise QuillError(ErrorCode.INVALID_ARGUMENT, f"{name} must be milliseconds")
         return cls(
             request_id=check_request_id(request_id)
             if request_id
@@ -194,6 +205,7 @@ class Origin:
             run=values[HEADER_RUN],
             wait_ms=min(int(wait), MAX_WAIT_MS) if wait else 0,
             generated=not request_id and new_id is not None,
+            timeout_ms=min(int(timeout), MAX_WAIT_MS) if timeout else 0,
         )
 
     def headers(self) -> dict[str, str]:
@@ -207,6 +219,8 @@ class Origin:
                 out[header] = value
         if self.wait_ms:
             out[HEADER_WAIT] = str(self.wait_ms)
+        if self.timeout_ms:
+            out[HEADER_TIMEOUT] = str(self.timeout_ms)
         return out
 
 

@@ -44,8 +44,8 @@ from contracts.uncommitted import asked_path, capped, clear, lookup, not_committ
 from core import decide_control as control
 from core.content import as_text, is_binary, split_lines
 from core.decision import Context, Decision, Needs
-from core.matches import multiple_matches, no_match
-from core.textops import modify_lines, regex_replace
+from core.matches import CLOSEST_BUDGET_S, multiple_matches, no_match
+from core.textops import REGEX_BUDGET_S, modify_lines, regex_replaced
 from core.tree import FileNode, Tree, WorkspaceState, apply_change, etag_of
 
 
@@ -670,8 +670,8 @@ def _edit(state: WorkspaceState, cmd: rq.EditFile, ctx: Context) -> Decision:
     if old == new:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "oldString and newString must be different")
     first = text.find(old)
-    if first < 0:
-        raise no_match(path, text, old)  # with the closest text, never applied
+    if first < 0:  # with the closest text (never applied), looked for off the writer's loop
+        raise ctx.compute(no_match, path, text, old, budget_s=CLOSEST_BUDGET_S)
     if not cmd.replace_all and text.find(old, first + 1) >= 0:
         raise multiple_matches(path, text, old)  # with the line of each
     count = text.count(old) if cmd.replace_all else 1
@@ -699,10 +699,11 @@ def _modify(state: WorkspaceState, cmd: rq.ModifyFile, ctx: Context) -> Decision
     if text and not text.endswith("\n") and updated.endswith("\n"):
         updated = updated[:-1]  # keep a file that ended without a newline that way
     replacements = 0
-    for op in cmd.operations:
-        if isinstance(op, rq.RegexReplace):
-            updated, n = regex_replace(updated, op)
-            replacements += n
+    regexes = [op for op in cmd.operations if isinstance(op, rq.RegexReplace)]
+    if regexes:  # a client's regular expressions: off the writer's loop
+        updated, replacements = ctx.compute(
+            regex_replaced, updated, regexes, budget_s=REGEX_BUDGET_S
+        )
     put, changes = _rewrite(state, path, updated, ctx)
     result = rp.FileModified(
         path=path,

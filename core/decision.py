@@ -1,17 +1,27 @@
 """What ``decide`` works with and produces: the ``Context`` handed in, the ``Decision`` made,
-the ``Needs`` fetched before, and the event that records a decision."""
+the ``Needs`` fetched before, and the event that records a decision.
+
+**Expensive steps.** A step whose cost a client controls (``modify``'s regular expressions, a
+refused ``edit``'s search for the closest text) is asked of ``Context.compute``, never run by
+``decide`` itself. Where the context holds ``computed`` (the writer's), a step it has no result
+for raises ``Expensive``: the writer runs it in a worker process (``infra/offload.py``), adds
+the result, and decides again from the same state (the savepoint undid the first try). So
+``decide`` stays pure and quick, and the work runs where it can be stopped. Without
+``computed`` (the bridge, tests) a step runs in place.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from contracts import codec, hashing
 from contracts import replies as rp
+from contracts.errors import QuillError
 from contracts.events import (
     AnyChange,
     ChangesCommitted,
@@ -42,6 +52,39 @@ class Context:
     """Values no content may keep (WSR-1): each becomes ``[REDACTED:<id>]``."""
     redacted: set[str] = field(default_factory=set)
     """Out: the ids of the secrets redacted (for the audit record)."""
+    computed: list[Computed] | None = None
+    """The expensive steps computed elsewhere, with their results (a ``QuillError`` when the
+    step failed); None: ``compute`` runs a step in place."""
+
+    def compute(self, fn: Callable[..., T], *args: Any, budget_s: float) -> T:
+        """``fn(*args, remaining=...)``, a step a client can make expensive, within
+        ``budget_s`` seconds.
+
+        Raises:
+            Expensive: ``computed`` is kept and holds no result for it yet.
+            QuillError: the step's own error.
+        """
+        if self.computed is None:
+            return fn(*args, remaining=lambda: budget_s)  # each search bounded, not the whole
+        for done, given, result in self.computed:
+            if done is fn and given == args:
+                if isinstance(result, QuillError):
+                    raise result
+                return result  # type: ignore[no-any-return]
+        raise Expensive(fn, args, budget_s)
+
+
+T = TypeVar("T")
+Computed = tuple[Callable[..., Any], tuple[Any, ...], Any]
+"""A step (function, arguments) and its result."""
+
+
+class Expensive(Exception):  # noqa: N818 - not an error: a request to run a step elsewhere
+    """A step ``decide`` asked for that its caller has to compute (then decide again)."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float) -> None:
+        super().__init__(f"{fn.__qualname__} to compute")
+        self.fn, self.args, self.budget_s = fn, args, budget_s
 
 
 Maker = Callable[[dict[str, Any]], WorkspaceEvent]

@@ -6,8 +6,9 @@ The reader calls them over its projection (``search``), a bridge over a local fo
 Recursive operations leave out the workspace's default exclusions (``**/node_modules/**``…)
 unless the request gives its own ``exclude`` list (``[]`` for none); an excluded directory
 takes everything below it along. Patterns are relative to the searched directory. grep runs
-its pattern with ``regex`` (Python ``re`` syntax), per line, with a time budget, so that no
-pattern can hang a replica.
+its pattern (Python ``re`` syntax) per line, on RE2 in linear time where it can say the same
+(``core/regexes.py``), else on ``regex``; within a time budget, in a worker process of the
+reader (``infra/offload.py``), so that no pattern holds a replica.
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
-
-import regex
 
 from contracts import replies as rp
 from contracts import requests as rq
@@ -28,13 +26,15 @@ from contracts.limits import DEFAULT_EXCLUSIONS, Limits
 from contracts.paths import display
 from core.answers import entry
 from core.globs import Globs, relative
+from core.regexes import Spans, Subject, UserPattern
 from core.rows import Node
 
-Clock = Callable[[], float]
-"""A monotonic clock in seconds (the services pass ``time.monotonic``: core reads no time)."""
+Remaining = Callable[[], float]
+"""Seconds left of a budget (core reads no clock: the caller hands this in)."""
 
 GREP_BUDGET_S = 10.0
-"""Longest a grep may search before it answers ``TIMEOUT``."""
+"""CPU seconds a grep may search (per part of the texts it reads) before it answers
+``TIMEOUT``."""
 MAX_COUNTED = 1_000_000
 """Matching lines counted at most (``total`` stops there)."""
 
@@ -136,28 +136,22 @@ def explore_result(scope: str, req: rq.ExploreQuery, nodes: list[Node], limits: 
 
 @dataclass(frozen=True)
 class GrepPlan:
-    """What a grep looks for and in which files; ``search`` runs it over their texts."""
+    """Which files a grep searches (``selects``); ``search`` runs it over their texts."""
 
     req: rq.GrepQuery
-    compiled: Any
-    plain: str | None
-    """The pattern when it is plain text matched case-sensitively (counted at C speed)."""
     include: Globs | None
     exclude: Globs
     limit: int
 
     @classmethod
     def of(cls, req: rq.GrepQuery, limits: Limits) -> GrepPlan:
-        """The plan of ``req``.
+        """The plan of ``req`` (its pattern is compiled where it runs: ``grep_texts``).
 
         Raises:
-            QuillError: ``INVALID_ARGUMENT`` for a bad regular expression or glob.
+            QuillError: ``INVALID_ARGUMENT`` for a bad glob.
         """
-        compiled = compile_pattern(req.pattern, req.literal, req.ignore_case)
         return cls(
             req=req,
-            compiled=compiled,
-            plain=req.pattern if req.literal and not req.ignore_case else None,
             include=Globs.names(req.include) if req.include else None,
             exclude=exclusions(req.exclude),
             limit=min(req.max_results or 100, limits.max_search_results),
@@ -169,126 +163,167 @@ class GrepPlan:
 
     def search(
         self,
-        files: Iterable[tuple[str, str]],
+        files: Iterable[tuple[str, str | bytes]],
         files_searched: int | None = None,
         *,
-        clock: Clock,
+        remaining: Remaining,
     ) -> rp.GrepResult:
-        """Search ``files`` (``(path, text)`` in path order); ``files_searched`` defaults to
-        the number of files taken from ``files``. ``clock``: the caller's monotonic clock
-        (``time.monotonic``), which the budget is measured on.
+        """Search ``files`` (``(path, text)`` in path order) here, in one part;
+        ``files_searched`` defaults to the number of files taken from ``files``.
 
         Raises:
-            QuillError: ``TIMEOUT`` past ``GREP_BUDGET_S``.
+            QuillError: ``INVALID_ARGUMENT`` for a bad pattern; ``TIMEOUT`` when
+                ``remaining()`` (seconds left of ``GREP_BUDGET_S``) runs out.
         """
-        deadline = clock() + GREP_BUDGET_S
-        matches: list[rp.GrepMatch] = []
-        total = matched_files = taken = 0
-        for path, text in files:
-            taken += 1
-            if len(matches) < self.limit:  # where lines are returned: find each one
-                hits = matching_lines(self.compiled, text, deadline, clock)
-                room = self.limit - len(matches)
-                matches += with_context(path, text, hits[:room], self.req.context_lines)
-                count = len(hits)
-            else:  # beyond the returned ones, only count
-                count = count_lines(self.compiled, self.plain, text, deadline, clock)
-            total += count
-            matched_files += count > 0
-            if total >= MAX_COUNTED:
-                break
+        listed = list(files)
+        part = grep_texts(self.req, self.limit, listed, remaining=remaining)
+        return self.result([part], len(listed) if files_searched is None else files_searched)
+
+    def result(self, parts: list[GrepPart], files_searched: int) -> rp.GrepResult:
+        """The answer from the parts ``grep_texts`` found, in file order."""
+        matches = [m for part in parts for m in part.matches][: self.limit]
+        total = sum(part.total for part in parts)
         return rp.GrepResult(
             pattern=self.req.pattern,
             matches=matches,
             total=total,
             truncated=total > len(matches),
-            files_searched=taken if files_searched is None else files_searched,
-            files_matched=matched_files,
+            files_searched=files_searched,
+            files_matched=sum(part.files_matched for part in parts),
         )
 
 
-def compile_pattern(pattern: str, literal: bool, ignore_case: bool) -> Any:
-    """The pattern compiled with ``regex`` (``re`` syntax).
+@dataclass(frozen=True)
+class GrepPart:
+    """What a grep found in some of its files: up to the room left of matches, and how many
+    lines matched in all."""
+
+    matches: list[rp.GrepMatch]
+    total: int
+    files_matched: int
+
+
+@functools.lru_cache(maxsize=64)
+def compiled(pattern: str, literal: bool, ignore_case: bool) -> UserPattern:
+    """A grep's pattern, matching per line (``^``/``$`` at every line's edges).
 
     Raises:
         QuillError: ``INVALID_ARGUMENT`` naming the problem for an invalid regular expression.
     """
-    # Matching is per line: ^ and $ match at the start and end of every line.
-    flags = regex.V0 | regex.MULTILINE | (regex.IGNORECASE if ignore_case else 0)
-    try:
-        return regex.compile(regex.escape(pattern) if literal else pattern, flags)
-    except regex.error as exc:
-        raise QuillError(
-            ErrorCode.INVALID_ARGUMENT, f"Invalid regex {pattern!r}: {exc}", {"pattern": pattern}
-        ) from None
+    return UserPattern(pattern, "mi" if ignore_case else "m", literal=literal)
 
 
-def matching_lines(
-    compiled: Any, text: str, deadline: float, clock: Clock
-) -> list[tuple[int, int, int]]:
-    """``(line number, start, end)`` of every line of ``text`` that ``compiled`` matches.
+def grep_texts(
+    req: rq.GrepQuery, room: int, files: list[tuple[str, str | bytes]], *, remaining: Remaining
+) -> GrepPart:
+    """Search ``files`` (``(path, text)``, a text as a str or its UTF-8 bytes) for ``req``'s
+    pattern: the first ``room`` matching lines (with their context), and every matching line
+    counted (up to ``MAX_COUNTED``). Linear in the texts when RE2 can run the pattern
+    (``core/regexes.py``). A worker process runs it for the reader (``infra/offload.py``).
 
     Raises:
-        QuillError: ``TIMEOUT`` once ``deadline`` (on ``clock``) has passed.
+        QuillError: ``INVALID_ARGUMENT`` for a bad pattern; ``TIMEOUT`` once ``remaining()``
+            is no more.
     """
+    pattern = compiled(req.pattern, req.literal, req.ignore_case)
+    plain = req.pattern if req.literal and not req.ignore_case else None
+    matches: list[rp.GrepMatch] = []
+    total = matched_files = 0
+    for path, text in files:
+        subject = pattern.over(text)
+        if len(matches) < room:  # where lines are returned: find each one
+            hits = matching_lines(subject, remaining)
+            matches += with_context(path, subject, hits[: room - len(matches)], req.context_lines)
+            count = len(hits)
+        else:  # beyond the returned ones, only count
+            count = count_lines(subject, plain, remaining)
+        total += count
+        matched_files += count > 0
+        if total >= MAX_COUNTED:
+            break
+    return GrepPart(matches, total, matched_files)
+
+
+def _too_long() -> QuillError:
+    return QuillError(ErrorCode.TIMEOUT, "Search took too long: narrow the pattern or path")
+
+
+def matching_lines(subject: Subject, remaining: Remaining) -> list[tuple[int, int, int]]:
+    """``(line number, start, end)`` of every line of ``subject``'s text that its pattern
+    matches in.
+
+    Raises:
+        QuillError: ``TIMEOUT`` once ``remaining()`` is no more.
+    """
+    text, newline = subject.text, subject.newline
     out: list[tuple[int, int, int]] = []
     pos = line_no = counted_to = 0
     while True:
-        remaining = deadline - clock()
-        if remaining <= 0:
-            raise QuillError(ErrorCode.TIMEOUT, "Search took too long: narrow the pattern or path")
+        left = remaining()
         try:
-            found = compiled.search(text, pos, timeout=remaining)
+            found = subject.search(pos, left) if left > 0 else _timeout()
         except TimeoutError:
-            raise QuillError(
-                ErrorCode.TIMEOUT, "Search took too long: narrow the pattern or path"
-            ) from None
+            raise _too_long() from None
         if found is None:
             return out
-        start = text.rfind("\n", 0, found.start()) + 1
-        end = text.find("\n", found.start())
+        first, last = found[0]
+        start = text.rfind(newline, 0, first) + 1
+        end = text.find(newline, first)
         end = len(text) if end < 0 else end
-        line_no += text.count("\n", counted_to, start)
+        line_no += text.count(newline, counted_to, start)
         counted_to = start
-        if found.end() <= end or compiled.search(text[start:end]) is not None:
-            out.append((line_no + 1, start, end))
+        try:
+            if last <= end or subject.part(start, end).search(0, remaining()) is not None:
+                out.append((line_no + 1, start, end))
+        except TimeoutError:
+            raise _too_long() from None
         pos = end + 1
         if pos > len(text):
             return out
 
 
-def count_lines(compiled: Any, plain: str | None, text: str, deadline: float, clock: Clock) -> int:
-    """How many lines of ``text`` match (``plain``: the pattern is this exact text), at C speed.
+def _timeout() -> Spans | None:
+    raise TimeoutError
+
+
+def count_lines(subject: Subject, plain: str | None, remaining: Remaining) -> int:
+    """How many lines of ``subject``'s text match (``plain``: the pattern is this exact
+    text), at C speed.
 
     Raises:
-        QuillError: ``TIMEOUT`` once ``deadline`` has passed.
+        QuillError: ``TIMEOUT`` once ``remaining()`` is no more.
     """
-    remaining = deadline - clock()
+    text, newline = subject.text, subject.newline
     try:
-        if remaining <= 0 or compiled.search(text, timeout=remaining) is None:
-            if remaining <= 0:
+        left = remaining()
+        if left <= 0 or subject.search(0, left) is None:
+            if left <= 0:
                 raise TimeoutError
             return 0
-        lines = text.removesuffix("\n").split("\n")
+        lines = text.removesuffix(newline).split(newline)
         if plain is not None:
-            return sum(map(operator.contains, lines, itertools.repeat(plain)))
-        search = functools.partial(compiled.search, timeout=deadline - clock())
-        return sum(map(bool, map(search, lines)))
+            return sum(map(operator.contains, lines, itertools.repeat(subject.encode(plain))))
+        return subject.count(lines, remaining())
     except TimeoutError:
-        raise QuillError(
-            ErrorCode.TIMEOUT, "Search took too long: narrow the pattern or path"
-        ) from None
+        raise _too_long() from None
 
 
 def with_context(
-    path: str, text: str, hits: list[tuple[int, int, int]], context: int
+    path: str, subject: Subject, hits: list[tuple[int, int, int]], context: int
 ) -> list[rp.GrepMatch]:
-    lines = text.removesuffix("\n").split("\n") if context else []
+    text, newline = subject.text, subject.newline
+    lines = text.removesuffix(newline).split(newline) if context else []
     out = []
     for line_no, start, end in hits:
         before = lines[max(0, line_no - 1 - context) : line_no - 1] if context else []
         after = lines[line_no : line_no + context] if context else []
         out.append(
-            rp.GrepMatch(path=path, line=line_no, text=text[start:end], before=before, after=after)
+            rp.GrepMatch(
+                path=path,
+                line=line_no,
+                text=subject.decode(text[start:end]),
+                before=[subject.decode(b) for b in before],
+                after=[subject.decode(a) for a in after],
+            )
         )
     return out

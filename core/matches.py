@@ -6,13 +6,16 @@ one that occurs nowhere (``no_match``: exact but for whitespace or letter case, 
 regular expression search each; else the most similar by ``difflib``, first where pieces of
 ``oldString`` point to, then line by line up to a budget), with its line and how it differs.
 Seed 002's words start each message. Nothing here changes the file: the closest text is
-shown, never applied.
+shown, never applied. The search has ``CLOSEST_BUDGET_S`` (``difflib`` can take quadratic
+time): the writer runs ``no_match`` in a worker process, which stops it there
+(``Context.compute``, ``infra/offload.py``).
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from typing import Any
 
 from contracts.errors import ErrorCode, QuillError
@@ -27,6 +30,16 @@ CLOSEST_TEXT_CHARS = 800
 """At most this much of the closest text is shown."""
 CLOSEST_MIN_SIMILARITY = 0.6
 """A candidate less similar than this (``difflib`` ratio) is not offered."""
+Remaining = Callable[[], float]
+"""Seconds left of a budget (core reads no clock: the caller hands this in)."""
+
+
+def _unbounded() -> float:
+    return 1.0
+
+
+CLOSEST_BUDGET_S = 2.0
+"""How long the search for the closest text may take (then the answer has none)."""
 CLOSEST_BUDGET_CHARS = 1_000_000
 """The fuzzy search compares at most this many characters of the file (a large file is
 searched from its start up to this bound; the error says how far)."""
@@ -105,10 +118,23 @@ def multiple_matches(path: str, text: str, old: str) -> QuillError:
     return QuillError(ErrorCode.MULTIPLE_MATCHES, message, details)
 
 
-def no_match(path: str, text: str, old: str) -> QuillError:
-    """``NO_MATCH`` for ``old`` (seed 002's words first), with the closest text if any."""
-    found, searched = closest(text, old)
-    details: dict[str, Any] = {"path": path, "closest": found}
+def no_match(path: str, text: str, old: str, *, remaining: Remaining | None = None) -> QuillError:
+    """``NO_MATCH`` for ``old`` (seed 002's words first), with the closest text found before
+    ``remaining()`` (seconds left of ``CLOSEST_BUDGET_S``) ran out, if any (without it, only
+    ``CLOSEST_BUDGET_CHARS`` bounds the search). The writer runs it in a worker process
+    (``Context.compute``)."""
+    try:
+        found, searched = closest(text, old, remaining or _unbounded)
+    except TimeoutError:  # in difflib, at the budget (infra/offload_worker.py)
+        found, searched = None, None
+        details: dict[str, Any] = {"path": path, "closest": None, "closest_searched": False}
+        return QuillError(
+            ErrorCode.NO_MATCH,
+            "oldString not found in content. The search for the closest text took too long: "
+            "read the file again and copy the text exactly.",
+            details,
+        )
+    details = {"path": path, "closest": found}
     if searched is not None:
         details["searched_lines"] = searched
     if found is None:
@@ -248,7 +274,9 @@ def _part(window: str, matcher: difflib.SequenceMatcher[str], size: int) -> tupl
     return window[lo:hi], 2 * matched / (size + hi - lo)
 
 
-def _similar(text: str, old: str) -> tuple[tuple[int, str, float] | None, int | None]:
+def _similar(
+    text: str, old: str, remaining: Remaining
+) -> tuple[tuple[int, str, float] | None, int | None]:
     """The text most like ``old`` (``difflib``): a run of as many lines as ``old`` has, or for
     a one-line ``old``, part of a line; as ``(first line, text, similarity)``. Also the lines
     searched when the budget (``CLOSEST_BUDGET_CHARS``) ended the search before the end of the
@@ -287,13 +315,13 @@ def _similar(text: str, old: str) -> tuple[tuple[int, str, float] | None, int | 
         return best, None
     spent = 0
     for first in range(max(1, len(lines) - span + 1)):
-        if spent > CLOSEST_BUDGET_CHARS:
+        if spent > CLOSEST_BUDGET_CHARS or remaining() <= 0:
             return best, first
         spent += compare(first, bounded=True)
     return best, None
 
 
-def closest(text: str, old: str) -> tuple[dict[str, Any] | None, int | None]:
+def closest(text: str, old: str, remaining: Remaining) -> tuple[dict[str, Any] | None, int | None]:
     """The text of ``text`` closest to ``old``, which occurs nowhere: ``{line, end_line,
     text, difference, similarity}`` or None; and, when the fuzzy search stopped at its
     budget, the number of lines it searched."""
@@ -304,7 +332,7 @@ def closest(text: str, old: str) -> tuple[dict[str, Any] | None, int | None]:
         first, found = line_of(text, start), text[start:end]
         similarity = 1.0
     else:
-        best, searched = _similar(text, old)
+        best, searched = _similar(text, old, remaining)
         if best is None:
             return None, searched
         first, found, similarity = best

@@ -2,23 +2,28 @@
 
 Line operations name lines of the file as it was before the call (1-based) and must not
 overlap; inserts at the same place keep their order. Regex replacements use Python ``re``
-syntax (run by ``regex``, with a time budget) and WAP's JavaScript-style replacement strings:
-``$1``/``${1}``/``$<name>`` insert groups, ``$&`` the whole match, ``$$`` a dollar sign; any other
-character, backslashes included, is literal.
+syntax (on RE2 in linear time where it says the same, else on ``regex``: ``core/regexes.py``)
+and WAP's JavaScript-style replacement strings: ``$1``/``${1}``/``$<name>`` insert groups,
+``$&`` the whole match, ``$$`` a dollar sign; any other character, backslashes included, is
+literal. A modify's replacements together have ``REGEX_BUDGET_S``; the writer runs them in a
+worker process (``Context.compute``, ``infra/offload.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import regex
+import re
+from collections.abc import Callable, Sequence
 
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from core.regexes import Spans, Subject, UserPattern
 
 REGEX_BUDGET_S = 2.0
-_FLAGS = {"i": regex.IGNORECASE, "m": regex.MULTILINE, "s": regex.DOTALL, "x": regex.VERBOSE}
-_TEMPLATE = regex.compile(r"\$(?:(\$)|(&)|(\d+)|\{(\d+)\}|<([A-Za-z_]\w*)>)")
+"""How long a modify's regex replacements may take, together."""
+_TEMPLATE = re.compile(r"\$(?:(\$)|(&)|(\d+)|\{(\d+)\}|<([A-Za-z_]\w*)>)")
+
+Remaining = Callable[[], float]
+"""Seconds left of a budget (core reads no clock: the caller hands this in)."""
 
 LineOp = rq.ReplaceLines | rq.InsertLines | rq.DeleteLines
 
@@ -83,39 +88,37 @@ def modify_lines(lines: Sequence[str], ops: Sequence[LineOp]) -> list[str]:
     return out
 
 
-def regex_replace(text: str, op: rq.RegexReplace) -> tuple[str, int]:
+def regex_replaced(
+    text: str, ops: Sequence[rq.RegexReplace], *, remaining: Remaining
+) -> tuple[str, int]:
+    """Apply the regex replacements ``ops`` in order; return the new text and the number of
+    replacements.
+
+    Raises:
+        QuillError: what ``regex_replace`` raises.
+    """
+    replacements = 0
+    for op in ops:
+        text, n = regex_replace(text, op, remaining=remaining)
+        replacements += n
+    return text, replacements
+
+
+def regex_replace(text: str, op: rq.RegexReplace, *, remaining: Remaining) -> tuple[str, int]:
     """Apply one regex replacement; return the new text and the number of replacements.
 
     Raises:
         QuillError: ``INVALID_ARGUMENT`` for a bad pattern or group reference, ``NO_MATCH``
-            when the pattern matches nothing, ``TIMEOUT`` when matching takes too long.
+            when the pattern matches nothing, ``TIMEOUT`` when matching takes longer than
+            ``remaining()``.
     """
-    flags = 0
-    for letter in op.flags.replace("g", ""):
-        flags |= _FLAGS[letter]
+    every = "g" in op.flags
+    pattern = UserPattern(op.pattern, op.flags.replace("g", ""))
+    subject = pattern.over(text, global_replace=every)
+    names = pattern.groupindex
     try:
-        pattern = regex.compile(op.pattern, flags | regex.V0)
-    except regex.error as exc:
-        raise _invalid(f"Invalid regex {op.pattern!r}: {exc}") from None
-
-    def expand(match: regex.Match[str]) -> str:
-        def group(m: regex.Match[str]) -> str:
-            dollar, whole, num, braced, name = m.groups()
-            if dollar:
-                return "$"
-            if whole:
-                return match.group(0)
-            key: int | str = int(num or braced) if (num or braced) else name
-            try:
-                return match.group(key) or ""
-            except IndexError:
-                raise _invalid(f"replacement refers to a missing group: {m.group(0)}") from None
-
-        return _TEMPLATE.sub(group, op.replacement)
-
-    try:
-        updated, count = pattern.subn(
-            expand, text, count=0 if "g" in op.flags else 1, timeout=REGEX_BUDGET_S
+        out, count = subject.sub(
+            lambda spans: _expand(subject, spans, names, op.replacement), every, remaining
         )
     except TimeoutError:
         raise QuillError(ErrorCode.TIMEOUT, f"regex {op.pattern!r} took too long") from None
@@ -123,4 +126,20 @@ def regex_replace(text: str, op: rq.RegexReplace) -> tuple[str, int]:
         raise QuillError(
             ErrorCode.NO_MATCH, f"regex_replace pattern {op.pattern!r} matched nothing"
         )
-    return updated, count
+    return out, count
+
+
+def _expand(subject: Subject, spans: Spans, names: dict[str, int], replacement: str) -> str:
+    """``replacement`` for one match: ``$1``, ``${1}``, ``$<name>``, ``$&`` and ``$$``."""
+
+    def group(m: re.Match[str]) -> str:
+        dollar, whole, num, braced, name = m.groups()
+        if dollar:
+            return "$"
+        key = 0 if whole else int(num or braced) if (num or braced) else names.get(name, -1)
+        if not 0 <= key < len(spans):
+            raise _invalid(f"replacement refers to a missing group: {m.group(0)}")
+        start, end = spans[key]
+        return "" if start < 0 else subject.decode(subject.text[start:end])
+
+    return _TEMPLATE.sub(group, replacement)

@@ -49,6 +49,8 @@ class Incoming:
 
     msg: Msg
     started: float = field(default_factory=time.perf_counter)
+    received: float = field(default_factory=time.monotonic)
+    """When it was taken in, on ``time.monotonic`` (deadlines: ``infra/offload.py``)."""
     address: Address | None = None
     spec: OpSpec | None = None
     origin: Origin | None = None

@@ -47,8 +47,10 @@ from contracts.events import AuditRecord, WorkspaceUpdated
 from contracts.limits import CEILINGS, SDK_WORKSPACES, LimitsPatch, check_stdin
 from contracts.paths import normalize, printable
 from contracts.subjects import (
+    COSTLY_QUERIES,
     HEADER_REQUEST_ID,
     HEADER_STREAM,
+    MAX_WAIT_MS,
     STREAM_AUDIT,
     TENANT_SCOPE,
     Origin,
@@ -332,9 +334,14 @@ class Quill:
             request_id = self._nuid.next().decode() if kind != "qry" else ""
         if wait_ms is None:
             wait_ms = self.wait_ms if kind == "cmd" else 0
+        timeout = self.timeout + wait_ms / 1000
+        # Work that can be expensive is not started (or is stopped) once we stop waiting.
+        waits = round(timeout * 1000) if kind == "cmd" or op in COSTLY_QUERIES else 0
         headers: dict[str, str] | None = None
-        if request_id or wait_ms or self.actor or self.session or self.run:
-            named = Origin(request_id, self.actor, self.session, self.run, wait_ms).headers()
+        if request_id or wait_ms or waits or self.actor or self.session or self.run:
+            named = Origin(
+                request_id, self.actor, self.session, self.run, wait_ms, min(waits, MAX_WAIT_MS)
+            ).headers()
             if not request_id:
                 del named[HEADER_REQUEST_ID]
             headers = named
@@ -342,7 +349,6 @@ class Quill:
             data = codec.encode(body)
         except UnicodeEncodeError:  # a lone surrogate: a byte of an argv name not UTF-8
             raise _not_text(msgspec.to_builtins(body)) from None
-        timeout = self.timeout + wait_ms / 1000
         last: QuillError | None = None
         failover_until = time.monotonic() + self.failover_s
         attempt = -1

@@ -201,7 +201,10 @@ class LocalQueries:
                 for n in self.folder.walk(scope, real)
                 if n.kind == "f" and plan.selects(relative(n.path, scope))
             ]
-        return plan.search(self._texts(files, real, scope), clock=time.monotonic)
+        deadline = time.monotonic() + finding.GREP_BUDGET_S
+        return plan.search(
+            self._texts(files, real, scope), remaining=lambda: deadline - time.monotonic()
+        )
 
     def _texts(self, files: list[Node], real: Any, scope: str) -> Iterator[tuple[str, str]]:
         """``(path, text)`` of the text files among ``files`` (binary ones and files over

@@ -17,6 +17,7 @@ from contracts.subjects import QUEUE_READER
 from infra import bus, claims, metrics
 from infra.blobs import Blobs
 from infra.bridges import Bridges
+from infra.offload import Offload
 from infra.runtime import Auditor, Settings
 from infra.snapshots import STARTED_FROM
 from infra.store import Store
@@ -45,7 +46,13 @@ class Reader:
         self.indexer = Indexer(store)
         self.follower = Follower(self.js, store, self.subjects, cache, self.indexer.poke)
         self.queries = Queries(store, Blobs(self.js, store, on_fetched=self.indexer.poke), cache)
-        by_name = {**self.queries.ops(), **Search(self.queries).ops(), **Differ(self.queries).ops()}
+        self.offload = Offload("reader")
+        """Worker processes for greps and diffs (``infra/offload.py``)."""
+        by_name = {
+            **self.queries.ops(),
+            **Search(self.queries, self.offload).ops(),
+            **Differ(self.queries, self.offload).ops(),
+        }
         self.ops = registry.table("qry", by_name)
         """Every query op, by name (``contracts/ops.py`` checks that none is missing)."""
         self.snapshots = Snapshotter(
@@ -84,9 +91,11 @@ class Reader:
             **self.follower.disk.info(),
             "started_from": self.started_from,
             "snapshot": self.snapshots.newest.position if self.snapshots.newest else None,
+            "offload": self.offload.info(),
         }
 
     async def start(self) -> None:
+        self.offload.warm()
         self.started_from = await self.store.get_meta(STARTED_FROM)
         await self.bridges.start()
         await self.follower.start()
@@ -154,6 +163,7 @@ class Reader:
                 pass
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=10)
+        await self.offload.close()
         await self.follower.stop()
         await self.indexer.stop()
         await self.bridges.stop()

@@ -81,8 +81,8 @@ class RevisionCache:
             ]
 
 
-class TextCache(SizedLRU[str]):
-    """Decoded text contents by sha256 (contents never change), bounded in bytes (LRU): grep
+class TextCache(SizedLRU[bytes]):
+    """Text contents (UTF-8) by sha256 (contents never change), bounded in bytes (LRU): grep
     reads them from memory instead of the projection once they are hot."""
 
     def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:

@@ -32,6 +32,7 @@ from infra.bridges import Bridges
 from infra.bus import respond
 from infra.busy import refused
 from infra.entry import Incoming, parse, reject, reply_headers
+from infra.offload import CLIENT_DEADLINE, client_deadline
 from infra.runtime import Auditor
 from infra.store import Store
 from services.reader.follower import Follower
@@ -261,6 +262,9 @@ def query_handler(reader: Replica) -> Callable[[Msg], Awaitable[None]]:
     async def answer(incoming: Incoming) -> None:
         try:
             address, spec, origin, request = parse(incoming, reader.subjects, "qry")
+            # Expensive work for it stops when its client stops waiting. Set for every query:
+            # the start of an answer runs in the subscription's own context (``eagerly``).
+            CLIENT_DEADLINE.set(client_deadline(incoming.received, origin.timeout_ms))
             if reader.bridges.claims(address.tenant, address.workspace):
                 return  # a local workspace: its bridge answers
             if isinstance(request, rq.ListWorkspaces):  # the tenant's: no workspace to resolve

@@ -7,13 +7,18 @@ glob, explore, grep line matching); this module fetches the entries and contents
 is indexed when it is applied): the literals a pattern cannot match without become an AND of
 trigrams; files whose content has them all are then searched line by line. A pattern with no
 literal of three characters reads every file in scope.
+
+The search itself (the client's regular expression over the texts) runs in a worker process
+(``infra/offload.py``), as the tenant's, within the client's deadline: the texts go to it in
+parts of up to ``PART_BYTES``, each with ``GREP_BUDGET_S`` of CPU (``WALL_FACTOR`` times as
+long for the whole grep, at most), so the event loop only moves bytes.
 """
 
 from __future__ import annotations
 
 import re._parser as sre_parse  # the stdlib's own regex parser, to find required literals
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from contracts import replies as rp
@@ -22,23 +27,32 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.paths import normalize
 from core.answers import not_a_directory
 from core.finding import (
+    GREP_BUDGET_S,
+    MAX_COUNTED,
+    GrepPart,
     GrepPlan,
     exclusions,
     explore_result,
     glob_matcher,
     glob_result,
+    grep_texts,
     without_excluded,
 )
 from core.globs import relative
 from core.rows import Node, WorkspaceRow
+from infra.offload import WALL_FACTOR, Offload
 from services.reader.queries import Queries
 
 MAX_TRIGRAMS = 24
+PART_BYTES = 8 * 1024 * 1024
+"""Text a grep hands its worker at once."""
+OVERTIME = "Search took too long: narrow the pattern or path"
 
 
 class Search:
-    def __init__(self, queries: Queries) -> None:
+    def __init__(self, queries: Queries, offload: Offload) -> None:
         self.q = queries
+        self.offload = offload
 
     def ops(self) -> dict[str, Callable[..., Awaitable[Any]]]:
         return {"glob": self.glob, "explore": self.explore, "grep": self.grep}
@@ -93,13 +107,47 @@ class Search:
                 for path, sha in await self.q.model.files(ws.id, version, scope, index_query)
                 if plan.selects(relative(path, scope))
             ]
-        texts = await self.texts(ws, [sha for _, sha in files])
-        return plan.search(
-            ((path, texts[sha]) for path, sha in files), len(files), clock=time.monotonic
-        )
+        parts: list[GrepPart] = []
+        until = time.monotonic() + GREP_BUDGET_S * WALL_FACTOR
+        async for batch in self._batches(ws, files):
+            room = max(0, plan.limit - sum(len(p.matches) for p in parts))
+            parts.append(
+                await self.offload.run(
+                    ws.tenant,
+                    grep_texts,
+                    plan.req,
+                    room,
+                    batch,
+                    budget_s=GREP_BUDGET_S,
+                    overtime=OVERTIME,
+                    until=until,
+                )
+            )
+            if sum(p.total for p in parts) >= MAX_COUNTED:
+                break
+        return plan.result(parts, len(files))
 
-    async def texts(self, ws: WorkspaceRow, shas: list[str]) -> dict[str, str]:
-        """Text contents by sha256: from memory, else the projection, else WS_BLOBS."""
+    async def _batches(
+        self, ws: WorkspaceRow, files: list[tuple[str, str]]
+    ) -> AsyncIterator[list[tuple[str, str | bytes]]]:
+        """``(path, text)`` of ``files`` in parts of about ``PART_BYTES``; at least one (an
+        empty one when there are no files: the pattern is still checked)."""
+        batch: list[tuple[str, str | bytes]] = []
+        size = 0
+        for i in range(0, len(files), 256):
+            chunk = files[i : i + 256]
+            texts = await self.texts(ws, [sha for _, sha in chunk])
+            for path, sha in chunk:
+                batch.append((path, texts[sha]))
+                size += len(texts[sha])
+                if size >= PART_BYTES:
+                    yield batch
+                    batch, size = [], 0
+        if batch or not files or size:
+            yield batch
+
+    async def texts(self, ws: WorkspaceRow, shas: list[str]) -> dict[str, bytes]:
+        """Text contents (UTF-8) by sha256: from memory, else the projection, else WS_BLOBS."""
         cache = self.q.texts
         out = {sha: text for sha in shas if (text := cache.get(sha)) is not None}
         missing = [sha for sha in dict.fromkeys(shas) if sha not in out]
@@ -108,8 +156,8 @@ class Search:
             data = found.get(sha)
             if data is None:
                 data = await self.q.blobs.of(ws.tenant, ws.name).get(sha)
-            out[sha] = text = data.decode("utf-8")
-            cache.put(sha, text)
+            out[sha] = data
+            cache.put(sha, data)
         return out
 
 

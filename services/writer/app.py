@@ -21,6 +21,7 @@ from infra import log as eventlog
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.compaction import with_manifests
+from infra.offload import Offload
 from infra.runtime import Auditor, Settings
 from infra.secret_registry import secrets_from_env
 from infra.store import Store
@@ -121,6 +122,7 @@ class Writer:
             auditor=Auditor(nc, self.subjects, "writer", self.instance),
             partitions=self.partitions,
             backlog=backlog or _backlog(settings.extra),
+            offload=Offload("writer"),
         )
         """What every workspace actor and the command entry are given."""
         self._gauges = metrics.Sources()
@@ -197,6 +199,7 @@ class Writer:
                 "events": self.appender.events,
                 "chained": self.appender.chained,
             },
+            "offload": self.deps.offload.info(),
             **({"partitions": self.partitions.info()} if self.partitions else {}),
             **self.deps.log_storage.info(),
         }
@@ -235,6 +238,7 @@ class Writer:
                 del self._actors[key]
 
     async def start(self) -> None:
+        self.deps.offload.warm()
         await self.bridges.start()
         self.appender.start()
         self._usage = asyncio.create_task(storage.poll_log_usage(self.js))
@@ -315,6 +319,7 @@ class Writer:
             except TimeoutError:
                 log.warning("stopping with commands still in flight")
         await self.appender.stop()
+        await self.deps.offload.close()
         await self.bridges.stop()
         if self._usage is not None:
             self._usage.cancel()

@@ -25,6 +25,7 @@ from core.lru import SizedLRU
 from core.secrets import Secrets
 from infra.blobs import Blobs
 from infra.bridges import Bridges
+from infra.offload import Offload
 from infra.runtime import Auditor
 from infra.storage import FullState
 from infra.store import Store
@@ -101,6 +102,8 @@ class Deps:
     partitions: Fencing | None
     """On a cluster: the command partitions this writer leases (None: it serves all)."""
     backlog: Backlog
+    offload: Offload
+    """Worker processes for the expensive steps of decisions (``core.decision.Expensive``)."""
     contents: ContentCache = field(default_factory=ContentCache)
     manifests: dict[str, CompactionManifest] = field(default_factory=dict)
     """Manifests of the compactions being appended, by sha256 (for the projection)."""

@@ -5,16 +5,20 @@ The diff is built from the change set (new contents as decided: already redacted
 decider) and the files it replaces (as committed, read through the writer's contents), then
 passed through the secrets registry again (an old file may hold a secret registered since it
 was written), and cut at ``PREVIEW_MAX_BYTES``. A binary or large file is named, not shown.
+A file's diff runs where ``diff`` says (the writer's: a worker process, ``infra/offload.py``)
+unless it is small enough to cost nothing (``INLINE_LINES``); one that takes longer than
+``PREVIEW_BUDGET_S`` is named, not shown.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from contracts.errors import QuillError
 from contracts.events import AnyChange, MakeDir, PutFile, Remove
 from contracts.limits import PREVIEW_MAX_BYTES
 from core.content import as_text
-from core.diffs import unified
+from core.diffs import Pair, unified
 from core.secrets import Secrets
 from core.tree import FileNode, Tree
 
@@ -23,14 +27,23 @@ SHOWN_MAX_BYTES = 256 * 1024
 
 Fetch = Callable[[str], Awaitable[bytes | None]]
 """A committed content by sha256 (None: not available)."""
+Diff = Callable[[list[Pair]], Awaitable[list[str]]]
+"""Diffs files (``core.diffs.unified_many``), where the caller runs it."""
+PREVIEW_BUDGET_S = 2.0
+"""How long one file's diff may take in a preview."""
+INLINE_LINES = 10_000
+"""A file whose lines before times lines after are at most this is diffed in place (no more
+than ``difflib``'s quadratic worst case on that)."""
 
 
-async def preview(changes: list[AnyChange], tree: Tree, fetch: Fetch, secrets: Secrets) -> str:
+async def preview(
+    changes: list[AnyChange], tree: Tree, fetch: Fetch, secrets: Secrets, diff: Diff
+) -> str:
     """The diff ``changes`` would make to ``tree`` (the state before them)."""
     moved = {c.moved_from for c in changes if isinstance(c, PutFile) and c.moved_from}
     out: list[str] = []
     used = 0
-    async for part in _parts(changes, tree, fetch, moved):
+    async for part in _parts(changes, tree, fetch, moved, diff):
         if used + len(part) > PREVIEW_MAX_BYTES:
             out.append("... the rest is not shown (the preview is cut at 32 KiB)\n")
             break
@@ -41,7 +54,7 @@ async def preview(changes: list[AnyChange], tree: Tree, fetch: Fetch, secrets: S
 
 
 async def _parts(
-    changes: list[AnyChange], tree: Tree, fetch: Fetch, moved: set[str]
+    changes: list[AnyChange], tree: Tree, fetch: Fetch, moved: set[str], diff: Diff
 ) -> AsyncIterator[str]:
     for change in changes:
         path = change.path
@@ -51,22 +64,24 @@ async def _parts(
             if path in moved or any(m.startswith(f"{path}/") for m in moved):
                 continue  # the source of a move: its files are shown as renamed
             if path in tree.files:
-                yield await _file(path, tree.files[path], None, fetch)
+                yield await _file(path, tree.files[path], None, fetch, diff)
                 continue
             yield f"deleted directory {path}/\n"
             for below in tree.walk(path):
                 if below in tree.files:
-                    yield await _file(below, tree.files[below], None, fetch)
+                    yield await _file(below, tree.files[below], None, fetch, diff)
         elif isinstance(change, PutFile):
             old = tree.files.get(path)
             if change.moved_from:
                 yield f"renamed {change.moved_from} -> {path}\n"
                 if old is None:
                     continue  # the same content under a new name
-            yield await _file(path, old, change, fetch)
+            yield await _file(path, old, change, fetch, diff)
 
 
-async def _file(path: str, old: FileNode | None, new: PutFile | None, fetch: Fetch) -> str:
+async def _file(
+    path: str, old: FileNode | None, new: PutFile | None, fetch: Fetch, diff: Diff
+) -> str:
     """One file's part: its diff, or a line naming it when it cannot be shown."""
     if old is not None and new is not None and old.sha256 == new.sha256:
         return "" if old.executable == new.executable else f"mode changed {path}\n"
@@ -82,7 +97,12 @@ async def _file(path: str, old: FileNode | None, new: PutFile | None, fetch: Fet
         sizes = [f"{n.size} bytes" for n in (old, new) if n is not None]
         binary = any(n is not None and n.binary for n in (old, new))
         return f"{verb} {path} ({' -> '.join(sizes)}, {'binary' if binary else 'not shown'})\n"
-    return unified(path, before, after)
+    if (before or "").count("\n") * (after or "").count("\n") <= INLINE_LINES:
+        return unified(path, before, after)
+    try:
+        return (await diff([(path, before, after)]))[0]
+    except QuillError as exc:  # too large to diff in time, or the tenant busy
+        return f"{path}: not shown ({exc.message})\n"
 
 
 async def _text(sha256: str, size: int, unshown: bool, fetch: Fetch) -> str | None:

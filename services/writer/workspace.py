@@ -67,7 +67,8 @@ from contracts.uncommitted import fold_uncommitted
 from core.controls import CONTROL_EVENTS, fold_control
 from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
-from core.decision import Context, Decision, Needs, to_event
+from core.decision import Context, Decision, Expensive, Needs, to_event
+from core.diffs import Pair, unified_many
 from core.tree import Tree, WorkspaceState, fold, forget, place
 from infra import blobs, compaction, logfields, storage, tracing
 from infra import log as eventlog
@@ -77,11 +78,12 @@ from infra.busy import refused
 from infra.compaction import with_manifests
 from infra.entry import reply_headers
 from infra.metrics import publish_failed
+from infra.offload import CLIENT_DEADLINE, client_deadline
 from infra.runtime import bounded_gather
 from services.writer.append import MAX_BATCH_BYTES, AppendError, Group
 from services.writer.deps import Deps
 from services.writer.partitions import Fence
-from services.writer.preview import preview
+from services.writer.preview import PREVIEW_BUDGET_S, preview
 
 log = logging.getLogger("quill.writer")
 _T = TypeVar("_T")
@@ -89,6 +91,8 @@ _T = TypeVar("_T")
 MAX_GROUP = 256
 ATTEMPTS = 3
 EVENT_HEADROOM = 64 * 1024
+MAX_STEPS = 8
+"""Expensive steps one decision may ask for (``_with_work``; an edit or a modify asks one)."""
 
 
 @dataclass
@@ -101,6 +105,8 @@ class Pending:
     origin: Origin
     msg: Msg
     started: float = field(default_factory=time.perf_counter)
+    received: float = field(default_factory=time.monotonic)
+    """When it was taken in, on ``time.monotonic`` (its client's deadline: ``Ws-Timeout``)."""
     retries: list[Msg] = field(default_factory=list)
     """Messages of the same request id that arrived while this one was pending."""
     answered: bool = False
@@ -361,15 +367,68 @@ class WorkspaceActor:
         would be refused (as it stands; it is decided again once approved)."""
         try:
             ctx = await self._context(state, p)
-            with state.tree.savepoint():
-                changes = decide(state, p.request, ctx).changes
-                raise _Undo(changes)
-        except _Undo as undone:
-            changes = undone.changes
+
+            async def undone() -> None:
+                with state.tree.savepoint():
+                    raise _Undo(decide(state, p.request, ctx).changes)
+
+            await self._with_work(p, ctx, undone)
+        except _Undo as undo:
+            changes = undo.changes
         except QuillError as exc:
             return f"As it stands it would be refused: {exc.code}: {exc.message}\n"
-        shown = await preview(changes, state.tree, self._content, self.deps.secrets)
+        shown = await preview(
+            changes, state.tree, self._content, self.deps.secrets, self._diff_for(p)
+        )
         return shown or "No change to the files.\n"
+
+    def _diff_for(self, p: Pending) -> Callable[[list[Pair]], Awaitable[list[str]]]:
+        """How the preview of ``p`` diffs files: in a worker, as ``p``'s tenant's
+        (``infra/offload.py``)."""
+
+        async def diff(pairs: list[Pair]) -> list[str]:
+            token = CLIENT_DEADLINE.set(client_deadline(p.received, p.origin.timeout_ms))
+            try:
+                return await self.deps.offload.run(
+                    p.address.tenant,
+                    unified_many,
+                    pairs,
+                    3,
+                    budget_s=PREVIEW_BUDGET_S,
+                    overtime="The preview's diff took too long",
+                )
+            finally:
+                CLIENT_DEADLINE.reset(token)
+
+        return diff
+
+    async def _with_work(
+        self, p: Pending, ctx: Context, attempt: Callable[[], Awaitable[_T]]
+    ) -> _T:
+        """``attempt()`` (which decides ``p`` with ``ctx``), again after each expensive step it
+        asks for (``core.decision.Expensive``) is computed in a worker, as ``p``'s tenant's,
+        until the client's deadline at most; a step's failure (its error, busy, its budget
+        run out) is its result, which the decision then raises."""
+        assert ctx.computed is not None
+        for _ in range(MAX_STEPS):
+            try:
+                return await attempt()
+            except Expensive as step:
+                token = CLIENT_DEADLINE.set(client_deadline(p.received, p.origin.timeout_ms))
+                try:
+                    result: Any = await self.deps.offload.run(
+                        p.address.tenant,
+                        step.fn,
+                        *step.args,
+                        budget_s=step.budget_s,
+                        overtime=f"{p.spec.key} took too long",
+                    )
+                except QuillError as exc:
+                    result = exc
+                finally:
+                    CLIENT_DEADLINE.reset(token)
+                ctx.computed.append((step.fn, step.args, result))
+        raise QuillError(ErrorCode.INTERNAL, f"Internal error: {p.spec.key} asked too many steps")
 
     async def _content(self, sha256: str) -> bytes | None:
         data = self.deps.contents.get(sha256)
@@ -938,8 +997,13 @@ class WorkspaceActor:
     async def _decide(
         self, state: WorkspaceState, p: Pending
     ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
-        deps = self.deps
         ctx = await self._context(state, p)
+        return await self._with_work(p, ctx, lambda: self._decide_once(state, p, ctx))
+
+    async def _decide_once(
+        self, state: WorkspaceState, p: Pending, ctx: Context
+    ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
+        deps = self.deps
         with state.tree.savepoint():
             decision = decide(state, p.request, ctx)
             decision.redacted = sorted(ctx.redacted)
@@ -994,6 +1058,7 @@ class WorkspaceActor:
             origin=p.origin,
             locate=deps.bridges.find,
             secrets=deps.secrets,
+            computed=[],
         )
 
     async def _history(self, state: WorkspaceState, wanted: Needs) -> None:

@@ -402,6 +402,9 @@ BAD_HEADERS: tuple[tuple[str, str], ...] = (
     ("Ws-Wait", "soon"),
     ("Ws-Wait", "-1"),
     ("Ws-Wait", "99999999999"),
+    ("Ws-Timeout", "soon"),
+    ("Ws-Timeout", "-1"),
+    ("Ws-Timeout", "99999999999"),
 )
 
 

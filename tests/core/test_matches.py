@@ -26,6 +26,10 @@ CODE = (
 )
 
 
+def _forever() -> float:
+    return 60.0
+
+
 def refused(text: str, old: str) -> QuillError:
     h = Harness()
     h.run(rq.WriteFile(path="f.py", content=text))
@@ -129,7 +133,7 @@ def test_a_miss_names_the_closest_text(old: str, line: int, found: str, differen
 
 
 def test_crlf_line_endings_are_named() -> None:
-    near, _ = closest("a\r\nb\r\nc\r\n", "a\nb")
+    near, _ = closest("a\r\nb\r\nc\r\n", "a\nb", _forever)
     assert near is not None and near["line"] == 1
     assert "\\r\\n (line endings)" in near["difference"]
 
@@ -150,7 +154,9 @@ def test_a_large_file_is_searched_in_bounded_work() -> None:
         for _ in range(60_000)
     ]
     text = "\n".join(lines) + "\n"
-    near, searched = closest(text, lines[55_000][:-2] + "#!")  # found by its pieces, anywhere
+    near, searched = closest(
+        text, lines[55_000][:-2] + "#!", _forever
+    )  # found by its pieces, anywhere
     assert near is not None and near["line"] == 55_001 and searched is None
-    near, searched = closest(text, "@@ %% ^^ ~~")  # no piece occurs: a budgeted scan
+    near, searched = closest(text, "@@ %% ^^ ~~", _forever)  # no piece occurs: a budgeted scan
     assert near is None and searched is not None and 0 < searched < len(lines)

@@ -15,6 +15,11 @@ from tests.core.test_decide import Harness
 _text = st.text(alphabet="ab\n$1\\", max_size=40)
 
 
+def _second() -> float:
+    """A constant budget: each search may take a second."""
+    return 1.0
+
+
 def _file(h: Harness, text: str) -> None:
     h.run(rq.WriteFile(path="f.txt", content=text))
 
@@ -116,12 +121,18 @@ def test_regex_replace_uses_dollar_groups_and_flags() -> None:
         pattern=r"oldAPI\.method\(([^)]+)\)", replacement="newAPI.improvedMethod($1)", flags="g"
     )
     text = "oldAPI.method(a); oldAPI.method(b)\n"
-    assert regex_replace(text, op) == ("newAPI.improvedMethod(a); newAPI.improvedMethod(b)\n", 2)
+    assert regex_replace(text, op, remaining=_second) == (
+        "newAPI.improvedMethod(a); newAPI.improvedMethod(b)\n",
+        2,
+    )
     first = rq.RegexReplace(pattern="o", replacement="0")
-    assert regex_replace("foo", first) == ("f0o", 1)
+    assert regex_replace("foo", first, remaining=_second) == ("f0o", 1)
     named = rq.RegexReplace(pattern=r"(?P<w>\w+)@", replacement="$<w> at $$ $&", flags="i")
-    assert regex_replace("Me@x", named) == ("Me at $ Me@x", 1)
-    assert regex_replace("a", rq.RegexReplace(pattern="a", replacement=r"\1\n"))[0] == r"\1\n"
+    assert regex_replace("Me@x", named, remaining=_second) == ("Me at $ Me@x", 1)
+    assert (
+        regex_replace("a", rq.RegexReplace(pattern="a", replacement=r"\1\n"), remaining=_second)[0]
+        == r"\1\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -134,7 +145,7 @@ def test_regex_replace_uses_dollar_groups_and_flags() -> None:
 )
 def test_regex_replace_refusals(op: rq.RegexReplace, code: ErrorCode) -> None:
     with pytest.raises(QuillError) as info:
-        regex_replace("abc", op)
+        regex_replace("abc", op, remaining=_second)
     assert info.value.code == code
 
 

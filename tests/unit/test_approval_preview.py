@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from contracts import hashing
 from contracts.events import AnyChange, MakeDir, PutFile, Remove
 from contracts.limits import PREVIEW_MAX_BYTES
+from core.diffs import Pair, unified
 from core.secrets import Secrets
 from core.tree import Tree, apply_change
 from services.writer.preview import preview
@@ -49,7 +50,10 @@ async def shown(
     async def fetch(sha: str) -> bytes | None:
         return contents.get(sha)
 
-    return await preview(changes, tree, fetch, secrets or Secrets())
+    async def diff(pairs: list[Pair]) -> list[str]:  # the writer's: in a worker process
+        return [unified(*pair) for pair in pairs]
+
+    return await preview(changes, tree, fetch, secrets or Secrets(), diff)
 
 
 async def test_a_new_file_a_deleted_one_and_a_new_directory() -> None:

@@ -16,6 +16,7 @@ import quill.session
 from contracts import ops
 from contracts import requests as rq
 from core.decide import DECIDERS
+from infra.offload import Offload
 from quill_cli import docgen
 from services.reader.diff import Differ
 from services.reader.queries import Queries
@@ -34,7 +35,8 @@ def test_every_command_has_its_decision() -> None:
 
 def test_every_query_has_its_answer() -> None:
     queries = Queries.__new__(Queries)  # its handlers, without a store behind them
-    table = {**queries.ops(), **Search(queries).ops(), **Differ(queries).ops()}
+    offload = Offload("reader")  # no worker started until a job runs
+    table = {**queries.ops(), **Search(queries, offload).ops(), **Differ(queries, offload).ops()}
     assert set(ops.table("qry", table)) == names("qry")
 
 
