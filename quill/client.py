@@ -340,7 +340,12 @@ class Quill:
         headers: dict[str, str] | None = None
         if request_id or wait_ms or waits or self.actor or self.session or self.run:
             named = Origin(
-                request_id, self.actor, self.session, self.run, wait_ms, min(waits, MAX_WAIT_MS)
+                request_id,
+                self.actor,
+                self.session,
+                self.run,
+                wait_ms,
+                timeout_ms=min(waits, MAX_WAIT_MS),
             ).headers()
             if not request_id:
                 del named[HEADER_REQUEST_ID]
