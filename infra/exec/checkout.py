@@ -31,11 +31,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -60,22 +60,23 @@ from contracts.events import (
     WorkspacePurged,
     WorkspaceUnarchived,
 )
-from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
-from contracts.paths import MAX_PATH_BYTES, ancestors, check_name, printable
+from contracts.limits import DEFAULT_EXCLUSIONS, Limits
+from contracts.paths import ancestors
 from contracts.subjects import Subjects
 from contracts.uncommitted import Recorded, fold_uncommitted
 from core.globs import Globs
 from infra import log as eventlog
 from infra.blobs import Blobs
 from infra.compaction import decode_manifest
+from infra.exec import capture as capturing
+from infra.exec import layers
+from infra.exec.capture import IGNORE_FILE, Captured, file_sig
+from infra.exec.manifest import WHOLE, Changes, Manifest, Store, Tracked, watched
 from infra.exec.trash import Trash
-from infra.safefs import Dir, Owner, parent_of, remove_tree, walk
+from infra.safefs import Dir, Owner, parent_of, remove_tree
 
 log = logging.getLogger("quill.executor")
 
-IGNORE_FILE = ".quillignore"
-"""A workspace file of more ignore patterns (one glob a line, ``#`` comments; a pattern
-without ``/`` matches a name at any depth, as in ``.gitignore``)."""
 DEFAULT_IGNORE: tuple[str, ...] = tuple(p for p in DEFAULT_EXCLUSIONS if p != "**/.git/**")
 """WAP's default exclusions, except ``.git``: git state is versioned like any file."""
 IGNORE_FILE_BYTES = 1024 * 1024
@@ -84,89 +85,12 @@ IGNORE_FILE_BYTES = 1024 * 1024
 Fetch = Callable[[str, int], Awaitable[bytes]]
 """A file's content as of a version, from a reader: ``fetch(path, version)``."""
 
-Sig = tuple[int, int, int, int]
-"""(size, mtime_ns, ctime_ns, inode): a file is re-read when any of them differs."""
+_generations = itertools.count(1)
+"""Every change of any checkout's tree takes the next number (``Checkout.generation``)."""
 
 
-class Tracked(msgspec.Struct, array_like=True, frozen=True):
-    """A path the checkout holds from the log."""
-
-    sha256: str | None
-    """None for a directory."""
-    executable: bool = False
-    sig: Sig | None = None
-
-
-class Manifest(msgspec.Struct, kw_only=True):
-    version: int = 0
-    seq: int = 0
-    limits: Limits = DEFAULT_LIMITS
-    trust: str = "full"
-    commands: bool = False
-    """``restricted``: whether commands are offered."""
-    floor: int = 0
-    """The oldest version compaction kept whole (``history_compacted``)."""
-    paths: dict[str, Tracked] = msgspec.field(default_factory=dict)
-    local: dict[str, Sig] = msgspec.field(default_factory=dict)
-    """Files left uncommitted (skipped), as last reported: not reported again unless changed."""
-    ignored: list[str] = msgspec.field(default_factory=list)
-    """Ignored paths seen at the top of an ignored subtree (reported when new)."""
-    lock: tuple[str, datetime] | None = None
-    """The workspace lock as of ``version``: (holder session, expires); a command of another
-    session is refused before it runs, as the writer would refuse its changes."""
-    uncommitted: dict[str, Recorded] = msgspec.field(default_factory=dict)
-    """The paths the log records as left uncommitted as of ``version`` (a command whose set
-    differs records its own, even when it changed nothing)."""
-    archived: tuple[datetime, str | None, str | None] | None = None
-    """While the workspace is archived: (since, by, reason); commands are refused before
-    they run, as the writer would refuse their changes."""
-
-
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Manifest)
-
-
-@dataclass
-class Captured:
-    """What a command changed, as an ``apply`` change set, and what was left out."""
-
-    changes: list[rq.ApplyItem] = field(default_factory=list)
-    kinds: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Per changed path: (``created``/``modified``/``deleted``, ``file``/``directory``)."""
-    contents: dict[str, bytes] = field(default_factory=dict)
-    """Per put path: the content (kept out of ``changes`` until the executor packs them)."""
-    sigs: dict[str, tuple[str, bool, Sig]] = field(default_factory=dict)
-    """Per put path: (sha256, executable, stat signature) to record once committed."""
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    """Paths not committed that are new or changed since last reported: (path, reason)."""
-    present: list[tuple[str, str]] = field(default_factory=list)
-    """Every path not committed that the tree holds now (reported or not): (path, reason)."""
-    ignored: list[str] = field(default_factory=list)
-    local: dict[str, Sig] = field(default_factory=dict)
-    seen_ignored: list[str] = field(default_factory=list)
-
-
-def size_text(size: int) -> str:
-    """``512 bytes``, ``4 MiB``, ``10.5 MiB``: a size as the reasons say it."""
-    if size < 1024:
-        return f"{size} bytes"
-    value, units = size / 1024, ["KiB", "MiB", "GiB", "TiB"]
-    while value >= 1024 and len(units) > 1:
-        value, units = value / 1024, units[1:]
-    return f"{value:.1f}".removesuffix(".0") + f" {units[0]}"
-
-
-def file_sig(st: os.stat_result) -> Sig:
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-
-
-def invalid(rel: str) -> str | None:
-    """Why the last name of ``rel``, a path found in the tree (its parents already checked),
-    breaks the workspace path rule (``contracts.paths``), or None."""
-    why = check_name(rel.rpartition("/")[2])
-    if why is None and len(rel.encode()) > MAX_PATH_BYTES:
-        why = f"path longer than {MAX_PATH_BYTES} bytes"
-    return why
+def _under(path: str, top: str, prefix: str) -> bool:
+    return path == top or path.startswith(prefix)
 
 
 def _scrub(event: object) -> bool:
@@ -201,7 +125,12 @@ class Checkout:
         self._js, self._subject = js, subjects.evt(tenant, workspace)
         self._blobs = blobs.of(tenant, workspace)
         self._manifest_blobs = Blobs(js).of(tenant, workspace)
-        self.manifest = Manifest()
+        self.manifest = watched(Manifest())
+        self.store = Store(home)
+        self.generation = next(_generations)
+        """Changes with every change the executor makes to ``tree/`` (a sync that wrote, a
+        merge, a rebuild): a sandbox whose overlay was mounted over another generation is
+        not used (``Spawn.overlay``)."""
 
     @property
     def version(self) -> int:
@@ -214,7 +143,7 @@ class Checkout:
     # ------------------------------------------------------------------ lifetime
     def open(self) -> None:
         """Load the manifest; a checkout left dirty (or without one) starts over empty."""
-        path = self.home / "manifest.bin"
+        path = self.home / WHOLE
         if (self.home / "dirty").exists() or not path.exists():
             self._wipe()
             return
@@ -223,7 +152,7 @@ class Checkout:
             self._wipe()
             return
         try:
-            self.manifest = _decoder.decode(path.read_bytes())
+            self.manifest = self.store.load()
         except (msgspec.DecodeError, OSError) as exc:
             log.warning("checkout %s/%s: unreadable manifest (%s): rebuilding", *self._name, exc)
             self._wipe()
@@ -247,7 +176,9 @@ class Checkout:
         the command made it."""
         self._discard(self.home)
         self._new_tree()
-        self.manifest = Manifest()
+        self.manifest = watched(Manifest(present_known=True))
+        self.store.rewrite = True
+        self.changed()
         self.save()
 
     def _discard(self, path: Path) -> None:
@@ -267,11 +198,14 @@ class Checkout:
         """Mark ``tree/`` as being changed (cleared by ``save``)."""
         (self.home / "dirty").touch()
 
+    def changed(self) -> None:
+        """``tree/`` was changed: a new ``generation``."""
+        self.generation = next(_generations)
+
     def save(self) -> None:
-        """Write the manifest (atomically), then clear the dirty mark."""
-        tmp = self.home / "manifest.tmp"
-        tmp.write_bytes(_encoder.encode(self.manifest))
-        os.replace(tmp, self.home / "manifest.bin")
+        """Write what changed in the manifest (``infra.exec.manifest``), then clear the dirty
+        mark."""
+        self.store.save(self.manifest)
         (self.home / "dirty").unlink(missing_ok=True)
 
     def reset(self) -> None:
@@ -398,7 +332,11 @@ class Checkout:
         if fresh:
             self._discard(self.tree)
             self._new_tree()
-            self.manifest.paths, self.manifest.local, self.manifest.ignored = {}, {}, []
+            manifest = self.manifest
+            manifest.paths, manifest.local, manifest.present = Changes(), Changes(), Changes()
+            manifest.ignored, manifest.present_known = [], True
+            self.store.rewrite = True
+            self.changed()
         with self._root() as root:
             for row in sorted(live, key=lambda r: str(r[0])):  # parents before children
                 self._materialise_row(root, row, contents)
@@ -507,24 +445,42 @@ class Checkout:
         paths = self.manifest.paths
         if isinstance(change, Remove):
             with parent_of(root, change.path) as found:
-                if found is not None:  # else a link or a file stands on the way: not ours
-                    found[0].remove(found[1])
-            prefix = change.path + "/"
-            for path in [p for p in paths if p == change.path or p.startswith(prefix)]:
-                del paths[path]
+                if found is not None and found[0].lstat(found[1]) is not None:
+                    found[0].remove(found[1])  # else a link or a file stands on the way
+                    self.changed()
+            self._forget(change.path)
             return
         for above in ancestors(change.path):  # outermost first
             if paths.get(above) is None:
                 paths[above] = Tracked(None)
+                self.changed()  # it may be made below
         # Every directory on the way made, or made again where a link or a file stands.
         with parent_of(root, change.path, create=True) as found:
             assert found is not None
             directory, name = found
             if isinstance(change, MakeDir):
+                st = directory.lstat(name)
+                if st is None or not stat.S_ISDIR(st.st_mode):
+                    self.changed()
                 directory.ensure_dir(name).close()
                 paths[change.path] = Tracked(None)
                 return
             self._put(directory, name, change, contents)
+
+    def _forget(self, path: str) -> None:
+        """Drop ``path`` and what is below it from the manifest (the log removed it): a scan
+        of every path only for a directory."""
+        manifest = self.manifest
+        held = manifest.paths.pop(path, None)
+        prefix = path + "/"
+        if held is not None and held.sha256 is None:
+            for below in [p for p in manifest.paths if p.startswith(prefix)]:
+                del manifest.paths[below]
+        for kept in (manifest.local, manifest.present):
+            if not kept:
+                continue
+            for key in [k for k in kept if _under(k.removeprefix("\0"), path, prefix)]:
+                del kept[key]  # what was left uncommitted there went with it
 
     def _put(self, parent: Dir, name: str, change: PutFile, contents: dict[str, bytes]) -> None:
         paths = self.manifest.paths
@@ -534,9 +490,11 @@ class Checkout:
         if self._holds(parent, name, change.path, change.sha256):
             if tracked is not None and tracked.executable == change.executable:
                 self.manifest.local.pop(change.path, None)
+                self.manifest.present.pop(change.path, None)
                 return  # our own capture, coming back: the file is already this
             with contextlib.suppress(OSError):  # else rewritten whole below
                 st = parent.set_mode(name, mode)
+                self.changed()
         if st is None:
             if change.text is not None:
                 data = change.text.encode("utf-8", "surrogatepass")
@@ -547,8 +505,10 @@ class Checkout:
                 if change.size and change.sha256 not in contents:  # held, then changed
                     raise RuntimeError(f"content of {change.path} is not at hand")
             st = parent.write_file(name, data, mode)
+            self.changed()
         paths[change.path] = Tracked(change.sha256, change.executable, file_sig(st))
         self.manifest.local.pop(change.path, None)
+        self.manifest.present.pop(change.path, None)
 
     def is_directory(self, path: str) -> bool | None:
         """Whether ``tree/path`` (normalised, ``""`` the root) is a directory reached through
@@ -583,116 +543,27 @@ class Checkout:
             log.warning("%s/%s: %s ignored: %s", *self._name, IGNORE_FILE, exc.message)
             return Globs.names(DEFAULT_IGNORE)
 
-    def capture(self) -> Captured:
-        """Walk ``tree/`` and list what differs from the manifest (blocking: run in a thread)."""
+    def capture(self, merged: layers.Merged | None = None) -> Captured:
+        """What differs from the manifest (blocking: run it in a thread): at the paths a merge
+        touched (``merged``), else in the whole of ``tree/`` (``infra.exec.capture``)."""
         with self._root() as root:
-            return self._capture(root)
+            ignore = self._ignore_patterns(root)
+            if merged is None:
+                return capturing.whole(root, self.manifest, ignore)
+            return capturing.touched(root, self.manifest, ignore, merged.touched)
 
-    def _capture(self, root: Dir) -> Captured:
-        out = Captured()
-        ignore = self._ignore_patterns(root)
-        limit = self.manifest.limits.max_file_bytes
-        paths = self.manifest.paths
-        seen: set[str] = set()
-        made: list[str] = []
-        puts: list[str] = []
-        replaced: set[str] = set()  # a directory the log holds, now a file
-        dirs_with_tracked = {a for p in paths for a in ancestors(p)} | {
-            p for p, t in paths.items() if t.sha256 is None
-        }
-
-        def prune(rel: str) -> bool:
-            """An ignored directory holding nothing tracked: not entered (reported once)."""
-            if invalid(rel) is None and rel not in dirs_with_tracked and ignore.match_dir(rel):
-                out.seen_ignored.append(rel)
-                return True
-            return False
-
-        def enter(rel: str) -> bool:
-            return invalid(rel) is None  # what is below an invalid name is skipped with it
-
-        for rel, parent, name, st in walk(root, prune, MAX_PATH_BYTES, enter):
-            why = invalid(rel)
-            if why is not None:
-                self._skip(out, rel, f"invalid name: {why}: not committed", file_sig(st))
-                continue
-            tracked = paths.get(rel)
-            if stat.S_ISDIR(st.st_mode):
-                if tracked is not None and tracked.sha256 is None:
-                    seen.add(rel)
-                else:
-                    made.append(rel)
-                continue
-            if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-                reason = "symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-                self._skip(out, rel, reason, file_sig(st))
-                continue
-            if st.st_mode & (stat.S_ISUID | stat.S_ISGID):  # never kept, never committed
-                try:
-                    st = parent.set_mode(name, stat.S_IMODE(st.st_mode) & 0o1777, st)
-                except OSError:
-                    continue
-            sig = file_sig(st)
-            executable = bool(st.st_mode & 0o100)
-            if tracked is not None and tracked.sha256 is not None:
-                if tracked.sig == sig and tracked.executable == executable:
-                    seen.add(rel)
-                    continue
-            elif tracked is not None:
-                replaced.add(rel)
-            elif ignore.match(rel):
-                out.seen_ignored.append(rel)  # a new file matching a pattern directly
-                continue
-            if st.st_size > limit:
-                why = f"over max_file_bytes ({size_text(st.st_size)} > {size_text(limit)})"
-                self._skip(out, rel, why, sig)
-                if tracked is not None and tracked.sha256 is not None:
-                    seen.add(rel)  # the log keeps its last committed content
-                continue
-            try:  # the file listed, never what a link or a swap put there since
-                data, _ = parent.read_file(name, limit, st)
-            except OSError:
-                continue
-            digest = hashlib.sha256(data).hexdigest()
-            if tracked is not None and tracked.sha256 == digest:
-                seen.add(rel)
-                if tracked.executable == executable:
-                    paths[rel] = Tracked(digest, executable, sig)  # touched, not changed
-                    continue
-            out.contents[rel] = data
-            out.sigs[rel] = (digest, executable, sig)
-            puts.append(rel)
-        # Deleted: what the log holds and the walk did not find (only the topmost path).
-        gone = [p for p in paths if p not in seen and (p not in out.sigs or p in replaced)]
-        gone_set = set(gone)
-        for path in sorted(gone):
-            if any(a in gone_set for a in ancestors(path)):
-                continue
-            tracked = paths[path]
-            out.changes.append(rq.DeleteChange(path=path))
-            out.kinds[path] = ("deleted", "directory" if tracked.sha256 is None else "file")
-        parents_of_puts = {a for p in puts for a in ancestors(p)}
-        for path in made:
-            if path in parents_of_puts:
-                continue  # a put inside creates it
-            out.changes.append(rq.MkdirChange(path=path))
-            out.kinds[path] = ("created", "directory")
-        for path in puts:
-            out.changes.append(rq.PutChange(path=path, data=b""))  # content packed later
-            tracked = paths.get(path)
-            created = tracked is None or tracked.sha256 is None or path in gone_set
-            out.kinds[path] = ("created" if created else "modified", "file")
-        known = set(self.manifest.ignored)
-        out.ignored = [p for p in out.seen_ignored if p not in known]
-        return out
-
-    def _skip(self, out: Captured, rel: str, reason: str, sig: Sig) -> None:
-        shown = printable(rel)  # a name that is not valid (not UTF-8...) shown escaped
-        key = rel if shown == rel else "\0" + shown  # never a valid path, always encodable
-        out.local[key] = sig
-        out.present.append((shown, reason))
-        if self.manifest.local.get(key) != sig:
-            out.skipped.append((shown, reason))
+    def merge(self, layer: Path) -> layers.Merged:
+        """Move what a command wrote over its overlay (``layer``) into ``tree/``, and remove
+        the layer (blocking: run it in a thread). Call ``begin`` first."""
+        try:
+            with self._root() as root:
+                merged = layers.merge(root, layer)
+        finally:
+            self.changed()
+            with contextlib.suppress(OSError):
+                with Dir.open(layer.parent) as parent:
+                    remove_tree(parent, layer.name)
+        return merged
 
     def committed(self, out: Captured, applied: set[str], base: int) -> None:
         """Record the committed part of ``out`` (``applied`` paths) in the manifest, so that
@@ -703,9 +574,11 @@ class Checkout:
             if path not in applied:
                 continue
             if isinstance(item, rq.DeleteChange):
-                prefix = path + "/"
-                for p in [p for p in paths if p == path or p.startswith(prefix)]:
-                    del paths[p]
+                held = paths.pop(path, None)
+                if held is not None and held.sha256 is None:  # a directory: what is below
+                    prefix = path + "/"
+                    for p in [p for p in paths if p.startswith(prefix)]:
+                        del paths[p]
             elif isinstance(item, rq.MkdirChange):
                 paths[path] = Tracked(None)
             else:
@@ -714,7 +587,14 @@ class Checkout:
                     if parent not in paths:
                         paths[parent] = Tracked(None)
                 paths[path] = Tracked(digest, executable, sig)
-        self.manifest.local.update(out.local)
-        known = set(self.manifest.ignored)
-        self.manifest.ignored += [p for p in out.seen_ignored if p not in known]
-        assert self.manifest.version == base
+        manifest = self.manifest
+        manifest.local.update(out.local)
+        for key in [k for k in manifest.present if k not in out.kept]:
+            del manifest.present[key]
+        for key, value in out.kept.items():
+            if manifest.present.get(key) != value:
+                manifest.present[key] = value
+        manifest.present_known = True
+        known = set(manifest.ignored)
+        manifest.ignored += [p for p in out.seen_ignored if p not in known]
+        assert manifest.version == base

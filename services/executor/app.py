@@ -129,6 +129,7 @@ class Executor:
         return {
             "sandbox": self.provider.name,
             "cgroups": self.provider.cgroups,
+            "overlays": self.provider.overlays,
             "running": self.slots.running,
             "max_runs": self.config.max_runs,
             "checkouts": len(self.checkouts),
@@ -153,6 +154,12 @@ class Executor:
         if killed:
             log.warning("killed %d sandbox processes an earlier executor left running", killed)
         await self.checkouts.found()
+        if self.config.overlay:
+            await asyncio.to_thread(self.provider.layers, self.settings.data_dir / "checkouts")
+        if not self.provider.overlays:
+            log.info(
+                "commands run on their checkouts (walked after): %s", self.provider.no_overlays
+            )
         slots, budget = self.slots, self.checkouts.budget
         self._gauges.add(metrics.EXECUTOR_SLOTS_BUSY, lambda: per_tenant(slots.held))
         self._gauges.add(metrics.EXECUTOR_QUEUED, lambda: per_tenant(slots.queues))

@@ -38,6 +38,8 @@ from contracts.subjects import STREAM_EVENTS, Address, Subjects
 from infra import compaction
 from infra.blobs import Blobs
 from infra.exec.checkout import Checkout
+from infra.exec.layers import Merged
+from infra.exec.sandbox.overlay import LAYERS
 from infra.exec.trash import Trash
 from infra.safefs import Owner
 from quill.client import Quill
@@ -253,12 +255,19 @@ class Checkouts:
         return self.budget.budget - self.budget.others(key) - pinned
 
     async def guarded(
-        self, checkout: Checkout, work: Awaitable[T], also: tuple[Path, ...] = ()
+        self,
+        checkout: Checkout,
+        work: Awaitable[T],
+        also: tuple[Path, ...] = (),
+        merged: list[Merged | None] | None = None,
     ) -> T:
         """``work`` (a command on ``checkout``) stopped if the checkout goes over what it may
         hold (``allowance``), or grows the most while the disk is under its reserve
         (``disk.Watch``; ``also``: other directories the command writes to): then its changes
-        are discarded (the checkout is rebuilt from the log next time).
+        are discarded (the checkout is rebuilt from the log next time). ``merged``: ``work``
+        runs its command over an overlay and appends its merge (None: it had no layer): what
+        the checkout holds is then what it held plus the layer, then what the merge changed,
+        never a walk of it (``layered``).
 
         Raises:
             QuillError: ``SIZE_LIMIT_EXCEEDED`` when it was stopped or ended over the quota.
@@ -271,9 +280,16 @@ class Checkouts:
         else:
             started = await quota.measure_held(checkout.home)
         allowance = self._allowance(key, checkout, live, started[0])
+        measure = None if merged is None else layered(checkout.home, started, merged)
         try:
             result, (used, entries) = await quota.guard(
-                checkout.home, allowance, work, watch=self.watch, started=started, also=also
+                checkout.home,
+                allowance,
+                work,
+                watch=self.watch,
+                started=started,
+                also=also,
+                measure=measure,
             )
         except (quota.OverQuota, quota.DiskShort) as over:
             try:
@@ -358,6 +374,8 @@ class Checkouts:
             if await self._gone(key):  # purged while no executor was here to hear it
                 await self._remove(key)
                 continue
+            if (home / LAYERS).exists():  # what commands cut short wrote over their overlays
+                await self._discard(home / LAYERS)
             used, self.entries[key] = await quota.measure_held(home)
             self.budget.used(key, used)
         await self.evict()
@@ -436,6 +454,25 @@ class Checkouts:
             yield past
         finally:
             await self._discard(temp)
+
+
+def layered(
+    home: Path, started: tuple[int, int], merged: list[Merged | None]
+) -> Callable[[], tuple[int, int]]:
+    """What a checkout holds while a command runs over an overlay (``Spawn.overlay``): what it
+    held when the command started (``started``) and its layers (what the command wrote, the
+    files it replaced still in ``tree/``); once merged, what it held and what the merge changed.
+    A command that had no layer after all wrote into ``tree/``: a walk."""
+
+    def measure() -> tuple[int, int]:
+        if merged and merged[0] is not None:
+            return started[0] + merged[0].grown, started[1] + merged[0].entries
+        if merged:
+            return quota.held(home)
+        more = quota.held(home / LAYERS)
+        return started[0] + more[0], started[1] + more[1]
+
+    return measure
 
 
 class KeyLocks:

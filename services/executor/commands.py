@@ -27,9 +27,11 @@ from core.secrets import Secrets
 from infra.blobs import Blobs
 from infra.exec import sandbox
 from infra.exec.answer import Job, timeout_ms
-from infra.exec.checkout import Captured, Checkout
+from infra.exec.capture import Captured
+from infra.exec.checkout import Checkout
 from infra.exec.commit import commit
 from infra.exec.git import READ_ONLY_GIT, Credentials, run_git, sandbox_runner
+from infra.exec.layers import Merged
 from infra.exec.results import Output, audited, command_result
 from infra.metrics import EXECUTOR_KILLS
 from quill.client import Quill
@@ -134,15 +136,22 @@ class Commands:
         checkout: Checkout,
         spawn: sandbox.Spawn,
         on_output: sandbox.OnOutput | None,
+        merged: list[Merged | None] | None = None,
     ) -> sandbox.Outcome:
+        """Run ``spawn``; with ``merged``, merge what it wrote over its overlay into the
+        checkout and append that (None when it had no layer: it wrote into the checkout)."""
         try:
-            return await self.provider.run(
+            outcome = await self.provider.run(
                 checkout.tree, spawn, self._limits(spawn.timeout_s, checkout), on_output
             )
         except sandbox.SandboxError as exc:
             raise QuillError(
                 ErrorCode.EXECUTION_FAILED, f"The sandbox could not run the command: {exc}"
             ) from exc
+        if merged is not None:
+            layer = outcome.layer
+            merged.append(None if layer is None else await asyncio.to_thread(checkout.merge, layer))
+        return outcome
 
     async def _capture_and_commit(
         self,
@@ -152,9 +161,10 @@ class Commands:
         base: int,
         message: str,
         live: Checkout,
+        merged: Merged | None = None,
     ) -> rp.CapturedChanges:
         t0 = time.perf_counter()
-        captured: Captured = await asyncio.to_thread(checkout.capture)
+        captured: Captured = await asyncio.to_thread(checkout.capture, merged)
         t1 = time.perf_counter()
         changes = await commit(
             self.quill,
@@ -207,6 +217,7 @@ class Commands:
             workdir = self._workdir(checkout, req.workdir)
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
+            overlays = self.provider.overlays
             spawn = sandbox.Spawn(
                 argv=["bash", "-c", req.command],
                 workdir=workdir,
@@ -215,6 +226,7 @@ class Commands:
                 output_cap=limits.max_output_bytes,
                 watch_stdin=True,
                 count_left=True,
+                overlay=checkout.generation if overlays else None,
             )
             output = Output(limits.max_output_bytes, self.secrets)
             recorder = Recorder(
@@ -233,9 +245,12 @@ class Commands:
 
             base = checkout.version
             await asyncio.to_thread(checkout.begin)
+            merged: list[Merged | None] = []
             try:
                 outcome = await self.checkouts.guarded(
-                    checkout, self._sandboxed(checkout, spawn, on_output)
+                    checkout,
+                    self._sandboxed(checkout, spawn, on_output, merged),
+                    merged=merged if overlays else None,
                 )
             except quota.Stopped:
                 KILLS["quota"].inc()
@@ -245,11 +260,19 @@ class Commands:
                 raise
             count_kills(outcome)
             if checkout is live:  # the next command here finds a sandbox started
-                self.provider.warm(checkout.tree, self._limits(spawn.timeout_s, checkout))
+                limits_next = self._limits(spawn.timeout_s, checkout)
+                again = checkout.generation if overlays else None
+                self.provider.warm(checkout.tree, limits_next, again)
             finishing = asyncio.ensure_future(recorder.finish(outcome))  # alongside the capture
             try:
                 changes = await self._capture_and_commit(
-                    address, origin, checkout, base, f"$ {shown}", live
+                    address,
+                    origin,
+                    checkout,
+                    base,
+                    f"$ {shown}",
+                    live,
+                    merged[0] if merged else None,
                 )
             finally:
                 await finishing
