@@ -39,7 +39,7 @@ from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import Gate, start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries
 
 
@@ -140,23 +140,20 @@ async def test_a_tracked_directory_replaced_by_a_link_is_not_written_through(
     before = modes(canaries)
     ws = await new_workspace(stack, "acme/dir-link")
     await ws.write("docs/a.md", "a\n")
-    tree = stack.tree("acme/dir-link")
     planted = asyncio.Event()
+    gate = Gate()
 
     def on_output(stream: str, chunk: bytes) -> None:
         if b"planted" in chunk:
             planted.set()
 
-    command = (
-        f"rm -rf docs && ln -s {canaries.root} docs && echo planted && "
-        "while [ ! -e go ]; do sleep 0.01; done; rm go"
-    )
+    command = f"rm -rf docs && ln -s {canaries.root} docs && echo planted && {gate.wait}"
     run = asyncio.create_task(ws.exec(command, on_output=on_output))
     async with asyncio.timeout(30):
         await planted.wait()
     writer = stack.quill.workspace("acme/dir-link")
     await writer.write("docs/new.md", "new\n")  # after the command's base version
-    (tree / "go").touch()  # the test's own hand in the checkout: the command may end now
+    await gate.open()  # the command may end now
     result = await run
     assert result.exit_code == 0, result.stderr
     assert [c.path for c in result.changes.conflicts] == ["docs"]

@@ -30,6 +30,7 @@ from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.quota import usage
+from tests import helpers
 from tests.helpers import start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries, verify
 from tests.system.conftest import Up
@@ -77,27 +78,31 @@ def home(executor: Executor, ws: Workspace) -> Path:
 
 
 class Gate:
-    """Commands that print ``go`` and then wait until the test releases them (a file the
-    test creates in their checkout, polled by the command itself)."""
+    """Commands that print ``go`` and then wait until the test releases them
+    (``tests.helpers.Gate``: a file the test made in their checkout would not be seen by a
+    command over an overlay)."""
 
-    COMMAND = "echo go; until [ -e .release ]; do sleep 0.02; done; echo done"
-
-    def __init__(self, checkouts: Path) -> None:
-        self.checkouts = checkouts
-        """The executor's ``<data>/checkouts``."""
+    def __init__(self) -> None:
         self.started: dict[str, asyncio.Event] = {}
+        self.gates: dict[str, helpers.Gate] = {}
 
     def run(self, ws: Workspace) -> asyncio.Task[object]:
-        started = self.started[f"{ws.tenant}/{ws.name}"] = asyncio.Event()
+        key = f"{ws.tenant}/{ws.name}"
+        started = self.started[key] = asyncio.Event()
+        gate = self.gates[key] = helpers.Gate()
 
         def seen(stream: str, chunk: bytes) -> None:
             if b"go" in chunk:
                 started.set()
 
-        return asyncio.create_task(ws.exec(self.COMMAND, timeout_ms=120_000, on_output=seen))
+        command = f"echo go; {gate.wait}; echo done"
+        return asyncio.create_task(ws.exec(command, timeout_ms=120_000, on_output=seen))
 
-    def release(self, ws: Workspace) -> None:
-        (self.checkouts / ws.tenant / ws.name / "tree" / ".release").touch()
+    async def release(self, ws: Workspace) -> None:
+        """Let ``ws``'s command go on (once it waits); a second time, nothing."""
+        gate = self.gates.pop(f"{ws.tenant}/{ws.name}", None)
+        if gate is not None:
+            await gate.open()
 
 
 async def created(quill: Quill, name: str, limits: LimitsPatch | None = QUOTA) -> Workspace:
@@ -185,12 +190,12 @@ async def test_idle_checkouts_are_evicted_oldest_first_never_one_in_use(
     assert await one.read_text("new.txt") == "x\n"
     # a checkout in use is never evicted, however far over the budget
     executor.checkouts.budget.budget = 1
-    gate = Gate(executor.settings.data_dir / "checkouts")
+    gate = Gate()
     running = gate.run(three)
     await asyncio.wait_for(gate.started["acme/evict-3"].wait(), 30)
     await two.exec("true")
     assert home(executor, three).exists() and not home(executor, two).exists()
-    gate.release(three)
+    await gate.release(three)
     await running
     assert not home(executor, three).exists()
 
@@ -273,7 +278,7 @@ async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
     executor = await start(max_runs=2)
     a = [await created(client, f"tenant-a/busy-{n}", None) for n in (1, 2)]
     b = await created(client, "tenant-b/work", None)
-    gate = Gate(executor.settings.data_dir / "checkouts")
+    gate = Gate()
     held = [gate.run(ws) for ws in a]  # max_runs long commands of tenant a
     await asyncio.wait_for(gate.started["tenant-a/busy-1"].wait(), 30)
     await until(lambda: len(executor.tasks) == 2)  # both of a's are in the executor's hands
@@ -281,9 +286,9 @@ async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
     assert result.exit_code == 0 and result.stdout == "b ran\n"
     assert not any(task.done() for task in held)
     assert executor.info()["waiting"] == 1  # a's second still waits, over its share
-    gate.release(a[0])
+    await gate.release(a[0])
     await asyncio.wait_for(gate.started["tenant-a/busy-2"].wait(), 30)  # then a's second runs
-    gate.release(a[1])
+    await gate.release(a[1])
     for task in held:
         assert (await task).exit_code == 0  # type: ignore[attr-defined]
 
@@ -308,7 +313,7 @@ async def test_with_tenants_one_saturating_the_executor_leaves_a_slot_for_the_ot
     try:
         a = [await created(clients["a"], f"a/busy-{n}", None) for n in range(4)]  # --max-runs
         b = await created(clients["b"], "b/work", None)
-        gate = Gate(up.data / "executor" / "checkouts")
+        gate = Gate()
         held = [gate.run(ws) for ws in a]
         started = [gate.started[f"a/{ws.name}"] for ws in a]
         await until(lambda: sum(e.is_set() for e in started) >= 3, 60)  # a's share: 3 of 4
@@ -318,10 +323,10 @@ async def test_with_tenants_one_saturating_the_executor_leaves_a_slot_for_the_ot
         assert sum(e.is_set() for e in started) == 3  # a's fourth still waits
         for ws, event in zip(a, started, strict=True):
             if event.is_set():
-                gate.release(ws)
+                await gate.release(ws)
         await until(lambda: all(e.is_set() for e in started), 60)
         for ws in a:
-            gate.release(ws)
+            await gate.release(ws)
         for task in held:
             assert (await task).exit_code == 0  # type: ignore[attr-defined]
     finally:
