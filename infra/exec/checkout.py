@@ -71,7 +71,8 @@ from infra.compaction import decode_manifest
 from infra.exec import capture as capturing
 from infra.exec import layers
 from infra.exec.capture import IGNORE_FILE, Captured, file_sig
-from infra.exec.manifest import WHOLE, Changes, Manifest, Store, Tracked, watched
+from infra.exec.manifest import LOG, WHOLE, Changes, Manifest, Store, Tracked, watched
+from infra.exec.sandbox import overlay
 from infra.exec.trash import Trash
 from infra.safefs import Dir, Owner, parent_of, remove_tree
 
@@ -207,6 +208,16 @@ class Checkout:
         mark."""
         self.store.save(self.manifest)
         (self.home / "dirty").unlink(missing_ok=True)
+
+    def own_files(self) -> tuple[int, int]:
+        """(bytes, entries) of the checkout's own files beside ``tree/`` (the manifest's),
+        as the quota counts them."""
+        total = entries = 0
+        for name in (WHOLE, LOG, "dirty", "manifest.tmp"):
+            with contextlib.suppress(OSError):
+                total += layers.file_bytes((self.home / name).lstat())
+                entries += 1
+        return total, entries
 
     def reset(self) -> None:
         """Forget everything: the next ``sync`` materialises the workspace afresh."""
@@ -561,8 +572,7 @@ class Checkout:
         finally:
             self.changed()
             with contextlib.suppress(OSError):
-                with Dir.open(layer.parent) as parent:
-                    remove_tree(parent, layer.name)
+                overlay.remove(layer)
         return merged
 
     def committed(self, out: Captured, applied: set[str], base: int) -> None:

@@ -39,7 +39,7 @@ from infra import compaction
 from infra.blobs import Blobs
 from infra.exec.checkout import Checkout
 from infra.exec.layers import Merged
-from infra.exec.sandbox.overlay import LAYERS
+from infra.exec.sandbox import overlay
 from infra.exec.trash import Trash
 from infra.safefs import Owner
 from quill.client import Quill
@@ -115,6 +115,9 @@ class Checkouts:
         """The entries (inodes) each checkout held when last walked: with its bytes, what a
         command starts from for the disk watch (no walk of its own)."""
         self._nuid = NUID()
+        self._own: dict[Key, tuple[int, int]] = {}
+        """The manifest files' (bytes, entries) when a command over an overlay started (what
+        the command does to them is added when it is done, no walk)."""
 
     def __len__(self) -> int:
         return len(self.live)
@@ -168,6 +171,11 @@ class Checkouts:
                     )
                 await self.within_quota(key, checkout)
                 yield checkout
+                own = self._own.pop(key, None)
+                if own is not None and key in self.budget.sizes:  # the manifest's, since
+                    now = await asyncio.to_thread(checkout.own_files)
+                    self.budget.used(key, self.budget.sizes[key] + now[0] - own[0])
+                    self.entries[key] = self.entries.get(key, 0) + now[1] - own[1]
                 self.measured[key] = (checkout.version, self.budget.sizes.get(key, 0))
             done = True
         finally:
@@ -265,9 +273,10 @@ class Checkouts:
         hold (``allowance``), or grows the most while the disk is under its reserve
         (``disk.Watch``; ``also``: other directories the command writes to): then its changes
         are discarded (the checkout is rebuilt from the log next time). ``merged``: ``work``
-        runs its command over an overlay and appends its merge (None: it had no layer): what
-        the checkout holds is then what it held plus the layer, then what the merge changed,
-        never a walk of it (``layered``).
+        runs its command over an overlay (its result is the sandbox's ``Outcome``); once it
+        ended, its layer is merged into the checkout and the merge appended (None: it had no
+        layer). What the checkout holds is then what it held plus its layers, then what the
+        merge changed: never a walk of it (``layered``).
 
         Raises:
             QuillError: ``SIZE_LIMIT_EXCEEDED`` when it was stopped or ended over the quota.
@@ -280,7 +289,12 @@ class Checkouts:
         else:
             started = await quota.measure_held(checkout.home)
         allowance = self._allowance(key, checkout, live, started[0])
-        measure = None if merged is None else layered(checkout.home, started, merged)
+        measure, then = None, None
+        if merged is not None:
+            if live:
+                self._own[key] = await asyncio.to_thread(checkout.own_files)
+            measure = layered(checkout.home, self.layers_of(checkout.home), started, merged)
+            then = self._merging(checkout, merged)
         try:
             result, (used, entries) = await quota.guard(
                 checkout.home,
@@ -290,6 +304,7 @@ class Checkouts:
                 started=started,
                 also=also,
                 measure=measure,
+                then=then,
             )
         except (quota.OverQuota, quota.DiskShort) as over:
             try:
@@ -307,6 +322,33 @@ class Checkouts:
             self.budget.used(key, used)
             self.entries[key] = entries
         return result
+
+    def layers_of(self, home: Path) -> Path:
+        """Where the overlay layers of the checkout at ``home`` are."""
+        return overlay.layer_dir(self.data_dir / "checkouts", home)
+
+    @staticmethod
+    def _merging(
+        checkout: Checkout, merged: list[Merged | None]
+    ) -> Callable[[Any], Awaitable[None]]:
+        async def merge(outcome: Any) -> None:
+            layer = getattr(outcome, "layer", None)
+            if layer is None:
+                merged.append(None)
+                return
+            # the tree is changed by a thread: it finishes before anything else touches it,
+            # even when the executor is stopping meanwhile
+            done = asyncio.ensure_future(asyncio.to_thread(checkout.merge, layer))
+            try:
+                merged.append(await asyncio.shield(done))
+            except asyncio.CancelledError:
+                await asyncio.wait({done})
+                raise
+            except BaseException:
+                await asyncio.to_thread(checkout.reset)  # half merged: rebuilt from the log
+                raise
+
+        return merge
 
     async def room(self) -> None:
         """Refuse (``UNAVAILABLE``) when the data disk is short of its reserve, after evicting
@@ -370,12 +412,11 @@ class Checkouts:
         first); pinned-version ones it left half-used are removed."""
         checkouts = self.data_dir / "checkouts"
         await self._discard(checkouts / AT)
+        await self._discard(checkouts / overlay.LAYERS)  # what commands cut short wrote
         for key, home in await asyncio.to_thread(disk.found, checkouts):
             if await self._gone(key):  # purged while no executor was here to hear it
                 await self._remove(key)
                 continue
-            if (home / LAYERS).exists():  # what commands cut short wrote over their overlays
-                await self._discard(home / LAYERS)
             used, self.entries[key] = await quota.measure_held(home)
             self.budget.used(key, used)
         await self.evict()
@@ -457,19 +498,20 @@ class Checkouts:
 
 
 def layered(
-    home: Path, started: tuple[int, int], merged: list[Merged | None]
+    home: Path, layers: Path, started: tuple[int, int], merged: list[Merged | None]
 ) -> Callable[[], tuple[int, int]]:
-    """What a checkout holds while a command runs over an overlay (``Spawn.overlay``): what it
-    held when the command started (``started``) and its layers (what the command wrote, the
-    files it replaced still in ``tree/``); once merged, what it held and what the merge changed.
-    A command that had no layer after all wrote into ``tree/``: a walk."""
+    """What a checkout at ``home`` holds while a command runs over an overlay
+    (``Spawn.overlay``): what it held when the command started (``started``) and its layers
+    (what the command wrote, besides the files it replaced, still in ``tree/``); once merged,
+    what it held and what the merge changed. A command that had no layer after all wrote into
+    ``tree/``: a walk."""
 
     def measure() -> tuple[int, int]:
         if merged and merged[0] is not None:
             return started[0] + merged[0].grown, started[1] + merged[0].entries
         if merged:
             return quota.held(home)
-        more = quota.held(home / LAYERS)
+        more = quota.held(layers)
         return started[0] + more[0], started[1] + more[1]
 
     return measure

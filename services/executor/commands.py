@@ -136,22 +136,15 @@ class Commands:
         checkout: Checkout,
         spawn: sandbox.Spawn,
         on_output: sandbox.OnOutput | None,
-        merged: list[Merged | None] | None = None,
     ) -> sandbox.Outcome:
-        """Run ``spawn``; with ``merged``, merge what it wrote over its overlay into the
-        checkout and append that (None when it had no layer: it wrote into the checkout)."""
         try:
-            outcome = await self.provider.run(
+            return await self.provider.run(
                 checkout.tree, spawn, self._limits(spawn.timeout_s, checkout), on_output
             )
         except sandbox.SandboxError as exc:
             raise QuillError(
                 ErrorCode.EXECUTION_FAILED, f"The sandbox could not run the command: {exc}"
             ) from exc
-        if merged is not None:
-            layer = outcome.layer
-            merged.append(None if layer is None else await asyncio.to_thread(checkout.merge, layer))
-        return outcome
 
     async def _capture_and_commit(
         self,
@@ -249,7 +242,7 @@ class Commands:
             try:
                 outcome = await self.checkouts.guarded(
                     checkout,
-                    self._sandboxed(checkout, spawn, on_output, merged),
+                    self._sandboxed(checkout, spawn, on_output),
                     merged=merged if overlays else None,
                 )
             except quota.Stopped:

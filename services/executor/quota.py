@@ -193,6 +193,7 @@ async def guard(
     started: tuple[int, int] | None = None,
     also: tuple[Path, ...] = (),
     measure: Callable[[], tuple[int, int]] | None = None,
+    then: Callable[[T], Awaitable[None]] | None = None,
 ) -> tuple[T, tuple[int, int]]:
     """Run ``work`` while ``root`` holds at most what ``limit`` allows (bytes, or an
     ``Allowance`` asked at each sample); return its result and what ``root`` held when it
@@ -201,7 +202,9 @@ async def guard(
     then, when the caller knows, else measured here first; ``also``: other directories it
     writes to, counted in its growth, measured here first). ``measure``: what ``root`` holds
     (bytes, entries), blocking, in place of a walk of it (a command over an overlay: what it
-    held, plus its layer).
+    held, plus its layer). ``then``: what follows ``work`` once it ended well, before what
+    ``root`` holds is measured the last time, outside the disk watch (the merge of its layer:
+    the command has ended, nothing of it is to be stopped any more).
 
     Raises:
         OverQuota: ``root`` went over what it may hold (``work`` was cancelled, and waited
@@ -249,6 +252,8 @@ async def guard(
             await _stop(task)
         if entry is not None and watch is not None:
             watch.leave(entry)
+    if then is not None:
+        await then(result)
     ended = await asyncio.to_thread(measure or functools.partial(held, root))
     allowed = await allowance(ended[0])
     if ended[0] > allowed.bytes:

@@ -235,12 +235,14 @@ class BwrapProvider:
         privilege over any other file); None: the executor's own uid (bwrap's usual map)."""
         self.overlays = False
         self.no_overlays = "not asked for (BwrapProvider.layers)"
+        self._checkouts: Path | None = None
 
     def layers(self, checkouts: Path) -> None:
         """Honour ``Spawn.overlay`` for checkouts under ``checkouts`` if an overlay can be
         mounted there (``overlay.probe``; else ``no_overlays`` says why). Blocking."""
         why = overlay.probe(checkouts)
         self.overlays, self.no_overlays = why is None, why or ""
+        self._checkouts = checkouts if why is None else None
 
     @property
     def cgroup_version(self) -> int | None:
@@ -323,8 +325,9 @@ class BwrapProvider:
         box = _Box(checkout)
         fds = box.fds
         try:
-            if spawn.overlay is not None and self.overlays:
-                box.layer = await asyncio.to_thread(overlay.make, checkout, self.owner)
+            if spawn.overlay is not None and self._checkouts is not None:
+                made = await asyncio.to_thread(overlay.make, self._checkouts, checkout, self.owner)
+                box.layer = made
                 st = os.stat(checkout)
                 box.lower = (st.st_dev, st.st_ino)
             box.cgroup = self._cgroups.make(limits) if self._cgroups is not None else None

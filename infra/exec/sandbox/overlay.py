@@ -2,9 +2,11 @@
 apart in a layer of its own, merged afterwards at the cost of what it changed
 (``infra.exec.layers``).
 
-A layer is ``<home>/layers/<random>/`` beside the checkout's ``tree/``: ``upper`` (what the
-command writes; the checkout's owner's, with the tree's mode), ``work`` (the overlay's own) and
-``merged`` (the mount point). It is in the checkout's home so that the quota counts it.
+A layer is ``<data>/checkouts/.layers/<tenant>/<workspace>/<random>/`` (``layer_dir``; on
+the checkout's filesystem, so that a merge is a ``renameat``): ``upper`` (what the command
+writes; the checkout's owner's, with the tree's mode), ``work`` (the overlay's own) and
+``merged`` (the mount point). Outside the checkout's home, so that what the home holds is what
+the checkout's quota was kept with; while a command runs, its quota counts its layers as well.
 
 Who mounts it, and why not bwrap's ``--overlay``. bwrap mounts in the sandbox's user
 namespace, where overlayfs takes ``userxattr``, which forces ``redirect_dir=nofollow``: renaming
@@ -22,6 +24,7 @@ layer (``probe`` says why), runs commands on the checkout itself and walks it af
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -31,17 +34,22 @@ from pathlib import Path
 from infra.exec.layers import MERGED, UPPER, WORK
 from infra.safefs import Dir, Owner, remove_tree
 
-LAYERS = "layers"
-"""Under a checkout's home: one directory per sandbox that has (or had) a layer."""
+LAYERS = ".layers"
+"""Under ``<data>/checkouts``: the layers, by checkout (see the module docstring)."""
 OPTIONS = "redirect_dir=on,index=off,metacopy=off"
 _SCRIPT = 'mount -t overlay quill -o "$1" "$2" || exit 125; shift 2; exec -a bwrap "$@"'
 """Run by bash in the sandbox's new mount namespace: mount the layer, then become bwrap."""
 
 
-def make(tree: Path, owner: Owner | None) -> Path:
-    """A new layer for a command on ``tree`` (the checkout's ``tree/``)."""
-    layers = tree.parent / LAYERS
-    layers.mkdir(mode=0o700, exist_ok=True)
+def layer_dir(checkouts: Path, home: Path) -> Path:
+    """Where the layers of the checkout at ``home`` (under ``checkouts``) are."""
+    return checkouts / LAYERS / home.relative_to(checkouts)
+
+
+def make(checkouts: Path, tree: Path, owner: Owner | None) -> Path:
+    """A new layer for a command on ``tree`` (a checkout's ``tree/`` under ``checkouts``)."""
+    layers = layer_dir(checkouts, tree.parent)
+    layers.mkdir(mode=0o700, parents=True, exist_ok=True)
     layer = layers / secrets.token_hex(8)
     layer.mkdir(mode=0o700)
     (layer / WORK).mkdir(mode=0o700)
@@ -55,11 +63,13 @@ def make(tree: Path, owner: Owner | None) -> Path:
 
 
 def remove(layer: Path) -> None:
-    """Remove a layer (what is left of it after a merge, or all of it)."""
-    if not os.path.lexists(layer):
-        return
-    with Dir.open(layer.parent) as parent:
-        remove_tree(parent, layer.name)
+    """Remove a layer (what is left of it after a merge, or all of it), and its checkout's
+    directory of layers if that is empty then."""
+    if os.path.lexists(layer):
+        with Dir.open(layer.parent) as parent:
+            remove_tree(parent, layer.name)
+    with contextlib.suppress(OSError):
+        layer.parent.rmdir()
 
 
 def wrap(bash: str, tree: Path, layer: Path, argv: list[str]) -> list[str]:
@@ -97,7 +107,7 @@ def probe(directory: Path) -> str | None:
     tree = home / "tree"
     try:
         (tree / "a").mkdir(parents=True)
-        layer = make(tree, None)
+        layer = make(home, tree, None)
         script = 'mount -t overlay quill -o "$1" "$2" && mv "$2/a" "$2/b" && test -d "$2/b"'
         argv = wrap("bash", tree, layer, ["true"])
         argv[argv.index(_SCRIPT)] = script
