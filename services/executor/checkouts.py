@@ -291,6 +291,7 @@ class Checkouts:
         allowance = self._allowance(key, checkout, live, started[0])
         measure, then = None, None
         if merged is not None:
+            also = (*also, self.layers_of(checkout.home))  # where the command's writes go
             if live:
                 self._own[key] = await asyncio.to_thread(checkout.own_files)
             measure = layered(checkout.home, self.layers_of(checkout.home), started, merged)

@@ -16,6 +16,8 @@ than the disk (nothing is filled for real).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
@@ -251,7 +253,16 @@ async def test_empty_files_that_exhaust_the_inodes_make_the_executor_refuse(
         config = ExecutorConfig(sandbox="bwrap", disk_reserve=0)
         executor = await start_executor(es, nats_url, small_inode_disk / "executor", config)
         ws = await created(client, "acme/inodes", None)
-        await ws.exec("mkdir -p node_modules && cd node_modules && touch $(seq 1 240)")
+        # empty files up to a few inodes above the reserve (no command is stopped for them),
+        # then a few more in its checkout, as a command that ended between two looks of the
+        # disk watch would leave them
+        reserve = executor.info()["disk_reserve_inodes"]
+        fill = f"touch $(seq 1 $(( $(stat -f -c %d .) - {reserve} - 8 )))"
+        await ws.exec(f"mkdir -p node_modules && cd node_modules && {fill}")
+        assert executor.info()["refusing"] is None
+        cache = home(executor, ws) / "tree" / "node_modules"
+        for i in range(os.statvfs(small_inode_disk).f_favail - reserve + 1):
+            (cache / f"more-{i}").touch()
         assert executor.info()["refusing"] == "disk_reserve"
         # the next command makes room first: the idle checkout holding them is evicted
         other = await created(client, "acme/inodes-2", None)
@@ -260,8 +271,9 @@ async def test_empty_files_that_exhaust_the_inodes_make_the_executor_refuse(
         # inodes taken by something no eviction frees: new commands are refused
         outside = small_inode_disk / "outside"
         outside.mkdir()
-        for i in range(240):
-            (outside / str(i)).touch()
+        with contextlib.suppress(OSError):  # every inode left
+            for i in range(10_000):
+                (outside / str(i)).touch()
         with pytest.raises(QuillError) as info:
             await other.exec("echo never > never.txt")
         assert info.value.code == ErrorCode.UNAVAILABLE
