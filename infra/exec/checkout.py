@@ -35,13 +35,15 @@ import itertools
 import logging
 import os
 import stat
-from collections.abc import Awaitable, Callable
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
 import msgspec
 from nats.js import JetStreamContext
 
+from contracts import hashing
+from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import QuillError
 from contracts.events import (
@@ -69,7 +71,7 @@ from infra import log as eventlog
 from infra.blobs import Blobs
 from infra.compaction import decode_manifest
 from infra.exec import capture as capturing
-from infra.exec import layers
+from infra.exec import layers, seed
 from infra.exec.capture import IGNORE_FILE, Captured, file_sig
 from infra.exec.manifest import LOG, WHOLE, Changes, Manifest, Store, Tracked, watched
 from infra.exec.sandbox import overlay
@@ -83,8 +85,12 @@ DEFAULT_IGNORE: tuple[str, ...] = tuple(p for p in DEFAULT_EXCLUSIONS if p != "*
 IGNORE_FILE_BYTES = 1024 * 1024
 """The most of ``.quillignore`` read."""
 
-Fetch = Callable[[str, int], Awaitable[bytes]]
-"""A file's content as of a version, from a reader: ``fetch(path, version)``."""
+Fetch = seed.Fetch
+
+COUNTS: Counter[str] = Counter()
+"""Events applied from the log (``events``), checkouts built from a reader's tree
+(``seeded``) and replayed from the log instead (``replayed``), by this process (the
+executor's ping shows them)."""
 
 _generations = itertools.count(1)
 """Every change of any checkout's tree takes the next number (``Checkout.generation``)."""
@@ -114,13 +120,16 @@ class Checkout:
         *,
         owner: Owner | None = None,
         trash: Trash | None = None,
+        tree: seed.Tree | None = None,
     ) -> None:
         """``owner``: who ``tree/`` and everything the checkout writes into it belongs to (the
         sandboxed command's host uid, ``Provider.owner``; None: the executor's own);
-        ``trash``: where a wiped checkout goes (None: removed in place)."""
+        ``trash``: where a wiped checkout goes (None: removed in place); ``tree``: a reader's
+        ``qry.tree``, to build a new checkout from (``infra.exec.seed``; None: from the log)."""
         self.home = home
         self.owner, self.trash = owner, trash
         self._fetch = fetch
+        self._tree = tree
         self.tree = home / "tree"
         self.tenant, self.workspace = tenant, workspace
         self._js, self._subject = js, subjects.evt(tenant, workspace)
@@ -236,9 +245,12 @@ class Checkout:
         if last <= self.manifest.seq:
             return
         self.begin()
+        if self.manifest.seq == 0 and self._tree is not None:
+            await self._seed(upto_version)  # the files at a version, not every revision
         # A chunk of the log at a time: an uncompacted log of a million events materialises
         # in bounded memory.
         async for events in eventlog.chunks(self._js, self._subject, self.manifest.seq, last):
+            COUNTS["events"] += len(events)
             scrubs = [i for i, e in enumerate(events) if _scrub(e.event)]
             if scrubs:  # quill scrub rewrote the log: its (last) scrub event rebuilds the tree
                 events = events[scrubs[-1] :]
@@ -291,6 +303,70 @@ class Checkout:
                 continue
             break  # at upto_version
         await asyncio.to_thread(self.save)
+
+    async def _seed(self, upto: int | None) -> None:
+        """Build the new checkout from a reader's tree as of ``upto`` (default: the reader's
+        latest version), checked against the log (``infra.exec.seed``); if it cannot be, it
+        stays empty, to be replayed from the log."""
+        assert self._tree is not None
+        try:
+            await self._build(self._tree, upto)
+            COUNTS["seeded"] += 1
+        except Exception as exc:
+            COUNTS["replayed"] += 1
+            how = log.warning if isinstance(exc, seed.Mismatch) else log.info
+            how(
+                "checkout %s/%s: replayed from the log, not built from a reader: %s",
+                *self._name,
+                exc,
+            )
+            await asyncio.to_thread(self._wipe)
+            self.begin()
+
+    async def _build(self, tree: seed.Tree, upto: int | None) -> None:
+        page = await tree(None, upto)
+        head = page.head
+        if head is None or (upto is not None and head.version != upto):
+            raise seed.Mismatch(f"the reader answered no head as of version {upto}")
+        total, version = 0, head.version
+        coming: asyncio.Future[rp.TreePage] | None = None
+        try:
+            while True:
+                if page.next is not None:  # the next page comes while this one is written
+                    coming = asyncio.ensure_future(tree(page.next, version))
+                for item in page.entries:
+                    total = hashing.tree_add(total, seed.digest(item))
+                for group in seed.groups(page.entries, page.contents):
+                    contents = await seed.contents_of(
+                        group, page.contents, self._blobs, self._fetch, version
+                    )
+                    await asyncio.to_thread(self._write_items, group, contents)
+                if coming is None:
+                    break
+                page, coming = await coming, None
+        finally:
+            if coming is not None:
+                coming.cancel()
+        if hashing.tree_hex(total) != head.tree_hash:
+            raise seed.Mismatch(f"the tree at v{version} does not sum to {head.tree_hash}")
+        found = await eventlog.read(self._js, self._subject, head.seq - 1, head.seq)
+        event = found[0].event if len(found) == 1 else None
+        if event is None or (event.version, event.tree_hash) != (version, head.tree_hash):
+            raise seed.Mismatch(f"the log's event at {head.seq} is not v{version}'s")
+        m = self.manifest
+        m.version, m.seq, m.floor = version, head.seq, head.floor
+        m.limits, m.trust, m.commands = head.limits, head.trust, head.commands
+        m.lock = None if head.lock is None else (head.lock.holder, head.lock.expires)
+        a = head.archived
+        m.archived = None if a is None else (a.since, a.by, a.reason)
+        m.uncommitted = {
+            u.path: Recorded(u.reason, u.by_command, u.version) for u in head.uncommitted
+        }
+
+    def _write_items(self, items: list[rp.TreeItem], contents: dict[str, bytes]) -> None:
+        with self._root() as root:
+            for change in seed.changes(items):
+                self._apply(root, change, contents)
 
     async def _rebuild(self, event: HistoryCompacted, at: int) -> None:
         """Materialise the tree as of ``at`` from a compaction's manifest (every content it

@@ -37,13 +37,13 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import EXECUTOR_MAX_OUTPUT_READS, RETRY_AFTER_MS
 from contracts.subjects import QUEUE_EXECUTOR, STREAM_OUTPUT, Address, Origin
-from infra import assets, bus, claims, metrics, storage
+from infra import assets, bus, claims, metrics, safefs, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
 from infra.busy import refused
 from infra.entry import Incoming, parse, reject
-from infra.exec import sandbox
+from infra.exec import checkout, sandbox
 from infra.exec.answer import Job, answer_exec, received
 from infra.exec.git import Credentials
 from infra.private import tighten_logged
@@ -136,6 +136,7 @@ class Executor:
             "waiting": self.slots.waiting,
             **self.checkouts.info(),
             "local_workspaces": len(self.bridges),
+            "io": {**safefs.COUNTS, **checkout.COUNTS},
             **storage.state("executor").info(),
         }
 

@@ -31,6 +31,7 @@ from nats.js.errors import NotFoundError
 from nats.nuid import NUID
 
 from contracts import codec
+from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import WorkspacePurged
@@ -55,6 +56,10 @@ AT = ".at"
 """Under ``<data>/checkouts``: the checkouts built at an older version, one per request."""
 TRASH = ".trash"
 """Under ``<data>/checkouts``: what is being removed, or could not be (``infra.exec.trash``)."""
+TREE_PAGE = 2000
+"""Entries per page of a reader's tree (a new checkout's first build, ``infra.exec.seed``)."""
+TREE_WAIT_S = 30.0
+"""The longest a page of a reader's tree is waited for (then the log is replayed)."""
 IN_MEMORY = 256
 """Idle checkouts whose manifest (a row per path of the workspace) stays in memory; past it
 the least recently used is forgotten, not removed: its manifest is read again from
@@ -128,6 +133,10 @@ class Checkouts:
         async def fetch(path: str, version: int) -> bytes:
             return await ws.read_bytes(path, version=version)
 
+        async def tree(after: str | None, version: int | None) -> rp.TreePage:
+            async with asyncio.timeout(TREE_WAIT_S):  # no reader: replayed from the log
+                return await ws.tree(after=after, limit=TREE_PAGE, version=version)
+
         return Checkout(
             home,
             address.tenant,
@@ -138,6 +147,7 @@ class Checkouts:
             fetch,
             owner=self.owner,
             trash=self.trash,
+            tree=tree,
         )
 
     @contextlib.asynccontextmanager
