@@ -28,8 +28,8 @@ import pytest_asyncio
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
-from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
+from quill_cli.natsserver import NatsServer
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.quota import usage
 from tests import helpers
@@ -44,18 +44,24 @@ QUOTA = LimitsPatch(max_checkout_bytes=2 * MIB, max_file_bytes=64 * 1024)
 StartExecutor = Callable[..., Awaitable[Executor]]
 
 
+@pytest.fixture(scope="module")
+def nats_server(per_provider: NatsServer) -> NatsServer:
+    """Each provider's own (both run the same workspace names)."""
+    return per_provider
+
+
 @pytest_asyncio.fixture
-async def services(nats_url: str, tmp_path: Path) -> AsyncIterator[tuple[StartExecutor, Path]]:
-    """A writer, a reader, and a function starting a bwrap executor on ``data`` (default: its
-    own directory) with the given config; all stopped at the end."""
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
+async def services(
+    nats_url: str, tmp_path: Path, provider: str
+) -> AsyncIterator[tuple[StartExecutor, Path]]:
+    """A writer, a reader, and a function starting an executor of ``provider`` on ``data``
+    (default: its own directory) with the given config; all stopped at the end."""
     async with AsyncExitStack() as es:
         await start_writer(es, nats_url, tmp_path / "writer")
         await start_reader(es, nats_url, tmp_path / "reader")
 
         async def executor(es: AsyncExitStack = es, **config: object) -> Executor:
-            cfg = ExecutorConfig(sandbox="bwrap", **config)  # type: ignore[arg-type]
+            cfg = ExecutorConfig(sandbox=provider, **config)  # type: ignore[arg-type]
             return await start_executor(es, nats_url, tmp_path / "executor", cfg)
 
         yield executor, tmp_path / "executor"
@@ -241,16 +247,14 @@ def small_inode_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 async def test_empty_files_that_exhaust_the_inodes_make_the_executor_refuse(
-    nats_url: str, client: Quill, small_inode_disk: Path, canaries: Canaries
+    nats_url: str, client: Quill, small_inode_disk: Path, canaries: Canaries, provider: str
 ) -> None:
     """Empty files take no blocks, so no byte quota sees them; the inodes run out all the
     same, and the executor refuses new commands before its data disk has none left."""
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
     async with AsyncExitStack() as es:
         await start_writer(es, nats_url, small_inode_disk.parent / "writer")
         await start_reader(es, nats_url, small_inode_disk.parent / "reader")
-        config = ExecutorConfig(sandbox="bwrap", disk_reserve=0)
+        config = ExecutorConfig(sandbox=provider, disk_reserve=0)
         executor = await start_executor(es, nats_url, small_inode_disk / "executor", config)
         ws = await created(client, "acme/inodes", None)
         # empty files up to a few inodes above the reserve (no command is stopped for them),
@@ -306,11 +310,9 @@ async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
 
 
 @pytest.fixture
-def tenants_up(tmp_path: Path) -> Iterator[Up]:
+def tenants_up(tmp_path: Path, provider: str) -> Iterator[Up]:
     """``quill up --tenants`` (tenants a and b), its executor with the default 4 slots."""
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
-    with with_tenants(tmp_path, "--sandbox", "bwrap") as stack:
+    with with_tenants(tmp_path, "--sandbox", provider) as stack:
         yield stack
 
 
