@@ -1,18 +1,22 @@
-"""A workspace's checkout on the executor's disk: materialised from the log, and the capture of
-what a command changed in it.
+"""A workspace's checkout on the executor's disk: built and kept up to date from the log, and
+what a command changed in it captured.
 
 Layout, under ``<data>/checkouts/<tenant>/<workspace>/``::
 
     tree/          the files as of ``version`` (plus what the ignore patterns keep local)
     manifest.bin   what ``tree/`` holds from the log: per path its sha256, mode and the stat
-                   signature it had when last seen, so that capture hashes only what changed
+    manifest.log   signature it had when last seen, so that capture hashes only what changed
+                   (``infra.exec.manifest``: the whole, and what changed since)
     dirty          exists while ``tree/`` is being changed; found on open, the checkout is
                    rebuilt from the log (a crash mid-command leaves no half state behind)
 
-``sync`` applies the workspace's events after ``version`` (never copies the workspace);
-``capture`` walks ``tree/`` after a command and lists the changes to commit; ``committed``
-folds the outcome back into the manifest. Capture never follows a symlink and never descends
-into an ignored directory that holds nothing from the log.
+``sync`` applies the workspace's events after ``version`` (never copies the workspace); a new
+checkout is first built from a reader's tree at a version, checked against the log
+(``infra.exec.seed``), so that it costs the files at that version, not every revision ever
+made. ``merge`` moves what a command wrote over its overlay into ``tree/``
+(``infra.exec.layers``); ``capture`` lists the changes to commit, at the paths the merge
+touched, or walking ``tree/`` when the command changed it in place (``infra.exec.capture``);
+``committed`` folds the outcome back into the manifest.
 
 ``tree/`` is the sandboxed command's to change: every name in it may be a link, a hard link or
 swapped for one between two looks. Nothing here resolves a name in it on the host: each file
@@ -20,10 +24,10 @@ operation goes through ``infra.safefs`` (relative to directory descriptors opene
 one name at a time without following links, new files at unpredictable names, checked after
 the open), so the executor never reads, writes, chmods or walks outside ``tree/``.
 
-Why one module of ~650 lines: sync and capture are two halves of one invariant (the manifest
-says what ``tree/`` holds from the log, and capture trusts it to hash only what changed), and
-both walk the same hostile tree through the same ``safefs`` handles; split, each half would
-need the other's private view of the manifest.
+Why one module of ~700 lines: sync, the first build and the merge are the ways ``tree/``
+changes under the manifest's invariant (it says what ``tree/`` holds from the log, and capture
+trusts it to hash only what changed), all through the same ``safefs`` handles; what stands
+alone (the manifest's storage, capture, the merge, the first build's checks) is apart.
 """
 
 from __future__ import annotations
