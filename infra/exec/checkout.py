@@ -639,7 +639,8 @@ class Checkout:
         touched (``merged``), else in the whole of ``tree/`` (``infra.exec.capture``)."""
         with self._root() as root:
             ignore = self._ignore_patterns(root)
-            if merged is None:
+            if merged is None:  # the command changed tree/ in place (a spare's mount is stale)
+                self.changed()
                 return capturing.whole(root, self.manifest, ignore)
             return capturing.touched(root, self.manifest, ignore, merged.touched)
 
