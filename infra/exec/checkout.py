@@ -647,11 +647,13 @@ class Checkout:
     def merge(self, layer: Path) -> layers.Merged:
         """Move what a command wrote over its overlay (``layer``) into ``tree/``, and remove
         the layer (blocking: run it in a thread). Call ``begin`` first."""
+        merged = None
         try:
             with self._root() as root:
                 merged = layers.merge(root, layer)
         finally:
-            self.changed()
+            if merged is None or merged.touched or merged.failed:  # else tree/ is as it was
+                self.changed()
             with contextlib.suppress(OSError):
                 overlay.remove(layer)
         return merged

@@ -101,6 +101,7 @@ from infra.exec.layers import MERGED
 from infra.exec.sandbox import cgroups as cg
 from infra.exec.sandbox import common, overlay, proctree, seccomp
 from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.mounter import Mounter, nsenter
 from infra.exec.sandbox.spares import Key, Spares
 from infra.exec.sandbox.stdin import StdinWatch, available
 
@@ -236,13 +237,18 @@ class BwrapProvider:
         self.overlays = False
         self.no_overlays = "not asked for (BwrapProvider.layers)"
         self._checkouts: Path | None = None
+        self._mounter: Mounter | None = None
 
     def layers(self, checkouts: Path) -> None:
         """Honour ``Spawn.overlay`` for checkouts under ``checkouts`` if an overlay can be
         mounted there (``overlay.probe``; else ``no_overlays`` says why). Blocking."""
-        why = overlay.probe(checkouts)
+        mounter = Mounter()
+        why = overlay.probe(checkouts, mounter)
         self.overlays, self.no_overlays = why is None, why or ""
-        self._checkouts = checkouts if why is None else None
+        if why is None:
+            self._checkouts, self._mounter = checkouts, mounter
+        else:
+            mounter.close()
 
     @property
     def cgroup_version(self) -> int | None:
@@ -269,8 +275,9 @@ class BwrapProvider:
             box = await self._spares.take(_key(checkout, limits, spawn), self._usable)
             if box is not None:  # spares are in use here: the next one starts alongside
                 self.used += 1
-                if box.layer is None:  # else the command may change the tree: warm after it
-                    self.warm(checkout, limits)
+                # over an overlay as of this generation: if the command changes the tree,
+                # the merge makes another one, and this spare is never used
+                self.warm(checkout, limits, spawn.overlay)
         if box is None:
             if not os.access(self._bwrap, os.X_OK):  # started by bash in a cgroup: say it here
                 raise SandboxError(f"cannot start bwrap: {self._bwrap} is not an executable")
@@ -310,8 +317,23 @@ class BwrapProvider:
         self._spares.discard(str(checkout))
 
     async def close(self) -> None:
-        """End every spare sandbox (the executor is stopping)."""
+        """End every spare sandbox (the executor is stopping), then the mounter."""
         await self._spares.close()
+        if self._mounter is not None:
+            await asyncio.to_thread(self._mounter.close)
+
+    def _layer(self, tree: Path) -> Path:
+        """A new layer over ``tree``, mounted (blocking)."""
+        assert self._checkouts is not None and self._mounter is not None
+        layer = overlay.make(self._checkouts, tree, self.owner)
+        try:
+            self._mounter.mount(tree, str(layer / MERGED), overlay.options(tree, layer))
+        except BaseException as exc:
+            overlay.remove(layer)
+            if isinstance(exc, OSError):
+                raise SandboxError(f"cannot mount the checkout's overlay: {exc}") from exc
+            raise
+        return layer
 
     async def _usable(self, box: _Box) -> bool:
         """Whether a spare is ready for a command: its first process waits, and its /workspace
@@ -325,9 +347,10 @@ class BwrapProvider:
         box = _Box(checkout)
         fds = box.fds
         try:
-            if spawn.overlay is not None and self._checkouts is not None:
-                made = await asyncio.to_thread(overlay.make, self._checkouts, checkout, self.owner)
-                box.layer = made
+            if spawn.overlay is not None and self._mounter is not None:
+                assert self._checkouts is not None
+                box.mounter = self._mounter
+                box.layer = await asyncio.to_thread(self._layer, checkout)
                 st = os.stat(checkout)
                 box.lower = (st.st_dev, st.st_ino)
             box.cgroup = self._cgroups.make(limits) if self._cgroups is not None else None
@@ -368,8 +391,8 @@ class BwrapProvider:
             args = fds.add(common.memfd("args", b"".join(os.fsencode(o) + b"\0" for o in options)))
             shim = [self._bash, "-c", SHIM, "quill", str(go_r), str(box.spec), str(report_w)]
             argv = [self._bwrap, "--args", str(args), "--", *self._shim_user(), *shim]
-            if box.layer is not None:  # mounted in a mount namespace of its own first
-                argv = overlay.wrap(self._bash, checkout, box.layer, argv)
+            if box.mounter is not None:  # in the namespace its overlay is mounted in
+                argv = nsenter(box.mounter.namespace, checkout, argv)
             if box.cgroup is not None:
                 argv = box.cgroup.wrap(self._bash, argv, "bwrap")
             popen: Callable[[], subprocess.Popen[bytes]] = functools.partial(  # type: ignore[assignment]
@@ -742,12 +765,17 @@ class _Box:
         self._ended = self._closed = False
         self.layer: Path | None = None
         """Its overlay's layer (``Spawn.overlay``): removed with it unless handed over."""
+        self.mounter: Mounter | None = None
+        """Who mounted its overlay (unmounted when it ends)."""
+        self._mounted: Path | None = None
         self.lower: tuple[int, int] | None = None
         """(device, inode) of the checkout's directory its overlay is mounted over."""
 
     def hand_over(self) -> Path | None:
-        """The layer, now the caller's (``Outcome.layer``)."""
+        """The layer, now the caller's (``Outcome.layer``; unmounted when the sandbox is
+        closed, before the caller merges it)."""
         layer, self.layer = self.layer, None
+        self._mounted = layer
         return layer
 
     async def ready(self, deadline: float) -> int | None:
@@ -835,6 +863,9 @@ class _Box:
             self.fds.close_all()
             if self.proc is not None:
                 self.proc.close()
+            mounted = self.layer or self._mounted
+            if self.mounter is not None and mounted is not None:
+                await asyncio.to_thread(self.mounter.unmount, mounted / MERGED)
             if self.layer is not None:  # never handed over: what it holds goes with it
                 layer, self.layer = self.layer, None
                 try:
