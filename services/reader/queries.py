@@ -18,7 +18,7 @@ from contracts import codec, ops
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import LockAcquired, TrustChanged
+from contracts.events import LockAcquired, TrustChanged, WorkspaceArchived
 from contracts.limits import DEFAULT_EXCLUSIONS, TREE_PAGE_BYTES
 from contracts.paths import ROOT_DIR, check_name, normalize, normalize_existing
 from contracts.replies import ChangeSummary
@@ -328,23 +328,29 @@ class Queries:
         )
 
     async def _head(self, ws: WorkspaceRow, version: int) -> rp.TreeHead:
+        """The workspace as of ``version`` besides its files; its lock, archive and trust
+        as its newest control events say (one seek each, however many it has)."""
         event = (await self.model.events(ws.id, version - 1, version, 1))[0]
-        kinds = ("lock_acquired", "lock_released", "workspace_archived", "workspace_unarchived")
-        controls = await self._controls(ws, version, kinds)
-        lock, archived = controls.lock, controls.archived
+        lock = await self._last(ws, ("lock_acquired", "lock_released"))
+        archived = await self._last(ws, ("workspace_archived", "workspace_unarchived"))
+        trust = await self._last(ws, ("trust_changed",))
         return rp.TreeHead(
             version=version,
             seq=int(event[2]),
             tree_hash=str(event[11]),
             trust=ws.trust,
-            commands=ws.trust == "restricted" and await self._commands(ws),
+            commands=isinstance(trust, TrustChanged) and trust.commands,
             limits=ws.limits,
             floor=ws.floor,
-            lock=None if lock is None else rp.TreeLock(holder=lock.holder, expires=lock.expires),
+            lock=(
+                rp.TreeLock(holder=lock.holder, expires=lock.expires)
+                if isinstance(lock, LockAcquired)
+                else None
+            ),
             archived=(
-                None
-                if archived is None
-                else rp.TreeArchive(since=archived.at, by=archived.by, reason=archived.reason)
+                rp.TreeArchive(since=archived.at, by=archived.actor, reason=archived.reason)
+                if isinstance(archived, WorkspaceArchived)
+                else None
             ),
             uncommitted=[
                 rp.TreeUncommitted(path=p, reason=r, by_command=c, version=v)
@@ -352,6 +358,10 @@ class Queries:
                 if v <= version
             ],
         )
+
+    async def _last(self, ws: WorkspaceRow, kinds: tuple[str, ...]) -> object:
+        raw = await self.model.last_control(ws.id, kinds)
+        return None if raw is None else codec.decode_event(raw)
 
     async def _commands(self, ws: WorkspaceRow) -> bool:
         """Whether a restricted workspace offers commands (its last trust change says)."""
