@@ -1,5 +1,5 @@
 """``python -m bench [core] [log] [search] [gateway] [executor] [retention] [load] [replay]
-[cluster] [size] [console] [bootstrap] [scale] [depth]``: the benchmarks (all by default),
+[cluster] [size] [console] [bootstrap] [scale] [depth] [hot]``: the benchmarks (all by default),
 each figure printed next to its baseline measured in the same run."""
 
 import argparse
@@ -14,6 +14,7 @@ from bench import (
     depth,
     executor,
     gateway,
+    hot,
     load,
     log,
     replay,
@@ -39,6 +40,7 @@ PARTS = [
     "bootstrap",
     "scale",
     "depth",
+    "hot",
 ]
 parser.add_argument(
     "which", nargs="*", choices=PARTS, help="Default: all but bootstrap, scale and depth."
@@ -82,11 +84,17 @@ parser.add_argument(
 parser.add_argument(
     "--fast", action="store_true", help="depth: append the histories' logs directly."
 )
+parser.add_argument(
+    "--history", type=int, default=0, help="hot: also write this many events to one workspace."
+)
 parser.add_argument("--sandbox", default="bwrap", help="depth: the executor's sandbox.")
 args = parser.parse_args()
 which = args.which or [p for p in PARTS if p not in ("bootstrap", "scale", "depth")]
 if "core" in which:
     asyncio.run(core.main(args.seconds, args.versions, args.rounds))
+    print()
+if "hot" in which:
+    asyncio.run(hot.main(args.seconds, args.rounds, args.history))
     print()
 if "log" in which:
     asyncio.run(log.main())

@@ -171,6 +171,15 @@ async def main(seconds: float = 4.0, versions: int = 10_000, rounds: int = 3) ->
             )
             print(
                 row(
+                    "  1 hot workspace against 64 workspaces",
+                    fmt(hot),
+                    fmt(spread),
+                    hot.rate / spread.rate,
+                    ">= 0.9x (issue 29; bench hot: contention)",
+                )
+            )
+            print(
+                row(
                     "  write p50/p99 latency (64 workspaces)",
                     lat(spread),
                     lat(base_w),

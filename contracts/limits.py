@@ -35,6 +35,28 @@ TREE_PAGE_BYTES = 2 * 1024 * 1024
 PREVIEW_MAX_BYTES = 32 * 1024
 """The longest diff an approval request shows of the change it would make (cut past it)."""
 
+EXEC_STDIN_MAX_BYTES = 1024 * 1024
+"""The most a command's standard input (``exec.run``'s ``stdin``) may hold. It travels whole
+in the request (base64 in JSON: with the largest command line and environment, still under
+``MAX_MESSAGE_BYTES``), is not streamed, and is never logged or audited (its size is);
+past it the request is refused with ``SIZE_LIMIT_EXCEEDED`` (``check_stdin``)."""
+
+
+def check_stdin(stdin: bytes | None) -> None:
+    """Refuse a command's standard input over ``EXEC_STDIN_MAX_BYTES``.
+
+    Raises:
+        QuillError: ``SIZE_LIMIT_EXCEEDED`` (``details``: its size and the limit).
+    """
+    if stdin is not None and len(stdin) > EXEC_STDIN_MAX_BYTES:
+        raise QuillError(
+            ErrorCode.SIZE_LIMIT_EXCEEDED,
+            f"Standard input of {len(stdin)} bytes is over the {EXEC_STDIN_MAX_BYTES} bytes a "
+            "command may be given (put a larger input in the workspace and read it from there)",
+            {"stdin_bytes": len(stdin), "max_stdin_bytes": EXEC_STDIN_MAX_BYTES},
+        )
+
+
 # ---------------------------------------------------------------- queues (a flood is refused)
 # Every queue a client can fill is bounded; past its bound a request is answered at once with
 # ``errors.busy`` (``UNAVAILABLE``, ``details.reason == "busy"``, a ``retry_after_ms`` hint)

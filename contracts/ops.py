@@ -344,7 +344,7 @@ _ALL: tuple[OpSpec, ...] = (
         rq.GrepQuery,
         rp.GrepResult,
         "Lines matching a regex or literal text, with context.",
-        (E.ACCESS_DENIED, E.FILE_NOT_FOUND, E.NOT_A_DIRECTORY),
+        (E.ACCESS_DENIED, E.FILE_NOT_FOUND),
         {"pattern": "log\\(", "include": ["*.py"], "context_lines": 1},
     ),
     _qry(

@@ -290,6 +290,11 @@ class Revision(msgspec.Struct, frozen=True, kw_only=True):
     moved_from: str | None = None
     paths: list[str] | None = None
     """For workspace history: paths the event changed (first 100)."""
+    changes_total: int | None = None
+    """For workspace history: how many changes the event made (``paths`` names the first)."""
+    path: str | None = None
+    """With ``follow``: the name the file had at this revision, where it is not the asked
+    path (it was moved since)."""
 
 
 class HistoryPage(Result, frozen=True, kw_only=True):
@@ -297,6 +302,9 @@ class HistoryPage(Result, frozen=True, kw_only=True):
     revisions: list[Revision]
     truncated: bool
     """True when older revisions remain (page with ``before``)."""
+    next_path: str | None = None
+    """With ``follow``, when truncated: the path the next page asks (with ``before``, the last
+    revision's version): the name the file had there."""
 
 
 class Matches(Result, frozen=True, kw_only=True):
@@ -395,6 +403,9 @@ class ChangeSummary(msgspec.Struct, frozen=True, kw_only=True):
     size: int | None = None
     sha256: str | None = None
     moved_from: str | None = None
+    change: str | None = None
+    """What it did to ``path``, as git marks it: ``added`` (a new file or directory: A),
+    ``modified`` (M), ``moved`` (here from ``moved_from``: R) or ``deleted`` (D)."""
 
 
 class EventSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -414,6 +425,9 @@ class EventSummary(msgspec.Struct, frozen=True, kw_only=True):
     tree_hash: str
     changes: list[ChangeSummary]
     changes_total: int
+    message: str | None = None
+    """The event's message (a command's commit: ``$ <command line>``; first 1,000
+    characters)."""
 
 
 class EventPage(Result, frozen=True, kw_only=True):
@@ -681,6 +695,32 @@ class CommandResult(Result, frozen=True, kw_only=True):
     ``read -p`` prompt, ``input()``)."""
 
 
+class CommandFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What a command was and how it ended, kept with its output (``exec.run``'s)."""
+
+    command: str
+    """The command line, as audited (secrets redacted; its first 4,096 characters)."""
+    workdir: str
+    """Where it ran (``""``: the workspace's root)."""
+    actor: str | None
+    session: str | None
+    run: str | None
+    started: datetime
+    duration_ms: int
+    """How long it ran (in the sandbox)."""
+    exit_code: int
+    timed_out: bool
+    base_version: int
+    """The version it ran against."""
+    version: int | None
+    """The version its changes were committed as (None: it committed nothing)."""
+    changed: int
+    """Paths it committed."""
+    error: str | None = None
+    """Why its changes could not be committed, when they could not (an error code, or the
+    reason ``CapturedChanges.error`` gives)."""
+
+
 class CommandOutput(Result, frozen=True, kw_only=True):
     """A page of a command's kept output."""
 
@@ -699,6 +739,9 @@ class CommandOutput(Result, frozen=True, kw_only=True):
     """Kept bytes remain after this page."""
     complete: bool
     """The command has ended (else it is running, and more may come)."""
+    command: CommandFacts | None = None
+    """Once it has ended: what it was and how it ended (None while it runs, and for output
+    kept by an executor that did not record it)."""
 
 
 class GitFileStatus(msgspec.Struct, frozen=True, kw_only=True):

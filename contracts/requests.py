@@ -318,6 +318,11 @@ class History(Query, frozen=True, kw_only=True):
     """Most revisions to return."""
     before: Version | None = None
     """Page backwards: only versions lower than this."""
+    follow: bool = False
+    """With ``path``: follow the file across moves, as ``git log --follow``. Past the revision
+    that moved it to ``path`` (``moved_from``), its revisions under the name it had before (each
+    with that ``path``), and so on across each earlier move; the revisions of an older file
+    that had the same name are not its history. A page is read as a seek per move."""
 
 
 Patterns = Annotated[list[Annotated[str, Meta(max_length=1024)]], Meta(max_length=100)]
@@ -339,11 +344,14 @@ class GlobQuery(Query, frozen=True, kw_only=True):
 
 
 class GrepQuery(Query, frozen=True, kw_only=True):
-    """Lines matching a regex or literal text in the files under ``path``."""
+    """Lines matching a regex or literal text in the files under ``path``, or in ``path``
+    itself when it is a file."""
 
     pattern: Annotated[str, Meta(min_length=1, max_length=4096)]
     """A regular expression (Python syntax), or plain text with ``literal``."""
     path: PathArg = ""
+    """A directory (every text file below it, as ``include`` and ``exclude`` say), or one
+    file (searched whatever they say; a binary file has no matching line)."""
     literal: bool = False
     """Match ``pattern`` as plain text rather than a regular expression."""
     ignore_case: bool = False
@@ -577,6 +585,11 @@ class RunCommand(Execution, frozen=True, kw_only=True):
     """The command line, run by ``bash -c`` in the workspace's root (or ``workdir``)."""
     env: Env | None = None
     """Extra environment variables (their values are never logged or audited)."""
+    stdin: bytes | None = None
+    """The command's standard input (base64 in JSON), given whole: at most
+    ``limits.EXEC_STDIN_MAX_BYTES`` (1 MiB; past it ``SIZE_LIMIT_EXCEEDED``); never logged or
+    audited (its size is). Omitted: stdin is closed, and the result says whether the command
+    tried to read it (``stdin_read``)."""
 
 
 OutputStream = Literal["stdout", "stderr"]

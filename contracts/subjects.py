@@ -154,6 +154,9 @@ class Origin:
     run: str | None = None
     wait_ms: int = 0
     """``Ws-Wait``: how long a command may wait for a lock or an approval."""
+    generated: bool = False
+    """The request id was made here (``new_id``: no ``Ws-Request-Id``): no earlier request
+    had it, so it cannot be a retry (the writer looks no result up for it)."""
 
     @classmethod
     def from_headers(
@@ -190,6 +193,7 @@ class Origin:
             session=values[HEADER_SESSION],
             run=values[HEADER_RUN],
             wait_ms=min(int(wait), MAX_WAIT_MS) if wait else 0,
+            generated=not request_id and new_id is not None,
         )
 
     def headers(self) -> dict[str, str]:

@@ -49,22 +49,61 @@ from core.textops import modify_lines, regex_replace
 from core.tree import FileNode, Tree, WorkspaceState, apply_change, etag_of
 
 
-def needs(state: WorkspaceState, cmd: rq.Request) -> Needs:
+def needs(state: WorkspaceState, cmd: rq.Request, past: Tree | None = None) -> Needs:
+    """What deciding ``cmd`` reads beyond ``state``: contents, a past tree, and the history
+    of paths ``state.tree`` does not hold (a tree loaded from a projection holds the live
+    paths' only: ``Tree.partial``). ``past``: a restore's past tree, once fetched (the
+    history of the files it brings back is named then)."""
+    tree = state.tree
     try:
         if isinstance(cmd, rq.RestorePath):
             scope = normalize(cmd.path) if cmd.path is not None else ""
-            return Needs([], (cmd.version, scope))
+            named = [p for p in past.files if not tree.knows(p)] if past is not None else []
+            return Needs([], (cmd.version, scope), named)
         if isinstance(cmd, rq.ApplyChanges):
             blobs = [c.blob for c in cmd.changes if isinstance(c, rq.PutChange) and c.blob]
-            return Needs(blobs)
-        if isinstance(cmd, rq.EditFile | rq.ModifyFile) or (
-            isinstance(cmd, rq.WriteFile) and cmd.mode == "append"
-        ):
-            node = state.tree.files.get(normalize(cmd.path))
+            return Needs(blobs, None, *_apply_history(tree, cmd))
+        if isinstance(cmd, rq.WriteFile):
+            path = normalize_file(cmd.path)
+            node = tree.files.get(path) if cmd.mode == "append" else None
+            return Needs([node.sha256] if node else [], None, _unknown(tree, [path]))
+        if isinstance(cmd, rq.EditFile | rq.ModifyFile):
+            node = tree.files.get(normalize(cmd.path))
             return Needs([node.sha256] if node is not None else [])
+        if isinstance(cmd, rq.MovePath):
+            src, dst = normalize_existing(cmd.path), normalize(cmd.to)
+            if tree.kind(src) is None or src == "" or dst == "" or is_within(dst, src):
+                return Needs([])
+            moving = [src, *tree.walk(src)] if tree.kind(src) == "d" else [src]
+            return Needs([], None, _unknown(tree, [rebase(p, src, dst) for p in moving]))
     except QuillError:
         pass  # decide reports the bad path
     return Needs([])
+
+
+def _unknown(tree: Tree, paths: list[str]) -> list[str]:
+    return [p for p in dict.fromkeys(paths) if not tree.knows(p)]
+
+
+def _apply_history(tree: Tree, cmd: rq.ApplyChanges) -> tuple[list[str], list[tuple[str, int]]]:
+    """The history an ``apply`` reads: its puts' file versions; when its base precedes the
+    tree's load, the last change of its paths and their parents, and what changed below
+    the directories it deletes."""
+    if not tree.partial:
+        return [], []
+    named: list[str] = []
+    below: list[tuple[str, int]] = []
+    base = cmd.base_version
+    for item in cmd.changes:
+        put = isinstance(item, rq.PutChange)
+        path = normalize_file(item.path) if put else normalize(item.path)
+        if put:
+            named.append(path)
+        if base < tree.loaded_at:
+            named += [p for p in (path, *ancestors(path)) if not tree.knows_change(p, base)]
+            if isinstance(item, rq.DeleteChange) and tree.kind(path) == "d":
+                below.append((path, base))
+    return _unknown(tree, named), below
 
 
 def decide(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> Decision:
@@ -242,7 +281,7 @@ def _put(
         path=path,
         sha256=hashing.content_sha256(data),
         size=len(data),
-        file_version=tree.last_fv.get(path, 0) + 1,
+        file_version=tree.next_file_version(path),
         created=old.created if old is not None else ctx.at,
         executable=executable,
         binary=binary,
@@ -426,7 +465,7 @@ def _move(state: WorkspaceState, cmd: rq.MovePath, ctx: Context) -> Decision:
             path=new_path,
             sha256=node.sha256,
             size=node.size,
-            file_version=tree.last_fv.get(new_path, 0) + 1,
+            file_version=tree.next_file_version(new_path),
             created=previous.created if previous else node.created,
             executable=node.executable,
             binary=node.binary,
@@ -444,10 +483,10 @@ def _move(state: WorkspaceState, cmd: rq.MovePath, ctx: Context) -> Decision:
 
 def _apply_conflict(tree: Tree, item: rq.ApplyItem, path: str, base: int) -> str | None:
     """Why ``item`` conflicts with changes made after ``base``, or None."""
-    if tree.changed.get(path, 0) > base:
+    if tree.last_change(path, base) > base:
         return "changed after base_version"
     for directory in ancestors(path):
-        if tree.changed.get(directory, 0) > base and tree.kind(directory) != "d":
+        if tree.kind(directory) != "d" and tree.last_change(directory, base) > base:
             return f"parent {directory} changed after base_version"
     if isinstance(item, rq.DeleteChange) and tree.kind(path) == "d":
         prefix = path + "/"
@@ -724,7 +763,7 @@ def _restore(state: WorkspaceState, cmd: rq.RestorePath, ctx: Context) -> Decisi
                 path=path,
                 sha256=was.sha256,
                 size=was.size,
-                file_version=tree.last_fv.get(path, 0) + 1,
+                file_version=tree.next_file_version(path),
                 created=node.created if node is not None else ctx.at,
                 executable=was.executable,
                 binary=was.binary,

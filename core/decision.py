@@ -113,3 +113,10 @@ class Needs:
     """sha256 of contents to have in ``Context.content``."""
     past: tuple[int, str] | None = None
     """``(version, path)`` of a past tree to put in ``Context.past``."""
+    history: list[str] = field(default_factory=list)
+    """Paths whose history (last file version, last change) the decision reads and the tree
+    does not hold (``Tree.knows``): the caller looks them up and ``Tree.learn`` s them."""
+    changes_below: list[tuple[str, int]] = field(default_factory=list)
+    """``(directory, version)``: the decision asks whether anything below ``directory``
+    changed after ``version``, which a tree loaded later holds only since its load: the
+    caller adds what changed between (``Tree.changed``)."""

@@ -10,6 +10,7 @@ calls per batch, whatever its size.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import msgspec
 
@@ -32,6 +33,8 @@ LIVE = 2**63 - 1
 """``until`` of a revision that is still current."""
 SUMMARY_CHANGES = 1000
 """Changes kept in an event's summary row (``changes_total`` counts them all)."""
+MESSAGE_KEPT = 1000
+"""Characters of an event's ``message`` (a command's ``$ <command line>``) its row keeps."""
 
 _encoder = msgspec.json.Encoder()
 
@@ -142,7 +145,7 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
             if isinstance(change, Remove):
                 close(ws, path, ev.version, below=False)
                 close(ws, path, ev.version, below=True)
-                summary.append(ChangeSummary(kind="delete", path=path))
+                summary.append(ChangeSummary(kind="delete", path=path, change="deleted"))
                 continue
             close(ws, path, ev.version, below=False)
             live.setdefault(ws, {})[path] = len(out.rows)
@@ -165,7 +168,7 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
                         None,
                     ]
                 )
-                summary.append(ChangeSummary(kind="mkdir", path=path))
+                summary.append(ChangeSummary(kind="mkdir", path=path, change="added"))
                 continue
             assert isinstance(change, PutFile)
             out.rows.append(
@@ -199,6 +202,7 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
                     size=change.size,
                     sha256=change.sha256,
                     moved_from=change.moved_from,
+                    change=put_change(change, ev.at),
                 )
             )
         out.events.append(
@@ -219,7 +223,24 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
                 _encoder.encode(summary[:SUMMARY_CHANGES]).decode(),
                 len(summary),
                 bytes(ev.result).decode(),
+                ev.message[:MESSAGE_KEPT]
+                if isinstance(ev, ChangesCommitted) and ev.message
+                else None,
             )
         )
         out.workspace_updates[ws] = (ev.version, item.seq, item.hash, ev.tree_hash, at, ws)
     return out
+
+
+def _message(ev: Event) -> str | None:
+    """What an event's row keeps of its message (``MESSAGE_KEPT``)."""
+    message = ev.message if isinstance(ev, ChangesCommitted) else None
+    return message[:MESSAGE_KEPT] if message else None
+
+
+def put_change(change: PutFile, at: datetime) -> str:
+    """What a put did to its path, as git says it: ``moved`` there, ``added`` (the path held
+    no file before: a new file's ``created`` is its event's time) or ``modified``."""
+    if change.moved_from:
+        return "moved"
+    return "added" if change.created == at else "modified"

@@ -23,7 +23,6 @@ import os
 from pathlib import Path
 
 import nats
-import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 
@@ -61,7 +60,7 @@ async def consume(args: argparse.Namespace) -> None:
             batch = args.batch if args.max is None else min(args.batch, args.max - new)
             try:
                 msgs = await sub.fetch(batch=batch, timeout=5)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats-py's own or asyncio's, as it happens (nats.py#1008)
                 continue  # nothing new: ask again
             for msg in msgs:
                 seq = msg.metadata.sequence.stream

@@ -7,6 +7,9 @@ headers say. One that does not is logged and skipped (the next older one is trie
 log from where the local data is). Installing is a rename over the projection's path (its WAL
 and shared memory files removed first), before the store is opened.
 
+Once verified, the planner's statistics are gathered again (``store.gather_statistics``),
+so that the first query plans with this database's own.
+
 A writer without its projection starts from a reader's snapshot too (``into="writer"``): the
 tables are the same, so the reader's indexes are swapped for the writer's; each workspace's row
 says how far its events go, and the writer catches a workspace up from there when it loads it.
@@ -36,7 +39,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from contracts.subjects import BUCKET_SNAPSHOTS, STREAM_EVENTS
-from infra import direct
+from infra import direct, sql
 from infra.snapshots import (
     CHUNK_BATCH,
     ENCODING,
@@ -49,7 +52,7 @@ from infra.snapshots import (
     log_identity,
     tracked,
 )
-from infra.store import ROLE_DROPS, ROLE_INDEXES, SCHEMA_VERSION
+from infra.store import ROLE_DROPS, ROLE_INDEXES, SCHEMA_VERSION, gather_statistics
 
 log = logging.getLogger("quill.snapshots")
 
@@ -163,7 +166,7 @@ class _Unpacker:
             raise Rejected(f"holds schema {schema} at position {position}, not what it says")
         conn = sqlite3.connect(self.db)
         try:  # which snapshot the projection started from (``Reader.info``)
-            conn.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (STARTED_FROM, snap.name))
+            conn.execute(sql.SET_META, (STARTED_FROM, snap.name))
             conn.commit()
         finally:
             conn.close()
@@ -232,6 +235,9 @@ async def install(
         await _fetch(js, snap, db, tracking)
         if into is not None and into != snap.role:
             await asyncio.to_thread(_convert, db, into)
+        # the statistics it came with are another process's (and none of a converted
+        # projection's new indexes): gathered again before any query plans with them
+        await asyncio.to_thread(gather_statistics, db, snap.position)
         _install(db, path)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -39,7 +39,7 @@ from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from contracts.subjects import BUCKET_SNAPSHOT_LEASES, BUCKET_SNAPSHOTS, STREAM_EVENTS
-from infra import assets, direct
+from infra import assets, direct, sql
 from infra.store import SCHEMA_VERSION
 
 log = logging.getLogger("quill.snapshots")
@@ -207,8 +207,8 @@ def tracked(db: Path, tracking: str) -> tuple[str | None, int]:
     except sqlite3.Error:
         return None, 0
     try:
-        schema = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        row = conn.execute("SELECT position FROM tracking WHERE name=?", (tracking,)).fetchone()
+        schema = conn.execute(sql.SCHEMA_OF).fetchone()
+        row = conn.execute(sql.POSITION, (tracking,)).fetchone()
         return (str(schema[0]) if schema else None), (int(row[0]) if row else 0)
     except sqlite3.Error:
         return None, 0

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+import itertools
 import random
 import time
 from collections import OrderedDict
@@ -43,7 +44,7 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError, retry_after_ms
 from contracts.events import AuditRecord, WorkspaceUpdated
-from contracts.limits import CEILINGS, SDK_WORKSPACES, LimitsPatch
+from contracts.limits import CEILINGS, SDK_WORKSPACES, LimitsPatch, check_stdin
 from contracts.paths import normalize, printable
 from contracts.subjects import (
     HEADER_REQUEST_ID,
@@ -59,11 +60,16 @@ from quill import connection, inboxes
 from quill.credentials import NatsAuth
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 SILENCE_S = 15.0
 """An executor announces a request it holds every 2 s; this long without a word, it is lost."""
 FAILOVER_S = 15.0
 """Default of ``Quill.failover_s``: longer than a writer lease (5 s) plus its takeover."""
+CONFLICT_BASE_S = 0.005
+CONFLICT_CAP_S = 1.0
+"""The backoff before a ``CONFLICT``'s retry ``n`` is drawn from ``[0, min(CAP, BASE * 2**n)]``
+(full jitter: clients that conflicted together come back spread out, not together)."""
 
 __all__ = ["Quill", "QuillError", "ErrorCode", "Workspace"]
 
@@ -136,9 +142,15 @@ class Quill:
         exec_silence_s: float = SILENCE_S,
         wait_ms: int = 0,
         failover_s: float = FAILOVER_S,
+        conflict_retries: int = 0,
     ) -> None:
         self.nc = inboxes.harden(nc)
         self.failover_s = failover_s
+        self.conflict_retries = conflict_retries
+        """How many times ``retry_conflicts`` (and ``Workspace.update``) run their attempt
+        again after a ``CONFLICT`` when the call does not say: none unless asked. A command
+        is never sent again on ``CONFLICT`` by itself (the same request would conflict
+        again): the attempt reads anew and decides again."""
         """How long commands and queries keep retrying ``UNAVAILABLE`` (no writer for the
         workspace yet, a partition changing hands) before giving up."""
         self.wait_ms = wait_ms
@@ -224,6 +236,7 @@ class Quill:
             exec_silence_s=self.exec_silence_s,
             wait_ms=self.wait_ms,
             failover_s=self.failover_s,
+            conflict_retries=self.conflict_retries,
         )
         view._seen, view._nuid = self._seen, self._nuid
         return view
@@ -380,6 +393,28 @@ class Quill:
             and time.monotonic() < failover_until
         )
 
+    async def retry_conflicts(
+        self, attempt: Callable[[], Awaitable[T]], *, retries: int | None = None
+    ) -> T:
+        """``attempt()``, run again after it raises ``CONFLICT``, up to ``retries`` times
+        (default: ``conflict_retries``, 0 unless the client was made with more), each time
+        after a jittered backoff (``conflict_backoff``). ``attempt`` reads what it depends on
+        and sends its command with ``if_match`` or ``expected_version``: a conflict means that
+        what it read changed, so it must read again, not resend.
+
+        Raises:
+            QuillError: ``CONFLICT`` when the last attempt conflicted; any other error at once.
+        """
+        most = self.conflict_retries if retries is None else retries
+        for n in itertools.count():
+            try:
+                return await attempt()
+            except QuillError as exc:
+                if exc.code != ErrorCode.CONFLICT or n >= most:
+                    raise
+            await asyncio.sleep(conflict_backoff(n))
+        raise AssertionError("unreachable")
+
     async def exec_request(
         self,
         tenant: str,
@@ -468,6 +503,12 @@ def backoff(attempt: int, last: QuillError | None, cap: float) -> float:
     if hint is None:
         return pause
     return max(pause, min(hint / 1000, MAX_RETRY_AFTER_S)) * random.uniform(1.0, 1.25)
+
+
+def conflict_backoff(retry: int) -> float:
+    """Seconds to wait before a ``CONFLICT``'s retry ``retry`` (0-based): uniform in
+    ``[0, min(CONFLICT_CAP_S, CONFLICT_BASE_S * 2**retry)]``."""
+    return random.uniform(0.0, min(CONFLICT_CAP_S, CONFLICT_BASE_S * 2 ** min(retry, 30)))
 
 
 OnOutput = Callable[[str, bytes], Awaitable[None] | None]
@@ -650,6 +691,38 @@ class Workspace:
             expected_version=expected_version,
         )
         return await self._cmd(body)
+
+    async def update(
+        self,
+        path: str,
+        change: Callable[[str], str | Awaitable[str]],
+        *,
+        retries: int | None = None,
+    ) -> rp.FileWritten:
+        """Read the text of ``path``, write ``change(text)`` back with ``if_match`` (the etag
+        read), and on ``CONFLICT`` (someone wrote the file in between) read and change again,
+        up to ``retries`` times (default: the client's ``conflict_retries``) with a jittered
+        backoff (``Quill.retry_conflicts``). Changes that do not depend on each other need
+        none of this: ``write(mode="append")`` and ``edit`` without ``if_match`` are decided
+        by the writer, in order, against the file as it is.
+
+        Raises:
+            QuillError: ``CONFLICT`` when the last attempt conflicted; as ``read_text`` and
+                ``write`` otherwise.
+        """
+
+        async def attempt() -> rp.FileWritten:
+            first = await self.read(path)
+            if first.kind == "file" and first.content is not None and not first.truncated:
+                text = first.content
+            else:  # a long file (or an error to raise): read whole; if it changed since
+                text = await self.read_text(path)  # ``first``, its etag makes a CONFLICT
+            new = change(text)
+            if inspect.isawaitable(new):
+                new = await new
+            return await self.write(path, new, if_match=first.etag)
+
+        return await self.client.retry_conflicts(attempt, retries=retries)
 
     # ------------------------------------------------------------------ runs, locks, trust
     @contextlib.asynccontextmanager
@@ -980,9 +1053,17 @@ class Workspace:
         env: Mapping[str, str] | None = None,
         version: int | None = None,
         on_output: OnOutput | None = None,
+        stdin: bytes | None = None,
     ) -> rp.CommandResult:
         """Run ``command`` (``bash -c``) in the workspace's sandbox; the files it changes are
-        committed as one event. ``on_output`` receives its output live."""
+        committed as one event. ``on_output`` receives its output live; ``stdin`` is its
+        standard input, given whole (default: closed).
+
+        Raises:
+            QuillError: ``SIZE_LIMIT_EXCEEDED`` for a ``stdin`` over
+                ``limits.EXEC_STDIN_MAX_BYTES`` (not sent); what ``exec.run`` answers.
+        """
+        check_stdin(stdin)
         body = rq.RunCommand(
             command=command,
             workdir=workdir,
@@ -990,6 +1071,7 @@ class Workspace:
             env=dict(env) if env is not None else None,
             version=version,
             min_version=self.last_version or None if version is None else None,
+            stdin=stdin,
         )
         return await self._exec(body, timeout_ms, on_output)
 
@@ -1088,9 +1170,17 @@ class Workspace:
         return result
 
     async def history(
-        self, path: str | None = None, *, limit: int = 100, before: int | None = None
+        self,
+        path: str | None = None,
+        *,
+        limit: int = 100,
+        before: int | None = None,
+        follow: bool = False,
     ) -> rp.HistoryPage:
-        body = rq.History(path=path, limit=limit, before=before)
+        """Revisions of ``path`` (or the workspace's events), newest first; ``follow``: across
+        the moves that brought the file to ``path`` (page on with ``before`` and the page's
+        ``next_path``)."""
+        body = rq.History(path=path, limit=limit, before=before, follow=follow)
         return await self._qry(body)
 
     async def info(self, *, version: int | None = None) -> rp.WorkspaceInfo:

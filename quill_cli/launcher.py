@@ -453,9 +453,13 @@ class Launcher:
             os.replace(fresh, self._record)
 
     def metrics_line(self) -> str:
-        """``metrics: http://127.0.0.1:PORT/metrics for writer=9101 …`` (each process's)."""
-        ports = " ".join(f"{name}={port}" for name, port in self.metrics_ports.items())
-        return f"metrics: http://{METRICS_HOST}:PORT/metrics for {ports}"
+        """``metrics: writer=http://127.0.0.1:9101/metrics reader=…``: each process's address,
+        as ``stack.json`` records it (one line: the line after the ready line)."""
+        urls = (
+            f"{name}=http://{METRICS_HOST}:{port}/metrics"
+            for name, port in self.metrics_ports.items()
+        )
+        return "metrics: " + " ".join(urls)
 
     async def run(self) -> int:
         """The command: start, record, print the ready line, run until SIGINT/SIGTERM, stop;

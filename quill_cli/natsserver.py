@@ -276,7 +276,7 @@ class NatsServer:
         before = self.limit
         if self.limits.grown() is None:
             return False
-        log.warning(
+        log.info(  # routine: the disk grew (a warning would call for an operator)
             "raising JetStream's storage limit from %d to %d bytes (the disk has more room)",
             before,
             self.limit,

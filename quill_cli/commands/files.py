@@ -144,14 +144,13 @@ async def put(
         content = await _read_bounded(ws, source or sys.stdin.buffer)
     mode = "append" if append else "create" if create_only else "overwrite"
     r = await ws.write(path, content, mode=mode, if_match=if_match)  # type: ignore[arg-type]
-    emit(
-        ctx,
-        r,
-        lambda: (
-            f"wrote {r.path}: {plural(r.bytes_written, 'byte')}, file version "
-            f"{r.file_version}, workspace version {ws.last_version}"
-        ),
-    )
+    versions = f"file version {r.file_version}, workspace version {ws.last_version}"
+    if append:  # what was added, and what the file is now
+        line = f"appended {plural(r.bytes_written, 'byte')} to {r.path}: now "
+        line += f"{plural(r.size, 'byte')}, {versions}"
+    else:
+        line = f"wrote {r.path}: {plural(r.bytes_written, 'byte')}, {versions}"
+    emit(ctx, r, line)
 
 
 @commands.command()

@@ -32,6 +32,16 @@ T = TypeVar("T")
 
 commands = Commands("history")
 
+SHOWN_PATHS = 3
+"""Paths a line names of a change that made more (``a, b, c and 136 more``)."""
+
+
+def _paths(paths: list[str], total: int) -> str:
+    """The first ``SHOWN_PATHS`` of ``paths``, then how many more of ``total`` there are."""
+    shown = ", ".join(paths[:SHOWN_PATHS])
+    more = total - min(len(paths), SHOWN_PATHS)
+    return f"{shown} and {more} more" if more > 0 else shown
+
 
 @commands.command()
 @workspace_command
@@ -53,6 +63,19 @@ async def diff(
     def human() -> str | None:
         if r.truncated:
             click.echo("quill: the diff was cut at the read limit; use --path", err=True)
+        if not r.files:  # say what was compared (stdout stays a patch: empty)
+            latest = "" if to_version is not None else ", the latest"
+            hint = ""
+            if r.from_version == r.to_version and r.from_version > 1:
+                before = r.from_version - 1
+                hint = f" (what version {r.from_version} changed: quill diff {ws.tenant}/"
+                hint += f"{ws.name} {before} {r.from_version})"
+            where = f" in {r.path}" if r.path else ""
+            click.echo(
+                f"quill: no file differs{where} from version {r.from_version} to version "
+                f"{r.to_version}{latest}{hint}",
+                err=True,
+            )
         return r.diff.rstrip("\n") or None
 
     emit(ctx, r, human)
@@ -69,11 +92,10 @@ async def restore(ctx: click.Context, ws: Workspace, version: int, path: str | N
 
     def human() -> str:
         if not r.committed:
-            return f"unchanged: {what} is already as at version {version}"
-        more = f" (+{r.changed_total - len(r.changed)})" if r.changed_total > len(r.changed) else ""
+            return f"unchanged: {what} is already as at version {r.version}"
         return (
-            f"restored {what} to version {version}: {', '.join(r.changed)}{more}; "
-            f"workspace version {ws.last_version}"
+            f"restored {what} from version {r.version} ({_paths(r.changed, r.changed_total)}): "
+            f"now workspace version {ws.last_version}"
         )
 
     emit(ctx, r, human)
@@ -84,19 +106,39 @@ async def restore(ctx: click.Context, ws: Workspace, version: int, path: str | N
 @click.argument("path", required=False)
 @click.option("--limit", default=20, show_default=True)
 @click.option("--before", type=int, help="Only versions before this one.")
+@click.option(
+    "--follow/--no-follow",
+    default=True,
+    show_default=True,
+    help="Follow PATH across the moves that brought the file there (its earlier names).",
+)
 async def history(
-    ctx: click.Context, ws: Workspace, path: str | None, limit: int, before: int | None
+    ctx: click.Context,
+    ws: Workspace,
+    path: str | None,
+    limit: int,
+    before: int | None,
+    follow: bool,
 ) -> None:
     """Revisions of PATH, or the workspace's events; newest first."""
-    r = await ws.history(path, limit=limit, before=before)
+    r = await ws.history(path, limit=limit, before=before, follow=follow and path is not None)
 
     def human() -> str:
         rows = []
         for v in r.revisions:
-            what = v.change if path else f"{v.change} {', '.join(v.paths or [])}"
+            paths = _paths(v.paths or [], v.changes_total or len(v.paths or []))
+            what = v.change if path else f"{v.change} {paths}"
+            if v.moved_from:
+                what += f" from {v.moved_from}"
+            if v.path:
+                what += f" (as {v.path})"
             extra = f"  {size_text(v.size)}  {v.etag}" if v.size is not None else ""
             rows.append([f"v{v.version}", when(v.at), v.op, v.actor or "-", what + extra])
-        return columns(rows) or "(no history)"
+        text = columns(rows) or "(no history)"
+        if r.truncated and r.revisions:
+            asked = " ".join([f"{ws.tenant}/{ws.name}", *filter(None, [r.next_path or path])])
+            text += f"\n(older: quill history {asked} --before {r.revisions[-1].version})"
+        return text
 
     emit(ctx, r, human)
 
@@ -112,11 +154,10 @@ async def log_(ctx: click.Context, ws: Workspace, after: int, limit: int) -> Non
     def human() -> str:
         rows = []
         for e in r.events:
-            changes = ", ".join(f"{c.kind} {c.path}" for c in e.changes[:3])
-            more = f" (+{e.changes_total - 3})" if e.changes_total > 3 else ""
+            changes = _paths([f"{c.kind} {c.path}" for c in e.changes], e.changes_total)
             rows.append(
                 [f"v{e.version}", f"seq {e.seq}", when(e.at), e.op, e.actor or "-",
-                 e.hash[:12], f"{changes}{more}"]
+                 e.hash[:12], changes]
             )  # fmt: skip
         return columns(rows) or "(no events)"
 

@@ -3,7 +3,9 @@ output, and what they changed (on stderr: stdout is the command's)."""
 
 from __future__ import annotations
 
+import os
 import shlex
+import stat
 import sys
 
 import click
@@ -11,6 +13,7 @@ import click
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import EXEC_STDIN_MAX_BYTES
 from quill.client import Workspace
 from quill_cli.common import Commands, columns, emit, plural, when, workspace_command
 
@@ -34,12 +37,40 @@ def _changes_note(changes: rp.CapturedChanges | None) -> None:
         click.echo(f"quill: nothing committed: {changes.error}", err=True)
 
 
+def _piped_stdin() -> bytes | None:
+    """What was piped or redirected into ``quill exec`` (a pipe or a file), read to its end;
+    None from a terminal or /dev/null, where there is nothing to give (the command's stdin is
+    then closed, as without one).
+
+    Raises:
+        QuillError: ``SIZE_LIMIT_EXCEEDED`` past ``EXEC_STDIN_MAX_BYTES`` (read no further).
+    """
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):  # no stdin at all
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    data = sys.stdin.buffer.read(EXEC_STDIN_MAX_BYTES + 1)
+    if len(data) > EXEC_STDIN_MAX_BYTES:
+        raise QuillError(
+            ErrorCode.SIZE_LIMIT_EXCEEDED,
+            f"stdin is over {EXEC_STDIN_MAX_BYTES} bytes, the most a command may be given: "
+            "not sent (put it in the workspace with quill put, and have the command read it)",
+            {"max_stdin_bytes": EXEC_STDIN_MAX_BYTES},
+        )
+    return data
+
+
 @commands.command(name="exec")
 @workspace_command
 @click.option("-C", "--workdir", default="", help="Working directory in the workspace.")
 @click.option("-t", "--timeout", "timeout_s", type=float, help="Seconds (default 30).")
 @click.option("-e", "--env", multiple=True, help="NAME=VALUE for the command (repeatable).")
 @click.option("--version", "at", type=int, help="Run against this workspace version.")
+@click.option(
+    "-n", "--no-stdin", is_flag=True, help="Do not read stdin (as ssh -n): the command's is closed."
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 async def exec_(
     ctx: click.Context,
@@ -48,10 +79,13 @@ async def exec_(
     timeout_s: float | None,
     env: tuple[str, ...],
     at: int | None,
+    no_stdin: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND in the workspace's sandbox (after --), streaming its output; exit with its
-    status. One argument is a shell line; several are words, quoted for the shell."""
+    status. One argument is a shell line; several are words, quoted for the shell. What is
+    piped or redirected into quill exec (up to 1 MiB, read whole before the command starts) is
+    the command's standard input; from a terminal, or with -n, its stdin is closed."""
     line = command[0] if len(command) == 1 else shlex.join(command)
     variables: dict[str, str] = {}
     for item in env:
@@ -76,6 +110,7 @@ async def exec_(
         env=variables or None,
         version=at,
         on_output=None if as_json else live,
+        stdin=None if no_stdin else _piped_stdin(),
     )
     if as_json:
         emit(ctx, r, lambda: None)
@@ -112,7 +147,8 @@ def _exec_notes(r: rp.CommandResult, shown: dict[str, int], workspace: str) -> N
         )
     if r.stdin_read:
         click.echo(
-            "quill: the command read its standard input, which is closed (end of file)",
+            "quill: the command read its standard input, which is closed (end of file); "
+            "pipe or redirect input into quill exec to give it some",
             err=True,
         )
 

@@ -59,7 +59,8 @@ async def grep(
     max_results: int | None,
     at: int | None,
 ) -> None:
-    """Lines matching the regular expression PATTERN under PATH (exit status 1: none)."""
+    """Lines matching the regular expression PATTERN in PATH: a file, or the files under a
+    directory (exit status 1: none)."""
     r = await ws.grep(
         pattern,
         path,

@@ -423,6 +423,13 @@ def executor(
     "at once on each worker; past it 429 with Retry-After. Streams take no request slot "
     "(docs/gateway.md, Streams).",
 )
+@click.option(
+    "--operator-tool",
+    "operator_tools",
+    multiple=True,
+    help="Offer this operators' tool at /mcp too (archive_workspace): by default no model is "
+    "offered one (docs/gateway.md, Operator tools). Repeat for more.",
+)
 @_metrics_port_option
 @_metrics_host_option
 @click.pass_context
@@ -437,6 +444,7 @@ def gateway(
     workers: int | None,
     max_inflight: int,
     max_streams: int,
+    operator_tools: tuple[str, ...],
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -459,6 +467,7 @@ def gateway(
             settle_heap=True,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            operator_tools=operator_tools,
         )
         config.check()
     private.umask("gateway")

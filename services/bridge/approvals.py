@@ -63,7 +63,8 @@ def describe(req: rq.Request) -> str:
         more = f" and {len(req.changes) - 5} more" if len(req.changes) > 5 else ""
         return f"apply {len(req.changes)} changes ({named}{more})"
     if isinstance(req, rq.RunCommand):
-        return f"run in {_shown(req.workdir)}: $ {req.command}"
+        fed = f" < stdin ({len(req.stdin)} bytes)" if req.stdin is not None else ""
+        return f"run in {_shown(req.workdir)}: $ {req.command}{fed}"
     if isinstance(req, rq.GitCommand):
         return f"git {req.action} in {_shown(req.workdir)}"
     return type(req).__name__

@@ -27,6 +27,7 @@ import msgspec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import check_stdin
 from contracts.paths import display, normalize, printable
 from core.globs import Globs
 from infra.exec import sandbox
@@ -159,8 +160,10 @@ class LocalCommands:
         (redacted, ``Output.redacted`` says which secrets), and the result to answer.
 
         Raises:
-            QuillError: ``EXECUTION_FAILED`` when it cannot be started.
+            QuillError: ``EXECUTION_FAILED`` when it cannot be started, ``SIZE_LIMIT_EXCEEDED``
+                for a standard input over ``EXEC_STDIN_MAX_BYTES``.
         """
+        check_stdin(req.stdin)
         cap = self.folder.limits.max_output_bytes
         timeout_s = self._timeout_ms(req) / 1000
         spawn = sandbox.Spawn(
@@ -169,6 +172,7 @@ class LocalCommands:
             env=dict(req.env or {}),
             timeout_s=timeout_s,
             output_cap=cap,
+            stdin=req.stdin,
         )
         output = Output(cap, self.secrets, head_only=True)  # no output kept to page through
 

@@ -190,13 +190,17 @@ class LocalQueries:
         )
 
     def grep(self, req: rq.GrepQuery) -> rp.GrepResult:
-        scope, real = self._scope(req.path)
+        scope = normalize(req.path)
+        node, real = self._found(scope, "Path")
         plan = finding.GrepPlan.of(req, self.folder.limits)
-        files = [
-            n
-            for n in self.folder.walk(scope, real)
-            if n.kind == "f" and plan.selects(relative(n.path, scope))
-        ]
+        if node.kind == "f":  # the file named, as grep FILE: include/exclude choose in a tree
+            files = [node]
+        else:
+            files = [
+                n
+                for n in self.folder.walk(scope, real)
+                if n.kind == "f" and plan.selects(relative(n.path, scope))
+            ]
         return plan.search(self._texts(files, real, scope), clock=time.monotonic)
 
     def _texts(self, files: list[Node], real: Any, scope: str) -> Iterator[tuple[str, str]]:

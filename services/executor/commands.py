@@ -20,6 +20,7 @@ from nats.js import JetStreamContext
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import check_stdin
 from contracts.paths import display, normalize
 from contracts.subjects import Address, Origin, Subjects
 from core.controls import ArchiveState, LockState
@@ -195,18 +196,22 @@ class Commands:
         job: Job,
         details: dict[str, Any],
     ) -> tuple[int, rp.CommandResult]:
+        check_stdin(req.stdin)
         shown = self.secrets.redact(req.command)[0]  # as logged, audited, approved
+        fed = f" < stdin ({len(req.stdin)} bytes)" if req.stdin is not None else ""
         details.update(
             command=shown[:4096],
             workdir=req.workdir,
             env=sorted(req.env or {}),
-            summary=f"$ {shown[:500]}",
+            summary=f"$ {shown[:500]}{fed}",
         )
+        if req.stdin is not None:  # its size, never its bytes
+            details.update(stdin_bytes=len(req.stdin))
         async with (
             self.checkouts.hold(address) as live,
             self.checkouts.at(live, address, req) as checkout,
         ):
-            await self._approved(live, address, origin, "exec.run", shown)
+            await self._approved(live, address, origin, "exec.run", shown + fed)
             workdir = self._workdir(checkout, req.workdir)
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
@@ -217,7 +222,8 @@ class Commands:
                 env=dict(req.env or {}),
                 timeout_s=ms / 1000,
                 output_cap=limits.max_output_bytes,
-                watch_stdin=True,
+                stdin=req.stdin,
+                watch_stdin=req.stdin is None,  # given none: tell if it waited to read some
                 count_left=True,
                 overlay=checkout.generation if overlays else None,
             )
@@ -230,6 +236,7 @@ class Commands:
                 origin.request_id,
                 output=output,
                 config=self.config.output,
+                facts=known_facts(origin, details, checkout.version),
             )
 
             async def on_output(stream: sandbox.StreamName, chunk: bytes) -> None:
@@ -257,6 +264,8 @@ class Commands:
                 again = checkout.generation if overlays else None
                 self.provider.warm(checkout.tree, limits_next, again)
             finishing = asyncio.ensure_future(recorder.finish(outcome))  # alongside the capture
+            changes: rp.CapturedChanges | None = None
+            failed: str | None = None
             try:
                 changes = await self._capture_and_commit(
                     address,
@@ -267,8 +276,12 @@ class Commands:
                     live,
                     merged[0] if merged else None,
                 )
+            except QuillError as exc:
+                failed = str(exc.code)
+                raise
             finally:
                 await finishing
+                await recorder.end(changes, failed)  # what it committed: kept with its output
         audited(outcome, details, output.redacted | job.redacted)
         details.update(committed=changes.committed, changed=changes.total)
         details.update(background_killed=outcome.left_running, stdin_read=outcome.stdin_read)
@@ -327,6 +340,20 @@ class Commands:
         details.update(committed=bool(changes and changes.committed))
         version = changes.version if changes is not None else base
         return version, msgspec.structs.replace(result, changes=changes)
+
+
+def known_facts(origin: Origin, details: dict[str, Any], base: int) -> dict[str, Any]:
+    """The fields of a command's ``rp.CommandFacts`` known before it runs (``details``: its
+    audit record's, the command line redacted as audited)."""
+    return {
+        "command": details["command"],
+        "workdir": details["workdir"],
+        "actor": origin.actor,
+        "session": origin.session,
+        "run": origin.run,
+        "started": datetime.now(UTC),
+        "base_version": base,
+    }
 
 
 def without_userinfo(url: str) -> str:

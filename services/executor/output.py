@@ -24,7 +24,9 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
+import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, PersistMode, StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError
@@ -140,7 +142,9 @@ class Recorder:
         *,
         output: Output,
         config: OutputConfig,
+        facts: dict[str, Any] | None = None,
     ) -> None:
+        """``facts``: what the command is (``CommandFacts``' fields known before it runs)."""
         self.js = js
         self._where = (subjects, tenant, workspace, command_id)
         self.config = config
@@ -148,6 +152,8 @@ class Recorder:
         self.stored = dict.fromkeys(STREAMS, 0)
         self.ok = True
         self._buffers = {s: bytearray() for s in STREAMS}
+        self.facts = facts
+        self._outcome: Outcome | None = None
 
     def subject(self, part: str) -> str:
         subjects, tenant, workspace, command_id = self._where
@@ -180,15 +186,23 @@ class Recorder:
 
     async def finish(self, outcome: Outcome) -> None:
         """End the streams (``Output.finish``: with the bytes the provider added that ``feed``
-        never saw, e.g. the sandbox's out-of-memory note), keep what is buffered and the
-        ``end`` record."""
+        never saw, e.g. the sandbox's out-of-memory note) and keep what is buffered (the
+        ``end`` record follows: ``end``)."""
+        self._outcome = outcome
         for stream, data in self.output.finish(outcome).items():
             await self._keep(stream, data)
             if self._buffers[stream]:
                 await self._store(stream, bytes(self._buffers[stream]))
                 self._buffers[stream].clear()
-        if self.ok:
-            end = {
+
+    async def end(
+        self, changes: rp.CapturedChanges | None = None, error: str | None = None
+    ) -> None:
+        """Keep the ``end`` record, once the command's changes are committed (``changes``)
+        or failed to be (``error``): what was kept of each stream, and the command's facts
+        (``rp.CommandFacts``, ``exec.output`` answers them as ``command``)."""
+        if self.ok and self._outcome is not None:
+            end: dict[str, Any] = {
                 s: {
                     "kept": self.stored[s],
                     "written": self.output.kept[s].total,
@@ -196,11 +210,36 @@ class Recorder:
                 }
                 for s in STREAMS
             }
+            if self.facts is not None:
+                end["command"] = facts(self.facts, self._outcome, changes, error)
             try:
                 await self.js.publish(self.subject("end"), json.dumps(end).encode(), timeout=5)
             except Exception as exc:
                 log.warning("output of %s not kept: %r", self.subject("*"), exc)
                 self.ok = False
+
+
+def facts(
+    known: dict[str, Any],
+    outcome: Outcome,
+    changes: rp.CapturedChanges | None,
+    error: str | None,
+) -> dict[str, Any]:
+    """A ``CommandFacts`` as JSON: ``known`` (its fields known before the command ran) and how
+    it ended."""
+    committed = changes is not None and changes.committed
+    built: dict[str, Any] = msgspec.to_builtins(
+        rp.CommandFacts(
+            **known,
+            duration_ms=outcome.duration_ms,
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            version=changes.version if committed and changes is not None else None,
+            changed=changes.total if changes is not None else 0,
+            error=error or (changes.error if changes is not None else None),
+        )
+    )
+    return built
 
 
 async def read_page(
@@ -233,7 +272,14 @@ async def read_page(
         return msg.data or b""
 
     end_data = await get("end")
-    end = json.loads(end_data)[req.stream] if end_data is not None else None
+    ended = json.loads(end_data) if end_data is not None else None
+    end = ended[req.stream] if ended is not None else None
+    command = None
+    if ended is not None and isinstance(ended.get("command"), dict):
+        try:
+            command = msgspec.convert(ended["command"], rp.CommandFacts)
+        except msgspec.ValidationError:
+            log.warning("command %s: its kept facts do not read", req.command_id)
     limit = end["kept"] if end is not None else None
     stop = req.offset + req.length if limit is None else min(req.offset + req.length, limit)
     data = bytearray()
@@ -268,4 +314,5 @@ async def read_page(
         total_bytes=end["total"] if end is not None else kept,
         more=req.offset + len(page) < kept or end is None,
         complete=end is not None,
+        command=command,
     )

@@ -113,10 +113,18 @@ class GatewayConfig:
     metrics_host: str = "127.0.0.1"
     metrics_relay: str | None = None
     """A worker n ≥ 1's: worker 0's metrics URL, which its ``GET /metrics`` answers."""
+    operator_tools: tuple[str, ...] = ()
+    """Operators' MCP tools ``/mcp`` offers too (``mcp_files.OPERATOR_TOOLS``: by default
+    none, so that no model is offered them)."""
 
     def check(self) -> None:
         """Raises:
-        ValueError: a non-loopback host without tokens; fewer than one worker."""
+        ValueError: a non-loopback host without tokens; fewer than one worker; an operator
+        tool that is not one."""
+        unknown = sorted(set(self.operator_tools) - set(mcp_files.OPERATOR_TOOLS))
+        if unknown:
+            known = ", ".join(mcp_files.OPERATOR_TOOLS)
+            raise ValueError(f"--operator-tool {unknown[0]}: not an operator tool ({known})")
         if self.tokens is None and not is_loopback(self.host):
             raise ValueError(
                 f"--host {self.host} needs --tokens: without tokens the gateway serves "
@@ -138,13 +146,14 @@ def build_app(
     max_inflight: int = GATEWAY_MAX_INFLIGHT,
     metrics: Any = metrics_endpoint,
     max_streams: int = GATEWAY_STREAMS_PER_PRINCIPAL,
+    operator_tools: tuple[str, ...] = (),
 ) -> Starlette:
     """The gateway's ASGI app over ``access`` (the MCP session managers run in its lifespan);
     ``fleet``: what ``/health`` tells of the executors; ``body_timeout``: seconds a body has
     to arrive; ``max_inflight``: requests served at once (busy past it); ``metrics``: what
     answers ``GET /metrics`` (this process's registry); ``max_streams``: streams open at once
-    per principal (``429`` past it)."""
-    servers = [mcp_files.build(access), wap.build(access)]
+    per principal (``429`` past it); ``operator_tools``: the operators' MCP tools offered too."""
+    servers = [mcp_files.build(access, operator_tools), wap.build(access)]
     # With tokens, a caller proves who it is: the MCP library's Host/Origin checks (against
     # DNS rebinding, for servers without auth) would only stand in the way of a proxy.
     # Without tokens they stay on (and PrincipalMiddleware does the same for REST).
@@ -342,6 +351,7 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
             config.max_inflight,
             scrape.endpoint,
             config.max_streams,
+            config.operator_tools,
         )
         sock = listen(config.host, config.port, config.reuse_port or config.workers > 1)
         uv = uvicorn.Config(

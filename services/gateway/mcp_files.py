@@ -26,7 +26,7 @@ from services.gateway import (
     optable,
     texts,
 )
-from services.gateway.optable import ADDS, READ_ONLY, REPLACES, Arg, Tool, described
+from services.gateway.optable import ADDS, READ_ONLY, REPLACES, Arg, Tool, described, workspace_arg
 from services.gateway.principals import Access
 from services.gateway.tooling import (
     ArgumentErrors,
@@ -100,7 +100,7 @@ def unset(n: int) -> int | None:
     return n or None
 
 
-WS = Arg("workspace", str | None, None)  # said once, in the instructions
+WS = workspace_arg()
 TOOLS = (
     Tool(
         "read_file",
@@ -201,10 +201,22 @@ NO_TOOL: dict[str, str] = {
     **mcp_sessions.workspaces.NO_TOOL,
 }
 """The ops no ``/mcp`` tool is, and why: with ``TOOL_OPS``, every op of ``contracts.ops``."""
+OPERATOR_TOOLS: dict[str, str] = {
+    "archive_workspace": "archives any workspace of the tenant: an operator's decision",
+}
+"""Tools of ``/mcp`` for operators, not models: offered only when the gateway is told to
+(``GatewayConfig.operator_tools``, ``quill gateway --operator-tool NAME``). A model picks its
+tools from what ``tools/list`` offers; one it does not see it does not call."""
 
 
-def build(access: Access) -> MCPServer:
-    """The MCP server of ``/mcp`` with every tool registered."""
+def offered(operator_tools: tuple[str, ...] = ()) -> tuple[Tool, ...]:
+    """The tools ``/mcp`` lists: every one, but the operators' not named in
+    ``operator_tools``."""
+    return tuple(t for t in MCP_TOOLS if t.name not in OPERATOR_TOOLS or t.name in operator_tools)
+
+
+def build(access: Access, operator_tools: tuple[str, ...] = ()) -> MCPServer:
+    """The MCP server of ``/mcp`` with its tools registered (``offered``)."""
     server: MCPServer = MCPServer(
         "quill-workspace",
         title="Quill workspace",
@@ -216,6 +228,6 @@ def build(access: Access) -> MCPServer:
     sessions = mcp_sessions.Sessions(access)
     tools = Tools(access, "mcp", render, sessions.target, elicit=True)
     server.middleware.append(ArgumentErrors(tools))
-    optable.register(server, tools, MCP_TOOLS, said, sessions)
+    optable.register(server, tools, offered(operator_tools), said, sessions)
     plain_schemas(server)
     return server

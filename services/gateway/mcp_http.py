@@ -68,6 +68,8 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from services.gateway import mcp_clients
+
 log = logging.getLogger("quill.gateway")
 
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode("latin-1")
@@ -147,7 +149,9 @@ class Exchange:
             request = Request(scope, _replay(body, trailing, receive))
             message = await self._plain(request, body)
         if message is None:
-            await manager.handle_request(scope, _replay(body, trailing, receive), send)
+            session = _session_for(body) if trailing is None else None
+            answering = send if session is None else _with_session(send, session)
+            await manager.handle_request(scope, _replay(body, trailing, receive), answering)
             return
         self.answered += 1
         await request.body()  # as the SDK's transport did: a handler may ask for it again
@@ -211,6 +215,35 @@ class Exchange:
         headers = [*_JSON, (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
+
+
+def _session_for(body: bytes) -> str | None:
+    """For an ``initialize`` naming its client: the ``Mcp-Session-Id`` that carries the name
+    (``mcp_clients``: a handshake-era client sends it back with each request after)."""
+    if b'"initialize"' not in body:
+        return None
+    try:
+        data = pydantic_core.from_json(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("method") != "initialize":
+        return None
+    params = data.get("params")
+    info = params.get("clientInfo") if isinstance(params, dict) else None
+    return mcp_clients.session_id(info.get("name") if isinstance(info, dict) else None)
+
+
+def _with_session(send: Send, session: str) -> Send:
+    """``send``, a successful answer given ``Mcp-Session-Id: session``."""
+    header = (mcp_clients.SESSION_HEADER.encode(), session.encode("ascii"))
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] == 200:
+            headers = [(k, v) for k, v in message.get("headers", ()) if k != header[0]]
+            message = {**message, "headers": [*headers, header]}
+        await send(message)
+
+    return sending
 
 
 async def _body(receive: Receive) -> tuple[bytes, Message | None]:

@@ -17,6 +17,7 @@ from services.gateway.optable import (
     Arg,
     Tool,
     described,
+    workspace_arg,
 )
 from services.gateway.tooling import converted, inline_schema
 
@@ -66,7 +67,7 @@ Only = Annotated[str | None, Field(description="Omit for the whole workspace")]
 Depth = Annotated[int, Field(ge=1, le=100)]
 MostResults = Annotated[int | None, Field(ge=1, le=10_000)]
 DIR = Arg("path", described(str, P_DIR), ".")
-WS = Arg("workspace", str | None, None)  # said once, in the instructions
+WS = workspace_arg()
 COMMAND_ARGS = (
     Arg("command", Command),
     Arg("workdir", Workdir, ""),
@@ -200,12 +201,13 @@ TOOLS = (
     Tool(
         "file_history",
         "qry.history",
-        "The versions of a file (created, modified, moved, deleted) or, without path, of the "
-        "workspace, newest first: the numbers diff and restore take.",
+        "The versions of a file across its moves (created, modified, moved, deleted) or, "
+        "without path, of the workspace, newest first: the numbers diff and restore take.",
         (
             Arg("path", Only, None),
             Arg("limit", Annotated[int, Field(ge=1, le=1000)], 20),
             Arg("before", described(int | None, "Older than this version", ge=1), None),
+            Arg("follow", bool, True),
             WS,
         ),
         lambda a, r: texts.history_text(a.path, r),

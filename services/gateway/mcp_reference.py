@@ -31,7 +31,7 @@ from core.diffs import unified
 from core.matches import multiple_matches, no_match
 from quill.client import Workspace
 from services.gateway import texts
-from services.gateway.optable import READ_ONLY, Arg, Args, Tool, described
+from services.gateway.optable import READ_ONLY, Arg, Args, Tool, described, workspace_arg
 from services.gateway.schemas import obj, shape
 from services.gateway.tooling import Done, text_read
 
@@ -52,7 +52,7 @@ PER_FILE = (
 )
 """Errors ``read_multiple_files`` reports for one file and goes on."""
 
-WS = Arg("workspace", str | None, None)  # said once, in the instructions
+WS = workspace_arg()
 DIR = Arg("path", described(str, "Directory path relative to /workspace; . is the root"), ".")
 Excluded = Annotated[
     list[str] | None, Field(description="Glob patterns to skip (default: .git...)")

@@ -59,6 +59,9 @@ REQUIRED: Any = inspect.Parameter.empty
 """An ``Arg`` default: the argument is required."""
 WORKSPACE = "workspace"
 """The argument every tool takes for where it goes (``Tools.call``): never part of a request."""
+WORKSPACE_SAYS = "Omit for yours; else a workspace id (tenant/id if no tokens) or attached URI"
+"""What ``workspace`` is, in each tool's input schema: clients that hand a model the tools
+but not the server's instructions (LangChain, pydantic-ai) give it nothing else."""
 SDK_METHODS: dict[str, str] = {"exec.run": "exec", "exec.output": "command_output"}
 """The ``quill.Workspace`` method of an op where it is not named as the op (``cmd.write`` is
 ``Workspace.write``). ``contracts.ops`` names no SDK method, so the gateway keeps these."""
@@ -73,6 +76,11 @@ def described(kind: Any, description: str, **rules: Any) -> Any:
     """``kind`` as a parameter's schema shows it: with its description (and ``rules``, such as
     ``ge=1``)."""
     return Annotated[kind, Field(description=description, **rules)]
+
+
+def workspace_arg(says: str = WORKSPACE_SAYS) -> Arg:
+    """The optional ``workspace`` argument of a tool, described in its schema."""
+    return Arg(WORKSPACE, described(str | None, says), None)
 
 
 class Args(dict[str, Any]):

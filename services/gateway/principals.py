@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from contracts.errors import ErrorCode, QuillError
-from contracts.limits import GATEWAY_WORKSPACES
+from contracts.limits import GATEWAY_SESSIONS, GATEWAY_WORKSPACES
 from contracts.subjects import check_id
 from core.lru import LRU
 from quill.client import Quill, Workspace
@@ -65,6 +65,8 @@ class Principal:
     """Who the caller is in events and audit records."""
     anywhere: bool = False
     """May name a workspace of any tenant as ``tenant/workspace`` (no tokens: loopback only)."""
+    session: str | None = None
+    """The caller's session in events and audit records (an MCP client's: ``mcp_clients``)."""
 
     @property
     def name(self) -> str:
@@ -275,14 +277,17 @@ class Access:
         self.quill = quill
         self._ready: LRU[str, bool] = LRU(GATEWAY_WORKSPACES)
         """Workspaces created (``exist_ok``) by this process, the most recently used."""
-        self._views: dict[str, Quill] = {}
-        """Per principal's actor (principals are configured: a bounded set)."""
+        self._views: LRU[tuple[str, str | None], Quill] = LRU(GATEWAY_SESSIONS)
+        """Per principal's actor and session (MCP clients name theirs: the most recently
+        used)."""
 
     def _client(self, principal: Principal) -> Quill:
-        """The SDK client that names the principal's actor in its requests."""
-        view = self._views.get(principal.actor)
+        """The SDK client that names the principal's actor (and session) in its requests."""
+        key = (principal.actor, principal.session)
+        view = self._views.get(key)
         if view is None:
-            view = self._views[principal.actor] = self.quill.as_actor(principal.actor)
+            view = self.quill.as_actor(principal.actor, session=principal.session)
+            self._views.put(key, view)
         return view
 
     async def prepare(self, principals: Iterable[Principal], timeout: float = 30.0) -> None:

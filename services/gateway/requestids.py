@@ -6,11 +6,17 @@ Every HTTP response carries ``X-Request-Id``: the client's own when it sent a va
 refused (``core.secrets.refuse_names``), and the log and the response would have to carry it
 redacted, which greps for nothing. While the request
 is served, the gateway's log lines carry it (``request_id``, ``infra.logfields``) and each
-command the gateway sends for it is named ``<id>.<unique>`` (its ``Ws-Request-Id``), so the
+command the gateway sends for it is named ``<id>_<unique>`` (its ``Ws-Request-Id``), so the
 writer's log line, the audit record and the event of that command start with the HTTP id:
 ``grep <id>`` finds them all. The suffix keeps two commands apart: a request id is the
 writer's idempotency key, and a client reusing an ``X-Request-Id`` must not get an earlier
 write's answer for a new one.
+
+A command's id is what a model copies (``read_command_output(command_id=...)``): ``_`` joins
+the two, not ``.``, which in ``Command 3f2a.Xk9`` reads as the end of a sentence and was cut
+off by models (issue 30). Ids made before with ``.`` still read: a command's kept and live
+output are under its id with ``.`` as ``_`` (``Subjects.cmdout``), and ``exec.output`` takes
+either spelling.
 
 A request answered with a 5xx status gets one log line (warning) naming its id, but for a busy
 503 (``Retry-After``: ``infra.busy`` summarises those).
@@ -32,7 +38,7 @@ from infra.secret_registry import secrets_from_env
 HEADER = b"x-request-id"
 CLIENT_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}\Z")
 """A client's ``X-Request-Id`` the gateway keeps (else it makes one): short enough that
-``<id>.<unique>`` (and the executor's ``:changes`` after it) is a valid ``Ws-Request-Id``."""
+``<id>_<unique>`` (and the executor's ``:changes`` after it) is a valid ``Ws-Request-Id``."""
 
 _http_id: ContextVar[str | None] = ContextVar("quill_http_request_id", default=None)
 
@@ -91,8 +97,12 @@ class RequestIds:
             logfields.reset(bound)
 
 
+SEPARATOR = b"_"
+"""Between the HTTP request's id and a command's own part (never ``.``: see above)."""
+
+
 class TaggedIds(NUID):
-    """The gateway's request ids for commands: ``<HTTP request id>.<unique>`` while an HTTP
+    """The gateway's request ids for commands: ``<HTTP request id>_<unique>`` while an HTTP
     request is served, else a plain unique id (``NUID``)."""
 
     def next(self) -> bytearray:
@@ -100,4 +110,4 @@ class TaggedIds(NUID):
         request_id = _http_id.get()
         if request_id is None:
             return unique
-        return bytearray(request_id.encode() + b"." + unique)
+        return bytearray(request_id.encode() + SEPARATOR + unique)

@@ -344,11 +344,15 @@ def history_text(path: str | None, r: rp.HistoryPage) -> str:
             line += f", {size_text(v.size)}, etag {v.etag}"
         if v.moved_from:
             line += f", from {v.moved_from}"
+        if v.path:
+            line += f" (as {v.path})"
         if v.paths:
             line += f": {', '.join(v.paths[:10])}" + (" ..." if len(v.paths) > 10 else "")
         lines.append(line)
     if r.truncated:
-        lines += ["", f"(older revisions: call again with before={r.revisions[-1].version})"]
+        before = r.revisions[-1].version
+        where = f'path="{r.next_path}", ' if r.next_path and r.next_path != path else ""
+        lines += ["", f"(older revisions: call again with {where}before={before})"]
     return "\n".join(lines)
 
 

@@ -25,7 +25,7 @@ from mcp.types import CallToolResult, ContentBlock, InputRequiredResult, TextCon
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
-from services.gateway import approvals
+from services.gateway import approvals, mcp_clients
 from services.gateway.metrics import observe
 from services.gateway.principals import Access, Principal, principal_of
 from services.gateway.schemas import no_titles
@@ -136,6 +136,7 @@ class Tools:
         started = time.perf_counter()
         request = ctx.request_context.request  # the HTTP request (None over stdio: no caller)
         principal = principal_of(request.scope if request is not None else {})
+        principal = mcp_clients.caller(principal, ctx, getattr(request, "headers", None))
         try:
             done = await body(principal)
         except QuillError as exc:

@@ -21,7 +21,7 @@ from contracts.paths import ROOT_DIR, normalize, parent
 from contracts.requests import ModifyOperation
 from quill.client import Workspace
 from services.gateway import VERSION, optable, texts
-from services.gateway.optable import CHANGES, OPEN, READ_ONLY, Arg, Args, Tool
+from services.gateway.optable import CHANGES, OPEN, READ_ONLY, Arg, Args, Tool, workspace_arg
 from services.gateway.principals import Access
 from services.gateway.schemas import obj
 from services.gateway.tooling import (
@@ -223,7 +223,7 @@ def info(a: Args, r: rp.WorkspaceInfo) -> dict[str, Any]:
     return {"root": r.root, "defaultExclusions": r.default_exclusions, "limits": limits}
 
 
-WS = Arg("workspace", str | None, None)  # said once, in the instructions
+WS = workspace_arg("Omit for your own; else another workspace of your tenant: its id")
 TOOLS = (
     Tool(
         "exploreFiles",

@@ -44,9 +44,9 @@ from core.controls import (
 )
 from core.plan import LIVE
 from core.rows import Node, WorkspaceRow
-from core.tree import etag_of
 from infra.blobs import Blobs
 from infra.store import Store
+from services.reader import history
 from services.reader.cache import RevisionCache, TextCache
 from services.reader.readmodel import ReadModel, Scope
 
@@ -184,54 +184,21 @@ class Queries:
                     request_id=r[8],
                     change=r[0],
                     paths=[c.path for c in _summaries.decode(r[12])][:100],
+                    changes_total=r[13],
                 )
                 for r in rows[: req.limit]
             ]
             return rp.HistoryPage(path=None, revisions=revisions, truncated=len(rows) > req.limit)
         path = existing(req.path)
+        if req.follow:
+            page = await history.followed(self.model, ws.id, path, upto, req.limit)
+            if not page.revisions and check_name(path) is not None:
+                raise missing(path)
+            return page
         rows = await self.model.path_history(ws.id, path, upto, req.limit + 1)
         if not rows and check_name(path) is not None:
             raise missing(path)  # no legacy name by that name: the rule's answer
-        out: list[rp.Revision] = []
-        newer: Node | None = None
-        for i, (node, made, ended) in enumerate(rows[: req.limit]):
-            if node.until <= upto and ended and (newer is None or newer.version != node.until):
-                out.append(
-                    rp.Revision(
-                        version=node.until,
-                        at=datetime.fromisoformat(ended[0]),
-                        op=ended[1],
-                        actor=ended[2],
-                        request_id=ended[3],
-                        change="deleted",
-                        kind=_kind(node),
-                    )
-                )
-            older = rows[i + 1][0] if i + 1 < len(rows) else None
-            if node.moved_from:
-                change = "moved"
-            elif older is not None and older.until == node.version and older.kind == node.kind:
-                change = "modified"
-            else:
-                change = "created"
-            is_file = node.kind == "f"
-            out.append(
-                rp.Revision(
-                    version=node.version,
-                    at=datetime.fromisoformat(made[0]),
-                    op=made[1],
-                    actor=made[2],
-                    request_id=made[3],
-                    change=change,
-                    kind=_kind(node),
-                    size=node.size if is_file else None,
-                    sha256=node.sha256,
-                    file_version=node.file_version,
-                    etag=etag_of(node.file_version) if node.file_version else None,
-                    moved_from=node.moved_from,
-                )
-            )
-            newer = node
+        out = history.revisions(rows, upto, req.limit, None)
         return rp.HistoryPage(path=path, revisions=out, truncated=len(rows) > req.limit)
 
     async def info(
@@ -278,6 +245,7 @@ class Queries:
                 tree_hash=r[11],
                 changes=_summaries.decode(r[12]),
                 changes_total=r[13],
+                message=r[14],
             )
             for r in rows[: req.limit]
         ]
@@ -365,8 +333,8 @@ class Queries:
 
     async def _commands(self, ws: WorkspaceRow) -> bool:
         """Whether a restricted workspace offers commands (its last trust change says)."""
-        changes = await self.model.control_events(ws.id, ("trust_changed",))
-        last = codec.decode_event(changes[-1]) if changes else None
+        change = await self.model.last_control(ws.id, ("trust_changed",))
+        last = codec.decode_event(change) if change else None
         return isinstance(last, TrustChanged) and last.commands
 
     async def _controls(self, ws: WorkspaceRow, version: int, kinds: tuple[str, ...]) -> Controls:
@@ -428,7 +396,3 @@ class Queries:
         return rp.WorkspaceList(
             tenant=tenant, workspaces=out, next=out[-1].workspace if more and out else None
         )
-
-
-def _kind(node: Node) -> rp.Kind:
-    return "file" if node.kind == "f" else "directory"

@@ -81,14 +81,18 @@ class Search:
                 "binary, and grep searches text files only)",
                 {"pattern": req.pattern},
             )
-        scope = await self._scope(ws, req.path, version)
+        scope = normalize(req.path)
+        node = await self.q._node(ws, scope, version, what="Path")
         plan = GrepPlan.of(req, ws.limits)
-        index_query = trigram_query(req.pattern, req.literal)
-        files = [
-            (path, sha)
-            for path, sha in await self.q.model.files(ws.id, version, scope, index_query)
-            if plan.selects(relative(path, scope))
-        ]
+        if node.kind == "f":  # the file named, as grep FILE: include/exclude choose in a tree
+            files = [(scope, node.sha256)] if node.sha256 and not node.binary else []
+        else:
+            index_query = trigram_query(req.pattern, req.literal)
+            files = [
+                (path, sha)
+                for path, sha in await self.q.model.files(ws.id, version, scope, index_query)
+                if plan.selects(relative(path, scope))
+            ]
         texts = await self.texts(ws, [sha for _, sha in files])
         return plan.search(
             ((path, texts[sha]) for path, sha in files), len(files), clock=time.monotonic

@@ -192,6 +192,11 @@ class Writer:
             "queued_bytes": self.deps.backlog.bytes,
             "waiting": sum(a.waiting for a in self._actors.values()),
             "local_workspaces": len(self.bridges),
+            "appends": {
+                "sends": self.appender.sends,
+                "events": self.appender.events,
+                "chained": self.appender.chained,
+            },
             **({"partitions": self.partitions.info()} if self.partitions else {}),
             **self.deps.log_storage.info(),
         }

@@ -12,6 +12,12 @@ this is written against the raw protocol.
 If a multi-workspace batch fails, each group is retried alone so one stale workspace cannot
 fail the others. A group that still fails gets ``AppendError``; its workspace reloads from the
 log and decides again.
+
+A workspace's group decided while its previous group is in flight is *chained* to it
+(``Group.after``): the server assigns stream sequences, so its CAS (the previous group's last
+sequence) is known only at that group's acknowledgement; it waits in the queue until then,
+and fails unsent (certainly not in the log) if the previous group fails. One group of a
+workspace is in flight at a time, as before.
 """
 
 from __future__ import annotations
@@ -57,6 +63,10 @@ _APPENDS = {
 
 
 APPLY_LINGER_S = 0.05
+MAX_BATCH_EVENTS = 512
+MAX_BATCH_BYTES = 6 * 1024 * 1024
+"""The most events and bytes of one send, whatever groups it holds (a group larger than
+these goes alone)."""
 
 
 class AppendError(Exception):
@@ -93,6 +103,10 @@ class Group:
     """Whatever the submitter wants back in ``on_commit`` (the decoded events)."""
     fence: Fence | None = None
     """On a cluster: the partition epoch the append is fenced on (``partitions.py``)."""
+    after: Group | None = None
+    """The same workspace's group this one was decided after, while that one was in flight:
+    this one is sent once that one is acknowledged, its ``expected_seq`` that one's last
+    sequence (the workspace's CAS, chained); never if that one fails."""
     future: asyncio.Future[list[int]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -121,8 +135,8 @@ class Appender:
         nc: NATS,
         on_commit: OnCommit,
         *,
-        max_events: int = 512,
-        max_bytes: int = 6 * 1024 * 1024,
+        max_events: int = MAX_BATCH_EVENTS,
+        max_bytes: int = MAX_BATCH_BYTES,
         max_inflight: int = 64,
         timeout: float = 10.0,
     ) -> None:
@@ -146,6 +160,13 @@ class Appender:
         self._hurry = asyncio.Event()
         """Someone waits on the projection: apply now rather than linger."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self.sends = 0
+        """Appends sent to the log (a publish or an atomic batch each), since the start."""
+        self.events = 0
+        """Events they carried."""
+        self.chained = 0
+        """Groups decided while their workspace's previous group was in flight, sent
+        chained to it."""
 
     def start(self) -> None:
         for coro in (self._run(), self._apply_loop()):
@@ -193,6 +214,10 @@ class Appender:
         events = size = 0
         full = False
         for group in self._queue:
+            if group.after is not None and not self._chain(group):
+                if not group.future.done():  # waits for the group before it
+                    kept.append(group)
+                continue
             fence = group.fence.subject if group.fence is not None else None
             n = len(group.payloads)
             if batch and (events + n > self._max_events or size + group.size > self._max_bytes):
@@ -205,6 +230,23 @@ class Appender:
         self._queue = kept
         self._fences_busy |= {g.fence.subject for g in batch if g.fence is not None}
         return batch
+
+    def _chain(self, group: Group) -> bool:
+        """Whether ``group``, chained to an earlier one, may go: that one is acknowledged
+        (``expected_seq`` becomes its last sequence). If that one failed, ``group`` fails
+        unsent (its decisions assumed that one's changes)."""
+        after = group.after
+        assert after is not None
+        if not after.future.done():
+            return False
+        if after.future.cancelled() or after.future.exception() is not None:
+            group.future.set_exception(
+                AppendError("not sent: the group before it was not appended", uncertain=False)
+            )
+            return False
+        group.expected_seq, group.after = after.future.result()[-1], None
+        self.chained += 1
+        return True
 
     async def _run(self) -> None:
         while True:
@@ -314,6 +356,8 @@ class Appender:
                 msgs.append((group.subject, payload, headers))
         self._fence(groups, msgs)
         started = time.perf_counter()
+        self.sends += 1
+        self.events += len(msgs)
         if len(msgs) > 1:  # else a plain publish: same CAS and dedup, no batch overhead
             batch_id = uuid.uuid4().hex
             for n, (_, _, headers) in enumerate(msgs, 1):

@@ -1,12 +1,18 @@
 """One workspace inside the writer: its state, its queue of commands, its commits.
 
-Commands for a workspace are decided strictly in arrival order by a single task. What queues
-while an append is in flight is decided as one group (each command still gets its own event,
-version and reply) and handed to the appender, which commits it together with other
-workspaces' groups. The state is loaded lazily from the projection and caught up from the
-log, so a writer that crashed, or one taking over a workspace, starts from the truth. Any
-failed or uncertain append drops the state and decides again from the log; requests whose
-events turn out to be committed get their first reply back.
+Commands for a workspace are decided strictly in arrival order by a single task, each against
+the state the ones before it leave (so commands that do not depend on each other, appends to
+one file or edits of different parts of it, all commit: no ``CONFLICT``, no client retry).
+What queues is decided as one group (each command still gets its own event, version and
+reply) and handed to the appender, which commits it together with other workspaces' groups.
+While a group of changes is in flight, what arrives is decided at once into the next group,
+chained to it (``Group.after``: sent the moment the first is acknowledged, with its last
+sequence as the CAS), so a hot workspace's log never waits for the decisions or the answers
+(issue 29). An answer decided on changes not yet acknowledged (a refusal, a no-op after them)
+waits for them. The state is loaded lazily from the projection and caught up from the log, so
+a writer that crashed, or one taking over a workspace, starts from the truth. Any failed or
+uncertain append drops the state, and the group and those chained to it are decided again
+from the log; requests whose events turn out to be committed get their first reply back.
 
 Size: the actor is one state machine (queue → decide → append → answer, and the reload that
 undoes a failed append); its steps share the actor's state, and splitting them across modules
@@ -19,11 +25,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 import nats.errors
@@ -61,7 +67,7 @@ from contracts.uncommitted import fold_uncommitted
 from core.controls import CONTROL_EVENTS, fold_control
 from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
-from core.decision import Context, Decision, to_event
+from core.decision import Context, Decision, Needs, to_event
 from core.tree import Tree, WorkspaceState, fold, forget, place
 from infra import blobs, compaction, logfields, storage, tracing
 from infra import log as eventlog
@@ -72,7 +78,7 @@ from infra.compaction import with_manifests
 from infra.entry import reply_headers
 from infra.metrics import publish_failed
 from infra.runtime import bounded_gather
-from services.writer.append import AppendError, Group
+from services.writer.append import MAX_BATCH_BYTES, AppendError, Group
 from services.writer.deps import Deps
 from services.writer.partitions import Fence
 from services.writer.preview import preview
@@ -103,6 +109,97 @@ class Pending:
     def wait_until(self) -> float:
         """``perf_counter`` time until which it may wait for a lock (or an approval)."""
         return self.started + self.origin.wait_ms / 1000
+
+
+class Staged(NamedTuple):
+    """A command decided into an event, waiting for its append."""
+
+    pending: Pending
+    decision: Decision
+    event: WorkspaceEvent
+    digest: str
+    payload: bytes
+
+
+class Held(NamedTuple):
+    """An answer that waits for the changes it was decided after to be acknowledged (a
+    refusal or a no-op that follows them): sent if they are, decided again if not."""
+
+    pending: Pending
+    reply: bytes
+    error: QuillError | None
+    version: int | None
+    paths: list[str] | None
+
+
+@dataclass
+class _Flight:
+    """A group decided and handed to the appender (``group``; None: only answers held until
+    the group before it is acknowledged), with what answering it needs."""
+
+    batch: list[Pending]
+    staged: list[Staged]
+    group: Group | None
+    state: WorkspaceState
+    """The state it was decided against (and leaves)."""
+    after: _Flight | None
+    """The group it was decided after and is chained to, while that one was in flight."""
+    held: list[Held]
+
+    @property
+    def plain(self) -> bool:
+        """Changes only: nothing that must be acted on after it commits."""
+        return all(isinstance(s.event, ChangesCommitted) for s in self.staged)
+
+    @property
+    def settled(self) -> bool:
+        """Its append is answered (or it has none): it can be answered without waiting."""
+        return self.group is None or self.group.future.done()
+
+    def open_for(self, staged: list[Staged]) -> bool:
+        """Whether ``staged`` (decided after it) may join its group: the appender has not
+        taken the group yet (it waits for the one before it), and it stays within
+        ``MAX_GROUP`` events and the appender's ``MAX_BATCH_BYTES``."""
+        group = self.group
+        if group is None or group.after is None or group.future.done():
+            return False
+        size = group.size + sum(len(s.payload) for s in staged)
+        return len(group.payloads) + len(staged) <= MAX_GROUP and size <= MAX_BATCH_BYTES
+
+    def merge(
+        self, batch: list[Pending], staged: list[Staged], held: list[Held], msg_ids: list[str]
+    ) -> None:
+        """Take ``batch``'s events (``staged``) and held answers into its group (``open_for``)."""
+        group = self.group
+        assert group is not None
+        self.batch, self.staged, self.held = (
+            self.batch + batch,
+            self.staged + staged,
+            self.held + held,
+        )
+        group.payloads += [s.payload for s in staged]
+        group.msg_ids += msg_ids
+        group.hashes += [s.digest for s in staged]
+        group.context += [(s.event, s.digest) for s in staged]
+
+    async def acknowledged(self) -> bool:
+        """Whether its group was committed (waiting for the appender to say)."""
+        assert self.group is not None
+        await asyncio.wait([self.group.future])
+        return self.group.future.exception() is None
+
+    async def dropped(self) -> None:
+        """Wait until the appender has dropped its group unsent (the group before it
+        failed)."""
+        if self.group is not None:
+            await asyncio.wait([self.group.future])
+            self.group.future.exception()  # retrieved: it was never sent
+
+    async def release(self, answer: Callable[..., Awaitable[None]]) -> None:
+        """Send the answers held for its changes (they are acknowledged)."""
+        held, self.held = self.held, []
+        for h in held:
+            await answer(h.pending, h.reply, error=h.error, version=h.version, paths=h.paths)
 
 
 class WorkspaceActor:
@@ -138,6 +235,8 @@ class WorkspaceActor:
         self._counts: dict[str, int] | None = None
         """Revisions kept per path, when the workspace has ``max_versions``."""
         self._compact = False
+        self._arrival: asyncio.Future[None] | None = None
+        """Set while the actor waits for its group in flight or a command, whichever first."""
 
     @property
     def waiting(self) -> int:
@@ -179,6 +278,8 @@ class WorkspaceActor:
             return False
         self._inflight[pending.origin.request_id] = pending
         self._queue.append(pending)
+        if self._arrival is not None and not self._arrival.done():
+            self._arrival.set_result(None)
         self._start()
         return True
 
@@ -340,35 +441,102 @@ class WorkspaceActor:
             await asyncio.shield(self._task)
 
     async def _run(self) -> None:
+        """Decide and append the queued commands, a group at a time. While a group of plain
+        changes is being appended, what arrives is decided against the state it leaves, into
+        one group handed to the appender chained to it (``Group.after``), which grows with
+        what arrives until it is sent: as soon as the group before it is acknowledged, never
+        if that one is not. Groups are answered in order as they are acknowledged; a failed
+        append drops the state, and its commands and those chained to it are decided again
+        from the log."""
+        flights: deque[_Flight] = deque()
         try:
-            while self._queue:
-                batch, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
-                first = batch[0]  # what is logged while deciding names the command (or one)
-                logfields.bind(first.address, first.origin if len(batch) == 1 else None)
-                try:
-                    await self._process(batch)
-                    if self._compact:
-                        self._compact = False
-                        await self._compaction()
-                except Exception as exc:
-                    self.state = None
-                    if storage.is_log_full(exc):  # a blob refused by the object store
-                        self.deps.log_storage.mark(str(exc))
-                        error = storage.log_full(str(exc))
-                    elif isinstance(exc, TimeoutError | nats.errors.Error):  # NATS failing over
-                        log.warning("%s/%s: NATS: %r", self.tenant, self.workspace, exc)
-                        error = QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer: {exc!r}")
-                    else:
-                        log.exception(
-                            "workspace %s/%s: unexpected failure", self.tenant, self.workspace
-                        )
-                        error = QuillError(
-                            ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}"
-                        )
-                    for p in batch:
-                        await self._answer(p, codec.error_reply(error), error=error)
+            while self._queue or flights:
+                head = flights[0] if flights else None
+                last = flights[-1] if flights else None
+                if head is not None and head.settled:
+                    await self._land_head(flights)
+                elif self._queue and (last is None or self._overlaps(last)):
+                    batch, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+                    first = batch[0]  # what is logged while deciding names the command (or one)
+                    logfields.bind(first.address, first.origin if len(batch) == 1 else None)
+                    flight = await self._guarded(batch, self._stage(batch, 1, last))
+                    if flight is not None and flight is not last:
+                        flights.append(flight)
+                elif head is not None and last is not None and self._overlaps(last):
+                    await self._arrival_or(head)  # its acknowledgement, or more to decide
+                else:
+                    await self._land_head(flights)
+                if not flights and self._compact:
+                    self._compact = False
+                    await self._guarded([], self._compaction())
         finally:
             self._task = None
+
+    async def _land_head(self, flights: deque[_Flight]) -> None:
+        """Answer the first group in flight once its append is answered; if it failed, drop
+        the groups chained to it and decide all of them again from the log."""
+        head = flights.popleft()
+        landed = await self._guarded(head.batch, self._land(head, 1))
+        if landed is False:
+            redo = head.batch
+            for chained in flights:
+                await chained.dropped()
+                redo = redo + chained.batch
+            flights.clear()
+            await self._guarded(redo, self._process(redo, 2))
+
+    async def _arrival_or(self, head: _Flight) -> None:
+        """Wait until ``head``'s append is answered or a command arrives (to be decided
+        while ``head`` is in flight): a future either resolves (cheaper than
+        ``asyncio.wait``, on every command of a workspace written one command at a time)."""
+        assert head.group is not None
+        done = head.group.future
+        arrival = self._arrival = asyncio.get_running_loop().create_future()
+
+        def wake(_: object) -> None:
+            if not arrival.done():
+                arrival.set_result(None)
+
+        done.add_done_callback(wake)
+        try:
+            await arrival
+        finally:
+            self._arrival = None
+            done.remove_done_callback(wake)
+
+    async def _guarded(self, batch: list[Pending], step: Awaitable[_T]) -> _T | None:
+        """``step``; if it fails unexpectedly, the state is dropped and the commands of
+        ``batch`` not answered yet get the failure (None)."""
+        try:
+            return await step
+        except Exception as exc:
+            self.state = None
+            if storage.is_log_full(exc):  # a blob refused by the object store
+                self.deps.log_storage.mark(str(exc))
+                error = storage.log_full(str(exc))
+            elif isinstance(exc, TimeoutError | nats.errors.Error):  # NATS failing over
+                log.warning("%s/%s: NATS: %r", self.tenant, self.workspace, exc)
+                error = QuillError(ErrorCode.UNAVAILABLE, f"NATS did not answer: {exc!r}")
+            else:
+                log.exception("workspace %s/%s: unexpected failure", self.tenant, self.workspace)
+                error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+            for p in batch:
+                await self._answer(p, codec.error_reply(error), error=error)
+            return None
+
+    def _overlaps(self, ahead: _Flight) -> bool:
+        """Whether the next group may be decided while ``ahead`` is being appended: ``ahead``
+        holds changes only (no lifecycle, control or approval event, whose effects follow
+        its commit), no compaction is due, and the state is still the one it was decided
+        on (not dropped, same partition epoch)."""
+        if ahead.group is None or not ahead.plain or self._compact:
+            return False
+        if self.state is not ahead.state:
+            return False
+        try:
+            return self._current_fence() == self.fence
+        except QuillError:
+            return False
 
     # ------------------------------------------------------------------ state
     async def _load(self, trust: bool = True) -> WorkspaceState:
@@ -481,136 +649,200 @@ class WorkspaceActor:
         if self._unprojected:
             self._unprojected = {k: v for k, v in self._unprojected.items() if v[0] > projected}
 
-    async def _committed_result(self, request_id: str, *, look: bool) -> tuple[int, bytes] | None:
-        """The version and result ``request_id`` was answered with, if it committed: from
-        memory, else (``look``, or when memory does not hold every result) the projection."""
-        found = self._recent.get(request_id) or self._unprojected.get(request_id)
-        if found is None and self.state is not None and (look or not self._recent_all):
+    def _committed_results(
+        self, batch: list[Pending], *, look: bool
+    ) -> dict[str, tuple[int, bytes]]:
+        """The version and result each command of ``batch`` was answered with, if it
+        committed, by request id: from memory, else (``look``: an append of it may have
+        committed; or when memory does not hold every result and a client named the request,
+        so it may be a retry) the projection, every such id of the group in one statement
+        (``Store.results_of``). An id the writer made is no client's retry: the projection is
+        not asked for it."""
+        found: dict[str, tuple[int, bytes]] = {}
+        asked: list[str] = []
+        for p in batch:
+            request_id = p.origin.request_id
+            held = self._recent.get(request_id) or self._unprojected.get(request_id)
+            if held is not None:
+                found[request_id] = held
+            elif look or not (self._recent_all or p.origin.generated):
+                asked.append(request_id)
+        if asked and self.state is not None:
             ws = self.deps.store.workspace_id(self.tenant, self.workspace)
             if ws is not None:
-                found = await self.deps.store.result_of(ws, request_id)
+                found.update(self.deps.store.results_of(ws, asked))
         return found
 
     # ------------------------------------------------------------------ deciding
-    async def _process(self, batch: list[Pending]) -> None:
-        for attempt in range(1, ATTEMPTS + 1):
-            try:
-                state = await self._load(trust=attempt == 1)
-            except QuillError as exc:
-                for p in batch:
-                    await self._answer(p, codec.error_reply(exc), error=exc)
+    async def _process(self, batch: list[Pending], first: int = 1) -> None:
+        """Decide ``batch`` and append it, again from the log (up to ``ATTEMPTS``) while the
+        append fails."""
+        for attempt in range(first, ATTEMPTS + 1):
+            flight = await self._stage(batch, attempt, None)
+            if flight is None or await self._land(flight, attempt):
                 return
-            staged: list[tuple[Pending, Decision, WorkspaceEvent, str, bytes]] = []
-            expected_seq = state.last_seq
+
+    async def _stage(
+        self, batch: list[Pending], attempt: int, after: _Flight | None
+    ) -> _Flight | None:
+        """Decide ``batch`` (against the state ``after`` leaves, when given) and hand its
+        events to the appender; None when there is nothing to append (every command
+        answered, refused or parked). Answers that depend on changes not acknowledged yet
+        (a refusal or a no-op after them) wait for them (``_Flight.held``)."""
+        try:
+            state = await self._load(trust=attempt == 1)
+        except QuillError as exc:
             for p in batch:
-                if p.answered:
-                    continue
-                stored = await self._committed_result(p.origin.request_id, look=attempt > 1)
-                if stored is not None:
-                    await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
-                    continue
-                asks = False
-                try:
-                    asks = self._needs_approval(state, p)
-                    if asks:
-                        decision, event, payload = await self._ask(state, p)
-                    else:
-                        decision, event, payload = await self._decide(state, p)
-                except QuillError as exc:
-                    if not self._park(p, exc, state):
-                        error = self._no_room(p, exc)
-                        await self._answer(p, codec.error_reply(error), error=error)
-                    continue
-                except Exception as exc:  # this command's failure alone: the group goes on
-                    error = self._unexpected(p, exc)
-                    await self._answer(p, codec.error_reply(error), error=error)
-                    continue
-                if event is None:
-                    reply = codec.ok_reply(state.version, decision.result)
-                    await self._answer(p, reply, version=state.version, paths=decision.paths)
-                    continue
-                digest = hashing.event_hash(payload)
-                state.version, state.last_hash, state.updated = event.version, digest, event.at
-                if decision.created is not None:
-                    state.exists = True
-                    state.trust, state.limits = decision.created
-                if isinstance(event, ChangesCommitted):
-                    fold_uncommitted(state.uncommitted, event)
-                if isinstance(event, WorkspacePurged):
-                    forget(state)  # what follows in the group finds no workspace
-                staged.append((p, decision, event, digest, payload))
-            if not staged:
-                return
-            group = Group(
-                subject=self.subject,
-                expected_seq=expected_seq,
-                payloads=[payload for *_, payload in staged],
-                msg_ids=[
-                    self.deps.subjects.msg_id(self.tenant, self.workspace, event.request_id)
-                    for _, _, event, _, _ in staged
-                ],
-                hashes=[digest for _, _, _, digest, _ in staged],
-                context=[(event, digest) for _, _, event, digest, _ in staged],
-                fence=self.fence,
-            )
-            began = time.perf_counter() if tracing.ON else 0.0
+                await self._answer(p, codec.error_reply(exc), error=exc)
+            return None
+        staged: list[Staged] = []
+        held: list[Held] = []
+        parked = {id(p) for p in self._parked} if attempt > 1 else set()
+        batch = [p for p in batch if not p.answered and id(p) not in parked]
+        results = self._committed_results(batch, look=attempt > 1)
+
+        async def answer(p: Pending, reply: bytes, error: QuillError | None = None,
+                         paths: list[str] | None = None) -> None:  # fmt: skip
+            version = None if error is not None else state.version
+            if staged or after is not None:  # decided on changes not acknowledged yet
+                held.append(Held(p, reply, error, version, paths))
+            else:
+                await self._answer(p, reply, error=error, version=version, paths=paths)
+
+        for p in batch:
+            stored = results.get(p.origin.request_id)
+            if stored is not None:
+                await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
+                continue
+            asks = False
             try:
-                seqs = await self.deps.appender.submit(group)
-            except AppendError as exc:
-                log.warning(
-                    "%s/%s: append failed (%s, attempt %d): reloading from the log",
-                    self.tenant,
-                    self.workspace,
-                    exc,
-                    attempt,
-                )
-                self.state = None
-                if storage.is_log_full(exc):  # retrying cannot help: the operator must act
-                    self.deps.log_storage.mark(str(exc))
-                    err = storage.log_full(str(exc))
-                elif await self._fenced_out():  # the workspace is another writer's now
-                    err = QuillError(
-                        ErrorCode.UNAVAILABLE,
-                        "The workspace moved to another writer; retry",
-                        {"partition": self.partition},
-                    )
-                elif attempt == ATTEMPTS:
-                    err = QuillError(ErrorCode.UNAVAILABLE, f"Could not append to the log: {exc}")
+                asks = self._needs_approval(state, p)
+                if asks:
+                    decision, event, payload = await self._ask(state, p)
                 else:
-                    continue
-                for p in batch:
-                    if not p.answered:
-                        await self._answer(p, codec.error_reply(err), error=err)
-                return
-            self.deps.log_storage.clear()
-            state.last_seq = seqs[-1]
-            if tracing.ON:  # the append span of each command it carried
-                for p, *_ in staged:
-                    tracing.appended(p.msg, began)
-            events = [(e, seq) for (_, _, e, _, _), seq in zip(staged, seqs, strict=True)]
-            await self._after_lifecycle(events, had_log=expected_seq > 0)
-            await self._count(state, [event for _, _, event, _, _ in staged])
-            for (p, decision, event, _, _), seq in zip(staged, seqs, strict=True):
-                if isinstance(event, ApprovalRequested):  # p waits for the decision
-                    await self._notify(event, [], seq)
-                    if not self._park(p, awaiting(p, event.approval_id), state):
-                        error = awaiting(p, event.approval_id)
-                        await self._answer(p, codec.error_reply(error), error=error)
-                    continue
-                result = bytes(event.result)
-                self._remember(p.origin.request_id, event.version, result)
-                await self._answer(
-                    p,
-                    codec.ok_reply_raw(event.version, result),
-                    version=event.version,
-                    paths=decision.paths,
-                    redacted=decision.redacted,
+                    decision, event, payload = await self._decide(state, p)
+            except QuillError as exc:
+                if not self._park(p, exc, state):
+                    error = self._no_room(p, exc)
+                    await answer(p, codec.error_reply(error), error)
+                continue
+            except Exception as exc:  # this command's failure alone: the group goes on
+                error = self._unexpected(p, exc)
+                await self._answer(p, codec.error_reply(error), error=error)
+                continue
+            if event is None:
+                await answer(
+                    p, codec.ok_reply(state.version, decision.result), None, decision.paths
                 )
-                await self._notify(event, decision.changes, seq)
-            frees = (LockReleased, ApprovalDecided)
-            if self._parked and any(isinstance(e, frees) for _, _, e, _, _ in staged):
-                self._unpark()
-            return
+                continue
+            digest = hashing.event_hash(payload)
+            state.version, state.last_hash, state.updated = event.version, digest, event.at
+            if decision.created is not None:
+                state.exists = True
+                state.trust, state.limits = decision.created
+            if isinstance(event, ChangesCommitted):
+                fold_uncommitted(state.uncommitted, event)
+            if isinstance(event, WorkspacePurged):
+                forget(state)  # what follows in the group finds no workspace
+            staged.append(Staged(p, decision, event, digest, payload))
+        if after is not None and after.open_for(staged):  # not sent yet: it takes these too
+            after.merge(batch, staged, held, self._msg_ids(staged))
+            return after
+        if not staged:
+            if held:  # after ``after``'s changes: answered once they are acknowledged
+                assert after is not None
+                return _Flight(batch, [], None, state, after, held)
+            return None
+        group = Group(
+            subject=self.subject,
+            expected_seq=state.last_seq if after is None else 0,
+            payloads=[s.payload for s in staged],
+            msg_ids=self._msg_ids(staged),
+            hashes=[s.digest for s in staged],
+            context=[(s.event, s.digest) for s in staged],
+            fence=self.fence,
+            after=after.group if after is not None else None,
+        )
+        flight = _Flight(batch, staged, group, state, after, held)
+        self.deps.appender.submit(group)
+        return flight
+
+    def _msg_ids(self, staged: list[Staged]) -> list[str]:
+        subjects = self.deps.subjects
+        return [subjects.msg_id(self.tenant, self.workspace, s.event.request_id) for s in staged]
+
+    async def _land(self, flight: _Flight, attempt: int) -> bool:
+        """Wait for ``flight``'s append and answer its commands: True when they are answered
+        (committed, or refused for good), False when they must be decided again from the
+        log (the state is dropped)."""
+        state, staged, group = flight.state, flight.staged, flight.group
+        if group is None:  # answers only, after the group before them
+            assert flight.after is not None
+            if not await flight.after.acknowledged():
+                return False
+            await flight.release(self._answer)
+            return True
+        began = time.perf_counter() if tracing.ON else 0.0
+        try:
+            seqs = await group.future
+        except AppendError as exc:
+            log.warning(
+                "%s/%s: append failed (%s, attempt %d): reloading from the log",
+                self.tenant,
+                self.workspace,
+                exc,
+                attempt,
+            )
+            self.state = None
+            if storage.is_log_full(exc):  # retrying cannot help: the operator must act
+                self.deps.log_storage.mark(str(exc))
+                err = storage.log_full(str(exc))
+            elif await self._fenced_out():  # the workspace is another writer's now
+                err = QuillError(
+                    ErrorCode.UNAVAILABLE,
+                    "The workspace moved to another writer; retry",
+                    {"partition": self.partition},
+                )
+            elif attempt == ATTEMPTS:
+                err = QuillError(ErrorCode.UNAVAILABLE, f"Could not append to the log: {exc}")
+            else:
+                return False
+            for p in flight.batch:
+                if not p.answered:
+                    await self._answer(p, codec.error_reply(err), error=err)
+            return True
+        self.deps.log_storage.clear()
+        state.last_seq = seqs[-1]
+        if tracing.ON:  # the append span of each command it carried
+            for s in staged:
+                tracing.appended(s.pending.msg, began)
+        events = [(s.event, seq) for s, seq in zip(staged, seqs, strict=True)]
+        had_log = flight.after is not None or group.expected_seq > 0
+        await self._after_lifecycle(events, had_log=had_log)
+        await self._count(state, [s.event for s in staged])
+        for s, seq in zip(staged, seqs, strict=True):
+            p, decision, event = s.pending, s.decision, s.event
+            if isinstance(event, ApprovalRequested):  # p waits for the decision
+                await self._notify(event, [], seq)
+                if not self._park(p, awaiting(p, event.approval_id), state):
+                    error = awaiting(p, event.approval_id)
+                    await self._answer(p, codec.error_reply(error), error=error)
+                continue
+            result = bytes(event.result)
+            self._remember(p.origin.request_id, event.version, result)
+            await self._answer(
+                p,
+                codec.ok_reply_raw(event.version, result),
+                version=event.version,
+                paths=decision.paths,
+                redacted=decision.redacted,
+            )
+            await self._notify(event, decision.changes, seq)
+        await flight.release(self._answer)
+        frees = (LockReleased, ApprovalDecided)
+        if self._parked and any(isinstance(s.event, frees) for s in staged):
+            self._unpark()
+        return True
 
     async def _after_lifecycle(
         self, committed: list[tuple[WorkspaceEvent, int]], *, had_log: bool
@@ -740,6 +972,7 @@ class WorkspaceActor:
         """What deciding ``p`` needs: the contents it reads, the past it restores from."""
         deps = self.deps
         wanted = needs(state, p.request)
+        await self._history(state, wanted)
         foreign = await self._resolve_blobs(p.request, wanted.contents)
         for sha in wanted.contents if foreign is None else []:
             if sha not in deps.contents:
@@ -751,6 +984,8 @@ class WorkspaceActor:
                         raise
                     # decide says what is missing (a blob an apply names, a file's content)
         past = await self._past(*wanted.past) if wanted.past is not None else None
+        if past is not None:  # the history of the files it brings back
+            await self._history(state, needs(state, p.request, past))
         return Context(
             version=state.version + 1,
             at=datetime.now(UTC),
@@ -760,6 +995,12 @@ class WorkspaceActor:
             locate=deps.bridges.find,
             secrets=deps.secrets,
         )
+
+    async def _history(self, state: WorkspaceState, wanted: Needs) -> None:
+        """The history ``wanted`` names, from the projection (``Store.look_up``)."""
+        if wanted.history or wanted.changes_below:
+            ws = self.deps.store.workspace_id(self.tenant, self.workspace)
+            await self.deps.store.look_up(state.tree, ws, wanted)
 
     async def _resolve_blobs(self, request: rq.Request, wanted: list[str]) -> set[str] | None:
         """Bring the contents an ``apply`` names by sha256 (``blob``) into ``deps.contents``

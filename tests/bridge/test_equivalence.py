@@ -126,6 +126,8 @@ QUERIES: list[Call] = [
     lambda ws: ws.grep("print", path="src"),
     lambda ws: ws.grep("(unclosed"),
     lambda ws: ws.grep("x", path="gone"),
+    lambda ws: ws.grep("hello", path="README.md"),
+    lambda ws: ws.grep("hello", path="data/blob.bin"),
     lambda ws: ws.explore(),
     lambda ws: ws.explore(recursive=True, metadata=True),
     lambda ws: ws.explore("src", recursive=True, max_depth=1),

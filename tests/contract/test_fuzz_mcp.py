@@ -20,7 +20,7 @@ from mcp import Client
 
 from contracts.errors import ErrorCode as E
 from contracts.ops import OPS, OpSpec
-from services.gateway import mcp_files
+from services.gateway import mcp_files, optable
 from services.gateway import wap as wap_tools
 from tests.contract.conftest import (
     ANSWER_S,
@@ -42,8 +42,9 @@ EXAMPLES = examples(10)
 WORKSPACE = "default/default"
 """Where the gateway without ``--tokens`` sends every tool call."""
 
-TOOL_OPS = mcp_files.TOOL_OPS
-"""Each tool and the op it is (docs/gateway.md), whose documented errors it may answer."""
+TOOL_OPS = optable.ops_of(mcp_files.offered())
+"""Each tool ``quill up``'s gateway offers and the op it is (docs/gateway.md), whose documented
+errors it may answer (an operator's tool is offered only when asked: not here)."""
 WAP_TOOL_OPS = wap_tools.TOOL_OPS
 """The tools at ``/mcp/wap`` and their ops."""
 

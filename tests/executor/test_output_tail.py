@@ -187,3 +187,30 @@ async def test_python_is_python3(stack: StartExecutor, quill: Quill, name: str) 
     ws = await created(quill, name)
     r = await ws.exec("python -c 'import sys; print(sys.version_info[0])'")
     assert (r.exit_code, r.stdout) == (0, "3\n"), r.stderr
+
+
+async def test_kept_output_says_what_the_command_was(
+    stack: StartExecutor, quill: Quill, name: str
+) -> None:
+    """``exec.output`` answers, once the command ended, its facts: the command line, where and
+    by whom it ran, how long, its exit code, and the version its changes became."""
+    await stack()
+    ws = await created(quill, name)
+    await ws.mkdir("sub")
+    base = ws.last_version
+    view = quill.as_actor("alice", session="s-1").workspace(name)
+    r = await view.exec("echo hi > made.txt; exit 3", workdir="sub")
+    facts = (await ws.command_output(r.command_id)).command
+    assert facts is not None
+    assert (facts.command, facts.workdir, facts.actor, facts.session) == (
+        "echo hi > made.txt; exit 3",
+        "sub",
+        "alice",
+        "s-1",
+    )
+    assert (facts.exit_code, facts.timed_out, facts.base_version) == (3, False, base)
+    assert facts.version == r.changes.version == base + 1 and facts.changed == 1
+    assert facts.duration_ms == r.duration_ms and facts.error is None
+    nothing = await ws.exec("sleep 5", timeout_ms=200)
+    quiet = (await ws.command_output(nothing.command_id, stream="stderr")).command
+    assert quiet is not None and quiet.timed_out and quiet.version is None and quiet.changed == 0

@@ -266,7 +266,7 @@ WORKSPACE_TOOLS = {
 async def test_a_pinned_token_naming_another_workspace_learns_nothing(
     start: StartGateway,
 ) -> None:
-    guarded = await start({"token-acme-mine": "acme/mine"})
+    guarded = await start({"token-acme-mine": "acme/mine"}, operator_tools=("archive_workspace",))
     other = guarded.quill.workspace("acme/elsewhere")
     await other.create()
     await other.write("a.txt", "secret")

@@ -209,7 +209,7 @@ async def test_elicitation_accepted_gives_the_real_result(
     events = (await ws.events()).events
     decided = [e for e in events if e.type == "approval_decided"]
     assert len(decided) == 2 and [e.type for e in events].count("approval_requested") == 2
-    assert {e.actor for e in decided} == {"local via MCP elicitation"}
+    assert {e.actor for e in decided} == {"mcp via MCP elicitation"}  # the client's own name
     assert (await ws.approvals()).pending == []
 
 
@@ -223,11 +223,11 @@ async def test_elicitation_declined_is_denied(gateway: Gateway, sdk: Quill) -> N
     assert result.is_error and result.structured_content is not None
     assert result.structured_content["code"] == "DENIED"
     assert text(result) == (
-        "Error: Failed to write file - Denied by local via MCP elicitation: declined in the MCP "
+        "Error: Failed to write file - Denied by mcp via MCP elicitation: declined in the MCP "
         "client"
     )
     assert also == (
-        "Error: Failed to create directory - Denied by local via MCP elicitation: declined in "
+        "Error: Failed to create directory - Denied by mcp via MCP elicitation: declined in "
         "the MCP client"
     )
     assert [e.type for e in (await ws.events()).events].count("approval_decided") == 2

@@ -69,4 +69,7 @@ async def test_each_endpoint_lists_its_table() -> None:
     for endpoint, build in (("/mcp", mcp_files.build), ("/mcp/wap", wap.build)):
         server = build(None)  # type: ignore[arg-type]  # listing tools reaches no workspace
         listed = [t.name for t in await server.list_tools()]
-        assert listed == [tool.name for tool in TABLES[endpoint]]
+        table = [t.name for t in TABLES[endpoint]]
+        assert listed == [name for name in table if name not in mcp_files.OPERATOR_TOOLS]
+    every = mcp_files.build(None, tuple(mcp_files.OPERATOR_TOOLS))  # type: ignore[arg-type]
+    assert [t.name for t in await every.list_tools()] == [t.name for t in mcp_files.MCP_TOOLS]

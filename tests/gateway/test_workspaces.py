@@ -103,7 +103,7 @@ async def test_rest_lists_archives_and_purges_in_the_callers_tenant_only(
 
 
 async def test_mcp_lists_the_tenants_workspaces_and_archives(start: StartGateway) -> None:
-    gateway = await start(TOKENS)
+    gateway = await start(TOKENS, operator_tools=("archive_workspace",))  # offered: asked for
     await seed(gateway.quill)
     async with mcp_client(gateway.url, token="acme-admin-token") as mcp:
         await ok(mcp, "attach_workspace", uri="server:/acme/book")
@@ -132,3 +132,11 @@ async def test_mcp_lists_the_tenants_workspaces_and_archives(start: StartGateway
         tools = {t.name for t in (await mcp.list_tools()).tools}
         assert {"list_workspaces", "archive_workspace"} <= tools
         assert not {"purge_workspace", "unarchive_workspace"} & tools
+    default = await start(TOKENS)  # no model is offered an operator's tool by default
+    async with mcp_client(default.url, token="acme-admin-token") as mcp:
+        tools = {t.name for t in (await mcp.list_tools()).tools}
+        assert "list_workspaces" in tools and "archive_workspace" not in tools
+        unknown = await mcp.call_tool("archive_workspace", {"workspace": "zoo"})
+        assert unknown.is_error and "archive_workspace" in str(unknown.content)
+    book = await default.quill.workspace("acme/book").events()
+    assert "workspace_archived" not in {e.type for e in book.events}

@@ -336,7 +336,11 @@ async def test_a_writer_with_no_projection_starts_from_a_reader_snapshot(
             )
         }
         assert "events_request" in tables and "content_index" not in tables
-        assert "revisions_live" not in tables
+        assert "revisions_live" in tables and "revisions_children" not in tables
+        # the statistics were gathered on the installed database, its new indexes included
+        assert await writer.store.get_meta("stats_at") == str(made["position"])
+        stats = await writer.store.reads.execute_fetchall("SELECT idx FROM sqlite_stat1")
+        assert {"events_request", "revisions_live"} <= {str(r[0]) for r in stats}
         done = await ws.edit("f.txt", "after", "later")  # decided on the snapshot + the tail
         assert done.replacements == 1 and ws.last_version == 23
         assert await ws.read_text("f.txt") == "later the snapshot\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +35,9 @@ async def _publish(nc: nats.NATS) -> dict[str, object]:
     return ack
 
 
-async def test_the_limit_is_raised_by_a_reload_without_a_restart(small_server: NatsServer) -> None:
+async def test_the_limit_is_raised_by_a_reload_without_a_restart(
+    small_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
     assert "max_file_store: 4194304" in (small_server.data_dir / "nats-server.conf").read_text()
     nc = await nats.connect(small_server.url)
     try:
@@ -51,7 +54,10 @@ async def test_the_limit_is_raised_by_a_reload_without_a_restart(small_server: N
         pid = small_server.process.pid  # type: ignore[union-attr]
 
         small_server.limits.cap = 16 * MIB
-        assert small_server.raise_limit()
+        with caplog.at_level(logging.INFO, logger="quill_cli.natsserver"):
+            assert small_server.raise_limit()
+        raised = [r for r in caplog.records if "raising JetStream's storage" in r.getMessage()]
+        assert [r.levelno for r in raised] == [logging.INFO]  # routine, not a warning
         deadline = time.monotonic() + 10
         while "error" in (ack := await _publish(nc)):
             assert time.monotonic() < deadline, f"still refused after the reload: {ack}"

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
+
+import pytest
 
 from contracts import hashing
 from contracts import requests as rq
+from core.tree import WorkspaceState
+from infra import sql
 from infra.store import SMALL_LOAD, WAL_KEPT_BYTES, WAL_PAGES, Store
 from services.reader.readmodel import ReadModel, Scope
 from tests.helpers import LogBuilder
@@ -63,27 +68,56 @@ async def test_apply_and_read_as_of_versions(tmp_path: Path) -> None:
         history = await model.path_history(ws, "a/b.txt", 7, 10)
         assert [h[0].version for h in history] == [7, 3, 2]
         assert history[1][2] is not None and history[1][2][1] == "delete"
-        assert await store.result_of(ws, "req-7") is not None
     finally:
         await store.close()
+    writer = await Store.open(tmp_path / "w.db", role="writer")  # a writer's looks ids up
+    try:
+        await writer.apply(b.log)
+        ws = writer.workspace_id("acme", "demo")
+        assert ws is not None
+        found = writer.results_of(ws, ["req-7", "req-8"])
+        assert list(found) == ["req-7"] and found["req-7"][0] == 7
+        held = writer.results_of(ws, [f"req-{n}" for n in range(40)])
+        assert {k: v[0] for k, v in held.items()} == {f"req-{n}": n for n in range(1, 8)}
+    finally:
+        await writer.close()
+
+
+async def knows_as_the_fold(store: Store, state: WorkspaceState, folded: WorkspaceState) -> bool:
+    """Whether ``state`` (loaded: its live paths' history) and what the store says of every
+    other path (``histories``, as the writer looks it up) make what the fold of the log
+    knows of every path's history."""
+    tree = state.tree
+    live = {p: tree.last_fv[p] for p in tree.files}
+    if live != {p: v for p, v in folded.tree.last_fv.items() if p in tree.files}:
+        return False
+    ws = store.workspace_id(state.tenant, state.workspace)
+    assert ws is not None
+    every = set(folded.tree.last_fv) | set(folded.tree.changed)
+    unknown = sorted(p for p in every if not tree.knows(p))
+    for path, (fv, changed) in (await store.histories(ws, unknown)).items():
+        tree.learn(path, fv, changed)
+    return tree.last_fv == folded.tree.last_fv and tree.changed == folded.tree.changed
 
 
 async def test_writer_state_loads_identical_to_the_fold(tmp_path: Path) -> None:
+    """The writer's load: the live tree (``Tree.partial``), the rest of every path's
+    history looked up as a decision needs it; together what the fold of the log makes."""
     b = build()
-    store = await Store.open(tmp_path / "p.db")
+    store = await Store.open(tmp_path / "p.db", role="writer")
     try:
         await store.apply(b.log)
         loaded = await store.load_state("acme", "demo")
+        folded = b.replay()
+        assert loaded.version == folded.version == 7
+        assert loaded.tree.hash == folded.tree.hash == b.state.tree.hash
+        assert hashing.tree_hex(loaded.tree.hash) == b.log[-1].event.tree_hash
+        assert loaded.tree.files == folded.tree.files
+        assert loaded.tree.partial and not loaded.tree.knows("a/c/d.bin")  # moved away
+        assert await knows_as_the_fold(store, loaded, folded)
+        assert loaded.last_hash == b.log[-1].hash and loaded.last_seq == 7
     finally:
         await store.close()
-    folded = b.replay()
-    assert loaded.version == folded.version == 7
-    assert loaded.tree.hash == folded.tree.hash == b.state.tree.hash
-    assert hashing.tree_hex(loaded.tree.hash) == b.log[-1].event.tree_hash
-    assert loaded.tree.files == folded.tree.files
-    assert loaded.tree.last_fv == folded.tree.last_fv
-    assert loaded.tree.changed == folded.tree.changed
-    assert loaded.last_hash == b.log[-1].hash and loaded.last_seq == 7
 
 
 async def test_small_and_large_workspaces_load_alike_with_their_recent_results(
@@ -100,17 +134,16 @@ async def test_small_and_large_workspaces_load_alike_with_their_recent_results(
     try:
         await store.apply(small.log + [*large.log])
         loaded = {name: await store.load("acme", name, recent=5) for name in ("demo", "large")}
+        for name, b in (("demo", small), ("large", large)):
+            state, recent = loaded[name]
+            folded = b.replay()
+            assert state.version == folded.version == b.log[-1].event.version
+            assert state.tree.hash == folded.tree.hash
+            assert state.tree.files == folded.tree.files
+            assert await knows_as_the_fold(store, state, folded)
+            assert [v for _, v, _ in recent] == [item.event.version for item in b.log[-5:]]
     finally:
         await store.close()
-    for name, b in (("demo", small), ("large", large)):
-        state, recent = loaded[name]
-        folded = b.replay()
-        assert state.version == folded.version == b.log[-1].event.version
-        assert state.tree.hash == folded.tree.hash
-        assert state.tree.files == folded.tree.files
-        assert state.tree.last_fv == folded.tree.last_fv
-        assert state.tree.changed == folded.tree.changed
-        assert [version for _, version, _ in recent] == [item.event.version for item in b.log[-5:]]
     assert loaded["large"].state.version > SMALL_LOAD >= loaded["demo"].state.version
 
 
@@ -187,3 +220,47 @@ async def test_a_bulk_of_applies_checkpoints_once_at_its_end(tmp_path: Path) -> 
     finally:
         await plain.close()
         await bulk.close()
+
+
+def _stats(path: Path) -> dict[str, str]:
+    db = sqlite3.connect(path)
+    try:
+        return {str(idx): str(stat) for _, idx, stat in db.execute("SELECT * FROM sqlite_stat1")}
+    finally:
+        db.close()
+
+
+async def test_statistics_are_seeded_then_gathered_as_the_projection_doubles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh projection plans with the seeded statistics of a large one; it gathers its
+    own (``ANALYZE``) once it has applied ``STATS_EVERY`` events, then each time it doubles,
+    and remembers where (``stats_at``) across a restart."""
+    monkeypatch.setattr(sql, "STATS_EVERY", 40)
+    b = LogBuilder()
+    b.run(rq.CreateWorkspace(), "create")
+    for n in range(199):
+        b.run(rq.WriteFile(path=f"d{n % 5}/f{n % 20}.txt", content=f"{n}"))
+    path = tmp_path / "w.db"
+    store = await Store.open(path, role="writer")
+    try:
+        seeded = dict((idx, stat) for _, idx, stat in sql.SEEDED_STATS)
+        assert _stats(path)["revisions_live"] == seeded["revisions_live"]
+        assert "controls_run" not in _stats(path)  # a reader's index: none here
+        await store.apply(b.log[:39])
+        assert await store.get_meta(sql.STATS_AT) is None
+        await store.apply(b.log[39:45])  # position 45: 40 since none
+        assert await store.get_meta(sql.STATS_AT) == "45"
+        gathered = _stats(path)
+        assert gathered["events"] != seeded["events"]  # this projection's own
+        assert gathered["controls"] == seeded["controls"]  # empty: seeded again
+        await store.apply(b.log[45:85])  # 85 < 2 x 45
+        assert await store.get_meta(sql.STATS_AT) == "45"
+    finally:
+        await store.close()
+    store = await Store.open(path, role="writer")
+    try:
+        await store.apply(b.log[85:95])  # 95 >= 2 x 45 and 45 + 40
+        assert await store.get_meta(sql.STATS_AT) == "95"
+    finally:
+        await store.close()

@@ -106,9 +106,14 @@ async def test_grep(services: StartReader, quill: Quill) -> None:
     with pytest.raises(QuillError) as info:
         await ws.grep("unclosed(")
     assert info.value.code == ErrorCode.INVALID_ARGUMENT and "Invalid regex" in info.value.message
+    one = await ws.grep("TODO", "src/legacy.js", include=["*.ts"])  # a file: searched as named
+    assert [(h.path, h.line) for h in one.matches] == [("src/legacy.js", 1)]
+    assert (await ws.grep("TODO", "node_modules/dep/index.ts")).total == 1
+    assert (await ws.grep("TODO", "logo.png")).total == 0  # binary: no line matches
     await ws.edit("README.md", "TODO: write docs", "Docs written")
     assert (await ws.grep("TODO")).total == 1
     assert (await ws.grep("TODO", version=2)).total == 2  # as of any version
+    assert (await ws.grep("TODO", "README.md", version=2)).total == 1
 
 
 async def test_grep_finds_content_only_in_the_object_store(

@@ -83,7 +83,7 @@ async def test_a_rest_write_is_one_trace_from_gateway_to_append(
     command = parent_of(append)
     assert command.name == "cmd.write" and command.kind == trace.SpanKind.SERVER
     assert command.attributes is not None
-    assert str(command.attributes["quill.request_id"]).startswith(f"{rid}.")
+    assert str(command.attributes["quill.request_id"]).startswith(f"{rid}_")  # requestids.py
     sent = parent_of(command)
     assert sent.name == "nats cmd.write" and sent.kind == trace.SpanKind.CLIENT
     http_span = parent_of(sent)

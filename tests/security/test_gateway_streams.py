@@ -45,7 +45,7 @@ async def opened(
     lines = live.aiter_lines()
     stack.push_async_callback(lines.aclose)  # kept until then: closing it closes the stream
     async for line in lines:
-        if line == "data: live":
+        if line == "data: on":
             break
     return live
 

@@ -95,6 +95,7 @@ class Up:
         result = subprocess.run(
             [sys.executable, "-m", "quill", *args],
             input=input,
+            stdin=subprocess.DEVNULL if input is None else None,  # never the test runner's
             capture_output=True,
             text=True,
             env=env,

@@ -46,6 +46,24 @@ def test_cli_tour(up: Up) -> None:
     assert "cmd.create" in audit and "qry.read" in audit
 
 
+def test_history_follows_a_move(up: Up) -> None:
+    up.cli("create", "acme/moves")
+    up.cli("put", "acme/moves", "a.txt", "--text", "one\n")  # v2
+    up.cli("put", "acme/moves", "a.txt", "--text", "two\n")  # v3
+    up.cli("mv", "acme/moves", "a.txt", "b.txt")  # v4
+    lines = up.cli("history", "acme/moves", "b.txt").stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["v4", "v3", "v2"]
+    assert [line.split()[5] for line in lines] == ["moved", "modified", "created"]
+    assert "moved from a.txt" in lines[0] and "(as" not in lines[0]
+    assert all("(as a.txt)" in line for line in lines[1:])
+    plain = up.cli("history", "acme/moves", "b.txt", "--no-follow").stdout.splitlines()
+    assert [line.split()[0] for line in plain] == ["v4"]  # b.txt's own row only
+    paged = up.cli("history", "acme/moves", "b.txt", "--limit", "1").stdout.splitlines()
+    assert paged[-1] == "(older: quill history acme/moves a.txt --before 4)"
+    rest = up.cli("history", "acme/moves", "a.txt", "--before", "4").stdout.splitlines()
+    assert [line.split()[0] for line in rest] == ["v3", "v2"]
+
+
 def test_cli_errors_are_one_line_and_exit_non_zero(up: Up) -> None:
     up.cli("create", "acme/errs")
     missing = up.cli("cat", "acme/errs", "nope.txt", check=False)
@@ -147,7 +165,7 @@ def test_cli_tools_edit_grep_glob_tree_diff_restore(up: Up) -> None:
     diff = up.cli("diff", ws, "2", "--path", "src/app.py").stdout
     assert "-    return 1\n+    return 42" in diff and diff.startswith("--- a/src/app.py")
     restored = up.cli("restore", ws, "2", "src/app.py").stdout
-    assert restored.startswith("restored src/app.py to version 2: src/app.py; workspace version")
+    assert restored == "restored src/app.py from version 2 (src/app.py): now workspace version 7\n"
     assert "return 1" in up.cli("cat", ws, "src/app.py").stdout
     again = up.cli("restore", ws, "2", "src/app.py").stdout
     assert again == "unchanged: src/app.py is already as at version 2\n"

@@ -57,7 +57,7 @@ def test_readme_tour(up: Up) -> None:
     assert "notes/done.md:2:- ship quill 1.0" in out["grep"]
     assert out["glob"] == "notes/done.md\n" and out["tree"] == "notes/\n  done.md\n"
     assert "-- ship quill\n+- ship quill 1.0" in out["diff"]
-    assert out["restore"].startswith("restored notes/done.md to version 4")
+    assert out["restore"].startswith("restored notes/done.md from version 4")
     assert run(f"{quill} cat acme/demo notes/done.md") == "# TODO\n- ship quill\n- write docs\n"
 
     shell = next(b for b in blocks(README, "bash") if "quill exec" in b)

@@ -161,7 +161,7 @@ async def test_the_gateway_names_each_http_request(stack: Up, bare: NATS) -> Non
     # the commands it sent are named after it: the event and the audit record show it
     js = bare.jetstream()
     last = await js.get_last_msg(STREAM_EVENTS, SUBJECTS.evt("default", "default"))
-    assert json.loads(last.data)["request_id"].startswith("trace-7.")
+    assert json.loads(last.data)["request_id"].startswith("trace-7_")
 
 
 async def test_a_registered_secret_named_by_a_request_is_in_no_log(stack: Up, bare: NATS) -> None:

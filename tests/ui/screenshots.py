@@ -99,7 +99,7 @@ async def shoot(base: str, out: Path) -> None:
         for name, path in shots.items():
             await page.goto(base + path)
             with contextlib.suppress(Exception):  # a live page: once it says so
-                await page.get_by_text("live", exact=True).first.wait_for(timeout=3000)
+                await page.get_by_text("on", exact=True).first.wait_for(timeout=3000)
             await page.screenshot(path=out / f"{name}.png")
             print(out / f"{name}.png")
         await browser.close()

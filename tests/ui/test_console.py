@@ -87,7 +87,7 @@ async def test_a_diff_unified_and_side_by_side(gateway: Gateway, page: Any) -> N
 async def test_a_new_event_arrives_without_reload(gateway: Gateway, page: Any) -> None:
     ws, _, _ = await two_versions(gateway)
     await page.goto(f"{gateway.url}/ui/w/default/")
-    await expect(page.locator("#live-state")).to_have_text("live")
+    await expect(page.locator("#live-state")).to_have_text("on")
     written = await put(ws, "live.txt", "new\n")
     await expect(page.locator(f"#v{written}")).to_contain_text("live.txt")
     await expect(page.locator("#events tr").first).to_have_id(f"v{written}")
@@ -126,7 +126,7 @@ async def test_an_approval_appears_live(gateway: Gateway, page: Any) -> None:
     await ws.create(exist_ok=True)
     await ws.set_trust("restricted")
     await page.goto(f"{gateway.url}/ui/w/default/approvals")
-    await expect(page.locator(".live span")).to_have_text("live")
+    await expect(page.locator(".live span")).to_have_text("on")
     await expect(page.locator("#approval-list")).to_contain_text("No request is waiting")
     agent = gateway.quill.as_actor("agent-7").workspace(WS)
     asked = asyncio.create_task(agent.write("x.md", "x\n"))

@@ -124,7 +124,7 @@ async def test_the_audit_shows_new_records_live(gateway: Gateway, page: Any) -> 
     ws = gateway.quill.workspace("default/default")
     await ws.write("seen-before.txt", "x")
     await page.goto(f"{gateway.url}/ui/w/default/audit?outcome=error")
-    await expect(page.locator("#live-state")).to_have_text("live")
+    await expect(page.locator("#live-state")).to_have_text("on")
     await ws.write("a.txt", "fine")  # ok: not shown under outcome=error
     with contextlib.suppress(QuillError):
         await ws.read("missing-now.txt")

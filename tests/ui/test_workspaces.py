@@ -35,7 +35,7 @@ async def test_every_workspace_with_its_state_filtered_sorted_and_paged(
     table = page.locator("#workspaces")
     await expect(table.locator("tr")).to_have_count(2)
     alps = page.locator("#ws-alps")
-    await expect(alps).to_contain_text("write by gateway")  # last change and who
+    await expect(alps).to_contain_text("write a file by gateway")  # last change and who
     await expect(alps.locator("td").nth(1)).to_have_text("3")  # files
     await expect(alps).to_contain_text("active")
     await expect(alps).to_contain_text("free")  # no lock
@@ -56,20 +56,45 @@ async def test_every_workspace_with_its_state_filtered_sorted_and_paged(
 
 async def test_any_tenant_on_loopback_and_live_rows(gateway: Gateway, page: Any) -> None:
     await make(gateway, "acme/plans", 0, trust="restricted")
+    await make(gateway, "default/notes")
+    # Two tenants have workspaces: /ui/ asks which, listing them without tokens.
     await page.goto(f"{gateway.url}/ui/")
+    await expect(page.locator("h1")).to_have_text("Tenants")
+    await expect(page.locator("#tenant-acme")).to_contain_text("1 workspace")
+    await expect(page.locator("#tenant-default")).to_contain_text("1 workspace")  # notes
+    await page.get_by_role("link", name="acme", exact=True).click()
+    await expect(page.locator("h1")).to_have_text("Workspaces of tenant acme")
+    await expect(page.locator("#tenant")).to_have_text("tenant acme")  # the header says whose
+    await page.get_by_label("Tenant").fill("default")  # and any other, by name
+    await page.get_by_label("Tenant").press("Enter")
+    await expect(page.locator("#tenant")).to_have_text("tenant default")
     await page.get_by_label("Tenant").fill("acme")
     await page.get_by_label("Tenant").press("Enter")
     await expect(page.locator("h1")).to_have_text("Workspaces of tenant acme")
     plans = page.locator("#ws-plans")
     await expect(plans).to_contain_text("restricted")
     await expect(plans).to_contain_text("0")  # no approvals waiting
-    await expect(page.locator("#live-state")).to_have_text("live")
+    await expect(page.locator("#live-state")).to_have_text("on")
     # A change, a new workspace and a lock appear without reloading.
     await gateway.quill.workspace("acme/fresh").create()
-    await expect(page.locator("#ws-fresh")).to_contain_text("create")
+    await expect(page.locator("#ws-fresh")).to_contain_text("create the workspace")
     await page.get_by_role("link", name="plans", exact=True).click()
     await expect(page).to_have_url(f"{gateway.url}/ui/w/acme:plans/")
     await expect(page.locator("#events")).to_contain_text("create")
+    await expect(page.locator("#tenant")).to_have_text("tenant acme")  # browsing acme's
+
+
+async def test_ui_opens_on_the_one_tenant_with_workspaces(gateway: Gateway, page: Any) -> None:
+    """Without tokens, when one tenant has workspaces (the gateway's own default/default, as
+    made, empty, does not count), /ui/ opens on it rather than on the empty default."""
+    await make(gateway, "acme/plans")
+    await page.goto(f"{gateway.url}/ui/")
+    await expect(page.locator("h1")).to_have_text("Workspaces of tenant acme")
+    await expect(page.locator("#tenant")).to_have_text("tenant acme")
+    await expect(page.locator("#ws-plans")).to_contain_text("write a file by gateway")
+    await gateway.quill.workspace("default/default").write("notes.md", "now it has one\n")
+    await page.goto(f"{gateway.url}/ui/")
+    await expect(page.locator("h1")).to_have_text("Tenants")
 
 
 async def test_a_token_lists_its_tenant_only(start: StartGateway, browser: Any) -> None:
@@ -99,6 +124,7 @@ async def test_a_token_lists_its_tenant_only(start: StartGateway, browser: Any) 
         pinned = {"Authorization": "Bearer token-acme-pin1"}
         got = await http.get("/ui/", headers=pinned)
         assert ">two</a>" in got.text and ">one</a>" not in got.text
+        assert "<h1>Tenants</h1>" not in got.text and "beta" not in got.text  # no tenant list
         beta = {"Authorization": "Bearer token-beta-0001"}
         for query in ("?tenant=acme", "?prefix=%00%ff", "?sort=evil", "?sort=size&after=x|y"):
             got = await http.get(f"/ui/{query}", headers=beta)

@@ -42,10 +42,15 @@ def test_not_sizes(text: str) -> None:
         parse_size(text)
 
 
-def test_the_limit_is_the_disk_less_the_reserve_at_most_the_cap(tmp_path: Path) -> None:
+def test_the_limit_is_the_disk_less_the_reserve_at_most_the_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = tmp_path / "jetstream"
     (store / "x").mkdir(parents=True)
     (store / "x" / "blk").write_bytes(b"a" * 1000)
+    # the disk as it is now, for every measure: other processes write to it meanwhile
+    now = os.statvfs(tmp_path)
+    monkeypatch.setattr("infra.storage.os.statvfs", lambda path: now)
     free_limit = jetstream_limit(store, reserve=0)
     assert free_limit >= 1000
     assert jetstream_limit(store, reserve=10 * MIB) == free_limit - 10 * MIB

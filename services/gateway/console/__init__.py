@@ -28,7 +28,7 @@ from starlette.types import ASGIApp
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
-from services.gateway.console import render
+from services.gateway.console import render, words
 from services.gateway.console.auth import PREFIX, Csrf, Gate, Refused
 from services.gateway.console.cluster import Cluster
 from services.gateway.principals import Access, Principal, Tokens, principal_of
@@ -63,7 +63,12 @@ class Console:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S") if t else ""
+        env.filters["when"] = words.when
+        env.filters["op_words"] = words.op_words
+        env.filters["mark"] = words.mark
+        env.filters["counted"] = words.counted
+        env.filters["command_link"] = words.command_link
+        env.filters["command_of"] = words.command_of
         env.filters["diff_lines"] = render.unified
         env.filters["filesize"] = lambda n: jinja2.filters.do_filesizeformat(n, binary=True)
         self.templates = Jinja2Templates(env=env)
@@ -153,12 +158,16 @@ class Console:
         self, request: Request, template: str, context: dict[str, Any], status: int = 200
     ) -> Response:
         principal = request.scope.get("state", {}).get("principal")
+        ws: str | None = request.path_params.get("ws")
+        browsed = ws.partition(":")[0] if ws and ":" in ws else None
         base = {
             "prefix": PREFIX,
             "principal": principal,
             "logged_in": self.tokens is not None and principal is not None,
             "csrf": self.csrf.token(request) if principal is not None else "",
-            "ws": request.path_params.get("ws"),
+            "ws": ws,
+            "ws_name": ws.partition(":")[2] if ws and browsed else ws,
+            "tenant": browsed or (principal.tenant if principal is not None else None),
         }
         headers = {"Cache-Control": "no-store", "X-Frame-Options": "DENY"}
         return self.templates.TemplateResponse(

@@ -38,6 +38,7 @@ from services.gateway.console.history import number
 from services.gateway.console.live import (
     FAILED,
     KEEPALIVE,
+    READY,
     Heard,
     follow,
     listening,
@@ -144,10 +145,12 @@ async def output_live(c: Console, request: Request) -> Response:
     nc = ws.client.nc
     subject = ws.client.subjects.execout(ws.tenant, ws.name, command_id)
     template = c.templates.get_template("command_output.html")
+    ws_name = request.path_params["ws"]
 
     async def ended() -> str:
         pages = await kept(ws, command_id)
-        return message("end", template.render(pages=pages, running=False))
+        html = template.render(pages=pages, running=False, prefix=PREFIX, ws=ws_name)
+        return message("end", html)
 
     async def stream() -> AsyncIterator[str]:
         async with listening(nc, subject) as heard:
@@ -158,7 +161,7 @@ async def output_live(c: Console, request: Request) -> Response:
             if pages is not None and pages["stdout"].complete:
                 yield await ended()
                 return
-            yield message("ready", "live")
+            yield message("ready", READY)
             async for msg in heard:
                 if msg is None:
                     yield KEEPALIVE

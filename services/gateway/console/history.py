@@ -226,9 +226,15 @@ async def file_history(c: Console, request: Request) -> Response:
     path = _path(request, "")
     if not path:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "Whose history? (?path=)")
-    page = await ws.history(path, limit=PAGE, before=number(request, "before"))
+    page = await ws.history(path, limit=PAGE, before=number(request, "before"), follow=True)
     older = page.revisions[-1].version if page.truncated and page.revisions else None
-    context = {"path": path, "crumbs": crumbs(path), "page": page, "older": older}
+    context = {
+        "path": path,
+        "crumbs": crumbs(path),
+        "page": page,
+        "older": older,
+        "older_path": page.next_path or path,
+    }
     return c.page(request, "history.html", context)
 
 

@@ -43,6 +43,8 @@ def message(event: str, html: str) -> str:
     return f"event: {event}\n{data}\n\n"
 
 
+READY = "on"
+"""What a page's live state says once it listens (``Live updates: on``)."""
 FAILED = message("failed", "NATS did not confirm the subscription")
 KEEPALIVE = ": keepalive\n\n"
 QUEUE_MAX = 1000
@@ -106,7 +108,7 @@ async def follow(
         if before is not None:
             async for chunk in before():
                 yield chunk
-        yield message("ready", "live")
+        yield message("ready", READY)
         async for msg in heard:
             if msg is None:
                 yield KEEPALIVE

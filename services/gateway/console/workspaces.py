@@ -3,7 +3,8 @@
 sorted, keyset paged, and kept up to date by server-sent events.
 
 Which tenant: the principal's own; a principal that reaches ``anywhere`` (no tokens: loopback
-only) names any tenant (``?tenant=``), and its workspaces link as ``tenant:name``
+only) names any tenant (``?tenant=``; without it, ``/ui/`` opens on the one tenant that has
+workspaces, or lists them to pick one: ``tenants.py``), and its workspaces link as ``tenant:name``
 (``Console.workspace``). Sorted by name, a page is one ``qry.workspaces`` page after the last
 name shown. Sorted by anything else (version, files, size, last change), up to ``SORT_MAX``
 workspaces are read and sorted, and the next page starts after the last ``(key, name)`` shown
@@ -30,6 +31,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import WorkspaceUpdated
 from contracts.subjects import check_id
 from quill.client import Workspace
+from services.gateway.console import tenants
 from services.gateway.console.auth import PREFIX
 from services.gateway.console.live import Heard, follow, message, sse
 from services.gateway.principals import Principal
@@ -68,9 +70,10 @@ class Query:
     """The last row of the previous page: its name, or ``key|name`` when not sorted by name."""
 
     @classmethod
-    def of(cls, principal: Principal, request: Request) -> Query:
+    def of(cls, principal: Principal, request: Request, tenant: str | None = None) -> Query:
+        """The page's query (``tenant``: the one to show when the URL names none)."""
         q = request.query_params
-        tenant = principal.tenant
+        tenant = tenant or principal.tenant
         if principal.anywhere and q.get("tenant", "").strip():
             tenant = check_id("tenant", q.get("tenant", "").strip())
         prefix = q.get("prefix", "").strip()[:64]
@@ -141,12 +144,20 @@ def _is_number(text: str) -> bool:
 
 def _context(principal: Principal, q: Query, found: Listing) -> dict[str, Any]:
     sorts = {"sorts": list(SORTS), "sort_max": SORT_MAX}
-    return {"q": q, "found": found, "anywhere": principal.anywhere} | sorts
+    return {"q": q, "found": found, "anywhere": principal.anywhere, "tenant": q.tenant} | sorts
 
 
 async def page(c: Console, request: Request) -> Response:
     principal = c.principal(request)
-    q = Query.of(principal, request)
+    only = None
+    if principal.anywhere and not request.query_params.get("tenant", "").strip():
+        quill = c.access.quill
+        known = await tenants.with_workspaces(quill.nc, quill.subjects, principal.name)
+        if known is not None and len(known) > 1:  # which one? (tenants.py)
+            context = {"tenants": known, "tenant": None, "shown_max": tenants.SHOWN_MAX}
+            return c.page(request, "tenants.html", context)
+        only = known[0].name if known else None  # the one tenant with workspaces
+    q = Query.of(principal, request, only)
     found = await read(c, principal, q)
     return c.page(request, "workspaces.html", _context(principal, q, found))
 

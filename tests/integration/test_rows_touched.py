@@ -1,0 +1,273 @@
+"""What an operation touches does not grow with what a workspace has accumulated (issue 29).
+
+Counted, not timed: the SQLite virtual machine's steps (about a dozen a row visited) on every
+connection of the writer's and the reader's projection (``Store.count_steps``), from the
+request to the moment both projections have applied its event, through the real writer and
+reader on a real nats-server and the SDK (the reader's trigram indexer stopped: its upkeep is
+a content's, and FTS5 merges segments every so many transactions, whatever the history).
+
+* History: two workspaces of the same 500 files, one of 1,000 events and one of 20,000
+  (their logs synthesised as ``bench depth --fast`` does, then loaded by the services as any
+  log): a write (with and without ``Ws-Request-Id``), an edit, a read, a stat, a listing, a
+  page of a path's history (followed or not), a diff of the last 10 versions, ``info``, a
+  page of events, and a writer's restart then first write cost the same at both.
+* Tree: two workspaces of 1,000 and 20,000 files (committed through the writer, 1,000 a
+  command) and the same 100-file directory: a write, an edit, a read, a stat, a listing
+  of that directory, a page of history, ``info`` and a page of events cost the same at both.
+
+"The same": at most ``FACTOR`` times and ``SLACK`` steps more. Every statement run while
+counting is explained afterwards against the projection it ran on, under the rules of the
+plan tests (tests/integration/plans.py): a query written anywhere cannot escape them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client as NATS
+
+from bench import size
+from contracts.limits import LimitsPatch
+from contracts.requests import PutChange
+from contracts.subjects import STREAM_EVENTS
+from infra.store import Steps, Store
+from quill.client import Quill, Workspace
+from services.reader.app import Reader
+from services.writer import workspace
+from services.writer.app import Writer
+from tests.helpers import start_reader, start_writer
+from tests.integration.plans import faults, plan, statements
+
+FACTOR = 1.2
+SLACK = 400
+"""Steps an operation may take beyond ``FACTOR`` times the small workspace's (a row is about
+a dozen; a deeper B-tree costs none: a seek is one step however deep)."""
+PATHS = 500
+TENANT = "rows"
+
+
+@dataclass
+class Stack:
+    """The services, the writer restartable."""
+
+    url: str
+    tmp: Path
+    nc: NATS
+    reader: Reader
+    exits: AsyncExitStack
+    writer: Writer | None = None
+    _writer_exit: AsyncExitStack | None = None
+    seen: dict[str, list[str]] = field(default_factory=lambda: {"writer": [], "reader": []})
+    last: list[str] = field(default_factory=list)
+    """The writer's statements of the last operation counted."""
+
+    async def start_writer(self) -> Writer:
+        if self._writer_exit is not None:
+            await self._writer_exit.aclose()
+        self._writer_exit = AsyncExitStack()
+        self.writer = await start_writer(self._writer_exit, self.url, self.tmp / "writer")
+        return self.writer
+
+    async def close(self) -> None:
+        if self._writer_exit is not None:
+            await self._writer_exit.aclose()
+        await self.exits.aclose()
+
+    def stores(self) -> dict[str, Store]:
+        assert self.writer is not None
+        return {"writer": self.writer.store, "reader": self.reader.store}
+
+    async def settled(self) -> None:
+        """Nothing is left to do: the writer's projection holds all it committed, the reader
+        has applied the whole log (conditions on state, polled; nothing here runs SQL)."""
+        assert self.writer is not None
+        async with asyncio.timeout(60):
+            await self.writer.deps.appender.applied()
+            last = (await self.nc.jetstream().stream_info(STREAM_EVENTS)).state.last_seq
+            while self.reader.follower.position < last:
+                await asyncio.sleep(0.005)
+
+    async def steps(self, ws: Workspace, op: Callable[[], Awaitable[object]]) -> int:
+        """The steps ``op`` and what it set off took, on both projections."""
+        await self.settled()
+        counts = {role: Steps() for role in ("writer", "reader")}
+        for role, store in self.stores().items():
+            await store.count_steps(counts[role])
+        try:
+            await op()
+            await self.settled()
+        finally:
+            for store in self.stores().values():
+                await store.count_steps(None)
+        for role, count in counts.items():
+            self.seen[role] += count.statements
+        self.last = counts["writer"].statements
+        return sum(count.total for count in counts.values())
+
+    def explained(self) -> dict[str, list[str]]:
+        """What the plans of the statements run while counting read more than meant."""
+        found: dict[str, list[str]] = {}
+        for role, store in self.stores().items():
+            db = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True)
+            try:
+                for text in statements(self.seen[role]).values():
+                    wrong = faults(text, plan(db, text))
+                    if wrong:
+                        found[f"{role}: {text[:300]}"] = wrong
+            finally:
+                db.close()
+        return found
+
+
+@pytest_asyncio.fixture
+async def client(nats_url: str) -> AsyncIterator[Quill]:
+    quill = await Quill.connect(nats_url, actor="rows", timeout=60)  # a catch-up may be slow
+    yield quill
+    await quill.close()
+
+
+@pytest_asyncio.fixture
+async def stack(nats_url: str, nc: NATS, tmp_path: Path) -> AsyncIterator[Stack]:
+    exits = AsyncExitStack()
+    reader = await start_reader(exits, nats_url, tmp_path / "reader")
+    # the trigram index's upkeep is left out: FTS5 merges its segments every so many
+    # transactions, whatever the history (a content's indexing is its own cost)
+    await reader.indexer.stop()
+    services = Stack(nats_url, tmp_path, nc, reader, exits)
+    await services.start_writer()
+    yield services
+    await services.close()
+
+
+async def history_workspace(stack: Stack, quill: Quill, events: int) -> Workspace:
+    """``rows/e<events>``: 500 files written round robin (a synthesised log), loaded by the
+    writer (its first command catches up) and the reader."""
+    name = f"e{events}"
+    await size.build(stack.nc, PATHS, events, name=f"{TENANT}/{name}", max_versions=None)
+    ws = quill.workspace(f"{TENANT}/{name}")
+    await ws.write("rows/e.txt", f"mark 0 {name}\n")  # the writer catches up, the reader too
+    await ws.write("rows/w.txt", "0\n")
+    return ws
+
+
+async def tree_workspace(quill: Quill, files: int) -> Workspace:
+    """``rows/f<files>``: ``files`` files in ``pkgNN/subM/`` and ``fixed/`` (100 files),
+    committed through the writer 1,000 a command."""
+    ws = quill.workspace(f"{TENANT}/f{files}")
+    await ws.create(limits=LimitsPatch(max_files=2 * files + 1_000))
+    await ws.apply([PutChange(path=f"fixed/x{n:03}.py", content=f"x = {n}\n") for n in range(100)])
+    for start in range(0, files, 1_000):
+        puts = [
+            PutChange(path=f"pkg{n % 100:02}/sub{n // 100 % 10}/m{n:06}.py", content=f"v = {n}\n")
+            for n in range(start, min(files, start + 1_000))
+        ]
+        await ws.apply(puts)
+    await ws.write("rows/e.txt", f"mark 0 {ws.name}\n")
+    await ws.write("rows/w.txt", "0\n")
+    return ws
+
+
+def operations(
+    stack: Stack, ws: Workspace, history: bool
+) -> dict[str, Callable[[], Awaitable[object]]]:
+    """The operations whose answer is the same at both sizes, each a first call (no cache
+    of the reader or the writer answers it from memory), each writing contents of its own
+    (a content written before is neither stored nor indexed again)."""
+    subject = size.SUBJECTS.cmd(ws.tenant, ws.name, "write")
+    some = [size.path_of(n) if history else f"fixed/x{n:03}.py" for n in (7, 8, 9)]
+
+    async def bare_write() -> None:  # no Ws-Request-Id: the writer makes one
+        body = json.dumps({"path": "rows/bare.txt", "content": f"bare {ws.name}\n"}).encode()
+        reply = json.loads((await stack.nc.request(subject, body, timeout=60)).data)
+        assert reply["ok"], reply
+        ws.last_version = reply["version"]
+
+    last = ws.last_version
+    ops: dict[str, Callable[[], Awaitable[object]]] = {
+        "write": lambda: ws.write("rows/w.txt", f"1 {ws.name}\n"),
+        "write without Ws-Request-Id": bare_write,
+        "edit": lambda: ws.edit("rows/e.txt", "mark 0", "mark 1"),
+        "read": lambda: ws.read(some[0]),
+        "stat": lambda: ws.stat(some[1]),
+        "list": lambda: ws.list(some[2].rsplit("/", 1)[0]),
+        "history of a path (a page of 2)": lambda: ws.history(some[0], limit=2),
+        "followed history of a path": lambda: ws.history(some[0], limit=2, follow=True),
+        "info": lambda: ws.info(),
+        "a page of events": lambda: ws.events(after=max(0, last - 4), limit=3),
+    }
+    if history:  # both trees are the same: so is what changed in their last 10 versions
+        ops["diff of the last 10 versions"] = lambda: ws.diff(last - 10, last)
+    return ops
+
+
+async def restart_then_write(stack: Stack, ws: Workspace) -> int:
+    """A restarted writer's first write (it loads the workspace from its projection)."""
+    await stack.settled()
+    await stack.start_writer()
+    return await stack.steps(ws, lambda: ws.write("rows/c.txt", f"cold {ws.name}\n"))
+
+
+def over(counts: dict[str, tuple[int, int]]) -> list[str]:
+    return [
+        f"{op}: {small} -> {large} steps"
+        for op, (small, large) in counts.items()
+        if large > FACTOR * small + SLACK
+    ]
+
+
+async def flat(stack: Stack, quill: Quill, small: int, large: int) -> None:
+    """Every operation costs the same on a workspace of ``large`` events as of ``small``,
+    and on one of ``large`` files as of ``small``."""
+    counts: dict[str, tuple[int, int]] = {}
+    for kind, build in (
+        ("events", lambda n: history_workspace(stack, quill, n)),
+        ("files", lambda n: tree_workspace(quill, n)),
+    ):
+        workspaces = [await build(n) for n in (small, large)]
+        measured = [
+            {
+                op: await stack.steps(ws, run)
+                for op, run in operations(stack, ws, kind == "events").items()
+            }
+            for ws in workspaces
+        ]
+        for op in measured[0]:
+            counts[f"{op} ({kind})"] = (measured[0][op], measured[1][op])
+        if kind == "events":
+            cold = [await restart_then_write(stack, ws) for ws in workspaces]
+            counts["writer restart, then the first write (events)"] = (cold[0], cold[1])
+    print("\n".join(f"{op:<48}{a:>10}{b:>10}" for op, (a, b) in counts.items()))
+    assert not over(counts), over(counts)
+    assert not stack.explained(), stack.explained()
+
+
+@pytest.mark.timeout(300)
+async def test_operations_touch_the_same_rows_at_1k_and_20k(stack: Stack, client: Quill) -> None:
+    await flat(stack, client, 1_000, 20_000)
+
+
+async def test_a_request_id_the_writer_made_is_not_looked_up(
+    stack: Stack, client: Quill, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the results a workspace keeps in memory, a request the client named may be a
+    retry: its id is looked up in the projection (one seek of ``events_request``). One
+    without ``Ws-Request-Id`` gets an id the writer makes: no earlier request had it, and
+    nothing is looked up."""
+    monkeypatch.setattr(workspace, "WRITER_RECENT_RESULTS", 3)
+    ws = client.workspace(f"{TENANT}/ids")
+    await ws.create()
+    for n in range(5):
+        await ws.write("f.txt", f"{n}\n")
+    looked_up = "FROM events INDEXED BY events_request"
+    await stack.steps(ws, lambda: ws.write("f.txt", "named\n"))
+    assert [t for t in stack.last if looked_up in t]
+    await stack.steps(ws, operations(stack, ws, history=False)["write without Ws-Request-Id"])
+    assert stack.last and not [t for t in stack.last if looked_up in t]
