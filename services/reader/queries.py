@@ -278,7 +278,7 @@ class Queries:
         entries = [
             rp.TreeItem(
                 path=n.path,
-                kind=_kind(n),
+                kind=history.kind_of(n),
                 sha256=n.sha256,
                 size=n.size,
                 executable=n.executable,
