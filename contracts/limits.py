@@ -29,6 +29,9 @@ DEFAULT_EXCLUSIONS: tuple[str, ...] = (
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 """The NATS ``max_payload`` Quill's embedded server runs with (requests, replies, events)."""
 
+TREE_PAGE_BYTES = 2 * 1024 * 1024
+"""Content bytes one page of ``qry.tree`` carries at most (the page ends sooner)."""
+
 PREVIEW_MAX_BYTES = 32 * 1024
 """The longest diff an approval request shows of the change it would make (cut past it)."""
 

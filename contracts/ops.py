@@ -411,6 +411,15 @@ _ALL: tuple[OpSpec, ...] = (
         (),
         {"after": 0, "limit": 2},
     ),
+    _qry(
+        "tree",
+        rq.TreeQuery,
+        rp.TreePage,
+        "The whole tree as of a version, a page at a time by path, with its files' contents "
+        "(what an executor builds a checkout from).",
+        (),
+        {"limit": 2},
+    ),
     OpSpec(
         "qry",
         "workspaces",

@@ -437,6 +437,70 @@ class EventPage(Result, frozen=True, kw_only=True):
     has_more: bool
 
 
+class TreeItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A file or directory of ``qry.tree``."""
+
+    path: str
+    kind: Kind
+    sha256: str | None = None
+    size: int = 0
+    executable: bool = False
+    file_version: int | None = None
+    blob: bool = False
+    """Its content is not in the page's ``contents``: it is in WS_BLOBS (by ``sha256``)."""
+
+
+class TreeLock(msgspec.Struct, frozen=True, kw_only=True):
+    holder: str
+    """The session holding the workspace's lock."""
+    expires: datetime
+
+
+class TreeArchive(msgspec.Struct, frozen=True, kw_only=True):
+    since: datetime
+    by: str | None = None
+    reason: str | None = None
+
+
+class TreeUncommitted(msgspec.Struct, frozen=True, kw_only=True):
+    """A path a command left uncommitted, as the log records it."""
+
+    path: str
+    reason: str
+    by_command: str
+    version: int
+
+
+class TreeHead(msgspec.Struct, frozen=True, kw_only=True):
+    """What the workspace is as of the tree's version, besides its files (``qry.tree``'s
+    first page)."""
+
+    version: int
+    seq: int
+    """The log position (``WS_EVENTS`` stream sequence) of the event that made ``version``."""
+    tree_hash: str
+    """The tree hash that event carries (``contracts.hashing``): the pages' entries sum to it."""
+    trust: str
+    commands: bool
+    """``restricted``: whether commands are offered."""
+    limits: Limits
+    floor: int
+    """The oldest version whose whole tree is kept (compaction)."""
+    lock: TreeLock | None = None
+    archived: TreeArchive | None = None
+    uncommitted: list[TreeUncommitted] = []
+
+
+class TreePage(Result, frozen=True, kw_only=True):
+    head: TreeHead | None = None
+    """On the first page (no ``after``)."""
+    entries: list[TreeItem]
+    contents: dict[str, bytes]
+    """The contents of the page's files, by sha256 (each once)."""
+    next: str | None = None
+    """Pass as ``after`` (with the same ``version``) for the next page; null on the last."""
+
+
 # ---------------------------------------------------------------- runs, locks, trust
 
 

@@ -407,6 +407,20 @@ class EventsQuery(Query, frozen=True, kw_only=True):
     """Most events to return."""
 
 
+class TreeQuery(Query, frozen=True, kw_only=True):
+    """Every entry of the tree as of a version, by path, a page at a time, with the contents
+    of the page's files that the replica holds: what a checkout is built from without
+    replaying the log (an executor's first command on a workspace)."""
+
+    after: Annotated[str, Meta(min_length=1, max_length=8192)] | None = None
+    """The ``next`` of the previous page: continue after that path."""
+    limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
+    """Most entries per page (fewer when their contents reach ``TREE_PAGE_BYTES``)."""
+    contents: bool = True
+    """Include the contents of the page's files that the replica holds (the others are in
+    WS_BLOBS: ``TreeItem.blob``)."""
+
+
 # ---------------------------------------------------------------- runs, locks, trust
 
 RunId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]

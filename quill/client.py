@@ -1202,6 +1202,19 @@ class Workspace:
         body = rq.EventsQuery(after=after, limit=limit)
         return await self._qry(body)
 
+    async def tree(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = 1000,
+        contents: bool = True,
+        version: int | None = None,
+    ) -> rp.TreePage:
+        """One page of the whole tree as of ``version`` (default: the replica's latest, which
+        the first page's ``head`` names: pass it as ``version`` with ``after`` for the rest)."""
+        body = rq.TreeQuery(after=after, limit=limit, contents=contents, version=version)
+        return await self._qry(body)
+
     # ------------------------------------------------------------------ streams
     async def watch(self, *, wait: bool = False) -> AsyncIterator[WorkspaceUpdated]:
         """``workspace.updated`` notifications, as they are published.

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import secrets
+import signal
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from tests.core.build import T0, LogBuilder
 
 __all__ = [
     "T0",
+    "Gate",
     "LogBuilder",
     "answers",
     "services_see",
@@ -114,3 +118,39 @@ async def services_see(
                 if json.loads(pong.data)["local_workspaces"] == claims:
                     break
                 await asyncio.sleep(0.01)  # polling a ping: nothing to wait on instead
+
+
+class Gate:
+    """What lets a running command go on, whatever its sandbox: the command waits in a
+    ``sleep`` of its own (``wait``, a shell snippet), which ``open`` ends. A file the test makes
+    in the checkout would not do: a command over an overlay does not see its tree change
+    (``infra.exec.layers``)."""
+
+    def __init__(self) -> None:
+        self.arg = f"86400.{secrets.randbelow(10**9):09d}"
+        self.wait = f"sleep {self.arg} || :"
+
+    def waiting(self) -> list[int]:
+        """The pids of the sleeps the command waits in."""
+        wanted = b"sleep\0" + self.arg.encode() + b"\0"
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/cmdline", "rb") as f:
+                        if f.read() == wanted:
+                            found.append(int(name))
+                except OSError:
+                    continue
+        return found
+
+    async def open(self, timeout: float = 30.0) -> None:
+        """End the command's wait, once it waits (polling /proc: nothing to wait on)."""
+        async with asyncio.timeout(timeout):
+            while not (pids := self.waiting()):
+                await asyncio.sleep(0.02)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue

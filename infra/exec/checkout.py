@@ -1,18 +1,22 @@
-"""A workspace's checkout on the executor's disk: materialised from the log, and the capture of
-what a command changed in it.
+"""A workspace's checkout on the executor's disk: built and kept up to date from the log, and
+what a command changed in it captured.
 
 Layout, under ``<data>/checkouts/<tenant>/<workspace>/``::
 
     tree/          the files as of ``version`` (plus what the ignore patterns keep local)
     manifest.bin   what ``tree/`` holds from the log: per path its sha256, mode and the stat
-                   signature it had when last seen, so that capture hashes only what changed
+    manifest.log   signature it had when last seen, so that capture hashes only what changed
+                   (``infra.exec.manifest``: the whole, and what changed since)
     dirty          exists while ``tree/`` is being changed; found on open, the checkout is
                    rebuilt from the log (a crash mid-command leaves no half state behind)
 
-``sync`` applies the workspace's events after ``version`` (never copies the workspace);
-``capture`` walks ``tree/`` after a command and lists the changes to commit; ``committed``
-folds the outcome back into the manifest. Capture never follows a symlink and never descends
-into an ignored directory that holds nothing from the log.
+``sync`` applies the workspace's events after ``version`` (never copies the workspace); a new
+checkout is first built from a reader's tree at a version, checked against the log
+(``infra.exec.seed``), so that it costs the files at that version, not every revision ever
+made. ``merge`` moves what a command wrote over its overlay into ``tree/``
+(``infra.exec.layers``); ``capture`` lists the changes to commit, at the paths the merge
+touched, or walking ``tree/`` when the command changed it in place (``infra.exec.capture``);
+``committed`` folds the outcome back into the manifest.
 
 ``tree/`` is the sandboxed command's to change: every name in it may be a link, a hard link or
 swapped for one between two looks. Nothing here resolves a name in it on the host: each file
@@ -20,10 +24,10 @@ operation goes through ``infra.safefs`` (relative to directory descriptors opene
 one name at a time without following links, new files at unpredictable names, checked after
 the open), so the executor never reads, writes, chmods or walks outside ``tree/``.
 
-Why one module of ~650 lines: sync and capture are two halves of one invariant (the manifest
-says what ``tree/`` holds from the log, and capture trusts it to hash only what changed), and
-both walk the same hostile tree through the same ``safefs`` handles; split, each half would
-need the other's private view of the manifest.
+Why one module of ~700 lines: sync, the first build and the merge are the ways ``tree/``
+changes under the manifest's invariant (it says what ``tree/`` holds from the log, and capture
+trusts it to hash only what changed), all through the same ``safefs`` handles; what stands
+alone (the manifest's storage, capture, the merge, the first build's checks) is apart.
 """
 
 from __future__ import annotations
@@ -31,17 +35,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import stat
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
 import msgspec
 from nats.js import JetStreamContext
 
+from contracts import hashing
+from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import QuillError
 from contracts.events import (
@@ -60,113 +66,42 @@ from contracts.events import (
     WorkspacePurged,
     WorkspaceUnarchived,
 )
-from contracts.limits import DEFAULT_EXCLUSIONS, DEFAULT_LIMITS, Limits
-from contracts.paths import MAX_PATH_BYTES, ancestors, check_name, printable
+from contracts.limits import DEFAULT_EXCLUSIONS, Limits
+from contracts.paths import ancestors
 from contracts.subjects import Subjects
 from contracts.uncommitted import Recorded, fold_uncommitted
 from core.globs import Globs
 from infra import log as eventlog
 from infra.blobs import Blobs
 from infra.compaction import decode_manifest
+from infra.exec import capture as capturing
+from infra.exec import layers, seed
+from infra.exec.capture import IGNORE_FILE, Captured, file_sig
+from infra.exec.manifest import LOG, WHOLE, Changes, Manifest, Store, Tracked, watched
+from infra.exec.sandbox import overlay
 from infra.exec.trash import Trash
-from infra.safefs import Dir, Owner, parent_of, remove_tree, walk
+from infra.safefs import Dir, Owner, parent_of, remove_tree
 
 log = logging.getLogger("quill.executor")
 
-IGNORE_FILE = ".quillignore"
-"""A workspace file of more ignore patterns (one glob a line, ``#`` comments; a pattern
-without ``/`` matches a name at any depth, as in ``.gitignore``)."""
 DEFAULT_IGNORE: tuple[str, ...] = tuple(p for p in DEFAULT_EXCLUSIONS if p != "**/.git/**")
 """WAP's default exclusions, except ``.git``: git state is versioned like any file."""
 IGNORE_FILE_BYTES = 1024 * 1024
 """The most of ``.quillignore`` read."""
 
-Fetch = Callable[[str, int], Awaitable[bytes]]
-"""A file's content as of a version, from a reader: ``fetch(path, version)``."""
+Fetch = seed.Fetch
 
-Sig = tuple[int, int, int, int]
-"""(size, mtime_ns, ctime_ns, inode): a file is re-read when any of them differs."""
+COUNTS: Counter[str] = Counter()
+"""Events applied from the log (``events``), checkouts built from a reader's tree
+(``seeded``) and replayed from the log instead (``replayed``), by this process (the
+executor's ping shows them)."""
 
-
-class Tracked(msgspec.Struct, array_like=True, frozen=True):
-    """A path the checkout holds from the log."""
-
-    sha256: str | None
-    """None for a directory."""
-    executable: bool = False
-    sig: Sig | None = None
+_generations = itertools.count(1)
+"""Every change of any checkout's tree takes the next number (``Checkout.generation``)."""
 
 
-class Manifest(msgspec.Struct, kw_only=True):
-    version: int = 0
-    seq: int = 0
-    limits: Limits = DEFAULT_LIMITS
-    trust: str = "full"
-    commands: bool = False
-    """``restricted``: whether commands are offered."""
-    floor: int = 0
-    """The oldest version compaction kept whole (``history_compacted``)."""
-    paths: dict[str, Tracked] = msgspec.field(default_factory=dict)
-    local: dict[str, Sig] = msgspec.field(default_factory=dict)
-    """Files left uncommitted (skipped), as last reported: not reported again unless changed."""
-    ignored: list[str] = msgspec.field(default_factory=list)
-    """Ignored paths seen at the top of an ignored subtree (reported when new)."""
-    lock: tuple[str, datetime] | None = None
-    """The workspace lock as of ``version``: (holder session, expires); a command of another
-    session is refused before it runs, as the writer would refuse its changes."""
-    uncommitted: dict[str, Recorded] = msgspec.field(default_factory=dict)
-    """The paths the log records as left uncommitted as of ``version`` (a command whose set
-    differs records its own, even when it changed nothing)."""
-    archived: tuple[datetime, str | None, str | None] | None = None
-    """While the workspace is archived: (since, by, reason); commands are refused before
-    they run, as the writer would refuse their changes."""
-
-
-_encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Manifest)
-
-
-@dataclass
-class Captured:
-    """What a command changed, as an ``apply`` change set, and what was left out."""
-
-    changes: list[rq.ApplyItem] = field(default_factory=list)
-    kinds: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Per changed path: (``created``/``modified``/``deleted``, ``file``/``directory``)."""
-    contents: dict[str, bytes] = field(default_factory=dict)
-    """Per put path: the content (kept out of ``changes`` until the executor packs them)."""
-    sigs: dict[str, tuple[str, bool, Sig]] = field(default_factory=dict)
-    """Per put path: (sha256, executable, stat signature) to record once committed."""
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    """Paths not committed that are new or changed since last reported: (path, reason)."""
-    present: list[tuple[str, str]] = field(default_factory=list)
-    """Every path not committed that the tree holds now (reported or not): (path, reason)."""
-    ignored: list[str] = field(default_factory=list)
-    local: dict[str, Sig] = field(default_factory=dict)
-    seen_ignored: list[str] = field(default_factory=list)
-
-
-def size_text(size: int) -> str:
-    """``512 bytes``, ``4 MiB``, ``10.5 MiB``: a size as the reasons say it."""
-    if size < 1024:
-        return f"{size} bytes"
-    value, units = size / 1024, ["KiB", "MiB", "GiB", "TiB"]
-    while value >= 1024 and len(units) > 1:
-        value, units = value / 1024, units[1:]
-    return f"{value:.1f}".removesuffix(".0") + f" {units[0]}"
-
-
-def file_sig(st: os.stat_result) -> Sig:
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-
-
-def invalid(rel: str) -> str | None:
-    """Why the last name of ``rel``, a path found in the tree (its parents already checked),
-    breaks the workspace path rule (``contracts.paths``), or None."""
-    why = check_name(rel.rpartition("/")[2])
-    if why is None and len(rel.encode()) > MAX_PATH_BYTES:
-        why = f"path longer than {MAX_PATH_BYTES} bytes"
-    return why
+def _under(path: str, top: str, prefix: str) -> bool:
+    return path == top or path.startswith(prefix)
 
 
 def _scrub(event: object) -> bool:
@@ -189,19 +124,27 @@ class Checkout:
         *,
         owner: Owner | None = None,
         trash: Trash | None = None,
+        tree: seed.Tree | None = None,
     ) -> None:
         """``owner``: who ``tree/`` and everything the checkout writes into it belongs to (the
         sandboxed command's host uid, ``Provider.owner``; None: the executor's own);
-        ``trash``: where a wiped checkout goes (None: removed in place)."""
+        ``trash``: where a wiped checkout goes (None: removed in place); ``tree``: a reader's
+        ``qry.tree``, to build a new checkout from (``infra.exec.seed``; None: from the log)."""
         self.home = home
         self.owner, self.trash = owner, trash
         self._fetch = fetch
+        self._tree = tree
         self.tree = home / "tree"
         self.tenant, self.workspace = tenant, workspace
         self._js, self._subject = js, subjects.evt(tenant, workspace)
         self._blobs = blobs.of(tenant, workspace)
         self._manifest_blobs = Blobs(js).of(tenant, workspace)
-        self.manifest = Manifest()
+        self.manifest = watched(Manifest())
+        self.store = Store(home)
+        self.generation = next(_generations)
+        """Changes with every change the executor makes to ``tree/`` (a sync that wrote, a
+        merge, a rebuild): a sandbox whose overlay was mounted over another generation is
+        not used (``Spawn.overlay``)."""
 
     @property
     def version(self) -> int:
@@ -214,7 +157,7 @@ class Checkout:
     # ------------------------------------------------------------------ lifetime
     def open(self) -> None:
         """Load the manifest; a checkout left dirty (or without one) starts over empty."""
-        path = self.home / "manifest.bin"
+        path = self.home / WHOLE
         if (self.home / "dirty").exists() or not path.exists():
             self._wipe()
             return
@@ -223,7 +166,7 @@ class Checkout:
             self._wipe()
             return
         try:
-            self.manifest = _decoder.decode(path.read_bytes())
+            self.manifest = self.store.load()
         except (msgspec.DecodeError, OSError) as exc:
             log.warning("checkout %s/%s: unreadable manifest (%s): rebuilding", *self._name, exc)
             self._wipe()
@@ -247,7 +190,9 @@ class Checkout:
         the command made it."""
         self._discard(self.home)
         self._new_tree()
-        self.manifest = Manifest()
+        self.manifest = watched(Manifest(present_known=True))
+        self.store.rewrite = True
+        self.changed()
         self.save()
 
     def _discard(self, path: Path) -> None:
@@ -267,12 +212,25 @@ class Checkout:
         """Mark ``tree/`` as being changed (cleared by ``save``)."""
         (self.home / "dirty").touch()
 
+    def changed(self) -> None:
+        """``tree/`` was changed: a new ``generation``."""
+        self.generation = next(_generations)
+
     def save(self) -> None:
-        """Write the manifest (atomically), then clear the dirty mark."""
-        tmp = self.home / "manifest.tmp"
-        tmp.write_bytes(_encoder.encode(self.manifest))
-        os.replace(tmp, self.home / "manifest.bin")
+        """Write what changed in the manifest (``infra.exec.manifest``), then clear the dirty
+        mark."""
+        self.store.save(self.manifest)
         (self.home / "dirty").unlink(missing_ok=True)
+
+    def own_files(self) -> tuple[int, int]:
+        """(bytes, entries) of the checkout's own files beside ``tree/`` (the manifest's),
+        as the quota counts them."""
+        total = entries = 0
+        for name in (WHOLE, LOG, "dirty", "manifest.tmp"):
+            with contextlib.suppress(OSError):
+                total += layers.file_bytes((self.home / name).lstat())
+                entries += 1
+        return total, entries
 
     def reset(self) -> None:
         """Forget everything: the next ``sync`` materialises the workspace afresh."""
@@ -291,9 +249,12 @@ class Checkout:
         if last <= self.manifest.seq:
             return
         self.begin()
+        if self.manifest.seq == 0 and self._tree is not None:
+            await self._seed(upto_version)  # the files at a version, not every revision
         # A chunk of the log at a time: an uncompacted log of a million events materialises
         # in bounded memory.
         async for events in eventlog.chunks(self._js, self._subject, self.manifest.seq, last):
+            COUNTS["events"] += len(events)
             scrubs = [i for i, e in enumerate(events) if _scrub(e.event)]
             if scrubs:  # quill scrub rewrote the log: its (last) scrub event rebuilds the tree
                 events = events[scrubs[-1] :]
@@ -347,6 +308,70 @@ class Checkout:
             break  # at upto_version
         await asyncio.to_thread(self.save)
 
+    async def _seed(self, upto: int | None) -> None:
+        """Build the new checkout from a reader's tree as of ``upto`` (default: the reader's
+        latest version), checked against the log (``infra.exec.seed``); if it cannot be, it
+        stays empty, to be replayed from the log."""
+        assert self._tree is not None
+        try:
+            await self._build(self._tree, upto)
+            COUNTS["seeded"] += 1
+        except Exception as exc:
+            COUNTS["replayed"] += 1
+            how = log.warning if isinstance(exc, seed.Mismatch) else log.info
+            how(
+                "checkout %s/%s: replayed from the log, not built from a reader: %s",
+                *self._name,
+                exc,
+            )
+            await asyncio.to_thread(self._wipe)
+            self.begin()
+
+    async def _build(self, tree: seed.Tree, upto: int | None) -> None:
+        page = await tree(None, upto)
+        head = page.head
+        if head is None or (upto is not None and head.version != upto):
+            raise seed.Mismatch(f"the reader answered no head as of version {upto}")
+        total, version = 0, head.version
+        coming: asyncio.Future[rp.TreePage] | None = None
+        try:
+            while True:
+                if page.next is not None:  # the next page comes while this one is written
+                    coming = asyncio.ensure_future(tree(page.next, version))
+                for item in page.entries:
+                    total = hashing.tree_add(total, seed.digest(item))
+                for group in seed.groups(page.entries, page.contents):
+                    contents = await seed.contents_of(
+                        group, page.contents, self._blobs, self._fetch, version
+                    )
+                    await asyncio.to_thread(self._write_items, group, contents)
+                if coming is None:
+                    break
+                page, coming = await coming, None
+        finally:
+            if coming is not None:
+                coming.cancel()
+        if hashing.tree_hex(total) != head.tree_hash:
+            raise seed.Mismatch(f"the tree at v{version} does not sum to {head.tree_hash}")
+        found = await eventlog.read(self._js, self._subject, head.seq - 1, head.seq)
+        event = found[0].event if len(found) == 1 else None
+        if event is None or (event.version, event.tree_hash) != (version, head.tree_hash):
+            raise seed.Mismatch(f"the log's event at {head.seq} is not v{version}'s")
+        m = self.manifest
+        m.version, m.seq, m.floor = version, head.seq, head.floor
+        m.limits, m.trust, m.commands = head.limits, head.trust, head.commands
+        m.lock = None if head.lock is None else (head.lock.holder, head.lock.expires)
+        a = head.archived
+        m.archived = None if a is None else (a.since, a.by, a.reason)
+        m.uncommitted = {
+            u.path: Recorded(u.reason, u.by_command, u.version) for u in head.uncommitted
+        }
+
+    def _write_items(self, items: list[rp.TreeItem], contents: dict[str, bytes]) -> None:
+        with self._root() as root:
+            for change in seed.changes(items):
+                self._apply(root, change, contents)
+
     async def _rebuild(self, event: HistoryCompacted, at: int) -> None:
         """Materialise the tree as of ``at`` from a compaction's manifest (every content it
         names is in WS_BLOBS), in place of what the checkout held: a group of rows at a time
@@ -398,7 +423,11 @@ class Checkout:
         if fresh:
             self._discard(self.tree)
             self._new_tree()
-            self.manifest.paths, self.manifest.local, self.manifest.ignored = {}, {}, []
+            manifest = self.manifest
+            manifest.paths, manifest.local, manifest.present = Changes(), Changes(), Changes()
+            manifest.ignored, manifest.present_known = [], True
+            self.store.rewrite = True
+            self.changed()
         with self._root() as root:
             for row in sorted(live, key=lambda r: str(r[0])):  # parents before children
                 self._materialise_row(root, row, contents)
@@ -430,19 +459,22 @@ class Checkout:
         if not wanted:
             return {}
         held = {t.sha256: p for p, t in self.manifest.paths.items() if t.sha256 in wanted}
-        contents: dict[str, bytes] = {}
-        for sha, change in wanted.items():
+        gate = asyncio.Semaphore(seed.AT_ONCE)  # many at once, never one after the other
+
+        async def get(sha: str, change: PutFile) -> tuple[str, bytes]:
             path = held.get(sha)
             data = None if path is None else await asyncio.to_thread(self._held, path, sha)
-            if data is not None:
-                contents[sha] = data
-            elif change.blob:
-                contents[sha] = await self._blobs.get(sha)
-            else:
-                contents[sha] = await self._fetch(change.path, event.version)
-            if hashlib.sha256(contents[sha]).hexdigest() != sha:
+            if data is None:
+                async with gate:
+                    if change.blob:
+                        data = await self._blobs.get(sha)
+                    else:
+                        data = await self._fetch(change.path, event.version)
+            if hashlib.sha256(data).hexdigest() != sha:
                 raise RuntimeError(f"content of {change.path} at v{event.version} is not {sha}")
-        return contents
+            return sha, data
+
+        return dict(await asyncio.gather(*(get(sha, c) for sha, c in wanted.items())))
 
     def _held(self, path: str, sha256: str) -> bytes | None:
         """The content of ``tree/path`` if it is still this content the checkout wrote (read
@@ -507,24 +539,42 @@ class Checkout:
         paths = self.manifest.paths
         if isinstance(change, Remove):
             with parent_of(root, change.path) as found:
-                if found is not None:  # else a link or a file stands on the way: not ours
-                    found[0].remove(found[1])
-            prefix = change.path + "/"
-            for path in [p for p in paths if p == change.path or p.startswith(prefix)]:
-                del paths[path]
+                if found is not None and found[0].lstat(found[1]) is not None:
+                    found[0].remove(found[1])  # else a link or a file stands on the way
+                    self.changed()
+            self._forget(change.path)
             return
         for above in ancestors(change.path):  # outermost first
             if paths.get(above) is None:
                 paths[above] = Tracked(None)
+                self.changed()  # it may be made below
         # Every directory on the way made, or made again where a link or a file stands.
         with parent_of(root, change.path, create=True) as found:
             assert found is not None
             directory, name = found
             if isinstance(change, MakeDir):
+                st = directory.lstat(name)
+                if st is None or not stat.S_ISDIR(st.st_mode):
+                    self.changed()
                 directory.ensure_dir(name).close()
                 paths[change.path] = Tracked(None)
                 return
             self._put(directory, name, change, contents)
+
+    def _forget(self, path: str) -> None:
+        """Drop ``path`` and what is below it from the manifest (the log removed it): a scan
+        of every path only for a directory."""
+        manifest = self.manifest
+        held = manifest.paths.pop(path, None)
+        prefix = path + "/"
+        if held is not None and held.sha256 is None:
+            for below in [p for p in manifest.paths if p.startswith(prefix)]:
+                del manifest.paths[below]
+        for kept in (manifest.local, manifest.present):
+            if not kept:
+                continue
+            for key in [k for k in kept if _under(k.removeprefix("\0"), path, prefix)]:
+                del kept[key]  # what was left uncommitted there went with it
 
     def _put(self, parent: Dir, name: str, change: PutFile, contents: dict[str, bytes]) -> None:
         paths = self.manifest.paths
@@ -534,9 +584,11 @@ class Checkout:
         if self._holds(parent, name, change.path, change.sha256):
             if tracked is not None and tracked.executable == change.executable:
                 self.manifest.local.pop(change.path, None)
+                self.manifest.present.pop(change.path, None)
                 return  # our own capture, coming back: the file is already this
             with contextlib.suppress(OSError):  # else rewritten whole below
                 st = parent.set_mode(name, mode)
+                self.changed()
         if st is None:
             if change.text is not None:
                 data = change.text.encode("utf-8", "surrogatepass")
@@ -547,8 +599,10 @@ class Checkout:
                 if change.size and change.sha256 not in contents:  # held, then changed
                     raise RuntimeError(f"content of {change.path} is not at hand")
             st = parent.write_file(name, data, mode)
+            self.changed()
         paths[change.path] = Tracked(change.sha256, change.executable, file_sig(st))
         self.manifest.local.pop(change.path, None)
+        self.manifest.present.pop(change.path, None)
 
     def is_directory(self, path: str) -> bool | None:
         """Whether ``tree/path`` (normalised, ``""`` the root) is a directory reached through
@@ -583,116 +637,29 @@ class Checkout:
             log.warning("%s/%s: %s ignored: %s", *self._name, IGNORE_FILE, exc.message)
             return Globs.names(DEFAULT_IGNORE)
 
-    def capture(self) -> Captured:
-        """Walk ``tree/`` and list what differs from the manifest (blocking: run in a thread)."""
+    def capture(self, merged: layers.Merged | None = None) -> Captured:
+        """What differs from the manifest (blocking: run it in a thread): at the paths a merge
+        touched (``merged``), else in the whole of ``tree/`` (``infra.exec.capture``)."""
         with self._root() as root:
-            return self._capture(root)
+            ignore = self._ignore_patterns(root)
+            if merged is None:  # the command changed tree/ in place (a spare's mount is stale)
+                self.changed()
+                return capturing.whole(root, self.manifest, ignore)
+            return capturing.touched(root, self.manifest, ignore, merged.touched)
 
-    def _capture(self, root: Dir) -> Captured:
-        out = Captured()
-        ignore = self._ignore_patterns(root)
-        limit = self.manifest.limits.max_file_bytes
-        paths = self.manifest.paths
-        seen: set[str] = set()
-        made: list[str] = []
-        puts: list[str] = []
-        replaced: set[str] = set()  # a directory the log holds, now a file
-        dirs_with_tracked = {a for p in paths for a in ancestors(p)} | {
-            p for p, t in paths.items() if t.sha256 is None
-        }
-
-        def prune(rel: str) -> bool:
-            """An ignored directory holding nothing tracked: not entered (reported once)."""
-            if invalid(rel) is None and rel not in dirs_with_tracked and ignore.match_dir(rel):
-                out.seen_ignored.append(rel)
-                return True
-            return False
-
-        def enter(rel: str) -> bool:
-            return invalid(rel) is None  # what is below an invalid name is skipped with it
-
-        for rel, parent, name, st in walk(root, prune, MAX_PATH_BYTES, enter):
-            why = invalid(rel)
-            if why is not None:
-                self._skip(out, rel, f"invalid name: {why}: not committed", file_sig(st))
-                continue
-            tracked = paths.get(rel)
-            if stat.S_ISDIR(st.st_mode):
-                if tracked is not None and tracked.sha256 is None:
-                    seen.add(rel)
-                else:
-                    made.append(rel)
-                continue
-            if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-                reason = "symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-                self._skip(out, rel, reason, file_sig(st))
-                continue
-            if st.st_mode & (stat.S_ISUID | stat.S_ISGID):  # never kept, never committed
-                try:
-                    st = parent.set_mode(name, stat.S_IMODE(st.st_mode) & 0o1777, st)
-                except OSError:
-                    continue
-            sig = file_sig(st)
-            executable = bool(st.st_mode & 0o100)
-            if tracked is not None and tracked.sha256 is not None:
-                if tracked.sig == sig and tracked.executable == executable:
-                    seen.add(rel)
-                    continue
-            elif tracked is not None:
-                replaced.add(rel)
-            elif ignore.match(rel):
-                out.seen_ignored.append(rel)  # a new file matching a pattern directly
-                continue
-            if st.st_size > limit:
-                why = f"over max_file_bytes ({size_text(st.st_size)} > {size_text(limit)})"
-                self._skip(out, rel, why, sig)
-                if tracked is not None and tracked.sha256 is not None:
-                    seen.add(rel)  # the log keeps its last committed content
-                continue
-            try:  # the file listed, never what a link or a swap put there since
-                data, _ = parent.read_file(name, limit, st)
-            except OSError:
-                continue
-            digest = hashlib.sha256(data).hexdigest()
-            if tracked is not None and tracked.sha256 == digest:
-                seen.add(rel)
-                if tracked.executable == executable:
-                    paths[rel] = Tracked(digest, executable, sig)  # touched, not changed
-                    continue
-            out.contents[rel] = data
-            out.sigs[rel] = (digest, executable, sig)
-            puts.append(rel)
-        # Deleted: what the log holds and the walk did not find (only the topmost path).
-        gone = [p for p in paths if p not in seen and (p not in out.sigs or p in replaced)]
-        gone_set = set(gone)
-        for path in sorted(gone):
-            if any(a in gone_set for a in ancestors(path)):
-                continue
-            tracked = paths[path]
-            out.changes.append(rq.DeleteChange(path=path))
-            out.kinds[path] = ("deleted", "directory" if tracked.sha256 is None else "file")
-        parents_of_puts = {a for p in puts for a in ancestors(p)}
-        for path in made:
-            if path in parents_of_puts:
-                continue  # a put inside creates it
-            out.changes.append(rq.MkdirChange(path=path))
-            out.kinds[path] = ("created", "directory")
-        for path in puts:
-            out.changes.append(rq.PutChange(path=path, data=b""))  # content packed later
-            tracked = paths.get(path)
-            created = tracked is None or tracked.sha256 is None or path in gone_set
-            out.kinds[path] = ("created" if created else "modified", "file")
-        known = set(self.manifest.ignored)
-        out.ignored = [p for p in out.seen_ignored if p not in known]
-        return out
-
-    def _skip(self, out: Captured, rel: str, reason: str, sig: Sig) -> None:
-        shown = printable(rel)  # a name that is not valid (not UTF-8...) shown escaped
-        key = rel if shown == rel else "\0" + shown  # never a valid path, always encodable
-        out.local[key] = sig
-        out.present.append((shown, reason))
-        if self.manifest.local.get(key) != sig:
-            out.skipped.append((shown, reason))
+    def merge(self, layer: Path) -> layers.Merged:
+        """Move what a command wrote over its overlay (``layer``) into ``tree/``, and remove
+        the layer (blocking: run it in a thread). Call ``begin`` first."""
+        merged = None
+        try:
+            with self._root() as root:
+                merged = layers.merge(root, layer)
+        finally:
+            if merged is None or merged.touched or merged.failed:  # else tree/ is as it was
+                self.changed()
+            with contextlib.suppress(OSError):
+                overlay.remove(layer)
+        return merged
 
     def committed(self, out: Captured, applied: set[str], base: int) -> None:
         """Record the committed part of ``out`` (``applied`` paths) in the manifest, so that
@@ -703,9 +670,11 @@ class Checkout:
             if path not in applied:
                 continue
             if isinstance(item, rq.DeleteChange):
-                prefix = path + "/"
-                for p in [p for p in paths if p == path or p.startswith(prefix)]:
-                    del paths[p]
+                held = paths.pop(path, None)
+                if held is not None and held.sha256 is None:  # a directory: what is below
+                    prefix = path + "/"
+                    for p in [p for p in paths if p.startswith(prefix)]:
+                        del paths[p]
             elif isinstance(item, rq.MkdirChange):
                 paths[path] = Tracked(None)
             else:
@@ -714,7 +683,14 @@ class Checkout:
                     if parent not in paths:
                         paths[parent] = Tracked(None)
                 paths[path] = Tracked(digest, executable, sig)
-        self.manifest.local.update(out.local)
-        known = set(self.manifest.ignored)
-        self.manifest.ignored += [p for p in out.seen_ignored if p not in known]
-        assert self.manifest.version == base
+        manifest = self.manifest
+        manifest.local.update(out.local)
+        for key in [k for k in manifest.present if k not in out.kept]:
+            del manifest.present[key]
+        for key, value in out.kept.items():
+            if manifest.present.get(key) != value:
+                manifest.present[key] = value
+        manifest.present_known = True
+        known = set(manifest.ignored)
+        manifest.ignored += [p for p in out.seen_ignored if p not in known]
+        assert manifest.version == base

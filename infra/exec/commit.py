@@ -31,7 +31,8 @@ from contracts.subjects import CHANGES_SUFFIX, Origin
 from contracts.uncommitted import capped
 from core.secrets import NO_SECRETS, Secrets
 from infra.blobs import INLINE_MAX, Blobs, WorkspaceBlobs
-from infra.exec.checkout import Captured, Checkout
+from infra.exec.capture import Captured
+from infra.exec.checkout import Checkout
 from infra.runtime import bounded_gather
 from infra.secret_registry import secrets_from_env
 from quill.client import Quill
@@ -54,7 +55,7 @@ def withhold(captured: Captured, secrets: Secrets) -> None:
     if not secrets:
         return
     captured.skipped = [(secrets.redact(p)[0], r) for p, r in captured.skipped]
-    captured.present = [(secrets.redact(p)[0], r) for p, r in captured.present]
+    captured.kept = {k: (secrets.redact(p)[0], r) for k, (p, r) in captured.kept.items()}
     kept: list[rq.ApplyItem] = []
     for item in captured.changes:
         ids = secrets.find(item.path)
@@ -67,8 +68,11 @@ def withhold(captured: Captured, secrets: Secrets) -> None:
             ids = secrets.redact_bytes(inflated)[1]
         if ids:
             reason = f"holds a registered secret ({', '.join(ids)}): not committed"
-            captured.skipped.append((secrets.redact(item.path)[0], reason))
-            captured.present.append((secrets.redact(item.path)[0], reason))
+            shown = secrets.redact(item.path)[0]
+            captured.skipped.append((shown, reason))
+            captured.kept[item.path] = (shown, reason)
+            if isinstance(item, rq.PutChange):  # not tried again until it changes
+                captured.local[item.path] = captured.sigs[item.path][2]
         else:
             kept.append(item)
     captured.changes = kept

@@ -333,6 +333,13 @@ def writer(
     "Default: max(1 GiB, 5% of the disk).",
 )
 @click.option(
+    "--overlay/--no-overlay",
+    default=True,
+    show_default=True,
+    help="bwrap: run each command over an overlay of its checkout, so that what it changed "
+    "is found without walking the checkout (root only; see docs/executor.md, Change capture).",
+)
+@click.option(
     "--git-credentials",
     type=click.Path(path_type=Path, dir_okay=False),
     help="TOML file of git credentials for push/pull/clone (see docs/executor.md).",
@@ -358,6 +365,7 @@ def executor(
     checkouts_budget_mb: int,
     max_checkout_mb: int | None,
     disk_reserve_mb: int | None,
+    overlay: bool,
     git_credentials: Path | None,
     git_allow: tuple[str, ...],
     **options: Any,
@@ -383,6 +391,7 @@ def executor(
         disk_reserve=None if disk_reserve_mb is None else disk_reserve_mb * 1024 * 1024,
         credentials=git_credentials,
         git_allow=git_allow,
+        overlay=overlay,
     )
 
     private.umask("executor")  # what it writes for commands, the sandbox's user reads

@@ -32,7 +32,8 @@ from contracts.paths import display, normalize, printable
 from core.globs import Globs
 from infra.exec import sandbox
 from infra.exec.answer import timeout_ms
-from infra.exec.checkout import DEFAULT_IGNORE, invalid
+from infra.exec.capture import invalid
+from infra.exec.checkout import DEFAULT_IGNORE
 from infra.exec.commit import MAX_SKIPPED, SHOWN
 from infra.exec.git import READ_ONLY_GIT, Credentials, run_git, sandbox_runner
 from infra.exec.results import Output, command_result

@@ -37,13 +37,13 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import EXECUTOR_MAX_OUTPUT_READS, RETRY_AFTER_MS
 from contracts.subjects import QUEUE_EXECUTOR, STREAM_OUTPUT, Address, Origin
-from infra import assets, bus, claims, metrics, storage
+from infra import assets, bus, claims, metrics, safefs, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
 from infra.busy import refused
 from infra.entry import Incoming, parse, reject
-from infra.exec import sandbox
+from infra.exec import checkout, sandbox
 from infra.exec.answer import Job, answer_exec, received
 from infra.exec.git import Credentials
 from infra.private import tighten_logged
@@ -129,12 +129,14 @@ class Executor:
         return {
             "sandbox": self.provider.name,
             "cgroups": self.provider.cgroups,
+            "overlays": self.provider.overlays,
             "running": self.slots.running,
             "max_runs": self.config.max_runs,
             "checkouts": len(self.checkouts),
             "waiting": self.slots.waiting,
             **self.checkouts.info(),
             "local_workspaces": len(self.bridges),
+            "io": {**safefs.COUNTS, **checkout.COUNTS},
             **storage.state("executor").info(),
         }
 
@@ -153,6 +155,12 @@ class Executor:
         if killed:
             log.warning("killed %d sandbox processes an earlier executor left running", killed)
         await self.checkouts.found()
+        if self.config.overlay:
+            await asyncio.to_thread(self.provider.layers, self.settings.data_dir / "checkouts")
+        if not self.provider.overlays:
+            log.info(
+                "commands run on their checkouts (walked after): %s", self.provider.no_overlays
+            )
         slots, budget = self.slots, self.checkouts.budget
         self._gauges.add(metrics.EXECUTOR_SLOTS_BUSY, lambda: per_tenant(slots.held))
         self._gauges.add(metrics.EXECUTOR_QUEUED, lambda: per_tenant(slots.queues))

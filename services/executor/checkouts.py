@@ -31,6 +31,7 @@ from nats.js.errors import NotFoundError
 from nats.nuid import NUID
 
 from contracts import codec
+from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import WorkspacePurged
@@ -38,6 +39,8 @@ from contracts.subjects import STREAM_EVENTS, Address, Subjects
 from infra import compaction
 from infra.blobs import Blobs
 from infra.exec.checkout import Checkout
+from infra.exec.layers import Merged
+from infra.exec.sandbox import overlay
 from infra.exec.trash import Trash
 from infra.safefs import Owner
 from quill.client import Quill
@@ -53,6 +56,10 @@ AT = ".at"
 """Under ``<data>/checkouts``: the checkouts built at an older version, one per request."""
 TRASH = ".trash"
 """Under ``<data>/checkouts``: what is being removed, or could not be (``infra.exec.trash``)."""
+TREE_PAGE = 2000
+"""Entries per page of a reader's tree (a new checkout's first build, ``infra.exec.seed``)."""
+TREE_WAIT_S = 30.0
+"""The longest a page of a reader's tree is waited for (then the log is replayed)."""
 IN_MEMORY = 256
 """Idle checkouts whose manifest (a row per path of the workspace) stays in memory; past it
 the least recently used is forgotten, not removed: its manifest is read again from
@@ -113,6 +120,9 @@ class Checkouts:
         """The entries (inodes) each checkout held when last walked: with its bytes, what a
         command starts from for the disk watch (no walk of its own)."""
         self._nuid = NUID()
+        self._own: dict[Key, tuple[int, int]] = {}
+        """The manifest files' (bytes, entries) when a command over an overlay started (what
+        the command does to them is added when it is done, no walk)."""
 
     def __len__(self) -> int:
         return len(self.live)
@@ -122,6 +132,10 @@ class Checkouts:
 
         async def fetch(path: str, version: int) -> bytes:
             return await ws.read_bytes(path, version=version)
+
+        async def tree(after: str | None, version: int | None) -> rp.TreePage:
+            async with asyncio.timeout(TREE_WAIT_S):  # no reader: replayed from the log
+                return await ws.tree(after=after, limit=TREE_PAGE, version=version)
 
         return Checkout(
             home,
@@ -133,6 +147,7 @@ class Checkouts:
             fetch,
             owner=self.owner,
             trash=self.trash,
+            tree=tree,
         )
 
     @contextlib.asynccontextmanager
@@ -166,6 +181,11 @@ class Checkouts:
                     )
                 await self.within_quota(key, checkout)
                 yield checkout
+                own = self._own.pop(key, None)
+                if own is not None and key in self.budget.sizes:  # the manifest's, since
+                    now = await asyncio.to_thread(checkout.own_files)
+                    self.budget.used(key, self.budget.sizes[key] + now[0] - own[0])
+                    self.entries[key] = self.entries.get(key, 0) + now[1] - own[1]
                 self.measured[key] = (checkout.version, self.budget.sizes.get(key, 0))
             done = True
         finally:
@@ -253,12 +273,20 @@ class Checkouts:
         return self.budget.budget - self.budget.others(key) - pinned
 
     async def guarded(
-        self, checkout: Checkout, work: Awaitable[T], also: tuple[Path, ...] = ()
+        self,
+        checkout: Checkout,
+        work: Awaitable[T],
+        also: tuple[Path, ...] = (),
+        merged: list[Merged | None] | None = None,
     ) -> T:
         """``work`` (a command on ``checkout``) stopped if the checkout goes over what it may
         hold (``allowance``), or grows the most while the disk is under its reserve
         (``disk.Watch``; ``also``: other directories the command writes to): then its changes
-        are discarded (the checkout is rebuilt from the log next time).
+        are discarded (the checkout is rebuilt from the log next time). ``merged``: ``work``
+        runs its command over an overlay (its result is the sandbox's ``Outcome``); once it
+        ended, its layer is merged into the checkout and the merge appended (None: it had no
+        layer). What the checkout holds is then what it held plus its layers, then what the
+        merge changed: never a walk of it (``layered``).
 
         Raises:
             QuillError: ``SIZE_LIMIT_EXCEEDED`` when it was stopped or ended over the quota.
@@ -271,9 +299,23 @@ class Checkouts:
         else:
             started = await quota.measure_held(checkout.home)
         allowance = self._allowance(key, checkout, live, started[0])
+        measure, then = None, None
+        if merged is not None:
+            also = (*also, self.layers_of(checkout.home))  # where the command's writes go
+            if live:
+                self._own[key] = await asyncio.to_thread(checkout.own_files)
+            measure = layered(checkout.home, self.layers_of(checkout.home), started, merged)
+            then = self._merging(checkout, merged)
         try:
             result, (used, entries) = await quota.guard(
-                checkout.home, allowance, work, watch=self.watch, started=started, also=also
+                checkout.home,
+                allowance,
+                work,
+                watch=self.watch,
+                started=started,
+                also=also,
+                measure=measure,
+                then=then,
             )
         except (quota.OverQuota, quota.DiskShort) as over:
             try:
@@ -291,6 +333,33 @@ class Checkouts:
             self.budget.used(key, used)
             self.entries[key] = entries
         return result
+
+    def layers_of(self, home: Path) -> Path:
+        """Where the overlay layers of the checkout at ``home`` are."""
+        return overlay.layer_dir(self.data_dir / "checkouts", home)
+
+    @staticmethod
+    def _merging(
+        checkout: Checkout, merged: list[Merged | None]
+    ) -> Callable[[Any], Awaitable[None]]:
+        async def merge(outcome: Any) -> None:
+            layer = getattr(outcome, "layer", None)
+            if layer is None:
+                merged.append(None)
+                return
+            # the tree is changed by a thread: it finishes before anything else touches it,
+            # even when the executor is stopping meanwhile
+            done = asyncio.ensure_future(asyncio.to_thread(checkout.merge, layer))
+            try:
+                merged.append(await asyncio.shield(done))
+            except asyncio.CancelledError:
+                await asyncio.wait({done})
+                raise
+            except BaseException:
+                await asyncio.to_thread(checkout.reset)  # half merged: rebuilt from the log
+                raise
+
+        return merge
 
     async def room(self) -> None:
         """Refuse (``UNAVAILABLE``) when the data disk is short of its reserve, after evicting
@@ -354,6 +423,7 @@ class Checkouts:
         first); pinned-version ones it left half-used are removed."""
         checkouts = self.data_dir / "checkouts"
         await self._discard(checkouts / AT)
+        await self._discard(checkouts / overlay.LAYERS)  # what commands cut short wrote
         for key, home in await asyncio.to_thread(disk.found, checkouts):
             if await self._gone(key):  # purged while no executor was here to hear it
                 await self._remove(key)
@@ -436,6 +506,26 @@ class Checkouts:
             yield past
         finally:
             await self._discard(temp)
+
+
+def layered(
+    home: Path, layers: Path, started: tuple[int, int], merged: list[Merged | None]
+) -> Callable[[], tuple[int, int]]:
+    """What a checkout at ``home`` holds while a command runs over an overlay
+    (``Spawn.overlay``): what it held when the command started (``started``) and its layers
+    (what the command wrote, besides the files it replaced, still in ``tree/``); once merged,
+    what it held and what the merge changed. A command that had no layer after all wrote into
+    ``tree/``: a walk."""
+
+    def measure() -> tuple[int, int]:
+        if merged and merged[0] is not None:
+            return started[0] + merged[0].grown, started[1] + merged[0].entries
+        if merged:
+            return quota.held(home)
+        more = quota.held(layers)
+        return started[0] + more[0], started[1] + more[1]
+
+    return measure
 
 
 class KeyLocks:

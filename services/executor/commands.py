@@ -28,9 +28,11 @@ from core.secrets import Secrets
 from infra.blobs import Blobs
 from infra.exec import sandbox
 from infra.exec.answer import Job, timeout_ms
-from infra.exec.checkout import Captured, Checkout
+from infra.exec.capture import Captured
+from infra.exec.checkout import Checkout
 from infra.exec.commit import commit
 from infra.exec.git import READ_ONLY_GIT, Credentials, run_git, sandbox_runner
+from infra.exec.layers import Merged
 from infra.exec.results import Output, audited, command_result
 from infra.metrics import EXECUTOR_KILLS
 from quill.client import Quill
@@ -153,9 +155,10 @@ class Commands:
         base: int,
         message: str,
         live: Checkout,
+        merged: Merged | None = None,
     ) -> rp.CapturedChanges:
         t0 = time.perf_counter()
-        captured: Captured = await asyncio.to_thread(checkout.capture)
+        captured: Captured = await asyncio.to_thread(checkout.capture, merged)
         t1 = time.perf_counter()
         changes = await commit(
             self.quill,
@@ -212,6 +215,7 @@ class Commands:
             workdir = self._workdir(checkout, req.workdir)
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
+            overlays = self.provider.overlays
             spawn = sandbox.Spawn(
                 argv=["bash", "-c", req.command],
                 workdir=workdir,
@@ -221,6 +225,7 @@ class Commands:
                 stdin=req.stdin,
                 watch_stdin=req.stdin is None,  # given none: tell if it waited to read some
                 count_left=True,
+                overlay=checkout.generation if overlays else None,
             )
             output = Output(limits.max_output_bytes, self.secrets)
             recorder = Recorder(
@@ -240,9 +245,12 @@ class Commands:
 
             base = checkout.version
             await asyncio.to_thread(checkout.begin)
+            merged: list[Merged | None] = []
             try:
                 outcome = await self.checkouts.guarded(
-                    checkout, self._sandboxed(checkout, spawn, on_output)
+                    checkout,
+                    self._sandboxed(checkout, spawn, on_output),
+                    merged=merged if overlays else None,
                 )
             except quota.Stopped:
                 KILLS["quota"].inc()
@@ -252,13 +260,21 @@ class Commands:
                 raise
             count_kills(outcome)
             if checkout is live:  # the next command here finds a sandbox started
-                self.provider.warm(checkout.tree, self._limits(spawn.timeout_s, checkout))
+                limits_next = self._limits(spawn.timeout_s, checkout)
+                again = checkout.generation if overlays else None
+                self.provider.warm(checkout.tree, limits_next, again)
             finishing = asyncio.ensure_future(recorder.finish(outcome))  # alongside the capture
             changes: rp.CapturedChanges | None = None
             failed: str | None = None
             try:
                 changes = await self._capture_and_commit(
-                    address, origin, checkout, base, f"$ {shown}", live
+                    address,
+                    origin,
+                    checkout,
+                    base,
+                    f"$ {shown}",
+                    live,
+                    merged[0] if merged else None,
                 )
             except QuillError as exc:
                 failed = str(exc.code)

@@ -36,5 +36,8 @@ class ExecutorConfig:
     """TOML file of git credentials (see ``infra/exec/git/``)."""
     git_allow: tuple[str, ...] = ()
     """More git allow-list entries, ``HOST[:PORT]`` (``infra/exec/git/targets.py``)."""
+    overlay: bool = True
+    """bwrap: run each command over an overlay of its checkout where one can be mounted
+    (``infra.exec.sandbox.overlay``); False: over the checkout itself, walked afterwards."""
     output: OutputConfig = OutputConfig()
     """How long and how much of commands' output is kept for ``exec.output`` (``output``)."""

@@ -242,10 +242,10 @@ def found(checkouts: Path) -> list[tuple[Key, Path]]:
     homes: list[tuple[float, Key, Path]] = []
     for tenant in _dirs(checkouts):
         for home in _dirs(tenant):
-            try:
-                when = (home / "manifest.bin").stat().st_mtime
-            except OSError:
-                when = 0.0
+            when = 0.0
+            for name in ("manifest.bin", "manifest.log"):  # infra.exec.manifest: the newest
+                with contextlib.suppress(OSError):
+                    when = max(when, (home / name).stat().st_mtime)
             homes.append((when, (tenant.name, home.name), home))
     return [(key, home) for _, key, home in sorted(homes)]
 

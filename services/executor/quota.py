@@ -192,13 +192,19 @@ async def guard(
     watch: disk.Watch | None = None,
     started: tuple[int, int] | None = None,
     also: tuple[Path, ...] = (),
+    measure: Callable[[], tuple[int, int]] | None = None,
+    then: Callable[[T], Awaitable[None]] | None = None,
 ) -> tuple[T, tuple[int, int]]:
     """Run ``work`` while ``root`` holds at most what ``limit`` allows (bytes, or an
     ``Allowance`` asked at each sample); return its result and what ``root`` held when it
     ended (bytes, entries). With ``watch``, the command is also stopped when the disk falls
     under its reserve and it grew the most since it started (``started``: what ``root`` held
     then, when the caller knows, else measured here first; ``also``: other directories it
-    writes to, counted in its growth, measured here first).
+    writes to, counted in its growth, measured here first). ``measure``: what ``root`` holds
+    (bytes, entries), blocking, in place of a walk of it (a command over an overlay: what it
+    held, plus its layer). ``then``: what follows ``work`` once it ended well, before what
+    ``root`` holds is measured the last time, outside the disk watch (the merge of its layer:
+    the command has ended, nothing of it is to be stopped any more).
 
     Raises:
         OverQuota: ``root`` went over what it may hold (``work`` was cancelled, and waited
@@ -231,7 +237,10 @@ async def guard(
                 entry = None  # left by the caller, through release
                 raise DiskShort(short, leave)
             began = loop.time()
-            used = await measure(root)
+            if measure is None:
+                used = await asyncio.to_thread(usage, root)
+            else:
+                used = (await asyncio.to_thread(measure))[0]
             wait = max(every, 2 * (loop.time() - began))  # a big tree: a third of a core at most
             allowed = await allowance(used)
             if used > allowed.bytes and not task.done():
@@ -243,7 +252,9 @@ async def guard(
             await _stop(task)
         if entry is not None and watch is not None:
             watch.leave(entry)
-    ended = await asyncio.to_thread(held, root)
+    if then is not None:
+        await then(result)
+    ended = await asyncio.to_thread(measure or functools.partial(held, root))
     allowed = await allowance(ended[0])
     if ended[0] > allowed.bytes:
         raise OverQuota(ended[0], allowed)

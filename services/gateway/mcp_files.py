@@ -197,6 +197,7 @@ NO_TOOL: dict[str, str] = {
     "qry.approvals": "an operator's (quill approvals)",
     "cmd.request_approval": "the executors' (asked before a command runs)",
     "qry.events": "the log: the SDK's and quill log (file_history is the model's view)",
+    "qry.tree": "the executors' (a checkout's first build); list_files is the model's view",
     **mcp_sessions.workspaces.NO_TOOL,
 }
 """The ops no ``/mcp`` tool is, and why: with ``TOOL_OPS``, every op of ``contracts.ops``."""

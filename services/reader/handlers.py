@@ -212,7 +212,7 @@ async def _latest(reader: Replica, tenant: str, workspace: str, *, fresh: bool) 
 PURGED = WorkspacePurged.__struct_config__.tag
 """A log that ends with a purge holds no workspace."""
 
-TREE_QUERIES = frozenset({"list", "glob", "grep", "explore", "diff"})
+TREE_QUERIES = frozenset({"list", "glob", "grep", "explore", "diff", "tree"})
 """Queries over the whole tree (or a subtree) as of a version: refused below the floor."""
 
 

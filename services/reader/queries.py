@@ -18,8 +18,8 @@ from contracts import codec, ops
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import LockAcquired, TrustChanged
-from contracts.limits import DEFAULT_EXCLUSIONS
+from contracts.events import LockAcquired, TrustChanged, WorkspaceArchived
+from contracts.limits import DEFAULT_EXCLUSIONS, TREE_PAGE_BYTES
 from contracts.paths import ROOT_DIR, check_name, normalize, normalize_existing
 from contracts.replies import ChangeSummary
 from core.answers import (
@@ -87,6 +87,7 @@ class Queries:
             "history": self.history,
             "info": self.info,
             "events": self.events,
+            "tree": self.tree,
             "run": self.run,
             "approvals": self.approvals,
             "attached": self.attached,
@@ -250,6 +251,85 @@ class Queries:
         ]
         last = events[-1].version if events else req.after
         return rp.EventPage(events=events, next_after=last, has_more=len(rows) > req.limit)
+
+    async def tree(self, ws: WorkspaceRow, version: int, req: rq.TreeQuery) -> rp.TreePage:
+        """A page of the whole tree by path, each content once, at most ``TREE_PAGE_BYTES``
+        of them (the page ends before the content that would pass it); the workspace's head
+        on the first page."""
+        after = ("", req.after) if req.after is not None else None
+        scope = Scope("", recursive=True)
+        nodes = await self.model.page(ws.id, version, scope, after, req.limit + 1)
+        more = len(nodes) > req.limit
+        nodes = nodes[: req.limit]
+        contents: dict[str, bytes] = {}
+        if req.contents:
+            wanted = sorted({n.sha256 for n in nodes if n.kind == "f" and n.size and n.sha256})
+            held = await self.model.contents(wanted)
+            used = 0
+            for i, node in enumerate(nodes):
+                data = held.get(node.sha256 or "") if node.kind == "f" and node.size else None
+                if data is None or node.sha256 in contents:
+                    continue
+                if used + len(data) > TREE_PAGE_BYTES and i > 0:
+                    nodes, more = nodes[:i], True
+                    break
+                contents[node.sha256 or ""] = data
+                used += len(data)
+        entries = [
+            rp.TreeItem(
+                path=n.path,
+                kind=history.kind_of(n),
+                sha256=n.sha256,
+                size=n.size,
+                executable=n.executable,
+                file_version=n.file_version,
+                blob=n.kind == "f" and n.size > 0 and n.sha256 not in contents,
+            )
+            for n in nodes
+        ]
+        head = await self._head(ws, version) if req.after is None else None
+        return rp.TreePage(
+            head=head,
+            entries=entries,
+            contents=contents,
+            next=nodes[-1].path if more and nodes else None,
+        )
+
+    async def _head(self, ws: WorkspaceRow, version: int) -> rp.TreeHead:
+        """The workspace as of ``version`` besides its files; its lock, archive and trust
+        as its newest control events say (one seek each, however many it has)."""
+        event = (await self.model.events(ws.id, version - 1, version, 1))[0]
+        lock = await self._last(ws, ("lock_acquired", "lock_released"))
+        archived = await self._last(ws, ("workspace_archived", "workspace_unarchived"))
+        trust = await self._last(ws, ("trust_changed",))
+        return rp.TreeHead(
+            version=version,
+            seq=int(event[2]),
+            tree_hash=str(event[11]),
+            trust=ws.trust,
+            commands=isinstance(trust, TrustChanged) and trust.commands,
+            limits=ws.limits,
+            floor=ws.floor,
+            lock=(
+                rp.TreeLock(holder=lock.holder, expires=lock.expires)
+                if isinstance(lock, LockAcquired)
+                else None
+            ),
+            archived=(
+                rp.TreeArchive(since=archived.at, by=archived.actor, reason=archived.reason)
+                if isinstance(archived, WorkspaceArchived)
+                else None
+            ),
+            uncommitted=[
+                rp.TreeUncommitted(path=p, reason=r, by_command=c, version=v)
+                for p, r, c, v in await self.model.uncommitted_all(ws.id)
+                if v <= version
+            ],
+        )
+
+    async def _last(self, ws: WorkspaceRow, kinds: tuple[str, ...]) -> object:
+        raw = await self.model.last_control(ws.id, kinds)
+        return None if raw is None else codec.decode_event(raw)
 
     async def _commands(self, ws: WorkspaceRow) -> bool:
         """Whether a restricted workspace offers commands (its last trust change says)."""

@@ -160,6 +160,12 @@ class ReadModel:
         rows = await self._db.execute_fetchall(text, (ws, *kinds))
         return [str(r[0]).encode() for r in rows]
 
+    async def uncommitted_all(self, ws: int) -> list[tuple[str, str, str, int]]:
+        """Every path a command left uncommitted, as last recorded: (path, reason,
+        by_command, version), by path (a seek on the table's key)."""
+        rows = await self._db.execute_fetchall(sql.ALL_UNCOMMITTED, (ws,))
+        return [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in rows]
+
     async def contents(self, shas: list[str]) -> dict[str, bytes]:
         """Contents held in the projection, by sha256 (large ones may not be fetched yet)."""
         out: dict[str, bytes] = {}

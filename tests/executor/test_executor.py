@@ -21,6 +21,7 @@ from contracts.subjects import HEADER_STREAM, STREAM_AUDIT
 from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
+from tests import helpers
 from tests.executor.conftest import PROVIDERS, StartExecutor
 from tests.helpers import start_executor, start_reader, start_writer
 
@@ -268,23 +269,22 @@ async def test_a_run_against_an_old_version(stack: StartExecutor, quill: Quill, 
 
 
 class Gate:
-    """A command that prints ``go``, then waits until the test creates ``.release`` in its
-    checkout (the command polls for it; the test waits on events)."""
-
-    COMMAND = "echo go; until [ -e .release ]; do sleep 0.02; done"
+    """A command that prints ``go``, then waits until the test releases it
+    (``tests.helpers.Gate``; the test waits on events)."""
 
     def __init__(self, executor: Executor, ws: Workspace) -> None:
         self.executor, self.ws = executor, ws
         self.started = asyncio.Event()
-        self.task = asyncio.create_task(ws.exec(self.COMMAND, on_output=self._seen))
+        self.gate = helpers.Gate()
+        command = f"echo go; {self.gate.wait}"
+        self.task = asyncio.create_task(ws.exec(command, on_output=self._seen))
 
     def _seen(self, stream: str, chunk: bytes) -> None:
         if b"go" in chunk:
             self.started.set()
 
-    def release(self) -> None:
-        checkout = self.executor.checkouts.live[(self.ws.tenant, self.ws.name)]
-        (checkout.tree / ".release").touch()
+    async def release(self) -> None:
+        await self.gate.open()
 
 
 async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -318,7 +318,7 @@ async def test_a_busy_executor_queues_up_to_its_bound_then_refuses(
         assert info.value.details["waiting"] == 1 and not queued.done()
         await until(lambda: beats >= 2)  # the waiting request is announced alive
         assert not queued.done() and executor.info()["waiting"] == 1
-        gate.release()
+        await gate.release()
         assert (await gate.task).exit_code == 0
         assert (await queued).stdout == "queued\n"  # it waited, heartbeats on, then ran
         assert executor.info()["running"] == executor.info()["waiting"] == 0
@@ -338,7 +338,7 @@ async def test_a_request_waiting_past_queue_wait_is_unavailable(
         with pytest.raises(QuillError) as info:
             await second.exec("echo never > never.txt")
         assert info.value.code == ErrorCode.UNAVAILABLE and "no slot in 0.5 s" in info.value.message
-        gate.release()
+        await gate.release()
         assert (await gate.task).exit_code == 0
         with pytest.raises(QuillError) as missing:
             await second.read_text("never.txt")

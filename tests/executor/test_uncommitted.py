@@ -1,7 +1,8 @@
 """A file a command made that Quill did not commit (over ``max_file_bytes``, a symlink, an
 invalid name): the file tools say why it is not there, through the log, on any replica.
 
-A real nats-server, a writer, a reader and a bwrap executor; the SDK and a bare nats-py client.
+A real nats-server, a writer, a reader and an executor of each provider (bwrap over an overlay,
+local walking its checkout); the SDK and a bare nats-py client.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from nats.aio.client import Client as NATS
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from contracts.subjects import HEADER_REQUEST_ID, Subjects
-from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from quill_cli.tools import replay as rpl
 from services.executor.app import ExecutorConfig
@@ -31,12 +31,6 @@ LIMIT = 4096
 """``max_file_bytes`` of the test workspaces: a 10,000-byte file is over it."""
 BIG = "head -c 10000 /dev/zero > big.bin"
 BIG_REASON = "over max_file_bytes (9.8 KiB > 4 KiB)"
-
-
-@pytest.fixture(autouse=True)
-def bwrap() -> None:
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
 
 
 class Services:
@@ -62,14 +56,17 @@ class Services:
 
 
 @pytest_asyncio.fixture
-async def services(nats_url: str, tmp_path: Path) -> AsyncIterator[Services]:
+async def services(nats_url: str, tmp_path: Path, provider: str) -> AsyncIterator[Services]:
+    """Both providers (``tests/executor/conftest.py``): bwrap captures over an overlay, local
+    walks the checkout."""
     async with AsyncExitStack() as es:
         s = Services(nats_url, tmp_path)
         await s.fresh_writer()
         await s.fresh_reader()
         es.push_async_callback(lambda: s.writers.aclose())  # the current ones, when done
         es.push_async_callback(lambda: s.readers.aclose())
-        await start_executor(es, nats_url, tmp_path / "executor", ExecutorConfig(sandbox="bwrap"))
+        config = ExecutorConfig(sandbox=provider)
+        await start_executor(es, nats_url, tmp_path / "executor", config)
         yield s
 
 

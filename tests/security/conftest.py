@@ -2,8 +2,10 @@
 sandboxes, ``quill up`` as a process, bare nats-py clients with each tenant's credentials, MCP
 and REST clients).
 
-Shared here: host canary files that every attack test checks afterwards (``canaries``), and
-``verify`` (``quill verify`` on a workspace must pass after an attack)."""
+Shared here: host canary files that every attack test checks afterwards (``canaries``),
+``verify`` (``quill verify`` on a workspace must pass after an attack), and ``provider``
+(bwrap, whose commands run over an overlay, and local, whose checkout is walked: what the
+executor does on the host after a command holds with both)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from quill_cli.natsserver import NatsServer
 from tests.gateway.conftest import start  # noqa: F401 (a fixture: gateways on a writer, a reader)
 from tests.system.conftest import Up, running
 
@@ -41,6 +44,34 @@ class Canaries:
 
     def assert_unchanged(self) -> None:
         assert self.snapshot() == self._before, "a host canary file changed or appeared"
+
+
+@pytest.fixture(scope="module", params=["bwrap", "local"])
+def provider(request: pytest.FixtureRequest) -> str:
+    """The sandbox provider of an executor-side test (bwrap skipped where it cannot run); a
+    module's tests run with one, then the other (``per_provider`` gives each its server)."""
+    from infra.exec.sandbox import probe_bwrap
+
+    if request.param == "bwrap" and (why := probe_bwrap()) is not None:
+        print(f"skipped: bwrap cannot run here: {why}")
+        pytest.skip(f"bwrap cannot run here: {why}")
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def per_provider(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Iterator[NatsServer]:
+    """A nats-server of each provider's own (the tests name their workspaces): a module's
+    ``nats_server`` where it returns this."""
+    server = NatsServer(tmp_path_factory.mktemp(f"nats-{provider}")).start()
+    yield server
+    server.stop()
+
+
+def bwrap_only(provider: str, why: str) -> None:
+    """Skip a test of what only the bwrap sandbox gives, saying so, under ``local``."""
+    if provider != "bwrap":
+        print(f"skipped under {provider}: {why}")
+        pytest.skip(f"{provider}: {why}")
 
 
 @pytest.fixture

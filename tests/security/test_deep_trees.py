@@ -32,8 +32,8 @@ import pytest_asyncio
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
-from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
+from quill_cli.natsserver import NatsServer
 from services.executor.app import Executor, ExecutorConfig
 from tests.helpers import start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries
@@ -77,13 +77,18 @@ def depth(path: Path) -> int:
         os.close(fd)
 
 
+@pytest.fixture(scope="module")
+def nats_server(per_provider: NatsServer) -> NatsServer:
+    """Each provider's own (both run the same workspace names)."""
+    return per_provider
+
+
 @pytest_asyncio.fixture
-async def services(nats_url: str, tmp_path: Path) -> AsyncIterator[tuple[StartExecutor, Path]]:
-    """A writer, a reader, and a function starting a bwrap executor on ``data`` (the same
-    directory each time) until the given stack closes."""
-    if (why := probe_bwrap()) is not None:
-        print(f"bwrap cannot run here: {why}")
-        pytest.skip(f"bwrap cannot run here: {why}")
+async def services(
+    nats_url: str, tmp_path: Path, provider: str
+) -> AsyncIterator[tuple[StartExecutor, Path]]:
+    """A writer, a reader, and a function starting an executor of ``provider`` on ``data``
+    (the same directory each time) until the given stack closes."""
     data = tmp_path / "executor"
     try:
         async with AsyncExitStack() as es:
@@ -91,7 +96,7 @@ async def services(nats_url: str, tmp_path: Path) -> AsyncIterator[tuple[StartEx
             await start_reader(es, nats_url, tmp_path / "reader")
 
             async def executor(stack: AsyncExitStack) -> Executor:
-                return await start_executor(stack, nats_url, data, ExecutorConfig("bwrap"))
+                return await start_executor(stack, nats_url, data, ExecutorConfig(provider))
 
             yield executor, data
     finally:  # rm is iterative: whatever the executor left, however deep

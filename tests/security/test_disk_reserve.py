@@ -32,9 +32,9 @@ import pytest_asyncio
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
-from infra.exec.sandbox import probe_bwrap
 from infra.storage import tree_bytes
 from quill.client import Quill, Workspace
+from tests.security.conftest import bwrap_only
 from tests.system.conftest import Up
 from tests.system.test_tenants import quill_as, with_tenants
 
@@ -92,16 +92,13 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    if (why := probe_bwrap()) is not None:
-        print(f"skipped: bwrap cannot run here: {why}")
-        pytest.skip(f"bwrap cannot run here: {why}")
-    disk = tmp_path_factory.mktemp("disk-reserve") / "disk"
+def stack(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Iterator[Stack]:
+    disk = tmp_path_factory.mktemp(f"disk-reserve-{provider}") / "disk"
     if (why := _mount(disk, "1280m")) is not None:
         print(f"skipped: {why}")
         pytest.skip(why)
     try:
-        with with_tenants(disk, "--sandbox", "bwrap") as up:
+        with with_tenants(disk, "--sandbox", provider) as up:
             yield Stack(up, disk)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
@@ -190,10 +187,11 @@ async def test_a_sparse_file_counts_at_its_apparent_size(
 
 
 async def test_fallocate_is_refused_in_the_sandbox(
-    stack: Stack, tenants: tuple[Quill, Quill]
+    stack: Stack, tenants: tuple[Quill, Quill], provider: str
 ) -> None:
     """It would take gigabytes in microseconds, faster than any sampling; a program falls
     back to writing (glibc's posix_fallocate does by itself), which the disk watch outruns."""
+    bwrap_only(provider, "the seccomp filter refusing fallocate is the sandbox's")
     a, _ = tenants
     ws = a.workspace("a/fallocate")
     await ws.create()

@@ -16,6 +16,8 @@ than the disk (nothing is filled for real).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
@@ -26,10 +28,11 @@ import pytest_asyncio
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
-from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
+from quill_cli.natsserver import NatsServer
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.quota import usage
+from tests import helpers
 from tests.helpers import start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries, verify
 from tests.system.conftest import Up
@@ -41,18 +44,24 @@ QUOTA = LimitsPatch(max_checkout_bytes=2 * MIB, max_file_bytes=64 * 1024)
 StartExecutor = Callable[..., Awaitable[Executor]]
 
 
+@pytest.fixture(scope="module")
+def nats_server(per_provider: NatsServer) -> NatsServer:
+    """Each provider's own (both run the same workspace names)."""
+    return per_provider
+
+
 @pytest_asyncio.fixture
-async def services(nats_url: str, tmp_path: Path) -> AsyncIterator[tuple[StartExecutor, Path]]:
-    """A writer, a reader, and a function starting a bwrap executor on ``data`` (default: its
-    own directory) with the given config; all stopped at the end."""
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
+async def services(
+    nats_url: str, tmp_path: Path, provider: str
+) -> AsyncIterator[tuple[StartExecutor, Path]]:
+    """A writer, a reader, and a function starting an executor of ``provider`` on ``data``
+    (default: its own directory) with the given config; all stopped at the end."""
     async with AsyncExitStack() as es:
         await start_writer(es, nats_url, tmp_path / "writer")
         await start_reader(es, nats_url, tmp_path / "reader")
 
         async def executor(es: AsyncExitStack = es, **config: object) -> Executor:
-            cfg = ExecutorConfig(sandbox="bwrap", **config)  # type: ignore[arg-type]
+            cfg = ExecutorConfig(sandbox=provider, **config)  # type: ignore[arg-type]
             return await start_executor(es, nats_url, tmp_path / "executor", cfg)
 
         yield executor, tmp_path / "executor"
@@ -77,27 +86,31 @@ def home(executor: Executor, ws: Workspace) -> Path:
 
 
 class Gate:
-    """Commands that print ``go`` and then wait until the test releases them (a file the
-    test creates in their checkout, polled by the command itself)."""
+    """Commands that print ``go`` and then wait until the test releases them
+    (``tests.helpers.Gate``: a file the test made in their checkout would not be seen by a
+    command over an overlay)."""
 
-    COMMAND = "echo go; until [ -e .release ]; do sleep 0.02; done; echo done"
-
-    def __init__(self, checkouts: Path) -> None:
-        self.checkouts = checkouts
-        """The executor's ``<data>/checkouts``."""
+    def __init__(self) -> None:
         self.started: dict[str, asyncio.Event] = {}
+        self.gates: dict[str, helpers.Gate] = {}
 
     def run(self, ws: Workspace) -> asyncio.Task[object]:
-        started = self.started[f"{ws.tenant}/{ws.name}"] = asyncio.Event()
+        key = f"{ws.tenant}/{ws.name}"
+        started = self.started[key] = asyncio.Event()
+        gate = self.gates[key] = helpers.Gate()
 
         def seen(stream: str, chunk: bytes) -> None:
             if b"go" in chunk:
                 started.set()
 
-        return asyncio.create_task(ws.exec(self.COMMAND, timeout_ms=120_000, on_output=seen))
+        command = f"echo go; {gate.wait}; echo done"
+        return asyncio.create_task(ws.exec(command, timeout_ms=120_000, on_output=seen))
 
-    def release(self, ws: Workspace) -> None:
-        (self.checkouts / ws.tenant / ws.name / "tree" / ".release").touch()
+    async def release(self, ws: Workspace) -> None:
+        """Let ``ws``'s command go on (once it waits); a second time, nothing."""
+        gate = self.gates.pop(f"{ws.tenant}/{ws.name}", None)
+        if gate is not None:
+            await gate.open()
 
 
 async def created(quill: Quill, name: str, limits: LimitsPatch | None = QUOTA) -> Workspace:
@@ -185,12 +198,12 @@ async def test_idle_checkouts_are_evicted_oldest_first_never_one_in_use(
     assert await one.read_text("new.txt") == "x\n"
     # a checkout in use is never evicted, however far over the budget
     executor.checkouts.budget.budget = 1
-    gate = Gate(executor.settings.data_dir / "checkouts")
+    gate = Gate()
     running = gate.run(three)
     await asyncio.wait_for(gate.started["acme/evict-3"].wait(), 30)
     await two.exec("true")
     assert home(executor, three).exists() and not home(executor, two).exists()
-    gate.release(three)
+    await gate.release(three)
     await running
     assert not home(executor, three).exists()
 
@@ -234,19 +247,26 @@ def small_inode_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 async def test_empty_files_that_exhaust_the_inodes_make_the_executor_refuse(
-    nats_url: str, client: Quill, small_inode_disk: Path, canaries: Canaries
+    nats_url: str, client: Quill, small_inode_disk: Path, canaries: Canaries, provider: str
 ) -> None:
     """Empty files take no blocks, so no byte quota sees them; the inodes run out all the
     same, and the executor refuses new commands before its data disk has none left."""
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
     async with AsyncExitStack() as es:
         await start_writer(es, nats_url, small_inode_disk.parent / "writer")
         await start_reader(es, nats_url, small_inode_disk.parent / "reader")
-        config = ExecutorConfig(sandbox="bwrap", disk_reserve=0)
+        config = ExecutorConfig(sandbox=provider, disk_reserve=0)
         executor = await start_executor(es, nats_url, small_inode_disk / "executor", config)
         ws = await created(client, "acme/inodes", None)
-        await ws.exec("mkdir -p node_modules && cd node_modules && touch $(seq 1 240)")
+        # empty files up to a few inodes above the reserve (no command is stopped for them),
+        # then a few more in its checkout, as a command that ended between two looks of the
+        # disk watch would leave them
+        reserve = executor.info()["disk_reserve_inodes"]
+        fill = f"touch $(seq 1 $(( $(stat -f -c %d .) - {reserve} - 8 )))"
+        await ws.exec(f"mkdir -p node_modules && cd node_modules && {fill}")
+        assert executor.info()["refusing"] is None
+        cache = home(executor, ws) / "tree" / "node_modules"
+        for i in range(os.statvfs(small_inode_disk).f_favail - reserve + 1):
+            (cache / f"more-{i}").touch()
         assert executor.info()["refusing"] == "disk_reserve"
         # the next command makes room first: the idle checkout holding them is evicted
         other = await created(client, "acme/inodes-2", None)
@@ -255,8 +275,9 @@ async def test_empty_files_that_exhaust_the_inodes_make_the_executor_refuse(
         # inodes taken by something no eviction frees: new commands are refused
         outside = small_inode_disk / "outside"
         outside.mkdir()
-        for i in range(240):
-            (outside / str(i)).touch()
+        with contextlib.suppress(OSError):  # every inode left
+            for i in range(10_000):
+                (outside / str(i)).touch()
         with pytest.raises(QuillError) as info:
             await other.exec("echo never > never.txt")
         assert info.value.code == ErrorCode.UNAVAILABLE
@@ -273,7 +294,7 @@ async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
     executor = await start(max_runs=2)
     a = [await created(client, f"tenant-a/busy-{n}", None) for n in (1, 2)]
     b = await created(client, "tenant-b/work", None)
-    gate = Gate(executor.settings.data_dir / "checkouts")
+    gate = Gate()
     held = [gate.run(ws) for ws in a]  # max_runs long commands of tenant a
     await asyncio.wait_for(gate.started["tenant-a/busy-1"].wait(), 30)
     await until(lambda: len(executor.tasks) == 2)  # both of a's are in the executor's hands
@@ -281,19 +302,17 @@ async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
     assert result.exit_code == 0 and result.stdout == "b ran\n"
     assert not any(task.done() for task in held)
     assert executor.info()["waiting"] == 1  # a's second still waits, over its share
-    gate.release(a[0])
+    await gate.release(a[0])
     await asyncio.wait_for(gate.started["tenant-a/busy-2"].wait(), 30)  # then a's second runs
-    gate.release(a[1])
+    await gate.release(a[1])
     for task in held:
         assert (await task).exit_code == 0  # type: ignore[attr-defined]
 
 
 @pytest.fixture
-def tenants_up(tmp_path: Path) -> Iterator[Up]:
+def tenants_up(tmp_path: Path, provider: str) -> Iterator[Up]:
     """``quill up --tenants`` (tenants a and b), its executor with the default 4 slots."""
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
-    with with_tenants(tmp_path, "--sandbox", "bwrap") as stack:
+    with with_tenants(tmp_path, "--sandbox", provider) as stack:
         yield stack
 
 
@@ -308,7 +327,7 @@ async def test_with_tenants_one_saturating_the_executor_leaves_a_slot_for_the_ot
     try:
         a = [await created(clients["a"], f"a/busy-{n}", None) for n in range(4)]  # --max-runs
         b = await created(clients["b"], "b/work", None)
-        gate = Gate(up.data / "executor" / "checkouts")
+        gate = Gate()
         held = [gate.run(ws) for ws in a]
         started = [gate.started[f"a/{ws.name}"] for ws in a]
         await until(lambda: sum(e.is_set() for e in started) >= 3, 60)  # a's share: 3 of 4
@@ -318,10 +337,10 @@ async def test_with_tenants_one_saturating_the_executor_leaves_a_slot_for_the_ot
         assert sum(e.is_set() for e in started) == 3  # a's fourth still waits
         for ws, event in zip(a, started, strict=True):
             if event.is_set():
-                gate.release(ws)
+                await gate.release(ws)
         await until(lambda: all(e.is_set() for e in started), 60)
         for ws in a:
-            gate.release(ws)
+            await gate.release(ws)
         for task in held:
             assert (await task).exit_code == 0  # type: ignore[attr-defined]
     finally:

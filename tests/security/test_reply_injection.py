@@ -22,7 +22,6 @@ import base64
 import json
 import os
 import re
-import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -39,6 +38,7 @@ from nats.js.errors import NoKeysError
 
 from quill.client import Quill
 from tests.gateway.support import error, mcp_client, ok, text
+from tests.helpers import Gate
 from tests.system.conftest import Up, running
 
 PASSWORDS = {"acme": "acme-nats-password", "evil": "evil-nats-password"}
@@ -150,11 +150,8 @@ async def test_a_forged_reply_never_resolves_another_tenants_request(up: Up) -> 
     released and acme gets its own output."""
     await workspace_of(up, "acme", "app")
     await workspace_of(up, "evil", "shared")
-    nonce = secrets.token_hex(4)
-    command = (
-        f"touch .waiting-{nonce}; while [ ! -e .release-{nonce} ]; do sleep 0.05; done; "
-        "echo real-output"
-    )
+    gate = Gate()
+    command = f"{gate.wait}; echo real-output"
     async with connections(up) as (system, evil, _):
         asked: asyncio.Queue[str] = asyncio.Queue()
 
@@ -176,13 +173,7 @@ async def test_a_forged_reply_never_resolves_another_tenants_request(up: Up) -> 
             reply = await asyncio.wait_for(asked.get(), 30)
             await forge(evil, reply)
             await system.flush()
-            async with asyncio.timeout(30):  # the command is running: release it
-                waiting: list[Path] = []
-                while not waiting and not call.done():
-                    waiting = list(up.data.rglob(f".waiting-{nonce}"))
-                    await asyncio.sleep(0.05)  # polling the disk: nothing to wait on instead
-            for marker in waiting:
-                marker.with_name(f".release-{nonce}").touch()
+            await gate.open()  # the command is running: release it
             result = await asyncio.wait_for(call, 60)
     shown = text(result)
     assert "PWNED" not in shown and "real-output" in shown, shown

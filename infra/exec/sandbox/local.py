@@ -35,13 +35,21 @@ class LocalProvider:
     cgroups = False
     no_cgroups = "the local provider makes none"
     owner: tuple[int, int] | None = None
+    overlays = False
+    no_overlays = (
+        "the local provider has no sandbox to mount one in: its commands change the checkout "
+        "itself, which capture walks"
+    )
+
+    def layers(self, checkouts: Path) -> None:
+        """Nothing (``no_overlays`` says why)."""
 
     async def sweep(self, checkouts: Path) -> int:
         """Nothing: a local command's processes carry a marker of their own command only, so
         what a killed executor left cannot be told apart (docs/executor.md says so)."""
         return 0
 
-    def warm(self, checkout: Path, limits: Limits) -> None:
+    def warm(self, checkout: Path, limits: Limits, overlay: int | None = None) -> None:
         """Nothing: a local command starts in a few milliseconds anyway."""
 
     def discard(self, checkout: Path) -> None:

@@ -29,8 +29,9 @@ log = logging.getLogger(__name__)
 TTL_S = 60.0
 """How long a spare waits for a command before it is dropped."""
 
-Key = tuple[str, int, int]
-"""(checkout directory, memory_bytes, processes): what a sandbox is started with."""
+Key = tuple[str, int, int, int | None]
+"""(checkout directory, memory_bytes, processes, overlay generation or None): what a sandbox
+is started with."""
 
 
 class Box(Protocol):
@@ -97,9 +98,9 @@ class Spares(Generic[B]):
         done = await asyncio.gather(*(asyncio.shield(t) for t in tasks), return_exceptions=True)
         return [box for box in done if not isinstance(box, BaseException)]
 
-    def discard(self, checkout: str) -> None:
-        """Drop the spares over ``checkout``."""
-        for key in [k for k in self._spares if k[0] == checkout]:
+    def discard(self, checkout: str, but: Key | None = None) -> None:
+        """Drop the spares over ``checkout`` (``but`` that one)."""
+        for key in [k for k in self._spares if k[0] == checkout and k != but]:
             self._drop(key)
 
     async def close(self) -> None:

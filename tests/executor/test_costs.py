@@ -1,0 +1,120 @@
+"""What an executor's work costs as a workspace grows, counted, not timed (issue 29): the
+entries it stats, the files it reads and writes (``infra.safefs.COUNTS``) and the events it
+applies from the log (``infra.exec.checkout.COUNTS``), as its ping shows them.
+
+* A first checkout costs the files at that version, not the history: the same 500 paths
+  after 1,000 and after 4,000 (``-m slow``: 20,000) events.
+* A command costs what it changed, not the tree: a second ``exec true`` and a command changing
+  one file, in a checkout of 1,000 and of 4,000 (``-m slow``: 20,000) files.
+
+A real nats-server, writer, reader and executor (bwrap, commands over an overlay).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client as NATS
+
+from bench import size
+from contracts.limits import LimitsPatch
+from contracts.requests import PutChange
+from infra.exec.sandbox import probe_bwrap
+from quill.client import Quill, Workspace
+from services.executor.app import Executor, ExecutorConfig
+from tests.helpers import start_executor, start_reader, start_writer
+
+PATHS = 500
+SIZES = [
+    pytest.param((1_000, 4_000), id="1k-4k"),
+    pytest.param((1_000, 20_000), id="1k-20k", marks=pytest.mark.slow),
+]
+
+
+@pytest_asyncio.fixture
+async def executor(nats_url: str, tmp_path: Path) -> AsyncIterator[Executor]:
+    if (why := probe_bwrap()) is not None:
+        print(f"skipped: bwrap cannot run here: {why}")
+        pytest.skip(f"bwrap cannot run here: {why}")
+    async with AsyncExitStack() as es:
+        await start_writer(es, nats_url, tmp_path / "writer")
+        await start_reader(es, nats_url, tmp_path / "reader")
+        config = ExecutorConfig(sandbox="bwrap")
+        running = await start_executor(es, nats_url, tmp_path / "executor", config)
+        assert running.provider.overlays, running.provider.no_overlays
+        yield running
+
+
+def io(executor: Executor) -> Counter[str]:
+    return Counter(executor.info()["io"])
+
+
+async def cost(executor: Executor, op: Callable[[], Awaitable[object]]) -> Counter[str]:
+    """What ``op`` made the executor do (what grew of its counts)."""
+    before = io(executor)
+    await op()
+    after = io(executor)
+    return Counter({key: after[key] - before[key] for key in after})
+
+
+def flat(small: Counter[str], big: Counter[str], keys: tuple[str, ...]) -> None:
+    """Fail when what should not grow with the workspace grew (a little slack)."""
+    for key in keys:
+        assert big[key] <= small[key] * 1.1 + 10, (key, dict(small), dict(big))
+
+
+async def history(nc: NATS, quill: Quill, name: str, events: int) -> Workspace:
+    """``PATHS`` paths written round robin up to ``events`` events (appended to the log
+    directly, as ``bench depth --fast`` does), the reader caught up."""
+    await size.build(nc, PATHS, events, name=name, max_versions=None)
+    await size.applied(quill, name, events)
+    return quill.workspace(name)
+
+
+async def files(quill: Quill, name: str, count: int) -> Workspace:
+    """A workspace of ``count`` files, 1,000 an event."""
+    ws = quill.workspace(name)
+    await ws.create(limits=LimitsPatch(max_files=2 * count + 100))
+    for start in range(0, count, 1000):
+        puts = [
+            PutChange(path=f"pkg{n % 100:02}/m{n:06}.py", content=f"v = {n}\n")
+            for n in range(start, min(count, start + 1000))
+        ]
+        await ws.apply(puts)
+    return ws
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+async def test_a_first_checkout_costs_the_files_not_the_history(
+    executor: Executor, nc: NATS, quill: Quill, sizes: tuple[int, int], tmp_path: Path
+) -> None:
+    costs = []
+    for events in sizes:
+        ws = await history(nc, quill, f"acme/history-{tmp_path.name[-12:]}-{events}", events)
+        costs.append(await cost(executor, lambda ws=ws: ws.exec("true")))  # type: ignore[misc]
+        listing = await ws.exec("find . -type f | wc -l")
+        assert listing.stdout.strip() == str(PATHS)
+    small, big = costs
+    flat(small, big, ("write", "read", "stat", "events"))
+    assert small["seeded"] == big["seeded"] == 1 and small["replayed"] == big["replayed"] == 0
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+async def test_a_command_costs_what_it_changed_not_the_tree(
+    executor: Executor, quill: Quill, sizes: tuple[int, int], tmp_path: Path
+) -> None:
+    seconds, changes = [], []
+    for count in sizes:
+        ws = await files(quill, f"acme/tree-{tmp_path.name[-12:]}-{count}", count)
+        await ws.exec("true")  # the checkout is built
+        seconds.append(await cost(executor, lambda ws=ws: ws.exec("true")))  # type: ignore[misc]
+        change = await cost(executor, lambda ws=ws: ws.exec("echo x > pkg07/new.txt"))  # type: ignore[misc]
+        changes.append(change)
+        assert await ws.read_text("pkg07/new.txt") == "x\n"
+    flat(*seconds, ("stat", "read", "write", "events"))
+    flat(*changes, ("stat", "read", "write", "events"))
