@@ -88,19 +88,23 @@ class IgnoreFile:
         text = data.decode("utf-8", "replace").removeprefix("\ufeff")
         self._lines: list[_Line] = []
         self._set = re2.Set.SearchSet(_OPTIONS)
-        for raw in text.split("\n"):
-            try:
-                pattern = GitIgnoreSpecPattern(raw)
+        last: dict[tuple[str, bool], tuple[int, bool]] = {}
+        for number, raw in enumerate(text.split("\n")):
+            try:  # the expression only (pathspec would compile it with ``re`` too)
+                translated, include = GitIgnoreSpecPattern.pattern_to_regex(raw)
             except ValueError:  # git skips a line it cannot parse
                 continue
-            if pattern.include is None or pattern.regex is None:  # blank, a comment
+            if include is None or translated is None:  # blank, a comment
                 continue
-            regex, dirs_only = _own(raw, str(pattern.regex.pattern))
+            regex, dirs_only = _own(raw, translated)
+            last[regex, dirs_only] = (number, include)
+        # Of lines that match the same paths, only the last can decide: one set entry each.
+        for (regex, dirs_only), (_, include) in sorted(last.items(), key=lambda kv: kv[1][0]):
             try:
                 self._set.Add(regex)
             except re2.error:
                 continue
-            self._lines.append(_Line(bool(pattern.include), dirs_only))
+            self._lines.append(_Line(include, dirs_only))
         if self._lines:
             try:
                 self._set.Compile()
@@ -152,10 +156,6 @@ class Gitignores:
         if any(self._dir_ignored(a) for a in above):
             return True
         return self._own(path, above, is_dir)
-
-    def below_ignored(self, path: str) -> bool:
-        """Whether a directory above ``path`` is ignored."""
-        return any(self._dir_ignored(a) for a in ancestors(path))
 
     def _dir_ignored(self, directory: str) -> bool:
         """Whether the directory itself is ignored (its parents asked before it)."""

@@ -76,8 +76,8 @@ from infra.blobs import Blobs
 from infra.compaction import decode_manifest
 from infra.exec import capture as capturing
 from infra.exec import layers, seed
-from infra.exec.gitignores import Cache
 from infra.exec.capture import IGNORE_FILE, Captured, file_sig
+from infra.exec.gitignores import Cache
 from infra.exec.manifest import LOG, WHOLE, Changes, Manifest, Store, Tracked, watched
 from infra.exec.sandbox import overlay
 from infra.exec.trash import Trash

@@ -10,13 +10,23 @@ times or inode), by a command or by a sync from the log.
 A ``.gitignore`` is the command's: it is read without following any link (one that is a link
 is not honoured, whatever it points at), up to ``core.gitignore.MAX_FILE_BYTES`` (a larger one
 is not honoured); what is not honoured is said (``Lookup.warnings``) once per change of it.
+
+**A budget.** Matching is linear in a path (``core.gitignore``), but hostile patterns make its
+constant large (RE2's automaton for thousands of nested ``**`` patterns: ~10 ms a path), and a
+command can make many paths and many ``.gitignore`` files. So the time one capture spends on
+``.gitignore`` files (reading, compiling, matching: the thread's CPU time) is bounded by
+``BUDGET_S``: past it, the rest of the capture's paths are not checked against them (they are
+committed, as with the option off) and the reply says so. Never reached by an ordinary tree:
+a 400-line ``.gitignore`` costs ~1 ms to compile and microseconds a path.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from core.gitignore import MAX_FILE_BYTES, NAME, Gitignores, IgnoreFile, Unusable
 from infra.exec.manifest import Sig
@@ -24,6 +34,8 @@ from infra.safefs import Dir, parent_of
 
 CACHED = 256
 """Compiled ``.gitignore`` files a checkout keeps (the least recently used dropped past it)."""
+BUDGET_S = 10.0
+"""CPU seconds one capture may spend on ``.gitignore`` files (then it stops honouring them)."""
 
 Entry = tuple[Sig, IgnoreFile | None]
 
@@ -41,9 +53,11 @@ class Cache:
         self.reads = 0
         """Files read and compiled (what the cache did not spare)."""
 
-    def lookup(self, root: Dir) -> Lookup:
+    def lookup(
+        self, root: Dir, budget_s: float = BUDGET_S, clock: Callable[[], float] = time.thread_time
+    ) -> Lookup:
         """The ``.gitignore`` files of ``root`` (a checkout's ``tree/``), for one capture."""
-        return Lookup(self, root)
+        return Lookup(self, root, budget_s, clock)
 
     def get(self, directory: str, sig: Sig) -> Entry | None:
         found = self._files.get(directory)
@@ -62,11 +76,29 @@ class Cache:
 class Lookup(Gitignores):
     """``Gitignores`` over a checkout's tree, for one capture (each file read once in it)."""
 
-    def __init__(self, cache: Cache, root: Dir) -> None:
+    def __init__(
+        self, cache: Cache, root: Dir, budget_s: float, clock: Callable[[], float]
+    ) -> None:
         super().__init__(self._read)
         self._cache, self._root = cache, root
+        self._budget, self._left, self._clock = budget_s, budget_s, clock
         self.warnings: list[str] = []
         """The ``.gitignore`` files not honoured, and why (each once per change of it)."""
+
+    def ignored(self, path: str, is_dir: bool) -> bool:
+        """``Gitignores.ignored`` within the budget; past it, False (committed)."""
+        if self._left <= 0:
+            return False
+        began = self._clock()
+        try:
+            return super().ignored(path, is_dir)
+        finally:
+            self._left -= self._clock() - began
+            if self._left <= 0:
+                self.warnings.append(
+                    f".gitignore files: over {self._budget:g} s of matching in one command's "
+                    "changes: the rest of its paths were not checked against them"
+                )
 
     def _read(self, directory: str) -> IgnoreFile | None:
         path = f"{directory}/{NAME}" if directory else NAME
