@@ -42,7 +42,7 @@ def _changes_note(changes: rp.CapturedChanges | None) -> None:
             err=True,
         )
     for warning in changes.warnings:
-        click.echo(f"quill: not honoured: {warning}", err=True)
+        click.echo(f"quill: warning: {warning}", err=True)
     if changes.error:
         click.echo(f"quill: nothing committed: {changes.error}", err=True)
 

@@ -403,7 +403,7 @@ def changes_text(changes: rp.CapturedChanges | None) -> str:
             f"{f' and {more} more' if more > 0 else ''}"
         )
     for warning in changes.warnings:
-        lines.append(f"Not honoured: {warning}")
+        lines.append(f"Warning: {warning}")
     if changes.error:
         lines.append(f"Nothing committed: {changes.error}")
     return "\n".join(lines)
