@@ -199,6 +199,12 @@ def _widened(paths: list[tuple[str, How]]) -> list[tuple[str, How]] | None:
     return out
 
 
+def _in_git(rel: str) -> bool:
+    """``rel`` is a ``.git`` directory or inside one: git reads no ignore pattern there (a
+    project's ``logs/`` or ``objects/`` line must not take a repository's state apart)."""
+    return rel == ".git" or rel.startswith(".git/") or "/.git/" in rel or rel.endswith("/.git")
+
+
 def _parent(rel: str) -> str:
     return rel.rpartition("/")[0]
 
@@ -262,7 +268,7 @@ class _Capture:
         """Why ``rel``, a path the log does not hold, is left out, or None."""
         if self.ignore.match_dir(rel) if is_dir else self.ignore.match(rel):
             return QUILLIGNORED
-        if self.git is not None and self.git.ignored(rel, is_dir):
+        if self.git is not None and not _in_git(rel) and self.git.ignored(rel, is_dir):
             return GITIGNORED
         return None
 

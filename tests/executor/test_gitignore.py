@@ -131,3 +131,22 @@ async def test_a_changed_gitignore_changes_what_is_ignored_below_it(
         (".gitignore", "deleted"),
         ("d.tmp", "created"),
     ]
+
+
+async def test_a_repository_inside_is_not_taken_apart(
+    stack: StartExecutor, quill: Quill, name: str
+) -> None:
+    """As git, no pattern applies inside ``.git``: a project's ``logs/`` or ``objects/`` line
+    leaves a repository's state whole (it is versioned like any file)."""
+    await stack()
+    ws = await _workspace(quill, name)
+    r = await ws.exec(
+        "printf 'logs/\\nobjects/\\nindex\\n*.pack\\n' > .gitignore && git init -q repo"
+        " && cd repo && echo r > r.txt && mkdir logs && echo l > logs/x && git add r.txt"
+        " && git -c user.email=a@b.invalid -c user.name=a commit -qm r"
+    )
+    assert r.exit_code == 0, r.stderr
+    committed = {p.path for p in r.changes.paths}
+    assert {"repo/.git/index", "repo/.git/logs/HEAD", "repo/r.txt"} <= committed
+    assert any(p.startswith("repo/.git/objects/") for p in committed)
+    assert r.changes.ignored == ["repo/logs"]
