@@ -16,7 +16,8 @@ changed).
 What is left out: a new path matching Quill's default patterns or ``.quillignore``
 (``quillignore``), or, unless the workspace turned it off (``Limits.gitignore``), one a
 ``.gitignore`` file ignores as git would (``gitignored``: ``core.gitignore``, the files read
-on the paths looked at only, ``infra.exec.gitignores``). An ignored directory holding nothing
+on the paths looked at only, ``infra.exec.gitignores``; none inside a ``.git`` directory, as
+in git). An ignored directory holding nothing
 from the log is not entered (it counts as one path). As in git, a path the log holds is never
 ignored: its changes and its deletion are committed whatever a pattern says, so a
 ``.gitignore`` cannot hide a change to a committed file. A new directory holding only what is
