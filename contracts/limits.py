@@ -2,7 +2,8 @@
 
 Every limit a client can influence is bounded here. A workspace gets ``DEFAULT_LIMITS``
 unless its ``create`` request overrides some of them (within ``CEILINGS``); ``info``
-reports the effective values.
+reports the effective values. One option travels with them, set the same way: ``gitignore``
+(commands' changes honour ``.gitignore`` files; on unless turned off).
 """
 
 from __future__ import annotations
@@ -197,6 +198,13 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             "ignored and uncommitted files included; a command going over is stopped.",
         ),
     ] = 4 * 1024**3
+    gitignore: Annotated[
+        bool,
+        Meta(
+            description="Commands' changes honour .gitignore files as git does: a new path "
+            "they ignore is not committed (it stays in the executor's checkout)."
+        ),
+    ] = True
 
 
 class LimitsPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -213,6 +221,7 @@ class LimitsPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_change_paths: Positive | None = None
     max_versions: Positive | None = None
     max_checkout_bytes: Positive | None = None
+    gitignore: bool | None = None
 
 
 DEFAULT_LIMITS = Limits()
@@ -229,6 +238,7 @@ CEILINGS = Limits(
     max_change_paths=50_000,
     max_versions=None,
     max_checkout_bytes=64 * 1024**3,
+    gitignore=True,
 )
 """What a per-workspace override may not exceed (the NATS message size bounds several)."""
 
@@ -247,7 +257,7 @@ def effective_limits(patch: LimitsPatch | None, base: Limits = DEFAULT_LIMITS) -
         if value is None:
             continue
         ceiling = getattr(CEILINGS, field)
-        if ceiling is not None and value > ceiling:
+        if ceiling is not None and not isinstance(value, bool) and value > ceiling:
             raise QuillError(
                 ErrorCode.INVALID_ARGUMENT,
                 f"Limit {field}={value} exceeds the ceiling {ceiling}",

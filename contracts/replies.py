@@ -645,10 +645,22 @@ class CapturedChanges(msgspec.Struct, frozen=True, kw_only=True):
     committed (the other change stands)."""
     skipped: list[SkippedPath]
     ignored: list[str]
-    """Paths it created that match the workspace's ignore patterns (``.quillignore``, else
-    ``node_modules``, ``.venv``, ``__pycache__``...): not committed, kept in the executor's
-    checkout (first 100)."""
+    """Paths it created that an ignore pattern leaves out (first 100; ``ignored_total`` in
+    all, ``ignored_reasons`` why): not committed, kept in the executor's checkout. Each is
+    reported once (the first command that leaves it out); an ignored directory is one path
+    (what is in it is not looked at)."""
     error: str | None = None
+    ignored_total: int = 0
+    """Paths left out by an ignore pattern in all."""
+    ignored_reasons: dict[str, int] = {}
+    """How many of them each rule left out: ``quillignore`` (Quill's defaults,
+    ``node_modules``, ``.venv``, ``__pycache__``..., or the workspace's ``.quillignore``),
+    ``gitignored`` (a ``.gitignore`` file, as git reads it; the workspace option ``gitignore``
+    turns that off). A path the workspace holds is never left out: its changes are committed
+    whatever a pattern says."""
+    warnings: list[str] = []
+    """What could not be honoured, e.g. ``sub/.gitignore: over 64 KiB (70000 bytes): not
+    honoured`` (also a ``.gitignore`` that is a symlink): the paths it names were committed."""
     """Why nothing could be committed (e.g. over a limit), when that happened."""
 
 

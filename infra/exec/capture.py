@@ -8,8 +8,20 @@ actions). ``touched`` looks only at the paths a merge of the command's overlay l
 code (``_Capture.visit``), and ``touched`` carries over from the manifest what it does not look
 at (the paths left uncommitted, ``Manifest.present``), so they give the same result for the
 same tree. ``touched`` walks the whole tree after all when the command changed
-``.quillignore`` (what is ignored changed everywhere) or the manifest does not know what the
-tree holds uncommitted (written by an older executor).
+``.quillignore`` or the root's ``.gitignore`` (what is ignored changed everywhere) or the
+manifest does not know what the tree holds uncommitted (written by an older executor); it looks
+at the whole of a directory whose ``.gitignore`` the command changed (what is ignored below it
+changed).
+
+What is left out: a new path matching Quill's default patterns or ``.quillignore``
+(``quillignore``), or, unless the workspace turned it off (``Limits.gitignore``), one a
+``.gitignore`` file ignores as git would (``gitignored``: ``core.gitignore``, the files read
+on the paths looked at only, ``infra.exec.gitignores``; none inside a ``.git`` directory, as
+in git). An ignored directory holding nothing
+from the log is not entered (it counts as one path). As in git, a path the log holds is never
+ignored: its changes and its deletion are committed whatever a pattern says, so a
+``.gitignore`` cannot hide a change to a committed file. A new directory holding only what is
+ignored is not committed either (git keeps no directories; an empty one is committed).
 
 Capture never follows a symlink and never descends into an ignored directory that holds
 nothing from the log, into a directory whose name breaks the path rule, or deeper than
@@ -28,6 +40,7 @@ from dataclasses import dataclass, field
 from contracts import requests as rq
 from contracts.paths import MAX_PATH_BYTES, ancestors, check_name, printable
 from core.globs import Globs
+from infra.exec.gitignores import Lookup
 from infra.exec.layers import How
 from infra.exec.manifest import Manifest, Sig, Tracked
 from infra.safefs import Dir, parent_of, walk
@@ -35,6 +48,11 @@ from infra.safefs import Dir, parent_of, walk
 IGNORE_FILE = ".quillignore"
 """A workspace file of more ignore patterns (one glob a line, ``#`` comments; a pattern
 without ``/`` matches a name at any depth, as in ``.gitignore``)."""
+GITIGNORE = ".gitignore"
+QUILLIGNORED = "quillignore"
+"""Why a path was left out: Quill's default patterns or the workspace's ``.quillignore``."""
+GITIGNORED = "gitignored"
+"""Why a path was left out: a ``.gitignore`` file ignores it."""
 
 
 @dataclass
@@ -53,9 +71,12 @@ class Captured:
     kept: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Every path not committed that the tree holds now (reported or not): key (as in
     ``Manifest.local``) -> (path as shown, reason)."""
-    ignored: list[str] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)
+    """Paths left out by an ignore pattern, not reported before: (path, reason)."""
     local: dict[str, Sig] = field(default_factory=dict)
-    seen_ignored: list[str] = field(default_factory=list)
+    seen_ignored: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What capture could not honour (a ``.gitignore`` too large, or a link)."""
     looked_at: int = 0
     """Entries examined (a stat each): the whole tree, or what the command touched."""
 
@@ -95,20 +116,29 @@ def key_of(rel: str) -> tuple[str, str]:
     return (rel if shown == rel else "\0" + shown), shown
 
 
-def whole(root: Dir, manifest: Manifest, ignore: Globs) -> Captured:
-    """Walk ``root`` (``tree/``) and list what differs from ``manifest`` (blocking)."""
-    run = _Capture(root, manifest, ignore)
+def whole(root: Dir, manifest: Manifest, ignore: Globs, git: Lookup | None = None) -> Captured:
+    """Walk ``root`` (``tree/``) and list what differs from ``manifest`` (blocking); ``git``:
+    the tree's ``.gitignore`` files, if honoured."""
+    run = _Capture(root, manifest, ignore, git)
     for rel, parent, name, st in walk(root, run.prune, MAX_PATH_BYTES, run.enter):
         run.visit(rel, parent, name, st)
     return run.finish(None)
 
 
-def touched(root: Dir, manifest: Manifest, ignore: Globs, paths: list[tuple[str, How]]) -> Captured:
+def touched(
+    root: Dir,
+    manifest: Manifest,
+    ignore: Globs,
+    paths: list[tuple[str, How]],
+    git: Lookup | None = None,
+) -> Captured:
     """What differs from ``manifest`` at ``paths`` (a merge's, parents first) and below those
     it replaced whole; the rest is as the manifest says (blocking)."""
-    if not manifest.present_known or any(p == IGNORE_FILE for p, _ in paths):
-        return whole(root, manifest, ignore)
-    run = _Capture(root, manifest, ignore)
+    widened = paths if git is None else _widened(paths)
+    if not manifest.present_known or widened is None or any(p == IGNORE_FILE for p, _ in paths):
+        return whole(root, manifest, ignore, git)
+    paths = widened
+    run = _Capture(root, manifest, ignore, git)
     blocked: set[str] = set()
     candidates: set[str] = set()
     for rel, how in paths:
@@ -148,11 +178,47 @@ def touched(root: Dir, manifest: Manifest, ignore: Globs, paths: list[tuple[str,
     return run.finish(candidates)
 
 
+def _widened(paths: list[tuple[str, How]]) -> list[tuple[str, How]] | None:
+    """``paths`` with each directory whose ``.gitignore`` changed looked at whole (``all``,
+    in place of what was listed in it): what it ignores changed below it; None when the
+    root's changed (the whole tree is to be looked at)."""
+    tops = {p.rpartition("/")[0] for p, _ in paths if p.rpartition("/")[2] == GITIGNORE}
+    if not tops:
+        return paths
+    if "" in tops:
+        return None
+    tops = {d for d in tops if not any(a in tops for a in ancestors(d))}
+    out: list[tuple[str, How]] = []
+    placed: set[str] = set()
+    for rel, how in paths:
+        top = next((d for d in [*ancestors(rel), rel] if d in tops), None)
+        if top is None:
+            out.append((rel, how))
+        elif top not in placed:  # its parents come before it, as before
+            placed.add(top)
+            out.append((top, "all"))
+    return out
+
+
+def _in_git(rel: str) -> bool:
+    """``rel`` is a ``.git`` directory or inside one: git reads no ignore pattern there (a
+    project's ``logs/`` or ``objects/`` line must not take a repository's state apart)."""
+    return rel == ".git" or rel.startswith(".git/") or "/.git/" in rel or rel.endswith("/.git")
+
+
+def _parent(rel: str) -> str:
+    return rel.rpartition("/")[0]
+
+
 class _Capture:
     """One capture's state: what it has seen, made, put (see ``whole`` and ``touched``)."""
 
-    def __init__(self, root: Dir, manifest: Manifest, ignore: Globs) -> None:
-        self.root, self.manifest, self.ignore = root, manifest, ignore
+    def __init__(self, root: Dir, manifest: Manifest, ignore: Globs, git: Lookup | None) -> None:
+        self.root, self.manifest, self.ignore, self.git = root, manifest, ignore, git
+        self.holding: set[str] = set()
+        """Directories holding something not ignored (a directory made: once committed)."""
+        self.ignoring: set[str] = set()
+        """Directories holding something ignored."""
         self.out = Captured()
         self.limit = manifest.limits.max_file_bytes
         self.paths = manifest.paths
@@ -163,6 +229,7 @@ class _Capture:
         self._holding: set[str] | None = None
         self._sorted: list[str] | None = None
         self._scans = 0
+        self.dropped: set[str] = set()
 
     def holds_tracked(self, rel: str) -> bool:
         """Whether the log holds ``rel`` as a directory or anything below it."""
@@ -190,10 +257,25 @@ class _Capture:
 
     def prune(self, rel: str) -> bool:
         """An ignored directory holding nothing tracked: not entered (reported once)."""
-        if invalid(rel) is None and self.ignore.match_dir(rel) and not self.holds_tracked(rel):
-            self.out.seen_ignored.append(rel)
-            return True
-        return False
+        if invalid(rel) is not None or self.holds_tracked(rel):
+            return False
+        why = self.ignored(rel, True)
+        if why is None:
+            return False
+        self.left_out(rel, why)
+        return True
+
+    def ignored(self, rel: str, is_dir: bool) -> str | None:
+        """Why ``rel``, a path the log does not hold, is left out, or None."""
+        if self.ignore.match_dir(rel) if is_dir else self.ignore.match(rel):
+            return QUILLIGNORED
+        if self.git is not None and not _in_git(rel) and self.git.ignored(rel, is_dir):
+            return GITIGNORED
+        return None
+
+    def left_out(self, rel: str, why: str) -> None:
+        self.out.seen_ignored.append((rel, why))
+        self.ignoring.add(_parent(rel))
 
     def enter(self, rel: str) -> bool:
         return invalid(rel) is None  # what is below an invalid name is skipped with it
@@ -217,16 +299,24 @@ class _Capture:
         out.looked_at += 1
         why = invalid(rel)
         if why is not None:
+            self.holding.add(_parent(rel))
             self.skip(rel, f"invalid name: {why}: not committed", file_sig(st))
             return
         tracked = paths.get(rel)
         if stat.S_ISDIR(st.st_mode):
             if tracked is not None and tracked.sha256 is None:
                 self.seen.add(rel)
+                self.holding.add(_parent(rel))
             else:
-                self.made.append(rel)
+                self.made.append(rel)  # its parent holds it if it is committed (``finish``)
             return
+        if tracked is None and not stat.S_ISREG(st.st_mode):
+            why = self.ignored(rel, False)  # an ignored link is ignored, as in git
+            if why is not None:
+                self.left_out(rel, why)
+                return
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            self.holding.add(_parent(rel))
             reason = "symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
             self.skip(rel, reason, file_sig(st))
             return
@@ -243,9 +333,10 @@ class _Capture:
                 return
         elif tracked is not None:
             self.replaced.add(rel)
-        elif self.ignore.match(rel):
-            out.seen_ignored.append(rel)  # a new file matching a pattern directly
+        elif (why := self.ignored(rel, False)) is not None:
+            self.left_out(rel, why)  # a new file matching a pattern directly
             return
+        self.holding.add(_parent(rel))
         if st.st_size > self.limit:
             why = f"over max_file_bytes ({size_text(st.st_size)} > {size_text(self.limit)})"
             self.skip(rel, why, sig)
@@ -292,9 +383,15 @@ class _Capture:
             out.changes.append(rq.DeleteChange(path=path))
             out.kinds[path] = ("deleted", "directory" if paths[path].sha256 is None else "file")
         parents_of_puts = {a for p in self.puts for a in ancestors(p)}
+        for path in sorted(self.made, reverse=True):  # what is below a directory first
+            if path in self.ignoring and path not in self.holding:
+                self.dropped.add(path)  # it holds only what is ignored: as git, not kept
+                self.ignoring.add(_parent(path))
+            else:
+                self.holding.add(_parent(path))
         for path in self.made:
-            if path in parents_of_puts:
-                continue  # a put inside creates it
+            if path in parents_of_puts or path in self.dropped:
+                continue  # a put inside creates it; or nothing in it is committed
             out.changes.append(rq.MkdirChange(path=path))
             out.kinds[path] = ("created", "directory")
         for path in self.puts:
@@ -303,5 +400,7 @@ class _Capture:
             created = held is None or held.sha256 is None or path in gone_set
             out.kinds[path] = ("created" if created else "modified", "file")
         known = set(self.manifest.ignored)
-        out.ignored = [p for p in out.seen_ignored if p not in known]
+        out.ignored = [(p, why) for p, why in out.seen_ignored if p not in known]
+        if self.git is not None:
+            out.warnings = list(dict.fromkeys(self.git.warnings))
         return out

@@ -77,6 +77,7 @@ from infra.compaction import decode_manifest
 from infra.exec import capture as capturing
 from infra.exec import layers, seed
 from infra.exec.capture import IGNORE_FILE, Captured, file_sig
+from infra.exec.gitignores import Cache
 from infra.exec.manifest import LOG, WHOLE, Changes, Manifest, Store, Tracked, watched
 from infra.exec.sandbox import overlay
 from infra.exec.trash import Trash
@@ -141,6 +142,8 @@ class Checkout:
         self._manifest_blobs = Blobs(js).of(tenant, workspace)
         self.manifest = watched(Manifest())
         self.store = Store(home)
+        self.gitignores = Cache()
+        """Its ``.gitignore`` files as compiled when capture last read them."""
         self.generation = next(_generations)
         """Changes with every change the executor makes to ``tree/`` (a sync that wrote, a
         merge, a rebuild): a sandbox whose overlay was mounted over another generation is
@@ -642,10 +645,11 @@ class Checkout:
         touched (``merged``), else in the whole of ``tree/`` (``infra.exec.capture``)."""
         with self._root() as root:
             ignore = self._ignore_patterns(root)
+            git = self.gitignores.lookup(root) if self.manifest.limits.gitignore else None
             if merged is None:  # the command changed tree/ in place (a spare's mount is stale)
                 self.changed()
-                return capturing.whole(root, self.manifest, ignore)
-            return capturing.touched(root, self.manifest, ignore, merged.touched)
+                return capturing.whole(root, self.manifest, ignore, git)
+            return capturing.touched(root, self.manifest, ignore, merged.touched, git)
 
     def merge(self, layer: Path) -> layers.Merged:
         """Move what a command wrote over its overlay (``layer``) into ``tree/``, and remove
@@ -692,5 +696,5 @@ class Checkout:
                 manifest.present[key] = value
         manifest.present_known = True
         known = set(manifest.ignored)
-        manifest.ignored += [p for p in out.seen_ignored if p not in known]
+        manifest.ignored += [p for p, _ in out.seen_ignored if p not in known]
         assert manifest.version == base

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 import zlib
+from collections import Counter
 
 from contracts import hashing
 from contracts import replies as rp
@@ -76,7 +77,8 @@ def withhold(captured: Captured, secrets: Secrets) -> None:
         else:
             kept.append(item)
     captured.changes = kept
-    captured.ignored = [secrets.redact(p)[0] for p in captured.ignored]
+    captured.ignored = [(secrets.redact(p)[0], why) for p, why in captured.ignored]
+    captured.warnings = [secrets.redact(w)[0] for w in captured.warnings]
 
 
 def changes_id(request_id: str) -> str:
@@ -140,7 +142,8 @@ async def commit(
     secrets = secrets_from_env()
     withhold(captured, secrets)
     skipped = [rp.SkippedPath(path=p, reason=r) for p, r in captured.skipped[:MAX_SKIPPED]]
-    ignored = captured.ignored[:SHOWN]
+    ignored = [p for p, _ in captured.ignored[:SHOWN]]
+    reasons = dict(Counter(why for _, why in captured.ignored))
 
     def result(
         committed: bool,
@@ -164,6 +167,9 @@ async def commit(
             skipped=skipped,
             ignored=ignored,
             error=error,
+            ignored_total=len(captured.ignored),
+            ignored_reasons=reasons,
+            warnings=captured.warnings[:SHOWN],
         )
 
     left = left_uncommitted(captured, checkout)

@@ -37,6 +37,11 @@ commands = Commands("files")
 @click.option(
     "--max-checkout-bytes", type=int, help="Disk an executor's checkout of it may hold (4 GiB)."
 )
+@click.option(
+    "--gitignore/--no-gitignore",
+    default=None,
+    help="Whether commands' changes honour .gitignore files as git does (default: yes).",
+)
 @click.option("--exist-ok", is_flag=True, help="Succeed if it already exists.")
 async def create(
     ctx: click.Context,
@@ -46,6 +51,7 @@ async def create(
     max_files: int | None,
     max_versions: int | None,
     max_checkout_bytes: int | None,
+    gitignore: bool | None,
     exist_ok: bool,
 ) -> None:
     """Create WORKSPACE (tenant/workspace)."""
@@ -54,6 +60,7 @@ async def create(
         max_files=max_files,
         max_versions=max_versions,
         max_checkout_bytes=max_checkout_bytes,
+        gitignore=gitignore,
     )
     r = await ws.create(trust=trust, limits=limits, exist_ok=exist_ok)  # type: ignore[arg-type]
     emit(

@@ -33,6 +33,16 @@ def _changes_note(changes: rp.CapturedChanges | None) -> None:
         click.echo(f"quill: not committed: {conflict.path}: {conflict.reason}", err=True)
     for skipped in changes.skipped:
         click.echo(f"quill: not committed: {skipped.path} ({skipped.reason})", err=True)
+    if changes.ignored:
+        total = max(changes.ignored_total, len(changes.ignored))
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(changes.ignored_reasons.items()))
+        shown = ", ".join(changes.ignored[:5]) + (", ..." if total > 5 else "")
+        click.echo(
+            f"quill: left out {plural(total, 'ignored path')}{f' ({why})' if why else ''}: {shown}",
+            err=True,
+        )
+    for warning in changes.warnings:
+        click.echo(f"quill: warning: {warning}", err=True)
     if changes.error:
         click.echo(f"quill: nothing committed: {changes.error}", err=True)
 

@@ -394,7 +394,16 @@ def changes_text(changes: rp.CapturedChanges | None) -> str:
     for s in changes.skipped:
         lines.append(f"Not committed: {s.path} ({s.reason})")
     if changes.ignored:
-        lines.append(f"Ignored (kept out of the workspace's history): {', '.join(changes.ignored)}")
+        total = max(changes.ignored_total, len(changes.ignored))
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(changes.ignored_reasons.items()))
+        more = total - len(changes.ignored)
+        lines.append(
+            f"Ignored (kept out of the workspace's history): {plural(total, 'path')}"
+            f"{f' ({why})' if why else ''}: {', '.join(changes.ignored)}"
+            f"{f' and {more} more' if more > 0 else ''}"
+        )
+    for warning in changes.warnings:
+        lines.append(f"Warning: {warning}")
     if changes.error:
         lines.append(f"Nothing committed: {changes.error}")
     return "\n".join(lines)

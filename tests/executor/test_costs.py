@@ -118,3 +118,31 @@ async def test_a_command_costs_what_it_changed_not_the_tree(
         assert await ws.read_text("pkg07/new.txt") == "x\n"
     flat(*seconds, ("stat", "read", "write", "events"))
     flat(*changes, ("stat", "read", "write", "events"))
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+async def test_gitignore_files_cost_the_paths_changed_not_the_tree(
+    executor: Executor, quill: Quill, sizes: tuple[int, int], tmp_path: Path
+) -> None:
+    """A ``.gitignore`` in the root and in each of 100 directories: a command changing two
+    paths of one directory reads the two on its paths (once: cached while unchanged)."""
+    changes, reads = [], []
+    for count in sizes:
+        name = f"acme/ignores-{tmp_path.name[-12:]}-{count}"
+        ws = await files(quill, name, count)
+        puts = [PutChange(path=f"pkg{n:02}/.gitignore", content="*.tmp\n") for n in range(100)]
+        await ws.apply([*puts, PutChange(path=".gitignore", content="build/\n")])
+        await ws.exec("true")  # the checkout is built
+        checkout = executor.checkouts.live["acme", name.split("/")[1]]
+        before = checkout.gitignores.reads
+        change = await cost(
+            executor, lambda ws=ws: ws.exec("echo x > pkg07/a.tmp && echo y > pkg07/b.txt")
+        )  # type: ignore[misc]
+        changes.append(change)
+        first = checkout.gitignores.reads - before
+        again = await ws.exec("echo x > pkg07/c.tmp && echo y > pkg07/d.txt")
+        reads.append((first, checkout.gitignores.reads - before - first))
+        assert again.changes.ignored == ["pkg07/c.tmp"]
+        assert [p.path for p in again.changes.paths] == ["pkg07/d.txt"]
+    flat(*changes, ("stat", "read", "write", "events"))
+    assert reads == [(2, 0), (2, 0)]

@@ -233,8 +233,11 @@ async def test_ignored_paths_stay_out_of_history(
         "printf '# ours\\nlogs/\\n*.tmp\\n' > .quillignore && mkdir -p logs a && "
         "echo l > logs/1 && echo t > a/x.tmp && echo n > node_modules/more.js"
     )
-    # a/ is new (with nothing but an ignored file in it); the defaults still hold
-    assert [p.path for p in own.changes.paths] == [".quillignore", "a"]
+    # a/ is new with nothing but an ignored file in it: left out too (as git would); the
+    # defaults still hold
+    assert [p.path for p in own.changes.paths] == [".quillignore"]
+    assert sorted(own.changes.ignored) == ["a/x.tmp", "logs"]  # node_modules: reported before
+    assert own.changes.ignored_reasons == {"quillignore": 2}
 
 
 async def test_two_commands_on_one_workspace_at_once(

@@ -3,8 +3,8 @@ workspace a command on the checkout itself does (``--sandbox local``, walked): t
 commands, run by each on a workspace of the same files, one after another, compared reply by
 reply and then file by file. Renames of directories, deletions of what was renamed, a file
 made a directory and back, chmod alone, links, an ignored directory, a file over
-``max_file_bytes``, a name that breaks the path rule, ``.quillignore`` changed, a git
-repository, a file touched without a change.
+``max_file_bytes``, a name that breaks the path rule, ``.quillignore`` changed, ``.gitignore``
+files made, nested and changed, a git repository, a file touched without a change.
 
 A real nats-server, writer, reader and executors (one bwrap over an overlay, one local)."""
 
@@ -52,6 +52,14 @@ COMMANDS = [
     "rm -rf lib deeper && ls",
     "mkdir -p fresh/a/b && echo d > fresh/a/b/d.txt && mv fresh/a fresh/z && rm -f huge.bin",
     "rm .quillignore && echo again > a.log",
+    "mkdir -p .hyp/ex && printf '*\\n' > .hyp/.gitignore && echo e > .hyp/ex/1"
+    " && printf 'gen/\\n*.tmp\\n!keep.tmp\\n' > .gitignore && mkdir -p gen && echo g > gen/g"
+    " && echo t > t.tmp && echo k > keep.tmp",
+    "echo again > .hyp/ex/2 && mkdir -p pkg && printf '!*.tmp\\n' > pkg/.gitignore"
+    " && echo p > pkg/p.tmp",
+    "printf 'gen/\\n' > .gitignore",  # t.tmp is no longer ignored
+    "printf '*.tmp\\n' > pkg/.gitignore && echo q > pkg/q.tmp && echo p2 > pkg/p.tmp",
+    "rm pkg/.gitignore",  # q.tmp is no longer ignored
     "chmod -x bin.sh && rm -rf repo/.git/logs",
     "rm -rf repo",  # its index holds inodes and times: the trees compared hold no git state
 ]
@@ -70,6 +78,8 @@ def shown(result: CommandResult) -> dict[str, Any]:
         "paths": sorted((p.path, p.change, p.kind) for p in changes.paths),
         "skipped": sorted((s.path, s.reason) for s in changes.skipped),
         "ignored": sorted(changes.ignored),
+        "ignored_reasons": changes.ignored_reasons,
+        "warnings": changes.warnings,
         "conflicts": changes.conflicts,
     }
 
@@ -117,3 +127,5 @@ async def test_a_command_over_an_overlay_changes_what_it_would_change_in_place(
         assert overlay_tree == in_place_tree
         assert [r["exit"] for r in overlay] == [0] * len(COMMANDS), overlay
         assert ("src", "deleted", "directory") in overlay[1]["paths"]  # renamed: moved whole
+    assert not [entry for entry in overlay_tree if entry[0].startswith(".hyp")]  # .gitignore'd
+    assert {"t.tmp", "keep.tmp", "pkg/q.tmp"} <= {entry[0] for entry in overlay_tree}

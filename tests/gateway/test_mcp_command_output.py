@@ -176,3 +176,19 @@ async def test_wap_execute_command_keeps_the_end(gateway: Gateway, executor: Non
     assert not failed and data["isOutputTruncated"]
     assert data["stdout"].startswith("1\n2\n") and data["stdout"].endswith("30000\nFAILED\n")
     assert re.search(r"\n\[\.\.\. \d+ bytes left out \.\.\.\]\n", data["stdout"])
+
+
+async def test_what_gitignore_files_left_out_is_told(gateway: Gateway, executor: None) -> None:
+    """A model learns how many paths its command left out of history, and why (issue 30)."""
+    async with mcp_client(gateway.url) as mcp:
+        text = await view_of(
+            mcp,
+            "execute_command",
+            command="mkdir -p .hypothesis/examples && printf '*\\n' > .hypothesis/.gitignore"
+            " && echo e > .hypothesis/examples/1 && echo k > kept.txt",
+        )
+    assert "Committed 1 changed path as version" in text and "kept.txt (created)" in text
+    assert (
+        "Ignored (kept out of the workspace's history): 2 paths (2 gitignored): "
+        ".hypothesis/.gitignore, .hypothesis/examples"
+    ) in text, text
