@@ -76,6 +76,14 @@ WRITER_MAX_WAITING_PER_WORKSPACE = 1_024
 for their approval; past it a command that would wait for the lock is answered busy (queue
 ``workspace_waiting``), one that awaits its approval gets ``APPROVAL_REQUIRED`` at once.
 Apart from the bound above, so that waiters never keep the lock's holder from unlocking."""
+MAX_PENDING_APPROVALS = 256
+"""Requests one workspace holds parked for approval at once (past it a new one is answered
+busy, queue ``approvals``: decide or let some expire first)."""
+APPROVAL_TTL_MAX_S = 7 * 24 * 3600
+"""The longest ``approval_ttl_s`` a workspace may set."""
+APPROVAL_KEEP_S = APPROVAL_TTL_MAX_S + 3600
+"""How long ``WS_APPROVALS`` keeps a parked request and its outcome (its ``max_age``): the
+longest wait for a decision, then at least an hour for the outcome to be read."""
 WRITER_MAX_RETRIES_WAITING = 16
 """Copies of one request id (retries) waiting for that request's answer; queue
 ``request_retries``."""
@@ -197,6 +205,14 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             "ignored and uncommitted files included; a command going over is stopped.",
         ),
     ] = 4 * 1024**3
+    approval_ttl_s: Annotated[
+        int,
+        Meta(
+            ge=1,
+            description="How long a request parked for approval waits for a decision, in "
+            "seconds; past it the request is refused (DENIED, reason expired).",
+        ),
+    ] = 24 * 3600
 
 
 class LimitsPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -213,6 +229,7 @@ class LimitsPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_change_paths: Positive | None = None
     max_versions: Positive | None = None
     max_checkout_bytes: Positive | None = None
+    approval_ttl_s: Positive | None = None
 
 
 DEFAULT_LIMITS = Limits()
@@ -229,6 +246,7 @@ CEILINGS = Limits(
     max_change_paths=50_000,
     max_versions=None,
     max_checkout_bytes=64 * 1024**3,
+    approval_ttl_s=APPROVAL_TTL_MAX_S,
 )
 """What a per-workspace override may not exceed (the NATS message size bounds several)."""
 

@@ -791,6 +791,35 @@ class Workspace:
     async def approvals(self) -> rp.ApprovalList:
         return await self._qry(rq.ApprovalsQuery())
 
+    async def approval(self, approval_id: str) -> rp.ApprovalStatus:
+        """Approval ``approval_id`` (from an ``APPROVAL_REQUIRED`` error's details): ``pending``,
+        ``approved`` (with ``outcome``, what Quill's carrying it out gave, once ``done``),
+        ``denied`` or ``expired``.
+
+        Raises:
+            QuillError: ``FILE_NOT_FOUND`` when the workspace has no such approval.
+        """
+        return await self._qry(rq.ApprovalQuery(approval_id=approval_id))
+
+    async def wait_approval(self, approval_id: str, timeout: float = 60.0) -> rp.ApprovalStatus:
+        """``approval(approval_id)`` once it is ``done`` (denied, expired, or approved and
+        carried out), or as it stands after ``timeout`` seconds (``done`` false). Asks again
+        at growing intervals (up to 2 s): the outcome is kept, so a client that went away
+        can ask later.
+
+        Raises:
+            QuillError: ``FILE_NOT_FOUND`` when the workspace has no such approval.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        pause = 0.05
+        while True:
+            status = await self.approval(approval_id)
+            left = deadline - time.monotonic()
+            if status.done or left <= 0:
+                return status
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, 2.0)
+
     async def approve(self, approval_id: str, reason: str | None = None) -> rp.ApprovalResult:
         body = rq.Decide(approval_id=approval_id, approve=True, reason=reason)
         return await self._cmd(body)
@@ -800,7 +829,13 @@ class Workspace:
         return await self._cmd(body)
 
     async def request_approval(
-        self, op: str, summary: str, *, request_id: str | None = None, wait_ms: int | None = None
+        self,
+        op: str,
+        summary: str,
+        *,
+        request_id: str | None = None,
+        wait_ms: int | None = None,
+        digest: str | None = None,
     ) -> rp.ApprovalResult:
         """Ask for the approval a restricted workspace needs before ``op`` (``exec.run``,
         ``exec.git``) is done outside the writer; returns once it is decided (what executors
@@ -810,7 +845,7 @@ class Workspace:
             QuillError: ``DENIED`` when denied; ``APPROVAL_REQUIRED`` while undecided past
                 ``wait_ms``.
         """
-        body = rq.RequestApproval(op=op, summary=summary[:4096])
+        body = rq.RequestApproval(op=op, summary=summary[:4096], digest=digest)
         version, result = await self.client.send(
             self.tenant, self.name, body, request_id=request_id, wait_ms=wait_ms
         )
