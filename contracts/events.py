@@ -151,8 +151,6 @@ class ApprovalRequested(
     """The change it would make if decided at this version, as a unified diff (contents
     redacted; at most ``contracts.limits.PREVIEW_MAX_BYTES``); None for a command, whose
     changes are known only once it has run."""
-    session: str | None = None
-    """The session that asked (a retry of the same request from it finds this approval)."""
     digest: str | None = None
     """sha256 of the request's body: what is approved is this body and no other."""
     expires: datetime | None = None

@@ -123,7 +123,8 @@ class Commands:
         headers = origin.headers()
         headers.pop(HEADER_WAIT, None)
         headers.pop(HEADER_TIMEOUT, None)
-        parked = Parked(op=op, headers=headers, body=codec.encode(req))
+        unpinned = msgspec.structs.replace(req, min_version=None)  # a retry asks the same
+        parked = Parked(op=op, headers=headers, body=codec.encode(unpinned))
         await self.kept.keep(t, w, approval_id, parked)
         view = self.quill.as_actor(origin.actor, session=origin.session, run=origin.run)
         ws = view.workspace(f"{t}/{w}")

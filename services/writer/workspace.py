@@ -334,7 +334,7 @@ class WorkspaceActor:
             pending = state.controls.pending(now)
             for other_id, other in pending:
                 if other.same(op, p.origin.actor, p.origin.session, body):
-                    raise awaiting(p, other_id)
+                    raise awaiting(p, other_id, other.version)
             if len(pending) >= MAX_PENDING_APPROVALS:
                 what = f"Workspace {self.tenant}/{self.workspace}"
                 raise refused(
@@ -349,7 +349,7 @@ class WorkspaceActor:
                 {"approval_id": request_id},
             )
         if approval.approved is None and not approval.past(now):
-            raise awaiting(p, request_id)
+            raise awaiting(p, request_id, approval.version)
         if approval.expired or approval.past(now):
             raise QuillError(
                 ErrorCode.DENIED,
@@ -410,7 +410,6 @@ class WorkspaceActor:
                 summary=summary,
                 requested_by=p.origin.actor,
                 preview=shown,
-                session=p.origin.session,
                 digest=body,
                 expires=expires,
                 **common,
@@ -1014,8 +1013,8 @@ class WorkspaceActor:
             p, decision, event = s.pending, s.decision, s.event
             if isinstance(event, ApprovalRequested):  # p waits for the decision
                 await self._notify(event, [], seq)
-                if not self._park(p, awaiting(p, event.approval_id), state):
-                    error = awaiting(p, event.approval_id)
+                if not self._park(p, awaiting(p, event.approval_id, event.version), state):
+                    error = awaiting(p, event.approval_id, event.version)
                     await self._answer(p, codec.error_reply(error), error=error)
                 continue
             result = bytes(event.result)
@@ -1460,14 +1459,15 @@ class _Undo(Exception):
         self.changes = changes
 
 
-def awaiting(p: Pending, approval_id: str) -> QuillError:
-    """The answer to a request left waiting for its approval."""
+def awaiting(p: Pending, approval_id: str, version: int) -> QuillError:
+    """The answer to a request left waiting for its approval (``version``: of its
+    ``approval_requested`` event, for a client's read-your-writes)."""
     return QuillError(
         ErrorCode.APPROVAL_REQUIRED,
         f"Waiting for approval {approval_id} (restricted workspace {p.address.tenant}/"
         f"{p.address.workspace}): once approved, Quill carries it out; its outcome is kept "
         "under the approval id (qry.approval)",
-        {"approval_id": approval_id},
+        {"approval_id": approval_id, "version": version},
     )
 
 
