@@ -22,12 +22,15 @@ its body must be the approval's (ids whose ``.`` became ``_`` share a subject).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError
@@ -170,6 +173,30 @@ class Approvals:
     ) -> rp.ApprovalOutcome | None:
         data = await self._last(tenant, workspace, approval_id, "outcome")
         return _outcome.decode(data) if data is not None else None
+
+    async def wait_outcome(
+        self, nc: NATS, tenant: str, workspace: str, approval_id: str, timeout_s: float
+    ) -> rp.ApprovalOutcome | None:
+        """The outcome of ``approval_id`` once it is kept (None after ``timeout_s``): for a
+        client that sent an approved request again while it is being carried out."""
+        subject = self.subjects.approval(tenant, workspace, approval_id, "outcome")
+        kept: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+        async def on_msg(msg: Msg) -> None:
+            if not kept.done():
+                kept.set_result(msg.data)
+
+        sub = await nc.subscribe(subject, cb=on_msg)  # before looking: none is missed
+        try:
+            found = await self.outcome(tenant, workspace, approval_id)
+            if found is not None:
+                return found
+            try:
+                return _outcome.decode(await asyncio.wait_for(kept, timeout_s))
+            except TimeoutError:
+                return None
+        finally:
+            await sub.unsubscribe()
 
     async def purge(self, tenant: str, workspace: str) -> None:
         """Drop everything kept of ``workspace`` (it was purged)."""

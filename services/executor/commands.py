@@ -11,7 +11,7 @@ import logging
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -44,6 +44,7 @@ from services.executor.config import ExecutorConfig
 from services.executor.output import Recorder
 
 log = logging.getLogger("quill.executor")
+R = TypeVar("R")
 
 WHY = ("timeout", "memory", "background", "quota", "cancel")
 KILLS = {why: EXECUTOR_KILLS.labels(why) for why in WHY}
@@ -132,13 +133,30 @@ class Commands:
             op, summary, request_id=approval_id, wait_ms=origin.wait_ms, digest=parked.digest
         )
         if not await self.kept.claim(t, w, approval_id, "executor"):
+            raise Claimed(approval_id, checkout.limits.max_exec_ms / 1000)
+        return True
+
+    async def _claimed(self, address: Address, claimed: Claimed, result: type[R]) -> tuple[int, R]:
+        """An approved command sent again while (or after) it is carried out: answered with
+        its outcome, once kept (it ran once).
+
+        Raises:
+            QuillError: its error; ``CONFLICT`` when its outcome is not kept in time.
+        """
+        t, w, approval_id = address.tenant, address.workspace, claimed.approval_id
+        nc = self.quill.nc
+        outcome = await self.kept.wait_outcome(nc, t, w, approval_id, claimed.within_s + 60)
+        if outcome is None or (outcome.result is None and outcome.error is None):
             raise QuillError(
                 ErrorCode.CONFLICT,
-                f"Approved command {approval_id} was run already: its outcome is kept under "
-                "its approval id (qry.approval)",
+                f"Approved command {approval_id} is carried out already: its outcome is kept "
+                "under its approval id (qry.approval)",
                 {"approval_id": approval_id, "claimed": True},
             )
-        return True
+        if outcome.error is not None:
+            details = {**outcome.error.details, "claimed": True}
+            raise QuillError(outcome.error.code, outcome.error.message, details)
+        return outcome.version or 0, msgspec.convert(outcome.result, result)
 
     def _workdir(self, checkout: Checkout, workdir: str) -> str:
         path = normalize(workdir)
@@ -240,6 +258,8 @@ class Commands:
         asked = [False]
         try:
             version, result = await self._run(address, origin, req, job, details, asked)
+        except Claimed as claimed:
+            return await self._claimed(address, claimed, rp.CommandResult)
         except QuillError as exc:
             if asked[0]:
                 await self.kept.record(
@@ -361,6 +381,8 @@ class Commands:
         asked = [False]
         try:
             version, result = await self._git(address, origin, req, details, asked)
+        except Claimed as claimed:
+            return await self._claimed(address, claimed, rp.GitResult)
         except QuillError as exc:
             if asked[0]:
                 await self.kept.record(
@@ -422,6 +444,14 @@ class Commands:
         details.update(committed=bool(changes and changes.committed))
         version = changes.version if changes is not None else base
         return version, msgspec.structs.replace(result, changes=changes)
+
+
+class Claimed(Exception):
+    """An approved command another executor (or request) took already (``_approved``)."""
+
+    def __init__(self, approval_id: str, within_s: float) -> None:
+        super().__init__(approval_id)
+        self.approval_id, self.within_s = approval_id, within_s
 
 
 def known_facts(origin: Origin, details: dict[str, Any], base: int) -> dict[str, Any]:
