@@ -11,6 +11,7 @@ import pytest
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import LimitsPatch
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
@@ -125,3 +126,34 @@ async def test_an_approved_command_runs_without_its_client(
         )
         assert (again.exit_code, again.stdout, again.command_id) == (3, "ran\n", approval_id)
         assert len((await desk.history("out.txt")).revisions) == 1
+
+
+async def test_an_approval_expires_at_its_deadline(services: StartReader, nats_url: str) -> None:
+    """Past the workspace's ``approval_ttl_s`` a parked request is refused (``DENIED``,
+    reason expired), its waiting client is told, and it can no longer be decided."""
+    await services("r1")
+    agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
+    human = await Quill.connect(nats_url, actor="alice", session="s-alice")
+    try:
+        ws, desk = agent.workspace("acme/brief"), human.workspace("acme/brief")
+        await ws.create(trust="restricted", limits=LimitsPatch(approval_ttl_s=1))
+        gone = await parked(ws.write("a.md", "a\n"))
+        agent.wait_ms = 60_000  # this one waits: it is told when its approval expires
+        with pytest.raises(QuillError) as info:
+            await ws.write("b.md", "b\n")
+        assert info.value.code == ErrorCode.DENIED
+        assert info.value.details["reason"] == "expired"
+        status = await ws.wait_approval(gone, timeout=30)
+        assert (status.state, status.done, status.reason) == ("expired", True, "expired")
+        assert status.outcome is None
+        with pytest.raises(QuillError) as info:
+            await desk.approve(gone)
+        assert info.value.code == ErrorCode.CONFLICT and info.value.details["expired"]
+        assert (await ws.approvals()).pending == []
+        assert (await desk.list(".")).entries == []
+        agent.wait_ms = 0
+        again = await parked(ws.write("a.md", "a\n"))  # asked again: a new approval
+        assert again != gone
+    finally:
+        await agent.close()
+        await human.close()
