@@ -15,7 +15,7 @@ from contracts.limits import LimitsPatch
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import start_executor
+from tests.helpers import start_executor, start_reader, start_writer
 
 
 async def parked(call: object) -> str:
@@ -157,3 +157,29 @@ async def test_an_approval_expires_at_its_deadline(services: StartReader, nats_u
     finally:
         await agent.close()
         await human.close()
+
+
+async def test_a_parked_change_survives_a_writer_restart(nats_url: str, tmp_path: Path) -> None:
+    """The parked request is kept outside the writer (``WS_APPROVALS``): a writer started
+    after it was parked carries it out once approved, and its outcome survives another."""
+    async with AsyncExitStack() as stack:
+        await start_reader(stack, nats_url, tmp_path / "reader")
+        agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
+        human = await Quill.connect(nats_url, actor="alice")
+        stack.push_async_callback(agent.close)
+        stack.push_async_callback(human.close)
+        ws, desk = agent.workspace("acme/restart"), human.workspace("acme/restart")
+        async with AsyncExitStack() as first:
+            await start_writer(first, nats_url, tmp_path / "w1")
+            await ws.create(trust="restricted")
+            approval_id = await parked(ws.write("kept.md", "kept\n"))
+        async with AsyncExitStack() as second:  # the first writer is gone
+            await start_writer(second, nats_url, tmp_path / "w2")
+            await desk.approve(approval_id)
+            done = await ws.wait_approval(approval_id, timeout=30)
+            assert done.outcome is not None and done.outcome.error is None, done
+        async with AsyncExitStack() as third:
+            await start_writer(third, nats_url, tmp_path / "w3")
+            again = await ws.approval(approval_id)
+            assert again.outcome == done.outcome
+            assert await desk.read_text("kept.md") == "kept\n"
