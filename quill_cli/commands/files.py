@@ -15,6 +15,7 @@ from contracts.limits import CEILINGS, LimitsPatch
 from contracts.paths import display, normalize
 from quill.client import Workspace
 from quill_cli.common import (
+    DURATION,
     Commands,
     columns,
     emit,
@@ -37,6 +38,12 @@ commands = Commands("files")
 @click.option(
     "--max-checkout-bytes", type=int, help="Disk an executor's checkout of it may hold (4 GiB)."
 )
+@click.option(
+    "--approval-ttl",
+    "approval_ttl_ms",
+    type=DURATION,
+    help="restricted: how long a request waits for its approval before it expires (24h).",
+)
 @click.option("--exist-ok", is_flag=True, help="Succeed if it already exists.")
 async def create(
     ctx: click.Context,
@@ -46,6 +53,7 @@ async def create(
     max_files: int | None,
     max_versions: int | None,
     max_checkout_bytes: int | None,
+    approval_ttl_ms: int | None,
     exist_ok: bool,
 ) -> None:
     """Create WORKSPACE (tenant/workspace)."""
@@ -54,6 +62,7 @@ async def create(
         max_files=max_files,
         max_versions=max_versions,
         max_checkout_bytes=max_checkout_bytes,
+        approval_ttl_s=max(1, approval_ttl_ms // 1000) if approval_ttl_ms is not None else None,
     )
     r = await ws.create(trust=trust, limits=limits, exist_ok=exist_ok)  # type: ignore[arg-type]
     emit(

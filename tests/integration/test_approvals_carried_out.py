@@ -3,6 +3,9 @@ retry never parks twice; the outcome is kept under the approval id (``qry.approv
 
 from __future__ import annotations
 
+import asyncio
+import re
+import textwrap
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -183,3 +186,30 @@ async def test_a_parked_change_survives_a_writer_restart(nats_url: str, tmp_path
             again = await ws.approval(approval_id)
             assert again.outcome == done.outcome
             assert await desk.read_text("kept.md") == "kept\n"
+
+
+async def test_the_sdk_guide_example_runs(
+    services: StartReader, nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/sdk.md's example of a client that does not wait, as written."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "sdk.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", guide, re.S) if "wait_approval" in b)
+    source = "async def example(ws):\n" + textwrap.indent(block, "    ")
+    scope: dict[str, object] = {"QuillError": QuillError, "ErrorCode": ErrorCode}
+    exec(compile(source, "docs/sdk.md", "exec"), scope)
+    await services("r1")
+    agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
+    human = await Quill.connect(nats_url, actor="alice")
+    try:
+        ws, desk = agent.workspace("acme/guide"), human.workspace("acme/guide")
+        await ws.create(trust="restricted")
+        example = asyncio.create_task(scope["example"](ws))  # type: ignore[operator]
+        async with asyncio.timeout(30):
+            while not (waiting := (await desk.approvals()).pending):
+                await asyncio.sleep(0.02)
+        await desk.approve(waiting[0].approval_id)
+        await asyncio.wait_for(example, 30)
+        assert capsys.readouterr().out.startswith("committed at version ")
+    finally:
+        await agent.close()
+        await human.close()
