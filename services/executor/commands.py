@@ -125,7 +125,10 @@ class Commands:
         headers.pop(HEADER_WAIT, None)
         headers.pop(HEADER_TIMEOUT, None)
         unpinned = msgspec.structs.replace(req, min_version=None)  # a retry asks the same
-        parked = Parked(op=op, headers=headers, body=codec.encode(unpinned))
+        body = codec.encode(unpinned)
+        if self.secrets:  # no secret kept at rest: run without its client, it gets them redacted
+            body = self.secrets.redact_bytes(body)[0]
+        parked = Parked(op=op, headers=headers, body=body)
         await self.kept.keep(t, w, approval_id, parked)
         view = self.quill.as_actor(origin.actor, session=origin.session, run=origin.run)
         ws = view.workspace(f"{t}/{w}")

@@ -79,6 +79,7 @@ from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
 from core.decision import Context, Decision, Expensive, Needs, to_event
 from core.diffs import Pair, unified_many
+from core.secrets import Secrets
 from core.tree import Tree, WorkspaceState, fold, forget, place
 from infra import blobs, compaction, logfields, storage, tracing
 from infra import log as eventlog
@@ -326,7 +327,7 @@ class WorkspaceActor:
             return False
         now = datetime.now(UTC)
         request_id = p.origin.request_id
-        op, body = asked(p)
+        op, body = asked(p, self.deps.secrets)
         approval = state.controls.approval(request_id)
         if approval is None:
             if self._covered(state, p):
@@ -392,13 +393,13 @@ class WorkspaceActor:
             f"{p.origin.request_id}:approval", p.origin.actor, p.origin.session, p.origin.run
         )
         request = p.request
-        op, body = asked(p)
+        op, body = asked(p, self.deps.secrets)
         shown = None if isinstance(request, rq.RequestApproval) else await self._preview(state, p)
         if not isinstance(request, rq.RequestApproval):  # kept to be carried out once approved
             kept = dict(p.origin.headers())
             kept.pop(HEADER_WAIT, None)
             kept.pop(HEADER_TIMEOUT, None)
-            parked = Parked(op=op, headers=kept, body=bytes(p.msg.data))
+            parked = Parked(op=op, headers=kept, body=kept_body(p, self.deps.secrets))
             await self.deps.approvals.keep(self.tenant, self.workspace, p.origin.request_id, parked)
         at = datetime.now(UTC)
         expires = at + timedelta(seconds=state.limits.approval_ttl_s)
@@ -1471,13 +1472,19 @@ def awaiting(p: Pending, approval_id: str, version: int) -> QuillError:
     )
 
 
-def asked(p: Pending) -> tuple[str, str]:
-    """What ``p`` asks to have approved: its op and the sha256 of its body (an executor's
-    ``request_approval``: of the command it asks for)."""
+def asked(p: Pending, secrets: Secrets) -> tuple[str, str]:
+    """What ``p`` asks to have approved: its op and the sha256 of its body as kept (an
+    executor's ``request_approval``: of the command it asks for)."""
     request = p.request
     if isinstance(request, rq.RequestApproval):
         return request.op, request.digest or digest(request.summary.encode())
-    return p.spec.key, digest(bytes(p.msg.data))
+    return p.spec.key, digest(kept_body(p, secrets))
+
+
+def kept_body(p: Pending, secrets: Secrets) -> bytes:
+    """``p``'s body as ``WS_APPROVALS`` keeps it: registered secrets redacted (no secret is
+    kept at rest; what the writer commits of the request is redacted the same way)."""
+    return secrets.redact_bytes(bytes(p.msg.data))[0] if secrets else bytes(p.msg.data)
 
 
 def describe(p: Pending) -> tuple[str, list[str]]:
