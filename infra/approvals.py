@@ -50,11 +50,20 @@ STREAM_BYTES = 1024**3
 
 class Parked(msgspec.Struct, frozen=True, kw_only=True):
     """A request kept for when it is approved: its op (``cmd.write``, ``exec.run``), the
-    ``Ws-*`` headers it came with, and its body as sent."""
+    ``Ws-*`` headers it came with, and its JSON body as sent (registered secrets redacted),
+    kept as text (what is kept can be searched for a secret, as every stream is)."""
 
     op: str
     headers: dict[str, str]
-    body: bytes
+    text: str
+
+    @classmethod
+    def of(cls, op: str, headers: dict[str, str], body: bytes) -> Parked:
+        return cls(op=op, headers=headers, text=body.decode("utf-8", "replace"))
+
+    @property
+    def body(self) -> bytes:
+        return self.text.encode()
 
     @property
     def digest(self) -> str:

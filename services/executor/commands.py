@@ -128,7 +128,7 @@ class Commands:
         body = codec.encode(unpinned)
         if self.secrets:  # no secret kept at rest: run without its client, it gets them redacted
             body = self.secrets.redact_bytes(body)[0]
-        parked = Parked(op=op, headers=headers, body=body)
+        parked = Parked.of(op, headers, body)
         await self.kept.keep(t, w, approval_id, parked)
         view = self.quill.as_actor(origin.actor, session=origin.session, run=origin.run)
         ws = view.workspace(f"{t}/{w}")

@@ -399,7 +399,7 @@ class WorkspaceActor:
             kept = dict(p.origin.headers())
             kept.pop(HEADER_WAIT, None)
             kept.pop(HEADER_TIMEOUT, None)
-            parked = Parked(op=op, headers=kept, body=kept_body(p, self.deps.secrets))
+            parked = Parked.of(op, kept, kept_body(p, self.deps.secrets))
             await self.deps.approvals.keep(self.tenant, self.workspace, p.origin.request_id, parked)
         at = datetime.now(UTC)
         expires = at + timedelta(seconds=state.limits.approval_ttl_s)
