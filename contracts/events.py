@@ -151,6 +151,11 @@ class ApprovalRequested(
     """The change it would make if decided at this version, as a unified diff (contents
     redacted; at most ``contracts.limits.PREVIEW_MAX_BYTES``); None for a command, whose
     changes are known only once it has run."""
+    digest: str | None = None
+    """sha256 of the request's body: what is approved is this body and no other."""
+    expires: datetime | None = None
+    """Its deadline (``approval_ttl_s`` after it was asked): still undecided then, it is
+    expired, decided from the log alone (None: asked before approvals expired)."""
 
 
 class ApprovalDecided(Event, frozen=True, kw_only=True, omit_defaults=True, tag="approval_decided"):

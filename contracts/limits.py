@@ -77,6 +77,14 @@ WRITER_MAX_WAITING_PER_WORKSPACE = 1_024
 for their approval; past it a command that would wait for the lock is answered busy (queue
 ``workspace_waiting``), one that awaits its approval gets ``APPROVAL_REQUIRED`` at once.
 Apart from the bound above, so that waiters never keep the lock's holder from unlocking."""
+MAX_PENDING_APPROVALS = 256
+"""Requests one workspace holds parked for approval at once (past it a new one is answered
+busy, queue ``approvals``: decide or let some expire first)."""
+APPROVAL_TTL_MAX_S = 7 * 24 * 3600
+"""The longest ``approval_ttl_s`` a workspace may set."""
+APPROVAL_KEEP_S = APPROVAL_TTL_MAX_S + 3600
+"""How long ``WS_APPROVALS`` keeps a parked request and its outcome (its ``max_age``): the
+longest wait for a decision, then at least an hour for the outcome to be read."""
 WRITER_MAX_RETRIES_WAITING = 16
 """Copies of one request id (retries) waiting for that request's answer; queue
 ``request_retries``."""
@@ -205,6 +213,14 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             "they ignore is not committed (it stays in the executor's checkout)."
         ),
     ] = True
+    approval_ttl_s: Annotated[
+        int,
+        Meta(
+            ge=1,
+            description="How long a request parked for approval waits for a decision, in "
+            "seconds; past it the request is refused (DENIED, reason expired).",
+        ),
+    ] = 24 * 3600
 
 
 class LimitsPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -222,6 +238,7 @@ class LimitsPatch(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_versions: Positive | None = None
     max_checkout_bytes: Positive | None = None
     gitignore: bool | None = None
+    approval_ttl_s: Positive | None = None
 
 
 DEFAULT_LIMITS = Limits()
@@ -239,6 +256,7 @@ CEILINGS = Limits(
     max_versions=None,
     max_checkout_bytes=64 * 1024**3,
     gitignore=True,
+    approval_ttl_s=APPROVAL_TTL_MAX_S,
 )
 """What a per-workspace override may not exceed (the NATS message size bounds several)."""
 

@@ -404,6 +404,14 @@ _ALL: tuple[OpSpec, ...] = (
         {},
     ),
     _qry(
+        "approval",
+        rq.ApprovalQuery,
+        rp.ApprovalStatus,
+        "One approval: pending, approved (with what carrying it out gave), denied or expired.",
+        (E.FILE_NOT_FOUND,),
+        {"approval_id": "req-42"},
+    ),
+    _qry(
         "events",
         rq.EventsQuery,
         rp.EventPage,

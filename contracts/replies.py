@@ -608,6 +608,41 @@ class ApprovalResult(Result, frozen=True, kw_only=True):
     approved: bool
 
 
+class ApprovalOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What carrying out an approved request gave: its reply, kept under the approval id
+    (``infra/approvals.py``)."""
+
+    at: datetime
+    version: int | None = None
+    """The workspace version its reply named (what it committed, or read)."""
+    result: dict[str, Any] | None = None
+    """Its result, as the op's own reply would hold it (``exec.run``: a ``CommandResult``)."""
+    error: ErrorBody | None = None
+    """Its error, when it failed (``CONFLICT`` for an ``if_match`` no longer met...)."""
+
+
+class ApprovalStatus(Result, frozen=True, kw_only=True):
+    """One approval: ``pending``, ``approved`` (``outcome`` once it was carried out),
+    ``denied`` or ``expired``."""
+
+    approval_id: str
+    state: Literal["pending", "approved", "denied", "expired"]
+    op: str
+    summary: str
+    requested_by: str | None
+    requested: datetime
+    version: int
+    """The version of its ``approval_requested`` event."""
+    expires: datetime | None = None
+    """Its deadline while pending (``approval_ttl_s`` after it was asked)."""
+    decided_by: str | None = None
+    reason: str | None = None
+    """Why it was denied (``expired`` when it expired)."""
+    done: bool = False
+    """Final: denied, expired, or approved and carried out (``outcome`` says how)."""
+    outcome: ApprovalOutcome | None = None
+
+
 # ---------------------------------------------------------------- exec results
 
 

@@ -478,6 +478,9 @@ class RequestApproval(Command, frozen=True, kw_only=True):
     """What waits: ``exec.run``, ``exec.git``."""
     summary: Annotated[str, Meta(max_length=4096)]
     """What it would do (a command line; never contents)."""
+    digest: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")] | None = None
+    """sha256 of the request that waits (a retry of it from the same session finds its
+    approval instead of asking again)."""
 
 
 class Decide(Command, frozen=True, kw_only=True):
@@ -553,6 +556,14 @@ class RunQuery(Query, frozen=True, kw_only=True):
 
 class ApprovalsQuery(Query, frozen=True, kw_only=True):
     """The requests waiting for approval."""
+
+
+class ApprovalQuery(Query, frozen=True, kw_only=True):
+    """One request parked for approval: pending, approved (and what carrying it out gave),
+    denied or expired."""
+
+    approval_id: Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+    """The approval's id (from the ``APPROVAL_REQUIRED`` error's details)."""
 
 
 # ---------------------------------------------------------------- exec (to the executors)

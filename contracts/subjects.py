@@ -10,6 +10,8 @@ Subjects (root ``ws`` by default)::
     ws.execout.<tenant>.<workspace>.<id> a running command's live output (id: its request id)
     ws.cmdout.<t>.<w>.<id>.<part>        a command's whole output, kept a while (stream WS_OUTPUT;
                                          read with exec.output, never by tenants directly)
+    ws.approval.<t>.<w>.<id>.<part>      a request parked for approval and its outcome (stream
+                                         WS_APPROVALS; services only: ``infra/approvals.py``)
     ws.evt.<tenant>.<workspace>          the event log (stream WS_EVENTS); only writers publish
     ws.updated.<tenant>.<workspace>      one message per committed change
     ws.purged.<tenant>.<workspace>       a workspace was purged (to the services only)
@@ -38,6 +40,8 @@ from contracts.errors import ErrorCode, QuillError
 STREAM_EVENTS = "WS_EVENTS"
 STREAM_AUDIT = "WS_AUDIT"
 STREAM_OUTPUT = "WS_OUTPUT"
+STREAM_APPROVALS = "WS_APPROVALS"
+"""Requests parked for approval, and what carrying them out gave (``infra/approvals.py``)."""
 BUCKET_BLOBS = "WS_BLOBS"
 BUCKET_LEASES = "WS_LEASES"
 BUCKET_BRIDGES = "WS_BRIDGES"
@@ -265,6 +269,18 @@ class Subjects:
     @property
     def all_cmdout(self) -> str:
         return f"{self.root}.cmdout.>"
+
+    def approval(self, tenant: str, workspace: str, approval_id: str, part: str) -> str:
+        """A part of a parked request in ``WS_APPROVALS``: ``request`` (what to carry out),
+        ``claim`` (an executor took it), ``outcome`` (what carrying it out gave)."""
+        return f"{self.root}.approval.{tenant}.{workspace}.{approval_id.replace('.', '_')}.{part}"
+
+    def workspace_approvals(self, tenant: str, workspace: str) -> str:
+        return f"{self.root}.approval.{tenant}.{workspace}.>"
+
+    @property
+    def all_approvals(self) -> str:
+        return f"{self.root}.approval.>"
 
     def evt(self, tenant: str, workspace: str) -> str:
         return f"{self.root}.evt.{tenant}.{workspace}"

@@ -74,6 +74,33 @@ class ApprovalState:
     reason: str | None = None
     preview: str | None = None
     """What it would change (a diff), kept while it waits."""
+    session: str | None = None
+    digest: str | None = None
+    """sha256 of the parked request's body (``infra/approvals.py``)."""
+    expires: datetime | None = None
+    expired: bool = False
+    """It passed its deadline undecided (``approved`` is then False)."""
+
+    def state(self, now: datetime) -> str:
+        """``pending``, ``approved``, ``denied`` or ``expired`` (at ``now``)."""
+        if self.expired or (self.approved is None and self.past(now)):
+            return "expired"
+        if self.approved is None:
+            return "pending"
+        return "approved" if self.approved else "denied"
+
+    def past(self, now: datetime) -> bool:
+        """Undecided past its deadline at ``now``."""
+        return self.approved is None and self.expires is not None and self.expires <= now
+
+    def same(self, op: str, actor: str | None, session: str | None, digest: str) -> bool:
+        """Whether it parks the same request (op, body) from the same session and actor."""
+        return (self.op, self.requested_by, self.session, self.digest) == (
+            op,
+            actor,
+            session,
+            digest,
+        )
 
 
 @dataclass(slots=True)
@@ -112,8 +139,13 @@ class Controls:
     def approval(self, approval_id: str) -> ApprovalState | None:
         return (self.approvals or {}).get(approval_id)
 
-    def pending(self) -> list[tuple[str, ApprovalState]]:
-        return [(k, a) for k, a in (self.approvals or {}).items() if a.approved is None]
+    def pending(self, now: datetime | None = None) -> list[tuple[str, ApprovalState]]:
+        """The approvals undecided (and, given ``now``, not past their deadline then)."""
+        return [
+            (k, a)
+            for k, a in (self.approvals or {}).items()
+            if a.approved is None and not (now is not None and a.past(now))
+        ]
 
 
 def fold_control(controls: Controls, event: ControlEvent) -> None:
@@ -135,6 +167,9 @@ def fold_control(controls: Controls, event: ControlEvent) -> None:
     elif isinstance(event, ApprovalRequested):
         if controls.approvals is None:
             controls.approvals = {}
+        for a in controls.approvals.values():  # expired as of this event: decided so
+            if a.past(event.at):
+                _expire(a)
         controls.approvals[event.approval_id] = ApprovalState(
             event.request_op,
             event.summary,
@@ -142,7 +177,11 @@ def fold_control(controls: Controls, event: ControlEvent) -> None:
             event.at,
             event.version,
             preview=event.preview,
+            session=event.session,
+            digest=event.digest,
+            expires=event.expires,
         )
+        _forget_decided(controls)
     elif isinstance(event, WorkspaceAttached):
         if controls.attached is None:
             controls.attached = {}
@@ -159,9 +198,19 @@ def fold_control(controls: Controls, event: ControlEvent) -> None:
             approval.approved = event.approved
             approval.decided_by, approval.reason = event.actor, event.reason
             approval.preview = None  # decided: the diff is in the log, not kept in memory
-        decided = [k for k, a in (controls.approvals or {}).items() if a.approved is not None]
-        for old in decided[: max(0, len(decided) - DECIDED_KEPT)]:
-            del controls.approvals[old]  # type: ignore[union-attr]
+        _forget_decided(controls)
+
+
+def _expire(approval: ApprovalState) -> None:
+    approval.approved, approval.expired, approval.reason = False, True, "expired"
+    approval.preview = None
+
+
+def _forget_decided(controls: Controls) -> None:
+    """Keep the last ``DECIDED_KEPT`` decided (or expired) approvals."""
+    decided = [k for k, a in (controls.approvals or {}).items() if a.approved is not None]
+    for old in decided[: max(0, len(decided) - DECIDED_KEPT)]:
+        del controls.approvals[old]  # type: ignore[union-attr]
 
 
 def run_info(run_id: str, run: RunState) -> rp.RunInfo:
@@ -184,8 +233,8 @@ def attached_list(primary: str, controls: Controls) -> rp.Attached:
     return rp.Attached(primary=primary, attached=items)
 
 
-def approval_list(controls: Controls) -> rp.ApprovalList:
-    """The approvals still waiting for a decision."""
+def approval_list(controls: Controls, now: datetime | None = None) -> rp.ApprovalList:
+    """The approvals still waiting for a decision (given ``now``: and not expired then)."""
     pending = [
         rp.Approval(
             approval_id=approval_id,
@@ -196,6 +245,27 @@ def approval_list(controls: Controls) -> rp.ApprovalList:
             version=a.version,
             preview=a.preview,
         )
-        for approval_id, a in controls.pending()
+        for approval_id, a in controls.pending(now)
     ]
     return rp.ApprovalList(pending=pending)
+
+
+def approval_status(
+    approval_id: str, a: ApprovalState, now: datetime, outcome: rp.ApprovalOutcome | None
+) -> rp.ApprovalStatus:
+    """Approval ``approval_id`` as ``qry.approval`` tells it at ``now``."""
+    state = a.state(now)
+    return rp.ApprovalStatus(
+        approval_id=approval_id,
+        state=state,  # type: ignore[arg-type]
+        op=a.op,
+        summary=a.summary,
+        requested_by=a.requested_by,
+        requested=a.requested,
+        version=a.version,
+        expires=a.expires,
+        decided_by=a.decided_by,
+        reason="expired" if state == "expired" else a.reason,
+        done=state in ("denied", "expired") or outcome is not None,
+        outcome=outcome if state == "approved" else None,
+    )

@@ -182,6 +182,12 @@ def _decide(state: WorkspaceState, cmd: rq.Decide, ctx: Context) -> Decision:
             f"No approval {cmd.approval_id} is waiting",
             {"approval_id": cmd.approval_id},
         )
+    if approval.expired or approval.past(ctx.at):  # its deadline, in the log: no decision
+        raise QuillError(
+            ErrorCode.CONFLICT,
+            f"Approval {cmd.approval_id} expired undecided: its request was refused",
+            {"approval_id": cmd.approval_id, "expired": True},
+        )
     if approval.approved is not None:
         raise QuillError(
             ErrorCode.CONFLICT,

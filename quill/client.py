@@ -27,7 +27,7 @@ import itertools
 import random
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -571,9 +571,24 @@ class Workspace:
     # registry (``contracts/ops.py``), by the request's type; the methods below only say how
     # their arguments make the request.
     async def _cmd(self, body: rq.Command, *, wait_ms: int | None = None) -> Any:
-        version, result = await self.client.send(self.tenant, self.name, body, wait_ms=wait_ms)
+        with self._parked():
+            version, result = await self.client.send(self.tenant, self.name, body, wait_ms=wait_ms)
         self.last_version = max(self.last_version, version or 0)
         return result
+
+    @contextlib.contextmanager
+    def _parked(self) -> Iterator[None]:
+        """A request parked for approval (``APPROVAL_REQUIRED``) makes a version (its
+        ``approval_requested`` event): later queries (``approval``) read as of it."""
+        try:
+            yield
+        except QuillError as exc:
+            version = (
+                exc.details.get("version") if exc.code == ErrorCode.APPROVAL_REQUIRED else None
+            )
+            if isinstance(version, int):
+                self.last_version = max(self.last_version, version)
+            raise
 
     async def _qry(self, body: rq.Query) -> Any:
         return (await self._qry_at(body))[1]
@@ -791,6 +806,43 @@ class Workspace:
     async def approvals(self) -> rp.ApprovalList:
         return await self._qry(rq.ApprovalsQuery())
 
+    async def approval(self, approval_id: str) -> rp.ApprovalStatus:
+        """Approval ``approval_id`` (from an ``APPROVAL_REQUIRED`` error's details): ``pending``,
+        ``approved`` (with ``outcome``, what Quill's carrying it out gave, once ``done``),
+        ``denied`` or ``expired``.
+
+        Raises:
+            QuillError: ``FILE_NOT_FOUND`` when the workspace has no such approval.
+        """
+        return await self._qry(rq.ApprovalQuery(approval_id=approval_id))
+
+    async def wait_approval(self, approval_id: str, timeout: float = 60.0) -> rp.ApprovalStatus:
+        """``approval(approval_id)`` once it is ``done`` (denied, expired, or approved and
+        carried out), or as it stands after ``timeout`` seconds (``done`` false). Asks again
+        at growing intervals (up to 2 s): the outcome is kept, so a client that went away
+        can ask later.
+
+        Raises:
+            QuillError: ``FILE_NOT_FOUND`` when the workspace has no such approval.
+        """
+        start = time.monotonic()
+        deadline = start + max(0.0, timeout)
+        pause = 0.05
+        while True:
+            try:
+                status = await self.approval(approval_id)
+            except QuillError as exc:  # a replica a moment behind the writer: ask again
+                behind = exc.code == ErrorCode.FILE_NOT_FOUND and time.monotonic() - start < 2
+                if not behind or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(pause)
+                continue
+            left = deadline - time.monotonic()
+            if status.done or left <= 0:
+                return status
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, 2.0)
+
     async def approve(self, approval_id: str, reason: str | None = None) -> rp.ApprovalResult:
         body = rq.Decide(approval_id=approval_id, approve=True, reason=reason)
         return await self._cmd(body)
@@ -800,7 +852,13 @@ class Workspace:
         return await self._cmd(body)
 
     async def request_approval(
-        self, op: str, summary: str, *, request_id: str | None = None, wait_ms: int | None = None
+        self,
+        op: str,
+        summary: str,
+        *,
+        request_id: str | None = None,
+        wait_ms: int | None = None,
+        digest: str | None = None,
     ) -> rp.ApprovalResult:
         """Ask for the approval a restricted workspace needs before ``op`` (``exec.run``,
         ``exec.git``) is done outside the writer; returns once it is decided (what executors
@@ -810,7 +868,7 @@ class Workspace:
             QuillError: ``DENIED`` when denied; ``APPROVAL_REQUIRED`` while undecided past
                 ``wait_ms``.
         """
-        body = rq.RequestApproval(op=op, summary=summary[:4096])
+        body = rq.RequestApproval(op=op, summary=summary[:4096], digest=digest)
         version, result = await self.client.send(
             self.tenant, self.name, body, request_id=request_id, wait_ms=wait_ms
         )
@@ -1161,16 +1219,17 @@ class Workspace:
         subject = client.subjects.execout(self.tenant, self.name, request_id)
         sub = await client.nc.subscribe(subject, cb=on_msg)
         try:
-            version, result = await client.exec_request(
-                self.tenant,
-                self.name,
-                spec.name,
-                body,
-                spec.result,
-                request_id=request_id,
-                deadline_s=(timeout_ms or 600_000) / 1000 + 600,
-                heard=lambda: heard,
-            )
+            with self._parked():
+                version, result = await client.exec_request(
+                    self.tenant,
+                    self.name,
+                    spec.name,
+                    body,
+                    spec.result,
+                    request_id=request_id,
+                    deadline_s=(timeout_ms or 600_000) / 1000 + 600,
+                    heard=lambda: heard,
+                )
             if on_output is not None:  # the reply may overtake the last of the output
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(eof.wait(), 5)

@@ -26,7 +26,6 @@ from urllib.parse import urlsplit
 import msgspec
 from rich.console import Console
 
-from contracts import codec
 from contracts.errors import ErrorCode, QuillError
 from infra import bridges
 from quill import connection
@@ -86,17 +85,15 @@ def pending_file(approval_id: str) -> Path:
     return pending_dir() / f"{approval_id.replace(':', '_')}.json"
 
 
-def keep_pending(
-    approval_id: str, tenant: str, workspace: str, kind: str, op: str, body: msgspec.Struct
-) -> Path:
-    """Keep the request ``approval_id`` for ``quill resume`` (owner-only: it holds contents)."""
+def keep_pending(approval_id: str, tenant: str, workspace: str, kind: str, op: str) -> Path:
+    """Note where the request ``approval_id`` waits, for ``quill resume ID`` (Quill keeps the
+    request itself and carries it out once approved: no contents are kept here)."""
     path = pending_file(approval_id)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     record = {
         "approval_id": approval_id,
         "workspace": f"{tenant}/{workspace}",
         "op": f"{kind}.{op}",
-        "body": json.loads(codec.encode(body)),
     }
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -113,8 +110,8 @@ def load_pending(approval_id: str) -> dict[str, Any]:
     except (OSError, ValueError):
         raise QuillError(
             ErrorCode.FILE_NOT_FOUND,
-            f"No request of approval {approval_id} is kept here: only the commands this user "
-            "ran here without --wait can be resumed (quill approvals lists what waits)",
+            f"Approval {approval_id} is not one this user asked for here: name its workspace "
+            f"(quill resume WORKSPACE {approval_id})",
             {"approval_id": approval_id},
         ) from None
 
@@ -197,7 +194,7 @@ class CliQuill(Quill):
             if wait <= 0:
                 if exc.code == ErrorCode.APPROVAL_REQUIRED and self.keep_for_resume:
                     approval = str(exc.details.get("approval_id", rid))
-                    keep_pending(approval, tenant, workspace, kind, op, body)
+                    keep_pending(approval, tenant, workspace, kind, op)
                 raise
             line = waiting_text(exc, tenant, workspace, wait)
         self.say(line)
@@ -207,7 +204,32 @@ class CliQuill(Quill):
         except QuillError as exc:
             if exc.code == ErrorCode.APPROVAL_REQUIRED and self.keep_for_resume:
                 approval = str(exc.details.get("approval_id", rid))
-                keep_pending(approval, tenant, workspace, kind, op, body)
+                keep_pending(approval, tenant, workspace, kind, op)
+            raise
+
+    async def exec_request(
+        self,
+        tenant: str,
+        workspace: str,
+        op: str,
+        body: msgspec.Struct,
+        result_type: type[R],
+        *,
+        request_id: str,
+        deadline_s: float,
+        heard: Callable[[], float],
+    ) -> tuple[int | None, R]:
+        """``Quill.exec_request``; a command left waiting for approval is noted for ``quill
+        resume ID`` (as a change is)."""
+        try:
+            return await super().exec_request(
+                tenant, workspace, op, body, result_type,
+                request_id=request_id, deadline_s=deadline_s, heard=heard,
+            )  # fmt: skip
+        except QuillError as exc:
+            if exc.code == ErrorCode.APPROVAL_REQUIRED and self.keep_for_resume:
+                approval = str(exc.details.get("approval_id", request_id))
+                keep_pending(approval, tenant, workspace, "exec", op)
             raise
 
     async def close(self) -> None:

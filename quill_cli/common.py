@@ -156,12 +156,12 @@ CLI_WORDS: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         ErrorCode.APPROVAL_REQUIRED,
         re.compile(
-            r"Waiting for approval (\S+) \(restricted workspace (\S+)\): approve it, then send "
-            r"the same request \(same Ws-Request-Id\) again"
+            r"Waiting for approval (\S+) \(restricted workspace (\S+)\): once approved, Quill "
+            r"carries it out; its outcome is kept under the approval id \(qry.approval\)"
         ),
-        r"\2 is restricted: the change waits for approval \1. Once someone approves it "
-        r"(quill approve \2 \1), finish it with: quill resume \1 (or run the command with "
-        r"--wait 10m to wait for the decision)",
+        r"\2 is restricted: this waits for approval \1. Once someone approves it "
+        r"(quill approve \2 \1), Quill carries it out; see what it gave with: quill resume "
+        r"\2 \1 (or run the command with --wait 10m to wait for the decision)",
     ),
     ("", re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d:\d\d)(\.\d+)?(\+00:00|Z)"), r"\1 \2"),
 )

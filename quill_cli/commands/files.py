@@ -15,6 +15,7 @@ from contracts.limits import CEILINGS, LimitsPatch
 from contracts.paths import display, normalize
 from quill.client import Workspace
 from quill_cli.common import (
+    DURATION,
     Commands,
     columns,
     emit,
@@ -42,6 +43,12 @@ commands = Commands("files")
     default=None,
     help="Whether commands' changes honour .gitignore files as git does (default: yes).",
 )
+@click.option(
+    "--approval-ttl",
+    "approval_ttl_ms",
+    type=DURATION,
+    help="restricted: how long a request waits for its approval before it expires (24h).",
+)
 @click.option("--exist-ok", is_flag=True, help="Succeed if it already exists.")
 async def create(
     ctx: click.Context,
@@ -52,6 +59,7 @@ async def create(
     max_versions: int | None,
     max_checkout_bytes: int | None,
     gitignore: bool | None,
+    approval_ttl_ms: int | None,
     exist_ok: bool,
 ) -> None:
     """Create WORKSPACE (tenant/workspace)."""
@@ -61,6 +69,7 @@ async def create(
         max_versions=max_versions,
         max_checkout_bytes=max_checkout_bytes,
         gitignore=gitignore,
+        approval_ttl_s=max(1, approval_ttl_ms // 1000) if approval_ttl_ms is not None else None,
     )
     r = await ws.create(trust=trust, limits=limits, exist_ok=exist_ok)  # type: ignore[arg-type]
     emit(

@@ -4,12 +4,12 @@ the workspaces a session holds."""
 
 from __future__ import annotations
 
-import json
+import sys
 from collections.abc import Awaitable, Callable
 
 import click
+import msgspec
 
-from contracts import codec, ops
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
@@ -100,38 +100,78 @@ async def approve(ctx: click.Context, ws: Workspace, approval_id: str, reason: s
 
 
 @commands.command()
-@click.argument("approval_id")
+@click.argument("first")
+@click.argument("second", required=False)
 @click.pass_context
-def resume(ctx: click.Context, approval_id: str) -> None:
-    """Finish the change waiting for approval APPROVAL_ID that you ran here without --wait:
-    send it again (the same request) once approved. With --wait, wait for the decision."""
+def resume(ctx: click.Context, first: str, second: str | None) -> None:
+    """The outcome of a change or command that waited for approval: quill resume [WORKSPACE]
+    APPROVAL_ID. Once approved, Quill carries it out itself (you need not be there); this
+    prints what it gave (a command's output, and its exit code as this command's) or why it
+    was not done (denied, expired: exit 8). Still undecided: exit 7 (--wait 10m waits for
+    the decision). WORKSPACE may be left out for what you ran here."""
+    name, approval_id = (first, second) if second is not None else (None, first)
 
     async def go() -> None:
-        kept = load_pending(approval_id)
-        spec = ops.OPS.get(str(kept.get("op")))
-        if spec is None or spec.kind != "cmd":
-            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a change: {kept.get('op')!r}")
-        body = codec.decode_request(spec, json.dumps(kept["body"]).encode())
-        name = str(kept["workspace"])
+        where = name
+        if where is None:
+            where = str(load_pending(approval_id)["workspace"])
         async with connected(ctx) as quill:
-            ws = quill.workspace(name)
-            try:
-                version, result = await quill.request(
-                    spec.kind, ws.tenant, ws.name, spec.name, body, spec.result,
-                    request_id=approval_id,
-                )  # fmt: skip
-            except QuillError as exc:
-                if exc.code != ErrorCode.APPROVAL_REQUIRED:
-                    drop_pending(approval_id)
-                raise
+            ws = quill.workspace(where)
+            status = await ws.wait_approval(approval_id, ctx.find_root().obj["wait_ms"] / 1000)
+        finished(ctx, ws, status)
         drop_pending(approval_id)
-        emit(
-            ctx,
-            result,
-            f"done: {spec.key} on {name} (approval {approval_id}), workspace version {version}",
-        )
 
     run_client(go())
+
+
+def finished(ctx: click.Context, ws: Workspace, status: rp.ApprovalStatus) -> None:
+    """Print what approval ``status`` came to; exit as its request would have.
+
+    Raises:
+        QuillError: ``APPROVAL_REQUIRED`` while undecided (or being carried out), ``DENIED``,
+            or the error carrying it out gave.
+    """
+    name, approval_id = f"{ws.tenant}/{ws.name}", status.approval_id
+    if status.state == "pending":
+        raise QuillError(
+            ErrorCode.APPROVAL_REQUIRED,
+            f"Approval {approval_id} on {name} is still pending (quill approve {name} "
+            f"{approval_id}); ask again later, or with --wait 10m to wait for the decision",
+            {"approval_id": approval_id},
+        )
+    if status.state in ("denied", "expired"):
+        why = (
+            "it expired undecided"
+            if status.state == "expired"
+            else f"denied by {status.decided_by or 'an approver'}"
+            + (f": {status.reason}" if status.reason else "")
+        )
+        raise QuillError(ErrorCode.DENIED, f"Approval {approval_id}: {why}", {"reason": why})
+    outcome = status.outcome
+    if outcome is None:
+        raise QuillError(
+            ErrorCode.APPROVAL_REQUIRED,
+            f"Approval {approval_id} was approved and is being carried out: ask again",
+            {"approval_id": approval_id},
+        )
+    if outcome.error is not None:
+        raise QuillError(outcome.error.code, outcome.error.message, outcome.error.details)
+    result = outcome.result or {}
+    if status.op == "exec.run":
+        command = msgspec.convert(result, rp.CommandResult)
+        if ctx.find_root().obj["json"]:
+            emit(ctx, command, lambda: None)
+        else:
+            sys.stdout.write(command.stdout + command.stdout_tail)
+            sys.stderr.write(command.stderr + command.stderr_tail)
+            sys.stdout.flush()
+        sys.exit(min(command.exit_code, 255))
+    emit(
+        ctx,
+        result,
+        f"done: {status.op} on {name} (approval {approval_id}), workspace version "
+        f"{outcome.version}",
+    )
 
 
 @commands.command()

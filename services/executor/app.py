@@ -37,7 +37,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import EXECUTOR_MAX_OUTPUT_READS, RETRY_AFTER_MS
 from contracts.subjects import QUEUE_EXECUTOR, STREAM_OUTPUT, Address, Origin
-from infra import assets, bus, claims, metrics, safefs, storage
+from infra import approvals, assets, bus, claims, metrics, safefs, storage
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
@@ -169,6 +169,10 @@ class Executor:
         await assets.patiently(
             f"creating {STREAM_OUTPUT}",
             lambda: ensure_stream(self.js, self.subjects, output, replicas),
+        )
+        await assets.patiently(
+            "creating WS_APPROVALS",
+            lambda: approvals.ensure_stream(self.js, self.subjects, replicas),
         )
         self._subs.append(
             await bus.serve(self.nc, self.subjects.all_exec, QUEUE_EXECUTOR, self.on_request)

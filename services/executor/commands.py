@@ -11,20 +11,22 @@ import logging
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 from nats.js import JetStreamContext
 
+from contracts import codec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import check_stdin
 from contracts.paths import display, normalize
-from contracts.subjects import Address, Origin, Subjects
+from contracts.subjects import HEADER_TIMEOUT, HEADER_WAIT, Address, Origin, Subjects
 from core.controls import ArchiveState, LockState
 from core.secrets import Secrets
+from infra.approvals import Approvals, Parked
 from infra.blobs import Blobs
 from infra.exec import sandbox
 from infra.exec.answer import Job, timeout_ms
@@ -42,6 +44,7 @@ from services.executor.config import ExecutorConfig
 from services.executor.output import Recorder
 
 log = logging.getLogger("quill.executor")
+R = TypeVar("R")
 
 WHY = ("timeout", "memory", "background", "quota", "cancel")
 KILLS = {why: EXECUTOR_KILLS.labels(why) for why in WHY}
@@ -79,16 +82,27 @@ class Commands:
         self.config, self.provider, self.checkouts = config, provider, checkouts
         self.quill, self.blobs, self.js, self.subjects = quill, blobs, js, subjects
         self.credentials, self.secrets, self.scratch = credentials, secrets, scratch
+        self.kept = Approvals(js, subjects)
+        """``WS_APPROVALS``: commands parked for approval, and their outcome."""
 
     async def _approved(
-        self, checkout: Checkout, address: Address, origin: Origin, op: str, summary: str
-    ) -> None:
+        self,
+        checkout: Checkout,
+        address: Address,
+        origin: Origin,
+        op: str,
+        summary: str,
+        req: rq.Execution,
+    ) -> bool:
         """Refuse a command of another session while the workspace is locked (before it runs:
-        the writer would refuse its changes); on a restricted workspace, refuse, or wait for
-        the approval of what is asked.
+        the writer would refuse its changes); on a restricted workspace, refuse, or keep the
+        command (to be run once approved, its client there or not: ``infra/approvals.py``)
+        and wait for the approval of what is asked. True: it was approved, and this executor
+        took it (it runs once, whoever sends it again): its outcome is to be kept.
 
         Raises:
-            QuillError: ``DENIED``, ``APPROVAL_REQUIRED``, ``LOCKED``, ``WORKSPACE_ARCHIVED``.
+            QuillError: ``DENIED``, ``APPROVAL_REQUIRED``, ``LOCKED``, ``WORKSPACE_ARCHIVED``;
+                ``CONFLICT`` when another executor took it already.
         """
         if checkout.manifest.archived is not None:
             name = f"{address.tenant}/{address.workspace}"
@@ -98,7 +112,7 @@ class Commands:
             if lock.held_by_other(origin.session, datetime.now(UTC)):
                 raise lock.refusal()
         if checkout.manifest.trust != "restricted":
-            return
+            return False
         if not checkout.manifest.commands:
             raise QuillError(
                 ErrorCode.DENIED,
@@ -106,9 +120,46 @@ class Commands:
                 f"{address.tenant}/{address.workspace}",
                 {"trust": "restricted"},
             )
+        t, w, approval_id = address.tenant, address.workspace, origin.request_id
+        headers = origin.headers()
+        headers.pop(HEADER_WAIT, None)
+        headers.pop(HEADER_TIMEOUT, None)
+        unpinned = msgspec.structs.replace(req, min_version=None)  # a retry asks the same
+        body = codec.encode(unpinned)
+        if self.secrets:  # no secret kept at rest: run without its client, it gets them redacted
+            body = self.secrets.redact_bytes(body)[0]
+        parked = Parked.of(op, headers, body)
+        await self.kept.keep(t, w, approval_id, parked)
         view = self.quill.as_actor(origin.actor, session=origin.session, run=origin.run)
-        ws = view.workspace(f"{address.tenant}/{address.workspace}")
-        await ws.request_approval(op, summary, request_id=origin.request_id, wait_ms=origin.wait_ms)
+        ws = view.workspace(f"{t}/{w}")
+        await ws.request_approval(
+            op, summary, request_id=approval_id, wait_ms=origin.wait_ms, digest=parked.digest
+        )
+        if not await self.kept.claim(t, w, approval_id, "executor"):
+            raise Claimed(approval_id, checkout.limits.max_exec_ms / 1000)
+        return True
+
+    async def _claimed(self, address: Address, claimed: Claimed, result: type[R]) -> tuple[int, R]:
+        """An approved command sent again while (or after) it is carried out: answered with
+        its outcome, once kept (it ran once).
+
+        Raises:
+            QuillError: its error; ``CONFLICT`` when its outcome is not kept in time.
+        """
+        t, w, approval_id = address.tenant, address.workspace, claimed.approval_id
+        nc = self.quill.nc
+        outcome = await self.kept.wait_outcome(nc, t, w, approval_id, claimed.within_s + 60)
+        if outcome is None or (outcome.result is None and outcome.error is None):
+            raise QuillError(
+                ErrorCode.CONFLICT,
+                f"Approved command {approval_id} is carried out already: its outcome is kept "
+                "under its approval id (qry.approval)",
+                {"approval_id": approval_id, "claimed": True},
+            )
+        if outcome.error is not None:
+            details = {**outcome.error.details, "claimed": True}
+            raise QuillError(outcome.error.code, outcome.error.message, details)
+        return outcome.version or 0, msgspec.convert(outcome.result, result)
 
     def _workdir(self, checkout: Checkout, workdir: str) -> str:
         path = normalize(workdir)
@@ -207,11 +258,40 @@ class Commands:
         )
         if req.stdin is not None:  # its size, never its bytes
             details.update(stdin_bytes=len(req.stdin))
+        asked = [False]
+        try:
+            version, result = await self._run(address, origin, req, job, details, asked)
+        except Claimed as claimed:
+            return await self._claimed(address, claimed, rp.CommandResult)
+        except QuillError as exc:
+            if asked[0]:
+                await self.kept.record(
+                    address.tenant, address.workspace, origin.request_id, error=exc
+                )
+            raise
+        if asked[0]:
+            await self.kept.record(
+                address.tenant, address.workspace, origin.request_id,
+                version=version, result=result,
+            )  # fmt: skip
+        return version, result
+
+    async def _run(
+        self,
+        address: Address,
+        origin: Origin,
+        req: rq.RunCommand,
+        job: Job,
+        details: dict[str, Any],
+        asked: list[bool],
+    ) -> tuple[int, rp.CommandResult]:
+        shown = details["command"]
+        fed = f" < stdin ({len(req.stdin)} bytes)" if req.stdin is not None else ""
         async with (
             self.checkouts.hold(address) as live,
             self.checkouts.at(live, address, req) as checkout,
         ):
-            await self._approved(live, address, origin, "exec.run", shown + fed)
+            asked[0] = await self._approved(live, address, origin, "exec.run", shown + fed, req)
             workdir = self._workdir(checkout, req.workdir)
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
@@ -301,11 +381,38 @@ class Commands:
         details.update(action=req.action, workdir=req.workdir, summary=f"git {req.action}")
         if req.url is not None:
             details["url"] = without_userinfo(req.url)
+        asked = [False]
+        try:
+            version, result = await self._git(address, origin, req, details, asked)
+        except Claimed as claimed:
+            return await self._claimed(address, claimed, rp.GitResult)
+        except QuillError as exc:
+            if asked[0]:
+                await self.kept.record(
+                    address.tenant, address.workspace, origin.request_id, error=exc
+                )
+            raise
+        if asked[0]:
+            await self.kept.record(
+                address.tenant, address.workspace, origin.request_id,
+                version=version, result=result,
+            )  # fmt: skip
+        return version, result
+
+    async def _git(
+        self,
+        address: Address,
+        origin: Origin,
+        req: rq.GitCommand,
+        details: dict[str, Any],
+        asked: list[bool],
+    ) -> tuple[int, rp.GitResult]:
         async with (
             self.checkouts.hold(address) as live,
             self.checkouts.at(live, address, req) as checkout,
         ):
-            await self._approved(live, address, origin, "exec.git", f"git {req.action}")
+            summary = f"git {req.action}"
+            asked[0] = await self._approved(live, address, origin, "exec.git", summary, req)
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
             runner = sandbox_runner(self.provider, self._limits(ms / 1000, checkout))
@@ -340,6 +447,14 @@ class Commands:
         details.update(committed=bool(changes and changes.committed))
         version = changes.version if changes is not None else base
         return version, msgspec.structs.replace(result, changes=changes)
+
+
+class Claimed(Exception):
+    """An approved command another executor (or request) took already (``_approved``)."""
+
+    def __init__(self, approval_id: str, within_s: float) -> None:
+        super().__init__(approval_id)
+        self.approval_id, self.within_s = approval_id, within_s
 
 
 def known_facts(origin: Origin, details: dict[str, Any], base: int) -> dict[str, Any]:

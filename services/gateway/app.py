@@ -68,6 +68,7 @@ from services.gateway.principals import (
 from services.gateway.redaction import Redaction
 from services.gateway.requestids import RequestIds, TaggedIds
 from services.gateway.rest import MAX_BODY_BYTES, Rest
+from services.gateway.rest_approvals import Approvals
 from services.gateway.runs import Runs
 from services.gateway.scrape import Scrape
 from services.gateway.streams import Streams
@@ -198,6 +199,7 @@ def build_app(
         Route("/mcp/wap", Exchange(servers[1].session_manager)),
         *(rest := Rest(access)).routes(),
         *Runs(rest).routes(),
+        *Approvals(rest).routes(),
         *WorkspacesRest(access).routes(),
     ]
 

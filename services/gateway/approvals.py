@@ -10,13 +10,15 @@ which a client shows to its user, and records the answer as ``<actor> via MCP el
   id and its workspace. The MCP library seals that state (AES-GCM under the gateway's key, bound
   to the tool, its arguments and the caller, for 10 minutes), so a client can neither forge it
   nor move it to another call. The client asks its user and calls the tool again with the
-  answer: accept → approve, then send the parked request again (same request id), which the
-  writer now lets through → the real result; decline or cancel → deny, and the same request
-  answers ``DENIED``.
+  answer: accept → approve, then send the parked request again (same request id): the writer
+  (or the executor) answers it with what carrying it out gave → the real result; decline or
+  cancel → deny, and the same request answers ``DENIED``.
 * Earlier protocols: ``ctx.elicit`` in the call, where the transport has a back channel (the
   stateless JSON transport served here has none: such clients get ``APPROVAL_REQUIRED``).
 * Clients without elicitation: ``APPROVAL_REQUIRED`` with the approval id in the details, for
-  ``quill approve <id>``; sending the same call again afterwards starts a new request.
+  ``quill approve <id>``, telling the model to call ``wait_for_approval`` with it
+  (``mcp_approvals``): Quill carries the call out once it is approved, and keeps what it gave
+  under the approval id. Sending the same call again (same session) finds the same approval.
 
 Gateways behind one address share ``QUILL_GATEWAY_STATE_KEY`` (any secret of 32+ characters) so
 that the second round may land on another gateway; without it each process makes its own key.

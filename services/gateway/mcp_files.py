@@ -20,6 +20,7 @@ from contracts.limits import DEFAULT_EXCLUSIONS
 from services.gateway import (
     VERSION,
     approvals,
+    mcp_approvals,
     mcp_quill,
     mcp_reference,
     mcp_sessions,
@@ -180,7 +181,7 @@ TOOLS = (
     ),
 )
 """The six tools of the workspace tool."""
-MCP_TOOLS = TOOLS + mcp_quill.TOOLS + mcp_reference.TOOLS + mcp_sessions.TOOLS
+MCP_TOOLS = TOOLS + mcp_quill.TOOLS + mcp_approvals.TOOLS + mcp_reference.TOOLS + mcp_sessions.TOOLS
 """Every tool at ``/mcp``, in the order ``tools/list`` lists them."""
 TOOL_OPS = optable.ops_of(MCP_TOOLS)
 """The op each ``/mcp`` tool is (the session tools' included)."""
@@ -226,7 +227,7 @@ def build(access: Access, operator_tools: tuple[str, ...] = ()) -> MCPServer:
         request_state_security=approvals.security(),
     )
     sessions = mcp_sessions.Sessions(access)
-    tools = Tools(access, "mcp", render, sessions.target, elicit=True)
+    tools = Tools(access, "mcp", render, sessions.target, elicit=True, told=mcp_approvals.told)
     server.middleware.append(ArgumentErrors(tools))
     optable.register(server, tools, offered(operator_tools), said, sessions)
     plain_schemas(server)

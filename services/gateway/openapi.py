@@ -11,6 +11,7 @@ from typing import Any
 
 from services.gateway import VERSION
 from services.gateway.rest import LIST_MAX, MAX_BODY_BYTES
+from services.gateway.rest_approvals import WAIT_MAX_MS
 from services.gateway.runs import SNAPSHOT_FILES
 
 
@@ -24,6 +25,15 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _error(description: str) -> dict[str, Any]:
     return _json(_ref("Error"), description)
+
+
+APPROVAL_REQUIRED = {
+    **_error(
+        "approval_required: the workspace is restricted; Quill makes the change once someone "
+        "approves it (details.approvalId; Location: /v1/approvals/{approvalId})"
+    ),
+    "headers": {"Location": {"schema": {"type": "string"}}},
+}
 
 
 ERRORS = {
@@ -281,6 +291,7 @@ def document() -> dict[str, Any]:
             "parameters": [IF_MATCH],
             "responses": {
                 "204": {"description": "Deleted"},
+                "202": APPROVAL_REQUIRED,
                 "409": _error("workspace_conflict"),
                 "412": _error("precondition_failed: If-Match has only weak etags (W/...)"),
                 **ERRORS,
@@ -375,6 +386,30 @@ def document() -> dict[str, Any]:
                         ),
                         **ERRORS,
                     },
+                },
+            },
+            "/v1/approvals/{approvalId}": {
+                "parameters": [
+                    {
+                        "name": "approvalId",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+                    }
+                ],
+                "get": {
+                    "summary": "A change parked for approval (a PUT or DELETE answered 202 "
+                    "approval_required, Location: here): pending, approved (with what carrying "
+                    "it out gave, once done), denied or expired (qry.approval's ApprovalStatus)",
+                    "parameters": [
+                        {
+                            "name": "wait_ms",
+                            "in": "query",
+                            "description": "Wait up to this long for it to be done",
+                            "schema": {"type": "integer", "minimum": 0, "maximum": WAIT_MAX_MS},
+                        }
+                    ],
+                    "responses": {"200": _json({"type": "object"}, "The approval"), **ERRORS},
                 },
             },
             "/.well-known/openwop": {

@@ -51,6 +51,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     E.INVALID_ARGUMENT: (400, "invalid_argument"),
     E.ACCESS_DENIED: (403, "access_denied"),
     E.DENIED: (403, "access_denied"),
+    E.APPROVAL_REQUIRED: (202, "approval_required"),  # carried out once approved
     E.FILE_NOT_FOUND: (404, "not_found"),
     E.WORKSPACE_NOT_FOUND: (404, "not_found"),
     E.RUN_NOT_FOUND: (404, "not_found"),
@@ -99,6 +100,12 @@ def error_response(error: QuillError) -> JSONResponse:
     if error.code == E.CONFLICT:
         body["details"] = {"currentVersion": error.details.get("current_file_version")}
     headers: dict[str, str] = {}
+    if error.code == E.APPROVAL_REQUIRED:  # accepted: Quill makes it once approved
+        approval_id = str(error.details.get("approval_id", ""))
+        body["details"] = {"approvalId": approval_id}
+        headers["Location"] = f"/v1/approvals/{approval_id}"
+    if error.code == E.DENIED and error.details.get("reason"):
+        body["details"] = {"reason": error.details["reason"]}
     if (hint := retry_after_ms(error)) is not None:  # busy: when to come back
         body["details"] = error.details
         headers["Retry-After"] = str(math.ceil(hint / 1000))

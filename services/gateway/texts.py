@@ -48,6 +48,7 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.FILE_NOT_FOUND, "list_workspaces"): "Error: Workspace not found: {workspace}",
     (E.WORKSPACE_NOT_FOUND, ANY): "Error: {message}",
     (E.FILE_NOT_FOUND, "read_command_output"): "Error: {message}",
+    (E.FILE_NOT_FOUND, "wait_for_approval"): "Error: {message}",
     (E.NOT_A_FILE, ANY): "Error: Not a file: {path}",
     (E.NOT_A_FILE, "write_file"): "Error: Failed to write file - {message}",
     (E.NOT_A_DIRECTORY, ANY): "Error: Not a directory: {path}",

@@ -116,11 +116,15 @@ class Tools:
         route: Route | None = None,
         *,
         elicit: bool = False,
+        told: Callable[[QuillError], QuillError] | None = None,
     ) -> None:
         self.access, self.kind, self.render = access, kind, render
         self.route = route or (lambda principal, op, name: access.workspace(principal, name))
         self.elicit = elicit
         """Ask the client's user about calls parked for approval (where it can be asked)."""
+        self.told = told or (lambda error: error)
+        """``APPROVAL_REQUIRED`` as a client that cannot ask its user is told it (what to
+        call to wait for the outcome)."""
 
     async def run(
         self,
@@ -181,12 +185,14 @@ class Tools:
             try:
                 return await body(ws)
             except QuillError as exc:
-                if exc.code != ErrorCode.APPROVAL_REQUIRED or not self.elicit:
+                if exc.code != ErrorCode.APPROVAL_REQUIRED:
                     raise
+                if not self.elicit:
+                    raise self.told(exc) from None
                 what = approvals.Asked(tool, op, path, detail)
                 asked = await approvals.ask(ctx, principal, ws, what, exc)
                 if asked is None:
-                    raise
+                    raise self.told(exc) from None
                 if isinstance(asked, InputRequiredResult):
                     return asked
                 return await body(approvals.again(ws, asked.approval_id))

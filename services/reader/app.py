@@ -15,6 +15,7 @@ from contracts import ops as registry
 from contracts.limits import READER_MAX_INFLIGHT
 from contracts.subjects import QUEUE_READER
 from infra import bus, claims, metrics
+from infra.approvals import Approvals
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.offload import Offload
@@ -45,7 +46,12 @@ class Reader:
         cache = RevisionCache()
         self.indexer = Indexer(store)
         self.follower = Follower(self.js, store, self.subjects, cache, self.indexer.poke)
-        self.queries = Queries(store, Blobs(self.js, store, on_fetched=self.indexer.poke), cache)
+        self.queries = Queries(
+            store,
+            Blobs(self.js, store, on_fetched=self.indexer.poke),
+            cache,
+            Approvals(self.js, settings.subjects),
+        )
         self.offload = Offload("reader")
         """Worker processes for greps and diffs (``infra/offload.py``)."""
         by_name = {

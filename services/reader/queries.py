@@ -38,12 +38,14 @@ from core.controls import (
     CONTROL_EVENTS,
     Controls,
     approval_list,
+    approval_status,
     attached_list,
     fold_control,
     run_info,
 )
 from core.plan import LIVE
 from core.rows import Node, WorkspaceRow
+from infra.approvals import Approvals
 from infra.blobs import Blobs
 from infra.store import Store
 from services.reader import history
@@ -71,8 +73,16 @@ def existing(path: str) -> str:
 
 
 class Queries:
-    def __init__(self, store: Store, blobs: Blobs, cache: RevisionCache) -> None:
+    def __init__(
+        self,
+        store: Store,
+        blobs: Blobs,
+        cache: RevisionCache,
+        approvals: Approvals | None = None,
+    ) -> None:
         self.store = store
+        self.kept = approvals
+        """``WS_APPROVALS``: what approved requests gave (None: no outcome is known)."""
         self.model = ReadModel(store)
         self.blobs = blobs
         self.cache = cache
@@ -90,6 +100,7 @@ class Queries:
             "tree": self.tree,
             "run": self.run,
             "approvals": self.approvals,
+            "approval": self.approval,
             "attached": self.attached,
             "workspaces": self.workspaces,
         }
@@ -362,7 +373,30 @@ class Queries:
     ) -> rp.ApprovalList:
         kinds = ("approval_requested", "approval_decided")
         controls = await self._controls(ws, version, kinds)
-        return approval_list(controls)
+        return approval_list(controls, datetime.now(UTC))
+
+    async def approval(
+        self, ws: WorkspaceRow, version: int, req: rq.ApprovalQuery
+    ) -> rp.ApprovalStatus:
+        """One approval of the workspace, and what carrying it out gave once approved."""
+        kinds = ("approval_requested", "approval_decided")
+        controls = await self._controls(ws, version, kinds)
+        approval = controls.approval(req.approval_id)
+        if approval is None:
+            raise QuillError(
+                ErrorCode.FILE_NOT_FOUND,
+                f"No approval {req.approval_id} on {ws.tenant}/{ws.name}",
+                {"approval_id": req.approval_id},
+            )
+        outcome = None
+        if approval.approved and self.kept is not None:
+            try:
+                outcome = await self.kept.outcome(ws.tenant, ws.name, req.approval_id)
+            except Exception as exc:
+                raise QuillError(
+                    ErrorCode.UNAVAILABLE, f"The outcome could not be read ({exc!r}); retry"
+                ) from None
+        return approval_status(req.approval_id, approval, datetime.now(UTC), outcome)
 
     async def workspaces(self, tenant: str, req: rq.ListWorkspaces) -> rp.WorkspaceList:
         """A page of the tenant's workspaces (a tenant's op: no workspace, no version)."""

@@ -16,8 +16,9 @@ from contracts.events import HistoryCompacted
 from contracts.limits import WRITER_WORKSPACES
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
-from infra import bus, claims, metrics, snapshot_install, storage
+from infra import assets, bus, claims, metrics, snapshot_install, storage
 from infra import log as eventlog
+from infra.approvals import Approvals, ensure_stream
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.compaction import with_manifests
@@ -123,6 +124,7 @@ class Writer:
             partitions=self.partitions,
             backlog=backlog or _backlog(settings.extra),
             offload=Offload("writer"),
+            approvals=Approvals(self.js, self.subjects),
         )
         """What every workspace actor and the command entry are given."""
         self._gauges = metrics.Sources()
@@ -241,6 +243,10 @@ class Writer:
         self.deps.offload.warm()
         await self.bridges.start()
         self.appender.start()
+        replicas = self.settings.replicas
+        await assets.patiently(
+            "creating WS_APPROVALS", lambda: ensure_stream(self.js, self.subjects, replicas)
+        )
         self._usage = asyncio.create_task(storage.poll_log_usage(self.js))
         self._gauges.add(metrics.WRITER_QUEUE_DEPTH, lambda: self.queued)
         self._gauges.add(metrics.WRITER_QUEUE_DEPTH_MAX, self._deepest)

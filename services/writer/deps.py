@@ -23,6 +23,7 @@ from contracts.limits import (
 from contracts.subjects import Subjects
 from core.lru import SizedLRU
 from core.secrets import Secrets
+from infra.approvals import Approvals
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.offload import Offload
@@ -104,6 +105,8 @@ class Deps:
     backlog: Backlog
     offload: Offload
     """Worker processes for the expensive steps of decisions (``core.decision.Expensive``)."""
+    approvals: Approvals
+    """``WS_APPROVALS``: the requests parked for approval, carried out once approved."""
     contents: ContentCache = field(default_factory=ContentCache)
     manifests: dict[str, CompactionManifest] = field(default_factory=dict)
     """Manifests of the compactions being appended, by sha256 (for the projection)."""

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 import msgspec
@@ -37,6 +37,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 
 from contracts import codec, hashing
+from contracts import ops as registry
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
@@ -57,21 +58,32 @@ from contracts.events import (
 )
 from contracts.limits import (
     MAX_MESSAGE_BYTES,
+    MAX_PENDING_APPROVALS,
     RETRY_AFTER_MS,
     WRITER_MAX_RETRIES_WAITING,
     WRITER_RECENT_RESULTS,
 )
 from contracts.ops import OpSpec
-from contracts.subjects import CHANGES_SUFFIX, STREAM_EVENTS, STREAM_OUTPUT, Address, Origin
+from contracts.subjects import (
+    CHANGES_SUFFIX,
+    HEADER_TIMEOUT,
+    HEADER_WAIT,
+    STREAM_EVENTS,
+    STREAM_OUTPUT,
+    Address,
+    Origin,
+)
 from contracts.uncommitted import fold_uncommitted
 from core.controls import CONTROL_EVENTS, fold_control
 from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
 from core.decision import Context, Decision, Expensive, Needs, to_event
 from core.diffs import Pair, unified_many
+from core.secrets import Secrets
 from core.tree import Tree, WorkspaceState, fold, forget, place
 from infra import blobs, compaction, logfields, storage, tracing
 from infra import log as eventlog
+from infra.approvals import Parked, digest
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
 from infra.bus import respond
 from infra.busy import refused
@@ -110,6 +122,9 @@ class Pending:
     retries: list[Msg] = field(default_factory=list)
     """Messages of the same request id that arrived while this one was pending."""
     answered: bool = False
+    carrying: bool = False
+    """It is an approved request being carried out: its answer is kept as the approval's
+    outcome (``infra/approvals.py``)."""
 
     @property
     def wait_until(self) -> float:
@@ -243,6 +258,8 @@ class WorkspaceActor:
         self._compact = False
         self._arrival: asyncio.Future[None] | None = None
         """Set while the actor waits for its group in flight or a command, whichever first."""
+        self._carrying: set[asyncio.Task[None]] = set()
+        """Approved requests being taken in or handed to the executors (``_carry``)."""
 
     @property
     def waiting(self) -> int:
@@ -256,7 +273,7 @@ class WorkspaceActor:
 
     @property
     def idle(self) -> bool:
-        return self._task is None and not self._queue and not self._parked
+        return self._task is None and not self._queue and not self._parked and not self._carrying
 
     @property
     def queued(self) -> int:
@@ -295,27 +312,60 @@ class WorkspaceActor:
 
     # ------------------------------------------------------------------ approvals
     def _needs_approval(self, state: WorkspaceState, p: Pending) -> bool:
-        """Whether ``p`` must be approved first, and is not yet.
+        """Whether ``p`` must be approved first, and is not yet. A request from the same
+        session as one still waiting (same op, same body) is that one: answered with its
+        approval id, never parked again.
 
         Raises:
-            QuillError: ``DENIED`` when it was; ``APPROVAL_REQUIRED`` while it waits.
+            QuillError: ``DENIED`` when it was (or it expired); ``APPROVAL_REQUIRED`` while it
+                waits; ``CONFLICT`` for another body under an approved request's id; busy
+                when ``MAX_PENDING_APPROVALS`` wait already.
         """
         if not state.exists or state.trust != "restricted":
             return False
         if isinstance(p.request, (rq.CreateWorkspace, *CONTROL_COMMANDS)):
             return False
-        approval = state.controls.approval(p.origin.request_id)
+        now = datetime.now(UTC)
+        request_id = p.origin.request_id
+        op, body = asked(p, self.deps.secrets)
+        approval = state.controls.approval(request_id)
         if approval is None:
-            return not self._covered(state, p)
-        if approval.approved is None:
-            raise awaiting(p, p.origin.request_id)
+            if self._covered(state, p):
+                return False
+            pending = state.controls.pending(now)
+            for other_id, other in pending:
+                if other.same(op, p.origin.actor, p.origin.session, body):
+                    raise awaiting(p, other_id, other.version)
+            if len(pending) >= MAX_PENDING_APPROVALS:
+                what = f"Workspace {self.tenant}/{self.workspace}"
+                raise refused(
+                    "writer", "approvals", what, RETRY_AFTER_MS, limit=MAX_PENDING_APPROVALS
+                )
+            return True
+        if approval.digest is not None and approval.digest != body:
+            raise QuillError(
+                ErrorCode.CONFLICT,
+                f"Request {request_id} was parked for approval with another body: a request "
+                "id names one request (send this one with a new id)",
+                {"approval_id": request_id},
+            )
+        if approval.approved is None and not approval.past(now):
+            raise awaiting(p, request_id, approval.version)
+        if approval.expired or approval.past(now):
+            raise QuillError(
+                ErrorCode.DENIED,
+                f"Approval {request_id} expired undecided (at "
+                f"{approval.expires.isoformat() if approval.expires else '?'})",
+                {"approval_id": request_id, "reason": "expired"},
+            )
         if not approval.approved:
             reason = f": {approval.reason}" if approval.reason else ""
             raise QuillError(
                 ErrorCode.DENIED,
                 f"Denied by {approval.decided_by or 'an approver'}{reason}",
-                {"approval_id": p.origin.request_id},
+                {"approval_id": request_id, "reason": approval.reason},
             )
+        p.carrying = True
         return False
 
     def _covered(self, state: WorkspaceState, p: Pending) -> bool:
@@ -343,8 +393,16 @@ class WorkspaceActor:
             f"{p.origin.request_id}:approval", p.origin.actor, p.origin.session, p.origin.run
         )
         request = p.request
-        op = request.op if isinstance(request, rq.RequestApproval) else p.spec.key
+        op, body = asked(p, self.deps.secrets)
         shown = None if isinstance(request, rq.RequestApproval) else await self._preview(state, p)
+        if not isinstance(request, rq.RequestApproval):  # kept to be carried out once approved
+            kept = dict(p.origin.headers())
+            kept.pop(HEADER_WAIT, None)
+            kept.pop(HEADER_TIMEOUT, None)
+            parked = Parked.of(op, kept, kept_body(p, self.deps.secrets))
+            await self.deps.approvals.keep(self.tenant, self.workspace, p.origin.request_id, parked)
+        at = datetime.now(UTC)
+        expires = at + timedelta(seconds=state.limits.approval_ttl_s)
 
         def make(common: dict[str, Any]) -> ApprovalRequested:
             return ApprovalRequested(
@@ -353,10 +411,12 @@ class WorkspaceActor:
                 summary=summary,
                 requested_by=p.origin.actor,
                 preview=shown,
+                digest=body,
+                expires=expires,
                 **common,
             )
 
-        ctx = Context(version=state.version + 1, at=datetime.now(UTC), content=lambda _: None)
+        ctx = Context(version=state.version + 1, at=at, content=lambda _: None)
         decision = Decision(result=rp.ApprovalList(pending=[]), make=make, paths=paths)
         event = to_event(state, decision, ctx, "approval_requested", origin)
         fold_control(state.controls, event)  # type: ignore[arg-type]
@@ -439,6 +499,70 @@ class WorkspaceActor:
                 return None
         return data
 
+    # ------------------------------------------------------------------ carrying out
+    def _carry_out(self, state: WorkspaceState, approval_id: str) -> None:
+        """Carry out the request of ``approval_id``, just approved, unless its client waits
+        for it here (parked: decided again now, as the approved request it is)."""
+        approval = state.controls.approval(approval_id)
+        if approval is None or approval_id in self._inflight:
+            return
+        task = asyncio.create_task(self._carry(approval_id, approval.op, approval.digest))
+        self._carrying.add(task)
+        task.add_done_callback(self._carrying.discard)
+
+    async def _carry(self, approval_id: str, op: str, body: str | None) -> None:
+        """Take the kept request of ``approval_id`` in as if its client had sent it again
+        (a mutation), or hand it to the executors (a command: ``_dispatch``)."""
+        t, w, approvals = self.tenant, self.workspace, self.deps.approvals
+        try:
+            parked = await approvals.parked(t, w, approval_id, body)
+            if parked is None or parked.op != op:
+                error = QuillError(
+                    ErrorCode.FILE_NOT_FOUND,
+                    f"The request of approval {approval_id} is not kept any more: send it again",
+                    {"approval_id": approval_id},
+                )
+                await approvals.record(t, w, approval_id, error=error)
+                return
+            spec = registry.OPS[parked.op]
+            if spec.kind == "exec":
+                await self._dispatch(approval_id, spec, parked)
+                return
+            request = codec.decode_request(spec, parked.body)
+            origin = Origin.from_headers(parked.headers)
+            subject = self.deps.subjects.cmd(t, w, spec.name)
+            msg = Msg(self.deps.nc, subject=subject, data=parked.body, headers=parked.headers)
+            address = Address("cmd", t, w, spec.name)
+            if self.submit(Pending(address, spec, request, origin, msg)):
+                self.deps.backlog.queued += 1
+                self.deps.backlog.bytes += len(parked.body)
+        except Exception as exc:
+            log.exception("%s/%s: carrying out approval %s failed", t, w, approval_id)
+            error = QuillError(ErrorCode.INTERNAL, f"Carrying it out failed: {exc!r}")
+            await approvals.record(t, w, approval_id, error=error)
+
+    async def _dispatch(self, approval_id: str, spec: OpSpec, parked: Parked) -> None:
+        """Send an approved command to the executors as its client sent it (one of them runs
+        it, once: ``infra/approvals.py``'s claim, and keeps its outcome); what refuses it
+        before it runs (no executor, busy, the workspace archived) is kept as its outcome."""
+        t, w = self.tenant, self.workspace
+        subject = self.deps.subjects.exec(t, w, spec.name)
+        state = self.state
+        limit_ms = state.limits.max_exec_ms if state is not None else 600_000
+        try:
+            msg = await self.deps.nc.request(
+                subject, parked.body, timeout=limit_ms / 1000 + 120, headers=parked.headers
+            )
+        except nats.errors.NoRespondersError:
+            error = QuillError(ErrorCode.UNAVAILABLE, "No executor is running to carry it out")
+            await self.deps.approvals.record(t, w, approval_id, error=error)
+            return
+        try:
+            codec.decode_reply(msg.data, dict[str, Any])
+        except QuillError as error:  # refused before it ran (or taken by another already)
+            if not error.details.get("claimed"):
+                await self.deps.approvals.record(t, w, approval_id, error=error)
+
     # ------------------------------------------------------------------ waiting
     def _park(self, p: Pending, error: QuillError, state: WorkspaceState) -> bool:
         """Keep ``p`` aside until the lock that refused it goes (or its approval is decided)
@@ -446,6 +570,8 @@ class WorkspaceActor:
         waits = (ErrorCode.LOCKED, ErrorCode.APPROVAL_REQUIRED)
         if error.code not in waits or time.perf_counter() >= p.wait_until:
             return False
+        if error.details.get("approval_id", p.origin.request_id) != p.origin.request_id:
+            return False  # another request's approval (the same asked again): told its id
         if len(self._parked) >= self.deps.backlog.parked_per_workspace:
             return False
         self._parked.append(p)
@@ -468,9 +594,14 @@ class WorkspaceActor:
         if not self._parked:
             return
         delay = min(p.wait_until for p in self._parked) - time.perf_counter()
+        now = datetime.now(UTC)
         lock = state.controls.lock
         if lock is not None:
-            delay = min(delay, (lock.expires - datetime.now(UTC)).total_seconds())
+            delay = min(delay, (lock.expires - now).total_seconds())
+        for p in self._parked:  # one waiting for its approval is told when it expires
+            approval = state.controls.approval(p.origin.request_id)
+            if approval is not None and approval.expires is not None:
+                delay = min(delay, (approval.expires - now).total_seconds())
         if self._wake is not None:
             self._wake.cancel()
         self._wake = asyncio.get_running_loop().call_later(max(delay, 0.0) + 0.001, self._unpark)
@@ -883,8 +1014,8 @@ class WorkspaceActor:
             p, decision, event = s.pending, s.decision, s.event
             if isinstance(event, ApprovalRequested):  # p waits for the decision
                 await self._notify(event, [], seq)
-                if not self._park(p, awaiting(p, event.approval_id), state):
-                    error = awaiting(p, event.approval_id)
+                if not self._park(p, awaiting(p, event.approval_id, event.version), state):
+                    error = awaiting(p, event.approval_id, event.version)
                     await self._answer(p, codec.error_reply(error), error=error)
                 continue
             result = bytes(event.result)
@@ -898,6 +1029,9 @@ class WorkspaceActor:
             )
             await self._notify(event, decision.changes, seq)
         await flight.release(self._answer)
+        for s in staged:
+            if isinstance(s.event, ApprovalDecided) and s.event.approved:
+                self._carry_out(state, s.event.approval_id)
         frees = (LockReleased, ApprovalDecided)
         if self._parked and any(isinstance(s.event, frees) for s in staged):
             self._unpark()
@@ -935,6 +1069,7 @@ class WorkspaceActor:
             gone = await blobs.purge(deps.js, self.tenant, self.workspace)
             await deps.js.purge_stream(STREAM_EVENTS, subject=self.subject, seq=seq)
             await self._purge_output()
+            await deps.approvals.purge(self.tenant, self.workspace)
             await deps.nc.publish(deps.subjects.purged(self.tenant, self.workspace))
         except Exception as exc:
             log.warning("%s/%s: purging failed: %s", self.tenant, self.workspace, exc)
@@ -1257,6 +1392,8 @@ class WorkspaceActor:
             del self._inflight[p.origin.request_id]
         for msg in [p.msg, *p.retries]:
             await respond(msg, reply, reply_headers(p.origin))
+        if p.carrying and not isinstance(p.request, rq.RequestApproval):  # an executor's: its
+            await self._record(p, reply, error, version)  # outcome is the command's
         if tracing.ON:
             code = None if error is None else str(error.code)
             tracing.served(p.msg, p.spec.key, p.started, _traced(p), code)
@@ -1269,6 +1406,18 @@ class WorkspaceActor:
             paths=paths if paths is not None else _named_paths(p.request),
             details={"redacted": redacted} if redacted else None,
         )
+
+    async def _record(
+        self, p: Pending, reply: bytes, error: QuillError | None, version: int | None
+    ) -> None:
+        """Keep what an approved request gave, under its approval id (``WS_APPROVALS``)."""
+        result: dict[str, Any] | None = None
+        if error is None:
+            result = codec.decode_reply(reply, dict[str, Any])[1]
+        await self.deps.approvals.record(
+            self.tenant, self.workspace, p.origin.request_id,
+            version=version, result=result, error=error,
+        )  # fmt: skip
 
     async def _notify(self, event: WorkspaceEvent, changes: Iterable[AnyChange], seq: int) -> None:
         paths = list(dict.fromkeys(c.path for c in changes))
@@ -1311,15 +1460,31 @@ class _Undo(Exception):
         self.changes = changes
 
 
-def awaiting(p: Pending, approval_id: str) -> QuillError:
-    """The answer to a request left waiting for its approval."""
+def awaiting(p: Pending, approval_id: str, version: int) -> QuillError:
+    """The answer to a request left waiting for its approval (``version``: of its
+    ``approval_requested`` event, for a client's read-your-writes)."""
     return QuillError(
         ErrorCode.APPROVAL_REQUIRED,
         f"Waiting for approval {approval_id} (restricted workspace {p.address.tenant}/"
-        f"{p.address.workspace}): approve it, then send the same request (same Ws-Request-Id) "
-        "again",
-        {"approval_id": approval_id},
+        f"{p.address.workspace}): once approved, Quill carries it out; its outcome is kept "
+        "under the approval id (qry.approval)",
+        {"approval_id": approval_id, "version": version},
     )
+
+
+def asked(p: Pending, secrets: Secrets) -> tuple[str, str]:
+    """What ``p`` asks to have approved: its op and the sha256 of its body as kept (an
+    executor's ``request_approval``: of the command it asks for)."""
+    request = p.request
+    if isinstance(request, rq.RequestApproval):
+        return request.op, request.digest or digest(request.summary.encode())
+    return p.spec.key, digest(kept_body(p, secrets))
+
+
+def kept_body(p: Pending, secrets: Secrets) -> bytes:
+    """``p``'s body as ``WS_APPROVALS`` keeps it: registered secrets redacted (no secret is
+    kept at rest; what the writer commits of the request is redacted the same way)."""
+    return secrets.redact_bytes(bytes(p.msg.data))[0] if secrets else bytes(p.msg.data)
 
 
 def describe(p: Pending) -> tuple[str, list[str]]:

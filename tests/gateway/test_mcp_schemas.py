@@ -25,15 +25,16 @@ from tests.helpers import start_executor
 
 LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-BUDGET = {"/mcp": 28_800, "/mcp/wap": 6_900}
+BUDGET = {"/mcp": 30_000, "/mcp/wap": 6_900}
 """Bytes of a ``tools/list`` answer. Before output schemas and annotations everywhere (and 4
 more tools at /mcp) they were 27,360 and 6,279, and under 27,000 and 6,250 after. Issue 30 put
 the ``workspace`` parameter's description in every tool's schema (clients such as LangChain
 and pydantic-ai hand a model the tools, not the server's instructions, which said it once):
 +2,500 bytes at /mcp (``archive_workspace`` no longer listed by default: -700; and
-``file_history``'s ``follow``), +600 at WAP.
+``file_history``'s ``follow``), +600 at WAP. Issue 30's ``wait_for_approval`` (how a client
+without elicitation gets the outcome of a call parked for approval): +1,150 at /mcp.
 Each endpoint is kept under that size."""
-SIZE_BEFORE = {"/mcp": 28_850, "/mcp/wap": 6_950}
+SIZE_BEFORE = {"/mcp": 30_050, "/mcp/wap": 6_950}
 """What the budget may not grow past without this docstring saying why."""
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -77,6 +78,7 @@ MCP_CALLS: dict[str, list[dict[str, Any]]] = {
     ],
     "bash": [{"command": "git init -q -b main"}, {"command": "true", "workdir": "nope"}],
     "read_command_output": [{"command_id": "never-ran"}],
+    "wait_for_approval": [{"approval_id": "never-asked", "timeout_ms": 0}],
     "git": [{"action": "status"}, {"action": "commit"}],
     "read_multiple_files": [
         {"paths": ["a.txt", "nope", "pic.png"]},
@@ -147,7 +149,8 @@ async def test_every_result_matches_its_output_schema(start: StartGateway, execu
                     if result.is_error:  # the error form, saying what the text says
                         data = result.structured_content
                         assert {"error", "code"} <= set(data), (name, data)
-                want = {True} if name == "read_command_output" else {False, True}
+                only_errors = ("read_command_output", "wait_for_approval")  # nothing to find
+                want = {True} if name in only_errors else {False, True}
                 assert outcomes == want, name
 
 

@@ -13,6 +13,7 @@ The same battery runs with the secret registered as a value and as a regex patte
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -184,6 +185,25 @@ async def battery(bus: Bus, up: Up, carried: list[bytes]) -> None:
     bus.check(made, f"a commit object holding the secret committed: {skipped}")
     await bus.ok("exec", "git", {"action": "log"})
     await bus.ok("exec", "run", {"command": "ls -R; git status --short"})
+    # a restricted workspace keeps what waits for approval (WS_APPROVALS) with no secret in it,
+    # and carries out an approved change as it would have been committed
+    careful = (WS[0], "careful")
+    await bus.ok("cmd", "create", {"trust": "restricted"}, ws=careful)
+    await bus.ok("cmd", "set_trust", {"trust": "restricted", "commands": True}, ws=careful)
+    waits = await bus.ask("cmd", "write", {"path": "k.txt", "content": f"K={s}\n"}, ws=careful)
+    bus.check(waits["error"]["code"] == "APPROVAL_REQUIRED", f"not parked: {waits}")
+    run = await bus.ask("exec", "run", {"command": "true", "env": {"K": s}}, ws=careful)
+    bus.check(run["error"]["code"] == "APPROVAL_REQUIRED", f"not parked: {run}")
+    approval = waits["error"]["details"]["approval_id"]
+    await bus.ok("cmd", "decide", {"approval_id": approval, "approve": True}, ws=careful)
+    for _ in range(300):  # asked again until Quill has carried it out (or 30 s)
+        status = await bus.ok("qry", "approval", {"approval_id": approval}, ws=careful)
+        if status["done"]:
+            break
+        await asyncio.sleep(0.1)
+    bus.check(status["outcome"]["error"] is None, f"not carried out: {status}")
+    kept = await bus.ok("qry", "read", {"path": "k.txt"}, ws=careful)
+    bus.check(kept["content"] == "K=[REDACTED:openai]\n", f"carried out as {kept}")
     # REST and MCP (the gateway's default workspace)
     files = f"{up.http_url}/v1/host/workspace/files"
     async with httpx.AsyncClient(timeout=30) as http:

@@ -229,23 +229,41 @@ def test_wait_says_whose_lock_it_waits_for(up: Up) -> None:
 def test_approval_id_is_said_and_resume_finishes_the_request(up: Up, state: Path) -> None:
     ws = "acme/resumable"
     up.cli("create", ws)
-    up.cli("trust", ws, "restricted")
+    up.cli("trust", ws, "restricted", "--commands")
     at_once = up.cli("put", ws, "plan.md", "--text", "v1", check=False)
     assert at_once.returncode == 7
-    found = re.search(r"waits for approval (\S+)\. .*quill resume \1", at_once.stderr)
+    found = re.search(rf"waits for approval (\S+)\. .*quill resume {ws} \1", at_once.stderr)
     assert found, at_once.stderr
     approval = found[1]
     assert (state / f"{approval}.json").stat().st_mode & 0o777 == 0o600
+    assert "v1" not in (state / f"{approval}.json").read_text()  # Quill keeps the request
     early = up.cli("resume", approval, check=False)
-    assert early.returncode == 7  # not decided yet: kept
-    up.cli("approve", ws, approval)
-    done = up.cli("resume", approval)
+    assert early.returncode == 7 and "still pending" in early.stderr
+    up.cli("approve", ws, approval)  # Quill makes the change: nobody sends it again
+    done = up.cli("--wait", "30s", "resume", approval)
     assert done.stdout.startswith(f"done: cmd.write on {ws} (approval {approval})")
     assert up.cli("cat", ws, "plan.md").stdout == "v1"
     assert not (state / f"{approval}.json").exists()
     again = up.cli("resume", approval, check=False)
-    assert again.returncode == 3 and "No request of approval" in again.stderr
+    assert again.returncode == 3 and f"quill resume WORKSPACE {approval}" in again.stderr
+    assert up.cli("resume", ws, approval).stdout.startswith("done: cmd.write")  # kept
     assert up.cli("resume", "../../etc/passwd", check=False).returncode == 2
+
+    # a command, likewise: resume prints its output and exits with its exit code
+    ran = up.cli("exec", ws, "--", "echo made > made.txt; echo out; exit 5", check=False)
+    assert ran.returncode == 7, ran.stderr
+    command = re.search(r"waits for approval (\S+)\.", ran.stderr)
+    assert command, ran.stderr
+    up.cli("approve", ws, command[1])
+    finished = up.cli("--wait", "60s", "resume", command[1], check=False)
+    assert (finished.returncode, finished.stdout) == (5, "out\n"), finished.stderr
+    assert up.cli("cat", ws, "made.txt").stdout == "made\n"
+    denied = up.cli("exec", ws, "--", "rm -rf .", check=False)
+    other = re.search(r"waits for approval (\S+)\.", denied.stderr)
+    assert other, denied.stderr
+    up.cli("deny", ws, other[1], "--reason", "no")
+    refused = up.cli("resume", ws, other[1], check=False)
+    assert refused.returncode == 8 and "denied by" in refused.stderr
 
     waiter = _background(up, "--wait", "2m", "rm", ws, "plan.md")
     said = _first_line(waiter.stderr)

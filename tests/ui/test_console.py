@@ -115,7 +115,8 @@ async def test_approve_from_the_page_and_the_waiting_write_completes(
     finally:
         waiting.cancel()
     assert written.path == "plan.md"
-    await expect(page.get_by_role("status")).to_contain_text("approved")
+    await expect(page.locator("#decision")).to_contain_text("✓ approved by local via console")
+    await expect(page.locator("#result")).to_contain_text(f"committed version {ws.last_version}")
     assert await ws.read_text("plan.md") == "the plan\n"
     decided = [e for e in (await ws.events()).events if e.type == "approval_decided"]
     assert decided[-1].actor == "local via console"

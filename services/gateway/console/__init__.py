@@ -118,6 +118,7 @@ class Console:
             r("/w/{ws}/diff", history.diff),
             r("/w/{ws}/approvals", operate.approvals),
             r("/w/{ws}/approvals/{approval}", operate.decide, methods=["POST"]),
+            r("/w/{ws}/approvals/{approval}", operate.approval, methods=["GET"]),
             r("/w/{ws}/runs", operate.runs),
             r("/w/{ws}/audit", operate.audit),
             r("/w/{ws}/live", live.events),

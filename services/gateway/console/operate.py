@@ -1,5 +1,6 @@
-"""The pages an operator acts from: the approvals queue (and its decisions),
-the runs, and the audit search."""
+"""The pages an operator acts from: the approvals queue (and its decisions, each followed by
+what came of it: Quill carries an approved request out itself), the runs, and the audit
+search."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -51,18 +52,36 @@ async def decide(c: Console, request: Request) -> Response:
     principal = c.principal(request)
     actor = f"{principal.actor} via console"[:DECISION_ACTOR_MAX]
     target = ws.client.as_actor(actor).workspace(f"{ws.tenant}/{ws.name}")
+    where = f"{PREFIX}/w/{request.path_params['ws']}/approvals"
     try:
         if choice == "approve":
             await target.approve(approval, note)
         else:
             await target.deny(approval, note)
-        outcome = f"{approval} {'approved' if choice == 'approve' else 'denied'}"
     except QuillError as exc:
         if exc.code not in (ErrorCode.CONFLICT, ErrorCode.FILE_NOT_FOUND):
             raise
         outcome = f"{approval}: {exc.message}"
-    where = f"{PREFIX}/w/{request.path_params['ws']}/approvals"
-    return RedirectResponse(f"{where}?{urlencode({'decided': outcome})}", status_code=303)
+        return RedirectResponse(f"{where}?{urlencode({'decided': outcome})}", status_code=303)
+    return RedirectResponse(f"{where}/{quote(approval, safe='')}", status_code=303)
+
+
+async def approval(c: Console, request: Request) -> Response:
+    """One approval and what came of it: the version its change committed, or its command's
+    exit code and page, or its error; while it is carried out the page asks again."""
+    ws = await c.workspace(request)
+    status = await ws.approval(request.path_params["approval"])
+    outcome = status.outcome
+    result = outcome.result if outcome is not None and outcome.result is not None else {}
+    changes = result.get("changes") if isinstance(result.get("changes"), dict) else None
+    context = {
+        "s": status,
+        "outcome": outcome,
+        "command": status.op.startswith("exec."),
+        "exit_code": result.get("exit_code"),
+        "committed": changes.get("version") if changes and changes.get("committed") else None,
+    }
+    return c.page(request, "approval.html", context)
 
 
 @dataclass

@@ -1,0 +1,159 @@
+"""Approvals: what is approved is what is carried out, and another tenant sees none of it.
+
+Tenant a parks changes on its restricted workspace; Quill keeps each parked request
+(``WS_APPROVALS``) and carries it out once approved. The attacks: a request id reused with
+another body to have something else carried out under an approval; retries and floods that
+pile up approvals; tenant b (a bare nats-py client with its own credentials) asking a's
+approval by id on its own workspace and on a's subject, reading or writing ``WS_APPROVALS``
+(a direct get, or a publish that would plant a request to be carried out), subscribing to it,
+and malformed ids. None works."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.msg import Msg
+
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.limits import MAX_PENDING_APPROVALS
+from contracts.subjects import STREAM_APPROVALS
+from tests.security.test_command_output_tenants import ask
+from tests.system.conftest import Up
+from tests.system.test_tenants import PASSWORDS, quill_as, with_tenants
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    with with_tenants(tmp_path_factory.mktemp("tenants")) as stack:
+        yield stack
+
+
+async def parked(call: Any) -> str:
+    with pytest.raises(QuillError) as info:
+        await call
+    assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
+    return str(info.value.details["approval_id"])
+
+
+async def test_an_approval_carries_out_the_body_approved_and_no_other(up: Up) -> None:
+    qa = await quill_as(up, "a")
+    try:
+        ws = qa.workspace("a/careful")
+        await ws.create(exist_ok=True)
+        await ws.set_trust("restricted")
+        benign = rq.WriteFile(path="plan.md", content="benign\n")
+        evil = rq.WriteFile(path="plan.md", content="EVIL\n")
+        rid = f"req-{secrets.token_hex(6)}"
+
+        async def send(body: rq.WriteFile) -> Any:
+            return await qa.request("cmd", "a", "careful", "write", body, dict, request_id=rid)
+
+        assert await parked(send(benign)) == rid
+        with pytest.raises(QuillError) as info:  # the same id, another body: not this one
+            await send(evil)
+        assert info.value.code == ErrorCode.CONFLICT
+        await ws.approve(rid)
+        done = await ws.wait_approval(rid, timeout=30)
+        assert done.outcome is not None and done.outcome.error is None, done
+        # sent again with the other body once approved: answered with what was approved
+        await send(evil)
+        assert await ws.read_text("plan.md") == "benign\n"
+        revisions = (await ws.history("plan.md")).revisions
+        assert len(revisions) == 1
+    finally:
+        await qa.close()
+
+
+async def test_retries_and_floods_do_not_pile_up_approvals(up: Up) -> None:
+    qa = await quill_as(up, "a")
+    try:
+        ws = qa.workspace("a/flooded")
+        await ws.create(exist_ok=True)
+        await ws.set_trust("restricted")
+        ids = {await parked(ws.write("same.md", "again\n")) for _ in range(5)}
+        assert len(ids) == 1  # five retries, one approval
+        for i in range(MAX_PENDING_APPROVALS - 1):
+            await parked(ws.write(f"f{i}.md", "x\n"))
+        with pytest.raises(QuillError) as info:
+            await ws.write("one-too-many.md", "x\n")
+        assert info.value.code == ErrorCode.UNAVAILABLE
+        assert info.value.details["queue"] == "approvals"
+        assert len((await ws.approvals()).pending) == MAX_PENDING_APPROVALS
+    finally:
+        await qa.close()
+
+
+async def test_another_tenant_cannot_see_or_plant_an_approval(up: Up) -> None:
+    marker = f"A-ONLY-{secrets.token_hex(8)}"
+    qa = await quill_as(up, "a")
+    qb = await quill_as(up, "b")
+    refusals: list[str] = []
+    refused = asyncio.Event()
+
+    async def on_error(exc: Exception) -> None:
+        refusals.append(str(exc))
+        if any("ws.approval" in e for e in refusals):
+            refused.set()
+
+    nb = await nats.connect(
+        up.nats_url, user="b", password=PASSWORDS["b"], inbox_prefix="_INBOX_b", error_cb=on_error
+    )
+    try:
+        wa = qa.workspace("a/shared")
+        await wa.create(exist_ok=True)
+        await wa.set_trust("restricted")
+        await qb.workspace("b/shared").create(exist_ok=True)
+        approval_id = await parked(wa.write("secret.md", f"{marker}\n"))
+        assert (await wa.approval(approval_id)).state == "pending"
+
+        leaked: list[bytes] = []
+
+        async def collect(msg: Msg) -> None:
+            leaked.append(msg.data)
+
+        await nb.subscribe("ws.approval.>", cb=collect)
+        await nb.flush()
+        body = {"approval_id": approval_id}
+        kept = f"ws.approval.a.shared.{approval_id}.request"
+        answers = {
+            "own workspace": await ask(nb, "ws.qry.b.shared.approval", body),
+            "a's subject": await ask(nb, "ws.qry.a.shared.approval", body),
+            "direct get": await ask(nb, f"$JS.API.DIRECT.GET.{STREAM_APPROVALS}.{kept}", b""),
+            "msg get": await ask(
+                nb, f"$JS.API.STREAM.MSG.GET.{STREAM_APPROVALS}", {"last_by_subj": kept}
+            ),
+        }
+        assert answers["own workspace"] is not None
+        assert answers["own workspace"]["error"]["code"] == "FILE_NOT_FOUND"
+        for what in ("a's subject", "direct get", "msg get"):
+            assert answers[what] is None, (what, answers[what])  # refused by the server
+        for bad in ("*", ">", "a.shared.x y", "../a/shared", "x" * 129, 7, ""):
+            answer = await ask(nb, "ws.qry.b.shared.approval", {"approval_id": bad})
+            assert answer is not None and answer["error"]["code"] == "INVALID_ARGUMENT", (
+                bad,
+                answer,
+            )
+        for what, answer in answers.items():
+            assert marker not in json.dumps(answer), what
+
+        # b plants a request of its own under a's approval: refused, and never carried out
+        planted = {"op": "cmd.write", "headers": {"Ws-Request-Id": approval_id}, "body": ""}
+        await nb.publish(kept, json.dumps(planted).encode())
+        await nb.flush()
+        await asyncio.wait_for(refused.wait(), 10)  # the subscription and the publish
+        await wa.approve(approval_id)
+        done = await wa.wait_approval(approval_id, timeout=30)
+        assert done.outcome is not None and done.outcome.error is None, done
+        assert await wa.read_text("secret.md") == f"{marker}\n"
+        assert not leaked
+    finally:
+        await nb.close()
+        await qa.close()
+        await qb.close()
