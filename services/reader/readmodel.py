@@ -151,8 +151,8 @@ class ReadModel:
         if after is not None and len(rows) < limit:
             text, args = sql.recent(ws, version, kind, after, True, limit - len(rows))
             rows += await self._db.execute_fetchall(text, args)
-        if not rows and not self._store.is_newest(ws, version):
-            return None
+        if len(rows) < limit and not self._store.is_newest(ws, version):
+            return None  # (the workspace may have moved on between the two statements)
         last = (str(rows[-1][8]), str(rows[-1][0])) if rows else None
         return [node_from_row(r) for r in rows], last
 

@@ -98,10 +98,11 @@ class Search:
                 return without_excluded(nodes, scope, patterns)
             jump = None
             for node in page:
-                skipped = [r for r in skipped if r[1] > node.path]
-                jump = next((end for first, end in skipped if first <= node.path), None)
-                if jump is not None:  # past the excluded directory, with a new seek
-                    break
+                if skipped:
+                    skipped = [r for r in skipped if r[1] > node.path]
+                    jump = next((end for first, end in skipped if first <= node.path), None)
+                    if jump is not None:  # past the excluded directory, with a new seek
+                        break
                 rel = relative(node.path, scope)
                 if node.kind == "d" and patterns.match_dir(rel):
                     skipped.append(subtree(node.path))
