@@ -315,7 +315,12 @@ class Matches(Result, frozen=True, kw_only=True):
     entries: list[Entry]
     """Newest first."""
     total: int
+    """The matches; a lower bound when ``total_exact`` is false."""
     truncated: bool
+    total_exact: bool = True
+    """False when the search stopped before the end: a glob of the whole workspace at its
+    newest version looks at its entries newest first and stops once it has looked at 1,000
+    and found more than it returns, so what it costs does not grow with the tree."""
 
 
 class GrepMatch(msgspec.Struct, frozen=True, kw_only=True):

@@ -49,21 +49,11 @@ def exclusions(exclude: list[str] | None) -> Globs:
 
 
 def without_excluded(nodes: Iterable[Node], scope: str, patterns: Globs) -> list[Node]:
-    """``nodes`` (entries below ``scope``, in path order) without those ``patterns`` exclude;
-    an excluded directory takes everything below it along."""
-    out: list[Node] = []
-    pruned: str | None = None
-    for node in nodes:
-        if pruned is not None and node.path.startswith(pruned):
-            continue
-        rel = relative(node.path, scope)
-        if node.kind == "d" and patterns.match_dir(rel):
-            pruned = node.path + "/"
-            continue
-        if node.kind == "f" and patterns.match(rel):
-            continue
-        out.append(node)
-    return out
+    """``nodes`` (entries below ``scope``) without those ``patterns`` exclude; an excluded
+    directory takes everything below it along (``Excluded``: each directory tested once,
+    whatever sorts between it and what it holds, ``b-x`` between ``b`` and ``b/``)."""
+    excluded = Excluded(scope, patterns)
+    return [node for node in nodes if not excluded(node)]
 
 
 def glob_matcher(pattern: str) -> Globs:
@@ -81,25 +71,67 @@ def glob_matcher(pattern: str) -> Globs:
     return Globs([pattern])
 
 
+def glob_limit(req: rq.GlobQuery, limits: Limits) -> int:
+    """Entries a glob returns at most."""
+    return min(req.max_results or 100, limits.max_search_results)
+
+
 def glob_result(
     scope: str, req: rq.GlobQuery, matcher: Globs, nodes: list[Node], limits: Limits
 ) -> rp.Matches:
     """What ``glob`` answers from the entries below ``scope`` (exclusions left out)."""
-    limit = min(req.max_results or 100, limits.max_search_results)
     found = [
         node
         for node in nodes
         if (req.kind == "any" or (node.kind == "f") == (req.kind == "file"))
         and matcher.match(relative(node.path, scope))
     ]
-    found.sort(key=lambda n: (-n.modified.timestamp(), n.path))
+    return glob_matches(scope, req, found, glob_limit(req, limits))
+
+
+def glob_matches(
+    scope: str, req: rq.GlobQuery, found: list[Node], limit: int, exact: bool = True
+) -> rp.Matches:
+    """``glob``'s answer from the entries it found: the newest ``limit`` of them; ``exact``:
+    every match was found (else ``total`` is a lower bound)."""
+    found = sorted(found, key=lambda n: (-n.modified.timestamp(), n.path))
     return rp.Matches(
         path=display(scope),
         pattern=req.pattern,
         entries=[entry(n) for n in found[:limit]],
         total=len(found),
         truncated=len(found) > limit,
+        total_exact=exact,
     )
+
+
+class Excluded:
+    """Whether an entry is left out by ``patterns`` (relative to ``scope``), entries coming
+    in any order: a directory is if it or one of its directories matches (``match_dir``), a
+    file if one of its directories does or it matches; each directory is tested once."""
+
+    def __init__(self, scope: str, patterns: Globs) -> None:
+        self.scope = scope
+        self.patterns = patterns
+        self._dirs: dict[str, bool] = {scope: False}
+
+    def directory(self, path: str) -> bool:
+        """Whether the directory ``path`` (below ``scope``) is left out with what it holds."""
+        todo = []
+        while path and path not in self._dirs:  # up to the nearest directory known
+            todo.append(path)
+            path = path.rpartition("/")[0]
+        known = self._dirs.get(path, False)
+        for below in reversed(todo):
+            known = known or self.patterns.match_dir(relative(below, self.scope))
+            self._dirs[below] = known
+        return known
+
+    def __call__(self, node: Node) -> bool:
+        if node.kind == "d":
+            return self.directory(node.path)
+        parent = node.path.rpartition("/")[0]
+        return self.directory(parent) or self.patterns.match(relative(node.path, self.scope))
 
 
 def explore_result(scope: str, req: rq.ExploreQuery, nodes: list[Node], limits: Limits) -> rp.Tree:

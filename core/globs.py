@@ -109,6 +109,25 @@ def relative(path: str, scope: str) -> str:
     return path[len(scope) + 1 :] if scope else path
 
 
+_SPECIAL = frozenset("*?[]{}\\")
+"""Characters that make a pattern's segment more than a name (conservatively: ``]``, ``}``
+and ``\\`` too)."""
+
+
+def literal_directory(pattern: str) -> str:
+    """The directories a pattern names literally before its first wildcard (``pkg/sub`` of
+    ``pkg/sub/*.py``, ``""`` of ``**/*.py`` or ``*.py``): everything it matches is below
+    them, so a search need only walk that subtree. The last segment is never one of them
+    (``pkg/sub`` matches the entry ``pkg/sub``, found below ``pkg``)."""
+    segments = pattern.split("/")[:-1]
+    taken: list[str] = []
+    for segment in segments:
+        if not segment or segment in (".", "..") or _SPECIAL.intersection(segment):
+            break
+        taken.append(segment)
+    return "/".join(taken)
+
+
 class _LimitError(Exception):
     pass
 

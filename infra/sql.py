@@ -97,10 +97,16 @@ ROLE_INDEXES = {
     # contentless trigram index of every text blob (keyed by the blob's rowid). They keep each
     # workspace's live files, directories and bytes in its row (triggers), find its last lock
     # or archive event by kind, and a run by its id, so a page of the workspace listing and
-    # ``info`` cost the same whatever the workspaces hold (issues 17, 29).
+    # ``info`` cost the same whatever the workspaces hold (issues 17, 29). A glob walks the
+    # live rows newest first and stops once it has what it returns (``revisions_recent``); a
+    # grep finds the live files holding its few candidate contents (``revisions_content``):
+    # both partial (live rows only), so neither grows with history (issue 29).
     "reader": _LIVE_INDEX
     + f"""
 CREATE INDEX IF NOT EXISTS revisions_children ON revisions(ws, parent, until);
+CREATE INDEX IF NOT EXISTS revisions_recent ON revisions(ws, modified DESC, path)
+    WHERE until = {LIVE};
+CREATE INDEX IF NOT EXISTS revisions_content ON revisions(ws, sha256) WHERE until = {LIVE};
 CREATE INDEX IF NOT EXISTS controls_kind ON controls(ws, type, version);
 CREATE INDEX IF NOT EXISTS controls_run ON controls(ws, json_extract(event, '$.run_id'))
     WHERE type = 'run_started';
@@ -125,6 +131,8 @@ CREATE TRIGGER IF NOT EXISTS files_deleted AFTER DELETE ON revisions
 ROLE_DROPS = {
     "writer": """
 DROP INDEX IF EXISTS revisions_children;
+DROP INDEX IF EXISTS revisions_recent;
+DROP INDEX IF EXISTS revisions_content;
 DROP INDEX IF EXISTS controls_run;
 DROP INDEX IF EXISTS blobs_unindexed;
 DROP TABLE IF EXISTS content_index;
@@ -153,6 +161,8 @@ SEEDED_STATS: tuple[tuple[str, str, str], ...] = (
     ("revisions", "revisions", "1000000 1000 10 1"),
     ("revisions", "revisions_live", "1000000 1000 10 1 1"),
     ("revisions", "revisions_children", "1000000 1000 100 10 1 1"),
+    ("revisions", "revisions_recent", "100000 100 1 1"),
+    ("revisions", "revisions_content", "100000 100 1"),
     ("controls", "controls", "100000 100 1"),
     ("controls", "controls_kind", "100000 100 20 1"),
     ("controls", "controls_run", "10000 10 1 1"),
@@ -455,6 +465,30 @@ FILES = (
 FILES_SCOPE = " AND path>=? AND path<?"
 FILES_LISTED = " AND sha256 IN ({marks})"
 FILES_JSON = " AND sha256 IN (SELECT value FROM json_each(?))"
+RECENT = (
+    f"SELECT {FIRST_ROWS} {REVISION_COLUMNS} FROM revisions INDEXED BY revisions_recent "
+    f"WHERE ws=? AND until={LIVE} AND {NEWEST}{{after}}{{kind}} "
+    "ORDER BY modified DESC, path LIMIT ?"
+)
+"""The live entries newest first (``modified`` descending, then by path), as ``glob``
+answers: a walk of ``revisions_recent`` that stops at its ``LIMIT`` (``recent``)."""
+RECENT_TIE = " AND modified=? AND path>?"
+"""After an entry: the rest of its ``modified`` (one seek)."""
+RECENT_OLDER = " AND modified<?"
+"""After an entry: those modified before it (one seek)."""
+ENTRIES_PAGE = (
+    f"SELECT {REVISION_COLUMNS} FROM revisions INDEXED BY revisions_live "
+    f"WHERE {_LIVE_ROWS} AND path>=?{{upper}} ORDER BY path LIMIT ?"
+)
+"""A page of the live entries in path order from a path on (below a bound): a walk of a
+subtree that skips an excluded directory's range with a new seek (``entries_page``)."""
+FILES_HOLDING = (
+    "SELECT path, sha256 FROM revisions INDEXED BY revisions_content "
+    f"WHERE ws=? AND until={LIVE} AND {NEWEST} AND sha256 IN ({{marks}}) "
+    "AND kind='f' AND binary=0{scope} ORDER BY path"
+)
+"""The live text files (below a scope) holding one of a few contents: one seek of
+``revisions_content`` a content, whatever the tree around them."""
 NEWEST_OF_KIND = (
     "SELECT max(version) AS v FROM controls INDEXED BY controls_kind WHERE ws=? AND type=?"
 )
@@ -514,6 +548,47 @@ def files(
             args.append(json.dumps(shas))
     where = _LIVE_ROWS if newest else _ROWS_AT
     return FILES.format(where=where, scope=scoped, candidates=candidates), args
+
+
+def recent(
+    ws: int, version: int, kind: str | None, after: tuple[str, str] | None, older: bool, limit: int
+) -> tuple[str, list[Any]]:
+    """``RECENT``: up to ``limit`` live entries (of ``kind``) newest first; after the
+    ``(modified, path)`` of an entry, those of the same time after its path or (``older``)
+    those modified before it."""
+    args: list[Any] = live_args(ws, version)
+    more = ""
+    if after is not None:
+        more = RECENT_OLDER if older else RECENT_TIE
+        args += [after[0]] if older else list(after)
+    kinds = ""
+    if kind is not None:
+        kinds = " AND kind=?"
+        args.append(kind)
+    return RECENT.format(after=more, kind=kinds), [*args, limit]
+
+
+def entries_page(
+    ws: int, version: int, start: str, upper: str | None, limit: int
+) -> tuple[str, list[Any]]:
+    """``ENTRIES_PAGE``: up to ``limit`` live entries from ``start`` on, below ``upper``."""
+    args: list[Any] = [*live_args(ws, version), start]
+    bound = ""
+    if upper is not None:
+        bound = " AND path<?"
+        args.append(upper)
+    return ENTRIES_PAGE.format(upper=bound), [*args, limit]
+
+
+def files_holding(ws: int, version: int, scope: str, shas: list[str]) -> tuple[str, list[Any]]:
+    """``FILES_HOLDING``: the live text files below ``scope`` holding one of ``shas`` (at
+    most ``FILES_LISTED_MAX``)."""
+    args: list[Any] = [*live_args(ws, version), *shas]
+    scoped = ""
+    if scope:
+        scoped = FILES_SCOPE
+        args += list(subtree(scope))
+    return FILES_HOLDING.format(marks=marks(len(shas)), scope=scoped), args
 
 
 FILES_LISTED_MAX = 5000
@@ -682,6 +757,17 @@ def shapes() -> Iterator[Shape]:
             yield Shape(f"{name} x{n}", text, (None,) * (n + (name != "CONTENTS")), roles)
         text, args = last_control(1, ("a",) * n)
         yield Shape(f"LAST_CONTROL x{n}", text, tuple(args), READER)
+    for kind in (None, "f"):
+        for after, older in ((None, False), (("m", "p"), False), (("m", "p"), True)):
+            text, args = recent(1, 1, kind, after, older, 10)
+            yield Shape(f"RECENT {kind=} {after=} {older=}", text, tuple(args), READER)
+    for upper in (None, "d0"):
+        text, args = entries_page(1, 1, "d/", upper, 10)
+        yield Shape(f"ENTRIES_PAGE {upper=}", text, tuple(args), READER)
+    for scope in ("", "d"):
+        for n in (1, 3):
+            text, args = files_holding(1, 1, scope, ["a"] * n)
+            yield Shape(f"FILES_HOLDING {scope=} x{n}", text, tuple(args), READER)
     for newest in (True, False):
         form = "live" if newest else "at"
         for scope in ("", "d"):

@@ -136,7 +136,8 @@ async def glob_(
 
     def human() -> str | None:
         if r.truncated:
-            click.echo(f"quill: {len(r.entries)} of {r.total} shown; use --max-results", err=True)
+            total = r.total if r.total_exact else f"at least {r.total}"
+            click.echo(f"quill: {len(r.entries)} of {total} shown; use --max-results", err=True)
         names = [e.path + ("/" if e.kind == "directory" else "") for e in r.entries]
         return "\n".join(names) if names else None
 

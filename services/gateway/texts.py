@@ -231,10 +231,11 @@ def matches_text(pattern: str, path: str, matches: rp.Matches) -> str:
     if not matches.entries:
         return f"No matches found for pattern '{pattern}' in {path}"
     lines = [f"[{'DIR' if e.kind == 'directory' else 'FILE'}] {e.path}" for e in matches.entries]
-    text = f"Found {matches.total} match(es) for '{pattern}':\n\n" + "\n".join(lines)
+    total = f"{matches.total}" if matches.total_exact else f"at least {matches.total}"
+    text = f"Found {total} match(es) for '{pattern}':\n\n" + "\n".join(lines)
     if matches.truncated:
         text += (
-            f"\n\n(showing {len(matches.entries)} of {matches.total}: raise max_results or "
+            f"\n\n(showing {len(matches.entries)} of {total}: raise max_results or "
             "narrow the pattern)"
         )
     return text

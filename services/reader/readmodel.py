@@ -115,16 +115,57 @@ class ReadModel:
     ) -> list[tuple[str, str]]:
         """``(path, sha256)`` of every text file below ``scope`` as of ``version``; with
         ``candidates`` (an FTS5 query), only files whose content may match it: indexed
-        contents that match, and contents not indexed yet."""
+        contents that match, and contents not indexed yet. At the newest version, a few
+        candidates are looked up by content (``revisions_content``: what it costs is what
+        matches, not the tree); many, or an older version, filter the tree below ``scope``."""
         shas: list[str] | None = None
         if candidates is not None:
             shas = [r[0] for r in await self._db.execute_fetchall(sql.CANDIDATES, (candidates,))]
             if not shas:
                 return []
+            shas = list(dict.fromkeys(shas))
+            if len(shas) <= sql.FILES_LISTED_MAX:  # few: the files holding them, by content
+                text, args = sql.files_holding(ws, version, scope, shas)
+                rows = list(await self._db.execute_fetchall(text, args))
+                if rows or self._store.is_newest(ws, version):
+                    return [(r[0], r[1]) for r in rows]
         rows = await self._store.as_of(
             ws, version, lambda newest: sql.files(ws, version, scope, shas, newest)
         )
         return [(r[0], r[1]) for r in rows]
+
+    async def recent(
+        self,
+        ws: int,
+        version: int,
+        kind: str | None,
+        after: tuple[str, str] | None,
+        limit: int,
+    ) -> tuple[list[Node], tuple[str, str] | None] | None:
+        """Up to ``limit`` live entries (of ``kind``) newest first, then by path, after the
+        ``(modified, path)`` of the last one taken (``sql.RECENT``: two seeks at most), and
+        the ``(modified, path)`` of the last of these. None: ``version`` is no longer the
+        workspace's newest (ask ``entries_at``)."""
+        text, args = sql.recent(ws, version, kind, after, False, limit)
+        rows = list(await self._db.execute_fetchall(text, args))
+        if after is not None and len(rows) < limit:
+            text, args = sql.recent(ws, version, kind, after, True, limit - len(rows))
+            rows += await self._db.execute_fetchall(text, args)
+        if len(rows) < limit and not self._store.is_newest(ws, version):
+            return None  # (the workspace may have moved on between the two statements)
+        last = (str(rows[-1][8]), str(rows[-1][0])) if rows else None
+        return [node_from_row(r) for r in rows], last
+
+    async def entries_page(
+        self, ws: int, version: int, start: str, upper: str | None, limit: int
+    ) -> list[Node] | None:
+        """Up to ``limit`` live entries in path order from ``start`` on, below ``upper``
+        (``sql.ENTRIES_PAGE``: one seek). None: ``version`` is no longer the newest."""
+        text, args = sql.entries_page(ws, version, start, upper, limit)
+        rows = list(await self._db.execute_fetchall(text, args))
+        if not rows and not self._store.is_newest(ws, version):
+            return None
+        return [node_from_row(r) for r in rows]
 
     async def workspaces(
         self, tenant: str, after: str, prefix: str, limit: int

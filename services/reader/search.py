@@ -29,21 +29,31 @@ from core.answers import not_a_directory
 from core.finding import (
     GREP_BUDGET_S,
     MAX_COUNTED,
+    Excluded,
     GrepPart,
     GrepPlan,
     exclusions,
     explore_result,
+    glob_limit,
     glob_matcher,
+    glob_matches,
     glob_result,
     grep_texts,
     without_excluded,
 )
-from core.globs import relative
+from core.globs import Globs, literal_directory, relative
+from core.plan import subtree
 from core.rows import Node, WorkspaceRow
 from infra.offload import WALL_FACTOR, Offload
 from services.reader.queries import Queries
 
 MAX_TRIGRAMS = 24
+GLOB_COUNTED = 1_000
+"""Entries a glob of the whole workspace looks at before it may stop (once it has found more
+than it returns): up to there its ``total`` is exact, past it a lower bound."""
+PAGE_FIRST, PAGE_MOST = 64, 4096
+"""Entries of a walk's first page, and of its largest (each next page twice the last)."""
+KINDS = {"any": None, "file": "f", "directory": "d"}
 PART_BYTES = 8 * 1024 * 1024
 """Text a grep hands its worker at once."""
 OVERTIME = "Search took too long: narrow the pattern or path"
@@ -68,17 +78,103 @@ class Search:
         self, ws: WorkspaceRow, version: int, scope: str, exclude: list[str] | None
     ) -> list[Node]:
         """Entries below ``scope`` (path order), without excluded ones and their contents."""
-        patterns = exclusions(exclude)
-        return without_excluded(
-            await self.q.store.entries_at(ws.id, version, scope), scope, patterns
-        )
+        return await self._walk(ws, version, scope, scope, exclusions(exclude))
+
+    async def _walk(
+        self, ws: WorkspaceRow, version: int, base: str, scope: str, patterns: Globs
+    ) -> list[Node]:
+        """Entries below ``base`` (path order), without those ``patterns`` (relative to
+        ``scope``) exclude. At the newest version, in pages of the live rows: an excluded
+        directory's range is skipped with a new seek, never read. At an older one, the tree
+        below ``base`` as it was, the excluded entries dropped as they come."""
+        lo, hi = subtree(base) if base else ("", None)
+        out: list[Node] = []
+        skipped: list[tuple[str, str]] = []  # ranges of excluded directories not passed yet
+        start, size = lo, PAGE_FIRST
+        while True:
+            page = await self.q.model.entries_page(ws.id, version, start, hi, size)
+            if page is None:  # no longer the newest version: the tree as it was
+                nodes = await self.q.store.entries_at(ws.id, version, base)
+                return without_excluded(nodes, scope, patterns)
+            jump = None
+            for node in page:
+                if skipped:
+                    skipped = [r for r in skipped if r[1] > node.path]
+                    jump = next((end for first, end in skipped if first <= node.path), None)
+                    if jump is not None:  # past the excluded directory, with a new seek
+                        break
+                rel = relative(node.path, scope)
+                if node.kind == "d" and patterns.match_dir(rel):
+                    skipped.append(subtree(node.path))
+                elif node.kind == "d" or not patterns.match(rel):
+                    out.append(node)
+            if jump is not None:
+                start = jump
+                continue
+            if len(page) < size:
+                return out
+            start = page[-1].path + "\0"  # the next path after it
+            size = min(2 * size, PAGE_MOST)
 
     # ------------------------------------------------------------------ glob
     async def glob(self, ws: WorkspaceRow, version: int, req: rq.GlobQuery) -> rp.Matches:
+        """Paths matching ``req.pattern``. What it costs is what it returns: a pattern that
+        names directories before its first wildcard walks only their subtree; one that does
+        not, at the newest version, walks the live entries newest first and stops once it has
+        what it returns (``GLOB_COUNTED``)."""
         scope = await self._scope(ws, req.path, version)
         matcher = glob_matcher(req.pattern)
-        nodes = await self._entries(ws, version, scope, req.exclude)
+        patterns = exclusions(req.exclude)
+        below = literal_directory(req.pattern)
+        if below and not await self._reachable(ws, version, scope, below, patterns):
+            return glob_matches(scope, req, [], glob_limit(req, ws.limits))
+        base = f"{scope}/{below}" if scope and below else scope or below
+        if not base:
+            found = await self._newest_first(ws, version, req, matcher, patterns)
+            if found is not None:
+                return found
+        nodes = await self._walk(ws, version, base, scope, patterns)
         return glob_result(scope, req, matcher, nodes, ws.limits)
+
+    async def _reachable(
+        self, ws: WorkspaceRow, version: int, scope: str, below: str, patterns: Globs
+    ) -> bool:
+        """Whether each directory of ``below`` (relative to ``scope``) exists, is one and is
+        not excluded: else nothing below it is found."""
+        path = scope
+        for name in below.split("/"):
+            path = f"{path}/{name}" if path else name
+            node = await self.q.model.node(ws.id, path, version)
+            if node is None or node.kind != "d" or patterns.match_dir(relative(path, scope)):
+                return False
+        return True
+
+    async def _newest_first(
+        self, ws: WorkspaceRow, version: int, req: rq.GlobQuery, matcher: Globs, patterns: Globs
+    ) -> rp.Matches | None:
+        """The glob of the whole workspace at its newest version, over its live entries
+        newest first: it stops once it has looked at ``GLOB_COUNTED`` entries and found more
+        than it returns. None: ``version`` is not the newest."""
+        limit = glob_limit(req, ws.limits)
+        excluded = Excluded("", patterns)
+        found: list[Node] = []
+        looked = 0
+        after: tuple[str, str] | None = None
+        size = min(PAGE_MOST, max(limit + 1, GLOB_COUNTED))
+        while True:
+            page = await self.q.model.recent(ws.id, version, KINDS[req.kind], after, size)
+            if page is None:
+                return None
+            nodes, after = page
+            for node in nodes:
+                looked += 1
+                if not excluded(node) and matcher.match(node.path):
+                    found.append(node)
+                if len(found) > limit and looked >= GLOB_COUNTED:
+                    return glob_matches("", req, found, limit, exact=False)
+            if len(nodes) < size:
+                return glob_matches("", req, found, limit)
+            size = min(2 * size, PAGE_MOST)
 
     # ------------------------------------------------------------------ explore
     async def explore(self, ws: WorkspaceRow, version: int, req: rq.ExploreQuery) -> rp.Tree:

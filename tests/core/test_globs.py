@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import time
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,10 @@ from wcmatch import glob as wc
 
 from contracts.errors import QuillError
 from contracts.limits import DEFAULT_EXCLUSIONS
-from core.globs import Globs, relative
+from core.finding import without_excluded
+from core.globs import Globs, literal_directory, relative
+from core.plan import LIVE
+from core.rows import Node
 
 
 @pytest.mark.parametrize(
@@ -141,3 +145,32 @@ def test_globs_take_linear_time() -> None:
 
     cost(short)  # warm
     assert cost(long) < 20 * cost(short)
+
+
+def test_literal_directory() -> None:
+    """The directories a pattern names before its first wildcard: a glob walks only them."""
+    cases = {
+        "pkg01/sub1/*.py": "pkg01/sub1",
+        "src/**/x.ts": "src",
+        "a/{b,c}/d": "a",
+        "a/b": "a",  # the last segment is what is matched, found below a
+        "a//b/c": "a",
+        "a\\*/b/c": "",
+        "**/*.py": "",
+        "*.py": "",
+        "./a/b": "",
+    }
+    assert {p: literal_directory(p) for p in cases} == cases
+
+
+def test_an_excluded_directory_takes_what_it_holds_whatever_sorts_between() -> None:
+    """``b-x`` sorts between ``b`` and ``b/x``: both excluded, ``b/x`` stays excluded."""
+    at = datetime(2025, 1, 1, tzinfo=UTC)
+
+    def node(path: str, kind: str) -> Node:
+        return Node(path, kind, None, 0, None, False, False, at, at, 1, LIVE, None)
+
+    nodes = [node("b", "d"), node("b-x", "d"), node("b-x/y", "f"), node("b/x", "f")]
+    nodes += [node("c", "d"), node("c/b-x", "f")]
+    kept = without_excluded(nodes, "", Globs(["b", "b-x"]))
+    assert [n.path for n in kept] == ["c", "c/b-x"]

@@ -13,7 +13,10 @@ a content's, and FTS5 merges segments every so many transactions, whatever the h
   page of events, and a writer's restart then first write cost the same at both.
 * Tree: two workspaces of 1,000 and 20,000 files (committed through the writer, 1,000 a
   command) and the same 100-file directory: a write, an edit, a read, a stat, a listing
-  of that directory, a page of history, ``info`` and a page of events cost the same at both.
+  of that directory, a page of history, ``info`` and a page of events cost the same at both;
+  so do a glob of the whole tree with ``max_results`` 100, a glob and a grep under that
+  directory (a literal prefix), and a grep for a word one file holds (the trigram index
+  brought up to date after the trees are built).
 
 "The same": at most ``FACTOR`` times and ``SLACK`` steps more. Every statement run while
 counting is explained afterwards against the projection it ran on, under the rules of the
@@ -52,6 +55,8 @@ SLACK = 400
 a dozen; a deeper B-tree costs none: a seek is one step however deep)."""
 PATHS = 500
 TENANT = "rows"
+RARE = "zyzzogeton"
+"""A word one file of a tree workspace holds."""
 
 
 @dataclass
@@ -163,7 +168,10 @@ async def tree_workspace(quill: Quill, files: int) -> Workspace:
     committed through the writer 1,000 a command."""
     ws = quill.workspace(f"{TENANT}/f{files}")
     await ws.create(limits=LimitsPatch(max_files=2 * files + 1_000))
-    await ws.apply([PutChange(path=f"fixed/x{n:03}.py", content=f"x = {n}\n") for n in range(100)])
+    await ws.apply(
+        [PutChange(path=f"fixed/x{n:03}.py", content=f"x = {n}\n") for n in range(100)]
+        + [PutChange(path="rare/notes.txt", content=f"a {RARE} here\n")]
+    )
     for start in range(0, files, 1_000):
         puts = [
             PutChange(path=f"pkg{n % 100:02}/sub{n // 100 % 10}/m{n:06}.py", content=f"v = {n}\n")
@@ -205,7 +213,20 @@ def operations(
     }
     if history:  # both trees are the same: so is what changed in their last 10 versions
         ops["diff of the last 10 versions"] = lambda: ws.diff(last - 10, last)
+    else:  # what a search returns is the same in both trees
+        ops |= {
+            "glob **/*.py (max 100)": lambda: ws.glob("**/*.py", max_results=100),
+            "glob fixed/*.py (a literal prefix)": lambda: ws.glob("fixed/*.py"),
+            "grep under fixed/": lambda: ws.grep("x = 5", path="fixed"),
+            f"grep a rare word ({RARE})": lambda: ws.grep(RARE),
+        }
     return ops
+
+
+async def indexed(stack: Stack) -> None:
+    """The reader's trigram index holds every content it has (its indexer is stopped)."""
+    while await stack.reader.store.index_pending(1 << 20):
+        pass
 
 
 async def restart_then_write(stack: Stack, ws: Workspace) -> int:
@@ -232,6 +253,7 @@ async def flat(stack: Stack, quill: Quill, small: int, large: int) -> None:
         ("files", lambda n: tree_workspace(quill, n)),
     ):
         workspaces = [await build(n) for n in (small, large)]
+        await indexed(stack)
         measured = [
             {
                 op: await stack.steps(ws, run)
