@@ -34,7 +34,10 @@ from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
 from tests.helpers import start_executor, start_reader, start_writer
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# The module's fixture builds 20,000 files and waits for their compaction: on a loaded
+# 2-core machine that took past the default 120 s guard (a guard against a hang, not a
+# measure: the figures are bench size's).
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(400)]
 
 FILES = 20_000
 BLOB_FILES = 1_200
@@ -76,7 +79,7 @@ async def build(quill: Quill, name: str) -> tuple[Workspace, int]:
             items = []
     updates = await quill.nc.subscribe(SUBJECTS.updated(ws.tenant, ws.name))
     try:
-        async with asyncio.timeout(60):
+        async with asyncio.timeout(300):
             for n in range(40):  # max_versions 1 + slack 16: compaction comes within 18
                 await ws.write("hot.md", f"write {n}\n")
             async for msg in updates.messages:
