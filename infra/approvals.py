@@ -44,8 +44,13 @@ from infra import assets
 
 log = logging.getLogger("quill.approvals")
 
-STREAM_BYTES = 1024**3
-"""Bytes ``WS_APPROVALS`` holds at most (past it the oldest go first)."""
+MAX_MSG_BYTES = 8 * 1024**2
+"""The largest entry (a parked request's body is bounded by the bus's payload already).
+
+``WS_APPROVALS`` has no ``max_bytes``: a stream's ``max_bytes`` is reserved from JetStream's
+storage limit, the log's room, whether used or not (a 1 GiB reservation made ``quill up`` on a
+small disk refuse the executor's ``WS_OUTPUT``). What it holds is bounded by the writer (256
+waiting approvals a workspace), by ``max_age`` and by the storage limit the log lives under."""
 
 
 class Parked(msgspec.Struct, frozen=True, kw_only=True):
@@ -92,7 +97,7 @@ async def ensure_stream(js: JetStreamContext, subjects: Subjects, replicas: int 
         storage=StorageType.FILE,
         num_replicas=replicas,
         max_age=float(APPROVAL_KEEP_S),
-        max_bytes=STREAM_BYTES,
+        max_msg_size=MAX_MSG_BYTES,
         discard=DiscardPolicy.OLD,
         allow_direct=True,
     )

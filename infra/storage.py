@@ -22,9 +22,10 @@ import errno
 import logging
 import os
 import sqlite3
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import prometheus_client as prom
 from nats.js import JetStreamContext
@@ -88,6 +89,39 @@ def is_log_full(exc: BaseException) -> bool:
         return True
     text = str(getattr(exc, "description", "") or exc).lower()
     return "insufficient resources" in text or "insufficient storage" in text
+
+
+_T = TypeVar("_T")
+
+MIN_STREAM_BYTES = 8 * 1024**2
+"""The least a stream of Quill's own (``WS_OUTPUT``, ``WS_APPROVALS``) is given when
+JetStream's storage limit cannot reserve the size it asks."""
+
+
+async def fitted(
+    name: str, size: int, ensure: Callable[[int], Awaitable[_T]], least: int = MIN_STREAM_BYTES
+) -> _T:
+    """``ensure(size)`` (create or update a stream of ``size`` bytes), the size halved while
+    JetStream cannot reserve it (a stream reserves its ``max_bytes`` from the storage limit:
+    on a small disk, ``quill up`` sets one), down to ``least``: a smaller stream, rather than a
+    service that exits at every start.
+
+    Raises:
+        nats.js.errors.APIError: JetStream refused it at ``least`` too, or for another reason.
+    """
+    while True:
+        try:
+            return await ensure(size)
+        except Exception as exc:
+            if not is_log_full(exc) or size <= least:
+                raise
+            size = max(least, size // 2)
+            log.warning(
+                "%s: JetStream's storage limit cannot hold its size (%s): trying %d bytes",
+                name,
+                exc,
+                size,
+            )
 
 
 def is_disk_full(exc: BaseException) -> bool:

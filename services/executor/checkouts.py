@@ -508,6 +508,10 @@ class Checkouts:
             await self._discard(temp)
 
 
+LAYER_OWN_BYTES = 8 * 4096
+"""What a layer's own directories hold (8 directory blocks at most) before a command writes."""
+
+
 def layered(
     home: Path, layers: Path, started: tuple[int, int], merged: list[Merged | None]
 ) -> Callable[[], tuple[int, int]]:
@@ -523,7 +527,10 @@ def layered(
         if merged:
             return quota.held(home)
         more = quota.held(layers)
-        return started[0] + more[0], started[1] + more[1]
+        # the layer's own directories (its parent, upper, work and overlayfs's work/work and
+        # index) are the executor's, not the command's growth: a command that changes nothing
+        # is not stopped by them on a tight budget
+        return started[0] + max(0, more[0] - LAYER_OWN_BYTES), started[1] + more[1]
 
     return measure
 

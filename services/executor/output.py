@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, PersistMode, StorageType, StreamConfig
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import NotFoundError
 
 from contracts import replies as rp
 from contracts import requests as rq
@@ -55,36 +55,23 @@ class OutputConfig:
     """Bytes the whole ``WS_OUTPUT`` stream holds; past it, the oldest output goes first."""
 
 
-MIN_STREAM_BYTES = 8 * 1024**2
-"""The least ``WS_OUTPUT`` is given when JetStream cannot reserve ``stream_bytes``."""
-
-
 async def ensure_stream(
     js: JetStreamContext, subjects: Subjects, config: OutputConfig, replicas: int = 1
 ) -> None:
     """Create ``WS_OUTPUT`` if missing, else bring its age, size and subjects to ``config``
     (a create lost to another executor is a success: ``assets``). A stream reserves its
     ``max_bytes`` from JetStream's storage limit: on a small disk (``infra/storage.py``) the
-    size is halved until the server accepts it (down to ``MIN_STREAM_BYTES``), rather than
+    size is halved until the server accepts it (``storage.fitted``), rather than
     the executor exiting at every start.
 
     Raises:
         nats.js.errors.APIError: JetStream refused the create or the update.
     """
-    stream_bytes = config.stream_bytes
-    while True:
-        try:
-            return await _ensure(js, subjects, config, replicas, stream_bytes)
-        except APIError as exc:
-            if not storage.is_log_full(exc) or stream_bytes <= MIN_STREAM_BYTES:
-                raise
-            stream_bytes = max(MIN_STREAM_BYTES, stream_bytes // 2)
-            log.warning(
-                "%s: JetStream's storage limit cannot hold its size (%s): trying %d bytes",
-                STREAM_OUTPUT,
-                exc,
-                stream_bytes,
-            )
+    await storage.fitted(
+        STREAM_OUTPUT,
+        config.stream_bytes,
+        lambda size: _ensure(js, subjects, config, replicas, size),
+    )
 
 
 async def _ensure(
