@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -196,6 +196,20 @@ class Approvals:
         except NotFoundError:
             return None
         return _sent_at(msg.headers)
+
+    async def settled(
+        self, nc: NATS, tenant: str, workspace: str, approval_id: str, within_s: float
+    ) -> rp.ApprovalOutcome | QuillError | None:
+        """What came of ``approval_id``, claimed by an executor: its outcome once kept, or,
+        when none is kept by ``within_s`` (its command's longest run) and ``CLAIM_GRACE_S``
+        after the claim, the error kept for an executor lost; None when it is not claimed."""
+        at = await self.claimed(tenant, workspace, approval_id)
+        if at is None:
+            return await self.outcome(tenant, workspace, approval_id)
+        deadline = at + timedelta(seconds=within_s + CLAIM_GRACE_S)
+        wait_s = max(0.0, (deadline - datetime.now(UTC)).total_seconds())
+        outcome = await self.wait_outcome(nc, tenant, workspace, approval_id, wait_s)
+        return outcome if outcome is not None else await self.lost(tenant, workspace, approval_id)
 
     async def lost(self, tenant: str, workspace: str, approval_id: str) -> QuillError:
         """Keep ``EXECUTION_FAILED`` as the outcome of ``approval_id``, claimed by an executor

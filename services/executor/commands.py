@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -149,13 +149,10 @@ class Commands:
         """
         t, w, approval_id = address.tenant, address.workspace, claimed.approval_id
         nc = self.quill.nc
-        at = await self.kept.claimed(t, w, approval_id) or datetime.now(UTC)
-        deadline = at + timedelta(seconds=claimed.within_s + approvals.CLAIM_GRACE_S)
-        wait_s = max(0.0, (deadline - datetime.now(UTC)).total_seconds())
-        outcome = await self.kept.wait_outcome(nc, t, w, approval_id, wait_s)
-        if outcome is None:  # none past its longest run: the executor that took it died
-            raise await self.kept.lost(t, w, approval_id)
-        if outcome.result is None and outcome.error is None:
+        outcome = await self.kept.settled(nc, t, w, approval_id, claimed.within_s)
+        if isinstance(outcome, QuillError):  # none past its longest run: its executor died
+            raise outcome
+        if outcome is None or (outcome.result is None and outcome.error is None):
             raise QuillError(
                 ErrorCode.CONFLICT,
                 f"Approved command {approval_id} is carried out already: its outcome is kept "

@@ -81,6 +81,7 @@ from core.decision import Context, Decision, Expensive, Needs, to_event
 from core.diffs import Pair, unified_many
 from core.secrets import Secrets
 from core.tree import Tree, WorkspaceState, fold, forget, place
+from infra import approvals as parking
 from infra import blobs, compaction, logfields, storage, tracing
 from infra import log as eventlog
 from infra.approvals import Parked, digest
@@ -606,18 +607,25 @@ class WorkspaceActor:
         t, w = self.tenant, self.workspace
         subject = self.deps.subjects.exec(t, w, spec.name)
         state = self.state
-        limit_ms = state.limits.max_exec_ms if state is not None else 600_000
+        limit_s = (state.limits.max_exec_ms if state is not None else 600_000) / 1000
+        kept, within_s = self.deps.approvals, limit_s + parking.CLAIM_GRACE_S
         try:
             msg = await self.deps.nc.request(
-                subject, parked.body, timeout=limit_ms / 1000 + 120, headers=parked.headers
+                subject, parked.body, timeout=within_s, headers=parked.headers
             )
         except nats.errors.NoRespondersError:
             error = QuillError(ErrorCode.UNAVAILABLE, "No executor is running to carry it out")
-            await self.deps.approvals.record(t, w, approval_id, error=error)
+            await kept.record(t, w, approval_id, error=error)
             return
-        except nats.errors.TimeoutError:  # no answer past its longest run: its executor died
-            await self.deps.approvals.lost(t, w, approval_id)
-            return
+        except nats.errors.TimeoutError:  # no answer past its longest run
+            if await kept.settled(self.deps.nc, t, w, approval_id, limit_s) is None:
+                error = QuillError(
+                    ErrorCode.UNAVAILABLE,
+                    f"No executor took approved command {approval_id} in time: send it again",
+                    {"approval_id": approval_id},
+                )
+                await kept.record(t, w, approval_id, error=error, first=True)
+            return  # else its outcome is kept (or its executor was lost: kept so)
         try:
             codec.decode_reply(msg.data, dict[str, Any])
         except QuillError as error:  # refused before it ran (or taken by another already)
