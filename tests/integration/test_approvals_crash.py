@@ -25,10 +25,11 @@ from pathlib import Path
 
 import nats.errors
 import pytest
+from nats.js.errors import NotFoundError
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
-from contracts.subjects import Subjects
+from contracts.subjects import STREAM_APPROVALS, Subjects
 from infra import approvals, bus
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
@@ -149,7 +150,7 @@ async def test_an_executor_killed_after_its_claim_is_told_lost(
     """The executor that took an approved command dies while it runs: past the command's
     longest run (and ``CLAIM_GRACE_S``, shortened here) its outcome is ``EXECUTION_FAILED``
     (lost), what it did is not committed, and it can be asked again."""
-    monkeypatch.setattr(approvals, "CLAIM_GRACE_S", 1.0)
+    monkeypatch.setattr(approvals, "CLAIM_GRACE_S", 1.0, raising=False)
     async with AsyncExitStack() as stack:
         await start_writer(stack, nats_url, tmp_path / "writer")
         await start_reader(stack, nats_url, tmp_path / "reader")
@@ -166,10 +167,17 @@ async def test_an_executor_killed_after_its_claim_is_told_lost(
             await serving(nats_url, "executor")
             approval_id = await parked(ws.exec("echo half > half.txt; sleep 30"))
             await desk.approve(approval_id)
-            kept = approvals.Approvals(human.nc.jetstream(), Subjects())
-            async with asyncio.timeout(30):
-                while await kept.claimed("acme", "lost", approval_id) is None:
-                    await asyncio.sleep(0.05)
+            js, claim = (
+                human.nc.jetstream(),
+                Subjects().approval("acme", "lost", approval_id, "claim"),
+            )
+            async with asyncio.timeout(30):  # the executor took it, and runs it
+                while True:
+                    try:
+                        await js.get_last_msg(STREAM_APPROVALS, claim, direct=True)
+                        break
+                    except NotFoundError:
+                        await asyncio.sleep(0.05)
             for pid in [*descendants(executor.pid), executor.pid]:
                 os.kill(pid, signal.SIGKILL)
         lost = await ws.wait_approval(approval_id, timeout=60)
