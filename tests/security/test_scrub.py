@@ -663,8 +663,8 @@ async def test_requests_parked_for_approval_and_their_outcomes_are_scrubbed(
 
     done_cli = stack.cli("--json", "scrub", "acme/parked", "--secrets", str(registry(tmp_path)))
     result = json.loads(done_cli.stdout)
-    assert result["approvals"] == 3  # two parked bodies, one outcome
     assert await kept_with_it() == []
+    assert result["approvals"] == 3  # two parked bodies, one outcome
     again = await ws.approval(named)
     assert again.outcome is not None and again.outcome.result is not None
     assert again.outcome.result["path"] == f"keys/{MARK}.md"
