@@ -195,7 +195,7 @@ class Approvals:
             msg = await self.js.get_last_msg(STREAM_APPROVALS, subject, direct=True)
         except NotFoundError:
             return None
-        return _sent_at(msg.headers)
+        return _sent_at(msg.time)
 
     async def settled(
         self, nc: NATS, tenant: str, workspace: str, approval_id: str, within_s: float
@@ -331,12 +331,8 @@ class Approvals:
         return msg.data or None
 
 
-def _sent_at(headers: dict[str, str] | None) -> datetime | None:
-    """When a message read by direct get was stored (its ``Nats-Time-Stamp``)."""
-    stamp = (headers or {}).get("Nats-Time-Stamp")
-    if not stamp:
+def _sent_at(when: datetime | None) -> datetime:
+    """When a message was stored (a direct get's ``Nats-Time-Stamp``; now if it has none)."""
+    if when is None:
         return datetime.now(UTC)
-    try:
-        return datetime.fromisoformat(stamp)
-    except ValueError:
-        return datetime.now(UTC)
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
