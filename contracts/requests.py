@@ -477,10 +477,12 @@ class RequestApproval(Command, frozen=True, kw_only=True):
     op: Annotated[str, Meta(min_length=1, max_length=64)]
     """What waits: ``exec.run``, ``exec.git``."""
     summary: Annotated[str, Meta(max_length=4096)]
-    """What it would do (a command line; never contents)."""
+    """What it would do (a command line; never contents). An approver is shown what the
+    writer derives from the command kept under this request id and digest, not this."""
     digest: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")] | None = None
-    """sha256 of the request that waits (a retry of it from the same session finds its
-    approval instead of asking again)."""
+    """sha256 of the request that waits, as its executor keeps it for approval (required: an
+    ask for a command not kept is ``INVALID_ARGUMENT``; a retry of it from the same session
+    finds its approval instead of asking again)."""
 
 
 class Decide(Command, frozen=True, kw_only=True):

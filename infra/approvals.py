@@ -17,7 +17,16 @@ decided, and when it expires, is in the log (``approval_requested``/``approval_d
 what is kept here survives a restart of every service (file storage). Tenants cannot read or
 write it: their NATS users have no ``$JS.API`` and publish to ``cmd``/``qry``/``exec`` only.
 A kept request is carried out only if it is the one approved: its request id and the sha256 of
-its body must be the approval's (ids whose ``.`` became ``_`` share a subject).
+its body must be the approval's (ids whose ``.`` became ``_`` share a subject). What an approver
+is shown of a command is derived from the request kept here (``summary``), never taken from
+the client that asks (``cmd.request_approval``, which only the executors' NATS user may send).
+
+Crashes (docs/operations.md, "Approvals and crashes"): an approval decided approved whose
+outcome is not kept is carried out by the writer that next loads the workspace (at its start,
+or when it takes a partition over: ``unfinished``); its request id keeps a mutation once, an
+executor's claim a command. A claim whose outcome is not kept ``CLAIM_GRACE_S`` past the
+command's longest run was lost with its executor: its outcome is then ``EXECUTION_FAILED``
+(``lost``), and the command can be run again.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -35,9 +44,11 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError
 
-from contracts import hashing
+from contracts import codec, hashing
+from contracts import ops as registry
 from contracts import replies as rp
-from contracts.errors import QuillError
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
 from contracts.limits import APPROVAL_KEEP_S
 from contracts.subjects import STREAM_APPROVALS, Subjects
 from infra import assets
@@ -51,6 +62,11 @@ MAX_MSG_BYTES = 8 * 1024**2
 storage limit, the log's room, whether used or not (a 1 GiB reservation made ``quill up`` on a
 small disk refuse the executor's ``WS_OUTPUT``). What it holds is bounded by the writer (256
 waiting approvals a workspace), by ``max_age`` and by the storage limit the log lives under."""
+CLAIM_GRACE_S = 60.0
+"""How long past its command's longest run (``max_exec_ms``) a claim may stay without an
+outcome before its executor is taken for lost (its capture and commit take this at most)."""
+MAX_LISTED = 100_000
+"""Subjects one listing of ``WS_APPROVALS`` names at most (nats-server's page)."""
 
 
 class Parked(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,6 +94,27 @@ class Parked(msgspec.Struct, frozen=True, kw_only=True):
 def digest(body: bytes) -> str:
     """What an approval is of: the sha256 of the request's body."""
     return hashing.content_sha256(body)
+
+
+def summary(parked: Parked) -> str:
+    """What an approver is shown of a kept command: derived from the request that will run
+    (its command line, its stdin's size; a git action), never from what its client says.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for a request of another op, or not one.
+    """
+    spec = registry.OPS.get(parked.op)
+    if spec is None or spec.kind != "exec":
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT, f"{parked.op} is not a command kept for approval"
+        )
+    request = codec.decode_request(spec, parked.body)
+    if isinstance(request, rq.RunCommand):
+        fed = f" < stdin ({len(request.stdin)} bytes)" if request.stdin is not None else ""
+        return request.command + fed
+    if isinstance(request, rq.GitCommand):
+        return f"git {request.action}"
+    return parked.op
 
 
 _parked = msgspec.json.Decoder(Parked)
@@ -156,6 +193,69 @@ class Approvals:
             raise
         return True
 
+    async def claimed(self, tenant: str, workspace: str, approval_id: str) -> datetime | None:
+        """When ``approval_id`` was claimed (None: not claimed)."""
+        subject = self.subjects.approval(tenant, workspace, approval_id, "claim")
+        try:
+            msg = await self.js.get_last_msg(STREAM_APPROVALS, subject, direct=True)
+        except NotFoundError:
+            return None
+        return _sent_at(msg.time)
+
+    async def settled(
+        self, nc: NATS, tenant: str, workspace: str, approval_id: str, within_s: float
+    ) -> rp.ApprovalOutcome | QuillError | None:
+        """What came of ``approval_id``, claimed by an executor: its outcome once kept, or,
+        when none is kept by ``within_s`` (its command's longest run) and ``CLAIM_GRACE_S``
+        after the claim, the error kept for an executor lost; None when it is not claimed."""
+        at = await self.claimed(tenant, workspace, approval_id)
+        if at is None:
+            return await self.outcome(tenant, workspace, approval_id)
+        deadline = at + timedelta(seconds=within_s + CLAIM_GRACE_S)
+        wait_s = max(0.0, (deadline - datetime.now(UTC)).total_seconds())
+        outcome = await self.wait_outcome(nc, tenant, workspace, approval_id, wait_s)
+        return outcome if outcome is not None else await self.lost(tenant, workspace, approval_id)
+
+    async def lost(self, tenant: str, workspace: str, approval_id: str) -> QuillError:
+        """Keep ``EXECUTION_FAILED`` as the outcome of ``approval_id``, claimed by an executor
+        that stopped before it kept one (unless one was kept meanwhile: that one stays)."""
+        error = QuillError(
+            ErrorCode.EXECUTION_FAILED,
+            f"The executor that ran approved command {approval_id} stopped before it "
+            "finished (executor lost): what it changed was not committed; run it again",
+            {"approval_id": approval_id, "lost": True},
+        )
+        await self.record(tenant, workspace, approval_id, error=error, first=True)
+        return error
+
+    async def unfinished(
+        self, tenant: str | None = None, workspace: str | None = None
+    ) -> dict[tuple[str, str], set[str]]:
+        """The requests kept without an outcome, by workspace: ``{(tenant, workspace): {id
+        token}}`` (an id's ``.`` is ``_`` in its token). All of them, or one workspace's."""
+        base = f"{self.subjects.root}.approval"
+        where = f"{tenant}.{workspace}" if tenant and workspace else "*.*"
+        found: dict[tuple[str, str], set[str]] = {}
+        listed = {}
+        for part in ("request", "outcome"):
+            try:
+                info = await self.js.stream_info(
+                    STREAM_APPROVALS, subjects_filter=f"{base}.{where}.*.{part}"
+                )
+            except NotFoundError:
+                return found
+            listed[part] = set(info.state.subjects or {})
+            if len(listed[part]) >= MAX_LISTED:
+                log.warning("%s: more than %d %s subjects: some are not looked at",
+                            STREAM_APPROVALS, MAX_LISTED, part)  # fmt: skip
+        for subject in listed["request"]:
+            if subject.removesuffix("request") + "outcome" in listed["outcome"]:
+                continue
+            tokens = subject.split(".")
+            if len(tokens) == 6:
+                found.setdefault((tokens[2], tokens[3]), set()).add(tokens[4])
+        return found
+
     async def record(
         self,
         tenant: str,
@@ -165,8 +265,10 @@ class Approvals:
         version: int | None = None,
         result: Any = None,
         error: QuillError | None = None,
+        first: bool = False,
     ) -> None:
-        """Keep what carrying out ``approval_id`` gave (best effort: logged if refused)."""
+        """Keep what carrying out ``approval_id`` gave (best effort: logged if refused);
+        ``first``: unless an outcome is kept already."""
         outcome = rp.ApprovalOutcome(
             at=datetime.now(UTC),
             version=version,
@@ -176,8 +278,13 @@ class Approvals:
             else None,
         )
         subject = self.subjects.approval(tenant, workspace, approval_id, "outcome")
+        headers = {"Nats-Expected-Last-Subject-Sequence": "0"} if first else None
         try:
-            await self.js.publish(subject, msgspec.json.encode(outcome))
+            await self.js.publish(subject, msgspec.json.encode(outcome), headers=headers)
+        except APIError as exc:
+            if not (first and exc.err_code == 10071):  # kept already: that one stays
+                log.warning("%s/%s: outcome of approval %s not kept: %r", tenant, workspace,
+                            approval_id, exc)  # fmt: skip
         except Exception as exc:
             log.warning("%s/%s: outcome of approval %s not kept: %r", tenant, workspace,
                         approval_id, exc)  # fmt: skip
@@ -227,3 +334,10 @@ class Approvals:
         except NotFoundError:
             return None
         return msg.data or None
+
+
+def _sent_at(when: datetime | None) -> datetime:
+    """When a message was stored (a direct get's ``Nats-Time-Stamp``; now if it has none)."""
+    if when is None:
+        return datetime.now(UTC)
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)

@@ -112,7 +112,8 @@ def permissions(tenant: Tenant, root: str = "ws") -> dict[str, Any]:
     """What a tenant's NATS user may do: everything else is refused by the server.
 
     * publish requests on its own ``<root>.{cmd,qry,exec}.<tenant>.>`` (nothing else: not
-      the log ``<root>.evt``, nor audit records, nor any ``$JS.API``);
+      the log ``<root>.evt``, nor audit records, nor any ``$JS.API``), but
+      ``cmd.request_approval``, the executors' alone;
     * subscribe to its own inboxes, ``<root>.updated/audit/execout.<tenant>.>``;
     * with ``bridges``, also serve its own requests (subscribe to them, not in the
       services' queue groups), answer them into its own inbox (``_INBOX_<tenant>.>``: the
@@ -138,7 +139,14 @@ def permissions(tenant: Tenant, root: str = "ws") -> dict[str, Any]:
         f"{root}.audit.{t}.>",
         f"{root}.execout.{t}.>",
     ]
-    perms: dict[str, Any] = {"publish": {"allow": publish}, "subscribe": {"allow": subscribe}}
+    # Only the executors ask for a command's approval (``cmd.request_approval``): a tenant
+    # that could would name what an approver is shown (the writer also derives it from the
+    # command kept, ``infra/approvals.py``).
+    asks = [f"{root}.cmd.{t}.*.request_approval", f"{root}.cmdp.*.{t}.*.request_approval"]
+    perms: dict[str, Any] = {
+        "publish": {"allow": publish, "deny": asks},
+        "subscribe": {"allow": subscribe},
+    }
     if tenant.bridges:
         publish += [
             f"{tenant.inbox}.>",

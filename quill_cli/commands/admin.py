@@ -32,6 +32,7 @@ def _scrubbed_text(s: scr.Scrubbed) -> str:
         f"{plural(len(s.paths_changed), 'path')}, {plural(s.audit_records, 'audit record')}, "
         f"{plural(s.kv_entries, 'KV entry', 'KV entries')}"
         + (f", {plural(s.outputs_purged, 'command output')}" if s.outputs_purged else "")
+        + (f", {plural(s.approvals, 'approval entry', 'approval entries')}" if s.approvals else "")
     )
     if s.dry_run:
         return f"dry run: {ids} found in {name}: {found}; nothing changed" + _shared_text(s)

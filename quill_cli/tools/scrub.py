@@ -38,10 +38,11 @@ registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewr
    them too; scrubbing the last of them deletes it). Audit records (WS_AUDIT) that carry a secret
    are re-published redacted and the originals deleted, KV values that carry one are
    replaced by their redacted form (their history purged); keys that carry one are removed;
-   the kept output (WS_OUTPUT) of a command that printed one is purged whole.
-6. The new log is replayed and checked, WS_EVENTS/WS_AUDIT/WS_OUTPUT are scanned for the secrets
-   again, and an audit record ``scrub`` (the secret ids, never the values; the old and new
-   head hashes) is published.
+   the kept output (WS_OUTPUT) of a command that printed one is purged whole; a request parked
+   for approval (WS_APPROVALS) that holds one is deleted, an outcome re-published redacted.
+6. The new log is replayed and checked, WS_EVENTS/WS_AUDIT/WS_OUTPUT/WS_APPROVALS are scanned
+   for the secrets again, and an audit record ``scrub`` (the secret ids, never the values; the
+   old and new head hashes) is published.
 
 Failures are ``QuillError``: ``WORKSPACE_NOT_FOUND``, ``NO_MATCH`` (no secret occurs),
 ``INVALID_ARGUMENT`` (a redaction would make an invalid or colliding path, a secret in the
@@ -77,7 +78,14 @@ from contracts.events import (
     WorkspaceEvent,
     WorkspaceUpdated,
 )
-from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, STREAM_OUTPUT, Subjects
+from contracts.subjects import (
+    BUCKET_BLOBS,
+    STREAM_APPROVALS,
+    STREAM_AUDIT,
+    STREAM_EVENTS,
+    STREAM_OUTPUT,
+    Subjects,
+)
 from core.plan import Committed
 from core.secrets import Secrets
 from core.tree import Tree, apply_change
@@ -116,6 +124,9 @@ class Scrubbed(msgspec.Struct, kw_only=True):
     """KV values or keys that carried a secret."""
     outputs_purged: int = 0
     """Commands whose kept output (WS_OUTPUT) carried a secret: their output is purged."""
+    approvals: int = 0
+    """Messages of WS_APPROVALS (parked requests, outcomes) that carried a secret: a request
+    is deleted, an outcome re-published redacted."""
     old_version: int
     old_head: str
     version: int = 0
@@ -266,6 +277,11 @@ async def scrub(
                 output_hits = await stores.output_hits(
                     js, secrets, subjects.workspace_cmdout(tenant, workspace)
                 )
+                approval_hits = await stores.approval_hits(
+                    js, secrets, subjects.workspace_approvals(tenant, workspace)
+                )
+                for _, _, data in approval_hits:
+                    redactor.found.update(secrets.redact_bytes(data)[1])
                 for found in output_hits.values():
                     redactor.found.update(found)
                 for _, data in audit_hits:
@@ -283,6 +299,7 @@ async def scrub(
                     audit_records=len(audit_hits),
                     kv_entries=len(kv_hits),
                     outputs_purged=len(output_hits),
+                    approvals=len(approval_hits),
                     old_version=fold.version,
                     old_head=fold.last_hash,
                 )
@@ -290,7 +307,8 @@ async def scrub(
                     raise QuillError(
                         ErrorCode.NO_MATCH,
                         f"No registered secret occurs in {name} (its log, contents, audit "
-                        "records, kept command output or KV buckets): nothing to scrub",
+                        "records, kept command output, requests kept for approval or KV "
+                        "buckets): nothing to scrub",
                     )
                 if dry_run:
                     await _shared(js, subjects, subject, set(redactor.shas), secrets, result)
@@ -305,6 +323,7 @@ async def scrub(
         await stores.scrub_audit(js, secrets, audit_subject, audit_hits)
         await stores.scrub_kv(js, secrets, kv_hits)
         await stores.scrub_output(js, sorted(output_hits))
+        await stores.scrub_approvals(js, secrets, approval_hits)
         await _check(js, subjects, tenant, workspace, secrets, result)
         await _audit(js, subjects, result, actor)
     return result
@@ -496,6 +515,7 @@ async def _check(
     for stream, subject in (
         (STREAM_EVENTS, subjects.evt(tenant, workspace)),
         (STREAM_AUDIT, subjects.audit(tenant, workspace)),
+        (STREAM_APPROVALS, subjects.workspace_approvals(tenant, workspace)),
     ):
         left = [
             s for s, d in await stores.messages(js, stream, subject) if stores.carries(secrets, d)
@@ -542,6 +562,7 @@ async def _audit(
             "contents_changed": result.contents_changed,
             "audit_records": result.audit_records,
             "outputs_purged": result.outputs_purged,
+            "approvals": result.approvals,
             "form": result.form,
             "blobs_deleted": result.blobs_deleted,
             "blobs_kept": result.blobs_kept,

@@ -1,13 +1,17 @@
 """The stores beside a workspace's log that ``quill scrub`` cleans (``scrub.py``): its
-audit records in WS_AUDIT, its commands' kept output in WS_OUTPUT and the entries of every
-KV bucket; and the other workspaces'
-logs, which the scrub must not break (``referrers``: the WS_BLOBS objects they still name).
+audit records in WS_AUDIT, its commands' kept output in WS_OUTPUT, its requests parked for
+approval and their outcomes in WS_APPROVALS and the entries of every KV bucket; and the other
+workspaces' logs, which the scrub must not break (``referrers``: the WS_BLOBS objects they
+still name).
 
 An audit record that carries a secret is re-published redacted (its fields, its original
 ``at`` kept) and the original deleted (``STREAM.MSG.DELETE`` erases it). A KV key with an
 entry (any revision kept) that carries one is purged, its history with it, and its latest
 value put back redacted, unless the key itself carries one (then it is gone). A command
-whose kept output carries one has its output purged whole.
+whose kept output carries one has its output purged whole. A parked request (WS_APPROVALS)
+that carries one is deleted: what is approved is its body's sha256, so a redacted body would
+not be carried out anyway (once approved, its outcome says it is not kept: send it again); an
+outcome or claim that carries one is re-published redacted and the original deleted.
 """
 
 from __future__ import annotations
@@ -25,7 +29,13 @@ from nats.js.errors import NotFoundError
 from contracts import codec
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import ChangesCommitted, HistoryCompacted, PutFile
-from contracts.subjects import STREAM_AUDIT, STREAM_EVENTS, STREAM_OUTPUT, Subjects
+from contracts.subjects import (
+    STREAM_APPROVALS,
+    STREAM_AUDIT,
+    STREAM_EVENTS,
+    STREAM_OUTPUT,
+    Subjects,
+)
 from core.secrets import Secrets
 from infra import compaction
 from infra.blobs import Blobs
@@ -111,6 +121,33 @@ async def scrub_audit(
             redacted = secrets.redact_bytes(data)[0]
         await js.publish(subject, redacted, stream=STREAM_AUDIT)
         await js.delete_msg(STREAM_AUDIT, seq)
+
+
+ApprovalHit = tuple[int, str, bytes]
+"""``(seq, subject, payload)`` of a WS_APPROVALS message carrying a secret."""
+
+
+async def approval_hits(js: JetStreamContext, secrets: Secrets, subject: str) -> list[ApprovalHit]:
+    """The messages of WS_APPROVALS on ``subject`` (a workspace's wildcard) that carry a
+    secret: parked requests (their body, their headers), claims, outcomes."""
+    return [
+        (seq, name, data)
+        for seq, name, data in await subject_messages(js, STREAM_APPROVALS, subject)
+        if carries(secrets, data)
+    ]
+
+
+async def scrub_approvals(js: JetStreamContext, secrets: Secrets, hits: list[ApprovalHit]) -> None:
+    """Delete each parked request that carries a secret; re-publish each outcome or claim
+    that carries one redacted, then delete it (module docstring)."""
+    for seq, subject, data in hits:
+        if not subject.endswith(".request"):
+            try:
+                redacted = msgspec.json.encode(_redact_json(secrets, msgspec.json.decode(data)))
+            except msgspec.DecodeError:
+                redacted = secrets.redact_bytes(data)[0]
+            await js.publish(subject, redacted, stream=STREAM_APPROVALS)
+        await js.delete_msg(STREAM_APPROVALS, seq)
 
 
 def _redact_json(secrets: Secrets, value: Any) -> Any:

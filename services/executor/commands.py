@@ -26,6 +26,7 @@ from contracts.paths import display, normalize
 from contracts.subjects import HEADER_TIMEOUT, HEADER_WAIT, Address, Origin, Subjects
 from core.controls import ArchiveState, LockState
 from core.secrets import Secrets
+from infra import approvals
 from infra.approvals import Approvals, Parked
 from infra.blobs import Blobs
 from infra.exec import sandbox
@@ -91,7 +92,6 @@ class Commands:
         address: Address,
         origin: Origin,
         op: str,
-        summary: str,
         req: rq.Execution,
     ) -> bool:
         """Refuse a command of another session while the workspace is locked (before it runs:
@@ -132,6 +132,7 @@ class Commands:
         await self.kept.keep(t, w, approval_id, parked)
         view = self.quill.as_actor(origin.actor, session=origin.session, run=origin.run)
         ws = view.workspace(f"{t}/{w}")
+        summary = approvals.summary(parked)[:4096]  # the writer shows what it derives so too
         await ws.request_approval(
             op, summary, request_id=approval_id, wait_ms=origin.wait_ms, digest=parked.digest
         )
@@ -148,7 +149,9 @@ class Commands:
         """
         t, w, approval_id = address.tenant, address.workspace, claimed.approval_id
         nc = self.quill.nc
-        outcome = await self.kept.wait_outcome(nc, t, w, approval_id, claimed.within_s + 60)
+        outcome = await self.kept.settled(nc, t, w, approval_id, claimed.within_s)
+        if isinstance(outcome, QuillError):  # none past its longest run: its executor died
+            raise outcome
         if outcome is None or (outcome.result is None and outcome.error is None):
             raise QuillError(
                 ErrorCode.CONFLICT,
@@ -286,12 +289,11 @@ class Commands:
         asked: list[bool],
     ) -> tuple[int, rp.CommandResult]:
         shown = details["command"]
-        fed = f" < stdin ({len(req.stdin)} bytes)" if req.stdin is not None else ""
         async with (
             self.checkouts.hold(address) as live,
             self.checkouts.at(live, address, req) as checkout,
         ):
-            asked[0] = await self._approved(live, address, origin, "exec.run", shown + fed, req)
+            asked[0] = await self._approved(live, address, origin, "exec.run", req)
             workdir = self._workdir(checkout, req.workdir)
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
@@ -411,8 +413,7 @@ class Commands:
             self.checkouts.hold(address) as live,
             self.checkouts.at(live, address, req) as checkout,
         ):
-            summary = f"git {req.action}"
-            asked[0] = await self._approved(live, address, origin, "exec.git", summary, req)
+            asked[0] = await self._approved(live, address, origin, "exec.git", req)
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
             runner = sandbox_runner(self.provider, self._limits(ms / 1000, checkout))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,8 @@ class Writer:
         self._actors: OrderedDict[tuple[str, str], WorkspaceActor] = OrderedDict()
         self._subs: list[Subscription] = []
         self._usage: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Background work (``_resume_approvals``)."""
         partitions = int(settings.extra.get("partitions", "0"))
         self.partitions: Partitions | None = (
             Partitions(
@@ -210,7 +213,36 @@ class Writer:
     async def _serve_partition(self, partition: int) -> Subscription:
         subject = self.subjects.cmd_partition(partition)
         handler = command_handler(self.deps, self.actor, partition)
-        return await bus.serve(self.nc, subject, QUEUE_WRITER, handler)
+        sub = await bus.serve(self.nc, subject, QUEUE_WRITER, handler)
+        self._background(self._resume_approvals(partition))  # a takeover: what was left
+        return sub
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _resume_approvals(self, partition: int | None = None) -> None:
+        """Load each workspace (of ``partition``, or all) with a request kept in
+        ``WS_APPROVALS`` and no outcome: the load carries out those approved (the writer that
+        decided them stopped first: ``WorkspaceActor._resume_approved``). One at a time, in
+        the background: a writer serves while it looks."""
+        try:
+            unfinished = await self.deps.approvals.unfinished()
+        except Exception as exc:
+            log.warning("approvals left unfinished not looked for: %r", exc)
+            return
+        count = self.partitions.count if self.partitions is not None else 0
+        for tenant, workspace in sorted(unfinished):
+            mine = partition is None or Subjects.partition_of(tenant, workspace, count) == partition
+            if not mine:
+                continue
+            try:
+                actor = self.actor(tenant, workspace, partition)
+                actor.resume()
+                await actor.wait_idle()
+            except Exception as exc:  # its next load looks again
+                log.warning("%s/%s: approvals not resumed: %r", tenant, workspace, exc)
 
     def _of(self, partition: int) -> list[tuple[tuple[str, str], WorkspaceActor]]:
         return [(k, a) for k, a in self._actors.items() if a.partition == partition]
@@ -261,6 +293,7 @@ class Writer:
                 await bus.serve(self.nc, self.subjects.all_cmd, QUEUE_WRITER, handler)
             )
             serving = self.subjects.all_cmd
+            self._background(self._resume_approvals())
         self._subs += await bus.serve_ping(
             self.nc, self.subjects, "writer", self.instance, self.info
         )
@@ -309,6 +342,9 @@ class Writer:
             log.info("projection: applied %d events it missed", applied)
 
     async def stop(self, grace_s: float = 10.0) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.partitions is not None:
             await self.partitions.stop(grace_s)
         for sub in self._subs:

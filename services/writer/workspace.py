@@ -81,9 +81,11 @@ from core.decision import Context, Decision, Expensive, Needs, to_event
 from core.diffs import Pair, unified_many
 from core.secrets import Secrets
 from core.tree import Tree, WorkspaceState, fold, forget, place
+from infra import approvals as parking
 from infra import blobs, compaction, logfields, storage, tracing
 from infra import log as eventlog
 from infra.approvals import Parked, digest
+from infra.approvals import summary as approval_summary
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
 from infra.bus import respond
 from infra.busy import refused
@@ -260,6 +262,10 @@ class WorkspaceActor:
         """Set while the actor waits for its group in flight or a command, whichever first."""
         self._carrying: set[asyncio.Task[None]] = set()
         """Approved requests being taken in or handed to the executors (``_carry``)."""
+        self._carried: set[str] = set()
+        """Their approval ids."""
+        self._resuming = False
+        """``resume`` asked for a load."""
 
     @property
     def waiting(self) -> int:
@@ -394,6 +400,8 @@ class WorkspaceActor:
         )
         request = p.request
         op, body = asked(p, self.deps.secrets)
+        if isinstance(request, rq.RequestApproval):  # shown: what was kept, what will run
+            summary = await self._kept_summary(p, request)
         shown = None if isinstance(request, rq.RequestApproval) else await self._preview(state, p)
         if not isinstance(request, rq.RequestApproval):  # kept to be carried out once approved
             kept = dict(p.origin.headers())
@@ -421,6 +429,28 @@ class WorkspaceActor:
         event = to_event(state, decision, ctx, "approval_requested", origin)
         fold_control(state.controls, event)  # type: ignore[arg-type]
         return decision, event, codec.encode(event)
+
+    async def _kept_summary(self, p: Pending, request: rq.RequestApproval) -> str:
+        """What an approver is shown of the command an executor asks for: derived from the
+        request it kept under the same id and digest (``infra/approvals.py``), never from the
+        summary it sent (a client that could send one could show "ls" for another command).
+
+        Raises:
+            QuillError: ``INVALID_ARGUMENT`` when no such request is kept.
+        """
+        rid, t, w = p.origin.request_id, self.tenant, self.workspace
+        kept = None
+        if request.digest is not None:
+            kept = await self.deps.approvals.parked(t, w, rid, request.digest)
+        if kept is None or kept.op != request.op:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"No {request.op} request is kept for approval {rid} with this digest: the "
+                "executors ask for the approval of the commands they keep, no one else",
+                {"approval_id": rid},
+            )
+        shown = approval_summary(kept)
+        return self.deps.secrets.redact(shown)[0] if self.deps.secrets else shown
 
     async def _preview(self, state: WorkspaceState, p: Pending) -> str:
         """``p`` decided against ``state`` and undone: the diff of its changes, or why it
@@ -502,13 +532,42 @@ class WorkspaceActor:
     # ------------------------------------------------------------------ carrying out
     def _carry_out(self, state: WorkspaceState, approval_id: str) -> None:
         """Carry out the request of ``approval_id``, just approved, unless its client waits
-        for it here (parked: decided again now, as the approved request it is)."""
+        for it here (parked: decided again now, as the approved request it is) or it is
+        being carried out already."""
         approval = state.controls.approval(approval_id)
-        if approval is None or approval_id in self._inflight:
+        if approval is None or approval_id in self._inflight or approval_id in self._carried:
             return
         task = asyncio.create_task(self._carry(approval_id, approval.op, approval.digest))
         self._carrying.add(task)
-        task.add_done_callback(self._carrying.discard)
+        self._carried.add(approval_id)
+
+        def done(_: asyncio.Task[None]) -> None:
+            self._carrying.discard(task)
+            self._carried.discard(approval_id)
+
+        task.add_done_callback(done)
+
+    async def _resume_approved(self, state: WorkspaceState) -> None:
+        """On a load: carry out the approvals decided approved whose outcome is not kept (the
+        writer that committed the decision stopped before it carried it out, or before its
+        outcome was kept). Once only: a mutation's request id answers a repeat with what it
+        committed (and keeps that as the outcome); a command's claim runs it once."""
+        approved = [
+            k for k, a in (state.controls.approvals or {}).items() if a.approved and not a.expired
+        ]
+        if not approved:
+            return
+        try:
+            unfinished = await self.deps.approvals.unfinished(self.tenant, self.workspace)
+        except Exception as exc:  # the next load looks again
+            log.warning("%s/%s: approvals not looked at: %r", self.tenant, self.workspace, exc)
+            return
+        tokens = unfinished.get((self.tenant, self.workspace), set())
+        for approval_id in approved:
+            if approval_id.replace(".", "_") in tokens:
+                log.info("%s/%s: carrying out approval %s (approved, not done)", self.tenant,
+                         self.workspace, approval_id)  # fmt: skip
+                self._carry_out(state, approval_id)
 
     async def _carry(self, approval_id: str, op: str, body: str | None) -> None:
         """Take the kept request of ``approval_id`` in as if its client had sent it again
@@ -533,7 +592,7 @@ class WorkspaceActor:
             subject = self.deps.subjects.cmd(t, w, spec.name)
             msg = Msg(self.deps.nc, subject=subject, data=parked.body, headers=parked.headers)
             address = Address("cmd", t, w, spec.name)
-            if self.submit(Pending(address, spec, request, origin, msg)):
+            if self.submit(Pending(address, spec, request, origin, msg, carrying=True)):
                 self.deps.backlog.queued += 1
                 self.deps.backlog.bytes += len(parked.body)
         except Exception as exc:
@@ -548,15 +607,25 @@ class WorkspaceActor:
         t, w = self.tenant, self.workspace
         subject = self.deps.subjects.exec(t, w, spec.name)
         state = self.state
-        limit_ms = state.limits.max_exec_ms if state is not None else 600_000
+        limit_s = (state.limits.max_exec_ms if state is not None else 600_000) / 1000
+        kept, within_s = self.deps.approvals, limit_s + parking.CLAIM_GRACE_S
         try:
             msg = await self.deps.nc.request(
-                subject, parked.body, timeout=limit_ms / 1000 + 120, headers=parked.headers
+                subject, parked.body, timeout=within_s, headers=parked.headers
             )
         except nats.errors.NoRespondersError:
             error = QuillError(ErrorCode.UNAVAILABLE, "No executor is running to carry it out")
-            await self.deps.approvals.record(t, w, approval_id, error=error)
+            await kept.record(t, w, approval_id, error=error)
             return
+        except nats.errors.TimeoutError:  # no answer past its longest run
+            if await kept.settled(self.deps.nc, t, w, approval_id, limit_s) is None:
+                error = QuillError(
+                    ErrorCode.UNAVAILABLE,
+                    f"No executor took approved command {approval_id} in time: send it again",
+                    {"approval_id": approval_id},
+                )
+                await kept.record(t, w, approval_id, error=error, first=True)
+            return  # else its outcome is kept (or its executor was lost: kept so)
         try:
             codec.decode_reply(msg.data, dict[str, Any])
         except QuillError as error:  # refused before it ran (or taken by another already)
@@ -614,7 +683,8 @@ class WorkspaceActor:
         error = QuillError(
             ErrorCode.UNAVAILABLE, "The writer is stopping or handing the workspace over; retry"
         )
-        for p in parked:
+        for p in parked:  # an approved request's outcome is not this: the next load resumes it
+            p.carrying = False
             await self._answer(p, codec.error_reply(error), error=error)
 
     def _unpark(self) -> None:
@@ -640,6 +710,9 @@ class WorkspaceActor:
         from the log."""
         flights: deque[_Flight] = deque()
         try:
+            if self._resuming:  # asked to load (``resume``), maybe with nothing queued
+                self._resuming = False
+                await self._guarded([], self._load())
             while self._queue or flights:
                 head = flights[0] if flights else None
                 last = flights[-1] if flights else None
@@ -768,7 +841,16 @@ class WorkspaceActor:
             self._remember(request_id, version, result)
         self._recent_all = state.version <= WRITER_RECENT_RESULTS
         self.state, self.fence = (state if finished else None), fence
+        if finished:
+            await self._resume_approved(state)
         return state
+
+    def resume(self) -> None:
+        """Load the workspace now (on its own task) if it is not loaded: a load carries out
+        what was approved and not done (``_resume_approved``)."""
+        if self.state is None:
+            self._resuming = True
+            self._start()
 
     @staticmethod
     async def _unavailable_if_failing(reading: Awaitable[_T]) -> _T:

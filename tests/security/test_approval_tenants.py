@@ -6,7 +6,8 @@ another body to have something else carried out under an approval; retries and f
 pile up approvals; tenant b (a bare nats-py client with its own credentials) asking a's
 approval by id on its own workspace and on a's subject, reading or writing ``WS_APPROVALS``
 (a direct get, or a publish that would plant a request to be carried out), subscribing to it,
-and malformed ids. None works."""
+and malformed ids; tenant a asking for the approval of its own command with a summary of its
+choosing (``cmd.request_approval``). None works."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import nats
+import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
+from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import MAX_PENDING_APPROVALS
@@ -157,3 +160,52 @@ async def test_another_tenant_cannot_see_or_plant_an_approval(up: Up) -> None:
         await nb.close()
         await qa.close()
         await qb.close()
+
+
+async def test_a_tenant_cannot_name_what_an_approver_is_shown(up: Up) -> None:
+    """Tenant a asks for the approval of a command itself (``cmd.request_approval``, the
+    executors' op) under the id and digest of the command it then sends: the approver would
+    be shown "ls" and approve another command. The server refuses the ask (only the services'
+    user may send it), and what an approver is shown is the command kept, what will run."""
+    qa = await quill_as(up, "a")
+    refusals: list[Exception] = []
+
+    async def refused(exc: Exception) -> None:
+        refusals.append(exc)
+
+    na = await nats.connect(
+        up.nats_url, user="a", password=PASSWORDS["a"], inbox_prefix="_INBOX_a", error_cb=refused
+    )
+    try:
+        ws = qa.workspace("a/shown")
+        await ws.create(exist_ok=True)
+        await ws.set_trust("restricted", commands=True)
+        evil = f"echo EVIL-{secrets.token_hex(4)} > pwned.txt"
+        rid = f"req-{secrets.token_hex(6)}"
+        digest = hashing.content_sha256(codec.encode(rq.RunCommand(command=evil)))
+        headers = {"Ws-Request-Id": rid, "Ws-Session": "s-evil", "Ws-Actor": "a"}
+
+        async def send(subject: str, body: dict[str, Any]) -> dict[str, Any] | None:
+            try:
+                msg = await na.request(subject, json.dumps(body).encode(), 5, headers=headers)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                return None  # refused by the server: no answer comes
+            answer: dict[str, Any] = json.loads(msg.data)
+            return answer
+
+        asked = await send(
+            "ws.cmd.a.shown.request_approval",
+            {"op": "exec.run", "summary": "ls", "digest": digest},
+        )
+        assert asked is None, asked
+        assert any("request_approval" in str(e) for e in refusals), refusals
+        ran = await send("ws.exec.a.shown.run", {"command": evil})
+        assert ran is not None and ran["error"]["code"] == "APPROVAL_REQUIRED", ran
+        ws.last_version = ran["error"]["details"]["version"]  # read once the reader has it
+        pending = {a.approval_id: a for a in (await ws.approvals()).pending}
+        assert rid in pending, pending
+        assert pending[rid].summary == evil  # what will run, not "ls"
+        await ws.deny(rid, reason="not that")
+    finally:
+        await na.close()
+        await qa.close()

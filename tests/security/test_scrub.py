@@ -30,7 +30,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import SCRUB_OP, ChangesCommitted, HistoryCompacted, WorkspaceUpdated
 from contracts.limits import LimitsPatch
-from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, Subjects
+from contracts.subjects import BUCKET_BLOBS, STREAM_APPROVALS, STREAM_AUDIT, Subjects
 from core.plan import Committed
 from core.secrets import Secrets
 from infra import blobs
@@ -635,3 +635,48 @@ async def test_a_write_of_the_same_content_while_the_blob_is_deleted_gets_it_bac
     v = late.last_version
     assert replayed(stack, "globex/racer", v, tmp_path / "r")["big.txt"] == big.encode()
     verify(stack, "globex/racer")
+
+
+async def test_requests_parked_for_approval_and_their_outcomes_are_scrubbed(
+    stack: Up, quill: Quill, tmp_path: Path
+) -> None:
+    """WS_APPROVALS keeps parked requests (their bodies) and outcomes for up to a week: a
+    secret that got in is found there too; a parked request that held one is deleted (once
+    approved it is not carried out: not kept), an outcome re-published redacted."""
+    js = quill.nc.jetstream()
+    ws = quill.workspace("acme/parked")
+    await ws.create(trust="restricted")
+    waiting = await parked_id(ws.write("plan.md", f"key: {SECRET}\n"))
+    named = await parked_id(ws.write(f"keys/{SECRET}.md", "named after it\n"))
+    await ws.approve(named)
+    done = await ws.wait_approval(named, timeout=30)
+    assert done.outcome is not None and done.outcome.result is not None, done
+
+    async def kept_with_it() -> list[str]:
+        return [
+            subject
+            for stream, subject, raw in await all_messages(js)
+            if stream == STREAM_APPROVALS and SECRET.encode() in raw
+        ]
+
+    assert len(await kept_with_it()) == 3, "the secret is in WS_APPROVALS"
+
+    done_cli = stack.cli("--json", "scrub", "acme/parked", "--secrets", str(registry(tmp_path)))
+    result = json.loads(done_cli.stdout)
+    assert await kept_with_it() == []
+    assert result["approvals"] == 3  # two parked bodies, one outcome
+    again = await ws.approval(named)
+    assert again.outcome is not None and again.outcome.result is not None
+    assert again.outcome.result["path"] == f"keys/{MARK}.md"
+    await ws.approve(waiting)  # its request is gone with the secret: not carried out
+    status = await ws.wait_approval(waiting, timeout=30)
+    assert status.outcome is not None and status.outcome.error is not None, status
+    assert status.outcome.error.code == "FILE_NOT_FOUND"
+    assert (await ws.list(".")).entries[0].path == "keys"
+
+
+async def parked_id(call: Any) -> str:
+    with pytest.raises(QuillError) as info:
+        await call
+    assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
+    return str(info.value.details["approval_id"])

@@ -87,7 +87,9 @@ def test_a_tenant_may_use_only_its_own_subjects() -> None:
     assert perms == {
         # ws.cmdp: a command after a cluster's servers mapped it to its partition
         "publish": {
-            "allow": ["ws.cmd.acme.>", "ws.qry.acme.>", "ws.exec.acme.>", "ws.cmdp.*.acme.>"]
+            "allow": ["ws.cmd.acme.>", "ws.qry.acme.>", "ws.exec.acme.>", "ws.cmdp.*.acme.>"],
+            # what an approver is shown of a command is the executors' to ask
+            "deny": ["ws.cmd.acme.*.request_approval", "ws.cmdp.*.acme.*.request_approval"],
         },
         "subscribe": {
             "allow": ["_INBOX_acme.>", "ws.updated.acme.>", "ws.audit.acme.>", "ws.execout.acme.>"]

@@ -1,0 +1,64 @@
+"""What an approver is shown of a command is the command that will run.
+
+Without ``--tenants`` any client may send ``cmd.request_approval`` (the executors' op): one that
+asks first, under the request id and body digest of the command it sends next, with a summary
+of its choosing ("ls"), had the approver shown "ls" and approve another command. The writer
+now derives the summary from the command the executor keeps under that id and digest
+(``infra/approvals.py: summary``), and refuses an ask for a command not kept.
+"""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import pytest
+
+from contracts import codec, hashing
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from quill.client import Quill
+from services.executor.app import ExecutorConfig
+from tests.conftest import StartReader
+from tests.helpers import start_executor
+
+
+async def test_the_summary_shown_is_the_command_kept(
+    services: StartReader, nats_url: str, tmp_path: Path
+) -> None:
+    await services("r1")
+    async with AsyncExitStack() as stack:
+        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
+        human = await Quill.connect(nats_url, actor="alice")
+        stack.push_async_callback(agent.close)
+        stack.push_async_callback(human.close)
+        ws, desk = agent.workspace("acme/shown"), human.workspace("acme/shown")
+        await ws.create()
+        await desk.set_trust("restricted", commands=True)
+        evil = f"echo EVIL-{secrets.token_hex(4)} > pwned.txt"
+        rid = f"req-{secrets.token_hex(6)}"
+        digest = hashing.content_sha256(codec.encode(rq.RunCommand(command=evil)))
+
+        with pytest.raises(QuillError) as info:  # nothing is kept under it: refused
+            await ws.request_approval("exec.run", "ls", request_id=rid, digest=digest)
+        assert info.value.code == ErrorCode.INVALID_ARGUMENT, info.value
+        with pytest.raises(QuillError) as info:
+            await ws.request_approval("exec.run", "ls", request_id=f"{rid}-2")  # no digest
+        assert info.value.code == ErrorCode.INVALID_ARGUMENT, info.value
+
+        with pytest.raises(QuillError) as info:
+            await agent.request(
+                "exec", "acme", "shown", "run", rq.RunCommand(command=evil), dict, request_id=rid
+            )
+        assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
+        ws.last_version = int(info.value.details["version"])
+        shown = {a.approval_id: a.summary for a in (await ws.approvals()).pending}
+        assert shown == {rid: evil}, shown  # what will run, and nothing else asked
+        # asked again by a client with its own summary: the approval stays what was kept
+        with pytest.raises(QuillError) as info:
+            await ws.request_approval("exec.run", "ls", request_id=rid, digest=digest)
+        assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
+        assert [a.summary for a in (await ws.approvals()).pending] == [evil]
+        await desk.deny(rid, reason="not that")
