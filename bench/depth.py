@@ -33,6 +33,7 @@ import nats
 
 from bench import size
 from bench.harness import settle
+from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from contracts.requests import PutChange
 from infra import bus
@@ -118,8 +119,14 @@ async def build_history(quill: Quill, nc: nats.NATS, events: int, fast: bool) ->
     if fast:
         await size.build(nc, PATHS, events, name=name, max_versions=None)
         ws.last_version = events
-        await ws.info()  # the reader has it all
-        return ws
+        while True:  # the reader has it all (a million events take it a while)
+            try:
+                await ws.info()
+                return ws
+            except QuillError as exc:
+                if exc.code != ErrorCode.UNAVAILABLE:
+                    raise
+                await asyncio.sleep(1)
     await ws.create(limits=LimitsPatch(max_files=10 * PATHS))
     todo = iter(range(events - 1))
 
