@@ -259,6 +259,7 @@ WORKSPACE_TOOLS = {
         "attach_workspace": {"uri": "server:/acme/other"},
         "detach_workspace": {"uri": "server:/acme/other"},
         "archive_workspace": {},
+        "wait_for_approval": {"approval_id": "req-1:approval", "timeout_ms": 0},
     }.items()
 }
 

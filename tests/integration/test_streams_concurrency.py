@@ -75,7 +75,7 @@ async def _check(url: str, *, leases: bool = True, output: bool = False) -> None
                 f"KV_{BUCKET_SNAPSHOT_LEASES}",
             ]
             + ([f"KV_{BUCKET_LEASES}"] if leases else [])
-            + (["WS_OUTPUT"] if output else [])  # an executor's
+            + (["WS_OUTPUT", "WS_APPROVALS"] if output else [])  # an executor's (and a writer's)
         )
         events: StreamConfig = (await js.stream_info("WS_EVENTS")).config
         assert events.allow_atomic and events.allow_direct
