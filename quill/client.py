@@ -814,7 +814,11 @@ class Workspace:
         Raises:
             QuillError: ``FILE_NOT_FOUND`` when the workspace has no such approval.
         """
-        return await self._qry(rq.ApprovalQuery(approval_id=approval_id))
+        status: rp.ApprovalStatus = await self._qry(rq.ApprovalQuery(approval_id=approval_id))
+        if status.outcome is not None and status.outcome.version is not None:
+            # what it committed is read back as with one's own writes (read-your-writes)
+            self.last_version = max(self.last_version, status.outcome.version)
+        return status
 
     async def wait_approval(self, approval_id: str, timeout: float = 60.0) -> rp.ApprovalStatus:
         """``approval(approval_id)`` once it is ``done`` (denied, expired, or approved and
