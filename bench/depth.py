@@ -288,6 +288,7 @@ async def main(
             t0 = time.perf_counter()
             ws = await build_history(quill, nc, events, fast)
             print(f"  depth/e{events}: built in {time.perf_counter() - t0:.0f} s", flush=True)
+            await settle(stack.url, indexed=True)  # timed apart from the index's upkeep
             for label, op in history_ops(ws, nc).items():
                 history.setdefault(label, []).append(await median(op, samples))
             for label, role, op in cold_ops(ws):
@@ -307,7 +308,7 @@ async def main(
         table("Tree: one workspace of N files", f_steps, tree, GOALS["tree"])
         print("\nPeak resident memory (VmHWM, MiB) after each size")
         for label, peaks in memory:
-            print(f"  {label:<16}" + "  ".join(f"{k} {v:,}" for k, v in sorted(peaks.items())))
+            print(f"  {label:<18}" + "  ".join(f"{k} {v:,}" for k, v in sorted(peaks.items())))
         if out is not None:
             plot(
                 out,
