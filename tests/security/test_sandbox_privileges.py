@@ -35,7 +35,7 @@ import pytest_asyncio
 from infra.exec import sandbox
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import Gate, start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries
 
 WHY_NO_BWRAP = sandbox.probe_bwrap()
@@ -229,7 +229,8 @@ async def test_no_kernel_key_is_added_and_no_tenant_sees_anothers(
         if b"added" in chunk or b"refused" in chunk:
             said.set()
 
-    wait = 'python3 -c "$ADD"; until [ -e .release ]; do sleep 0.02; done'
+    gate = Gate()  # a file made in the checkout is not seen by a command over an overlay
+    wait = f'python3 -c "$ADD"; {gate.wait}'
     holding = asyncio.create_task(
         a.exec(wait, env={"ADD": ADD_KEY, "NAME": name}, timeout_ms=60_000, on_output=seen)
     )
@@ -239,8 +240,7 @@ async def test_no_kernel_key_is_added_and_no_tenant_sees_anothers(
         assert listed.stdout.endswith("listed\n"), listed.stderr
         assert name not in listed.stdout  # before: tenant a's key, by its name
     finally:
-        tree = executor.settings.data_dir / "checkouts" / "acme" / "keys" / "tree"
-        (tree / ".release").touch()
+        await gate.open()
         held = await holding
     assert held.stdout == "refused: Operation not permitted\n"  # before: "added"
     found = await probe(await workspace(quill, "acme/keys-probe"))
