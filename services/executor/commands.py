@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -140,6 +141,30 @@ class Commands:
             raise Claimed(approval_id, checkout.limits.max_exec_ms / 1000)
         return True
 
+    async def _keeping(
+        self,
+        address: Address,
+        origin: Origin,
+        work: Awaitable[tuple[int, R]],
+        asked: list[bool],
+        result: type[R],
+    ) -> tuple[int, R]:
+        """``work`` (a command or a git action); when it asked for an approval (``asked``), its
+        outcome kept under the request id for ``qry.approval``; an approved one sent again is
+        answered with the outcome of the one that ran (``Claimed``)."""
+        t, w, request_id = address.tenant, address.workspace, origin.request_id
+        try:
+            version, answer = await work
+        except Claimed as claimed:
+            return await self._claimed(address, claimed, result)
+        except QuillError as exc:
+            if asked[0]:
+                await self.kept.record(t, w, request_id, error=exc)
+            raise
+        if asked[0]:
+            await self.kept.record(t, w, request_id, version=version, result=answer)
+        return version, answer
+
     async def _claimed(self, address: Address, claimed: Claimed, result: type[R]) -> tuple[int, R]:
         """An approved command sent again while (or after) it is carried out: answered with
         its outcome, once kept (it ran once).
@@ -262,22 +287,8 @@ class Commands:
         if req.stdin is not None:  # its size, never its bytes
             details.update(stdin_bytes=len(req.stdin))
         asked = [False]
-        try:
-            version, result = await self._run(address, origin, req, job, details, asked)
-        except Claimed as claimed:
-            return await self._claimed(address, claimed, rp.CommandResult)
-        except QuillError as exc:
-            if asked[0]:
-                await self.kept.record(
-                    address.tenant, address.workspace, origin.request_id, error=exc
-                )
-            raise
-        if asked[0]:
-            await self.kept.record(
-                address.tenant, address.workspace, origin.request_id,
-                version=version, result=result,
-            )  # fmt: skip
-        return version, result
+        work = self._run(address, origin, req, job, details, asked)
+        return await self._keeping(address, origin, work, asked, rp.CommandResult)
 
     async def _run(
         self,
@@ -384,22 +395,8 @@ class Commands:
         if req.url is not None:
             details["url"] = without_userinfo(req.url)
         asked = [False]
-        try:
-            version, result = await self._git(address, origin, req, details, asked)
-        except Claimed as claimed:
-            return await self._claimed(address, claimed, rp.GitResult)
-        except QuillError as exc:
-            if asked[0]:
-                await self.kept.record(
-                    address.tenant, address.workspace, origin.request_id, error=exc
-                )
-            raise
-        if asked[0]:
-            await self.kept.record(
-                address.tenant, address.workspace, origin.request_id,
-                version=version, result=result,
-            )  # fmt: skip
-        return version, result
+        work = self._git(address, origin, req, details, asked)
+        return await self._keeping(address, origin, work, asked, rp.GitResult)
 
     async def _git(
         self,
