@@ -14,6 +14,7 @@ import secrets
 import shutil
 import stat
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -702,3 +703,31 @@ async def test_sweep_finds_a_running_sandbox_by_its_checkout(checkout: Path) -> 
         with contextlib.suppress(asyncio.CancelledError):
             await run
     await assert_no_survivor(t)
+
+
+async def test_reap_keeps_the_exit_status_when_the_watcher_is_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A command killed just before ``reap`` keeps its own status (-SIGKILL): ``reap`` must not
+    reap it before asyncio's child watcher does, or the watcher reports 255 (seen in CI as a
+    timed-out command ending with 255 instead of 137)."""
+    late, real = threading.Event(), os.waitpid
+
+    def waitpid(pid: int, options: int) -> tuple[int, int]:
+        if options == 0:  # the watcher's thread (blocking) holds off until reap has signalled
+            late.wait(30)
+        return real(pid, options)
+
+    monkeypatch.setattr(os, "waitpid", waitpid)  # Popen's poll keeps the real one (bound)
+    proc = await asyncio.create_subprocess_exec("sleep", "600")
+    os.kill(proc.pid, 9)
+    fd = os.pidfd_open(proc.pid)
+    try:  # exited, not reaped: what the tree's kill leaves before reap
+        await asyncio.to_thread(os.waitid, os.P_PIDFD, fd, os.WEXITED | os.WNOWAIT)
+    finally:
+        os.close(fd)
+    reaping = asyncio.ensure_future(common.reap(proc))
+    await asyncio.sleep(0)  # reap runs up to its wait (its signal is sent synchronously)
+    late.set()
+    await asyncio.wait_for(reaping, 30)
+    assert proc.returncode == -9

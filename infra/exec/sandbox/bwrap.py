@@ -929,9 +929,6 @@ class _Process:
     def returncode(self) -> int | None:
         return self._popen.returncode
 
-    def kill(self) -> None:
-        self._popen.kill()  # a no-op once reaped (Popen checks)
-
     async def wait(self) -> int:
         while self._popen.poll() is None:
             await proctree.wait_exited([self._pidfd], common.GRACE_S)

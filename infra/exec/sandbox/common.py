@@ -9,6 +9,7 @@ import contextvars
 import os
 import posixpath
 import shutil
+import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Protocol
@@ -81,7 +82,8 @@ class Process(Protocol):
     @property
     def returncode(self) -> int | None: ...
 
-    def kill(self) -> None: ...
+    @property
+    def pid(self) -> int: ...
 
     async def wait(self) -> int: ...
 
@@ -191,7 +193,22 @@ def outcome(
 
 
 async def reap(proc: Process) -> None:
-    """SIGKILL ``proc`` (if it still runs) and wait for it."""
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
+    """SIGKILL ``proc`` (if it still runs) and wait for it.
+
+    The signal goes through a pidfd, not ``proc.kill()``: ``Popen.send_signal`` first polls
+    (``waitpid`` with WNOHANG), which reaps a process that has just exited before asyncio's
+    child watcher does; the watcher then finds no child and reports exit code 255 instead of
+    the command's own (seen as 255 for a command killed on its timeout).
+    """
+    if proc.returncode is None:
+        try:
+            fd = os.pidfd_open(proc.pid)
+        except ProcessLookupError:
+            pass  # reaped already: ``wait`` says how it ended
+        else:
+            try:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+            finally:
+                os.close(fd)
     await proc.wait()
