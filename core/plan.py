@@ -57,7 +57,9 @@ class Plan:
     """``(until, ws, lo, hi)``: close live rows of ``ws`` with ``lo <= path < hi``."""
     rows: list[list[object]] = field(default_factory=list)
     events: list[tuple[object, ...]] = field(default_factory=list)
-    blobs: list[tuple[str, int, bytes | None]] = field(default_factory=list)
+    blobs: list[tuple[str, int, bytes | None, int | None]] = field(default_factory=list)
+    """``(sha256, size, data, ws)``: content an event carries, or (``data`` None) one it names
+    in WS_BLOBS, in the namespace of workspace ``ws``."""
     controls: list[tuple[int, int, str, str]] = field(default_factory=list)
     """``(ws, version, type, event JSON)`` of the control events (runs, locks, approvals)."""
     trust: list[tuple[str, int]] = field(default_factory=list)
@@ -190,11 +192,11 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
                 ]
             )
             if change.text is not None:
-                out.blobs.append((change.sha256, change.size, change.text.encode()))
+                out.blobs.append((change.sha256, change.size, change.text.encode(), None))
             elif change.data is not None:
-                out.blobs.append((change.sha256, change.size, change.data))
+                out.blobs.append((change.sha256, change.size, change.data, None))
             elif change.blob:
-                out.blobs.append((change.sha256, change.size, None))
+                out.blobs.append((change.sha256, change.size, None, ws))
             summary.append(
                 ChangeSummary(
                     kind="put",

@@ -119,9 +119,10 @@ class WorkspaceBlobs:
         may name: never another workspace's content, nor a legacy object)."""
         return await object_info(self._blobs._js, self.name(sha256)) is not None
 
-    async def get(self, sha256: str) -> bytes:
+    async def get(self, sha256: str, *, keep: bool = True) -> bytes:
         """Content by sha256: from the local projection, else fetched once from the
-        workspace's namespace (else from its legacy name, the bare sha256).
+        workspace's namespace (else from its legacy name, the bare sha256), and kept in the
+        projection unless ``keep`` is False (a reader's indexer: it keeps only the index).
 
         Raises:
             QuillError: ``UNAVAILABLE`` if the content cannot be found anywhere.
@@ -137,7 +138,7 @@ class WorkspaceBlobs:
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         blobs._fetching[name] = future
         try:
-            data = await self._fetch(sha256)
+            data = await self._fetch(sha256, keep)
             future.set_result(data)
             return data
         except BaseException as exc:
@@ -162,7 +163,7 @@ class WorkspaceBlobs:
         data = await read_object(blobs._js, self.name(sha256))
         return None if data is None else await self._fetched(sha256, data)
 
-    async def _fetch(self, sha256: str) -> bytes:
+    async def _fetch(self, sha256: str, keep: bool = True) -> bytes:
         blobs = self._blobs
         data = await read_object(blobs._js, self.name(sha256))
         if data is None:
@@ -171,15 +172,15 @@ class WorkspaceBlobs:
             raise QuillError(
                 ErrorCode.UNAVAILABLE, f"Content {sha256[:12]}… is missing from {BUCKET_BLOBS}"
             )
-        return await self._fetched(sha256, data)
+        return await self._fetched(sha256, data, keep)
 
-    async def _fetched(self, sha256: str, data: bytes) -> bytes:
+    async def _fetched(self, sha256: str, data: bytes, keep: bool = True) -> bytes:
         blobs = self._blobs
         if hashing.content_sha256(data) != sha256:
             raise QuillError(ErrorCode.INTERNAL, f"Content {sha256[:12]}… is corrupt")
-        if blobs._store is not None:
+        if blobs._store is not None and keep:
             await blobs._store.put_blob(sha256, data)
-        blobs._on_fetched()
+            blobs._on_fetched()
         return data
 
 

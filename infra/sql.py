@@ -52,7 +52,7 @@ WHOLE_TABLE = "/* plan: table */"
 FIRST_ROWS = "/* plan: first rows */"
 """Reads a workspace's rows in index order and stops at its ``LIMIT``."""
 
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS revisions(
     binary INTEGER NOT NULL, created TEXT NOT NULL, modified TEXT NOT NULL, moved_from TEXT,
     PRIMARY KEY(ws, path, version)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS blobs(
-    sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB, indexed INTEGER NOT NULL DEFAULT 0);
+    sha256 TEXT PRIMARY KEY, size INTEGER NOT NULL, data BLOB, indexed INTEGER NOT NULL DEFAULT 0,
+    ws INTEGER, stash BLOB);
 CREATE TABLE IF NOT EXISTS controls(
     ws INTEGER NOT NULL, version INTEGER NOT NULL, type TEXT NOT NULL, event TEXT NOT NULL,
     PRIMARY KEY(ws, version)) WITHOUT ROWID;
@@ -247,9 +248,11 @@ EVENT_ROW = 16
 """Values of an event row but its ``ws`` (a compaction manifest made before ``message`` was kept
 holds one fewer: ``Store`` pads it)."""
 UPSERT_BLOB = (
-    "INSERT INTO blobs(sha256, size, data) VALUES(?, ?, ?) ON CONFLICT(sha256) "
-    "DO UPDATE SET data=coalesce(blobs.data, excluded.data)"
+    "INSERT INTO blobs(sha256, size, data, ws) VALUES(?, ?, ?, ?) ON CONFLICT(sha256) "
+    "DO UPDATE SET data=coalesce(blobs.data, excluded.data), ws=coalesce(excluded.ws, blobs.ws)"
 )
+"""A content an event carries (``data``), or one it names in WS_BLOBS (``data`` NULL, ``ws``
+the workspace whose namespace holds it: where a reader's indexer fetches it from)."""
 INSERT_CONTROL = "INSERT INTO controls VALUES(?, ?, ?, ?)"
 SET_TRUST = "UPDATE workspaces SET trust=? WHERE id=?"
 SET_POSITION_OF_WORKSPACE = (
@@ -278,8 +281,8 @@ BY_SHA = "INDEXED BY sqlite_autoindex_blobs_1"
 """A blob by its sha256 (the primary key's index: ``IN (SELECT value FROM json_each(?))``
 was planned as a scan of every blob when the statistics said there were few)."""
 INDEXED_CONTENTS = (
-    f"SELECT rowid, data FROM blobs {BY_SHA} WHERE indexed = 1 AND data IS NOT NULL AND "
-    "sha256 IN (SELECT value FROM json_each(?))"
+    f"SELECT rowid, data, stash FROM blobs {BY_SHA} WHERE indexed = 1 AND "
+    "(data IS NOT NULL OR stash IS NOT NULL) AND sha256 IN (SELECT value FROM json_each(?))"
 )
 UNINDEX = "INSERT INTO content_index(content_index, rowid, content) VALUES('delete', ?, ?)"
 DELETE_BLOBS = f"DELETE FROM blobs {BY_SHA} WHERE sha256 IN (SELECT value FROM json_each(?))"
@@ -293,7 +296,7 @@ SET_COMPACTED = (
     "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=?, "
     "floor=? WHERE id=?"
 )
-KNOWN_BLOB = "INSERT OR IGNORE INTO blobs(sha256, size, data) VALUES(?, ?, NULL)"
+KNOWN_BLOB = "INSERT OR IGNORE INTO blobs(sha256, size, data, ws) VALUES(?, ?, NULL, ?)"
 ALL_REVISIONS = (
     f"SELECT {WHOLE_WORKSPACE} path, version, until, parent, kind, sha256, size, file_version, "
     "executable, binary, created, modified, moved_from FROM revisions WHERE ws=? "
@@ -318,9 +321,26 @@ REVISION_COUNTS = f"SELECT {WHOLE_WORKSPACE} path, count(*) FROM revisions WHERE
 # ---------------------------------------------------------------------- blobs, search index
 PUT_BLOB = (
     "INSERT INTO blobs(sha256, size, data) VALUES(?, ?, ?) "
-    "ON CONFLICT(sha256) DO UPDATE SET data=excluded.data"
+    "ON CONFLICT(sha256) DO UPDATE SET data=excluded.data, stash=NULL"
 )
 UNINDEXED = "SELECT rowid, data FROM blobs WHERE indexed = 0 AND data IS NOT NULL LIMIT 1000"
+REMOTE_UNINDEXED = (
+    "SELECT blobs.rowid, blobs.sha256, workspaces.tenant, workspaces.name "
+    "FROM blobs INDEXED BY blobs_unindexed "
+    "JOIN workspaces ON workspaces.id = blobs.ws WHERE blobs.indexed = 0 AND blobs.data IS NULL "
+    "LIMIT ?"
+)
+"""Contents not indexed because they are only in WS_BLOBS, and the workspace to fetch each from
+(the indexer fetches them, so that grep's candidates are what its index matches)."""
+INDEXED_REMOTE = "UPDATE blobs SET indexed = 1, stash = ? WHERE rowid = ? AND indexed = 0"
+"""A content fetched from WS_BLOBS and indexed: not kept (a read fetches it), only ``stash``,
+its text compressed, with which a purge takes it out of the contentless index again."""
+IS_UNINDEXED = "SELECT 1 FROM blobs WHERE rowid = ? AND indexed = 0"
+UNREACHABLE = "UPDATE blobs SET ws = NULL WHERE sha256 = ?"
+"""A content its workspace's namespace no longer has: left to grep to read when it is asked
+(it stays a candidate), not fetched again by the indexer."""
+INDEXED_WITHOUT_CONTENT = "UPDATE blobs SET indexed = 1, data = NULL WHERE sha256 = ?"
+"""A binary content the indexer fetched: nothing to index, nothing to keep (grep reads text)."""
 INDEX_CONTENT = "INSERT INTO content_index(rowid, content) VALUES(?, ?)"
 MARK_INDEXED = "UPDATE blobs SET indexed = 1 WHERE rowid = ?"
 BLOB = "SELECT data FROM blobs WHERE sha256=?"
@@ -715,6 +735,11 @@ FIXED: dict[str, tuple[str, tuple[str, ...]]] = {
     "REVISION_COUNTS": (REVISION_COUNTS, WRITER),
     "PUT_BLOB": (PUT_BLOB, BOTH),
     "UNINDEXED": (UNINDEXED, READER),
+    "REMOTE_UNINDEXED": (REMOTE_UNINDEXED, READER),
+    "UNREACHABLE": (UNREACHABLE, READER),
+    "INDEXED_WITHOUT_CONTENT": (INDEXED_WITHOUT_CONTENT, READER),
+    "INDEXED_REMOTE": (INDEXED_REMOTE, READER),
+    "IS_UNINDEXED": (IS_UNINDEXED, READER),
     "INDEX_CONTENT": (INDEX_CONTENT, READER),
     "MARK_INDEXED": (MARK_INDEXED, READER),
     "BLOB": (BLOB, BOTH),

@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 import aiosqlite
 import msgspec
+import zstandard
 
 from contracts import codec
 from contracts.events import (
@@ -71,6 +72,8 @@ R_REVISION_COLUMNS = sql.R_REVISION_COLUMNS
 HIGH_WATER = "high_water"
 """The meta key of the newest event a writer's projection holds (``Store.high_water``)."""
 
+STASH_LEVEL = 3
+"""zstd level of a stashed text (``index_remote``)."""
 HISTORIES_INLINE = 16
 """Paths whose history ``Store.histories`` looks up on the event loop's thread (more: on
 aiosqlite's)."""
@@ -136,6 +139,11 @@ async def _schema_version(db: aiosqlite.Connection) -> str | None:
     except aiosqlite.OperationalError:
         return None
     return str(rows[0][0]) if rows else None
+
+
+def _unstash(stash: bytes) -> bytes:
+    """The text ``index_remote`` compressed."""
+    return zstandard.ZstdDecompressor().decompressobj().decompress(stash)
 
 
 def _results(rows: list[Any]) -> list[tuple[str, int, bytes]]:
@@ -648,8 +656,9 @@ class Store:
         kept = {str(r[0]) for r in await self._w.execute_fetchall(sql.CONTENTS_KEPT, (wanted,))}
         gone = json.dumps([sha for sha in shas if sha not in kept])
         if self.role == "reader":  # a contentless index forgets an entry given its content
-            for rowid, data in await self._w.execute_fetchall(sql.INDEXED_CONTENTS, (gone,)):
-                text = as_text(bytes(data))
+            for rowid, data, stash in await self._w.execute_fetchall(sql.INDEXED_CONTENTS, (gone,)):
+                content = bytes(data) if data is not None else _unstash(bytes(stash))
+                text = as_text(content)
                 if text is not None:
                     await self._w.execute(sql.UNINDEX, (rowid, text))
         await self._w.execute(sql.DELETE_BLOBS, (gone,))
@@ -677,7 +686,7 @@ class Store:
             (ev.version, item.seq, item.hash, ev.tree_hash, ev.at.isoformat(), m.floor, ws),
         )
         await self._w.executemany(
-            sql.KNOWN_BLOB, [(r[5], r[6]) for r in m.revisions if r[4] == "f"]
+            sql.KNOWN_BLOB, [(r[5], r[6], ws) for r in m.revisions if r[4] == "f"]
         )
 
     async def compaction(self, ws: int, max_versions: int) -> tuple[CompactionManifest, int, int]:
@@ -754,6 +763,40 @@ class Store:
             await self._w.executemany(sql.MARK_INDEXED, taken)
             await self._w.commit()
             return len(taken)
+
+    async def remote_unindexed(self, limit: int) -> list[tuple[int, str, str, str]]:
+        """Up to ``limit`` contents not indexed because they are only in WS_BLOBS: ``(rowid,
+        sha256, tenant, workspace)``, the workspace whose namespace holds each. Readers only."""
+        rows = await self._r.execute_fetchall(sql.REMOTE_UNINDEXED, (limit,))
+        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
+    async def index_remote(self, texts: list[tuple[int, str]]) -> None:
+        """Index ``(rowid, text)``: contents of blobs fetched from WS_BLOBS, without keeping
+        them: only compressed in ``stash``, for a purge to take them out of the index again (a
+        contentless index forgets an entry only given its content). Readers only."""
+        compress = zstandard.ZstdCompressor(level=STASH_LEVEL).compress
+        stashed = [(rowid, text, compress(text.encode())) for rowid, text in texts]
+        async with self._lock:
+            for rowid, text, stash in stashed:
+                if not list(await self._w.execute_fetchall(sql.IS_UNINDEXED, (rowid,))):
+                    continue  # indexed meanwhile (a read fetched and kept it)
+                await self._w.execute(sql.INDEX_CONTENT, (rowid, text))
+                await self._w.execute(sql.INDEXED_REMOTE, (stash, rowid))
+            await self._w.commit()
+
+    async def content_unreachable(self, sha256: str) -> None:
+        """Its workspace's namespace no longer has ``sha256``: stop fetching it (it stays a
+        grep candidate, read when a grep asks). Readers only."""
+        async with self._lock:
+            await self._w.execute(sql.UNREACHABLE, (sha256,))
+            await self._w.commit()
+
+    async def indexed_without_content(self, sha256: str) -> None:
+        """A binary content the indexer fetched: nothing to index, nothing to keep (the next
+        read fetches it again). Readers only."""
+        async with self._lock:
+            await self._w.execute(sql.INDEXED_WITHOUT_CONTENT, (sha256,))
+            await self._w.commit()
 
     # ------------------------------------------------------------------ queries
     def workspace(self, tenant: str, name: str) -> WorkspaceRow | None:

@@ -46,9 +46,10 @@ class Reader:
         cache = RevisionCache()
         self.indexer = Indexer(store)
         self.follower = Follower(self.js, store, self.subjects, cache, self.indexer.poke)
+        self.blobs = Blobs(self.js, store, on_fetched=self.indexer.poke)
         self.queries = Queries(
             store,
-            Blobs(self.js, store, on_fetched=self.indexer.poke),
+            self.blobs,
             cache,
             Approvals(self.js, settings.subjects),
         )
@@ -148,7 +149,7 @@ class Reader:
         # during: catching up goes faster without it (grep reads a content not indexed yet:
         # the same answers). It makes snapshots only then: before, some workspaces may be
         # applied ahead of its position.
-        self.indexer.start()
+        self.indexer.start(self.blobs)
         snapshot = self.subjects.snapshot("reader")
         self._subs.append(await bus.serve(self.nc, snapshot, QUEUE_READER, self._snapshot))
 

@@ -38,12 +38,15 @@ import pytest_asyncio
 from nats.aio.client import Client as NATS
 
 from bench import size
+from contracts.hashing import content_sha256 as sha256_of
 from contracts.limits import LimitsPatch
 from contracts.requests import PutChange
 from contracts.subjects import STREAM_EVENTS
+from infra import sql
 from infra.store import Steps, Store
 from quill.client import Quill, Workspace
 from services.reader.app import Reader
+from services.reader.search import trigram_query
 from services.writer import workspace
 from services.writer.app import Writer
 from tests.helpers import start_reader, start_writer
@@ -224,9 +227,9 @@ def operations(
 
 
 async def indexed(stack: Stack) -> None:
-    """The reader's trigram index holds every content it has (its indexer is stopped)."""
-    while await stack.reader.store.index_pending(1 << 20):
-        pass
+    """The reader's trigram index holds every content it has, those only in WS_BLOBS fetched
+    (its indexer's task is stopped: this does its work)."""
+    await stack.reader.indexer.catch_up()
 
 
 async def restart_then_write(stack: Stack, ws: Workspace) -> int:
@@ -293,3 +296,69 @@ async def test_a_request_id_the_writer_made_is_not_looked_up(
     assert [t for t in stack.last if looked_up in t]
     await stack.steps(ws, operations(stack, ws, history=False)["write without Ws-Request-Id"])
     assert stack.last and not [t for t in stack.last if looked_up in t]
+
+
+async def test_grep_does_not_grow_with_what_other_workspaces_keep_in_ws_blobs(
+    stack: Stack, client: Quill
+) -> None:
+    """A content larger than an event carries is only named by it (it is in WS_BLOBS). The
+    reader's indexer fetches and indexes it, so that it is not a candidate of every grep of
+    every workspace (at 1,000,000 events, 20,000 of them made a rare word's grep 60 times
+    slower in each workspace). Binary ones are not kept; text ones are found by grep."""
+    mine = client.workspace(f"{TENANT}/mine")
+    await mine.create()
+    await mine.write("notes.txt", f"a {RARE} here\n")
+    await mine.write("other.txt", "nothing\n")
+    await indexed(stack)
+    before = await stack.steps(mine, lambda: mine.grep(RARE))
+
+    big = client.workspace(f"{TENANT}/big")
+    await big.create()
+    for part in range(3):  # 150 contents of 70 KiB: each goes to WS_BLOBS
+        await big.apply(
+            [
+                PutChange(path=f"big/f{n:03}.txt", content=f"blob {n} {'x' * 71_000}\n")
+                for n in range(part * 50, part * 50 + 50)
+            ]
+        )
+    binary = bytes(range(256)) * 300
+    await big.write("big/image.bin", binary)
+    await stack.settled()
+    remote = await stack.reader.store.remote_unindexed(1_000)
+    assert len(remote) == 151, len(remote)  # what a grep would have had to consider
+    await indexed(stack)
+    assert await stack.reader.store.remote_unindexed(1_000) == []
+    after = await stack.steps(mine, lambda: mine.grep(RARE))
+    print(
+        f"grep {RARE} in a small workspace: {before} steps, {after} with 151 contents in "
+        "another workspace's WS_BLOBS (the rest: the trigram index's segments, merged by FTS5)"
+    )
+    db = sqlite3.connect(f"file:{stack.reader.store.path}?mode=ro", uri=True)
+    try:
+        query = trigram_query(RARE, literal=True)
+        candidates = {r[0] for r in db.execute(sql.CANDIDATES, (query,))}
+    finally:
+        db.close()
+    assert candidates == {sha256_of(f"a {RARE} here\n".encode())}, len(candidates)
+    assert after < 2 * before + SLACK, (before, after)  # 11 times as many before the fix
+    assert not stack.explained(), stack.explained()
+
+    text = f"blob 123 {'x' * 71_000}\n"
+    assert await stack.reader.store.blob(sha256_of(text.encode())) is None  # indexed, not kept
+    found = await big.grep("blob 123 ")
+    assert [m.path for m in found.matches] == ["big/f123.txt"]
+    assert await stack.reader.store.blob(sha256_of(binary)) is None
+    assert await big.read_bytes("big/image.bin") == binary  # a read fetches it again
+
+    def indexed_as(words: str) -> int:
+        db = sqlite3.connect(f"file:{stack.reader.store.path}?mode=ro", uri=True)
+        try:
+            query = trigram_query(words, literal=True)
+            return len(list(db.execute(sql.CANDIDATES, (query,))))
+        finally:
+            db.close()
+
+    assert indexed_as("blob 14") == 11  # 14, 140..149
+    await big.purge()
+    await stack.settled()
+    assert indexed_as("blob 14") == 0  # gone from the contentless index too
