@@ -13,7 +13,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Generic, Protocol, TypeVar
@@ -49,7 +49,11 @@ class Settings:
     metrics_host: str = "127.0.0.1"
     """The address the metrics listen on (``0.0.0.0`` in a container)."""
     instance: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
+    projection_rows: int | None = None
+    """Workspace rows the projection holds in memory (``--projection-rows``; None: the
+    store's default, ``$QUILL_PROJECTION_ROWS`` or ``PROJECTION_ROWS``). What else a service
+    takes is its own typed config (``WriterConfig``, ``SnapshotConfig``, ``ExecutorConfig``,
+    ``GatewayConfig``, ``BridgeConfig``)."""
 
     @property
     def subjects(self) -> Subjects:
@@ -398,8 +402,7 @@ async def start_service(
         path = settings.data_dir / f"{name}.db"
         if prepare is not None:
             await prepare(settings, nc, path)
-        rows = settings.extra.get("projection_rows")
-        store = await Store.open(path, role=name, max_rows=int(rows) if rows else None)
+        store = await Store.open(path, role=name, max_rows=settings.projection_rows)
     except BaseException:
         await nc.close()
         raise

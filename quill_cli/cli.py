@@ -18,6 +18,7 @@ import click
 
 from quill_cli.commands import (
     admin,
+    attach,
     call,
     cluster,
     files,
@@ -46,6 +47,7 @@ GROUPS = (
     tokens,
     workspaces,
     services,
+    attach,
     cluster,
 )
 """The modules whose commands ``quill`` offers (listed in its help by section, then name,

@@ -15,11 +15,15 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from infra import bus
-from infra.runtime import Settings, start_service
+from infra.runtime import Settings
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.app import start_executor as start_exec
 from services.reader.app import Reader
+from services.reader.app import start_reader as run_reader
+from services.reader.snapshots import SnapshotConfig
 from services.writer.app import Writer
+from services.writer.app import start_writer as run_writer
+from services.writer.config import WriterConfig
 from tests.core.build import T0, LogBuilder
 
 __all__ = [
@@ -35,12 +39,17 @@ __all__ = [
 
 
 async def start_writer(
-    stack: AsyncExitStack, nats_url: str, data: Path, extra: dict[str, str] | None = None
+    stack: AsyncExitStack,
+    nats_url: str,
+    data: Path,
+    config: WriterConfig | None = None,
+    *,
+    projection_rows: int | None = None,
 ) -> Writer:
-    """Start an in-process writer, ready to answer; ``stack`` stops it. ``extra``: its options
-    (``snapshot_behind``)."""
-    settings = Settings(nats_url=nats_url, data_dir=data, extra=extra or {})
-    running = await start_service(settings, "writer", Writer, Writer.prepare)
+    """Start an in-process writer, ready to answer; ``stack`` stops it. ``config``: its
+    options (``quill writer``'s)."""
+    settings = Settings(nats_url=nats_url, data_dir=data, projection_rows=projection_rows)
+    running = await run_writer(settings, config)
     stack.push_async_callback(running.stop)
     await answers(nats_url, "writer", running.service.instance)
     return running.service
@@ -51,16 +60,19 @@ async def start_reader(
     nats_url: str,
     data: Path,
     instance: str = "",
-    extra: dict[str, str] | None = None,
+    snapshots: SnapshotConfig | None = None,
     *,
     caught_up: bool = True,
+    projection_rows: int | None = None,
 ) -> Reader:
-    """Start an in-process reader replica, ready to answer; ``stack`` stops it. ``extra``:
-    its options (``services/reader/snapshots.py: SnapshotConfig``). It has caught up with
-    the log when this returns; ``caught_up=False``: as soon as it serves (it joins the
-    queue group before, when near the log's end: ``services/reader/follower.py``)."""
-    settings = Settings(nats_url=nats_url, data_dir=data, instance=instance, extra=extra or {})
-    running = await start_service(settings, "reader", Reader, Reader.prepare)
+    """Start an in-process reader replica, ready to answer; ``stack`` stops it. ``snapshots``:
+    its options (``quill reader``'s). It has caught up with the log when this returns;
+    ``caught_up=False``: as soon as it serves (it joins the queue group before, when near the
+    log's end: ``services/reader/follower.py``)."""
+    settings = Settings(
+        nats_url=nats_url, data_dir=data, instance=instance, projection_rows=projection_rows
+    )
+    running = await run_reader(settings, snapshots)
     stack.push_async_callback(running.stop)
     await answers(nats_url, "reader", running.service.instance)
     await asyncio.wait_for(running.service.serving.wait(), 60)

@@ -1,6 +1,11 @@
-"""``quill up``, ``writer``, ``reader``, ``executor``, ``gateway``, ``attach``: running the
-services (one each, or all of them and NATS on this machine), and serving a directory of this
-machine as a workspace (the bridge)."""
+"""``quill up``, ``writer``, ``reader``, ``executor``, ``gateway``: running the services, one
+each, or all of them and NATS on this machine.
+
+Each service's options fill its typed config (``WriterConfig``, ``SnapshotConfig`` for a
+reader, ``ExecutorConfig``, ``GatewayConfig``), which the service reads as it is; what every
+service keeping a projection takes (``service_options``) is ``Settings``. ``quill up`` starts
+each service as ``quill <service> OPTIONS`` (``quill_cli/stack.py``): these options are that
+command line. Serving a directory of this machine (the bridge) is ``commands/attach.py``."""
 
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from contracts.limits import (
     WRITER_WORKSPACES,
 )
 from infra import private, secret_registry
-from infra.runtime import Settings, run_until_stopped, setup_logging, start_service
+from infra.runtime import Settings, run_until_stopped, setup_logging
 from quill_cli.common import (
     LAUNCHED_LOG_FORMAT,
     LOG_FORMAT,
@@ -35,7 +40,6 @@ from quill_cli.common import (
     TOKENS_HELP,
     Commands,
     refusing,
-    run_client,
     run_to_exit,
     storage_options,
 )
@@ -115,7 +119,7 @@ def _settings(ctx: click.Context, options: dict[str, Any]) -> Settings:
         replicas=options["replicas"],
         metrics_port=options["metrics_port"],
         metrics_host=options["metrics_host"],
-        extra={"projection_rows": str(options["projection_rows"])},
+        projection_rows=options["projection_rows"],
     )
 
 
@@ -172,7 +176,8 @@ def reader(
     **options: Any,
 ) -> None:
     """Run a reader replica (answers as of any version)."""
-    from services.reader.app import Reader
+    from services.reader.app import start_reader
+    from services.reader.snapshots import SnapshotConfig
 
     if min(snapshot_events, snapshot_behind) < 0 or snapshot_minutes <= 0 or snapshot_keep < 1:
         click.echo(
@@ -182,14 +187,14 @@ def reader(
         )
         sys.exit(2)
     settings = _settings(ctx, options)
-    settings.extra.update(
-        snapshot_events=str(snapshot_events),
-        snapshot_minutes=str(snapshot_minutes),
-        snapshot_keep=str(snapshot_keep),
-        snapshot_behind=str(snapshot_behind),
+    snapshots = SnapshotConfig(
+        every_events=snapshot_events,
+        every_s=snapshot_minutes * 60,
+        keep=snapshot_keep,
+        behind=snapshot_behind,
     )
     private.umask("reader")
-    _serve(lambda: start_service(settings, "reader", Reader, Reader.prepare))
+    _serve(lambda: start_reader(settings, snapshots))
 
 
 @commands.command()
@@ -269,7 +274,8 @@ def writer(
     **options: Any,
 ) -> None:
     """Run a writer (validates and commits mutations)."""
-    from services.writer.app import Writer
+    from services.writer.app import start_writer
+    from services.writer.config import WriterConfig
 
     if partitions < 0 or lease_ttl < 2 or snapshot_behind < 0 or max_workspaces < 1:
         click.echo(
@@ -279,18 +285,18 @@ def writer(
         )
         sys.exit(2)
     settings = _settings(ctx, options)
-    settings.extra.update(
-        partitions=str(partitions),
-        lease_ttl=str(lease_ttl),
-        max_queued=str(max_queued),
-        max_queued_bytes=str(max_queued_bytes),
-        max_queued_per_workspace=str(max_queued_per_workspace),
-        max_waiting_per_workspace=str(max_waiting_per_workspace),
-        snapshot_behind=str(snapshot_behind),
-        max_workspaces=str(max_workspaces),
+    config = WriterConfig(
+        partitions=partitions,
+        lease_ttl=lease_ttl,
+        max_queued=max_queued,
+        max_queued_bytes=max_queued_bytes,
+        max_queued_per_workspace=max_queued_per_workspace,
+        max_waiting_per_workspace=max_waiting_per_workspace,
+        snapshot_behind=snapshot_behind,
+        max_workspaces=max_workspaces,
     )
     private.umask("writer")
-    _serve(lambda: start_service(settings, "writer", Writer, Writer.prepare))
+    _serve(lambda: start_writer(settings, config))
 
 
 @commands.command()
@@ -557,64 +563,3 @@ def up(
         disk_reserve=disk_reserve,
     )
     sys.exit(run_to_exit(stack.run()))
-
-
-@commands.command()
-@click.argument("directory", type=click.Path(path_type=Path, file_okay=False, exists=True))
-@click.option("--as", "name", required=True, help="The workspace name it is served as.")
-@click.option("--tenant", default="default", show_default=True)
-@click.option("--client", help="This machine's name in the workspace's URI (default: host name).")
-@click.option(
-    "--trust",
-    type=click.Choice(["full", "restricted"]),
-    default="restricted",
-    show_default=True,
-    help="restricted: ask before each mutation or command (or follow --policy).",
-)
-@click.option(
-    "--policy",
-    "policy_file",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help="TOML rules that allow, deny or ask (see docs/bridge.md).",
-)
-@click.option(
-    "--ask-timeout",
-    default=30.0,
-    show_default=True,
-    help="Seconds a question waits for its answer before it counts as no.",
-)
-@click.option("--nats-url", "attach_nats_url", help="NATS URL (default: as the other commands).")
-@click.pass_context
-def attach(
-    ctx: click.Context,
-    directory: Path,
-    name: str,
-    tenant: str,
-    client: str | None,
-    trust: str,
-    policy_file: Path | None,
-    ask_timeout: float,
-    attach_nats_url: str | None,
-) -> None:
-    """Serve DIRECTORY as workspace TENANT/NAME from this machine, until Ctrl-C."""
-    import socket
-
-    from quill_cli.stack import discover_url
-    from services.bridge.app import BridgeConfig
-    from services.bridge.app import attach as run_bridge
-    from services.bridge.policy import Policy
-
-    setup_logging(ctx.obj["log_level"])
-    with refusing():
-        policy = Policy.load(policy_file) if policy_file is not None else Policy()
-    config = BridgeConfig(
-        directory=directory,
-        workspace=name,
-        tenant=tenant,
-        client=client or socket.gethostname(),
-        nats_url=attach_nats_url or ctx.obj["nats_url"] or discover_url(),
-        trust=trust,
-        policy=policy,
-        ask_timeout_s=ask_timeout,
-    )
-    sys.exit(run_client(run_bridge(config)))

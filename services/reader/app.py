@@ -19,7 +19,7 @@ from infra.approvals import Approvals
 from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.offload import Offload
-from infra.runtime import Auditor, Settings
+from infra.runtime import Auditor, Running, Settings, start_service
 from infra.snapshots import STARTED_FROM
 from infra.store import Store
 from services.reader.cache import RevisionCache
@@ -38,7 +38,16 @@ class Reader:
 
     log = logging.getLogger("quill.reader")
 
-    def __init__(self, settings: Settings, nc: NATS, store: Store, *, max_wait_s: float = 5.0):
+    def __init__(
+        self,
+        settings: Settings,
+        nc: NATS,
+        store: Store,
+        snapshots: SnapshotConfig | None = None,
+        *,
+        max_wait_s: float = 5.0,
+    ):
+        """``snapshots``: ``quill reader``'s options (default: ``SnapshotConfig()``'s)."""
         self.settings = settings
         self.subjects = settings.subjects
         self.instance = settings.instance or bus.instance_id("reader")
@@ -63,7 +72,7 @@ class Reader:
         self.ops = registry.table("qry", by_name)
         """Every query op, by name (``contracts/ops.py`` checks that none is missing)."""
         self.snapshots = Snapshotter(
-            self.js, store.path, TRACKING, self.instance, SnapshotConfig.of(settings),
+            self.js, store.path, TRACKING, self.instance, snapshots or SnapshotConfig(),
             lambda: self.follower.position if self.follower.caught_up else None,
         )  # fmt: skip
         self.auditor = Auditor(nc, self.subjects, "reader", self.instance)
@@ -81,10 +90,13 @@ class Reader:
         """Set once it answers queries in the replicas' queue group (caught up)."""
 
     @staticmethod
-    async def prepare(settings: Settings, nc: NATS, path: Path) -> None:
+    async def prepare(
+        settings: Settings, nc: NATS, path: Path, snapshots: SnapshotConfig | None = None
+    ) -> None:
         """Before its projection opens: start from the newest snapshot if the projection is
         missing or far behind it (``services/reader/snapshots.py``)."""
-        await prepare_snapshot(settings, nc.jetstream(), path, TRACKING)
+        config = snapshots or SnapshotConfig()
+        await prepare_snapshot(nc.jetstream(), path, TRACKING, config)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -175,3 +187,18 @@ class Reader:
         await self.indexer.stop()
         await self.bridges.stop()
         self._gauges.remove()
+
+
+async def start_reader(
+    settings: Settings, snapshots: SnapshotConfig | None = None
+) -> Running[Reader]:
+    """Connect, open the projection (``<data>/reader.db``, from the newest snapshot first if
+    it is missing or far behind) and start a reader replica; the result's ``stop`` undoes it."""
+
+    def reader(settings: Settings, nc: NATS, store: Store) -> Reader:
+        return Reader(settings, nc, store, snapshots)
+
+    async def prepare(settings: Settings, nc: NATS, path: Path) -> None:
+        await Reader.prepare(settings, nc, path, snapshots)
+
+    return await start_service(settings, "reader", reader, prepare)

@@ -27,7 +27,6 @@ from nats.js import JetStreamContext
 from contracts import codec
 from infra import bus, snapshot_install
 from infra import snapshots as snaps
-from infra.runtime import Settings
 
 log = logging.getLogger("quill.reader.snapshots")
 
@@ -36,6 +35,10 @@ ROLE = "reader"
 
 @dataclasses.dataclass(frozen=True)
 class SnapshotConfig:
+    """How a reader replica makes and uses snapshots: ``quill reader``'s options
+    (``--snapshot-events``, ``--snapshot-minutes``, ``--snapshot-keep``, ``--snapshot-behind``),
+    which are all its own."""
+
     every_events: int = 20_000
     """Make one once this many events were applied since the newest (0: this replica never
     makes one unless asked)."""
@@ -49,24 +52,9 @@ class SnapshotConfig:
     check_s: float = 5.0
     """How often a replica checks whether one is due."""
 
-    @classmethod
-    def of(cls, settings: Settings) -> SnapshotConfig:
-        """From ``settings.extra`` (``snapshot_events``, ``snapshot_minutes``, ``snapshot_keep``,
-        ``snapshot_behind``, ``snapshot_check_s``), the defaults where absent."""
-        extra, default = settings.extra, cls()
-        minutes = extra.get("snapshot_minutes")
-        return cls(
-            every_events=int(extra.get("snapshot_events", default.every_events)),
-            every_s=float(minutes) * 60 if minutes is not None else default.every_s,
-            keep=int(extra.get("snapshot_keep", default.keep)),
-            behind=int(extra.get("snapshot_behind", default.behind)),
-            check_s=float(extra.get("snapshot_check_s", default.check_s)),
-        )
 
-
-async def prepare(settings: Settings, js: JetStreamContext, path: Path, tracking: str) -> None:
+async def prepare(js: JetStreamContext, path: Path, tracking: str, config: SnapshotConfig) -> None:
     """Before the projection at ``path`` opens: install the newest snapshot if it is far ahead."""
-    config = SnapshotConfig.of(settings)
     await snapshot_install.bootstrap(js, path, ROLE, tracking, behind=config.behind)
 
 

@@ -14,7 +14,6 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from contracts.events import HistoryCompacted
-from contracts.limits import WRITER_WORKSPACES
 from contracts.subjects import QUEUE_WRITER, Subjects
 from core.plan import Committed
 from infra import assets, bus, claims, metrics, snapshot_install, storage
@@ -24,10 +23,11 @@ from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.compaction import with_manifests
 from infra.offload import Offload
-from infra.runtime import Auditor, Settings
+from infra.runtime import Auditor, Running, Settings, start_service
 from infra.secret_registry import secrets_from_env
 from infra.store import Store
 from services.writer.append import Appender, Group
+from services.writer.config import WriterConfig
 from services.writer.deps import Backlog, Deps
 from services.writer.handlers import command_handler
 from services.writer.partitions import Partitions
@@ -40,30 +40,24 @@ CATCH_UP_EVENTS = 100_000
 a few seconds at most; a projection further behind is not trusted (each load asks the log)."""
 
 
-def _backlog(extra: dict[str, str]) -> Backlog:
-    """The bounds on commands held, as ``quill writer``'s options set them (else defaults)."""
-    bounds = {
-        name: int(extra[key])
-        for name, key in (
-            ("limit", "max_queued"),
-            ("max_bytes", "max_queued_bytes"),
-            ("per_workspace", "max_queued_per_workspace"),
-            ("parked_per_workspace", "max_waiting_per_workspace"),
-        )
-        if key in extra
-    }
-    return Backlog(**bounds)
+def _backlog(config: WriterConfig) -> Backlog:
+    """The bounds on commands held, as ``quill writer``'s options set them."""
+    return Backlog(
+        limit=config.max_queued,
+        max_bytes=config.max_queued_bytes,
+        per_workspace=config.max_queued_per_workspace,
+        parked_per_workspace=config.max_waiting_per_workspace,
+    )
 
 
 class Writer:
     """Owns the mutations of the workspaces whose commands reach it."""
 
     @staticmethod
-    async def prepare(settings: Settings, nc: NATS, path: Path) -> None:
+    async def prepare(settings: Settings, nc: NATS, path: Path, behind: int = 0) -> None:
         """Before its projection opens: a writer with none starts from the newest reader
-        snapshot if it covers more than ``snapshot_behind`` events (0, the default: never;
-        ``infra/snapshot_install.py``)."""
-        behind = int(settings.extra.get("snapshot_behind", "0"))
+        snapshot if it covers more than ``behind`` events (``--snapshot-behind``; 0, the
+        default: never; ``infra/snapshot_install.py``)."""
         await snapshot_install.bootstrap(
             nc.jetstream(), path, "reader", "reader", behind=behind, into="writer"
         )
@@ -73,13 +67,10 @@ class Writer:
         settings: Settings,
         nc: NATS,
         store: Store,
-        *,
-        max_workspaces: int | None = None,
-        backlog: Backlog | None = None,
+        config: WriterConfig | None = None,
     ) -> None:
-        """``backlog``: the bounds on commands held (default: ``contracts/limits.py``'s, or
-        ``settings.extra``'s ``max_queued``, ``max_queued_bytes``, ``max_queued_per_workspace``,
-        ``max_waiting_per_workspace`` as ``quill writer`` sets them)."""
+        """``config``: ``quill writer``'s options (default: ``contracts/limits.py``'s)."""
+        config = config or WriterConfig()
         self.settings = settings
         self.subjects: Subjects = settings.subjects
         self.instance = settings.instance or bus.instance_id("writer")
@@ -88,16 +79,14 @@ class Writer:
         self.store = store
         self.appender = Appender(nc, self._on_commit)
         self.bridges = Bridges(self.js)
-        self.max_workspaces = max_workspaces or int(
-            settings.extra.get("max_workspaces", WRITER_WORKSPACES)
-        )
+        self.max_workspaces = config.max_workspaces
         """Workspaces held in memory at most (``--max-workspaces``), but busy ones."""
         self._actors: OrderedDict[tuple[str, str], WorkspaceActor] = OrderedDict()
         self._subs: list[Subscription] = []
         self._usage: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         """Background work (``_resume_approvals``)."""
-        partitions = int(settings.extra.get("partitions", "0"))
+        partitions = config.partitions
         self.partitions: Partitions | None = (
             Partitions(
                 self.js,
@@ -105,7 +94,7 @@ class Writer:
                 self.instance,
                 settings.replicas,
                 partitions,
-                float(settings.extra.get("lease_ttl", "5")),
+                config.lease_ttl,
                 self._serve_partition,
                 self,
             )
@@ -125,7 +114,7 @@ class Writer:
             secrets=secrets_from_env(),
             auditor=Auditor(nc, self.subjects, "writer", self.instance),
             partitions=self.partitions,
-            backlog=backlog or _backlog(settings.extra),
+            backlog=_backlog(config),
             offload=Offload("writer"),
             approvals=Approvals(self.js, self.subjects),
         )
@@ -367,3 +356,17 @@ class Writer:
             self._usage.cancel()
             await asyncio.gather(self._usage, return_exceptions=True)
         self._gauges.remove()
+
+
+async def start_writer(settings: Settings, config: WriterConfig | None = None) -> Running[Writer]:
+    """Connect, open the projection (``<data>/writer.db``, from a reader's snapshot first if
+    ``config.snapshot_behind`` says so) and start a writer; the result's ``stop`` undoes it."""
+    config = config or WriterConfig()
+
+    def writer(settings: Settings, nc: NATS, store: Store) -> Writer:
+        return Writer(settings, nc, store, config)
+
+    async def prepare(settings: Settings, nc: NATS, path: Path) -> None:
+        await Writer.prepare(settings, nc, path, config.snapshot_behind)
+
+    return await start_service(settings, "writer", writer, prepare)

@@ -11,7 +11,7 @@ from nats.aio.client import Client as NATS
 
 from contracts.subjects import STREAM_AUDIT
 from infra import bridges
-from quill import client as client_module
+from quill import _handle as handle_module
 from quill.client import Quill
 from services.reader import app as reader_app
 from services.reader.cache import RevisionCache
@@ -42,7 +42,7 @@ async def test_the_reader_cache_holds_no_trace_of_workspaces_it_dropped(
 async def test_an_sdk_client_remembers_its_most_recent_workspaces_only(
     services: StartReader, nc: NATS, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client_module, "SDK_WORKSPACES", 3, raising=False)
+    monkeypatch.setattr(handle_module, "SDK_WORKSPACES", 3)
     await services("r1")
     quill = Quill(nc)
     names = [f"acme/seen-{i}" for i in range(6)]

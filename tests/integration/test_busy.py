@@ -26,7 +26,7 @@ from infra.busy import REJECTIONS, Dropped
 from infra.runtime import Settings
 from infra.store import Store
 from services.writer.app import Writer
-from services.writer.deps import Backlog
+from services.writer.config import WriterConfig
 from tests.conftest import StartReader
 
 S = Subjects()
@@ -62,14 +62,14 @@ async def answering(nats_url: str) -> None:
 @pytest_asyncio.fixture
 async def start_writer(
     nats_url: str, tmp_path: Path
-) -> AsyncIterator[Callable[[Backlog], Awaitable[Writer]]]:
+) -> AsyncIterator[Callable[[WriterConfig], Awaitable[Writer]]]:
     started: list[tuple[Writer, Store, NATS]] = []
 
-    async def start(backlog: Backlog) -> Writer:
+    async def start(config: WriterConfig) -> Writer:
         nc = await bus.connect(nats_url, "writer")
         await bus.ensure_streams(nc, S)
         store = await Store.open(tmp_path / f"writer{len(started)}.db", role="writer")
-        writer = Writer(Settings(nats_url=nats_url, data_dir=tmp_path), nc, store, backlog=backlog)
+        writer = Writer(Settings(nats_url=nats_url, data_dir=tmp_path), nc, store, config)
         await writer.start()
         started.append((writer, store, nc))
         await answering(nats_url)
@@ -115,11 +115,11 @@ def busy(reply: dict[str, Any], queue: str) -> dict[str, Any]:
 
 
 async def test_a_workspace_holds_at_most_its_bound_and_the_next_command_is_busy(
-    start_writer: Callable[[Backlog], Awaitable[Writer]], nc: NATS
+    start_writer: Callable[[WriterConfig], Awaitable[Writer]], nc: NATS
 ) -> None:
     """200 writes published at once to a workspace that may hold one: the entry takes them
     faster than one append, so most are refused busy; each is answered exactly once."""
-    writer = await start_writer(Backlog(per_workspace=1))
+    writer = await start_writer(WriterConfig(max_queued_per_workspace=1))
     assert (await cmd(nc, "busy/one", "create", {}))["ok"]
     client = await nats.connect(writer.settings.nats_url)
     replies: dict[str, list[dict[str, Any]]] = {}
@@ -150,9 +150,9 @@ async def test_a_workspace_holds_at_most_its_bound_and_the_next_command_is_busy(
 
 
 async def test_commands_waiting_for_a_lock_are_bounded_apart_and_the_holder_still_unlocks(
-    start_writer: Callable[[Backlog], Awaitable[Writer]], nc: NATS
+    start_writer: Callable[[WriterConfig], Awaitable[Writer]], nc: NATS
 ) -> None:
-    writer = await start_writer(Backlog(parked_per_workspace=3))
+    writer = await start_writer(WriterConfig(max_waiting_per_workspace=3))
     await locked(nc, "busy/lk")
     parked = [write(nc, "busy/lk", f"f{i}") for i in range(3)]
     await until(lambda: writer.queued == 3)
@@ -167,11 +167,11 @@ async def test_commands_waiting_for_a_lock_are_bounded_apart_and_the_holder_stil
 
 
 async def test_the_writer_holds_at_most_its_bound_in_commands_and_in_bytes(
-    start_writer: Callable[[Backlog], Awaitable[Writer]], nc: NATS
+    start_writer: Callable[[WriterConfig], Awaitable[Writer]], nc: NATS
 ) -> None:
     """Commands waiting for a lock count here too (memory is memory): this full writer
     refuses even the holder's unlock, and the waiters go on when the lock expires."""
-    writer = await start_writer(Backlog(limit=2, max_bytes=4096))
+    writer = await start_writer(WriterConfig(max_queued=2, max_queued_bytes=4096))
     await locked(nc, "busy/t1", ttl_ms=1000)
     await locked(nc, "busy/t2", ttl_ms=1000)
     first = write(nc, "busy/t1", "a")
@@ -187,9 +187,9 @@ async def test_the_writer_holds_at_most_its_bound_in_commands_and_in_bytes(
 
 
 async def test_copies_of_one_request_waiting_are_bounded_and_each_is_answered_once(
-    start_writer: Callable[[Backlog], Awaitable[Writer]], nc: NATS
+    start_writer: Callable[[WriterConfig], Awaitable[Writer]], nc: NATS
 ) -> None:
-    writer = await start_writer(Backlog())
+    writer = await start_writer(WriterConfig())
     await locked(nc, "busy/r")
     same = {HEADER_REQUEST_ID: "the-one"}
     copies = [write(nc, "busy/r", "f", **same)]

@@ -21,7 +21,7 @@ from contracts.subjects import HEADER_REQUEST_ID, HEADER_SESSION, HEADER_WAIT, S
 from infra import bus
 from infra.runtime import Settings
 from infra.store import Store
-from quill import client as client_module
+from quill import _transport as transport
 from quill.client import CONFLICT_BASE_S, CONFLICT_CAP_S, Quill, conflict_backoff
 from services.writer.app import Writer
 from services.writer.append import AppendError, Group
@@ -254,7 +254,7 @@ async def test_update_reads_again_after_a_conflict(services: StartReader, nats_u
 def test_the_conflict_backoff_is_jittered_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Full jitter: uniform in ``[0, min(cap, base * 2**retry)]``, never more than the cap."""
     drawn: list[tuple[float, float]] = []
-    monkeypatch.setattr(client_module.random, "uniform", lambda a, b: drawn.append((a, b)) or b)
+    monkeypatch.setattr(transport.random, "uniform", lambda a, b: drawn.append((a, b)) or b)
     pauses = [conflict_backoff(n) for n in (0, 1, 2, 10, 10_000)]
     assert drawn == [(0.0, p) for p in pauses]
     assert pauses[:3] == [CONFLICT_BASE_S, 2 * CONFLICT_BASE_S, 4 * CONFLICT_BASE_S]

@@ -17,11 +17,12 @@ from nats.aio.msg import Msg
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
 from infra import bus
-from infra.runtime import Running, Settings, start_service
+from infra.runtime import Running, Settings
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer, mappings_config
-from services.writer.app import Writer
+from services.writer.app import Writer, start_writer
 from services.writer.append import AppendError, Group
+from services.writer.config import WriterConfig
 from tests.helpers import answers, start_reader
 from tests.system.checks import verify_chain
 
@@ -44,8 +45,8 @@ class Writers:
 
     async def start(self, name: str, ttl: float = TTL) -> Writer:
         settings = Settings(nats_url=self.url, data_dir=self.tmp / name, instance=name)
-        settings.extra.update(partitions=str(PARTITIONS), lease_ttl=str(ttl))
-        running = self.running[name] = await start_service(settings, "writer", Writer)
+        config = WriterConfig(partitions=PARTITIONS, lease_ttl=ttl)
+        running = self.running[name] = await start_writer(settings, config)
         await answers(self.url, "writer", name)
         return running.service
 
@@ -212,9 +213,9 @@ async def test_a_writer_with_another_partition_count_refuses_to_start(
 ) -> None:
     await writers.start("writer-a")
     settings = Settings(nats_url=nats_server.url, data_dir=tmp_path / "odd", instance="odd")
-    settings.extra.update(partitions=str(PARTITIONS * 2), lease_ttl=str(TTL))
+    config = WriterConfig(partitions=PARTITIONS * 2, lease_ttl=TTL)
     with pytest.raises(RuntimeError, match=f"this deployment has {PARTITIONS} partitions"):
-        await start_service(settings, "writer", Writer)
+        await start_writer(settings, config)
 
 
 async def test_partition_of_is_the_servers_mapping(nats_server: NatsServer) -> None:

@@ -15,6 +15,7 @@ from contracts.limits import LimitsPatch
 from core.plan import Committed
 from infra.store import ProjectionGap, Store
 from quill.client import Quill
+from services.writer.config import WriterConfig
 from tests.core.build import LogBuilder
 from tests.helpers import start_reader, start_writer
 from tests.integration.test_lifecycle import until
@@ -152,10 +153,9 @@ async def test_services_with_a_budget_smaller_than_the_workspaces(
     limits, trust, archive and lock state, listing, writes, purge and create again."""
     async with AsyncExitStack() as stack:
         writer = await start_writer(
-            stack, nats_url, tmp_path / "writer", {"projection_rows": "3", "max_workspaces": "2"}
+            stack, nats_url, tmp_path / "writer", WriterConfig(max_workspaces=2), projection_rows=3
         )
-        reader = await start_reader(stack, nats_url, tmp_path / "reader", "r", {
-            "projection_rows": "3"})  # fmt: skip
+        reader = await start_reader(stack, nats_url, tmp_path / "reader", "r", projection_rows=3)
         client = await Quill.connect(nats_url, actor="tester", timeout=10)
         stack.push_async_callback(client.close)
         spaces = {name: client.workspace(f"rows/{name}") for name in NAMES}

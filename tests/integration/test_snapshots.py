@@ -34,10 +34,11 @@ from quill_cli.cli import main
 from quill_cli.tools import replay as rpl
 from services.reader.follower import TRACKING
 from services.reader.snapshots import SnapshotConfig, Snapshotter
+from services.writer.config import WriterConfig
 from tests.helpers import LogBuilder, start_reader, start_writer
 from tests.integration.test_compaction import KEEP, WRITES, compacted, rows
 
-BOOT = {"snapshot_behind": "1", "snapshot_events": "0"}
+BOOT = SnapshotConfig(behind=1, every_events=0)
 """A replica that starts from any snapshot ahead of it, and makes none unless asked."""
 
 
@@ -223,7 +224,7 @@ async def test_readers_make_snapshots_when_due_one_at_a_time_keeping_k(
 ) -> None:
     await clear(nc)
     js = nc.jetstream()
-    often = {"snapshot_events": "5", "snapshot_keep": "2", "snapshot_check_s": "0.05"}
+    often = SnapshotConfig(every_events=5, keep=2, check_s=0.05)
     async with AsyncExitStack() as stack:
         quill = await deployment(stack, nats_url, tmp_path)
         readers = [
@@ -304,7 +305,7 @@ async def test_a_projection_close_behind_the_snapshot_keeps_its_data(
             await quill.workspace("acme/near").write("f.txt", "later")
             await force(nc)
         again = await start_reader(
-            stack, nats_url, tmp_path / "r1", "r1", {**BOOT, "snapshot_behind": "1000"}
+            stack, nats_url, tmp_path / "r1", "r1", replace(BOOT, behind=1000)
         )
         assert again.started_from is None
         assert await quill.workspace("acme/near").read_text("f.txt") == "later"
@@ -325,7 +326,9 @@ async def test_a_writer_with_no_projection_starts_from_a_reader_snapshot(
             made = await force(nc)
             ws = quill.workspace("acme/writer")
             await ws.write("f.txt", "after the snapshot\n")  # v22: the tail
-        writer = await start_writer(stack, nats_url, tmp_path / "w2", {"snapshot_behind": "1"})
+        writer = await start_writer(
+            stack, nats_url, tmp_path / "w2", WriterConfig(snapshot_behind=1)
+        )
         # the snapshot (as of v21), then the tail, applied before it serves
         assert "installed snapshot" in caplog.text
         assert writer.store.version_of("acme", "writer") == 22 and writer.deps.projection.complete

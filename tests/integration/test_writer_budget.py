@@ -19,6 +19,7 @@ from infra.runtime import Settings
 from infra.store import Store
 from services.writer import workspace
 from services.writer.app import Writer
+from services.writer.config import WriterConfig
 
 S = Subjects()
 BUDGET = 4
@@ -29,7 +30,8 @@ async def writer(nats_url: str, tmp_path: Path) -> AsyncIterator[Writer]:
     nc = await bus.connect(nats_url, "writer")
     await bus.ensure_streams(nc, S)
     store = await Store.open(tmp_path / "writer.db", role="writer")
-    w = Writer(Settings(nats_url=nats_url, data_dir=tmp_path), nc, store, max_workspaces=BUDGET)
+    config = WriterConfig(max_workspaces=BUDGET)
+    w = Writer(Settings(nats_url=nats_url, data_dir=tmp_path), nc, store, config)
     await w.start()
     yield w
     await w.stop()
