@@ -121,6 +121,7 @@ class Stack(Launcher):
         metrics_port: int = 0,
         log_max_bytes: int | None = None,
         disk_reserve: int | None = None,
+        nats_memory: int | None = None,
     ) -> None:
         """``tenants``: a tenants file (``quill_cli/tenants.py``): the embedded server then
         admits each tenant with its own rights and the services as the system user, whose
@@ -129,7 +130,8 @@ class Stack(Launcher):
         environment; ``core/secrets.py``). ``metrics_port``: the writer's metrics port, the
         reader, executor, gateway and this launcher taking the next ones (0: free ports).
         ``log_max_bytes``, ``disk_reserve``: JetStream's storage limit
-        (``quill_cli.natsserver``)."""
+        (``quill_cli.natsserver``); ``nats_memory``: its Go memory limit (None: the default,
+        0: none)."""
         system = None
         if tenants is not None:
             system = NatsAuth(SYSTEM_USER, secrets.token_urlsafe(32))
@@ -152,6 +154,7 @@ class Stack(Launcher):
         self.nats: NatsServer | None = None
         self.gateway_workers = gateway_workers
         self.log_max_bytes, self.disk_reserve = log_max_bytes, disk_reserve
+        self.nats_memory = nats_memory
 
     @property
     def nats_url(self) -> str:
@@ -226,6 +229,7 @@ class Stack(Launcher):
                 log_max_bytes=self.log_max_bytes,
                 disk_reserve=self.disk_reserve,
                 secrets=registry,
+                **({} if self.nats_memory is None else {"memory_limit": self.nats_memory}),
             )
             await asyncio.to_thread(self.nats.start)
         self.http_port = self.http_port or self.ports.free()

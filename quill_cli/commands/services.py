@@ -39,6 +39,7 @@ from quill_cli.common import (
     TENANTS_HELP,
     TOKENS_HELP,
     Commands,
+    SizeType,
     refusing,
     run_to_exit,
     storage_options,
@@ -498,6 +499,12 @@ def gateway(
 )
 @click.option("--gateway-workers", type=click.IntRange(min=1), help=UP_WORKERS_HELP)
 @click.option(
+    "--nats-memory",
+    type=SizeType(),
+    help="The NATS server's Go memory limit (GOMEMLIMIT), e.g. 1GiB; 0 for none (default: "
+    "400MiB, or $GOMEMLIMIT; a soft limit: docs/operations.md, Memory).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=0,
@@ -518,6 +525,7 @@ def up(
     tenants: Path | None,
     secrets_file: Path | None,
     gateway_workers: int | None,
+    nats_memory: int | None,
     metrics_port: int,
     log_format: str,
     log_max_bytes: int | None,
@@ -561,5 +569,6 @@ def up(
         metrics_port=metrics_port,
         log_max_bytes=log_max_bytes,
         disk_reserve=disk_reserve,
+        nats_memory=nats_memory,
     )
     sys.exit(run_to_exit(stack.run()))
