@@ -38,7 +38,7 @@ from quill.connection import DEFAULT_DATA, STACK_FILE, discover_url
 from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill_cli import tenants as tenancy
 from quill_cli.launcher import Child, Launcher
-from quill_cli.natsserver import NatsServer
+from quill_cli.natsserver import MEMORY_LIMIT, NatsServer
 from quill_cli.ports import free_port, http_ok
 
 log = logging.getLogger("quill_cli.stack")
@@ -229,7 +229,7 @@ class Stack(Launcher):
                 log_max_bytes=self.log_max_bytes,
                 disk_reserve=self.disk_reserve,
                 secrets=registry,
-                **({} if self.nats_memory is None else {"memory_limit": self.nats_memory}),
+                memory_limit=MEMORY_LIMIT if self.nats_memory is None else self.nats_memory,
             )
             await asyncio.to_thread(self.nats.start)
         self.http_port = self.http_port or self.ports.free()
