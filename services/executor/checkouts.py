@@ -186,7 +186,7 @@ class Checkouts:
                     now = await asyncio.to_thread(checkout.own_files)
                     self.budget.used(key, self.budget.sizes[key] + now[0] - own[0])
                     self.entries[key] = self.entries.get(key, 0) + now[1] - own[1]
-                self.measured[key] = (checkout.version, self.budget.sizes.get(key, 0))
+                self.measured[key] = (checkout.known, self.budget.sizes.get(key, 0))
             done = True
         finally:
             self.using[key] -= 1
