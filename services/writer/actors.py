@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from contracts.limits import RETRY_AFTER_MS
 from contracts.subjects import Subjects
 from infra.busy import refused
-from services.writer.deps import Backlog, Deps
+from services.writer.deps import Deps
 from services.writer.workspace import Pending, WorkspaceActor
 
 log = logging.getLogger("quill.writer")
@@ -56,24 +56,31 @@ class Actors:
     # ------------------------------------------------------------------ the entry's
     def take(self, pending: Pending, partition: int | None = None) -> None:
         """Queue ``pending`` on its workspace's actor, counted in the backlog (a copy of a
-        request already queued joins it, uncounted).
+        request already queued joins it, uncounted). The entry's one call per command, in
+        the subscription's task: no more than that (``get``'s lookup is inline).
 
         Raises:
             QuillError: busy (``UNAVAILABLE``): the writer holds as many commands or bytes as
-                it may, the workspace as many commands, or the request as many copies.
+                it may (queue ``commands``, ``command_bytes``), the workspace as many commands
+                (``workspace_commands``), or the request as many copies.
         """
         backlog, size = self.deps.backlog, len(pending.msg.data)
-        full(backlog, size)
+        if backlog.queued >= backlog.limit:
+            raise refused("writer", "commands", "The writer", RETRY_AFTER_MS, limit=backlog.limit)
+        if backlog.queued and backlog.bytes + size > backlog.max_bytes:  # one always fits
+            what, limit = "The writer", backlog.max_bytes
+            raise refused("writer", "command_bytes", what, RETRY_AFTER_MS, limit=limit)
         address = pending.address
-        actor = self.get(address.tenant, address.workspace, partition)
+        key = (address.tenant, address.workspace)
+        actor = self._held.get(key)
+        if actor is None:
+            actor = self._new(key, partition)
+        else:
+            self._held.move_to_end(key)
         if actor.queued - actor.waiting >= backlog.per_workspace:  # waiters: apart
-            raise refused(
-                "writer",
-                "workspace_commands",
-                f"Workspace {address.tenant}/{address.workspace}",
-                RETRY_AFTER_MS,
-                limit=backlog.per_workspace,
-            )
+            what = f"Workspace {address.tenant}/{address.workspace}"
+            limit = backlog.per_workspace
+            raise refused("writer", "workspace_commands", what, RETRY_AFTER_MS, limit=limit)
         if actor.submit(pending):
             backlog.queued += 1
             backlog.bytes += size
@@ -84,10 +91,13 @@ class Actors:
         key = (tenant, workspace)
         actor = self._held.get(key)
         if actor is None:
-            actor = self._held[key] = WorkspaceActor(self.deps, tenant, workspace, partition)
-            self._evict(key)
-        else:
-            self._held.move_to_end(key)
+            return self._new(key, partition)
+        self._held.move_to_end(key)
+        return actor
+
+    def _new(self, key: Key, partition: int | None) -> WorkspaceActor:
+        actor = self._held[key] = WorkspaceActor(self.deps, *key, partition)
+        self._evict(key)
         return actor
 
     def _evict(self, keep: Key) -> None:
@@ -192,18 +202,3 @@ class Actors:
                 await asyncio.wait_for(asyncio.gather(*busy), grace_s)
             except TimeoutError:
                 log.warning("stopping with commands still in flight")
-
-
-def full(backlog: Backlog, size: int) -> None:
-    """Refuse a command of ``size`` bytes when the writer holds as many commands, or as many
-    bytes, as it may.
-
-    Raises:
-        QuillError: busy (``UNAVAILABLE``), queue ``commands`` or ``command_bytes``.
-    """
-    if backlog.queued >= backlog.limit:
-        raise refused("writer", "commands", "The writer", RETRY_AFTER_MS, limit=backlog.limit)
-    if backlog.queued and backlog.bytes + size > backlog.max_bytes:  # one always fits
-        raise refused(
-            "writer", "command_bytes", "The writer", RETRY_AFTER_MS, limit=backlog.max_bytes
-        )
