@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client as NATS
 
-from quill.client import Quill
+from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from tests import helpers
 from tests.executor.conftest import StartExecutor
@@ -33,13 +33,19 @@ def grown(before: Counter[str], after: Counter[str], key: str) -> int:
     return after[key] - before[key]
 
 
-async def test_a_commands_own_commit_is_not_read_back(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
+async def checked_out(stack: StartExecutor, quill: Quill, name: str) -> tuple[Executor, Workspace]:
+    """An executor, and a workspace it has a checkout of (a command committed ``a.txt``)."""
     executor = await stack()
     ws = quill.workspace(name)
     await ws.create()
-    await ws.exec("echo 0 > a.txt")  # the checkout is built; its own commit...
+    await ws.exec("echo 0 > a.txt")
+    return executor, ws
+
+
+async def test_a_commands_own_commit_is_not_read_back(
+    stack: StartExecutor, quill: Quill, name: str
+) -> None:
+    executor, ws = await checked_out(stack, quill, name)  # its own commit...
     await ws.exec("true")  # ... folded as this one starts
     before = io(executor)
     ran = await ws.exec("echo 1 > a.txt")
@@ -59,10 +65,7 @@ async def test_a_commands_own_commit_is_not_read_back(
 async def test_a_write_after_the_commit_is_read_from_the_log(
     stack: StartExecutor, quill: Quill, name: str
 ) -> None:
-    executor = await stack()
-    ws = quill.workspace(name)
-    await ws.create()
-    await ws.exec("echo 0 > a.txt")
+    executor, ws = await checked_out(stack, quill, name)
     ran = await ws.exec("echo 1 > a.txt")
     await ws.write("b.txt", "theirs\n")  # the last message is not the command's own any more
     before = io(executor)
@@ -78,10 +81,7 @@ async def test_a_write_while_the_command_runs_is_synced_at_once(
 ) -> None:
     """The writer answers the command's commit with a version past the one after its base:
     others wrote between, so the checkout reads the log then, as before."""
-    executor = await stack()
-    ws = quill.workspace(name)
-    await ws.create()
-    await ws.exec("echo 0 > a.txt")
+    executor, ws = await checked_out(stack, quill, name)
     gate, started = helpers.Gate(), asyncio.Event()
 
     def seen(_: str, chunk: bytes) -> None:
