@@ -62,8 +62,12 @@ def parse(
     subjects: Subjects,
     kind: OpKind,
     new_id: Callable[[], object] | None = None,
+    *,
+    address: Address | None = None,
 ) -> tuple[Address, OpSpec, Origin, Request]:
     """Understand ``incoming.msg`` as a request of ``kind``, filling ``incoming`` as it goes.
+    ``address``: its subject, when the caller parsed it already (``subjects.parse_request``:
+    a subject is parsed once).
 
     Raises:
         QuillError: ``INVALID_ARGUMENT`` for a bad subject, unknown op, header or body, or
@@ -74,7 +78,7 @@ def parse(
             caller gets its one answer.
     """
     try:
-        return _parse(incoming, subjects, kind, new_id)
+        return _parse(incoming, subjects, kind, new_id, address)
     except QuillError:
         raise
     except Exception as exc:  # a bug: still one answer, never an exception past the edge
@@ -91,10 +95,11 @@ def _parse(
     subjects: Subjects,
     kind: OpKind,
     new_id: Callable[[], object] | None,
+    parsed: Address | None,
 ) -> tuple[Address, OpSpec, Origin, Request]:
     msg = incoming.msg
     logfields.bind(None)  # what the subscription's task served before is not this request
-    address = incoming.address = subjects.parse_request(msg.subject)
+    address = incoming.address = parsed or subjects.parse_request(msg.subject)
     if msg.reply and not reply_allowed(msg.subject, msg.reply, own_inbox(msg._client)):
         raise QuillError(
             ErrorCode.ACCESS_DENIED, "The reply subject is another tenant's inbox: refused"

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy, RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from contracts import codec, hashing
@@ -50,11 +50,30 @@ def _committed(subject: str, data: bytes, headers: dict[str, str] | None, seq: i
 async def last_seq(js: JetStreamContext, subject: str, *, fresh: bool = False) -> int:
     """Stream sequence of the last event on ``subject`` (0 when it has none). ``fresh``: ask
     the stream leader (a direct get may be answered by a replica a little behind)."""
+    raw = await last_message(js, subject, fresh=fresh)
+    return int(raw.seq or 0) if raw is not None else 0
+
+
+async def last_message(
+    js: JetStreamContext, subject: str, *, fresh: bool = False
+) -> RawStreamMsg | None:
+    """The last event message on ``subject`` as stored (None when it has none; ``fresh``: as
+    for ``last_seq``): its sequence, its ``Ws-Event-Hash``, and the event itself for
+    ``stored`` to decode, at the cost of one round trip."""
     try:
-        raw = await js.get_last_msg(STREAM_EVENTS, subject, direct=not fresh)
+        return await js.get_last_msg(STREAM_EVENTS, subject, direct=not fresh)
     except NotFoundError:
-        return 0
-    return int(raw.seq or 0)
+        return None
+
+
+def stored(raw: RawStreamMsg) -> Committed:
+    """An event message read by a get (``last_message``), verified as ``committed`` verifies
+    a delivered one.
+
+    Raises:
+        CorruptEvent: the payload does not match its ``Ws-Event-Hash``.
+    """
+    return _committed(raw.subject or "", raw.data or b"", raw.headers, int(raw.seq or 0))
 
 
 async def stream_last_seq(js: JetStreamContext) -> int:

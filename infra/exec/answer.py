@@ -94,12 +94,20 @@ class Job:
 
 
 async def received(
-    incoming: Incoming, nc: NATS, subjects: Subjects, auditor: Auditor, secrets: Secrets
+    incoming: Incoming,
+    nc: NATS,
+    subjects: Subjects,
+    auditor: Auditor,
+    secrets: Secrets,
+    address: Address | None = None,
 ) -> tuple[Address, Origin, rq.Request, Job] | None:
     """An exec request parsed (given a request id when it has none) and the ``Job`` of its live
-    output; a request that does not parse is refused here (None)."""
+    output; a request that does not parse is refused here (None). ``address``: its subject,
+    when the caller parsed it already."""
     try:
-        address, _, origin, request = parse(incoming, subjects, "exec", new_id=new_request_id)
+        address, _, origin, request = parse(
+            incoming, subjects, "exec", new_id=new_request_id, address=address
+        )
     except QuillError as exc:
         await reject(incoming, exc, auditor)
         return None

@@ -16,7 +16,10 @@ checkout is first built from a reader's tree at a version, checked against the l
 made. ``merge`` moves what a command wrote over its overlay into ``tree/``
 (``infra.exec.layers``); ``capture`` lists the changes to commit, at the paths the merge
 touched, or walking ``tree/`` when the command changed it in place (``infra.exec.capture``);
-``committed`` folds the outcome back into the manifest.
+``committed`` folds the outcome back into the manifest. The commit's own event is not read
+back once the writer answered it (``answered``): the next ``sync`` folds it from the log's
+last message, which it reads anyway, when it is the only event since (its predecessor is the
+checkout's last; else the log is read as usual).
 
 ``tree/`` is the sandboxed command's to change: every name in it may be a link, a hard link or
 swapped for one between two looks. Nothing here resolves a name in it on the host: each file
@@ -40,11 +43,14 @@ import logging
 import os
 import stat
 from collections import Counter
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 from nats.js import JetStreamContext
+from nats.js.api import RawStreamMsg
 
 from contracts import hashing
 from contracts import replies as rp
@@ -68,9 +74,10 @@ from contracts.events import (
 )
 from contracts.limits import DEFAULT_EXCLUSIONS, Limits
 from contracts.paths import ancestors
-from contracts.subjects import Subjects
+from contracts.subjects import HEADER_EVENT_HASH, Subjects
 from contracts.uncommitted import Recorded, fold_uncommitted
 from core.globs import Globs
+from core.plan import Committed
 from infra import log as eventlog
 from infra.blobs import Blobs
 from infra.compaction import decode_manifest
@@ -94,8 +101,9 @@ Fetch = seed.Fetch
 
 COUNTS: Counter[str] = Counter()
 """Events applied from the log (``events``), checkouts built from a reader's tree
-(``seeded``) and replayed from the log instead (``replayed``), by this process (the
-executor's ping shows them)."""
+(``seeded``) and replayed from the log instead (``replayed``), commits of a checkout's own
+folded from the last message, not read back (``own``), by this process (the executor's ping
+shows them)."""
 
 _generations = itertools.count(1)
 """Every change of any checkout's tree takes the next number (``Checkout.generation``)."""
@@ -108,6 +116,20 @@ def _under(path: str, top: str, prefix: str) -> bool:
 def _scrub(event: object) -> bool:
     """``quill scrub``'s closing event: the log before it was rewritten."""
     return isinstance(event, HistoryCompacted) and event.op == SCRUB_OP
+
+
+class Own(NamedTuple):
+    """The checkout's own commit, answered by the writer and not folded yet (``answered``)."""
+
+    version: int
+    request_id: str
+    """The ``apply``'s: its event carries it."""
+    after: tuple[int, str]
+    """The log sequence and hash of the event the checkout was at: the commit's predecessor."""
+
+
+async def _once(events: list[Committed]) -> AsyncIterator[list[Committed]]:
+    yield events
 
 
 class Checkout:
@@ -148,6 +170,12 @@ class Checkout:
         """Changes with every change the executor makes to ``tree/`` (a sync that wrote, a
         merge, a rebuild): a sandbox whose overlay was mounted over another generation is
         not used (``Spawn.overlay``)."""
+        self._last: RawStreamMsg | None = None
+        """The log's last message of the workspace, as the last ``sync`` read it."""
+        self._head: tuple[int, str] | None = None
+        """The log sequence and hash of the event the checkout is at, when a ``sync`` saw it
+        last in the log (else unknown: None)."""
+        self._own: Own | None = None
 
     @property
     def version(self) -> int:
@@ -156,6 +184,12 @@ class Checkout:
     @property
     def limits(self) -> Limits:
         return self.manifest.limits
+
+    @property
+    def known(self) -> int:
+        """The version the checkout holds the files of: ``version``, or its own commit's,
+        answered and not folded yet (``answered``)."""
+        return self._own.version if self._own is not None else self.manifest.version
 
     # ------------------------------------------------------------------ lifetime
     def open(self) -> None:
@@ -243,20 +277,75 @@ class Checkout:
     async def latest_seq(self) -> int:
         # From the stream leader: on a cluster a direct get may come from a replica behind
         # it, and a command asking for the version its client just wrote would be refused.
-        return await eventlog.last_seq(self._js, self._subject, fresh=True)
+        self._last = await eventlog.last_message(self._js, self._subject, fresh=True)
+        return int(self._last.seq or 0) if self._last is not None else 0
+
+    def answered(self, version: int, request_id: str) -> bool:
+        """The writer answered the checkout's own commit (``committed``, the ``apply`` of
+        ``request_id``) with ``version``: True when that is the version after the checkout's,
+        the commit's event the only one since. It is not read back now: the next ``sync``
+        folds it from the log's last message, which it reads anyway, if that is still it (its
+        version and request id, the checkout's last event its predecessor), else reads the
+        log as usual. False: others wrote between; ``sync`` now."""
+        head = self._head
+        if version != self.manifest.version + 1 or head is None or head[0] != self.manifest.seq:
+            return False
+        self._own = Own(version, request_id, head)
+        return True
+
+    def _only_own(self, own: Own | None, upto: int | None) -> list[Committed] | None:
+        """The checkout's own commit (``own``) as the log's last message holds it, when it is
+        the only event after the checkout's; else None (the log is read)."""
+        raw = self._last
+        if own is None or raw is None or own.after[0] != self.manifest.seq:
+            return None
+        if upto is not None and upto < own.version:
+            return None
+        try:
+            item = eventlog.stored(raw)
+        except (eventlog.CorruptEvent, msgspec.DecodeError):
+            return None  # read as usual, and refused there
+        event = item.event
+        if (event.version, event.request_id, event.prev_hash) != (
+            own.version,
+            own.request_id,
+            own.after[1],
+        ):
+            return None
+        COUNTS["own"] += 1
+        return [item]
+
+    def _at_head(self, last: int) -> None:
+        """Remember the log sequence and hash of the event the checkout is at, when it is the
+        log's last (``last``, its message read by ``latest_seq``)."""
+        raw, self._head = self._last, None
+        if raw is not None and self.manifest.seq == last == raw.seq:
+            digest = (raw.headers or {}).get(HEADER_EVENT_HASH)
+            if digest is not None:
+                self._head = (last, digest)
 
     async def sync(self, upto_version: int | None = None) -> None:
         """Apply the workspace's events after ``version`` (up to ``upto_version``, default
-        the latest), writing files, making directories and removing paths."""
+        the latest), writing files, making directories and removing paths. The checkout's
+        own commit alone since (``answered``) is folded from the last message, not read
+        again."""
         last = await self.latest_seq()
+        own, self._own = self._own, None
         if last <= self.manifest.seq:
+            self._at_head(last)
             return
         self.begin()
         if self.manifest.seq == 0 and self._tree is not None:
             await self._seed(upto_version)  # the files at a version, not every revision
         # A chunk of the log at a time: an uncompacted log of a million events materialises
         # in bounded memory.
-        async for events in eventlog.chunks(self._js, self._subject, self.manifest.seq, last):
+        mine = self._only_own(own, upto_version)
+        chunks = (
+            _once(mine)
+            if mine is not None
+            else eventlog.chunks(self._js, self._subject, self.manifest.seq, last)
+        )
+        async for events in chunks:
             COUNTS["events"] += len(events)
             scrubs = [i for i, e in enumerate(events) if _scrub(e.event)]
             if scrubs:  # quill scrub rewrote the log: its (last) scrub event rebuilds the tree
@@ -309,6 +398,7 @@ class Checkout:
             else:
                 continue
             break  # at upto_version
+        self._at_head(last)
         await asyncio.to_thread(self.save)
 
     async def _seed(self, upto: int | None) -> None:

@@ -213,47 +213,53 @@ class Executor:
         self._background(self.checkouts.purged(self.subjects.parse_workspace_subject(msg.subject)))
 
     async def on_request(self, msg: Msg) -> None:
+        """An exec request, its subject parsed once, here: a local workspace's is its bridge's,
+        a read of kept output is answered apart (no slot, no checkout), the rest takes a slot
+        (or is refused, busy) and is answered on a task of its own."""
         incoming = Incoming(msg)
-        with contextlib.suppress(QuillError):  # a bad subject is answered by answer()
+        try:
             address = self.subjects.parse_request(msg.subject)
-            if self.bridges.claims(address.tenant, address.workspace):
-                return  # a local workspace: its bridge answers
-            if address.op == "output":  # a read of kept output: no slot, no checkout
-                if self.output_reads >= EXECUTOR_MAX_OUTPUT_READS:
-                    limit = EXECUTOR_MAX_OUTPUT_READS
-                    error = refused(
-                        "executor", "output_reads", "The executor", RETRY_AFTER_MS, limit=limit
-                    )
-                    await reject(incoming, error, self.auditor)
-                    return
-                self.output_reads += 1
-                self._background(self._read_output(incoming))
+        except QuillError as exc:  # a bad subject: refused as parse() would
+            await reject(incoming, exc, self.auditor)
+            return
+        if self.bridges.claims(address.tenant, address.workspace):
+            return  # a local workspace: its bridge answers
+        if address.op == "output":  # a read of kept output: no slot, no checkout
+            if self.output_reads >= EXECUTOR_MAX_OUTPUT_READS:
+                limit = EXECUTOR_MAX_OUTPUT_READS
+                error = refused(
+                    "executor", "output_reads", "The executor", RETRY_AFTER_MS, limit=limit
+                )
+                await reject(incoming, error, self.auditor)
                 return
-        try:  # a bad subject is refused here, as parse() would
-            ticket = self.slots.join(self.subjects.parse_request(msg.subject).tenant)
+            self.output_reads += 1
+            self._background(self._read_output(incoming, address))
+            return
+        try:
+            ticket = self.slots.join(address.tenant)
         except QuillError as exc:
             await reject(incoming, exc, self.auditor)
             return
-        task = asyncio.create_task(self.answer(incoming, ticket))
+        task = asyncio.create_task(self.answer(incoming, address, ticket))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def answer(self, incoming: Incoming, ticket: Ticket) -> None:
+    async def answer(self, incoming: Incoming, address: Address, ticket: Ticket) -> None:
         try:
-            await self._answer(incoming, ticket)
+            await self._answer(incoming, address, ticket)
         finally:
             self.slots.leave(ticket)
 
-    async def _answer(self, incoming: Incoming, ticket: Ticket) -> None:
+    async def _answer(self, incoming: Incoming, subject: Address, ticket: Ticket) -> None:
         secrets = self.commands.secrets
-        taken = await received(incoming, self.nc, self.subjects, self.auditor, secrets)
+        taken = await received(incoming, self.nc, self.subjects, self.auditor, secrets, subject)
         if taken is None:
             return
         address, origin, request, job = taken
         details: dict[str, Any] = {}
 
         async def work() -> tuple[int, rp.CommandResult | rp.GitResult]:
-            await self.checkouts.room()  # a disk short of its reserve refuses at once
+            await self.checkouts.room()  # a disk short of its reserve refuses at once (once)
             await self.slots.wait(ticket)  # heartbeats go on meanwhile
             run = self.ops[registry.of_request(request).name]
             result: tuple[int, rp.CommandResult | rp.GitResult]
@@ -265,11 +271,11 @@ class Executor:
             stopping="The executor is stopping; retry",
         )  # fmt: skip
 
-    async def answer_output(self, incoming: Incoming) -> None:
+    async def answer_output(self, incoming: Incoming, subject: Address | None = None) -> None:
         """``exec.output``: a page of a command's kept output (``output``), of the tenant
-        and workspace the request was sent to only."""
+        and workspace the request was sent to only (``subject``: its subject, parsed)."""
         try:
-            address, _, origin, request = parse(incoming, self.subjects, "exec")
+            address, _, origin, request = parse(incoming, self.subjects, "exec", address=subject)
             assert isinstance(request, rq.CommandOutputQuery)
             try:
                 page = await read_page(
@@ -291,9 +297,9 @@ class Executor:
         summary = f"output of {request.command_id} ({request.stream} from {request.offset})"
         await self.auditor.record(address, origin, incoming.started, summary=summary)
 
-    async def _read_output(self, incoming: Incoming) -> None:
+    async def _read_output(self, incoming: Incoming, address: Address) -> None:
         try:
-            await self.answer_output(incoming)
+            await self.answer_output(incoming, address)
         finally:
             self.output_reads -= 1
 

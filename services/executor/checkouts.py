@@ -153,10 +153,11 @@ class Checkouts:
     @contextlib.asynccontextmanager
     async def hold(self, address: Address) -> AsyncIterator[Checkout]:
         """The workspace's checkout, synced to the latest version, within its quota, held
-        exclusively; idle checkouts over the budget are evicted once it is released.
+        exclusively; idle checkouts over the budget are evicted once it is released. The
+        disk's room was looked at once already, as the request came (``room``).
 
         Raises:
-            QuillError: ``UNAVAILABLE`` (the log, or the disk's reserve), ``WORKSPACE_NOT_FOUND``,
+            QuillError: ``UNAVAILABLE`` (the log), ``WORKSPACE_NOT_FOUND``,
                 ``SIZE_LIMIT_EXCEEDED`` (the log's files alone are over the quota).
         """
         key = (address.tenant, address.workspace)
@@ -164,7 +165,6 @@ class Checkouts:
         done = False
         try:
             async with self.locks(key):
-                await self.room()
                 checkout = self.live.pop(key, None)
                 if checkout is None:
                     home = self.data_dir / "checkouts" / address.tenant
@@ -186,7 +186,7 @@ class Checkouts:
                     now = await asyncio.to_thread(checkout.own_files)
                     self.budget.used(key, self.budget.sizes[key] + now[0] - own[0])
                     self.entries[key] = self.entries.get(key, 0) + now[1] - own[1]
-                self.measured[key] = (checkout.version, self.budget.sizes.get(key, 0))
+                self.measured[key] = (checkout.known, self.budget.sizes.get(key, 0))
             done = True
         finally:
             self.using[key] -= 1
@@ -363,7 +363,9 @@ class Checkouts:
 
     async def room(self) -> None:
         """Refuse (``UNAVAILABLE``) when the data disk is short of its reserve, after evicting
-        what idle checkouts can go."""
+        what idle checkouts can go: once per request, as it comes, before it waits for a slot
+        (another executor may take it; a command that then fills the disk is the disk watch's,
+        ``disk.Watch``)."""
         if not self.reserve.short():
             return
         for key in self.budget.idle(self.using.__contains__):

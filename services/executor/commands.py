@@ -34,7 +34,7 @@ from infra.exec import sandbox
 from infra.exec.answer import Job, timeout_ms
 from infra.exec.capture import Captured
 from infra.exec.checkout import Checkout
-from infra.exec.commit import commit
+from infra.exec.commit import changes_id, commit
 from infra.exec.git import READ_ONLY_GIT, Credentials, run_git, sandbox_runner
 from infra.exec.layers import Merged
 from infra.exec.results import Output, audited, command_result
@@ -253,8 +253,12 @@ class Commands:
         t2 = time.perf_counter()
         if checkout is live:
             await asyncio.to_thread(checkout.save)
-            try:  # past our own event (nothing made: the next command syncs before it runs)
-                if changes.version != base:
+            # Past its own event: taken from the writer's answer when no other came between
+            # (folded by the next command's sync, from the message it reads anyway), else
+            # synced now (nothing made: the next command syncs before it runs).
+            own = changes_id(origin.request_id)
+            try:
+                if changes.version != base and not checkout.answered(changes.version, own):
                     await checkout.sync()
             except Exception as exc:  # committed already; the next command syncs it
                 log.warning("checkout of %s not synced after the commit: %r", address, exc)

@@ -126,14 +126,14 @@ class Appender:
     message on nats-server 2.15, a publish ~0.5 ms); two or more go as one atomic batch. A
     workspace has at most one group in flight, so sends in flight never share a workspace
     and can overlap. Groups are answered as soon as the log acknowledges them (the durable
-    point); ``on_commit`` (the projection update) runs afterwards, in commit order, batching
-    whatever has committed meanwhile into one call.
+    point); ``on_commit`` (the projection update, the writer's ``Applier.apply``, given to
+    ``start``) runs afterwards, in commit order, batching whatever has committed meanwhile
+    into one call.
     """
 
     def __init__(
         self,
         nc: NATS,
-        on_commit: OnCommit,
         *,
         max_events: int = MAX_BATCH_EVENTS,
         max_bytes: int = MAX_BATCH_BYTES,
@@ -141,7 +141,6 @@ class Appender:
         timeout: float = 10.0,
     ) -> None:
         self._nc = nc
-        self._on_commit = on_commit
         self._max_events, self._max_bytes, self._timeout = max_events, max_bytes, timeout
         self._max_inflight = max_inflight
         self._inflight = 0
@@ -168,8 +167,9 @@ class Appender:
         """Groups decided while their workspace's previous group was in flight, sent
         chained to it."""
 
-    def start(self) -> None:
-        for coro in (self._run(), self._apply_loop()):
+    def start(self, on_commit: OnCommit) -> None:
+        """Send what is submitted; hand what committed to ``on_commit``."""
+        for coro in (self._run(), self._apply_loop(on_commit)):
             task = asyncio.create_task(coro)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -291,7 +291,7 @@ class Appender:
             if not group.future.done():
                 group.future.set_result(group_seqs)
 
-    async def _apply_loop(self) -> None:
+    async def _apply_loop(self, on_commit: OnCommit) -> None:
         while True:
             await self._commit_wakeup.wait()
             # Replies went out at the ack, so unless someone waits on the projection (a load,
@@ -304,7 +304,7 @@ class Appender:
             while self._committed:
                 batch, self._committed = self._committed, []
                 try:
-                    await self._on_commit(batch)
+                    await on_commit(batch)
                 except Exception:  # the actors concerned reload from the log
                     log.exception("projection update failed; the log has the events")
                 finally:

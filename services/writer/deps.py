@@ -1,8 +1,9 @@
 """What a workspace actor and the command entry are given: the writer's collaborators.
 
-``app.py`` builds one :class:`Deps` and hands it to every ``WorkspaceActor`` and to the
-command handler; neither reaches back into the ``Writer``. The partitions are seen through
-:class:`Fencing`, the few questions an actor asks them.
+``app.py`` builds one :class:`Deps` and hands it to the actors (``actors.py``, which give it
+to every ``WorkspaceActor``), the entry (``handlers.py``) and the applier (``applier.py``);
+none reaches back into the ``Writer``. The partitions are seen through :class:`Fencing`, the
+few questions an actor and the entry ask them.
 """
 
 from __future__ import annotations
@@ -61,11 +62,12 @@ class Backlog:
 @dataclass
 class Completeness:
     """Whether the writer's projection holds every event of the log of each workspace it has
-    a row of: set at start once it has applied what it missed (``Writer`` in ``app.py``),
-    cleared when an apply fails. While set, loading a workspace the projection holds does not
-    ask the log for its last sequence (a round trip to the server, a third of a cold write's
-    cost): the append's condition (``Nats-Expected-Last-Subject-Sequence``) still refuses a
-    decision made on a stale state, which is then decided again on the log's."""
+    a row of: set at start once it has applied what it missed (``Applier.complete``),
+    cleared when an apply fails (``Applier.apply``). While set, loading a workspace the
+    projection holds does not ask the log for its last sequence (a round trip to the server,
+    a third of a cold write's cost): the append's condition
+    (``Nats-Expected-Last-Subject-Sequence``) still refuses a decision made on a stale state,
+    which is then decided again on the log's."""
 
     complete: bool = False
 

@@ -2,37 +2,55 @@
 
 Only translation happens here; it never awaits the commit (the subscription delivers
 messages one at a time, and group commit needs the next ones to queue while one is in
-flight).
+flight). The command goes to its workspace's actor through ``Actors.take`` (the writer's
+bounds), which ``app.py`` hands the entry with its ``Deps``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from contracts.errors import ErrorCode, QuillError
-from contracts.limits import RETRY_AFTER_MS
-from contracts.subjects import new_request_id
-from infra.busy import refused
+from contracts.subjects import QUEUE_WRITER, new_request_id
+from infra import bus
 from infra.entry import Incoming, parse, reject
-from services.writer.deps import Backlog, Deps
-from services.writer.workspace import Pending, WorkspaceActor
+from services.writer.actors import Actors
+from services.writer.deps import Deps
+from services.writer.workspace import Pending
 
 log = logging.getLogger("quill.writer")
 
 
-def command_handler(
-    deps: Deps,
-    actor_of: Callable[[str, str, int | None], WorkspaceActor],
-    partition: int | None = None,
-) -> Callable[[Msg], Awaitable[None]]:
-    """``actor_of``: a workspace's actor (``Writer.actor``); ``partition``: the partition
-    whose subscription this serves (on a cluster)."""
-    backlog = deps.backlog
+class Entry:
+    """The writer's command subscriptions: all commands, or a cluster's partitions one at a
+    time (``serve_partition``, given to ``Partitions``)."""
 
-    async def on_command(msg: Msg) -> None:
+    def __init__(self, deps: Deps, actors: Actors) -> None:
+        self.deps, self.actors = deps, actors
+
+    async def serve(self) -> Subscription:
+        """Take every workspace's commands (a writer without partitions)."""
+        return await bus.serve(self.deps.nc, self.deps.subjects.all_cmd, QUEUE_WRITER, self.take)
+
+    async def serve_partition(self, partition: int) -> Subscription:
+        """Take the commands of ``partition``, just taken: and resume what its previous
+        writer left approved and not carried out."""
+        subject = self.deps.subjects.cmd_partition(partition)
+
+        async def take(msg: Msg) -> None:
+            await self.take(msg, partition)
+
+        sub = await bus.serve(self.deps.nc, subject, QUEUE_WRITER, take)
+        self.actors.resume(partition)
+        return sub
+
+    async def take(self, msg: Msg, partition: int | None = None) -> None:
+        """One command message (of ``partition``'s subscription, on a cluster): queued on
+        its workspace's actor, or refused."""
+        deps = self.deps
         incoming = Incoming(msg)
         try:
             address, spec, origin, request = parse(incoming, deps.subjects, "cmd", new_request_id)
@@ -48,19 +66,8 @@ def command_handler(
                         f"Commands for {address.tenant}/{address.workspace} go to "
                         f"{deps.subjects.cmd(address.tenant, address.workspace, address.op)}",
                     )
-            full(backlog, len(msg.data))
-            actor = actor_of(address.tenant, address.workspace, partition)
-            if actor.queued - actor.waiting >= backlog.per_workspace:  # waiters: apart
-                raise refused(
-                    "writer",
-                    "workspace_commands",
-                    f"Workspace {address.tenant}/{address.workspace}",
-                    RETRY_AFTER_MS,
-                    limit=backlog.per_workspace,
-                )
-            if actor.submit(Pending(address, spec, request, origin, msg, incoming.started)):
-                backlog.queued += 1
-                backlog.bytes += len(msg.data)
+            pending = Pending(address, spec, request, origin, msg, incoming.started)
+            self.actors.take(pending, partition)
         except QuillError as exc:
             await reject(incoming, exc, deps.auditor)
             return
@@ -68,20 +75,3 @@ def command_handler(
             log.exception("request %s on %s: not queued", origin.request_id, msg.subject)
             error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
             await reject(incoming, error, deps.auditor)
-
-    return on_command
-
-
-def full(backlog: Backlog, size: int) -> None:
-    """Refuse a command of ``size`` bytes when the writer holds as many commands, or as many
-    bytes, as it may.
-
-    Raises:
-        QuillError: busy (``UNAVAILABLE``), queue ``commands`` or ``command_bytes``.
-    """
-    if backlog.queued >= backlog.limit:
-        raise refused("writer", "commands", "The writer", RETRY_AFTER_MS, limit=backlog.limit)
-    if backlog.queued and backlog.bytes + size > backlog.max_bytes:  # one always fits
-        raise refused(
-            "writer", "command_bytes", "The writer", RETRY_AFTER_MS, limit=backlog.max_bytes
-        )

@@ -137,6 +137,11 @@ def _rank(instance: str, partition: int) -> bytes:
 class Partitions:
     """The partitions this writer holds, their leases, epochs and subscriptions."""
 
+    _subscribe: Callable[[int], Awaitable[Subscription]]
+    """Starts serving a partition taken (given to ``start``)."""
+    _holder: Holder
+    """Told when a partition is taken, handed back or lost (given to ``start``)."""
+
     def __init__(
         self,
         js: JetStreamContext,
@@ -145,19 +150,14 @@ class Partitions:
         replicas: int,
         count: int,
         ttl_s: float,
-        subscribe: Callable[[int], Awaitable[Subscription]],
-        holder: Holder,
     ) -> None:
-        """``subscribe`` starts serving a partition taken; ``holder`` is told when one is
-        taken, handed back or lost; ``replicas`` is the ``WS_LEASES`` bucket's."""
+        """``replicas`` is the ``WS_LEASES`` bucket's."""
         if count < 1:
             raise ValueError("partitions must be at least 1")
         if ttl_s < 2:
             raise ValueError("the lease TTL must be at least 2 seconds")
         self.count, self.ttl_s = count, ttl_s
         self.tick_s = ttl_s / 4
-        self._subscribe = subscribe
-        self._holder = holder
         self.instance = instance
         self.replicas = replicas
         self.js = js
@@ -201,12 +201,20 @@ class Partitions:
         }
 
     # ------------------------------------------------------------------ lifetime
-    async def start(self, timeout: float = 60.0) -> None:
-        """Join the deployment's writers and take a first share of the partitions.
+    async def start(
+        self,
+        subscribe: Callable[[int], Awaitable[Subscription]],
+        holder: Holder,
+        timeout: float = 60.0,
+    ) -> None:
+        """Join the deployment's writers and take a first share of the partitions:
+        ``subscribe`` starts serving a partition taken (the entry's); ``holder`` is told when
+        one is taken, handed back or lost (the actors).
 
         Raises:
             RuntimeError: this writer's partition count is not the deployment's.
         """
+        self._subscribe, self._holder = subscribe, holder
         deadline = time.monotonic() + timeout
         while True:
             try:

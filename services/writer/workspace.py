@@ -852,6 +852,11 @@ class WorkspaceActor:
             self._resuming = True
             self._start()
 
+    def forget(self) -> None:
+        """Let the state go (the projection missed its events, or its partition moved): the
+        next command loads it again from the projection and the log."""
+        self.state = None
+
     @staticmethod
     async def _unavailable_if_failing(reading: Awaitable[_T]) -> _T:
         """``reading`` (of the log), its failure as ``UNAVAILABLE``."""

@@ -195,7 +195,7 @@ async def test_copies_of_one_request_waiting_are_bounded_and_each_is_answered_on
     copies = [write(nc, "busy/r", "f", **same)]
     await until(lambda: writer.queued == 1)
     copies += [write(nc, "busy/r", "f", **same) for _ in range(16)]
-    actor = writer._actors[("busy", "r")]
+    actor = writer.actors.get("busy", "r")
     await until(lambda: len(actor._inflight["the-one"].retries) == 16)
     busy(await write(nc, "busy/r", "f", **same), "request_retries")
     await unlock(nc, "busy/r")

@@ -141,7 +141,7 @@ async def test_a_writer_that_lost_its_partition_cannot_append(
         ws = quill.workspace("acme/fenced")
         await ws.create()
         await ws.write("a.txt", "one")
-        actor = a.actor("acme", "fenced")
+        actor = a.actors.get("acme", "fenced")
         assert actor.fence is not None and actor.partition is not None
         stale = actor.fence
         # Another writer bumps the partition's epoch (as when it takes the partition over).

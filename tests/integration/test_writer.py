@@ -158,3 +158,34 @@ async def test_events_carry_their_hash_and_readers_refuse_a_corrupt_one(
     event.data = event.data.replace(b'"a"', b'"A"')
     with pytest.raises(CorruptEvent):
         committed(event)
+
+
+async def test_a_failed_projection_apply_is_caught_up_from_the_log(
+    writer: Writer, nc: NATS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The applier fails once (``applier.py``): the writer stops trusting its projection and
+    the workspace's actor lets its state go, so the next command loads it from the log, which
+    applies the event the projection missed (else the projection would have a gap)."""
+    assert (await cmd(nc, "acme/missed", "create", {}))["ok"]
+    await writer.appender.applied()
+    store = writer.store
+    real = store.apply
+    failed = asyncio.Event()
+
+    async def once(batch: object) -> None:
+        monkeypatch.setattr(store, "apply", real)
+        failed.set()
+        raise RuntimeError("the projection's disk went away")
+
+    monkeypatch.setattr(store, "apply", once)
+    r = await cmd(nc, "acme/missed", "write", {"path": "a.txt", "content": "one"})
+    assert r["ok"] and r["version"] == 2  # answered at the log's acknowledgement
+    await asyncio.wait_for(failed.wait(), 10)
+    await writer.appender.applied()
+    assert not writer.deps.projection.complete and store.version_of("acme", "missed") == 1
+    r = await cmd(nc, "acme/missed", "write", {"path": "b.txt", "content": "two"})
+    assert r["ok"] and r["version"] == 3
+    await writer.appender.applied()
+    assert store.version_of("acme", "missed") == 3
+    r = await cmd(nc, "acme/missed", "write", {"path": "a.txt", "content": "3"})
+    assert r["version"] == 4

@@ -87,7 +87,7 @@ async def test_results_past_the_memory_budget_come_from_the_projection(
         await cmd(nc, "long", "write", {"path": "f", "content": f"{i}\n"}, f"long-{i}")
         for i in range(10)
     ]
-    assert len(writer._actors[("acme", "long")]._recent) <= 3
+    assert len(writer.actors.get("acme", "long")._recent) <= 3
     # held (warm), then dropped and loaded again (cold): the oldest request ids still get
     # their first replies (a write decided again would commit version 12, or answer 11)
     for _ in range(2):
@@ -95,7 +95,7 @@ async def test_results_past_the_memory_budget_come_from_the_projection(
         for i, reply in enumerate(replies):
             body = {"path": "f", "content": "x\n"}
             assert await cmd(nc, "long", "write", body, f"long-{i}") == reply
-        writer._actors.pop(("acme", "long"))  # as if evicted: the next command loads it
+        writer.actors._held.pop(("acme", "long"))  # as if evicted: the next command loads it
     last = await cmd(nc, "long", "write", {"path": "f", "content": "last\n"}, "long-last")
     assert last["version"] == 12
 
@@ -108,18 +108,18 @@ class Busy:
 
 
 async def test_eviction_drops_the_oldest_idle_never_a_busy_one(writer: Writer) -> None:
-    actors: Any = writer._actors
+    actors: Any = writer.actors._held
     real = dict(actors)
     actors.clear()
     try:
         for i in range(BUDGET):  # oldest first: idle, busy, idle, busy
             actors[("acme", f"held{i}")] = Busy(idle=i % 2 == 0)
-        writer.actor("acme", "new1")
+        writer.actors.get("acme", "new1")
         assert list(actors) == [("acme", f"held{i}") for i in (1, 2, 3)] + [("acme", "new1")]
-        writer.actor("acme", "new2")  # held1 is busy: held2 goes
+        writer.actors.get("acme", "new2")  # held1 is busy: held2 goes
         assert list(actors)[:2] == [("acme", "held1"), ("acme", "held3")]
         for i in range(3):
-            writer.actor("acme", f"more{i}")
+            writer.actors.get("acme", f"more{i}")
         assert len(actors) == BUDGET
         assert [k for k, a in actors.items() if isinstance(a, Busy)] == [
             ("acme", "held1"),
@@ -127,7 +127,7 @@ async def test_eviction_drops_the_oldest_idle_never_a_busy_one(writer: Writer) -
         ]
         for key in list(actors):
             actors[key] = Busy(idle=False)
-        writer.actor("acme", "over")  # all busy: over the budget rather than drop one
+        writer.actors.get("acme", "over")  # all busy: over the budget rather than drop one
         assert len(actors) == BUDGET + 1 and ("acme", "over") in actors
     finally:
         actors.clear()

@@ -23,7 +23,7 @@ class Fake:
         self.gate = asyncio.Event()
         self.entered = asyncio.Event()
         self.applied: list[str] = []
-        self.appender = Appender(None, self.on_commit)  # type: ignore[arg-type]
+        self.appender = Appender(None)  # type: ignore[arg-type]
         self.seq = 0
 
         async def send(groups: list[Group]) -> list[list[int]]:
@@ -47,7 +47,7 @@ class Fake:
 @pytest_asyncio.fixture
 async def fake() -> AsyncIterator[Fake]:
     f = Fake()
-    f.appender.start()
+    f.appender.start(f.on_commit)
     yield f
     f.gate.set()
     await f.appender.stop()

@@ -25,10 +25,7 @@ class Log:
         self.refuse = False
         self.seq = 100
 
-        async def commit(_: object) -> None:
-            return None
-
-        self.appender = Appender(None, commit)  # type: ignore[arg-type]
+        self.appender = Appender(None)  # type: ignore[arg-type]
 
         async def send(groups: list[Group]) -> list[list[int]]:
             self.entered.set()
@@ -45,6 +42,10 @@ class Log:
 
         self.appender._send = send  # type: ignore[method-assign]
 
+    @staticmethod
+    async def commit(_: object) -> None:
+        """What committed goes nowhere (no projection here)."""
+
 
 def group(n: int, after: Group | None = None, expected: int = 0) -> Group:
     return Group("ws.evt.t.w", expected, [b"{}"] * n, ["id"] * n, ["h"] * n, after=after)
@@ -53,7 +54,7 @@ def group(n: int, after: Group | None = None, expected: int = 0) -> Group:
 @pytest_asyncio.fixture
 async def log() -> AsyncIterator[Log]:
     f = Log()
-    f.appender.start()
+    f.appender.start(f.commit)
     yield f
     f.release.set()
     await f.appender.stop()
