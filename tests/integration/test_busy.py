@@ -42,13 +42,12 @@ async def answering(nats_url: str) -> None:
     under a loaded machine, the first command after a writer started met no responders."""
     client = await nats.connect(nats_url)
     try:
-        async with asyncio.timeout(10):
-            while True:
-                try:
-                    await client.request(S.cmd("busy", "probe", "nothing"), b"{}", timeout=5)
-                    return
-                except nats.errors.NoRespondersError:
-                    await asyncio.sleep(0.05)
+        await eventually(
+            lambda: client.request(S.cmd("busy", "probe", "nothing"), b"{}", timeout=5),
+            10,
+            "an answer from the writer",
+            ignoring=(nats.errors.NoRespondersError,),
+        )
     finally:
         await client.close()
 
