@@ -146,7 +146,9 @@ def describe(condition: Callable[..., object]) -> str:
 
 
 def _not_within(timeout: float, what: str, last: object) -> str:
-    return f"not within {timeout:g} s: {what} (last answer: {last!r})"
+    said = repr(last)
+    said = said if len(said) <= 500 else said[:500] + "…"
+    return f"not within {timeout:g} s: {what} (last answer: {said})"
 
 
 async def start_writer(

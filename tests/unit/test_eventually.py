@@ -40,6 +40,13 @@ async def test_a_failure_says_what_was_awaited_and_the_last_answer() -> None:
     with pytest.raises(AssertionError, match="the server's answer"):
         await eventually(lambda: None, 0.05, "the server's answer")
 
+    def wordy() -> bool:
+        raise ValueError("x" * 10_000)
+
+    with pytest.raises(AssertionError) as long:  # the last answer, cut short
+        await eventually(wordy, 0.05, "a long answer", ignoring=(ValueError,))
+    assert len(str(long.value)) < 600
+
 
 async def test_exceptions_it_ignores_mean_not_yet_others_fail_at_once() -> None:
     tries = []
