@@ -35,8 +35,7 @@ from services.executor.quota import usage
 from tests import helpers
 from tests.helpers import eventually, start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries, verify
-from tests.system.conftest import Up
-from tests.system.test_tenants import PASSWORDS, with_tenants
+from tests.up import PASSWORDS, TENANTS, Up, running
 
 MIB = 1024 * 1024
 QUOTA = LimitsPatch(max_checkout_bytes=2 * MIB, max_file_bytes=64 * 1024)
@@ -306,7 +305,7 @@ async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
 @pytest.fixture
 def tenants_up(tmp_path: Path, provider: str) -> Iterator[Up]:
     """``quill up --tenants`` (tenants a and b), its executor with the default 4 slots."""
-    with with_tenants(tmp_path, "--sandbox", provider) as stack:
+    with running(tmp_path / ".quill", "--sandbox", provider, tenants=TENANTS) as stack:
         yield stack
 
 

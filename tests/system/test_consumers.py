@@ -21,7 +21,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -35,8 +35,11 @@ from nats.aio.client import Client as NATS
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from tests.helpers import describe, eventually, eventually_sync
-from tests.system.conftest import Up, running
 from tests.system.test_supervisor import alive, stack_pids
+from tests.up import Up
+
+# NATS killed: started again at once
+pytestmark = pytest.mark.up(env={"QUILL_RESTART_BACKOFF": "0.2,1"})
 
 T = TypeVar("T")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "consumers"
@@ -44,14 +47,6 @@ CONSUMERS = ("faststream_consumer", "nats_consumer")
 TENANTS = ("acme", "globex")
 Table = dict[str, tuple[int, int, int, int]]
 """tenant → (operations, failures, versions, paths)."""
-
-
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("QUILL_RESTART_BACKOFF", "0.2,1")  # NATS killed: started again at once
-        with running(tmp_path_factory.mktemp("consumers") / ".quill") as stack:
-            yield stack
 
 
 @pytest_asyncio.fixture

@@ -32,7 +32,7 @@ import pytest
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill, Workspace
 from tests.helpers import eventually
-from tests.system.conftest import Up
+from tests.up import Up
 
 FILE_CHARS = 200_000
 """Each file: 200 KB of text that never repeats (no dedup helps)."""

@@ -21,8 +21,8 @@ import pytest
 from quill.client import Quill, Workspace
 from quill_cli.cluster import Cluster
 from tests.helpers import eventually, eventually_sync
-from tests.system.conftest import Up
 from tests.system.test_supervisor import alive, readable, writes_through
+from tests.up import Up
 
 
 async def kill_during_writes(

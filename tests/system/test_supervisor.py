@@ -28,7 +28,7 @@ import pytest
 from contracts.errors import QuillError
 from quill.client import Quill, Workspace
 from tests.helpers import eventually, eventually_sync
-from tests.system.conftest import Up, running
+from tests.up import Up, running
 
 FIRST, CAP = 0.2, 1.0
 KILLS = 7
@@ -95,9 +95,10 @@ def failing(body: dict[str, Any]) -> list[str]:
 
 
 @pytest.fixture
-def up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Up]:
-    monkeypatch.setenv("QUILL_RESTART_BACKOFF", f"{FIRST},{CAP}")
-    with running(tmp_path / ".quill", "--sandbox", "local") as stack:
+def up(tmp_path: Path) -> Iterator[Up]:
+    """A ``quill up`` of each test's own (not the module's: each kills its processes)."""
+    backoff = {"QUILL_RESTART_BACKOFF": f"{FIRST},{CAP}"}
+    with running(tmp_path / ".quill", "--sandbox", "local", env=backoff) as stack:
         yield stack
 
 
