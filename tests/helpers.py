@@ -11,7 +11,7 @@ import os
 import secrets
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from functools import partial
 from pathlib import Path
@@ -20,6 +20,7 @@ from typing import TypeVar, cast
 import nats.errors
 from nats.aio.client import Client as NATS
 
+from contracts.events import WorkspaceUpdated
 from infra import bus
 from infra.runtime import Settings, start_service
 from quill.client import Workspace
@@ -43,6 +44,7 @@ __all__ = [
     "start_reader",
     "start_writer",
     "subscribed",
+    "update_from",
     "writer_waiting",
 ]
 
@@ -251,6 +253,15 @@ async def subscribed(nc: NATS, subject: str, timeout: float = 20.0) -> None:
         f"a subscription to {subject}",
     )
     await nc.flush()
+
+
+async def update_from(updates: AsyncIterator[WorkspaceUpdated], version: int) -> WorkspaceUpdated:
+    """The first of a ``watch``'s ``updates`` at ``version`` or later: an earlier one may come
+    first (the writer publishes an update after it answered, so a watch started at once may
+    still see the previous command's)."""
+    while (update := await anext(updates)).version < version:
+        continue
+    return update
 
 
 async def services_see(

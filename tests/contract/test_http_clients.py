@@ -37,19 +37,7 @@ async def gateway(nats_url: str, tmp_path: Path) -> AsyncIterator[Gateway]:
         await start_reader(stack, nats_url, tmp_path / "reader")
         config = GatewayConfig(nats_url, port=0, header_timeout=TIMEOUT_S, body_timeout=TIMEOUT_S)
         running = await start_gateway(config)
-
-        async def stop() -> None:
-            async def dump() -> None:
-                await asyncio.sleep(8)
-                for task in asyncio.all_tasks():
-                    task.print_stack(limit=8)
-
-            d = asyncio.create_task(dump())
-            await running.stop()
-            print("STOPPED")
-            d.cancel()
-
-        stack.push_async_callback(stop)
+        stack.push_async_callback(running.stop)
         yield running
 
 

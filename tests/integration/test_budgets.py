@@ -15,7 +15,7 @@ from quill import client as client_module
 from quill.client import Quill
 from services.reader import app as reader_app
 from services.reader.cache import RevisionCache
-from tests.helpers import eventually, subscribed
+from tests.helpers import eventually, subscribed, update_from
 from tests.integration.conftest import StartReader
 
 
@@ -89,7 +89,7 @@ async def test_a_watcher_that_goes_away_leaves_no_subscription_nor_consumer(
     subs_before = len(nc._subs)
     consumers_before = (await js.stream_info(STREAM_AUDIT)).state.consumer_count
     watch = ws.watch()
-    first = asyncio.ensure_future(anext(watch))
+    first = asyncio.ensure_future(update_from(watch, 2))  # the write's, not the create's
     await subscribed(nc, quill.subjects.updated("acme", "watched"))  # before the write
     await ws.write("a.txt", "x\n")
     assert (await asyncio.wait_for(first, 10)).version == 2

@@ -37,7 +37,7 @@ from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill_cli import tenants
 from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer, subscribed
+from tests.helpers import start_executor, start_reader, start_writer, subscribed, update_from
 
 SYSTEM = NatsAuth(SYSTEM_USER, "system-password-for-tests")
 A = tenants.Tenant("a", password="tenant-a-password")
@@ -293,7 +293,7 @@ async def test_tenants_work_in_their_own_workspaces(url: str, tmp_path: Path) ->
         ws = quill.workspace("b/mine")
         await ws.create(exist_ok=True)
         updates = ws.watch()
-        first = asyncio.ensure_future(anext(updates))
+        first = asyncio.ensure_future(update_from(updates, ws.last_version + 1))  # the write's
         await subscribed(quill.nc, quill.subjects.updated("b", "mine"))  # before the write
         written = await ws.write("notes.md", "b's notes\n")
         assert (await asyncio.wait_for(first, 5)).version == ws.last_version
