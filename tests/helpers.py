@@ -1,21 +1,29 @@
-"""Test helpers shared by unit and integration tests (no fixtures here); the pure ones
+"""Test helpers shared by unit and integration tests (no fixtures here): services started in
+process, ``eventually`` (wait for a condition nothing signals), ``Gate``; the pure ones
 (``LogBuilder``, ``T0``) are in tests/core/build.py, re-exported here."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import secrets
 import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
+from typing import TypeVar, cast
 
 import nats.errors
 from nats.aio.client import Client as NATS
 
+from contracts.events import WorkspaceUpdated
 from infra import bus
 from infra.runtime import Settings
+from quill.client import Workspace
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.app import start_executor as start_exec
 from services.reader.app import Reader
@@ -31,11 +39,122 @@ __all__ = [
     "Gate",
     "LogBuilder",
     "answers",
+    "approvals_pending",
+    "describe",
+    "eventually",
+    "eventually_sync",
     "services_see",
     "start_executor",
     "start_reader",
     "start_writer",
+    "subscribed",
+    "update_from",
+    "writer_waiting",
 ]
+
+
+T = TypeVar("T")
+
+FIRST_S, MOST_S = 0.001, 0.05
+"""``eventually``'s pauses between tries: from 1 ms, doubling, to at most 50 ms (a change is
+seen soon after it happens; a condition that asks a server or walks /proc asks 20 times a
+second at most)."""
+
+
+async def eventually(
+    condition: Callable[[], T | Awaitable[T]],
+    timeout: float = 20.0,
+    what: str = "",
+    *,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> T:
+    """Ask ``condition()`` (sync or async) again and again until it answers something true;
+    that answer. For a state of another task, process or server that nothing signals (where
+    there is an event, a version or a future to wait on, wait on it instead).
+
+    ``ignoring``: exceptions that mean "not yet" (a server not answering yet); any other
+    propagates at once.
+
+    Raises:
+        AssertionError: not true within ``timeout`` seconds; it says what was awaited
+            (``what``, else the condition's source) and its last answer.
+    """
+    last: object = None
+    scope = asyncio.timeout(timeout)
+    try:
+        async with scope:
+            for pause in _pauses():
+                try:
+                    answer = condition()
+                    if inspect.isawaitable(answer):
+                        answer = await answer
+                except ignoring as exc:
+                    last = exc
+                else:
+                    if answer:
+                        return cast(T, answer)
+                    last = answer
+                await asyncio.sleep(pause)
+    except TimeoutError:
+        if not scope.expired():
+            raise  # the condition's own
+    raise AssertionError(_not_within(timeout, what or describe(condition), last))
+
+
+def eventually_sync(
+    condition: Callable[[], T],
+    timeout: float = 20.0,
+    what: str = "",
+    *,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> T:
+    """``eventually`` for a test without an event loop (or a thread of one): the same tries,
+    blocking between them.
+
+    Raises:
+        AssertionError: not true within ``timeout`` seconds, saying what was awaited.
+    """
+    last: object = None
+    deadline = time.monotonic() + timeout
+    for pause in _pauses():
+        try:
+            answer = condition()
+        except ignoring as exc:
+            last = exc
+        else:
+            if answer:
+                return answer
+            last = answer
+        if time.monotonic() >= deadline:
+            raise AssertionError(_not_within(timeout, what or describe(condition), last))
+        time.sleep(pause)
+    raise AssertionError("unreachable")  # _pauses never ends
+
+
+def _pauses() -> Iterator[float]:
+    pause = FIRST_S
+    while True:
+        yield pause
+        pause = min(pause * 2, MOST_S)
+
+
+def describe(condition: Callable[..., object]) -> str:
+    """What a condition checks, for a failure to say: a lambda's line, else the function's
+    name and the first line of its docstring."""
+    name = getattr(condition, "__qualname__", repr(condition))
+    if name.endswith("<lambda>"):
+        try:
+            return inspect.getsource(condition).strip()
+        except (OSError, TypeError):
+            return name
+    doc = (inspect.getdoc(condition) or "").split("\n", 1)[0]
+    return f"{name}: {doc}" if doc else name
+
+
+def _not_within(timeout: float, what: str, last: object) -> str:
+    said = repr(last)
+    said = said if len(said) <= 500 else said[:500] + "…"
+    return f"not within {timeout:g} s: {what} (last answer: {said})"
 
 
 async def start_writer(
@@ -97,22 +216,64 @@ async def answers(nats_url: str, service: str, instance: str, timeout: float = 1
     """Wait until ``instance`` answers a ping from another connection, as ``quill up`` does."""
     nc = await bus.connect(nats_url, "test-readiness")
     inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox)
+    sub = await nc.subscribe(inbox)  # every instance's answer (a request would take the first)
+
+    async def ours() -> bool:
+        await nc.publish(f"ws.sys.ping.{service}", b"", reply=inbox)
+        msg = await sub.next_msg(timeout=0.5)
+        # empty: the server's "no responders" (not subscribed yet)
+        return bool(msg.data) and json.loads(msg.data)["instance"] == instance
+
     try:
-        async with asyncio.timeout(timeout):
-            while True:
-                await nc.publish(f"ws.sys.ping.{service}", b"", reply=inbox)
-                try:
-                    msg = await sub.next_msg(timeout=0.5)
-                except nats.errors.TimeoutError:
-                    continue
-                if not msg.data:  # the server's "no responders": not subscribed yet
-                    await asyncio.sleep(0.05)
-                    continue
-                if json.loads(msg.data)["instance"] == instance:
-                    return
+        await eventually(
+            ours, timeout, f"{service} {instance} answers", ignoring=(nats.errors.TimeoutError,)
+        )
     finally:
         await nc.close()
+
+
+async def approvals_pending(ws: Workspace, count: int = 1, timeout: float = 20.0) -> list[str]:
+    """The ids of ``ws``'s pending approvals, once there are ``count`` (a request parked
+    meanwhile: nothing tells another client)."""
+
+    async def listed() -> list[str] | None:
+        found = (await ws.approvals()).pending
+        return [a.approval_id for a in found] if len(found) == count else None
+
+    what = f"{count} approvals pending on {ws.tenant}/{ws.name}"
+    return await eventually(listed, timeout, what)
+
+
+async def writer_waiting(nc: NATS, count: int, timeout: float = 20.0) -> None:
+    """Until the writer holds ``count`` commands back (for a lock or an approval): its ping
+    says so."""
+
+    async def holds() -> bool:
+        pong = json.loads((await nc.request("ws.sys.ping.writer", b"", timeout=5)).data)
+        return bool(pong["waiting"] == count)
+
+    await eventually(holds, timeout, f"the writer holds {count} commands back")
+
+
+async def subscribed(nc: NATS, subject: str, timeout: float = 20.0) -> None:
+    """Until ``nc`` holds a subscription to ``subject`` that the server has too: one another
+    task makes (a ``watch`` running in a task), confirmed by a flush (the server answers the
+    PING after it has the SUB before it)."""
+    await eventually(
+        lambda: any(s.subject == subject for s in nc._subs.values()),
+        timeout,
+        f"a subscription to {subject}",
+    )
+    await nc.flush()
+
+
+async def update_from(updates: AsyncIterator[WorkspaceUpdated], version: int) -> WorkspaceUpdated:
+    """The first of a ``watch``'s ``updates`` at ``version`` or later: an earlier one may come
+    first (the writer publishes an update after it answered, so a watch started at once may
+    still see the previous command's)."""
+    while (update := await anext(updates)).version < version:
+        continue
+    return update
 
 
 async def services_see(
@@ -123,13 +284,13 @@ async def services_see(
 ) -> None:
     """Wait until each of ``services`` reports ``claims`` live bridge claims
     (``local_workspaces`` in its ping): they learn claims by watching the bucket."""
-    async with asyncio.timeout(timeout):
-        for service in services:
-            while True:
-                pong = await nc.request(f"ws.sys.ping.{service}", b"", timeout=2)
-                if json.loads(pong.data)["local_workspaces"] == claims:
-                    break
-                await asyncio.sleep(0.01)  # polling a ping: nothing to wait on instead
+
+    async def sees(service: str) -> bool:
+        pong = await nc.request(f"ws.sys.ping.{service}", b"", timeout=2)
+        return bool(json.loads(pong.data)["local_workspaces"] == claims)
+
+    for service in services:
+        await eventually(partial(sees, service), timeout, f"the {service} sees {claims} claims")
 
 
 class Gate:
@@ -158,9 +319,7 @@ class Gate:
 
     async def open(self, timeout: float = 30.0) -> None:
         """End the command's wait, once it waits (polling /proc: nothing to wait on)."""
-        async with asyncio.timeout(timeout):
-            while not (pids := self.waiting()):
-                await asyncio.sleep(0.02)
+        pids = await eventually(self.waiting, timeout, f"a command waiting in {self.wait!r}")
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGTERM)

@@ -3,12 +3,13 @@ process), or a scrape served over HTTP; samples by name and labels."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import prometheus_client as prom
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import describe, eventually
 
 Sample = tuple[str, dict[str, str], float]
 
@@ -49,20 +50,19 @@ def scrape() -> Scrape:
     return Scrape.parse(prom.generate_latest().decode())
 
 
-async def until(condition: Callable[[Scrape], bool], timeout: float = 20.0) -> Scrape:
-    """Scrape until ``condition`` holds (gauges change as the services work); the scrape.
+async def scraped(condition: Callable[[Scrape], bool], timeout: float = 20.0) -> Scrape:
+    """This process's scrape once ``condition`` holds of it (gauges change as the services
+    work).
 
     Raises:
-        TimeoutError: it did not hold within ``timeout`` seconds (the last scrape said).
+        AssertionError: it did not hold within ``timeout`` seconds (the last scrape said).
     """
     try:
-        async with asyncio.timeout(timeout):
-            while not condition(now := scrape()):
-                await asyncio.sleep(0.02)  # polling a scrape: nothing to wait on instead
-    except TimeoutError:
-        last = _quill(scrape())
-        raise TimeoutError(f"not seen within {timeout} s; last scrape:\n{last}") from None
-    return now
+        return await eventually(
+            lambda: now if condition(now := scrape()) else None, timeout, describe(condition)
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last scrape:\n{_quill(scrape())}") from None
 
 
 def _quill(s: Scrape) -> str:

@@ -5,7 +5,6 @@ their silence on the bridge's workspace is real."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,7 +12,6 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest_asyncio
-from nats.aio.client import Client as NATS
 
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
@@ -68,17 +66,6 @@ class Attached:
 
 
 Attach = Callable[..., Awaitable[Attached]]
-
-
-async def every_service_sees(nc: NATS, claims: int) -> None:
-    """Wait until the writer, the reader and the executor report ``claims`` live claims."""
-    async with asyncio.timeout(20):
-        for service in ("writer", "reader", "executor"):
-            while True:
-                pong = await nc.request(f"ws.sys.ping.{service}", b"", timeout=2)
-                if json.loads(pong.data)["local_workspaces"] == claims:
-                    break
-                await asyncio.sleep(0.01)
 
 
 @pytest_asyncio.fixture

@@ -13,7 +13,8 @@ from contracts import codec
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord, WorkspaceUpdated
 from quill.client import Quill
-from tests.bridge.conftest import Attach, every_service_sees
+from tests.bridge.conftest import Attach
+from tests.helpers import services_see
 
 
 async def test_a_name_is_served_by_one_bridge_and_never_a_server_workspace(
@@ -38,7 +39,7 @@ async def test_a_name_is_served_by_one_bridge_and_never_a_server_workspace(
     assert await ws.read_text("a.txt") == "local\n"
     assert await first.stop() == 0
     assert (await first.line()).startswith("quill attach stopped: acme/laptop released")
-    await every_service_sees(nc, 0)
+    await services_see(nc, 0)
     with pytest.raises(QuillError) as info:  # the servers answer again
         await ws.read_text("a.txt")
     assert info.value.code == ErrorCode.WORKSPACE_NOT_FOUND
@@ -51,6 +52,7 @@ async def test_every_operation_is_audited_by_the_bridge(
     await attach(tmp_path / "dir", "audited", "--trust", "full")
     ws = client.workspace("acme/audited")
     updates = await nc.subscribe("ws.updated.acme.audited")
+    await nc.flush()  # the server has the subscription before the write (another connection's)
     await ws.write("a.txt", "a\n")
     update = codec.decode((await updates.next_msg(timeout=10)).data, WorkspaceUpdated)
     assert (update.version, update.op, update.actor, update.paths) == (

@@ -4,7 +4,6 @@ workspace: its result, its live output and its audit record are redacted as an e
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any, cast
@@ -15,6 +14,7 @@ from nats.aio.client import Client as NATS
 from contracts.subjects import STREAM_AUDIT
 from quill.client import Quill
 from tests.bridge.conftest import Attach
+from tests.helpers import eventually
 
 SECRET = "sk-live-0123456789abcdef"
 
@@ -59,16 +59,19 @@ async def audited(nc: NATS, request_id: str, service: str) -> dict[str, Any]:
     """The audit record of ``exec.run`` ``request_id`` by ``service``, once it is written."""
     js = nc.jetstream()
     seen = 0
-    async with asyncio.timeout(20):
-        while True:
-            last = (await js.stream_info(STREAM_AUDIT)).state.last_seq
-            for seq in range(seen + 1, last + 1):
-                record = json.loads((await js.get_msg(STREAM_AUDIT, seq)).data or b"{}")
-                if (record.get("kind"), record.get("op"), record.get("service")) == (
-                    "exec",
-                    "run",
-                    service,
-                ) and (not request_id or record.get("request_id") == request_id):
-                    return cast(dict[str, Any], record)
-            seen = last
-            await asyncio.sleep(0.02)
+
+    async def found() -> dict[str, Any] | None:
+        nonlocal seen
+        last = (await js.stream_info(STREAM_AUDIT)).state.last_seq
+        for seq in range(seen + 1, last + 1):
+            record = json.loads((await js.get_msg(STREAM_AUDIT, seq)).data or b"{}")
+            if (record.get("kind"), record.get("op"), record.get("service")) == (
+                "exec",
+                "run",
+                service,
+            ) and (not request_id or record.get("request_id") == request_id):
+                return cast(dict[str, Any], record)
+        seen = last
+        return None
+
+    return await eventually(found, 20, f"the audit record of {request_id} by {service}")

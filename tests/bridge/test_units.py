@@ -19,6 +19,7 @@ from services.bridge.approvals import Approver, Terminal, printable
 from services.bridge.folder import FileVersions, Folder
 from services.bridge.policy import Policy, Request
 from services.bridge.queries import page
+from tests.helpers import eventually
 
 POLICY = """
 default = "deny"
@@ -86,13 +87,9 @@ async def test_late_answers_are_not_taken_for_the_next_question(tmp_path: Path) 
         await approver.approve(Request("write", ["a"]), "write a", None)
     assert info.value.code == ErrorCode.DENIED  # no answer in time
     os.write(write_end, b"y\n")  # typed too late
-    async with asyncio.timeout(5):
-        while terminal._lines.empty():
-            await asyncio.sleep(0.01)
+    await eventually(lambda: not terminal._lines.empty())
     asking = asyncio.create_task(approver.approve(Request("write", ["b"]), "write b", None))
-    async with asyncio.timeout(5):
-        while "#2" not in (tmp_path / "out.txt").read_text():
-            await asyncio.sleep(0.01)
+    await eventually(lambda: "#2" in (tmp_path / "out.txt").read_text())
     assert not asking.done()  # the late "y" was dropped: still asking
     os.write(write_end, b"n\n")
     with pytest.raises(QuillError):

@@ -1,7 +1,8 @@
 """The contract fuzzing suite's stack and checks.
 
-One ``quill up`` (a real process: nats-server, writer, reader, executor, gateway) for the whole
-package; requests go to it from outside the SDK (bare nats-py, the official MCP client, httpx).
+A ``quill up`` (a real process: nats-server, writer, reader, executor, gateway: the ``up``
+fixture) for each module; requests go to it from outside the SDK (bare nats-py, the official
+MCP client, httpx).
 
 Every request must get exactly one answer within ``ANSWER_S`` carrying a documented error code
 (one of the op's errors in ``contracts/ops.py``), never ``INTERNAL``, and the reply must match the
@@ -18,21 +19,19 @@ import fnmatch
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import nats
-import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from contracts.errors import ErrorCode
 from contracts.ops import OPS, OpSpec
 from tests.contract.strategies import SEEDED_DIRS, SEEDED_FILES, Case, reply_schema
-from tests.system.conftest import Up, running
+from tests.up import Up
 
 ANSWER_S = 5.0
 """Every request is answered within this (the contract's promise to any client)."""
@@ -196,14 +195,7 @@ def outcome_class(outcome: str) -> str:
     return outcome.split(" (", 1)[0]
 
 
-# -- the stack --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="package")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    """One ``quill up`` process for the whole contract suite (stopped after it)."""
-    with running(tmp_path_factory.mktemp("contract") / ".quill") as up:
-        yield up
+# -- the stack: the ``up`` fixture (tests/conftest.py), one ``quill up`` per module ----------
 
 
 class Bus:

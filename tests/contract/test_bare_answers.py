@@ -26,7 +26,7 @@ from services.executor.app import ExecutorConfig
 from services.reader.app import Reader
 from services.writer import workspace as writer_workspace
 from services.writer.app import Writer
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import eventually, start_executor, start_reader, start_writer
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
 ANSWER_S = 5.0
@@ -169,9 +169,8 @@ async def test_a_query_in_a_run_waits_for_the_replica_to_know_it(bare: Stack) ->
         bare.call("qry", "lag", "read", {"path": "a.txt"}, **{HEADER_RUN: "r1"})
     )
     waiters = bare.reader.follower._waiters
-    async with asyncio.timeout(10):  # the query waits for the replica (or, wrongly, answers)
-        while not read.done() and not waiters.get(("acme", "lag")):
-            await asyncio.sleep(0.01)
+    # the query waits for the replica (or, wrongly, answers)
+    await eventually(lambda: read.done() or waiters.get(("acme", "lag")))
     gate.open.set()
     reply = await read
     assert reply["ok"], reply

@@ -39,7 +39,7 @@ from tests.contract.strategies import (
     Case,
     from_example,
 )
-from tests.system.conftest import Up
+from tests.up import Up
 
 T = TypeVar("T")
 TOUCHED: set[str] = set()
@@ -76,8 +76,8 @@ class Driver:
 
 
 @pytest.fixture(scope="module")
-def driver(stack: Up) -> Iterator[Driver]:
-    found = Driver(stack)
+def driver(up: Up) -> Iterator[Driver]:
+    found = Driver(up)
     yield found
     found.close()
 

@@ -35,7 +35,7 @@ from tests.contract.conftest import (
 )
 from tests.contract.strategies import from_schema, mutated_body, narrow
 from tests.gateway.support import mcp_client
-from tests.system.conftest import Up
+from tests.up import Up
 
 T = TypeVar("T")
 EXAMPLES = examples(10)
@@ -102,15 +102,15 @@ class McpDriver:
 
 
 @pytest.fixture(scope="module")
-def mcp(stack: Up) -> Iterator[McpDriver]:
-    found = McpDriver(stack)
+def mcp(up: Up) -> Iterator[McpDriver]:
+    found = McpDriver(up)
     yield found
     found.close()
 
 
 @pytest.fixture(scope="module")
-def wap(stack: Up) -> Iterator[McpDriver]:
-    found = McpDriver(stack, "/mcp/wap")
+def wap(up: Up) -> Iterator[McpDriver]:
+    found = McpDriver(up, "/mcp/wap")
     yield found
     found.close()
 

@@ -28,7 +28,7 @@ from tests.contract.conftest import (
     verify_all,
 )
 from tests.contract.strategies import HOSTILE_PATHS, SEEDED_DIRS, SEEDED_FILES, from_schema
-from tests.system.conftest import Up
+from tests.up import Up
 
 EXAMPLES = examples(150)
 WORKSPACE = "default/default"
@@ -87,8 +87,8 @@ class Rest:
 
 
 @pytest.fixture(scope="module")
-def rest(stack: Up) -> Iterator[Rest]:
-    found = Rest(stack)
+def rest(up: Up) -> Iterator[Rest]:
+    found = Rest(up)
     yield found
     found.http.close()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -20,7 +20,7 @@ from contracts.limits import CEILINGS
 from quill.client import Quill
 from services.gateway.app import Gateway, GatewayConfig, start_gateway
 from services.gateway.rest import MAX_BODY_BYTES
-from tests.helpers import start_reader, start_writer
+from tests.helpers import eventually, start_reader, start_writer
 
 FILE = "/v1/host/workspace/files/a.txt"
 TIMEOUT_S = 1.0
@@ -37,19 +37,7 @@ async def gateway(nats_url: str, tmp_path: Path) -> AsyncIterator[Gateway]:
         await start_reader(stack, nats_url, tmp_path / "reader")
         config = GatewayConfig(nats_url, port=0, header_timeout=TIMEOUT_S, body_timeout=TIMEOUT_S)
         running = await start_gateway(config)
-
-        async def stop() -> None:
-            async def dump() -> None:
-                await asyncio.sleep(8)
-                for task in asyncio.all_tasks():
-                    task.print_stack(limit=8)
-
-            d = asyncio.create_task(dump())
-            await running.stop()
-            print("STOPPED")
-            d.cancel()
-
-        stack.push_async_callback(stop)
+        stack.push_async_callback(running.stop)
         yield running
 
 
@@ -120,15 +108,9 @@ async def test_a_client_going_away_mid_body_is_one_line(
         await writer.drain()
         writer.close()
         await writer.wait_closed()
-    await until(lambda: len(told()) >= 2)
+    await eventually(lambda: len(told()) >= 2)
     assert [r for r in told() if r.exc_info or r.levelno >= logging.WARNING] == []
     assert all("\n" not in r.getMessage() for r in told())
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(DEADLINE_S):
-        while not condition():
-            await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("path", [FILE, "/mcp"])

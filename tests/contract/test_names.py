@@ -21,7 +21,7 @@ import pytest_asyncio
 from nats.aio.client import Client as NATS
 
 from tests.gateway.support import call, mcp_client, text
-from tests.system.conftest import Up
+from tests.up import Up
 
 NFC = "caf\u00e9.txt"
 NFD = "cafe\u0301.txt"
@@ -40,8 +40,8 @@ FILES = "/v1/host/workspace/files"
 
 
 @pytest_asyncio.fixture
-async def nc(stack: Up) -> AsyncIterator[NATS]:
-    client = await nats.connect(stack.nats_url)
+async def nc(up: Up) -> AsyncIterator[NATS]:
+    client = await nats.connect(up.nats_url)
     yield client
     await client.close()
 
@@ -90,11 +90,11 @@ async def test_the_bus_refuses_every_way_of_naming_a_bad_path(
     assert await paths(nc, ws) == []
 
 
-async def test_mcp_rest_and_cli_give_the_same_refusal(stack: Up, nc: NATS) -> None:
+async def test_mcp_rest_and_cli_give_the_same_refusal(up: Up, nc: NATS) -> None:
     await fresh(nc, "host.workspace")
     async with (
-        mcp_client(stack.http_url) as mcp,
-        httpx.AsyncClient(base_url=stack.http_url) as http,
+        mcp_client(up.http_url) as mcp,
+        httpx.AsyncClient(base_url=up.http_url) as http,
     ):
         for name, says in BAD:
             result = await call(mcp, "write_file", path=name, content="x")
@@ -105,7 +105,7 @@ async def test_mcp_rest_and_cli_give_the_same_refusal(stack: Up, nc: NATS) -> No
                 assert reply.status_code == 400, (method, name, reply.text)
                 assert reply.json()["error"] == "invalid_argument"
                 assert says in reply.json()["message"], reply.json()
-    env = {**os.environ, "QUILL_NATS_URL": stack.nats_url}
+    env = {**os.environ, "QUILL_NATS_URL": up.nats_url}
     for name, says in BAD:
         done = subprocess.run(
             [sys.executable, "-m", "quill", "put", "host/workspace", name, "--text", "x"],
@@ -119,10 +119,10 @@ async def test_mcp_rest_and_cli_give_the_same_refusal(stack: Up, nc: NATS) -> No
     assert [p for p in await paths(nc, "host.workspace") if "x" in p] == []
 
 
-async def test_bytes_that_are_not_utf8_are_refused_not_crashed_on(stack: Up, nc: NATS) -> None:
+async def test_bytes_that_are_not_utf8_are_refused_not_crashed_on(up: Up, nc: NATS) -> None:
     """A name with a byte that is not UTF-8 (as a shell passes it to the CLI) and a JSON path
     with a lone surrogate escape: INVALID_ARGUMENT, never a traceback or INTERNAL."""
-    env = {**os.environ, "QUILL_NATS_URL": stack.nats_url}
+    env = {**os.environ, "QUILL_NATS_URL": up.nats_url}
     done = subprocess.run(
         [sys.executable.encode(), b"-m", b"quill", b"put", b"host/workspace", b"bad\xff.txt"]
         + [b"--text", b"x"],
@@ -141,7 +141,7 @@ async def test_bytes_that_are_not_utf8_are_refused_not_crashed_on(stack: Up, nc:
     assert not reply["ok"] and reply["error"]["code"] == "INVALID_ARGUMENT", reply
 
 
-async def test_a_file_path_ending_with_a_slash_is_not_a_file(stack: Up, nc: NATS) -> None:
+async def test_a_file_path_ending_with_a_slash_is_not_a_file(up: Up, nc: NATS) -> None:
     ws = "names.slash"
     await fresh(nc, ws)
     for op, body in [
@@ -158,10 +158,10 @@ async def test_a_file_path_ending_with_a_slash_is_not_a_file(stack: Up, nc: NATS
     made = await bus(nc, "cmd", ws, "mkdir", {"path": "d/"})  # a directory may end with /
     assert made["ok"] and made["result"]["created"] == ["d"], made
     assert await paths(nc, ws, made["version"]) == ["d", "f.txt"]
-    async with mcp_client(stack.http_url) as mcp:
+    async with mcp_client(up.http_url) as mcp:
         result = await call(mcp, "write_file", path="mcpdir/", content="x")
         assert result.is_error and "names a directory" in text(result), text(result)
-    async with httpx.AsyncClient(base_url=stack.http_url) as http:
+    async with httpx.AsyncClient(base_url=up.http_url) as http:
         reply = await http.put(f"{FILES}/restdir/", content=b'{"content": "x"}')
         assert reply.status_code == 400 and reply.json()["error"] == "invalid_argument"
         listed = (await http.get(FILES)).json()["files"]

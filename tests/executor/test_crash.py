@@ -18,7 +18,7 @@ import pytest
 from contracts.errors import ErrorCode, QuillError
 from infra.exec.sandbox import bwrap_path, probe_bwrap
 from quill.client import Quill
-from tests.helpers import start_reader, start_writer
+from tests.helpers import eventually, start_reader, start_writer
 
 
 async def executor_process(quill: Quill, data: Path) -> asyncio.subprocess.Process:
@@ -27,14 +27,14 @@ async def executor_process(quill: Quill, data: Path) -> asyncio.subprocess.Proce
         sys.executable, "-m", "quill", "executor", "--nats-url", quill.nc.connected_url.geturl(),
         "--data", str(data), "--sandbox", "bwrap", start_new_session=True,
     )  # fmt: skip
-    async with asyncio.timeout(30):
-        while True:
-            assert process.returncode is None, "the executor exited"
-            try:
-                await quill.nc.request("ws.sys.ping.executor", b"", timeout=0.5)
-                return process
-            except nats.errors.Error:
-                continue
+
+    async def answers() -> bool:
+        assert process.returncode is None, "the executor exited"
+        await quill.nc.request("ws.sys.ping.executor", b"", timeout=0.5)
+        return True
+
+    await eventually(answers, 30, "the executor answering", ignoring=(nats.errors.Error,))
+    return process
 
 
 async def test_an_executor_killed_mid_command(nats_url: str, tmp_path: Path) -> None:

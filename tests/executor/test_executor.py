@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from tests import helpers
 from tests.executor.conftest import PROVIDERS, StartExecutor
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import eventually, start_executor, start_reader, start_writer
 
 
 async def workspace(quill: Quill, name: str) -> Workspace:
@@ -290,12 +289,6 @@ class Gate:
         await self.gate.open()
 
 
-async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.02)
-
-
 async def test_a_busy_executor_queues_up_to_its_bound_then_refuses(
     stack: StartExecutor, nats_url: str, nc: NATS, name: str
 ) -> None:
@@ -314,12 +307,12 @@ async def test_a_busy_executor_queues_up_to_its_bound_then_refuses(
         await nc.subscribe(f"ws.execout.{second.tenant}.{second.name}.>", cb=beat)
         await nc.flush()
         queued = asyncio.create_task(second.exec("echo queued"))
-        await until(lambda: executor.info()["waiting"] == 1)
+        await eventually(lambda: executor.info()["waiting"] == 1)
         with pytest.raises(QuillError) as info:  # past the queue's bound: refused at once
             await third.exec("true")
         assert info.value.code == ErrorCode.UNAVAILABLE and "busy" in info.value.message
         assert info.value.details["waiting"] == 1 and not queued.done()
-        await until(lambda: beats >= 2)  # the waiting request is announced alive
+        await eventually(lambda: beats >= 2)  # the waiting request is announced alive
         assert not queued.done() and executor.info()["waiting"] == 1
         await gate.release()
         assert (await gate.task).exit_code == 0

@@ -8,7 +8,7 @@ import asyncio
 
 from quill.client import Quill
 from tests.executor.conftest import StartExecutor
-from tests.metrics_scrape import scrape, until
+from tests.metrics_scrape import scrape, scraped
 
 
 async def test_slots_queue_kills_and_checkout_bytes(
@@ -35,11 +35,11 @@ async def test_slots_queue_kills_and_checkout_bytes(
     assert busy.value("quill_executor_slots_busy", tenant=tenant) == 1
     assert busy.value("quill_executor_checkout_bytes") >= 10_000
     waiting = asyncio.create_task(second.exec("echo second"))
-    await until(lambda s: s.value("quill_executor_queued", tenant=tenant) == 1)
+    await scraped(lambda s: s.value("quill_executor_queued", tenant=tenant) == 1)
     result = await running
     assert result.timed_out
     assert (await waiting).stdout == "second\n"
-    after = await until(lambda s: s.value("quill_executor_slots_busy", tenant=tenant) == 0)
+    after = await scraped(lambda s: s.value("quill_executor_slots_busy", tenant=tenant) == 0)
     assert after.value("quill_executor_queued", tenant=tenant) == 0
     assert after.grew(before, "quill_executor_sandbox_kills_total", why="timeout") == 1
     ran = after.grew(

@@ -15,7 +15,7 @@ import shutil
 import stat
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,7 @@ from infra.exec.sandbox import (
     proctree,
     seccomp,
 )
+from tests.helpers import eventually
 
 WHY_NO_BWRAP = sandbox.probe_bwrap()
 needs_bwrap = pytest.mark.skipif(WHY_NO_BWRAP is not None, reason=f"bwrap: {WHY_NO_BWRAP}")
@@ -99,18 +100,11 @@ def with_token(needle: str) -> list[int]:
     return found
 
 
-async def until(check: Callable[[], bool], timeout: float = 5.0) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
-
-
 async def assert_no_survivor(needle: str) -> None:
-    assert await until(lambda: not with_token(needle)), f"survivors: {with_token(needle)}"
+    try:
+        await eventually(lambda: not with_token(needle), what=f"no process with {needle} left")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; survivors: {with_token(needle)}") from None
 
 
 def fields(o: Outcome) -> tuple[object, ...]:
@@ -282,9 +276,7 @@ async def test_cancelled_run_leaves_nothing(provider: Provider, checkout: Path) 
     script = f"setsid sleep {t} & echo go; sleep {t}"
     run = asyncio.create_task(provider.run(checkout, sh(script), Limits(), on_output))
     await asyncio.wait_for(started.wait(), 10)
-    async with asyncio.timeout(10):  # the detached child starts on its own time
-        while len(with_token(t)) < 2:
-            await asyncio.sleep(0.01)
+    await eventually(lambda: len(with_token(t)) >= 2)  # the detached child starts on its own
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
@@ -466,7 +458,7 @@ async def test_no_network(checkout: Path, tcp_server: tuple[int, list[int]]) -> 
     assert o.exit_code != 0 and o.stdout == b""
     o = await LocalProvider().run(checkout, sh(probe), Limits())  # the probe itself works
     assert o.stdout == b"connected\n"
-    assert await until(lambda: len(connections) == 1)
+    await eventually(lambda: len(connections) == 1)
 
 
 @needs_bwrap
@@ -475,7 +467,7 @@ async def test_network_when_asked(checkout: Path, tcp_server: tuple[int, list[in
     probe = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected; ls /etc/resolv.conf"
     o = await BwrapProvider().run(checkout, sh(probe, network=True), Limits())
     assert o.stdout == b"connected\n/etc/resolv.conf\n"
-    assert await until(lambda: len(connections) == 1)
+    await eventually(lambda: len(connections) == 1)
 
 
 @needs_bwrap

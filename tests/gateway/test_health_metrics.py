@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,7 +13,7 @@ from services.executor.app import ExecutorConfig
 from services.gateway.app import Gateway
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import error, mcp_client, ok
-from tests.helpers import start_executor
+from tests.helpers import eventually, start_executor
 
 FILES = "/v1/host/workspace/files"
 
@@ -41,9 +41,12 @@ async def test_health_warns_of_an_executor_without_cgroups(
         )
         gateway = await start()
         async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
-            async with asyncio.timeout(20):
-                while "executors" not in (body := (await http.get("/health")).json()):
-                    await asyncio.sleep(0.05)  # the gateway's first round of pings
+
+            async def pinged() -> dict[str, Any] | None:  # the gateway's first round of pings
+                body: dict[str, Any] = (await http.get("/health")).json()
+                return body if "executors" in body else None
+
+            body = await eventually(pinged)
         assert body["status"] == "ok"
         assert body["executors"] == {"answered": 1, "without_cgroups": [executor.instance]}
         assert executor.instance in body["warnings"][0] and "cgroup" in body["warnings"][0]

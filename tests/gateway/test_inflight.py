@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
@@ -17,6 +16,7 @@ from contracts.errors import QuillError, busy
 from infra.busy import REJECTIONS
 from services.gateway.inflight import INFLIGHT, MCP_PEEK_BYTES, Inflight
 from services.gateway.rest import error_response
+from tests.helpers import eventually
 
 
 class Held:
@@ -43,12 +43,6 @@ async def held() -> AsyncIterator[tuple[Held, httpx.AsyncClient]]:
     app.release.set()
 
 
-async def until(condition: Any) -> None:
-    async with asyncio.timeout(10):
-        while not condition():
-            await asyncio.sleep(0.005)
-
-
 def rejected() -> float:
     return REJECTIONS.labels("gateway", "http")._value.get()
 
@@ -59,7 +53,7 @@ async def test_past_the_bound_rest_is_503_with_retry_after_and_health_still_answ
     app, client = held
     gauge = INFLIGHT._value.get()
     first = [asyncio.create_task(client.get(f"/v1/host/workspace/files/{i}")) for i in range(2)]
-    await until(lambda: app.entered == 2)
+    await eventually(lambda: app.entered == 2)
     assert INFLIGHT._value.get() == gauge + 2
     before = rejected()
     refused = await client.get("/v1/host/workspace/files/x")
@@ -86,7 +80,7 @@ async def test_past_the_bound_an_mcp_tool_call_gets_an_error_result_saying_when_
 ) -> None:
     app, client = held
     first = [asyncio.create_task(client.get("/v1/runs")) for _ in range(2)]
-    await until(lambda: app.entered == 2)
+    await eventually(lambda: app.entered == 2)
     call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "read_file"}}
     answer = await client.post(path, json=call)
     assert answer.status_code == 200

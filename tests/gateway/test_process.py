@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,9 +20,10 @@ from infra import bus
 from quill_cli.stack import free_port
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import mcp_client, ok
+from tests.helpers import eventually
+from tests.up import READY, running
 
 FILES = "/v1/host/workspace/files"
-READY = re.compile(r"quill ready nats=(\S+) http=(\S+)")
 
 
 def tokens_file(tmp_path: Path) -> Path:
@@ -33,18 +33,14 @@ def tokens_file(tmp_path: Path) -> Path:
 
 
 async def healthy(url: str, process: asyncio.subprocess.Process, timeout: float = 30) -> None:
-    """Poll ``GET /health`` until it answers 200 (or the process dies, or time runs out)."""
-    deadline = time.monotonic() + timeout
+    """Until ``GET /health`` answers 200 (failing if the process dies meanwhile)."""
     async with httpx.AsyncClient() as http:
-        while time.monotonic() < deadline:
+
+        async def answers() -> bool:
             assert process.returncode is None, "the process exited"
-            try:
-                if (await http.get(url + "/health")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)  # polling the readiness endpoint, bounded by the deadline
-    raise AssertionError(f"{url}/health never answered")
+            return (await http.get(url + "/health")).status_code == 200
+
+        await eventually(answers, timeout, f"{url}/health", ignoring=(httpx.TransportError,))
 
 
 async def spawn(*args: str) -> asyncio.subprocess.Process:
@@ -116,33 +112,23 @@ async def test_quill_gateway_refuses_a_public_address_without_tokens() -> None:
     )
 
 
-async def test_quill_up_starts_the_gateway_with_tokens(
-    tmp_path: Path, processes: list[asyncio.subprocess.Process]
-) -> None:
-    up = await spawn(
-        "up", "--data", str(tmp_path / ".quill"), "--nats-port", "0", "--http-port", "0",
-        "--tokens", str(tokens_file(tmp_path)),
-    )  # fmt: skip
-    processes.append(up)
-    assert up.stdout is not None
-    line = (await asyncio.wait_for(up.stdout.readline(), 60)).decode()
-    match = READY.search(line)
-    assert match, line
-    url = match.group(2)
-    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url) and not url.endswith(":0")
-    async with httpx.AsyncClient(base_url=url) as http:
-        health = await http.get("/health")
-        assert (health.status_code, health.json()["service"]) == (200, "quill-gateway")
-        assert (await http.get(FILES)).status_code == 401
-        auth = {"Authorization": "Bearer token-for-tests"}
-        put = await http.put(f"{FILES}/notes.md", json={"content": "hello"}, headers=auth)
-        assert put.status_code == 200
-    async with mcp_client(url, token="token-for-tests") as mcp:
-        assert await ok(mcp, "read_file", path="notes.md") == "hello"
-    stack = json.loads((tmp_path / ".quill" / "stack.json").read_text())
-    assert stack["http_url"] == url
-    code, _ = await stop(up)
-    assert code == 0
+async def test_quill_up_starts_the_gateway_with_tokens(tmp_path: Path) -> None:
+    with running(tmp_path / ".quill", "--tokens", str(tokens_file(tmp_path))) as up:
+        assert READY.search(up.output[0]), up.output  # its first line
+        url = up.http_url
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url) and not url.endswith(":0")
+        async with httpx.AsyncClient(base_url=url) as http:
+            health = await http.get("/health")
+            assert (health.status_code, health.json()["service"]) == (200, "quill-gateway")
+            assert (await http.get(FILES)).status_code == 401
+            auth = {"Authorization": "Bearer token-for-tests"}
+            put = await http.put(f"{FILES}/notes.md", json={"content": "hello"}, headers=auth)
+            assert put.status_code == 200
+        async with mcp_client(url, token="token-for-tests") as mcp:
+            assert await ok(mcp, "read_file", path="notes.md") == "hello"
+        stack = json.loads((tmp_path / ".quill" / "stack.json").read_text())
+        assert stack["http_url"] == url
+        assert up.stop() == 0
 
 
 async def test_quill_up_refuses_a_bad_tokens_file(tmp_path: Path) -> None:

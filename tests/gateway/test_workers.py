@@ -8,7 +8,6 @@ import http.server
 import os
 import signal
 import threading
-import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -21,7 +20,7 @@ from services.gateway.app import Gateway, GatewayConfig, start_gateway
 from services.gateway.scrape import Whole
 from tests.gateway.support import mcp_client, ok
 from tests.gateway.test_process import processes, spawn  # noqa: F401
-from tests.helpers import start_reader, start_writer
+from tests.helpers import eventually, start_reader, start_writer
 
 __all__ = ["processes"]
 
@@ -172,10 +171,7 @@ async def test_workers_stop_when_the_gateway_is_killed(
         assert len(workers) == 1
         os.kill(gateway.pid, signal.SIGKILL)
         await gateway.wait()
-        deadline = time.monotonic() + 30
-        while alive(workers[0]) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)  # polling another process's exit, bounded by the deadline
-        assert not alive(workers[0]), "the worker outlived its gateway"
+        await eventually(lambda: not alive(workers[0]), 30, "the worker to stop after its gateway")
 
 
 async def test_quill_gateway_workers_refuses_zero(

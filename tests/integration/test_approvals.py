@@ -14,17 +14,7 @@ from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import start_executor, start_reader, start_writer
-
-
-async def pending(ws: object, n: int) -> list[str]:
-    """Wait until ``n`` approvals are pending; their ids."""
-    async with asyncio.timeout(10):
-        while True:
-            found = (await ws.approvals()).pending  # type: ignore[attr-defined]
-            if len(found) == n:
-                return [a.approval_id for a in found]
-            await asyncio.sleep(0.02)
+from tests.helpers import approvals_pending, start_executor, start_reader, start_writer
 
 
 async def test_mutations_wait_for_approval(services: StartReader, nats_url: str) -> None:
@@ -41,7 +31,7 @@ async def test_mutations_wait_for_approval(services: StartReader, nats_url: str)
             await ws.write("plan.md", "the plan\n")
         assert info.value.code == ErrorCode.APPROVAL_REQUIRED
         approval_id = info.value.details["approval_id"]
-        await pending(desk, 1)
+        await approvals_pending(desk, 1)
         [listed] = (await desk.approvals()).pending
         assert (listed.approval_id, listed.op, listed.summary) == (
             approval_id,
@@ -53,7 +43,7 @@ async def test_mutations_wait_for_approval(services: StartReader, nats_url: str)
         # Waiting: the real result once approved.
         agent.wait_ms = 30_000
         waiting = asyncio.create_task(ws.write("notes.md", "notes\n"))
-        [_, second] = await pending(desk, 2)
+        [_, second] = await approvals_pending(desk, 2)
         done = await desk.approve(second)
         assert done.approved
         written = await asyncio.wait_for(waiting, 30)
@@ -61,7 +51,7 @@ async def test_mutations_wait_for_approval(services: StartReader, nats_url: str)
 
         # Denied: DENIED, with who and why.
         refused = asyncio.create_task(ws.delete("notes.md"))
-        [_, third] = await pending(desk, 2)
+        [_, third] = await approvals_pending(desk, 2)
         await desk.deny(third, reason="keep it")
         with pytest.raises(QuillError) as info:
             await asyncio.wait_for(refused, 30)
@@ -106,7 +96,7 @@ async def test_commands_on_a_restricted_workspace(
         await desk.set_trust("restricted", commands=True)
         agent.wait_ms = 30_000
         running = asyncio.create_task(ws.exec("echo approved > out.txt; echo ran"))
-        [approval_id] = await pending(desk, 1)
+        [approval_id] = await approvals_pending(desk, 1)
         [waiting] = (await desk.approvals()).pending
         assert waiting.op == "exec.run" and waiting.summary.endswith("echo ran")
         assert waiting.preview is None  # what a command changes is known once it has run
@@ -154,7 +144,7 @@ async def test_an_approval_shows_the_change_it_would_make(
                 await change
             assert info.value.code == ErrorCode.APPROVAL_REQUIRED
             asked.append(info.value.details["approval_id"])
-        await pending(desk, 4)
+        await approvals_pending(desk, 4)
         shown = {a.approval_id: a.preview for a in (await desk.approvals()).pending}
         edit, delete, binary, refused = (shown[i] or "" for i in asked)
 

@@ -18,7 +18,7 @@ from contracts.limits import LimitsPatch
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import approvals_pending, start_executor, start_reader, start_writer
 
 
 async def parked(call: object) -> str:
@@ -204,10 +204,8 @@ async def test_the_sdk_guide_example_runs(
         ws, desk = agent.workspace("acme/guide"), human.workspace("acme/guide")
         await ws.create(trust="restricted")
         example = asyncio.create_task(scope["example"](ws))  # type: ignore[operator]
-        async with asyncio.timeout(30):
-            while not (waiting := (await desk.approvals()).pending):
-                await asyncio.sleep(0.02)
-        await desk.approve(waiting[0].approval_id)
+        [waiting] = await approvals_pending(desk)
+        await desk.approve(waiting)
         await asyncio.wait_for(example, 30)
         assert capsys.readouterr().out.startswith("committed at version ")
     finally:

@@ -33,7 +33,7 @@ from contracts.subjects import STREAM_APPROVALS, Subjects
 from infra import approvals, bus
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import eventually, start_executor, start_reader, start_writer
 from tests.system.test_tenants import descendants
 
 CRASHING_WRITER = """
@@ -76,16 +76,14 @@ def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
 async def serving(nats_url: str, service: str, timeout: float = 60.0) -> None:
     """Wait until some ``service`` answers a ping."""
     nc = await bus.connect(nats_url, "test-readiness")
+
+    async def answers() -> bool:
+        msg = await nc.request(f"ws.sys.ping.{service}", b"", timeout=0.5)
+        return bool(msg.data and json.loads(msg.data).get("instance"))
+
     try:
-        async with asyncio.timeout(timeout):
-            while True:
-                try:
-                    msg = await nc.request(f"ws.sys.ping.{service}", b"", timeout=0.5)
-                except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                    await asyncio.sleep(0.05)
-                    continue
-                if msg.data and json.loads(msg.data).get("instance"):
-                    return
+        no_answer = (nats.errors.TimeoutError, nats.errors.NoRespondersError)
+        await eventually(answers, timeout, f"a {service} answers a ping", ignoring=no_answer)
     finally:
         await nc.close()
 
@@ -171,13 +169,12 @@ async def test_an_executor_killed_after_its_claim_is_told_lost(
                 human.nc.jetstream(),
                 Subjects().approval("acme", "lost", approval_id, "claim"),
             )
-            async with asyncio.timeout(30):  # the executor took it, and runs it
-                while True:
-                    try:
-                        await js.get_last_msg(STREAM_APPROVALS, claim, direct=True)
-                        break
-                    except NotFoundError:
-                        await asyncio.sleep(0.05)
+            await eventually(  # the executor took it, and runs it
+                lambda: js.get_last_msg(STREAM_APPROVALS, claim, direct=True),
+                30,
+                "the executor's claim of the approval",
+                ignoring=(NotFoundError,),
+            )
             for pid in [*descendants(executor.pid), executor.pid]:
                 os.kill(pid, signal.SIGKILL)
         lost = await ws.wait_approval(approval_id, timeout=60)

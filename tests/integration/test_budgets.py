@@ -15,6 +15,7 @@ from quill import _handle as handle_module
 from quill.client import Quill
 from services.reader import app as reader_app
 from services.reader.cache import RevisionCache
+from tests.helpers import eventually, subscribed, update_from
 from tests.integration.conftest import StartReader
 
 
@@ -71,9 +72,7 @@ async def test_services_forget_claims_of_bridges_that_lapsed(
         for i in range(5):  # bridges that died without releasing their claims
             await kv.put(bridges.key("acme", f"lapsed-{i}"), msgspec.json.encode(lapsed))
         await bridges.claim(kv, "acme", "alive", "b1", "laptop", "~/alive")
-        async with asyncio.timeout(10):
-            while watching.claims("acme", "alive") is None:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: watching.claims("acme", "alive") is not None)
         assert list(watching._claims) == ["acme.alive"]
     finally:
         await watching.stop()
@@ -90,7 +89,8 @@ async def test_a_watcher_that_goes_away_leaves_no_subscription_nor_consumer(
     subs_before = len(nc._subs)
     consumers_before = (await js.stream_info(STREAM_AUDIT)).state.consumer_count
     watch = ws.watch()
-    first = asyncio.ensure_future(anext(watch))
+    first = asyncio.ensure_future(update_from(watch, 2))  # the write's, not the create's
+    await subscribed(nc, quill.subjects.updated("acme", "watched"))  # before the write
     await ws.write("a.txt", "x\n")
     assert (await asyncio.wait_for(first, 10)).version == 2
     audit = ws.audit(follow=True)
@@ -100,6 +100,8 @@ async def test_a_watcher_that_goes_away_leaves_no_subscription_nor_consumer(
     await audit.aclose()
     assert len(nc._subs) == subs_before
     # the audit follower's ordered consumer: gone once the server sees no interest in it
-    async with asyncio.timeout(30):
-        while (await js.stream_info(STREAM_AUDIT)).state.consumer_count > consumers_before:
-            await asyncio.sleep(0.25)
+
+    async def consumer_gone() -> bool:
+        return (await js.stream_info(STREAM_AUDIT)).state.consumer_count <= consumers_before
+
+    await eventually(consumer_gone, 30, "the audit follower's consumer gone")

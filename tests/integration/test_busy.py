@@ -28,6 +28,7 @@ from infra.store import Store
 from services.writer.app import Writer
 from services.writer.config import WriterConfig
 from tests.conftest import StartReader
+from tests.helpers import eventually
 
 S = Subjects()
 
@@ -36,25 +37,17 @@ def rejections(service: str, queue: str) -> float:
     return REJECTIONS.labels(service, queue)._value.get()
 
 
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait (bounded) for ``condition`` to hold: a state of another task, polled."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.005)
-
-
 async def answering(nats_url: str) -> None:
     """Until a command gets an answer (here, the writer's refusal of an unknown op): seen once
     under a loaded machine, the first command after a writer started met no responders."""
     client = await nats.connect(nats_url)
     try:
-        async with asyncio.timeout(10):
-            while True:
-                try:
-                    await client.request(S.cmd("busy", "probe", "nothing"), b"{}", timeout=5)
-                    return
-                except nats.errors.NoRespondersError:
-                    await asyncio.sleep(0.05)
+        await eventually(
+            lambda: client.request(S.cmd("busy", "probe", "nothing"), b"{}", timeout=5),
+            10,
+            "an answer from the writer",
+            ignoring=(nats.errors.NoRespondersError,),
+        )
     finally:
         await client.close()
 
@@ -155,7 +148,7 @@ async def test_commands_waiting_for_a_lock_are_bounded_apart_and_the_holder_stil
     writer = await start_writer(WriterConfig(max_waiting_per_workspace=3))
     await locked(nc, "busy/lk")
     parked = [write(nc, "busy/lk", f"f{i}") for i in range(3)]
-    await until(lambda: writer.queued == 3)
+    await eventually(lambda: writer.queued == 3)
     error = busy(await write(nc, "busy/lk", "late"), "workspace_waiting")
     assert error["details"]["limit"] == 3 and "busy/lk" in error["message"]
     # another workspace is not held up by it, and the holder is not kept from unlocking
@@ -175,11 +168,11 @@ async def test_the_writer_holds_at_most_its_bound_in_commands_and_in_bytes(
     await locked(nc, "busy/t1", ttl_ms=1000)
     await locked(nc, "busy/t2", ttl_ms=1000)
     first = write(nc, "busy/t1", "a")
-    await until(lambda: writer.queued == 1)
+    await eventually(lambda: writer.queued == 1)
     # one more command may come, but not one whose bytes would pass the bound
     busy(await write(nc, "busy/t2", "big", "x" * 5000), "command_bytes")
     second = write(nc, "busy/t2", "b")
-    await until(lambda: writer.queued == 2)
+    await eventually(lambda: writer.queued == 2)
     busy(await write(nc, "busy/t2", "c"), "commands")
     busy(await cmd(nc, "busy/t1", "unlock", {}, **{HEADER_SESSION: "a"}), "commands")
     assert (await first)["ok"] and (await second)["ok"]
@@ -193,10 +186,10 @@ async def test_copies_of_one_request_waiting_are_bounded_and_each_is_answered_on
     await locked(nc, "busy/r")
     same = {HEADER_REQUEST_ID: "the-one"}
     copies = [write(nc, "busy/r", "f", **same)]
-    await until(lambda: writer.queued == 1)
+    await eventually(lambda: writer.queued == 1)
     copies += [write(nc, "busy/r", "f", **same) for _ in range(16)]
     actor = writer.actors.get("busy", "r")
-    await until(lambda: len(actor._inflight["the-one"].retries) == 16)
+    await eventually(lambda: len(actor._inflight["the-one"].retries) == 16)
     busy(await write(nc, "busy/r", "f", **same), "request_retries")
     await unlock(nc, "busy/r")
     replies = await asyncio.gather(*copies)
@@ -233,7 +226,7 @@ async def test_requests_nats_py_drops_as_a_slow_consumer_are_answered_busy(nats_
         for i in range(20):
             await client.publish(S.cmd("t", "w", "write"), b"{}", reply=f"_INBOX.drop.{i}")
         await client.flush()
-        await until(lambda: dropped.count >= 18)  # one handled, one pending, the rest dropped
+        await eventually(lambda: dropped.count >= 18)  # one handled, one pending, the rest dropped
         release.set()
         async with asyncio.timeout(10):
             await got.wait()
@@ -274,7 +267,7 @@ async def test_a_slow_consumer_drop_is_never_answered_into_a_refused_reply_subje
         for _ in range(5):
             await client.publish("ws.qry.t.w.read", b"{}", reply="ws.evil.reply")
         await client.flush()
-        await until(lambda: dropped.count >= 3)
+        await eventually(lambda: dropped.count >= 3)
         await client.flush()
         assert seen == []
     finally:
@@ -325,7 +318,7 @@ async def test_version_waiters_are_bounded(services: StartReader) -> None:
     follower = reader.follower
     follower.max_waiters = 2
     waiting = [asyncio.create_task(follower.wait_for("busy", "w", 10**6, 30)) for _ in range(2)]
-    await until(lambda: follower.waiting == 2)
+    await eventually(lambda: follower.waiting == 2)
     before = rejections("reader", "version_waiters")
     with pytest.raises(QuillError) as refused:
         await follower.wait_for("busy", "w", 10**6, 30)

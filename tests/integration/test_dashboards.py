@@ -27,6 +27,7 @@ import pytest_asyncio
 import yaml
 
 from quill_cli.ports import free_port
+from tests.helpers import eventually
 from tests.metrics_scrape import Scrape
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,17 +163,16 @@ async def test_every_metric_they_use_is_exported_by_a_running_stack(scrapes: lis
     exprs = dashboard_exprs() + [rule["expr"] for rule in rules()]
     wanted = set().union(*map(used, exprs))
     assert {"quill_reader_lag_seconds", "process_cpu_seconds_total"} <= wanted
-    expected = wanted
-    declared: set[str] = set()
+    missing = set(wanted)
     async with httpx.AsyncClient() as http:
-        with contextlib.suppress(TimeoutError):  # then the assertion says what is missing
-            async with asyncio.timeout(60):
-                while not expected <= declared:
-                    await asyncio.sleep(0.2)  # polling the processes' scrapes until all serve
-                    declared = set()
-                    for url in scrapes:
-                        try:
-                            declared |= Scrape.parse((await http.get(url)).text).declared
-                        except httpx.TransportError:
-                            pass  # not listening yet
-    assert not expected - declared, f"used, not exported: {sorted(expected - declared)}"
+
+        async def all_exported() -> bool:  # once every process serves its scrape
+            nonlocal missing
+            for url in scrapes:
+                with contextlib.suppress(httpx.TransportError):  # not listening yet
+                    missing -= Scrape.parse((await http.get(url)).text).declared
+            return not missing
+
+        with contextlib.suppress(AssertionError):  # then the assertion says what is missing
+            await eventually(all_exported, 60)
+    assert not missing, f"used, not exported: {sorted(missing)}"

@@ -26,16 +26,10 @@ from quill.client import CONFLICT_BASE_S, CONFLICT_CAP_S, Quill, conflict_backof
 from services.writer.app import Writer
 from services.writer.append import AppendError, Group
 from tests.conftest import StartReader
+from tests.helpers import eventually
 
 S = Subjects()
 CLIENTS = 64
-
-
-async def until(condition: Any, timeout: float = 20.0) -> None:
-    """Wait (bounded) for ``condition()`` to hold: a state of another task, polled."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.005)
 
 
 async def ping(nc: NATS) -> dict[str, Any]:
@@ -119,9 +113,7 @@ async def test_a_burst_to_one_workspace_takes_fewer_appends_than_commands(
         counts.update(await ping(nc))
         return bool(counts["waiting"] == CLIENTS)
 
-    async with asyncio.timeout(20):
-        while not await parked():
-            await asyncio.sleep(0.01)  # polling a ping: nothing to wait on instead
+    await eventually(parked)  # polling a ping: nothing to wait on instead
     before = counts["appends"]
     assert (await cmd(nc, "hot/burst", "unlock", {}, **{HEADER_SESSION: "a"}))["ok"]
     replies = await asyncio.gather(*burst)
@@ -193,7 +185,7 @@ async def test_the_next_group_is_decided_while_one_is_in_flight(
     first = write(0)
     await asyncio.wait_for(gate.entered.wait(), 20)
     rest = [write(n) for n in range(1, 16)]
-    await until(lambda: any(g.after is not None for g in writer.appender._queue))
+    await eventually(lambda: any(g.after is not None for g in writer.appender._queue))
     assert not any(t.done() for t in [first, *rest])  # nothing answered before the append
     gate.opened.set()
     replies = await asyncio.gather(first, *rest)

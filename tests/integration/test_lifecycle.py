@@ -9,7 +9,6 @@ import asyncio
 import base64
 import os
 import sqlite3
-from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -29,17 +28,11 @@ from infra.exec import commit
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from services.reader.app import Reader
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import eventually, start_executor, start_reader, start_writer
 from tests.integration.test_compaction import KEEP, WRITES, compacted
 
 BIG = "x" * 70_000 + "\n"
 """Over ``INLINE_MAX``: stored in WS_BLOBS, not in the event."""
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.02)
 
 
 async def caught_up(readers: list[Reader], ws: Workspace) -> None:
@@ -214,7 +207,7 @@ async def test_purge_leaves_nothing_on_any_replica_or_executor(
             assert b"the same in both\n" in texts  # the neighbour's is kept
             assert rows(reader, "SELECT count(*) FROM content_index WHERE content_index "
                         "MATCH 'zeb'") == [(0,)]  # fmt: skip
-        await until(lambda: not checkout.exists())
+        await eventually(lambda: not checkout.exists())
         assert KEY not in executor.checkouts.live
         for attempt in (ws.read_text("secret.txt"), ws.info(), ws.write("x", "y")):
             with pytest.raises(QuillError) as missing:

@@ -28,7 +28,7 @@ from quill_cli.natsserver import NatsServer
 from services.reader import follower
 from tests.conftest import StartReader
 from tests.helpers import start_writer
-from tests.metrics_scrape import Scrape, scrape, until
+from tests.metrics_scrape import Scrape, scrape, scraped
 
 
 async def test_appends_ok_and_in_conflict(nats_url: str, tmp_path: Path, quill: Quill) -> None:
@@ -60,12 +60,12 @@ async def test_commands_parked_behind_a_lock_are_the_queue(
     async with await Quill.connect(nats_url, actor="other", session="s2", wait_ms=30_000) as q:
         other = q.workspace("metrics/queue")
         parked = [asyncio.create_task(other.write(f"f{i}.txt", "x")) for i in range(3)]
-        seen = await until(lambda s: s.value("quill_writer_queue_depth_max") >= 3)
+        seen = await scraped(lambda s: s.value("quill_writer_queue_depth_max") >= 3)
         assert seen.value("quill_writer_queue_depth") >= 3
         assert seen.value("quill_writer_workspaces") >= 1
         await holder.unlock()
         await asyncio.gather(*parked)
-    done = await until(lambda s: s.value("quill_writer_queue_depth") == 0)
+    done = await scraped(lambda s: s.value("quill_writer_queue_depth") == 0)
     assert done.value("quill_writer_queue_depth_max") == 0
 
 
@@ -87,13 +87,13 @@ async def test_reader_lag_rises_while_it_cannot_apply_and_returns_to_zero(
     before = scrape()
     for n in range(5):
         await ws.write("a.txt", f"{n}")
-    behind = await until(lambda s: s.value("quill_reader_lag_versions") >= 5)
+    behind = await scraped(lambda s: s.value("quill_reader_lag_versions") >= 5)
     assert behind.value("quill_reader_lag_seconds") > 0
     waiting = asyncio.create_task(ws.read("a.txt"))  # min_version: the last write
-    await until(lambda s: s.value("quill_reader_version_waiters") >= 1)
+    await scraped(lambda s: s.value("quill_reader_version_waiters") >= 1)
     gate.set()
     assert (await waiting).content.endswith("4")
-    after = await until(lambda s: s.value("quill_reader_lag_versions") == 0)
+    after = await scraped(lambda s: s.value("quill_reader_lag_versions") == 0)
     assert after.value("quill_reader_lag_seconds") == 0
     assert after.value("quill_reader_version_waiters") == 0
     assert after.grew(before, "quill_reader_apply_seconds_count") >= 1
@@ -145,7 +145,7 @@ async def test_refused_publishes_are_publish_failures(
                 for st, n in (("audit", 2), ("updated", 2))
             )
 
-        await until(counted)
+        await scraped(counted)
 
 
 async def test_every_request_is_counted_and_an_invented_op_is_unknown(

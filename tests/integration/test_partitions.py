@@ -23,7 +23,7 @@ from quill_cli.natsserver import NatsServer, mappings_config
 from services.writer.app import Writer, start_writer
 from services.writer.append import AppendError, Group
 from services.writer.config import WriterConfig
-from tests.helpers import answers, start_reader
+from tests.helpers import answers, eventually, start_reader
 from tests.system.checks import verify_chain
 
 PARTITIONS = 8
@@ -82,16 +82,6 @@ async def held(writer: Writer) -> set[int]:
     return set(writer.partitions.held)
 
 
-async def until(predicate: object, timeout: float = 15.0) -> None:
-    """Poll ``predicate`` (a no-arg callable returning an awaitable bool) until true."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await predicate():  # type: ignore[operator]
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
-
-
 async def test_writers_share_the_partitions_and_take_over_when_one_goes(
     writers: Writers, nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -103,7 +93,7 @@ async def test_writers_share_the_partitions_and_take_over_when_one_goes(
         ha, hb = await held(a), await held(b)
         return len(ha) == len(hb) == PARTITIONS // 2 and not ha & hb
 
-    await until(balanced)
+    await eventually(balanced)
 
     async with AsyncExitStack() as stack:
         await start_reader(stack, nats_server.url, tmp_path / "reader")
@@ -189,7 +179,7 @@ async def test_a_writer_stopping_hands_its_partitions_over_at_once(
     async def balanced() -> bool:
         return len(await held(a)) == len(await held(b)) == PARTITIONS // 2
 
-    await until(balanced)
+    await eventually(balanced)
     quill = await Quill.connect(nats_server.url, timeout=5)
     try:
         names = [f"acme/handover{i}" for i in range(8)]
@@ -200,7 +190,7 @@ async def test_a_writer_stopping_hands_its_partitions_over_at_once(
         async def all_on_a() -> bool:
             return await held(a) == set(range(PARTITIONS))
 
-        await until(all_on_a, timeout=20)
+        await eventually(all_on_a, timeout=20)
         for name in names:
             await quill.workspace(name).write("a.txt", "after the handover")
             await verify_chain(quill.nc, *name.split("/"))

@@ -17,8 +17,7 @@ from infra.store import ProjectionGap, Store
 from quill.client import Quill
 from services.writer.config import WriterConfig
 from tests.core.build import LogBuilder
-from tests.helpers import start_reader, start_writer
-from tests.integration.test_lifecycle import until
+from tests.helpers import eventually, start_reader, start_writer
 
 NAMES = [f"w{n:02d}" for n in range(12)]
 
@@ -191,7 +190,7 @@ async def test_services_with_a_budget_smaller_than_the_workspaces(
         for name in NAMES:
             if name != NAMES[6]:
                 await spaces[name].info()
-        await until(lambda: reader.store.workspace("rows", NAMES[6]) is None)  # applied
+        await eventually(lambda: reader.store.workspace("rows", NAMES[6]) is None)  # applied
         again = client.workspace(f"rows/{NAMES[6]}")
         with pytest.raises(QuillError) as missing:
             await again.info()

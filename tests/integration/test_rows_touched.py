@@ -49,7 +49,7 @@ from services.reader.app import Reader
 from services.reader.search import trigram_query
 from services.writer import workspace
 from services.writer.app import Writer
-from tests.helpers import start_reader, start_writer
+from tests.helpers import eventually, start_reader, start_writer
 from tests.integration.plans import faults, plan, statements
 
 FACTOR = 1.2
@@ -100,8 +100,7 @@ class Stack:
         async with asyncio.timeout(60):
             await self.writer.deps.appender.applied()
             last = (await self.nc.jetstream().stream_info(STREAM_EVENTS)).state.last_seq
-            while self.reader.follower.position < last:
-                await asyncio.sleep(0.005)
+            await eventually(lambda: self.reader.follower.position >= last, 60)
 
     async def steps(self, ws: Workspace, op: Callable[[], Awaitable[object]]) -> int:
         """The steps ``op`` and what it set off took, on both projections."""

@@ -4,13 +4,13 @@ recorded as events."""
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from tests.conftest import StartReader
+from tests.helpers import eventually, writer_waiting
 
 
 async def test_a_run_reads_the_version_it_started_at(services: StartReader, quill: Quill) -> None:
@@ -50,13 +50,6 @@ async def test_a_run_reads_the_version_it_started_at(services: StartReader, quil
     assert info.value.code == ErrorCode.ALREADY_EXISTS
 
 
-async def writer_waiting(quill: Quill, n: int) -> None:
-    """Wait until the writer holds ``n`` commands back for a lock."""
-    async with asyncio.timeout(10):
-        while json.loads((await quill.nc.request("ws.sys.ping.writer", b"")).data)["waiting"] != n:
-            await asyncio.sleep(0.01)
-
-
 async def test_locks_between_sessions(services: StartReader, nats_url: str) -> None:
     await services("r1")
     alice = await Quill.connect(nats_url, actor="alice", session="s-alice", retries=0)
@@ -78,7 +71,7 @@ async def test_locks_between_sessions(services: StartReader, nats_url: str) -> N
 
         bob.wait_ms = 30_000
         late = asyncio.create_task(wb.write("b.txt", "bob waited"))  # waits for the lock
-        await writer_waiting(alice, 1)
+        await writer_waiting(alice.nc, 1)
         await wa.unlock()
         await asyncio.wait_for(late, 30)
         bob.wait_ms = 0
@@ -86,14 +79,16 @@ async def test_locks_between_sessions(services: StartReader, nats_url: str) -> N
         assert await wa.read_text("b.txt") == "bob waited"
 
         await wb.lock(ttl_ms=1000)  # expires on its own
-        async with asyncio.timeout(10):
-            while True:
-                try:
-                    await wa.write("c.txt", "after the expiry")
-                    break
-                except QuillError as exc:
-                    assert exc.code == ErrorCode.LOCKED
-                    await asyncio.sleep(0.1)
+
+        async def written() -> bool:
+            try:
+                await wa.write("c.txt", "after the expiry")
+            except QuillError as exc:
+                assert exc.code == ErrorCode.LOCKED
+                return False
+            return True
+
+        await eventually(written, 10, "a write once the lock expired")
         kinds = [e.type for e in (await wa.events()).events]
         assert kinds.count("lock_acquired") == 2 and kinds.count("lock_released") == 1
         with pytest.raises(QuillError) as info:

@@ -35,7 +35,7 @@ from quill_cli.tools import replay as rpl
 from services.reader.follower import TRACKING
 from services.reader.snapshots import SnapshotConfig, Snapshotter
 from services.writer.config import WriterConfig
-from tests.helpers import LogBuilder, start_reader, start_writer
+from tests.helpers import LogBuilder, eventually, start_reader, start_writer
 from tests.integration.test_compaction import KEEP, WRITES, compacted, rows
 
 BOOT = SnapshotConfig(behind=1, every_events=0)
@@ -209,12 +209,12 @@ async def test_a_snapshot_older_than_a_compaction_and_a_purge_gives_the_same_pro
 
         new = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
         assert new.started_from == made["name"]
-        async with asyncio.timeout(10):
-            while not (
+        await eventually(
+            lambda: (
                 new.store.version_of("acme", "trimmed") >= event.version
                 and new.store.version_of("acme", "gone") >= last
-            ):
-                await asyncio.sleep(0.01)
+            )
+        )
         for name in ("trimmed", "gone"):
             assert await rows(new.store, "acme", name) == await rows(old.store, "acme", name)
 
@@ -234,30 +234,28 @@ async def test_readers_make_snapshots_when_due_one_at_a_time_keeping_k(
         await ws.create()
         seen: set[tuple[str, str]] = set()
         newest = 0
+
+        async def made() -> list[snaps.Snapshot] | None:
+            """A snapshot newer than the last round's, and the oldest pruned (keep 2)."""
+            listed = await snaps.listing(js, "reader")
+            return listed if listed and listed[0].position > newest and len(listed) <= 2 else None
+
         for round_ in range(3):
             for i in range(6):  # more than snapshot_events: one is due
                 await ws.write("f.txt", f"{round_} {i}")
-            async with asyncio.timeout(20):  # a snapshot newer than the last round's is made,
-                while True:  # and the oldest pruned (keep 2)
-                    found = await snaps.listing(js, "reader")
-                    if found and found[0].position > newest and len(found) <= 2:
-                        break
-                    await asyncio.sleep(0.02)
+            found = await eventually(made)
             newest = found[0].position
             seen |= {(s.name, s.by) for s in found}
         assert len(seen) >= 3
         assert {by for _, by in seen} <= {"m1", "m2"}
         # a lease held by another replica: no snapshot, and said so
         await ws.write("f.txt", "one more")
-        async with asyncio.timeout(10):  # applied past its newest snapshot: one would be made
-            while readers[0].follower.position <= max(s.position for s in found):
-                await asyncio.sleep(0.01)
+        top = max(s.position for s in found)
+        await eventually(lambda: readers[0].follower.position > top)  # a snapshot is due
         # the replica that made the last round's snapshot releases the lease after pruning
         # (what the loop above waited for): take it as soon as it is free
         other = snaps.Lease(js, "reader", "someone-else")
-        async with asyncio.timeout(10):  # a lease never released would fail here
-            while not await other.take():
-                await asyncio.sleep(0.01)
+        await eventually(other.take, 10, "the lease, released")
         try:
             assert await readers[0].snapshots.make() is None
         finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from infra.storage import MIB, is_log_full
 from quill_cli.natsserver import NatsServer
+from tests.helpers import eventually, eventually_sync
 
 PAYLOAD = b"x" * 200_000
 
@@ -58,10 +58,11 @@ async def test_the_limit_is_raised_by_a_reload_without_a_restart(
             assert small_server.raise_limit()
         raised = [r for r in caplog.records if "raising JetStream's storage" in r.getMessage()]
         assert [r.levelno for r in raised] == [logging.INFO]  # routine, not a warning
-        deadline = time.monotonic() + 10
-        while "error" in (ack := await _publish(nc)):
-            assert time.monotonic() < deadline, f"still refused after the reload: {ack}"
-            await asyncio.sleep(0.1)
+
+        async def accepted() -> bool:
+            return "error" not in await _publish(nc)
+
+        await eventually(accepted, 10, "a write accepted after the reload")
         assert small_server.process.pid == pid  # type: ignore[union-attr]
         assert "Reloaded: JetStream max_file_store" in small_server.log_path.read_text()
     finally:
@@ -97,10 +98,11 @@ def test_a_disk_filling_under_the_limit_restarts_the_server_below_it(tmp_path: P
         try:
             first_pid, limit = server.process.pid, server.limit  # type: ignore[union-attr]
             (disk / "other").write_bytes(b"\0" * (61 * MIB))  # leaves about 3 MiB free
-            deadline = time.monotonic() + 20
-            while server.process is None or server.process.pid == first_pid:
-                assert time.monotonic() < deadline, "the server was not restarted"
-                time.sleep(0.1)
+            eventually_sync(
+                lambda: server.process is not None and server.process.pid != first_pid,
+                20,
+                "the server restarted",
+            )
             assert server.limit < limit
 
             async def refused() -> dict[str, object]:

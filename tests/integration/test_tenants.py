@@ -37,7 +37,7 @@ from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill_cli import tenants
 from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import start_executor, start_reader, start_writer, subscribed, update_from
 
 SYSTEM = NatsAuth(SYSTEM_USER, "system-password-for-tests")
 A = tenants.Tenant("a", password="tenant-a-password")
@@ -192,8 +192,7 @@ async def test_b_cannot_listen_to_a(url: str, a_workspace: int) -> None:
         async with await tenant_sdk(url, A) as qa, await tenant_sdk(url, B) as qb:
             a_updates = qa.workspace("a/w").watch()
             seen_by_a = asyncio.ensure_future(anext(a_updates))
-            await asyncio.sleep(0)  # let the watch subscribe before the write
-            await qa.nc.flush()
+            await subscribed(qa.nc, qa.subjects.updated("a", "w"))  # before the write
             await qa.workspace("a/w").write("more.txt", "x")  # replies land on _INBOX_a
             await asyncio.wait_for(seen_by_a, 5)
             await a_updates.aclose()
@@ -294,9 +293,8 @@ async def test_tenants_work_in_their_own_workspaces(url: str, tmp_path: Path) ->
         ws = quill.workspace("b/mine")
         await ws.create(exist_ok=True)
         updates = ws.watch()
-        first = asyncio.ensure_future(anext(updates))
-        await asyncio.sleep(0)  # let the watch subscribe before the write
-        await quill.nc.flush()
+        first = asyncio.ensure_future(update_from(updates, ws.last_version + 1))  # the write's
+        await subscribed(quill.nc, quill.subjects.updated("b", "mine"))  # before the write
         written = await ws.write("notes.md", "b's notes\n")
         assert (await asyncio.wait_for(first, 5)).version == ws.last_version
         await updates.aclose()

@@ -14,6 +14,7 @@ from nats.aio.client import Client as NATS
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
 from quill.client import Quill
+from tests.helpers import subscribed
 from tests.integration.conftest import StartReader
 
 DEADLINE_S = 20.0
@@ -36,13 +37,7 @@ async def test_watch_with_wait_sees_the_creation_first(
     subject = Subjects().updated("acme", "later")
     updates = quill.workspace("acme/later").watch(wait=True)
     first = asyncio.create_task(anext(updates))
-
-    async def subscribed() -> None:  # the watch's SUB is on the wire, then at the server
-        while not any(s.subject == subject for s in quill.nc._subs.values()):
-            await asyncio.sleep(0.01)
-        await quill.nc.flush()
-
-    await asyncio.wait_for(subscribed(), DEADLINE_S)
+    await subscribed(quill.nc, subject, DEADLINE_S)
     assert not first.done()  # waiting, not failed
     await quill.workspace("acme/later").create()
     update = await asyncio.wait_for(first, DEADLINE_S)

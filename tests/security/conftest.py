@@ -17,7 +17,7 @@ import pytest
 
 from quill_cli.natsserver import NatsServer
 from tests.gateway.conftest import start  # noqa: F401 (a fixture: gateways on a writer, a reader)
-from tests.system.conftest import Up, running
+from tests.up import Up
 
 
 class Canaries:
@@ -86,10 +86,3 @@ def verify(up: Up, workspace: str) -> None:
     """``quill verify`` passes on ``workspace`` (its log checks out and the replicas agree)."""
     result = up.cli("verify", workspace, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    """A plain ``quill up`` for the module (modules needing options define their own)."""
-    with running(tmp_path_factory.mktemp("up") / ".quill") as stack:
-        yield stack

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import nats
@@ -28,14 +27,9 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import MAX_PENDING_APPROVALS
 from contracts.subjects import STREAM_APPROVALS
 from tests.security.test_command_output_tenants import ask
-from tests.system.conftest import Up
-from tests.system.test_tenants import PASSWORDS, quill_as, with_tenants
+from tests.up import PASSWORDS, TENANTS, Up, quill_as
 
-
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    with with_tenants(tmp_path_factory.mktemp("tenants")) as stack:
-        yield stack
+pytestmark = pytest.mark.up(tenants=TENANTS)
 
 
 async def parked(call: Any) -> str:

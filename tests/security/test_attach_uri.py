@@ -14,7 +14,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from tests.security.conftest import Canaries, verify
-from tests.system.conftest import Up
+from tests.up import Up
 
 
 @pytest.fixture

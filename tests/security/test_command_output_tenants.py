@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import nats
@@ -22,14 +21,9 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from contracts.subjects import STREAM_OUTPUT
-from tests.system.conftest import Up
-from tests.system.test_tenants import PASSWORDS, quill_as, with_tenants
+from tests.up import PASSWORDS, TENANTS, Up, quill_as
 
-
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    with with_tenants(tmp_path_factory.mktemp("tenants")) as stack:
-        yield stack
+pytestmark = pytest.mark.up(tenants=TENANTS)
 
 
 async def ask(nc: NATS, subject: str, body: dict[str, Any] | bytes) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.system.conftest import Up, running
+from tests.up import Up, running
 
 NOBODY = 65534
 SECRET = "acme's secret plan\n"

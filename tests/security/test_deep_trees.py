@@ -18,7 +18,6 @@ pytest's temporary directory would break pytest's own clean-up of it later.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import shutil
@@ -35,7 +34,7 @@ from contracts.limits import LimitsPatch
 from quill.client import Quill, Workspace
 from quill_cli.natsserver import NatsServer
 from services.executor.app import Executor, ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import eventually, start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries
 
 AT, TRASH = ".at", ".trash"
@@ -128,9 +127,8 @@ async def answers(ws: Workspace) -> None:
 async def emptied(executor: Executor) -> None:
     """Wait until the executor's trash holds nothing (its background removal is done)."""
     trash = executor.settings.data_dir / "checkouts" / TRASH
-    async with asyncio.timeout(60):
-        while executor.checkouts.trash.pending() or not executor.checkouts.trash.idle():
-            await asyncio.sleep(0.05)
+    trash_of = executor.checkouts.trash
+    await eventually(lambda: not trash_of.pending() and trash_of.idle(), 60)
     assert not trash.exists() or os.listdir(trash) == []
 
 
@@ -222,9 +220,7 @@ async def test_a_deep_tree_of_a_workspace_purged_while_no_executor_ran(
         made = await again.exec(MAKE, env=deep("node_modules"), timeout_ms=60_000)
         assert made.exit_code == 0, made.stderr
         await again.purge()
-        async with asyncio.timeout(60):
-            while home(data, again).exists():
-                await asyncio.sleep(0.05)
+        await eventually(lambda: not home(data, again).exists(), 60)
         await emptied(executor)
 
 
@@ -254,9 +250,7 @@ async def test_a_tree_that_cannot_be_removed_is_left_in_the_trash_and_the_execut
             async with AsyncExitStack() as es:
                 executor = await start(es)
                 await answers(ws)
-                async with asyncio.timeout(60):
-                    while not executor.checkouts.trash.failed:
-                        await asyncio.sleep(0.05)
+                await eventually(lambda: executor.checkouts.trash.failed, 60)
         assert "cannot remove" in caplog.text and "remove it by hand" in caplog.text
         (quarantined,) = executor.checkouts.trash.failed  # the whole of .at/, moved there
         assert (data / "checkouts" / TRASH / quarantined / "stuck/tree/pinned").exists()

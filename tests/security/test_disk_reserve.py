@@ -35,8 +35,7 @@ from contracts.limits import LimitsPatch
 from infra.storage import tree_bytes
 from quill.client import Quill, Workspace
 from tests.security.conftest import bwrap_only
-from tests.system.conftest import Up
-from tests.system.test_tenants import quill_as, with_tenants
+from tests.up import TENANTS, Up, quill_as, running
 
 MIB = 1024 * 1024
 GREEDY = LimitsPatch(max_checkout_bytes=64 * 1024**3)
@@ -98,7 +97,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Iterator[S
         print(f"skipped: {why}")
         pytest.skip(why)
     try:
-        with with_tenants(disk, "--sandbox", provider) as up:
+        with running(disk / ".quill", "--sandbox", provider, tenants=TENANTS) as up:
             yield Stack(up, disk)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)

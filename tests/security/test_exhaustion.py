@@ -33,10 +33,9 @@ from quill_cli.natsserver import NatsServer
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.quota import usage
 from tests import helpers
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import eventually, start_executor, start_reader, start_writer
 from tests.security.conftest import Canaries, verify
-from tests.system.conftest import Up
-from tests.system.test_tenants import PASSWORDS, with_tenants
+from tests.up import PASSWORDS, TENANTS, Up, running
 
 MIB = 1024 * 1024
 QUOTA = LimitsPatch(max_checkout_bytes=2 * MIB, max_file_bytes=64 * 1024)
@@ -73,12 +72,6 @@ async def client(nats_url: str) -> AsyncIterator[Quill]:
     quill = await Quill.connect(nats_url, retries=0)
     yield quill
     await quill.close()
-
-
-async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.02)
 
 
 def home(executor: Executor, ws: Workspace) -> Path:
@@ -297,7 +290,7 @@ async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
     gate = Gate()
     held = [gate.run(ws) for ws in a]  # max_runs long commands of tenant a
     await asyncio.wait_for(gate.started["tenant-a/busy-1"].wait(), 30)
-    await until(lambda: len(executor.tasks) == 2)  # both of a's are in the executor's hands
+    await eventually(lambda: len(executor.tasks) == 2)  # both of a's are in the executor's hands
     result = await b.exec("echo b ran")  # no retry: b is served at once
     assert result.exit_code == 0 and result.stdout == "b ran\n"
     assert not any(task.done() for task in held)
@@ -312,7 +305,7 @@ async def test_a_tenant_saturating_its_share_leaves_a_slot_for_another(
 @pytest.fixture
 def tenants_up(tmp_path: Path, provider: str) -> Iterator[Up]:
     """``quill up --tenants`` (tenants a and b), its executor with the default 4 slots."""
-    with with_tenants(tmp_path, "--sandbox", provider) as stack:
+    with running(tmp_path / ".quill", "--sandbox", provider, tenants=TENANTS) as stack:
         yield stack
 
 
@@ -330,7 +323,7 @@ async def test_with_tenants_one_saturating_the_executor_leaves_a_slot_for_the_ot
         gate = Gate()
         held = [gate.run(ws) for ws in a]
         started = [gate.started[f"a/{ws.name}"] for ws in a]
-        await until(lambda: sum(e.is_set() for e in started) >= 3, 60)  # a's share: 3 of 4
+        await eventually(lambda: sum(e.is_set() for e in started) >= 3, 60)  # a's share: 3 of 4
         result = await b.exec("echo b ran > b.txt; cat b.txt")  # no retry: b runs at once
         assert (result.exit_code, result.stdout) == (0, "b ran\n") and result.changes.committed
         assert not any(task.done() for task in held)
@@ -338,7 +331,7 @@ async def test_with_tenants_one_saturating_the_executor_leaves_a_slot_for_the_ot
         for ws, event in zip(a, started, strict=True):
             if event.is_set():
                 await gate.release(ws)
-        await until(lambda: all(e.is_set() for e in started), 60)
+        await eventually(lambda: all(e.is_set() for e in started), 60)
         for ws in a:
             await gate.release(ws)
         for task in held:

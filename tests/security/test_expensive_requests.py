@@ -20,7 +20,7 @@ import contextlib
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +29,9 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from contracts.limits import OFFLOAD_PER_TENANT, OFFLOAD_QUEUED_PER_TENANT
-from tests.system.conftest import Up
-from tests.system.test_tenants import PASSWORDS, with_tenants
+from tests.up import PASSWORDS, TENANTS, Up
+
+pytestmark = pytest.mark.up(tenants=TENANTS)
 
 CATASTROPHIC = "(a|aa)+(?=#)"
 """Exponential for a backtracking engine over ``a`` x40 and a ``!``, and no RE2 form
@@ -84,12 +85,6 @@ class Stack:
     """Set once each of b's kinds of request has been answered."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     """b's loops send no more once set (what they sent is answered: its work is over)."""
-
-
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    with with_tenants(tmp_path_factory.mktemp("expensive")) as stack:
-        yield stack
 
 
 @contextlib.asynccontextmanager

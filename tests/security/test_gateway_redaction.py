@@ -12,14 +12,14 @@ holding the secret comes back as the marker, on the same HTTP exchange.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 import pytest_asyncio
 
-from tests.system.conftest import Up, running
+from tests.up import Up
 
 SECRET = "sk-live-0123456789abcdef"
 PATTERNED = "AKIAABCDEFGHIJKLMNOP"
@@ -36,13 +36,7 @@ FILES = "/v1/host/workspace/files"
 MCP = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    root = tmp_path_factory.mktemp("redaction")
-    registry = root / "secrets.toml"
-    registry.write_text(REGISTRY)
-    with running(root / ".quill", "--secrets", str(registry)) as stack:
-        yield stack
+pytestmark = pytest.mark.up(secrets=REGISTRY)
 
 
 @pytest_asyncio.fixture

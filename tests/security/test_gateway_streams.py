@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.gateway.conftest import StartGateway
+from tests.helpers import eventually
 
 TOKENS = {"token-acme-0001": "acme/one", "token-beta-0001": "beta/two"}
 ACME = {"Authorization": "Bearer token-acme-0001"}
@@ -48,13 +49,6 @@ async def opened(
         if line == "data: on":
             break
     return live
-
-
-async def until(check: Callable[[], Awaitable[bool]]) -> None:
-    """Wait (at most 20 s) until ``check`` holds."""
-    async with asyncio.timeout(20):
-        while not await check():
-            await asyncio.sleep(0.02)
 
 
 async def health(http: httpx.AsyncClient) -> dict[str, Any]:
@@ -91,7 +85,7 @@ async def test_one_tenants_streams_take_no_request_slot_and_stop_at_its_cap(
                 assert state["status"] == "ok"
                 assert state["http"] | {"inflight": 0, "streams": CAP + 1} == state["http"]
         # beta's streams closed: given back, beta opens one again
-        await until(lambda: _streams_are(http, 0))
+        await eventually(lambda: _streams_are(http, 0))
         async with contextlib.AsyncExitStack() as again:
             assert (await opened(again, http, "/ui/w/two/live", BETA)).status_code == 200
 
@@ -139,7 +133,7 @@ async def test_health_says_busy_while_every_request_slot_is_taken(start: StartGa
             for n in range(SLOTS)
         ]
         try:
-            await until(lambda: _inflight_is(http, SLOTS))
+            await eventually(lambda: _inflight_is(http, SLOTS))
             answer = await http.get("/health")
             assert answer.status_code == 503
             assert answer.headers["retry-after"] == "1"

@@ -30,7 +30,7 @@ from infra.exec.sandbox import Limits, Spawn
 from quill.client import Quill
 from tests.executor.git_server import GitServer, git
 from tests.security.conftest import Canaries, verify
-from tests.system.conftest import Up
+from tests.up import Up
 
 WHY_NO_BWRAP = sandbox.probe_bwrap()
 NOT_LOOPBACK = [

@@ -24,7 +24,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -39,7 +39,7 @@ from nats.js.errors import NoKeysError
 from quill.client import Quill
 from tests.gateway.support import error, mcp_client, ok, text
 from tests.helpers import Gate
-from tests.system.conftest import Up, running
+from tests.up import Up
 
 PASSWORDS = {"acme": "acme-nats-password", "evil": "evil-nats-password"}
 TOKENS = {"acme": "acme-gateway-token", "evil": "evil-gateway-token"}
@@ -61,14 +61,7 @@ scope = "tenant"
 FORGED = b'{"ok":false,"error":{"code":"DENIED","message":"PWNED: forged by evil"}}'
 
 
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    home = tmp_path_factory.mktemp("replies")
-    tenants = home / "tenants.toml"
-    tenants.write_text(TENANTS)
-    tenants.chmod(0o600)
-    with running(home / ".quill", "--tenants", str(tenants)) as stack:
-        yield stack
+pytestmark = pytest.mark.up(tenants=TENANTS)
 
 
 class Refusals:

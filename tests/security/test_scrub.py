@@ -43,25 +43,16 @@ from quill_cli.tools import scrub_stores
 from quill_cli.tools.scrub import scrub
 from tests.helpers import start_reader
 from tests.security.conftest import verify
-from tests.system.conftest import Up
+from tests.up import Up
 
 SECRET = "sk-live-9f8e7d6c5b4a3210"
 MARK = "[REDACTED:leak]"
 WS = "acme/leak"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    """``quill up`` without a secrets registry: nothing is redacted at write time."""
-    up = Up(tmp_path_factory.mktemp("scrub") / ".quill").start()
-    yield up
-    if up.process and up.process.poll() is None:
-        up.stop()
-
-
 @pytest_asyncio.fixture
-async def quill(stack: Up) -> AsyncIterator[Quill]:
-    client = await Quill.connect(stack.nats_url, actor="tester", timeout=10)
+async def quill(up: Up) -> AsyncIterator[Quill]:
+    client = await Quill.connect(up.nats_url, actor="tester", timeout=10)
     yield client
     await client.close()
 
@@ -129,7 +120,7 @@ async def snapshot(ws: Workspace, version: int) -> dict[str, bytes]:
     return files
 
 
-async def fill(quill: Quill, stack: Up) -> int:
+async def fill(quill: Quill, up: Up) -> int:
     """Commit the secret everywhere a client can put it; return the last version."""
     ws = quill.workspace(WS)
     await ws.create()
@@ -141,7 +132,7 @@ async def fill(quill: Quill, stack: Up) -> int:
     await ws.write("config.env", "API_KEY=${API_KEY}\n")
     await ws.move("notes.md", "docs/notes.md")  # a put naming earlier content by sha256
     await ws.apply([rq.PutChange(path="applied.md", content="clean\n")], message=f"rotate {SECRET}")
-    leaker = await Quill.connect(stack.nats_url, actor=f"bot-{SECRET}", timeout=10)
+    leaker = await Quill.connect(up.nats_url, actor=f"bot-{SECRET}", timeout=10)
     try:
         bot = leaker.workspace(WS)
         await bot.write("by-bot.md", "hello\n")  # an actor
@@ -154,28 +145,28 @@ async def fill(quill: Quill, stack: Up) -> int:
     await kv.put("token", f"still {SECRET}".encode())
     await kv.put(f"key-{SECRET}", b"named after it")
     # the executor materialises a checkout of the workspace (it must be reset by the scrub)
-    out = stack.cli("exec", WS, "--", "cat docs/notes.md")
+    out = up.cli("exec", WS, "--", "cat docs/notes.md")
     assert SECRET in out.stdout
     return bot.last_version
 
 
 async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
-    stack: Up, quill: Quill, tmp_path: Path
+    up: Up, quill: Quill, tmp_path: Path
 ) -> None:
     js, subjects = quill.nc.jetstream(), Subjects()
-    last = await fill(quill, stack)
+    last = await fill(quill, up)
     ws = quill.workspace(WS)
     before = {v: await snapshot(ws, v) for v in range(1, last + 1)}
     history_before = await ws.history("config.env")
     assert await leaks(js), "the secret reached the stores (no registry at write time)"
     head = await the_log(js, subjects)
 
-    dry = stack.cli("--json", "scrub", WS, "--secrets", str(registry(tmp_path)), "--dry-run")
+    dry = up.cli("--json", "scrub", WS, "--secrets", str(registry(tmp_path)), "--dry-run")
     assert json.loads(dry.stdout)["dry_run"] and await leaks(js), "a dry run changes nothing"
 
     updates = await quill.nc.subscribe(subjects.updated("acme", "leak"))
     await quill.nc.flush()
-    done = stack.cli("--json", "scrub", WS, "--secrets", str(registry(tmp_path)))
+    done = up.cli("--json", "scrub", WS, "--secrets", str(registry(tmp_path)))
     update = codec.decode((await updates.next_msg(timeout=10)).data, WorkspaceUpdated)
     await updates.unsubscribe()
     assert (update.op, update.version) == (SCRUB_OP, last + 1)  # watchers learn of it
@@ -203,7 +194,7 @@ async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
     assert [e.event.version for e in events] == list(range(1, last + 2))
     closing = events[-1].event
     assert isinstance(closing, HistoryCompacted) and closing.op == SCRUB_OP
-    verify(stack, WS)
+    verify(up, WS)
 
     # 3. Every version reads the redacted content, everything else unchanged.
     for v in range(1, last + 1):
@@ -227,13 +218,13 @@ async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
 
     # 5. A replica started afterwards builds the same workspace from the new log.
     async with AsyncExitStack() as readers:
-        late = await start_reader(readers, stack.nats_url, tmp_path / "late", instance="late")
+        late = await start_reader(readers, up.nats_url, tmp_path / "late", instance="late")
         check = await rpl.check_replica(quill.nc, subjects, fold, late.instance, deep=True)
         assert check.ok, check.problems
-        verify(stack, WS)
+        verify(up, WS)
 
     # 6. The executor's checkout was rebuilt: the command sees the redacted tree.
-    out = stack.cli("exec", WS, "--", "cat docs/notes.md; ls keys")
+    out = up.cli("exec", WS, "--", "cat docs/notes.md; ls keys")
     assert SECRET not in out.stdout + out.stderr
     assert MARK in out.stdout and f"{MARK}.txt" in out.stdout
 
@@ -242,7 +233,7 @@ async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
     assert ws.last_version == last + 2
     tail = await the_log(js, subjects)
     assert tail[-1].event.prev_hash == result["head"]
-    verify(stack, WS)
+    verify(up, WS)
 
     # 8. The scrub is audited by secret id, never by value.
     records = [r for r in await audit_records(js, subjects) if r["op"] == SCRUB_OP]
@@ -252,9 +243,9 @@ async def test_scrub_takes_a_leaked_secret_out_of_every_store_and_version(
     assert details["old_head"] == head[-1].hash
 
     # 9. Nothing left to scrub: refused, and so is a workspace that does not exist.
-    again = stack.cli("scrub", WS, "--secrets", str(registry(tmp_path)), check=False)
+    again = up.cli("scrub", WS, "--secrets", str(registry(tmp_path)), check=False)
     assert again.returncode != 0 and "No registered secret occurs" in again.stderr
-    missing = stack.cli("scrub", "acme/nope", "--secrets", str(registry(tmp_path)), check=False)
+    missing = up.cli("scrub", "acme/nope", "--secrets", str(registry(tmp_path)), check=False)
     assert missing.returncode != 0 and "not found" in missing.stderr
 
 
@@ -274,7 +265,7 @@ async def redacted_everywhere(
 
 
 async def test_a_log_too_long_for_one_batch_keeps_its_scrubbed_history_in_the_manifest(
-    stack: Up, quill: Quill, tmp_path: Path
+    up: Up, quill: Quill, tmp_path: Path
 ) -> None:
     secret, name = "ghp_longlog0123456789abcdef", "acme/long"
     ws = quill.workspace(name)
@@ -282,24 +273,24 @@ async def test_a_log_too_long_for_one_batch_keeps_its_scrubbed_history_in_the_ma
     for i in range(4):
         await ws.write(f"f{i}.md", f"line {i}: {secret}\n")
     await ws.write(f"dir/{secret}/x.md", "x\n")
-    stack.cli("exec", name, "--", "true")  # a checkout of the workspace
+    up.cli("exec", name, "--", "true")  # a checkout of the workspace
     before = {v: await snapshot(ws, v) for v in range(1, ws.last_version + 1)}
     reg = str(registry(tmp_path, gh=secret))
-    done = stack.cli("--json", "scrub", name, "--secrets", reg, "--max-batch", "3")
+    done = up.cli("--json", "scrub", name, "--secrets", reg, "--max-batch", "3")
     result = json.loads(done.stdout)
     assert result["form"] == "manifest" and result["secret_ids"] == ["gh"]
     assert await leaks(quill.nc.jetstream(), secret) == []
-    verify(stack, name)
+    verify(up, name)
     await redacted_everywhere(ws, before, gh=secret)
-    out = stack.cli("exec", name, "--", "cat f0.md; ls dir")
+    out = up.cli("exec", name, "--", "cat f0.md; ls dir")
     assert secret not in out.stdout and "[REDACTED:gh]" in out.stdout
     await ws.write("after.md", "after\n")
     assert ws.last_version == result["version"] + 1
-    verify(stack, name)
+    verify(up, name)
 
 
 async def test_a_secret_registered_late_is_scrubbed_from_a_log_scrubbed_before(
-    stack: Up, quill: Quill, tmp_path: Path
+    up: Up, quill: Quill, tmp_path: Path
 ) -> None:
     """The second scrub rewrites the first one's event too (its manifest, which held the
     second secret, is replaced and deleted)."""
@@ -309,20 +300,20 @@ async def test_a_secret_registered_late_is_scrubbed_from_a_log_scrubbed_before(
     await ws.write("a.md", f"{first} and {late}\n")
     await ws.write(f"{late}.md", "named\n")
     before = {v: await snapshot(ws, v) for v in range(1, ws.last_version + 1)}
-    stack.cli("scrub", name, "--secrets", str(registry(tmp_path, slack=first)))
+    up.cli("scrub", name, "--secrets", str(registry(tmp_path, slack=first)))
     await ws.write("b.md", f"again {late}\n")
     before[ws.last_version] = await snapshot(ws, ws.last_version)  # after the first scrub
-    done = stack.cli("--json", "scrub", name, "--secrets", str(registry(tmp_path, aws=late)))
+    done = up.cli("--json", "scrub", name, "--secrets", str(registry(tmp_path, aws=late)))
     assert json.loads(done.stdout)["form"] == "events"
     js = quill.nc.jetstream()
     assert await leaks(js, first) == [] and await leaks(js, late) == []
-    verify(stack, name)
+    verify(up, name)
     await redacted_everywhere(ws, before, slack=first, aws=late)
     assert (await ws.read_text("b.md")) == "again [REDACTED:aws]\n"
 
 
 async def test_a_write_that_gets_in_first_makes_the_scrub_change_nothing(
-    stack: Up, quill: Quill, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    up: Up, quill: Quill, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The new log is appended on the condition that the old one still ends where it was read:
     a command committed in between wins, and the scrub is refused whole."""
@@ -345,14 +336,14 @@ async def test_a_write_that_gets_in_first_makes_the_scrub_change_nothing(
     assert refused.value.code == ErrorCode.CONFLICT
     assert await eventlog.last_seq(js, subject) == before + 1  # the write, nothing else
     assert secret in await ws.read_text("k.md")
-    verify(stack, name)
+    verify(up, name)
     monkeypatch.setattr(rpl, "append_batch", real)
     done = await scrub(quill.nc, Subjects(), "acme", "race", Secrets({"race": secret}))
     assert done.version == 4 and await leaks(js, secret) == []
-    verify(stack, name)
+    verify(up, name)
 
 
-async def test_refused_when_redacting_would_merge_two_paths(stack: Up, quill: Quill) -> None:
+async def test_refused_when_redacting_would_merge_two_paths(up: Up, quill: Quill) -> None:
     secret = "sk-refuse-0123456789ab"
     ws = quill.workspace("acme/merge")
     await ws.create()
@@ -362,10 +353,10 @@ async def test_refused_when_redacting_would_merge_two_paths(stack: Up, quill: Qu
         await scrub(quill.nc, Subjects(), "acme", "merge", Secrets({"leak": secret}))
     assert merged.value.code == ErrorCode.INVALID_ARGUMENT and secret not in str(merged.value)
     assert "two paths would both become" in merged.value.message
-    verify(stack, "acme/merge")
+    verify(up, "acme/merge")
 
 
-async def test_a_compacted_log_is_scrubbed_manifest_and_all(stack: Up, quill: Quill) -> None:
+async def test_a_compacted_log_is_scrubbed_manifest_and_all(up: Up, quill: Quill) -> None:
     """``max_versions`` purged the log's beginning: the compaction's manifest (its kept
     revisions, event rows and contents) holds the secret, and is rewritten too."""
     secret, name = "sk-compact-0123456789ab", "acme/compacted"
@@ -389,16 +380,14 @@ async def test_a_compacted_log_is_scrubbed_manifest_and_all(stack: Up, quill: Qu
     done = await scrub(quill.nc, Subjects(), "acme", "compacted", Secrets({"c": secret}))
     assert done.form == "events" and done.paths_changed == ["k-[REDACTED:c].md"]
     assert await leaks(js, secret) == []
-    verify(stack, name)
+    verify(up, name)
     await redacted_everywhere(ws, before, c=secret)
-    out = stack.cli(
-        "replay", name, "--to-version", str(floor), "--out", str(Path(stack.data) / "r")
-    )
+    out = up.cli("replay", name, "--to-version", str(floor), "--out", str(Path(up.data) / "r"))
     assert "replayed acme/compacted" in out.stdout
-    assert (Path(stack.data) / "r" / "k-[REDACTED:c].md").read_text() == "[REDACTED:c]\n"
+    assert (Path(up.data) / "r" / "k-[REDACTED:c].md").read_text() == "[REDACTED:c]\n"
 
 
-def test_the_docs_example_runs_as_written(stack: Up, tmp_path: Path) -> None:
+def test_the_docs_example_runs_as_written(up: Up, tmp_path: Path) -> None:
     """docs/replay.md, "Scrubbing a leaked secret": its registry and its commands."""
     text = (Path(__file__).parents[2] / "docs" / "replay.md").read_text()
     section = text[text.index("## Scrubbing a leaked secret") :]
@@ -411,7 +400,7 @@ def test_the_docs_example_runs_as_written(stack: Up, tmp_path: Path) -> None:
     done = subprocess.run(
         ["bash", "-c", shell.group(1).replace("quill ", f"{quill} ")],
         cwd=tmp_path,
-        env={**os.environ, "QUILL_NATS_URL": stack.nats_url},
+        env={**os.environ, "QUILL_NATS_URL": up.nats_url},
         capture_output=True,
         text=True,
         timeout=120,
@@ -430,7 +419,7 @@ def test_the_docs_example_runs_as_written(stack: Up, tmp_path: Path) -> None:
     assert lines[at + 2] == "1 reader replica rebuilt and agreeing"
     assert lines[-1].endswith("key: [REDACTED:openai]")
     assert secret not in done.stdout + done.stderr
-    verify(stack, "acme/app")
+    verify(up, "acme/app")
 
 
 async def blob_exists(js: JetStreamContext, sha: str) -> bool:
@@ -450,15 +439,15 @@ async def legacy(js: JetStreamContext, data: bytes, *names: str) -> None:
         assert await blobs.remove(js, f"{name}/{sha}")
 
 
-def replayed(stack: Up, name: str, version: int, out: Path) -> dict[str, bytes]:
+def replayed(up: Up, name: str, version: int, out: Path) -> dict[str, bytes]:
     """``quill replay`` of ``name`` as of ``version``: from the log and WS_BLOBS alone (no
     replica's cache), every file by path."""
-    stack.cli("replay", name, "--to-version", str(version), "--out", str(out))
+    up.cli("replay", name, "--to-version", str(version), "--out", str(out))
     return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
 
 async def test_a_scrub_deletes_its_own_object_and_leaves_another_tenants_copy(
-    stack: Up, quill: Quill
+    up: Up, quill: Quill
 ) -> None:
     """Each workspace has its own copy of a content in WS_BLOBS: scrubbing one deletes its copy
     (no other workspace can name it), names no one, and the other tenant's copy still reads."""
@@ -476,12 +465,12 @@ async def test_a_scrub_deletes_its_own_object_and_leaves_another_tenants_copy(
     assert await object_info(js, f"acme/owncopy/{sha}") is None
     assert await object_info(js, f"globex/owncopy/{sha}") is not None
     assert await theirs.read_text("big.txt") == big
-    verify(stack, "globex/owncopy")
-    verify(stack, "acme/owncopy")
+    verify(up, "globex/owncopy")
+    verify(up, "acme/owncopy")
 
 
 async def test_a_blob_another_tenants_workspace_holds_too_is_kept_until_that_one_is_scrubbed(
-    stack: Up, quill: Quill, tmp_path: Path
+    up: Up, quill: Quill, tmp_path: Path
 ) -> None:
     """A legacy object (named by the bare sha256, shared by every workspace that wrote the same
     content before workspaces had their own): scrubbing acme/shared must not delete the blob
@@ -504,20 +493,20 @@ async def test_a_blob_another_tenants_workspace_holds_too_is_kept_until_that_one
     want = {v: await snapshot(second, v) for v in range(1, second.last_version + 1)}
     reg = str(registry(tmp_path, shared=secret))
 
-    dry = stack.cli("scrub", "acme/shared", "--secrets", reg, "--dry-run")
-    done = stack.cli("scrub", "acme/shared", "--secrets", reg)
+    dry = up.cli("scrub", "acme/shared", "--secrets", reg, "--dry-run")
+    done = up.cli("scrub", "acme/shared", "--secrets", reg)
 
     # globex/shared reads its file intact at every version, from the log and WS_BLOBS alone
     for v, files in want.items():
-        assert replayed(stack, "globex/shared", v, tmp_path / f"r{v}") == files, f"version {v}"
+        assert replayed(up, "globex/shared", v, tmp_path / f"r{v}") == files, f"version {v}"
     assert await blob_exists(js, sha)
-    verify(stack, "globex/shared")
+    verify(up, "globex/shared")
 
     # the scrub (and its dry run) named the workspace that holds the same content
     assert "globex/shared" in dry.stdout and secret not in dry.stdout + dry.stderr
     assert secret not in done.stdout + done.stderr
     assert "1 blob kept: globex/shared holds the same content: scrub it too" in done.stdout
-    verify(stack, "acme/shared")
+    verify(up, "acme/shared")
     assert "[REDACTED:shared]" in await first.read_text("big.txt", version=2)
 
     # the audit record of the scrub names it too (never the secret)
@@ -528,12 +517,12 @@ async def test_a_blob_another_tenants_workspace_holds_too_is_kept_until_that_one
     assert secret not in json.dumps(records)
 
     # scrubbing globex/shared deletes the blob: no other workspace refers to it any more
-    last = json.loads(stack.cli("--json", "scrub", "globex/shared", "--secrets", reg).stdout)
+    last = json.loads(up.cli("--json", "scrub", "globex/shared", "--secrets", reg).stdout)
     assert last["blobs_deleted"] == 1 and last["shared_with"] == []
     assert not await blob_exists(js, sha)
     assert await leaks(js, secret) == []
-    verify(stack, "globex/shared")
-    files = replayed(stack, "globex/shared", 2, tmp_path / "after")
+    verify(up, "globex/shared")
+    files = replayed(up, "globex/shared", 2, tmp_path / "after")
     assert files["copy/big.txt"] == big.replace(secret, "[REDACTED:shared]").encode()
 
 
@@ -561,7 +550,7 @@ async def compacted_with(ws: Workspace, quill: Quill, path: str, content: str) -
 
 
 async def test_a_blob_only_a_compaction_manifest_names_is_kept_and_several_scrub_together(
-    stack: Up, quill: Quill, tmp_path: Path
+    up: Up, quill: Quill, tmp_path: Path
 ) -> None:
     """The other workspace names the blob only through its compaction's manifest; then the
     two that still hold it are scrubbed in one call, and the last one deletes the blob."""
@@ -579,15 +568,15 @@ async def test_a_blob_only_a_compaction_manifest_names_is_kept_and_several_scrub
     want = {ws.tenant: (v := ws.last_version, await snapshot(ws, v)) for ws in (one, two, three)}
     reg = str(registry(tmp_path, trio=secret))
 
-    first = json.loads(stack.cli("--json", "scrub", "acme/trio", "--secrets", reg).stdout)
+    first = json.loads(up.cli("--json", "scrub", "acme/trio", "--secrets", reg).stdout)
     for tenant in ("globex", "initech"):  # both still read it, from the log and WS_BLOBS
         v, files = want[tenant]
-        assert replayed(stack, f"{tenant}/trio", v, tmp_path / tenant) == files, tenant
-        verify(stack, f"{tenant}/trio")
+        assert replayed(up, f"{tenant}/trio", v, tmp_path / tenant) == files, tenant
+        verify(up, f"{tenant}/trio")
     assert first["shared_with"] == ["globex/trio", "initech/trio"]
     assert (first["blobs_kept"], first["blobs_deleted"]) == (1, 0)
 
-    done = stack.cli("--json", "scrub", "globex/trio", "initech/trio", "--secrets", reg)
+    done = up.cli("--json", "scrub", "globex/trio", "initech/trio", "--secrets", reg)
     second, third = (json.loads(line) for line in done.stdout.splitlines())
     assert second["workspace"] == "trio" and second["tenant"] == "globex"
     assert second["shared_with"] == ["initech/trio"] and second["blobs_kept"] == 1
@@ -596,13 +585,13 @@ async def test_a_blob_only_a_compaction_manifest_names_is_kept_and_several_scrub
     assert await leaks(js, secret) == []
     for ws in (one, two, three):
         v, files = want[ws.tenant]
-        got = replayed(stack, f"{ws.tenant}/trio", v, tmp_path / f"after-{ws.tenant}")
+        got = replayed(up, f"{ws.tenant}/trio", v, tmp_path / f"after-{ws.tenant}")
         assert got == {p: d.replace(secret.encode(), b"[REDACTED:trio]") for p, d in files.items()}
-        verify(stack, f"{ws.tenant}/trio")
+        verify(up, f"{ws.tenant}/trio")
 
 
 async def test_a_write_of_the_same_content_while_the_blob_is_deleted_gets_it_back(
-    stack: Up, quill: Quill, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    up: Up, quill: Quill, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Another workspace names a legacy object between the scrub's reading of the other logs
     and its deletion: the scrub reads the events appended meanwhile and puts the object back
@@ -633,12 +622,12 @@ async def test_a_write_of_the_same_content_while_the_blob_is_deleted_gets_it_bac
     js = quill.nc.jetstream()
     assert await blob_exists(js, sha)
     v = late.last_version
-    assert replayed(stack, "globex/racer", v, tmp_path / "r")["big.txt"] == big.encode()
-    verify(stack, "globex/racer")
+    assert replayed(up, "globex/racer", v, tmp_path / "r")["big.txt"] == big.encode()
+    verify(up, "globex/racer")
 
 
 async def test_requests_parked_for_approval_and_their_outcomes_are_scrubbed(
-    stack: Up, quill: Quill, tmp_path: Path
+    up: Up, quill: Quill, tmp_path: Path
 ) -> None:
     """WS_APPROVALS keeps parked requests (their bodies) and outcomes for up to a week: a
     secret that got in is found there too; a parked request that held one is deleted (once
@@ -661,7 +650,7 @@ async def test_requests_parked_for_approval_and_their_outcomes_are_scrubbed(
 
     assert len(await kept_with_it()) == 3, "the secret is in WS_APPROVALS"
 
-    done_cli = stack.cli("--json", "scrub", "acme/parked", "--secrets", str(registry(tmp_path)))
+    done_cli = up.cli("--json", "scrub", "acme/parked", "--secrets", str(registry(tmp_path)))
     result = json.loads(done_cli.stdout)
     assert await kept_with_it() == []
     assert result["approvals"] == 3  # two parked bodies, one outcome

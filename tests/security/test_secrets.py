@@ -13,7 +13,6 @@ The same battery runs with the secret registered as a value and as a regex patte
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -42,8 +41,9 @@ from contracts.subjects import (
 )
 from core.secrets import Secrets, StreamRedactor
 from tests.gateway.support import call, mcp_client, text
+from tests.helpers import eventually
 from tests.security.conftest import Canaries, verify
-from tests.system.conftest import Up
+from tests.up import Up
 
 SECRET = "sk-live-0123456789abcdef"
 HALF = len(SECRET) // 2
@@ -196,13 +196,16 @@ async def battery(bus: Bus, up: Up, carried: list[bytes]) -> None:
     bus.check(run["error"]["code"] == "APPROVAL_REQUIRED", f"not parked: {run}")
     approval = waits["error"]["details"]["approval_id"]
     await bus.ok("cmd", "decide", {"approval_id": approval, "approve": True}, ws=careful)
-    for _ in range(300):  # asked again until Quill has carried it out (or 30 s)
+
+    async def carried_out() -> dict[str, Any] | None:
         status = await bus.ok("qry", "approval", {"approval_id": approval}, ws=careful)
-        if status["done"]:
-            break
-        await asyncio.sleep(0.1)
+        return status if status["done"] else None
+
+    status = await eventually(carried_out, 30, f"approval {approval} carried out")
     bus.check(status["outcome"]["error"] is None, f"not carried out: {status}")
-    kept = await bus.ok("qry", "read", {"path": "k.txt"}, ws=careful)
+    # a replica answers once it has applied what the approval committed
+    written = {"path": "k.txt", "min_version": status["outcome"]["version"]}
+    kept = await bus.ok("qry", "read", written, ws=careful)
     bus.check(kept["content"] == "K=[REDACTED:openai]\n", f"carried out as {kept}")
     # REST and MCP (the gateway's default workspace)
     files = f"{up.http_url}/v1/host/workspace/files"

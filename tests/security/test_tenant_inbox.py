@@ -10,27 +10,21 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 
 import nats
 import pytest
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
-from tests.system.conftest import Up
-from tests.system.test_tenants import PASSWORDS, with_tenants
+from tests.up import PASSWORDS, TENANTS, Up
+
+pytestmark = pytest.mark.up(tenants=TENANTS)
 
 SUBJECTS = (
     ("ws.qry.{t}.shared.read", b'{"path": "notes.md"}'),
     ("ws.cmd.{t}.shared.write", b'{"path": "hostile.md", "content": "x"}'),
     ("ws.exec.{t}.shared.run", b'{"command": "touch pwned"}'),
 )
-
-
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    with with_tenants(tmp_path_factory.mktemp("tenants")) as stack:
-        yield stack
 
 
 @pytest.mark.parametrize(("attacker", "victim"), [("a", "b"), ("b", "a"), ("a", "quill-system")])

@@ -37,6 +37,7 @@ from infra import bus
 from infra import log as eventlog
 from quill.client import Quill
 from quill_cli.tools import replay
+from tests.helpers import eventually
 from tests.system.loadgen import Acked, Report
 
 SUBJECTS = Subjects()
@@ -251,7 +252,7 @@ async def replica_info(
         except Exception as exc:  # no reply in time, no responders (restarting)
             if left <= 0:
                 raise QuillError(ErrorCode.TIMEOUT, f"{instance}: {exc!r}") from None
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # a client's pause before asking again
 
 
 async def replicas_converge(
@@ -272,11 +273,12 @@ async def replicas_converge(
         AssertionError: fewer than ``expect_replicas`` answer, or they disagree.
     """
     deadline = time.monotonic() + timeout
-    readers = await pings(nc, "reader", window=1.0)
-    while len(readers) < expect_replicas and time.monotonic() < deadline:
+
+    async def enough() -> list[dict[str, Any]] | None:
         readers = await pings(nc, "reader", window=1.0)  # one may be restarting
-    if len(readers) < expect_replicas:
-        raise AssertionError(f"{len(readers)} reader replicas answer, not {expect_replicas}")
+        return readers if len(readers) >= expect_replicas else None
+
+    readers = await eventually(enough, timeout, f"{expect_replicas} reader replicas answer")
     left = max(1.0, deadline - time.monotonic())
     infos = await asyncio.gather(
         *[replica_info(nc, r["instance"], tenant, workspace, version, left) for r in readers]

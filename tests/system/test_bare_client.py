@@ -6,7 +6,7 @@ import json
 
 import nats
 
-from tests.system.conftest import Up
+from tests.up import Up
 
 
 async def test_documented_json_over_bare_nats(up: Up) -> None:

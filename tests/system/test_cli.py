@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.system.conftest import Up
+from tests.up import PASSWORDS, TENANTS, Up, running
 
 
 def test_cli_tour(up: Up) -> None:
@@ -382,9 +382,7 @@ def test_ctrl_c_ends_followers_while_the_server_is_gone_for_good(tmp_path: Path)
 
 
 def test_watch_of_a_workspace_the_tenant_may_not_read_exits(tmp_path: Path) -> None:
-    from tests.system.test_tenants import PASSWORDS, with_tenants
-
-    with with_tenants(tmp_path) as stack:
+    with running(tmp_path / ".quill", tenants=TENANTS) as stack:
         env = {**os.environ, "QUILL_NATS_URL": stack.nats_url}
         env |= {"QUILL_NATS_USER": "b", "QUILL_NATS_PASSWORD": PASSWORDS["b"]}
         done = subprocess.run(

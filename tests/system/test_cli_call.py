@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from contracts import ops
-from tests.system.conftest import Up
+from tests.up import Up
 
 
 def test_any_op_by_its_key_with_a_json_body(up: Up) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.system.conftest import Up
+from tests.up import Up
 
 
 def test_cluster_up_names_a_busy_port(tmp_path: Path) -> None:

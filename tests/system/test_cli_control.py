@@ -9,18 +9,20 @@ import os
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 
-from tests.system.conftest import Up
+from tests import helpers
+from tests.helpers import eventually_sync
+from tests.up import Up
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-live-0123456789abcdef"
+# a registered secret, redacted everywhere (test_up_secrets_*)
+pytestmark = pytest.mark.up(secrets=f'[secrets]\ndemo = "{SECRET}"\n')
 
 
 def spawn(up: Up, *args: str) -> subprocess.Popen[str]:
@@ -36,12 +38,14 @@ def spawn(up: Up, *args: str) -> subprocess.Popen[str]:
 
 def pending(up: Up, ws: str, summary: str, timeout: float = 30.0) -> dict[str, Any]:
     """The approval waiting on ``ws`` for ``summary`` (``write plan.md``), once listed."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def listed() -> dict[str, Any] | None:
         for approval in json.loads(up.cli("--json", "approvals", ws).stdout)["pending"]:
             if approval["summary"] == summary:
                 return dict(approval)
-    raise AssertionError(f"no approval for {summary!r} on {ws}")
+        return None
+
+    return eventually_sync(listed, timeout, f"an approval for {summary!r} on {ws}")
 
 
 def writer_waiting(up: Up, n: int) -> None:
@@ -50,12 +54,7 @@ def writer_waiting(up: Up, n: int) -> None:
     async def poll() -> None:
         nc = await nats.connect(up.nats_url)
         try:
-            async with asyncio.timeout(30):
-                while True:
-                    ping = json.loads((await nc.request("ws.sys.ping.writer", b"")).data)
-                    if ping["waiting"] == n:
-                        return
-                    await asyncio.sleep(0.02)
+            await helpers.writer_waiting(nc, n, 30)
         finally:
             await nc.close()
 
@@ -251,28 +250,18 @@ def test_docs_control_examples(up: Up) -> None:
 # ---------------------------------------------------------------- quill up --secrets
 
 
-@pytest.fixture(scope="module")
-def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    home = tmp_path_factory.mktemp("vault")
-    registry = home / "secrets.toml"
-    registry.write_text(f'[secrets]\ndemo = "{SECRET}"\n')
-    stack = Up(home / ".quill", args=("--secrets", str(registry))).start()
-    yield stack
-    stack.stop()
-
-
-def test_up_secrets_reach_the_writer_and_the_executor(vault: Up) -> None:
+def test_up_secrets_reach_the_writer_and_the_executor(up: Up) -> None:
     ws = "acme/vault"
-    vault.cli("create", ws)
-    vault.cli("put", ws, "config.env", "--text", f"KEY={SECRET}\n")
-    assert vault.cli("cat", ws, "config.env").stdout == "KEY=[REDACTED:demo]\n"
-    ran = json.loads(vault.cli("--json", "exec", ws, "--", f"echo {SECRET}").stdout)
+    up.cli("create", ws)
+    up.cli("put", ws, "config.env", "--text", f"KEY={SECRET}\n")
+    assert up.cli("cat", ws, "config.env").stdout == "KEY=[REDACTED:demo]\n"
+    ran = json.loads(up.cli("--json", "exec", ws, "--", f"echo {SECRET}").stdout)
     assert ran["stdout"] == "[REDACTED:demo]\n"
 
 
-def test_up_secrets_redact_live_command_output(vault: Up) -> None:
-    vault.cli("create", "acme/live")
-    assert vault.cli("exec", "acme/live", "--", f"echo {SECRET}").stdout == "[REDACTED:demo]\n"
+def test_up_secrets_redact_live_command_output(up: Up) -> None:
+    up.cli("create", "acme/live")
+    assert up.cli("exec", "acme/live", "--", f"echo {SECRET}").stdout == "[REDACTED:demo]\n"
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from contracts.limits import EXEC_STDIN_MAX_BYTES
-from tests.system.conftest import Up
+from tests.up import Up
 
 
 def test_grep_takes_a_file(up: Up) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from tests.system.conftest import Up
+from tests.up import Up
 
 TOOLS = """
 import os

@@ -19,7 +19,7 @@ import pytest
 
 from contracts.errors import ErrorCode
 from quill_cli.common import EXIT_CODES, SECTIONS
-from tests.system.conftest import Up
+from tests.up import Up
 
 ROOT = Path(__file__).resolve().parents[2]
 TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from tests.system.conftest import Up
+from tests.up import Up
 
 LIVE_MAX_BYTES = 8 * 1024 * 1024
 """What ``quill exec`` streams of each stream (``infra.exec.answer.LIVE_MAX_BYTES``)."""

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from quill_cli.commands.tokens import token_id
-from tests.system.conftest import Up
+from tests.up import Up
 
 
 def quill(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ import pytest
 
 from contracts.errors import QuillError
 from quill_cli.commands.transfer import _parts
-from tests.system.conftest import Up
+from tests.up import Up
 
 
 def tree(root: Path) -> dict[str, bytes | None]:

@@ -7,7 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
-from tests.system.conftest import Up
+from tests.up import Up
 
 
 def test_workspaces_lists_aligned_columns_and_json(up: Up) -> None:

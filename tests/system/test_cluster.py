@@ -5,14 +5,12 @@ the CLI with every server's URL; stopped by SIGTERM with nothing left behind. An
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,8 +27,9 @@ from contracts.subjects import (
 from infra import bus
 from quill.client import Quill
 from quill_cli.cluster import Cluster
-from tests.system.conftest import Up
+from tests.helpers import eventually
 from tests.system.test_scrape import EVERY_KIND, check_scraped, processes, use_every_service
+from tests.up import Up
 
 PARTITIONS = 16
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,18 +97,16 @@ async def test_every_service_logs_json_and_a_failure_names_its_request(cluster: 
     for name in ("writer-1", "writer-2", "reader-1", "executor-1", "gateway"):
         first = (logs / f"{name}.log").read_text().splitlines()[0]
         assert json.loads(first)["level"], name
-    deadline = time.monotonic() + 20
-    while True:  # the line is written after the reply: wait for it
-        found = [
+    found = await eventually(  # the line is written after the reply: wait for it
+        lambda: [
             json.loads(line)
             for log in logs.glob("writer-*.log")
             for line in log.read_text().splitlines()
             if rid in line
-        ]
-        if found:
-            break
-        assert time.monotonic() < deadline, f"no writer line names {rid}"
-        await asyncio.sleep(0.05)
+        ],
+        20,
+        f"a writer line naming {rid}",
+    )
     assert [(x["request_id"], x["workspace"], x["op"]) for x in found] == [
         (rid, "logged", "cmd.write")
     ]
@@ -198,6 +195,14 @@ def test_sigterm_stops_everything(cluster: Up) -> None:
     assert not (cluster.data / "stack.json").exists()
 
 
+def supervised(launcher: Cluster, name: str) -> str:
+    """The state the launcher's supervisor gives child ``name`` (what ``ping.launcher``
+    answers): ``up``, ``restarting``, ``starting`` or ``stopped``."""
+    assert launcher.supervisor is not None
+    (state,) = [c["state"] for c in launcher.supervisor.report()["children"] if c["name"] == name]
+    return str(state)
+
+
 async def test_the_programmatic_api_kills_stops_and_restarts_one_process(tmp_path: Path) -> None:
     small = Cluster(tmp_path, writers=1, readers=1, executors=0, partitions=8)
     async with small:
@@ -209,13 +214,12 @@ async def test_the_programmatic_api_kills_stops_and_restarts_one_process(tmp_pat
             reader = small.child("reader-1")
             crashed = reader.pid
             await small.kill("reader-1")  # the supervisor starts it again
-            deadline = time.monotonic() + 10
-            while not (reader.alive() and reader.pid != crashed):
-                assert time.monotonic() < deadline, "reader-1 was not restarted"
-                await asyncio.sleep(0.1)
+            await eventually(lambda: reader.alive() and reader.pid != crashed, 10)
             await small.wait_ready("reader-1")
             await small.stop("reader-1")  # on purpose: it stays down
-            await asyncio.sleep(1.0)  # two supervisor rounds
+            await eventually(  # the supervisor's next round saw it and leaves it down
+                lambda: supervised(small, "reader-1") == "stopped", 10
+            )
             assert not reader.alive()
             await small.start("reader-1")
             await small.restart("nats-2")

@@ -21,8 +21,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -35,8 +34,12 @@ from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
-from tests.system.conftest import Up, running
-from tests.system.test_supervisor import alive, stack_pids, until
+from tests.helpers import describe, eventually, eventually_sync
+from tests.system.test_supervisor import alive, stack_pids
+from tests.up import Up
+
+# NATS killed: started again at once
+pytestmark = pytest.mark.up(env={"QUILL_RESTART_BACKOFF": "0.2,1"})
 
 T = TypeVar("T")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "consumers"
@@ -44,14 +47,6 @@ CONSUMERS = ("faststream_consumer", "nats_consumer")
 TENANTS = ("acme", "globex")
 Table = dict[str, tuple[int, int, int, int]]
 """tenant → (operations, failures, versions, paths)."""
-
-
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("QUILL_RESTART_BACKOFF", "0.2,1")  # NATS killed: started again at once
-        with running(tmp_path_factory.mktemp("consumers") / ".quill") as stack:
-            yield stack
 
 
 @pytest_asyncio.fixture
@@ -147,16 +142,24 @@ async def done(nc: NATS, consumer: Consumer) -> bool:
 async def counted_once(nc: NATS, *consumers: Consumer, timeout: float = 60.0) -> Table:
     """Until every consumer has acknowledged all there is and its table is what the streams
     hold (exactly: not one more)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    want: Table = {}
+    tables: dict[str, Table] = {}
+
+    async def agreed() -> bool:
+        nonlocal want, tables
         want = await expected(nc)
         tables = {c.example: c.table() for c in consumers}
-        if all(t == want for t in tables.values()) and all([await done(nc, c) for c in consumers]):
-            return want
-        if time.monotonic() > deadline:
-            logs = "".join(f"\n--- {c.log.name}:\n{c.log.read_text()[-3000:]}" for c in consumers)
-            raise AssertionError(f"streams hold {want}, consumers counted {tables}{logs}")
-        await asyncio.sleep(0.2)
+        return all(t == want for t in tables.values()) and all(
+            [await done(nc, c) for c in consumers]
+        )
+
+    try:
+        await eventually(agreed, timeout, "each consumer's table is what the streams hold")
+    except AssertionError as exc:
+        logs = "".join(f"\n--- {c.log.name}:\n{c.log.read_text()[-3000:]}" for c in consumers)
+        said = f"{exc}: streams hold {want}, consumers counted {tables}{logs}"
+        raise AssertionError(said) from None
+    return want
 
 
 async def changes(quill: Quill, round: str) -> None:
@@ -175,15 +178,17 @@ async def changes(quill: Quill, round: str) -> None:
 async def retried(call: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
     """``call()``, again while the services are not back (NATS restarted: UNAVAILABLE, a reader
     catching up with the log: UNAVAILABLE too)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    async def answered() -> tuple[T] | None:  # a 1-tuple: true whatever the call returned
         try:
-            return await call()
+            return (await call(),)
         except QuillError as exc:
             if exc.code not in (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT):
                 raise
-            assert time.monotonic() < deadline, f"still {exc.code}: {exc.message}"
-            await asyncio.sleep(0.2)
+            return None
+
+    (result,) = await eventually(answered, timeout, f"{describe(call)}, answered")
+    return result
 
 
 async def test_each_change_is_counted_once_across_kills_and_redelivery(
@@ -226,8 +231,9 @@ async def test_the_consumers_carry_on_through_a_nats_server_killed(
         old = stack_pids(up)["nats"]
         os.kill(old, signal.SIGKILL)  # their acks in flight, the server's consumer state...
         await asyncio.to_thread(
-            until,
+            eventually_sync,
             lambda: p if (p := stack_pids(up)["nats"]) != old and alive(p) else None,
+            60,
             "quill up starting nats-server again",
         )
         await changes(quill, "after-restart")

@@ -16,13 +16,11 @@ the server's output died on the full disk, and the restarted server never answer
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -33,7 +31,8 @@ import pytest
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill, Workspace
-from tests.system.conftest import Up
+from tests.helpers import eventually
+from tests.up import Up
 
 FILE_CHARS = 200_000
 """Each file: 200 KB of text that never repeats (no dedup helps)."""
@@ -84,20 +83,6 @@ def _metric(http_url: str, line_start: str, path: str = "/metrics") -> float | N
             if line.startswith(line_start):
                 return float(line.rsplit(" ", 1)[1])
     return None
-
-
-async def _until(check: object, timeout: float, what: str) -> None:
-    """Poll ``check()`` (sync or async) until true, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()  # type: ignore[operator]
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g} s: {what}")
-        await asyncio.sleep(0.2)
 
 
 def _rest_put(http_url: str, path: str, text: str) -> int:
@@ -160,7 +145,7 @@ def _scrape(up: Up, role: str, line_start: str) -> float | None:
 
 async def _back_to_normal(up: Up, ws: Workspace, acked: dict[str, str], pids: set[int]) -> None:
     """/health green again, nothing restarted, every acknowledged write as written."""
-    await _until(lambda: _health(up.http_url)[0] == 200, 20, "/health green again")
+    await eventually(lambda: _health(up.http_url)[0] == 200, 20, "/health green again")
     assert _pids(up) == pids, "a process was restarted"
     for path, content in acked.items():
         assert (await ws.read(path)).content == content, path
@@ -183,7 +168,7 @@ async def _full_and_back(disk: Path, grow_to: str, most: int) -> None:
             assert "full" in refused.message and "docs/operations.md" in refused.message
             assert acked, "nothing was accepted before the disk filled"
 
-            await _until(lambda: _health(up.http_url)[0] == 503, 20, "/health turns red")
+            await eventually(lambda: _health(up.http_url)[0] == 503, 20, "/health turns red")
             status, body = _health(up.http_url)
             assert body["status"] == "storage_full"
             assert [f["service"] for f in body["storage_full"]] == ["log"]  # type: ignore[index, union-attr]
@@ -213,7 +198,7 @@ async def _full_and_back(disk: Path, grow_to: str, most: int) -> None:
                 acked["after-grow.txt"] = content
                 return True
 
-            await _until(writes, 30, "writes resume after the disk grew")
+            await eventually(writes, 30, "writes resume after the disk grew")
             for i in range(5):
                 content = _content()
                 await ws.write(f"more/{i}.txt", content)
@@ -275,7 +260,7 @@ async def test_a_readers_full_disk_is_named_and_ends_when_it_grows(reader_disk: 
                 acked[f"inline/{i}.txt"] = content
                 if i % 20 == 19 and reader_full():
                     break
-            await _until(reader_full, 20, "/health names the reader's full disk")
+            await eventually(reader_full, 20, "/health names the reader's full disk")
             assert _metric(up.http_url, 'quill_storage_full{service="reader"}') == 1.0
             with pytest.raises(QuillError) as refused:
                 await ws.read(list(acked)[-1])
@@ -291,7 +276,7 @@ async def test_a_readers_full_disk_is_named_and_ends_when_it_grows(reader_disk: 
                     return False
                 return got.content == list(acked.values())[-1]
 
-            await _until(reads, 30, "the reader catches up after its disk grew")
+            await eventually(reads, 30, "the reader catches up after its disk grew")
             await _back_to_normal(up, ws, acked, before)
         finally:
             await quill.close()
@@ -341,11 +326,11 @@ async def test_a_disk_full_to_the_last_byte_serves_again_once_freed(
                 acked["during.txt"] = "during\n"
                 return False
 
-            await _until(refused, 30, "a write refused on the full disk")
+            await eventually(refused, 30, "a write refused on the full disk")
             # the launcher sees the disk full under the log's limit and restarts the server
             # (the only way out of JetStream's sticky write error), which cannot start on the
             # full disk (its configuration, its log, its store): it stays down, retried
-            await _until(lambda: _refuses(up.nats_url), 30, "nats-server down on the full disk")
+            await eventually(lambda: _refuses(up.nats_url), 30, "nats-server down on the full disk")
             hog.unlink()
 
             async def writes() -> bool:
@@ -356,7 +341,7 @@ async def test_a_disk_full_to_the_last_byte_serves_again_once_freed(
                 acked["after.txt"] = "after\n"
                 return True
 
-            await _until(writes, 60, "writes resume once the disk is freed")
+            await eventually(writes, 60, "writes resume once the disk is freed")
             for i in range(5):
                 await ws.write(f"more/{i}.txt", f"more {i}\n")
                 acked[f"more/{i}.txt"] = f"more {i}\n"
@@ -367,7 +352,7 @@ async def test_a_disk_full_to_the_last_byte_serves_again_once_freed(
                 except QuillError:
                     return False
 
-            await _until(reads, 60, "reads resume")
+            await eventually(reads, 60, "reads resume")
             for path, text in acked.items():
                 assert await ws.read_text(path) == text, path
             after = _stack_pids(up)

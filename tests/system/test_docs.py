@@ -11,7 +11,7 @@ from pathlib import Path
 
 from quill_cli import docgen
 from quill_cli.examples import mask, run_examples, with_stack
-from tests.system.conftest import Up
+from tests.up import Up
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

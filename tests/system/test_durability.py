@@ -9,7 +9,7 @@ from pathlib import Path
 from contracts import hashing
 from contracts.errors import QuillError
 from quill.client import Quill
-from tests.system.conftest import Up
+from tests.up import Up
 
 WRITERS = 16
 

@@ -20,7 +20,6 @@ import asyncio
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from nats.aio.msg import Msg
 from contracts.subjects import HEADER_REQUEST_ID, Subjects
 from infra.bus import ping_all
 from quill import Quill
-from tests.system.conftest import Up, running
+from tests.up import Up
 
 S = Subjects()
 FULL = 20_000
@@ -46,12 +45,6 @@ docs/operations.md "Overload")."""
 WORKSPACES = [f"flood-{i}" for i in range(4)]
 AFTER_S = 30.0
 """The most a normal write and read may take once the flood is over."""
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    with running(tmp_path_factory.mktemp("flood") / ".quill") as up:
-        yield up
 
 
 def rss_mb(pid: int) -> float:
@@ -240,15 +233,15 @@ async def flood_http(up: Up, n: int) -> None:
         await nc.close()
 
 
-async def test_20000_nats_requests_at_once_are_answered_and_memory_stays_flat(stack: Up) -> None:
-    await flood_nats(stack, FULL)
+async def test_20000_nats_requests_at_once_are_answered_and_memory_stays_flat(up: Up) -> None:
+    await flood_nats(up, FULL)
 
 
-async def test_a_flood_of_http_requests_is_answered_and_memory_stays_flat(stack: Up) -> None:
-    await flood_http(stack, HTTP_SHORT)
+async def test_a_flood_of_http_requests_is_answered_and_memory_stays_flat(up: Up) -> None:
+    await flood_http(up, HTTP_SHORT)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-async def test_20000_http_requests(stack: Up) -> None:
-    await flood_http(stack, HTTP_FULL)
+async def test_20000_http_requests(up: Up) -> None:
+    await flood_http(up, HTTP_FULL)

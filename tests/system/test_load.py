@@ -11,6 +11,7 @@ minute of each. Run with ``-s`` (or ``-rA``) to see the report tables.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -33,10 +34,10 @@ from contracts.subjects import HEADER_EVENT_HASH, Subjects, split_workspace
 from infra import bus
 from infra.log import CorruptEvent
 from quill.client import Quill
-from tests.helpers import LogBuilder
+from tests.helpers import LogBuilder, eventually
 from tests.system.checks import pings, replicas_converge, verify_acked, verify_chain, verify_run
-from tests.system.conftest import Up
 from tests.system.loadgen import Chaos, LoadConfig, Report, Victim, run_load
+from tests.up import Up, running
 
 SERVICES = ("writer", "reader", "executor")
 
@@ -90,39 +91,46 @@ class UpVictims:
         Raises:
             AssertionError: one is not back within ``timeout``, or ``quill up`` gave up.
         """
-        deadline = time.monotonic() + timeout
         missing = list(SERVICES)
-        while missing and time.monotonic() < deadline:
+
+        async def back() -> bool:
+            nonlocal missing
             missing = [s for s in missing if not await self.children(s)]
+            return not missing
+
+        with contextlib.suppress(AssertionError):  # then the assertion names them
+            await eventually(back, timeout)
         assert not missing, f"not back after the chaos: {missing}"
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Up]:
-    up = Up(tmp_path / ".quill").start()
-    yield up
-    if up.process and up.process.poll() is None:
-        up.stop()
+def up(tmp_path: Path) -> Iterator[Up]:
+    """A ``quill up`` of each test's own (not the module's: load and chaos leave theirs
+    changed)."""
+    with running(tmp_path / ".quill") as stack:
+        yield stack
 
 
 @pytest_asyncio.fixture
-async def second_reader(stack: Up, tmp_path: Path) -> AsyncIterator[NATS]:
+async def second_reader(up: Up, tmp_path: Path) -> AsyncIterator[NATS]:
     """A second reader replica next to ``quill up``'s; yields a connection for the checks
     once both readers answer."""
     log = open(tmp_path / "reader2.log", "wb")  # noqa: SIM115 - closed below
     reader = subprocess.Popen(
-        [sys.executable, "-m", "quill", "reader", "--nats-url", stack.nats_url]
+        [sys.executable, "-m", "quill", "reader", "--nats-url", up.nats_url]
         + ["--data", str(tmp_path / "reader2")],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    nc = await bus.connect(stack.nats_url, "load-checks")
+    nc = await bus.connect(up.nats_url, "load-checks")
     try:
-        deadline = time.monotonic() + 30
-        while len(await pings(nc, "reader", expect=2)) < 2:
-            assert time.monotonic() < deadline, "the second reader did not answer"
+
+        async def both() -> bool:
             assert reader.poll() is None, (tmp_path / "reader2.log").read_text()
+            return len(await pings(nc, "reader", expect=2)) >= 2
+
+        await eventually(both, 30, "the second reader answering")
         yield nc
     finally:
         await nc.close()
@@ -140,11 +148,11 @@ async def check(url: str, nc: NATS, report: Report) -> None:
     await verify_run(url, nc, report, expect_replicas=2)
 
 
-async def test_load_short(stack: Up, second_reader: NATS) -> None:
-    report = await run_load(LoadConfig(stack.nats_url, clients=8, workspaces=4, seconds=5))
-    await check(stack.nats_url, second_reader, report)
+async def test_load_short(up: Up, second_reader: NATS) -> None:
+    report = await run_load(LoadConfig(up.nats_url, clients=8, workspaces=4, seconds=5))
+    await check(up.nats_url, second_reader, report)
     # and the checks do bite: a write never made, a tree hash no replica has
-    quill = await Quill.connect(stack.nats_url)
+    quill = await Quill.connect(up.nats_url)
     try:
         never = dataclasses.replace(report.acked[-1], content="never written")
         with pytest.raises(AssertionError, match="lost"):
@@ -186,31 +194,31 @@ async def test_verify_chain_finds_breaks(nc: NATS) -> None:
         await verify_chain(nc, "acme", "broken")
 
 
-async def test_chaos_short(stack: Up, second_reader: NATS) -> None:
-    victims = UpVictims(stack, second_reader)
+async def test_chaos_short(up: Up, second_reader: NATS) -> None:
+    victims = UpVictims(up, second_reader)
     chaos = Chaos(victims.all(), interval=2.0)
-    config = LoadConfig(stack.nats_url, clients=8, workspaces=4, seconds=7)
+    config = LoadConfig(up.nats_url, clients=8, workspaces=4, seconds=7)
     report = await run_load(config, chaos)
     await victims.recovered()
     assert any(f.what.startswith("SIGKILL") for f in report.faults), report.table()
-    await check(stack.nats_url, second_reader, report)
+    await check(up.nats_url, second_reader, report)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-async def test_load_long(stack: Up, second_reader: NATS) -> None:
-    config = LoadConfig(stack.nats_url, clients=32, workspaces=16, seconds=60)
-    await check(stack.nats_url, second_reader, await run_load(config))
+async def test_load_long(up: Up, second_reader: NATS) -> None:
+    config = LoadConfig(up.nats_url, clients=32, workspaces=16, seconds=60)
+    await check(up.nats_url, second_reader, await run_load(config))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-async def test_chaos_long(stack: Up, second_reader: NATS) -> None:
-    victims = UpVictims(stack, second_reader)
-    config = LoadConfig(stack.nats_url, clients=32, workspaces=16, seconds=60)
+async def test_chaos_long(up: Up, second_reader: NATS) -> None:
+    victims = UpVictims(up, second_reader)
+    config = LoadConfig(up.nats_url, clients=32, workspaces=16, seconds=60)
     report = await run_load(config, Chaos(victims.all(), interval=5.0))
     await victims.recovered()
-    await check(stack.nats_url, second_reader, report)
+    await check(up.nats_url, second_reader, report)
 
 
 def test_report_table_reads_well() -> None:

@@ -6,10 +6,8 @@ it sends carry it; a registered secret named by a request appears in no log."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,33 +19,26 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from contracts.subjects import HEADER_REQUEST_ID, STREAM_EVENTS, Subjects
-from tests.system.conftest import Up, running
+from tests.helpers import eventually
+from tests.up import Up
 
 SUBJECTS = Subjects("ws")
 SECRET = "zq9secretvalue4real"
 """A registered secret, short enough to be a workspace id and a request id."""
 WAIT_S = 20.0
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    home = tmp_path_factory.mktemp("logs")
-    registry = home / "secrets.toml"
-    registry.write_text(f'[secrets]\ndemo = "{SECRET}"\n')
-    with running(home / ".quill", "--log-format", "json", "--secrets", str(registry)) as up:
-        yield up
+pytestmark = pytest.mark.up("--log-format", "json", secrets=f'[secrets]\ndemo = "{SECRET}"\n')
 
 
 @pytest_asyncio.fixture
-async def bare(stack: Up) -> AsyncIterator[NATS]:
+async def bare(up: Up) -> AsyncIterator[NATS]:
     """A plain nats-py connection: requests with no headers at all."""
-    nc = await nats.connect(stack.nats_url)
+    nc = await nats.connect(up.nats_url)
     yield nc
     await nc.close()
 
 
-def log_lines(stack: Up, service: str) -> list[dict[str, Any]]:
-    path = stack.data / "logs" / f"{service}.log"
+def log_lines(up: Up, service: str) -> list[dict[str, Any]]:
+    path = up.data / "logs" / f"{service}.log"
     lines = []
     for raw in path.read_text(errors="replace").splitlines():
         if raw.startswith("{"):
@@ -55,37 +46,37 @@ def log_lines(stack: Up, service: str) -> list[dict[str, Any]]:
     return lines
 
 
-async def line_naming(stack: Up, service: str, request_id: str) -> dict[str, Any]:
+async def line_naming(up: Up, service: str, request_id: str) -> dict[str, Any]:
     """The service's JSON log line with ``request_id`` (waited for: a log write is not part of
     the reply)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        found = [x for x in log_lines(stack, service) if x.get("request_id") == request_id]
-        if found:
-            assert len(found) == 1, found  # one line per failure
-            return found[0]
-        assert time.monotonic() < deadline, f"no line of {request_id} in {service}.log"
-        await asyncio.sleep(0.05)
+    found = await eventually(
+        lambda: [x for x in log_lines(up, service) if x.get("request_id") == request_id],
+        WAIT_S,
+        f"a line of {request_id} in {service}.log",
+    )
+    assert len(found) == 1, found  # one line per failure
+    return found[0]
 
 
 async def audited(nc: NATS, tenant: str, workspace: str, request_id: str) -> dict[str, Any]:
     """The audit record of ``request_id`` (from WS_AUDIT, where the service published it)."""
     js = nc.jetstream()
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    async def found() -> dict[str, Any] | None:
         sub = await js.subscribe(SUBJECTS.audit(tenant, workspace), ordered_consumer=True)
         try:
             while True:
                 try:
                     msg = await sub.next_msg(timeout=1)
                 except nats.errors.TimeoutError:
-                    break
+                    return None  # read to the end: not there yet
                 record: dict[str, Any] = json.loads(msg.data)
                 if record["request_id"] == request_id:
                     return record
         finally:
             await sub.unsubscribe()
-        assert time.monotonic() < deadline, f"no audit record of {request_id}"
+
+    return await eventually(found, WAIT_S, f"the audit record of {request_id}")
 
 
 async def request(nc: NATS, subject: str, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -96,7 +87,7 @@ async def request(nc: NATS, subject: str, body: dict[str, Any]) -> tuple[dict[st
 
 
 async def test_a_request_without_an_id_is_followed_by_the_one_it_was_given(
-    stack: Up, bare: NATS
+    up: Up, bare: NATS
 ) -> None:
     created, _ = await request(bare, SUBJECTS.cmd("acme", "logs", "create"), {})
     assert created["ok"], created
@@ -114,7 +105,7 @@ async def test_a_request_without_an_id_is_followed_by_the_one_it_was_given(
         bare, SUBJECTS.cmd("acme", "logs", "write"), {"path": "../out", "content": "x"}
     )
     assert refused["error"]["code"] == "ACCESS_DENIED"
-    line = await line_naming(stack, "writer", rid)
+    line = await line_naming(up, "writer", rid)
     assert line["level"] == "info"  # the caller's mistake (docs/operations.md#logs)
     fields = {k: line[k] for k in ("tenant", "workspace", "op", "code")}
     assert fields == {
@@ -128,23 +119,23 @@ async def test_a_request_without_an_id_is_followed_by_the_one_it_was_given(
     # a failed query, sent with no id either: given one for its reply, record and line
     missing, rid = await request(bare, SUBJECTS.qry("acme", "logs", "read"), {"path": "no.txt"})
     assert missing["error"]["code"] == "FILE_NOT_FOUND"
-    line = await line_naming(stack, "reader", rid)
+    line = await line_naming(up, "reader", rid)
     assert (line["op"], line["code"], line["workspace"]) == ("qry.read", "FILE_NOT_FOUND", "logs")
     assert (await audited(bare, "acme", "logs", rid))["error_code"] == "FILE_NOT_FOUND"
 
 
-async def test_a_request_id_sent_is_the_one_answered(stack: Up, bare: NATS) -> None:
+async def test_a_request_id_sent_is_the_one_answered(up: Up, bare: NATS) -> None:
     headers = {HEADER_REQUEST_ID: "mine-42"}
     reply = await bare.request(
         SUBJECTS.qry("acme", "nowhere", "read"), b'{"path": "x"}', headers=headers, timeout=10
     )
     assert reply.headers is not None and reply.headers[HEADER_REQUEST_ID] == "mine-42"
-    line = await line_naming(stack, "reader", "mine-42")
+    line = await line_naming(up, "reader", "mine-42")
     assert line["code"] == "WORKSPACE_NOT_FOUND"
 
 
-async def test_the_gateway_names_each_http_request(stack: Up, bare: NATS) -> None:
-    url = f"{stack.http_url}/v1/host/workspace/files/notes.md"
+async def test_the_gateway_names_each_http_request(up: Up, bare: NATS) -> None:
+    url = f"{up.http_url}/v1/host/workspace/files/notes.md"
     async with httpx.AsyncClient(timeout=30) as http:
         mine = await http.put(url, json={"content": "one"}, headers={"X-Request-Id": "trace-7"})
         assert mine.status_code == 200, mine.text
@@ -164,7 +155,7 @@ async def test_the_gateway_names_each_http_request(stack: Up, bare: NATS) -> Non
     assert json.loads(last.data)["request_id"].startswith("trace-7_")
 
 
-async def test_a_registered_secret_named_by_a_request_is_in_no_log(stack: Up, bare: NATS) -> None:
+async def test_a_registered_secret_named_by_a_request_is_in_no_log(up: Up, bare: NATS) -> None:
     attempts = [
         (SUBJECTS.cmd("acme", SECRET, "write"), {"path": "a", "content": "x"}, None),
         (SUBJECTS.cmd("acme", "logs", "write"), {"path": f"{SECRET}/a", "content": "x"}, None),
@@ -183,6 +174,6 @@ async def test_a_registered_secret_named_by_a_request_is_in_no_log(stack: Up, ba
     # each refusal has its line (under the id it was answered with), and none shows the secret
     for request_id, (subject, _, _) in zip(ids, attempts, strict=True):
         service = "writer" if ".cmd." in subject else "reader"
-        await line_naming(stack, service, request_id)
-    for log in Path(stack.data / "logs").glob("*.log"):
+        await line_naming(up, service, request_id)
+    for log in Path(up.data / "logs").glob("*.log"):
         assert SECRET not in log.read_text(errors="replace"), log.name

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from quill_cli.natsserver import NatsServer
-from tests.system.conftest import Up
 from tests.system.test_supervisor import stack_pids
+from tests.up import Up
 
 
 def limit_of(pid: int) -> str | None:

@@ -20,8 +20,9 @@ import pytest
 
 from quill.client import Quill, Workspace
 from quill_cli.cluster import Cluster
-from tests.system.conftest import Up
-from tests.system.test_supervisor import alive, readable, until, writes_through
+from tests.helpers import eventually, eventually_sync
+from tests.system.test_supervisor import alive, readable, writes_through
+from tests.up import Up
 
 
 async def kill_during_writes(
@@ -33,11 +34,11 @@ async def kill_during_writes(
     stop = asyncio.Event()
     writer = asyncio.create_task(writes_through(ws, acked, stop))
     try:
-        await asyncio.to_thread(until, lambda: len(acked) >= 20 or None, "writes before")
+        await eventually(lambda: len(acked) >= 20, 60, "writes before")
         kill()
         counted = len(acked)
-        await asyncio.to_thread(until, back, "the server started again")
-        await asyncio.to_thread(until, lambda: len(acked) >= counted + 20 or None, "writes after")
+        await asyncio.to_thread(eventually_sync, back, 60, "the server started again")
+        await eventually(lambda: len(acked) >= counted + 20, 60, "writes after")
     finally:
         stop.set()
         await writer

@@ -25,7 +25,8 @@ from contracts.subjects import Subjects
 from infra import bus
 from quill.client import Quill, Workspace
 from quill_cli.natsserver import NatsServer
-from tests.system.conftest import running
+from tests.helpers import eventually
+from tests.up import running
 
 COUNT = 2000
 BUDGET = 500
@@ -167,9 +168,11 @@ async def large_scenario(url: str) -> tuple[str, int, str]:
         back = quill.workspace(f"bench/{name_of(100)}")
         back.last_version = 4
         assert await back.read_text("f.txt") == "dropped, written again\n"
-        async with asyncio.timeout(120):  # it serves before, but snapshots once caught up
-            while not (await ask(nc, "ws.sys.ping.reader"))["caught_up"]:
-                await asyncio.sleep(0.2)
+
+        async def caught_up() -> bool:  # it serves before, but snapshots once caught up
+            return bool((await ask(nc, "ws.sys.ping.reader"))["caught_up"])
+
+        await eventually(caught_up, 120)
         made = await ask(nc, "ws.sys.snapshot.reader")
         assert made["ok"], made
         # the tail: a write after the snapshot, the latest
@@ -190,14 +193,16 @@ async def wiped_reader_serves(url: str, data: Path, name: str, version: int, tex
     try:
         ws = quill.workspace(f"bench/{name}")
         ws.last_version = version
-        async with asyncio.timeout(120):
-            while True:
-                try:
-                    assert await ws.read_text("f.txt") == text
-                    break
-                except QuillError as exc:  # no replica in the queue group yet
-                    assert exc.code in (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT), exc
-                    await asyncio.sleep(0.1)
+
+        async def served() -> bool:
+            try:
+                assert await ws.read_text("f.txt") == text
+            except QuillError as exc:  # no replica in the queue group yet
+                assert exc.code in (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT), exc
+                return False
+            return True
+
+        await eventually(served, 120, f"{name} read from a replica started from the snapshot")
     finally:
         await quill.close()
         proc.terminate()

@@ -15,8 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,10 @@ from prometheus_client.samples import Sample
 
 from quill.client import Quill
 from quill_cli.ports import EPHEMERAL, QUIET_FROM, Ports
-from tests.system.conftest import Up, running
+from tests.helpers import eventually, eventually_sync
+from tests.up import Up
+
+pytestmark = pytest.mark.up("--gateway-workers", "2")
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ["nats", "writer", "reader", "executor", "gateway", "launcher"]
@@ -82,13 +83,6 @@ def check_scraped(data: Path, requests: dict[str, dict[str, str]]) -> dict[str, 
     return scraped
 
 
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    data = tmp_path_factory.mktemp("scrape") / ".quill"
-    with running(data, "--gateway-workers", "2") as stack:
-        yield stack
-
-
 async def use_every_service(up: Up) -> None:
     """A write, a read and a command run, through the SDK; a request to the gateway."""
     quill = await Quill.connect(up.nats_url)
@@ -119,11 +113,12 @@ async def test_every_process_is_listed_and_scraped(up: Up) -> None:
     await use_every_service(up)
     scraped = check_scraped(up.data, EVERY_KIND)
     url = next(p["metrics"] for p in processes(up.data) if p["role"] == "gateway")
-    deadline = time.monotonic() + 60  # worker 0 answers before worker 1 serves: wait for it
-    while (workers := _workers(scraped["gateway"])) != {"0", "1"}:
-        assert time.monotonic() < deadline, workers
-        time.sleep(0.1)
+
+    def both_workers() -> bool:  # worker 0 answers before worker 1 serves: wait for it
         scraped["gateway"] = scrape(url)  # its two workers in one scrape, each its memory
+        return _workers(scraped["gateway"]) == {"0", "1"}
+
+    await eventually(both_workers, 60)
 
 
 def _workers(samples: list[Sample]) -> set[str]:
@@ -131,10 +126,9 @@ def _workers(samples: list[Sample]) -> set[str]:
 
 
 def test_the_ready_output_lists_the_metrics_ports(up: Up) -> None:
-    deadline = time.monotonic() + 30  # printed just after the ready line
-    while not (lines := [line for line in up.output if line.startswith("metrics: ")]):
-        assert time.monotonic() < deadline, up.output
-        time.sleep(0.05)
+    lines = eventually_sync(  # printed just after the ready line
+        lambda: [line for line in up.output if line.startswith("metrics: ")], 30
+    )
     line = lines[0]
     urls = dict(word.split("=", 1) for word in line.split()[1:])
     listed = {p["name"]: p["metrics"] for p in processes(up.data) if p["metrics"]}
@@ -150,25 +144,17 @@ def _started(samples: list[Sample]) -> float:
 
 def _recorded_again(data: Path, name: str, old: int, timeout: float = 60.0) -> dict[str, Any]:
     """``name``'s entry in ``stack.json`` once it names another pid than ``old``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def recorded() -> dict[str, Any] | None:
         entry = next(p for p in processes(data) if p["name"] == name)
-        if entry["pid"] != old:
-            return entry
-        time.sleep(0.05)
-    raise AssertionError(f"stack.json still says {name} is pid {old}")
+        return entry if entry["pid"] != old else None
+
+    return eventually_sync(recorded, timeout, f"stack.json naming another {name} than pid {old}")
 
 
 def _scraped_when_up(url: str, timeout: float = 60.0) -> list[Sample]:
     """``url``'s samples once it answers (a process started again binds its port soon)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return scrape(url)
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    return eventually_sync(lambda: scrape(url), timeout, url, ignoring=(httpx.TransportError,))
 
 
 @pytest.mark.parametrize("name", ["reader", "gateway"])

@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer, binary, terminate
 from quill_cli.ports import quiet_port
+from tests.helpers import eventually_sync
 
 WAITING = "creating the streams: JetStream did not answer"
 
@@ -33,16 +33,13 @@ def without_jetstream(port: int, home: Path) -> Iterator[str]:
         [str(binary()), "-a", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:  # until it accepts connections
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, (
-                    "nats-server did not start"
-                )
-                time.sleep(0.05)
+
+        def accepts() -> bool:
+            assert proc.poll() is None, "nats-server exited"
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+
+        eventually_sync(accepts, 20, "nats-server accepting connections", ignoring=(OSError,))
         yield f"nats://127.0.0.1:{port}"
     finally:
         terminate(proc)
@@ -59,13 +56,19 @@ def service(name: str, url: str, data: Path, err: Path, **env: str) -> subproces
         )
 
 
-def until_said(err: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+def said(err: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
     """Until ``text`` is in the process's stderr (polled: the file is the only channel)."""
-    deadline = time.monotonic() + timeout
-    while text not in err.read_text():
+
+    def there() -> bool:
+        if text in err.read_text():
+            return True
         assert proc.poll() is None, err.read_text()
-        assert time.monotonic() < deadline, err.read_text()
-        time.sleep(0.05)
+        return False
+
+    try:
+        eventually_sync(there, timeout, f"{text!r} in {err.name}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{err.read_text()}") from None
 
 
 async def test_a_writer_started_before_jetstream_waits_for_it_then_serves(tmp_path: Path) -> None:
@@ -74,7 +77,7 @@ async def test_a_writer_started_before_jetstream_waits_for_it_then_serves(tmp_pa
     with without_jetstream(port, tmp_path / "plain") as url:
         writer = service("writer", url, tmp_path / "writer", err)
         try:
-            until_said(err, WAITING, writer)  # waiting, not exited
+            said(err, WAITING, writer)  # waiting, not exited
         except BaseException:
             terminate(writer)
             raise

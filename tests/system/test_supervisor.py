@@ -18,19 +18,17 @@ import os
 import re
 import signal
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 
 from contracts.errors import QuillError
 from quill.client import Quill, Workspace
-from tests.system.conftest import Up, running
-
-T = TypeVar("T")
+from tests.helpers import eventually, eventually_sync
+from tests.up import Up, running
 
 FIRST, CAP = 0.2, 1.0
 KILLS = 7
@@ -58,15 +56,6 @@ def children(up: Up) -> dict[str, int]:
         if b"quill" in argv and names:
             found[names[0]] = int(entry.name)
     return found
-
-
-def until(check: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
-    """Poll ``check`` until it returns something (the condition), or fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while (result := check()) is None:
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return result
 
 
 class HealthWatch:
@@ -106,9 +95,10 @@ def failing(body: dict[str, Any]) -> list[str]:
 
 
 @pytest.fixture
-def up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Up]:
-    monkeypatch.setenv("QUILL_RESTART_BACKOFF", f"{FIRST},{CAP}")
-    with running(tmp_path / ".quill", "--sandbox", "local") as stack:
+def up(tmp_path: Path) -> Iterator[Up]:
+    """A ``quill up`` of each test's own (not the module's: each kills its processes)."""
+    backoff = {"QUILL_RESTART_BACKOFF": f"{FIRST},{CAP}"}
+    with running(tmp_path / ".quill", "--sandbox", "local", env=backoff) as stack:
         yield stack
 
 
@@ -127,8 +117,9 @@ async def test_a_service_killed_again_and_again_is_restarted_while_the_others_se
             for n in range(KILLS):
                 # wait for the supervisor to start it again, then kill the new process
                 pid = await asyncio.to_thread(
-                    until,
+                    eventually_sync,
                     lambda: p if (p := children(up).get("executor")) not in killed else None,
+                    60,
                     f"executor restarted after {n} kills",
                 )
                 os.kill(pid, signal.SIGKILL)
@@ -139,8 +130,9 @@ async def test_a_service_killed_again_and_again_is_restarted_while_the_others_se
                     assert text == f"written after {n + 1} kills\n"
             # it comes back: /health is clean again
             back = await asyncio.to_thread(
-                until,
+                eventually_sync,
                 lambda: b if (b := health(up))["status"] == "ok" and not failing(b) else None,
+                60,
                 "a clean /health",
             )
         # the services and the NATS server: every process is supervised
@@ -194,7 +186,7 @@ async def writes_through(ws: Workspace, acked: dict[str, str], stop: asyncio.Eve
             await ws.write(path, text)
         except QuillError:
             failed += 1
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # a client's pause before trying again, not a wait
             continue
         acked[path] = text
     return failed
@@ -202,14 +194,12 @@ async def writes_through(ws: Workspace, acked: dict[str, str], stop: asyncio.Eve
 
 async def readable(ws: Workspace, path: str, timeout: float = 60.0) -> None:
     """Until ``path`` reads (a replica catching up answers UNAVAILABLE meanwhile)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            await ws.read_text(path)
-            return
-        except QuillError:
-            assert time.monotonic() < deadline, f"{path} never became readable"
-            await asyncio.sleep(0.2)
+
+    async def reads() -> bool:
+        await ws.read_text(path)
+        return True
+
+    await eventually(reads, timeout, f"{path} readable", ignoring=(QuillError,))
 
 
 async def test_the_nats_server_killed_is_started_again_and_no_acknowledged_write_is_lost(
@@ -224,15 +214,16 @@ async def test_the_nats_server_killed_is_started_again_and_no_acknowledged_write
         acked: dict[str, str] = {}
         stop = asyncio.Event()
         writer = asyncio.create_task(writes_through(ws, acked, stop))
-        await asyncio.to_thread(until, lambda: len(acked) >= 20 or None, "writes before")
+        await eventually(lambda: len(acked) >= 20, 60, "writes before")
         os.kill(before["nats"], signal.SIGKILL)
         counted = len(acked)
         back = await asyncio.to_thread(
-            until,
+            eventually_sync,
             lambda: p if (p := stack_pids(up)["nats"]) != before["nats"] and alive(p) else None,
+            60,
             "stack.json naming a new nats-server",
         )
-        await asyncio.to_thread(until, lambda: len(acked) >= counted + 20 or None, "writes after")
+        await eventually(lambda: len(acked) >= counted + 20, 60, "writes after")
         stop.set()
         await writer
         assert Path(f"/proc/{back}/exe").resolve().name == "nats-server"

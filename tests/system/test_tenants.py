@@ -6,14 +6,12 @@ the same answer as for what does not exist)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,41 +20,13 @@ import nats.errors
 import nkeys
 import pytest
 
-from quill.client import Quill
 from quill_cli.natsserver import binary
 from services.gateway.principals import Principal, Tokens
 from tests.gateway.support import error, mcp_client, ok
-from tests.system.conftest import Up, running
+from tests.helpers import subscribed
+from tests.up import PASSWORDS, TENANTS, TOKENS, Up, quill_as
 
-PASSWORDS = {"a": "tenant-a-password", "b": "tenant-b-password"}
-TOKENS = {"a": "token-of-tenant-a", "b": "token-of-tenant-b"}
-BRIDGES = {"a": "", "b": "bridges = true\n"}
-"""b may serve local workspaces: a bridge tenant is attacked, and attacks, like any other."""
-TENANTS = "".join(
-    f'[tenants.{t}]\npassword = "{PASSWORDS[t]}"\n{BRIDGES[t]}\n'
-    f'[tenants.{t}.tokens."{TOKENS[t]}"]\nworkspace = "shared"\n\n'
-    for t in ("a", "b")
-)
-
-
-@contextlib.contextmanager
-def with_tenants(home: Path, *args: str) -> Iterator[Up]:
-    """``quill up --tenants`` (tenants a and b) in ``home`` until the block ends."""
-    tenants = home / "tenants.toml"
-    tenants.write_text(TENANTS)
-    tenants.chmod(0o600)
-    with running(home / ".quill", "--tenants", str(tenants), *args) as stack:
-        yield stack
-
-
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    with with_tenants(tmp_path_factory.mktemp("tenants")) as stack:
-        yield stack
-
-
-async def quill_as(up: Up, tenant: str) -> Quill:
-    return await Quill.connect(up.nats_url, user=tenant, password=PASSWORDS[tenant], actor=tenant)
+pytestmark = pytest.mark.up(tenants=TENANTS)
 
 
 def test_a_bad_tenants_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -117,8 +87,7 @@ async def test_a_tenant_uses_its_workspace_with_the_sdk_and_the_cli(up: Up) -> N
         ws = quill.workspace("b/shared")
         updates = ws.watch()
         first = asyncio.ensure_future(anext(updates))
-        await asyncio.sleep(0)  # let the watch subscribe before the write
-        await quill.nc.flush()
+        await subscribed(quill.nc, quill.subjects.updated("b", "shared"))  # before the write
         await ws.write("notes.md", "b's notes\n")
         assert (await asyncio.wait_for(first, 10)).version == ws.last_version
         await updates.aclose()

@@ -17,7 +17,7 @@ from playwright.async_api import async_playwright
 from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
 from services.gateway.app import GatewayConfig, start_gateway
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import approvals_pending, start_executor, start_reader, start_writer
 from tests.ui.conftest import CHROMIUM
 
 APP = '''"""A tiny service."""
@@ -55,9 +55,7 @@ async def history(url: str) -> asyncio.Task[object]:
         .workspace("default/reviewed")
         .edit("plan.md", "- ship it on Friday\n", "- ship it today\n- skip the review\n")
     )
-    async with asyncio.timeout(10):
-        while not (await held.approvals()).pending:
-            await asyncio.sleep(0.05)
+    await approvals_pending(held)
     return parked
 
 

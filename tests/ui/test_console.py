@@ -11,6 +11,7 @@ from playwright.async_api import expect
 
 from quill.client import Workspace
 from services.gateway.app import Gateway
+from tests.helpers import approvals_pending
 
 WS = "default/default"
 
@@ -19,14 +20,6 @@ async def put(ws: Workspace, path: str, text: str) -> int:
     """Write ``path``; the version it made."""
     await ws.write(path, text)
     return ws.last_version
-
-
-async def pending(ws: Workspace) -> str:
-    """Wait until an approval is pending (a request was parked meanwhile); its id."""
-    async with asyncio.timeout(10):
-        while not (found := (await ws.approvals()).pending):
-            await asyncio.sleep(0.02)
-    return found[0].approval_id
 
 
 async def two_versions(gateway: Gateway) -> tuple[Workspace, int, int]:
@@ -104,7 +97,7 @@ async def test_approve_from_the_page_and_the_waiting_write_completes(
     agent.wait_ms = 60_000
     waiting = asyncio.create_task(agent.workspace(WS).write("plan.md", "the plan\n"))
     try:
-        await pending(ws)
+        await approvals_pending(ws)
         await page.goto(f"{gateway.url}/ui/w/default/approvals")
         await expect(page.locator("#approval-list")).to_contain_text("write plan.md")
         diff = page.locator("#approval-list table.preview")  # the change it would make
@@ -144,7 +137,7 @@ async def test_a_form_without_its_csrf_token_is_refused(gateway: Gateway) -> Non
     agent = gateway.quill.as_actor("agent-7").workspace(WS)
     asked = asyncio.create_task(agent.write("x.md", "x\n"))
     try:
-        url = f"{gateway.url}/ui/w/default/approvals/{await pending(ws)}"
+        url = f"{gateway.url}/ui/w/default/approvals/{(await approvals_pending(ws))[0]}"
         async with httpx.AsyncClient(timeout=10) as http:
             page = await http.get(f"{gateway.url}/ui/w/default/approvals")
             token = page.text.split('name="csrf" value="')[1].split('"')[0]

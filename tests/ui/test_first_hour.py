@@ -12,7 +12,8 @@ from playwright.async_api import expect
 
 from services.executor.app import Executor
 from services.gateway.app import Gateway
-from tests.ui.test_console import WS, pending
+from tests.helpers import approvals_pending
+from tests.ui.test_console import WS
 
 UTC_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
 
@@ -74,7 +75,7 @@ async def test_approve_and_deny_look_different_and_ops_read_as_words(
     await ws.set_trust("restricted")
     asked = asyncio.create_task(gateway.quill.as_actor("agent-7").workspace(WS).write("x", "x"))
     try:
-        await pending(ws)
+        await approvals_pending(ws)
         await page.goto(f"{gateway.url}/ui/w/default/approvals")
         heading = page.locator("#approval-list h2")
         await expect(heading).to_contain_text("write a file")

@@ -16,6 +16,7 @@ from contracts.errors import ErrorCode, QuillError
 from core.diffs import unified_many
 from core.finding import grep_texts
 from infra.offload import CLIENT_DEADLINE, Offload
+from tests.helpers import eventually
 
 EVIL = [("evil.txt", ("a" * 40 + "!\n") * 10)]
 SLOW = rq.GrepQuery(pattern="(a|aa)+(?=#)")
@@ -70,7 +71,8 @@ async def test_a_tenant_past_its_turn_and_queue_is_busy_and_another_goes_on(
 ) -> None:
     running = asyncio.create_task(grep(offload, "b", SLOW, 3))
     queued = asyncio.create_task(grep(offload, "b", SLOW, 3))
-    await asyncio.sleep(0)  # both taken in: one runs, one waits
+    state = offload.info
+    await eventually(lambda: (state()["running"], state()["waiting"]) == (1, 1))  # one waits
     with pytest.raises(QuillError) as info:
         await grep(offload, "b", QUICK, 3)
     assert info.value.code == ErrorCode.UNAVAILABLE
@@ -84,7 +86,7 @@ async def test_a_tenant_past_its_turn_and_queue_is_busy_and_another_goes_on(
 
 async def test_work_whose_client_has_stopped_waiting_never_starts(offload: Offload) -> None:
     running = asyncio.create_task(grep(offload, "b", SLOW, 3))
-    await asyncio.sleep(0)
+    await eventually(lambda: offload.info()["running"] == 1)  # b's one turn is taken
     CLIENT_DEADLINE.set(time.monotonic() + 0.2)
     with pytest.raises(QuillError) as info:
         await grep(offload, "b", QUICK, 3)

@@ -143,7 +143,7 @@ async def test_the_disk_watch_stops_the_command_that_grew_most_and_only_it(
     quiet.mkdir()
     busy.mkdir()
     (quiet / "old").write_bytes(b"q" * 500 * KIB)  # big, but it was so before it started
-    wrote = asyncio.Event()
+    wrote, over = asyncio.Event(), asyncio.Event()
 
     async def writer() -> None:
         (busy / "new").write_bytes(b"b" * 100 * KIB)
@@ -153,7 +153,7 @@ async def test_the_disk_watch_stops_the_command_that_grew_most_and_only_it(
     async def idle() -> str:
         await wrote.wait()
         reserve.short = True  # the disk falls under its reserve
-        await asyncio.sleep(0.2)  # the watch trips one command meanwhile
+        await over.wait()  # the watch trips one command meanwhile; this one runs on
         return "untouched"
 
     stopped = asyncio.create_task(guard(busy, 1024**3, writer(), every=60, watch=watch))
@@ -165,5 +165,6 @@ async def test_the_disk_watch_stops_the_command_that_grew_most_and_only_it(
     assert error.code == "SIZE_LIMIT_EXCEEDED" and error.details["limit"] == "disk_reserve"
     info.value.release()
     reserve.short = False
+    over.set()
     assert (await spared)[0] == "untouched"
     assert watch.stops == 1 and not watch.entries

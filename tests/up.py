@@ -1,4 +1,9 @@
-"""``quill up`` as a real subprocess (its own process group), and the CLI against it."""
+"""``quill up`` as a real subprocess (its own process group), and the CLI against it: the one
+launcher of the tests (``tests/conftest.py``'s ``up`` fixture is a module's ``running``).
+
+``running(data, *args, tenants=..., secrets=..., env=...)`` for a block; ``Up(...).start()``
+where a test stops or kills it itself; ``TENANTS`` (tenants a and b, with their NATS
+passwords and gateway tokens) for ``tenants=``, and ``quill_as`` to connect as one of them."""
 
 from __future__ import annotations
 
@@ -10,13 +15,25 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
+from quill.client import Quill
 
 READY = re.compile(r"quill ready nats=(\S+) http=(\S+)")
+
+PASSWORDS = {"a": "tenant-a-password", "b": "tenant-b-password"}
+TOKENS = {"a": "token-of-tenant-a", "b": "token-of-tenant-b"}
+BRIDGES = {"a": "", "b": "bridges = true\n"}
+"""b may serve local workspaces: a bridge tenant is attacked, and attacks, like any other."""
+TENANTS = "".join(
+    f'[tenants.{t}]\npassword = "{PASSWORDS[t]}"\n{BRIDGES[t]}\n'
+    f'[tenants.{t}.tokens."{TOKENS[t]}"]\nworkspace = "shared"\n\n'
+    for t in ("a", "b")
+)
+"""A ``--tenants`` file: tenants a and b, each with its NATS user and a gateway token, both on
+a workspace named ``shared``."""
 
 
 @dataclass
@@ -27,6 +44,8 @@ class Up:
     args: tuple[str, ...] = ()
     """More options for the command."""
     command: tuple[str, ...] = ("up",)
+    env: Mapping[str, str] = field(default_factory=dict)
+    """More environment for its process (``QUILL_RESTART_BACKOFF``)."""
     process: subprocess.Popen[str] | None = None
     nats_url: str = ""
     http_url: str = ""
@@ -45,6 +64,7 @@ class Up:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            env={**os.environ, **self.env},
         )
         ready = threading.Event()
 
@@ -107,9 +127,26 @@ class Up:
 
 
 @contextlib.contextmanager
-def running(data: Path, *args: str) -> Iterator[Up]:
-    """``quill up --data DATA ARGS...`` until the block ends (then stopped, if still up)."""
-    stack = Up(data, args=args).start()
+def running(
+    data: Path,
+    *args: str,
+    tenants: str | None = None,
+    secrets: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[Up]:
+    """``quill up --data DATA ARGS...`` until the block ends (then stopped, if still up).
+
+    ``tenants``, ``secrets``: the text of its ``--tenants`` and ``--secrets`` files (written
+    beside ``data``, 0600); ``env``: more environment for its process."""
+    home = data.parent
+    home.mkdir(parents=True, exist_ok=True)
+    for name, text in (("tenants", tenants), ("secrets", secrets)):
+        if text is not None:
+            path = home / f"{name}.toml"
+            path.write_text(text)
+            path.chmod(0o600)
+            args = (*args, f"--{name}", str(path))
+    stack = Up(data, args=args, env=env or {}).start()
     try:
         yield stack
     finally:
@@ -117,7 +154,6 @@ def running(data: Path, *args: str) -> Iterator[Up]:
             stack.stop()
 
 
-@pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    with running(tmp_path_factory.mktemp("up") / ".quill") as stack:
-        yield stack
+async def quill_as(up: Up, tenant: str) -> Quill:
+    """An SDK client as ``tenant`` of ``TENANTS``."""
+    return await Quill.connect(up.nats_url, user=tenant, password=PASSWORDS[tenant], actor=tenant)
