@@ -57,7 +57,7 @@ from contracts.events import (
 )
 from contracts.limits import DEFAULT_LIMITS, Limits
 from contracts.uncommitted import Recorded, fold_uncommitted
-from core.tree import DirNode, FileNode, Tree, apply_change
+from core.tree import Tree, apply_change, plant
 
 DECIDED_KEPT = 1000
 """Decided approvals remembered per workspace (a retried request finds its decision)."""
@@ -336,15 +336,18 @@ def restore(
     tree: bool = True,
 ) -> None:
     """``state`` as of version ``at`` (default: the compaction's) from ``event``'s manifest:
-    the paths live then (their history before is the projection's: ``Tree.partial``), the
-    control events and uncommitted paths recorded by then, the head of the event at ``at``
-    (its hash and tree hash from the manifest's event rows; empty when it keeps none)."""
+    the paths live then (``plant``; ``tree`` False: ``state.tree`` is left as it is), the
+    control events (evolved) and uncommitted paths recorded by then, the head of the event at
+    ``at`` (its hash and tree hash from the manifest's event rows; empty when it keeps none)."""
     at = event.version if at is None else min(at, event.version)
+    kept = state.tree
     forget(state)
     state.exists, state.trust, state.limits = True, manifest.trust, manifest.limits
     state.created, state.floor = manifest.created, manifest.floor
     if tree:
-        _plant(state.tree, manifest, at)
+        plant(state.tree, manifest.revisions, at)
+    else:  # the caller's (kept elsewhere, or as of ``at`` already)
+        state.tree = kept
     for version, _, body in manifest.controls:
         if version <= at:
             evolve(state, codec.decode_event(body.encode()), tree=False)
@@ -364,27 +367,6 @@ def restore(
         state.updated = _time(row[4]) if row is not None else event.at
     if seq is not None:
         state.last_seq = seq
-
-
-def _plant(tree: Tree, manifest: CompactionManifest, at: int) -> None:
-    """The paths live at ``at``, from the manifest's revision rows ``(path, version, until,
-    parent, kind, sha256, size, file_version, executable, binary, created, modified, ...)``."""
-    tree.partial, tree.loaded_at = True, at
-    for r in manifest.revisions:
-        path, since, until = str(r[0]), int(r[1]), int(r[2])
-        if not path or not since <= at < until:
-            continue
-        if r[4] == "d":
-            tree.set_dir(path, DirNode(created=_time(r[10]), version=since))
-        else:
-            file_version = int(r[7])
-            node = FileNode(
-                str(r[5]), int(r[6]), file_version, bool(r[8]), bool(r[9]), _time(r[10]),
-                _time(r[11]), since,
-            )  # fmt: skip
-            tree.set_file(path, node)
-            tree.last_fv[path] = file_version
-        tree.changed[path] = since
 
 
 def _ask(controls: Controls, event: ApprovalRequested) -> None:

@@ -271,6 +271,33 @@ def place(tree: Tree, node: Node) -> None:
     )
 
 
+def plant(tree: Tree, revisions: list[tuple[Any, ...]], at: int) -> None:
+    """Put into ``tree`` the paths live at version ``at`` among a compaction's revision rows
+    (``CompactionManifest.revisions``: ``(path, version, until, parent, kind, sha256, size,
+    file_version, executable, binary, created, modified, moved_from)``). The history of
+    other paths is not in them: the tree is ``partial``, as one loaded from a projection."""
+    tree.partial, tree.loaded_at = True, at
+    for r in revisions:
+        path, since, until = str(r[0]), int(r[1]), int(r[2])
+        if not path or not since <= at < until:
+            continue
+        if r[4] == "d":
+            tree.set_dir(path, DirNode(created=_time(r[10]), version=since))
+        else:
+            file_version = int(r[7])
+            node = FileNode(
+                str(r[5]), int(r[6]), file_version, bool(r[8]), bool(r[9]), _time(r[10]),
+                _time(r[11]), since,
+            )  # fmt: skip
+            tree.set_file(path, node)
+            tree.last_fv[path] = file_version
+        tree.changed[path] = since
+
+
+def _time(value: object) -> datetime:
+    return datetime.fromisoformat(str(value))
+
+
 def apply_change(tree: Tree, change: AnyChange, version: int, at: datetime) -> None:
     """Apply one change of a committed (or being decided) event to ``tree``."""
     if isinstance(change, PutFile):
