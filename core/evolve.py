@@ -245,11 +245,12 @@ def evolve(
     """
     fresh = False
     match event:
-        case ChangesCommitted(changes=changes, version=version, at=at):
+        case ChangesCommitted():
             if tree:
-                for change in changes:
-                    apply_change(state.tree, change, version, at)
-            fold_uncommitted(state.uncommitted, event)
+                for change in event.changes:
+                    apply_change(state.tree, change, event.version, event.at)
+            if event.uncommitted is not None or state.uncommitted:
+                fold_uncommitted(state.uncommitted, event)
         case WorkspaceCreated(trust=trust, limits=limits):
             if state.version:  # a new life (the purge before it was missed): none of the old
                 forget(state)
