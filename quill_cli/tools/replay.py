@@ -64,6 +64,7 @@ from contracts.events import (
 from contracts.paths import in_log
 from contracts.subjects import BUCKET_BLOBS, HEADER_EVENT_HASH, STREAM_EVENTS, Subjects
 from core import chain
+from core.controls import run_info
 from core.evolve import WorkspaceState, evolve, restore
 from core.tree import FileNode, Tree
 from infra import bus
@@ -251,15 +252,9 @@ class Fold:
         """The runs as the log tells them, in the order they started."""
         return {
             run_id: RunRecord(
-                run=run_id,
-                version=r.pinned,
+                **msgspec.structs.asdict(run_info(run_id, r)),
                 status="running" if r.ended_version is None else "ended",
-                actor=r.actor,
-                parent=r.parent,
-                started=r.started,
-                started_version=r.started_version,
                 ended=r.ended,
-                ended_version=r.ended_version,
             )
             for run_id, r in (self.state.controls.runs or {}).items()
         }

@@ -89,7 +89,7 @@ from contracts.subjects import (
 from core.evolve import WorkspaceState, evolve, restore
 from core.plan import Committed
 from core.secrets import Secrets
-from core.tree import Tree, apply_change
+from core.tree import apply_change
 from infra import compaction
 from infra import log as eventlog
 from infra.blobs import Blobs, WorkspaceBlobs, remove
@@ -163,14 +163,6 @@ class _Rewrite:
         self.manifests: dict[str, bytes] = {}
         self._pending: list[Committed] = []
 
-    @property
-    def tree(self) -> Tree:
-        return self.state.tree
-
-    @property
-    def last_hash(self) -> str:
-        return self.state.last_hash
-
     async def add(self, body: dict[str, Any]) -> WorkspaceEvent:
         event = codec.decode_event(msgspec.json.encode(body))
         more: dict[str, Any] = {}
@@ -185,7 +177,10 @@ class _Rewrite:
             self.manifests[digest] = manifest_body
             more.update(manifest=digest, manifest_size=len(manifest_body), floor=manifest.floor)
         event = msgspec.structs.replace(
-            event, prev_hash=self.last_hash, tree_hash=hashing.tree_hex(self.tree.hash), **more
+            event,
+            prev_hash=self.state.last_hash,
+            tree_hash=hashing.tree_hex(self.state.tree.hash),
+            **more,
         )
         payload = codec.encode(event)
         digest = hashing.event_hash(payload)
@@ -209,7 +204,7 @@ class _Rewrite:
             event,
             manifest=digest_m,
             manifest_size=len(manifest_body),
-            tree_hash=hashing.tree_hex(self.tree.hash),
+            tree_hash=hashing.tree_hex(self.state.tree.hash),
         )
         payload = codec.encode(event)
         digest = hashing.event_hash(payload)
@@ -367,8 +362,8 @@ async def _replace_log(
         op=SCRUB_OP,
         request_id=f"scrub-{version}-{digest_m[:16]}",
         actor=actor or "quill",
-        prev_hash=new.last_hash,
-        tree_hash=hashing.tree_hex(new.tree.hash),
+        prev_hash=new.state.last_hash,
+        tree_hash=hashing.tree_hex(new.state.tree.hash),
         manifest=digest_m,
         manifest_size=len(body),
         floor=manifest.floor,

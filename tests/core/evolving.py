@@ -40,17 +40,11 @@ path = st.sampled_from(PATHS)
 session = st.sampled_from(SESSIONS)
 approval = st.sampled_from(["q1", "q2", "q3"])
 
-actions = st.one_of(
+both = [  # what both the pure and the real writer's tests draw
     st.tuples(st.just("write"), path, text, st.booleans(), session),
     st.tuples(st.just("mkdir"), path, session),
     st.tuples(st.just("delete"), path, session),
     st.tuples(st.just("move"), path, path, session),
-    st.tuples(
-        st.just("apply"),
-        st.lists(st.tuples(path, text), max_size=3, unique_by=lambda p: p[0]),
-        st.none() | st.lists(st.tuples(path, st.sampled_from(["symlink", "big"])), max_size=2),
-        session,
-    ),
     st.tuples(st.just("lock"), st.sampled_from(["s1", "s2"])),
     st.tuples(st.just("unlock"), st.sampled_from(["s1", "s2"])),
     st.tuples(st.just("trust"), st.sampled_from(["full", "restricted"]), st.booleans()),
@@ -60,10 +54,26 @@ actions = st.one_of(
     st.tuples(st.just("run_end"), st.sampled_from(["r1", "r2"])),
     st.tuples(st.just("attach"), st.sampled_from(["o1", "o2"])),
     st.tuples(st.just("detach"), st.sampled_from(["o1", "o2"])),
-    st.tuples(st.just("ask"), approval, st.sampled_from([2, 3600])),
-    st.tuples(st.just("decide"), approval, st.booleans()),
     st.tuples(st.just("purge")),
     st.tuples(st.just("create"), st.sampled_from(["full", "restricted"])),
+]
+
+
+def applies(reasons: list[str]) -> st.SearchStrategy[tuple[Any, ...]]:
+    """An executor's apply: a few puts, and the paths its sandbox left uncommitted (or None)."""
+    return st.tuples(
+        st.just("apply"),
+        st.lists(st.tuples(path, text), max_size=3, unique_by=lambda p: p[0]),
+        st.none() | st.lists(st.tuples(path, st.sampled_from(reasons)), max_size=2),
+        session,
+    )
+
+
+actions = st.one_of(
+    *both,
+    applies(["symlink", "big"]),
+    st.tuples(st.just("ask"), approval, st.sampled_from([2, 3600])),
+    st.tuples(st.just("decide"), approval, st.booleans()),
 )
 COMPACT = ("compact",)
 """Compact what the projection holds (2 revisions a path kept): ``tests/integration``."""
@@ -222,33 +232,23 @@ def folded(log: list[Committed]) -> WorkspaceState:
     return state
 
 
+def decided(script: list[tuple[Any, ...]]) -> Decided:
+    """``script`` decided by the writer's state machine, its fold checked after each command."""
+    writer = Decided("demo")
+    for action in script:
+        writer.run(action)
+        assert norm(folded(writer.log)) == norm(writer.state), action
+    return writer
+
+
 def commands(first: str = "full") -> st.SearchStrategy[list[tuple[Any, ...]]]:
     return st.lists(actions, min_size=1, max_size=24).map(lambda a: [("create", first), *a])
 
 
 real_actions = st.one_of(
-    st.tuples(st.just("write"), path, text, st.booleans(), session),
-    st.tuples(st.just("mkdir"), path, session),
-    st.tuples(st.just("delete"), path, session),
-    st.tuples(st.just("move"), path, path, session),
-    st.tuples(
-        st.just("apply"),
-        st.lists(st.tuples(path, text), max_size=3, unique_by=lambda p: p[0]),
-        st.none() | st.lists(st.tuples(path, st.just("symlink")), max_size=2),
-        session,
-    ),
-    st.tuples(st.just("lock"), st.sampled_from(["s1", "s2"])),
-    st.tuples(st.just("unlock"), st.sampled_from(["s1", "s2"])),
-    st.tuples(st.just("trust"), st.sampled_from(["full", "restricted"]), st.booleans()),
-    st.tuples(st.just("archive"), st.none() | st.just("done")),
-    st.tuples(st.just("unarchive")),
-    st.tuples(st.just("run_start"), st.sampled_from(["r1", "r2"])),
-    st.tuples(st.just("run_end"), st.sampled_from(["r1", "r2"])),
-    st.tuples(st.just("attach"), st.sampled_from(["o1", "o2"])),
-    st.tuples(st.just("detach"), st.sampled_from(["o1", "o2"])),
+    *both,
+    applies(["symlink"]),
     st.tuples(st.just("deny"), st.integers(min_value=0, max_value=2)),
-    st.tuples(st.just("purge")),
-    st.tuples(st.just("create"), st.sampled_from(["full", "restricted"])),
 )
 """As ``actions``; approvals are asked by the writer (a mutation of a restricted workspace)
 and denied (an approved one would be carried out after its answer, on the writer's time)."""

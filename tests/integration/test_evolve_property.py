@@ -46,6 +46,7 @@ from tests.core.evolving import (
     Decided,
     actions,
     commands,
+    decided,
     folded,
     norm,
     real_actions,
@@ -75,9 +76,7 @@ def replayed(log: list[Committed], payloads: list[bytes]) -> WorkspaceState | No
 @given(script=commands())
 def test_replay_rebuilds_the_fold(script: list[tuple[Any, ...]]) -> None:
     """``quill replay``'s fold of the log's payloads, checking every hash, is the writer's."""
-    writer = Decided("demo")
-    for action in script:
-        writer.run(action)
+    writer = decided(script)
     again = replayed(writer.log, writer.payloads)
     if again is not None:
         assert norm(again, seq=False) == norm(writer.state, seq=False)
