@@ -24,7 +24,7 @@ such a path with why it is not there (``FILE_NOT_FOUND`` with ``details.uncommit
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -269,6 +269,9 @@ ControlEvent = (
 )
 """The events that change a workspace's controls (runs, lock, trust, approvals, attachments,
 archive)."""
+CONTROL_EVENTS = get_args(ControlEvent)
+"""The control event types, for ``isinstance``: the projections keep each of these events
+whole (their ``controls`` table, a compaction's manifest), to fold again on a load."""
 
 WorkspaceEvent = (
     WorkspaceCreated | ChangesCommitted | ControlEvent | HistoryCompacted | WorkspacePurged

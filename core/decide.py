@@ -44,9 +44,10 @@ from contracts.uncommitted import asked_path, capped, clear, lookup, not_committ
 from core import decide_control as control
 from core.content import as_text, is_binary, split_lines
 from core.decision import Context, Decision, Needs
+from core.evolve import WorkspaceState
 from core.matches import CLOSEST_BUDGET_S, multiple_matches, no_match
 from core.textops import REGEX_BUDGET_S, modify_lines, regex_replaced
-from core.tree import FileNode, Tree, WorkspaceState, apply_change, etag_of
+from core.tree import FileNode, Tree, apply_change, etag_of
 
 
 def needs(state: WorkspaceState, cmd: rq.Request, past: Tree | None = None) -> Needs:

@@ -27,9 +27,9 @@ from contracts.events import (
     WorkspacePurged,
     WorkspaceUnarchived,
 )
-from core.controls import Controls, RunState, attached_list, run_info
+from core.controls import attached_list, run_info
 from core.decision import Context, Decision
-from core.tree import WorkspaceState
+from core.evolve import Controls, RunState, WorkspaceState
 
 CONTROL_COMMANDS = (
     rq.RunStart,

@@ -31,8 +31,9 @@ from contracts.events import (
 )
 from contracts.limits import Limits
 from contracts.subjects import Origin
+from core.evolve import WorkspaceState
 from core.secrets import NO_SECRETS, Secrets
-from core.tree import Tree, WorkspaceState
+from core.tree import Tree
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,10 @@
 """Turn a batch of committed events into the row operations of the SQLite projection.
 
-Pure: no I/O. Each path's history is a list of revision rows valid over ``[version, until)``;
+Pure: no I/O. The fold is ``core.evolve``'s: each workspace's head (its row: version, log
+position, trust, limits...) is evolved through the batch, and its row is written from it;
+every event gets its row, a control event its ``controls`` row too (to be evolved again when
+the writer loads the workspace), and a change set's changes become revision rows, the tree's
+form in SQL. Each path's history is a list of revision rows valid over ``[version, until)``;
 a change closes the live row(s) it replaces (``until = version``) and inserts new ones. Rows
 inserted earlier in the same batch are closed here, in Python; rows already in the database
 are closed by range updates run in event order. The result is a handful of ``executemany``
@@ -15,19 +19,20 @@ from datetime import datetime
 import msgspec
 
 from contracts.events import (
+    CONTROL_EVENTS,
+    AnyChange,
     ChangesCommitted,
     CompactionManifest,
     MakeDir,
     PutFile,
     Remove,
-    TrustChanged,
-    WorkspaceCreated,
 )
 from contracts.events import WorkspaceEvent as Event
 from contracts.paths import parent
 from contracts.replies import ChangeSummary
 from contracts.uncommitted import command_of
-from core.controls import CONTROL_EVENTS
+from core.evolve import WorkspaceState, evolve
+from core.rows import WorkspaceRow
 
 LIVE = 2**63 - 1
 """``until`` of a revision that is still current."""
@@ -62,9 +67,9 @@ class Plan:
     in WS_BLOBS, in the namespace of workspace ``ws``."""
     controls: list[tuple[int, int, str, str]] = field(default_factory=list)
     """``(ws, version, type, event JSON)`` of the control events (runs, locks, approvals)."""
-    trust: list[tuple[str, int]] = field(default_factory=list)
-    """``(trust, ws)`` of trust changes."""
     workspace_updates: dict[int, tuple[object, ...]] = field(default_factory=dict)
+    """Per workspace, its head after the batch: ``(version, last_seq, last_hash, tree_hash,
+    updated, trust, limits, floor, ws)`` (``infra.sql.SET_HEAD``)."""
     replaced: list[int] = field(default_factory=list)
     """Workspaces a compaction replaced (caches of them are stale)."""
     uncommitted_clears: list[tuple[int, str, str]] = field(default_factory=list)
@@ -106,13 +111,20 @@ def _uncommitted(out: Plan, ws: int, ev: ChangesCommitted) -> None:
         out.uncommitted_sets[ws] = [(u.path, u.reason, by, ev.version) for u in ev.uncommitted]
 
 
-def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
+def plan(
+    batch: list[Committed],
+    ws_ids: dict[tuple[str, str], int],
+    heads: dict[int, WorkspaceState] | None = None,
+) -> Plan:
     """Plan the application of ``batch`` (in log order).
 
     ``ws_ids`` maps ``(tenant, workspace)`` to the projection's integer id; a workspace
-    created in this batch must already have an id allocated in it.
+    created in this batch must already have an id allocated in it. ``heads``: by id, the
+    workspaces' heads before the batch (``head_of`` their rows), evolved in place through it
+    (the rows after it: ``row_of``); one not given starts as no workspace.
     """
     out = Plan()
+    heads = {} if heads is None else heads
     live: dict[int, dict[str, int]] = {}  # per workspace: rows this batch inserted, still live
 
     def close(ws: int, path: str, version: int, below: bool) -> None:
@@ -129,19 +141,26 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
         ev = item.event
         ws = ws_ids[(ev.tenant, ev.workspace)]
         at = ev.at.isoformat()
-        if isinstance(ev, WorkspaceCreated):
+        head = heads.get(ws)
+        if head is None:
+            head = heads[ws] = WorkspaceState(ev.tenant, ev.workspace)
+        existed = head.exists
+        fresh = evolve(head, ev, item.hash, item.seq, tree=False, manifest=item.manifest)
+        if (fresh or not existed) and head.exists:
+            created = head.created.isoformat() if head.created is not None else at
             out.new_workspaces.append(
-                (ws, ev.tenant, ev.workspace, ev.trust, _encoder.encode(ev.limits).decode(), at)
+                (ws, ev.tenant, ev.workspace, head.trust, _limits(head), created)
             )
-        if isinstance(ev, (*CONTROL_EVENTS, TrustChanged)):
+        if isinstance(ev, CONTROL_EVENTS):
             tag = type(ev).__struct_config__.tag
             out.controls.append((ws, ev.version, str(tag), _encoder.encode(ev).decode()))
-        if isinstance(ev, TrustChanged):
-            out.trust.append((ev.trust, ws))
-        if isinstance(ev, ChangesCommitted):
-            _uncommitted(out, ws, ev)
+        changes: list[AnyChange] = []
+        message = None
+        match ev:  # its changes: the tree's part of the fold, as revision rows
+            case ChangesCommitted():
+                changes, message = ev.changes, ev.message
+                _uncommitted(out, ws, ev)
         summary: list[ChangeSummary] = []
-        changes = ev.changes if isinstance(ev, ChangesCommitted) else []
         for change in changes:
             path = change.path
             if isinstance(change, Remove):
@@ -225,19 +244,18 @@ def plan(batch: list[Committed], ws_ids: dict[tuple[str, str], int]) -> Plan:
                 _encoder.encode(summary[:SUMMARY_CHANGES]).decode(),
                 len(summary),
                 bytes(ev.result).decode(),
-                ev.message[:MESSAGE_KEPT]
-                if isinstance(ev, ChangesCommitted) and ev.message
-                else None,
+                message[:MESSAGE_KEPT] if message else None,
             )
         )
-        out.workspace_updates[ws] = (ev.version, item.seq, item.hash, ev.tree_hash, at, ws)
+        out.workspace_updates[ws] = (
+            head.version, head.last_seq, head.last_hash, head.tree_hash, at, head.trust,
+            _limits(head), head.floor, ws,
+        )  # fmt: skip
     return out
 
 
-def _message(ev: Event) -> str | None:
-    """What an event's row keeps of its message (``MESSAGE_KEPT``)."""
-    message = ev.message if isinstance(ev, ChangesCommitted) else None
-    return message[:MESSAGE_KEPT] if message else None
+def _limits(head: WorkspaceState) -> str:
+    return _encoder.encode(head.limits).decode()
 
 
 def put_change(change: PutFile, at: datetime) -> str:
@@ -246,3 +264,22 @@ def put_change(change: PutFile, at: datetime) -> str:
     if change.moved_from:
         return "moved"
     return "added" if change.created == at else "modified"
+
+
+def head_of(row: WorkspaceRow) -> WorkspaceState:
+    """A workspace's head as its projection's row holds it (its tree, controls and
+    uncommitted paths are in the other tables: not loaded here)."""
+    return WorkspaceState(
+        row.tenant, row.name, exists=True, version=row.version, last_seq=row.last_seq,
+        last_hash=row.last_hash, trust=row.trust, limits=row.limits, created=row.created,
+        updated=row.updated, tree_hash=row.tree_hash, floor=row.floor,
+    )  # fmt: skip
+
+
+def row_of(ws: int, head: WorkspaceState) -> WorkspaceRow:
+    """The projection's row of workspace ``ws`` (its id) with head ``head`` (it exists)."""
+    assert head.created is not None and head.updated is not None
+    return WorkspaceRow(
+        ws, head.tenant, head.workspace, head.trust, head.limits, head.created, head.version,
+        head.last_seq, head.last_hash, head.tree_hash, head.updated, head.floor,
+    )  # fmt: skip

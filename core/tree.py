@@ -1,10 +1,10 @@
-"""An in-memory workspace tree and the fold of events into it.
+"""An in-memory workspace tree and what a change does to it.
 
-``Tree`` holds the latest state of one workspace: files, directories, per-path file versions
-(kept after a delete, so a recreated file continues its count), the version at which each
-path last changed, the tree hash and counters. ``apply_change`` is the one definition of
-what a change does; the writer, log catch-up and replay tooling all use it. Mutations can be
-rolled back to a ``savepoint``.
+``Tree`` holds the latest state of one workspace's files: files, directories, per-path file
+versions (kept after a delete, so a recreated file continues its count), the version at which
+each path last changed, the tree hash and counters. ``apply_change`` is the one definition of
+what a change does: ``core.evolve`` folds an event's changes with it, and the writer's
+decisions simulate theirs with it as they go. Mutations can be rolled back to a ``savepoint``.
 
 A tree folded from the log knows every path's history. One the writer loads from its
 projection (``partial``) holds the live paths' only, and those changed since: loading the
@@ -21,28 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from contracts import hashing
-from contracts.events import (
-    AnyChange,
-    ChangesCommitted,
-    MakeDir,
-    PutFile,
-    Remove,
-    TrustChanged,
-    WorkspaceCreated,
-    WorkspaceEvent,
-    WorkspacePurged,
-)
-from contracts.limits import DEFAULT_LIMITS, Limits
+from contracts.events import AnyChange, MakeDir, PutFile, Remove
 from contracts.paths import name, parent
-from contracts.uncommitted import Recorded, fold_uncommitted
-from core.controls import CONTROL_EVENTS, Controls, fold_control
 from core.rows import Node
 
 
@@ -285,6 +271,33 @@ def place(tree: Tree, node: Node) -> None:
     )
 
 
+def plant(tree: Tree, revisions: list[tuple[Any, ...]], at: int) -> None:
+    """Put into ``tree`` the paths live at version ``at`` among a compaction's revision rows
+    (``CompactionManifest.revisions``: ``(path, version, until, parent, kind, sha256, size,
+    file_version, executable, binary, created, modified, moved_from)``). The history of
+    other paths is not in them: the tree is ``partial``, as one loaded from a projection."""
+    tree.partial, tree.loaded_at = True, at
+    for r in revisions:
+        path, since, until = str(r[0]), int(r[1]), int(r[2])
+        if not path or not since <= at < until:
+            continue
+        if r[4] == "d":
+            tree.set_dir(path, DirNode(created=_time(r[10]), version=since))
+        else:
+            file_version = int(r[7])
+            node = FileNode(
+                str(r[5]), int(r[6]), file_version, bool(r[8]), bool(r[9]), _time(r[10]),
+                _time(r[11]), since,
+            )  # fmt: skip
+            tree.set_file(path, node)
+            tree.last_fv[path] = file_version
+        tree.changed[path] = since
+
+
+def _time(value: object) -> datetime:
+    return datetime.fromisoformat(str(value))
+
+
 def apply_change(tree: Tree, change: AnyChange, version: int, at: datetime) -> None:
     """Apply one change of a committed (or being decided) event to ``tree``."""
     if isinstance(change, PutFile):
@@ -308,63 +321,3 @@ def apply_change(tree: Tree, change: AnyChange, version: int, at: datetime) -> N
         tree.mark_changed(change.path, version)
     elif isinstance(change, Remove):
         tree.remove(change.path, version)
-
-
-def evolve(tree: Tree, event: WorkspaceEvent) -> None:
-    """Fold one event into ``tree``."""
-    if isinstance(event, ChangesCommitted):
-        for change in event.changes:
-            apply_change(tree, change, event.version, event.at)
-
-
-@dataclass(slots=True)
-class WorkspaceState:
-    """Everything the writer knows about one workspace: its tree and its log position."""
-
-    tenant: str
-    workspace: str
-    exists: bool = False
-    version: int = 0
-    last_seq: int = 0
-    """Stream sequence of the workspace's last event: the CAS precondition of the next append."""
-    last_hash: str = hashing.ZERO_HASH
-    trust: str = "full"
-    limits: Limits = DEFAULT_LIMITS
-    created: datetime | None = None
-    updated: datetime | None = None
-    tree: Tree = field(default_factory=Tree)
-    controls: Controls = field(default_factory=Controls)
-    uncommitted: dict[str, Recorded] = field(default_factory=dict)
-    """Paths a command left in its sandbox uncommitted, as recorded (``contracts.uncommitted``)."""
-
-
-def forget(state: WorkspaceState) -> None:
-    """``state`` after ``workspace_purged``: no workspace (a ``create`` starts at version 1,
-    its chain from the zero hash); only the log position (the CAS of the next append) stays."""
-    fresh = WorkspaceState(state.tenant, state.workspace, last_seq=state.last_seq)
-    for slot in WorkspaceState.__slots__:
-        setattr(state, slot, getattr(fresh, slot))
-
-
-def fold(state: WorkspaceState, event: WorkspaceEvent, event_hash: str, seq: int) -> None:
-    """Fold a committed event (with its hash and stream sequence) into ``state``."""
-    if isinstance(event, WorkspacePurged):
-        state.last_seq = seq
-        forget(state)
-        return
-    if isinstance(event, WorkspaceCreated):
-        state.exists = True
-        state.trust = event.trust
-        state.limits = event.limits
-        state.created = event.at
-    elif isinstance(event, TrustChanged):
-        state.trust, state.controls.commands = event.trust, event.commands
-    elif isinstance(event, CONTROL_EVENTS):
-        fold_control(state.controls, event)
-    evolve(state.tree, event)
-    if isinstance(event, ChangesCommitted):
-        fold_uncommitted(state.uncommitted, event)
-    state.version = event.version
-    state.last_hash = event_hash
-    state.last_seq = seq
-    state.updated = event.at

@@ -254,10 +254,11 @@ UPSERT_BLOB = (
 """A content an event carries (``data``), or one it names in WS_BLOBS (``data`` NULL, ``ws``
 the workspace whose namespace holds it: where a reader's indexer fetches it from)."""
 INSERT_CONTROL = "INSERT INTO controls VALUES(?, ?, ?, ?)"
-SET_TRUST = "UPDATE workspaces SET trust=? WHERE id=?"
-SET_POSITION_OF_WORKSPACE = (
-    "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=? WHERE id=?"
+SET_HEAD = (
+    "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=?, trust=?, "
+    "limits=?, floor=? WHERE id=?"
 )
+"""A workspace's row as a batch left it (its head, evolved by ``core.plan``)."""
 CLEAR_UNCOMMITTED = "DELETE FROM uncommitted WHERE ws=? AND path>=? AND path<?"
 DROP_UNCOMMITTED = f"DELETE FROM uncommitted {WHOLE_WORKSPACE} WHERE ws=?"
 """A workspace's uncommitted set is replaced whole (as long as one command's set: capped)."""
@@ -712,8 +713,7 @@ FIXED: dict[str, tuple[str, tuple[str, ...]]] = {
     "INSERT_EVENT": (INSERT_EVENT, BOTH),
     "UPSERT_BLOB": (UPSERT_BLOB, BOTH),
     "INSERT_CONTROL": (INSERT_CONTROL, BOTH),
-    "SET_TRUST": (SET_TRUST, BOTH),
-    "SET_POSITION_OF_WORKSPACE": (SET_POSITION_OF_WORKSPACE, BOTH),
+    "SET_HEAD": (SET_HEAD, BOTH),
     "CLEAR_UNCOMMITTED": (CLEAR_UNCOMMITTED, BOTH),
     "DROP_UNCOMMITTED": (DROP_UNCOMMITTED, BOTH),
     "SET_UNCOMMITTED": (SET_UNCOMMITTED, BOTH),

@@ -26,7 +26,6 @@ write is pure (``core.plan``). ``count_steps`` counts what the statements touch,
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
 import logging
@@ -48,18 +47,17 @@ from contracts import codec
 from contracts.events import (
     CompactionManifest,
     HistoryCompacted,
-    TrustChanged,
     WorkspaceCreated,
     WorkspacePurged,
 )
 from contracts.limits import PROJECTION_ROWS, Limits
 from contracts.uncommitted import Recorded
 from core.content import as_text
-from core.controls import CONTROL_EVENTS, fold_control
 from core.decision import Needs
-from core.plan import Committed, Plan, plan, subtree
+from core.evolve import WorkspaceState, evolve
+from core.plan import Committed, Plan, head_of, plan, row_of, subtree
 from core.rows import Node, WorkspaceRow
-from core.tree import Tree, WorkspaceState, place
+from core.tree import Tree, place
 from infra import sql
 
 log = logging.getLogger("quill.store")
@@ -536,17 +534,20 @@ class Store:
                     else:
                         ids[key] = before.id
             executed = Plan()
+            heads = {ws: head_of(row) for key, ws in ids.items() if (row := base[key]) is not None}
             try:
                 for part in _segments(fresh, frozenset(wipes)):
-                    if isinstance(part, Committed) and isinstance(part.event, WorkspacePurged):
-                        await self._purge(ids[(part.event.tenant, part.event.workspace)])
-                        executed.replaced.append(ids[(part.event.tenant, part.event.workspace)])
+                    if isinstance(part, Committed):  # a compaction or a purge, alone
+                        ev, ws = part.event, ids[(part.event.tenant, part.event.workspace)]
+                        head = heads.setdefault(ws, WorkspaceState(ev.tenant, ev.workspace))
+                        if isinstance(ev, WorkspacePurged):
+                            await self._purge(ws)
+                            evolve(head, ev, part.hash, part.seq, tree=False)
+                        else:  # its head evolved by the plan of its event's row
+                            await self._replace(part, ws, head)
+                        executed.replaced.append(ws)
                         continue
-                    if isinstance(part, Committed):
-                        await self._replace(part, ids[(part.event.tenant, part.event.workspace)])
-                        executed.replaced.append(ids[(part.event.tenant, part.event.workspace)])
-                        continue
-                    done = plan(part, ids)
+                    done = plan(part, ids, heads)
                     await self._execute(done)
                     executed.closes += done.closes
                     executed.blobs += done.blobs
@@ -562,65 +563,16 @@ class Store:
                 await self._w.rollback()
                 raise
             self._next_id = next_id
-            for key, after in self._rows_after(fresh, ids, base).items():
-                if after is None:
+            for key, ws in ids.items():  # the rows as the batch left them: no SQLite read
+                after = heads.get(ws)
+                if after is None or not after.exists:
                     self._rows.pop(key, None)  # purged: no workspace of that name
                 else:
-                    self._hold(key, after)
+                    self._hold(key, row_of(ws, after))
             if not ahead and batch:
                 newest = max((item.seq for item in fresh), default=0)
                 await self._upkeep(batch[-1].seq if tracking is not None else newest)
             return executed
-
-    @staticmethod
-    def _rows_after(
-        fresh: list[Committed],
-        ids: dict[tuple[str, str], int],
-        base: dict[tuple[str, str], WorkspaceRow | None],
-    ) -> dict[tuple[str, str], WorkspaceRow | None]:
-        """The rows of the workspaces ``fresh`` changed, as its commit left them (None:
-        purged), from ``base`` (the rows before it): no SQLite read."""
-        rows: dict[tuple[str, str], WorkspaceRow | None] = {}
-        for item in fresh:
-            ev = item.event
-            key = (ev.tenant, ev.workspace)
-            if isinstance(ev, WorkspacePurged):
-                rows[key] = None
-                continue
-            row = None if isinstance(ev, WorkspaceCreated) else rows.get(key, base.get(key))
-            if isinstance(ev, HistoryCompacted):
-                assert item.manifest is not None
-                m = item.manifest
-                row = WorkspaceRow(
-                    ids[key], ev.tenant, ev.workspace, m.trust, m.limits, m.created, 0, 0, "",
-                    "", ev.at, m.floor,
-                )  # fmt: skip
-            if row is None:
-                assert isinstance(ev, WorkspaceCreated)
-                row = WorkspaceRow(
-                    ids[key],
-                    ev.tenant,
-                    ev.workspace,
-                    ev.trust,
-                    ev.limits,
-                    ev.at,
-                    0,
-                    0,
-                    "",
-                    "",
-                    ev.at,
-                )
-            if isinstance(ev, TrustChanged):
-                row = dataclasses.replace(row, trust=ev.trust)
-            rows[key] = dataclasses.replace(
-                row,
-                version=ev.version,
-                last_seq=item.seq,
-                last_hash=item.hash,
-                tree_hash=ev.tree_hash,
-                updated=ev.at,
-            )
-        return rows
 
     async def _execute(self, p: Plan) -> None:
         # One executemany per table (each is a thread round trip in aiosqlite); empty ones skipped.
@@ -631,8 +583,7 @@ class Store:
             (sql.INSERT_EVENT, p.events),
             (sql.UPSERT_BLOB, p.blobs),
             (sql.INSERT_CONTROL, p.controls),
-            (sql.SET_TRUST, p.trust),
-            (sql.SET_POSITION_OF_WORKSPACE, list(p.workspace_updates.values())),
+            (sql.SET_HEAD, list(p.workspace_updates.values())),
         ]
         for statement, rows in statements:
             if rows:
@@ -663,8 +614,9 @@ class Store:
                     await self._w.execute(sql.UNINDEX, (rowid, text))
         await self._w.execute(sql.DELETE_BLOBS, (gone,))
 
-    async def _replace(self, item: Committed, ws: int) -> None:
-        """Make workspace ``ws`` exactly what a ``history_compacted`` event's manifest says."""
+    async def _replace(self, item: Committed, ws: int, head: WorkspaceState) -> None:
+        """Make workspace ``ws`` exactly what a ``history_compacted`` event's manifest says
+        (``head``, its head before, evolved)."""
         ev, m = item.event, item.manifest
         assert isinstance(ev, HistoryCompacted) and m is not None
         for table in sql.HISTORY_TABLES:
@@ -679,7 +631,7 @@ class Store:
         await self._w.executemany(sql.INSERT_EVENT, padded)
         await self._w.executemany(sql.INSERT_CONTROL, [(ws, *c) for c in m.controls])
         await self._w.executemany(sql.INSERT_UNCOMMITTED, [(ws, *u) for u in m.uncommitted])
-        summary = plan([item], {(ev.tenant, ev.workspace): ws})
+        summary = plan([item], {(ev.tenant, ev.workspace): ws}, {ws: head})
         await self._w.executemany(sql.INSERT_EVENT, summary.events)
         await self._w.execute(
             sql.SET_COMPACTED,
@@ -923,13 +875,10 @@ class Store:
         thread, so that the loop never waits on a large one. Before, five queries on
         aiosqlite's connection were five hops, queued behind the applier's transactions:
         what a write to a workspace the writer no longer holds paid (issue 17)."""
-        state = WorkspaceState(tenant, name)
         row = self.workspace(tenant, name)
         if row is None:
-            return Loaded(state, [])
-        state.exists, state.version, state.last_seq = True, row.version, row.last_seq
-        state.last_hash, state.trust, state.limits = row.last_hash, row.trust, row.limits
-        state.created, state.updated = row.created, row.updated
+            return Loaded(WorkspaceState(tenant, name), [])
+        state = head_of(row)
         if row.version <= SMALL_LOAD and self._small(row.id):
             return Loaded(state, self._fill(self._lookup, state, row.id, recent))
         loop = asyncio.get_running_loop()
@@ -977,10 +926,8 @@ class Store:
                 if node.file_version:
                     tree.last_fv[node.path] = node.file_version
                 tree.changed[node.path] = node.version
-            for (event,) in db.execute(sql.LIVE_CONTROLS, (ws,)):
-                control = codec.decode_event(str(event).encode())
-                if isinstance(control, CONTROL_EVENTS):
-                    fold_control(state.controls, control)
+            for (event,) in db.execute(sql.LIVE_CONTROLS, (ws,)):  # their effect: evolved
+                evolve(state, codec.decode_event(str(event).encode()), tree=False)
             for path, reason, by, version in db.execute(sql.UNCOMMITTED_OF, (ws,)):
                 state.uncommitted[str(path)] = Recorded(str(reason), str(by), int(version))
             results = (

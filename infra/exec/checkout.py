@@ -60,22 +60,18 @@ from contracts.events import (
     SCRUB_OP,
     AnyChange,
     ChangesCommitted,
+    CompactionManifest,
     HistoryCompacted,
-    LockAcquired,
-    LockReleased,
     MakeDir,
     PutFile,
     Remove,
-    TrustChanged,
-    WorkspaceArchived,
-    WorkspaceCreated,
     WorkspacePurged,
-    WorkspaceUnarchived,
 )
 from contracts.limits import DEFAULT_EXCLUSIONS, Limits
 from contracts.paths import ancestors
 from contracts.subjects import HEADER_EVENT_HASH, Subjects
-from contracts.uncommitted import Recorded, fold_uncommitted
+from contracts.uncommitted import Recorded
+from core.evolve import ArchiveState, LockState, WorkspaceState, evolve, rebuilds, restore
 from core.globs import Globs
 from core.plan import Committed
 from infra import log as eventlog
@@ -345,6 +341,7 @@ class Checkout:
             if mine is not None
             else eventlog.chunks(self._js, self._subject, self.manifest.seq, last)
         )
+        state = self._state()
         async for events in chunks:
             COUNTS["events"] += len(events)
             scrubs = [i for i, e in enumerate(events) if _scrub(e.event)]
@@ -352,54 +349,65 @@ class Checkout:
                 events = events[scrubs[-1] :]
             for item in events:
                 event = item.event
-                if isinstance(event, HistoryCompacted) and (
-                    event.version != self.manifest.version + 1 or _scrub(event)
-                ):
+                if rebuilds(state, event):
                     # the log before it is purged: start from its manifest (as of an older
                     # version it keeps whole, for a past checkout)
+                    assert isinstance(event, HistoryCompacted)
                     at = min(event.version, upto_version or event.version)
-                    await self._rebuild(event, at)
-                    self.manifest.floor = event.floor
+                    kept = decode_manifest(await self._manifest_blobs.get(event.manifest))
+                    seq = item.seq if at == event.version else None
+                    restore(state, event, kept, at, item.hash, seq, tree=False)
+                    await self._rebuild(kept, at)
+                    self._keep(state)
                     if at < event.version:
-                        self.manifest.version = at
                         break
-                    self.manifest.version, self.manifest.seq = event.version, item.seq
                     continue
-                if isinstance(event, WorkspacePurged) or (
-                    isinstance(event, WorkspaceCreated) and self.manifest.version
-                ):  # purged (and maybe created again): nothing of the old workspace stays
+                # a purge's version is the old workspace's: the versions start again after it
+                if (
+                    upto_version is not None
+                    and event.version > upto_version
+                    and not isinstance(event, WorkspacePurged)
+                ):
+                    break
+                match event:
+                    case ChangesCommitted():  # its files, then the rest of it (evolve)
+                        contents = await self._contents(event)
+                        # File work off the event loop: a large event must not stall heartbeats.
+                        await asyncio.to_thread(self._apply_all, event.changes, contents)
+                if evolve(state, event, item.hash, item.seq, tree=False):
+                    # purged (and maybe created again): nothing of the old workspace stays
                     await asyncio.to_thread(self._wipe)
                     self.begin()
-                    if isinstance(event, WorkspacePurged):
-                        self.manifest.seq = item.seq
-                        continue
-                if upto_version is not None and event.version > upto_version:
-                    break
-                if isinstance(event, WorkspaceCreated):
-                    self.manifest.limits, self.manifest.trust = event.limits, event.trust
-                elif isinstance(event, TrustChanged):
-                    self.manifest.trust, self.manifest.commands = event.trust, event.commands
-                elif isinstance(event, LockAcquired):
-                    self.manifest.lock = (event.holder, event.expires)
-                elif isinstance(event, LockReleased):
-                    self.manifest.lock = None
-                elif isinstance(event, WorkspaceArchived):
-                    self.manifest.archived = (event.at, event.actor, event.reason)
-                elif isinstance(event, WorkspaceUnarchived):
-                    self.manifest.archived = None
-                elif isinstance(event, ChangesCommitted):
-                    contents = await self._contents(event)
-                    # File work off the event loop: a large event must not stall heartbeats.
-                    await asyncio.to_thread(self._apply_all, event.changes, contents)
-                    fold_uncommitted(self.manifest.uncommitted, event)
-                elif isinstance(event, HistoryCompacted):
-                    self.manifest.floor = event.floor
-                self.manifest.version, self.manifest.seq = event.version, item.seq
+                self._keep(state)
             else:
                 continue
             break  # at upto_version
         self._at_head(last)
         await asyncio.to_thread(self.save)
+
+    def _state(self) -> WorkspaceState:
+        """The manifest's head as a state to evolve (the files are on disk: ``tree=False``)."""
+        m = self.manifest
+        state = WorkspaceState(
+            self.tenant, self.workspace, exists=m.version > 0, version=m.version,
+            last_seq=m.seq, trust=m.trust, limits=m.limits, floor=m.floor,
+            uncommitted=m.uncommitted,
+        )  # fmt: skip
+        controls = state.controls
+        controls.commands = m.commands
+        controls.lock = None if m.lock is None else LockState(*m.lock)
+        controls.archived = None if m.archived is None else ArchiveState(*m.archived)
+        return state
+
+    def _keep(self, state: WorkspaceState) -> None:
+        """What the manifest's head keeps of ``state``."""
+        m, controls = self.manifest, state.controls
+        m.version, m.seq, m.floor = state.version, state.last_seq, state.floor
+        m.limits, m.trust, m.commands = state.limits, state.trust, controls.commands
+        lock, archived = controls.lock, controls.archived
+        m.lock = None if lock is None else (lock.holder, lock.expires)
+        m.archived = None if archived is None else (archived.at, archived.by, archived.reason)
+        m.uncommitted = state.uncommitted
 
     async def _seed(self, upto: int | None) -> None:
         """Build the new checkout from a reader's tree as of ``upto`` (default: the reader's
@@ -465,12 +473,11 @@ class Checkout:
             for change in seed.changes(items):
                 self._apply(root, change, contents)
 
-    async def _rebuild(self, event: HistoryCompacted, at: int) -> None:
+    async def _rebuild(self, kept: CompactionManifest, at: int) -> None:
         """Materialise the tree as of ``at`` from a compaction's manifest (every content it
         names is in WS_BLOBS), in place of what the checkout held: a group of rows at a time
         (at most 512 of them or ~32 MiB of contents, fetched 16 at once), so a compaction of
         100,000 files is never all in memory."""
-        kept = decode_manifest(await self._manifest_blobs.get(event.manifest))
         # revision rows: (path, version, until, parent, kind, sha256, size, file_version...)
         live = sorted(
             (r for r in kept.revisions if int(r[1]) <= at < int(r[2])), key=lambda r: str(r[0])
@@ -494,20 +501,6 @@ class Checkout:
             if end >= len(live):
                 break
             start = end
-        self.manifest.limits, self.manifest.trust = kept.limits, kept.trust
-        self.manifest.lock = None
-        self.manifest.uncommitted = {
-            u[0]: Recorded(u[1], u[2], u[3]) for u in kept.uncommitted if u[3] <= at
-        }
-        for _, kind, body in kept.controls:
-            if kind == "trust_changed":
-                change = msgspec.json.decode(body.encode(), type=TrustChanged)
-                self.manifest.trust, self.manifest.commands = change.trust, change.commands
-            elif kind == "lock_acquired":
-                taken = msgspec.json.decode(body.encode(), type=LockAcquired)
-                self.manifest.lock = (taken.holder, taken.expires)
-            elif kind == "lock_released":
-                self.manifest.lock = None
 
     def _materialise(
         self, live: list[tuple[object, ...]], contents: dict[str, bytes], fresh: bool = True

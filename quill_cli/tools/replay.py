@@ -13,7 +13,7 @@ starts from its manifest: the manifest's event rows must chain into the compacti
 the tree as of any version from the manifest's ``floor`` on is rebuilt from its revision rows.
 The log is read by a pull consumer of the replay's own (fetches of 1,024 messages, the next one
 asked for while the fold takes the last; deleted when done), decoded with msgspec and folded in
-memory (``core.tree``, the writer's own definition of a change); files are written once,
+memory (``core.evolve``, the fold the writer holds its state by); files are written once,
 at the end, with modes 0644/0755 and each entry's mtime taken from the log, so that two
 replays of a log are byte-identical trees.
 
@@ -58,15 +58,15 @@ from contracts.events import (
     CompactionManifest,
     HistoryCompacted,
     PutFile,
-    RunEnded,
-    RunStarted,
     WorkspaceCreated,
     WorkspaceEvent,
 )
 from contracts.paths import in_log
 from contracts.subjects import BUCKET_BLOBS, HEADER_EVENT_HASH, STREAM_EVENTS, Subjects
 from core import chain
-from core.tree import DirNode, FileNode, Tree, apply_change
+from core.controls import run_info
+from core.evolve import WorkspaceState, evolve, restore
+from core.tree import FileNode, Tree
 from infra import bus
 from infra.blobs import Blobs
 from infra.compaction import decode_manifest, trimmed
@@ -220,19 +220,44 @@ def _bytes(value: str | bytes) -> bytes:
 
 
 class Fold:
-    """One workspace's log folded in order, checked as it goes (see the module docstring);
-    with ``contents``, the contents it carries inline are kept there."""
+    """One workspace's log folded in order (``core.evolve``), checked as it goes (see the
+    module docstring); with ``contents``, the contents it carries inline are kept there."""
 
     def __init__(self, tenant: str, workspace: str, contents: Contents | None = None) -> None:
         self.tenant, self.workspace, self.contents = tenant, workspace, contents
-        self.tree = Tree()
-        self.version = 0
-        self.last_hash = hashing.ZERO_HASH
-        self.at = _EPOCH
+        self.state = WorkspaceState(tenant, workspace)
         self.events = 0
         self.floor = 1
         self.compaction: int | None = None
-        self.runs: dict[str, RunRecord] = {}
+
+    @property
+    def tree(self) -> Tree:
+        return self.state.tree
+
+    @property
+    def version(self) -> int:
+        return self.state.version
+
+    @property
+    def last_hash(self) -> str:
+        return self.state.last_hash
+
+    @property
+    def at(self) -> datetime:
+        """Time of the event at ``version``."""
+        return self.state.updated or _EPOCH
+
+    @property
+    def runs(self) -> dict[str, RunRecord]:
+        """The runs as the log tells them, in the order they started."""
+        return {
+            run_id: RunRecord(
+                **msgspec.structs.asdict(run_info(run_id, r)),
+                status="running" if r.ended_version is None else "ended",
+                ended=r.ended,
+            )
+            for run_id, r in (self.state.controls.runs or {}).items()
+        }
 
     def check(self, data: bytes, carried: str | None) -> tuple[WorkspaceEvent, str]:
         """Decode one message, checking its hash and whose event it is."""
@@ -251,8 +276,10 @@ class Fold:
             )
         return event, digest
 
-    def apply(self, event: WorkspaceEvent, digest: str) -> None:
-        """Fold the next event of the log."""
+    def apply(
+        self, event: WorkspaceEvent, digest: str, manifest: CompactionManifest | None = None
+    ) -> None:
+        """Fold the next event of the log (``manifest``: a compaction's, if it is one)."""
         if self.version == 0 and not (event.version == 1 and isinstance(event, WorkspaceCreated)):
             raise corrupt(
                 "The log starts neither with the creation nor a compaction", event.version
@@ -260,23 +287,23 @@ class Fold:
         broken = chain.link(self.version, self.last_hash, event.version, event.prev_hash)
         if broken is not None:
             raise corrupt(broken.message, broken.version, **broken.details)
-        if isinstance(event, ChangesCommitted):
-            tree, contents, version, at = self.tree, self.contents, event.version, event.at
-            for change in event.changes:
-                if isinstance(change, PutFile):
-                    inline = _inline(change)
-                    if inline is not None and (
-                        broken := chain.content(change.path, _bytes(inline), change.sha256, version)
-                    ):
-                        raise corrupt(broken.message, broken.version)
-                    if contents is not None:
-                        contents.add(change)
-                apply_change(tree, change, version, at)
-        elif isinstance(event, RunStarted | RunEnded):
-            self._run(event)
+        match event:  # the contents it carries: checked, and kept
+            case ChangesCommitted(changes=changes, version=version):
+                for change in changes:
+                    if isinstance(change, PutFile):
+                        self._carried(change, version)
+        evolve(self.state, event, digest, manifest=manifest)
         self._recorded(event.version, event.tree_hash)
-        self.version, self.last_hash, self.at = event.version, digest, event.at
         self.events += 1
+
+    def _carried(self, change: PutFile, version: int) -> None:
+        inline = _inline(change)
+        if inline is not None and (
+            broken := chain.content(change.path, _bytes(inline), change.sha256, version)
+        ):
+            raise corrupt(broken.message, broken.version)
+        if self.contents is not None:
+            self.contents.add(change)
 
     def start(
         self, event: HistoryCompacted, digest: str, manifest: CompactionManifest, at: int
@@ -301,36 +328,9 @@ class Fold:
             raise corrupt("The compaction does not chain to its manifest", event.version)
         if at < floor:
             raise trimmed(f"{self.tenant}/{self.workspace}", at, floor)
-        at = min(at, event.version)
-        for r in manifest.revisions:
-            path, since, until, kind = str(r[0]), int(r[1]), int(r[2]), r[4]
-            if not path or not since <= at < until:
-                continue
-            if kind == "d":
-                self.tree.set_dir(path, DirNode(created=_time(r[10]), version=since))
-            else:
-                node = FileNode(
-                    str(r[5]),
-                    int(r[6]),
-                    int(r[7]),
-                    bool(r[8]),
-                    bool(r[9]),
-                    _time(r[10]),
-                    _time(r[11]),
-                    since,
-                )
-                self.tree.set_file(path, node)
-        for version, _, body in manifest.controls:
-            control = codec.decode_event(body.encode())
-            if version <= at and isinstance(control, RunStarted | RunEnded):
-                self._run(control)
-        if at == event.version:
-            tree_hash, self.last_hash, self.at = event.tree_hash, digest, event.at
-        else:
-            row = rows[at]
-            tree_hash, self.last_hash, self.at = str(row[11]), str(row[9]), _time(row[4])
-        self._recorded(at, tree_hash)
-        self.version, self.floor, self.compaction = at, floor, event.version
+        restore(self.state, event, manifest, at, digest)
+        self._recorded(self.version, self.state.tree_hash)
+        self.floor, self.compaction = floor, event.version
         self.events += 1
 
     def _recorded(self, version: int, tree_hash: str) -> None:
@@ -342,19 +342,6 @@ class Fold:
                 rebuilt=rebuilt,
                 recorded=tree_hash,
             )
-
-    def _run(self, event: RunStarted | RunEnded) -> None:
-        if isinstance(event, RunStarted):
-            self.runs[event.run_id] = RunRecord(
-                run=event.run_id,
-                version=event.pinned_version,
-                actor=event.actor,
-                parent=event.parent_run,
-                started=event.at,
-                started_version=event.version,
-            )
-        elif (record := self.runs.get(event.run_id)) is not None:
-            record.status, record.ended, record.ended_version = "ended", event.at, event.version
 
     def summary(self, *, run: str | None = None, out: str | None = None) -> Summary:
         return Summary(
@@ -373,10 +360,6 @@ class Fold:
             run=run,
             out=out,
         )
-
-
-def _time(value: Any) -> datetime:
-    return datetime.fromisoformat(str(value))
 
 
 # ---------------------------------------------------------------- reading the log
@@ -601,13 +584,14 @@ async def drive(
                 progress.update(fold.version)
                 for data, carried in batch:
                     event, digest = fold.check(data, carried)
-                    manifest = None
-                    if isinstance(event, HistoryCompacted):
+                    manifest, kept = None, None
+                    if isinstance(event, HistoryCompacted):  # it names a manifest: read it
                         manifest = await blobs.get(event.manifest)
+                        kept = decode_manifest(manifest)
                         if fold.version == 0:  # the log before it was purged
-                            fold.start(event, digest, decode_manifest(manifest), target)
+                            fold.start(event, digest, kept, target)
                     if fold.compaction is None or fold.compaction != event.version:
-                        fold.apply(event, digest)
+                        fold.apply(event, digest, kept)
                     if on_event is not None:
                         await on_event(event, data, digest, manifest)
                     if fold.version >= target:
@@ -1061,6 +1045,7 @@ def _fold_record(
     compaction's manifest names (an import under another name maps those, not all)."""
     event, digest = fold.check(bytes(record.event), record.hash)
     needed: set[str] = set()
+    kept = None
     if isinstance(event, HistoryCompacted):
         manifest = blobs.get(event.manifest)
         if manifest is None:
@@ -1075,7 +1060,7 @@ def _fold_record(
     elif isinstance(event, ChangesCommitted):
         needed = {c.sha256 for c in event.changes if isinstance(c, PutFile) and c.blob}
     if fold.compaction != event.version:
-        fold.apply(event, digest)
+        fold.apply(event, digest, kept)
     if missing := needed - blobs.keys():
         raise corrupt(f"Content {min(missing)[:12]}… is missing", event.version)
 

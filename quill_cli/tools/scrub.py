@@ -86,16 +86,17 @@ from contracts.subjects import (
     STREAM_OUTPUT,
     Subjects,
 )
+from core.evolve import WorkspaceState, evolve, restore
 from core.plan import Committed
 from core.secrets import Secrets
-from core.tree import Tree, apply_change
+from core.tree import apply_change
 from infra import compaction
 from infra import log as eventlog
 from infra.blobs import Blobs, WorkspaceBlobs, remove
 from infra.store import Store
 from quill_cli.tools import replay as rpl
 from quill_cli.tools import scrub_stores as stores
-from quill_cli.tools.scrub_redact import Redactor, tree_at
+from quill_cli.tools.scrub_redact import Redactor
 
 MAX_BATCH = 1000
 """Messages one atomic batch may hold (nats-server's default ``batch.max_msgs``)."""
@@ -155,8 +156,8 @@ class _Rewrite:
 
     def __init__(self, store: Store, tenant: str, workspace: str) -> None:
         self.store, self.tenant, self.workspace = store, tenant, workspace
-        self.tree = Tree()
-        self.last_hash = hashing.ZERO_HASH
+        self.state = WorkspaceState(tenant, workspace)
+        """The new log folded (``core.evolve``): its tree hashes into each new event."""
         self.payloads: list[tuple[bytes, str, int]] = []
         """``(payload, hash, version)`` of every new event."""
         self.manifests: dict[str, bytes] = {}
@@ -165,17 +166,21 @@ class _Rewrite:
     async def add(self, body: dict[str, Any]) -> WorkspaceEvent:
         event = codec.decode_event(msgspec.json.encode(body))
         more: dict[str, Any] = {}
-        if isinstance(event, ChangesCommitted):
-            for change in event.changes:
-                apply_change(self.tree, change, event.version, event.at)
+        match event:  # as a decider does: its changes on the tree, whose hash it then records
+            case ChangesCommitted(changes=changes, version=version, at=at):
+                for change in changes:
+                    apply_change(self.state.tree, change, version, at)
         manifest = None
-        if isinstance(event, HistoryCompacted):
+        if isinstance(event, HistoryCompacted):  # a new manifest: the new log's workspace
             manifest, manifest_body = await self.manifest()
             digest = hashing.content_sha256(manifest_body)
             self.manifests[digest] = manifest_body
             more.update(manifest=digest, manifest_size=len(manifest_body), floor=manifest.floor)
         event = msgspec.structs.replace(
-            event, prev_hash=self.last_hash, tree_hash=hashing.tree_hex(self.tree.hash), **more
+            event,
+            prev_hash=self.state.last_hash,
+            tree_hash=hashing.tree_hex(self.state.tree.hash),
+            **more,
         )
         payload = codec.encode(event)
         digest = hashing.event_hash(payload)
@@ -183,7 +188,7 @@ class _Rewrite:
         self._pending.append(Committed(event, digest, event.version, manifest))
         if manifest is not None:
             await self._flush()
-        self.last_hash = digest
+        evolve(self.state, event, digest, tree=False, manifest=manifest)
         return event
 
     async def start(self, body: dict[str, Any], manifest: CompactionManifest) -> None:
@@ -191,7 +196,7 @@ class _Rewrite:
         still chains to the manifest's rows, whose hashes are kept."""
         event = codec.decode_event(msgspec.json.encode(body))
         assert isinstance(event, HistoryCompacted)
-        self.tree = tree_at(manifest.revisions, event.version)
+        restore(self.state, event, manifest)  # the tree it starts at hashes into it
         manifest_body = compaction.encode_manifest(manifest)
         digest_m = hashing.content_sha256(manifest_body)
         self.manifests[digest_m] = manifest_body
@@ -199,14 +204,14 @@ class _Rewrite:
             event,
             manifest=digest_m,
             manifest_size=len(manifest_body),
-            tree_hash=hashing.tree_hex(self.tree.hash),
+            tree_hash=hashing.tree_hex(self.state.tree.hash),
         )
         payload = codec.encode(event)
         digest = hashing.event_hash(payload)
         self.payloads.append((payload, digest, event.version))
         self._pending.append(Committed(event, digest, event.version, manifest))
         await self._flush()
-        self.last_hash = digest
+        evolve(self.state, event, digest, tree=False, manifest=manifest)
 
     async def _flush(self) -> None:
         if self._pending:
@@ -250,12 +255,14 @@ async def scrub(
             raise QuillError(ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace {name} not found")
         last_seq = await eventlog.last_seq(js, subject, fresh=True)
         old = await eventlog.read(js, subject, 0, last_seq, timeout=rpl.IDLE_S)
+        old = await compaction.with_manifests(old, Blobs(js))
         fold, kept = rpl.Fold(tenant, workspace), None
         if old and isinstance(first := old[0].event, HistoryCompacted):
-            kept = compaction.decode_manifest(await blobs.get(first.manifest))
+            kept = old[0].manifest
+            assert kept is not None
             fold.start(first, old[0].hash, kept, first.version)
         for item in old[1:] if kept else old:
-            fold.apply(item.event, item.hash)
+            fold.apply(item.event, item.hash, item.manifest)
         redactor = Redactor(secrets, blobs)
         with tempfile.TemporaryDirectory(prefix="quill-scrub-") as tmp:
             store = await Store.open(Path(tmp) / "scrub.db", role="writer")
@@ -355,8 +362,8 @@ async def _replace_log(
         op=SCRUB_OP,
         request_id=f"scrub-{version}-{digest_m[:16]}",
         actor=actor or "quill",
-        prev_hash=new.last_hash,
-        tree_hash=hashing.tree_hex(new.tree.hash),
+        prev_hash=new.state.last_hash,
+        tree_hash=hashing.tree_hex(new.state.tree.hash),
         manifest=digest_m,
         manifest_size=len(body),
         floor=manifest.floor,

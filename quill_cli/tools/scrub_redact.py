@@ -13,7 +13,6 @@ every version it keeps whole.
 from __future__ import annotations
 
 import base64
-from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -23,7 +22,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import CompactionManifest, WorkspaceEvent
 from contracts.paths import normalize
 from core.secrets import Secrets
-from core.tree import DirNode, FileNode, Tree
+from core.tree import Tree, plant
 from infra.blobs import WorkspaceBlobs
 from quill_cli.tools import replay as rpl
 
@@ -189,22 +188,7 @@ class Redactor:
 
 
 def tree_at(revisions: list[tuple[Any, ...]], at: int) -> Tree:
-    """The tree as of version ``at`` from a manifest's revision rows (as ``Fold.start``)."""
+    """The tree as of version ``at`` from a manifest's revision rows (``core.tree.plant``)."""
     tree = Tree()
-    for r in revisions:
-        path, since, until = str(r[0]), int(r[1]), int(r[2])
-        if not path or not since <= at < until:
-            continue
-        if r[4] == "d":
-            tree.set_dir(path, DirNode(created=_time(r[10]), version=since))
-        else:
-            node = FileNode(
-                str(r[5]), int(r[6]), int(r[7]), bool(r[8]), bool(r[9]), _time(r[10]),
-                _time(r[11]), since,
-            )  # fmt: skip
-            tree.set_file(path, node)
+    plant(tree, revisions, at)
     return tree
-
-
-def _time(value: Any) -> datetime:
-    return datetime.fromisoformat(str(value))

@@ -32,7 +32,8 @@ from contracts.events import MakeDir, PutFile, Remove
 from contracts.paths import ACCESS_DENIED_MESSAGE, ancestors, is_within, normalize
 from core.decide import decide
 from core.decision import Context, Decision
-from core.tree import DirNode, FileNode, Tree, WorkspaceState
+from core.evolve import WorkspaceState
+from core.tree import DirNode, FileNode, Tree
 from infra.safefs import Dir, open_path, parent_of, walk
 from services.bridge.folder import Folder, sig_of
 

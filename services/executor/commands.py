@@ -25,7 +25,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import check_stdin
 from contracts.paths import display, normalize
 from contracts.subjects import HEADER_TIMEOUT, HEADER_WAIT, Address, Origin, Subjects
-from core.controls import ArchiveState, LockState
+from core.evolve import ArchiveState, LockState
 from core.secrets import Secrets
 from infra import approvals
 from infra.approvals import Approvals, Parked

@@ -18,7 +18,6 @@ from contracts import codec, ops
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import LockAcquired, TrustChanged, WorkspaceArchived
 from contracts.limits import DEFAULT_EXCLUSIONS, TREE_PAGE_BYTES
 from contracts.paths import ROOT_DIR, check_name, normalize, normalize_existing
 from contracts.replies import ChangeSummary
@@ -34,15 +33,8 @@ from core.answers import (
     not_a_file,
     read_length,
 )
-from core.controls import (
-    CONTROL_EVENTS,
-    Controls,
-    approval_list,
-    approval_status,
-    attached_list,
-    fold_control,
-    run_info,
-)
+from core.controls import approval_list, approval_status, attached_list, run_info
+from core.evolve import Controls, WorkspaceState, evolve
 from core.plan import LIVE
 from core.rows import Node, WorkspaceRow
 from infra.approvals import Approvals
@@ -54,6 +46,10 @@ from services.reader.readmodel import ReadModel, Scope
 
 _summaries = msgspec.json.Decoder(list[ChangeSummary])
 CAPABILITIES = sorted(ops.OPS)
+LOCK = ("lock_acquired", "lock_released")
+ARCHIVE = ("workspace_archived", "workspace_unarchived")
+TRUST = ("trust_changed",)
+"""Control events whose newest (of its group) decides that part of the controls alone."""
 
 
 _normal = functools.lru_cache(maxsize=16_384)(normalize)
@@ -310,26 +306,21 @@ class Queries:
         """The workspace as of ``version`` besides its files; its lock, archive and trust
         as its newest control events say (one seek each, however many it has)."""
         event = (await self.model.events(ws.id, version - 1, version, 1))[0]
-        lock = await self._last(ws, ("lock_acquired", "lock_released"))
-        archived = await self._last(ws, ("workspace_archived", "workspace_unarchived"))
-        trust = await self._last(ws, ("trust_changed",))
+        controls = await self._latest(ws.id, LOCK, ARCHIVE, TRUST)
+        lock, archived = controls.lock, controls.archived
         return rp.TreeHead(
             version=version,
             seq=int(event[2]),
             tree_hash=str(event[11]),
             trust=ws.trust,
-            commands=isinstance(trust, TrustChanged) and trust.commands,
+            commands=controls.commands,
             limits=ws.limits,
             floor=ws.floor,
-            lock=(
-                rp.TreeLock(holder=lock.holder, expires=lock.expires)
-                if isinstance(lock, LockAcquired)
-                else None
-            ),
+            lock=None if lock is None else rp.TreeLock(holder=lock.holder, expires=lock.expires),
             archived=(
-                rp.TreeArchive(since=archived.at, by=archived.actor, reason=archived.reason)
-                if isinstance(archived, WorkspaceArchived)
-                else None
+                None
+                if archived is None
+                else rp.TreeArchive(since=archived.at, by=archived.by, reason=archived.reason)
             ),
             uncommitted=[
                 rp.TreeUncommitted(path=p, reason=r, by_command=c, version=v)
@@ -338,23 +329,28 @@ class Queries:
             ],
         )
 
-    async def _last(self, ws: WorkspaceRow, kinds: tuple[str, ...]) -> object:
-        raw = await self.model.last_control(ws.id, kinds)
-        return None if raw is None else codec.decode_event(raw)
+    async def _latest(self, ws: int, *groups: tuple[str, ...]) -> Controls:
+        """The controls the newest control event of each of ``groups`` makes (each group's
+        newest decides it alone: a lock, the archive, trust), evolved; one seek a group."""
+        state = WorkspaceState("", "")
+        for kinds in groups:
+            raw = await self.model.last_control(ws, kinds)
+            if raw is not None:
+                evolve(state, codec.decode_event(raw), tree=False)
+        return state.controls
 
     async def _commands(self, ws: WorkspaceRow) -> bool:
         """Whether a restricted workspace offers commands (its last trust change says)."""
-        change = await self.model.last_control(ws.id, ("trust_changed",))
-        last = codec.decode_event(change) if change else None
-        return isinstance(last, TrustChanged) and last.commands
+        return (await self._latest(ws.id, TRUST)).commands
 
     async def _controls(self, ws: WorkspaceRow, version: int, kinds: tuple[str, ...]) -> Controls:
-        controls = Controls()
+        """The controls the control events of ``kinds`` up to ``version`` make, evolved."""
+        state = WorkspaceState(ws.tenant, ws.name)
         for raw in await self.model.control_events(ws.id, kinds):
             event = codec.decode_event(raw)
-            if event.version <= version and isinstance(event, CONTROL_EVENTS):
-                fold_control(controls, event)
-        return controls
+            if event.version <= version:
+                evolve(state, event, tree=False)
+        return state.controls
 
     async def run(self, ws: WorkspaceRow, version: int, req: rq.RunQuery) -> rp.RunInfo:
         controls = await self._controls(ws, version, ("run_started", "run_ended"))
@@ -404,11 +400,8 @@ class Queries:
         now = datetime.now(UTC)
         out = []
         for ws, name, version, trust, created, at, actor, op, files, size in rows[: req.limit]:
-            lock = await self.model.last_control(ws, ("lock_acquired", "lock_released"))
-            held = codec.decode_event(lock) if lock else None
-            archive = await self.model.last_control(
-                ws, ("workspace_archived", "workspace_unarchived")
-            )
+            controls = await self._latest(ws, LOCK, ARCHIVE)
+            held = controls.lock
             out.append(
                 rp.WorkspaceSummary(
                     workspace=name,
@@ -420,10 +413,8 @@ class Queries:
                     updated_by=actor,
                     last_op=op,
                     trust=trust,
-                    lock_holder=held.holder
-                    if isinstance(held, LockAcquired) and held.expires > now
-                    else None,
-                    archived=archive is not None and b'"workspace_archived"' in archive,
+                    lock_holder=held.holder if held is not None and held.expires > now else None,
+                    archived=controls.archived is not None,
                 )
             )
         more = len(rows) > req.limit

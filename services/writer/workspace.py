@@ -50,7 +50,6 @@ from contracts.events import (
     LockReleased,
     PutFile,
     Remove,
-    TrustChanged,
     WorkspaceCreated,
     WorkspaceEvent,
     WorkspacePurged,
@@ -73,14 +72,13 @@ from contracts.subjects import (
     Address,
     Origin,
 )
-from contracts.uncommitted import fold_uncommitted
-from core.controls import CONTROL_EVENTS, fold_control
 from core.decide import decide, needs
 from core.decide_control import CONTROL_COMMANDS
 from core.decision import Context, Decision, Expensive, Needs, to_event
 from core.diffs import Pair, unified_many
+from core.evolve import WorkspaceState, evolve
 from core.secrets import Secrets
-from core.tree import Tree, WorkspaceState, fold, forget, place
+from core.tree import Tree, place
 from infra import approvals as parking
 from infra import blobs, compaction, logfields, storage, tracing
 from infra import log as eventlog
@@ -427,7 +425,6 @@ class WorkspaceActor:
         ctx = Context(version=state.version + 1, at=at, content=lambda _: None)
         decision = Decision(result=rp.ApprovalList(pending=[]), make=make, paths=paths)
         event = to_event(state, decision, ctx, "approval_requested", origin)
-        fold_control(state.controls, event)  # type: ignore[arg-type]
         return decision, event, codec.encode(event)
 
     async def _kept_summary(self, p: Pending, request: rq.RequestApproval) -> str:
@@ -870,22 +867,17 @@ class WorkspaceActor:
     async def _catch_up(self, state: WorkspaceState, last: int) -> WorkspaceState:
         """``state`` with the log's events after it up to ``last``, applied to the projection
         and folded a chunk at a time (a workspace of a million events loads in bounded
-        memory)."""
+        memory; a compaction's manifest, when it rebuilds the state, is in its item)."""
         store, js = self.deps.store, self.deps.js
-        caught, compacted = 0, False
+        caught = 0
         async for chunk in eventlog.chunks(js, self.subject, state.last_seq, last):
             chunk = await with_manifests(chunk, self.deps.manifest_blobs)
             await store.apply(chunk)
             caught += len(chunk)
-            if compacted or any(isinstance(item.event, HistoryCompacted) for item in chunk):
-                compacted = True  # the projection folds compactions: reload it at the end
-            else:
-                for item in chunk:
-                    fold(state, item.event, item.hash, item.seq)
+            for item in chunk:
+                evolve(state, item.event, item.hash, item.seq, manifest=item.manifest)
         if caught:
             log.info("%s/%s: caught up %d events", self.tenant, self.workspace, caught)
-        if compacted:
-            state = await store.load_state(self.tenant, self.workspace)
         return state
 
     def _current_fence(self) -> Fence | None:
@@ -1013,14 +1005,9 @@ class WorkspaceActor:
                 )
                 continue
             digest = hashing.event_hash(payload)
-            state.version, state.last_hash, state.updated = event.version, digest, event.at
-            if decision.created is not None:
-                state.exists = True
-                state.trust, state.limits = decision.created
-            if isinstance(event, ChangesCommitted):
-                fold_uncommitted(state.uncommitted, event)
-            if isinstance(event, WorkspacePurged):
-                forget(state)  # what follows in the group finds no workspace
+            # the decider applied its changes to the tree: the rest of the event is folded
+            # here (a purge leaves no workspace for what follows in the group)
+            evolve(state, event, digest, tree=False)
             staged.append(Staged(p, decision, event, digest, payload))
         if after is not None and after.open_for(staged):  # not sent yet: it takes these too
             after.merge(batch, staged, held, self._msg_ids(staged))
@@ -1242,10 +1229,6 @@ class WorkspaceActor:
                         f"Refused: the event would hold a registered secret ({', '.join(leaked)})",
                         {"secrets": leaked},
                     )
-            if isinstance(event, TrustChanged):
-                state.trust, state.controls.commands = event.trust, event.commands
-            elif isinstance(event, CONTROL_EVENTS):
-                fold_control(state.controls, event)
             if len(payload) > MAX_MESSAGE_BYTES - EVENT_HEADROOM:
                 raise QuillError(
                     ErrorCode.SIZE_LIMIT_EXCEEDED,
@@ -1394,8 +1377,7 @@ class WorkspaceActor:
             log.warning("%s/%s: compaction not appended (%s)", self.tenant, self.workspace, exc)
             self.state = None
             return
-        state.version, state.last_hash, state.last_seq = event.version, digest, seq
-        state.updated = event.at
+        evolve(state, event, digest, seq)
         await deps.appender.applied()
         try:
             await deps.js.purge_stream(STREAM_EVENTS, subject=self.subject, seq=seq)

@@ -10,8 +10,8 @@ from contracts.events import PutFile
 from contracts.subjects import Origin
 from core.decide import decide
 from core.decision import Context, to_event
+from core.evolve import WorkspaceState, evolve
 from core.plan import Committed
-from core.tree import WorkspaceState, fold
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -45,16 +45,8 @@ class LogBuilder:
         payload = codec.encode(event)
         self.seq += 1
         digest = hashing.event_hash(payload)
-        # fold onto a copy of the pre-decision state is what the log says; the tree already
-        # holds the decision's changes, so only the log position moves here.
-        self.state.version, self.state.last_hash, self.state.last_seq = (
-            event.version,
-            digest,
-            self.seq,
-        )
-        if decision.created is not None:
-            self.state.exists = True
-            self.state.trust, self.state.limits = decision.created
+        # as the writer does: the tree already holds the decision's changes
+        evolve(self.state, event, digest, self.seq, tree=False)
         self.log.append(Committed(codec.decode_event(payload), digest, self.seq))
 
     def replay(self, upto: int | None = None) -> WorkspaceState:
@@ -63,5 +55,5 @@ class LogBuilder:
         for item in self.log:
             if upto is not None and item.event.version > upto:
                 break
-            fold(state, item.event, item.hash, item.seq)
+            evolve(state, item.event, item.hash, item.seq)
         return state

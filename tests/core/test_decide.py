@@ -13,7 +13,8 @@ from contracts.events import MakeDir, PutFile, Remove
 from contracts.limits import LimitsPatch, effective_limits
 from core.decide import decide
 from core.decision import Context, Decision
-from core.tree import Tree, WorkspaceState, apply_change
+from core.evolve import WorkspaceState
+from core.tree import Tree, apply_change
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ import pytest
 
 from contracts import hashing
 from contracts import requests as rq
-from core.tree import WorkspaceState
+from core.evolve import WorkspaceState
 from infra import sql
 from infra.store import SMALL_LOAD, WAL_KEPT_BYTES, WAL_PAGES, Store
 from services.reader.readmodel import ReadModel, Scope

@@ -12,7 +12,8 @@ from contracts import requests as rq
 from contracts.errors import QuillError
 from core.decide import decide, needs
 from core.decision import Context, Decision
-from core.tree import Tree, WorkspaceState, place
+from core.evolve import WorkspaceState
+from core.tree import Tree, place
 from infra.store import Store
 from tests.core.build import T0, LogBuilder
 
