@@ -234,7 +234,7 @@ async def _real(url: str, data: Path, name: str, script: list[tuple[Any, ...]]) 
                     raise
         js, subject = quill.nc.jetstream(), Subjects().evt(TENANT, name)
         log = await eventlog.read(js, subject, 0, await eventlog.last_seq(js, subject))
-        actor = writer._actors[(TENANT, name)]
+        actor = writer.actors.get(TENANT, name)
         await actor.wait_idle()
         assert actor.state is not None
         from_log = WorkspaceState(TENANT, name)
