@@ -24,7 +24,8 @@ the state. Pure: no I/O, no clock (an approval expires as of an event's time).
 
 Adding an event: its contract (``contracts/events.py``; a control event joins
 ``ControlEvent``, and the projection keeps it with the others), its case here (and the state
-it keeps), its decider (``core/decide.py`` or ``core/decide_control.py``). Nothing else folds.
+it keeps), its decider (``core/decide.py``, ``decide_files.py``, ``decide_apply.py`` or
+``decide_control.py``). Nothing else folds.
 """
 
 from __future__ import annotations

@@ -27,24 +27,22 @@ operation goes through ``infra.safefs`` (relative to directory descriptors opene
 one name at a time without following links, new files at unpredictable names, checked after
 the open), so the executor never reads, writes, chmods or walks outside ``tree/``.
 
-Why one module of ~700 lines: sync, the first build and the merge are the ways ``tree/``
-changes under the manifest's invariant (it says what ``tree/`` holds from the log, and capture
-trusts it to hash only what changed), all through the same ``safefs`` handles; what stands
-alone (the manifest's storage, capture, the merge, the first build's checks) is apart.
+In rooms, all under the manifest's invariant (it says what ``tree/`` holds from the log, and
+capture trusts it to hash only what changed): the files written, made and removed from the
+log's changes, through the same ``safefs`` handles (``infra.exec.tree_files``: ``TreeFiles``),
+the whole builds from a reader's tree or a compaction's manifest (``infra.exec.builds``:
+``Builds``), and here the ``Checkout`` on them: its lifetime, ``sync`` over the log (folded by
+``core.evolve``), its own commit, and capture; what stands alone (the manifest's storage,
+capture, the merge, the first build's checks) is apart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import itertools
 import logging
-import os
-import stat
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import datetime
 from pathlib import Path
 from typing import NamedTuple
 
@@ -52,25 +50,17 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import RawStreamMsg
 
-from contracts import hashing
-from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import QuillError
 from contracts.events import (
     SCRUB_OP,
-    AnyChange,
     ChangesCommitted,
-    CompactionManifest,
     HistoryCompacted,
-    MakeDir,
-    PutFile,
-    Remove,
     WorkspacePurged,
 )
 from contracts.limits import DEFAULT_EXCLUSIONS, Limits
 from contracts.paths import ancestors
 from contracts.subjects import HEADER_EVENT_HASH, Subjects
-from contracts.uncommitted import Recorded
 from core.evolve import ArchiveState, LockState, WorkspaceState, evolve, rebuilds, restore
 from core.globs import Globs
 from core.plan import Committed
@@ -79,12 +69,13 @@ from infra.blobs import Blobs
 from infra.compaction import decode_manifest
 from infra.exec import capture as capturing
 from infra.exec import layers, seed
-from infra.exec.capture import IGNORE_FILE, Captured, file_sig
+from infra.exec.builds import Builds
+from infra.exec.capture import IGNORE_FILE, Captured
 from infra.exec.gitignores import Cache
-from infra.exec.manifest import LOG, WHOLE, Changes, Manifest, Store, Tracked, watched
+from infra.exec.manifest import LOG, WHOLE, Manifest, Store, Tracked, watched
 from infra.exec.sandbox import overlay
 from infra.exec.trash import Trash
-from infra.safefs import Dir, Owner, parent_of, remove_tree
+from infra.safefs import Dir, Owner
 
 log = logging.getLogger("quill.executor")
 
@@ -100,13 +91,6 @@ COUNTS: Counter[str] = Counter()
 (``seeded``) and replayed from the log instead (``replayed``), commits of a checkout's own
 folded from the last message, not read back (``own``), by this process (the executor's ping
 shows them)."""
-
-_generations = itertools.count(1)
-"""Every change of any checkout's tree takes the next number (``Checkout.generation``)."""
-
-
-def _under(path: str, top: str, prefix: str) -> bool:
-    return path == top or path.startswith(prefix)
 
 
 def _scrub(event: object) -> bool:
@@ -128,7 +112,7 @@ async def _once(events: list[Committed]) -> AsyncIterator[list[Committed]]:
     yield events
 
 
-class Checkout:
+class Checkout(Builds):
     """One workspace's checkout (one command at a time: the executor holds its lock)."""
 
     def __init__(
@@ -162,10 +146,7 @@ class Checkout:
         self.store = Store(home)
         self.gitignores = Cache()
         """Its ``.gitignore`` files as compiled when capture last read them."""
-        self.generation = next(_generations)
-        """Changes with every change the executor makes to ``tree/`` (a sync that wrote, a
-        merge, a rebuild): a sandbox whose overlay was mounted over another generation is
-        not used (``Spawn.overlay``)."""
+        self.changed()  # its first generation
         self._last: RawStreamMsg | None = None
         """The log's last message of the workspace, as the last ``sync`` read it."""
         self._head: tuple[int, str] | None = None
@@ -214,10 +195,6 @@ class Checkout:
         except OSError:
             return None
 
-    def _root(self) -> Dir:
-        """``tree/``, opened so that what is made in it belongs to ``owner``."""
-        return Dir.open(self.tree, self.owner)
-
     def _wipe(self) -> None:
         """Start over empty: the old home goes to the trash (or is removed), however deep
         the command made it."""
@@ -228,26 +205,9 @@ class Checkout:
         self.changed()
         self.save()
 
-    def _discard(self, path: Path) -> None:
-        if self.trash is not None:
-            self.trash.discard(path)
-        elif os.path.lexists(path):
-            with Dir.open(path.parent) as parent:
-                remove_tree(parent, path.name)
-
-    def _new_tree(self) -> None:
-        """An empty ``tree/`` of ``owner``'s."""
-        self.tree.mkdir(parents=True)
-        if self.owner is not None:
-            os.chown(self.tree, *self.owner)
-
     def begin(self) -> None:
         """Mark ``tree/`` as being changed (cleared by ``save``)."""
         (self.home / "dirty").touch()
-
-    def changed(self) -> None:
-        """``tree/`` was changed: a new ``generation``."""
-        self.generation = next(_generations)
 
     def save(self) -> None:
         """Write what changed in the manifest (``infra.exec.manifest``), then clear the dirty
@@ -427,281 +387,6 @@ class Checkout:
             )
             await asyncio.to_thread(self._wipe)
             self.begin()
-
-    async def _build(self, tree: seed.Tree, upto: int | None) -> None:
-        page = await tree(None, upto)
-        head = page.head
-        if head is None or (upto is not None and head.version != upto):
-            raise seed.Mismatch(f"the reader answered no head as of version {upto}")
-        total, version = 0, head.version
-        coming: asyncio.Future[rp.TreePage] | None = None
-        try:
-            while True:
-                if page.next is not None:  # the next page comes while this one is written
-                    coming = asyncio.ensure_future(tree(page.next, version))
-                for item in page.entries:
-                    total = hashing.tree_add(total, seed.digest(item))
-                for group in seed.groups(page.entries, page.contents):
-                    contents = await seed.contents_of(
-                        group, page.contents, self._blobs, self._fetch, version
-                    )
-                    await asyncio.to_thread(self._write_items, group, contents)
-                if coming is None:
-                    break
-                page, coming = await coming, None
-        finally:
-            if coming is not None:
-                coming.cancel()
-        if hashing.tree_hex(total) != head.tree_hash:
-            raise seed.Mismatch(f"the tree at v{version} does not sum to {head.tree_hash}")
-        found = await eventlog.read(self._js, self._subject, head.seq - 1, head.seq)
-        event = found[0].event if len(found) == 1 else None
-        if event is None or (event.version, event.tree_hash) != (version, head.tree_hash):
-            raise seed.Mismatch(f"the log's event at {head.seq} is not v{version}'s")
-        m = self.manifest
-        m.version, m.seq, m.floor = version, head.seq, head.floor
-        m.limits, m.trust, m.commands = head.limits, head.trust, head.commands
-        m.lock = None if head.lock is None else (head.lock.holder, head.lock.expires)
-        a = head.archived
-        m.archived = None if a is None else (a.since, a.by, a.reason)
-        m.uncommitted = {
-            u.path: Recorded(u.reason, u.by_command, u.version) for u in head.uncommitted
-        }
-
-    def _write_items(self, items: list[rp.TreeItem], contents: dict[str, bytes]) -> None:
-        with self._root() as root:
-            for change in seed.changes(items):
-                self._apply(root, change, contents)
-
-    async def _rebuild(self, kept: CompactionManifest, at: int) -> None:
-        """Materialise the tree as of ``at`` from a compaction's manifest (every content it
-        names is in WS_BLOBS), in place of what the checkout held: a group of rows at a time
-        (at most 512 of them or ~32 MiB of contents, fetched 16 at once), so a compaction of
-        100,000 files is never all in memory."""
-        # revision rows: (path, version, until, parent, kind, sha256, size, file_version...)
-        live = sorted(
-            (r for r in kept.revisions if int(r[1]) <= at < int(r[2])), key=lambda r: str(r[0])
-        )  # parents before children
-        gate = asyncio.Semaphore(16)
-
-        async def fetch(sha: str) -> tuple[str, bytes]:
-            async with gate:
-                return sha, await self._blobs.get(sha)
-
-        start = 0
-        while True:
-            end, size = start, 0
-            while end < len(live) and end - start < 512 and size < 32 * 1024 * 1024:
-                size += int(str(live[end][6])) if live[end][4] == "f" else 0
-                end += 1
-            group = live[start:end]
-            shas = {str(r[5]) for r in group if r[4] == "f"}
-            contents = dict(await asyncio.gather(*(fetch(sha) for sha in shas)))
-            await asyncio.to_thread(self._materialise, group, contents, start == 0)
-            if end >= len(live):
-                break
-            start = end
-
-    def _materialise(
-        self, live: list[tuple[object, ...]], contents: dict[str, bytes], fresh: bool = True
-    ) -> None:
-        """Write ``live`` (revision rows, parents first); ``fresh``: in an empty tree."""
-        if fresh:
-            self._discard(self.tree)
-            self._new_tree()
-            manifest = self.manifest
-            manifest.paths, manifest.local, manifest.present = Changes(), Changes(), Changes()
-            manifest.ignored, manifest.present_known = [], True
-            self.store.rewrite = True
-            self.changed()
-        with self._root() as root:
-            for row in sorted(live, key=lambda r: str(r[0])):  # parents before children
-                self._materialise_row(root, row, contents)
-
-    def _materialise_row(
-        self, root: Dir, row: tuple[object, ...], contents: dict[str, bytes]
-    ) -> None:
-        path, kind, sha = str(row[0]), row[4], row[5]
-        if path:
-            if kind == "d":
-                self._apply(root, MakeDir(path=path), contents)
-                return
-            assert isinstance(sha, str)
-            put = PutFile(
-                path=path,
-                sha256=sha,
-                size=int(str(row[6])),
-                file_version=int(str(row[7])),
-                created=datetime.fromisoformat(str(row[10])),
-                executable=bool(row[8]),
-            )
-            self._apply(root, put, contents)
-
-    async def _contents(self, event: ChangesCommitted) -> dict[str, bytes]:
-        """The contents ``event``'s puts do not carry inline, by sha256: a blob from WS_BLOBS;
-        for a move or a restore (a put naming content the log carried before), a file the
-        checkout already holds with that content, else the file as a reader has it."""
-        wanted = await asyncio.to_thread(self._wanted, event)
-        if not wanted:
-            return {}
-        held = {t.sha256: p for p, t in self.manifest.paths.items() if t.sha256 in wanted}
-        gate = asyncio.Semaphore(seed.AT_ONCE)  # many at once, never one after the other
-
-        async def get(sha: str, change: PutFile) -> tuple[str, bytes]:
-            path = held.get(sha)
-            data = None if path is None else await asyncio.to_thread(self._held, path, sha)
-            if data is None:
-                async with gate:
-                    if change.blob:
-                        data = await self._blobs.get(sha)
-                    else:
-                        data = await self._fetch(change.path, event.version)
-            if hashlib.sha256(data).hexdigest() != sha:
-                raise RuntimeError(f"content of {change.path} at v{event.version} is not {sha}")
-            return sha, data
-
-        return dict(await asyncio.gather(*(get(sha, c) for sha, c in wanted.items())))
-
-    def _held(self, path: str, sha256: str) -> bytes | None:
-        """The content of ``tree/path`` if it is still this content the checkout wrote (read
-        without following any link), else None."""
-        tracked = self.manifest.paths.get(path)
-        if tracked is None or tracked.sha256 != sha256 or tracked.sig is None:
-            return None
-        try:
-            with self._root() as root, parent_of(root, path) as found:
-                if found is None:
-                    return None
-                data, st = found[0].read_file(found[1], tracked.sig[0])
-        except OSError:
-            return None
-        if file_sig(st) != tracked.sig or hashlib.sha256(data).hexdigest() != sha256:
-            return None
-        return data
-
-    def _wanted(self, event: ChangesCommitted) -> dict[str, PutFile]:
-        """Per sha256, a put of ``event`` whose content is neither inline nor already at its
-        path in the checkout (a path the event also removes, or below one, counts as not)."""
-        removed = {c.path for c in event.changes if isinstance(c, Remove)}
-        wanted: dict[str, PutFile] = {}
-        with self._root() as root:
-            for change in event.changes:
-                if not isinstance(change, PutFile) or change.text is not None or change.data:
-                    continue
-                if not change.size:
-                    continue
-                gone = change.path in removed or any(a in removed for a in ancestors(change.path))
-                if gone or not self._holds_path(root, change):
-                    wanted.setdefault(change.sha256, change)
-        return wanted
-
-    def _holds_path(self, root: Dir, change: PutFile) -> bool:
-        try:
-            with parent_of(root, change.path) as found:
-                return found is not None and self._holds(*found, change.path, change.sha256)
-        except OSError:
-            return False
-
-    def _holds(self, parent: Dir, name: str, path: str, sha256: str) -> bool:
-        """True if ``name`` in ``parent`` (``tree/path``) is already this content (our own
-        capture coming back)."""
-        tracked = self.manifest.paths.get(path)
-        if tracked is None or tracked.sha256 != sha256 or tracked.sig is None:
-            return False
-        try:
-            st = parent.lstat(name)
-        except OSError:
-            return False
-        return st is not None and stat.S_ISREG(st.st_mode) and file_sig(st) == tracked.sig
-
-    def _apply_all(self, changes: list[AnyChange], contents: dict[str, bytes]) -> None:
-        with self._root() as root:
-            for change in changes:
-                self._apply(root, change, contents)
-
-    def _apply(
-        self, root: Dir, change: PutFile | MakeDir | Remove, contents: dict[str, bytes]
-    ) -> None:
-        paths = self.manifest.paths
-        if isinstance(change, Remove):
-            with parent_of(root, change.path) as found:
-                if found is not None and found[0].lstat(found[1]) is not None:
-                    found[0].remove(found[1])  # else a link or a file stands on the way
-                    self.changed()
-            self._forget(change.path)
-            return
-        for above in ancestors(change.path):  # outermost first
-            if paths.get(above) is None:
-                paths[above] = Tracked(None)
-                self.changed()  # it may be made below
-        # Every directory on the way made, or made again where a link or a file stands.
-        with parent_of(root, change.path, create=True) as found:
-            assert found is not None
-            directory, name = found
-            if isinstance(change, MakeDir):
-                st = directory.lstat(name)
-                if st is None or not stat.S_ISDIR(st.st_mode):
-                    self.changed()
-                directory.ensure_dir(name).close()
-                paths[change.path] = Tracked(None)
-                return
-            self._put(directory, name, change, contents)
-
-    def _forget(self, path: str) -> None:
-        """Drop ``path`` and what is below it from the manifest (the log removed it): a scan
-        of every path only for a directory."""
-        manifest = self.manifest
-        held = manifest.paths.pop(path, None)
-        prefix = path + "/"
-        if held is not None and held.sha256 is None:
-            for below in [p for p in manifest.paths if p.startswith(prefix)]:
-                del manifest.paths[below]
-        for kept in (manifest.local, manifest.present):
-            if not kept:
-                continue
-            for key in [k for k in kept if _under(k.removeprefix("\0"), path, prefix)]:
-                del kept[key]  # what was left uncommitted there went with it
-
-    def _put(self, parent: Dir, name: str, change: PutFile, contents: dict[str, bytes]) -> None:
-        paths = self.manifest.paths
-        mode = 0o755 if change.executable else 0o644
-        tracked = paths.get(change.path)
-        st: os.stat_result | None = None
-        if self._holds(parent, name, change.path, change.sha256):
-            if tracked is not None and tracked.executable == change.executable:
-                self.manifest.local.pop(change.path, None)
-                self.manifest.present.pop(change.path, None)
-                return  # our own capture, coming back: the file is already this
-            with contextlib.suppress(OSError):  # else rewritten whole below
-                st = parent.set_mode(name, mode)
-                self.changed()
-        if st is None:
-            if change.text is not None:
-                data = change.text.encode("utf-8", "surrogatepass")
-            elif change.data:
-                data = change.data
-            else:
-                data = contents.get(change.sha256, b"")  # by reference (or empty)
-                if change.size and change.sha256 not in contents:  # held, then changed
-                    raise RuntimeError(f"content of {change.path} is not at hand")
-            st = parent.write_file(name, data, mode)
-            self.changed()
-        paths[change.path] = Tracked(change.sha256, change.executable, file_sig(st))
-        self.manifest.local.pop(change.path, None)
-        self.manifest.present.pop(change.path, None)
-
-    def is_directory(self, path: str) -> bool | None:
-        """Whether ``tree/path`` (normalised, ``""`` the root) is a directory reached through
-        no link: None if nothing is there (or a link stands on the way), False if something
-        else is (a link included)."""
-        if not path:
-            return True
-        try:
-            with self._root() as root, parent_of(root, path) as found:
-                st = None if found is None else found[0].lstat(found[1])
-        except OSError:
-            return None
-        return None if st is None else stat.S_ISDIR(st.st_mode)
 
     # ------------------------------------------------------------------ capture
     def ignore_patterns(self) -> Globs:

@@ -1,0 +1,145 @@
+"""A checkout's ``tree/`` built whole: from a reader's tree at a version (the first build,
+checked against the log: ``infra.exec.seed``), or from a compaction's manifest (the log
+before it is purged: ``Checkout.sync`` meets its event). Both write through
+``TreeFiles._apply`` (``infra.exec.tree_files``), so the manifest says what ``tree/`` holds.
+
+A base of ``Checkout`` (``infra.exec.checkout``), which decides when to build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from nats.js import JetStreamContext
+
+from contracts import hashing
+from contracts import replies as rp
+from contracts.events import (
+    CompactionManifest,
+    MakeDir,
+    PutFile,
+)
+from contracts.uncommitted import Recorded
+from infra import log as eventlog
+from infra.exec import seed
+from infra.exec.manifest import Changes, Store
+from infra.exec.tree_files import TreeFiles
+from infra.safefs import Dir
+
+
+class Builds(TreeFiles):
+    """The whole builds of ``tree/`` (set up by ``Checkout.__init__``)."""
+
+    store: Store
+    _js: JetStreamContext
+    _subject: str
+
+    async def _build(self, tree: seed.Tree, upto: int | None) -> None:
+        page = await tree(None, upto)
+        head = page.head
+        if head is None or (upto is not None and head.version != upto):
+            raise seed.Mismatch(f"the reader answered no head as of version {upto}")
+        total, version = 0, head.version
+        coming: asyncio.Future[rp.TreePage] | None = None
+        try:
+            while True:
+                if page.next is not None:  # the next page comes while this one is written
+                    coming = asyncio.ensure_future(tree(page.next, version))
+                for item in page.entries:
+                    total = hashing.tree_add(total, seed.digest(item))
+                for group in seed.groups(page.entries, page.contents):
+                    contents = await seed.contents_of(
+                        group, page.contents, self._blobs, self._fetch, version
+                    )
+                    await asyncio.to_thread(self._write_items, group, contents)
+                if coming is None:
+                    break
+                page, coming = await coming, None
+        finally:
+            if coming is not None:
+                coming.cancel()
+        if hashing.tree_hex(total) != head.tree_hash:
+            raise seed.Mismatch(f"the tree at v{version} does not sum to {head.tree_hash}")
+        found = await eventlog.read(self._js, self._subject, head.seq - 1, head.seq)
+        event = found[0].event if len(found) == 1 else None
+        if event is None or (event.version, event.tree_hash) != (version, head.tree_hash):
+            raise seed.Mismatch(f"the log's event at {head.seq} is not v{version}'s")
+        m = self.manifest
+        m.version, m.seq, m.floor = version, head.seq, head.floor
+        m.limits, m.trust, m.commands = head.limits, head.trust, head.commands
+        m.lock = None if head.lock is None else (head.lock.holder, head.lock.expires)
+        a = head.archived
+        m.archived = None if a is None else (a.since, a.by, a.reason)
+        m.uncommitted = {
+            u.path: Recorded(u.reason, u.by_command, u.version) for u in head.uncommitted
+        }
+
+    def _write_items(self, items: list[rp.TreeItem], contents: dict[str, bytes]) -> None:
+        with self._root() as root:
+            for change in seed.changes(items):
+                self._apply(root, change, contents)
+
+    async def _rebuild(self, kept: CompactionManifest, at: int) -> None:
+        """Materialise the tree as of ``at`` from a compaction's manifest (every content it
+        names is in WS_BLOBS), in place of what the checkout held: a group of rows at a time
+        (at most 512 of them or ~32 MiB of contents, fetched 16 at once), so a compaction of
+        100,000 files is never all in memory."""
+        # revision rows: (path, version, until, parent, kind, sha256, size, file_version...)
+        live = sorted(
+            (r for r in kept.revisions if int(r[1]) <= at < int(r[2])), key=lambda r: str(r[0])
+        )  # parents before children
+        gate = asyncio.Semaphore(16)
+
+        async def fetch(sha: str) -> tuple[str, bytes]:
+            async with gate:
+                return sha, await self._blobs.get(sha)
+
+        start = 0
+        while True:
+            end, size = start, 0
+            while end < len(live) and end - start < 512 and size < 32 * 1024 * 1024:
+                size += int(str(live[end][6])) if live[end][4] == "f" else 0
+                end += 1
+            group = live[start:end]
+            shas = {str(r[5]) for r in group if r[4] == "f"}
+            contents = dict(await asyncio.gather(*(fetch(sha) for sha in shas)))
+            await asyncio.to_thread(self._materialise, group, contents, start == 0)
+            if end >= len(live):
+                break
+            start = end
+
+    def _materialise(
+        self, live: list[tuple[object, ...]], contents: dict[str, bytes], fresh: bool = True
+    ) -> None:
+        """Write ``live`` (revision rows, parents first); ``fresh``: in an empty tree."""
+        if fresh:
+            self._discard(self.tree)
+            self._new_tree()
+            manifest = self.manifest
+            manifest.paths, manifest.local, manifest.present = Changes(), Changes(), Changes()
+            manifest.ignored, manifest.present_known = [], True
+            self.store.rewrite = True
+            self.changed()
+        with self._root() as root:
+            for row in sorted(live, key=lambda r: str(r[0])):  # parents before children
+                self._materialise_row(root, row, contents)
+
+    def _materialise_row(
+        self, root: Dir, row: tuple[object, ...], contents: dict[str, bytes]
+    ) -> None:
+        path, kind, sha = str(row[0]), row[4], row[5]
+        if path:
+            if kind == "d":
+                self._apply(root, MakeDir(path=path), contents)
+                return
+            assert isinstance(sha, str)
+            put = PutFile(
+                path=path,
+                sha256=sha,
+                size=int(str(row[6])),
+                file_version=int(str(row[7])),
+                created=datetime.fromisoformat(str(row[10])),
+                executable=bool(row[8]),
+            )
+            self._apply(root, put, contents)
