@@ -19,7 +19,7 @@ workspaces, and memory grows with the budget, not with the workspaces (issue 17)
 
 The planner's statistics are seeded when the projection is made and gathered again as it
 grows (``gather_statistics``); the statements themselves, the schema and the plan each is meant
-to have are in ``infra/sql.py``, so a schema change is one module's change; the plan of what to
+to have are in ``infra/sql/``, so a schema change is one module's change; the plan of what to
 write is pure (``core.plan``). ``count_steps`` counts what the statements touch, for tests.
 """
 
@@ -370,7 +370,7 @@ class Store:
             return
         try:
             await self._analyze(position)
-        except Exception as exc:  # the plans do not hang on it (``infra/sql.py``): next time
+        except Exception as exc:  # the plans do not hang on it (``infra/sql/``): next time
             log.warning("gathering statistics at log position %d: %r", position, exc)
 
     # ------------------------------------------------------------------ counting (tests)
