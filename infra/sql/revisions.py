@@ -26,7 +26,7 @@ _COLUMNS = (
     "moved_from",
 )
 REVISION_COLUMNS = ", ".join(_COLUMNS)
-"""The columns ``store.node_from_row`` reads, in order."""
+"""The columns ``infra.store.queries.node_from_row`` reads, in order."""
 R_REVISION_COLUMNS = ", ".join("r." + c for c in _COLUMNS)
 
 NEWEST = "(SELECT version FROM workspaces WHERE id = ?) = ?"

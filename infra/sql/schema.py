@@ -151,7 +151,7 @@ ANALYZE = (
     "DROP TABLE IF EXISTS sqlite_stat1",
     "ANALYZE",
 )
-"""Gathering statistics (``store.gather_statistics``), before the seeded rows (``SEED_STAT``)
+"""Gathering statistics (``infra.store.gather_statistics``), before the seeded rows (``SEED_STAT``)
 and the commit."""
 STATS_CREATE = "ANALYZE sqlite_schema"
 """Makes ``sqlite_stat1`` (none yet in a fresh projection: the seeded rows go into it), and

@@ -11,7 +11,7 @@ ROW_COLUMNS = (
     "id, tenant, name, trust, limits, created, version, last_seq, last_hash, tree_hash, "
     "updated, floor"
 )
-"""The columns ``store._workspace_row`` reads, in order."""
+"""The columns ``infra.store.base.workspace_row`` reads, in order."""
 WORKSPACE_BY_NAME = f"SELECT {ROW_COLUMNS} FROM workspaces WHERE tenant=? AND name=?"
 WORKSPACE_BY_ID = f"SELECT {ROW_COLUMNS} FROM workspaces WHERE id=?"
 IS_NEWEST = "SELECT 1 FROM workspaces WHERE id=? AND version=?"
