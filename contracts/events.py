@@ -233,7 +233,7 @@ class HistoryCompacted(
 
 class CompactionManifest(msgspec.Struct, frozen=True, kw_only=True):
     """What a compacted workspace keeps (``HistoryCompacted``): rows in the column order of
-    the projection's tables (see ``infra/store.py``)."""
+    the projection's tables (see ``infra/store/``)."""
 
     trust: str
     limits: Limits

@@ -6,7 +6,7 @@ part of Quill that folds a log folds it here:
 
 * the writer (``services/writer/workspace.py``): each event it decides (its decider applied
   the changes to ``state.tree`` already, ``tree=False``), its compactions, its catch-up;
-* the projections (``infra/store.py``): ``core.plan`` evolves each workspace's head (its row)
+* the projections (``infra/store/``): ``core.plan`` evolves each workspace's head (its row)
   as it turns a batch into SQL rows; ``Store.load`` evolves the control events it keeps;
 * the executor's checkouts (``infra/exec/checkout.py``), whose files are on disk
   (``tree=False``);

@@ -1,4 +1,4 @@
-"""A workspace's row and a path's revision, as the projection (``infra/store.py``) holds them
+"""A workspace's row and a path's revision, as the projection (``infra/store/``) holds them
 and the pure renderers (``core/answers.py``, ``core/finding.py``) read them."""
 
 from __future__ import annotations

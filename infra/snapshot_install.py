@@ -7,7 +7,7 @@ headers say. One that does not is logged and skipped (the next older one is trie
 log from where the local data is). Installing is a rename over the projection's path (its WAL
 and shared memory files removed first), before the store is opened.
 
-Once verified, the planner's statistics are gathered again (``store.gather_statistics``),
+Once verified, the planner's statistics are gathered again (``infra.store.gather_statistics``),
 so that the first query plans with this database's own.
 
 A writer without its projection starts from a reader's snapshot too (``into="writer"``): the

@@ -1,7 +1,7 @@
 """What the reader asks its projection: nodes, listings, history and contents as of a version.
 
 Over the store's read-only connection (a WAL snapshot per statement); the statements, and the
-plan each is meant to have, are in ``infra/sql.py``.
+plan each is meant to have, are in ``infra/sql/``.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ class Scope:
 
     def where(self, ws: int, version: int, newest: bool) -> tuple[str, str, list[Any]]:
         """The index, ``WHERE`` and arguments of its entries as of ``version`` (``newest``:
-        the live form, ``infra/sql.py``)."""
+        the live form, ``infra/sql/``)."""
         return sql.listing(
             ws, version, self.directory, self.recursive, self.kind, self.prefix, newest
         )
 
 
 class ReadModel:
-    """The reader's SQL (``infra/sql.py``) over the store's read-only connection. What is
+    """The reader's SQL (``infra/sql/``) over the store's read-only connection. What is
     asked as of a version seeks the live rows at the workspace's newest version
     (``Store.as_of``), else the rows ended since that version: never the history before it."""
 

@@ -1,5 +1,5 @@
 """What a projection's query plan may do (issue 29): the rules the plan tests apply to every
-statement ``infra/sql.py`` lists (test_query_plans.py) and to every statement the services
+statement ``infra/sql/`` lists (test_query_plans.py) and to every statement the services
 ran (test_rows_touched.py).
 
 A plan reads a workspace's history only where the statement says it means to

@@ -1,0 +1,113 @@
+"""A workspace's row, and the statements that apply a plan to a projection, purge a
+workspace and compact its history (see ``infra.sql``)."""
+
+from __future__ import annotations
+
+from core.plan import LIVE
+from infra.sql.schema import WHOLE_TABLE, WHOLE_WORKSPACE
+
+# ---------------------------------------------------------------------- workspaces
+ROW_COLUMNS = (
+    "id, tenant, name, trust, limits, created, version, last_seq, last_hash, tree_hash, "
+    "updated, floor"
+)
+"""The columns ``infra.store.base.workspace_row`` reads, in order."""
+WORKSPACE_BY_NAME = f"SELECT {ROW_COLUMNS} FROM workspaces WHERE tenant=? AND name=?"
+WORKSPACE_BY_ID = f"SELECT {ROW_COLUMNS} FROM workspaces WHERE id=?"
+IS_NEWEST = "SELECT 1 FROM workspaces WHERE id=? AND version=?"
+TOTALS_LIVE = "SELECT files, dirs, total_bytes FROM workspaces WHERE id=? AND version=?"
+"""A workspace's live files, directories and bytes (a reader's triggers keep them), if
+``version`` is its newest."""
+WORKSPACE_PAGE = (
+    "SELECT w.id, w.name, w.version, w.trust, w.created, e.at, e.actor, e.op, "
+    "w.files, w.total_bytes "
+    "FROM workspaces w JOIN events e ON e.ws = w.id AND e.version = w.version "
+    "WHERE w.tenant=? AND w.name>? {prefix}ORDER BY w.name LIMIT ?"
+)
+WORKSPACE_PREFIX = "AND w.name>=? AND w.name<? "
+
+# ---------------------------------------------------------------------- apply
+NEW_WORKSPACE = (
+    "INSERT INTO workspaces(id, tenant, name, trust, limits, created) VALUES(?, ?, ?, ?, ?, ?)"
+)
+CLOSE_LIVE = (
+    "UPDATE revisions INDEXED BY revisions_live SET until=? "
+    f"WHERE ws=? AND until={LIVE} AND path>=? AND path<?"
+)
+"""End the live rows of ``[lo, hi)``: a seek of the live rows, never a path's history."""
+INSERT_REVISION = "INSERT INTO revisions VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_EVENT = "INSERT INTO events VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+EVENT_ROW = 16
+"""Values of an event row but its ``ws`` (a compaction manifest made before ``message`` was kept
+holds one fewer: ``Store`` pads it)."""
+UPSERT_BLOB = (
+    "INSERT INTO blobs(sha256, size, data, ws) VALUES(?, ?, ?, ?) ON CONFLICT(sha256) "
+    "DO UPDATE SET data=coalesce(blobs.data, excluded.data), ws=coalesce(excluded.ws, blobs.ws)"
+)
+"""A content an event carries (``data``), or one it names in WS_BLOBS (``data`` NULL, ``ws``
+the workspace whose namespace holds it: where a reader's indexer fetches it from)."""
+INSERT_CONTROL = "INSERT INTO controls VALUES(?, ?, ?, ?)"
+SET_HEAD = (
+    "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=?, trust=?, "
+    "limits=?, floor=? WHERE id=?"
+)
+"""A workspace's row as a batch left it (its head, evolved by ``core.plan``)."""
+CLEAR_UNCOMMITTED = "DELETE FROM uncommitted WHERE ws=? AND path>=? AND path<?"
+DROP_UNCOMMITTED = f"DELETE FROM uncommitted {WHOLE_WORKSPACE} WHERE ws=?"
+"""A workspace's uncommitted set is replaced whole (as long as one command's set: capped)."""
+SET_UNCOMMITTED = "INSERT OR REPLACE INTO uncommitted VALUES(?, ?, ?, ?, ?)"
+
+# ---------------------------------------------------------------------- purge, compaction
+HISTORY_TABLES = ("revisions", "events", "controls", "uncommitted")
+"""The tables of a workspace's rows (keyed by ``ws`` first)."""
+DELETE_ROWS = {t: f"DELETE FROM {t} {WHOLE_WORKSPACE} WHERE ws=?" for t in HISTORY_TABLES}
+DELETE_WORKSPACE = "DELETE FROM workspaces WHERE id=?"
+CONTENTS_OF = (
+    f"SELECT DISTINCT {WHOLE_WORKSPACE} sha256 FROM revisions WHERE ws=? AND sha256 IS NOT NULL"
+)
+CONTENTS_KEPT = (
+    # which of a purged workspace's contents another workspace still has: there is no index on
+    # sha256 (it would cost every apply), and a purge is rare
+    f"SELECT DISTINCT {WHOLE_TABLE} sha256 FROM revisions WHERE sha256 IN "
+    "(SELECT value FROM json_each(?))"
+)
+BY_SHA = "INDEXED BY sqlite_autoindex_blobs_1"
+"""A blob by its sha256 (the primary key's index: ``IN (SELECT value FROM json_each(?))``
+was planned as a scan of every blob when the statistics said there were few)."""
+INDEXED_CONTENTS = (
+    f"SELECT rowid, data, stash FROM blobs {BY_SHA} WHERE indexed = 1 AND "
+    "(data IS NOT NULL OR stash IS NOT NULL) AND sha256 IN (SELECT value FROM json_each(?))"
+)
+UNINDEX = "INSERT INTO content_index(content_index, rowid, content) VALUES('delete', ?, ?)"
+DELETE_BLOBS = f"DELETE FROM blobs {BY_SHA} WHERE sha256 IN (SELECT value FROM json_each(?))"
+REPLACE_WORKSPACE = (
+    "INSERT INTO workspaces(id, tenant, name, trust, limits, created) "
+    "VALUES(?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET trust=excluded.trust, "
+    "limits=excluded.limits, created=excluded.created"
+)
+INSERT_UNCOMMITTED = SET_UNCOMMITTED
+SET_COMPACTED = (
+    "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=?, "
+    "floor=? WHERE id=?"
+)
+KNOWN_BLOB = "INSERT OR IGNORE INTO blobs(sha256, size, data, ws) VALUES(?, ?, NULL, ?)"
+ALL_REVISIONS = (
+    f"SELECT {WHOLE_WORKSPACE} path, version, until, parent, kind, sha256, size, file_version, "
+    "executable, binary, created, modified, moved_from FROM revisions WHERE ws=? "
+    "ORDER BY path, version DESC"
+)
+ALL_EVENTS = (
+    f"SELECT {WHOLE_WORKSPACE} version, seq, type, op, at, actor, session, run, request_id, "
+    "hash, prev_hash, tree_hash, changes, changes_total, result, message FROM events WHERE ws=? "
+    "ORDER BY version"
+)
+COUNT_EVENTS = f"SELECT {WHOLE_WORKSPACE} count(*) FROM events WHERE ws=?"
+ALL_CONTROLS = (
+    f"SELECT {WHOLE_WORKSPACE} version, type, event FROM controls WHERE ws=? ORDER BY version"
+)
+ALL_UNCOMMITTED = (
+    f"SELECT {WHOLE_WORKSPACE} path, reason, by_command, version FROM uncommitted WHERE ws=? "
+    "ORDER BY path"
+)
+REVISION_COUNTS = f"SELECT {WHOLE_WORKSPACE} path, count(*) FROM revisions WHERE ws=? GROUP BY path"
+"""Revisions kept per path: a workspace with ``max_versions`` (compaction bounds it)."""
