@@ -1,5 +1,5 @@
 """A workspace's hash chain, checked event by event: the one check ``quill verify`` makes as it
-folds a log (``quill_cli/tools/replay.py``, ``Fold``) and the console makes of the events it
+folds a log (``quill_cli/tools/replay/fold.py``, ``Fold``) and the console makes of the events it
 shows (``services/gateway/console/history.py``).
 
 * ``payload``: an event's message hashes (sha256) to the hash recorded with it;

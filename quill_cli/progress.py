@@ -1,6 +1,6 @@
 """The progress of the log tools (``quill replay``, ``verify``, ``runs``, ``export``,
 ``import``): a bar drawn with rich on stderr, only on a terminal and without ``--quiet``, once a
-phase has run past ``BAR_DELAY_S`` (``quill_cli/tools/replay.py`` reports how far it is)."""
+phase has run past ``BAR_DELAY_S`` (``quill_cli/tools/replay/`` reports how far it is)."""
 
 from __future__ import annotations
 

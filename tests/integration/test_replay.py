@@ -1,4 +1,4 @@
-"""Replay and audit tooling (``quill_cli/tools/replay.py``, ``quill replay/verify/runs/export/
+"""Replay and audit tooling (``quill_cli/tools/replay/``, ``quill replay/verify/runs/export/
 import``): a workspace rebuilt from its log alone is what the readers answer at that version,
 byte for byte and identically every time; compacted logs replay from their manifest; replicas
 that disagree with the log are named; a workspace moves between deployments with its history,

@@ -1,4 +1,4 @@
-"""Reading a workspace's log for replay (``quill_cli/tools/replay.py``, ``messages``): a pull
+"""Reading a workspace's log for replay (``quill_cli/tools/replay/read.py``, ``messages``): a pull
 consumer of its own, fetched into a callback, the next batch asked for while the caller folds
 the one before. Every event comes once, in order, whatever the batch size and whatever else the
 stream holds, even when the consumer is lost midway; a caller that stops early leaves nothing
@@ -23,6 +23,7 @@ from contracts.subjects import Subjects
 from infra import bus
 from quill_cli.natsserver import NatsServer
 from quill_cli.tools import replay as rpl
+from quill_cli.tools.replay import read as rpl_read
 from tests.helpers import LogBuilder
 
 SUBJECTS = Subjects()
@@ -60,7 +61,7 @@ async def test_every_event_once_in_order_across_batches_and_other_subjects(
 ) -> None:
     """Two workspaces' logs interleaved on the stream, batches of 4: the reader yields one
     workspace's payloads, each once, in order, and the replay checks out."""
-    monkeypatch.setattr(rpl, "BATCH", 4)
+    monkeypatch.setattr(rpl_read, "BATCH", 4)
     mine, other = built("mine", 20), built("other", 20)
     a = b = 0
     for i in range(0, 21, 3):  # 3 of mine, then 3 of the other, ...
@@ -83,7 +84,7 @@ async def test_a_reader_closed_early_leaves_no_subscription_and_no_consumer(
 ) -> None:
     """Closing the reader after one batch (a replay ``--to-version`` stops there) while the
     next batch is being answered unsubscribes its inbox."""
-    monkeypatch.setattr(rpl, "BATCH", 2)
+    monkeypatch.setattr(rpl_read, "BATCH", 2)
     log = built("early", 9)
     await append(nc, log, 0, 0, 10)
     before = len(nc._subs)
@@ -104,7 +105,7 @@ async def test_a_consumer_lost_midway_is_made_again_from_where_it_was(
     """The server deletes the reading consumer (unused for ``INACTIVE_S``: the caller was
     slow) between two batches: the reader makes another from the next message on, and every
     event still comes once, in order; none is left on the server afterwards."""
-    monkeypatch.setattr(rpl, "BATCH", 3)
+    monkeypatch.setattr(rpl_read, "BATCH", 3)
     log = built("lost", 10)
     await append(nc, log, 0, 0, 11)
     js = nc.jetstream()
@@ -163,7 +164,7 @@ async def test_no_answer_is_unavailable_not_a_hang(
 ) -> None:
     """Fetches taken by something that never answers end in ``UNAVAILABLE`` once ``IDLE_S``
     passes without a message."""
-    monkeypatch.setattr(rpl, "IDLE_S", 0.3)
+    monkeypatch.setattr(rpl_read, "IDLE_S", 0.3)
     async with FakeJetStream(nc, None) as fake:
         with pytest.raises(QuillError) as unanswered:
             await fake.first_batch()
@@ -211,7 +212,7 @@ async def test_a_late_status_of_one_fetch_does_not_end_the_next(
     bytes used up) after the next fetch was sent: that status belongs to the first fetch, and
     the second still brings its messages (it used to be read as "a message larger than the
     fetch's bytes", failing a replay of a good log)."""
-    monkeypatch.setattr(rpl, "BATCH", 2)
+    monkeypatch.setattr(rpl_read, "BATCH", 2)
     replies: list[str] = []
 
     def message(dseq: int) -> tuple[bytes, dict[str, str], str]:
