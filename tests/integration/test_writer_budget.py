@@ -87,7 +87,7 @@ async def test_results_past_the_memory_budget_come_from_the_projection(
         await cmd(nc, "long", "write", {"path": "f", "content": f"{i}\n"}, f"long-{i}")
         for i in range(10)
     ]
-    assert len(writer.actors.get("acme", "long")._recent) <= 3
+    assert len(writer.actors.get("acme", "long").results.recent) <= 3
     # held (warm), then dropped and loaded again (cold): the oldest request ids still get
     # their first replies (a write decided again would commit version 12, or answer 11)
     for _ in range(2):
