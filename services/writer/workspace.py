@@ -471,8 +471,10 @@ class WorkspaceActor:
                 tracing.appended(s.pending.msg, began)
         events = [(s.event, seq) for s, seq in zip(staged, seqs, strict=True)]
         had_log = flight.after is not None or group.expected_seq > 0
-        purge = lifecycle.after_lifecycle(self.site, events, had_log=had_log, purged=self._purged)
-        if not await purge:  # not finished: the next load finishes it
+        finished = await lifecycle.after_lifecycle(
+            self.site, events, had_log=had_log, purged=self._purged
+        )
+        if not finished:  # a purge not finished: the next load finishes it
             self.state = None
         await self.compaction.count(state, [s.event for s in staged])
         for s, seq in zip(staged, seqs, strict=True):
