@@ -47,7 +47,7 @@ from infra.store import Steps, Store
 from quill.client import Quill, Workspace
 from services.reader.app import Reader
 from services.reader.search import trigram_query
-from services.writer import workspace
+from services.writer import lifecycle, results
 from services.writer.app import Writer
 from tests.helpers import eventually, start_reader, start_writer
 from tests.integration.plans import faults, plan, statements
@@ -285,7 +285,8 @@ async def test_a_request_id_the_writer_made_is_not_looked_up(
     retry: its id is looked up in the projection (one seek of ``events_request``). One
     without ``Ws-Request-Id`` gets an id the writer makes: no earlier request had it, and
     nothing is looked up."""
-    monkeypatch.setattr(workspace, "WRITER_RECENT_RESULTS", 3)
+    for module in (results, lifecycle):  # what the actor keeps, what a load reads
+        monkeypatch.setattr(module, "WRITER_RECENT_RESULTS", 3)
     ws = client.workspace(f"{TENANT}/ids")
     await ws.create()
     for n in range(5):

@@ -17,7 +17,7 @@ from contracts.subjects import Subjects
 from infra import bus
 from infra.runtime import Settings
 from infra.store import Store
-from services.writer import workspace
+from services.writer import lifecycle, results
 from services.writer.app import Writer
 from services.writer.config import WriterConfig
 
@@ -80,14 +80,15 @@ async def test_the_writer_holds_its_budget_and_evicted_workspaces_answer_retries
 async def test_results_past_the_memory_budget_come_from_the_projection(
     writer: Writer, nc: NATS, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workspace, "WRITER_RECENT_RESULTS", 3)
+    for module in (results, lifecycle):  # what the actor keeps, what a load reads
+        monkeypatch.setattr(module, "WRITER_RECENT_RESULTS", 3)
     created = await cmd(nc, "long", "create", {}, "long-create")
     assert created["ok"]
     replies = [
         await cmd(nc, "long", "write", {"path": "f", "content": f"{i}\n"}, f"long-{i}")
         for i in range(10)
     ]
-    assert len(writer.actors.get("acme", "long")._recent) <= 3
+    assert len(writer.actors.get("acme", "long").results.recent) <= 3
     # held (warm), then dropped and loaded again (cold): the oldest request ids still get
     # their first replies (a write decided again would commit version 12, or answer 11)
     for _ in range(2):
