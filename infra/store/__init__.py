@@ -43,10 +43,11 @@ from infra.store.base import (
     WAL_PAGES,
     Steps,
     gather_statistics,
+    node_from_row,
 )
 from infra.store.blobs import STASH_LEVEL, Indexing
 from infra.store.load import SMALL_LOAD, Loaded, Loading
-from infra.store.queries import HISTORIES_INLINE, Queries, node_from_row
+from infra.store.queries import HISTORIES_INLINE, Queries
 
 
 class Store(Applying, Indexing, Queries, Loading):

@@ -14,8 +14,7 @@ from core.plan import head_of
 from core.rows import WorkspaceRow
 from core.tree import place
 from infra import sql
-from infra.store.base import StoreBase, instrument
-from infra.store.queries import node_from_row
+from infra.store.base import StoreBase, instrument, node_from_row
 
 SMALL_LOAD = 64
 """A workspace of at most this many events and revision rows is loaded on the event loop's

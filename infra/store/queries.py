@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from contracts.uncommitted import Recorded
@@ -14,28 +13,11 @@ from core.plan import subtree
 from core.rows import Node
 from core.tree import Tree
 from infra import sql
-from infra.store.base import StoreBase
+from infra.store.base import StoreBase, node_from_row
 
 HISTORIES_INLINE = 16
 """Paths whose history ``Store.histories`` looks up on the event loop's thread (more: on
 aiosqlite's)."""
-
-
-def node_from_row(row: Any) -> Node:
-    return Node(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        bool(row[5]),
-        bool(row[6]),
-        datetime.fromisoformat(row[7]),
-        datetime.fromisoformat(row[8]),
-        row[9],
-        row[10],
-        row[11],
-    )
 
 
 class Queries(StoreBase):
