@@ -20,7 +20,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.paths import ROOT_DIR, normalize, parent
 from contracts.requests import ModifyOperation
 from quill.client import Workspace
-from services.gateway import VERSION, optable, texts
+from services.gateway import VERSION, errors, optable, texts
 from services.gateway.optable import CHANGES, OPEN, READ_ONLY, Arg, Args, Tool, workspace_arg
 from services.gateway.principals import Access
 from services.gateway.schemas import obj
@@ -35,9 +35,6 @@ from services.gateway.tooling import (
     plain_schemas,
     text_read,
 )
-
-CODES: dict[str, str] = {ErrorCode.ACCESS_DENIED: "PERMISSION_DENIED"}
-"""Quill codes WAP names differently; every other code is WAP's own."""
 
 _LINE = {"type": "integer", "minimum": 1}
 _TEXT = {"type": "string"}
@@ -99,7 +96,7 @@ Excludes = Annotated[
 
 def render(failure: Failure) -> CallToolResult:
     data = error_data(failure.error)
-    data["code"] = CODES.get(str(failure.error.code), data["code"])
+    data["code"] = errors.wap_code(failure.error.code)  # WAP's name of the code
     return answer(json.dumps(data), data, is_error=True)
 
 

@@ -26,8 +26,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import QuillError
 from quill.client import Workspace
+from services.gateway import errors
 from services.gateway.console import render, words
 from services.gateway.console.auth import PREFIX, Csrf, Gate, Refused
 from services.gateway.console.cluster import Cluster
@@ -38,17 +39,6 @@ log = logging.getLogger("quill.gateway")
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
 Page = Callable[["Console", Request], Awaitable[Response]]
-
-_STATUS: dict[str, int] = {
-    ErrorCode.WORKSPACE_NOT_FOUND: 404,
-    ErrorCode.FILE_NOT_FOUND: 404,
-    ErrorCode.INVALID_ARGUMENT: 400,
-    ErrorCode.RUN_NOT_FOUND: 404,
-    ErrorCode.NOT_A_FILE: 400,
-    ErrorCode.NOT_A_DIRECTORY: 400,
-    ErrorCode.ACCESS_DENIED: 403,
-    ErrorCode.VERSION_TRIMMED: 410,
-}
 
 
 class Console:
@@ -130,7 +120,8 @@ class Console:
         ]
 
     def guarded(self, handler: Page) -> Handler:
-        """``handler``, its ``QuillError`` an error page and a refused form a 403."""
+        """``handler``, its ``QuillError`` an error page (with the status of the gateway's one
+        table, ``services/gateway/errors.py``, as REST answers it) and a refused form a 403."""
 
         async def run(request: Request) -> Response:
             try:
@@ -139,9 +130,8 @@ class Console:
                 return self.page(request, "error.html", {"message": str(exc)}, status=403)
             except QuillError as exc:
                 code = str(exc.code)
-                status = _STATUS.get(code, 502 if exc.retriable else 500)
                 context = {"message": exc.message, "code": code}
-                return self.page(request, "error.html", context, status=status)
+                return self.page(request, "error.html", context, status=errors.row(code).status)
 
         return run
 
