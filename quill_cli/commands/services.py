@@ -449,9 +449,9 @@ def gateway(
     metrics_host: str,
 ) -> None:
     """Run the HTTP gateway: MCP at /mcp, WAP at /mcp/wap, REST at /v1/host/workspace."""
+    from infra.http.workers import default_count
     from services.gateway.app import GatewayConfig, start_gateway
     from services.gateway.principals import Tokens
-    from services.gateway.workers import default_count
 
     setup_logging(ctx.obj["log_level"], log_format)
     with refusing():

@@ -24,9 +24,9 @@ from mcp.types import CallToolResult, ContentBlock, InputRequiredResult, TextCon
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
+from infra.http.metrics import observe
 from quill.client import Workspace
 from services.gateway import approvals, mcp_clients
-from services.gateway.metrics import observe
 from services.gateway.principals import Access, Principal, principal_of
 from services.gateway.schemas import no_titles
 

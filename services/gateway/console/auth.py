@@ -28,7 +28,7 @@ from starlette.datastructures import FormData
 from starlette.requests import HTTPConnection, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.gateway.bounds import BodyBounds
+from infra.http.bounds import BodyBounds
 from services.gateway.principals import PrincipalMiddleware, Tokens
 
 PREFIX = "/ui"
