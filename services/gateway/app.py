@@ -58,16 +58,16 @@ from infra.http.streams import Streams
 from infra.http.workers import Workers
 from quill.client import Quill
 from services.gateway import VERSION, mcp_files, openapi, wap
-from services.gateway.console import Console
-from services.gateway.fleet import Fleet
-from services.gateway.mcp_http import Exchange
-from services.gateway.principals import (
+from services.gateway.access import (
     ANONYMOUS,
     Access,
     PrincipalMiddleware,
     Tokens,
     is_loopback,
 )
+from services.gateway.console import Console
+from services.gateway.fleet import Fleet
+from services.gateway.mcp_http import Exchange
 from services.gateway.rest import MAX_BODY_BYTES, Rest
 from services.gateway.rest_approvals import Approvals
 from services.gateway.runs import Runs

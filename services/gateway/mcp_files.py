@@ -27,8 +27,8 @@ from services.gateway import (
     optable,
     texts,
 )
+from services.gateway.access import Access
 from services.gateway.optable import ADDS, READ_ONLY, REPLACES, Arg, Tool, described, workspace_arg
-from services.gateway.principals import Access
 from services.gateway.tooling import (
     ArgumentErrors,
     Done,

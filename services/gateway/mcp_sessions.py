@@ -26,8 +26,8 @@ from core.lru import LRU
 from quill.client import Workspace
 from quill.session import Session
 from services.gateway import workspaces as workspaces
+from services.gateway.access import Access, Principal
 from services.gateway.optable import Arg, Tool
-from services.gateway.principals import Access, Principal
 
 AS_ATTACHED = Annotated[str, Field(min_length=1, description="The URI it was attached as")]
 URI = Annotated[

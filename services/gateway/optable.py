@@ -29,7 +29,7 @@ from pydantic import Field
 
 from contracts.ops import OPS
 from quill.client import Workspace
-from services.gateway.principals import Principal
+from services.gateway.access import Principal
 from services.gateway.schemas import Schema, shape, with_errors
 from services.gateway.tooling import Answer, Ctx, Done, Tools
 

@@ -35,6 +35,7 @@ from core.lru import LRU
 from infra.secret_registry import secrets_from_env
 from quill.client import Workspace
 from services.gateway import errors
+from services.gateway.access import Access, Principal, principal_of
 from services.gateway.files import (
     Snapshot,
     content_type,
@@ -43,7 +44,6 @@ from services.gateway.files import (
     read_whole,
     version_of,
 )
-from services.gateway.principals import Access, Principal, principal_of
 
 log = logging.getLogger("quill.gateway")
 

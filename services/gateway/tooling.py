@@ -27,7 +27,7 @@ from contracts.errors import ErrorCode, QuillError
 from infra.http.metrics import observe
 from quill.client import Workspace
 from services.gateway import approvals, mcp_clients
-from services.gateway.principals import Access, Principal, principal_of
+from services.gateway.access import Access, Principal, principal_of
 from services.gateway.schemas import no_titles
 
 log = logging.getLogger("quill.gateway")

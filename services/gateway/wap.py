@@ -21,8 +21,8 @@ from contracts.paths import ROOT_DIR, normalize, parent
 from contracts.requests import ModifyOperation
 from quill.client import Workspace
 from services.gateway import VERSION, errors, optable, texts
+from services.gateway.access import Access
 from services.gateway.optable import CHANGES, OPEN, READ_ONLY, Arg, Args, Tool, workspace_arg
-from services.gateway.principals import Access
 from services.gateway.schemas import obj
 from services.gateway.tooling import (
     ArgumentErrors,

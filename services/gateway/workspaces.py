@@ -32,79 +32,12 @@ from starlette.routing import Route
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.subjects import check_id
-from quill.client import Quill, Workspace
+from services.gateway.access import Access, Principal, listing, principal_of, summary_json, target
 from services.gateway.optable import Arg, Args, Tool, described
-from services.gateway.principals import Access, Principal, principal_of
 from services.gateway.rest import Rest, count_param, json_body
 from services.gateway.schemas import obj
 
 PAGE, MOST = 100, 1000
-
-
-def _denied(principal: Principal, what: str) -> QuillError:
-    return QuillError(
-        ErrorCode.ACCESS_DENIED,
-        f"Access denied: this token reaches only its own workspace ({principal.name}) and may "
-        f"not {what} workspaces",
-    )
-
-
-async def listing(
-    access: Access, principal: Principal, after: str | None, limit: int, prefix: str | None
-) -> rp.WorkspaceList:
-    """A page of the principal's tenant's workspaces; a pinned token's own alone.
-
-    Raises:
-        QuillError: ``INVALID_ARGUMENT`` for a bad cursor, limit or prefix.
-    """
-    client = _client(access, principal)
-    if not principal.pinned:
-        return await client.workspaces(principal.tenant, after=after, limit=limit, prefix=prefix)
-    own = await client.workspaces(principal.tenant, prefix=principal.workspace, limit=1)
-    mine = [w for w in own.workspaces if w.workspace == principal.workspace]
-    if after is not None and after >= principal.workspace:
-        mine = []
-    if prefix and not principal.workspace.startswith(prefix):
-        mine = []
-    return rp.WorkspaceList(tenant=principal.tenant, workspaces=mine, next=None)
-
-
-def _client(access: Access, principal: Principal) -> Quill:
-    return access.quill.as_actor(principal.actor)
-
-
-def target(access: Access, principal: Principal, name: str, what: str) -> Workspace:
-    """The workspace ``name`` of the principal's tenant, to ``what`` (archive, purge...); never
-    created on the way.
-
-    Raises:
-        QuillError: ``ACCESS_DENIED`` for a pinned token; ``INVALID_ARGUMENT`` for a bad name.
-    """
-    if principal.pinned:
-        raise _denied(principal, what)
-    check_id("workspace", name)
-    return _client(access, principal).workspace(f"{principal.tenant}/{name}")
-
-
-def summary_json(w: rp.WorkspaceSummary) -> dict[str, Any]:
-    return {
-        "name": w.workspace,
-        "version": w.version,
-        "files": w.files,
-        "size": w.total_bytes,
-        "createdAt": _iso(w.created),
-        "updatedAt": _iso(w.updated),
-        "updatedBy": w.updated_by,
-        "lastOp": w.last_op,
-        "trust": w.trust,
-        "lockHolder": w.lock_holder,
-        "archived": w.archived,
-    }
-
-
-def _iso(at: Any) -> str:
-    return str(at.isoformat().replace("+00:00", "Z"))
 
 
 class WorkspacesRest:

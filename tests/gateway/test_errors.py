@@ -16,8 +16,8 @@ from starlette.responses import Response
 
 from contracts.errors import ErrorCode, QuillError
 from services.gateway import errors, mcp_files, wap
+from services.gateway.access import ANONYMOUS, Access
 from services.gateway.console import Console
-from services.gateway.principals import ANONYMOUS, Access
 from services.gateway.rest import error_response
 from services.gateway.tooling import Failure
 

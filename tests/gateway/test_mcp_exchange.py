@@ -13,9 +13,9 @@ import pytest
 from starlette.routing import Route
 
 from quill.client import Quill
+from services.gateway.access import Principal, Tokens
 from services.gateway.app import Gateway
 from services.gateway.mcp_http import Exchange
-from services.gateway.principals import Principal, Tokens
 from tests.gateway.conftest import StartGateway
 
 JSON = {"content-type": "application/json", "accept": "application/json, text/event-stream"}

@@ -24,7 +24,7 @@ import pytest
 
 from quill.client import Quill
 from quill_cli.natsserver import binary
-from services.gateway.principals import Principal, Tokens
+from services.gateway.access import Principal, Tokens
 from tests.gateway.support import error, mcp_client, ok
 from tests.system.conftest import Up, running
 

@@ -3,10 +3,10 @@
 
 ``Console`` is an ASGI app; ``Console.gate`` is the middleware ``services/gateway/app.py`` puts
 outside ``PrincipalMiddleware`` to send ``/ui`` requests here under the gateway's own
-authentication (``auth.py``). Pages are Jinja2 templates (``templates/``), made interactive by
-htmx and its SSE extension, vendored with their licences (``static/``); no CDN, no build step.
-A page reads the workspace as the principal's SDK handle (``Access.workspace``), so a tenant
-reaches exactly what it reaches over REST.
+authentication (``gate.py``, over ``services/gateway/access.py``). Pages are Jinja2 templates
+(``templates/``), made interactive by htmx and its SSE extension, vendored with their licences
+(``static/``); no CDN, no build step. A page reads the workspace as the principal's SDK handle
+(``Access.workspace``), so a tenant reaches exactly what it reaches over REST.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from starlette.types import ASGIApp
 from contracts.errors import QuillError
 from quill.client import Workspace
 from services.gateway import errors
+from services.gateway.access import Access, Csrf, Principal, Refused, Tokens, principal_of
 from services.gateway.console import render, words
-from services.gateway.console.auth import PREFIX, Csrf, Gate, Refused
 from services.gateway.console.cluster import Cluster
-from services.gateway.principals import Access, Principal, Tokens, principal_of
+from services.gateway.console.gate import PREFIX, Gate
 
 log = logging.getLogger("quill.gateway")
 
