@@ -81,7 +81,7 @@ class Principal:
     anywhere: bool = False
     """May name a workspace of any tenant as ``tenant/workspace`` (no tokens: loopback only)."""
     session: str | None = None
-    """The caller's session in events and audit records (an MCP client's: ``mcp_clients``)."""
+    """The caller's session in events and audit records (an MCP client's: ``mcp/clients.py``)."""
 
     @property
     def name(self) -> str:
@@ -450,6 +450,9 @@ class Access:
 
 
 # ---------------------------------------------------------------- the tenant's workspaces
+
+PAGE = 100
+"""Workspaces a listing's page holds unless the caller asks for more or fewer."""
 
 
 def _denied(principal: Principal, what: str) -> QuillError:

@@ -32,7 +32,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mcp.server.transport_security import TransportSecuritySettings
 from nats.aio.subscription import Subscription
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -57,7 +56,7 @@ from infra.http.server import Server, listen, serve, settle_heap
 from infra.http.streams import Streams
 from infra.http.workers import Workers
 from quill.client import Quill
-from services.gateway import VERSION, mcp_files, openapi, wap
+from services.gateway import VERSION, openapi
 from services.gateway.access import (
     ANONYMOUS,
     Access,
@@ -67,7 +66,8 @@ from services.gateway.access import (
 )
 from services.gateway.console import Console
 from services.gateway.fleet import Fleet
-from services.gateway.mcp_http import Exchange
+from services.gateway.mcp import endpoints
+from services.gateway.mcp.endpoints import Endpoints
 from services.gateway.rest import MAX_BODY_BYTES, Rest
 from services.gateway.rest_approvals import Approvals
 from services.gateway.runs import Runs
@@ -113,16 +113,16 @@ class GatewayConfig:
     metrics_relay: str | None = None
     """A worker n ≥ 1's: worker 0's metrics URL, which its ``GET /metrics`` answers."""
     operator_tools: tuple[str, ...] = ()
-    """Operators' MCP tools ``/mcp`` offers too (``mcp_files.OPERATOR_TOOLS``: by default
+    """Operators' MCP tools ``/mcp`` offers too (``endpoints.OPERATOR_TOOLS``: by default
     none, so that no model is offered them)."""
 
     def check(self) -> None:
         """Raises:
         ValueError: a non-loopback host without tokens; fewer than one worker; an operator
         tool that is not one."""
-        unknown = sorted(set(self.operator_tools) - set(mcp_files.OPERATOR_TOOLS))
+        unknown = sorted(set(self.operator_tools) - set(endpoints.OPERATOR_TOOLS))
         if unknown:
-            known = ", ".join(mcp_files.OPERATOR_TOOLS)
+            known = ", ".join(endpoints.OPERATOR_TOOLS)
             raise ValueError(f"--operator-tool {unknown[0]}: not an operator tool ({known})")
         if self.tokens is None and not is_loopback(self.host):
             raise ValueError(
@@ -152,17 +152,7 @@ def build_app(
     to arrive; ``max_inflight``: requests served at once (busy past it); ``metrics``: what
     answers ``GET /metrics`` (this process's registry); ``max_streams``: streams open at once
     per principal (``429`` past it); ``operator_tools``: the operators' MCP tools offered too."""
-    servers = [mcp_files.build(access, operator_tools), wap.build(access)]
-    # With tokens, a caller proves who it is: the MCP library's Host/Origin checks (against
-    # DNS rebinding, for servers without auth) would only stand in the way of a proxy.
-    # Without tokens they stay on (and PrincipalMiddleware does the same for REST).
-    security = (
-        None if tokens is None else TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    )
-    for server in servers:  # creates each server's session manager; we route to it ourselves
-        server.streamable_http_app(
-            json_response=True, stateless_http=True, host=host, transport_security=security
-        )
+    mcp = Endpoints(access, tokens is not None, host, operator_tools)
 
     slots = Slots(max_inflight, Streams(max_streams))
 
@@ -193,8 +183,7 @@ def build_app(
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
-        Route("/mcp", Exchange(servers[0].session_manager)),
-        Route("/mcp/wap", Exchange(servers[1].session_manager)),
+        *mcp.routes(),
         *(rest := Rest(access)).routes(),
         *Runs(rest).routes(),
         *Approvals(rest).routes(),
@@ -203,9 +192,7 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with contextlib.AsyncExitStack() as stack:
-            for server in servers:
-                await stack.enter_async_context(server.session_manager.run())
+        async with mcp.running():
             yield
 
     middleware = [

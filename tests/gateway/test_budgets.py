@@ -10,8 +10,9 @@ import pytest
 
 from services.gateway import access as access_module
 from services.gateway import app as app_module
-from services.gateway import mcp_sessions, rest
+from services.gateway import rest
 from services.gateway.access import Access
+from services.gateway.mcp import sessions as mcp_sessions
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import mcp_client, ok
 

@@ -15,11 +15,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from contracts.errors import ErrorCode, QuillError
-from services.gateway import errors, mcp_files, wap
+from services.gateway import errors
 from services.gateway.access import ANONYMOUS, Access
 from services.gateway.console import Console
+from services.gateway.mcp import endpoints, wap
+from services.gateway.mcp.engine import Failure
 from services.gateway.rest import error_response
-from services.gateway.tooling import Failure
 
 CODES = list(ErrorCode)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
@@ -83,7 +84,7 @@ def test_mcp_words_each_code_by_the_table(code: ErrorCode) -> None:
     """``read_file`` has no words of its own: each code reads as its row says (or, without a
     text there, ``Error: <message>``)."""
     error = failing(code)
-    result = mcp_files.render(Failure("read_file", error, "a/b.txt", "w"))
+    result = endpoints.render(Failure("read_file", error, "a/b.txt", "w"))
     template = errors.TABLE[code].text or "Error: {message}"
     expected = template.format(path="a/b.txt", message=error.message, workspace="w")
     assert result.is_error

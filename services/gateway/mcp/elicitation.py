@@ -17,7 +17,7 @@ which a client shows to its user, and records the answer as ``<actor> via MCP el
   stateless JSON transport served here has none: such clients get ``APPROVAL_REQUIRED``).
 * Clients without elicitation: ``APPROVAL_REQUIRED`` with the approval id in the details, for
   ``quill approve <id>``, telling the model to call ``wait_for_approval`` with it
-  (``mcp_approvals``): Quill carries the call out once it is approved, and keeps what it gave
+  (``approvals``): Quill carries the call out once it is approved, and keeps what it gave
   under the approval id. Sending the same call again (same session) finds the same approval.
 
 Gateways behind one address share ``QUILL_GATEWAY_STATE_KEY`` (any secret of 32+ characters) so

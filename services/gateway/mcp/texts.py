@@ -9,7 +9,7 @@ text as in ``structuredContent`` (``workspace_unknown``).
 
 Why one module of ~500 lines: everything a model reads (each tool's answer, every error) is
 here, so that the wording is reviewed and kept consistent in one place, and the tool tables
-(``mcp_files``, ``mcp_quill``) only point at it; split by tool, one voice would be scattered
+(``files``, ``quill_tools``) only point at it; split by tool, one voice would be scattered
 over a dozen files that each hold a few lines.
 """
 
@@ -20,6 +20,7 @@ from datetime import datetime
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.uncommitted import said
+from core.words import plural
 from services.gateway import errors
 
 E = ErrorCode
@@ -291,14 +292,6 @@ def _lines(first: int, last: int, but: int) -> str:
     if first > last:
         return ""
     return f"line {first}, " if first == last else f"lines {first}-{last}, "
-
-
-PLURALS = {"entry": "entries", "match": "matches"}
-
-
-def plural(n: int, word: str) -> str:
-    """``1 file``, ``2 files``, ``3 entries``."""
-    return f"{n} {word if n == 1 else PLURALS.get(word, word + 's')}"
 
 
 def grep_text(pattern: str, path: str, r: rp.GrepResult) -> str:
