@@ -51,7 +51,7 @@ def up_workers() -> int:
     """The gateway's processes under ``quill up``: half the cores, since NATS, the writer, the
     reader and the executor run on the same ones (on 2 cores one worker measured faster than
     two, docs/performance.md)."""
-    from services.gateway.workers import default_count
+    from infra.http.workers import default_count
 
     return max(1, default_count() // 2)
 

@@ -2,7 +2,7 @@
 authorization it becomes.
 
 One TOML file configures each tenant: its NATS credentials, and the gateway's bearer tokens
-that reach its workspaces (read by ``services/gateway/principals.py: Tokens``)::
+that reach its workspaces (read by ``services/gateway/access.py: Tokens``)::
 
     [tenants.acme]
     password = "acme-nats-password"     # NATS user "acme"

@@ -96,7 +96,7 @@ def up(
     """Start NATS servers in a cluster and the services, each its own process; Ctrl-C stops
     them. Clients use every server's URL, comma-separated (printed, and in DATA/stack.json)."""
     from quill_cli.cluster import Cluster
-    from services.gateway.principals import Tokens
+    from services.gateway.access import Tokens
 
     setup_logging(ctx.obj["log_level"], log_format)
     os.environ[LOG_FORMAT_ENV] = log_format  # the services inherit it

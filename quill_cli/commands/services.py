@@ -456,9 +456,9 @@ def gateway(
     metrics_host: str,
 ) -> None:
     """Run the HTTP gateway: MCP at /mcp, WAP at /mcp/wap, REST at /v1/host/workspace."""
+    from infra.http.workers import default_count
+    from services.gateway.access import Tokens
     from services.gateway.app import GatewayConfig, start_gateway
-    from services.gateway.principals import Tokens
-    from services.gateway.workers import default_count
 
     setup_logging(ctx.obj["log_level"], log_format)
     with refusing():
@@ -534,7 +534,7 @@ def up(
     """Start NATS and every service on this machine; Ctrl-C stops them."""
     from quill_cli import tenants as tenancy
     from quill_cli.stack import Stack
-    from services.gateway.principals import Tokens
+    from services.gateway.access import Tokens
 
     setup_logging(ctx.obj["log_level"], log_format)
     os.environ[LOG_FORMAT_ENV] = log_format  # the services inherit it

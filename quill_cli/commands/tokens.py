@@ -1,5 +1,5 @@
 """``quill token add``, ``list``, ``revoke``: the gateway's bearer tokens, in its tokens file
-(``services/gateway/principals.py: Tokens``; a tenants file too), which a running gateway
+(``services/gateway/access.py: Tokens``; a tenants file too), which a running gateway
 reads again when it changes.
 
 The file is edited as text, so its comments and layout stay: ``add`` appends a table,
@@ -74,7 +74,7 @@ def _replace(path: Path, text: str) -> None:
     Raises:
         ValueError: the gateway would refuse it.
     """
-    from services.gateway.principals import Tokens
+    from services.gateway.access import Tokens
 
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

@@ -18,7 +18,7 @@ once, busy past it, and server-sent event streams counted per principal instead:
 is calling; 401 otherwise), then ``BodyBounds`` (each body read whole before the app runs: at
 most ``MAX_BODY_BYTES``, within ``body_timeout``). uvicorn runs
 ``HeaderDeadline``, its httptools protocol closing a connection whose request head is late or large
-(``services/gateway/bounds.py``). The process also answers ``ws.sys.ping.gateway`` like every
+(``infra/http/bounds.py``). The process also answers ``ws.sys.ping.gateway`` like every
 Quill service.
 """
 
@@ -26,16 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import math
-import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import uvicorn
-from mcp.server.transport_security import TransportSecuritySettings
 from nats.aio.subscription import Subscription
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -50,29 +46,31 @@ from contracts.limits import (
 )
 from contracts.subjects import Subjects
 from infra import bus, tracing
+from infra.http.bounds import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, BodyBounds
+from infra.http.inflight import Inflight, Slots
+from infra.http.metrics import HttpMetrics, metrics_endpoint
+from infra.http.redaction import Redaction
+from infra.http.requestids import RequestIds, TaggedIds
+from infra.http.scrape import Scrape
+from infra.http.server import Server, listen, serve, settle_heap
+from infra.http.streams import Streams
+from infra.http.workers import Workers
 from quill.client import Quill
-from services.gateway import VERSION, mcp_files, openapi, wap
-from services.gateway.bounds import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, BodyBounds, HeaderDeadline
-from services.gateway.console import Console
-from services.gateway.fleet import Fleet
-from services.gateway.inflight import Inflight, Slots
-from services.gateway.mcp_http import Exchange
-from services.gateway.metrics import HttpMetrics, metrics_endpoint
-from services.gateway.principals import (
+from services.gateway import VERSION, openapi
+from services.gateway.access import (
     ANONYMOUS,
     Access,
     PrincipalMiddleware,
     Tokens,
     is_loopback,
 )
-from services.gateway.redaction import Redaction
-from services.gateway.requestids import RequestIds, TaggedIds
+from services.gateway.console import Console
+from services.gateway.fleet import Fleet
+from services.gateway.mcp import endpoints
+from services.gateway.mcp.endpoints import Endpoints
 from services.gateway.rest import MAX_BODY_BYTES, Rest
 from services.gateway.rest_approvals import Approvals
 from services.gateway.runs import Runs
-from services.gateway.scrape import Scrape
-from services.gateway.streams import Streams
-from services.gateway.workers import Workers
 from services.gateway.workspaces import WorkspacesRest
 
 log = logging.getLogger("quill.gateway")
@@ -96,7 +94,7 @@ class GatewayConfig:
     body_timeout: float = BODY_TIMEOUT_S
     """Seconds a request's body has to arrive once its head has (408 after)."""
     workers: int = 1
-    """Gateway processes serving the port (``services/gateway/workers.py``)."""
+    """Gateway processes serving the port (``infra/http/workers.py``)."""
     reuse_port: bool = False
     """Listen with ``SO_REUSEPORT`` (a worker's: the others listen on the same port)."""
     max_inflight: int = GATEWAY_MAX_INFLIGHT
@@ -110,21 +108,21 @@ class GatewayConfig:
     (a test run: what it froze would stay for the rest of the process)."""
     metrics_port: int | None = None
     """Serve the metrics on this port too (0: a free one), besides ``GET /metrics``; with
-    several workers, the whole gateway's (``services/gateway/scrape.py``)."""
+    several workers, the whole gateway's (``infra/http/scrape.py``)."""
     metrics_host: str = "127.0.0.1"
     metrics_relay: str | None = None
     """A worker n ≥ 1's: worker 0's metrics URL, which its ``GET /metrics`` answers."""
     operator_tools: tuple[str, ...] = ()
-    """Operators' MCP tools ``/mcp`` offers too (``mcp_files.OPERATOR_TOOLS``: by default
+    """Operators' MCP tools ``/mcp`` offers too (``endpoints.OPERATOR_TOOLS``: by default
     none, so that no model is offered them)."""
 
     def check(self) -> None:
         """Raises:
         ValueError: a non-loopback host without tokens; fewer than one worker; an operator
         tool that is not one."""
-        unknown = sorted(set(self.operator_tools) - set(mcp_files.OPERATOR_TOOLS))
+        unknown = sorted(set(self.operator_tools) - set(endpoints.OPERATOR_TOOLS))
         if unknown:
-            known = ", ".join(mcp_files.OPERATOR_TOOLS)
+            known = ", ".join(endpoints.OPERATOR_TOOLS)
             raise ValueError(f"--operator-tool {unknown[0]}: not an operator tool ({known})")
         if self.tokens is None and not is_loopback(self.host):
             raise ValueError(
@@ -154,17 +152,7 @@ def build_app(
     to arrive; ``max_inflight``: requests served at once (busy past it); ``metrics``: what
     answers ``GET /metrics`` (this process's registry); ``max_streams``: streams open at once
     per principal (``429`` past it); ``operator_tools``: the operators' MCP tools offered too."""
-    servers = [mcp_files.build(access, operator_tools), wap.build(access)]
-    # With tokens, a caller proves who it is: the MCP library's Host/Origin checks (against
-    # DNS rebinding, for servers without auth) would only stand in the way of a proxy.
-    # Without tokens they stay on (and PrincipalMiddleware does the same for REST).
-    security = (
-        None if tokens is None else TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    )
-    for server in servers:  # creates each server's session manager; we route to it ourselves
-        server.streamable_http_app(
-            json_response=True, stateless_http=True, host=host, transport_security=security
-        )
+    mcp = Endpoints(access, tokens is not None, host, operator_tools)
 
     slots = Slots(max_inflight, Streams(max_streams))
 
@@ -195,8 +183,7 @@ def build_app(
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
-        Route("/mcp", Exchange(servers[0].session_manager)),
-        Route("/mcp/wap", Exchange(servers[1].session_manager)),
+        *mcp.routes(),
         *(rest := Rest(access)).routes(),
         *Runs(rest).routes(),
         *Approvals(rest).routes(),
@@ -205,9 +192,7 @@ def build_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with contextlib.AsyncExitStack() as stack:
-            for server in servers:
-                await stack.enter_async_context(server.session_manager.run())
+        async with mcp.running():
             yield
 
     middleware = [
@@ -233,52 +218,12 @@ async def not_allowed(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": "method_not_allowed"}, status_code=405)
 
 
-def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
-    """A listening TCP socket whose protocol is named: asyncio sets ``TCP_NODELAY`` only on
-    sockets with ``proto == IPPROTO_TCP``, and ``socket.create_server`` leaves it 0, which put
-    a 40 ms Nagle/delayed-ACK stall on every keep-alive request after the first.
-    ``reuse_port``: other sockets (the gateway's other workers) may listen on the port too,
-    the kernel spreading connections across them."""
-    family, kind, proto, _, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-        sock.listen(2048)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-class _Server(uvicorn.Server):
-    """uvicorn, leaving signals to the process (``run_until_stopped``) and telling when up."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.up = asyncio.Event()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        try:
-            await super().startup(sockets)
-        finally:
-            self.up.set()
-
-
 @dataclass
 class Gateway:
     """A running gateway; ``stop()`` undoes everything ``start_gateway`` did."""
 
     quill: Quill
-    server: _Server
+    server: Server
     task: asyncio.Task[None]
     host: str
     port: int
@@ -314,16 +259,6 @@ class Gateway:
         await self.quill.close()
 
 
-def settle_heap() -> None:
-    """Exempt what startup built (the MCP SDK, pydantic's schemas, the tool tables: ~110,000
-    objects) from the garbage collector. Every call leaves a few objects to the oldest
-    generation, so under load a full collection ran every ~0.4 s and walked them all: ~60 ms
-    of CPU during which every request in flight waited, which was the gateway's p99
-    (docs/performance.md, "Gateway")."""
-    gc.collect()
-    gc.freeze()
-
-
 async def start_gateway(config: GatewayConfig) -> Gateway:
     """Connect, create the reachable workspaces, listen, serve; ready when it returns.
 
@@ -356,21 +291,7 @@ async def start_gateway(config: GatewayConfig) -> Gateway:
             config.operator_tools,
         )
         sock = listen(config.host, config.port, config.reuse_port or config.workers > 1)
-        uv = uvicorn.Config(
-            app,
-            http=HeaderDeadline.with_timeout(config.header_timeout),
-            log_config=None,
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=5,
-            timeout_keep_alive=5,  # an idle keep-alive connection is closed after 5 s
-        )
-        server = _Server(uv)
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        await server.up.wait()
-        if not server.started:
-            await task
-            raise RuntimeError("the gateway app did not start (see the log)")
+        server, task = await serve(app, sock, config.header_timeout)
         gateway = Gateway(
             quill, server, task, config.host, sock.getsockname()[1], fleet=fleet, scrape=scrape
         )

@@ -9,8 +9,8 @@ N), writes (``If-Match``; ``200`` whether created or replaced) and deletes one f
 ``GET /.well-known/openwop`` (no token needed) advertises the ``workspace`` family at the
 document root (RFC 0073) and, for clients that still read it, in a ``capabilities`` mirror.
 A file is the RFC's WorkspaceFile: ``version`` is the file's own version and ``etag`` is
-``v<version>``, also sent quoted as the ``ETag`` header. ``ERRORS`` is the one table from a
-``QuillError`` to an HTTP status and error name.
+``v<version>``, also sent quoted as the ``ETag`` header. A ``QuillError`` is answered with its
+row of the gateway's one table (``services/gateway/errors.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from contracts.paths import normalize
 from core.lru import LRU
 from infra.secret_registry import secrets_from_env
 from quill.client import Workspace
+from services.gateway import errors
+from services.gateway.access import Access, Principal, principal_of
 from services.gateway.files import (
     Snapshot,
     content_type,
@@ -42,33 +44,10 @@ from services.gateway.files import (
     read_whole,
     version_of,
 )
-from services.gateway.principals import Access, Principal, principal_of
 
 log = logging.getLogger("quill.gateway")
 
 E = ErrorCode
-ERRORS: dict[str, tuple[int, str]] = {
-    E.INVALID_ARGUMENT: (400, "invalid_argument"),
-    E.ACCESS_DENIED: (403, "access_denied"),
-    E.DENIED: (403, "access_denied"),
-    E.APPROVAL_REQUIRED: (202, "approval_required"),  # carried out once approved
-    E.FILE_NOT_FOUND: (404, "not_found"),
-    E.WORKSPACE_NOT_FOUND: (404, "not_found"),
-    E.RUN_NOT_FOUND: (404, "not_found"),
-    E.NOT_A_FILE: (404, "not_found"),  # a directory: there is no file at that path
-    E.CONFLICT: (409, "workspace_conflict"),
-    E.VERSION_TRIMMED: (410, "version_trimmed"),
-    E.NOT_A_DIRECTORY: (409, "path_conflict"),  # a parent of the path is a file
-    E.ALREADY_EXISTS: (409, "path_conflict"),
-    E.SIZE_LIMIT_EXCEEDED: (413, "workspace_too_large"),
-    E.INVALID_ENCODING: (422, "invalid_encoding"),  # a binary file has no UTF-8 content
-    E.LOCKED: (423, "locked"),
-    E.WORKSPACE_ARCHIVED: (409, "workspace_archived"),
-    E.UNAVAILABLE: (503, "unavailable"),
-    E.TIMEOUT: (503, "unavailable"),
-    E.STORAGE_FULL: (507, "storage_full"),
-}
-"""QuillError code → (HTTP status, error name); anything else is 500 ``internal``."""
 
 
 class FilePathConvertor(Convertor[str]):
@@ -93,7 +72,8 @@ PUT_FIELDS = {"content", "contentType"}
 
 def error_response(error: QuillError) -> JSONResponse:
     """The HTTP answer for ``error``. A 404 says only ``not_found``: nothing about anyone else."""
-    status, name = ERRORS.get(str(error.code), (500, "internal"))
+    row = errors.row(error.code)
+    status, name = row.status, row.name
     body: dict[str, Any] = {"error": name}
     if status != 404 or "uncommitted" in error.details:  # the caller's own sandbox's file
         body["message"] = error.message
@@ -306,7 +286,7 @@ class Rest:
 
     @staticmethod
     def guard(handler: Any) -> Any:
-        """Answer a ``QuillError`` from ``handler`` with its row of ``ERRORS``."""
+        """Answer a ``QuillError`` from ``handler`` with its row of ``errors.TABLE``."""
 
         async def endpoint(request: Request) -> Response:
             try:

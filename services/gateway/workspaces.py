@@ -8,10 +8,7 @@ REST (Quill's own routes, beside RFC 0059's file routes):
   ``POST /v1/workspaces/{name}/unarchive``;
 * ``DELETE /v1/workspaces/{name}?confirm=<tenant>/<name>``: purge.
 
-MCP (``/mcp``): ``list_workspaces`` (``services/gateway/mcp_sessions.py``: the session's
-workspaces, then the tenant's, the session's marked) and ``archive_workspace``. Unarchive
-and purge are not tools: a model must not undo an operator's archive, nor destroy a
-workspace.
+MCP's tools on them are ``services/gateway/mcp/workspaces.py``'s.
 
 Who may: a principal acts in its own tenant only (another tenant's names are never reached).
 A pinned token (``scope = "workspace"``) sees its own workspace in the listing and nothing
@@ -22,89 +19,17 @@ sessions' primary) through the gateway.
 
 from __future__ import annotations
 
-from typing import Any
-
-from mcp.types import ToolAnnotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.subjects import check_id
-from quill.client import Quill, Workspace
-from services.gateway.optable import Arg, Args, Tool, described
-from services.gateway.principals import Access, Principal, principal_of
+from services.gateway.access import PAGE, Access, listing, principal_of, summary_json, target
 from services.gateway.rest import Rest, count_param, json_body
-from services.gateway.schemas import obj
 
-PAGE, MOST = 100, 1000
-
-
-def _denied(principal: Principal, what: str) -> QuillError:
-    return QuillError(
-        ErrorCode.ACCESS_DENIED,
-        f"Access denied: this token reaches only its own workspace ({principal.name}) and may "
-        f"not {what} workspaces",
-    )
-
-
-async def listing(
-    access: Access, principal: Principal, after: str | None, limit: int, prefix: str | None
-) -> rp.WorkspaceList:
-    """A page of the principal's tenant's workspaces; a pinned token's own alone.
-
-    Raises:
-        QuillError: ``INVALID_ARGUMENT`` for a bad cursor, limit or prefix.
-    """
-    client = _client(access, principal)
-    if not principal.pinned:
-        return await client.workspaces(principal.tenant, after=after, limit=limit, prefix=prefix)
-    own = await client.workspaces(principal.tenant, prefix=principal.workspace, limit=1)
-    mine = [w for w in own.workspaces if w.workspace == principal.workspace]
-    if after is not None and after >= principal.workspace:
-        mine = []
-    if prefix and not principal.workspace.startswith(prefix):
-        mine = []
-    return rp.WorkspaceList(tenant=principal.tenant, workspaces=mine, next=None)
-
-
-def _client(access: Access, principal: Principal) -> Quill:
-    return access.quill.as_actor(principal.actor)
-
-
-def target(access: Access, principal: Principal, name: str, what: str) -> Workspace:
-    """The workspace ``name`` of the principal's tenant, to ``what`` (archive, purge...); never
-    created on the way.
-
-    Raises:
-        QuillError: ``ACCESS_DENIED`` for a pinned token; ``INVALID_ARGUMENT`` for a bad name.
-    """
-    if principal.pinned:
-        raise _denied(principal, what)
-    check_id("workspace", name)
-    return _client(access, principal).workspace(f"{principal.tenant}/{name}")
-
-
-def summary_json(w: rp.WorkspaceSummary) -> dict[str, Any]:
-    return {
-        "name": w.workspace,
-        "version": w.version,
-        "files": w.files,
-        "size": w.total_bytes,
-        "createdAt": _iso(w.created),
-        "updatedAt": _iso(w.updated),
-        "updatedBy": w.updated_by,
-        "lastOp": w.last_op,
-        "trust": w.trust,
-        "lockHolder": w.lock_holder,
-        "archived": w.archived,
-    }
-
-
-def _iso(at: Any) -> str:
-    return str(at.isoformat().replace("+00:00", "Z"))
+MOST = 1000
+"""The most workspaces one page holds (``?limit=``)."""
 
 
 class WorkspacesRest:
@@ -171,102 +96,3 @@ class WorkspacesRest:
         done = await ws.call(rq.PurgeWorkspace(confirm=confirm))
         self.access.forget(f"{principal.tenant}/{name}")
         return JSONResponse({"purged": done.workspace, "version": done.version})
-
-
-# ---------------------------------------------------------------- MCP
-
-After = described(str | None, "The previous page's next: list the workspaces after it")
-Name = described(str, "A workspace of your tenant, e.g. notes")
-Session = described(
-    str | None,
-    "Optional: mark the workspaces of another session of your tenant, by its primary "
-    "workspace's id. Omit for your own session.",
-)
-Reason = described(str | None, "Why (recorded in its log)")
-LISTING = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-ARCHIVES = ToolAnnotations(
-    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
-)
-
-
-async def tenant_listing(sessions: Any, principal: Principal, a: Args) -> dict[str, Any]:
-    """``list_workspaces``: the session's workspaces (primary, then attached, by URI) and a
-    page of the tenant's, the session's marked."""
-    attached = await sessions.workspaces(principal, a.workspace)
-    page = await listing(sessions.access, principal, a.after, PAGE, None)
-    return {
-        "primary": attached.primary,
-        "attached": [{"uri": w.uri, "target": w.target, "kind": w.kind} for w in attached.attached],
-        "tenant": page.tenant,
-        "workspaces": [summary_json(w) for w in page.workspaces],
-        "next": page.next,
-    }
-
-
-LISTING_OUTPUT = obj(
-    {
-        "primary": "string",
-        "attached": "array",
-        "tenant": "string",
-        "workspaces": "array",
-        "next": ["string", "null"],
-    }
-)
-
-
-def listing_text(found: dict[str, Any]) -> str:
-    """The tenant's page, one line a workspace: ``* name`` (``*`` this session's primary,
-    ``+`` attached)."""
-    tenant = found["tenant"]
-    primary = found["primary"]
-    attached = {a["target"] for a in found["attached"]}
-    if not found["workspaces"]:
-        return f"No workspaces in tenant {tenant}"
-    lines = [f"Workspaces of tenant {tenant} (* this session's primary, + attached):"]
-    for w in found["workspaces"]:
-        key = f"{tenant}/{w['name']}"
-        mark = "*" if key == primary else "+" if key in attached else " "
-        state = ["archived"] if w["archived"] else []
-        if w["lockHolder"]:
-            state.append(f"locked by {w['lockHolder']}")
-        if w["trust"] != "full":
-            state.append(w["trust"])
-        files = f"{w['files']} file{'s' if w['files'] != 1 else ''}"
-        extra = f" ({', '.join(state)})" if state else ""
-        lines.append(
-            f"{mark} {w['name']}: v{w['version']}, {files}, {w['size']} bytes, last "
-            f"{w['lastOp']} {w['updatedAt']} by {w['updatedBy'] or 'unknown'}{extra}"
-        )
-    if found["next"]:
-        lines.append(f"More: call again with after={found['next']}")
-    return "\n".join(lines)
-
-
-async def _archive(sessions: Any, principal: Principal, a: Args) -> rp.ArchiveInfo:
-    ws = target(sessions.access, principal, a.workspace, "archive")
-    done = await ws.archive(a.reason)
-    await ws.info()  # the replica has it (min_version): the next list_workspaces shows it
-    return done
-
-
-TOOLS = (
-    Tool(
-        "archive_workspace",
-        "cmd.archive",
-        "Archive a workspace of your tenant: it then refuses every change and command (reads "
-        "still work) until an operator unarchives it.",
-        (Arg("workspace", Name), Arg("reason", Reason, None)),
-        lambda a, done: (
-            f"Archived {a.workspace}" if done.changed else f"{a.workspace} was archived already"
-        ),
-        ARCHIVES,
-        path=None,
-        run=_archive,
-    ),
-)
-"""archive_workspace: on the caller's tenant (``run``)."""
-NO_TOOL = {
-    "qry.attached": "list_workspaces answers it first, then the tenant's workspaces",
-    "cmd.unarchive": "an operator's (quill unarchive): a model must not undo an archive",
-    "cmd.purge": "destroys a workspace for good: an operator's (quill purge), never a model's",
-}

@@ -20,8 +20,8 @@ from mcp import Client
 
 from contracts.errors import ErrorCode as E
 from contracts.ops import OPS, OpSpec
-from services.gateway import mcp_files, optable
-from services.gateway import wap as wap_tools
+from services.gateway.mcp import endpoints, table
+from services.gateway.mcp import wap as wap_tools
 from tests.contract.conftest import (
     ANSWER_S,
     LEDGER,
@@ -42,7 +42,7 @@ EXAMPLES = examples(10)
 WORKSPACE = "default/default"
 """Where the gateway without ``--tokens`` sends every tool call."""
 
-TOOL_OPS = optable.ops_of(mcp_files.offered())
+TOOL_OPS = table.ops_of(endpoints.offered())
 """Each tool ``quill up``'s gateway offers and the op it is (docs/gateway.md), whose documented
 errors it may answer (an operator's tool is offered only when asked: not here)."""
 WAP_TOOL_OPS = wap_tools.TOOL_OPS

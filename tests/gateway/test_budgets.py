@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from services.gateway import access as access_module
 from services.gateway import app as app_module
-from services.gateway import mcp_sessions, principals, rest
-from services.gateway.principals import Access
+from services.gateway import rest
+from services.gateway.access import Access
+from services.gateway.mcp import sessions as mcp_sessions
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import mcp_client, ok
 
@@ -19,7 +21,7 @@ async def test_workspaces_and_sessions_a_gateway_keeps_are_bounded(
     start: StartGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for module, name in (
-        (principals, "GATEWAY_WORKSPACES"),
+        (access_module, "GATEWAY_WORKSPACES"),
         (rest, "GATEWAY_WORKSPACES"),
         (mcp_sessions, "GATEWAY_SESSIONS"),
     ):

@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from services.gateway.principals import Tokens
+from services.gateway.access import Tokens
 from tests.gateway.conftest import StartGateway
 
 PAGE = (Path(__file__).resolve().parents[2] / "docs" / "gateway.md").read_text()

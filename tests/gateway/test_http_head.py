@@ -1,4 +1,4 @@
-"""The size bound of a request's head (``services/gateway/bounds.py``, ``MAX_HEAD_BYTES``):
+"""The size bound of a request's head (``infra/http/bounds.py``, ``MAX_HEAD_BYTES``):
 a head over it is answered 400 and closed, however it is sent, and no more than one read past
 it is held; bodies and pipelined requests are not mistaken for heads."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest_asyncio
 
+from infra.http.bounds import MAX_HEAD_BYTES
 from services.gateway.app import Gateway, GatewayConfig, start_gateway
-from services.gateway.bounds import MAX_HEAD_BYTES
 from tests.helpers import start_reader, start_writer
 
 DEADLINE_S = 15.0

@@ -1,4 +1,4 @@
-"""The gateway's in-flight bound (``services/gateway/inflight.py``): past it, REST gets 503 with
+"""The gateway's in-flight bound (``infra/http/inflight.py``): past it, REST gets 503 with
 ``Retry-After``, MCP a tool error result saying when to retry; /health is always answered."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from contracts.errors import QuillError, busy
 from infra.busy import REJECTIONS
-from services.gateway.inflight import INFLIGHT, MCP_PEEK_BYTES, Inflight
+from infra.http.inflight import INFLIGHT, MCP_PEEK_BYTES, Inflight
 from services.gateway.rest import error_response
 from tests.helpers import eventually
 

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from services.gateway.app import listen
+from infra.http.server import listen
 
 
 async def test_accepted_connections_send_without_delay() -> None:

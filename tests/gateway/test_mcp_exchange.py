@@ -1,5 +1,5 @@
 """``/mcp`` and ``/mcp/wap`` answer a plain stateless JSON-RPC request in the request's own task
-(``services/gateway/mcp_http.py``): each request here gets the same answer (status, content
+(``services/gateway/mcp/exchange.py``): each request here gets the same answer (status, content
 type, JSON) as the MCP SDK's own stateless path gives it, and the plain ones are answered by
 the short path (so the comparison compares something)."""
 
@@ -13,9 +13,9 @@ import pytest
 from starlette.routing import Route
 
 from quill.client import Quill
+from services.gateway.access import Principal, Tokens
 from services.gateway.app import Gateway
-from services.gateway.mcp_http import Exchange
-from services.gateway.principals import Principal, Tokens
+from services.gateway.mcp.exchange import Exchange
 from tests.gateway.conftest import StartGateway
 
 JSON = {"content-type": "application/json", "accept": "application/json, text/event-stream"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 
 from quill.client import Quill
-from services.gateway import mcp_quill
 from services.gateway.app import Gateway
+from services.gateway.mcp import quill_tools
 from tests.gateway.support import call, error, mcp_client, ok, text
 
 QUILL_TOOLS = {
@@ -32,7 +32,7 @@ async def test_every_tool_is_described_for_a_model(gateway: Gateway) -> None:
     assert QUILL_TOOLS <= set(tools)
     for tool in tools.values():
         if tool.name == "bash":  # an alias: says so, and that is all
-            assert tool.description == mcp_quill.ALIAS
+            assert tool.description == quill_tools.ALIAS
             continue
         assert tool.description and len(tool.description) > 60, tool.name
         assert "workspace" in tool.input_schema["properties"], tool.name

@@ -12,8 +12,9 @@ import pytest
 from mcp.types import AudioContent, ImageContent
 
 from quill.client import Quill
-from services.gateway import mcp_files, mcp_reference
 from services.gateway.app import Gateway
+from services.gateway.mcp import endpoints
+from services.gateway.mcp import reference as mcp_reference
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, error, mcp_client, model_view, ok
 
@@ -271,7 +272,7 @@ async def test_a_pinned_token_naming_another_workspace_learns_nothing(
     other = guarded.quill.workspace("acme/elsewhere")
     await other.create()
     await other.write("a.txt", "secret")
-    takes = {t.name for t in mcp_files.MCP_TOOLS if any(a.name == "workspace" for a in t.args)}
+    takes = {t.name for t in endpoints.MCP_TOOLS if any(a.name == "workspace" for a in t.args)}
     assert takes == set(WORKSPACE_TOOLS)  # every tool that takes a workspace is tried
     async with mcp_client(guarded.url, token="token-acme-mine") as mcp:
         for tool, args in WORKSPACE_TOOLS.items():

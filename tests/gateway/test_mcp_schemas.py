@@ -17,8 +17,8 @@ from mcp import Client
 from mcp.types import Tool
 
 from services.executor.app import ExecutorConfig
-from services.gateway import mcp_files
 from services.gateway.app import Gateway
+from services.gateway.mcp import endpoints
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, mcp_client
 from tests.helpers import start_executor
@@ -127,7 +127,7 @@ async def listed(mcp: Client) -> dict[str, Tool]:
 
 
 async def test_every_result_matches_its_output_schema(start: StartGateway, executor: None) -> None:
-    gateway = await start(operator_tools=tuple(mcp_files.OPERATOR_TOOLS))  # every tool
+    gateway = await start(operator_tools=tuple(endpoints.OPERATOR_TOOLS))  # every tool
     ws = gateway.quill.workspace("default/default")
     await ws.write("a.txt", "one\ntwo\n")
     await ws.write("m.txt", "m")

@@ -13,10 +13,11 @@ import pytest
 
 from contracts.ops import OPS
 from quill.client import Workspace
-from services.gateway import mcp_files, optable, wap
-from services.gateway.optable import Tool
+from services.gateway.mcp import endpoints, wap
+from services.gateway.mcp import table as optable
+from services.gateway.mcp.table import Tool
 
-TABLES = {"/mcp": mcp_files.MCP_TOOLS, "/mcp/wap": wap.TOOLS}
+TABLES = {"/mcp": endpoints.MCP_TOOLS, "/mcp/wap": wap.TOOLS}
 ROWS = [(endpoint, tool) for endpoint, table in TABLES.items() for tool in table]
 GENERIC = [(endpoint, tool) for endpoint, tool in ROWS if tool.call is None and tool.run is None]
 
@@ -32,11 +33,11 @@ def test_every_tool_names_an_op(row: tuple[str, Tool]) -> None:
 
 
 def test_every_op_is_a_tool_or_says_why_not() -> None:
-    offered = set(mcp_files.TOOL_OPS.values())
-    assert offered.isdisjoint(mcp_files.NO_TOOL), offered & set(mcp_files.NO_TOOL)
-    missing = set(OPS) - offered - set(mcp_files.NO_TOOL)
+    offered = set(endpoints.TOOL_OPS.values())
+    assert offered.isdisjoint(endpoints.NO_TOOL), offered & set(endpoints.NO_TOOL)
+    missing = set(OPS) - offered - set(endpoints.NO_TOOL)
     assert not missing, f"ops with no /mcp tool (add a row, or a NO_TOOL line): {missing}"
-    assert set(mcp_files.NO_TOOL) <= set(OPS), set(mcp_files.NO_TOOL) - set(OPS)
+    assert set(endpoints.NO_TOOL) <= set(OPS), set(endpoints.NO_TOOL) - set(OPS)
 
 
 def test_tool_names_are_unique() -> None:
@@ -66,10 +67,10 @@ def test_a_generic_tool_is_its_op(row: tuple[str, Tool]) -> None:
 
 
 async def test_each_endpoint_lists_its_table() -> None:
-    for endpoint, build in (("/mcp", mcp_files.build), ("/mcp/wap", wap.build)):
+    for endpoint, build in (("/mcp", endpoints.build_mcp), ("/mcp/wap", endpoints.build_wap)):
         server = build(None)  # type: ignore[arg-type]  # listing tools reaches no workspace
         listed = [t.name for t in await server.list_tools()]
         table = [t.name for t in TABLES[endpoint]]
-        assert listed == [name for name in table if name not in mcp_files.OPERATOR_TOOLS]
-    every = mcp_files.build(None, tuple(mcp_files.OPERATOR_TOOLS))  # type: ignore[arg-type]
-    assert [t.name for t in await every.list_tools()] == [t.name for t in mcp_files.MCP_TOOLS]
+        assert listed == [name for name in table if name not in endpoints.OPERATOR_TOOLS]
+    every = endpoints.build_mcp(None, tuple(endpoints.OPERATOR_TOOLS))  # type: ignore[arg-type]
+    assert [t.name for t in await every.list_tools()] == [t.name for t in endpoints.MCP_TOOLS]

@@ -7,8 +7,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from services.gateway.access import Tokens
 from services.gateway.app import Gateway, GatewayConfig
-from services.gateway.principals import Tokens
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import error, mcp_client, ok
 

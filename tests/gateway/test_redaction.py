@@ -1,4 +1,4 @@
-"""``services/gateway/redaction.py`` message by message: a body sent whole, a body streamed in
+"""``infra/http/redaction.py`` message by message: a body sent whole, a body streamed in
 chunks (a secret cut between two), a stream of server-sent events (nothing held back), and no
 registry (nothing wrapped)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
+from infra.http.redaction import Redaction
 from infra.secret_registry import ENV_FILE
-from services.gateway.redaction import Redaction
 
 SECRET = b"sk-live-0123456789abcdef"
 MARK = b"[REDACTED:openai]"

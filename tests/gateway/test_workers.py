@@ -1,4 +1,4 @@
-"""Several gateway processes on one port (``services/gateway/workers.py``): each serves, one
+"""Several gateway processes on one port (``infra/http/workers.py``): each serves, one
 that dies is restarted, none outlives the gateway that started it."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from infra.http.scrape import Whole
 from services.gateway.app import Gateway, GatewayConfig, start_gateway
-from services.gateway.scrape import Whole
 from tests.gateway.support import mcp_client, ok
 from tests.gateway.test_process import processes, spawn  # noqa: F401
 from tests.helpers import eventually, start_reader, start_writer

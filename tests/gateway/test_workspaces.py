@@ -10,7 +10,7 @@ import pytest
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
-from services.gateway.principals import Principal, Tokens
+from services.gateway.access import Principal, Tokens
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import error, mcp_client, ok
 

@@ -5,7 +5,7 @@
 in every field the gateway echoes (a header, a JSON-RPC id and method, a tool name, a tool's
 arguments, a REST path and body, a console URL and query) and read every byte of the answer,
 headers included: the secret occurs 0 times, and where it was echoed the marker
-``[REDACTED:<id>]`` stands in its place (``services/gateway/redaction.py``). A JSON-RPC id
+``[REDACTED:<id>]`` stands in its place (``infra/http/redaction.py``). A JSON-RPC id
 holding the secret comes back as the marker, on the same HTTP exchange.
 """
 

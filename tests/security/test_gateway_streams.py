@@ -5,7 +5,7 @@ stayed open, while ``/health`` said ok.
 A real gateway (``start_gateway`` on a free port, a writer and a reader) with two tenants'
 tokens, driven over HTTP: tenant beta opens more console live streams than the gateway has
 request slots, and more than its own cap, while tenant acme's requests are served and its own
-stream opens (``services/gateway/streams.py``); a stateless MCP endpoint answers ``GET`` with
+stream opens (``infra/http/streams.py``); a stateless MCP endpoint answers ``GET`` with
 405 and opens nothing; ``/health`` says ``busy`` (503) while every request slot is taken, and
 ``ok`` again after.
 """

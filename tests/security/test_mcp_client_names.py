@@ -27,7 +27,7 @@ from tests.gateway.support import mcp_client, ok
 
 SECRET = "sk-live-0123456789abcdef"
 NAME_MAX = 64
-"""Characters of a client's name kept as its actor (``services.gateway.mcp_clients``)."""
+"""Characters of a client's name kept as its actor (``services.gateway.mcp.clients``)."""
 MCP = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 

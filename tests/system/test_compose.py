@@ -24,7 +24,7 @@ from quill_cli.deployment import (
     Deployment,
 )
 from quill_cli.natsserver import binary
-from services.gateway.principals import Tokens
+from services.gateway.access import Tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,7 +21,7 @@ import nkeys
 import pytest
 
 from quill_cli.natsserver import binary
-from services.gateway.principals import Principal, Tokens
+from services.gateway.access import Principal, Tokens
 from tests.gateway.support import error, mcp_client, ok
 from tests.helpers import subscribed
 from tests.up import PASSWORDS, TENANTS, TOKENS, Up, quill_as

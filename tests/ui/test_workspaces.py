@@ -10,9 +10,9 @@ import pytest
 from playwright.async_api import expect
 
 from contracts.requests import Trust
+from services.gateway.access import Principal, Tokens
 from services.gateway.app import Gateway
 from services.gateway.console import workspaces
-from services.gateway.principals import Principal, Tokens
 from tests.gateway.conftest import StartGateway
 from tests.ui.test_access import log_in
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from contracts import replies as rp
-from services.gateway import texts
+from services.gateway.mcp import texts
 
 
 def matches(total: int, exact: bool) -> rp.Matches:

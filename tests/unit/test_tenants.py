@@ -9,7 +9,7 @@ import pytest
 from infra.bus import reply_allowed
 from quill.credentials import NatsAuth
 from quill_cli import tenants
-from services.gateway.principals import Principal, Tokens
+from services.gateway.access import Principal, Tokens
 
 NKEY = "UACRSXBF4BEWKK76Q5QP6M2RHIJ2ZDM6YKZWQLDYHEE7O6M3VMJHUORF"
 GOOD = f"""

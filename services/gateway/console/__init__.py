@@ -3,10 +3,10 @@
 
 ``Console`` is an ASGI app; ``Console.gate`` is the middleware ``services/gateway/app.py`` puts
 outside ``PrincipalMiddleware`` to send ``/ui`` requests here under the gateway's own
-authentication (``auth.py``). Pages are Jinja2 templates (``templates/``), made interactive by
-htmx and its SSE extension, vendored with their licences (``static/``); no CDN, no build step.
-A page reads the workspace as the principal's SDK handle (``Access.workspace``), so a tenant
-reaches exactly what it reaches over REST.
+authentication (``gate.py``, over ``services/gateway/access.py``). Pages are Jinja2 templates
+(``templates/``), made interactive by htmx and its SSE extension, vendored with their licences
+(``static/``); no CDN, no build step. A page reads the workspace as the principal's SDK handle
+(``Access.workspace``), so a tenant reaches exactly what it reaches over REST.
 """
 
 from __future__ import annotations
@@ -26,29 +26,19 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp
 
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import QuillError
 from quill.client import Workspace
+from services.gateway import errors
+from services.gateway.access import Access, Csrf, Principal, Refused, Tokens, principal_of
 from services.gateway.console import render, words
-from services.gateway.console.auth import PREFIX, Csrf, Gate, Refused
 from services.gateway.console.cluster import Cluster
-from services.gateway.principals import Access, Principal, Tokens, principal_of
+from services.gateway.console.gate import PREFIX, Gate
 
 log = logging.getLogger("quill.gateway")
 
 HERE = Path(__file__).parent
 Handler = Callable[[Request], Awaitable[Response]]
 Page = Callable[["Console", Request], Awaitable[Response]]
-
-_STATUS: dict[str, int] = {
-    ErrorCode.WORKSPACE_NOT_FOUND: 404,
-    ErrorCode.FILE_NOT_FOUND: 404,
-    ErrorCode.INVALID_ARGUMENT: 400,
-    ErrorCode.RUN_NOT_FOUND: 404,
-    ErrorCode.NOT_A_FILE: 400,
-    ErrorCode.NOT_A_DIRECTORY: 400,
-    ErrorCode.ACCESS_DENIED: 403,
-    ErrorCode.VERSION_TRIMMED: 410,
-}
 
 
 class Console:
@@ -130,7 +120,8 @@ class Console:
         ]
 
     def guarded(self, handler: Page) -> Handler:
-        """``handler``, its ``QuillError`` an error page and a refused form a 403."""
+        """``handler``, its ``QuillError`` an error page (with the status of the gateway's one
+        table, ``services/gateway/errors.py``, as REST answers it) and a refused form a 403."""
 
         async def run(request: Request) -> Response:
             try:
@@ -139,9 +130,8 @@ class Console:
                 return self.page(request, "error.html", {"message": str(exc)}, status=403)
             except QuillError as exc:
                 code = str(exc.code)
-                status = _STATUS.get(code, 502 if exc.retriable else 500)
                 context = {"message": exc.message, "code": code}
-                return self.page(request, "error.html", context, status=status)
+                return self.page(request, "error.html", context, status=errors.row(code).status)
 
         return run
 

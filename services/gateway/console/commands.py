@@ -33,7 +33,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord
 from contracts.subjects import HEADER_STREAM
 from quill.client import Workspace
-from services.gateway.console.auth import PREFIX
+from services.gateway.console.gate import PREFIX
 from services.gateway.console.history import number
 from services.gateway.console.live import (
     FAILED,

@@ -27,7 +27,7 @@ from contracts import codec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.events import AuditRecord, WorkspaceUpdated
-from services.gateway.console.auth import PREFIX
+from services.gateway.console.gate import PREFIX
 from services.gateway.console.history import number
 from services.gateway.console.operate import AuditQuery
 

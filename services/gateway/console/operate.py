@@ -16,7 +16,7 @@ from starlette.responses import RedirectResponse, Response
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord
-from services.gateway.console.auth import PREFIX
+from services.gateway.console.gate import PREFIX
 from services.gateway.console.history import number
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """Logging in and out: a bearer token checked against the gateway's tokens, kept in an
-``HttpOnly``, ``SameSite=Strict`` cookie (``auth.py``)."""
+``HttpOnly``, ``SameSite=Strict`` cookie (``services/gateway/access.py``)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from services.gateway.console.auth import (
+from services.gateway.access import (
     COOKIE,
     LOGIN_COOKIE,
-    PREFIX,
     Refused,
     cookie_header,
     new_login_nonce,
 )
+from services.gateway.console.gate import PREFIX
 
 if TYPE_CHECKING:
     from services.gateway.console import Console
@@ -34,7 +34,9 @@ async def login(c: Console, request: Request) -> Response:
     if request.method == "GET":
         nonce = new_login_nonce()
         response = c.page(request, "login.html", {"nonce": nonce, "failed": False})
-        response.headers.append("set-cookie", cookie_header(LOGIN_COOKIE, nonce, secure, 600))
+        response.headers.append(
+            "set-cookie", cookie_header(LOGIN_COOKIE, nonce, PREFIX, secure, 600)
+        )
         return response
     form = await request.form()
     sent, kept = form.get("csrf"), request.cookies.get(LOGIN_COOKIE)
@@ -47,11 +49,15 @@ async def login(c: Console, request: Request) -> Response:
     if not token or len(token) > TOKEN_MAX or not token.isascii() or c.tokens.find(token) is None:
         nonce = new_login_nonce()
         response = c.page(request, "login.html", {"nonce": nonce, "failed": True}, status=401)
-        response.headers.append("set-cookie", cookie_header(LOGIN_COOKIE, nonce, secure, 600))
+        response.headers.append(
+            "set-cookie", cookie_header(LOGIN_COOKIE, nonce, PREFIX, secure, 600)
+        )
         return response
     response = RedirectResponse(f"{PREFIX}/", status_code=303)
-    response.headers.append("set-cookie", cookie_header(COOKIE, quote(token, safe=""), secure))
-    response.headers.append("set-cookie", cookie_header(LOGIN_COOKIE, "", secure, 0))
+    response.headers.append(
+        "set-cookie", cookie_header(COOKIE, quote(token, safe=""), PREFIX, secure)
+    )
+    response.headers.append("set-cookie", cookie_header(LOGIN_COOKIE, "", PREFIX, secure, 0))
     return response
 
 
@@ -59,6 +65,6 @@ async def logout(c: Console, request: Request) -> Response:
     await c.csrf.checked_form(request)
     response = RedirectResponse(f"{PREFIX}/login", status_code=303)
     response.headers.append(
-        "set-cookie", cookie_header(COOKIE, "", request.url.scheme == "https", 0)
+        "set-cookie", cookie_header(COOKIE, "", PREFIX, request.url.scheme == "https", 0)
     )
     return response

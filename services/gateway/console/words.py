@@ -13,7 +13,7 @@ from markupsafe import Markup
 
 from contracts import replies as rp
 from contracts.subjects import CHANGES_SUFFIX
-from services.gateway.texts import plural
+from core.words import plural
 
 OPS: dict[str, str] = {
     "create": "create the workspace",

@@ -68,7 +68,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
-from services.gateway import mcp_clients
+from services.gateway.mcp import clients
 
 log = logging.getLogger("quill.gateway")
 
@@ -219,7 +219,7 @@ class Exchange:
 
 def _session_for(body: bytes) -> str | None:
     """For an ``initialize`` naming its client: the ``Mcp-Session-Id`` that carries the name
-    (``mcp_clients``: a handshake-era client sends it back with each request after)."""
+    (``clients``: a handshake-era client sends it back with each request after)."""
     if b'"initialize"' not in body:
         return None
     try:
@@ -230,12 +230,12 @@ def _session_for(body: bytes) -> str | None:
         return None
     params = data.get("params")
     info = params.get("clientInfo") if isinstance(params, dict) else None
-    return mcp_clients.session_id(info.get("name") if isinstance(info, dict) else None)
+    return clients.session_id(info.get("name") if isinstance(info, dict) else None)
 
 
 def _with_session(send: Send, session: str) -> Send:
     """``send``, a successful answer given ``Mcp-Session-Id: session``."""
-    header = (mcp_clients.SESSION_HEADER.encode(), session.encode("ascii"))
+    header = (clients.SESSION_HEADER.encode(), session.encode("ascii"))
 
     async def sending(message: Message) -> None:
         if message["type"] == "http.response.start" and message["status"] == 200:

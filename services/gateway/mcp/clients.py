@@ -31,7 +31,7 @@ from typing import Any
 from nats.nuid import NUID
 
 from infra.secret_registry import secrets_from_env
-from services.gateway.principals import Principal
+from services.gateway.access import Principal
 
 NAME_MAX = 64
 """Characters of a client's name kept as its actor."""

@@ -27,7 +27,7 @@ ERROR_FIELDS: Schema = {
     "code": {"type": "string"},
     "details": {"type": "object"},
 }
-"""The error form's fields (``tooling.error_data``): every output schema admits them."""
+"""The error form's fields (``engine.error_data``): every output schema admits them."""
 JSON_TYPES = ("string", "integer", "number", "boolean", "array", "object", "null")
 
 

@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from contracts.errors import QuillError
 from contracts.limits import GATEWAY_MAX_INFLIGHT, GATEWAY_RETRY_AFTER_MS
 from infra.busy import refused
-from services.gateway.streams import Streams, is_stream, owner
+from infra.http.streams import Streams, is_stream, owner
 
 INFLIGHT = prom.Gauge(
     "quill_gateway_inflight_requests",

@@ -1,4 +1,4 @@
-"""One scrape for a gateway of several worker processes (``services/gateway/workers.py``).
+"""One scrape for a gateway of several worker processes (``infra/http/workers.py``).
 
 Each worker counts in its own process, and the kernel hands a ``GET /metrics`` on the shared
 HTTP port to any of them. So each worker n ≥ 1 serves its own registry on a loopback port it

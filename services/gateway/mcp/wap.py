@@ -2,7 +2,7 @@
 
 Each tool answers WAP's response object, JSON-encoded as its text and as ``structuredContent``;
 a failure answers WAP's ``{"error", "code", "details"}`` the same way, with ``isError: true``.
-The tools are the rows of ``TOOLS``, served by ``optable``.
+The tools are the rows of ``TOOLS``, served by ``table`` (``endpoints`` assembles ``/mcp/wap``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 from pydantic import Field, WithJsonSchema
 
@@ -20,24 +19,18 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.paths import ROOT_DIR, normalize, parent
 from contracts.requests import ModifyOperation
 from quill.client import Workspace
-from services.gateway import VERSION, optable, texts
-from services.gateway.optable import CHANGES, OPEN, READ_ONLY, Arg, Args, Tool, workspace_arg
-from services.gateway.principals import Access
-from services.gateway.schemas import obj
-from services.gateway.tooling import (
-    ArgumentErrors,
+from services.gateway import errors
+from services.gateway.mcp import table, texts
+from services.gateway.mcp.engine import (
     Done,
     Failure,
-    Tools,
     answer,
     converted,
     error_data,
-    plain_schemas,
     text_read,
 )
-
-CODES: dict[str, str] = {ErrorCode.ACCESS_DENIED: "PERMISSION_DENIED"}
-"""Quill codes WAP names differently; every other code is WAP's own."""
+from services.gateway.mcp.schemas import obj
+from services.gateway.mcp.table import CHANGES, OPEN, READ_ONLY, Arg, Args, Tool, workspace_arg
 
 _LINE = {"type": "integer", "minimum": 1}
 _TEXT = {"type": "string"}
@@ -99,7 +92,7 @@ Excludes = Annotated[
 
 def render(failure: Failure) -> CallToolResult:
     data = error_data(failure.error)
-    data["code"] = CODES.get(str(failure.error.code), data["code"])
+    data["code"] = errors.wap_code(failure.error.code)  # WAP's name of the code
     return answer(json.dumps(data), data, is_error=True)
 
 
@@ -361,24 +354,5 @@ TOOLS = (
     ),
 )
 """WAP's tools; ``readFile`` and ``searchFiles`` are not one call of their op (``call``)."""
-TOOL_OPS = optable.ops_of(TOOLS)
+TOOL_OPS = table.ops_of(TOOLS)
 """The op each ``/mcp/wap`` tool is."""
-
-
-def build(access: Access) -> MCPServer:
-    """The MCP server of ``/mcp/wap``."""
-    server: MCPServer = MCPServer(
-        "quill-wap",
-        title="Quill workspace (Workspace Agent Protocol)",
-        version=VERSION,
-        instructions=(
-            "Workspace Agent Protocol 1.0 tools over a Quill workspace. Every tool takes an "
-            "optional workspace: another workspace of your tenant (its id) than yours."
-        ),
-        log_level="WARNING",
-    )
-    tools = Tools(access, "wap", render)
-    server.middleware.append(ArgumentErrors(tools))
-    optable.register(server, tools, TOOLS, reply)
-    plain_schemas(server)
-    return server

@@ -1,4 +1,4 @@
-"""Who is calling, and which workspaces they reach: the one place REST and MCP both use.
+"""Who is calling, and what they reach: the one place REST, MCP and the console use.
 
 ``PrincipalMiddleware`` turns ``Authorization: Bearer <token>`` into a ``Principal`` stored in
 ``scope["state"]["principal"]`` (401 ``{"error": "unauthorized"}`` when the token is missing or
@@ -14,6 +14,15 @@ unknown). Without a tokens file every caller is tenant ``default``, workspace ``
 * without tokens (the gateway then serves loopback only), as ``scope = "tenant"`` in tenant
   ``default`` (workspace ``default``), and any workspace of any tenant named
   ``tenant/workspace``: whoever reaches a loopback gateway without tokens runs it.
+
+The tenant's workspaces (``listing``, ``target``): a pinned token sees its own in a listing
+and nothing else, and may not archive, unarchive or purge any (``ACCESS_DENIED``).
+
+A browser (the console) carries its token in a cookie (``COOKIE``, read as the bearer token
+by ``with_cookie_token``: ``HttpOnly``, ``SameSite=Strict``, ``Secure`` behind HTTPS, limited to
+the console's path) and each form it posts a CSRF token (``Csrf``): an HMAC of the caller's
+credential under ``state_key()``, checked with the form's origin. The login form, which has no
+credential yet, uses a random cookie (double submit: ``LOGIN_COOKIE``).
 """
 
 from __future__ import annotations
@@ -21,19 +30,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import hmac
 import ipaddress
 import logging
+import os
+import secrets
 import time
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-from starlette.requests import HTTPConnection
+from starlette.datastructures import FormData
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import GATEWAY_SESSIONS, GATEWAY_WORKSPACES
 from contracts.subjects import check_id
@@ -66,7 +81,7 @@ class Principal:
     anywhere: bool = False
     """May name a workspace of any tenant as ``tenant/workspace`` (no tokens: loopback only)."""
     session: str | None = None
-    """The caller's session in events and audit records (an MCP client's: ``mcp_clients``)."""
+    """The caller's session in events and audit records (an MCP client's: ``mcp/clients.py``)."""
 
     @property
     def name(self) -> str:
@@ -270,6 +285,97 @@ def principal_of(scope: Scope | Any) -> Principal:
     return principal
 
 
+# ---------------------------------------------------------------- browsers: cookies and CSRF
+
+COOKIE = "quill_token"
+"""The cookie a browser carries its token in (``with_cookie_token``)."""
+LOGIN_COOKIE = "quill_login"
+"""The login form's double-submit nonce."""
+STATE_KEY_ENV = "QUILL_GATEWAY_STATE_KEY"
+"""A secret of 32+ characters gateways behind one address share: what one signs (a CSRF
+token, a sealed MCP request state) another accepts."""
+
+
+def state_key() -> bytes:
+    """``QUILL_GATEWAY_STATE_KEY``, or (unset, or too short: a warning) a key of this process."""
+    shared = os.environ.get(STATE_KEY_ENV)
+    if shared and len(shared) < 32:
+        log.warning("%s is under 32 characters: ignored (this gateway's own key)", STATE_KEY_ENV)
+    return shared.encode() if shared and len(shared) >= 32 else os.urandom(32)
+
+
+def cookie_header(
+    name: str, value: str, path: str, secure: bool, max_age: int | None = None
+) -> str:
+    """A ``Set-Cookie`` value scripts cannot read, sent on same-site requests to ``path``."""
+    parts = [f"{name}={value}", f"Path={path}", "HttpOnly", "SameSite=Strict"]
+    if max_age is not None:
+        parts.append(f"Max-Age={max_age}")
+    if secure:
+        parts.append("Secure")
+    return "; ".join(parts)
+
+
+def new_login_nonce() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def with_cookie_token(scope: Scope) -> Scope:
+    """``scope`` with ``Authorization: Bearer <cookie>`` when it has a cookie and no header.
+
+    Raises:
+        UnicodeEncodeError: a cookie that is no token (not latin-1).
+    """
+    conn = HTTPConnection(scope)
+    token = unquote(conn.cookies.get(COOKIE, ""))
+    if not token or "authorization" in conn.headers:
+        return scope
+    headers = [*scope["headers"], (b"authorization", f"Bearer {token}".encode("latin-1"))]
+    return {**scope, "headers": headers}
+
+
+class Refused(Exception):
+    """A form refused (403): no or a wrong CSRF token, or a cross-site origin."""
+
+
+class Csrf:
+    """CSRF tokens bound to the caller's credential."""
+
+    def __init__(self) -> None:
+        self.key = state_key()
+
+    @staticmethod
+    def credential(conn: HTTPConnection) -> str:
+        header = conn.headers.get("authorization", "")
+        return hashlib.sha256(header.encode()).hexdigest()
+
+    def token(self, conn: HTTPConnection) -> str:
+        mac = hmac.new(self.key, b"csrf|" + self.credential(conn).encode(), hashlib.sha256)
+        return mac.hexdigest()
+
+    def same_origin(self, conn: HTTPConnection) -> bool:
+        """No ``Origin`` (a client that is no browser) or this gateway's own; a browser that
+        sends only ``Sec-Fetch-Site`` must say ``same-origin``."""
+        origin = conn.headers.get("origin")
+        if origin is None:
+            return conn.headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
+        return origin.split("://", 1)[-1] == conn.headers.get("host", "")
+
+    async def checked_form(self, request: Request) -> FormData:
+        """The POSTed form, once its CSRF token and origin are right.
+
+        Raises:
+            Refused: they are not.
+        """
+        form = await request.form()
+        sent = form.get("csrf")
+        if not isinstance(sent, str) or not hmac.compare_digest(sent, self.token(request)):
+            raise Refused("missing or wrong CSRF token")
+        if not self.same_origin(request):
+            raise Refused("cross-site form")
+        return form
+
+
 class Access:
     """The SDK workspaces principals may use, created (``exist_ok``) before first use."""
 
@@ -341,3 +447,75 @@ class Access:
             return await self._ensure(client.workspace(name))
         check_id("workspace", name)
         return await self._ensure(client.workspace(f"{principal.tenant}/{name}"))
+
+
+# ---------------------------------------------------------------- the tenant's workspaces
+
+PAGE = 100
+"""Workspaces a listing's page holds unless the caller asks for more or fewer."""
+
+
+def _denied(principal: Principal, what: str) -> QuillError:
+    return QuillError(
+        ErrorCode.ACCESS_DENIED,
+        f"Access denied: this token reaches only its own workspace ({principal.name}) and may "
+        f"not {what} workspaces",
+    )
+
+
+async def listing(
+    access: Access, principal: Principal, after: str | None, limit: int, prefix: str | None
+) -> rp.WorkspaceList:
+    """A page of the principal's tenant's workspaces; a pinned token's own alone.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for a bad cursor, limit or prefix.
+    """
+    client = _client(access, principal)
+    if not principal.pinned:
+        return await client.workspaces(principal.tenant, after=after, limit=limit, prefix=prefix)
+    own = await client.workspaces(principal.tenant, prefix=principal.workspace, limit=1)
+    mine = [w for w in own.workspaces if w.workspace == principal.workspace]
+    if after is not None and after >= principal.workspace:
+        mine = []
+    if prefix and not principal.workspace.startswith(prefix):
+        mine = []
+    return rp.WorkspaceList(tenant=principal.tenant, workspaces=mine, next=None)
+
+
+def _client(access: Access, principal: Principal) -> Quill:
+    return access.quill.as_actor(principal.actor)
+
+
+def target(access: Access, principal: Principal, name: str, what: str) -> Workspace:
+    """The workspace ``name`` of the principal's tenant, to ``what`` (archive, purge...); never
+    created on the way.
+
+    Raises:
+        QuillError: ``ACCESS_DENIED`` for a pinned token; ``INVALID_ARGUMENT`` for a bad name.
+    """
+    if principal.pinned:
+        raise _denied(principal, what)
+    check_id("workspace", name)
+    return _client(access, principal).workspace(f"{principal.tenant}/{name}")
+
+
+def summary_json(w: rp.WorkspaceSummary) -> dict[str, Any]:
+    """A workspace of a listing as REST and MCP's ``list_workspaces`` show it."""
+    return {
+        "name": w.workspace,
+        "version": w.version,
+        "files": w.files,
+        "size": w.total_bytes,
+        "createdAt": _iso(w.created),
+        "updatedAt": _iso(w.updated),
+        "updatedBy": w.updated_by,
+        "lastOp": w.last_op,
+        "trust": w.trust,
+        "lockHolder": w.lock_holder,
+        "archived": w.archived,
+    }
+
+
+def _iso(at: Any) -> str:
+    return str(at.isoformat().replace("+00:00", "Z"))

@@ -20,11 +20,11 @@ its own with the marker in place of the secret (what redacting its id gives).
 
 A body sent whole (every JSON answer, every page) is redacted whole. A streamed body:
 server-sent events (``text/event-stream``, the console's live streams) are redacted chunk by
-chunk, each chunk being whole events (``console/live.py``'s ``message``), so nothing is held
-back and a live page stays live (the executor already redacted live output across its
-chunks); any other (REST's whole listing) goes through a ``StreamRedactor``, which holds back
-the last bytes of each chunk so that a secret cut between two chunks is caught, and is sent
-without its ``Content-Length`` (chunked).
+chunk, each chunk being whole events (``services/gateway/console/live.py``'s ``message``), so
+nothing is held back and a live page stays live (the executor already redacted live output
+across its chunks); any other (REST's whole listing) goes through a ``StreamRedactor``, which
+holds back the last bytes of each chunk so that a secret cut between two chunks is caught, and
+is sent without its ``Content-Length`` (chunked).
 
 Cost: without a registry nothing is wrapped (a request costs one lookup,
 ``secrets_from_env``); with one, a regex pass over the header values and one over the body,
@@ -41,8 +41,8 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.secrets import Secrets, StreamRedactor
+from infra.http.streams import is_stream
 from infra.secret_registry import secrets_from_env
-from services.gateway.streams import is_stream
 
 _LENGTH = b"content-length"
 

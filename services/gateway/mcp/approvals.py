@@ -5,7 +5,7 @@ approves it (``infra/approvals.py``); a client without elicitation (LangChain, t
 Agents SDK, curl) cannot send it again with the same request id, and need not: its model is
 told the approval id and calls ``wait_for_approval`` with it, which waits for the decision and
 answers what the call gave (a command's exit code and output, a write's result), or ``DENIED``
-and why. It decides nothing (a model must not approve itself: ``mcp_files.NO_TOOL``).
+and why. It decides nothing (a model must not approve itself: ``endpoints.NO_TOOL``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pydantic import Field
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
-from services.gateway import texts
-from services.gateway.optable import READ_ONLY, Arg, Args, Tool, workspace_arg
+from services.gateway.mcp import texts
+from services.gateway.mcp.table import READ_ONLY, Arg, Args, Tool, workspace_arg
 
 NAME = "wait_for_approval"
 ApprovalId = Annotated[

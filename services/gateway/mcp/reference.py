@@ -1,5 +1,5 @@
 """MCP at ``/mcp``: what the reference filesystem server (modelcontextprotocol/servers,
-``src/filesystem``) offers and the workspace tool did not, as rows of ``optable`` served by
+``src/filesystem``) offers and the workspace tool did not, as rows of ``table`` served by
 existing ops: ``read_multiple_files`` (reads), ``read_media_file`` (a stat and the bytes, as
 MCP image or audio content), ``directory_tree`` (an explore, as nested JSON),
 ``list_directory_with_sizes`` (a listing page) and ``edit_file``'s several edits and dry run
@@ -29,11 +29,12 @@ from contracts.errors import ErrorCode, QuillError
 from core.content import as_text
 from core.diffs import unified
 from core.matches import multiple_matches, no_match
+from core.words import plural
 from quill.client import Workspace
-from services.gateway import texts
-from services.gateway.optable import READ_ONLY, Arg, Args, Tool, described, workspace_arg
-from services.gateway.schemas import obj, shape
-from services.gateway.tooling import Done, text_read
+from services.gateway.mcp import texts
+from services.gateway.mcp.engine import Done, text_read
+from services.gateway.mcp.schemas import obj, shape
+from services.gateway.mcp.table import READ_ONLY, Arg, Args, Tool, described, workspace_arg
 
 MAX_FILES = 50
 """Most paths one ``read_multiple_files`` call takes."""
@@ -202,7 +203,7 @@ def sized_text(a: Args, r: rp.Listing) -> str:
     dirs = len(r.entries) - len(files)
     lines += [
         "",
-        f"Total: {texts.plural(len(files), 'file')}, {texts.plural(dirs, 'directory')}",
+        f"Total: {plural(len(files), 'file')}, {plural(dirs, 'directory')}",
         f"Combined size: {texts.size_text(sum(e.size for e in files))}",
     ]
     if r.truncated:
@@ -299,7 +300,7 @@ def edit_text(a: Args, r: Any) -> str:
     unified diff."""
     if isinstance(r, rp.FileEdited):
         return texts.edited_text(a.path, r)
-    what = f"{texts.plural(r['edits'], 'edit')}, {texts.plural(r['replacements'], 'replacement')}"
+    what = f"{plural(r['edits'], 'edit')}, {plural(r['replacements'], 'replacement')}"
     if r["dry_run"]:
         head = f"Dry run: {what} would change {r['path']} as follows (nothing written):"
     elif not r["committed"]:

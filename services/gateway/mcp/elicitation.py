@@ -17,7 +17,7 @@ which a client shows to its user, and records the answer as ``<actor> via MCP el
   stateless JSON transport served here has none: such clients get ``APPROVAL_REQUIRED``).
 * Clients without elicitation: ``APPROVAL_REQUIRED`` with the approval id in the details, for
   ``quill approve <id>``, telling the model to call ``wait_for_approval`` with it
-  (``mcp_approvals``): Quill carries the call out once it is approved, and keeps what it gave
+  (``approvals``): Quill carries the call out once it is approved, and keeps what it gave
   under the approval id. Sending the same call again (same session) finds the same approval.
 
 Gateways behind one address share ``QUILL_GATEWAY_STATE_KEY`` (any secret of 32+ characters) so
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +43,7 @@ from pydantic import BaseModel, Field
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
-from services.gateway.principals import Principal, principal_of
+from services.gateway.access import Principal, principal_of, state_key
 
 log = logging.getLogger("quill.gateway")
 
@@ -52,7 +51,6 @@ Ctx = Context[Any, Any]
 
 KEY = "quill_approval"
 """The key of the approval question in ``input_requests``/``input_responses``."""
-STATE_KEY_ENV = "QUILL_GATEWAY_STATE_KEY"
 MODERN = "2026-07-28"
 DECLINED = "declined in the MCP client"
 
@@ -81,11 +79,7 @@ class Parked:
 
 def security() -> RequestStateSecurity:
     """How ``requestState`` is sealed: bound to the Quill principal that made the call."""
-    shared = os.environ.get(STATE_KEY_ENV)
-    if shared and len(shared) < 32:
-        log.warning("%s is under 32 characters: ignored (this gateway's own key)", STATE_KEY_ENV)
-    key = shared.encode() if shared and len(shared) >= 32 else os.urandom(32)
-    return RequestStateSecurity(keys=[key], bind_principal=_principal_claim)
+    return RequestStateSecurity(keys=[state_key()], bind_principal=_principal_claim)
 
 
 def _principal_claim(ctx: ServerRequestContext[Any, Any]) -> str:

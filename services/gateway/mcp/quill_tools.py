@@ -1,5 +1,5 @@
 """MCP at ``/mcp``: Quill's tools beyond the workspace tool's six (edits, search, history,
-commands, git), as rows of ``optable`` (each is one op)."""
+commands, git), as rows of ``table`` (each is one op)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Annotated, Any
 from pydantic import Field, WithJsonSchema
 
 from contracts.requests import GitAction, ModifyOperation, OutputStream
-from services.gateway import mcp_reference, texts
-from services.gateway.optable import (
+from services.gateway.mcp import reference, texts
+from services.gateway.mcp.engine import converted, inline_schema
+from services.gateway.mcp.table import (
     CHANGES,
     OPEN,
     READ_ONLY,
@@ -19,7 +20,6 @@ from services.gateway.optable import (
     described,
     workspace_arg,
 )
-from services.gateway.tooling import converted, inline_schema
 
 P_FILE = "File path in /workspace"
 P_DIR = "Directory path relative to /workspace; . is the root"
@@ -105,13 +105,13 @@ TOOLS = (
             ),
             Arg("new_string", described(str | None, "The replacement text (used literally)"), None),
             Arg("replace_all", described(bool, "Replace every occurrence"), False),
-            *mcp_reference.EDIT_ARGS,
+            *reference.EDIT_ARGS,
             WS,
         ),
-        mcp_reference.edit_text,
+        reference.edit_text,
         CHANGES,
-        call=mcp_reference.edit_many,
-        output=mcp_reference.EDIT_OUTPUT,
+        call=reference.edit_many,
+        output=reference.EDIT_OUTPUT,
     ),
     Tool(
         "modify_file",

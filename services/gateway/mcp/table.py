@@ -1,13 +1,13 @@
 """MCP tools from a table: one ``Tool`` row per tool, one generic path that serves them all.
 
-A row names the tool, the op it is (a key of ``contracts.ops.OPS``), what a model reads about
-it (description, parameters), how its arguments become the op's request and how the op's
-result reads. The generic path resolves the workspace the call goes to (``Tools.call``), calls
-the SDK method of the op with the request and renders the result; ``mcp_files``, ``mcp_quill``,
-``mcp_sessions`` and ``wap`` are their tables. The few tools that are not one op on one
-workspace say so in their row: ``call`` (WAP's ``searchFiles`` greps several paths; its
-``readFile`` turns a line range into a read) or ``run`` (the session tools, on the caller's
-session rather than a workspace).
+A row names the tool, the op it is (a key of ``contracts.ops.OPS``), what a model reads about it
+(description, parameters), how its arguments become the op's request and how the op's result
+reads. The generic path resolves the workspace the call goes to (``Tools.call``), calls the SDK
+method of the op with the request and renders the result; ``files``, ``quill_tools``,
+``reference``, ``approvals``, ``sessions``, ``workspaces`` and ``wap`` are their tables. The few
+tools that are not one op on one workspace say so in their row: ``call`` (WAP's ``searchFiles``
+greps several paths; its ``readFile`` turns a line range into a read) or ``run`` (the session
+tools, on the caller's session rather than a workspace).
 
 The input schema a client lists is the one MCP derives from a Python signature: the row's
 ``Arg`` s make that signature (same annotations, same defaults), so a tool's schema is what a
@@ -29,9 +29,9 @@ from pydantic import Field
 
 from contracts.ops import OPS
 from quill.client import Workspace
-from services.gateway.principals import Principal
-from services.gateway.schemas import Schema, shape, with_errors
-from services.gateway.tooling import Answer, Ctx, Done, Tools
+from services.gateway.access import Principal
+from services.gateway.mcp.engine import Answer, Ctx, Done, Tools
+from services.gateway.mcp.schemas import Schema, shape, with_errors
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 """Changes nothing (MCP: ``readOnlyHint``); reaches only the workspace (``openWorldHint``

@@ -5,9 +5,9 @@ programs. Failures are tool results with ``isError: true`` (never protocol error
 comes from the endpoint's error table, the structured content is WAP's error form
 ``{"error": message, "code": code, "details": {...}}``.
 
-Where a call goes is the endpoint's ``Route`` (``/mcp``: the caller's session, see
-``mcp_sessions``; otherwise the caller's workspace or the one of its tenant it names). On an
-endpoint that elicits, a call parked for approval is put to the client's user (``approvals``).
+Where a call goes is the endpoint's ``Route`` (``/mcp``: the caller's session, see ``sessions``;
+otherwise the caller's workspace or the one of its tenant it names). On an endpoint that
+elicits, a call parked for approval is put to the client's user (``elicitation``).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from mcp.types import CallToolResult, ContentBlock, InputRequiredResult, TextCon
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
+from infra.http.metrics import observe
 from quill.client import Workspace
-from services.gateway import approvals, mcp_clients
-from services.gateway.metrics import observe
-from services.gateway.principals import Access, Principal, principal_of
-from services.gateway.schemas import no_titles
+from services.gateway.access import Access, Principal, principal_of
+from services.gateway.mcp import clients, elicitation
+from services.gateway.mcp.schemas import no_titles
 
 log = logging.getLogger("quill.gateway")
 
@@ -140,7 +140,7 @@ class Tools:
         started = time.perf_counter()
         request = ctx.request_context.request  # the HTTP request (None over stdio: no caller)
         principal = principal_of(request.scope if request is not None else {})
-        principal = mcp_clients.caller(principal, ctx, getattr(request, "headers", None))
+        principal = clients.caller(principal, ctx, getattr(request, "headers", None))
         try:
             done = await body(principal)
         except QuillError as exc:
@@ -175,12 +175,12 @@ class Tools:
         what else the user should see, such as the command line)."""
 
         async def go(principal: Principal) -> Done | InputRequiredResult:
-            parked = approvals.resumed(ctx) if self.elicit else None
+            parked = elicitation.resumed(ctx) if self.elicit else None
             if parked is not None:  # the second round: the user has answered
-                accepted, reason = approvals.reply(ctx)
+                accepted, reason = elicitation.reply(ctx)
                 ws = (await self.access.workspace(principal)).client.workspace(parked.workspace)
-                await approvals.decide(principal, ws, parked, accepted, reason)
-                return await body(approvals.again(ws, parked.approval_id))
+                await elicitation.decide(principal, ws, parked, accepted, reason)
+                return await body(elicitation.again(ws, parked.approval_id))
             ws = await self.route(principal, op, workspace)
             try:
                 return await body(ws)
@@ -189,13 +189,13 @@ class Tools:
                     raise
                 if not self.elicit:
                     raise self.told(exc) from None
-                what = approvals.Asked(tool, op, path, detail)
-                asked = await approvals.ask(ctx, principal, ws, what, exc)
+                what = elicitation.Asked(tool, op, path, detail)
+                asked = await elicitation.ask(ctx, principal, ws, what, exc)
                 if asked is None:
                     raise self.told(exc) from None
                 if isinstance(asked, InputRequiredResult):
                     return asked
-                return await body(approvals.again(ws, asked.approval_id))
+                return await body(elicitation.again(ws, asked.approval_id))
 
         return await self.run(ctx, tool, go, path=path, workspace=workspace)
 

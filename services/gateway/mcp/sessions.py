@@ -25,9 +25,9 @@ from contracts.limits import GATEWAY_SESSIONS
 from core.lru import LRU
 from quill.client import Workspace
 from quill.session import Session
-from services.gateway import workspaces as workspaces
-from services.gateway.optable import Arg, Tool
-from services.gateway.principals import Access, Principal
+from services.gateway.access import Access, Principal
+from services.gateway.mcp import workspaces
+from services.gateway.mcp.table import Arg, Tool
 
 AS_ATTACHED = Annotated[str, Field(min_length=1, description="The URI it was attached as")]
 URI = Annotated[

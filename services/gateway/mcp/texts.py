@@ -1,14 +1,15 @@
 """What the MCP tools say to a model: the workspace tool's output formats and error texts.
 
-``ERROR_TEXTS`` is the one table from a ``QuillError`` to the text a tool answers with (seed
-000's wording). Rows are keyed by ``(code, tool)``; ``"*"`` matches any code or any tool. The
-most specific row wins: ``(code, tool)``, then ``(code, "*")``, then ``("*", tool)``, then
-``("*", "*")``. A workspace the caller may not reach reads "Workspace not found: <as named>"
-whether or not it exists, in the text as in ``structuredContent`` (``workspace_unknown``).
+The text a tool answers a ``QuillError`` with (seed 000's wording) is, the most specific
+first: the tool's own words for the code (``TOOL_TEXTS[(code, tool)]``), the code's text in
+the gateway's one error table (``services/gateway/errors.py``, every door's), the tool's words
+for any failure (``TOOL_TEXTS[("*", tool)]``), then ``Error: <message>``. A workspace the
+caller may not reach reads "Workspace not found: <as named>" whether or not it exists, in the
+text as in ``structuredContent`` (``workspace_unknown``).
 
 Why one module of ~500 lines: everything a model reads (each tool's answer, every error) is
 here, so that the wording is reviewed and kept consistent in one place, and the tool tables
-(``mcp_files``, ``mcp_quill``) only point at it; split by tool, one voice would be scattered
+(``files``, ``quill_tools``) only point at it; split by tool, one voice would be scattered
 over a dozen files that each hold a few lines.
 """
 
@@ -19,13 +20,13 @@ from datetime import datetime
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.uncommitted import said
+from core.words import plural
+from services.gateway import errors
 
 E = ErrorCode
 ANY = "*"
 
-ERROR_TEXTS: dict[tuple[str, str], str] = {
-    (E.ACCESS_DENIED, ANY): "Error: Access denied. Path must be within /workspace",
-    (E.FILE_NOT_FOUND, ANY): "Error: File not found: {path}",
+TOOL_TEXTS: dict[tuple[str, str], str] = {
     (E.FILE_NOT_FOUND, "list_directory"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "search_files"): "Error: Directory not found: {path}",
     (E.FILE_NOT_FOUND, "explore_files"): "Error: Directory not found: {path}",
@@ -46,37 +47,36 @@ ERROR_TEXTS: dict[tuple[str, str], str] = {
     (E.ACCESS_DENIED, "attach_workspace"): "Error: {message}",
     (E.ACCESS_DENIED, "archive_workspace"): "Error: {message}",
     (E.FILE_NOT_FOUND, "list_workspaces"): "Error: Workspace not found: {workspace}",
-    (E.WORKSPACE_NOT_FOUND, ANY): "Error: {message}",
     (E.FILE_NOT_FOUND, "read_command_output"): "Error: {message}",
     (E.FILE_NOT_FOUND, "wait_for_approval"): "Error: {message}",
-    (E.NOT_A_FILE, ANY): "Error: Not a file: {path}",
     (E.NOT_A_FILE, "write_file"): "Error: Failed to write file - {message}",
-    (E.NOT_A_DIRECTORY, ANY): "Error: Not a directory: {path}",
     (E.NOT_A_DIRECTORY, "create_directory"): "Error: Path exists but is not a directory: {path}",
     (E.NOT_A_DIRECTORY, "write_file"): "Error: Failed to create parent directory - {message}",
     (E.NOT_A_DIRECTORY, "move_file"): "Error: {message}",
-    (E.INVALID_ENCODING, ANY): "Error: File contains invalid UTF-8 encoding",
-    (E.STORAGE_FULL, ANY): "Error: Storage full - {message}",
     (ANY, "write_file"): "Error: Failed to write file - {message}",
     (ANY, "create_directory"): "Error: Failed to create directory - {message}",
     (ANY, "get_file_info"): "Error: Failed to get file info - {message}",
     (ANY, "search_files"): "Error: Search failed - {message}",
-    (ANY, ANY): "Error: {message}",
 }
+"""A tool's own words: for one code (``(code, tool)``) or for any failure (``("*", tool)``)."""
+ANY_TEXT = "Error: {message}"
+"""The text of a failure nothing else words."""
 
 
 def error_text(tool: str, error: QuillError, path: str | None, workspace: str) -> str:
     """The text ``tool`` answers ``error`` with; ``path`` as the caller gave it."""
     code = str(error.code)
-    for key in ((code, tool), (code, ANY), (ANY, tool), (ANY, ANY)):
-        template = ERROR_TEXTS.get(key)
-        if template is not None:
-            shown = path if path not in (None, "") else "."
-            text = template.format(path=shown, message=error.message, workspace=workspace)
-            asked = error.details.get("path") if error.details else None
-            extra = said(error.details, str(asked)) if "{message}" not in template else None
-            return f"{text}: {extra}" if extra else text
-    raise AssertionError("the table has a catch-all row")
+    template = (
+        TOOL_TEXTS.get((code, tool))
+        or (errors.TABLE[code].text if code in errors.TABLE else None)
+        or TOOL_TEXTS.get((ANY, tool))
+        or ANY_TEXT
+    )
+    shown = path if path not in (None, "") else "."
+    text = template.format(path=shown, message=error.message, workspace=workspace)
+    asked = error.details.get("path") if error.details else None
+    extra = said(error.details, str(asked)) if "{message}" not in template else None
+    return f"{text}: {extra}" if extra else text
 
 
 def workspace_unknown(error: QuillError, workspace: str) -> QuillError:
@@ -292,14 +292,6 @@ def _lines(first: int, last: int, but: int) -> str:
     if first > last:
         return ""
     return f"line {first}, " if first == last else f"lines {first}-{last}, "
-
-
-PLURALS = {"entry": "entries", "match": "matches"}
-
-
-def plural(n: int, word: str) -> str:
-    """``1 file``, ``2 files``, ``3 entries``."""
-    return f"{n} {word if n == 1 else PLURALS.get(word, word + 's')}"
 
 
 def grep_text(pattern: str, path: str, r: rp.GrepResult) -> str:

@@ -10,7 +10,7 @@ row (at most ``MAX_DELAY_S``), logging each exit; ``/health`` counts them
 (``gateway_workers``). A worker whose parent is gone stops.
 
 Each worker n ≥ 1 serves its own metrics on a loopback port it picks and names with "ready"
-(``metrics``: worker → URL); worker 0 serves them all as one (``services/gateway/scrape.py``).
+(``metrics``: worker → URL); worker 0 serves them all as one (``infra/http/scrape.py``).
 
 ``default_count`` is how many a machine gets by default: one a core.
 """
