@@ -16,12 +16,11 @@ import re
 import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from contracts.errors import ErrorCode as E
 from contracts.errors import QuillError
 from services.gateway.access import Access
-from services.gateway.rest.edge import guard, own_workspace
+from services.gateway.rest.edge import own_workspace
 
 APPROVAL_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 WAIT_MAX_MS = 60_000
@@ -33,9 +32,6 @@ class Approvals:
 
     def __init__(self, access: Access) -> None:
         self.access = access
-
-    def routes(self) -> list[Route]:
-        return [Route("/v1/approvals/{approval_id}", guard(self.get), methods=["GET"])]
 
     async def get(self, request: Request) -> Response:
         """Raises: QuillError: ``INVALID_ARGUMENT`` for a malformed ``wait_ms``;

@@ -25,7 +25,6 @@ from urllib.parse import urlencode
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import DEFAULT_LIMITS, GATEWAY_WORKSPACES, Limits
@@ -39,7 +38,6 @@ from services.gateway.rest.edge import (
     RUN_ID,
     PreconditionFailed,
     count_param,
-    guard,
     json_body,
     own_workspace,
 )
@@ -215,16 +213,6 @@ class Files:
             limits = (await ws.info()).limits
             self._limits.put(key, limits)
         return limits
-
-    def routes(self) -> list[Route]:
-        files = "/v1/host/workspace/files"
-        return [
-            Route(files, guard(self.list_files), methods=["GET"]),
-            Route(files + "/{path:filepath}", guard(self.get_file), methods=["GET"]),
-            Route(files + "/{path:filepath}", guard(self.put_file), methods=["PUT"]),
-            Route(files + "/{path:filepath}", guard(self.delete_file), methods=["DELETE"]),
-            Route("/.well-known/openwop", guard(self.discovery), methods=["GET"]),
-        ]
 
     async def workspace(self, request: Request) -> Workspace:
         return await own_workspace(self.access, request)

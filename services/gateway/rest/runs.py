@@ -19,12 +19,11 @@ from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from contracts.errors import ErrorCode as E
 from contracts.errors import QuillError
 from services.gateway.access import Access
-from services.gateway.rest.edge import RUN_ID, guard, json_body, own_workspace
+from services.gateway.rest.edge import RUN_ID, json_body, own_workspace
 from services.gateway.rest.reading import iso, listing
 
 WORKFLOW_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -58,13 +57,6 @@ class Runs:
 
     def __init__(self, access: Access) -> None:
         self.access = access
-
-    def routes(self) -> list[Route]:
-        return [
-            Route("/v1/runs", guard(self.create), methods=["POST"]),
-            Route("/v1/runs/{run_id}", guard(self.snapshot), methods=["GET"]),
-            Route("/v1/runs/{run_id}/cancel", guard(self.cancel), methods=["POST"]),
-        ]
 
     async def create(self, request: Request) -> Response:
         body = await json_body(request)
