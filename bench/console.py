@@ -29,7 +29,7 @@ from bench import size
 from infra import bus
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer
-from services.gateway.app import GatewayConfig, start_gateway
+from services.gateway.server import GatewayConfig, start_gateway
 
 ROUNDS = 7
 CHROMIUM = "/usr/bin/chromium"

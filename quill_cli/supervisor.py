@@ -10,7 +10,7 @@ row)``, then ``quill: reader is back (pid …)``, once the new process answers i
 
 The supervisor answers ``<root>.sys.ping.launcher`` with the state of every child (``report``):
 the gateway asks it every second and names the failing ones in ``/health``
-(``services/gateway/fleet.py``). Each restart counts in ``quill_launcher_restarts_total``
+(``services/gateway/health.py``). Each restart counts in ``quill_launcher_restarts_total``
 (the launcher's own metrics).
 """
 

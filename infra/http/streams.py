@@ -20,7 +20,8 @@ Past its principal's cap a stream is refused ``429`` with ``Retry-After`` and
 workspace, actor); without tokens every caller is the same one, so the cap is the whole
 loopback's. Each worker process counts its own.
 
-The MCP endpoints open none: stateless, they answer ``GET`` with ``405`` (``mcp_http.py``).
+The MCP endpoints open none: stateless, they answer ``GET`` with ``405``
+(``services/gateway/mcp/exchange.py``).
 """
 
 from __future__ import annotations

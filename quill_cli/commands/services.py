@@ -458,7 +458,7 @@ def gateway(
     """Run the HTTP gateway: MCP at /mcp, WAP at /mcp/wap, REST at /v1/host/workspace."""
     from infra.http.workers import default_count
     from services.gateway.access import Tokens
-    from services.gateway.app import GatewayConfig, start_gateway
+    from services.gateway.server import GatewayConfig, start_gateway
 
     setup_logging(ctx.obj["log_level"], log_format)
     with refusing():

@@ -18,8 +18,8 @@ from nats.aio.msg import Msg
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import CEILINGS
 from quill.client import Quill
-from services.gateway.app import Gateway, GatewayConfig, start_gateway
-from services.gateway.rest import MAX_BODY_BYTES
+from services.gateway.rest.edge import MAX_BODY_BYTES
+from services.gateway.server import Gateway, GatewayConfig, start_gateway
 from tests.helpers import eventually, start_reader, start_writer
 
 FILE = "/v1/host/workspace/files/a.txt"

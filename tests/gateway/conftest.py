@@ -15,7 +15,7 @@ import pytest_asyncio
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer
 from services.gateway.access import Principal, Tokens
-from services.gateway.app import Gateway, GatewayConfig, start_gateway
+from services.gateway.server import Gateway, GatewayConfig, start_gateway
 from tests.helpers import start_reader, start_writer
 
 StartGateway = Callable[..., Awaitable[Gateway]]

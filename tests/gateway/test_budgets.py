@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from services.gateway import access as access_module
-from services.gateway import app as app_module
-from services.gateway import rest
+from services.gateway import server as server_module
 from services.gateway.access import Access
 from services.gateway.mcp import sessions as mcp_sessions
+from services.gateway.rest import files as rest_files
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import mcp_client, ok
 
@@ -22,7 +22,7 @@ async def test_workspaces_and_sessions_a_gateway_keeps_are_bounded(
 ) -> None:
     for module, name in (
         (access_module, "GATEWAY_WORKSPACES"),
-        (rest, "GATEWAY_WORKSPACES"),
+        (rest_files, "GATEWAY_WORKSPACES"),
         (mcp_sessions, "GATEWAY_SESSIONS"),
     ):
         monkeypatch.setattr(module, name, 2, raising=False)
@@ -38,7 +38,7 @@ async def test_workspaces_and_sessions_a_gateway_keeps_are_bounded(
             super().__init__(*args)
             made.append(self)
 
-    monkeypatch.setattr(app_module, "Access", Recorded)
+    monkeypatch.setattr(server_module, "Access", Recorded)
     monkeypatch.setattr(mcp_sessions, "Sessions", RecordedSessions)
     gateway = await start()
     access = next(m for m in made if isinstance(m, Access))

@@ -20,7 +20,7 @@ from services.gateway.access import ANONYMOUS, Access
 from services.gateway.console import Console
 from services.gateway.mcp import endpoints, wap
 from services.gateway.mcp.engine import Failure
-from services.gateway.rest import error_response
+from services.gateway.rest.edge import error_response
 
 CODES = list(ErrorCode)
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"

@@ -10,7 +10,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.executor.app import ExecutorConfig
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import error, mcp_client, ok
 from tests.helpers import eventually, start_executor

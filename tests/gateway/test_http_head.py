@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest_asyncio
 
 from infra.http.bounds import MAX_HEAD_BYTES
-from services.gateway.app import Gateway, GatewayConfig, start_gateway
+from services.gateway.server import Gateway, GatewayConfig, start_gateway
 from tests.helpers import start_reader, start_writer
 
 DEADLINE_S = 15.0

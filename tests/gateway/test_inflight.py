@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 from contracts.errors import QuillError, busy
 from infra.busy import REJECTIONS
 from infra.http.inflight import INFLIGHT, MCP_PEEK_BYTES, Inflight
-from services.gateway.rest import error_response
+from services.gateway.rest.edge import error_response
 from tests.helpers import eventually
 
 

@@ -21,7 +21,7 @@ from contracts.subjects import HEADER_REQUEST_ID, Subjects
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from services.gateway.access import Principal, Tokens
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, mcp_client, ok
 from tests.helpers import start_executor

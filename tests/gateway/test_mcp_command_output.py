@@ -16,8 +16,8 @@ from mcp import Client
 
 from contracts import replies as rp
 from services.executor.app import ExecutorConfig
-from services.gateway.app import Gateway
 from services.gateway.mcp import texts
+from services.gateway.server import Gateway
 from tests.gateway.support import assert_names_missing, call, mcp_client, model_view, wap
 from tests.helpers import start_executor
 

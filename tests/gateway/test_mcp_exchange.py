@@ -14,8 +14,8 @@ from starlette.routing import Route
 
 from quill.client import Quill
 from services.gateway.access import Principal, Tokens
-from services.gateway.app import Gateway
 from services.gateway.mcp.exchange import Exchange
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 
 JSON = {"content-type": "application/json", "accept": "application/json, text/event-stream"}

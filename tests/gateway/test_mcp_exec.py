@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.support import call, error, mcp_client, ok, wap
 from tests.helpers import start_executor
 

@@ -14,7 +14,7 @@ import httpx
 from contracts import requests as rq
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.support import assert_names_missing, call, mcp_client, model_view, ok
 from tests.helpers import start_executor
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 
 from quill.client import Quill
-from services.gateway.app import Gateway
 from services.gateway.mcp import quill_tools
+from services.gateway.server import Gateway
 from tests.gateway.support import call, error, mcp_client, ok, text
 
 QUILL_TOOLS = {

@@ -12,7 +12,7 @@ from mcp import Client
 
 from contracts.limits import LimitsPatch
 from quill.client import Quill
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.support import assert_names_missing, call, mcp_client, model_view
 
 LINES = "".join(f"line {i}\n" for i in range(1, 5001))  # 5,000 lines, 48,893 bytes

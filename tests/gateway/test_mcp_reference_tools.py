@@ -12,9 +12,9 @@ import pytest
 from mcp.types import AudioContent, ImageContent
 
 from quill.client import Quill
-from services.gateway.app import Gateway
 from services.gateway.mcp import endpoints
 from services.gateway.mcp import reference as mcp_reference
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, error, mcp_client, model_view, ok
 

@@ -17,8 +17,8 @@ from mcp import Client
 from mcp.types import Tool
 
 from services.executor.app import ExecutorConfig
-from services.gateway.app import Gateway
 from services.gateway.mcp import endpoints
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, mcp_client
 from tests.helpers import start_executor

@@ -8,7 +8,7 @@ import httpx
 import msgspec
 
 from quill.client import Quill
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.support import call, error, mcp_client, ok
 
 CURL = {"User-Agent": "curl/8.5.0", "Accept": "*/*", "Content-Type": "application/json"}

@@ -15,7 +15,7 @@ from mcp.types import ElicitRequestParams, ElicitResult
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from services.gateway.access import Tokens
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, error, mcp_client, ok, text
 from tests.helpers import start_executor

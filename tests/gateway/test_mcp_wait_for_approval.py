@@ -11,7 +11,7 @@ from typing import Any
 
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.support import call, error, mcp_client, ok, text
 from tests.helpers import start_executor
 

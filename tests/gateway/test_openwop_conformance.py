@@ -22,8 +22,8 @@ from contracts import requests as rq
 from contracts.events import WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from quill.client import Quill
-from services.gateway.app import Gateway
-from services.gateway.openapi import document
+from services.gateway.rest.openapi import document
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 
 FILES = "/v1/host/workspace/files"

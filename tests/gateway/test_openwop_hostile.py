@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest_asyncio
 
-from services.gateway.app import Gateway
-from services.gateway.rest import MAX_BODY_BYTES
+from services.gateway.rest.edge import MAX_BODY_BYTES
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 
 FILES = "/v1/host/workspace/files"

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from services.gateway.access import Tokens
-from services.gateway.app import Gateway, GatewayConfig
+from services.gateway.server import Gateway, GatewayConfig
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import error, mcp_client, ok
 
@@ -176,7 +176,7 @@ async def test_events_and_audit_name_the_token_s_actor(
 ) -> None:
     from contextlib import AsyncExitStack
 
-    from services.gateway.app import start_gateway
+    from services.gateway.server import start_gateway
 
     tokens_file = tmp_path / "tokens.toml"
     tokens_file.write_text(

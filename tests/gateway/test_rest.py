@@ -14,7 +14,7 @@ import pytest
 from contracts import requests as rq
 from contracts.limits import LimitsPatch
 from quill.client import Quill
-from services.gateway.app import GatewayConfig, start_gateway
+from services.gateway.server import GatewayConfig, start_gateway
 from tests.gateway.conftest import StartGateway
 from tests.helpers import start_reader, start_writer
 

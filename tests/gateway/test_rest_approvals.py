@@ -9,7 +9,7 @@ import asyncio
 import httpx
 
 from quill.client import Quill
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 
 FILES = "/v1/host/workspace/files"

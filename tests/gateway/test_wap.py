@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from quill.client import Quill
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.support import mcp_client, wap
 
 WAP_TOOLS = {

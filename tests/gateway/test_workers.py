@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.http.scrape import Whole
-from services.gateway.app import Gateway, GatewayConfig, start_gateway
+from services.gateway.server import Gateway, GatewayConfig, start_gateway
 from tests.gateway.support import mcp_client, ok
 from tests.gateway.test_process import processes, spawn  # noqa: F401
 from tests.helpers import eventually, start_reader, start_writer

@@ -1,7 +1,7 @@
-"""The tenant's workspaces at the gateway (``services/gateway/workspaces.py``): REST
-``/v1/workspaces`` (list, archive, unarchive, purge) and the MCP tools
-``list_workspaces`` and ``archive_workspace``, with who may do what: a tenant-scope
-token in its own tenant only, a pinned token nothing but seeing its own workspace."""
+"""The tenant's workspaces at the gateway (``services/gateway/rest/workspaces.py``,
+``mcp/workspaces.py``): REST ``/v1/workspaces`` (list, archive, unarchive, purge) and the MCP
+tools ``list_workspaces`` and ``archive_workspace``, with who may do what: a tenant-scope token
+in its own tenant only, a pinned token nothing but seeing its own workspace."""
 
 from __future__ import annotations
 

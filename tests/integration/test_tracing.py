@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from infra import tracing
-from services.gateway.app import Gateway, GatewayConfig, start_gateway
+from services.gateway.server import Gateway, GatewayConfig, start_gateway
 from tests.helpers import start_reader, start_writer
 
 FILES = "/v1/host/workspace/files"
@@ -113,7 +113,7 @@ def test_with_traces_off_nothing_of_opentelemetry_is_loaded(tmp_path: Path) -> N
         "assert not tracing.setup('writer')\n"
         "loaded = [m for m in sys.modules if m.startswith('opentelemetry')]\n"
         "assert not loaded, loaded\n"
-        "import services.gateway.app\n"
+        "import services.gateway.server\n"
         "assert not tracing.setup('gateway')\n"
         "loaded = [m for m in sys.modules if m.startswith('opentelemetry.sdk')]\n"
         "assert not loaded, loaded\n"

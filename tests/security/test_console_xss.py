@@ -13,7 +13,7 @@ import httpx
 from playwright.async_api import expect
 
 from services.executor.app import Executor
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.conftest import gateway, nats_server  # noqa: F401 (fixtures)
 from tests.ui.conftest import browser, executor, page  # noqa: F401 (fixtures)
 

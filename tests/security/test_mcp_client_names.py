@@ -21,7 +21,7 @@ import pytest
 from mcp.types import Implementation
 
 from quill.client import Quill
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.conftest import gateway, nats_server  # noqa: F401 (fixtures)
 from tests.gateway.support import mcp_client, ok
 

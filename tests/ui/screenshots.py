@@ -16,7 +16,7 @@ from playwright.async_api import async_playwright
 
 from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
-from services.gateway.app import GatewayConfig, start_gateway
+from services.gateway.server import GatewayConfig, start_gateway
 from tests.helpers import approvals_pending, start_executor, start_reader, start_writer
 from tests.ui.conftest import CHROMIUM
 

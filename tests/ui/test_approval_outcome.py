@@ -16,7 +16,7 @@ from playwright.async_api import expect
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
 from services.executor.app import Executor, ExecutorConfig
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.helpers import start_executor
 
 WS = "default/default"

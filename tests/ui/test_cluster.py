@@ -10,7 +10,7 @@ from playwright.async_api import expect
 
 from contracts.subjects import Subjects
 from infra import bus
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 
 

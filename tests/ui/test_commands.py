@@ -11,7 +11,7 @@ import httpx
 from playwright.async_api import expect
 
 from services.executor.app import Executor
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 
 

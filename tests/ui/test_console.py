@@ -10,7 +10,7 @@ import httpx
 from playwright.async_api import expect
 
 from quill.client import Workspace
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.helpers import approvals_pending
 
 WS = "default/default"

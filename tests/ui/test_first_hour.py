@@ -11,7 +11,7 @@ from typing import Any
 from playwright.async_api import expect
 
 from services.executor.app import Executor
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 from tests.helpers import approvals_pending
 from tests.ui.test_console import WS
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from playwright.async_api import expect
 
-from services.gateway.app import Gateway
+from services.gateway.server import Gateway
 
 PAGES = ("/ui/", "/ui/cluster", "/ui/w/default/commands")
 

@@ -14,8 +14,8 @@ from playwright.async_api import expect
 from contracts import replies as rp
 from contracts.errors import QuillError
 from contracts.hashing import ZERO_HASH
-from services.gateway.app import Gateway
 from services.gateway.console import history, render
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 
 WS = "default/default"

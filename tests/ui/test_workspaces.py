@@ -11,8 +11,8 @@ from playwright.async_api import expect
 
 from contracts.requests import Trust
 from services.gateway.access import Principal, Tokens
-from services.gateway.app import Gateway
 from services.gateway.console import workspaces
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 from tests.ui.test_access import log_in
 

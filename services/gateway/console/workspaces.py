@@ -1,5 +1,5 @@
 """The workspaces page: a tenant's workspaces from ``qry.workspaces`` (the listing REST's
-``GET /v1/workspaces`` makes, ``services/gateway/workspaces.py``), filtered by a name prefix,
+``GET /v1/workspaces`` makes, ``services/gateway/access.py: listing``), filtered by a name prefix,
 sorted, keyset paged, and kept up to date by server-sent events.
 
 Which tenant: the principal's own; a principal that reaches ``anywhere`` (no tokens: loopback

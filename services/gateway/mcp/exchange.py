@@ -20,15 +20,15 @@ limit, past the SDK's Host/Origin/Content-Type checks. Everything else POSTed
 (notifications, batches, malformed bodies, ``initialize``, 2026-07-28 requests, refusals) goes
 to the SDK unchanged, with the body read here handed on.
 
-Any other method is answered ``405 Method Not Allowed`` (``Allow: POST``). The transport's
-words (streamable HTTP, "Listening for Messages from the Server"): "The server MUST either
-return Content-Type: text/event-stream in response to this HTTP GET, or else return HTTP 405
-Method Not Allowed, indicating that the server does not offer an SSE stream at this
-endpoint." A stateless server has nothing to send on such a stream (no session, no request
-to the client), yet the SDK's stateless path opened one for every ``GET`` and held it open
-for good: a request slot each, until 1,100 of them from one tenant left none for the others
-(``inflight.py``). ``DELETE`` ends a session, and there is none ("The server MAY respond to
-this request with HTTP 405").
+Any other method is answered ``405 Method Not Allowed`` (``Allow: POST``). The transport's words
+(streamable HTTP, "Listening for Messages from the Server"): "The server MUST either return
+Content-Type: text/event-stream in response to this HTTP GET, or else return HTTP 405 Method Not
+Allowed, indicating that the server does not offer an SSE stream at this endpoint." A stateless
+server has nothing to send on such a stream (no session, no request to the client), yet the
+SDK's stateless path opened one for every ``GET`` and held it open for good: a request slot
+each, until 1,100 of them from one tenant left none for the others (``infra/http/inflight.py``).
+``DELETE`` ends a session, and there is none ("The server MAY respond to this request with HTTP
+405").
 """
 
 from __future__ import annotations

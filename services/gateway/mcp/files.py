@@ -17,15 +17,7 @@ from pydantic import Field
 from contracts.limits import DEFAULT_EXCLUSIONS
 from services.gateway.mcp import texts
 from services.gateway.mcp.engine import text_read
-from services.gateway.mcp.table import (
-    ADDS,
-    READ_ONLY,
-    REPLACES,
-    Arg,
-    Tool,
-    described,
-    workspace_arg,
-)
+from services.gateway.mcp.table import ADDS, READ_ONLY, REPLACES, Arg, Tool, workspace_arg
 
 P_FILE = "File path relative to /workspace (or absolute path within /workspace)"
 P_DIR = "Directory path relative to /workspace (or absolute path within /workspace)"
@@ -34,6 +26,11 @@ P_ANY = "File or directory path relative to /workspace (or absolute path within 
 FilePath = Annotated[str, Field(description=P_FILE)]
 DirPath = Annotated[str, Field(description=P_DIR)]
 AnyPath = Annotated[str, Field(description=P_ANY)]
+Content = Annotated[
+    str, Field(description="Complete file contents to write (replaces any existing content)")
+]
+StartPath = Annotated[str, Field(description="Starting directory path relative to /workspace")]
+Pattern = Annotated[str, Field(description="Glob pattern to match (e.g., '*.rb', '**/*.txt')")]
 Head = Annotated[int, Field(ge=0, description="Read only first N lines")]
 Tail = Annotated[int, Field(ge=0, description="Read only last N lines")]
 Offset = Annotated[int, Field(ge=1, description="First line to read (1-based)")]
@@ -96,7 +93,7 @@ TOOLS = (
             Arg("path", FilePath),
             Arg(
                 "content",
-                described(str, "Complete file contents to write (replaces any existing content)"),
+                Content,
             ),
             WS,
         ),
@@ -136,8 +133,8 @@ TOOLS = (
         "[abc] {a,b}), newest first. node_modules, .git, .venv and the like are skipped; "
         "exclude skips more.",
         (
-            Arg("path", described(str, "Starting directory path relative to /workspace")),
-            Arg("pattern", described(str, "Glob pattern to match (e.g., '*.rb', '**/*.txt')")),
+            Arg("path", StartPath),
+            Arg("pattern", Pattern),
             Arg("max_results", MostResults, 100),
             Arg("exclude", Excluded, None, send=excluding),
             WS,

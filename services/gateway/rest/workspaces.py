@@ -21,32 +21,21 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from services.gateway.access import PAGE, Access, listing, principal_of, summary_json, target
-from services.gateway.rest import Rest, count_param, json_body
+from services.gateway.rest.edge import count_param, json_body
 
 MOST = 1000
 """The most workspaces one page holds (``?limit=``)."""
 
 
-class WorkspacesRest:
+class Workspaces:
     """``/v1/workspaces``: the REST routes of the module docstring."""
 
     def __init__(self, access: Access) -> None:
         self.access = access
-
-    def routes(self) -> list[Route]:
-        base = "/v1/workspaces"
-        guard = Rest.guard
-        return [
-            Route(base, guard(self.list), methods=["GET"]),
-            Route(base + "/{name}/archive", guard(self.archive), methods=["POST"]),
-            Route(base + "/{name}/unarchive", guard(self.unarchive), methods=["POST"]),
-            Route(base + "/{name}", guard(self.purge), methods=["DELETE"]),
-        ]
 
     async def list(self, request: Request) -> Response:
         params = request.query_params

@@ -5,7 +5,7 @@ schema's ``{"files": [...]}`` and nothing else; a client that asks with ``?limit
 ``&after=PATH``) gets a page, and a ``Link: <...>; rel="next"`` header when more follow.
 ``GET|PUT|DELETE /v1/host/workspace/files/{path}`` reads (``?version=N``: as of file version
 N), writes (``If-Match``; ``200`` whether created or replaced) and deletes one file;
-``?runId=`` reads the workspace as of a run's start (``services/gateway/runs.py``).
+``?runId=`` reads the workspace as of a run's start (``runs.py``).
 ``GET /.well-known/openwop`` (no token needed) advertises the ``workspace`` family at the
 document root (RFC 0073) and, for clients that still read it, in a ``capabilities`` mirror.
 A file is the RFC's WorkspaceFile: ``version`` is the file's own version and ``etag`` is
@@ -17,26 +17,31 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
 from starlette.convertors import Convertor, register_url_convertor
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
-from contracts.errors import ErrorCode, QuillError, retry_after_ms
-from contracts.limits import DEFAULT_LIMITS, GATEWAY_WORKSPACES, MAX_MESSAGE_BYTES, Limits
+from contracts.errors import ErrorCode, QuillError
+from contracts.limits import DEFAULT_LIMITS, GATEWAY_WORKSPACES, Limits
 from contracts.paths import normalize
 from core.lru import LRU
 from infra.secret_registry import secrets_from_env
 from quill.client import Workspace
-from services.gateway import errors
-from services.gateway.access import Access, Principal, principal_of
-from services.gateway.files import (
+from services.gateway.access import Access, Principal
+from services.gateway.rest.edge import (
+    MAX_BODY_BYTES,
+    RUN_ID,
+    PreconditionFailed,
+    count_param,
+    json_body,
+    own_workspace,
+)
+from services.gateway.rest.reading import (
     Snapshot,
     content_type,
     entries,
@@ -65,31 +70,7 @@ class FilePathConvertor(Convertor[str]):
 
 register_url_convertor("filepath", FilePathConvertor())
 
-MAX_BODY_BYTES = 2 * MAX_MESSAGE_BYTES
-"""Largest PUT body read (JSON escapes may double the content); larger is 413 at once."""
 PUT_FIELDS = {"content", "contentType"}
-
-
-def error_response(error: QuillError) -> JSONResponse:
-    """The HTTP answer for ``error``. A 404 says only ``not_found``: nothing about anyone else."""
-    row = errors.row(error.code)
-    status, name = row.status, row.name
-    body: dict[str, Any] = {"error": name}
-    if status != 404 or "uncommitted" in error.details:  # the caller's own sandbox's file
-        body["message"] = error.message
-    if error.code == E.CONFLICT:
-        body["details"] = {"currentVersion": error.details.get("current_file_version")}
-    headers: dict[str, str] = {}
-    if error.code == E.APPROVAL_REQUIRED:  # accepted: Quill makes it once approved
-        approval_id = str(error.details.get("approval_id", ""))
-        body["details"] = {"approvalId": approval_id}
-        headers["Location"] = f"/v1/approvals/{approval_id}"
-    if error.code == E.DENIED and error.details.get("reason"):
-        body["details"] = {"reason": error.details["reason"]}
-    if (hint := retry_after_ms(error)) is not None:  # busy: when to come back
-        body["details"] = error.details
-        headers["Retry-After"] = str(math.ceil(hint / 1000))
-    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 def file_path(raw: str) -> str:
@@ -119,26 +100,6 @@ LIST_MAX = 10_000
 PROTOCOL_VERSION = "1.1"
 """The openwop version whose RFC 0059 surface the gateway serves (discovery's
 ``protocolVersion``)."""
-RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-"""A Quill run id (``contracts.requests.RunId``)."""
-
-
-def count_param(request: Request, name: str, most: int) -> int | None:
-    """The query parameter ``name``: an integer from 1 to ``most``, None if absent.
-
-    Raises:
-        QuillError: ``INVALID_ARGUMENT`` for anything else.
-    """
-    raw = request.query_params.get(name)
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdecimal() and len(raw) <= 16) or not 1 <= int(raw) <= most:
-        raise QuillError(E.INVALID_ARGUMENT, f"{name} must be an integer from 1 to {most}")
-    return int(raw)
-
-
-class PreconditionFailed(Exception):
-    """An ``If-Match`` that can never match (only weak etags): 412 ``precondition_failed``."""
 
 
 _ETAG = re.compile(r'\s*(W/)?("[^"]*"|[^",\s]+)\s*(?:,|$)')
@@ -186,27 +147,6 @@ async def precondition(ws: Workspace, path: str, tags: list[str] | None) -> str 
             raise
         current = None
     return current if current in tags else tags[0]
-
-
-async def json_body(request: Request) -> Any:
-    """The request's JSON body, read up to ``MAX_BODY_BYTES``.
-
-    Raises:
-        QuillError: ``SIZE_LIMIT_EXCEEDED`` past the cap, ``INVALID_ARGUMENT`` for bad JSON.
-    """
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise QuillError(E.SIZE_LIMIT_EXCEEDED, f"Body over {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise QuillError(E.INVALID_ARGUMENT, f"Body is not JSON: {exc}") from None
-    except RecursionError:
-        raise QuillError(E.INVALID_ARGUMENT, "Body is JSON nested too deeply") from None
 
 
 def put_content(body: Any) -> str:
@@ -257,8 +197,8 @@ async def whole_listing(files: AsyncIterator[dict[str, Any]]) -> Response:
     return StreamingResponse(body(), media_type="application/json")
 
 
-class Rest:
-    """The REST endpoints, over the caller's own workspace."""
+class Files:
+    """The file routes and discovery, over the caller's own workspace."""
 
     def __init__(self, access: Access) -> None:
         self.access = access
@@ -274,40 +214,8 @@ class Rest:
             self._limits.put(key, limits)
         return limits
 
-    def routes(self) -> list[Route]:
-        files = "/v1/host/workspace/files"
-        return [
-            Route(files, self.guard(self.list_files), methods=["GET"]),
-            Route(files + "/{path:filepath}", self.guard(self.get_file), methods=["GET"]),
-            Route(files + "/{path:filepath}", self.guard(self.put_file), methods=["PUT"]),
-            Route(files + "/{path:filepath}", self.guard(self.delete_file), methods=["DELETE"]),
-            Route("/.well-known/openwop", self.guard(self.discovery), methods=["GET"]),
-        ]
-
-    @staticmethod
-    def guard(handler: Any) -> Any:
-        """Answer a ``QuillError`` from ``handler`` with its row of ``errors.TABLE``."""
-
-        async def endpoint(request: Request) -> Response:
-            try:
-                response: Response = await handler(request)
-            except QuillError as error:
-                return error_response(error)
-            except PreconditionFailed as failed:
-                body = {"error": "precondition_failed", "message": str(failed)}
-                return JSONResponse(body, status_code=412)
-            except ClientDisconnect:
-                log.info("%s %s: the client went away", request.method, request.url.path)
-                return Response(status_code=400)  # nobody reads it
-            except Exception:
-                log.exception("%s %s failed", request.method, request.url.path)
-                return error_response(QuillError(E.INTERNAL, "Internal error (logged)"))
-            return response
-
-        return endpoint
-
     async def workspace(self, request: Request) -> Workspace:
-        return await self.access.workspace(principal_of(request.scope))
+        return await own_workspace(self.access, request)
 
     async def run_version(self, ws: Workspace, request: Request) -> int | None:
         """The workspace version ``?runId=`` reads (the run's start, RFC 0059 §D), or None.

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from services.gateway import VERSION
-from services.gateway.rest import LIST_MAX, MAX_BODY_BYTES
-from services.gateway.rest_approvals import WAIT_MAX_MS
-from services.gateway.runs import SNAPSHOT_FILES
+from services.gateway.rest.approvals import WAIT_MAX_MS
+from services.gateway.rest.edge import MAX_BODY_BYTES
+from services.gateway.rest.files import LIST_MAX
+from services.gateway.rest.runs import SNAPSHOT_FILES
 
 
 def _ref(name: str) -> dict[str, str]:

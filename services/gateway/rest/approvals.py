@@ -1,7 +1,7 @@
 """REST approvals: ``GET /v1/approvals/{approvalId}`` on the caller's own workspace.
 
 A ``PUT`` or ``DELETE`` on a restricted workspace is answered ``202`` ``approval_required``
-with the approval's id and ``Location: /v1/approvals/{id}`` (``rest.error_response``): Quill
+with the approval's id and ``Location: /v1/approvals/{id}`` (``edge.error_response``): Quill
 carries it out once someone approves it (``infra/approvals.py``), and this endpoint answers
 what came of it, ``qry.approval``'s ``ApprovalStatus``: ``pending``, ``approved`` (with
 ``outcome`` once ``done``), ``denied`` or ``expired``. ``?wait_ms=N`` (at most
@@ -16,11 +16,11 @@ import re
 import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from contracts.errors import ErrorCode as E
 from contracts.errors import QuillError
-from services.gateway.rest import Rest
+from services.gateway.access import Access
+from services.gateway.rest.edge import own_workspace
 
 APPROVAL_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 WAIT_MAX_MS = 60_000
@@ -28,13 +28,10 @@ WAIT_MAX_MS = 60_000
 
 
 class Approvals:
-    """The approval endpoint, over the caller's own workspace (``Rest`` resolves it)."""
+    """The approval endpoint, over the caller's own workspace."""
 
-    def __init__(self, rest: Rest) -> None:
-        self.rest = rest
-
-    def routes(self) -> list[Route]:
-        return [Route("/v1/approvals/{approval_id}", self.rest.guard(self.get), methods=["GET"])]
+    def __init__(self, access: Access) -> None:
+        self.access = access
 
     async def get(self, request: Request) -> Response:
         """Raises: QuillError: ``INVALID_ARGUMENT`` for a malformed ``wait_ms``;
@@ -45,7 +42,7 @@ class Approvals:
         asked = request.query_params.get("wait_ms", "0")
         if not (asked.isascii() and asked.isdecimal() and int(asked) <= WAIT_MAX_MS):
             raise QuillError(E.INVALID_ARGUMENT, f"wait_ms must be 0-{WAIT_MAX_MS} (ms)")
-        ws = await self.rest.workspace(request)
+        ws = await own_workspace(self.access, request)
         wait_ms = int(asked)
         status = (
             await ws.wait_approval(approval_id, wait_ms / 1000)

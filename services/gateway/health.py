@@ -1,5 +1,6 @@
-"""What ``/health`` tells beyond the gateway itself: the executors without a cgroup per sandbox,
-and the services that ``quill up`` (or ``quill cluster up``) is restarting.
+"""``GET /health``: the gateway's own state (NATS reachable, its request slots: ``Health``) and
+what it tells beyond itself: the executors without a cgroup per sandbox, and the services that
+``quill up`` (or ``quill cluster up``) is restarting.
 
 An executor without cgroups limits memory and processes per process only, so one command can
 take a multiple of its memory limit (docs/executor.md, Threat model). It says so in its log
@@ -26,16 +27,23 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 from typing import Any
 
 from nats.aio.client import Client as NATS
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
+from contracts.limits import GATEWAY_RETRY_AFTER_MS
 from contracts.subjects import Subjects
 from infra import bus
+from infra.http.inflight import Slots
 from infra.storage import STORAGE_FULL
+from services.gateway import VERSION
 
 log = logging.getLogger("quill.gateway")
 
+SERVICE = "quill-gateway"
 EVERY_S = 15.0
 SUPERVISOR_EVERY_S = 1.0
 STORAGE_EVERY_S = 2.0
@@ -169,3 +177,33 @@ def _failing(child: dict[str, Any]) -> str:
     else:
         when = "started again, not answering yet"
     return f"{name}: exited {exits} time{'s' if exits != 1 else ''} in a row ({how}); {when}"
+
+
+class Health:
+    """``GET /health`` (``endpoint``): ``ok`` (200), ``unavailable`` without NATS, ``busy``
+    while every request slot is taken (503, ``Retry-After``), and what the ``fleet`` tells
+    (``Fleet.health``)."""
+
+    def __init__(self, nc: NATS, slots: Slots, fleet: Fleet | None = None) -> None:
+        self.nc, self.slots, self.fleet = nc, slots, fleet
+
+    async def endpoint(self, request: Request) -> Response:
+        slots, fleet = self.slots, self.fleet
+        up = self.nc.is_connected
+        status = "ok" if up else "unavailable"
+        body: dict[str, Any] = {"status": status, "service": SERVICE, "version": VERSION}
+        full = False
+        if fleet is not None:
+            body |= fleet.health()
+            full = fleet.storage_full
+        body["http"] = slots.health()
+        headers = None
+        if slots.full:  # every request is refused busy now: say so, as they are told
+            if up and not full:
+                body["status"] = "busy"
+            taken = f"{slots.serving} of {slots.max_inflight}"
+            busy = f"http: every request slot is taken ({taken}): requests are refused busy"
+            body["warnings"] = [*body.get("warnings", []), busy]
+            headers = {"Retry-After": str(math.ceil(GATEWAY_RETRY_AFTER_MS / 1000))}
+        ok = up and not full and not slots.full
+        return JSONResponse(body, status_code=200 if ok else 503, headers=headers)

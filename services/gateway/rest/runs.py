@@ -6,7 +6,7 @@ bus's ``Ws-Run``) of the caller's workspace, a name under which reads are answer
 version the run started at. ``POST /v1/runs`` ``{"workflowId": ...}`` starts one (``201``,
 ``runId`` = ``<workflowId>:<random>``); ``GET /v1/runs/{runId}`` is its RunSnapshot, whose
 ``workspace`` lists the files as of its start; ``GET /v1/host/workspace/files[/{path}]?runId=``
-reads under it (``services/gateway/rest.py``); ``POST /v1/runs/{runId}/cancel`` ends it. A run
+reads under it (``files.py``); ``POST /v1/runs/{runId}/cancel`` ends it. A run
 id of another workspace is ``404`` like one that never was.
 """
 
@@ -19,12 +19,12 @@ from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from contracts.errors import ErrorCode as E
 from contracts.errors import QuillError
-from services.gateway.files import iso, listing
-from services.gateway.rest import RUN_ID, Rest, json_body
+from services.gateway.access import Access
+from services.gateway.rest.edge import RUN_ID, json_body, own_workspace
+from services.gateway.rest.reading import iso, listing
 
 WORKFLOW_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")
 """A workflowId Quill takes: it becomes the front of the run id."""
@@ -53,18 +53,10 @@ def workflow_of(run: str) -> str:
 
 
 class Runs:
-    """The run endpoints, over the caller's own workspace (``Rest`` resolves it)."""
+    """The run endpoints, over the caller's own workspace."""
 
-    def __init__(self, rest: Rest) -> None:
-        self.rest = rest
-
-    def routes(self) -> list[Route]:
-        guard = self.rest.guard
-        return [
-            Route("/v1/runs", guard(self.create), methods=["POST"]),
-            Route("/v1/runs/{run_id}", guard(self.snapshot), methods=["GET"]),
-            Route("/v1/runs/{run_id}/cancel", guard(self.cancel), methods=["POST"]),
-        ]
+    def __init__(self, access: Access) -> None:
+        self.access = access
 
     async def create(self, request: Request) -> Response:
         body = await json_body(request)
@@ -78,7 +70,7 @@ class Runs:
             raise QuillError(
                 E.INVALID_ARGUMENT, "workflowId must be 1-100 of A-Z a-z 0-9 . _ - (names the run)"
             )
-        ws = await self.rest.workspace(request)
+        ws = await own_workspace(self.access, request)
         if "tenantId" in body and body["tenantId"] != ws.tenant:
             raise QuillError(E.ACCESS_DENIED, "tenantId is not the caller's tenant")
         info = await ws.start_run(f"{workflow}:{secrets.token_hex(8)}")
@@ -93,7 +85,7 @@ class Runs:
 
     async def snapshot(self, request: Request) -> Response:
         run = run_param(request)
-        ws = await self.rest.workspace(request)
+        ws = await own_workspace(self.access, request)
         info = await ws.run_info(run)
         files, more = await listing(ws, limit=SNAPSHOT_FILES, version=info.version)
         body: dict[str, Any] = {
@@ -111,7 +103,7 @@ class Runs:
 
     async def cancel(self, request: Request) -> Response:
         run = run_param(request)
-        ws = await self.rest.workspace(request)
+        ws = await own_workspace(self.access, request)
         await ws.run_info(run)  # RUN_NOT_FOUND (404) first: ending an unknown run is a 400
         await ws.end_run(run)
         return JSONResponse({"runId": run, "status": "cancelled"})
