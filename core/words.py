@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-PLURALS = {"entry": "entries", "match": "matches"}
+PLURALS = {"entry": "entries", "match": "matches", "directory": "directories"}
 """Words whose plural is not the word and an ``s``."""
 
 
