@@ -12,7 +12,7 @@ import secrets
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import TypeVar, cast
@@ -21,8 +21,10 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from contracts.events import WorkspaceUpdated
+from contracts.subjects import Subjects
 from infra import bus
 from infra.runtime import Settings
+from infra.store import Store
 from quill.client import Workspace
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.app import start_executor as start_exec
@@ -155,6 +157,25 @@ def _not_within(timeout: float, what: str, last: object) -> str:
     said = repr(last)
     said = said if len(said) <= 500 else said[:500] + "…"
     return f"not within {timeout:g} s: {what} (last answer: {said})"
+
+
+@asynccontextmanager
+async def writer_on(
+    nats_url: str, data: Path, config: WriterConfig | None = None
+) -> AsyncIterator[Writer]:
+    """A started in-process writer of its own connection and projection (``data/writer.db``),
+    stopped and closed on leaving."""
+    nc = await bus.connect(nats_url, "writer")
+    await bus.ensure_streams(nc, Subjects())
+    store = await Store.open(data / "writer.db", role="writer")
+    writer = Writer(Settings(nats_url=nats_url, data_dir=data), nc, store, config)
+    await writer.start()
+    try:
+        yield writer
+    finally:
+        await writer.stop()
+        await store.close()
+        await nc.close()
 
 
 async def start_writer(

@@ -18,15 +18,12 @@ from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import HEADER_REQUEST_ID, HEADER_SESSION, HEADER_WAIT, Subjects
-from infra import bus
-from infra.runtime import Settings
-from infra.store import Store
 from quill import _transport as transport
 from quill.client import CONFLICT_BASE_S, CONFLICT_CAP_S, Quill, conflict_backoff
 from services.writer.app import Writer
 from services.writer.append import AppendError, Group
 from tests.conftest import StartReader
-from tests.helpers import eventually
+from tests.helpers import eventually, writer_on
 
 S = Subjects()
 CLIENTS = 64
@@ -128,15 +125,8 @@ async def test_a_burst_to_one_workspace_takes_fewer_appends_than_commands(
 
 @pytest_asyncio.fixture
 async def writer(nats_url: str, tmp_path: Path) -> AsyncIterator[Writer]:
-    nc = await bus.connect(nats_url, "writer")
-    await bus.ensure_streams(nc, S)
-    store = await Store.open(tmp_path / "writer.db", role="writer")
-    w = Writer(Settings(nats_url=nats_url, data_dir=tmp_path), nc, store)
-    await w.start()
-    yield w
-    await w.stop()
-    await store.close()
-    await nc.close()
+    async with writer_on(nats_url, tmp_path) as w:
+        yield w
 
 
 class Gate:

@@ -14,26 +14,17 @@ from nats.aio.msg import Msg
 
 from contracts import hashing
 from contracts.subjects import STREAM_EVENTS, Subjects
-from infra import bus
 from infra.log import CorruptEvent, committed
-from infra.runtime import Settings
-from infra.store import Store
 from services.writer.app import Writer
+from tests.helpers import writer_on
 
 S = Subjects()
 
 
 @pytest_asyncio.fixture
 async def writer(nats_url: str, tmp_path: Path) -> AsyncIterator[Writer]:
-    nc = await bus.connect(nats_url, "writer")
-    await bus.ensure_streams(nc, S)
-    store = await Store.open(tmp_path / "writer.db", role="writer")
-    w = Writer(Settings(nats_url=nats_url, data_dir=tmp_path), nc, store)
-    await w.start()
-    yield w
-    await w.stop()
-    await store.close()
-    await nc.close()
+    async with writer_on(nats_url, tmp_path) as w:
+        yield w
 
 
 async def cmd(nc: NATS, ws: str, op: str, body: dict[str, object], **headers: str) -> dict:

@@ -14,12 +14,10 @@ import pytest_asyncio
 from nats.aio.client import Client as NATS
 
 from contracts.subjects import Subjects
-from infra import bus
-from infra.runtime import Settings
-from infra.store import Store
 from services.writer import lifecycle, results
 from services.writer.app import Writer
 from services.writer.config import WriterConfig
+from tests.helpers import writer_on
 
 S = Subjects()
 BUDGET = 4
@@ -27,16 +25,8 @@ BUDGET = 4
 
 @pytest_asyncio.fixture
 async def writer(nats_url: str, tmp_path: Path) -> AsyncIterator[Writer]:
-    nc = await bus.connect(nats_url, "writer")
-    await bus.ensure_streams(nc, S)
-    store = await Store.open(tmp_path / "writer.db", role="writer")
-    config = WriterConfig(max_workspaces=BUDGET)
-    w = Writer(Settings(nats_url=nats_url, data_dir=tmp_path), nc, store, config)
-    await w.start()
-    yield w
-    await w.stop()
-    await store.close()
-    await nc.close()
+    async with writer_on(nats_url, tmp_path, WriterConfig(max_workspaces=BUDGET)) as w:
+        yield w
 
 
 async def cmd(nc: NATS, name: str, op: str, body: dict[str, Any], request_id: str) -> Any:
