@@ -21,11 +21,12 @@ import nats.errors
 from nats.aio.client import Client as NATS
 
 from contracts.events import WorkspaceUpdated
+from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
 from infra import bus
 from infra.runtime import Settings
 from infra.store import Store
-from quill.client import Workspace
+from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.app import start_executor as start_exec
 from services.reader.app import Reader
@@ -251,6 +252,27 @@ async def answers(nats_url: str, service: str, instance: str, timeout: float = 1
         )
     finally:
         await nc.close()
+
+
+async def restricted_for_commands(
+    stack: AsyncExitStack,
+    nats_url: str,
+    name: str,
+    *,
+    limits: LimitsPatch | None = None,
+    human_timeout: float = 10.0,
+) -> tuple[Workspace, Workspace]:
+    """Workspace ``name`` created by an agent (actor ``agent-7``, session ``s-1``, no
+    retries) and made restricted, commands offered, by a human (``alice``) who approves:
+    ``(the agent's, the human's)``, both clients closed with ``stack``."""
+    agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
+    human = await Quill.connect(nats_url, actor="alice", timeout=human_timeout)
+    stack.push_async_callback(agent.close)
+    stack.push_async_callback(human.close)
+    ws, desk = agent.workspace(name), human.workspace(name)
+    await ws.create(limits=limits)
+    await desk.set_trust("restricted", commands=True)
+    return ws, desk
 
 
 async def approvals_pending(ws: Workspace, count: int = 1, timeout: float = 20.0) -> list[str]:

@@ -18,7 +18,13 @@ from contracts.limits import LimitsPatch
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import approvals_pending, start_executor, start_reader, start_writer
+from tests.helpers import (
+    approvals_pending,
+    restricted_for_commands,
+    start_executor,
+    start_reader,
+    start_writer,
+)
 
 
 async def parked(call: object) -> str:
@@ -104,13 +110,7 @@ async def test_an_approved_command_runs_without_its_client(
     await services("r1")
     async with AsyncExitStack() as stack:
         await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
-        agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
-        human = await Quill.connect(nats_url, actor="alice")
-        stack.push_async_callback(agent.close)
-        stack.push_async_callback(human.close)
-        ws, desk = agent.workspace("acme/runs"), human.workspace("acme/runs")
-        await ws.create()
-        await desk.set_trust("restricted", commands=True)
+        ws, desk = await restricted_for_commands(stack, nats_url, "acme/runs")
         command = "echo approved > out.txt; echo ran; exit 3"
         approval_id = await parked(ws.exec(command))
         assert await parked(ws.exec(command)) == approval_id  # a retry: the same approval
@@ -124,7 +124,7 @@ async def test_an_approved_command_runs_without_its_client(
         assert await desk.read_text("out.txt") == "approved\n"
         # sent again once approved: it ran once, and is answered with what it gave
         body = rq.RunCommand(command=command)
-        _, again = await agent.request(
+        _, again = await ws.client.request(
             "exec", "acme", "runs", "run", body, rp.CommandResult, request_id=approval_id
         )
         assert (again.exit_code, again.stdout, again.command_id) == (3, "ran\n", approval_id)

@@ -33,7 +33,13 @@ from contracts.subjects import STREAM_APPROVALS, Subjects
 from infra import approvals, bus
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
-from tests.helpers import eventually, start_executor, start_reader, start_writer
+from tests.helpers import (
+    eventually,
+    restricted_for_commands,
+    start_executor,
+    start_reader,
+    start_writer,
+)
 from tests.system.test_tenants import descendants
 
 CRASHING_WRITER = """
@@ -152,13 +158,9 @@ async def test_an_executor_killed_after_its_claim_is_told_lost(
     async with AsyncExitStack() as stack:
         await start_writer(stack, nats_url, tmp_path / "writer")
         await start_reader(stack, nats_url, tmp_path / "reader")
-        agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
-        human = await Quill.connect(nats_url, actor="alice", timeout=30)
-        stack.push_async_callback(agent.close)
-        stack.push_async_callback(human.close)
-        ws, desk = agent.workspace("acme/lost"), human.workspace("acme/lost")
-        await ws.create(limits=LimitsPatch(max_exec_ms=8000))
-        await desk.set_trust("restricted", commands=True)
+        ws, desk = await restricted_for_commands(
+            stack, nats_url, "acme/lost", limits=LimitsPatch(max_exec_ms=8000), human_timeout=30
+        )
         argv = [sys.executable, "-m", "quill", "executor", "--nats-url", nats_url]
         argv += ["--data", str(tmp_path / "x1"), "--sandbox", "local"]
         with process(argv, tmp_path / "x1.log") as executor:
@@ -166,7 +168,7 @@ async def test_an_executor_killed_after_its_claim_is_told_lost(
             approval_id = await parked(ws.exec("echo half > half.txt; sleep 30"))
             await desk.approve(approval_id)
             js, claim = (
-                human.nc.jetstream(),
+                desk.client.nc.jetstream(),
                 Subjects().approval("acme", "lost", approval_id, "claim"),
             )
             await eventually(  # the executor took it, and runs it

@@ -18,10 +18,9 @@ import pytest
 from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import start_executor
+from tests.helpers import restricted_for_commands, start_executor
 
 
 async def test_the_summary_shown_is_the_command_kept(
@@ -30,13 +29,7 @@ async def test_the_summary_shown_is_the_command_kept(
     await services("r1")
     async with AsyncExitStack() as stack:
         await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
-        agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
-        human = await Quill.connect(nats_url, actor="alice")
-        stack.push_async_callback(agent.close)
-        stack.push_async_callback(human.close)
-        ws, desk = agent.workspace("acme/shown"), human.workspace("acme/shown")
-        await ws.create()
-        await desk.set_trust("restricted", commands=True)
+        ws, desk = await restricted_for_commands(stack, nats_url, "acme/shown")
         evil = f"echo EVIL-{secrets.token_hex(4)} > pwned.txt"
         rid = f"req-{secrets.token_hex(6)}"
         digest = hashing.content_sha256(codec.encode(rq.RunCommand(command=evil)))
@@ -49,7 +42,7 @@ async def test_the_summary_shown_is_the_command_kept(
         assert info.value.code == ErrorCode.INVALID_ARGUMENT, info.value
 
         with pytest.raises(QuillError) as info:
-            await agent.request(
+            await ws.client.request(
                 "exec", "acme", "shown", "run", rq.RunCommand(command=evil), dict, request_id=rid
             )
         assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
