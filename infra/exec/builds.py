@@ -23,7 +23,7 @@ from contracts.events import (
 from contracts.uncommitted import Recorded
 from infra import log as eventlog
 from infra.exec import seed
-from infra.exec.manifest import Changes, Store
+from infra.exec.manifest import Changes, PathMap, Store
 from infra.exec.tree_files import TreeFiles
 from infra.safefs import Dir
 
@@ -117,7 +117,7 @@ class Builds(TreeFiles):
             self._discard(self.tree)
             self._new_tree()
             manifest = self.manifest
-            manifest.paths, manifest.local, manifest.present = Changes(), Changes(), Changes()
+            manifest.paths, manifest.local, manifest.present = PathMap(), Changes(), Changes()
             manifest.ignored, manifest.present_known = [], True
             self.store.rewrite = True
             self.changed()

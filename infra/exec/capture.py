@@ -42,7 +42,7 @@ from contracts.paths import MAX_PATH_BYTES, ancestors, check_name, printable
 from core.globs import Globs
 from infra.exec.gitignores import Lookup
 from infra.exec.layers import How
-from infra.exec.manifest import Manifest, Sig, Tracked
+from infra.exec.manifest import Manifest, PathMap, Sig, Tracked, watched
 from infra.safefs import Dir, parent_of, walk
 
 IGNORE_FILE = ".quillignore"
@@ -221,23 +221,18 @@ class _Capture:
         """Directories holding something ignored."""
         self.out = Captured()
         self.limit = manifest.limits.max_file_bytes
-        self.paths = manifest.paths
+        self.paths: PathMap = watched(manifest).paths  # type: ignore[assignment]
         self.seen: set[str] = set()
         self.made: list[str] = []
         self.puts: list[str] = []
         self.replaced: set[str] = set()  # a directory the log holds, now a file
-        self._holding: set[str] | None = None
         self._sorted: list[str] | None = None
         self._scans = 0
         self.dropped: set[str] = set()
 
     def holds_tracked(self, rel: str) -> bool:
         """Whether the log holds ``rel`` as a directory or anything below it."""
-        if self._holding is None:
-            self._holding = {a for p in self.paths for a in ancestors(p)} | {
-                p for p, t in self.paths.items() if t.sha256 is None
-            }
-        return rel in self._holding
+        return self.paths.holds(rel)
 
     def below(self, rel: str) -> list[str]:
         """The paths the log holds below ``rel`` (none unless it holds ``rel`` as a

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from contracts.limits import DEFAULT_LIMITS, Limits
+from contracts.paths import ancestors
 from contracts.uncommitted import Recorded
 
 K = TypeVar("K")
@@ -87,6 +88,64 @@ class Changes(dict[K, V], Generic[K, V]):
         super().clear()
 
 
+class PathMap(Changes[str, "Tracked"]):
+    """``Manifest.paths``: also knows, per directory, how many tracked paths lie below it, so
+    that "does the log hold anything at or below ``rel``" is one lookup at any tree size.
+
+    The counts are built at the first question (one pass over the map) and then kept as
+    paths come and go (a path's ancestors, O(depth)); a checkout keeps its manifest in
+    memory across commands, so a command pays for what it changed, not for the tree.
+    """
+
+    __slots__ = ("_below",)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self._below: dict[str, int] | None = None
+
+    def holds(self, rel: str) -> bool:
+        """Whether ``rel`` is a tracked directory or anything tracked lies below it."""
+        if self._below is None:
+            below: dict[str, int] = {}
+            for path in self:
+                for a in ancestors(path):
+                    below[a] = below.get(a, 0) + 1
+            self._below = below
+        if rel in self._below:
+            return True
+        tracked = self.get(rel)
+        return tracked is not None and tracked.sha256 is None
+
+    def _count(self, path: str, step: int) -> None:
+        below = self._below
+        if below is None:
+            return
+        for a in ancestors(path):
+            n = below.get(a, 0) + step
+            if n:
+                below[a] = n
+            else:
+                del below[a]
+
+    def __setitem__(self, key: str, value: Tracked) -> None:
+        if key not in self:
+            self._count(key, 1)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        super().__delitem__(key)
+        self._count(key, -1)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key in self:
+            self._count(key, -1)
+        return super().pop(key, *default)
+
+    def clear(self) -> None:
+        super().clear()
+        self._below = None
+
+
 class Head(msgspec.Struct, kw_only=True):
     """The manifest's fields other than its three maps (small: written whole every save)."""
 
@@ -142,7 +201,9 @@ _HEAD_FIELDS = tuple(f for f in Head.__struct_fields__)
 
 def watched(manifest: Manifest) -> Manifest:
     """``manifest`` with its maps made ``Changes`` (as decoded or made anew, they are dicts)."""
-    for name in ("paths", "local", "present"):
+    if not isinstance(manifest.paths, PathMap):
+        manifest.paths = PathMap(manifest.paths)
+    for name in ("local", "present"):
         value = getattr(manifest, name)
         if not isinstance(value, Changes):
             setattr(manifest, name, Changes(value))
@@ -197,7 +258,7 @@ class Store:
         """Write what changed since the last ``save`` (or ``load``): a frame appended to the
         log, or the whole once the log is long (see the module docstring)."""
         maps = [manifest.paths, manifest.local, manifest.present]
-        if not all(isinstance(m, Changes) for m in maps):
+        if not isinstance(manifest.paths, PathMap) or not all(isinstance(m, Changes) for m in maps):
             watched(manifest)
             self.rewrite = True
         if self.rewrite or self._log_bytes > max(LOG_MIN, self._whole_bytes // 2):

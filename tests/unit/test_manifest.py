@@ -7,8 +7,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from infra.exec.manifest import LOG, LOG_MIN, WHOLE, Manifest, Store, Tracked, watched
+from infra.exec.manifest import LOG, LOG_MIN, WHOLE, Manifest, PathMap, Store, Tracked, watched
 
 
 def saved(home: Path) -> tuple[Store, Manifest]:
@@ -65,3 +67,64 @@ def test_a_manifest_written_before_the_log_reads_as_not_knowing_what_is_uncommit
     (tmp_path / WHOLE).write_bytes(msgspec.msgpack.encode(old))
     loaded = Store(tmp_path).load()
     assert loaded.version == 3 and not loaded.present_known and loaded.present == {}
+
+
+def naive_holds(paths: dict[str, Tracked], rel: str) -> bool:
+    tracked = paths.get(rel)
+    return (tracked is not None and tracked.sha256 is None) or any(
+        p.startswith(rel + "/") for p in paths
+    )
+
+
+_DIR = Tracked(None)
+_FILE = Tracked("a" * 64)
+_names = st.sampled_from(["a", "b", "a/b", "a/c", "a/b/c", "b/a", "a/b/c/d", "c"])
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), _names, st.booleans()), max_size=40),
+    st.integers(0, 40),
+)
+def test_path_map_knows_what_lies_below_a_directory_as_paths_come_and_go(
+    ops: list[tuple[bool, str, bool]], ask_from: int
+) -> None:
+    """``holds`` answers as a scan of the map would, whether its counts were built before the
+    changes (then kept up) or after them; ``pop``, ``del`` and ``clear`` included."""
+    paths = PathMap({"a/z": _FILE})
+    for n, (put, name, is_dir) in enumerate(ops):
+        if n == ask_from:
+            paths.holds("a")  # the counts are built here, then kept
+        if put:
+            paths[name] = _DIR if is_dir else _FILE
+        elif n % 3 == 0:
+            paths.pop(name, None)
+        elif name in paths:
+            del paths[name]
+        if n == 20:
+            paths.clear()
+    for rel in ["a", "b", "a/b", "a/b/c", "c", "a/z", "z"]:
+        assert paths.holds(rel) == naive_holds(dict(paths), rel), rel
+
+
+def test_path_map_pays_for_what_changed_not_for_the_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first question, a change of one path and a question cost that path's depth:
+    the 10,000 paths of the map are not walked again (counted through ``ancestors``)."""
+    import infra.exec.manifest as module
+
+    paths = PathMap({f"d{n % 100}/f{n}.txt": _FILE for n in range(10_000)})
+    assert paths.holds("d7") and not paths.holds("e")
+    calls = 0
+    real = module.ancestors
+
+    def counted(path: str) -> list[str]:
+        nonlocal calls
+        calls += 1
+        return real(path)
+
+    monkeypatch.setattr(module, "ancestors", counted)
+    for n in range(50):
+        paths[f"new/x{n}.txt"] = _FILE
+        assert paths.holds("new")
+        paths.pop(f"new/x{n}.txt")
+        assert not paths.holds("new")
+    assert calls == 100
