@@ -102,10 +102,16 @@ class Up:
         return code
 
     def _close(self) -> None:
+        """Stop reading its output. Closing a pipe that the pump thread is still reading blocks
+        on the reader's lock until that read returns, which is never while a process the
+        stack left behind holds the pipe open (a test that hung 45 min in teardown): then the
+        pipe is left to the daemon thread."""
+        pumping = False
         if self._pump is not None:
             self._pump.join(10)
+            pumping = self._pump.is_alive()
             self._pump = None
-        if self.process is not None and self.process.stdout is not None:
+        if not pumping and self.process is not None and self.process.stdout is not None:
             self.process.stdout.close()
 
     def cli(

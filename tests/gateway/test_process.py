@@ -63,7 +63,7 @@ async def processes() -> AsyncIterator[list[asyncio.subprocess.Process]]:
     for process in started:
         if process.returncode is None:
             os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
+            await asyncio.wait_for(process.wait(), 30)
 
 
 async def stop(process: asyncio.subprocess.Process) -> tuple[int, str]:
