@@ -62,6 +62,8 @@ __all__ = [
     "start_reader",
     "start_writer",
     "start_writer_and_reader",
+    "start_overlay_stack",
+    "small_tree",
     "subscribed",
     "update_from",
     "writer_waiting",
@@ -251,6 +253,17 @@ async def start_executor(
     stack.push_async_callback(running.stop)
     await answers(nats_url, "executor", running.service.instance)
     return running.service
+
+
+async def start_overlay_stack(stack: AsyncExitStack, nats_url: str, root: Path) -> Executor:
+    """A writer, a reader and a bwrap executor whose commands run over an overlay (the test
+    skipped, saying why, where bwrap cannot run); ``stack`` stops them."""
+    need_bwrap()
+    await start_writer_and_reader(stack, nats_url, root)
+    config = ExecutorConfig(sandbox="bwrap")
+    running = await start_executor(stack, nats_url, root / "executor", config)
+    assert running.provider.overlays, running.provider.no_overlays
+    return running
 
 
 async def answers(nats_url: str, service: str, instance: str, timeout: float = 10.0) -> None:
@@ -474,3 +487,11 @@ def mount_tmpfs(path: Path, size: str) -> str | None:
         text=True,
     )
     return None if done.returncode == 0 else f"mount refused: {done.stderr.strip()}"
+
+
+def small_tree(root: Path) -> Path:
+    """``root`` with a directory ``d`` (``d/x.txt``: "x") and a file ``f.txt`` ("f")."""
+    (root / "d").mkdir(parents=True)
+    (root / "d/x.txt").write_text("x\n")
+    (root / "f.txt").write_text("f\n")
+    return root

@@ -18,7 +18,7 @@ from infra.exec.checkout import Checkout
 from infra.exec.commit import commit
 from quill.client import Quill
 from tests.conftest import StartReader
-from tests.helpers import new_workspace
+from tests.helpers import need_bwrap, new_workspace, start_writer_and_reader
 
 
 def open_checkout(nc: NATS, home: Path, workspace: str, quill: Quill | None = None) -> Checkout:
@@ -251,15 +251,12 @@ async def test_names_a_command_makes_that_break_the_rule_are_skipped_the_rest_co
     more of them."""
     from contextlib import AsyncExitStack
 
-    from infra.exec.sandbox import probe_bwrap
     from services.executor.app import ExecutorConfig
-    from tests.helpers import start_executor, start_reader, start_writer
+    from tests.helpers import start_executor
 
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
+    need_bwrap()
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         await start_executor(es, nats_url, tmp_path / "ex", ExecutorConfig(sandbox="bwrap"))
         ws = quill.workspace("acme/bad-names")
         await ws.create()
