@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -18,12 +19,15 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 import nats.errors
+import pytest
 from nats.aio.client import Client as NATS
 
+from contracts.errors import ErrorCode, QuillError
 from contracts.events import WorkspaceUpdated
 from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
 from infra import bus
+from infra.exec.sandbox import probe_bwrap
 from infra.runtime import Settings
 from infra.store import Store
 from quill.client import Quill, Workspace
@@ -41,15 +45,25 @@ __all__ = [
     "T0",
     "Gate",
     "LogBuilder",
+    "Refusals",
+    "alive",
     "answers",
     "approvals_pending",
     "describe",
     "eventually",
     "eventually_sync",
+    "host_processes",
+    "mount_tmpfs",
+    "need_bwrap",
+    "parked",
+    "new_workspace",
     "services_see",
     "start_executor",
     "start_reader",
     "start_writer",
+    "start_writer_and_reader",
+    "start_overlay_stack",
+    "small_tree",
     "subscribed",
     "update_from",
     "writer_waiting",
@@ -222,6 +236,13 @@ async def start_reader(
     return running.service
 
 
+async def start_writer_and_reader(stack: AsyncExitStack, nats_url: str, root: Path) -> None:
+    """A writer (data in ``root/writer``) and a reader (``root/reader``), both answering;
+    ``stack`` stops them."""
+    await start_writer(stack, nats_url, root / "writer")
+    await start_reader(stack, nats_url, root / "reader")
+
+
 async def start_executor(
     stack: AsyncExitStack, nats_url: str, data: Path, config: ExecutorConfig | None = None
 ) -> Executor:
@@ -232,6 +253,17 @@ async def start_executor(
     stack.push_async_callback(running.stop)
     await answers(nats_url, "executor", running.service.instance)
     return running.service
+
+
+async def start_overlay_stack(stack: AsyncExitStack, nats_url: str, root: Path) -> Executor:
+    """A writer, a reader and a bwrap executor whose commands run over an overlay (the test
+    skipped, saying why, where bwrap cannot run); ``stack`` stops them."""
+    need_bwrap()
+    await start_writer_and_reader(stack, nats_url, root)
+    config = ExecutorConfig(sandbox="bwrap")
+    running = await start_executor(stack, nats_url, root / "executor", config)
+    assert running.provider.overlays, running.provider.no_overlays
+    return running
 
 
 async def answers(nats_url: str, service: str, instance: str, timeout: float = 10.0) -> None:
@@ -252,6 +284,17 @@ async def answers(nats_url: str, service: str, instance: str, timeout: float = 1
         )
     finally:
         await nc.close()
+
+
+async def new_workspace(
+    services: Callable[[str], Awaitable[object]], client: Quill, name: str, reader: str = "r1"
+) -> Workspace:
+    """A reader replica started (``services``: the root fixture, a writer already running) and
+    workspace ``name`` created by ``client``: how most in-process tests begin."""
+    await services(reader)
+    ws = client.workspace(name)
+    await ws.create()
+    return ws
 
 
 async def restricted_for_commands(
@@ -368,3 +411,87 @@ class Gate:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 continue
+
+
+def need_bwrap() -> None:
+    """Skip the test, saying why, where the bwrap sandbox cannot run."""
+    if (why := probe_bwrap()) is not None:
+        print(f"skipped: bwrap cannot run here: {why}")
+        pytest.skip(f"bwrap cannot run here: {why}")
+
+
+async def parked(call: Awaitable[object]) -> str:
+    """The approval id of the ``APPROVAL_REQUIRED`` that ``call`` is answered with."""
+    with pytest.raises(QuillError) as info:
+        await call
+    assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
+    return str(info.value.details["approval_id"])
+
+
+class Refusals:
+    """nats-py's error callback (``error_cb=refusals.on_error``): the permissions violations
+    the server reports to a bare client. ``whole``: ``wait`` names whole subjects, not their
+    beginnings."""
+
+    def __init__(self, *, whole: bool = False) -> None:
+        self.seen: list[str] = []
+        self._news = asyncio.Event()
+        self._end = '"' if whole else ""
+
+    async def on_error(self, exc: Exception) -> None:
+        self.seen.append(str(exc))
+        self._news.set()
+
+    async def wait(self, kind: str, subject: str, timeout: float = 10.0) -> None:
+        """Until the server has refused ``kind`` ("publish", "subscription") on a subject
+        starting with ``subject`` (nats-py reports it in lower case)."""
+        needle = f'permissions violation for {kind} to "{subject.lower()}{self._end}'
+        try:
+            async with asyncio.timeout(timeout):
+                while not any(needle in seen for seen in self.seen):
+                    self._news.clear()
+                    await self._news.wait()
+        except TimeoutError:
+            raise AssertionError(f"the server did not refuse {kind} to {subject}") from None
+
+
+def host_processes(token: str) -> list[int]:
+    """Host processes whose command line holds ``token``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if token.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def mount_tmpfs(path: Path, size: str) -> str | None:
+    """Mount a tmpfs of ``size`` on ``path``; why not, or None."""
+    if os.geteuid() != 0:
+        return "mounting a tmpfs needs root"
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    return None if done.returncode == 0 else f"mount refused: {done.stderr.strip()}"
+
+
+def small_tree(root: Path) -> Path:
+    """``root`` with a directory ``d`` (``d/x.txt``: "x") and a file ``f.txt`` ("f")."""
+    (root / "d").mkdir(parents=True)
+    (root / "d/x.txt").write_text("x\n")
+    (root / "f.txt").write_text("f\n")
+    return root

@@ -131,6 +131,17 @@ class Up:
             raise AssertionError(f"quill {' '.join(args)} failed: {result.stderr}")
         return result
 
+    def spawn(self, *args: str) -> subprocess.Popen[str]:
+        """``quill ARGS`` running in the background against this ``up`` (a second user, or an
+        agent that waits): its output in pipes, the caller waits for it."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "quill", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "QUILL_NATS_URL": self.nats_url},
+        )
+
 
 @contextlib.contextmanager
 def running(

@@ -20,7 +20,7 @@ from contracts.limits import CEILINGS
 from quill.client import Quill
 from services.gateway.rest.edge import MAX_BODY_BYTES
 from services.gateway.server import Gateway, GatewayConfig, start_gateway
-from tests.helpers import eventually, start_reader, start_writer
+from tests.helpers import eventually, start_writer_and_reader
 
 FILE = "/v1/host/workspace/files/a.txt"
 TIMEOUT_S = 1.0
@@ -33,8 +33,7 @@ MCP_HEAD = "Content-Type: application/json\r\nAccept: application/json, text/eve
 @pytest_asyncio.fixture
 async def gateway(nats_url: str, tmp_path: Path) -> AsyncIterator[Gateway]:
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         config = GatewayConfig(nats_url, port=0, header_timeout=TIMEOUT_S, body_timeout=TIMEOUT_S)
         running = await start_gateway(config)
         stack.push_async_callback(running.stop)

@@ -12,7 +12,7 @@ import pytest_asyncio
 
 from infra.exec.sandbox import probe_bwrap
 from services.executor.app import Executor, ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import start_executor, start_writer_and_reader
 
 PROVIDERS = ["bwrap", "local"]
 
@@ -30,8 +30,7 @@ def provider(request: pytest.FixtureRequest) -> str:
 async def stack(nats_url: str, tmp_path: Path, provider: str) -> AsyncIterator[StartExecutor]:
     """A writer, a reader, and a function that starts executors with ``provider``."""
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         count = 0
 
         async def executor(**config: object) -> Executor:

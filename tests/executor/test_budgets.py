@@ -15,14 +15,13 @@ from nats.aio.client import Client as NATS
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from services.executor.app import Executor, ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import start_executor, start_writer_and_reader
 
 
 @pytest_asyncio.fixture
 async def executor(nats_url: str, tmp_path: Path) -> AsyncIterator[Executor]:
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         config = ExecutorConfig(sandbox="local")
         yield await start_executor(es, nats_url, tmp_path / "executor", config)
 

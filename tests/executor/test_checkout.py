@@ -18,6 +18,7 @@ from infra.exec.checkout import Checkout
 from infra.exec.commit import commit
 from quill.client import Quill
 from tests.conftest import StartReader
+from tests.helpers import need_bwrap, new_workspace, start_writer_and_reader
 
 
 def open_checkout(nc: NATS, home: Path, workspace: str, quill: Quill | None = None) -> Checkout:
@@ -53,9 +54,7 @@ async def run_commit(quill: Quill, co: Checkout, nc: NATS) -> rp.CapturedChanges
 async def test_materialise_capture_commit(
     services: StartReader, quill: Quill, nc: NATS, checkout: Checkout
 ) -> None:
-    await services("r1")
-    ws = quill.workspace(f"acme/{checkout.workspace}")
-    await ws.create()
+    ws = await new_workspace(services, quill, f"acme/{checkout.workspace}")
     big = os.urandom(100_000)  # over the inline size: goes by blob
     await ws.apply(
         [
@@ -105,9 +104,7 @@ async def test_materialise_capture_commit(
 async def test_conflicts_leave_the_other_change_in_place(
     services: StartReader, quill: Quill, nc: NATS, checkout: Checkout
 ) -> None:
-    await services("r1")
-    ws = quill.workspace(f"acme/{checkout.workspace}")
-    await ws.create()
+    ws = await new_workspace(services, quill, f"acme/{checkout.workspace}")
     await ws.write("shared.txt", "v1\n")
     await checkout.sync()
     base = checkout.version
@@ -126,9 +123,7 @@ async def test_conflicts_leave_the_other_change_in_place(
 async def test_many_files_are_one_event_and_a_reopened_checkout_resumes(
     services: StartReader, quill: Quill, nc: NATS, checkout: Checkout, tmp_path: Path
 ) -> None:
-    await services("r1")
-    ws = quill.workspace(f"acme/{checkout.workspace}")
-    await ws.create()
+    ws = await new_workspace(services, quill, f"acme/{checkout.workspace}")
     await checkout.sync()
     gen = checkout.tree / "gen"
     gen.mkdir()
@@ -154,9 +149,7 @@ async def test_many_files_are_one_event_and_a_reopened_checkout_resumes(
 async def test_setuid_bits_are_stripped_not_kept(
     services: StartReader, quill: Quill, nc: NATS, checkout: Checkout
 ) -> None:
-    await services("r1")
-    ws = quill.workspace(f"acme/{checkout.workspace}")
-    await ws.create()
+    ws = await new_workspace(services, quill, f"acme/{checkout.workspace}")
     await checkout.sync()
     tool = checkout.tree / "tool"
     tool.write_text("#!/bin/sh\n")
@@ -172,9 +165,7 @@ async def test_moves_and_restores_bring_their_content(
     services: StartReader, quill: Quill, nc: NATS, tmp_path: Path
 ) -> None:
     """A move or a restore names content the log carried before (by sha256, no bytes)."""
-    await services("r1")
-    ws = quill.workspace("acme/refs")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/refs")
     await ws.write("a.txt", "first\n")
     await ws.write("b.txt", "bee\n")
     v = ws.last_version
@@ -202,9 +193,7 @@ async def test_sync_replaces_links_and_never_follows_them(
     host = tmp_path / "host"
     host.mkdir()
     (host / "file").write_text("host\n")
-    await services("r1")
-    ws = quill.workspace(f"acme/{checkout.workspace}")
-    await ws.create()
+    ws = await new_workspace(services, quill, f"acme/{checkout.workspace}")
     await ws.write("d/x.txt", "x\n")
     await ws.write("a.txt", "a\n")
     await checkout.sync()
@@ -231,9 +220,7 @@ async def test_capture_reads_nothing_through_a_link(
 ) -> None:
     host = tmp_path / "host-ignore"
     host.write_text("*.txt\n")
-    await services("r1")
-    ws = quill.workspace(f"acme/{checkout.workspace}")
-    await ws.create()
+    await new_workspace(services, quill, f"acme/{checkout.workspace}")
     await checkout.sync()
     (checkout.tree / ".quillignore").symlink_to(host)
     (checkout.tree / "key").symlink_to(host)
@@ -264,15 +251,12 @@ async def test_names_a_command_makes_that_break_the_rule_are_skipped_the_rest_co
     more of them."""
     from contextlib import AsyncExitStack
 
-    from infra.exec.sandbox import probe_bwrap
     from services.executor.app import ExecutorConfig
-    from tests.helpers import start_executor, start_reader, start_writer
+    from tests.helpers import start_executor
 
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
+    need_bwrap()
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         await start_executor(es, nats_url, tmp_path / "ex", ExecutorConfig(sandbox="bwrap"))
         ws = quill.workspace("acme/bad-names")
         await ws.create()

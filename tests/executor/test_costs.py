@@ -24,10 +24,11 @@ from nats.aio.client import Client as NATS
 from bench import size
 from contracts.limits import LimitsPatch
 from contracts.requests import PutChange
-from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
-from services.executor.app import Executor, ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from services.executor.app import Executor
+from tests.helpers import (
+    start_overlay_stack,
+)
 
 PATHS = 500
 SIZES = [
@@ -38,16 +39,8 @@ SIZES = [
 
 @pytest_asyncio.fixture
 async def executor(nats_url: str, tmp_path: Path) -> AsyncIterator[Executor]:
-    if (why := probe_bwrap()) is not None:
-        print(f"skipped: bwrap cannot run here: {why}")
-        pytest.skip(f"bwrap cannot run here: {why}")
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
-        config = ExecutorConfig(sandbox="bwrap")
-        running = await start_executor(es, nats_url, tmp_path / "executor", config)
-        assert running.provider.overlays, running.provider.no_overlays
-        yield running
+        yield await start_overlay_stack(es, nats_url, tmp_path)
 
 
 def io(executor: Executor) -> Counter[str]:

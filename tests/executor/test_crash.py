@@ -16,9 +16,13 @@ import nats.errors
 import pytest
 
 from contracts.errors import ErrorCode, QuillError
-from infra.exec.sandbox import bwrap_path, probe_bwrap
+from infra.exec.sandbox import bwrap_path
 from quill.client import Quill
-from tests.helpers import eventually, start_reader, start_writer
+from tests.helpers import (
+    eventually,
+    need_bwrap,
+    start_writer_and_reader,
+)
 
 
 async def executor_process(quill: Quill, data: Path) -> asyncio.subprocess.Process:
@@ -38,11 +42,9 @@ async def executor_process(quill: Quill, data: Path) -> asyncio.subprocess.Proce
 
 
 async def test_an_executor_killed_mid_command(nats_url: str, tmp_path: Path) -> None:
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
+    need_bwrap()
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         quill = await Quill.connect(nats_url, exec_silence_s=3, retries=0)
         stack.push_async_callback(quill.close)
         ws = quill.workspace("acme/crash")
@@ -134,8 +136,7 @@ async def test_an_executor_kills_the_sandboxes_an_earlier_one_left(
     user namespace forever, or a sandbox whose parent-death signal was not armed) is killed
     when an executor starts on the same data directory; sandboxes over anything else are not
     touched, and a second executor on a directory in use is refused."""
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
+    need_bwrap()
     data = tmp_path / "executor"
     blocked = await _sandbox(data / "checkouts" / "acme" / "a" / "tree", blocked=True)
     running = await _sandbox(data / "checkouts" / "acme" / "b" / "tree", blocked=False)

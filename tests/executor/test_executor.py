@@ -17,12 +17,17 @@ from nats.aio.msg import Msg
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import HEADER_STREAM, STREAM_AUDIT
-from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from tests import helpers
 from tests.executor.conftest import PROVIDERS, StartExecutor
-from tests.helpers import eventually, start_executor, start_reader, start_writer
+from tests.helpers import (
+    eventually,
+    need_bwrap,
+    start_executor,
+    start_writer,
+    start_writer_and_reader,
+)
 
 
 async def workspace(quill: Quill, name: str) -> Workspace:
@@ -71,12 +76,10 @@ SAME_EVERYWHERE = [
 async def test_both_providers_answer_identically(nats_url: str, tmp_path: Path) -> None:
     """Seed 002, "Same tool behavior across providers": the same commands give the same
     replies (but for time and versions) under bwrap and local."""
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
+    need_bwrap()
     answers: dict[str, list[dict[str, object]]] = {}
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         quill = await Quill.connect(nats_url)
         es.push_async_callback(quill.close)
         for provider in PROVIDERS:

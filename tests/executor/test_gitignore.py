@@ -33,7 +33,9 @@ put("pkg/mod.py", "x = 1\\n")
 EOF"""
 
 
-async def _workspace(quill: Quill, name: str, **limits: object) -> Workspace:
+async def _workspace(stack: StartExecutor, quill: Quill, name: str, **limits: object) -> Workspace:
+    """An executor started (``stack``) and workspace ``name`` created with ``limits``."""
+    await stack()
     ws = quill.workspace(name)
     await ws.create(limits=LimitsPatch(**limits) if limits else None)  # type: ignore[arg-type]
     await ws.write("notes.log", "committed before\n")
@@ -43,8 +45,7 @@ async def _workspace(quill: Quill, name: str, **limits: object) -> Workspace:
 async def test_tool_caches_stay_out_of_history(
     stack: StartExecutor, quill: Quill, name: str
 ) -> None:
-    await stack()
-    ws = await _workspace(quill, name)
+    ws = await _workspace(stack, quill, name)
     r = await ws.exec(TOOLS)
     assert r.exit_code == 0, r.stderr
     committed = sorted(p.path for p in r.changes.paths)
@@ -70,8 +71,7 @@ async def test_tool_caches_stay_out_of_history(
 async def test_a_committed_path_stays_committed_whatever_a_pattern_says(
     stack: StartExecutor, quill: Quill, name: str
 ) -> None:
-    await stack()
-    ws = await _workspace(quill, name)
+    ws = await _workspace(stack, quill, name)
     await ws.write("vendor2/lib.py", "v = 1\n")
     r = await ws.exec(
         "printf '*.log\\nvendor2/\\n' > .gitignore && echo changed >> notes.log && "
@@ -92,8 +92,7 @@ async def test_a_committed_path_stays_committed_whatever_a_pattern_says(
 async def test_the_workspace_option_turns_it_off(
     stack: StartExecutor, quill: Quill, name: str
 ) -> None:
-    await stack()
-    ws = await _workspace(quill, name, gitignore=False)
+    ws = await _workspace(stack, quill, name, gitignore=False)
     assert (await ws.info()).limits.gitignore is False
     r = await ws.exec(TOOLS)
     paths = {p.path for p in r.changes.paths}
@@ -106,8 +105,7 @@ async def test_the_workspace_option_turns_it_off(
 async def test_a_changed_gitignore_changes_what_is_ignored_below_it(
     stack: StartExecutor, quill: Quill, name: str
 ) -> None:
-    await stack()
-    ws = await _workspace(quill, name)
+    ws = await _workspace(stack, quill, name)
     await ws.write("sub/keep.py", "k = 1\n")
     first = await ws.exec(
         "printf '*.tmp\\n' > sub/.gitignore && echo a > sub/a.tmp && mkdir -p sub/deep && "
@@ -138,8 +136,7 @@ async def test_a_repository_inside_is_not_taken_apart(
 ) -> None:
     """As git, no pattern applies inside ``.git``: a project's ``logs/`` or ``objects/`` line
     leaves a repository's state whole (it is versioned like any file)."""
-    await stack()
-    ws = await _workspace(quill, name)
+    ws = await _workspace(stack, quill, name)
     r = await ws.exec(
         "printf 'logs/\\nobjects/\\nindex\\n*.pack\\n' > .gitignore && git init -q repo"
         " && cd repo && echo r > r.txt && mkdir logs && echo l > logs/x && git add r.txt"

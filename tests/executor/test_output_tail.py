@@ -6,9 +6,7 @@ providers."""
 
 from __future__ import annotations
 
-import os
 import secrets
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +15,7 @@ from contracts.limits import LimitsPatch
 from quill.client import Quill, Workspace
 from services.executor.output import CHUNK, OutputConfig
 from tests.executor.conftest import StartExecutor
+from tests.helpers import host_processes
 
 LINES = 50_000
 LOG = f"for i in $(seq 1 {LINES}); do echo \"line $i of the build\"; done; echo 'ERROR: it broke'"
@@ -150,21 +149,9 @@ async def test_background_processes_are_counted_and_killed(
     token = f"300.{secrets.randbelow(10**9):09d}"  # names the processes on the host
     r = await ws.exec(f"sleep {token} & sleep {token} & echo started")
     assert (r.exit_code, r.stdout, r.background_killed) == (0, "started\n", 2)
-    assert not running(token)
+    assert not host_processes(token)
     again = await ws.exec("echo nothing left behind")
     assert again.background_killed == 0
-
-
-def running(token: str) -> list[int]:
-    """Host processes whose command line holds ``token``."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if token.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            pass
-    return found
 
 
 async def test_a_read_of_the_closed_stdin_is_reported(

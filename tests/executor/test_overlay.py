@@ -14,15 +14,16 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from contracts import requests as rq
 from contracts.limits import LimitsPatch
 from contracts.replies import CommandResult
-from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from services.executor.app import ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import (
+    need_bwrap,
+    start_executor,
+    start_writer_and_reader,
+)
 
 FILES = [
     rq.PutChange(path="src/a.py", content="a = 1\n"),
@@ -107,12 +108,9 @@ async def replies(nats_url: str, data: Path, sandbox: str, ws: Workspace) -> lis
 async def test_a_command_over_an_overlay_changes_what_it_would_change_in_place(
     nats_url: str, tmp_path: Path
 ) -> None:
-    if (why := probe_bwrap()) is not None:
-        print(f"skipped: bwrap cannot run here: {why}")
-        pytest.skip(f"bwrap cannot run here: {why}")
+    need_bwrap()
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         quill = await Quill.connect(nats_url, actor="agent")
         es.push_async_callback(quill.close)
         got = {}

@@ -20,7 +20,7 @@ from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
 from tests import helpers
 from tests.executor.conftest import StartExecutor
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import start_executor, start_writer_and_reader
 
 SECRET = "sk-live-0123456789abcdef"
 
@@ -113,8 +113,7 @@ async def test_what_the_writer_redacts_is_what_the_checkout_holds_next(
     registry.write_text(f'[secrets]\nopenai = "{SECRET}"\n')
     monkeypatch.setenv("QUILL_SECRETS", str(registry))
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         config = ExecutorConfig(sandbox="local")
         executor = await start_executor(stack, nats_url, tmp_path / "executor", config)
         quill = await Quill.connect(nats_url, actor="agent")

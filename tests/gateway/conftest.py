@@ -16,7 +16,7 @@ from quill.client import Quill
 from quill_cli.natsserver import NatsServer
 from services.gateway.access import Principal, Tokens
 from services.gateway.server import Gateway, GatewayConfig, start_gateway
-from tests.helpers import start_reader, start_writer
+from tests.helpers import start_writer_and_reader
 
 StartGateway = Callable[..., Awaitable[Gateway]]
 
@@ -35,8 +35,7 @@ async def start(nats_url: str, tmp_path: Path) -> AsyncIterator[StartGateway]:
     ``{token: "tenant/workspace"}``, or ``Tokens`` as loaded from a file; ``options``: more
     ``GatewayConfig`` fields)."""
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
 
         async def gateway(
             tokens: dict[str, str] | Tokens | None = None,

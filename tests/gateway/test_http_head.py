@@ -14,7 +14,7 @@ import pytest_asyncio
 
 from infra.http.bounds import MAX_HEAD_BYTES
 from services.gateway.server import Gateway, GatewayConfig, start_gateway
-from tests.helpers import start_reader, start_writer
+from tests.helpers import start_writer_and_reader
 
 DEADLINE_S = 15.0
 """How long a test waits for the gateway to answer and close."""
@@ -26,8 +26,7 @@ FILES = "/v1/host/workspace/files"
 @pytest_asyncio.fixture
 async def gateway(nats_url: str, tmp_path: Path) -> AsyncIterator[Gateway]:
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         running = await start_gateway(GatewayConfig(nats_url, port=0, header_timeout=HEAD_S))
         stack.push_async_callback(running.stop)
         yield running

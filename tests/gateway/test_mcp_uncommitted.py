@@ -9,23 +9,20 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import httpx
-import pytest
 
 from contracts.limits import LimitsPatch
-from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, mcp_client, model_view
-from tests.helpers import start_executor
+from tests.helpers import need_bwrap, start_executor
 
 WHY = "exists in the sandbox but was not committed"
 TOKEN = "t-small"
 
 
 async def test_the_model_is_told_why(start: StartGateway, nats_url: str, tmp_path: Path) -> None:
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
+    need_bwrap()
     client = await Quill.connect(nats_url)
     try:  # before the gateway, which creates its principals' workspaces with default limits
         await client.workspace("acme/small").create(limits=LimitsPatch(max_file_bytes=4096))

@@ -20,7 +20,7 @@ from infra.http.scrape import Whole
 from services.gateway.server import Gateway, GatewayConfig, start_gateway
 from tests.gateway.support import mcp_client, ok
 from tests.gateway.test_process import processes, spawn  # noqa: F401
-from tests.helpers import eventually, start_reader, start_writer
+from tests.helpers import eventually, start_writer, start_writer_and_reader
 
 __all__ = ["processes"]
 
@@ -73,8 +73,7 @@ async def served_by(gateway: Gateway, pids: list[int]) -> set[int]:
 async def two(nats_url: str, tmp_path: Path) -> AsyncIterator[Gateway]:
     """A gateway of two workers (this process and one more)."""
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         gateway = await start_gateway(GatewayConfig(nats_url, port=0, workers=2))
         stack.push_async_callback(gateway.stop)
         yield gateway
@@ -107,8 +106,7 @@ async def test_a_worker_that_dies_is_restarted(two: Gateway) -> None:
 
 async def test_stopping_stops_every_worker(nats_url: str, tmp_path: Path) -> None:
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         gateway = await start_gateway(GatewayConfig(nats_url, port=0, workers=3))
         assert gateway.workers is not None
         children = list(gateway.workers.processes.values())
@@ -159,8 +157,7 @@ async def test_workers_stop_when_the_gateway_is_killed(
     """``quill gateway --workers 2`` killed outright (no chance to stop its workers): the
     worker sees its parent gone and stops, rather than hold the port as an orphan."""
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         port = str(_free_port())
         gateway = await spawn(
             "gateway", "--nats-url", nats_url, "--http-port", port, "--workers", "2"

@@ -12,15 +12,14 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import BUCKET_BLOBS, STREAM_EVENTS, Subjects
 from quill.client import Quill
+from tests.helpers import new_workspace
 from tests.integration.conftest import StartReader
 
 
 async def test_a_put_may_name_content_already_in_the_object_store(
     services: StartReader, quill: Quill, nc: NATS
 ) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/blobref")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/blobref")
     big = bytes(range(256)) * 1024  # 256 KiB, binary
     sha = hashlib.sha256(big).hexdigest()
     await (await nc.jetstream().object_store(BUCKET_BLOBS)).put(
@@ -44,9 +43,7 @@ async def test_a_put_may_name_content_already_in_the_object_store(
 
 
 async def test_a_file_replaced_by_a_directory(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/replace")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/replace")
     await ws.write("build", "a file")
     done = await ws.apply(
         [rq.DeleteChange(path="build"), rq.MkdirChange(path="build")], base_version=2
@@ -67,9 +64,7 @@ async def test_a_file_replaced_by_a_directory(services: StartReader, quill: Quil
 async def test_contents_over_the_inline_budget_go_to_the_object_store(
     services: StartReader, quill: Quill, nc: NATS
 ) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/budget")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/budget")
     # 120 files of 50 KB: each small enough to go inline, 6 MB together (over 4 MiB).
     files = {f"gen/{i:03}.txt": f"{i:03}:".ljust(50_000, "x") for i in range(120)}
     await ws.apply([rq.PutChange(path=p, content=t) for p, t in files.items()])

@@ -20,19 +20,12 @@ from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
 from tests.helpers import (
     approvals_pending,
+    parked,
     restricted_for_commands,
     start_executor,
     start_reader,
     start_writer,
 )
-
-
-async def parked(call: object) -> str:
-    """The approval id an ``APPROVAL_REQUIRED`` names."""
-    with pytest.raises(QuillError) as info:
-        await call  # type: ignore[misc]
-    assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
-    return str(info.value.details["approval_id"])
 
 
 async def test_an_approved_change_is_made_without_its_client(

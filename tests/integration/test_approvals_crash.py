@@ -27,7 +27,6 @@ import nats.errors
 import pytest
 from nats.js.errors import NotFoundError
 
-from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from contracts.subjects import STREAM_APPROVALS, Subjects
 from infra import approvals, bus
@@ -35,10 +34,12 @@ from quill.client import Quill
 from services.executor.app import ExecutorConfig
 from tests.helpers import (
     eventually,
+    parked,
     restricted_for_commands,
     start_executor,
     start_reader,
     start_writer,
+    start_writer_and_reader,
 )
 from tests.system.test_tenants import descendants
 
@@ -92,13 +93,6 @@ async def serving(nats_url: str, service: str, timeout: float = 60.0) -> None:
         await eventually(answers, timeout, f"a {service} answers a ping", ignoring=no_answer)
     finally:
         await nc.close()
-
-
-async def parked(call: object) -> str:
-    with pytest.raises(QuillError) as info:
-        await call  # type: ignore[misc]
-    assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
-    return str(info.value.details["approval_id"])
 
 
 async def test_a_writer_killed_after_the_decision_leaves_it_to_the_next(
@@ -156,8 +150,7 @@ async def test_an_executor_killed_after_its_claim_is_told_lost(
     (lost), what it did is not committed, and it can be asked again."""
     monkeypatch.setattr(approvals, "CLAIM_GRACE_S", 1.0, raising=False)
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         ws, desk = await restricted_for_commands(
             stack, nats_url, "acme/lost", limits=LimitsPatch(max_exec_ms=8000), human_timeout=30
         )

@@ -13,6 +13,7 @@ from nats.aio.client import Client as NATS
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
 from quill.client import Quill
+from tests.helpers import new_workspace
 from tests.integration.conftest import StartReader
 
 TEXT = "[server]\nport = 8080\nhost = 'a'\n\n[client]\nport = 8080\nretries = 3\n"
@@ -28,9 +29,7 @@ async def bus_edit(nc: NATS, workspace: str, **body: Any) -> dict[str, Any]:
 async def test_the_details_name_the_matches_and_the_closest(
     services: StartReader, quill: Quill, nc: NATS
 ) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/edits")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/edits")
     await ws.write("app.toml", TEXT)
 
     twice = await bus_edit(nc, "edits", path="app.toml", old_string="port = 8080", new_string="x")

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from contracts.requests import PutChange
 from quill.client import Quill
+from tests.helpers import new_workspace
 from tests.integration.conftest import StartReader
 
 
 async def test_each_change_says_what_it_did(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/marks")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/marks")
     await ws.write("a.txt", "one\n")  # v2: added
     await ws.write("a.txt", "two\n")  # v3: modified
     await ws.mkdir("d")  # v4: a directory added

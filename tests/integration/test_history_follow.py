@@ -8,6 +8,7 @@ import pytest
 from contracts import replies as rp
 from quill.client import Quill
 from services.reader import history
+from tests.helpers import new_workspace
 from tests.integration.conftest import StartReader
 
 
@@ -16,9 +17,7 @@ def seen(page: rp.HistoryPage) -> list[tuple[int, str, str | None, str | None]]:
 
 
 async def test_history_follows_a_move(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/follow")
-    await ws.create()  # v1
+    ws = await new_workspace(services, quill, "acme/follow")  # v1
     await ws.write("b.txt", "an older b\n")  # v2: another file, once named b.txt
     await ws.delete("b.txt")  # v3
     await ws.write("a.txt", "one\n")  # v4
@@ -45,9 +44,7 @@ async def test_history_follows_a_move(services: StartReader, quill: Quill) -> No
 
 
 async def test_a_page_goes_on_under_the_earlier_name(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/pages")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/pages")
     for n in range(3):
         await ws.write("a.txt", f"{n}\n")  # v2, v3, v4
     await ws.move("a.txt", "b.txt")  # v5
@@ -63,9 +60,7 @@ async def test_a_page_goes_on_under_the_earlier_name(services: StartReader, quil
 
 async def test_a_move_cycle_ends(services: StartReader, quill: Quill) -> None:
     """a → b → a → b: the walk goes down the versions, through each name once a move."""
-    await services("r1")
-    ws = quill.workspace("acme/cycle")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/cycle")
     await ws.write("a", "x\n")  # v2
     await ws.move("a", "b")  # v3
     await ws.move("b", "a")  # v4
@@ -84,9 +79,7 @@ async def test_a_long_chain_is_read_a_page_at_a_time(
     services: StartReader, quill: Quill, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """100 moves, a page of 10: ten seeks (one a move), never the chain."""
-    await services("r1")
-    ws = quill.workspace("acme/chain")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/chain")
     await ws.write("f0", "x\n")
     for n in range(100):
         await ws.move(f"f{n}", f"f{n + 1}")

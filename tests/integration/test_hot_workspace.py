@@ -23,7 +23,7 @@ from quill.client import CONFLICT_BASE_S, CONFLICT_CAP_S, Quill, conflict_backof
 from services.writer.app import Writer
 from services.writer.append import AppendError, Group
 from tests.conftest import StartReader
-from tests.helpers import eventually, writer_on
+from tests.helpers import eventually, new_workspace, writer_on
 
 S = Subjects()
 CLIENTS = 64
@@ -53,9 +53,7 @@ async def single(nats_url: str) -> AsyncIterator[Quill]:
 async def test_sixty_four_clients_appending_to_one_file_all_commit(
     services: StartReader, single: Quill
 ) -> None:
-    await services("r1")
-    ws = single.workspace("hot/append")
-    await ws.create()
+    ws = await new_workspace(services, single, "hot/append")
     lines = [f"client {n:02}\n" for n in range(CLIENTS)]
     written = await asyncio.gather(*[ws.write("log.txt", line, mode="append") for line in lines])
     assert all(w.committed for w in written)
@@ -69,9 +67,7 @@ async def test_sixty_four_clients_appending_to_one_file_all_commit(
 async def test_sixty_four_unique_edits_of_one_file_all_commit(
     services: StartReader, single: Quill
 ) -> None:
-    await services("r1")
-    ws = single.workspace("hot/edit")
-    await ws.create()
+    ws = await new_workspace(services, single, "hot/edit")
     await ws.write("doc.txt", "".join(f"line {n:02}: old\n" for n in range(CLIENTS)))
     edited = await asyncio.gather(
         *[ws.edit("doc.txt", f"line {n:02}: old", f"line {n:02}: new") for n in range(CLIENTS)]
@@ -189,9 +185,7 @@ async def test_the_next_group_is_decided_while_one_is_in_flight(
 
 
 async def test_a_conflict_is_retried_only_when_asked(services: StartReader, single: Quill) -> None:
-    await services("r1")
-    ws = single.workspace("hot/asked")
-    await ws.create()
+    ws = await new_workspace(services, single, "hot/asked")
     await ws.write("f.txt", "one\n")
     tries = 0
 

@@ -27,7 +27,7 @@ from quill.credentials import ENV_NAMES, NatsAuth
 from quill_cli.natsserver import NatsServer
 from services.reader import follower
 from tests.conftest import StartReader
-from tests.helpers import start_writer
+from tests.helpers import new_workspace, start_writer
 from tests.metrics_scrape import Scrape, scrape, scraped
 
 
@@ -151,9 +151,7 @@ async def test_refused_publishes_are_publish_failures(
 async def test_every_request_is_counted_and_an_invented_op_is_unknown(
     services: StartReader, quill: Quill, nc: NATS
 ) -> None:
-    await services("r")
-    ws = quill.workspace("metrics/hostile")
-    await ws.create()
+    ws = await new_workspace(services, quill, "metrics/hostile", "r")
     before = scrape()
     invented = f"op{uuid.uuid4().hex}"
     for kind in ("cmd", "qry"):

@@ -17,6 +17,7 @@ from contracts.paths import normalize_existing
 from quill.client import Quill
 from services.reader.handlers import eagerly
 from services.reader.queries import existing
+from tests.helpers import new_workspace
 from tests.integration.conftest import StartReader
 
 
@@ -140,9 +141,7 @@ async def test_eagerly_passes_failures_and_cancellation_to_the_coroutine() -> No
 async def test_remembered_paths_are_normal_and_refusals_are_not_remembered(
     services: StartReader, quill: Quill
 ) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/paths")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/paths")
     await ws.write("d/a.txt", "a\n")
     for _ in range(2):
         assert (await ws.read("./d//a.txt")).path == "d/a.txt"

@@ -12,6 +12,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
 from quill.client import Quill, Workspace
+from tests.helpers import new_workspace
 from tests.integration.conftest import StartReader
 
 LINES = "".join(f"line {i}\n" for i in range(1, 5001))
@@ -31,9 +32,7 @@ async def bus_read(nc: NATS, workspace: str, **body: object) -> dict[str, object
 async def test_a_tail_keeps_the_last_lines_a_head_the_first(
     services: StartReader, quill: Quill, nc: NATS
 ) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/windows")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/windows")
     await ws.write("big.log", LINES)
     tail = await bus_read(nc, "windows", path="big.log", tail=3000, min_version=2)
     assert tail["content"] == lines(3001, 5000)
@@ -100,9 +99,7 @@ async def test_the_byte_limit_cuts_at_the_anchored_end_and_long_lines_in_parts(
 
 
 async def test_read_text_returns_the_whole_file(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/whole")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/whole")
     await ws.write("big.log", LINES)
     assert await ws.read_text("big.log") == LINES  # 5,000 lines: more than one read's 2,000
     wide = "ab\n" * 10 + "é" * 150_000  # 300,030 bytes, its last line 300,000 bytes

@@ -14,13 +14,12 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
 from quill.client import Quill
+from tests.helpers import new_workspace
 from tests.integration.conftest import StartReader
 
 
 async def test_read_your_writes_and_every_version(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/reads")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/reads")
     await ws.write("doc.md", "one\ntwo\n")  # v2
     await ws.write("doc.md", "three\n", mode="append")  # v3
     await ws.delete("doc.md")  # v4
@@ -39,9 +38,7 @@ async def test_read_your_writes_and_every_version(services: StartReader, quill: 
 
 
 async def test_line_ranges_numbers_and_limits(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/lines")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/lines")
     await ws.write("f.txt", "".join(f"line {i}\n" for i in range(1, 201)))
     r = await ws.read("f.txt", offset=100, limit=3, line_numbers=True)
     assert r.content == "100: line 100\n101: line 101\n102: line 102\n"
@@ -59,9 +56,7 @@ async def test_line_ranges_numbers_and_limits(services: StartReader, quill: Quil
 
 
 async def test_binary_files_give_metadata_and_bytes(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/bin")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/bin")
     blob = bytes(range(256)) * 1024  # 256 KiB: stored in WS_BLOBS, not inline
     await ws.write("img.bin", blob)
     r = await ws.read("img.bin")
@@ -72,9 +67,7 @@ async def test_binary_files_give_metadata_and_bytes(services: StartReader, quill
 
 
 async def test_list_stat_history_info_events(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/meta")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/meta")
     await ws.write("src/a.py", "a")
     await ws.write("src/b.py", "bb")
     await ws.mkdir("docs/empty")
@@ -108,9 +101,7 @@ async def test_list_stat_history_info_events(services: StartReader, quill: Quill
 
 async def test_two_replicas_answer_the_same(services: StartReader, quill: Quill, nc: NATS) -> None:
     await services("ra")
-    await services("rb")
-    ws = quill.workspace("acme/twins")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/twins", "rb")
     for i in range(20):
         await ws.write(f"d{i % 3}/f{i}.txt", f"{i}\n" * i)
     subjects = Subjects()
@@ -171,9 +162,7 @@ async def test_bad_queries_get_invalid_argument(services: StartReader, nc: NATS)
 
 
 async def test_apply_through_the_sdk(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/apply")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/apply")
     await ws.write("keep.txt", "k")
     result = await ws.apply(
         [

@@ -14,7 +14,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import STREAM_AUDIT, STREAM_EVENTS
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import start_executor, start_writer_and_reader
 
 SECRET = "sk-live-0123456789abcdef"
 AWS = "AKIAABCDEFGHIJKLMNOP"
@@ -37,8 +37,7 @@ async def test_secrets_never_reach_the_log(
     )
     monkeypatch.setenv("QUILL_SECRETS", str(registry))
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
         quill = await Quill.connect(nats_url, actor="agent-7")
         stack.push_async_callback(quill.close)
@@ -76,8 +75,7 @@ async def test_names_holding_a_secret_are_refused_and_audited_redacted(
     registry.write_text(f'[secrets]\nopenai = "{SECRET}"\n')
     monkeypatch.setenv("QUILL_SECRETS", str(registry))
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
         quill = await Quill.connect(nats_url, actor="agent-7")
         stack.push_async_callback(quill.close)

@@ -39,7 +39,7 @@ from quill_cli.cli import main
 from quill_cli.natsserver import NatsServer
 from quill_cli.tools import replay as rpl
 from tests.conftest import StartReader
-from tests.helpers import LogBuilder
+from tests.helpers import LogBuilder, new_workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBJECTS = Subjects()
@@ -223,9 +223,7 @@ async def test_a_compacted_workspace_replays_from_its_manifest(
 async def test_runs_are_listed_and_replayed_as_they_read(
     services: StartReader, quill: Quill, tmp_path: Path, nats_url: str
 ) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/runs")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/runs")
     await ws.write("plan.md", "turn 0\n")
     await ws.start_run("turn-1")  # reads version 2
     await ws.write("plan.md", "turn 1\n")

@@ -10,15 +10,13 @@ import pytest
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from tests.conftest import StartReader
-from tests.helpers import eventually, writer_waiting
+from tests.helpers import eventually, new_workspace, writer_waiting
 
 
 async def test_a_run_reads_the_version_it_started_at(services: StartReader, quill: Quill) -> None:
     """The RFC's conformance case: a write in turn i is invisible to turn i and visible to
     turn i + 1, however it was written (by the run itself, or by someone else)."""
-    await services("r1")
-    ws = quill.workspace("acme/runs")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/runs")
     await ws.write("DIRECTIVES.md", "turn 0\n")
     async with ws.run() as turn1:
         assert await turn1.read_text("DIRECTIVES.md") == "turn 0\n"
@@ -100,9 +98,7 @@ async def test_locks_between_sessions(services: StartReader, nats_url: str) -> N
 
 
 async def test_trust_changes_are_events(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/trust")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/trust")
     assert (await ws.set_trust("restricted")).changed
     assert not (await ws.set_trust("restricted")).changed
     assert (await ws.info()).trust == "restricted"

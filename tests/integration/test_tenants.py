@@ -37,7 +37,14 @@ from quill.credentials import ENV_NAMES, SYSTEM_USER, NatsAuth
 from quill_cli import tenants
 from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer, subscribed, update_from
+from tests.helpers import (
+    Refusals,
+    start_executor,
+    start_reader,
+    start_writer,
+    subscribed,
+    update_from,
+)
 
 SYSTEM = NatsAuth(SYSTEM_USER, "system-password-for-tests")
 A = tenants.Tenant("a", password="tenant-a-password")
@@ -72,27 +79,6 @@ async def url(
         for name in ENV_NAMES:  # everyone else names their own credentials
             monkeypatch.delenv(name, raising=False)
         yield server.url
-
-
-class Refusals:
-    """nats-py's error callback: the permissions violations the server reports."""
-
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-        self._news = asyncio.Event()
-
-    async def on_error(self, exc: Exception) -> None:
-        self.seen.append(str(exc))
-        self._news.set()
-
-    async def wait(self, kind: str, subject: str, timeout: float = 5.0) -> None:
-        """Until the server has refused ``kind`` ("publish", "subscription") on a subject
-        starting with ``subject`` (nats-py reports it in lower case)."""
-        needle = f'permissions violation for {kind} to "{subject.lower()}'
-        async with asyncio.timeout(timeout):
-            while not any(needle in seen for seen in self.seen):
-                self._news.clear()
-                await self._news.wait()
 
 
 async def bare(url: str, tenant: tenants.Tenant, refusals: Refusals) -> NATS:

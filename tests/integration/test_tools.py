@@ -7,6 +7,7 @@ import pytest
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill, Workspace
+from tests.helpers import new_workspace
 from tests.integration.conftest import StartReader
 
 
@@ -120,9 +121,7 @@ async def test_grep_finds_content_only_in_the_object_store(
     services: StartReader, quill: Quill
 ) -> None:
     """A large file's content is not in the trigram index until fetched: grep must still find it."""
-    await services("r1")
-    ws = quill.workspace("acme/bigfile")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/bigfile")
     await ws.write("big.log", "noise line\n" * 10_000 + "needle in the haystack\n")
     found = await ws.grep("needle in the")
     assert [(h.path, h.line) for h in found.matches] == [("big.log", 10_001)]
@@ -184,9 +183,7 @@ async def test_diff_and_restore(services: StartReader, quill: Quill) -> None:
 
 
 async def test_grep_context_stops_at_the_file_edges(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/edges")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/edges")
     await ws.write("f.txt", "first\nmiddle\nlast\n")
     first = (await ws.grep("first", context_lines=3)).matches[0]
     last = (await ws.grep("last", context_lines=3)).matches[0]
@@ -195,9 +192,7 @@ async def test_grep_context_stops_at_the_file_edges(services: StartReader, quill
 
 
 async def test_grep_anchors_match_at_line_edges(services: StartReader, quill: Quill) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/anchors")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/anchors")
     await ws.write("notes.md", "intro\n# TODO first\n  # TODO indented\nend TODO\n")
     assert [h.line for h in (await ws.grep("^# TODO")).matches] == [2]
     assert [h.line for h in (await ws.grep("TODO$")).matches] == [4]

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from infra import tracing
 from services.gateway.server import Gateway, GatewayConfig, start_gateway
-from tests.helpers import start_reader, start_writer
+from tests.helpers import start_writer_and_reader
 
 FILES = "/v1/host/workspace/files"
 
@@ -46,8 +46,7 @@ async def gateway(
     nats_url: str, tmp_path: Path, spans: InMemorySpanExporter
 ) -> AsyncIterator[Gateway]:
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "writer")
-        await start_reader(stack, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(stack, nats_url, tmp_path)
         running = await start_gateway(GatewayConfig(nats_url, port=0, workers=1))
         stack.push_async_callback(running.stop)
         yield running

@@ -10,11 +10,13 @@ executor does on the host after a command holds with both)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
+from quill.client import Quill
 from quill_cli.natsserver import NatsServer
 from tests.gateway.conftest import start  # noqa: F401 (a fixture: gateways on a writer, a reader)
 from tests.up import Up
@@ -61,10 +63,19 @@ def provider(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="module")
 def per_provider(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Iterator[NatsServer]:
     """A nats-server of each provider's own (the tests name their workspaces): a module's
-    ``nats_server`` where it returns this."""
+    ``nats_server`` where it imports this as that (``from tests.security.conftest import
+    per_provider as nats_server``)."""
     server = NatsServer(tmp_path_factory.mktemp(f"nats-{provider}")).start()
     yield server
     server.stop()
+
+
+@pytest_asyncio.fixture
+async def client(nats_url: str) -> AsyncIterator[Quill]:
+    """A client that does not retry: a refusal shows as it is."""
+    quill = await Quill.connect(nats_url, retries=0)
+    yield quill
+    await quill.close()
 
 
 def bwrap_only(provider: str, why: str) -> None:

@@ -26,17 +26,11 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import MAX_PENDING_APPROVALS
 from contracts.subjects import STREAM_APPROVALS
+from tests.helpers import parked
 from tests.security.test_command_output_tenants import ask
 from tests.up import PASSWORDS, TENANTS, Up, quill_as
 
 pytestmark = pytest.mark.up(tenants=TENANTS)
-
-
-async def parked(call: Any) -> str:
-    with pytest.raises(QuillError) as info:
-        await call
-    assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
-    return str(info.value.details["approval_id"])
 
 
 async def test_an_approval_carries_out_the_body_approved_and_no_other(up: Up) -> None:

@@ -16,6 +16,7 @@ from contracts.errors import ErrorCode, QuillError
 from infra.blobs import Blobs, object_info, remove
 from quill.client import Quill
 from tests.conftest import StartReader
+from tests.helpers import new_workspace
 
 BIG = os.urandom(90_000)
 """Over ``INLINE_MAX``: the writer stores it in WS_BLOBS."""
@@ -65,9 +66,7 @@ async def test_a_legacy_object_still_reads_but_names_no_blob(
 ) -> None:
     """A workspace written before namespaces: its event names a content stored under the
     bare sha256. A replica built from the log reads it; an ``apply`` cannot name it."""
-    await services("r1")
-    ws = quill.workspace("legacy/old")
-    await ws.create()
+    ws = await new_workspace(services, quill, "legacy/old")
     await ws.write("big.bin", BIG)
     sha = hashing.content_sha256(BIG)
     js = quill.nc.jetstream()

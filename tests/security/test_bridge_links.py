@@ -20,6 +20,7 @@ from core.rows import Node
 from services.bridge.changes import LocalChanges
 from services.bridge.folder import Folder
 from services.bridge.queries import LocalQueries
+from tests.helpers import small_tree
 
 
 @pytest.fixture
@@ -32,11 +33,7 @@ def outside(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Folder:
-    root = tmp_path / "folder"
-    (root / "d").mkdir(parents=True)
-    (root / "d/x.txt").write_text("x\n")
-    (root / "f.txt").write_text("f\n")
-    return Folder(root)
+    return Folder(small_tree(tmp_path / "folder"))
 
 
 def unchanged(outside: Path) -> None:

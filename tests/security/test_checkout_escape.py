@@ -36,11 +36,11 @@ from contracts.subjects import Subjects
 from infra.blobs import Blobs
 from infra.exec.checkout import Checkout
 from quill.client import Quill, Workspace
-from quill_cli.natsserver import NatsServer
 from services.executor.app import Executor, ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import Gate, start_executor, start_reader, start_writer
+from tests.helpers import Gate, start_executor, start_writer_and_reader
 from tests.security.conftest import Canaries, bwrap_only
+from tests.security.conftest import per_provider as nats_server  # noqa: F401 (a fixture: each provider's own nats-server)
 
 
 @dataclass
@@ -67,17 +67,10 @@ class Stack:
         assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.fixture(scope="module")
-def nats_server(per_provider: NatsServer) -> NatsServer:
-    """Each provider's own (both run the same workspace names)."""
-    return per_provider
-
-
 @pytest_asyncio.fixture
 async def stack(nats_url: str, tmp_path: Path, provider: str) -> AsyncIterator[Stack]:
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         data = tmp_path / "executor"
         executor = await start_executor(es, nats_url, data, ExecutorConfig(sandbox=provider))
         quill = await Quill.connect(nats_url)

@@ -35,25 +35,18 @@ from infra.blobs import Blobs
 from infra.exec import checkout as checkouts
 from infra.exec import seed
 from infra.exec.checkout import Checkout
-from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill
-from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import (
+    start_overlay_stack,
+)
 from tests.security.conftest import Canaries
 
 
 @pytest_asyncio.fixture
 async def bwrap_stack(nats_url: str, tmp_path: Path) -> AsyncIterator[Quill]:
-    if (why := probe_bwrap()) is not None:
-        print(f"skipped: bwrap cannot run here: {why}")
-        pytest.skip(f"bwrap cannot run here: {why}")
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
-        config = ExecutorConfig(sandbox="bwrap")
-        executor = await start_executor(es, nats_url, tmp_path / "executor", config)
-        assert executor.provider.overlays, executor.provider.no_overlays
+        await start_overlay_stack(es, nats_url, tmp_path)
         quill = await Quill.connect(nats_url)
         es.push_async_callback(quill.close)
         yield quill

@@ -32,10 +32,14 @@ import pytest_asyncio
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from quill.client import Quill, Workspace
-from quill_cli.natsserver import NatsServer
 from services.executor.app import Executor, ExecutorConfig
-from tests.helpers import eventually, start_executor, start_reader, start_writer
+from tests.helpers import (
+    eventually,
+    start_executor,
+    start_writer_and_reader,
+)
 from tests.security.conftest import Canaries
+from tests.security.conftest import per_provider as nats_server  # noqa: F401 (a fixture: each provider's own nats-server)
 
 AT, TRASH = ".at", ".trash"
 """Under the executor's ``checkouts``: pinned-version checkouts, and what is being removed."""
@@ -76,12 +80,6 @@ def depth(path: Path) -> int:
         os.close(fd)
 
 
-@pytest.fixture(scope="module")
-def nats_server(per_provider: NatsServer) -> NatsServer:
-    """Each provider's own (both run the same workspace names)."""
-    return per_provider
-
-
 @pytest_asyncio.fixture
 async def services(
     nats_url: str, tmp_path: Path, provider: str
@@ -91,8 +89,7 @@ async def services(
     data = tmp_path / "executor"
     try:
         async with AsyncExitStack() as es:
-            await start_writer(es, nats_url, tmp_path / "writer")
-            await start_reader(es, nats_url, tmp_path / "reader")
+            await start_writer_and_reader(es, nats_url, tmp_path)
 
             async def executor(stack: AsyncExitStack) -> Executor:
                 return await start_executor(stack, nats_url, data, ExecutorConfig(provider))
@@ -101,13 +98,6 @@ async def services(
     finally:  # rm is iterative: whatever the executor left, however deep
         done = subprocess.run(["rm", "-rf", "--one-file-system", str(data)], capture_output=True)
         assert done.returncode == 0, done.stderr.decode()[-2000:]
-
-
-@pytest_asyncio.fixture
-async def client(nats_url: str) -> AsyncIterator[Quill]:
-    quill = await Quill.connect(nats_url, retries=0)
-    yield quill
-    await quill.close()
 
 
 async def workspace(client: Quill, name: str, limits: LimitsPatch | None = None) -> Workspace:

@@ -34,6 +34,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from infra.storage import tree_bytes
 from quill.client import Quill, Workspace
+from tests.helpers import mount_tmpfs
 from tests.security.conftest import bwrap_only
 from tests.up import TENANTS, Up, quill_as, running
 
@@ -45,18 +46,6 @@ FILL = (
     "dd if=/dev/zero of=z bs=1M 2>&1 | tail -1; df -m .; sleep 30"
 )
 """The attack: fallocate big, then small, then write until the disk is full; then wait."""
-
-
-def _mount(path: Path, size: str) -> str | None:
-    if os.geteuid() != 0:
-        return "mounting a tmpfs needs root"
-    path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-    )
-    return None if done.returncode == 0 else f"mount refused: {done.stderr.strip()}"
 
 
 @dataclass
@@ -93,7 +82,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Iterator[Stack]:
     disk = tmp_path_factory.mktemp(f"disk-reserve-{provider}") / "disk"
-    if (why := _mount(disk, "1280m")) is not None:
+    if (why := mount_tmpfs(disk, "1280m")) is not None:
         print(f"skipped: {why}")
         pytest.skip(why)
     try:

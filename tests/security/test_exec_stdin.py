@@ -25,7 +25,7 @@ from contracts.subjects import HEADER_REQUEST_ID, STREAM_AUDIT, Subjects
 from infra.exec.sandbox import probe_bwrap
 from quill.client import Quill, Workspace
 from services.executor.app import ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import start_executor, start_writer_and_reader
 
 MARK = b"fed-through-stdin-7f3a"
 
@@ -38,8 +38,7 @@ async def ws(
     if request.param == "bwrap" and (why := probe_bwrap()) is not None:
         pytest.skip(f"bwrap cannot run here: {why}")
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         config = ExecutorConfig(sandbox=request.param)
         await start_executor(es, nats_url, tmp_path / "executor", config)
         workspace = quill.workspace(f"acme/stdin-{request.param}-{uuid.uuid4().hex[:8]}")

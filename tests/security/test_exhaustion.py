@@ -29,24 +29,24 @@ import pytest_asyncio
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from quill.client import Quill, Workspace
-from quill_cli.natsserver import NatsServer
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.quota import usage
 from tests import helpers
-from tests.helpers import eventually, start_executor, start_reader, start_writer
+from tests.helpers import (
+    eventually,
+    start_executor,
+    start_reader,
+    start_writer,
+    start_writer_and_reader,
+)
 from tests.security.conftest import Canaries, verify
+from tests.security.conftest import per_provider as nats_server  # noqa: F401 (a fixture: each provider's own nats-server)
 from tests.up import PASSWORDS, TENANTS, Up, running
 
 MIB = 1024 * 1024
 QUOTA = LimitsPatch(max_checkout_bytes=2 * MIB, max_file_bytes=64 * 1024)
 
 StartExecutor = Callable[..., Awaitable[Executor]]
-
-
-@pytest.fixture(scope="module")
-def nats_server(per_provider: NatsServer) -> NatsServer:
-    """Each provider's own (both run the same workspace names)."""
-    return per_provider
 
 
 @pytest_asyncio.fixture
@@ -56,22 +56,13 @@ async def services(
     """A writer, a reader, and a function starting an executor of ``provider`` on ``data``
     (default: its own directory) with the given config; all stopped at the end."""
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
 
         async def executor(es: AsyncExitStack = es, **config: object) -> Executor:
             cfg = ExecutorConfig(sandbox=provider, **config)  # type: ignore[arg-type]
             return await start_executor(es, nats_url, tmp_path / "executor", cfg)
 
         yield executor, tmp_path / "executor"
-
-
-@pytest_asyncio.fixture
-async def client(nats_url: str) -> AsyncIterator[Quill]:
-    """A client that does not retry: a refusal shows as it is."""
-    quill = await Quill.connect(nats_url, retries=0)
-    yield quill
-    await quill.close()
 
 
 def home(executor: Executor, ws: Workspace) -> Path:

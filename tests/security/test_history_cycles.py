@@ -12,6 +12,7 @@ import pytest
 
 from quill.client import Quill
 from services.reader.readmodel import ReadModel
+from tests.helpers import new_workspace
 from tests.integration.conftest import StartReader
 
 MOVES = 400
@@ -22,9 +23,7 @@ BATCH = 16
 async def test_a_move_cycle_is_walked_a_page_at_a_time(
     services: StartReader, quill: Quill, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/cycles")
-    await ws.create()
+    ws = await new_workspace(services, quill, "acme/cycles")
     await ws.write("a", "x\n")
     names = ("a", "b")
     for n in range(MOVES):  # a → b → a ...: each move its own event

@@ -23,7 +23,6 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import pytest_asyncio
 
 from core.gitignore import MAX_FILE_BYTES
@@ -33,10 +32,10 @@ from infra.exec.gitignores import Cache
 from infra.exec.manifest import Manifest
 from infra.safefs import Dir
 from quill.client import Quill, Workspace
-from quill_cli.natsserver import NatsServer
 from services.executor.app import Executor, ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import start_executor, start_writer_and_reader
 from tests.security.conftest import Canaries
+from tests.security.conftest import per_provider as nats_server  # noqa: F401 (a fixture: each provider's own nats-server)
 
 
 @dataclass
@@ -50,16 +49,10 @@ class Stack:
         return self.executor.checkouts.live[tenant, workspace].gitignores.reads
 
 
-@pytest.fixture(scope="module")
-def nats_server(per_provider: NatsServer) -> NatsServer:
-    return per_provider
-
-
 @pytest_asyncio.fixture
 async def stack(nats_url: str, tmp_path: Path, provider: str) -> AsyncIterator[Stack]:
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         config = ExecutorConfig(sandbox=provider)
         executor = await start_executor(es, nats_url, tmp_path / "executor", config)
         quill = await Quill.connect(nats_url)

@@ -38,7 +38,7 @@ from nats.js.errors import NoKeysError
 
 from quill.client import Quill
 from tests.gateway.support import error, mcp_client, ok, text
-from tests.helpers import Gate
+from tests.helpers import Gate, Refusals
 from tests.up import Up
 
 PASSWORDS = {"acme": "acme-nats-password", "evil": "evil-nats-password"}
@@ -64,28 +64,6 @@ FORGED = b'{"ok":false,"error":{"code":"DENIED","message":"PWNED: forged by evil
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
 
-class Refusals:
-    """The permissions violations the server reports to a bare client."""
-
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-        self._news = asyncio.Event()
-
-    async def on_error(self, exc: Exception) -> None:
-        self.seen.append(str(exc))
-        self._news.set()
-
-    async def wait(self, kind: str, subject: str, timeout: float = 10.0) -> None:
-        needle = f'permissions violation for {kind} to "{subject.lower()}"'
-        try:
-            async with asyncio.timeout(timeout):
-                while not any(needle in seen for seen in self.seen):
-                    self._news.clear()
-                    await self._news.wait()
-        except TimeoutError:
-            raise AssertionError(f"the server did not refuse {kind} to {subject}") from None
-
-
 def system_password(up: Up) -> str:
     conf = (up.data / "nats" / "nats-server.conf").read_text()
     found = re.search(r'user: "quill-system", password: "([^"]+)"', conf)
@@ -96,7 +74,7 @@ def system_password(up: Up) -> str:
 @asynccontextmanager
 async def connections(up: Up) -> AsyncIterator[tuple[NATS, NATS, Refusals]]:
     """The services' user (a spy that sees every subject) and the attacker, evil."""
-    refusals = Refusals()
+    refusals = Refusals(whole=True)
     system = await nats.connect(up.nats_url, user="quill-system", password=system_password(up))
     evil = await nats.connect(
         up.nats_url,

@@ -14,15 +14,12 @@ import pytest
 
 from infra import safefs
 from infra.safefs import Changed, Dir, open_parent, parent_of, walk
+from tests.helpers import small_tree
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    root = tmp_path / "tree"
-    (root / "d").mkdir(parents=True)
-    (root / "d/x.txt").write_text("x\n")
-    (root / "f.txt").write_text("f\n")
-    return root
+    return small_tree(tmp_path / "tree")
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ import pytest_asyncio
 from infra.exec import sandbox
 from quill.client import Quill, Workspace
 from services.executor.app import Executor, ExecutorConfig
-from tests.helpers import Gate, start_executor, start_reader, start_writer
+from tests.helpers import Gate, start_executor, start_writer_and_reader
 from tests.security.conftest import Canaries
 
 WHY_NO_BWRAP = sandbox.probe_bwrap()
@@ -143,8 +143,7 @@ async def services(nats_url: str, tmp_path: Path) -> AsyncIterator[tuple[Quill, 
     """A writer, a reader, a client that does not retry, and a function starting a bwrap
     executor (on the same data directory each time) until the given stack closes."""
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         quill = await Quill.connect(nats_url, retries=0)
         es.push_async_callback(quill.close)
 

@@ -41,7 +41,7 @@ from quill.client import Quill, Workspace
 from quill_cli.tools import replay as rpl
 from quill_cli.tools import scrub_stores
 from quill_cli.tools.scrub import scrub
-from tests.helpers import start_reader
+from tests.helpers import parked, start_reader
 from tests.security.conftest import verify
 from tests.up import Up
 
@@ -635,8 +635,8 @@ async def test_requests_parked_for_approval_and_their_outcomes_are_scrubbed(
     js = quill.nc.jetstream()
     ws = quill.workspace("acme/parked")
     await ws.create(trust="restricted")
-    waiting = await parked_id(ws.write("plan.md", f"key: {SECRET}\n"))
-    named = await parked_id(ws.write(f"keys/{SECRET}.md", "named after it\n"))
+    waiting = await parked(ws.write("plan.md", f"key: {SECRET}\n"))
+    named = await parked(ws.write(f"keys/{SECRET}.md", "named after it\n"))
     await ws.approve(named)
     done = await ws.wait_approval(named, timeout=30)
     assert done.outcome is not None and done.outcome.result is not None, done
@@ -662,10 +662,3 @@ async def test_requests_parked_for_approval_and_their_outcomes_are_scrubbed(
     assert status.outcome is not None and status.outcome.error is not None, status
     assert status.outcome.error.code == "FILE_NOT_FOUND"
     assert (await ws.list(".")).entries[0].path == "keys"
-
-
-async def parked_id(call: Any) -> str:
-    with pytest.raises(QuillError) as info:
-        await call
-    assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
-    return str(info.value.details["approval_id"])

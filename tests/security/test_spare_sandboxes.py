@@ -22,7 +22,11 @@ from infra.exec import sandbox
 from infra.exec.sandbox import BwrapProvider, Limits, Spawn
 from quill.client import Quill
 from services.executor.app import ExecutorConfig
-from tests.helpers import start_executor, start_reader, start_writer
+from tests.helpers import (
+    host_processes,
+    start_executor,
+    start_writer_and_reader,
+)
 from tests.security.conftest import Canaries
 
 WHY_NO_BWRAP = sandbox.probe_bwrap()
@@ -56,17 +60,6 @@ def shown(stdout: bytes | str) -> bytes:
     data = stdout.encode() if isinstance(stdout, str) else stdout
     count, first, second, rest = data.split(b"\n", 3)
     return b"\n".join([count, re.sub(rb"\d+", b"N", first), re.sub(rb"\d+", b"N", second), rest])
-
-
-def host_processes(token: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if token.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            pass
-    return found
 
 
 def own(*paths: Path) -> None:
@@ -176,8 +169,7 @@ async def test_limits_timeouts_and_kills_hold_in_a_spare(
 @pytest_asyncio.fixture
 async def quill(nats_url: str, tmp_path: Path) -> AsyncIterator[Quill]:
     async with AsyncExitStack() as es:
-        await start_writer(es, nats_url, tmp_path / "writer")
-        await start_reader(es, nats_url, tmp_path / "reader")
+        await start_writer_and_reader(es, nats_url, tmp_path)
         await start_executor(es, nats_url, tmp_path / "ex", ExecutorConfig(sandbox="bwrap"))
         client = await Quill.connect(nats_url)
         es.push_async_callback(client.close)

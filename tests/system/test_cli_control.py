@@ -25,17 +25,6 @@ SECRET = "sk-live-0123456789abcdef"
 pytestmark = pytest.mark.up(secrets=f'[secrets]\ndemo = "{SECRET}"\n')
 
 
-def spawn(up: Up, *args: str) -> subprocess.Popen[str]:
-    """``quill ARGS`` running in the background (a second user, or an agent that waits)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "quill", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "QUILL_NATS_URL": up.nats_url},
-    )
-
-
 def pending(up: Up, ws: str, summary: str, timeout: float = 30.0) -> dict[str, Any]:
     """The approval waiting on ``ws`` for ``summary`` (``write plan.md``), once listed."""
 
@@ -75,7 +64,7 @@ def test_approve_and_deny_while_the_caller_waits(up: Up) -> None:
     unused = pending(up, ws, "write a.txt")
     assert up.cli("deny", ws, unused["approval_id"]).stdout == f"denied {unused['approval_id']}\n"
 
-    agent = spawn(up, "--actor", "agent", "--wait", "2m", "put", ws, "plan.md", "--text", "# plan")
+    agent = up.spawn("--actor", "agent", "--wait", "2m", "put", ws, "plan.md", "--text", "# plan")
     request = pending(up, ws, "write plan.md")
     listed = up.cli("approvals", ws).stdout
     assert re.fullmatch(
@@ -94,7 +83,7 @@ def test_approve_and_deny_while_the_caller_waits(up: Up) -> None:
     assert out.startswith("wrote plan.md: 6 bytes")
     assert up.cli("cat", ws, "plan.md").stdout == "# plan"
 
-    agent = spawn(up, "--actor", "agent", "--wait", "2m", "rm", ws, "plan.md")
+    agent = up.spawn("--actor", "agent", "--wait", "2m", "rm", ws, "plan.md")
     request = pending(up, ws, "delete plan.md")
     up.cli("--actor", "alice", "deny", ws, request["approval_id"], "--reason", "keep it")
     code, out, err = finish(agent)
@@ -157,7 +146,7 @@ def test_a_lock_refuses_other_sessions_until_released(up: Up) -> None:
     assert up.cli("--session", "bob", "unlock", ws, check=False).returncode == 7
     assert up.cli("--session", "bob", "cat", ws, "a.txt").stdout == "alice's"  # reads: never
 
-    bob = spawn(up, "--session", "bob", "--wait", "2m", "put", ws, "b.txt", "--text", "bob's")
+    bob = up.spawn("--session", "bob", "--wait", "2m", "put", ws, "b.txt", "--text", "bob's")
     writer_waiting(up, 1)
     assert bob.poll() is None
     assert up.cli("--session", "alice", "unlock", ws).stdout == "unlocked acme/locked\n"

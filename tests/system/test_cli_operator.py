@@ -196,16 +196,6 @@ def test_cat_of_a_directory_is_an_error(up: Up) -> None:
     assert r.stderr.startswith("quill: NOT_A_FILE: Not a file: docs")
 
 
-def _background(up: Up, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "quill", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "QUILL_NATS_URL": up.nats_url},
-    )
-
-
 def _first_line(stream: object) -> str:
     line = stream.readline()  # type: ignore[attr-defined]
     assert isinstance(line, str)
@@ -216,7 +206,7 @@ def test_wait_says_whose_lock_it_waits_for(up: Up) -> None:
     ws = "acme/waitlock"
     up.cli("create", ws)
     up.cli("--session", "alice", "lock", ws, "--ttl", "5m")
-    bob = _background(up, "--session", "bob", "--wait", "2m", "put", ws, "b.txt", "--text", "b")
+    bob = up.spawn("--session", "bob", "--wait", "2m", "put", ws, "b.txt", "--text", "b")
     said = _first_line(bob.stderr)
     assert said.startswith(f"quill: waiting (up to 120s) for session alice's lock on {ws}")
     assert re.search(rf"it expires {TIME}\)$", said.strip()), said
@@ -265,7 +255,7 @@ def test_approval_id_is_said_and_resume_finishes_the_request(up: Up, state: Path
     refused = up.cli("resume", ws, other[1], check=False)
     assert refused.returncode == 8 and "denied by" in refused.stderr
 
-    waiter = _background(up, "--wait", "2m", "rm", ws, "plan.md")
+    waiter = up.spawn("--wait", "2m", "rm", ws, "plan.md")
     said = _first_line(waiter.stderr)
     ids = re.search(rf"for approval (\S+) on {ws}: quill approve {ws} \1", said)
     assert ids, said
@@ -316,7 +306,7 @@ def test_a_change_to_a_bridge_says_it_waits_for_the_bridge_s_user(up: Up, tmp_pa
     try:
         while "quill attach ready" not in (line := bridge.stdout.readline()):
             assert line, "quill attach ended"
-        put = _background(up, "put", "acme/bridged", "todo.md", "--text", "- milk\n")
+        put = up.spawn("put", "acme/bridged", "todo.md", "--text", "- milk\n")
         said = _first_line(put.stderr)
         assert said.startswith(
             "quill: waiting for the user of the bridge serving acme/bridged "

@@ -27,7 +27,7 @@ from contracts.subjects import (
 from infra import bus
 from quill.client import Quill
 from quill_cli.cluster import Cluster
-from tests.helpers import eventually
+from tests.helpers import alive, eventually
 from tests.system.test_scrape import EVERY_KIND, check_scraped, processes, use_every_service
 from tests.up import Up
 
@@ -52,14 +52,6 @@ def descendants(pid: int) -> set[int]:
         found |= children
         todo += children
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.fixture(scope="module")

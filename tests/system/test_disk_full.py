@@ -31,31 +31,18 @@ import pytest
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill, Workspace
-from tests.helpers import eventually
+from tests.helpers import eventually, mount_tmpfs
 from tests.up import Up
 
 FILE_CHARS = 200_000
 """Each file: 200 KB of text that never repeats (no dedup helps)."""
 
 
-def _mount(path: Path, size: str) -> str | None:
-    """Mount a tmpfs of ``size`` on ``path``; why not, or None."""
-    if os.geteuid() != 0:
-        return "mounting a tmpfs needs root"
-    path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-    )
-    return None if done.returncode == 0 else f"mount refused: {done.stderr.strip()}"
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs at ``tmp_path/disk``, unmounted after the test (lazily: a process may linger)."""
     disk = tmp_path / "disk"
-    why = _mount(disk, "100m")
+    why = mount_tmpfs(disk, "100m")
     if why is not None:
         print(f"skipped: {why}")
         pytest.skip(why)
@@ -227,7 +214,7 @@ async def test_log_full_on_a_bigger_disk(small_disk: Path) -> None:
 def reader_disk(tmp_path: Path) -> Iterator[Path]:
     """``quill up``'s data directory, its reader's own directory a small tmpfs."""
     data = tmp_path / "q"
-    why = _mount(data / "reader", "16m")
+    why = mount_tmpfs(data / "reader", "16m")
     if why is not None:
         print(f"skipped: {why}")
         pytest.skip(why)

@@ -27,7 +27,7 @@ import pytest
 
 from contracts.errors import QuillError
 from quill.client import Quill, Workspace
-from tests.helpers import eventually, eventually_sync
+from tests.helpers import alive, eventually, eventually_sync
 from tests.up import Up, running
 
 FIRST, CAP = 0.2, 1.0
@@ -166,14 +166,6 @@ async def test_a_service_killed_again_and_again_is_restarted_while_the_others_se
 def stack_pids(up: Up) -> dict[str, int]:
     record = json.loads((up.data / "stack.json").read_text())
     return {p["name"]: int(p["pid"]) for p in record["processes"]}
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 async def writes_through(ws: Workspace, acked: dict[str, str], stop: asyncio.Event) -> int:

@@ -16,10 +16,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from infra.exec.sandbox import probe_bwrap
 from services.executor.app import Executor, ExecutorConfig
 from tests.gateway.conftest import gateway, nats_server, start  # noqa: F401 (fixtures)
-from tests.helpers import start_executor
+from tests.helpers import need_bwrap, start_executor
 
 CHROMIUM = os.environ.get("QUILL_CHROMIUM", "/usr/bin/chromium")
 WAIT_MS = 15_000
@@ -66,8 +65,7 @@ async def page(browser: Any) -> AsyncIterator[Any]:
 @pytest_asyncio.fixture
 async def executor(nats_url: str, tmp_path: Path) -> AsyncIterator[Executor]:
     """An executor running commands in real bwrap sandboxes (skipped where bwrap cannot)."""
-    if (why := probe_bwrap()) is not None:
-        pytest.skip(f"bwrap cannot run here: {why}")
+    need_bwrap()
     async with AsyncExitStack() as stack:
         config = ExecutorConfig(sandbox="bwrap")
         yield await start_executor(stack, nats_url, tmp_path / "executor", config)
