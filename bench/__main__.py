@@ -4,7 +4,9 @@ each figure printed next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from bench import (
     bootstrap,
@@ -90,36 +92,26 @@ parser.add_argument(
 parser.add_argument("--sandbox", default="bwrap", help="depth: the executor's sandbox.")
 args = parser.parse_args()
 which = args.which or [p for p in PARTS if p not in ("bootstrap", "scale", "depth")]
-if "core" in which:
-    asyncio.run(core.main(args.seconds, args.versions, args.rounds))
-    print()
-if "hot" in which:
-    asyncio.run(hot.main(args.seconds, args.rounds, args.history))
-    print()
-if "log" in which:
-    asyncio.run(log.main())
-    print()
-if "search" in which:
-    asyncio.run(search.main())
-    print()
-if "gateway" in which:
-    asyncio.run(gateway.main(args.seconds, args.rounds, args.gateway_workers))
-    print()
-if "executor" in which:
-    asyncio.run(executor.main())
-    print()
-if "retention" in which:
-    asyncio.run(retention.main())
-if "load" in which:
-    asyncio.run(load.main(args.seconds * 5))
-if "replay" in which:
-    asyncio.run(replay.main(args.rounds))
-if "cluster" in which:
-    asyncio.run(cluster.main(args.seconds, args.rounds))
-if "size" in which:
-    asyncio.run(size.main(args.files, args.events or size.EVENTS))
-if "console" in which:
-    asyncio.run(console.main(args.files, args.events or size.EVENTS))
+SIMPLE: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {
+    "core": lambda: core.main(args.seconds, args.versions, args.rounds),
+    "hot": lambda: hot.main(args.seconds, args.rounds, args.history),
+    "log": log.main,
+    "search": search.main,
+    "gateway": lambda: gateway.main(args.seconds, args.rounds, args.gateway_workers),
+    "executor": executor.main,
+    "retention": retention.main,
+    "load": lambda: load.main(args.seconds * 5),
+    "replay": lambda: replay.main(args.rounds),
+    "cluster": lambda: cluster.main(args.seconds, args.rounds),
+    "size": lambda: size.main(args.files, args.events or size.EVENTS),
+    "console": lambda: console.main(args.files, args.events or size.EVENTS),
+}
+"""The parts run with their options alone, in this order; the first six end in a blank line."""
+for n, (part, run) in enumerate(SIMPLE.items()):
+    if part in which:
+        asyncio.run(run())
+        if n < 6:
+            print()
 if "bootstrap" in which:
     events = args.events or bootstrap.EVENTS
     workspaces = args.workspaces or bootstrap.WORKSPACES

@@ -30,16 +30,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 import nats
 
+from bench.synthetic import BATCH, SUBJECTS, T0
 from contracts import codec, hashing
 from contracts.events import AuditRecord, ChangesCommitted, PutFile, WorkspaceCreated
 from contracts.limits import DEFAULT_LIMITS
-from contracts.subjects import HEADER_EVENT_HASH, STREAM_EVENTS, Subjects
+from contracts.subjects import HEADER_EVENT_HASH, STREAM_EVENTS
 from core.plan import Committed
 from core.tree import Tree, apply_change
 from infra import bus
@@ -53,9 +54,6 @@ WORKSPACES = 20_000
 TAIL = 10_000
 GROUP = 256
 """Workspaces whose events are interleaved in the log."""
-BATCH = 500
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-SUBJECTS = Subjects()
 
 
 def name_of(n: int) -> str:

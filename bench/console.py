@@ -17,10 +17,8 @@ import argparse
 import asyncio
 import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,7 +26,6 @@ import httpx
 from bench import size
 from infra import bus
 from quill.client import Quill
-from quill_cli.natsserver import NatsServer
 from services.gateway.server import GatewayConfig, start_gateway
 
 ROUNDS = 7
@@ -85,10 +82,7 @@ def row(label: str, seconds: float, paint_ms: float | None, base: str) -> None:
 
 
 async def main(files: int = size.FILES, events: int = size.EVENTS) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="quill-bench-console-"))
-    server = NatsServer(tmp / "nats").start()
-    procs = []
-    try:
+    with size.bare_nats("console") as (tmp, server, procs):
         made = await build(server.url, files, events)
         procs.append(size.service(server.url, "writer", tmp / "writer"))
         procs.append(size.service(server.url, "reader", tmp / "reader"))
@@ -146,12 +140,6 @@ async def main(files: int = size.FILES, events: int = size.EVENTS) -> None:
             print(f"\n(REST GET /v1/workspaces, tenant default: {rest * 1000:.0f} ms)")
         await gateway.stop()
         await quill.close()
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait()
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import asyncio
 import itertools
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bench.core import CLIENTS, bare_publish, fmt, lat, quill_writes
@@ -33,6 +34,11 @@ from quill.client import Quill, Workspace
 LINES_PER_FILE = 1_000
 """Appends per file before the next file is started (a file's whole content is in each of its
 events: without a bound, the later appends would cost more than the first)."""
+
+
+OneFile = Callable[[Workspace, int, float, str], Awaitable[Load]]
+"""``(ws, clients, seconds, tag)``: clients working on one file for ``seconds`` (``appends``,
+``edits``)."""
 
 
 async def appends(ws: Workspace, clients: int, seconds: float, tag: str) -> Load:
@@ -150,23 +156,21 @@ async def main(seconds: float = 4.0, rounds: int = 3, history: int = 0) -> None:
             await settle(url)
             rounds_done = itertools.count()
 
-            async def append_many() -> Load:
-                return await appends(ws, CLIENTS, seconds, f"m{next(rounds_done)}")
+            async def many_and_one(op: OneFile) -> list[Load]:
+                """``op`` by 64 clients and by one, interleaved (each round its own tag)."""
 
-            async def append_one() -> Load:
-                return await appends(ws, 1, seconds, f"o{next(rounds_done)}")
+                async def many() -> Load:
+                    return await op(ws, CLIENTS, seconds, f"m{next(rounds_done)}")
 
-            many, single = await interleaved(rounds, append_many, append_one)
+                async def one() -> Load:
+                    return await op(ws, 1, seconds, f"o{next(rounds_done)}")
+
+                return await interleaved(rounds, many, one)
+
+            many, single = await many_and_one(appends)
             print(row("append: 64 clients, 1 file", fmt(many), fmt(single),
                       many.rate / single.rate, ">= 0.5x 1 client"))  # fmt: skip
-
-            async def edit_many() -> Load:
-                return await edits(ws, CLIENTS, seconds, f"m{next(rounds_done)}")
-
-            async def edit_one() -> Load:
-                return await edits(ws, 1, seconds, f"o{next(rounds_done)}")
-
-            many, single = await interleaved(rounds, edit_many, edit_one)
+            many, single = await many_and_one(edits)
             print(row("edit (unique old_string): 64 clients, 1 file", fmt(many), fmt(single),
                       many.rate / single.rate, ">= 0.5x 1 client"))  # fmt: skip
             print(row("  p50/p99 latency (64 clients)", lat(many), lat(single),

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import nats
@@ -30,9 +30,9 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from bench.harness import row
-from contracts import codec, hashing
-from contracts.events import ChangesCommitted, MakeDir, PutFile, WorkspaceCreated
-from contracts.limits import DEFAULT_LIMITS
+from bench.synthetic import BATCH, chained
+from contracts import hashing
+from contracts.events import AnyChange, MakeDir, PutFile
 from contracts.subjects import Subjects
 from core.tree import Tree, apply_change
 from infra import bus
@@ -42,54 +42,33 @@ from quill_cli.tools import replay as rpl
 
 EVENTS = 100_000
 FILES = 1_000
-BATCH = 500
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def synthesise(tenant: str, workspace: str, events: int) -> list[tuple[bytes, str, str]]:
-    """The log of a workspace: ``(payload, Nats-Msg-Id, hash)`` of each event, in order."""
-    tree, prev, out = Tree(), hashing.ZERO_HASH, []
-    subjects = Subjects()
-    for version in range(1, events + 1):
-        at = T0 + timedelta(milliseconds=version)
-        common = dict(
-            tenant=tenant,
-            workspace=workspace,
-            version=version,
-            at=at,
-            actor="bench",
-            request_id=f"r{version}",
-            prev_hash=prev,
-        )
-        if version == 1:
-            event: WorkspaceCreated | ChangesCommitted = WorkspaceCreated(
-                **common, op="create", tree_hash=prev, trust="full", limits=DEFAULT_LIMITS
-            )
+    """The log of a workspace: ``(payload, Nats-Msg-Id, hash)`` of each event, in order: a
+    directory, then writes of ``FILES`` files in turn."""
+
+    def write(tree: Tree, version: int, at: datetime) -> tuple[str, list[AnyChange]]:
+        if version == 2:
+            change: MakeDir | PutFile = MakeDir(path="src")
         else:
-            if version == 2:
-                change: MakeDir | PutFile = MakeDir(path="src")
-            else:
-                n = version % FILES
-                text = f"file {n} at version {version}\n" * 4
-                path = f"src/f{n:04}.txt"
-                fv = tree.last_fv.get(path, 0) + 1
-                created = tree.files[path].created if path in tree.files else at
-                change = PutFile(
-                    path=path,
-                    sha256=hashing.content_sha256(text.encode()),
-                    size=len(text),
-                    file_version=fv,
-                    created=created,
-                    text=text,
-                )
-            apply_change(tree, change, version, at)
-            event = ChangesCommitted(
-                **common, op="write", tree_hash=hashing.tree_hex(tree.hash), changes=[change]
+            n = version % FILES
+            text = f"file {n} at version {version}\n" * 4
+            path = f"src/f{n:04}.txt"
+            fv = tree.last_fv.get(path, 0) + 1
+            created = tree.files[path].created if path in tree.files else at
+            change = PutFile(
+                path=path,
+                sha256=hashing.content_sha256(text.encode()),
+                size=len(text),
+                file_version=fv,
+                created=created,
+                text=text,
             )
-        payload = codec.encode(event)
-        prev = hashing.event_hash(payload)
-        out.append((payload, subjects.msg_id(tenant, workspace, f"r{version}"), prev))
-    return out
+        apply_change(tree, change, version, at)
+        return "write", [change]
+
+    return list(chained(tenant, workspace, events, write))
 
 
 Timing = tuple[float, float]

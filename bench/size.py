@@ -16,6 +16,7 @@ ordered consumer that only counts them), and ``tar`` of the replayed tree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
@@ -24,24 +25,23 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import msgspec
 import nats
-from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from contracts import codec, hashing
+from bench.replay import raw_read
+from bench.synthetic import BATCH, SUBJECTS, chained
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import ChangesCommitted, MakeDir, PutFile, WorkspaceCreated
+from contracts.events import AnyChange, MakeDir, PutFile
 from contracts.limits import DEFAULT_LIMITS
-from contracts.subjects import Subjects
 from core.tree import Tree, apply_change
 from infra import bus
 from infra.blobs import Blobs
 from infra.compaction import slack
 from quill.client import Quill
+from quill.workspace import Workspace
 from quill_cli.natsserver import NatsServer
 from quill_cli.tools import replay as rpl
 
@@ -50,10 +50,7 @@ EVENTS = 1_000_000
 BLOB_EVERY = 50
 """One file in this many has its content in WS_BLOBS."""
 PER_EVENT = 100
-BATCH = 500
 MAX_VERSIONS = 5
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-SUBJECTS = Subjects()
 PROBE = (  # VmHWM: the process's own peak (ru_maxrss after a vfork counts the parent's)
     "import atexit, re, sys\n"
     "atexit.register(lambda: sys.stderr.write('\\nMAXRSS %s\\n' % re.search("
@@ -81,61 +78,46 @@ def synthesise(
 ) -> Iterator[tuple[bytes, str, str, list[tuple[str, bytes]]]]:
     """The log: ``(payload, Nats-Msg-Id, hash, [(sha, content) to store in WS_BLOBS])`` of
     each event, in order."""
-    tree, prev = Tree(), hashing.ZERO_HASH
     limits = msgspec.structs.replace(
         DEFAULT_LIMITS, max_files=10 * files, max_versions=max_versions
     )
     n = 0
-    for version in range(1, events + 1):
-        at = T0 + timedelta(milliseconds=version)
-        common = dict(
-            tenant=tenant,
-            workspace=workspace,
-            version=version,
-            at=at,
-            actor="bench",
-            request_id=f"r{version}",
-            prev_hash=prev,
-        )
-        blobs: list[tuple[str, bytes]] = []
-        if version == 1:
-            event: WorkspaceCreated | ChangesCommitted = WorkspaceCreated(
-                **common, op="create", tree_hash=prev, trust="full", limits=limits
+    blobs: list[tuple[str, bytes]] = []
+
+    def apply(tree: Tree, version: int, at: datetime) -> tuple[str, list[AnyChange]]:
+        nonlocal n
+        changes: list[AnyChange] = []
+        for _ in range(PER_EVENT if n < files else 1):
+            f = n % files
+            data, path = content(f, version), path_of(f)
+            parent = path.rsplit("/", 1)[0]
+            if parent not in tree.dirs:
+                mkdir = MakeDir(path=parent)
+                apply_change(tree, mkdir, version, at)
+                changes.append(mkdir)
+            sha = hashlib.sha256(data).hexdigest()
+            fv = tree.last_fv.get(path, 0) + 1
+            created = tree.files[path].created if path in tree.files else at
+            blob = f % BLOB_EVERY == 0
+            if blob:
+                blobs.append((sha, data))
+            change = PutFile(
+                path=path,
+                sha256=sha,
+                size=len(data),
+                file_version=fv,
+                created=created,
+                text=None if blob else data.decode(),
+                blob=blob,
             )
-        else:
-            changes: list[MakeDir | PutFile] = []
-            for _ in range(PER_EVENT if n < files else 1):
-                f = n % files
-                data, path = content(f, version), path_of(f)
-                parent = path.rsplit("/", 1)[0]
-                if parent not in tree.dirs:
-                    mkdir = MakeDir(path=parent)
-                    apply_change(tree, mkdir, version, at)
-                    changes.append(mkdir)
-                sha = hashlib.sha256(data).hexdigest()
-                fv = tree.last_fv.get(path, 0) + 1
-                created = tree.files[path].created if path in tree.files else at
-                blob = f % BLOB_EVERY == 0
-                if blob:
-                    blobs.append((sha, data))
-                change = PutFile(
-                    path=path,
-                    sha256=sha,
-                    size=len(data),
-                    file_version=fv,
-                    created=created,
-                    text=None if blob else data.decode(),
-                    blob=blob,
-                )
-                apply_change(tree, change, version, at)
-                changes.append(change)
-                n += 1
-            event = ChangesCommitted(
-                **common, op="apply", tree_hash=hashing.tree_hex(tree.hash), changes=changes
-            )
-        payload = codec.encode(event)
-        prev = hashing.event_hash(payload)
-        yield payload, SUBJECTS.msg_id(tenant, workspace, f"r{version}"), prev, blobs
+            apply_change(tree, change, version, at)
+            changes.append(change)
+            n += 1
+        return "apply", changes
+
+    for payload, msg_id, prev in chained(tenant, workspace, events, apply, limits):
+        yield payload, msg_id, prev, blobs[:]
+        blobs.clear()
 
 
 async def build(
@@ -172,25 +154,7 @@ async def build(
 async def raw(url: str, subject: str, count: int) -> None:
     """The baseline: an ordered consumer receives ``count`` messages of ``subject``."""
     nc = await nats.connect(url)
-    done = asyncio.get_running_loop().create_future()
-    seen = 0
-
-    async def on_msg(msg: Msg) -> None:
-        nonlocal seen
-        seen += 1
-        if seen == count and not done.done():
-            done.set_result(None)
-
-    sub = await nc.jetstream().subscribe(
-        subject,
-        cb=on_msg,
-        ordered_consumer=True,
-        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-        pending_msgs_limit=4 * rpl.BUFFER_MAX,
-        pending_bytes_limit=256 * 1024 * 1024,
-    )
-    await done
-    await sub.unsubscribe()
+    await raw_read(nc, subject, count)
     await nc.close()
 
 
@@ -248,16 +212,50 @@ async def applied(quill: Quill, name: str, version: int) -> float:
                 raise
 
 
+@contextlib.contextmanager
+def bare_nats(name: str) -> Iterator[tuple[Path, NatsServer, list[subprocess.Popen[bytes]]]]:
+    """A scratch directory and a bare nats-server in it, and a list of the service processes
+    started on it: all stopped and removed at the end."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"quill-bench-{name}-"))
+    server = NatsServer(tmp / "nats").start()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        yield tmp, server, procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+        server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def materialised(
+    nc: nats.NATS,
+    ws: Workspace,
+    procs: list[subprocess.Popen[bytes]],
+    url: str,
+    data: Path,
+    what: str,
+) -> subprocess.Popen[bytes]:
+    """Start an executor on ``data`` (one of ``procs``) and print how long its first command
+    took (a checkout of the whole workspace) and its peak memory."""
+    executor = service(url, "executor", data, "--sandbox", "local")
+    procs.append(executor)
+    await pinged(nc, "executor")
+    t0 = time.perf_counter()
+    ran = await ws.exec("find . -type f | wc -l")
+    line(f"executor materialising {what}", time.perf_counter() - t0,
+         hwm(executor.pid), f"{ran.stdout.strip()} files")  # fmt: skip
+    return executor
+
+
 def line(label: str, took: float, peak: int | None, base: str) -> None:
     mem = f"{peak:,} MiB" if peak is not None else "-"
     print(f"{label:<40} {took:>9.1f} s {mem:>11}   {base}")
 
 
 async def main(files: int = FILES, events: int = EVENTS) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="quill-bench-size-"))
-    server = NatsServer(tmp / "nats").start()
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
+    with bare_nats("size") as (tmp, server, procs):
         nc = await bus.connect(server.url, "bench-size")
         subject = SUBJECTS.evt("bench", "size")
         made = await build(nc, files, events)
@@ -295,13 +293,7 @@ async def main(files: int = FILES, events: int = EVENTS) -> None:
         procs.append(writer)
         await pinged(nc, "writer")
         ws = quill.workspace("bench/size")
-        executor = service(url, "executor", tmp / "executor", "--sandbox", "local")
-        procs.append(executor)
-        await pinged(nc, "executor")
-        t0 = time.perf_counter()
-        ran = await ws.exec("find . -type f | wc -l")
-        line("executor materialising the whole log", time.perf_counter() - t0,
-             hwm(executor.pid), f"{ran.stdout.strip()} files")  # fmt: skip
+        executor = await materialised(nc, ws, procs, url, tmp / "executor", "the whole log")
         updates = await nc.subscribe(SUBJECTS.updated("bench", "size"))
         t0 = time.perf_counter()
         await ws.write(path_of(0), "hot\n")
@@ -317,23 +309,11 @@ async def main(files: int = FILES, events: int = EVENTS) -> None:
              base)  # fmt: skip
         executor.terminate()
         executor.wait()
-        executor = service(url, "executor", tmp / "executor-2", "--sandbox", "local")
-        procs.append(executor)
-        await pinged(nc, "executor")
-        t0 = time.perf_counter()
-        ran = await ws.exec("find . -type f | wc -l")
-        line("executor materialising the compaction", time.perf_counter() - t0,
-             hwm(executor.pid), f"{ran.stdout.strip()} files")  # fmt: skip
+        await materialised(nc, ws, procs, url, tmp / "executor-2", "the compaction")
         took, peak, _ = await measured(url, "replay", "bench/size", "--out", str(tmp / "compacted"))
         line("quill replay from the compaction", took, peak, base)
         await quill.close()
         await nc.close()
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait()
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

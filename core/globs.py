@@ -353,6 +353,22 @@ def _range_end(items: list[str], last: str) -> bool:
     return False
 
 
+_GLOBSTARS: dict[str, dict[str, str]] = {
+    _NEED_SEP: {
+        _NEED_DIR: r"/(?:(?s:.*)/)?",
+        _DIV_DIR: r"(?:/+|/(?s:.*)/+)",
+        _DIV: r"(?:/+|/(?s:.*)(?:$|/+))",
+    },
+    _GSTAR: {
+        _NEED_DIR: r"(?s:.*)/",
+        _DIV_DIR: r"(?:(?s:.*)/+)?",
+        _DIV: r"(?:(?s:.*)(?:$|/+))?",
+    },
+}
+"""What ``**`` between separators (``NEED_SEP``), or at the start (``GSTAR``), matches, by
+what ends it: a directory needed after it, a divider before a directory, or a divider."""
+
+
 def _render(parts: list[str]) -> str:
     """The tokens as one RE2 expression for the whole path (what wcmatch asserts with
     lookaround, said without it)."""
@@ -361,25 +377,14 @@ def _render(parts: list[str]) -> str:
     k = 0
     while k < n:
         part = parts[k]
-        if part == _NEED_SEP:  # always: NEED_SEP GSTAR DIV|DIV_DIR [NEED_DIR]
-            div, k = parts[k + 2], k + 3
+        if part in (_NEED_SEP, _GSTAR):
+            # always NEED_SEP GSTAR DIV|DIV_DIR [NEED_DIR], or at the start GSTAR DIV|DIV_DIR
+            # [NEED_DIR]: the ending DIV, DIV_DIR or NEED_DIR picks the expression
+            skip = 2 if part == _NEED_SEP else 1
+            div, k = parts[k + skip], k + skip + 1
             if k < n and parts[k] == _NEED_DIR:
-                out.append(r"/(?:(?s:.*)/)?")
-                k += 1
-            elif div == _DIV_DIR:
-                out.append(r"(?:/+|/(?s:.*)/+)")
-            else:
-                out.append(r"(?:/+|/(?s:.*)(?:$|/+))")
-            continue
-        if part == _GSTAR:  # at the start: GSTAR DIV|DIV_DIR [NEED_DIR]
-            div, k = parts[k + 1], k + 2
-            if k < n and parts[k] == _NEED_DIR:
-                out.append(r"(?s:.*)/")
-                k += 1
-            elif div == _DIV_DIR:
-                out.append(r"(?:(?s:.*)/+)?")
-            else:
-                out.append(r"(?:(?s:.*)(?:$|/+))?")
+                div, k = _NEED_DIR, k + 1
+            out.append(_GLOBSTARS[part][div])
             continue
         if part == _SEP:
             out.append("/+")

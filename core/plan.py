@@ -170,35 +170,15 @@ def plan(
                 continue
             close(ws, path, ev.version, below=False)
             live.setdefault(ws, {})[path] = len(out.rows)
+            row = [ws, path, ev.version, LIVE, parent(path)]
             if isinstance(change, MakeDir):
-                out.rows.append(
-                    [
-                        ws,
-                        path,
-                        ev.version,
-                        LIVE,
-                        parent(path),
-                        "d",
-                        None,
-                        0,
-                        None,
-                        0,
-                        0,
-                        at,
-                        at,
-                        None,
-                    ]
-                )
+                out.rows.append([*row, "d", None, 0, None, 0, 0, at, at, None])
                 summary.append(ChangeSummary(kind="mkdir", path=path, change="added"))
                 continue
             assert isinstance(change, PutFile)
             out.rows.append(
                 [
-                    ws,
-                    path,
-                    ev.version,
-                    LIVE,
-                    parent(path),
+                    *row,
                     "f",
                     change.sha256,
                     change.size,

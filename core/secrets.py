@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import re._parser as sre_parse
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, AnyStr
 
 import msgspec
 import regex
@@ -100,25 +100,24 @@ class Secrets:
         """``text`` with every registered secret replaced, and the ids replaced (sorted)."""
         if self._text is None:
             return text, []
-        found: set[str] = set()
-
-        def replace(match: Any) -> str:
-            found.add(secret_id := self._id(match))
-            return marker(secret_id)
-
-        return self._text.sub(replace, text), sorted(found)
+        return self._replaced(self._text, text, marker)
 
     def redact_bytes(self, data: bytes) -> tuple[bytes, list[str]]:
         """The same for bytes (binary files, raw output)."""
         if self._bytes is None:
             return data, []
+        return self._replaced(self._bytes, data, lambda secret_id: marker(secret_id).encode())
+
+    def _replaced(
+        self, pattern: Any, data: AnyStr, marked: Callable[[str], AnyStr]
+    ) -> tuple[AnyStr, list[str]]:
         found: set[str] = set()
 
-        def replace(match: Any) -> bytes:
+        def replace(match: Any) -> AnyStr:
             found.add(secret_id := self._id(match))
-            return marker(secret_id).encode()
+            return marked(secret_id)
 
-        return self._bytes.sub(replace, data), sorted(found)
+        return pattern.sub(replace, data), sorted(found)
 
     def find(self, text: str) -> list[str]:
         """The ids of the secrets ``text`` holds (sorted; none: ``[]``)."""

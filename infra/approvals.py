@@ -41,7 +41,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy
 from nats.js.errors import APIError, NotFoundError
 
 from contracts import codec, hashing
@@ -127,27 +127,16 @@ async def ensure_stream(js: JetStreamContext, subjects: Subjects, replicas: int 
     Raises:
         nats.js.errors.APIError: JetStream refused it.
     """
-    wanted = StreamConfig(
-        name=STREAM_APPROVALS,
-        description="Quill: requests parked for approval, and their outcome",
-        subjects=[subjects.all_approvals],
-        storage=StorageType.FILE,
-        num_replicas=replicas,
+    wanted = assets.file_stream(
+        STREAM_APPROVALS,
+        "Quill: requests parked for approval, and their outcome",
+        [subjects.all_approvals],
+        replicas,
         max_age=float(APPROVAL_KEEP_S),
         max_msg_size=MAX_MSG_BYTES,
         discard=DiscardPolicy.OLD,
-        allow_direct=True,
     )
-    try:
-        info = await js.stream_info(STREAM_APPROVALS)
-    except NotFoundError:
-        if await assets.create_once(f"stream {STREAM_APPROVALS}", lambda: js.add_stream(wanted)):
-            return
-        info = await js.stream_info(STREAM_APPROVALS)
-    if info.config.max_age != wanted.max_age or not info.config.allow_direct:
-        await js.update_stream(
-            dataclasses.replace(info.config, max_age=wanted.max_age, allow_direct=True)
-        )
+    await assets.stream(js, wanted, ("max_age", "allow_direct"))
 
 
 @dataclasses.dataclass(frozen=True)

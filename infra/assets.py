@@ -18,15 +18,16 @@ meta leader, servers busy starting on a loaded machine. Its setup is then tried 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.api import ObjectStoreConfig, StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 log = logging.getLogger("quill.assets")
@@ -140,3 +141,46 @@ async def object_store(js: JetStreamContext, bucket: str, description: str, repl
             description=description, storage=StorageType.FILE, replicas=replicas
         )
         await create_once(f"object store {bucket}", lambda: js.create_object_store(bucket, config))
+
+
+def file_stream(
+    name: str, description: str, subjects: list[str], replicas: int, **more: Any
+) -> StreamConfig:
+    """The configuration of a Quill stream: file storage on ``replicas`` servers, direct
+    gets allowed, and ``more`` (limits, discard, persistence)."""
+    return StreamConfig(
+        name=name,
+        description=description,
+        subjects=subjects,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        allow_direct=True,
+        **more,
+    )
+
+
+async def stream(js: JetStreamContext, wanted: StreamConfig, kept: tuple[str, ...]) -> None:
+    """The stream ``wanted``, created if missing (a create lost to another service is a
+    success); where the fields ``kept`` of the one found differ from ``wanted``'s (lists in
+    any order, flags unset as false), they are brought to them."""
+    assert wanted.name is not None
+    try:
+        info = await js.stream_info(wanted.name)
+    except NotFoundError:
+        if await create_once(f"stream {wanted.name}", lambda: js.add_stream(wanted)):
+            return
+        info = await js.stream_info(wanted.name)
+    current = info.config
+    if any(not _same(getattr(current, f), getattr(wanted, f)) for f in kept):
+        await js.update_stream(
+            dataclasses.replace(current, **{f: getattr(wanted, f) for f in kept})
+        )
+        log.info("updated stream %s", wanted.name)
+
+
+def _same(found: Any, wanted: Any) -> bool:
+    if isinstance(wanted, list):
+        return sorted(found or []) == sorted(wanted)
+    if isinstance(wanted, bool):
+        return bool(found) == wanted
+    return bool(found == wanted)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -23,8 +22,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.api import PersistMode, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.api import PersistMode, StreamConfig
 
 from contracts import codec
 from contracts.errors import QuillError
@@ -56,30 +54,26 @@ def instance_id(service: str) -> str:
 
 
 def _events_stream(subjects: Subjects, replicas: int) -> StreamConfig:
-    return StreamConfig(
-        name=STREAM_EVENTS,
-        description="Quill: the log of every workspace (one subject per workspace)",
-        subjects=[subjects.all_evt, subjects.all_fence],
-        storage=StorageType.FILE,
-        num_replicas=replicas,
+    return assets.file_stream(
+        STREAM_EVENTS,
+        "Quill: the log of every workspace (one subject per workspace)",
+        [subjects.all_evt, subjects.all_fence],
+        replicas,
         max_msg_size=MAX_MESSAGE_BYTES,
         duplicate_window=DUPLICATE_WINDOW_S,
         allow_atomic=True,
-        allow_direct=True,
         deny_delete=True,
         deny_purge=False,
     )
 
 
 def _audit_stream(subjects: Subjects, replicas: int) -> StreamConfig:
-    return StreamConfig(
-        name=STREAM_AUDIT,
-        description="Quill: one audit record per operation",
-        subjects=[subjects.all_audit],
-        storage=StorageType.FILE,
-        num_replicas=replicas,
+    return assets.file_stream(
+        STREAM_AUDIT,
+        "Quill: one audit record per operation",
+        [subjects.all_audit],
+        replicas,
         max_age=AUDIT_MAX_AGE_S,
-        allow_direct=True,
         # A single server fsyncs every stored message with sync_interval: always; audit
         # records do not need that (replicas do it on a cluster), the event log does.
         persist_mode=PersistMode.ASYNC if replicas == 1 else None,
@@ -90,27 +84,7 @@ async def _ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
     """Create ``wanted`` if missing, else bring the configuration Quill relies on (subjects,
     atomic batches, direct gets) to it; a create that loses a race to another service is a
     success, and the configuration is checked then as well (``assets``)."""
-    assert wanted.name is not None
-    try:
-        info = await js.stream_info(wanted.name)
-    except NotFoundError:
-        if await assets.create_once(f"stream {wanted.name}", lambda: js.add_stream(wanted)):
-            return
-        info = await js.stream_info(wanted.name)
-    current = info.config
-    if (
-        sorted(current.subjects or []) != sorted(wanted.subjects or [])
-        or bool(current.allow_atomic) != bool(wanted.allow_atomic)
-        or bool(current.allow_direct) != bool(wanted.allow_direct)
-    ):
-        update = dataclasses.replace(
-            current,
-            subjects=wanted.subjects,
-            allow_atomic=wanted.allow_atomic,
-            allow_direct=wanted.allow_direct,
-        )
-        await js.update_stream(update)
-        log.info("updated stream %s", wanted.name)
+    await assets.stream(js, wanted, ("subjects", "allow_atomic", "allow_direct"))
 
 
 async def _ensure_blobs(js: JetStreamContext, replicas: int) -> None:

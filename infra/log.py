@@ -157,6 +157,35 @@ async def _read_direct(
     return [_committed(subject, data, headers, seq) for seq, headers, data in found]
 
 
+async def ordered(
+    js: JetStreamContext,
+    subject: str,
+    cb: Callable[[Msg], Awaitable[None]],
+    start: int | None = None,
+    *,
+    stream: str | None = None,
+    pending_msgs_limit: int = 512 * 1024,
+    pending_bytes_limit: int = 256 * 1024 * 1024,
+) -> JetStreamContext.PushSubscription:
+    """An ordered consumer of ``subject`` (in ``stream``, else the stream that holds it)
+    calling ``cb`` with each message from sequence ``start`` (from the first without it);
+    the pending limits are nats-py's defaults unless given."""
+    config = (
+        ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+        if start is None
+        else ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
+    )
+    return await js.subscribe(
+        subject,
+        stream=stream,
+        cb=cb,
+        ordered_consumer=True,
+        config=config,
+        pending_msgs_limit=pending_msgs_limit,
+        pending_bytes_limit=pending_bytes_limit,
+    )
+
+
 async def _read_consumer(
     js: JetStreamContext, subject: str, after: int, upto: int, count: int
 ) -> list[Committed]:
@@ -172,14 +201,7 @@ async def _read_consumer(
         if (item.seq >= upto or len(out) >= count) and not done.done():
             done.set_result(None)
 
-    sub = await js.subscribe(
-        subject,
-        cb=on_msg,
-        ordered_consumer=True,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
-        ),
-    )
+    sub = await ordered(js, subject, on_msg, after + 1)
     try:
         await done
     finally:
@@ -305,13 +327,11 @@ async def _pushed(
             arrived.append(exc)
         more.set()
 
-    sub = await js.subscribe(
+    sub = await ordered(
+        js,
         subject,
-        cb=on_msg,
-        ordered_consumer=True,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=position + 1
-        ),
+        on_msg,
+        position + 1,
         pending_msgs_limit=100_000,
         pending_bytes_limit=512 * 1024 * 1024,
     )

@@ -131,19 +131,7 @@ class Dir:
             OSError: missing, a link (``ELOOP``), not a directory, on another device, or
                 (``Changed``) not the inode ``expect`` shows.
         """
-        _check_name(name)
-        fd = os.open(name, _DIR_FLAGS, dir_fd=self.fd)
-        st = os.fstat(fd)
-        why = None
-        if not stat.S_ISDIR(st.st_mode):  # pragma: no cover - O_DIRECTORY says so
-            why = "not a directory"
-        elif st.st_dev != self.dev:
-            why = "on another device"
-        elif expect is not None and (st.st_ino, st.st_dev) != (expect.st_ino, expect.st_dev):
-            why = "not the directory listed"
-        if why is not None:
-            os.close(fd)
-            raise Changed(name, why)
+        fd, _ = self._open_checked(name, expect, directory=True)
         return Dir(fd, self.dev, self.owner)
 
     def parent(self, expect: tuple[int, int]) -> Dir:
@@ -257,15 +245,21 @@ class Dir:
         finally:
             os.close(fd)
 
-    def _open_file(self, name: str, expect: os.stat_result | None) -> tuple[int, os.stat_result]:
+    def _open_checked(
+        self, name: str, expect: os.stat_result | None, *, directory: bool = False
+    ) -> tuple[int, os.stat_result]:
+        """``name`` opened (never through a link) and checked after the open: a regular file,
+        or a directory on this device; given ``expect``, the inode it shows."""
         _check_name(name)
-        fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
+        fd = os.open(name, _DIR_FLAGS if directory else _READ_FLAGS, dir_fd=self.fd)
         st = os.fstat(fd)
         why = None
-        if not stat.S_ISREG(st.st_mode):
-            why = "not a regular file"
+        if not (stat.S_ISDIR(st.st_mode) if directory else stat.S_ISREG(st.st_mode)):
+            why = "not a directory" if directory else "not a regular file"
+        elif directory and st.st_dev != self.dev:
+            why = "on another device"
         elif expect is not None and (st.st_ino, st.st_dev) != (expect.st_ino, expect.st_dev):
-            why = "not the file listed"
+            why = f"not the {'directory' if directory else 'file'} listed"
         if why is not None:
             os.close(fd)
             raise Changed(name, why)
@@ -282,7 +276,7 @@ class Dir:
                 another inode than ``expect``'s, over ``limit`` bytes, or a size that is not
                 what was read.
         """
-        fd, st = self._open_file(name, expect)
+        fd, st = self._open_checked(name, expect)
         COUNTS["read"] += 1
         try:
             if st.st_size > limit:
@@ -310,7 +304,7 @@ class Dir:
         Raises:
             OSError: as ``read_file``.
         """
-        fd, st = self._open_file(name, expect)
+        fd, st = self._open_checked(name, expect)
         try:
             if st.st_nlink == 1:
                 os.fchmod(fd, mode)

@@ -25,10 +25,10 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
 from core.gitignore import MAX_FILE_BYTES, NAME, Gitignores, IgnoreFile, Unusable
+from core.lru import LRU
 from infra.exec.manifest import Sig
 from infra.safefs import Dir, parent_of
 
@@ -48,8 +48,7 @@ class Cache:
     """One checkout's compiled ``.gitignore`` files, by directory (``""``: the root)."""
 
     def __init__(self, size: int = CACHED) -> None:
-        self._size = size
-        self._files: OrderedDict[str, Entry] = OrderedDict()
+        self._files: LRU[str, Entry] = LRU(size)
         self.reads = 0
         """Files read and compiled (what the cache did not spare)."""
 
@@ -61,16 +60,10 @@ class Cache:
 
     def get(self, directory: str, sig: Sig) -> Entry | None:
         found = self._files.get(directory)
-        if found is None or found[0] != sig:
-            return None
-        self._files.move_to_end(directory)
-        return found
+        return found if found is not None and found[0] == sig else None
 
     def put(self, directory: str, entry: Entry) -> None:
-        self._files[directory] = entry
-        self._files.move_to_end(directory)
-        while len(self._files) > self._size:
-            self._files.popitem(last=False)
+        self._files.put(directory, entry)
 
 
 class Lookup(Gitignores):

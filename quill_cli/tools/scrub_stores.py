@@ -23,7 +23,6 @@ from typing import Any
 import msgspec
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from contracts import codec
@@ -37,7 +36,7 @@ from contracts.subjects import (
     Subjects,
 )
 from core.secrets import Secrets
-from infra import compaction
+from infra import compaction, log
 from infra.blobs import Blobs
 from quill_cli.tools.replay import IDLE_S
 
@@ -66,13 +65,7 @@ async def subject_messages(
         if seq >= last and not done.done():
             done.set_result(None)
 
-    sub = await js.subscribe(
-        subject,
-        stream=stream,
-        cb=on_msg,
-        ordered_consumer=True,
-        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-    )
+    sub = await log.ordered(js, subject, on_msg, stream=stream)
     try:
         await asyncio.wait_for(done, IDLE_S)
     finally:
@@ -115,11 +108,7 @@ async def scrub_audit(
 ) -> None:
     """Re-publish each audit record that carries a secret, redacted, and delete it."""
     for seq, data in hits:
-        try:
-            redacted = msgspec.json.encode(_redact_json(secrets, msgspec.json.decode(data)))
-        except msgspec.DecodeError:
-            redacted = secrets.redact_bytes(data)[0]
-        await js.publish(subject, redacted, stream=STREAM_AUDIT)
+        await js.publish(subject, _redacted(secrets, data), stream=STREAM_AUDIT)
         await js.delete_msg(STREAM_AUDIT, seq)
 
 
@@ -142,12 +131,16 @@ async def scrub_approvals(js: JetStreamContext, secrets: Secrets, hits: list[App
     that carries one redacted, then delete it (module docstring)."""
     for seq, subject, data in hits:
         if not subject.endswith(".request"):
-            try:
-                redacted = msgspec.json.encode(_redact_json(secrets, msgspec.json.decode(data)))
-            except msgspec.DecodeError:
-                redacted = secrets.redact_bytes(data)[0]
-            await js.publish(subject, redacted, stream=STREAM_APPROVALS)
+            await js.publish(subject, _redacted(secrets, data), stream=STREAM_APPROVALS)
         await js.delete_msg(STREAM_APPROVALS, seq)
+
+
+def _redacted(secrets: Secrets, data: bytes) -> bytes:
+    """A message redacted: each string of its JSON (keys too), or its bytes if not JSON."""
+    try:
+        return msgspec.json.encode(_redact_json(secrets, msgspec.json.decode(data)))
+    except msgspec.DecodeError:
+        return secrets.redact_bytes(data)[0]
 
 
 def _redact_json(secrets: Secrets, value: Any) -> Any:
@@ -286,15 +279,7 @@ async def referrers(
         if (seen >= last or meta.num_pending == 0) and not done.done():
             done.set_result(None)
 
-    sub = await js.subscribe(
-        every,
-        stream=STREAM_EVENTS,
-        cb=on_msg,
-        ordered_consumer=True,
-        config=ConsumerConfig(
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=first.seq
-        ),
-    )
+    sub = await log.ordered(js, every, on_msg, first.seq, stream=STREAM_EVENTS)
     try:
         while not done.done():  # a long stream takes long: give up only when it stalls
             before = seen

@@ -20,7 +20,6 @@ command.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, PersistMode, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, PersistMode
 from nats.js.errors import NotFoundError
 
 from contracts import replies as rp
@@ -77,41 +76,17 @@ async def ensure_stream(
 async def _ensure(
     js: JetStreamContext, subjects: Subjects, config: OutputConfig, replicas: int, size: int
 ) -> None:
-    wanted = StreamConfig(
-        name=STREAM_OUTPUT,
-        description="Quill: commands' output, kept a while (exec.output)",
-        subjects=[subjects.all_cmdout],
-        storage=StorageType.FILE,
-        num_replicas=replicas,
+    wanted = assets.file_stream(
+        STREAM_OUTPUT,
+        "Quill: commands' output, kept a while (exec.output)",
+        [subjects.all_cmdout],
+        replicas,
         max_age=config.ttl_s,
         max_bytes=size,
         discard=DiscardPolicy.OLD,
-        allow_direct=True,
         persist_mode=PersistMode.ASYNC if replicas == 1 else None,
     )
-    try:
-        info = await js.stream_info(STREAM_OUTPUT)
-    except NotFoundError:
-        if await assets.create_once(f"stream {STREAM_OUTPUT}", lambda: js.add_stream(wanted)):
-            return
-        info = await js.stream_info(STREAM_OUTPUT)
-    current = info.config
-    if (
-        current.subjects != wanted.subjects
-        or current.max_age != wanted.max_age
-        or current.max_bytes != wanted.max_bytes
-        or not current.allow_direct
-    ):
-        await js.update_stream(
-            dataclasses.replace(
-                current,
-                subjects=wanted.subjects,
-                max_age=wanted.max_age,
-                max_bytes=wanted.max_bytes,
-                allow_direct=True,
-            )
-        )
-        log.info("updated stream %s", STREAM_OUTPUT)
+    await assets.stream(js, wanted, ("subjects", "max_age", "max_bytes", "allow_direct"))
 
 
 class Recorder:

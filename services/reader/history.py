@@ -43,18 +43,7 @@ def revisions(rows: list[Row], upto: int, limit: int, shown_as: str | None) -> l
     newer: Node | None = None
     for i, (node, made, ended) in enumerate(rows[:limit]):
         if node.until <= upto and ended and (newer is None or newer.version != node.until):
-            out.append(
-                rp.Revision(
-                    version=node.until,
-                    at=datetime.fromisoformat(ended[0]),
-                    op=ended[1],
-                    actor=ended[2],
-                    request_id=ended[3],
-                    change="deleted",
-                    kind=kind_of(node),
-                    path=shown_as,
-                )
-            )
+            out.append(_revision(node, node.until, ended, "deleted", shown_as))
         older = rows[i + 1][0] if i + 1 < len(rows) else None
         if node.moved_from:
             change = "moved"
@@ -62,26 +51,37 @@ def revisions(rows: list[Row], upto: int, limit: int, shown_as: str | None) -> l
             change = "modified"
         else:
             change = "created"
-        is_file = node.kind == "f"
-        out.append(
-            rp.Revision(
-                version=node.version,
-                at=datetime.fromisoformat(made[0]),
-                op=made[1],
-                actor=made[2],
-                request_id=made[3],
-                change=change,
-                kind=kind_of(node),
-                size=node.size if is_file else None,
-                sha256=node.sha256,
-                file_version=node.file_version,
-                etag=etag_of(node.file_version) if node.file_version else None,
-                moved_from=node.moved_from,
-                path=shown_as,
-            )
-        )
+        out.append(_revision(node, node.version, made, change, shown_as, made=True))
         newer = node
     return out
+
+
+def _revision(
+    node: Node,
+    version: int,
+    event: tuple[Any, ...],
+    change: str,
+    shown_as: str | None,
+    *,
+    made: bool = False,
+) -> rp.Revision:
+    """The revision of ``node`` at ``version``, by ``event`` (its row: ``at, op, actor,
+    request_id``); with ``made`` (not its deletion) it says what the node holds."""
+    return rp.Revision(
+        version=version,
+        at=datetime.fromisoformat(event[0]),
+        op=event[1],
+        actor=event[2],
+        request_id=event[3],
+        change=change,
+        kind=kind_of(node),
+        size=node.size if made and node.kind == "f" else None,
+        sha256=node.sha256 if made else None,
+        file_version=node.file_version if made else None,
+        etag=etag_of(node.file_version) if made and node.file_version else None,
+        moved_from=node.moved_from if made else None,
+        path=shown_as,
+    )
 
 
 class Reads(Protocol):
