@@ -207,6 +207,11 @@ class WorkspaceState:
     uncommitted: dict[str, Recorded] = field(default_factory=dict)
     """Paths a command left in its sandbox uncommitted, as recorded (``contracts.uncommitted``)."""
 
+    @property
+    def restricted(self) -> bool:
+        """The workspace exists and is restricted: its commands are approved first."""
+        return self.exists and self.trust == "restricted"
+
 
 def forget(state: WorkspaceState) -> None:
     """``state`` with no workspace (after a purge: a ``create`` starts at version 1, its chain

@@ -77,58 +77,48 @@ def parse(
             ``INTERNAL`` (logged) for anything unexpected: whatever a request holds, the
             caller gets its one answer.
     """
+    msg = incoming.msg
     try:
-        return _parse(incoming, subjects, kind, new_id, address)
+        logfields.bind(None)  # what the subscription's task served before is not this request
+        address = incoming.address = address or subjects.parse_request(msg.subject)
+        if msg.reply and not reply_allowed(msg.subject, msg.reply, own_inbox(msg._client)):
+            raise QuillError(
+                ErrorCode.ACCESS_DENIED, "The reply subject is another tenant's inbox: refused"
+            )
+        spec = ops.find(kind, address.op)
+        if spec is None:
+            one, many = _NOUNS[kind]
+            names = ", ".join(s.name for s in ops.of_kind(kind))
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT, f"Unknown {one} {address.op!r} ({many}: {names})"
+            )
+        if (address.workspace == TENANT_SCOPE) != (spec.scope == "tenant"):
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{spec.key} is an op of a tenant: send it to workspace {TENANT_SCOPE}"
+                if spec.scope == "tenant"
+                else f"{spec.key} is an op of a workspace, not of the tenant ({TENANT_SCOPE})",
+            )
+        incoming.spec = spec
+        secrets = secrets_from_env()
+        headers = msg.headers
+        origin = incoming.origin = (
+            Origin.from_headers(headers, new_id) if headers or new_id else _NO_HEADERS
+        )
+        logfields.bind(address, origin)
+        refuse_names(secrets, address, origin)
+        request = incoming.request = codec.decode_request(spec, msg.data)
+        refuse_names(secrets, request=request)
+        return address, spec, origin, request
     except QuillError:
         raise
     except Exception as exc:  # a bug: still one answer, never an exception past the edge
         log.exception(
             "request on %s (Ws-Request-Id %s): could not be understood",
-            incoming.msg.subject,
-            (incoming.msg.headers or {}).get(HEADER_REQUEST_ID),
+            msg.subject,
+            (msg.headers or {}).get(HEADER_REQUEST_ID),
         )
         raise QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}") from None
-
-
-def _parse(
-    incoming: Incoming,
-    subjects: Subjects,
-    kind: OpKind,
-    new_id: Callable[[], object] | None,
-    parsed: Address | None,
-) -> tuple[Address, OpSpec, Origin, Request]:
-    msg = incoming.msg
-    logfields.bind(None)  # what the subscription's task served before is not this request
-    address = incoming.address = parsed or subjects.parse_request(msg.subject)
-    if msg.reply and not reply_allowed(msg.subject, msg.reply, own_inbox(msg._client)):
-        raise QuillError(
-            ErrorCode.ACCESS_DENIED, "The reply subject is another tenant's inbox: refused"
-        )
-    spec = ops.find(kind, address.op)
-    if spec is None:
-        one, many = _NOUNS[kind]
-        names = ", ".join(s.name for s in ops.of_kind(kind))
-        raise QuillError(
-            ErrorCode.INVALID_ARGUMENT, f"Unknown {one} {address.op!r} ({many}: {names})"
-        )
-    if (address.workspace == TENANT_SCOPE) != (spec.scope == "tenant"):
-        raise QuillError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"{spec.key} is an op of a tenant: send it to workspace {TENANT_SCOPE}"
-            if spec.scope == "tenant"
-            else f"{spec.key} is an op of a workspace, not of the tenant ({TENANT_SCOPE})",
-        )
-    incoming.spec = spec
-    secrets = secrets_from_env()
-    headers = msg.headers
-    origin = incoming.origin = (
-        Origin.from_headers(headers, new_id) if headers or new_id else _NO_HEADERS
-    )
-    logfields.bind(address, origin)
-    refuse_names(secrets, address, origin)
-    request = incoming.request = codec.decode_request(spec, incoming.msg.data)
-    refuse_names(secrets, request=request)
-    return address, spec, origin, request
 
 
 def reply_headers(origin: Origin) -> dict[str, str] | None:

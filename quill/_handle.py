@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -22,10 +22,8 @@ from contracts import ops
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import SDK_WORKSPACES
+from quill._protocols import Client
 from quill._transport import ExecOutput, OnOutput
-
-if TYPE_CHECKING:
-    from quill.client import Quill
 
 V = TypeVar("V")
 
@@ -43,7 +41,7 @@ def remember(recent: OrderedDict[str, V], key: str, value: V) -> V:
 class Handle:
     """One workspace of one client (``Workspace`` is this with its methods)."""
 
-    def __init__(self, client: Quill, tenant: str, name: str) -> None:
+    def __init__(self, client: Client, tenant: str, name: str) -> None:
         self.client = client
         self.tenant, self.name = tenant, name
         self._key = f"{tenant}/{name}"

@@ -169,6 +169,16 @@ class Quill:
     ) -> None:
         await self.close()
 
+    @classmethod
+    def of(cls, ws: Workspace) -> Quill:
+        """The client that made ``ws``, as a ``Quill``: ``ws.client`` is typed by the little
+        a workspace uses of its client (``quill._protocols.Client``), so the workspace's
+        module need not import this one (no circle, not even in annotations)."""
+        client = ws.client
+        if not isinstance(client, Quill):
+            raise TypeError(f"{ws!r} was made by {type(client).__name__}, not Quill")
+        return client
+
     def as_actor(
         self, actor: str | None, *, session: str | None = None, run: str | None = None
     ) -> Quill:

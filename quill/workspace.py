@@ -22,17 +22,15 @@ import contextlib
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch, check_stdin
+from quill._protocols import Client
 from quill._reads import Reads
 from quill._transport import OnOutput, check_size
-
-if TYPE_CHECKING:
-    from quill.client import Quill
 
 
 class Workspace(Reads):
@@ -425,7 +423,7 @@ class Run(Workspace):
     """A workspace as one agent run sees it: every request carries ``Ws-Run``, and queries
     read the version the run is pinned to (``started.version``)."""
 
-    def __init__(self, client: Quill, tenant: str, name: str, started: rp.RunInfo) -> None:
+    def __init__(self, client: Client, tenant: str, name: str, started: rp.RunInfo) -> None:
         super().__init__(client, tenant, name)
         self.started = started
         self.id = started.run

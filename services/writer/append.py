@@ -262,34 +262,37 @@ class Appender:
                 task.add_done_callback(self._tasks.discard)
 
     async def _commit(self, groups: list[Group]) -> None:
+        """Send ``groups`` as one batch; if it fails, each group alone (one stale workspace
+        does not fail the others): a group that still fails gets its ``AppendError``."""
         try:
-            await self._commit_groups(groups)
+            sends = [groups]
+            while sends:
+                sending = sends.pop(0)
+                try:
+                    seqs = await self._send(sending)
+                except AppendError as exc:
+                    if len(sending) > 1:
+                        log.info(
+                            "batch of %d groups failed (%s); retrying each alone", len(sending), exc
+                        )
+                        sends = [[group] for group in sending]
+                    else:
+                        _APPENDS[exc.outcome].inc()
+                        sending[0].future.set_exception(exc)
+                    continue
+                _APPENDS["ok"].inc(len(sending))
+                committed = list(zip(sending, seqs, strict=True))
+                self._committed.extend(committed)
+                self._unapplied.update(group.subject for group in sending)
+                self._applied.clear()
+                self._commit_wakeup.set()
+                for group, group_seqs in committed:
+                    if not group.future.done():
+                        group.future.set_result(group_seqs)
         finally:
             self._inflight -= 1
             self._fences_busy -= {g.fence.subject for g in groups if g.fence is not None}
             self._wakeup.set()
-
-    async def _commit_groups(self, groups: list[Group]) -> None:
-        try:
-            seqs = await self._send(groups)
-        except AppendError as exc:
-            if len(groups) == 1:
-                _APPENDS[exc.outcome].inc()
-                groups[0].future.set_exception(exc)
-                return
-            log.info("batch of %d groups failed (%s); retrying each alone", len(groups), exc)
-            for group in groups:
-                await self._commit_groups([group])
-            return
-        _APPENDS["ok"].inc(len(groups))
-        committed = list(zip(groups, seqs, strict=True))
-        self._committed.extend(committed)
-        self._unapplied.update(group.subject for group in groups)
-        self._applied.clear()
-        self._commit_wakeup.set()
-        for group, group_seqs in committed:
-            if not group.future.done():
-                group.future.set_result(group_seqs)
 
     async def _apply_loop(self, on_commit: OnCommit) -> None:
         while True:

@@ -33,16 +33,17 @@ from services.writer.preview import preview as preview_of
 
 
 def needs_approval(site: Site, state: WorkspaceState, p: Pending) -> bool:
-    """Whether ``p`` must be approved first, and is not yet. A request from the same
-    session as one still waiting (same op, same body) is that one: answered with its
-    approval id, never parked again.
+    """Whether ``p``, in a restricted workspace (``state.restricted``: the actor asks only
+    then), must be approved first, and is not yet. A request from the same session as one
+    still waiting (same op, same body) is that one: answered with its approval id, never
+    parked again.
 
     Raises:
         QuillError: ``DENIED`` when it was (or it expired); ``APPROVAL_REQUIRED`` while it
             waits; ``CONFLICT`` for another body under an approved request's id; busy
             when ``MAX_PENDING_APPROVALS`` wait already.
     """
-    if not state.exists or state.trust != "restricted":
+    if not state.restricted:
         return False
     if isinstance(p.request, (rq.CreateWorkspace, *CONTROL_COMMANDS)):
         return False
@@ -173,13 +174,12 @@ async def preview(site: Site, state: WorkspaceState, p: Pending) -> str:
     """``p`` decided against ``state`` and undone: the diff of its changes, or why it
     would be refused (as it stands; it is decided again once approved)."""
     try:
-        ctx = await context.context(site, state, p)
 
-        async def undone() -> None:
+        async def undone(ctx: Context) -> None:
             with state.tree.savepoint():
                 raise _Undo(decide(state, p.request, ctx).changes)
 
-        await context.with_work(site, p, ctx, undone)
+        await context.with_work(site, state, p, undone)
     except _Undo as undo:
         changes = undo.changes
     except QuillError as exc:

@@ -4,7 +4,7 @@ The contents it reads (from the writer's cache, else the workspace's own namespa
 WS_BLOBS), the history and past it restores from (the projection), the expensive steps it asks
 for (computed in a worker, as its tenant's: ``infra/offload.py``), and, once decided, its
 large contents moved out of the event into WS_BLOBS. The deciding itself is
-``WorkspaceActor._decide`` (``core.decide``).
+``WorkspaceActor._decide`` (``core.decide``), which ``with_work`` is handed.
 """
 
 from __future__ import annotations
@@ -40,8 +40,11 @@ async def context(site: Site, state: WorkspaceState, p: Pending) -> Context:
     """What deciding ``p`` needs: the contents it reads, the past it restores from."""
     deps = site.deps
     wanted = needs(state, p.request)
-    await history(site, state, wanted)
-    foreign = await resolve_blobs(site, p.request, wanted.contents)
+    if wanted.history or wanted.changes_below:
+        await history(site, state, wanted)
+    foreign = None
+    if isinstance(p.request, rq.ApplyChanges):  # contents named by sha256
+        foreign = await resolve_blobs(site, p.request, wanted.contents)
     for sha in wanted.contents if foreign is None else []:
         if sha not in deps.contents:
             await deps.appender.applied()  # inline contents reach the store on apply
@@ -53,7 +56,9 @@ async def context(site: Site, state: WorkspaceState, p: Pending) -> Context:
                 # decide says what is missing (a blob an apply names, a file's content)
     was = await past(site, *wanted.past) if wanted.past is not None else None
     if was is not None:  # the history of the files it brings back
-        await history(site, state, needs(state, p.request, was))
+        more = needs(state, p.request, was)
+        if more.history or more.changes_below:
+            await history(site, state, more)
     return Context(
         version=state.version + 1,
         at=datetime.now(UTC),
@@ -67,19 +72,17 @@ async def context(site: Site, state: WorkspaceState, p: Pending) -> Context:
 
 
 async def history(site: Site, state: WorkspaceState, wanted: Needs) -> None:
-    """The history ``wanted`` names, from the projection (``Store.look_up``)."""
-    if wanted.history or wanted.changes_below:
-        ws = site.deps.store.workspace_id(site.tenant, site.workspace)
-        await site.deps.store.look_up(state.tree, ws, wanted)
+    """The history ``wanted`` names (it names some), from the projection
+    (``Store.look_up``)."""
+    ws = site.deps.store.workspace_id(site.tenant, site.workspace)
+    await site.deps.store.look_up(state.tree, ws, wanted)
 
 
-async def resolve_blobs(site: Site, request: rq.Request, wanted: list[str]) -> set[str] | None:
+async def resolve_blobs(site: Site, request: rq.ApplyChanges, wanted: list[str]) -> set[str]:
     """Bring the contents an ``apply`` names by sha256 (``blob``) into ``deps.contents``
     from this workspace's own namespace of WS_BLOBS (32 at once); return those it does
     not hold: they resolve to nothing, whoever else holds them (what the writer has
-    cached or projected of other workspaces included). None: not an ``apply``."""
-    if not isinstance(request, rq.ApplyChanges):
-        return None
+    cached or projected of other workspaces included)."""
     contents, shas = site.deps.contents, list(dict.fromkeys(wanted))
     if any(sha not in contents for sha in shas):
         await site.deps.appender.applied()  # inline contents reach the store on apply
@@ -116,16 +119,18 @@ async def past(site: Site, version: int, scope: str) -> Tree:
 
 
 async def with_work(
-    site: Site, p: Pending, ctx: Context, attempt: Callable[[], Awaitable[_T]]
+    site: Site, state: WorkspaceState, p: Pending, attempt: Callable[[Context], Awaitable[_T]]
 ) -> _T:
-    """``attempt()`` (which decides ``p`` with ``ctx``), again after each expensive step it
-    asks for (``core.decision.Expensive``) is computed in a worker, as ``p``'s tenant's,
-    until the client's deadline at most; a step's failure (its error, busy, its budget
-    run out) is its result, which the decision then raises."""
+    """``attempt(ctx)`` (which decides ``p`` against ``state`` with ``ctx``, its
+    ``context``), again after each expensive step it asks for (``core.decision.Expensive``)
+    is computed in a worker, as ``p``'s tenant's, until the client's deadline at most; a
+    step's failure (its error, busy, its budget run out) is its result, which the decision
+    then raises."""
+    ctx = await context(site, state, p)
     assert ctx.computed is not None
     for _ in range(MAX_STEPS):
         try:
-            return await attempt()
+            return await attempt(ctx)
         except Expensive as step:
             token = CLIENT_DEADLINE.set(client_deadline(p.received, p.origin.timeout_ms))
             try:

@@ -30,6 +30,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable
+from functools import partial
 from typing import TypeVar
 
 import nats.errors
@@ -289,7 +290,7 @@ class WorkspaceActor:
         if self.state is not ahead.state:
             return False
         try:
-            return self._current_fence() == self.fence
+            return lifecycle.current_fence(self.site, self.partition) == self.fence
         except QuillError:
             return False
 
@@ -299,7 +300,7 @@ class WorkspaceActor:
         (``lifecycle.load``). ``trust``: unless False (after an append refused on a stale
         state), a projection that holds the whole log (``deps.Completeness``) is not checked
         against it."""
-        fence = self._current_fence()
+        fence = lifecycle.current_fence(self.site, self.partition)
         if self.state is not None and fence == self.fence:
             return self.state
         self.state = None
@@ -322,11 +323,6 @@ class WorkspaceActor:
         """Let the state go (the projection missed its events, or its partition moved): the
         next command loads it again from the projection and the log."""
         self.state = None
-
-    def _current_fence(self) -> Fence | None:
-        """The epoch of this workspace's partition while this writer holds it
-        (``lifecycle.current_fence``)."""
-        return lifecycle.current_fence(self.site, self.partition)
 
     # ------------------------------------------------------------------ deciding
     async def _process(self, batch: list[Pending], first: int = 1) -> None:
@@ -371,13 +367,13 @@ class WorkspaceActor:
             if stored is not None:
                 await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
                 continue
-            asks = False
             try:
-                asks = approvals.needs_approval(self.site, state, p)
-                if asks:
+                if state.restricted and approvals.needs_approval(self.site, state, p):
                     decision, event, payload = await approvals.ask(self.site, state, p)
                 else:
-                    decision, event, payload = await self._decide(state, p)
+                    decision, event, payload = await context.with_work(
+                        self.site, state, p, partial(self._decide, state, p)
+                    )
             except QuillError as exc:
                 if not self.parking.park(p, exc, state):
                     error = self.parking.no_room(p, exc)
@@ -469,13 +465,14 @@ class WorkspaceActor:
         if tracing.ON:  # the append span of each command it carried
             for s in staged:
                 tracing.appended(s.pending.msg, began)
-        events = [(s.event, seq) for s, seq in zip(staged, seqs, strict=True)]
-        had_log = flight.after is not None or group.expected_seq > 0
-        finished = await lifecycle.after_lifecycle(
-            self.site, events, had_log=had_log, purged=self._purged
-        )
-        if not finished:  # a purge not finished: the next load finishes it
-            self.state = None
+        if not flight.plain:  # a purge or a re-creation is acted on once committed
+            events = [(s.event, seq) for s, seq in zip(staged, seqs, strict=True)]
+            had_log = flight.after is not None or group.expected_seq > 0
+            finished = await lifecycle.after_lifecycle(
+                self.site, events, had_log=had_log, purged=self._purged
+            )
+            if not finished:  # a purge not finished: the next load finishes it
+                self.state = None
         await self.compaction.count(state, [s.event for s in staged])
         for s, seq in zip(staged, seqs, strict=True):
             p, decision, event = s.pending, s.decision, s.event
@@ -495,7 +492,8 @@ class WorkspaceActor:
                 redacted=decision.redacted,
             )
             await notify(self.deps, event, decision.changes, seq)
-        await flight.release(self._answer)
+        if flight.held:
+            await flight.release(self._answer)
         for s in staged:
             if isinstance(s.event, ApprovalDecided) and s.event.approved:
                 self._carry_out(state, s.event.approval_id)
@@ -516,14 +514,11 @@ class WorkspaceActor:
             self.state = None
 
     async def _decide(
-        self, state: WorkspaceState, p: Pending
-    ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
-        ctx = await context.context(self.site, state, p)
-        return await context.with_work(self.site, p, ctx, lambda: self._decide_once(state, p, ctx))
-
-    async def _decide_once(
         self, state: WorkspaceState, p: Pending, ctx: Context
     ) -> tuple[Decision, WorkspaceEvent | None, bytes]:
+        """``p`` decided against ``state`` with ``ctx`` (``context.with_work`` gathers it and
+        calls this again after each expensive step), its event and the event's payload; no
+        event when it commits nothing."""
         deps = self.deps
         with state.tree.savepoint():
             decision = decide(state, p.request, ctx)
@@ -549,7 +544,6 @@ class WorkspaceActor:
                 )
         return decision, event, payload
 
-    # ------------------------------------------------------------------ answering
     # ------------------------------------------------------------------ answering
     async def _answer(
         self,

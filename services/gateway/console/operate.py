@@ -16,6 +16,7 @@ from starlette.responses import RedirectResponse, Response
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import AuditRecord
+from quill.client import Quill
 from services.gateway.console.gate import PREFIX
 from services.gateway.console.history import number
 
@@ -51,7 +52,7 @@ async def decide(c: Console, request: Request) -> Response:
     note = reason.strip()[:1000] or None if isinstance(reason, str) else None
     principal = c.principal(request)
     actor = f"{principal.actor} via console"[:DECISION_ACTOR_MAX]
-    target = ws.client.as_actor(actor).workspace(f"{ws.tenant}/{ws.name}")
+    target = Quill.of(ws).as_actor(actor).workspace(f"{ws.tenant}/{ws.name}")
     where = f"{PREFIX}/w/{request.path_params['ws']}/approvals"
     try:
         if choice == "approve":

@@ -42,7 +42,7 @@ from nats.nuid import NUID
 from pydantic import BaseModel, Field
 
 from contracts.errors import ErrorCode, QuillError
-from quill.client import Workspace
+from quill.client import Quill, Workspace
 from services.gateway.access import Principal, principal_of, state_key
 
 log = logging.getLogger("quill.gateway")
@@ -112,7 +112,7 @@ class _Same(NUID):
 def again(ws: Workspace, request_id: str) -> Workspace:
     """``ws`` through a client whose next request carries ``request_id`` (the writer and the
     executor answer a decided approval's request by its id). One tool call, one request."""
-    client = ws.client
+    client = Quill.of(ws)
     view = client.as_actor(client.actor, session=client.session, run=client.run)
     view._nuid = _Same(request_id)
     return view.workspace(f"{ws.tenant}/{ws.name}")
@@ -141,7 +141,7 @@ async def decide(
 ) -> None:
     """Record the user's answer (someone may have decided first, with ``quill approve``: then
     theirs stands, and sending the request again tells which it was)."""
-    client = ws.client.as_actor(f"{principal.actor} via MCP elicitation"[:128])
+    client = Quill.of(ws).as_actor(f"{principal.actor} via MCP elicitation"[:128])
     target = client.workspace(parked.workspace)
     try:
         if accepted:

@@ -25,7 +25,7 @@ from mcp.types import CallToolResult, ContentBlock, InputRequiredResult, TextCon
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from infra.http.metrics import observe
-from quill.client import Workspace
+from quill.client import Quill, Workspace
 from services.gateway.access import Access, Principal, principal_of
 from services.gateway.mcp import clients, elicitation
 from services.gateway.mcp.schemas import no_titles
@@ -178,7 +178,7 @@ class Tools:
             parked = elicitation.resumed(ctx) if self.elicit else None
             if parked is not None:  # the second round: the user has answered
                 accepted, reason = elicitation.reply(ctx)
-                ws = (await self.access.workspace(principal)).client.workspace(parked.workspace)
+                ws = Quill.of(await self.access.workspace(principal)).workspace(parked.workspace)
                 await elicitation.decide(principal, ws, parked, accepted, reason)
                 return await body(elicitation.again(ws, parked.approval_id))
             ws = await self.route(principal, op, workspace)

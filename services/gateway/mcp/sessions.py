@@ -23,7 +23,7 @@ from contracts import uris
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import GATEWAY_SESSIONS
 from core.lru import LRU
-from quill.client import Workspace
+from quill.client import Quill, Workspace
 from quill.session import Session
 from services.gateway.access import Access, Principal
 from services.gateway.mcp import workspaces
@@ -79,7 +79,7 @@ class Sessions:
         session = self._open.get(key)
         if session is None:
             ws = await self.access.workspace(principal, primary)
-            session = Session(ws.client, ws)
+            session = Session(Quill.of(ws), ws)
             self._open.put(key, session)
         return session
 
