@@ -60,6 +60,7 @@ Dial = Callable[[IPAddress, int], Awaitable[tuple[asyncio.StreamReader, asyncio.
 USER = "quill"
 """The user name of the TCP listener's credential (``Proxy.url``)."""
 _CHUNK = 64 * 1024
+_LINGER_S = 1.0
 _HOP = {b"proxy-authorization", b"proxy-connection", b"connection", b"keep-alive", b"te"}
 
 
@@ -222,6 +223,7 @@ class Proxy:
                         + body
                     )
                     await writer.drain()
+                    await _linger(reader, writer)
                 return
             conn.verdict = "allowed"
             if method == "CONNECT":
@@ -230,9 +232,8 @@ class Proxy:
                 upstream.write(forward)
                 conn.sent += len(forward)
             conn.reason = await self._relay(reader, writer, up_r, upstream, conn)
-        except asyncio.CancelledError:
-            conn.reason = conn.reason or "the command ended"
-            raise
+        except asyncio.CancelledError:  # ``close``: the command ended (the task ends quietly:
+            conn.reason = conn.reason or "the command ended"  # asyncio logs a cancelled one)
         except OSError as exc:
             conn.reason = conn.reason or f"connection error: {exc.strerror or exc}"
         finally:
@@ -369,6 +370,19 @@ class Proxy:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After a refusal: end our side, and read what the client still sends (at most
+    ``_LINGER_S``, a few chunks) so that closing with unread input does not reset the
+    connection before the client read the answer."""
+    if writer.can_write_eof():
+        writer.write_eof()
+    with contextlib.suppress(TimeoutError, OSError):
+        async with asyncio.timeout(_LINGER_S):
+            for _ in range(16):
+                if not await reader.read(_CHUNK):
+                    return
 
 
 class _Ended(Exception):
