@@ -229,6 +229,17 @@ EXECUTOR_KILLS = prom.Counter(
     "background (left running), quota (checkout over its bytes), cancel (executor stopping).",
     ["why"],
 )
+EXECUTOR_EGRESS = prom.Counter(
+    "quill_executor_egress_connections_total",
+    "Connections through the egress proxy, by verdict: allowed, refused (host not allowed, "
+    "address not public, a bad request, a limit), failed (no answer).",
+    ["verdict"],
+)
+EXECUTOR_EGRESS_BYTES = prom.Counter(
+    "quill_executor_egress_bytes_total",
+    "Bytes the egress proxy relayed, by direction: sent (by commands), received.",
+    ["direction"],
+)
 EXECUTOR_CHECKOUT_BYTES = Live(
     "quill_executor_checkout_bytes", "Bytes the executor's checkouts hold on its disk."
 )

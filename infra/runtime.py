@@ -245,11 +245,16 @@ class Auditor:
         paths: list[str] | None = None,
         summary: str | None = None,
         details: dict[str, Any] | None = None,
+        counted: bool = True,
     ) -> None:
+        """Publish the audit record of an operation (``counted``: and count it as a request;
+        False for what is no request, as an egress connection)."""
         if error is not None:  # the one log line of a failed request
             logfields.failed(address, origin, error)
         elapsed = time.perf_counter() - started
-        if error is None:
+        if not counted:
+            pass
+        elif error is None:
             self.requests.observe(address.kind, address.op, "ok", elapsed)
         else:  # an op the registry lacks is counted as unknown: bounded label values
             op = address.op if ops.find(address.kind, address.op) is not None else "unknown"

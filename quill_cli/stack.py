@@ -122,6 +122,7 @@ class Stack(Launcher):
         log_max_bytes: int | None = None,
         disk_reserve: int | None = None,
         nats_memory: int | None = None,
+        egress_allow: tuple[str, ...] = (),
     ) -> None:
         """``tenants``: a tenants file (``quill_cli/tenants.py``): the embedded server then
         admits each tenant with its own rights and the services as the system user, whose
@@ -131,7 +132,7 @@ class Stack(Launcher):
         reader, executor, gateway and this launcher taking the next ones (0: free ports).
         ``log_max_bytes``, ``disk_reserve``: JetStream's storage limit
         (``quill_cli.natsserver``); ``nats_memory``: its Go memory limit (None: the default,
-        0: none)."""
+        0: none). ``egress_allow``: the executor's ``--egress-allow`` entries."""
         system = None
         if tenants is not None:
             system = NatsAuth(SYSTEM_USER, secrets.token_urlsafe(32))
@@ -144,6 +145,7 @@ class Stack(Launcher):
             metrics_port=metrics_port,
         )
         self.sandbox = sandbox
+        self.egress_allow = egress_allow
         self.nats_port = nats_port
         self.external_nats = nats_url
         self.tokens = tokens.resolve() if tokens else None
@@ -234,6 +236,7 @@ class Stack(Launcher):
             await asyncio.to_thread(self.nats.start)
         self.http_port = self.http_port or self.ports.free()
         sandbox = ["--sandbox", self.sandbox] if self.sandbox else []
+        sandbox += [f"--egress-allow={entry}" for entry in self.egress_allow]
         services = [
             self._service("writer"),
             self._service("reader"),

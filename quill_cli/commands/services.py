@@ -52,6 +52,11 @@ UP_METRICS_HELP = (
     "The writer's metrics port; the reader, executor, gateway and quill up itself take the "
     "next ones (in DATA/stack.json). 0: free ports."
 )
+EGRESS_HELP = (
+    "Let this tenant's (or workspace's) commands reach these hosts through the executor's "
+    "egress proxy (pypi.org, *.pythonhosted.org, host:port; public addresses only; each "
+    "connection audited). Repeatable. Default: no network (see docs/executor.md, Egress)."
+)
 UP_WORKERS_HELP = "Gateway processes serving the HTTP port (default: half the cores)."
 
 
@@ -358,6 +363,12 @@ def writer(
     help="Let git reach this remote though it is not public: an internal server's name, "
     "address or CIDR network. Repeatable (see docs/executor.md).",
 )
+@click.option(
+    "--egress-allow",
+    multiple=True,
+    metavar="TENANT[/WORKSPACE]=HOST,...",
+    help=EGRESS_HELP,
+)
 @click.pass_context
 def executor(
     ctx: click.Context,
@@ -375,14 +386,17 @@ def executor(
     overlay: bool,
     git_credentials: Path | None,
     git_allow: tuple[str, ...],
+    egress_allow: tuple[str, ...],
     **options: Any,
 ) -> None:
     """Run an executor (commands and git in a sandbox; their changes become events)."""
+    from infra.exec.egress import Rules
     from infra.exec.git.targets import Targets
     from services.executor.app import ExecutorConfig, start_executor
 
     with refusing():
         Targets().allowing(git_allow)
+        Rules.parse(egress_allow)
 
     settings = _settings(ctx, options)
     config = ExecutorConfig(
@@ -398,6 +412,7 @@ def executor(
         disk_reserve=None if disk_reserve_mb is None else disk_reserve_mb * 1024 * 1024,
         credentials=git_credentials,
         git_allow=git_allow,
+        egress_allow=egress_allow,
         overlay=overlay,
     )
 
@@ -499,6 +514,9 @@ def gateway(
 )
 @click.option("--gateway-workers", type=click.IntRange(min=1), help=UP_WORKERS_HELP)
 @click.option(
+    "--egress-allow", multiple=True, metavar="TENANT[/WORKSPACE]=HOST,...", help=EGRESS_HELP
+)
+@click.option(
     "--nats-memory",
     type=SizeType(),
     help="The NATS server's Go memory limit (GOMEMLIMIT), e.g. 1GiB; 0 for none (default: "
@@ -525,6 +543,7 @@ def up(
     tenants: Path | None,
     secrets_file: Path | None,
     gateway_workers: int | None,
+    egress_allow: tuple[str, ...],
     nats_memory: int | None,
     metrics_port: int,
     log_format: str,
@@ -532,6 +551,7 @@ def up(
     disk_reserve: int | None,
 ) -> None:
     """Start NATS and every service on this machine; Ctrl-C stops them."""
+    from infra.exec.egress import Rules
     from quill_cli import tenants as tenancy
     from quill_cli.stack import Stack
     from services.gateway.access import Tokens
@@ -550,6 +570,7 @@ def up(
             tenancy.load(tenants)
         if tokens or tenants:
             Tokens.load(tokens or tenants)  # type: ignore[arg-type]
+        Rules.parse(egress_allow)
         if secrets_file is not None:  # { env = ... } values too: the services inherit ours
             try:
                 secret_registry.load(secrets_file)
@@ -566,6 +587,7 @@ def up(
         tenants=tenants,
         secrets_file=secrets_file,
         gateway_workers=gateway_workers,
+        egress_allow=egress_allow,
         metrics_port=metrics_port,
         log_max_bytes=log_max_bytes,
         disk_reserve=disk_reserve,

@@ -60,6 +60,7 @@ from quill.client import Quill
 from services.executor.checkouts import Checkouts
 from services.executor.commands import Commands
 from services.executor.config import ExecutorConfig
+from services.executor.egress import Egress
 from services.executor.output import ensure_stream, read_page
 from services.executor.slots import Slots, Ticket
 
@@ -113,6 +114,7 @@ class Executor:
             secrets=secrets_from_env(),
             scratch=settings.data_dir / "scratch",
         )
+        self.commands.egress = Egress.of(config, settings.data_dir, self.auditor)
         self.ops: dict[str, Callable[[Address, Origin, Any, Job, dict[str, Any]], Awaitable[Any]]]
         self.ops = registry.table(
             "exec",

@@ -43,6 +43,7 @@ from quill.client import Quill
 from services.executor import quota
 from services.executor.checkouts import Checkouts
 from services.executor.config import ExecutorConfig
+from services.executor.egress import Egress
 from services.executor.output import Recorder
 
 log = logging.getLogger("quill.executor")
@@ -66,6 +67,9 @@ def count_kills(outcome: sandbox.Outcome) -> None:
 
 class Commands:
     """Runs commands and git actions for one executor (see the module docstring)."""
+
+    egress: Egress | None = None
+    """Which commands may reach which hosts through a proxy (set by the app); None: none."""
 
     def __init__(
         self,
@@ -323,6 +327,7 @@ class Commands:
                 watch_stdin=req.stdin is None,  # given none: tell if it waited to read some
                 count_left=True,
                 overlay=checkout.generation if overlays else None,
+                egress=self.egress.grant(address, origin) if self.egress else None,
             )
             output = Output(limits.max_output_bytes, self.secrets)
             recorder = Recorder(

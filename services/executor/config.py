@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.exec.egress import Policy
 from services.executor.output import OutputConfig
 
 
@@ -36,6 +37,12 @@ class ExecutorConfig:
     """TOML file of git credentials (see ``infra/exec/git/``)."""
     git_allow: tuple[str, ...] = ()
     """More git allow-list entries, ``HOST[:PORT]`` (``infra/exec/git/targets.py``)."""
+    egress_allow: tuple[str, ...] = ()
+    """Hosts a tenant's or workspace's commands may reach through the egress proxy,
+    ``TENANT[/WORKSPACE]=HOST,...`` (``infra/exec/egress/rules.py``); none: no network."""
+    egress_policy: Policy | None = None
+    """How the egress proxy resolves and connects (its limits; tests give a resolver and a
+    dial of their own); None: the defaults."""
     overlay: bool = True
     """bwrap: run each command over an overlay of its checkout where one can be mounted
     (``infra.exec.sandbox.overlay``); False: over the checkout itself, walked afterwards."""

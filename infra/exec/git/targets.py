@@ -7,7 +7,8 @@ a probe of the host and of the internal network. Hence, before any connection:
 
 1. The URL's host is resolved here (an IP literal as is, a name with the system's resolver),
    once per network run.
-2. The first address that is admitted is chosen: a public one (``is_public``: not loopback,
+2. The first address that is admitted is chosen: a public one (``is_public``, shared with the
+   egress proxy in ``infra.exec.addresses``: not loopback,
    link-local, private, shared (CGNAT), multicast, unspecified, reserved, documentation or
    benchmarking, nor an IPv6 form of such an IPv4 address (6to4; IPv4-mapped, -compatible and
    NAT64 addresses are refused whatever they embed); the metadata
@@ -37,16 +38,36 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import re
-import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from contracts.errors import ErrorCode, QuillError
+from infra.exec.addresses import (
+    NAME,
+    IPAddress,
+    IPNetwork,
+    Resolver,
+    is_public,
+    literal,
+    loopback_name,
+    numeric,
+    system_resolver,
+)
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
-"""``(host name, port)`` to its addresses, as text (``socket.getaddrinfo``'s by default)."""
+__all__ = [
+    "UNREACHABLE",
+    "Allowed",
+    "IPAddress",
+    "Resolver",
+    "Target",
+    "Targets",
+    "is_public",
+    "literal",
+    "numeric",
+    "spoke_git",
+    "system_resolver",
+    "unreachable",
+]
 
 UNREACHABLE = (
     "The git remote cannot be reached: its address is not public (and not in the executor's "
@@ -55,73 +76,6 @@ UNREACHABLE = (
 """The one message of every refused or unreachable remote."""
 
 RESOLVE_TIMEOUT_S = 10.0
-
-_BLOCKED: tuple[IPNetwork, ...] = tuple(
-    ipaddress.ip_network(n)
-    for n in (
-        "0.0.0.0/8",  # this network, unspecified
-        "10.0.0.0/8",
-        "100.64.0.0/10",  # shared address space (CGNAT)
-        "127.0.0.0/8",
-        "169.254.0.0/16",  # link-local, cloud metadata (169.254.169.254)
-        "172.16.0.0/12",
-        "192.0.0.0/24",
-        "192.0.2.0/24",
-        "192.88.99.0/24",  # 6to4 relay anycast
-        "192.168.0.0/16",
-        "198.18.0.0/15",
-        "198.51.100.0/24",
-        "203.0.113.0/24",
-        "224.0.0.0/4",  # multicast
-        "240.0.0.0/4",  # reserved, broadcast
-        "::/127",  # unspecified, loopback
-        "::/96",  # IPv4-compatible (deprecated)
-        "::ffff:0:0/96",  # IPv4-mapped: refused whatever it maps
-        "64:ff9b::/96",  # NAT64: refused whatever it maps
-        "64:ff9b:1::/48",  # local-use NAT64
-        "100::/64",  # discard
-        "2001::/23",  # IETF protocol assignments (Teredo among them)
-        "2001:db8::/32",  # documentation
-        "fc00::/7",  # unique local (fd00:ec2::254, the EC2 metadata service)
-        "fe80::/10",  # link-local
-        "fec0::/10",  # site-local (deprecated)
-        "ff00::/8",  # multicast
-    )
-)
-_NAME = re.compile(r"^(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$")
-_NUMERIC_LABEL = re.compile(r"^(?:[0-9]+|0x[0-9a-f]*)$")
-
-
-def is_public(address: IPAddress) -> bool:
-    """Whether ``address`` is a public unicast address (see the module's docstring)."""
-    if any(address in net for net in _BLOCKED if net.version == address.version):
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.sixtofour is not None:
-        if not is_public(address.sixtofour):
-            return False
-    return not (
-        address.is_private
-        or address.is_loopback
-        or address.is_link_local
-        or address.is_multicast
-        or address.is_unspecified
-        or address.is_reserved
-    ) and bool(address.is_global)
-
-
-def literal(host: str) -> IPAddress | None:
-    """The address of a host that is an IP literal (``[...]`` for IPv6), else None."""
-    text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None
-
-
-def numeric(name: str) -> bool:
-    """Whether a host name that is no canonical IP literal would still be read as an address
-    (``2130706433``, ``0x7f.1``, ``127.1``): refused as a host name, as resolvers disagree."""
-    return bool(_NUMERIC_LABEL.match(name.rsplit(".", 1)[-1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +113,7 @@ class Allowed:
             return cls(network=ipaddress.ip_network(host, strict=False), port=number)
         except ValueError:
             pass
-        if not _NAME.match(host) or numeric(host):
+        if not NAME.match(host) or numeric(host):
             raise ValueError(f"git allow-list: {text!r} is no host name, address or network")
         return cls(name=host, port=number)
 
@@ -197,14 +151,6 @@ class Target:
         return [f"http.curloptResolve={self.host}:{self.port}:{where}"]
 
 
-async def system_resolver(name: str, port: int) -> Sequence[str]:
-    """The addresses of ``name`` from the system's resolver (``getaddrinfo``)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(
-        name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-    )
-    return [str(info[4][0]) for info in infos]
-
-
 @dataclass(frozen=True, slots=True)
 class Targets:
     """The executor's policy for remote git: the allow-list, and how names are resolved."""
@@ -238,7 +184,7 @@ class Targets:
             if self.admits(host, port, address):
                 return Target(host, port, address)
             raise unreachable()
-        if _loopback_name(host) and not any(a.name == host for a in self.allow):
+        if loopback_name(host) and not any(a.name == host for a in self.allow):
             raise unreachable()  # libcurl would answer these names itself, with loopback
         resolver = self.resolver or system_resolver
         try:
@@ -254,10 +200,6 @@ class Targets:
             if "%" not in text and self.admits(host, port, candidate):
                 return Target(host, port, candidate)
         raise unreachable()
-
-
-def _loopback_name(name: str) -> bool:
-    return name == "localhost" or name.endswith(".localhost")
 
 
 def unreachable() -> QuillError:

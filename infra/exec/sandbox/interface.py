@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -28,6 +29,25 @@ class Limits:
     """Largest file it may write (RLIMIT_FSIZE)."""
     open_files: int = 1024
     """RLIMIT_NOFILE."""
+
+
+@dataclass(frozen=True, slots=True)
+class EgressPort:
+    """Where one sandbox reaches its egress proxy (``infra.exec.egress``)."""
+
+    socket: Path
+    """The proxy's unix socket (bwrap binds its directory; ``forwarder``)."""
+    url: str | None = None
+    """A loopback TCP proxy URL with its credential (the local provider)."""
+
+
+class Egress(Protocol):
+    """A command's right to the egress proxy (``infra.exec.egress.Grant``)."""
+
+    def open(self, *, tcp: bool) -> AbstractAsyncContextManager[EgressPort]:
+        """A proxy for one sandbox, listening until the context ends; ``tcp``: also on a
+        loopback port (``EgressPort.url``)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +78,10 @@ class Spawn:
     the command's writes go to a layer of its own (``Outcome.layer``), the checkout is left
     as it was. The value is the checkout's generation (``Checkout.generation``): a spare
     sandbox started over another one is not used (the tree changed under its mount)."""
+    egress: Egress | None = None
+    """Reach the network through this proxy only (``forwarder``): its variables in the
+    environment (``HTTPS_PROXY``...), and under bwrap its socket bound and a forwarder on
+    127.0.0.1:3128 in the sandbox's own network; None: no network at all."""
 
 
 @dataclass(frozen=True, slots=True)

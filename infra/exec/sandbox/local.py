@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from infra.exec.sandbox import common, proctree
+from infra.exec.sandbox import common, forwarder, proctree
 from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
 from infra.exec.sandbox.stdin import StdinWatch, available
 from infra.safefs import Dir, remove_tree
@@ -61,6 +61,9 @@ class LocalProvider:
     async def run(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Outcome:
+        if spawn.egress is not None:  # the host's network anyway: the variables only
+            async with spawn.egress.open(tcp=True) as port:
+                return await self.run(checkout, forwarder.in_local(spawn, port), limits, on_output)
         started = time.monotonic()
         deadline = asyncio.get_running_loop().time() + spawn.timeout_s
         cwd = checkout / common.workdir(spawn.workdir)

@@ -1,0 +1,148 @@
+"""How a command reaches its egress proxy (``Spawn.egress``): variables, and under bwrap a
+forwarder inside the sandbox.
+
+A bwrap sandbox has a network namespace of its own with loopback only, so no host port is
+reachable from it. Its proxy (``infra.exec.egress``) listens on a unix socket instead, whose
+directory is bound read-only at ``INSIDE``; the command is started through ``FORWARDER``
+(the host's ``python3``, shown at /usr/bin in every sandbox), which listens on
+``127.0.0.1:PORT`` in the sandbox's network, forks the command and relays each connection to
+the socket until the command exits, then exits as it did (its status, or the same signal).
+It ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT itself (the command gets them: a timeout's
+SIGTERM ends the command and then it; one that ignores SIGTERM is killed with the sandbox),
+and keeps no standard stream open (the command's output ends when the command's does).
+
+The local provider has the host's network anyway: its proxy is a loopback TCP port taking a
+per-command credential in the URL (``EgressPort.url``); only the variables are set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+from infra.exec.sandbox import common
+from infra.exec.sandbox.interface import EgressPort, SandboxError, Spawn
+
+PORT = 3128
+"""Where the forwarder listens in a bwrap sandbox (the usual proxy port)."""
+INSIDE = "/tmp/.quill-egress"
+"""Where a bwrap sandbox shows the proxy socket's directory: directly under /tmp, as git's
+``remote.BOUND`` (bwrap makes a bind target's missing parents ``0700`` root, which the
+sandbox's user could not enter)."""
+NO_PROXY = "localhost,127.0.0.1,::1"
+
+FORWARDER = r"""
+import os, signal, socket, sys, threading
+path, port, argv = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
+listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", port))
+listener.listen(128)
+pid = os.fork()
+if pid == 0:
+    listener.close()
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as e:
+        os.write(2, ("%s: %s\n" % (argv[0], e.strerror)).encode())
+        os._exit(127 if isinstance(e, FileNotFoundError) else 126)
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    signal.signal(sig, signal.SIG_IGN)
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+threading.stack_size(256 * 1024)
+
+def pipe(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+def serve(client):
+    up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        up.connect(path)
+    except OSError:
+        client.close()
+        up.close()
+        return
+    other = threading.Thread(target=pipe, args=(client, up), daemon=True)
+    other.start()
+    pipe(up, client)
+    other.join()
+    client.close()
+    up.close()
+
+def accept():
+    while True:
+        try:
+            client, _ = listener.accept()
+            threading.Thread(target=serve, args=(client,), daemon=True).start()
+        except (OSError, RuntimeError):
+            pass
+
+threading.Thread(target=accept, daemon=True).start()
+while True:
+    try:
+        _, status = os.waitpid(pid, 0)
+        break
+    except InterruptedError:
+        continue
+if os.WIFSIGNALED(status):
+    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+os._exit(os.waitstatus_to_exitcode(status))
+"""
+"""``python3 -I -S -c FORWARDER SOCKET PORT -- ARGV...`` (see the module docstring)."""
+
+
+def environment(url: str) -> dict[str, str]:
+    """The variables pointing a command's tools at the proxy ``url``: curl, git and Python's
+    (``HTTPS_PROXY``, ``https_proxy``, ...), npm's (``npm_config_*``); loopback excluded."""
+    return {
+        "HTTP_PROXY": url,
+        "HTTPS_PROXY": url,
+        "http_proxy": url,
+        "https_proxy": url,
+        "npm_config_proxy": url,
+        "npm_config_https_proxy": url,
+        "NO_PROXY": NO_PROXY,
+        "no_proxy": NO_PROXY,
+    }
+
+
+def in_bwrap(spawn: Spawn, port: EgressPort) -> Spawn:
+    """``spawn`` as a bwrap sandbox runs it with ``port``: the socket's directory bound, the
+    command under the forwarder, the variables set (a command's own come last, and win).
+
+    Raises:
+        SandboxError: the host has no ``python3`` to run the forwarder with.
+    """
+    python3 = shutil.which("python3", path=common.PATH)
+    if python3 is None:
+        raise SandboxError("egress needs a python3 on the host's PATH (the forwarder)")
+    socket = f"{INSIDE}/{port.socket.name}"
+    argv = [python3, "-I", "-S", "-c", FORWARDER, socket, str(PORT), "--", *spawn.argv]
+    return dataclasses.replace(
+        spawn,
+        argv=argv,
+        env=environment(f"http://127.0.0.1:{PORT}") | dict(spawn.env),
+        ro_binds=(*spawn.ro_binds, (port.socket.parent, INSIDE)),
+        egress=None,
+    )
+
+
+def in_local(spawn: Spawn, port: EgressPort) -> Spawn:
+    """``spawn`` as the local provider runs it with ``port``: the variables only."""
+    assert port.url is not None
+    return dataclasses.replace(spawn, env=environment(port.url) | dict(spawn.env), egress=None)
