@@ -412,6 +412,8 @@ class Commands:
                 raise
             for task in timer:  # it ended before its yield: answered as a one-shot command
                 task.cancel()
+            for command in held:  # no process any more: no input, no signal, no slot of it
+                command.process = None
             count_kills(outcome)
             if checkout is live:  # the next command here finds a sandbox started
                 limits_next = self._limits(spawn.timeout_s, checkout)

@@ -154,7 +154,7 @@ class LiveCommands:
         Raises:
             QuillError: ``SIZE_LIMIT_EXCEEDED``.
         """
-        count = sum(1 for c in self.held.values() if c.tenant == tenant)
+        count = sum(1 for c in self.held.values() if c.tenant == tenant and c.process)
         if count >= self.per_tenant:
             raise QuillError(
                 ErrorCode.SIZE_LIMIT_EXCEEDED,
@@ -200,8 +200,14 @@ class LiveCommands:
         assert isinstance(request, rq.CommandInput | rq.CommandSignal)
         handle = request.command_id
         command = self.find(address.tenant, address.workspace, handle)
-        if command is None or command.process is None:
+        if command is None:
             raise await self._why_not_held(address, handle)
+        if command.process is None:  # ended; its changes are being committed
+            raise QuillError(
+                ErrorCode.COMMAND_ENDED,
+                f"Command {handle} has ended (exec.poll says how)",
+                {"command_id": handle},
+            )
         process = command.process
         if isinstance(request, rq.CommandSignal):
             sent = process.signal(SIGNALS[request.signal])
