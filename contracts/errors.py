@@ -80,6 +80,15 @@ class ErrorCode(StrEnum):
     service's own; ``details.service`` names it (``log``, ``reader``, ``executor``, ...).
     Nothing was stored. Not retriable as is: it ends when an operator frees space or grows
     the disk (the limit then rises by itself, docs/operations.md "Disk full"). (Addition.)"""
+    COMMAND_NOT_FOUND = "COMMAND_NOT_FOUND"
+    """No live command of this workspace has that id (a made-up id, another tenant's or
+    workspace's, or one whose output is no longer kept). (Addition.)"""
+    COMMAND_LOST = "COMMAND_LOST"
+    """The executor holding the live command is gone (it died, or stopped): the command died
+    with it, its changes uncommitted. What was committed before stays. (Addition.)"""
+    COMMAND_ENDED = "COMMAND_ENDED"
+    """The live command has ended: it takes no input or signal any more (``exec.poll`` says how
+    it ended). (Addition.)"""
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset({ErrorCode.TIMEOUT, ErrorCode.UNAVAILABLE})

@@ -43,6 +43,17 @@ in the request (base64 in JSON: with the largest command line and environment, s
 past it the request is refused with ``SIZE_LIMIT_EXCEEDED`` (``check_stdin``)."""
 
 
+LIVE_YIELD_MAX_MS = 60_000
+"""The longest ``exec.run`` waits before answering a command still running (``yield_ms``)."""
+LIVE_WAIT_MAX_MS = 60_000
+"""The longest ``exec.poll`` waits for more output (``wait_ms``); below the request's
+timeout too."""
+LIVE_INPUT_MAX_BYTES = 64 * 1024
+"""The most one ``exec.input`` carries."""
+LIVE_POLL_MAX_BYTES = 1024 * 1024
+"""The most one ``exec.poll`` returns of each stream."""
+
+
 def check_stdin(stdin: bytes | None) -> None:
     """Refuse a command's standard input over ``EXEC_STDIN_MAX_BYTES``.
 

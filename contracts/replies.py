@@ -745,6 +745,75 @@ class CommandResult(Result, frozen=True, kw_only=True):
     stdin_read: bool = False
     """The command waited to read standard input, which is closed: it read end of file (a
     ``read -p`` prompt, ``input()``)."""
+    running: bool = False
+    """``yield_ms``: the command still ran when it passed; it runs on under ``command_id``
+    (``exec.poll``, ``exec.input``, ``exec.signal``). ``stdout``/``stderr`` are its output so
+    far, ``cursor`` where it ends, ``exit_code`` is -1 and ``changes`` empty (its changes are
+    committed when it ends: ``exec.poll`` says as what version)."""
+    cursor: str = ""
+    """``running``: give it to ``exec.poll`` for the output after this answer's."""
+
+
+class CommandStatus(Result, frozen=True, kw_only=True):
+    """A live command's output after the cursor asked for, and whether it still runs."""
+
+    command_id: str
+    running: bool
+    stdout: str
+    """Standard output after the cursor (at most ``max_bytes``; invalid UTF-8 replaced)."""
+    stderr: str
+    cursor: str
+    """Where this answer's output ends: give it to the next ``exec.poll``."""
+    more: bool = False
+    """More output is kept past ``cursor`` already (poll again at once)."""
+    exit_code: int | None = None
+    """Once it ended: its exit status (128 + the signal's number when a signal ended it)."""
+    timed_out: bool = False
+    version: int | None = None
+    """Once it ended: the version its changes were committed as (None: it changed nothing, or
+    they could not be committed: ``error``)."""
+    changed: int = 0
+    """Paths its changes committed."""
+    error: str | None = None
+    """Why its changes were not committed, when they were not."""
+    duration_ms: int | None = None
+
+
+class InputWritten(Result, frozen=True, kw_only=True):
+    """What ``exec.input`` wrote to a live command's standard input."""
+
+    command_id: str
+    written: int
+    """Bytes written (fewer than sent when the command did not read them within 5 s)."""
+    closed: bool
+    """Its standard input is closed (``eof``, or it was before)."""
+
+
+class SignalSent(Result, frozen=True, kw_only=True):
+    command_id: str
+    signal: str
+    processes: int
+    """Processes of the command that were sent it."""
+
+
+class LiveCommand(msgspec.Struct, frozen=True, kw_only=True):
+    """One command running on in a workspace (``exec.list``)."""
+
+    command_id: str
+    command: str
+    """As audited (secrets redacted; its first 4,096 characters)."""
+    workdir: str
+    actor: str | None
+    started: datetime
+    shell: str | None = None
+    """The shell it runs in (None: a sandbox of its own)."""
+    stdin_open: bool = False
+
+
+class LiveCommands(Result, frozen=True, kw_only=True):
+    commands: list[LiveCommand]
+    executors: int
+    """Executors that answered (each lists its own)."""
 
 
 class CommandFacts(msgspec.Struct, frozen=True, kw_only=True):

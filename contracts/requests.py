@@ -16,7 +16,14 @@ import msgspec
 from msgspec import Meta
 
 from contracts.events import UncommittedPath
-from contracts.limits import MAX_MESSAGE_BYTES, LimitsPatch
+from contracts.limits import (
+    LIVE_INPUT_MAX_BYTES,
+    LIVE_POLL_MAX_BYTES,
+    LIVE_WAIT_MAX_MS,
+    LIVE_YIELD_MAX_MS,
+    MAX_MESSAGE_BYTES,
+    LimitsPatch,
+)
 
 PathArg = Annotated[
     str,
@@ -602,7 +609,58 @@ class RunCommand(Execution, frozen=True, kw_only=True):
     """The command's standard input (base64 in JSON), given whole: at most
     ``limits.EXEC_STDIN_MAX_BYTES`` (1 MiB; past it ``SIZE_LIMIT_EXCEEDED``); never logged or
     audited (its size is). Omitted: stdin is closed, and the result says whether the command
-    tried to read it (``stdin_read``)."""
+    tried to read it (``stdin_read``); with ``yield_ms``, it is a pipe kept open for
+    ``exec.input`` instead."""
+    yield_ms: Annotated[int, Meta(ge=0, le=LIVE_YIELD_MAX_MS)] | None = None
+    """Answer after this many milliseconds if the command still runs (``running``: true, its
+    ``command_id``, its output so far and a ``cursor``), and let it run on: ``exec.poll``,
+    ``exec.input``, ``exec.signal`` act on it by its ``command_id``. Its changes are committed
+    when it ends, as any command's. Omitted: the reply waits for the command's end."""
+
+
+CommandHandle = Annotated[str, Meta(pattern=r"^c[0-9a-f]{12}[A-Za-z0-9]{1,40}$")]
+"""A live command's id (``exec.run`` with ``yield_ms``): opaque; it names the executor holding
+the command."""
+
+
+class CommandPoll(Request, frozen=True, kw_only=True):
+    """A live command's output after a ``cursor``, and whether it still runs (when it ended:
+    its exit status and the version its changes were committed as)."""
+
+    command_id: CommandHandle
+    cursor: Annotated[str, Meta(pattern=r"^([0-9]{1,16}\.[0-9]{1,16})?$")] = ""
+    """Where the last answer ended (its ``cursor``); empty: from the start."""
+    wait_ms: Annotated[int, Meta(ge=0, le=LIVE_WAIT_MAX_MS)] = 0
+    """With nothing new after ``cursor`` and the command running, wait up to this long for
+    output or its end (answered as soon as either comes)."""
+    max_bytes: Annotated[int, Meta(ge=1, le=LIVE_POLL_MAX_BYTES)] = 64 * 1024
+    """The most bytes of each stream to return (page on with the answer's ``cursor``)."""
+
+
+class CommandInput(Request, frozen=True, kw_only=True):
+    """Bytes to a live command's standard input; ``eof`` closes it after them."""
+
+    command_id: CommandHandle
+    data: Annotated[bytes, Meta(max_length=LIVE_INPUT_MAX_BYTES)] = b""
+    """What to write (base64 in JSON): at most ``limits.LIVE_INPUT_MAX_BYTES`` (64 KiB)."""
+    eof: bool = False
+    """Close its standard input after ``data`` (a read gets end of file)."""
+
+
+SignalName = Literal["INT", "TERM", "KILL", "HUP"]
+
+
+class CommandSignal(Request, frozen=True, kw_only=True):
+    """A signal to every process of a live command. ``TERM`` is followed by ``KILL`` after the
+    grace period (5 s) if it still runs."""
+
+    command_id: CommandHandle
+    signal: SignalName
+
+
+class LiveCommandsQuery(Request, frozen=True, kw_only=True):
+    """The commands that run on in the workspace (``exec.run`` with ``yield_ms``), on every
+    executor."""
 
 
 OutputStream = Literal["stdout", "stderr"]

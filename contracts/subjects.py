@@ -17,6 +17,9 @@ Subjects (root ``ws`` by default)::
     ws.purged.<tenant>.<workspace>       a workspace was purged (to the services only)
     ws.audit.<tenant>.<workspace>        one record per operation (stream WS_AUDIT)
     ws.replica.<instance>.<t>.<w>.<op>   a query addressed to one reader replica
+    ws.exechold.<route>.<t>.<w>.<op>     a live command's input or signal, forwarded to the
+                                         executor holding it (services only)
+    ws.execlist.<t>.<w>                  every executor lists its live commands (services only)
     ws.bridge.<tenant>.<op>              a bridge's claims (``infra/claims.py``): ``claim`` and
                                          ``release`` to a writer, ``seen`` to every service
 
@@ -301,6 +304,22 @@ class Subjects:
 
     def replica(self, instance: str, tenant: str, workspace: str, op: str) -> str:
         return f"{self.root}.replica.{instance}.{tenant}.{workspace}.{op}"
+
+    def exec_holder(self, route: str, tenant: str, workspace: str, op: str) -> str:
+        """An op on a live command, forwarded to the executor whose ``route`` its id names
+        (``services/executor/live.py``); tenants may not publish here."""
+        return f"{self.root}.exechold.{route}.{tenant}.{workspace}.{op}"
+
+    def all_exec_holder(self, route: str) -> str:
+        return f"{self.root}.exechold.{route}.*.*.*"
+
+    def exec_list(self, tenant: str, workspace: str) -> str:
+        """Every executor answers with the workspace's live commands it holds."""
+        return f"{self.root}.execlist.{tenant}.{workspace}"
+
+    @property
+    def all_exec_list(self) -> str:
+        return f"{self.root}.execlist.*.*"
 
     def request(self, kind: str, tenant: str, workspace: str, op: str) -> str:
         return f"{self.root}.{kind}.{tenant}.{workspace}.{op}"

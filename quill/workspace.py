@@ -31,6 +31,7 @@ from contracts.limits import LimitsPatch, check_stdin
 from quill._protocols import Client
 from quill._reads import Reads
 from quill._transport import OnOutput, check_size
+from quill.command import Command
 
 
 class Workspace(Reads):
@@ -344,10 +345,13 @@ class Workspace(Reads):
         version: int | None = None,
         on_output: OnOutput | None = None,
         stdin: bytes | None = None,
+        yield_ms: int | None = None,
     ) -> rp.CommandResult:
         """Run ``command`` (``bash -c``) in the workspace's sandbox; the files it changes are
         committed as one event. ``on_output`` receives its output live; ``stdin`` is its
-        standard input, given whole (default: closed).
+        standard input, given whole (default: closed). ``yield_ms``: answer then if it still
+        runs (``running``; go on with ``command(result.command_id, result.cursor)``), its
+        stdin a pipe for ``Command.input`` unless ``stdin`` is given.
 
         Raises:
             QuillError: ``SIZE_LIMIT_EXCEEDED`` for a ``stdin`` over
@@ -362,8 +366,19 @@ class Workspace(Reads):
             version=version,
             min_version=self.last_version or None if version is None else None,
             stdin=stdin,
+            yield_ms=yield_ms,
         )
         return await self._exec(body, timeout_ms, on_output)
+
+    def command(self, command_id: str, cursor: str = "") -> Command:
+        """The handle of a live command of this workspace (``exec`` with ``yield_ms``), read
+        on from ``cursor``: from any client of the tenant, for as long as it runs and its
+        output is kept."""
+        return Command(self, command_id, cursor)
+
+    async def running(self) -> rp.LiveCommands:
+        """The commands running on in this workspace (``exec.list``), on every executor."""
+        return (await self.client.send(self.tenant, self.name, rq.LiveCommandsQuery()))[1]
 
     async def git(
         self,

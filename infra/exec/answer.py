@@ -60,8 +60,23 @@ class Job:
     live: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
     redacted: set[str] = field(default_factory=set)
     redactors: dict[str, StreamRedactor] = field(default_factory=dict)
+    early: Callable[[int, rp.CommandResult], Awaitable[None]] | None = None
+    """Answers the request before its work ends (``answer_exec`` sets it)."""
+    answered: bool = False
+    """Answered early (``answer_early``): the work's own end is audited, not answered."""
+
+    async def answer_early(self, version: int, result: rp.CommandResult) -> None:
+        """Answer now (a command that runs on: ``yield_ms``): its live output ends here (``eof``;
+        ``exec.poll`` reads the rest), and the work's end is no longer answered."""
+        if self.answered or self.early is None:
+            return
+        await self.publish("eof")
+        self.answered = True
+        await self.early(version, result)
 
     async def publish(self, stream: str, data: bytes = b"") -> None:
+        if self.answered:
+            return
         if stream == "eof":
             for name, redactor in list(self.redactors.items()):
                 del self.redactors[name]
@@ -175,6 +190,11 @@ async def answer_exec(
     full disk (``ENOSPC`` writing the checkout) is ``STORAGE_FULL`` naming the service, which
     is marked full until a command succeeds again (``infra/storage.py``). What the
     sandbox left to tidy (``common.after_reply``) is done once it is answered."""
+
+    async def early(version: int, result: rp.CommandResult) -> None:
+        await respond(incoming.msg, codec.ok_reply(version, result), reply_headers(origin))
+
+    job.early = early
     with _tidied_in_background():
         try:
             async with heartbeat(job):
@@ -182,10 +202,14 @@ async def answer_exec(
                 await job.publish("eof")
         except QuillError as exc:
             await job.publish("eof")
+            if job.answered:  # it ran on after its answer: its failure is audited only
+                await auditor.record(address, origin, incoming.started, error=exc)
+                return
             await reject(incoming, exc, auditor)
             return
         except asyncio.CancelledError:
-            await reject(incoming, QuillError(ErrorCode.UNAVAILABLE, stopping), auditor)
+            if not job.answered:
+                await reject(incoming, QuillError(ErrorCode.UNAVAILABLE, stopping), auditor)
             raise
         except (TimeoutError, nats.errors.Error) as exc:  # NATS failing over: retriable
             log.warning("exec %s: NATS did not answer: %r", incoming.msg.subject, exc)
@@ -205,7 +229,8 @@ async def answer_exec(
             await reject(incoming, error, auditor)
             return
         storage.state(auditor.service).clear()
-        await respond(incoming.msg, codec.ok_reply(version, result), reply_headers(origin))
+        if not job.answered:
+            await respond(incoming.msg, codec.ok_reply(version, result), reply_headers(origin))
         changes = result.changes
         await auditor.record(
             address,

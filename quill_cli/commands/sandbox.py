@@ -81,6 +81,12 @@ def _piped_stdin() -> bytes | None:
 @click.option(
     "-n", "--no-stdin", is_flag=True, help="Do not read stdin (as ssh -n): the command's is closed."
 )
+@click.option(
+    "-b",
+    "--background",
+    is_flag=True,
+    help="Start it and print its id: it runs on (quill attach-output, quill kill, quill ps).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 async def exec_(
     ctx: click.Context,
@@ -90,6 +96,7 @@ async def exec_(
     env: tuple[str, ...],
     at: int | None,
     no_stdin: bool,
+    background: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND in the workspace's sandbox (after --), streaming its output; exit with its
@@ -119,9 +126,13 @@ async def exec_(
         timeout_ms=int(timeout_s * 1000) if timeout_s is not None else None,
         env=variables or None,
         version=at,
-        on_output=None if as_json else live,
+        on_output=None if as_json or background else live,
         stdin=None if no_stdin else _piped_stdin(),
+        yield_ms=0 if background else None,
     )
+    if background:
+        emit(ctx, r, lambda: click.echo(r.command_id))
+        return
     if as_json:
         emit(ctx, r, lambda: None)
     else:
@@ -264,3 +275,57 @@ async def git(
         if r.output_truncated:
             click.echo("quill: output truncated", err=True)
         _changes_note(r.changes)
+
+
+@commands.command(name="ps")
+@workspace_command
+async def ps(ctx: click.Context, ws: Workspace) -> None:
+    """List the commands running on in the workspace (quill exec --background), on every
+    executor."""
+    listed = await ws.running()
+
+    def show() -> None:
+        rows = [[c.command_id, when(c.started), c.actor or "-", c.command] for c in listed.commands]
+        click.echo(columns([["ID", "STARTED", "ACTOR", "COMMAND"], *rows]))
+
+    emit(ctx, listed, show)
+
+
+@commands.command(name="kill")
+@workspace_command
+@click.argument("command_id")
+@click.option(
+    "-s",
+    "--signal",
+    "name",
+    type=click.Choice(["INT", "TERM", "KILL", "HUP"]),
+    default="TERM",
+    show_default=True,
+    help="TERM is followed by KILL after 5 s if it still runs.",
+)
+async def kill(ctx: click.Context, ws: Workspace, command_id: str, name: str) -> None:
+    """Send a signal to every process of the live command COMMAND_ID."""
+    sent = await ws.command(command_id).signal(name)  # type: ignore[arg-type]
+    emit(
+        ctx,
+        sent,
+        lambda: click.echo(f"{name} sent to {plural(sent.processes, 'process', 'processes')}"),
+    )
+
+
+@commands.command(name="attach-output")
+@workspace_command
+@click.argument("command_id")
+async def attach_output(ctx: click.Context, ws: Workspace, command_id: str) -> None:
+    """Follow the output of the live command COMMAND_ID from its start to its end; exit with
+    its status."""
+
+    def live(stream: str, chunk: bytes) -> None:
+        out = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
+        out.write(chunk)
+        out.flush()
+
+    done = await ws.command(command_id).wait(None if ctx.obj["json"] else live)
+    if ctx.obj["json"]:
+        emit(ctx, done, lambda: None)
+    sys.exit(min(done.exit_code if done.exit_code is not None else 1, 255))

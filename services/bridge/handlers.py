@@ -268,7 +268,8 @@ class Handlers:
         details: dict[str, Any],
     ) -> Any:
         local = self.local
-        assert isinstance(request, rq.RunCommand | rq.GitCommand)
+        if not isinstance(request, rq.RunCommand | rq.GitCommand):  # live commands: executors'
+            raise _unavailable(f"exec.{address.op}", local.uri)
         local.queries.check_version(request)
         details["workdir"] = request.workdir
         if isinstance(request, rq.GitCommand):

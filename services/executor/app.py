@@ -26,6 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sized
 from typing import IO, Any
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -42,7 +43,7 @@ from infra.blobs import Blobs
 from infra.bridges import Bridges
 from infra.bus import respond
 from infra.busy import refused
-from infra.entry import Incoming, parse, reject
+from infra.entry import Incoming, parse, reject, reply_headers
 from infra.exec import checkout, sandbox
 from infra.exec.answer import Job, answer_exec, received
 from infra.exec.git import Credentials
@@ -61,6 +62,7 @@ from services.executor.checkouts import Checkouts
 from services.executor.commands import Commands
 from services.executor.config import ExecutorConfig
 from services.executor.egress import Egress
+from services.executor.live import LIVE_OPS, LiveCommands
 from services.executor.output import ensure_stream, read_page
 from services.executor.slots import Slots, Ticket
 
@@ -86,6 +88,12 @@ class Executor:
         self.tasks: set[asyncio.Task[None]] = set()
         self.output_reads = 0
         """``exec.output`` reads being answered (at most ``EXECUTOR_MAX_OUTPUT_READS``)."""
+        self.live = LiveCommands(
+            nc, self.js, self.subjects, self.instance, per_tenant=config.tenant_live
+        )
+        """Commands running on past their answer (``live``)."""
+        self.live_ops = 0
+        """``exec.poll``/``input``/``signal``/``list`` being answered (bounded as reads)."""
         self.slots = Slots(config.max_runs, config.tenant_runs, config.queue, config.queue_wait_s)
         self.checkouts = Checkouts(
             settings.data_dir,
@@ -113,13 +121,15 @@ class Executor:
             ).allowing(config.git_allow),
             secrets=secrets_from_env(),
             scratch=settings.data_dir / "scratch",
+            live=self.live,
         )
         self.commands.egress = Egress.of(config, settings.data_dir, self.auditor)
         self.ops: dict[str, Callable[[Address, Origin, Any, Job, dict[str, Any]], Awaitable[Any]]]
         self.ops = registry.table(
             "exec",
             {"run": self.commands.run, "git": self.commands.git},
-            served_elsewhere=("output",),  # a read of kept output: no slot, no checkout
+            # a read of kept output, ops on a live command: no slot, no checkout
+            served_elsewhere=("output", *LIVE_OPS),
         )
         """The ops that run in a checkout, by name (``contracts/ops.py`` checks the table)."""
         self._subs: list[Subscription] = []
@@ -180,6 +190,11 @@ class Executor:
             await bus.serve(self.nc, self.subjects.all_exec, QUEUE_EXECUTOR, self.on_request)
         )
         self._subs.append(await self.nc.subscribe(self.subjects.all_purged, cb=self.on_purged))
+        holder = self.subjects.all_exec_holder(self.live.route)
+        self._subs.append(await self.nc.subscribe(holder, cb=self._on_forwarded))
+        self._subs.append(
+            await self.nc.subscribe(self.subjects.all_exec_list, cb=self.live.on_list)
+        )
         self._subs += await bus.serve_ping(
             self.nc, self.subjects, "executor", self.instance, self.info
         )
@@ -226,6 +241,15 @@ class Executor:
             return
         if self.bridges.claims(address.tenant, address.workspace):
             return  # a local workspace: its bridge answers
+        if address.op in LIVE_OPS:  # an op on a live command: no slot, no checkout
+            if self.live_ops >= EXECUTOR_MAX_OUTPUT_READS:
+                limit = EXECUTOR_MAX_OUTPUT_READS
+                error = refused("executor", "live_ops", "The executor", RETRY_AFTER_MS, limit=limit)
+                await reject(incoming, error, self.auditor)
+                return
+            self.live_ops += 1
+            self._background(self._live_op(incoming, address))
+            return
         if address.op == "output":  # a read of kept output: no slot, no checkout
             if self.output_reads >= EXECUTOR_MAX_OUTPUT_READS:
                 limit = EXECUTOR_MAX_OUTPUT_READS
@@ -304,6 +328,39 @@ class Executor:
             await self.answer_output(incoming, address)
         finally:
             self.output_reads -= 1
+
+    async def _live_op(self, incoming: Incoming, subject: Address) -> None:
+        """``exec.poll``, ``exec.input``, ``exec.signal`` or ``exec.list`` (``live``), for the
+        tenant and workspace the request was sent to only."""
+        try:
+            try:
+                address, _, origin, request = parse(
+                    incoming, self.subjects, "exec", address=subject
+                )
+                if isinstance(request, rq.CommandPoll) and origin.timeout_ms:
+                    # answered before the caller gives up (a second for the way back)
+                    most = max(0, origin.timeout_ms - 1000)
+                    request = msgspec.structs.replace(request, wait_ms=min(request.wait_ms, most))
+                result = await self.live.operate(address, request)
+            except QuillError as exc:
+                await reject(incoming, exc, self.auditor)
+                return
+            except Exception as exc:
+                log.exception("exec %s failed", incoming.msg.subject)
+                error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+                await reject(incoming, error, self.auditor)
+                return
+            await respond(incoming.msg, codec.ok_reply(None, result), reply_headers(origin))
+            handle = getattr(request, "command_id", "")
+            summary = f"{address.op} {handle}".strip()
+            if isinstance(request, rq.CommandSignal):
+                summary += f" {request.signal}"
+            await self.auditor.record(address, origin, incoming.started, summary=summary)
+        finally:
+            self.live_ops -= 1
+
+    async def _on_forwarded(self, msg: Msg) -> None:
+        self._background(self.live.on_forwarded(msg))
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)

@@ -7,9 +7,11 @@ captured and committed to the log as one ``apply`` (``infra.exec.commit``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,7 +24,7 @@ from contracts import codec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.limits import check_stdin
+from contracts.limits import LIVE_POLL_MAX_BYTES, check_stdin
 from contracts.paths import display, normalize
 from contracts.subjects import HEADER_TIMEOUT, HEADER_WAIT, Address, Origin, Subjects
 from core.evolve import ArchiveState, LockState
@@ -44,6 +46,7 @@ from services.executor import quota
 from services.executor.checkouts import Checkouts
 from services.executor.config import ExecutorConfig
 from services.executor.egress import Egress
+from services.executor.live import LiveCommand, LiveCommands, new_handle
 from services.executor.output import Recorder
 
 log = logging.getLogger("quill.executor")
@@ -84,8 +87,11 @@ class Commands:
         credentials: Credentials,
         secrets: Secrets,
         scratch: Path,
+        live: LiveCommands,
     ) -> None:
         self.config, self.provider, self.checkouts = config, provider, checkouts
+        self.live = live
+        """The commands that outlive their request (``yield_ms``): ``live``."""
         self.quill, self.blobs, self.js, self.subjects = quill, blobs, js, subjects
         self.credentials, self.secrets, self.scratch = credentials, secrets, scratch
         self.kept = Approvals(js, subjects)
@@ -220,11 +226,21 @@ class Commands:
         checkout: Checkout,
         spawn: sandbox.Spawn,
         on_output: sandbox.OnOutput | None,
+        started: Callable[[sandbox.Live], Awaitable[None]] | None = None,
     ) -> sandbox.Outcome:
+        """Run ``spawn``; ``started`` is told of it once it runs (a yielded command's)."""
         try:
-            return await self.provider.run(
-                checkout.tree, spawn, self._limits(spawn.timeout_s, checkout), on_output
-            )
+            limits = self._limits(spawn.timeout_s, checkout)
+            process = await self.provider.start(checkout.tree, spawn, limits, on_output)
+            if started is not None:
+                try:
+                    await started(process)
+                except BaseException:
+                    process.signal(signal.SIGKILL)
+                    with contextlib.suppress(Exception):
+                        await process.wait()
+                    raise
+            return await process.wait()
         except sandbox.SandboxError as exc:
             raise QuillError(
                 ErrorCode.EXECUTION_FAILED, f"The sandbox could not run the command: {exc}"
@@ -284,6 +300,9 @@ class Commands:
         details: dict[str, Any],
     ) -> tuple[int, rp.CommandResult]:
         check_stdin(req.stdin)
+        if req.yield_ms is not None:
+            self.live.check(address.tenant)
+            details.update(yield_ms=req.yield_ms)
         shown = self.secrets.redact(req.command)[0]  # as logged, audited, approved
         fed = f" < stdin ({len(req.stdin)} bytes)" if req.stdin is not None else ""
         details.update(
@@ -317,6 +336,8 @@ class Commands:
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
             overlays = self.provider.overlays
+            yielding = req.yield_ms is not None
+            live_stdin = yielding and req.stdin is None  # a pipe, for exec.input
             spawn = sandbox.Spawn(
                 argv=["bash", "-c", req.command],
                 workdir=workdir,
@@ -324,21 +345,25 @@ class Commands:
                 timeout_s=ms / 1000,
                 output_cap=limits.max_output_bytes,
                 stdin=req.stdin,
-                watch_stdin=req.stdin is None,  # given none: tell if it waited to read some
+                # given none: tell if it waited to read some
+                watch_stdin=req.stdin is None and not live_stdin,
+                live_stdin=live_stdin,
                 count_left=True,
                 overlay=checkout.generation if overlays else None,
                 egress=self.egress.grant(address, origin) if self.egress else None,
             )
+            command_id = new_handle(self.live.route) if yielding else origin.request_id
             output = Output(limits.max_output_bytes, self.secrets)
             recorder = Recorder(
                 self.js,
                 self.subjects,
                 address.tenant,
                 address.workspace,
-                origin.request_id,
+                command_id,
                 output=output,
                 config=self.config.output,
                 facts=known_facts(origin, details, checkout.version),
+                live=yielding,
             )
 
             async def on_output(stream: sandbox.StreamName, chunk: bytes) -> None:
@@ -348,18 +373,52 @@ class Commands:
             base = checkout.version
             await asyncio.to_thread(checkout.begin)
             merged: list[Merged | None] = []
+            held: list[LiveCommand] = []
+            timer: list[asyncio.Task[None]] = []
+
+            async def started(process: sandbox.Live) -> None:
+                """A yielded command runs: held (``exec.input``/``signal`` reach it), its
+                ``start`` kept, its early answer due at ``yield_ms``."""
+                assert req.yield_ms is not None
+                command = LiveCommand(
+                    handle=command_id,
+                    tenant=address.tenant,
+                    workspace=address.workspace,
+                    command=shown,
+                    workdir=workdir,
+                    actor=origin.actor,
+                    started=recorder.facts["started"] if recorder.facts else datetime.now(UTC),
+                    process=process,
+                    stdin_open=live_stdin,
+                )
+                self.live.add(command)
+                held.append(command)
+                await recorder.begin({})
+                cap = min(limits.max_output_bytes, LIVE_POLL_MAX_BYTES)
+                due = self._yield(req.yield_ms, base, recorder, job, cap)
+                timer.append(asyncio.create_task(due))
+
             try:
                 outcome = await self.checkouts.guarded(
                     checkout,
-                    self._sandboxed(checkout, spawn, on_output),
+                    self._sandboxed(checkout, spawn, on_output, started if yielding else None),
                     merged=merged if overlays else None,
                 )
             except quota.Stopped:
                 KILLS["quota"].inc()
+                self._forget(held, timer)
                 raise
             except asyncio.CancelledError:  # the executor is stopping: the command is killed
                 KILLS["cancel"].inc()
+                self._forget(held, timer)  # lost: its ``end`` is never kept
                 raise
+            except BaseException:
+                self._forget(held, timer)
+                raise
+            for task in timer:  # it ended before its yield: answered as a one-shot command
+                task.cancel()
+            for command in held:  # no process any more: no input, no signal, no slot of it
+                command.process = None
             count_kills(outcome)
             if checkout is live:  # the next command here finds a sandbox started
                 limits_next = self._limits(spawn.timeout_s, checkout)
@@ -384,13 +443,62 @@ class Commands:
             finally:
                 await finishing
                 await recorder.end(changes, failed)  # what it committed: kept with its output
+                self._forget(held, timer)
         audited(outcome, details, output.redacted | job.redacted)
         details.update(committed=changes.committed, changed=changes.total)
         details.update(background_killed=outcome.left_running, stdin_read=outcome.stdin_read)
         result = command_result(
-            outcome, output, changes, command_id=origin.request_id, output_kept=recorder.ok
+            outcome, output, changes, command_id=command_id, output_kept=recorder.ok
         )
         return changes.version, result
+
+    async def _yield(
+        self, yield_ms: int, base: int, recorder: Recorder, job: Job, max_bytes: int
+    ) -> None:
+        """At ``yield_ms``, answer a command still running: ``running``, its id, its output so
+        far and a cursor (read back as ``exec.poll`` reads it); it runs on."""
+        await asyncio.sleep(yield_ms / 1000)
+        await recorder.flush()
+        _, t, w, handle = recorder.where
+        poll = rq.CommandPoll(command_id=handle, max_bytes=max_bytes)
+        status = await self.live.status(Address("exec", t, w, "poll"), poll)
+        if not status.running:  # ended meanwhile: its own answer follows
+            return
+        empty = rp.CapturedChanges(
+            base_version=base,
+            committed=False,
+            version=base,
+            paths=[],
+            total=0,
+            conflicts=[],
+            skipped=[],
+            ignored=[],
+        )
+        result = rp.CommandResult(
+            exit_code=-1,
+            stdout=status.stdout,
+            stderr=status.stderr,
+            stdout_truncated=status.more,
+            stderr_truncated=False,
+            stdout_bytes=0,
+            stderr_bytes=0,
+            duration_ms=yield_ms,
+            timed_out=False,
+            changes=empty,
+            command_id=handle,
+            output_kept=recorder.ok,
+            running=True,
+            cursor=status.cursor,
+        )
+        await job.answer_early(base, result)
+
+    def _forget(self, held: list[LiveCommand], timer: list[asyncio.Task[None]]) -> None:
+        """A yielded command ended (or was killed): no longer held, no early answer due."""
+        for task in timer:
+            task.cancel()
+        for command in held:
+            self.live.remove(command)
+        held.clear()
 
     async def git(
         self,

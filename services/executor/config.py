@@ -17,6 +17,9 @@ class ExecutorConfig:
     """Requests answered at once (see ``slots`` for how tenants share them)."""
     tenant_runs: int | None = None
     """Most slots one tenant may hold (None: ``max_runs - 1``, at least 1)."""
+    tenant_live: int = 8
+    """Commands one tenant may have running on past their answer (``yield_ms``) on this
+    executor (each holds its slot as well); more are refused (``SIZE_LIMIT_EXCEEDED``)."""
     queue: int = 16
     """Requests waiting for a slot, per tenant; more are refused with UNAVAILABLE."""
     queue_wait_s: float = 120.0

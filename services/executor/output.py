@@ -20,6 +20,8 @@ command.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -42,6 +44,8 @@ log = logging.getLogger("quill.executor.output")
 
 CHUNK = 64 * 1024
 """Bytes of one kept message (the last of a stream may be shorter)."""
+FLUSH_S = 0.05
+"""A live command's partial chunk is kept again at most this often (``Recorder.live``)."""
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,11 @@ async def _ensure(
         max_age=config.ttl_s,
         max_bytes=size,
         discard=DiscardPolicy.OLD,
+        max_msgs_per_subject=1,  # a live command's last chunk is kept again as it grows
         persist_mode=PersistMode.ASYNC if replicas == 1 else None,
     )
-    await assets.stream(js, wanted, ("subjects", "max_age", "max_bytes", "allow_direct"))
+    kept = ("subjects", "max_age", "max_bytes", "allow_direct", "max_msgs_per_subject")
+    await assets.stream(js, wanted, kept)
 
 
 class Recorder:
@@ -105,8 +111,12 @@ class Recorder:
         output: Output,
         config: OutputConfig,
         facts: dict[str, Any] | None = None,
+        live: bool = False,
     ) -> None:
-        """``facts``: what the command is (``CommandFacts``' fields known before it runs)."""
+        """``facts``: what the command is (``CommandFacts``' fields known before it runs);
+        ``live``: the command may outlive its request (``yield_ms``): its output is kept as it
+        comes (the last, partial chunk again at most every ``FLUSH_S``), not only in whole
+        chunks, for ``exec.poll``; a ``start`` record says it exists (``begin``)."""
         self.js = js
         self._where = (subjects, tenant, workspace, command_id)
         self.config = config
@@ -116,6 +126,43 @@ class Recorder:
         self._buffers = {s: bytearray() for s in STREAMS}
         self.facts = facts
         self._outcome: Outcome | None = None
+        self.live = live
+        self._flushing: asyncio.Task[None] | None = None
+
+    async def begin(self, extra: dict[str, Any]) -> None:
+        """Keep the ``start`` record of a live command (its facts known so far and ``extra``):
+        ``exec.poll`` knows it exists before it writes a byte."""
+        start = {"command": msgspec.to_builtins({**(self.facts or {}), **extra})}
+        try:
+            await self.js.publish(self.subject("start"), json.dumps(start).encode(), timeout=5)
+        except Exception as exc:
+            log.warning("output of %s not kept: %r", self.subject("*"), exc)
+            self.ok = False
+
+    async def flush(self) -> None:
+        """Keep the partial chunk of each stream now (``live``)."""
+        for stream in STREAMS:
+            buffer = self._buffers[stream]
+            if buffer and self.ok:
+                n = self.stored[stream] // CHUNK
+                try:
+                    await self.js.publish(self.subject(f"{stream}.{n}"), bytes(buffer), timeout=5)
+                except Exception as exc:
+                    log.warning("output of %s not kept: %r", self.subject("*"), exc)
+                    self.ok = False
+
+    def _flush_soon(self) -> None:
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.ensure_future(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(FLUSH_S)
+        await self.flush()
+
+    @property
+    def where(self) -> tuple[Subjects, str, str, str]:
+        """Its subjects, tenant, workspace and command id."""
+        return self._where
 
     def subject(self, part: str) -> str:
         subjects, tenant, workspace, command_id = self._where
@@ -133,6 +180,8 @@ class Recorder:
         while len(buffer) >= CHUNK:
             await self._store(stream, bytes(buffer[:CHUNK]))
             del buffer[:CHUNK]
+        if self.live and buffer:
+            self._flush_soon()
 
     async def _store(self, stream: rq.OutputStream, data: bytes) -> None:
         if not self.ok:
@@ -151,6 +200,10 @@ class Recorder:
         never saw, e.g. the sandbox's out-of-memory note) and keep what is buffered (the
         ``end`` record follows: ``end``)."""
         self._outcome = outcome
+        if self._flushing is not None:
+            self._flushing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flushing
         for stream, data in self.output.finish(outcome).items():
             await self._keep(stream, data)
             if self._buffers[stream]:

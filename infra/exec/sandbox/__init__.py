@@ -55,6 +55,7 @@ joined by a ``bash`` exec'ing bwrap, removed). A bash fork bomb with the default
 Modules
 -------
 ``interface``  ``Provider`` and what it takes and returns: ``Spawn``, ``Limits``, ``Outcome``,
+               ``Live`` (a command started, not yet waited for),
                ``SandboxError``, ``OnOutput``
 ``common``     what both providers share: ``environment``, ``workdir``, ``prlimit_argv``, the
                timeout (``supervise``, ``GRACE_S``), the ``Outcome``
@@ -96,6 +97,7 @@ from infra.exec.sandbox.common import (
 )
 from infra.exec.sandbox.interface import (
     Limits,
+    Live,
     OnOutput,
     Outcome,
     Provider,
@@ -116,6 +118,7 @@ __all__ = [
     "WORKSPACE",
     "BwrapProvider",
     "Limits",
+    "Live",
     "LocalProvider",
     "OnOutput",
     "Outcome",

@@ -1,8 +1,8 @@
 """One bwrap sandbox: bwrap's process, its descriptors, and its command from go to end.
 
 Only ``bwrap`` uses this module: ``BwrapProvider`` starts a sandbox (``Box``, bwrap started by
-``BwrapProcess``), ``wait_init`` reads its init and maps its users, ``go`` hands it its command
-(``shim``) and sees it through.
+``BwrapProcess``), ``wait_init`` reads its init and maps its users, ``BwrapLive`` hands it
+its command (``shim``) and sees it through.
 
 Limits. Where a cgroup can be made (``cgroups``), each sandbox gets its own: ``memory_bytes``
 for all its processes and /tmp together (the OOM killer ends one of them past it: exit 137,
@@ -38,7 +38,7 @@ from infra.exec.sandbox import cgroups as cg
 from infra.exec.sandbox import common, overlay, proctree
 from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
 from infra.exec.sandbox.mounter import Mounter
-from infra.exec.sandbox.stdin import StdinWatch
+from infra.exec.sandbox.stdin import StdinPipe, StdinWatch
 from infra.exec.sandbox.users import map_users
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,8 @@ class Box:
         """Readers of bwrap's status and the shim's report."""
         self.cgroup: cg.Cgroup | None = None
         self.watch: StdinWatch | None = None
+        self.pipe: StdinPipe | None = None
+        """A live command's stdin (``Spawn.live_stdin``): its write end."""
         self.proc: BwrapProcess | None = None
         self.init: tuple[int, int, int] | None = None
         """A pidfd of the sandbox's init, its host pid and its PID namespace's inode."""
@@ -204,6 +206,9 @@ class Box:
         finally:
             if self.watch is not None:
                 await self.watch.close()
+            if self.pipe is not None:
+                self.pipe.close()
+                self.pipe.close_read()
             self.pipes.close()
             self.fds.close_all()
             if self.proc is not None:
@@ -302,75 +307,118 @@ async def wait_init(
     return init, pid, int(report["pid-namespace"])
 
 
-async def go(
-    box: Box,
-    spawn: Spawn,
-    limits: Limits,
-    spec: bytes,
-    on_output: OnOutput | None,
-    deadline: float,
-    started: float,
-) -> Outcome:
-    """Hand ``spawn`` to the sandbox's waiting first process and see it through: its
-    limits set (``prlimit``), its timeout, then the whole sandbox ended."""
-    out = proctree.Output(spawn.output_cap, on_output)
-    oom_kills = left = 0
-    reports: list[dict[str, Any]] = []
-    timed_out = False
-    refused: str | None = None
-    exits: list[int] = []
-    layer: Path | None = None
-    assert box.proc is not None
-    try:
-        await out.attach("stdout", box.fds.take(box.out_r))
-        await out.attach("stderr", box.fds.take(box.err_r))
+class BwrapLive:
+    """A sandbox handed its command (``begin``) and seen through (``wait``): its limits set
+    (``prlimit``), its timeout, then the whole sandbox ended (``interface.Live``)."""
+
+    def __init__(
+        self,
+        box: Box,
+        spawn: Spawn,
+        limits: Limits,
+        on_output: OnOutput | None,
+        deadline: float,
+        started: float,
+    ) -> None:
+        self.box, self.spawn, self.limits = box, spawn, limits
+        self.deadline, self.started = deadline, started
+        self.out = proctree.Output(spawn.output_cap, on_output)
+        self.tree: proctree.Finder | None = None
+        self.shim: int | None = None
+        self._waited = False
+
+    async def begin(self, spec: bytes) -> None:
+        """Hand ``spec`` to the sandbox's waiting first process. A sandbox that never got
+        ready is left to ``wait`` to report; a failure here ends it."""
+        box = self.box
+        assert box.proc is not None
         try:
-            shim = await box.ready(deadline) if box.init is not None else None
+            await self.out.attach("stdout", box.fds.take(box.out_r))
+            await self.out.attach("stderr", box.fds.take(box.err_r))
+            shim = await box.ready(self.deadline) if box.init is not None else None
             if box.init is not None and shim is not None:
-                _prlimit(shim, limits)
+                _prlimit(shim, self.limits)
                 _write_all(box.spec, spec)
                 os.lseek(box.spec, 0, os.SEEK_SET)
                 os.write(box.go_w, b"1")
                 box.fds.close(box.go_w)
                 if box.watch is not None:
                     box.watch.start()
-                tree = proctree.in_pid_namespace(box.init[2], spare=box.init[1])
-                timed_out = await common.supervise(
-                    box.proc, out, deadline, proctree.Terminator(tree)
-                )
+                self.shim = shim
+                self.tree = proctree.in_pid_namespace(box.init[2], spare=box.init[1])
+        except BaseException:
+            try:
+                await box.end()
+                await self.out.finish(common.DRAIN_S)
+            finally:
+                await box.close(common.deferred())
+            raise
+
+    async def write(self, data: bytes, timeout_s: float) -> int:
+        pipe = self.box.pipe
+        return await pipe.write(data, timeout_s) if pipe is not None else 0
+
+    def close_stdin(self) -> None:
+        if self.box.pipe is not None:
+            self.box.pipe.close()
+
+    def signal(self, signum: int) -> int:
+        """Every process of the sandbox but its init and the shim waiting for the command
+        (which reports its end)."""
+        if self.tree is None or self._waited:
+            return 0
+        return proctree.send(self.tree, signum, but=self.shim)
+
+    async def wait(self) -> Outcome:
+        assert not self._waited
+        box, spawn, limits, out = self.box, self.spawn, self.limits, self.out
+        assert box.proc is not None
+        oom_kills = left = 0
+        reports: list[dict[str, Any]] = []
+        timed_out = False
+        refused: str | None = None
+        exits: list[int] = []
+        layer: Path | None = None
+        try:
+            try:
+                if self.tree is not None:
+                    timed_out = await common.supervise(
+                        box.proc, out, self.deadline, proctree.Terminator(self.tree)
+                    )
+            finally:
+                self._waited = True
+                reports = await box.end()
+                await out.finish(common.DRAIN_S)
+                refused, left = box.reported()
+            exits = [r["exit-code"] for r in reports if "exit-code" in r]
+            if refused is None and (exits or timed_out or box.cgroup is not None):
+                layer = box.hand_over()  # the command ran (or may have): its changes count
         finally:
-            reports = await box.end()
-            await out.finish(common.DRAIN_S)
-            refused, left = box.reported()
-        exits = [r["exit-code"] for r in reports if "exit-code" in r]
-        if refused is None and (exits or timed_out or box.cgroup is not None):
-            layer = box.hand_over()  # the command ran (or may have): its changes count
-    finally:
-        oom_kills = await box.close(common.deferred())
-    if refused is not None:
-        raise SandboxError(f"cannot enter the workdir {refused}: not a directory")
-    if not exits and oom_kills:  # the OOM killer took bwrap (or the sandbox's init) itself
-        exits = [common.exit_code(-signal.SIGKILL)]
-    if not exits and not timed_out:
-        if layer is not None:
-            await asyncio.to_thread(overlay.remove, layer)
-        message = bytes(out.kept["stderr"]).decode(errors="replace").strip()
-        raise SandboxError(message or f"bwrap failed (exit {box.proc.returncode})")
-    code = exits[0] if exits else common.exit_code(box.proc.returncode or 0)
-    if oom_kills:
-        note = OOM_NOTE.format(n=oom_kills, mib=limits.memory_bytes // 1024**2)
-        out.kept["stderr"] += note.encode()
-        out.counts["stderr"] += len(note)
-    result = common.outcome(
-        out,
-        code,
-        timed_out,
-        started,
-        oom_killed=oom_kills > 0,
-        stdin_read=box.watch is not None and box.watch.seen,
-        left_running=left if spawn.count_left else 0,
-    )
-    return dataclasses.replace(result, layer=layer)
+            oom_kills = await box.close(common.deferred())
+        if refused is not None:
+            raise SandboxError(f"cannot enter the workdir {refused}: not a directory")
+        if not exits and oom_kills:  # the OOM killer took bwrap (or the sandbox's init) itself
+            exits = [common.exit_code(-signal.SIGKILL)]
+        if not exits and not timed_out:
+            if layer is not None:
+                await asyncio.to_thread(overlay.remove, layer)
+            message = bytes(out.kept["stderr"]).decode(errors="replace").strip()
+            raise SandboxError(message or f"bwrap failed (exit {box.proc.returncode})")
+        code = exits[0] if exits else common.exit_code(box.proc.returncode or 0)
+        if oom_kills:
+            note = OOM_NOTE.format(n=oom_kills, mib=limits.memory_bytes // 1024**2)
+            out.kept["stderr"] += note.encode()
+            out.counts["stderr"] += len(note)
+        result = common.outcome(
+            out,
+            code,
+            timed_out,
+            self.started,
+            oom_killed=oom_kills > 0,
+            stdin_read=box.watch is not None and box.watch.seen,
+            left_running=left if spawn.count_left else 0,
+        )
+        return dataclasses.replace(result, layer=layer)
 
 
 def _prlimit(pid: int, limits: Limits) -> None:

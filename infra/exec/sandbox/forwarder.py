@@ -17,11 +17,13 @@ per-command credential in the URL (``EgressPort.url``); only the variables are s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
+from collections.abc import Awaitable, Callable
 
 from infra.exec.sandbox import common
-from infra.exec.sandbox.interface import EgressPort, SandboxError, Spawn
+from infra.exec.sandbox.interface import EgressPort, Live, Outcome, SandboxError, Spawn
 
 PORT = 3128
 """Where the forwarder listens in a bwrap sandbox (the usual proxy port)."""
@@ -146,3 +148,45 @@ def in_local(spawn: Spawn, port: EgressPort) -> Spawn:
     """``spawn`` as the local provider runs it with ``port``: the variables only."""
     assert port.url is not None
     return dataclasses.replace(spawn, env=environment(port.url) | dict(spawn.env), egress=None)
+
+
+Wrap = Callable[[Spawn, EgressPort], Spawn]
+
+
+async def start_with_egress(
+    spawn: Spawn, *, tcp: bool, wrap: Wrap, start: Callable[[Spawn], Awaitable[Live]]
+) -> Live:
+    """Start ``spawn`` (``start``: the provider's own) with its egress proxy open for as long
+    as the command lives (a yielded one's included): opened first, ``wrap`` makes the command
+    reach it, closed once the command has been waited for (or could not start)."""
+    assert spawn.egress is not None
+    stack = contextlib.AsyncExitStack()
+    try:
+        port = await stack.enter_async_context(spawn.egress.open(tcp=tcp))
+        inner = await start(wrap(spawn, port))
+    except BaseException:
+        await stack.aclose()
+        raise
+    return _Proxied(inner, stack)
+
+
+class _Proxied:
+    """A command and its proxy (``start_with_egress``): the proxy closes after ``wait``."""
+
+    def __init__(self, inner: Live, stack: contextlib.AsyncExitStack) -> None:
+        self.inner, self.stack = inner, stack
+
+    async def write(self, data: bytes, timeout_s: float) -> int:
+        return await self.inner.write(data, timeout_s)
+
+    def close_stdin(self) -> None:
+        self.inner.close_stdin()
+
+    def signal(self, signum: int) -> int:
+        return self.inner.signal(signum)
+
+    async def wait(self) -> Outcome:
+        try:
+            return await self.inner.wait()
+        finally:
+            await self.stack.aclose()

@@ -71,6 +71,10 @@ class Spawn:
     watch_stdin: bool = False
     """With no ``stdin``: tell whether the command waited to read its (closed) stdin
     (``Outcome.stdin_read``; see ``sandbox.stdin``)."""
+    live_stdin: bool = False
+    """Without ``stdin``: stdin is a pipe the caller writes to as it goes (``Live.write``) and
+    closes (``Live.close_stdin``); it is closed when the command ends. ``watch_stdin`` is
+    ignored (a read of it waits for what the caller sends)."""
     count_left: bool = False
     """Count what the command left running when it ended (``Outcome.left_running``)."""
     overlay: int | None = None
@@ -110,6 +114,34 @@ class Outcome:
     caller's to merge and remove; None: it wrote into the checkout itself."""
 
 
+class Live(Protocol):
+    """A command started (``Provider.start``) and not yet waited for: its stdin written to as
+    it goes, its processes signalled, its ``Outcome`` awaited once (``wait``)."""
+
+    async def write(self, data: bytes, timeout_s: float) -> int:
+        """Write ``data`` to its stdin (``Spawn.live_stdin``), waiting at most ``timeout_s``
+        for the command to read what does not fit in the pipe; the bytes written (fewer on
+        the timeout, or once its stdin is closed or no process reads it any more)."""
+        ...
+
+    def close_stdin(self) -> None:
+        """Close its stdin: a read of it gets end of file once the pipe is drained."""
+        ...
+
+    def signal(self, signum: int) -> int:
+        """Send ``signum`` to every process of the command (its process group, and what left
+        it: the same processes a timeout ends); how many got it."""
+        ...
+
+    async def wait(self) -> Outcome:
+        """Its end (timeout included), once: the same as ``Provider.run``'s.
+
+        Raises:
+            SandboxError: the sandbox could not run it.
+        """
+        ...
+
+
 class SandboxError(Exception):
     """The sandbox itself could not start the command (not the command failing)."""
 
@@ -146,6 +178,17 @@ class Provider(Protocol):
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Outcome:
         """Run ``spawn`` against ``checkout``.
+
+        Raises:
+            SandboxError: the sandbox could not start it.
+        """
+        ...
+
+    async def start(
+        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
+    ) -> Live:
+        """Start ``spawn`` against ``checkout`` and hand it back running (``run`` is ``start``
+        then ``Live.wait``). The caller must ``wait`` for it (that frees what it holds).
 
         Raises:
             SandboxError: the sandbox could not start it.

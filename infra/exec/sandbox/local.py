@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from infra.exec.sandbox import common, forwarder, proctree
-from infra.exec.sandbox.interface import Limits, OnOutput, Outcome, SandboxError, Spawn
-from infra.exec.sandbox.stdin import StdinWatch, available
+from infra.exec.sandbox.interface import Limits, Live, OnOutput, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.stdin import StdinPipe, StdinWatch, available
 from infra.safefs import Dir, remove_tree
 
 MARKER = "QUILL_EXEC_TOKEN"
@@ -61,74 +61,135 @@ class LocalProvider:
     async def run(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Outcome:
+        return await (await self.start(checkout, spawn, limits, on_output)).wait()
+
+    async def start(
+        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
+    ) -> Live:
         if spawn.egress is not None:  # the host's network anyway: the variables only
-            async with spawn.egress.open(tcp=True) as port:
-                return await self.run(checkout, forwarder.in_local(spawn, port), limits, on_output)
-        started = time.monotonic()
-        deadline = asyncio.get_running_loop().time() + spawn.timeout_s
+            return await forwarder.start_with_egress(
+                spawn,
+                tcp=True,
+                wrap=forwarder.in_local,
+                start=lambda s: self.start(checkout, s, limits, on_output),
+            )
+        live = LocalLive(spawn, on_output)
+        try:
+            await live.begin(checkout, limits)
+        except BaseException:
+            await live.tidy()
+            raise
+        return live
+
+
+class LocalLive:
+    """One local command from start to end (``LocalProvider.start``; ``interface.Live``)."""
+
+    def __init__(self, spawn: Spawn, on_output: OnOutput | None) -> None:
+        self.spawn = spawn
+        self.started = time.monotonic()
+        self.deadline = asyncio.get_running_loop().time() + spawn.timeout_s
+        self.out = proctree.Output(spawn.output_cap, on_output)
+        self.home = tempfile.mkdtemp(prefix="quill-home-")
+        self.watch: StdinWatch | None = None
+        if spawn.stdin is None and spawn.watch_stdin and not spawn.live_stdin and available():
+            self.watch = StdinWatch()
+        self.pipe = StdinPipe() if spawn.stdin is None and spawn.live_stdin else None
+        self.proc: asyncio.subprocess.Process | None = None
+        self.tree: proctree.Marked | None = None
+        self._waited = False
+
+    async def begin(self, checkout: Path, limits: Limits) -> None:
+        spawn = self.spawn
         cwd = checkout / common.workdir(spawn.workdir)
         token = secrets.token_hex(16)
-        out = proctree.Output(spawn.output_cap, on_output)
-        home = tempfile.mkdtemp(prefix="quill-home-")
-        watch = StdinWatch() if spawn.stdin is None and spawn.watch_stdin and available() else None
+        shims = _shims(self.home)
+        env = common.environment(self.home, spawn.env, shims) | {MARKER: token}
+        stdin = common.memfd("stdin", spawn.stdin) if spawn.stdin is not None else None
+        if self.watch is not None:
+            stdin, self.watch.read_end = self.watch.read_end, None
+        if self.pipe is not None:
+            stdin, self.pipe.read_end = self.pipe.read_end, None
+        since = proctree.ticks_now() - 1
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *common.prlimit_argv(limits),
+                *spawn.argv,
+                stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as e:
+            _close(out_r)
+            _close(err_r)
+            raise SandboxError(f"cannot start {spawn.argv[:1]} in {cwd}: {e}") from e
+        finally:
+            for end in (out_w, err_w, stdin):
+                if end is not None:
+                    os.close(end)
+        self.tree = proctree.marked(self.proc.pid, f"{MARKER}={token}".encode(), since)
+        if self.watch is not None:
+            self.watch.start()
+        await self.out.attach("stdout", out_r)
+        await self.out.attach("stderr", err_r)
+
+    async def write(self, data: bytes, timeout_s: float) -> int:
+        return await self.pipe.write(data, timeout_s) if self.pipe is not None else 0
+
+    def close_stdin(self) -> None:
+        if self.pipe is not None:
+            self.pipe.close()
+
+    def signal(self, signum: int) -> int:
+        if self.tree is None or self._waited:
+            return 0
+        return proctree.send(self.tree, signum)
+
+    async def wait(self) -> Outcome:
+        assert self.proc is not None and self.tree is not None and not self._waited
+        proc, tree, out = self.proc, self.tree, self.out
         left = 0
         try:
-            shims = _shims(home)
-            env = common.environment(home, spawn.env, shims) | {MARKER: token}
-            stdin = common.memfd("stdin", spawn.stdin) if spawn.stdin is not None else None
-            if watch is not None:
-                stdin, watch.read_end = watch.read_end, None
-            since = proctree.ticks_now() - 1
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    *common.prlimit_argv(limits),
-                    *spawn.argv,
-                    stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                    stdout=out_w,
-                    stderr=err_w,
-                    cwd=cwd,
-                    env=env,
-                    start_new_session=True,
+                timed_out = await common.supervise(
+                    proc, out, self.deadline, proctree.Terminator(tree)
                 )
-            except (OSError, ValueError) as e:
-                _close(out_r)
-                _close(err_r)
-                raise SandboxError(f"cannot start {spawn.argv[:1]} in {cwd}: {e}") from e
             finally:
-                for end in (out_w, err_w, stdin):
-                    if end is not None:
-                        os.close(end)
-            if watch is not None:
-                watch.start()
-            await out.attach("stdout", out_r)
-            await out.attach("stderr", err_r)
-            tree = proctree.marked(proc.pid, f"{MARKER}={token}".encode(), since)
-            try:
-                timed_out = await common.supervise(proc, out, deadline, proctree.Terminator(tree))
-            finally:
+                self._waited = True
                 # Marks are read from /proc/<pid>/environ, which can read empty while a
                 # process execs: only several empty scans in a row mean none is left.
                 left = await proctree.kill_all(tree, quiet_scans=LOCAL_QUIET_SCANS)
                 await common.reap(proc)
                 await out.finish(common.DRAIN_S)
         finally:
-            if watch is not None:
-                await watch.close()
-            later = common.deferred()
-            if later is not None:  # nothing of the command is left to use it (``kill_all``)
-                later.append(functools.partial(asyncio.to_thread, _remove, home))
-            else:
-                _remove(home)
+            await self.tidy()
         return common.outcome(
             out,
             common.exit_code(proc.returncode or 0),
             timed_out,
-            started,
-            stdin_read=watch is not None and watch.seen,
-            left_running=left if spawn.count_left else 0,
+            self.started,
+            stdin_read=self.watch is not None and self.watch.seen,
+            left_running=left if self.spawn.count_left else 0,
         )
+
+    async def tidy(self) -> None:
+        """Free what it holds: its stdin and its private HOME (``wait`` does; a start that
+        failed too)."""
+        if self.watch is not None:
+            await self.watch.close()
+        if self.pipe is not None:
+            self.pipe.close()
+            self.pipe.close_read()
+        later = common.deferred()
+        if later is not None:  # nothing of the command is left to use it (``kill_all``)
+            later.append(functools.partial(asyncio.to_thread, _remove, self.home))
+        else:
+            _remove(self.home)
 
 
 def _shims(home: str) -> str | None:

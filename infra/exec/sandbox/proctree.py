@@ -219,6 +219,22 @@ class Terminator:
             os.close(process.fd)
 
 
+def send(find: Finder, signum: int, but: int | None = None) -> int:
+    """Send ``signum`` once to each process ``find`` returns (but the host pid ``but``); how
+    many got it."""
+    sent = 0
+    for process in find():
+        try:
+            if process.key[0] != but:
+                signal.pidfd_send_signal(process.fd, signum)
+                sent += 1
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(process.fd)
+    return sent
+
+
 async def wait_exited(pidfds: list[int], timeout: float) -> bool:
     """Wait until every process has exited (its pidfd is readable), at most ``timeout``.
 

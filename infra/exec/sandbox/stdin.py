@@ -183,6 +183,67 @@ class StdinWatch:
         self.close_read()
 
 
+class StdinPipe:
+    """A live command's stdin (``Spawn.live_stdin``): a pipe whose write end the provider holds,
+    written as input comes (never blocking the event loop: the end is non-blocking, and a full
+    pipe is waited on for at most the caller's timeout) and closed on ``eof`` or at the end."""
+
+    def __init__(self) -> None:
+        read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self.read_end: int | None = read
+        """For the command (the provider closes it once the process has it)."""
+
+    @property
+    def closed(self) -> bool:
+        return self._write < 0
+
+    async def write(self, data: bytes, timeout_s: float) -> int:
+        """Write ``data``; the bytes written (fewer when the pipe stays full for ``timeout_s``,
+        when it is closed, or when no process holds its read end any more)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        view, done = memoryview(data), 0
+        while done < len(view) and self._write >= 0:
+            try:
+                done += os.write(self._write, view[done:])
+                continue
+            except BlockingIOError:
+                pass
+            except (BrokenPipeError, OSError):
+                break
+            room = deadline - loop.time()
+            if room <= 0:
+                break
+            writable: asyncio.Future[None] = loop.create_future()
+            fd = self._write
+            loop.add_writer(fd, _ready, writable)
+            try:
+                await asyncio.wait_for(writable, room)
+            except TimeoutError:
+                break
+            finally:
+                loop.remove_writer(fd)
+        return done
+
+    def close(self) -> None:
+        """Close the write end: readers get end of file once they have read what is in it."""
+        if self._write >= 0:
+            os.close(self._write)
+            self._write = -1
+
+    def close_read(self) -> None:
+        """Close our copy of the read end (once the command's process holds it)."""
+        if self.read_end is not None:
+            os.close(self.read_end)
+            self.read_end = None
+
+
+def _ready(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 def _memory(pid: int, address: int, size: int) -> bytes:
     fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
     try:

@@ -1,0 +1,129 @@
+"""Live commands (``exec.run`` with ``yield_ms``) are their tenant's and workspace's alone, and
+bounded.
+
+Tenant a starts a command that waits for input. Tenant b, a bare nats-py client with its own
+credentials and a's command id, polls it, feeds it and signals it on its own workspace: each
+gets the very error a made-up id gets (``COMMAND_NOT_FOUND``, no oracle) and nothing reaches
+a's command (a feeds it afterwards and reads back exactly what a sent). b publishing on the
+services' forwarding subject (``ws.exechold.…``) or asking every executor for a's list
+(``ws.execlist.…``) is refused by the server. Input to an ended command is refused
+(``COMMAND_ENDED``). A flood of live commands past the tenant's limit is refused before any
+runs (in-process executor with ``tenant_live=2``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client as NATS
+
+from contracts.errors import ErrorCode, QuillError
+from quill.client import Quill
+from tests.executor.conftest import StartExecutor, provider, stack  # noqa: F401
+from tests.up import PASSWORDS, TENANTS, Up, quill_as
+
+pytestmark = pytest.mark.up(tenants=TENANTS)
+
+MADE_UP = "c0123456789abMadeUpHandle0"
+
+
+async def ask(nc: NATS, subject: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The reply to a request, or None when the server refused it (no reply comes)."""
+    try:
+        msg = await nc.request(subject, json.dumps(body).encode(), timeout=5)
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+        return None
+    reply: dict[str, Any] = json.loads(msg.data)
+    return reply
+
+
+def shape(reply: dict[str, Any] | None, handle: str) -> tuple[str, str]:
+    """An error reply's code and message, the id in it blanked (to compare two ids')."""
+    assert reply is not None and not reply["ok"], reply
+    error = reply["error"]
+    return error["code"], error["message"].replace(handle, "ID")
+
+
+async def test_another_tenants_handle_is_unknown_and_does_nothing(up: Up) -> None:
+    qa = await quill_as(up, "a")
+    refusals: list[str] = []
+    refused = asyncio.Event()
+
+    async def on_error(exc: Exception) -> None:
+        refusals.append(str(exc))
+        if sum("exechold" in e or "execlist" in e for e in refusals) >= 2:
+            refused.set()
+
+    nb = await nats.connect(
+        up.nats_url, user="b", password=PASSWORDS["b"], inbox_prefix="_INBOX_b", error_cb=on_error
+    )
+    try:
+        wa = qa.workspace("a/shared")
+        await wa.create(exist_ok=True)
+        r = await wa.exec("read x; echo got:$x", yield_ms=200)
+        assert r.running
+        handle = r.command_id
+        bodies = {
+            "poll": {"command_id": handle},
+            "input": {"command_id": handle, "data": "ZXZpbAo=", "eof": True},  # "evil\n"
+            "signal": {"command_id": handle, "signal": "KILL"},
+        }
+        for op, body in bodies.items():
+            foreign = await ask(nb, f"ws.exec.b.shared.{op}", body)
+            made_up = await ask(nb, f"ws.exec.b.shared.{op}", {**body, "command_id": MADE_UP})
+            assert shape(foreign, handle) == shape(made_up, MADE_UP)
+            assert shape(foreign, handle)[0] == "COMMAND_NOT_FOUND"
+            assert await ask(nb, f"ws.exec.a.shared.{op}", body) is None  # a's subject: refused
+        # the services' own subjects: refused by the server, nothing delivered
+        route = handle[1:13]
+        await nb.publish(
+            f"ws.exechold.{route}.a.shared.input",
+            json.dumps(bodies["input"]).encode(),
+            reply=nb.new_inbox(),
+        )
+        await nb.publish("ws.execlist.a.shared", b"", reply=nb.new_inbox())
+        await nb.flush()
+        await asyncio.wait_for(refused.wait(), 10)
+        assert (await wa.running()).commands[0].stdin_open  # nobody closed its stdin
+        cmd = wa.command(handle)
+        await cmd.input("mine\n", eof=True)
+        done = await cmd.wait()
+        assert (done.stdout, done.exit_code) == ("got:mine\n", 0)  # none of b's input, no KILL
+        with pytest.raises(QuillError) as ended:
+            await cmd.input("late\n")
+        assert ended.value.code == ErrorCode.COMMAND_ENDED
+        after = await ask(nb, "ws.exec.b.shared.input", bodies["input"])
+        assert shape(after, handle)[0] == "COMMAND_NOT_FOUND"  # ended or not: unknown to b
+    finally:
+        await nb.close()
+        await qa.close()
+
+
+async def test_a_flood_of_live_commands_is_refused_past_the_limit(
+    stack: StartExecutor,  # noqa: F811
+    quill: Quill,
+) -> None:
+    await stack(tenant_live=2, max_runs=8, tenant_runs=8)
+    names = [f"acme/flood-{n}" for n in range(4)]
+    for name in names:
+        await quill.workspace(name).create(exist_ok=True)
+    first = [await quill.workspace(n).exec("read x", yield_ms=100) for n in names[:2]]
+    assert all(r.running for r in first)
+    for name in names[2:]:
+        with pytest.raises(QuillError) as refused:
+            await quill.workspace(name).exec("echo ran > ran.txt; read x", yield_ms=100)
+        assert refused.value.code == ErrorCode.SIZE_LIMIT_EXCEEDED
+        assert refused.value.details["max_live_commands"] == 2
+        with pytest.raises(QuillError) as missing:  # it never ran
+            await quill.workspace(name).read("ran.txt")
+        assert missing.value.code == ErrorCode.FILE_NOT_FOUND
+    for name, r in zip(names, first, strict=False):
+        cmd = quill.workspace(name).command(r.command_id)
+        await cmd.input(eof=True)
+        assert (await cmd.wait()).exit_code == 1
+    again = await quill.workspace(names[2]).exec("true", yield_ms=100)  # room again once ended
+    assert again.exit_code == 0
