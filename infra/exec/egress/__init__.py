@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shutil
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -86,13 +87,12 @@ class Gate:
     directory)."""
 
     def __init__(self, rules: Rules, directory: Path, policy: Policy | None = None) -> None:
-        self.rules, self.directory, self.policy = rules, directory, policy or Policy()
         longest = directory / ("x" * 12) / "proxy.sock"
-        if len(str(longest)) > SOCKET_PATH_MAX:
-            raise ValueError(
-                f"egress: the data directory's path is too long for a unix socket under it "
-                f"({directory}): use a shorter --data"
-            )
+        if len(str(longest)) > SOCKET_PATH_MAX:  # sun_path: a private directory under /tmp
+            directory = Path(tempfile.mkdtemp(prefix="quill-egress-"))
+            if len(str(directory / ("x" * 12) / "proxy.sock")) > SOCKET_PATH_MAX:
+                raise ValueError(f"egress: no directory short enough for a socket: {directory}")
+        self.rules, self.directory, self.policy = rules, directory, policy or Policy()
 
     def grant(self, tenant: str, workspace: str, audit: Audit) -> Grant | None:
         """The proxy ``tenant/workspace``'s command may use, each connection handed to

@@ -342,7 +342,17 @@ class Proxy:
                         with contextlib.suppress(OSError):
                             dst.write_eof()
                     return
-                if self.relayed + len(data) > self.limits.total_bytes:
+                room = self.limits.total_bytes - self.relayed
+                if len(data) > room:  # what fits goes through, then the connection is cut
+                    if room > 0:
+                        self.relayed += room
+                        if up:
+                            conn.sent += room
+                        else:
+                            conn.received += room
+                        dst.write(data[:room])
+                        with contextlib.suppress(OSError):
+                            await dst.drain()
                     raise _Ended(f"the command's {self.limits.total_bytes} bytes are used up")
                 self.relayed += len(data)
                 if up:
