@@ -10,7 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,3 +169,15 @@ async def settle(url: str, *, indexed: bool = False) -> None:
 
 def row(label: str, ours: str, base: str, ratio: float, goal: str) -> str:
     return f"{label:<44} {ours:>16} {base:>16} {ratio:>7.2f}x  {goal}"
+
+
+Row = tuple[str, str, str, float, str]
+"""A figure: its label, ours, the baseline's, the ratio, and the goal (or a note)."""
+
+
+def table(title: str, rows: Sequence[Row], last: str = "goal") -> None:
+    """Print ``title``, the columns' header (``last`` names the last column) and ``rows``."""
+    print(f"{title}\n")
+    print(f"{'figure':<44} {'quill':>16} {'baseline':>16} {'ratio':>8}  {last}")
+    for r in rows:
+        print(row(*r))

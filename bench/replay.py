@@ -29,7 +29,7 @@ import nats
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from bench.harness import row
+from bench.harness import Row, table
 from bench.synthetic import BATCH, chained
 from contracts import hashing
 from contracts.events import AnyChange, MakeDir, PutFile
@@ -157,53 +157,45 @@ async def main(rounds: int = 3, events: int = EVENTS) -> None:
     base_cpu, mine_cpu = statistics.median(t[1] for t in raw), statistics.median(t[1] for t in ours)
     same, same_cpu = statistics.median(t[0] for t in read), statistics.median(t[1] for t in read)
     proc = statistics.median(cli)
-    print(f"Replay: {events:,} events, {FILES:,} files, median of {rounds}\n")
-    print(f"{'figure':<44} {'quill':>16} {'baseline':>16} {'ratio':>8}  goal")
-    print(
-        row(
+    title = f"Replay: {events:,} events, {FILES:,} files, median of {rounds}"
+    figures: list[Row] = [
+        (
             "replay (checked, tree written)",
             f"{events / mine:,.0f} ev/s",
             f"{events / base:,.0f} ev/s",
             base / mine,
             ">= 50,000 ev/s, >= 0.8x; baseline: an ordered consumer",
-        )
-    )
-    print(
-        row(
+        ),
+        (
             "  against replay's reader alone",
             f"{events / mine:,.0f} ev/s",
             f"{events / same:,.0f} ev/s",
             same / mine,
             "baseline: the same fetches, nothing folded",
-        )
-    )
-    print(
-        row(
+        ),
+        (
             "  quill replay as a process, end to end",
             f"{proc:.2f} s",
             f"{base:.2f} s",
             proc / base,
             "(time ratio)",
-        )
-    )
-    print(
-        row(
+        ),
+        (
             "  CPU of the reading process per event",
             f"{mine_cpu / events * 1e6:.1f} us",
             f"{base_cpu / events * 1e6:.1f} us",
             mine_cpu / base_cpu,
             "(ratio; what the figures are when the machine is not shared)",
-        )
-    )
-    print(
-        row(
+        ),
+        (
             "  CPU per event, against replay's reader alone",
             f"{mine_cpu / events * 1e6:.1f} us",
             f"{same_cpu / events * 1e6:.1f} us",
             mine_cpu / same_cpu,
             "(ratio)",
-        )
-    )
+        ),
+    ]
+    table(title, figures)
     print(f"two replays byte-identical (diff -r): {'yes' if identical else 'NO'}")
 
 

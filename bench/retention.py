@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nats.js import JetStreamContext
 
-from bench.harness import quill_up, row
+from bench.harness import quill_up, table
 from contracts import codec
 from contracts import requests as rq
 from contracts.events import WorkspaceUpdated
@@ -77,17 +77,11 @@ async def main(rounds: int = ROUNDS) -> None:
     ours = statistics.median(r[0] for r in results)
     base = statistics.median(r[1] for r in results)
     before, after = results[-1][2], results[-1][3]
-    print(f"Retention: max_versions={KEEP}, {FILES:,} files, median of {rounds}\n")
-    print(f"{'figure':<44} {'quill':>16} {'baseline':>16} {'ratio':>8}  note")
-    print(
-        row(
-            f"compact a workspace of {FILES:,} files",
-            f"{ours * 1000:.1f} ms",
-            f"{base * 1000:.1f} ms",
-            ours / base,
-            "(ratio; baseline: a client's apply of the same files)",
-        )
-    )
+    title = f"Retention: max_versions={KEEP}, {FILES:,} files, median of {rounds}"
+    label = f"compact a workspace of {FILES:,} files"
+    note = "(ratio; baseline: a client's apply of the same files)"
+    times = f"{ours * 1000:.1f} ms", f"{base * 1000:.1f} ms"
+    table(title, [(label, *times, ours / base, note)], last="note")
     print(f"log events of the workspace: {before} before the compaction, {after} after")
 
 

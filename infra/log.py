@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -228,7 +229,7 @@ async def follow(
     that fails is retried from the last one applied, every second, saying so.
     """
     task = asyncio.create_task(
-        _follow(js, subject, after, on_batch, max_batch), name="log-follower"
+        _follow(_Follower(js, subject, on_batch, max_batch), after), name="log-follower"
     )
 
     async def stop() -> None:
@@ -248,17 +249,113 @@ BEHIND = 8
 """Batches behind the log past which the follower reads by direct gets rather than pushed."""
 
 
-async def _follow(
-    js: JetStreamContext,
-    subject: str,
-    position: int,
-    on_batch: Callable[[list[Committed], int], Awaitable[None]],
-    max_batch: int,
-) -> None:
+@dataclass(frozen=True)
+class _Follower:
+    """One subject followed: its two ways of reading the log, which ``_follow`` alternates
+    (each returns the position it reached)."""
+
+    js: JetStreamContext
+    subject: str
+    on_batch: Callable[[list[Committed], int], Awaitable[None]]
+    max_batch: int
+
+    async def catch_up(self, position: int) -> int:
+        """Apply the log by direct gets until fewer than ``BEHIND`` batches are left (the next
+        batch fetched while one is applied)."""
+
+        async def fetch(after: int) -> tuple[int, list[Committed]]:
+            last = await stream_last_seq(self.js)
+            if last - after <= BEHIND * self.max_batch:
+                return last, []
+            found = await direct.messages(
+                self.js, STREAM_EVENTS, self.subject, after=after, upto=last, count=self.max_batch
+            )
+            batch = [
+                _committed(headers.get("Nats-Subject", self.subject), data, headers, seq)
+                for seq, headers, data in found
+            ]
+            return last, batch
+
+        ahead = asyncio.create_task(fetch(position))
+        try:
+            while True:
+                last, batch = await ahead
+                if not batch:
+                    return position
+                ahead = asyncio.create_task(fetch(batch[-1].seq))
+                await self.on_batch(batch, last - batch[-1].seq)
+                position = batch[-1].seq
+        finally:
+            ahead.cancel()
+            if ahead.done() and not ahead.cancelled():
+                ahead.exception()  # retrieved: the failure that matters is raised already
+
+    async def pushed(self, position: int) -> int:
+        """Apply what an ordered consumer pushes from ``position`` on; return (to catch up by
+        direct gets) when the queue grows past ``BEHIND`` batches."""
+        arrived: deque[tuple[Committed, int] | Exception] = deque()
+        more = asyncio.Event()
+
+        async def on_msg(msg: Msg) -> None:
+            try:
+                meta = msg.metadata
+                arrived.append((committed(msg, meta), meta.num_pending))
+            except Exception as exc:
+                arrived.append(exc)
+            more.set()
+
+        sub = await ordered(
+            self.js,
+            self.subject,
+            on_msg,
+            position + 1,
+            pending_msgs_limit=100_000,
+            pending_bytes_limit=512 * 1024 * 1024,
+        )
+        loop = asyncio.get_running_loop()
+        last_apply = 0.0
+        try:
+            while len(arrived) <= BEHIND * self.max_batch:
+                if not arrived:
+                    more.clear()
+                    await more.wait()
+                    continue
+                if isinstance(arrived[0], Exception):
+                    raise arrived[0]
+                # Under sustained load, linger a moment so one transaction carries more events
+                # (per-event cost falls ~3x from batches of 2 to 128); when idle, apply at once.
+                if (
+                    loop.time() - last_apply < LINGER_IF_BUSY_S
+                    and len(arrived) < self.max_batch // 4
+                ):
+                    await asyncio.sleep(LINGER_S)
+                batch: list[Committed] = []
+                pending = 0
+                # up to an event it could not read (raised next round, after those before it)
+                while (
+                    arrived
+                    and len(batch) < self.max_batch
+                    and not isinstance(arrived[0], Exception)
+                ):
+                    event, pending = arrived.popleft()  # type: ignore[misc]
+                    batch.append(event)
+                last_apply = loop.time()
+                await self.on_batch(batch, pending)
+                position = batch[-1].seq
+            log.info("the log is %d events ahead: catching up by direct gets", len(arrived))
+            return position
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:
+                pass
+
+
+async def _follow(follower: _Follower, position: int) -> None:
     while True:
         try:
-            position = await _catch_up(js, subject, position, on_batch, max_batch)
-            position = await _pushed(js, subject, position, on_batch, max_batch)
+            position = await follower.catch_up(position)
+            position = await follower.pushed(position)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -267,101 +364,3 @@ async def _follow(
             log.critical("cannot apply the events after seq %d; retrying", position)
             log.exception("follower")
             await asyncio.sleep(1)
-
-
-async def _catch_up(
-    js: JetStreamContext,
-    subject: str,
-    position: int,
-    on_batch: Callable[[list[Committed], int], Awaitable[None]],
-    max_batch: int,
-) -> int:
-    """Apply the log by direct gets until fewer than ``BEHIND`` batches are left (the next
-    batch fetched while one is applied)."""
-
-    async def fetch(after: int) -> tuple[int, list[Committed]]:
-        last = await stream_last_seq(js)
-        if last - after <= BEHIND * max_batch:
-            return last, []
-        found = await direct.messages(
-            js, STREAM_EVENTS, subject, after=after, upto=last, count=max_batch
-        )
-        batch = [
-            _committed(headers.get("Nats-Subject", subject), data, headers, seq)
-            for seq, headers, data in found
-        ]
-        return last, batch
-
-    ahead = asyncio.create_task(fetch(position))
-    try:
-        while True:
-            last, batch = await ahead
-            if not batch:
-                return position
-            ahead = asyncio.create_task(fetch(batch[-1].seq))
-            await on_batch(batch, last - batch[-1].seq)
-            position = batch[-1].seq
-    finally:
-        ahead.cancel()
-        if ahead.done() and not ahead.cancelled():
-            ahead.exception()  # retrieved: the failure that matters is raised already
-
-
-async def _pushed(
-    js: JetStreamContext,
-    subject: str,
-    position: int,
-    on_batch: Callable[[list[Committed], int], Awaitable[None]],
-    max_batch: int,
-) -> int:
-    """Apply what an ordered consumer pushes from ``position`` on; return (to catch up by
-    direct gets) when the queue grows past ``BEHIND`` batches."""
-    arrived: deque[tuple[Committed, int] | Exception] = deque()
-    more = asyncio.Event()
-
-    async def on_msg(msg: Msg) -> None:
-        try:
-            meta = msg.metadata
-            arrived.append((committed(msg, meta), meta.num_pending))
-        except Exception as exc:
-            arrived.append(exc)
-        more.set()
-
-    sub = await ordered(
-        js,
-        subject,
-        on_msg,
-        position + 1,
-        pending_msgs_limit=100_000,
-        pending_bytes_limit=512 * 1024 * 1024,
-    )
-    loop = asyncio.get_running_loop()
-    last_apply = 0.0
-    try:
-        while len(arrived) <= BEHIND * max_batch:
-            if not arrived:
-                more.clear()
-                await more.wait()
-                continue
-            if isinstance(arrived[0], Exception):
-                raise arrived[0]
-            # Under sustained load, linger a moment so one transaction carries more events
-            # (per-event cost falls ~3x from batches of 2 to 128); when idle, apply at once.
-            if loop.time() - last_apply < LINGER_IF_BUSY_S and len(arrived) < max_batch // 4:
-                await asyncio.sleep(LINGER_S)
-            batch: list[Committed] = []
-            pending = 0
-            # up to an event it could not read (raised next round, after those before it)
-            while arrived and len(batch) < max_batch and not isinstance(arrived[0], Exception):
-                event, pending = arrived.popleft()  # type: ignore[misc]
-                batch.append(event)
-            last_apply = loop.time()
-            await on_batch(batch, pending)
-            position = batch[-1].seq
-        log.info("the log is %d events ahead: catching up by direct gets", len(arrived))
-        return position
-    finally:
-        try:
-            await sub.unsubscribe()
-        except Exception:
-            pass

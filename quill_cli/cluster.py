@@ -293,6 +293,18 @@ class Cluster(Launcher):
         pongs = await bus.ping_all(ws.client.nc, Subjects(self.deployment.root), "writer")
         return self.name_of(next(p["pid"] for p in pongs if p["instance"] == instance))
 
+    async def failover(self, ws: Workspace) -> tuple[str, float]:
+        """Write ``ws``, kill -9 the writer that served it, and write again: that writer's
+        name, and the seconds the second write took (the SDK retries through the failover;
+        ``a.txt`` then holds ``after``)."""
+        await ws.create(exist_ok=True)
+        await ws.write("a.txt", "before\n")
+        victim = await self.writer_of(ws)
+        await self.kill(victim)
+        started = time.perf_counter()
+        await ws.write("a.txt", "after\n")
+        return victim, time.perf_counter() - started
+
     async def _wait_more(self, nc: NATS, children: list[Child], deadline: float) -> None:
         names = set(self.deployment.nats_names)
         await self._wait_servers([c for c in children if c.name in names], deadline)

@@ -9,8 +9,6 @@ sizes, ``core/diffs.py``). The answer is cut at ``max_read_bytes``.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from contracts import replies as rp
 from contracts import requests as rq
@@ -18,21 +16,16 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.paths import normalize
 from core.diffs import DIFF_BUDGET_S, Pair, unified_many
 from core.rows import Node, WorkspaceRow
-from infra.offload import WALL_FACTOR, Offload
-from services.reader.queries import Queries
+from infra.offload import WALL_FACTOR
+from services.reader.queries import OffloadedOps
 
 PART_BYTES = 4 * 1024 * 1024
 """Text a diff hands its worker at once."""
 OVERTIME = "Diff took too long: diff a smaller change, or read both versions"
 
 
-class Differ:
-    def __init__(self, queries: Queries, offload: Offload) -> None:
-        self.q = queries
-        self.offload = offload
-
-    def ops(self) -> dict[str, Callable[..., Awaitable[Any]]]:
-        return {"diff": self.diff}
+class Differ(OffloadedOps):
+    OPS = ("diff",)
 
     async def _files(self, ws: WorkspaceRow, version: int, scope: str) -> dict[str, Node]:
         """The files at ``scope`` (a file, or everything below a directory) as of ``version``."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -39,6 +39,7 @@ from core.plan import LIVE
 from core.rows import Node, WorkspaceRow
 from infra.approvals import Approvals
 from infra.blobs import Blobs
+from infra.offload import Offload
 from infra.store import Store
 from services.reader import history
 from services.reader.cache import RevisionCache, TextCache
@@ -421,3 +422,17 @@ class Queries:
         return rp.WorkspaceList(
             tenant=tenant, workspaces=out, next=out[-1].workspace if more and out else None
         )
+
+
+class OffloadedOps:
+    """Ops that hand their heavy part to a worker process (``Search``'s grep, ``Differ``'s
+    diff): over the replica's ``Queries``, named in ``OPS``."""
+
+    OPS: ClassVar[tuple[str, ...]]
+
+    def __init__(self, queries: Queries, offload: Offload) -> None:
+        self.q = queries
+        self.offload = offload
+
+    def ops(self) -> dict[str, Callable[..., Awaitable[Any]]]:
+        return {name: getattr(self, name) for name in self.OPS}

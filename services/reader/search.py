@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re._parser as sre_parse  # the stdlib's own regex parser, to find required literals
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from contracts import replies as rp
@@ -44,8 +44,8 @@ from core.finding import (
 from core.globs import Globs, literal_directory, relative
 from core.plan import subtree
 from core.rows import Node, WorkspaceRow
-from infra.offload import WALL_FACTOR, Offload
-from services.reader.queries import Queries
+from infra.offload import WALL_FACTOR
+from services.reader.queries import OffloadedOps
 
 MAX_TRIGRAMS = 24
 GLOB_COUNTED = 1_000
@@ -59,13 +59,8 @@ PART_BYTES = 8 * 1024 * 1024
 OVERTIME = "Search took too long: narrow the pattern or path"
 
 
-class Search:
-    def __init__(self, queries: Queries, offload: Offload) -> None:
-        self.q = queries
-        self.offload = offload
-
-    def ops(self) -> dict[str, Callable[..., Awaitable[Any]]]:
-        return {"glob": self.glob, "explore": self.explore, "grep": self.grep}
+class Search(OffloadedOps):
+    OPS = ("glob", "explore", "grep")
 
     async def _scope(self, ws: WorkspaceRow, path: str, version: int) -> str:
         scope = normalize(path)
