@@ -16,8 +16,9 @@ from nats.aio.client import Client as NATS
 from infra import bus
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer
+from services.executor.app import ExecutorConfig
 from services.reader.app import Reader
-from tests.helpers import start_reader, start_writer
+from tests.helpers import start_executor, start_reader, start_writer
 from tests.up import Up, running
 
 # Property tests: no per-example deadline (timing on two shared cores means nothing, and no test
@@ -66,6 +67,18 @@ async def services(nats_url: str, tmp_path: Path) -> AsyncIterator[StartReader]:
             return await start_reader(stack, nats_url, tmp_path / name, instance=name)
 
         yield reader
+
+
+@pytest_asyncio.fixture
+async def local_exec(
+    services: StartReader, nats_url: str, tmp_path: Path
+) -> AsyncIterator[AsyncExitStack]:
+    """A writer, reader ``r1`` and an executor (local provider), in process; the stack that
+    stops the executor, for the test's own clients and services (closed before it)."""
+    await services("r1")
+    async with AsyncExitStack() as stack:
+        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        yield stack
 
 
 @pytest_asyncio.fixture

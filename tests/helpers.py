@@ -297,6 +297,27 @@ async def new_workspace(
     return ws
 
 
+async def agent_and_human(
+    stack: AsyncExitStack,
+    nats_url: str,
+    name: str,
+    *,
+    session: str | None = "s-1",
+    human_session: str | None = None,
+    human_timeout: float = 10.0,
+) -> tuple[Workspace, Workspace]:
+    """Workspace ``name`` as seen by an agent (actor ``agent-7``, ``session``, no retries) and
+    by a human who decides its approvals (``alice``, ``human_session``): ``(the agent's, the
+    human's)``, both clients closed with ``stack``. Nothing is created."""
+    agent = await Quill.connect(nats_url, actor="agent-7", session=session, retries=0)
+    human = await Quill.connect(
+        nats_url, actor="alice", session=human_session, timeout=human_timeout
+    )
+    stack.push_async_callback(agent.close)
+    stack.push_async_callback(human.close)
+    return agent.workspace(name), human.workspace(name)
+
+
 async def restricted_for_commands(
     stack: AsyncExitStack,
     nats_url: str,
@@ -305,14 +326,10 @@ async def restricted_for_commands(
     limits: LimitsPatch | None = None,
     human_timeout: float = 10.0,
 ) -> tuple[Workspace, Workspace]:
-    """Workspace ``name`` created by an agent (actor ``agent-7``, session ``s-1``, no
-    retries) and made restricted, commands offered, by a human (``alice``) who approves:
-    ``(the agent's, the human's)``, both clients closed with ``stack``."""
-    agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
-    human = await Quill.connect(nats_url, actor="alice", timeout=human_timeout)
-    stack.push_async_callback(agent.close)
-    stack.push_async_callback(human.close)
-    ws, desk = agent.workspace(name), human.workspace(name)
+    """Workspace ``name`` created by the agent of ``agent_and_human`` (session ``s-1``) and
+    made restricted, commands offered, by its human: ``(the agent's, the human's)``, both
+    clients closed with ``stack``."""
+    ws, desk = await agent_and_human(stack, nats_url, name, human_timeout=human_timeout)
     await ws.create(limits=limits)
     await desk.set_trust("restricted", commands=True)
     return ws, desk

@@ -15,11 +15,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from quill.client import Quill
+import nats
+from nats.aio.client import Client as NATS
+
+from quill.client import Quill, Workspace
+from tests.helpers import Refusals
 
 READY = re.compile(r"quill ready nats=(\S+) http=(\S+)")
 
@@ -115,9 +120,15 @@ class Up:
             self.process.stdout.close()
 
     def cli(
-        self, *args: str, input: str | None = None, check: bool = True
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "QUILL_NATS_URL": self.nats_url}
+        """``quill ARGS`` against this ``up`` (``env``: more environment, the credentials of
+        a tenant), done; ``check``: raise unless it exits 0."""
+        env = {**os.environ, "QUILL_NATS_URL": self.nats_url, **(env or {})}
         result = subprocess.run(
             [sys.executable, "-m", "quill", *args],
             input=input,
@@ -171,6 +182,38 @@ def running(
             stack.stop()
 
 
+async def bare_as(up: Up, tenant: str, password: str | None = None, **options: Any) -> NATS:
+    """A bare nats-py client as ``tenant`` (of ``TENANTS`` unless ``password`` is given),
+    replying on its own inboxes; ``options``: more of ``nats.connect``'s (``error_cb``)."""
+    return await nats.connect(
+        up.nats_url,
+        user=tenant,
+        password=password or PASSWORDS[tenant],
+        inbox_prefix=f"_INBOX_{tenant}",
+        **options,
+    )
+
+
 async def quill_as(up: Up, tenant: str) -> Quill:
     """An SDK client as ``tenant`` of ``TENANTS``."""
     return await Quill.connect(up.nats_url, user=tenant, password=PASSWORDS[tenant], actor=tenant)
+
+
+@contextlib.asynccontextmanager
+async def a_against_b(up: Up) -> AsyncIterator[tuple[Workspace, NATS, Refusals]]:
+    """Tenant a's workspace ``a/shared`` and tenant b's (both made), b as a bare nats-py
+    client and the refusals the server reports to it: ``(a's workspace, b, b's refusals)``,
+    all closed when the block ends. How a test of what b cannot reach of a's begins."""
+    qa = await quill_as(up, "a")
+    qb = await quill_as(up, "b")
+    refusals = Refusals(whole=True)
+    nb = await bare_as(up, "b", error_cb=refusals.on_error)
+    try:
+        wa = qa.workspace("a/shared")
+        await wa.create(exist_ok=True)
+        await qb.workspace("b/shared").create(exist_ok=True)
+        yield wa, nb, refusals
+    finally:
+        await nb.close()
+        await qa.close()
+        await qb.close()

@@ -7,16 +7,14 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 
+import pytest
 import pytest_asyncio
 
 from quill.client import Quill
-from services.executor.app import ExecutorConfig
-from tests.conftest import StartReader
-from tests.helpers import start_executor
 
 LINE_TIMEOUT_S = 20.0
 
@@ -68,13 +66,19 @@ class Attached:
 Attach = Callable[..., Awaitable[Attached]]
 
 
-@pytest_asyncio.fixture
-async def servers(services: StartReader, nats_url: str, tmp_path: Path) -> AsyncIterator[None]:
+@pytest.fixture
+def servers(local_exec: AsyncExitStack) -> None:
     """A writer, a reader and an executor (local provider), in process."""
-    await services("r1")
-    async with AsyncExitStack() as stack:
-        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
-        yield
+
+
+def folder_with(tmp_path: Path, files: Mapping[str, str]) -> Path:
+    """``tmp_path/folder`` holding ``files`` (path: text), for a bridge to attach."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for path, text in files.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text)
+    return folder
 
 
 @pytest_asyncio.fixture

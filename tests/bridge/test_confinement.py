@@ -14,7 +14,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.paths import ACCESS_DENIED_MESSAGE
 from quill.client import Quill, Workspace
-from tests.bridge.conftest import Attach
+from tests.bridge.conftest import Attach, folder_with
 
 ESCAPES: list[Callable[[Workspace], Awaitable[Any]]] = [
     lambda ws: ws.read("../outside/secret.txt"),
@@ -47,9 +47,7 @@ async def test_nothing_outside_the_folder_is_read_or_touched(
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("top secret\n")
-    folder = tmp_path / "folder"
-    folder.mkdir()
-    (folder / "inside.txt").write_text("inside\n")
+    folder = folder_with(tmp_path, {"inside.txt": "inside\n"})
     (folder / "link.txt").symlink_to(outside / "secret.txt")
     (folder / "linkdir").symlink_to(outside)
     before = sorted(os.listdir(outside)), (outside / "secret.txt").stat().st_mtime_ns
@@ -76,9 +74,7 @@ async def test_nothing_outside_the_folder_is_read_or_touched(
 async def test_links_inside_the_folder_are_read_not_written_through(
     servers: None, attach: Attach, client: Quill, tmp_path: Path
 ) -> None:
-    folder = tmp_path / "folder"
-    (folder / "docs").mkdir(parents=True)
-    (folder / "docs" / "readme.md").write_text("the real one\n")
+    folder = folder_with(tmp_path, {"docs/readme.md": "the real one\n"})
     (folder / "readme.md").symlink_to("docs/readme.md")
     await attach(folder, "laptop", "--trust", "full")
     ws = client.workspace("acme/laptop")

@@ -57,9 +57,12 @@ async def outcome(ws: Workspace, call: Call) -> Any:
 
 
 async def server_and_local(
-    client: Quill, directory: Path, name: str
-) -> tuple[Workspace, Workspace]:
-    """A server workspace ``acme/<name>`` and a folder holding the same files."""
+    client: Quill, attach: Attach, tmp_path: Path, name: str
+) -> tuple[Workspace, Workspace, Path]:
+    """A server workspace ``acme/<name>`` and a folder holding the same files, attached (full
+    trust) as ``acme/laptop``: ``(the server's, the folder's, the folder)``."""
+    directory = tmp_path / "folder"
+    directory.mkdir()
     server = client.workspace(f"acme/{name}")
     await server.create()
     for path, content in FILES.items():
@@ -73,7 +76,8 @@ async def server_and_local(
     for path in DIRECTORIES:
         await server.mkdir(path)
         (directory / path).mkdir(parents=True)
-    return server, client.workspace("acme/laptop")
+    await attach(directory, "laptop", "--trust", "full")
+    return server, client.workspace("acme/laptop"), directory
 
 
 async def read_bytes(ws: Workspace, body: rq.ReadBytes) -> Any:
@@ -140,10 +144,8 @@ QUERIES: list[Call] = [
 async def test_queries_answer_as_a_server_workspace_does(
     servers: None, attach: Attach, client: Quill, tmp_path: Path
 ) -> None:
-    directory = tmp_path / "folder"
-    directory.mkdir()
-    server, local = await server_and_local(client, directory, "server-q")
-    await attach(directory, "laptop", "--trust", "full")
+    """Each query's answer, or its error, is the server's to the letter."""
+    server, local, _ = await server_and_local(client, attach, tmp_path, "server-q")
     for i, call in enumerate(QUERIES):
         expected = await outcome(server, call)
         assert await outcome(local, call) == expected, f"query {i}: {expected}"
@@ -212,10 +214,9 @@ MUTATIONS: list[Call] = [
 async def test_mutations_succeed_and_fail_as_on_a_server_workspace(
     servers: None, attach: Attach, client: Quill, tmp_path: Path
 ) -> None:
-    directory = tmp_path / "folder"
-    directory.mkdir()
-    server, local = await server_and_local(client, directory, "server-m")
-    await attach(directory, "laptop", "--trust", "full")
+    """Each mutation, applied in turn to both, succeeds or fails alike (the workspace names
+    aside); the folder holds what they made, nothing outside it, no temporary file."""
+    server, local, directory = await server_and_local(client, attach, tmp_path, "server-m")
     for i, call in enumerate(MUTATIONS):
         expected = json.dumps(await outcome(server, call))
         got = json.dumps(await outcome(local, call))  # the names differ, nothing else:

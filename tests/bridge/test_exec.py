@@ -11,16 +11,13 @@ import pytest
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
-from tests.bridge.conftest import Attach
+from tests.bridge.conftest import Attach, folder_with
 
 
 async def test_a_command_runs_in_the_folder_once_allowed(
     servers: None, attach: Attach, client: Quill, tmp_path: Path
 ) -> None:
-    folder = tmp_path / "folder"
-    (folder / "src").mkdir(parents=True)
-    (folder / "src" / "app.py").write_text("print('hi')\n")
-    (folder / "old.txt").write_text("old\n")
+    folder = folder_with(tmp_path, {"src/app.py": "print('hi')\n", "old.txt": "old\n"})
     bridge = await attach(folder, "laptop")
     ws = client.workspace("acme/laptop")
     live: list[bytes] = []
@@ -62,9 +59,7 @@ async def test_a_command_runs_in_the_folder_once_allowed(
 async def test_git_works_on_the_folder_and_leaves_the_network_to_its_user(
     servers: None, attach: Attach, client: Quill, tmp_path: Path
 ) -> None:
-    folder = tmp_path / "folder"
-    folder.mkdir()
-    (folder / "a.txt").write_text("a\n")
+    folder = folder_with(tmp_path, {"a.txt": "a\n"})
     await attach(folder, "laptop", "--trust", "full")
     ws = client.as_actor("alice").workspace("acme/laptop")
     await ws.exec("git init -q -b main")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import pytest_asyncio
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -38,6 +39,14 @@ async def workspace(quill: Quill, name: str) -> Workspace:
     return ws
 
 
+@pytest_asyncio.fixture
+async def ws(stack: StartExecutor, quill: Quill, name: str) -> Workspace:
+    """An executor started (the test's provider) and workspace ``name`` holding
+    ``src/app.py`` and ``old.txt``."""
+    await stack()
+    return await workspace(quill, name)
+
+
 def comparable(result: rp.CommandResult) -> dict[str, object]:
     """A result without what differs from run to run (time, versions, the command's id)."""
     data = msgspec.to_builtins(result)
@@ -49,9 +58,7 @@ def comparable(result: rp.CommandResult) -> dict[str, object]:
 # ------------------------------------------------------------------ seed 002 scenarios
 
 
-async def test_success(stack: StartExecutor, quill: Quill, name: str, provider: str) -> None:
-    await stack()
-    ws = await workspace(quill, name)
+async def test_success(ws: Workspace, provider: str) -> None:
     r = await ws.exec('echo "hello"')
     assert (r.stdout, r.stderr, r.exit_code, r.timed_out) == ("hello\n", "", 0, False)
     assert not r.changes.committed and r.changes.version == r.changes.base_version
@@ -96,20 +103,14 @@ async def test_both_providers_answer_identically(nats_url: str, tmp_path: Path) 
     assert (first["stdout"], first["stderr"], first["exit_code"]) == ("hello\n", "", 0)
 
 
-async def test_non_zero_exit_is_a_result_with_both_streams(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = await workspace(quill, name)
+async def test_non_zero_exit_is_a_result_with_both_streams(ws: Workspace) -> None:
     r = await ws.exec("echo out; echo err >&2; exit 3")
     assert (r.exit_code, r.stdout, r.stderr) == (3, "out\n", "err\n")
     missing = await ws.exec("no-such-command-here")
     assert missing.exit_code == 127 and "not found" in missing.stderr
 
 
-async def test_timeout_keeps_partial_output(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = await workspace(quill, name)
+async def test_timeout_keeps_partial_output(ws: Workspace) -> None:
     r = await ws.exec("echo started; echo warn >&2; sleep 60; echo never", timeout_ms=1000)
     assert r.timed_out and r.exit_code == 128 + 15
     assert (r.stdout, r.stderr) == ("started\n", "warn\n")
@@ -118,9 +119,7 @@ async def test_timeout_keeps_partial_output(stack: StartExecutor, quill: Quill, 
     assert stubborn.duration_ms >= 5000  # SIGTERM was ignored: SIGKILL came after the grace
 
 
-async def test_workdir(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = await workspace(quill, name)
+async def test_workdir(ws: Workspace) -> None:
     for workdir in ("src", "/workspace/src"):
         r = await ws.exec("ls", workdir=workdir)
         assert r.stdout.split() == ["app.py"]
@@ -137,11 +136,7 @@ async def test_workdir(stack: StartExecutor, quill: Quill, name: str) -> None:
         assert info.value.code == code, bad
 
 
-async def test_output_over_50kb_is_cut_and_counted(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = await workspace(quill, name)
+async def test_output_over_50kb_is_cut_and_counted(ws: Workspace) -> None:
     r = await ws.exec("head -c 200000 /dev/zero | tr '\\0' a; echo small >&2")
     # the first and the last half of the cap (51,200 bytes), and what is left out between
     assert r.stdout == r.stdout_tail == "a" * 25600 and r.stdout_truncated
@@ -157,11 +152,7 @@ async def test_output_over_50kb_is_cut_and_counted(
     assert set(utf8.stdout_tail) == {"é"}  # and one the tail starts inside
 
 
-async def test_live_output_reaches_the_caller(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = await workspace(quill, name)
+async def test_live_output_reaches_the_caller(ws: Workspace) -> None:
     chunks: list[tuple[str, bytes]] = []
     script = "for i in $(seq 5); do echo line $i; echo oops $i >&2; done"
     r = await ws.exec(script, on_output=lambda stream, data: chunks.append((stream, data)))
@@ -205,11 +196,7 @@ async def test_changes_become_one_event_by_the_caller(
         await quill.close()
 
 
-async def test_ten_thousand_files_are_one_event(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = await workspace(quill, name)
+async def test_ten_thousand_files_are_one_event(ws: Workspace) -> None:
     r = await ws.exec("mkdir gen && cd gen && for i in $(seq 10000); do echo $i > f$i; done")
     assert r.exit_code == 0 and r.changes.committed and r.changes.total == 10_000
     assert r.changes.version == r.changes.base_version + 1
@@ -217,11 +204,7 @@ async def test_ten_thousand_files_are_one_event(
     assert (await ws.stat("gen")).entries == 10_000
 
 
-async def test_ignored_paths_stay_out_of_history(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = await workspace(quill, name)
+async def test_ignored_paths_stay_out_of_history(ws: Workspace) -> None:
     r = await ws.exec(
         "mkdir -p node_modules/dep __pycache__ && echo x > node_modules/dep/i.js && "
         "echo y > __pycache__/a.pyc && echo z > kept.txt && ln -s /etc/passwd link"
@@ -242,11 +225,7 @@ async def test_ignored_paths_stay_out_of_history(
     assert own.changes.ignored_reasons == {"quillignore": 2}
 
 
-async def test_two_commands_on_one_workspace_at_once(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = await workspace(quill, name)
+async def test_two_commands_on_one_workspace_at_once(ws: Workspace) -> None:
     first, second = await asyncio.gather(
         ws.exec("echo a > a.txt; sleep 0.5; cat b.txt 2>/dev/null; true"),
         ws.exec("echo b > b.txt"),
@@ -256,9 +235,7 @@ async def test_two_commands_on_one_workspace_at_once(
     assert await ws.read_text("a.txt") == "a\n" and await ws.read_text("b.txt") == "b\n"
 
 
-async def test_a_run_against_an_old_version(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = await workspace(quill, name)
+async def test_a_run_against_an_old_version(ws: Workspace) -> None:
     v = ws.last_version
     await ws.write("src/app.py", "print('changed')\n")
     old = await ws.exec("cat src/app.py; echo fix > fix.txt", version=v)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 
 import pytest
+import pytest_asyncio
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
@@ -28,6 +29,13 @@ async def created(quill: Quill, name: str, **limits: int) -> Workspace:
     return ws
 
 
+@pytest_asyncio.fixture
+async def ws(stack: StartExecutor, quill: Quill, name: str) -> Workspace:
+    """An executor started (the test's provider) and workspace ``name``, created."""
+    await stack()
+    return await created(quill, name)
+
+
 async def whole(ws: Workspace, command_id: str, stream: str = "stdout", length: int = CHUNK) -> str:
     """A command's kept output, page by page."""
     text, offset = "", 0
@@ -39,11 +47,7 @@ async def whole(ws: Workspace, command_id: str, stream: str = "stdout", length: 
             return text
 
 
-async def test_long_output_keeps_head_and_tail(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = await created(quill, name)
+async def test_long_output_keeps_head_and_tail(ws: Workspace) -> None:
     r = await ws.exec(LOG)
     expected = "".join(f"line {i} of the build\n" for i in range(1, LINES + 1))
     expected += "ERROR: it broke\n"
@@ -69,9 +73,7 @@ async def test_long_output_keeps_head_and_tail(
     assert await whole(ws, r.command_id, length=100_000) == expected
 
 
-async def test_short_output_is_whole(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = await created(quill, name)
+async def test_short_output_is_whole(ws: Workspace) -> None:
     r = await ws.exec("echo out; echo err >&2")
     assert (r.stdout, r.stdout_tail, r.stdout_truncated, r.stdout_omitted_bytes) == (
         "out\n",
@@ -141,11 +143,7 @@ async def test_unknown_or_other_workspaces_command(
 # ------------------------------------------------------------------ the environment
 
 
-async def test_background_processes_are_counted_and_killed(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = await created(quill, name)
+async def test_background_processes_are_counted_and_killed(ws: Workspace) -> None:
     token = f"300.{secrets.randbelow(10**9):09d}"  # names the processes on the host
     r = await ws.exec(f"sleep {token} & sleep {token} & echo started")
     assert (r.exit_code, r.stdout, r.background_killed) == (0, "started\n", 2)
@@ -154,11 +152,7 @@ async def test_background_processes_are_counted_and_killed(
     assert again.background_killed == 0
 
 
-async def test_a_read_of_the_closed_stdin_is_reported(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = await created(quill, name)
+async def test_a_read_of_the_closed_stdin_is_reported(ws: Workspace) -> None:
     r = await ws.exec('read -p "Name? " x')
     assert (r.exit_code, r.stdin_read, r.stdout, r.stderr) == (1, True, "", "")
     py = await ws.exec('python3 -c "input()"')
@@ -169,9 +163,7 @@ async def test_a_read_of_the_closed_stdin_is_reported(
     assert piped.stdout == "hi Ada\n" and not piped.stdin_read
 
 
-async def test_python_is_python3(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = await created(quill, name)
+async def test_python_is_python3(ws: Workspace) -> None:
     r = await ws.exec("python -c 'import sys; print(sys.version_info[0])'")
     assert (r.exit_code, r.stdout) == (0, "3\n"), r.stderr
 

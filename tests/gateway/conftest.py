@@ -54,9 +54,11 @@ async def start(nats_url: str, tmp_path: Path) -> AsyncIterator[StartGateway]:
 
 
 @pytest_asyncio.fixture
-async def gateway(start: StartGateway) -> Gateway:
-    """A gateway without tokens (everyone is default/default)."""
-    return await start()
+async def gateway(start: StartGateway, request: pytest.FixtureRequest) -> Gateway:
+    """A gateway without tokens (everyone is default/default). A module gives it more
+    ``GatewayConfig`` fields by parametrizing it: ``pytestmark = pytest.mark.parametrize(
+    "gateway", [{"header_timeout": 120.0}], indirect=True, ids=["..."])``."""
+    return await start(**getattr(request, "param", {}))
 
 
 @pytest_asyncio.fixture

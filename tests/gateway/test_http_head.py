@@ -6,15 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
-from pathlib import Path
 
-import pytest_asyncio
+import pytest
 
 from infra.http.bounds import MAX_HEAD_BYTES
-from services.gateway.server import Gateway, GatewayConfig, start_gateway
-from tests.helpers import start_writer_and_reader
+from services.gateway.server import Gateway
 
 DEADLINE_S = 15.0
 """How long a test waits for the gateway to answer and close."""
@@ -22,14 +18,9 @@ HEAD_S = 120.0
 """The head deadline: far past ``DEADLINE_S``, so what closes a connection here is the size."""
 FILES = "/v1/host/workspace/files"
 
-
-@pytest_asyncio.fixture
-async def gateway(nats_url: str, tmp_path: Path) -> AsyncIterator[Gateway]:
-    async with AsyncExitStack() as stack:
-        await start_writer_and_reader(stack, nats_url, tmp_path)
-        running = await start_gateway(GatewayConfig(nats_url, port=0, header_timeout=HEAD_S))
-        stack.push_async_callback(running.stop)
-        yield running
+pytestmark = pytest.mark.parametrize(
+    "gateway", [{"header_timeout": HEAD_S}], indirect=True, ids=["head-timeout-120s"]
+)
 
 
 async def exchange(gateway: Gateway, *pieces: bytes) -> bytes:

@@ -12,17 +12,18 @@ import pytest
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
-from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
-from tests.helpers import approvals_pending, start_executor, start_reader, start_writer
+from tests.helpers import agent_and_human, approvals_pending, start_reader, start_writer
 
 
 async def test_mutations_wait_for_approval(services: StartReader, nats_url: str) -> None:
     await services("r1")
-    agent = await Quill.connect(nats_url, actor="agent-7", session="s-agent", retries=0)
-    human = await Quill.connect(nats_url, actor="alice", session="s-alice")
-    try:
-        ws, desk = agent.workspace("acme/careful"), human.workspace("acme/careful")
+    async with AsyncExitStack() as stack:
+        ws, desk = await agent_and_human(
+            stack, nats_url, "acme/careful", session="s-agent", human_session="s-alice"
+        )
+        agent = ws.client
+        assert isinstance(agent, Quill)
         await ws.create(trust="restricted")
         assert (await ws.info()).trust == "restricted"
 
@@ -70,43 +71,35 @@ async def test_mutations_wait_for_approval(services: StartReader, nats_url: str)
         await desk.set_trust("full")  # an operator's decision, also an event
         agent.wait_ms = 0
         await ws.write("free.md", "no approval needed\n")
-    finally:
-        await agent.close()
-        await human.close()
 
 
 async def test_commands_on_a_restricted_workspace(
-    services: StartReader, nats_url: str, tmp_path: Path
+    local_exec: AsyncExitStack, nats_url: str
 ) -> None:
-    await services("r1")
-    async with AsyncExitStack() as stack:
-        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
-        agent = await Quill.connect(nats_url, actor="agent-7", retries=0)
-        human = await Quill.connect(nats_url, actor="alice")
-        stack.push_async_callback(agent.close)
-        stack.push_async_callback(human.close)
-        ws, desk = agent.workspace("acme/shell"), human.workspace("acme/shell")
-        await ws.create()
-        await desk.set_trust("restricted")
-        with pytest.raises(QuillError) as info:
-            await ws.exec("echo hi")
-        assert info.value.code == ErrorCode.DENIED
-        assert info.value.message.startswith("Commands are not offered on restricted workspace")
+    ws, desk = await agent_and_human(local_exec, nats_url, "acme/shell", session=None)
+    agent = ws.client
+    assert isinstance(agent, Quill)
+    await ws.create()
+    await desk.set_trust("restricted")
+    with pytest.raises(QuillError) as info:
+        await ws.exec("echo hi")
+    assert info.value.code == ErrorCode.DENIED
+    assert info.value.message.startswith("Commands are not offered on restricted workspace")
 
-        await desk.set_trust("restricted", commands=True)
-        agent.wait_ms = 30_000
-        running = asyncio.create_task(ws.exec("echo approved > out.txt; echo ran"))
-        [approval_id] = await approvals_pending(desk, 1)
-        [waiting] = (await desk.approvals()).pending
-        assert waiting.op == "exec.run" and waiting.summary.endswith("echo ran")
-        assert waiting.preview is None  # what a command changes is known once it has run
-        await desk.approve(approval_id)
-        result = await asyncio.wait_for(running, 60)
-        assert result.stdout == "ran\n" and result.changes.committed
-        record = json.loads(
-            (await agent.nc.jetstream().get_last_msg("WS_AUDIT", "ws.audit.acme.shell")).data
-        )
-        assert (record["op"], record["outcome"]) == ("run", "ok")
+    await desk.set_trust("restricted", commands=True)
+    agent.wait_ms = 30_000
+    running = asyncio.create_task(ws.exec("echo approved > out.txt; echo ran"))
+    [approval_id] = await approvals_pending(desk, 1)
+    [waiting] = (await desk.approvals()).pending
+    assert waiting.op == "exec.run" and waiting.summary.endswith("echo ran")
+    assert waiting.preview is None  # what a command changes is known once it has run
+    await desk.approve(approval_id)
+    result = await asyncio.wait_for(running, 60)
+    assert result.stdout == "ran\n" and result.changes.committed
+    record = json.loads(
+        (await agent.nc.jetstream().get_last_msg("WS_AUDIT", "ws.audit.acme.shell")).data
+    )
+    assert (record["op"], record["outcome"]) == ("run", "ok")
 
 
 async def test_an_approval_shows_the_change_it_would_make(
@@ -122,11 +115,7 @@ async def test_an_approval_shows_the_change_it_would_make(
     async with AsyncExitStack() as stack:
         await start_writer(stack, nats_url, tmp_path / "writer")
         await start_reader(stack, nats_url, tmp_path / "reader", instance="r1")
-        agent = await Quill.connect(nats_url, actor="agent-7", retries=0)
-        human = await Quill.connect(nats_url, actor="alice")
-        stack.push_async_callback(agent.close)
-        stack.push_async_callback(human.close)
-        ws, desk = agent.workspace("acme/review"), human.workspace("acme/review")
+        ws, desk = await agent_and_human(stack, nats_url, "acme/review", session=None)
         await desk.create()
         await desk.write("app.py", "a = 1\nb = 2\nc = 3\n")
         await desk.write("old.txt", "gone soon\n")
@@ -162,7 +151,7 @@ async def test_an_approval_shows_the_change_it_would_make(
         assert refused.startswith("As it stands it would be refused: NO_MATCH: oldString not found")
 
         # The previews are in the log (each approval_requested event), redacted like contents.
-        js = agent.nc.jetstream()
+        js = ws.client.nc.jetstream()
         stream = await js.stream_info("WS_EVENTS")
         logged = b"".join(
             [

@@ -16,13 +16,12 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from quill.client import Quill
-from services.executor.app import ExecutorConfig
 from tests.conftest import StartReader
 from tests.helpers import (
+    agent_and_human,
     approvals_pending,
     parked,
     restricted_for_commands,
-    start_executor,
     start_reader,
     start_writer,
 )
@@ -32,10 +31,8 @@ async def test_an_approved_change_is_made_without_its_client(
     services: StartReader, nats_url: str
 ) -> None:
     await services("r1")
-    agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
-    human = await Quill.connect(nats_url, actor="alice", session="s-alice")
-    try:
-        ws, desk = agent.workspace("acme/away"), human.workspace("acme/away")
+    async with AsyncExitStack() as stack:
+        ws, desk = await agent_and_human(stack, nats_url, "acme/away", human_session="s-alice")
         await ws.create(trust="restricted")
         approval_id = await parked(ws.write("plan.md", "the plan\n"))
         # a retry (a new request id, same session, same body) is the same approval
@@ -65,9 +62,6 @@ async def test_an_approved_change_is_made_without_its_client(
         with pytest.raises(QuillError) as info:
             await ws.approval("no-such-approval")
         assert info.value.code == ErrorCode.FILE_NOT_FOUND
-    finally:
-        await agent.close()
-        await human.close()
 
 
 async def test_an_approved_change_keeps_its_conditions(
@@ -76,10 +70,8 @@ async def test_an_approved_change_keeps_its_conditions(
     """Carried out against the workspace as it is then: an ``if_match`` no longer met is
     refused, and the refusal is the outcome."""
     await services("r1")
-    agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
-    human = await Quill.connect(nats_url, actor="alice", session="s-alice")
-    try:
-        ws, desk = agent.workspace("acme/cond"), human.workspace("acme/cond")
+    async with AsyncExitStack() as stack:
+        ws, desk = await agent_and_human(stack, nats_url, "acme/cond", human_session="s-alice")
         await ws.create()
         first = await ws.write("a.txt", "one\n")
         await desk.set_trust("restricted")
@@ -92,46 +84,40 @@ async def test_an_approved_change_keeps_its_conditions(
         assert status.state == "approved" and status.outcome is not None
         assert status.outcome.error is not None and status.outcome.error.code == "CONFLICT"
         assert await desk.read_text("a.txt") == "three\n"
-    finally:
-        await agent.close()
-        await human.close()
 
 
 async def test_an_approved_command_runs_without_its_client(
-    services: StartReader, nats_url: str, tmp_path: Path
+    local_exec: AsyncExitStack, nats_url: str
 ) -> None:
-    await services("r1")
-    async with AsyncExitStack() as stack:
-        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
-        ws, desk = await restricted_for_commands(stack, nats_url, "acme/runs")
-        command = "echo approved > out.txt; echo ran; exit 3"
-        approval_id = await parked(ws.exec(command))
-        assert await parked(ws.exec(command)) == approval_id  # a retry: the same approval
-        await desk.approve(approval_id)
-        done = await ws.wait_approval(approval_id, timeout=60)
-        assert (done.state, done.done) == ("approved", True), done
-        assert done.outcome is not None and done.outcome.result is not None
-        result = done.outcome.result
-        assert (result["exit_code"], result["stdout"]) == (3, "ran\n")
-        assert result["command_id"] == approval_id
-        assert await desk.read_text("out.txt") == "approved\n"
-        # sent again once approved: it ran once, and is answered with what it gave
-        body = rq.RunCommand(command=command)
-        _, again = await ws.client.request(
-            "exec", "acme", "runs", "run", body, rp.CommandResult, request_id=approval_id
-        )
-        assert (again.exit_code, again.stdout, again.command_id) == (3, "ran\n", approval_id)
-        assert len((await desk.history("out.txt")).revisions) == 1
+    ws, desk = await restricted_for_commands(local_exec, nats_url, "acme/runs")
+    command = "echo approved > out.txt; echo ran; exit 3"
+    approval_id = await parked(ws.exec(command))
+    assert await parked(ws.exec(command)) == approval_id  # a retry: the same approval
+    await desk.approve(approval_id)
+    done = await ws.wait_approval(approval_id, timeout=60)
+    assert (done.state, done.done) == ("approved", True), done
+    assert done.outcome is not None and done.outcome.result is not None
+    result = done.outcome.result
+    assert (result["exit_code"], result["stdout"]) == (3, "ran\n")
+    assert result["command_id"] == approval_id
+    assert await desk.read_text("out.txt") == "approved\n"
+    # sent again once approved: it ran once, and is answered with what it gave
+    body = rq.RunCommand(command=command)
+    _, again = await ws.client.request(
+        "exec", "acme", "runs", "run", body, rp.CommandResult, request_id=approval_id
+    )
+    assert (again.exit_code, again.stdout, again.command_id) == (3, "ran\n", approval_id)
+    assert len((await desk.history("out.txt")).revisions) == 1
 
 
 async def test_an_approval_expires_at_its_deadline(services: StartReader, nats_url: str) -> None:
     """Past the workspace's ``approval_ttl_s`` a parked request is refused (``DENIED``,
     reason expired), its waiting client is told, and it can no longer be decided."""
     await services("r1")
-    agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
-    human = await Quill.connect(nats_url, actor="alice", session="s-alice")
-    try:
-        ws, desk = agent.workspace("acme/brief"), human.workspace("acme/brief")
+    async with AsyncExitStack() as stack:
+        ws, desk = await agent_and_human(stack, nats_url, "acme/brief", human_session="s-alice")
+        agent = ws.client
+        assert isinstance(agent, Quill)
         await ws.create(trust="restricted", limits=LimitsPatch(approval_ttl_s=1))
         gone = await parked(ws.write("a.md", "a\n"))
         agent.wait_ms = 60_000  # this one waits: it is told when its approval expires
@@ -150,9 +136,6 @@ async def test_an_approval_expires_at_its_deadline(services: StartReader, nats_u
         agent.wait_ms = 0
         again = await parked(ws.write("a.md", "a\n"))  # asked again: a new approval
         assert again != gone
-    finally:
-        await agent.close()
-        await human.close()
 
 
 async def test_a_parked_change_survives_a_writer_restart(nats_url: str, tmp_path: Path) -> None:
@@ -160,11 +143,7 @@ async def test_a_parked_change_survives_a_writer_restart(nats_url: str, tmp_path
     after it was parked carries it out once approved, and its outcome survives another."""
     async with AsyncExitStack() as stack:
         await start_reader(stack, nats_url, tmp_path / "reader")
-        agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
-        human = await Quill.connect(nats_url, actor="alice")
-        stack.push_async_callback(agent.close)
-        stack.push_async_callback(human.close)
-        ws, desk = agent.workspace("acme/restart"), human.workspace("acme/restart")
+        ws, desk = await agent_and_human(stack, nats_url, "acme/restart")
         async with AsyncExitStack() as first:
             await start_writer(first, nats_url, tmp_path / "w1")
             await ws.create(trust="restricted")
@@ -191,16 +170,11 @@ async def test_the_sdk_guide_example_runs(
     scope: dict[str, object] = {"QuillError": QuillError, "ErrorCode": ErrorCode}
     exec(compile(source, "docs/sdk.md", "exec"), scope)
     await services("r1")
-    agent = await Quill.connect(nats_url, actor="agent-7", session="s-1", retries=0)
-    human = await Quill.connect(nats_url, actor="alice")
-    try:
-        ws, desk = agent.workspace("acme/guide"), human.workspace("acme/guide")
+    async with AsyncExitStack() as stack:
+        ws, desk = await agent_and_human(stack, nats_url, "acme/guide")
         await ws.create(trust="restricted")
         example = asyncio.create_task(scope["example"](ws))  # type: ignore[operator]
         [waiting] = await approvals_pending(desk)
         await desk.approve(waiting)
         await asyncio.wait_for(example, 30)
         assert capsys.readouterr().out.startswith("committed at version ")
-    finally:
-        await agent.close()
-        await human.close()

@@ -42,6 +42,23 @@ async def caught_up(readers: list[Reader], ws: Workspace) -> None:
         assert await reader.follower.wait_for(ws.tenant, ws.name, ws.last_version, 10)
 
 
+async def writer_and_two_readers(stack: AsyncExitStack, nats_url: str, root: Path) -> list[Reader]:
+    """A writer and reader replicas ``r1`` and ``r2`` (data below ``root``): a purge must
+    leave nothing on either."""
+    await start_writer(stack, nats_url, root / "w")
+    return [
+        await start_reader(stack, nats_url, root / name, instance=name) for name in ("r1", "r2")
+    ]
+
+
+async def writer_reader_executor(stack: AsyncExitStack, nats_url: str, root: Path) -> Reader:
+    """A writer, reader ``r1`` and an executor (local provider), data below ``root``."""
+    await start_writer(stack, nats_url, root / "w")
+    reader = await start_reader(stack, nats_url, root / "r", instance="r1")
+    await start_executor(stack, nats_url, root / "x", ExecutorConfig(sandbox="local"))
+    return reader
+
+
 def rows(reader: Reader, sql: str, *args: object) -> list[tuple[object, ...]]:
     db = sqlite3.connect(reader.store.path)
     try:
@@ -122,9 +139,7 @@ async def test_archive_refuses_commands_and_keeps_reads(
     nats_url: str, tmp_path: Path, quill: Quill
 ) -> None:
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "w")
-        await start_reader(stack, nats_url, tmp_path / "r", instance="r1")
-        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        await writer_reader_executor(stack, nats_url, tmp_path)
         ws = quill.workspace("arch/box")
         await ws.create()
         await ws.write("keep.txt", "kept\n")
@@ -153,11 +168,7 @@ async def test_purge_leaves_nothing_on_any_replica_or_executor(
     nats_url: str, tmp_path: Path, quill: Quill
 ) -> None:
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "w")
-        readers = [
-            await start_reader(stack, nats_url, tmp_path / name, instance=name)
-            for name in ("r1", "r2")
-        ]
+        readers = await writer_and_two_readers(stack, nats_url, tmp_path)
         executor = await start_executor(
             stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local")
         )
@@ -257,11 +268,7 @@ async def test_a_purge_amid_writes_leaves_no_half_state(
     nats_url: str, tmp_path: Path, quill: Quill
 ) -> None:
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "w")
-        readers = [
-            await start_reader(stack, nats_url, tmp_path / name, instance=name)
-            for name in ("r1", "r2")
-        ]
+        readers = await writer_and_two_readers(stack, nats_url, tmp_path)
         ws = quill.workspace("busy/hot")
         await ws.create()
         writes = [ws.write(f"f{i}.txt", f"{i}\n") for i in range(40)]
@@ -309,9 +316,7 @@ async def test_purge_deletes_the_workspace_contents_from_ws_blobs(
     """Every object of the purged workspace goes, whoever else holds the same bytes: the
     writer's, the executor's, a compaction manifest, and an upload no event ever named."""
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "w")
-        reader = await start_reader(stack, nats_url, tmp_path / "r", instance="r1")
-        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        reader = await writer_reader_executor(stack, nats_url, tmp_path)
         ws = quill.workspace("blobby/doomed")
         keeper = quill.workspace("other-tenant/keeper")
         await ws.create(limits=LimitsPatch(max_versions=KEEP))
@@ -388,9 +393,7 @@ async def test_what_a_command_uploaded_as_its_workspace_was_purged_is_removed(
     the purge swept WS_BLOBS; its ``apply`` finds no workspace, and the executor deletes what
     it uploaded."""
     async with AsyncExitStack() as stack:
-        await start_writer(stack, nats_url, tmp_path / "w")
-        await start_reader(stack, nats_url, tmp_path / "r", instance="r1")
-        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
+        await writer_reader_executor(stack, nats_url, tmp_path)
         ws = quill.workspace("racing/doomed")
         await ws.create()
         real = commit.pack

@@ -4,7 +4,8 @@ output or an audit record; it becomes ``[REDACTED:<id>]``, and audit records nam
 from __future__ import annotations
 
 import json
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import STREAM_AUDIT, STREAM_EVENTS
-from quill.client import Quill
+from quill.client import Quill, Workspace
 from services.executor.app import ExecutorConfig
 from tests.helpers import start_executor, start_writer_and_reader
 
@@ -27,23 +28,34 @@ async def messages(nc: NATS, stream: str) -> list[bytes]:
     return [(await js.get_msg(stream, seq)).data or b"" for seq in range(1, last + 1)]
 
 
-async def test_secrets_never_reach_the_log(
-    nats_url: str, nc: NATS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    registry = tmp_path / "secrets.toml"
-    registry.write_text(
-        f'[secrets]\nopenai = "{SECRET}"\ntiny = "abc"\n\n'
-        '[[patterns]]\nid = "aws-key"\nregex = "AKIA[0-9A-Z]{16}"\n'
-    )
-    monkeypatch.setenv("QUILL_SECRETS", str(registry))
+@asynccontextmanager
+async def vault(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry: str, name: str
+) -> AsyncIterator[tuple[Quill, Workspace]]:
+    """A writer, a reader and an executor (local provider) that know the secrets of
+    ``registry`` (a secrets.toml's text), and workspace ``name`` created by ``agent-7``:
+    ``(that client, the workspace)``, all stopped when the block ends."""
+    path = tmp_path / "secrets.toml"
+    path.write_text(registry)
+    monkeypatch.setenv("QUILL_SECRETS", str(path))
     async with AsyncExitStack() as stack:
         await start_writer_and_reader(stack, nats_url, tmp_path)
         await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
         quill = await Quill.connect(nats_url, actor="agent-7")
         stack.push_async_callback(quill.close)
-        ws = quill.workspace("acme/vault")
+        ws = quill.workspace(name)
         await ws.create()
+        yield quill, ws
 
+
+async def test_secrets_never_reach_the_log(
+    nats_url: str, nc: NATS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = (
+        f'[secrets]\nopenai = "{SECRET}"\ntiny = "abc"\n\n'
+        '[[patterns]]\nid = "aws-key"\nregex = "AKIA[0-9A-Z]{16}"\n'
+    )
+    async with vault(nats_url, tmp_path, monkeypatch, registry, "acme/vault") as (_, ws):
         await ws.write(".env", f"OPENAI_KEY={SECRET}\nAWS={AWS}\nabc stays\n")
         assert await ws.read_text(".env") == (
             "OPENAI_KEY=[REDACTED:openai]\nAWS=[REDACTED:aws-key]\nabc stays\n"
@@ -71,16 +83,8 @@ async def test_names_holding_a_secret_are_refused_and_audited_redacted(
     commit message) is refused with INVALID_ARGUMENT, by the writer, the reader and the
     executor alike; the refusal names the secret's id, never its value; the audit record of
     the refusal shows the actor redacted. A file a command names with it is not committed."""
-    registry = tmp_path / "secrets.toml"
-    registry.write_text(f'[secrets]\nopenai = "{SECRET}"\n')
-    monkeypatch.setenv("QUILL_SECRETS", str(registry))
-    async with AsyncExitStack() as stack:
-        await start_writer_and_reader(stack, nats_url, tmp_path)
-        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
-        quill = await Quill.connect(nats_url, actor="agent-7")
-        stack.push_async_callback(quill.close)
-        ws = quill.workspace("acme/names")
-        await ws.create()
+    registry = f'[secrets]\nopenai = "{SECRET}"\n'
+    async with vault(nats_url, tmp_path, monkeypatch, registry, "acme/names") as (quill, ws):
         refusals = [
             ws.write(f"keys/{SECRET}.txt", "x"),
             ws.mkdir(f"d-{SECRET}"),

@@ -9,12 +9,14 @@ import hashlib
 import json
 import logging
 import sqlite3
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 import zstandard
 from click.testing import CliRunner, Result
 from nats.aio.client import Client as NATS
@@ -64,6 +66,30 @@ async def deployment(stack: AsyncExitStack, nats_url: str, tmp_path: Path) -> Qu
     return quill
 
 
+Deployment = tuple[AsyncExitStack, Quill]
+
+
+@pytest_asyncio.fixture
+async def deployed(nats_url: str, nc: NATS, tmp_path: Path) -> AsyncIterator[Deployment]:
+    """No snapshots yet (``clear``), a writer and a client: the stack that stops them (the
+    test's readers join it) and the client."""
+    await clear(nc)
+    async with AsyncExitStack() as stack:
+        yield stack, await deployment(stack, nats_url, tmp_path)
+
+
+@asynccontextmanager
+async def filled_by_r1(
+    quill: Quill, nats_url: str, root: Path, name: str, writes: int
+) -> AsyncIterator[None]:
+    """Reader ``r1`` (``BOOT``, data in ``root/r1``) up while ``name`` is filled with
+    ``writes`` writes, and until the block ends: a replica that made the log, then left."""
+    async with AsyncExitStack() as first:
+        await start_reader(first, nats_url, root / "r1", "r1", BOOT)
+        await fill(quill, name, writes)
+        yield
+
+
 async def fill(quill: Quill, name: str, writes: int) -> None:
     ws = quill.workspace(name)
     await ws.create()
@@ -73,34 +99,30 @@ async def fill(quill: Quill, name: str, writes: int) -> None:
 
 
 async def test_a_reader_with_no_data_starts_from_the_snapshot_and_replays_the_tail(
-    nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    deployed: Deployment, nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await clear(nc)
-    async with AsyncExitStack() as stack:
-        quill = await deployment(stack, nats_url, tmp_path)
-        async with AsyncExitStack() as first:
-            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
-            await fill(quill, "acme/snap", 30)
-            made = await force(nc)
-            assert made["by"] == "r1" and int(str(made["bytes"])) > 0
-            ws = quill.workspace("acme/snap")
-            for i in range(30, 35):  # the tail, after the snapshot
-                await ws.write("f.txt", f"needle {i}\n")
-        # r1 is gone: r2 (no data) answers alone
-        with caplog.at_level(logging.INFO, "quill.reader"):
-            r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
-        assert r2.started_from == made["name"]
-        assert f"following the log from seq {made['position']} " in caplog.text  # the tail only
-        assert r2.follower.position > int(str(made["position"]))
-        fresh = await Quill.connect(nats_url, timeout=5)
-        stack.push_async_callback(fresh.close)
-        assert await fresh.workspace("acme/snap").read_text("f.txt") == "needle 34\n"
-        assert await ws.read_text("f.txt", version=10) == "needle 8\n"  # from the snapshot
-        found = await fresh.workspace("acme/snap").grep("needle 3[0-4]")  # the trigram index
-        assert found.total == 1
-        await ws.write("g.txt", "latest")  # read-your-writes on the new replica
-        assert await ws.read_text("g.txt") == "latest"
-        assert (await ws.info()).version == ws.last_version == 37
+    stack, quill = deployed
+    async with filled_by_r1(quill, nats_url, tmp_path, "acme/snap", 30):
+        made = await force(nc)
+        assert made["by"] == "r1" and int(str(made["bytes"])) > 0
+        ws = quill.workspace("acme/snap")
+        for i in range(30, 35):  # the tail, after the snapshot
+            await ws.write("f.txt", f"needle {i}\n")
+    # r1 is gone: r2 (no data) answers alone
+    with caplog.at_level(logging.INFO, "quill.reader"):
+        r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
+    assert r2.started_from == made["name"]
+    assert f"following the log from seq {made['position']} " in caplog.text  # the tail only
+    assert r2.follower.position > int(str(made["position"]))
+    fresh = await Quill.connect(nats_url, timeout=5)
+    stack.push_async_callback(fresh.close)
+    assert await fresh.workspace("acme/snap").read_text("f.txt") == "needle 34\n"
+    assert await ws.read_text("f.txt", version=10) == "needle 8\n"  # from the snapshot
+    found = await fresh.workspace("acme/snap").grep("needle 3[0-4]")  # the trigram index
+    assert found.total == 1
+    await ws.write("g.txt", "latest")  # read-your-writes on the new replica
+    assert await ws.read_text("g.txt") == "latest"
+    assert (await ws.info()).version == ws.last_version == 37
 
 
 def _tampered(kind: str, data: bytes, snap: snaps.Snapshot) -> tuple[bytes, snaps.Snapshot]:
@@ -148,40 +170,41 @@ async def _replace(nc: NATS, snap: snaps.Snapshot, kind: str) -> None:
     ],
 )
 async def test_a_snapshot_that_does_not_verify_is_ignored_and_said(
-    nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture, kind: str
+    deployed: Deployment,
+    nats_url: str,
+    nc: NATS,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    kind: str,
 ) -> None:
-    await clear(nc)
     name = "acme/" + kind.replace(" ", "-")
-    async with AsyncExitStack() as stack:
-        quill = await deployment(stack, nats_url, tmp_path)
-        async with AsyncExitStack() as first:
-            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
-            await fill(quill, name, 5)
-            older = await force(nc)
-            ws = quill.workspace(name)
-            for i in range(5, 10):
-                await ws.write("f.txt", f"needle {i}\n")
-            await ws.read_text("f.txt")  # applied: the next snapshot is of a later position
-            newer = await force(nc)
-        (broken, _) = await snaps.listing(nc.jetstream(), "reader")
-        assert broken.name == newer["name"]
-        await _replace(nc, broken, kind)
+    stack, quill = deployed
+    async with filled_by_r1(quill, nats_url, tmp_path, name, 5):
+        older = await force(nc)
+        ws = quill.workspace(name)
+        for i in range(5, 10):
+            await ws.write("f.txt", f"needle {i}\n")
+        await ws.read_text("f.txt")  # applied: the next snapshot is of a later position
+        newer = await force(nc)
+    (broken, _) = await snaps.listing(nc.jetstream(), "reader")
+    assert broken.name == newer["name"]
+    await _replace(nc, broken, kind)
 
-        with caplog.at_level(logging.WARNING, "quill.snapshots"):
-            r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
-        assert f"snapshot {broken.name} ignored" in caplog.text
-        assert r2.started_from == older["name"]  # the previous one, which verifies
-        assert await ws.read_text("f.txt") == "needle 9\n"
+    with caplog.at_level(logging.WARNING, "quill.snapshots"):
+        r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT)
+    assert f"snapshot {broken.name} ignored" in caplog.text
+    assert r2.started_from == older["name"]  # the previous one, which verifies
+    assert await ws.read_text("f.txt") == "needle 9\n"
 
-        # with only the broken one left: a full replay, and the same answers
-        await snaps.prune(nc.jetstream(), "reader", keep=1)
-        caplog.clear()
-        with caplog.at_level(logging.WARNING, "quill.snapshots"):
-            r3 = await start_reader(stack, nats_url, tmp_path / "r3", "r3", BOOT)
-        assert f"snapshot {broken.name} ignored" in caplog.text
-        assert r3.started_from is None
-        assert r3.store.version_of("acme", name.split("/")[1]) == 11
-        assert not (tmp_path / "r3" / "snapshot-fetch").exists()
+    # with only the broken one left: a full replay, and the same answers
+    await snaps.prune(nc.jetstream(), "reader", keep=1)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "quill.snapshots"):
+        r3 = await start_reader(stack, nats_url, tmp_path / "r3", "r3", BOOT)
+    assert f"snapshot {broken.name} ignored" in caplog.text
+    assert r3.started_from is None
+    assert r3.store.version_of("acme", name.split("/")[1]) == 11
+    assert not (tmp_path / "r3" / "snapshot-fetch").exists()
 
 
 async def test_a_snapshot_older_than_a_compaction_and_a_purge_gives_the_same_projection(
@@ -288,25 +311,20 @@ async def test_a_lease_taken_without_an_answer_is_not_left_held(
 
 
 async def test_a_projection_close_behind_the_snapshot_keeps_its_data(
-    nats_url: str, nc: NATS, tmp_path: Path
+    deployed: Deployment, nats_url: str, nc: NATS, tmp_path: Path
 ) -> None:
     """Within ``snapshot_behind`` events of the newest snapshot, a replica keeps its own data
     (the tail is short); a newer schema's snapshot is never installed."""
-    await clear(nc)
-    async with AsyncExitStack() as stack:
-        quill = await deployment(stack, nats_url, tmp_path)
-        async with AsyncExitStack() as first:
-            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
-            await fill(quill, "acme/near", 3)
-        async with AsyncExitStack() as maker:
-            await start_reader(maker, nats_url, tmp_path / "m", "m", BOOT)
-            await quill.workspace("acme/near").write("f.txt", "later")
-            await force(nc)
-        again = await start_reader(
-            stack, nats_url, tmp_path / "r1", "r1", replace(BOOT, behind=1000)
-        )
-        assert again.started_from is None
-        assert await quill.workspace("acme/near").read_text("f.txt") == "later"
+    stack, quill = deployed
+    async with filled_by_r1(quill, nats_url, tmp_path, "acme/near", 3):
+        pass  # filled, and r1 gone
+    async with AsyncExitStack() as maker:
+        await start_reader(maker, nats_url, tmp_path / "m", "m", BOOT)
+        await quill.workspace("acme/near").write("f.txt", "later")
+        await force(nc)
+    again = await start_reader(stack, nats_url, tmp_path / "r1", "r1", replace(BOOT, behind=1000))
+    assert again.started_from is None
+    assert await quill.workspace("acme/near").read_text("f.txt") == "later"
 
 
 async def test_a_writer_with_no_projection_starts_from_a_reader_snapshot(
@@ -366,26 +384,22 @@ async def cli(nats_url: str, *argv: str) -> Result:
 
 
 async def test_quill_snapshot_makes_one_now_and_lists_them(
-    nats_url: str, nc: NATS, tmp_path: Path
+    deployed: Deployment, nats_url: str, nc: NATS, tmp_path: Path
 ) -> None:
-    await clear(nc)
-    async with AsyncExitStack() as stack:
-        quill = await deployment(stack, nats_url, tmp_path)
-        async with AsyncExitStack() as first:
-            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
-            await fill(quill, "acme/cli", 3)
-            made = await cli(nats_url, "--json", "snapshot")
-            assert made.exit_code == 0, made.output
-            answer = json.loads(made.stdout)
-            again = await cli(nats_url, "--json", "snapshot")  # nothing new: the same one
-            assert json.loads(again.stdout)["name"] == answer["name"]
-            listed = await cli(nats_url, "--json", "snapshot", "--list")
-            assert [r["name"] for r in json.loads(listed.stdout)] == [answer["name"]]
-            human = await cli(nats_url, "snapshot", "--list")
-            assert f"log position {answer['position']:,}" in human.stdout
-        # no reader replica: said, and a non-zero exit
-        refused = await cli(nats_url, "snapshot", "--timeout", "1")
-        assert refused.exit_code != 0 and "UNAVAILABLE" in refused.output
+    _, quill = deployed
+    async with filled_by_r1(quill, nats_url, tmp_path, "acme/cli", 3):
+        made = await cli(nats_url, "--json", "snapshot")
+        assert made.exit_code == 0, made.output
+        answer = json.loads(made.stdout)
+        again = await cli(nats_url, "--json", "snapshot")  # nothing new: the same one
+        assert json.loads(again.stdout)["name"] == answer["name"]
+        listed = await cli(nats_url, "--json", "snapshot", "--list")
+        assert [r["name"] for r in json.loads(listed.stdout)] == [answer["name"]]
+        human = await cli(nats_url, "snapshot", "--list")
+        assert f"log position {answer['position']:,}" in human.stdout
+    # no reader replica: said, and a non-zero exit
+    refused = await cli(nats_url, "snapshot", "--timeout", "1")
+    assert refused.exit_code != 0 and "UNAVAILABLE" in refused.output
 
 
 def _pages(db: Path) -> tuple[int, int]:
@@ -429,63 +443,59 @@ async def test_a_snapshot_keeps_the_projection_s_pages_as_they_are(
 
 
 async def test_a_replica_from_a_snapshot_answers_before_its_tail_is_applied(
-    nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    deployed: Deployment, nats_url: str, nc: NATS, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A reader with no data serves once the snapshot is installed: a workspace the tail
     changed is answered at its latest version by applying its events ahead of the catch-up
     (issue 17: the tail took 7 s at 1,000,000 workspaces), a workspace purged and made again
     in the tail waits for the catch-up (a purge is never applied ahead), and the workspace
     listing is never answered from part of the log."""
-    await clear(nc)
-    async with AsyncExitStack() as stack:
-        quill = await deployment(stack, nats_url, tmp_path)
-        reborn = quill.workspace("boot/reborn")
-        async with AsyncExitStack() as first:
-            await start_reader(first, nats_url, tmp_path / "r1", "r1", BOOT)
-            await fill(quill, "boot/early", 3)
-            await reborn.create()
-            await reborn.write("old.txt", "the first life\n")
-            await force(nc)
-        # the tail: 20,000 events of other workspaces (the log's batches), then the two
-        await append(nc, synthesise(0, 2_000, 20_000))
-        await reborn.purge()
+    stack, quill = deployed
+    reborn = quill.workspace("boot/reborn")
+    async with filled_by_r1(quill, nats_url, tmp_path, "boot/early", 3):
         await reborn.create()
-        await reborn.write("new.txt", "the second life\n")
-        early = quill.workspace("boot/early")
-        await early.write("f.txt", "after the tail\n")
+        await reborn.write("old.txt", "the first life\n")
+        await force(nc)
+    # the tail: 20,000 events of other workspaces (the log's batches), then the two
+    await append(nc, synthesise(0, 2_000, 20_000))
+    await reborn.purge()
+    await reborn.create()
+    await reborn.write("new.txt", "the second life\n")
+    early = quill.workspace("boot/early")
+    await early.write("f.txt", "after the tail\n")
 
-        with caplog.at_level(logging.DEBUG, "quill.reader"):
-            r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT, caught_up=False)
-            fresh = await Quill.connect(nats_url, timeout=5)  # has seen no version
-            stack.push_async_callback(fresh.close)
-            assert await fresh.workspace("boot/early").read_text("f.txt") == "after the tail\n"
-            assert not r2.follower.caught_up  # answered ahead of the tail's 20,000 events
-            assert "boot/early: 1 events applied ahead" in caplog.text
-            # a bare client's queries that would have a replica read the log for nothing: a
-            # version the log does not have, a workspace it never held; one answer each
-            for subject, body, code in [
-                ("ws.qry.boot.early.read", {"path": "f.txt", "version": 10**9}, "INVALID_ARGUMENT"),
-                ("ws.qry.boot.never-made.read", {"path": "f.txt"}, "WORKSPACE_NOT_FOUND"),
-            ]:
-                raw = await nc.request(subject, json.dumps(body).encode(), timeout=10)
-                assert json.loads(raw.data)["error"]["code"] == code, raw.data
-            assert "boot/never-made" not in caplog.text  # nothing read or applied ahead for it
-            try:
-                listed = [w.workspace for w in (await fresh.workspaces("boot")).workspaces]
-            except QuillError as exc:  # while catching up: never a listing of part of the log
-                assert exc.code == ErrorCode.UNAVAILABLE and "catching up" in exc.message, exc
-                listed = ["early", "reborn"]
-            assert listed == ["early", "reborn"]
-            again = await fresh.workspace("boot/reborn").read_text("new.txt")
-            assert again == "the second life\n"
-            assert "boot/reborn: " not in caplog.text  # waited for the catch-up
-        await asyncio.wait_for(r2.follower.ready.wait(), 60)
-        # the catch-up skipped what was applied ahead: each change once, nothing after it
-        history = await fresh.workspace("boot/early").history("f.txt")
-        assert [r.version for r in history.revisions] == [5, 4, 3, 2]
-        assert (await fresh.workspace("boot/early").info()).version == 5
-        assert (await fresh.workspace("boot/reborn").info()).version == 2
-        with pytest.raises(QuillError) as gone:
-            await fresh.workspace("boot/reborn").read_text("old.txt")
-        assert gone.value.code == ErrorCode.FILE_NOT_FOUND
-        assert [w.workspace for w in (await fresh.workspaces("boot")).workspaces] == listed
+    with caplog.at_level(logging.DEBUG, "quill.reader"):
+        r2 = await start_reader(stack, nats_url, tmp_path / "r2", "r2", BOOT, caught_up=False)
+        fresh = await Quill.connect(nats_url, timeout=5)  # has seen no version
+        stack.push_async_callback(fresh.close)
+        assert await fresh.workspace("boot/early").read_text("f.txt") == "after the tail\n"
+        assert not r2.follower.caught_up  # answered ahead of the tail's 20,000 events
+        assert "boot/early: 1 events applied ahead" in caplog.text
+        # a bare client's queries that would have a replica read the log for nothing: a
+        # version the log does not have, a workspace it never held; one answer each
+        for subject, body, code in [
+            ("ws.qry.boot.early.read", {"path": "f.txt", "version": 10**9}, "INVALID_ARGUMENT"),
+            ("ws.qry.boot.never-made.read", {"path": "f.txt"}, "WORKSPACE_NOT_FOUND"),
+        ]:
+            raw = await nc.request(subject, json.dumps(body).encode(), timeout=10)
+            assert json.loads(raw.data)["error"]["code"] == code, raw.data
+        assert "boot/never-made" not in caplog.text  # nothing read or applied ahead for it
+        try:
+            listed = [w.workspace for w in (await fresh.workspaces("boot")).workspaces]
+        except QuillError as exc:  # while catching up: never a listing of part of the log
+            assert exc.code == ErrorCode.UNAVAILABLE and "catching up" in exc.message, exc
+            listed = ["early", "reborn"]
+        assert listed == ["early", "reborn"]
+        again = await fresh.workspace("boot/reborn").read_text("new.txt")
+        assert again == "the second life\n"
+        assert "boot/reborn: " not in caplog.text  # waited for the catch-up
+    await asyncio.wait_for(r2.follower.ready.wait(), 60)
+    # the catch-up skipped what was applied ahead: each change once, nothing after it
+    history = await fresh.workspace("boot/early").history("f.txt")
+    assert [r.version for r in history.revisions] == [5, 4, 3, 2]
+    assert (await fresh.workspace("boot/early").info()).version == 5
+    assert (await fresh.workspace("boot/reborn").info()).version == 2
+    with pytest.raises(QuillError) as gone:
+        await fresh.workspace("boot/reborn").read_text("old.txt")
+    assert gone.value.code == ErrorCode.FILE_NOT_FOUND
+    assert [w.workspace for w in (await fresh.workspaces("boot")).workspaces] == listed

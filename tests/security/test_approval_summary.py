@@ -11,47 +11,41 @@ from __future__ import annotations
 
 import secrets
 from contextlib import AsyncExitStack
-from pathlib import Path
 
 import pytest
 
 from contracts import codec, hashing
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from services.executor.app import ExecutorConfig
-from tests.conftest import StartReader
-from tests.helpers import restricted_for_commands, start_executor
+from tests.helpers import restricted_for_commands
 
 
 async def test_the_summary_shown_is_the_command_kept(
-    services: StartReader, nats_url: str, tmp_path: Path
+    local_exec: AsyncExitStack, nats_url: str
 ) -> None:
-    await services("r1")
-    async with AsyncExitStack() as stack:
-        await start_executor(stack, nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
-        ws, desk = await restricted_for_commands(stack, nats_url, "acme/shown")
-        evil = f"echo EVIL-{secrets.token_hex(4)} > pwned.txt"
-        rid = f"req-{secrets.token_hex(6)}"
-        digest = hashing.content_sha256(codec.encode(rq.RunCommand(command=evil)))
+    ws, desk = await restricted_for_commands(local_exec, nats_url, "acme/shown")
+    evil = f"echo EVIL-{secrets.token_hex(4)} > pwned.txt"
+    rid = f"req-{secrets.token_hex(6)}"
+    digest = hashing.content_sha256(codec.encode(rq.RunCommand(command=evil)))
 
-        with pytest.raises(QuillError) as info:  # nothing is kept under it: refused
-            await ws.request_approval("exec.run", "ls", request_id=rid, digest=digest)
-        assert info.value.code == ErrorCode.INVALID_ARGUMENT, info.value
-        with pytest.raises(QuillError) as info:
-            await ws.request_approval("exec.run", "ls", request_id=f"{rid}-2")  # no digest
-        assert info.value.code == ErrorCode.INVALID_ARGUMENT, info.value
+    with pytest.raises(QuillError) as info:  # nothing is kept under it: refused
+        await ws.request_approval("exec.run", "ls", request_id=rid, digest=digest)
+    assert info.value.code == ErrorCode.INVALID_ARGUMENT, info.value
+    with pytest.raises(QuillError) as info:
+        await ws.request_approval("exec.run", "ls", request_id=f"{rid}-2")  # no digest
+    assert info.value.code == ErrorCode.INVALID_ARGUMENT, info.value
 
-        with pytest.raises(QuillError) as info:
-            await ws.client.request(
-                "exec", "acme", "shown", "run", rq.RunCommand(command=evil), dict, request_id=rid
-            )
-        assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
-        ws.last_version = int(info.value.details["version"])
-        shown = {a.approval_id: a.summary for a in (await ws.approvals()).pending}
-        assert shown == {rid: evil}, shown  # what will run, and nothing else asked
-        # asked again by a client with its own summary: the approval stays what was kept
-        with pytest.raises(QuillError) as info:
-            await ws.request_approval("exec.run", "ls", request_id=rid, digest=digest)
-        assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
-        assert [a.summary for a in (await ws.approvals()).pending] == [evil]
-        await desk.deny(rid, reason="not that")
+    with pytest.raises(QuillError) as info:
+        await ws.client.request(
+            "exec", "acme", "shown", "run", rq.RunCommand(command=evil), dict, request_id=rid
+        )
+    assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
+    ws.last_version = int(info.value.details["version"])
+    shown = {a.approval_id: a.summary for a in (await ws.approvals()).pending}
+    assert shown == {rid: evil}, shown  # what will run, and nothing else asked
+    # asked again by a client with its own summary: the approval stays what was kept
+    with pytest.raises(QuillError) as info:
+        await ws.request_approval("exec.run", "ls", request_id=rid, digest=digest)
+    assert info.value.code == ErrorCode.APPROVAL_REQUIRED, info.value
+    assert [a.summary for a in (await ws.approvals()).pending] == [evil]
+    await desk.deny(rid, reason="not that")

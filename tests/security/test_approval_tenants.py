@@ -11,9 +11,10 @@ choosing (``cmd.request_approval``). None works."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import nats
@@ -26,19 +27,29 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import MAX_PENDING_APPROVALS
 from contracts.subjects import STREAM_APPROVALS
-from tests.helpers import parked
+from quill.client import Quill, Workspace
+from tests.helpers import Refusals, parked
 from tests.security.test_command_output_tenants import ask
-from tests.up import PASSWORDS, TENANTS, Up, quill_as
+from tests.up import TENANTS, Up, a_against_b, bare_as, quill_as
 
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
 
-async def test_an_approval_carries_out_the_body_approved_and_no_other(up: Up) -> None:
-    qa = await quill_as(up, "a")
-    try:
-        ws = qa.workspace("a/careful")
+@asynccontextmanager
+async def restricted_of_a(
+    up: Up, name: str, commands: bool = False
+) -> AsyncIterator[tuple[Quill, Workspace]]:
+    """Tenant a's client and its workspace ``a/<name>``, made restricted (``commands``:
+    offered); the client closed when the block ends."""
+    async with await quill_as(up, "a") as qa:
+        ws = qa.workspace(f"a/{name}")
         await ws.create(exist_ok=True)
-        await ws.set_trust("restricted")
+        await ws.set_trust("restricted", commands=commands)
+        yield qa, ws
+
+
+async def test_an_approval_carries_out_the_body_approved_and_no_other(up: Up) -> None:
+    async with restricted_of_a(up, "careful") as (qa, ws):
         benign = rq.WriteFile(path="plan.md", content="benign\n")
         evil = rq.WriteFile(path="plan.md", content="EVIL\n")
         rid = f"req-{secrets.token_hex(6)}"
@@ -58,16 +69,10 @@ async def test_an_approval_carries_out_the_body_approved_and_no_other(up: Up) ->
         assert await ws.read_text("plan.md") == "benign\n"
         revisions = (await ws.history("plan.md")).revisions
         assert len(revisions) == 1
-    finally:
-        await qa.close()
 
 
 async def test_retries_and_floods_do_not_pile_up_approvals(up: Up) -> None:
-    qa = await quill_as(up, "a")
-    try:
-        ws = qa.workspace("a/flooded")
-        await ws.create(exist_ok=True)
-        await ws.set_trust("restricted")
+    async with restricted_of_a(up, "flooded") as (qa, ws):
         ids = {await parked(ws.write("same.md", "again\n")) for _ in range(5)}
         assert len(ids) == 1  # five retries, one approval
         for i in range(MAX_PENDING_APPROVALS - 1):
@@ -77,30 +82,12 @@ async def test_retries_and_floods_do_not_pile_up_approvals(up: Up) -> None:
         assert info.value.code == ErrorCode.UNAVAILABLE
         assert info.value.details["queue"] == "approvals"
         assert len((await ws.approvals()).pending) == MAX_PENDING_APPROVALS
-    finally:
-        await qa.close()
 
 
 async def test_another_tenant_cannot_see_or_plant_an_approval(up: Up) -> None:
     marker = f"A-ONLY-{secrets.token_hex(8)}"
-    qa = await quill_as(up, "a")
-    qb = await quill_as(up, "b")
-    refusals: list[str] = []
-    refused = asyncio.Event()
-
-    async def on_error(exc: Exception) -> None:
-        refusals.append(str(exc))
-        if any("ws.approval" in e for e in refusals):
-            refused.set()
-
-    nb = await nats.connect(
-        up.nats_url, user="b", password=PASSWORDS["b"], inbox_prefix="_INBOX_b", error_cb=on_error
-    )
-    try:
-        wa = qa.workspace("a/shared")
-        await wa.create(exist_ok=True)
+    async with a_against_b(up) as (wa, nb, refusals):
         await wa.set_trust("restricted")
-        await qb.workspace("b/shared").create(exist_ok=True)
         approval_id = await parked(wa.write("secret.md", f"{marker}\n"))
         assert (await wa.approval(approval_id)).state == "pending"
 
@@ -138,16 +125,13 @@ async def test_another_tenant_cannot_see_or_plant_an_approval(up: Up) -> None:
         planted = {"op": "cmd.write", "headers": {"Ws-Request-Id": approval_id}, "body": ""}
         await nb.publish(kept, json.dumps(planted).encode())
         await nb.flush()
-        await asyncio.wait_for(refused.wait(), 10)  # the subscription and the publish
+        await refusals.wait("subscription", "ws.approval.>")
+        await refusals.wait("publish", kept)
         await wa.approve(approval_id)
         done = await wa.wait_approval(approval_id, timeout=30)
         assert done.outcome is not None and done.outcome.error is None, done
         assert await wa.read_text("secret.md") == f"{marker}\n"
         assert not leaked
-    finally:
-        await nb.close()
-        await qa.close()
-        await qb.close()
 
 
 async def test_a_tenant_cannot_name_what_an_approver_is_shown(up: Up) -> None:
@@ -155,45 +139,35 @@ async def test_a_tenant_cannot_name_what_an_approver_is_shown(up: Up) -> None:
     executors' op) under the id and digest of the command it then sends: the approver would
     be shown "ls" and approve another command. The server refuses the ask (only the services'
     user may send it), and what an approver is shown is the command kept, what will run."""
-    qa = await quill_as(up, "a")
-    refusals: list[Exception] = []
+    refusals = Refusals(whole=True)
+    async with restricted_of_a(up, "shown", commands=True) as (_, ws):
+        na = await bare_as(up, "a", error_cb=refusals.on_error)
+        try:
+            evil = f"echo EVIL-{secrets.token_hex(4)} > pwned.txt"
+            rid = f"req-{secrets.token_hex(6)}"
+            digest = hashing.content_sha256(codec.encode(rq.RunCommand(command=evil)))
+            headers = {"Ws-Request-Id": rid, "Ws-Session": "s-evil", "Ws-Actor": "a"}
 
-    async def refused(exc: Exception) -> None:
-        refusals.append(exc)
+            async def send(subject: str, body: dict[str, Any]) -> dict[str, Any] | None:
+                try:
+                    msg = await na.request(subject, json.dumps(body).encode(), 5, headers=headers)
+                except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                    return None  # refused by the server: no answer comes
+                answer: dict[str, Any] = json.loads(msg.data)
+                return answer
 
-    na = await nats.connect(
-        up.nats_url, user="a", password=PASSWORDS["a"], inbox_prefix="_INBOX_a", error_cb=refused
-    )
-    try:
-        ws = qa.workspace("a/shown")
-        await ws.create(exist_ok=True)
-        await ws.set_trust("restricted", commands=True)
-        evil = f"echo EVIL-{secrets.token_hex(4)} > pwned.txt"
-        rid = f"req-{secrets.token_hex(6)}"
-        digest = hashing.content_sha256(codec.encode(rq.RunCommand(command=evil)))
-        headers = {"Ws-Request-Id": rid, "Ws-Session": "s-evil", "Ws-Actor": "a"}
-
-        async def send(subject: str, body: dict[str, Any]) -> dict[str, Any] | None:
-            try:
-                msg = await na.request(subject, json.dumps(body).encode(), 5, headers=headers)
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                return None  # refused by the server: no answer comes
-            answer: dict[str, Any] = json.loads(msg.data)
-            return answer
-
-        asked = await send(
-            "ws.cmd.a.shown.request_approval",
-            {"op": "exec.run", "summary": "ls", "digest": digest},
-        )
-        assert asked is None, asked
-        assert any("request_approval" in str(e) for e in refusals), refusals
-        ran = await send("ws.exec.a.shown.run", {"command": evil})
-        assert ran is not None and ran["error"]["code"] == "APPROVAL_REQUIRED", ran
-        ws.last_version = ran["error"]["details"]["version"]  # read once the reader has it
-        pending = {a.approval_id: a for a in (await ws.approvals()).pending}
-        assert rid in pending, pending
-        assert pending[rid].summary == evil  # what will run, not "ls"
-        await ws.deny(rid, reason="not that")
-    finally:
-        await na.close()
-        await qa.close()
+            asked = await send(
+                "ws.cmd.a.shown.request_approval",
+                {"op": "exec.run", "summary": "ls", "digest": digest},
+            )
+            assert asked is None, asked
+            await refusals.wait("publish", "ws.cmd.a.shown.request_approval")
+            ran = await send("ws.exec.a.shown.run", {"command": evil})
+            assert ran is not None and ran["error"]["code"] == "APPROVAL_REQUIRED", ran
+            ws.last_version = ran["error"]["details"]["version"]  # read once the reader has it
+            pending = {a.approval_id: a for a in (await ws.approvals()).pending}
+            assert rid in pending, pending
+            assert pending[rid].summary == evil  # what will run, not "ls"
+            await ws.deny(rid, reason="not that")
+        finally:
+            await na.close()

@@ -9,7 +9,6 @@ command), and ids that try to reach out of their subject token. None gives b a b
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from typing import Any
@@ -21,7 +20,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from contracts.subjects import STREAM_OUTPUT
-from tests.up import PASSWORDS, TENANTS, Up, quill_as
+from tests.up import TENANTS, Up, a_against_b
 
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
@@ -42,27 +41,7 @@ async def ask(nc: NATS, subject: str, body: dict[str, Any] | bytes) -> dict[str,
 
 async def test_another_tenant_cannot_read_a_commands_output(up: Up) -> None:
     marker = f"A-ONLY-{secrets.token_hex(8)}"
-    qa = await quill_as(up, "a")
-    qb = await quill_as(up, "b")
-    refusals: list[str] = []
-    both_refused = asyncio.Event()
-
-    async def on_error(exc: Exception) -> None:
-        refusals.append(str(exc))
-        if sum("ws.cmdout" in e for e in refusals) >= 2:
-            both_refused.set()
-
-    nb = await nats.connect(
-        up.nats_url,
-        user="b",
-        password=PASSWORDS["b"],
-        inbox_prefix="_INBOX_b",
-        error_cb=on_error,
-    )
-    try:
-        wa = qa.workspace("a/shared")
-        await wa.create(exist_ok=True)
-        await qb.workspace("b/shared").create(exist_ok=True)
+    async with a_against_b(up) as (wa, nb, refusals):
         # long: its middle is only in the kept output
         r = await wa.exec(f"for i in $(seq 1 20000); do echo {marker} $i; done")
         assert r.stdout_truncated and r.output_kept
@@ -110,9 +89,6 @@ async def test_another_tenant_cannot_read_a_commands_output(up: Up) -> None:
         again = await wa.exec(f"echo {marker} again")
         assert again.output_kept
         await nb.flush()
-        await asyncio.wait_for(both_refused.wait(), 10)  # both subscriptions were refused
+        for refused in ("ws.cmdout.>", f"ws.cmdout.a.shared.{r.command_id}.>"):
+            await refusals.wait("subscription", refused)  # both subscriptions were refused
         assert not leaked
-    finally:
-        await nb.close()
-        await qa.close()
-        await qb.close()

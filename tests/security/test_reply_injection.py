@@ -22,7 +22,6 @@ import base64
 import json
 import os
 import re
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -39,7 +38,7 @@ from nats.js.errors import NoKeysError
 from quill.client import Quill
 from tests.gateway.support import error, mcp_client, ok, text
 from tests.helpers import Gate, Refusals
-from tests.up import Up
+from tests.up import Up, bare_as
 
 PASSWORDS = {"acme": "acme-nats-password", "evil": "evil-nats-password"}
 TOKENS = {"acme": "acme-gateway-token", "evil": "evil-gateway-token"}
@@ -76,13 +75,7 @@ async def connections(up: Up) -> AsyncIterator[tuple[NATS, NATS, Refusals]]:
     """The services' user (a spy that sees every subject) and the attacker, evil."""
     refusals = Refusals(whole=True)
     system = await nats.connect(up.nats_url, user="quill-system", password=system_password(up))
-    evil = await nats.connect(
-        up.nats_url,
-        user="evil",
-        password=PASSWORDS["evil"],
-        inbox_prefix="_INBOX_evil",
-        error_cb=refusals.on_error,
-    )
+    evil = await bare_as(up, "evil", PASSWORDS["evil"], error_cb=refusals.on_error)
     try:
         yield system, evil, refusals
     finally:
@@ -226,15 +219,8 @@ async def test_a_bridge_tenant_publishes_nothing_past_its_inbox(up: Up) -> None:
         )
         after = (await js.stream_info("WS_EVENTS", subjects_filter="ws.evt.acme.app")).state
     assert (after.messages, after.last_seq) == (before.messages, before.last_seq)
-    env = {**os.environ, "QUILL_NATS_URL": up.nats_url, "QUILL_NATS_USER": "quill-system"}
-    env["QUILL_NATS_PASSWORD"] = system_password(up)
-    verified = subprocess.run(
-        [sys.executable, "-m", "quill", "verify", "acme/app"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    env = {"QUILL_NATS_USER": "quill-system", "QUILL_NATS_PASSWORD": system_password(up)}
+    verified = up.cli("verify", "acme/app", check=False, env=env)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 

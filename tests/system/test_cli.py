@@ -383,15 +383,8 @@ def test_ctrl_c_ends_followers_while_the_server_is_gone_for_good(tmp_path: Path)
 
 def test_watch_of_a_workspace_the_tenant_may_not_read_exits(tmp_path: Path) -> None:
     with running(tmp_path / ".quill", tenants=TENANTS) as stack:
-        env = {**os.environ, "QUILL_NATS_URL": stack.nats_url}
-        env |= {"QUILL_NATS_USER": "b", "QUILL_NATS_PASSWORD": PASSWORDS["b"]}
-        done = subprocess.run(
-            [sys.executable, "-m", "quill", "watch", "a/shared"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+        env = {"QUILL_NATS_USER": "b", "QUILL_NATS_PASSWORD": PASSWORDS["b"]}
+        done = stack.cli("watch", "a/shared", check=False, env=env)
         assert done.returncode == 5, done
         assert done.stderr.startswith("quill: ACCESS_DENIED: NATS refused ws.updated.a.shared")
         assert done.stderr.count("\n") == 1, done.stderr

@@ -23,8 +23,8 @@ import pytest
 from quill_cli.natsserver import binary
 from services.gateway.access import Principal, Tokens
 from tests.gateway.support import error, mcp_client, ok
-from tests.helpers import subscribed
-from tests.up import PASSWORDS, TENANTS, TOKENS, Up, quill_as
+from tests.helpers import Refusals, subscribed
+from tests.up import PASSWORDS, TENANTS, TOKENS, Up, bare_as, quill_as
 
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
@@ -105,36 +105,16 @@ async def test_a_tenant_uses_its_workspace_with_the_sdk_and_the_cli(up: Up) -> N
 
 
 async def test_the_server_refuses_b_on_a(up: Up) -> None:
-    refusals: list[str] = []
-    news = asyncio.Event()
-
-    async def on_error(exc: Exception) -> None:
-        refusals.append(str(exc))
-        news.set()
-
-    async def refused(kind: str, subject: str) -> None:
-        needle = f'permissions violation for {kind} to "{subject.lower()}"'
-        async with asyncio.timeout(5):
-            while not any(needle in r for r in refusals):
-                news.clear()
-                await news.wait()
-
-    nb = await nats.connect(
-        up.nats_url,
-        user="b",
-        password=PASSWORDS["b"],
-        inbox_prefix="_INBOX_b",
-        error_cb=on_error,
-        allow_reconnect=False,
-    )
+    refusals = Refusals(whole=True)
+    nb = await bare_as(up, "b", error_cb=refusals.on_error, allow_reconnect=False)
     try:
         await nb.subscribe("ws.updated.a.>")
         await nb.subscribe("_INBOX_a.>")
         ask = nb.request("ws.qry.a.shared.read", b'{"path": "notes.md"}', timeout=2)
         asking = asyncio.ensure_future(ask)
-        await refused("subscription", "ws.updated.a.>")
-        await refused("subscription", "_INBOX_a.>")
-        await refused("publish", "ws.qry.a.shared.read")
+        await refusals.wait("subscription", "ws.updated.a.>", timeout=5)
+        await refusals.wait("subscription", "_INBOX_a.>", timeout=5)
+        await refusals.wait("publish", "ws.qry.a.shared.read", timeout=5)
         with pytest.raises(nats.errors.TimeoutError):
             await asking
     finally:
