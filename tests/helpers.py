@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar, cast
 
+import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
@@ -40,6 +41,7 @@ from services.writer.app import Writer
 from services.writer.app import start_writer as run_writer
 from services.writer.config import WriterConfig
 from tests.core.build import T0, LogBuilder
+from tests.up import PASSWORDS
 
 __all__ = [
     "T0",
@@ -453,6 +455,18 @@ class Refusals:
                     await self._news.wait()
         except TimeoutError:
             raise AssertionError(f"the server did not refuse {kind} to {subject}") from None
+
+
+async def bare_as(nats_url: str, tenant: str, refusals: Refusals) -> NATS:
+    """A bare nats-py client as ``tenant`` of ``tests.up.TENANTS`` (its credentials, its own
+    inbox prefix), the server's refusals reported to ``refusals``."""
+    return await nats.connect(
+        nats_url,
+        user=tenant,
+        password=PASSWORDS[tenant],
+        inbox_prefix=f"_INBOX_{tenant}",
+        error_cb=refusals.on_error,
+    )
 
 
 def host_processes(token: str) -> list[int]:

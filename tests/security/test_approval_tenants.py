@@ -11,7 +11,6 @@ choosing (``cmd.request_approval``). None works."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from typing import Any
@@ -26,7 +25,7 @@ from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import MAX_PENDING_APPROVALS
 from contracts.subjects import STREAM_APPROVALS
-from tests.helpers import parked
+from tests.helpers import Refusals, bare_as, parked
 from tests.security.test_command_output_tenants import ask
 from tests.up import PASSWORDS, TENANTS, Up, quill_as
 
@@ -85,17 +84,8 @@ async def test_another_tenant_cannot_see_or_plant_an_approval(up: Up) -> None:
     marker = f"A-ONLY-{secrets.token_hex(8)}"
     qa = await quill_as(up, "a")
     qb = await quill_as(up, "b")
-    refusals: list[str] = []
-    refused = asyncio.Event()
-
-    async def on_error(exc: Exception) -> None:
-        refusals.append(str(exc))
-        if any("ws.approval" in e for e in refusals):
-            refused.set()
-
-    nb = await nats.connect(
-        up.nats_url, user="b", password=PASSWORDS["b"], inbox_prefix="_INBOX_b", error_cb=on_error
-    )
+    refusals = Refusals()
+    nb = await bare_as(up.nats_url, "b", refusals)
     try:
         wa = qa.workspace("a/shared")
         await wa.create(exist_ok=True)
@@ -138,7 +128,8 @@ async def test_another_tenant_cannot_see_or_plant_an_approval(up: Up) -> None:
         planted = {"op": "cmd.write", "headers": {"Ws-Request-Id": approval_id}, "body": ""}
         await nb.publish(kept, json.dumps(planted).encode())
         await nb.flush()
-        await asyncio.wait_for(refused.wait(), 10)  # the subscription and the publish
+        await refusals.wait("subscription", "ws.approval.>")
+        await refusals.wait("publish", kept)
         await wa.approve(approval_id)
         done = await wa.wait_approval(approval_id, timeout=30)
         assert done.outcome is not None and done.outcome.error is None, done
