@@ -97,6 +97,16 @@ _COMMON_EXEC = (
     E.WORKSPACE_ARCHIVED,
 )
 
+_TO_LIVE_COMMAND = (
+    E.INVALID_ARGUMENT,
+    E.COMMAND_NOT_FOUND,
+    E.COMMAND_LOST,
+    E.COMMAND_ENDED,
+    E.UNAVAILABLE,
+    E.TIMEOUT,
+)
+"""The errors of what is sent to a live command (``exec.input``, ``exec.signal``)."""
+
 
 def _exec(
     name: str,
@@ -470,14 +480,7 @@ _ALL: tuple[OpSpec, ...] = (
         rq.CommandInput,
         rp.InputWritten,
         "Bytes to a live command's standard input; eof closes it.",
-        (
-            E.INVALID_ARGUMENT,
-            E.COMMAND_NOT_FOUND,
-            E.COMMAND_LOST,
-            E.COMMAND_ENDED,
-            E.UNAVAILABLE,
-            E.TIMEOUT,
-        ),
+        _TO_LIVE_COMMAND,
         {"command_id": "c0123456789abexample", "data": "QWRhCg==", "eof": True},
     ),
     OpSpec(
@@ -486,14 +489,7 @@ _ALL: tuple[OpSpec, ...] = (
         rq.CommandSignal,
         rp.SignalSent,
         "INT, TERM, KILL or HUP to every process of a live command (TERM: KILL after 5 s).",
-        (
-            E.INVALID_ARGUMENT,
-            E.COMMAND_NOT_FOUND,
-            E.COMMAND_LOST,
-            E.COMMAND_ENDED,
-            E.UNAVAILABLE,
-            E.TIMEOUT,
-        ),
+        _TO_LIVE_COMMAND,
         {"command_id": "c0123456789abexample", "signal": "INT"},
     ),
     OpSpec(

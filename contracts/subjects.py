@@ -311,7 +311,7 @@ class Subjects:
         return f"{self.root}.exechold.{route}.{tenant}.{workspace}.{op}"
 
     def all_exec_holder(self, route: str) -> str:
-        return f"{self.root}.exechold.{route}.*.*.*"
+        return self.exec_holder(route, "*", "*", "*")
 
     def exec_list(self, tenant: str, workspace: str) -> str:
         """Every executor answers with the workspace's live commands it holds."""
@@ -319,7 +319,7 @@ class Subjects:
 
     @property
     def all_exec_list(self) -> str:
-        return f"{self.root}.execlist.*.*"
+        return self.exec_list("*", "*")
 
     def request(self, kind: str, tenant: str, workspace: str, op: str) -> str:
         return f"{self.root}.{kind}.{tenant}.{workspace}.{op}"

@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar, cast
 
+import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS

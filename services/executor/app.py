@@ -311,17 +311,20 @@ class Executor:
                 if exc.code == ErrorCode.FILE_NOT_FOUND:
                     await self.quill.workspace(f"{address.tenant}/{address.workspace}").info()
                 raise
-        except QuillError as exc:
-            await reject(incoming, exc, self.auditor)
-            return
         except Exception as exc:
-            log.exception("exec %s failed", incoming.msg.subject)
-            error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
-            await reject(incoming, error, self.auditor)
+            await self._refuse(incoming, exc)
             return
         await respond(incoming.msg, codec.ok_reply(None, page))
         summary = f"output of {request.command_id} ({request.stream} from {request.offset})"
         await self.auditor.record(address, origin, incoming.started, summary=summary)
+
+    async def _refuse(self, incoming: Incoming, exc: Exception) -> None:
+        """Answer ``incoming`` with what went wrong (called in its ``except``): a
+        ``QuillError`` as it is, anything else as ``INTERNAL`` (logged with its traceback)."""
+        if not isinstance(exc, QuillError):
+            log.exception("exec %s failed", incoming.msg.subject)
+            exc = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
+        await reject(incoming, exc, self.auditor)
 
     async def _read_output(self, incoming: Incoming, address: Address) -> None:
         try:
@@ -342,13 +345,8 @@ class Executor:
                     most = max(0, origin.timeout_ms - 1000)
                     request = msgspec.structs.replace(request, wait_ms=min(request.wait_ms, most))
                 result = await self.live.operate(address, request)
-            except QuillError as exc:
-                await reject(incoming, exc, self.auditor)
-                return
             except Exception as exc:
-                log.exception("exec %s failed", incoming.msg.subject)
-                error = QuillError(ErrorCode.INTERNAL, f"Internal error: {type(exc).__name__}")
-                await reject(incoming, error, self.auditor)
+                await self._refuse(incoming, exc)
                 return
             await respond(incoming.msg, codec.ok_reply(None, result), reply_headers(origin))
             handle = getattr(request, "command_id", "")

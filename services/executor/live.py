@@ -44,7 +44,6 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 from nats.nuid import NUID
 
 from contracts import codec
@@ -52,11 +51,11 @@ from contracts import ops as registry
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.subjects import STREAM_OUTPUT, Address, Subjects
+from contracts.subjects import Address, Subjects
 from infra import bus
 from infra.bus import respond
 from infra.exec.sandbox import GRACE_S, Live
-from services.executor.output import read_page
+from services.executor.output import kept_part, read_page
 
 log = logging.getLogger("quill.executor.live")
 
@@ -305,17 +304,13 @@ class LiveCommands:
         """The command's kept ``start`` and ``end`` records (None: none)."""
 
         async def get(part: str) -> dict[str, Any] | None:
-            subject = self.subjects.cmdout(address.tenant, address.workspace, handle, part)
-            try:
-                msg = await self.js.get_last_msg(STREAM_OUTPUT, subject, direct=True)
-            except NotFoundError:
+            data = await kept_part(
+                self.js, self.subjects, address.tenant, address.workspace, handle, part
+            )
+            if data is None:
                 return None
-            except Exception as exc:
-                raise QuillError(
-                    ErrorCode.UNAVAILABLE, f"The kept output could not be read ({exc!r}); retry"
-                ) from None
             try:
-                record = json.loads(msg.data or b"{}")
+                record = json.loads(data or b"{}")
             except ValueError:
                 return None
             return record if isinstance(record, dict) else None

@@ -257,6 +257,26 @@ def facts(
     return built
 
 
+async def kept_part(
+    js: JetStreamContext, subjects: Subjects, tenant: str, workspace: str, handle: str, part: str
+) -> bytes | None:
+    """A part of a command's kept output (``Subjects.cmdout``), None when none is kept.
+
+    Raises:
+        QuillError: ``UNAVAILABLE`` when JetStream does not answer.
+    """
+    subject = subjects.cmdout(tenant, workspace, handle, part)
+    try:
+        msg = await js.get_last_msg(STREAM_OUTPUT, subject, direct=True)
+    except NotFoundError:
+        return None
+    except Exception as exc:
+        raise QuillError(
+            ErrorCode.UNAVAILABLE, f"The kept output could not be read ({exc!r}); retry"
+        ) from None
+    return msg.data or b""
+
+
 async def read_page(
     js: JetStreamContext,
     subjects: Subjects,
@@ -272,19 +292,8 @@ async def read_page(
             JetStream does not answer.
     """
 
-    def subject(part: str) -> str:
-        return subjects.cmdout(tenant, workspace, req.command_id, part)
-
     async def get(part: str) -> bytes | None:
-        try:
-            msg = await js.get_last_msg(STREAM_OUTPUT, subject(part), direct=True)
-        except NotFoundError:
-            return None
-        except Exception as exc:
-            raise QuillError(
-                ErrorCode.UNAVAILABLE, f"The kept output could not be read ({exc!r}); retry"
-            ) from None
-        return msg.data or b""
+        return await kept_part(js, subjects, tenant, workspace, req.command_id, part)
 
     end_data = await get("end")
     ended = json.loads(end_data) if end_data is not None else None

@@ -8,19 +8,25 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest_asyncio
 from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
+from quill.workspace import Workspace
 from tests.executor.conftest import StartExecutor
 
 
-async def test_yielded_then_polled_to_its_end(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
+@pytest_asyncio.fixture
+async def ws(stack: StartExecutor, quill: Quill, name: str) -> Workspace:
+    """This test's own workspace, made, with one executor to run its commands."""
     await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+    workspace = quill.workspace(name)
+    await workspace.create()
+    return workspace
+
+
+async def test_yielded_then_polled_to_its_end(ws: Workspace) -> None:
     r = await ws.exec("echo first; read x; echo made > out.txt; echo last; exit 3", yield_ms=200)
     assert r.running and r.command_id.startswith("c") and r.exit_code == -1
     assert r.stdout == "first\n" and r.cursor
@@ -38,12 +44,7 @@ async def test_yielded_then_polled_to_its_end(
     assert again.stdout == "first\nlast\n" and not again.running
 
 
-async def test_a_quick_command_answers_as_today(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_a_quick_command_answers_as_today(ws: Workspace) -> None:
     r = await ws.exec("echo quick > q.txt; echo hi", yield_ms=30_000)
     assert (r.running, r.exit_code, r.stdout) == (False, 0, "hi\n")
     assert r.changes.committed
@@ -51,12 +52,7 @@ async def test_a_quick_command_answers_as_today(
     assert (status.running, status.exit_code, status.stdout) == (False, 0, "hi\n")
 
 
-async def test_wait_returns_early_when_output_comes(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_wait_returns_early_when_output_comes(ws: Workspace) -> None:
     r = await ws.exec("read x; echo got $x; read y", yield_ms=100)
     cmd = ws.command(r.command_id, r.cursor)
     waiting = asyncio.create_task(cmd.poll(wait_ms=60_000))
@@ -68,10 +64,7 @@ async def test_wait_returns_early_when_output_comes(
     assert (await cmd.wait()).exit_code == 1  # ``read y`` got end of file
 
 
-async def test_cat_fed_in_pieces(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_cat_fed_in_pieces(ws: Workspace) -> None:
     r = await ws.exec("cat > fed.txt", yield_ms=50)
     assert r.running
     cmd = ws.command(r.command_id, r.cursor)
@@ -84,10 +77,7 @@ async def test_cat_fed_in_pieces(stack: StartExecutor, quill: Quill, name: str) 
     assert (await ws.read("fed.txt")).content == "one\ntwo\nthree"
 
 
-async def test_signals(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_signals(ws: Workspace) -> None:
     trapping = "trap 'echo caught; exit 7' INT; echo ready; while :; do sleep 0.02; done"
     for sig, script, code in (
         ("INT", trapping, 7),
@@ -105,12 +95,7 @@ async def test_signals(stack: StartExecutor, quill: Quill, name: str) -> None:
         assert done.exit_code == code, (sig, done)
 
 
-async def test_term_ignored_is_killed_after_grace(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_term_ignored_is_killed_after_grace(ws: Workspace) -> None:
     r = await ws.exec("trap '' TERM; echo ready; while :; do sleep 0.02; done", yield_ms=300)
     cmd = ws.command(r.command_id)
     while "ready" not in (await cmd.poll(wait_ms=5000)).stdout:
@@ -121,12 +106,7 @@ async def test_term_ignored_is_killed_after_grace(
     assert done.exit_code == 137 and not done.running
 
 
-async def test_list_and_a_new_client(
-    stack: StartExecutor, quill: Quill, name: str, nats_url: str
-) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_list_and_a_new_client(ws: Workspace, name: str, nats_url: str) -> None:
     r = await ws.exec("echo up; read x; echo $x", yield_ms=200)
     listed = await ws.running()
     assert [c.command_id for c in listed.commands] == [r.command_id]
@@ -143,15 +123,10 @@ async def test_list_and_a_new_client(
     assert (await ws.running()).commands == []
 
 
-async def test_handles_forwarded_between_executors(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
+async def test_handles_forwarded_between_executors(ws: Workspace, stack: StartExecutor) -> None:
     """Input and signals reach the executor holding the command whichever executor takes
     them; poll is answered by any."""
-    await stack()
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+    await stack()  # a second executor
     r = await ws.exec("cat", yield_ms=100)
     cmd = ws.command(r.command_id)
     for _ in range(6):  # the queue group spreads them: some are forwarded
@@ -162,11 +137,7 @@ async def test_handles_forwarded_between_executors(
     assert (await ws.running()).executors == 2
 
 
-async def test_malformed_bodies(
-    stack: StartExecutor, quill: Quill, name: str, nats_url: str
-) -> None:
-    await stack()
-    await quill.workspace(name).create()
+async def test_malformed_bodies(ws: Workspace, name: str, nats_url: str) -> None:
     nc = NATS()
     await nc.connect(nats_url)
     try:
@@ -189,10 +160,7 @@ async def test_malformed_bodies(
         await nc.close()
 
 
-async def test_input_to_an_ended_command(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_input_to_an_ended_command(ws: Workspace) -> None:
     r = await ws.exec("read x; echo $x", yield_ms=100)
     cmd = ws.command(r.command_id)
     await cmd.input("bye\n", eof=True)

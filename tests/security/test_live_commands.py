@@ -12,7 +12,6 @@ runs (in-process executor with ``tenant_live=2``)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -24,7 +23,8 @@ from nats.aio.client import Client as NATS
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from tests.executor.conftest import StartExecutor, provider, stack  # noqa: F401
-from tests.up import PASSWORDS, TENANTS, Up, quill_as
+from tests.helpers import Refusals
+from tests.up import TENANTS, Up, bare_as, quill_as
 
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
@@ -50,17 +50,8 @@ def shape(reply: dict[str, Any] | None, handle: str) -> tuple[str, str]:
 
 async def test_another_tenants_handle_is_unknown_and_does_nothing(up: Up) -> None:
     qa = await quill_as(up, "a")
-    refusals: list[str] = []
-    refused = asyncio.Event()
-
-    async def on_error(exc: Exception) -> None:
-        refusals.append(str(exc))
-        if sum("exechold" in e or "execlist" in e for e in refusals) >= 2:
-            refused.set()
-
-    nb = await nats.connect(
-        up.nats_url, user="b", password=PASSWORDS["b"], inbox_prefix="_INBOX_b", error_cb=on_error
-    )
+    refusals = Refusals()
+    nb = await bare_as(up, "b", error_cb=refusals.on_error)
     try:
         wa = qa.workspace("a/shared")
         await wa.create(exist_ok=True)
@@ -87,7 +78,8 @@ async def test_another_tenants_handle_is_unknown_and_does_nothing(up: Up) -> Non
         )
         await nb.publish("ws.execlist.a.shared", b"", reply=nb.new_inbox())
         await nb.flush()
-        await asyncio.wait_for(refused.wait(), 10)
+        await refusals.wait("publish", f"ws.exechold.{route}.a.shared.input")
+        await refusals.wait("publish", "ws.execlist.a.shared")
         assert (await wa.running()).commands[0].stdin_open  # nobody closed its stdin
         cmd = wa.command(handle)
         await cmd.input("mine\n", eof=True)

@@ -59,14 +59,33 @@ def available() -> bool:
     return bool(_NUMBERS)
 
 
-class StdinWatch:
-    """Holds the write end of a command's stdin pipe; closes it when a process of the command
-    waits to read it (``seen``), or at ``close``."""
+class _HeldPipe:
+    """A pipe for a command's stdin: the provider holds the write end; the read end is the
+    command's (``read_end`` until the provider closes its copy)."""
 
     def __init__(self) -> None:
         read, self._write = os.pipe()
         self.read_end: int | None = read
         """For the command (the provider closes it once the process has it)."""
+
+    def _close_write(self) -> None:
+        if self._write >= 0:
+            os.close(self._write)
+            self._write = -1
+
+    def close_read(self) -> None:
+        """Close our copy of the read end (once the command's process holds it)."""
+        if self.read_end is not None:
+            os.close(self.read_end)
+            self.read_end = None
+
+
+class StdinWatch(_HeldPipe):
+    """Holds the write end of a command's stdin pipe; closes it when a process of the command
+    waits to read it (``seen``), or at ``close``."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self._link = f"pipe:[{os.fstat(self._write).st_ino}]"
         self._ino = os.fstat(self._write).st_ino
         self._task: asyncio.Task[None] | None = None
@@ -162,17 +181,6 @@ class StdinWatch:
                     return True
         return False
 
-    def _close_write(self) -> None:
-        if self._write >= 0:
-            os.close(self._write)
-            self._write = -1
-
-    def close_read(self) -> None:
-        """Close our copy of the read end (once the command's process holds it)."""
-        if self.read_end is not None:
-            os.close(self.read_end)
-            self.read_end = None
-
     async def close(self) -> None:
         """Stop looking and close both ends: whoever still reads gets end of file."""
         if self._task is not None:
@@ -183,16 +191,14 @@ class StdinWatch:
         self.close_read()
 
 
-class StdinPipe:
+class StdinPipe(_HeldPipe):
     """A live command's stdin (``Spawn.live_stdin``): a pipe whose write end the provider holds,
     written as input comes (never blocking the event loop: the end is non-blocking, and a full
     pipe is waited on for at most the caller's timeout) and closed on ``eof`` or at the end."""
 
     def __init__(self) -> None:
-        read, self._write = os.pipe()
+        super().__init__()
         os.set_blocking(self._write, False)
-        self.read_end: int | None = read
-        """For the command (the provider closes it once the process has it)."""
 
     @property
     def closed(self) -> bool:
@@ -228,15 +234,7 @@ class StdinPipe:
 
     def close(self) -> None:
         """Close the write end: readers get end of file once they have read what is in it."""
-        if self._write >= 0:
-            os.close(self._write)
-            self._write = -1
-
-    def close_read(self) -> None:
-        """Close our copy of the read end (once the command's process holds it)."""
-        if self.read_end is not None:
-            os.close(self.read_end)
-            self.read_end = None
+        self._close_write()
 
 
 def _ready(future: asyncio.Future[None]) -> None:
