@@ -628,6 +628,7 @@ class CommandPoll(Request, frozen=True, kw_only=True):
     its exit status and the version its changes were committed as)."""
 
     command_id: CommandHandle
+    """The live command (``exec.run``'s answer with ``running``: its ``command_id``)."""
     cursor: Annotated[str, Meta(pattern=r"^([0-9]{1,16}\.[0-9]{1,16})?$")] = ""
     """Where the last answer ended (its ``cursor``); empty: from the start."""
     wait_ms: Annotated[int, Meta(ge=0, le=LIVE_WAIT_MAX_MS)] = 0
@@ -641,6 +642,7 @@ class CommandInput(Request, frozen=True, kw_only=True):
     """Bytes to a live command's standard input; ``eof`` closes it after them."""
 
     command_id: CommandHandle
+    """The live command (``exec.run``'s answer with ``running``: its ``command_id``)."""
     data: Annotated[bytes, Meta(max_length=LIVE_INPUT_MAX_BYTES)] = b""
     """What to write (base64 in JSON): at most ``limits.LIVE_INPUT_MAX_BYTES`` (64 KiB)."""
     eof: bool = False
@@ -655,7 +657,9 @@ class CommandSignal(Request, frozen=True, kw_only=True):
     grace period (5 s) if it still runs."""
 
     command_id: CommandHandle
+    """The live command (``exec.run``'s answer with ``running``: its ``command_id``)."""
     signal: SignalName
+    """``INT``, ``TERM``, ``KILL`` or ``HUP``."""
 
 
 class LiveCommandsQuery(Request, frozen=True, kw_only=True):

@@ -14,6 +14,7 @@ import pytest
 import quill._handle
 import quill._reads
 import quill.client
+import quill.command
 import quill.session
 import quill.workspace
 from contracts import ops
@@ -62,7 +63,14 @@ def test_each_request_type_names_one_op() -> None:
 def _sdk_methods() -> list[tuple[str, ast.AsyncFunctionDef, set[str]]]:
     """Each SDK method with the request types it builds (``rq.<Type>(...)``)."""
     found = []
-    for module in (quill.client, quill.workspace, quill._reads, quill._handle, quill.session):
+    for module in (
+        quill.client,
+        quill.workspace,
+        quill._reads,
+        quill._handle,
+        quill.session,
+        quill.command,
+    ):
         tree = ast.parse(inspect.getsource(module))
         for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
             for fn in (n for n in cls.body if isinstance(n, ast.AsyncFunctionDef)):
