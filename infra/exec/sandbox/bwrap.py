@@ -28,7 +28,7 @@ from infra.exec.layers import MERGED
 from infra.exec.sandbox import cgroups as cg
 from infra.exec.sandbox import common, forwarder, overlay, proctree, seccomp, shim, users, view
 from infra.exec.sandbox.box import SETUP_S, Box, BwrapLive, BwrapProcess, wait_init
-from infra.exec.sandbox.interface import Limits, Live, OnOutput, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.interface import EgressPort, Limits, Live, OnOutput, SandboxError, Spawn
 from infra.exec.sandbox.mounter import Mounter, nsenter
 from infra.exec.sandbox.spares import Key, Spares
 from infra.exec.sandbox.stdin import StdinPipe, StdinWatch, available
@@ -39,7 +39,7 @@ SPARES = 8
 """Spare sandboxes a provider keeps by default (one per recently used checkout)."""
 
 
-class BwrapProvider:
+class BwrapProvider(forwarder.Starts):
     """Runs commands in bubblewrap (see the module docstring)."""
 
     name = "bwrap"
@@ -100,21 +100,14 @@ class BwrapProvider:
             killed += await self._cgroups.sweep()
         return killed
 
-    async def run(
-        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
-    ) -> Outcome:
-        return await (await self.start(checkout, spawn, limits, on_output)).wait()
+    egress_tcp = False  # a network namespace of its own: the socket, bound (never a spare)
 
-    async def start(
+    def egress_wrap(self, spawn: Spawn, port: EgressPort) -> Spawn:
+        return forwarder.in_bwrap(spawn, port)
+
+    async def _start(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Live:
-        if spawn.egress is not None:  # never a spare: its socket is bound at the start
-            return await forwarder.start_with_egress(
-                spawn,
-                tcp=False,
-                wrap=forwarder.in_bwrap,
-                start=lambda s: self.start(checkout, s, limits, on_output),
-            )
         started = time.monotonic()
         deadline = asyncio.get_running_loop().time() + spawn.timeout_s
         cwd = posixpath.join(WORKSPACE, common.workdir(spawn.workdir)).rstrip("/")

@@ -21,9 +21,18 @@ import contextlib
 import dataclasses
 import shutil
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from infra.exec.sandbox import common
-from infra.exec.sandbox.interface import EgressPort, Live, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.interface import (
+    EgressPort,
+    Limits,
+    Live,
+    OnOutput,
+    Outcome,
+    SandboxError,
+    Spawn,
+)
 
 PORT = 3128
 """Where the forwarder listens in a bwrap sandbox (the usual proxy port)."""
@@ -190,3 +199,37 @@ class _Proxied:
             return await self.inner.wait()
         finally:
             await self.stack.aclose()
+
+
+class Starts:
+    """What both providers share of starting a command: ``run`` is ``start`` then ``wait``,
+    and a command with ``Spawn.egress`` is started with its proxy (``start_with_egress``,
+    made reachable by ``egress_wrap``); each provider's own ``_start`` does the rest."""
+
+    egress_tcp: bool
+    """Whether the proxy also listens on loopback TCP (no network namespace of its own)."""
+
+    def egress_wrap(self, spawn: Spawn, port: EgressPort) -> Spawn:
+        raise NotImplementedError
+
+    async def _start(
+        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None
+    ) -> Live:
+        raise NotImplementedError
+
+    async def run(
+        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
+    ) -> Outcome:
+        return await (await self.start(checkout, spawn, limits, on_output)).wait()
+
+    async def start(
+        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
+    ) -> Live:
+        if spawn.egress is None:
+            return await self._start(checkout, spawn, limits, on_output)
+        return await start_with_egress(
+            spawn,
+            tcp=self.egress_tcp,
+            wrap=self.egress_wrap,
+            start=lambda s: self._start(checkout, s, limits, on_output),
+        )

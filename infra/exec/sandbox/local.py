@@ -19,7 +19,15 @@ import time
 from pathlib import Path
 
 from infra.exec.sandbox import common, forwarder, proctree
-from infra.exec.sandbox.interface import Limits, Live, OnOutput, Outcome, SandboxError, Spawn
+from infra.exec.sandbox.interface import (
+    EgressPort,
+    Limits,
+    Live,
+    OnOutput,
+    Outcome,
+    SandboxError,
+    Spawn,
+)
 from infra.exec.sandbox.stdin import StdinPipe, StdinWatch, available
 from infra.safefs import Dir, remove_tree
 
@@ -28,7 +36,7 @@ MARKER = "QUILL_EXEC_TOKEN"
 LOCAL_QUIET_SCANS = 3
 
 
-class LocalProvider:
+class LocalProvider(forwarder.Starts):
     """Runs commands as plain processes (see the module docstring)."""
 
     name = "local"
@@ -58,21 +66,14 @@ class LocalProvider:
     async def close(self) -> None:
         """Nothing (``warm`` keeps nothing)."""
 
-    async def run(
-        self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
-    ) -> Outcome:
-        return await (await self.start(checkout, spawn, limits, on_output)).wait()
+    egress_tcp = True  # the host's network anyway: a loopback port, the variables only
 
-    async def start(
+    def egress_wrap(self, spawn: Spawn, port: EgressPort) -> Spawn:
+        return forwarder.in_local(spawn, port)
+
+    async def _start(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Live:
-        if spawn.egress is not None:  # the host's network anyway: the variables only
-            return await forwarder.start_with_egress(
-                spawn,
-                tcp=True,
-                wrap=forwarder.in_local,
-                start=lambda s: self.start(checkout, s, limits, on_output),
-            )
         live = LocalLive(spawn, on_output)
         try:
             await live.begin(checkout, limits)
