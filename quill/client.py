@@ -51,6 +51,7 @@ from quill._transport import (
     conflict_backoff,
 )
 from quill.credentials import NatsAuth
+from quill.waiting import Asked, Waiting
 from quill.workspace import Run, Workspace
 
 R = TypeVar("R")
@@ -92,8 +93,12 @@ class Quill:
         wait_ms: int = 0,
         failover_s: float = FAILOVER_S,
         conflict_retries: int = 0,
+        waiting: Waiting | None = None,
     ) -> None:
         self.nc = inboxes.harden(nc)
+        self.waiting = waiting or Waiting()
+        """How commands and exec requests are sent (``quill/waiting.py``): once, with their
+        wait, unless a program (the CLI) shows what they wait for."""
         self.failover_s = failover_s
         """How long commands and queries keep retrying ``UNAVAILABLE`` (no writer for the
         workspace yet, a partition changing hands) before giving up."""
@@ -196,6 +201,7 @@ class Quill:
             wait_ms=self.wait_ms,
             failover_s=self.failover_s,
             conflict_retries=self.conflict_retries,
+            waiting=self.waiting,
         )
         view._seen, view._nuid = self._seen, self._nuid
         return view
@@ -277,7 +283,8 @@ class Quill:
         request_id: str | None = None,
         wait_ms: int | None = None,
     ) -> tuple[int | None, R]:
-        """Send one request (retrying retriable failures with the same request id).
+        """Send one request (retrying retriable failures with the same request id); a
+        command, as ``waiting`` sends it.
 
         Raises:
             QuillError: the reply's error, ``TIMEOUT`` or ``UNAVAILABLE``.
@@ -285,25 +292,32 @@ class Quill:
         subject = self.subjects.request(kind, tenant, workspace, op)
         # Commands carry a request id (idempotent retries); queries need none, and go without
         # headers at all unless there is someone to name in the audit record.
-        if request_id is None:
-            request_id = self._nuid.next().decode() if kind != "qry" else ""
-        if wait_ms is None:
-            wait_ms = self.wait_ms if kind == "cmd" else 0
-        timeout = self.timeout + wait_ms / 1000
-        origin = Origin(request_id, self.actor, self.session, self.run, wait_ms)
-        return await _transport.request(
-            self.nc,
-            subject,
-            _transport.encode(body),
-            result_type,
-            kind=kind,
-            op=op,
-            tenant=tenant,
-            headers=_transport.request_headers(kind, op, origin, timeout),
-            timeout=timeout,
-            retries=self.retries,
-            failover_s=self.failover_s,
-        )
+        rid = request_id
+        if rid is None:
+            rid = self._nuid.next().decode() if kind != "qry" else ""
+        data = _transport.encode(body)
+
+        def send(ms: int) -> Awaitable[tuple[int | None, R]]:
+            timeout = self.timeout + ms / 1000
+            origin = Origin(rid, self.actor, self.session, self.run, ms)
+            return _transport.request(
+                self.nc,
+                subject,
+                data,
+                result_type,
+                kind=kind,
+                op=op,
+                tenant=tenant,
+                headers=_transport.request_headers(kind, op, origin, timeout),
+                timeout=timeout,
+                retries=self.retries,
+                failover_s=self.failover_s,
+            )
+
+        if kind != "cmd":
+            return await send(wait_ms or 0)
+        wait = self.wait_ms if wait_ms is None else wait_ms
+        return await self.waiting.send(Asked(kind, tenant, workspace, op, rid, wait), send)
 
     async def retry_conflicts(
         self, attempt: Callable[[], Awaitable[T]], *, retries: int | None = None
@@ -348,17 +362,22 @@ class Quill:
                 running it stopped answering; ``TIMEOUT`` past ``deadline_s``.
         """
         subject = self.subjects.exec(tenant, workspace, op)
-        origin = Origin(request_id, self.actor, self.session, self.run, self.wait_ms)
-        return await _transport.exec_request(
-            self.nc,
-            subject,
-            codec.encode(body),
-            result_type,
-            op=op,
-            tenant=tenant,
-            headers=origin.headers(),
-            retries=self.retries,
-            deadline_s=deadline_s,
-            silence_s=self.exec_silence_s,
-            heard=heard,
-        )
+        data = codec.encode(body)
+
+        def send(ms: int) -> Awaitable[tuple[int | None, R]]:
+            return _transport.exec_request(
+                self.nc,
+                subject,
+                data,
+                result_type,
+                op=op,
+                tenant=tenant,
+                headers=Origin(request_id, self.actor, self.session, self.run, ms).headers(),
+                retries=self.retries,
+                deadline_s=deadline_s,
+                silence_s=self.exec_silence_s,
+                heard=heard,
+            )
+
+        asked = Asked("exec", tenant, workspace, op, request_id, self.wait_ms)
+        return await self.waiting.send(asked, send)

@@ -1,7 +1,8 @@
 """The SDK client as the CLI uses it: fail fast when no server answers (saying how to start
 one), refuse a ``--nats-url`` that is not a NATS URL, and make waiting visible.
 
-``CliQuill`` sends each command once without waiting (``Ws-Wait: 0``). When it is refused with
+``CliQuill`` sends each command through ``Noting``, the SDK's hook for how a command waits
+(``quill/waiting.py``): once without waiting (``Ws-Wait: 0``) first. When it is refused with
 ``LOCKED`` or ``APPROVAL_REQUIRED`` and the user asked to ``--wait``, it says on stderr what
 it waits for (the lock's holder and expiry, the approval's id and how to decide it) and sends
 the *same* request (same request id: one approval, no second change) again with the wait, a
@@ -18,20 +19,21 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
+from nats.aio.client import Client as NATS
 from rich.console import Console
 
 from contracts.errors import ErrorCode, QuillError
 from infra import bridges
 from quill import connection
 from quill.client import Quill
+from quill.waiting import Asked, Waiting
 
-R = TypeVar("R")
 T = TypeVar("T")
 
 SCHEMES = ("nats", "tls", "ws", "wss")
@@ -153,95 +155,41 @@ def waiting_text(exc: QuillError, tenant: str, workspace: str, wait_ms: int) -> 
     )
 
 
-class CliQuill(Quill):
-    """``Quill`` with the CLI's waiting (module docstring). ``say`` prints a note."""
+class Noting(Waiting):
+    """The CLI's waiting (module docstring), as its ``Quill`` sends each command and exec
+    request (``quill/waiting.py``). ``say`` prints a note."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
         self.say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
         self.keep_for_resume = True
 
-    async def request(
-        self,
-        kind: str,
-        tenant: str,
-        workspace: str,
-        op: str,
-        body: msgspec.Struct,
-        result_type: type[R],
-        *,
-        request_id: str | None = None,
-        wait_ms: int | None = None,
-    ) -> tuple[int | None, R]:
-        if kind != "cmd":
-            return await super().request(
-                kind, tenant, workspace, op, body, result_type,
-                request_id=request_id, wait_ms=wait_ms,
-            )  # fmt: skip
-        rid = request_id or self._nuid.next().decode()
-        wait = self.wait_ms if wait_ms is None else wait_ms
-
-        def send(ms: int) -> Coroutine[Any, Any, tuple[int | None, R]]:
-            return super(CliQuill, self).request(
-                kind, tenant, workspace, op, body, result_type, request_id=rid, wait_ms=ms
-            )
-
+    async def send(self, asked: Asked, send: Callable[[int], Awaitable[T]]) -> T:
+        """A change: sent without waiting, then, refused for a lock or an approval, said
+        what it waits for and sent again with the wait. An exec request: sent with its wait.
+        Either, left waiting for approval, noted for ``quill resume ID``."""
         try:
-            return await self._noting_bridge(send(0), tenant, workspace)
+            if asked.kind != "cmd":
+                return await send(asked.wait_ms)
+            return await self._waiting(asked, send)
         except QuillError as exc:
-            if exc.code not in WAITS:
+            if exc.code == ErrorCode.APPROVAL_REQUIRED and self.keep_for_resume:
+                approval = str(exc.details.get("approval_id", asked.request_id))
+                keep_pending(approval, asked.tenant, asked.workspace, asked.kind, asked.op)
+            raise
+
+    async def _waiting(self, asked: Asked, send: Callable[[int], Awaitable[T]]) -> T:
+        try:
+            return await self._noting_bridge(send(0), asked.tenant, asked.workspace)
+        except QuillError as exc:
+            if exc.code not in WAITS or asked.wait_ms <= 0:
                 raise
-            if wait <= 0:
-                if exc.code == ErrorCode.APPROVAL_REQUIRED and self.keep_for_resume:
-                    approval = str(exc.details.get("approval_id", rid))
-                    keep_pending(approval, tenant, workspace, kind, op)
-                raise
-            line = waiting_text(exc, tenant, workspace, wait)
+            line = waiting_text(exc, asked.tenant, asked.workspace, asked.wait_ms)
         self.say(line)
-        try:
-            with spinner("waiting"):
-                return await send(wait)
-        except QuillError as exc:
-            if exc.code == ErrorCode.APPROVAL_REQUIRED and self.keep_for_resume:
-                approval = str(exc.details.get("approval_id", rid))
-                keep_pending(approval, tenant, workspace, kind, op)
-            raise
+        with spinner("waiting"):
+            return await send(asked.wait_ms)
 
-    async def exec_request(
-        self,
-        tenant: str,
-        workspace: str,
-        op: str,
-        body: msgspec.Struct,
-        result_type: type[R],
-        *,
-        request_id: str,
-        deadline_s: float,
-        heard: Callable[[], float],
-    ) -> tuple[int | None, R]:
-        """``Quill.exec_request``; a command left waiting for approval is noted for ``quill
-        resume ID`` (as a change is)."""
-        try:
-            return await super().exec_request(
-                tenant, workspace, op, body, result_type,
-                request_id=request_id, deadline_s=deadline_s, heard=heard,
-            )  # fmt: skip
-        except QuillError as exc:
-            if exc.code == ErrorCode.APPROVAL_REQUIRED and self.keep_for_resume:
-                approval = str(exc.details.get("approval_id", request_id))
-                keep_pending(approval, tenant, workspace, "exec", op)
-            raise
-
-    async def close(self) -> None:
-        """Close the connection; after ``CLOSE_S`` give up (the process is about to exit)."""
-        closing = asyncio.ensure_future(super().close())
-        done, _ = await asyncio.wait({closing}, timeout=CLOSE_S)
-        if not done:
-            closing.cancel()
-            return
-        closing.result()
-
-    async def _noting_bridge(self, reply: Coroutine[Any, Any, T], tenant: str, workspace: str) -> T:
+    async def _noting_bridge(self, reply: Awaitable[T], tenant: str, workspace: str) -> T:
         """``await reply``; if it takes ``BRIDGE_NOTE_S`` and a bridge serves the workspace,
         say that its user is asked."""
         task = asyncio.ensure_future(reply)
@@ -271,6 +219,23 @@ class CliQuill(Quill):
         except Exception:  # no bucket, no key, no permission: not known to be a bridge
             return None
         return claim if claim.live else None
+
+
+class CliQuill(Quill):
+    """``Quill`` with the CLI's waiting (``Noting``) and a close that gives up."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.waiting = Noting(self.nc)
+
+    async def close(self) -> None:
+        """Close the connection; after ``CLOSE_S`` give up (the process is about to exit)."""
+        closing = asyncio.ensure_future(super().close())
+        done, _ = await asyncio.wait({closing}, timeout=CLOSE_S)
+        if not done:
+            closing.cancel()
+            return
+        closing.result()
 
 
 async def _refused(url: str) -> str | None:
