@@ -216,19 +216,6 @@ def now_utc() -> datetime:
     return datetime.now(UTC)
 
 
-def empty_changes(version: int) -> rp.CapturedChanges:
-    return rp.CapturedChanges(
-        base_version=version,
-        committed=False,
-        version=version,
-        paths=[],
-        total=0,
-        conflicts=[],
-        skipped=[],
-        ignored=[],
-    )
-
-
 class Shells:
     """The shells this executor holds (see the module docstring)."""
 
