@@ -86,6 +86,16 @@ class ErrorCode(StrEnum):
     COMMAND_LOST = "COMMAND_LOST"
     """The executor holding the live command is gone (it died, or stopped): the command died
     with it, its changes uncommitted. What was committed before stays. (Addition.)"""
+    SHELL_NOT_FOUND = "SHELL_NOT_FOUND"
+    """No open shell of this workspace has that id (a made-up id, another tenant's or
+    workspace's, or one closed). (Addition.)"""
+    SHELL_LOST = "SHELL_LOST"
+    """The executor holding the shell is gone (it died, or stopped): the shell died with it,
+    what its background processes changed since its last commit uncommitted. Details give
+    the ``version`` last committed. (Addition.)"""
+    BUSY = "BUSY"
+    """The shell runs a command already (details name it: ``command_id``, ``command``); send
+    with ``queue`` to wait for it instead. (Addition.)"""
     COMMAND_ENDED = "COMMAND_ENDED"
     """The live command has ended: it takes no input or signal any more (``exec.poll`` says how
     it ended). (Addition.)"""

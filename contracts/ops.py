@@ -83,6 +83,9 @@ def _qry(
 
 _COMMON_EXEC = (
     E.INVALID_ARGUMENT,
+    E.SHELL_NOT_FOUND,
+    E.SHELL_LOST,
+    E.BUSY,
     E.WORKSPACE_NOT_FOUND,
     E.LOCKED,
     E.APPROVAL_REQUIRED,
@@ -500,6 +503,41 @@ _ALL: tuple[OpSpec, ...] = (
         "The commands running on in the workspace (exec.run with yield_ms), on every executor.",
         (E.INVALID_ARGUMENT, E.UNAVAILABLE, E.TIMEOUT),
         {},
+    ),
+    OpSpec(
+        "exec",
+        "shell_open",
+        rq.ShellOpen,
+        rp.ShellOpened,
+        "Open a shell: one sandbox running bash in a checkout of its own, where exec.run with "
+        "shell keeps cwd, variables, functions, /tmp and background processes.",
+        (
+            E.INVALID_ARGUMENT,
+            E.WORKSPACE_NOT_FOUND,
+            E.SIZE_LIMIT_EXCEEDED,
+            E.EXECUTION_FAILED,
+            E.UNAVAILABLE,
+            E.TIMEOUT,
+        ),
+        {"workdir": "src", "idle_timeout_ms": 600000},
+    ),
+    OpSpec(
+        "exec",
+        "checkpoint",
+        rq.ShellCheckpoint,
+        rp.ShellCheckpointed,
+        "Commit what a shell's background processes changed since its last command.",
+        (E.INVALID_ARGUMENT, E.SHELL_NOT_FOUND, E.SHELL_LOST, E.BUSY, E.UNAVAILABLE, E.TIMEOUT),
+        {"shell": "s0123456789abexample"},
+    ),
+    OpSpec(
+        "exec",
+        "shell_close",
+        rq.ShellClose,
+        rp.ShellClosed,
+        "Close a shell: its processes are killed, what they changed is committed.",
+        (E.INVALID_ARGUMENT, E.SHELL_NOT_FOUND, E.SHELL_LOST, E.UNAVAILABLE, E.TIMEOUT),
+        {"shell": "s0123456789abexample"},
     ),
     _exec(
         "git",

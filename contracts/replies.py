@@ -752,6 +752,40 @@ class CommandResult(Result, frozen=True, kw_only=True):
     committed when it ends: ``exec.poll`` says as what version)."""
     cursor: str = ""
     """``running``: give it to ``exec.poll`` for the output after this answer's."""
+    shell: str | None = None
+    """The shell it ran in (``RunCommand.shell``)."""
+    background: CapturedChanges | None = None
+    """In a shell: what its background processes had changed since its last command,
+    committed before this one ran (None: nothing)."""
+    kept_conflicts: list[str] = []
+    """In a shell: paths changed both in the shell and in the workspace since; the shell
+    keeps its own version, uncommitted (the workspace's stands in the log)."""
+
+
+class ShellOpened(Result, frozen=True, kw_only=True):
+    shell: str
+    """Its id: give it to ``exec.run`` (``shell``), ``exec.checkpoint``, ``exec.shell_close``."""
+    version: int
+    """The version its checkout holds."""
+    idle_timeout_ms: int
+    expires: datetime
+    """When it is closed whatever it does (its maximum lifetime)."""
+
+
+class ShellCheckpointed(Result, frozen=True, kw_only=True):
+    shell: str
+    background: CapturedChanges
+    """What its background processes changed since its last command (committed as one event
+    attributed to the shell, its message marked background)."""
+    kept_conflicts: list[str] = []
+
+
+class ShellClosed(Result, frozen=True, kw_only=True):
+    shell: str
+    background: CapturedChanges | None = None
+    """What its background processes changed since its last command, committed as it closed."""
+    killed: int = 0
+    """Processes it still had, killed."""
 
 
 class CommandStatus(Result, frozen=True, kw_only=True):
@@ -810,8 +844,24 @@ class LiveCommand(msgspec.Struct, frozen=True, kw_only=True):
     stdin_open: bool = False
 
 
+class LiveShell(msgspec.Struct, frozen=True, kw_only=True):
+    """One open shell of a workspace (``exec.list``)."""
+
+    shell: str
+    actor: str | None
+    started: datetime
+    last_used: datetime
+    version: int
+    """The version its checkout was last brought to."""
+    running: str | None = None
+    """The id of the command it runs now (None: idle)."""
+
+
 class LiveCommands(Result, frozen=True, kw_only=True):
     commands: list[LiveCommand]
+    shells: list[LiveShell] = []
+    """The shells open on the workspace (each command running in one is in ``commands``, its
+    ``shell`` set)."""
     executors: int
     """Executors that answered (each lists its own)."""
 

@@ -597,6 +597,36 @@ class Execution(Request, frozen=True, kw_only=True):
     """Run against at least this version (read-your-writes)."""
 
 
+ShellHandle = Annotated[str, Meta(pattern=r"^s[0-9a-f]{12}[A-Za-z0-9]{1,40}$")]
+"""An open shell's id (``exec.shell_open``): opaque; it names the executor holding it."""
+SHELL_IDLE_MAX_MS = 24 * 3600 * 1000
+
+
+class ShellOpen(Request, frozen=True, kw_only=True):
+    """Open a shell: one long-lived sandbox running bash, in a checkout of its own, where
+    ``exec.run`` with ``shell`` runs commands one at a time."""
+
+    workdir: PathArg = ""
+    """Its first working directory, inside the workspace."""
+    env: Env | None = None
+    """Variables exported in it (their values are never logged or audited)."""
+    idle_timeout_ms: Annotated[int, Meta(ge=1000, le=SHELL_IDLE_MAX_MS)] | None = None
+    """Close it after this long without a command (default 30 minutes)."""
+
+
+class ShellClose(Request, frozen=True, kw_only=True):
+    """Close a shell: its processes are killed, what they changed since the last commit is
+    committed (background)."""
+
+    shell: ShellHandle
+
+
+class ShellCheckpoint(Request, frozen=True, kw_only=True):
+    """Commit what a shell's background processes changed since its last command."""
+
+    shell: ShellHandle
+
+
 class RunCommand(Execution, frozen=True, kw_only=True):
     """Run a shell command (``bash -c``) in the workspace's sandbox. The files it changes are
     committed as one event; a non-zero exit status is a result, not an error."""
@@ -611,6 +641,14 @@ class RunCommand(Execution, frozen=True, kw_only=True):
     audited (its size is). Omitted: stdin is closed, and the result says whether the command
     tried to read it (``stdin_read``); with ``yield_ms``, it is a pipe kept open for
     ``exec.input`` instead."""
+    shell: ShellHandle | None = None
+    """Run in this open shell (``exec.shell_open``): its directory, exported variables,
+    functions, ``/tmp`` and background processes carry over from command to command.
+    ``workdir``, ``env``, ``version`` and ``yield_ms`` are refused with it (``cd`` and
+    ``export`` in the shell)."""
+    queue: bool = False
+    """With ``shell``: wait for the command the shell runs to end (within ``timeout_ms``)
+    instead of being refused ``BUSY``."""
     yield_ms: Annotated[int, Meta(ge=0, le=LIVE_YIELD_MAX_MS)] | None = None
     """Answer after this many milliseconds if the command still runs (``running``: true, its
     ``command_id``, its output so far and a ``cursor``), and let it run on: ``exec.poll``,

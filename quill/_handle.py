@@ -108,7 +108,7 @@ class Handle:
         return version or 0, result
 
     async def _exec(
-        self, body: rq.Execution, timeout_ms: int | None, on_output: OnOutput | None
+        self, body: rq.Request, timeout_ms: int | None, on_output: OnOutput | None
     ) -> Any:
         """Run ``body`` on an executor, ``on_output`` given its live output: the reply comes
         while the executor keeps saying it holds the request (``Quill.exec_request``)."""

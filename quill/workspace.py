@@ -32,6 +32,7 @@ from quill._protocols import Client
 from quill._reads import Reads
 from quill._transport import OnOutput, check_size
 from quill.command import Command
+from quill.shell import Shell
 
 
 class Workspace(Reads):
@@ -346,6 +347,8 @@ class Workspace(Reads):
         on_output: OnOutput | None = None,
         stdin: bytes | None = None,
         yield_ms: int | None = None,
+        shell: str | None = None,
+        queue: bool = False,
     ) -> rp.CommandResult:
         """Run ``command`` (``bash -c``) in the workspace's sandbox; the files it changes are
         committed as one event. ``on_output`` receives its output live; ``stdin`` is its
@@ -367,8 +370,31 @@ class Workspace(Reads):
             min_version=self.last_version or None if version is None else None,
             stdin=stdin,
             yield_ms=yield_ms,
+            shell=shell,
+            queue=queue,
         )
         return await self._exec(body, timeout_ms, on_output)
+
+    async def shell(
+        self,
+        *,
+        workdir: str = "",
+        env: Mapping[str, str] | None = None,
+        idle_timeout_ms: int | None = None,
+    ) -> Shell:
+        """Open a shell on the workspace (``exec.shell_open``): close it with ``Shell.close``
+        (or ``async with``)."""
+        body = rq.ShellOpen(
+            workdir=workdir,
+            env=dict(env) if env is not None else None,
+            idle_timeout_ms=idle_timeout_ms,
+        )
+        opened: rp.ShellOpened = await self._exec(body, None, None)
+        return Shell(self, opened.shell)
+
+    def shell_of(self, shell_id: str) -> Shell:
+        """The handle of an open shell of this workspace, by its id."""
+        return Shell(self, shell_id)
 
     def command(self, command_id: str, cursor: str = "") -> Command:
         """The handle of a live command of this workspace (``exec`` with ``yield_ms``), read

@@ -231,7 +231,7 @@ async def answer_exec(
         storage.state(auditor.service).clear()
         if not job.answered:
             await respond(incoming.msg, codec.ok_reply(version, result), reply_headers(origin))
-        changes = result.changes
+        changes = getattr(result, "changes", None) or getattr(result, "background", None)
         await auditor.record(
             address,
             origin,

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sized
 from typing import IO, Any
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -62,8 +63,9 @@ from services.executor.checkouts import Checkouts
 from services.executor.commands import Commands
 from services.executor.config import ExecutorConfig
 from services.executor.egress import Egress
-from services.executor.live import LIVE_OPS, LiveCommands
+from services.executor.live import FORWARD_S, LIVE_OPS, LiveCommands, route_of
 from services.executor.output import ensure_stream, read_page
+from services.executor.shells import SHELL_ID, Shells
 from services.executor.slots import Slots, Ticket
 
 __all__ = ["Executor", "ExecutorConfig", "start_executor"]
@@ -124,10 +126,20 @@ class Executor:
             live=self.live,
         )
         self.commands.egress = Egress.of(config, settings.data_dir, self.auditor)
+        self.shells = Shells(self.commands, settings.data_dir)
+        """The shells this executor holds (``shells``)."""
+        self.commands.shells = self.shells
+        self.live.shells = self.shells.listed
         self.ops: dict[str, Callable[[Address, Origin, Any, Job, dict[str, Any]], Awaitable[Any]]]
         self.ops = registry.table(
             "exec",
-            {"run": self.commands.run, "git": self.commands.git},
+            {
+                "run": self.commands.run,
+                "git": self.commands.git,
+                "shell_open": self._shell_op(self.shells.open),
+                "checkpoint": self._shell_op(self.shells.checkpoint),
+                "shell_close": self._shell_op(self.shells.close),
+            },
             # a read of kept output, ops on a live command: no slot, no checkout
             served_elsewhere=("output", *LIVE_OPS),
         )
@@ -167,6 +179,7 @@ class Executor:
         if killed:
             log.warning("killed %d sandbox processes an earlier executor left running", killed)
         await self.checkouts.found()
+        await self.shells.start()
         if self.config.overlay:
             await asyncio.to_thread(self.provider.layers, self.settings.data_dir / "checkouts")
         if not self.provider.overlays:
@@ -213,6 +226,8 @@ class Executor:
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            await self.shells.stop()  # their sandboxes end; what they left is not committed
         for task in list(self.tasks):  # commands are killed; their callers get an error
             task.cancel()
         if self.tasks:
@@ -241,6 +256,15 @@ class Executor:
             return
         if self.bridges.claims(address.tenant, address.workspace):
             return  # a local workspace: its bridge answers
+        shell = _shell_of(address, msg.data)
+        if shell is not None and not self.shells.held_here(shell):
+            await self._to_holder(incoming, address, shell)
+            return
+        await self._take(incoming, address)
+
+    async def _take(self, incoming: Incoming, address: Address) -> None:
+        """A request to answer here (sent here, or forwarded by another executor: its shell is
+        held here)."""
         if address.op in LIVE_OPS:  # an op on a live command: no slot, no checkout
             if self.live_ops >= EXECUTOR_MAX_OUTPUT_READS:
                 limit = EXECUTOR_MAX_OUTPUT_READS
@@ -358,12 +382,77 @@ class Executor:
             self.live_ops -= 1
 
     async def _on_forwarded(self, msg: Msg) -> None:
+        parts = msg.subject.split(".")
+        tenant, workspace, op = parts[-3], parts[-2], parts[-1]
+        if op == "shellalive":
+            address = Address("exec", tenant, workspace, op)
+            held = self.shells.find(address, msg.data.decode(errors="replace")) is not None
+            await respond(msg, b"1" if held else b"0")
+            return
+        if op in SHELL_FORWARDED:  # the client's request, as it came: answered to its inbox
+            await self._take(Incoming(msg), Address("exec", tenant, workspace, op))
+            return
         self._background(self.live.on_forwarded(msg))
+
+    async def _to_holder(self, incoming: Incoming, address: Address, shell: str) -> None:
+        """A request on a shell another executor holds: forwarded to it as it came (it answers
+        the client), or refused ``SHELL_LOST``/``SHELL_NOT_FOUND`` when it holds none."""
+        route = route_of(shell)
+        t, w = address.tenant, address.workspace
+        alive = self.subjects.exec_holder(route, t, w, "shellalive")
+        try:
+            answer = await self.nc.request(alive, shell.encode(), timeout=FORWARD_S)
+            held = answer.data == b"1"
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            held = False
+        if not held:
+            await reject(incoming, await self.shells.why_not(address, shell), self.auditor)
+            return
+        msg = incoming.msg
+        await self.nc.publish(
+            self.subjects.exec_holder(route, t, w, address.op),
+            msg.data,
+            reply=msg.reply,
+            headers=msg.headers,
+        )
+
+    def _shell_op(
+        self, op: Callable[[Address, Origin, Any, dict[str, Any]], Awaitable[Any]]
+    ) -> Callable[[Address, Origin, Any, Job, dict[str, Any]], Awaitable[Any]]:
+        """A shell op as an exec op (it streams no output)."""
+
+        async def run(
+            address: Address, origin: Origin, req: Any, _job: Job, details: dict[str, Any]
+        ) -> Any:
+            return await op(address, origin, req, details)
+
+        return run
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+
+SHELL_FORWARDED = ("run", "checkpoint", "shell_close")
+"""The ops on a shell, answered by the executor holding it."""
+
+
+class _ShellPeek(msgspec.Struct):
+    shell: str | None = None
+
+
+def _shell_of(address: Address, data: bytes) -> str | None:
+    """The shell a request names, when it is an op on one (its id well formed)."""
+    if address.op not in SHELL_FORWARDED:
+        return None
+    try:
+        shell = msgspec.json.decode(data, type=_ShellPeek).shell
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if shell is None or not SHELL_ID.fullmatch(shell):
+        return None
+    return shell
 
 
 def per_tenant(counts: Mapping[str, int | Sized]) -> dict[tuple[str, ...], float]:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -48,6 +48,9 @@ from services.executor.config import ExecutorConfig
 from services.executor.egress import Egress
 from services.executor.live import LiveCommand, LiveCommands, new_handle
 from services.executor.output import Recorder
+
+if TYPE_CHECKING:
+    from services.executor.shells import Shells
 
 log = logging.getLogger("quill.executor")
 R = TypeVar("R")
@@ -91,6 +94,8 @@ class Commands:
     ) -> None:
         self.config, self.provider, self.checkouts = config, provider, checkouts
         self.live = live
+        self.shells: Shells | None = None
+        """The shells this executor holds (set by the executor: ``shells``)."""
         """The commands that outlive their request (``yield_ms``): ``live``."""
         self.quill, self.blobs, self.js, self.subjects = quill, blobs, js, subjects
         self.credentials, self.secrets, self.scratch = credentials, secrets, scratch
@@ -253,9 +258,12 @@ class Commands:
         checkout: Checkout,
         base: int,
         message: str,
-        live: Checkout,
+        live: Checkout | None,
         merged: Merged | None = None,
     ) -> rp.CapturedChanges:
+        """Capture and commit what a command changed in ``checkout``; when it is the live
+        one (``live``), save it and bring it past its own commit (a shell's saves and syncs
+        its own: ``shells``)."""
         t0 = time.perf_counter()
         captured: Captured = await asyncio.to_thread(checkout.capture, merged)
         t1 = time.perf_counter()
@@ -300,6 +308,9 @@ class Commands:
         details: dict[str, Any],
     ) -> tuple[int, rp.CommandResult]:
         check_stdin(req.stdin)
+        if req.shell is not None:
+            assert self.shells is not None
+            return await self.shells.run(address, origin, req, job, details)
         if req.yield_ms is not None:
             self.live.check(address.tenant)
             details.update(yield_ms=req.yield_ms)

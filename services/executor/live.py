@@ -35,6 +35,7 @@ import json
 import logging
 import secrets
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -145,6 +146,10 @@ class LiveCommands:
         self.instance = instance
         self.per_tenant = per_tenant
         self.held: dict[str, LiveCommand] = {}
+        self.shells: Callable[[str, str], tuple[list[rp.LiveCommand], list[rp.LiveShell]]] = (
+            lambda tenant, workspace: ([], [])
+        )
+        """The shells held here and the commands running in them (``shells.Shells.listed``)."""
 
     # ------------------------------------------------------------------ the holder's side
     def check(self, tenant: str) -> None:
@@ -262,7 +267,9 @@ class LiveCommands:
         """``<root>.execlist.<t>.<w>``: this executor's live commands of the workspace."""
         parts = msg.subject.split(".")
         listed = self.listed(parts[-2], parts[-1])
-        await respond(msg, json.dumps(msgspec.to_builtins(listed)).encode())
+        in_shells, shells = self.shells(parts[-2], parts[-1])
+        answer = {"commands": [*listed, *in_shells], "shells": shells}
+        await respond(msg, json.dumps(msgspec.to_builtins(answer)).encode())
 
     # ------------------------------------------------------------------ any executor's side
     async def operate(self, address: Address, request: rq.Request) -> Any:
@@ -428,12 +435,25 @@ class LiveCommands:
         )
         listed = [c for answer in answers for c in _as_list(answer)]
         listed.sort(key=lambda c: c.started)
-        return rp.LiveCommands(commands=listed, executors=len(answers))
+        shells = [s for answer in answers for s in _shells_of(answer)]
+        shells.sort(key=lambda s: s.started)
+        return rp.LiveCommands(commands=listed, shells=shells, executors=len(answers))
 
 
 def _as_list(answer: Any) -> list[rp.LiveCommand]:
+    if isinstance(answer, dict):  # with its shells
+        answer = answer.get("commands")
     try:
         return msgspec.convert(answer, list[rp.LiveCommand])
+    except msgspec.ValidationError:
+        return []
+
+
+def _shells_of(answer: Any) -> list[rp.LiveShell]:
+    if not isinstance(answer, dict):
+        return []
+    try:
+        return msgspec.convert(answer.get("shells") or [], list[rp.LiveShell])
     except msgspec.ValidationError:
         return []
 

@@ -1,0 +1,161 @@
+"""Shells (``exec.shell_open``, ``exec.run`` with ``shell``, ``exec.checkpoint``,
+``exec.shell_close``) under both sandbox providers: what one command leaves the next finds,
+background work committed as the shell's, conflicts kept, one command at a time.
+(Hostile uses: ``tests/security/test_shells.py``.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from contracts.errors import ErrorCode, QuillError
+from quill.client import Quill
+from tests.executor.conftest import StartExecutor
+from tests.helpers import eventually
+
+
+async def test_state_carries_over(stack: StartExecutor, quill: Quill, name: str) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    await ws.write("sub/keep.txt", "x")
+    async with await ws.shell() as sh:
+        r = await sh.run("cd sub && export X=1 && greet() { echo hi $1; } && echo t > /tmp/t")
+        assert r.exit_code == 0 and r.shell == sh.id
+        r = await sh.run('pwd; echo "$X"; greet ada; cat /tmp/t; echo made > here.txt')
+        assert r.exit_code == 0
+        lines = r.stdout.splitlines()
+        assert lines[0].endswith("/sub") and lines[1:] == ["1", "hi ada", "t"]
+        assert r.changes.committed and [p.path for p in r.changes.paths] == ["sub/here.txt"]
+        assert (await ws.read("sub/here.txt")).content == "made\n"
+        r = await sh.run("false")
+        assert r.exit_code == 1
+        r = await sh.run("echo out; echo err >&2; (exit 7)")
+        assert (r.exit_code, r.stdout, r.stderr) == (7, "out\n", "err\n")
+
+
+async def test_loopback_server_across_commands(
+    stack: StartExecutor, quill: Quill, name: str
+) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    async with await ws.shell() as sh:
+        r = await sh.run("python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 &")
+        assert r.exit_code == 0
+        fetch = (
+            "python3 -c 'import time,urllib.request\n"
+            "for i in range(100):\n"
+            "    try:\n"
+            '        print(urllib.request.urlopen("http://127.0.0.1:8765/").status); break\n'
+            "    except OSError: time.sleep(0.1)\n'"
+        )
+        r = await sh.run(fetch)
+        assert r.stdout.strip() == "200", r
+
+
+async def test_background_committed_on_checkpoint(
+    stack: StartExecutor, quill: Quill, name: str
+) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    async with await ws.shell() as sh:
+        r = await sh.run("(while [ ! -e $HOME/go ]; do sleep 0.05; done; echo x > bg.txt) &")
+        assert not r.changes.committed
+        await sh.run("touch $HOME/go")
+
+        async def committed() -> bool:
+            cp = await sh.checkpoint()
+            if not cp.background.committed:
+                return False
+            assert [p.path for p in cp.background.paths] == ["bg.txt"]
+            return True
+
+        await eventually(committed)
+        assert (await ws.read("bg.txt")).content == "x\n"
+        history = await ws.history("bg.txt")
+        assert (history.revisions[0].request_id or "").startswith(sh.id + ".bg")  # the shell's
+
+
+async def test_conflict_kept_not_overwritten(stack: StartExecutor, quill: Quill, name: str) -> None:
+    executor = await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    await ws.write("f.txt", "base\n")
+    async with await ws.shell() as sh:
+        tree = executor.shells.held[sh.id].checkout.tree
+        # the shell changes f.txt while the workspace changes it too
+        run = asyncio.create_task(
+            sh.run("echo shell > f.txt; while [ ! -e gate ]; do sleep 0.05; done; rm gate")
+        )
+        await eventually(lambda: (tree / "f.txt").read_text() == "shell\n")
+        await ws.write("f.txt", "workspace\n")
+        (tree / "gate").touch()
+        r = await run
+        assert [c.path for c in r.changes.conflicts] == ["f.txt"]
+        assert r.kept_conflicts == ["f.txt"]
+        assert (await ws.read("f.txt")).content == "workspace\n"  # the workspace's stands
+        r = await sh.run("cat f.txt")
+        assert r.stdout == "shell\n"  # the shell's kept, uncommitted
+        r = await sh.run("echo next > n.txt")
+        assert [p.path for p in r.changes.paths] == ["n.txt"]  # f.txt still withheld
+        assert (await ws.read("f.txt")).content == "workspace\n"
+
+
+async def test_second_command_busy(stack: StartExecutor, quill: Quill, name: str) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    async with await ws.shell() as sh:
+        first = asyncio.create_task(sh.run("while [ ! -e $HOME/go ]; do sleep 0.05; done"))
+
+        async def busy() -> bool:
+            try:
+                await sh.run("true")
+            except QuillError as exc:
+                assert exc.code == ErrorCode.BUSY
+                assert "$HOME/go" in exc.details["command"]
+                return True
+            return False
+
+        await eventually(busy)
+        listed = await ws.running()
+        assert [s.shell for s in listed.shells] == [sh.id]
+        assert [c.shell for c in listed.commands] == [sh.id]
+        queued = asyncio.create_task(sh.run("echo queued", queue=True))
+        await ws.exec("true")  # a one-shot command runs alongside
+        assert not first.done() and not queued.done()
+        first.cancel()
+        queued.cancel()
+
+
+async def test_close_kills_background(stack: StartExecutor, quill: Quill, name: str) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    sh = await ws.shell()
+    await sh.run("sleep 1000 & sleep 1000 &")
+    closed = await sh.close()
+    assert closed.shell == sh.id
+    with pytest.raises(QuillError) as err:
+        await sh.run("true")
+    assert err.value.code == ErrorCode.SHELL_NOT_FOUND
+    assert (await ws.running()).shells == []
+
+
+async def test_idle_timeout(stack: StartExecutor, quill: Quill, name: str) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    sh = await ws.shell(idle_timeout_ms=1000)
+    await sh.run("true")
+
+    async def gone() -> bool:
+        return (await ws.running()).shells == []
+
+    await eventually(gone, timeout=30)
+    with pytest.raises(QuillError) as err:
+        await sh.run("true")
+    assert err.value.code == ErrorCode.SHELL_NOT_FOUND
