@@ -128,6 +128,10 @@ class Recorder:
         self._outcome: Outcome | None = None
         self.live = live
         self._flushing: asyncio.Task[None] | None = None
+        self._keeping = asyncio.Lock()
+        """Held while a chunk is kept: a ``flush`` meanwhile would keep the buffer (a whole
+        chunk and more) under the chunk's subject, or its rest under the chunk's number,
+        overwriting the chunk (the stream keeps one message a subject)."""
 
     async def begin(self, extra: dict[str, Any]) -> None:
         """Keep the ``start`` record of a live command (its facts known so far and ``extra``):
@@ -141,6 +145,10 @@ class Recorder:
 
     async def flush(self) -> None:
         """Keep the partial chunk of each stream now (``live``)."""
+        async with self._keeping:
+            await self._flush()
+
+    async def _flush(self) -> None:
         for stream in STREAMS:
             buffer = self._buffers[stream]
             if buffer and self.ok:
@@ -178,8 +186,9 @@ class Recorder:
         buffer = self._buffers[stream]
         buffer += data[:room]
         while len(buffer) >= CHUNK:
-            await self._store(stream, bytes(buffer[:CHUNK]))
-            del buffer[:CHUNK]
+            async with self._keeping:  # the chunk kept and taken off the buffer: one step
+                await self._store(stream, bytes(buffer[:CHUNK]))
+                del buffer[:CHUNK]
         if self.live and buffer:
             self._flush_soon()
 

@@ -20,7 +20,9 @@ Why each status: a path that is not what the call needs is the client's (404 whe
 file at the path, 409 when a file stands where a directory must); a precondition, a lock or
 an archive is a conflict with the workspace's state (409, 423); an edit that does not apply
 is content the server cannot act on (422); a retriable failure is 503 (``Retry-After`` when
-busy), a full disk 507; what the caller may not see is 404 like what does not exist.
+busy), a full disk 507; what the caller may not see is 404 like what does not exist. A live
+command whose executor died is gone for good (410: polling again will not bring it back); one
+that ended takes no input or signal (409, its state).
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ TABLE: dict[str, Row] = {
     E.RUN_NOT_FOUND: Row(404, "not_found"),
     E.WORKSPACE_ARCHIVED: Row(409, "workspace_archived"),
     E.STORAGE_FULL: Row(507, "storage_full", text="Error: Storage full - {message}"),
+    E.COMMAND_NOT_FOUND: Row(404, "not_found", text="Error: {message}"),  # foreign or made up
+    E.COMMAND_LOST: Row(410, "command_lost", text="Error: {message}"),  # its executor is gone
+    E.COMMAND_ENDED: Row(409, "command_ended", text="Error: {message}"),  # no input, no signal
 }
 """Every error code's row."""
 

@@ -90,6 +90,7 @@ NO_TOOL: dict[str, str] = {
     "cmd.request_approval": "the executors' (asked before a command runs)",
     "qry.events": "the log: the SDK's and quill log (file_history is the model's view)",
     "qry.tree": "the executors' (a checkout's first build); list_files is the model's view",
+    "exec.poll": "read_command_output with a cursor (one tool reads output, ended or running)",
     **workspaces.NO_TOOL,
 }
 """The ops no ``/mcp`` tool is, and why: with ``TOOL_OPS``, every op of ``contracts.ops``."""

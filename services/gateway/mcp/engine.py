@@ -5,6 +5,11 @@ programs. Failures are tool results with ``isError: true`` (never protocol error
 comes from the endpoint's error table, the structured content is WAP's error form
 ``{"error": message, "code": code, "details": {...}}``.
 
+A call that may wait long (a command, output still to come: ``Tool.waits``) sends the client
+progress notifications while it waits, every ``PROGRESS_EVERY_S``, when the client asked for
+them with a progress token (``with_progress``): clients such as Claude Code time a tool call
+out unless they hear from it (``exchange`` streams them before the answer).
+
 Where a call goes is the endpoint's ``Route`` (``/mcp``: the caller's session, see ``sessions``;
 otherwise the caller's workspace or the one of its tenant it names). On an endpoint that
 elicits, a call parked for approval is put to the client's user (``elicitation``).
@@ -14,10 +19,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ContentBlock, InputRequiredResult, TextContent
@@ -37,6 +43,39 @@ Answer = CallToolResult | InputRequiredResult
 """A tool's answer: its result, or (2026-07-28) a question for the client's user first."""
 Route = Callable[[Principal, str | None, str | None], Awaitable[Workspace]]
 """``(principal, op, workspace named or None)`` → the workspace a call of ``op`` goes to."""
+
+
+PROGRESS_EVERY_S = 2.0
+"""How often a waiting call tells a client that asked for progress that it still waits."""
+
+
+def progress_token(ctx: Ctx) -> Any:
+    """The progress token the call's client gave (``_meta.progressToken``), or None."""
+    meta: Any = ctx.request_context.meta or {}
+    return meta.get("progress_token", meta.get("progressToken"))
+
+
+async def with_progress(ctx: Ctx, tool: str, call: Coroutine[Any, Any, Answer]) -> Answer:
+    """``call``'s answer; meanwhile, if the client asked for progress, a notification every
+    ``PROGRESS_EVERY_S``: the seconds waited so far (no total: a command's end is unknown)."""
+    if progress_token(ctx) is None:
+        return await call
+    started = time.monotonic()
+
+    async def tell() -> None:
+        while True:
+            await anyio.sleep(PROGRESS_EVERY_S)
+            waited = time.monotonic() - started
+            with anyio.CancelScope(shield=True):  # a notification is sent whole or not at all
+                await ctx.report_progress(waited, None, f"{tool}: still waiting ({waited:.0f} s)")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(tell)
+        try:
+            answered = await call
+        finally:
+            group.cancel_scope.cancel()
+    return answered
 
 
 @dataclass(frozen=True)

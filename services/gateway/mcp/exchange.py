@@ -20,6 +20,17 @@ limit, past the SDK's Host/Origin/Content-Type checks. Everything else POSTed
 (notifications, batches, malformed bodies, ``initialize``, 2026-07-28 requests, refusals) goes
 to the SDK unchanged, with the body read here handed on.
 
+**Progress.** A JSON answer has no room for notifications, but a tool call that waits (a
+command, output still to come: ``engine.with_progress``) must be able to tell a client that
+asked for progress (``_meta.progressToken``) that it still waits, or the client times the call
+out (Claude Code does). The transport lets a server answer any request with an SSE stream
+instead of JSON, when the client accepts both (as every client must). So such a call is
+answered as JSON unless it sends a notification: at the first one the answer becomes
+``text/event-stream`` (``_Sse``), the notifications are its events, the response its last.
+A 2026-07-28 request asking for progress goes to the SDK's own single-exchange entry in its SSE
+mode (``handle_modern_request``: it defers SSE the same way); without a progress token, to the
+JSON mode as before.
+
 Any other method is answered ``405 Method Not Allowed`` (``Allow: POST``). The transport's words
 (streamable HTTP, "Listening for Messages from the Server"): "The server MUST either return
 Content-Type: text/event-stream in response to this HTTP GET, or else return HTTP 405 Method Not
@@ -39,6 +50,7 @@ from typing import Any
 
 import anyio
 import pydantic_core
+from mcp.server._streamable_http_modern import handle_modern_request
 from mcp.server.connection import Connection
 from mcp.server.runner import serve_one
 from mcp.server.streamable_http import check_accept_headers
@@ -57,6 +69,7 @@ from mcp_types import (
     DEFAULT_NEGOTIATED_VERSION,
     ErrorData,
     JSONRPCError,
+    JSONRPCNotification,
     JSONRPCRequest,
     JSONRPCResponse,
     ProgressToken,
@@ -81,6 +94,12 @@ _NOT_ALLOWED_BODY = (
     b"this MCP endpoint is stateless: it offers no SSE stream (GET) and no session to end "
     b'(DELETE); POST each JSON-RPC message"}}'
 )
+_SSE = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache, no-transform"),
+    (b"x-accel-buffering", b"no"),
+]
+"""An answer streamed as events (the SDK's SSE answer's headers, but for the connection's)."""
 _NOT_ALLOWED = [
     *_JSON,
     (b"allow", b"POST"),
@@ -88,10 +107,39 @@ _NOT_ALLOWED = [
 ]
 
 
+def _event(message: JSONRPCResponse | JSONRPCError | JSONRPCNotification) -> bytes:
+    """``message`` as one SSE ``message`` event."""
+    data = message.model_dump_json(by_alias=True, exclude_none=True)
+    return f"event: message\r\ndata: {data}\r\n\r\n".encode()
+
+
+class _Sse:
+    """The answer of a request that asked for progress: JSON until a notification is sent,
+    then an event stream (see the module's docstring)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def notify(self, message: JSONRPCNotification) -> None:
+        if not self.started:
+            self.started = True
+            await self.send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        await self.send({"type": "http.response.body", "body": _event(message), "more_body": True})
+
+    async def finish(self, reply: JSONRPCResponse | JSONRPCError) -> bool:
+        """Send ``reply`` as the stream's last event; False when no stream was started."""
+        if not self.started:
+            return False
+        await self.send({"type": "http.response.body", "body": _event(reply), "more_body": False})
+        return True
+
+
 @dataclass
 class _Dispatch:
-    """The ``DispatchContext`` of one stateless JSON exchange: no back channel, and
-    notifications (progress, logs) dropped, as the SDK drops them in JSON mode."""
+    """The ``DispatchContext`` of one stateless JSON exchange: no back channel; progress sent
+    on ``stream`` when the client asked for it and accepts events, any other notification
+    (logs) dropped, as the SDK drops them in JSON mode."""
 
     request_id: RequestId
     message_metadata: ServerMessageMetadata
@@ -100,6 +148,7 @@ class _Dispatch:
     progress_token: ProgressToken | None = None
     transport: TransportContext = _TRANSPORT
     can_send_request: bool = False
+    stream: _Sse | None = None
 
     async def send_raw_request(
         self, method: str, params: Any, opts: CallOptions | None = None
@@ -112,7 +161,17 @@ class _Dispatch:
     async def progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
-        return None
+        if self.stream is None or self.progress_token is None:
+            return
+        params: dict[str, Any] = {"progressToken": self.progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        notification = JSONRPCNotification(
+            jsonrpc="2.0", method="notifications/progress", params=params
+        )
+        await self.stream.notify(notification)
 
 
 class Exchange:
@@ -140,10 +199,16 @@ class Exchange:
             await manager.handle_request(scope, receive, send)
             return
         version = next((v for k, v in scope["headers"] if k == _VERSION_HEADER), None)
-        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
-            await manager.handle_request(scope, receive, send)  # 2026-07-28: the SDK's own
-            return
         body, trailing = await _body(receive)
+        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            replayed = _replay(body, trailing, receive)  # 2026-07-28: the SDK's own
+            if trailing is None and b"progressToken" in body:  # events, if it sends progress
+                app, security = manager.app, manager.security_settings
+                state = manager._lifespan_state  # noqa: SLF001 (entered by run())
+                await handle_modern_request(app, security, False, state, scope, replayed, send)
+                return
+            await manager.handle_request(scope, replayed, send)
+            return
         message = None
         if trailing is None and len(body) <= manager.max_request_body_size:
             request = Request(scope, _replay(body, trailing, receive))
@@ -182,11 +247,14 @@ class Exchange:
     ) -> None:
         if self._never is None:
             self._never = anyio.Event()
+        token = progress_token_from_params(message.params)
+        stream = _Sse(send) if token is not None and check_accept_headers(request)[1] else None
         dispatch = _Dispatch(
             message.id,
             ServerMessageMetadata(request_context=request, can_send_request=False),
             self._never,
-            progress_token_from_params(message.params),
+            token,
+            stream=stream,
         )
         connection = Connection.from_envelope(
             version.decode("latin-1") if version is not None else DEFAULT_NEGOTIATED_VERSION,
@@ -211,6 +279,8 @@ class Exchange:
             reply = JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
         else:
             reply = JSONRPCResponse(jsonrpc="2.0", id=message.id, result=result)
+        if stream is not None and await stream.finish(reply):
+            return
         payload = reply.model_dump_json(by_alias=True, exclude_unset=True).encode()
         headers = [*_JSON, (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})

@@ -1,5 +1,6 @@
 """MCP at ``/mcp``: Quill's tools beyond the workspace tool's six (edits, search, history,
-commands, git), as rows of ``table`` (each is one op)."""
+commands, git), as rows of ``table`` (each is one op); the tools of a command's output and of
+commands that run on are ``commands``'s."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Annotated, Any
 
 from pydantic import Field, WithJsonSchema
 
-from contracts.requests import GitAction, ModifyOperation, OutputStream
-from services.gateway.mcp import reference, texts
+from contracts.limits import LIVE_YIELD_MAX_MS
+from contracts.requests import GitAction, ModifyOperation
+from services.gateway.mcp import commands, reference, texts
 from services.gateway.mcp.engine import converted, inline_schema
 from services.gateway.mcp.table import (
     CHANGES,
@@ -44,23 +46,28 @@ Command = Annotated[str, Field(min_length=1, description="The shell command line
 Workdir = Annotated[str, Field(description="Working directory in /workspace (default: root)")]
 Timeout = Annotated[int | None, Field(ge=1, le=600_000, description="Milliseconds (default 30000)")]
 Env = Annotated[dict[str, str] | None, Field(description="Extra environment variables")]
-CommandId = Annotated[
-    str,
-    Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$", description="The id execute_command gave"),
+YieldMs = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=LIVE_YIELD_MAX_MS,
+        description="Answer then if still running (default 10000)",
+    ),
 ]
-OutputLength = Annotated[
-    int, Field(ge=1, le=1024 * 1024, description="Most bytes to read (default 65536)")
-]
+YIELD_MS = 10_000
+"""``execute_command``'s default ``yield_ms``: a model's turn stays short, and a command that
+waits (a server, a prompt) does not hold it until its timeout."""
 
 
 COMMAND = (
     "Run a shell command (bash -c) in the workspace's sandbox (in /workspace, no network) "
     "until timeout_ms. Answers the exit code (non-zero is no error), stdout and stderr (over "
-    "50 KB: the first and last 25 KB; read_command_output reads the rest). Its changes are "
-    "committed as one version. Each call is a fresh shell: cd, export and /tmp do not carry "
-    "over; processes left running are killed when it ends; stdin is closed; python is "
-    "python3. Only committed files are visible to the file tools: it lists those it could "
-    "not commit."
+    "50 KB: the first and last 25 KB; read_command_output reads the rest). Still running "
+    "after yield_ms, it runs on: the answer gives its command_id and cursor for "
+    "read_command_output, write_stdin and send_signal. Its changes are committed as one "
+    "version when it ends. Each call is a fresh shell: cd, export and /tmp do not carry "
+    "over; background processes are killed when it ends; python is python3. Only committed "
+    "files are visible to the file tools: it lists those it could not commit."
 )
 ALIAS = "The same tool as execute_command (an alias: same arguments, answer and hints)."
 Only = Annotated[str | None, Field(description="Omit for the whole workspace")]
@@ -73,6 +80,7 @@ COMMAND_ARGS = (
     Arg("workdir", Workdir, ""),
     Arg("timeout_ms", Timeout, None),
     Arg("env", Env, None),
+    Arg("yield_ms", YieldMs, YIELD_MS),
     WS,
 )
 
@@ -84,10 +92,11 @@ def command_tool(name: str, description: str) -> Tool:
         "exec.run",
         description,
         COMMAND_ARGS,
-        lambda a, r: texts.command_text(r),
+        lambda a, r: texts.command_or_running_text(r),
         OPEN,
         path="workdir",
         detail=lambda a: a.command,
+        waits=True,
     )
 
 
@@ -247,23 +256,7 @@ TOOLS = (
     ),
     command_tool("execute_command", COMMAND),
     command_tool("bash", ALIAS),
-    Tool(
-        "read_command_output",
-        "exec.output",
-        "Read part of a command's output by its id (execute_command gives the exact call), "
-        "for an hour after it ends.",
-        (
-            Arg("command_id", CommandId),
-            Arg("stream", OutputStream, "stdout"),
-            Arg("offset", described(int, "First byte to read", ge=0), 0),
-            Arg("length", OutputLength, 64 * 1024),
-            WS,
-        ),
-        lambda a, r: texts.command_output_text(r),
-        READ_ONLY,
-        path=None,
-        detail=lambda a: a.command_id,
-    ),
+    *commands.TOOLS,
     Tool(
         "git",
         "exec.git",
@@ -290,4 +283,4 @@ TOOLS = (
 )
 """Quill's tools: edit_file, modify_file, grep, explore_files, delete_file, move_file,
 file_history, diff, restore, get_workspace_info, execute_command (and its alias bash),
-read_command_output, git."""
+read_command_output, write_stdin, send_signal, list_commands (``commands``), git."""

@@ -30,7 +30,7 @@ from pydantic import Field
 from contracts.ops import OPS
 from quill.client import Workspace
 from services.gateway.access import Principal
-from services.gateway.mcp.engine import Answer, Ctx, Done, Tools
+from services.gateway.mcp.engine import Answer, Ctx, Done, Tools, with_progress
 from services.gateway.mcp.schemas import Schema, shape, with_errors
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -62,7 +62,11 @@ WORKSPACE = "workspace"
 WORKSPACE_SAYS = "Omit for yours; else a workspace id (tenant/id if no tokens) or attached URI"
 """What ``workspace`` is, in each tool's input schema: clients that hand a model the tools
 but not the server's instructions (LangChain, pydantic-ai) give it nothing else."""
-SDK_METHODS: dict[str, str] = {"exec.run": "exec", "exec.output": "command_output"}
+SDK_METHODS: dict[str, str] = {
+    "exec.run": "exec",
+    "exec.output": "command_output",
+    "exec.list": "running",
+}
 """The ``quill.Workspace`` method of an op where it is not named as the op (``cmd.write`` is
 ``Workspace.write``). ``contracts.ops`` names no SDK method, so the gateway keeps these."""
 
@@ -130,6 +134,9 @@ class Tool:
     """On the caller (``(host, principal, args)``) rather than on a workspace."""
     output: Schema | None = None
     """The success shape of ``structuredContent`` where it is not the op's result's."""
+    waits: bool = False
+    """A call may wait long (a command, output to come): the client is sent progress while
+    it does, if it asked for progress (``engine.with_progress``)."""
 
     @property
     def output_schema(self) -> Schema:
@@ -170,6 +177,11 @@ def handler(tool: Tool, tools: Tools, answer: Answerer, host: Any = None) -> Any
         return rendered if isinstance(rendered, Done) else answer(rendered, result)
 
     async def serve(ctx: Ctx, **given: Any) -> Answer:
+        if tool.waits:
+            return await with_progress(ctx, tool.name, served(ctx, **given))
+        return await served(ctx, **given)
+
+    async def served(ctx: Ctx, **given: Any) -> Answer:
         args = Args(given)
         path = (args.get(tool.path) or None) if tool.path else None
         workspace = args.get(WORKSPACE)

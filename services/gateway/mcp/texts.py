@@ -456,6 +456,114 @@ def command_text(r: rp.CommandResult) -> str:
     return "\n\n".join(parts)
 
 
+RUNNING_SHOWN = 32 * 1024
+"""Characters of each stream a still-running command's answer shows at most (its last ones)."""
+
+
+def going_on(command_id: str, cursor: str) -> str:
+    """How to continue with a command still running."""
+    return (
+        f'Call read_command_output with command_id="{command_id}" and cursor="{cursor}" to '
+        "wait for more output (and its exit code once it ends), write_stdin to type into it, "
+        "send_signal to stop it."
+    )
+
+
+def _live_streams(stdout: str, stderr: str) -> list[str]:
+    """Both streams of a live command's answer, labelled; a long one as its last part."""
+    parts = []
+    for name, text in (("stdout", stdout), ("stderr", stderr)):
+        if len(text) > RUNNING_SHOWN:
+            left_out = len(text[:-RUNNING_SHOWN].encode())
+            text = f"[... the first {left_out} bytes left out ...]\n{text[-RUNNING_SHOWN:]}"
+        if text:
+            parts.append(f"--- {name} ---\n{text.rstrip(chr(10))}")
+    return parts
+
+
+def running_text(r: rp.CommandResult) -> str:
+    """``execute_command``'s answer when the command still runs at ``yield_ms``: its id, its
+    output so far and how to go on."""
+    said_so = f"Command {r.command_id} is still running ({r.duration_ms / 1000:.0f} s)."
+    streams = _live_streams(r.stdout, r.stderr)
+    parts = [said_so + (" Output so far:" if streams else " No output so far."), *streams]
+    if r.stdout_truncated:
+        parts.append("[more output is kept after this: read on with the cursor]")
+    parts.append(going_on(r.command_id, r.cursor))
+    return "\n\n".join(parts)
+
+
+def command_or_running_text(r: rp.CommandResult) -> str:
+    """``execute_command``'s answer: as one-shot when it ended, else ``running_text``."""
+    return running_text(r) if r.running else command_text(r)
+
+
+def poll_text(r: rp.CommandStatus) -> str:
+    """``read_command_output``'s answer with a cursor: the output after it, whether the command
+    still runs and how to go on, or how it ended and what it committed."""
+    streams = _live_streams(r.stdout, r.stderr)
+    if r.running:
+        head = f"Command {r.command_id} is still running."
+        head += " New output:" if streams else " No new output yet."
+        return "\n\n".join([head, *streams, going_on(r.command_id, r.cursor)])
+    head = f"Command {r.command_id} has ended. Exit code: {r.exit_code}"
+    head += " (timed out)" if r.timed_out else ""
+    parts = [head, *streams]
+    if r.more:
+        parts.append(
+            "[more output is kept: call read_command_output with "
+            f'command_id="{r.command_id}" and cursor="{r.cursor}" for it]'
+        )
+    if r.version is not None:
+        parts.append(f"Committed {plural(r.changed, 'changed path')} as version {r.version}")
+    elif r.error:
+        parts.append(f"Nothing committed: {r.error}")
+    else:
+        parts.append("It changed no files.")
+    return "\n\n".join(parts)
+
+
+def input_text(command_id: str, sent: int, r: rp.InputWritten) -> str:
+    """``write_stdin``'s answer."""
+    text = f"Wrote {plural(r.written, 'byte')} to the standard input of command {command_id}"
+    if r.written < sent:
+        text += f" ({sent - r.written} more were not read within 5 s: send them again later)"
+    if r.closed:
+        text += "; its standard input is closed now (a read gets end of file)"
+    return (
+        f"{text}. Call read_command_output with its command_id and your last cursor for what "
+        "it answers."
+    )
+
+
+def signal_text(r: rp.SignalSent) -> str:
+    """``send_signal``'s answer."""
+    then = " (KILL follows in 5 s if it still runs)" if r.signal == "TERM" else ""
+    return (
+        f"Sent {r.signal} to command {r.command_id} ({plural(r.processes, 'process')}){then}. "
+        "Call read_command_output with its command_id and your last cursor for how it ends."
+    )
+
+
+def live_commands_text(r: rp.LiveCommands) -> str:
+    """``list_commands``'s answer: each command still running, or none."""
+    if not r.commands:
+        return "No commands are running in this workspace."
+    lines = [f"Commands running in this workspace ({len(r.commands)}):", ""]
+    for c in r.commands:
+        stdin = ", stdin open" if c.stdin_open else ""
+        lines.append(
+            f"{c.command_id}: started {stamp(c.started)} by {c.actor or '-'} in "
+            f"{c.workdir or '.'}{stdin}: {c.command}"
+        )
+    lines += [
+        "",
+        'read_command_output with a command_id and cursor="" reads one\'s output from its start; '
+        "send_signal stops one.",
+    ]
+    return "\n".join(lines)
+
+
 def head_and_tail(head: str, tail: str, omitted: int) -> str:
     """A stream as one text: its head, what is left out, its tail (WAP's ``stdout``)."""
     if not omitted:

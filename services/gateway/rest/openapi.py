@@ -2,7 +2,8 @@
 
 Over 400 lines because it is one document, mostly data: the schemas and paths of the file
 store, the runs and discovery, written out once so that what the gateway serves and what it
-describes can be compared in one place (``tests/gateway/test_openwop_conformance.py``).
+describes can be compared in one place (``tests/gateway/test_openwop_conformance.py``). The
+commands' are ``commands.paths``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.gateway import VERSION
+from services.gateway.rest import commands
 from services.gateway.rest.approvals import WAIT_MAX_MS
 from services.gateway.rest.edge import MAX_BODY_BYTES
 from services.gateway.rest.files import LIST_MAX
@@ -307,7 +309,7 @@ def document() -> dict[str, Any]:
             "description": "RFC 0059 workspace files, MCP (/mcp) and WAP (/mcp/wap) over Quill.",
         },
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **commands.SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
@@ -353,6 +355,7 @@ def document() -> dict[str, Any]:
                 }
             },
             "/v1/host/workspace/files/{path}": file_ops,
+            **commands.paths(_json, ERRORS, _error),
             "/v1/runs": {
                 "post": {
                     "summary": "Start a run: reads under it see the workspace as of now",

@@ -11,6 +11,7 @@ from starlette.routing import BaseRoute, Route
 from services.gateway.access import Access
 from services.gateway.rest import openapi
 from services.gateway.rest.approvals import Approvals
+from services.gateway.rest.commands import COMMANDS, Commands
 from services.gateway.rest.edge import guard
 from services.gateway.rest.files import Files
 from services.gateway.rest.runs import Runs
@@ -29,12 +30,18 @@ def routes(access: Access) -> list[BaseRoute]:
     """Every REST route, ``/openapi.json`` first."""
     files, runs = Files(access), Runs(access)
     approvals, workspaces = Approvals(access), Workspaces(access)
+    commands = Commands(access)
     table = [
         ("GET", FILES, files.list_files),
         ("GET", FILES + "/{path:filepath}", files.get_file),
         ("PUT", FILES + "/{path:filepath}", files.put_file),
         ("DELETE", FILES + "/{path:filepath}", files.delete_file),
         ("GET", "/.well-known/openwop", files.discovery),
+        ("POST", COMMANDS, commands.run),
+        ("GET", COMMANDS, commands.list),
+        ("GET", COMMANDS + "/{command_id}/output", commands.output),
+        ("POST", COMMANDS + "/{command_id}/input", commands.input),
+        ("POST", COMMANDS + "/{command_id}/signal", commands.signal),
         ("POST", RUNS, runs.create),
         ("GET", RUNS + "/{run_id}", runs.snapshot),
         ("POST", RUNS + "/{run_id}/cancel", runs.cancel),

@@ -1,0 +1,360 @@
+"""REST commands: ``/v1/host/workspace/commands``, a command run in the caller's workspace, and
+the commands that run on past their request (``exec.run`` with ``yield_ms``).
+
+``POST`` ``{"command", "workdir"?, "timeoutMs"?, "env"?, "yieldMs"?}`` runs one: without
+``yieldMs`` the answer waits for its end; with it, a command still running then is answered
+``running: true`` with its ``commandId`` and a ``cursor`` (and ``Location``: its output). Then,
+by the id: ``GET …/{commandId}/output?cursor=&waitMs=&maxBytes=`` (``exec.poll``: the output
+after the cursor, waiting up to ``waitMs`` while it runs; once ended its ``exitCode`` and the
+``version`` its changes were committed as), ``POST …/{commandId}/input``
+``{"data": "...", "eof"?}`` (``exec.input``) and ``POST …/{commandId}/signal``
+``{"signal": "INT"}`` (``exec.signal``). ``GET`` (``?running=1`` accepted: only running
+commands are listed) is ``exec.list``. Bodies and answers are camelCase, as the file store's.
+
+An id of another workspace or tenant is ``404`` like one that never was (``COMMAND_NOT_FOUND``,
+nothing said); an ended command refuses input or a signal (``409 command_ended``); one whose
+executor died is ``410 command_lost``. Openwop's ``/v1/runs`` are workflow runs (``runs``), not
+commands: hence a path of its own, beside the files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode as E
+from contracts.errors import QuillError
+from contracts.limits import (
+    LIVE_INPUT_MAX_BYTES,
+    LIVE_POLL_MAX_BYTES,
+    LIVE_WAIT_MAX_MS,
+    LIVE_YIELD_MAX_MS,
+)
+from services.gateway.access import Access
+from services.gateway.rest.edge import count_param, json_body, own_workspace
+
+COMMANDS = "/v1/host/workspace/commands"
+RUN_FIELDS = frozenset({"command", "workdir", "timeoutMs", "env", "yieldMs"})
+
+
+def _fields(body: Any, allowed: frozenset[str], shape: str) -> dict[str, Any]:
+    """``body`` as an object of ``allowed`` fields.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for anything else.
+    """
+    if not isinstance(body, dict):
+        raise QuillError(E.INVALID_ARGUMENT, f"Body must be {shape}")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise QuillError(E.INVALID_ARGUMENT, f"Not supported: {', '.join(unknown)}")
+    return body
+
+
+def _typed(value: Any, kind: Any, name: str) -> Any:
+    """``value`` as ``kind`` (strictly, with the contract's bounds).
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` naming ``name``.
+    """
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        raise QuillError(E.INVALID_ARGUMENT, f"Invalid {name}: {exc}") from None
+
+
+def handle_param(request: Request) -> str:
+    """The path's command id.
+
+    Raises:
+        QuillError: ``COMMAND_NOT_FOUND`` (404) for one no live command can have.
+    """
+    command_id: str = request.path_params["command_id"]
+    try:
+        return msgspec.convert(command_id, rq.CommandHandle)
+    except msgspec.ValidationError:
+        raise QuillError(E.COMMAND_NOT_FOUND, "No such command") from None
+
+
+def ms_param(request: Request, name: str, most: int) -> int | None:
+    """The query parameter ``name``: 0 to ``most`` ms, None if absent.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for anything else.
+    """
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdecimal() and len(raw) <= 16) or int(raw) > most:
+        raise QuillError(E.INVALID_ARGUMENT, f"{name} must be an integer from 0 to {most} (ms)")
+    return int(raw)
+
+
+def ran(r: rp.CommandResult) -> dict[str, Any]:
+    """A command's answer: how it ended, or that it runs on (its id and cursor)."""
+    body: dict[str, Any] = {
+        "commandId": r.command_id,
+        "running": r.running,
+        "stdout": r.stdout,
+        "stderr": r.stderr,
+        "durationMs": r.duration_ms,
+    }
+    if r.running:
+        return {**body, "cursor": r.cursor, "more": r.stdout_truncated}
+    changes = r.changes
+    return {
+        **body,
+        "exitCode": r.exit_code,
+        "timedOut": r.timed_out,
+        "stdoutOmittedBytes": r.stdout_omitted_bytes,
+        "stdoutTail": r.stdout_tail,
+        "stderrOmittedBytes": r.stderr_omitted_bytes,
+        "stderrTail": r.stderr_tail,
+        "version": changes.version if changes is not None and changes.committed else None,
+        "changed": changes.total if changes is not None else 0,
+    }
+
+
+def polled(r: rp.CommandStatus) -> dict[str, Any]:
+    """``exec.poll``'s answer in the door's words."""
+    return {
+        "commandId": r.command_id,
+        "running": r.running,
+        "stdout": r.stdout,
+        "stderr": r.stderr,
+        "cursor": r.cursor,
+        "more": r.more,
+        "exitCode": r.exit_code,
+        "timedOut": r.timed_out,
+        "version": r.version,
+        "changed": r.changed,
+        "commitError": r.error,
+        "durationMs": r.duration_ms,
+    }
+
+
+class Commands:
+    """The command endpoints, over the caller's own workspace."""
+
+    def __init__(self, access: Access) -> None:
+        self.access = access
+
+    async def run(self, request: Request) -> Response:
+        body = _fields(await json_body(request), RUN_FIELDS, '{"command": "..."}')
+        command = body.get("command")
+        if not isinstance(command, str) or not command:
+            raise QuillError(E.INVALID_ARGUMENT, "command must be a non-empty string")
+        fields = {"timeoutMs": "timeout_ms", "yieldMs": "yield_ms"}
+        asked = {fields.get(k, k): v for k, v in body.items()}
+        req: rq.RunCommand = _typed(asked, rq.RunCommand, "body")  # the contract's bounds
+        ws = await own_workspace(self.access, request)
+        result = await ws.exec(
+            req.command,
+            workdir=req.workdir,
+            timeout_ms=req.timeout_ms,
+            env=req.env,
+            yield_ms=req.yield_ms,
+        )
+        headers = None
+        if result.running:
+            headers = {"Location": f"{COMMANDS}/{quote(result.command_id)}/output"}
+        return JSONResponse(ran(result), headers=headers)
+
+    async def list(self, request: Request) -> Response:
+        if request.query_params.get("running", "1") not in ("1", "true"):
+            raise QuillError(E.INVALID_ARGUMENT, "Only running commands are listed (running=1)")
+        ws = await own_workspace(self.access, request)
+        listed = await ws.running()
+        commands = [
+            {
+                "commandId": c.command_id,
+                "command": c.command,
+                "workdir": c.workdir,
+                "actor": c.actor,
+                "startedAt": c.started.isoformat().replace("+00:00", "Z"),
+                "stdinOpen": c.stdin_open,
+            }
+            for c in listed.commands
+        ]
+        return JSONResponse({"commands": commands})
+
+    async def output(self, request: Request) -> Response:
+        handle = handle_param(request)
+        asked = {"command_id": handle, "cursor": request.query_params.get("cursor", "")}
+        poll: rq.CommandPoll = _typed(asked, rq.CommandPoll, "cursor")
+        wait_ms = ms_param(request, "waitMs", LIVE_WAIT_MAX_MS) or 0
+        max_bytes = count_param(request, "maxBytes", LIVE_POLL_MAX_BYTES) or 64 * 1024
+        ws = await own_workspace(self.access, request)
+        status = await ws.command(handle, poll.cursor).poll(wait_ms=wait_ms, max_bytes=max_bytes)
+        return JSONResponse(polled(status))
+
+    async def input(self, request: Request) -> Response:
+        handle = handle_param(request)
+        body = _fields(await json_body(request), frozenset({"data", "eof"}), '{"data": "..."}')
+        data = _typed(body.get("data", ""), str, "data").encode()
+        if len(data) > LIVE_INPUT_MAX_BYTES:
+            raise QuillError(E.SIZE_LIMIT_EXCEEDED, f"data over {LIVE_INPUT_MAX_BYTES} bytes")
+        eof = _typed(body.get("eof", False), bool, "eof")
+        ws = await own_workspace(self.access, request)
+        written = await ws.command(handle).input(data, eof=eof)
+        return JSONResponse(
+            {"commandId": written.command_id, "written": written.written, "closed": written.closed}
+        )
+
+    async def signal(self, request: Request) -> Response:
+        handle = handle_param(request)
+        body = _fields(await json_body(request), frozenset({"signal"}), '{"signal": "INT"}')
+        name = _typed(body.get("signal", "TERM"), rq.SignalName, "signal")
+        ws = await own_workspace(self.access, request)
+        sent = await ws.command(handle).signal(name)
+        return JSONResponse(
+            {"commandId": sent.command_id, "signal": sent.signal, "processes": sent.processes}
+        )
+
+
+def _str(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+def _int(description: str, most: int | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "integer", "minimum": 0, "description": description}
+    return {**schema, "maximum": most} if most is not None else schema
+
+
+SCHEMAS: dict[str, Any] = {
+    "CommandRun": {
+        "type": "object",
+        "required": ["command"],
+        "additionalProperties": False,
+        "properties": {
+            "command": _str("The shell command line (bash -c)"),
+            "workdir": _str("Working directory, workspace-relative (default: the root)"),
+            "timeoutMs": _int("Stop it after this long (default 30000)"),
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+            "yieldMs": _int("Answer then if it still runs; it runs on", LIVE_YIELD_MAX_MS),
+        },
+    },
+    "CommandRan": {
+        "type": "object",
+        "description": "How it ended, or (running) its id and cursor: it runs on",
+        "properties": {
+            "commandId": {"type": "string"},
+            "running": {"type": "boolean"},
+            "stdout": _str("Its output (running: so far; ended: the head of a long one)"),
+            "stderr": {"type": "string"},
+            "cursor": _str("running: for GET …/output"),
+            "exitCode": {"type": "integer"},
+            "timedOut": {"type": "boolean"},
+            "version": {"type": ["integer", "null"], "description": "Its changes' version"},
+            "changed": {"type": "integer"},
+        },
+    },
+    "CommandOutput": {
+        "type": "object",
+        "description": "The output after the cursor; once ended, how it ended",
+        "properties": {
+            "commandId": {"type": "string"},
+            "running": {"type": "boolean"},
+            "stdout": {"type": "string"},
+            "stderr": {"type": "string"},
+            "cursor": _str("For the next GET …/output"),
+            "more": {"type": "boolean", "description": "More is kept past cursor already"},
+            "exitCode": {"type": ["integer", "null"]},
+            "timedOut": {"type": "boolean"},
+            "version": {"type": ["integer", "null"]},
+            "changed": {"type": "integer"},
+            "commitError": {"type": ["string", "null"]},
+        },
+    },
+}
+
+COMMAND_ID = {
+    "name": "commandId",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^c[0-9a-f]{12}[A-Za-z0-9]{1,40}$"},
+}
+FAILURES = {
+    "404": "not_found: no such command in this workspace (made up, another's, or too old)",
+    "409": "command_ended: it takes no input or signal any more",
+    "410": "command_lost: the executor holding it is gone, and the command with it",
+}
+
+
+def paths(json: Any, errors: dict[str, Any], error: Any) -> dict[str, Any]:
+    """The OpenAPI paths of the commands (``json(schema, description)``, ``errors``, and
+    ``error(description)`` as the document writes them)."""
+    failures = {**errors, **{code: error(text) for code, text in FAILURES.items()}}
+    obj = {"type": "object"}
+
+    def body(schema: Any) -> dict[str, Any]:
+        return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+    return {
+        COMMANDS: {
+            "post": {
+                "summary": "Run a command; with yieldMs, one still running then runs on",
+                "requestBody": body({"$ref": "#/components/schemas/CommandRun"}),
+                "responses": {
+                    "200": json({"$ref": "#/components/schemas/CommandRan"}, "Ran, or runs on"),
+                    **errors,
+                },
+            },
+            "get": {
+                "summary": "The commands still running in the workspace, on every executor",
+                "parameters": [
+                    {"name": "running", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {"200": json(obj, "{commands: [...]}"), **errors},
+            },
+        },
+        COMMANDS + "/{commandId}/output": {
+            "parameters": [COMMAND_ID],
+            "get": {
+                "summary": "Its output after cursor, waiting up to waitMs while it runs",
+                "parameters": [
+                    {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+                    {"name": "waitMs", "in": "query", "schema": _int("", LIVE_WAIT_MAX_MS)},
+                    {"name": "maxBytes", "in": "query", "schema": _int("", LIVE_POLL_MAX_BYTES)},
+                ],
+                "responses": {
+                    "200": json({"$ref": "#/components/schemas/CommandOutput"}, "Its output"),
+                    **failures,
+                },
+            },
+        },
+        COMMANDS + "/{commandId}/input": {
+            "parameters": [COMMAND_ID],
+            "post": {
+                "summary": "Text to its standard input; eof closes it",
+                "requestBody": body(
+                    {
+                        "type": "object",
+                        "properties": {"data": {"type": "string"}, "eof": {"type": "boolean"}},
+                    }
+                ),
+                "responses": {"200": json(obj, "{commandId, written, closed}"), **failures},
+            },
+        },
+        COMMANDS + "/{commandId}/signal": {
+            "parameters": [COMMAND_ID],
+            "post": {
+                "summary": "INT, TERM (KILL 5 s after), KILL or HUP to its processes",
+                "requestBody": body(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "signal": {"type": "string", "enum": ["INT", "TERM", "KILL", "HUP"]}
+                        },
+                    }
+                ),
+                "responses": {"200": json(obj, "{commandId, signal, processes}"), **failures},
+            },
+        },
+    }
