@@ -619,12 +619,14 @@ class ShellClose(Request, frozen=True, kw_only=True):
     committed (background)."""
 
     shell: ShellHandle
+    """The shell (``exec.shell_open``'s ``shell``)."""
 
 
 class ShellCheckpoint(Request, frozen=True, kw_only=True):
     """Commit what a shell's background processes changed since its last command."""
 
     shell: ShellHandle
+    """The shell (``exec.shell_open``'s ``shell``)."""
 
 
 class RunCommand(Execution, frozen=True, kw_only=True):

@@ -82,6 +82,9 @@ TABLE: dict[str, Row] = {
     E.COMMAND_NOT_FOUND: Row(404, "not_found", text="Error: {message}"),  # foreign or made up
     E.COMMAND_LOST: Row(410, "command_lost", text="Error: {message}"),  # its executor is gone
     E.COMMAND_ENDED: Row(409, "command_ended", text="Error: {message}"),  # no input, no signal
+    E.SHELL_NOT_FOUND: Row(404, "not_found", text="Error: {message}"),  # foreign, made up, closed
+    E.SHELL_LOST: Row(410, "shell_lost", text="Error: {message}"),  # its executor is gone
+    E.BUSY: Row(409, "busy", text="Error: {message}"),  # a shell runs one command at a time
 }
 """Every error code's row."""
 

@@ -16,6 +16,7 @@ import quill._reads
 import quill.client
 import quill.command
 import quill.session
+import quill.shell
 import quill.workspace
 from contracts import ops
 from contracts import requests as rq
@@ -69,6 +70,7 @@ def _sdk_methods() -> list[tuple[str, ast.AsyncFunctionDef, set[str]]]:
         quill._reads,
         quill._handle,
         quill.session,
+        quill.shell,
         quill.command,
     ):
         tree = ast.parse(inspect.getsource(module))
