@@ -1,6 +1,8 @@
 """The executor: a ``true`` round trip through the pool (bwrap and local) next to a bare
-``subprocess.run(["true"])``, and the capture of 1,000 changed files next to a client sending
-the same 1,000 files in one ``apply`` itself; in one run."""
+``subprocess.run(["true"])``; ``true`` in an open shell next to both (issue 32: within 5x of
+the bare run, at most half of a one-shot); the executor's CPU while a poll of an idle live
+command waits; and the capture of 1,000 changed files next to a client sending the same
+1,000 files in one ``apply`` itself; in one run."""
 
 from __future__ import annotations
 
@@ -109,6 +111,54 @@ async def capture(quill: Quill, name: str, rounds: int) -> tuple[list[float], li
     return ours, theirs
 
 
+async def shell_true(
+    quill: Quill, name: str, n: int
+) -> tuple[list[float], list[float], list[float]]:
+    """(``true`` in an open shell, a one-shot ``ws.exec("true")``, a bare
+    ``subprocess.run(["true"])``), interleaved one for one."""
+    ws = quill.workspace(name)
+    await ws.create(exist_ok=True)
+    shell = await ws.shell()
+    try:
+        for _ in range(3):
+            await shell.run("true")
+            await ws.exec("true")
+        inside, one_shot, bare = [], [], []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await shell.run("true")
+            inside.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            await ws.exec("true")
+            one_shot.append(time.perf_counter() - t0)
+            bare += bare_true(1)
+    finally:
+        await shell.close()
+    return inside, one_shot, bare
+
+
+async def idle_poll(
+    quill: Quill, name: str, up: Process, wait_s: float = 5.0
+) -> tuple[float, float]:
+    """The executor's CPU (ms) while one poll of a live command that prints nothing waits
+    ``wait_s`` for output, and over the same time with the command running and no poll."""
+    ws = quill.workspace(name)
+    await ws.create(exist_ok=True)
+    started = await ws.exec("sleep 60", yield_ms=100)
+    command = ws.command(started.command_id or "")
+    pids = {pid: role for pid, role in processes(up).items() if role == "executor"}
+    before = cpu(pids)
+    await command.poll(wait_ms=int(wait_s * 1000))
+    polled = cpu(pids)
+    await asyncio.sleep(wait_s)  # the baseline: the same time, nobody polling
+    after = cpu(pids)
+    await command.signal("KILL")
+    return (
+        (polled.get("executor", 0.0) - before.get("executor", 0.0)) * 1000,
+        (after.get("executor", 0.0) - polled.get("executor", 0.0)) * 1000,
+    )
+
+
 def ms(samples: list[float]) -> str:
     return f"{statistics.median(samples) * 1000:.1f} ms"
 
@@ -136,6 +186,30 @@ async def main(rounds: int = ROUNDS) -> None:
                 spent = ", ".join(f"{role} {v:.1f}" for role, v in shown if v >= 0.05)
                 services = sum(v for role, v in per.items() if role != "bench")
                 cpus.append(f"CPU per `true` ({sandbox}), ms: {services:.1f} in quill up ({spent})")
+                inside, one_shot, bare_s = await shell_true(quill, f"bench/shell-{sandbox}", rounds)
+                figures.append(
+                    row(
+                        f"`true` in an open shell ({sandbox})",
+                        ms(inside),
+                        ms(bare_s),
+                        statistics.median(inside) / statistics.median(bare_s),
+                        "(p50 ratio; baseline: subprocess.run(['true']), interleaved; goal <= 5)",
+                    )
+                )
+                figures.append(
+                    row(
+                        f"`true` in a shell vs one-shot ({sandbox})",
+                        ms(inside),
+                        ms(one_shot),
+                        statistics.median(inside) / statistics.median(one_shot),
+                        "(p50 ratio; baseline: a one-shot exec, interleaved; goal <= 0.5)",
+                    )
+                )
+                idle, quiet = await idle_poll(quill, f"bench/idle-{sandbox}", up)
+                cpus.append(
+                    f"executor CPU over 5 s while a poll of an idle command waits ({sandbox}): "
+                    f"{idle:.1f} ms; the same 5 s with nobody polling: {quiet:.1f} ms"
+                )
                 if sandbox == "bwrap":
                     caught, sent = await capture(quill, "bench/capture", max(3, rounds // 10))
                     figures.append(
