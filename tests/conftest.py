@@ -3,6 +3,7 @@ reader replicas in process, an SDK client; ``quill up`` as a process per module 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
@@ -86,6 +87,19 @@ async def quill(nats_url: str) -> AsyncIterator[Quill]:
     client = await Quill.connect(nats_url, actor="tester", timeout=5)
     yield client
     await client.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used a ``quill up`` shows the tracebacks its services logged (an
+    ``INTERNAL`` a client saw is a traceback in a log that the temporary directory loses)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    stack = getattr(item, "funcargs", {}).get("up")
+    if report.when == "call" and report.failed and isinstance(stack, Up):
+        with contextlib.suppress(OSError):
+            if text := stack.tracebacks():
+                report.sections.append(("quill up: tracebacks in its services' logs", text))
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,18 @@ class Up:
     """How long it took to print its ready line."""
     _pump: threading.Thread | None = None
 
+    def tracebacks(self, most: int = 20_000) -> str:
+        """The tracebacks its services logged (``<data>/logs/*.log``), at most ``most``
+        characters: shown beside a failed test that used it (``tests/conftest.py``)."""
+        found: list[str] = []
+        for log in sorted((self.data / "logs").glob("*.log")):
+            lines = log.read_text(errors="replace").splitlines()
+            for n, line in enumerate(lines):
+                if line.startswith("Traceback"):
+                    found.append(f"{log.name}: {lines[n - 1] if n else ''}")
+                    found.extend(lines[n : n + 40])
+        return "\n".join(found)[-most:]
+
     def start(self, timeout: float = 60.0) -> Up:
         self.output = []
         began = time.monotonic()
