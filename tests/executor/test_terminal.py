@@ -32,7 +32,7 @@ async def read_until(cmd: Command, text: str, seen: list[str]) -> str:
     while text not in "".join(seen):
         status = await cmd.poll(wait_ms=20_000)
         seen.append(status.stdout)
-        if not status.running and not status.more:
+        if text not in "".join(seen) and not status.running and not status.more:
             raise AssertionError(f"ended before {text!r}: {''.join(seen)!r}")
     return "".join(seen)
 
