@@ -103,5 +103,5 @@ def test_refused_without_a_terminal(up: Up) -> None:
     ws = "acme/no-terminal"
     up.cli("create", ws)
     done = up.cli("shell", ws, check=False)
-    assert done.returncode != 0
+    assert done.returncode == 2  # INVALID_ARGUMENT
     assert "quill shell needs a terminal" in done.stderr
