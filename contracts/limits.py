@@ -52,6 +52,9 @@ LIVE_INPUT_MAX_BYTES = 64 * 1024
 """The most one ``exec.input`` carries."""
 LIVE_POLL_MAX_BYTES = 1024 * 1024
 """The most one ``exec.poll`` returns of each stream."""
+PTY_MAX_SIDE = 4096
+"""The most rows, and the most columns, of a live command's terminal (``exec.run``'s ``pty``,
+``exec.resize``)."""
 
 
 def check_stdin(stdin: bytes | None) -> None:

@@ -497,6 +497,16 @@ _ALL: tuple[OpSpec, ...] = (
     ),
     OpSpec(
         "exec",
+        "resize",
+        rq.CommandResize,
+        rp.TerminalResized,
+        "A new size (rows, cols) for the terminal of a live command run with pty: its "
+        "processes get SIGWINCH.",
+        (*_TO_LIVE_COMMAND, E.BUSY),
+        {"command_id": "c0123456789abexample", "rows": 40, "cols": 120},
+    ),
+    OpSpec(
+        "exec",
         "list",
         rq.LiveCommandsQuery,
         rp.LiveCommands,

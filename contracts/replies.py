@@ -830,6 +830,14 @@ class SignalSent(Result, frozen=True, kw_only=True):
     """Processes of the command that were sent it."""
 
 
+class TerminalResized(Result, frozen=True, kw_only=True):
+    """A live command's terminal's new size (``exec.resize``)."""
+
+    command_id: str
+    rows: int
+    cols: int
+
+
 class LiveCommand(msgspec.Struct, frozen=True, kw_only=True):
     """One command running on in a workspace (``exec.list``)."""
 

@@ -22,6 +22,7 @@ from contracts.limits import (
     LIVE_WAIT_MAX_MS,
     LIVE_YIELD_MAX_MS,
     MAX_MESSAGE_BYTES,
+    PTY_MAX_SIDE,
     LimitsPatch,
 )
 
@@ -629,6 +630,13 @@ class ShellCheckpoint(Request, frozen=True, kw_only=True):
     """The shell (``exec.shell_open``'s ``shell``)."""
 
 
+class TerminalSize(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A terminal's size in characters."""
+
+    rows: Annotated[int, Meta(ge=1, le=PTY_MAX_SIDE)]
+    cols: Annotated[int, Meta(ge=1, le=PTY_MAX_SIDE)]
+
+
 class RunCommand(Execution, frozen=True, kw_only=True):
     """Run a shell command (``bash -c``) in the workspace's sandbox. The files it changes are
     committed as one event; a non-zero exit status is a result, not an error."""
@@ -656,6 +664,12 @@ class RunCommand(Execution, frozen=True, kw_only=True):
     ``command_id``, its output so far and a ``cursor``), and let it run on: ``exec.poll``,
     ``exec.input``, ``exec.signal`` act on it by its ``command_id``. Its changes are committed
     when it ends, as any command's. Omitted: the reply waits for the command's end."""
+    pty: TerminalSize | None = None
+    """Run the command in a terminal of this size (a pseudo-terminal in its sandbox; only with
+    ``yield_ms``, without ``stdin`` and ``shell``): ``exec.input`` is what is typed (``\\x03``
+    is Ctrl-C), its output is the terminal's (stdout only, with CRLF line ends), ``exec.resize``
+    changes the size. E.g. ``command: "exec bash -i"`` for an interactive shell
+    (``quill shell``)."""
 
 
 CommandHandle = Annotated[str, Meta(pattern=r"^c[0-9a-f]{12}[A-Za-z0-9]{1,40}$")]
@@ -687,6 +701,16 @@ class CommandInput(Request, frozen=True, kw_only=True):
     """What to write (base64 in JSON): at most ``limits.LIVE_INPUT_MAX_BYTES`` (64 KiB)."""
     eof: bool = False
     """Close its standard input after ``data`` (a read gets end of file)."""
+
+
+class CommandResize(Request, frozen=True, kw_only=True):
+    """A new size for a live command's terminal (``exec.run`` with ``pty``): its processes get
+    SIGWINCH, as from a terminal window resized."""
+
+    command_id: CommandHandle
+    """The live command (``exec.run``'s answer with ``running``: its ``command_id``)."""
+    rows: Annotated[int, Meta(ge=1, le=PTY_MAX_SIDE)]
+    cols: Annotated[int, Meta(ge=1, le=PTY_MAX_SIDE)]
 
 
 SignalName = Literal["INT", "TERM", "KILL", "HUP"]

@@ -78,6 +78,14 @@ class Command:
         sent: rp.SignalSent = (await ws.client.send(ws.tenant, ws.name, body))[1]
         return sent
 
+    async def resize(self, rows: int, cols: int) -> rp.TerminalResized:
+        """Give its terminal (``Workspace.exec`` with ``pty``) a new size: its processes get
+        SIGWINCH."""
+        body = rq.CommandResize(command_id=self.id, rows=rows, cols=cols)
+        ws = self.workspace
+        resized: rp.TerminalResized = (await ws.client.send(ws.tenant, ws.name, body))[1]
+        return resized
+
     async def wait(self, on_output: OnOutput | None = None) -> rp.CommandStatus:
         """Poll until it ends; ``on_output`` gets each piece of output as it comes. Returns
         the last answer, with all the output read meanwhile."""

@@ -349,12 +349,14 @@ class Workspace(Reads):
         yield_ms: int | None = None,
         shell: str | None = None,
         queue: bool = False,
+        pty: tuple[int, int] | None = None,
     ) -> rp.CommandResult:
         """Run ``command`` (``bash -c``) in the workspace's sandbox; the files it changes are
         committed as one event. ``on_output`` receives its output live; ``stdin`` is its
         standard input, given whole (default: closed). ``yield_ms``: answer then if it still
         runs (``running``; go on with ``command(result.command_id, result.cursor)``), its
-        stdin a pipe for ``Command.input`` unless ``stdin`` is given.
+        stdin a pipe for ``Command.input`` unless ``stdin`` is given. ``pty``: (rows, cols) of
+        a terminal to run it in (with ``yield_ms``; ``Command.resize``).
 
         Raises:
             QuillError: ``SIZE_LIMIT_EXCEEDED`` for a ``stdin`` over
@@ -372,6 +374,7 @@ class Workspace(Reads):
             yield_ms=yield_ms,
             shell=shell,
             queue=queue,
+            pty=rq.TerminalSize(rows=pty[0], cols=pty[1]) if pty is not None else None,
         )
         return await self._exec(body, timeout_ms, on_output)
 

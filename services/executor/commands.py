@@ -40,13 +40,14 @@ from infra.exec.commit import changes_id, commit
 from infra.exec.git import READ_ONLY_GIT, Credentials, run_git, sandbox_runner
 from infra.exec.layers import Merged
 from infra.exec.results import Output, audited, command_result
+from infra.exec.sandbox import terminal
 from infra.metrics import EXECUTOR_KILLS
 from quill.client import Quill
 from services.executor import quota
 from services.executor.checkouts import Checkouts
 from services.executor.config import ExecutorConfig
 from services.executor.egress import Egress
-from services.executor.live import LiveCommand, LiveCommands, new_handle
+from services.executor.live import LiveCommand, LiveCommands, check_pty, new_handle
 from services.executor.output import Recorder
 
 if TYPE_CHECKING:
@@ -308,6 +309,7 @@ class Commands:
         details: dict[str, Any],
     ) -> tuple[int, rp.CommandResult]:
         check_stdin(req.stdin)
+        check_pty(req)
         if req.shell is not None:
             assert self.shells is not None
             return await self.shells.run(address, origin, req, job, details)
@@ -363,6 +365,8 @@ class Commands:
                 overlay=checkout.generation if overlays else None,
                 egress=self.egress.grant(address, origin) if self.egress else None,
             )
+            if req.pty is not None:
+                spawn = terminal.in_terminal(spawn, req.pty.rows, req.pty.cols)
             command_id = new_handle(self.live.route) if yielding else origin.request_id
             output = Output(limits.max_output_bytes, self.secrets)
             recorder = Recorder(
@@ -401,6 +405,7 @@ class Commands:
                     started=recorder.facts["started"] if recorder.facts else datetime.now(UTC),
                     process=process,
                     stdin_open=live_stdin,
+                    pty=req.pty is not None,
                 )
                 self.live.add(command)
                 held.append(command)

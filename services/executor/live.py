@@ -55,7 +55,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Address, Subjects
 from infra import bus
 from infra.bus import respond
-from infra.exec.sandbox import GRACE_S, Live
+from infra.exec.sandbox import GRACE_S, Live, terminal
 from services.executor.output import kept_part, read_page
 
 log = logging.getLogger("quill.executor.live")
@@ -66,7 +66,7 @@ FORWARD_S = 10.0
 """How long a forwarded op waits for the holder's answer."""
 LIST_WAIT_S = 1.0
 """The longest ``exec.list`` waits for the executors' answers."""
-LIVE_OPS = ("poll", "input", "signal", "list")
+LIVE_OPS = ("poll", "input", "signal", "resize", "list")
 """The exec ops on live commands (no slot, no checkout)."""
 SIGNALS = {
     "INT": signal.SIGINT,
@@ -106,6 +106,8 @@ class LiveCommand:
     started: datetime
     process: Live | None = None
     stdin_open: bool = False
+    pty: bool = False
+    """Run in a terminal (``exec.run``'s ``pty``): its stdin carries ``terminal`` frames."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     _killing: asyncio.Task[None] | None = None
 
@@ -117,6 +119,23 @@ class LiveCommand:
             actor=self.actor,
             started=self.started,
             stdin_open=self.stdin_open,
+        )
+
+
+def check_pty(req: rq.RunCommand) -> None:
+    """A terminal goes with a live command only: ``yield_ms``, no ``stdin``, no ``shell``.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT``.
+    """
+    if req.pty is None:
+        return
+    if req.yield_ms is None or req.stdin is not None or req.shell is not None:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            "pty goes with yield_ms (a live command, typed into with exec.input), without "
+            "stdin or shell",
+            {"field": "pty"},
         )
 
 
@@ -196,12 +215,13 @@ class LiveCommands:
         ]
 
     async def act(self, address: Address, request: rq.Request) -> Any:
-        """``exec.input`` or ``exec.signal`` on a command held here.
+        """``exec.input``, ``exec.signal`` or ``exec.resize`` on a command held here.
 
         Raises:
-            QuillError: ``COMMAND_NOT_FOUND``, ``COMMAND_ENDED``.
+            QuillError: ``COMMAND_NOT_FOUND``, ``COMMAND_ENDED``; ``INVALID_ARGUMENT`` to
+                resize a command without a terminal.
         """
-        assert isinstance(request, rq.CommandInput | rq.CommandSignal)
+        assert isinstance(request, rq.CommandInput | rq.CommandSignal | rq.CommandResize)
         handle = request.command_id
         command = self.find(address.tenant, address.workspace, handle)
         if command is None:
@@ -218,6 +238,8 @@ class LiveCommands:
             if request.signal == "TERM" and command._killing is None:
                 command._killing = asyncio.ensure_future(self._kill_after_grace(command))
             return rp.SignalSent(command_id=handle, signal=request.signal, processes=sent)
+        if isinstance(request, rq.CommandResize):
+            return await self._resize(command, process, request)
         if not command.stdin_open:
             if request.data:
                 raise QuillError(
@@ -226,11 +248,41 @@ class LiveCommands:
                     {"command_id": handle, "stdin_open": False},
                 )
             return rp.InputWritten(command_id=handle, written=0, closed=True)
-        written = await process.write(request.data, INPUT_WAIT_S) if request.data else 0
+        if command.pty:  # typed: framed, so that no input is read as a resize
+            chunks = terminal.frames(request.data)
+            written = await terminal.write_frames(process.write, chunks, INPUT_WAIT_S)
+        else:
+            written = await process.write(request.data, INPUT_WAIT_S) if request.data else 0
         if request.eof:
             process.close_stdin()
             command.stdin_open = False
         return rp.InputWritten(command_id=handle, written=written, closed=request.eof)
+
+    async def _resize(
+        self, command: LiveCommand, process: Live, request: rq.CommandResize
+    ) -> rp.TerminalResized:
+        handle = command.handle
+        if not command.pty:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Command {handle} has no terminal to resize (exec.run with pty has)",
+                {"command_id": handle},
+            )
+        if not command.stdin_open:
+            raise QuillError(
+                ErrorCode.COMMAND_ENDED,
+                f"The input of command {handle} is closed: its terminal's size is fixed",
+                {"command_id": handle, "stdin_open": False},
+            )
+        frame = [terminal.resize_frame(request.rows, request.cols)]
+        if not await terminal.write_frames(process.write, frame, INPUT_WAIT_S):
+            raise QuillError(
+                ErrorCode.BUSY,
+                f"Command {handle} did not take a new size within {INPUT_WAIT_S:g} s: its "
+                "terminal holds input not yet read",
+                {"command_id": handle},
+            )
+        return rp.TerminalResized(command_id=handle, rows=request.rows, cols=request.cols)
 
     async def _kill_after_grace(self, command: LiveCommand) -> None:
         with contextlib.suppress(TimeoutError):
@@ -249,7 +301,7 @@ class LiveCommands:
             parts = msg.subject.split(".")
             tenant, workspace, op = parts[-3], parts[-2], parts[-1]
             spec = registry.find("exec", op)
-            if spec is None or op not in ("input", "signal"):
+            if spec is None or op not in ("input", "signal", "resize"):
                 raise QuillError(ErrorCode.INVALID_ARGUMENT, f"not a forwarded op: {op}")
             request = codec.decode_request(spec, msg.data)
             address = Address("exec", tenant, workspace, op)
@@ -279,7 +331,7 @@ class LiveCommands:
             return await self.poll(address, request)
         if isinstance(request, rq.LiveCommandsQuery):
             return await self.gather(address)
-        assert isinstance(request, rq.CommandInput | rq.CommandSignal)
+        assert isinstance(request, rq.CommandInput | rq.CommandSignal | rq.CommandResize)
         route = route_of(request.command_id)
         if route == self.route:
             return await self.act(address, request)
