@@ -21,7 +21,7 @@ from tests.helpers import eventually, start_executor
 
 TOKEN_A, TOKEN_B = "token-of-acme-0123456789", "token-of-rival-0123456789"
 A, B = "acme/w", "rival/w"
-ECHO = r'''
+ECHO = r"""
 import json, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -51,7 +51,7 @@ class Echo(BaseHTTPRequestHandler):
         pass
 
 ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Echo).serve_forever()
-'''
+"""
 """A test server for a shell: ``python3 echo.py PORT TAG``; answers what it got as JSON
 (``/slow`` never answers, ``/endless`` never ends)."""
 

@@ -16,7 +16,7 @@ import pytest_asyncio
 
 from infra.exec.sandbox import probe_bwrap
 from tests.gateway.conftest import StartGateway
-from tests.gateway.ports_support import A, B, TOKEN_A, TOKEN_B, Stack, serve, stack
+from tests.gateway.ports_support import TOKEN_A, TOKEN_B, A, B, Stack, serve, stack
 from tests.helpers import eventually
 
 
