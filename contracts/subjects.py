@@ -18,7 +18,8 @@ Subjects (root ``ws`` by default)::
     ws.audit.<tenant>.<workspace>        one record per operation (stream WS_AUDIT)
     ws.replica.<instance>.<t>.<w>.<op>   a query addressed to one reader replica
     ws.exechold.<route>.<t>.<w>.<op>     a live command's input or signal, forwarded to the
-                                         executor holding it (services only)
+                                         executor holding it (services only); ``port``: an
+                                         HTTP request to a shell's port (``contracts/ports.py``)
     ws.execlist.<t>.<w>                  every executor lists its live commands (services only)
     ws.bridge.<tenant>.<op>              a bridge's claims (``infra/claims.py``): ``claim`` and
                                          ``release`` to a writer, ``seen`` to every service

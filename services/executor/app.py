@@ -65,6 +65,7 @@ from services.executor.config import ExecutorConfig
 from services.executor.egress import Egress
 from services.executor.live import FORWARD_S, LIVE_OPS, LiveCommands, route_of
 from services.executor.output import ensure_stream, read_page
+from services.executor.ports import PortRelay
 from services.executor.shells import SHELL_ID, Shells
 from services.executor.slots import Slots, Ticket
 
@@ -129,6 +130,8 @@ class Executor:
         self.shells = Shells(self.commands, settings.data_dir)
         """The shells this executor holds (``shells``)."""
         self.commands.shells = self.shells
+        self.ports = PortRelay(self.shells)
+        """HTTP to the shells' ports, from the gateway (``ports``)."""
         self.live.shells = self.shells.listed
         self.ops: dict[str, Callable[[Address, Origin, Any, Job, dict[str, Any]], Awaitable[Any]]]
         self.ops = registry.table(
@@ -388,6 +391,9 @@ class Executor:
             address = Address("exec", tenant, workspace, op)
             held = self.shells.find(address, msg.data.decode(errors="replace")) is not None
             await respond(msg, b"1" if held else b"0")
+            return
+        if op == "port":  # an HTTP request to a port of a shell held here (the gateway's)
+            self._background(self.ports.on_request(msg, tenant, workspace))
             return
         if op in SHELL_FORWARDED:  # the client's request, as it came: answered to its inbox
             await self._take(Incoming(msg), Address("exec", tenant, workspace, op))

@@ -65,6 +65,7 @@ from infra.exec.answer import Job, timeout_ms
 from infra.exec.capture import file_sig, key_of
 from infra.exec.checkout import Checkout
 from infra.exec.results import Output, audited, command_result
+from infra.exec.sandbox.ports import Ports
 from infra.safefs import Dir, parent_of
 from services.executor.live import new_handle, route_of
 
@@ -186,6 +187,8 @@ class Shell:
     dropped: int = 0
     """Bytes background processes wrote while no command ran (dropped)."""
     closing: bool = False
+    ports: Ports | None = None
+    """Its loopback ports, as the gateway reaches them (``services.executor.ports``)."""
 
     def touch(self) -> None:
         self.last_used, self.last_used_at = time.monotonic(), datetime.now(UTC)
@@ -391,6 +394,7 @@ class Shells:
                 started=now,
                 expires=now + timedelta(seconds=lifetime),
             )
+            shell.ports = Ports(checkout.home / "ports")
             spawn = sandbox.Spawn(
                 argv=["bash", "-c", SERVER],
                 workdir=workdir,
@@ -400,6 +404,7 @@ class Shells:
                 live_stdin=True,
                 count_left=True,
                 egress=commands.egress.grant(address, origin) if commands.egress else None,
+                ports=shell.ports,
             )
             limits = commands._limits(lifetime, checkout)
             try:

@@ -180,7 +180,8 @@ async def start_with_egress(
 
 
 class _Proxied:
-    """A command and its proxy (``start_with_egress``): the proxy closes after ``wait``."""
+    """A command and its proxy (``start_with_egress``), or its ports (``Spawn.ports``): they
+    close after ``wait``."""
 
     def __init__(self, inner: Live, stack: contextlib.AsyncExitStack) -> None:
         self.inner, self.stack = inner, stack
@@ -225,6 +226,19 @@ class Starts:
     async def start(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None = None
     ) -> Live:
+        if spawn.ports is not None:  # reachable for as long as the sandbox lives
+            ports = spawn.ports
+            stack = contextlib.AsyncExitStack()
+            try:
+                await stack.enter_async_context(ports.opened(agent=not self.egress_tcp))
+                inner = dataclasses.replace(spawn, ports=None)
+                if not self.egress_tcp:
+                    inner = ports.wrap(inner)
+                live = await self.start(checkout, inner, limits, on_output)
+            except BaseException:
+                await stack.aclose()
+                raise
+            return _Proxied(live, stack)
         if spawn.egress is None:
             return await self._start(checkout, spawn, limits, on_output)
         return await start_with_egress(

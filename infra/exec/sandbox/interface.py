@@ -50,6 +50,19 @@ class Egress(Protocol):
         ...
 
 
+class Ports(Protocol):
+    """A long-lived sandbox's loopback ports, reached by the executor (``sandbox.ports``)."""
+
+    def opened(self, *, agent: bool) -> AbstractAsyncContextManager[None]:
+        """Reachable while the context lasts: through an agent in the sandbox's own network
+        (``agent``: bwrap) or directly on the host's loopback (local)."""
+        ...
+
+    def wrap(self, spawn: Spawn) -> Spawn:
+        """``spawn`` started through the agent."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Spawn:
     """One process to run."""
@@ -86,6 +99,9 @@ class Spawn:
     """Reach the network through this proxy only (``forwarder``): its variables in the
     environment (``HTTPS_PROXY``...), and under bwrap its socket bound and a forwarder on
     127.0.0.1:3128 in the sandbox's own network; None: no network at all."""
+    ports: Ports | None = None
+    """Let the executor reach the sandbox's loopback ports (``ports``: a shell's, for the
+    gateway's ``/shells/{id}/ports/{port}``) for as long as it lives."""
 
 
 @dataclass(frozen=True, slots=True)

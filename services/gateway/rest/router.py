@@ -14,6 +14,7 @@ from services.gateway.rest.approvals import Approvals
 from services.gateway.rest.commands import COMMANDS, Commands
 from services.gateway.rest.edge import guard
 from services.gateway.rest.files import Files
+from services.gateway.rest.ports import METHODS, PORTS, Ports
 from services.gateway.rest.runs import Runs
 from services.gateway.rest.workspaces import Workspaces
 
@@ -51,7 +52,10 @@ def routes(access: Access) -> list[BaseRoute]:
         ("POST", WORKSPACES + "/{name}/unarchive", workspaces.unarchive),
         ("DELETE", WORKSPACES + "/{name}", workspaces.purge),
     ]
+    ports = guard(Ports(access).forward)  # a shell's port: any method, any path under it
     return [
         Route("/openapi.json", openapi_json, methods=["GET"]),
         *(Route(path, guard(handler), methods=[method]) for method, path, handler in table),
+        Route(PORTS, ports, methods=METHODS),
+        Route(PORTS + "/{rest:path}", ports, methods=METHODS),
     ]

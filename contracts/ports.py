@@ -1,0 +1,92 @@
+"""The wire of a shell's ports: one HTTP request the gateway hands the executor holding a shell,
+and its answer (``/v1/workspaces/{t}/{w}/shells/{id}/ports/{port}/…``, docs/gateway.md).
+
+The gateway sends it on ``<root>.exechold.<route>.<t>.<w>.port`` (``Subjects.exec_holder``:
+services only; ``route`` is the shell id's, ``route_of``), where ``t``/``w`` are the tenant and
+workspace its caller's token reaches: the holder looks the shell up under them only, so
+another tenant's shell id is answered as a made-up one. Each message is one ``frame``: four
+bytes (big-endian) giving the length of a JSON head (``PortRequest``/``PortResponse``), the
+head, then the body as it is. The bounds keep a frame within NATS's ``max_payload``
+(``MAX_MESSAGE_BYTES``): a body of at most ``BODY_MAX_BYTES`` each way, a head within
+``HEAD_MAX_BYTES``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Literal, TypeVar
+
+import msgspec
+
+from contracts.limits import MAX_MESSAGE_BYTES
+
+HEAD_MAX_BYTES = 128 * 1024
+"""The most a frame's JSON head holds (an HTTP head is at most 16 KiB on either side)."""
+BODY_MAX_BYTES = MAX_MESSAGE_BYTES - HEAD_MAX_BYTES
+"""The most a request's or a response's body holds (8 MiB less the head's room)."""
+TIMEOUT_S = 30.0
+"""The longest the executor waits for a port's whole answer (504 past it)."""
+LOWEST_PORT = 1024
+"""Ports below this are not reachable (the privileged range: nothing a shell runs)."""
+
+PortError = Literal["not_found", "bad_gateway", "timeout", "invalid", "busy"]
+"""Why the holder gives no response: no such shell here (404), the port refused or its
+answer was bad or too large (502), no answer in ``TIMEOUT_S`` (504), a malformed request
+(400), too many at once (503)."""
+
+_LENGTH = struct.Struct(">I")
+
+
+class PortRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One HTTP request to a port of a shell (the body follows the head)."""
+
+    shell: str
+    port: int
+    method: str
+    target: str
+    """The origin-form target: ``/path?query`` as the client sent it after the port."""
+    headers: list[tuple[str, str]] = []
+    """The client's headers less hop-by-hop ones, ``Host`` and its credentials."""
+
+
+class PortResponse(msgspec.Struct, frozen=True, kw_only=True):
+    """The port's answer (the body follows the head), or ``error`` with a ``message``."""
+
+    status: int = 0
+    headers: list[tuple[str, str]] = []
+    error: PortError | None = None
+    message: str = ""
+
+
+def route_of(shell: str) -> str:
+    """The route of the executor holding ``shell`` (``s`` + 12 hex digits + a random part)."""
+    return shell[1:13]
+
+
+T = TypeVar("T", PortRequest, PortResponse)
+
+
+def frame(head: PortRequest | PortResponse, body: bytes = b"") -> bytes:
+    data = msgspec.json.encode(head)
+    return _LENGTH.pack(len(data)) + data + body
+
+
+def unframe(data: bytes, kind: type[T]) -> tuple[T, bytes]:
+    """The head and the body of a frame.
+
+    Raises:
+        ValueError: not a frame of ``kind`` within the bounds.
+    """
+    if len(data) < _LENGTH.size:
+        raise ValueError("short frame")
+    (n,) = _LENGTH.unpack_from(data)
+    if n > HEAD_MAX_BYTES or _LENGTH.size + n > len(data):
+        raise ValueError("bad frame head length")
+    try:
+        head = msgspec.json.decode(data[_LENGTH.size : _LENGTH.size + n], type=kind)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"bad frame head: {exc}") from None
+    body = data[_LENGTH.size + n :]
+    if len(body) > BODY_MAX_BYTES:
+        raise ValueError("body too large")
+    return head, body

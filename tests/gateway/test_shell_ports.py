@@ -1,0 +1,116 @@
+"""Issue 32, item 4: a port of a shell through the gateway (``/v1/workspaces/{t}/{w}/shells/
+{id}/ports/{port}/…``), under both sandbox providers: ``python3 -m http.server`` started by
+one command answers a GET; a POST's body reaches the shell's server and its answer comes back;
+a closed shell and another tenant's token get 404, a port nobody listens on 502; two tenants'
+shells both listen on 8000 (bwrap: each sandbox has its own network) and each URL reaches its
+own. (Hostile uses: ``tests/security/test_shell_ports.py``.)"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from infra.exec.sandbox import probe_bwrap
+from tests.gateway.conftest import StartGateway
+from tests.gateway.ports_support import TOKEN_A, TOKEN_B, A, B, Stack, serve, stack
+from tests.helpers import eventually
+
+
+@pytest.fixture(params=["bwrap", "local"])
+def provider(request: pytest.FixtureRequest) -> str:
+    if request.param == "bwrap" and (why := probe_bwrap()) is not None:
+        print(f"skipped: bwrap cannot run here: {why}")
+        pytest.skip(f"bwrap cannot run here: {why}")
+    return str(request.param)
+
+
+@pytest_asyncio.fixture
+async def st(
+    start: StartGateway, nats_url: str, tmp_path: Path, provider: str
+) -> AsyncIterator[Stack]:
+    async with stack(start, nats_url, tmp_path, provider) as s:
+        yield s
+
+
+def as_(token: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+
+async def test_http_server_of_a_shell(st: Stack) -> None:
+    ws = st.quill.workspace(A)
+    await ws.write("site/hello.txt", "hello from the shell\n")
+    port = st.port()
+    sh = await ws.shell()
+    r = await sh.run(f"cd site && python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 &")
+    assert r.exit_code == 0, r
+    async with as_(TOKEN_A) as http:
+        listing = await eventually(
+            lambda: _ok(http.get(st.url(A, sh.id, port, "/"))), what="the server answers"
+        )
+        assert "hello.txt" in listing.text
+        got = await http.get(st.url(A, sh.id, port, "/hello.txt"))
+        assert (got.status_code, got.text) == (200, "hello from the shell\n")
+        assert got.headers["content-security-policy"].startswith("sandbox")
+        assert (await http.get(st.url(A, sh.id, port, "/missing"))).status_code == 404
+        nobody = await http.get(st.url(A, sh.id, port + 1, "/"))
+        assert nobody.status_code == 502
+        assert nobody.json() == {
+            "error": "bad_gateway",
+            "message": f"Nothing listens on port {port + 1} in the shell",
+        }
+        await sh.close()
+        closed = await http.get(st.url(A, sh.id, port, "/"))
+        assert (closed.status_code, closed.json()) == (404, {"error": "not_found"})
+
+
+async def _ok(answer: object) -> httpx.Response | None:
+    response = await answer  # type: ignore[misc]
+    assert isinstance(response, httpx.Response)
+    return response if response.status_code == 200 else None
+
+
+async def test_post_body_echoed(st: Stack) -> None:
+    port = st.port()
+    shell = await serve(st, A, port, "a")
+    async with as_(TOKEN_A) as http:
+        r = await http.post(
+            st.url(A, shell, port, "/form?x=1&y=%20z"),
+            content=b"name=ada",
+            headers={"X-Custom": "kept", "Content-Type": "text/plain"},
+        )
+        assert r.status_code == 201
+        seen = r.json()
+        assert seen["method"] == "POST" and seen["path"] == "/form?x=1&y=%20z"
+        assert seen["body"] == "name=ada" and seen["headers"]["x-custom"] == "kept"
+        assert seen["headers"]["host"] == f"127.0.0.1:{port}"
+        assert "set-cookie" not in r.headers  # the gateway's origin is not the shell's
+        put = await http.put(st.url(A, shell, port, "/x"), content=b"y" * 100_000)
+        assert put.status_code == 200 and len(put.json()["body"]) == 100_000
+
+
+async def test_another_tenants_token_is_not_found(st: Stack) -> None:
+    port = st.port()
+    shell = await serve(st, A, port, "a")
+    async with as_(TOKEN_B) as rival:
+        for url in (st.url(A, shell, port, "/"), st.url(B, shell, port, "/")):
+            r = await rival.get(url)
+            assert (r.status_code, r.json()) == (404, {"error": "not_found"}), url
+    async with as_(TOKEN_A) as http:
+        made_up = "s0123456789abMadeUpShell0"
+        r = await http.get(st.url(A, made_up, port, "/"))
+        assert (r.status_code, r.json()) == (404, {"error": "not_found"})
+
+
+async def test_two_tenants_both_listen_on_8000(st: Stack) -> None:
+    if st.provider != "bwrap":
+        print("skipped under local: its shells share the host's network (one port 8000)")
+        pytest.skip("local: no network namespace of its own")
+    a = await serve(st, A, 8000, "acme")
+    b = await serve(st, B, 8000, "rival")
+    async with as_(TOKEN_A) as ha, as_(TOKEN_B) as hb:
+        assert (await ha.get(st.url(A, a, 8000, "/"))).json()["tag"] == "acme"
+        assert (await hb.get(st.url(B, b, 8000, "/"))).json()["tag"] == "rival"

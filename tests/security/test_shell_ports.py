@@ -1,0 +1,159 @@
+"""Issue 32, items 4 and 9: a shell's ports through the gateway reach that shell's sandbox
+loopback only, for its own tenant only, within bounds.
+
+Each test first shows the owner reaching the shell's test server through the gateway (so each
+fails where there is no such route), then the attack: another tenant's token (404, like a
+made-up shell), a privileged or malformed port (400), a response without end (502 once past
+the bound, the executor's memory held to it), a server that never answers (504 at the
+relay's timeout, the relay still serving), a request target with dot segments (400) or an
+absolute URL (it reaches the shell's own server as a path; a host server listening on the
+URL's port gets no connection), a port only the host listens on (bwrap: 502, the host server
+untouched), and the workspace's token (``Authorization``), the client's cookies and ``Host``
+never reaching the sandbox, nor a ``Set-Cookie`` of the sandbox the client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest_asyncio
+
+from contracts.ports import BODY_MAX_BYTES
+from tests.gateway.conftest import StartGateway
+from tests.gateway.ports_support import TOKEN_A, TOKEN_B, A, B, Stack, raw_http, serve, stack
+from tests.security.conftest import bwrap_only
+
+
+@pytest_asyncio.fixture
+async def st(
+    start: StartGateway, nats_url: str, tmp_path: Path, provider: str
+) -> AsyncIterator[Stack]:
+    async with stack(start, nats_url, tmp_path, provider) as s:
+        yield s
+
+
+def as_(token: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+
+class HostServer:
+    """A server on the host's loopback that counts the connections it gets."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.port = 0
+
+    async def __aenter__(self) -> HostServer:
+        async def on(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            writer.write(b"HTTP/1.0 200 OK\r\nContent-Length: 4\r\n\r\nhost")
+            await writer.drain()
+            writer.close()
+
+        self.server = await asyncio.start_server(on, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+
+async def test_another_tenant_gets_not_found(st: Stack) -> None:
+    port = st.port()
+    shell = await serve(st, A, port, "acme")
+    async with as_(TOKEN_A) as own:
+        assert (await own.get(st.url(A, shell, port, "/"))).json()["tag"] == "acme"
+    async with as_(TOKEN_B) as rival:
+        for url in (st.url(A, shell, port, "/"), st.url(B, shell, port, "/")):
+            for method in ("GET", "POST", "DELETE"):
+                r = await rival.request(method, url, content=b"x")
+                assert (r.status_code, r.json()) == (404, {"error": "not_found"}), (method, url)
+    async with httpx.AsyncClient(timeout=60) as anonymous:
+        assert (await anonymous.get(st.url(A, shell, port, "/"))).status_code == 401
+
+
+async def test_privileged_and_malformed_ports_refused(st: Stack) -> None:
+    port = st.port()
+    shell = await serve(st, A, port, "acme")
+    async with as_(TOKEN_A) as http:
+        assert (await http.get(st.url(A, shell, port, "/"))).status_code == 200
+        for bad in ("22", "80", "1023", "0", "65536", "99999999", "-1", "8e3", "abc"):
+            r = await http.get(f"{st.gateway.url}/v1/workspaces/{A}/shells/{shell}/ports/{bad}/")
+            assert r.status_code == 400, (bad, r.text)
+            assert r.json()["error"] == "invalid_argument"
+
+
+async def test_endless_response_is_bounded(st: Stack) -> None:
+    port = st.port()
+    shell = await serve(st, A, port, "acme")
+    async with as_(TOKEN_A) as http:
+        r = await http.get(st.url(A, shell, port, "/endless"))
+        assert r.status_code == 502, r.text[:200]
+        assert r.json()["message"].endswith(f"is over {BODY_MAX_BYTES} bytes")
+        assert (await http.get(st.url(A, shell, port, "/again"))).status_code == 200
+
+
+async def test_slow_server_times_out(st: Stack) -> None:
+    port = st.port()
+    shell = await serve(st, A, port, "acme")
+    st.executor.ports.timeout_s = 1.0
+    async with as_(TOKEN_A) as http:
+        r = await http.get(st.url(A, shell, port, "/slow"))
+        assert r.status_code == 504, r.text
+        assert r.json() == {
+            "error": "gateway_timeout",
+            "message": f"No whole answer from port {port} of shell {shell} in 1 s",
+        }
+        assert st.executor.ports.serving == 0
+        assert (await http.get(st.url(A, shell, port, "/after"))).status_code == 200
+
+
+async def test_request_target_reaches_the_shells_port_only(st: Stack) -> None:
+    port = st.port()
+    shell = await serve(st, A, port, "acme")
+    base = f"/v1/workspaces/{A}/shells/{shell}/ports/{port}"
+    auth = f"Authorization: Bearer {TOKEN_A}\r\nConnection: close\r\nHost: 127.0.0.1\r\n"
+    async with HostServer() as host:
+        status, data = await raw_http(
+            st.gateway.url, f"GET {base}/ok HTTP/1.1\r\n{auth}\r\n".encode()
+        )
+        assert status == 200 and b'"tag": "acme"' in data
+        for path in ("/../../../../../health", "/a/../../x", "/%2e%2e/x", "/./x", "/a/%2E%2e"):
+            status, data = await raw_http(
+                st.gateway.url, f"GET {base}{path} HTTP/1.1\r\n{auth}\r\n".encode()
+            )
+            assert status == 400, (path, data)
+        absolute = f"/http://127.0.0.1:{host.port}/secret"
+        async with as_(TOKEN_A) as http:
+            r = await http.get(st.url(A, shell, port, absolute))
+            assert r.status_code == 200 and r.json()["path"] == absolute  # the shell's server
+            assert r.json()["headers"]["host"] == f"127.0.0.1:{port}"
+        status, _ = await raw_http(
+            st.gateway.url,
+            f"GET http://127.0.0.1:{host.port}{base}/ HTTP/1.1\r\n{auth}\r\n".encode(),
+        )
+        assert host.connections == 0
+        bwrap_only(st.provider, "a local shell has the host's network: it reaches host ports")
+        async with as_(TOKEN_A) as http:
+            r = await http.get(st.url(A, shell, host.port, "/"))
+        assert r.status_code == 502 and "Nothing listens" in r.json()["message"]
+        assert host.connections == 0
+
+
+async def test_credentials_never_reach_the_sandbox(st: Stack) -> None:
+    port = st.port()
+    shell = await serve(st, A, port, "acme")
+    headers = {"Cookie": "quill_token=secret", "Proxy-Authorization": "Basic eA==", "X-Ok": "1"}
+    async with as_(TOKEN_A) as http:
+        r = await http.get(st.url(A, shell, port, "/"), headers=headers)
+    assert r.status_code == 200
+    seen = r.json()["headers"]
+    assert seen["x-ok"] == "1" and seen["host"] == f"127.0.0.1:{port}"
+    for name in ("authorization", "cookie", "proxy-authorization"):
+        assert name not in seen, name
+    assert TOKEN_A not in r.text
+    assert "set-cookie" not in r.headers
+    assert r.headers["content-security-policy"].startswith("sandbox")
