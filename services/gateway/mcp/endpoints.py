@@ -91,6 +91,10 @@ NO_TOOL: dict[str, str] = {
     "qry.events": "the log: the SDK's and quill log (file_history is the model's view)",
     "qry.tree": "the executors' (a checkout's first build); list_files is the model's view",
     "exec.poll": "read_command_output with a cursor (one tool reads output, ended or running)",
+    "exec.shell_open": "each MCP session gets its own shell for execute_command (terminal.py)",
+    "exec.shell_close": "a session's shell closes with the session (terminal.py)",
+    "exec.checkpoint": "a session's shell commits background work at its next command",
+    "exec.resize": "a terminal's (quill shell): a model types no keys into a pty",
     **workspaces.NO_TOOL,
 }
 """The ops no ``/mcp`` tool is, and why: with ``TOOL_OPS``, every op of ``contracts.ops``."""
