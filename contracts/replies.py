@@ -800,6 +800,10 @@ class CommandStatus(Result, frozen=True, kw_only=True):
     """Where this answer's output ends: give it to the next ``exec.poll``."""
     more: bool = False
     """More output is kept past ``cursor`` already (poll again at once)."""
+    dropped: int = 0
+    """Bytes of output after the asked cursor that are not kept, skipped (``cursor`` is past
+    them): the oldest dropped by ``WS_OUTPUT``'s limits, or what came past the executor's
+    ``keep_bytes`` of a stream."""
     exit_code: int | None = None
     """Once it ended: its exit status (128 + the signal's number when a signal ended it)."""
     timed_out: bool = False

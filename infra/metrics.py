@@ -223,6 +223,14 @@ EXECUTOR_SLOTS_BUSY = Live(
 EXECUTOR_QUEUED = Live(
     "quill_executor_queued", "Requests waiting for a slot, per tenant.", labels=("tenant",)
 )
+EXECUTOR_LIVE_COMMANDS = Live(
+    "quill_executor_live_commands",
+    "Commands running on past their call (exec.run with yield_ms) held here, per tenant.",
+    labels=("tenant",),
+)
+EXECUTOR_SHELLS = Live(
+    "quill_executor_shells", "Open shells held here, per tenant.", labels=("tenant",)
+)
 EXECUTOR_KILLS = prom.Counter(
     "quill_executor_sandbox_kills_total",
     "Commands the executor ended (or processes it killed), by why: timeout, memory, "

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sized
 from typing import IO, Any
 
@@ -192,6 +193,9 @@ class Executor:
         slots, budget = self.slots, self.checkouts.budget
         self._gauges.add(metrics.EXECUTOR_SLOTS_BUSY, lambda: per_tenant(slots.held))
         self._gauges.add(metrics.EXECUTOR_QUEUED, lambda: per_tenant(slots.queues))
+        live, shells = self.live.held, self.shells.held
+        self._gauges.add(metrics.EXECUTOR_LIVE_COMMANDS, lambda: per_tenant(tenants(live)))
+        self._gauges.add(metrics.EXECUTOR_SHELLS, lambda: per_tenant(tenants(shells)))
         self._gauges.add(metrics.EXECUTOR_CHECKOUT_BYTES, lambda: sum(tuple(budget.sizes.values())))
         output, replicas = self.config.output, self.settings.replicas
         await assets.patiently(
@@ -465,6 +469,11 @@ def per_tenant(counts: Mapping[str, int | Sized]) -> dict[tuple[str, ...], float
     """A gauge's value per tenant, from a count or a queue per tenant (copied first: a
     scrape reads it from another thread)."""
     return {(t,): float(n if isinstance(n, int) else len(n)) for t, n in tuple(counts.items())}
+
+
+def tenants(held: Mapping[str, Any]) -> Counter[str]:
+    """How many of ``held`` (live commands, shells: each has a ``tenant``) each tenant has."""
+    return Counter(item.tenant for item in tuple(held.values()))
 
 
 async def start_executor(settings: Settings, config: ExecutorConfig) -> Running[Executor]:

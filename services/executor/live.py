@@ -56,7 +56,7 @@ from contracts.subjects import Address, Subjects
 from infra import bus
 from infra.bus import respond
 from infra.exec.sandbox import GRACE_S, Live, terminal
-from services.executor.output import kept_part, read_page
+from services.executor.output import CHUNK, first_chunk, kept_part, read_page
 
 log = logging.getLogger("quill.executor.live")
 
@@ -448,22 +448,23 @@ class LiveCommands:
         offsets = [int(n) for n in req.cursor.split(".")] if req.cursor else [0, 0]
         texts: list[str] = []
         more = False
+        dropped = 0
         streams: tuple[rq.OutputStream, ...] = ("stdout", "stderr")
         for i, stream in enumerate(streams):
-            query = rq.CommandOutputQuery(
-                command_id=handle, stream=stream, offset=offsets[i], length=req.max_bytes
-            )
             try:
-                page = await read_page(
-                    self.js, self.subjects, address.tenant, address.workspace, query
-                )
+                page, skipped = await self._page(address, handle, stream, offsets[i], req)
             except QuillError as exc:
                 if exc.code != ErrorCode.FILE_NOT_FOUND:
                     raise
                 texts.append("")
                 continue
+            dropped += skipped
+            offsets[i] = page.offset
             texts.append(page.text)
             offsets[i] += page.length
+            if page.complete and offsets[i] == page.kept_bytes < page.total_bytes:
+                dropped += page.total_bytes - page.kept_bytes  # past keep_bytes: never kept
+                offsets[i] = page.total_bytes
             more = more or page.offset + page.length < page.kept_bytes
         ending = _ending(end) if end is not None else {}
         return rp.CommandStatus(
@@ -473,7 +474,31 @@ class LiveCommands:
             stderr=texts[1],
             cursor=f"{offsets[0]}.{offsets[1]}",
             more=more,
+            dropped=dropped,
             **ending,
+        )
+
+    async def _page(
+        self, address: Address, handle: str, stream: rq.OutputStream, offset: int, req: Any
+    ) -> tuple[rp.CommandOutput, int]:
+        """The page of ``stream`` from ``offset``, and the bytes skipped to reach it: a page
+        that comes back empty where the oldest kept chunk starts past ``offset`` (the stream's
+        limits dropped the ones before) is read again from that chunk."""
+        t, w = address.tenant, address.workspace
+
+        def query(at: int) -> rq.CommandOutputQuery:
+            return rq.CommandOutputQuery(
+                command_id=handle, stream=stream, offset=at, length=req.max_bytes
+            )
+
+        page = await read_page(self.js, self.subjects, t, w, query(offset))
+        if page.length:
+            return page, 0
+        first = await first_chunk(self.js, self.subjects, t, w, handle, stream)
+        if first is None or first * CHUNK <= offset:
+            return page, 0
+        return await read_page(self.js, self.subjects, t, w, query(first * CHUNK)), (
+            first * CHUNK - offset
         )
 
     async def gather(self, address: Address) -> rp.LiveCommands:

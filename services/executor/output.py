@@ -286,6 +286,28 @@ async def kept_part(
     return msg.data or b""
 
 
+async def first_chunk(
+    js: JetStreamContext, subjects: Subjects, tenant: str, workspace: str, handle: str, stream: str
+) -> int | None:
+    """The number of the oldest chunk of ``stream`` still kept (the stream's limits drop the
+    oldest first), None when none is.
+
+    Raises:
+        QuillError: ``UNAVAILABLE`` when JetStream does not answer.
+    """
+    subject = subjects.cmdout(tenant, workspace, handle, f"{stream}.*")
+    try:
+        msg = await js.get_msg(STREAM_OUTPUT, seq=1, subject=subject, next=True, direct=True)
+    except NotFoundError:
+        return None
+    except Exception as exc:
+        raise QuillError(
+            ErrorCode.UNAVAILABLE, f"The kept output could not be read ({exc!r}); retry"
+        ) from None
+    last = (msg.subject or "").rsplit(".", 1)[-1]
+    return int(last) if last.isdigit() else None
+
+
 async def read_page(
     js: JetStreamContext,
     subjects: Subjects,

@@ -47,3 +47,31 @@ async def test_slots_queue_kills_and_checkout_bytes(
     )
     assert ran == 2
     assert after.grew(before, "quill_request_seconds_count", service="executor", op="run") == 2
+
+
+async def test_live_commands_and_shells_per_tenant(
+    stack: StartExecutor, quill: Quill, name: str
+) -> None:
+    """Issue 32, item 7: every background process and shell is in the metrics."""
+    await stack()
+    tenant = name.split("/")[0]
+    ws = quill.workspace(name)
+    await ws.create()
+    live = await ws.exec("sleep 60", yield_ms=0, timeout_ms=120_000)
+    assert live.running
+    shell = await ws.shell()
+    both = await scraped(
+        lambda s: (
+            s.value("quill_executor_live_commands", tenant=tenant) == 1
+            and s.value("quill_executor_shells", tenant=tenant) == 1
+        )
+    )
+    assert both.value("quill_executor_shells", tenant=tenant) == 1
+    await ws.command(live.command_id).signal("KILL")
+    await shell.close()
+    await scraped(
+        lambda s: (
+            s.value("quill_executor_live_commands", tenant=tenant) == 0
+            and s.value("quill_executor_shells", tenant=tenant) == 0
+        )
+    )

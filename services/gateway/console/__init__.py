@@ -77,6 +77,7 @@ class Console:
             history,
             live,
             operate,
+            processes,
             session,
             workspaces,
         )
@@ -117,6 +118,8 @@ class Console:
             r("/w/{ws}/commands/live", commands.commands_live),
             r("/w/{ws}/commands/{command}", commands.command),
             r("/w/{ws}/commands/{command}/output", commands.output_live),
+            r("/w/{ws}/processes", processes.page),
+            r("/w/{ws}/processes/kill", processes.kill, methods=["POST"]),
         ]
 
     def guarded(self, handler: Page) -> Handler:

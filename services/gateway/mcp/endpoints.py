@@ -9,8 +9,9 @@
 
 Every tool is a row of its table, served by one engine (``table``, ``engine``). ``Endpoints``
 is what the gateway's app includes: the routes (each an ``Exchange``: the MCP SDK's stateless
-JSON exchange, answered in the request's task) and the lifespan that runs the SDK's session
-managers.
+JSON exchange, answered in the request's task; at ``/mcp``, a session's ``DELETE`` closes its
+shells, ``terminal``) and the lifespan that runs the SDK's session managers (and closes the
+sessions' shells when it ends).
 """
 
 from __future__ import annotations
@@ -112,8 +113,11 @@ def offered(operator_tools: tuple[str, ...] = ()) -> tuple[Tool, ...]:
     return tuple(t for t in MCP_TOOLS if t.name not in OPERATOR_TOOLS or t.name in operator_tools)
 
 
-def build_mcp(access: Access, operator_tools: tuple[str, ...] = ()) -> MCPServer:
-    """The MCP server of ``/mcp`` with its tools registered (``offered``)."""
+def build_mcp(
+    access: Access, operator_tools: tuple[str, ...] = (), host: sessions.Sessions | None = None
+) -> MCPServer:
+    """The MCP server of ``/mcp`` with its tools registered (``offered``); ``host``: the
+    callers' sessions (default: new ones)."""
     server: MCPServer = MCPServer(
         "quill-workspace",
         title="Quill workspace",
@@ -122,7 +126,7 @@ def build_mcp(access: Access, operator_tools: tuple[str, ...] = ()) -> MCPServer
         log_level="WARNING",
         request_state_security=elicitation.security(),
     )
-    host = sessions.Sessions(access)
+    host = host or sessions.Sessions(access)
     tools = Tools(access, "mcp", render, host.target, elicit=True, told=approvals.told)
     server.middleware.append(ArgumentErrors(tools))
     table.register(server, tools, offered(operator_tools), said, host)
@@ -157,7 +161,8 @@ class Endpoints:
     ) -> None:
         """``tokens``: callers prove who they are (a tokens file); ``host``: the address the
         gateway listens on; ``operator_tools``: the operators' tools ``/mcp`` offers too."""
-        self.servers = [build_mcp(access, operator_tools), build_wap(access)]
+        self.sessions = sessions.Sessions(access)
+        self.servers = [build_mcp(access, operator_tools, self.sessions), build_wap(access)]
         # With tokens, a caller proves who it is: the MCP library's Host/Origin checks (against
         # DNS rebinding, for servers without auth) would only stand in the way of a proxy.
         # Without tokens they stay on (and PrincipalMiddleware does the same for REST).
@@ -172,7 +177,7 @@ class Endpoints:
     def routes(self) -> list[Route]:
         mcp, wap_server = self.servers
         return [
-            Route("/mcp", Exchange(mcp.session_manager)),
+            Route("/mcp", Exchange(mcp.session_manager, ended=self.sessions.shells.end)),
             Route("/mcp/wap", Exchange(wap_server.session_manager)),
         ]
 
@@ -182,4 +187,5 @@ class Endpoints:
         async with contextlib.AsyncExitStack() as stack:
             for server in self.servers:
                 await stack.enter_async_context(server.session_manager.run())
+            stack.push_async_callback(self.sessions.shells.close_all)
             yield

@@ -202,16 +202,17 @@ class Tools:
         self,
         ctx: Ctx,
         tool: str,
-        body: Callable[[Workspace], Awaitable[Done]],
+        body: Callable[[Workspace, Principal], Awaitable[Done]],
         *,
         op: str | None = None,
         path: str | None = None,
         workspace: str | None = None,
         detail: str | None = None,
     ) -> Answer:
-        """Run ``body`` on the workspace a call of ``op`` goes to (``route``); on an endpoint that
-        elicits, a call parked for approval is put to the client's user first (``detail``:
-        what else the user should see, such as the command line)."""
+        """Run ``body`` (with the caller) on the workspace a call of ``op`` goes to
+        (``route``); on an endpoint that elicits, a call parked for approval is put to the
+        client's user first (``detail``: what else the user should see, such as the command
+        line)."""
 
         async def go(principal: Principal) -> Done | InputRequiredResult:
             parked = elicitation.resumed(ctx) if self.elicit else None
@@ -219,10 +220,10 @@ class Tools:
                 accepted, reason = elicitation.reply(ctx)
                 ws = Quill.of(await self.access.workspace(principal)).workspace(parked.workspace)
                 await elicitation.decide(principal, ws, parked, accepted, reason)
-                return await body(elicitation.again(ws, parked.approval_id))
+                return await body(elicitation.again(ws, parked.approval_id), principal)
             ws = await self.route(principal, op, workspace)
             try:
-                return await body(ws)
+                return await body(ws, principal)
             except QuillError as exc:
                 if exc.code != ErrorCode.APPROVAL_REQUIRED:
                     raise
@@ -234,7 +235,7 @@ class Tools:
                     raise self.told(exc) from None
                 if isinstance(asked, InputRequiredResult):
                     return asked
-                return await body(elicitation.again(ws, asked.approval_id))
+                return await body(elicitation.again(ws, asked.approval_id), principal)
 
         return await self.run(ctx, tool, go, path=path, workspace=workspace)
 

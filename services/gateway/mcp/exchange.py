@@ -38,13 +38,16 @@ Allowed, indicating that the server does not offer an SSE stream at this endpoin
 server has nothing to send on such a stream (no session, no request to the client), yet the
 SDK's stateless path opened one for every ``GET`` and held it open for good: a request slot
 each, until 1,100 of them from one tenant left none for the others (``infra/http/inflight.py``).
-``DELETE`` ends a session, and there is none ("The server MAY respond to this request with HTTP
-405").
+``DELETE`` ends a session ("The server MAY respond to this request with HTTP 405"): with an
+``Mcp-Session-Id`` this gateway made (``clients``) and an ``ended`` hook (``/mcp``: the
+session's shells are closed, ``terminal``), it is answered ``200``; otherwise ``405`` as
+before (there is nothing else a session holds).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +84,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from services.gateway.access import Principal, principal_of
 from services.gateway.mcp import clients
 
 log = logging.getLogger("quill.gateway")
@@ -100,6 +104,7 @@ _SSE = [
     (b"x-accel-buffering", b"no"),
 ]
 """An answer streamed as events (the SDK's SSE answer's headers, but for the connection's)."""
+_EMPTY = [(b"content-length", b"0")]
 _NOT_ALLOWED = [
     *_JSON,
     (b"allow", b"POST"),
@@ -178,11 +183,19 @@ class Exchange:
     """The ASGI app of one MCP endpoint (``manager``: its SDK session manager, stateless and
     JSON); ``fast`` False sends every request to the SDK (tests compare the two)."""
 
-    def __init__(self, manager: StreamableHTTPSessionManager, *, fast: bool = True) -> None:
+    def __init__(
+        self,
+        manager: StreamableHTTPSessionManager,
+        *,
+        fast: bool = True,
+        ended: Callable[[Principal, str], Awaitable[object]] | None = None,
+    ) -> None:
         if not (manager.stateless and manager.json_response):
             raise ValueError("Exchange serves a stateless, JSON-response session manager")
         self.manager = manager
         self.fast = fast
+        self.ended = ended
+        """Told of a session's end (its ``DELETE``): the caller and the session."""
         self.security = TransportSecurityMiddleware(manager.security_settings)
         self._never: anyio.Event | None = None
         """``cancel_requested`` of every exchange (one: making one costs ~2% of a call)."""
@@ -191,6 +204,8 @@ class Exchange:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         manager = self.manager
+        if scope["method"] == "DELETE" and await self._end(scope, send):
+            return
         if scope["method"] != "POST":
             await send({"type": "http.response.start", "status": 405, "headers": _NOT_ALLOWED})
             await send({"type": "http.response.body", "body": _NOT_ALLOWED_BODY})
@@ -221,6 +236,19 @@ class Exchange:
         self.answered += 1
         await request.body()  # as the SDK's transport did: a handler may ask for it again
         await self._answer(request, message, version, send)
+
+    async def _end(self, scope: Scope, send: Send) -> bool:
+        """A ``DELETE`` of a session this gateway made: ``ended`` told, ``200``; False (not
+        answered) for any other."""
+        header = clients.SESSION_HEADER.encode()
+        value = next((v for k, v in scope["headers"] if k == header), b"")
+        session = clients.from_session(value.decode("latin-1"))
+        if self.ended is None or session is None:
+            return False
+        await self.ended(principal_of(scope), session[0])
+        await send({"type": "http.response.start", "status": 200, "headers": _EMPTY})
+        await send({"type": "http.response.body", "body": b""})
+        return True
 
     async def _plain(self, request: Request, body: bytes) -> JSONRPCRequest | None:
         """The request's JSON-RPC request when it is the plain case (see the module's

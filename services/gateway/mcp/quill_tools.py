@@ -8,16 +8,20 @@ from typing import Annotated, Any
 
 from pydantic import Field, WithJsonSchema
 
+from contracts import replies as rp
 from contracts.limits import LIVE_YIELD_MAX_MS
 from contracts.requests import GitAction, ModifyOperation
-from services.gateway.mcp import commands, reference, texts
-from services.gateway.mcp.engine import converted, inline_schema
+from quill.client import Workspace
+from services.gateway.access import Principal
+from services.gateway.mcp import commands, reference, terminal, texts
+from services.gateway.mcp.engine import Done, builtins, converted, inline_schema
 from services.gateway.mcp.table import (
     CHANGES,
     OPEN,
     READ_ONLY,
     REPLACES,
     Arg,
+    Args,
     Tool,
     described,
     workspace_arg,
@@ -65,9 +69,10 @@ COMMAND = (
     "50 KB: the first and last 25 KB; read_command_output reads the rest). Still running "
     "after yield_ms, it runs on: the answer gives its command_id and cursor for "
     "read_command_output, write_stdin and send_signal. Its changes are committed as one "
-    "version when it ends. Each call is a fresh shell: cd, export and /tmp do not carry "
-    "over; background processes are killed when it ends; python is python3. Only committed "
-    "files are visible to the file tools: it lists those it could not commit."
+    "version when it ends. Commands of one MCP session run in its own shell: cd, export, "
+    "functions and /tmp carry over to the next call (with workdir or env, or without a "
+    "session, each call is a fresh shell); python is python3. Only committed files are "
+    "visible to the file tools: it lists those it could not commit."
 )
 ALIAS = "The same tool as execute_command (an alias: same arguments, answer and hints)."
 Only = Annotated[str | None, Field(description="Omit for the whole workspace")]
@@ -92,12 +97,26 @@ def command_tool(name: str, description: str) -> Tool:
         "exec.run",
         description,
         COMMAND_ARGS,
-        lambda a, r: texts.command_or_running_text(r),
+        lambda a, r: ran_text(r),
         OPEN,
         path="workdir",
         detail=lambda a: a.command,
         waits=True,
+        session_call=in_session,
     )
+
+
+async def in_session(host: Any, principal: Principal, ws: Workspace, a: Args) -> terminal.Ran:
+    """``execute_command`` in the caller's session's shell (``terminal``)."""
+    shells: terminal.SessionShells = host.shells
+    return await shells.execute(principal, ws, a)
+
+
+def ran_text(r: rp.CommandResult | terminal.Ran) -> Done:
+    """The command's answer, the session shell's note first (``terminal``)."""
+    ran = r if isinstance(r, terminal.Ran) else terminal.Ran(r)
+    text = texts.command_or_running_text(ran.result)
+    return Done(f"{ran.note}\n\n{text}" if ran.note else text, builtins(ran.result))
 
 
 TOOLS = (

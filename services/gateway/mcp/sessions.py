@@ -8,6 +8,8 @@ tool that names no ``workspace``: the primary if it offers the tool's op, else t
 attached workspace that does, else ``Tool not found``. A ``workspace`` naming an attached
 workspace's URI goes there; a plain id goes to that workspace of the caller's tenant, as
 before. A pinned token reaches its own workspace only: it attaches nothing.
+
+Each MCP session's shell for ``execute_command`` is ``Sessions.shells`` (``terminal``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from quill.session import Session
 from services.gateway.access import Access, Principal
 from services.gateway.mcp import workspaces
 from services.gateway.mcp.table import Arg, Tool
+from services.gateway.mcp.terminal import SessionShells
 
 AS_ATTACHED = Annotated[str, Field(min_length=1, description="The URI it was attached as")]
 URI = Annotated[
@@ -67,6 +70,8 @@ class Sessions:
     def __init__(self, access: Access) -> None:
         self.access = access
         self._open: LRU[tuple[Principal, str], Session] = LRU(GATEWAY_SESSIONS)
+        self.shells = SessionShells()
+        """Each MCP session's shell for ``execute_command`` (``terminal``)."""
 
     async def session(self, principal: Principal, primary: str | None = None) -> Session:
         """The principal's session, or (``primary``: a workspace id) the session of that

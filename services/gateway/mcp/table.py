@@ -132,6 +132,10 @@ class Tool:
     """Instead of the op's SDK method with the request the ``args`` make."""
     run: Callable[[Any, Principal, Args], Awaitable[Any]] | None = None
     """On the caller (``(host, principal, args)``) rather than on a workspace."""
+    session_call: Callable[[Any, Principal, Workspace, Args], Awaitable[Any]] | None = None
+    """On a workspace for the caller's MCP session (``(host, principal, ws, args)``: a
+    command in the session's shell, ``terminal``); where the endpoint has no host, the op's
+    SDK method as without it."""
     output: Schema | None = None
     """The success shape of ``structuredContent`` where it is not the op's result's."""
     waits: bool = False
@@ -194,8 +198,13 @@ def handler(tool: Tool, tools: Tools, answer: Answerer, host: Any = None) -> Any
 
             return await tools.run(ctx, tool.name, on_caller, path=path, workspace=workspace)
 
-        async def go(ws: Workspace) -> Done:
-            result = await (tool.call(ws, args) if tool.call else sdk_call(ws, tool, args))
+        async def go(ws: Workspace, principal: Principal) -> Done:
+            if tool.session_call is not None and host is not None:
+                result = await tool.session_call(host, principal, ws, args)
+            elif tool.call is not None:
+                result = await tool.call(ws, args)
+            else:
+                result = await sdk_call(ws, tool, args)
             return answered(tool.render(args, result), result)
 
         detail = tool.detail(args) if tool.detail else None

@@ -498,10 +498,20 @@ def command_or_running_text(r: rp.CommandResult) -> str:
     return running_text(r) if r.running else command_text(r)
 
 
+def dropped_text(n: int) -> str:
+    """A poll's note of output that is not kept (``CommandStatus.dropped``)."""
+    return (
+        f"Output dropped: {n} bytes after your cursor are no longer kept (only a bounded "
+        "part of a command's output is); what follows comes after them."
+    )
+
+
 def poll_text(r: rp.CommandStatus) -> str:
     """``read_command_output``'s answer with a cursor: the output after it, whether the command
     still runs and how to go on, or how it ended and what it committed."""
     streams = _live_streams(r.stdout, r.stderr)
+    if r.dropped:
+        streams.insert(0, dropped_text(r.dropped))
     if r.running:
         head = f"Command {r.command_id} is still running."
         head += " New output:" if streams else " No new output yet."
