@@ -25,7 +25,7 @@ from tests.helpers import start_executor
 
 LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-BUDGET = {"/mcp": 33_300, "/mcp/wap": 6_900}
+BUDGET = {"/mcp": 33_600, "/mcp/wap": 6_900}
 """Bytes of a ``tools/list`` answer. Before output schemas and annotations everywhere (and 4
 more tools at /mcp) they were 27,360 and 6,279, and under 27,000 and 6,250 after. Issue 30 put
 the ``workspace`` parameter's description in every tool's schema (clients such as LangChain
@@ -36,8 +36,9 @@ without elicitation gets the outcome of a call parked for approval): +1,150 at /
 Issue 32 (commands that outlive the call): ``running`` and ``cursor`` in the output schema of
 ``execute_command`` and ``bash`` (+100), their ``yield_ms`` (+250), ``read_command_output``'s
 ``cursor``/``wait_ms`` and its output schema admitting a poll (+450), and ``write_stdin``,
-``send_signal``, ``list_commands`` (+1,950, descriptions cut to a line each): 33,154 bytes.
-Each endpoint is kept under that size."""
+``send_signal``, ``list_commands`` (+1,950, descriptions cut to a line each): 33,154 bytes;
+then a command's ``shell``, ``background`` and ``kept_conflicts`` (shells) and a poll's
+``dropped`` in the output schemas (+340): 33,496. Each endpoint is kept under that size."""
 SIZE_BEFORE = {"/mcp": 33_350, "/mcp/wap": 6_950}
 """What the budget may not grow past without this docstring saying why."""
 PNG = bytes.fromhex(
