@@ -16,7 +16,7 @@ from mcp import Client
 
 from contracts import replies as rp
 from services.executor.app import ExecutorConfig
-from services.gateway.mcp import texts
+from services.gateway.mcp import command_texts
 from services.gateway.server import Gateway
 from tests.gateway.support import assert_names_missing, call, mcp_client, model_view, wap
 from tests.helpers import start_executor
@@ -130,7 +130,7 @@ async def test_the_environment_is_told(gateway: Gateway, executor: None) -> None
 async def environment(mcp: Client) -> None:
     tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
     description = tools["execute_command"].description or ""
-    for fact in ("cd, export and /tmp do not carry over", "killed when it ends", "yield_ms"):
+    for fact in ("cd, export, functions and /tmp carry over", "a fresh shell", "yield_ms"):
         assert fact in description
     assert "python is python3" in description and "read_command_output" in description
     assert "write_stdin" in description  # a prompt waits for input (test_mcp_live_commands)
@@ -164,7 +164,7 @@ def test_a_stream_cut_without_a_kept_rest_says_so() -> None:
             ignored=[],
         ),
     )
-    view = texts.command_text(r)
+    view = command_texts.command_text(r)
     assert_names_missing(view, "the first 100 of 5000 bytes", way_on="cmd > out.log 2>&1")
 
 

@@ -39,7 +39,7 @@ Issue 32 (commands that outlive the call): ``running`` and ``cursor`` in the out
 ``send_signal``, ``list_commands`` (+1,950, descriptions cut to a line each): 33,154 bytes;
 then a command's ``shell``, ``background`` and ``kept_conflicts`` (shells) and a poll's
 ``dropped`` in the output schemas (+340): 33,496. Each endpoint is kept under that size."""
-SIZE_BEFORE = {"/mcp": 33_350, "/mcp/wap": 6_950}
+SIZE_BEFORE = {"/mcp": 33_650, "/mcp/wap": 6_950}
 """What the budget may not grow past without this docstring saying why."""
 PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"

@@ -18,7 +18,7 @@ from pydantic import Field
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Workspace
-from services.gateway.mcp import texts
+from services.gateway.mcp import command_texts
 from services.gateway.mcp.table import READ_ONLY, Arg, Args, Tool, workspace_arg
 
 NAME = "wait_for_approval"
@@ -92,9 +92,9 @@ def approval_text(status: rp.ApprovalStatus) -> str:
 def result_text(op: str, result: dict[str, Any], version: int | None) -> str:
     """The approved call's result as its own tool would word it."""
     if op == "exec.run":
-        return texts.command_text(msgspec.convert(result, rp.CommandResult))
+        return command_texts.command_text(msgspec.convert(result, rp.CommandResult))
     if op == "exec.git":
-        return texts.git_text(msgspec.convert(result, rp.GitResult))
+        return command_texts.git_text(msgspec.convert(result, rp.GitResult))
     return f"Workspace version {version}: {msgspec.json.encode(result).decode()}"
 
 

@@ -23,7 +23,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LIVE_INPUT_MAX_BYTES, LIVE_WAIT_MAX_MS
 from contracts.requests import OutputStream, SignalName
 from quill.client import Workspace
-from services.gateway.mcp import texts
+from services.gateway.mcp import command_texts
 from services.gateway.mcp.engine import Done, builtins
 from services.gateway.mcp.schemas import obj, shape
 from services.gateway.mcp.table import OPEN, READ_ONLY, Arg, Args, Tool, described, workspace_arg
@@ -97,10 +97,10 @@ def read_text(a: Args, r: rp.CommandOutput | rp.CommandStatus) -> Done:
     """The page's text, or the poll's (its ``error``, why nothing was committed, renamed:
     ``structuredContent``'s ``error`` is the error form's)."""
     if isinstance(r, rp.CommandOutput):
-        return Done(texts.command_output_text(r), builtins(r))
+        return Done(command_texts.command_output_text(r), builtins(r))
     data: dict[str, Any] = builtins(r)
     data["not_committed"] = data.pop("error", None)
-    return Done(texts.poll_text(r), data)
+    return Done(command_texts.poll_text(r), data)
 
 
 async def write(ws: Workspace, a: Args) -> rp.InputWritten:
@@ -168,7 +168,7 @@ TOOLS = (
             Arg("eof", bool, False),
             WS,
         ),
-        lambda a, r: texts.input_text(a.command_id, len(a.text.encode()), r),
+        lambda a, r: command_texts.input_text(a.command_id, len(a.text.encode()), r),
         OPEN,
         path=None,
         detail=lambda a: a.command_id,
@@ -179,7 +179,7 @@ TOOLS = (
         "exec.signal",
         "Signal a running command's processes: INT (Ctrl-C), TERM (KILL 5 s after), KILL, HUP.",
         (ID, Arg("signal", SignalName, "INT"), WS),
-        lambda a, r: texts.signal_text(r),
+        lambda a, r: command_texts.signal_text(r),
         OPEN,
         path=None,
         detail=lambda a: f"{a.signal} to {a.command_id}",
@@ -190,7 +190,7 @@ TOOLS = (
         "exec.list",
         "The commands still running in the workspace: id, command line, who started it, when.",
         (WS,),
-        lambda a, r: texts.live_commands_text(r),
+        lambda a, r: command_texts.live_commands_text(r),
         READ_ONLY,
         path=None,
     ),

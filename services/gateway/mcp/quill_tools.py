@@ -13,7 +13,7 @@ from contracts.limits import LIVE_YIELD_MAX_MS
 from contracts.requests import GitAction, ModifyOperation
 from quill.client import Workspace
 from services.gateway.access import Principal
-from services.gateway.mcp import commands, reference, terminal, texts
+from services.gateway.mcp import command_texts, commands, reference, terminal, texts
 from services.gateway.mcp.engine import Done, builtins, converted, inline_schema
 from services.gateway.mcp.table import (
     CHANGES,
@@ -64,15 +64,15 @@ waits (a server, a prompt) does not hold it until its timeout."""
 
 
 COMMAND = (
-    "Run a shell command (bash -c) in the workspace's sandbox (in /workspace, no network) "
+    "Run a shell command (bash -c) in the workspace's sandbox (/workspace, no network) "
     "until timeout_ms. Answers the exit code (non-zero is no error), stdout and stderr (over "
-    "50 KB: the first and last 25 KB; read_command_output reads the rest). Still running "
-    "after yield_ms, it runs on: the answer gives its command_id and cursor for "
+    "50 KB: first and last 25 KB; read_command_output reads the rest). Still running after "
+    "yield_ms, it runs on: the answer gives its command_id and cursor for "
     "read_command_output, write_stdin and send_signal. Its changes are committed as one "
-    "version when it ends. Commands of one MCP session run in its own shell: cd, export, "
-    "functions and /tmp carry over to the next call (with workdir or env, or without a "
-    "session, each call is a fresh shell); python is python3. Only committed files are "
-    "visible to the file tools: it lists those it could not commit."
+    "version when it ends. An MCP session's commands share its own shell: cd, export, "
+    "functions and /tmp carry over (with workdir or env, or without a session, each call is "
+    "a fresh shell); python is python3. Only committed files are visible to the file tools: "
+    "it lists those it could not commit."
 )
 ALIAS = "The same tool as execute_command (an alias: same arguments, answer and hints)."
 Only = Annotated[str | None, Field(description="Omit for the whole workspace")]
@@ -115,7 +115,7 @@ async def in_session(host: Any, principal: Principal, ws: Workspace, a: Args) ->
 def ran_text(r: rp.CommandResult | terminal.Ran) -> Done:
     """The command's answer, the session shell's note first (``terminal``)."""
     ran = r if isinstance(r, terminal.Ran) else terminal.Ran(r)
-    text = texts.command_or_running_text(ran.result)
+    text = command_texts.command_or_running_text(ran.result)
     return Done(f"{ran.note}\n\n{text}" if ran.note else text, builtins(ran.result))
 
 
@@ -294,7 +294,7 @@ TOOLS = (
             Arg("workdir", described(str, "The repository's directory"), ""),
             WS,
         ),
-        lambda a, r: texts.git_text(r),
+        lambda a, r: command_texts.git_text(r),
         OPEN,
         path="workdir",
         detail=lambda a: f"git {a.action}",

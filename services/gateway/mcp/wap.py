@@ -20,7 +20,7 @@ from contracts.paths import ROOT_DIR, normalize, parent
 from contracts.requests import ModifyOperation
 from quill.client import Workspace
 from services.gateway import errors
-from services.gateway.mcp import table, texts
+from services.gateway.mcp import command_texts, table
 from services.gateway.mcp.engine import (
     Done,
     Failure,
@@ -196,8 +196,8 @@ async def search(ws: Workspace, a: Args) -> dict[str, Any]:
 
 def executed(a: Args, r: rp.CommandResult) -> dict[str, Any]:
     return {
-        "stdout": texts.head_and_tail(r.stdout, r.stdout_tail, r.stdout_omitted_bytes),
-        "stderr": texts.head_and_tail(r.stderr, r.stderr_tail, r.stderr_omitted_bytes),
+        "stdout": command_texts.head_and_tail(r.stdout, r.stdout_tail, r.stdout_omitted_bytes),
+        "stderr": command_texts.head_and_tail(r.stderr, r.stderr_tail, r.stderr_omitted_bytes),
         "exitCode": r.exit_code,
         "isOutputTruncated": r.stdout_truncated or r.stderr_truncated,
         "durationMs": r.duration_ms,
