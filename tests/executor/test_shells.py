@@ -111,6 +111,11 @@ async def test_second_command_busy(stack: StartExecutor, quill: Quill, name: str
     async with await ws.shell() as sh:
         first = asyncio.create_task(sh.run("while [ ! -e $HOME/go ]; do sleep 0.05; done"))
 
+        async def started() -> bool:  # before a second is sent (it could go first)
+            return any(c.shell == sh.id for c in (await ws.running()).commands)
+
+        await eventually(started)
+
         async def busy() -> bool:
             try:
                 await sh.run("true")
