@@ -3,19 +3,26 @@ at a time and what one leaves (cwd, exported variables, functions, ``/tmp``, bac
 processes) the next finds (``exec.shell_open``, ``exec.run`` with ``shell``,
 ``exec.checkpoint``, ``exec.shell_close``).
 
-The sandbox. A shell is ``Provider.start`` of ``bash -c SERVER`` with a live stdin (bwrap: one
-box, its own PID namespace and cgroup; local: one process group), for at most its lifetime.
-``SERVER`` reads requests from its stdin (moved to a high descriptor that no command
-inherits; a command's own stdin is ``/dev/null``): ``<token> <n>\\n`` and the command's ``n``
-bytes, ``eval``\\ s them in the main shell (so ``cd``, ``export`` and functions stay), then
-writes the token alone to stdout and the token with the exit status to stderr. The token is
-32 random hex digits made per command by the executor and never given to the command (not
-in its environment, arguments or input): text a command prints cannot end it, nor forge its
-status. The token on stdout says where the command's stdout ends (what comes after is a
-background process's), the one on stderr where its stderr ends and how it ended. Output of
-background processes while a command runs is that command's; between commands it is
-counted and dropped. A command that runs ``exit`` ends its shell (as in a terminal); one past
-its timeout ends its shell too (its processes cannot be told from the shell's).
+The sandbox. A shell is ``Provider.start`` of ``python3 -c SUPERVISOR LOOP`` with a live
+stdin (bwrap: one box, its own PID namespace and cgroup; local: one process group), for at
+most its lifetime. Why a supervisor: a token the evaluating shell held would be in its
+variables, and ``set`` would print it (ending the command), or a command could forge its end
+with it. So the supervisor (not dumpable: its ``/proc`` entries are root's) holds the tokens
+and starts the evaluating bash (``LOOP``) with two pipes: it reads ``<token> <n>\\n`` and the
+command's ``n`` bytes from its stdin, writes ``<n>\\n``, the bytes and a random nonce to bash,
+which ``eval``\\ s the bytes in its main shell (so ``cd``, ``export`` and functions stay; both
+pipes closed and stdin ``/dev/null`` while the command runs), then reads the nonce and writes
+``<nonce> <status>`` back; on that line (anything else on the pipe is dropped) the supervisor
+writes the token alone to stdout and the token with the status to stderr. The token on
+stdout says where the command's stdout ends (what comes after is a background process's),
+the one on stderr where its stderr ends and how it ended. Neither token nor nonce is in the
+evaluating shell while a command runs. (A command can still do all its shell can: ``exec``
+something else in its place, or open its descriptors through ``/proc/$$/fd``, and so speak
+the server's side: it can end its own command early or garble its own shell's next commands,
+nothing else.) Output of background processes while a command runs is that command's;
+between commands it is counted and dropped. A command that runs ``exit`` ends its shell (as
+in a terminal); one past its timeout ends its shell too (its processes cannot be told from
+the shell's).
 
 The checkout. A shell has its own (``<data>/checkouts/.shells/<id>/``, an ``infra.exec``
 ``Checkout`` of the workspace built as any from a reader's tree and the log): its background
@@ -93,18 +100,21 @@ LOOP = r"""
 exec {__quill_in}<&"$1" {__quill_st}>&"$2" </dev/null
 eval "exec $1<&- $2>&-"
 set --
-while IFS=' ' read -r -u "$__quill_in" __quill_seq __quill_n; do
+while IFS= read -r -u "$__quill_in" __quill_n; do
   LC_ALL=C IFS= read -r -d '' -N "$__quill_n" -u "$__quill_in" __quill_cmd
   eval "$__quill_cmd" {__quill_in}<&- {__quill_st}>&- </dev/null
-  printf '%s %d\n' "$__quill_seq" "$?" >&"$__quill_st"
+  __quill_at=$?
+  IFS= read -r -u "$__quill_in" __quill_end
+  printf '%s %d\n' "$__quill_end" "$__quill_at" >&"$__quill_st"
+  __quill_end=
 done
 """
-"""The evaluating shell: reads ``<seq> <n>\\n`` and ``n`` bytes on its descriptor ``$1``,
-``eval``\\ s them with that descriptor and ``$2`` closed and stdin ``/dev/null``, writes ``<seq>
-<status>`` on ``$2``. It never sees a token."""
+"""The evaluating shell: reads ``<n>\\n``, ``n`` bytes and a line on its descriptor ``$1``,
+``eval``\\ s the bytes with that descriptor and ``$2`` closed and stdin ``/dev/null``, then
+reads the line (a nonce the supervisor wrote after the command: in no variable while the
+command runs) and writes ``<nonce> <status>`` on ``$2``. It never sees a token."""
 
-SUPERVISOR = (
-    r"""
+SUPERVISOR = r"""
 import os, sys
 try:
     import ctypes
@@ -147,7 +157,7 @@ def put(fd, data):
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-seq, pending = 0, b""
+pending = b""
 while True:
     line = head()
     parts = line.split() if line else []
@@ -157,24 +167,24 @@ while True:
     data = exact(n)
     if data is None:
         break
-    seq += 1
+    nonce = os.urandom(16).hex().encode()
     try:
-        put(req_w, b"%d %d\n" % (seq, n) + data)
+        put(req_w, b"%d\n" % n + data + nonce + b"\n")
     except OSError:
         break
     code = None
     while code is None:
-        while b"\n" not in pending:
-            chunk = os.read(st_r, 4096)
-            if not chunk:
-                break
-            pending += chunk
-        if b"\n" not in pending:
+        at = pending.find(nonce + b" ")
+        end = pending.find(b"\n", at) if at >= 0 else -1
+        if end >= 0:
+            digits = pending[at + len(nonce) + 1 : end]
+            pending = pending[end + 1 :]
+            code = int(digits) if digits.isdigit() and len(digits) <= 3 else 1
             break
-        got, _, pending = pending.partition(b"\n")
-        fields = got.split()
-        if len(fields) == 2 and fields[0] == b"%d" % seq and fields[1].isdigit():
-            code = int(fields[1])
+        chunk = os.read(st_r, 4096)
+        if not chunk:
+            break
+        pending = (pending + chunk)[-4096:]  # all but the nonce's line: forged, dropped
     if code is None:
         break
     put(1, token)
@@ -183,7 +193,6 @@ os.close(req_w)
 _, st = os.waitpid(pid, 0)
 sys.exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
 """
-)
 """The shell's command server (see the module docstring): a supervisor outside the evaluating
 shell (``LOOP``), holding the tokens."""
 
@@ -598,10 +607,11 @@ class Shells:
         process, ended = shell.process, shell.ended
         if process is None or ended is None:
             return 0
-        process.close_stdin()  # the server's loop ends
         # every process of the sandbox gets it (bwrap: but its init and shim), the server's
-        # two (the supervisor and its bash) among them; what the shim would count after is 0
+        # two (the supervisor and its bash) among them; before its stdin closes (the server
+        # would end, and with it the sandbox: what it had left would be gone uncounted)
         hit = process.signal(signal.SIGKILL) if not ended.done() else 0
+        process.close_stdin()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(ended), sandbox.GRACE_S + 5)
         return max(0, hit - SERVER_PROCESSES)

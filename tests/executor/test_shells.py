@@ -143,7 +143,7 @@ async def test_close_kills_background(stack: StartExecutor, quill: Quill, name: 
     sh = await ws.shell()
     await sh.run("sleep 1000 & sleep 1000 &")
     closed = await sh.close()
-    assert closed.shell == sh.id
+    assert (closed.shell, closed.killed) == (sh.id, 2)  # the two sleeps, not the server
     with pytest.raises(QuillError) as err:
         await sh.run("true")
     assert err.value.code == ErrorCode.SHELL_NOT_FOUND
