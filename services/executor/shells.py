@@ -49,6 +49,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import re
 import secrets
 import signal
@@ -73,6 +74,7 @@ from infra.exec.capture import file_sig, key_of
 from infra.exec.checkout import Checkout
 from infra.exec.results import Output, audited, command_result
 from infra.safefs import Dir, parent_of
+from services.executor import quota
 from services.executor.live import new_handle, route_of
 
 if TYPE_CHECKING:
@@ -92,6 +94,16 @@ CONFLICT = "conflict: changed in the workspace too; the shell keeps its own vers
 BACKGROUND = "[background]"
 """How the message of a commit of background changes starts."""
 SHELL_ID = re.compile(r"s[0-9a-f]{12}[A-Za-z0-9]{1,40}")
+PRIVATE_TMP = (
+    't=$1; shift; mkdir -p "$HOME/.tmp" && exec 8<"$t" 9<"$HOME" && '
+    'mount --bind "$HOME/.tmp" /tmp && mkdir -p "$HOME" "$t" && '
+    'mount -c --bind /proc/self/fd/9 "$HOME" && mount -c --bind /proc/self/fd/8 "$t" && '
+    'exec 8<&- 9<&- && cd "$PWD" && exec "$@"'
+)
+"""A local shell as root: in a mount namespace of its own, ``/tmp`` is a directory of its
+private HOME (the host's is not shared with it, nor with other shells); HOME and the checkout
+(``$1``), when under the host's /tmp, are bound back where they were. (Not root: no mount
+namespace; the host's /tmp.)"""
 SERVER_PROCESSES = 2
 """The shell's own processes in its sandbox: the supervisor and the evaluating bash."""
 STATUS = re.compile(rb"([0-9a-f]{32})([0-9]{1,3})\n")
@@ -286,6 +298,15 @@ class Shell:
 
     def touch(self) -> None:
         self.last_used, self.last_used_at = time.monotonic(), datetime.now(UTC)
+
+    @property
+    def stopped(self) -> quota.Stopped | None:
+        """Why its sandbox was stopped over its quota or the disk's reserve, if it was."""
+        ended = self.ended
+        if ended is None or not ended.done() or ended.cancelled():
+            return None
+        exc = ended.exception()
+        return exc if isinstance(exc, quota.Stopped) else None
 
     @property
     def alive(self) -> bool:
@@ -488,8 +509,12 @@ class Shells:
                 started=now,
                 expires=now + timedelta(seconds=lifetime),
             )
+            argv = ["python3", "-I", "-S", "-c", SUPERVISOR, LOOP]
+            if commands.provider.name == "local" and os.geteuid() == 0:
+                tree = str(checkout.tree)
+                argv = ["unshare", "--mount", "--", "bash", "-c", PRIVATE_TMP, "-", tree, *argv]
             spawn = sandbox.Spawn(
-                argv=["python3", "-I", "-S", "-c", SUPERVISOR, LOOP],
+                argv=argv,
                 workdir=workdir,
                 env=dict(req.env or {}),
                 timeout_s=lifetime,
@@ -510,7 +535,12 @@ class Shells:
         except BaseException:
             await commands.checkouts._discard(checkout.home)
             raise
-        shell.ended = asyncio.ensure_future(shell.process.wait())
+        # for its whole life, the checkout counts against the checkouts budget and is held to
+        # its quota and the disk's reserve, as a one-shot command's is while it runs: past
+        # them the sandbox is killed, its changes since the last commit are discarded
+        # (``quota.Stopped``), and the shell is closed
+        guarded = commands.checkouts.guarded(checkout, shell.process.wait())
+        shell.ended = asyncio.ensure_future(guarded)
         self.held[shell_id] = shell
         await self._record(shell)
         return checkout.version, rp.ShellOpened(
@@ -592,9 +622,10 @@ class Shells:
         changes: rp.CapturedChanges | None = None
         try:
             async with shell.lock:
-                address = Address("exec", shell.tenant, shell.workspace, "shell_close")
-                origin = self._origin(shell)
-                changes, _ = await self._background(address, shell, origin, sync=False)
+                if shell.stopped is None:  # else its changes were discarded: none to commit
+                    address = Address("exec", shell.tenant, shell.workspace, "shell_close")
+                    origin = self._origin(shell)
+                    changes, _ = await self._background(address, shell, origin, sync=False)
         finally:
             self.held.pop(shell.id, None)
             await self._record(shell, closed=True)
@@ -729,6 +760,8 @@ class Shells:
                     await running.flush()
             finally:
                 shell.running = None
+            if shell.stopped is not None:  # over the quota: nothing of it is kept
+                raise shell.stopped
             code = running.status
             if code is None:
                 code = 124 if timed_out else (await shell.ended).exit_code

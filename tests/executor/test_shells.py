@@ -6,6 +6,8 @@ background work committed as the shell's, conflicts kept, one command at a time.
 from __future__ import annotations
 
 import asyncio
+import secrets
+from pathlib import Path
 
 import pytest
 
@@ -164,3 +166,17 @@ async def test_idle_timeout(stack: StartExecutor, quill: Quill, name: str) -> No
     with pytest.raises(QuillError) as err:
         await sh.run("true")
     assert err.value.code == ErrorCode.SHELL_NOT_FOUND
+
+
+async def test_tmp_is_the_shells_own(stack: StartExecutor, quill: Quill, name: str) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    probe = f"quill-shell-tmp-{secrets.token_hex(6)}"
+    async with await ws.shell() as sh, await ws.shell() as other:
+        r = await sh.run(f"echo mine > /tmp/{probe} && cd $HOME && pwd && ls /tmp")
+        assert r.exit_code == 0 and probe in r.stdout.split(), r
+        assert (await sh.run(f"cat /tmp/{probe}")).stdout == "mine\n"  # kept across commands
+        assert not Path("/tmp", probe).exists()  # before (local): the host's /tmp
+        r = await other.run(f"cat /tmp/{probe}")
+        assert r.exit_code == 1  # nor another shell's

@@ -33,6 +33,8 @@ import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 
+from contracts.errors import ErrorCode, QuillError
+from contracts.limits import LimitsPatch
 from infra.exec.sandbox import cgroups
 from quill.client import Quill
 from tests.executor.conftest import StartExecutor, name, provider, stack  # noqa: F401
@@ -43,6 +45,7 @@ from tests.up import TENANTS, Up, bare_as, quill_as
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
 MADE_UP = "s0123456789abMadeUpShell0"
+MIB = 1024**2
 
 
 def marked(marker: str) -> list[int]:
@@ -342,3 +345,35 @@ async def test_a_command_cannot_forge_its_end_from_what_set_shows(
         assert r.exit_code == 0 and "__quill_in" in r.stdout
         r = await sh.run("echo again")
         assert (r.stdout, r.exit_code) == ("again\n", 0)
+
+
+async def test_a_shells_checkout_is_held_to_its_quota(
+    stack: StartExecutor,  # noqa: F811
+    quill: Quill,
+    name: str,  # noqa: F811
+) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create(limits=LimitsPatch(max_checkout_bytes=2 * MIB))
+    await ws.write("a.txt", "kept\n")
+    sh = await ws.shell()
+    with pytest.raises(QuillError) as over:  # before: 0, and 3 MB committed
+        await sh.run("for f in 1 2; do head -c 1500K /dev/zero > big$f.bin; done; sleep 30")
+    assert over.value.code == ErrorCode.SIZE_LIMIT_EXCEEDED
+    with pytest.raises(QuillError) as gone:  # the shell was stopped with it
+        await sh.run("true")
+    assert gone.value.code == ErrorCode.SHELL_NOT_FOUND
+    assert [e.path for e in (await ws.list("")).entries] == ["a.txt"]
+    # background work too, between commands
+    sh = await ws.shell()
+    await sh.run(
+        "(sleep 0.2; for f in 1 2; do head -c 1500K /dev/zero > bg$f.bin; done; sleep 30) "
+        ">/dev/null 2>&1 &"
+    )
+
+    async def stopped() -> bool:
+        return sh.id not in [s.shell for s in (await ws.running()).shells]
+
+    await eventually(stopped, what="the shell stopped over its quota")
+    assert [e.path for e in (await ws.list("")).entries] == ["a.txt"]
+    assert (await ws.exec("cat a.txt")).stdout == "kept\n"
