@@ -112,9 +112,9 @@ LOOP = r"""
 exec {__quill_in}<&"$1" {__quill_st}>&"$2" </dev/null
 eval "exec $1<&- $2>&-"
 set --
-while IFS= read -r -u "$__quill_in" __quill_n; do
+while IFS=' ' read -r -u "$__quill_in" __quill_n __quill_stdin; do
   LC_ALL=C IFS= read -r -d '' -N "$__quill_n" -u "$__quill_in" __quill_cmd
-  eval "$__quill_cmd" {__quill_in}<&- {__quill_st}>&- </dev/null
+  eval "$__quill_cmd" {__quill_in}<&- {__quill_st}>&- <"${__quill_stdin:-/dev/null}"
   __quill_at=$?
   IFS= read -r -u "$__quill_in" __quill_end
   printf '%s %d\n' "$__quill_end" "$__quill_at" >&"$__quill_st"
@@ -127,7 +127,7 @@ reads the line (a nonce the supervisor wrote after the command: in no variable w
 command runs) and writes ``<nonce> <status>`` on ``$2``. It never sees a token."""
 
 SUPERVISOR = r"""
-import os, sys
+import os, sys, threading
 try:
     import ctypes
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, fd, environ
@@ -169,19 +169,33 @@ def put(fd, data):
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+def feed(fifo, given):
+    try:
+        with open(fifo, "wb") as w:
+            w.write(given)
+    except OSError:
+        pass
+stdin_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", ".quill-stdin-%d" % os.getpid())
+os.makedirs(stdin_dir, mode=0o700, exist_ok=True)
 pending = b""
 while True:
     line = head()
     parts = line.split() if line else []
-    if len(parts) != 2 or not parts[1].isdigit():
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip(b"-").isdigit():
         break
-    token, n = parts[0], int(parts[1])
+    token, n, m = parts[0], int(parts[1]), int(parts[2])
     data = exact(n)
-    if data is None:
+    given = exact(m) if m >= 0 else None
+    if data is None or (m >= 0 and given is None):
         break
     nonce = os.urandom(16).hex().encode()
+    fifo = b""
+    if given is not None:  # the command's stdin: a FIFO its eval opens, fed by a thread
+        fifo = os.path.join(os.fsencode(stdin_dir), nonce)
+        os.mkfifo(fifo, 0o600)
+        threading.Thread(target=feed, args=(fifo, given), daemon=True).start()
     try:
-        put(req_w, b"%d\n" % n + data + nonce + b"\n")
+        put(req_w, b"%d %s\n" % (n, fifo) + data + nonce + b"\n")
     except OSError:
         break
     code = None
@@ -199,6 +213,11 @@ while True:
         pending = (pending + chunk)[-4096:]  # all but the nonce's line: forged, dropped
     if code is None:
         break
+    if fifo:
+        try:
+            os.unlink(fifo)
+        except OSError:
+            pass
     put(1, token)
     put(2, token + b"%d\n" % code)
 os.close(req_w)
@@ -706,12 +725,11 @@ class Shells:
             ("env", req.env),
             ("version", req.version),
             ("yield_ms", req.yield_ms is not None),
-            ("stdin", req.stdin is not None),
         ):
             if given:
                 raise QuillError(
                     ErrorCode.INVALID_ARGUMENT,
-                    f"{name} is not taken with shell (cd, export, or a here-document in it)",
+                    f"{name} is not taken with shell (cd or export in it)",
                     {"field": name},
                 )
         commands = self.commands
@@ -748,7 +766,9 @@ class Shells:
             timed_out = False
             try:
                 assert shell.process is not None and shell.ended is not None
-                await shell.process.write(f"{token} {len(data)}\n".encode() + data, 10.0)
+                given = req.stdin
+                head = f"{token} {len(data)} {len(given) if given is not None else -1}\n"
+                await shell.process.write(head.encode() + data + (given or b""), 10.0)
                 done = asyncio.ensure_future(running.ended.wait())
                 await asyncio.wait(
                     {done, shell.ended}, timeout=ms / 1000, return_when=asyncio.FIRST_COMPLETED

@@ -180,3 +180,19 @@ async def test_tmp_is_the_shells_own(stack: StartExecutor, quill: Quill, name: s
         assert not Path("/tmp", probe).exists()  # before (local): the host's /tmp
         r = await other.run(f"cat /tmp/{probe}")
         assert r.exit_code == 1  # nor another shell's
+
+
+async def test_stdin_of_a_shell_command(stack: StartExecutor, quill: Quill, name: str) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    async with await ws.shell() as sh:
+        await sh.run("cd /tmp && export N=1")
+        r = await sh.run('read a; rest=$(cat); echo "$a|$rest|$N|$PWD"', stdin=b"first\nsecond\n")
+        assert (r.stdout, r.exit_code) == ("first|second|1|/tmp\n", 0)  # before: refused
+        r = await sh.run("true", stdin=b"x" * 300_000)  # unread: no hang
+        assert r.exit_code == 0
+        r = await sh.run("wc -c", stdin=b"y" * 300_000)
+        assert r.stdout.strip() == "300000"
+        r = await sh.run("cat; echo end")  # none: /dev/null
+        assert r.stdout == "end\n"
