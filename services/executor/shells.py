@@ -766,9 +766,9 @@ class Shells:
             timed_out = False
             try:
                 assert shell.process is not None and shell.ended is not None
-                given = req.stdin
-                head = f"{token} {len(data)} {len(given) if given is not None else -1}\n"
-                await shell.process.write(head.encode() + data + (given or b""), 10.0)
+                fed = req.stdin
+                head = f"{token} {len(data)} {len(fed) if fed is not None else -1}\n"
+                await shell.process.write(head.encode() + data + (fed or b""), 10.0)
                 done = asyncio.ensure_future(running.ended.wait())
                 await asyncio.wait(
                     {done, shell.ended}, timeout=ms / 1000, return_when=asyncio.FIRST_COMPLETED
