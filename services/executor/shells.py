@@ -66,6 +66,7 @@ from nats.js.errors import NotFoundError
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import LIVE_POLL_MAX_BYTES
 from contracts.subjects import STREAM_OUTPUT, Address, Origin
 from core.evolve import LockState
 from infra.exec import sandbox
@@ -75,7 +76,9 @@ from infra.exec.checkout import Checkout
 from infra.exec.results import Output, audited, command_result
 from infra.safefs import Dir, parent_of
 from services.executor import quota
-from services.executor.live import new_handle, route_of
+from services.executor.commands import known_facts
+from services.executor.live import LiveCommand, new_handle, route_of
+from services.executor.output import Recorder
 
 if TYPE_CHECKING:
     from services.executor.commands import Commands
@@ -724,7 +727,6 @@ class Shells:
             ("workdir", req.workdir),
             ("env", req.env),
             ("version", req.version),
-            ("yield_ms", req.yield_ms is not None),
         ):
             if given:
                 raise QuillError(
@@ -740,12 +742,32 @@ class Shells:
         output = Output(shell.checkout.limits.max_output_bytes, commands.secrets)
         token = secrets.token_hex(16)
 
+        yielding = req.yield_ms is not None
+        handle = new_handle(commands.live.route) if yielding else origin.request_id
+        recorder: Recorder | None = None
+        if yielding:  # its output kept as it comes, for exec.poll (as a live command's)
+            recorder = Recorder(
+                commands.js,
+                commands.subjects,
+                address.tenant,
+                address.workspace,
+                handle,
+                output=output,
+                config=commands.config.output,
+                facts=known_facts(origin, details, shell.checkout.version),
+                live=True,
+            )
+
         async def on_output(stream: sandbox.StreamName, chunk: bytes) -> None:
-            output.feed(stream, chunk)
+            if recorder is not None:
+                await recorder.feed(stream, chunk)
+            else:
+                output.feed(stream, chunk)
             await job.output(stream, chunk)
 
-        handle = origin.request_id
         running = Running(handle, shown[:4096], token, on_output)
+        held: list[LiveCommand] = []
+        timer: list[asyncio.Task[None]] = []
         async with self._taken(shell, req.queue, ms / 1000):
             if not shell.alive:
                 raise await self._lost_here(shell)
@@ -764,6 +786,11 @@ class Shells:
             data = req.command.encode()
             started = time.monotonic()
             timed_out = False
+            if recorder is not None and req.yield_ms is not None:
+                await self._held_live(shell, address, origin, running, recorder, held)
+                cap = min(checkout.limits.max_output_bytes, LIVE_POLL_MAX_BYTES)
+                due = commands._yield(req.yield_ms, base, recorder, job, cap)
+                timer.append(asyncio.create_task(due))
             try:
                 assert shell.process is not None and shell.ended is not None
                 fed = req.stdin
@@ -778,9 +805,15 @@ class Shells:
                     timed_out = not shell.ended.done()
                     await self._end(shell)  # past its timeout (or exit): the shell ends
                     await running.flush()
+            except BaseException:
+                commands._forget(held, timer)
+                raise
             finally:
                 shell.running = None
+            for task in timer:  # it ended before its yield: answered as a one-shot command
+                task.cancel()
             if shell.stopped is not None:  # over the quota: nothing of it is kept
+                commands._forget(held, timer)
                 raise shell.stopped
             code = running.status
             if code is None:
@@ -794,19 +827,65 @@ class Shells:
                 timed_out=timed_out,
                 duration_ms=int((time.monotonic() - started) * 1000),
             )
-            output.finish(outcome)
-            changes = await commands._capture_and_commit(
-                address, origin, checkout, base, f"$ {shown}", None
-            )
+            finishing = None
+            if recorder is not None:  # alongside the capture
+                finishing = asyncio.ensure_future(recorder.finish(outcome))
+            else:
+                output.finish(outcome)
+            changes: rp.CapturedChanges | None = None
+            failed: str | None = None
+            try:
+                changes = await commands._capture_and_commit(
+                    address, origin, checkout, base, f"$ {shown}", None
+                )
+            except QuillError as exc:
+                failed = str(exc.code)
+                raise
+            finally:
+                if recorder is not None and finishing is not None:
+                    await finishing
+                    await recorder.end(changes, failed)
+                commands._forget(held, timer)
+            assert changes is not None
             kept += [k for k in await self._sync(shell, changes) if k not in kept]
             await self._record(shell)
         if not shell.alive and not shell.closing:
             asyncio.ensure_future(self._close_quietly(shell))
         audited(outcome, details, output.redacted | job.redacted)
         details.update(committed=changes.committed, changed=changes.total)
-        result = command_result(outcome, output, changes, command_id=handle)
+        kept_output = recorder.ok if recorder is not None else False
+        result = command_result(
+            outcome, output, changes, command_id=handle, output_kept=kept_output
+        )
         bg = background if background.committed or background.conflicts else None
         return changes.version, _with(result, shell=shell.id, background=bg, kept_conflicts=kept)
+
+    async def _held_live(
+        self,
+        shell: Shell,
+        address: Address,
+        origin: Origin,
+        running: Running,
+        recorder: Recorder,
+        held: list[LiveCommand],
+    ) -> None:
+        """A yielded command of the shell runs: listed as a live command (``exec.poll`` reads
+        its output; ``exec.input`` finds its stdin closed; ``exec.signal`` KILL ends the
+        shell), its ``start`` kept."""
+        command = LiveCommand(
+            handle=running.handle,
+            tenant=address.tenant,
+            workspace=address.workspace,
+            command=running.command,
+            workdir="",
+            actor=origin.actor,
+            started=datetime.now(UTC),
+            process=InShell(shell),
+            stdin_open=False,
+        )
+        self.commands.live.add(command)
+        held.append(command)
+        await recorder.begin({})
 
     async def _lost_here(self, shell: Shell) -> QuillError:
         asyncio.ensure_future(self._close_quietly(shell))
@@ -815,6 +894,37 @@ class Shells:
             f"Shell {shell.id} has ended (a command ran exit, or it was killed)",
             {"shell": shell.id, "version": shell.checkout.version},
         )
+
+
+class InShell:
+    """A yielded shell command as ``exec.input``/``exec.signal`` see it (``sandbox.Live``):
+    its stdin is closed (given whole, or ``/dev/null``); KILL ends the shell, as a timeout
+    does (its processes cannot be told from the shell's); other signals are refused."""
+
+    def __init__(self, shell: Shell) -> None:
+        self.shell = shell
+
+    async def write(self, data: bytes, timeout_s: float) -> int:
+        return 0
+
+    def close_stdin(self) -> None:
+        pass
+
+    def signal(self, signum: int) -> int:
+        process = self.shell.process
+        if signum != signal.SIGKILL:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                "A command in a shell takes KILL only (it ends the shell); close the shell, or "
+                "run the command without shell to signal it alone",
+                {"shell": self.shell.id},
+            )
+        if process is None or not self.shell.alive:
+            return 0
+        return max(0, process.signal(signal.SIGKILL) - SERVER_PROCESSES)
+
+    async def wait(self) -> sandbox.Outcome:
+        raise NotImplementedError
 
 
 def _with(result: rp.CommandResult, **fields: Any) -> rp.CommandResult:

@@ -196,3 +196,45 @@ async def test_stdin_of_a_shell_command(stack: StartExecutor, quill: Quill, name
         assert r.stdout.strip() == "300000"
         r = await sh.run("cat; echo end")  # none: /dev/null
         assert r.stdout == "end\n"
+
+
+async def test_a_long_shell_command_yields(stack: StartExecutor, quill: Quill, name: str) -> None:
+    executor = await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    sh = await ws.shell()  # KILL ends it at the end: no close
+    await sh.run("export GREETING=hi")
+    tree = executor.shells.held[sh.id].checkout.tree
+    r = await ws.exec(
+        'echo "$GREETING early"; while [ ! -e gate ]; do sleep 0.05; done; '
+        "echo late > out.txt; echo done; cd /tmp",
+        shell=sh.id,
+        yield_ms=300,
+    )  # before: INVALID_ARGUMENT (yield_ms is not taken with shell)
+    assert r.running and r.command_id and r.stdout == "hi early\n", r
+    listed = await ws.running()
+    assert [c.command_id for c in listed.commands] == [r.command_id]
+    with pytest.raises(QuillError) as busy:
+        await sh.run("true")
+    assert busy.value.code == ErrorCode.BUSY
+    cmd = ws.command(r.command_id)
+    with pytest.raises(QuillError) as closed:
+        await cmd.input("x\n")
+    assert closed.value.code == ErrorCode.COMMAND_ENDED  # its stdin is closed
+    (tree / "gate").touch()
+    done = await cmd.wait()
+    assert (done.exit_code, done.stdout) == (0, "hi early\ndone\n")
+    assert done.changed == 2 and done.version is not None  # gate and out.txt
+    assert (await ws.read("out.txt")).content == "late\n"
+    r = await sh.run("pwd; echo $GREETING")
+    assert r.stdout == "/tmp\nhi\n"  # what the yielded command left carries over
+    r = await ws.exec("sleep 30", shell=sh.id, yield_ms=100)
+    assert r.running
+    killed = await ws.command(r.command_id).signal("KILL")
+    assert killed.processes >= 1
+    assert (await ws.command(r.command_id).wait()).exit_code != 0
+
+    async def gone() -> bool:  # KILL ended the shell, as a timeout does
+        return (await ws.running()).shells == []
+
+    await eventually(gone)
