@@ -13,6 +13,8 @@ sandbox can hold is skipped there, saying why).
   gets (``SHELL_NOT_FOUND``), and nothing is done in a's shell.
 * A fork bomb in a shell is held by its sandbox's ``pids.max``; another shell of the same
   workspace still answers (bwrap).
+* A shell's checkout is held to its quota (a command's writes and a background process's) and
+  counts against the checkouts budget while the shell lives.
 * An output flood, in a command and from a background process, is bounded in the reply and
   the shell still answers after.
 * A command that prints what ``set`` and ``declare -p`` show and forges the end of a command
@@ -377,3 +379,28 @@ async def test_a_shells_checkout_is_held_to_its_quota(
     await eventually(stopped, what="the shell stopped over its quota")
     assert [e.path for e in (await ws.list("")).entries] == ["a.txt"]
     assert (await ws.exec("cat a.txt")).stdout == "kept\n"
+
+
+async def test_a_shells_checkout_counts_against_the_checkouts_budget(
+    stack: StartExecutor,  # noqa: F811
+    quill: Quill,
+    name: str,  # noqa: F811
+) -> None:
+    executor = await stack()
+    ws, other = quill.workspace(name), quill.workspace(name[:40] + "-other-" + name[-5:])
+    await ws.create()
+    await other.create()
+    await other.exec("true")
+    async with await ws.shell() as sh:
+        home = executor.shells.held[sh.id].checkout.home
+        await sh.run("mkdir -p node_modules && head -c 2M /dev/zero > node_modules/cache")
+        executor.checkouts.budget.budget = 3 * MIB
+        # held for the shell's life, as a running command's checkout is (before: never)
+        await eventually(lambda: executor.checkouts.pinned.get(home, 0) >= 2 * MIB)
+        with pytest.raises(QuillError) as over:
+            await other.exec("mkdir -p node_modules && head -c 2M /dev/zero > node_modules/x")
+        assert over.value.code == ErrorCode.SIZE_LIMIT_EXCEEDED
+        assert over.value.details["limit"] == "checkouts_budget"
+    assert home not in executor.checkouts.pinned  # closed: its room is the others' again
+    r = await other.exec("mkdir -p node_modules && head -c 2M /dev/zero > node_modules/x")
+    assert r.exit_code == 0
