@@ -654,8 +654,9 @@ class RunCommand(Execution, frozen=True, kw_only=True):
     shell: ShellHandle | None = None
     """Run in this open shell (``exec.shell_open``): its directory, exported variables,
     functions, ``/tmp`` and background processes carry over from command to command.
-    ``workdir``, ``env``, ``version`` and ``yield_ms`` are refused with it (``cd`` and
-    ``export`` in the shell)."""
+    ``workdir``, ``env`` and ``version`` are refused with it (``cd`` and ``export`` in the
+    shell); ``stdin`` is given whole; with ``yield_ms`` it yields as any command (its stdin is
+    closed to ``exec.input``, and ``exec.signal`` takes KILL only, which ends the shell)."""
     queue: bool = False
     """With ``shell``: wait for the command the shell runs to end (within ``timeout_ms``)
     instead of being refused ``BUSY``."""

@@ -32,12 +32,19 @@ class Shell:
         *,
         timeout_ms: int | None = None,
         queue: bool = False,
+        stdin: bytes | None = None,
         on_output: OnOutput | None = None,
     ) -> rp.CommandResult:
         """Run ``command`` in the shell (``eval`` by its bash); its changes are committed when
-        it returns. ``queue``: wait for a command it runs already instead of ``BUSY``."""
+        it returns. ``queue``: wait for a command it runs already instead of ``BUSY``;
+        ``stdin``: its standard input, whole (else it is ``/dev/null``)."""
         return await self.workspace.exec(
-            command, shell=self.id, timeout_ms=timeout_ms, queue=queue, on_output=on_output
+            command,
+            shell=self.id,
+            timeout_ms=timeout_ms,
+            queue=queue,
+            stdin=stdin,
+            on_output=on_output,
         )
 
     async def checkpoint(self) -> rp.ShellCheckpointed:

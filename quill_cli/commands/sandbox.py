@@ -87,6 +87,13 @@ def _piped_stdin() -> bytes | None:
     is_flag=True,
     help="Start it and print its id: it runs on (quill attach-output, quill kill, quill ps).",
 )
+@click.option(
+    "-s",
+    "--shell",
+    "shell_id",
+    help="Run in this open shell (quill shell-open): its cwd, variables and processes carry over.",
+)
+@click.option("-q", "--queue", is_flag=True, help="With --shell: wait for its running command.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 async def exec_(
     ctx: click.Context,
@@ -97,12 +104,15 @@ async def exec_(
     at: int | None,
     no_stdin: bool,
     background: bool,
+    shell_id: str | None,
+    queue: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND in the workspace's sandbox (after --), streaming its output; exit with its
     status. One argument is a shell line; several are words, quoted for the shell. What is
     piped or redirected into quill exec (up to 1 MiB, read whole before the command starts) is
-    the command's standard input; from a terminal, or with -n, its stdin is closed."""
+    the command's standard input; from a terminal, or with -n, its stdin is closed. With
+    --shell it runs in that open shell instead of a fresh sandbox."""
     line = command[0] if len(command) == 1 else shlex.join(command)
     variables: dict[str, str] = {}
     for item in env:
@@ -120,14 +130,19 @@ async def exec_(
         out.write(chunk)
         out.flush()
 
+    stdin = None if no_stdin else _piped_stdin()
+    if shell_id is not None and not stdin:
+        stdin = None  # nothing piped: a shell command's stdin is closed
     r = await ws.exec(
         line,
+        shell=shell_id,
+        queue=queue,
         workdir=workdir,
         timeout_ms=int(timeout_s * 1000) if timeout_s is not None else None,
         env=variables or None,
         version=at,
         on_output=None if as_json or background else live,
-        stdin=None if no_stdin else _piped_stdin(),
+        stdin=stdin,
         yield_ms=0 if background else None,
     )
     if background:
@@ -275,6 +290,47 @@ async def git(
         if r.output_truncated:
             click.echo("quill: output truncated", err=True)
         _changes_note(r.changes)
+
+
+@commands.command(name="shell-open")
+@workspace_command
+@click.option("-C", "--workdir", default="", help="Its first working directory.")
+@click.option("-e", "--env", multiple=True, help="NAME=VALUE exported in it (repeatable).")
+@click.option("--idle", "idle_s", type=float, help="Close it after this many idle seconds.")
+async def shell_open(
+    ctx: click.Context, ws: Workspace, workdir: str, env: tuple[str, ...], idle_s: float | None
+) -> None:
+    """Open a shell on the workspace and print its id: quill exec --shell ID runs in it, and
+    what one command leaves (cwd, exported variables, /tmp, background processes) the next
+    finds. Close it with quill shell-close."""
+    variables: dict[str, str] = {}
+    for item in env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Bad --env {item!r}: use NAME=VALUE")
+        variables[name] = value
+    sh = await ws.shell(
+        workdir=workdir,
+        env=variables or None,
+        idle_timeout_ms=int(idle_s * 1000) if idle_s is not None else None,
+    )
+    emit(ctx, {"shell": sh.id}, sh.id)
+
+
+@commands.command(name="shell-close")
+@workspace_command
+@click.argument("shell_id")
+async def shell_close(ctx: click.Context, ws: Workspace, shell_id: str) -> None:
+    """Close the open shell SHELL_ID: its processes are killed, what they changed since its
+    last command is committed."""
+    closed = await ws.shell_of(shell_id).close()
+
+    def human() -> str:
+        return f"closed {shell_id}: {plural(closed.killed, 'process', 'processes')} killed"
+
+    emit(ctx, closed, human)
+    if not ctx.obj["json"]:
+        _changes_note(closed.background)
 
 
 @commands.command(name="ps")

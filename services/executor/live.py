@@ -320,6 +320,8 @@ class LiveCommands:
         parts = msg.subject.split(".")
         listed = self.listed(parts[-2], parts[-1])
         in_shells, shells = self.shells(parts[-2], parts[-1])
+        mine = {c.command_id for c in in_shells}  # a yielded shell command: once, its shell's
+        listed = [c for c in listed if c.command_id not in mine]
         answer = {"commands": [*listed, *in_shells], "shells": shells}
         await respond(msg, json.dumps(msgspec.to_builtins(answer)).encode())
 

@@ -3,19 +3,26 @@ at a time and what one leaves (cwd, exported variables, functions, ``/tmp``, bac
 processes) the next finds (``exec.shell_open``, ``exec.run`` with ``shell``,
 ``exec.checkpoint``, ``exec.shell_close``).
 
-The sandbox. A shell is ``Provider.start`` of ``bash -c SERVER`` with a live stdin (bwrap: one
-box, its own PID namespace and cgroup; local: one process group), for at most its lifetime.
-``SERVER`` reads requests from its stdin (moved to a high descriptor that no command
-inherits; a command's own stdin is ``/dev/null``): ``<token> <n>\\n`` and the command's ``n``
-bytes, ``eval``\\ s them in the main shell (so ``cd``, ``export`` and functions stay), then
-writes the token alone to stdout and the token with the exit status to stderr. The token is
-32 random hex digits made per command by the executor and never given to the command (not
-in its environment, arguments or input): text a command prints cannot end it, nor forge its
-status. The token on stdout says where the command's stdout ends (what comes after is a
-background process's), the one on stderr where its stderr ends and how it ended. Output of
-background processes while a command runs is that command's; between commands it is
-counted and dropped. A command that runs ``exit`` ends its shell (as in a terminal); one past
-its timeout ends its shell too (its processes cannot be told from the shell's).
+The sandbox. A shell is ``Provider.start`` of ``python3 -c SUPERVISOR LOOP`` with a live
+stdin (bwrap: one box, its own PID namespace and cgroup; local: one process group), for at
+most its lifetime. Why a supervisor: a token the evaluating shell held would be in its
+variables, and ``set`` would print it (ending the command), or a command could forge its end
+with it. So the supervisor (not dumpable: its ``/proc`` entries are root's) holds the tokens
+and starts the evaluating bash (``LOOP``) with two pipes: it reads ``<token> <n>\\n`` and the
+command's ``n`` bytes from its stdin, writes ``<n>\\n``, the bytes and a random nonce to bash,
+which ``eval``\\ s the bytes in its main shell (so ``cd``, ``export`` and functions stay; both
+pipes closed and stdin ``/dev/null`` while the command runs), then reads the nonce and writes
+``<nonce> <status>`` back; on that line (anything else on the pipe is dropped) the supervisor
+writes the token alone to stdout and the token with the status to stderr. The token on
+stdout says where the command's stdout ends (what comes after is a background process's),
+the one on stderr where its stderr ends and how it ended. Neither token nor nonce is in the
+evaluating shell while a command runs. (A command can still do all its shell can: ``exec``
+something else in its place, or open its descriptors through ``/proc/$$/fd``, and so speak
+the server's side: it can end its own command early or garble its own shell's next commands,
+nothing else.) Output of background processes while a command runs is that command's;
+between commands it is counted and dropped. A command that runs ``exit`` ends its shell (as
+in a terminal); one past its timeout ends its shell too (its processes cannot be told from
+the shell's).
 
 The checkout. A shell has its own (``<data>/checkouts/.shells/<id>/``, an ``infra.exec``
 ``Checkout`` of the workspace built as any from a reader's tree and the log): its background
@@ -42,6 +49,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import re
 import secrets
 import signal
@@ -58,6 +66,7 @@ from nats.js.errors import NotFoundError
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import LIVE_POLL_MAX_BYTES
 from contracts.subjects import STREAM_OUTPUT, Address, Origin
 from core.evolve import LockState
 from infra.exec import sandbox
@@ -67,7 +76,10 @@ from infra.exec.checkout import Checkout
 from infra.exec.results import Output, audited, command_result
 from infra.exec.sandbox.ports import Ports
 from infra.safefs import Dir, parent_of
-from services.executor.live import new_handle, route_of
+from services.executor import quota
+from services.executor.commands import known_facts
+from services.executor.live import LiveCommand, new_handle, route_of
+from services.executor.output import Recorder
 
 if TYPE_CHECKING:
     from services.executor.commands import Commands
@@ -86,19 +98,138 @@ CONFLICT = "conflict: changed in the workspace too; the shell keeps its own vers
 BACKGROUND = "[background]"
 """How the message of a commit of background changes starts."""
 SHELL_ID = re.compile(r"s[0-9a-f]{12}[A-Za-z0-9]{1,40}")
+PRIVATE_TMP = (
+    't=$1; shift; mkdir -p "$HOME/.tmp" && exec 8<"$t" 9<"$HOME" && '
+    'mount --bind "$HOME/.tmp" /tmp && mkdir -p "$HOME" "$t" && '
+    'mount -c --bind /proc/self/fd/9 "$HOME" && mount -c --bind /proc/self/fd/8 "$t" && '
+    'exec 8<&- 9<&- && cd "$PWD" && exec "$@"'
+)
+"""A local shell as root: in a mount namespace of its own, ``/tmp`` is a directory of its
+private HOME (the host's is not shared with it, nor with other shells); HOME and the checkout
+(``$1``), when under the host's /tmp, are bound back where they were. (Not root: no mount
+namespace; the host's /tmp.)"""
+SERVER_PROCESSES = 2
+"""The shell's own processes in its sandbox: the supervisor and the evaluating bash."""
 STATUS = re.compile(rb"([0-9a-f]{32})([0-9]{1,3})\n")
 
-SERVER = r"""
-exec {__quill_in}<&0 </dev/null
-while IFS=' ' read -r -u "$__quill_in" __quill_tok __quill_n; do
+LOOP = r"""
+exec {__quill_in}<&"$1" {__quill_st}>&"$2" </dev/null
+eval "exec $1<&- $2>&-"
+set --
+while IFS=' ' read -r -u "$__quill_in" __quill_n __quill_stdin; do
   LC_ALL=C IFS= read -r -d '' -N "$__quill_n" -u "$__quill_in" __quill_cmd
-  eval "$__quill_cmd" {__quill_in}<&- </dev/null
-  __quill_st=$?
-  printf '%s' "$__quill_tok"
-  printf '%s%d\n' "$__quill_tok" "$__quill_st" >&2
+  eval "$__quill_cmd" {__quill_in}<&- {__quill_st}>&- <"${__quill_stdin:-/dev/null}"
+  __quill_at=$?
+  IFS= read -r -u "$__quill_in" __quill_end
+  printf '%s %d\n' "$__quill_end" "$__quill_at" >&"$__quill_st"
+  __quill_end=
 done
 """
-"""The shell's command server (see the module docstring)."""
+"""The evaluating shell: reads ``<n>\\n``, ``n`` bytes and a line on its descriptor ``$1``,
+``eval``\\ s the bytes with that descriptor and ``$2`` closed and stdin ``/dev/null``, then
+reads the line (a nonce the supervisor wrote after the command: in no variable while the
+command runs) and writes ``<nonce> <status>`` on ``$2``. It never sees a token."""
+
+SUPERVISOR = r"""
+import os, sys, threading
+try:
+    import ctypes
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, fd, environ
+except Exception:
+    pass
+LOOP = sys.argv[1]
+req_r, req_w = os.pipe()
+st_r, st_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(req_w)
+    os.close(st_r)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.set_inheritable(req_r, True)
+    os.set_inheritable(st_w, True)
+    os.execvp("bash", ["bash", "-c", LOOP, "bash", str(req_r), str(st_w)])
+os.close(req_r)
+os.close(st_w)
+inp = os.fdopen(0, "rb", buffering=0)
+def exact(n):
+    buf = b""
+    while len(buf) < n:
+        c = inp.read(n - len(buf))
+        if not c:
+            return None
+        buf += c
+    return buf
+def head():
+    buf = b""
+    while not buf.endswith(b"\n") and len(buf) < 100:
+        c = inp.read(1)
+        if not c:
+            return None
+        buf += c
+    return buf
+def put(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+def feed(fifo, given):
+    try:
+        with open(fifo, "wb") as w:
+            w.write(given)
+    except OSError:
+        pass
+stdin_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", ".quill-stdin-%d" % os.getpid())
+os.makedirs(stdin_dir, mode=0o700, exist_ok=True)
+pending = b""
+while True:
+    line = head()
+    parts = line.split() if line else []
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip(b"-").isdigit():
+        break
+    token, n, m = parts[0], int(parts[1]), int(parts[2])
+    data = exact(n)
+    given = exact(m) if m >= 0 else None
+    if data is None or (m >= 0 and given is None):
+        break
+    nonce = os.urandom(16).hex().encode()
+    fifo = b""
+    if given is not None:  # the command's stdin: a FIFO its eval opens, fed by a thread
+        fifo = os.path.join(os.fsencode(stdin_dir), nonce)
+        os.mkfifo(fifo, 0o600)
+        threading.Thread(target=feed, args=(fifo, given), daemon=True).start()
+    try:
+        put(req_w, b"%d %s\n" % (n, fifo) + data + nonce + b"\n")
+    except OSError:
+        break
+    code = None
+    while code is None:
+        at = pending.find(nonce + b" ")
+        end = pending.find(b"\n", at) if at >= 0 else -1
+        if end >= 0:
+            digits = pending[at + len(nonce) + 1 : end]
+            pending = pending[end + 1 :]
+            code = int(digits) if digits.isdigit() and len(digits) <= 3 else 1
+            break
+        chunk = os.read(st_r, 4096)
+        if not chunk:
+            break
+        pending = (pending + chunk)[-4096:]  # all but the nonce's line: forged, dropped
+    if code is None:
+        break
+    if fifo:
+        try:
+            os.unlink(fifo)
+        except OSError:
+            pass
+    put(1, token)
+    put(2, token + b"%d\n" % code)
+os.close(req_w)
+_, st = os.waitpid(pid, 0)
+sys.exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
+"""
+"""The shell's command server (see the module docstring): a supervisor outside the evaluating
+shell (``LOOP``), holding the tokens."""
 
 
 class Running:
@@ -192,6 +323,15 @@ class Shell:
 
     def touch(self) -> None:
         self.last_used, self.last_used_at = time.monotonic(), datetime.now(UTC)
+
+    @property
+    def stopped(self) -> quota.Stopped | None:
+        """Why its sandbox was stopped over its quota or the disk's reserve, if it was."""
+        ended = self.ended
+        if ended is None or not ended.done() or ended.cancelled():
+            return None
+        exc = ended.exception()
+        return exc if isinstance(exc, quota.Stopped) else None
 
     @property
     def alive(self) -> bool:
@@ -395,8 +535,12 @@ class Shells:
                 expires=now + timedelta(seconds=lifetime),
             )
             shell.ports = Ports(checkout.home / "ports")
+            argv = ["python3", "-I", "-S", "-c", SUPERVISOR, LOOP]
+            if commands.provider.name == "local" and os.geteuid() == 0:
+                tree = str(checkout.tree)
+                argv = ["unshare", "--mount", "--", "bash", "-c", PRIVATE_TMP, "-", tree, *argv]
             spawn = sandbox.Spawn(
-                argv=["bash", "-c", SERVER],
+                argv=argv,
                 workdir=workdir,
                 env=dict(req.env or {}),
                 timeout_s=lifetime,
@@ -418,7 +562,12 @@ class Shells:
         except BaseException:
             await commands.checkouts._discard(checkout.home)
             raise
-        shell.ended = asyncio.ensure_future(shell.process.wait())
+        # for its whole life, the checkout counts against the checkouts budget and is held to
+        # its quota and the disk's reserve, as a one-shot command's is while it runs: past
+        # them the sandbox is killed, its changes since the last commit are discarded
+        # (``quota.Stopped``), and the shell is closed
+        guarded = commands.checkouts.guarded(checkout, shell.process.wait())
+        shell.ended = asyncio.ensure_future(guarded)
         self.held[shell_id] = shell
         await self._record(shell)
         return checkout.version, rp.ShellOpened(
@@ -500,9 +649,10 @@ class Shells:
         changes: rp.CapturedChanges | None = None
         try:
             async with shell.lock:
-                address = Address("exec", shell.tenant, shell.workspace, "shell_close")
-                origin = self._origin(shell)
-                changes, _ = await self._background(address, shell, origin, sync=False)
+                if shell.stopped is None:  # else its changes were discarded: none to commit
+                    address = Address("exec", shell.tenant, shell.workspace, "shell_close")
+                    origin = self._origin(shell)
+                    changes, _ = await self._background(address, shell, origin, sync=False)
         finally:
             self.held.pop(shell.id, None)
             await self._record(shell, closed=True)
@@ -515,12 +665,14 @@ class Shells:
         process, ended = shell.process, shell.ended
         if process is None or ended is None:
             return 0
-        process.close_stdin()  # the server's loop ends
-        process.signal(signal.SIGKILL)
+        # every process of the sandbox gets it (bwrap: but its init and shim), the server's
+        # two (the supervisor and its bash) among them; before its stdin closes (the server
+        # would end, and with it the sandbox: what it had left would be gone uncounted)
+        hit = process.signal(signal.SIGKILL) if not ended.done() else 0
+        process.close_stdin()
         with contextlib.suppress(Exception):
-            outcome = await asyncio.wait_for(asyncio.shield(ended), sandbox.GRACE_S + 5)
-            return outcome.left_running
-        return 0
+            await asyncio.wait_for(asyncio.shield(ended), sandbox.GRACE_S + 5)
+        return max(0, hit - SERVER_PROCESSES)
 
     def _origin(self, shell: Shell) -> Origin:
         shell.background_commits += 1
@@ -580,13 +732,11 @@ class Shells:
             ("workdir", req.workdir),
             ("env", req.env),
             ("version", req.version),
-            ("yield_ms", req.yield_ms is not None),
-            ("stdin", req.stdin is not None),
         ):
             if given:
                 raise QuillError(
                     ErrorCode.INVALID_ARGUMENT,
-                    f"{name} is not taken with shell (cd, export, or a here-document in it)",
+                    f"{name} is not taken with shell (cd or export in it)",
                     {"field": name},
                 )
         commands = self.commands
@@ -597,12 +747,32 @@ class Shells:
         output = Output(shell.checkout.limits.max_output_bytes, commands.secrets)
         token = secrets.token_hex(16)
 
+        yielding = req.yield_ms is not None
+        handle = new_handle(commands.live.route) if yielding else origin.request_id
+        recorder: Recorder | None = None
+        if yielding:  # its output kept as it comes, for exec.poll (as a live command's)
+            recorder = Recorder(
+                commands.js,
+                commands.subjects,
+                address.tenant,
+                address.workspace,
+                handle,
+                output=output,
+                config=commands.config.output,
+                facts=known_facts(origin, details, shell.checkout.version),
+                live=True,
+            )
+
         async def on_output(stream: sandbox.StreamName, chunk: bytes) -> None:
-            output.feed(stream, chunk)
+            if recorder is not None:
+                await recorder.feed(stream, chunk)
+            else:
+                output.feed(stream, chunk)
             await job.output(stream, chunk)
 
-        handle = origin.request_id
         running = Running(handle, shown[:4096], token, on_output)
+        held: list[LiveCommand] = []
+        timer: list[asyncio.Task[None]] = []
         async with self._taken(shell, req.queue, ms / 1000):
             if not shell.alive:
                 raise await self._lost_here(shell)
@@ -621,9 +791,16 @@ class Shells:
             data = req.command.encode()
             started = time.monotonic()
             timed_out = False
+            if recorder is not None and req.yield_ms is not None:
+                await self._held_live(shell, address, origin, running, recorder, held)
+                cap = min(checkout.limits.max_output_bytes, LIVE_POLL_MAX_BYTES)
+                due = commands._yield(req.yield_ms, base, recorder, job, cap)
+                timer.append(asyncio.create_task(due))
             try:
                 assert shell.process is not None and shell.ended is not None
-                await shell.process.write(f"{token} {len(data)}\n".encode() + data, 10.0)
+                fed = req.stdin
+                head = f"{token} {len(data)} {len(fed) if fed is not None else -1}\n"
+                await shell.process.write(head.encode() + data + (fed or b""), 10.0)
                 done = asyncio.ensure_future(running.ended.wait())
                 await asyncio.wait(
                     {done, shell.ended}, timeout=ms / 1000, return_when=asyncio.FIRST_COMPLETED
@@ -633,8 +810,16 @@ class Shells:
                     timed_out = not shell.ended.done()
                     await self._end(shell)  # past its timeout (or exit): the shell ends
                     await running.flush()
+            except BaseException:
+                commands._forget(held, timer)
+                raise
             finally:
                 shell.running = None
+            for task in timer:  # it ended before its yield: answered as a one-shot command
+                task.cancel()
+            if shell.stopped is not None:  # over the quota: nothing of it is kept
+                commands._forget(held, timer)
+                raise shell.stopped
             code = running.status
             if code is None:
                 code = 124 if timed_out else (await shell.ended).exit_code
@@ -647,19 +832,65 @@ class Shells:
                 timed_out=timed_out,
                 duration_ms=int((time.monotonic() - started) * 1000),
             )
-            output.finish(outcome)
-            changes = await commands._capture_and_commit(
-                address, origin, checkout, base, f"$ {shown}", None
-            )
+            finishing = None
+            if recorder is not None:  # alongside the capture
+                finishing = asyncio.ensure_future(recorder.finish(outcome))
+            else:
+                output.finish(outcome)
+            changes: rp.CapturedChanges | None = None
+            failed: str | None = None
+            try:
+                changes = await commands._capture_and_commit(
+                    address, origin, checkout, base, f"$ {shown}", None
+                )
+            except QuillError as exc:
+                failed = str(exc.code)
+                raise
+            finally:
+                if recorder is not None and finishing is not None:
+                    await finishing
+                    await recorder.end(changes, failed)
+                commands._forget(held, timer)
+            assert changes is not None
             kept += [k for k in await self._sync(shell, changes) if k not in kept]
             await self._record(shell)
         if not shell.alive and not shell.closing:
             asyncio.ensure_future(self._close_quietly(shell))
         audited(outcome, details, output.redacted | job.redacted)
         details.update(committed=changes.committed, changed=changes.total)
-        result = command_result(outcome, output, changes, command_id=handle)
+        kept_output = recorder.ok if recorder is not None else False
+        result = command_result(
+            outcome, output, changes, command_id=handle, output_kept=kept_output
+        )
         bg = background if background.committed or background.conflicts else None
         return changes.version, _with(result, shell=shell.id, background=bg, kept_conflicts=kept)
+
+    async def _held_live(
+        self,
+        shell: Shell,
+        address: Address,
+        origin: Origin,
+        running: Running,
+        recorder: Recorder,
+        held: list[LiveCommand],
+    ) -> None:
+        """A yielded command of the shell runs: listed as a live command (``exec.poll`` reads
+        its output; ``exec.input`` finds its stdin closed; ``exec.signal`` KILL ends the
+        shell), its ``start`` kept."""
+        command = LiveCommand(
+            handle=running.handle,
+            tenant=address.tenant,
+            workspace=address.workspace,
+            command=running.command,
+            workdir="",
+            actor=origin.actor,
+            started=datetime.now(UTC),
+            process=InShell(shell),
+            stdin_open=False,
+        )
+        self.commands.live.add(command)
+        held.append(command)
+        await recorder.begin({})
 
     async def _lost_here(self, shell: Shell) -> QuillError:
         asyncio.ensure_future(self._close_quietly(shell))
@@ -668,6 +899,37 @@ class Shells:
             f"Shell {shell.id} has ended (a command ran exit, or it was killed)",
             {"shell": shell.id, "version": shell.checkout.version},
         )
+
+
+class InShell:
+    """A yielded shell command as ``exec.input``/``exec.signal`` see it (``sandbox.Live``):
+    its stdin is closed (given whole, or ``/dev/null``); KILL ends the shell, as a timeout
+    does (its processes cannot be told from the shell's); other signals are refused."""
+
+    def __init__(self, shell: Shell) -> None:
+        self.shell = shell
+
+    async def write(self, data: bytes, timeout_s: float) -> int:
+        return 0
+
+    def close_stdin(self) -> None:
+        pass
+
+    def signal(self, signum: int) -> int:
+        process = self.shell.process
+        if signum != signal.SIGKILL:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                "A command in a shell takes KILL only (it ends the shell); close the shell, or "
+                "run the command without shell to signal it alone",
+                {"shell": self.shell.id},
+            )
+        if process is None or not self.shell.alive:
+            return 0
+        return max(0, process.signal(signal.SIGKILL) - SERVER_PROCESSES)
+
+    async def wait(self) -> sandbox.Outcome:
+        raise NotImplementedError
 
 
 def _with(result: rp.CommandResult, **fields: Any) -> rp.CommandResult:

@@ -6,6 +6,8 @@ background work committed as the shell's, conflicts kept, one command at a time.
 from __future__ import annotations
 
 import asyncio
+import secrets
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +113,11 @@ async def test_second_command_busy(stack: StartExecutor, quill: Quill, name: str
     async with await ws.shell() as sh:
         first = asyncio.create_task(sh.run("while [ ! -e $HOME/go ]; do sleep 0.05; done"))
 
+        async def started() -> bool:  # before a second is sent (it could go first)
+            return any(c.shell == sh.id for c in (await ws.running()).commands)
+
+        await eventually(started)
+
         async def busy() -> bool:
             try:
                 await sh.run("true")
@@ -138,7 +145,7 @@ async def test_close_kills_background(stack: StartExecutor, quill: Quill, name: 
     sh = await ws.shell()
     await sh.run("sleep 1000 & sleep 1000 &")
     closed = await sh.close()
-    assert closed.shell == sh.id
+    assert (closed.shell, closed.killed) == (sh.id, 2)  # the two sleeps, not the server
     with pytest.raises(QuillError) as err:
         await sh.run("true")
     assert err.value.code == ErrorCode.SHELL_NOT_FOUND
@@ -159,3 +166,75 @@ async def test_idle_timeout(stack: StartExecutor, quill: Quill, name: str) -> No
     with pytest.raises(QuillError) as err:
         await sh.run("true")
     assert err.value.code == ErrorCode.SHELL_NOT_FOUND
+
+
+async def test_tmp_is_the_shells_own(stack: StartExecutor, quill: Quill, name: str) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    probe = f"quill-shell-tmp-{secrets.token_hex(6)}"
+    async with await ws.shell() as sh, await ws.shell() as other:
+        r = await sh.run(f"echo mine > /tmp/{probe} && cd $HOME && pwd && ls /tmp")
+        assert r.exit_code == 0 and probe in r.stdout.split(), r
+        assert (await sh.run(f"cat /tmp/{probe}")).stdout == "mine\n"  # kept across commands
+        assert not Path("/tmp", probe).exists()  # before (local): the host's /tmp
+        r = await other.run(f"cat /tmp/{probe}")
+        assert r.exit_code == 1  # nor another shell's
+
+
+async def test_stdin_of_a_shell_command(stack: StartExecutor, quill: Quill, name: str) -> None:
+    await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    async with await ws.shell() as sh:
+        await sh.run("cd /tmp && export N=1")
+        r = await sh.run('read a; rest=$(cat); echo "$a|$rest|$N|$PWD"', stdin=b"first\nsecond\n")
+        assert (r.stdout, r.exit_code) == ("first|second|1|/tmp\n", 0)  # before: refused
+        r = await sh.run("true", stdin=b"x" * 300_000)  # unread: no hang
+        assert r.exit_code == 0
+        r = await sh.run("wc -c", stdin=b"y" * 300_000)
+        assert r.stdout.strip() == "300000"
+        r = await sh.run("cat; echo end")  # none: /dev/null
+        assert r.stdout == "end\n"
+
+
+async def test_a_long_shell_command_yields(stack: StartExecutor, quill: Quill, name: str) -> None:
+    executor = await stack()
+    ws = quill.workspace(name)
+    await ws.create()
+    sh = await ws.shell()  # KILL ends it at the end: no close
+    await sh.run("export GREETING=hi")
+    tree = executor.shells.held[sh.id].checkout.tree
+    r = await ws.exec(
+        'echo "$GREETING early"; while [ ! -e gate ]; do sleep 0.05; done; '
+        "echo late > out.txt; echo done; cd /tmp",
+        shell=sh.id,
+        yield_ms=300,
+    )  # before: INVALID_ARGUMENT (yield_ms is not taken with shell)
+    assert r.running and r.command_id and r.stdout == "hi early\n", r
+    listed = await ws.running()
+    assert [c.command_id for c in listed.commands] == [r.command_id]
+    with pytest.raises(QuillError) as busy:
+        await sh.run("true")
+    assert busy.value.code == ErrorCode.BUSY
+    cmd = ws.command(r.command_id)
+    with pytest.raises(QuillError) as closed:
+        await cmd.input("x\n")
+    assert closed.value.code == ErrorCode.COMMAND_ENDED  # its stdin is closed
+    (tree / "gate").touch()
+    done = await cmd.wait()
+    assert (done.exit_code, done.stdout) == (0, "hi early\ndone\n")
+    assert done.changed == 2 and done.version is not None  # gate and out.txt
+    assert (await ws.read("out.txt")).content == "late\n"
+    r = await sh.run("pwd; echo $GREETING")
+    assert r.stdout == "/tmp\nhi\n"  # what the yielded command left carries over
+    r = await ws.exec("sleep 30", shell=sh.id, yield_ms=100)
+    assert r.running
+    killed = await ws.command(r.command_id).signal("KILL")
+    assert killed.processes >= 1
+    assert (await ws.command(r.command_id).wait()).exit_code != 0
+
+    async def gone() -> bool:  # KILL ended the shell, as a timeout does
+        return (await ws.running()).shells == []
+
+    await eventually(gone)

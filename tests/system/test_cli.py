@@ -388,3 +388,18 @@ def test_watch_of_a_workspace_the_tenant_may_not_read_exits(tmp_path: Path) -> N
         assert done.returncode == 5, done
         assert done.stderr.startswith("quill: ACCESS_DENIED: NATS refused ws.updated.a.shared")
         assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_cli_shell_open_exec_close(up: Up) -> None:
+    ws = "acme/cli-shell"
+    up.cli("create", ws)
+    shell = up.cli("shell-open", ws).stdout.strip()
+    assert shell.startswith("s")
+    up.cli("exec", ws, "--shell", shell, "--", "mkdir -p d && cd d && export X=7; sleep 1000 &")
+    done = up.cli("exec", ws, "--shell", shell, "--", 'pwd; echo "$X"; echo x > f.txt')
+    assert done.stdout.splitlines()[0].endswith("/d") and done.stdout.splitlines()[1] == "7"
+    assert "quill: committed 1 path" in done.stderr
+    closed = up.cli("shell-close", ws, shell)
+    assert closed.stdout == f"closed {shell}: 1 process killed\n"
+    gone = up.cli("exec", ws, "--shell", shell, "--", "true", check=False)
+    assert gone.returncode != 0 and "SHELL_NOT_FOUND" in gone.stderr
