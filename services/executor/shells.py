@@ -319,6 +319,9 @@ class Shell:
     """Bytes background processes wrote while no command ran (dropped)."""
     closing: bool = False
     ports: Ports | None = None
+    own: int = SERVER_PROCESSES
+    """Processes of its sandbox that are not the user's: the server's and the provider's
+    around it (``Provider.wrappers``), left out of what a close reports killed."""
     """Its loopback ports, as the gateway reaches them (``services.executor.ports``)."""
 
     def touch(self) -> None:
@@ -551,6 +554,7 @@ class Shells:
                 ports=shell.ports,
             )
             limits = commands._limits(lifetime, checkout)
+            shell.own = SERVER_PROCESSES + commands.provider.wrappers(spawn)
             try:
                 shell.process = await commands.provider.start(
                     checkout.tree, spawn, limits, shell.on_output
@@ -672,7 +676,7 @@ class Shells:
         process.close_stdin()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(ended), sandbox.GRACE_S + 5)
-        return max(0, hit - SERVER_PROCESSES)
+        return max(0, hit - shell.own)
 
     def _origin(self, shell: Shell) -> Origin:
         shell.background_commits += 1

@@ -213,6 +213,13 @@ class Starts:
     def egress_wrap(self, spawn: Spawn, port: EgressPort) -> Spawn:
         raise NotImplementedError
 
+    def wrappers(self, spawn: Spawn) -> int:
+        """The egress forwarder and the ports agent, each a process in a sandbox of its own
+        network; none where the command has the host's (they are not started there)."""
+        if self.egress_tcp:
+            return 0
+        return (spawn.egress is not None) + (spawn.ports is not None)
+
     async def _start(
         self, checkout: Path, spawn: Spawn, limits: Limits, on_output: OnOutput | None
     ) -> Live:

@@ -211,6 +211,11 @@ class Provider(Protocol):
         """
         ...
 
+    def wrappers(self, spawn: Spawn) -> int:
+        """How many processes of its own the sandbox runs around ``spawn``'s command (bwrap:
+        the egress forwarder, the ports agent), to tell them from the command's."""
+        ...
+
     def warm(self, checkout: Path, limits: Limits, overlay: int | None = None) -> None:
         """Get ready for another command on ``checkout`` with ``limits`` (bwrap: start a spare
         sandbox for it, over an overlay of generation ``overlay`` if not None; never one
