@@ -23,7 +23,7 @@ import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from infra.exec.sandbox import common
+from infra.exec.sandbox import common, wrapper
 from infra.exec.sandbox.interface import (
     EgressPort,
     Limits,
@@ -42,28 +42,15 @@ INSIDE = "/tmp/.quill-egress"
 sandbox's user could not enter)."""
 NO_PROXY = "localhost,127.0.0.1,::1"
 
-FORWARDER = r"""
-import os, signal, socket, sys, threading
-path, port, argv = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
+FORWARDER = wrapper.script(
+    setup=r"""path, port, argv = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
 listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 listener.bind(("127.0.0.1", port))
 listener.listen(128)
-pid = os.fork()
-if pid == 0:
-    listener.close()
-    try:
-        os.execvp(argv[0], argv)
-    except OSError as e:
-        os.write(2, ("%s: %s\n" % (argv[0], e.strerror)).encode())
-        os._exit(127 if isinstance(e, FileNotFoundError) else 126)
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-    signal.signal(sig, signal.SIG_IGN)
-null = os.open(os.devnull, os.O_RDWR)
-for fd in (0, 1, 2):
-    os.dup2(null, fd)
-threading.stack_size(256 * 1024)
-
+""",
+    held="listener",
+    serve=r"""
 def pipe(a, b):
     try:
         while True:
@@ -103,17 +90,8 @@ def accept():
             pass
 
 threading.Thread(target=accept, daemon=True).start()
-while True:
-    try:
-        _, status = os.waitpid(pid, 0)
-        break
-    except InterruptedError:
-        continue
-if os.WIFSIGNALED(status):
-    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-    os.kill(os.getpid(), os.WTERMSIG(status))
-os._exit(os.waitstatus_to_exitcode(status))
-"""
+""",
+)
 """``python3 -I -S -c FORWARDER SOCKET PORT -- ARGV...`` (see the module docstring)."""
 
 

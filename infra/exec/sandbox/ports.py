@@ -32,7 +32,7 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from infra.exec.sandbox import common
+from infra.exec.sandbox import common, wrapper
 from infra.exec.sandbox.interface import SandboxError, Spawn
 
 INSIDE = "/tmp/.quill-ports"
@@ -42,26 +42,13 @@ SOCKET = "agent.sock"
 CONNECT_S = 5.0
 """How long the agent may take to connect, and to answer for one port."""
 
-AGENT = r"""
-import os, signal, socket, sys, threading
-path, argv = sys.argv[1], sys.argv[3:]
+AGENT = wrapper.script(
+    setup=r"""path, argv = sys.argv[1], sys.argv[3:]
 control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 control.connect(path)
-pid = os.fork()
-if pid == 0:
-    control.close()
-    try:
-        os.execvp(argv[0], argv)
-    except OSError as e:
-        os.write(2, ("%s: %s\n" % (argv[0], e.strerror)).encode())
-        os._exit(127 if isinstance(e, FileNotFoundError) else 126)
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-    signal.signal(sig, signal.SIG_IGN)
-null = os.open(os.devnull, os.O_RDWR)
-for fd in (0, 1, 2):
-    os.dup2(null, fd)
-threading.stack_size(256 * 1024)
-
+""",
+    held="control",
+    serve=r"""
 def serve():
     lines = control.makefile("rb")
     while True:
@@ -79,17 +66,8 @@ def serve():
         s.close()
 
 threading.Thread(target=serve, daemon=True).start()
-while True:
-    try:
-        _, status = os.waitpid(pid, 0)
-        break
-    except InterruptedError:
-        continue
-if os.WIFSIGNALED(status):
-    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-    os.kill(os.getpid(), os.WTERMSIG(status))
-os._exit(os.waitstatus_to_exitcode(status))
-"""
+""",
+)
 """``python3 -I -S -c AGENT SOCKET -- ARGV...`` (see the module docstring)."""
 
 
