@@ -28,6 +28,24 @@ TIMEOUT_S = 30.0
 """The longest the executor waits for a port's whole answer (504 past it)."""
 LOWEST_PORT = 1024
 """Ports below this are not reachable (the privileged range: nothing a shell runs)."""
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+"""Headers never passed on either way, by the gateway or the executor (the executor sets
+``Host``, ``Connection`` and ``Content-Length`` itself; the gateway recomputes the response's
+length)."""
 
 PortError = Literal["not_found", "bad_gateway", "timeout", "invalid", "busy"]
 """Why the holder gives no response: no such shell here (404), the port refused or its

@@ -26,6 +26,7 @@ from nats.aio.msg import Msg
 from contracts.ports import (
     BODY_MAX_BYTES,
     HEAD_MAX_BYTES,
+    HOP_BY_HOP,
     LOWEST_PORT,
     TIMEOUT_S,
     PortError,
@@ -43,23 +44,6 @@ log = logging.getLogger("quill.executor.ports")
 
 MAX_AT_ONCE = 32
 """Port requests one executor serves at once."""
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
-"""Headers never passed on either way (the executor sets ``Host``, ``Connection`` and
-``Content-Length`` itself; the gateway recomputes the response's length)."""
 
 
 class Refusal(Exception):

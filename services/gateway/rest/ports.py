@@ -33,6 +33,7 @@ from contracts import requests as rq
 from contracts.errors import QuillError
 from contracts.ports import (
     BODY_MAX_BYTES,
+    HOP_BY_HOP,
     LOWEST_PORT,
     TIMEOUT_S,
     PortRequest,
@@ -47,24 +48,7 @@ from services.gateway.access import Access, Principal, principal_of
 PORTS = "/v1/workspaces/{tenant}/{workspace}/shells/{shell}/ports/{port}"
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 """The methods passed on (``HEAD`` too: Starlette adds it to ``GET``)."""
-DROPPED = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "expect",
-        "authorization",
-        "cookie",
-    }
-)
+DROPPED = HOP_BY_HOP | {"expect", "authorization", "cookie"}
 """Request headers never passed on to the port."""
 NOT_BACK = frozenset({"set-cookie", "set-cookie2", "content-security-policy"})
 """Response headers never passed back (a CSP of the gateway's own replaces the port's)."""
