@@ -114,12 +114,7 @@ async def exec_(
     the command's standard input; from a terminal, or with -n, its stdin is closed. With
     --shell it runs in that open shell instead of a fresh sandbox."""
     line = command[0] if len(command) == 1 else shlex.join(command)
-    variables: dict[str, str] = {}
-    for item in env:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Bad --env {item!r}: use NAME=VALUE")
-        variables[name] = value
+    variables = _variables(env)
     as_json = ctx.obj["json"]
 
     shown = {"stdout": 0, "stderr": 0}
@@ -292,6 +287,21 @@ async def git(
         _changes_note(r.changes)
 
 
+def _variables(env: tuple[str, ...]) -> dict[str, str]:
+    """The ``--env NAME=VALUE`` options as a mapping.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for an item without ``=``.
+    """
+    variables: dict[str, str] = {}
+    for item in env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Bad --env {item!r}: use NAME=VALUE")
+        variables[name] = value
+    return variables
+
+
 @commands.command(name="shell-open")
 @workspace_command
 @click.option("-C", "--workdir", default="", help="Its first working directory.")
@@ -303,12 +313,7 @@ async def shell_open(
     """Open a shell on the workspace and print its id: quill exec --shell ID runs in it, and
     what one command leaves (cwd, exported variables, /tmp, background processes) the next
     finds. Close it with quill shell-close."""
-    variables: dict[str, str] = {}
-    for item in env:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Bad --env {item!r}: use NAME=VALUE")
-        variables[name] = value
+    variables = _variables(env)
     sh = await ws.shell(
         workdir=workdir,
         env=variables or None,

@@ -266,6 +266,10 @@ def facts(
     return built
 
 
+def _unavailable(exc: Exception) -> QuillError:
+    return QuillError(ErrorCode.UNAVAILABLE, f"The kept output could not be read ({exc!r}); retry")
+
+
 async def kept_part(
     js: JetStreamContext, subjects: Subjects, tenant: str, workspace: str, handle: str, part: str
 ) -> bytes | None:
@@ -280,9 +284,7 @@ async def kept_part(
     except NotFoundError:
         return None
     except Exception as exc:
-        raise QuillError(
-            ErrorCode.UNAVAILABLE, f"The kept output could not be read ({exc!r}); retry"
-        ) from None
+        raise _unavailable(exc) from None
     return msg.data or b""
 
 
@@ -301,9 +303,7 @@ async def first_chunk(
     except NotFoundError:
         return None
     except Exception as exc:
-        raise QuillError(
-            ErrorCode.UNAVAILABLE, f"The kept output could not be read ({exc!r}); retry"
-        ) from None
+        raise _unavailable(exc) from None
     last = (msg.subject or "").rsplit(".", 1)[-1]
     return int(last) if last.isdigit() else None
 

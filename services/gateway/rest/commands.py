@@ -82,20 +82,6 @@ def handle_param(request: Request) -> str:
         raise QuillError(E.COMMAND_NOT_FOUND, "No such command") from None
 
 
-def ms_param(request: Request, name: str, most: int) -> int | None:
-    """The query parameter ``name``: 0 to ``most`` ms, None if absent.
-
-    Raises:
-        QuillError: ``INVALID_ARGUMENT`` for anything else.
-    """
-    raw = request.query_params.get(name)
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdecimal() and len(raw) <= 16) or int(raw) > most:
-        raise QuillError(E.INVALID_ARGUMENT, f"{name} must be an integer from 0 to {most} (ms)")
-    return int(raw)
-
-
 def ran(r: rp.CommandResult) -> dict[str, Any]:
     """A command's answer: how it ended, or that it runs on (its id and cursor)."""
     body: dict[str, Any] = {
@@ -188,7 +174,7 @@ class Commands:
         handle = handle_param(request)
         asked = {"command_id": handle, "cursor": request.query_params.get("cursor", "")}
         poll: rq.CommandPoll = _typed(asked, rq.CommandPoll, "cursor")
-        wait_ms = ms_param(request, "waitMs", LIVE_WAIT_MAX_MS) or 0
+        wait_ms = count_param(request, "waitMs", LIVE_WAIT_MAX_MS, lowest=0, unit=" (ms)") or 0
         max_bytes = count_param(request, "maxBytes", LIVE_POLL_MAX_BYTES) or 64 * 1024
         ws = await own_workspace(self.access, request)
         status = await ws.command(handle, poll.cursor).poll(wait_ms=wait_ms, max_bytes=max_bytes)

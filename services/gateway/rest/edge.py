@@ -62,8 +62,11 @@ RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 """A Quill run id (``contracts.requests.RunId``)."""
 
 
-def count_param(request: Request, name: str, most: int) -> int | None:
-    """The query parameter ``name``: an integer from 1 to ``most``, None if absent.
+def count_param(
+    request: Request, name: str, most: int, *, lowest: int = 1, unit: str = ""
+) -> int | None:
+    """The query parameter ``name``: an integer from ``lowest`` to ``most``, None if absent
+    (``unit`` follows the range in the error, as `` (ms)``).
 
     Raises:
         QuillError: ``INVALID_ARGUMENT`` for anything else.
@@ -71,8 +74,10 @@ def count_param(request: Request, name: str, most: int) -> int | None:
     raw = request.query_params.get(name)
     if raw is None:
         return None
-    if not (raw.isascii() and raw.isdecimal() and len(raw) <= 16) or not 1 <= int(raw) <= most:
-        raise QuillError(E.INVALID_ARGUMENT, f"{name} must be an integer from 1 to {most}")
+    if not (raw.isascii() and raw.isdecimal() and len(raw) <= 16) or not lowest <= int(raw) <= most:
+        raise QuillError(
+            E.INVALID_ARGUMENT, f"{name} must be an integer from {lowest} to {most}{unit}"
+        )
     return int(raw)
 
 
