@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import nats
 import nats.errors
@@ -513,3 +513,22 @@ def small_tree(root: Path) -> Path:
     (root / "d/x.txt").write_text("x\n")
     (root / "f.txt").write_text("f\n")
     return root
+
+
+async def ask(
+    nc: NATS, subject: str, body: dict[str, Any], timeout: float = 10
+) -> dict[str, Any] | None:
+    """The reply to a request, or None when the server refused it (no reply comes)."""
+    try:
+        msg = await nc.request(subject, json.dumps(body).encode(), timeout=timeout)
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+        return None
+    reply: dict[str, Any] = json.loads(msg.data)
+    return reply
+
+
+def error_shape(reply: dict[str, Any] | None, id_: str) -> tuple[str, str]:
+    """An error reply's code and message, the id ``id_`` in it blanked (to compare two ids')."""
+    assert reply is not None and not reply["ok"], reply
+    error = reply["error"]
+    return error["code"], error["message"].replace(id_, "ID")

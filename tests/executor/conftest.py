@@ -11,6 +11,8 @@ import pytest
 import pytest_asyncio
 
 from infra.exec.sandbox import probe_bwrap
+from quill.client import Quill
+from quill.workspace import Workspace
 from services.executor.app import Executor, ExecutorConfig
 from tests.helpers import start_executor, start_writer_and_reader
 
@@ -22,6 +24,7 @@ StartExecutor = Callable[..., Awaitable[Executor]]
 @pytest.fixture(params=PROVIDERS)
 def provider(request: pytest.FixtureRequest) -> str:
     if request.param == "bwrap" and (why := probe_bwrap()) is not None:
+        print(f"skipped: bwrap cannot run here: {why}")
         pytest.skip(f"bwrap cannot run here: {why}")
     return str(request.param)
 
@@ -40,6 +43,15 @@ async def stack(nats_url: str, tmp_path: Path, provider: str) -> AsyncIterator[S
             return await start_executor(es, nats_url, tmp_path / f"executor{count}", cfg)
 
         yield executor
+
+
+@pytest_asyncio.fixture
+async def ws(stack: StartExecutor, quill: Quill, name: str) -> Workspace:
+    """This test's own workspace, made, with one executor to run its commands."""
+    await stack()
+    workspace = quill.workspace(name)
+    await workspace.create()
+    return workspace
 
 
 @pytest.fixture

@@ -5,16 +5,10 @@ as before. (Its bounds and its privacy: ``tests/security/test_exec_stdin.py``.)"
 from __future__ import annotations
 
 from contracts.limits import EXEC_STDIN_MAX_BYTES
-from quill.client import Quill
-from tests.executor.conftest import StartExecutor
+from quill.workspace import Workspace
 
 
-async def test_the_command_reads_what_it_is_given(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_the_command_reads_what_it_is_given(ws: Workspace) -> None:
     r = await ws.exec("tr a-z A-Z", stdin=b"shout\n")
     assert (r.stdout, r.exit_code, r.stdin_read) == ("SHOUT\n", 0, False)
     raw = bytes(range(256)) * 3

@@ -8,22 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest_asyncio
 from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from quill.workspace import Workspace
 from tests.executor.conftest import StartExecutor
-
-
-@pytest_asyncio.fixture
-async def ws(stack: StartExecutor, quill: Quill, name: str) -> Workspace:
-    """This test's own workspace, made, with one executor to run its commands."""
-    await stack()
-    workspace = quill.workspace(name)
-    await workspace.create()
-    return workspace
 
 
 async def test_yielded_then_polled_to_its_end(ws: Workspace) -> None:

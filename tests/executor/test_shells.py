@@ -13,14 +13,12 @@ import pytest
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
+from quill.workspace import Workspace
 from tests.executor.conftest import StartExecutor
 from tests.helpers import eventually
 
 
-async def test_state_carries_over(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_state_carries_over(ws: Workspace) -> None:
     await ws.write("sub/keep.txt", "x")
     async with await ws.shell() as sh:
         r = await sh.run("cd sub && export X=1 && greet() { echo hi $1; } && echo t > /tmp/t")
@@ -37,12 +35,7 @@ async def test_state_carries_over(stack: StartExecutor, quill: Quill, name: str)
         assert (r.exit_code, r.stdout, r.stderr) == (7, "out\n", "err\n")
 
 
-async def test_loopback_server_across_commands(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_loopback_server_across_commands(ws: Workspace) -> None:
     async with await ws.shell() as sh:
         r = await sh.run("python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 &")
         assert r.exit_code == 0
@@ -57,12 +50,7 @@ async def test_loopback_server_across_commands(
         assert r.stdout.strip() == "200", r
 
 
-async def test_background_committed_on_checkpoint(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_background_committed_on_checkpoint(ws: Workspace) -> None:
     async with await ws.shell() as sh:
         r = await sh.run("(while [ ! -e $HOME/go ]; do sleep 0.05; done; echo x > bg.txt) &")
         assert not r.changes.committed
@@ -106,10 +94,7 @@ async def test_conflict_kept_not_overwritten(stack: StartExecutor, quill: Quill,
         assert (await ws.read("f.txt")).content == "workspace\n"
 
 
-async def test_second_command_busy(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_second_command_busy(ws: Workspace) -> None:
     async with await ws.shell() as sh:
         first = asyncio.create_task(sh.run("while [ ! -e $HOME/go ]; do sleep 0.05; done"))
 
@@ -138,10 +123,7 @@ async def test_second_command_busy(stack: StartExecutor, quill: Quill, name: str
         queued.cancel()
 
 
-async def test_close_kills_background(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_close_kills_background(ws: Workspace) -> None:
     sh = await ws.shell()
     await sh.run("sleep 1000 & sleep 1000 &")
     closed = await sh.close()
@@ -152,10 +134,7 @@ async def test_close_kills_background(stack: StartExecutor, quill: Quill, name: 
     assert (await ws.running()).shells == []
 
 
-async def test_idle_timeout(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_idle_timeout(ws: Workspace) -> None:
     sh = await ws.shell(idle_timeout_ms=1000)
     await sh.run("true")
 
@@ -168,10 +147,7 @@ async def test_idle_timeout(stack: StartExecutor, quill: Quill, name: str) -> No
     assert err.value.code == ErrorCode.SHELL_NOT_FOUND
 
 
-async def test_tmp_is_the_shells_own(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_tmp_is_the_shells_own(ws: Workspace) -> None:
     probe = f"quill-shell-tmp-{secrets.token_hex(6)}"
     async with await ws.shell() as sh, await ws.shell() as other:
         r = await sh.run(f"echo mine > /tmp/{probe} && cd $HOME && pwd && ls /tmp")
@@ -182,10 +158,7 @@ async def test_tmp_is_the_shells_own(stack: StartExecutor, quill: Quill, name: s
         assert r.exit_code == 1  # nor another shell's
 
 
-async def test_stdin_of_a_shell_command(stack: StartExecutor, quill: Quill, name: str) -> None:
-    await stack()
-    ws = quill.workspace(name)
-    await ws.create()
+async def test_stdin_of_a_shell_command(ws: Workspace) -> None:
     async with await ws.shell() as sh:
         await sh.run("cd /tmp && export N=1")
         r = await sh.run('read a; rest=$(cat); echo "$a|$rest|$N|$PWD"', stdin=b"first\nsecond\n")

@@ -6,24 +6,12 @@ into, resized, interrupted with Ctrl-C, ended with their status; the terminal's 
 from __future__ import annotations
 
 import pytest
-import pytest_asyncio
 
 from contracts.errors import ErrorCode, QuillError
-from quill.client import Quill
 from quill.command import Command
 from quill.workspace import Workspace
-from tests.executor.conftest import StartExecutor
 
 SHELL = "PS1='$ ' exec bash --norc --noprofile -i"
-
-
-@pytest_asyncio.fixture
-async def ws(stack: StartExecutor, quill: Quill, name: str) -> Workspace:
-    """This test's own workspace, made, with one executor to run its commands."""
-    await stack()
-    workspace = quill.workspace(name)
-    await workspace.create()
-    return workspace
 
 
 async def read_until(cmd: Command, text: str, seen: list[str]) -> str:

@@ -1,6 +1,7 @@
 """What the tests of a shell's ports share (``tests/gateway/test_shell_ports.py``,
 ``tests/security/test_shell_ports.py``): a writer, a reader, an executor of one provider and a
-gateway with two tenants' tokens; the test server a shell runs; a free port; raw HTTP."""
+gateway with two tenants' tokens (the ``st`` fixture, imported by both); the test server a
+shell runs; a free port; raw HTTP."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest_asyncio
 
 from quill.client import Quill
 from services.executor.app import Executor, ExecutorConfig
@@ -92,6 +94,18 @@ async def stack(
         for name in (A, B):
             await quill.workspace(name).create(exist_ok=True)
         yield Stack(gateway, executor, quill, provider)
+
+
+@pytest_asyncio.fixture
+async def st(
+    start: StartGateway, nats_url: str, tmp_path: Path, provider: str
+) -> AsyncIterator[Stack]:
+    async with stack(start, nats_url, tmp_path, provider) as s:
+        yield s
+
+
+def as_(token: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
 async def serve(st: Stack, workspace: str, port: int, tag: str) -> str:

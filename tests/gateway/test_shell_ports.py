@@ -7,40 +7,15 @@ own. (Hostile uses: ``tests/security/test_shell_ports.py``.)"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import httpx
 import pytest
-import pytest_asyncio
 
-from infra.exec.sandbox import probe_bwrap
-from tests.gateway.conftest import StartGateway
-from tests.gateway.ports_support import TOKEN_A, TOKEN_B, A, B, Stack, serve, stack
+from tests.executor.conftest import provider  # noqa: F401
+from tests.gateway.ports_support import TOKEN_A, TOKEN_B, A, B, Stack, as_, serve, st  # noqa: F401
 from tests.helpers import eventually
 
 
-@pytest.fixture(params=["bwrap", "local"])
-def provider(request: pytest.FixtureRequest) -> str:
-    if request.param == "bwrap" and (why := probe_bwrap()) is not None:
-        print(f"skipped: bwrap cannot run here: {why}")
-        pytest.skip(f"bwrap cannot run here: {why}")
-    return str(request.param)
-
-
-@pytest_asyncio.fixture
-async def st(
-    start: StartGateway, nats_url: str, tmp_path: Path, provider: str
-) -> AsyncIterator[Stack]:
-    async with stack(start, nats_url, tmp_path, provider) as s:
-        yield s
-
-
-def as_(token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
-
-
-async def test_http_server_of_a_shell(st: Stack) -> None:
+async def test_http_server_of_a_shell(st: Stack) -> None:  # noqa: F811
     ws = st.quill.workspace(A)
     await ws.write("site/hello.txt", "hello from the shell\n")
     port = st.port()
@@ -73,7 +48,7 @@ async def _ok(answer: object) -> httpx.Response | None:
     return response if response.status_code == 200 else None
 
 
-async def test_post_body_echoed(st: Stack) -> None:
+async def test_post_body_echoed(st: Stack) -> None:  # noqa: F811
     port = st.port()
     shell = await serve(st, A, port, "a")
     async with as_(TOKEN_A) as http:
@@ -92,7 +67,7 @@ async def test_post_body_echoed(st: Stack) -> None:
         assert put.status_code == 200 and len(put.json()["body"]) == 100_000
 
 
-async def test_another_tenants_token_is_not_found(st: Stack) -> None:
+async def test_another_tenants_token_is_not_found(st: Stack) -> None:  # noqa: F811
     port = st.port()
     shell = await serve(st, A, port, "a")
     async with as_(TOKEN_B) as rival:
@@ -105,7 +80,7 @@ async def test_another_tenants_token_is_not_found(st: Stack) -> None:
         assert (r.status_code, r.json()) == (404, {"error": "not_found"})
 
 
-async def test_two_tenants_both_listen_on_8000(st: Stack) -> None:
+async def test_two_tenants_both_listen_on_8000(st: Stack) -> None:  # noqa: F811
     if st.provider != "bwrap":
         print("skipped under local: its shells share the host's network (one port 8000)")
         pytest.skip("local: no network namespace of its own")

@@ -13,39 +13,18 @@ runs (in-process executor with ``tenant_live=2``)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
-import nats
-import nats.errors
 import pytest
-from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from tests.executor.conftest import StartExecutor, provider, stack  # noqa: F401
-from tests.helpers import Refusals
+from tests.helpers import Refusals, ask, error_shape
 from tests.up import TENANTS, Up, bare_as, quill_as
 
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
 MADE_UP = "c0123456789abMadeUpHandle0"
-
-
-async def ask(nc: NATS, subject: str, body: dict[str, Any]) -> dict[str, Any] | None:
-    """The reply to a request, or None when the server refused it (no reply comes)."""
-    try:
-        msg = await nc.request(subject, json.dumps(body).encode(), timeout=5)
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-        return None
-    reply: dict[str, Any] = json.loads(msg.data)
-    return reply
-
-
-def shape(reply: dict[str, Any] | None, handle: str) -> tuple[str, str]:
-    """An error reply's code and message, the id in it blanked (to compare two ids')."""
-    assert reply is not None and not reply["ok"], reply
-    error = reply["error"]
-    return error["code"], error["message"].replace(handle, "ID")
 
 
 async def test_another_tenants_handle_is_unknown_and_does_nothing(up: Up) -> None:
@@ -64,11 +43,14 @@ async def test_another_tenants_handle_is_unknown_and_does_nothing(up: Up) -> Non
             "signal": {"command_id": handle, "signal": "KILL"},
         }
         for op, body in bodies.items():
-            foreign = await ask(nb, f"ws.exec.b.shared.{op}", body)
-            made_up = await ask(nb, f"ws.exec.b.shared.{op}", {**body, "command_id": MADE_UP})
-            assert shape(foreign, handle) == shape(made_up, MADE_UP)
-            assert shape(foreign, handle)[0] == "COMMAND_NOT_FOUND"
-            assert await ask(nb, f"ws.exec.a.shared.{op}", body) is None  # a's subject: refused
+            foreign = await ask(nb, f"ws.exec.b.shared.{op}", body, timeout=5)
+            made_up = await ask(
+                nb, f"ws.exec.b.shared.{op}", {**body, "command_id": MADE_UP}, timeout=5
+            )
+            assert error_shape(foreign, handle) == error_shape(made_up, MADE_UP)
+            assert error_shape(foreign, handle)[0] == "COMMAND_NOT_FOUND"
+            # a's subject: refused
+            assert await ask(nb, f"ws.exec.a.shared.{op}", body, timeout=5) is None
         # the services' own subjects: refused by the server, nothing delivered
         route = handle[1:13]
         await nb.publish(
@@ -88,8 +70,8 @@ async def test_another_tenants_handle_is_unknown_and_does_nothing(up: Up) -> Non
         with pytest.raises(QuillError) as ended:
             await cmd.input("late\n")
         assert ended.value.code == ErrorCode.COMMAND_ENDED
-        after = await ask(nb, "ws.exec.b.shared.input", bodies["input"])
-        assert shape(after, handle)[0] == "COMMAND_NOT_FOUND"  # ended or not: unknown to b
+        after = await ask(nb, "ws.exec.b.shared.input", bodies["input"], timeout=5)
+        assert error_shape(after, handle)[0] == "COMMAND_NOT_FOUND"  # ended or not: unknown to b
     finally:
         await nb.close()
         await qa.close()

@@ -14,28 +14,22 @@ never reaching the sandbox, nor a ``Set-Cookie`` of the sandbox the client."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
-import pytest_asyncio
 
 from contracts.ports import BODY_MAX_BYTES
-from tests.gateway.conftest import StartGateway
-from tests.gateway.ports_support import TOKEN_A, TOKEN_B, A, B, Stack, raw_http, serve, stack
+from tests.gateway.ports_support import (  # noqa: F401
+    TOKEN_A,
+    TOKEN_B,
+    A,
+    B,
+    Stack,
+    as_,
+    raw_http,
+    serve,
+    st,
+)
 from tests.security.conftest import bwrap_only
-
-
-@pytest_asyncio.fixture
-async def st(
-    start: StartGateway, nats_url: str, tmp_path: Path, provider: str
-) -> AsyncIterator[Stack]:
-    async with stack(start, nats_url, tmp_path, provider) as s:
-        yield s
-
-
-def as_(token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
 class HostServer:
@@ -61,7 +55,7 @@ class HostServer:
         await self.server.wait_closed()
 
 
-async def test_another_tenant_gets_not_found(st: Stack) -> None:
+async def test_another_tenant_gets_not_found(st: Stack) -> None:  # noqa: F811
     port = st.port()
     shell = await serve(st, A, port, "acme")
     async with as_(TOKEN_A) as own:
@@ -75,7 +69,7 @@ async def test_another_tenant_gets_not_found(st: Stack) -> None:
         assert (await anonymous.get(st.url(A, shell, port, "/"))).status_code == 401
 
 
-async def test_privileged_and_malformed_ports_refused(st: Stack) -> None:
+async def test_privileged_and_malformed_ports_refused(st: Stack) -> None:  # noqa: F811
     port = st.port()
     shell = await serve(st, A, port, "acme")
     async with as_(TOKEN_A) as http:
@@ -86,7 +80,7 @@ async def test_privileged_and_malformed_ports_refused(st: Stack) -> None:
             assert r.json()["error"] == "invalid_argument"
 
 
-async def test_endless_response_is_bounded(st: Stack) -> None:
+async def test_endless_response_is_bounded(st: Stack) -> None:  # noqa: F811
     port = st.port()
     shell = await serve(st, A, port, "acme")
     async with as_(TOKEN_A) as http:
@@ -96,7 +90,7 @@ async def test_endless_response_is_bounded(st: Stack) -> None:
         assert (await http.get(st.url(A, shell, port, "/again"))).status_code == 200
 
 
-async def test_slow_server_times_out(st: Stack) -> None:
+async def test_slow_server_times_out(st: Stack) -> None:  # noqa: F811
     port = st.port()
     shell = await serve(st, A, port, "acme")
     st.executor.ports.timeout_s = 1.0
@@ -111,7 +105,7 @@ async def test_slow_server_times_out(st: Stack) -> None:
         assert (await http.get(st.url(A, shell, port, "/after"))).status_code == 200
 
 
-async def test_request_target_reaches_the_shells_port_only(st: Stack) -> None:
+async def test_request_target_reaches_the_shells_port_only(st: Stack) -> None:  # noqa: F811
     port = st.port()
     shell = await serve(st, A, port, "acme")
     base = f"/v1/workspaces/{A}/shells/{shell}/ports/{port}"
@@ -143,7 +137,7 @@ async def test_request_target_reaches_the_shells_port_only(st: Stack) -> None:
         assert host.connections == 0
 
 
-async def test_credentials_never_reach_the_sandbox(st: Stack) -> None:
+async def test_credentials_never_reach_the_sandbox(st: Stack) -> None:  # noqa: F811
     port = st.port()
     shell = await serve(st, A, port, "acme")
     headers = {"Cookie": "quill_token=secret", "Proxy-Authorization": "Basic eA==", "X-Ok": "1"}

@@ -24,23 +24,18 @@ sandbox can hold is skipped there, saying why).
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any
 
-import nats
-import nats.errors
 import pytest
-from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from infra.exec.sandbox import cgroups
 from quill.client import Quill
 from tests.executor.conftest import StartExecutor, name, provider, stack  # noqa: F401
-from tests.helpers import eventually
+from tests.helpers import ask, error_shape, eventually
 from tests.security.conftest import Canaries, bwrap_only
 from tests.up import TENANTS, Up, bare_as, quill_as
 
@@ -176,23 +171,6 @@ async def test_a_command_cannot_read_another_shells_stdin(
         assert secret not in r.stdout
 
 
-async def ask(nc: NATS, subject: str, body: dict[str, Any]) -> dict[str, Any] | None:
-    """The reply to a request, or None when the server refused it (no reply comes)."""
-    try:
-        msg = await nc.request(subject, json.dumps(body).encode(), timeout=10)
-    except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-        return None
-    reply: dict[str, Any] = json.loads(msg.data)
-    return reply
-
-
-def shape(reply: dict[str, Any] | None, shell: str) -> tuple[str, str]:
-    """An error reply's code and message, the id in it blanked (to compare two ids')."""
-    assert reply is not None and not reply["ok"], reply
-    error = reply["error"]
-    return error["code"], error["message"].replace(shell, "ID")
-
-
 async def test_another_tenants_shell_is_unknown_and_untouched(up: Up) -> None:
     qa = await quill_as(up, "a")
     nb = await bare_as(up, "b")
@@ -210,8 +188,8 @@ async def test_another_tenants_shell_is_unknown_and_untouched(up: Up) -> None:
         for op, body in bodies.items():
             foreign = await ask(nb, f"ws.exec.b.shared.{op}", body)
             made_up = await ask(nb, f"ws.exec.b.shared.{op}", {**body, "shell": MADE_UP})
-            assert shape(foreign, sh.id) == shape(made_up, MADE_UP)
-            assert shape(foreign, sh.id)[0] == "SHELL_NOT_FOUND"
+            assert error_shape(foreign, sh.id) == error_shape(made_up, MADE_UP)
+            assert error_shape(foreign, sh.id)[0] == "SHELL_NOT_FOUND"
             assert await ask(nb, f"ws.exec.a.shared.{op}", body) is None  # a's subject: refused
         r = await sh.run('pwd; echo "$MINE"; [ -e pwned ] || [ -e $HOME/pwned ]; echo $?')
         lines = r.stdout.splitlines()
