@@ -173,7 +173,7 @@ async def run(
                 f"Version {req.min_version} does not exist (the latest is {checkout.version})",
                 {"version": req.min_version, "latest_version": checkout.version},
             )
-        await commands._approved(checkout, address, origin, "exec.run", req)
+        await commands.approved.check(checkout, address, origin, "exec.run", req)
         base = checkout.version
         await asyncio.to_thread(checkout.begin)
         data = req.command.encode()
