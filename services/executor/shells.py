@@ -39,7 +39,6 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import STREAM_OUTPUT, Address, Origin
 from core.evolve import LockState
 from infra.exec import sandbox
-from infra.exec.answer import Job
 from infra.exec.checkout import Checkout
 from infra.exec.sandbox.ports import Ports
 from infra.exec.sandbox.shell_server import (
@@ -454,13 +453,5 @@ class Shells:
             await asyncio.wait_for(asyncio.shield(ended), sandbox.GRACE_S + 5)
         return max(0, hit - shell.own)
 
-    async def run(
-        self,
-        address: Address,
-        origin: Origin,
-        req: rq.RunCommand,
-        job: Job,
-        details: dict[str, Any],
-    ) -> tuple[int, rp.CommandResult]:
-        """``exec.run`` with ``shell``, on the executor holding it (``shell_runs.run``)."""
-        return await shell_runs.run(self, address, origin, req, job, details)
+    run = shell_runs.run
+    """``exec.run`` with ``shell``, on the executor holding it (``shell_runs.run``)."""
