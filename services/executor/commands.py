@@ -1,5 +1,6 @@
 """``exec.run`` and ``exec.git`` on an executor: a checkout held (``checkouts``), the request
-approved (a lock held by another session refuses it; a restricted workspace asks), run in the
+approved (a lock held by another session refuses it; a restricted workspace asks:
+``approved``), run in the
 sandbox within the checkout's quota, its output recorded (``output``), and what it changed
 captured and committed to the log as one ``apply`` (``infra.exec.commit``).
 """
@@ -14,23 +15,20 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 from nats.js import JetStreamContext
 
-from contracts import codec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LIVE_POLL_MAX_BYTES, check_stdin
 from contracts.paths import display, normalize
-from contracts.subjects import HEADER_TIMEOUT, HEADER_WAIT, Address, Origin, Subjects
-from core.evolve import ArchiveState, LockState
+from contracts.subjects import Address, Origin, Subjects
 from core.secrets import Secrets
-from infra import approvals
-from infra.approvals import Approvals, Parked
+from infra.approvals import Approvals
 from infra.blobs import Blobs
 from infra.exec import sandbox
 from infra.exec.answer import Job, timeout_ms
@@ -44,6 +42,7 @@ from infra.exec.sandbox import terminal
 from infra.metrics import EXECUTOR_KILLS
 from quill.client import Quill
 from services.executor import quota
+from services.executor.approved import Approved
 from services.executor.checkouts import Checkouts
 from services.executor.config import ExecutorConfig
 from services.executor.egress import Egress
@@ -54,7 +53,6 @@ if TYPE_CHECKING:
     from services.executor.shells import Shells
 
 log = logging.getLogger("quill.executor")
-R = TypeVar("R")
 
 WHY = ("timeout", "memory", "background", "quota", "cancel")
 KILLS = {why: EXECUTOR_KILLS.labels(why) for why in WHY}
@@ -100,110 +98,8 @@ class Commands:
         """The commands that outlive their request (``yield_ms``): ``live``."""
         self.quill, self.blobs, self.js, self.subjects = quill, blobs, js, subjects
         self.credentials, self.secrets, self.scratch = credentials, secrets, scratch
-        self.kept = Approvals(js, subjects)
-        """``WS_APPROVALS``: commands parked for approval, and their outcome."""
-
-    async def _approved(
-        self,
-        checkout: Checkout,
-        address: Address,
-        origin: Origin,
-        op: str,
-        req: rq.Execution,
-    ) -> bool:
-        """Refuse a command of another session while the workspace is locked (before it runs:
-        the writer would refuse its changes); on a restricted workspace, refuse, or keep the
-        command (to be run once approved, its client there or not: ``infra/approvals.py``)
-        and wait for the approval of what is asked. True: it was approved, and this executor
-        took it (it runs once, whoever sends it again): its outcome is to be kept.
-
-        Raises:
-            QuillError: ``DENIED``, ``APPROVAL_REQUIRED``, ``LOCKED``, ``WORKSPACE_ARCHIVED``;
-                ``CONFLICT`` when another executor took it already.
-        """
-        if checkout.manifest.archived is not None:
-            name = f"{address.tenant}/{address.workspace}"
-            raise ArchiveState(*checkout.manifest.archived).refusal(name)
-        if checkout.manifest.lock is not None:
-            lock = LockState(*checkout.manifest.lock)
-            if lock.held_by_other(origin.session, datetime.now(UTC)):
-                raise lock.refusal()
-        if checkout.manifest.trust != "restricted":
-            return False
-        if not checkout.manifest.commands:
-            raise QuillError(
-                ErrorCode.DENIED,
-                f"Commands are not offered on restricted workspace "
-                f"{address.tenant}/{address.workspace}",
-                {"trust": "restricted"},
-            )
-        t, w, approval_id = address.tenant, address.workspace, origin.request_id
-        headers = origin.headers()
-        headers.pop(HEADER_WAIT, None)
-        headers.pop(HEADER_TIMEOUT, None)
-        unpinned = msgspec.structs.replace(req, min_version=None)  # a retry asks the same
-        body = codec.encode(unpinned)
-        if self.secrets:  # no secret kept at rest: run without its client, it gets them redacted
-            body = self.secrets.redact_bytes(body)[0]
-        parked = Parked.of(op, headers, body)
-        await self.kept.keep(t, w, approval_id, parked)
-        view = self.quill.as_actor(origin.actor, session=origin.session, run=origin.run)
-        ws = view.workspace(f"{t}/{w}")
-        summary = approvals.summary(parked)[:4096]  # the writer shows what it derives so too
-        await ws.request_approval(
-            op, summary, request_id=approval_id, wait_ms=origin.wait_ms, digest=parked.digest
-        )
-        if not await self.kept.claim(t, w, approval_id, "executor"):
-            raise Claimed(approval_id, checkout.limits.max_exec_ms / 1000)
-        return True
-
-    async def _keeping(
-        self,
-        address: Address,
-        origin: Origin,
-        work: Awaitable[tuple[int, R]],
-        asked: list[bool],
-        result: type[R],
-    ) -> tuple[int, R]:
-        """``work`` (a command or a git action); when it asked for an approval (``asked``), its
-        outcome kept under the request id for ``qry.approval``; an approved one sent again is
-        answered with the outcome of the one that ran (``Claimed``)."""
-        t, w, request_id = address.tenant, address.workspace, origin.request_id
-        try:
-            version, answer = await work
-        except Claimed as claimed:
-            return await self._claimed(address, claimed, result)
-        except QuillError as exc:
-            if asked[0]:
-                await self.kept.record(t, w, request_id, error=exc)
-            raise
-        if asked[0]:
-            await self.kept.record(t, w, request_id, version=version, result=answer)
-        return version, answer
-
-    async def _claimed(self, address: Address, claimed: Claimed, result: type[R]) -> tuple[int, R]:
-        """An approved command sent again while (or after) it is carried out: answered with
-        its outcome, once kept (it ran once).
-
-        Raises:
-            QuillError: its error; ``CONFLICT`` when its outcome is not kept in time.
-        """
-        t, w, approval_id = address.tenant, address.workspace, claimed.approval_id
-        nc = self.quill.nc
-        outcome = await self.kept.settled(nc, t, w, approval_id, claimed.within_s)
-        if isinstance(outcome, QuillError):  # none past its longest run: its executor died
-            raise outcome
-        if outcome is None or (outcome.result is None and outcome.error is None):
-            raise QuillError(
-                ErrorCode.CONFLICT,
-                f"Approved command {approval_id} is carried out already: its outcome is kept "
-                "under its approval id (qry.approval)",
-                {"approval_id": approval_id, "claimed": True},
-            )
-        if outcome.error is not None:
-            details = {**outcome.error.details, "claimed": True}
-            raise QuillError(outcome.error.code, outcome.error.message, details)
-        return outcome.version or 0, msgspec.convert(outcome.result, result)
+        self.approved = Approved(Approvals(js, subjects), quill, secrets)
+        """A restricted workspace's commands parked for approval, and their outcome kept."""
 
     def _workdir(self, checkout: Checkout, workdir: str) -> str:
         path = normalize(workdir)
@@ -328,7 +224,7 @@ class Commands:
             details.update(stdin_bytes=len(req.stdin))
         asked = [False]
         work = self._run(address, origin, req, job, details, asked)
-        return await self._keeping(address, origin, work, asked, rp.CommandResult)
+        return await self.approved.keeping(address, origin, work, asked, rp.CommandResult)
 
     async def _run(
         self,
@@ -344,7 +240,7 @@ class Commands:
             self.checkouts.hold(address) as live,
             self.checkouts.at(live, address, req) as checkout,
         ):
-            asked[0] = await self._approved(live, address, origin, "exec.run", req)
+            asked[0] = await self.approved.check(live, address, origin, "exec.run", req)
             workdir = self._workdir(checkout, req.workdir)
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
@@ -529,7 +425,7 @@ class Commands:
             details["url"] = without_userinfo(req.url)
         asked = [False]
         work = self._git(address, origin, req, details, asked)
-        return await self._keeping(address, origin, work, asked, rp.GitResult)
+        return await self.approved.keeping(address, origin, work, asked, rp.GitResult)
 
     async def _git(
         self,
@@ -543,7 +439,7 @@ class Commands:
             self.checkouts.hold(address) as live,
             self.checkouts.at(live, address, req) as checkout,
         ):
-            asked[0] = await self._approved(live, address, origin, "exec.git", req)
+            asked[0] = await self.approved.check(live, address, origin, "exec.git", req)
             limits = checkout.limits
             ms = timeout_ms(req, limits.max_exec_ms)
             runner = sandbox_runner(self.provider, self._limits(ms / 1000, checkout))
@@ -578,14 +474,6 @@ class Commands:
         details.update(committed=bool(changes and changes.committed))
         version = changes.version if changes is not None else base
         return version, msgspec.structs.replace(result, changes=changes)
-
-
-class Claimed(Exception):
-    """An approved command another executor (or request) took already (``_approved``)."""
-
-    def __init__(self, approval_id: str, within_s: float) -> None:
-        super().__init__(approval_id)
-        self.approval_id, self.within_s = approval_id, within_s
 
 
 def known_facts(origin: Origin, details: dict[str, Any], base: int) -> dict[str, Any]:

@@ -3,38 +3,11 @@ at a time and what one leaves (cwd, exported variables, functions, ``/tmp``, bac
 processes) the next finds (``exec.shell_open``, ``exec.run`` with ``shell``,
 ``exec.checkpoint``, ``exec.shell_close``).
 
-The sandbox. A shell is ``Provider.start`` of ``python3 -c SUPERVISOR LOOP`` with a live
-stdin (bwrap: one box, its own PID namespace and cgroup; local: one process group), for at
-most its lifetime. Why a supervisor: a token the evaluating shell held would be in its
-variables, and ``set`` would print it (ending the command), or a command could forge its end
-with it. So the supervisor (not dumpable: its ``/proc`` entries are root's) holds the tokens
-and starts the evaluating bash (``LOOP``) with two pipes: it reads ``<token> <n>\\n`` and the
-command's ``n`` bytes from its stdin, writes ``<n>\\n``, the bytes and a random nonce to bash,
-which ``eval``\\ s the bytes in its main shell (so ``cd``, ``export`` and functions stay; both
-pipes closed and stdin ``/dev/null`` while the command runs), then reads the nonce and writes
-``<nonce> <status>`` back; on that line (anything else on the pipe is dropped) the supervisor
-writes the token alone to stdout and the token with the status to stderr. The token on
-stdout says where the command's stdout ends (what comes after is a background process's),
-the one on stderr where its stderr ends and how it ended. Neither token nor nonce is in the
-evaluating shell while a command runs. (A command can still do all its shell can: ``exec``
-something else in its place, or open its descriptors through ``/proc/$$/fd``, and so speak
-the server's side: it can end its own command early or garble its own shell's next commands,
-nothing else.) Output of background processes while a command runs is that command's;
-between commands it is counted and dropped. A command that runs ``exit`` ends its shell (as
-in a terminal); one past its timeout ends its shell too (its processes cannot be told from
-the shell's).
+The sandbox a shell runs, its command server and the framing of what it writes back:
+``infra.exec.sandbox.shell_server``.
 
-The checkout. A shell has its own (``<data>/checkouts/.shells/<id>/``, an ``infra.exec``
-``Checkout`` of the workspace built as any from a reader's tree and the log): its background
-processes write into it while other commands of the workspace run in the live one. Before
-each command, what it holds that differs from what it last committed is captured and
-committed (attributed to the shell, its message ``[background] ...``), then it is synced to
-the workspace's latest version; after the command its changes are committed as a one-shot
-command's (``Commands._capture_and_commit``). A path changed both in the shell and in the
-workspace since is a conflict of the commit (the writer keeps the workspace's change): the
-shell keeps its own version, moved aside while the sync writes the workspace's and put back
-after, uncommitted (``Manifest.present``/``local``: capture withholds it until it changes
-again) and named in the reply (``kept_conflicts``).
+Running a command in a shell, and committing its work and its background processes' (the
+shell's own checkout, its conflicts kept): ``shell_runs``.
 
 Ids and routing: ``s`` + the holder's route + a random part (``live.new_handle``); any
 executor forwards a request on a shell it does not hold to the holder
@@ -51,35 +24,32 @@ import json
 import logging
 import os
 import re
-import secrets
 import signal
-import stat
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from nats.js.errors import NotFoundError
 
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.limits import LIVE_POLL_MAX_BYTES
 from contracts.subjects import STREAM_OUTPUT, Address, Origin
 from core.evolve import LockState
 from infra.exec import sandbox
-from infra.exec.answer import Job, timeout_ms
-from infra.exec.capture import file_sig, key_of
 from infra.exec.checkout import Checkout
-from infra.exec.results import Output, audited, command_result
 from infra.exec.sandbox.ports import Ports
-from infra.safefs import Dir, parent_of
-from services.executor import quota
-from services.executor.commands import known_facts
-from services.executor.live import LiveCommand, new_handle, route_of
-from services.executor.output import Recorder
+from infra.exec.sandbox.shell_server import (
+    LOOP,
+    PRIVATE_TMP,
+    SERVER_PROCESSES,
+    SUPERVISOR,
+    Running,
+)
+from services.executor import quota, shell_runs
+from services.executor.live import new_handle, route_of
 
 if TYPE_CHECKING:
     from services.executor.commands import Commands
@@ -94,204 +64,7 @@ LIFETIME_S = 24 * 3600.0
 """A shell is closed this long after it opened, whatever it does."""
 PER_WORKSPACE = 8
 """Shells one executor holds open on one workspace at most."""
-CONFLICT = "conflict: changed in the workspace too; the shell keeps its own version, uncommitted"
-BACKGROUND = "[background]"
-"""How the message of a commit of background changes starts."""
 SHELL_ID = re.compile(r"s[0-9a-f]{12}[A-Za-z0-9]{1,40}")
-PRIVATE_TMP = (
-    't=$1; shift; mkdir -p "$HOME/.tmp" && exec 8<"$t" 9<"$HOME" && '
-    'mount --bind "$HOME/.tmp" /tmp && mkdir -p "$HOME" "$t" && '
-    'mount -c --bind /proc/self/fd/9 "$HOME" && mount -c --bind /proc/self/fd/8 "$t" && '
-    'exec 8<&- 9<&- && cd "$PWD" && exec "$@"'
-)
-"""A local shell as root: in a mount namespace of its own, ``/tmp`` is a directory of its
-private HOME (the host's is not shared with it, nor with other shells); HOME and the checkout
-(``$1``), when under the host's /tmp, are bound back where they were. (Not root: no mount
-namespace; the host's /tmp.)"""
-SERVER_PROCESSES = 2
-"""The shell's own processes in its sandbox: the supervisor and the evaluating bash."""
-STATUS = re.compile(rb"([0-9a-f]{32})([0-9]{1,3})\n")
-
-LOOP = r"""
-exec {__quill_in}<&"$1" {__quill_st}>&"$2" </dev/null
-eval "exec $1<&- $2>&-"
-set --
-while IFS=' ' read -r -u "$__quill_in" __quill_n __quill_stdin; do
-  LC_ALL=C IFS= read -r -d '' -N "$__quill_n" -u "$__quill_in" __quill_cmd
-  eval "$__quill_cmd" {__quill_in}<&- {__quill_st}>&- <"${__quill_stdin:-/dev/null}"
-  __quill_at=$?
-  IFS= read -r -u "$__quill_in" __quill_end
-  printf '%s %d\n' "$__quill_end" "$__quill_at" >&"$__quill_st"
-  __quill_end=
-done
-"""
-"""The evaluating shell: reads ``<n>\\n``, ``n`` bytes and a line on its descriptor ``$1``,
-``eval``\\ s the bytes with that descriptor and ``$2`` closed and stdin ``/dev/null``, then
-reads the line (a nonce the supervisor wrote after the command: in no variable while the
-command runs) and writes ``<nonce> <status>`` on ``$2``. It never sees a token."""
-
-SUPERVISOR = r"""
-import os, sys, threading
-try:
-    import ctypes
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, fd, environ
-except Exception:
-    pass
-LOOP = sys.argv[1]
-req_r, req_w = os.pipe()
-st_r, st_w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(req_w)
-    os.close(st_r)
-    null = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.set_inheritable(req_r, True)
-    os.set_inheritable(st_w, True)
-    os.execvp("bash", ["bash", "-c", LOOP, "bash", str(req_r), str(st_w)])
-os.close(req_r)
-os.close(st_w)
-inp = os.fdopen(0, "rb", buffering=0)
-def exact(n):
-    buf = b""
-    while len(buf) < n:
-        c = inp.read(n - len(buf))
-        if not c:
-            return None
-        buf += c
-    return buf
-def head():
-    buf = b""
-    while not buf.endswith(b"\n") and len(buf) < 100:
-        c = inp.read(1)
-        if not c:
-            return None
-        buf += c
-    return buf
-def put(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-def feed(fifo, given):
-    try:
-        with open(fifo, "wb") as w:
-            w.write(given)
-    except OSError:
-        pass
-stdin_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", ".quill-stdin-%d" % os.getpid())
-os.makedirs(stdin_dir, mode=0o700, exist_ok=True)
-pending = b""
-while True:
-    line = head()
-    parts = line.split() if line else []
-    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip(b"-").isdigit():
-        break
-    token, n, m = parts[0], int(parts[1]), int(parts[2])
-    data = exact(n)
-    given = exact(m) if m >= 0 else None
-    if data is None or (m >= 0 and given is None):
-        break
-    nonce = os.urandom(16).hex().encode()
-    fifo = b""
-    if given is not None:  # the command's stdin: a FIFO its eval opens, fed by a thread
-        fifo = os.path.join(os.fsencode(stdin_dir), nonce)
-        os.mkfifo(fifo, 0o600)
-        threading.Thread(target=feed, args=(fifo, given), daemon=True).start()
-    try:
-        put(req_w, b"%d %s\n" % (n, fifo) + data + nonce + b"\n")
-    except OSError:
-        break
-    code = None
-    while code is None:
-        at = pending.find(nonce + b" ")
-        end = pending.find(b"\n", at) if at >= 0 else -1
-        if end >= 0:
-            digits = pending[at + len(nonce) + 1 : end]
-            pending = pending[end + 1 :]
-            code = int(digits) if digits.isdigit() and len(digits) <= 3 else 1
-            break
-        chunk = os.read(st_r, 4096)
-        if not chunk:
-            break
-        pending = (pending + chunk)[-4096:]  # all but the nonce's line: forged, dropped
-    if code is None:
-        break
-    if fifo:
-        try:
-            os.unlink(fifo)
-        except OSError:
-            pass
-    put(1, token)
-    put(2, token + b"%d\n" % code)
-os.close(req_w)
-_, st = os.waitpid(pid, 0)
-sys.exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
-"""
-"""The shell's command server (see the module docstring): a supervisor outside the evaluating
-shell (``LOOP``), holding the tokens."""
-
-
-class Running:
-    """One command's output as the shell writes it, up to its tokens."""
-
-    def __init__(self, handle: str, command: str, token: str, on_output: sandbox.OnOutput) -> None:
-        self.handle, self.command = handle, command
-        self.token = token.encode()
-        self.on_output = on_output
-        self.carry = {"stdout": b"", "stderr": b""}
-        self.done = {"stdout": False, "stderr": False}
-        self.counts = {"stdout": 0, "stderr": 0}
-        self.status: int | None = None
-        self.ended = asyncio.Event()
-        self.started = time.monotonic()
-
-    async def feed(self, stream: sandbox.StreamName, chunk: bytes) -> None:
-        if self.done[stream]:
-            return  # a background process's, after the command's end
-        data = self.carry[stream] + chunk
-        self.carry[stream] = b""
-        at = data.find(self.token)
-        if at >= 0:
-            end: re.Match[bytes] | None = None
-            if stream == "stderr":
-                end = STATUS.match(data, at)
-                if end is None or end.group(1) != self.token:
-                    if len(data) - at < len(self.token) + 5:  # its status may be on the way
-                        await self._emit(stream, data[:at])
-                        self.carry[stream] = data[at:]
-                        return
-                    end = None
-            if stream == "stdout" or end is not None:
-                await self._emit(stream, data[:at])
-                self.done[stream] = True
-                if end is not None:
-                    self.status = int(end.group(2))
-                if all(self.done.values()):
-                    self.ended.set()
-                return
-        keep = _prefix_kept(data, self.token)
-        await self._emit(stream, data[: len(data) - keep])
-        self.carry[stream] = data[len(data) - keep :]
-
-    async def _emit(self, stream: sandbox.StreamName, data: bytes) -> None:
-        if data:
-            self.counts[stream] += len(data)
-            await self.on_output(stream, data)
-
-    async def flush(self) -> None:
-        """What was held back (the shell ended without its tokens)."""
-        for stream in ("stdout", "stderr"):
-            data, self.carry[stream] = self.carry[stream], b""
-            await self._emit(stream, data)
-
-
-def _prefix_kept(data: bytes, token: bytes) -> int:
-    """How many bytes at the end of ``data`` may start ``token`` (held for the next chunk)."""
-    for n in range(min(len(token) - 1, len(data)), 0, -1):
-        if token.startswith(data[-n:]):
-            return n
-    return 0
 
 
 @dataclass
@@ -631,7 +404,7 @@ class Shells:
         shell = self._shell(address, req.shell)
         details.update(shell=shell.id, summary=f"checkpoint {shell.id}")
         async with self._taken(shell, True, 60.0):
-            changes, kept = await self._background(address, shell, origin)
+            changes, kept = await shell_runs.commit_background(self, address, shell, origin)
         details.update(committed=changes.committed, changed=changes.total)
         return changes.version, rp.ShellCheckpointed(
             shell=shell.id, background=changes, kept_conflicts=kept
@@ -655,8 +428,10 @@ class Shells:
             async with shell.lock:
                 if shell.stopped is None:  # else its changes were discarded: none to commit
                     address = Address("exec", shell.tenant, shell.workspace, "shell_close")
-                    origin = self._origin(shell)
-                    changes, _ = await self._background(address, shell, origin, sync=False)
+                    origin = shell_runs.background_origin(shell)
+                    changes, _ = await shell_runs.commit_background(
+                        self, address, shell, origin, sync=False
+                    )
         finally:
             self.held.pop(shell.id, None)
             await self._record(shell, closed=True)
@@ -678,315 +453,5 @@ class Shells:
             await asyncio.wait_for(asyncio.shield(ended), sandbox.GRACE_S + 5)
         return max(0, hit - shell.own)
 
-    def _origin(self, shell: Shell) -> Origin:
-        shell.background_commits += 1
-        return Origin(
-            request_id=f"{shell.id}.bg{shell.background_commits}",
-            actor=shell.actor,
-            session=shell.session,
-            run=shell.run,
-        )
-
-    async def _background(
-        self, address: Address, shell: Shell, origin: Origin, sync: bool = True
-    ) -> tuple[rp.CapturedChanges, list[str]]:
-        """Commit what the shell's tree holds changed since its last commit (its background
-        processes'), attributed to the shell; then bring it to the workspace's latest."""
-        checkout = shell.checkout
-        base = checkout.version
-        await asyncio.to_thread(checkout.begin)
-        bg = self._origin(shell)  # the shell's, not the request's
-        changes = await self.commands._capture_and_commit(
-            address, bg, checkout, base, f"{BACKGROUND} shell {shell.id}", None
-        )
-        kept: list[str] = []
-        if sync:
-            kept = await self._sync(shell, changes)
-        else:
-            await asyncio.to_thread(checkout.save)
-        await self._record(shell)
-        return changes, kept
-
-    async def _sync(self, shell: Shell, *results: rp.CapturedChanges) -> list[str]:
-        """Bring the shell's checkout to the workspace's latest version, keeping the shell's
-        own version of each path in conflict (moved aside, put back, withheld)."""
-        checkout = shell.checkout
-        conflicted = {c.path for r in results for c in r.conflicts}
-        conflicted |= {p for p, (_, why) in checkout.manifest.present.items() if why == CONFLICT}
-        stash = checkout.home / "kept"
-        moved = await asyncio.to_thread(_stash, checkout, stash, sorted(conflicted))
-        try:
-            await self.commands.checkouts.sync(checkout)
-        finally:
-            kept = await asyncio.to_thread(_unstash, checkout, stash, moved)
-            await asyncio.to_thread(checkout.save)
-        return kept
-
-    async def run(
-        self,
-        address: Address,
-        origin: Origin,
-        req: rq.RunCommand,
-        job: Job,
-        details: dict[str, Any],
-    ) -> tuple[int, rp.CommandResult]:
-        """``exec.run`` with ``shell``, on the executor holding it."""
-        assert req.shell is not None
-        for name, given in (
-            ("workdir", req.workdir),
-            ("env", req.env),
-            ("version", req.version),
-        ):
-            if given:
-                raise QuillError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"{name} is not taken with shell (cd or export in it)",
-                    {"field": name},
-                )
-        commands = self.commands
-        shell = self._shell(address, req.shell)
-        shown = commands.secrets.redact(req.command)[0]
-        details.update(shell=shell.id, command=shown[:4096], workdir="", summary=f"$ {shown[:500]}")
-        ms = timeout_ms(req, shell.checkout.limits.max_exec_ms)
-        output = Output(shell.checkout.limits.max_output_bytes, commands.secrets)
-        token = secrets.token_hex(16)
-
-        yielding = req.yield_ms is not None
-        handle = new_handle(commands.live.route) if yielding else origin.request_id
-        recorder: Recorder | None = None
-        if yielding:  # its output kept as it comes, for exec.poll (as a live command's)
-            recorder = Recorder(
-                commands.js,
-                commands.subjects,
-                address.tenant,
-                address.workspace,
-                handle,
-                output=output,
-                config=commands.config.output,
-                facts=known_facts(origin, details, shell.checkout.version),
-                live=True,
-            )
-
-        async def on_output(stream: sandbox.StreamName, chunk: bytes) -> None:
-            if recorder is not None:
-                await recorder.feed(stream, chunk)
-            else:
-                output.feed(stream, chunk)
-            await job.output(stream, chunk)
-
-        running = Running(handle, shown[:4096], token, on_output)
-        held: list[LiveCommand] = []
-        timer: list[asyncio.Task[None]] = []
-        async with self._taken(shell, req.queue, ms / 1000):
-            if not shell.alive:
-                raise await self._lost_here(shell)
-            shell.running = running  # named by a BUSY answer from now on
-            background, kept = await self._background(address, shell, origin)
-            checkout = shell.checkout
-            if req.min_version is not None and req.min_version > checkout.version:
-                raise QuillError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"Version {req.min_version} does not exist (the latest is {checkout.version})",
-                    {"version": req.min_version, "latest_version": checkout.version},
-                )
-            await commands._approved(checkout, address, origin, "exec.run", req)
-            base = checkout.version
-            await asyncio.to_thread(checkout.begin)
-            data = req.command.encode()
-            started = time.monotonic()
-            timed_out = False
-            if recorder is not None and req.yield_ms is not None:
-                await self._held_live(shell, address, origin, running, recorder, held)
-                cap = min(checkout.limits.max_output_bytes, LIVE_POLL_MAX_BYTES)
-                due = commands._yield(req.yield_ms, base, recorder, job, cap)
-                timer.append(asyncio.create_task(due))
-            try:
-                assert shell.process is not None and shell.ended is not None
-                fed = req.stdin
-                head = f"{token} {len(data)} {len(fed) if fed is not None else -1}\n"
-                await shell.process.write(head.encode() + data + (fed or b""), 10.0)
-                done = asyncio.ensure_future(running.ended.wait())
-                await asyncio.wait(
-                    {done, shell.ended}, timeout=ms / 1000, return_when=asyncio.FIRST_COMPLETED
-                )
-                if not done.done():
-                    done.cancel()
-                    timed_out = not shell.ended.done()
-                    await self._end(shell)  # past its timeout (or exit): the shell ends
-                    await running.flush()
-            except BaseException:
-                commands._forget(held, timer)
-                raise
-            finally:
-                shell.running = None
-            for task in timer:  # it ended before its yield: answered as a one-shot command
-                task.cancel()
-            if shell.stopped is not None:  # over the quota: nothing of it is kept
-                commands._forget(held, timer)
-                raise shell.stopped
-            code = running.status
-            if code is None:
-                code = 124 if timed_out else (await shell.ended).exit_code
-            outcome = sandbox.Outcome(
-                exit_code=code,
-                stdout=b"",
-                stderr=b"",
-                stdout_bytes=running.counts["stdout"],
-                stderr_bytes=running.counts["stderr"],
-                timed_out=timed_out,
-                duration_ms=int((time.monotonic() - started) * 1000),
-            )
-            finishing = None
-            if recorder is not None:  # alongside the capture
-                finishing = asyncio.ensure_future(recorder.finish(outcome))
-            else:
-                output.finish(outcome)
-            changes: rp.CapturedChanges | None = None
-            failed: str | None = None
-            try:
-                changes = await commands._capture_and_commit(
-                    address, origin, checkout, base, f"$ {shown}", None
-                )
-            except QuillError as exc:
-                failed = str(exc.code)
-                raise
-            finally:
-                if recorder is not None and finishing is not None:
-                    await finishing
-                    await recorder.end(changes, failed)
-                commands._forget(held, timer)
-            assert changes is not None
-            kept += [k for k in await self._sync(shell, changes) if k not in kept]
-            await self._record(shell)
-        if not shell.alive and not shell.closing:
-            asyncio.ensure_future(self._close_quietly(shell))
-        audited(outcome, details, output.redacted | job.redacted)
-        details.update(committed=changes.committed, changed=changes.total)
-        kept_output = recorder.ok if recorder is not None else False
-        result = command_result(
-            outcome, output, changes, command_id=handle, output_kept=kept_output
-        )
-        bg = background if background.committed or background.conflicts else None
-        return changes.version, _with(result, shell=shell.id, background=bg, kept_conflicts=kept)
-
-    async def _held_live(
-        self,
-        shell: Shell,
-        address: Address,
-        origin: Origin,
-        running: Running,
-        recorder: Recorder,
-        held: list[LiveCommand],
-    ) -> None:
-        """A yielded command of the shell runs: listed as a live command (``exec.poll`` reads
-        its output; ``exec.input`` finds its stdin closed; ``exec.signal`` KILL ends the
-        shell), its ``start`` kept."""
-        command = LiveCommand(
-            handle=running.handle,
-            tenant=address.tenant,
-            workspace=address.workspace,
-            command=running.command,
-            workdir="",
-            actor=origin.actor,
-            started=datetime.now(UTC),
-            process=InShell(shell),
-            stdin_open=False,
-        )
-        self.commands.live.add(command)
-        held.append(command)
-        await recorder.begin({})
-
-    async def _lost_here(self, shell: Shell) -> QuillError:
-        asyncio.ensure_future(self._close_quietly(shell))
-        return QuillError(
-            ErrorCode.SHELL_NOT_FOUND,
-            f"Shell {shell.id} has ended (a command ran exit, or it was killed)",
-            {"shell": shell.id, "version": shell.checkout.version},
-        )
-
-
-class InShell:
-    """A yielded shell command as ``exec.input``/``exec.signal`` see it (``sandbox.Live``):
-    its stdin is closed (given whole, or ``/dev/null``); KILL ends the shell, as a timeout
-    does (its processes cannot be told from the shell's); other signals are refused."""
-
-    def __init__(self, shell: Shell) -> None:
-        self.shell = shell
-
-    async def write(self, data: bytes, timeout_s: float) -> int:
-        return 0
-
-    def close_stdin(self) -> None:
-        pass
-
-    def signal(self, signum: int) -> int:
-        process = self.shell.process
-        if signum != signal.SIGKILL:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                "A command in a shell takes KILL only (it ends the shell); close the shell, or "
-                "run the command without shell to signal it alone",
-                {"shell": self.shell.id},
-            )
-        if process is None or not self.shell.alive:
-            return 0
-        return max(0, process.signal(signal.SIGKILL) - SERVER_PROCESSES)
-
-    async def wait(self) -> sandbox.Outcome:
-        raise NotImplementedError
-
-
-def _with(result: rp.CommandResult, **fields: Any) -> rp.CommandResult:
-    return msgspec.structs.replace(result, **fields)
-
-
-def _stash(checkout: Checkout, stash: Path, paths: list[str]) -> list[tuple[str, str]]:
-    """Move each of ``paths`` (a file or a link, never a directory) out of the shell's tree
-    into ``stash``; the (path, name in the stash) moved."""
-    if not paths:
-        return []
-    stash.mkdir(exist_ok=True)
-    moved: list[tuple[str, str]] = []
-    with Dir.open(checkout.tree, checkout.owner) as root, Dir.open(stash) as into:
-        for n, path in enumerate(paths):
-            with parent_of(root, path) as found:
-                if found is None:
-                    continue
-                directory, name = found
-                st = directory.lstat(name)
-                if st is None or stat.S_ISDIR(st.st_mode):
-                    continue
-                directory.rename(name, str(n), into)
-                moved.append((path, str(n)))
-    return moved
-
-
-def _unstash(checkout: Checkout, stash: Path, moved: list[tuple[str, str]]) -> list[str]:
-    """Put what ``_stash`` moved back over what the sync wrote; each is withheld from capture
-    until it changes again (``Manifest.present``/``local``). The paths put back."""
-    kept: list[str] = []
-    if not moved:
-        return kept
-    manifest = checkout.manifest
-    with Dir.open(checkout.tree, checkout.owner) as root, Dir.open(stash) as source:
-        for path, name in moved:
-            try:
-                with parent_of(root, path, create=True) as found:
-                    if found is None:
-                        continue
-                    directory, leaf = found
-                    st = directory.lstat(leaf)
-                    if st is not None and stat.S_ISDIR(st.st_mode):
-                        directory.remove(leaf)  # the workspace made a directory there
-                    source.rename(name, leaf, directory)
-                    st = directory.lstat(leaf)
-            except OSError as exc:
-                log.warning("shell conflict %s not put back: %r", path, exc)
-                continue
-            if st is None:
-                continue
-            key, shown = key_of(path)
-            manifest.present[key] = (shown, CONFLICT)
-            manifest.local[key] = file_sig(st)
-            kept.append(path)
-    return kept
+    run = shell_runs.run
+    """``exec.run`` with ``shell``, on the executor holding it (``shell_runs.run``)."""

@@ -1,0 +1,376 @@
+"""A command in a shell, and what a shell commits: ``exec.run`` with ``shell`` (its command
+written to the shell's server, its output recorded, its changes committed as a one-shot
+command's), and the background processes' changes committed before each command, at a
+checkpoint and at the close, with the shell's checkout synced keeping its conflicts.
+
+Apart from ``shells`` (which opens, finds, routes, reaps and closes shells): the flow of one
+command in a shell and of a shell's commits, on a ``Shell`` that module holds.
+
+The checkout. A shell has its own (``<data>/checkouts/.shells/<id>/``, an ``infra.exec``
+``Checkout`` of the workspace built as any from a reader's tree and the log): its background
+processes write into it while other commands of the workspace run in the live one. Before
+each command, what it holds that differs from what it last committed is captured and
+committed (attributed to the shell, its message ``[background] ...``), then it is synced to
+the workspace's latest version; after the command its changes are committed as a one-shot
+command's (``Commands._capture_and_commit``). A path changed both in the shell and in the
+workspace since is a conflict of the commit (the writer keeps the workspace's change): the
+shell keeps its own version, moved aside while the sync writes the workspace's and put back
+after, uncommitted (``Manifest.present``/``local``: capture withholds it until it changes
+again) and named in the reply (``kept_conflicts``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import signal
+import stat
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.limits import LIVE_POLL_MAX_BYTES
+from contracts.subjects import Address, Origin
+from infra.exec import sandbox
+from infra.exec.answer import Job, timeout_ms
+from infra.exec.capture import file_sig, key_of
+from infra.exec.checkout import Checkout
+from infra.exec.results import Output, audited, command_result
+from infra.exec.sandbox.shell_server import SERVER_PROCESSES, Running
+from infra.safefs import Dir, parent_of
+from services.executor.commands import known_facts
+from services.executor.live import LiveCommand, new_handle
+from services.executor.output import Recorder
+
+if TYPE_CHECKING:
+    from services.executor.shells import Shell, Shells
+
+log = logging.getLogger("quill.executor.shells")
+
+CONFLICT = "conflict: changed in the workspace too; the shell keeps its own version, uncommitted"
+BACKGROUND = "[background]"
+"""How the message of a commit of background changes starts."""
+
+
+def background_origin(shell: Shell) -> Origin:
+    shell.background_commits += 1
+    return Origin(
+        request_id=f"{shell.id}.bg{shell.background_commits}",
+        actor=shell.actor,
+        session=shell.session,
+        run=shell.run,
+    )
+
+
+async def commit_background(
+    shells: Shells, address: Address, shell: Shell, origin: Origin, sync: bool = True
+) -> tuple[rp.CapturedChanges, list[str]]:
+    """Commit what the shell's tree holds changed since its last commit (its background
+    processes'), attributed to the shell; then bring it to the workspace's latest."""
+    checkout = shell.checkout
+    base = checkout.version
+    await asyncio.to_thread(checkout.begin)
+    bg = background_origin(shell)  # the shell's, not the request's
+    changes = await shells.commands._capture_and_commit(
+        address, bg, checkout, base, f"{BACKGROUND} shell {shell.id}", None
+    )
+    kept: list[str] = []
+    if sync:
+        kept = await _sync(shells, shell, changes)
+    else:
+        await asyncio.to_thread(checkout.save)
+    await shells._record(shell)
+    return changes, kept
+
+
+async def _sync(shells: Shells, shell: Shell, *results: rp.CapturedChanges) -> list[str]:
+    """Bring the shell's checkout to the workspace's latest version, keeping the shell's
+    own version of each path in conflict (moved aside, put back, withheld)."""
+    checkout = shell.checkout
+    conflicted = {c.path for r in results for c in r.conflicts}
+    conflicted |= {p for p, (_, why) in checkout.manifest.present.items() if why == CONFLICT}
+    stash = checkout.home / "kept"
+    moved = await asyncio.to_thread(_stash, checkout, stash, sorted(conflicted))
+    try:
+        await shells.commands.checkouts.sync(checkout)
+    finally:
+        kept = await asyncio.to_thread(_unstash, checkout, stash, moved)
+        await asyncio.to_thread(checkout.save)
+    return kept
+
+
+async def run(
+    shells: Shells,
+    address: Address,
+    origin: Origin,
+    req: rq.RunCommand,
+    job: Job,
+    details: dict[str, Any],
+) -> tuple[int, rp.CommandResult]:
+    """``exec.run`` with ``shell``, on the executor holding it."""
+    assert req.shell is not None
+    for name, given in (
+        ("workdir", req.workdir),
+        ("env", req.env),
+        ("version", req.version),
+    ):
+        if given:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{name} is not taken with shell (cd or export in it)",
+                {"field": name},
+            )
+    commands = shells.commands
+    shell = shells._shell(address, req.shell)
+    shown = commands.secrets.redact(req.command)[0]
+    details.update(shell=shell.id, command=shown[:4096], workdir="", summary=f"$ {shown[:500]}")
+    ms = timeout_ms(req, shell.checkout.limits.max_exec_ms)
+    output = Output(shell.checkout.limits.max_output_bytes, commands.secrets)
+    token = secrets.token_hex(16)
+
+    yielding = req.yield_ms is not None
+    handle = new_handle(commands.live.route) if yielding else origin.request_id
+    recorder: Recorder | None = None
+    if yielding:  # its output kept as it comes, for exec.poll (as a live command's)
+        recorder = Recorder(
+            commands.js,
+            commands.subjects,
+            address.tenant,
+            address.workspace,
+            handle,
+            output=output,
+            config=commands.config.output,
+            facts=known_facts(origin, details, shell.checkout.version),
+            live=True,
+        )
+
+    async def on_output(stream: sandbox.StreamName, chunk: bytes) -> None:
+        if recorder is not None:
+            await recorder.feed(stream, chunk)
+        else:
+            output.feed(stream, chunk)
+        await job.output(stream, chunk)
+
+    running = Running(handle, shown[:4096], token, on_output)
+    held: list[LiveCommand] = []
+    timer: list[asyncio.Task[None]] = []
+    async with shells._taken(shell, req.queue, ms / 1000):
+        if not shell.alive:
+            raise await _lost_here(shells, shell)
+        shell.running = running  # named by a BUSY answer from now on
+        background, kept = await commit_background(shells, address, shell, origin)
+        checkout = shell.checkout
+        if req.min_version is not None and req.min_version > checkout.version:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Version {req.min_version} does not exist (the latest is {checkout.version})",
+                {"version": req.min_version, "latest_version": checkout.version},
+            )
+        await commands.approved.check(checkout, address, origin, "exec.run", req)
+        base = checkout.version
+        await asyncio.to_thread(checkout.begin)
+        data = req.command.encode()
+        started = time.monotonic()
+        timed_out = False
+        if recorder is not None and req.yield_ms is not None:
+            await _held_live(shells, shell, address, origin, running, recorder, held)
+            cap = min(checkout.limits.max_output_bytes, LIVE_POLL_MAX_BYTES)
+            due = commands._yield(req.yield_ms, base, recorder, job, cap)
+            timer.append(asyncio.create_task(due))
+        try:
+            assert shell.process is not None and shell.ended is not None
+            fed = req.stdin
+            head = f"{token} {len(data)} {len(fed) if fed is not None else -1}\n"
+            await shell.process.write(head.encode() + data + (fed or b""), 10.0)
+            done = asyncio.ensure_future(running.ended.wait())
+            await asyncio.wait(
+                {done, shell.ended}, timeout=ms / 1000, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done.done():
+                done.cancel()
+                timed_out = not shell.ended.done()
+                await shells._end(shell)  # past its timeout (or exit): the shell ends
+                await running.flush()
+        except BaseException:
+            commands._forget(held, timer)
+            raise
+        finally:
+            shell.running = None
+        for task in timer:  # it ended before its yield: answered as a one-shot command
+            task.cancel()
+        if shell.stopped is not None:  # over the quota: nothing of it is kept
+            commands._forget(held, timer)
+            raise shell.stopped
+        code = running.status
+        if code is None:
+            code = 124 if timed_out else (await shell.ended).exit_code
+        outcome = sandbox.Outcome(
+            exit_code=code,
+            stdout=b"",
+            stderr=b"",
+            stdout_bytes=running.counts["stdout"],
+            stderr_bytes=running.counts["stderr"],
+            timed_out=timed_out,
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+        finishing = None
+        if recorder is not None:  # alongside the capture
+            finishing = asyncio.ensure_future(recorder.finish(outcome))
+        else:
+            output.finish(outcome)
+        changes: rp.CapturedChanges | None = None
+        failed: str | None = None
+        try:
+            changes = await commands._capture_and_commit(
+                address, origin, checkout, base, f"$ {shown}", None
+            )
+        except QuillError as exc:
+            failed = str(exc.code)
+            raise
+        finally:
+            if recorder is not None and finishing is not None:
+                await finishing
+                await recorder.end(changes, failed)
+            commands._forget(held, timer)
+        assert changes is not None
+        kept += [k for k in await _sync(shells, shell, changes) if k not in kept]
+        await shells._record(shell)
+    if not shell.alive and not shell.closing:
+        asyncio.ensure_future(shells._close_quietly(shell))
+    audited(outcome, details, output.redacted | job.redacted)
+    details.update(committed=changes.committed, changed=changes.total)
+    kept_output = recorder.ok if recorder is not None else False
+    result = command_result(outcome, output, changes, command_id=handle, output_kept=kept_output)
+    bg = background if background.committed or background.conflicts else None
+    return changes.version, _with(result, shell=shell.id, background=bg, kept_conflicts=kept)
+
+
+async def _held_live(
+    shells: Shells,
+    shell: Shell,
+    address: Address,
+    origin: Origin,
+    running: Running,
+    recorder: Recorder,
+    held: list[LiveCommand],
+) -> None:
+    """A yielded command of the shell runs: listed as a live command (``exec.poll`` reads
+    its output; ``exec.input`` finds its stdin closed; ``exec.signal`` KILL ends the
+    shell), its ``start`` kept."""
+    command = LiveCommand(
+        handle=running.handle,
+        tenant=address.tenant,
+        workspace=address.workspace,
+        command=running.command,
+        workdir="",
+        actor=origin.actor,
+        started=datetime.now(UTC),
+        process=InShell(shell),
+        stdin_open=False,
+    )
+    shells.commands.live.add(command)
+    held.append(command)
+    await recorder.begin({})
+
+
+async def _lost_here(shells: Shells, shell: Shell) -> QuillError:
+    asyncio.ensure_future(shells._close_quietly(shell))
+    return QuillError(
+        ErrorCode.SHELL_NOT_FOUND,
+        f"Shell {shell.id} has ended (a command ran exit, or it was killed)",
+        {"shell": shell.id, "version": shell.checkout.version},
+    )
+
+
+class InShell:
+    """A yielded shell command as ``exec.input``/``exec.signal`` see it (``sandbox.Live``):
+    its stdin is closed (given whole, or ``/dev/null``); KILL ends the shell, as a timeout
+    does (its processes cannot be told from the shell's); other signals are refused."""
+
+    def __init__(self, shell: Shell) -> None:
+        self.shell = shell
+
+    async def write(self, data: bytes, timeout_s: float) -> int:
+        return 0
+
+    def close_stdin(self) -> None:
+        pass
+
+    def signal(self, signum: int) -> int:
+        process = self.shell.process
+        if signum != signal.SIGKILL:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                "A command in a shell takes KILL only (it ends the shell); close the shell, or "
+                "run the command without shell to signal it alone",
+                {"shell": self.shell.id},
+            )
+        if process is None or not self.shell.alive:
+            return 0
+        return max(0, process.signal(signal.SIGKILL) - SERVER_PROCESSES)
+
+    async def wait(self) -> sandbox.Outcome:
+        raise NotImplementedError
+
+
+def _with(result: rp.CommandResult, **fields: Any) -> rp.CommandResult:
+    return msgspec.structs.replace(result, **fields)
+
+
+def _stash(checkout: Checkout, stash: Path, paths: list[str]) -> list[tuple[str, str]]:
+    """Move each of ``paths`` (a file or a link, never a directory) out of the shell's tree
+    into ``stash``; the (path, name in the stash) moved."""
+    if not paths:
+        return []
+    stash.mkdir(exist_ok=True)
+    moved: list[tuple[str, str]] = []
+    with Dir.open(checkout.tree, checkout.owner) as root, Dir.open(stash) as into:
+        for n, path in enumerate(paths):
+            with parent_of(root, path) as found:
+                if found is None:
+                    continue
+                directory, name = found
+                st = directory.lstat(name)
+                if st is None or stat.S_ISDIR(st.st_mode):
+                    continue
+                directory.rename(name, str(n), into)
+                moved.append((path, str(n)))
+    return moved
+
+
+def _unstash(checkout: Checkout, stash: Path, moved: list[tuple[str, str]]) -> list[str]:
+    """Put what ``_stash`` moved back over what the sync wrote; each is withheld from capture
+    until it changes again (``Manifest.present``/``local``). The paths put back."""
+    kept: list[str] = []
+    if not moved:
+        return kept
+    manifest = checkout.manifest
+    with Dir.open(checkout.tree, checkout.owner) as root, Dir.open(stash) as source:
+        for path, name in moved:
+            try:
+                with parent_of(root, path, create=True) as found:
+                    if found is None:
+                        continue
+                    directory, leaf = found
+                    st = directory.lstat(leaf)
+                    if st is not None and stat.S_ISDIR(st.st_mode):
+                        directory.remove(leaf)  # the workspace made a directory there
+                    source.rename(name, leaf, directory)
+                    st = directory.lstat(leaf)
+            except OSError as exc:
+                log.warning("shell conflict %s not put back: %r", path, exc)
+                continue
+            if st is None:
+                continue
+            key, shown = key_of(path)
+            manifest.present[key] = (shown, CONFLICT)
+            manifest.local[key] = file_sig(st)
+            kept.append(path)
+    return kept
