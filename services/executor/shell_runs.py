@@ -161,6 +161,41 @@ async def run(
     running = Running(handle, shown[:4096], token, on_output)
     held: list[LiveCommand] = []
     timer: list[asyncio.Task[None]] = []
+    ending: list[tuple[rp.CapturedChanges | None, str | None]] = []
+    try:
+        return await _run_taken(
+            shells, address, origin, req, job, details, shell, running, recorder, output,
+            shown, token, ms, held, timer, ending,
+        )  # fmt: skip
+    finally:
+        # its end is told once the shell is free again: a client that waits for the end
+        # and sends the next command finds the shell taken no more (no BUSY)
+        if recorder is not None:
+            for changes, failed in ending:
+                await recorder.end(changes, failed)
+        commands._forget(held, timer)
+
+
+async def _run_taken(
+    shells: Shells,
+    address: Address,
+    origin: Origin,
+    req: rq.RunCommand,
+    job: Job,
+    details: dict[str, Any],
+    shell: Shell,
+    running: Running,
+    recorder: Recorder | None,
+    output: Output,
+    shown: str,
+    token: str,
+    ms: float,
+    held: list[LiveCommand],
+    timer: list[asyncio.Task[None]],
+    ending: list[tuple[rp.CapturedChanges | None, str | None]],
+) -> tuple[int, rp.CommandResult]:
+    """``run`` while the shell is taken (``ending``: what its recorder is to tell after)."""
+    commands = shells.commands
     async with shells._taken(shell, req.queue, ms / 1000):
         if not shell.alive:
             raise await _lost_here(shells, shell)
@@ -237,8 +272,7 @@ async def run(
         finally:
             if recorder is not None and finishing is not None:
                 await finishing
-                await recorder.end(changes, failed)
-            commands._forget(held, timer)
+                ending.append((changes, failed))
         assert changes is not None
         kept += [k for k in await _sync(shells, shell, changes) if k not in kept]
         await shells._record(shell)
@@ -247,7 +281,9 @@ async def run(
     audited(outcome, details, output.redacted | job.redacted)
     details.update(committed=changes.committed, changed=changes.total)
     kept_output = recorder.ok if recorder is not None else False
-    result = command_result(outcome, output, changes, command_id=handle, output_kept=kept_output)
+    result = command_result(
+        outcome, output, changes, command_id=running.handle, output_kept=kept_output
+    )
     bg = background if background.committed or background.conflicts else None
     return changes.version, _with(result, shell=shell.id, background=bg, kept_conflicts=kept)
 
