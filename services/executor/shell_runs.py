@@ -163,10 +163,97 @@ async def run(
     timer: list[asyncio.Task[None]] = []
     ending: list[tuple[rp.CapturedChanges | None, str | None]] = []
     try:
-        return await _run_taken(
-            shells, address, origin, req, job, details, shell, running, recorder, output,
-            shown, token, ms, held, timer, ending,
-        )  # fmt: skip
+        async with shells._taken(shell, req.queue, ms / 1000):
+            if not shell.alive:
+                raise await _lost_here(shells, shell)
+            shell.running = running  # named by a BUSY answer from now on
+            background, kept = await commit_background(shells, address, shell, origin)
+            checkout = shell.checkout
+            if req.min_version is not None and req.min_version > checkout.version:
+                raise QuillError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"Version {req.min_version} does not exist (the latest is {checkout.version})",
+                    {"version": req.min_version, "latest_version": checkout.version},
+                )
+            await commands.approved.check(checkout, address, origin, "exec.run", req)
+            base = checkout.version
+            await asyncio.to_thread(checkout.begin)
+            data = req.command.encode()
+            started = time.monotonic()
+            timed_out = False
+            if recorder is not None and req.yield_ms is not None:
+                await _held_live(shells, shell, address, origin, running, recorder, held)
+                cap = min(checkout.limits.max_output_bytes, LIVE_POLL_MAX_BYTES)
+                due = commands._yield(req.yield_ms, base, recorder, job, cap)
+                timer.append(asyncio.create_task(due))
+            try:
+                assert shell.process is not None and shell.ended is not None
+                fed = req.stdin
+                head = f"{token} {len(data)} {len(fed) if fed is not None else -1}\n"
+                await shell.process.write(head.encode() + data + (fed or b""), 10.0)
+                done = asyncio.ensure_future(running.ended.wait())
+                await asyncio.wait(
+                    {done, shell.ended}, timeout=ms / 1000, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done.done():
+                    done.cancel()
+                    timed_out = not shell.ended.done()
+                    await shells._end(shell)  # past its timeout (or exit): the shell ends
+                    await running.flush()
+            except BaseException:
+                commands._forget(held, timer)
+                raise
+            finally:
+                shell.running = None
+            for task in timer:  # it ended before its yield: answered as a one-shot command
+                task.cancel()
+            if shell.stopped is not None:  # over the quota: nothing of it is kept
+                commands._forget(held, timer)
+                raise shell.stopped
+            code = running.status
+            if code is None:
+                code = 124 if timed_out else (await shell.ended).exit_code
+            outcome = sandbox.Outcome(
+                exit_code=code,
+                stdout=b"",
+                stderr=b"",
+                stdout_bytes=running.counts["stdout"],
+                stderr_bytes=running.counts["stderr"],
+                timed_out=timed_out,
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+            finishing = None
+            if recorder is not None:  # alongside the capture
+                finishing = asyncio.ensure_future(recorder.finish(outcome))
+            else:
+                output.finish(outcome)
+            changes: rp.CapturedChanges | None = None
+            failed: str | None = None
+            try:
+                changes = await commands._capture_and_commit(
+                    address, origin, checkout, base, f"$ {shown}", None
+                )
+            except QuillError as exc:
+                failed = str(exc.code)
+                raise
+            finally:
+                if recorder is not None and finishing is not None:
+                    await finishing
+                    ending.append((changes, failed))
+            assert changes is not None
+            kept += [k for k in await _sync(shells, shell, changes) if k not in kept]
+            await shells._record(shell)
+        if not shell.alive and not shell.closing:
+            asyncio.ensure_future(shells._close_quietly(shell))
+        audited(outcome, details, output.redacted | job.redacted)
+        details.update(committed=changes.committed, changed=changes.total)
+        kept_output = recorder.ok if recorder is not None else False
+        result = command_result(
+            outcome, output, changes, command_id=running.handle, output_kept=kept_output
+        )
+        bg = background if background.committed or background.conflicts else None
+        return changes.version, _with(result, shell=shell.id, background=bg, kept_conflicts=kept)
+
     finally:
         # its end is told once the shell is free again: a client that waits for the end
         # and sends the next command finds the shell taken no more (no BUSY)
@@ -174,118 +261,6 @@ async def run(
             for changes, failed in ending:
                 await recorder.end(changes, failed)
         commands._forget(held, timer)
-
-
-async def _run_taken(
-    shells: Shells,
-    address: Address,
-    origin: Origin,
-    req: rq.RunCommand,
-    job: Job,
-    details: dict[str, Any],
-    shell: Shell,
-    running: Running,
-    recorder: Recorder | None,
-    output: Output,
-    shown: str,
-    token: str,
-    ms: float,
-    held: list[LiveCommand],
-    timer: list[asyncio.Task[None]],
-    ending: list[tuple[rp.CapturedChanges | None, str | None]],
-) -> tuple[int, rp.CommandResult]:
-    """``run`` while the shell is taken (``ending``: what its recorder is to tell after)."""
-    commands = shells.commands
-    async with shells._taken(shell, req.queue, ms / 1000):
-        if not shell.alive:
-            raise await _lost_here(shells, shell)
-        shell.running = running  # named by a BUSY answer from now on
-        background, kept = await commit_background(shells, address, shell, origin)
-        checkout = shell.checkout
-        if req.min_version is not None and req.min_version > checkout.version:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"Version {req.min_version} does not exist (the latest is {checkout.version})",
-                {"version": req.min_version, "latest_version": checkout.version},
-            )
-        await commands.approved.check(checkout, address, origin, "exec.run", req)
-        base = checkout.version
-        await asyncio.to_thread(checkout.begin)
-        data = req.command.encode()
-        started = time.monotonic()
-        timed_out = False
-        if recorder is not None and req.yield_ms is not None:
-            await _held_live(shells, shell, address, origin, running, recorder, held)
-            cap = min(checkout.limits.max_output_bytes, LIVE_POLL_MAX_BYTES)
-            due = commands._yield(req.yield_ms, base, recorder, job, cap)
-            timer.append(asyncio.create_task(due))
-        try:
-            assert shell.process is not None and shell.ended is not None
-            fed = req.stdin
-            head = f"{token} {len(data)} {len(fed) if fed is not None else -1}\n"
-            await shell.process.write(head.encode() + data + (fed or b""), 10.0)
-            done = asyncio.ensure_future(running.ended.wait())
-            await asyncio.wait(
-                {done, shell.ended}, timeout=ms / 1000, return_when=asyncio.FIRST_COMPLETED
-            )
-            if not done.done():
-                done.cancel()
-                timed_out = not shell.ended.done()
-                await shells._end(shell)  # past its timeout (or exit): the shell ends
-                await running.flush()
-        except BaseException:
-            commands._forget(held, timer)
-            raise
-        finally:
-            shell.running = None
-        for task in timer:  # it ended before its yield: answered as a one-shot command
-            task.cancel()
-        if shell.stopped is not None:  # over the quota: nothing of it is kept
-            commands._forget(held, timer)
-            raise shell.stopped
-        code = running.status
-        if code is None:
-            code = 124 if timed_out else (await shell.ended).exit_code
-        outcome = sandbox.Outcome(
-            exit_code=code,
-            stdout=b"",
-            stderr=b"",
-            stdout_bytes=running.counts["stdout"],
-            stderr_bytes=running.counts["stderr"],
-            timed_out=timed_out,
-            duration_ms=int((time.monotonic() - started) * 1000),
-        )
-        finishing = None
-        if recorder is not None:  # alongside the capture
-            finishing = asyncio.ensure_future(recorder.finish(outcome))
-        else:
-            output.finish(outcome)
-        changes: rp.CapturedChanges | None = None
-        failed: str | None = None
-        try:
-            changes = await commands._capture_and_commit(
-                address, origin, checkout, base, f"$ {shown}", None
-            )
-        except QuillError as exc:
-            failed = str(exc.code)
-            raise
-        finally:
-            if recorder is not None and finishing is not None:
-                await finishing
-                ending.append((changes, failed))
-        assert changes is not None
-        kept += [k for k in await _sync(shells, shell, changes) if k not in kept]
-        await shells._record(shell)
-    if not shell.alive and not shell.closing:
-        asyncio.ensure_future(shells._close_quietly(shell))
-    audited(outcome, details, output.redacted | job.redacted)
-    details.update(committed=changes.committed, changed=changes.total)
-    kept_output = recorder.ok if recorder is not None else False
-    result = command_result(
-        outcome, output, changes, command_id=running.handle, output_kept=kept_output
-    )
-    bg = background if background.committed or background.conflicts else None
-    return changes.version, _with(result, shell=shell.id, background=bg, kept_conflicts=kept)
 
 
 async def _held_live(
