@@ -46,9 +46,14 @@ async def stack(nats_url: str, tmp_path: Path, provider: str) -> AsyncIterator[S
 
 
 @pytest_asyncio.fixture
-async def ws(stack: StartExecutor, quill: Quill, name: str) -> Workspace:
+async def executor(stack: StartExecutor) -> Executor:
+    """One executor for this test's commands (its state, for tests that look inside)."""
+    return await stack()
+
+
+@pytest_asyncio.fixture
+async def ws(executor: Executor, quill: Quill, name: str) -> Workspace:
     """This test's own workspace, made, with one executor to run its commands."""
-    await stack()
     workspace = quill.workspace(name)
     await workspace.create()
     return workspace

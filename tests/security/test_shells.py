@@ -33,8 +33,16 @@ import pytest
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from infra.exec.sandbox import cgroups
-from quill.client import Quill
-from tests.executor.conftest import StartExecutor, name, provider, stack  # noqa: F401
+from quill.client import Quill, Workspace
+from services.executor.app import Executor
+from tests.executor.conftest import (  # noqa: F401
+    StartExecutor,
+    executor,
+    name,
+    provider,
+    stack,
+    ws,
+)
 from tests.helpers import ask, error_shape, eventually
 from tests.security.conftest import Canaries, bwrap_only
 from tests.up import TENANTS, Up, bare_as, quill_as
@@ -77,13 +85,9 @@ def beater(marker: str, path: str) -> str:
 
 
 async def test_a_background_writer_is_dead_once_its_shell_closed(
-    stack: StartExecutor,  # noqa: F811
-    quill: Quill,
-    name: str,  # noqa: F811
+    executor: Executor,  # noqa: F811
+    ws: Workspace,  # noqa: F811
 ) -> None:
-    executor = await stack()
-    ws = quill.workspace(name)
-    await ws.create()
     marker = f"quill-beat-{secrets.token_hex(6)}"
     sh = await ws.shell()
     other = await ws.shell()
@@ -114,16 +118,12 @@ async def test_a_background_writer_is_dead_once_its_shell_closed(
 
 
 async def test_a_background_writer_stays_in_the_sandbox(
-    stack: StartExecutor,  # noqa: F811
-    quill: Quill,
-    name: str,  # noqa: F811
+    executor: Executor,  # noqa: F811
+    ws: Workspace,  # noqa: F811
     provider: str,  # noqa: F811
     canaries: Canaries,
 ) -> None:
     bwrap_only(provider, "the local provider is no sandbox: its processes write the host's files")
-    executor = await stack()
-    ws = quill.workspace(name)
-    await ws.create()
     async with await ws.shell() as sh:
         home = executor.shells.held[sh.id].checkout.home
         targets = [*map(str, canaries.files.values()), str(home / "outside.txt"), "../escaped"]
@@ -149,7 +149,7 @@ async def test_a_command_cannot_read_another_shells_stdin(
 ) -> None:
     bwrap_only(provider, "local commands run as the executor's user and see every process")
     await stack()
-    ws = quill.workspace(name)
+    ws = quill.workspace(name)  # noqa: F811
     await ws.create()
     secret = f"secret-{secrets.token_hex(8)}"
     async with await ws.shell() as thief, await ws.shell() as victim:
@@ -232,7 +232,7 @@ async def test_a_fork_bomb_is_held_and_another_shell_answers(
         print(f"skipped: no cgroups here: {WHY_NO_CGROUPS}")
         pytest.skip(f"no cgroups: {WHY_NO_CGROUPS}")
     await stack(processes=64)
-    ws = quill.workspace(name)
+    ws = quill.workspace(name)  # noqa: F811
     await ws.create()
     bomb = await ws.shell()
     async with await ws.shell() as calm:
@@ -264,13 +264,9 @@ async def test_a_fork_bomb_is_held_and_another_shell_answers(
 
 
 async def test_an_output_flood_is_bounded_and_the_shell_answers(
-    stack: StartExecutor,  # noqa: F811
-    quill: Quill,
-    name: str,  # noqa: F811
+    executor: Executor,  # noqa: F811
+    ws: Workspace,  # noqa: F811
 ) -> None:
-    executor = await stack()
-    ws = quill.workspace(name)
-    await ws.create()
     async with await ws.shell() as sh:
         cap = executor.shells.held[sh.id].checkout.limits.max_output_bytes
         r = await sh.run("head -c 20000000 /dev/zero | tr '\\0' x; echo; echo end >&2")
@@ -311,7 +307,7 @@ async def test_a_command_cannot_forge_its_end_from_what_set_shows(
     name: str,  # noqa: F811
 ) -> None:
     await stack()
-    ws = quill.workspace(name)
+    ws = quill.workspace(name)  # noqa: F811
     await ws.create()
     async with await ws.shell() as sh:
         r = await sh.run("set | wc -l; declare -p | wc -l; env | wc -l")
@@ -334,7 +330,7 @@ async def test_a_shells_checkout_is_held_to_its_quota(
     name: str,  # noqa: F811
 ) -> None:
     await stack()
-    ws = quill.workspace(name)
+    ws = quill.workspace(name)  # noqa: F811
     await ws.create(limits=LimitsPatch(max_checkout_bytes=2 * MIB))
     await ws.write("a.txt", "kept\n")
     sh = await ws.shell()
@@ -365,8 +361,8 @@ async def test_a_shells_checkout_counts_against_the_checkouts_budget(
     quill: Quill,
     name: str,  # noqa: F811
 ) -> None:
-    executor = await stack()
-    ws, other = quill.workspace(name), quill.workspace(name[:40] + "-other-" + name[-5:])
+    executor = await stack()  # noqa: F811
+    ws, other = quill.workspace(name), quill.workspace(name[:40] + "-other-" + name[-5:])  # noqa: F811
     await ws.create()
     await other.create()
     await other.exec("true")
