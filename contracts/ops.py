@@ -523,7 +523,13 @@ _ALL: tuple[OpSpec, ...] = (
         "shell keeps cwd, variables, functions, /tmp and background processes.",
         (
             E.INVALID_ARGUMENT,
+            E.ACCESS_DENIED,
+            E.FILE_NOT_FOUND,
+            E.NOT_A_DIRECTORY,
             E.WORKSPACE_NOT_FOUND,
+            E.WORKSPACE_ARCHIVED,
+            E.DENIED,
+            E.LOCKED,
             E.SIZE_LIMIT_EXCEEDED,
             E.EXECUTION_FAILED,
             E.UNAVAILABLE,

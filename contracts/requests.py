@@ -711,7 +711,9 @@ class CommandResize(Request, frozen=True, kw_only=True):
     command_id: CommandHandle
     """The live command (``exec.run``'s answer with ``running``: its ``command_id``)."""
     rows: Annotated[int, Meta(ge=1, le=PTY_MAX_SIDE)]
+    """Lines of the terminal (1..4096)."""
     cols: Annotated[int, Meta(ge=1, le=PTY_MAX_SIDE)]
+    """Columns of the terminal (1..4096)."""
 
 
 SignalName = Literal["INT", "TERM", "KILL", "HUP"]

@@ -458,8 +458,8 @@ def _shell_of(address: Address, data: bytes) -> str | None:
         return None
     try:
         shell = msgspec.json.decode(data, type=_ShellPeek).shell
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+    except Exception:  # noqa: BLE001 - a peek: malformed (bad UTF-8, nested too deep, ...)
+        return None  # is refused by the op itself, as any malformed body is
     if shell is None or not SHELL_ID.fullmatch(shell):
         return None
     return shell
