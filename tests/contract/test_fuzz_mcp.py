@@ -55,6 +55,9 @@ semantics (``read_file`` of a directory is ``NOT_A_FILE``, where ``qry.read`` li
 MCP_SPECS: dict[str, OpSpec] = {
     key: dataclasses.replace(spec, errors=spec.errors + MCP_ANY) for key, spec in OPS.items()
 }
+ALSO: dict[str, str] = {"read_command_output": "exec.poll"}
+"""A tool that is a second op too: ``read_command_output`` with a ``cursor`` polls a live
+command (docs/gateway.md), so ``exec.poll``'s errors are its own as well."""
 
 
 class McpDriver:
@@ -152,7 +155,10 @@ def judge_tool(
         if tools is WAP_TOOL_OPS and code == "PERMISSION_DENIED":
             code = "ACCESS_DENIED"  # WAP's name for it (docs/gateway.md)
         LEDGER.saw("mcp", key, kind, str(code), shown)
-        outcome = judge_code(MCP_SPECS[key], code, str(structured.get("error")))
+        spec = MCP_SPECS[key]
+        if tool in ALSO:
+            spec = dataclasses.replace(spec, errors=spec.errors + OPS[ALSO[tool]].errors)
+        outcome = judge_code(spec, code, str(structured.get("error")))
     if outcome is None:
         return None
     failure = Failure("mcp", f"{key}:{tool}", kind, outcome, f"arguments={shown}")
