@@ -16,8 +16,10 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.nuid import NUID
 
+from contracts import replies as rp
 from contracts import requests as rq
 from contracts.subjects import Subjects
+from quill._transport import OnOutput
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -66,3 +68,29 @@ class Client(Protocol):
     async def retry_conflicts(
         self, attempt: Callable[[], Awaitable[T]], *, retries: int | None = None
     ) -> T: ...
+
+
+class Handle(Protocol):
+    """What a command's or a shell's handle (``quill/command.py``, ``quill/shell.py``) needs
+    of its workspace: ``Workspace`` makes them, so they name this instead of importing it
+    back (the same reason as ``Client``)."""
+
+    client: Client
+    tenant: str
+    name: str
+    last_version: int
+
+    async def _exec(
+        self, body: rq.Request, timeout_ms: int | None, on_output: OnOutput | None
+    ) -> Any: ...
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout_ms: int | None = None,
+        on_output: OnOutput | None = None,
+        stdin: bytes | None = None,
+        shell: str | None = None,
+        queue: bool = False,
+    ) -> rp.CommandResult: ...

@@ -9,17 +9,14 @@ runs and its output is kept (an hour after it ended, by default).
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.limits import LIVE_WAIT_MAX_MS
+from quill._protocols import Handle
 from quill._transport import OnOutput
-
-if TYPE_CHECKING:
-    from quill.workspace import Workspace
 
 WAIT_MS = 20_000
 """How long each ``poll`` of ``wait`` waits for more (well under ``LIVE_WAIT_MAX_MS``)."""
@@ -28,7 +25,7 @@ WAIT_MS = 20_000
 class Command:
     """A live command of ``workspace`` (see the module docstring)."""
 
-    def __init__(self, workspace: Workspace, command_id: str, cursor: str = "") -> None:
+    def __init__(self, workspace: Handle, command_id: str, cursor: str = "") -> None:
         self.workspace, self.id, self.cursor = workspace, command_id, cursor
         self.status: rp.CommandStatus | None = None
         """The last ``poll``'s answer."""

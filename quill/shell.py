@@ -7,20 +7,16 @@ its id only: ``Workspace.shell_of(id)`` makes a handle again from any client of 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from contracts import replies as rp
 from contracts import requests as rq
+from quill._protocols import Handle
 from quill._transport import OnOutput
-
-if TYPE_CHECKING:
-    from quill.workspace import Workspace
 
 
 class Shell:
     """An open shell of ``workspace`` (see the module docstring)."""
 
-    def __init__(self, workspace: Workspace, shell_id: str) -> None:
+    def __init__(self, workspace: Handle, shell_id: str) -> None:
         self.workspace, self.id = workspace, shell_id
 
     def __repr__(self) -> str:

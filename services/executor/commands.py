@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -49,10 +49,22 @@ from services.executor.egress import Egress
 from services.executor.live import LiveCommand, LiveCommands, check_pty, new_handle
 from services.executor.output import Recorder
 
-if TYPE_CHECKING:
-    from services.executor.shells import Shells
-
 log = logging.getLogger("quill.executor")
+
+
+class RunsInShells(Protocol):
+    """Where ``exec.run`` with ``shell`` goes (``services.executor.shells.Shells``, which
+    runs its commands with this module's capture and commit: named here, not imported)."""
+
+    async def run(
+        self,
+        address: Address,
+        origin: Origin,
+        req: rq.RunCommand,
+        job: Job,
+        details: dict[str, Any],
+    ) -> tuple[int, rp.CommandResult]: ...
+
 
 WHY = ("timeout", "memory", "background", "quota", "cancel")
 KILLS = {why: EXECUTOR_KILLS.labels(why) for why in WHY}
@@ -93,7 +105,7 @@ class Commands:
     ) -> None:
         self.config, self.provider, self.checkouts = config, provider, checkouts
         self.live = live
-        self.shells: Shells | None = None
+        self.shells: RunsInShells | None = None
         """The shells this executor holds (set by the executor: ``shells``)."""
         """The commands that outlive their request (``yield_ms``): ``live``."""
         self.quill, self.blobs, self.js, self.subjects = quill, blobs, js, subjects

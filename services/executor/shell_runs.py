@@ -22,6 +22,7 @@ again) and named in the reply (``kept_conflicts``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import signal
@@ -29,7 +30,7 @@ import stat
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -45,12 +46,31 @@ from infra.exec.checkout import Checkout
 from infra.exec.results import Output, audited, command_result
 from infra.exec.sandbox.shell_server import SERVER_PROCESSES, Running
 from infra.safefs import Dir, parent_of
-from services.executor.commands import known_facts
+from services.executor.commands import Commands, known_facts
 from services.executor.live import LiveCommand, new_handle
 from services.executor.output import Recorder
+from services.executor.shell_state import Shell
 
-if TYPE_CHECKING:
-    from services.executor.shells import Shell, Shells
+
+class Shells(Protocol):
+    """What a command in a shell needs of the registry holding it
+    (``services.executor.shells.Shells``, which calls this module: named here, not
+    imported)."""
+
+    commands: Commands
+
+    def _shell(self, address: Address, shell_id: str) -> Shell: ...
+
+    def _taken(
+        self, shell: Shell, queue: bool, wait_s: float
+    ) -> contextlib.AbstractAsyncContextManager[Any]: ...
+
+    async def _end(self, shell: Shell) -> int: ...
+
+    async def _record(self, shell: Shell, closed: bool = False) -> None: ...
+
+    async def _close_quietly(self, shell: Shell) -> None: ...
+
 
 log = logging.getLogger("quill.executor.shells")
 

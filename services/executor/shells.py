@@ -26,7 +26,6 @@ import os
 import re
 import signal
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,17 +38,16 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import STREAM_OUTPUT, Address, Origin
 from core.evolve import LockState
 from infra.exec import sandbox
-from infra.exec.checkout import Checkout
 from infra.exec.sandbox.ports import Ports
 from infra.exec.sandbox.shell_server import (
     LOOP,
     PRIVATE_TMP,
     SERVER_PROCESSES,
     SUPERVISOR,
-    Running,
 )
-from services.executor import quota, shell_runs
+from services.executor import shell_runs
 from services.executor.live import new_handle, route_of
+from services.executor.shell_state import Shell, now_utc
 
 if TYPE_CHECKING:
     from services.executor.commands import Commands
@@ -65,74 +63,6 @@ LIFETIME_S = 24 * 3600.0
 PER_WORKSPACE = 8
 """Shells one executor holds open on one workspace at most."""
 SHELL_ID = re.compile(r"s[0-9a-f]{12}[A-Za-z0-9]{1,40}")
-
-
-@dataclass
-class Shell:
-    """An open shell, on the executor holding it."""
-
-    id: str
-    tenant: str
-    workspace: str
-    actor: str | None
-    session: str | None
-    run: str | None
-    checkout: Checkout
-    idle_s: float
-    started: datetime
-    expires: datetime
-    process: sandbox.Live | None = None
-    ended: asyncio.Task[sandbox.Outcome] | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    running: Running | None = None
-    last_used: float = field(default_factory=time.monotonic)
-    last_used_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    background_commits: int = 0
-    dropped: int = 0
-    """Bytes background processes wrote while no command ran (dropped)."""
-    closing: bool = False
-    ports: Ports | None = None
-    own: int = SERVER_PROCESSES
-    """Processes of its sandbox that are not the user's: the server's and the provider's
-    around it (``Provider.wrappers``), left out of what a close reports killed."""
-    """Its loopback ports, as the gateway reaches them (``services.executor.ports``)."""
-
-    def touch(self) -> None:
-        self.last_used, self.last_used_at = time.monotonic(), datetime.now(UTC)
-
-    @property
-    def stopped(self) -> quota.Stopped | None:
-        """Why its sandbox was stopped over its quota or the disk's reserve, if it was."""
-        ended = self.ended
-        if ended is None or not ended.done() or ended.cancelled():
-            return None
-        exc = ended.exception()
-        return exc if isinstance(exc, quota.Stopped) else None
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.ended is not None and not self.ended.done()
-
-    async def on_output(self, stream: sandbox.StreamName, chunk: bytes) -> None:
-        running = self.running
-        if running is None:
-            self.dropped += len(chunk)
-            return
-        await running.feed(stream, chunk)
-
-    def listed(self) -> rp.LiveShell:
-        return rp.LiveShell(
-            shell=self.id,
-            actor=self.actor,
-            started=self.started,
-            last_used=self.last_used_at,
-            version=self.checkout.version,
-            running=self.running.handle if self.running is not None else None,
-        )
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 class Shells:
