@@ -38,6 +38,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import STREAM_OUTPUT, Address, Origin
 from core.evolve import LockState
 from infra.exec import sandbox
+from infra.exec.sandbox import common as sandbox_common
 from infra.exec.sandbox.ports import Ports
 from infra.exec.sandbox.shell_server import (
     LOOP,
@@ -274,7 +275,8 @@ class Shells:
         # them the sandbox is killed, its changes since the last commit are discarded
         # (``quota.Stopped``), and the shell is closed
         guarded = commands.checkouts.guarded(checkout, shell.process.wait())
-        shell.ended = asyncio.ensure_future(guarded)
+        context = sandbox_common.outlives_reply()  # its cgroup removed when it ends
+        shell.ended = asyncio.get_running_loop().create_task(guarded, context=context)
         self.held[shell_id] = shell
         await self._record(shell)
         return checkout.version, rp.ShellOpened(

@@ -6,12 +6,14 @@ background work committed as the shell's, conflicts kept, one command at a time.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from pathlib import Path
 
 import pytest
 
 from contracts.errors import ErrorCode, QuillError
+from infra.exec.sandbox import cgroups
 from quill.client import Quill
 from quill.workspace import Workspace
 from tests.executor.conftest import StartExecutor
@@ -211,3 +213,25 @@ async def test_a_long_shell_command_yields(stack: StartExecutor, quill: Quill, n
         return (await ws.running()).shells == []
 
     await eventually(gone)
+
+
+def own_cgroups() -> set[Path]:
+    """The sandbox cgroups this process's executors made that exist now."""
+    found, why = cgroups.detect()
+    if found is None:
+        pytest.skip(f"no cgroups here: {why}")
+    mine = f"{cgroups.PREFIX}{cgroups.owner(os.getpid())}-"
+    return {path for base in found.bases for path in base.glob(f"{mine}*")}
+
+
+async def test_a_closed_shells_cgroup_is_removed(ws: Workspace, provider: str) -> None:
+    """A shell's sandbox outlives the request that opened it: its cgroup was left behind when
+    it ended (the removal went to that request's after-reply list, long run), 12 a file."""
+    if provider != "bwrap":
+        pytest.skip("local: no sandbox cgroups")
+    before = own_cgroups()
+    sh = await ws.shell()
+    assert (await sh.run("echo in")).stdout == "in\n"
+    assert own_cgroups() - before, "the shell's sandbox has no cgroup: the check could not fail"
+    await sh.close()
+    await eventually(lambda: not (own_cgroups() - before), 10, "the shell's cgroup removed")

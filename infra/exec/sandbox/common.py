@@ -47,6 +47,16 @@ def after_reply(later: Later) -> Iterator[None]:
         _later.reset(token)
 
 
+def outlives_reply() -> contextvars.Context:
+    """The context for waiting on a sandbox that outlives the request that started it (a
+    shell): its tidying is done when it ends, not left to a reply that has long been sent
+    (a task started within ``after_reply`` would append its cgroup's removal to a list
+    nobody runs any more)."""
+    context = contextvars.copy_context()
+    context.run(_later.set, None)
+    return context
+
+
 def deferred() -> Later | None:
     """Where tidying may go (``after_reply``); None: do it now."""
     return _later.get()
