@@ -130,7 +130,7 @@ class Executor:
         self.commands.egress = Egress.of(config, settings.data_dir, self.auditor)
         self.shells = Shells(self.commands, settings.data_dir)
         """The shells this executor holds (``shells``)."""
-        self.commands.shells = self.shells
+        self.commands.in_shell = self.shells.run
         self.ports = PortRelay(self.shells)
         """HTTP to the shells' ports, from the gateway (``ports``)."""
         self.live.shells = self.shells.listed

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -52,18 +52,11 @@ from services.executor.output import Recorder
 log = logging.getLogger("quill.executor")
 
 
-class RunsInShells(Protocol):
-    """Where ``exec.run`` with ``shell`` goes (``services.executor.shells.Shells``, which
-    runs its commands with this module's capture and commit: named here, not imported)."""
-
-    async def run(
-        self,
-        address: Address,
-        origin: Origin,
-        req: rq.RunCommand,
-        job: Job,
-        details: dict[str, Any],
-    ) -> tuple[int, rp.CommandResult]: ...
+RunInShell = Callable[
+    [Address, Origin, rq.RunCommand, Job, dict[str, Any]], Awaitable[tuple[int, rp.CommandResult]]
+]
+"""Where ``exec.run`` with ``shell`` goes (``services.executor.shells.Shells.run``, which runs
+its commands with this module's capture and commit: handed in, not imported)."""
 
 
 WHY = ("timeout", "memory", "background", "quota", "cancel")
@@ -105,9 +98,9 @@ class Commands:
     ) -> None:
         self.config, self.provider, self.checkouts = config, provider, checkouts
         self.live = live
-        self.shells: RunsInShells | None = None
-        """The shells this executor holds (set by the executor: ``shells``)."""
         """The commands that outlive their request (``yield_ms``): ``live``."""
+        self.in_shell: RunInShell | None = None
+        """Runs ``exec.run`` with ``shell`` (set by the executor: ``Shells.run``)."""
         self.quill, self.blobs, self.js, self.subjects = quill, blobs, js, subjects
         self.credentials, self.secrets, self.scratch = credentials, secrets, scratch
         self.approved = Approved(Approvals(js, subjects), quill, secrets)
@@ -219,8 +212,8 @@ class Commands:
         check_stdin(req.stdin)
         check_pty(req)
         if req.shell is not None:
-            assert self.shells is not None
-            return await self.shells.run(address, origin, req, job, details)
+            assert self.in_shell is not None
+            return await self.in_shell(address, origin, req, job, details)
         if req.yield_ms is not None:
             self.live.check(address.tenant)
             details.update(yield_ms=req.yield_ms)
