@@ -120,8 +120,7 @@ def plan(
     for path, row in rows.items():
         root = _grouped(path, groups)
         if root is not None:
-            side = _side(rows[root], pick)
-            result[path] = side
+            result[path] = _side(row, pick)  # the side chosen for the root, for all
             if path == root:
                 below = groups[root]
                 conflicts.append(
