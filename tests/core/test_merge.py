@@ -11,7 +11,7 @@ from contracts.events import MakeDir, Remove
 from core import merge
 from core.merge import needs, plan
 from core.merge_types import Dir, File, Put, Sides
-from tests.core.merging import DIR, LABELS, Case
+from tests.core.merging import DIR, LABELS, Case, Tree
 
 BASE = b"one\ntwo\nthree\nfour\nfive\nsix\nseven\n"
 OURS_EDIT = b"ONE\ntwo\nthree\nfour\nfive\nsix\nseven\n"
@@ -61,10 +61,14 @@ def test_both_sides_removing_a_file_agree_and_a_directory_made_there_is_taken() 
     assert case.merged() == case.theirs and case.plan().conflicts == []
 
 
+def nothing(sha256: str) -> bytes | None:
+    raise AssertionError(f"{sha256} read")
+
+
 def test_a_path_given_that_no_side_changed_is_dropped() -> None:
     row = Sides("same.txt", File(sha256=sha(BASE), size=1), File(sha256=sha(BASE), size=1),
                 File(sha256=sha(BASE), size=1))  # fmt: skip
-    p = plan([row], "fail", {}.get, labels=LABELS, max_file_bytes=10)
+    p = plan([row], "fail", nothing, labels=LABELS, max_file_bytes=10)
     assert (p.changes, p.conflicts) == ([], [])
 
 
@@ -163,8 +167,8 @@ def test_binary_files_changed_on_both_sides_conflict_without_being_read() -> Non
 
 @pytest.mark.parametrize("deleted", ["ours", "theirs"])
 def test_delete_against_modify_conflicts_and_each_side_wins_whole(deleted: str) -> None:
-    gone: dict[str, bytes] = {"keep": b"k"}
-    changed = {"keep": b"k", "d/f.txt": THEIRS_EDIT}
+    gone: Tree = {"keep": b"k"}
+    changed: Tree = {"keep": b"k", "d/f.txt": THEIRS_EDIT}
     ours, theirs = (gone, changed) if deleted == "ours" else (changed, gone)
     case = Case({"keep": b"k", "d/f.txt": BASE}, ours, theirs)
     p = case.plan()
@@ -183,8 +187,8 @@ def test_a_directory_removed_on_one_side_stays_for_a_file_the_other_side_added_i
 def test_a_file_against_a_directory_with_changes_below_conflicts_with_those_paths(
     file_side: str,
 ) -> None:
-    as_file = {"p": b"a file\n"}
-    as_dir = {"p/a.txt": b"a\n", "p/sub/b.txt": b"b\n"}
+    as_file: Tree = {"p": b"a file\n"}
+    as_dir: Tree = {"p/a.txt": b"a\n", "p/sub/b.txt": b"b\n"}
     ours, theirs = (as_file, as_dir) if file_side == "ours" else (as_dir, as_file)
     case = Case({}, ours, theirs)
     p = case.plan()
@@ -271,7 +275,7 @@ def test_bad_input_is_a_clear_error() -> None:
         ([Sides("", None, Dir(), None)], "fail"),
     ):
         with pytest.raises(QuillError) as err:
-            plan(rows, strategy, {}.get, labels=LABELS, max_file_bytes=1)  # type: ignore[arg-type]
+            plan(rows, strategy, nothing, labels=LABELS, max_file_bytes=1)  # type: ignore[arg-type]
         assert err.value.code == ErrorCode.INVALID_ARGUMENT
     case = Case({"a.txt": BASE}, {"a.txt": OURS_EDIT}, {"a.txt": THEIRS_EDIT})
     case.store.clear()
