@@ -12,10 +12,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from contracts.paths import ancestors
 from core.content import split_lines
 from core.diff3 import chunks, conflicts, marked, resolved
-from core.merge_types import Strategy
-from tests.core.merging import LABELS, Case
+from core.merge_types import File, Strategy, same
+from tests.core.merging import DIR, LABELS, Case, Tree, apply, entry
 
 WORDS = st.sampled_from(["a", "b", "c", "", "x y", "}", "é"])
 """Few distinct lines: repeats make the matching ambiguous, as in real code."""
@@ -218,3 +219,53 @@ def test_the_git_comparison_can_fail() -> None:
     merged = chunks(*(split_lines(t) for t in ("a\nb\nc\n", "A\nb\nc\n", "a\nB\nc\n")))
     assert len(conflicts(merged)) == 1  # touching changes conflict, as in git
     assert git_merge(b"a\nb\nc\n", b"A\nb\nc\n", b"a\nB\nc\n")[0] == 1
+
+
+# ---------------------------------------------------------------- whole trees
+
+UNIVERSE = ["a", "a/b", "a/b/c", "a/d", "e", "e/f"]
+NODES = st.sampled_from(
+    [None, None, DIR, DIR, DIR, b"1\n2\n3\n", b"1\nX\n3\n", b"1\n2\nY\n", b"\0bin",
+     ("x", b"1\n2\n3\n")]
+)  # fmt: skip
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> Tree:
+    """A small tree over ``UNIVERSE``: below a file or nothing, nothing."""
+    tree: Tree = {}
+    for path in UNIVERSE:
+        if all(tree.get(a) == DIR for a in ancestors(path)):
+            node = draw(NODES)
+            if node is not None:
+                tree[path] = node
+    return tree
+
+
+@settings(max_examples=1000)
+@given(trees(), trees(), trees(), st.sampled_from(["fail", "ours", "theirs", "markers"]))
+def test_a_plan_applies_to_ours_and_takes_every_change_made_on_one_side_only(
+    base: Tree, ours: Tree, theirs: Tree, strategy: Strategy
+) -> None:
+    case = Case(base, ours, theirs)
+    p = case.plan(strategy)
+    if strategy in ("ours", "theirs"):
+        assert p.refused is None and all(c.resolution == strategy for c in p.conflicts)
+    if p.refused is not None:
+        assert p.changes == [] and any(c.resolution is None for c in p.conflicts)
+        return
+    result = apply(case.ours, p, case.store)  # each change checked to apply, in order
+    roots = {c.path for c in p.conflicts}
+    for path in {*case.base, *case.ours, *case.theirs}:
+        if any(a in roots for a in [*ancestors(path), path]):
+            continue
+        b, o, t = (entry(tree.get(path)) for tree in (case.base, case.ours, case.theirs))
+        r = entry(result.get(path))
+        if isinstance(o, File) and same(t, b) and not same(o, b):
+            assert same(r, o), path
+        if isinstance(t, File) and same(o, b) and not same(t, b):
+            assert same(r, t), path
+    if case.ours == case.base:
+        assert result == case.theirs
+    if case.theirs == case.base or case.theirs == case.ours:
+        assert p.changes == [] and p.conflicts == []
