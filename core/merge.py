@@ -244,7 +244,7 @@ def _decide(row: Sides) -> tuple[ConflictKind | Literal["text"] | None, Entry]:
         if isinstance(base, File) and isinstance(other, File):
             return "delete_modify", None
         return None, other  # both removed what base had; one side made something new there
-    return "file_directory", None  # not grouped: nothing changed below (an empty directory)
+    return "file_directory", None  # a file against a directory: ``_groups`` took it first
 
 
 def _text_both(row: Sides) -> bool:
