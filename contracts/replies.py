@@ -572,6 +572,38 @@ class ArchiveInfo(Result, frozen=True, kw_only=True):
     """False when it already was (or was not) archived: nothing recorded."""
 
 
+# ---------------------------------------------------------------- forks (issue 33)
+
+
+class Forked(Result, frozen=True, kw_only=True):
+    workspace: str
+    """``tenant/workspace``: the fork."""
+    source: str
+    """``tenant/workspace`` it was forked from."""
+    version: int
+    """The version forked at: the fork's version now (its first change is the next)."""
+    trust: str
+    limits: Limits
+
+
+class ForkSummary(msgspec.Struct, frozen=True, kw_only=True):
+    workspace: str
+    """The fork's name (same tenant)."""
+    version: int
+    """The source's version it was forked at."""
+    ahead: int
+    """Versions the fork has made since."""
+    behind: int
+    """Versions the source has made since."""
+
+
+class ForkList(Result, frozen=True, kw_only=True):
+    workspace: str
+    """``tenant/workspace`` whose forks these are."""
+    forks: list[ForkSummary]
+    truncated: bool = False
+
+
 class Purged(Result, frozen=True, kw_only=True):
     workspace: str
     """``tenant/workspace``."""
