@@ -177,7 +177,9 @@ class ReadModel:
         """Up to ``limit`` live entries (of ``kind``) newest first, then by path, after the
         ``(modified, path)`` of the last one taken (``sql.RECENT``: two seeks at most), and
         the ``(modified, path)`` of the last of these. None: ``version`` is no longer the
-        workspace's newest (ask ``entries_at``)."""
+        workspace's newest (ask ``entries_at``), or it is a fork (its tree is its layers')."""
+        if self._store.layers(ws) is not None:
+            return None
         text, args = sql.recent(ws, version, kind, after, False, limit)
         rows = list(await self._db.execute_fetchall(text, args))
         if after is not None and len(rows) < limit:

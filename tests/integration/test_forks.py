@@ -79,3 +79,110 @@ async def test_a_fork_reads_as_its_source_up_to_the_fork_point(
         await fork.read("d/b.txt")
     assert missing.value.code == ErrorCode.FILE_NOT_FOUND
     assert (await fork.read("d/b.txt", version=7)).content == "b1\n"  # before its delete
+
+
+async def test_history_events_search_and_diff_read_across_the_fork_point(
+    services: StartReader, quill: Quill
+) -> None:
+    reader = await services("r1")
+    src = await seeded(quill, "f2/src")
+    await quill.fork("f2/src", "fork")  # at its latest, 9
+    fork = quill.workspace("f2/fork")
+    await fork.write("a.txt", "a in the fork\n")  # 10
+    await fork.delete("big.txt")  # 11: an inherited file, whited out
+    await src.write("a.txt", "a on the source\n")  # 10 on the source
+    await wait(reader, src)
+
+    # a path's history: the fork's revisions, then the source's up to the fork point
+    history = await fork.history("a.txt")
+    assert [(r.version, r.change) for r in history.revisions] == [
+        (10, "modified"),
+        (6, "modified"),
+        (2, "created"),
+    ]
+    gone = await fork.history("big.txt")
+    assert [(r.version, r.change) for r in gone.revisions] == [(11, "deleted"), (5, "created")]
+    # the events: the source's up to the fork point, then the fork's
+    events = await fork.events(limit=1000)
+    assert [e.version for e in events.events] == list(range(1, 12))
+    source_events = await src.events(limit=9)
+    assert [e.hash for e in events.events[:9]] == [e.hash for e in source_events.events]
+    workspace_history = await fork.history(limit=3)
+    assert [r.version for r in workspace_history.revisions] == [11, 10, 9]
+
+    # glob and grep see the fork's tree, as of any version
+    names = sorted(e.path for e in (await fork.glob("**/*.txt")).entries)
+    assert names == ["a.txt", "d/b.txt"]
+    old = sorted(e.path for e in (await fork.glob("**/*.txt", version=5)).entries)
+    assert old == ["a.txt", "big.txt", "d/b.txt", "d/e/c.txt"]
+    found = await fork.grep("fork")
+    assert [(m.path, m.text) for m in found.matches] == [("a.txt", "a in the fork")]
+    assert not (await fork.grep("on the source")).matches
+
+    # diff across the fork point, and between the two workspaces
+    diff = await fork.diff(6, 11)
+    assert {(f.path, f.change) for f in diff.files} == {
+        ("a.txt", "modified"),
+        ("big.txt", "deleted"),
+        ("d/e/c.txt", "deleted"),  # by the source at 7, before the fork point
+    }
+    between = await fork.diff(10, from_workspace="src")
+    assert {(f.path, f.change) for f in between.files} == {
+        ("a.txt", "modified"),
+        ("big.txt", "deleted"),
+    }
+    assert "-a on the source" in between.diff and "+a in the fork" in between.diff
+    info = await fork.info()
+    assert (info.version, info.files) == (11, 2)
+
+
+async def test_a_fork_of_a_fork_and_the_forks_listed(services: StartReader, quill: Quill) -> None:
+    reader = await services("r1")
+    src = await seeded(quill, "f3/src")
+    await quill.fork("f3/src", "one", version=4)
+    one = quill.workspace("f3/one")
+    await one.write("one.txt", "1\n")  # 5
+    await one.delete("d/e", recursive=True)  # 6
+    await quill.fork("f3/one", "two")  # at 6
+    two = quill.workspace("f3/two")
+    await two.write("two.txt", "2\n")  # 7
+    await one.write("later.txt", "not in two\n")  # 7 on one
+    await wait(reader, one)
+    assert await tree_of(two, 6) == await tree_of(one, 6)
+    assert await tree_of(two, 4) == await tree_of(src, 4)
+    assert sorted(await tree_of(two, 7)) == ["a.txt", "d", "d/b.txt", "one.txt", "two.txt"]
+    with pytest.raises(QuillError) as gone:
+        await two.read("d/e/c.txt", version=6)
+    assert gone.value.code == ErrorCode.FILE_NOT_FOUND
+    assert (await two.read("d/e/c.txt", version=4)).content == "c1\n"
+
+    listed = await src.forks()
+    assert [(f.workspace, f.version, f.ahead, f.behind) for f in listed.forks] == [("one", 4, 3, 5)]
+    assert [(f.workspace, f.version) for f in (await one.forks()).forks] == [("two", 6)]
+
+    with pytest.raises(QuillError) as refused:  # its forks read its history
+        await src.purge()
+    assert refused.value.code == ErrorCode.CONFLICT
+    assert refused.value.details["forks"] == ["one"]
+    await two.purge()
+    await one.purge()
+    await src.purge()  # no forks left
+
+
+async def test_a_fork_is_refused_clearly(services: StartReader, quill: Quill) -> None:
+    await services("r1")
+    await seeded(quill, "f4/src")
+    await quill.workspace("f4/taken").create()
+    cases = [
+        (("f4/src", "src", None), ErrorCode.ALREADY_EXISTS),  # named like its source
+        (("f4/src", "taken", None), ErrorCode.ALREADY_EXISTS),  # an existing workspace
+        (("f4/nothing", "new", None), ErrorCode.WORKSPACE_NOT_FOUND),
+        (("f4/src", "new", 99), ErrorCode.INVALID_ARGUMENT),  # no such version
+        (("f4/src", "other/new", None), ErrorCode.INVALID_ARGUMENT),  # another tenant
+    ]
+    for (source, new, version), code in cases:
+        with pytest.raises(QuillError) as refused:
+            await quill.fork(source, new, version=version)
+        assert refused.value.code == code, (source, new, version)
+    with pytest.raises(QuillError):
+        await quill.workspace("f4/new").info()
