@@ -5,10 +5,15 @@ and diffs across the fork point and between workspaces (issue 33)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from contracts.errors import ErrorCode, QuillError
+from contracts.subjects import Subjects
+from infra.blobs import Blobs
 from quill.client import Quill, Workspace
+from quill_cli.tools import replay as rpl
 from services.reader.app import Reader
 from tests.conftest import StartReader
 
@@ -186,3 +191,33 @@ async def test_a_fork_is_refused_clearly(services: StartReader, quill: Quill) ->
         assert refused.value.code == code, (source, new, version)
     with pytest.raises(QuillError):
         await quill.workspace("f4/new").info()
+
+
+async def test_replay_and_verify_fold_the_source_then_the_fork(
+    services: StartReader, quill: Quill, tmp_path: Path
+) -> None:
+    """``quill replay``/``verify``'s fold: the source's log up to the fork point, the fork's
+    first event continuing its chain, then the fork's events, each tree hash checked (so the
+    writer's tree of the fork, its source's plus its own, hashed right)."""
+    reader = await services("r1")
+    src = await seeded(quill, "f5/src")
+    await quill.fork("f5/src", "fork", version=7)
+    fork = quill.workspace("f5/fork")
+    await fork.write("d/b.txt", "b in the fork\n")
+    await fork.delete("a.txt")
+    await fork.move("big.txt", "moved/big.txt")
+    await src.write("after.txt", "the source goes on\n")
+    await wait(reader, fork)
+    js = quill.nc.jetstream()
+    contents = rpl.Contents()
+    folded = await rpl.replay(js, Subjects(), "f5", "fork", contents=contents)
+    info = await fork.info()
+    assert (folded.version, folded.summary().tree_hash) == (10, info.tree_hash)
+    assert folded.summary().files == info.files
+    below = await rpl.replay(js, Subjects(), "f5", "fork", to_version=5)
+    assert below.summary().tree_hash == (await src.info(version=5)).tree_hash
+    out = tmp_path / "out"
+    await rpl.write_tree(folded, Blobs(js), out, contents)
+    contents.close()
+    assert (out / "moved" / "big.txt").read_text() == BIG  # from the source's namespace
+    assert not (out / "a.txt").exists()
