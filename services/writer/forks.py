@@ -1,11 +1,12 @@
 """What the writer reads for a fork (issue 33): the source at the version asked, and, before a
 purge, the workspaces forked from it.
 
-Both come from the writer's projection. With ``quill up`` it holds every workspace (one
-writer commits them all). On a cluster a writer serves a partition of the workspaces, and
-its projection holds another partition's only as far as it once loaded it: the source is
-brought up to the log's last event first (its events applied to this projection, as a
-takeover's catch-up does), so the fork's writer reads the same source as its owner. The
+Both come from the writer's projection. With ``quill up`` it holds every workspace this
+writer committed; on a cluster a writer serves a partition of the workspaces, and its
+projection holds another partition's only as far as it once loaded it, and a log appended
+by a tool (``quill import``) is in no writer's projection: so the source's last sequence is
+asked of the log (one direct get), and the events the projection lacks are applied to it
+first (as a takeover's catch-up does): the fork's writer reads the same source as its owner. The
 fork then reads its layers from that projection for good: the rows up to the fork point
 never change (a source with forks is neither purged nor compacted).
 """
@@ -26,8 +27,8 @@ async def source(site: Site, cmd: rq.ForkWorkspace) -> ForkSource:
     """``cmd.source`` as the projection holds it, caught up with the log first on a cluster."""
     deps, tenant = site.deps, site.tenant
     await deps.appender.applied()  # what this writer committed is projected
-    if deps.partitions is not None or not deps.projection.complete:
-        await unavailable_if_failing(_caught_up(site, cmd.source))
+    # and what others appended (another writer's partition, ``quill import``): one look
+    await unavailable_if_failing(_caught_up(site, cmd.source))
     store = deps.store
     row = store.workspace(tenant, cmd.source)
     if row is None:
