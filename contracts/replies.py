@@ -494,6 +494,9 @@ class TreeHead(msgspec.Struct, frozen=True, kw_only=True):
     lock: TreeLock | None = None
     archived: TreeArchive | None = None
     uncommitted: list[TreeUncommitted] = []
+    forked_from: list[str] = []
+    """A fork's layers, nearest first (issue 33): the workspaces (same tenant) whose
+    namespaces of WS_BLOBS hold the large contents it inherited."""
 
 
 class TreePage(Result, frozen=True, kw_only=True):

@@ -4,9 +4,9 @@ fork point.
 
 A fork's tree as of a version is its layers' (what it inherited at the fork point, less what
 it changed, plus its own rows), in path order; a page or a count of a listing filters it here.
-Its history is the source's up to the fork point, then its own: version ``N`` is the source's
-event ``N`` (the ``workspace_forked`` event that starts the fork's own log continues its chain
-from there and is not listed among the events: the fork's next event is ``N + 1``).
+Its events are the source's below the fork point ``N``, then its own: its version ``N`` is
+its ``workspace_forked`` event (the source's tree at ``N``, its chain continuing the source's
+event ``N``), its next ``N + 1``.
 """
 
 from __future__ import annotations
@@ -89,11 +89,14 @@ def text_files(nodes: list[Node], shas: list[str] | None) -> list[tuple[str, str
 
 
 def _ranges(layers: Layers) -> list[tuple[int, int, int]]:
-    """``(ws, above, upto)``: the versions each layer's own events are, ``(above, upto]``."""
+    """``(ws, above, upto)``: the versions each layer's own events are, ``(above, upto]``:
+    a fork's from its fork point on (its ``workspace_forked`` event is its version ``N``,
+    continuing the chain of the source's event ``N``), the source's below it."""
     out = []
     for i, (ws, cap) in enumerate(layers):
-        above = layers[i + 1][1] if i + 1 < len(layers) else 0
-        out.append((ws, above, cap))
+        above = layers[i + 1][1] - 1 if i + 1 < len(layers) else 0
+        upto = cap - 1 if i else cap
+        out.append((ws, above, upto))
     return out
 
 

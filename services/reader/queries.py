@@ -330,6 +330,7 @@ class Queries:
                 for p, r, c, v in await self.model.uncommitted_all(ws.id)
                 if v <= version
             ],
+            forked_from=[name for name, _ in ws.lineage],
         )
 
     async def _latest(self, ws: int, *groups: tuple[str, ...]) -> Controls:

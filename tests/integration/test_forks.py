@@ -5,6 +5,7 @@ and diffs across the fork point and between workspaces (issue 33)."""
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
@@ -110,8 +111,12 @@ async def test_history_events_search_and_diff_read_across_the_fork_point(
     # the events: the source's up to the fork point, then the fork's
     events = await fork.events(limit=1000)
     assert [e.version for e in events.events] == list(range(1, 12))
-    source_events = await src.events(limit=9)
-    assert [e.hash for e in events.events[:9]] == [e.hash for e in source_events.events]
+    source_events = (await src.events(limit=9)).events
+    assert [e.hash for e in events.events[:8]] == [e.hash for e in source_events[:8]]
+    forked = events.events[8]  # version 9 of the fork: its first event, the source's tree
+    assert (forked.type, forked.prev_hash) == ("workspace_forked", source_events[8].hash)
+    assert forked.tree_hash == source_events[8].tree_hash
+    assert events.events[9].prev_hash == forked.hash  # the fork's chain goes on from it
     workspace_history = await fork.history(limit=3)
     assert [r.version for r in workspace_history.revisions] == [11, 10, 9]
 
@@ -221,3 +226,25 @@ async def test_replay_and_verify_fold_the_source_then_the_fork(
     contents.close()
     assert (out / "moved" / "big.txt").read_text() == BIG  # from the source's namespace
     assert not (out / "a.txt").exists()
+
+
+async def test_a_command_in_a_fork_sees_the_forks_tree(
+    local_exec: AsyncExitStack, quill: Quill
+) -> None:
+    """An executor's first checkout of a fork is its tree (the source's at the fork point,
+    then the fork's changes), inherited large contents included; what a command changes is
+    the fork's alone."""
+    src = await seeded(quill, "f6/src")
+    await quill.fork("f6/src", "fork", version=6)
+    fork = quill.workspace("f6/fork")
+    await fork.write("own.txt", "the fork's\n")
+    await src.write("later.txt", "the source's, after the fork\n")
+    ran = await fork.exec("find . -type f | sort && cat a.txt && wc -c < big.txt")
+    assert ran.stdout.split() == [
+        "./a.txt", "./big.txt", "./d/b.txt", "./d/e/c.txt", "./own.txt", "a2", str(len(BIG)),
+    ]  # fmt: skip
+    await fork.exec("echo made > made.txt && rm a.txt")
+    assert (await fork.read("made.txt")).content == "made\n"
+    assert (await src.read("a.txt")).content == "a2\n"
+    with pytest.raises(QuillError):
+        await src.read("made.txt")
