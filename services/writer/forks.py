@@ -13,13 +13,15 @@ never change (a source with forks is neither purged nor compacted).
 
 from __future__ import annotations
 
+import nats.errors
+
 from contracts import codec
 from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
 from contracts.events import TrustChanged, WorkspaceForked
 from core.decision import ForkSource
 from infra import log as eventlog
 from infra.compaction import with_manifests
-from services.writer.lifecycle import unavailable_if_failing
 from services.writer.pending import Site
 
 
@@ -28,7 +30,10 @@ async def source(site: Site, cmd: rq.ForkWorkspace) -> ForkSource:
     deps, tenant = site.deps, site.tenant
     await deps.appender.applied()  # what this writer committed is projected
     # and what others appended (another writer's partition, ``quill import``): one look
-    await unavailable_if_failing(_caught_up(site, cmd.source))
+    try:
+        await _caught_up(site, cmd.source)
+    except (TimeoutError, nats.errors.Error, eventlog.CorruptEvent) as exc:
+        raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc!r}") from None
     store = deps.store
     row = store.workspace(tenant, cmd.source)
     if row is None:
