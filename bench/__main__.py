@@ -1,6 +1,6 @@
 """``python -m bench [core] [log] [search] [gateway] [executor] [retention] [load] [replay]
-[cluster] [size] [console] [bootstrap] [scale] [depth] [hot]``: the benchmarks (all by default),
-each figure printed next to its baseline measured in the same run."""
+[cluster] [size] [console] [bootstrap] [scale] [depth] [hot] [fork]``: the benchmarks (all by
+default), each figure printed next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
@@ -15,6 +15,7 @@ from bench import (
     core,
     depth,
     executor,
+    fork,
     gateway,
     hot,
     load,
@@ -43,9 +44,10 @@ PARTS = [
     "scale",
     "depth",
     "hot",
+    "fork",
 ]
 parser.add_argument(
-    "which", nargs="*", choices=PARTS, help="Default: all but bootstrap, scale and depth."
+    "which", nargs="*", choices=PARTS, help="Default: all but bootstrap, scale, depth and fork."
 )
 parser.add_argument("--seconds", type=float, default=4.0, help="Seconds per measured round.")
 parser.add_argument("--rounds", type=int, default=3, help="Rounds per figure (median shown).")
@@ -84,14 +86,16 @@ parser.add_argument(
     "--max-files", type=int, default=depth.FILE_STEPS[-1], help="depth: the largest tree."
 )
 parser.add_argument(
-    "--fast", action="store_true", help="depth: append the histories' logs directly."
+    "--fast",
+    action="store_true",
+    help="depth: append the histories' logs directly; fork: fewer events.",
 )
 parser.add_argument(
     "--history", type=int, default=0, help="hot: also write this many events to one workspace."
 )
 parser.add_argument("--sandbox", default="bwrap", help="depth: the executor's sandbox.")
 args = parser.parse_args()
-which = args.which or [p for p in PARTS if p not in ("bootstrap", "scale", "depth")]
+which = args.which or [p for p in PARTS if p not in ("bootstrap", "scale", "depth", "fork")]
 SIMPLE: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {
     "core": lambda: core.main(args.seconds, args.versions, args.rounds),
     "hot": lambda: hot.main(args.seconds, args.rounds, args.history),
@@ -137,3 +141,6 @@ if "depth" in which:
     asyncio.run(
         depth.main(args.max_events, args.max_files, samples, args.fast, args.sandbox, args.plot)
     )
+if "fork" in which:
+    asyncio.run(fork.main(args.max_files if args.max_files != depth.FILE_STEPS[-1] else fork.FILES,
+                          args.events, args.fast))  # fmt: skip

@@ -207,6 +207,32 @@ class WorkspacePurged(Event, frozen=True, kw_only=True, omit_defaults=True, tag=
     """The version the workspace had."""
 
 
+# ---------------------------------------------------------------- forks (issue 33)
+
+
+class ForkBase(msgspec.Struct, frozen=True, kw_only=True):
+    """A layer of a fork's history: workspace ``workspace`` (same tenant) as of ``version``."""
+
+    workspace: str
+    version: int
+
+
+class WorkspaceForked(Event, frozen=True, kw_only=True, omit_defaults=True, tag="workspace_forked"):
+    """The first event of a fork: its history up to ``version`` (this event's) *is*
+    ``source``'s up to that version, nothing copied. ``prev_hash`` is the source's chain hash
+    at that version and ``tree_hash`` its tree hash, so the fork's chain continues the
+    source's prefix; the fork's first change is ``version + 1``. Trust, limits and whether a
+    restricted workspace offers commands are the source's when it was forked."""
+
+    source: str
+    lineage: list[ForkBase]
+    """The layers under the fork, nearest first: ``source`` as of ``version``, then (a fork
+    of a fork) the source's own base, and so on."""
+    trust: str
+    limits: Limits
+    commands: bool = False
+
+
 SCRUB_OP = "scrub"
 """``op`` of the ``history_compacted`` event that closes a scrubbed log (``quill scrub``)."""
 
@@ -266,6 +292,7 @@ ControlEvent = (
     | WorkspaceDetached
     | WorkspaceArchived
     | WorkspaceUnarchived
+    | WorkspaceForked
 )
 """The events that change a workspace's controls (runs, lock, trust, approvals, attachments,
 archive)."""

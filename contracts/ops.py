@@ -589,6 +589,24 @@ _ALL: tuple[OpSpec, ...] = (
         (),
         {"confirm": "acme/demo"},
     ),
+    # ------------------------------------------------------------ forks (issue 33)
+    _cmd(
+        "fork",
+        rq.ForkWorkspace,
+        rp.Forked,
+        "Create this workspace as a fork of another of the tenant's at a version: its history "
+        "up to there is the source's, nothing copied; it goes on from the next version.",
+        (E.ALREADY_EXISTS, E.VERSION_TRIMMED),
+        {"from": "demo", "version": 12},
+    ),
+    _qry(
+        "forks",
+        rq.ForksQuery,
+        rp.ForkList,
+        "The workspace's forks: the version each was forked at, versions ahead and behind.",
+        (),
+        {},
+    ),
 )
 
 OPS: dict[str, OpSpec] = {spec.key: spec for spec in _ALL}

@@ -494,6 +494,9 @@ class TreeHead(msgspec.Struct, frozen=True, kw_only=True):
     lock: TreeLock | None = None
     archived: TreeArchive | None = None
     uncommitted: list[TreeUncommitted] = []
+    forked_from: list[str] = []
+    """A fork's layers, nearest first (issue 33): the workspaces (same tenant) whose
+    namespaces of WS_BLOBS hold the large contents it inherited."""
 
 
 class TreePage(Result, frozen=True, kw_only=True):
@@ -570,6 +573,38 @@ class ArchiveInfo(Result, frozen=True, kw_only=True):
     archived: bool
     changed: bool
     """False when it already was (or was not) archived: nothing recorded."""
+
+
+# ---------------------------------------------------------------- forks (issue 33)
+
+
+class Forked(Result, frozen=True, kw_only=True):
+    workspace: str
+    """``tenant/workspace``: the fork."""
+    source: str
+    """``tenant/workspace`` it was forked from."""
+    version: int
+    """The version forked at: the fork's version now (its first change is the next)."""
+    trust: str
+    limits: Limits
+
+
+class ForkSummary(msgspec.Struct, frozen=True, kw_only=True):
+    workspace: str
+    """The fork's name (same tenant)."""
+    version: int
+    """The source's version it was forked at."""
+    ahead: int
+    """Versions the fork has made since."""
+    behind: int
+    """Versions the source has made since."""
+
+
+class ForkList(Result, frozen=True, kw_only=True):
+    workspace: str
+    """``tenant/workspace`` whose forks these are."""
+    forks: list[ForkSummary]
+    truncated: bool = False
 
 
 class Purged(Result, frozen=True, kw_only=True):

@@ -39,6 +39,10 @@ Count = Annotated[int, Meta(ge=0, le=2**31)]
 Text = Annotated[str, Meta(max_length=MAX_MESSAGE_BYTES)]
 Etag = Annotated[str, Meta(max_length=128, description="An etag from an earlier reply.")]
 Trust = Literal["full", "restricted"]
+WorkspaceId = Annotated[
+    str,
+    Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$", description="A workspace id of the same tenant."),
+]
 WriteMode = Literal["overwrite", "create", "append"]
 
 
@@ -400,6 +404,9 @@ class DiffQuery(Query, frozen=True, kw_only=True):
     """A file or directory; omit for the whole workspace."""
     context_lines: Annotated[int, Meta(ge=0, le=100)] = 3
     """Unchanged lines shown around each change."""
+    from_workspace: WorkspaceId | None = None
+    """Compare with another workspace of the same tenant: ``from_version`` is that
+    workspace's version (a fork and its source, two forks); omit for this workspace."""
 
 
 class WorkspaceInfoQuery(Query, frozen=True, kw_only=True):
@@ -539,6 +546,29 @@ class PurgeWorkspace(Command, frozen=True, kw_only=True):
 
     confirm: Annotated[str, Meta(max_length=200)]
     """The workspace's own name, ``tenant/workspace``: a purge names what it destroys."""
+
+
+# ---------------------------------------------------------------- forks (issue 33)
+
+
+class ForkWorkspace(Command, frozen=True, kw_only=True):
+    """Create this workspace as a fork of ``from`` (same tenant) at ``version``: its history
+    up to that version is the source's, nothing copied (event ``workspace_forked``); its
+    first change is ``version + 1``. Trust, limits and whether commands are offered are
+    inherited, and can then be changed on the fork."""
+
+    source: WorkspaceId = msgspec.field(name="from")
+    """The workspace to fork (``from`` on the wire), of the same tenant."""
+    version: Version | None = None
+    """The source's version to fork at. Default: its latest."""
+
+
+class ForksQuery(Query, frozen=True, kw_only=True):
+    """The workspace's forks: each one's name, the version it was forked at, and how many
+    versions each side has moved on since."""
+
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+    """Most forks to return."""
 
 
 class ListWorkspaces(Request, frozen=True, kw_only=True):

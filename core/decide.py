@@ -38,6 +38,7 @@ from contracts.uncommitted import asked_path, lookup, not_committed
 from core import decide_apply as applying
 from core import decide_control as control
 from core import decide_files as files
+from core import decide_fork as forking
 from core.decision import Context, Decision, Needs
 from core.evolve import WorkspaceState
 from core.tree import Tree
@@ -110,7 +111,7 @@ def decide(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> Decision:
     if spec is None or spec.kind != "cmd":
         raise QuillError(ErrorCode.INVALID_ARGUMENT, f"Not a command: {type(cmd).__name__}")
     handler = DECIDERS[spec.name]
-    if isinstance(cmd, rq.CreateWorkspace):
+    if isinstance(cmd, rq.CreateWorkspace | rq.ForkWorkspace):
         return handler(state, cmd, ctx)
     if not state.exists:
         raise QuillError(
@@ -179,6 +180,7 @@ DECIDERS: dict[str, Callable[[WorkspaceState, Any, Context], Decision]] = ops.ta
         **files.DECIDERS,
         **applying.DECIDERS,
         **control.DECIDERS,
+        "fork": forking.fork,
     },
 )
 """Each command's decision, by op name: the registry (``contracts/ops.py``) checks it is whole."""

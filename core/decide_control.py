@@ -289,6 +289,13 @@ def _purge(state: WorkspaceState, cmd: rq.PurgeWorkspace, ctx: Context) -> Decis
             f"A purge names what it destroys: confirm must be {name!r}",
             {"confirm": cmd.confirm},
         )
+    if ctx.forks:  # their history up to their fork point is this workspace's
+        raise QuillError(
+            ErrorCode.CONFLICT,
+            f"{name} has forks, whose history is partly its own: purge them first "
+            f"({', '.join(ctx.forks[:10])}{', ...' if len(ctx.forks) > 10 else ''})",
+            {"forks": ctx.forks[:100]},
+        )
     version = state.version
 
     def make(common: dict[str, Any]) -> WorkspacePurged:

@@ -56,6 +56,10 @@ class Context:
     computed: list[Computed] | None = None
     """The expensive steps computed elsewhere, with their results (a ``QuillError`` when the
     step failed); None: ``compute`` runs a step in place."""
+    fork: ForkSource | None = None
+    """For ``fork``: the source as the writer's projection holds it."""
+    forks: list[str] | None = None
+    """For ``purge``: the workspaces forked from this one (their history is partly its)."""
 
     def compute(self, fn: Callable[..., T], *args: Any, budget_s: float) -> T:
         """``fn(*args, remaining=...)``, a step a client can make expensive, within
@@ -73,6 +77,27 @@ class Context:
                     raise result
                 return result  # type: ignore[no-any-return]
         raise Expensive(fn, args, budget_s)
+
+
+@dataclass(frozen=True)
+class ForkSource:
+    """What forking a workspace needs of it (``core/decide_fork.py``), at the version asked
+    (``at``; its latest when none was)."""
+
+    name: str
+    exists: bool
+    version: int
+    """Its latest version."""
+    floor: int
+    at: int
+    """The version to fork at."""
+    hash_at: str | None
+    """The chain hash of its event at ``at`` (None: the projection holds no such event)."""
+    tree_hash_at: str | None
+    lineage: tuple[tuple[str, int], ...] = ()
+    trust: str = "full"
+    limits: Limits | None = None
+    commands: bool = False
 
 
 T = TypeVar("T")

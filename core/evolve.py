@@ -53,6 +53,7 @@ from contracts.events import (
     WorkspaceCreated,
     WorkspaceDetached,
     WorkspaceEvent,
+    WorkspaceForked,
     WorkspacePurged,
     WorkspaceUnarchived,
 )
@@ -202,6 +203,9 @@ class WorkspaceState:
     """The last event's ``tree_hash`` (what the tree hashes to, for a fold that keeps it)."""
     floor: int = 0
     """The oldest version whose whole tree is kept (``history_compacted``; 0: every one)."""
+    lineage: tuple[tuple[str, int], ...] = ()
+    """A fork's layers, nearest first: ``(workspace, version)`` whose history up to that
+    version is this one's (``workspace_forked``); empty: not a fork."""
     tree: Tree = field(default_factory=Tree)
     controls: Controls = field(default_factory=Controls)
     uncommitted: dict[str, Recorded] = field(default_factory=dict)
@@ -299,6 +303,13 @@ def evolve(
             state.controls.archived = ArchiveState(event.at, event.actor, reason)
         case WorkspaceUnarchived():
             state.controls.archived = None
+        case WorkspaceForked(trust=trust, limits=limits, commands=commands):
+            # the fork's tree is its source's at the fork point: a caller folding the fork's
+            # log whole seeds it from there (the writer's load, replay); the fold itself
+            # cannot reach another workspace
+            state.exists, state.trust, state.limits, state.created = True, trust, limits, event.at
+            state.controls.commands = commands
+            state.lineage = tuple((b.workspace, b.version) for b in event.lineage)
         case HistoryCompacted(floor=floor):
             if rebuilds(state, event):
                 if manifest is None:

@@ -36,6 +36,11 @@ from core.rows import WorkspaceRow
 
 LIVE = 2**63 - 1
 """``until`` of a revision that is still current."""
+WHITEOUT = "w"
+"""``kind`` of a fork's revision row that hides what it inherited at its path: valid over
+``[version, version)``, so no tree ever holds it, yet the fork has a row of the path at or
+before any version from then on (a fork's path is read from its own rows when it has one,
+else from the layers below: ``infra/store/layers.py``)."""
 SUMMARY_CHANGES = 1000
 """Changes kept in an event's summary row (``changes_total`` counts them all)."""
 MESSAGE_KEPT = 1000
@@ -69,7 +74,7 @@ class Plan:
     """``(ws, version, type, event JSON)`` of the control events (runs, locks, approvals)."""
     workspace_updates: dict[int, tuple[object, ...]] = field(default_factory=dict)
     """Per workspace, its head after the batch: ``(version, last_seq, last_hash, tree_hash,
-    updated, trust, limits, floor, ws)`` (``infra.sql.SET_HEAD``)."""
+    updated, trust, limits, floor, lineage, base, ws)`` (``infra.sql.SET_HEAD``)."""
     replaced: list[int] = field(default_factory=list)
     """Workspaces a compaction replaced (caches of them are stale)."""
     uncommitted_clears: list[tuple[int, str, str]] = field(default_factory=list)
@@ -77,6 +82,13 @@ class Plan:
     uncommitted_sets: dict[int, list[tuple[str, str, str, int]]] = field(default_factory=dict)
     """Per workspace whose set an event replaced: its rows ``(path, reason, by_command,
     version)`` after the batch (written after the clears)."""
+    whiteouts: list[tuple[int, str, int, tuple[tuple[str, int], ...], str]] = field(
+        default_factory=list
+    )
+    """``(ws, path, version, lineage, at)``: a delete in a fork, of ``path`` and everything below
+    it; what the fork inherited there gets a whiteout row (``WHITEOUT``: valid over no
+    version, it hides the layers below from ``version`` on), found by the store, which
+    holds the layers."""
 
 
 # Column order of a revision row (see store.SCHEMA).
@@ -166,6 +178,8 @@ def plan(
             if isinstance(change, Remove):
                 close(ws, path, ev.version, below=False)
                 close(ws, path, ev.version, below=True)
+                if head.lineage:
+                    out.whiteouts.append((ws, path, ev.version, head.lineage, at))
                 summary.append(ChangeSummary(kind="delete", path=path, change="deleted"))
                 continue
             close(ws, path, ev.version, below=False)
@@ -229,9 +243,15 @@ def plan(
         )
         out.workspace_updates[ws] = (
             head.version, head.last_seq, head.last_hash, head.tree_hash, at, head.trust,
-            _limits(head), head.floor, ws,
+            _limits(head), head.floor, lineage_text(head.lineage),
+            head.lineage[0][0] if head.lineage else None, ws,
         )  # fmt: skip
     return out
+
+
+def lineage_text(lineage: tuple[tuple[str, int], ...]) -> str:
+    """A fork's lineage as its row keeps it (JSON; empty for a workspace that is no fork)."""
+    return _encoder.encode([list(b) for b in lineage]).decode() if lineage else ""
 
 
 def _limits(head: WorkspaceState) -> str:
@@ -252,7 +272,7 @@ def head_of(row: WorkspaceRow) -> WorkspaceState:
     return WorkspaceState(
         row.tenant, row.name, exists=True, version=row.version, last_seq=row.last_seq,
         last_hash=row.last_hash, trust=row.trust, limits=row.limits, created=row.created,
-        updated=row.updated, tree_hash=row.tree_hash, floor=row.floor,
+        updated=row.updated, tree_hash=row.tree_hash, floor=row.floor, lineage=row.lineage,
     )  # fmt: skip
 
 
@@ -261,5 +281,5 @@ def row_of(ws: int, head: WorkspaceState) -> WorkspaceRow:
     assert head.created is not None and head.updated is not None
     return WorkspaceRow(
         ws, head.tenant, head.workspace, head.trust, head.limits, head.created, head.version,
-        head.last_seq, head.last_hash, head.tree_hash, head.updated, head.floor,
+        head.last_seq, head.last_hash, head.tree_hash, head.updated, head.floor, head.lineage,
     )  # fmt: skip

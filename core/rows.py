@@ -24,6 +24,8 @@ class WorkspaceRow:
     updated: datetime
     floor: int = 0
     """The oldest version whose whole tree is kept (0: every version is)."""
+    lineage: tuple[tuple[str, int], ...] = ()
+    """A fork's layers, nearest first (``WorkspaceState.lineage``); empty: not a fork."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,9 +76,14 @@ class Blobs:
         self._bucket: ObjectStore | None = None
         self._fetching: dict[str, asyncio.Future[bytes]] = {}
 
-    def of(self, tenant: str, workspace: str) -> WorkspaceBlobs:
-        """The contents of workspace ``tenant/workspace``."""
-        return WorkspaceBlobs(self, prefix(tenant, workspace))
+    def of(
+        self, tenant: str, workspace: str, lineage: tuple[tuple[str, int], ...] = ()
+    ) -> WorkspaceBlobs:
+        """The contents of workspace ``tenant/workspace``; a fork's (``lineage``) reads
+        what it inherited from its layers' namespaces too."""
+        blobs = WorkspaceBlobs(self, prefix(tenant, workspace))
+        blobs.behind = [prefix(tenant, name) for name, _ in lineage]
+        return blobs
 
     async def _obs(self) -> ObjectStore:
         if self._bucket is None:
@@ -91,6 +96,9 @@ class WorkspaceBlobs:
 
     def __init__(self, blobs: Blobs, prefix: str) -> None:
         self._blobs, self.prefix = blobs, prefix
+        self.behind: list[str] = []
+        """A fork's layers' namespaces, nearest first: what it inherited is read from
+        there (``get``), never resolved as a request's ``blob`` (``has``, ``own``)."""
 
     def name(self, sha256: str) -> str:
         return self.prefix + sha256
@@ -166,6 +174,10 @@ class WorkspaceBlobs:
     async def _fetch(self, sha256: str, keep: bool = True) -> bytes:
         blobs = self._blobs
         data = await read_object(blobs._js, self.name(sha256))
+        for layer in self.behind:  # a fork's inherited contents
+            if data is not None:
+                break
+            data = await read_object(blobs._js, layer + sha256)
         if data is None:
             data = await read_object(blobs._js, sha256)  # LEGACY
         if data is None:

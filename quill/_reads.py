@@ -234,14 +234,23 @@ class Reads(Handle):
         path: str | None = None,
         *,
         context_lines: int = 3,
+        from_workspace: str | None = None,
     ) -> rp.Diff:
+        """Unified diff between two versions; ``from_workspace`` (a workspace of the same
+        tenant, by name): from its ``from_version`` to this one's ``to_version``."""
         body = rq.DiffQuery(
             from_version=from_version,
             to_version=to_version,
             path=path,
             context_lines=context_lines,
+            from_workspace=from_workspace,
         )
         return await self._qry(body)
+
+    async def forks(self, *, limit: int = 100) -> rp.ForkList:
+        """The workspaces forked from this one: the version each was forked at, and how many
+        versions each side has moved on since."""
+        return await self._qry(rq.ForksQuery(limit=limit))
 
     async def history(
         self,

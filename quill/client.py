@@ -217,6 +217,28 @@ class Quill:
             self._workspaces.move_to_end(name)
         return handle
 
+    async def fork(self, source: str, new: str, *, version: int | None = None) -> rp.Forked:
+        """Fork ``source`` (``tenant/workspace``) at ``version`` (its latest) as ``new`` (a
+        name, or ``tenant/name`` of the same tenant): nothing is copied, ``new``'s history up
+        to there is the source's and it goes on from the next version.
+
+        Raises:
+            QuillError: ``ALREADY_EXISTS`` (``new`` exists, or is the source),
+                ``WORKSPACE_NOT_FOUND`` (no source), ``INVALID_ARGUMENT`` (no such version,
+                another tenant), ``VERSION_TRIMMED`` (compacted away).
+        """
+        tenant, name = split_workspace(source)
+        target = new if "/" in new else f"{tenant}/{new}"
+        if split_workspace(target)[0] != tenant:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"A fork stays within its tenant: {target} is not {tenant}'s",
+                {"source": source, "fork": target},
+            )
+        handle = self.workspace(target)
+        result: rp.Forked = await handle._cmd(rq.ForkWorkspace(source=name, version=version))
+        return result
+
     async def workspaces(
         self,
         tenant: str,

@@ -21,6 +21,7 @@ from contracts.events import (
     PutFile,
 )
 from contracts.uncommitted import Recorded
+from infra import blobs
 from infra import log as eventlog
 from infra.exec import seed
 from infra.exec.manifest import Changes, PathMap, Store
@@ -32,6 +33,7 @@ class Builds(TreeFiles):
     """The whole builds of ``tree/`` (set up by ``Checkout.__init__``)."""
 
     store: Store
+    tenant: str
     _js: JetStreamContext
     _subject: str
 
@@ -41,6 +43,8 @@ class Builds(TreeFiles):
         if head is None or (upto is not None and head.version != upto):
             raise seed.Mismatch(f"the reader answered no head as of version {upto}")
         total, version = 0, head.version
+        if head.forked_from:  # a fork: what it inherited is in its layers' namespaces
+            self._blobs.behind = [blobs.prefix(self.tenant, name) for name in head.forked_from]
         coming: asyncio.Future[rp.TreePage] | None = None
         try:
             while True:

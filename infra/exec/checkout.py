@@ -51,11 +51,12 @@ from nats.js import JetStreamContext
 from nats.js.api import RawStreamMsg
 
 from contracts import requests as rq
-from contracts.errors import QuillError
+from contracts.errors import ErrorCode, QuillError
 from contracts.events import (
     SCRUB_OP,
     ChangesCommitted,
     HistoryCompacted,
+    WorkspaceForked,
     WorkspacePurged,
 )
 from contracts.limits import DEFAULT_EXCLUSIONS, Limits
@@ -329,6 +330,16 @@ class Checkout(Builds):
                     and not isinstance(event, WorkspacePurged)
                 ):
                     break
+                if isinstance(event, WorkspaceForked):
+                    # a fork's tree is its source's at the fork point: built from a reader
+                    # (``_seed``), never from its own log alone; started over, built next time
+                    await asyncio.to_thread(self._wipe)
+                    raise QuillError(
+                        ErrorCode.UNAVAILABLE,
+                        f"{self.tenant}/{self.workspace} is a fork: its checkout is built "
+                        "from a reader replica, which did not answer; retry",
+                        {"retry_after_ms": 1000},
+                    )
                 match event:
                     case ChangesCommitted():  # its files, then the rest of it (evolve)
                         contents = await self._contents(event)

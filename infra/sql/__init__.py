@@ -52,6 +52,16 @@ from infra.sql.blobs import (
     UNREACHABLE,
 )
 from infra.sql.controls import CONTROL_EVENTS, LAST_CONTROL, NEWEST_OF_KIND, PINNED, last_control
+from infra.sql.layers import (
+    EVENT_AT,
+    FORK_OF,
+    FORKS_OF,
+    INSERT_WHITEOUT,
+    LAYER_HISTORIES,
+    LAYER_ROWS,
+    TOUCHED,
+    TRUST_NOW,
+)
 from infra.sql.revisions import (
     CHANGED_BELOW,
     COUNT,
@@ -165,6 +175,14 @@ from infra.sql.workspaces import (
 )
 
 __all__ = [
+    "EVENT_AT",
+    "TRUST_NOW",
+    "FORKS_OF",
+    "FORK_OF",
+    "INSERT_WHITEOUT",
+    "LAYER_HISTORIES",
+    "LAYER_ROWS",
+    "TOUCHED",
     "ALL_CONTROLS",
     "ALL_EVENTS",
     "ALL_REVISIONS",

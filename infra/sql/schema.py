@@ -13,7 +13,7 @@ WHOLE_TABLE = "/* plan: table */"
 FIRST_ROWS = "/* plan: first rows */"
 """Reads a workspace's rows in index order and stops at its ``LIMIT``."""
 
-SCHEMA_VERSION = "10"
+SCHEMA_VERSION = "11"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
@@ -25,7 +25,9 @@ CREATE TABLE IF NOT EXISTS workspaces(
     updated TEXT NOT NULL DEFAULT '', floor INTEGER NOT NULL DEFAULT 0,
     files INTEGER NOT NULL DEFAULT 0, total_bytes INTEGER NOT NULL DEFAULT 0,
     dirs INTEGER NOT NULL DEFAULT 0,
+    lineage TEXT NOT NULL DEFAULT '', base TEXT,
     UNIQUE(tenant, name));
+CREATE INDEX IF NOT EXISTS workspaces_base ON workspaces(tenant, base) WHERE base IS NOT NULL;
 CREATE TABLE IF NOT EXISTS events(
     ws INTEGER NOT NULL, version INTEGER NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
     op TEXT NOT NULL, at TEXT NOT NULL, actor TEXT, session TEXT, run TEXT, request_id TEXT,
@@ -130,6 +132,7 @@ SEEDED_STATS: tuple[tuple[str, str, str], ...] = (
     ("controls", "controls_run", "10000 10 1 1"),
     ("uncommitted", "uncommitted", "10000 10 1"),
     ("workspaces", "sqlite_autoindex_workspaces_1", "1000 100 1"),
+    ("workspaces", "workspaces_base", "100 10 2"),
     ("blobs", "sqlite_autoindex_blobs_1", "1000000 1"),
     ("blobs", "blobs_unindexed", "1000 1000"),
 )

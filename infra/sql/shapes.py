@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from infra.sql import blobs, controls, revisions, schema, workspaces
+from infra.sql import blobs, controls, layers, revisions, schema, workspaces
 
 
 # ---------------------------------------------------------------------- every statement
@@ -89,6 +89,14 @@ FIXED: dict[str, tuple[str, tuple[str, ...]]] = {
     "EVENTS_DESC": (revisions.EVENTS_DESC, READER),
     "PINNED": (controls.PINNED, READER),
     "SEED_STAT": (schema.SEED_STAT, BOTH),
+    "FORK_OF": (layers.FORK_OF, BOTH),
+    "TOUCHED": (layers.TOUCHED, BOTH),
+    "LAYER_ROWS": (layers.LAYER_ROWS, BOTH),
+    "INSERT_WHITEOUT": (layers.INSERT_WHITEOUT, BOTH),
+    "LAYER_HISTORIES": (layers.LAYER_HISTORIES, WRITER),
+    "FORKS_OF": (layers.FORKS_OF, BOTH),
+    "EVENT_AT": (layers.EVENT_AT, WRITER),
+    "TRUST_NOW": (layers.TRUST_NOW, WRITER),
 }
 """The statements without variants, by name, with the roles that run them."""
 

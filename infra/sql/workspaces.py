@@ -9,7 +9,7 @@ from infra.sql.schema import WHOLE_TABLE, WHOLE_WORKSPACE
 # ---------------------------------------------------------------------- workspaces
 ROW_COLUMNS = (
     "id, tenant, name, trust, limits, created, version, last_seq, last_hash, tree_hash, "
-    "updated, floor"
+    "updated, floor, lineage"
 )
 """The columns ``infra.store.base.workspace_row`` reads, in order."""
 WORKSPACE_BY_NAME = f"SELECT {ROW_COLUMNS} FROM workspaces WHERE tenant=? AND name=?"
@@ -49,7 +49,7 @@ the workspace whose namespace holds it: where a reader's indexer fetches it from
 INSERT_CONTROL = "INSERT INTO controls VALUES(?, ?, ?, ?)"
 SET_HEAD = (
     "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=?, trust=?, "
-    "limits=?, floor=? WHERE id=?"
+    "limits=?, floor=?, lineage=?, base=? WHERE id=?"
 )
 """A workspace's row as a batch left it (its head, evolved by ``core.plan``)."""
 CLEAR_UNCOMMITTED = "DELETE FROM uncommitted WHERE ws=? AND path>=? AND path<?"

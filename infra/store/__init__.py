@@ -46,11 +46,12 @@ from infra.store.base import (
     node_from_row,
 )
 from infra.store.blobs import STASH_LEVEL, Indexing
+from infra.store.layers import TOP, Layering, Layers
 from infra.store.load import SMALL_LOAD, Loaded, Loading
 from infra.store.queries import HISTORIES_INLINE, Queries
 
 
-class Store(Applying, Indexing, Queries, Loading):
+class Store(Applying, Indexing, Queries, Loading, Layering):
     """A projection database. Open with ``await Store.open(path)``."""
 
 
@@ -68,6 +69,9 @@ __all__ = [
     "STASH_LEVEL",
     "WAL_KEPT_BYTES",
     "WAL_PAGES",
+    "TOP",
+    "Layering",
+    "Layers",
     "Loaded",
     "ProjectionGap",
     "Steps",

@@ -13,6 +13,7 @@ from contracts.events import (
     CompactionManifest,
     HistoryCompacted,
     WorkspaceCreated,
+    WorkspaceForked,
     WorkspacePurged,
 )
 from core.content import as_text
@@ -20,8 +21,9 @@ from core.evolve import WorkspaceState, evolve
 from core.plan import Committed, Plan, head_of, plan, row_of
 from core.rows import WorkspaceRow
 from infra import sql
-from infra.store.base import HIGH_WATER, StoreBase, workspace_row
+from infra.store.base import HIGH_WATER, workspace_row
 from infra.store.blobs import unstash
+from infra.store.layers import Layering
 
 _encoder = msgspec.json.Encoder()
 
@@ -66,7 +68,7 @@ class ProjectionGap(Exception):
     """An event arrived before the one preceding it: the projection must catch up first."""
 
 
-class Applying(StoreBase):
+class Applying(Layering):
     """Applying committed events: a batch's plan, a purge, a compaction's replacement."""
 
     async def apply(
@@ -106,7 +108,7 @@ class Applying(StoreBase):
                     seqs[key] if key in seqs else (row.last_seq if row else 0)
                 ):
                     continue  # the catch-up got there first (maybe past a purge: not this life's)
-                if have and isinstance(item.event, WorkspaceCreated):
+                if have and isinstance(item.event, WorkspaceCreated | WorkspaceForked):
                     seen = seqs[key] if key in seqs else (row.last_seq if row else 0)
                     if item.seq > seen:
                         wipes.add(id(item))  # created again after a purge this projection missed
@@ -115,7 +117,9 @@ class Applying(StoreBase):
                     continue
                 # a compaction replaces the workspace, a purge ends it: what the log purged
                 # before either is moot
-                jumps = isinstance(item.event, HistoryCompacted | WorkspacePurged)
+                jumps = isinstance(item.event, HistoryCompacted | WorkspacePurged) or (
+                    not have and isinstance(item.event, WorkspaceForked)
+                )  # a fork starts at the version it was forked at
                 if item.event.version != have + 1 and not jumps:
                     raise ProjectionGap(f"{key[0]}/{key[1]}: v{item.event.version} after v{have}")
                 fresh.append(item)
@@ -164,6 +168,8 @@ class Applying(StoreBase):
                 await self._w.rollback()
                 raise
             self._next_id = next_id
+            if executed.replaced or any(isinstance(i.event, WorkspaceForked) for i in fresh):
+                self._layers.clear()  # an id reused, or a fork made: its layers looked up again
             for key, ws in ids.items():  # the rows as the batch left them: no SQLite read
                 after = heads.get(ws)
                 if after is None or not after.exists:
@@ -191,6 +197,8 @@ class Applying(StoreBase):
                 await self._w.executemany(statement, rows)
         if p.uncommitted_clears:
             await self._w.executemany(sql.CLEAR_UNCOMMITTED, p.uncommitted_clears)
+        if p.whiteouts:
+            await self.whiteouts(self._w, p.whiteouts)
         for ws, kept in p.uncommitted_sets.items():
             await self._w.execute(sql.DROP_UNCOMMITTED, (ws,))
             await self._w.executemany(sql.SET_UNCOMMITTED, [(ws, *r) for r in kept])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
 import sqlite3
@@ -78,7 +79,15 @@ def workspace_row(r: Any) -> WorkspaceRow:
         r[9],
         datetime.fromisoformat(r[10] or r[5]),
         r[11],
+        lineage_of(r[12]),
     )
+
+
+def lineage_of(text: str | None) -> tuple[tuple[str, int], ...]:
+    """A fork's lineage from its row's JSON (``core.plan.lineage_text``)."""
+    if not text:
+        return ()
+    return tuple((str(name), int(version)) for name, version in json.loads(text))
 
 
 def node_from_row(row: Any) -> Node:
@@ -184,6 +193,8 @@ class StoreBase:
         """The checkpoint at the end of a bulk of applies, while it runs."""
         self._in_bulk = False
         self._stats_at = 0
+        self._layers: dict[int, list[tuple[int, int]] | None] = {}
+        """A fork's layers by its id (``infra/store/layers.py``); None: no fork."""
         """The log position at which statistics were last gathered (``_upkeep``)."""
         self.steps: Steps | None = None
         """Counts the SQLite virtual machine's steps on every connection, while a test

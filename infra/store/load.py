@@ -14,7 +14,8 @@ from core.plan import head_of
 from core.rows import WorkspaceRow
 from core.tree import place
 from infra import sql
-from infra.store.base import StoreBase, instrument, node_from_row
+from infra.store.base import instrument, node_from_row
+from infra.store.layers import ALL, TOP, Layering
 
 SMALL_LOAD = 64
 """A workspace of at most this many events and revision rows is loaded on the event loop's
@@ -34,7 +35,7 @@ class Loaded(NamedTuple):
     """``(request_id, version, result)`` of its last events, oldest first."""
 
 
-class Loading(StoreBase):
+class Loading(Layering):
     """The writer's state of a workspace, read from the projection."""
 
     async def load_state(self, tenant: str, name: str) -> WorkspaceState:
@@ -54,10 +55,32 @@ class Loading(StoreBase):
             return Loaded(WorkspaceState(tenant, name), [])
         state = head_of(row)
         if row.version <= SMALL_LOAD and self._small(row.id):
-            return Loaded(state, self._fill(self._lookup, state, row.id, recent))
-        loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(self._loading, self._fill_apart, state, row, recent)
+            results = self._fill(self._lookup, state, row.id, recent)
+        else:
+            loop = asyncio.get_running_loop()
+            results = await loop.run_in_executor(
+                self._loading, self._fill_apart, state, row, recent
+            )
+        if row.lineage:
+            await self._inherit(state, row.id)
         return Loaded(state, results)
+
+    async def _inherit(self, state: WorkspaceState, ws: int) -> None:
+        """A fork's tree: what it inherited from its layers at the fork point and has not
+        changed since (``infra/store/layers.py``), beside its own live rows (``_fill``)."""
+        layers = self.layers(ws)
+        if not layers or len(layers) < 2:
+            return
+        below = await self.layered_entries(layers[1:], layers[1][1])
+        own = {str(r[0]) for r in await self._r.execute_fetchall(sql.TOUCHED, (ws, *ALL, TOP))}
+        tree = state.tree
+        for node in below:
+            if node.path in own or not node.path:
+                continue
+            place(tree, node)
+            if node.file_version:
+                tree.last_fv[node.path] = node.file_version
+            tree.changed[node.path] = node.version
 
     def _small(self, ws: int) -> bool:
         """Whether the workspace has at most ``SMALL_LOAD`` revision rows (counting stops

@@ -13,14 +13,15 @@ from core.plan import subtree
 from core.rows import Node
 from core.tree import Tree
 from infra import sql
-from infra.store.base import StoreBase, node_from_row
+from infra.store.base import node_from_row
+from infra.store.layers import Layering
 
 HISTORIES_INLINE = 16
 """Paths whose history ``Store.histories`` looks up on the event loop's thread (more: on
 aiosqlite's)."""
 
 
-class Queries(StoreBase):
+class Queries(Layering):
     """Reads as of a version, and the writer's lookups of history and results."""
 
     async def as_of(
@@ -54,6 +55,9 @@ class Queries(StoreBase):
         ``with_scope`` and it exists), in path order. At the newest version, one seek of the
         live rows (of the subtree); at an older one, the workspace's live rows and those
         ended since ``version``: what changed since, never the history before it."""
+        layers = self.layers(ws)
+        if layers is not None:  # a fork: through its layers
+            return await self.layered_entries(layers, version, scope, with_scope=with_scope)
         rows = await self.as_of(
             ws, version, lambda newest: sql.entries(ws, version, scope, with_scope, newest)
         )
@@ -99,7 +103,11 @@ class Queries(StoreBase):
         if ws is None:  # not projected yet: no history before this tree
             tree.looked.update(wanted.history)
             return
-        found = await self.histories(ws, wanted.history) if wanted.history else {}
+        layers = self.layers(ws)
+        if layers is not None and wanted.history:  # a fork: through its layers
+            found = await self.layered_histories(layers, wanted.history)
+        else:
+            found = await self.histories(ws, wanted.history) if wanted.history else {}
         for path in wanted.history:
             tree.learn(path, *found.get(path, (None, None)))
         for directory, after in wanted.changes_below:

@@ -1,5 +1,6 @@
-"""``quill workspaces`` (a tenant's workspaces), ``quill archive``/``unarchive`` and
-``quill purge`` (with ``--export`` first, by the export of ``quill export``)."""
+"""``quill workspaces`` (a tenant's workspaces), ``quill archive``/``unarchive``,
+``quill purge`` (with ``--export`` first, by the export of ``quill export``), ``quill fork``
+and ``quill forks``."""
 
 from __future__ import annotations
 
@@ -88,6 +89,43 @@ def workspaces(
             emit(ctx, listing, lambda: table(listing))
 
     run_client(go())
+
+
+@commands.command()
+@click.argument("source")
+@click.argument("new")
+@click.option("--version", type=click.IntRange(1), help="The source's version (default: latest).")
+@click.pass_context
+def fork(ctx: click.Context, source: str, new: str, version: int | None) -> None:
+    """Fork SOURCE (tenant/workspace) as NEW (a name of the same tenant) at --version: nothing
+    is copied; NEW's history up to there is SOURCE's, and it goes on from the next version."""
+
+    async def go() -> None:
+        async with connected(ctx) as quill:
+            done = await quill.fork(source, new, version=version)
+            emit(ctx, done, f"forked {done.source} at version {done.version} as {done.workspace}")
+
+    run_client(go())
+
+
+@commands.command()
+@workspace_command
+@click.option(
+    "--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="At most."
+)
+async def forks(ctx: click.Context, ws: Workspace, limit: int) -> None:
+    """List WORKSPACE's forks: the version each was forked at, and how many versions the
+    fork (ahead) and WORKSPACE (behind) have made since."""
+    listing = await ws.forks(limit=limit)
+
+    def text() -> str:
+        lines = [f"{'FORK':<32} {'AT':>8} {'AHEAD':>8} {'BEHIND':>8}"]
+        lines += [
+            f"{f.workspace:<32} {f.version:>8} {f.ahead:>8} {f.behind:>8}" for f in listing.forks
+        ]
+        return "\n".join(lines) if listing.forks else f"{listing.workspace} has no forks"
+
+    emit(ctx, listing, text)
 
 
 @commands.command()

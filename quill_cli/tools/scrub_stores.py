@@ -296,7 +296,8 @@ async def referrers(
         if digest in shas:
             found.setdefault(digest, set()).add(workspace)
         try:
-            owner = blobs.of(*workspace.split("/", 1))
+            owner_tenant, owner_name = workspace.split("/", 1)
+            owner = blobs.of(owner_tenant, owner_name)
             manifest = compaction.decode_manifest(await owner.get(digest))
         except Exception:  # a manifest already missing: nothing more of it can be read
             continue

@@ -38,6 +38,29 @@ class Differ(OffloadedOps):
         entries = await self.q.store.entries_at(ws.id, version, scope)
         return {n.path: n for n in entries if n.kind == "f"}
 
+    def _other(self, ws: WorkspaceRow, name: str, version: int) -> WorkspaceRow:
+        """The workspace a diff compares with (``from_workspace``): of the same tenant, and
+        as this replica holds it.
+
+        Raises:
+            QuillError: ``WORKSPACE_NOT_FOUND``; ``INVALID_ARGUMENT`` for a version it has not.
+        """
+        other = self.q.store.workspace(ws.tenant, name)
+        if other is None:
+            raise QuillError(
+                ErrorCode.WORKSPACE_NOT_FOUND,
+                f"Workspace not found: {ws.tenant}/{name}",
+                {"tenant": ws.tenant, "workspace": name},
+            )
+        if version > other.version:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Version {version} of {ws.tenant}/{name} does not exist (the latest is "
+                f"{other.version})",
+                {"version": version, "latest_version": other.version},
+            )
+        return other
+
     async def _text(self, ws: WorkspaceRow, node: Node | None) -> tuple[bytes | None, bool]:
         """The file's content (None: no file; decoded by the worker), and whether it is
         binary."""
@@ -46,21 +69,25 @@ class Differ(OffloadedOps):
         if node.binary:
             return b"", True
         assert node.sha256 is not None
-        data = await self.q.blobs.of(ws.tenant, ws.name).get(node.sha256)
+        data = await self.q.blobs.of(ws.tenant, ws.name, ws.lineage).get(node.sha256)
         return (b"" if b"\0" in data else data), False
 
     async def diff(self, ws: WorkspaceRow, version: int, req: rq.DiffQuery) -> rp.Diff:
         to_version = req.to_version or version
         latest = self.q.store.version_of(ws.tenant, ws.name)
-        for v in (req.from_version, to_version):
+        asked = (to_version,) if req.from_workspace not in (None, ws.name) else ()
+        for v in asked or (req.from_version, to_version):
             if v > latest:
                 raise QuillError(
                     ErrorCode.INVALID_ARGUMENT,
                     f"Version {v} does not exist (the latest is {latest})",
                     {"version": v, "latest_version": latest},
                 )
+        other = ws
+        if req.from_workspace is not None and req.from_workspace != ws.name:
+            other = self._other(ws, req.from_workspace, req.from_version)
         scope = normalize(req.path) if req.path is not None else ""
-        old = await self._files(ws, req.from_version, scope)
+        old = await self._files(other, req.from_version, scope)
         new = await self._files(ws, to_version, scope)
         answer = _Answer(ws.limits.max_read_bytes)
         until = time.monotonic() + DIFF_BUDGET_S * WALL_FACTOR
@@ -71,7 +98,7 @@ class Differ(OffloadedOps):
             if before is not None and after is not None and before.sha256 == after.sha256:
                 continue
             change = "added" if before is None else "deleted" if after is None else "modified"
-            (a, a_bin), (b, b_bin) = await self._text(ws, before), await self._text(ws, after)
+            (a, a_bin), (b, b_bin) = await self._text(other, before), await self._text(ws, after)
             if a_bin or b_bin:
                 pending.append((path, change, None))  # named, not diffed
             else:

@@ -49,7 +49,7 @@ _summaries = msgspec.json.Decoder(list[ChangeSummary])
 CAPABILITIES = sorted(ops.OPS)
 LOCK = ("lock_acquired", "lock_released")
 ARCHIVE = ("workspace_archived", "workspace_unarchived")
-TRUST = ("trust_changed",)
+TRUST = ("trust_changed", "workspace_forked")
 """Control events whose newest (of its group) decides that part of the controls alone."""
 
 
@@ -100,6 +100,7 @@ class Queries:
             "approval": self.approval,
             "attached": self.attached,
             "workspaces": self.workspaces,
+            "forks": self.forks,
         }
 
     async def _lookup(
@@ -108,7 +109,8 @@ class Queries:
         if path == "":
             root = Node("", "d", None, 0, None, False, False, ws.created, ws.updated, 1, LIVE, None)
             return root, None
-        found = self.cache.get(ws.id, path, version)
+        fork = bool(ws.lineage)  # what it reads may be its layers': not cached as its own
+        found = None if fork else self.cache.get(ws.id, path, version)
         if found is not None:
             return found
         before = self.store.version_of(ws.tenant, ws.name)
@@ -118,8 +120,8 @@ class Queries:
         node, data = found
         if node.kind == "f" and data is None:
             assert node.sha256 is not None
-            data = await self.blobs.of(ws.tenant, ws.name).get(node.sha256)
-        if self.store.version_of(ws.tenant, ws.name) == before:
+            data = await self.blobs.of(ws.tenant, ws.name, ws.lineage).get(node.sha256)
+        if not fork and self.store.version_of(ws.tenant, ws.name) == before:
             self.cache.put(ws.id, node, data)
         return node, data
 
@@ -328,6 +330,7 @@ class Queries:
                 for p, r, c, v in await self.model.uncommitted_all(ws.id)
                 if v <= version
             ],
+            forked_from=[name for name, _ in ws.lineage],
         )
 
     async def _latest(self, ws: int, *groups: tuple[str, ...]) -> Controls:
@@ -394,6 +397,23 @@ class Queries:
                     ErrorCode.UNAVAILABLE, f"The outcome could not be read ({exc!r}); retry"
                 ) from None
         return approval_status(req.approval_id, approval, datetime.now(UTC), outcome)
+
+    async def forks(self, ws: WorkspaceRow, version: int, req: rq.ForksQuery) -> rp.ForkList:
+        """The workspaces forked from this one (their nearest layer), by name: the version
+        each was forked at, and how far each side has moved on since."""
+        found = await self.store.forks_of(ws.tenant, ws.name, "", req.limit + 1)
+        forks = [
+            rp.ForkSummary(
+                workspace=name,
+                version=lineage[0][1],
+                ahead=max(0, latest - lineage[0][1]),
+                behind=max(0, ws.version - lineage[0][1]),
+            )
+            for name, lineage, latest in found[: req.limit]
+        ]
+        return rp.ForkList(
+            workspace=f"{ws.tenant}/{ws.name}", forks=forks, truncated=len(found) > req.limit
+        )
 
     async def workspaces(self, tenant: str, req: rq.ListWorkspaces) -> rp.WorkspaceList:
         """A page of the tenant's workspaces (a tenant's op: no workspace, no version)."""

@@ -13,6 +13,7 @@ from core.plan import LIVE
 from core.rows import Node
 from infra import sql
 from infra.store import Store, node_from_row
+from services.reader import forked
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,10 @@ class ReadModel:
         self._db = store.reads
 
     async def node(self, ws: int, path: str, version: int) -> Node | None:
+        layers = self._store.layers(ws)
+        if layers is not None:
+            found = await self._store.layered_node(layers, path, version)
+            return found[0] if found is not None else None
         rows = list(await self._db.execute_fetchall(sql.NODE, (ws, path, version)))
         if not rows or rows[0][10] <= version:
             return None
@@ -52,6 +57,9 @@ class ReadModel:
     async def node_with_data(
         self, ws: int, path: str, version: int
     ) -> tuple[Node, bytes | None] | None:
+        layers = self._store.layers(ws)
+        if layers is not None:
+            return await self._store.layered_node(layers, path, version, data=True)
         rows = list(await self._db.execute_fetchall(sql.NODE_WITH_DATA, (ws, path, version)))
         if not rows or rows[0][10] <= version:
             return None
@@ -63,6 +71,9 @@ class ReadModel:
         """Up to ``limit`` entries of ``scope`` as of ``version``, after the ``(kind, path)``
         of the previous page's last entry: directories first, then by name; or, recursive,
         by path."""
+        layers = self._store.layers(ws)
+        if layers is not None:
+            return (await forked.scoped(self._store, layers, version, scope, after))[:limit]
 
         def statement(newest: bool) -> tuple[str, list[Any]]:
             index, where, args = scope.where(ws, version, newest)
@@ -72,6 +83,10 @@ class ReadModel:
         return [node_from_row(r) for r in rows]
 
     async def count(self, ws: int, version: int, scope: Scope) -> int:
+        layers = self._store.layers(ws)
+        if layers is not None:
+            return len(await forked.scoped(self._store, layers, version, scope, None))
+
         def statement(newest: bool) -> tuple[str, list[Any]]:
             index, where, args = scope.where(ws, version, newest)
             return sql.COUNT.format(index=index, where=where), args
@@ -83,6 +98,9 @@ class ReadModel:
         """``(files, directories, total file bytes)`` as of ``version``: at the newest, the
         workspace row's counters (a reader's triggers keep them); at an older version, the
         live rows and those ended since, grouped."""
+        layers = self._store.layers(ws)
+        if layers is not None:
+            return forked.totals(await self._store.layered_entries(layers, version))
         rows = list(await self._db.execute_fetchall(sql.TOTALS_LIVE, (ws, version)))
         if rows:
             files, dirs, size = rows[0]
@@ -97,16 +115,25 @@ class ReadModel:
     ) -> list[tuple[Node, tuple[Any, ...], tuple[Any, ...] | None]]:
         """Revisions of ``path`` with version <= ``upto``, newest first, each with the event
         that made it and (if it ended by a delete) the event that ended it."""
+        layers = self._store.layers(ws)
+        if layers is not None:
+            return await forked.path_history(self._db, layers, path, upto, limit)
         rows = await self._db.execute_fetchall(sql.PATH_HISTORY, (ws, path, upto, limit))
         return [
             (node_from_row(r), tuple(r[12:16]), tuple(r[16:20]) if r[16] else None) for r in rows
         ]
 
     async def events(self, ws: int, after: int, upto: int, limit: int) -> list[tuple[Any, ...]]:
+        layers = self._store.layers(ws)
+        if layers is not None:
+            return await forked.events(self._db, layers, after, upto, limit)
         rows = await self._db.execute_fetchall(sql.EVENTS, (ws, after, upto, limit))
         return [tuple(r) for r in rows]
 
     async def events_desc(self, ws: int, before: int, limit: int) -> list[tuple[Any, ...]]:
+        layers = self._store.layers(ws)
+        if layers is not None:
+            return await forked.events_desc(self._db, layers, before, limit)
         rows = await self._db.execute_fetchall(sql.EVENTS_DESC, (ws, before, limit))
         return [tuple(r) for r in rows]
 
@@ -124,6 +151,11 @@ class ReadModel:
             if not shas:
                 return []
             shas = list(dict.fromkeys(shas))
+        layers = self._store.layers(ws)
+        if layers is not None:
+            nodes = await self._store.layered_entries(layers, version, scope)
+            return forked.text_files(nodes, shas)
+        if shas is not None:
             if len(shas) <= sql.FILES_LISTED_MAX:  # few: the files holding them, by content
                 text, args = sql.files_holding(ws, version, scope, shas)
                 rows = list(await self._db.execute_fetchall(text, args))
@@ -145,7 +177,9 @@ class ReadModel:
         """Up to ``limit`` live entries (of ``kind``) newest first, then by path, after the
         ``(modified, path)`` of the last one taken (``sql.RECENT``: two seeks at most), and
         the ``(modified, path)`` of the last of these. None: ``version`` is no longer the
-        workspace's newest (ask ``entries_at``)."""
+        workspace's newest (ask ``entries_at``), or it is a fork (its tree is its layers')."""
+        if self._store.layers(ws) is not None:
+            return None
         text, args = sql.recent(ws, version, kind, after, False, limit)
         rows = list(await self._db.execute_fetchall(text, args))
         if after is not None and len(rows) < limit:
@@ -160,7 +194,10 @@ class ReadModel:
         self, ws: int, version: int, start: str, upper: str | None, limit: int
     ) -> list[Node] | None:
         """Up to ``limit`` live entries in path order from ``start`` on, below ``upper``
-        (``sql.ENTRIES_PAGE``: one seek). None: ``version`` is no longer the newest."""
+        (``sql.ENTRIES_PAGE``: one seek). None: ``version`` is no longer the newest, or it
+        is a fork."""
+        if self._store.layers(ws) is not None:
+            return None
         text, args = sql.entries_page(ws, version, start, upper, limit)
         rows = list(await self._db.execute_fetchall(text, args))
         if not rows and not self._store.is_newest(ws, version):

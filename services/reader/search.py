@@ -246,7 +246,7 @@ class Search(OffloadedOps):
         for sha in missing:
             data = found.get(sha)
             if data is None:
-                data = await self.q.blobs.of(ws.tenant, ws.name).get(sha)
+                data = await self.q.blobs.of(ws.tenant, ws.name, ws.lineage).get(sha)
             out[sha] = data
             cache.put(sha, data)
         return out

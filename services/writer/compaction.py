@@ -70,6 +70,10 @@ class Compaction:
         await deps.appender.applied()
         ws = deps.store.workspace_id(tenant, workspace)
         assert ws is not None
+        if await deps.store.forks_of(tenant, workspace, "", 1):
+            # forks read this history up to their fork points: it is kept whole meanwhile
+            log.info("%s/%s: not compacted while it has forks", tenant, workspace)
+            return True
         started = time.perf_counter()
         manifest, dropped, events_dropped = await deps.store.compaction(ws, limit)
         contents = {r[5] for r in manifest.revisions if r[4] == "f"}

@@ -27,6 +27,7 @@ from infra import compaction
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
 from infra.offload import CLIENT_DEADLINE, client_deadline
 from infra.runtime import bounded_gather
+from services.writer import forks
 from services.writer.pending import Pending, Site
 from services.writer.preview import PREVIEW_BUDGET_S
 
@@ -54,6 +55,8 @@ async def context(site: Site, state: WorkspaceState, p: Pending) -> Context:
                 if exc.code != ErrorCode.UNAVAILABLE:
                     raise
                 # decide says what is missing (a blob an apply names, a file's content)
+    fork = await forks.source(site, p.request) if isinstance(p.request, rq.ForkWorkspace) else None
+    named = await forks.forks(site) if isinstance(p.request, rq.PurgeWorkspace) else None
     was = await past(site, *wanted.past) if wanted.past is not None else None
     if was is not None:  # the history of the files it brings back
         more = needs(state, p.request, was)
@@ -68,6 +71,8 @@ async def context(site: Site, state: WorkspaceState, p: Pending) -> Context:
         locate=deps.bridges.find,
         secrets=deps.secrets,
         computed=[],
+        fork=fork,
+        forks=named,
     )
 
 

@@ -18,7 +18,7 @@ import nats.errors
 import nats.js.errors
 
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import WorkspaceCreated, WorkspaceEvent, WorkspacePurged
+from contracts.events import WorkspaceCreated, WorkspaceEvent, WorkspaceForked, WorkspacePurged
 from contracts.limits import WRITER_RECENT_RESULTS
 from contracts.subjects import STREAM_EVENTS, STREAM_OUTPUT
 from core.evolve import WorkspaceState, evolve
@@ -144,7 +144,7 @@ async def after_lifecycle(
                          event.version - 1)  # fmt: skip
             else:
                 finished = False
-        elif isinstance(event, WorkspaceCreated) and had_log:
+        elif isinstance(event, WorkspaceCreated | WorkspaceForked) and had_log:
             try:
                 await site.deps.js.purge_stream(STREAM_EVENTS, subject=site.subject, seq=seq)
             except Exception as exc:

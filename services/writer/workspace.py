@@ -43,12 +43,13 @@ from contracts.events import (
     ApprovalRequested,
     LockReleased,
     WorkspaceEvent,
+    WorkspaceForked,
 )
 from contracts.limits import MAX_MESSAGE_BYTES, RETRY_AFTER_MS, WRITER_MAX_RETRIES_WAITING
 from core.decide import decide
 from core.decision import Context, Decision, to_event
 from core.evolve import WorkspaceState, evolve
-from infra import logfields, storage, tracing
+from infra import blobs, logfields, storage, tracing
 from infra.bus import respond
 from infra.busy import refused
 from infra.entry import reply_headers
@@ -305,6 +306,7 @@ class WorkspaceActor:
             return self.state
         self.state = None
         state, recent, finished = await lifecycle.load(self.site, fence, trust)
+        self.blobs.behind = [blobs.prefix(self.tenant, name) for name, _ in state.lineage]
         self.compaction.counts = None
         self.results.reload(recent, state.version)
         self.state, self.fence = (state if finished else None), fence
@@ -362,7 +364,12 @@ class WorkspaceActor:
             else:
                 await self._answer(p, reply, error=error, version=version, paths=paths)
 
-        for p in batch:
+        for i, p in enumerate(batch):
+            if staged and isinstance(staged[-1].event, WorkspaceForked):
+                # the fork's tree is loaded once it is committed: the rest waits for it
+                self._queue[:0] = batch[i:]
+                batch = batch[:i]
+                break
             stored = results.get(p.origin.request_id)
             if stored is not None:
                 await self._answer(p, codec.ok_reply_raw(*stored), version=stored[0])
@@ -494,6 +501,8 @@ class WorkspaceActor:
             await notify(self.deps, event, decision.changes, seq)
         if flight.held:
             await flight.release(self._answer)
+        if any(isinstance(s.event, WorkspaceForked) for s in staged):
+            self.state = None  # its tree (the source's at the fork point) is loaded next
         for s in staged:
             if isinstance(s.event, ApprovalDecided) and s.event.approved:
                 self._carry_out(state, s.event.approval_id)

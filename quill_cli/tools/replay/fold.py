@@ -32,6 +32,7 @@ from contracts.events import (
     PutFile,
     WorkspaceCreated,
     WorkspaceEvent,
+    WorkspaceForked,
 )
 from core import chain
 from core.controls import run_info
@@ -191,6 +192,8 @@ class Fold:
         self.events = 0
         self.floor = 1
         self.compaction: int | None = None
+        self.lineage: tuple[tuple[str, int], ...] = ()
+        """A fork's layers (``workspace_forked``): where its inherited contents are."""
 
     @property
     def tree(self) -> Tree:
@@ -255,6 +258,32 @@ class Fold:
                     if isinstance(change, PutFile):
                         self._carried(change, version)
         evolve(self.state, event, digest, manifest=manifest)
+        self._recorded(event.version, event.tree_hash)
+        self.events += 1
+
+    def graft(self, base: Fold, event: WorkspaceForked | None, digest: str) -> None:
+        """Start a fork's fold from its source's (``base``, folded up to the fork point, or
+        below it when the version asked is); ``event`` (the fork's first, None below the
+        fork point) must continue the source's chain at the fork point and its tree hash.
+
+        Raises:
+            QuillError: ``INTERNAL`` when it does not.
+        """
+        state = base.state
+        state.workspace = self.workspace
+        self.state, self.events, self.floor = state, base.events, base.floor
+        if event is None:
+            return
+        if base.version != event.version or event.prev_hash != base.last_hash:
+            raise corrupt(
+                f"The fork does not continue the chain of {self.tenant}/{event.source} at "
+                f"version {event.version}",
+                event.version,
+                prev_hash=event.prev_hash,
+                source_hash=base.last_hash,
+            )
+        evolve(self.state, event, digest)
+        self.lineage = self.state.lineage
         self._recorded(event.version, event.tree_hash)
         self.events += 1
 

@@ -21,7 +21,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from contracts import codec
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import HistoryCompacted, WorkspaceEvent
+from contracts.events import HistoryCompacted, WorkspaceEvent, WorkspaceForked
 from contracts.subjects import BUCKET_BLOBS, HEADER_EVENT_HASH, STREAM_EVENTS, Subjects
 from infra.blobs import Blobs
 from infra.compaction import decode_manifest
@@ -252,6 +252,18 @@ async def drive(
                 progress.update(fold.version)
                 for data, carried in batch:
                     event, digest = fold.check(data, carried)
+                    if fold.version == 0 and isinstance(event, WorkspaceForked):
+                        # a fork: its source's log up to the fork point, then its own
+                        base = Fold(fold.tenant, event.source, fold.contents)
+                        upto = min(target, event.version)
+                        await drive(js, subjects, base, upto, progress=progress)
+                        fold.graft(base, event if target >= event.version else None, digest)
+                        fold.lineage = tuple((b.workspace, b.version) for b in event.lineage)
+                        if on_event is not None:
+                            await on_event(event, data, digest, None)
+                        if fold.version >= target:
+                            return fold
+                        continue
                     manifest, kept = None, None
                     if isinstance(event, HistoryCompacted):  # it names a manifest: read it
                         manifest = await blobs.get(event.manifest)

@@ -57,7 +57,7 @@ async def write_tree(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     tree = fold.tree
-    own = blobs.of(fold.tenant, fold.workspace)
+    own = blobs.of(fold.tenant, fold.workspace, fold.lineage)
     try:
         for path in sorted(tree.dirs):
             (tmp / _safe(path, fold.version)).mkdir(0o755)

@@ -1,0 +1,53 @@
+"""A fork's reads through its layers (``infra/store/layers.py``): what each layer decides,
+the whiteouts a delete in a fork leaves, and the forks of a workspace (see ``infra.sql``)."""
+
+from __future__ import annotations
+
+from core.plan import LIVE, WHITEOUT
+from infra.sql.schema import FIRST_ROWS, WHOLE_WORKSPACE
+
+FORK_OF = "SELECT tenant, lineage FROM workspaces WHERE id=?"
+"""A workspace's tenant and lineage (``''``: no fork), by id."""
+TOUCHED = (
+    f"SELECT DISTINCT {WHOLE_WORKSPACE} path FROM revisions "
+    "WHERE ws=? AND path>=? AND path<? AND version<=?"
+)
+"""The paths a fork's layer has a row of (any: live, ended or a whiteout) at or before a
+version, in a range: the paths it decides, hiding the layers below. Meant to read every row
+of the layer's own in the range (a range of the primary key): a fork's own rows are what it
+changed since its fork point, never its source's history."""
+LAYER_ROWS = (
+    "SELECT path, kind, sha256, size, file_version, executable, binary, created, modified, "
+    "version, until, moved_from FROM revisions INDEXED BY revisions_live "
+    "WHERE ws=? AND until>? AND version<=? AND path>=? AND path<? ORDER BY path"
+)
+"""A layer's entries in a range as of a version (the live rows and those ended since it),
+on the writer's connection (inside an apply: what the batch wrote so far included)."""
+INSERT_WHITEOUT = (
+    "INSERT OR IGNORE INTO revisions "
+    f"VALUES(?1, ?2, ?3, ?3, ?4, '{WHITEOUT}', NULL, 0, NULL, 0, 0, ?5, ?5, NULL)"
+)
+"""A fork's whiteout of ``path`` from a version (valid over no version: ``until = version``)."""
+LAYER_HISTORIES = (
+    "SELECT j.value, "
+    "(SELECT file_version FROM revisions WHERE ws=?1 AND path=j.value AND version<=?3 "
+    "AND file_version IS NOT NULL ORDER BY version DESC LIMIT 1), "
+    f"(SELECT max(version, CASE WHEN until < {LIVE} AND until <= ?3 THEN until ELSE 0 END) "
+    "FROM revisions WHERE ws=?1 AND path=j.value AND version<=?3 ORDER BY version DESC LIMIT 1) "
+    "FROM json_each(?2) j"
+)
+"""``PATH_HISTORIES`` of a layer as of its version (two seeks a path)."""
+FORKS_OF = (
+    "SELECT name, lineage, version FROM workspaces INDEXED BY workspaces_base "
+    "WHERE tenant=? AND base=? AND name>? ORDER BY name LIMIT ?"
+)
+"""A workspace's forks (those whose nearest layer it is), by name: one seek of
+``workspaces_base``."""
+EVENT_AT = "SELECT hash, tree_hash FROM events WHERE ws=? AND version=?"
+"""The chain hash and tree hash of a workspace's event at a version (where a fork starts)."""
+TRUST_NOW = (
+    f"SELECT {FIRST_ROWS} event FROM controls WHERE ws=? "
+    "AND type IN ('trust_changed', 'workspace_forked') ORDER BY version DESC LIMIT 1"
+)
+"""The newest event that set a workspace's trust (whether a restricted one offers commands),
+newest first: a fork inherits it."""

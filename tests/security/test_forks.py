@@ -1,0 +1,118 @@
+"""Forks as an attacker tries them (issue 33), through ``quill up`` with tenants and bare
+nats-py clients holding each tenant's credentials: a fork stays within the tenant of its
+subject (another tenant's workspace is not found by name, cannot be named with its tenant,
+and another tenant's subjects are not reachable), a fork named like its source or like an
+existing workspace is refused, so is one at a version the source does not have or that was
+compacted away; a source with forks is neither purged nor compacted (their history is
+partly its own)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client
+
+from contracts.errors import ErrorCode
+from tests.helpers import eventually
+from tests.integration.test_compaction import KEEP, WRITES
+from tests.up import PASSWORDS, TENANTS, Up
+
+pytestmark = pytest.mark.up(tenants=TENANTS)
+
+
+async def connect(up: Up, tenant: str) -> Client:
+    return await nats.connect(
+        up.nats_url, user=tenant, password=PASSWORDS[tenant], inbox_prefix=f"_INBOX_{tenant}"
+    )
+
+
+async def ask(nc: Client, subject: str, body: dict[str, Any]) -> dict[str, Any]:
+    reply = await nc.request(subject, json.dumps(body).encode(), timeout=10)
+    answer: dict[str, Any] = json.loads(reply.data)
+    return answer
+
+
+def code(answer: dict[str, Any]) -> str | None:
+    return None if answer["ok"] else str(answer["error"]["code"])
+
+
+async def test_a_fork_stays_within_its_tenant(up: Up) -> None:
+    na, nb = await connect(up, "a"), await connect(up, "b")
+    try:
+        assert code(await ask(na, "ws.cmd.a.private.create", {})) is None
+        secret = {"path": "secret.txt", "content": "tenant a's own\n"}
+        assert code(await ask(na, "ws.cmd.a.private.write", secret)) is None
+        # b names a's workspace: looked up in b's own tenant, where it does not exist
+        found = await ask(nb, "ws.cmd.b.stolen.fork", {"from": "private"})
+        assert code(found) == ErrorCode.WORKSPACE_NOT_FOUND
+        # a workspace of another tenant cannot even be named
+        for name in ("a/private", "../a/private", "a.private"):
+            named = await ask(nb, "ws.cmd.b.stolen.fork", {"from": name})
+            assert code(named) == ErrorCode.INVALID_ARGUMENT, name
+        # nor can b send on a's subjects (NATS refuses them: nobody answers)
+        with pytest.raises(nats.errors.Error):
+            await nb.request("ws.cmd.a.stolen.fork", b'{"from": "private"}', timeout=2)
+        gone = await ask(nb, "ws.qry.b.stolen.read", {"path": "secret.txt"})
+        assert code(gone) == ErrorCode.WORKSPACE_NOT_FOUND
+        listed = await ask(na, "ws.qry.a._.workspaces", {"prefix": "stolen"})
+        assert listed["result"]["workspaces"] == []
+    finally:
+        await na.close()
+        await nb.close()
+
+
+async def test_bad_forks_are_refused_and_a_forked_source_kept(up: Up) -> None:
+    na = await connect(up, "a")
+    try:
+        assert code(await ask(na, "ws.cmd.a.base.create", {})) is None
+        for i in range(3):
+            write = {"path": f"f{i}.txt", "content": f"{i}\n"}
+            assert code(await ask(na, "ws.cmd.a.base.write", write)) is None  # v2..v4
+        assert code(await ask(na, "ws.cmd.a.other.create", {})) is None
+        cases = [
+            ("base", {"from": "base"}, ErrorCode.ALREADY_EXISTS),  # named like its source
+            ("other", {"from": "base"}, ErrorCode.ALREADY_EXISTS),  # an existing workspace
+            ("new", {"from": "base", "version": 5}, ErrorCode.INVALID_ARGUMENT),  # not yet
+            ("new", {"from": "base", "version": 0}, ErrorCode.INVALID_ARGUMENT),
+            ("new", {"from": "nothing"}, ErrorCode.WORKSPACE_NOT_FOUND),
+        ]
+        for name, body, expected in cases:
+            assert code(await ask(na, f"ws.cmd.a.{name}.fork", body)) == expected, (name, body)
+        ok = await ask(na, "ws.cmd.a.child.fork", {"from": "base", "version": 3})
+        assert code(ok) is None and ok["result"]["version"] == 3
+        read = await ask(na, "ws.qry.a.child.read", {"path": "f1.txt"})
+        assert read["result"]["content"] == "1\n"
+        missing = await ask(na, "ws.qry.a.child.read", {"path": "f2.txt"})  # made at 4
+        assert code(missing) == ErrorCode.FILE_NOT_FOUND
+        # its forks read its history: the source is not purged under them
+        purge = await ask(na, "ws.cmd.a.base.purge", {"confirm": "a/base"})
+        assert code(purge) == ErrorCode.CONFLICT and purge["error"]["details"]["forks"] == ["child"]
+        assert code(await ask(na, "ws.qry.a.child.read", {"path": "f0.txt"})) is None
+    finally:
+        await na.close()
+
+
+async def test_a_fork_below_a_compaction_is_refused(up: Up) -> None:
+    na = await connect(up, "a")
+    try:
+        created = await ask(na, "ws.cmd.a.hot.create", {"limits": {"max_versions": KEEP}})
+        assert code(created) is None
+        for i in range(WRITES + 1):
+            write = {"path": "hot.md", "content": f"hot {i}\n"}
+            assert code(await ask(na, "ws.cmd.a.hot.write", write)) is None
+        # the compaction follows the write that made it due: the log's oldest moves past 2
+
+        async def compacted() -> bool:
+            info = await ask(na, "ws.qry.a.hot.events", {"after": 0, "limit": 1})
+            return bool(info["result"]["events"]) and info["result"]["events"][0]["version"] > 2
+
+        await eventually(compacted, what="the compaction")
+        trimmed = await ask(na, "ws.cmd.a.cold.fork", {"from": "hot", "version": 2})
+        assert code(trimmed) == ErrorCode.VERSION_TRIMMED
+        assert trimmed["error"]["details"]["floor"] > 2
+    finally:
+        await na.close()
