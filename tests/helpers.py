@@ -79,6 +79,15 @@ seen soon after it happens; a condition that asks a server or walks /proc asks 2
 second at most)."""
 
 
+PUT_FILES = """import os
+def put(path, text="x"):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    open(path, "w").write(text)
+"""
+"""The start of a Python script that makes files as a tool would leave them (in a command's
+checkout): ``put(path, text="x")`` writes ``text`` at ``path``, making its directories."""
+
+
 async def eventually(
     condition: Callable[[], T | Awaitable[T]],
     timeout: float = 20.0,
