@@ -5,18 +5,20 @@ process, ``eventually`` (wait for a condition nothing signals), ``Gate``; the pu
 from __future__ import annotations
 
 import asyncio
+import http.server
 import inspect
 import json
 import os
 import secrets
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Self, TypeVar, cast
 
 import nats
 import nats.errors
@@ -77,6 +79,15 @@ FIRST_S, MOST_S = 0.001, 0.05
 """``eventually``'s pauses between tries: from 1 ms, doubling, to at most 50 ms (a change is
 seen soon after it happens; a condition that asks a server or walks /proc asks 20 times a
 second at most)."""
+
+
+PUT_FILES = """import os
+def put(path, text="x"):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    open(path, "w").write(text)
+"""
+"""The start of a Python script that makes files as a tool would leave them (in a command's
+checkout): ``put(path, text="x")`` writes ``text`` at ``path``, making its directories."""
 
 
 async def eventually(
@@ -395,6 +406,54 @@ async def services_see(
 
     for service in services:
         await eventually(partial(sees, service), timeout, f"the {service} sees {claims} claims")
+
+
+class Watch:
+    """A daemon thread running ``watch`` while a ``with`` block runs (what it sees kept on
+    the instance); at the block's end ``stop`` is set and the thread joined."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self._thread = threading.Thread(target=self.watch, daemon=True)
+
+    def watch(self) -> None:
+        """Look until ``stop`` is set (a subclass's own)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self._thread.join(10)
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A test server's request handler: logs nothing; ``answer`` sends a whole reply."""
+
+    def answer(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """``handler`` serving HTTP on a loopback port (a thread) until the block ends; the port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class Gate:

@@ -154,6 +154,12 @@ class Up:
             raise AssertionError(f"quill {' '.join(args)} failed: {result.stderr}")
         return result
 
+    def failure(self, *args: str) -> tuple[int, str]:
+        """``quill ARGS`` run for how it fails: its exit code and its standard error, to be
+        compared whole."""
+        result = self.cli(*args, check=False)
+        return result.returncode, result.stderr
+
     def spawn(self, *args: str) -> subprocess.Popen[str]:
         """``quill ARGS`` running in the background against this ``up`` (a second user, or an
         agent that waits): its output in pipes, the caller waits for it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable
 from pathlib import Path
 
 import nats.errors
@@ -13,7 +14,22 @@ from nats.aio.client import Client as NATS
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
-from tests.bridge.conftest import Attach
+from tests.bridge.conftest import Attach, Attached
+
+
+async def laptop(attach: Attach, tmp_path: Path, *options: str) -> Attached:
+    """``quill attach`` of a new, empty ``tmp_path/dir`` as ``laptop``, with ``options``."""
+    (tmp_path / "dir").mkdir()
+    return await attach(tmp_path / "dir", "laptop", *options)
+
+
+async def denied(asking: Awaitable[object]) -> str:
+    """The message of the ``DENIED`` error that ``asking`` (an operation the user was asked
+    about, or a policy decided) ends in."""
+    with pytest.raises(QuillError) as info:
+        await asking
+    assert info.value.code == ErrorCode.DENIED, info.value
+    return info.value.message
 
 
 async def test_a_write_waits_for_the_user_who_allows_or_denies_it(
@@ -37,10 +53,7 @@ async def test_a_write_waits_for_the_user_who_allows_or_denies_it(
     editing = asyncio.create_task(ws.edit("todo.md", "ship", "sink"))
     assert "tester wants to edit todo.md" in await bridge.prompt()
     await bridge.answer("n")
-    with pytest.raises(QuillError) as info:
-        await editing
-    assert info.value.code == ErrorCode.DENIED
-    assert "denied this: edit todo.md" in info.value.message
+    assert "denied this: edit todo.md" in await denied(editing)
     assert (tmp_path / "dir" / "todo.md").read_text() == "- ship\n"
     assert await bridge.line() == "[quill] #2 denied"
 
@@ -54,15 +67,11 @@ async def test_a_write_waits_for_the_user_who_allows_or_denies_it(
 async def test_an_unanswered_question_is_a_no(
     servers: None, attach: Attach, client: Quill, tmp_path: Path
 ) -> None:
-    (tmp_path / "dir").mkdir()
-    bridge = await attach(tmp_path / "dir", "laptop", "--ask-timeout", "1")
+    bridge = await laptop(attach, tmp_path, "--ask-timeout", "1")
     ws = client.workspace("acme/laptop")
     deleting = asyncio.create_task(ws.mkdir("made"))
     assert "wants to create the directory made" in await bridge.prompt()
-    with pytest.raises(QuillError) as info:
-        await deleting
-    assert info.value.code == ErrorCode.DENIED
-    assert info.value.message.startswith("No answer from the user of laptop:")
+    assert (await denied(deleting)).startswith("No answer from the user of laptop:")
     assert await bridge.line() == "[quill] #1 denied (no answer)"
     assert not (tmp_path / "dir" / "made").exists()
 
@@ -70,8 +79,7 @@ async def test_an_unanswered_question_is_a_no(
 async def test_a_retried_command_is_asked_about_once(
     servers: None, attach: Attach, nc: NATS, tmp_path: Path
 ) -> None:
-    (tmp_path / "dir").mkdir()
-    bridge = await attach(tmp_path / "dir", "laptop")
+    bridge = await laptop(attach, tmp_path)
     subject = "ws.cmd.acme.laptop.write"
     body = json.dumps({"path": "once.txt", "content": "1", "mode": "append"}).encode()
     headers = {"Ws-Request-Id": "req-1", "Ws-Actor": "agent-7"}
@@ -96,7 +104,6 @@ async def test_a_retried_command_is_asked_about_once(
 async def test_a_policy_file_decides_without_asking(
     servers: None, attach: Attach, client: Quill, tmp_path: Path
 ) -> None:
-    (tmp_path / "dir").mkdir()
     policy = tmp_path / "policy.toml"
     policy.write_text(
         """
@@ -115,13 +122,11 @@ ops = ["run"]
 commands = ['echo [a-z]+']
 """
     )
-    bridge = await attach(tmp_path / "dir", "laptop", "--policy", str(policy))
+    bridge = await laptop(attach, tmp_path, "--policy", str(policy))
     ws = client.workspace("acme/laptop")
     await ws.write("notes/a.md", "allowed\n")  # no question: it would wait for an answer
     assert "allowed by policy: tester: write notes/a.md" in await bridge.line()
-    with pytest.raises(QuillError) as info:
-        await ws.delete("notes/a.md")
-    assert info.value.code == ErrorCode.DENIED and "policy" in info.value.message
+    assert "policy" in await denied(ws.delete("notes/a.md"))
     assert (tmp_path / "dir" / "notes" / "a.md").read_text() == "allowed\n"
     ran = await ws.exec("echo fine")
     assert ran.stdout == "fine\n"
@@ -129,17 +134,14 @@ commands = ['echo [a-z]+']
     writing = asyncio.create_task(ws.write("elsewhere.txt", "x"))  # no rule: asked
     assert "wants to write elsewhere.txt" in await bridge.prompt()
     await bridge.answer("no")
-    with pytest.raises(QuillError) as info:
-        await writing
-    assert info.value.code == ErrorCode.DENIED
+    await denied(writing)
     assert not (tmp_path / "dir" / "elsewhere.txt").exists()
 
 
 async def test_a_question_cannot_disguise_itself(
     servers: None, attach: Attach, client: Quill, tmp_path: Path
 ) -> None:
-    (tmp_path / "dir").mkdir()
-    bridge = await attach(tmp_path / "dir", "laptop")
+    bridge = await laptop(attach, tmp_path)
     ws = client.as_actor("evil\x1b[2K").workspace("acme/laptop")
     running = asyncio.create_task(ws.exec("true\r\x1b[2Kls # harmless"))
     prompt = await bridge.prompt()

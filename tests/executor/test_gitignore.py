@@ -8,17 +8,18 @@ local: a walk of the tree), over a real nats-server, writer, reader and executor
 
 from __future__ import annotations
 
+import pytest
+
 from contracts.limits import LimitsPatch
 from quill.client import Quill, Workspace
 from tests.executor.conftest import StartExecutor
+from tests.helpers import PUT_FILES
 
 # What pytest and hypothesis leave behind, with a project's own .gitignore files.
-TOOLS = """python3 - <<'EOF'
-import os
-def put(path, text="x"):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    open(path, "w").write(text)
-put(".hypothesis/.gitignore", "# ignore everything\\n*\\n")
+TOOLS = (
+    "python3 - <<'EOF'\n"
+    + PUT_FILES
+    + """put(".hypothesis/.gitignore", "# ignore everything\\n*\\n")
 for i in range(20):
     put(f".hypothesis/examples/{i:02x}/{i}", "example")
 put(".hypothesis/unicode_data/14.0.0/charmap.json.gz")
@@ -31,6 +32,7 @@ put("pkg/local/cache.db")
 put("pkg/local.txt")
 put("pkg/mod.py", "x = 1\\n")
 EOF"""
+)
 
 
 async def _workspace(stack: StartExecutor, quill: Quill, name: str, **limits: object) -> Workspace:
@@ -42,10 +44,13 @@ async def _workspace(stack: StartExecutor, quill: Quill, name: str, **limits: ob
     return ws
 
 
-async def test_tool_caches_stay_out_of_history(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    ws = await _workspace(stack, quill, name)
+@pytest.fixture
+async def ws(stack: StartExecutor, quill: Quill, name: str) -> Workspace:
+    """This test's workspace, the gitignore option as by default (``_workspace``)."""
+    return await _workspace(stack, quill, name)
+
+
+async def test_tool_caches_stay_out_of_history(ws: Workspace) -> None:
     r = await ws.exec(TOOLS)
     assert r.exit_code == 0, r.stderr
     committed = sorted(p.path for p in r.changes.paths)
@@ -68,10 +73,7 @@ async def test_tool_caches_stay_out_of_history(
     assert again.changes.ignored == [] and again.changes.ignored_total == 0
 
 
-async def test_a_committed_path_stays_committed_whatever_a_pattern_says(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    ws = await _workspace(stack, quill, name)
+async def test_a_committed_path_stays_committed_whatever_a_pattern_says(ws: Workspace) -> None:
     await ws.write("vendor2/lib.py", "v = 1\n")
     r = await ws.exec(
         "printf '*.log\\nvendor2/\\n' > .gitignore && echo changed >> notes.log && "
@@ -102,10 +104,7 @@ async def test_the_workspace_option_turns_it_off(
     assert quillignored.changes.ignored_reasons == {"quillignore": 1}  # .quillignore's stand
 
 
-async def test_a_changed_gitignore_changes_what_is_ignored_below_it(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
-    ws = await _workspace(stack, quill, name)
+async def test_a_changed_gitignore_changes_what_is_ignored_below_it(ws: Workspace) -> None:
     await ws.write("sub/keep.py", "k = 1\n")
     first = await ws.exec(
         "printf '*.tmp\\n' > sub/.gitignore && echo a > sub/a.tmp && mkdir -p sub/deep && "
@@ -131,12 +130,9 @@ async def test_a_changed_gitignore_changes_what_is_ignored_below_it(
     ]
 
 
-async def test_a_repository_inside_is_not_taken_apart(
-    stack: StartExecutor, quill: Quill, name: str
-) -> None:
+async def test_a_repository_inside_is_not_taken_apart(ws: Workspace) -> None:
     """As git, no pattern applies inside ``.git``: a project's ``logs/`` or ``objects/`` line
     leaves a repository's state whole (it is versioned like any file)."""
-    ws = await _workspace(stack, quill, name)
     r = await ws.exec(
         "printf 'logs/\\nobjects/\\nindex\\n*.pack\\n' > .gitignore && git init -q repo"
         " && cd repo && echo r > r.txt && mkdir logs && echo l > logs/x && git add r.txt"

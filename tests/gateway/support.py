@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -78,3 +80,17 @@ def assert_names_missing(view: str, *facts: str, way_on: str) -> None:
     missing = [fact for fact in facts if fact not in view]
     assert not missing, f"the model is not told {missing}:\n{view}"
     assert way_on in view, f"the model is not told how to get the rest ({way_on!r}):\n{view}"
+
+
+def agents_page_calls(section: str, tool: str) -> list[tuple[str, dict[str, Any], str]]:
+    """The calls of ``tool`` that docs/agents.md shows under ``### section``, in its ``text``
+    blocks: each as written (``tool(...)`` on a line of its own), its arguments, and the text
+    shown after it (what a model must read for it)."""
+    page = (Path(__file__).parents[2] / "docs" / "agents.md").read_text()
+    part = page.split(f"### {section}", 1)[1].split("\n### ", 1)[0]
+    shown = re.findall(r"```text\n(.*?)```", part, re.S)
+    calls = re.split(rf"^({tool}\(.*\))$", "".join(shown), flags=re.M)[1:]
+    return [
+        (text, eval(text, {tool: dict, "true": True}), expected)  # noqa: S307
+        for text, expected in zip(calls[::2], calls[1::2], strict=True)
+    ]

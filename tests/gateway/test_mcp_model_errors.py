@@ -4,26 +4,39 @@ a file, a long listing, optional parameters. Through the official MCP client, on
 
 from __future__ import annotations
 
-import re
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from contracts import requests as rq
-from quill.client import Quill
+from quill.client import Quill, Workspace
 from services.executor.app import ExecutorConfig
 from services.gateway.server import Gateway
-from tests.gateway.support import assert_names_missing, call, mcp_client, model_view, ok
+from tests.gateway.support import (
+    agents_page_calls,
+    assert_names_missing,
+    call,
+    mcp_client,
+    model_view,
+    ok,
+)
 from tests.helpers import start_executor
 
 CODE = "".join(f"def handler_{i}():\n    return {i % 3}\n\n" for i in range(1, 16))
 
 
-async def test_an_ambiguous_old_string_names_the_lines(gateway: Gateway, sdk: Quill) -> None:
+@pytest.fixture
+async def ws(sdk: Quill) -> Workspace:
+    """default/default with ``CODE`` at app.py, for the edits (each must leave it so)."""
     ws = sdk.workspace("default/default")
     await ws.write("app.py", CODE)
+    return ws
+
+
+async def test_an_ambiguous_old_string_names_the_lines(gateway: Gateway, ws: Workspace) -> None:
     async with mcp_client(gateway.url) as mcp:
         result = await call(
             mcp, "edit_file", path="app.py", old_string="    return 1\n", new_string="x"
@@ -51,9 +64,7 @@ async def test_an_ambiguous_old_string_names_the_lines(gateway: Gateway, sdk: Qu
     assert await ws.read_text("app.py") == CODE
 
 
-async def test_a_near_miss_names_the_closest_text(gateway: Gateway, sdk: Quill) -> None:
-    ws = sdk.workspace("default/default")
-    await ws.write("app.py", CODE)
+async def test_a_near_miss_names_the_closest_text(gateway: Gateway, ws: Workspace) -> None:
     async with mcp_client(gateway.url) as mcp:
         stray = await call(
             mcp, "edit_file", path="app.py", old_string=" def handler_7():", new_string="x"
@@ -195,19 +206,13 @@ async def test_optional_parameters_are_plain(gateway: Gateway, sdk: Quill) -> No
 
 
 async def test_the_edit_errors_in_the_agents_page_are_what_a_model_reads(
-    gateway: Gateway, sdk: Quill
+    gateway: Gateway, ws: Workspace
 ) -> None:
     """docs/agents.md "### Edit errors": each ``edit_file(...)`` shown on ``CODE`` gives that
     text, and changes nothing."""
-    page = (Path(__file__).parents[2] / "docs" / "agents.md").read_text()
-    section = page.split("### Edit errors", 1)[1].split("\n### ", 1)[0]
-    shown = re.findall(r"```text\n(.*?)```", section, re.S)
-    calls = re.split(r"^(edit_file\(.*\))$", "".join(shown), flags=re.M)[1:]
-    assert len(calls) == 2 * 4
-    ws = sdk.workspace("default/default")
-    await ws.write("app.py", CODE)
+    calls = agents_page_calls("Edit errors", "edit_file")
+    assert len(calls) == 4
     async with mcp_client(gateway.url) as mcp:
-        for call_text, expected in zip(calls[::2], calls[1::2], strict=True):
-            arguments = eval(call_text, {"edit_file": dict})  # noqa: S307
+        for _, arguments, expected in calls:
             assert model_view(await call(mcp, "edit_file", **arguments)) == expected.strip("\n")
     assert await ws.read_text("app.py") == CODE

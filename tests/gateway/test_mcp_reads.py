@@ -5,7 +5,6 @@ the rest."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 from mcp import Client
@@ -13,7 +12,13 @@ from mcp import Client
 from contracts.limits import LimitsPatch
 from quill.client import Quill
 from services.gateway.server import Gateway
-from tests.gateway.support import assert_names_missing, call, mcp_client, model_view
+from tests.gateway.support import (
+    agents_page_calls,
+    assert_names_missing,
+    call,
+    mcp_client,
+    model_view,
+)
 
 LINES = "".join(f"line {i}\n" for i in range(1, 5001))  # 5,000 lines, 48,893 bytes
 SIZE = len(LINES)
@@ -181,18 +186,14 @@ async def test_the_reads_in_the_agents_page_are_what_a_model_reads(
 ) -> None:
     """docs/agents.md "### Reads": each ``read_file(...)`` shown gives that text (``...`` and
     ``é...é`` stand for the lines between)."""
-    page = (Path(__file__).parents[2] / "docs" / "agents.md").read_text()
-    section = page.split("### Reads", 1)[1].split("\n### ", 1)[0]
-    shown = re.findall(r"```text\n(.*?)```", section, re.S)
-    calls = re.split(r"^(read_file\(.*\))$", "".join(shown), flags=re.M)[1:]
-    assert len(calls) == 2 * 5
+    calls = agents_page_calls("Reads", "read_file")
+    assert len(calls) == 5
     small = sdk.workspace("default/small")
     await small.create(limits=LimitsPatch(max_read_bytes=1000))
     await small.write("wide.txt", "first\n" + "é" * 1200 + "x" * 300 + "\n" + "last\n")
     await sdk.workspace("default/default").write("big.log", LINES)
     async with mcp_client(gateway.url) as mcp:
-        for call_text, expected in zip(calls[::2], calls[1::2], strict=True):
-            arguments = eval(call_text, {"read_file": dict, "true": True})  # noqa: S307
+        for call_text, arguments, expected in calls:
             if arguments["path"] == "wide.txt":
                 arguments["workspace"] = "small"
             actual = await view(mcp, **arguments)

@@ -100,12 +100,15 @@ async def test_write_file_reports_bytes_and_fails_as_the_seed_says(
             "Successfully wrote 2 bytes to data/metrics.json, replacing its previous content "
             "(13 bytes)"  # replaced, not appended
         )
-        blocked = await error(mcp, "write_file", path="empty.txt/inner.txt", content="x")
-        assert blocked == "Error: Failed to create parent directory - Not a directory: empty.txt"
-        onto_dir = await error(mcp, "write_file", path="data", content="x")
-        assert onto_dir == "Error: Failed to write file - Not a file: data"
-        denied = await error(mcp, "write_file", path="../x.txt", content="x")
-        assert denied == "Error: Access denied. Path must be within /workspace"
+        for path, refused in (
+            (
+                "empty.txt/inner.txt",
+                "Failed to create parent directory - Not a directory: empty.txt",
+            ),
+            ("data", "Failed to write file - Not a file: data"),
+            ("../x.txt", "Access denied. Path must be within /workspace"),
+        ):
+            assert await error(mcp, "write_file", path=path, content="x") == f"Error: {refused}"
         missing = await error(mcp, "write_file")  # no arguments: a tool error, not a failure
         assert missing == (
             "Error: Failed to write file - Invalid arguments: "

@@ -4,10 +4,8 @@ that dies is restarted, none outlives the gateway that started it."""
 from __future__ import annotations
 
 import asyncio
-import http.server
 import os
 import signal
-import threading
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -20,7 +18,13 @@ from infra.http.scrape import Whole
 from services.gateway.server import Gateway, GatewayConfig, start_gateway
 from tests.gateway.support import mcp_client, ok
 from tests.gateway.test_process import processes, spawn  # noqa: F401
-from tests.helpers import eventually, start_writer, start_writer_and_reader
+from tests.helpers import (
+    QuietHandler,
+    eventually,
+    http_server,
+    start_writer,
+    start_writer_and_reader,
+)
 
 __all__ = ["processes"]
 
@@ -248,25 +252,11 @@ def test_a_worker_answering_garbage_or_nothing_is_left_out() -> None:
     """The whole scrape survives a peer that answers something else than metrics, and one
     that does not answer (a worker being restarted): worker 0's series are still there."""
 
-    class Garbage(http.server.BaseHTTPRequestHandler):
+    class Garbage(QuietHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            body = b"# TYPE x counter\nx{{{ not metrics\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.answer(200, b"# TYPE x counter\nx{{{ not metrics\n")
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        port = server.server_address[1]
+    with http_server(Garbage) as port:
         whole = Whole(lambda: {1: f"http://127.0.0.1:{port}/metrics", 2: "http://127.0.0.1:1/"})
         workers = {s.labels.get("worker") for family in whole.collect() for s in family.samples}
         assert workers == {"0"}
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -159,17 +159,23 @@ class FakeJetStream:
             return await anext(batches)
 
 
+async def refusal(nc: NATS, answer: Callable[[str], Awaitable[None]] | None) -> QuillError:
+    """What the first fetch of the log raises where ``FakeJetStream(nc, answer)`` answers."""
+    async with FakeJetStream(nc, answer) as fake:
+        with pytest.raises(QuillError) as refused:
+            await fake.first_batch()
+    return refused.value
+
+
 async def test_no_answer_is_unavailable_not_a_hang(
     nc: NATS, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fetches taken by something that never answers end in ``UNAVAILABLE`` once ``IDLE_S``
     passes without a message."""
     monkeypatch.setattr(rpl_read, "IDLE_S", 0.3)
-    async with FakeJetStream(nc, None) as fake:
-        with pytest.raises(QuillError) as unanswered:
-            await fake.first_batch()
-    assert unanswered.value.code == ErrorCode.UNAVAILABLE
-    assert "no answer" in unanswered.value.message
+    unanswered = await refusal(nc, None)
+    assert unanswered.code == ErrorCode.UNAVAILABLE
+    assert "no answer" in unanswered.message
 
 
 async def test_answers_that_skip_a_message_are_refused(nc: NATS) -> None:
@@ -183,11 +189,9 @@ async def test_answers_that_skip_a_message_are_refused(nc: NATS) -> None:
             await nc.publish(reply, b"{}", headers={"Ws-Event-Hash": "x"}, reply=ack)
         await nc.publish(reply, b"", headers={"Status": "404"})
 
-    async with FakeJetStream(nc, skipping) as fake:
-        with pytest.raises(QuillError) as refused:
-            await fake.first_batch()
-    assert refused.value.code == ErrorCode.INTERNAL
-    assert "skipped a message" in refused.value.message
+    refused = await refusal(nc, skipping)
+    assert refused.code == ErrorCode.INTERNAL
+    assert "skipped a message" in refused.message
 
 
 async def test_a_status_that_is_not_the_end_is_unavailable(nc: NATS) -> None:
@@ -198,11 +202,9 @@ async def test_a_status_that_is_not_the_end_is_unavailable(nc: NATS) -> None:
         headers = {"Status": "408", "Description": "Request Timeout"}
         await nc.publish(reply, b"", headers=headers)
 
-    async with FakeJetStream(nc, refusing) as fake:
-        with pytest.raises(QuillError) as refused:
-            await fake.first_batch()
-    assert refused.value.code == ErrorCode.UNAVAILABLE
-    assert "408 Request Timeout" in refused.value.message
+    refused = await refusal(nc, refusing)
+    assert refused.code == ErrorCode.UNAVAILABLE
+    assert "408 Request Timeout" in refused.message
 
 
 async def test_a_late_status_of_one_fetch_does_not_end_the_next(

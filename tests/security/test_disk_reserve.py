@@ -22,7 +22,6 @@ import json
 import os
 import re
 import subprocess
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
 from infra.storage import tree_bytes
 from quill.client import Quill, Workspace
-from tests.helpers import mount_tmpfs
+from tests.helpers import Watch, mount_tmpfs
 from tests.security.conftest import bwrap_only
 from tests.up import TENANTS, Up, quill_as, running
 
@@ -100,25 +99,16 @@ async def tenants(stack: Stack) -> AsyncIterator[tuple[Quill, Quill]]:
     await b.close()
 
 
-class LowestFree:
+class LowestFree(Watch):
     """The least free space seen on the disk, every 2 ms, while it runs."""
 
     def __init__(self, stack: Stack) -> None:
+        super().__init__()
         self.stack, self.lowest = stack, stack.free()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.002):
+    def watch(self) -> None:
+        while not self.stop.wait(0.002):
             self.lowest = min(self.lowest, self.stack.free())
-
-    def __enter__(self) -> LowestFree:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
 
 async def attack(ws: Workspace, command: str) -> QuillError:

@@ -66,8 +66,7 @@ def test_history_follows_a_move(up: Up) -> None:
 
 def test_cli_errors_are_one_line_and_exit_non_zero(up: Up) -> None:
     up.cli("create", "acme/errs")
-    missing = up.cli("cat", "acme/errs", "nope.txt", check=False)
-    assert (missing.returncode, missing.stderr) == (
+    assert up.failure("cat", "acme/errs", "nope.txt") == (
         3,
         "quill: FILE_NOT_FOUND: File not found: nope.txt\n",
     )
@@ -129,8 +128,7 @@ def test_cli_tools_edit_grep_glob_tree_diff_restore(up: Up) -> None:
     assert out.startswith(
         "edited src/app.py: 1 occurrence replaced, 1 line changed, file version 2"
     )
-    missing = up.cli("edit", ws, "src/app.py", "return 1", "x", check=False)
-    assert (missing.returncode, missing.stderr) == (
+    assert up.failure("edit", ws, "src/app.py", "return 1", "x") == (
         1,
         "quill: NO_MATCH: OLD not found in the file. The closest text in src/app.py is at"
         " line 4 (differs: OLD has 'return 1' where the file has 'return 42'); nothing"

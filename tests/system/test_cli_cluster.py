@@ -4,16 +4,15 @@ directory git ignores."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import httpx
 
+from tests.helpers import QuietHandler, http_server
 from tests.up import Up
 
 
@@ -33,20 +32,13 @@ def test_cluster_up_names_a_busy_port(tmp_path: Path) -> None:
     assert "--nats-port" in r.stderr
 
 
-class _Healthz(http.server.BaseHTTPRequestHandler):
+class _Healthz(QuietHandler):
     def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
-        self.send_response(200 if self.path == "/healthz" else 404)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(200 if self.path == "/healthz" else 404)
 
 
 def test_cluster_health_reads_its_ports_from_stack_json(tmp_path: Path) -> None:
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Healthz)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        port = server.server_address[1]
+    with http_server(_Healthz) as port:
         data = tmp_path / ".quill-cluster"
         data.mkdir()
         record = {"nats_url": "nats://127.0.0.1:1", "pid": 1, "servers": [
@@ -61,9 +53,6 @@ def test_cluster_health_reads_its_ports_from_stack_json(tmp_path: Path) -> None:
             argv, capture_output=True, text=True, env={"PATH": ""}, cwd=tmp_path, timeout=60
         )
         assert elsewhere.returncode == 1 and "on port 8222" in elsewhere.stderr
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_up_says_when_it_stops_and_git_ignores_its_data(tmp_path: Path) -> None:

@@ -91,13 +91,11 @@ def test_approve_and_deny_while_the_caller_waits(up: Up) -> None:
     assert err.endswith("\nquill: DENIED: Denied by alice: keep it\n")
     assert up.cli("cat", ws, "plan.md").stdout == "# plan"
     assert up.cli("approvals", ws).stdout == "(no pending approvals)\n"
-    twice = up.cli("approve", ws, request["approval_id"], check=False)
-    assert (twice.returncode, twice.stderr) == (
+    assert up.failure("approve", ws, request["approval_id"]) == (
         4,
         f"quill: CONFLICT: Approval {request['approval_id']} was already denied\n",
     )
-    unknown = up.cli("deny", ws, "nope", check=False)
-    assert (unknown.returncode, unknown.stderr) == (
+    assert up.failure("deny", ws, "nope") == (
         3,
         "quill: FILE_NOT_FOUND: No approval nope is waiting\n",
     )
@@ -121,8 +119,7 @@ def test_trust_shown_and_set(up: Up) -> None:
     assert again.startswith("unchanged: acme/trusty: trust restricted")
     assert up.cli("trust", ws, "full").stdout == "set acme/trusty: trust full\n"
     assert up.cli("info", ws).stdout.splitlines()[2] == "trust: full"
-    lone = up.cli("trust", ws, "--commands", check=False)
-    assert (lone.returncode, lone.stderr) == (
+    assert up.failure("trust", ws, "--commands") == (
         2,
         "quill: INVALID_ARGUMENT: --commands goes with a level: restricted\n",
     )
@@ -204,8 +201,7 @@ def test_sessions_open_attach_list_detach(up: Up) -> None:
         "primary": "acme/talk-1",
         "attached": [{"uri": "server:/acme/library", "target": "acme/library", "kind": "server"}],
     }
-    gone = up.cli("session", "detach", "acme/talk-1", "server:/acme/shared", check=False)
-    assert (gone.returncode, gone.stderr) == (
+    assert up.failure("session", "detach", "acme/talk-1", "server:/acme/shared") == (
         3,
         "quill: FILE_NOT_FOUND: server:/acme/shared is not attached\n",
     )

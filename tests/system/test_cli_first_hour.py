@@ -24,8 +24,7 @@ def test_grep_takes_a_file(up: Up) -> None:
         "src/b.py:1:needle = 2",
     ]
     assert up.cli("grep", ws, "absent", "src/a.py", check=False).returncode == 1
-    missing = up.cli("grep", ws, "needle", "src/c.py", check=False)
-    assert (missing.returncode, missing.stderr) == (
+    assert up.failure("grep", ws, "needle", "src/c.py") == (
         3,
         "quill: FILE_NOT_FOUND: Path not found: src/c.py\n",
     )

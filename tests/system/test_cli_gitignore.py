@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 
+from tests.helpers import PUT_FILES
 from tests.up import Up
 
-TOOLS = """
-import os
-def put(path, text="x"):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    open(path, "w").write(text)
-put(".hypothesis/.gitignore", "# automatically created by hypothesis\\n*\\n")
+TOOLS = (
+    PUT_FILES
+    + """put(".hypothesis/.gitignore", "# automatically created by hypothesis\\n*\\n")
 for i in range(22):
     put(f".hypothesis/examples/{i:02x}{i:02x}/{i}", "example")
 put(".gitignore", "*.pyc\\n")
@@ -26,6 +24,7 @@ put("app/data/.gitignore", "*\\n!.gitignore\\n!seed.csv\\n")
 put("app/data/seed.csv", "a,b\\n")
 put("app/data/dump.csv", "big\\n")
 """
+)
 
 
 def test_exec_leaves_what_gitignore_files_ignore_out_of_history(up: Up) -> None:

@@ -306,12 +306,7 @@ async def test_a_disk_full_to_the_last_byte_serves_again_once_freed(
             hog = _fill_to_the_last_byte(small_disk)
 
             async def refused() -> bool:
-                try:
-                    await ws.write("during.txt", "during\n")
-                except QuillError:
-                    return True
-                acked["during.txt"] = "during\n"
-                return False
+                return not await _took(ws, acked, "during.txt", "during\n")
 
             await eventually(refused, 30, "a write refused on the full disk")
             # the launcher sees the disk full under the log's limit and restarts the server
@@ -321,12 +316,7 @@ async def test_a_disk_full_to_the_last_byte_serves_again_once_freed(
             hog.unlink()
 
             async def writes() -> bool:
-                try:
-                    await ws.write("after.txt", "after\n")
-                except QuillError:
-                    return False
-                acked["after.txt"] = "after\n"
-                return True
+                return await _took(ws, acked, "after.txt", "after\n")
 
             await eventually(writes, 60, "writes resume once the disk is freed")
             for i in range(5):
@@ -351,6 +341,17 @@ async def test_a_disk_full_to_the_last_byte_serves_again_once_freed(
             await quill.close()
     finally:
         up.stop()
+
+
+async def _took(ws: Workspace, acked: dict[str, str], path: str, text: str) -> bool:
+    """Whether ``ws`` took the write of ``text`` at ``path`` (then kept in ``acked``, to read
+    back) or refused it."""
+    try:
+        await ws.write(path, text)
+    except QuillError:
+        return False
+    acked[path] = text
+    return True
 
 
 def _refuses(nats_url: str) -> bool:

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import pytest
 
 from contracts.errors import QuillError
 from quill.client import Quill, Workspace
-from tests.helpers import alive, eventually, eventually_sync
+from tests.helpers import Watch, alive, eventually, eventually_sync
 from tests.up import Up, running
 
 FIRST, CAP = 0.2, 1.0
@@ -58,31 +57,22 @@ def children(up: Up) -> dict[str, int]:
     return found
 
 
-class HealthWatch:
+class HealthWatch(Watch):
     """Every ``/health`` body seen while it runs (a thread polling the gateway)."""
 
     def __init__(self, url: str) -> None:
+        super().__init__()
         self.url, self.seen = url + "/health", list[dict[str, Any]]()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
 
-    def _poll(self) -> None:
+    def watch(self) -> None:
         with httpx.Client(timeout=5) as http:
-            while not self._stop.is_set():
+            while not self.stop.is_set():
                 try:
                     reply = http.get(self.url)
                     self.seen.append({"code": reply.status_code, **reply.json()})
                 except httpx.HTTPError:
                     self.seen.append({"code": None})
-                self._stop.wait(0.1)
-
-    def __enter__(self) -> HealthWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
+                self.stop.wait(0.1)
 
 
 def health(up: Up) -> dict[str, Any]:
