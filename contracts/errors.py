@@ -159,6 +159,26 @@ def retry_after_ms(error: QuillError) -> int | None:
     return hint
 
 
+def no_workspace(tenant: str, workspace: str) -> QuillError:
+    """``WORKSPACE_NOT_FOUND`` for ``tenant/workspace``."""
+    return QuillError(
+        ErrorCode.WORKSPACE_NOT_FOUND,
+        f"Workspace not found: {tenant}/{workspace}",
+        {"tenant": tenant, "workspace": workspace},
+    )
+
+
+def no_version(version: int, latest: int, of: str = "") -> QuillError:
+    """``INVALID_ARGUMENT`` for a version past the ``latest`` (``of``: the workspace named,
+    when it is not the one asked about)."""
+    named = f" of {of}" if of else ""
+    return QuillError(
+        ErrorCode.INVALID_ARGUMENT,
+        f"Version {version}{named} does not exist (the latest is {latest})",
+        {"version": version, "latest_version": latest},
+    )
+
+
 def not_found(path: str) -> QuillError:
     return QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {path}", {"path": path})
 

@@ -24,7 +24,7 @@ from typing import Any
 from contracts import ops
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_workspace
 from contracts.limits import effective_limits
 from contracts.paths import (
     ancestors,
@@ -114,11 +114,7 @@ def decide(state: WorkspaceState, cmd: rq.Request, ctx: Context) -> Decision:
     if isinstance(cmd, rq.CreateWorkspace | rq.ForkWorkspace):
         return handler(state, cmd, ctx)
     if not state.exists:
-        raise QuillError(
-            ErrorCode.WORKSPACE_NOT_FOUND,
-            f"Workspace not found: {state.tenant}/{state.workspace}",
-            {"tenant": state.tenant, "workspace": state.workspace},
-        )
+        raise no_workspace(state.tenant, state.workspace)
     if isinstance(cmd, rq.Command) and cmd.expected_version is not None:
         if cmd.expected_version != state.version:
             raise QuillError(

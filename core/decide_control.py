@@ -13,7 +13,7 @@ from typing import Any
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts import uris
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_version
 from contracts.events import (
     ApprovalDecided,
     LockAcquired,
@@ -90,11 +90,7 @@ def _run_start(state: WorkspaceState, cmd: rq.RunStart, ctx: Context) -> Decisio
         pinned = parent.pinned
     if cmd.version is not None:
         if cmd.version > state.version:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"Version {cmd.version} does not exist (the latest is {state.version})",
-                {"version": cmd.version, "latest_version": state.version},
-            )
+            raise no_version(cmd.version, state.version)
         pinned = cmd.version
     actor = ctx.origin.actor if ctx.origin is not None else None
     run = RunState(pinned, cmd.parent, ctx.version, ctx.at, actor)

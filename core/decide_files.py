@@ -9,7 +9,7 @@ from typing import Any
 
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_version
 from contracts.events import AnyChange, MakeDir, PutFile, Remove
 from contracts.paths import (
     check_name,
@@ -282,11 +282,7 @@ def _modify(state: WorkspaceState, cmd: rq.ModifyFile, ctx: Context) -> Decision
 
 def _restore(state: WorkspaceState, cmd: rq.RestorePath, ctx: Context) -> Decision:
     if cmd.version > state.version:
-        raise QuillError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"Version {cmd.version} does not exist (the latest is {state.version})",
-            {"version": cmd.version, "latest_version": state.version},
-        )
+        raise no_version(cmd.version, state.version)
     scope = normalize(cmd.path) if cmd.path is not None else ""  # ACCESS_DENIED outside
     if ctx.past is None:  # needs() names the past tree of every restore with a valid path
         raise QuillError(ErrorCode.INTERNAL, "Restore without the past tree")

@@ -13,7 +13,7 @@ from typing import Any
 
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_version, no_workspace
 from contracts.events import ForkBase, WorkspaceForked
 from contracts.limits import DEFAULT_LIMITS
 from core.decision import Context, Decision
@@ -46,19 +46,10 @@ def fork(state: WorkspaceState, cmd: rq.ForkWorkspace, ctx: Context) -> Decision
         )
     src = ctx.fork
     if src is None or not src.exists:
-        raise QuillError(
-            ErrorCode.WORKSPACE_NOT_FOUND,
-            f"Workspace not found: {state.tenant}/{cmd.source}",
-            {"tenant": state.tenant, "workspace": cmd.source},
-        )
+        raise no_workspace(state.tenant, cmd.source)
     at = src.at
     if at > src.version:
-        raise QuillError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"Version {at} of {state.tenant}/{cmd.source} does not exist (the latest is "
-            f"{src.version})",
-            {"version": at, "latest_version": src.version},
-        )
+        raise no_version(at, src.version, f"{state.tenant}/{cmd.source}")
     if at < src.floor or src.hash_at is None or src.tree_hash_at is None:
         raise QuillError(
             ErrorCode.VERSION_TRIMMED,

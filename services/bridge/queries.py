@@ -19,7 +19,7 @@ import msgspec
 
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_version
 from contracts.limits import DEFAULT_EXCLUSIONS
 from contracts.paths import ROOT_DIR, normalize
 from core import answers, finding
@@ -94,11 +94,7 @@ class LocalQueries:
         if req.version is None or req.version == current:
             return
         if req.version > current:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"Version {req.version} does not exist (the latest is {current})",
-                {"version": req.version, "latest_version": current},
-            )
+            raise no_version(req.version, current)
         raise not_kept(f"Version {req.version}", self.uri)
 
     # ------------------------------------------------------------------ helpers

@@ -33,7 +33,7 @@ from nats.nuid import NUID
 from contracts import codec
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_version, no_workspace
 from contracts.events import WorkspacePurged
 from contracts.subjects import STREAM_EVENTS, Address, Subjects
 from infra import compaction
@@ -174,11 +174,7 @@ class Checkouts:
                 await self.sync(checkout)
                 if checkout.version == 0:  # none (or purged): nothing of it is kept
                     await self._remove(key)
-                    raise QuillError(
-                        ErrorCode.WORKSPACE_NOT_FOUND,
-                        f"Workspace not found: {address.tenant}/{address.workspace}",
-                        {"tenant": address.tenant, "workspace": address.workspace},
-                    )
+                    raise no_workspace(address.tenant, address.workspace)
                 await self.within_quota(key, checkout)
                 yield checkout
                 own = self._own.pop(key, None)
@@ -489,11 +485,7 @@ class Checkouts:
         latest = checkout.version
         for wanted in (req.version, req.min_version):
             if wanted is not None and wanted > latest:
-                raise QuillError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"Version {wanted} does not exist (the latest is {latest})",
-                    {"version": wanted, "latest_version": latest},
-                )
+                raise no_version(wanted, latest)
         if req.version is None or req.version == latest:
             yield checkout
             return

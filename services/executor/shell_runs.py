@@ -36,7 +36,7 @@ import msgspec
 
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_version
 from contracts.limits import LIVE_POLL_MAX_BYTES
 from contracts.subjects import Address, Origin
 from infra.exec import sandbox
@@ -190,11 +190,7 @@ async def run(
             background, kept = await commit_background(shells, address, shell, origin)
             checkout = shell.checkout
             if req.min_version is not None and req.min_version > checkout.version:
-                raise QuillError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"Version {req.min_version} does not exist (the latest is {checkout.version})",
-                    {"version": req.min_version, "latest_version": checkout.version},
-                )
+                raise no_version(req.min_version, checkout.version)
             await commands.approved.check(checkout, address, origin, "exec.run", req)
             base = checkout.version
             await asyncio.to_thread(checkout.begin)

@@ -34,7 +34,7 @@ from nats.js.errors import NotFoundError
 
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_workspace
 from contracts.subjects import STREAM_OUTPUT, Address, Origin
 from core.evolve import LockState
 from infra.exec import sandbox
@@ -210,11 +210,7 @@ class Shells:
             await asyncio.to_thread(checkout.open)
             await commands.checkouts.sync(checkout)
             if checkout.version == 0:
-                raise QuillError(
-                    ErrorCode.WORKSPACE_NOT_FOUND,
-                    f"Workspace not found: {address.tenant}/{address.workspace}",
-                    {"tenant": address.tenant, "workspace": address.workspace},
-                )
+                raise no_workspace(address.tenant, address.workspace)
             if checkout.manifest.trust == "restricted":
                 raise QuillError(
                     ErrorCode.DENIED,

@@ -12,7 +12,7 @@ import time
 
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import no_version, no_workspace
 from contracts.paths import normalize
 from core.diffs import DIFF_BUDGET_S, Pair, unified_many
 from core.rows import Node, WorkspaceRow
@@ -47,18 +47,9 @@ class Differ(OffloadedOps):
         """
         other = self.q.store.workspace(ws.tenant, name)
         if other is None:
-            raise QuillError(
-                ErrorCode.WORKSPACE_NOT_FOUND,
-                f"Workspace not found: {ws.tenant}/{name}",
-                {"tenant": ws.tenant, "workspace": name},
-            )
+            raise no_workspace(ws.tenant, name)
         if version > other.version:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"Version {version} of {ws.tenant}/{name} does not exist (the latest is "
-                f"{other.version})",
-                {"version": version, "latest_version": other.version},
-            )
+            raise no_version(version, other.version, f"{ws.tenant}/{name}")
         return other
 
     async def _text(self, ws: WorkspaceRow, node: Node | None) -> tuple[bytes | None, bool]:
@@ -78,11 +69,7 @@ class Differ(OffloadedOps):
         asked = (to_version,) if req.from_workspace not in (None, ws.name) else ()
         for v in asked or (req.from_version, to_version):
             if v > latest:
-                raise QuillError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"Version {v} does not exist (the latest is {latest})",
-                    {"version": v, "latest_version": latest},
-                )
+                raise no_version(v, latest)
         other = ws
         if req.from_workspace is not None and req.from_workspace != ws.name:
             other = self._other(ws, req.from_workspace, req.from_version)

@@ -20,7 +20,7 @@ from nats.js.errors import NotFoundError
 
 from contracts import codec
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_version, no_workspace
 from contracts.events import WorkspacePurged
 from contracts.limits import RETRY_AFTER_MS
 from contracts.paths import ancestors
@@ -100,17 +100,9 @@ async def resolve(
         if want > latest:  # a direct get may come from a stream replica behind the leader
             latest = await _latest(reader, tenant, workspace, fresh=True)
         if latest == 0:
-            raise QuillError(
-                ErrorCode.WORKSPACE_NOT_FOUND,
-                f"Workspace not found: {tenant}/{workspace}",
-                {"tenant": tenant, "workspace": workspace},
-            )
+            raise no_workspace(tenant, workspace)
         if want > latest:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"Version {want} does not exist (the latest is {latest})",
-                {"version": want, "latest_version": latest},
-            )
+            raise no_version(want, latest)
         target = want or latest
         if not await reader.follower.wait_for(tenant, workspace, target, reader.max_wait_s):
             full = reader.follower.disk.reason  # retriable still: another replica may answer

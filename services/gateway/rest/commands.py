@@ -36,6 +36,7 @@ from contracts.limits import (
     LIVE_POLL_MAX_BYTES,
     LIVE_WAIT_MAX_MS,
     LIVE_YIELD_MAX_MS,
+    PTY_MAX_SIDE,
     check_stdin,
 )
 from services.gateway.access import Access
@@ -232,6 +233,16 @@ def int_schema(description: str, most: int | None = None) -> dict[str, Any]:
     return {**schema, "maximum": most} if most is not None else schema
 
 
+PTY = {
+    "type": "object",
+    "required": ["rows", "cols"],
+    "additionalProperties": False,
+    "properties": {
+        "rows": int_schema("Rows", PTY_MAX_SIDE),
+        "cols": int_schema("Columns", PTY_MAX_SIDE),
+    },
+    "description": "Run it in a terminal of this size (with yieldMs)",
+}
 SCHEMAS: dict[str, Any] = {
     "CommandRun": {
         "type": "object",
@@ -244,12 +255,7 @@ SCHEMAS: dict[str, Any] = {
             "env": {"type": "object", "additionalProperties": {"type": "string"}},
             "yieldMs": int_schema("Answer then if it still runs; it runs on", LIVE_YIELD_MAX_MS),
             "stdin": str_schema("Its standard input, whole (text; default: closed)"),
-            "pty": {
-                "type": "object",
-                "required": ["rows", "cols"],
-                "properties": {"rows": {"type": "integer"}, "cols": {"type": "integer"}},
-                "description": "Run it in a terminal of this size (with yieldMs)",
-            },
+            "pty": PTY,
         },
     },
     "CommandRan": {
@@ -286,12 +292,13 @@ SCHEMAS: dict[str, Any] = {
     },
 }
 
-COMMAND_ID = {
-    "name": "commandId",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": "^c[0-9a-f]{12}[A-Za-z0-9]{1,40}$"},
-}
+
+def id_param(name: str, kind: Any) -> dict[str, Any]:
+    """An OpenAPI path parameter of an id, its schema the contract's (``kind``)."""
+    return {"name": name, "in": "path", "required": True, "schema": msgspec.json.schema(kind)}
+
+
+COMMAND_ID = id_param("commandId", rq.CommandHandle)
 FAILURES = {
     "404": "not_found: no such command in this workspace (made up, another's, or too old)",
     "409": "command_ended: it takes no input or signal any more",
@@ -299,15 +306,21 @@ FAILURES = {
 }
 
 
+def body(schema: Any) -> dict[str, Any]:
+    """An OpenAPI request body of JSON by ``schema``."""
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def with_failures(errors: dict[str, Any], error: Any, failures: dict[str, str]) -> dict[str, Any]:
+    """``errors`` and the responses of ``failures`` (status to description)."""
+    return {**errors, **{code: error(text) for code, text in failures.items()}}
+
+
 def paths(json: Any, errors: dict[str, Any], error: Any) -> dict[str, Any]:
     """The OpenAPI paths of the commands (``json(schema, description)``, ``errors``, and
     ``error(description)`` as the document writes them)."""
-    failures = {**errors, **{code: error(text) for code, text in FAILURES.items()}}
+    failures = with_failures(errors, error, FAILURES)
     obj = {"type": "object"}
-
-    def body(schema: Any) -> dict[str, Any]:
-        return {"required": True, "content": {"application/json": {"schema": schema}}}
-
     return {
         COMMANDS: {
             "post": {

@@ -32,15 +32,20 @@ from contracts.errors import ErrorCode as E
 from contracts.errors import QuillError
 from services.gateway.access import Access
 from services.gateway.rest.commands import (
+    COMMAND_ID,
     COMMANDS,
     FAILURES,
+    PTY,
+    body,
     command_request,
     fields_of,
     handle_param,
+    id_param,
     int_schema,
     ran,
     str_schema,
     typed,
+    with_failures,
 )
 from services.gateway.rest.edge import json_body, own_workspace
 
@@ -162,23 +167,11 @@ class Shells:
         return JSONResponse({"commandId": resized.command_id, "rows": size.rows, "cols": size.cols})
 
 
-SHELL_ID = {
-    "name": "shellId",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": "^s[0-9a-f]{12}[A-Za-z0-9]{1,40}$"},
-}
+SHELL_ID = id_param("shellId", rq.ShellHandle)
 SHELL_FAILURES = {
     "404": "not_found: no such shell in this workspace (made up, another's, or closed)",
     "409": "busy: it runs a command already (queue: true waits for it)",
     "410": "shell_lost: the executor holding it is gone, and the shell with it",
-}
-PTY = {
-    "type": "object",
-    "required": ["rows", "cols"],
-    "additionalProperties": False,
-    "properties": {"rows": int_schema("Rows", 1000), "cols": int_schema("Columns", 1000)},
-    "description": "Run it in a terminal of this size (with yieldMs)",
 }
 SCHEMAS: dict[str, Any] = {
     "ShellOpen": {
@@ -207,12 +200,8 @@ SCHEMAS: dict[str, Any] = {
 
 def paths(json: Any, errors: dict[str, Any], error: Any) -> dict[str, Any]:
     """The OpenAPI paths of the shells (as ``commands.paths`` takes them)."""
-    failures = {**errors, **{code: error(text) for code, text in SHELL_FAILURES.items()}}
+    failures = with_failures(errors, error, SHELL_FAILURES)
     obj = {"type": "object"}
-
-    def body(schema: Any) -> dict[str, Any]:
-        return {"required": True, "content": {"application/json": {"schema": schema}}}
-
     return {
         SHELLS: {
             "post": {
@@ -254,16 +243,13 @@ def paths(json: Any, errors: dict[str, Any], error: Any) -> dict[str, Any]:
             },
         },
         COMMANDS + "/{commandId}/resize": {
-            "parameters": [
-                {**SHELL_ID, "name": "commandId", "schema": {"type": "string"}},
-            ],
+            "parameters": [COMMAND_ID],
             "post": {
                 "summary": "A new size for its terminal (pty)",
                 "requestBody": body({**PTY, "description": "The terminal's new size"}),
                 "responses": {
                     "200": json(obj, "{commandId, rows, cols}"),
-                    **errors,
-                    **{code: error(text) for code, text in FAILURES.items()},
+                    **with_failures(errors, error, FAILURES),
                 },
             },
         },
