@@ -38,6 +38,7 @@ from contracts.limits import LimitsPatch
 from contracts.requests import PutChange
 from infra import bus
 from quill.client import Quill, Workspace
+from quill.shell import Shell
 from quill_cli.natsserver import NatsServer
 
 EVENT_STEPS = (1_000, 10_000, 100_000, 1_000_000)
@@ -197,6 +198,26 @@ def history_ops(ws: Workspace, nc: nats.NATS) -> dict[str, Op]:
     }
 
 
+def shell_ops(ws: Workspace, path: str) -> dict[str, Op]:
+    """A command in an open shell (issue 32), each sample in the same shell: one that changes
+    nothing and one that changes ``path`` (committed as the command returns)."""
+    opened: list[Shell] = []
+    counter = iter(range(10**9))
+
+    async def shell() -> Shell:
+        if not opened:
+            opened.append(await ws.shell())
+        return opened[0]
+
+    async def true() -> object:
+        return await (await shell()).run("true")
+
+    async def change() -> object:
+        return await (await shell()).run(f"echo {next(counter)} > {path}")
+
+    return {"shell: true (second)": true, "shell: changing one file": change}
+
+
 def tree_ops(ws: Workspace) -> dict[str, Op]:
     """The operations of a tree workspace whose answer does not grow with its tree."""
     counter = iter(range(10**9))
@@ -212,6 +233,7 @@ def tree_ops(ws: Workspace) -> dict[str, Op]:
         "info": lambda: ws.info(),
         "exec true (second)": lambda: ws.exec("true"),
         "exec changing one file": change_one,
+        **shell_ops(ws, "fixed/shell.txt"),
     }
 
 
@@ -220,7 +242,15 @@ def cold_ops(ws: Workspace) -> list[tuple[str, str, Op]]:
     return [
         ("writer restart, then the first write", "writer", lambda: ws.write("bench/c.txt", "x")),
         ("first exec true (a fresh checkout)", "executor", lambda: ws.exec("true")),
+        ("first shell open, true, close (fresh)", "executor", lambda: shell_once(ws)),
     ]
+
+
+async def shell_once(ws: Workspace) -> None:
+    """A shell opened on an executor with no checkouts (its checkout built), one command, and
+    closed."""
+    async with await ws.shell() as shell:
+        await shell.run("true")
 
 
 async def cold(stack: Stack, nc: nats.NATS, role: str, op: Op) -> float:

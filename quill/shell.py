@@ -16,8 +16,13 @@ from quill._transport import OnOutput
 class Shell:
     """An open shell of ``workspace`` (see the module docstring)."""
 
-    def __init__(self, workspace: Handle, shell_id: str) -> None:
+    def __init__(
+        self, workspace: Handle, shell_id: str, opened: rp.ShellOpened | None = None
+    ) -> None:
         self.workspace, self.id = workspace, shell_id
+        self.opened = opened
+        """``exec.shell_open``'s answer (its version, idle timeout, expiry) when this handle
+        opened it."""
 
     def __repr__(self) -> str:
         return f"Shell({self.id!r})"

@@ -393,7 +393,7 @@ class Workspace(Reads):
             idle_timeout_ms=idle_timeout_ms,
         )
         opened: rp.ShellOpened = await self._exec(body, None, None)
-        return Shell(self, opened.shell)
+        return Shell(self, opened.shell, opened)
 
     def shell_of(self, shell_id: str) -> Shell:
         """The handle of an open shell of this workspace, by its id."""

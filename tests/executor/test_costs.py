@@ -6,6 +6,8 @@ applies from the log (``infra.exec.checkout.COUNTS``), as its ping shows them.
   after 1,000 and after 4,000 (``-m slow``: 20,000) events.
 * A command costs what it changed, not the tree: a second ``exec true`` and a command changing
   one file, in a checkout of 1,000 and of 4,000 (``-m slow``: 20,000) files.
+* A shell (issue 32) opens on the files, not the history, and a command in it costs the
+  events since its last command and what it changed, on 1,000 and 4,000 (20,000) events.
 
 A real nats-server, writer, reader and executor (bwrap, commands over an overlay).
 """
@@ -25,6 +27,7 @@ from bench import size
 from contracts.limits import LimitsPatch
 from contracts.requests import PutChange
 from quill.client import Quill, Workspace
+from quill.shell import Shell
 from services.executor.app import Executor
 from tests.helpers import (
     start_overlay_stack,
@@ -139,3 +142,36 @@ async def test_gitignore_files_cost_the_paths_changed_not_the_tree(
         assert [p.path for p in again.changes.paths] == ["pkg07/d.txt"]
     flat(*changes, ("stat", "read", "write", "events"))
     assert reads == [(2, 0), (2, 0)]
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+async def test_a_shell_opens_on_the_files_and_its_commands_cost_what_changed(
+    executor: Executor, nc: NATS, quill: Quill, sizes: tuple[int, int], tmp_path: Path
+) -> None:
+    """Issue 32 on a long-lived workspace: a shell opened on a long history costs its files,
+    not the history; a command in it, with 50 writes from elsewhere since its last, costs
+    those 50 events and what it changed, the same on a short and a long history."""
+    opens, commands = [], []
+    for events in sizes:
+        ws = await history(nc, quill, f"acme/shell-{tmp_path.name[-12:]}-{events}", events)
+        shells: list[Shell] = []
+
+        async def open_one(ws: Workspace = ws, shells: list[Shell] = shells) -> None:
+            shells.append(await ws.shell())
+
+        opens.append(await cost(executor, open_one))
+        async with shells[0] as sh:
+            first = await sh.run("find . -type f | wc -l")
+            assert first.stdout.strip() == str(PATHS)
+            for n in range(50):
+                await ws.write(f"elsewhere/{n}.txt", "x\n")
+
+            async def change(sh: Shell = sh) -> None:
+                result = await sh.run("cat elsewhere/49.txt && echo y > mine.txt")
+                assert result.stdout == "x\n" and result.changes.total == 1
+
+            commands.append(await cost(executor, change))
+        assert await ws.read_text("mine.txt") == "y\n"
+    flat(*opens, ("write", "read", "stat", "events"))
+    flat(*commands, ("write", "read", "stat", "events"))
+    assert [c["events"] for c in commands] == [51, 51]  # the 50 writes, and its own commit

@@ -1,9 +1,10 @@
 """REST commands: ``/v1/host/workspace/commands``, a command run in the caller's workspace, and
 the commands that run on past their request (``exec.run`` with ``yield_ms``).
 
-``POST`` ``{"command", "workdir"?, "timeoutMs"?, "env"?, "yieldMs"?}`` runs one: without
-``yieldMs`` the answer waits for its end; with it, a command still running then is answered
-``running: true`` with its ``commandId`` and a ``cursor`` (and ``Location``: its output). Then,
+``POST`` ``{"command", "workdir"?, "timeoutMs"?, "env"?, "yieldMs"?, "stdin"?, "pty"?}`` runs
+one: without ``yieldMs`` the answer waits for its end; with it, a command still running then
+is answered ``running: true`` with its ``commandId`` and a ``cursor`` (and ``Location``: its
+output). Then,
 by the id: ``GET …/{commandId}/output?cursor=&waitMs=&maxBytes=`` (``exec.poll``: the output
 after the cursor, waiting up to ``waitMs`` while it runs; once ended its ``exitCode`` and the
 ``version`` its changes were committed as), ``POST …/{commandId}/input``
@@ -35,15 +36,16 @@ from contracts.limits import (
     LIVE_POLL_MAX_BYTES,
     LIVE_WAIT_MAX_MS,
     LIVE_YIELD_MAX_MS,
+    check_stdin,
 )
 from services.gateway.access import Access
 from services.gateway.rest.edge import count_param, json_body, own_workspace
 
 COMMANDS = "/v1/host/workspace/commands"
-RUN_FIELDS = frozenset({"command", "workdir", "timeoutMs", "env", "yieldMs"})
+RUN_FIELDS = frozenset({"command", "workdir", "timeoutMs", "env", "yieldMs", "stdin", "pty"})
 
 
-def _fields(body: Any, allowed: frozenset[str], shape: str) -> dict[str, Any]:
+def fields_of(body: Any, allowed: frozenset[str], shape: str) -> dict[str, Any]:
     """``body`` as an object of ``allowed`` fields.
 
     Raises:
@@ -57,7 +59,7 @@ def _fields(body: Any, allowed: frozenset[str], shape: str) -> dict[str, Any]:
     return body
 
 
-def _typed(value: Any, kind: Any, name: str) -> Any:
+def typed(value: Any, kind: Any, name: str) -> Any:
     """``value`` as ``kind`` (strictly, with the contract's bounds).
 
     Raises:
@@ -67,6 +69,26 @@ def _typed(value: Any, kind: Any, name: str) -> Any:
         return msgspec.convert(value, kind)
     except msgspec.ValidationError as exc:
         raise QuillError(E.INVALID_ARGUMENT, f"Invalid {name}: {exc}") from None
+
+
+def command_request(body: dict[str, Any], shell: str | None = None) -> rq.RunCommand:
+    """A REST command body (camelCase; ``stdin`` as text) as ``exec.run``'s request.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for a missing command or a value out of bounds.
+    """
+    command = body.get("command")
+    if not isinstance(command, str) or not command:
+        raise QuillError(E.INVALID_ARGUMENT, "command must be a non-empty string")
+    fields = {"timeoutMs": "timeout_ms", "yieldMs": "yield_ms"}
+    asked = {fields.get(k, k): v for k, v in body.items()}
+    if "stdin" in asked:
+        asked["stdin"] = typed(asked["stdin"], str, "stdin").encode()
+        check_stdin(asked["stdin"])
+    if shell is not None:
+        asked["shell"] = shell
+    req: rq.RunCommand = typed(asked, rq.RunCommand, "body")  # the contract's bounds
+    return req
 
 
 def handle_param(request: Request) -> str:
@@ -132,13 +154,8 @@ class Commands:
         self.access = access
 
     async def run(self, request: Request) -> Response:
-        body = _fields(await json_body(request), RUN_FIELDS, '{"command": "..."}')
-        command = body.get("command")
-        if not isinstance(command, str) or not command:
-            raise QuillError(E.INVALID_ARGUMENT, "command must be a non-empty string")
-        fields = {"timeoutMs": "timeout_ms", "yieldMs": "yield_ms"}
-        asked = {fields.get(k, k): v for k, v in body.items()}
-        req: rq.RunCommand = _typed(asked, rq.RunCommand, "body")  # the contract's bounds
+        body = fields_of(await json_body(request), RUN_FIELDS, '{"command": "..."}')
+        req = command_request(body)
         ws = await own_workspace(self.access, request)
         result = await ws.exec(
             req.command,
@@ -146,6 +163,8 @@ class Commands:
             timeout_ms=req.timeout_ms,
             env=req.env,
             yield_ms=req.yield_ms,
+            stdin=req.stdin,
+            pty=(req.pty.rows, req.pty.cols) if req.pty is not None else None,
         )
         headers = None
         if result.running:
@@ -173,7 +192,7 @@ class Commands:
     async def output(self, request: Request) -> Response:
         handle = handle_param(request)
         asked = {"command_id": handle, "cursor": request.query_params.get("cursor", "")}
-        poll: rq.CommandPoll = _typed(asked, rq.CommandPoll, "cursor")
+        poll: rq.CommandPoll = typed(asked, rq.CommandPoll, "cursor")
         wait_ms = count_param(request, "waitMs", LIVE_WAIT_MAX_MS, lowest=0, unit=" (ms)") or 0
         max_bytes = count_param(request, "maxBytes", LIVE_POLL_MAX_BYTES) or 64 * 1024
         ws = await own_workspace(self.access, request)
@@ -182,11 +201,11 @@ class Commands:
 
     async def input(self, request: Request) -> Response:
         handle = handle_param(request)
-        body = _fields(await json_body(request), frozenset({"data", "eof"}), '{"data": "..."}')
-        data = _typed(body.get("data", ""), str, "data").encode()
+        body = fields_of(await json_body(request), frozenset({"data", "eof"}), '{"data": "..."}')
+        data = typed(body.get("data", ""), str, "data").encode()
         if len(data) > LIVE_INPUT_MAX_BYTES:
             raise QuillError(E.SIZE_LIMIT_EXCEEDED, f"data over {LIVE_INPUT_MAX_BYTES} bytes")
-        eof = _typed(body.get("eof", False), bool, "eof")
+        eof = typed(body.get("eof", False), bool, "eof")
         ws = await own_workspace(self.access, request)
         written = await ws.command(handle).input(data, eof=eof)
         return JSONResponse(
@@ -195,8 +214,8 @@ class Commands:
 
     async def signal(self, request: Request) -> Response:
         handle = handle_param(request)
-        body = _fields(await json_body(request), frozenset({"signal"}), '{"signal": "INT"}')
-        name = _typed(body.get("signal", "TERM"), rq.SignalName, "signal")
+        body = fields_of(await json_body(request), frozenset({"signal"}), '{"signal": "INT"}')
+        name = typed(body.get("signal", "TERM"), rq.SignalName, "signal")
         ws = await own_workspace(self.access, request)
         sent = await ws.command(handle).signal(name)
         return JSONResponse(
@@ -204,11 +223,11 @@ class Commands:
         )
 
 
-def _str(description: str) -> dict[str, Any]:
+def str_schema(description: str) -> dict[str, Any]:
     return {"type": "string", "description": description}
 
 
-def _int(description: str, most: int | None = None) -> dict[str, Any]:
+def int_schema(description: str, most: int | None = None) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "integer", "minimum": 0, "description": description}
     return {**schema, "maximum": most} if most is not None else schema
 
@@ -219,11 +238,18 @@ SCHEMAS: dict[str, Any] = {
         "required": ["command"],
         "additionalProperties": False,
         "properties": {
-            "command": _str("The shell command line (bash -c)"),
-            "workdir": _str("Working directory, workspace-relative (default: the root)"),
-            "timeoutMs": _int("Stop it after this long (default 30000)"),
+            "command": str_schema("The shell command line (bash -c)"),
+            "workdir": str_schema("Working directory, workspace-relative (default: the root)"),
+            "timeoutMs": int_schema("Stop it after this long (default 30000)"),
             "env": {"type": "object", "additionalProperties": {"type": "string"}},
-            "yieldMs": _int("Answer then if it still runs; it runs on", LIVE_YIELD_MAX_MS),
+            "yieldMs": int_schema("Answer then if it still runs; it runs on", LIVE_YIELD_MAX_MS),
+            "stdin": str_schema("Its standard input, whole (text; default: closed)"),
+            "pty": {
+                "type": "object",
+                "required": ["rows", "cols"],
+                "properties": {"rows": {"type": "integer"}, "cols": {"type": "integer"}},
+                "description": "Run it in a terminal of this size (with yieldMs)",
+            },
         },
     },
     "CommandRan": {
@@ -232,9 +258,9 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "commandId": {"type": "string"},
             "running": {"type": "boolean"},
-            "stdout": _str("Its output (running: so far; ended: the head of a long one)"),
+            "stdout": str_schema("Its output (running: so far; ended: the head of a long one)"),
             "stderr": {"type": "string"},
-            "cursor": _str("running: for GET …/output"),
+            "cursor": str_schema("running: for GET …/output"),
             "exitCode": {"type": "integer"},
             "timedOut": {"type": "boolean"},
             "version": {"type": ["integer", "null"], "description": "Its changes' version"},
@@ -249,7 +275,7 @@ SCHEMAS: dict[str, Any] = {
             "running": {"type": "boolean"},
             "stdout": {"type": "string"},
             "stderr": {"type": "string"},
-            "cursor": _str("For the next GET …/output"),
+            "cursor": str_schema("For the next GET …/output"),
             "more": {"type": "boolean", "description": "More is kept past cursor already"},
             "exitCode": {"type": ["integer", "null"]},
             "timedOut": {"type": "boolean"},
@@ -306,8 +332,12 @@ def paths(json: Any, errors: dict[str, Any], error: Any) -> dict[str, Any]:
                 "summary": "Its output after cursor, waiting up to waitMs while it runs",
                 "parameters": [
                     {"name": "cursor", "in": "query", "schema": {"type": "string"}},
-                    {"name": "waitMs", "in": "query", "schema": _int("", LIVE_WAIT_MAX_MS)},
-                    {"name": "maxBytes", "in": "query", "schema": _int("", LIVE_POLL_MAX_BYTES)},
+                    {"name": "waitMs", "in": "query", "schema": int_schema("", LIVE_WAIT_MAX_MS)},
+                    {
+                        "name": "maxBytes",
+                        "in": "query",
+                        "schema": int_schema("", LIVE_POLL_MAX_BYTES),
+                    },
                 ],
                 "responses": {
                     "200": json({"$ref": "#/components/schemas/CommandOutput"}, "Its output"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.gateway import VERSION
-from services.gateway.rest import commands
+from services.gateway.rest import commands, shells
 from services.gateway.rest.approvals import WAIT_MAX_MS
 from services.gateway.rest.edge import MAX_BODY_BYTES
 from services.gateway.rest.files import LIST_MAX
@@ -309,7 +309,7 @@ def document() -> dict[str, Any]:
             "description": "RFC 0059 workspace files, MCP (/mcp) and WAP (/mcp/wap) over Quill.",
         },
         "components": {
-            "schemas": {**SCHEMAS, **commands.SCHEMAS},
+            "schemas": {**SCHEMAS, **commands.SCHEMAS, **shells.SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
@@ -356,6 +356,7 @@ def document() -> dict[str, Any]:
             },
             "/v1/host/workspace/files/{path}": file_ops,
             **commands.paths(_json, ERRORS, _error),
+            **shells.paths(_json, ERRORS, _error),
             "/v1/runs": {
                 "post": {
                     "summary": "Start a run: reads under it see the workspace as of now",

@@ -16,6 +16,7 @@ from services.gateway.rest.edge import guard
 from services.gateway.rest.files import Files
 from services.gateway.rest.ports import METHODS, PORTS, Ports
 from services.gateway.rest.runs import Runs
+from services.gateway.rest.shells import SHELLS, Shells
 from services.gateway.rest.workspaces import Workspaces
 
 FILES = "/v1/host/workspace/files"
@@ -31,7 +32,7 @@ def routes(access: Access) -> list[BaseRoute]:
     """Every REST route, ``/openapi.json`` first."""
     files, runs = Files(access), Runs(access)
     approvals, workspaces = Approvals(access), Workspaces(access)
-    commands = Commands(access)
+    commands, shells = Commands(access), Shells(access)
     table = [
         ("GET", FILES, files.list_files),
         ("GET", FILES + "/{path:filepath}", files.get_file),
@@ -43,6 +44,12 @@ def routes(access: Access) -> list[BaseRoute]:
         ("GET", COMMANDS + "/{command_id}/output", commands.output),
         ("POST", COMMANDS + "/{command_id}/input", commands.input),
         ("POST", COMMANDS + "/{command_id}/signal", commands.signal),
+        ("POST", COMMANDS + "/{command_id}/resize", shells.resize),
+        ("POST", SHELLS, shells.open),
+        ("GET", SHELLS, shells.list),
+        ("POST", SHELLS + "/{shell_id}/commands", shells.run),
+        ("POST", SHELLS + "/{shell_id}/checkpoint", shells.checkpoint),
+        ("DELETE", SHELLS + "/{shell_id}", shells.close),
         ("POST", RUNS, runs.create),
         ("GET", RUNS + "/{run_id}", runs.snapshot),
         ("POST", RUNS + "/{run_id}/cancel", runs.cancel),
