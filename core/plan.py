@@ -74,7 +74,7 @@ class Plan:
     """``(ws, version, type, event JSON)`` of the control events (runs, locks, approvals)."""
     workspace_updates: dict[int, tuple[object, ...]] = field(default_factory=dict)
     """Per workspace, its head after the batch: ``(version, last_seq, last_hash, tree_hash,
-    updated, trust, limits, floor, lineage, ws)`` (``infra.sql.SET_HEAD``)."""
+    updated, trust, limits, floor, lineage, base, ws)`` (``infra.sql.SET_HEAD``)."""
     replaced: list[int] = field(default_factory=list)
     """Workspaces a compaction replaced (caches of them are stale)."""
     uncommitted_clears: list[tuple[int, str, str]] = field(default_factory=list)
@@ -243,7 +243,8 @@ def plan(
         )
         out.workspace_updates[ws] = (
             head.version, head.last_seq, head.last_hash, head.tree_hash, at, head.trust,
-            _limits(head), head.floor, lineage_text(head.lineage), ws,
+            _limits(head), head.floor, lineage_text(head.lineage),
+            head.lineage[0][0] if head.lineage else None, ws,
         )  # fmt: skip
     return out
 

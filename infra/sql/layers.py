@@ -4,13 +4,18 @@ the whiteouts a delete in a fork leaves, and the forks of a workspace (see ``inf
 from __future__ import annotations
 
 from core.plan import LIVE, WHITEOUT
-from infra.sql.schema import FIRST_ROWS
+from infra.sql.schema import FIRST_ROWS, WHOLE_WORKSPACE
 
 FORK_OF = "SELECT tenant, lineage FROM workspaces WHERE id=?"
 """A workspace's tenant and lineage (``''``: no fork), by id."""
-TOUCHED = "SELECT DISTINCT path FROM revisions WHERE ws=? AND path>=? AND path<? AND version<=?"
-"""The paths a layer has a row of (any: live, ended or a whiteout) at or before a version,
-in a range: the paths it decides, hiding the layers below (a range of the primary key)."""
+TOUCHED = (
+    f"SELECT DISTINCT {WHOLE_WORKSPACE} path FROM revisions "
+    "WHERE ws=? AND path>=? AND path<? AND version<=?"
+)
+"""The paths a fork's layer has a row of (any: live, ended or a whiteout) at or before a
+version, in a range: the paths it decides, hiding the layers below. Meant to read every row
+of the layer's own in the range (a range of the primary key): a fork's own rows are what it
+changed since its fork point, never its source's history."""
 LAYER_ROWS = (
     "SELECT path, kind, sha256, size, file_version, executable, binary, created, modified, "
     "version, until, moved_from FROM revisions INDEXED BY revisions_live "

@@ -49,7 +49,7 @@ the workspace whose namespace holds it: where a reader's indexer fetches it from
 INSERT_CONTROL = "INSERT INTO controls VALUES(?, ?, ?, ?)"
 SET_HEAD = (
     "UPDATE workspaces SET version=?, last_seq=?, last_hash=?, tree_hash=?, updated=?, trust=?, "
-    "limits=?, floor=?, lineage=?, base=json_extract(nullif(?9, ''), '$[0][0]') WHERE id=?"
+    "limits=?, floor=?, lineage=?, base=? WHERE id=?"
 )
 """A workspace's row as a batch left it (its head, evolved by ``core.plan``)."""
 CLEAR_UNCOMMITTED = "DELETE FROM uncommitted WHERE ws=? AND path>=? AND path<?"
