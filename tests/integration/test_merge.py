@@ -54,7 +54,10 @@ async def test_a_fork_merges_back_as_one_event(services: StartReader, quill: Qui
     dry = await src.merge("try", dry_run=True)
     assert not dry.committed and dry.dry_run and dry.conflicts == []
     assert {(c.path, c.kind) for c in dry.changes} == {
-        ("t.txt", "put"), ("new", "mkdir"), ("new/big.txt", "put"), ("d/x.txt", "delete")
+        ("t.txt", "put"),
+        ("new", "mkdir"),
+        ("new/big.txt", "put"),
+        ("d/x.txt", "delete"),
     }
     assert (await src.info()).version == before  # a dry run commits nothing
     merged = await src.merge("try")
