@@ -6,6 +6,8 @@ target's own namespace, and refusals that leave no trace (issue 33)."""
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+
 import pytest
 
 from contracts import hashing
@@ -15,6 +17,7 @@ from infra.blobs import Blobs
 from quill.client import Quill, Workspace
 from services.reader.app import Reader
 from tests.conftest import StartReader
+from tests.helpers import agent_and_human, approvals_pending
 
 TEXT = "".join(f"line {i}\n" for i in range(1, 21))
 BIG = "z" * 70_000 + "\n"
@@ -214,3 +217,34 @@ async def test_a_merge_over_the_targets_limits_commits_nothing(
         await src.merge("try")  # four files where three fit
     assert files.value.code == ErrorCode.SIZE_LIMIT_EXCEEDED
     assert (await src.info()).version == before
+
+
+async def test_a_merge_into_a_restricted_workspace_waits_for_approval(
+    services: StartReader, nats_url: str
+) -> None:
+    await services("r1")
+    async with AsyncExitStack() as stack:
+        ws, desk = await agent_and_human(
+            stack, nats_url, "m9/main", session="s-agent", human_session="s-alice"
+        )
+        agent = ws.client
+        assert isinstance(agent, Quill)
+        await ws.create()
+        await ws.write("t.txt", TEXT)
+        await agent.fork("m9/main", "try")
+        await agent.workspace("m9/try").write("f.txt", "from the fork\n")
+        await ws.set_trust("restricted")
+        dry = await ws.merge("try", dry_run=True)  # an answer: nothing to approve
+        assert [c.path for c in dry.changes] == ["f.txt"]
+        with pytest.raises(QuillError) as parked:
+            await ws.merge("try")
+        assert parked.value.code == ErrorCode.APPROVAL_REQUIRED
+        approval_id = parked.value.details["approval_id"]
+        await approvals_pending(desk, 1)
+        [listed] = (await desk.approvals()).pending
+        assert listed.op == "cmd.merge"
+        assert listed.preview is not None and "+from the fork" in listed.preview
+        await desk.approve(approval_id)
+        status = await ws.wait_approval(approval_id, 30)
+        assert status.outcome is not None and status.outcome.version is not None
+        assert (await ws.read("f.txt")).content == "from the fork\n"
