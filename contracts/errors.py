@@ -99,6 +99,13 @@ class ErrorCode(StrEnum):
     COMMAND_ENDED = "COMMAND_ENDED"
     """The live command has ended: it takes no input or signal any more (``exec.poll`` says how
     it ended). (Addition.)"""
+    MERGE_CONFLICT = "MERGE_CONFLICT"
+    """A merge (``cmd.merge``) found conflicts its strategy does not decide: nothing was
+    committed. Details list them (``conflicts``, the first 100, each with both sides'
+    entries and a three-way view; ``conflicts_total``). (Addition, issue 33.)"""
+    NO_MERGE_BASE = "NO_MERGE_BASE"
+    """The two workspaces of a merge share no history (neither was forked from the other,
+    nor both from a third): there is no base to merge against. (Addition, issue 33.)"""
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset({ErrorCode.TIMEOUT, ErrorCode.UNAVAILABLE})

@@ -101,6 +101,19 @@ class ChangesCommitted(
     uncommitted: list[UncommittedPath] | None = None
     """The paths the command's sandbox now holds uncommitted (replacing the set recorded
     before); None: unchanged. At most ``contracts.uncommitted.MAX_PATHS``."""
+    merged_from: MergedFrom | None = None
+    """On a merge (op ``merge``, issue 33): the workspace merged in and its version, and the
+    merge base; the next merge of that workspace starts from here."""
+
+
+class MergedFrom(msgspec.Struct, frozen=True, kw_only=True):
+    """What a merge took in: workspace ``workspace`` (same tenant) as of ``version``, merged
+    against the base ``base_version`` of the target (``from_base``: that workspace's)."""
+
+    workspace: str
+    version: int
+    base_version: int
+    from_base: int
 
 
 class RunStarted(Event, frozen=True, kw_only=True, omit_defaults=True, tag="run_started"):

@@ -599,6 +599,15 @@ _ALL: tuple[OpSpec, ...] = (
         (E.ALREADY_EXISTS, E.VERSION_TRIMMED),
         {"from": "demo", "version": 12},
     ),
+    _cmd(
+        "merge",
+        rq.MergeWorkspace,
+        rp.Merged,
+        "Merge another workspace of the tenant (a fork, its source, a sibling fork) into this "
+        "one: three-way per path against the merge base, one event; or a dry run.",
+        (E.MERGE_CONFLICT, E.NO_MERGE_BASE),
+        {"from": "demo-try1", "strategy": "fail", "dry_run": True},
+    ),
     _qry(
         "forks",
         rq.ForksQuery,

@@ -16,6 +16,7 @@ from typing import Any, Generic, Literal, TypeVar
 import msgspec
 
 from contracts.limits import Limits
+from contracts.merging import Conflict
 
 R = TypeVar("R")
 
@@ -605,6 +606,46 @@ class ForkList(Result, frozen=True, kw_only=True):
     """``tenant/workspace`` whose forks these are."""
     forks: list[ForkSummary]
     truncated: bool = False
+
+
+class MergeChange(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One change a merge makes (or would make) to the target."""
+
+    path: str
+    kind: Literal["put", "mkdir", "delete"]
+    source: Literal["ours", "theirs", "merged"] | None = None
+    """For a put: whose content (``merged``: merged line by line, or with markers)."""
+    size: int | None = None
+
+
+class Merged(Result, frozen=True, kw_only=True):
+    workspace: str
+    """``tenant/workspace``: the target."""
+    source: str
+    """``tenant/workspace`` merged in."""
+    from_version: int
+    """The version of ``source`` merged."""
+    base_version: int
+    """The merge base: the target's version the merge started from (the fork point, or the
+    last merge of ``source``)."""
+    from_base: int
+    """The same base as a version of ``source``."""
+    strategy: str
+    dry_run: bool
+    committed: bool
+    """False for a dry run, a merge that changes nothing, or one refused (``refused``)."""
+    changes: list[MergeChange]
+    """What it changes (the first 1,000)."""
+    changes_total: int
+    conflicts: list[Conflict]
+    """The conflicts found (the first 100), each with how the strategy decided it."""
+    conflicts_total: int
+    marked: list[str]
+    """The files written with conflict markers (``markers``)."""
+    merged: list[str]
+    """The texts both sides changed that merged line by line without a conflict."""
+    refused: str | None = None
+    """Why it would commit nothing (a dry run with conflicts its strategy does not decide)."""
 
 
 class Purged(Result, frozen=True, kw_only=True):

@@ -563,6 +563,22 @@ class ForkWorkspace(Command, frozen=True, kw_only=True):
     """The source's version to fork at. Default: its latest."""
 
 
+class MergeWorkspace(Command, frozen=True, kw_only=True):
+    """Merge workspace ``from`` (same tenant: a fork of this one, this one's source, or a
+    fork of the same source) into this one: a three-way merge per path against the merge
+    base (the fork point, or the last merge of ``from`` into this one), committed as one
+    event (op ``merge``). Costs what changed on either side since the base."""
+
+    source: WorkspaceId = msgspec.field(name="from")
+    """The workspace to merge in (``from`` on the wire), of the same tenant."""
+    strategy: Literal["fail", "ours", "theirs", "markers"] = "fail"
+    """What a conflict does: ``fail`` (nothing committed, every conflict listed), decided
+    for ``ours`` (this workspace) or ``theirs`` (``from``) side, or ``markers`` (git's
+    conflict markers in the texts; a conflict markers cannot hold fails)."""
+    dry_run: bool = False
+    """Decide it and answer what it would change and the conflicts; commit nothing."""
+
+
 class ForksQuery(Query, frozen=True, kw_only=True):
     """The workspace's forks: each one's name, the version it was forked at, and how many
     versions each side has moved on since."""

@@ -39,6 +39,7 @@ from core import decide_apply as applying
 from core import decide_control as control
 from core import decide_files as files
 from core import decide_fork as forking
+from core import decide_merge as merging
 from core.decision import Context, Decision, Needs
 from core.evolve import WorkspaceState
 from core.tree import Tree
@@ -177,6 +178,7 @@ DECIDERS: dict[str, Callable[[WorkspaceState, Any, Context], Decision]] = ops.ta
         **applying.DECIDERS,
         **control.DECIDERS,
         "fork": forking.fork,
+        **merging.DECIDERS,
     },
 )
 """Each command's decision, by op name: the registry (``contracts/ops.py``) checks it is whole."""

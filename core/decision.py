@@ -25,6 +25,7 @@ from contracts.errors import QuillError
 from contracts.events import (
     AnyChange,
     ChangesCommitted,
+    MergedFrom,
     UncommittedPath,
     WorkspaceCreated,
     WorkspaceEvent,
@@ -32,6 +33,7 @@ from contracts.events import (
 from contracts.limits import Limits
 from contracts.subjects import Origin
 from core.evolve import WorkspaceState
+from core.merge_types import Sides
 from core.secrets import NO_SECRETS, Secrets
 from core.tree import Tree
 
@@ -60,6 +62,8 @@ class Context:
     """For ``fork``: the source as the writer's projection holds it."""
     forks: list[str] | None = None
     """For ``purge``: the workspaces forked from this one (their history is partly its)."""
+    merge: MergeSource | None = None
+    """For ``merge``: what it merges, gathered by the writer (``core/decide_merge.py``)."""
 
     def compute(self, fn: Callable[..., T], *args: Any, budget_s: float) -> T:
         """``fn(*args, remaining=...)``, a step a client can make expensive, within
@@ -100,6 +104,24 @@ class ForkSource:
     commands: bool = False
 
 
+@dataclass(frozen=True)
+class MergeSource:
+    """What a merge reads (``core/decide_merge.py``), gathered by the writer: the workspace
+    merged in, the merge base, and one ``Sides`` per path changed on either side since it."""
+
+    name: str
+    """The workspace merged in (same tenant)."""
+    version: int
+    """Its version merged."""
+    base: int
+    """The merge base, as the target's version."""
+    from_base: int
+    """The merge base, as the version of ``name``."""
+    sides: list[Sides]
+    contents: dict[str, bytes]
+    """The contents the merge reads, by sha256: the texts to merge and theirs to put."""
+
+
 T = TypeVar("T")
 Computed = tuple[Callable[..., Any], tuple[Any, ...], Any]
 """A step (function, arguments) and its result."""
@@ -132,6 +154,8 @@ class Decision:
     uncommitted: list[UncommittedPath] | None = None
     """For an executor's ``apply``: the paths its sandbox left uncommitted, when the set
     recorded changes (``contracts.uncommitted``)."""
+    merged_from: MergedFrom | None = None
+    """For a merge: what it took in (``ChangesCommitted.merged_from``)."""
 
     @property
     def commits(self) -> bool:
@@ -170,6 +194,7 @@ def to_event(
         changes=decision.changes,
         message=decision.message,
         uncommitted=decision.uncommitted,
+        merged_from=decision.merged_from,
         **common,
     )
 

@@ -335,6 +335,35 @@ class Workspace(Reads):
     async def restore(self, version: int, path: str | None = None) -> rp.Restored:
         return await self._cmd(rq.RestorePath(version=version, path=path))
 
+    async def merge(
+        self,
+        source: str,
+        *,
+        strategy: Literal["fail", "ours", "theirs", "markers"] = "fail",
+        dry_run: bool = False,
+    ) -> rp.Merged:
+        """Merge ``source`` (a workspace of the same tenant: ``name`` or ``tenant/name``; a
+        fork of this one, its source, a sibling fork) into this workspace: three-way per path
+        against the merge base, one event. ``dry_run``: answer what it would change and the
+        conflicts, commit nothing.
+
+        Raises:
+            QuillError: ``MERGE_CONFLICT`` (conflicts ``strategy`` leaves: nothing committed;
+                details list them), ``NO_MERGE_BASE`` (no shared history),
+                ``WORKSPACE_NOT_FOUND``, ``SIZE_LIMIT_EXCEEDED`` (over this workspace's
+                limits), ``INVALID_ARGUMENT`` (another tenant's, itself).
+        """
+        tenant, _, name = source.rpartition("/")
+        if tenant and tenant != self.tenant:
+            raise QuillError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"A merge stays within its tenant: {source} is not {self.tenant}'s",
+                {"from": source},
+            )
+        body = rq.MergeWorkspace(source=name, strategy=strategy, dry_run=dry_run)
+        result: rp.Merged = await self._cmd(body)
+        return result
+
     # ------------------------------------------------------------------ exec
     async def exec(
         self,

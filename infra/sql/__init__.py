@@ -62,6 +62,7 @@ from infra.sql.layers import (
     TOUCHED,
     TRUST_NOW,
 )
+from infra.sql.merges import ENDED_IN, EVENTS_CHANGED, LAST_MERGE
 from infra.sql.revisions import (
     CHANGED_BELOW,
     COUNT,
@@ -183,6 +184,9 @@ __all__ = [
     "LAYER_HISTORIES",
     "LAYER_ROWS",
     "TOUCHED",
+    "ENDED_IN",
+    "EVENTS_CHANGED",
+    "LAST_MERGE",
     "ALL_CONTROLS",
     "ALL_EVENTS",
     "ALL_REVISIONS",

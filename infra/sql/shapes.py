@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from infra.sql import blobs, controls, layers, revisions, schema, workspaces
+from infra.sql import blobs, controls, layers, merges, revisions, schema, workspaces
 
 
 # ---------------------------------------------------------------------- every statement
@@ -97,6 +97,9 @@ FIXED: dict[str, tuple[str, tuple[str, ...]]] = {
     "FORKS_OF": (layers.FORKS_OF, BOTH),
     "EVENT_AT": (layers.EVENT_AT, WRITER),
     "TRUST_NOW": (layers.TRUST_NOW, WRITER),
+    "EVENTS_CHANGED": (merges.EVENTS_CHANGED, WRITER),
+    "ENDED_IN": (merges.ENDED_IN, WRITER),
+    "LAST_MERGE": (merges.LAST_MERGE, WRITER),
 }
 """The statements without variants, by name, with the roles that run them."""
 

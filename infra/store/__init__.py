@@ -48,10 +48,11 @@ from infra.store.base import (
 from infra.store.blobs import STASH_LEVEL, Indexing
 from infra.store.layers import TOP, Layering, Layers
 from infra.store.load import SMALL_LOAD, Loaded, Loading
+from infra.store.merges import Merging
 from infra.store.queries import HISTORIES_INLINE, Queries
 
 
-class Store(Applying, Indexing, Queries, Loading, Layering):
+class Store(Applying, Indexing, Queries, Loading, Layering, Merging):
     """A projection database. Open with ``await Store.open(path)``."""
 
 

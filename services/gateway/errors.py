@@ -85,6 +85,8 @@ TABLE: dict[str, Row] = {
     E.SHELL_NOT_FOUND: Row(404, "not_found", text="Error: {message}"),  # foreign, made up, closed
     E.SHELL_LOST: Row(410, "shell_lost", text="Error: {message}"),  # its executor is gone
     E.BUSY: Row(409, "busy", text="Error: {message}"),  # a shell runs one command at a time
+    E.MERGE_CONFLICT: Row(409, "merge_conflict", text="Error: {message}"),  # nothing committed
+    E.NO_MERGE_BASE: Row(409, "no_merge_base", text="Error: {message}"),  # unrelated histories
 }
 """Every error code's row."""
 

@@ -47,6 +47,8 @@ def needs_approval(site: Site, state: WorkspaceState, p: Pending) -> bool:
         return False
     if isinstance(p.request, (rq.CreateWorkspace, *CONTROL_COMMANDS)):
         return False
+    if isinstance(p.request, rq.MergeWorkspace) and p.request.dry_run:
+        return False  # an answer, no change: nothing to approve
     now = datetime.now(UTC)
     request_id = p.origin.request_id
     op, body = asked(p, site.deps.secrets)

@@ -27,7 +27,7 @@ from infra import compaction
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
 from infra.offload import CLIENT_DEADLINE, client_deadline
 from infra.runtime import bounded_gather
-from services.writer import forks
+from services.writer import forks, merges
 from services.writer.pending import Pending, Site
 from services.writer.preview import PREVIEW_BUDGET_S
 
@@ -57,6 +57,9 @@ async def context(site: Site, state: WorkspaceState, p: Pending) -> Context:
                 # decide says what is missing (a blob an apply names, a file's content)
     fork = await forks.source(site, p.request) if isinstance(p.request, rq.ForkWorkspace) else None
     named = await forks.forks(site) if isinstance(p.request, rq.PurgeWorkspace) else None
+    merge = None
+    if isinstance(p.request, rq.MergeWorkspace):
+        merge = await merges.source(site, state, p.request)
     was = await past(site, *wanted.past) if wanted.past is not None else None
     if was is not None:  # the history of the files it brings back
         more = needs(state, p.request, was)
@@ -73,6 +76,7 @@ async def context(site: Site, state: WorkspaceState, p: Pending) -> Context:
         computed=[],
         fork=fork,
         forks=named,
+        merge=merge,
     )
 
 

@@ -74,6 +74,10 @@ async def _caught_up(site: Site, name: str) -> None:
         await deps.store.apply(await with_manifests(chunk, deps.manifest_blobs))
 
 
+caught_up = _caught_up
+"""Bring another workspace of the tenant up to the log here (a merge's other side too)."""
+
+
 async def forks(site: Site) -> list[str]:
     """The workspaces forked from this one, as the projection holds them."""
     await site.deps.appender.applied()

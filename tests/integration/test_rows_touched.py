@@ -362,3 +362,28 @@ async def test_grep_does_not_grow_with_what_other_workspaces_keep_in_ws_blobs(
     await big.purge()
     await stack.settled()
     assert indexed_as("blob 14") == 0  # gone from the contentless index too
+
+
+async def merge_steps(stack: Stack, quill: Quill, files: int) -> int:
+    """The steps of merging a fork of ``rows/f<files>`` that changed 10 files (the source
+    changed one since the fork) back into it."""
+    ws = await tree_workspace(quill, files)
+    await quill.fork(f"{TENANT}/{ws.name}", f"{ws.name}-fork")
+    fork = quill.workspace(f"{TENANT}/{ws.name}-fork")
+    await fork.apply(
+        [PutChange(path=f"fixed/x{n:03}.py", content=f"x = {n} fork\n") for n in range(10)]
+    )
+    await ws.write("rows/w.txt", f"source moved {ws.name}\n")
+    return await stack.steps(ws, lambda: ws.merge(fork.name))
+
+
+@pytest.mark.timeout(300)
+async def test_a_merge_touches_what_changed_not_the_tree(stack: Stack, client: Quill) -> None:
+    """A merge reads the paths changed on either side since the base (issue 33): merging 10
+    files costs the same in a tree of 1,000 files and of 10,000."""
+    counts = {"merge of 10 changed files": (
+        await merge_steps(stack, client, 1_000), await merge_steps(stack, client, 10_000)
+    )}  # fmt: skip
+    print(counts)
+    assert not over(counts), over(counts)
+    assert not stack.explained(), stack.explained()

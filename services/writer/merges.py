@@ -1,0 +1,209 @@
+"""What the writer reads for a merge (issue 33): the merge base, the paths changed on either
+side since it, each side's entry there, and the contents the merge reads.
+
+**The base.** The two workspaces share history where one's lineage meets the other's (a
+fork and its source, a fork's fork and its grandparent, two forks of one source): the base
+is the nearest workspace both stand on, as of the older of their two versions of it. Two
+workspaces that share none have no base: ``NO_MERGE_BASE`` (a merge of unrelated histories
+would take every path of one as added to the other; fork first). The target's last merge of
+the same workspace after that point (its event's result names it and the version merged) is
+the base from then on: as the target's version, that merge; as theirs, the version merged.
+
+**What changed.** Ours: the target's paths changed since its base, from the projection
+(``Store.changed_in``: two range seeks through its layers; events whose summaries were cut
+are read from the log) and, when this writer has decided changes its projection does not
+hold yet (pipelined appends), those from the in-memory tree. Theirs: the same on the other
+workspace up to its newest projected version. Each path's base and theirs are read through
+theirs' layers (one seek a layer), ours from the actor's state: a merge is decided on the
+target as it is when decided, never on what a dry run saw. The cost is the paths changed on
+either side since the base, never the tree.
+
+On a cluster the other workspace may be another writer's: it is brought up to the log's last
+event first (as a fork's source is, ``forks.py``).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from contracts import codec
+from contracts import replies as rp
+from contracts import requests as rq
+from contracts.errors import ErrorCode, QuillError
+from contracts.events import ChangesCommitted
+from contracts.subjects import STREAM_EVENTS
+from core.decision import MergeSource, Needs
+from core.evolve import WorkspaceState
+from core.merge import needs as merge_needs
+from core.merge_types import Dir, Entry, File, Sides, same
+from core.rows import Node
+from infra.runtime import bounded_gather
+from infra.store import TOP, Layers
+from services.writer import forks
+from services.writer.lifecycle import unavailable_if_failing
+from services.writer.pending import Site
+
+MAX_MERGE_PATHS = 100_000
+"""Paths changed on either side since the base a merge considers at most."""
+
+
+async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> MergeSource:
+    """What merging ``cmd.source`` into this workspace reads.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` (itself), ``WORKSPACE_NOT_FOUND``,
+            ``NO_MERGE_BASE``, ``SIZE_LIMIT_EXCEEDED`` (too many paths changed).
+    """
+    deps, tenant, name = site.deps, site.tenant, cmd.source
+    if name == site.workspace:
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"A workspace is not merged into itself: {tenant}/{name}",
+            {"from": name},
+        )
+    await deps.appender.applied()  # what this writer committed is projected
+    if deps.partitions is not None or not deps.projection.complete:
+        await unavailable_if_failing(forks.caught_up(site, name))
+    store = deps.store
+    ours_row = store.workspace(tenant, site.workspace)
+    theirs_row = store.workspace(tenant, name)
+    if theirs_row is None:
+        raise QuillError(
+            ErrorCode.WORKSPACE_NOT_FOUND,
+            f"Workspace not found: {tenant}/{name}",
+            {"tenant": tenant, "workspace": name},
+        )
+    if ours_row is None:  # a workspace that exists is projected once applied
+        raise QuillError(ErrorCode.UNAVAILABLE, f"{tenant}/{site.workspace} is not projected yet")
+    theirs_version = theirs_row.version
+    base = _common(
+        [(site.workspace, state.version), *state.lineage],
+        [(name, theirs_version), *theirs_row.lineage],
+    )
+    if base is None:
+        raise QuillError(
+            ErrorCode.NO_MERGE_BASE,
+            f"{tenant}/{name} and {tenant}/{site.workspace} share no history (neither was "
+            "forked from the other, nor both from one workspace): nothing to merge against",
+            {"from": name, "workspace": site.workspace},
+        )
+    ours_base = theirs_base = base
+    last = await store.last_merge(ours_row.id, base, f"{tenant}/{name}")
+    if last is not None:
+        ours_base = last[0]
+        theirs_base = msgspec.json.decode(last[1], type=rp.Merged).from_version
+    ours_layers = store.layers(ours_row.id) or [(ours_row.id, TOP)]
+    theirs_layers = store.layers(theirs_row.id) or [(theirs_row.id, TOP)]
+    projected = ours_row.version
+    ours, cut = await store.changed_in(ours_layers, ours_base, projected)
+    if state.version > projected:  # decided here, not projected yet
+        ours |= {p for p, v in state.tree.changed.items() if v > projected}
+    theirs, cut_theirs = await store.changed_in(theirs_layers, theirs_base, theirs_version)
+    paths = ours | theirs | await _cut(site, cut + cut_theirs)
+    paths.discard("")
+    if len(paths) > MAX_MERGE_PATHS:
+        raise QuillError(
+            ErrorCode.SIZE_LIMIT_EXCEEDED,
+            f"{len(paths)} paths changed since the merge base (a merge considers at most "
+            f"{MAX_MERGE_PATHS}): merge in parts, or more often",
+            {"paths": len(paths), "max_paths": MAX_MERGE_PATHS},
+        )
+    tree = state.tree
+    unknown = [p for p in sorted(paths) if not tree.knows(p)]
+    if unknown:  # the file versions a put continues
+        await store.look_up(tree, ours_row.id, Needs([], None, unknown))
+    sides = [
+        Sides(
+            path,
+            await _entry(site, theirs_layers, path, theirs_base),
+            _ours(state, path),
+            await _entry(site, theirs_layers, path, theirs_version),
+        )
+        for path in sorted(paths, key=lambda p: p.split("/"))
+    ]
+    lineage = theirs_row.lineage
+    contents = await _contents(site, name, lineage, sides)
+    return MergeSource(name, theirs_version, ours_base, theirs_base, sides, contents)
+
+
+def _common(ours: list[tuple[str, int]], theirs: list[tuple[str, int]]) -> int | None:
+    """The version of the nearest workspace both chains stand on (each chain: the workspace
+    as of its version, then its layers), the older of the two; None: none."""
+    mine = dict(ours)
+    for name, version in theirs:
+        if name in mine:
+            return min(version, mine[name])
+    return None
+
+
+async def _cut(site: Site, seqs: list[int]) -> set[str]:
+    """The paths of events whose summaries were cut, read from the log."""
+    paths: set[str] = set()
+    for seq in seqs:
+        raw = await site.deps.js.get_msg(STREAM_EVENTS, seq)
+        event = codec.decode_event(raw.data or b"")
+        if isinstance(event, ChangesCommitted):
+            paths.update(c.path for c in event.changes)
+    return paths
+
+
+async def _entry(site: Site, layers: Layers, path: str, version: int) -> Entry:
+    found = await site.deps.store.layered_node(layers, path, version)
+    return _of(found[0]) if found is not None else None
+
+
+def _of(node: Node) -> Entry:
+    if node.kind == "d":
+        return Dir(version=node.version)
+    assert node.sha256 is not None
+    return File(
+        sha256=node.sha256,
+        size=node.size,
+        executable=node.executable,
+        binary=node.binary,
+        version=node.version,
+    )
+
+
+def _ours(state: WorkspaceState, path: str) -> Entry:
+    tree = state.tree
+    node = tree.files.get(path)
+    if node is not None:
+        return File(
+            sha256=node.sha256,
+            size=node.size,
+            executable=node.executable,
+            binary=node.binary,
+            version=node.version,
+        )
+    folder = tree.dirs.get(path)
+    return Dir(version=folder.version) if folder is not None else None
+
+
+async def _contents(
+    site: Site, name: str, lineage: tuple[tuple[str, int], ...], sides: list[Sides]
+) -> dict[str, bytes]:
+    """The contents the merge reads: the texts both sides changed (``core.merge.needs``) and
+    theirs it may put (a file theirs has otherwise than ours), from the other
+    workspace's namespace (and its layers'), else this one's."""
+    wanted = dict.fromkeys(merge_needs(sides))
+    for row in sides:
+        if isinstance(row.theirs, File) and not same(row.theirs, row.ours):
+            wanted[row.theirs.sha256] = None
+    theirs_blobs = site.deps.blobs.of(site.tenant, name, lineage)
+    cache = site.deps.contents
+
+    async def one(sha: str) -> bytes:
+        data = cache.get(sha)
+        if data is not None:
+            return data
+        try:
+            return await theirs_blobs.get(sha)
+        except QuillError as exc:
+            if exc.code != ErrorCode.UNAVAILABLE:
+                raise
+        return await site.blobs.get(sha)
+
+    shas = list(wanted)
+    found = await bounded_gather([one(sha) for sha in shas], 32)
+    return dict(zip(shas, found, strict=True))
