@@ -98,6 +98,7 @@ NO_TOOL: dict[str, str] = {
     "exec.resize": "a terminal's (quill shell): a model types no keys into a pty",
     "cmd.fork": "not yet a tool (issue 33: fork_workspace); SDK, quill fork, REST call",
     "qry.forks": "not yet a tool (issue 33); SDK, quill forks",
+    "cmd.merge": "not yet a tool (issue 33: merge_workspace); SDK Workspace.merge",
     **workspaces.NO_TOOL,
 }
 """The ops no ``/mcp`` tool is, and why: with ``TOOL_OPS``, every op of ``contracts.ops``."""
