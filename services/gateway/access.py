@@ -527,6 +527,7 @@ async def fork(
     only its own workspace, so it could not reach the fork it would make, and may not fork
     (``ACCESS_DENIED``, whether or not the source exists: nothing leaks); a tenant token forks
     within its tenant; another tenant's workspace is never named (``INVALID_ARGUMENT``).
+    Answered once the reader has the fork (the source's forks listing shows it).
 
     Raises:
         QuillError: ``ACCESS_DENIED`` (pinned token), ``INVALID_ARGUMENT`` (a bad name, another
@@ -539,12 +540,12 @@ async def fork(
     target = new if "/" in new and principal.anywhere else named.split("/")[0] + "/" + new
     split_workspace(target)  # a bad name is refused before anything is sent
     client = access.quill.as_actor(principal.actor, session=principal.session)
-    return await client.fork(named, target, version=version)
+    done = await client.fork(named, target, version=version)
+    await client.workspace(target).info()  # the replica has it: listings show the fork
+    return done
 
 
-async def forks(
-    access: Access, principal: Principal, name: str | None, limit: int
-) -> rp.ForkList:
+async def forks(access: Access, principal: Principal, name: str | None, limit: int) -> rp.ForkList:
     """The forks of ``name`` (the principal's own when None), as ``fork`` reaches it: a pinned
     token lists none (their names are other workspaces of its tenant, which it does not see).
 

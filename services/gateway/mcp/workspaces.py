@@ -100,7 +100,7 @@ async def _fork(sessions: Any, principal: Principal, a: Args) -> rp.Forked:
     the caller's own, forked as ``a.name`` (``access.fork``: a pinned token may not)."""
     source = a.workspace
     if source and ":" in source and not principal.pinned:
-        ws = await sessions.target(principal, None, source)
+        ws = await sessions.target(principal, "cmd.fork", source)
         source = ws.name if ws.tenant == principal.tenant else f"{ws.tenant}/{ws.name}"
     return await fork(sessions.access, principal, source, a.name, a.version)
 
