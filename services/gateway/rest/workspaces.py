@@ -47,7 +47,8 @@ from services.gateway.rest.edge import count_param, json_body
 MOST = 1000
 """The most workspaces one page holds (``?limit=``), and the most forks a listing holds."""
 FORK_BODY = 'The body is {"name": "<new workspace>", "version": N} (version optional)'
-VERSION_MAX = 2**63 - 1
+VERSION_MAX = 2**53
+"""The largest version (``contracts.requests.Version``)."""
 
 
 class Workspaces:
