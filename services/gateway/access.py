@@ -16,7 +16,9 @@ unknown). Without a tokens file every caller is tenant ``default``, workspace ``
   ``tenant/workspace``: whoever reaches a loopback gateway without tokens runs it.
 
 The tenant's workspaces (``listing``, ``target``): a pinned token sees its own in a listing
-and nothing else, and may not archive, unarchive or purge any (``ACCESS_DENIED``).
+and nothing else, and may not archive, unarchive or purge any (``ACCESS_DENIED``). Forks
+(``fork``, ``forks``: every door's) need both names reached: a pinned token could not reach
+the fork it would make, so it neither forks nor lists forks; a fork stays in its tenant.
 
 A browser (the console) carries its token in a cookie (``COOKIE``, read as the bearer token
 by ``with_cookie_token``: ``HttpOnly``, ``SameSite=Strict``, ``Secure`` behind HTTPS, limited to
