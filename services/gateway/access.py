@@ -16,7 +16,9 @@ unknown). Without a tokens file every caller is tenant ``default``, workspace ``
   ``tenant/workspace``: whoever reaches a loopback gateway without tokens runs it.
 
 The tenant's workspaces (``listing``, ``target``): a pinned token sees its own in a listing
-and nothing else, and may not archive, unarchive or purge any (``ACCESS_DENIED``).
+and nothing else, and may not archive, unarchive or purge any (``ACCESS_DENIED``). Forks
+(``fork``, ``forks``: every door's) need both names reached: a pinned token could not reach
+the fork it would make, so it neither forks nor lists forks; a fork stays in its tenant.
 
 A browser (the console) carries its token in a cookie (``COOKIE``, read as the bearer token
 by ``with_cookie_token``: ``HttpOnly``, ``SameSite=Strict``, ``Secure`` behind HTTPS, limited to
@@ -51,7 +53,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import GATEWAY_SESSIONS, GATEWAY_WORKSPACES
-from contracts.subjects import check_id
+from contracts.subjects import check_id, split_workspace
 from core.lru import LRU
 from quill.client import Quill, Workspace
 
@@ -498,6 +500,64 @@ def target(access: Access, principal: Principal, name: str, what: str) -> Worksp
         raise _denied(principal, what)
     check_id("workspace", name)
     return _client(access, principal).workspace(f"{principal.tenant}/{name}")
+
+
+def _named(principal: Principal, name: str | None) -> str:
+    """``tenant/workspace`` of ``name`` as the principal names it: none for its own, an id of
+    its tenant, or (``anywhere`` only) ``tenant/workspace``; never created on the way.
+
+    Raises:
+        QuillError: ``INVALID_ARGUMENT`` for a bad name (another tenant's, for a principal
+            that does not reach ``anywhere``).
+    """
+    if not name:
+        return principal.name
+    tenant, _, rest = name.rpartition("/")
+    if tenant and principal.anywhere:
+        return f"{check_id('tenant', tenant)}/{check_id('workspace', rest)}"
+    return f"{principal.tenant}/{check_id('workspace', name)}"
+
+
+async def fork(
+    access: Access, principal: Principal, source: str | None, new: str, version: int | None
+) -> rp.Forked:
+    """Fork ``source`` (the principal's own when None) at ``version`` (its latest) as ``new``,
+    a workspace of the source's tenant (issue 33): every door's fork (MCP ``fork_workspace``,
+    REST ``POST /v1/workspaces/{name}/fork``, the console's form).
+
+    The principal must reach both names: a pinned token (``scope = "workspace"``) reaches
+    only its own workspace, so it could not reach the fork it would make, and may not fork
+    (``ACCESS_DENIED``, whether or not the source exists: nothing leaks); a tenant token forks
+    within its tenant; another tenant's workspace is never named (``INVALID_ARGUMENT``).
+    Answered once the reader has the fork (the source's forks listing shows it).
+
+    Raises:
+        QuillError: ``ACCESS_DENIED`` (pinned token), ``INVALID_ARGUMENT`` (a bad name, another
+            tenant, no such version), ``ALREADY_EXISTS``, ``WORKSPACE_NOT_FOUND``,
+            ``VERSION_TRIMMED`` (the writer's refusals, ``core/decide_fork.py``).
+    """
+    if principal.pinned:
+        raise _denied(principal, "fork")
+    named = _named(principal, source)
+    target = new if "/" in new and principal.anywhere else named.split("/")[0] + "/" + new
+    split_workspace(target)  # a bad name is refused before anything is sent
+    client = access.quill.as_actor(principal.actor, session=principal.session)
+    done = await client.fork(named, target, version=version)
+    await client.workspace(target).info()  # the replica has it: listings show the fork
+    return done
+
+
+async def forks(access: Access, principal: Principal, name: str | None, limit: int) -> rp.ForkList:
+    """The forks of ``name`` (the principal's own when None), as ``fork`` reaches it: a pinned
+    token lists none (their names are other workspaces of its tenant, which it does not see).
+
+    Raises:
+        QuillError: ``ACCESS_DENIED`` (pinned token), ``INVALID_ARGUMENT`` (a bad name),
+            ``WORKSPACE_NOT_FOUND``.
+    """
+    if principal.pinned:
+        raise _denied(principal, "list the forks of")
+    return await _client(access, principal).workspace(_named(principal, name)).forks(limit=limit)
 
 
 def summary_json(w: rp.WorkspaceSummary) -> dict[str, Any]:

@@ -74,6 +74,7 @@ class Console:
         from services.gateway.console import (
             cluster,
             commands,
+            forks,
             history,
             live,
             operate,
@@ -107,6 +108,8 @@ class Console:
             r("/w/{ws}/file", history.file),
             r("/w/{ws}/history", history.file_history),
             r("/w/{ws}/diff", history.diff),
+            r("/w/{ws}/forks", forks.page, methods=["GET"]),
+            r("/w/{ws}/forks", forks.make, methods=["POST"]),
             r("/w/{ws}/approvals", operate.approvals),
             r("/w/{ws}/approvals/{approval}", operate.decide, methods=["POST"]),
             r("/w/{ws}/approvals/{approval}", operate.approval, methods=["GET"]),

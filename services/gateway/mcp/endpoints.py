@@ -96,8 +96,8 @@ NO_TOOL: dict[str, str] = {
     "exec.shell_close": "a session's shell closes with the session (terminal.py)",
     "exec.checkpoint": "a session's shell commits background work at its next command",
     "exec.resize": "a terminal's (quill shell): a model types no keys into a pty",
-    "cmd.fork": "not yet a tool (issue 33: fork_workspace); SDK, quill fork, REST call",
-    "qry.forks": "not yet a tool (issue 33); SDK, quill forks",
+    "qry.forks": "an operator's overview (quill forks, REST, the console): a model knows the "
+    "forks it made (fork_workspace answers each)",
     "cmd.merge": "not yet a tool (issue 33: merge_workspace); SDK Workspace.merge",
     **workspaces.NO_TOOL,
 }

@@ -244,4 +244,4 @@ TOOLS: tuple[Tool, ...] = (
     ),
 )
 """attach_workspace, detach_workspace, list_workspaces: on the caller's session (``run``)."""
-TOOLS = TOOLS + workspaces.TOOLS  # archive_workspace: on the caller's tenant
+TOOLS = TOOLS + workspaces.TOOLS  # fork_workspace, archive_workspace: the tenant's

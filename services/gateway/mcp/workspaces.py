@@ -1,9 +1,11 @@
 """MCP at ``/mcp``: the caller's tenant's workspaces, ``list_workspaces`` (the session's
-workspaces, then a page of the tenant's, the session's marked: ``sessions.py`` serves it) and
-``archive_workspace`` (an operator's tool, offered only when the gateway is told to:
-``endpoints.OPERATOR_TOOLS``). Unarchive and purge are not tools: a model must not undo an
-operator's archive, nor destroy a workspace. Who may see and change which workspace is
-``access.py``'s (``listing``, ``target``); REST's routes are ``rest/workspaces.py``.
+workspaces, then a page of the tenant's, the session's marked: ``sessions.py`` serves it),
+``fork_workspace`` (issue 33: the session's workspace, or one it names, forked as a new
+workspace of the tenant) and ``archive_workspace`` (an operator's tool, offered only when the
+gateway is told to: ``endpoints.OPERATOR_TOOLS``). Unarchive and purge are not tools: a model
+must not undo an operator's archive, nor destroy a workspace. Who may see and change which
+workspace is ``access.py``'s (``listing``, ``target``, ``fork``: a pinned token may not fork);
+REST's routes are ``rest/workspaces.py``.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from typing import Any
 from mcp.types import ToolAnnotations
 
 from contracts import replies as rp
-from services.gateway.access import PAGE, Principal, listing, summary_json, target
+from services.gateway.access import PAGE, Principal, fork, listing, summary_json, target
 from services.gateway.mcp.schemas import obj
-from services.gateway.mcp.table import Arg, Args, Tool, described
+from services.gateway.mcp.table import ADDS, Arg, Args, Tool, described, workspace_arg
 
 After = described(str | None, "The previous page's next: list the workspaces after it")
 Name = described(str, "A workspace of your tenant, e.g. notes")
@@ -25,6 +27,8 @@ Session = described(
     "workspace's id. Omit for your own session.",
 )
 Reason = described(str | None, "Why (recorded in its log)")
+NewName = described(str, "The fork's id, e.g. try-a")
+At = described(int | None, "Default: the latest")
 LISTING = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ARCHIVES = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -91,7 +95,37 @@ async def _archive(sessions: Any, principal: Principal, a: Args) -> rp.ArchiveIn
     return done
 
 
+async def _fork(sessions: Any, principal: Principal, a: Args) -> rp.Forked:
+    """``fork_workspace``: the workspace named (an attached one's URI: where it points), or
+    the caller's own, forked as ``a.name`` (``access.fork``: a pinned token may not)."""
+    source = a.workspace
+    if source and ":" in source and not principal.pinned:
+        ws = await sessions.target(principal, "cmd.fork", source)
+        source = ws.name if ws.tenant == principal.tenant else f"{ws.tenant}/{ws.name}"
+    return await fork(sessions.access, principal, source, a.name, a.version)
+
+
+def forked_text(a: Args, done: rp.Forked) -> str:
+    """``Forked acme/notes at version 12 as acme/try-a``, and how to work in the fork."""
+    name = done.workspace.split("/", 1)[1]
+    return (
+        f"Forked {done.source} at version {done.version} as {done.workspace} (its next change "
+        f'is version {done.version + 1}): pass workspace="{name}" to work in it'
+    )
+
+
 TOOLS = (
+    Tool(
+        "fork_workspace",
+        "cmd.fork",
+        "Fork a workspace at a version as a new workspace of your tenant: nothing is copied, "
+        "the fork's history up to there is the source's and it goes on alone.",
+        (Arg("name", NewName), Arg("version", At, None), workspace_arg()),
+        forked_text,
+        ADDS,
+        path=None,
+        run=_fork,
+    ),
     Tool(
         "archive_workspace",
         "cmd.archive",
@@ -106,7 +140,7 @@ TOOLS = (
         run=_archive,
     ),
 )
-"""archive_workspace: on the caller's tenant (``run``)."""
+"""fork_workspace, archive_workspace: on the caller's tenant (``run``)."""
 NO_TOOL = {
     "qry.attached": "list_workspaces answers it first, then the tenant's workspaces",
     "cmd.unarchive": "an operator's (quill unarchive): a model must not undo an archive",

@@ -3,7 +3,7 @@
 Over 400 lines because it is one document, mostly data: the schemas and paths of the file
 store, the runs and discovery, written out once so that what the gateway serves and what it
 describes can be compared in one place (``tests/gateway/test_openwop_conformance.py``). The
-commands' are ``commands.paths``.
+commands' are ``commands.paths``, the shells' ``shells.paths``, the forks' ``workspaces.paths``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.gateway import VERSION
-from services.gateway.rest import commands, shells
+from services.gateway.rest import commands, shells, workspaces
 from services.gateway.rest.approvals import WAIT_MAX_MS
 from services.gateway.rest.edge import MAX_BODY_BYTES
 from services.gateway.rest.files import LIST_MAX
@@ -357,6 +357,7 @@ def document() -> dict[str, Any]:
             "/v1/host/workspace/files/{path}": file_ops,
             **commands.paths(_json, ERRORS, _error),
             **shells.paths(_json, ERRORS, _error),
+            **workspaces.paths(_json, ERRORS, _error),
             "/v1/runs": {
                 "post": {
                     "summary": "Start a run: reads under it see the workspace as of now",

@@ -58,6 +58,8 @@ def routes(access: Access) -> list[BaseRoute]:
         ("POST", WORKSPACES + "/{name}/archive", workspaces.archive),
         ("POST", WORKSPACES + "/{name}/unarchive", workspaces.unarchive),
         ("DELETE", WORKSPACES + "/{name}", workspaces.purge),
+        ("POST", WORKSPACES + "/{name}/fork", workspaces.fork),
+        ("GET", WORKSPACES + "/{name}/forks", workspaces.forks),
     ]
     ports = guard(Ports(access).forward)  # a shell's port: any method, any path under it
     return [

@@ -6,7 +6,11 @@ REST (Quill's own routes, beside RFC 0059's file routes):
   (``next``: pass as ``after``);
 * ``POST /v1/workspaces/{name}/archive`` (body ``{"reason": ...}``, optional) and
   ``POST /v1/workspaces/{name}/unarchive``;
-* ``DELETE /v1/workspaces/{name}?confirm=<tenant>/<name>``: purge.
+* ``DELETE /v1/workspaces/{name}?confirm=<tenant>/<name>``: purge;
+* ``POST /v1/workspaces/{name}/fork`` (body ``{"name": "<new>", "version": N}``, version
+  optional: the latest): 201 ``{"name", "from", "version", "trust"}``, the fork (issue 33);
+* ``GET /v1/workspaces/{name}/forks?limit=``: its forks, each with the version it was forked
+  at and how many versions each side has made since (``ahead``, ``behind``).
 
 MCP's tools on them are ``services/gateway/mcp/workspaces.py``'s.
 
@@ -14,21 +18,37 @@ Who may: a principal acts in its own tenant only (another tenant's names are nev
 A pinned token (``scope = "workspace"``) sees its own workspace in the listing and nothing
 else, and may not archive, unarchive or purge (``ACCESS_DENIED``); a ``scope = "tenant"``
 token (or, without tokens, the loopback caller) may, but not purge its own workspace (its
-sessions' primary) through the gateway.
+sessions' primary) through the gateway. Forking needs both names reached (``access.fork``):
+a pinned token neither forks nor lists forks (``ACCESS_DENIED``); a fork stays in the tenant.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from services.gateway.access import PAGE, Access, listing, principal_of, summary_json, target
+from services.gateway.access import (
+    PAGE,
+    Access,
+    fork,
+    forks,
+    listing,
+    principal_of,
+    summary_json,
+    target,
+)
 from services.gateway.rest.edge import count_param, json_body
 
 MOST = 1000
-"""The most workspaces one page holds (``?limit=``)."""
+"""The most workspaces one page holds (``?limit=``), and the most forks a listing holds."""
+FORK_BODY = 'The body is {"name": "<new workspace>", "version": N} (version optional)'
+VERSION_MAX = 2**53
+"""The largest version (``contracts.requests.Version``)."""
 
 
 class Workspaces:
@@ -85,3 +105,125 @@ class Workspaces:
         done = await ws.call(rq.PurgeWorkspace(confirm=confirm))
         self.access.forget(f"{principal.tenant}/{name}")
         return JSONResponse({"purged": done.workspace, "version": done.version})
+
+    async def fork(self, request: Request) -> Response:
+        body = await json_body(request)
+        if not isinstance(body, dict) or set(body) - {"name", "version"}:
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, FORK_BODY)
+        name, version = body.get("name"), body.get("version")
+        if not isinstance(name, str) or not (
+            version is None or (type(version) is int and 1 <= version <= VERSION_MAX)
+        ):
+            raise QuillError(ErrorCode.INVALID_ARGUMENT, FORK_BODY)
+        principal = principal_of(request.scope)
+        done = await fork(self.access, principal, request.path_params["name"], name, version)
+        return JSONResponse(forked_json(done), status_code=201)
+
+    async def forks(self, request: Request) -> Response:
+        limit = count_param(request, "limit", MOST) or PAGE
+        found = await forks(self.access, principal_of(request.scope),
+                            request.path_params["name"], limit)  # fmt: skip
+        return JSONResponse(
+            {
+                "name": found.workspace.split("/", 1)[1],
+                "forks": [fork_json(f) for f in found.forks],
+                "truncated": found.truncated,
+            }
+        )
+
+
+def fork_json(f: rp.ForkSummary) -> dict[str, Any]:
+    """A fork of a listing as REST answers it."""
+    return {"name": f.workspace, "version": f.version, "ahead": f.ahead, "behind": f.behind}
+
+
+def forked_json(done: rp.Forked) -> dict[str, Any]:
+    """A fork as REST answers it (``rp.Forked``, names without their tenant)."""
+    return {
+        "name": done.workspace.split("/", 1)[1],
+        "from": done.source.split("/", 1)[1],
+        "version": done.version,
+        "trust": done.trust,
+    }
+
+
+def paths(json: Any, errors: dict[str, Any], error: Any) -> dict[str, Any]:
+    """The OpenAPI paths of the forks (``json(schema, description)``, ``errors``, and
+    ``error(description)`` as ``openapi.document`` writes them)."""
+    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    denied = error("access_denied: a workspace-scoped token neither forks nor lists forks")
+    forked = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "from": {"type": "string"},
+            "version": {"type": "integer"},
+            "trust": {"type": "string"},
+        },
+    }
+    listed = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "forks": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "version": {"type": "integer"},
+                        "ahead": {"type": "integer"},
+                        "behind": {"type": "integer"},
+                    },
+                },
+            },
+            "truncated": {"type": "boolean"},
+        },
+    }
+    request = {
+        "type": "object",
+        "required": ["name"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
+            "version": {"type": "integer", "minimum": 1},
+        },
+    }
+    return {
+        "/v1/workspaces/{name}/fork": {
+            "parameters": [name],
+            "post": {
+                "summary": "Fork the workspace at a version (default: its latest) as a new "
+                "workspace of the tenant: nothing is copied; its history up to there is the "
+                "source's",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": request}},
+                },
+                "responses": {
+                    "201": json(forked, "Forked: the fork's next change is version + 1"),
+                    **errors,
+                    "400": error("invalid_argument: a bad name or body, no such version"),
+                    "403": denied,
+                    "404": error("not_found: no such workspace to fork"),
+                    "409": error("path_conflict: a workspace of that name exists (or is this)"),
+                    "410": error("version_trimmed: the version was compacted away"),
+                },
+            },
+        },
+        "/v1/workspaces/{name}/forks": {
+            "parameters": [name],
+            "get": {
+                "summary": "The workspace's forks: the version each was forked at, and the "
+                "versions each side has made since (ahead: the fork, behind: this one)",
+                "parameters": [
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": MOST},
+                    }
+                ],
+                "responses": {"200": json(listed, "The forks"), **errors, "403": denied},
+            },
+        },
+    }
