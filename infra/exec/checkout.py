@@ -14,9 +14,10 @@ Layout, under ``<data>/checkouts/<tenant>/<workspace>/``::
 checkout is first built from a reader's tree at a version, checked against the log
 (``infra.exec.seed``), so that it costs the files at that version, not every revision ever
 made; a fork's first, where commands run over overlays, from its source's checkout here
-(hard links: ``infra.exec.links``), then its own events. ``merge`` moves what a command
-wrote over its overlay into ``tree/`` (``infra.exec.layers``); ``capture`` lists the changes
-to commit, at the paths the merge touched, or walking ``tree/`` when the command changed it in place (``infra.exec.capture``);
+(hard links: ``infra.exec.links``), then its own events. ``merge`` moves what a command wrote over
+its overlay into ``tree/`` (``infra.exec.layers``); ``capture`` lists the changes to commit, at the
+paths the merge touched, or walking ``tree/`` when the command changed it in place
+(``infra.exec.capture``);
 ``committed`` folds the outcome back into the manifest. The commit's own event is not read
 back once the writer answered it (``answered``): the next ``sync`` folds it from the log's
 last message, which it reads anyway, when it is the only event since (its predecessor is the
