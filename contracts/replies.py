@@ -398,6 +398,9 @@ class WorkspaceInfo(Result, frozen=True, kw_only=True):
     total_bytes: int
     tree_hash: str
     last_hash: str
+    compaction: str | None = None
+    """Why ``max_versions`` does not compact this workspace now (None: it does, or it has
+    none): ``fork`` (a fork is never compacted), ``has_forks`` (not while it has forks)."""
 
 
 class ChangeSummary(msgspec.Struct, frozen=True, kw_only=True):

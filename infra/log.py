@@ -98,6 +98,12 @@ async def read(
     return out
 
 
+async def first(js: JetStreamContext, subject: str, upto: int) -> Committed | None:
+    """The first event on ``subject`` (at most ``upto``), or None: one direct get."""
+    found = await _read_direct(js, subject, 0, upto, 1)
+    return found[0] if found else None
+
+
 CHUNK = 4096
 """Events a chunk of ``chunks`` holds at most: a million-event log is read in bounded memory."""
 

@@ -184,6 +184,12 @@ WRITER_APPENDS = prom.Counter(
     "partition's sequence moved on), refused, uncertain (no acknowledgement), storage_full.",
     ["outcome"],
 )
+WRITER_COMPACTIONS_HELD = prom.Counter(
+    "quill_writer_compactions_held_total",
+    "Compactions due and not run, by why: has_forks (a source's history is read by its "
+    "forks up to their fork points).",
+    ["reason"],
+)
 WRITER_QUEUE_DEPTH = Live(
     "quill_writer_queue_depth", "Commands accepted and not yet answered, in all."
 )

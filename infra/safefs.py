@@ -47,8 +47,8 @@ from types import TracebackType
 
 COUNTS: collections.Counter[str] = collections.Counter()
 """What this process did through ``Dir``: entries stat'ed (``stat``: listed or looked up),
-files read (``read``) and written (``write``). The executor's ping shows them: tests hold what
-an operation costs to what it needs with them (no clock)."""
+files read (``read``), written (``write``) and hard-linked (``link``). The executor's ping
+shows them: tests hold what an operation costs to what it needs with them (no clock)."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -213,6 +213,23 @@ class Dir:
         _check_name(dst)
         target = into if into is not None else self
         os.rename(src, dst, src_dir_fd=self.fd, dst_dir_fd=target.fd)
+
+    def link(self, name: str, into: Dir, new: str) -> os.stat_result | None:
+        """``linkat``: a hard link to ``name`` itself (a link is linked as a link, never
+        followed) made as ``new`` in ``into``; the new name's lstat (None: ``name`` was
+        gone). The caller checks what it linked (a regular file, the inode it expected).
+
+        Raises:
+            OSError: it could not be made (``EXDEV``: another filesystem; ``EEXIST``).
+        """
+        _check_name(name)
+        _check_name(new)
+        COUNTS["link"] += 1
+        try:
+            os.link(name, new, src_dir_fd=self.fd, dst_dir_fd=into.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        return into.lstat(new)
 
     # ------------------------------------------------------------------ files
     def write_file(self, name: str, data: bytes, mode: int) -> os.stat_result:

@@ -1,7 +1,9 @@
 """A checkout's ``tree/`` built whole: from a reader's tree at a version (the first build,
-checked against the log: ``infra.exec.seed``), or from a compaction's manifest (the log
-before it is purged: ``Checkout.sync`` meets its event). Both write through
-``TreeFiles._apply`` (``infra.exec.tree_files``), so the manifest says what ``tree/`` holds.
+checked against the log: ``infra.exec.seed``), from a compaction's manifest (the log
+before it is purged: ``Checkout.sync`` meets its event), or, a fork's first build, from its
+source's checkout on the same executor (hard links: ``infra.exec.links``). All write through
+``TreeFiles._apply`` (``infra.exec.tree_files``) or record what they linked, so the manifest
+says what ``tree/`` holds.
 
 A base of ``Checkout`` (``infra.exec.checkout``), which decides when to build.
 """
@@ -9,7 +11,12 @@ A base of ``Checkout`` (``infra.exec.checkout``), which decides when to build.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+from collections.abc import Callable, Mapping
 from datetime import datetime
+from pathlib import Path
+from typing import Protocol
 
 from nats.js import JetStreamContext
 
@@ -19,14 +26,29 @@ from contracts.events import (
     CompactionManifest,
     MakeDir,
     PutFile,
+    WorkspaceForked,
 )
 from contracts.uncommitted import Recorded
+from core.plan import Committed
 from infra import blobs
 from infra import log as eventlog
-from infra.exec import seed
-from infra.exec.manifest import Changes, PathMap, Store
+from infra.exec import links, seed
+from infra.exec.manifest import Changes, Manifest, PathMap, Store, Tracked
 from infra.exec.tree_files import TreeFiles
 from infra.safefs import Dir
+
+
+class Held(Protocol):
+    """What a fork's first build needs of its source's checkout (held, unchanged meanwhile)."""
+
+    home: Path
+    tree: Path
+    manifest: Manifest
+
+
+Source = Callable[[str, int], contextlib.AbstractAsyncContextManager[Held | None]]
+"""The source's checkout on this executor, held while its files are linked:
+``source(workspace, version)``; None when it has none at hand (or one in use)."""
 
 
 class Builds(TreeFiles):
@@ -34,8 +56,10 @@ class Builds(TreeFiles):
 
     store: Store
     tenant: str
+    home: Path
     _js: JetStreamContext
     _subject: str
+    _source: Source | None
 
     async def _build(self, tree: seed.Tree, upto: int | None) -> None:
         page = await tree(None, upto)
@@ -147,3 +171,72 @@ class Builds(TreeFiles):
                 executable=bool(row[8]),
             )
             self._apply(root, put, contents)
+
+    async def _from_source(self, last: int, upto: int | None) -> Committed | None:
+        """A fork's first build from its source's checkout (``infra.exec.links``): when the
+        workspace's first event is ``workspace_forked`` (at or before ``upto``) and the
+        source's checkout here sums to its tree hash, ``tree/`` is made of links to its files
+        (the few that fail the check fetched from a reader as of the fork point); that event
+        is returned, for the caller to fold and follow the log from. None: not a fork, or no
+        such checkout (``tree/`` untouched).
+
+        Raises:
+            OSError, links.TooMany: half built (the caller starts over empty).
+        """
+        assert self._source is not None
+        item = await eventlog.first(self._js, self._subject, last)
+        event = item.event if item is not None else None
+        if not isinstance(event, WorkspaceForked) or (upto is not None and upto < event.version):
+            return None
+        async with self._source(event.source, event.version) as source:
+            if source is None:
+                return None
+            held = source.manifest
+            if await asyncio.to_thread(links.tree_hash, held.paths) != event.tree_hash:
+                return None  # not at the fork point's tree
+            skip = {k.removeprefix("\0") for k in (*held.local, *held.present)}
+            linked = await asyncio.to_thread(self._link_from, source.tree, held.paths, skip)
+            await asyncio.to_thread((source.home / links.LINKED).touch)
+        assert item is not None
+        self._blobs.behind = [blobs.prefix(self.tenant, b.workspace) for b in event.lineage]
+        paths = self.manifest.paths
+        for path, tracked in linked.paths.items():
+            paths[path] = tracked
+        if linked.missing:
+            contents = await self._fetch_missing(linked.missing, event.version)
+            await asyncio.to_thread(self._write_missing, linked.missing, contents)
+        return item
+
+    def _link_from(
+        self, source: Path, paths: Mapping[str, Tracked], skip: set[str]
+    ) -> links.Linked:
+        (self.home / links.LINKED).touch()  # before the first link: a crash leaves it marked
+        with Dir.open(source) as src, self._root() as root:
+            return links.link_tree(src, root, paths, skip)
+
+    async def _fetch_missing(self, missing: dict[str, Tracked], version: int) -> dict[str, bytes]:
+        gate = asyncio.Semaphore(seed.AT_ONCE)
+
+        async def get(path: str, sha: str) -> tuple[str, bytes]:
+            async with gate:
+                data = await self._fetch(path, version)
+            if hashlib.sha256(data).hexdigest() != sha:
+                raise seed.Mismatch(f"the content of {path} at v{version} is not {sha}")
+            return sha, data
+
+        wanted = {t.sha256: p for p, t in missing.items() if t.sha256 is not None}
+        return dict(await asyncio.gather(*(get(p, sha) for sha, p in wanted.items())))
+
+    def _write_missing(self, missing: dict[str, Tracked], contents: dict[str, bytes]) -> None:
+        with self._root() as root:
+            for path, tracked in sorted(missing.items()):
+                sha = tracked.sha256 or ""
+                put = PutFile(
+                    path=path,
+                    sha256=sha,
+                    size=len(contents.get(sha, b"")),
+                    file_version=0,
+                    created=seed.CREATED,
+                    executable=tracked.executable,
+                )
+                self._apply(root, put, contents)

@@ -13,9 +13,11 @@ Layout, under ``<data>/checkouts/<tenant>/<workspace>/``::
 ``sync`` applies the workspace's events after ``version`` (never copies the workspace); a new
 checkout is first built from a reader's tree at a version, checked against the log
 (``infra.exec.seed``), so that it costs the files at that version, not every revision ever
-made. ``merge`` moves what a command wrote over its overlay into ``tree/``
-(``infra.exec.layers``); ``capture`` lists the changes to commit, at the paths the merge
-touched, or walking ``tree/`` when the command changed it in place (``infra.exec.capture``);
+made; a fork's first, where commands run over overlays, from its source's checkout here
+(hard links: ``infra.exec.links``), then its own events. ``merge`` moves what a command wrote over
+its overlay into ``tree/`` (``infra.exec.layers``); ``capture`` lists the changes to commit, at the
+paths the merge touched, or walking ``tree/`` when the command changed it in place
+(``infra.exec.capture``);
 ``committed`` folds the outcome back into the manifest. The commit's own event is not read
 back once the writer answered it (``answered``): the next ``sync`` folds it from the log's
 last message, which it reads anyway, when it is the only event since (its predecessor is the
@@ -70,9 +72,10 @@ from infra.blobs import Blobs
 from infra.compaction import decode_manifest
 from infra.exec import capture as capturing
 from infra.exec import layers, seed
-from infra.exec.builds import Builds
+from infra.exec.builds import Builds, Source
 from infra.exec.capture import IGNORE_FILE, Captured
 from infra.exec.gitignores import Cache
+from infra.exec.links import LINKED
 from infra.exec.manifest import LOG, WHOLE, Manifest, Store, Tracked, watched
 from infra.exec.sandbox import overlay
 from infra.exec.trash import Trash
@@ -89,9 +92,10 @@ Fetch = seed.Fetch
 
 COUNTS: Counter[str] = Counter()
 """Events applied from the log (``events``), checkouts built from a reader's tree
-(``seeded``) and replayed from the log instead (``replayed``), commits of a checkout's own
-folded from the last message, not read back (``own``), by this process (the executor's ping
-shows them)."""
+(``seeded``) and replayed from the log instead (``replayed``), forks' first checkouts built
+from their source's (``linked``) or not after all (``unlinked``: then from a reader's tree),
+commits of a checkout's own folded from the last message, not read back (``own``), by this
+process (the executor's ping shows them)."""
 
 
 def _scrub(event: object) -> bool:
@@ -129,15 +133,23 @@ class Checkout(Builds):
         owner: Owner | None = None,
         trash: Trash | None = None,
         tree: seed.Tree | None = None,
+        source: Source | None = None,
+        links: bool = False,
     ) -> None:
         """``owner``: who ``tree/`` and everything the checkout writes into it belongs to (the
         sandboxed command's host uid, ``Provider.owner``; None: the executor's own);
         ``trash``: where a wiped checkout goes (None: removed in place); ``tree``: a reader's
-        ``qry.tree``, to build a new checkout from (``infra.exec.seed``; None: from the log)."""
+        ``qry.tree``, to build a new checkout from (``infra.exec.seed``; None: from the log);
+        ``source``: a fork's source's checkout, to build a fork's first from (hard links:
+        ``infra.exec.links``); ``links``: whether a checkout whose files share inodes with
+        another's may be kept (commands never write its ``tree/`` in place: else it is
+        wiped when opened)."""
         self.home = home
         self.owner, self.trash = owner, trash
         self._fetch = fetch
         self._tree = tree
+        self._source = source
+        self._links = links
         self.tree = home / "tree"
         self.tenant, self.workspace = tenant, workspace
         self._js, self._subject = js, subjects.evt(tenant, workspace)
@@ -174,6 +186,12 @@ class Checkout(Builds):
         """Load the manifest; a checkout left dirty (or without one) starts over empty."""
         path = self.home / WHOLE
         if (self.home / "dirty").exists() or not path.exists():
+            self._wipe()
+            return
+        if not self._links and (self.home / LINKED).exists():
+            # its files share inodes with another checkout's: a command writing one in place
+            # (no overlay here) would change both
+            log.info("checkout %s/%s: hard-linked, commands run in place: rebuilt", *self._name)
             self._wipe()
             return
         if self.owner is not None and self._owned_by() != self.owner[0]:
@@ -292,7 +310,14 @@ class Checkout(Builds):
             self._at_head(last)
             return
         self.begin()
-        if self.manifest.seq == 0 and self._tree is not None:
+        forked = None
+        if self.manifest.seq == 0 and self._source is not None:
+            forked = await self._linked(last, upto_version)  # a fork: its source's files
+        if forked is not None:
+            state = self._state()
+            evolve(state, forked.event, forked.hash, forked.seq, tree=False)
+            self._keep(state)  # at the fork point: the log is followed from its event
+        elif self.manifest.seq == 0 and self._tree is not None:
             await self._seed(upto_version)  # the files at a version, not every revision
         # A chunk of the log at a time: an uncompacted log of a million events materialises
         # in bounded memory.
@@ -398,6 +423,21 @@ class Checkout(Builds):
             )
             await asyncio.to_thread(self._wipe)
             self.begin()
+
+    async def _linked(self, last: int, upto: int | None) -> Committed | None:
+        """``_from_source`` (``infra.exec.builds``), counted; a half-made build starts over
+        empty (then built from a reader's tree)."""
+        try:
+            forked = await self._from_source(last, upto)
+        except Exception as exc:
+            COUNTS["unlinked"] += 1
+            log.warning("checkout %s/%s: not linked to its source's: %s", *self._name, exc)
+            await asyncio.to_thread(self._wipe)
+            self.begin()
+            return None
+        if forked is not None:
+            COUNTS["linked"] += 1
+        return forked
 
     # ------------------------------------------------------------------ capture
     def ignore_patterns(self) -> Globs:

@@ -36,7 +36,8 @@ GROUP_BYTES = 32 * 1024 * 1024
 """Contents fetched from WS_BLOBS held in memory at once (then written)."""
 AT_ONCE = 16
 """Contents fetched from WS_BLOBS at the same time."""
-_CREATED = datetime(1970, 1, 1, tzinfo=UTC)
+CREATED = datetime(1970, 1, 1, tzinfo=UTC)
+"""What a build writes as a file's creation time (a checkout keeps none)."""
 
 
 class Mismatch(Exception):
@@ -61,7 +62,7 @@ def changes(items: list[rp.TreeItem]) -> Iterator[MakeDir | PutFile]:
                 sha256=item.sha256 or "",
                 size=item.size,
                 file_version=item.file_version or 0,
-                created=_CREATED,
+                created=CREATED,
                 executable=item.executable,
             )
 

@@ -117,6 +117,11 @@ def scrub(
     run_client(go())
 
 
+async def _forks(ws: Workspace) -> list[str]:
+    """The workspace's forks, by name (a reader's ``qry.forks``; a first page names enough)."""
+    return [f.workspace for f in (await ws.forks()).forks]
+
+
 async def _scrub_one(
     ctx: click.Context, ws: Workspace, secrets: Secrets, dry_run: bool, max_batch: int
 ) -> scr.Scrubbed:
@@ -129,6 +134,7 @@ async def _scrub_one(
         actor=ctx.obj["actor"],
         dry_run=dry_run,
         max_batch=max_batch,
+        forks=lambda: _forks(ws),
     )
     if not dry_run:  # the replicas rebuilt: each answers the new log's tree
         nc, subjects = ws.client.nc, ws.client.subjects

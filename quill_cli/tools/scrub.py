@@ -44,9 +44,20 @@ registered) cannot be redacted in place: the log is a hash chain. Scrubbing rewr
    for the secrets again, and an audit record ``scrub`` (the secret ids, never the values; the
    old and new head hashes) is published.
 
+Forks (issue 33) are refused, naming them (``CONFLICT``): a fork's history up to its fork
+point *is* its source's (read through the source's rows and blobs, its chain continuing the
+source's hash at that point), so scrubbing a source with forks would leave the secret in what
+they read and break their chains, and scrubbing a fork cannot reach what it inherited.
+Cleaning every fork along would be a rewrite of each fork's log and rows over a new base (its
+``workspace_forked`` re-chained to the scrubbed source): a scrub of every workspace of the
+lineage at once, which one batch condition per log cannot make atomic. So: purge the forks
+(merge what they should keep first), then scrub the source. A fork made while a scrub runs is
+not seen by it (the check is made before the log is read).
+
 Failures are ``QuillError``: ``WORKSPACE_NOT_FOUND``, ``NO_MATCH`` (no secret occurs),
 ``INVALID_ARGUMENT`` (a redaction would make an invalid or colliding path, a secret in the
-workspace's own name), ``CONFLICT`` (the workspace was written meanwhile),
+workspace's own name), ``CONFLICT`` (the workspace was written meanwhile; a fork, or one
+with forks),
 ``INTERNAL`` (the log does not verify, or the secret is still found afterwards),
 ``UNAVAILABLE`` (NATS failing; or the old log could not be purged after the new one was
 appended: the message says how to purge it).
@@ -58,6 +69,7 @@ import contextlib
 import os
 import socket
 import tempfile
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -76,6 +88,7 @@ from contracts.events import (
     CompactionManifest,
     HistoryCompacted,
     WorkspaceEvent,
+    WorkspaceForked,
     WorkspaceUpdated,
 )
 from contracts.subjects import (
@@ -227,6 +240,34 @@ class _Rewrite:
         return manifest, compaction.encode_manifest(manifest)
 
 
+async def _not_forked(
+    js: JetStreamContext,
+    subject: str,
+    name: str,
+    last_seq: int,
+    forks: Callable[[], Awaitable[list[str]]] | None,
+) -> None:
+    """Refuse a fork, and a workspace with forks (module docstring: "Forks")."""
+    first = await eventlog.first(js, subject, last_seq)
+    if first is not None and isinstance(event := first.event, WorkspaceForked):
+        raise QuillError(
+            ErrorCode.CONFLICT,
+            f"{name} is a fork of {event.source} at v{event.version}: its history up to there "
+            f"is {event.source}'s, which scrubbing {name} cannot rewrite. Purge the fork (merge "
+            f"or copy what it should keep first), then scrub {event.source}",
+            {"source": event.source, "version": event.version},
+        )
+    named = await forks() if forks is not None else []
+    if named:
+        raise QuillError(
+            ErrorCode.CONFLICT,
+            f"{name} has forks ({', '.join(named)}): they inherit its history, which a scrub "
+            "rewrites (their chains continue it). Purge them first (merge what they should "
+            "keep), then scrub",
+            {"forks": named},
+        )
+
+
 async def scrub(
     nc: NATS,
     subjects: Subjects,
@@ -238,8 +279,10 @@ async def scrub(
     dry_run: bool = False,
     max_batch: int = MAX_BATCH,
     kv_buckets: list[str] | None = None,
+    forks: Callable[[], Awaitable[list[str]]] | None = None,
 ) -> Scrubbed:
-    """Scrub ``secrets`` from ``tenant/workspace`` (module docstring).
+    """Scrub ``secrets`` from ``tenant/workspace`` (module docstring). ``forks``: the
+    workspace's forks (``qry.forks``; the CLI asks a reader), refused while it has any.
 
     Raises:
         QuillError: see the module docstring.
@@ -254,6 +297,7 @@ async def scrub(
         if last is None:
             raise QuillError(ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace {name} not found")
         last_seq = await eventlog.last_seq(js, subject, fresh=True)
+        await _not_forked(js, subject, name, last_seq, forks)
         old = await eventlog.read(js, subject, 0, last_seq, timeout=rpl.IDLE_S)
         old = await compaction.with_manifests(old, Blobs(js))
         fold, kept = rpl.Fold(tenant, workspace), None

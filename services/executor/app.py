@@ -111,6 +111,7 @@ class Executor:
             background=self._background,
             gone=self.provider.discard,
             owner=self.provider.owner,
+            links=lambda: self.provider.overlays,
         )
         self.commands = Commands(
             config,

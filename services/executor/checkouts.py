@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -84,9 +85,13 @@ class Checkouts:
         gone: Callable[[Path], None] = lambda tree: None,
         owner: Owner | None = None,
         ceiling: int | None = None,
+        links: Callable[[], bool] = lambda: False,
     ) -> None:
         """``ceiling``: the most one checkout may hold, whatever its workspace says (None:
-        ``budget``)."""
+        ``budget``); ``links``: whether commands run over overlays (never writing a
+        checkout's files in place), so that a fork's first checkout may be hard links to its
+        source's (``infra.exec.links``)."""
+        self.links = links
         self.data_dir, self.js, self.subjects, self.blobs = data_dir, js, subjects, blobs
         self.owner = owner
         """Who each checkout's tree belongs to (``Provider.owner``)."""
@@ -127,8 +132,12 @@ class Checkouts:
     def __len__(self) -> int:
         return len(self.live)
 
-    def new(self, home: Path, address: Address) -> Checkout:
+    def new(self, home: Path, address: Address, *, live: bool = False) -> Checkout:
+        """A checkout of ``address`` at ``home`` (not opened); ``live``: the workspace's own
+        (``hold``), which a fork's first may build from its source's (hard links, over
+        overlays only)."""
         ws = self.quill.workspace(f"{address.tenant}/{address.workspace}")
+        links = self.links()
 
         async def fetch(path: str, version: int) -> bytes:
             return await ws.read_bytes(path, version=version)
@@ -148,7 +157,26 @@ class Checkouts:
             owner=self.owner,
             trash=self.trash,
             tree=tree,
+            source=functools.partial(self.source_of, address.tenant) if live and links else None,
+            links=links,
         )
+
+    @contextlib.asynccontextmanager
+    async def source_of(
+        self, tenant: str, workspace: str, version: int
+    ) -> AsyncIterator[Checkout | None]:
+        """A fork's source's checkout, held (no command changes it meanwhile) while a fork's
+        first checkout links its files: the one in memory, if no request holds or waits for
+        it (never waited for: else None, and the fork's is built from a reader)."""
+        key = (tenant, workspace)
+        checkout = self.live.get(key)
+        if checkout is None or key in self.locks or key in self.using or checkout.version == 0:
+            yield None
+            return
+        async with self.locks(key):
+            same = self.live.get(key) is checkout
+            dirty = await asyncio.to_thread((checkout.home / "dirty").exists)
+            yield checkout if same and not dirty else None
 
     @contextlib.asynccontextmanager
     async def hold(self, address: Address) -> AsyncIterator[Checkout]:
@@ -168,7 +196,7 @@ class Checkouts:
                 checkout = self.live.pop(key, None)
                 if checkout is None:
                     home = self.data_dir / "checkouts" / address.tenant
-                    checkout = self.new(home / address.workspace, address)
+                    checkout = self.new(home / address.workspace, address, live=True)
                     await asyncio.to_thread(checkout.open)
                 self.live[key] = checkout  # the most recently used
                 await self.sync(checkout)
@@ -539,6 +567,10 @@ class KeyLocks:
 
     def __len__(self) -> int:
         return len(self._held)
+
+    def __contains__(self, key: Key) -> bool:
+        """Someone holds ``key``'s lock or waits for it."""
+        return key in self._held
 
     @contextlib.asynccontextmanager
     async def __call__(self, key: Key) -> AsyncIterator[None]:

@@ -235,7 +235,17 @@ class Queries:
             total_bytes=size,
             tree_hash=event[11],
             last_hash=event[9],
+            compaction=await self._compaction(ws),
         )
+
+    async def _compaction(self, ws: WorkspaceRow) -> str | None:
+        """Why ``max_versions`` does not compact ``ws`` now (``services/writer/compaction.py``):
+        one seek of its forks, when it has a ``max_versions``."""
+        if ws.limits.max_versions is None:
+            return None
+        if ws.lineage:
+            return "fork"
+        return "has_forks" if await self.store.forks_of(ws.tenant, ws.name, "", 1) else None
 
     async def events(self, ws: WorkspaceRow, version: int, req: rq.EventsQuery) -> rp.EventPage:
         rows = await self.model.events(ws.id, req.after, version, req.limit + 1)

@@ -4,6 +4,14 @@
 gathered too many (``compaction.due``), the actor runs it when nothing is in flight: a
 snapshot of the revisions kept (its manifest, in WS_BLOBS), a ``history_compacted`` event
 appended on the state it was decided on, and the log purged before it.
+
+Forks (issue 33). A source is not compacted while it has forks: they read its rows up to
+their fork points, which a compaction would drop (``quill_writer_compactions_held_total``
+with ``has_forks``, logged; ``qry.info``'s ``compaction`` says why). A fork is never
+compacted: its log's first event, ``workspace_forked``, is what ties its history to its
+source's, and a compaction purges the log before it (and its manifest holds the fork's own
+rows, not what it inherited). A fork's history is its own writes: forks are meant to be
+merged, then purged.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from contracts.events import ChangesCommitted, HistoryCompacted, Remove, Workspa
 from contracts.subjects import STREAM_EVENTS
 from core.evolve import WorkspaceState, evolve
 from infra import compaction
+from infra.metrics import WRITER_COMPACTIONS_HELD
 from infra.runtime import bounded_gather
 from services.writer.append import AppendError, Group
 from services.writer.partitions import Fence
@@ -40,7 +49,7 @@ class Compaction:
         """Count the revisions the committed ``events`` add; flag compaction when a path has
         gathered too many (``compaction.due``)."""
         limit = state.limits.max_versions
-        if limit is None:
+        if limit is None or state.lineage:  # a fork is never compacted (``held``)
             return
         deps = self.site.deps
         if self.counts is None:
@@ -72,8 +81,9 @@ class Compaction:
         assert ws is not None
         if await deps.store.forks_of(tenant, workspace, "", 1):
             # forks read this history up to their fork points: it is kept whole meanwhile
-            log.info("%s/%s: not compacted while it has forks", tenant, workspace)
-            return True
+            log.info("%s/%s: not compacted while it has forks (qry.forks)", tenant, workspace)
+            WRITER_COMPACTIONS_HELD.labels("has_forks").inc()
+            return True  # asked again when a path over the limit changes again
         started = time.perf_counter()
         manifest, dropped, events_dropped = await deps.store.compaction(ws, limit)
         contents = {r[5] for r in manifest.revisions if r[4] == "f"}

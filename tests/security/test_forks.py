@@ -116,3 +116,35 @@ async def test_a_fork_below_a_compaction_is_refused(up: Up) -> None:
         assert trimmed["error"]["details"]["floor"] > 2
     finally:
         await na.close()
+
+
+async def test_a_fork_is_never_compacted_nor_its_source_while_forked(up: Up) -> None:
+    """A fork inherits its source's ``max_versions``; compacting it would purge its log
+    before the compaction, ``workspace_forked`` included (what ties its history to its
+    source's), and keep only its own rows. Neither is compacted: both logs start at version
+    1, every write is its own version, the fork still reads what it inherited, and ``info``
+    says why (``compaction``)."""
+    na = await connect(up, "a")
+    try:
+        created = await ask(na, "ws.cmd.a.capped.create", {"limits": {"max_versions": KEEP}})
+        assert code(created) is None
+        base = {"path": "kept.txt", "content": "inherited\n"}
+        assert code(await ask(na, "ws.cmd.a.capped.write", base)) is None  # v2
+        assert code(await ask(na, "ws.cmd.a.branch.fork", {"from": "capped"})) is None
+        for name in ("branch", "capped"):
+            for i in range(WRITES + 1):
+                write = {"path": "hot.md", "content": f"hot {i}\n"}
+                assert code(await ask(na, f"ws.cmd.a.{name}.write", write)) is None
+            # one more: a compaction made due above would be appended before it is decided
+            last = await ask(na, f"ws.cmd.a.{name}.write", {"path": "z.txt", "content": "z"})
+            assert last["version"] == 2 + WRITES + 2, (name, last)
+            first = await ask(na, f"ws.qry.a.{name}.events", {"after": 0, "limit": 1})
+            assert first["result"]["events"][0]["version"] == 1, name
+        read = await ask(na, "ws.qry.a.branch.read", {"path": "kept.txt"})
+        assert read["result"]["content"] == "inherited\n"
+        info = await ask(na, "ws.qry.a.branch.info", {})
+        assert info["result"]["compaction"] == "fork"
+        info = await ask(na, "ws.qry.a.capped.info", {})
+        assert info["result"]["compaction"] == "has_forks"
+    finally:
+        await na.close()

@@ -662,3 +662,31 @@ async def test_requests_parked_for_approval_and_their_outcomes_are_scrubbed(
     assert status.outcome is not None and status.outcome.error is not None, status
     assert status.outcome.error.code == "FILE_NOT_FOUND"
     assert (await ws.list(".")).entries[0].path == "keys"
+
+
+async def test_a_source_with_forks_and_a_fork_are_refused_naming_them(
+    up: Up, quill: Quill, tmp_path: Path
+) -> None:
+    """Issue 33: a fork's history up to its fork point is its source's. Scrubbing the source
+    would leave the secret in what its forks read and break their chains; scrubbing a fork
+    cannot reach what it inherited. Both are refused (``CONFLICT``), naming the forks or the
+    source, and nothing is rewritten; once the fork is purged, the source is scrubbed."""
+    src = quill.workspace("acme/leaky")
+    await src.create()
+    await src.write("config.env", f"KEY={SECRET}\n")
+    await quill.fork("acme/leaky", "leaky-try")
+    fork = quill.workspace("acme/leaky-try")
+    await fork.write("notes.md", f"also {SECRET}\n")
+    head = (await src.info()).last_hash
+    reg = str(registry(tmp_path))
+    refused = up.cli("--json", "scrub", "acme/leaky", "--secrets", reg, check=False)
+    assert refused.returncode != 0 and "has forks (leaky-try)" in refused.stderr, refused.stderr
+    assert "CONFLICT" in refused.stderr
+    refused = up.cli("--json", "scrub", "acme/leaky-try", "--secrets", reg, check=False)
+    assert refused.returncode != 0 and "is a fork of leaky at v2" in refused.stderr
+    assert (await src.info()).last_hash == head  # nothing rewritten
+    assert await fork.read_text("config.env") == f"KEY={SECRET}\n"
+    up.cli("purge", "acme/leaky-try", "--yes")
+    done = up.cli("--json", "scrub", "acme/leaky", "--secrets", reg)
+    assert done.returncode == 0
+    assert await src.read_text("config.env") == f"KEY={MARK}\n"
