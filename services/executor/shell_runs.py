@@ -93,21 +93,52 @@ async def commit_background(
     shells: Shells, address: Address, shell: Shell, origin: Origin, sync: bool = True
 ) -> tuple[rp.CapturedChanges, list[str]]:
     """Commit what the shell's tree holds changed since its last commit (its background
-    processes'), attributed to the shell; then bring it to the workspace's latest."""
+    processes'), attributed to the shell; then bring it to the workspace's latest. The log's
+    last message is read while the tree is walked: when nothing was committed and the
+    workspace has not moved, there is nothing to sync."""
     checkout = shell.checkout
     base = checkout.version
-    await asyncio.to_thread(checkout.begin)
     bg = background_origin(shell)  # the shell's, not the request's
-    changes = await shells.commands._capture_and_commit(
-        address, bg, checkout, base, f"{BACKGROUND} shell {shell.id}", None
-    )
+    behind = asyncio.ensure_future(_behind(checkout)) if sync else None
+    try:
+        changes = await shells.commands._capture_and_commit(
+            address, bg, checkout, base, f"{BACKGROUND} shell {shell.id}", None
+        )
+    except BaseException:
+        if behind is not None:
+            behind.cancel()
+            with contextlib.suppress(BaseException):
+                await behind  # its own failure, if any, is this one's
+        raise
     kept: list[str] = []
-    if sync:
-        kept = await _sync(shells, shell, changes)
-    else:
-        await asyncio.to_thread(checkout.save)
-    await shells._record(shell)
+    if behind is not None:
+        moved = await behind
+        if moved or changes.committed or changes.conflicts or checkout.version != base:
+            kept = await _sync(shells, shell, changes)
+        else:
+            kept = _still_kept(checkout)
+    await _recorded(shells, shell)
     return changes, kept
+
+
+async def _behind(checkout: Checkout) -> bool:
+    try:
+        return await checkout.behind()
+    except Exception as exc:
+        raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from exc
+
+
+async def _recorded(shells: Shells, shell: Shell) -> None:
+    """The shell's record says the version it is at (its last commit's, or the workspace's
+    it synced to): kept again when that moved."""
+    if shell.checkout.known != shell.recorded:
+        await shells._record(shell)
+
+
+def _still_kept(checkout: Checkout) -> list[str]:
+    """The paths the shell keeps in conflict (put back by earlier syncs, unchanged since)."""
+    present = checkout.manifest.present
+    return sorted(k for k, (_, why) in present.items() if why == CONFLICT and k[:1] != "\0")
 
 
 async def _sync(shells: Shells, shell: Shell, *results: rp.CapturedChanges) -> list[str]:
@@ -117,12 +148,13 @@ async def _sync(shells: Shells, shell: Shell, *results: rp.CapturedChanges) -> l
     conflicted = {c.path for r in results for c in r.conflicts}
     conflicted |= {p for p, (_, why) in checkout.manifest.present.items() if why == CONFLICT}
     stash = checkout.home / "kept"
-    moved = await asyncio.to_thread(_stash, checkout, stash, sorted(conflicted))
+    moved: list[tuple[str, str]] = []
+    if conflicted:
+        moved = await asyncio.to_thread(_stash, checkout, stash, sorted(conflicted))
     try:
         await shells.commands.checkouts.sync(checkout)
     finally:
-        kept = await asyncio.to_thread(_unstash, checkout, stash, moved)
-        await asyncio.to_thread(checkout.save)
+        kept = await asyncio.to_thread(_unstash, checkout, stash, moved) if moved else []
     return kept
 
 
@@ -197,7 +229,6 @@ async def run(
                 )
             await commands.approved.check(checkout, address, origin, "exec.run", req)
             base = checkout.version
-            await asyncio.to_thread(checkout.begin)
             data = req.command.encode()
             started = time.monotonic()
             timed_out = False
@@ -261,8 +292,11 @@ async def run(
                     await finishing
                     ending.append((changes, failed))
             assert changes is not None
-            kept += [k for k in await _sync(shells, shell, changes) if k not in kept]
-            await shells._record(shell)
+            if changes.committed or changes.conflicts:  # synced past its own commit
+                kept += [k for k in await _sync(shells, shell, changes) if k not in kept]
+            else:  # nothing made: the next command's sync brings what others made
+                kept += [k for k in _still_kept(checkout) if k not in kept]
+            await _recorded(shells, shell)
         if not shell.alive and not shell.closing:
             asyncio.ensure_future(shells._close_quietly(shell))
         audited(outcome, details, output.redacted | job.redacted)
@@ -316,7 +350,7 @@ async def _lost_here(shells: Shells, shell: Shell) -> QuillError:
     return QuillError(
         ErrorCode.SHELL_NOT_FOUND,
         f"Shell {shell.id} has ended (a command ran exit, or it was killed)",
-        {"shell": shell.id, "version": shell.checkout.version},
+        {"shell": shell.id, "version": shell.checkout.known},
     )
 
 
