@@ -28,6 +28,7 @@ import secrets
 import signal
 import stat
 import time
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,10 +45,10 @@ from infra.exec.answer import Job, timeout_ms
 from infra.exec.capture import file_sig, key_of
 from infra.exec.checkout import Checkout
 from infra.exec.results import Output, audited, command_result
-from infra.exec.sandbox.shell_server import SERVER_PROCESSES, Running
+from infra.exec.sandbox.shell_server import Running
 from infra.safefs import Dir, parent_of
 from services.executor.commands import Commands, known_facts
-from services.executor.live import LiveCommand, new_handle
+from services.executor.live import INPUT_WAIT_S, LiveCommand, new_handle
 from services.executor.output import Recorder
 from services.executor.shell_state import Shell
 
@@ -76,6 +77,9 @@ log = logging.getLogger("quill.executor.shells")
 
 CONFLICT = "conflict: changed in the workspace too; the shell keeps its own version, uncommitted"
 BACKGROUND = "[background]"
+NO_STDIN, LIVE_STDIN = -1, -2
+"""What a command's header says of its stdin, besides its length when given whole
+(``shell_server``): ``/dev/null``, or a FIFO fed as ``exec.input`` comes."""
 """How the message of a commit of background changes starts."""
 
 
@@ -233,14 +237,18 @@ async def run(
             started = time.monotonic()
             timed_out = False
             if recorder is not None and req.yield_ms is not None:
-                await _held_live(shells, shell, address, origin, running, recorder, held)
+                live_stdin = req.stdin is None
+                await _held_live(
+                    shells, shell, address, origin, running, recorder, held, live_stdin
+                )
                 cap = min(checkout.limits.max_output_bytes, LIVE_POLL_MAX_BYTES)
                 due = commands._yield(req.yield_ms, base, recorder, job, cap)
                 timer.append(asyncio.create_task(due))
             try:
                 assert shell.process is not None and shell.ended is not None
                 fed = req.stdin
-                head = f"{token} {len(data)} {len(fed) if fed is not None else -1}\n"
+                given = len(fed) if fed is not None else (LIVE_STDIN if held else NO_STDIN)
+                head = f"{token} {len(data)} {given}\n"
                 await shell.process.write(head.encode() + data + (fed or b""), 10.0)
                 done = asyncio.ensure_future(running.ended.wait())
                 await asyncio.wait(
@@ -325,10 +333,11 @@ async def _held_live(
     running: Running,
     recorder: Recorder,
     held: list[LiveCommand],
+    stdin_open: bool,
 ) -> None:
     """A yielded command of the shell runs: listed as a live command (``exec.poll`` reads
-    its output; ``exec.input`` finds its stdin closed; ``exec.signal`` KILL ends the
-    shell), its ``start`` kept."""
+    its output; ``exec.input`` writes to its stdin unless ``stdin`` was given whole;
+    ``exec.signal`` reaches its processes: ``InShell``), its ``start`` kept."""
     command = LiveCommand(
         handle=running.handle,
         tenant=address.tenant,
@@ -337,8 +346,8 @@ async def _held_live(
         workdir="",
         actor=origin.actor,
         started=datetime.now(UTC),
-        process=InShell(shell),
-        stdin_open=False,
+        process=InShell(shell, running),
+        stdin_open=stdin_open,
     )
     shells.commands.live.add(command)
     held.append(command)
@@ -355,34 +364,111 @@ async def _lost_here(shells: Shells, shell: Shell) -> QuillError:
 
 
 class InShell:
-    """A yielded shell command as ``exec.input``/``exec.signal`` see it (``sandbox.Live``):
-    its stdin is closed (given whole, or ``/dev/null``); KILL ends the shell, as a timeout
-    does (its processes cannot be told from the shell's); other signals are refused."""
+    """A yielded shell command as ``exec.input``/``exec.signal`` see it (``sandbox.Live``),
+    through the shell's server (``shell_server``): input goes to the command's stdin (a FIFO
+    the server feeds; closed at ``eof``), a signal to the command's processes (the shell's
+    children forked since it began, and theirs: never the server, the shell's bash, or what
+    earlier commands left running). Each is answered by the server (``Running.acks``). KILL
+    that finds no process of the command (a builtin such as ``read`` runs in the shell
+    itself) ends the shell, as a timeout does."""
 
-    def __init__(self, shell: Shell) -> None:
-        self.shell = shell
+    def __init__(self, shell: Shell, running: Running) -> None:
+        self.shell, self.running = shell, running
+        self.lock = asyncio.Lock()
+        """One frame (and its answer) at a time."""
+        self.tasks: set[asyncio.Future[Any]] = set()
+
+    async def _send(self, frame: bytes) -> None:
+        process = self.shell.process
+        if process is None or not self.shell.alive or self.running.ended.is_set():
+            raise self._ended()
+        await process.write(frame, INPUT_WAIT_S)
+
+    async def _answer(self, kind: str, timeout_s: float | None = None) -> int:
+        """The server's next answer (of ``kind``), or COMMAND_ENDED once the command ended."""
+        got = asyncio.ensure_future(self.running.acks.get())
+        ended = asyncio.ensure_future(self.running.ended.wait())
+        waits: set[asyncio.Future[Any]] = {got, ended}
+        if self.shell.ended is not None:
+            waits.add(self.shell.ended)
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+            if not got.done():
+                got.cancel()
+        if not got.done() or got.cancelled():
+            if self.running.ended.is_set() or not self.shell.alive:
+                raise self._ended()
+            raise TimeoutError
+        answered, value = got.result()
+        if answered != kind:
+            log.warning("shell %s: answer %r where %r was due", self.shell.id, answered, kind)
+        return value
+
+    def _ended(self) -> QuillError:
+        handle = self.running.handle
+        return QuillError(
+            ErrorCode.COMMAND_ENDED,
+            f"Command {handle} has ended (exec.poll says how)",
+            {"command_id": handle},
+        )
 
     async def write(self, data: bytes, timeout_s: float) -> int:
-        return 0
+        """Write ``data`` to the command's stdin; what it did not take within ``timeout_s``
+        is dropped (the bytes written, as a one-shot command's pipe answers)."""
+        if not data:
+            return 0
+        async with self.lock:
+            await self._send(b"!i %d\n" % len(data) + data)
+            try:
+                return await self._answer("i", timeout_s)
+            except TimeoutError:
+                await self._send(b"!c\n")
+                written = await self._answer("i")
+                await self._answer("c")
+                return written
 
     def close_stdin(self) -> None:
-        pass
+        self._later(self._close())
+
+    async def _close(self) -> None:
+        async with self.lock:
+            with contextlib.suppress(QuillError):
+                await self._send(b"!e\n")
+
+    async def relay_signal(self, signum: int) -> int:
+        """Send ``signum`` to the command's processes; how many got it."""
+        async with self.lock:
+            await self._send(b"!s %d\n" % signum)
+            sent = await self._answer("s", INPUT_WAIT_S)
+        if sent == 0 and signum == signal.SIGKILL:  # it runs in the shell itself
+            process = self.shell.process
+            if process is not None and self.shell.alive:
+                return max(0, process.signal(signal.SIGKILL) - self.shell.own)
+        return sent
 
     def signal(self, signum: int) -> int:
-        process = self.shell.process
-        if signum != signal.SIGKILL:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                "A command in a shell takes KILL only (it ends the shell); close the shell, or "
-                "run the command without shell to signal it alone",
-                {"shell": self.shell.id},
-            )
-        if process is None or not self.shell.alive:
-            return 0
-        return max(0, process.signal(signal.SIGKILL) - SERVER_PROCESSES)
+        """``relay_signal`` in the background (a TERM's KILL after its grace)."""
+        self._later(self.relay_signal(signum))
+        return 0
+
+    def _later(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(_quietly(self.tasks))
 
     async def wait(self) -> sandbox.Outcome:
         raise NotImplementedError
+
+
+def _quietly(tasks: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    def done(task: asyncio.Future[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("shell frame not sent: %r", task.exception())
+
+    return done
 
 
 def _with(result: rp.CommandResult, **fields: Any) -> rp.CommandResult:
