@@ -136,3 +136,16 @@ async def test_input_over_the_limit_is_refused(ws: Workspace) -> None:  # noqa: 
         assert written.written == LIVE_INPUT_MAX_BYTES
         done = await cmd.wait()
         assert (done.exit_code, done.stdout.strip()) == (0, str(LIVE_INPUT_MAX_BYTES))
+
+
+async def test_kill_of_a_builtin_ends_the_shell(ws: Workspace) -> None:  # noqa: F811
+    sh = await ws.shell()
+    cmd = await started(ws, sh.id, "while :; do :; done")  # no process of its own to signal
+    assert (await cmd.signal("INT")).processes == 0  # nothing of the shell's own is hit
+    await cmd.signal("KILL")  # it runs in the shell's bash: the shell ends, as a timeout
+    assert (await cmd.wait()).exit_code != 0
+
+    async def gone() -> bool:
+        return (await ws.running()).shells == []
+
+    await eventually(gone)
