@@ -23,6 +23,8 @@ import pytest
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LIVE_INPUT_MAX_BYTES
+from contracts.replies import SignalSent
+from contracts.requests import SignalName
 from quill.client import Workspace
 from quill.command import Command
 from tests.executor.conftest import executor, name, provider, stack, ws  # noqa: F401
@@ -51,6 +53,18 @@ async def test_read_gets_its_input_and_ends(ws: Workspace) -> None:  # noqa: F81
         assert (done.exit_code, done.stdout) == (0, "a\nb\nend\n")
 
 
+async def signalled(cmd: Command, which: SignalName) -> SignalSent:
+    """``which`` sent until a process of ``cmd`` got it (its first may not be forked yet)."""
+    sent: list[SignalSent] = []
+
+    async def hit() -> bool:
+        sent.append(await cmd.signal(which))
+        return sent[-1].processes >= 1
+
+    await eventually(hit)
+    return sent[-1]
+
+
 async def cmd_input(cmd: Command, data: str, eof: bool = False) -> object:
     return await cmd.input(data, eof=eof)
 
@@ -60,7 +74,7 @@ async def test_int_ends_the_command_not_the_shell(ws: Workspace) -> None:  # noq
         r = await sh.run("mkdir -p sub && cd sub && export KEPT=yes")
         assert r.exit_code == 0
         cmd = await started(ws, sh.id, "sleep 100")
-        sent = await cmd.signal("INT")
+        sent = await signalled(cmd, "INT")  # once its sleep runs
         assert (sent.signal, sent.processes) == ("INT", 1)
         done = await cmd.wait()
         assert (done.running, done.exit_code) == (False, 130)
@@ -119,9 +133,9 @@ async def test_a_command_closing_its_stdin_does_not_hang_input(ws: Workspace) ->
         cmd = await started(ws, sh.id, "exec 0<&-; echo closed; sleep 100")
         written = await cmd.input("ignored\n")
         assert written.written in (0, len("ignored\n"))  # answered: nothing waits for a reader
-        await cmd.signal("KILL")
+        await signalled(cmd, "TERM")
         done = await ws.command(cmd.id).wait()  # from its start
-        assert done.exit_code == 137 and done.stdout == "closed\n", done
+        assert done.exit_code == 143 and done.stdout == "closed\n", done
         r = await sh.run("echo still")
         assert (r.exit_code, r.stdout) == (0, "still\n")
 

@@ -154,6 +154,14 @@ def send(signum, before):
             except OSError:
                 pass
     return len(hit)
+def opened(fd):
+    # the evaluating bash has the FIFO as its stdin (its eval opened it): closing our end
+    # before would leave that open waiting for a writer for good
+    try:
+        st, mine = os.stat("/proc/%d/fd/0" % pid), os.fstat(fd)
+    except OSError:
+        return True
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 def ack(token, kind, value=0):
     put(2, token + b"!%s%d\n" % (kind, value))
 stdin_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", ".quill-stdin-%d" % os.getpid())
@@ -201,7 +209,8 @@ while True:
             code = int(digits) if digits.isdigit() and len(digits) <= 3 else 1
             break
         ready = [st_r] if gone else [st_r, 0]
-        r, w, _ = select.select(ready, [wfd] if queued and wfd >= 0 else [], [])
+        late = 0.02 if closing and wfd >= 0 else None  # its end waits for the eval's open
+        r, w, _ = select.select(ready, [wfd] if queued and wfd >= 0 else [], [], late)
         if w:
             try:
                 k = os.write(wfd, queued)
@@ -213,7 +222,7 @@ while True:
         if asked and not queued:
             ack(token, b"i", sent)
             asked = False
-        if closing and not queued and wfd >= 0:
+        if closing and not queued and wfd >= 0 and opened(wfd):
             os.close(wfd)
             wfd = -1
         if 0 in r:
@@ -236,9 +245,6 @@ while True:
                 ack(token, b"c")
             elif words[0] == b"!e":
                 closing = True
-                if not queued and wfd >= 0:
-                    os.close(wfd)
-                    wfd = -1
             elif words[0] == b"!s" and len(words) == 2 and words[1].isdigit():
                 ack(token, b"s", send(int(words[1]), before))
         if st_r in r:
