@@ -701,8 +701,9 @@ class RunCommand(Execution, frozen=True, kw_only=True):
     """Run in this open shell (``exec.shell_open``): its directory, exported variables,
     functions, ``/tmp`` and background processes carry over from command to command.
     ``workdir``, ``env`` and ``version`` are refused with it (``cd`` and ``export`` in the
-    shell); ``stdin`` is given whole; with ``yield_ms`` it yields as any command (its stdin is
-    closed to ``exec.input``, and ``exec.signal`` takes KILL only, which ends the shell)."""
+    shell); ``stdin`` is given whole; with ``yield_ms`` it yields as any command (without
+    ``stdin``, its stdin is open to ``exec.input``; ``exec.signal`` reaches the processes it
+    forked, never the shell itself; KILL of a command with none ends the shell)."""
     queue: bool = False
     """With ``shell``: wait for the command the shell runs to end (within ``timeout_ms``)
     instead of being refused ``BUSY``."""

@@ -76,7 +76,7 @@ from infra.exec.builds import Builds, Source
 from infra.exec.capture import IGNORE_FILE, Captured
 from infra.exec.gitignores import Cache
 from infra.exec.links import LINKED
-from infra.exec.manifest import LOG, WHOLE, Manifest, Store, Tracked, watched
+from infra.exec.manifest import LOG, WHOLE, Changes, Manifest, Store, Tracked, watched
 from infra.exec.sandbox import overlay
 from infra.exec.trash import Trash
 from infra.safefs import Dir, Owner
@@ -166,6 +166,14 @@ class Checkout(Builds):
         """The log sequence and hash of the event the checkout is at, when a ``sync`` saw it
         last in the log (else unknown: None)."""
         self._own: Own | None = None
+        self.persist = True
+        """Whether ``begin`` and ``save`` keep the manifest on disk (so that the checkout can be
+        opened again, and a crash mid-command is found). A shell's checkout is never opened
+        again (discarded when the shell closes, and at the executor's start): it keeps its
+        manifest in memory only, and a command in it writes no file of the executor's."""
+        self._ignore: tuple[bytes | None, Globs] | None = None
+        """``.quillignore``'s bytes as last read (None: none) and the patterns compiled from
+        them: compiled again only when they change."""
 
     @property
     def version(self) -> int:
@@ -226,11 +234,17 @@ class Checkout(Builds):
 
     def begin(self) -> None:
         """Mark ``tree/`` as being changed (cleared by ``save``)."""
-        (self.home / "dirty").touch()
+        if self.persist:
+            (self.home / "dirty").touch()
 
     def save(self) -> None:
         """Write what changed in the manifest (``infra.exec.manifest``), then clear the dirty
-        mark."""
+        mark (not ``persist``: only forget what changed)."""
+        if not self.persist:
+            for changes in (self.manifest.paths, self.manifest.local, self.manifest.present):
+                if isinstance(changes, Changes):
+                    changes.changed.clear()
+            return
         self.store.save(self.manifest)
         (self.home / "dirty").unlink(missing_ok=True)
 
@@ -298,6 +312,16 @@ class Checkout(Builds):
             digest = (raw.headers or {}).get(HEADER_EVENT_HASH)
             if digest is not None:
                 self._head = (last, digest)
+
+    async def behind(self) -> bool:
+        """Whether the log holds events the checkout has not applied (one read of the log's
+        last message, as ``sync`` starts with): False, and ``sync`` would do nothing."""
+        last = await self.latest_seq()
+        if last > self.manifest.seq:
+            return True
+        if self._own is None:
+            self._at_head(last)
+        return False
 
     async def sync(self, upto_version: int | None = None) -> None:
         """Apply the workspace's events after ``version`` (up to ``upto_version``, default
@@ -446,9 +470,20 @@ class Checkout(Builds):
             return self._ignore_patterns(root)
 
     def _ignore_patterns(self, root: Dir) -> Globs:
+        data: bytes | None
         try:  # a link there is not followed: the defaults only
             data, _ = root.read_file(IGNORE_FILE, IGNORE_FILE_BYTES)
         except OSError:
+            data = None
+        cached = self._ignore
+        if cached is not None and cached[0] == data:
+            return cached[1]
+        globs = self._compiled(data)
+        self._ignore = (data, globs)
+        return globs
+
+    def _compiled(self, data: bytes | None) -> Globs:
+        if data is None:
             return Globs.names(DEFAULT_IGNORE)
         text = data.decode("utf-8", "replace")
         lines = [line.strip().rstrip("/") for line in text.splitlines()]

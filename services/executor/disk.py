@@ -5,12 +5,13 @@ for its checkouts.
   max(1 GiB, 5% of it); under ``quill up``, what the log was promised plus its own reserve,
   ``infra.storage.executor_share``), the executor refuses new commands with ``UNAVAILABLE``
   (another executor may take them) rather than fill the disk it may share with JetStream.
-* ``Watch``: while commands run, the free space every ``WATCH_S``; under the reserve, the
+* ``Watch``: while commands run, the free space every ``WATCH_S`` near the reserve (up to
+  ``WATCH_MAX_S`` far from it: no sooner than the disk could fill); under the reserve, the
   running command whose checkout grew the most since it started is stopped (one at a time,
   each once the last one stopped is gone; if none grew, their checkouts are walked again
   ``CALM_S`` later). A ``statvfs`` is a few microseconds, so this is what bounds a command
   between two walks of its checkout (``quota``): it can take past the reserve only what it
-  writes in ``WATCH_S``.
+  writes in ``WATCH_S``, filling no faster than ``FILL_BYTES_S``.
 * ``Budget``: the checkouts on disk, least recently used first, with the size each had when
   last measured (a running one's every walk). The checkouts together may hold the budget
   (``quota.Allowed``): a running command may take what the others leave, after idle ones are
@@ -50,19 +51,19 @@ class Reserve:
     reserve: int | None = None
     """Bytes; None: max(1 GiB, 5% of the filesystem)."""
 
-    def space(self) -> tuple[int, int]:
+    def space(self, st: os.statvfs_result | None = None) -> tuple[int, int]:
         """(free bytes for the executor, the reserve in bytes)."""
-        st = os.statvfs(self.path)
+        st = os.statvfs(self.path) if st is None else st
         size = st.f_blocks * st.f_frsize
         reserve = self.reserve if self.reserve is not None else max(GIB, size // 20)
         return st.f_bavail * st.f_frsize, reserve
 
-    def inodes(self) -> tuple[int, int]:
+    def inodes(self, st: os.statvfs_result | None = None) -> tuple[int, int]:
         """(free inodes for the executor, the reserve: 5% of them); (0, 0) on a filesystem
         that has no fixed number of inodes (btrfs, some network filesystems report none).
         Blocks are not the only thing a command can exhaust: a million empty files take no
         blocks, and a filesystem out of inodes stops JetStream as surely as a full one."""
-        st = os.statvfs(self.path)
+        st = os.statvfs(self.path) if st is None else st
         return (st.f_favail, st.f_files // 20) if st.f_files else (0, 0)
 
     def short(self) -> bool:
@@ -70,10 +71,24 @@ class Reserve:
 
     def shortage(self) -> tuple[str, int, int] | None:
         """(unit, free, reserve) of what is under the reserve (bytes first), or None."""
-        for unit, (free, reserve) in (("bytes", self.space()), ("inodes", self.inodes())):
+        return self.level()[0]
+
+    def level(self) -> tuple[tuple[str, int, int] | None, float]:
+        """``shortage``, and how soon the disk could fall under its reserve, filling as fast
+        as ``FILL_BYTES_S`` and ``FILL_INODES_S`` (seconds; 0 when it is under): one
+        ``statvfs``."""
+        st = os.statvfs(self.path)
+        soon = float("inf")
+        levels = (
+            ("bytes", self.space(st), FILL_BYTES_S),
+            ("inodes", self.inodes(st), FILL_INODES_S),
+        )
+        for unit, (free, reserve), rate in levels:
             if free < reserve:
-                return unit, free, reserve
-        return None
+                return (unit, free, reserve), 0.0
+            if reserve:
+                soon = min(soon, (free - reserve) / rate)
+        return None, soon
 
     def check(self) -> None:
         """Raises:
@@ -90,7 +105,15 @@ class Reserve:
 
 
 WATCH_S = 0.02
-"""How often the disk watch reads the free space while commands run (a ``statvfs``)."""
+"""How often the disk watch reads the free space while commands run (a ``statvfs``), near
+the reserve; further from it, as seldom as the disk could reach it (``FILL_BYTES_S``), at
+most every ``WATCH_MAX_S``."""
+WATCH_MAX_S = 1.0
+FILL_BYTES_S = 4 * GIB
+"""The fastest the watch assumes a disk fills (bytes a second: beyond what NVMe drives
+write); with more room than this over the reserve, it looks again up to a second later."""
+FILL_INODES_S = 1_000_000
+"""The fastest it assumes inodes are taken (files made a second, by all commands)."""
 CALM_S = 1.0
 """Under the reserve with no running command grown, how long before their checkouts are
 walked again (at least twice the time the walks took)."""
@@ -148,15 +171,18 @@ class Watch:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         calm_until = 0.0
+        wait = self.every
         while self.entries:
-            await asyncio.sleep(self.every)
+            await asyncio.sleep(wait)
+            wait = self.every
             if any(e.tripped.is_set() for e in self.entries):
                 continue  # one is being stopped: its checkout is rebuilt, then look again
             try:
-                shortage = self.reserve.shortage()
+                shortage, soon = self.reserve.level()
             except OSError as exc:  # the data directory's filesystem is gone: next round
                 log.warning("disk watch: %s", exc)
                 continue
+            wait = min(max(self.every, soon), WATCH_MAX_S)
             if shortage is None or loop.time() < calm_until:
                 continue
             began = loop.time()

@@ -38,7 +38,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 import nats.errors
@@ -91,6 +91,14 @@ def new_handle(route: str) -> str:
 
 def route_of(handle: str) -> str:
     return handle[1:13]
+
+
+@runtime_checkable
+class Relayed(Protocol):
+    """A live command whose signals go through a program in its sandbox, which answers how
+    many processes got one (a shell's server: ``shell_runs.InShell``)."""
+
+    async def relay_signal(self, signum: int) -> int: ...
 
 
 @dataclass
@@ -234,7 +242,11 @@ class LiveCommands:
             )
         process = command.process
         if isinstance(request, rq.CommandSignal):
-            sent = process.signal(SIGNALS[request.signal])
+            signum = SIGNALS[request.signal]
+            if isinstance(process, Relayed):
+                sent = await process.relay_signal(signum)
+            else:
+                sent = process.signal(signum)
             if request.signal == "TERM" and command._killing is None:
                 command._killing = asyncio.ensure_future(self._kill_after_grace(command))
             return rp.SignalSent(command_id=handle, signal=request.signal, processes=sent)

@@ -28,6 +28,7 @@ import secrets
 import signal
 import stat
 import time
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,10 +45,10 @@ from infra.exec.answer import Job, timeout_ms
 from infra.exec.capture import file_sig, key_of
 from infra.exec.checkout import Checkout
 from infra.exec.results import Output, audited, command_result
-from infra.exec.sandbox.shell_server import SERVER_PROCESSES, Running
+from infra.exec.sandbox.shell_server import Running
 from infra.safefs import Dir, parent_of
 from services.executor.commands import Commands, known_facts
-from services.executor.live import LiveCommand, new_handle
+from services.executor.live import INPUT_WAIT_S, LiveCommand, new_handle
 from services.executor.output import Recorder
 from services.executor.shell_state import Shell
 
@@ -76,6 +77,9 @@ log = logging.getLogger("quill.executor.shells")
 
 CONFLICT = "conflict: changed in the workspace too; the shell keeps its own version, uncommitted"
 BACKGROUND = "[background]"
+NO_STDIN, LIVE_STDIN = -1, -2
+"""What a command's header says of its stdin, besides its length when given whole
+(``shell_server``): ``/dev/null``, or a FIFO fed as ``exec.input`` comes."""
 """How the message of a commit of background changes starts."""
 
 
@@ -93,21 +97,52 @@ async def commit_background(
     shells: Shells, address: Address, shell: Shell, origin: Origin, sync: bool = True
 ) -> tuple[rp.CapturedChanges, list[str]]:
     """Commit what the shell's tree holds changed since its last commit (its background
-    processes'), attributed to the shell; then bring it to the workspace's latest."""
+    processes'), attributed to the shell; then bring it to the workspace's latest. The log's
+    last message is read while the tree is walked: when nothing was committed and the
+    workspace has not moved, there is nothing to sync."""
     checkout = shell.checkout
     base = checkout.version
-    await asyncio.to_thread(checkout.begin)
     bg = background_origin(shell)  # the shell's, not the request's
-    changes = await shells.commands._capture_and_commit(
-        address, bg, checkout, base, f"{BACKGROUND} shell {shell.id}", None
-    )
+    behind = asyncio.ensure_future(_behind(checkout)) if sync else None
+    try:
+        changes = await shells.commands._capture_and_commit(
+            address, bg, checkout, base, f"{BACKGROUND} shell {shell.id}", None
+        )
+    except BaseException:
+        if behind is not None:
+            behind.cancel()
+            with contextlib.suppress(BaseException):
+                await behind  # its own failure, if any, is this one's
+        raise
     kept: list[str] = []
-    if sync:
-        kept = await _sync(shells, shell, changes)
-    else:
-        await asyncio.to_thread(checkout.save)
-    await shells._record(shell)
+    if behind is not None:
+        moved = await behind
+        if moved or changes.committed or changes.conflicts or checkout.version != base:
+            kept = await _sync(shells, shell, changes)
+        else:
+            kept = _still_kept(checkout)
+    await _recorded(shells, shell)
     return changes, kept
+
+
+async def _behind(checkout: Checkout) -> bool:
+    try:
+        return await checkout.behind()
+    except Exception as exc:
+        raise QuillError(ErrorCode.UNAVAILABLE, f"The log is not reachable: {exc}") from exc
+
+
+async def _recorded(shells: Shells, shell: Shell) -> None:
+    """The shell's record says the version it is at (its last commit's, or the workspace's
+    it synced to): kept again when that moved."""
+    if shell.checkout.known != shell.recorded:
+        await shells._record(shell)
+
+
+def _still_kept(checkout: Checkout) -> list[str]:
+    """The paths the shell keeps in conflict (put back by earlier syncs, unchanged since)."""
+    present = checkout.manifest.present
+    return sorted(k for k, (_, why) in present.items() if why == CONFLICT and k[:1] != "\0")
 
 
 async def _sync(shells: Shells, shell: Shell, *results: rp.CapturedChanges) -> list[str]:
@@ -117,12 +152,13 @@ async def _sync(shells: Shells, shell: Shell, *results: rp.CapturedChanges) -> l
     conflicted = {c.path for r in results for c in r.conflicts}
     conflicted |= {p for p, (_, why) in checkout.manifest.present.items() if why == CONFLICT}
     stash = checkout.home / "kept"
-    moved = await asyncio.to_thread(_stash, checkout, stash, sorted(conflicted))
+    moved: list[tuple[str, str]] = []
+    if conflicted:
+        moved = await asyncio.to_thread(_stash, checkout, stash, sorted(conflicted))
     try:
         await shells.commands.checkouts.sync(checkout)
     finally:
-        kept = await asyncio.to_thread(_unstash, checkout, stash, moved)
-        await asyncio.to_thread(checkout.save)
+        kept = await asyncio.to_thread(_unstash, checkout, stash, moved) if moved else []
     return kept
 
 
@@ -193,19 +229,22 @@ async def run(
                 raise no_version(req.min_version, checkout.version)
             await commands.approved.check(checkout, address, origin, "exec.run", req)
             base = checkout.version
-            await asyncio.to_thread(checkout.begin)
             data = req.command.encode()
             started = time.monotonic()
             timed_out = False
             if recorder is not None and req.yield_ms is not None:
-                await _held_live(shells, shell, address, origin, running, recorder, held)
+                live_stdin = req.stdin is None
+                await _held_live(
+                    shells, shell, address, origin, running, recorder, held, live_stdin
+                )
                 cap = min(checkout.limits.max_output_bytes, LIVE_POLL_MAX_BYTES)
                 due = commands._yield(req.yield_ms, base, recorder, job, cap)
                 timer.append(asyncio.create_task(due))
             try:
                 assert shell.process is not None and shell.ended is not None
                 fed = req.stdin
-                head = f"{token} {len(data)} {len(fed) if fed is not None else -1}\n"
+                given = len(fed) if fed is not None else (LIVE_STDIN if held else NO_STDIN)
+                head = f"{token} {len(data)} {given}\n"
                 await shell.process.write(head.encode() + data + (fed or b""), 10.0)
                 done = asyncio.ensure_future(running.ended.wait())
                 await asyncio.wait(
@@ -257,8 +296,11 @@ async def run(
                     await finishing
                     ending.append((changes, failed))
             assert changes is not None
-            kept += [k for k in await _sync(shells, shell, changes) if k not in kept]
-            await shells._record(shell)
+            if changes.committed or changes.conflicts:  # synced past its own commit
+                kept += [k for k in await _sync(shells, shell, changes) if k not in kept]
+            else:  # nothing made: the next command's sync brings what others made
+                kept += [k for k in _still_kept(checkout) if k not in kept]
+            await _recorded(shells, shell)
         if not shell.alive and not shell.closing:
             asyncio.ensure_future(shells._close_quietly(shell))
         audited(outcome, details, output.redacted | job.redacted)
@@ -287,10 +329,11 @@ async def _held_live(
     running: Running,
     recorder: Recorder,
     held: list[LiveCommand],
+    stdin_open: bool,
 ) -> None:
     """A yielded command of the shell runs: listed as a live command (``exec.poll`` reads
-    its output; ``exec.input`` finds its stdin closed; ``exec.signal`` KILL ends the
-    shell), its ``start`` kept."""
+    its output; ``exec.input`` writes to its stdin unless ``stdin`` was given whole;
+    ``exec.signal`` reaches its processes: ``InShell``), its ``start`` kept."""
     command = LiveCommand(
         handle=running.handle,
         tenant=address.tenant,
@@ -299,8 +342,8 @@ async def _held_live(
         workdir="",
         actor=origin.actor,
         started=datetime.now(UTC),
-        process=InShell(shell),
-        stdin_open=False,
+        process=InShell(shell, running),
+        stdin_open=stdin_open,
     )
     shells.commands.live.add(command)
     held.append(command)
@@ -312,39 +355,116 @@ async def _lost_here(shells: Shells, shell: Shell) -> QuillError:
     return QuillError(
         ErrorCode.SHELL_NOT_FOUND,
         f"Shell {shell.id} has ended (a command ran exit, or it was killed)",
-        {"shell": shell.id, "version": shell.checkout.version},
+        {"shell": shell.id, "version": shell.checkout.known},
     )
 
 
 class InShell:
-    """A yielded shell command as ``exec.input``/``exec.signal`` see it (``sandbox.Live``):
-    its stdin is closed (given whole, or ``/dev/null``); KILL ends the shell, as a timeout
-    does (its processes cannot be told from the shell's); other signals are refused."""
+    """A yielded shell command as ``exec.input``/``exec.signal`` see it (``sandbox.Live``),
+    through the shell's server (``shell_server``): input goes to the command's stdin (a FIFO
+    the server feeds; closed at ``eof``), a signal to the command's processes (the shell's
+    children forked since it began, and theirs: never the server, the shell's bash, or what
+    earlier commands left running). Each is answered by the server (``Running.acks``). KILL
+    that finds no process of the command (a builtin such as ``read`` runs in the shell
+    itself) ends the shell, as a timeout does."""
 
-    def __init__(self, shell: Shell) -> None:
-        self.shell = shell
+    def __init__(self, shell: Shell, running: Running) -> None:
+        self.shell, self.running = shell, running
+        self.lock = asyncio.Lock()
+        """One frame (and its answer) at a time."""
+        self.tasks: set[asyncio.Future[Any]] = set()
+
+    async def _send(self, frame: bytes) -> None:
+        process = self.shell.process
+        if process is None or not self.shell.alive or self.running.ended.is_set():
+            raise self._ended()
+        await process.write(frame, INPUT_WAIT_S)
+
+    async def _answer(self, kind: str, timeout_s: float | None = None) -> int:
+        """The server's next answer (of ``kind``), or COMMAND_ENDED once the command ended."""
+        got = asyncio.ensure_future(self.running.acks.get())
+        ended = asyncio.ensure_future(self.running.ended.wait())
+        waits: set[asyncio.Future[Any]] = {got, ended}
+        if self.shell.ended is not None:
+            waits.add(self.shell.ended)
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+            if not got.done():
+                got.cancel()
+        if not got.done() or got.cancelled():
+            if self.running.ended.is_set() or not self.shell.alive:
+                raise self._ended()
+            raise TimeoutError
+        answered, value = got.result()
+        if answered != kind:
+            log.warning("shell %s: answer %r where %r was due", self.shell.id, answered, kind)
+        return value
+
+    def _ended(self) -> QuillError:
+        handle = self.running.handle
+        return QuillError(
+            ErrorCode.COMMAND_ENDED,
+            f"Command {handle} has ended (exec.poll says how)",
+            {"command_id": handle},
+        )
 
     async def write(self, data: bytes, timeout_s: float) -> int:
-        return 0
+        """Write ``data`` to the command's stdin; what it did not take within ``timeout_s``
+        is dropped (the bytes written, as a one-shot command's pipe answers)."""
+        if not data:
+            return 0
+        async with self.lock:
+            await self._send(b"!i %d\n" % len(data) + data)
+            try:
+                return await self._answer("i", timeout_s)
+            except TimeoutError:
+                await self._send(b"!c\n")
+                written = await self._answer("i")
+                await self._answer("c")
+                return written
 
     def close_stdin(self) -> None:
-        pass
+        self._later(self._close())
+
+    async def _close(self) -> None:
+        async with self.lock:
+            with contextlib.suppress(QuillError):
+                await self._send(b"!e\n")
+
+    async def relay_signal(self, signum: int) -> int:
+        """Send ``signum`` to the command's processes; how many got it."""
+        async with self.lock:
+            await self._send(b"!s %d\n" % signum)
+            sent = await self._answer("s", INPUT_WAIT_S)
+        if sent == 0 and signum == signal.SIGKILL:  # it runs in the shell itself
+            process = self.shell.process
+            if process is not None and self.shell.alive:
+                return max(0, process.signal(signal.SIGKILL) - self.shell.own)
+        return sent
 
     def signal(self, signum: int) -> int:
-        process = self.shell.process
-        if signum != signal.SIGKILL:
-            raise QuillError(
-                ErrorCode.INVALID_ARGUMENT,
-                "A command in a shell takes KILL only (it ends the shell); close the shell, or "
-                "run the command without shell to signal it alone",
-                {"shell": self.shell.id},
-            )
-        if process is None or not self.shell.alive:
-            return 0
-        return max(0, process.signal(signal.SIGKILL) - SERVER_PROCESSES)
+        """``relay_signal`` in the background (a TERM's KILL after its grace)."""
+        self._later(self.relay_signal(signum))
+        return 0
+
+    def _later(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self.tasks.add(task)
+        task.add_done_callback(_quietly(self.tasks))
 
     async def wait(self) -> sandbox.Outcome:
         raise NotImplementedError
+
+
+def _quietly(tasks: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    def done(task: asyncio.Future[Any]) -> None:
+        tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("shell frame not sent: %r", task.exception())
+
+    return done
 
 
 def _with(result: rp.CommandResult, **fields: Any) -> rp.CommandResult:

@@ -38,6 +38,8 @@ class Shell:
     last_used: float = field(default_factory=time.monotonic)
     last_used_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     background_commits: int = 0
+    recorded: int = -1
+    """The version its ``start`` record in ``WS_OUTPUT`` says it is at (``Shells._record``)."""
     dropped: int = 0
     """Bytes background processes wrote while no command ran (dropped)."""
     closing: bool = False
@@ -76,7 +78,7 @@ class Shell:
             actor=self.actor,
             started=self.started,
             last_used=self.last_used_at,
-            version=self.checkout.version,
+            version=self.checkout.known,
             running=self.running.handle if self.running is not None else None,
         )
 

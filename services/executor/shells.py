@@ -172,9 +172,8 @@ class Shells:
         """The shell's ``start`` record: it exists, its last committed version, closed."""
         subjects = self.commands.subjects
         subject = subjects.cmdout(shell.tenant, shell.workspace, shell.id, "start")
-        facts = {
-            "shell": {"version": shell.checkout.version, "closed": closed, "actor": shell.actor}
-        }
+        shell.recorded = shell.checkout.known
+        facts = {"shell": {"version": shell.recorded, "closed": closed, "actor": shell.actor}}
         try:
             await self.commands.js.publish(subject, json.dumps(facts).encode(), timeout=5)
         except Exception as exc:
@@ -206,6 +205,7 @@ class Shells:
         details.update(shell=shell_id, workdir=req.workdir, env=sorted(req.env or {}))
         details.update(summary=f"shell open {shell_id}")
         checkout = commands.checkouts.new(self.home / shell_id, address)
+        checkout.persist = False  # never opened again: discarded at its close and our start
         try:
             await asyncio.to_thread(checkout.open)
             await commands.checkouts.sync(checkout)
@@ -364,7 +364,7 @@ class Shells:
             self.held.pop(shell.id, None)
             await self._record(shell, closed=True)
             await self.commands.checkouts._discard(shell.checkout.home)
-        version = changes.version if changes is not None else shell.checkout.version
+        version = changes.version if changes is not None else shell.checkout.known
         return version, rp.ShellClosed(shell=shell.id, background=changes, killed=killed)
 
     async def _end(self, shell: Shell) -> int:

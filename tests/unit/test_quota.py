@@ -133,6 +133,9 @@ class FakeReserve:
     def shortage(self) -> tuple[str, int, int] | None:
         return ("bytes", 10, 100) if self.short else None
 
+    def level(self) -> tuple[tuple[str, int, int] | None, float]:
+        return self.shortage(), 0.0
+
 
 async def test_the_disk_watch_stops_the_command_that_grew_most_and_only_it(
     tmp_path: Path,

@@ -49,6 +49,8 @@ namespace; the host's /tmp.)"""
 SERVER_PROCESSES = 2
 """The shell's own processes in its sandbox: the supervisor and the evaluating bash."""
 STATUS = re.compile(rb"([0-9a-f]{32})([0-9]{1,3})\n")
+ACK = re.compile(rb"([0-9a-f]{32})!([ics])([0-9]{0,9})\n")
+"""The server's answer to a frame sent while a command runs (``Running.acks``)."""
 
 LOOP = r"""
 exec {__quill_in}<&"$1" {__quill_st}>&"$2" </dev/null
@@ -69,7 +71,7 @@ reads the line (a nonce the supervisor wrote after the command: in no variable w
 command runs) and writes ``<nonce> <status>`` on ``$2``. It never sees a token."""
 
 SUPERVISOR = r"""
-import os, sys, threading
+import os, select, sys, threading
 try:
     import ctypes
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, fd, environ
@@ -117,12 +119,63 @@ def feed(fifo, given):
             w.write(given)
     except OSError:
         pass
+def kids(p):
+    out = []
+    try:
+        tids = os.listdir("/proc/%d/task" % p)
+    except OSError:
+        return out
+    for t in tids:
+        try:
+            with open("/proc/%d/task/%s/children" % (p, t), "rb") as f:
+                out += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    return out
+def tree(roots):
+    seen, todo = set(), list(roots)
+    while todo:
+        p = todo.pop()
+        if p not in seen and p != pid and p != os.getpid():
+            seen.add(p)
+            todo += kids(p)
+    return seen
+def send(signum, before):
+    # the command's processes: the shell's children forked since it began, and theirs
+    hit = set()
+    for _ in range(3):  # again for what forked meanwhile
+        new = tree(set(kids(pid)) - before) - hit
+        if not new:
+            break
+        for p in new:
+            try:
+                os.kill(p, signum)
+                hit.add(p)
+            except OSError:
+                pass
+    return len(hit)
+def opened(fd):
+    # the evaluating bash has the FIFO as its stdin (its eval opened it): closing our end
+    # before would leave that open waiting for a writer for good
+    try:
+        st, mine = os.stat("/proc/%d/fd/0" % pid), os.fstat(fd)
+    except OSError:
+        return True
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+def ack(token, kind, value=0):
+    put(2, token + b"!%s%d\n" % (kind, value))
 stdin_dir = os.path.join(os.environ.get("TMPDIR") or "/tmp", ".quill-stdin-%d" % os.getpid())
 os.makedirs(stdin_dir, mode=0o700, exist_ok=True)
 pending = b""
 while True:
     line = head()
     parts = line.split() if line else []
+    if parts[:1] == [b"!i"] and len(parts) == 2 and parts[1].isdigit():
+        if exact(int(parts[1])) is None:  # input to a command that has ended: dropped
+            break
+        continue
+    if parts[:1] in ([b"!c"], [b"!e"], [b"!s"]):
+        continue
     if len(parts) != 3 or not parts[1].isdigit() or not parts[2].lstrip(b"-").isdigit():
         break
     token, n, m = parts[0], int(parts[1]), int(parts[2])
@@ -132,15 +185,21 @@ while True:
         break
     nonce = os.urandom(16).hex().encode()
     fifo = b""
-    if given is not None:  # the command's stdin: a FIFO its eval opens, fed by a thread
+    wfd = -1
+    if given is not None or m == -2:  # the command's stdin: a FIFO its eval opens
         fifo = os.path.join(os.fsencode(stdin_dir), nonce)
         os.mkfifo(fifo, 0o600)
-        threading.Thread(target=feed, args=(fifo, given), daemon=True).start()
+        if m == -2:  # live: written as exec.input comes
+            wfd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+        else:
+            threading.Thread(target=feed, args=(fifo, given), daemon=True).start()
+    before = set(kids(pid))
     try:
         put(req_w, b"%d %s\n" % (n, fifo) + data + nonce + b"\n")
     except OSError:
         break
-    code = None
+    code, gone = None, False
+    queued, sent, asked, closing = b"", 0, False, False
     while code is None:
         at = pending.find(nonce + b" ")
         end = pending.find(b"\n", at) if at >= 0 else -1
@@ -149,10 +208,54 @@ while True:
             pending = pending[end + 1 :]
             code = int(digits) if digits.isdigit() and len(digits) <= 3 else 1
             break
-        chunk = os.read(st_r, 4096)
-        if not chunk:
-            break
-        pending = (pending + chunk)[-4096:]  # all but the nonce's line: forged, dropped
+        ready = [st_r] if gone else [st_r, 0]
+        late = 0.02 if closing and wfd >= 0 else None  # its end waits for the eval's open
+        r, w, _ = select.select(ready, [wfd] if queued and wfd >= 0 else [], [], late)
+        if w:
+            try:
+                k = os.write(wfd, queued)
+                queued, sent = queued[k:], sent + k
+            except BlockingIOError:
+                pass
+            except OSError:
+                queued = b""
+        if asked and not queued:
+            ack(token, b"i", sent)
+            asked = False
+        if closing and not queued and wfd >= 0 and opened(wfd):
+            os.close(wfd)
+            wfd = -1
+        if 0 in r:
+            frame = head()
+            words = frame.split() if frame else []
+            if not words:
+                gone = True  # the executor is gone: the command runs out, then the server ends
+            elif words[0] == b"!i" and len(words) == 2 and words[1].isdigit():
+                more = exact(int(words[1]))
+                if more is None:
+                    gone = True
+                elif wfd >= 0 and not closing:
+                    queued, sent, asked = queued + more, 0, True
+                else:
+                    ack(token, b"i", 0)
+            elif words[0] == b"!c":  # what the command did not read in time is dropped
+                if asked:
+                    ack(token, b"i", sent)
+                queued, asked = b"", False
+                ack(token, b"c")
+            elif words[0] == b"!e":
+                closing = True
+            elif words[0] == b"!s" and len(words) == 2 and words[1].isdigit():
+                ack(token, b"s", send(int(words[1]), before))
+        if st_r in r:
+            chunk = os.read(st_r, 4096)
+            if not chunk:
+                break
+            pending = (pending + chunk)[-4096:]  # all but the nonce's line: forged, dropped
+    if wfd >= 0:
+        os.close(wfd)
+    if asked:
+        ack(token, b"i", sent)
     if code is None:
         break
     if fifo:
@@ -162,6 +265,8 @@ while True:
             pass
     put(1, token)
     put(2, token + b"%d\n" % code)
+    if gone:
+        break
 os.close(req_w)
 _, st = os.waitpid(pid, 0)
 sys.exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
@@ -171,7 +276,9 @@ shell (``LOOP``), holding the tokens."""
 
 
 class Running:
-    """One command's output as the shell writes it, up to its tokens."""
+    """One command's output as the shell writes it, up to its tokens; and the server's
+    answers to what was sent to it while the command runs (``acks``: ``("i", bytes
+    written)``, ``("c", 0)``, ``("s", processes signalled)``)."""
 
     def __init__(self, handle: str, command: str, token: str, on_output: OnOutput) -> None:
         self.handle, self.command = handle, command
@@ -183,21 +290,30 @@ class Running:
         self.status: int | None = None
         self.ended = asyncio.Event()
         self.started = time.monotonic()
+        self.acks: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
 
     async def feed(self, stream: StreamName, chunk: bytes) -> None:
         if self.done[stream]:
             return  # a background process's, after the command's end
         data = self.carry[stream] + chunk
         self.carry[stream] = b""
-        at = data.find(self.token)
-        if at >= 0:
+        while True:
+            at = data.find(self.token)
+            if at < 0:
+                break
             end: re.Match[bytes] | None = None
             if stream == "stderr":
+                ack = ACK.match(data, at)
+                if ack is not None and ack.group(1) == self.token:
+                    await self._emit(stream, data[:at])
+                    self.acks.put_nowait((ack.group(2).decode(), int(ack.group(3) or 0)))
+                    data = data[ack.end() :]
+                    continue
                 end = STATUS.match(data, at)
                 if end is None or end.group(1) != self.token:
-                    if len(data) - at < len(self.token) + 5:  # its status may be on the way
-                        await self._emit(stream, data[:at])
-                        self.carry[stream] = data[at:]
+                    if len(data) - at < len(self.token) + 12 and b"\n" not in data[at:]:
+                        await self._emit(stream, data[:at])  # its status or an answer may
+                        self.carry[stream] = data[at:]  # be on the way
                         return
                     end = None
             if stream == "stdout" or end is not None:
@@ -208,6 +324,7 @@ class Running:
                 if all(self.done.values()):
                     self.ended.set()
                 return
+            break
         keep = _prefix_kept(data, self.token)
         await self._emit(stream, data[: len(data) - keep])
         self.carry[stream] = data[len(data) - keep :]
