@@ -54,20 +54,27 @@ async def test_loopback_server_across_commands(ws: Workspace) -> None:
 
 async def test_background_committed_on_checkpoint(ws: Workspace) -> None:
     async with await ws.shell() as sh:
-        r = await sh.run("(while [ ! -e $HOME/go ]; do sleep 0.05; done; echo x > bg.txt) &")
-        assert not r.changes.committed
-        await sh.run("touch $HOME/go")
+        for n in range(10):  # until the job writes after the command that lets it go returned
+            bg = f"bg{n}.txt"
+            job = f"(while [ ! -e $HOME/go{n} ]; do sleep 0.05; done; echo x > {bg}) &"
+            r = await sh.run(job)
+            assert not r.changes.committed
+            went = await sh.run(f"touch $HOME/go{n}")
+            if bg not in [p.path for p in went.changes.paths]:  # else: written while it ran
+                break
+        else:
+            raise AssertionError("the job always wrote while its command still ran")
 
         async def committed() -> bool:
             cp = await sh.checkpoint()
             if not cp.background.committed:
                 return False
-            assert [p.path for p in cp.background.paths] == ["bg.txt"]
+            assert [p.path for p in cp.background.paths] == [bg]
             return True
 
         await eventually(committed)
-        assert (await ws.read("bg.txt")).content == "x\n"
-        history = await ws.history("bg.txt")
+        assert (await ws.read(bg)).content == "x\n"
+        history = await ws.history(bg)
         assert (history.revisions[0].request_id or "").startswith(sh.id + ".bg")  # the shell's
 
 
