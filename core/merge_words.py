@@ -178,12 +178,13 @@ def refused_text(
 ) -> str:
     """A ``MERGE_CONFLICT`` (nothing committed) in words: the message, every conflict its
     details hold (the first 100; ``ours`` the target, ``theirs`` the workspace merged) and
-    how to go on."""
+    how to go on (no ``message``: the conflicts alone, where the caller says it after)."""
     try:
         conflicts = msgspec.convert(details.get("conflicts") or [], list[Conflict])
     except msgspec.ValidationError:
         conflicts = []
     total = details.get("conflicts_total")
     total = total if isinstance(total, int) else len(conflicts)
-    lines = [message, *conflicts_text(conflicts, total, ours, theirs, budget), how_to_go_on(option)]
+    lines = [message] if message else []
+    lines += [*conflicts_text(conflicts, total, ours, theirs, budget), how_to_go_on(option)]
     return "\n".join(lines)
