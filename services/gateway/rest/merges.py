@@ -140,6 +140,21 @@ def paths(json: Any, errors: dict[str, Any], error: Any, parked: Any) -> dict[st
             "refused": {"type": ["string", "null"]},
         },
     }
+    refused = {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {"enum": ["merge_conflict", "no_merge_base"]},
+            "message": {"type": "string"},
+            "details": {
+                "type": "object",
+                "properties": {
+                    "conflicts": conflicts,
+                    **dict.fromkeys(("conflictsTotal", "baseVersion", "fromVersion"), integer),
+                },
+            },
+        },
+    }
     request = {
         "type": "object",
         "required": ["from"],
@@ -168,10 +183,11 @@ def paths(json: Any, errors: dict[str, Any], error: Any, parked: Any) -> dict[st
                     "400": error("invalid_argument: a bad body or name, another tenant's"),
                     "403": error("access_denied: a workspace-scoped token does not merge"),
                     "404": error("not_found: no such workspace to merge"),
-                    "409": error(
+                    "409": json(
+                        refused,
                         "merge_conflict: conflicts the strategy leaves, nothing committed "
                         "(details.conflicts: the first 100, each with its three-way hunks; "
-                        "details.conflictsTotal); no_merge_base: no shared history"
+                        "details.conflictsTotal); no_merge_base: no shared history (no details)",
                     ),
                 },
             },
