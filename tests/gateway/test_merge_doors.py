@@ -2,17 +2,22 @@
 ``POST /v1/workspaces/{name}/merge`` (as the OpenAPI document describes it) and the console's
 merge preview with its Merge form; each through a real gateway, writer and reader, the result
 read back through the SDK. A dry run commits nothing; conflicts come with their three-way
-hunks; a restricted target parks the merge for approval, as any call there. Refusals are
+hunks; a restricted target parks the merge for approval, as any call there; ``quill merge``
+prints the conflicts and exits non-zero while they stand. Refusals are
 ``tests/security/test_merge_doors.py``'s."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import httpx
 import jsonschema
+from click.testing import CliRunner
 
 from quill.client import Quill
+from quill_cli.cli import main
 from services.gateway.access import Principal, Tokens
 from services.gateway.rest.openapi import document
 from tests.gateway.conftest import StartGateway
@@ -179,3 +184,30 @@ async def test_the_console_previews_and_merges_through_its_form(start: StartGate
         shown = await http.get(parked.headers["location"])
         assert 'id="parked"' in shown.text and "/ui/w/book/approvals/" in shown.text
     assert (await sdk.workspace("default/book").read_text("new.md")) == "from the fork\n"
+
+
+async def quill(nats_url: str, *argv: str) -> Any:
+    """``quill ARGV`` in this process (in a thread: the services answer from this loop)."""
+    env = {"QUILL_NATS_URL": nats_url}
+    return await asyncio.to_thread(CliRunner().invoke, main, list(argv), env=env)
+
+
+async def test_quill_merge_prints_conflicts_and_exits_non_zero(
+    start: StartGateway, nats_url: str
+) -> None:
+    gateway = await start()
+    await forked(gateway.quill)
+    dry = await quill(nats_url, "merge", "try", "acme/book", "--dry-run")
+    assert dry.exit_code == 1, dry.output  # conflicts fail would leave
+    assert "CONFLICT t.txt: content" in dry.stdout and '--strategy "theirs"' in dry.stdout
+    assert "<<<<<<< ours\nline 2 (book)\n||||||| base\nline 2\n" in dry.stdout
+    refused = await quill(nats_url, "merge", "acme/try", "acme/book")
+    assert refused.exit_code == 1 and "quill: MERGE_CONFLICT:" in refused.stderr
+    assert "line two (fork)" in refused.stderr
+    as_json = await quill(nats_url, "--json", "merge", "try", "acme/book")
+    assert json.loads(as_json.stderr)["details"]["conflicts_total"] == 1
+    done = await quill(nats_url, "merge", "try", "acme/book", "--strategy", "ours")
+    assert done.exit_code == 0, done.output
+    assert done.stdout.startswith("Merged acme/try@") and "put    new.md (theirs" in done.stdout
+    other = await quill(nats_url, "merge", "acme/try", "globex/book")  # another tenant's
+    assert other.exit_code == 2 and "stays within its tenant" in other.stderr
