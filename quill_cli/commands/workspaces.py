@@ -1,10 +1,11 @@
 """``quill workspaces`` (a tenant's workspaces), ``quill archive``/``unarchive``,
-``quill purge`` (with ``--export`` first, by the export of ``quill export``), ``quill fork``
-and ``quill forks``."""
+``quill purge`` (with ``--export`` first, by the export of ``quill export``), ``quill fork``,
+``quill forks`` and ``quill merge`` (its conflicts in words: ``core.merge_words``)."""
 
 from __future__ import annotations
 
 import gzip
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import click
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
+from contracts.merging import Strategy
+from core.merge_words import TERMINAL, merged_text, refused_text
 from quill.client import Workspace
 from quill_cli.common import Commands, connected, emit, fail, run_client, workspace_command
 from quill_cli.progress import progress
@@ -126,6 +129,43 @@ async def forks(ctx: click.Context, ws: Workspace, limit: int) -> None:
         return "\n".join(lines) if listing.forks else f"{listing.workspace} has no forks"
 
     emit(ctx, listing, text)
+
+
+@commands.command()
+@click.argument("fork")
+@click.argument("target")
+@click.option("--dry-run", is_flag=True, help="Show what it would change and the conflicts.")
+@click.option(
+    "--strategy",
+    type=click.Choice(["fail", "ours", "theirs", "markers"]),
+    default="fail",
+    show_default=True,
+    help="On conflict: commit nothing, decide for TARGET (ours) or FORK (theirs), or write "
+    "conflict markers into the texts.",
+)
+@click.pass_context
+def merge(ctx: click.Context, fork: str, target: str, dry_run: bool, strategy: Strategy) -> None:
+    """Merge FORK (a workspace of TARGET's tenant: name or tenant/name) into TARGET
+    (tenant/workspace): three-way per path against their merge base, one change. Prints
+    what it changed and each conflict (both sides, the three-way hunks); exits non-zero on
+    conflicts it leaves (nothing committed) or a refusal."""
+
+    async def go() -> None:
+        async with connected(ctx) as quill:
+            ws = quill.workspace(target)
+            try:
+                done = await ws.merge(fork, strategy=strategy, dry_run=dry_run)
+            except QuillError as exc:
+                if exc.code == ErrorCode.MERGE_CONFLICT and not ctx.obj["json"]:
+                    ours, theirs = f"{ws.tenant}/{ws.name}", f"{ws.tenant}/{fork.split('/')[-1]}"
+                    said = refused_text("", exc.details, ours, theirs, TERMINAL, "--strategy ")
+                    click.echo(said, err=True)
+                raise
+            emit(ctx, done, lambda: merged_text(done, ws.last_version, TERMINAL, "--strategy "))
+            if done.refused:
+                sys.exit(1)
+
+    run_client(go())
 
 
 @commands.command()

@@ -17,8 +17,9 @@ unknown). Without a tokens file every caller is tenant ``default``, workspace ``
 
 The tenant's workspaces (``listing``, ``target``): a pinned token sees its own in a listing
 and nothing else, and may not archive, unarchive or purge any (``ACCESS_DENIED``). Forks
-(``fork``, ``forks``: every door's) need both names reached: a pinned token could not reach
-the fork it would make, so it neither forks nor lists forks; a fork stays in its tenant.
+(``fork``, ``forks``: every door's) and merges (``merge``) need both names reached: a pinned
+token could not reach the fork it would make (or merge), so it neither forks, lists forks nor
+merges; a fork and a merge stay in their tenant.
 
 A browser (the console) carries its token in a cookie (``COOKIE``, read as the bearer token
 by ``with_cookie_token``: ``HttpOnly``, ``SameSite=Strict``, ``Secure`` behind HTTPS, limited to
@@ -558,6 +559,54 @@ async def forks(access: Access, principal: Principal, name: str | None, limit: i
     if principal.pinned:
         raise _denied(principal, "list the forks of")
     return await _client(access, principal).workspace(_named(principal, name)).forks(limit=limit)
+
+
+STRATEGIES = ("fail", "ours", "theirs", "markers")
+"""A merge's strategies (``contracts.requests.MergeWorkspace.strategy``)."""
+
+
+async def merge_into(
+    principal: Principal, ws: Workspace, source: str, strategy: str, dry_run: bool
+) -> tuple[rp.Merged, int]:
+    """Merge ``source`` (a workspace of ``ws``'s tenant, named as the principal names one)
+    into ``ws``, a workspace the principal reached (issue 33); with the version ``ws`` has
+    after it. The rule of ``fork``: both names reached, so a pinned token never merges.
+
+    Raises:
+        QuillError: ``ACCESS_DENIED`` (pinned token), ``INVALID_ARGUMENT`` (a bad name or
+            strategy, another tenant's), ``APPROVAL_REQUIRED`` (a restricted target: parked),
+            ``MERGE_CONFLICT``, ``NO_MERGE_BASE``, ``WORKSPACE_NOT_FOUND`` (the writer's).
+    """
+    if principal.pinned:
+        raise _denied(principal, "merge")
+    if strategy not in STRATEGIES or not isinstance(dry_run, bool):
+        raise QuillError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"strategy is one of {', '.join(STRATEGIES)}; dry_run is true or false",
+        )
+    if not isinstance(source, str) or not source:
+        raise QuillError(ErrorCode.INVALID_ARGUMENT, "Name the workspace to merge (from)")
+    named = _named(principal, source)
+    done = await ws.merge(named, strategy=strategy, dry_run=dry_run)  # type: ignore[arg-type]
+    return done, ws.last_version
+
+
+async def merge(
+    access: Access,
+    principal: Principal,
+    target: str | None,
+    source: str,
+    strategy: str,
+    dry_run: bool,
+) -> tuple[rp.Merged, int]:
+    """``merge_into`` the workspace ``target`` names (the principal's own when None): REST's
+    ``POST /v1/workspaces/{target}/merge`` and the console's Merge form; MCP's
+    ``merge_workspace`` reaches its target through its session first."""
+    if principal.pinned:
+        raise _denied(principal, "merge")
+    client = access.quill.as_actor(principal.actor, session=principal.session)
+    ws = client.workspace(_named(principal, target))
+    return await merge_into(principal, ws, source, strategy, dry_run)
 
 
 def summary_json(w: rp.WorkspaceSummary) -> dict[str, Any]:

@@ -22,7 +22,9 @@ async def test_the_forks_tab_lists_forks_and_the_form_forks(gateway: Gateway, pa
     await page.goto(f"{gateway.url}/ui/w/book/")
     await page.get_by_role("link", name="Forks", exact=True).click()
     row = page.locator("#fork-early")
-    await expect(row.locator("td")).to_have_text(["version 1", "1", "1", "its changes"])
+    await expect(row.locator("td")).to_have_text(
+        ["version 1", "1", "1", "its changes", "Preview merge"]
+    )
     await expect(page.locator("#lineage")).to_contain_text("Not a fork")
     await page.get_by_label("New workspace").fill("try-a")
     await page.get_by_role("button", name="Fork").click()

@@ -2,8 +2,8 @@
 version each was forked at, how far each side has moved since, a link to each), and a form
 that forks it through the op every door uses (``access.fork``: the same rules as REST and
 MCP, a pinned token neither forks nor lists forks); a form like the console's others (CSRF,
-same origin). A fork's merge back (preview, conflicts, a Merge button through approvals) is
-to come in the page's ``merge`` section.
+same origin). Each fork's row links to its merge preview (``merges.py``: a dry run, its
+conflicts, a Merge button through approvals).
 
 What a fork was forked from: its layers' names are the tree head's ``forked_from`` (the first
 page of ``qry.tree``, without contents); the version of the nearest is read from that

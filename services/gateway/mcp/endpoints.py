@@ -98,7 +98,6 @@ NO_TOOL: dict[str, str] = {
     "exec.resize": "a terminal's (quill shell): a model types no keys into a pty",
     "qry.forks": "an operator's overview (quill forks, REST, the console): a model knows the "
     "forks it made (fork_workspace answers each)",
-    "cmd.merge": "not yet a tool (issue 33: merge_workspace); SDK Workspace.merge",
     **workspaces.NO_TOOL,
 }
 """The ops no ``/mcp`` tool is, and why: with ``TOOL_OPS``, every op of ``contracts.ops``."""

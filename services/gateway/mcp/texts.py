@@ -47,6 +47,7 @@ TOOL_TEXTS: dict[tuple[str, str], str] = {
     (E.ACCESS_DENIED, "attach_workspace"): "Error: {message}",
     (E.ACCESS_DENIED, "archive_workspace"): "Error: {message}",
     (E.ACCESS_DENIED, "fork_workspace"): "Error: {message}",
+    (E.ACCESS_DENIED, "merge_workspace"): "Error: {message}",
     (E.FILE_NOT_FOUND, "list_workspaces"): "Error: Workspace not found: {workspace}",
     (E.FILE_NOT_FOUND, "read_command_output"): "Error: {message}",
     (E.FILE_NOT_FOUND, "wait_for_approval"): "Error: {message}",

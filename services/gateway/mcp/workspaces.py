@@ -1,23 +1,40 @@
 """MCP at ``/mcp``: the caller's tenant's workspaces, ``list_workspaces`` (the session's
 workspaces, then a page of the tenant's, the session's marked: ``sessions.py`` serves it),
 ``fork_workspace`` (issue 33: the session's workspace, or one it names, forked as a new
-workspace of the tenant) and ``archive_workspace`` (an operator's tool, offered only when the
+workspace of the tenant), ``merge_workspace`` (issue 33: another workspace of the tenant
+merged into the session's, or the one it names: conflicts told with their three-way hunks,
+``core.merge_words``; a restricted target parks it for approval as any call there) and
+``archive_workspace`` (an operator's tool, offered only when the
 gateway is told to: ``endpoints.OPERATOR_TOOLS``). Unarchive and purge are not tools: a model
 must not undo an operator's archive, nor destroy a workspace. Who may see and change which
-workspace is ``access.py``'s (``listing``, ``target``, ``fork``: a pinned token may not fork);
+workspace is ``access.py``'s (``listing``, ``target``, ``fork``, ``merge_into``: a pinned
+token may neither fork nor merge);
 REST's routes are ``rest/workspaces.py``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from mcp.types import ToolAnnotations
+from pydantic import Field
 
 from contracts import replies as rp
-from services.gateway.access import PAGE, Principal, fork, listing, summary_json, target
+from contracts.errors import ErrorCode, QuillError
+from core.merge_words import MODEL, merged_text, refused_text
+from quill.client import Workspace
+from services.gateway.access import (
+    PAGE,
+    Principal,
+    fork,
+    listing,
+    merge_into,
+    summary_json,
+    target,
+)
+from services.gateway.mcp.engine import Done, builtins
 from services.gateway.mcp.schemas import obj
-from services.gateway.mcp.table import ADDS, Arg, Args, Tool, described, workspace_arg
+from services.gateway.mcp.table import ADDS, CHANGES, Arg, Args, Tool, described, workspace_arg
 
 After = described(str | None, "The previous page's next: list the workspaces after it")
 Name = described(str, "A workspace of your tenant, e.g. notes")
@@ -29,6 +46,14 @@ Session = described(
 Reason = described(str | None, "Why (recorded in its log)")
 NewName = described(str, "The fork's id, e.g. try-a")
 At = described(int | None, "Default: the latest")
+From = Annotated[str, Field(alias="from", description="The workspace to merge in, e.g. try-a")]
+"""``from`` (a Python keyword: the parameter is ``source``, its name on the wire ``from``)."""
+How = described(
+    Literal["fail", "ours", "theirs", "markers"],
+    "On conflict: fail (commit nothing), ours/theirs (that side wins), markers",
+)
+DryRun = described(bool, "Only show the changes and conflicts")
+STRATEGY_ARG = "strategy="
 LISTING = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ARCHIVES = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -114,6 +139,34 @@ def forked_text(a: Args, done: rp.Forked) -> str:
     )
 
 
+async def _merge(sessions: Any, principal: Principal, ws: Workspace, a: Args) -> Any:
+    """``merge_workspace``: ``a["from"]`` merged into the workspace the call reached (the
+    session's, or the one ``workspace`` names); a ``MERGE_CONFLICT`` told with its conflicts
+    and how to go on (its details, the first 100 conflicts, stay the structured content)."""
+    source = a["from"]
+    try:
+        done, version = await merge_into(principal, ws, source, a.strategy, a.dry_run)
+    except QuillError as exc:
+        if exc.code != ErrorCode.MERGE_CONFLICT:
+            raise
+        ours, theirs = f"{ws.tenant}/{ws.name}", f"{ws.tenant}/{source.rpartition('/')[2]}"
+        text = refused_text(exc.message, exc.details, ours, theirs, MODEL, STRATEGY_ARG)
+        raise QuillError(exc.code, text, exc.details) from None
+    return _Merge(done, version)
+
+
+class _Merge:
+    """A merge's reply and the target's version after it (what its text says)."""
+
+    def __init__(self, done: rp.Merged, version: int) -> None:
+        self.done, self.version = done, version
+
+
+def merge_text(a: Args, m: _Merge) -> Done:
+    """The merge in words (``core.merge_words``); its structured content, the op's reply."""
+    return Done(merged_text(m.done, m.version, MODEL, STRATEGY_ARG), builtins(m.done))
+
+
 TOOLS = (
     Tool(
         "fork_workspace",
@@ -125,6 +178,23 @@ TOOLS = (
         ADDS,
         path=None,
         run=_fork,
+    ),
+    Tool(
+        "merge_workspace",
+        "cmd.merge",
+        "Merge a workspace of your tenant (a fork, its source) into yours: three-way per "
+        "file, one change; conflicts shown with their hunks.",
+        (
+            Arg("source", From),
+            Arg("strategy", How, "fail"),
+            Arg("dry_run", DryRun, False),
+            workspace_arg(),
+        ),
+        merge_text,
+        CHANGES,
+        path=None,
+        detail=lambda a: f"merge {a['from']} (strategy {a.strategy})",
+        session_call=_merge,
     ),
     Tool(
         "archive_workspace",
@@ -140,7 +210,8 @@ TOOLS = (
         run=_archive,
     ),
 )
-"""fork_workspace, archive_workspace: on the caller's tenant (``run``)."""
+"""fork_workspace, archive_workspace: on the caller's tenant (``run``); merge_workspace: on
+the workspace the call reaches (``session_call``), so a restricted one parks it."""
 NO_TOOL = {
     "qry.attached": "list_workspaces answers it first, then the tenant's workspaces",
     "cmd.unarchive": "an operator's (quill unarchive): a model must not undo an archive",

@@ -5,7 +5,7 @@ workspace, and a body or a count read within bounds.
 An error is JSON ``{"error": name, "message": ...}`` with the row's status; a 404 says nothing
 more (not even the message: nothing about anyone else), but for a file the caller's own sandbox
 left uncommitted. A busy answer carries ``Retry-After``; an ``APPROVAL_REQUIRED`` is 202 with
-the approval's ``Location``.
+the approval's ``Location``; a ``MERGE_CONFLICT`` carries its conflicts (``details``, camelCase).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
@@ -50,12 +51,30 @@ def error_response(error: QuillError) -> JSONResponse:
         approval_id = str(error.details.get("approval_id", ""))
         body["details"] = {"approvalId": approval_id}
         headers["Location"] = f"/v1/approvals/{approval_id}"
+    if error.code == E.MERGE_CONFLICT:  # the conflicts (the writer's first 100) and how many
+        body["details"] = camel(error.details)
     if error.code == E.DENIED and error.details.get("reason"):
         body["details"] = {"reason": error.details["reason"]}
     if (hint := retry_after_ms(error)) is not None:  # busy: when to come back
         body["details"] = error.details
         headers["Retry-After"] = str(math.ceil(hint / 1000))
     return JSONResponse(body, status_code=status, headers=headers or None)
+
+
+def camel(value: Any) -> Any:
+    """``value`` (msgspec structs, dicts, lists) as plain JSON with camelCase keys (REST's)."""
+    if isinstance(value, dict):
+        return {_camel(str(k)): camel(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [camel(item) for item in value]
+    if isinstance(value, msgspec.Struct):
+        return camel(msgspec.to_builtins(value))
+    return value
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(word.capitalize() for word in rest)
 
 
 RUN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")

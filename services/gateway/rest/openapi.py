@@ -3,7 +3,8 @@
 Over 400 lines because it is one document, mostly data: the schemas and paths of the file
 store, the runs and discovery, written out once so that what the gateway serves and what it
 describes can be compared in one place (``tests/gateway/test_openwop_conformance.py``). The
-commands' are ``commands.paths``, the shells' ``shells.paths``, the forks' ``workspaces.paths``.
+commands' are ``commands.paths``, the shells' ``shells.paths``, the forks' ``workspaces.paths``,
+the merge's ``merges.paths``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.gateway import VERSION
-from services.gateway.rest import commands, shells, workspaces
+from services.gateway.rest import commands, merges, shells, workspaces
 from services.gateway.rest.approvals import WAIT_MAX_MS
 from services.gateway.rest.edge import MAX_BODY_BYTES
 from services.gateway.rest.files import LIST_MAX
@@ -358,6 +359,7 @@ def document() -> dict[str, Any]:
             **commands.paths(_json, ERRORS, _error),
             **shells.paths(_json, ERRORS, _error),
             **workspaces.paths(_json, ERRORS, _error),
+            **merges.paths(_json, ERRORS, _error, APPROVAL_REQUIRED),
             "/v1/runs": {
                 "post": {
                     "summary": "Start a run: reads under it see the workspace as of now",

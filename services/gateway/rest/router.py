@@ -14,6 +14,7 @@ from services.gateway.rest.approvals import Approvals
 from services.gateway.rest.commands import COMMANDS, Commands
 from services.gateway.rest.edge import guard
 from services.gateway.rest.files import Files
+from services.gateway.rest.merges import Merges
 from services.gateway.rest.ports import METHODS, PORTS, Ports
 from services.gateway.rest.runs import Runs
 from services.gateway.rest.shells import SHELLS, Shells
@@ -60,6 +61,7 @@ def routes(access: Access) -> list[BaseRoute]:
         ("DELETE", WORKSPACES + "/{name}", workspaces.purge),
         ("POST", WORKSPACES + "/{name}/fork", workspaces.fork),
         ("GET", WORKSPACES + "/{name}/forks", workspaces.forks),
+        ("POST", WORKSPACES + "/{name}/merge", Merges(access).merge),
     ]
     ports = guard(Ports(access).forward)  # a shell's port: any method, any path under it
     return [
