@@ -52,10 +52,12 @@ def _size() -> tuple[int, int]:
     return max(size.lines, 1), max(size.columns, 1)
 
 
-async def _keys(cmd: Command, fd: int) -> None:
-    """Send what is typed on ``fd``, as it comes, until end of file."""
+async def _keys(cmd: Command, fd: int, queue: asyncio.Queue[bytes | None]) -> None:
+    """Send what is typed on ``fd`` as it comes, until end of file, and the window's size
+    each time ``queue`` gets None (a resize, put there by SIGWINCH): one queue, so a resize
+    and the keys typed after it arrive in that order (``stty size`` typed after a resize
+    sees the new size)."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
 
     def readable() -> None:
         try:
@@ -71,12 +73,22 @@ async def _keys(cmd: Command, fd: int) -> None:
     loop.add_reader(fd, readable)
     try:
         while True:
-            data = await queue.get()
-            while not queue.empty() and len(data) < LIVE_INPUT_MAX_BYTES // 2:
-                data += queue.get_nowait()
-            if not data:
+            item = await queue.get()
+            if item is None:
+                with contextlib.suppress(QuillError):  # it may just have ended
+                    await cmd.resize(*_size())
+                continue
+            data, ended = item, not item
+            while not ended and not queue.empty() and len(data) < LIVE_INPUT_MAX_BYTES // 2:
+                more = queue.get_nowait()
+                if more is None:  # a resize after these keys: theirs first
+                    queue.put_nowait(None)  # the order of two resizes does not matter
+                    break
+                data, ended = data + more, not more
+            if data:
+                await cmd.input(data)
+            if ended:
                 return
-            await cmd.input(data)
     finally:
         loop.remove_reader(fd)
 
@@ -131,15 +143,8 @@ async def shell(
     )
     cmd = ws.command(r.command_id)
     loop = asyncio.get_running_loop()
-    resizes: asyncio.Queue[None] = asyncio.Queue()
-    loop.add_signal_handler(signal.SIGWINCH, resizes.put_nowait, None)
-
-    async def follow_resizes() -> None:
-        while True:
-            await resizes.get()
-            with contextlib.suppress(QuillError):  # it may just have ended
-                await cmd.resize(*_size())
-
+    typed: asyncio.Queue[bytes | None] = asyncio.Queue()
+    loop.add_signal_handler(signal.SIGWINCH, typed.put_nowait, None)
     me = asyncio.current_task()
     assert me is not None
     for ending in (signal.SIGTERM, signal.SIGHUP):  # end here, the terminal restored
@@ -147,9 +152,9 @@ async def shell(
     tasks: list[asyncio.Task[object]] = []
     try:
         with raw_mode(fd):
-            keys = asyncio.ensure_future(_keys(cmd, fd))
+            keys = asyncio.ensure_future(_keys(cmd, fd, typed))
             output = asyncio.ensure_future(_output(cmd, sys.stdout.fileno()))
-            tasks = [keys, output, asyncio.ensure_future(follow_resizes())]
+            tasks = [keys, output]
             done, _ = await asyncio.wait([keys, output], return_when=asyncio.FIRST_COMPLETED)
             if output not in done:
                 keys.result()  # its error, if any; else stdin ended: the command goes on
