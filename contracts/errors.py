@@ -186,6 +186,16 @@ def no_version(version: int, latest: int, of: str = "") -> QuillError:
     )
 
 
+def no_content(path: str, sha256: str) -> QuillError:
+    """``UNAVAILABLE`` for a content a decision reads that is not at hand (a read of the
+    blob store or the log failed, or it is being written): retried, it is there."""
+    return QuillError(
+        ErrorCode.UNAVAILABLE,
+        f"Content of {path} is not available",
+        {"path": path, "sha256": sha256},
+    )
+
+
 def not_found(path: str) -> QuillError:
     return QuillError(ErrorCode.FILE_NOT_FOUND, f"File not found: {path}", {"path": path})
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError, no_version
+from contracts.errors import ErrorCode, QuillError, no_content, no_version
 from contracts.events import AnyChange, MakeDir, PutFile, Remove
 from contracts.paths import (
     check_name,
@@ -54,7 +54,7 @@ def _write(state: WorkspaceState, cmd: rq.WriteFile, ctx: Context) -> Decision:
     if cmd.mode == "append" and old is not None:
         previous = ctx.content(old.sha256)
         if previous is None:
-            raise QuillError(ErrorCode.UNAVAILABLE, f"Content of {path} is not available")
+            raise no_content(path, old.sha256)
         data = previous + data
     previous_size = old.size if old is not None else None
     if old is not None and unchanged(state, path, data, ctx, old.executable) is not None:
@@ -197,7 +197,7 @@ def _text_file(state: WorkspaceState, path: str, if_match: str | None, ctx: Cont
     data = ctx.content(node.sha256)
     text = as_text(data) if data is not None and not node.binary else None
     if data is None:
-        raise QuillError(ErrorCode.UNAVAILABLE, f"Content of {path} is not available")
+        raise no_content(path, node.sha256)
     if text is None:
         raise QuillError(
             ErrorCode.INVALID_ENCODING, "File contains invalid UTF-8 encoding", {"path": path}

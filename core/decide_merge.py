@@ -20,7 +20,7 @@ import msgspec
 
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_content
 from contracts.events import AnyChange, MakeDir, MergedFrom, Remove
 from core import merge as merging
 from core.decide_tree import commit, ensure_parents, make_dirs, put_file
@@ -170,11 +170,7 @@ def _content(change: Put, src: MergeSource, ctx: Context) -> bytes:
     if data is None:
         data = ctx.content(change.sha256)
     if data is None:
-        raise QuillError(
-            ErrorCode.UNAVAILABLE,
-            f"Content of {change.path} ({change.sha256[:12]}…) is missing: retry",
-            {"path": change.path},
-        )
+        raise no_content(change.path, change.sha256)
     return data
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_content
 from core.content import as_text, split_lines
 from core.diff3 import Clash, Labels, Style, chunks, conflicts, marked, resolved
 from core.merge_types import Conflict, ConflictKind, Entry, File, Hunk, Resolution, Side, Sides
@@ -135,11 +135,7 @@ def _read(entry: Entry, path: str, texts: Texts) -> bytes:
     assert isinstance(entry, File)
     data = texts.content(entry.sha256)
     if data is None:
-        raise QuillError(
-            ErrorCode.UNAVAILABLE,
-            f"Content of {path} is not available",
-            {"path": path, "sha256": entry.sha256},
-        )
+        raise no_content(path, entry.sha256)
     return data
 
 

@@ -60,6 +60,7 @@ __all__ = [
     "need_bwrap",
     "parked",
     "new_workspace",
+    "quill_of",
     "services_see",
     "start_executor",
     "start_reader",
@@ -299,14 +300,28 @@ async def answers(nats_url: str, service: str, instance: str, timeout: float = 1
 
 
 async def new_workspace(
-    services: Callable[[str], Awaitable[object]], client: Quill, name: str, reader: str = "r1"
+    services: Callable[[str], Awaitable[object]],
+    client: Quill,
+    name: str,
+    reader: str = "r1",
+    *,
+    limits: LimitsPatch | None = None,
 ) -> Workspace:
     """A reader replica started (``services``: the root fixture, a writer already running) and
-    workspace ``name`` created by ``client``: how most in-process tests begin."""
+    workspace ``name`` created by ``client`` (with ``limits``): how most in-process tests
+    begin."""
     await services(reader)
     ws = client.workspace(name)
-    await ws.create()
+    await ws.create(limits=limits)
     return ws
+
+
+def quill_of(ws: Workspace) -> Quill:
+    """The SDK client ``ws`` was taken from (``agent_and_human``'s agent: to fork, or to set
+    how long it waits)."""
+    client = ws.client
+    assert isinstance(client, Quill)
+    return client
 
 
 async def agent_and_human(

@@ -3,7 +3,8 @@ launcher of the tests (``tests/conftest.py``'s ``up`` fixture is a module's ``ru
 
 ``running(data, *args, tenants=..., secrets=..., env=...)`` for a block; ``Up(...).start()``
 where a test stops or kills it itself; ``TENANTS`` (tenants a and b, with their NATS
-passwords and gateway tokens) for ``tenants=``, and ``quill_as`` to connect as one of them."""
+passwords and gateway tokens) for ``tenants=``, and ``quill_as`` to connect as one of them
+(``bare_as``, ``bare``: a bare nats-py client)."""
 
 from __future__ import annotations
 
@@ -210,6 +211,17 @@ async def bare_as(up: Up, tenant: str, password: str | None = None, **options: A
         inbox_prefix=f"_INBOX_{tenant}",
         **options,
     )
+
+
+@contextlib.asynccontextmanager
+async def bare(up: Up, tenant: str | None) -> AsyncIterator[NATS]:
+    """``bare_as`` for a block, closed when it ends (``tenant`` None: a ``quill up`` without
+    tenants, connected without credentials)."""
+    nc = await (bare_as(up, tenant) if tenant is not None else nats.connect(up.nats_url))
+    try:
+        yield nc
+    finally:
+        await nc.close()
 
 
 async def quill_as(up: Up, tenant: str) -> Quill:

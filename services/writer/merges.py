@@ -37,6 +37,7 @@ from core.evolve import WorkspaceState
 from core.merge import needs as merge_needs
 from core.merge_types import Dir, Entry, File, Sides, same
 from core.rows import Node
+from core.tree import FileNode
 from infra.runtime import bounded_gather
 from infra.store import TOP, Layers
 from services.writer import forks
@@ -153,8 +154,20 @@ async def _entry(site: Site, layers: Layers, path: str, version: int) -> Entry:
 
 
 def _of(node: Node) -> Entry:
-    if node.kind == "d":
-        return Dir(version=node.version)
+    return Dir(version=node.version) if node.kind == "d" else _file(node)
+
+
+def _ours(state: WorkspaceState, path: str) -> Entry:
+    tree = state.tree
+    node = tree.files.get(path)
+    if node is not None:
+        return _file(node)
+    folder = tree.dirs.get(path)
+    return Dir(version=folder.version) if folder is not None else None
+
+
+def _file(node: Node | FileNode) -> File:
+    """A file as the merge sees it, from a projection's row or the actor's tree."""
     assert node.sha256 is not None
     return File(
         sha256=node.sha256,
@@ -163,21 +176,6 @@ def _of(node: Node) -> Entry:
         binary=node.binary,
         version=node.version,
     )
-
-
-def _ours(state: WorkspaceState, path: str) -> Entry:
-    tree = state.tree
-    node = tree.files.get(path)
-    if node is not None:
-        return File(
-            sha256=node.sha256,
-            size=node.size,
-            executable=node.executable,
-            binary=node.binary,
-            version=node.version,
-        )
-    folder = tree.dirs.get(path)
-    return Dir(version=folder.version) if folder is not None else None
 
 
 async def _contents(

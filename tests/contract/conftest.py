@@ -19,9 +19,10 @@ import fnmatch
 import json
 import os
 from collections import Counter
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema  # type: ignore[import-untyped]
 import nats
@@ -241,6 +242,26 @@ class Bus:
 
 async def connect(up: Up) -> Bus:
     return await Bus(await nats.connect(up.nats_url)).start()
+
+
+T = TypeVar("T")
+
+
+class LoopDriver:
+    """A ``Bus`` to ``up`` on an event loop of its own, for the synchronous Hypothesis tests
+    (``run``: a coroutine to its end on that loop); ``close`` closes both."""
+
+    def __init__(self, up: Up) -> None:
+        self.up = up
+        self.loop = asyncio.new_event_loop()
+        self.bus: Bus = self.run(connect(up))
+
+    def run(self, coro: Coroutine[Any, Any, T] | asyncio.Future[T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        self.run(self.bus.close())
+        self.loop.close()
 
 
 async def alive(nc: NATS) -> list[str]:

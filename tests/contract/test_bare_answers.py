@@ -26,6 +26,7 @@ from services.executor.app import ExecutorConfig
 from services.reader.app import Reader
 from services.writer import workspace as writer_workspace
 from services.writer.app import Writer
+from tests.bare import code
 from tests.helpers import eventually, start_executor, start_reader, start_writer
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
@@ -84,10 +85,6 @@ async def audit_records(nc: NATS, ws: str, count: int) -> list[dict[str, Any]]:
         return [json.loads((await sub.next_msg(timeout=10)).data) for _ in range(count)]
     finally:
         await sub.unsubscribe()
-
-
-def code(reply: dict[str, Any]) -> str | None:
-    return None if reply["ok"] else str(reply["error"]["code"])
 
 
 # ------------------------------------------------------------------ 1. no Ws-Request-Id

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import Phase, given, settings
@@ -21,10 +21,10 @@ from tests.contract.conftest import (
     TENANT,
     Bus,
     Failure,
+    LoopDriver,
     alive,
     all_ops,
     answer_of,
-    connect,
     examples,
     judge,
     op_workspace,
@@ -41,7 +41,6 @@ from tests.contract.strategies import (
 )
 from tests.up import Up
 
-T = TypeVar("T")
 TOUCHED: set[str] = set()
 EXAMPLES = examples(8)
 CROWD = 8
@@ -50,17 +49,12 @@ REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 """Examples per op in CI (derandomized); QUILL_HYPOTHESIS=explore searches many more."""
 
 
-class Driver:
-    """A bare nats-py client on its own event loop, for the synchronous Hypothesis tests."""
+class Driver(LoopDriver):
+    """A bare nats-py client on its own event loop, seeding each op's workspace."""
 
     def __init__(self, up: Up) -> None:
-        self.up = up
-        self.loop = asyncio.new_event_loop()
-        self.bus: Bus = self.loop.run_until_complete(connect(up))
+        super().__init__(up)
         self.seeded: set[str] = set()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coro)
 
     def workspace(self, key: str) -> str:
         name = op_workspace("bus", key)
@@ -69,10 +63,6 @@ class Driver:
             self.seeded.add(name)
             TOUCHED.add(f"{TENANT}/{name}")
         return name
-
-    def close(self) -> None:
-        self.run(self.bus.close())
-        self.loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -26,8 +26,8 @@ from tests.contract.conftest import (
     ANSWER_S,
     LEDGER,
     Failure,
+    LoopDriver,
     alive,
-    connect,
     examples,
     judge_code,
     seed,
@@ -37,7 +37,6 @@ from tests.contract.strategies import from_schema, mutated_body, narrow
 from tests.gateway.support import mcp_client
 from tests.up import Up
 
-T = TypeVar("T")
 EXAMPLES = examples(10)
 WORKSPACE = "default/default"
 """Where the gateway without ``--tokens`` sends every tool call."""
@@ -60,17 +59,15 @@ ALSO: dict[str, str] = {"read_command_output": "exec.poll"}
 command (docs/gateway.md), so ``exec.poll``'s errors are its own as well."""
 
 
-class McpDriver:
+class McpDriver(LoopDriver):
     """An MCP client session on its own event loop, for the synchronous Hypothesis tests."""
 
     def __init__(self, up: Up, path: str = "/mcp") -> None:
-        self.up = up
+        super().__init__(up)
         self.path = path
-        self.loop = asyncio.new_event_loop()
         self.open()
         tools = self.run(self.client.list_tools()).tools
         self.schemas: dict[str, dict[str, Any]] = {t.name: dict(t.input_schema) for t in tools}
-        self.bus = self.run(connect(up))
         tenant, name = WORKSPACE.split("/")
         self.run(seed(self.bus.nc, tenant, name))
 
@@ -94,14 +91,10 @@ class McpDriver:
             self.run(self.holder)
         self.open()
 
-    def run(self, coro: Coroutine[Any, Any, T] | asyncio.Future[T]) -> T:
-        return self.loop.run_until_complete(coro)
-
     def close(self) -> None:
         self.stop.set()
         self.run(self.holder)
-        self.run(self.bus.close())
-        self.loop.close()
+        super().close()
 
 
 @pytest.fixture(scope="module")
@@ -169,21 +162,26 @@ def test_every_tool_has_an_op(mcp: McpDriver) -> None:
     assert set(mcp.schemas) == set(TOOL_OPS)
 
 
-@pytest.mark.parametrize("tool", sorted(TOOL_OPS))
-def test_fuzz_tool(mcp: McpDriver, tool: str) -> None:
-    strategy = arguments(mcp.schemas[tool], TOOL_OPS[tool])
+def fuzz(driver: McpDriver, tool: str, tools: dict[str, str]) -> None:
+    """``EXAMPLES`` drawn arguments of ``tool`` (of ``tools``: tool → op) through ``driver``,
+    each answer judged (``judge_tool``)."""
 
     @settings(max_examples=EXAMPLES, phases=(Phase.explicit, Phase.generate))
-    @given(case=strategy)
+    @given(case=arguments(driver.schemas[tool], tools[tool]))
     def one(case: tuple[str, Any]) -> None:
         kind, args = case
-        got = mcp.run(call(mcp.client, tool, args))
+        got = driver.run(call(driver.client, tool, args))
         if got[0] == "error":
-            mcp.reopen()  # whatever broke the session, the next case gets a fresh one
-        problem = judge_tool(tool, kind, args, got)
+            driver.reopen()  # whatever broke the session, the next case gets a fresh one
+        problem = judge_tool(tool, kind, args, got, tools)
         assert problem is None, problem
 
     one()
+
+
+@pytest.mark.parametrize("tool", sorted(TOOL_OPS))
+def test_fuzz_tool(mcp: McpDriver, tool: str) -> None:
+    fuzz(mcp, tool, TOOL_OPS)
     dead = mcp.run(alive(mcp.bus.nc))
     assert not dead, f"services stopped answering pings: {dead}"
 
@@ -195,19 +193,7 @@ def test_every_wap_tool_has_an_op(wap: McpDriver) -> None:
 @pytest.mark.parametrize("tool", sorted(WAP_TOOL_OPS))
 def test_fuzz_wap_tool(wap: McpDriver, tool: str) -> None:
     """The same at ``/mcp/wap`` (WAP's camelCase tools and ``PERMISSION_DENIED``)."""
-    strategy = arguments(wap.schemas[tool], WAP_TOOL_OPS[tool])
-
-    @settings(max_examples=EXAMPLES, phases=(Phase.explicit, Phase.generate))
-    @given(case=strategy)
-    def one(case: tuple[str, Any]) -> None:
-        kind, args = case
-        got = wap.run(call(wap.client, tool, args))
-        if got[0] == "error":
-            wap.reopen()
-        problem = judge_tool(tool, kind, args, got, WAP_TOOL_OPS)
-        assert problem is None, problem
-
-    one()
+    fuzz(wap, tool, WAP_TOOL_OPS)
 
 
 RAW_BODIES: dict[str, bytes] = {

@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ErrorCode, QuillError
-from quill.client import Quill
 from tests.conftest import StartReader
-from tests.helpers import agent_and_human, approvals_pending, start_reader, start_writer
+from tests.helpers import (
+    agent_and_human,
+    approvals_pending,
+    quill_of,
+    start_reader,
+    start_writer,
+)
 
 
 async def test_mutations_wait_for_approval(services: StartReader, nats_url: str) -> None:
@@ -22,8 +27,7 @@ async def test_mutations_wait_for_approval(services: StartReader, nats_url: str)
         ws, desk = await agent_and_human(
             stack, nats_url, "acme/careful", session="s-agent", human_session="s-alice"
         )
-        agent = ws.client
-        assert isinstance(agent, Quill)
+        agent = quill_of(ws)
         await ws.create(trust="restricted")
         assert (await ws.info()).trust == "restricted"
 
@@ -77,8 +81,7 @@ async def test_commands_on_a_restricted_workspace(
     local_exec: AsyncExitStack, nats_url: str
 ) -> None:
     ws, desk = await agent_and_human(local_exec, nats_url, "acme/shell", session=None)
-    agent = ws.client
-    assert isinstance(agent, Quill)
+    agent = quill_of(ws)
     await ws.create()
     await desk.set_trust("restricted")
     with pytest.raises(QuillError) as info:

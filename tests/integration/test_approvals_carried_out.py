@@ -15,12 +15,12 @@ from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
 from contracts.limits import LimitsPatch
-from quill.client import Quill
 from tests.conftest import StartReader
 from tests.helpers import (
     agent_and_human,
     approvals_pending,
     parked,
+    quill_of,
     restricted_for_commands,
     start_reader,
     start_writer,
@@ -116,8 +116,7 @@ async def test_an_approval_expires_at_its_deadline(services: StartReader, nats_u
     await services("r1")
     async with AsyncExitStack() as stack:
         ws, desk = await agent_and_human(stack, nats_url, "acme/brief", human_session="s-alice")
-        agent = ws.client
-        assert isinstance(agent, Quill)
+        agent = quill_of(ws)
         await ws.create(trust="restricted", limits=LimitsPatch(approval_ttl_s=1))
         gone = await parked(ws.write("a.md", "a\n"))
         agent.wait_ms = 60_000  # this one waits: it is told when its approval expires

@@ -21,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from contracts import hashing
@@ -33,7 +33,6 @@ from core.evolve import WorkspaceState, evolve
 from core.plan import Committed
 from core.rows import WorkspaceRow
 from infra import compaction
-from infra import log as eventlog
 from infra.store import Store
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer
@@ -42,12 +41,14 @@ from services.writer.app import Writer
 from tests.core.build import T0
 from tests.core.evolving import (
     COMPACT,
+    REAL_WRITER,
     TENANT,
     Decided,
     actions,
     commands,
     decided,
     folded,
+    log_of,
     norm,
     real_actions,
     request,
@@ -186,11 +187,7 @@ def _same_life(writer: Decided, at: int) -> bool:
 _examples = iter(range(1_000_000))
 
 
-@settings(
-    max_examples=4,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@REAL_WRITER
 @given(script=st.lists(real_actions, min_size=4, max_size=16))
 @example(
     script=[("write", "d/x", "a", False, None), ("lock", "s1"), ("trust", "restricted", True),
@@ -232,8 +229,7 @@ async def _real(url: str, data: Path, name: str, script: list[tuple[Any, ...]]) 
                     asked.append(str(exc.details["approval_id"]))
                 elif exc.code in (ErrorCode.UNAVAILABLE, ErrorCode.INTERNAL, ErrorCode.TIMEOUT):
                     raise
-        js, subject = quill.nc.jetstream(), Subjects().evt(TENANT, name)
-        log = await eventlog.read(js, subject, 0, await eventlog.last_seq(js, subject))
+        log = await log_of(quill.nc, TENANT, name)
         actor = writer.actors.get(TENANT, name)
         await actor.wait_idle()
         assert actor.state is not None
@@ -244,5 +240,5 @@ async def _real(url: str, data: Path, name: str, script: list[tuple[Any, ...]]) 
         await writer.appender.applied()
         assert norm((await writer.store.load(TENANT, name)).state) == norm(from_log)
         if from_log.exists:
-            fold = await rpl.replay(js, Subjects(), TENANT, name)
+            fold = await rpl.replay(quill.nc.jetstream(), Subjects(), TENANT, name)
             assert norm(fold.state, seq=False) == norm(from_log, seq=False)

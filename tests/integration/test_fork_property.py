@@ -18,16 +18,15 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from contracts.errors import ErrorCode, QuillError
-from contracts.subjects import Subjects
 from core.evolve import WorkspaceState, evolve
 from core.plan import Committed
-from infra import log as eventlog
 from quill.client import Quill, Workspace
 from quill_cli.natsserver import NatsServer
+from tests.core.evolving import REAL_WRITER, log_of
 from tests.helpers import eventually, start_writer_and_reader
 
 TENANT = "acme"
@@ -49,11 +48,6 @@ def tree_of(state: WorkspaceState) -> Tree:
     out: Tree = {p: ("file", f.sha256, f.executable) for p, f in state.tree.files.items()}
     out.update({p: ("directory", None, False) for p in state.tree.dirs if p})
     return out
-
-
-async def log_of(quill: Quill, name: str) -> list[Committed]:
-    js, subject = quill.nc.jetstream(), Subjects().evt(TENANT, name)
-    return await eventlog.read(js, subject, 0, await eventlog.last_seq(js, subject))
 
 
 async def read_tree(ws: Workspace, version: int) -> Tree:
@@ -116,7 +110,7 @@ async def run(url: str, data: Path, script: list[tuple[Any, ...]]) -> None:
                         await w.move(path, to)
             except QuillError as exc:
                 assert exc.code not in (ErrorCode.UNAVAILABLE, ErrorCode.INTERNAL), exc
-        logs = {k: await log_of(quill, names[k]) for k in made}
+        logs = {k: await log_of(quill.nc, TENANT, names[k]) for k in made}
         for k in made:
             await eventually(caught_up(ws[k], logs[k][-1].event.version), what=f"{k} read")
         # the source alone: its own log, whatever its forks wrote
@@ -145,11 +139,7 @@ async def run(url: str, data: Path, script: list[tuple[Any, ...]]) -> None:
         assert one.version >= n2
 
 
-@settings(
-    max_examples=4,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@REAL_WRITER
 @given(script=st.lists(OPS, min_size=4, max_size=18))
 @example(
     script=[("write", "src", "d/x", "x"), ("write", "one", "d/y", "y"), ("delete", "one", "d"),

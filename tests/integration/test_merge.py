@@ -17,7 +17,7 @@ from infra.blobs import Blobs
 from quill.client import Quill, Workspace
 from services.reader.app import Reader
 from tests.conftest import StartReader
-from tests.helpers import agent_and_human, approvals_pending
+from tests.helpers import agent_and_human, approvals_pending, new_workspace, quill_of
 
 TEXT = "".join(f"line {i}\n" for i in range(1, 21))
 BIG = "z" * 70_000 + "\n"
@@ -203,9 +203,7 @@ async def test_other_directions_and_unrelated(services: StartReader, quill: Quil
 async def test_a_merge_over_the_targets_limits_commits_nothing(
     services: StartReader, quill: Quill
 ) -> None:
-    await services("r1")
-    src = quill.workspace("m8/main")
-    await src.create(limits=LimitsPatch(max_files=3))
+    src = await new_workspace(services, quill, "m8/main", limits=LimitsPatch(max_files=3))
     await src.write("a.txt", "a\n")
     await src.write("b.txt", "b\n")
     await quill.fork("m8/main", "try")  # its limits too
@@ -227,8 +225,7 @@ async def test_a_merge_into_a_restricted_workspace_waits_for_approval(
         ws, desk = await agent_and_human(
             stack, nats_url, "m9/main", session="s-agent", human_session="s-alice"
         )
-        agent = ws.client
-        assert isinstance(agent, Quill)
+        agent = quill_of(ws)
         await ws.create()
         await ws.write("t.txt", TEXT)
         await agent.fork("m9/main", "try")

@@ -76,9 +76,9 @@ async def follow(ws: Workspace, path: str, **window: int) -> str:
 async def test_the_byte_limit_cuts_at_the_anchored_end_and_long_lines_in_parts(
     services: StartReader, quill: Quill
 ) -> None:
-    await services("r1")
-    ws = quill.workspace("acme/narrow")
-    await ws.create(limits=LimitsPatch(max_read_bytes=1000))
+    ws = await new_workspace(
+        services, quill, "acme/narrow", limits=LimitsPatch(max_read_bytes=1000)
+    )
     await ws.write("big.log", LINES)
     tail = await ws.read("big.log", tail=500)
     assert tail.content == lines(4901, 5000) and tail.cut is not None

@@ -14,10 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest_asyncio
 
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from services.gateway.access import Principal, Tokens
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, error, mcp_client, text
 from tests.security.test_console_processes import csrf_of
@@ -43,6 +45,14 @@ async def seed(sdk: Quill) -> None:
     await sdk.workspace("acme/book").info()
 
 
+@pytest_asyncio.fixture
+async def gateway(start: StartGateway) -> Gateway:
+    """A gateway with ``TOKENS``, its workspaces made (``seed``)."""
+    started = await start(TOKENS)
+    await seed(started.quill)
+    return started
+
+
 async def absent(sdk: Quill, *names: str) -> None:
     """None of ``names`` (``tenant/workspace``) exists: a refused fork made nothing."""
     for name in names:
@@ -62,12 +72,8 @@ async def codes(mcp: Any, **arguments: Any) -> tuple[str, str]:
     return str(data["code"]), text(result)
 
 
-async def test_mcp_forks_only_what_the_token_reaches_within_its_tenant(
-    start: StartGateway,
-) -> None:
-    gateway = await start(TOKENS)
+async def test_mcp_forks_only_what_the_token_reaches_within_its_tenant(gateway: Gateway) -> None:
     sdk = gateway.quill
-    await seed(sdk)
     async with mcp_client(gateway.url, token="globex-admin-token") as mcp:
         # acme's book is looked up in globex, where there is none
         code, said = await codes(mcp, workspace="book", name="stolen")
@@ -112,12 +118,8 @@ async def test_mcp_without_tokens_keeps_a_fork_in_its_tenant(start: StartGateway
     await absent(sdk, "globex/stolen")
 
 
-async def test_rest_forks_only_what_the_token_reaches_within_its_tenant(
-    start: StartGateway,
-) -> None:
-    gateway = await start(TOKENS)
+async def test_rest_forks_only_what_the_token_reaches_within_its_tenant(gateway: Gateway) -> None:
     sdk = gateway.quill
-    await seed(sdk)
     admin, agent, globex = (bearer(t) for t in ("acme-admin-token", "acme-agent-token",
                                                  "globex-admin-token"))  # fmt: skip
     async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
@@ -166,10 +168,8 @@ async def test_rest_forks_only_what_the_token_reaches_within_its_tenant(
     assert (await sdk.workspace("acme/book").info()).version == 2
 
 
-async def test_the_console_fork_form_needs_its_csrf_token_and_reach(start: StartGateway) -> None:
-    gateway = await start(TOKENS)
+async def test_the_console_fork_form_needs_its_csrf_token_and_reach(gateway: Gateway) -> None:
     sdk = gateway.quill
-    await seed(sdk)
     admin, agent = bearer("acme-admin-token"), bearer("acme-agent-token")
     form = "/ui/w/book/forks"
     async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:

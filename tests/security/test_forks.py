@@ -8,71 +8,46 @@ partly its own)."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-import nats
 import nats.errors
 import pytest
-from nats.aio.client import Client
 
 from contracts.errors import ErrorCode
+from tests.bare import answer, code
 from tests.helpers import eventually
 from tests.integration.test_compaction import KEEP, WRITES
-from tests.up import PASSWORDS, TENANTS, Up
+from tests.up import TENANTS, Up, bare
 
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
 
-async def connect(up: Up, tenant: str) -> Client:
-    return await nats.connect(
-        up.nats_url, user=tenant, password=PASSWORDS[tenant], inbox_prefix=f"_INBOX_{tenant}"
-    )
-
-
-async def ask(nc: Client, subject: str, body: dict[str, Any]) -> dict[str, Any]:
-    reply = await nc.request(subject, json.dumps(body).encode(), timeout=10)
-    answer: dict[str, Any] = json.loads(reply.data)
-    return answer
-
-
-def code(answer: dict[str, Any]) -> str | None:
-    return None if answer["ok"] else str(answer["error"]["code"])
-
-
 async def test_a_fork_stays_within_its_tenant(up: Up) -> None:
-    na, nb = await connect(up, "a"), await connect(up, "b")
-    try:
-        assert code(await ask(na, "ws.cmd.a.private.create", {})) is None
+    async with bare(up, "a") as na, bare(up, "b") as nb:
+        assert code(await answer(na, "ws.cmd.a.private.create", {})) is None
         secret = {"path": "secret.txt", "content": "tenant a's own\n"}
-        assert code(await ask(na, "ws.cmd.a.private.write", secret)) is None
+        assert code(await answer(na, "ws.cmd.a.private.write", secret)) is None
         # b names a's workspace: looked up in b's own tenant, where it does not exist
-        found = await ask(nb, "ws.cmd.b.stolen.fork", {"from": "private"})
+        found = await answer(nb, "ws.cmd.b.stolen.fork", {"from": "private"})
         assert code(found) == ErrorCode.WORKSPACE_NOT_FOUND
         # a workspace of another tenant cannot even be named
         for name in ("a/private", "../a/private", "a.private"):
-            named = await ask(nb, "ws.cmd.b.stolen.fork", {"from": name})
+            named = await answer(nb, "ws.cmd.b.stolen.fork", {"from": name})
             assert code(named) == ErrorCode.INVALID_ARGUMENT, name
         # nor can b send on a's subjects (NATS refuses them: nobody answers)
         with pytest.raises(nats.errors.Error):
             await nb.request("ws.cmd.a.stolen.fork", b'{"from": "private"}', timeout=2)
-        gone = await ask(nb, "ws.qry.b.stolen.read", {"path": "secret.txt"})
+        gone = await answer(nb, "ws.qry.b.stolen.read", {"path": "secret.txt"})
         assert code(gone) == ErrorCode.WORKSPACE_NOT_FOUND
-        listed = await ask(na, "ws.qry.a._.workspaces", {"prefix": "stolen"})
+        listed = await answer(na, "ws.qry.a._.workspaces", {"prefix": "stolen"})
         assert listed["result"]["workspaces"] == []
-    finally:
-        await na.close()
-        await nb.close()
 
 
 async def test_bad_forks_are_refused_and_a_forked_source_kept(up: Up) -> None:
-    na = await connect(up, "a")
-    try:
-        assert code(await ask(na, "ws.cmd.a.base.create", {})) is None
+    async with bare(up, "a") as na:
+        assert code(await answer(na, "ws.cmd.a.base.create", {})) is None
         for i in range(3):
             write = {"path": f"f{i}.txt", "content": f"{i}\n"}
-            assert code(await ask(na, "ws.cmd.a.base.write", write)) is None  # v2..v4
-        assert code(await ask(na, "ws.cmd.a.other.create", {})) is None
+            assert code(await answer(na, "ws.cmd.a.base.write", write)) is None  # v2..v4
+        assert code(await answer(na, "ws.cmd.a.other.create", {})) is None
         cases = [
             ("base", {"from": "base"}, ErrorCode.ALREADY_EXISTS),  # named like its source
             ("other", {"from": "base"}, ErrorCode.ALREADY_EXISTS),  # an existing workspace
@@ -81,41 +56,36 @@ async def test_bad_forks_are_refused_and_a_forked_source_kept(up: Up) -> None:
             ("new", {"from": "nothing"}, ErrorCode.WORKSPACE_NOT_FOUND),
         ]
         for name, body, expected in cases:
-            assert code(await ask(na, f"ws.cmd.a.{name}.fork", body)) == expected, (name, body)
-        ok = await ask(na, "ws.cmd.a.child.fork", {"from": "base", "version": 3})
+            assert code(await answer(na, f"ws.cmd.a.{name}.fork", body)) == expected, (name, body)
+        ok = await answer(na, "ws.cmd.a.child.fork", {"from": "base", "version": 3})
         assert code(ok) is None and ok["result"]["version"] == 3
-        read = await ask(na, "ws.qry.a.child.read", {"path": "f1.txt"})
+        read = await answer(na, "ws.qry.a.child.read", {"path": "f1.txt"})
         assert read["result"]["content"] == "1\n"
-        missing = await ask(na, "ws.qry.a.child.read", {"path": "f2.txt"})  # made at 4
+        missing = await answer(na, "ws.qry.a.child.read", {"path": "f2.txt"})  # made at 4
         assert code(missing) == ErrorCode.FILE_NOT_FOUND
         # its forks read its history: the source is not purged under them
-        purge = await ask(na, "ws.cmd.a.base.purge", {"confirm": "a/base"})
+        purge = await answer(na, "ws.cmd.a.base.purge", {"confirm": "a/base"})
         assert code(purge) == ErrorCode.CONFLICT and purge["error"]["details"]["forks"] == ["child"]
-        assert code(await ask(na, "ws.qry.a.child.read", {"path": "f0.txt"})) is None
-    finally:
-        await na.close()
+        assert code(await answer(na, "ws.qry.a.child.read", {"path": "f0.txt"})) is None
 
 
 async def test_a_fork_below_a_compaction_is_refused(up: Up) -> None:
-    na = await connect(up, "a")
-    try:
-        created = await ask(na, "ws.cmd.a.hot.create", {"limits": {"max_versions": KEEP}})
+    async with bare(up, "a") as na:
+        created = await answer(na, "ws.cmd.a.hot.create", {"limits": {"max_versions": KEEP}})
         assert code(created) is None
         for i in range(WRITES + 1):
             write = {"path": "hot.md", "content": f"hot {i}\n"}
-            assert code(await ask(na, "ws.cmd.a.hot.write", write)) is None
+            assert code(await answer(na, "ws.cmd.a.hot.write", write)) is None
         # the compaction follows the write that made it due: the log's oldest moves past 2
 
         async def compacted() -> bool:
-            info = await ask(na, "ws.qry.a.hot.events", {"after": 0, "limit": 1})
+            info = await answer(na, "ws.qry.a.hot.events", {"after": 0, "limit": 1})
             return bool(info["result"]["events"]) and info["result"]["events"][0]["version"] > 2
 
         await eventually(compacted, what="the compaction")
-        trimmed = await ask(na, "ws.cmd.a.cold.fork", {"from": "hot", "version": 2})
+        trimmed = await answer(na, "ws.cmd.a.cold.fork", {"from": "hot", "version": 2})
         assert code(trimmed) == ErrorCode.VERSION_TRIMMED
         assert trimmed["error"]["details"]["floor"] > 2
-    finally:
-        await na.close()
 
 
 async def test_a_fork_is_never_compacted_nor_its_source_while_forked(up: Up) -> None:
@@ -124,27 +94,24 @@ async def test_a_fork_is_never_compacted_nor_its_source_while_forked(up: Up) -> 
     source's), and keep only its own rows. Neither is compacted: both logs start at version
     1, every write is its own version, the fork still reads what it inherited, and ``info``
     says why (``compaction``)."""
-    na = await connect(up, "a")
-    try:
-        created = await ask(na, "ws.cmd.a.capped.create", {"limits": {"max_versions": KEEP}})
+    async with bare(up, "a") as na:
+        created = await answer(na, "ws.cmd.a.capped.create", {"limits": {"max_versions": KEEP}})
         assert code(created) is None
         base = {"path": "kept.txt", "content": "inherited\n"}
-        assert code(await ask(na, "ws.cmd.a.capped.write", base)) is None  # v2
-        assert code(await ask(na, "ws.cmd.a.branch.fork", {"from": "capped"})) is None
+        assert code(await answer(na, "ws.cmd.a.capped.write", base)) is None  # v2
+        assert code(await answer(na, "ws.cmd.a.branch.fork", {"from": "capped"})) is None
         for name in ("branch", "capped"):
             for i in range(WRITES + 1):
                 write = {"path": "hot.md", "content": f"hot {i}\n"}
-                assert code(await ask(na, f"ws.cmd.a.{name}.write", write)) is None
+                assert code(await answer(na, f"ws.cmd.a.{name}.write", write)) is None
             # one more: a compaction made due above would be appended before it is decided
-            last = await ask(na, f"ws.cmd.a.{name}.write", {"path": "z.txt", "content": "z"})
+            last = await answer(na, f"ws.cmd.a.{name}.write", {"path": "z.txt", "content": "z"})
             assert last["version"] == 2 + WRITES + 2, (name, last)
-            first = await ask(na, f"ws.qry.a.{name}.events", {"after": 0, "limit": 1})
+            first = await answer(na, f"ws.qry.a.{name}.events", {"after": 0, "limit": 1})
             assert first["result"]["events"][0]["version"] == 1, name
-        read = await ask(na, "ws.qry.a.branch.read", {"path": "kept.txt"})
+        read = await answer(na, "ws.qry.a.branch.read", {"path": "kept.txt"})
         assert read["result"]["content"] == "inherited\n"
-        info = await ask(na, "ws.qry.a.branch.info", {})
+        info = await answer(na, "ws.qry.a.branch.info", {})
         assert info["result"]["compaction"] == "fork"
-        info = await ask(na, "ws.qry.a.capped.info", {})
+        info = await answer(na, "ws.qry.a.capped.info", {})
         assert info["result"]["compaction"] == "has_forks"
-    finally:
-        await na.close()

@@ -9,37 +9,19 @@ they are when it merges (a secret registered after the fork's content was writte
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
-from typing import Any
 
-import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client
 
 from contracts.errors import ErrorCode
-from tests.up import TENANTS, Up, bare_as, running
+from tests.bare import answer, code, ok
+from tests.up import TENANTS, Up, bare, running
 
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
 TEXT = "".join(f"line {i}\n" for i in range(1, 11))
-
-
-async def ask(nc: Client, subject: str, body: dict[str, Any]) -> dict[str, Any]:
-    reply = await nc.request(subject, json.dumps(body).encode(), timeout=15)
-    answer: dict[str, Any] = json.loads(reply.data)
-    return answer
-
-
-def code(answer: dict[str, Any]) -> str | None:
-    return None if answer["ok"] else str(answer["error"]["code"])
-
-
-async def ok(nc: Client, subject: str, body: dict[str, Any]) -> dict[str, Any]:
-    answer = await ask(nc, subject, body)
-    assert answer["ok"], answer
-    return answer
 
 
 async def forked(nc: Client, tenant: str, main: str, *forks: str) -> None:
@@ -55,58 +37,51 @@ async def read(nc: Client, tenant: str, ws: str, path: str, version: int) -> str
 
 
 async def test_a_merge_stays_within_its_tenant(up: Up) -> None:
-    na, nb = await bare_as(up, "a"), await bare_as(up, "b")
-    try:
+    async with bare(up, "a") as na, bare(up, "b") as nb:
         await forked(na, "a", "private", "work")
         await ok(na, "ws.cmd.a.work.write", {"path": "secret.txt", "content": "a's own\n"})
         await forked(nb, "b", "mine")
         # b names a's workspace: looked up in b's tenant, where there is none
-        assert code(await ask(nb, "ws.cmd.b.mine.merge", {"from": "work"})) == "WORKSPACE_NOT_FOUND"
+        unknown = await answer(nb, "ws.cmd.b.mine.merge", {"from": "work"})
+        assert code(unknown) == "WORKSPACE_NOT_FOUND"
         for name in ("a/work", "../a/work", "a.work"):  # nor can it be named with its tenant
-            answer = await ask(nb, "ws.cmd.b.mine.merge", {"from": name})
-            assert code(answer) == ErrorCode.INVALID_ARGUMENT, name
+            named = await answer(nb, "ws.cmd.b.mine.merge", {"from": name})
+            assert code(named) == ErrorCode.INVALID_ARGUMENT, name
         # a workspace of b's named like a's shares no history with b's: no base
         await ok(nb, "ws.cmd.b.work.create", {})
-        assert code(await ask(nb, "ws.cmd.b.mine.merge", {"from": "work"})) == "NO_MERGE_BASE"
+        assert code(await answer(nb, "ws.cmd.b.mine.merge", {"from": "work"})) == "NO_MERGE_BASE"
         # nor can b send on a's subjects (NATS refuses them: nobody answers)
         with pytest.raises(nats.errors.Error):
             await nb.request("ws.cmd.a.private.merge", b'{"from": "work"}', timeout=2)
         after = {"path": "after.txt", "content": "", "expected_version": 2}
-        assert code(await ask(na, "ws.cmd.a.private.write", after)) is None  # nothing merged
-    finally:
-        await na.close()
-        await nb.close()
+        assert code(await answer(na, "ws.cmd.a.private.write", after)) is None  # nothing merged
 
 
 async def test_concurrent_merges_are_decided_one_after_the_other(up: Up) -> None:
-    na = await bare_as(up, "a")
-    try:
+    async with bare(up, "a") as na:
         await forked(na, "a", "hub", "f1", "f2")
         lines = TEXT.splitlines(keepends=True)
         one = "".join(["first\n", *lines[1:]])
         two = "".join([*lines[:-1], "last\n"])
         await ok(na, "ws.cmd.a.f1.write", {"path": "t.txt", "content": one})
         await ok(na, "ws.cmd.a.f2.write", {"path": "t.txt", "content": two})
-        merges = [ask(na, "ws.cmd.a.hub.merge", {"from": f}) for f in ("f1", "f2", "f1", "f2")]
+        merges = [answer(na, "ws.cmd.a.hub.merge", {"from": f}) for f in ("f1", "f2", "f1", "f2")]
         answers = await asyncio.gather(*merges)
         assert all(a["ok"] for a in answers), answers
         committed = sorted(a["version"] for a in answers if a["result"]["committed"])
         assert committed == [3, 4]  # each fork once; the repeat found nothing new
         text = await read(na, "a", "hub", "t.txt", 4)
         assert text == "".join(["first\n", *lines[1:-1], "last\n"])  # both, line by line
-    finally:
-        await na.close()
 
 
 async def test_a_merge_racing_writes_takes_one_version_of_each_side(up: Up) -> None:
-    na = await bare_as(up, "a")
-    try:
+    async with bare(up, "a") as na:
         await forked(na, "a", "race", "rf")
         await ok(na, "ws.cmd.a.rf.write", {"path": "early.txt", "content": "early\n"})
         merge, fork_write, target_write = await asyncio.gather(
-            ask(na, "ws.cmd.a.race.merge", {"from": "rf"}),
-            ask(na, "ws.cmd.a.rf.write", {"path": "late.txt", "content": "late\n"}),
-            ask(na, "ws.cmd.a.race.write", {"path": "t.txt", "content": "target's\n"}),
+            answer(na, "ws.cmd.a.race.merge", {"from": "rf"}),
+            answer(na, "ws.cmd.a.rf.write", {"path": "late.txt", "content": "late\n"}),
+            answer(na, "ws.cmd.a.race.write", {"path": "t.txt", "content": "target's\n"}),
         )
         assert merge["ok"] and fork_write["ok"] and target_write["ok"]
         result = merge["result"]
@@ -120,25 +95,20 @@ async def test_a_merge_racing_writes_takes_one_version_of_each_side(up: Up) -> N
         assert {c["path"] for c in again["result"]["changes"]} == (
             set() if took_late else {"late.txt"}
         )
-    finally:
-        await na.close()
 
 
 async def test_a_merged_file_over_the_targets_limit_commits_nothing(up: Up) -> None:
-    na = await bare_as(up, "a")
-    try:
+    async with bare(up, "a") as na:
         body = "x" * 60 + "\n"
         await ok(na, "ws.cmd.a.small.create", {"limits": {"max_file_bytes": 100}})
         await ok(na, "ws.cmd.a.small.write", {"path": "t.txt", "content": body})
         await ok(na, "ws.cmd.a.sf.fork", {"from": "small"})
         await ok(na, "ws.cmd.a.sf.write", {"path": "t.txt", "content": "y" * 30 + "\n" + body})
         await ok(na, "ws.cmd.a.small.write", {"path": "t.txt", "content": body + "z" * 30 + "\n"})
-        refused = await ask(na, "ws.cmd.a.small.merge", {"from": "sf"})
+        refused = await answer(na, "ws.cmd.a.small.merge", {"from": "sf"})
         assert code(refused) == ErrorCode.SIZE_LIMIT_EXCEEDED  # 123 bytes merged, 100 fit
         after = {"path": "after.txt", "content": "", "expected_version": 3}
-        assert code(await ask(na, "ws.cmd.a.small.write", after)) is None  # nothing committed
-    finally:
-        await na.close()
+        assert code(await answer(na, "ws.cmd.a.small.write", after)) is None  # nothing committed
 
 
 SECRET = "sk-merge-0123456789abcdef"
@@ -149,23 +119,12 @@ async def test_merged_content_passes_the_targets_secret_rules(tmp_path: Path) ->
     (the rules as they are when the merge is decided, as a write's)."""
     data = tmp_path / "data"
     with running(data, "--sandbox", "local") as up:
-        na = await bare_as_open(up)
-        try:
+        async with bare(up, None) as na:
             await forked(na, "acme", "vault", "vf")
             leak = {"path": "leak.txt", "content": f"token = {SECRET}\n"}
             await ok(na, "ws.cmd.acme.vf.write", leak)  # no secret registered yet
-        finally:
-            await na.close()
     with running(data, "--sandbox", "local", secrets=f'[secrets]\nmerge = "{SECRET}"\n') as up:
-        na = await bare_as_open(up)
-        try:
+        async with bare(up, None) as na:
             merged = await ok(na, "ws.cmd.acme.vault.merge", {"from": "vf"})
             text = await read(na, "acme", "vault", "leak.txt", merged["version"])
             assert text == "token = [REDACTED:merge]\n"
-        finally:
-            await na.close()
-
-
-async def bare_as_open(up: Up) -> Client:
-    """A bare client of a ``quill up`` without tenants."""
-    return await nats.connect(up.nats_url)

@@ -12,32 +12,21 @@ import pytest
 import pytest_asyncio
 
 from services.writer import append
-from services.writer.append import Appender, Group
+from services.writer.append import Group
+from tests.unit.appending import FakeAppend
 
 
-class Fake:
+class Fake(FakeAppend):
     """An appender whose log acknowledges at once, and whose projection update waits for
-    ``gate`` (``entered`` is set when one starts)."""
+    ``release`` (``entered`` is set when one starts)."""
 
     def __init__(self) -> None:
-        self.gate = asyncio.Event()
-        self.entered = asyncio.Event()
+        super().__init__()
         self.applied: list[str] = []
-        self.appender = Appender(None)  # type: ignore[arg-type]
-        self.seq = 0
-
-        async def send(groups: list[Group]) -> list[list[int]]:
-            out = []
-            for g in groups:
-                out.append(list(range(self.seq + 1, self.seq + 1 + len(g.payloads))))
-                self.seq += len(g.payloads)
-            return out
-
-        self.appender._send = send  # type: ignore[method-assign]
 
     async def on_commit(self, batch: list[tuple[Group, list[int]]]) -> None:
         self.entered.set()
-        await self.gate.wait()
+        await self.release.wait()
         self.applied += [g.subject for g, _ in batch]
 
     async def commit(self, subject: str) -> None:
@@ -46,11 +35,8 @@ class Fake:
 
 @pytest_asyncio.fixture
 async def fake() -> AsyncIterator[Fake]:
-    f = Fake()
-    f.appender.start(f.on_commit)
-    yield f
-    f.gate.set()
-    await f.appender.stop()
+    async with Fake().running() as f:
+        yield f
 
 
 async def test_a_workspace_waits_for_its_own_commits_alone(fake: Fake) -> None:
@@ -61,7 +47,7 @@ async def test_a_workspace_waits_for_its_own_commits_alone(fake: Fake) -> None:
     everything = asyncio.create_task(fake.appender.applied())
     await asyncio.sleep(0)
     assert not waiting.done() and not everything.done()
-    fake.gate.set()
+    fake.release.set()
     await asyncio.wait_for(asyncio.gather(waiting, everything), 10)
     assert fake.applied == ["ws.evt.t.busy"]
     assert not fake.appender._unapplied  # nothing kept for subjects applied
@@ -72,7 +58,7 @@ async def test_a_waiter_does_not_wait_for_the_linger(
     fake: Fake, subject: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(append, "APPLY_LINGER_S", 3600.0)
-    fake.gate.set()
+    fake.release.set()
     await fake.commit("ws.evt.t.w")
     await asyncio.wait_for(fake.appender.applied(subject), 10)  # not an hour
     assert fake.applied == ["ws.evt.t.w"]

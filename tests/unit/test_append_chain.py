@@ -10,41 +10,28 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from services.writer.append import Appender, AppendError, Group
+from services.writer.append import AppendError, Group
+from tests.unit.appending import FakeAppend
 
 
-class Log:
+class Log(FakeAppend):
     """An appender whose sends wait for ``release`` and record what they carried; the first
     send fails (refused) when ``refuse``."""
 
     def __init__(self) -> None:
-        self.release = asyncio.Event()
-        self.entered = asyncio.Event()
+        super().__init__(seq=100)
         self.sent: list[tuple[str, int, int]] = []
         """(subject, expected sequence, events) of each group sent."""
         self.refuse = False
-        self.seq = 100
 
-        self.appender = Appender(None)  # type: ignore[arg-type]
-
-        async def send(groups: list[Group]) -> list[list[int]]:
-            self.entered.set()
-            await self.release.wait()
-            if self.refuse:
-                self.refuse = False
-                raise AppendError("refused", uncertain=False, code=10071)
-            out = []
-            for g in groups:
-                self.sent.append((g.subject, g.expected_seq, len(g.payloads)))
-                out.append(list(range(self.seq + 1, self.seq + 1 + len(g.payloads))))
-                self.seq += len(g.payloads)
-            return out
-
-        self.appender._send = send  # type: ignore[method-assign]
-
-    @staticmethod
-    async def commit(_: object) -> None:
-        """What committed goes nowhere (no projection here)."""
+    async def send(self, groups: list[Group]) -> list[list[int]]:
+        self.entered.set()
+        await self.release.wait()
+        if self.refuse:
+            self.refuse = False
+            raise AppendError("refused", uncertain=False, code=10071)
+        self.sent += [(g.subject, g.expected_seq, len(g.payloads)) for g in groups]
+        return await super().send(groups)
 
 
 def group(n: int, after: Group | None = None, expected: int = 0) -> Group:
@@ -53,11 +40,8 @@ def group(n: int, after: Group | None = None, expected: int = 0) -> Group:
 
 @pytest_asyncio.fixture
 async def log() -> AsyncIterator[Log]:
-    f = Log()
-    f.appender.start(f.commit)
-    yield f
-    f.release.set()
-    await f.appender.stop()
+    async with Log().running() as f:
+        yield f
 
 
 async def test_a_chained_group_goes_after_the_first_with_its_last_sequence(log: Log) -> None:
