@@ -41,6 +41,7 @@ from contracts.limits import (
 )
 from services.gateway.access import Access
 from services.gateway.rest.edge import count_param, json_body, own_workspace
+from services.gateway.rest.schema import BOOL, INT, STR, body, obj
 
 COMMANDS = "/v1/host/workspace/commands"
 RUN_FIELDS = frozenset({"command", "workdir", "timeoutMs", "env", "yieldMs", "stdin", "pty"})
@@ -233,63 +234,53 @@ def int_schema(description: str, most: int | None = None) -> dict[str, Any]:
     return {**schema, "maximum": most} if most is not None else schema
 
 
-PTY = {
-    "type": "object",
-    "required": ["rows", "cols"],
-    "additionalProperties": False,
-    "properties": {
-        "rows": int_schema("Rows", PTY_MAX_SIDE),
-        "cols": int_schema("Columns", PTY_MAX_SIDE),
-    },
-    "description": "Run it in a terminal of this size (with yieldMs)",
-}
+PTY = obj(
+    required=("rows", "cols"),
+    closed=True,
+    about="Run it in a terminal of this size (with yieldMs)",
+    rows=int_schema("Rows", PTY_MAX_SIDE),
+    cols=int_schema("Columns", PTY_MAX_SIDE),
+)
+ENV = {"type": "object", "additionalProperties": STR}
+INT_OR_NULL = {"type": ["integer", "null"]}
 SCHEMAS: dict[str, Any] = {
-    "CommandRun": {
-        "type": "object",
-        "required": ["command"],
-        "additionalProperties": False,
-        "properties": {
-            "command": str_schema("The shell command line (bash -c)"),
-            "workdir": str_schema("Working directory, workspace-relative (default: the root)"),
-            "timeoutMs": int_schema("Stop it after this long (default 30000)"),
-            "env": {"type": "object", "additionalProperties": {"type": "string"}},
-            "yieldMs": int_schema("Answer then if it still runs; it runs on", LIVE_YIELD_MAX_MS),
-            "stdin": str_schema("Its standard input, whole (text; default: closed)"),
-            "pty": PTY,
-        },
-    },
-    "CommandRan": {
-        "type": "object",
-        "description": "How it ended, or (running) its id and cursor: it runs on",
-        "properties": {
-            "commandId": {"type": "string"},
-            "running": {"type": "boolean"},
-            "stdout": str_schema("Its output (running: so far; ended: the head of a long one)"),
-            "stderr": {"type": "string"},
-            "cursor": str_schema("running: for GET …/output"),
-            "exitCode": {"type": "integer"},
-            "timedOut": {"type": "boolean"},
-            "version": {"type": ["integer", "null"], "description": "Its changes' version"},
-            "changed": {"type": "integer"},
-        },
-    },
-    "CommandOutput": {
-        "type": "object",
-        "description": "The output after the cursor; once ended, how it ended",
-        "properties": {
-            "commandId": {"type": "string"},
-            "running": {"type": "boolean"},
-            "stdout": {"type": "string"},
-            "stderr": {"type": "string"},
-            "cursor": str_schema("For the next GET …/output"),
-            "more": {"type": "boolean", "description": "More is kept past cursor already"},
-            "exitCode": {"type": ["integer", "null"]},
-            "timedOut": {"type": "boolean"},
-            "version": {"type": ["integer", "null"]},
-            "changed": {"type": "integer"},
-            "commitError": {"type": ["string", "null"]},
-        },
-    },
+    "CommandRun": obj(
+        required=("command",),
+        closed=True,
+        command=str_schema("The shell command line (bash -c)"),
+        workdir=str_schema("Working directory, workspace-relative (default: the root)"),
+        timeoutMs=int_schema("Stop it after this long (default 30000)"),
+        env=ENV,
+        yieldMs=int_schema("Answer then if it still runs; it runs on", LIVE_YIELD_MAX_MS),
+        stdin=str_schema("Its standard input, whole (text; default: closed)"),
+        pty=PTY,
+    ),
+    "CommandRan": obj(
+        about="How it ended, or (running) its id and cursor: it runs on",
+        commandId=STR,
+        running=BOOL,
+        stdout=str_schema("Its output (running: so far; ended: the head of a long one)"),
+        stderr=STR,
+        cursor=str_schema("running: for GET …/output"),
+        exitCode=INT,
+        timedOut=BOOL,
+        version={**INT_OR_NULL, "description": "Its changes' version"},
+        changed=INT,
+    ),
+    "CommandOutput": obj(
+        about="The output after the cursor; once ended, how it ended",
+        commandId=STR,
+        running=BOOL,
+        stdout=STR,
+        stderr=STR,
+        cursor=str_schema("For the next GET …/output"),
+        more={"type": "boolean", "description": "More is kept past cursor already"},
+        exitCode=INT_OR_NULL,
+        timedOut=BOOL,
+        version=INT_OR_NULL,
+        changed=INT,
+        commitError={"type": ["string", "null"]},
+    ),
 }
 
 
@@ -304,11 +295,6 @@ FAILURES = {
     "409": "command_ended: it takes no input or signal any more",
     "410": "command_lost: the executor holding it is gone, and the command with it",
 }
-
-
-def body(schema: Any) -> dict[str, Any]:
-    """An OpenAPI request body of JSON by ``schema``."""
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
 def with_failures(errors: dict[str, Any], error: Any, failures: dict[str, str]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from services.gateway.access import STRATEGIES, Access, merge, principal_of
 from services.gateway.rest.edge import camel, json_body
+from services.gateway.rest.schema import BOOL, INT, STR, arr, body, obj, path_param
 
 MERGE_BODY = (
     'The body is {"from": "<workspace>", "strategy": "fail"|"ours"|"theirs"|"markers", '
@@ -80,91 +81,49 @@ def paths(json: Any, errors: dict[str, Any], error: Any, parked: Any) -> dict[st
     """The OpenAPI path of the merge (``json(schema, description)``, ``errors``,
     ``error(description)`` and the 202 of a parked call, as ``openapi.document`` writes
     them)."""
-    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-    array, integer = {"type": "array"}, {"type": "integer"}
-    conflicts = {
-        "type": "array",
-        "items": {
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "kind": {"type": "string"},
-                "base": {"type": ["object", "null"]},
-                "ours": {"type": ["object", "null"]},
-                "theirs": {"type": ["object", "null"]},
-                "hunks": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            **dict.fromkeys(("baseLine", "oursLine", "theirsLine"), integer),
-                            **dict.fromkeys(("base", "ours", "theirs"), {"type": "string"}),
-                            "cut": {"type": "boolean"},
-                        },
-                    },
-                },
-                "hunksTotal": integer,
-                "paths": array,
-                "pathsTotal": integer,
-                "resolution": {"type": "string"},
-            },
-        },
-    }
-    merged = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "from": {"type": "string"},
-            "version": integer,
-            **dict.fromkeys(("fromVersion", "baseVersion", "fromBase"), integer),
-            "strategy": {"type": "string"},
-            "dryRun": {"type": "boolean"},
-            "committed": {"type": "boolean"},
-            "changes": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "path": {"type": "string"},
-                        "kind": {"enum": ["put", "mkdir", "delete"]},
-                        "source": {"enum": ["ours", "theirs", "merged"]},
-                        "size": integer,
-                    },
-                },
-            },
-            "changesTotal": integer,
-            "conflicts": conflicts,
-            "conflictsTotal": integer,
-            "marked": array,
-            "merged": array,
-            "refused": {"type": ["string", "null"]},
-        },
-    }
-    refused = {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {"enum": ["merge_conflict", "no_merge_base"]},
-            "message": {"type": "string"},
-            "details": {
-                "type": "object",
-                "properties": {
-                    "conflicts": conflicts,
-                    **dict.fromkeys(("conflictsTotal", "baseVersion", "fromVersion"), integer),
-                },
-            },
-        },
-    }
-    request = {
-        "type": "object",
-        "required": ["from"],
-        "additionalProperties": False,
-        "properties": {
-            "from": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
-            "strategy": {"enum": list(STRATEGIES), "default": "fail"},
-            "dryRun": {"type": "boolean", "default": False},
-        },
-    }
+    name = path_param("name")
+    ints = dict.fromkeys
+    hunk = obj(
+        **ints(("baseLine", "oursLine", "theirsLine"), INT),
+        **dict.fromkeys(("base", "ours", "theirs"), STR),
+        cut=BOOL,
+    )
+    entry = {"type": ["object", "null"]}
+    conflicts = arr(
+        obj(
+            path=STR, kind=STR, base=entry, ours=entry, theirs=entry, hunks=arr(hunk),
+            hunksTotal=INT, paths={"type": "array"}, pathsTotal=INT, resolution=STR,
+        )
+    )  # fmt: skip
+    change = obj(
+        path=STR,
+        kind={"enum": ["put", "mkdir", "delete"]},
+        source={"enum": ["ours", "theirs", "merged"]},
+        size=INT,
+    )
+    merged = obj(
+        name=STR, **{"from": STR}, version=INT,
+        **ints(("fromVersion", "baseVersion", "fromBase"), INT),
+        strategy=STR, dryRun=BOOL, committed=BOOL, changes=arr(change), changesTotal=INT,
+        conflicts=conflicts, conflictsTotal=INT, marked={"type": "array"},
+        merged={"type": "array"}, refused={"type": ["string", "null"]},
+    )  # fmt: skip
+    refused = obj(
+        required=("error",),
+        error={"enum": ["merge_conflict", "no_merge_base"]},
+        message=STR,
+        details=obj(
+            conflicts=conflicts, **ints(("conflictsTotal", "baseVersion", "fromVersion"), INT)
+        ),
+    )
+    named: Any = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}
+    request = obj(
+        required=("from",),
+        closed=True,
+        **{"from": named},
+        strategy={"enum": list(STRATEGIES), "default": "fail"},
+        dryRun={"type": "boolean", "default": False},
+    )
     return {
         "/v1/workspaces/{name}/merge": {
             "parameters": [name],
@@ -172,10 +131,7 @@ def paths(json: Any, errors: dict[str, Any], error: Any, parked: Any) -> dict[st
                 "summary": "Merge another workspace of the tenant (a fork, its source, a "
                 "sibling fork) into this one: three-way per path against the merge base, "
                 "one change; or a dry run (nothing committed)",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": request}},
-                },
+                "requestBody": body(request),
                 "responses": {
                     "200": json(merged, "Merged, or what it would do (committed: false)"),
                     "202": parked,

@@ -34,9 +34,9 @@ from services.gateway.access import Access
 from services.gateway.rest.commands import (
     COMMAND_ID,
     COMMANDS,
+    ENV,
     FAILURES,
     PTY,
-    body,
     command_request,
     fields_of,
     handle_param,
@@ -48,6 +48,7 @@ from services.gateway.rest.commands import (
     with_failures,
 )
 from services.gateway.rest.edge import json_body, own_workspace
+from services.gateway.rest.schema import body, obj
 
 SHELLS = "/v1/host/workspace/shells"
 OPEN_FIELDS = frozenset({"workdir", "env", "idleTimeoutMs"})
@@ -174,27 +175,21 @@ SHELL_FAILURES = {
     "410": "shell_lost: the executor holding it is gone, and the shell with it",
 }
 SCHEMAS: dict[str, Any] = {
-    "ShellOpen": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "workdir": str_schema("Its first working directory, workspace-relative"),
-            "env": {"type": "object", "additionalProperties": {"type": "string"}},
-            "idleTimeoutMs": int_schema("Closed after this long without a command (30 min)"),
-        },
-    },
-    "ShellRun": {
-        "type": "object",
-        "required": ["command"],
-        "additionalProperties": False,
-        "properties": {
-            "command": str_schema("The command line, eval'd by the shell's bash"),
-            "timeoutMs": int_schema("Stop it after this long (default 30000)"),
-            "yieldMs": int_schema("Answer then if it still runs; it runs on"),
-            "queue": {"type": "boolean", "description": "Wait for a running command: no 409"},
-            "stdin": str_schema("Its standard input, whole (text)"),
-        },
-    },
+    "ShellOpen": obj(
+        closed=True,
+        workdir=str_schema("Its first working directory, workspace-relative"),
+        env=ENV,
+        idleTimeoutMs=int_schema("Closed after this long without a command (30 min)"),
+    ),
+    "ShellRun": obj(
+        required=("command",),
+        closed=True,
+        command=str_schema("The command line, eval'd by the shell's bash"),
+        timeoutMs=int_schema("Stop it after this long (default 30000)"),
+        yieldMs=int_schema("Answer then if it still runs; it runs on"),
+        queue={"type": "boolean", "description": "Wait for a running command: no 409"},
+        stdin=str_schema("Its standard input, whole (text)"),
+    ),
 }
 
 

@@ -43,6 +43,7 @@ from services.gateway.access import (
     target,
 )
 from services.gateway.rest.edge import count_param, json_body
+from services.gateway.rest.schema import BOOL, INT, STR, arr, body, obj, path_param
 
 MOST = 1000
 """The most workspaces one page holds (``?limit=``), and the most forks a listing holds."""
@@ -150,45 +151,20 @@ def forked_json(done: rp.Forked) -> dict[str, Any]:
 def paths(json: Any, errors: dict[str, Any], error: Any) -> dict[str, Any]:
     """The OpenAPI paths of the forks (``json(schema, description)``, ``errors``, and
     ``error(description)`` as ``openapi.document`` writes them)."""
-    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    name = path_param("name")
     denied = error("access_denied: a workspace-scoped token neither forks nor lists forks")
-    forked = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "from": {"type": "string"},
-            "version": {"type": "integer"},
-            "trust": {"type": "string"},
-        },
-    }
-    listed = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "forks": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string"},
-                        "version": {"type": "integer"},
-                        "ahead": {"type": "integer"},
-                        "behind": {"type": "integer"},
-                    },
-                },
-            },
-            "truncated": {"type": "boolean"},
-        },
-    }
-    request = {
-        "type": "object",
-        "required": ["name"],
-        "additionalProperties": False,
-        "properties": {
-            "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
-            "version": {"type": "integer", "minimum": 1},
-        },
-    }
+    forked = obj(name=STR, **{"from": STR}, version=INT, trust=STR)
+    listed = obj(
+        name=STR,
+        forks=arr(obj(name=STR, version=INT, ahead=INT, behind=INT)),
+        truncated=BOOL,
+    )
+    request = obj(
+        required=("name",),
+        closed=True,
+        name={"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
+        version={"type": "integer", "minimum": 1},
+    )
     return {
         "/v1/workspaces/{name}/fork": {
             "parameters": [name],
@@ -196,10 +172,7 @@ def paths(json: Any, errors: dict[str, Any], error: Any) -> dict[str, Any]:
                 "summary": "Fork the workspace at a version (default: its latest) as a new "
                 "workspace of the tenant: nothing is copied; its history up to there is the "
                 "source's",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": request}},
-                },
+                "requestBody": body(request),
                 "responses": {
                     "201": json(forked, "Forked: the fork's next change is version + 1"),
                     **errors,
