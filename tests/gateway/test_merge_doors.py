@@ -14,12 +14,14 @@ from typing import Any
 
 import httpx
 import jsonschema
+import pytest_asyncio
 from click.testing import CliRunner
 
 from quill.client import Quill
 from quill_cli.cli import main
 from services.gateway.access import Principal, Tokens
 from services.gateway.rest.openapi import document
+from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, error, mcp_client, ok
 from tests.security.test_console_processes import csrf_of
@@ -44,10 +46,16 @@ async def forked(sdk: Quill, tenant: str = "acme") -> None:
     await fork.info()
 
 
-async def test_mcp_previews_refuses_and_merges(start: StartGateway) -> None:
-    gateway = await start(TOKENS)
+@pytest_asyncio.fixture
+async def gateway(start: StartGateway) -> Gateway:
+    """A gateway with ``TOKENS``, its workspaces made (``forked``)."""
+    running = await start(TOKENS)
+    await forked(running.quill)
+    return running
+
+
+async def test_mcp_previews_refuses_and_merges(gateway: Gateway) -> None:
     sdk = gateway.quill
-    await forked(sdk)
     book = sdk.workspace("acme/book")
     before = (await book.info()).version
     async with mcp_client(gateway.url, token="acme-admin-token") as mcp:
@@ -85,10 +93,8 @@ async def test_mcp_previews_refuses_and_merges(start: StartGateway) -> None:
     assert (await book.read_text("new.md")) == "from the fork\n"
 
 
-async def test_rest_merges_as_openapi_says(start: StartGateway) -> None:
-    gateway = await start(TOKENS)
+async def test_rest_merges_as_openapi_says(gateway: Gateway) -> None:
     sdk = gateway.quill
-    await forked(sdk)
     spec = document()["paths"]["/v1/workspaces/{name}/merge"]["post"]
 
     def check(reply: httpx.Response) -> Any:
@@ -122,12 +128,8 @@ async def test_rest_merges_as_openapi_says(start: StartGateway) -> None:
     assert "<<<<<<<" in await sdk.workspace("acme/book").read_text("t.txt")
 
 
-async def test_rest_and_mcp_park_a_merge_into_a_restricted_workspace(
-    start: StartGateway,
-) -> None:
-    gateway = await start(TOKENS)
+async def test_rest_and_mcp_park_a_merge_into_a_restricted_workspace(gateway: Gateway) -> None:
     sdk = gateway.quill
-    await forked(sdk)
     book = sdk.workspace("acme/book")
     await book.set_trust("restricted")
     async with httpx.AsyncClient(base_url=gateway.url, timeout=30, headers=ADMIN) as http:

@@ -15,11 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest_asyncio
 
 from contracts import requests as rq
 from core.merge_words import MODEL
 from quill.client import Quill
 from services.gateway.access import Principal, Tokens
+from services.gateway.server import Gateway
 from tests.gateway.conftest import (
     StartGateway,
     nats_server,  # noqa: F401 (a fixture: a server per test)
@@ -56,6 +58,14 @@ async def seed(sdk: Quill, tenant: str = "acme") -> None:
     await sdk.workspace(f"{tenant}/try").info()
 
 
+@pytest_asyncio.fixture
+async def gateway(start: StartGateway) -> Gateway:
+    """A gateway with ``TOKENS``, its workspaces made (``seed``)."""
+    running = await start(TOKENS)
+    await seed(running.quill)
+    return running
+
+
 async def versions(sdk: Quill) -> dict[str, int]:
     names = ("acme/book", "acme/try", "acme/agents", "acme/ops", "globex/ops")
     return {n: (await sdk.workspace(n).info()).version for n in names}
@@ -69,12 +79,8 @@ async def mcp_code(mcp: Any, **arguments: Any) -> tuple[str, str]:
     return str(data["code"]), text(result)
 
 
-async def test_mcp_merges_only_what_the_token_reaches_within_its_tenant(
-    start: StartGateway,
-) -> None:
-    gateway = await start(TOKENS)
+async def test_mcp_merges_only_what_the_token_reaches_within_its_tenant(gateway: Gateway) -> None:
     sdk = gateway.quill
-    await seed(sdk)
     before = await versions(sdk)
     async with mcp_client(gateway.url, token="globex-admin-token") as mcp:
         # acme's fork is looked up in globex, where there is none; acme's names are refused
@@ -114,11 +120,9 @@ async def test_mcp_without_tokens_keeps_a_merge_in_its_tenant(start: StartGatewa
 
 
 async def test_rest_merges_only_what_the_token_reaches_and_refuses_bad_bodies(
-    start: StartGateway,
+    gateway: Gateway,
 ) -> None:
-    gateway = await start(TOKENS)
     sdk = gateway.quill
-    await seed(sdk)
     before = await versions(sdk)
     theirs = {"from": "try", "strategy": "theirs"}
     async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
@@ -157,10 +161,8 @@ async def test_rest_merges_only_what_the_token_reaches_and_refuses_bad_bodies(
     assert await versions(sdk) == before
 
 
-async def test_a_huge_conflict_list_stays_bounded_in_every_door(start: StartGateway) -> None:
-    gateway = await start(TOKENS)
+async def test_a_huge_conflict_list_stays_bounded_in_every_door(gateway: Gateway) -> None:
     sdk = gateway.quill
-    await seed(sdk)
     book, fork = sdk.workspace("acme/book"), sdk.workspace("acme/try")
     side = "".join(f"{n} {'x' * 60}\n" for n in range(40))  # ~2.5 KB a side
     paths = [f"c/{i:03}.txt" for i in range(MANY)]
@@ -194,10 +196,8 @@ async def test_a_huge_conflict_list_stays_bounded_in_every_door(start: StartGate
     assert (await fork.info()).version >= 3
 
 
-async def test_the_console_escapes_markup_and_needs_csrf_and_reach(start: StartGateway) -> None:
-    gateway = await start(TOKENS)
+async def test_the_console_escapes_markup_and_needs_csrf_and_reach(gateway: Gateway) -> None:
     sdk = gateway.quill
-    await seed(sdk)
     named = f"{MARKUP}.txt"
     await sdk.workspace("acme/book").write(named, f"base\n{MARKUP}\n")
     await sdk.fork("acme/book", "xss")
