@@ -242,6 +242,8 @@ PTY = obj(
     cols=int_schema("Columns", PTY_MAX_SIDE),
 )
 ENV = {"type": "object", "additionalProperties": STR}
+TIMEOUT = int_schema("Stop it after this long (default 30000)")
+YIELD = int_schema("Answer then if it still runs; it runs on", LIVE_YIELD_MAX_MS)
 INT_OR_NULL = {"type": ["integer", "null"]}
 SCHEMAS: dict[str, Any] = {
     "CommandRun": obj(
@@ -249,9 +251,9 @@ SCHEMAS: dict[str, Any] = {
         closed=True,
         command=str_schema("The shell command line (bash -c)"),
         workdir=str_schema("Working directory, workspace-relative (default: the root)"),
-        timeoutMs=int_schema("Stop it after this long (default 30000)"),
+        timeoutMs=TIMEOUT,
         env=ENV,
-        yieldMs=int_schema("Answer then if it still runs; it runs on", LIVE_YIELD_MAX_MS),
+        yieldMs=YIELD,
         stdin=str_schema("Its standard input, whole (text; default: closed)"),
         pty=PTY,
     ),
