@@ -54,6 +54,14 @@ async def error(client: Client, tool: str, **arguments: Any) -> str:
     return text(result)
 
 
+async def refused(client: Client, tool: str, **arguments: Any) -> tuple[str, str]:
+    """Call ``tool``, insist it failed as a tool result: its error code and its text."""
+    result = await call(client, tool, **arguments)
+    assert result.is_error, text(result)
+    data: Any = result.structured_content
+    return str(data["code"]), text(result)
+
+
 async def wap(client: Client, tool: str, **arguments: Any) -> tuple[bool, Any]:
     """Call a WAP tool: (is_error, its JSON), checking text and structuredContent agree."""
     result = await call(client, tool, **arguments)

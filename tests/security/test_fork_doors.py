@@ -21,7 +21,7 @@ from quill.client import Quill
 from services.gateway.access import Principal, Tokens
 from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
-from tests.gateway.support import call, error, mcp_client, text
+from tests.gateway.support import error, mcp_client, refused
 from tests.security.test_console_processes import csrf_of
 
 TOKENS = Tokens(
@@ -66,10 +66,7 @@ async def absent(sdk: Quill, *names: str) -> None:
 
 async def codes(mcp: Any, **arguments: Any) -> tuple[str, str]:
     """``fork_workspace``'s refusal: its error code and its text."""
-    result = await call(mcp, "fork_workspace", **arguments)
-    assert result.is_error, text(result)
-    data: Any = result.structured_content
-    return str(data["code"]), text(result)
+    return await refused(mcp, "fork_workspace", **arguments)
 
 
 async def test_mcp_forks_only_what_the_token_reaches_within_its_tenant(gateway: Gateway) -> None:

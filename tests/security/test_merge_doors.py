@@ -26,7 +26,7 @@ from tests.gateway.conftest import (
     StartGateway,
     nats_server,  # noqa: F401 (a fixture: a server per test)
 )
-from tests.gateway.support import call, mcp_client, text
+from tests.gateway.support import call, mcp_client, refused, text
 from tests.security.test_console_processes import csrf_of
 
 TOKENS = Tokens(
@@ -73,10 +73,7 @@ async def versions(sdk: Quill) -> dict[str, int]:
 
 async def mcp_code(mcp: Any, **arguments: Any) -> tuple[str, str]:
     """``merge_workspace``'s refusal: its error code and its text."""
-    result = await call(mcp, "merge_workspace", **arguments)
-    assert result.is_error, text(result)
-    data: Any = result.structured_content
-    return str(data["code"]), text(result)
+    return await refused(mcp, "merge_workspace", **arguments)
 
 
 async def test_mcp_merges_only_what_the_token_reaches_within_its_tenant(gateway: Gateway) -> None:
