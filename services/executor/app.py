@@ -131,7 +131,7 @@ class Executor:
         self.shells = Shells(self.commands, settings.data_dir)
         """The shells this executor holds (``shells``)."""
         self.commands.in_shell = self.shells.run
-        self.ports = PortRelay(self.shells)
+        self.ports = PortRelay(self.shells, self.auditor)
         """HTTP to the shells' ports, from the gateway (``ports``)."""
         self.live.shells = self.shells.listed
         self.ops: dict[str, Callable[[Address, Origin, Any, Job, dict[str, Any]], Awaitable[Any]]]

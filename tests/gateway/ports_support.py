@@ -17,12 +17,14 @@ import pytest_asyncio
 
 from quill.client import Quill
 from services.executor.app import Executor, ExecutorConfig
+from services.gateway.access import Principal, Tokens
 from services.gateway.server import Gateway
 from tests.gateway.conftest import StartGateway
 from tests.helpers import eventually, start_executor
 
 TOKEN_A, TOKEN_B = "token-of-acme-0123456789", "token-of-rival-0123456789"
 A, B = "acme/w", "rival/w"
+ACME, RIVAL = Principal("acme", "w", actor="ada"), Principal("rival", "w", actor="eve")
 ECHO = r"""
 import json, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -85,7 +87,7 @@ class Stack:
 async def stack(
     start: StartGateway, nats_url: str, tmp_path: Path, provider: str
 ) -> AsyncIterator[Stack]:
-    gateway = await start(tokens={TOKEN_A: A, TOKEN_B: B})
+    gateway = await start(tokens=Tokens({TOKEN_A: ACME, TOKEN_B: RIVAL}))
     async with AsyncExitStack() as es:
         config = ExecutorConfig(sandbox=provider)
         executor = await start_executor(es, nats_url, tmp_path / "executor", config)

@@ -16,8 +16,11 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import msgspec
 
+from contracts.events import AuditRecord
 from contracts.ports import BODY_MAX_BYTES
+from services.executor.ports import AUDIT_PATH_MAX
 from tests.gateway.ports_support import (  # noqa: F401
     TOKEN_A,
     TOKEN_B,
@@ -29,6 +32,7 @@ from tests.gateway.ports_support import (  # noqa: F401
     serve,
     st,
 )
+from tests.helpers import eventually
 from tests.security.conftest import bwrap_only
 
 
@@ -151,3 +155,62 @@ async def test_credentials_never_reach_the_sandbox(st: Stack) -> None:  # noqa: 
     assert TOKEN_A not in r.text
     assert "set-cookie" not in r.headers
     assert r.headers["content-security-policy"].startswith("sandbox")
+
+
+async def test_each_request_audited_once_without_credentials(st: Stack) -> None:  # noqa: F811
+    port = st.port()
+    shell = await serve(st, A, port, "acme")
+    secret = "query-secret-0123456789"
+    async with as_(TOKEN_A) as http:
+        r = await http.post(
+            st.url(A, shell, port, f"/audited/{'p' * 300}?key={secret}"),
+            content=b"abc",
+            headers={"Cookie": f"quill_token={TOKEN_A}"},
+        )
+        assert r.status_code == 201
+        after = await http.get(st.url(A, shell, port, "/after"))
+        assert after.status_code == 200
+    ws = st.quill.workspace(A)
+
+    async def records() -> list[AuditRecord]:
+        mine = (r async for r in ws.audit() if r.op == "port" and r.details is not None)
+        return [r async for r in mine if r.details and r.details["shell"] == shell]
+
+    async def both() -> list[AuditRecord] | None:
+        found = await records()
+        paths = [str((r.details or {}).get("path")) for r in found]
+        return found if "/after" in paths else None
+
+    found = await eventually(both, 15, "the request after it audited")
+    audited = [r for r in found if str((r.details or {}).get("path")).startswith("/audited/")]
+    assert len(audited) == 1, audited  # exactly one, and its record came before the next's
+    record = audited[0]
+    assert (record.tenant, record.workspace) == ("acme", "w")
+    assert (record.kind, record.op) == ("exec", "port")
+    assert (record.actor, record.outcome, record.service) == ("ada", "ok", "executor")
+    assert record.duration_ms > 0
+    assert record.details == {
+        "shell": shell,
+        "port": port,
+        "method": "POST",
+        "path": "/audited/" + "p" * (AUDIT_PATH_MAX - len("/audited/")) + "…",
+        "query_bytes": len(f"key={secret}"),
+        "status": 201,
+        "request_bytes": 3,
+        "response_bytes": len(r.content),
+    }
+    encoded = msgspec.json.encode(record).decode()
+    for never in (TOKEN_A, secret, "Bearer", "quill_token"):
+        assert never not in encoded, never
+    refused = await records()
+    async with as_(TOKEN_A) as http:  # a refusal is audited too, with its reason
+        assert (await http.get(st.url(A, shell, port + 1, "/"))).status_code == 502
+
+    async def refusal() -> AuditRecord | None:
+        new = [r for r in await records() if r not in refused]
+        return new[0] if new else None
+
+    bad = await eventually(refusal, 15, "the refused request audited")
+    assert (bad.outcome, bad.error_code, bad.actor) == ("error", "UNAVAILABLE", "ada")
+    assert bad.details is not None and bad.details["status"] == 0
+    assert "Nothing listens" in str(bad.details["reason"])

@@ -17,7 +17,11 @@ sandbox`` so that a page the port serves runs in an origin of its own, not the g
 Bounds: ports ``LOWEST_PORT``-65535 (400 otherwise); a body of at most ``BODY_MAX_BYTES``
 each way (413 for a request's; a response's: 502); ``TIMEOUT_S`` for the whole answer (504).
 Nothing listening on the port is ``502 {"error": "bad_gateway", "message": ...}`` saying so.
-One request per connection to the port; no websockets (no ``Upgrade``).
+One request per connection to the port; no websockets (no ``Upgrade``). The executor audits
+each request it gets (``exec.port``), naming the principal's actor and session, which the
+gateway sends as ``Ws-*`` headers; what the gateway refuses itself (no token, another
+tenant's workspace, a bad port or path, a body too large) never reaches an executor and is
+not audited, as no refused REST call is.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from contracts.ports import (
     route_of,
     unframe,
 )
-from contracts.subjects import check_id
+from contracts.subjects import Origin, check_id, new_request_id
 from services.gateway.access import Access, Principal, principal_of
 
 PORTS = "/v1/workspaces/{tenant}/{workspace}/shells/{shell}/ports/{port}"
@@ -138,8 +142,11 @@ class Ports:
         )
         quill = self.access.quill
         subject = quill.subjects.exec_holder(route_of(shell), tenant, workspace, "port")
+        origin = Origin(new_request_id(), principal.actor, principal.session)
         try:
-            msg = await quill.nc.request(subject, frame(head, body), timeout=TIMEOUT_S + 5)
+            msg = await quill.nc.request(
+                subject, frame(head, body), timeout=TIMEOUT_S + 5, headers=origin.headers()
+            )
         except nats.errors.NoRespondersError:
             return refused("not_found")  # no executor holds it (gone with its shell)
         except nats.errors.TimeoutError:
