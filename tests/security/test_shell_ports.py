@@ -9,7 +9,9 @@ relay's timeout, the relay still serving), a request target with dot segments (4
 absolute URL (it reaches the shell's own server as a path; a host server listening on the
 URL's port gets no connection), a port only the host listens on (bwrap: 502, the host server
 untouched), and the workspace's token (``Authorization``), the client's cookies and ``Host``
-never reaching the sandbox, nor a ``Set-Cookie`` of the sandbox the client."""
+never reaching the sandbox, nor a ``Set-Cookie`` of the sandbox the client. Each request is
+audited once, without the token or the query's values. Through a real ``quill up``, tenants'
+bare nats-py clients can neither publish on the services' port subject nor subscribe to it."""
 
 from __future__ import annotations
 
@@ -17,23 +19,30 @@ import asyncio
 
 import httpx
 import msgspec
+import pytest
+from nats.aio.msg import Msg
 
 from contracts.events import AuditRecord
-from contracts.ports import BODY_MAX_BYTES
+from contracts.ports import BODY_MAX_BYTES, PortRequest, frame, route_of
 from services.executor.ports import AUDIT_PATH_MAX
 from tests.gateway.ports_support import (  # noqa: F401
+    ECHO,
     TOKEN_A,
     TOKEN_B,
     A,
     B,
     Stack,
     as_,
+    free_port,
     raw_http,
     serve,
     st,
 )
-from tests.helpers import eventually
+from tests.helpers import Refusals, eventually
 from tests.security.conftest import bwrap_only
+from tests.up import TENANTS, TOKENS, Up, bare_as, quill_as
+
+pytestmark = pytest.mark.up(tenants=TENANTS)
 
 
 class HostServer:
@@ -214,3 +223,61 @@ async def test_each_request_audited_once_without_credentials(st: Stack) -> None:
     assert (bad.outcome, bad.error_code, bad.actor) == ("error", "UNAVAILABLE", "ada")
     assert bad.details is not None and bad.details["status"] == 0
     assert "Nothing listens" in str(bad.details["reason"])
+
+
+async def test_tenants_cannot_use_the_port_subject(up: Up) -> None:
+    """Through a real ``quill up``: tenant a (the shell's own) and tenant b, bare nats-py
+    clients with their own credentials, can neither publish a port request on the services'
+    subject (``ws.exechold.<route>.<t>.<w>.port``: it would bypass the gateway's token check
+    and name any principal in the audit) nor subscribe to it (they would read every
+    request's headers and bodies); the gateway's own request still goes through, and neither
+    sees it."""
+    qa = await quill_as(up, "a")
+    refusals = {t: Refusals() for t in ("a", "b")}
+    bare = {t: await bare_as(up, t, error_cb=refusals[t].on_error) for t in ("a", "b")}
+    try:
+        wa = qa.workspace("a/shared")
+        await wa.create(exist_ok=True)
+        await wa.write("echo.py", ECHO)
+        sh = await wa.shell()
+        port = free_port()
+        assert (await sh.run(f"python3 echo.py {port} up >/dev/null 2>&1 &")).exit_code == 0
+        url = f"{up.http_url}/v1/workspaces/a/shared/shells/{sh.id}/ports/{port}"
+        async with as_(TOKENS["a"]) as http:
+
+            async def answers() -> bool:
+                return (await http.get(f"{url}/up")).status_code == 200
+
+            await eventually(answers, 30, "the shell's server answers through the gateway")
+            subject = f"ws.exechold.{route_of(sh.id)}.a.shared.port"
+            forged = frame(PortRequest(shell=sh.id, port=port, method="GET", target="/forged"))
+            seen: dict[str, list[Msg]] = {}
+            for t, nc in bare.items():
+                got = seen[t] = []
+
+                async def keep(msg: Msg, got: list[Msg] = got) -> None:
+                    got.append(msg)
+
+                inbox = nc.new_inbox()
+                await nc.subscribe(inbox, cb=keep)
+                for pattern in (subject, "ws.exechold.>", f"ws.exechold.{route_of(sh.id)}.>"):
+                    await nc.subscribe(pattern, cb=keep)
+                headers = {"Ws-Actor": "forged"}
+                await nc.publish(subject, forged, reply=inbox, headers=headers)
+                await nc.publish("ws.exechold.x.a.shared.port", forged, reply=inbox)
+                await nc.flush()
+            for t in bare:
+                await refusals[t].wait("publish", subject)
+                await refusals[t].wait("publish", "ws.exechold.x.a.shared.port")
+                for pattern in (subject, "ws.exechold.>", f"ws.exechold.{route_of(sh.id)}.>"):
+                    await refusals[t].wait("subscription", pattern)
+            r = await http.get(f"{url}/through-the-gateway")  # delivered to the executor only
+            assert r.status_code == 200 and r.json()["path"] == "/through-the-gateway"
+        for t, nc in bare.items():
+            await nc.flush()
+            assert seen[t] == [], t  # no answer to a forged request, no request seen
+        await sh.close()
+    finally:
+        for nc in bare.values():
+            await nc.close()
+        await qa.close()
