@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 
 import h11
 from nats.aio.msg import Msg
@@ -89,7 +90,7 @@ class PortRelay:
         if self.serving >= MAX_AT_ONCE:
             busy = Refusal("busy", "Too many requests to ports at once; retry")
             await respond(msg, _refused(busy.error, busy.message))
-            await self.audit(msg, tenant, workspace, started, None, refusal=busy)
+            await audit_port(self.auditor, msg, tenant, workspace, started, None, refusal=busy)
             return
         self.serving += 1
         try:
@@ -110,37 +111,12 @@ class PortRelay:
                 reply = _refused(refusal.error, refusal.message)
             await respond(msg, reply)
             sizes = (len(sent), len(body))
-            await self.audit(msg, tenant, workspace, started, req, head, sizes, refusal)
+            status = head.status if head else 0
+            await audit_port(
+                self.auditor, msg, tenant, workspace, started, req, status, sizes, refusal
+            )
         finally:
             self.serving -= 1
-
-    async def audit(
-        self,
-        msg: Msg,
-        tenant: str,
-        workspace: str,
-        started: float,
-        req: PortRequest | None,
-        head: PortResponse | None = None,
-        sizes: tuple[int, int] = (0, 0),
-        refusal: Refusal | None = None,
-    ) -> None:
-        """The one audit record of a request (see the module docstring)."""
-        try:
-            origin = Origin.from_headers(msg.headers, new_request_id)
-        except QuillError:
-            origin = Origin(new_request_id())
-        details = audited(req, head.status if head else 0, sizes)
-        error = None
-        if refusal is not None:
-            details["reason"] = refusal.message
-            error = QuillError(CODES[refusal.error], refusal.message)
-        what = f"{req.method} port {req.port}" if req else "port"
-        summary = f"{what}: {head.status if head else refusal.error if refusal else '?'}"
-        address = Address("exec", tenant, workspace, "port")
-        await self.auditor.record(
-            address, origin, started, error=error, summary=summary, details=details, counted=False
-        )
 
     async def perform(
         self, req: PortRequest, body: bytes, tenant: str, workspace: str
@@ -229,6 +205,37 @@ async def _exchange(
         if k.decode("latin-1").lower() not in HOP_BY_HOP
     ]
     return PortResponse(status=response.status_code, headers=kept), b"".join(chunks)
+
+
+async def audit_port(
+    auditor: Auditor,
+    msg: Msg,
+    tenant: str,
+    workspace: str,
+    started: float,
+    req: PortRequest | None,
+    status: int = 0,
+    sizes: tuple[int, int] = (0, 0),
+    refusal: Refusal | None = None,
+    more: Mapping[str, object] | None = None,
+) -> None:
+    """The one audit record of a request to a port, or of a websocket once closed (see the
+    module docstring; ``more``: more details)."""
+    try:
+        origin = Origin.from_headers(msg.headers, new_request_id)
+    except QuillError:
+        origin = Origin(new_request_id())
+    details = {**audited(req, status, sizes), **(more or {})}
+    error = None
+    if refusal is not None:
+        details["reason"] = refusal.message
+        error = QuillError(CODES[refusal.error], refusal.message)
+    what = f"{req.method} port {req.port}" if req else "port"
+    summary = f"{what}: {status or (refusal.error if refusal else '?')}"
+    address = Address("exec", tenant, workspace, "port")
+    await auditor.record(
+        address, origin, started, error=error, summary=summary, details=details, counted=False
+    )
 
 
 def _request_of(data: bytes) -> tuple[PortRequest, bytes]:

@@ -30,7 +30,7 @@ from urllib.parse import unquote
 
 import msgspec
 import nats.errors
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 
 from contracts import requests as rq
@@ -86,7 +86,7 @@ def refused(name: str, message: str | None = None) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def target_of(request: Request) -> str | None:
+def target_of(request: HTTPConnection) -> str | None:
     """The origin-form target after ``…/ports/{port}``: the raw path (as sent, percent-encoded)
     and the query; None for dot segments or characters HTTP does not allow in a target."""
     raw: bytes = request.scope.get("raw_path") or request.url.path.encode()
@@ -104,6 +104,27 @@ def target_of(request: Request) -> str | None:
     return target.decode("ascii")
 
 
+def address_of(conn: HTTPConnection, principal: Principal) -> tuple[str, int, str] | JSONResponse:
+    """The shell, port and target a request to the route names (its path), or its refusal."""
+    p = conn.path_params
+    tenant, workspace, shell, raw_port = p["tenant"], p["workspace"], p["shell"], p["port"]
+    if not reaches(principal, tenant, workspace):
+        return refused("not_found")
+    try:
+        shell = msgspec.convert(shell, rq.ShellHandle)
+    except msgspec.ValidationError:
+        return refused("not_found")
+    if not (raw_port.isascii() and raw_port.isdecimal() and len(raw_port) <= 5):
+        return refused("invalid", f"The port must be from {LOWEST_PORT} to 65535")
+    port = int(raw_port)
+    if not LOWEST_PORT <= port <= 65535:
+        return refused("invalid", f"The port must be from {LOWEST_PORT} to 65535")
+    target = target_of(conn)
+    if target is None:
+        return refused("invalid", "The path may hold no '.' or '..' segment")
+    return shell, port, target
+
+
 class Ports:
     """The route (see the module docstring)."""
 
@@ -113,21 +134,11 @@ class Ports:
     async def forward(self, request: Request) -> Response:
         principal = principal_of(request.scope)
         p = request.path_params
-        tenant, workspace, shell, raw_port = p["tenant"], p["workspace"], p["shell"], p["port"]
-        if not reaches(principal, tenant, workspace):
-            return refused("not_found")
-        try:
-            shell = msgspec.convert(shell, rq.ShellHandle)
-        except msgspec.ValidationError:
-            return refused("not_found")
-        if not (raw_port.isascii() and raw_port.isdecimal() and len(raw_port) <= 5):
-            return refused("invalid", f"The port must be from {LOWEST_PORT} to 65535")
-        port = int(raw_port)
-        if not LOWEST_PORT <= port <= 65535:
-            return refused("invalid", f"The port must be from {LOWEST_PORT} to 65535")
-        target = target_of(request)
-        if target is None:
-            return refused("invalid", "The path may hold no '.' or '..' segment")
+        tenant, workspace = p["tenant"], p["workspace"]
+        addressed = address_of(request, principal)
+        if isinstance(addressed, JSONResponse):
+            return addressed
+        shell, port, target = addressed
         body = await request.body()
         if len(body) > BODY_MAX_BYTES:
             message = f"The body is over {BODY_MAX_BYTES} bytes"
