@@ -84,7 +84,6 @@ class Stream:
             await self.nc.publish(self.peer, ws_pack(kind, self._seq, payload))
             return
         await self.nc.publish(self.peer, ws_pack(kind, self._seq, payload))
-        await self.nc.flush()
 
     async def receive(self) -> tuple[WsKind, bytes]:
         """The next ``text``, ``binary`` or ``close`` message of the peer; ``delivered``

@@ -61,6 +61,29 @@ NOT_PASSED = HOP_BY_HOP | {"origin", "authorization", "cookie", "proxy-authoriza
 """Request headers never passed to the port's websocket (``sec-websocket-*`` neither)."""
 
 
+CLOSE_S = 2.0
+"""How long a close the executor sent may wait for the port's."""
+
+
+class Bounded(ClientConnection):
+    """The library's client, closing the TCP connection once a close it sent (a message
+    over the bound: 1009) is not answered within ``close_timeout``: the library checks that
+    deadline only when it next writes, so a port that floods and never reads would hold the
+    connection, and the relay, forever."""
+
+    _abort: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._abort is None and self.protocol.close_expected():
+            self._abort = self.loop.call_later(CLOSE_S, self.transport.abort)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._abort is not None:
+            self._abort.cancel()
+        super().connection_lost(exc)
+
+
 class Socket:
     """One relayed websocket's counts, for its audit record and the tests."""
 
@@ -157,6 +180,8 @@ class SocketRelay:
                     max_queue=4,
                     open_timeout=None,
                     ping_interval=None,
+                    close_timeout=CLOSE_S,
+                    create_connection=Bounded,
                 )
         except PortRefused as exc:
             raise Refusal("bad_gateway", str(exc).capitalize()) from None
@@ -180,9 +205,11 @@ class SocketRelay:
                     moved.set()
             except websockets.ConnectionClosed:
                 pass
-            code = ws.close_code if ws.close_code is not None else 1006
+            # the port's close, or the library's own (a message over the bound: 1009)
+            close = ws.protocol.close_rcvd or ws.protocol.close_sent
+            code, reason = (close.code, close.reason) if close else (1006, "")
             relayed.close_code, relayed.closed_by = code, relayed.closed_by or "port"
-            await stream.send("close", close_payload(code, ws.close_reason or ""))
+            await stream.send("close", close_payload(code, reason))
 
         async def from_client() -> None:
             while True:
@@ -221,6 +248,9 @@ class SocketRelay:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if relayed.closed_by == "":  # ended otherwise (a failure): the gateway hears of it
+                relayed.close_code, relayed.closed_by = 1011, "relay"
+                await stream.send("close", close_payload(1011, "the relay failed"))
 
 
 def _sendable(code: int) -> bool:

@@ -11,9 +11,11 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest_asyncio
+from websockets.asyncio.client import connect
 
 from quill.client import Quill
 from services.executor.app import Executor, ExecutorConfig
@@ -247,3 +249,9 @@ async def serve_ws(st: Stack, workspace: str, port: int, tag: str) -> str:
 
 def ws_url(st: Stack, workspace: str, shell: str, port: int, path: str = "/") -> str:
     return st.url(workspace, shell, port, path).replace("http://", "ws://", 1)
+
+
+def ws_as(token: str | None, url: str, **options: Any) -> connect:
+    """A websocket client to ``url`` with ``token`` (None: without), no proxy."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return connect(url, additional_headers=headers, proxy=None, open_timeout=30, **options)

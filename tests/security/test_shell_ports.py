@@ -16,15 +16,28 @@ bare nats-py clients can neither publish on the services' port subject nor subsc
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 
 import httpx
 import msgspec
 import pytest
+import websockets
 from nats.aio.msg import Msg
+from websockets.exceptions import InvalidStatus
 
 from contracts.events import AuditRecord
-from contracts.ports import BODY_MAX_BYTES, PortRequest, frame, route_of
+from contracts.ports import (
+    BODY_MAX_BYTES,
+    WS_MESSAGE_MAX,
+    WS_PER_SHELL,
+    WS_WINDOW_BYTES,
+    PortRequest,
+    frame,
+    route_of,
+)
 from services.executor.ports import AUDIT_PATH_MAX
+from services.executor.portws import Socket
 from tests.gateway.ports_support import (  # noqa: F401
     ECHO,
     TOKEN_A,
@@ -36,7 +49,10 @@ from tests.gateway.ports_support import (  # noqa: F401
     free_port,
     raw_http,
     serve,
+    serve_ws,
     st,
+    ws_as,
+    ws_url,
 )
 from tests.helpers import Refusals, eventually
 from tests.security.conftest import bwrap_only
@@ -281,3 +297,124 @@ async def test_tenants_cannot_use_the_port_subject(up: Up) -> None:
         for nc in bare.values():
             await nc.close()
         await qa.close()
+
+
+async def test_websocket_needs_the_workspaces_token_and_origin(st: Stack) -> None:  # noqa: F811
+    port = st.port()
+    shell = await serve_ws(st, A, port, "acme")
+    url = ws_url(st, A, shell, port, "/")
+    host = st.gateway.url.removeprefix("http://")
+    async with ws_as(TOKEN_A, url, origin=f"http://{host}") as ws:  # the owner, same origin
+        await ws.send("mine")
+        assert await ws.recv() == "mine"
+    refusals = [
+        (TOKEN_B, url, None, 404),  # another tenant's token
+        (TOKEN_B, ws_url(st, B, shell, port, "/"), None, 404),  # the id under its own tenant
+        (None, url, None, 401),  # no token
+        ("not-a-token", url, None, 401),
+        (TOKEN_A, ws_url(st, A, "s0123456789abMadeUpShell0", port), None, 404),
+        (TOKEN_A, ws_url(st, A, shell, 80), None, 400),
+        (TOKEN_A, url, "http://evil.example", 403),  # a page of another site
+        (TOKEN_A, url, f"http://{host}.evil.example", 403),
+    ]
+    for token, target, origin, status in refusals:
+        with pytest.raises(InvalidStatus) as refused:
+            async with ws_as(token, target, origin=origin):
+                pass
+        assert refused.value.response.status_code == status, (token, target, origin)
+
+    async def none_open() -> bool:  # the owner's one closed, no refused one ever opened
+        return not st.executor.sockets.open and not st.executor.sockets.per_tenant["acme"]
+
+    await eventually(none_open, 15, "no websocket open at the executor")
+
+
+async def raw_websocket(
+    stack: Stack, path: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A websocket to the gateway by hand, handshake done: a client that need never read."""
+    host, port = stack.gateway.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {base64.b64encode(b'k' * 16).decode()}\r\n"
+        f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {TOKEN_A}\r\n\r\n".encode()
+    )
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return reader, writer
+
+
+def masked(text: str) -> bytes:
+    """A client's text frame (masked with a zero key)."""
+    data = text.encode()
+    assert len(data) < 126
+    return bytes([0x81, 0x80 | len(data)]) + b"\0\0\0\0" + data
+
+
+async def test_websocket_flood_to_a_client_that_never_reads(st: Stack) -> None:  # noqa: F811
+    port = st.port()
+    shell = await serve_ws(st, A, port, "acme")
+    base = f"/v1/workspaces/{A}/shells/{shell}/ports/{port}/flood"
+    reader, writer = await raw_websocket(st, base)
+    writer.write(masked(f"flood:{64 * 1024}"))  # the port sends without end; nobody reads
+    await writer.drain()
+
+    def stalled() -> Socket | None:
+        held = list(st.executor.sockets.open)
+        return held[0] if held and held[0].stream.waiting else None
+
+    relayed = await eventually(stalled, 30, "the port's messages wait for the gateway's credit")
+    assert relayed.stream.unacked <= WS_WINDOW_BYTES  # what the executor holds unacknowledged
+    writer.close()  # the client goes away without a close frame
+
+    async def ended() -> bool:
+        return not st.executor.sockets.open and not st.executor.sockets.per_shell[shell]
+
+    await eventually(ended, 30, "the relay ends with the client")
+    records = await eventually(lambda: _websockets_audited(st, shell), 15, "audited")
+    assert records[-1]["closed_by"] == "client" and records[-1]["path"] == "/flood"
+    del reader
+
+
+async def _websockets_audited(stack: Stack, shell: str) -> list[dict[str, object]] | None:
+    found = [
+        r.details
+        async for r in stack.quill.workspace(A).audit()
+        if r.op == "port" and r.details and r.details["shell"] == shell
+        if r.details["method"] == "WEBSOCKET" and r.outcome == "ok"
+    ]
+    return found or None
+
+
+async def test_websocket_bounds(st: Stack) -> None:  # noqa: F811
+    port = st.port()
+    shell = await serve_ws(st, A, port, "acme")
+    url = ws_url(st, A, shell, port, "/")
+    async with ws_as(TOKEN_A, url, max_size=None) as ws:  # a client's message too large
+        await ws.send("x" * (WS_MESSAGE_MAX + 1))
+        with pytest.raises(websockets.ConnectionClosed):
+            await ws.recv()
+    assert ws.close_code == 1009
+    async with ws_as(TOKEN_A, url, max_size=None) as ws:  # the port's message too large
+        await ws.send(f"flood:{WS_MESSAGE_MAX + 1}")
+        with pytest.raises(websockets.ConnectionClosed):
+            await ws.recv()
+    assert ws.close_code == 1009, (ws.close_code, ws.close_reason)
+    async with contextlib.AsyncExitStack() as many:  # at most WS_PER_SHELL at once
+        for _ in range(WS_PER_SHELL):
+            await many.enter_async_context(ws_as(TOKEN_A, url))
+        with pytest.raises(InvalidStatus) as busy:
+            async with ws_as(TOKEN_A, url):
+                pass
+        assert busy.value.response.status_code == 503
+
+    async def all_closed() -> bool:
+        return not st.executor.sockets.per_shell[shell]
+
+    await eventually(all_closed, 30, "the executor saw them closed")
+    st.executor.sockets.idle_s = 0.5  # nothing moves: closed as idle
+    async with ws_as(TOKEN_A, url) as ws:
+        with pytest.raises(websockets.ConnectionClosed):
+            await ws.recv()
+    assert (ws.close_code, ws.close_reason) == (1001, "idle")

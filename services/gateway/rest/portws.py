@@ -157,3 +157,5 @@ async def _pump(websocket: WebSocket, stream: Stream) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        # however it ended (a client gone while a send waited): the executor hears of it
+        await stream.send("close", close_payload(1001, "the client is gone"))
