@@ -9,6 +9,10 @@ bytes (big-endian) giving the length of a JSON head (``PortRequest``/``PortRespo
 head, then the body as it is. The bounds keep a frame within NATS's ``max_payload``
 (``MAX_MESSAGE_BYTES``): a body of at most ``BODY_MAX_BYTES`` each way, a head within
 ``HEAD_MAX_BYTES``.
+
+A websocket is opened with a ``WsOpen`` on ``<root>.exechold.<route>.<t>.<w>.portws`` (answered
+``WsOpened``), then relayed as ``ws_pack`` messages between two services' inboxes
+(``infra/wsstream.py``), within the ``WS_*`` bounds.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ whole within ``TIMEOUT_S``) and answers with its status, headers (hop-by-hop one
 and body. Nothing listening is ``bad_gateway`` (502) with the reason; a response too large or
 malformed is ``bad_gateway`` too; no whole answer in time is ``timeout`` (504). At most
 ``MAX_AT_ONCE`` requests are served at once (``busy`` past it). Each connection serves one
-request: no keep-alive, no upgrade (websockets are not relayed).
+request: no keep-alive, no upgrade (websockets: ``portws.py``).
 
 Each request, answered or refused, is audited once (``exec.port`` on the workspace, as
 ``exec.egress`` audits each connection: not counted as a request): who asked (the record's

@@ -17,7 +17,8 @@ sandbox`` so that a page the port serves runs in an origin of its own, not the g
 Bounds: ports ``LOWEST_PORT``-65535 (400 otherwise); a body of at most ``BODY_MAX_BYTES``
 each way (413 for a request's; a response's: 502); ``TIMEOUT_S`` for the whole answer (504).
 Nothing listening on the port is ``502 {"error": "bad_gateway", "message": ...}`` saying so.
-One request per connection to the port; no websockets (no ``Upgrade``). The executor audits
+One request per connection to the port; a websocket upgrade on the same path is
+``portws.py``'s. The executor audits
 each request it gets (``exec.port``), naming the principal's actor and session, which the
 gateway sends as ``Ws-*`` headers; what the gateway refuses itself (no token, another
 tenant's workspace, a bad port or path, a body too large) never reaches an executor and is
