@@ -38,7 +38,10 @@ from contracts.ports import (
 )
 from services.executor.ports import AUDIT_PATH_MAX
 from services.executor.portws import Socket
+from services.gateway.access import Tokens
+from tests.gateway.conftest import StartGateway
 from tests.gateway.ports_support import (  # noqa: F401
+    ACME,
     ECHO,
     TOKEN_A,
     TOKEN_B,
@@ -415,6 +418,26 @@ async def test_websocket_bounds(st: Stack) -> None:  # noqa: F811
     await eventually(all_closed, 30, "the executor saw them closed")
     st.executor.sockets.idle_s = 0.5  # nothing moves: closed as idle
     async with ws_as(TOKEN_A, url) as ws:
+        with pytest.raises(websockets.ConnectionClosed):
+            await ws.recv()
+    assert (ws.close_code, ws.close_reason) == (1001, "idle")
+
+
+async def test_websocket_outlives_the_header_deadline(
+    st: Stack,  # noqa: F811
+    start: StartGateway,
+) -> None:
+    """A gateway's deadline for a request's head (here 0.3 s) never fires into a websocket
+    (it wrote its ``408`` into the stream: the client failed on reserved bits): the
+    connection lasts until the executor closes it as idle, well after the deadline."""
+    port = st.port()
+    shell = await serve_ws(st, A, port, "acme")
+    quick = await start(tokens=Tokens({TOKEN_A: ACME}), header_timeout=0.3)
+    url = ws_url(st, A, shell, port, "/").replace(st.gateway.url[7:], quick.url[7:], 1)
+    st.executor.sockets.idle_s = 1.5
+    async with ws_as(TOKEN_A, url) as ws:
+        await ws.send("first")
+        assert await ws.recv() == "first"
         with pytest.raises(websockets.ConnectionClosed):
             await ws.recv()
     assert (ws.close_code, ws.close_reason) == (1001, "idle")
