@@ -11,7 +11,10 @@ URL's port gets no connection), a port only the host listens on (bwrap: 502, the
 untouched), and the workspace's token (``Authorization``), the client's cookies and ``Host``
 never reaching the sandbox, nor a ``Set-Cookie`` of the sandbox the client. Each request is
 audited once, without the token or the query's values. Through a real ``quill up``, tenants'
-bare nats-py clients can neither publish on the services' port subject nor subscribe to it."""
+bare nats-py clients can neither publish on the services' port subject nor subscribe to it.
+Websockets on the route: another tenant's, no token or a foreign ``Origin`` refused before the
+handshake; a sandbox flooding a client that never reads held to the relay's window; messages,
+websockets per shell and idle time bounded; the gateway's head deadline never firing into one."""
 
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ from tests.gateway.ports_support import (  # noqa: F401
     ECHO,
     TOKEN_A,
     TOKEN_B,
+    WS_ECHO,
     A,
     B,
     Stack,
@@ -250,7 +254,7 @@ async def test_tenants_cannot_use_the_port_subject(up: Up) -> None:
     subject (``ws.exechold.<route>.<t>.<w>.port``: it would bypass the gateway's token check
     and name any principal in the audit) nor subscribe to it (they would read every
     request's headers and bodies); the gateway's own request still goes through, and neither
-    sees it."""
+    sees it. A websocket through that gateway echoes with a's token; b's token gets 404."""
     qa = await quill_as(up, "a")
     refusals = {t: Refusals() for t in ("a", "b")}
     bare = {t: await bare_as(up, t, error_cb=refusals[t].on_error) for t in ("a", "b")}
@@ -295,6 +299,26 @@ async def test_tenants_cannot_use_the_port_subject(up: Up) -> None:
         for t, nc in bare.items():
             await nc.flush()
             assert seen[t] == [], t  # no answer to a forged request, no request seen
+        await wa.write("ws.py", WS_ECHO)  # and a websocket through the real gateway
+        wport = free_port()
+        assert (await sh.run(f"python3 ws.py {wport} up >/dev/null 2>&1 &")).exit_code == 0
+        wurl = f"{up.http_url}/v1/workspaces/a/shared/shells/{sh.id}/ports/{wport}/"
+        wurl = wurl.replace("http://", "ws://", 1)
+
+        async def echoes() -> bool:
+            try:
+                async with ws_as(TOKENS["a"], wurl) as ws:
+                    await ws.send("through up")
+                    return await ws.recv() == "through up"
+            except InvalidStatus as exc:
+                assert exc.response.status_code == 502  # not listening yet
+                return False
+
+        await eventually(echoes, 30, "a websocket through quill up echoes")
+        with pytest.raises(InvalidStatus) as rival:
+            async with ws_as(TOKENS["b"], wurl):
+                pass
+        assert rival.value.response.status_code == 404
         await sh.close()
     finally:
         for nc in bare.values():
