@@ -154,8 +154,10 @@ class SocketRelay:
                 more=details,
             )  # fmt: skip
         finally:
-            self.per_shell[shell.id] -= 1
-            self.per_tenant[tenant] -= 1
+            for counts, key in ((self.per_shell, shell.id), (self.per_tenant, tenant)):
+                counts[key] -= 1
+                if counts[key] <= 0:
+                    del counts[key]
 
     async def _connect(
         self, dial: Callable[[int], Awaitable[socket.socket]], req: WsOpen
