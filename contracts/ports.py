@@ -9,6 +9,10 @@ bytes (big-endian) giving the length of a JSON head (``PortRequest``/``PortRespo
 head, then the body as it is. The bounds keep a frame within NATS's ``max_payload``
 (``MAX_MESSAGE_BYTES``): a body of at most ``BODY_MAX_BYTES`` each way, a head within
 ``HEAD_MAX_BYTES``.
+
+A websocket is opened with a ``WsOpen`` on ``<root>.exechold.<route>.<t>.<w>.portws`` (answered
+``WsOpened``), then relayed as ``ws_pack`` messages between two services' inboxes
+(``infra/wsstream.py``), within the ``WS_*`` bounds.
 """
 
 from __future__ import annotations
@@ -81,10 +85,10 @@ def route_of(shell: str) -> str:
     return shell[1:13]
 
 
-T = TypeVar("T", PortRequest, PortResponse)
+T = TypeVar("T", "PortRequest", "PortResponse", "WsOpen", "WsOpened")
 
 
-def frame(head: PortRequest | PortResponse, body: bytes = b"") -> bytes:
+def frame(head: PortRequest | PortResponse | WsOpen | WsOpened, body: bytes = b"") -> bytes:
     data = msgspec.json.encode(head)
     return _LENGTH.pack(len(data)) + data + body
 
@@ -108,3 +112,70 @@ def unframe(data: bytes, kind: type[T]) -> tuple[T, bytes]:
     if len(body) > BODY_MAX_BYTES:
         raise ValueError("body too large")
     return head, body
+
+
+# ---------------------------------------------------------------- websockets
+
+WS_MESSAGE_MAX = 1024 * 1024
+"""The largest websocket message relayed either way (a larger one closes the connection,
+1009)."""
+WS_WINDOW_BYTES = 2 * 1024 * 1024
+"""The most message bytes one side has sent and the other not yet delivered (its acks): what
+a connection buffers each way, whoever does not read."""
+WS_IDLE_S = 300.0
+"""A websocket without a message either way for this long is closed (1001)."""
+WS_OPEN_S = 10.0
+"""How long the executor may take to open the port's websocket."""
+WS_PER_SHELL = 8
+"""Websockets open at once to the ports of one shell."""
+WS_PER_TENANT = 16
+"""Websockets open at once to the ports of one tenant's shells, on one executor."""
+
+WsKind = Literal["text", "binary", "close", "ack"]
+_KINDS: dict[str, bytes] = {"text": b"t", "binary": b"b", "close": b"c", "ack": b"a"}
+_NAMES = {v: k for k, v in _KINDS.items()}
+_HEAD = struct.Struct(">cQ")
+
+
+class WsOpen(msgspec.Struct, frozen=True, kw_only=True):
+    """A websocket to a port of a shell: the gateway asks the holder to open it, on
+    ``<root>.exechold.<route>.<t>.<w>.portws``; messages to the client go to ``inbox``."""
+
+    shell: str
+    port: int
+    target: str
+    headers: list[tuple[str, str]] = []
+    """The client's headers less hop-by-hop, credentials and the websocket handshake's."""
+    subprotocols: list[str] = []
+    inbox: str
+
+
+class WsOpened(msgspec.Struct, frozen=True, kw_only=True):
+    """The holder's answer: the port's websocket is open (messages to it go to ``inbox``),
+    or ``error`` with a ``message``."""
+
+    inbox: str = ""
+    subprotocol: str | None = None
+    error: PortError | None = None
+    message: str = ""
+
+
+def ws_pack(kind: WsKind, seq: int, payload: bytes = b"") -> bytes:
+    """One message of a websocket's stream: its kind, its sequence number (``ack``: the last
+    one delivered; ``close``: its payload is the code, two bytes, then the reason)."""
+    return _HEAD.pack(_KINDS[kind], seq) + payload
+
+
+def ws_unpack(data: bytes) -> tuple[WsKind, int, bytes]:
+    """The kind, sequence number and payload of a stream's message.
+
+    Raises:
+        ValueError: not one.
+    """
+    if len(data) < _HEAD.size or len(data) > _HEAD.size + WS_MESSAGE_MAX:
+        raise ValueError("bad stream message length")
+    code, seq = _HEAD.unpack_from(data)
+    kind = _NAMES.get(code)
+    if kind is None:
+        raise ValueError("bad stream message kind")
+    return kind, seq, data[_HEAD.size :]  # type: ignore[return-value]

@@ -19,7 +19,8 @@ Subjects (root ``ws`` by default)::
     ws.replica.<instance>.<t>.<w>.<op>   a query addressed to one reader replica
     ws.exechold.<route>.<t>.<w>.<op>     a live command's input or signal, forwarded to the
                                          executor holding it (services only); ``port``: an
-                                         HTTP request to a shell's port (``contracts/ports.py``)
+                                         HTTP request to a shell's port (``contracts/ports.py``);
+                                         ``portws``: a websocket to it
     ws.execlist.<t>.<w>                  every executor lists its live commands (services only)
     ws.bridge.<tenant>.<op>              a bridge's claims (``infra/claims.py``): ``claim`` and
                                          ``release`` to a writer, ``seen`` to every service

@@ -68,6 +68,8 @@ class HeaderDeadline(HttpToolsProtocol):
     """The next request's head has begun arriving."""
     _heads = 0
     """Heads parsed so far on this connection."""
+    _upgraded = False
+    """Handed to a websocket protocol (``handle_websocket_upgrade``)."""
     _head_bytes = 0
     """Bytes of the reads that arrived inside the current head."""
     _head_size = 0
@@ -146,8 +148,16 @@ class HeaderDeadline(HttpToolsProtocol):
         else:
             super().send_400_response(msg)
 
+    def handle_websocket_upgrade(self) -> None:
+        """The connection is a websocket's from now on: no more heads, no deadline (an armed
+        one would write its 408 into the websocket's stream)."""
+        self._upgraded = True
+        self._disarm()
+        super().handle_websocket_upgrade()
+
     def _arm(self) -> None:
-        self._header_timer = self.loop.call_later(self.header_timeout, self._late)
+        if not self._upgraded:
+            self._header_timer = self.loop.call_later(self.header_timeout, self._late)
 
     def _disarm(self) -> None:
         if self._header_timer is not None:

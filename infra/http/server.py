@@ -4,7 +4,9 @@ process's event loop and telling when it is up (``serve``), and the heap settled
 
 uvicorn runs with its httptools protocol bounded by ``bounds.HeaderDeadline`` (a request head
 late or large closes the connection), without its own logging configuration or signal
-handlers: the process has its own (``infra/runtime.py``: ``run_until_stopped``).
+handlers: the process has its own (``infra/runtime.py``: ``run_until_stopped``). Websockets
+(a shell's ports only) use the ``websockets`` library's sans-I/O protocol: no compression (no
+deflate bombs), ``WS_MESSAGE_MAX`` per message, four messages read ahead of the app.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
+from contracts.ports import WS_MESSAGE_MAX
 from infra.http.bounds import HEADER_TIMEOUT_S, HeaderDeadline
 
 GRACE_S = 5
@@ -83,6 +86,10 @@ async def serve(
         lifespan="on",
         timeout_graceful_shutdown=GRACE_S,
         timeout_keep_alive=KEEP_ALIVE_S,
+        ws="websockets-sansio",
+        ws_max_size=WS_MESSAGE_MAX,
+        ws_max_queue=4,
+        ws_per_message_deflate=False,
     )
     server = Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))

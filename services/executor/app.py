@@ -67,6 +67,7 @@ from services.executor.egress import Egress
 from services.executor.live import FORWARD_S, LIVE_OPS, LiveCommands, route_of
 from services.executor.output import ensure_stream, read_page
 from services.executor.ports import PortRelay
+from services.executor.portws import SocketRelay
 from services.executor.shells import SHELL_ID, Shells
 from services.executor.slots import Slots, Ticket
 
@@ -132,8 +133,10 @@ class Executor:
         self.shells = Shells(self.commands, settings.data_dir)
         """The shells this executor holds (``shells``)."""
         self.commands.in_shell = self.shells.run
-        self.ports = PortRelay(self.shells)
+        self.ports = PortRelay(self.shells, self.auditor)
         """HTTP to the shells' ports, from the gateway (``ports``)."""
+        self.sockets = SocketRelay(nc, self.shells, self.auditor)
+        """Websockets to the shells' ports, from the gateway (``portws``)."""
         self.live.shells = self.shells.listed
         self.ops: dict[str, Callable[[Address, Origin, Any, Job, dict[str, Any]], Awaitable[Any]]]
         self.ops = registry.table(
@@ -399,6 +402,9 @@ class Executor:
             return
         if op == "port":  # an HTTP request to a port of a shell held here (the gateway's)
             self._background(self.ports.on_request(msg, tenant, workspace))
+            return
+        if op == "portws":  # a websocket to a port of a shell held here, relayed until closed
+            self._background(self.sockets.on_open(msg, tenant, workspace))
             return
         if op in SHELL_FORWARDED:  # the client's request, as it came: answered to its inbox
             await self._take(Incoming(msg), Address("exec", tenant, workspace, op))

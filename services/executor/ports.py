@@ -12,17 +12,29 @@ whole within ``TIMEOUT_S``) and answers with its status, headers (hop-by-hop one
 and body. Nothing listening is ``bad_gateway`` (502) with the reason; a response too large or
 malformed is ``bad_gateway`` too; no whole answer in time is ``timeout`` (504). At most
 ``MAX_AT_ONCE`` requests are served at once (``busy`` past it). Each connection serves one
-request: no keep-alive, no upgrade (websockets are not relayed).
+request: no keep-alive, no upgrade (websockets: ``portws.py``).
+
+Each request, answered or refused, is audited once (``exec.port`` on the workspace, as
+``exec.egress`` audits each connection: not counted as a request): who asked (the record's
+``actor``/``session``: the gateway's principal, from the ``Ws-*`` headers it sends), and in
+``details`` the shell, port, method, path, status, bytes each way (the bodies) and, for a
+refusal, its reason. The path is the target's path as sent (percent-encoded), cut at
+``AUDIT_PATH_MAX`` characters; the query is never kept, only its length (``query_bytes``): a
+query's values are where a URL carries tokens and keys. No header is kept (the client's
+``Authorization`` never reaches the executor anyway).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Mapping
 
 import h11
 from nats.aio.msg import Msg
 
+from contracts.errors import ErrorCode, QuillError
 from contracts.ports import (
     BODY_MAX_BYTES,
     HEAD_MAX_BYTES,
@@ -35,15 +47,26 @@ from contracts.ports import (
     frame,
     unframe,
 )
-from contracts.subjects import Address
+from contracts.subjects import Address, Origin, new_request_id
 from infra.bus import respond
 from infra.exec.sandbox.ports import PortRefused
+from infra.runtime import Auditor
 from services.executor.shells import Shells
 
 log = logging.getLogger("quill.executor.ports")
 
 MAX_AT_ONCE = 32
 """Port requests one executor serves at once."""
+AUDIT_PATH_MAX = 256
+"""The most of a request's path an audit record keeps (a longer one is cut, ``…`` added)."""
+CODES: dict[PortError, ErrorCode] = {
+    "not_found": ErrorCode.SHELL_NOT_FOUND,
+    "bad_gateway": ErrorCode.UNAVAILABLE,
+    "timeout": ErrorCode.TIMEOUT,
+    "invalid": ErrorCode.INVALID_ARGUMENT,
+    "busy": ErrorCode.BUSY,
+}
+"""A refusal's code in its audit record."""
 
 
 class Refusal(Exception):
@@ -55,41 +78,54 @@ class Refusal(Exception):
 class PortRelay:
     """The ports of the shells this executor holds, as HTTP (see the module docstring)."""
 
-    def __init__(self, shells: Shells) -> None:
-        self.shells = shells
+    def __init__(self, shells: Shells, auditor: Auditor) -> None:
+        self.shells, self.auditor = shells, auditor
         self.serving = 0
         self.timeout_s = TIMEOUT_S
         """The longest a request waits for the port's whole answer (504 past it)."""
 
     async def on_request(self, msg: Msg, tenant: str, workspace: str) -> None:
-        """One request (``exechold.<route>.<t>.<w>.port``), answered to its inbox."""
+        """One request (``exechold.<route>.<t>.<w>.port``), answered to its inbox, audited."""
+        started = time.perf_counter()
         if self.serving >= MAX_AT_ONCE:
-            await respond(msg, _refused("busy", "Too many requests to ports at once; retry"))
+            busy = Refusal("busy", "Too many requests to ports at once; retry")
+            await respond(msg, _refused(busy.error, busy.message))
+            await audit_port(self.auditor, msg, tenant, workspace, started, None, refusal=busy)
             return
         self.serving += 1
         try:
+            req: PortRequest | None = None
+            head: PortResponse | None = None
+            sent = body = b""
+            refusal: Refusal | None = None
             try:
-                head, body = await self.perform(msg.data, tenant, workspace)
+                req, sent = _request_of(msg.data)
+                head, body = await self.perform(req, sent, tenant, workspace)
                 reply = frame(head, body)
-            except Refusal as refusal:
-                reply = _refused(refusal.error, refusal.message)
+            except Refusal as exc:
+                refusal = exc
+                reply = _refused(exc.error, exc.message)
             except Exception as exc:
                 log.exception("port request on %s failed", msg.subject)
-                reply = _refused("bad_gateway", f"The request failed: {type(exc).__name__}")
+                refusal = Refusal("bad_gateway", f"The request failed: {type(exc).__name__}")
+                reply = _refused(refusal.error, refusal.message)
             await respond(msg, reply)
+            sizes = (len(sent), len(body))
+            status = head.status if head else 0
+            await audit_port(
+                self.auditor, msg, tenant, workspace, started, req, status, sizes, refusal
+            )
         finally:
             self.serving -= 1
 
-    async def perform(self, data: bytes, tenant: str, workspace: str) -> tuple[PortResponse, bytes]:
-        """The port's response to the request framed in ``data``.
+    async def perform(
+        self, req: PortRequest, body: bytes, tenant: str, workspace: str
+    ) -> tuple[PortResponse, bytes]:
+        """The port's response to ``req``.
 
         Raises:
             Refusal: why there is none.
         """
-        try:
-            req, body = unframe(data, PortRequest)
-        except ValueError as exc:
-            raise Refusal("invalid", f"Not a port request: {exc}") from None
         shell = self.shells.find(Address("exec", tenant, workspace, "port"), req.shell)
         if shell is None or shell.closing or shell.ports is None:
             raise Refusal("not_found", f"No open shell {req.shell} in this workspace")
@@ -169,6 +205,66 @@ async def _exchange(
         if k.decode("latin-1").lower() not in HOP_BY_HOP
     ]
     return PortResponse(status=response.status_code, headers=kept), b"".join(chunks)
+
+
+async def audit_port(
+    auditor: Auditor,
+    msg: Msg,
+    tenant: str,
+    workspace: str,
+    started: float,
+    req: PortRequest | None,
+    status: int = 0,
+    sizes: tuple[int, int] = (0, 0),
+    refusal: Refusal | None = None,
+    more: Mapping[str, object] | None = None,
+) -> None:
+    """The one audit record of a request to a port, or of a websocket once closed (see the
+    module docstring; ``more``: more details)."""
+    try:
+        origin = Origin.from_headers(msg.headers, new_request_id)
+    except QuillError:
+        origin = Origin(new_request_id())
+    details = {**audited(req, status, sizes), **(more or {})}
+    error = None
+    if refusal is not None:
+        details["reason"] = refusal.message
+        error = QuillError(CODES[refusal.error], refusal.message)
+    what = f"{req.method} port {req.port}" if req else "port"
+    summary = f"{what}: {status or (refusal.error if refusal else '?')}"
+    address = Address("exec", tenant, workspace, "port")
+    await auditor.record(
+        address, origin, started, error=error, summary=summary, details=details, counted=False
+    )
+
+
+def _request_of(data: bytes) -> tuple[PortRequest, bytes]:
+    """The request framed in ``data`` and its body.
+
+    Raises:
+        Refusal: not a port request.
+    """
+    try:
+        return unframe(data, PortRequest)
+    except ValueError as exc:
+        raise Refusal("invalid", f"Not a port request: {exc}") from None
+
+
+def audited(req: PortRequest | None, status: int, sizes: tuple[int, int]) -> dict[str, object]:
+    """What an audit record keeps of a request to a port (see the module docstring)."""
+    path, _, query = (req.target if req else "").partition("?")
+    if len(path) > AUDIT_PATH_MAX:
+        path = path[:AUDIT_PATH_MAX] + "…"
+    return {
+        "shell": req.shell[:64] if req else None,
+        "port": req.port if req else None,
+        "method": req.method[:16] if req else None,
+        "path": path,
+        "query_bytes": len(query),
+        "status": status,
+        "request_bytes": sizes[0],
+        "response_bytes": sizes[1],
+    }
 
 
 def _refused(error: PortError, message: str) -> bytes:

@@ -247,7 +247,7 @@ class PrincipalMiddleware:
         return self.tokens.find(token.strip())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
         if scope["path"] in OPEN_PATHS:

@@ -7,11 +7,26 @@ own. (Hostile uses: ``tests/security/test_shell_ports.py``.)"""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
+import websockets
 
 from tests.executor.conftest import provider  # noqa: F401
-from tests.gateway.ports_support import TOKEN_A, TOKEN_B, A, B, Stack, as_, serve, st  # noqa: F401
+from tests.gateway.ports_support import (  # noqa: F401
+    TOKEN_A,
+    TOKEN_B,
+    A,
+    B,
+    Stack,
+    as_,
+    serve,
+    serve_ws,
+    st,
+    ws_as,
+    ws_url,
+)
 from tests.helpers import eventually
 
 
@@ -89,3 +104,49 @@ async def test_two_tenants_both_listen_on_8000(st: Stack) -> None:  # noqa: F811
     async with as_(TOKEN_A) as ha, as_(TOKEN_B) as hb:
         assert (await ha.get(st.url(A, a, 8000, "/"))).json()["tag"] == "acme"
         assert (await hb.get(st.url(B, b, 8000, "/"))).json()["tag"] == "rival"
+
+
+async def test_websocket_both_ways_closed_from_either_side(st: Stack) -> None:  # noqa: F811
+    port = st.port()
+    shell = await serve_ws(st, A, port, "acme")
+    url = ws_url(st, A, shell, port, "/chat?room=1")
+    async with ws_as(TOKEN_A, url, subprotocols=["chat.v1"]) as ws:
+        assert ws.subprotocol == "chat.v1"
+        await ws.send("hello")
+        assert await ws.recv() == "hello"
+        await ws.send(b"\x00\xffbinary")
+        assert await ws.recv() == b"\x00\xffbinary"
+        big = "y" * 500_000
+        await ws.send(big)
+        assert await ws.recv() == big
+        await ws.send("headers")
+        seen = json.loads(await ws.recv())
+        assert seen["path"] == "/chat?room=1" and seen["tag"] == "acme"
+        assert seen["headers"]["host"] == f"127.0.0.1:{port}"
+        assert "authorization" not in seen["headers"] and "cookie" not in seen["headers"]
+    assert ws.close_code == 1000  # the client closed
+    async with ws_as(TOKEN_A, url) as ws:
+        await ws.send("close:4001")  # the port closes
+        with pytest.raises(websockets.ConnectionClosed):
+            await ws.recv()
+    assert (ws.close_code, ws.close_reason) == (4001, "bye")
+    records = await eventually(lambda: _sockets_audited(st, shell, 2), 15, "both audited")
+    client, port_side = records
+    assert client["closed_by"] == "client" and client["close_code"] == 1000
+    assert port_side["closed_by"] == "port" and port_side["close_code"] == 4001
+    assert client["method"] == "WEBSOCKET" and client["status"] == 101
+    assert client["path"] == "/chat" and client["query_bytes"] == len("room=1")
+    sent = len("hello") + 8 + len(big) + len("headers")
+    assert (client["request_bytes"], client["messages_in"]) == (sent, 4)
+    assert client["response_bytes"] == sent - len("headers") + len(json.dumps(seen))
+    assert not st.executor.sockets.open
+
+
+async def _sockets_audited(stack: Stack, shell: str, n: int) -> list[dict[str, object]] | None:
+    found = [
+        r.details
+        async for r in stack.quill.workspace(A).audit()
+        if r.op == "port" and r.details and r.details["shell"] == shell
+        if r.details["method"] == "WEBSOCKET"
+    ]
+    return found if len(found) >= n else None

@@ -161,7 +161,15 @@ class Ports:
         )
 
     async def connect(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection to ``127.0.0.1:port`` in the sandbox's network.
+        """A connection to ``127.0.0.1:port`` in the sandbox's network, as streams.
+
+        Raises:
+            PortRefused: nothing listens there, or the sandbox (its agent) is gone.
+        """
+        return await asyncio.open_connection(sock=await self.dial(port))
+
+    async def dial(self, port: int) -> socket.socket:
+        """A connected socket to ``127.0.0.1:port`` in the sandbox's network (non-blocking).
 
         Raises:
             PortRefused: nothing listens there, or the sandbox (its agent) is gone.
@@ -169,12 +177,16 @@ class Ports:
         if not self._open:
             raise PortRefused("the shell has ended")
         if self.direct:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
             try:
-                return await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), CONNECT_S)
+                loop = asyncio.get_running_loop()
+                await asyncio.wait_for(loop.sock_connect(sock, ("127.0.0.1", port)), CONNECT_S)
             except (OSError, TimeoutError) as exc:
+                sock.close()
                 raise PortRefused(_why(exc, port)) from None
-        sock = await self._through_agent(port)
-        return await asyncio.open_connection(sock=sock)
+            return sock
+        return await self._through_agent(port)
 
     async def _through_agent(self, port: int) -> socket.socket:
         accepted = self._accepted

@@ -17,7 +17,12 @@ sandbox`` so that a page the port serves runs in an origin of its own, not the g
 Bounds: ports ``LOWEST_PORT``-65535 (400 otherwise); a body of at most ``BODY_MAX_BYTES``
 each way (413 for a request's; a response's: 502); ``TIMEOUT_S`` for the whole answer (504).
 Nothing listening on the port is ``502 {"error": "bad_gateway", "message": ...}`` saying so.
-One request per connection to the port; no websockets (no ``Upgrade``).
+One request per connection to the port; a websocket upgrade on the same path is
+``portws.py``'s. The executor audits
+each request it gets (``exec.port``), naming the principal's actor and session, which the
+gateway sends as ``Ws-*`` headers; what the gateway refuses itself (no token, another
+tenant's workspace, a bad port or path, a body too large) never reaches an executor and is
+not audited, as no refused REST call is.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from urllib.parse import unquote
 
 import msgspec
 import nats.errors
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 
 from contracts import requests as rq
@@ -42,7 +47,7 @@ from contracts.ports import (
     route_of,
     unframe,
 )
-from contracts.subjects import check_id
+from contracts.subjects import Origin, check_id, new_request_id
 from services.gateway.access import Access, Principal, principal_of
 
 PORTS = "/v1/workspaces/{tenant}/{workspace}/shells/{shell}/ports/{port}"
@@ -82,7 +87,7 @@ def refused(name: str, message: str | None = None) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def target_of(request: Request) -> str | None:
+def target_of(request: HTTPConnection) -> str | None:
     """The origin-form target after ``…/ports/{port}``: the raw path (as sent, percent-encoded)
     and the query; None for dot segments or characters HTTP does not allow in a target."""
     raw: bytes = request.scope.get("raw_path") or request.url.path.encode()
@@ -100,6 +105,27 @@ def target_of(request: Request) -> str | None:
     return target.decode("ascii")
 
 
+def address_of(conn: HTTPConnection, principal: Principal) -> tuple[str, int, str] | JSONResponse:
+    """The shell, port and target a request to the route names (its path), or its refusal."""
+    p = conn.path_params
+    tenant, workspace, shell, raw_port = p["tenant"], p["workspace"], p["shell"], p["port"]
+    if not reaches(principal, tenant, workspace):
+        return refused("not_found")
+    try:
+        shell = msgspec.convert(shell, rq.ShellHandle)
+    except msgspec.ValidationError:
+        return refused("not_found")
+    if not (raw_port.isascii() and raw_port.isdecimal() and len(raw_port) <= 5):
+        return refused("invalid", f"The port must be from {LOWEST_PORT} to 65535")
+    port = int(raw_port)
+    if not LOWEST_PORT <= port <= 65535:
+        return refused("invalid", f"The port must be from {LOWEST_PORT} to 65535")
+    target = target_of(conn)
+    if target is None:
+        return refused("invalid", "The path may hold no '.' or '..' segment")
+    return shell, port, target
+
+
 class Ports:
     """The route (see the module docstring)."""
 
@@ -109,21 +135,11 @@ class Ports:
     async def forward(self, request: Request) -> Response:
         principal = principal_of(request.scope)
         p = request.path_params
-        tenant, workspace, shell, raw_port = p["tenant"], p["workspace"], p["shell"], p["port"]
-        if not reaches(principal, tenant, workspace):
-            return refused("not_found")
-        try:
-            shell = msgspec.convert(shell, rq.ShellHandle)
-        except msgspec.ValidationError:
-            return refused("not_found")
-        if not (raw_port.isascii() and raw_port.isdecimal() and len(raw_port) <= 5):
-            return refused("invalid", f"The port must be from {LOWEST_PORT} to 65535")
-        port = int(raw_port)
-        if not LOWEST_PORT <= port <= 65535:
-            return refused("invalid", f"The port must be from {LOWEST_PORT} to 65535")
-        target = target_of(request)
-        if target is None:
-            return refused("invalid", "The path may hold no '.' or '..' segment")
+        tenant, workspace = p["tenant"], p["workspace"]
+        addressed = address_of(request, principal)
+        if isinstance(addressed, JSONResponse):
+            return addressed
+        shell, port, target = addressed
         body = await request.body()
         if len(body) > BODY_MAX_BYTES:
             message = f"The body is over {BODY_MAX_BYTES} bytes"
@@ -138,8 +154,11 @@ class Ports:
         )
         quill = self.access.quill
         subject = quill.subjects.exec_holder(route_of(shell), tenant, workspace, "port")
+        origin = Origin(new_request_id(), principal.actor, principal.session)
         try:
-            msg = await quill.nc.request(subject, frame(head, body), timeout=TIMEOUT_S + 5)
+            msg = await quill.nc.request(
+                subject, frame(head, body), timeout=TIMEOUT_S + 5, headers=origin.headers()
+            )
         except nats.errors.NoRespondersError:
             return refused("not_found")  # no executor holds it (gone with its shell)
         except nats.errors.TimeoutError:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from services.gateway.access import Access
 from services.gateway.rest import openapi
@@ -16,6 +16,7 @@ from services.gateway.rest.edge import guard
 from services.gateway.rest.files import Files
 from services.gateway.rest.merges import Merges
 from services.gateway.rest.ports import METHODS, PORTS, Ports
+from services.gateway.rest.portws import PortSockets
 from services.gateway.rest.runs import Runs
 from services.gateway.rest.shells import SHELLS, Shells
 from services.gateway.rest.workspaces import Workspaces
@@ -64,9 +65,12 @@ def routes(access: Access) -> list[BaseRoute]:
         ("POST", WORKSPACES + "/{name}/merge", Merges(access).merge),
     ]
     ports = guard(Ports(access).forward)  # a shell's port: any method, any path under it
+    sockets = PortSockets(access).relay  # and a websocket to it
     return [
         Route("/openapi.json", openapi_json, methods=["GET"]),
         *(Route(path, guard(handler), methods=[method]) for method, path, handler in table),
         Route(PORTS, ports, methods=METHODS),
         Route(PORTS + "/{rest:path}", ports, methods=METHODS),
+        WebSocketRoute(PORTS, sockets),
+        WebSocketRoute(PORTS + "/{rest:path}", sockets),
     ]
