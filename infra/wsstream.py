@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -125,6 +126,18 @@ class Stream:
         self.received += len(payload)
         self.received_messages += 1
         self._queue.put_nowait((kind, seq, payload))
+
+
+async def until_one_ends(*workers: Callable[[], Awaitable[object]]) -> None:
+    """Run ``workers`` (a relay's directions and timers) until one ends; the others are then
+    cancelled and waited for (also when this is cancelled)."""
+    tasks = [asyncio.ensure_future(w()) for w in workers]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def close_payload(code: int, reason: str = "") -> bytes:

@@ -51,7 +51,7 @@ from contracts.subjects import Address
 from infra.bus import respond
 from infra.exec.sandbox.ports import PortRefused
 from infra.runtime import Auditor
-from infra.wsstream import Stream, StreamBroken, close_of, close_payload
+from infra.wsstream import Stream, StreamBroken, close_of, close_payload, until_one_ends
 from services.executor.ports import Refusal, audit_port
 from services.executor.shells import Shells
 
@@ -243,13 +243,9 @@ class SocketRelay:
                     await ws.close(1001, "idle")
                     return
 
-        tasks = [asyncio.ensure_future(t()) for t in (from_port, from_client, idle)]
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            await until_one_ends(from_port, from_client, idle)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             if relayed.closed_by == "":  # ended otherwise (a failure): the gateway hears of it
                 relayed.close_code, relayed.closed_by = 1011, "relay"
                 await stream.send("close", close_payload(1011, "the relay failed"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,22 +112,36 @@ def as_(token: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
-async def serve(st: Stack, workspace: str, port: int, tag: str) -> str:
-    """A shell of ``workspace`` running the echo server on ``port``, answering through the
-    gateway; its id (closed with the executor)."""
+async def in_a_shell(
+    st: Stack,
+    workspace: str,
+    port: int,
+    tag: str,
+    script: str,
+    ready: Callable[[httpx.Response], bool],
+) -> str:
+    """A shell of ``workspace`` running ``script`` (``python3 <it> PORT TAG``, in the
+    background) on ``port``; its id, once a GET of ``/up`` through the gateway answers what
+    ``ready`` takes (the shell is closed with the executor)."""
     ws = st.quill.workspace(workspace)
-    await ws.write("echo.py", ECHO)
+    await ws.write("server.py", script)
     sh = await ws.shell()
-    r = await sh.run(f"python3 echo.py {port} {tag} >/dev/null 2>&1 &")
+    r = await sh.run(f"python3 server.py {port} {tag} >/dev/null 2>&1 &")
     assert r.exit_code == 0, r
     token = TOKEN_A if workspace == A else TOKEN_B
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
 
         async def up() -> bool:
-            return (await http.get(st.url(workspace, sh.id, port, "/up"))).status_code == 200
+            return ready(await http.get(st.url(workspace, sh.id, port, "/up")))
 
         await eventually(up, what="the shell's server answers through the gateway")
     return sh.id
+
+
+async def serve(st: Stack, workspace: str, port: int, tag: str) -> str:
+    """A shell of ``workspace`` running the echo server on ``port``, answering through the
+    gateway; its id (closed with the executor)."""
+    return await in_a_shell(st, workspace, port, tag, ECHO, lambda r: r.status_code == 200)
 
 
 async def raw_http(url: str, request: bytes) -> tuple[int, bytes]:
@@ -230,21 +244,11 @@ without end."""
 
 
 async def serve_ws(st: Stack, workspace: str, port: int, tag: str) -> str:
-    """A shell of ``workspace`` running ``WS_ECHO`` on ``port``; its id (once it listens)."""
-    ws = st.quill.workspace(workspace)
-    await ws.write("ws.py", WS_ECHO)
-    sh = await ws.shell()
-    r = await sh.run(f"python3 ws.py {port} {tag} >/dev/null 2>&1 &")
-    assert r.exit_code == 0, r
-    token = TOKEN_A if workspace == A else TOKEN_B
-    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
-
-        async def listening() -> bool:  # a plain GET: the server closes it, not refused
-            r = await http.get(st.url(workspace, sh.id, port, "/up"))
-            return "Nothing listens" not in r.text
-
-        await eventually(listening, what="the shell's websocket server listens")
-    return sh.id
+    """A shell of ``workspace`` running ``WS_ECHO`` on ``port``; its id (once it listens: a
+    plain GET is closed by the server, not refused)."""
+    return await in_a_shell(
+        st, workspace, port, tag, WS_ECHO, lambda r: "Nothing listens" not in r.text
+    )
 
 
 def ws_url(st: Stack, workspace: str, shell: str, port: int, path: str = "/") -> str:

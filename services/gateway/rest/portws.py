@@ -19,7 +19,6 @@ on with its code; a message over ``WS_MESSAGE_MAX`` closes the connection (1009,
 
 from __future__ import annotations
 
-import asyncio
 from urllib.parse import urlsplit
 
 import nats.errors
@@ -35,7 +34,7 @@ from contracts.ports import (
     unframe,
 )
 from contracts.subjects import Origin, new_request_id
-from infra.wsstream import Stream, StreamBroken, close_of, close_payload
+from infra.wsstream import Stream, StreamBroken, close_of, close_payload, until_one_ends
 from services.gateway.access import Access, principal_of
 from services.gateway.rest.ports import DROPPED, address_of, refused
 
@@ -150,12 +149,8 @@ async def _pump(websocket: WebSocket, stream: Stream) -> None:
                 await websocket.send_bytes(payload)
             await stream.delivered()
 
-    tasks = [asyncio.ensure_future(t()) for t in (from_client, from_port)]
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await until_one_ends(from_client, from_port)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         # however it ended (a client gone while a send waited): the executor hears of it
         await stream.send("close", close_payload(1001, "the client is gone"))
