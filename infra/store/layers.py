@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
+from collections.abc import Generator
 from typing import Any
 
 import aiosqlite
@@ -118,21 +120,14 @@ class Layering(StoreBase):
         """Every entry below ``scope`` (and ``scope``, ``with_scope``) as of ``version``
         through ``layers``, in path order."""
         db = db or self._r
-        ranges = _range(scope, with_scope)
-        found: dict[str, Node] = {}
-        decided: set[str] = set()
-        for i, (ws, cap) in enumerate(layers):
-            at = min(version, cap)
-            last = i == len(layers) - 1
-            for lo, hi in ranges:
-                for row in await db.execute_fetchall(sql.LAYER_ROWS, (ws, at, at, lo, hi)):
-                    path = str(row[0])
-                    if path not in decided and path not in found and row[1] != WHITEOUT:
-                        found[path] = _shown(row, cap, i == 0)
-                if not last:
-                    for (path,) in await db.execute_fetchall(sql.TOUCHED, (ws, lo, hi, at)):
-                        decided.add(str(path))
-        return [found[p] for p in sorted(found)]
+        walk = _entries(layers, version, _range(scope, with_scope))
+        try:
+            query = next(walk)
+            while True:
+                query = walk.send(list(await db.execute_fetchall(*query)))
+        except StopIteration as done:
+            nodes: list[Node] = done.value
+            return nodes
 
     async def whiteouts(self, db: aiosqlite.Connection, items: list[Any]) -> int:
         """Insert the whiteouts of a fork's deletes (``core.plan.Plan.whiteouts``): of each
@@ -201,6 +196,44 @@ class Layering(StoreBase):
         ``(name, lineage, version)``."""
         rows = await self._r.execute_fetchall(sql.FORKS_OF, (tenant, name, after, limit))
         return [(str(r[0]), _lineage(r[1]), int(r[2])) for r in rows]
+
+
+Query = tuple[str, tuple[Any, ...]]
+
+
+def _entries(
+    layers: Layers, version: int, ranges: list[tuple[str, str]]
+) -> Generator[Query, list[Any], list[Node]]:
+    """``layered_entries``'s walk: it yields each statement and is sent its rows, so that a
+    connection of any kind runs it (aiosqlite's on the event loop, a thread's own sqlite3
+    connection: ``entries_on``)."""
+    found: dict[str, Node] = {}
+    decided: set[str] = set()
+    for i, (ws, cap) in enumerate(layers):
+        at = min(version, cap)
+        last = i == len(layers) - 1
+        for lo, hi in ranges:
+            for row in (yield sql.LAYER_ROWS, (ws, at, at, lo, hi)):
+                path = str(row[0])
+                if path not in decided and path not in found and row[1] != WHITEOUT:
+                    found[path] = _shown(row, cap, i == 0)
+            if not last:
+                for (path,) in (yield sql.TOUCHED, (ws, lo, hi, at)):
+                    decided.add(str(path))
+    return [found[p] for p in sorted(found)]
+
+
+def entries_on(db: sqlite3.Connection, layers: Layers, version: int) -> list[Node]:
+    """``Layering.layered_entries`` of the whole tree on ``db``, a connection of the calling
+    thread (the writer's loading thread: a fork's tree is as large as its source's)."""
+    walk = _entries(layers, version, [ALL])
+    try:
+        query = next(walk)
+        while True:
+            query = walk.send(db.execute(*query).fetchall())
+    except StopIteration as done:
+        nodes: list[Node] = done.value
+        return nodes
 
 
 def _lineage(text: str) -> tuple[tuple[str, int], ...]:
