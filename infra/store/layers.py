@@ -24,7 +24,6 @@ valid at the layer's cap: when a nearer layer takes the path over is that layer'
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 from collections.abc import Generator
@@ -56,10 +55,7 @@ def _range(scope: str, with_scope: bool) -> list[tuple[str, str]]:
 
 def _shown(row: Any, cap: int, nearest: bool) -> Node:
     """A layer's row as the fork shows it (valid from its version on when it was at the cap)."""
-    node = node_from_row(row)
-    if not nearest and node.until > cap:
-        return dataclasses.replace(node, until=LIVE)
-    return node
+    return node_from_row(row, LIVE if not nearest and row[10] > cap else None)
 
 
 class Layering(StoreBase):
