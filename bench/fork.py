@@ -3,7 +3,8 @@
 One stack (a nats-server, a writer and a reader, each its own process) holds ``bench/small``
 (10 files) and ``bench/big`` (100,000 files; 1,000,000 events, or with ``--fast`` fewer: its
 log is synthesised and appended directly, as ``bench size`` does). Timed, each the median of
-``SAMPLES`` forks under new names, and printed with its ratio to the baseline of the same run:
+``SAMPLES`` (forks under new names), a figure and its baseline taking turns sample by sample
+(the machine's load shared alike), and printed with its ratio to the baseline of the run:
 
 * a fork of the big workspace against a fork of the small one (goal: at most 2x: a fork
   copies nothing, whatever the source holds);
@@ -51,23 +52,28 @@ COLD = 3
 GOALS = {"fork": 2.0, "fanout": float(FANOUT), "merge": 2.0, "dry": 1.25, "text": 3.0, "cold": 2.0}
 
 
-async def timed(
-    op: Callable[[int], Awaitable[object]],
-    samples: int,
-    start: int = 0,
-    setup: Callable[[int], Awaitable[object]] | None = None,
-) -> float:
-    """Milliseconds: the median of ``samples`` calls ``op(i)`` after one unmeasured call,
-    each after ``setup(i)`` (not measured)."""
-    took = []
+Op = Callable[[int], Awaitable[object]]
+
+
+async def in_turn(ops: list[tuple[Op, Op | None]], samples: int, start: int = 0) -> list[float]:
+    """Milliseconds: of each ``(op, setup)``, the median of ``samples`` calls ``op(i)`` after
+    one unmeasured call, each after ``setup(i)`` (not measured). The ops take turns, sample by
+    sample, so that a figure and its baseline share the machine's load (2 shared cores)."""
+    took: list[list[float]] = [[] for _ in ops]
     for i in range(start, start + samples + 1):
-        if setup is not None:
-            await setup(i)
-        t0 = time.perf_counter()
-        await op(i)
-        if i > start:
-            took.append(time.perf_counter() - t0)
-    return statistics.median(took) * 1000
+        for (op, setup), times in zip(ops, took, strict=True):
+            if setup is not None:
+                await setup(i)
+            t0 = time.perf_counter()
+            await op(i)
+            if i > start:
+                times.append(time.perf_counter() - t0)
+    return [statistics.median(times) * 1000 for times in took]
+
+
+async def timed(op: Op, samples: int, start: int = 0, setup: Op | None = None) -> float:
+    """``in_turn`` of one op."""
+    return (await in_turn([(op, setup)], samples, start))[0]
 
 
 def line(label: str, ms: float, base: float, goal: float | None = None) -> None:
@@ -100,10 +106,9 @@ async def main(files: int = FILES, events: int | None = None, fast: bool = False
         async def fork_big(i: int) -> None:
             await quill.fork("bench/big", f"b{i}")
 
-        base = await timed(fork_small, SAMPLES)
+        base, of_big = await in_turn([(fork_small, None), (fork_big, None)], SAMPLES)
         line("fork of a 10-file workspace (baseline)", base, base)
-        line(f"fork of {files:,} files, {events:,} events", await timed(fork_big, SAMPLES), base,
-             GOALS["fork"])  # fmt: skip
+        line(f"fork of {files:,} files, {events:,} events", of_big, base, GOALS["fork"])
 
         async def one(i: int) -> None:
             await quill.fork("bench/big", f"one{i}", version=events)
@@ -112,16 +117,18 @@ async def main(files: int = FILES, events: int | None = None, fast: bool = False
             for k in range(FANOUT):
                 await quill.fork("bench/big", f"h{i}-{k}", version=events)
 
-        single = await timed(one, 3)
+        single, many = await in_turn([(one, None), (hundred, None)], 3)
         line("one fork of a version (baseline)", single, single)
-        line(f"{FANOUT} forks of that version", await timed(hundred, 1), single, GOALS["fanout"])
+        line(f"{FANOUT} forks of that version", many, single, GOALS["fanout"])
 
         path = size.path_of(7)
         fork = quill.workspace("bench/b1")
         await big.read(path)
-        read_src = await timed(lambda i: big.read(path), SAMPLES)
+        read_src, read_fork = await in_turn(
+            [(lambda i: big.read(path), None), (lambda i: fork.read(path), None)], SAMPLES
+        )
         line("read a file of bench/big (baseline)", read_src, read_src)
-        line("the same read in its fork", await timed(lambda i: fork.read(path), SAMPLES), read_src)
+        line("the same read in its fork", read_fork, read_src)
         write_src = await timed(lambda i: big.write("w.txt", f"{i}\n"), SAMPLES)
         line("write to bench/big (baseline)", write_src, write_src)
         t0 = time.perf_counter()
@@ -169,9 +176,14 @@ async def merges(quill: Quill, small: Workspace, big: Workspace, files: int) -> 
         assert len(done.changes) == CHANGED and done.committed != dry_run, done
 
     print(f"Merges: a fork changed {CHANGED} paths, its source {CHANGED} others")
-    base = await timed(lambda i: merged(small, "ms", i), SAMPLES, setup=diverge(small, "ms"))
+    base, at_big = await in_turn(
+        [
+            (lambda i: merged(small, "ms", i), diverge(small, "ms")),
+            (lambda i: merged(big, "mb", i), diverge(big, "mb")),
+        ],
+        SAMPLES,
+    )
     line("merge at 10 files (baseline)", base, base)
-    at_big = await timed(lambda i: merged(big, "mb", i), SAMPLES, setup=diverge(big, "mb"))
     line(f"merge at {files:,} files", at_big, base, GOALS["merge"])
     dry, real = [], []
     setup = diverge(big, "md")
@@ -223,9 +235,14 @@ async def text_merges(quill: Quill) -> None:
         assert [(c.path, c.source) for c in done.changes] == [("long.txt", how)], done
 
     print(f"Text: a file of {LINES:,} lines")
-    base = await timed(lambda i: merged("tt", i, "theirs"), SAMPLES, setup=diverge("tt", False))
+    base, both = await in_turn(
+        [
+            (lambda i: merged("tt", i, "theirs"), diverge("tt", False)),
+            (lambda i: merged("tb", i, "merged"), diverge("tb", True)),
+        ],
+        SAMPLES,
+    )
     line("a merge taking the fork's copy (baseline)", base, base)
-    both = await timed(lambda i: merged("tb", i, "merged"), SAMPLES, setup=diverge("tb", True))
     line("changed on both sides, merged line by line", both, base, GOALS["text"])
     assert await ws.read_text("long.txt") == text(ours)
 
