@@ -202,7 +202,13 @@ def _entries(
 ) -> Generator[Query, list[Any], list[Node]]:
     """``layered_entries``'s walk: it yields each statement and is sent its rows, so that a
     connection of any kind runs it (aiosqlite's on the event loop, a thread's own sqlite3
-    connection: ``entries_on``)."""
+    connection: ``entries_on``). One layer over one range (a fork's source, as the writer
+    loads it) is its rows as they come, in path order: nothing to hide, nothing to sort."""
+    if len(layers) == 1 and len(ranges) == 1:
+        (ws, cap), (lo, hi) = layers[0], ranges[0]
+        at = min(version, cap)
+        rows = yield sql.LAYER_ROWS, (ws, at, at, lo, hi)
+        return [_shown(row, cap, True) for row in rows if row[1] != WHITEOUT]
     found: dict[str, Node] = {}
     decided: set[str] = set()
     for i, (ws, cap) in enumerate(layers):
