@@ -17,10 +17,10 @@ log is synthesised and appended directly, as ``bench size`` does). Timed, each t
   the same merge at the small one (goal: at most 2x: a merge reads the paths changed on either
   side, by range seeks, never the tree; each right after both sides' writes, so it waits for
   the projection to apply them); a dry run against the real merge of the same fork, both after
-  an untimed dry run
-  (goal: at most 1.25x: it decides the same and appends nothing; the margin is noise); a merge
-  of a ``LINES``-line file changed on both sides, far apart (merged line by line) against a
-  merge that takes one side's changed copy of it (goal: at most 3x: diff3 of two versions);
+  an untimed dry run (goal: at most 1.25x: it decides the same and appends nothing; the margin
+  is noise); a merge of a ``LINES``-line file changed on both sides, far apart (merged line by
+  line) against a merge that takes one side's changed copy of it (goal: at most 3x: diff3 of
+  two versions);
 * cold loads: a writer restarted on its projection, its first write to the big workspace
   (it loads the tree of 100,000 files) against a warm write, and a new fork's first write
   against that cold first write (goal: at most 2x: a fork's tree is its source's at the fork
