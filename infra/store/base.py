@@ -90,7 +90,8 @@ def lineage_of(text: str | None) -> tuple[tuple[str, int], ...]:
     return tuple((str(name), int(version)) for name, version in json.loads(text))
 
 
-def node_from_row(row: Any) -> Node:
+def node_from_row(row: Any, until: int | None = None) -> Node:
+    """A revision row as a node (``until``: instead of the row's)."""
     return Node(
         row[0],
         row[1],
@@ -102,7 +103,7 @@ def node_from_row(row: Any) -> Node:
         datetime.fromisoformat(row[7]),
         datetime.fromisoformat(row[8]),
         row[9],
-        row[10],
+        row[10] if until is None else until,
         row[11],
     )
 

@@ -24,8 +24,9 @@ valid at the layer's cap: when a nearer layer takes the path over is that layer'
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import sqlite3
+from collections.abc import Generator
 from typing import Any
 
 import aiosqlite
@@ -54,10 +55,7 @@ def _range(scope: str, with_scope: bool) -> list[tuple[str, str]]:
 
 def _shown(row: Any, cap: int, nearest: bool) -> Node:
     """A layer's row as the fork shows it (valid from its version on when it was at the cap)."""
-    node = node_from_row(row)
-    if not nearest and node.until > cap:
-        return dataclasses.replace(node, until=LIVE)
-    return node
+    return node_from_row(row, LIVE if not nearest and row[10] > cap else None)
 
 
 class Layering(StoreBase):
@@ -118,21 +116,14 @@ class Layering(StoreBase):
         """Every entry below ``scope`` (and ``scope``, ``with_scope``) as of ``version``
         through ``layers``, in path order."""
         db = db or self._r
-        ranges = _range(scope, with_scope)
-        found: dict[str, Node] = {}
-        decided: set[str] = set()
-        for i, (ws, cap) in enumerate(layers):
-            at = min(version, cap)
-            last = i == len(layers) - 1
-            for lo, hi in ranges:
-                for row in await db.execute_fetchall(sql.LAYER_ROWS, (ws, at, at, lo, hi)):
-                    path = str(row[0])
-                    if path not in decided and path not in found and row[1] != WHITEOUT:
-                        found[path] = _shown(row, cap, i == 0)
-                if not last:
-                    for (path,) in await db.execute_fetchall(sql.TOUCHED, (ws, lo, hi, at)):
-                        decided.add(str(path))
-        return [found[p] for p in sorted(found)]
+        walk = _entries(layers, version, _range(scope, with_scope))
+        try:
+            query = next(walk)
+            while True:
+                query = walk.send(list(await db.execute_fetchall(*query)))
+        except StopIteration as done:
+            nodes: list[Node] = done.value
+            return nodes
 
     async def whiteouts(self, db: aiosqlite.Connection, items: list[Any]) -> int:
         """Insert the whiteouts of a fork's deletes (``core.plan.Plan.whiteouts``): of each
@@ -201,6 +192,50 @@ class Layering(StoreBase):
         ``(name, lineage, version)``."""
         rows = await self._r.execute_fetchall(sql.FORKS_OF, (tenant, name, after, limit))
         return [(str(r[0]), _lineage(r[1]), int(r[2])) for r in rows]
+
+
+Query = tuple[str, tuple[Any, ...]]
+
+
+def _entries(
+    layers: Layers, version: int, ranges: list[tuple[str, str]]
+) -> Generator[Query, list[Any], list[Node]]:
+    """``layered_entries``'s walk: it yields each statement and is sent its rows, so that a
+    connection of any kind runs it (aiosqlite's on the event loop, a thread's own sqlite3
+    connection: ``entries_on``). One layer over one range (a fork's source, as the writer
+    loads it) is its rows as they come, in path order: nothing to hide, nothing to sort."""
+    if len(layers) == 1 and len(ranges) == 1:
+        (ws, cap), (lo, hi) = layers[0], ranges[0]
+        at = min(version, cap)
+        rows = yield sql.LAYER_ROWS, (ws, at, at, lo, hi)
+        return [_shown(row, cap, True) for row in rows if row[1] != WHITEOUT]
+    found: dict[str, Node] = {}
+    decided: set[str] = set()
+    for i, (ws, cap) in enumerate(layers):
+        at = min(version, cap)
+        last = i == len(layers) - 1
+        for lo, hi in ranges:
+            for row in (yield sql.LAYER_ROWS, (ws, at, at, lo, hi)):
+                path = str(row[0])
+                if path not in decided and path not in found and row[1] != WHITEOUT:
+                    found[path] = _shown(row, cap, i == 0)
+            if not last:
+                for (path,) in (yield sql.TOUCHED, (ws, lo, hi, at)):
+                    decided.add(str(path))
+    return [found[p] for p in sorted(found)]
+
+
+def entries_on(db: sqlite3.Connection, layers: Layers, version: int) -> list[Node]:
+    """``Layering.layered_entries`` of the whole tree on ``db``, a connection of the calling
+    thread (the writer's loading thread: a fork's tree is as large as its source's)."""
+    walk = _entries(layers, version, [ALL])
+    try:
+        query = next(walk)
+        while True:
+            query = walk.send(db.execute(*query).fetchall())
+    except StopIteration as done:
+        nodes: list[Node] = done.value
+        return nodes
 
 
 def _lineage(text: str) -> tuple[tuple[str, int], ...]:

@@ -12,10 +12,10 @@ from contracts.uncommitted import Recorded
 from core.evolve import WorkspaceState, evolve
 from core.plan import head_of
 from core.rows import WorkspaceRow
-from core.tree import place
+from core.tree import Tree, place
 from infra import sql
 from infra.store.base import instrument, node_from_row
-from infra.store.layers import ALL, TOP, Layering
+from infra.store.layers import ALL, TOP, Layering, Layers, entries_on
 
 SMALL_LOAD = 64
 """A workspace of at most this many events and revision rows is loaded on the event loop's
@@ -49,38 +49,24 @@ class Loading(Layering):
         dozen microseconds of SQLite, less than a hop to another thread), else on the loading
         thread, so that the loop never waits on a large one. Before, five queries on
         aiosqlite's connection were five hops, queued behind the applier's transactions:
-        what a write to a workspace the writer no longer holds paid (issue 17)."""
+        what a write to a workspace the writer no longer holds paid (issue 17). A fork's tree
+        is its layers' (``_inherit``): it is small only when they are too."""
         row = self.workspace(tenant, name)
         if row is None:
             return Loaded(WorkspaceState(tenant, name), [])
         state = head_of(row)
-        if row.version <= SMALL_LOAD and self._small(row.id):
-            results = self._fill(self._lookup, state, row.id, recent)
+        layers = self.layers(row.id) if row.lineage else None
+        below = layers[1:] if layers and len(layers) > 1 else None
+        if row.version <= SMALL_LOAD and all(
+            self._small(ws) for ws, _ in [(row.id, 0), *(below or [])]
+        ):
+            results = self._fill(self._lookup, state, row.id, recent, below)
         else:
             loop = asyncio.get_running_loop()
             results = await loop.run_in_executor(
-                self._loading, self._fill_apart, state, row, recent
+                self._loading, self._fill_apart, state, row, recent, below
             )
-        if row.lineage:
-            await self._inherit(state, row.id)
         return Loaded(state, results)
-
-    async def _inherit(self, state: WorkspaceState, ws: int) -> None:
-        """A fork's tree: what it inherited from its layers at the fork point and has not
-        changed since (``infra/store/layers.py``), beside its own live rows (``_fill``)."""
-        layers = self.layers(ws)
-        if not layers or len(layers) < 2:
-            return
-        below = await self.layered_entries(layers[1:], layers[1][1])
-        own = {str(r[0]) for r in await self._r.execute_fetchall(sql.TOUCHED, (ws, *ALL, TOP))}
-        tree = state.tree
-        for node in below:
-            if node.path in own or not node.path:
-                continue
-            place(tree, node)
-            if node.file_version:
-                tree.last_fv[node.path] = node.file_version
-            tree.changed[node.path] = node.version
 
     def _small(self, ws: int) -> bool:
         """Whether the workspace has at most ``SMALL_LOAD`` revision rows (counting stops
@@ -89,7 +75,7 @@ class Loading(Layering):
         return int(probe.fetchone()[0]) <= SMALL_LOAD
 
     def _fill_apart(
-        self, state: WorkspaceState, row: WorkspaceRow, recent: int
+        self, state: WorkspaceState, row: WorkspaceRow, recent: int, below: Layers | None
     ) -> list[tuple[str, int, bytes]]:
         """``_fill`` on the loading thread, on its own connection."""
         if self._loader is None:
@@ -97,11 +83,15 @@ class Loading(Layering):
             self._loader.execute("PRAGMA query_only=1")
             if self.steps is not None:
                 instrument(self._loader, self.steps, "loader")
-        return self._fill(self._loader, state, row.id, recent)
+        return self._fill(self._loader, state, row.id, recent, below)
 
     @staticmethod
     def _fill(
-        db: sqlite3.Connection, state: WorkspaceState, ws: int, recent: int
+        db: sqlite3.Connection,
+        state: WorkspaceState,
+        ws: int,
+        recent: int,
+        below: Layers | None = None,
     ) -> list[tuple[str, int, bytes]]:
         """``state``'s tree, controls and uncommitted files, and the last ``recent`` results,
         from one read transaction on ``db``.
@@ -123,6 +113,8 @@ class Loading(Layering):
                 if node.file_version:
                     tree.last_fv[node.path] = node.file_version
                 tree.changed[node.path] = node.version
+            if below:
+                _inherit(db, tree, ws, below)
             for (event,) in db.execute(sql.LIVE_CONTROLS, (ws,)):  # their effect: evolved
                 evolve(state, codec.decode_event(str(event).encode()), tree=False)
             for path, reason, by, version in db.execute(sql.UNCOMMITTED_OF, (ws,)):
@@ -143,3 +135,19 @@ class Loading(Layering):
         if ws is None:
             return []
         return _results(list(await self._w.execute_fetchall(sql.RECENT_RESULTS, (ws, limit))))
+
+
+def _inherit(db: sqlite3.Connection, tree: Tree, ws: int, below: Layers) -> None:
+    """A fork's tree: what it inherited from the layers ``below`` it at the fork point and has
+    not changed since (``infra/store/layers.py``), beside its own live rows (``Loading._fill``),
+    in the same read transaction. A fork's tree is as large as its source's: read, like the
+    source's, on the loading thread (on the event loop it held up every other workspace of
+    the writer for the second 100,000 files take)."""
+    own = {str(r[0]) for r in db.execute(sql.TOUCHED, (ws, *ALL, TOP))}
+    for node in entries_on(db, below, below[0][1]):
+        if node.path in own or not node.path:
+            continue
+        place(tree, node)
+        if node.file_version:
+            tree.last_fv[node.path] = node.file_version
+        tree.changed[node.path] = node.version
