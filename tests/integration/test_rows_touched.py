@@ -165,10 +165,10 @@ async def history_workspace(stack: Stack, quill: Quill, events: int) -> Workspac
     return ws
 
 
-async def tree_workspace(quill: Quill, files: int) -> Workspace:
-    """``rows/f<files>``: ``files`` files in ``pkgNN/subM/`` and ``fixed/`` (100 files),
-    committed through the writer 1,000 a command."""
-    ws = quill.workspace(f"{TENANT}/f{files}")
+async def tree_workspace(quill: Quill, files: int, prefix: str = "f") -> Workspace:
+    """``rows/<prefix><files>``: ``files`` files in ``pkgNN/subM/`` and ``fixed/`` (100
+    files), committed through the writer 1,000 a command."""
+    ws = quill.workspace(f"{TENANT}/{prefix}{files}")
     await ws.create(limits=LimitsPatch(max_files=2 * files + 1_000))
     await ws.apply(
         [PutChange(path=f"fixed/x{n:03}.py", content=f"x = {n}\n") for n in range(100)]
@@ -365,9 +365,9 @@ async def test_grep_does_not_grow_with_what_other_workspaces_keep_in_ws_blobs(
 
 
 async def merge_steps(stack: Stack, quill: Quill, files: int) -> int:
-    """The steps of merging a fork of ``rows/f<files>`` that changed 10 files (the source
+    """The steps of merging a fork of ``rows/m<files>`` that changed 10 files (the source
     changed one since the fork) back into it."""
-    ws = await tree_workspace(quill, files)
+    ws = await tree_workspace(quill, files, "m")  # not another test's rows/f<files>
     await quill.fork(f"{TENANT}/{ws.name}", f"{ws.name}-fork")
     fork = quill.workspace(f"{TENANT}/{ws.name}-fork")
     await fork.apply(
