@@ -1,6 +1,6 @@
 """Forks through the gateway's doors as an attacker tries them (issue 33, items 6 and 7): MCP's
 ``fork_workspace``, REST's ``POST /v1/workspaces/{name}/fork`` and ``GET .../forks``, and the
-console's Fork form. The rule (``access.fork``): the caller must reach both the source and the
+console's Fork form. The rule (``reach.fork``): the caller must reach both the source and the
 fork, so a workspace-scoped (pinned) token neither forks (not even its own workspace: it could
 not reach the fork) nor lists forks (their names are workspaces it does not see), refused the
 same whether or not the source exists; a tenant token forks within its tenant only (another

@@ -1,6 +1,6 @@
 """Merges through the gateway's doors as an attacker tries them (issue 33, items 6 and 7):
 MCP's ``merge_workspace``, REST's ``POST /v1/workspaces/{name}/merge``, the console's merge
-preview and Merge form, and ``quill merge``. The rule (``access.merge_into``, every door's):
+preview and Merge form, and ``quill merge``. The rule (``reach.merge_into``, every door's):
 the caller must reach both workspaces, so a workspace-scoped (pinned) token never merges (not
 into its own workspace, not into another), refused the same whether or not the names exist;
 a tenant token merges within its tenant only (another tenant's workspace is not found by

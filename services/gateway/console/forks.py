@@ -1,6 +1,6 @@
 """A workspace's forks page (issue 33): what it was forked from, the forks made of it (the
 version each was forked at, how far each side has moved since, a link to each), and a form
-that forks it through the op every door uses (``access.fork``: the same rules as REST and
+that forks it through the op every door uses (``reach.fork``: the same rules as REST and
 MCP, a pinned token neither forks nor lists forks); a form like the console's others (CSRF,
 same origin). Each fork's row links to its merge preview (``merges.py``: a dry run, its
 conflicts, a Merge button through approvals).
@@ -22,8 +22,8 @@ from starlette.responses import RedirectResponse, Response
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
-from services.gateway.access import fork, forks
 from services.gateway.console.gate import PREFIX
+from services.gateway.reach import fork, forks
 
 if TYPE_CHECKING:
     from services.gateway.console import Console

@@ -2,7 +2,7 @@
 preview of merging that fork into the workspace (a dry run: the changes it would make, and
 each conflict with both sides' entries and its three-way hunks, escaped as every page's
 text), and its Merge form runs the merge with the strategy chosen as the logged-in principal,
-through the op every door uses (``access.merge``: both names reached, a pinned token never
+through the op every door uses (``reach.merge``: both names reached, a pinned token never
 merges). A restricted target parks the merge: the page says so and links the approval (an
 approver decides it there, and Quill makes it). A form like the console's others (CSRF token,
 same origin); a refusal (``MERGE_CONFLICT``) shows its conflicts, with 409.
@@ -25,8 +25,8 @@ from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.merging import Conflict
 from core.merge_words import KINDS, entry_words
-from services.gateway.access import STRATEGIES, merge
 from services.gateway.console.gate import PREFIX
+from services.gateway.reach import STRATEGIES, merge
 
 if TYPE_CHECKING:
     from services.gateway.console import Console
@@ -38,7 +38,7 @@ SAID_MOST = 300
 
 
 def _names(request: Request, source: object) -> tuple[str, str, str]:
-    """The page's target and source as ``access.merge`` takes them, and the source's bare
+    """The page's target and source as ``reach.merge`` takes them, and the source's bare
     name: the source is of the target's tenant (``tenant:name`` pages name theirs).
 
     Raises:

@@ -31,10 +31,11 @@ from contracts.errors import ErrorCode, QuillError
 from contracts.events import WorkspaceUpdated
 from contracts.subjects import check_id
 from quill.client import Workspace
-from services.gateway.access import Principal, listing
+from services.gateway.access import Principal
 from services.gateway.console import tenants
 from services.gateway.console.gate import PREFIX
 from services.gateway.console.live import Heard, follow, message, sse
+from services.gateway.reach import listing
 
 if TYPE_CHECKING:
     from services.gateway.console import Console

@@ -23,18 +23,11 @@ from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from core.merge_words import MODEL, merged_text, refused_text
 from quill.client import Workspace
-from services.gateway.access import (
-    PAGE,
-    Principal,
-    fork,
-    listing,
-    merge_into,
-    summary_json,
-    target,
-)
+from services.gateway.access import Principal
 from services.gateway.mcp.engine import Done, builtins
 from services.gateway.mcp.schemas import obj
 from services.gateway.mcp.table import ADDS, CHANGES, Arg, Args, Tool, described, workspace_arg
+from services.gateway.reach import PAGE, fork, listing, merge_into, summary_json, target
 
 After = described(str | None, "The previous page's next: list the workspaces after it")
 Name = described(str, "A workspace of your tenant, e.g. notes")
@@ -122,7 +115,7 @@ async def _archive(sessions: Any, principal: Principal, a: Args) -> rp.ArchiveIn
 
 async def _fork(sessions: Any, principal: Principal, a: Args) -> rp.Forked:
     """``fork_workspace``: the workspace named (an attached one's URI: where it points), or
-    the caller's own, forked as ``a.name`` (``access.fork``: a pinned token may not)."""
+    the caller's own, forked as ``a.name`` (``reach.fork``: a pinned token may not)."""
     source = a.workspace
     if source and ":" in source and not principal.pinned:
         ws = await sessions.target(principal, "cmd.fork", source)

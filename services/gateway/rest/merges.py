@@ -1,5 +1,5 @@
 """``POST /v1/workspaces/{name}/merge``: another workspace of the tenant merged into ``{name}``
-(issue 33), the REST door of the op every door uses (``access.merge``: both names reached, so
+(issue 33), the REST door of the op every door uses (``reach.merge``: both names reached, so
 a workspace-scoped token never merges; a merge stays within its tenant).
 
 Body ``{"from": "<workspace>", "strategy": "fail"|"ours"|"theirs"|"markers", "dryRun":
@@ -20,7 +20,8 @@ from starlette.responses import JSONResponse, Response
 
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
-from services.gateway.access import STRATEGIES, Access, merge, principal_of
+from services.gateway.access import Access, principal_of
+from services.gateway.reach import STRATEGIES, merge
 from services.gateway.rest.edge import camel, json_body
 from services.gateway.rest.schema import BOOL, INT, STR, arr, body, obj, path_param
 

@@ -18,7 +18,7 @@ Who may: a principal acts in its own tenant only (another tenant's names are nev
 A pinned token (``scope = "workspace"``) sees its own workspace in the listing and nothing
 else, and may not archive, unarchive or purge (``ACCESS_DENIED``); a ``scope = "tenant"``
 token (or, without tokens, the loopback caller) may, but not purge its own workspace (its
-sessions' primary) through the gateway. Forking needs both names reached (``access.fork``):
+sessions' primary) through the gateway. Forking needs both names reached (``reach.fork``):
 a pinned token neither forks nor lists forks (``ACCESS_DENIED``); a fork stays in the tenant.
 """
 
@@ -32,16 +32,8 @@ from starlette.responses import JSONResponse, Response
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from services.gateway.access import (
-    PAGE,
-    Access,
-    fork,
-    forks,
-    listing,
-    principal_of,
-    summary_json,
-    target,
-)
+from services.gateway.access import Access, principal_of
+from services.gateway.reach import PAGE, fork, forks, listing, summary_json, target
 from services.gateway.rest.edge import count_param, json_body
 from services.gateway.rest.schema import BOOL, INT, STR, arr, body, obj, path_param
 
