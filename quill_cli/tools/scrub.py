@@ -65,7 +65,6 @@ appended: the message says how to purge it).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import tempfile
@@ -77,7 +76,6 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 
 from contracts import codec, hashing
 from contracts.errors import ErrorCode, QuillError
@@ -92,7 +90,6 @@ from contracts.events import (
     WorkspaceUpdated,
 )
 from contracts.subjects import (
-    BUCKET_BLOBS,
     STREAM_APPROVALS,
     STREAM_AUDIT,
     STREAM_EVENTS,
@@ -105,9 +102,10 @@ from core.secrets import Secrets
 from core.tree import apply_change
 from infra import compaction
 from infra import log as eventlog
-from infra.blobs import Blobs, WorkspaceBlobs, remove
+from infra.blobs import Blobs, WorkspaceBlobs
 from infra.store import Store
 from quill_cli.tools import replay as rpl
+from quill_cli.tools import scrub_blobs
 from quill_cli.tools import scrub_stores as stores
 from quill_cli.tools.scrub_redact import Redactor
 
@@ -362,7 +360,10 @@ async def scrub(
                         "buckets): nothing to scrub",
                     )
                 if dry_run:
-                    await _shared(js, subjects, subject, set(redactor.shas), secrets, result)
+                    named = await scrub_blobs.shared(
+                        js, subjects, subject, set(redactor.shas), secrets
+                    )
+                    result.blobs_kept, result.shared_with = named
                     return result
                 if changed:
                     await _replace_log(
@@ -459,7 +460,9 @@ async def _replace_log(
     for item in old:
         if isinstance(item.event, HistoryCompacted) and item.event.manifest not in referenced:
             gone.add(item.event.manifest)
-    await _delete_blobs(js, subjects, subject, gone, redactor, result)
+    result.blobs_deleted, result.blobs_kept, result.shared_with = await scrub_blobs.delete(
+        js, subjects, subject, gone, redactor
+    )
     result.version, result.head, result.tree_hash = version, head, closing.tree_hash
     result.form = "events" if whole else "manifest"
     update = WorkspaceUpdated(
@@ -475,72 +478,6 @@ async def _replace_log(
         tree_hash=closing.tree_hash,
     )
     await nc.publish(subjects.updated(tenant, workspace), codec.encode(update))
-
-
-async def _present(js: JetStreamContext, shas: set[str]) -> set[str]:
-    """Those of ``shas`` that are objects of WS_BLOBS (most contents were inline)."""
-    obs, out = await js.object_store(BUCKET_BLOBS), set()
-    for sha in shas:
-        with contextlib.suppress(NotFoundError):
-            if not (await obs.get_info(sha)).deleted:
-                out.add(sha)
-    return out
-
-
-def _name_shared(
-    refs: dict[str, set[str]], kept: set[str], secrets: Secrets, result: Scrubbed
-) -> None:
-    result.blobs_kept = len(kept)
-    names = {name for sha in kept for name in refs.get(sha, ())}
-    result.shared_with = sorted(secrets.redact(name)[0] for name in names)
-
-
-async def _shared(
-    js: JetStreamContext,
-    subjects: Subjects,
-    subject: str,
-    shas: set[str],
-    secrets: Secrets,
-    result: Scrubbed,
-) -> None:
-    """For a dry run: the blobs a scrub would keep, and the workspaces that name them."""
-    present = await _present(js, shas)
-    refs, _ = await stores.referrers(js, subjects, subject, present)
-    _name_shared(refs, set(refs), secrets, result)
-
-
-async def _delete_blobs(
-    js: JetStreamContext,
-    subjects: Subjects,
-    subject: str,
-    gone: set[str],
-    redactor: Redactor,
-    result: Scrubbed,
-) -> None:
-    """Delete the objects of ``gone`` from WS_BLOBS: from the workspace's namespace, and the
-    legacy ones (bare sha256) except those another workspace names.
-
-    The other logs are read once up to their end; what no one else names is deleted; then
-    the events appended meanwhile are read: one that names a legacy object deleted meanwhile
-    gets it back (and its workspace is named like the others)."""
-    own = [await remove(js, redactor.blobs.name(sha)) for sha in sorted(gone)]
-    present = await _present(js, gone)
-    refs, seen = await stores.referrers(js, subjects, subject, present)
-    kept = set(refs)
-    doomed = sorted(present - kept)
-    originals = {sha: redactor.originals.get(sha) or await redactor.blobs.get(sha)
-                 for sha in doomed}  # fmt: skip
-    obs = await js.object_store(BUCKET_BLOBS)
-    for sha in doomed:
-        with contextlib.suppress(NotFoundError):
-            await obs.delete(sha)
-    late, _ = await stores.referrers(js, subjects, subject, set(doomed), start=seen + 1)
-    for sha, names in late.items():
-        await obs.put(sha, originals[sha])
-        refs.setdefault(sha, set()).update(names)
-        kept.add(sha)
-    result.blobs_deleted = sum(own) + len(doomed) - len(late)
-    _name_shared(refs, kept, redactor.secrets, result)
 
 
 async def _check(
