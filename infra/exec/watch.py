@@ -87,6 +87,11 @@ COUNTS: dict[str, int] = {"overflows": 0, "rearmed": 0, "events": 0}
 """Queue overflows, walks that armed a tree again, events read (the executor's ping shows them)."""
 
 
+def io() -> dict[str, int]:
+    """``COUNTS`` as the executor's ping shows them (``watch_`` before each)."""
+    return {f"watch_{key}": value for key, value in COUNTS.items()}
+
+
 def entry_bytes(st: os.stat_result) -> int:
     """What one entry counts for the quota (``services.executor.quota.file_bytes``)."""
     blocks = st.st_blocks * 512
@@ -134,12 +139,15 @@ class TreeWatch:
         """Whole walks made (``arm``): what the tests count."""
 
     # ------------------------------------------------------------------ public
-    def arm(self) -> tuple[int, int] | None:
+    def arm(self, clean: bool = False) -> tuple[int, int] | None:
         """Watch every directory and measure every entry (a walk); (bytes, entries) of the
         tree (None: not armed, ``held``). What changed is unknown until the next ``take``
-        (which answers None)."""
+        (which answers None), unless ``clean``: the caller knows the tree is as its manifest
+        says (just built, nothing else writing in it)."""
         with self._lock:
             self._arm()
+            if clean and self._armed:
+                self.unknown = False
             return (self._s.bytes, self._s.entries) if self._armed else None
 
     def take(self) -> list[tuple[str, How]] | None:
