@@ -153,7 +153,7 @@ def touched(
         if strict and not _enters(run, rel, entered, blocked):
             continue
         if any(a in blocked for a in ancestors(rel)):
-            continue
+            continue  # (strict: below a directory looked at whole, it was looked at)
         candidates.add(rel)
         if how != "dir":
             candidates.update(run.below(rel))
@@ -176,6 +176,8 @@ def touched(
                 continue
             if how == "all":
                 run.subtree(rel, parent, name, st)
+                if strict:
+                    blocked.add(rel)
     if strict and run.linked:
         return whole(root, manifest, ignore, git)
     dropped = {printable(p) for p, how in paths if how != "dir"}
