@@ -45,11 +45,12 @@ BURST = (
 )
 
 
-async def seeded(quill: Quill, name: str) -> Workspace:
-    ws = quill.workspace(name)
+async def seeded(quill: Quill, label: str) -> Workspace:
+    ws = quill.workspace(label)
     await ws.create(limits=LimitsPatch(max_files=200_000))
     puts = [PutChange(path=f"src/m{n:03}.txt", content=f"m{n}\n") for n in range(50)]
-    puts += [PutChange(path="keep/a.txt", content="aaaa\n"), PutChange(path="top.txt", content="t\n")]
+    puts += [PutChange(path="keep/a.txt", content="aaaa\n")]
+    puts += [PutChange(path="top.txt", content="t\n")]
     await ws.apply(puts)
     return ws
 
@@ -57,13 +58,13 @@ async def seeded(quill: Quill, name: str) -> Workspace:
 Seen = list[tuple[object, ...]]
 
 
-async def replay(executor: Executor, ws: Workspace, watched: bool, steps: list[str]) -> Seen:
+async def replay(ex: Executor, ws: Workspace, watched: bool, steps: list[str]) -> Seen:
     """Run ``steps`` in a new shell of ``ws`` (its checkout watched or walked); what each
     committed (and what background processes had, before it), then the files."""
-    executor.shells.watching = watched
+    ex.shells.watching = watched
     seen: Seen = []
     async with await ws.shell() as sh:
-        state = executor.shells.held[sh.id]
+        state = ex.shells.held[sh.id]
         assert (state.checkout.watch is not None) == watched
         for step in steps:
             result = await sh.run(step)
@@ -83,17 +84,17 @@ async def replay(executor: Executor, ws: Workspace, watched: bool, steps: list[s
     return seen
 
 
-async def twins(executor: Executor, quill: Quill, name: str, steps: list[str]) -> Seen:
+async def twins(ex: Executor, quill: Quill, label: str, steps: list[str]) -> Seen:
     """``steps`` watched and walked, in two workspaces seeded alike: the same everywhere."""
-    watched = await replay(executor, await seeded(quill, name + "-w"), True, steps)
-    walked = await replay(executor, await seeded(quill, name + "-x"), False, steps)
+    watched = await replay(ex, await seeded(quill, label + "-w"), True, steps)
+    walked = await replay(ex, await seeded(quill, label + "-x"), False, steps)
     for mine, theirs in zip(watched, walked, strict=True):
         assert mine == theirs
     return watched
 
 
 async def test_a_burst_of_new_nested_directories_is_all_committed(
-    executor: Executor, quill: Quill, name: str
+    executor: Executor, quill: Quill, name: str  # noqa: F811
 ) -> None:
     seen = await twins(executor, quill, name, [BURST.replace("{n}", "50"), "true"])
     assert seen[0][1] == 5_000  # every file (their directories made with them)
@@ -101,14 +102,14 @@ async def test_a_burst_of_new_nested_directories_is_all_committed(
 
 @pytest.mark.slow
 async def test_fifty_thousand_new_files_are_all_committed(
-    executor: Executor, quill: Quill, name: str
+    executor: Executor, quill: Quill, name: str  # noqa: F811
 ) -> None:
     seen = await twins(executor, quill, name, [BURST.replace("{n}", "500"), "true"])
     assert seen[0][1] == 50_000
 
 
 async def test_renames_links_descriptors_forged_times_and_swaps(
-    executor: Executor, quill: Quill, name: str
+    executor: Executor, quill: Quill, name: str  # noqa: F811
 ) -> None:
     steps = [
         "mv src moved && mkdir -p /tmp/out/d && echo o > /tmp/out/d/o.txt && mv /tmp/out/d in",
@@ -125,7 +126,7 @@ async def test_renames_links_descriptors_forged_times_and_swaps(
 
 
 async def test_background_writes_through_a_kept_descriptor(
-    executor: Executor, quill: Quill, name: str
+    executor: Executor, quill: Quill, name: str  # noqa: F811
 ) -> None:
     """A background process holding a descriptor from before the command writes after it:
     the change is committed before the next command, as a walk would find it."""
@@ -141,7 +142,7 @@ async def test_background_writes_through_a_kept_descriptor(
 
 @pytest.mark.parametrize("how", ["overflow", "watch-cap"])
 async def test_each_fallback_misses_nothing(
-    executor: Executor, quill: Quill, name: str, how: str
+    executor: Executor, quill: Quill, name: str, how: str  # noqa: F811
 ) -> None:
     ws = await seeded(quill, name)
     executor.shells.watching = True
@@ -165,7 +166,7 @@ async def test_each_fallback_misses_nothing(
 
 
 async def test_a_background_filler_is_stopped_by_the_running_total(
-    executor: Executor, quill: Quill, name: str
+    executor: Executor, quill: Quill, name: str  # noqa: F811
 ) -> None:
     ws = quill.workspace(name)
     await ws.create(limits=LimitsPatch(max_checkout_bytes=8 * MIB))
