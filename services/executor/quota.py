@@ -15,15 +15,15 @@ how a command would hide bytes from a blocks-only count. Ignored directories
 like the rest: they are on the executor's disk all the same.
 
 ``guard`` runs a command while measuring its checkout every ``WATCH_S`` (a ``scandir`` walk in
-a thread: no file is read; ~25 ms for 10,000 files here, and for a bigger tree, every twice
-the time a walk takes; a shell's checkout, written in place for the shell's whole life, is
-not walked: its watch keeps a running total, ``watched``) and once more when it ends; over
-what it may hold it cancels the command, which makes the provider kill the whole sandbox,
-and raises ``OverQuota``. The walk is sampled; what bounds a command between two walks is the
-disk watch (``disk.Watch``: free space every 20 ms, stopping the command that grew most when the disk reaches its reserve, raising
-``DiskShort``), the command's RLIMIT_FSIZE (no one file larger than it may hold, ``fallocate``
-included) and, under bwrap, the sandbox's seccomp filter, which refuses ``fallocate`` (but to
-punch holes): a command allocates only as fast as it writes.
+a thread: no file is read; ~25 ms for 10,000 files here, and for a bigger tree, every twice the
+time a walk takes; a shell's checkout, written in place for the shell's whole life, is not
+walked: its watch keeps a running total, ``watched``) and once more when it ends; over what it
+may hold it cancels the command, which makes the provider kill the whole sandbox, and raises
+``OverQuota``. The walk is sampled; what bounds a command between two walks is the disk watch
+(``disk.Watch``: free space every 20 ms, stopping the command that grew most when the disk
+reaches its reserve, raising ``DiskShort``), the command's RLIMIT_FSIZE (no one file larger
+than it may hold, ``fallocate`` included) and, under bwrap, the sandbox's seccomp filter, which
+refuses ``fallocate`` (but to punch holes): a command allocates only as fast as it writes.
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ LISTING = "find . -path ./.git -prune -o -printf '%y %p %s %m\\n' | LC_ALL=C sor
 BURST = (
     "python3 -c 'import os,sys\n"
     "for d in range(int(sys.argv[1])):\n"
-    " p=f\"burst/{d}/a/b\"; os.makedirs(p)\n"
-    " [open(f\"{p}/{f}\",\"w\").write(str(f)) for f in range(100)]' {n}"
+    ' p=f"burst/{d}/a/b"; os.makedirs(p)\n'
+    ' [open(f"{p}/{f}","w").write(str(f)) for f in range(100)]\' {n}'
 )
 
 
@@ -94,7 +94,9 @@ async def twins(ex: Executor, quill: Quill, label: str, steps: list[str]) -> See
 
 
 async def test_a_burst_of_new_nested_directories_is_all_committed(
-    executor: Executor, quill: Quill, name: str  # noqa: F811
+    executor: Executor,
+    quill: Quill,
+    name: str,  # noqa: F811
 ) -> None:
     seen = await twins(executor, quill, name, [BURST.replace("{n}", "50"), "true"])
     assert seen[0][1] == 5_000  # every file (their directories made with them)
@@ -102,14 +104,18 @@ async def test_a_burst_of_new_nested_directories_is_all_committed(
 
 @pytest.mark.slow
 async def test_fifty_thousand_new_files_are_all_committed(
-    executor: Executor, quill: Quill, name: str  # noqa: F811
+    executor: Executor,
+    quill: Quill,
+    name: str,  # noqa: F811
 ) -> None:
     seen = await twins(executor, quill, name, [BURST.replace("{n}", "500"), "true"])
     assert seen[0][1] == 50_000
 
 
 async def test_renames_links_descriptors_forged_times_and_swaps(
-    executor: Executor, quill: Quill, name: str  # noqa: F811
+    executor: Executor,
+    quill: Quill,
+    name: str,  # noqa: F811
 ) -> None:
     steps = [
         "mv src moved && mkdir -p /tmp/out/d && echo o > /tmp/out/d/o.txt && mv /tmp/out/d in",
@@ -126,7 +132,9 @@ async def test_renames_links_descriptors_forged_times_and_swaps(
 
 
 async def test_background_writes_through_a_kept_descriptor(
-    executor: Executor, quill: Quill, name: str  # noqa: F811
+    executor: Executor,
+    quill: Quill,
+    name: str,  # noqa: F811
 ) -> None:
     """A background process holding a descriptor from before the command writes after it:
     the change is committed before the next command, as a walk would find it."""
@@ -142,7 +150,10 @@ async def test_background_writes_through_a_kept_descriptor(
 
 @pytest.mark.parametrize("how", ["overflow", "watch-cap"])
 async def test_each_fallback_misses_nothing(
-    executor: Executor, quill: Quill, name: str, how: str  # noqa: F811
+    executor: Executor,
+    quill: Quill,
+    name: str,
+    how: str,  # noqa: F811
 ) -> None:
     ws = await seeded(quill, name)
     executor.shells.watching = True
@@ -166,7 +177,9 @@ async def test_each_fallback_misses_nothing(
 
 
 async def test_a_background_filler_is_stopped_by_the_running_total(
-    executor: Executor, quill: Quill, name: str  # noqa: F811
+    executor: Executor,
+    quill: Quill,
+    name: str,  # noqa: F811
 ) -> None:
     ws = quill.workspace(name)
     await ws.create(limits=LimitsPatch(max_checkout_bytes=8 * MIB))
