@@ -94,7 +94,7 @@ async def twins(ex: Executor, quill: Quill, label: str, steps: list[str]) -> See
 
 
 async def test_a_burst_of_new_nested_directories_is_all_committed(
-    executor: Executor,
+    executor: Executor,  # noqa: F811
     quill: Quill,
     name: str,  # noqa: F811
 ) -> None:
@@ -104,7 +104,7 @@ async def test_a_burst_of_new_nested_directories_is_all_committed(
 
 @pytest.mark.slow
 async def test_fifty_thousand_new_files_are_all_committed(
-    executor: Executor,
+    executor: Executor,  # noqa: F811
     quill: Quill,
     name: str,  # noqa: F811
 ) -> None:
@@ -113,7 +113,7 @@ async def test_fifty_thousand_new_files_are_all_committed(
 
 
 async def test_renames_links_descriptors_forged_times_and_swaps(
-    executor: Executor,
+    executor: Executor,  # noqa: F811
     quill: Quill,
     name: str,  # noqa: F811
 ) -> None:
@@ -132,7 +132,7 @@ async def test_renames_links_descriptors_forged_times_and_swaps(
 
 
 async def test_background_writes_through_a_kept_descriptor(
-    executor: Executor,
+    executor: Executor,  # noqa: F811
     quill: Quill,
     name: str,  # noqa: F811
 ) -> None:
@@ -150,10 +150,10 @@ async def test_background_writes_through_a_kept_descriptor(
 
 @pytest.mark.parametrize("how", ["overflow", "watch-cap"])
 async def test_each_fallback_misses_nothing(
-    executor: Executor,
+    executor: Executor,  # noqa: F811
     quill: Quill,
-    name: str,
-    how: str,  # noqa: F811
+    name: str,  # noqa: F811
+    how: str,
 ) -> None:
     ws = await seeded(quill, name)
     executor.shells.watching = True
@@ -177,7 +177,7 @@ async def test_each_fallback_misses_nothing(
 
 
 async def test_a_background_filler_is_stopped_by_the_running_total(
-    executor: Executor,
+    executor: Executor,  # noqa: F811
     quill: Quill,
     name: str,  # noqa: F811
 ) -> None:
