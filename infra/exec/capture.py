@@ -131,9 +131,16 @@ def touched(
     ignore: Globs,
     paths: list[tuple[str, How]],
     git: Lookup | None = None,
+    strict: bool = False,
 ) -> Captured:
     """What differs from ``manifest`` at ``paths`` (a merge's, parents first) and below those
-    it replaced whole; the rest is as the manifest says (blocking)."""
+    it replaced whole; the rest is as the manifest says (blocking).
+
+    ``strict``: ``paths`` are a shell's dirty paths (``infra.exec.watch``), not a merge's: a
+    path's directories above it are not listed, so each is checked as a walk would enter it
+    (ignored, invalid, too deep: what is below is not looked at), and a regular file with
+    more than one link is doubt (its other names changed too, unseen): the whole tree is
+    walked."""
     widened = paths if git is None else _widened(paths)
     if not manifest.present_known or widened is None or any(p == IGNORE_FILE for p, _ in paths):
         return whole(root, manifest, ignore, git)
@@ -141,9 +148,12 @@ def touched(
     run = _Capture(root, manifest, ignore, git)
     blocked: set[str] = set()
     candidates: set[str] = set()
+    entered: set[str] = set()
     for rel, how in paths:
-        if any(a in blocked for a in ancestors(rel)):
+        if strict and not _enters(run, rel, entered, blocked):
             continue
+        if any(a in blocked for a in ancestors(rel)):
+            continue  # (strict: below a directory looked at whole, it was looked at)
         candidates.add(rel)
         if how != "dir":
             candidates.update(run.below(rel))
@@ -166,6 +176,10 @@ def touched(
                 continue
             if how == "all":
                 run.subtree(rel, parent, name, st)
+                if strict:
+                    blocked.add(rel)
+    if strict and run.linked:
+        return whole(root, manifest, ignore, git)
     dropped = {printable(p) for p, how in paths if how != "dir"}
     exact = {printable(p) for p, how in paths if how == "dir"}
     for key, value in manifest.present.items():
@@ -176,6 +190,22 @@ def touched(
             continue
         run.out.kept[key] = value
     return run.finish(candidates)
+
+
+def _enters(run: _Capture, rel: str, entered: set[str], blocked: set[str]) -> bool:
+    """Whether a walk would reach ``rel``: each directory above it neither pruned (ignored,
+    holding nothing tracked) nor invalid nor too deep (each checked once)."""
+    for a in ancestors(rel):
+        if a in blocked:
+            return False
+        if a in entered:
+            continue
+        deep = len(a.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES
+        if deep or run.prune(a) or not run.enter(a):
+            blocked.add(a)
+            return False
+        entered.add(a)
+    return True
 
 
 def _widened(paths: list[tuple[str, How]]) -> list[tuple[str, How]] | None:
@@ -229,6 +259,8 @@ class _Capture:
         self._sorted: list[str] | None = None
         self._scans = 0
         self.dropped: set[str] = set()
+        self.linked = False
+        """A regular file with more than one link was looked at (``touched``'s ``strict``)."""
 
     def holds_tracked(self, rel: str) -> bool:
         """Whether the log holds ``rel`` as a directory or anything below it."""
@@ -315,6 +347,8 @@ class _Capture:
             reason = "symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
             self.skip(rel, reason, file_sig(st))
             return
+        if st.st_nlink > 1:
+            self.linked = True
         if st.st_mode & (stat.S_ISUID | stat.S_ISGID):  # never kept, never committed
             try:
                 st = parent.set_mode(name, stat.S_IMODE(st.st_mode) & 0o1777, st)

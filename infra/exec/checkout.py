@@ -79,6 +79,7 @@ from infra.exec.links import LINKED
 from infra.exec.manifest import LOG, WHOLE, Changes, Manifest, Store, Tracked, watched
 from infra.exec.sandbox import overlay
 from infra.exec.trash import Trash
+from infra.exec.watch import TreeWatch
 from infra.safefs import Dir, Owner
 
 log = logging.getLogger("quill.executor")
@@ -171,6 +172,9 @@ class Checkout(Builds):
         opened again, and a crash mid-command is found). A shell's checkout is never opened
         again (discarded when the shell closes, and at the executor's start): it keeps its
         manifest in memory only, and a command in it writes no file of the executor's."""
+        self.watch: TreeWatch | None = None
+        """A shell's: what changed in ``tree/``, which its sandbox writes in place
+        (``infra.exec.watch``): capture looks at that, not the whole tree."""
         self._ignore: tuple[bytes | None, Globs] | None = None
         """``.quillignore``'s bytes as last read (None: none) and the patterns compiled from
         them: compiled again only when they change."""
@@ -502,6 +506,9 @@ class Checkout(Builds):
             git = self.gitignores.lookup(root) if self.manifest.limits.gitignore else None
             if merged is None:  # the command changed tree/ in place (a spare's mount is stale)
                 self.changed()
+                dirty = self.watch.take() if self.watch is not None else None
+                if dirty is not None:  # a shell's: what its watch saw change
+                    return capturing.touched(root, self.manifest, ignore, dirty, git, True)
                 return capturing.whole(root, self.manifest, ignore, git)
             return capturing.touched(root, self.manifest, ignore, merged.touched, git)
 

@@ -46,7 +46,7 @@ from infra.bridges import Bridges
 from infra.bus import respond
 from infra.busy import refused
 from infra.entry import Incoming, parse, reject, reply_headers
-from infra.exec import checkout, sandbox
+from infra.exec import checkout, sandbox, watch
 from infra.exec.answer import Job, answer_exec, received
 from infra.exec.git import Credentials
 from infra.private import tighten_logged
@@ -168,7 +168,7 @@ class Executor:
             "waiting": self.slots.waiting,
             **self.checkouts.info(),
             "local_workspaces": len(self.bridges),
-            "io": {**safefs.COUNTS, **checkout.COUNTS},
+            "io": {**safefs.COUNTS, **checkout.COUNTS, **watch.io()},
             **storage.state("executor").info(),
         }
 

@@ -318,12 +318,17 @@ class Checkouts:
         key = (checkout.tenant, checkout.workspace)
         live = self.live.get(key) is checkout  # not one built at an older version
         started: tuple[int, int] | None = None
-        if live and key in self.budget.sizes and key in self.entries:
+        measure: Callable[[], tuple[int, int]] | None = None
+        watch = checkout.watch if merged is None else None
+        if watch is not None:  # a shell's: its watch's running total, never a walk of tree/
+            measure = await asyncio.to_thread(quota.watched, checkout.home, watch)
+            started = await asyncio.to_thread(measure)
+        elif live and key in self.budget.sizes and key in self.entries:
             started = (self.budget.sizes[key], self.entries[key])  # walked before it: no walk
         else:
             started = await quota.measure_held(checkout.home)
         allowance = self._allowance(key, checkout, live, started[0])
-        measure, then = None, None
+        then = None
         if merged is not None:
             also = (*also, self.layers_of(checkout.home))  # where the command's writes go
             if live:

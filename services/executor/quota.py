@@ -15,14 +15,15 @@ how a command would hide bytes from a blocks-only count. Ignored directories
 like the rest: they are on the executor's disk all the same.
 
 ``guard`` runs a command while measuring its checkout every ``WATCH_S`` (a ``scandir`` walk in
-a thread: no file is read; ~25 ms for 10,000 files here, and for a bigger tree, every twice
-the time a walk takes) and once more when it ends; over what it may hold it cancels the
-command, which makes the provider kill the whole sandbox, and raises ``OverQuota``. The walk is
-sampled; what bounds a command between two walks is the disk watch (``disk.Watch``: free space
-every 20 ms, stopping the command that grew most when the disk reaches its reserve, raising
-``DiskShort``), the command's RLIMIT_FSIZE (no one file larger than it may hold, ``fallocate``
-included) and, under bwrap, the sandbox's seccomp filter, which refuses ``fallocate`` (but to
-punch holes): a command allocates only as fast as it writes.
+a thread: no file is read; ~25 ms for 10,000 files here, and for a bigger tree, every twice the
+time a walk takes; a shell's checkout, written in place for the shell's whole life, is not
+walked: its watch keeps a running total, ``watched``) and once more when it ends; over what it
+may hold it cancels the command, which makes the provider kill the whole sandbox, and raises
+``OverQuota``. The walk is sampled; what bounds a command between two walks is the disk watch
+(``disk.Watch``: free space every 20 ms, stopping the command that grew most when the disk
+reaches its reserve, raising ``DiskShort``), the command's RLIMIT_FSIZE (no one file larger
+than it may hold, ``fallocate`` included) and, under bwrap, the sandbox's seccomp filter, which
+refuses ``fallocate`` (but to punch holes): a command allocates only as fast as it writes.
 """
 
 from __future__ import annotations
@@ -38,10 +39,13 @@ from typing import TypeVar
 
 from contracts.errors import ErrorCode, QuillError
 from infra import safefs
+from infra.exec.watch import TreeWatch
 from services.executor import disk
 
 T = TypeVar("T")
 
+TREE = "tree"
+"""A checkout's files, under its home (``infra.exec.checkout``)."""
 WATCH_S = 0.25
 """How often a running command's checkout is measured."""
 
@@ -156,8 +160,9 @@ def usage(root: Path) -> int:
     return held(root)[0]
 
 
-def held(root: Path) -> tuple[int, int]:
-    """(bytes, entries) under ``root``: ``usage`` and the inodes it takes."""
+def held(root: Path, skip: str | None = None) -> tuple[int, int]:
+    """(bytes, entries) under ``root``: ``usage`` and the inodes it takes (``skip``: a
+    directory directly under it left out, itself and all below it)."""
     try:
         top = safefs.Dir.open(root)
     except OSError:
@@ -165,7 +170,7 @@ def held(root: Path) -> tuple[int, int]:
     with top:
         total, entries = file_bytes(os.fstat(top.fd)), 1
         seen: set[tuple[int, int]] = set()
-        for _, _, _, st in safefs.walk(top, prune=lambda _: False):
+        for _, _, _, st in safefs.walk(top, prune=lambda rel: rel == skip):
             if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
                 if (st.st_dev, st.st_ino) in seen:
                     continue
@@ -173,6 +178,23 @@ def held(root: Path) -> tuple[int, int]:
             total += file_bytes(st)
             entries += 1
     return total, entries
+
+
+def watched(home: Path, watch: TreeWatch) -> Callable[[], tuple[int, int]]:
+    """What a shell's checkout (``home``) holds, as ``held`` counts it, without walking its
+    ``tree/``: what is beside the tree (walked now, once: only the executor writes there) plus
+    the tree's running total, kept by its watch (``infra.exec.watch``); a walk of the tree
+    when the watch cannot say (past the watches it may hold). Blocking: call both in a
+    thread."""
+    beside = held(home, skip=TREE)
+
+    def measure() -> tuple[int, int]:
+        tree = watch.held()
+        if tree is None:
+            tree = held(home / TREE)
+        return beside[0] + tree[0], beside[1] + tree[1]
+
+    return measure
 
 
 async def measure(root: Path) -> int:

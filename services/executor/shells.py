@@ -46,6 +46,7 @@ from infra.exec.sandbox.shell_server import (
     SERVER_PROCESSES,
     SUPERVISOR,
 )
+from infra.exec.watch import MAX_WATCHES, TreeWatch
 from services.executor import shell_runs
 from services.executor.live import new_handle, route_of
 from services.executor.shell_state import Shell, now_utc
@@ -74,6 +75,12 @@ class Shells:
         self.home = data_dir / "checkouts" / SHELLS
         self.held: dict[str, Shell] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self.watching = True
+        """Whether a shell's checkout is watched (``infra.exec.watch``: its commands and its
+        quota cost what changed), or walked whole at each capture and quota sample (what the
+        tests compare the watch with)."""
+        self.max_watches = MAX_WATCHES
+        """Watches (directories) one shell's checkout may hold; past it, walked."""
 
     # ------------------------------------------------------------------ lifetime
     async def start(self) -> None:
@@ -86,6 +93,8 @@ class Shells:
             self._reaper.cancel()
         for shell in list(self.held.values()):
             await self._end(shell)
+            if shell.checkout.watch is not None:
+                shell.checkout.watch.close()
 
     async def _reap(self) -> None:
         """Close shells idle past their timeout or past their lifetime."""
@@ -238,6 +247,9 @@ class Shells:
                 expires=now + timedelta(seconds=lifetime),
             )
             shell.ports = Ports(checkout.home / "ports")
+            if self.watching:  # before its sandbox can write: every change of it is seen
+                checkout.watch = TreeWatch(checkout.tree, self.max_watches)
+                await asyncio.to_thread(checkout.watch.arm, True)
             argv = ["python3", "-I", "-S", "-c", SUPERVISOR, LOOP]
             if commands.provider.name == "local" and os.geteuid() == 0:
                 tree = str(checkout.tree)
@@ -264,6 +276,8 @@ class Shells:
                     ErrorCode.EXECUTION_FAILED, f"The sandbox could not start the shell: {exc}"
                 ) from exc
         except BaseException:
+            if checkout.watch is not None:
+                checkout.watch.close()
             await commands.checkouts._discard(checkout.home)
             raise
         # for its whole life, the checkout counts against the checkouts budget and is held to
@@ -362,6 +376,8 @@ class Shells:
                     )
         finally:
             self.held.pop(shell.id, None)
+            if shell.checkout.watch is not None:
+                shell.checkout.watch.close()
             await self._record(shell, closed=True)
             await self.commands.checkouts._discard(shell.checkout.home)
         version = changes.version if changes is not None else shell.checkout.known

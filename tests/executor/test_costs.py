@@ -8,6 +8,9 @@ applies from the log (``infra.exec.checkout.COUNTS``), as its ping shows them.
   one file, in a checkout of 1,000 and of 4,000 (``-m slow``: 20,000) files.
 * A shell (issue 32) opens on the files, not the history, and a command in it costs the
   events since its last command and what it changed, on 1,000 and 4,000 (20,000) events.
+* A shell's checkout is watched (``infra.exec.watch``): a command in it changing one file
+  stats the same few entries in a checkout of 1,000 and of 4,000 (20,000) files, and its
+  quota guard, sampling an idle shell of 4,000 files, stats nothing.
 
 A real nats-server, writer, reader and executor (bwrap, commands over an overlay).
 """
@@ -28,10 +31,10 @@ from contracts.limits import LimitsPatch
 from contracts.requests import PutChange
 from quill.client import Quill, Workspace
 from quill.shell import Shell
+from services.executor import quota
 from services.executor.app import Executor
-from tests.helpers import (
-    start_overlay_stack,
-)
+from services.executor.shell_state import Shell as ShellState
+from tests.helpers import eventually, start_overlay_stack
 
 PATHS = 500
 SIZES = [
@@ -175,3 +178,65 @@ async def test_a_shell_opens_on_the_files_and_its_commands_cost_what_changed(
     flat(*opens, ("write", "read", "stat", "events"))
     flat(*commands, ("write", "read", "stat", "events"))
     assert [c["events"] for c in commands] == [51, 51]  # the 50 writes, and its own commit
+
+
+async def shell_on(executor: Executor, ws: Workspace) -> tuple[Shell, ShellState]:
+    shell = await ws.shell()
+    return shell, executor.shells.held[shell.id]
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+async def test_a_shell_command_costs_what_it_changed_not_the_tree(
+    executor: Executor, quill: Quill, sizes: tuple[int, int], tmp_path: Path
+) -> None:
+    """Issue 32 in depth: a shell's checkout is watched (``infra.exec.watch``), so a command
+    in it changing one file, and the background capture before it, stat what changed (and
+    the directories on its way), not the 1,000 or 4,000 (20,000) files: the same few."""
+    changes = []
+    for count in sizes:
+        ws = await files(quill, f"acme/shtree-{tmp_path.name[-12:]}-{count}", count)
+        sh, _ = await shell_on(executor, ws)
+        async with sh:
+            await sh.run("true")
+
+            async def change(sh: Shell = sh) -> None:
+                result = await sh.run("echo x >> pkg07/m000007.py")
+                assert result.changes.total == 1
+
+            changes.append(await cost(executor, change))
+        assert await ws.read_text("pkg07/m000007.py") == "v = 7\nx\n"
+    print("shell command costs", [dict(c) for c in changes])
+    flat(*changes, ("stat", "read", "write", "events"))
+    assert changes[1]["stat"] < 50, dict(changes[1])  # a walk would stat the 4,000 (20,000)
+    assert changes[1]["watch_rearmed"] == 0 and changes[1]["watch_overflows"] == 0
+
+
+async def test_an_idle_shell_s_quota_costs_nothing(
+    executor: Executor, quill: Quill, tmp_path: Path
+) -> None:
+    """The quota guard of an idle shell of 4,000 files samples its checkout every quarter
+    second for the shell's whole life: from its watch's running total, it stats nothing (it
+    walked the 4,000 at each sample)."""
+    ws = await files(quill, f"acme/idle-{tmp_path.name[-12:]}", 4_000)
+    sh, state = await shell_on(executor, ws)
+    async with sh:
+        await sh.run("echo x > one.txt")
+        watch = state.checkout.watch
+        assert watch is not None
+        samples = [0]
+        held = watch.held
+
+        def counted() -> tuple[int, int] | None:
+            samples[0] += 1
+            return held()
+
+        watch.held = counted  # type: ignore[method-assign]
+        before = io(executor)
+        await eventually(lambda: samples[0] >= 8, what="eight quota samples", timeout=30)
+        after = io(executor)
+        print("idle shell: stats over", samples[0], "samples:", after["stat"] - before["stat"])
+        assert after["stat"] - before["stat"] <= 2, (before["stat"], after["stat"])
+        used = held()
+        assert used is not None
+        walked = quota.held(state.checkout.tree)
+        assert used == walked  # the running total is what a walk finds
