@@ -150,6 +150,13 @@ class TreeWatch:
                 self.unknown = False
             return (self._s.bytes, self._s.entries) if self._armed else None
 
+    def walk_next(self) -> None:
+        """The next ``take`` answers None (the caller walks the whole tree): for a capture
+        that must miss nothing inotify cannot see (a write through a shared mapping raises no
+        event until its file is closed): a shell's checkpoint and its close."""
+        with self._lock:
+            self.unknown = True
+
     def take(self) -> list[tuple[str, How]] | None:
         """What changed since the last ``take`` (parents first), or None when that is not
         known (the caller walks the whole tree); the list starts empty again."""

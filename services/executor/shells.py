@@ -346,6 +346,8 @@ class Shells:
         shell = self._shell(address, req.shell)
         details.update(shell=shell.id, summary=f"checkpoint {shell.id}")
         async with self._taken(shell, True, 60.0):
+            if shell.checkout.watch is not None:  # asked for: a whole walk, mmap writes too
+                shell.checkout.watch.walk_next()
             changes, kept = await shell_runs.commit_background(self, address, shell, origin)
         details.update(committed=changes.committed, changed=changes.total)
         return changes.version, rp.ShellCheckpointed(
@@ -369,6 +371,8 @@ class Shells:
         try:
             async with shell.lock:
                 if shell.stopped is None:  # else its changes were discarded: none to commit
+                    if shell.checkout.watch is not None:  # the last capture walks it whole
+                        shell.checkout.watch.walk_next()
                     address = Address("exec", shell.tenant, shell.workspace, "shell_close")
                     origin = shell_runs.background_origin(shell)
                     changes, _ = await shell_runs.commit_background(

@@ -194,3 +194,36 @@ async def test_a_background_filler_is_stopped_by_the_running_total(
     await eventually(lambda: state.stopped is not None, what="the shell stopped", timeout=30)
     assert state.stopped is not None and state.stopped.code == ErrorCode.SIZE_LIMIT_EXCEEDED
     assert state.checkout.watch is not None and state.checkout.watch.walks == 1
+
+
+MMAP_WRITER = (
+    "python3 -c 'import mmap,sys,time\n"
+    'f=open("mapped.txt","r+b"); m=mmap.mmap(f.fileno(),0)\n'
+    'm[0:5]=b"later"; m.flush(); open("/tmp/written","w").close()\n'
+    "time.sleep(600)' >/dev/null 2>&1 &"
+)
+
+
+async def test_a_write_through_a_shared_mapping_is_committed_at_a_checkpoint(
+    executor: Executor,  # noqa: F811
+    quill: Quill,
+    name: str,  # noqa: F811
+) -> None:
+    """A background process writes a file through a shared mapping and keeps it open (no
+    inotify event until the file is closed): a checkpoint walks the whole tree, and commits
+    it; closing the shell does too."""
+    ws = await seeded(quill, name)
+    await ws.write("mapped.txt", "early\n")
+    async with await ws.shell() as sh:
+        assert executor.shells.held[sh.id].checkout.watch is not None
+        started = await sh.run(MMAP_WRITER)
+        assert started.exit_code == 0
+        waited = await sh.run("while [ ! -e /tmp/written ]; do sleep 0.05; done; true")
+        assert waited.exit_code == 0
+
+        async def committed() -> bool:
+            done = await sh.checkpoint()
+            return "mapped.txt" in [p.path for p in done.background.paths]
+
+        await eventually(committed, what="the mapped write committed at a checkpoint")
+        assert await ws.read_text("mapped.txt") == "later\n"
