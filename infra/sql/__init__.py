@@ -53,14 +53,20 @@ from infra.sql.blobs import (
 )
 from infra.sql.controls import CONTROL_EVENTS, LAST_CONTROL, NEWEST_OF_KIND, PINNED, last_control
 from infra.sql.layers import (
+    DECIDED,
     EVENT_AT,
     FORK_OF,
     FORKS_OF,
     INSERT_WHITEOUT,
+    LAYER_CHILDREN,
+    LAYER_ENDED,
     LAYER_HISTORIES,
+    LAYER_HOLDING,
+    LAYER_LIVE_PAGE,
     LAYER_ROWS,
     TOUCHED,
     TRUST_NOW,
+    layer_recent,
 )
 from infra.sql.merges import ENDED_IN, EVENTS_CHANGED, LAST_MERGE
 from infra.sql.revisions import (
@@ -184,6 +190,12 @@ __all__ = [
     "LAYER_HISTORIES",
     "LAYER_ROWS",
     "TOUCHED",
+    "DECIDED",
+    "LAYER_CHILDREN",
+    "LAYER_ENDED",
+    "LAYER_HOLDING",
+    "LAYER_LIVE_PAGE",
+    "layer_recent",
     "ENDED_IN",
     "EVENTS_CHANGED",
     "LAST_MERGE",

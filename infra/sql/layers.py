@@ -3,7 +3,10 @@ the whiteouts a delete in a fork leaves, and the forks of a workspace (see ``inf
 
 from __future__ import annotations
 
+from typing import Any
+
 from core.plan import LIVE, WHITEOUT
+from infra.sql.revisions import RECENT_OLDER, RECENT_TIE, REVISION_COLUMNS
 from infra.sql.schema import FIRST_ROWS, WHOLE_WORKSPACE
 
 FORK_OF = "SELECT tenant, lineage FROM workspaces WHERE id=?"
@@ -51,3 +54,60 @@ TRUST_NOW = (
 )
 """The newest event that set a workspace's trust (whether a restricted one offers commands),
 newest first: a fork inherits it."""
+
+# ---------------------------------------------------------------------- a fork's pages
+# A page of a fork merges its layers' own pages (``infra/store/merged.py``): each layer's
+# entries valid at its version are its live rows made by then (a page of an index, in its
+# order) and the rows ended since (what changed since: read whole, sorted in memory); a
+# nearer layer's row of a path hides it (``DECIDED``, one seek a path).
+LAYER_LIVE_PAGE = (
+    f"SELECT {REVISION_COLUMNS} FROM revisions INDEXED BY revisions_live "
+    f"WHERE ws=? AND until={LIVE} AND version<=? AND path>=? AND path<? ORDER BY path LIMIT ?"
+)
+"""A page of a layer's live rows made by its version, in path order from a path on."""
+LAYER_ENDED = (
+    f"SELECT {REVISION_COLUMNS} FROM revisions INDEXED BY revisions_live "
+    f"WHERE ws=? AND until>? AND until<{LIVE} AND version<=? AND path>=? AND path<?"
+)
+"""A layer's rows valid at its version that ended since (in a range of paths): what the
+layer changed since that version (none at its newest)."""
+LAYER_CHILDREN = (
+    f"SELECT {REVISION_COLUMNS} FROM revisions INDEXED BY revisions_children "
+    "WHERE ws=? AND parent=? AND until>? AND version<=?"
+)
+"""A layer's children of one directory valid at its version (those live, and those ended
+since it): one seek of ``revisions_children``."""
+LAYER_RECENT = (
+    f"SELECT {FIRST_ROWS} {REVISION_COLUMNS} FROM revisions INDEXED BY revisions_recent "
+    f"WHERE ws=? AND until={LIVE} AND version<=?{{after}} ORDER BY modified DESC, path LIMIT ?"
+)
+"""A page of a layer's live rows made by its version, newest first (``sql.RECENT``'s order,
+after an entry with ``RECENT_TIE`` or ``RECENT_OLDER``)."""
+LAYER_HOLDING = (
+    f"SELECT {REVISION_COLUMNS} FROM revisions INDEXED BY revisions_content "
+    f"WHERE ws=? AND until={LIVE} AND version<=? "
+    "AND sha256 IN (SELECT value FROM json_each(?)) AND kind='f' AND binary=0 "
+    "AND path>=? AND path<?"
+)
+"""A layer's live text files made by its version holding one of a JSON list of contents, in
+a range of paths: one seek of ``revisions_content`` a content."""
+DECIDED = (
+    "SELECT j.value FROM json_each(?1) j WHERE EXISTS (SELECT 1 FROM revisions "
+    "WHERE ws=?2 AND path=j.value AND version<=?3)"
+)
+"""Which of a JSON list of paths a layer has a row of at or before its version (live, ended
+or a whiteout: it decides them, hiding the layers below): one seek a path."""
+
+
+def layer_recent(
+    ws: int, at: int, after: tuple[str, str] | None, older: bool, limit: int
+) -> tuple[str, list[Any]]:
+    """``LAYER_RECENT``: up to ``limit`` of a layer's live rows made by ``at``, newest first;
+    after the ``(modified, path)`` of a row, those of its time after its path or (``older``)
+    those modified before it."""
+    args: list[Any] = [ws, at]
+    more = ""
+    if after is not None:
+        more = RECENT_OLDER if older else RECENT_TIE
+        args += [after[0]] if older else list(after)
+    return LAYER_RECENT.format(after=more), [*args, limit]

@@ -95,6 +95,11 @@ FIXED: dict[str, tuple[str, tuple[str, ...]]] = {
     "INSERT_WHITEOUT": (layers.INSERT_WHITEOUT, BOTH),
     "LAYER_HISTORIES": (layers.LAYER_HISTORIES, WRITER),
     "FORKS_OF": (layers.FORKS_OF, BOTH),
+    "LAYER_LIVE_PAGE": (layers.LAYER_LIVE_PAGE, READER),
+    "LAYER_ENDED": (layers.LAYER_ENDED, READER),
+    "LAYER_CHILDREN": (layers.LAYER_CHILDREN, READER),
+    "LAYER_HOLDING": (layers.LAYER_HOLDING, READER),
+    "DECIDED": (layers.DECIDED, READER),
     "EVENT_AT": (layers.EVENT_AT, WRITER),
     "TRUST_NOW": (layers.TRUST_NOW, WRITER),
     "EVENTS_CHANGED": (merges.EVENTS_CHANGED, WRITER),
@@ -126,6 +131,9 @@ def shapes() -> Iterator[Shape]:
         for after, older in ((None, False), (("m", "p"), False), (("m", "p"), True)):
             text, args = revisions.recent(1, 1, kind, after, older, 10)
             yield Shape(f"RECENT {kind=} {after=} {older=}", text, tuple(args), READER)
+            if kind is None:
+                text, args = layers.layer_recent(1, 1, after, older, 10)
+                yield Shape(f"LAYER_RECENT {after=} {older=}", text, tuple(args), READER)
     for upper in (None, "d0"):
         text, args = revisions.entries_page(1, 1, "d/", upper, 10)
         yield Shape(f"ENTRIES_PAGE {upper=}", text, tuple(args), READER)

@@ -3,7 +3,8 @@ counts and totals over its tree as of a version, a path's history and the events
 fork point.
 
 A fork's tree as of a version is its layers' (what it inherited at the fork point, less what
-it changed, plus its own rows), in path order; a page or a count of a listing filters it here.
+it changed, plus its own rows); a page of a listing merges its layers' pages
+(``infra/store/merged.py``): it costs the page, not the tree.
 Its events are the source's below the fork point ``N``, then its own: its version ``N`` is
 its ``workspace_forked`` event (the source's tree at ``N``, its chain continuing the source's
 event ``N``), its next ``N + 1``.
@@ -12,14 +13,16 @@ event ``N``), its next ``N + 1``.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import aclosing
 from typing import Any, Protocol
 
 import aiosqlite
 
-from core.plan import LIVE, WHITEOUT
+from core.plan import LIVE, WHITEOUT, subtree
 from core.rows import Node
 from infra import sql
-from infra.store import Layers, node_from_row
+from infra.store import Layers, merged, node_from_row
+from infra.store.layers import ALL
 
 
 class Scoped(Protocol):
@@ -35,41 +38,52 @@ class Scoped(Protocol):
     def prefix(self) -> str: ...
 
 
-class Layered(Protocol):
-    async def layered_entries(
-        self, layers: Layers, version: int, scope: str = "", *, with_scope: bool = False
-    ) -> list[Node]: ...
+def _successor(start: str) -> str:
+    """The least string above every one starting with ``start`` (not empty)."""
+    last = ord(start[-1])
+    return start[:-1] + chr(last + 1) if last < 0x10FFFF else "\U0010ffff"
 
 
 async def scoped(
-    store: Layered, layers: Layers, version: int, scope: Scoped, after: tuple[str, str] | None
+    db: aiosqlite.Connection,
+    layers: Layers,
+    version: int,
+    scope: Scoped,
+    after: tuple[str, str] | None,
+    limit: int | None,
 ) -> list[Node]:
-    """The entries of a listing's ``scope`` as of ``version``, in its order (directories
-    first, then by name; recursive: by path), after the ``(kind, path)`` of a page's last."""
+    """Up to ``limit`` (None: every) entries of a listing's ``scope`` as of ``version``, in
+    its order (directories first, then by name; recursive: by path), after the ``(kind,
+    path)`` of a page's last. One directory: its children in each layer; recursive: the
+    layers' ranges merged in path order, read up to the page (``infra/store/merged.py``)."""
     directory = scope.directory
-    nodes = await store.layered_entries(layers, version, directory)
     start = f"{directory}/{scope.prefix}" if directory else scope.prefix
-    out = [
-        n
-        for n in nodes
-        if n.path
-        and (scope.recursive or _parent(n.path) == directory)
-        and (scope.kind is None or n.kind == scope.kind)
-        and n.path.startswith(start)
-    ]
-    if scope.recursive:
+
+    def wanted(n: Node) -> bool:
+        return bool(n.path) and (scope.kind is None or n.kind == scope.kind)
+
+    if not scope.recursive:
+        found = await merged.children(db, layers, version, directory)
+        out = [n for n in found if wanted(n) and n.path.startswith(start)]
+        out.sort(key=lambda n: (n.kind == "f", n.path))
         if after is not None:
-            out = [n for n in out if n.path > after[1]]
-        return out
-    out.sort(key=lambda n: (n.kind == "f", n.path))
+            mark = (after[0] == "f", after[1])
+            out = [n for n in out if (n.kind == "f", n.path) > mark]
+        return out if limit is None else out[:limit]
+    lo, hi = subtree(directory) if directory else ALL
+    if start:
+        lo, hi = max(lo, start), min(hi, _successor(start))
     if after is not None:
-        mark = (after[0] == "f", after[1])
-        out = [n for n in out if (n.kind == "f", n.path) > mark]
-    return out
-
-
-def _parent(path: str) -> str:
-    return path.rsplit("/", 1)[0] if "/" in path else ""
+        lo = max(lo, after[1] + "\0")
+    first = merged.PAGE_FIRST if limit is None else min(merged.PAGE_MOST, limit + 1)
+    page: list[Node] = []
+    async with aclosing(merged.in_path_order(db, layers, version, lo, hi, first)) as nodes:
+        async for node in nodes:
+            if wanted(node):
+                page.append(node)
+                if limit is not None and len(page) >= limit:
+                    break
+    return page
 
 
 def totals(nodes: list[Node]) -> tuple[int, int, int]:
@@ -78,14 +92,65 @@ def totals(nodes: list[Node]) -> tuple[int, int, int]:
     return len(files), sum(1 for n in nodes if n.kind == "d"), sum(n.size for n in files)
 
 
-def text_files(nodes: list[Node], shas: list[str] | None) -> list[tuple[str, str]]:
-    """``(path, sha256)`` of the text files of a tree (holding one of ``shas``, if given)."""
+async def files(
+    db: aiosqlite.Connection, layers: Layers, version: int, scope: str, shas: list[str] | None
+) -> list[tuple[str, str]]:
+    """``(path, sha256)`` of the text files below ``scope`` as of ``version`` (holding one
+    of ``shas``, if given), by path: a few contents looked up in each layer by content;
+    else the layers' ranges of ``scope`` merged."""
+    lo, hi = subtree(scope) if scope else ALL
+    if shas is not None and len(shas) <= sql.FILES_LISTED_MAX:
+        nodes = await merged.holding(db, layers, version, lo, hi, shas)
+        return [(n.path, n.sha256 or "") for n in nodes]
     wanted = set(shas) if shas is not None else None
-    return [
-        (n.path, n.sha256 or "")
-        for n in nodes
-        if n.kind == "f" and not n.binary and (wanted is None or n.sha256 in wanted)
-    ]
+    out: list[tuple[str, str]] = []
+    async with aclosing(merged.in_path_order(db, layers, version, lo, hi)) as walk:
+        async for n in walk:
+            if n.kind == "f" and not n.binary and (wanted is None or n.sha256 in wanted):
+                out.append((n.path, n.sha256 or ""))
+    return out
+
+
+async def entries_page(
+    db: aiosqlite.Connection,
+    layers: Layers,
+    version: int,
+    start: str,
+    upper: str | None,
+    limit: int,
+) -> list[Node]:
+    """Up to ``limit`` entries in path order from ``start`` on, below ``upper``."""
+    page: list[Node] = []
+    hi = upper if upper is not None else ALL[1]
+    walk = merged.in_path_order(db, layers, version, start, hi, min(merged.PAGE_MOST, limit))
+    async with aclosing(walk) as nodes:
+        async for node in nodes:
+            page.append(node)
+            if len(page) >= limit:
+                break
+    return page
+
+
+async def recent(
+    db: aiosqlite.Connection,
+    layers: Layers,
+    version: int,
+    kind: str | None,
+    after: tuple[str, str] | None,
+    limit: int,
+) -> tuple[list[Node], tuple[str, str] | None]:
+    """Up to ``limit`` entries (of ``kind``) newest first, after the ``(modified, path)`` of
+    the last one taken, and the ``(modified, path)`` of the last of these."""
+    page: list[Node] = []
+    walk = merged.in_recent_order(db, layers, version, after, min(merged.PAGE_MOST, limit))
+    async with aclosing(walk) as nodes:
+        async for node in nodes:
+            if kind is None or node.kind == kind:
+                page.append(node)
+                if len(page) >= limit:
+                    break
+    last = (page[-1].modified.isoformat(), page[-1].path) if page else None
+    return page, last
 
 
 def _ranges(layers: Layers) -> list[tuple[int, int, int]]:

@@ -73,7 +73,7 @@ class ReadModel:
         by path."""
         layers = self._store.layers(ws)
         if layers is not None:
-            return (await forked.scoped(self._store, layers, version, scope, after))[:limit]
+            return await forked.scoped(self._db, layers, version, scope, after, limit)
 
         def statement(newest: bool) -> tuple[str, list[Any]]:
             index, where, args = scope.where(ws, version, newest)
@@ -85,7 +85,7 @@ class ReadModel:
     async def count(self, ws: int, version: int, scope: Scope) -> int:
         layers = self._store.layers(ws)
         if layers is not None:
-            return len(await forked.scoped(self._store, layers, version, scope, None))
+            return len(await forked.scoped(self._db, layers, version, scope, None, None))
 
         def statement(newest: bool) -> tuple[str, list[Any]]:
             index, where, args = scope.where(ws, version, newest)
@@ -153,8 +153,7 @@ class ReadModel:
             shas = list(dict.fromkeys(shas))
         layers = self._store.layers(ws)
         if layers is not None:
-            nodes = await self._store.layered_entries(layers, version, scope)
-            return forked.text_files(nodes, shas)
+            return await forked.files(self._db, layers, version, scope, shas)
         if shas is not None:
             if len(shas) <= sql.FILES_LISTED_MAX:  # few: the files holding them, by content
                 text, args = sql.files_holding(ws, version, scope, shas)
@@ -177,9 +176,11 @@ class ReadModel:
         """Up to ``limit`` live entries (of ``kind``) newest first, then by path, after the
         ``(modified, path)`` of the last one taken (``sql.RECENT``: two seeks at most), and
         the ``(modified, path)`` of the last of these. None: ``version`` is no longer the
-        workspace's newest (ask ``entries_at``), or it is a fork (its tree is its layers')."""
-        if self._store.layers(ws) is not None:
-            return None
+        workspace's newest (ask ``entries_at``). A fork's, at any version: its layers' merged
+        (``forked.recent``)."""
+        layers = self._store.layers(ws)
+        if layers is not None:
+            return await forked.recent(self._db, layers, version, kind, after, limit)
         text, args = sql.recent(ws, version, kind, after, False, limit)
         rows = list(await self._db.execute_fetchall(text, args))
         if after is not None and len(rows) < limit:
@@ -194,10 +195,11 @@ class ReadModel:
         self, ws: int, version: int, start: str, upper: str | None, limit: int
     ) -> list[Node] | None:
         """Up to ``limit`` live entries in path order from ``start`` on, below ``upper``
-        (``sql.ENTRIES_PAGE``: one seek). None: ``version`` is no longer the newest, or it
-        is a fork."""
-        if self._store.layers(ws) is not None:
-            return None
+        (``sql.ENTRIES_PAGE``: one seek). None: ``version`` is no longer the newest. A
+        fork's, at any version: its layers' ranges merged (``infra/store/merged.py``)."""
+        layers = self._store.layers(ws)
+        if layers is not None:
+            return await forked.entries_page(self._db, layers, version, start, upper, limit)
         text, args = sql.entries_page(ws, version, start, upper, limit)
         rows = list(await self._db.execute_fetchall(text, args))
         if not rows and not self._store.is_newest(ws, version):
