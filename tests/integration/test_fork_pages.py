@@ -22,15 +22,14 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from contracts.errors import ErrorCode, QuillError
 from core.rows import Node
 from quill.client import Quill, Workspace
 from quill_cli.natsserver import NatsServer
 from services.reader.app import Reader
 from tests.core.evolving import REAL_WRITER
 from tests.helpers import eventually, start_reader, start_writer
+from tests.integration.forking import TENANT, play
 
-TENANT = "acme"
 PATHS = ["a", "b", "d/x", "d/y", "d/w", "d/e/z", "d/e/q", "e/z", "e/f/g"]
 WHERE = st.sampled_from(["src", "src", "one", "two"])
 OPS = st.one_of(
@@ -102,32 +101,12 @@ async def run(url: str, data: Path, script: list[tuple[Any, ...]]) -> None:
         reader = await start_reader(stack, url, data / "reader")
         quill = await Quill.connect(url, actor="tester", timeout=10)
         stack.push_async_callback(quill.close)
-        ws = {k: quill.workspace(f"{TENANT}/{v}") for k, v in names.items()}
-        await ws["src"].create()
-        made = {"src"}
         first: dict[str, int] = {}
-        for n, op in enumerate(script):
-            where = op[1]
-            if where not in made:  # forked when first named: one of src, two of one
-                base = "src" if where == "one" else "one"
-                if base not in made:
-                    continue
-                await quill.fork(f"{TENANT}/{names[base]}", names[where])
-                made.add(where)
-            w = ws[where]
-            try:
-                match op:
-                    case ("write", _, path, text):
-                        await w.write(path, f"{text}{n:03}\n")
-                    case ("delete", _, path):
-                        await w.delete(path, recursive=True)
-                    case ("mkdir", _, path):
-                        await w.mkdir(path)
-                    case ("move", _, path, to):
-                        await w.move(path, to)
-            except QuillError as exc:
-                assert exc.code not in (ErrorCode.UNAVAILABLE, ErrorCode.INTERNAL), exc
+
+        async def noted(where: str, w: Workspace) -> None:
             first.setdefault(where, (await w.info()).version)
+
+        ws, made = await play(quill, names, script, lambda t, n: f"{t}{n:03}\n", noted)
         for k in made:
             newest = (await ws[k].info()).version
 

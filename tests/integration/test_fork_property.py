@@ -21,15 +21,14 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from contracts.errors import ErrorCode, QuillError
 from core.evolve import WorkspaceState, evolve
 from core.plan import Committed
 from quill.client import Quill, Workspace
 from quill_cli.natsserver import NatsServer
 from tests.core.evolving import REAL_WRITER, log_of
 from tests.helpers import eventually, start_writer_and_reader
+from tests.integration.forking import TENANT, play
 
-TENANT = "acme"
 PATHS = ["a", "b", "d", "d/x", "d/y", "e/z"]
 WHERE = st.sampled_from(["src", "one", "two"])
 OPS = st.one_of(
@@ -86,30 +85,7 @@ async def run(url: str, data: Path, script: list[tuple[Any, ...]]) -> None:
         await start_writer_and_reader(stack, url, data)
         quill = await Quill.connect(url, actor="tester", timeout=10)
         stack.push_async_callback(quill.close)
-        ws = {k: quill.workspace(f"{TENANT}/{v}") for k, v in names.items()}
-        await ws["src"].create()
-        made = {"src"}
-        for n, op in enumerate(script):
-            where = op[1]
-            if where not in made:  # forked when first named: one of src, two of one
-                base = "src" if where == "one" else "one"
-                if base not in made:
-                    continue
-                await quill.fork(f"{TENANT}/{names[base]}", names[where])
-                made.add(where)
-            w = ws[where]
-            try:
-                match op:
-                    case ("write", _, path, text):
-                        await w.write(path, f"{text}{n}\n")
-                    case ("delete", _, path):
-                        await w.delete(path, recursive=True)
-                    case ("mkdir", _, path):
-                        await w.mkdir(path)
-                    case ("move", _, path, to):
-                        await w.move(path, to)
-            except QuillError as exc:
-                assert exc.code not in (ErrorCode.UNAVAILABLE, ErrorCode.INTERNAL), exc
+        ws, made = await play(quill, names, script, lambda t, n: f"{t}{n}\n")
         logs = {k: await log_of(quill.nc, TENANT, names[k]) for k in made}
         for k in made:
             await eventually(caught_up(ws[k], logs[k][-1].event.version), what=f"{k} read")
