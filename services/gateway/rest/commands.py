@@ -40,7 +40,7 @@ from contracts.limits import (
     check_stdin,
 )
 from services.gateway.access import Access
-from services.gateway.rest.edge import count_param, json_body, own_workspace
+from services.gateway.rest.edge import camel, count_param, json_body, own_workspace
 from services.gateway.rest.schema import BOOL, INT, STR, body, obj
 
 COMMANDS = "/v1/host/workspace/commands"
@@ -132,21 +132,11 @@ def ran(r: rp.CommandResult) -> dict[str, Any]:
 
 
 def polled(r: rp.CommandStatus) -> dict[str, Any]:
-    """``exec.poll``'s answer in the door's words."""
-    return {
-        "commandId": r.command_id,
-        "running": r.running,
-        "stdout": r.stdout,
-        "stderr": r.stderr,
-        "cursor": r.cursor,
-        "more": r.more,
-        "exitCode": r.exit_code,
-        "timedOut": r.timed_out,
-        "version": r.version,
-        "changed": r.changed,
-        "commitError": r.error,
-        "durationMs": r.duration_ms,
-    }
+    """``exec.poll``'s answer in the door's words (camelCase; its commit's error as
+    ``commitError``: a 200's body names no ``error``)."""
+    body: dict[str, Any] = camel(r)
+    body["commitError"] = body.pop("error")
+    return body
 
 
 class Commands:
@@ -277,6 +267,7 @@ SCHEMAS: dict[str, Any] = {
         stderr=STR,
         cursor=str_schema("For the next GET …/output"),
         more={"type": "boolean", "description": "More is kept past cursor already"},
+        dropped=int_schema("Bytes past what is kept, before the cursor: not shown"),
         exitCode=INT_OR_NULL,
         timedOut=BOOL,
         version=INT_OR_NULL,
