@@ -30,12 +30,13 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from contracts import requests as rq
 from contracts.errors import RETRIABLE, ErrorCode, QuillError
 from quill.client import Quill, Workspace
 
+T = TypeVar("T")
 OPS = ("read", "write", "edit", "grep", "exec")
 DEFAULT_MIX: Mapping[str, float] = {"read": 8, "write": 5, "edit": 2, "grep": 2, "exec": 1}
 SHARED = "shared/counters.txt"
@@ -284,15 +285,22 @@ class _Client:
         if kind != "edit":
             self.expect.setdefault((_name(ws), path), set()).add(content)
 
+    async def _changing(
+        self, ws: Workspace, path: str, content: str, op: str, t0: float, change: Awaitable[T]
+    ) -> T:
+        """``change``'s answer; when it fails in a way that may still have applied (a lost
+        reply, a failover), ``path`` is noted as maybe holding ``content`` (unsure)."""
+        try:
+            return await change
+        except BaseException as exc:
+            if applied_maybe(exc):
+                self._unsure(ws, path, content, op, t0)
+            raise
+
     async def write(self, ws: Workspace, t0: float) -> None:
         path = self._path()
         content = f"client {self.n} op {self.i} {_name(ws)}\n{FILLER}"
-        try:
-            await ws.write(path, content)
-        except BaseException as exc:
-            if applied_maybe(exc):
-                self._unsure(ws, path, content, "write", t0)
-            raise
+        await self._changing(ws, path, content, "write", t0, ws.write(path, content))
         # ops of one client are sequential: nothing it saw is newer than its own write
         self._ack(ws, path, ws.last_version, content, "write")
 
@@ -314,24 +322,16 @@ class _Client:
         if line is None:
             raise WrongResult(f"{SHARED} at v{ws.last_version} has no line {key}")
         new = f"{key}{int(line[len(key) :]) + 1}"
-        try:
-            await ws.edit(SHARED, line + "\n", new + "\n", if_match=current.etag)
-        except BaseException as exc:
-            if applied_maybe(exc):
-                self._unsure(ws, SHARED, new, "edit", t0)
-            raise
+        edited = ws.edit(SHARED, line + "\n", new + "\n", if_match=current.etag)
+        await self._changing(ws, SHARED, new, "edit", t0, edited)
         self._ack(ws, SHARED, ws.last_version, new, "edit")
 
     async def exec(self, ws: Workspace, t0: float) -> None:
         path = f"c{self.n}/x.txt"
         content = f"exec {self.n} {self.i}"
         command = f"mkdir -p c{self.n} && printf '{content}' > {path} && wc -l c{self.n}/*"
-        try:
-            result = await ws.exec(command, timeout_ms=30_000)
-        except BaseException as exc:
-            if applied_maybe(exc):
-                self._unsure(ws, path, content, "exec", t0)
-            raise
+        ran = ws.exec(command, timeout_ms=30_000)
+        result = await self._changing(ws, path, content, "exec", t0, ran)
         error = result.changes.error or ""
         if result.exit_code == 0 and not result.changes.committed and error:
             code = error.split(":", 1)[0]
