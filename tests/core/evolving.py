@@ -1,8 +1,8 @@
 """Commands drawn for the property tests of the one fold (``core.evolve``), the writer's state
 machine without NATS that decides them, and what states are compared by
-(``tests/core/test_evolve_property.py``, ``tests/integration/test_evolve_property.py``); the
-settings and the log reader of those against a real writer (``REAL_WRITER``, ``log_of``, also
-``tests/integration/test_fork_property.py``'s)."""
+(``tests/core/test_evolve_property.py``, ``tests/integration/test_evolve_property.py``). Pure,
+as every module of ``tests/core`` (``test_pure.py``): what the tests against a real writer
+share is ``tests/integration/real_writer.py``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from nats.aio.client import Client as NATS
 
 from contracts import codec, hashing
 from contracts import replies as rp
@@ -25,33 +23,16 @@ from contracts.events import (
     UncommittedPath,
     WorkspaceEvent,
 )
-from contracts.subjects import Origin, Subjects
+from contracts.subjects import Origin
 from core.decide import decide
 from core.decision import Context, Decision, to_event
 from core.evolve import WorkspaceState, evolve
 from core.plan import Committed
-from infra import log as eventlog
 from tests.core.build import T0
 
 TENANT = "acme"
 PATHS = ["a", "b", "d", "d/x", "d/y", "d/e/z"]
 SESSIONS = [None, "s1", "s2"]
-
-REAL_WRITER = settings(
-    max_examples=4,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-"""A property whose every example starts a real writer (and reader) on the test's
-nats-server: a few examples, no deadline (one takes seconds), the function-scoped fixtures
-(the server, ``tmp_path``) shared by its examples (each on a data directory of its own)."""
-
-
-async def log_of(nc: NATS, tenant: str, name: str) -> list[Committed]:
-    """The whole log of ``tenant/name``, as its writer appended it."""
-    js, subject = nc.jetstream(), Subjects().evt(tenant, name)
-    return await eventlog.read(js, subject, 0, await eventlog.last_seq(js, subject))
-
 
 # ---------------------------------------------------------------- the commands drawn
 

@@ -41,20 +41,19 @@ from services.writer.app import Writer
 from tests.core.build import T0
 from tests.core.evolving import (
     COMPACT,
-    REAL_WRITER,
     TENANT,
     Decided,
     actions,
     commands,
     decided,
     folded,
-    log_of,
     norm,
     real_actions,
     request,
     session_of,
 )
 from tests.helpers import start_writer
+from tests.integration.real_writer import REAL_WRITER, log_of
 
 # ---------------------------------------------------------------- the projection
 

@@ -26,9 +26,9 @@ from core.rows import Node
 from quill.client import Quill, Workspace
 from quill_cli.natsserver import NatsServer
 from services.reader.app import Reader
-from tests.core.evolving import REAL_WRITER
 from tests.helpers import eventually, start_reader, start_writer
 from tests.integration.forking import TENANT, play
+from tests.integration.real_writer import REAL_WRITER
 
 PATHS = ["a", "b", "d/x", "d/y", "d/w", "d/e/z", "d/e/q", "e/z", "e/f/g"]
 WHERE = st.sampled_from(["src", "src", "one", "two"])

@@ -25,9 +25,9 @@ from core.evolve import WorkspaceState, evolve
 from core.plan import Committed
 from quill.client import Quill, Workspace
 from quill_cli.natsserver import NatsServer
-from tests.core.evolving import REAL_WRITER, log_of
 from tests.helpers import eventually, start_writer_and_reader
 from tests.integration.forking import TENANT, play
+from tests.integration.real_writer import REAL_WRITER, log_of
 
 PATHS = ["a", "b", "d", "d/x", "d/y", "e/z"]
 WHERE = st.sampled_from(["src", "one", "two"])
