@@ -263,6 +263,8 @@ WORKSPACE_TOOLS = {
         "attach_workspace": {"uri": "server:/acme/other"},
         "detach_workspace": {"uri": "server:/acme/other"},
         "archive_workspace": {},
+        "fork_workspace": {"name": "stolen"},
+        "merge_workspace": {"from": "mine"},
         "wait_for_approval": {"approval_id": "req-1:approval", "timeout_ms": 0},
     }.items()
 }
@@ -285,7 +287,8 @@ async def test_a_pinned_token_naming_another_workspace_learns_nothing(
                 data = result.structured_content
                 assert result.is_error and isinstance(data, dict), tool
                 assert model_view(result) == f"Error: {data['error']}", tool  # the same words
-                if tool in ("attach_workspace", "archive_workspace"):  # a pinned token may not
+                if tool in ("attach_workspace", "archive_workspace", "fork_workspace"):
+                    # a pinned token may not (merge_workspace: its target is not reached)
                     assert data["code"] == "ACCESS_DENIED", data
                 else:
                     assert data == {
