@@ -16,6 +16,7 @@ from services.gateway.access import Principal, Tokens
 from services.gateway.rest.openapi import document
 from tests.gateway.conftest import StartGateway
 from tests.gateway.support import call, mcp_client, ok
+from tests.helpers import eventually
 from tests.security.test_console_processes import csrf_of
 
 TOKENS = Tokens({"acme-admin-token": Principal("acme", "ops", pinned=False, actor="ann")})
@@ -108,9 +109,14 @@ async def test_the_console_shows_forks_and_forks_through_its_form(start: StartGa
     await book.write("a.md", "a\n")
     await sdk.fork("default/book", "early", version=1)
     async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
-        page = await http.get("/ui/w/book/forks")
-        assert page.status_code == 200
-        assert 'id="fork-early"' in page.text and "version 1" in page.text
+
+        async def listed() -> httpx.Response | None:  # once the reader has the fork
+            page = await http.get("/ui/w/book/forks")
+            assert page.status_code == 200
+            return page if 'id="fork-early"' in page.text else None
+
+        page = await eventually(listed, what="the fork on the source's page")
+        assert "version 1" in page.text
         assert "Not a fork" in page.text and 'id="merge"' in page.text
         made = await http.post(
             "/ui/w/book/forks", data={"name": "try-a", "version": "", "csrf": csrf_of(page.text)}

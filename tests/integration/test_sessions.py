@@ -135,7 +135,9 @@ async def test_git_uri_clones_into_a_restricted_workspace_and_the_docs_examples_
         assert (await again.attach(f"git:{url}")).attached[0].target == attached.target
 
         page = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text()
-        run_example, session_example = code_blocks(page)
+        blocks = code_blocks(page)  # the run's and the session's (the page has more after)
+        run_example = next(b for b in blocks if b.startswith("async with ws.run()"))
+        session_example = next(b for b in blocks if "Session.open(" in b)
         ws = quill.workspace("acme/docs")
         await ws.create()
         await ws.write("PLAN.md", "- start\n")
