@@ -49,12 +49,26 @@ def layer_dir(checkouts: Path, home: Path) -> Path:
     return checkouts / LAYERS / home.relative_to(checkouts)
 
 
+MAKE_ATTEMPTS = 8
+"""How often ``make`` makes the directory of layers again when a concurrent ``remove`` took it
+away between its ``mkdir`` and the layer's (seen under load: ``INTERNAL: FileNotFoundError``
+for one ``exec`` in a thousand)."""
+
+
 def make(checkouts: Path, tree: Path, owner: Owner | None) -> Path:
     """A new layer for a command on ``tree`` (a checkout's ``tree/`` under ``checkouts``)."""
     layers = layer_dir(checkouts, tree.parent)
-    layers.mkdir(mode=0o700, parents=True, exist_ok=True)
-    layer = layers / secrets.token_hex(8)
-    layer.mkdir(mode=0o700)
+    for attempt in range(MAKE_ATTEMPTS):
+        layers.mkdir(mode=0o700, parents=True, exist_ok=True)
+        layer = layers / secrets.token_hex(8)
+        try:
+            layer.mkdir(mode=0o700)
+            break
+        except FileNotFoundError:
+            # another command's layer of this checkout was just removed, and with it the
+            # directory of layers it left empty (``remove``): make that again
+            if attempt == MAKE_ATTEMPTS - 1:
+                raise
     (layer / WORK).mkdir(mode=0o700)
     (layer / MERGED).mkdir(mode=0o755)
     upper = layer / UPPER
