@@ -320,7 +320,9 @@ while not os.path.exists(".stop"):
 
 
 @pytest.mark.parametrize(
-    "seconds", [3, pytest.param(60, marks=pytest.mark.slow, id="a-minute")], ids=str
+    "seconds",
+    [3, pytest.param(60, marks=[pytest.mark.slow, pytest.mark.timeout(300)], id="a-minute")],
+    ids=str,
 )
 async def test_links_swapped_in_a_loop_while_the_checkout_syncs(
     services: StartReader,
