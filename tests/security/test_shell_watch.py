@@ -135,12 +135,14 @@ async def test_background_writes_through_a_kept_descriptor(
     quill: Quill,
     name: str,  # noqa: F811
 ) -> None:
-    """A background process holding a descriptor from before the command writes after it:
-    the change is committed before the next command, as a walk would find it."""
+    """A background process holding a descriptor opened by an earlier command writes through
+    it while the next command runs (which waits for the write): committed with that command,
+    as a walk finds it. The FIFO is made before the job starts (a ``<>`` first would make it
+    a regular file: the two shells then differ by a race of the job's own)."""
     steps = [
-        "(exec 8>>bg.txt; read -t 5 <> go.fifo; echo later >&8) >/dev/null 2>&1 & "
-        "mkfifo go.fifo 2>/dev/null; true",
-        "echo go > go.fifo; sleep 0.5; true",
+        "mkfifo go.fifo; (exec 8>>bg.txt; read -t 30 <> go.fifo; echo later >&8) "
+        ">/dev/null 2>&1 & true",
+        "echo go > go.fifo; until grep -q later bg.txt; do sleep 0.05; done; true",
         "rm -f go.fifo && true",
     ]
     seen = await twins(executor, quill, name, steps)
