@@ -66,12 +66,13 @@ class Differ(OffloadedOps):
     async def diff(self, ws: WorkspaceRow, version: int, req: rq.DiffQuery) -> rp.Diff:
         to_version = req.to_version or version
         latest = self.q.store.version_of(ws.tenant, ws.name)
-        asked = (to_version,) if req.from_workspace not in (None, ws.name) else ()
-        for v in asked or (req.from_version, to_version):
+        elsewhere = req.from_workspace not in (None, ws.name)
+        for v in (to_version,) if elsewhere else (req.from_version, to_version):
             if v > latest:
                 raise no_version(v, latest)
         other = ws
-        if req.from_workspace is not None and req.from_workspace != ws.name:
+        if elsewhere:
+            assert req.from_workspace is not None
             other = self._other(ws, req.from_workspace, req.from_version)
         scope = normalize(req.path) if req.path is not None else ""
         old = await self._files(other, req.from_version, scope)
