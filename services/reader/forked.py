@@ -13,6 +13,7 @@ event ``N``), its next ``N + 1``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Any, Protocol
 
@@ -76,8 +77,16 @@ async def scoped(
     if after is not None:
         lo = max(lo, after[1] + "\0")
     first = merged.PAGE_FIRST if limit is None else min(merged.PAGE_MOST, limit + 1)
+    return await _take(merged.in_path_order(db, layers, version, lo, hi, first), wanted, limit)
+
+
+async def _take(
+    walk: AsyncGenerator[Node, None], wanted: Callable[[Node], bool], limit: int | None
+) -> list[Node]:
+    """Up to ``limit`` (None: every) of ``walk``'s nodes that are ``wanted``, in its order;
+    the walk closed however it ends (it reads its layers as it is taken)."""
     page: list[Node] = []
-    async with aclosing(merged.in_path_order(db, layers, version, lo, hi, first)) as nodes:
+    async with aclosing(walk) as nodes:
         async for node in nodes:
             if wanted(node):
                 page.append(node)
@@ -120,15 +129,9 @@ async def entries_page(
     limit: int,
 ) -> list[Node]:
     """Up to ``limit`` entries in path order from ``start`` on, below ``upper``."""
-    page: list[Node] = []
     hi = upper if upper is not None else ALL[1]
     walk = merged.in_path_order(db, layers, version, start, hi, min(merged.PAGE_MOST, limit))
-    async with aclosing(walk) as nodes:
-        async for node in nodes:
-            page.append(node)
-            if len(page) >= limit:
-                break
-    return page
+    return await _take(walk, lambda _: True, limit)
 
 
 async def recent(
@@ -141,14 +144,8 @@ async def recent(
 ) -> tuple[list[Node], tuple[str, str] | None]:
     """Up to ``limit`` entries (of ``kind``) newest first, after the ``(modified, path)`` of
     the last one taken, and the ``(modified, path)`` of the last of these."""
-    page: list[Node] = []
     walk = merged.in_recent_order(db, layers, version, after, min(merged.PAGE_MOST, limit))
-    async with aclosing(walk) as nodes:
-        async for node in nodes:
-            if kind is None or node.kind == kind:
-                page.append(node)
-                if len(page) >= limit:
-                    break
+    page = await _take(walk, lambda n: kind is None or n.kind == kind, limit)
     last = (page[-1].modified.isoformat(), page[-1].path) if page else None
     return page, last
 
