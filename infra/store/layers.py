@@ -70,7 +70,7 @@ class Layering(StoreBase):
         found = self._lookup.execute(sql.FORK_OF, (ws,)).fetchall()
         layers: Layers | None = None
         if found and found[0][1]:
-            tenant, lineage = str(found[0][0]), _lineage(found[0][1])
+            tenant, lineage = str(found[0][0]), lineage_of(found[0][1])
             layers = [(ws, TOP)]
             for name, version in lineage:
                 row = self.workspace(tenant, name)
@@ -81,11 +81,6 @@ class Layering(StoreBase):
             self._layers.clear()
         self._layers[ws] = layers
         return layers
-
-    def forget_layers(self, ids: list[int]) -> None:
-        """A purge or a creation may reuse an id: its layers are looked up again."""
-        for ws in ids:
-            self._layers.pop(ws, None)
 
     async def layered_node(
         self, layers: Layers, path: str, version: int, *, data: bool = False
@@ -191,7 +186,7 @@ class Layering(StoreBase):
         """The workspaces forked from ``tenant/name`` (their nearest layer), by name:
         ``(name, lineage, version)``."""
         rows = await self._r.execute_fetchall(sql.FORKS_OF, (tenant, name, after, limit))
-        return [(str(r[0]), _lineage(r[1]), int(r[2])) for r in rows]
+        return [(str(r[0]), lineage_of(r[1]), int(r[2])) for r in rows]
 
 
 Query = tuple[str, tuple[Any, ...]]
@@ -236,7 +231,3 @@ def entries_on(db: sqlite3.Connection, layers: Layers, version: int) -> list[Nod
     except StopIteration as done:
         nodes: list[Node] = done.value
         return nodes
-
-
-def _lineage(text: str) -> tuple[tuple[str, int], ...]:
-    return lineage_of(str(text))
