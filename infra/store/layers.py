@@ -53,7 +53,7 @@ def _range(scope: str, with_scope: bool) -> list[tuple[str, str]]:
     return [exact(scope), *below] if with_scope else below
 
 
-def _shown(row: Any, cap: int, nearest: bool) -> Node:
+def shown(row: Any, cap: int, nearest: bool) -> Node:
     """A layer's row as the fork shows it (valid from its version on when it was at the cap)."""
     return node_from_row(row, LIVE if not nearest and row[10] > cap else None)
 
@@ -96,7 +96,7 @@ class Layering(StoreBase):
             row = rows[0]
             if row[10] <= at or row[1] == WHITEOUT:
                 return None
-            return _shown(row, cap, i == 0), (row[12] if data else None)
+            return shown(row, cap, i == 0), (row[12] if data else None)
         return None
 
     async def layered_entries(
@@ -203,7 +203,7 @@ def _entries(
         (ws, cap), (lo, hi) = layers[0], ranges[0]
         at = min(version, cap)
         rows = yield sql.LAYER_ROWS, (ws, at, at, lo, hi)
-        return [_shown(row, cap, True) for row in rows if row[1] != WHITEOUT]
+        return [shown(row, cap, True) for row in rows if row[1] != WHITEOUT]
     found: dict[str, Node] = {}
     decided: set[str] = set()
     for i, (ws, cap) in enumerate(layers):
@@ -213,7 +213,7 @@ def _entries(
             for row in (yield sql.LAYER_ROWS, (ws, at, at, lo, hi)):
                 path = str(row[0])
                 if path not in decided and path not in found and row[1] != WHITEOUT:
-                    found[path] = _shown(row, cap, i == 0)
+                    found[path] = shown(row, cap, i == 0)
             if not last:
                 for (path,) in (yield sql.TOUCHED, (ws, lo, hi, at)):
                     decided.add(str(path))
