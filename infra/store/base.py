@@ -194,9 +194,9 @@ class StoreBase:
         """The checkpoint at the end of a bulk of applies, while it runs."""
         self._in_bulk = False
         self._stats_at = 0
+        """The log position at which statistics were last gathered (``_upkeep``)."""
         self._layers: dict[int, list[tuple[int, int]] | None] = {}
         """A fork's layers by its id (``infra/store/layers.py``); None: no fork."""
-        """The log position at which statistics were last gathered (``_upkeep``)."""
         self.steps: Steps | None = None
         """Counts the SQLite virtual machine's steps on every connection, while a test
         wants it (``count_steps``)."""

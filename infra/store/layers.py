@@ -53,7 +53,7 @@ def _range(scope: str, with_scope: bool) -> list[tuple[str, str]]:
     return [exact(scope), *below] if with_scope else below
 
 
-def _shown(row: Any, cap: int, nearest: bool) -> Node:
+def shown(row: Any, cap: int, nearest: bool) -> Node:
     """A layer's row as the fork shows it (valid from its version on when it was at the cap)."""
     return node_from_row(row, LIVE if not nearest and row[10] > cap else None)
 
@@ -70,7 +70,7 @@ class Layering(StoreBase):
         found = self._lookup.execute(sql.FORK_OF, (ws,)).fetchall()
         layers: Layers | None = None
         if found and found[0][1]:
-            tenant, lineage = str(found[0][0]), _lineage(found[0][1])
+            tenant, lineage = str(found[0][0]), lineage_of(found[0][1])
             layers = [(ws, TOP)]
             for name, version in lineage:
                 row = self.workspace(tenant, name)
@@ -81,11 +81,6 @@ class Layering(StoreBase):
             self._layers.clear()
         self._layers[ws] = layers
         return layers
-
-    def forget_layers(self, ids: list[int]) -> None:
-        """A purge or a creation may reuse an id: its layers are looked up again."""
-        for ws in ids:
-            self._layers.pop(ws, None)
 
     async def layered_node(
         self, layers: Layers, path: str, version: int, *, data: bool = False
@@ -101,7 +96,7 @@ class Layering(StoreBase):
             row = rows[0]
             if row[10] <= at or row[1] == WHITEOUT:
                 return None
-            return _shown(row, cap, i == 0), (row[12] if data else None)
+            return shown(row, cap, i == 0), (row[12] if data else None)
         return None
 
     async def layered_entries(
@@ -191,7 +186,7 @@ class Layering(StoreBase):
         """The workspaces forked from ``tenant/name`` (their nearest layer), by name:
         ``(name, lineage, version)``."""
         rows = await self._r.execute_fetchall(sql.FORKS_OF, (tenant, name, after, limit))
-        return [(str(r[0]), _lineage(r[1]), int(r[2])) for r in rows]
+        return [(str(r[0]), lineage_of(r[1]), int(r[2])) for r in rows]
 
 
 Query = tuple[str, tuple[Any, ...]]
@@ -208,7 +203,7 @@ def _entries(
         (ws, cap), (lo, hi) = layers[0], ranges[0]
         at = min(version, cap)
         rows = yield sql.LAYER_ROWS, (ws, at, at, lo, hi)
-        return [_shown(row, cap, True) for row in rows if row[1] != WHITEOUT]
+        return [shown(row, cap, True) for row in rows if row[1] != WHITEOUT]
     found: dict[str, Node] = {}
     decided: set[str] = set()
     for i, (ws, cap) in enumerate(layers):
@@ -218,7 +213,7 @@ def _entries(
             for row in (yield sql.LAYER_ROWS, (ws, at, at, lo, hi)):
                 path = str(row[0])
                 if path not in decided and path not in found and row[1] != WHITEOUT:
-                    found[path] = _shown(row, cap, i == 0)
+                    found[path] = shown(row, cap, i == 0)
             if not last:
                 for (path,) in (yield sql.TOUCHED, (ws, lo, hi, at)):
                     decided.add(str(path))
@@ -236,7 +231,3 @@ def entries_on(db: sqlite3.Connection, layers: Layers, version: int) -> list[Nod
     except StopIteration as done:
         nodes: list[Node] = done.value
         return nodes
-
-
-def _lineage(text: str) -> tuple[tuple[str, int], ...]:
-    return lineage_of(str(text))

@@ -11,7 +11,7 @@ from contracts import codec
 from contracts.uncommitted import Recorded
 from core.evolve import WorkspaceState, evolve
 from core.plan import head_of
-from core.rows import WorkspaceRow
+from core.rows import Node, WorkspaceRow
 from core.tree import Tree, place
 from infra import sql
 from infra.store.base import instrument, node_from_row
@@ -56,9 +56,9 @@ class Loading(Layering):
             return Loaded(WorkspaceState(tenant, name), [])
         state = head_of(row)
         layers = self.layers(row.id) if row.lineage else None
-        below = layers[1:] if layers and len(layers) > 1 else None
+        below = layers[1:] if layers else None
         if row.version <= SMALL_LOAD and all(
-            self._small(ws) for ws, _ in [(row.id, 0), *(below or [])]
+            self._small(ws) for ws in [row.id, *(w for w, _ in below or [])]
         ):
             results = self._fill(self._lookup, state, row.id, recent, below)
         else:
@@ -108,11 +108,7 @@ class Loading(Layering):
             tree = state.tree
             tree.partial, tree.loaded_at = True, state.version
             for r in db.execute(sql.LIVE_TREE, (ws,)):
-                node = node_from_row(r)
-                place(tree, node)
-                if node.file_version:
-                    tree.last_fv[node.path] = node.file_version
-                tree.changed[node.path] = node.version
+                _held(tree, node_from_row(r))
             if below:
                 _inherit(db, tree, ws, below)
             for (event,) in db.execute(sql.LIVE_CONTROLS, (ws,)):  # their effect: evolved
@@ -145,9 +141,13 @@ def _inherit(db: sqlite3.Connection, tree: Tree, ws: int, below: Layers) -> None
     the writer for the second 100,000 files take)."""
     own = {str(r[0]) for r in db.execute(sql.TOUCHED, (ws, *ALL, TOP))}
     for node in entries_on(db, below, below[0][1]):
-        if node.path in own or not node.path:
-            continue
-        place(tree, node)
-        if node.file_version:
-            tree.last_fv[node.path] = node.file_version
-        tree.changed[node.path] = node.version
+        if node.path not in own and node.path:
+            _held(tree, node)
+
+
+def _held(tree: Tree, node: Node) -> None:
+    """``node`` in the loaded tree, with its last file version and last change."""
+    place(tree, node)
+    if node.file_version:
+        tree.last_fv[node.path] = node.file_version
+    tree.changed[node.path] = node.version

@@ -31,14 +31,13 @@ from typing import Any
 
 import aiosqlite
 
-from core.plan import LIVE, WHITEOUT
+from core.plan import WHITEOUT
 from core.rows import Node
 from infra import sql
-from infra.store.base import node_from_row
+from infra.store.layers import Layers, shown
 
 PAGE_FIRST, PAGE_MOST = 64, 4096
 """Rows of a layer's first page, and of its largest (each next page twice the last)."""
-Layers = list[tuple[int, int]]
 Row = Any
 Key = Callable[[Row], Any]
 
@@ -55,12 +54,6 @@ def newest_first(row: Row) -> Any:
 
 def _recent(modified: str, path: str) -> tuple[float, str]:
     return (-datetime.fromisoformat(modified).timestamp(), path)
-
-
-def _node(row: Row, cap: int, nearest: bool) -> Node:
-    """A layer's row as the fork shows it (valid from its version on when it was valid at
-    the layer's cap: when a nearer layer took the path over is that layer's row)."""
-    return node_from_row(row, LIVE if not nearest and row[10] > cap else None)
 
 
 async def _rows(db: aiosqlite.Connection, text: str, args: Any) -> list[Row]:
@@ -114,7 +107,7 @@ async def _layer(
         rows = sorted(page + take, key=key) if take else page
         for row in await undecided(db, at[:i], rows):
             if row[1] != WHITEOUT:
-                yield _node(row, layers[i][1], i == 0)
+                yield shown(row, layers[i][1], i == 0)
         if not full:
             return
         last, size = page[-1], min(2 * size, PAGE_MOST)
@@ -219,7 +212,7 @@ async def children(
         rows = await _rows(db, sql.LAYER_CHILDREN, (ws, directory, cap, cap))
         rows = [r for r in rows if r[0] != directory]
         out += [
-            _node(r, layers[i][1], i == 0)
+            shown(r, layers[i][1], i == 0)
             for r in await undecided(db, at[:i], rows)
             if r[1] != WHITEOUT
         ]
@@ -243,5 +236,5 @@ async def holding(
             for r in await _rows(db, sql.LAYER_ENDED, (ws, cap, cap, lo, hi))
             if r[1] == "f" and not r[6] and r[2] in wanted
         ]
-        out += [_node(r, layers[i][1], i == 0) for r in await undecided(db, at[:i], rows)]
+        out += [shown(r, layers[i][1], i == 0) for r in await undecided(db, at[:i], rows)]
     return sorted(out, key=_node_path)

@@ -29,7 +29,7 @@ import msgspec
 from contracts import codec
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_workspace
 from contracts.events import ChangesCommitted
 from contracts.subjects import STREAM_EVENTS
 from core.decision import MergeSource, Needs
@@ -69,11 +69,7 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     ours_row = store.workspace(tenant, site.workspace)
     theirs_row = store.workspace(tenant, name)
     if theirs_row is None:
-        raise QuillError(
-            ErrorCode.WORKSPACE_NOT_FOUND,
-            f"Workspace not found: {tenant}/{name}",
-            {"tenant": tenant, "workspace": name},
-        )
+        raise no_workspace(tenant, name)
     if ours_row is None:  # a workspace that exists is projected once applied
         raise QuillError(ErrorCode.UNAVAILABLE, f"{tenant}/{site.workspace} is not projected yet")
     theirs_version = theirs_row.version
