@@ -54,27 +54,13 @@ class Merges:
 
 def merged_json(m: rp.Merged, version: int) -> dict[str, Any]:
     """A merge as REST answers it: camelCase, names without their tenant."""
+    fields = camel(m)
+    del fields["workspace"], fields["source"]
     return {
         "name": m.workspace.split("/", 1)[1],
         "from": m.source.split("/", 1)[1],
         "version": version,
-        **camel(
-            {
-                "from_version": m.from_version,
-                "base_version": m.base_version,
-                "from_base": m.from_base,
-                "strategy": m.strategy,
-                "dry_run": m.dry_run,
-                "committed": m.committed,
-                "changes": m.changes,
-                "changes_total": m.changes_total,
-                "conflicts": m.conflicts,
-                "conflicts_total": m.conflicts_total,
-                "marked": m.marked,
-                "merged": m.merged,
-                "refused": m.refused,
-            }
-        ),
+        **fields,
     }
 
 
