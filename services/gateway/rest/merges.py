@@ -23,7 +23,7 @@ from contracts.errors import ErrorCode, QuillError
 from services.gateway.access import Access, principal_of
 from services.gateway.reach import STRATEGIES, merge
 from services.gateway.rest.edge import camel, json_body
-from services.gateway.rest.schema import BOOL, INT, STR, arr, body, obj, path_param
+from services.gateway.rest.schema import BOOL, INT, STR, WORKSPACE_NAME, arr, body, obj, path_param
 
 MERGE_BODY = (
     'The body is {"from": "<workspace>", "strategy": "fail"|"ours"|"theirs"|"markers", '
@@ -103,11 +103,10 @@ def paths(json: Any, errors: dict[str, Any], error: Any, parked: Any) -> dict[st
             conflicts=conflicts, **ints(("conflictsTotal", "baseVersion", "fromVersion"), INT)
         ),
     )
-    named: Any = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}
     request = obj(
         required=("from",),
         closed=True,
-        **{"from": named},
+        **{"from": WORKSPACE_NAME},
         strategy={"enum": list(STRATEGIES), "default": "fail"},
         dryRun={"type": "boolean", "default": False},
     )
