@@ -23,7 +23,7 @@ from contracts.errors import ErrorCode, QuillError
 from services.gateway.access import Access, principal_of
 from services.gateway.reach import STRATEGIES, merge
 from services.gateway.rest.edge import camel, json_body
-from services.gateway.rest.schema import BOOL, INT, STR, arr, body, obj, path_param
+from services.gateway.rest.schema import BOOL, INT, STR, WORKSPACE_NAME, arr, body, obj, path_param
 
 MERGE_BODY = (
     'The body is {"from": "<workspace>", "strategy": "fail"|"ours"|"theirs"|"markers", '
@@ -54,27 +54,13 @@ class Merges:
 
 def merged_json(m: rp.Merged, version: int) -> dict[str, Any]:
     """A merge as REST answers it: camelCase, names without their tenant."""
+    fields = camel(m)
+    del fields["workspace"], fields["source"]
     return {
         "name": m.workspace.split("/", 1)[1],
         "from": m.source.split("/", 1)[1],
         "version": version,
-        **camel(
-            {
-                "from_version": m.from_version,
-                "base_version": m.base_version,
-                "from_base": m.from_base,
-                "strategy": m.strategy,
-                "dry_run": m.dry_run,
-                "committed": m.committed,
-                "changes": m.changes,
-                "changes_total": m.changes_total,
-                "conflicts": m.conflicts,
-                "conflicts_total": m.conflicts_total,
-                "marked": m.marked,
-                "merged": m.merged,
-                "refused": m.refused,
-            }
-        ),
+        **fields,
     }
 
 
@@ -117,11 +103,10 @@ def paths(json: Any, errors: dict[str, Any], error: Any, parked: Any) -> dict[st
             conflicts=conflicts, **ints(("conflictsTotal", "baseVersion", "fromVersion"), INT)
         ),
     )
-    named: Any = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}
     request = obj(
         required=("from",),
         closed=True,
-        **{"from": named},
+        **{"from": WORKSPACE_NAME},
         strategy={"enum": list(STRATEGIES), "default": "fail"},
         dryRun={"type": "boolean", "default": False},
     )

@@ -126,6 +126,15 @@ def address_of(conn: HTTPConnection, principal: Principal) -> tuple[str, int, st
     return shell, port, target
 
 
+def passed_on(conn: HTTPConnection) -> list[tuple[str, str]]:
+    """The client's headers the port gets: all but the ``DROPPED`` ones."""
+    return [
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in conn.headers.raw
+        if k.decode("latin-1").lower() not in DROPPED
+    ]
+
+
 class Ports:
     """The route (see the module docstring)."""
 
@@ -144,11 +153,7 @@ class Ports:
         if len(body) > BODY_MAX_BYTES:
             message = f"The body is over {BODY_MAX_BYTES} bytes"
             return JSONResponse({"error": "payload_too_large", "message": message}, 413)
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1"))
-            for k, v in request.headers.raw
-            if k.decode("latin-1").lower() not in DROPPED
-        ]
+        headers = passed_on(request)
         head = PortRequest(
             shell=shell, port=port, method=request.method, target=target, headers=headers
         )

@@ -36,7 +36,7 @@ from contracts.ports import (
 from contracts.subjects import Origin, new_request_id
 from infra.wsstream import Stream, StreamBroken, close_of, close_payload, until_one_ends
 from services.gateway.access import Access, principal_of
-from services.gateway.rest.ports import DROPPED, address_of, refused
+from services.gateway.rest.ports import address_of, passed_on, refused
 
 
 def foreign_origin(websocket: WebSocket) -> str | None:
@@ -73,10 +73,7 @@ class PortSockets:
         await stream.start()
         try:
             headers = [
-                (k.decode("latin-1"), v.decode("latin-1"))
-                for k, v in websocket.headers.raw
-                if k.decode("latin-1").lower() not in DROPPED
-                and not k.startswith(b"sec-websocket-")
+                (k, v) for k, v in passed_on(websocket) if not k.startswith("sec-websocket-")
             ]
             head = WsOpen(
                 shell=shell,

@@ -9,6 +9,8 @@ from typing import Any
 STR: Any = {"type": "string"}
 INT: Any = {"type": "integer"}
 BOOL: Any = {"type": "boolean"}
+WORKSPACE_NAME: Any = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}
+"""A workspace's name within its tenant (``contracts.subjects.check_id``)."""
 
 
 def obj(

@@ -35,7 +35,7 @@ from contracts.errors import ErrorCode, QuillError
 from services.gateway.access import Access, principal_of
 from services.gateway.reach import PAGE, fork, forks, listing, summary_json, target
 from services.gateway.rest.edge import count_param, json_body
-from services.gateway.rest.schema import BOOL, INT, STR, arr, body, obj, path_param
+from services.gateway.rest.schema import BOOL, INT, STR, WORKSPACE_NAME, arr, body, obj, path_param
 
 MOST = 1000
 """The most workspaces one page holds (``?limit=``), and the most forks a listing holds."""
@@ -154,7 +154,7 @@ def paths(json: Any, errors: dict[str, Any], error: Any) -> dict[str, Any]:
     request = obj(
         required=("name",),
         closed=True,
-        name={"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
+        name=WORKSPACE_NAME,
         version={"type": "integer", "minimum": 1},
     )
     return {
