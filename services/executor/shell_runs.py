@@ -185,8 +185,7 @@ async def run(
             )
     commands = shells.commands
     shell = shells._shell(address, req.shell)
-    shown = commands.secrets.redact(req.command)[0]
-    details.update(shell=shell.id, command=shown[:4096], workdir="", summary=f"$ {shown[:500]}")
+    shown = commands.described(req, details, shell=shell.id, workdir="")
     ms = timeout_ms(req, shell.checkout.limits.max_exec_ms)
     output = Output(shell.checkout.limits.max_output_bytes, commands.secrets)
     token = secrets.token_hex(16)
