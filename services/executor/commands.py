@@ -217,19 +217,20 @@ class Commands:
         if req.yield_ms is not None:
             self.live.check(address.tenant)
             details.update(yield_ms=req.yield_ms)
-        shown = self.secrets.redact(req.command)[0]  # as logged, audited, approved
-        fed = f" < stdin ({len(req.stdin)} bytes)" if req.stdin is not None else ""
-        details.update(
-            command=shown[:4096],
-            workdir=req.workdir,
-            env=sorted(req.env or {}),
-            summary=f"$ {shown[:500]}{fed}",
-        )
-        if req.stdin is not None:  # its size, never its bytes
-            details.update(stdin_bytes=len(req.stdin))
+        self.described(req, details, workdir=req.workdir, env=sorted(req.env or {}))
         asked = [False]
         work = self._run(address, origin, req, job, details, asked)
         return await self.approved.keeping(address, origin, work, asked, rp.CommandResult)
+
+    def described(self, req: rq.RunCommand, details: dict[str, Any], **more: Any) -> str:
+        """``req``'s command as logged, audited and approved (its secrets redacted), put in
+        ``details`` with ``more``; its stdin by its size, never its bytes."""
+        shown = self.secrets.redact(req.command)[0]
+        fed = f" < stdin ({len(req.stdin)} bytes)" if req.stdin is not None else ""
+        details.update(command=shown[:4096], summary=f"$ {shown[:500]}{fed}", **more)
+        if req.stdin is not None:
+            details.update(stdin_bytes=len(req.stdin))
+        return shown
 
     async def _run(
         self,

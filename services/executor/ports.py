@@ -49,8 +49,9 @@ from contracts.ports import (
 )
 from contracts.subjects import Address, Origin, new_request_id
 from infra.bus import respond
-from infra.exec.sandbox.ports import PortRefused
+from infra.exec.sandbox.ports import PortRefused, Ports
 from infra.runtime import Auditor
+from services.executor.shell_state import Shell
 from services.executor.shells import Shells
 
 log = logging.getLogger("quill.executor.ports")
@@ -126,18 +127,12 @@ class PortRelay:
         Raises:
             Refusal: why there is none.
         """
-        shell = self.shells.find(Address("exec", tenant, workspace, "port"), req.shell)
-        if shell is None or shell.closing or shell.ports is None:
-            raise Refusal("not_found", f"No open shell {req.shell} in this workspace")
-        if not LOWEST_PORT <= req.port <= 65535:
-            raise Refusal("invalid", f"The port must be from {LOWEST_PORT} to 65535")
-        if not req.target.startswith("/"):
-            raise Refusal("invalid", "The target must be a path")
+        shell, ports = port_of(self.shells, tenant, workspace, req.shell, req.port, req.target)
         where = f"port {req.port} of shell {shell.id}"
         try:
             async with asyncio.timeout(self.timeout_s):
                 try:
-                    reader, writer = await shell.ports.connect(req.port)
+                    reader, writer = await ports.connect(req.port)
                 except PortRefused as exc:
                     raise Refusal("bad_gateway", str(exc).capitalize()) from None
                 try:
@@ -147,6 +142,25 @@ class PortRelay:
         except TimeoutError:
             why = f"No whole answer from {where} in {self.timeout_s:g} s"
             raise Refusal("timeout", why) from None
+
+
+def port_of(
+    shells: Shells, tenant: str, workspace: str, name: str, port: int, target: str
+) -> tuple[Shell, Ports]:
+    """The open shell ``name`` of the workspace and its ports, for a request to ``port`` at
+    ``target`` (HTTP or a websocket).
+
+    Raises:
+        Refusal: no such open shell, or not such a port or target.
+    """
+    shell = shells.find(Address("exec", tenant, workspace, "port"), name)
+    if shell is None or shell.closing or shell.ports is None:
+        raise Refusal("not_found", f"No open shell {name} in this workspace")
+    if not LOWEST_PORT <= port <= 65535:
+        raise Refusal("invalid", f"The port must be from {LOWEST_PORT} to 65535")
+    if not target.startswith("/"):
+        raise Refusal("invalid", "The target must be a path")
+    return shell, shell.ports
 
 
 async def _exchange(

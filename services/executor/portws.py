@@ -35,7 +35,6 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from contracts.ports import (
     HOP_BY_HOP,
-    LOWEST_PORT,
     WS_IDLE_S,
     WS_MESSAGE_MAX,
     WS_OPEN_S,
@@ -47,12 +46,11 @@ from contracts.ports import (
     frame,
     unframe,
 )
-from contracts.subjects import Address
 from infra.bus import respond
 from infra.exec.sandbox.ports import PortRefused
 from infra.runtime import Auditor
 from infra.wsstream import Stream, StreamBroken, close_of, close_payload, until_one_ends
-from services.executor.ports import Refusal, audit_port
+from services.executor.ports import Refusal, audit_port, port_of
 from services.executor.shells import Shells
 
 log = logging.getLogger("quill.executor.ports")
@@ -118,17 +116,13 @@ class SocketRelay:
     async def _serve(
         self, msg: Msg, req: WsOpen, tenant: str, workspace: str, started: float
     ) -> None:
-        shell = self.shells.find(Address("exec", tenant, workspace, "portws"), req.shell)
-        if shell is None or shell.closing or shell.ports is None:
-            raise Refusal("not_found", f"No open shell {req.shell} in this workspace")
-        if not LOWEST_PORT <= req.port <= 65535 or not req.target.startswith("/"):
-            raise Refusal("invalid", f"The port must be from {LOWEST_PORT} to 65535")
+        shell, ports = port_of(self.shells, tenant, workspace, req.shell, req.port, req.target)
         if self.per_shell[shell.id] >= WS_PER_SHELL or self.per_tenant[tenant] >= WS_PER_TENANT:
             raise Refusal("busy", "Too many websockets open to this shell's or tenant's ports")
         self.per_shell[shell.id] += 1
         self.per_tenant[tenant] += 1
         try:
-            ws = await self._connect(shell.ports.dial, req)
+            ws = await self._connect(ports.dial, req)
             stream = Stream(self.nc, self.nc.new_inbox())
             stream.peer = req.inbox
             await stream.start()

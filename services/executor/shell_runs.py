@@ -185,8 +185,7 @@ async def run(
             )
     commands = shells.commands
     shell = shells._shell(address, req.shell)
-    shown = commands.secrets.redact(req.command)[0]
-    details.update(shell=shell.id, command=shown[:4096], workdir="", summary=f"$ {shown[:500]}")
+    shown = commands.described(req, details, shell=shell.id, workdir="")
     ms = timeout_ms(req, shell.checkout.limits.max_exec_ms)
     output = Output(shell.checkout.limits.max_output_bytes, commands.secrets)
     token = secrets.token_hex(16)
@@ -310,7 +309,8 @@ async def run(
             outcome, output, changes, command_id=running.handle, output_kept=kept_output
         )
         bg = background if background.committed or background.conflicts else None
-        return changes.version, _with(result, shell=shell.id, background=bg, kept_conflicts=kept)
+        result = msgspec.structs.replace(result, shell=shell.id, background=bg, kept_conflicts=kept)
+        return changes.version, result
 
     finally:
         # its end is told once the shell is free again: a client that waits for the end
@@ -465,10 +465,6 @@ def _quietly(tasks: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]],
             log.debug("shell frame not sent: %r", task.exception())
 
     return done
-
-
-def _with(result: rp.CommandResult, **fields: Any) -> rp.CommandResult:
-    return msgspec.structs.replace(result, **fields)
 
 
 def _stash(checkout: Checkout, stash: Path, paths: list[str]) -> list[tuple[str, str]]:
