@@ -137,11 +137,12 @@ async def test_background_writes_through_a_kept_descriptor(
 ) -> None:
     """A background process holding a descriptor opened by an earlier command writes through
     it while the next command runs (which waits for the write): committed with that command,
-    as a walk finds it. The FIFO is made before the job starts (a ``<>`` first would make it
-    a regular file: the two shells then differ by a race of the job's own)."""
+    as a walk finds it. The FIFO and the file are made by the command itself, before the job
+    starts (made by the job, they raced the command's capture: the two shells then differed
+    by a race of the job's own)."""
     steps = [
-        "mkfifo go.fifo; (exec 8>>bg.txt; read -t 30 <> go.fifo; echo later >&8) "
-        ">/dev/null 2>&1 & true",
+        "mkfifo go.fifo; exec 8>>bg.txt; (read -t 30 <> go.fifo; echo later >&8) "
+        ">/dev/null 2>&1 & exec 8>&-; true",
         "echo go > go.fifo; until grep -q later bg.txt; do sleep 0.05; done; true",
         "rm -f go.fifo && true",
     ]
