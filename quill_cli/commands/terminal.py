@@ -54,10 +54,19 @@ def _size() -> tuple[int, int]:
 
 async def _keys(cmd: Command, fd: int, queue: asyncio.Queue[bytes | None]) -> None:
     """Send what is typed on ``fd`` as it comes, until end of file, and the window's size
-    each time ``queue`` gets None (a resize, put there by SIGWINCH): one queue, so a resize
-    and the keys typed after it arrive in that order (``stty size`` typed after a resize
-    sees the new size)."""
+    when it changed: each time ``queue`` gets None (a resize, put there by SIGWINCH), and
+    before any keys (the loop may see the keys before the signal that came first: ``stty
+    size`` typed after a resize must see the new size)."""
     loop = asyncio.get_running_loop()
+    sent = _size()  # the size the command was started with
+
+    async def resized() -> None:
+        nonlocal sent
+        now = _size()
+        if now != sent:
+            with contextlib.suppress(QuillError):  # it may just have ended
+                await cmd.resize(*now)
+            sent = now
 
     def readable() -> None:
         try:
@@ -74,9 +83,8 @@ async def _keys(cmd: Command, fd: int, queue: asyncio.Queue[bytes | None]) -> No
     try:
         while True:
             item = await queue.get()
+            await resized()
             if item is None:
-                with contextlib.suppress(QuillError):  # it may just have ended
-                    await cmd.resize(*_size())
                 continue
             data, ended = item, not item
             while not ended and not queue.empty() and len(data) < LIVE_INPUT_MAX_BYTES // 2:
