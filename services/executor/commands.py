@@ -149,9 +149,7 @@ class Commands:
                     raise
             return await process.wait()
         except sandbox.SandboxError as exc:
-            raise QuillError(
-                ErrorCode.EXECUTION_FAILED, f"The sandbox could not run the command: {exc}"
-            ) from exc
+            raise self.checkouts.reserve.sandbox_failed(exc, "run the command") from exc
 
     async def _capture_and_commit(
         self,

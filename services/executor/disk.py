@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from contracts.errors import ErrorCode, QuillError
+from infra import storage
 
 log = logging.getLogger("quill.executor")
 
@@ -89,6 +90,26 @@ class Reserve:
             if reserve:
                 soon = min(soon, (free - reserve) / rate)
         return None, soon
+
+    def sandbox_failed(self, exc: BaseException, doing: str) -> QuillError:
+        """The error for a sandbox that could not ``doing`` (e.g. "run the command"):
+        ``UNAVAILABLE`` (``disk_reserve``, retriable: another executor may take it) when the
+        data disk was full for it (the room was checked as the request came: taken since, or
+        what an eviction freed was too little for an overlay's inodes), else
+        ``EXECUTION_FAILED``."""
+        cause = exc.__cause__ or exc
+        if not storage.is_disk_full(cause):
+            return QuillError(ErrorCode.EXECUTION_FAILED, f"The sandbox could not {doing}: {exc}")
+        try:
+            self.check()
+        except QuillError as short:
+            return short
+        return QuillError(
+            ErrorCode.UNAVAILABLE,
+            f"Executor refusing the command: its data disk was full for it ({cause}); retry, "
+            "another executor may take it",
+            {"reason": "disk_reserve"},
+        )
 
     def check(self) -> None:
         """Raises:

@@ -272,9 +272,7 @@ class Shells:
                     checkout.tree, spawn, limits, shell.on_output
                 )
             except sandbox.SandboxError as exc:
-                raise QuillError(
-                    ErrorCode.EXECUTION_FAILED, f"The sandbox could not start the shell: {exc}"
-                ) from exc
+                raise commands.checkouts.reserve.sandbox_failed(exc, "start the shell") from exc
         except BaseException:
             if checkout.watch is not None:
                 checkout.watch.close()

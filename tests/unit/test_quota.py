@@ -4,11 +4,14 @@ that makes it hold more than its quota. Small files in tmp_path; no sandbox."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from pathlib import Path
 
 import pytest
 
+from contracts.errors import ErrorCode
+from infra.exec.sandbox.interface import SandboxError
 from services.executor import disk
 from services.executor.quota import Allowed, DiskShort, OverQuota, guard, usage
 
@@ -171,3 +174,21 @@ async def test_the_disk_watch_stops_the_command_that_grew_most_and_only_it(
     over.set()
     assert (await spared)[0] == "untouched"
     assert watch.stops == 1 and not watch.entries
+
+
+def test_a_sandbox_that_found_the_disk_full_is_unavailable_not_failed(tmp_path: Path) -> None:
+    """Room is checked as a request comes; an overlay mounted after it may still find no
+    inode (taken since, or an eviction freed too few): that is the executor's disk, to retry
+    elsewhere, not the command failing."""
+    full = SandboxError("cannot mount the checkout's overlay: no space")
+    full.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    roomy = disk.Reserve(tmp_path, reserve=0)
+    answer = roomy.sandbox_failed(full, "run the command")
+    assert answer.code == ErrorCode.UNAVAILABLE and answer.retriable
+    assert answer.details["reason"] == "disk_reserve" and "full" in answer.message
+    short = disk.Reserve(tmp_path, reserve=2**62).sandbox_failed(full, "run the command")
+    assert short.code == ErrorCode.UNAVAILABLE and "under its reserve" in short.message
+    broken = SandboxError("bwrap: setting up uid map: Permission denied")
+    failed = roomy.sandbox_failed(broken, "start the shell")
+    assert failed.code == ErrorCode.EXECUTION_FAILED
+    assert failed.message == f"The sandbox could not start the shell: {broken}"
