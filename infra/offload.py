@@ -99,6 +99,11 @@ def client_deadline(received: float, timeout_ms: int) -> float | None:
     return received + timeout_ms / 1000 if timeout_ms else None
 
 
+STOP_WAIT_S = 5.0
+"""How long a stop waits for a killed worker to end (a process the scheduler starves, as one
+``SCHED_IDLE`` on a busy CPU is, may take that long to get the CPU it needs to die)."""
+
+
 class _Worker:
     """One worker process and its pipes."""
 
@@ -148,8 +153,8 @@ class _Worker:
                 self.proc.kill()
         if self.proc.stdin is not None:
             self.proc.stdin.close()
-        with suppress(Exception):
-            await asyncio.shield(self.proc.wait())
+        with suppress(Exception):  # killed: it ends (reaped by the child watcher) if not now
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), STOP_WAIT_S)
 
 
 class Offload:

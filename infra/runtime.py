@@ -429,11 +429,20 @@ async def started(
         await nc.close()
         raise
 
-    async def stop() -> None:
+    async def stopping() -> None:
         await service.stop()
         if close is not None:
             await close()
         await nc.drain()
+
+    once: asyncio.Future[None] | None = None
+
+    async def stop() -> None:
+        """Once: a second call (a test's own, then its exit stack's) waits for the first."""
+        nonlocal once
+        if once is None:
+            once = asyncio.ensure_future(stopping())
+        await asyncio.shield(once)
 
     return Running(service, stop)
 

@@ -3,7 +3,9 @@ reader replicas in process, an SDK client; ``quill up`` as a process per module 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import io
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+import pytest_timeout  # type: ignore[import-untyped]
 from hypothesis import settings
 from nats.aio.client import Client as NATS
 
@@ -87,6 +90,27 @@ async def quill(nats_url: str) -> AsyncIterator[Quill]:
     client = await Quill.connect(nats_url, actor="tester", timeout=5)
     yield client
     await client.close()
+
+
+_dump_threads = pytest_timeout.dump_stacks
+
+
+def _dump_stacks(terminal: object) -> None:
+    """pytest-timeout's dump of every thread's stack, then every task of the event loop the
+    test hung in, with where each waits: a hung ``await`` is on no thread's stack."""
+    _dump_threads(terminal)
+    try:
+        loop = asyncio.get_running_loop()  # the signal came while the loop ran (the main thread)
+    except RuntimeError:
+        return
+    out = io.StringIO()
+    for task in asyncio.all_tasks(loop):
+        out.write(f"~~~~~~ {task!r}\n")
+        task.print_stack(limit=12, file=out)
+    terminal.write(out.getvalue())  # type: ignore[attr-defined]
+
+
+pytest_timeout.dump_stacks = _dump_stacks
 
 
 @pytest.hookimpl(hookwrapper=True)
