@@ -7,6 +7,7 @@ answers that skip a message are refused."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,7 +25,7 @@ from infra import bus
 from quill_cli.natsserver import NatsServer
 from quill_cli.tools import replay as rpl
 from quill_cli.tools.replay import read as rpl_read
-from tests.helpers import LogBuilder
+from tests.helpers import LogBuilder, eventually
 
 SUBJECTS = Subjects()
 
@@ -242,3 +243,42 @@ async def test_a_late_status_of_one_fetch_does_not_end_the_next(
                 got += batch
     assert [data for data, _ in got] == [b'{"n": 1}', b'{"n": 2}', b'{"n": 3}']
     assert len(set(replies)) == len(replies) == 2  # each fetch answered on its own subject
+
+
+async def test_a_fetch_its_consumer_dropped_unanswered_is_asked_again(
+    nc: NATS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer is deleted as a fetch comes and the server drops the fetch (no 409, no
+    503: seen under load): past ``PROBE_S`` the reader asks whether its consumer is there,
+    makes another from where it was and reads on, instead of failing after ``IDLE_S``."""
+    monkeypatch.setattr(rpl_read, "PROBE_S", 0.2)
+    created: list[str] = []
+    fetches: list[str] = []
+
+    async def answering(reply: str) -> None:
+        fetches.append(reply)
+        if len(fetches) == 1:
+            return  # the first consumer's fetch: dropped
+        ack = "fake.ack.WS_EVENTS.fake.1.1.1.0.0"
+        await nc.publish(reply, b'{"n": 1}', headers={"Ws-Event-Hash": "h1"}, reply=ack)
+        await nc.publish(reply, b"", headers={"Status": "404"})  # nothing more
+
+    async def info(msg: Msg) -> None:
+        gone = {"error": {"code": 404, "err_code": 10014, "description": "consumer not found"}}
+        await nc.publish(msg.reply, json.dumps(gone).encode())
+
+    async with FakeJetStream(nc, answering) as fake:
+
+        async def count(msg: Msg) -> None:
+            created.append(msg.subject)
+
+        counted = await nc.subscribe(f"{fake.prefix}.CONSUMER.CREATE.>", cb=count)
+        asked = await nc.subscribe(f"{fake.prefix}.CONSUMER.INFO.>", cb=info)
+        js = fake.nc.jetstream(prefix=fake.prefix)
+        async with contextlib.aclosing(rpl.messages(js, SUBJECTS.evt("acme", "x"))) as batches:
+            got = await asyncio.wait_for(anext(batches), 20)
+        await counted.unsubscribe()
+        await asked.unsubscribe()
+    assert [data for data, _ in got] == [b'{"n": 1}']
+    assert len(fetches) == 2
+    await eventually(lambda: len(created) == 2, what="a second consumer made")

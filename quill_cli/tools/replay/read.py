@@ -93,6 +93,23 @@ INACTIVE_S = 600.0
 that was only slow makes another from where it was."""
 
 
+PROBE_S = 3.0
+"""A fetch unanswered this long: is its consumer still there? One deleted as the fetch came
+(its server dropped the request, seen under load: no 409, no 503) is made again, not waited
+for until ``IDLE_S``."""
+
+
+async def _consumer_gone(js: JetStreamContext, name: str) -> bool:
+    """Whether the server says consumer ``name`` no longer exists (no answer: cannot tell)."""
+    try:
+        await js.consumer_info(STREAM_EVENTS, name, timeout=PROBE_S)
+    except NotFoundError:
+        return True
+    except (TimeoutError, nats.errors.Error, APIError):
+        return False
+    return False
+
+
 class _Asked:
     """The answer to one fetch, as its messages arrive."""
 
@@ -173,10 +190,19 @@ async def messages(js: JetStreamContext, subject: str) -> AsyncGenerator[list[Ra
         await nc.publish(api, msgspec.json.encode(request), reply=asked.inbox)
 
     async def answer() -> _Asked:
+        probe = loop.time() + PROBE_S
         while not asked.done.done():
-            await asyncio.wait([asked.done], timeout=max(0.0, heard + IDLE_S - loop.time()))
-            if not asked.done.done() and loop.time() - heard >= IDLE_S:
+            until = min(heard + IDLE_S, probe)
+            await asyncio.wait([asked.done], timeout=max(0.0, until - loop.time()))
+            if asked.done.done():
+                break
+            if loop.time() - heard >= IDLE_S:
                 raise QuillError(ErrorCode.UNAVAILABLE, f"{subject}: no answer in {IDLE_S:.0f}s")
+            if loop.time() >= probe:
+                probe = loop.time() + PROBE_S
+                if await _consumer_gone(js, name):
+                    asked.status, asked.why = "503", "the consumer is gone"
+                    break
         return asked
 
     try:
