@@ -38,6 +38,11 @@ from services.writer.partitions import leases_bucket
 log = logging.getLogger("quill_cli.cluster")
 
 
+WRITER_OF_S = 15.0
+"""How long ``writer_of`` looks for the writer that served a workspace (its audit record, its
+ping) before it says none did."""
+
+
 class Cluster(Launcher):
     """A cluster on this machine. ``async with Cluster(tmp_path, partitions=16) as c:``, or
     ``await c.start()`` … ``await c.stop()``; ``c.kill("writer-1")``, ``c.restart("nats-2")``.
@@ -286,12 +291,21 @@ class Cluster(Launcher):
     async def writer_of(self, ws: Workspace) -> str:
         """The name (``writer-N``) of the writer that served ``ws``'s last command (its audit
         record names the instance; the writers' pings give their pids)."""
-        instance = ""
-        async for record in ws.audit():
-            if record.service == "writer":
-                instance = record.instance
-        pongs = await bus.ping_all(ws.client.nc, Subjects(self.deployment.root), "writer")
-        return self.name_of(next(p["pid"] for p in pongs if p["instance"] == instance))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WRITER_OF_S
+        while True:  # the audit record is published after the reply; a pong may come late
+            instance = ""
+            async for record in ws.audit():
+                if record.service == "writer":
+                    instance = record.instance
+            pongs = await bus.ping_all(ws.client.nc, Subjects(self.deployment.root), "writer")
+            pid = next((p["pid"] for p in pongs if instance and p["instance"] == instance), None)
+            if pid is not None:
+                return self.name_of(pid)
+            if loop.time() >= deadline:
+                raise RuntimeError(
+                    f"no writer answering a ping served {ws.tenant}/{ws.name} (audit says {instance!r})"
+                )
 
     async def failover(self, ws: Workspace) -> tuple[str, float]:
         """Write ``ws``, kill -9 the writer that served it, and write again: that writer's
