@@ -1,6 +1,6 @@
 """``python -m bench [core] [log] [search] [gateway] [executor] [retention] [load] [replay]
-[cluster] [size] [console] [bootstrap] [scale] [depth] [hot] [fork]``: the benchmarks (all by
-default), each figure printed next to its baseline measured in the same run."""
+[cluster] [size] [console] [bootstrap] [scale] [depth] [hot] [fork] [purge]``: the benchmarks
+(all by default), each figure printed next to its baseline measured in the same run."""
 
 import argparse
 import asyncio
@@ -20,6 +20,7 @@ from bench import (
     hot,
     load,
     log,
+    purge,
     replay,
     retention,
     scale,
@@ -45,6 +46,7 @@ PARTS = [
     "depth",
     "hot",
     "fork",
+    "purge",
 ]
 parser.add_argument(
     "which", nargs="*", choices=PARTS, help="Default: all but bootstrap, scale, depth and fork."
@@ -93,6 +95,9 @@ parser.add_argument(
 parser.add_argument(
     "--history", type=int, default=0, help="hot: also write this many events to one workspace."
 )
+parser.add_argument(
+    "--full", action="store_true", help=f"purge: a source of {purge.FILES:,} files (else fewer)."
+)
 parser.add_argument("--sandbox", default="bwrap", help="depth: the executor's sandbox.")
 args = parser.parse_args()
 which = args.which or [p for p in PARTS if p not in ("bootstrap", "scale", "depth", "fork")]
@@ -109,6 +114,7 @@ SIMPLE: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {
     "cluster": lambda: cluster.main(args.seconds, args.rounds),
     "size": lambda: size.main(args.files, args.events or size.EVENTS),
     "console": lambda: console.main(args.files, args.events or size.EVENTS),
+    "purge": lambda: purge.main(args.full),
 }
 """The parts run with their options alone, in this order; the first six end in a blank line."""
 for n, (part, run) in enumerate(SIMPLE.items()):

@@ -4,7 +4,7 @@ workspace and compact its history (see ``infra.sql``)."""
 from __future__ import annotations
 
 from core.plan import LIVE
-from infra.sql.schema import WHOLE_TABLE, WHOLE_WORKSPACE
+from infra.sql.schema import SHA_INDEX, SHA_KEY, WHOLE_WORKSPACE
 
 # ---------------------------------------------------------------------- workspaces
 ROW_COLUMNS = (
@@ -66,11 +66,13 @@ CONTENTS_OF = (
     f"SELECT DISTINCT {WHOLE_WORKSPACE} sha256 FROM revisions WHERE ws=? AND sha256 IS NOT NULL"
 )
 CONTENTS_KEPT = (
-    # which of a purged workspace's contents another workspace still has: there is no index on
-    # sha256 (it would cost every apply), and a purge is rare
-    f"SELECT DISTINCT {WHOLE_TABLE} sha256 FROM revisions WHERE sha256 IN "
-    "(SELECT value FROM json_each(?))"
+    f"SELECT value FROM json_each(?) WHERE EXISTS (SELECT 1 FROM revisions INDEXED BY {SHA_INDEX} "
+    f"WHERE {SHA_KEY} = substr(value, 1, 8) AND sha256 = value)"
 )
+"""Which of a purged workspace's contents (a JSON list, distinct) another workspace still
+has: a seek of ``revisions_sha`` each (its key, then the whole sha256 of the rows under it),
+so a purge costs the purged workspace's rows, not the projection's (a fork of a large
+source: issue 33)."""
 BY_SHA = "INDEXED BY sqlite_autoindex_blobs_1"
 """A blob by its sha256 (the primary key's index: ``IN (SELECT value FROM json_each(?))``
 was planned as a scan of every blob when the statistics said there were few)."""

@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import ErrorCode, QuillError
+from contracts.hashing import content_sha256
 from contracts.subjects import Subjects
 from infra.blobs import Blobs
 from quill.client import Quill, Workspace
 from quill_cli.tools import replay as rpl
 from services.reader.app import Reader
 from tests.conftest import StartReader
+from tests.helpers import start_reader, start_writer
 
 BIG = "y" * 70_000 + "\n"
 """Over ``INLINE_MAX``: in the source's namespace of WS_BLOBS, which the fork reads."""
@@ -248,3 +250,48 @@ async def test_a_command_in_a_fork_sees_the_forks_tree(
     assert (await src.read("a.txt")).content == "a2\n"
     with pytest.raises(QuillError):
         await src.read("made.txt")
+
+
+async def test_purging_a_fork_deletes_only_what_no_other_workspace_holds(
+    nats_url: str, tmp_path: Path, quill: Quill
+) -> None:
+    """A fork's purge (issue 33, item 5: it costs what the fork added, a seek per content of
+    its own, ``sql.CONTENTS_KEPT``) takes from the writer's and a reader's projection the
+    contents the fork alone held, and nothing its source holds (in its tree or only in its
+    history) nor what a third workspace holds: the source reads the same after."""
+    async with AsyncExitStack() as stack:
+        writer = await start_writer(stack, nats_url, tmp_path / "writer")
+        reader = await start_reader(stack, nats_url, tmp_path / "r1", instance="r1")
+        src = await seeded(quill, "f7/src")
+        other = quill.workspace("f7/other")
+        await other.create()
+        shared, own = "held by the fork and by another workspace\n", "the fork's alone\n"
+        await other.write("shared.txt", shared)
+        await quill.fork("f7/src", "fork")
+        fork = quill.workspace("f7/fork")
+        await fork.write("own.txt", own)
+        await fork.write("a.txt", shared)  # an inherited file changed
+        await fork.write("again.txt", "a1\n")  # what the source holds in its history only
+        await fork.delete("d", recursive=True)  # a whiteout
+        await writer.deps.appender.applied()
+        await wait(reader, fork)
+        stores = {"writer": writer.store, "reader": reader.store}
+        for role, store in stores.items():
+            assert await store.blob(content_sha256(own.encode())) == own.encode(), role
+        tree = await tree_of(src, src.last_version)
+        old = (await src.read("a.txt", version=2)).content
+
+        await fork.purge()
+        await other.write("after.txt", "after the purge\n")  # the reader applies in log order
+        await writer.deps.appender.applied()
+        await wait(reader, other)
+        for role, store in stores.items():
+            assert await store.blob(content_sha256(own.encode())) is None, role
+            for kept in (shared, "a1\n", "a2\n", "b1\n", "c1\n"):
+                assert await store.blob(content_sha256(kept.encode())) == kept.encode(), role
+        assert await tree_of(src, src.last_version) == tree
+        assert (await src.read("a.txt", version=2)).content == old == "a1\n"
+        assert (await other.read("shared.txt")).content == shared
+        with pytest.raises(QuillError) as gone:
+            await fork.info()
+        assert gone.value.code == ErrorCode.WORKSPACE_NOT_FOUND

@@ -155,11 +155,12 @@ def test_plans_do_not_depend_on_the_arguments() -> None:
 
 
 def test_the_rules_catch_what_issue_29_found(projections: dict[str, Path], tmp_path: Path) -> None:
-    """The checks themselves: the statements as they were before issue 29, planned as they
-    were (no statistics), fail them."""
+    """The checks themselves: the statements as they were before issue 29 (and a purge's
+    before issue 33), planned as they were (no statistics), fail them."""
     writer = sqlite3.connect(with_stats(projections, "writer", "none", tmp_path))
     writer.execute("DROP INDEX revisions_live")  # a writer's indexes before issue 29
     reader = sqlite3.connect(with_stats(projections, "reader", "none", tmp_path))
+    reader.execute(f"DROP INDEX {sql.SHA_INDEX}")  # and before issue 33's
     try:
         was = {
             "request id": (
@@ -181,6 +182,13 @@ def test_the_rules_catch_what_issue_29_found(projections: dict[str, Path], tmp_p
             "writer's close": (
                 writer,
                 "UPDATE revisions SET until=? WHERE ws=? AND until=1 AND path>=? AND path<?",
+            ),
+            # before issue 33's index: a purge's check of which contents others keep, a scan
+            # of every revision of the projection (it said so: ``/* plan: table */``)
+            "a purge's contents kept": (
+                reader,
+                "SELECT DISTINCT sha256 FROM revisions WHERE sha256 IN "
+                "(SELECT value FROM json_each(?))",
             ),
         }
         for name, (db, text) in was.items():

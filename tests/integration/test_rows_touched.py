@@ -504,13 +504,14 @@ async def purge_steps(stack: Stack, quill: Quill, files: int) -> dict[str, int]:
 async def test_archiving_and_purging_a_fork_touch_what_it_added(
     stack: Stack, client: Quill
 ) -> None:
-    """Archive of a fork costs what the fork added (issue 33), not its source's tree: the
-    same on a fork of 1,000 files and of 10,000. Its purge deletes the fork's rows only (the
-    source keeps all of its own and reads the same), but it does grow with the projection:
-    which of the fork's contents another workspace still holds is a scan of every revision
-    (``sql.CONTENTS_KEPT``: no index on sha256), so it is printed, not held flat."""
+    """Archive and purge of a fork cost what the fork added (issue 33), not its source's
+    tree: the same on a fork of 1,000 files and of 10,000. The purge deletes the fork's rows
+    only (the source keeps all of its own and reads the same), and asks which of the fork's
+    contents another workspace still holds by a seek each (``sql.CONTENTS_KEPT`` on
+    ``revisions_sha``; before, a scan of every revision of the projection: 33,447 steps beside
+    the 1,000-file source, 208,347 beside the 10,000-file one)."""
     small, large = await purge_steps(stack, client, 1_000), await purge_steps(stack, client, 10_000)
     counts = {f"{op} of a fork": (small[op], large[op]) for op in small}
     print(counts)
-    assert not over({"archive": counts["archive of a fork"]}), counts
+    assert not over(counts), counts
     assert not stack.explained(), stack.explained()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -262,5 +263,46 @@ async def test_statistics_are_seeded_then_gathered_as_the_projection_doubles(
     try:
         await store.apply(b.log[85:95])  # 95 >= 2 x 45 and 45 + 40
         assert await store.get_meta(sql.STATS_AT) == "95"
+    finally:
+        await store.close()
+
+
+def _contents_kept_plan(path: Path) -> list[str]:
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("EXPLAIN QUERY PLAN " + sql.CONTENTS_KEPT, ('["x"]',)).fetchall()
+        return [str(r[3]) for r in rows]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("role", ["writer", "reader"])
+async def test_a_purge_seeks_the_contents_it_may_keep(tmp_path: Path, role: str) -> None:
+    """Which of a purged workspace's contents another workspace still holds is a seek per
+    content (``revisions_sha``), not a scan of every revision of the projection (issue 33: a
+    fork of 3 files cost a scan of its 100,000-file source); a projection made before the
+    index gets it when opened; and the answer is right."""
+    b = build()
+    other = LogBuilder(workspace="other")
+    other.run(rq.CreateWorkspace(), "create")
+    other.run(rq.WriteFile(path="same.txt", content="three"))
+    path = tmp_path / f"{role}.db"
+    store = await Store.open(path, role=role)
+    try:
+        await store.apply(b.log)
+        await store.apply([type(i)(i.event, i.hash, i.seq + len(b.log)) for i in other.log])
+    finally:
+        await store.close()
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute(f"DROP INDEX {sql.SHA_INDEX}")  # as a projection made before issue 33's
+    db.close()
+    store = await Store.open(path, role=role)
+    try:
+        lines = _contents_kept_plan(path)
+        assert any(f"INDEX {sql.SHA_INDEX} (<expr>=?)" in line for line in lines), lines
+        assert not any(line.startswith("SCAN revisions") for line in lines), lines
+        shas = [hashing.content_sha256(c) for c in (b"one", b"three", b"nowhere")]
+        kept = await store.reads.execute_fetchall(sql.CONTENTS_KEPT, (json.dumps(shas),))
+        assert sorted(str(r[0]) for r in kept) == sorted(shas[:2])
     finally:
         await store.close()
