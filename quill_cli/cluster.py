@@ -303,9 +303,8 @@ class Cluster(Launcher):
             if pid is not None:
                 return self.name_of(pid)
             if loop.time() >= deadline:
-                raise RuntimeError(
-                    f"no writer answering a ping served {ws.tenant}/{ws.name} (audit says {instance!r})"
-                )
+                name = f"{ws.tenant}/{ws.name}"
+                raise RuntimeError(f"no writer answering a ping served {name} ({instance!r})")
 
     async def failover(self, ws: Workspace) -> tuple[str, float]:
         """Write ``ws``, kill -9 the writer that served it, and write again: that writer's
