@@ -601,6 +601,15 @@ async def ask(
     return reply
 
 
+async def refused(nc: NATS, refusals: Refusals, subject: str, body: dict[str, Any]) -> None:
+    """Send ``body`` as a request on ``subject`` and wait until the server refuses it (the
+    permissions violation it reports to ``nc``, whose ``error_cb`` is ``refusals``'): the
+    request reached nobody, known as soon as the server says so (not after a timeout)."""
+    await nc.publish(subject, json.dumps(body).encode(), reply=nc.new_inbox())
+    await nc.flush()
+    await refusals.wait("publish", subject)
+
+
 def error_shape(reply: dict[str, Any] | None, id_: str) -> tuple[str, str]:
     """An error reply's code and message, the id ``id_`` in it blanked (to compare two ids')."""
     assert reply is not None and not reply["ok"], reply

@@ -43,7 +43,7 @@ from tests.executor.conftest import (  # noqa: F401
     stack,
     ws,
 )
-from tests.helpers import ask, error_shape, eventually
+from tests.helpers import Refusals, ask, error_shape, eventually, refused
 from tests.security.conftest import Canaries, bwrap_only
 from tests.up import TENANTS, Up, bare_as, quill_as
 
@@ -176,7 +176,8 @@ async def test_a_command_cannot_read_another_shells_stdin(
 
 async def test_another_tenants_shell_is_unknown_and_untouched(up: Up) -> None:
     qa = await quill_as(up, "a")
-    nb = await bare_as(up, "b")
+    refusals = Refusals()
+    nb = await bare_as(up, "b", error_cb=refusals.on_error)
     try:
         wa = qa.workspace("a/shared")
         await wa.create(exist_ok=True)
@@ -193,7 +194,7 @@ async def test_another_tenants_shell_is_unknown_and_untouched(up: Up) -> None:
             made_up = await ask(nb, f"ws.exec.b.shared.{op}", {**body, "shell": MADE_UP})
             assert error_shape(foreign, sh.id) == error_shape(made_up, MADE_UP)
             assert error_shape(foreign, sh.id)[0] == "SHELL_NOT_FOUND"
-            assert await ask(nb, f"ws.exec.a.shared.{op}", body) is None  # a's subject: refused
+            await refused(nb, refusals, f"ws.exec.a.shared.{op}", body)  # a's subject
         r = await sh.run('pwd; echo "$MINE"; [ -e pwned ] || [ -e $HOME/pwned ]; echo $?')
         lines = r.stdout.splitlines()
         assert lines[0].endswith("/sub") and lines[1:] == ["1", "1"], r  # nothing b did
