@@ -601,11 +601,12 @@ async def ask(
     return reply
 
 
-async def refused(nc: NATS, refusals: Refusals, subject: str, body: dict[str, Any]) -> None:
+async def refused(nc: NATS, refusals: Refusals, subject: str, body: dict[str, Any] | bytes) -> None:
     """Send ``body`` as a request on ``subject`` and wait until the server refuses it (the
     permissions violation it reports to ``nc``, whose ``error_cb`` is ``refusals``'): the
     request reached nobody, known as soon as the server says so (not after a timeout)."""
-    await nc.publish(subject, json.dumps(body).encode(), reply=nc.new_inbox())
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    await nc.publish(subject, data, reply=nc.new_inbox())
     await nc.flush()
     await refusals.wait("publish", subject)
 
