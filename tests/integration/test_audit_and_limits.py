@@ -92,7 +92,7 @@ async def test_sdk_retries_a_timed_out_command_with_the_same_request_id(nc: NATS
 
 
 async def test_no_service_is_a_clear_error(nc: NATS) -> None:
-    quill = Quill(nc, timeout=0.5, retries=1)
+    quill = Quill(nc, timeout=0.5, retries=1, failover_s=1.0)  # not the 15 s of a failover
     with pytest.raises(QuillError) as info:
         await quill.workspace("nobody/home").read("x")
     assert info.value.code == ErrorCode.UNAVAILABLE
