@@ -51,3 +51,4 @@ async def test_preview_merge_then_merge_through_approvals(gateway: Gateway, page
     await page.locator("#parked").get_by_role("link").click()
     await expect(page.locator("h1")).to_contain_text("book: approval")
     await expect(page.locator("main")).to_contain_text("waiting")
+    await expect(page.locator("#preview")).to_contain_text("late.md")  # the merge's diff

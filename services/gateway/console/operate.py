@@ -68,15 +68,21 @@ async def decide(c: Console, request: Request) -> Response:
 
 
 async def approval(c: Console, request: Request) -> Response:
-    """One approval and what came of it: the version its change committed, or its command's
-    exit code and page, or its error; while it is carried out the page asks again."""
+    """One approval and what came of it: while it waits, the change it would make (a write's,
+    a merge's diff); then the version its change committed, or its command's exit code and
+    page, or its error; while it is carried out the page asks again."""
     ws = await c.workspace(request)
     status = await ws.approval(request.path_params["approval"])
     outcome = status.outcome
     result = outcome.result if outcome is not None and outcome.result is not None else {}
     changes = result.get("changes") if isinstance(result.get("changes"), dict) else None
+    preview = None
+    if status.state == "pending":  # what it would change: as the list of those waiting shows
+        waiting = (await ws.approvals()).pending
+        preview = next((a.preview for a in waiting if a.approval_id == status.approval_id), None)
     context = {
         "s": status,
+        "preview": preview,
         "outcome": outcome,
         "command": status.op.startswith("exec."),
         "exit_code": result.get("exit_code"),
