@@ -24,7 +24,7 @@ from starlette.responses import Response
 from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from core import chain
-from quill.client import Workspace
+from quill.client import Quill, Workspace
 from services.gateway.console import render
 
 if TYPE_CHECKING:
@@ -90,6 +90,13 @@ class Chain:
     """The hash of the newest event read."""
     _newer: rp.EventSummary | None = field(default=None, repr=False)
     """The oldest event of the batch added before (newer than this batch)."""
+    forks: dict[int, tuple[rp.EventSummary, tuple[int, str] | None]] = field(
+        default_factory=dict, repr=False
+    )
+    """Fork events read (issue 33), by version, with the event read below each (its version
+    and hash). A fork's event at version N continues its *source's* event N (its
+    ``prev_hash`` is that event's hash, its version the same): the link is the source's to
+    check (``bridge``), the events below it being the source's."""
 
     @property
     def broken_at(self) -> int | None:
@@ -105,14 +112,56 @@ class Chain:
             self._link(batch[-1].version, batch[-1].hash, self._newer)
         if batch[0].version == 1:
             self._link(*chain.GENESIS, batch[0])
+        for e in batch:
+            if e.type == FORKED and e.version not in self.forks:
+                self.forks[e.version] = (e, None)  # the oldest read: none below it read
         self._newer = batch[0]
         self.newest_hash = self.newest_hash or batch[-1].hash
 
     def _link(self, version: int, digest: str, newer: rp.EventSummary) -> None:
+        if newer.type == FORKED:
+            self.forks[newer.version] = (newer, (version, digest))
+            return
         self.links += 1
         broken = chain.link(version, digest, newer.version, newer.prev_hash)
         if broken is not None and self.broken is None:
             self.broken = broken
+
+    async def bridge(self, ws: Workspace, layers: list[str]) -> None:
+        """Check each fork event read against its source's event at that version: the same
+        hash as its ``prev_hash``, and following the event read below it. The source is the
+        layer (``forked_from``, nearest first) whose event there has that hash: an event's
+        hash names one event, so no other layer's can pass for it."""
+        sdk = Quill.of(ws)
+        for version, (fork, below) in sorted(self.forks.items(), reverse=True):
+            source = None
+            for name in layers:
+                try:
+                    page = await sdk.workspace(f"{ws.tenant}/{name}").events(
+                        after=version - 1, limit=1
+                    )
+                except QuillError as exc:
+                    if exc.code != ErrorCode.WORKSPACE_NOT_FOUND:
+                        raise
+                    continue
+                found = [e for e in page.events if e.version == version]
+                if found and found[0].hash == fork.prev_hash:
+                    source = found[0]
+                    break
+            self.links += 1
+            if source is None:
+                self.broken = self.broken or chain.Broken(
+                    version,
+                    "Hash chain broken: the fork's event continues no event of its source "
+                    f"at version {version}",
+                    {"prev_hash": fork.prev_hash},
+                )
+                continue
+            if below is not None:
+                self._link(*below, source)
+
+
+FORKED = "workspace_forked"
 
 
 @dataclass
@@ -150,6 +199,9 @@ async def read_timeline(ws: Workspace, before: int, filters: Filters) -> Timelin
         top = batch[0].version - 1
     if older is None and top >= 1 and read >= budget:
         older = top + 1
+    if chain.forks:  # a fork's layers: in the tree's head (one entry asked, no content)
+        head = (await ws.tree(limit=1, contents=False)).head
+        await chain.bridge(ws, head.forked_from if head is not None else [])
     return Timeline(rows, older, top + 1 if older is None else older, chain)
 
 
