@@ -24,6 +24,8 @@ event first (as a fork's source is, ``forks.py``).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import msgspec
 
 from contracts import codec
@@ -84,18 +86,23 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
             "forked from the other, nor both from one workspace): nothing to merge against",
             {"from": name, "workspace": site.workspace},
         )
-    ours_base = theirs_base = base
-    last = await store.last_merge(ours_row.id, base, f"{tenant}/{name}")
-    if last is not None:
-        ours_base = last[0]
-        theirs_base = msgspec.json.decode(last[1], type=rp.Merged).from_version
     ours_layers = store.layers(ours_row.id) or [(ours_row.id, TOP)]
     theirs_layers = store.layers(theirs_row.id) or [(theirs_row.id, TOP)]
+    at = await _base(site, ours_row.id, theirs_row.id, name, base)
+    ours_base, theirs_base = at.ours, at.theirs
     projected = ours_row.version
     ours, cut = await store.changed_in(ours_layers, ours_base, projected)
     if state.version > projected:  # decided here, not projected yet
         ours |= {p for p, v in state.tree.changed.items() if v > projected}
     theirs, cut_theirs = await store.changed_in(theirs_layers, theirs_base, theirs_version)
+    if at.theirs_took:  # what theirs had otherwise than ours when it took ours
+        kept, cut_kept = await store.changed_in(theirs_layers, base, theirs_base)
+        kept_ours, cut_kept_ours = await store.changed_in(ours_layers, base, ours_base)
+        theirs |= kept | kept_ours
+        cut_theirs += cut_kept + cut_kept_ours
+    base_layers, base_version = (
+        (ours_layers, ours_base) if at.theirs_took else (theirs_layers, theirs_base)
+    )
     paths = ours | theirs | await _cut(site, cut + cut_theirs)
     paths.discard("")
     if len(paths) > MAX_MERGE_PATHS:
@@ -112,7 +119,7 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     sides = [
         Sides(
             path,
-            await _entry(site, theirs_layers, path, theirs_base),
+            await _entry(site, base_layers, path, base_version),
             _ours(state, path),
             await _entry(site, theirs_layers, path, theirs_version),
         )
@@ -121,6 +128,32 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     lineage = theirs_row.lineage
     contents = await _contents(site, name, lineage, sides)
     return MergeSource(name, theirs_version, ours_base, theirs_base, sides, contents)
+
+
+class _Base(NamedTuple):
+    """The merge base as a version of each side, and whose content it is."""
+
+    ours: int
+    theirs: int
+    theirs_took: bool
+    """The base is a merge of ours into theirs: its content is ours as of ``ours`` (else
+    theirs as of ``theirs``: the fork point, or a merge of theirs into ours)."""
+
+
+async def _base(site: Site, ours: int, theirs: int, name: str, common: int) -> _Base:
+    """The merge base after ``common`` (the versions where the two histories meet): the
+    later in the log of ours' last merge of theirs and theirs' last merge of ours, else
+    ``common`` (two seeks of ``events_merges``)."""
+    store, tenant = site.deps.store, site.tenant
+    into_ours = await store.last_merge(ours, common, f"{tenant}/{name}")
+    into_theirs = await store.last_merge(theirs, common, f"{tenant}/{site.workspace}")
+    if into_theirs is not None and (into_ours is None or into_theirs[1] > into_ours[1]):
+        took = msgspec.json.decode(into_theirs[2], type=rp.Merged).from_version
+        return _Base(ours=took, theirs=into_theirs[0], theirs_took=True)
+    if into_ours is not None:
+        took = msgspec.json.decode(into_ours[2], type=rp.Merged).from_version
+        return _Base(ours=into_ours[0], theirs=took, theirs_took=False)
+    return _Base(ours=common, theirs=common, theirs_took=False)
 
 
 def _common(ours: list[tuple[str, int]], theirs: list[tuple[str, int]]) -> int | None:
