@@ -5,16 +5,41 @@ side since it, each side's entry there, and the contents the merge reads.
 fork and its source, a fork's fork and its grandparent, two forks of one source): the base
 is the nearest workspace both stand on, as of the older of their two versions of it. Two
 workspaces that share none have no base: ``NO_MERGE_BASE`` (a merge of unrelated histories
-would take every path of one as added to the other; fork first). The target's last merge of
-the same workspace after that point (its event's result names it and the version merged) is
-the base from then on: as the target's version, that merge; as theirs, the version merged.
+would take every path of one as added to the other; fork first).
+
+After that point the base is the last merge between the two, in either direction, the later
+of the two in the log (``_base``: two seeks of ``events_merges``, whatever either history
+holds). A merge is a common ancestor of what follows: a merge of theirs into ours (its
+result names the version of theirs it took) has, as the target's version, that merge and,
+as theirs, the version taken, whose content is the base; a merge of ours into theirs has,
+as ours, the version of ours it took (the base's content: ours there) and, as theirs, that
+merge. So after fork ← source, source ← fork takes the fork's changes since its merge, and
+what the fork took of the source is the source's, not a change of the fork's to merge
+again (nor to conflict with the source's changes since). The later merge is the right one:
+a merge takes the other side's newest version (brought up to the log's end first), so a
+merge later in the log took a version that already held the earlier one: its base descends
+from the earlier's, nearer to both sides, with less changed since. Criss-cross merges (each
+side merged the other before seeing the other's merge, concurrently) leave two bases
+neither of which descends from the other (git's two merge bases); the later in the log is
+taken, as git's ``resolve`` strategy takes one of them: what the other merge took is then
+on one side a change against it, the same as the other side's where it was taken whole
+(taken once), merged line by line again where it was merged (a conflict there is a real
+overlap, decided by the strategy).
+
+Against a merge of ours into theirs, theirs also differs from the base where it kept its
+own (what it changed before that merge that ours never took: its changes, to take now): the
+paths either side changed from the fork point up to that merge are read too (index ranges,
+as below; those both sides still have alike are dropped by ``core.merge``). That part of the
+cost is what changed since the fork point, not since the merge: a merge's result does not
+record where it kept its own side.
 
 **What changed.** Ours: the target's paths changed since its base, from the projection
 (``Store.changed_in``: two range seeks through its layers; events whose summaries were cut
 are read from the log) and, when this writer has decided changes its projection does not
 hold yet (pipelined appends), those from the in-memory tree. Theirs: the same on the other
-workspace up to its newest projected version. Each path's base and theirs are read through
-theirs' layers (one seek a layer), ours from the actor's state: a merge is decided on the
+workspace up to its newest projected version. Each path's theirs is read through theirs'
+layers and its base through the layers of the side whose content the base is (one seek a
+layer), ours from the actor's state: a merge is decided on the
 target as it is when decided, never on what a dry run saw. The cost is the paths changed on
 either side since the base, never the tree.
 
