@@ -630,7 +630,8 @@ class Merged(Result, frozen=True, kw_only=True):
     """The version of ``source`` merged."""
     base_version: int
     """The merge base: the target's version the merge started from (the fork point, or the
-    last merge of ``source``)."""
+    last merge between the two, either way: the target's version at its merge of
+    ``source``, or the target's version ``source`` took in its merge of the target)."""
     from_base: int
     """The same base as a version of ``source``."""
     strategy: str

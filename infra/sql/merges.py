@@ -4,6 +4,7 @@ versions, and the last merge of one into the other (see ``infra.sql``)."""
 from __future__ import annotations
 
 from core.plan import LIVE
+from infra.sql.schema import MERGE_SOURCE
 
 EVENTS_CHANGED = (
     "SELECT version, seq, changes, changes_total FROM events "
@@ -18,8 +19,10 @@ ENDED_IN = (
 """The paths whose revisions ended in a range of versions (changed, removed: a removed
 directory's contents too; a fork's whiteouts): a range of ``revisions_live``."""
 LAST_MERGE = (
-    "SELECT version, result FROM events WHERE ws=? AND version>? AND op='merge' "
-    "AND json_extract(result, '$.source')=? ORDER BY version DESC LIMIT 1"
+    "SELECT version, seq, result FROM events INDEXED BY events_merges "
+    f"WHERE ws=? AND {MERGE_SOURCE}=? AND version>? AND op='merge' "
+    "ORDER BY version DESC LIMIT 1"
 )
-"""A workspace's last merge of another (its result names it) after a version: its events
-read newest first down to there (those a merge reads anyway for what changed since)."""
+"""A workspace's last merge of another (its result names it) after a version, with its log
+sequence: one seek of ``events_merges`` (its merges of that workspace, newest first), so
+looking up both directions costs the same however long either history is."""

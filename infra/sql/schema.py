@@ -66,12 +66,24 @@ content of the purged workspace (``CONTENTS_KEPT``), so that purging a fork of 3
 only (a directory's row has no content). Made by opening an existing projection (``CREATE
 INDEX IF NOT EXISTS``), like every index: the tables are the same, so the schema version is
 too. Its price on each applied file revision: ``python -m bench purge``."""
+MERGE_SOURCE = "json_extract(result, '$.source')"
+"""What ``events_merges`` is keyed by after the workspace: the workspace a merge took in
+(``tenant/name``, from its result). A statement must say it the same way to use the index."""
+_MERGES_INDEX = (
+    "CREATE INDEX IF NOT EXISTS events_merges "
+    f"ON events(ws, {MERGE_SOURCE}, version) WHERE op = 'merge';"
+)
+"""A workspace's merges by the workspace each took in (issue 33): what a merge asks for its
+base, in both directions (``LAST_MERGE``), without reading either history since the fork
+point. Partial: merges only, so other events pay nothing for it. The writer's only."""
 ROLE_INDEXES = {
     # The writer looks up request ids (idempotent retries), loads a workspace's live tree and
     # closes the live rows a change replaces (``revisions_live``: without it both read every
     # revision of the workspace, or of the path, ever made). Both roles find a purged
     # workspace's contents another still holds (``revisions_sha``).
     "writer": "CREATE INDEX IF NOT EXISTS events_request ON events(ws, request_id);\n"
+    + _MERGES_INDEX
+    + "\n"
     + _LIVE_INDEX
     + "\n"
     + _SHA_INDEX,
@@ -122,7 +134,7 @@ DROP INDEX IF EXISTS blobs_unindexed;
 DROP TABLE IF EXISTS content_index;
 DELETE FROM tracking;
 """,
-    "reader": "DROP INDEX IF EXISTS events_request;",
+    "reader": "DROP INDEX IF EXISTS events_request;\nDROP INDEX IF EXISTS events_merges;",
 }
 """With ``ROLE_INDEXES``, what makes another role's projection this role's (a writer starting
 from a reader's snapshot: the tables are the same, the indexes not; a writer tracks no
@@ -142,6 +154,7 @@ SEEDED_STATS: tuple[tuple[str, str, str], ...] = (
     # (1,000 a workspace, 10 a path), 100 live rows a workspace, 10 entries a directory.
     ("events", "events", "1000000 1000 1"),
     ("events", "events_request", "1000000 1000 1 1"),
+    ("events", "events_merges", "1000 100 10 1"),
     ("revisions", "revisions", "1000000 1000 10 1"),
     ("revisions", "revisions_live", "1000000 1000 10 1 1"),
     ("revisions", "revisions_children", "1000000 1000 100 10 1 1"),

@@ -8,6 +8,10 @@ seeks (``events`` by version, ``revisions_live`` by ``until``), so the cost is w
 in the range. A fork's versions up to its fork point are its layers': each layer is asked for
 the part of the range it holds. An event whose summary was cut (``SUMMARY_CHANGES``) is named
 by its log sequence: its caller reads it from the log.
+
+**The last merge.** A workspace's last merge of another is one seek of ``events_merges`` (the
+writer's partial index of merge events, by the workspace each took in), whichever direction
+the caller asks about.
 """
 
 from __future__ import annotations
@@ -43,8 +47,11 @@ class Merging(StoreBase):
                 break
         return paths, cut
 
-    async def last_merge(self, ws: int, after: int, source: str) -> tuple[int, bytes] | None:
+    async def last_merge(self, ws: int, after: int, source: str) -> tuple[int, int, bytes] | None:
         """Workspace ``ws``'s last merge of ``source`` (``tenant/name``) after version
-        ``after``: its version and result (JSON)."""
-        rows = list(await self._r.execute_fetchall(sql.LAST_MERGE, (ws, after, source)))
-        return (int(rows[0][0]), str(rows[0][1]).encode()) if rows else None
+        ``after``: its version, log sequence and result (JSON). One seek (``events_merges``)."""
+        rows = list(await self._r.execute_fetchall(sql.LAST_MERGE, (ws, source, after)))
+        if not rows:
+            return None
+        version, seq, result = rows[0]
+        return int(version), int(seq), str(result).encode()

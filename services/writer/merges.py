@@ -5,16 +5,41 @@ side since it, each side's entry there, and the contents the merge reads.
 fork and its source, a fork's fork and its grandparent, two forks of one source): the base
 is the nearest workspace both stand on, as of the older of their two versions of it. Two
 workspaces that share none have no base: ``NO_MERGE_BASE`` (a merge of unrelated histories
-would take every path of one as added to the other; fork first). The target's last merge of
-the same workspace after that point (its event's result names it and the version merged) is
-the base from then on: as the target's version, that merge; as theirs, the version merged.
+would take every path of one as added to the other; fork first).
+
+After that point the base is the last merge between the two, in either direction, the later
+of the two in the log (``_base``: two seeks of ``events_merges``, whatever either history
+holds). A merge is a common ancestor of what follows: a merge of theirs into ours (its
+result names the version of theirs it took) has, as the target's version, that merge and,
+as theirs, the version taken, whose content is the base; a merge of ours into theirs has,
+as ours, the version of ours it took (the base's content: ours there) and, as theirs, that
+merge. So after fork ← source, source ← fork takes the fork's changes since its merge, and
+what the fork took of the source is the source's, not a change of the fork's to merge
+again (nor to conflict with the source's changes since). The later merge is the right one:
+a merge takes the other side's newest version (brought up to the log's end first), so a
+merge later in the log took a version that already held the earlier one: its base descends
+from the earlier's, nearer to both sides, with less changed since. Criss-cross merges (each
+side merged the other before seeing the other's merge, concurrently) leave two bases
+neither of which descends from the other (git's two merge bases); the later in the log is
+taken, as git's ``resolve`` strategy takes one of them: what the other merge took is then
+on one side a change against it, the same as the other side's where it was taken whole
+(taken once), merged line by line again where it was merged (a conflict there is a real
+overlap, decided by the strategy).
+
+Against a merge of ours into theirs, theirs also differs from the base where it kept its
+own (what it changed before that merge that ours never took: its changes, to take now): the
+paths either side changed from the fork point up to that merge are read too (index ranges,
+as below; those both sides still have alike are dropped by ``core.merge``). That part of the
+cost is what changed since the fork point, not since the merge: a merge's result does not
+record where it kept its own side.
 
 **What changed.** Ours: the target's paths changed since its base, from the projection
 (``Store.changed_in``: two range seeks through its layers; events whose summaries were cut
 are read from the log) and, when this writer has decided changes its projection does not
 hold yet (pipelined appends), those from the in-memory tree. Theirs: the same on the other
-workspace up to its newest projected version. Each path's base and theirs are read through
-theirs' layers (one seek a layer), ours from the actor's state: a merge is decided on the
+workspace up to its newest projected version. Each path's theirs is read through theirs'
+layers and its base through the layers of the side whose content the base is (one seek a
+layer), ours from the actor's state: a merge is decided on the
 target as it is when decided, never on what a dry run saw. The cost is the paths changed on
 either side since the base, never the tree.
 
@@ -23,6 +48,8 @@ event first (as a fork's source is, ``forks.py``).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import msgspec
 
@@ -84,18 +111,23 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
             "forked from the other, nor both from one workspace): nothing to merge against",
             {"from": name, "workspace": site.workspace},
         )
-    ours_base = theirs_base = base
-    last = await store.last_merge(ours_row.id, base, f"{tenant}/{name}")
-    if last is not None:
-        ours_base = last[0]
-        theirs_base = msgspec.json.decode(last[1], type=rp.Merged).from_version
     ours_layers = store.layers(ours_row.id) or [(ours_row.id, TOP)]
     theirs_layers = store.layers(theirs_row.id) or [(theirs_row.id, TOP)]
+    at = await _base(site, ours_row.id, theirs_row.id, name, base)
+    ours_base, theirs_base = at.ours, at.theirs
     projected = ours_row.version
     ours, cut = await store.changed_in(ours_layers, ours_base, projected)
     if state.version > projected:  # decided here, not projected yet
         ours |= {p for p, v in state.tree.changed.items() if v > projected}
     theirs, cut_theirs = await store.changed_in(theirs_layers, theirs_base, theirs_version)
+    if at.theirs_took:  # what theirs had otherwise than ours when it took ours
+        kept, cut_kept = await store.changed_in(theirs_layers, base, theirs_base)
+        kept_ours, cut_kept_ours = await store.changed_in(ours_layers, base, ours_base)
+        theirs |= kept | kept_ours
+        cut_theirs += cut_kept + cut_kept_ours
+    base_layers, base_version = (
+        (ours_layers, ours_base) if at.theirs_took else (theirs_layers, theirs_base)
+    )
     paths = ours | theirs | await _cut(site, cut + cut_theirs)
     paths.discard("")
     if len(paths) > MAX_MERGE_PATHS:
@@ -112,7 +144,7 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     sides = [
         Sides(
             path,
-            await _entry(site, theirs_layers, path, theirs_base),
+            await _entry(site, base_layers, path, base_version),
             _ours(state, path),
             await _entry(site, theirs_layers, path, theirs_version),
         )
@@ -121,6 +153,32 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     lineage = theirs_row.lineage
     contents = await _contents(site, name, lineage, sides)
     return MergeSource(name, theirs_version, ours_base, theirs_base, sides, contents)
+
+
+class _Base(NamedTuple):
+    """The merge base as a version of each side, and whose content it is."""
+
+    ours: int
+    theirs: int
+    theirs_took: bool
+    """The base is a merge of ours into theirs: its content is ours as of ``ours`` (else
+    theirs as of ``theirs``: the fork point, or a merge of theirs into ours)."""
+
+
+async def _base(site: Site, ours: int, theirs: int, name: str, common: int) -> _Base:
+    """The merge base after ``common`` (the versions where the two histories meet): the
+    later in the log of ours' last merge of theirs and theirs' last merge of ours, else
+    ``common`` (two seeks of ``events_merges``)."""
+    store, tenant = site.deps.store, site.tenant
+    into_ours = await store.last_merge(ours, common, f"{tenant}/{name}")
+    into_theirs = await store.last_merge(theirs, common, f"{tenant}/{site.workspace}")
+    if into_theirs is not None and (into_ours is None or into_theirs[1] > into_ours[1]):
+        took = msgspec.json.decode(into_theirs[2], type=rp.Merged).from_version
+        return _Base(ours=took, theirs=into_theirs[0], theirs_took=True)
+    if into_ours is not None:
+        took = msgspec.json.decode(into_ours[2], type=rp.Merged).from_version
+        return _Base(ours=into_ours[0], theirs=took, theirs_took=False)
+    return _Base(ours=common, theirs=common, theirs_took=False)
 
 
 def _common(ours: list[tuple[str, int]], theirs: list[tuple[str, int]]) -> int | None:
