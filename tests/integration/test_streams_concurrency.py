@@ -23,6 +23,7 @@ from nats.js.api import StreamConfig
 from contracts.subjects import (
     BUCKET_BLOBS,
     BUCKET_BRIDGES,
+    BUCKET_FORKS,
     BUCKET_LEASES,
     BUCKET_SNAPSHOT_LEASES,
     BUCKET_SNAPSHOTS,
@@ -73,6 +74,7 @@ async def _check(url: str, *, leases: bool = True, output: bool = False) -> None
                 f"KV_{BUCKET_BRIDGES}",
                 f"OBJ_{BUCKET_SNAPSHOTS}",
                 f"KV_{BUCKET_SNAPSHOT_LEASES}",
+                f"KV_{BUCKET_FORKS}",
             ]
             + ([f"KV_{BUCKET_LEASES}"] if leases else [])
             + (["WS_OUTPUT", "WS_APPROVALS"] if output else [])  # an executor's (and a writer's)
