@@ -8,6 +8,7 @@ its source exclusive, whichever writers they reach."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest_asyncio
 from contracts.errors import ErrorCode, QuillError
 from contracts.subjects import Subjects
 from core.secrets import Secrets
+from infra.fork_registry import Registry
 from infra.runtime import Running, Settings
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer, mappings_config
@@ -29,6 +31,7 @@ from tests.helpers import answers, eventually, start_reader
 
 PARTITIONS = 4
 TENANT = "acme"
+_NUMBERS = itertools.count(1)
 SECRET = "sk-live-0123456789abcdef0123456789abcdef"
 
 
@@ -43,14 +46,12 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
 class Cluster:
     def __init__(self, a: Writer, b: Writer, quill: Quill) -> None:
         self.a, self.b, self.quill = a, b, quill
-        self._n = 0
 
     def name(self, writer: Writer, prefix: str) -> str:
         """A new workspace name whose partition ``writer`` serves."""
         assert writer.partitions is not None
         while True:
-            self._n += 1
-            name = f"{prefix}{self._n}"
+            name = f"{prefix}{next(_NUMBERS)}"  # never one an earlier test made
             if Subjects.partition_of(TENANT, name, PARTITIONS) in writer.partitions.held:
                 return name
 
@@ -119,9 +120,11 @@ async def test_a_purge_through_one_writer_is_refused_for_a_fork_made_through_the
     assert gone.value.code == ErrorCode.WORKSPACE_NOT_FOUND
 
 
-async def _race(cluster: Cluster, forks_each: int) -> tuple[bool, list[str]]:
-    """Forks of one source through both writers and purges of it, all at once: whether a
-    purge went through, and the forks that were made."""
+async def _race(cluster: Cluster, forks_each: int, at: float | None) -> tuple[bool, list[str]]:
+    """Forks of one source through both writers and purges of it, all at once (the purges
+    sent from ``at``, a fraction of the forks sent before them; None: as soon as a fork is
+    on the source's record, maybe not appended yet): whether a purge went through, and the
+    forks that were made."""
     quill = cluster.quill
     source = await cluster.source("race")
     names = [cluster.name(w, "rf") for _ in range(forks_each) for w in (cluster.a, cluster.b)]
@@ -142,30 +145,44 @@ async def _race(cluster: Cluster, forks_each: int) -> tuple[bool, list[str]]:
             return False
         return True
 
+    async def purges_once_registered() -> list[bool]:
+        registry = Registry(quill.nc.jetstream(), Subjects(), "test")
+
+        async def registered() -> bool:
+            return bool((await registry.record(TENANT, source)).forks)
+
+        await eventually(registered, timeout=20)
+        return list(await asyncio.gather(*(purge() for _ in range(3))))
+
     jobs: list[Any] = [fork(n) for n in names]
-    for i in range(3):
-        jobs.insert(i * len(names) // 3, purge())
+    if at is None:
+        jobs.append(purges_once_registered())
+    else:
+        start = round(at * len(names))
+        jobs[start:start] = [purge() for _ in range(3)]
     outcomes = await asyncio.gather(*jobs)
-    purged = any(o is True for o in outcomes)
+    purged = any(o is True or (isinstance(o, list) and any(o)) for o in outcomes)
     made = [o for o in outcomes if isinstance(o, str)]
     for name in made:  # every fork made still reads what it inherited
         await cluster.reads_inherited(name, source)
     assert not (purged and made), f"{source} purged under its forks {made}"
+    if at is None:  # a fork stood on the record when the purges were sent
+        assert not purged and made
     return purged, made
 
 
 async def test_forks_and_purges_racing_on_both_writers_never_leave_a_fork_without_source(
     cluster: Cluster,
 ) -> None:
-    for _ in range(3):
-        await _race(cluster, 3)
+    for at in (0.0, 1.0, None):
+        await _race(cluster, 3, at)
 
 
 @pytest.mark.slow
 async def test_forks_and_purges_racing_many_rounds(cluster: Cluster) -> None:
     seen: set[bool] = set()
-    for _ in range(20):
-        purged, _made = await _race(cluster, 5)
+    for i in range(20):
+        purged, _made = await _race(cluster, 5, None if i % 2 else i / 19)
         seen.add(purged)
     print(f"outcomes seen (purge went through): {sorted(seen)}")
 
