@@ -29,7 +29,7 @@ from contracts.subjects import (
     BUCKET_SNAPSHOTS,
     Subjects,
 )
-from infra import bridges, bus, snapshots
+from infra import bridges, bus, fork_registry, snapshots
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer
 from quill_cli.stack import Stack
@@ -110,6 +110,7 @@ ASSETS: dict[str, Create] = {
     "audit": lambda js: bus._ensure_stream(js, bus._audit_stream(Subjects(), 1)),
     "blobs": lambda js: bus._ensure_blobs(js, 1),
     "bridges": lambda js: bridges.bucket(js),
+    "forks": lambda js: fork_registry.bucket(js, 1),
     "leases": lambda js: leases_bucket(js, 1),
     "snapshots": lambda js: snapshots.ensure_bucket(js, 1),
 }
