@@ -30,6 +30,10 @@ DEFAULT_EXCLUSIONS: tuple[str, ...] = (
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 """The NATS ``max_payload`` Quill's embedded server runs with (requests, replies, events)."""
 
+MAX_FORKS_PER_SOURCE = 1_000
+"""Forks standing on one workspace at once (its record in WS_FORKS, ``infra/fork_registry.py``,
+holds them all in one value): a fork beyond is refused (``SIZE_LIMIT_EXCEEDED``)."""
+
 TREE_PAGE_BYTES = 2 * 1024 * 1024
 """Content bytes one page of ``qry.tree`` carries at most (the page ends sooner)."""
 

@@ -54,6 +54,9 @@ BUCKET_SNAPSHOTS = "WS_SNAPSHOTS"
 """Object store of projection snapshots (``infra/snapshots.py``)."""
 BUCKET_SNAPSHOT_LEASES = "WS_SNAPSHOT_LEASES"
 """KV bucket: who is making a snapshot (one replica at a time)."""
+BUCKET_FORKS = "WS_FORKS"
+"""KV bucket: per source ``<tenant>.<workspace>``, the forks standing on it and whether it is
+being purged or scrubbed (``infra/fork_registry.py``)."""
 
 QUEUE_WRITER = "quill-writer"
 QUEUE_READER = "quill-reader"

@@ -32,7 +32,7 @@ from contracts.limits import (
     SUBSCRIPTION_PENDING_MSGS,
 )
 from contracts.subjects import BUCKET_BLOBS, STREAM_AUDIT, STREAM_EVENTS, Subjects
-from infra import assets, bridges, snapshots
+from infra import assets, bridges, fork_registry, snapshots
 from infra.secret_registry import secrets_from_env
 from quill import connection
 from quill.credentials import DEFAULT_INBOX
@@ -94,8 +94,8 @@ async def _ensure_blobs(js: JetStreamContext, replicas: int) -> None:
 
 async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> None:
     """Create WS_EVENTS, WS_AUDIT, the WS_BLOBS and WS_SNAPSHOTS object stores and the
-    WS_BRIDGES and WS_SNAPSHOT_LEASES buckets if missing, and correct their configuration if
-    needed (idempotent, and safe when several processes do it at the same moment).
+    WS_BRIDGES, WS_SNAPSHOT_LEASES and WS_FORKS buckets if missing, and correct their
+    configuration if needed (idempotent, and safe when several processes do it at once).
 
     Raises:
         nats.js.errors.APIError: JetStream refused a create or an update (not for a stream
@@ -107,6 +107,7 @@ async def ensure_streams(nc: NATS, subjects: Subjects, replicas: int = 1) -> Non
     await _ensure_blobs(js, replicas)
     await snapshots.ensure_bucket(js, replicas)
     await bridges.bucket(js, replicas)
+    await fork_registry.bucket(js, replicas)
 
 
 def reply_allowed(subject: str, reply: str, own_inbox: str | None = None) -> bool:

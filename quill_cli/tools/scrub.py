@@ -51,8 +51,13 @@ they read and break their chains, and scrubbing a fork cannot reach what it inhe
 Cleaning every fork along would be a rewrite of each fork's log and rows over a new base (its
 ``workspace_forked`` re-chained to the scrubbed source): a scrub of every workspace of the
 lineage at once, which one batch condition per log cannot make atomic. So: purge the forks
-(merge what they should keep first), then scrub the source. A fork made while a scrub runs is
-not seen by it (the check is made before the log is read).
+(merge what they should keep first), then scrub the source. The forks are those the readers
+know (``qry.forks``) and those of the record every writer keeps (WS_FORKS,
+``infra/fork_registry.py``): the scrub marks the source ``scrubbing`` there by compare-and-set
+only while no fork stands on it, renews the mark while it runs and clears it when it ends; a
+fork of the source asked meanwhile is refused (``CONFLICT``, retry), on whichever writer. A
+mark left by a scrub that crashed runs out (``SCRUB_MARK_TTL_S``); a scrub whose mark ran out
+is refused before it appends. A dry run only checks.
 
 Failures are ``QuillError``: ``WORKSPACE_NOT_FOUND``, ``NO_MATCH`` (no secret occurs),
 ``INVALID_ARGUMENT`` (a redaction would make an invalid or colliding path, a secret in the
@@ -65,10 +70,12 @@ appended: the message says how to purge it).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,6 +110,7 @@ from core.tree import apply_change
 from infra import compaction
 from infra import log as eventlog
 from infra.blobs import Blobs, WorkspaceBlobs
+from infra.fork_registry import SCRUB_RENEW_S, Registry
 from infra.store import Store
 from quill_cli.tools import replay as rpl
 from quill_cli.tools import scrub_blobs
@@ -288,96 +296,167 @@ async def scrub(
     if not secrets:
         raise QuillError(ErrorCode.INVALID_ARGUMENT, "No secret to scrub: the registry is empty")
     js, name = nc.jetstream(), f"{tenant}/{workspace}"
-    subject, audit_subject = subjects.evt(tenant, workspace), subjects.audit(tenant, workspace)
-    blobs = Blobs(js).of(tenant, workspace)
+    subject = subjects.evt(tenant, workspace)
     with rpl.nats_errors(f"Scrubbing {name}"):
         last = await rpl.last_event(js, subject)
         if last is None:
             raise QuillError(ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace {name} not found")
         last_seq = await eventlog.last_seq(js, subject, fresh=True)
         await _not_forked(js, subject, name, last_seq, forks)
-        old = await eventlog.read(js, subject, 0, last_seq, timeout=rpl.IDLE_S)
-        old = await compaction.with_manifests(old, Blobs(js))
-        fold, kept = rpl.Fold(tenant, workspace), None
-        if old and isinstance(first := old[0].event, HistoryCompacted):
-            kept = old[0].manifest
-            assert kept is not None
-            fold.start(first, old[0].hash, kept, first.version)
-        for item in old[1:] if kept else old:
-            fold.apply(item.event, item.hash, item.manifest)
-        redactor = Redactor(secrets, blobs)
-        with tempfile.TemporaryDirectory(prefix="quill-scrub-") as tmp:
-            store = await Store.open(Path(tmp) / "scrub.db", role="writer")
-            try:
-                new = _Rewrite(store, tenant, workspace)
-                changed = 0
-                for n, item in enumerate(old):
-                    body = await redactor.event(item.event)
-                    if n == 0 and kept is not None:  # the log starts at a compaction
-                        redacted = await redactor.manifest(kept)
-                        await new.start(body, redacted)
-                        changed += redacted != kept
-                    else:
-                        await new.add(body)
-                    changed += body != msgspec.json.decode(codec.encode(item.event))
-                audit = await stores.messages(js, STREAM_AUDIT, audit_subject)
-                audit_hits = [(s, d) for s, d in audit if stores.carries(secrets, d)]
-                kv_hits = await stores.kv_hits(js, secrets, kv_buckets)
-                output_hits = await stores.output_hits(
-                    js, secrets, subjects.workspace_cmdout(tenant, workspace)
+        registry = Registry(js, subjects, f"scrub@{socket.gethostname()}:{os.getpid()}")
+        async with _marked(registry, tenant, workspace, dry_run) as still_marked:
+            return await _scrub(
+                nc, js, subjects, tenant, workspace, secrets, actor, dry_run, max_batch,
+                kv_buckets, still_marked, last_seq,
+            )  # fmt: skip
+    raise AssertionError("unreachable")  # nats_errors re-raises
+
+
+@contextlib.asynccontextmanager
+async def _marked(
+    registry: Registry, tenant: str, workspace: str, dry_run: bool
+) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """The workspace marked ``scrubbing`` on the fork record while the scrub runs (renewed
+    every ``SCRUB_RENEW_S``, cleared at the end); a dry run only checks that no fork stands.
+    Yields a check that the mark is still this scrub's (made before the new log is appended).
+    """
+    if dry_run:
+        standing = await registry.standing(tenant, workspace)
+        if standing:
+            raise QuillError(
+                ErrorCode.CONFLICT,
+                f"{tenant}/{workspace} has forks ({', '.join(standing[:10])}): they inherit its "
+                "history, which a scrub rewrites (their chains continue it). Purge them first "
+                "(merge what they should keep), then scrub",
+                {"forks": standing[:100]},
+            )
+
+        async def nothing() -> None:
+            return None
+
+        yield nothing
+        return
+    await registry.mark(tenant, workspace, "scrubbing")
+
+    async def renewing() -> None:
+        while True:
+            await asyncio.sleep(SCRUB_RENEW_S)
+            await registry.renew(tenant, workspace, "scrubbing")
+
+    async def still() -> None:
+        if renewer.done() and renewer.exception() is not None:
+            raise renewer.exception()  # type: ignore[misc]
+        await registry.renew(tenant, workspace, "scrubbing")
+
+    renewer = asyncio.create_task(renewing())
+    try:
+        yield still
+    finally:
+        renewer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await renewer
+        await registry.release(tenant, workspace, "scrubbing")
+
+
+async def _scrub(
+    nc: NATS,
+    js: JetStreamContext,
+    subjects: Subjects,
+    tenant: str,
+    workspace: str,
+    secrets: Secrets,
+    actor: str | None,
+    dry_run: bool,
+    max_batch: int,
+    kv_buckets: list[str] | None,
+    still_marked: Callable[[], Awaitable[None]],
+    last_seq: int,
+) -> Scrubbed:
+    """``scrub`` once the workspace is marked (``_marked``)."""
+    name = f"{tenant}/{workspace}"
+    subject, audit_subject = subjects.evt(tenant, workspace), subjects.audit(tenant, workspace)
+    blobs = Blobs(js).of(tenant, workspace)
+    old = await eventlog.read(js, subject, 0, last_seq, timeout=rpl.IDLE_S)
+    old = await compaction.with_manifests(old, Blobs(js))
+    fold, kept = rpl.Fold(tenant, workspace), None
+    if old and isinstance(first := old[0].event, HistoryCompacted):
+        kept = old[0].manifest
+        assert kept is not None
+        fold.start(first, old[0].hash, kept, first.version)
+    for item in old[1:] if kept else old:
+        fold.apply(item.event, item.hash, item.manifest)
+    redactor = Redactor(secrets, blobs)
+    with tempfile.TemporaryDirectory(prefix="quill-scrub-") as tmp:
+        store = await Store.open(Path(tmp) / "scrub.db", role="writer")
+        try:
+            new = _Rewrite(store, tenant, workspace)
+            changed = 0
+            for n, item in enumerate(old):
+                body = await redactor.event(item.event)
+                if n == 0 and kept is not None:  # the log starts at a compaction
+                    redacted = await redactor.manifest(kept)
+                    await new.start(body, redacted)
+                    changed += redacted != kept
+                else:
+                    await new.add(body)
+                changed += body != msgspec.json.decode(codec.encode(item.event))
+            audit = await stores.messages(js, STREAM_AUDIT, audit_subject)
+            audit_hits = [(s, d) for s, d in audit if stores.carries(secrets, d)]
+            kv_hits = await stores.kv_hits(js, secrets, kv_buckets)
+            output_hits = await stores.output_hits(
+                js, secrets, subjects.workspace_cmdout(tenant, workspace)
+            )
+            approval_hits = await stores.approval_hits(
+                js, secrets, subjects.workspace_approvals(tenant, workspace)
+            )
+            for _, _, data in approval_hits:
+                redactor.found.update(secrets.redact_bytes(data)[1])
+            for found in output_hits.values():
+                redactor.found.update(found)
+            for _, data in audit_hits:
+                redactor.found.update(secrets.redact_bytes(data)[1])
+            for _, _, data in kv_hits:
+                redactor.found.update(secrets.redact_bytes(data)[1])
+            result = Scrubbed(
+                tenant=tenant,
+                workspace=workspace,
+                secret_ids=sorted(redactor.found),
+                dry_run=dry_run,
+                events_changed=changed,
+                contents_changed=len(redactor.shas),
+                paths_changed=sorted(n for o, n in redactor.paths.items() if o != n),
+                audit_records=len(audit_hits),
+                kv_entries=len(kv_hits),
+                outputs_purged=len(output_hits),
+                approvals=len(approval_hits),
+                old_version=fold.version,
+                old_head=fold.last_hash,
+            )
+            if not redactor.found:
+                raise QuillError(
+                    ErrorCode.NO_MATCH,
+                    f"No registered secret occurs in {name} (its log, contents, audit "
+                    "records, kept command output, requests kept for approval or KV "
+                    "buckets): nothing to scrub",
                 )
-                approval_hits = await stores.approval_hits(
-                    js, secrets, subjects.workspace_approvals(tenant, workspace)
-                )
-                for _, _, data in approval_hits:
-                    redactor.found.update(secrets.redact_bytes(data)[1])
-                for found in output_hits.values():
-                    redactor.found.update(found)
-                for _, data in audit_hits:
-                    redactor.found.update(secrets.redact_bytes(data)[1])
-                for _, _, data in kv_hits:
-                    redactor.found.update(secrets.redact_bytes(data)[1])
-                result = Scrubbed(
-                    tenant=tenant,
-                    workspace=workspace,
-                    secret_ids=sorted(redactor.found),
-                    dry_run=dry_run,
-                    events_changed=changed,
-                    contents_changed=len(redactor.shas),
-                    paths_changed=sorted(n for o, n in redactor.paths.items() if o != n),
-                    audit_records=len(audit_hits),
-                    kv_entries=len(kv_hits),
-                    outputs_purged=len(output_hits),
-                    approvals=len(approval_hits),
-                    old_version=fold.version,
-                    old_head=fold.last_hash,
-                )
-                if not redactor.found:
-                    raise QuillError(
-                        ErrorCode.NO_MATCH,
-                        f"No registered secret occurs in {name} (its log, contents, audit "
-                        "records, kept command output, requests kept for approval or KV "
-                        "buckets): nothing to scrub",
-                    )
-                if dry_run:
-                    named = await scrub_blobs.shared(
-                        js, subjects, subject, set(redactor.shas), secrets
-                    )
-                    result.blobs_kept, result.shared_with = named
-                    return result
-                if changed:
-                    await _replace_log(
-                        nc, js, subjects, new, blobs, redactor, old, last_seq, actor, max_batch,
-                        result,
-                    )  # fmt: skip
-            finally:
-                await store.close()
-        await stores.scrub_audit(js, secrets, audit_subject, audit_hits)
-        await stores.scrub_kv(js, secrets, kv_hits)
-        await stores.scrub_output(js, sorted(output_hits))
-        await stores.scrub_approvals(js, secrets, approval_hits)
-        await _check(js, subjects, tenant, workspace, secrets, result)
-        await _audit(js, subjects, result, actor)
+            if dry_run:
+                named = await scrub_blobs.shared(js, subjects, subject, set(redactor.shas), secrets)
+                result.blobs_kept, result.shared_with = named
+                return result
+            if changed:
+                await still_marked()  # no fork was made meanwhile
+                await _replace_log(
+                    nc, js, subjects, new, blobs, redactor, old, last_seq, actor, max_batch,
+                    result,
+                )  # fmt: skip
+        finally:
+            await store.close()
+    await stores.scrub_audit(js, secrets, audit_subject, audit_hits)
+    await stores.scrub_kv(js, secrets, kv_hits)
+    await stores.scrub_output(js, sorted(output_hits))
+    await stores.scrub_approvals(js, secrets, approval_hits)
+    await _check(js, subjects, tenant, workspace, secrets, result)
+    await _audit(js, subjects, result, actor)
     return result
 
 

@@ -23,6 +23,7 @@ from infra import assets, bus, claims, metrics, snapshot_install, storage
 from infra.approvals import Approvals, ensure_stream
 from infra.blobs import Blobs
 from infra.bridges import Bridges
+from infra.fork_registry import Registry
 from infra.offload import Offload
 from infra.runtime import Auditor, Running, Settings, start_service
 from infra.secret_registry import secrets_from_env
@@ -108,6 +109,7 @@ class Writer:
             backlog=_backlog(config),
             offload=Offload("writer"),
             approvals=Approvals(self.js, self.subjects),
+            registry=Registry(self.js, self.subjects, f"writer:{self.instance}"),
         )
         """What every workspace actor and the command entry are given."""
         self.actors = Actors(self.deps, config.max_workspaces)

@@ -27,6 +27,7 @@ from core.secrets import Secrets
 from infra.approvals import Approvals
 from infra.blobs import Blobs
 from infra.bridges import Bridges
+from infra.fork_registry import Registry
 from infra.offload import Offload
 from infra.runtime import Auditor
 from infra.storage import FullState
@@ -109,6 +110,8 @@ class Deps:
     """Worker processes for the expensive steps of decisions (``core.decision.Expensive``)."""
     approvals: Approvals
     """``WS_APPROVALS``: the requests parked for approval, carried out once approved."""
+    registry: Registry
+    """``WS_FORKS``: the forks standing on each workspace, cluster-wide (a fork, a purge)."""
     contents: ContentCache = field(default_factory=ContentCache)
     manifests: dict[str, CompactionManifest] = field(default_factory=dict)
     """Manifests of the compactions being appended, by sha256 (for the projection)."""

@@ -1,5 +1,7 @@
 """What the writer reads for a fork (issue 33): the source at the version asked, and, before a
-purge, the workspaces forked from it.
+purge, the workspaces forked from it; and the record of forks every writer shares (WS_FORKS,
+``infra/fork_registry.py``): a fork registers on its source before its event is appended, a
+purge marks its workspace only while no fork stands on it.
 
 Both come from the writer's projection. With ``quill up`` it holds every workspace this
 writer committed; on a cluster a writer serves a partition of the workspaces, and its
@@ -13,16 +15,21 @@ never change (a source with forks is neither purged nor compacted).
 
 from __future__ import annotations
 
+import logging
+
 import nats.errors
 
 from contracts import codec
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import TrustChanged, WorkspaceForked
+from contracts.events import TrustChanged, WorkspaceForked, WorkspacePurged
 from core.decision import ForkSource
 from infra import log as eventlog
 from infra.compaction import with_manifests
+from infra.fork_registry import unreachable
 from services.writer.pending import Site
+
+log = logging.getLogger("quill.writer")
 
 
 async def source(site: Site, cmd: rq.ForkWorkspace) -> ForkSource:
@@ -83,3 +90,80 @@ async def forks(site: Site) -> list[str]:
     await site.deps.appender.applied()
     found = await site.deps.store.forks_of(site.tenant, site.workspace, "", 101)
     return [name for name, _, _ in found]
+
+
+async def register(site: Site, event: WorkspaceForked) -> None:
+    """Register the fork ``event`` makes on its source's record (before it is appended), then
+    check the source's log still holds what the fork read: a purge of the source that
+    committed before the registration (its mark cleared already) is seen there.
+
+    Raises:
+        QuillError: ``CONFLICT`` (the source is being purged or scrubbed: retry),
+            ``WORKSPACE_NOT_FOUND`` (it was purged meanwhile), ``UNAVAILABLE``.
+    """
+    deps, tenant, source = site.deps, site.tenant, event.source
+    await deps.registry.add_fork(tenant, source, site.workspace)
+    try:
+        gone = await _source_gone(site, source)
+    except (TimeoutError, nats.errors.Error, eventlog.CorruptEvent) as exc:
+        await unregister(site, event)
+        raise unreachable(exc) from None
+    if gone:
+        await unregister(site, event)
+        raise QuillError(
+            ErrorCode.WORKSPACE_NOT_FOUND,
+            f"Workspace {tenant}/{source} was purged while it was being forked",
+            {"source": source},
+        )
+
+
+async def _source_gone(site: Site, source: str) -> bool:
+    """Whether the source's log lost what this writer's projection read of it (a purge, a
+    purge and a creation again): its last event is a purge, or its first is past the last
+    the projection holds."""
+    deps = site.deps
+    row = deps.store.workspace(site.tenant, source)
+    if row is None:
+        return True
+    subject = deps.subjects.evt(site.tenant, source)
+    raw = await eventlog.last_message(deps.js, subject, fresh=True)
+    if raw is None or isinstance(eventlog.stored(raw).event, WorkspacePurged):
+        return True
+    first = await eventlog.first(deps.js, subject, int(raw.seq or 0))
+    return first is None or first.seq > row.last_seq
+
+
+async def unregister(site: Site, event: WorkspaceForked, *, unless_appended: bool = False) -> None:
+    """Take the fork back off its source's record (best effort: a stale entry is dropped by
+    the next purge, ``fork_registry``). ``unless_appended``: after a failed append, only when
+    the fork's log does not hold its event (an append that failed uncertainly may be in)."""
+    deps = site.deps
+    try:
+        if unless_appended and await eventlog.last_seq(deps.js, site.subject, fresh=True):
+            return
+        await deps.registry.drop_fork(site.tenant, event.source, site.workspace)
+    except (QuillError, TimeoutError, nats.errors.Error) as exc:
+        log.warning("%s/%s: could not unregister the fork: %r", site.tenant, site.workspace, exc)
+
+
+async def mark_purge(site: Site) -> None:
+    """Mark the workspace as being purged on the shared record, when no fork stands on it
+    (whichever writer forked it).
+
+    Raises:
+        QuillError: ``CONFLICT`` naming the forks, or while it is being scrubbed.
+    """
+    await site.deps.registry.mark(site.tenant, site.workspace, "purging")
+
+
+async def purge_over(site: Site, fork_of: str | None, committed: bool) -> None:
+    """After a purge: clear its mark (committed or refused for good); a fork's purge, once
+    committed, also takes the fork off its source's record (best effort: a stale mark runs
+    out, a stale entry is dropped by the next purge of the source)."""
+    registry, tenant = site.deps.registry, site.tenant
+    try:
+        await registry.release(tenant, site.workspace, "purging")
+        if committed and fork_of is not None:
+            await registry.drop_fork(tenant, fork_of, site.workspace)
+    except (QuillError, TimeoutError, nats.errors.Error) as exc:
+        log.warning("%s/%s: fork record after the purge: %r", tenant, site.workspace, exc)

@@ -44,6 +44,7 @@ from contracts.events import (
     LockReleased,
     WorkspaceEvent,
     WorkspaceForked,
+    WorkspacePurged,
 )
 from contracts.limits import MAX_MESSAGE_BYTES, RETRY_AFTER_MS, WRITER_MAX_RETRIES_WAITING
 from core.decide import decide
@@ -53,7 +54,7 @@ from infra import blobs, logfields, storage, tracing
 from infra.bus import respond
 from infra.busy import refused
 from infra.entry import reply_headers
-from services.writer import approvals, context, lifecycle
+from services.writer import approvals, context, forks, lifecycle
 from services.writer.append import AppendError, Group
 from services.writer.approvals import awaiting
 from services.writer.compaction import Compaction
@@ -113,6 +114,8 @@ class WorkspaceActor:
         """Set while the actor waits for its group in flight or a command, whichever first."""
         self._resuming = False
         """``resume`` asked for a load."""
+        self._fork_of: str | None = None
+        """While its purge is decided and appended: the workspace's source, if it is a fork."""
 
     @property
     def waiting(self) -> int:
@@ -449,6 +452,7 @@ class WorkspaceActor:
                 attempt,
             )
             self.state = None
+            await self._not_appended(staged)
             if storage.is_log_full(exc):  # retrying cannot help: the operator must act
                 self.deps.log_storage.mark(str(exc))
                 err = storage.log_full(str(exc))
@@ -480,6 +484,8 @@ class WorkspaceActor:
             )
             if not finished:  # a purge not finished: the next load finishes it
                 self.state = None
+            if any(isinstance(s.event, WorkspacePurged) for s in staged):
+                await forks.purge_over(self.site, self._fork_of, committed=True)
         await self.compaction.count(state, [s.event for s in staged])
         for s, seq in zip(staged, seqs, strict=True):
             p, decision, event = s.pending, s.decision, s.event
@@ -511,6 +517,15 @@ class WorkspaceActor:
             self._unpark()
         return True
 
+    async def _not_appended(self, staged: list[Staged]) -> None:
+        """A fork or a purge whose append failed comes off the fork record (WS_FORKS); decided
+        again, it registers or marks again."""
+        for s in staged:
+            if isinstance(s.event, WorkspaceForked):
+                await forks.unregister(self.site, s.event, unless_appended=True)
+            elif isinstance(s.event, WorkspacePurged):
+                await forks.purge_over(self.site, None, committed=False)
+
     def _purged(self) -> None:
         """A purge is in the log: what was known of the workspace goes."""
         self.results.clear()  # an old request id is not answered from a purged log
@@ -537,6 +552,11 @@ class WorkspaceActor:
             decision.changes = await context.externalize(self.site, decision.changes)
             event = to_event(state, decision, ctx, p.address.op, p.origin)
             payload = codec.encode(event)
+            if isinstance(event, WorkspaceForked):  # on its source's record first (WS_FORKS)
+                await forks.register(self.site, event)
+            elif isinstance(event, WorkspacePurged):  # refused while a fork stands on it
+                await forks.mark_purge(self.site)
+                self._fork_of = state.lineage[0][0] if state.lineage else None
             if deps.secrets:  # the last net: contents are redacted, names refused at the edge
                 leaked = deps.secrets.redact_bytes(payload)[1]
                 if leaked:

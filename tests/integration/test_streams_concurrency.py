@@ -23,12 +23,13 @@ from nats.js.api import StreamConfig
 from contracts.subjects import (
     BUCKET_BLOBS,
     BUCKET_BRIDGES,
+    BUCKET_FORKS,
     BUCKET_LEASES,
     BUCKET_SNAPSHOT_LEASES,
     BUCKET_SNAPSHOTS,
     Subjects,
 )
-from infra import bridges, bus, snapshots
+from infra import bridges, bus, fork_registry, snapshots
 from quill.client import Quill
 from quill_cli.natsserver import NatsServer
 from quill_cli.stack import Stack
@@ -73,6 +74,7 @@ async def _check(url: str, *, leases: bool = True, output: bool = False) -> None
                 f"KV_{BUCKET_BRIDGES}",
                 f"OBJ_{BUCKET_SNAPSHOTS}",
                 f"KV_{BUCKET_SNAPSHOT_LEASES}",
+                f"KV_{BUCKET_FORKS}",
             ]
             + ([f"KV_{BUCKET_LEASES}"] if leases else [])
             + (["WS_OUTPUT", "WS_APPROVALS"] if output else [])  # an executor's (and a writer's)
@@ -108,6 +110,7 @@ ASSETS: dict[str, Create] = {
     "audit": lambda js: bus._ensure_stream(js, bus._audit_stream(Subjects(), 1)),
     "blobs": lambda js: bus._ensure_blobs(js, 1),
     "bridges": lambda js: bridges.bucket(js),
+    "forks": lambda js: fork_registry.bucket(js, 1),
     "leases": lambda js: leases_bucket(js, 1),
     "snapshots": lambda js: snapshots.ensure_bucket(js, 1),
 }
