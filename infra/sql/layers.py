@@ -98,6 +98,26 @@ DECIDED = (
 """Which of a JSON list of paths a layer has a row of at or before its version (live, ended
 or a whiteout: it decides them, hiding the layers below): one seek a path."""
 
+# ---------------------------------------------------------------------- a fork's totals
+# A fork's totals (``qry.info``) and a listing's ``total`` are its source's as of the fork
+# point (one aggregate, held by the reader) plus what the fork's own rows change: what each
+# of its paths shows less what the layers below showed there (``services/reader/forked.py``).
+LAYER_OWN = (
+    f"SELECT {WHOLE_WORKSPACE} path, kind, size, until, max(version) FROM revisions "
+    "WHERE ws=? AND path>=? AND path<? AND version<=? GROUP BY path"
+)
+"""A layer's newest row of each path it has a row of at or before a version (live, ended or
+a whiteout), in a range: meant to read every row of the layer's own in the range (a range of
+the primary key), as ``TOUCHED`` does: a fork's own rows are what it changed since its fork
+point, never its source's history."""
+LAYER_SHOWN = (
+    "SELECT j.value, r.kind, r.size, r.until FROM json_each(?1) j CROSS JOIN revisions r "
+    "ON r.ws=?2 AND r.path=j.value AND r.version=(SELECT max(version) FROM revisions "
+    "WHERE ws=?2 AND path=j.value AND version<=?3)"
+)
+"""The newest row at or before a version of each of a JSON list of paths a layer has one of
+(it decides them; valid then, or ended, or a whiteout): two seeks a path."""
+
 
 def layer_recent(
     ws: int, at: int, after: tuple[str, str] | None, older: bool, limit: int

@@ -100,6 +100,8 @@ FIXED: dict[str, tuple[str, tuple[str, ...]]] = {
     "LAYER_CHILDREN": (layers.LAYER_CHILDREN, READER),
     "LAYER_HOLDING": (layers.LAYER_HOLDING, READER),
     "DECIDED": (layers.DECIDED, READER),
+    "LAYER_OWN": (layers.LAYER_OWN, READER),
+    "LAYER_SHOWN": (layers.LAYER_SHOWN, READER),
     "EVENT_AT": (layers.EVENT_AT, WRITER),
     "TRUST_NOW": (layers.TRUST_NOW, WRITER),
     "EVENTS_CHANGED": (merges.EVENTS_CHANGED, WRITER),
