@@ -68,6 +68,7 @@ from infra.sql.layers import (
     LAYER_SHOWN,
     TOUCHED,
     TRUST_NOW,
+    layer_count,
     layer_recent,
 )
 from infra.sql.merges import ENDED_IN, EVENTS_CHANGED, LAST_MERGE
@@ -200,6 +201,7 @@ __all__ = [
     "LAYER_ENDED",
     "LAYER_HOLDING",
     "LAYER_LIVE_PAGE",
+    "layer_count",
     "layer_recent",
     "ENDED_IN",
     "EVENTS_CHANGED",

@@ -118,6 +118,30 @@ LAYER_SHOWN = (
 """The newest row at or before a version of each of a JSON list of paths a layer has one of
 (it decides them; valid then, or ended, or a whiteout): two seeks a path."""
 
+_COUNTED = (
+    "SELECT count(*) FROM revisions INDEXED BY revisions_live WHERE ws=?1 AND {until} "
+    "AND version<=?2 AND path>=?3 AND path<?4 AND path != ''{kind}"
+)
+LAYER_COUNT = (
+    "SELECT ("
+    + _COUNTED.replace("{until}", f"until={LIVE}")
+    + ") + ("
+    + _COUNTED.replace("{until}", f"until>?2 AND until<{LIVE}")
+    + ")"
+)
+"""A layer's entries (of a kind) valid at its version in a range of paths: its live rows
+made by then (a range of ``revisions_live``: the range's) and its rows ended since (what it
+changed since that version), counted. A recursive listing's ``total`` on a fork starts from
+its source's as of the fork point."""
+
+
+def layer_count(ws: int, at: int, lo: str, hi: str, kind: str | None) -> tuple[str, list[Any]]:
+    """``LAYER_COUNT``: workspace ``ws``'s entries (of ``kind``) in ``lo <= path < hi`` as of
+    ``at``."""
+    more = "" if kind is None else " AND kind=?5"
+    args: list[Any] = [ws, at, lo, hi] + ([] if kind is None else [kind])
+    return LAYER_COUNT.format(kind=more), args
+
 
 def layer_recent(
     ws: int, at: int, after: tuple[str, str] | None, older: bool, limit: int

@@ -136,6 +136,9 @@ def shapes() -> Iterator[Shape]:
             if kind is None:
                 text, args = layers.layer_recent(1, 1, after, older, 10)
                 yield Shape(f"LAYER_RECENT {after=} {older=}", text, tuple(args), READER)
+    for kind in (None, "f"):
+        text, args = layers.layer_count(1, 1, "d/", "d0", kind)
+        yield Shape(f"LAYER_COUNT {kind=}", text, tuple(args), READER)
     for upper in (None, "d0"):
         text, args = revisions.entries_page(1, 1, "d/", upper, 10)
         yield Shape(f"ENTRIES_PAGE {upper=}", text, tuple(args), READER)

@@ -124,14 +124,16 @@ class ReadModel:
     async def _layered_count(self, layers: Layers, version: int, scope: Scope) -> int:
         (below, cap), deeper = layers[1], layers[2:]
         at = min(version, cap)
+        lo, hi = forked.span(scope)
 
         async def base() -> int:
-            if not deeper:
-                return await self._count(below, at, scope)
+            if not deeper:  # its live rows in the range, and those ended since ``at``
+                text, args = sql.layer_count(below, at, lo, hi, scope.kind)
+                return int(list(await self._db.execute_fetchall(text, args))[0][0])
             return await self._layered_count(layers[1:], at, scope)
 
         held = await self._hold(("count", below, at, scope), base)
-        changes = await forked.changed(self._db, layers, version, *forked.span(scope))
+        changes = await forked.changed(self._db, layers, version, lo, hi)
         return held + forked.counted(changes, scope.kind)
 
     async def _count(self, ws: int, version: int, scope: Scope) -> int:
