@@ -98,6 +98,50 @@ DECIDED = (
 """Which of a JSON list of paths a layer has a row of at or before its version (live, ended
 or a whiteout: it decides them, hiding the layers below): one seek a path."""
 
+# ---------------------------------------------------------------------- a fork's totals
+# A fork's totals (``qry.info``) and a listing's ``total`` are its source's as of the fork
+# point (one aggregate, held by the reader) plus what the fork's own rows change: what each
+# of its paths shows less what the layers below showed there (``services/reader/forked.py``).
+LAYER_OWN = (
+    f"SELECT {WHOLE_WORKSPACE} path, kind, size, until, max(version) FROM revisions "
+    "WHERE ws=? AND path>=? AND path<? AND version<=? GROUP BY path"
+)
+"""A layer's newest row of each path it has a row of at or before a version (live, ended or
+a whiteout), in a range: meant to read every row of the layer's own in the range (a range of
+the primary key), as ``TOUCHED`` does: a fork's own rows are what it changed since its fork
+point, never its source's history."""
+LAYER_SHOWN = (
+    "SELECT j.value, r.kind, r.size, r.until FROM json_each(?1) j CROSS JOIN revisions r "
+    "ON r.ws=?2 AND r.path=j.value AND r.version=(SELECT max(version) FROM revisions "
+    "WHERE ws=?2 AND path=j.value AND version<=?3)"
+)
+"""The newest row at or before a version of each of a JSON list of paths a layer has one of
+(it decides them; valid then, or ended, or a whiteout): two seeks a path."""
+
+_COUNTED = (
+    "SELECT count(*) FROM revisions INDEXED BY revisions_live WHERE ws=?1 AND {until} "
+    "AND version<=?2 AND path>=?3 AND path<?4 AND path != ''{kind}"
+)
+LAYER_COUNT = (
+    "SELECT ("
+    + _COUNTED.replace("{until}", f"until={LIVE}")
+    + ") + ("
+    + _COUNTED.replace("{until}", f"until>?2 AND until<{LIVE}")
+    + ")"
+)
+"""A layer's entries (of a kind) valid at its version in a range of paths: its live rows
+made by then (a range of ``revisions_live``: the range's) and its rows ended since (what it
+changed since that version), counted. A recursive listing's ``total`` on a fork starts from
+its source's as of the fork point."""
+
+
+def layer_count(ws: int, at: int, lo: str, hi: str, kind: str | None) -> tuple[str, list[Any]]:
+    """``LAYER_COUNT``: workspace ``ws``'s entries (of ``kind``) in ``lo <= path < hi`` as of
+    ``at``."""
+    more = "" if kind is None else " AND kind=?5"
+    args: list[Any] = [ws, at, lo, hi] + ([] if kind is None else [kind])
+    return LAYER_COUNT.format(kind=more), args
+
 
 def layer_recent(
     ws: int, at: int, after: tuple[str, str] | None, older: bool, limit: int

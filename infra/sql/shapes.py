@@ -100,6 +100,8 @@ FIXED: dict[str, tuple[str, tuple[str, ...]]] = {
     "LAYER_CHILDREN": (layers.LAYER_CHILDREN, READER),
     "LAYER_HOLDING": (layers.LAYER_HOLDING, READER),
     "DECIDED": (layers.DECIDED, READER),
+    "LAYER_OWN": (layers.LAYER_OWN, READER),
+    "LAYER_SHOWN": (layers.LAYER_SHOWN, READER),
     "EVENT_AT": (layers.EVENT_AT, WRITER),
     "TRUST_NOW": (layers.TRUST_NOW, WRITER),
     "EVENTS_CHANGED": (merges.EVENTS_CHANGED, WRITER),
@@ -134,6 +136,9 @@ def shapes() -> Iterator[Shape]:
             if kind is None:
                 text, args = layers.layer_recent(1, 1, after, older, 10)
                 yield Shape(f"LAYER_RECENT {after=} {older=}", text, tuple(args), READER)
+    for kind in (None, "f"):
+        text, args = layers.layer_count(1, 1, "d/", "d0", kind)
+        yield Shape(f"LAYER_COUNT {kind=}", text, tuple(args), READER)
     for upper in (None, "d0"):
         text, args = revisions.entries_page(1, 1, "d/", upper, 10)
         yield Shape(f"ENTRIES_PAGE {upper=}", text, tuple(args), READER)

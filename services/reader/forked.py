@@ -8,11 +8,18 @@ it changed, plus its own rows); a page of a listing merges its layers' pages
 Its events are the source's below the fork point ``N``, then its own: its version ``N`` is
 its ``workspace_forked`` event (the source's tree at ``N``, its chain continuing the source's
 event ``N``), its next ``N + 1``.
+
+Its totals (``qry.info``: files, directories, bytes) and a recursive listing's ``total`` are
+its source's as of ``N`` (an aggregate that never changes: the reader holds it,
+``readmodel.py``) moved by what the fork's own rows change (``changed``): what each path it
+has a row of shows, less what the layers below showed there. They cost what the fork changed,
+never its source's tree.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Any, Protocol
@@ -45,6 +52,17 @@ def _successor(start: str) -> str:
     return start[:-1] + chr(last + 1) if last < 0x10FFFF else "\U0010ffff"
 
 
+def span(scope: Scoped) -> tuple[str, str]:
+    """The range of paths a recursive listing's ``scope`` covers (its root's row left out by
+    its caller: a path is never empty)."""
+    directory = scope.directory
+    start = f"{directory}/{scope.prefix}" if directory else scope.prefix
+    lo, hi = subtree(directory) if directory else ALL
+    if start:
+        lo, hi = max(lo, start), min(hi, _successor(start))
+    return lo, hi
+
+
 async def scoped(
     db: aiosqlite.Connection,
     layers: Layers,
@@ -71,9 +89,7 @@ async def scoped(
             mark = (after[0] == "f", after[1])
             out = [n for n in out if (n.kind == "f", n.path) > mark]
         return out if limit is None else out[:limit]
-    lo, hi = subtree(directory) if directory else ALL
-    if start:
-        lo, hi = max(lo, start), min(hi, _successor(start))
+    lo, hi = span(scope)
     if after is not None:
         lo = max(lo, after[1] + "\0")
     first = merged.PAGE_FIRST if limit is None else min(merged.PAGE_MOST, limit + 1)
@@ -95,10 +111,76 @@ async def _take(
     return page
 
 
-def totals(nodes: list[Node]) -> tuple[int, int, int]:
-    """``(files, directories, total file bytes)`` of a tree."""
-    files = [n for n in nodes if n.kind == "f"]
-    return len(files), sum(1 for n in nodes if n.kind == "d"), sum(n.size for n in files)
+Totals = tuple[int, int, int]
+"""``(files, directories, total file bytes)`` of a tree."""
+Shown = tuple[str, int] | None
+"""What a layer shows at a path as of a version: ``(kind, size)`` of its row, or nothing."""
+Change = tuple[str, Shown, Shown]
+"""A path a layer has a row of: what it shows there, and what the layers below showed."""
+ASKED_MOST = 4096
+"""Paths asked of a layer below in one statement (``sql.LAYER_SHOWN``)."""
+
+
+def _shown(kind: str, size: int, until: int, at: int) -> Shown:
+    """A layer's newest row of a path as of ``at``: valid then (and no whiteout), or nothing."""
+    return (kind, int(size)) if until > at and kind != WHITEOUT else None
+
+
+async def changed(
+    db: aiosqlite.Connection, layers: Layers, version: int, lo: str, hi: str
+) -> list[Change]:
+    """What the nearest layer changed of the tree below it, as of ``version``, in ``lo <=
+    path < hi``: each path it has a row of then (its adds, replacements, deletes and
+    whiteouts: a range of its own rows, ``sql.LAYER_OWN``), what it shows there and what the
+    layers below showed (the nearest with a row of it: two seeks a path and layer,
+    ``sql.LAYER_SHOWN``). Its cost is what the layer changed, never the layers' trees."""
+    (ws, cap), below = layers[0], _capped(layers[1:], version)
+    at = min(version, cap)
+    mine = {
+        str(path): _shown(kind, size, until, at)
+        for path, kind, size, until, _ in await db.execute_fetchall(sql.LAYER_OWN, (ws, lo, hi, at))
+    }
+    theirs: dict[str, Shown] = {}
+    left = list(mine)
+    for lower, lower_at in below:
+        more: list[str] = []
+        for i in range(0, len(left), ASKED_MOST):
+            asked = left[i : i + ASKED_MOST]
+            args = (json.dumps(asked), lower, lower_at)
+            for path, kind, size, until in await db.execute_fetchall(sql.LAYER_SHOWN, args):
+                theirs[str(path)] = _shown(kind, size, until, lower_at)
+            more += [p for p in asked if p not in theirs]
+        left = more
+        if not left:
+            break
+    return [(path, shown, theirs.get(path)) for path, shown in mine.items()]
+
+
+def _capped(layers: Layers, version: int) -> Layers:
+    """Each layer with the version it is read at."""
+    return [(ws, min(version, cap)) for ws, cap in layers]
+
+
+def moved(totals: Totals, changes: list[Change]) -> Totals:
+    """``totals`` of the layers below, moved by what the nearest layer ``changes``."""
+    files, dirs, size = totals
+    for _, mine, theirs in changes:
+        for shown, sign in ((mine, 1), (theirs, -1)):
+            if shown is not None:
+                kind, n = shown
+                files += sign * (kind == "f")
+                dirs += sign * (kind == "d")
+                size += sign * n * (kind == "f")
+    return files, dirs, size
+
+
+def counted(changes: list[Change], kind: str | None) -> int:
+    """What ``changes`` add to a count of the entries (of ``kind``) in their range."""
+
+    def one(path: str, shown: Shown) -> int:
+        return int(shown is not None and bool(path) and (kind is None or shown[0] == kind))
+
+    return sum(one(path, mine) - one(path, theirs) for path, mine, theirs in changes)
 
 
 async def files(

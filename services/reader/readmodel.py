@@ -2,18 +2,32 @@
 
 Over the store's read-only connection (a WAL snapshot per statement); the statements, and the
 plan each is meant to have, are in ``infra/sql/``.
+
+A fork's totals and recursive counts are those of the layers below it as of its fork point,
+moved by what it changed (``forked.changed``). The layers' part is computed once and held
+(``HELD_MOST`` of them, least recently used dropped): a workspace's tree as of a version
+never changes while it has forks (its rows up to a fork point are neither compacted nor
+purged: ``services/writer/compaction.py``, ``lifecycle.py``).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from core.plan import LIVE
 from core.rows import Node
 from infra import sql
-from infra.store import Store, node_from_row
+from infra.store import Layers, Store, node_from_row
+from infra.store.layers import ALL
 from services.reader import forked
+from services.reader.forked import Totals
+
+HELD_MOST = 1024
+"""Aggregates of a fork's layers below it (totals, counts of a scope) the reader holds."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +57,20 @@ class ReadModel:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._db = store.reads
+        self._held: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+
+    async def _hold(self, key: tuple[Any, ...], compute: Callable[[], Awaitable[T]]) -> T:
+        """``compute()``'s answer, held under ``key`` (what never changes: a workspace's
+        aggregate as of a version a fork of it reads)."""
+        if key in self._held:
+            self._held.move_to_end(key)
+            value: T = self._held[key]
+            return value
+        value = await compute()
+        self._held[key] = value
+        while len(self._held) > HELD_MOST:
+            self._held.popitem(last=False)
+        return value
 
     async def node(self, ws: int, path: str, version: int) -> Node | None:
         layers = self._store.layers(ws)
@@ -83,9 +111,33 @@ class ReadModel:
         return [node_from_row(r) for r in rows]
 
     async def count(self, ws: int, version: int, scope: Scope) -> int:
+        """The entries of ``scope`` as of ``version``. A fork's: one directory's, its
+        layers' children merged; recursive, the layers' below as of its fork point (held)
+        and what it changed in the scope's range."""
         layers = self._store.layers(ws)
-        if layers is not None:
+        if layers is None:
+            return await self._count(ws, version, scope)
+        if not scope.recursive:
             return len(await forked.scoped(self._db, layers, version, scope, None, None))
+        return await self._layered_count(layers, version, scope)
+
+    async def _layered_count(self, layers: Layers, version: int, scope: Scope) -> int:
+        (below, cap), deeper = layers[1], layers[2:]
+        at = min(version, cap)
+        lo, hi = forked.span(scope)
+
+        async def base() -> int:
+            if not deeper:  # its live rows in the range, and those ended since ``at``
+                text, args = sql.layer_count(below, at, lo, hi, scope.kind)
+                return int(list(await self._db.execute_fetchall(text, args))[0][0])
+            return await self._layered_count(layers[1:], at, scope)
+
+        held = await self._hold(("count", below, at, scope), base)
+        changes = await forked.changed(self._db, layers, version, lo, hi)
+        return held + forked.counted(changes, scope.kind)
+
+    async def _count(self, ws: int, version: int, scope: Scope) -> int:
+        """A workspace's (no fork) entries of ``scope`` as of ``version``: an indexed count."""
 
         def statement(newest: bool) -> tuple[str, list[Any]]:
             index, where, args = scope.where(ws, version, newest)
@@ -100,7 +152,25 @@ class ReadModel:
         live rows and those ended since, grouped."""
         layers = self._store.layers(ws)
         if layers is not None:
-            return forked.totals(await self._store.layered_entries(layers, version))
+            return await self._layered_totals(layers, version)
+        return await self._totals(ws, version)
+
+    async def _layered_totals(self, layers: Layers, version: int) -> Totals:
+        """A fork's totals: the layers' below as of its fork point (held: they never change),
+        moved by what its own rows change (``forked.changed``: its cost is what it changed)."""
+        (below, cap), deeper = layers[1], layers[2:]
+        at = min(version, cap)
+
+        async def base() -> Totals:
+            if not deeper:
+                return await self._totals(below, at)
+            return await self._layered_totals(layers[1:], at)
+
+        held = await self._hold(("totals", below, at), base)
+        return forked.moved(held, await forked.changed(self._db, layers, version, *ALL))
+
+    async def _totals(self, ws: int, version: int) -> Totals:
+        """A workspace's (no fork) totals as of ``version``."""
         rows = list(await self._db.execute_fetchall(sql.TOTALS_LIVE, (ws, version)))
         if rows:
             files, dirs, size = rows[0]

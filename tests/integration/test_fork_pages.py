@@ -7,9 +7,10 @@ A fork's listing, glob and grep merge its layers' index ranges and stop at their
 their answers are those computed from the whole layered tree (``Store.entries_at``: each
 layer's entries, less what a nearer layer decides; itself checked against the fold by
 test_fork_property.py): the children of each directory page by page (two a page), each
-directory's subtree page by page (three a page), a glob of everything (all of it, and the
-newest two), a glob under each directory, a grep of every file and a grep of one content
-(the trigram index's candidates).
+directory's subtree page by page (three a page), each page's ``total`` and a count of the
+files below each directory, ``info``'s totals (files, directories, bytes), a glob of
+everything (all of it, and the newest two), a glob under each directory, a grep of every file
+and a grep of one content (the trigram index's candidates).
 """
 
 from __future__ import annotations
@@ -46,8 +47,11 @@ def newest_first(n: Any) -> tuple[float, str]:
 
 
 async def listed(ws: Workspace, path: str, version: int, recursive: bool) -> list[str]:
-    """Every entry of a listing, page after page (small pages)."""
+    """Every entry of a listing, page after page (small pages), each page's ``total`` (a
+    count as of ``version``: a fork's, its source's as of the fork point moved by what it
+    changed) checked against them all."""
     out: list[str] = []
+    totals: list[int] = []
     after: str | None = None
     while True:
         page = await ws.list(
@@ -55,7 +59,9 @@ async def listed(ws: Workspace, path: str, version: int, recursive: bool) -> lis
             version=version,
         )  # fmt: skip
         out += [e.path for e in page.entries]
+        totals.append(page.total)
         if page.next is None:
+            assert set(totals) == {len(out)}, (ws.name, version, path, recursive, totals)
             return out
         after = page.next
 
@@ -68,12 +74,18 @@ async def check(ws: Workspace, reader: Reader, version: int) -> None:
     nodes = [n for n in tree if n.path]
     dirs = [""] + [n.path for n in nodes if n.kind == "d"]
     where = f"{ws.name}@{version}"
+    info = await ws.info(version=version)
+    files = [n for n in tree if n.kind == "f"]
+    totals = (len(files), len([n for n in tree if n.kind == "d"]), sum(n.size for n in files))
+    assert (info.files, info.directories, info.total_bytes) == totals, where
     for d in dirs:
         below = [n for n in nodes if n.path.startswith(f"{d}/" if d else "")]
         children = [n for n in below if n.path.rpartition("/")[0] == d]
         want = [n.path for n in sorted(children, key=lambda n: (n.kind == "f", n.path))]
         assert await listed(ws, d, version, False) == want, (where, d)
         assert await listed(ws, d, version, True) == [n.path for n in below], (where, d)
+        of_files = await ws.list(d or ".", recursive=True, kind="file", limit=1, version=version)
+        assert of_files.total == len([n for n in below if n.kind == "f"]), (where, d)
         found = await ws.glob("*", d or ".", max_results=1000, exclude=[], version=version)
         assert sorted(e.path for e in found.entries) == sorted(n.path for n in children)
     everything = sorted(nodes, key=newest_first)

@@ -295,3 +295,76 @@ async def test_purging_a_fork_deletes_only_what_no_other_workspace_holds(
         with pytest.raises(QuillError) as gone:
             await fork.info()
         assert gone.value.code == ErrorCode.WORKSPACE_NOT_FOUND
+
+
+async def walked(ws: Workspace, version: int) -> tuple[int, int, int, int]:
+    """``(files, directories, total bytes, entries)`` of a plain walk of ``ws``'s whole tree
+    as of ``version`` (``qry.tree`` page after page)."""
+    files = dirs = size = 0
+    after = None
+    while True:
+        page = await ws.tree(version=version, after=after, contents=False, limit=3)
+        for item in page.entries:
+            if item.kind == "directory":
+                dirs += 1
+            else:
+                files, size = files + 1, size + item.size
+        if page.next is None:
+            return files, dirs, size, files + dirs
+        after = page.next
+
+
+async def check_totals(ws: Workspace, version: int) -> None:
+    """``info``'s totals and a recursive listing's ``total`` (of everything, of files, of a
+    subtree) as of ``version`` are those of a plain walk of the tree."""
+    files, dirs, size, entries = await walked(ws, version)
+    info = await ws.info(version=version)
+    where = f"{ws.name}@{version}"
+    assert (info.files, info.directories, info.total_bytes) == (files, dirs, size), where
+    everything = await ws.list(".", recursive=True, limit=1, version=version)
+    assert everything.total == entries, where
+    only_files = await ws.list(".", recursive=True, kind="file", limit=1, version=version)
+    assert only_files.total == files, where
+    with_prefix = await ws.list(".", recursive=True, prefix="d", limit=1, version=version)
+    assert with_prefix.total == len([e for e in await tree_of(ws, version) if e[:1] == "d"])
+    try:
+        below = await ws.list("d", recursive=True, limit=1, version=version)
+    except QuillError as exc:
+        assert exc.code == ErrorCode.FILE_NOT_FOUND, exc
+    else:
+        want = len([e for e in await tree_of(ws, version) if e.startswith("d/")])
+        assert below.total == want, where
+
+
+async def test_a_forks_totals_are_its_trees_at_every_version(
+    services: StartReader, quill: Quill
+) -> None:
+    """A fork's ``info`` totals and listing totals are its source's as of the fork point
+    (held by the reader) moved by what it changed (issue 33): after adds, changes of size,
+    deletes of an inherited file and directory (whiteouts), a re-add after a delete, on a
+    fork of a fork, at every version (those before the fork points too), they are a plain
+    walk's."""
+    reader = await services("r1")
+    src = await seeded(quill, "f8/src")  # 9 versions
+    await quill.fork("f8/src", "one", version=6)
+    one = quill.workspace("f8/one")
+    await one.write("a.txt", "a in the fork, longer than before\n")  # 7: a change of size
+    await one.write("d/new.txt", "n\n")  # 8: an add in an inherited directory
+    await one.delete("big.txt")  # 9: an inherited file: a whiteout
+    await one.delete("d", recursive=True)  # 10: an inherited directory, and its own add
+    await one.write("d/b.txt", "b again\n")  # 11: a re-add after the delete
+    await one.mkdir("e/f")  # 12
+    await quill.fork("f8/one", "two", version=10)
+    two = quill.workspace("f8/two")
+    await two.write("big.txt", "small now\n")  # 11: a re-add of what one deleted
+    await two.write("two.txt", "2\n")  # 12
+    await two.delete("a.txt")  # 13: inherited from one, which changed src's
+    await src.write("a.txt", "the source goes on\n")  # 10 on the source only
+    await src.delete("d", recursive=True)  # 11 on the source only
+    await wait(reader, src)
+    await wait(reader, one)
+    await wait(reader, two)
+    for ws in (src, one, two):
+        for version in range(1, ws.last_version + 1):
+            await check_totals(ws, version)
+    assert (await two.info()).files == 2  # big.txt, two.txt
