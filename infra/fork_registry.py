@@ -54,7 +54,7 @@ from contracts.limits import MAX_FORKS_PER_SOURCE, RETRY_AFTER_MS
 from contracts.subjects import BUCKET_FORKS, Subjects
 from infra import assets
 from infra import log as eventlog
-from infra.runtime import bounded_gather
+from infra.concurrent import bounded_gather
 
 Kind = Literal["purging", "scrubbing"]
 

@@ -32,9 +32,9 @@ from contracts.subjects import CHANGES_SUFFIX, Origin
 from contracts.uncommitted import capped
 from core.secrets import NO_SECRETS, Secrets
 from infra.blobs import INLINE_MAX, Blobs, WorkspaceBlobs
+from infra.concurrent import bounded_gather
 from infra.exec.capture import Captured
 from infra.exec.checkout import Checkout
-from infra.runtime import bounded_gather
 from infra.secret_registry import secrets_from_env
 from quill.client import Quill
 

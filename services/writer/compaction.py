@@ -25,8 +25,8 @@ from contracts.events import ChangesCommitted, HistoryCompacted, Remove, Workspa
 from contracts.subjects import STREAM_EVENTS
 from core.evolve import WorkspaceState, evolve
 from infra import compaction
+from infra.concurrent import bounded_gather
 from infra.metrics import WRITER_COMPACTIONS_HELD
-from infra.runtime import bounded_gather
 from services.writer.append import AppendError, Group
 from services.writer.partitions import Fence
 from services.writer.pending import Site

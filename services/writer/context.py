@@ -25,8 +25,8 @@ from core.evolve import WorkspaceState
 from core.tree import Tree, place
 from infra import compaction
 from infra.blobs import INLINE_BUDGET, INLINE_MAX
+from infra.concurrent import bounded_gather
 from infra.offload import CLIENT_DEADLINE, client_deadline
-from infra.runtime import bounded_gather
 from services.writer import forks, merges
 from services.writer.pending import Pending, Site
 from services.writer.preview import PREVIEW_BUDGET_S

@@ -65,7 +65,7 @@ from core.merge import needs as merge_needs
 from core.merge_types import Dir, Entry, File, Sides, same
 from core.rows import Node
 from core.tree import FileNode
-from infra.runtime import bounded_gather
+from infra.concurrent import bounded_gather
 from infra.store import TOP, Layers
 from services.writer import forks
 from services.writer.lifecycle import unavailable_if_failing

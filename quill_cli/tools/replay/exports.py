@@ -26,7 +26,7 @@ from contracts.events import ChangesCommitted, HistoryCompacted, PutFile, Worksp
 from contracts.subjects import HEADER_EVENT_HASH, Subjects
 from infra.blobs import Blobs
 from infra.compaction import decode_manifest
-from infra.runtime import InFlight, prefetched
+from infra.concurrent import InFlight, prefetched
 from quill_cli.tools.replay.fold import QUIET, Fold, Progress, corrupt
 from quill_cli.tools.replay.read import drive, last_event, nats_errors, replay
 
