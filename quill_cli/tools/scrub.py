@@ -70,12 +70,10 @@ appended: the message says how to purge it).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import socket
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -93,7 +91,6 @@ from contracts.events import (
     CompactionManifest,
     HistoryCompacted,
     WorkspaceEvent,
-    WorkspaceForked,
     WorkspaceUpdated,
 )
 from contracts.subjects import (
@@ -110,10 +107,10 @@ from core.tree import apply_change
 from infra import compaction
 from infra import log as eventlog
 from infra.blobs import Blobs, WorkspaceBlobs
-from infra.fork_registry import SCRUB_RENEW_S, Registry
+from infra.fork_registry import Registry
 from infra.store import Store
 from quill_cli.tools import replay as rpl
-from quill_cli.tools import scrub_blobs
+from quill_cli.tools import scrub_blobs, scrub_forks
 from quill_cli.tools import scrub_stores as stores
 from quill_cli.tools.scrub_redact import Redactor
 
@@ -246,34 +243,6 @@ class _Rewrite:
         return manifest, compaction.encode_manifest(manifest)
 
 
-async def _not_forked(
-    js: JetStreamContext,
-    subject: str,
-    name: str,
-    last_seq: int,
-    forks: Callable[[], Awaitable[list[str]]] | None,
-) -> None:
-    """Refuse a fork, and a workspace with forks (module docstring: "Forks")."""
-    first = await eventlog.first(js, subject, last_seq)
-    if first is not None and isinstance(event := first.event, WorkspaceForked):
-        raise QuillError(
-            ErrorCode.CONFLICT,
-            f"{name} is a fork of {event.source} at v{event.version}: its history up to there "
-            f"is {event.source}'s, which scrubbing {name} cannot rewrite. Purge the fork (merge "
-            f"or copy what it should keep first), then scrub {event.source}",
-            {"source": event.source, "version": event.version},
-        )
-    named = await forks() if forks is not None else []
-    if named:
-        raise QuillError(
-            ErrorCode.CONFLICT,
-            f"{name} has forks ({', '.join(named)}): they inherit its history, which a scrub "
-            "rewrites (their chains continue it). Purge them first (merge what they should "
-            "keep), then scrub",
-            {"forks": named},
-        )
-
-
 async def scrub(
     nc: NATS,
     subjects: Subjects,
@@ -302,60 +271,14 @@ async def scrub(
         if last is None:
             raise QuillError(ErrorCode.WORKSPACE_NOT_FOUND, f"Workspace {name} not found")
         last_seq = await eventlog.last_seq(js, subject, fresh=True)
-        await _not_forked(js, subject, name, last_seq, forks)
+        await scrub_forks.not_forked(js, subject, name, last_seq, forks)
         registry = Registry(js, subjects, f"scrub@{socket.gethostname()}:{os.getpid()}")
-        async with _marked(registry, tenant, workspace, dry_run) as still_marked:
+        async with scrub_forks.marked(registry, tenant, workspace, dry_run) as still_marked:
             return await _scrub(
                 nc, js, subjects, tenant, workspace, secrets, actor, dry_run, max_batch,
                 kv_buckets, still_marked, last_seq,
             )  # fmt: skip
     raise AssertionError("unreachable")  # nats_errors re-raises
-
-
-@contextlib.asynccontextmanager
-async def _marked(
-    registry: Registry, tenant: str, workspace: str, dry_run: bool
-) -> AsyncIterator[Callable[[], Awaitable[None]]]:
-    """The workspace marked ``scrubbing`` on the fork record while the scrub runs (renewed
-    every ``SCRUB_RENEW_S``, cleared at the end); a dry run only checks that no fork stands.
-    Yields a check that the mark is still this scrub's (made before the new log is appended).
-    """
-    if dry_run:
-        standing = await registry.standing(tenant, workspace)
-        if standing:
-            raise QuillError(
-                ErrorCode.CONFLICT,
-                f"{tenant}/{workspace} has forks ({', '.join(standing[:10])}): they inherit its "
-                "history, which a scrub rewrites (their chains continue it). Purge them first "
-                "(merge what they should keep), then scrub",
-                {"forks": standing[:100]},
-            )
-
-        async def nothing() -> None:
-            return None
-
-        yield nothing
-        return
-    await registry.mark(tenant, workspace, "scrubbing")
-
-    async def renewing() -> None:
-        while True:
-            await asyncio.sleep(SCRUB_RENEW_S)
-            await registry.renew(tenant, workspace, "scrubbing")
-
-    async def still() -> None:
-        if renewer.done() and renewer.exception() is not None:
-            raise renewer.exception()  # type: ignore[misc]
-        await registry.renew(tenant, workspace, "scrubbing")
-
-    renewer = asyncio.create_task(renewing())
-    try:
-        yield still
-    finally:
-        renewer.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await renewer
-        await registry.release(tenant, workspace, "scrubbing")
 
 
 async def _scrub(
@@ -372,7 +295,7 @@ async def _scrub(
     still_marked: Callable[[], Awaitable[None]],
     last_seq: int,
 ) -> Scrubbed:
-    """``scrub`` once the workspace is marked (``_marked``)."""
+    """``scrub`` once the workspace is marked (``scrub_forks.marked``)."""
     name = f"{tenant}/{workspace}"
     subject, audit_subject = subjects.evt(tenant, workspace), subjects.audit(tenant, workspace)
     blobs = Blobs(js).of(tenant, workspace)

@@ -16,13 +16,14 @@ never change (a source with forks is neither purged nor compacted).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import nats.errors
 
 from contracts import codec
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError
-from contracts.events import TrustChanged, WorkspaceForked, WorkspacePurged
+from contracts.events import TrustChanged, WorkspaceEvent, WorkspaceForked, WorkspacePurged
 from core.decision import ForkSource
 from infra import log as eventlog
 from infra.compaction import with_manifests
@@ -167,3 +168,33 @@ async def purge_over(site: Site, fork_of: str | None, committed: bool) -> None:
             await registry.drop_fork(tenant, fork_of, site.workspace)
     except (QuillError, TimeoutError, nats.errors.Error) as exc:
         log.warning("%s/%s: fork record after the purge: %r", tenant, site.workspace, exc)
+
+
+async def recorded(
+    site: Site, event: WorkspaceEvent, lineage: Sequence[tuple[str, int]]
+) -> str | None:
+    """Before ``event`` is appended: a fork goes on its source's record, a purge marks the
+    workspace (refused while a fork stands on it). The source of the workspace purged, if it
+    is a fork (``lineage``: the workspace's layers); else None."""
+    if isinstance(event, WorkspaceForked):
+        await register(site, event)
+    elif isinstance(event, WorkspacePurged):
+        await mark_purge(site)
+        return lineage[0][0] if lineage else None
+    return None
+
+
+async def not_appended(site: Site, events: list[WorkspaceEvent]) -> None:
+    """A fork or a purge whose append failed comes off the record (WS_FORKS); decided again,
+    it registers or marks again."""
+    for event in events:
+        if isinstance(event, WorkspaceForked):
+            await unregister(site, event, unless_appended=True)
+        elif isinstance(event, WorkspacePurged):
+            await purge_over(site, None, committed=False)
+
+
+async def landed(site: Site, events: list[WorkspaceEvent], fork_of: str | None) -> None:
+    """After an append: a purge committed clears its mark (and a fork's, its entry)."""
+    if any(isinstance(event, WorkspacePurged) for event in events):
+        await purge_over(site, fork_of, committed=True)

@@ -452,7 +452,7 @@ class WorkspaceActor:
                 attempt,
             )
             self.state = None
-            await self._not_appended(staged)
+            await forks.not_appended(self.site, [s.event for s in staged])
             if storage.is_log_full(exc):  # retrying cannot help: the operator must act
                 self.deps.log_storage.mark(str(exc))
                 err = storage.log_full(str(exc))
@@ -484,8 +484,7 @@ class WorkspaceActor:
             )
             if not finished:  # a purge not finished: the next load finishes it
                 self.state = None
-            if any(isinstance(s.event, WorkspacePurged) for s in staged):
-                await forks.purge_over(self.site, self._fork_of, committed=True)
+            await forks.landed(self.site, [s.event for s in staged], self._fork_of)
         await self.compaction.count(state, [s.event for s in staged])
         for s, seq in zip(staged, seqs, strict=True):
             p, decision, event = s.pending, s.decision, s.event
@@ -517,15 +516,6 @@ class WorkspaceActor:
             self._unpark()
         return True
 
-    async def _not_appended(self, staged: list[Staged]) -> None:
-        """A fork or a purge whose append failed comes off the fork record (WS_FORKS); decided
-        again, it registers or marks again."""
-        for s in staged:
-            if isinstance(s.event, WorkspaceForked):
-                await forks.unregister(self.site, s.event, unless_appended=True)
-            elif isinstance(s.event, WorkspacePurged):
-                await forks.purge_over(self.site, None, committed=False)
-
     def _purged(self) -> None:
         """A purge is in the log: what was known of the workspace goes."""
         self.results.clear()  # an old request id is not answered from a purged log
@@ -552,11 +542,8 @@ class WorkspaceActor:
             decision.changes = await context.externalize(self.site, decision.changes)
             event = to_event(state, decision, ctx, p.address.op, p.origin)
             payload = codec.encode(event)
-            if isinstance(event, WorkspaceForked):  # on its source's record first (WS_FORKS)
-                await forks.register(self.site, event)
-            elif isinstance(event, WorkspacePurged):  # refused while a fork stands on it
-                await forks.mark_purge(self.site)
-                self._fork_of = state.lineage[0][0] if state.lineage else None
+            if isinstance(event, WorkspaceForked | WorkspacePurged):  # the fork record first
+                self._fork_of = await forks.recorded(self.site, event, state.lineage)
             if deps.secrets:  # the last net: contents are redacted, names refused at the edge
                 leaked = deps.secrets.redact_bytes(payload)[1]
                 if leaked:
