@@ -1,8 +1,8 @@
 """Every tool at size (issue 11): replay, verify, verify --deep, export, import, compaction and
-an executor materialising the compaction, on a workspace of 20,000 files (the 100,000-file,
+an executor materialising the compaction, on a workspace of 8,000 files (the 100,000-file,
 1,000,000-event figures are ``python -m bench size``, docs/performance.md).
 
-One workspace is built per module, fast: 20,000 files in applies of 5,000 (1,200 of them
+One workspace is built per module, fast: 8,000 files in applies of 4,000 (1,200 of them
 named by ``blob``, stored in WS_BLOBS first: more than the server's 1,000 consumers per
 stream, which a consumer per blob get used to reach), then one path written until the writer
 compacts the whole workspace. The CLI runs as a process whose peak memory is measured.
@@ -34,16 +34,16 @@ from quill_cli.natsserver import NatsServer
 from services.executor.app import ExecutorConfig
 from tests.helpers import start_executor, start_reader, start_writer
 
-# The module's fixture builds 20,000 files and waits for their compaction: on a loaded
+# The module's fixture builds 8,000 files and waits for their compaction: on a loaded
 # 2-core machine that took past the default 120 s guard (a guard against a hang, not a
 # measure: the figures are bench size's).
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(400)]
 
-FILES = 20_000
+FILES = 8_000
 BLOB_FILES = 1_200
-BATCH = 5_000
+BATCH = 4_000
 MEMORY_MB = 400
-"""Most a CLI process may hold at its peak (resident), here where the tree is 20,000 files."""
+"""Most a CLI process may hold at its peak (resident), here where the tree is 8,000 files."""
 SUBJECTS = Subjects()
 
 
@@ -166,7 +166,8 @@ async def test_export_and_import_move_the_workspace(big: Big, tmp_path: Path) ->
 async def test_an_executor_materialises_the_compacted_workspace(big: Big, tmp_path: Path) -> None:
     async with AsyncExitStack() as stack:
         await start_executor(stack, big.nats_url, tmp_path / "x", ExecutorConfig(sandbox="local"))
-        ran = await big.ws.exec("find d* -type f | wc -l && cat d99/f19999.txt | head -1")
+        last = f"d{(FILES - 1) % 100:02}/f{FILES - 1:05}.txt"
+        ran = await big.ws.exec(f"find d* -type f | wc -l && cat {last} | head -1")
     assert ran.exit_code == 0, ran.stderr
     assert ran.stdout.split()[:1] == [str(FILES)], ran.stdout
-    assert "file 19999" in ran.stdout
+    assert f"file {FILES - 1}" in ran.stdout
