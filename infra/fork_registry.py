@@ -23,6 +23,9 @@ and a purge (or scrub) of its source racing on two writers cannot both win.
   clears its mark once committed (or once it failed for good); a scrub clears its mark when
   it ends, and renews it every ``SCRUB_RENEW_S`` while it runs.
 
+A compaction of a source marks it ``compacting`` the same way (it trims the history forks
+read up to their fork points): held while a fork stands, a fork refused while it runs.
+
 A mark names its owner and its time. One left by a purge or a scrub that crashed does not
 block forever: a mark older than its TTL (``PURGE_MARK_TTL_S``: far longer than a writer
 takes to append; ``SCRUB_MARK_TTL_S``: a running scrub renews it) is cleared by the next fork,
@@ -56,7 +59,7 @@ from infra import assets
 from infra import log as eventlog
 from infra.concurrent import bounded_gather
 
-Kind = Literal["purging", "scrubbing"]
+Kind = Literal["purging", "scrubbing", "compacting"]
 
 PURGE_MARK_TTL_S = 120.0
 """A ``purging`` mark older than this is a purge whose writer crashed (a writer appends or
@@ -331,9 +334,9 @@ class Registry:
 
 
 def _doing(mark: Mark) -> str:
-    return "purged" if mark.kind == "purging" else "scrubbed"
+    return {"purging": "purged", "compacting": "compacted"}.get(mark.kind, "scrubbed")
 
 
 def _live(mark: Mark) -> bool:
-    ttl = PURGE_MARK_TTL_S if mark.kind == "purging" else SCRUB_MARK_TTL_S
+    ttl = SCRUB_MARK_TTL_S if mark.kind == "scrubbing" else PURGE_MARK_TTL_S
     return time.time() - mark.at < ttl

@@ -7,7 +7,10 @@ appended on the state it was decided on, and the log purged before it.
 
 Forks (issue 33). A source is not compacted while it has forks: they read its rows up to
 their fork points, which a compaction would drop (``quill_writer_compactions_held_total``
-with ``has_forks``, logged; ``qry.info``'s ``compaction`` says why). A fork is never
+with ``has_forks``, logged; ``qry.info``'s ``compaction`` says why). Those this writer's
+projection does not know (made through another writer) are on the fork record: a compaction
+marks its workspace ``compacting`` there, only while no fork stands on it, so that none is
+made while it runs (``infra/fork_registry.py``). A fork is never
 compacted: its log's first event, ``workspace_forked``, is what ties its history to its
 source's, and a compaction purges the log before it (and its manifest holds the fork's own
 rows, not what it inherited). A fork's history is its own writes: forks are meant to be
@@ -16,11 +19,13 @@ merged, then purged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from datetime import UTC, datetime
 
 from contracts import codec, hashing
+from contracts.errors import QuillError
 from contracts.events import ChangesCommitted, HistoryCompacted, Remove, WorkspaceEvent
 from contracts.subjects import STREAM_EVENTS
 from core.evolve import WorkspaceState, evolve
@@ -84,6 +89,24 @@ class Compaction:
             log.info("%s/%s: not compacted while it has forks (qry.forks)", tenant, workspace)
             WRITER_COMPACTIONS_HELD.labels("has_forks").inc()
             return True  # asked again when a path over the limit changes again
+        try:  # and those another writer made (WS_FORKS): none made while it runs
+            await deps.registry.mark(tenant, workspace, "compacting")
+        except QuillError as exc:
+            why = "has_forks" if "forks" in exc.details else "marked"
+            log.info("%s/%s: not compacted now: %s", tenant, workspace, exc.message)
+            WRITER_COMPACTIONS_HELD.labels(why).inc()
+            return True
+        try:
+            return await self._compact(state, fence, ws, limit)
+        finally:
+            with contextlib.suppress(QuillError):  # a mark left runs out (fork_registry)
+                await deps.registry.release(tenant, workspace, "compacting")
+
+    async def _compact(
+        self, state: WorkspaceState, fence: Fence | None, ws: int, limit: int
+    ) -> bool:
+        site, deps = self.site, self.site.deps
+        tenant, workspace = site.tenant, site.workspace
         started = time.perf_counter()
         manifest, dropped, events_dropped = await deps.store.compaction(ws, limit)
         contents = {r[5] for r in manifest.revisions if r[4] == "f"}

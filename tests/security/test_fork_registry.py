@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 
 from contracts.errors import ErrorCode, QuillError
+from contracts.limits import LimitsPatch
 from contracts.subjects import Subjects
 from core.secrets import Secrets
 from infra.fork_registry import Registry
@@ -218,3 +219,32 @@ async def test_a_fork_made_while_its_source_is_scrubbed_is_refused(
     await quill.fork(f"{TENANT}/{source}", fork)
     inherited = await quill.workspace(f"{TENANT}/{fork}").read_text("inherited.txt")
     assert SECRET not in inherited
+
+
+async def test_a_source_is_not_compacted_while_a_fork_made_through_the_other_writer_stands(
+    cluster: Cluster,
+) -> None:
+    """Compaction drops the history a fork reads up to its fork point: the source's writer
+    (a) holds it while a fork made through writer b stands on it, which its own projection
+    does not know of; once the fork is purged, the source is compacted."""
+    quill = cluster.quill
+    source = cluster.name(cluster.a, "capped")
+    ws = quill.workspace(f"{TENANT}/{source}")
+    await ws.create(limits=LimitsPatch(max_versions=2))
+    await ws.write("inherited.txt", f"{source}'s own\n")
+    fork = cluster.name(cluster.b, "fork")
+    await quill.fork(f"{TENANT}/{source}", fork)
+    for i in range(40):  # past max_versions 2 and its slack: due many times over
+        await ws.write("hot.md", f"hot {i}\n")
+    first = (await ws.events(after=0, limit=1)).events[0]
+    assert first.version == 1  # the log was not compacted
+    await cluster.reads_inherited(fork, source)
+    await quill.workspace(f"{TENANT}/{fork}").purge()
+    for i in range(40):
+        await ws.write("hot.md", f"again {i}\n")
+
+    async def compacted() -> bool:
+        await ws.write("hot.md", "once more\n")
+        return (await ws.events(after=0, limit=1)).events[0].version > 1
+
+    await eventually(compacted, timeout=30)
