@@ -250,27 +250,39 @@ async def test_b_floods_harder_and_longer(up: Up) -> None:
 async def test_each_expensive_request_ends_within_its_budget_with_a_clear_answer(
     up: Up,
 ) -> None:
+    """Each answered within its budget, with its own clear answer; asked at once (the grep
+    and the diff are the reader's, the modify and the edit the writer's: within b's turns),
+    as a client may."""
     async with tenants(up) as s:
         b = s.b
         linear = await b.ask("qry", "evil", "grep", {"pattern": LINEAR, "path": "evil"})
         assert linear["ok"] and linear["result"]["total"] == 0  # RE2: no budget needed
-        grep = await b.ask("qry", "evil", "grep", {"pattern": CATASTROPHIC, "path": "evil"})
-        assert grep["error"]["code"] == "TIMEOUT"
-        assert grep["error"]["message"] == "Search took too long: narrow the pattern or path"
-        kind, op, body = floods(s)["modify"]
-        modify = await b.ask(kind, "evil", op, body)
-        assert modify["error"]["code"] == "TIMEOUT"
-        assert modify["error"]["message"] == f"regex {CATASTROPHIC!r} took too long"
-        kind, op, body = floods(s)["diff"]
-        diff = await b.ask(kind, "evil", op, body)
-        assert diff["error"]["code"] == "SIZE_LIMIT_EXCEEDED", diff
-        assert diff["error"]["message"].startswith("Too large to diff here: big/big.txt (")
-        details = diff["error"]["details"]
-        assert details["from_bytes"] > 1_000_000 and details["to_bytes"] > 1_000_000
-        kind, op, body = floods(s)["edit"]
-        edit = await b.ask(kind, "evil", op, body)
-        assert edit["error"]["code"] == "NO_MATCH"
-        assert "took too long" in edit["error"]["message"]
+
+        async def grep() -> None:
+            body = {"pattern": CATASTROPHIC, "path": "evil"}
+            grep = await b.ask("qry", "evil", "grep", body)
+            assert grep["error"]["code"] == "TIMEOUT"
+            assert grep["error"]["message"] == "Search took too long: narrow the pattern or path"
+
+        async def diff() -> None:
+            kind, op, body = floods(s)["diff"]
+            diff = await b.ask(kind, "evil", op, body)
+            assert diff["error"]["code"] == "SIZE_LIMIT_EXCEEDED", diff
+            assert diff["error"]["message"].startswith("Too large to diff here: big/big.txt (")
+            details = diff["error"]["details"]
+            assert details["from_bytes"] > 1_000_000 and details["to_bytes"] > 1_000_000
+
+        async def modify_then_edit() -> None:  # one workspace's commands: one at a time
+            kind, op, body = floods(s)["modify"]
+            modify = await b.ask(kind, "evil", op, body)
+            assert modify["error"]["code"] == "TIMEOUT"
+            assert modify["error"]["message"] == f"regex {CATASTROPHIC!r} took too long"
+            kind, op, body = floods(s)["edit"]
+            edit = await b.ask(kind, "evil", op, body)
+            assert edit["error"]["code"] == "NO_MATCH"
+            assert "took too long" in edit["error"]["message"]
+
+        await asyncio.gather(grep(), diff(), modify_then_edit())
         glob = await b.ask("qry", "evil", "glob", {"pattern": GLOB, "path": "deep"})
         assert glob["ok"] and glob["result"]["total"] == 0
 
