@@ -6,7 +6,7 @@ versions of one workspace the files compared are those under the paths changed i
 fork's layers; events whose summaries were cut are read from the log,
 ``infra.log.cut_paths``), kept to the diff's scope (a changed parent of the scope stands
 for the scope). Each is looked up at both versions (a seek a layer); one that is a directory
-at either contributes its files there (``entries_at`` of that subtree): a directory removed,
+at either contributes its files there (its subtree's range of each layer): a directory removed,
 moved or added is named alone in a summary, and a fork's delete of an inherited directory
 leaves whiteouts of what was below it. A directory that is the same revision at both
 versions contributes nothing: what changed below it is named on its own. So a diff of one
@@ -40,7 +40,9 @@ from core.rows import Node, WorkspaceRow
 from infra import log as eventlog
 from infra.offload import WALL_FACTOR, Offload
 from infra.store import TOP, Layers
+from services.reader import forked
 from services.reader.queries import OffloadedOps, Queries
+from services.reader.readmodel import Scope
 
 PART_BYTES = 4 * 1024 * 1024
 """Text a diff hands its worker at once."""
@@ -72,7 +74,8 @@ class Differ(OffloadedOps):
         """The files of ``scope`` as of ``a`` and as of ``b`` that may differ: those under
         the paths changed between them (``_changed``); every file of ``scope`` at each where
         that cannot tell."""
-        paths = await self._changed(ws, min(a, b), max(a, b), scope)
+        layers = self.q.store.layers(ws.id) or [(ws.id, TOP)]
+        paths = await self._changed(ws, layers, min(a, b), max(a, b), scope)
         if paths is None:
             return await self._files(ws, a, scope), await self._files(ws, b, scope)
         old: dict[str, Node] = {}
@@ -89,17 +92,26 @@ class Differ(OffloadedOps):
                 if node.kind == "f":
                     files[path] = node
                 else:
-                    entries = await self.q.store.entries_at(ws.id, version, path)
-                    files.update((n.path, n) for n in entries if n.kind == "f")
+                    files.update(await self._below(layers, version, path))
         return old, new
 
-    async def _changed(self, ws: WorkspaceRow, lo: int, hi: int, scope: str) -> set[str] | None:
+    async def _below(self, layers: Layers, version: int, directory: str) -> dict[str, Node]:
+        """The files below ``directory`` as of ``version``: each layer's live rows in the
+        subtree's range and its rows there valid then and ended since
+        (``infra/store/merged.py``, a workspace being its one layer). Not ``entries_at``:
+        below a directory at an older version it reads the whole workspace's live rows."""
+        scope = Scope(directory, recursive=True, kind="f")
+        nodes = await forked.scoped(self.q.store.reads, layers, version, scope, None, None)
+        return {n.path: n for n in nodes}
+
+    async def _changed(
+        self, ws: WorkspaceRow, layers: Layers, lo: int, hi: int, scope: str
+    ) -> set[str] | None:
         """The paths of ``scope`` changed in versions ``(lo, hi]`` (the scope itself when a
         directory above it changed); None when part of the range is below the floor of a
         layer that holds it."""
         if lo == hi:
             return set()
-        layers = self.q.store.layers(ws.id) or [(ws.id, TOP)]
         if not self._above_floors(ws, layers, lo, hi):
             return None
         paths, cut = await self.q.store.changed_in(layers, lo, hi)
