@@ -542,35 +542,38 @@ async def test_archiving_and_purging_a_fork_touch_what_it_added(
     assert not stack.explained(), stack.explained()
 
 
+async def diffs(stack: Stack, ws: Workspace, label: str, point: int | None) -> dict[str, int]:
+    """The steps of diffs of one change on ``ws``: one write, the same scoped to its
+    directory and in the other order, a removed 100-file directory (a fork's: whiteouts of
+    what it inherited), and (``point``: a fork's fork point) across its fork point."""
+    await ws.write("fixed/x001.py", f"x = 1 changed {ws.name}\n")
+    v = ws.last_version
+    out = {
+        f"diff of one write{label}": await stack.steps(ws, lambda: ws.diff(v - 1, v)),
+        f"diff of one write, under fixed/{label}": await stack.steps(
+            ws, lambda: ws.diff(v - 1, v, path="fixed")
+        ),
+        f"diff of one write, newest first{label}": await stack.steps(ws, lambda: ws.diff(v, v - 1)),
+    }
+    await ws.delete("fixed", recursive=True)
+    gone = ws.last_version
+    out[f"diff of a removed 100-file directory{label}"] = await stack.steps(
+        ws, lambda: ws.diff(gone - 1, gone)
+    )
+    if point is not None:
+        out[f"diff across the fork point{label}"] = await stack.steps(
+            ws, lambda: ws.diff(point - 1, v)
+        )
+    return out
+
+
 async def diff_steps(stack: Stack, quill: Quill, files: int) -> dict[str, int]:
-    """The steps of diffs of one change on ``rows/d<files>`` and on a fork of it: one write,
-    the same scoped to its directory and in the other order, a removed 100-file directory
-    (the fork's: whiteouts of what it inherited), and, on the fork, across its fork point."""
+    """``diffs`` on ``rows/d<files>`` and on a fork of it."""
     src = await tree_workspace(quill, files, "d")
     point = src.last_version
     await quill.fork(f"{TENANT}/{src.name}", f"{src.name}-fork")
     fork = quill.workspace(f"{TENANT}/{src.name}-fork")
-    out: dict[str, int] = {}
-    for label, ws in (("", src), (" (fork)", fork)):
-        await ws.write("fixed/x001.py", f"x = 1 changed {ws.name}\n")
-        v = ws.last_version
-        out[f"diff of one write{label}"] = await stack.steps(ws, lambda: ws.diff(v - 1, v))
-        out[f"diff of one write, under fixed/{label}"] = await stack.steps(
-            ws, lambda: ws.diff(v - 1, v, path="fixed")
-        )
-        out[f"diff of one write, newest first{label}"] = await stack.steps(
-            ws, lambda: ws.diff(v, v - 1)
-        )
-        await ws.delete("fixed", recursive=True)
-        gone = ws.last_version
-        out[f"diff of a removed 100-file directory{label}"] = await stack.steps(
-            ws, lambda: ws.diff(gone - 1, gone)
-        )
-        if ws is fork:
-            out["diff across the fork point (fork)"] = await stack.steps(
-                ws, lambda: ws.diff(point - 1, v)
-            )
-    return out
+    return await diffs(stack, src, "", None) | await diffs(stack, fork, " (fork)", point)
 
 
 @pytest.mark.timeout(300)
