@@ -58,9 +58,7 @@ async def test_a_diff_stays_in_its_scope_and_versions(nats_url: str, tmp_path: P
         assert [f.path for f in whole.files] == ["top.txt"]
         for scope in (".", "d/..", "/workspace"):
             assert (await ws.diff(1, newest, scope)).files == whole.files, scope
-        assert [(f.path, f.change) for f in (await ws.diff(3, 2)).files] == [
-            ("top.txt", "deleted")
-        ]
+        assert [(f.path, f.change) for f in (await ws.diff(3, 2)).files] == [("top.txt", "deleted")]
         assert [(f.path, f.change) for f in (await ws.diff(newest, 2, "d")).files] == [
             ("d/a.txt", "added")
         ]
