@@ -14,6 +14,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from contracts import codec, hashing
+from contracts.events import ChangesCommitted
 from contracts.subjects import HEADER_EVENT_HASH, STREAM_EVENTS
 from core.plan import Committed
 from infra import direct
@@ -75,6 +76,19 @@ def stored(raw: RawStreamMsg) -> Committed:
         CorruptEvent: the payload does not match its ``Ws-Event-Hash``.
     """
     return _committed(raw.subject or "", raw.data or b"", raw.headers, int(raw.seq or 0))
+
+
+async def cut_paths(js: JetStreamContext, seqs: list[int]) -> set[str]:
+    """The paths the events at log sequences ``seqs`` change: those whose summaries the
+    projection cut (``Store.changed_in`` names them by sequence), read from the log (a get
+    each)."""
+    paths: set[str] = set()
+    for seq in seqs:
+        raw = await js.get_msg(STREAM_EVENTS, seq)
+        event = codec.decode_event(raw.data or b"")
+        if isinstance(event, ChangesCommitted):
+            paths.update(c.path for c in event.changes)
+    return paths
 
 
 async def stream_last_seq(js: JetStreamContext) -> int:

@@ -1,5 +1,6 @@
 """What a merge reads of the two workspaces (issue 33): the paths each changed in a range of
-versions, and the last merge of one into the other (see ``infra.sql``)."""
+versions (a reader's diff of two versions of one workspace too), and the last merge of one
+into the other (see ``infra.sql``)."""
 
 from __future__ import annotations
 

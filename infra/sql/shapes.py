@@ -104,8 +104,8 @@ FIXED: dict[str, tuple[str, tuple[str, ...]]] = {
     "LAYER_SHOWN": (layers.LAYER_SHOWN, READER),
     "EVENT_AT": (layers.EVENT_AT, WRITER),
     "TRUST_NOW": (layers.TRUST_NOW, WRITER),
-    "EVENTS_CHANGED": (merges.EVENTS_CHANGED, WRITER),
-    "ENDED_IN": (merges.ENDED_IN, WRITER),
+    "EVENTS_CHANGED": (merges.EVENTS_CHANGED, BOTH),
+    "ENDED_IN": (merges.ENDED_IN, BOTH),
     "LAST_MERGE": (merges.LAST_MERGE, WRITER),
 }
 """The statements without variants, by name, with the roles that run them."""

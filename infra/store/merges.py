@@ -1,5 +1,6 @@
 """What a merge reads of the projection (issue 33): what a workspace changed in a range of
-versions, through its layers when it is a fork, and its last merge of another.
+versions, through its layers when it is a fork (a reader's diff of two versions reads it
+too), and its last merge of another.
 
 **What changed, without the tree.** A workspace's paths changed in ``(after, upto]`` are the
 paths its events there name (their summaries: puts, directories made, removals) and those

@@ -1,5 +1,24 @@
 """Unified diffs between two versions of a path or of the whole workspace.
 
+**What changed, not the tree** (issue 33: an operation costs what it returns). Between two
+versions of one workspace the files compared are those under the paths changed in between
+(``Store.changed_in``: its events' summaries and the rows ended in the range, through a
+fork's layers; events whose summaries were cut are read from the log,
+``infra.log.cut_paths``), kept to the diff's scope (a changed parent of the scope stands
+for the scope). Each is looked up at both versions (a seek a layer); one that is a directory
+at either contributes its files there (its subtree's range of each layer): a directory removed,
+moved or added is named alone in a summary, and a fork's delete of an inherited directory
+leaves whiteouts of what was below it. A directory that is the same revision at both
+versions contributes nothing: what changed below it is named on its own. So a diff of one
+change costs the same in a tree of 1,000 files as of 100,000.
+
+The whole scope is read at both versions (``_files``), as before, only where that cannot
+answer: against another workspace (``from_workspace``: their histories meet at most at a
+fork point, what changed since on each side is not one range), or when part of the range
+is below the floor of a layer it reads (compaction dropped the events and rows that name
+what changed there; the workspace's own floor is refused before, ``handlers.answer_at``).
+Versions may come in either order: what changed between them is the same range.
+
 The texts are read here; ``difflib`` runs in a worker process (``infra/offload.py``), as the
 tenant's, in parts of up to ``PART_BYTES`` of text, each with ``DIFF_BUDGET_S`` of CPU: a file
 it cannot diff in that time is "too large to diff here" (``SIZE_LIMIT_EXCEEDED`` with both
@@ -10,14 +29,20 @@ from __future__ import annotations
 
 import time
 
+from nats.js import JetStreamContext
+
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import no_version, no_workspace
 from contracts.paths import normalize
 from core.diffs import DIFF_BUDGET_S, Pair, unified_many
 from core.rows import Node, WorkspaceRow
-from infra.offload import WALL_FACTOR
-from services.reader.queries import OffloadedOps
+from infra import log as eventlog
+from infra.offload import WALL_FACTOR, Offload
+from infra.store import TOP, Layers
+from services.reader import forked
+from services.reader.queries import OffloadedOps, Queries
+from services.reader.readmodel import Scope
 
 PART_BYTES = 4 * 1024 * 1024
 """Text a diff hands its worker at once."""
@@ -26,6 +51,11 @@ OVERTIME = "Diff took too long: diff a smaller change, or read both versions"
 
 class Differ(OffloadedOps):
     OPS = ("diff",)
+
+    def __init__(self, queries: Queries, offload: Offload, js: JetStreamContext) -> None:
+        super().__init__(queries, offload)
+        self.js = js
+        """What reads the events whose summaries the projection cut."""
 
     async def _files(self, ws: WorkspaceRow, version: int, scope: str) -> dict[str, Node]:
         """The files at ``scope`` (a file, or everything below a directory) as of ``version``."""
@@ -37,6 +67,77 @@ class Differ(OffloadedOps):
                 return {scope: node}
         entries = await self.q.store.entries_at(ws.id, version, scope)
         return {n.path: n for n in entries if n.kind == "f"}
+
+    async def _sides(
+        self, ws: WorkspaceRow, a: int, b: int, scope: str
+    ) -> tuple[dict[str, Node], dict[str, Node]]:
+        """The files of ``scope`` as of ``a`` and as of ``b`` that may differ: those under
+        the paths changed between them (``_changed``); every file of ``scope`` at each where
+        that cannot tell."""
+        layers = self.q.store.layers(ws.id) or [(ws.id, TOP)]
+        paths = await self._changed(ws, layers, min(a, b), max(a, b), scope)
+        if paths is None:
+            return await self._files(ws, a, scope), await self._files(ws, b, scope)
+        old: dict[str, Node] = {}
+        new: dict[str, Node] = {}
+        for path in sorted(paths):
+            before = await self.q.model.node(ws.id, path, a)
+            after = await self.q.model.node(ws.id, path, b)
+            if before is not None and after is not None and before.kind == after.kind == "d":
+                if before.version == after.version:
+                    continue  # one directory at both: what changed below it is named itself
+            for version, node, files in ((a, before, old), (b, after, new)):
+                if node is None:
+                    continue
+                if node.kind == "f":
+                    files[path] = node
+                else:
+                    files.update(await self._below(layers, version, path))
+        return old, new
+
+    async def _below(self, layers: Layers, version: int, directory: str) -> dict[str, Node]:
+        """The files below ``directory`` as of ``version``: each layer's live rows in the
+        subtree's range and its rows there valid then and ended since
+        (``infra/store/merged.py``, a workspace being its one layer). Not ``entries_at``:
+        below a directory at an older version it reads the whole workspace's live rows."""
+        scope = Scope(directory, recursive=True, kind="f")
+        nodes = await forked.scoped(self.q.store.reads, layers, version, scope, None, None)
+        return {n.path: n for n in nodes}
+
+    async def _changed(
+        self, ws: WorkspaceRow, layers: Layers, lo: int, hi: int, scope: str
+    ) -> set[str] | None:
+        """The paths of ``scope`` changed in versions ``(lo, hi]`` (the scope itself when a
+        directory above it changed); None when part of the range is below the floor of a
+        layer that holds it."""
+        if lo == hi:
+            return set()
+        if not self._above_floors(ws, layers, lo, hi):
+            return None
+        paths, cut = await self.q.store.changed_in(layers, lo, hi)
+        if cut:
+            paths |= await eventlog.cut_paths(self.js, cut)
+        paths.discard("")
+        if not scope:
+            return paths
+        inside = {p for p in paths if p == scope or p.startswith(scope + "/")}
+        if any(scope.startswith(p + "/") for p in paths):
+            inside.add(scope)
+        return inside
+
+    def _above_floors(self, ws: WorkspaceRow, layers: Layers, lo: int, hi: int) -> bool:
+        """Whether each layer's part of ``(lo, hi]`` starts at or above its floor (what
+        compaction dropped below it no longer names what changed)."""
+        rows: list[WorkspaceRow | None] = [ws]
+        rows += [self.q.store.workspace(ws.tenant, name) for name, _ in ws.lineage]
+        for i, (_, cap) in enumerate(layers):
+            below = layers[i + 1][1] if i + 1 < len(layers) else 0
+            if min(cap, hi) <= max(lo, below):
+                continue  # none of the range is this layer's
+            row = rows[i] if i < len(rows) else None
+            if row is None or max(lo, below) < row.floor:
+                return False
+        return True
 
     def _other(self, ws: WorkspaceRow, name: str, version: int) -> WorkspaceRow:
         """The workspace a diff compares with (``from_workspace``): of the same tenant, and
@@ -63,7 +164,11 @@ class Differ(OffloadedOps):
         data = await self.q.blobs.of(ws.tenant, ws.name, ws.lineage).get(node.sha256)
         return (b"" if b"\0" in data else data), False
 
-    async def diff(self, ws: WorkspaceRow, version: int, req: rq.DiffQuery) -> rp.Diff:
+    async def diff(
+        self, ws: WorkspaceRow, version: int, req: rq.DiffQuery, *, whole: bool = False
+    ) -> rp.Diff:
+        """The diff ``req`` asks for, as of ``version``. ``whole``: read the scope's every
+        file at both versions, whatever changed (the tests' reference answer)."""
         to_version = req.to_version or version
         latest = self.q.store.version_of(ws.tenant, ws.name)
         elsewhere = req.from_workspace not in (None, ws.name)
@@ -75,8 +180,11 @@ class Differ(OffloadedOps):
             assert req.from_workspace is not None
             other = self._other(ws, req.from_workspace, req.from_version)
         scope = normalize(req.path) if req.path is not None else ""
-        old = await self._files(other, req.from_version, scope)
-        new = await self._files(ws, to_version, scope)
+        if elsewhere or whole:
+            old = await self._files(other, req.from_version, scope)
+            new = await self._files(ws, to_version, scope)
+        else:
+            old, new = await self._sides(ws, req.from_version, to_version, scope)
         answer = _Answer(ws.limits.max_read_bytes)
         until = time.monotonic() + DIFF_BUDGET_S * WALL_FACTOR
         pending: list[tuple[str, str, Pair | None]] = []  # (path, change, texts or binary)

@@ -215,7 +215,11 @@ async def answer_at(reader: Replica, op: str, ws: WorkspaceRow, version: int, re
     Raises:
         QuillError: ``VERSION_TRIMMED`` for what compaction dropped; the op's own errors.
     """
-    oldest = min(version, getattr(req, "from_version", None) or version)
+    oldest = min(
+        version,
+        getattr(req, "from_version", None) or version,
+        getattr(req, "to_version", None) or version,
+    )
     if oldest >= ws.floor:
         try:
             return await reader.ops[op](ws, version, req)

@@ -35,12 +35,12 @@ record where it kept its own side.
 
 **What changed.** Ours: the target's paths changed since its base, from the projection
 (``Store.changed_in``: two range seeks through its layers; events whose summaries were cut
-are read from the log) and, when this writer has decided changes its projection does not
-hold yet (pipelined appends), those from the in-memory tree. Theirs: the same on the other
-workspace up to its newest projected version. Each path's theirs is read through theirs'
-layers and its base through the layers of the side whose content the base is (one seek a
-layer), ours from the actor's state: a merge is decided on the
-target as it is when decided, never on what a dry run saw. The cost is the paths changed on
+are read from the log, ``infra.log.cut_paths``) and, when this writer has decided changes
+its projection does not hold yet (pipelined appends), those from the in-memory tree.
+Theirs: the same on the other workspace up to its newest projected version. Each path's
+theirs is read through theirs' layers and its base through the layers of the side whose
+content the base is (one seek a layer), ours from the actor's state: a merge is decided on
+the target as it is when decided, never on what a dry run saw. The cost is the paths changed on
 either side since the base, never the tree.
 
 On a cluster the other workspace may be another writer's: it is brought up to the log's last
@@ -53,18 +53,16 @@ from typing import NamedTuple
 
 import msgspec
 
-from contracts import codec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError, no_workspace
-from contracts.events import ChangesCommitted
-from contracts.subjects import STREAM_EVENTS
 from core.decision import MergeSource, Needs
 from core.evolve import WorkspaceState
 from core.merge import needs as merge_needs
 from core.merge_types import Dir, Entry, File, Sides, same
 from core.rows import Node
 from core.tree import FileNode
+from infra import log as eventlog
 from infra.concurrent import bounded_gather
 from infra.store import TOP, Layers
 from services.writer import forks
@@ -128,7 +126,7 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     base_layers, base_version = (
         (ours_layers, ours_base) if at.theirs_took else (theirs_layers, theirs_base)
     )
-    paths = ours | theirs | await _cut(site, cut + cut_theirs)
+    paths = ours | theirs | await eventlog.cut_paths(site.deps.js, cut + cut_theirs)
     paths.discard("")
     if len(paths) > MAX_MERGE_PATHS:
         raise QuillError(
@@ -189,17 +187,6 @@ def _common(ours: list[tuple[str, int]], theirs: list[tuple[str, int]]) -> int |
         if name in mine:
             return min(version, mine[name])
     return None
-
-
-async def _cut(site: Site, seqs: list[int]) -> set[str]:
-    """The paths of events whose summaries were cut, read from the log."""
-    paths: set[str] = set()
-    for seq in seqs:
-        raw = await site.deps.js.get_msg(STREAM_EVENTS, seq)
-        event = codec.decode_event(raw.data or b"")
-        if isinstance(event, ChangesCommitted):
-            paths.update(c.path for c in event.changes)
-    return paths
 
 
 async def _entry(site: Site, layers: Layers, path: str, version: int) -> Entry:

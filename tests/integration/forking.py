@@ -8,13 +8,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from contracts.errors import ErrorCode, QuillError
+from contracts.requests import PutChange
 from quill.client import Quill, Workspace
 
 TENANT = "acme"
 
 Op = tuple[Any, ...]
 """``(kind, where, ...)``: ``("write", where, path, text)``, ``("delete", where, path)``,
-``("mkdir", where, path)``, ``("move", where, path, to)``; ``where`` is ``src``, ``one`` (a
+``("mkdir", where, path)``, ``("move", where, path, to)``, ``("apply", where, directory)``
+(three files written below it in one change); ``where`` is ``src``, ``one`` (a
 fork of src) or ``two`` (a fork of one)."""
 
 
@@ -52,6 +54,14 @@ async def play(
                     await w.mkdir(path)
                 case ("move", _, path, to):
                     await w.move(path, to)
+                case ("apply", _, directory):
+                    names_below = ("p1", "p2", "p3")
+                    await w.apply(
+                        [
+                            PutChange(path=f"{directory}/{p}", content=text(p, n))
+                            for p in names_below
+                        ]
+                    )
         except QuillError as exc:
             assert exc.code not in (ErrorCode.UNAVAILABLE, ErrorCode.INTERNAL), exc
         if after is not None:

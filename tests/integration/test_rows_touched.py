@@ -540,3 +540,50 @@ async def test_archiving_and_purging_a_fork_touch_what_it_added(
     print(counts)
     assert not over(counts), counts
     assert not stack.explained(), stack.explained()
+
+
+async def diffs(stack: Stack, ws: Workspace, label: str, point: int | None) -> dict[str, int]:
+    """The steps of diffs of one change on ``ws``: one write, the same scoped to its
+    directory and in the other order, a removed 100-file directory (a fork's: whiteouts of
+    what it inherited), and (``point``: a fork's fork point) across its fork point."""
+    await ws.write("fixed/x001.py", f"x = 1 changed {ws.name}\n")
+    v = ws.last_version
+    out = {
+        f"diff of one write{label}": await stack.steps(ws, lambda: ws.diff(v - 1, v)),
+        f"diff of one write, under fixed/{label}": await stack.steps(
+            ws, lambda: ws.diff(v - 1, v, path="fixed")
+        ),
+        f"diff of one write, newest first{label}": await stack.steps(ws, lambda: ws.diff(v, v - 1)),
+    }
+    await ws.delete("fixed", recursive=True)
+    gone = ws.last_version
+    out[f"diff of a removed 100-file directory{label}"] = await stack.steps(
+        ws, lambda: ws.diff(gone - 1, gone)
+    )
+    if point is not None:
+        out[f"diff across the fork point{label}"] = await stack.steps(
+            ws, lambda: ws.diff(point - 1, v)
+        )
+    return out
+
+
+async def diff_steps(stack: Stack, quill: Quill, files: int) -> dict[str, int]:
+    """``diffs`` on ``rows/d<files>`` and on a fork of it."""
+    src = await tree_workspace(quill, files, "d")
+    point = src.last_version
+    await quill.fork(f"{TENANT}/{src.name}", f"{src.name}-fork")
+    fork = quill.workspace(f"{TENANT}/{src.name}-fork")
+    return await diffs(stack, src, "", None) | await diffs(stack, fork, " (fork)", point)
+
+
+@pytest.mark.timeout(300)
+async def test_a_diff_touches_what_changed_not_the_tree(stack: Stack, client: Quill) -> None:
+    """A diff of two versions of one workspace reads the paths changed between them (issue
+    33), not the scope's every file at both: a diff of one change costs the same in a tree
+    of 1,000 files as of 10,000, on the workspace and on a fork of it (before: every file of
+    the scope at both versions, through the fork's layers)."""
+    small, large = await diff_steps(stack, client, 1_000), await diff_steps(stack, client, 10_000)
+    counts = {op: (small[op], large[op]) for op in small}
+    print("\n".join(f"{op:<56}{a:>10}{b:>10}" for op, (a, b) in counts.items()))
+    assert not over(counts), over(counts)
+    assert not stack.explained(), stack.explained()
