@@ -113,6 +113,21 @@ def _dump_stacks(terminal: object) -> None:
 pytest_timeout.dump_stacks = _dump_stacks
 
 
+FIRST = ("system", "security", "ui", "integration", "executor", "gateway", "bridge")
+"""The test directories, heaviest first: ``-n 2 --dist loadfile`` hands a worker a file at a
+time in collection order, so a heavy file collected last ran alone while the other worker
+idled. Every worker collects the same order (a stable sort)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def weight(item: pytest.Item) -> int:
+        parts = item.path.parts
+        folder = parts[parts.index("tests") + 1] if "tests" in parts else ""
+        return FIRST.index(folder) if folder in FIRST else len(FIRST)
+
+    items.sort(key=weight)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed test that used a ``quill up`` shows the tracebacks its services logged (an
