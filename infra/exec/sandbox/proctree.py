@@ -221,13 +221,19 @@ class Terminator:
 
 def send(find: Finder, signum: int, but: int | None = None) -> int:
     """Send ``signum`` once to each process ``find`` returns (but the host pid ``but``); how
-    many got it."""
+    many it found, each alive when found.
+
+    Newest first (children before the parents that made them), and counted as found, not as
+    the signal took: killing a process can end others before their turn (a parent's death
+    signal to its child, a PID namespace whose init ended), which then refuse it as gone
+    although they were there: a shell's close counted 0 to 2 of its 2 background jobs."""
+    found = sorted(find(), key=lambda p: p.key[1], reverse=True)
     sent = 0
-    for process in find():
+    for process in found:
         try:
             if process.key[0] != but:
-                signal.pidfd_send_signal(process.fd, signum)
                 sent += 1
+                signal.pidfd_send_signal(process.fd, signum)
         except ProcessLookupError:
             pass
         finally:
