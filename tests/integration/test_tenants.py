@@ -319,7 +319,7 @@ async def test_a_bridge_tenant_serves_only_its_own(url: str, system: NATS) -> No
         await nc.subscribe("ws.qry.c.laptop.*", cb=serve)
         await nc.flush()
         data = b'{"path": "x"}'
-        reply = await inboxes.request(system, "ws.qry.c.laptop.read", data, timeout=5, tenant="c")
+        reply = await inboxes.request(system, "ws.qry.c.laptop.read", data, timeout=15, tenant="c")
         assert json.loads(reply.data).get("result") == {"from": "c"}, reply.data
         # asked on the services' own inbox, c cannot answer: its answers go to its inbox only
         await no_answer(system.request("ws.qry.c.laptop.read", data, timeout=2))
