@@ -61,10 +61,11 @@ async def cost(executor: Executor, op: Callable[[], Awaitable[object]]) -> Count
     return Counter({key: after[key] - before[key] for key in after})
 
 
-def flat(small: Counter[str], big: Counter[str], keys: tuple[str, ...]) -> None:
-    """Fail when what should not grow with the workspace grew (a little slack)."""
+def flat(small: Counter[str], big: Counter[str], keys: tuple[str, ...], more: int = 0) -> None:
+    """Fail when what should not grow with the workspace grew (a little slack, and ``more``:
+    what one run may do that the other did not, of what changed)."""
     for key in keys:
-        assert big[key] <= small[key] * 1.1 + 10, (key, dict(small), dict(big))
+        assert big[key] <= small[key] * 1.1 + 10 + more, (key, dict(small), dict(big))
 
 
 async def history(nc: NATS, quill: Quill, name: str, events: int) -> Workspace:
@@ -176,7 +177,9 @@ async def test_a_shell_opens_on_the_files_and_its_commands_cost_what_changed(
             commands.append(await cost(executor, change))
         assert await ws.read_text("mine.txt") == "y\n"
     flat(*opens, ("write", "read", "stat", "events"))
-    flat(*commands, ("write", "read", "stat", "events"))
+    # the shell's watch may or may not have seen the sync's own writes of the 50 files by the
+    # capture (each then looked at once more): up to 50 stats either way
+    flat(*commands, ("write", "read", "stat", "events"), more=50)
     assert [c["events"] for c in commands] == [51, 51]  # the 50 writes, and its own commit
 
 
