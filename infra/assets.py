@@ -27,8 +27,14 @@ from typing import Any, TypeVar
 
 import nats.errors
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, StorageType, StreamConfig
-from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
+from nats.js.api import KeyValueConfig, ObjectStoreConfig, StorageType, StreamConfig
+from nats.js.errors import (
+    APIError,
+    BucketNotFoundError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
+from nats.js.kv import KeyValue
 
 log = logging.getLogger("quill.assets")
 
@@ -111,6 +117,21 @@ async def patiently(what: str, setup: Callable[[], Awaitable[T]], within: float 
 def exists_already(exc: BaseException) -> bool:
     """Whether a create failed only because the stream (or bucket) exists already."""
     return isinstance(exc, APIError) and exc.err_code == STREAM_NAME_IN_USE
+
+
+async def key_value(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    """The bucket ``config`` describes, created if missing (services starting together may
+    all create it: a lost race is a success, ``create_once``).
+
+    Raises:
+        nats.js.errors.APIError: JetStream refused the create.
+    """
+    try:
+        return await js.key_value(config.bucket)
+    except (NotFoundError, BucketNotFoundError):
+        pass
+    made = await create_once(f"bucket {config.bucket}", lambda: js.create_key_value(config))
+    return made if made is not None else await js.key_value(config.bucket)
 
 
 async def create_once(name: str, create: Callable[[], Awaitable[T]]) -> T | None:

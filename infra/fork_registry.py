@@ -99,10 +99,6 @@ def key(tenant: str, workspace: str) -> str:
 async def bucket(js: JetStreamContext, replicas: int) -> KeyValue:
     """The WS_FORKS bucket, created if missing (services starting together may all create it:
     a lost race is a success, ``infra/assets.py``). Reads come from the stream leader."""
-    try:
-        return await js.key_value(BUCKET_FORKS)
-    except nats.js.errors.BucketNotFoundError:
-        pass
     config = KeyValueConfig(
         bucket=BUCKET_FORKS,
         description="Quill: the forks standing on each workspace, and its purge or scrub",
@@ -111,8 +107,7 @@ async def bucket(js: JetStreamContext, replicas: int) -> KeyValue:
         storage=StorageType.FILE,
         direct=False,  # a read before a compare-and-set asks the leader
     )
-    made = await assets.create_once(f"bucket {BUCKET_FORKS}", lambda: js.create_key_value(config))
-    return made if made is not None else await js.key_value(BUCKET_FORKS)
+    return await assets.key_value(js, config)
 
 
 def unreachable(exc: BaseException) -> QuillError:

@@ -34,6 +34,7 @@ from infra.exec.sandbox import probe_bwrap
 from infra.runtime import Settings
 from infra.store import Store
 from quill.client import Quill, Workspace
+from quill_cli.natsserver import NatsServer, mappings_config
 from services.executor.app import Executor, ExecutorConfig
 from services.executor.app import start_executor as start_exec
 from services.reader.app import Reader
@@ -616,3 +617,14 @@ def error_shape(reply: dict[str, Any] | None, id_: str) -> tuple[str, str]:
     assert reply is not None and not reply["ok"], reply
     error = reply["error"]
     return error["code"], error["message"].replace(id_, "ID")
+
+
+@contextmanager
+def partitioned_nats(root: Path, partitions: int) -> Iterator[NatsServer]:
+    """A nats-server in ``root`` whose mappings split the command subjects into
+    ``partitions`` (as ``quill cluster up``'s), stopped after the block."""
+    server = NatsServer(root, extra_config=mappings_config(Subjects(), partitions)).start()
+    try:
+        yield server
+    finally:
+        server.stop()

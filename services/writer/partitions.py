@@ -99,10 +99,6 @@ async def leases_bucket(js: JetStreamContext, replicas: int) -> KeyValue:
     Raises:
         nats.js.errors.APIError: JetStream refused the create.
     """
-    try:
-        return await js.key_value(BUCKET_LEASES)
-    except (NotFoundError, nats.js.errors.BucketNotFoundError):
-        pass
     config = KeyValueConfig(
         bucket=BUCKET_LEASES,
         description="Quill: writer leases on command partitions",
@@ -112,8 +108,7 @@ async def leases_bucket(js: JetStreamContext, replicas: int) -> KeyValue:
         direct=False,  # lease reads must come from the stream leader
         limit_marker_ttl=60.0,
     )
-    made = await assets.create_once(f"bucket {BUCKET_LEASES}", lambda: js.create_key_value(config))
-    return made if made is not None else await js.key_value(BUCKET_LEASES)
+    return await assets.key_value(js, config)
 
 
 class Holder(Protocol):

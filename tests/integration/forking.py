@@ -4,12 +4,16 @@ pages their trees)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from contracts.errors import ErrorCode, QuillError
 from contracts.requests import PutChange
 from quill.client import Quill, Workspace
+from services.reader.app import Reader
+from tests.helpers import start_reader, start_writer
 
 TENANT = "acme"
 
@@ -67,3 +71,18 @@ async def play(
         if after is not None:
             await after(where, w)
     return ws, made
+
+
+@asynccontextmanager
+async def served(
+    url: str, data: Path, tag: str
+) -> AsyncIterator[tuple[dict[str, str], Reader, Quill]]:
+    """A writer and a reader (data in ``data``) and an SDK client, for one script: the names
+    of its three workspaces (``tag``-src, -one, -two), the reader, the client."""
+    names = {"src": f"{tag}-src", "one": f"{tag}-one", "two": f"{tag}-two"}
+    async with AsyncExitStack() as stack:
+        await start_writer(stack, url, data / "writer")
+        reader = await start_reader(stack, url, data / "reader")
+        quill = await Quill.connect(url, actor="tester", timeout=10)
+        stack.push_async_callback(quill.close)
+        yield names, reader, quill

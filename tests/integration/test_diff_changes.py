@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,12 @@ from hypothesis import strategies as st
 from contracts import replies as rp
 from contracts import requests as rq
 from core import plan
-from quill.client import Quill, Workspace
+from quill.client import Workspace
 from quill_cli.natsserver import NatsServer
 from services.reader.app import Reader
 from services.reader.diff import Differ
-from tests.helpers import eventually, start_reader, start_writer
-from tests.integration.forking import TENANT, play
+from tests.helpers import eventually
+from tests.integration.forking import TENANT, play, served
 from tests.integration.real_writer import REAL_WRITER
 
 PATHS = ["a", "b", "d/x", "d/y", "d/e/z", "d/e/q", "e/z", "e/f/g"]
@@ -83,13 +82,7 @@ async def compare(
 
 
 async def run(url: str, data: Path, script: list[tuple[Any, ...]], seed: int) -> None:
-    tag = f"c{next(_names)}"
-    names = {"src": f"{tag}-src", "one": f"{tag}-one", "two": f"{tag}-two"}
-    async with AsyncExitStack() as stack:
-        await start_writer(stack, url, data / "writer")
-        reader = await start_reader(stack, url, data / "reader")
-        quill = await Quill.connect(url, actor="tester", timeout=10)
-        stack.push_async_callback(quill.close)
+    async with served(url, data, f"c{next(_names)}") as (names, reader, quill):
         rnd = random.Random(seed)
         ws, made = await play(quill, names, script, lambda t, n: f"{t}{n:03}\n")
         differ = Differ(reader.queries, reader.offload, reader.js)

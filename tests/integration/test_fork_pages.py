@@ -16,7 +16,6 @@ and a grep of one content (the trigram index's candidates).
 from __future__ import annotations
 
 import asyncio
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +23,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from core.rows import Node
-from quill.client import Quill, Workspace
+from quill.client import Workspace
 from quill_cli.natsserver import NatsServer
 from services.reader.app import Reader
-from tests.helpers import eventually, start_reader, start_writer
-from tests.integration.forking import TENANT, play
+from tests.helpers import eventually
+from tests.integration.forking import TENANT, play, served
 from tests.integration.real_writer import REAL_WRITER
 
 PATHS = ["a", "b", "d/x", "d/y", "d/w", "d/e/z", "d/e/q", "e/z", "e/f/g"]
@@ -106,13 +105,7 @@ async def check(ws: Workspace, reader: Reader, version: int) -> None:
 
 
 async def run(url: str, data: Path, script: list[tuple[Any, ...]]) -> None:
-    tag = f"g{next(_names)}"
-    names = {"src": f"{tag}-src", "one": f"{tag}-one", "two": f"{tag}-two"}
-    async with AsyncExitStack() as stack:
-        await start_writer(stack, url, data / "writer")
-        reader = await start_reader(stack, url, data / "reader")
-        quill = await Quill.connect(url, actor="tester", timeout=10)
-        stack.push_async_callback(quill.close)
+    async with served(url, data, f"g{next(_names)}") as (names, reader, quill):
         first: dict[str, int] = {}
 
         async def noted(where: str, w: Workspace) -> None:

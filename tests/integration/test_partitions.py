@@ -19,11 +19,11 @@ from contracts.subjects import Subjects
 from infra import bus
 from infra.runtime import Running, Settings
 from quill.client import Quill
-from quill_cli.natsserver import NatsServer, mappings_config
+from quill_cli.natsserver import NatsServer
 from services.writer.app import Writer, start_writer
 from services.writer.append import AppendError, Group
 from services.writer.config import WriterConfig
-from tests.helpers import answers, eventually, start_reader
+from tests.helpers import answers, eventually, partitioned_nats, start_reader
 from tests.system.checks import verify_chain
 
 PARTITIONS = 8
@@ -32,10 +32,8 @@ TTL = 2.0
 
 @pytest.fixture(scope="module")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    extra = mappings_config(Subjects(), PARTITIONS)
-    server = NatsServer(tmp_path_factory.mktemp("nats"), extra_config=extra).start()
-    yield server
-    server.stop()
+    with partitioned_nats(tmp_path_factory.mktemp("nats"), PARTITIONS) as server:
+        yield server
 
 
 class Writers:

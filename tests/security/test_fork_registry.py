@@ -24,11 +24,11 @@ from core.secrets import Secrets
 from infra.fork_registry import Registry
 from infra.runtime import Running, Settings
 from quill.client import Quill
-from quill_cli.natsserver import NatsServer, mappings_config
+from quill_cli.natsserver import NatsServer
 from quill_cli.tools import scrub as scrub_tool
 from services.writer.app import Writer, start_writer
 from services.writer.config import WriterConfig
-from tests.helpers import answers, eventually, start_reader
+from tests.helpers import answers, eventually, partitioned_nats, start_reader
 
 PARTITIONS = 4
 TENANT = "acme"
@@ -38,10 +38,8 @@ SECRET = "sk-live-0123456789abcdef0123456789abcdef"
 
 @pytest.fixture(scope="module")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
-    extra = mappings_config(Subjects(), PARTITIONS)
-    server = NatsServer(tmp_path_factory.mktemp("nats"), extra_config=extra).start()
-    yield server
-    server.stop()
+    with partitioned_nats(tmp_path_factory.mktemp("nats"), PARTITIONS) as server:
+        yield server
 
 
 class Cluster:

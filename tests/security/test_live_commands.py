@@ -19,8 +19,8 @@ import pytest
 from contracts.errors import ErrorCode, QuillError
 from quill.client import Quill
 from tests.executor.conftest import StartExecutor, provider, stack  # noqa: F401
-from tests.helpers import Refusals, ask, error_shape, refused
-from tests.up import TENANTS, Up, bare_as, quill_as
+from tests.helpers import ask, error_shape, refused
+from tests.up import TENANTS, Up, a_against_b
 
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
@@ -28,12 +28,7 @@ MADE_UP = "c0123456789abMadeUpHandle0"
 
 
 async def test_another_tenants_handle_is_unknown_and_does_nothing(up: Up) -> None:
-    qa = await quill_as(up, "a")
-    refusals = Refusals()
-    nb = await bare_as(up, "b", error_cb=refusals.on_error)
-    try:
-        wa = qa.workspace("a/shared")
-        await wa.create(exist_ok=True)
+    async with a_against_b(up) as (wa, nb, refusals):
         r = await wa.exec("read x; echo got:$x", yield_ms=200)
         assert r.running
         handle = r.command_id
@@ -71,9 +66,6 @@ async def test_another_tenants_handle_is_unknown_and_does_nothing(up: Up) -> Non
         assert ended.value.code == ErrorCode.COMMAND_ENDED
         after = await ask(nb, "ws.exec.b.shared.input", bodies["input"], timeout=5)
         assert error_shape(after, handle)[0] == "COMMAND_NOT_FOUND"  # ended or not: unknown to b
-    finally:
-        await nb.close()
-        await qa.close()
 
 
 async def test_a_flood_of_live_commands_is_refused_past_the_limit(

@@ -43,9 +43,9 @@ from tests.executor.conftest import (  # noqa: F401
     stack,
     ws,
 )
-from tests.helpers import Refusals, ask, error_shape, eventually, refused
+from tests.helpers import ask, error_shape, eventually, refused
 from tests.security.conftest import Canaries, bwrap_only
-from tests.up import TENANTS, Up, bare_as, quill_as
+from tests.up import TENANTS, Up, a_against_b
 
 pytestmark = pytest.mark.up(tenants=TENANTS)
 
@@ -175,13 +175,7 @@ async def test_a_command_cannot_read_another_shells_stdin(
 
 
 async def test_another_tenants_shell_is_unknown_and_untouched(up: Up) -> None:
-    qa = await quill_as(up, "a")
-    refusals = Refusals()
-    nb = await bare_as(up, "b", error_cb=refusals.on_error)
-    try:
-        wa = qa.workspace("a/shared")
-        await wa.create(exist_ok=True)
-        await quill_b_workspace(up)
+    async with a_against_b(up) as (wa, nb, refusals):
         sh = await wa.shell()
         await sh.run("mkdir -p sub && cd sub && export MINE=1")
         bodies = {
@@ -200,17 +194,6 @@ async def test_another_tenants_shell_is_unknown_and_untouched(up: Up) -> None:
         assert lines[0].endswith("/sub") and lines[1:] == ["1", "1"], r  # nothing b did
         assert (await wa.running()).shells[0].shell == sh.id  # still open
         await sh.close()
-    finally:
-        await nb.close()
-        await qa.close()
-
-
-async def quill_b_workspace(up: Up) -> None:
-    qb = await quill_as(up, "b")
-    try:
-        await qb.workspace("b/shared").create(exist_ok=True)
-    finally:
-        await qb.close()
 
 
 CGROUPS, WHY_NO_CGROUPS = cgroups.detect()
