@@ -119,19 +119,32 @@ def exists_already(exc: BaseException) -> bool:
     return isinstance(exc, APIError) and exc.err_code == STREAM_NAME_IN_USE
 
 
-async def key_value(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
-    """The bucket ``config`` describes, created if missing (services starting together may
-    all create it: a lost race is a success, ``create_once``).
+async def key_value(
+    js: JetStreamContext, name: str, description: str, replicas: int, **extra: Any
+) -> KeyValue:
+    """Bucket ``name``, created if missing with one revision a key, on file, read from the
+    stream leader (``direct=False``: a read before a compare-and-set must see the last
+    write), and ``extra`` (``KeyValueConfig``'s); services starting together may all create
+    it: a lost race is a success (``create_once``).
 
     Raises:
         nats.js.errors.APIError: JetStream refused the create.
     """
     try:
-        return await js.key_value(config.bucket)
+        return await js.key_value(name)
     except (NotFoundError, BucketNotFoundError):
         pass
-    made = await create_once(f"bucket {config.bucket}", lambda: js.create_key_value(config))
-    return made if made is not None else await js.key_value(config.bucket)
+    config = KeyValueConfig(
+        bucket=name,
+        description=description,
+        history=1,
+        replicas=replicas,
+        storage=StorageType.FILE,
+        direct=False,
+        **extra,
+    )
+    made = await create_once(f"bucket {name}", lambda: js.create_key_value(config))
+    return made if made is not None else await js.key_value(name)
 
 
 async def create_once(name: str, create: Callable[[], Awaitable[T]]) -> T | None:

@@ -27,8 +27,8 @@ A compaction of a source marks it ``compacting`` the same way (it trims the hist
 read up to their fork points): held while a fork stands, a fork refused while it runs.
 
 A mark names its owner and its time. One left by a purge or a scrub that crashed does not
-block forever: a mark older than its TTL (``PURGE_MARK_TTL_S``: far longer than a writer
-takes to append; ``SCRUB_MARK_TTL_S``: a running scrub renews it) is cleared by the next fork,
+block forever: a mark older than its TTL (``MARK_TTL_S``: a purge's far longer than a writer
+takes to append; a running scrub renews its own) is cleared by the next fork,
 and the log decides what happened: a fork then checks the source's log, and one whose source
 was purged meanwhile is refused (``WORKSPACE_NOT_FOUND``). Times are wall-clock seconds, so
 servers' clocks are assumed to agree to well within the TTLs.
@@ -47,7 +47,6 @@ import msgspec
 import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from contracts import codec
@@ -61,11 +60,9 @@ from infra.concurrent import bounded_gather
 
 Kind = Literal["purging", "scrubbing", "compacting"]
 
-PURGE_MARK_TTL_S = 120.0
-"""A ``purging`` mark older than this is a purge whose writer crashed (a writer appends or
-gives up within seconds): the next fork clears it."""
-SCRUB_MARK_TTL_S = 300.0
-"""A ``scrubbing`` mark not renewed for this long is a scrub that crashed."""
+MARK_TTL_S: dict[str, float] = {"purging": 120.0, "compacting": 120.0, "scrubbing": 300.0}
+"""A mark older than this is one whose owner crashed (a writer appends or gives up within
+seconds; a running scrub renews its mark every ``SCRUB_RENEW_S``): the next fork clears it."""
 SCRUB_RENEW_S = 60.0
 """How often a running scrub renews its mark."""
 FORK_APPEND_TTL_S = 120.0
@@ -99,15 +96,9 @@ def key(tenant: str, workspace: str) -> str:
 async def bucket(js: JetStreamContext, replicas: int) -> KeyValue:
     """The WS_FORKS bucket, created if missing (services starting together may all create it:
     a lost race is a success, ``infra/assets.py``). Reads come from the stream leader."""
-    config = KeyValueConfig(
-        bucket=BUCKET_FORKS,
-        description="Quill: the forks standing on each workspace, and its purge or scrub",
-        history=1,
-        replicas=replicas,
-        storage=StorageType.FILE,
-        direct=False,  # a read before a compare-and-set asks the leader
-    )
-    return await assets.key_value(js, config)
+    # a read before a compare-and-set asks the stream leader (the bucket's default)
+    about = "Quill: the forks standing on each workspace, and its purge or scrub"
+    return await assets.key_value(js, BUCKET_FORKS, about, replicas)
 
 
 def unreachable(exc: BaseException) -> QuillError:
@@ -333,5 +324,5 @@ def _doing(mark: Mark) -> str:
 
 
 def _live(mark: Mark) -> bool:
-    ttl = SCRUB_MARK_TTL_S if mark.kind == "scrubbing" else PURGE_MARK_TTL_S
+    ttl = MARK_TTL_S[mark.kind]
     return time.time() - mark.at < ttl

@@ -56,7 +56,7 @@ know (``qry.forks``) and those of the record every writer keeps (WS_FORKS,
 ``infra/fork_registry.py``): the scrub marks the source ``scrubbing`` there by compare-and-set
 only while no fork stands on it, renews the mark while it runs and clears it when it ends; a
 fork of the source asked meanwhile is refused (``CONFLICT``, retry), on whichever writer. A
-mark left by a scrub that crashed runs out (``SCRUB_MARK_TTL_S``); a scrub whose mark ran out
+mark left by a scrub that crashed runs out (``MARK_TTL_S``); a scrub whose mark ran out
 is refused before it appends. A dry run only checks.
 
 Failures are ``QuillError``: ``WORKSPACE_NOT_FOUND``, ``NO_MATCH`` (no secret occurs),

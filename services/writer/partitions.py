@@ -42,7 +42,6 @@ import nats.errors
 import prometheus_client as prom
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
@@ -99,16 +98,8 @@ async def leases_bucket(js: JetStreamContext, replicas: int) -> KeyValue:
     Raises:
         nats.js.errors.APIError: JetStream refused the create.
     """
-    config = KeyValueConfig(
-        bucket=BUCKET_LEASES,
-        description="Quill: writer leases on command partitions",
-        history=1,
-        replicas=replicas,
-        storage=StorageType.FILE,
-        direct=False,  # lease reads must come from the stream leader
-        limit_marker_ttl=60.0,
-    )
-    return await assets.key_value(js, config)
+    about = "Quill: writer leases on command partitions"  # read from the stream leader
+    return await assets.key_value(js, BUCKET_LEASES, about, replicas, limit_marker_ttl=60.0)
 
 
 class Holder(Protocol):
