@@ -430,6 +430,8 @@ class Checkouts:
         home = checkout.home if checkout else self.data_dir / "checkouts" / key[0] / key[1]
         self.gone(home / "tree")
         await self._discard(home)
+        with contextlib.suppress(OSError):  # its directory of layers, empty: no command runs
+            self.layers_of(home).rmdir()
         self.budget.forget(key)
 
     async def purged(self, key: Key) -> None:

@@ -25,7 +25,6 @@ layer (``probe`` says why), runs commands on the checkout itself and walks it af
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
@@ -50,23 +49,22 @@ def layer_dir(checkouts: Path, home: Path) -> Path:
 
 
 MAKE_ATTEMPTS = 8
-"""How often ``make`` makes the directory of layers again when a concurrent ``remove`` took it
-away between its ``mkdir`` and the layer's (seen under load: ``INTERNAL: FileNotFoundError``
-for one ``exec`` in a thousand)."""
+"""How often ``make`` tries again when its directory of layers went away meanwhile (a
+checkout evicted: ``remove`` itself never takes it; it did, and under load one ``exec`` in a
+thousand met ``INTERNAL: FileNotFoundError``, then ``FileExistsError`` from ``Path.mkdir``'s
+own check racing the removal)."""
 
 
 def make(checkouts: Path, tree: Path, owner: Owner | None) -> Path:
     """A new layer for a command on ``tree`` (a checkout's ``tree/`` under ``checkouts``)."""
     layers = layer_dir(checkouts, tree.parent)
     for attempt in range(MAKE_ATTEMPTS):
-        layers.mkdir(mode=0o700, parents=True, exist_ok=True)
         layer = layers / secrets.token_hex(8)
         try:
+            layers.mkdir(mode=0o700, parents=True, exist_ok=True)
             layer.mkdir(mode=0o700)
             break
-        except FileNotFoundError:
-            # another command's layer of this checkout was just removed, and with it the
-            # directory of layers it left empty (``remove``): make that again
+        except (FileNotFoundError, FileExistsError):
             if attempt == MAKE_ATTEMPTS - 1:
                 raise
     (layer / WORK).mkdir(mode=0o700)
@@ -80,13 +78,12 @@ def make(checkouts: Path, tree: Path, owner: Owner | None) -> Path:
 
 
 def remove(layer: Path) -> None:
-    """Remove a layer (what is left of it after a merge, or all of it), and its checkout's
-    directory of layers if that is empty then."""
+    """Remove a layer (what is left of it after a merge, or all of it). Its checkout's
+    directory of layers stays (another command of the checkout may be making its layer there
+    now): it goes with the checkout (``Checkouts``' eviction and purge)."""
     if os.path.lexists(layer):
         with Dir.open(layer.parent) as parent:
             remove_tree(parent, layer.name)
-    with contextlib.suppress(OSError):
-        layer.parent.rmdir()
 
 
 def options(tree: Path, layer: Path) -> str:
