@@ -39,6 +39,7 @@ class Indexer:
         self._task: asyncio.Task[None] | None = None
         self.busy = True
         """Contents may be waiting to be indexed (False once the index is complete)."""
+        self._stopping = False
 
     def start(self, blobs: Blobs | None = None) -> None:
         """Index what is waiting, and from now on what ``poke`` says; fetch the contents only
@@ -53,21 +54,27 @@ class Indexer:
         self._wakeup.set()
 
     async def stop(self) -> None:
+        """Cancel the loop, and end it by its flag too: a cancellation that nats-py turns into
+        another error inside ``catch_up`` was taken for a failed pass, and the loop waited for
+        the next change for ever (a reader's stop hung 120 s in a full run)."""
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            self._wakeup.set()
+            await asyncio.wait({self._task}, timeout=10)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             await self._wakeup.wait()
             self._wakeup.clear()
+            if self._stopping:
+                return
             try:
                 await self.catch_up()
                 self.busy = self._wakeup.is_set()
             except Exception:
+                if self._stopping:
+                    return
                 log.exception("indexing failed; will retry on the next change")
 
     async def catch_up(self) -> None:

@@ -13,7 +13,6 @@ replica (the queue group) for one now (``quill snapshot``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -75,6 +74,7 @@ class Snapshotter:
         self._position = position
         """The log position applied, or None while catching up (no snapshot then)."""
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._making = asyncio.Lock()
         self.newest: snaps.Snapshot | None = None
         self.made = 0
@@ -85,10 +85,12 @@ class Snapshotter:
             self._task = asyncio.create_task(self._run(), name="snapshots")
 
     async def stop(self) -> None:
+        """Cancel the loop, and end it by its flag too (a cancellation turned into another
+        error inside a tick is logged as a failed check: the loop would go on)."""
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait({self._task}, timeout=10)
 
     def due(self, position: int, now: datetime) -> bool:
         """Whether a snapshot is due at log ``position`` (none yet: as if one had been made
@@ -99,10 +101,12 @@ class Snapshotter:
         return behind >= self.config.every_events or (behind > 0 and age >= self.config.every_s)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self._tick()
             except Exception:
+                if self._stopping:
+                    return
                 log.exception("snapshot check failed; trying again in %.0f s", self.config.check_s)
             await asyncio.sleep(self.config.check_s)
 
