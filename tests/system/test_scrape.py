@@ -183,7 +183,7 @@ def test_a_busy_metrics_port_is_refused_by_name(tmp_path: Path) -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        first = port - 1  # the writer's; the reader's is the held one
+        first = port  # the writer's, the first of the series, is the held one
         done = subprocess.run(
             [sys.executable, "-m", "quill", "up", "--data", str(tmp_path / ".quill")]
             + ["--nats-port", "0", "--http-port", "0", "--metrics-port", str(first)],
@@ -192,7 +192,7 @@ def test_a_busy_metrics_port_is_refused_by_name(tmp_path: Path) -> None:
             timeout=60,
         )
     assert done.returncode != 0
-    assert f"port {port} (reader's metrics port) is in use" in done.stderr
+    assert f"port {port} (writer's metrics port) is in use" in done.stderr, done.stderr
     assert not (tmp_path / ".quill" / "stack.json").exists()
 
 
