@@ -25,7 +25,6 @@ appended. Between two asks, what was applied meanwhile counts at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -42,6 +41,7 @@ from infra import storage
 from infra.blobs import Blobs
 from infra.busy import refused
 from infra.compaction import with_manifests
+from infra.loops import Loop
 from infra.metrics import READER_APPLY_SECONDS
 from infra.storage import FullState
 from infra.store import Store
@@ -58,6 +58,10 @@ log from nothing), it serves once it is this close."""
 AHEAD_MAX = 4_096
 """The most events of one workspace applied ahead of the log's order for a query; a
 workspace further behind waits for the catch-up."""
+
+
+def _unreachable(exc: Exception) -> None:  # the last answer stands
+    log.debug("asking the log how far behind: %r", exc)
 
 
 class Follower:
@@ -97,8 +101,8 @@ class Follower:
         self._behind: tuple[int, float] | None = None
         """The first event not applied when last asked: (its sequence, when it was appended,
         as ``time.time()``)."""
-        self._watch: asyncio.Task[None] | None = None
-        self._stopping = False
+        self._watch = Loop("lag watch", self._ask_lag, every=LAG_POLL_S, failed=_unreachable)
+        """Asks the log how far behind (a poll: nothing tells when the log grows)."""
 
     async def start(self) -> None:
         self.position = await self._store.position(TRACKING)
@@ -112,7 +116,7 @@ class Follower:
         log.info("following the log from seq %d (last event at %d)", self.position, self._target)
         self._stop = await eventlog.follow(self._js, self._subject, self.position, self._on_batch)
         self.log_last = self._target
-        self._watch = asyncio.create_task(self._watch_lag())
+        self._watch.start()
 
     def _caught_up(self) -> None:
         self.caught_up = True
@@ -120,13 +124,9 @@ class Follower:
         self.near.set()
 
     async def stop(self) -> None:
-        self._stopping = True
         for ahead in list(self._ahead.values()):
             ahead.cancel()
-        if self._watch is not None:
-            self._watch.cancel()  # nats-py may turn it into a TimeoutError: the flag ends it
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        await self._watch.stop()
         if self._stop is not None:
             await self._stop()
 
@@ -140,14 +140,6 @@ class Follower:
         if self.position >= self.log_last or behind is None:
             return 0.0
         return max(0.0, time.time() - behind[1])
-
-    async def _watch_lag(self) -> None:
-        while not self._stopping:
-            try:
-                await self._ask_lag()
-            except Exception as exc:  # the log unreachable: the last answer stands
-                log.debug("asking the log how far behind: %r", exc)
-            await asyncio.sleep(LAG_POLL_S)  # a poll: nothing tells when the log grows
 
     async def _ask_lag(self) -> None:
         last = await eventlog.last_seq(self._js, self._subject, fresh=True)

@@ -21,6 +21,7 @@ import logging
 from contracts.errors import ErrorCode, QuillError
 from core.content import as_text
 from infra.blobs import Blobs
+from infra.loops import Loop
 from infra.store import Store
 
 log = logging.getLogger("quill.reader.indexer")
@@ -31,51 +32,35 @@ FETCHED_AT_ONCE = 64
 """Most contents in WS_BLOBS fetched and indexed in one transaction (``CHUNK_BYTES`` first)."""
 
 
+def _failed(exc: Exception) -> None:
+    log.exception("indexing failed; will retry on the next change")
+
+
 class Indexer:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._blobs: Blobs | None = None
-        self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Loop("indexer", self._turn, woken=True, failed=_failed)
         self.busy = True
         """Contents may be waiting to be indexed (False once the index is complete)."""
-        self._stopping = False
 
     def start(self, blobs: Blobs | None = None) -> None:
         """Index what is waiting, and from now on what ``poke`` says; fetch the contents only
         in WS_BLOBS through ``blobs`` (None: leave them to grep to read)."""
         self._blobs = blobs
-        self._wakeup.set()
-        self._task = asyncio.create_task(self._run(), name="indexer")
+        self._loop.start()
 
     def poke(self) -> None:
         """New contents may be waiting."""
         self.busy = True
-        self._wakeup.set()
+        self._loop.wake()
 
     async def stop(self) -> None:
-        """Cancel the loop, and end it by its flag too: a cancellation that nats-py turns into
-        another error inside ``catch_up`` was taken for a failed pass, and the loop waited for
-        the next change for ever (a reader's stop hung 120 s in a full run)."""
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            self._wakeup.set()
-            await asyncio.wait({self._task}, timeout=10)
+        await self._loop.stop()
 
-    async def _run(self) -> None:
-        while not self._stopping:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            if self._stopping:
-                return
-            try:
-                await self.catch_up()
-                self.busy = self._wakeup.is_set()
-            except Exception:
-                if self._stopping:
-                    return
-                log.exception("indexing failed; will retry on the next change")
+    async def _turn(self) -> None:
+        await self.catch_up()
+        self.busy = self._loop.woken
 
     async def catch_up(self) -> None:
         """Index every content waiting, fetching those only in WS_BLOBS.

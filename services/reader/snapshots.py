@@ -26,6 +26,7 @@ from nats.js import JetStreamContext
 from contracts import codec
 from infra import bus, snapshot_install
 from infra import snapshots as snaps
+from infra.loops import Loop
 
 log = logging.getLogger("quill.reader.snapshots")
 
@@ -73,8 +74,7 @@ class Snapshotter:
         self._instance, self.config = instance, config
         self._position = position
         """The log position applied, or None while catching up (no snapshot then)."""
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
+        self._loop = Loop("snapshots", self._tick, every=config.check_s, failed=self._failed)
         self._making = asyncio.Lock()
         self.newest: snaps.Snapshot | None = None
         self.made = 0
@@ -82,15 +82,10 @@ class Snapshotter:
 
     def start(self) -> None:
         if self.config.every_events > 0:
-            self._task = asyncio.create_task(self._run(), name="snapshots")
+            self._loop.start()
 
     async def stop(self) -> None:
-        """Cancel the loop, and end it by its flag too (a cancellation turned into another
-        error inside a tick is logged as a failed check: the loop would go on)."""
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.wait({self._task}, timeout=10)
+        await self._loop.stop()
 
     def due(self, position: int, now: datetime) -> bool:
         """Whether a snapshot is due at log ``position`` (none yet: as if one had been made
@@ -100,15 +95,8 @@ class Snapshotter:
         behind, age = position - since, (now - made).total_seconds()
         return behind >= self.config.every_events or (behind > 0 and age >= self.config.every_s)
 
-    async def _run(self) -> None:
-        while not self._stopping:
-            try:
-                await self._tick()
-            except Exception:
-                if self._stopping:
-                    return
-                log.exception("snapshot check failed; trying again in %.0f s", self.config.check_s)
-            await asyncio.sleep(self.config.check_s)
+    def _failed(self, exc: Exception) -> None:
+        log.exception("snapshot check failed; trying again in %.0f s", self.config.check_s)
 
     async def _tick(self) -> None:
         position = self._position()

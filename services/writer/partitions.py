@@ -47,6 +47,7 @@ from nats.js.kv import KeyValue
 
 from contracts.subjects import BUCKET_LEASES, STREAM_EVENTS, Subjects
 from infra import assets
+from infra.loops import Loop
 
 log = logging.getLogger("quill.writer.partitions")
 
@@ -120,6 +121,10 @@ def _rank(instance: str, partition: int) -> bytes:
     return hashlib.blake2b(f"{instance}/{partition}".encode(), digest_size=8).digest()
 
 
+def _upkeep_failed(exc: Exception) -> None:
+    log.exception("lease upkeep failed; retrying")
+
+
 class Partitions:
     """The partitions this writer holds, their leases, epochs and subscriptions."""
 
@@ -155,7 +160,15 @@ class Partitions:
         self._member_rev = 0
         self._member_renewed = 0.0
         self._stopping = False
-        self._changed = asyncio.Event()
+        self._upkeep = Loop(
+            "partition-leases",
+            self._renew_and_balance,
+            every=self.tick_s,
+            woken=True,
+            wait_first=True,
+            failed=_upkeep_failed,
+        )
+        """Renews the leases every tick, and balances them when a writer came or went."""
         self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ queries
@@ -220,14 +233,14 @@ class Partitions:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(initial, 10)
         await self._balance()
-        self._tasks.append(asyncio.create_task(self._loop(), name="partition-leases"))
+        self._upkeep.start()
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Hand every partition back (drained), so that others take over without waiting
         for the leases to expire: stop taking commands, let those in flight finish, delete
         the leases (briefly: if NATS is gone, the leases expire on their own)."""
         self._stopping = True
-        self._changed.set()
+        await self._upkeep.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -335,7 +348,7 @@ class Partitions:
                 self._seen[entry.key] = Seen(value, int(entry.revision or 0), time.monotonic())
                 changed = before is None or before.value.get("writer") != value.get("writer")
             if changed:  # a writer came or went, a lease changed hands: not a mere renewal
-                self._changed.set()
+                self._upkeep.wake()
             if entry.delta == 0 and not initial.done():
                 initial.set_result(None)
 
@@ -354,25 +367,9 @@ class Partitions:
         seen = self._seen.get(self._lease_key(partition))
         return seen is None or time.monotonic() - seen.at > self.ttl_s * 1.5
 
-    async def _loop(self) -> None:
-        while not self._stopping:
-            # asyncio.wait, not wait_for/timeout: on 3.11 those can swallow a cancellation
-            # that comes as the timeout fires, and the loop would never stop.
-            changed = asyncio.ensure_future(self._changed.wait())
-            try:
-                await asyncio.wait({changed}, timeout=self.tick_s)
-            finally:
-                changed.cancel()
-            if self._stopping:
-                return
-            self._changed.clear()
-            try:
-                await self._renew()
-                await self._balance()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("lease upkeep failed; retrying")
+    async def _renew_and_balance(self) -> None:
+        await self._renew()
+        await self._balance()
 
     async def _renew(self) -> None:
         now = time.monotonic()
