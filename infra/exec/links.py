@@ -51,6 +51,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from contracts import hashing
+from contracts.paths import ancestors
 from infra.exec.capture import file_sig
 from infra.exec.manifest import Tracked
 from infra.safefs import Dir, open_path, parent_of
@@ -85,6 +86,19 @@ def tree_hash(paths: Mapping[str, Tracked]) -> str:
             digest = hashing.file_digest(path, tracked.sha256, tracked.executable)
         total = hashing.tree_add(total, digest)
     return hashing.tree_hex(total)
+
+
+def outside(paths: Mapping[str, Tracked], changed: set[str]) -> dict[str, Tracked]:
+    """What ``paths`` track neither at nor below a path of ``changed`` (what the source's
+    checkout holds that its fork's first checkout may link: unchanged since the fork point).
+    A pass over the paths, no file touched."""
+    if not changed:
+        return dict(paths)
+    return {
+        path: tracked
+        for path, tracked in paths.items()
+        if path not in changed and not any(a in changed for a in ancestors(path))
+    }
 
 
 def _same(st: os.stat_result, tracked: Tracked) -> bool:

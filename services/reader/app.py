@@ -61,6 +61,7 @@ class Reader:
             self.blobs,
             cache,
             Approvals(self.js, settings.subjects),
+            self.js,
         )
         self.offload = Offload("reader")
         """Worker processes for greps and diffs (``infra/offload.py``)."""
