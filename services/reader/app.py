@@ -68,7 +68,7 @@ class Reader:
         by_name = {
             **self.queries.ops(),
             **Search(self.queries, self.offload).ops(),
-            **Differ(self.queries, self.offload, self.js).ops(),
+            **Differ(self.queries, self.offload).ops(),
         }
         self.ops = registry.table("qry", by_name)
         """Every query op, by name (``contracts/ops.py`` checks that none is missing)."""

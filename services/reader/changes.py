@@ -88,28 +88,17 @@ class Changes:
     async def entries(
         self, ws: WorkspaceRow, version: int, since: int
     ) -> tuple[list[str], list[Node]] | None:
-        """The paths changed between ``version`` and ``since`` (either order), with every
-        parent that is a directory at one of them and not at the other, sorted; and the
-        entries as of ``version`` at and below them, by path (parents first). None when that
+        """The paths changed between ``version`` and ``since`` (either order), sorted, and the
+        entries as of ``version`` at and below them, by path (parents first). Every path made
+        or removed in between is named (the writer commits each parent it makes as its own
+        ``MakeDir``; a directory removed is named alone). None when that
         cannot be told in O(changes): part of the range compacted away, more than
         ``TREE_CHANGED_MOST`` paths or ``TREE_CHANGED_ENTRIES`` entries."""
         layers = self.layers(ws)
         found = await self.paths(ws, layers, min(version, since), max(version, since))
         if found is None or len(found) > TREE_CHANGED_MOST:
             return None
-        changed = set(found)
-        same: dict[str, bool] = {}  # an ancestor: a directory at both versions (or at none)
-        for path in found:
-            for above in ancestors(path):
-                if above not in same:
-                    kinds = [await self.model.node(ws.id, above, v) for v in (version, since)]
-                    is_dir = [n is not None and n.kind == "d" for n in kinds]
-                    same[above] = is_dir[0] == is_dir[1]
-                if not same[above]:
-                    changed.add(above)  # made (or removed) with what is below it
-                    break
-        if len(changed) > TREE_CHANGED_MOST:
-            return None
+        changed = found
         nodes: dict[str, Node] = {}
         for root in sorted(changed):
             if any(a in changed for a in ancestors(root)):

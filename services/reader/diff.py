@@ -28,17 +28,15 @@ from __future__ import annotations
 
 import time
 
-from nats.js import JetStreamContext
-
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import no_version, no_workspace
 from contracts.paths import normalize
 from core.diffs import DIFF_BUDGET_S, Pair, unified_many
 from core.rows import Node, WorkspaceRow
-from infra.offload import WALL_FACTOR, Offload
+from infra.offload import WALL_FACTOR
 from services.reader.changes import Changes
-from services.reader.queries import OffloadedOps, Queries
+from services.reader.queries import OffloadedOps
 
 PART_BYTES = 4 * 1024 * 1024
 """Text a diff hands its worker at once."""
@@ -48,10 +46,10 @@ OVERTIME = "Diff took too long: diff a smaller change, or read both versions"
 class Differ(OffloadedOps):
     OPS = ("diff",)
 
-    def __init__(self, queries: Queries, offload: Offload, js: JetStreamContext) -> None:
-        super().__init__(queries, offload)
-        self.changes = Changes(queries.store, js)
-        """What changed between two versions (``services.reader.changes``)."""
+    @property
+    def changes(self) -> Changes:
+        """What changed between two versions (``services.reader.changes``), the replica's."""
+        return self.q.changes
 
     async def _files(self, ws: WorkspaceRow, version: int, scope: str) -> dict[str, Node]:
         """The files at ``scope`` (a file, or everything below a directory) as of ``version``."""
