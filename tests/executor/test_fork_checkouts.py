@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest_asyncio
 from nats.aio.client import Client as NATS
 
+from contracts.limits import TREE_CHANGED_MOST
 from contracts.requests import PutChange
 from infra.exec.links import LINKED
 from quill.client import Quill, Workspace
@@ -252,3 +253,21 @@ async def test_a_linked_checkout_is_rebuilt_by_an_executor_that_runs_commands_in
         assert (await src.exec("cat pkg01/m000001.py")).stdout == "v = 1\n"
         assert await src.read_text("pkg01/m000001.py") == "v = 1\n"
         assert await fork.read_text("pkg01/m000001.py") == "v = 1\nx\n"
+
+
+async def test_a_source_moved_on_by_more_than_a_reader_tells_is_not_linked(
+    executor: Executor, quill: Quill, tmp_path: Path
+) -> None:
+    """Past ``TREE_CHANGED_MOST`` paths changed since the fork point, the reader cannot tell
+    them: the fork's first checkout is built from its tree as before, right."""
+    name = f"cap-{tmp_path.name[-12:]}"
+    src = await files(quill, f"acme/{name}", 1_000)  # room for 2,100 files
+    await quill.fork(f"acme/{name}", f"{name}-f")
+    more = TREE_CHANGED_MOST + 1
+    await src.apply([PutChange(path=f"more/f{n}.txt", content=f"{n}\n") for n in range(more)])
+    await src.exec("true")
+    fork = quill.workspace(f"acme/{name}-f")
+    first = await cost(executor, lambda: fork.exec("true"))
+    assert first["seeded"] == 1 and first["linked"] == 0 and first["unlinked"] == 0, first
+    seen = await fork.exec("find . -type f | wc -l; test -e more || echo no-more")
+    assert seen.stdout == "1000\nno-more\n", seen.stdout
