@@ -441,7 +441,7 @@ class TreeQuery(Query, frozen=True, kw_only=True):
     ``changed_from`` (a fork's first checkout, issue 33). The first page names the changed
     paths (``TreePage.changed``), or says the reader cannot tell (more than
     ``TREE_CHANGED_MOST`` paths or ``TREE_CHANGED_ENTRIES`` entries, or part of the range
-    compacted away)."""
+    compacted away in a workspace it inherits from; below its own floor: ``VERSION_TRIMMED``)."""
 
 
 # ---------------------------------------------------------------- runs, locks, trust

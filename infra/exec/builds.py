@@ -1,7 +1,8 @@
 """A checkout's ``tree/`` built whole: from a reader's tree at a version (the first build,
 checked against the log: ``infra.exec.seed``), from a compaction's manifest (the log
 before it is purged: ``Checkout.sync`` meets its event), or, a fork's first build, from its
-source's checkout on the same executor (hard links: ``infra.exec.links``). All write through
+source's checkout on the same executor (hard links: ``infra.exec.links``; what changed since
+the fork point in the source, from its reader). All write through
 ``TreeFiles._apply`` (``infra.exec.tree_files``) or record what they linked, so the manifest
 says what ``tree/`` holds.
 
