@@ -36,6 +36,12 @@ holds them all in one value): a fork beyond is refused (``SIZE_LIMIT_EXCEEDED``)
 
 TREE_PAGE_BYTES = 2 * 1024 * 1024
 """Content bytes one page of ``qry.tree`` carries at most (the page ends sooner)."""
+TREE_CHANGED_MOST = 1000
+"""Paths changed between two versions that ``qry.tree`` with ``changed_from`` names at most
+(beyond, it says it cannot tell: the whole tree is about as cheap to ask for)."""
+TREE_CHANGED_ENTRIES = 10_000
+"""Entries at and below those paths that ``qry.tree`` with ``changed_from`` answers at most
+(the same: beyond, it cannot tell)."""
 
 PREVIEW_MAX_BYTES = 32 * 1024
 """The longest diff an approval request shows of the change it would make (cut past it)."""

@@ -511,6 +511,10 @@ class TreePage(Result, frozen=True, kw_only=True):
     """The contents of the page's files, by sha256 (each once)."""
     next: str | None = None
     """Pass as ``after`` (with the same ``version``) for the next page; null on the last."""
+    changed: list[str] | None = None
+    """With ``changed_from``, on the first page: the paths changed between the two versions,
+    sorted (some may be absent as of ``version``: what is there now is to go); null when the
+    reader cannot tell in O(changes) (then no entries: ask for the whole tree)."""
 
 
 # ---------------------------------------------------------------- runs, locks, trust

@@ -434,6 +434,14 @@ class TreeQuery(Query, frozen=True, kw_only=True):
     contents: bool = True
     """Include the contents of the page's files that the replica holds (the others are in
     WS_BLOBS: ``TreeItem.blob``)."""
+    changed_from: Version | None = None
+    """Only the entries as of ``version`` of the paths changed between ``version`` and this
+    version (either order) and of what is below them, in O(paths changed): what an executor
+    takes from a reader when it links the rest from the workspace's checkout it holds at
+    ``changed_from`` (a fork's first checkout, issue 33). The first page names the changed
+    paths (``TreePage.changed``), or says the reader cannot tell (more than
+    ``TREE_CHANGED_MOST`` paths or ``TREE_CHANGED_ENTRIES`` entries, or part of the range
+    compacted away in a workspace it inherits from; below its own floor: ``VERSION_TRIMMED``)."""
 
 
 # ---------------------------------------------------------------- runs, locks, trust

@@ -281,10 +281,20 @@ class Reads(Handle):
         limit: int = 1000,
         contents: bool = True,
         version: int | None = None,
+        changed_from: int | None = None,
     ) -> rp.TreePage:
         """One page of the whole tree as of ``version`` (default: the replica's latest, which
-        the first page's ``head`` names: pass it as ``version`` with ``after`` for the rest)."""
-        body = rq.TreeQuery(after=after, limit=limit, contents=contents, version=version)
+        the first page's ``head`` names: pass it as ``version`` with ``after`` for the rest).
+        ``changed_from``: only the entries of the paths changed between that version and
+        ``version`` (``TreePage.changed``), the replica having applied both."""
+        body = rq.TreeQuery(
+            after=after,
+            limit=limit,
+            contents=contents,
+            version=version,
+            changed_from=changed_from,
+            min_version=changed_from,
+        )
         return await self._qry(body)
 
     # ------------------------------------------------------------------ streams

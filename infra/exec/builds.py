@@ -1,7 +1,8 @@
 """A checkout's ``tree/`` built whole: from a reader's tree at a version (the first build,
 checked against the log: ``infra.exec.seed``), from a compaction's manifest (the log
 before it is purged: ``Checkout.sync`` meets its event), or, a fork's first build, from its
-source's checkout on the same executor (hard links: ``infra.exec.links``). All write through
+source's checkout on the same executor (hard links: ``infra.exec.links``; what changed since
+the fork point in the source, from its reader). All write through
 ``TreeFiles._apply`` (``infra.exec.tree_files``) or record what they linked, so the manifest
 says what ``tree/`` holds.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +39,8 @@ from infra.exec.manifest import Changes, Manifest, PathMap, Store, Tracked
 from infra.exec.tree_files import TreeFiles
 from infra.safefs import Dir
 
+log = logging.getLogger("quill.executor")
+
 
 class Held(Protocol):
     """What a fork's first build needs of its source's checkout (held, unchanged meanwhile)."""
@@ -44,6 +48,7 @@ class Held(Protocol):
     home: Path
     tree: Path
     manifest: Manifest
+    changed_tree: seed.Changed | None
 
 
 Source = Callable[[str, int], contextlib.AbstractAsyncContextManager[Held | None]]
@@ -76,11 +81,7 @@ class Builds(TreeFiles):
                     coming = asyncio.ensure_future(tree(page.next, version))
                 for item in page.entries:
                     total = hashing.tree_add(total, seed.digest(item))
-                for group in seed.groups(page.entries, page.contents):
-                    contents = await seed.contents_of(
-                        group, page.contents, self._blobs, self._fetch, version
-                    )
-                    await asyncio.to_thread(self._write_items, group, contents)
+                await self._write_page(page, version)
                 if coming is None:
                     break
                 page, coming = await coming, None
@@ -102,6 +103,14 @@ class Builds(TreeFiles):
         m.uncommitted = {
             u.path: Recorded(u.reason, u.by_command, u.version) for u in head.uncommitted
         }
+
+    async def _write_page(self, page: rp.TreePage, version: int) -> None:
+        """Write a page's entries as of ``version`` (contents fetched a group at a time)."""
+        for group in seed.groups(page.entries, page.contents):
+            contents = await seed.contents_of(
+                group, page.contents, self._blobs, self._fetch, version
+            )
+            await asyncio.to_thread(self._write_items, group, contents)
 
     def _write_items(self, items: list[rp.TreeItem], contents: dict[str, bytes]) -> None:
         with self._root() as root:
@@ -175,37 +184,72 @@ class Builds(TreeFiles):
     async def _from_source(self, last: int, upto: int | None) -> Committed | None:
         """A fork's first build from its source's checkout (``infra.exec.links``): when the
         workspace's first event is ``workspace_forked`` (at or before ``upto``) and the
-        source's checkout here sums to its tree hash, ``tree/`` is made of links to its files
-        (the few that fail the check fetched from a reader as of the fork point); that event
-        is returned, for the caller to fold and follow the log from. None: not a fork, or no
-        such checkout (``tree/`` untouched).
+        executor holds the source's checkout, ``tree/`` is made of links to its files (the
+        few that fail the check fetched from a reader as of the fork point). A source's
+        checkout at another version than the fork point's: what changed between the two is
+        not linked, but taken as of the fork point from a reader (``_changes``). The result
+        must sum to the event's tree hash; the event is returned, for the caller to fold and
+        follow the log from. None: not a fork, or no such checkout (``tree/`` untouched).
 
         Raises:
-            OSError, links.TooMany: half built (the caller starts over empty).
+            OSError, links.TooMany, seed.Mismatch: half built (the caller starts over empty).
         """
         assert self._source is not None
         item = await eventlog.first(self._js, self._subject, last)
         event = item.event if item is not None else None
         if not isinstance(event, WorkspaceForked) or (upto is not None and upto < event.version):
             return None
+        taken: rp.TreePage | None = None
         async with self._source(event.source, event.version) as source:
             if source is None:
                 return None
             held = source.manifest
-            if await asyncio.to_thread(links.tree_hash, held.paths) != event.tree_hash:
-                return None  # not at the fork point's tree
+            paths: Mapping[str, Tracked] = held.paths
+            if held.version == event.version:
+                if await asyncio.to_thread(links.tree_hash, paths) != event.tree_hash:
+                    return None  # not at the fork point's tree
+            else:  # moved on (or behind): all but what changed between the two versions
+                taken = await self._changes(source, held.version, event.version, event.tree_hash)
+                if taken is None or taken.changed is None:
+                    return None
+                paths = await asyncio.to_thread(links.outside, paths, set(taken.changed))
             skip = {k.removeprefix("\0") for k in (*held.local, *held.present)}
-            linked = await asyncio.to_thread(self._link_from, source.tree, held.paths, skip)
+            linked = await asyncio.to_thread(self._link_from, source.tree, paths, skip)
             await asyncio.to_thread((source.home / links.LINKED).touch)
+            changed = source.changed_tree
         assert item is not None
         self._blobs.behind = [blobs.prefix(self.tenant, b.workspace) for b in event.lineage]
-        paths = self.manifest.paths
+        manifest = self.manifest.paths
         for path, tracked in linked.paths.items():
-            paths[path] = tracked
+            manifest[path] = tracked
         if linked.missing:
             contents = await self._fetch_missing(linked.missing, event.version)
             await asyncio.to_thread(self._write_missing, linked.missing, contents)
+        while taken is not None:  # what changed, as of the fork point
+            await self._write_page(taken, event.version)
+            after, taken = taken.next, None
+            if after is not None and changed is not None:
+                taken = await changed(after, event.version, held.version)
+        if await asyncio.to_thread(links.tree_hash, manifest) != event.tree_hash:
+            raise seed.Mismatch(f"the linked tree does not sum to {event.tree_hash}")
         return item
+
+    @staticmethod
+    async def _changes(source: Held, at: int, version: int, tree_hash: str) -> rp.TreePage | None:
+        """The first page of what changed in the source between ``at`` (its checkout's) and
+        ``version`` (the fork point), as of the fork point; None where a reader cannot tell
+        (it answers no ``changed``), or no reader answers."""
+        if source.changed_tree is None or at == 0:
+            return None
+        try:
+            page = await source.changed_tree(None, version, at)
+        except Exception as exc:  # no reader, or one behind: built from a reader's tree
+            log.info("a fork's first checkout: what changed is not known: %s", exc)
+            return None
+        head = page.head
+        if head is None or (head.version, head.tree_hash) != (version, tree_hash):
+            return None
+        return page
 
     def _link_from(
         self, source: Path, paths: Mapping[str, Tracked], skip: set[str]

@@ -134,6 +134,7 @@ class Checkout(Builds):
         owner: Owner | None = None,
         trash: Trash | None = None,
         tree: seed.Tree | None = None,
+        changed: seed.Changed | None = None,
         source: Source | None = None,
         links: bool = False,
     ) -> None:
@@ -141,6 +142,8 @@ class Checkout(Builds):
         sandboxed command's host uid, ``Provider.owner``; None: the executor's own);
         ``trash``: where a wiped checkout goes (None: removed in place); ``tree``: a reader's
         ``qry.tree``, to build a new checkout from (``infra.exec.seed``; None: from the log);
+        ``changed``: its ``qry.tree`` of what changed since a version (what a fork whose first
+        checkout links this one's files takes from a reader instead);
         ``source``: a fork's source's checkout, to build a fork's first from (hard links:
         ``infra.exec.links``); ``links``: whether a checkout whose files share inodes with
         another's may be kept (commands never write its ``tree/`` in place: else it is
@@ -149,6 +152,7 @@ class Checkout(Builds):
         self.owner, self.trash = owner, trash
         self._fetch = fetch
         self._tree = tree
+        self.changed_tree = changed
         self._source = source
         self._links = links
         self.tree = home / "tree"

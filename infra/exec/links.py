@@ -2,10 +2,24 @@
 
 A fork's tree at its fork point ``N`` *is* its source's at ``N`` (issue 33). When the
 executor already holds the source's checkout with that tree (its tracked paths sum to the
-``workspace_forked`` event's ``tree_hash``), the fork's ``tree/`` is made of hard links to the
-source's files (one ``linkat`` and one ``lstat`` a file, no content read or written), then the
-fork's own events since ``N`` are applied as any sync applies them: O(files changed since the
-fork point) of contents, not a reader's whole tree, nor the log (``Checkout._link_build``).
+``workspace_forked`` event's ``tree_hash``; at another version: below), the fork's ``tree/``
+is made of hard links to the source's files (one ``linkat`` and one ``lstat`` a file, no
+content read or written), then the fork's own events since ``N`` are applied as any sync
+applies them: O(files changed since the fork point) of contents, not a reader's whole tree,
+nor the log (``Builds._from_source``).
+
+A source's checkout at another version ``M`` than the fork point (the source moved on after
+the fork, the common case: an agent keeps working on it; or its checkout is behind) holds the
+tree at ``M``, not at ``N``. Its reader names the paths changed between the two (``qry.tree``
+with ``changed_from``: the events' summaries and the rows ended in between, through a fork's
+layers, ``services.reader.changes``) and gives their entries as of ``N`` with what is below
+them: everything the source's manifest tracks neither at nor below one of them is linked
+(``outside``), those entries are written from the reader's answer, and the manifest built
+must sum to the event's tree hash (else: built from a reader's tree). Every path made or
+removed in between is named (the writer commits each parent it makes; a directory removed is
+named alone), so a path that changed kind, mode or content is never linked. Past
+``TREE_CHANGED_MOST`` paths (or a range compaction trimmed) the reader says it cannot tell,
+and the checkout is a reader's tree.
 
 Why hard links are safe, and only where they are used. Two names of one inode are one file:
 whatever writes it *in place* (``>``, ``>>``, ``truncate``, ``chmod``, an editor writing
@@ -51,6 +65,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from contracts import hashing
+from contracts.paths import ancestors
 from infra.exec.capture import file_sig
 from infra.exec.manifest import Tracked
 from infra.safefs import Dir, open_path, parent_of
@@ -85,6 +100,19 @@ def tree_hash(paths: Mapping[str, Tracked]) -> str:
             digest = hashing.file_digest(path, tracked.sha256, tracked.executable)
         total = hashing.tree_add(total, digest)
     return hashing.tree_hex(total)
+
+
+def outside(paths: Mapping[str, Tracked], changed: set[str]) -> dict[str, Tracked]:
+    """What ``paths`` track neither at nor below a path of ``changed`` (what the source's
+    checkout holds that its fork's first checkout may link: unchanged since the fork point).
+    A pass over the paths, no file touched."""
+    if not changed:
+        return dict(paths)
+    return {
+        path: tracked
+        for path, tracked in paths.items()
+        if path not in changed and not any(a in changed for a in ancestors(path))
+    }
 
 
 def _same(st: os.stat_result, tracked: Tracked) -> bool:

@@ -29,6 +29,10 @@ from infra.blobs import WorkspaceBlobs
 Tree = Callable[[str | None, int | None], Awaitable[rp.TreePage]]
 """A page of a reader's ``qry.tree``: ``tree(after, version)``."""
 
+Changed = Callable[[str | None, int, int], Awaitable[rp.TreePage]]
+"""A page of a reader's ``qry.tree`` of what changed since a version: ``changed(after,
+version, changed_from)``."""
+
 Fetch = Callable[[str, int], Awaitable[bytes]]
 """A file's content as of a version, from a reader: ``fetch(path, version)``."""
 

@@ -32,10 +32,10 @@ from nats.js.errors import NotFoundError
 from nats.nuid import NUID
 
 from contracts import codec
-from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError, no_version, no_workspace
 from contracts.events import WorkspacePurged
+from contracts.replies import TreePage
 from contracts.subjects import STREAM_EVENTS, Address, Subjects
 from infra import compaction
 from infra.blobs import Blobs
@@ -142,9 +142,10 @@ class Checkouts:
         async def fetch(path: str, version: int) -> bytes:
             return await ws.read_bytes(path, version=version)
 
-        async def tree(after: str | None, version: int | None) -> rp.TreePage:
+        async def tree(after: str | None, version: int | None, base: int | None = None) -> TreePage:
             async with asyncio.timeout(TREE_WAIT_S):  # no reader: replayed from the log
-                return await ws.tree(after=after, limit=TREE_PAGE, version=version)
+                got = ws.tree(after=after, limit=TREE_PAGE, version=version, changed_from=base)
+                return await got
 
         return Checkout(
             home,
@@ -157,6 +158,7 @@ class Checkouts:
             owner=self.owner,
             trash=self.trash,
             tree=tree,
+            changed=tree,
             source=functools.partial(self.source_of, address.tenant) if live and links else None,
             links=links,
         )

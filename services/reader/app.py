@@ -61,13 +61,14 @@ class Reader:
             self.blobs,
             cache,
             Approvals(self.js, settings.subjects),
+            self.js,
         )
         self.offload = Offload("reader")
         """Worker processes for greps and diffs (``infra/offload.py``)."""
         by_name = {
             **self.queries.ops(),
             **Search(self.queries, self.offload).ops(),
-            **Differ(self.queries, self.offload, self.js).ops(),
+            **Differ(self.queries, self.offload).ops(),
         }
         self.ops = registry.table("qry", by_name)
         """Every query op, by name (``contracts/ops.py`` checks that none is missing)."""

@@ -2,9 +2,8 @@
 
 **What changed, not the tree** (issue 33: an operation costs what it returns). Between two
 versions of one workspace the files compared are those under the paths changed in between
-(``Store.changed_in``: its events' summaries and the rows ended in the range, through a
-fork's layers; events whose summaries were cut are read from the log,
-``infra.log.cut_paths``), kept to the diff's scope (a changed parent of the scope stands
+(``services.reader.changes``: its events' summaries and the rows ended in the range, through
+a fork's layers), kept to the diff's scope (a changed parent of the scope stands
 for the scope). Each is looked up at both versions (a seek a layer); one that is a directory
 at either contributes its files there (its subtree's range of each layer): a directory removed,
 moved or added is named alone in a summary, and a fork's delete of an inherited directory
@@ -29,20 +28,15 @@ from __future__ import annotations
 
 import time
 
-from nats.js import JetStreamContext
-
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import no_version, no_workspace
 from contracts.paths import normalize
 from core.diffs import DIFF_BUDGET_S, Pair, unified_many
 from core.rows import Node, WorkspaceRow
-from infra import log as eventlog
-from infra.offload import WALL_FACTOR, Offload
-from infra.store import TOP, Layers
-from services.reader import forked
-from services.reader.queries import OffloadedOps, Queries
-from services.reader.readmodel import Scope
+from infra.offload import WALL_FACTOR
+from services.reader.changes import Changes
+from services.reader.queries import OffloadedOps
 
 PART_BYTES = 4 * 1024 * 1024
 """Text a diff hands its worker at once."""
@@ -52,10 +46,10 @@ OVERTIME = "Diff took too long: diff a smaller change, or read both versions"
 class Differ(OffloadedOps):
     OPS = ("diff",)
 
-    def __init__(self, queries: Queries, offload: Offload, js: JetStreamContext) -> None:
-        super().__init__(queries, offload)
-        self.js = js
-        """What reads the events whose summaries the projection cut."""
+    @property
+    def changes(self) -> Changes:
+        """What changed between two versions (``services.reader.changes``), the replica's."""
+        return self.q.changes
 
     async def _files(self, ws: WorkspaceRow, version: int, scope: str) -> dict[str, Node]:
         """The files at ``scope`` (a file, or everything below a directory) as of ``version``."""
@@ -72,10 +66,10 @@ class Differ(OffloadedOps):
         self, ws: WorkspaceRow, a: int, b: int, scope: str
     ) -> tuple[dict[str, Node], dict[str, Node]]:
         """The files of ``scope`` as of ``a`` and as of ``b`` that may differ: those under
-        the paths changed between them (``_changed``); every file of ``scope`` at each where
+        the paths changed between them (``Changes.paths``); every file of ``scope`` at each where
         that cannot tell."""
-        layers = self.q.store.layers(ws.id) or [(ws.id, TOP)]
-        paths = await self._changed(ws, layers, min(a, b), max(a, b), scope)
+        layers = self.changes.layers(ws)
+        paths = await self.changes.paths(ws, layers, min(a, b), max(a, b), scope)
         if paths is None:
             return await self._files(ws, a, scope), await self._files(ws, b, scope)
         old: dict[str, Node] = {}
@@ -92,52 +86,8 @@ class Differ(OffloadedOps):
                 if node.kind == "f":
                     files[path] = node
                 else:
-                    files.update(await self._below(layers, version, path))
+                    files.update(await self.changes.below(layers, version, path))
         return old, new
-
-    async def _below(self, layers: Layers, version: int, directory: str) -> dict[str, Node]:
-        """The files below ``directory`` as of ``version``: each layer's live rows in the
-        subtree's range and its rows there valid then and ended since
-        (``infra/store/merged.py``, a workspace being its one layer). Not ``entries_at``:
-        below a directory at an older version it reads the whole workspace's live rows."""
-        scope = Scope(directory, recursive=True, kind="f")
-        nodes = await forked.scoped(self.q.store.reads, layers, version, scope, None, None)
-        return {n.path: n for n in nodes}
-
-    async def _changed(
-        self, ws: WorkspaceRow, layers: Layers, lo: int, hi: int, scope: str
-    ) -> set[str] | None:
-        """The paths of ``scope`` changed in versions ``(lo, hi]`` (the scope itself when a
-        directory above it changed); None when part of the range is below the floor of a
-        layer that holds it."""
-        if lo == hi:
-            return set()
-        if not self._above_floors(ws, layers, lo, hi):
-            return None
-        paths, cut = await self.q.store.changed_in(layers, lo, hi)
-        if cut:
-            paths |= await eventlog.cut_paths(self.js, cut)
-        paths.discard("")
-        if not scope:
-            return paths
-        inside = {p for p in paths if p == scope or p.startswith(scope + "/")}
-        if any(scope.startswith(p + "/") for p in paths):
-            inside.add(scope)
-        return inside
-
-    def _above_floors(self, ws: WorkspaceRow, layers: Layers, lo: int, hi: int) -> bool:
-        """Whether each layer's part of ``(lo, hi]`` starts at or above its floor (what
-        compaction dropped below it no longer names what changed)."""
-        rows: list[WorkspaceRow | None] = [ws]
-        rows += [self.q.store.workspace(ws.tenant, name) for name, _ in ws.lineage]
-        for i, (_, cap) in enumerate(layers):
-            below = layers[i + 1][1] if i + 1 < len(layers) else 0
-            if min(cap, hi) <= max(lo, below):
-                continue  # none of the range is this layer's
-            row = rows[i] if i < len(rows) else None
-            if row is None or max(lo, below) < row.floor:
-                return False
-        return True
 
     def _other(self, ws: WorkspaceRow, name: str, version: int) -> WorkspaceRow:
         """The workspace a diff compares with (``from_workspace``): of the same tenant, and

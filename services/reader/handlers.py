@@ -219,6 +219,7 @@ async def answer_at(reader: Replica, op: str, ws: WorkspaceRow, version: int, re
         version,
         getattr(req, "from_version", None) or version,
         getattr(req, "to_version", None) or version,
+        getattr(req, "changed_from", None) or version,
     )
     if oldest >= ws.floor:
         try:

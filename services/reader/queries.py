@@ -13,11 +13,12 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import msgspec
+from nats.js import JetStreamContext
 
 from contracts import codec, ops
 from contracts import replies as rp
 from contracts import requests as rq
-from contracts.errors import ErrorCode, QuillError
+from contracts.errors import ErrorCode, QuillError, no_version
 from contracts.limits import DEFAULT_EXCLUSIONS, TREE_PAGE_BYTES
 from contracts.paths import ROOT_DIR, check_name, normalize, normalize_existing
 from contracts.replies import ChangeSummary
@@ -43,6 +44,7 @@ from infra.offload import Offload
 from infra.store import Store
 from services.reader import history
 from services.reader.cache import RevisionCache, TextCache
+from services.reader.changes import Changes
 from services.reader.readmodel import ReadModel, Scope
 
 _summaries = msgspec.json.Decoder(list[ChangeSummary])
@@ -76,8 +78,12 @@ class Queries:
         blobs: Blobs,
         cache: RevisionCache,
         approvals: Approvals | None = None,
+        js: JetStreamContext | None = None,
     ) -> None:
         self.store = store
+        self.changes = Changes(store, js)
+        """What changed between two versions (``qry.tree``'s ``changed_from``); ``js`` reads
+        the events whose summaries the projection cut."""
         self.kept = approvals
         """``WS_APPROVALS``: what approved requests gave (None: no outcome is known)."""
         self.model = ReadModel(store)
@@ -275,10 +281,29 @@ class Queries:
     async def tree(self, ws: WorkspaceRow, version: int, req: rq.TreeQuery) -> rp.TreePage:
         """A page of the whole tree by path, each content once, at most ``TREE_PAGE_BYTES``
         of them (the page ends before the content that would pass it); the workspace's head
-        on the first page."""
-        after = ("", req.after) if req.after is not None else None
-        scope = Scope("", recursive=True)
-        nodes = await self.model.page(ws.id, version, scope, after, req.limit + 1)
+        on the first page. With ``changed_from``: only what changed since (or until) that
+        version, as of ``version`` (``Changes.entries``), each page told again (O(changes)).
+
+        Raises:
+            QuillError: ``INVALID_ARGUMENT`` for a ``changed_from`` past the replica's latest.
+        """
+        changed: list[str] | None = None
+        if req.changed_from is not None:
+            latest = self.store.version_of(ws.tenant, ws.name)
+            if req.changed_from > latest:
+                raise no_version(req.changed_from, latest)
+            found = await self.changes.entries(ws, version, req.changed_from)
+            if found is None:  # cannot tell in O(changes): no entries, the whole tree is asked
+                head = await self._head(ws, version) if req.after is None else None
+                return rp.TreePage(head=head, entries=[], contents={}, changed=None)
+            changed, every = found
+            if req.after is not None:
+                changed, every = None, [n for n in every if n.path > req.after]
+            nodes = every[: req.limit + 1]
+        else:
+            after = ("", req.after) if req.after is not None else None
+            scope = Scope("", recursive=True)
+            nodes = await self.model.page(ws.id, version, scope, after, req.limit + 1)
         more = len(nodes) > req.limit
         nodes = nodes[: req.limit]
         contents: dict[str, bytes] = {}
@@ -313,6 +338,7 @@ class Queries:
             entries=entries,
             contents=contents,
             next=nodes[-1].path if more and nodes else None,
+            changed=changed,
         )
 
     async def _head(self, ws: WorkspaceRow, version: int) -> rp.TreeHead:

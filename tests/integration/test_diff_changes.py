@@ -85,7 +85,7 @@ async def run(url: str, data: Path, script: list[tuple[Any, ...]], seed: int) ->
     async with served(url, data, f"c{next(_names)}") as (names, reader, quill):
         rnd = random.Random(seed)
         ws, made = await play(quill, names, script, lambda t, n: f"{t}{n:03}\n")
-        differ = Differ(reader.queries, reader.offload, reader.js)
+        differ = Differ(reader.queries, reader.offload)
         compared = 0
         for k in made:
             newest = (await ws[k].info()).version

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest_asyncio
 
-from contracts.requests import PutChange
+from contracts.requests import DeleteChange, PutChange
 from quill.client import Quill, Workspace
 from services.executor.app import Executor
 from services.executor.config import ExecutorConfig
@@ -107,7 +107,7 @@ async def test_a_command_writing_through_a_linked_checkout_changes_only_its_own(
     done = await fork.exec(ATTACK)
     assert done.exit_code == 0 and done.stdout.strip() == str(COUNT), (done.stdout, done.stderr)
     if provider == "bwrap":  # the fork's checkout was linked: the attack went at shared inodes
-        assert executor.info()["io"]["linked"] == linked + 1
+        assert executor.info()["io"].get("linked", 0) == linked + 1
     assert snapshot(source_tree) == before
     assert await reads(src, COUNT) == source_reads
     seen = await src.exec("cat d0/f0.py d1/f4.py; stat -c %a d0/f0.py d1/f1.py")
@@ -145,3 +145,78 @@ async def test_a_shell_in_a_fork_is_never_linked(
     assert executor.info()["io"].get("linked", 0) == linked
     assert snapshot(source_tree) == before
     assert await src.read_text("d1/f1.py") == "v = 1\n"
+
+
+def entries(tree: Path) -> dict[str, tuple[str, int]]:
+    """Each entry of a checkout's tree on the host: a file's sha256 and mode, a directory's."""
+    seen = snapshot(tree)
+    for path in tree.rglob("*"):
+        if path.is_dir() and not path.is_symlink():
+            seen[str(path.relative_to(tree))] = ("dir", 0)
+    return seen
+
+
+async def test_a_fork_linked_from_a_source_changed_since_the_fork_point_has_the_fork_points_tree(
+    executor: Executor, quill: Quill, provider: str, tmp_path: Path
+) -> None:
+    """The source's checkout is held at a version past the fork point, where paths changed in
+    ways a link could get wrong: a directory became a file and a file a directory, a file's
+    mode (not its content) changed both ways, two files of one size swapped contents, a
+    directory was made below a new parent. The fork's first checkout, linked from it, is
+    exactly the fork point's tree (what a checkout built from a reader's tree holds), and a
+    command writing through every file of it leaves the source's checkout as it was."""
+    name = f"mv-{provider}-{tmp_path.name[-10:]}"
+    src = quill.workspace(f"acme/{name}")
+    await src.create()
+    await src.apply(
+        [
+            *(PutChange(path=f"d{n % 3}/f{n}.py", content=f"v = {n}\n") for n in range(COUNT)),
+            PutChange(path="kind/dir/inner.txt", content="inner\n"),
+            PutChange(path="kind/file", content="file\n"),
+            PutChange(path="mode/x.sh", content="echo x\n", executable=True),
+            PutChange(path="mode/y.sh", content="echo y\n"),
+            PutChange(path="swap/a", content="aaaa\n"),
+            PutChange(path="swap/b", content="bbbb\n"),
+        ]
+    )
+    point = (await quill.fork(f"acme/{name}", f"{name}-f")).version
+    await src.apply(
+        [
+            DeleteChange(path="kind/dir"),
+            PutChange(path="kind/dir", content="now a file\n"),
+            DeleteChange(path="kind/file"),
+            PutChange(path="kind/file/below.txt", content="now a directory\n"),
+            PutChange(path="mode/x.sh", content="echo x\n"),
+            PutChange(path="mode/y.sh", content="echo y\n", executable=True),
+            PutChange(path="swap/a", content="bbbb\n"),
+            PutChange(path="swap/b", content="aaaa\n"),
+            PutChange(path="fresh/deep/er/file.txt", content="new\n"),
+        ]
+    )
+    await src.exec("true")  # the source's checkout is held past the fork point
+    fork = quill.workspace(f"acme/{name}-f")
+    home = executor.checkouts.data_dir / "checkouts" / "acme"
+    source_tree, fork_tree = home / name / "tree", home / f"{name}-f" / "tree"
+    linked = executor.info()["io"].get("linked", 0)
+    seen = await fork.exec(
+        "cat kind/dir/inner.txt kind/file swap/a swap/b; stat -c %a mode/x.sh mode/y.sh; "
+        "test -e fresh || echo no-fresh"
+    )
+    assert seen.stdout == "inner\nfile\naaaa\nbbbb\n755\n644\nno-fresh\n", seen.stdout
+    if provider == "bwrap":  # linked from the source's checkout, not built from a reader
+        assert executor.info()["io"].get("linked", 0) == linked + 1
+    as_linked = entries(fork_tree)
+    assert as_linked["kind/dir"] == ("dir", 0) and as_linked["kind/file"][1] == 0o644
+
+    # a command writing through every file of the fork: the source's checkout unchanged
+    before, source_reads = snapshot(source_tree), await src.read_text("swap/a")
+    done = await fork.exec(ATTACK)
+    assert done.exit_code == 0, done.stderr
+    assert snapshot(source_tree) == before and await src.read_text("swap/a") == source_reads
+
+    # the same fork point built from a reader's tree holds what the linked checkout held
+    await quill.fork(f"acme/{name}", f"{name}-g", version=point)
+    for key in (name, f"{name}-g"):
+        await executor.checkouts.drop(("acme", key))
+    await quill.workspace(f"acme/{name}-g").exec("true")
+    assert entries(home / f"{name}-g" / "tree") == as_linked

@@ -41,7 +41,7 @@ def test_every_command_has_its_decision() -> None:
 def test_every_query_has_its_answer() -> None:
     queries = Queries.__new__(Queries)  # its handlers, without a store behind them
     offload = Offload("reader")  # no worker started until a job runs
-    differ = Differ(queries, offload, None)  # type: ignore[arg-type]  # no log read here
+    differ = Differ(queries, offload)
     table = {**queries.ops(), **Search(queries, offload).ops(), **differ.ops()}
     assert set(ops.table("qry", table)) == names("qry")
 
