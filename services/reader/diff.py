@@ -50,6 +50,7 @@ from contracts.paths import normalize
 from core.diffs import DIFF_BUDGET_S, Pair, unified_many
 from core.lineage import chain, common
 from core.rows import Node, WorkspaceRow
+from infra import compaction
 from infra import log as eventlog
 from infra.offload import WALL_FACTOR, Offload
 from infra.store import TOP, Layers
@@ -173,13 +174,17 @@ class Differ(OffloadedOps):
         as this replica holds it.
 
         Raises:
-            QuillError: ``WORKSPACE_NOT_FOUND``; ``INVALID_ARGUMENT`` for a version it has not.
+            QuillError: ``WORKSPACE_NOT_FOUND``; ``INVALID_ARGUMENT`` for a version it has not,
+                ``VERSION_TRIMMED`` for one below its floor (its own, not the diff's
+                workspace's, which ``handlers.answer_at`` holds its ``to_version`` to).
         """
         other = self.q.store.workspace(ws.tenant, name)
         if other is None:
             raise no_workspace(ws.tenant, name)
         if version > other.version:
             raise no_version(version, other.version, f"{ws.tenant}/{name}")
+        if version < other.floor:
+            raise compaction.trimmed(f"{ws.tenant}/{name}", version, other.floor)
         return other
 
     async def _text(self, ws: WorkspaceRow, node: Node | None) -> tuple[bytes | None, bool]:
