@@ -11,12 +11,24 @@ leaves whiteouts of what was below it. A directory that is the same revision at 
 versions contributes nothing: what changed below it is named on its own. So a diff of one
 change costs the same in a tree of 1,000 files as of 100,000.
 
+**Between two workspaces** (``from_workspace``) the same holds where their histories meet
+(a fork and its source, a fork's fork and its grandparent, two forks of one source): as of
+the older of their two versions of the nearest workspace both stand on
+(``core.lineage.common``, the writer's merge base before any merge), the two sides were one
+tree; what can differ since is what each changed after that version, through its own layers
+(``Changes.paths`` on each side), each path looked up on both sides as above. A directory is
+skipped only where both sides show the revision they shared then: versions after the
+meeting point are numbered on each side alike, so an equal number there says nothing. A diff
+of a fork against its source where one path changed costs that path, whatever the tree.
+A diff within one workspace is the case where the two sides are one history up to the older
+of the two versions.
+
 The whole scope is read at both versions (``_files``), as before, only where that cannot
-answer: against another workspace (``from_workspace``: their histories meet at most at a
-fork point, what changed since on each side is not one range), or when part of the range
-is below the floor of a layer it reads (compaction dropped the events and rows that name
-what changed there; the workspace's own floor is refused before, ``handlers.answer_at``).
-Versions may come in either order: what changed between them is the same range.
+answer: two workspaces that share no history (neither forked from the other, nor both from
+one workspace), or part of a range below the floor of a layer it reads (compaction dropped
+the events and rows that name what changed there; the workspace's own floor is refused
+before, ``handlers.answer_at``). Versions may come in either order: what changed between
+them is the same range.
 
 The texts are read here; ``difflib`` runs in a worker process (``infra/offload.py``), as the
 tenant's, in parts of up to ``PART_BYTES`` of text, each with ``DIFF_BUDGET_S`` of CPU: a file
@@ -33,7 +45,9 @@ from contracts import requests as rq
 from contracts.errors import no_version, no_workspace
 from contracts.paths import normalize
 from core.diffs import DIFF_BUDGET_S, Pair, unified_many
+from core.lineage import chain, common
 from core.rows import Node, WorkspaceRow
+from infra import compaction
 from infra.offload import WALL_FACTOR
 from services.reader.changes import Changes
 from services.reader.queries import OffloadedOps
@@ -63,30 +77,43 @@ class Differ(OffloadedOps):
         return {n.path: n for n in entries if n.kind == "f"}
 
     async def _sides(
-        self, ws: WorkspaceRow, a: int, b: int, scope: str
+        self, old_ws: WorkspaceRow, a: int, new_ws: WorkspaceRow, b: int, scope: str
     ) -> tuple[dict[str, Node], dict[str, Node]]:
-        """The files of ``scope`` as of ``a`` and as of ``b`` that may differ: those under
-        the paths changed between them (``Changes.paths``); every file of ``scope`` at each where
-        that cannot tell."""
-        layers = self.changes.layers(ws)
-        paths = await self.changes.paths(ws, layers, min(a, b), max(a, b), scope)
-        if paths is None:
-            return await self._files(ws, a, scope), await self._files(ws, b, scope)
+        """The files of ``scope`` in ``old_ws`` as of ``a`` and in ``new_ws`` as of ``b``
+        that may differ: those under the paths either side changed since the two share
+        history (``Changes.paths``); every file of ``scope`` at each where that cannot tell."""
+        old_layers, new_layers = self.changes.layers(old_ws), self.changes.layers(new_ws)
+        if old_ws.id == new_ws.id:
+            shared: int | None = min(a, b)  # one history up to the older version
+        else:
+            shared = common(
+                chain(old_ws.name, a, old_ws.lineage), chain(new_ws.name, b, new_ws.lineage)
+            )
+        paths = None
+        if shared is not None:
+            olds = await self.changes.paths(old_ws, old_layers, shared, a, scope)
+            news = await self.changes.paths(new_ws, new_layers, shared, b, scope)
+            paths = None if olds is None or news is None else olds | news
+        if shared is None or paths is None:
+            return await self._files(old_ws, a, scope), await self._files(new_ws, b, scope)
         old: dict[str, Node] = {}
         new: dict[str, Node] = {}
         for path in sorted(paths):
-            before = await self.q.model.node(ws.id, path, a)
-            after = await self.q.model.node(ws.id, path, b)
+            before = await self.q.model.node(old_ws.id, path, a)
+            after = await self.q.model.node(new_ws.id, path, b)
             if before is not None and after is not None and before.kind == after.kind == "d":
-                if before.version == after.version:
-                    continue  # one directory at both: what changed below it is named itself
-            for version, node, files in ((a, before, old), (b, after, new)):
+                if before.version == after.version <= shared:
+                    continue  # one directory on both sides: what changed below is named itself
+            for side, version, node, files in (
+                (old_layers, a, before, old),
+                (new_layers, b, after, new),
+            ):
                 if node is None:
                     continue
                 if node.kind == "f":
                     files[path] = node
                 else:
-                    files.update(await self.changes.below(layers, version, path))
+                    files.update(await self.changes.below(side, version, path))
         return old, new
 
     def _other(self, ws: WorkspaceRow, name: str, version: int) -> WorkspaceRow:
@@ -94,13 +121,17 @@ class Differ(OffloadedOps):
         as this replica holds it.
 
         Raises:
-            QuillError: ``WORKSPACE_NOT_FOUND``; ``INVALID_ARGUMENT`` for a version it has not.
+            QuillError: ``WORKSPACE_NOT_FOUND``; ``INVALID_ARGUMENT`` for a version it has not,
+                ``VERSION_TRIMMED`` for one below its floor (its own, not the diff's
+                workspace's, which ``handlers.answer_at`` holds its ``to_version`` to).
         """
         other = self.q.store.workspace(ws.tenant, name)
         if other is None:
             raise no_workspace(ws.tenant, name)
         if version > other.version:
             raise no_version(version, other.version, f"{ws.tenant}/{name}")
+        if version < other.floor:
+            raise compaction.trimmed(f"{ws.tenant}/{name}", version, other.floor)
         return other
 
     async def _text(self, ws: WorkspaceRow, node: Node | None) -> tuple[bytes | None, bool]:
@@ -130,11 +161,11 @@ class Differ(OffloadedOps):
             assert req.from_workspace is not None
             other = self._other(ws, req.from_workspace, req.from_version)
         scope = normalize(req.path) if req.path is not None else ""
-        if elsewhere or whole:
+        if whole:
             old = await self._files(other, req.from_version, scope)
             new = await self._files(ws, to_version, scope)
         else:
-            old, new = await self._sides(ws, req.from_version, to_version, scope)
+            old, new = await self._sides(other, req.from_version, ws, to_version, scope)
         answer = _Answer(ws.limits.max_read_bytes)
         until = time.monotonic() + DIFF_BUDGET_S * WALL_FACTOR
         pending: list[tuple[str, str, Pair | None]] = []  # (path, change, texts or binary)

@@ -215,9 +215,10 @@ async def answer_at(reader: Replica, op: str, ws: WorkspaceRow, version: int, re
     Raises:
         QuillError: ``VERSION_TRIMMED`` for what compaction dropped; the op's own errors.
     """
+    mine = getattr(req, "from_workspace", None) in (None, ws.name)  # else another's version
     oldest = min(
         version,
-        getattr(req, "from_version", None) or version,
+        (getattr(req, "from_version", None) if mine else None) or version,
         getattr(req, "to_version", None) or version,
         getattr(req, "changed_from", None) or version,
     )

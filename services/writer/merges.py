@@ -3,7 +3,8 @@ side since it, each side's entry there, and the contents the merge reads.
 
 **The base.** The two workspaces share history where one's lineage meets the other's (a
 fork and its source, a fork's fork and its grandparent, two forks of one source): the base
-is the nearest workspace both stand on, as of the older of their two versions of it. Two
+is the nearest workspace both stand on, as of the older of their two versions of it
+(``core.lineage.common``, which the reader's diff between two workspaces shares). Two
 workspaces that share none have no base: ``NO_MERGE_BASE`` (a merge of unrelated histories
 would take every path of one as added to the other; fork first).
 
@@ -56,6 +57,7 @@ import msgspec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError, no_workspace
+from core import lineage
 from core.decision import MergeSource, Needs
 from core.evolve import WorkspaceState
 from core.merge import needs as merge_needs
@@ -98,9 +100,9 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     if ours_row is None:  # a workspace that exists is projected once applied
         raise QuillError(ErrorCode.UNAVAILABLE, f"{tenant}/{site.workspace} is not projected yet")
     theirs_version = theirs_row.version
-    base = _common(
-        [(site.workspace, state.version), *state.lineage],
-        [(name, theirs_version), *theirs_row.lineage],
+    base = lineage.common(
+        lineage.chain(site.workspace, state.version, state.lineage),
+        lineage.chain(name, theirs_version, theirs_row.lineage),
     )
     if base is None:
         raise QuillError(
@@ -148,8 +150,7 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
         )
         for path in sorted(paths, key=lambda p: p.split("/"))
     ]
-    lineage = theirs_row.lineage
-    contents = await _contents(site, name, lineage, sides)
+    contents = await _contents(site, name, theirs_row.lineage, sides)
     return MergeSource(name, theirs_version, ours_base, theirs_base, sides, contents)
 
 
@@ -177,16 +178,6 @@ async def _base(site: Site, ours: int, theirs: int, name: str, common: int) -> _
         took = msgspec.json.decode(into_ours[2], type=rp.Merged).from_version
         return _Base(ours=into_ours[0], theirs=took, theirs_took=False)
     return _Base(ours=common, theirs=common, theirs_took=False)
-
-
-def _common(ours: list[tuple[str, int]], theirs: list[tuple[str, int]]) -> int | None:
-    """The version of the nearest workspace both chains stand on (each chain: the workspace
-    as of its version, then its layers), the older of the two; None: none."""
-    mine = dict(ours)
-    for name, version in theirs:
-        if name in mine:
-            return min(version, mine[name])
-    return None
 
 
 async def _entry(site: Site, layers: Layers, path: str, version: int) -> Entry:

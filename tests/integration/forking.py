@@ -21,7 +21,7 @@ Op = tuple[Any, ...]
 """``(kind, where, ...)``: ``("write", where, path, text)``, ``("delete", where, path)``,
 ``("mkdir", where, path)``, ``("move", where, path, to)``, ``("apply", where, directory)``
 (three files written below it in one change); ``where`` is ``src``, ``one`` (a
-fork of src) or ``two`` (a fork of one)."""
+fork of src), ``two`` (a fork of one) or ``three`` (another fork of src)."""
 
 
 async def play(
@@ -31,18 +31,18 @@ async def play(
     text: Callable[[str, int], str],
     after: Callable[[str, Workspace], Awaitable[None]] | None = None,
 ) -> tuple[dict[str, Workspace], set[str]]:
-    """Create ``src``, then play ``script``: a fork is made when first named (``one`` of src,
-    ``two`` of one; an op on a fork whose base is not made yet is skipped); a refusal a
-    client may get is fine, never ``UNAVAILABLE`` or ``INTERNAL``. ``text(letter, n)``: what
-    the ``n``th op writes; ``after(where, ws)``: called after each op played. The handles and
-    the workspaces made."""
+    """Create ``src``, then play ``script``: a fork is made when first named (``one`` and
+    ``three`` of src, ``two`` of one; an op on a fork whose base is not made yet is
+    skipped); a refusal a client may get is fine, never ``UNAVAILABLE`` or ``INTERNAL``.
+    ``text(letter, n)``: what the ``n``th op writes; ``after(where, ws)``: called after each
+    op played. The handles and the workspaces made."""
     ws = {k: quill.workspace(f"{TENANT}/{v}") for k, v in names.items()}
     await ws["src"].create()
     made = {"src"}
     for n, op in enumerate(script):
         where = op[1]
         if where not in made:
-            base = "src" if where == "one" else "one"
+            base = "one" if where == "two" else "src"
             if base not in made:
                 continue
             await quill.fork(f"{TENANT}/{names[base]}", names[where])
@@ -78,8 +78,8 @@ async def served(
     url: str, data: Path, tag: str
 ) -> AsyncIterator[tuple[dict[str, str], Reader, Quill]]:
     """A writer and a reader (data in ``data``) and an SDK client, for one script: the names
-    of its three workspaces (``tag``-src, -one, -two), the reader, the client."""
-    names = {"src": f"{tag}-src", "one": f"{tag}-one", "two": f"{tag}-two"}
+    of its workspaces (``tag``-src, -one, -two, -three), the reader, the client."""
+    names = {n: f"{tag}-{n}" for n in ("src", "one", "two", "three")}
     async with AsyncExitStack() as stack:
         await start_writer(stack, url, data / "writer")
         reader = await start_reader(stack, url, data / "reader")

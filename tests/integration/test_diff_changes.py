@@ -1,14 +1,17 @@
 """A diff of two versions of one workspace reads what changed between them (issue 33), and
 answers what the whole walk answers: random writes, edits, deletes of files and whole
 directories, moves of files and directories, mkdirs and multi-file changes on a source, a
-fork of it and a fork of the fork (deletes of inherited paths leave whiteouts), through a real
-writer and reader on a real nats-server (the SDK).
+fork of it, a fork of the fork and another fork of the source (deletes of inherited paths
+leave whiteouts), through a real writer and reader on a real nats-server (the SDK).
 
 For random pairs of versions of each workspace (either order, across its fork points) and
 scopes (everything, a directory, a file, a path that never existed), the diff the SDK gets
 equals the one the reader computes from every file of the scope at both versions
-(``Differ.diff(..., whole=True)``, the walk it made before). Summaries are cut after two
-changes here (``SUMMARY_CHANGES``), so the paths of a multi-file change come from the log.
+(``Differ.diff(..., whole=True)``, the walk it made before). So does each workspace's diff
+against each other one (``from_workspace``: a fork and its source, the fork's fork and its
+grandparent, two forks of the source, each way) for random versions of each side: what each
+changed since their histories meet. Summaries are cut after two changes here
+(``SUMMARY_CHANGES``), so the paths of a multi-file change come from the log.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from tests.integration.forking import TENANT, play, served
 from tests.integration.real_writer import REAL_WRITER
 
 PATHS = ["a", "b", "d/x", "d/y", "d/e/z", "d/e/q", "e/z", "e/f/g"]
-WHERE = st.sampled_from(["src", "src", "one", "two"])
+WHERE = st.sampled_from(["src", "src", "one", "two", "three"])
 OPS = st.one_of(
     st.tuples(st.just("write"), WHERE, st.sampled_from(PATHS), st.sampled_from("xyz")),
     st.tuples(st.just("delete"), WHERE, st.sampled_from([*PATHS, "d", "e", "d/e"])),
@@ -81,20 +84,51 @@ async def compare(
     return done
 
 
+async def between(
+    ws: dict[str, Workspace],
+    newest: dict[str, int],
+    reader: Reader,
+    differ: Differ,
+    rnd: random.Random,
+) -> int:
+    """The SDK's diffs of each workspace against each other (``from_workspace``) against the
+    whole walk's, for random versions of each side (below, at and after the fork points) and
+    scopes; how many were compared."""
+    done = 0
+    for old, new in ((o, n) for o in newest for n in newest if o != n):
+        row = reader.store.workspace(ws[new].tenant, ws[new].name)
+        assert row is not None
+        pairs = {(newest[old], newest[new]), (1, newest[new])} | {
+            (rnd.randint(1, newest[old]), rnd.randint(1, newest[new])) for _ in range(PAIRS // 2)
+        }
+        for a, b in sorted(pairs):
+            for scope in rnd.sample(SCOPES, 2) + [None]:
+                got = await ws[new].diff(a, b, scope, from_workspace=ws[old].name)
+                req = rq.DiffQuery(
+                    from_version=a, to_version=b, path=scope, from_workspace=ws[old].name
+                )
+                want = await differ.diff(row, newest[new], req, whole=True)
+                assert shown(got) == shown(want), (old, a, new, b, scope)
+                done += 1
+    return done
+
+
 async def run(url: str, data: Path, script: list[tuple[Any, ...]], seed: int) -> None:
     async with served(url, data, f"c{next(_names)}") as (names, reader, quill):
         rnd = random.Random(seed)
         ws, made = await play(quill, names, script, lambda t, n: f"{t}{n:03}\n")
         differ = Differ(reader.queries, reader.offload)
         compared = 0
+        newest_of: dict[str, int] = {}
         for k in made:
-            newest = (await ws[k].info()).version
+            newest = newest_of[k] = (await ws[k].info()).version
 
             async def caught_up(k: str = k, newest: int = newest) -> bool:
                 return reader.store.version_of(TENANT, names[k]) >= newest
 
             await eventually(caught_up, what=f"{k} read")
             compared += await compare(ws[k], reader, differ, rnd, newest)
+        compared += await between(ws, newest_of, reader, differ, rnd)
         assert compared > 0
 
 
@@ -109,6 +143,13 @@ async def run(url: str, data: Path, script: list[tuple[Any, ...]], seed: int) ->
             ("delete", "two", "e"), ("write", "src", "e/z", "y"), ("mkdir", "two", "d"),
             ("delete", "src", "d/x"), ("apply", "two", "d/e"), ("write", "two", "d/x", "z")],
     seed=7,
+)  # fmt: skip
+@example(  # two forks move a directory each to one name at one version: not one directory
+    script=[("write", "src", "d/x", "x"), ("write", "src", "e/z", "z"),
+            ("move", "one", "d", "n"), ("move", "three", "e", "n"), ("apply", "one", "k"),
+            ("mkdir", "three", "k"), ("write", "two", "n/x", "y"), ("delete", "three", "d"),
+            ("write", "src", "d/y", "w"), ("move", "two", "k", "e/f")],
+    seed=11,
 )  # fmt: skip
 def test_a_diff_of_what_changed_is_the_whole_walks(
     nats_server: NatsServer,

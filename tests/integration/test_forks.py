@@ -144,6 +144,21 @@ async def test_history_events_search_and_diff_read_across_the_fork_point(
         ("big.txt", "deleted"),
     }
     assert "-a on the source" in between.diff and "+a in the fork" in between.diff
+    # a workspace that shares no history with the fork: every file of each side differs
+    other = quill.workspace("f2/other")
+    await other.create()
+    await other.write("a.txt", "a on the source\n")  # 2
+    await wait(reader, other)
+    apart = await fork.diff(2, from_workspace="other")
+    assert {(f.path, f.change) for f in apart.files} == {
+        ("a.txt", "modified"),
+        ("d/b.txt", "added"),
+    }
+    back = await other.diff(11, from_workspace="fork")
+    assert {(f.path, f.change) for f in back.files} == {
+        ("a.txt", "modified"),
+        ("d/b.txt", "deleted"),
+    }
     info = await fork.info()
     assert (info.version, info.files) == (11, 2)
 

@@ -542,10 +542,13 @@ async def test_archiving_and_purging_a_fork_touch_what_it_added(
     assert not stack.explained(), stack.explained()
 
 
-async def diffs(stack: Stack, ws: Workspace, label: str, point: int | None) -> dict[str, int]:
+async def diffs(
+    stack: Stack, ws: Workspace, label: str, point: int | None, source: Workspace | None = None
+) -> dict[str, int]:
     """The steps of diffs of one change on ``ws``: one write, the same scoped to its
     directory and in the other order, a removed 100-file directory (a fork's: whiteouts of
-    what it inherited), and (``point``: a fork's fork point) across its fork point."""
+    what it inherited), and (``point``: a fork's fork point) across its fork point and
+    (``source``: its source) the fork's one write against its source, both ways."""
     await ws.write("fixed/x001.py", f"x = 1 changed {ws.name}\n")
     v = ws.last_version
     out = {
@@ -555,6 +558,13 @@ async def diffs(stack: Stack, ws: Workspace, label: str, point: int | None) -> d
         ),
         f"diff of one write, newest first{label}": await stack.steps(ws, lambda: ws.diff(v, v - 1)),
     }
+    if point is not None and source is not None:
+        out[f"diff of one write against its source{label}"] = await stack.steps(
+            ws, lambda: ws.diff(point, v, from_workspace=source.name)
+        )
+        out[f"diff of its source against one write{label}"] = await stack.steps(
+            ws, lambda: source.diff(v, point, from_workspace=ws.name)
+        )
     await ws.delete("fixed", recursive=True)
     gone = ws.last_version
     out[f"diff of a removed 100-file directory{label}"] = await stack.steps(
@@ -573,7 +583,7 @@ async def diff_steps(stack: Stack, quill: Quill, files: int) -> dict[str, int]:
     point = src.last_version
     await quill.fork(f"{TENANT}/{src.name}", f"{src.name}-fork")
     fork = quill.workspace(f"{TENANT}/{src.name}-fork")
-    return await diffs(stack, src, "", None) | await diffs(stack, fork, " (fork)", point)
+    return await diffs(stack, src, "", None) | await diffs(stack, fork, " (fork)", point, src)
 
 
 @pytest.mark.timeout(300)
@@ -581,7 +591,10 @@ async def test_a_diff_touches_what_changed_not_the_tree(stack: Stack, client: Qu
     """A diff of two versions of one workspace reads the paths changed between them (issue
     33), not the scope's every file at both: a diff of one change costs the same in a tree
     of 1,000 files as of 10,000, on the workspace and on a fork of it (before: every file of
-    the scope at both versions, through the fork's layers)."""
+    the scope at both versions, through the fork's layers). So does a diff of a fork's one
+    write against its source (``from_workspace``, either way: what each side changed since
+    the fork point: 125 steps at both; before, both trees whole: 193,309 steps at 1,000
+    files, 985,309 at 10,000)."""
     small, large = await diff_steps(stack, client, 1_000), await diff_steps(stack, client, 10_000)
     counts = {op: (small[op], large[op]) for op in small}
     print("\n".join(f"{op:<56}{a:>10}{b:>10}" for op, (a, b) in counts.items()))

@@ -7,7 +7,9 @@ compacted workspace each get the clear answer they got when the diff read the wh
 at both versions: ``ACCESS_DENIED`` or ``INVALID_ARGUMENT``, an empty diff, ``INVALID_ARGUMENT``,
 ``VERSION_TRIMMED``; never a traceback or another scope's files. A ``to_version`` below the
 floor (a diff newest first) was answered before, from a tree compaction had trimmed: it is
-refused like a ``from_version`` below it.
+refused like a ``from_version`` below it. So is a version of another workspace
+(``from_workspace``) below that workspace's floor, which was answered from its trimmed tree;
+one of another workspace below this one's floor (not that one's) is answered.
 """
 
 from __future__ import annotations
@@ -81,3 +83,17 @@ async def test_a_diff_stays_in_its_scope_and_versions(nats_url: str, tmp_path: P
             assert error.details["floor"] == event.floor
         after = await kept.diff(event.floor, event.version)
         assert after.files == [] or all(f.path == "hot.md" for f in after.files)
+
+        # against another workspace (``from_workspace``): its version is held to its own
+        # floor, not this one's (before: a version of the compacted workspace below its floor
+        # was answered from the tree compaction had trimmed, and one of an uncompacted
+        # workspace below the compacted one's floor was refused)
+        for a in (2, 3):
+            error = await refused(other.diff(a, from_workspace="kept"))
+            assert error.code == ErrorCode.VERSION_TRIMMED, (a, error)
+            assert error.details["floor"] == event.floor
+        cold = await other.diff(event.floor, from_workspace="kept")
+        assert ("cold.md", "deleted") in {(f.path, f.change) for f in cold.files}
+        assert ("secret.txt", "added") in {(f.path, f.change) for f in cold.files}
+        back = await kept.diff(2, from_workspace="other")
+        assert ("secret.txt", "deleted") in {(f.path, f.change) for f in back.files}

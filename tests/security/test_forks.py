@@ -115,3 +115,42 @@ async def test_a_fork_is_never_compacted_nor_its_source_while_forked(up: Up) -> 
         assert info["result"]["compaction"] == "fork"
         info = await answer(na, "ws.qry.a.capped.info", {})
         assert info["result"]["compaction"] == "has_forks"
+
+
+async def test_a_diff_between_workspaces_stays_within_its_tenant(up: Up) -> None:
+    """``qry.diff`` with ``from_workspace`` (issue 33) names a workspace of the tenant of its
+    subject: another tenant's is not found by its name (nor its fork, whose history meets
+    the named one's), cannot be named with its tenant, and a workspace of the same name in
+    one's own tenant is one's own (its diff never shows the other tenant's content)."""
+    async with bare(up, "a") as na, bare(up, "b") as nb:
+        assert code(await answer(na, "ws.cmd.a.dsecret.create", {})) is None
+        secret = {"path": "secret.txt", "content": "tenant a's own\n"}
+        assert code(await answer(na, "ws.cmd.a.dsecret.write", secret)) is None
+        assert code(await answer(na, "ws.cmd.a.dforked.fork", {"from": "dsecret"})) is None
+        # a's diff across its own fork is answered once the reader holds both (so what b
+        # is refused below is there to be found)
+        body = {"from_version": 2, "from_workspace": "dsecret", "min_version": 2}
+        own = await answer(na, "ws.qry.a.dforked.diff", body)
+        assert own["ok"] and own["result"]["files"] == [], own
+        assert code(await answer(nb, "ws.cmd.b.dmine.create", {})) is None
+        mine = {"path": "secret.txt", "content": "tenant b's own\n"}
+        assert code(await answer(nb, "ws.cmd.b.dmine.write", mine)) is None
+        for name in ("dsecret", "dforked"):
+            body = {"from_version": 1, "from_workspace": name, "min_version": 2}
+            found = await answer(nb, "ws.qry.b.dmine.diff", body)
+            assert code(found) == ErrorCode.WORKSPACE_NOT_FOUND, (name, found)
+        for name in ("a/dsecret", "../a/dsecret", "a.dsecret", "a/dforked"):
+            body = {"from_version": 1, "from_workspace": name, "min_version": 2}
+            named = await answer(nb, "ws.qry.b.dmine.diff", body)
+            assert code(named) == ErrorCode.INVALID_ARGUMENT, (name, named)
+        # b's own "dsecret" (a fork of its own "dmine") is b's alone
+        assert code(await answer(nb, "ws.cmd.b.dsecret.fork", {"from": "dmine"})) is None
+        again = {"path": "secret.txt", "content": "tenant b's fork\n"}
+        assert code(await answer(nb, "ws.cmd.b.dsecret.write", again)) is None
+        body = {"from_version": 2, "from_workspace": "dmine", "min_version": 3}
+        diff = await answer(nb, "ws.qry.b.dsecret.diff", body)
+        assert diff["ok"], diff
+        assert [f["path"] for f in diff["result"]["files"]] == ["secret.txt"], diff
+        shown = diff["result"]["diff"]
+        assert "-tenant b's own" in shown and "+tenant b's fork" in shown, diff
+        assert "tenant a's" not in shown, diff
