@@ -21,13 +21,15 @@ import msgspec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError, no_content
-from contracts.events import AnyChange, MakeDir, MergedFrom, Remove
+from contracts.events import MERGE_KEPT_MAX_BYTES, AnyChange, MakeDir, MergedFrom, Remove
 from core import merge as merging
 from core.decide_tree import commit, ensure_parents, make_dirs, put_file
 from core.decision import Context, Decision, MergeSource
 from core.diff3 import Labels
 from core.evolve import WorkspaceState
-from core.merge_types import MergePlan, PlanChange, Put, Sides
+from core.merge_types import Dir, Entry, File, MergePlan, PlanChange, Put, Sides, same
+from core.rows import Node
+from core.tree import FileNode, Tree
 
 MERGE_BUDGET_S = 10.0
 """CPU a merge's line merges may take (in a worker); past it: "too large to merge here"."""
@@ -130,7 +132,11 @@ def merge(state: WorkspaceState, cmd: rq.MergeWorkspace, ctx: Context) -> Decisi
     if not committed:
         return Decision(result=result)
     origin = MergedFrom(
-        workspace=src.name, version=src.version, base_version=src.base, from_base=src.from_base
+        workspace=src.name,
+        version=src.version,
+        base_version=src.base,
+        from_base=src.from_base,
+        kept=kept(state.tree, src.sides),
     )
     return Decision(
         result=result,
@@ -138,6 +144,37 @@ def merge(state: WorkspaceState, cmd: rq.MergeWorkspace, ctx: Context) -> Decisi
         paths=[c.path for c in plan.changes][:SHOWN_CHANGES],
         message=f"merge {src.name}@{src.version}",
         merged_from=origin,
+    )
+
+
+def kept(tree: Tree, sides: list[Sides]) -> list[str] | None:
+    """The paths where ``tree`` (the target after the merge) differs from theirs: of the
+    paths the merge read, since elsewhere ours, base and theirs are alike and the merge
+    changed nothing (``MergedFrom.kept``; None: over ``MERGE_KEPT_MAX_BYTES``)."""
+    paths = sorted(r.path for r in sides if not same(entry_at(tree, r.path), r.theirs))
+    if len(msgspec.json.encode(paths)) > MERGE_KEPT_MAX_BYTES:
+        return None
+    return paths
+
+
+def entry_at(tree: Tree, path: str) -> Entry:
+    """What ``tree`` has at ``path``, as a merge sees it."""
+    node = tree.files.get(path)
+    if node is not None:
+        return file_entry(node)
+    folder = tree.dirs.get(path)
+    return Dir(version=folder.version) if folder is not None else None
+
+
+def file_entry(node: Node | FileNode) -> File:
+    """A file as the merge sees it, from a projection's row or a tree's node."""
+    assert node.sha256 is not None
+    return File(
+        sha256=node.sha256,
+        size=node.size,
+        executable=node.executable,
+        binary=node.binary,
+        version=node.version,
     )
 
 

@@ -56,14 +56,16 @@ import msgspec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError, no_workspace
+from contracts.events import ChangesCommitted
+from core.decide_merge import entry_at, file_entry
 from core.decision import MergeSource, Needs
 from core.evolve import WorkspaceState
 from core.merge import needs as merge_needs
 from core.merge_types import Dir, Entry, File, Sides, same
 from core.rows import Node
-from core.tree import FileNode
 from infra import log as eventlog
 from infra.concurrent import bounded_gather
+from infra.metrics import WRITER_MERGE_PATHS
 from infra.store import TOP, Layers
 from services.writer import forks
 from services.writer.lifecycle import unavailable_if_failing
@@ -118,7 +120,9 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     if state.version > projected:  # decided here, not projected yet
         ours |= {p for p, v in state.tree.changed.items() if v > projected}
     theirs, cut_theirs = await store.changed_in(theirs_layers, theirs_base, theirs_version)
-    if at.theirs_took:  # what theirs had otherwise than ours when it took ours
+    if at.kept is not None:  # what theirs had otherwise than ours when it took ours
+        theirs.update(at.kept)
+    elif at.theirs_took:  # not recorded: all either side changed from the fork point to then
         kept, cut_kept = await store.changed_in(theirs_layers, base, theirs_base)
         kept_ours, cut_kept_ours = await store.changed_in(ours_layers, base, ours_base)
         theirs |= kept | kept_ours
@@ -128,6 +132,7 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     )
     paths = ours | theirs | await eventlog.cut_paths(site.deps.js, cut + cut_theirs)
     paths.discard("")
+    WRITER_MERGE_PATHS.observe(len(paths))
     if len(paths) > MAX_MERGE_PATHS:
         raise QuillError(
             ErrorCode.SIZE_LIMIT_EXCEEDED,
@@ -143,7 +148,7 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
         Sides(
             path,
             await _entry(site, base_layers, path, base_version),
-            _ours(state, path),
+            entry_at(state.tree, path),
             await _entry(site, theirs_layers, path, theirs_version),
         )
         for path in sorted(paths, key=lambda p: p.split("/"))
@@ -161,18 +166,31 @@ class _Base(NamedTuple):
     theirs_took: bool
     """The base is a merge of ours into theirs: its content is ours as of ``ours`` (else
     theirs as of ``theirs``: the fork point, or a merge of theirs into ours)."""
+    kept: list[str] | None = None
+    """When ``theirs_took``: the paths where theirs differs from the base after its merge,
+    as that merge recorded them (None: not recorded)."""
 
 
 async def _base(site: Site, ours: int, theirs: int, name: str, common: int) -> _Base:
     """The merge base after ``common`` (the versions where the two histories meet): the
     later in the log of ours' last merge of theirs and theirs' last merge of ours, else
-    ``common`` (two seeks of ``events_merges``)."""
+    ``common`` (two seeks of ``events_merges``, and a get of theirs' merge from the log)."""
     store, tenant = site.deps.store, site.tenant
     into_ours = await store.last_merge(ours, common, f"{tenant}/{name}")
     into_theirs = await store.last_merge(theirs, common, f"{tenant}/{site.workspace}")
     if into_theirs is not None and (into_ours is None or into_theirs[1] > into_ours[1]):
-        took = msgspec.json.decode(into_theirs[2], type=rp.Merged).from_version
-        return _Base(ours=took, theirs=into_theirs[0], theirs_took=True)
+        version, seq, result = into_theirs
+        took = msgspec.json.decode(result, type=rp.Merged).from_version
+        event = await eventlog.event_at(site.deps.js, seq)
+        origin = event.merged_from if isinstance(event, ChangesCommitted) else None
+        recorded = (
+            origin is not None
+            and event is not None
+            and (event.workspace, event.version) == (name, version)
+            and (origin.workspace, origin.version) == (site.workspace, took)
+        )
+        kept = origin.kept if recorded and origin is not None else None
+        return _Base(ours=took, theirs=version, theirs_took=True, kept=kept)
     if into_ours is not None:
         took = msgspec.json.decode(into_ours[2], type=rp.Merged).from_version
         return _Base(ours=into_ours[0], theirs=took, theirs_took=False)
@@ -195,28 +213,7 @@ async def _entry(site: Site, layers: Layers, path: str, version: int) -> Entry:
 
 
 def _of(node: Node) -> Entry:
-    return Dir(version=node.version) if node.kind == "d" else _file(node)
-
-
-def _ours(state: WorkspaceState, path: str) -> Entry:
-    tree = state.tree
-    node = tree.files.get(path)
-    if node is not None:
-        return _file(node)
-    folder = tree.dirs.get(path)
-    return Dir(version=folder.version) if folder is not None else None
-
-
-def _file(node: Node | FileNode) -> File:
-    """A file as the merge sees it, from a projection's row or the actor's tree."""
-    assert node.sha256 is not None
-    return File(
-        sha256=node.sha256,
-        size=node.size,
-        executable=node.executable,
-        binary=node.binary,
-        version=node.version,
-    )
+    return Dir(version=node.version) if node.kind == "d" else file_entry(node)
 
 
 async def _contents(
