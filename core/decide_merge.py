@@ -9,6 +9,11 @@ path, in place when no text needs merging line by line, else in a worker
 as a write makes them: through ``put_file`` (the target's secret rules redact, its limits
 count), parents first, each file continuing its file versions. So a merge is decided on
 the target's state when it is decided, never on a stale plan (a dry run is only an answer).
+
+The event records, besides what the merge took (``merged_from``), the paths where the merged
+tree differs from theirs (``kept``): the merge back the other way reads them (where the
+other side differs from its base) rather than everything either side changed since the
+fork point (``services/writer/merges.py``).
 """
 
 from __future__ import annotations

@@ -26,12 +26,20 @@ on one side a change against it, the same as the other side's where it was taken
 (taken once), merged line by line again where it was merged (a conflict there is a real
 overlap, decided by the strategy).
 
-Against a merge of ours into theirs, theirs also differs from the base where it kept its
-own (what it changed before that merge that ours never took: its changes, to take now): the
-paths either side changed from the fork point up to that merge are read too (index ranges,
-as below; those both sides still have alike are dropped by ``core.merge``). That part of the
-cost is what changed since the fork point, not since the merge: a merge's result does not
-record where it kept its own side.
+Against a merge of ours into theirs, theirs also differs from the base where that merge did
+not take ours' version: where it kept its own (what it changed before that merge that ours
+never took: its changes, to take now), merged a text line by line, wrote markers, decided a
+conflict for ours, or redacted what it took. Each merge records those paths in its event
+(``MergedFrom.kept``, ``core.decide_merge.kept``: of the paths it read, those where the
+merged tree is not theirs; elsewhere all three sides were alike and it changed nothing), and
+they are read here with a get of that event from the log (``events_merges`` gives its
+sequence): the cost is what changed since the last merge, however long the two have synced.
+A merge recorded without them (before the field existed, over ``MERGE_KEPT_MAX_BYTES``, or
+its event no longer in the log) is read as before: the paths either side changed from the
+fork point up to that merge (index ranges, as below; those both sides still have alike are
+dropped by ``core.merge``), a superset. Against a merge of theirs into ours nothing more is
+read: where ours kept its own there, a path theirs left alike since is ours' (nothing to
+do), and one theirs changed is read as theirs' change.
 
 **What changed.** Ours: the target's paths changed since its base, from the projection
 (``Store.changed_in``: two range seeks through its layers; events whose summaries were cut

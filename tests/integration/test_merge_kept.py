@@ -35,6 +35,7 @@ from contracts.events import ChangesCommitted, WorkspaceEvent
 from contracts.merging import Strategy
 from contracts.replies import Merged
 from contracts.requests import PutChange
+from core import decide_merge
 from core.diff3 import Labels
 from core.merge import plan
 from core.merge_types import MergePlan
@@ -251,20 +252,43 @@ async def test_merges_back_and_forth_read_what_changed_since_the_last(
         await sync.play(op)
     assert sync.kept_own == 2  # c.txt on the fork, keep.txt on the source
     assert 0 < sync.read["now"] < sync.read["before"], sync.read
-    nc = NATS()
-    await nc.connect(nats_url)
-    try:
-        log = await log_of(nc, "mk1", "try")
-    finally:
-        await nc.close()
-    event = next(c.event for c in log if c.event.op == "merge")
-    assert isinstance(event, ChangesCommitted)
+    event = await first_merge(nats_url, "mk1", "try")
     assert event.merged_from is not None
     assert event.merged_from.kept == ["b.txt", "c.txt", "t.txt"]  # own, own (ours), merged
     for ws in sync.ws.values():  # both converged
         assert await snapshot(reader, ws, ws.last_version) == await snapshot(
             reader, sync.ws["main"], sync.ws["main"].last_version
         )
+
+
+async def first_merge(url: str, tenant: str, name: str) -> ChangesCommitted:
+    """The first merge event in ``tenant/name``'s log."""
+    nc = NATS()
+    await nc.connect(url)
+    try:
+        log = await log_of(nc, tenant, name)
+    finally:
+        await nc.close()
+    event = next(c.event for c in log if c.event.op == "merge")
+    assert isinstance(event, ChangesCommitted)
+    return event
+
+
+async def test_a_record_over_its_bound_is_left_out(
+    services: StartReader, quill: Quill, monkeypatch: pytest.MonkeyPatch, nats_url: str
+) -> None:
+    """Paths kept over ``MERGE_KEPT_MAX_BYTES`` are not recorded (the event stays bounded):
+    the merge back reads the ranges, as a merge recorded before the field, and merges the
+    same."""
+    reader = await services("r1")
+    monkeypatch.setattr(decide_merge, "MERGE_KEPT_MAX_BYTES", 8)
+    sync = await Sync.forked(reader, monkeypatch, quill, "mk3")
+    first_back = SCRIPT.index(("merge", "main", "fail"))
+    for op in SCRIPT[: first_back + 1]:
+        await sync.play(op)
+    assert sync.read["now"] == sync.read["before"] > 0
+    event = await first_merge(nats_url, "mk3", "try")
+    assert event.merged_from is not None and event.merged_from.kept is None
 
 
 SIDES = st.sampled_from(["main", "try"])
