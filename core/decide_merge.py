@@ -141,7 +141,7 @@ def merge(state: WorkspaceState, cmd: rq.MergeWorkspace, ctx: Context) -> Decisi
         version=src.version,
         base_version=src.base,
         from_base=src.from_base,
-        kept=kept(state.tree, src.sides),
+        kept=kept(state.tree, src.sides, src.apart),
     )
     return Decision(
         result=result,
@@ -152,14 +152,22 @@ def merge(state: WorkspaceState, cmd: rq.MergeWorkspace, ctx: Context) -> Decisi
     )
 
 
-def kept(tree: Tree, sides: list[Sides]) -> list[str] | None:
-    """The paths where ``tree`` (the target after the merge) differs from theirs: of the
-    paths the merge read, since elsewhere ours, base and theirs are alike and the merge
-    changed nothing (``MergedFrom.kept``; None: over ``MERGE_KEPT_MAX_BYTES``)."""
-    paths = sorted(r.path for r in sides if not same(entry_at(tree, r.path), r.theirs))
-    if len(msgspec.json.encode(paths)) > MERGE_KEPT_MAX_BYTES:
+def kept(tree: Tree, sides: list[Sides], apart: list[str] | None) -> list[str] | None:
+    """The paths where ``tree`` (the target after the merge) differs from theirs
+    (``MergedFrom.kept``): of the paths the merge read, those where it is not theirs; of
+    those ours had apart from the base it did not read (``MergeSource.apart``), all (neither
+    side changed them since, so they still differ); elsewhere ours, base and theirs are
+    alike and the merge changed nothing. None: ``apart`` unknown, or over
+    ``MERGE_KEPT_MAX_BYTES``."""
+    if apart is None:
         return None
-    return paths
+    read = {r.path for r in sides}
+    paths = {r.path for r in sides if not same(entry_at(tree, r.path), r.theirs)}
+    paths.update(p for p in apart if p not in read)
+    out = sorted(paths)
+    if len(msgspec.json.encode(out)) > MERGE_KEPT_MAX_BYTES:
+        return None
+    return out
 
 
 def entry_at(tree: Tree, path: str) -> Entry:

@@ -128,7 +128,7 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     if state.version > projected:  # decided here, not projected yet
         ours |= {p for p, v in state.tree.changed.items() if v > projected}
     theirs, cut_theirs = await store.changed_in(theirs_layers, theirs_base, theirs_version)
-    if at.kept is not None:  # what theirs had otherwise than ours when it took ours
+    if at.theirs_took and at.kept is not None:  # where theirs kept apart when it took ours
         theirs.update(at.kept)
     elif at.theirs_took:  # not recorded: all either side changed from the fork point to then
         kept, cut_kept = await store.changed_in(theirs_layers, base, theirs_base)
@@ -163,7 +163,8 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     ]
     lineage = theirs_row.lineage
     contents = await _contents(site, name, lineage, sides)
-    return MergeSource(name, theirs_version, ours_base, theirs_base, sides, contents)
+    apart = [] if at.theirs_took else at.kept
+    return MergeSource(name, theirs_version, ours_base, theirs_base, sides, contents, apart)
 
 
 class _Base(NamedTuple):
@@ -174,35 +175,45 @@ class _Base(NamedTuple):
     theirs_took: bool
     """The base is a merge of ours into theirs: its content is ours as of ``ours`` (else
     theirs as of ``theirs``: the fork point, or a merge of theirs into ours)."""
-    kept: list[str] | None = None
-    """When ``theirs_took``: the paths where theirs differs from the base after its merge,
-    as that merge recorded them (None: not recorded)."""
+    kept: list[str] | None
+    """What the merge that is the base recorded of where its target differs from the
+    version it took (``MergedFrom.kept``: theirs' if ``theirs_took``, else ours'); empty at
+    the fork point; None: not recorded."""
 
 
 async def _base(site: Site, ours: int, theirs: int, name: str, common: int) -> _Base:
     """The merge base after ``common`` (the versions where the two histories meet): the
     later in the log of ours' last merge of theirs and theirs' last merge of ours, else
-    ``common`` (two seeks of ``events_merges``, and a get of theirs' merge from the log)."""
-    store, tenant = site.deps.store, site.tenant
+    ``common`` (two seeks of ``events_merges``, and a get of that merge from the log)."""
+    store, tenant, here = site.deps.store, site.tenant, site.workspace
     into_ours = await store.last_merge(ours, common, f"{tenant}/{name}")
-    into_theirs = await store.last_merge(theirs, common, f"{tenant}/{site.workspace}")
+    into_theirs = await store.last_merge(theirs, common, f"{tenant}/{here}")
     if into_theirs is not None and (into_ours is None or into_theirs[1] > into_ours[1]):
         version, seq, result = into_theirs
         took = msgspec.json.decode(result, type=rp.Merged).from_version
-        event = await eventlog.event_at(site.deps.js, seq)
-        origin = event.merged_from if isinstance(event, ChangesCommitted) else None
-        recorded = (
-            origin is not None
-            and event is not None
-            and (event.workspace, event.version) == (name, version)
-            and (origin.workspace, origin.version) == (site.workspace, took)
-        )
-        kept = origin.kept if recorded and origin is not None else None
+        kept = await _kept(site, seq, (name, version), (here, took))
         return _Base(ours=took, theirs=version, theirs_took=True, kept=kept)
     if into_ours is not None:
-        took = msgspec.json.decode(into_ours[2], type=rp.Merged).from_version
-        return _Base(ours=into_ours[0], theirs=took, theirs_took=False)
-    return _Base(ours=common, theirs=common, theirs_took=False)
+        version, seq, result = into_ours
+        took = msgspec.json.decode(result, type=rp.Merged).from_version
+        kept = await _kept(site, seq, (here, version), (name, took))
+        return _Base(ours=version, theirs=took, theirs_took=False, kept=kept)
+    return _Base(ours=common, theirs=common, theirs_took=False, kept=[])
+
+
+async def _kept(
+    site: Site, seq: int, merge: tuple[str, int], took: tuple[str, int]
+) -> list[str] | None:
+    """What the merge at log sequence ``seq`` (workspace and version ``merge``, of the
+    workspace and version ``took``) recorded as kept; None: not recorded, or no longer in
+    the log."""
+    event = await eventlog.event_at(site.deps.js, seq)
+    if not isinstance(event, ChangesCommitted) or event.merged_from is None:
+        return None
+    origin = event.merged_from
+    if (event.workspace, event.version) != merge or (origin.workspace, origin.version) != took:
+        return None
+    return origin.kept
 
 
 def _common(ours: list[tuple[str, int]], theirs: list[tuple[str, int]]) -> int | None:

@@ -211,7 +211,10 @@ SCRIPT: list[tuple[Any, ...]] = [
     ("edit", "try", "t.txt", 14, "fork 15\n"),
     ("write", "try", "c.txt", "c by the fork\n"),
     ("merge", "try", "ours"),
-    # the source takes the fork's back: c.txt is the fork's (its merge kept its own there)
+    # the fork takes the source's again: its own c.txt is still apart from the source's
+    ("write", "main", "g.txt", "g\n"),
+    ("merge", "try", "fail"),
+    # the source takes the fork's back: c.txt is the fork's (its merges kept its own there)
     ("edit", "main", "t.txt", 9, "main 10\n"),
     ("edit", "try", "t.txt", 19, "fork 20\n"),
     ("merge", "main", "fail"),
