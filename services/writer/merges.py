@@ -39,7 +39,9 @@ its event no longer in the log) is read as before: the paths either side changed
 fork point up to that merge (index ranges, as below; those both sides still have alike are
 dropped by ``core.merge``), a superset. Against a merge of theirs into ours nothing more is
 read: where ours kept its own there, a path theirs left alike since is ours' (nothing to
-do), and one theirs changed is read as theirs' change.
+do), and one theirs changed is read as theirs' change; what that merge kept and this one
+does not read is still apart, and goes into this one's record (``MergeSource.apart``; not
+recorded there: this one records nothing either).
 
 **What changed.** Ours: the target's paths changed since its base, from the projection
 (``Store.changed_in``: two range seeks through its layers; events whose summaries were cut
