@@ -321,8 +321,11 @@ async def random_run(
         assert sync.read["now"] <= sync.read["before"]
 
 
-@settings(REAL_WRITER, max_examples=10)
-@given(script=st.lists(OPS, min_size=4, max_size=16))
+SCRIPTS = st.lists(OPS, min_size=4, max_size=16)
+
+
+@settings(REAL_WRITER, max_examples=8)
+@given(script=SCRIPTS)
 def test_random_merges_are_the_whole_trees_merge(
     nats_server: NatsServer,
     tmp_path: Path,
@@ -330,6 +333,21 @@ def test_random_merges_are_the_whole_trees_merge(
     script: list[tuple[Any, ...]],
 ) -> None:
     """Random edits on both sides and merges either way, each checked (``Sync.merge``)."""
+    data = tmp_path / f"kept{next(_names)}"
+    asyncio.run(random_run(nats_server.url, data, monkeypatch, script))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@settings(REAL_WRITER, max_examples=60)
+@given(script=st.lists(OPS, min_size=4, max_size=30))
+def test_many_random_merges_are_the_whole_trees_merge(
+    nats_server: NatsServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    script: list[tuple[Any, ...]],
+) -> None:
+    """The same, longer and more (``-m slow``)."""
     data = tmp_path / f"kept{next(_names)}"
     asyncio.run(random_run(nats_server.url, data, monkeypatch, script))
 
