@@ -106,7 +106,12 @@ class ChangesCommitted(
     merge base; the next merge of that workspace starts from here."""
 
 
-class MergedFrom(msgspec.Struct, frozen=True, kw_only=True):
+MERGE_KEPT_MAX_BYTES = 512 * 1024
+"""The most a merge's ``kept`` paths take in its event (as JSON); past it they are not
+recorded (``MergedFrom.kept`` None)."""
+
+
+class MergedFrom(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a merge took in: workspace ``workspace`` (same tenant) as of ``version``, merged
     against the base ``base_version`` of the target (``from_base``: that workspace's)."""
 
@@ -114,6 +119,13 @@ class MergedFrom(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     base_version: int
     from_base: int
+    kept: list[str] | None = None
+    """The paths where the target after the merge differs from ``workspace`` as of
+    ``version`` (sorted): where it kept its own change, merged a text line by line, wrote
+    conflict markers, decided a conflict for ours, or its secret rules redacted what it took.
+    A merge of the target back into ``workspace`` reads them (there ``workspace`` differs from
+    the base) instead of every path either side changed since the fork point. None: not
+    recorded (a merge before the field existed, or paths over ``MERGE_KEPT_MAX_BYTES``)."""
 
 
 class RunStarted(Event, frozen=True, kw_only=True, omit_defaults=True, tag="run_started"):

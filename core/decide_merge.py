@@ -9,6 +9,11 @@ path, in place when no text needs merging line by line, else in a worker
 as a write makes them: through ``put_file`` (the target's secret rules redact, its limits
 count), parents first, each file continuing its file versions. So a merge is decided on
 the target's state when it is decided, never on a stale plan (a dry run is only an answer).
+
+The event records, besides what the merge took (``merged_from``), the paths where the merged
+tree differs from theirs (``kept``): the merge back the other way reads them (where the
+other side differs from its base) rather than everything either side changed since the
+fork point (``services/writer/merges.py``).
 """
 
 from __future__ import annotations
@@ -21,13 +26,15 @@ import msgspec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError, no_content
-from contracts.events import AnyChange, MakeDir, MergedFrom, Remove
+from contracts.events import MERGE_KEPT_MAX_BYTES, AnyChange, MakeDir, MergedFrom, Remove
 from core import merge as merging
 from core.decide_tree import commit, ensure_parents, make_dirs, put_file
 from core.decision import Context, Decision, MergeSource
 from core.diff3 import Labels
 from core.evolve import WorkspaceState
-from core.merge_types import MergePlan, PlanChange, Put, Sides
+from core.merge_types import Dir, Entry, File, MergePlan, PlanChange, Put, Sides, same
+from core.rows import Node
+from core.tree import FileNode, Tree
 
 MERGE_BUDGET_S = 10.0
 """CPU a merge's line merges may take (in a worker); past it: "too large to merge here"."""
@@ -130,7 +137,11 @@ def merge(state: WorkspaceState, cmd: rq.MergeWorkspace, ctx: Context) -> Decisi
     if not committed:
         return Decision(result=result)
     origin = MergedFrom(
-        workspace=src.name, version=src.version, base_version=src.base, from_base=src.from_base
+        workspace=src.name,
+        version=src.version,
+        base_version=src.base,
+        from_base=src.from_base,
+        kept=kept(state.tree, src.sides, src.apart),
     )
     return Decision(
         result=result,
@@ -138,6 +149,45 @@ def merge(state: WorkspaceState, cmd: rq.MergeWorkspace, ctx: Context) -> Decisi
         paths=[c.path for c in plan.changes][:SHOWN_CHANGES],
         message=f"merge {src.name}@{src.version}",
         merged_from=origin,
+    )
+
+
+def kept(tree: Tree, sides: list[Sides], apart: list[str] | None) -> list[str] | None:
+    """The paths where ``tree`` (the target after the merge) differs from theirs
+    (``MergedFrom.kept``): of the paths the merge read, those where it is not theirs; of
+    those ours had apart from the base it did not read (``MergeSource.apart``), all (neither
+    side changed them since, so they still differ); elsewhere ours, base and theirs are
+    alike and the merge changed nothing. None: ``apart`` unknown, or over
+    ``MERGE_KEPT_MAX_BYTES``."""
+    if apart is None:
+        return None
+    read = {r.path for r in sides}
+    paths = {r.path for r in sides if not same(entry_at(tree, r.path), r.theirs)}
+    paths.update(p for p in apart if p not in read)
+    out = sorted(paths)
+    if len(msgspec.json.encode(out)) > MERGE_KEPT_MAX_BYTES:
+        return None
+    return out
+
+
+def entry_at(tree: Tree, path: str) -> Entry:
+    """What ``tree`` has at ``path``, as a merge sees it."""
+    node = tree.files.get(path)
+    if node is not None:
+        return file_entry(node)
+    folder = tree.dirs.get(path)
+    return Dir(version=folder.version) if folder is not None else None
+
+
+def file_entry(node: Node | FileNode) -> File:
+    """A file as the merge sees it, from a projection's row or a tree's node."""
+    assert node.sha256 is not None
+    return File(
+        sha256=node.sha256,
+        size=node.size,
+        executable=node.executable,
+        binary=node.binary,
+        version=node.version,
     )
 
 

@@ -120,6 +120,12 @@ class MergeSource:
     sides: list[Sides]
     contents: dict[str, bytes]
     """The contents the merge reads, by sha256: the texts to merge and theirs to put."""
+    apart: list[str] | None = None
+    """Paths where ours differs from the base that ``sides`` may leave out (what this
+    workspace's merge of ``name`` that is the base kept, ``MergedFrom.kept``): ours there
+    is the merge's result, still apart from theirs where not read. Empty at the fork point
+    or when the base is a merge of ours into ``name``; None: unknown (not recorded), and so
+    is what this merge keeps."""
 
 
 T = TypeVar("T")

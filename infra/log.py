@@ -14,7 +14,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from contracts import codec, hashing
-from contracts.events import ChangesCommitted
+from contracts.events import ChangesCommitted, WorkspaceEvent
 from contracts.subjects import HEADER_EVENT_HASH, STREAM_EVENTS
 from core.plan import Committed
 from infra import direct
@@ -89,6 +89,15 @@ async def cut_paths(js: JetStreamContext, seqs: list[int]) -> set[str]:
         if isinstance(event, ChangesCommitted):
             paths.update(c.path for c in event.changes)
     return paths
+
+
+async def event_at(js: JetStreamContext, seq: int) -> WorkspaceEvent | None:
+    """The event at log sequence ``seq`` (a get); None: no longer in the log."""
+    try:
+        raw = await js.get_msg(STREAM_EVENTS, seq)
+    except NotFoundError:
+        return None
+    return codec.decode_event(raw.data or b"")
 
 
 async def stream_last_seq(js: JetStreamContext) -> int:

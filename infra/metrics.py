@@ -190,6 +190,11 @@ WRITER_COMPACTIONS_HELD = prom.Counter(
     "forks up to their fork points).",
     ["reason"],
 )
+WRITER_MERGE_PATHS = prom.Histogram(
+    "quill_writer_merge_paths",
+    "Paths a merge read: those changed on either side since its merge base (its cost).",
+    buckets=(1, 10, 100, 1_000, 10_000, 100_000),
+)
 WRITER_QUEUE_DEPTH = Live(
     "quill_writer_queue_depth", "Commands accepted and not yet answered, in all."
 )

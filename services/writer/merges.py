@@ -27,12 +27,22 @@ on one side a change against it, the same as the other side's where it was taken
 (taken once), merged line by line again where it was merged (a conflict there is a real
 overlap, decided by the strategy).
 
-Against a merge of ours into theirs, theirs also differs from the base where it kept its
-own (what it changed before that merge that ours never took: its changes, to take now): the
-paths either side changed from the fork point up to that merge are read too (index ranges,
-as below; those both sides still have alike are dropped by ``core.merge``). That part of the
-cost is what changed since the fork point, not since the merge: a merge's result does not
-record where it kept its own side.
+Against a merge of ours into theirs, theirs also differs from the base where that merge did
+not take ours' version: where it kept its own (what it changed before that merge that ours
+never took: its changes, to take now), merged a text line by line, wrote markers, decided a
+conflict for ours, or redacted what it took. Each merge records those paths in its event
+(``MergedFrom.kept``, ``core.decide_merge.kept``: of the paths it read, those where the
+merged tree is not theirs; elsewhere all three sides were alike and it changed nothing), and
+they are read here with a get of that event from the log (``events_merges`` gives its
+sequence): the cost is what changed since the last merge, however long the two have synced.
+A merge recorded without them (before the field existed, over ``MERGE_KEPT_MAX_BYTES``, or
+its event no longer in the log) is read as before: the paths either side changed from the
+fork point up to that merge (index ranges, as below; those both sides still have alike are
+dropped by ``core.merge``), a superset. Against a merge of theirs into ours nothing more is
+read: where ours kept its own there, a path theirs left alike since is ours' (nothing to
+do), and one theirs changed is read as theirs' change; what that merge kept and this one
+does not read is still apart, and goes into this one's record (``MergeSource.apart``; not
+recorded there: this one records nothing either).
 
 **What changed.** Ours: the target's paths changed since its base, from the projection
 (``Store.changed_in``: two range seeks through its layers; events whose summaries were cut
@@ -57,15 +67,17 @@ import msgspec
 from contracts import replies as rp
 from contracts import requests as rq
 from contracts.errors import ErrorCode, QuillError, no_workspace
+from contracts.events import ChangesCommitted
 from core import lineage
+from core.decide_merge import entry_at, file_entry
 from core.decision import MergeSource, Needs
 from core.evolve import WorkspaceState
 from core.merge import needs as merge_needs
 from core.merge_types import Dir, Entry, File, Sides, same
 from core.rows import Node
-from core.tree import FileNode
 from infra import log as eventlog
 from infra.concurrent import bounded_gather
+from infra.metrics import WRITER_MERGE_PATHS
 from infra.store import TOP, Layers
 from services.writer import forks
 from services.writer.lifecycle import unavailable_if_failing
@@ -120,7 +132,9 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     if state.version > projected:  # decided here, not projected yet
         ours |= {p for p, v in state.tree.changed.items() if v > projected}
     theirs, cut_theirs = await store.changed_in(theirs_layers, theirs_base, theirs_version)
-    if at.theirs_took:  # what theirs had otherwise than ours when it took ours
+    if at.theirs_took and at.kept is not None:  # where theirs kept apart when it took ours
+        theirs.update(at.kept)
+    elif at.theirs_took:  # not recorded: all either side changed from the fork point to then
         kept, cut_kept = await store.changed_in(theirs_layers, base, theirs_base)
         kept_ours, cut_kept_ours = await store.changed_in(ours_layers, base, ours_base)
         theirs |= kept | kept_ours
@@ -130,6 +144,7 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
     )
     paths = ours | theirs | await eventlog.cut_paths(site.deps.js, cut + cut_theirs)
     paths.discard("")
+    WRITER_MERGE_PATHS.observe(len(paths))
     if len(paths) > MAX_MERGE_PATHS:
         raise QuillError(
             ErrorCode.SIZE_LIMIT_EXCEEDED,
@@ -145,13 +160,14 @@ async def source(site: Site, state: WorkspaceState, cmd: rq.MergeWorkspace) -> M
         Sides(
             path,
             await _entry(site, base_layers, path, base_version),
-            _ours(state, path),
+            entry_at(state.tree, path),
             await _entry(site, theirs_layers, path, theirs_version),
         )
         for path in sorted(paths, key=lambda p: p.split("/"))
     ]
     contents = await _contents(site, name, theirs_row.lineage, sides)
-    return MergeSource(name, theirs_version, ours_base, theirs_base, sides, contents)
+    apart = [] if at.theirs_took else at.kept
+    return MergeSource(name, theirs_version, ours_base, theirs_base, sides, contents, apart)
 
 
 class _Base(NamedTuple):
@@ -162,22 +178,45 @@ class _Base(NamedTuple):
     theirs_took: bool
     """The base is a merge of ours into theirs: its content is ours as of ``ours`` (else
     theirs as of ``theirs``: the fork point, or a merge of theirs into ours)."""
+    kept: list[str] | None
+    """What the merge that is the base recorded of where its target differs from the
+    version it took (``MergedFrom.kept``: theirs' if ``theirs_took``, else ours'); empty at
+    the fork point; None: not recorded."""
 
 
 async def _base(site: Site, ours: int, theirs: int, name: str, common: int) -> _Base:
     """The merge base after ``common`` (the versions where the two histories meet): the
     later in the log of ours' last merge of theirs and theirs' last merge of ours, else
-    ``common`` (two seeks of ``events_merges``)."""
-    store, tenant = site.deps.store, site.tenant
+    ``common`` (two seeks of ``events_merges``, and a get of that merge from the log)."""
+    store, tenant, here = site.deps.store, site.tenant, site.workspace
     into_ours = await store.last_merge(ours, common, f"{tenant}/{name}")
-    into_theirs = await store.last_merge(theirs, common, f"{tenant}/{site.workspace}")
+    into_theirs = await store.last_merge(theirs, common, f"{tenant}/{here}")
     if into_theirs is not None and (into_ours is None or into_theirs[1] > into_ours[1]):
-        took = msgspec.json.decode(into_theirs[2], type=rp.Merged).from_version
-        return _Base(ours=took, theirs=into_theirs[0], theirs_took=True)
+        version, seq, result = into_theirs
+        took = msgspec.json.decode(result, type=rp.Merged).from_version
+        kept = await _kept(site, seq, (name, version), (here, took))
+        return _Base(ours=took, theirs=version, theirs_took=True, kept=kept)
     if into_ours is not None:
-        took = msgspec.json.decode(into_ours[2], type=rp.Merged).from_version
-        return _Base(ours=into_ours[0], theirs=took, theirs_took=False)
-    return _Base(ours=common, theirs=common, theirs_took=False)
+        version, seq, result = into_ours
+        took = msgspec.json.decode(result, type=rp.Merged).from_version
+        kept = await _kept(site, seq, (here, version), (name, took))
+        return _Base(ours=version, theirs=took, theirs_took=False, kept=kept)
+    return _Base(ours=common, theirs=common, theirs_took=False, kept=[])
+
+
+async def _kept(
+    site: Site, seq: int, merge: tuple[str, int], took: tuple[str, int]
+) -> list[str] | None:
+    """What the merge at log sequence ``seq`` (workspace and version ``merge``, of the
+    workspace and version ``took``) recorded as kept; None: not recorded, or no longer in
+    the log."""
+    event = await eventlog.event_at(site.deps.js, seq)
+    if not isinstance(event, ChangesCommitted) or event.merged_from is None:
+        return None
+    origin = event.merged_from
+    if (event.workspace, event.version) != merge or (origin.workspace, origin.version) != took:
+        return None
+    return origin.kept
 
 
 async def _entry(site: Site, layers: Layers, path: str, version: int) -> Entry:
@@ -186,28 +225,7 @@ async def _entry(site: Site, layers: Layers, path: str, version: int) -> Entry:
 
 
 def _of(node: Node) -> Entry:
-    return Dir(version=node.version) if node.kind == "d" else _file(node)
-
-
-def _ours(state: WorkspaceState, path: str) -> Entry:
-    tree = state.tree
-    node = tree.files.get(path)
-    if node is not None:
-        return _file(node)
-    folder = tree.dirs.get(path)
-    return Dir(version=folder.version) if folder is not None else None
-
-
-def _file(node: Node | FileNode) -> File:
-    """A file as the merge sees it, from a projection's row or the actor's tree."""
-    assert node.sha256 is not None
-    return File(
-        sha256=node.sha256,
-        size=node.size,
-        executable=node.executable,
-        binary=node.binary,
-        version=node.version,
-    )
+    return Dir(version=node.version) if node.kind == "d" else file_entry(node)
 
 
 async def _contents(

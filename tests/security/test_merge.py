@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import nats.errors
 import pytest
@@ -128,3 +129,28 @@ async def test_merged_content_passes_the_targets_secret_rules(tmp_path: Path) ->
             merged = await ok(na, "ws.cmd.acme.vault.merge", {"from": "vf"})
             text = await read(na, "acme", "vault", "leak.txt", merged["version"])
             assert text == "token = [REDACTED:merge]\n"
+
+
+async def test_a_merge_request_cannot_say_what_a_merge_kept(up: Up) -> None:
+    """What a merge records of where it kept its own side (``merged_from.kept``, read by the
+    merge back the other way) is the writer's, from the merged tree: a request naming it, or
+    a base, is refused as a whole and commits nothing; a write cannot carry one either."""
+    async with bare(up, "a") as na:
+        await forked(na, "a", "src", "fk")
+        await ok(na, "ws.cmd.a.fk.write", {"path": "own.txt", "content": "the fork's\n"})
+        await ok(na, "ws.cmd.a.src.write", {"path": "t.txt", "content": TEXT + "more\n"})
+        forged: list[dict[str, Any]] = [
+            {"from": "src", "kept": []},
+            {"from": "src", "merged_from": {"workspace": "src", "version": 1, "kept": []}},
+            {"from": "src", "base_version": 3, "from_base": 3},
+        ]
+        for body in forged:
+            refused = await answer(na, "ws.cmd.a.fk.merge", body)
+            assert code(refused) == ErrorCode.INVALID_ARGUMENT, body
+        write = {"path": "x.txt", "content": "", "merged_from": {"workspace": "src"}}
+        assert code(await answer(na, "ws.cmd.a.fk.write", write)) == ErrorCode.INVALID_ARGUMENT
+        merged = await ok(na, "ws.cmd.a.fk.merge", {"from": "src"})
+        assert merged["version"] == 4  # forked at 2, its write 3: the refused ones left nothing
+        back = await ok(na, "ws.cmd.a.src.merge", {"from": "fk"})  # reads the fork's own.txt
+        assert [c["path"] for c in back["result"]["changes"]] == ["own.txt"]
+        assert await read(na, "a", "src", "own.txt", back["version"]) == "the fork's\n"
