@@ -116,7 +116,11 @@ def merge(state: WorkspaceState, cmd: rq.MergeWorkspace, ctx: Context) -> Decisi
             {"changes": len(changes), "max_change_paths": limits.max_change_paths},
         )
     shown = [_shown(c) for c in plan.changes]
-    committed = bool(changes) and not cmd.dry_run
+    # conflicts decided (for ours) are recorded even when the merge changes no file, so that
+    # it is the next merge's base and what it decided is not asked again (git's merge
+    # commit); a merge that found nothing to take or decide records nothing
+    decided = bool(changes) or bool(plan.conflicts)
+    committed = decided and plan.refused is None and not cmd.dry_run
     result = rp.Merged(
         workspace=f"{state.tenant}/{state.workspace}",
         source=f"{state.tenant}/{src.name}",

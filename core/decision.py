@@ -170,6 +170,7 @@ class Decision:
             or self.created is not None
             or self.make is not None
             or self.uncommitted is not None
+            or self.merged_from is not None  # a merge that took theirs, changing no file
         )
 
 

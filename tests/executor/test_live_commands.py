@@ -68,7 +68,9 @@ async def test_cat_fed_in_pieces(ws: Workspace) -> None:
 
 
 async def test_signals(ws: Workspace) -> None:
-    trapping = "trap 'echo caught; exit 7' INT; echo ready; while :; do sleep 0.02; done"
+    # the trap's loop sleeps long: bash acts on an INT while it waits for a child that then
+    # dies of it, and the executor signals the child a moment after bash
+    trapping = "trap 'echo caught; exit 7' INT; echo ready; while :; do sleep 5; done"
     for sig, script, code in (
         ("INT", trapping, 7),
         ("TERM", "echo ready; while :; do sleep 0.02; done", 143),

@@ -66,8 +66,8 @@ async def test_resize_reaches_the_terminal(ws: Workspace) -> None:
 
 async def test_ctrl_c_interrupts_and_the_shell_survives(ws: Workspace) -> None:
     cmd, seen = await shell(ws)
-    await cmd.input("sleep 100; echo slept\r")
-    await read_until(cmd, "sleep 100; echo slept\r\n", seen)
+    await cmd.input("sh -c 'echo started; exec sleep 100'; echo slept\r")
+    await read_until(cmd, "started\r\n", seen)  # its job runs, the terminal's foreground
     await cmd.input(b"\x03")  # Ctrl-C: the line discipline's SIGINT to the foreground job
     await cmd.input("echo status=$?\r")
     out = await read_until(cmd, "status=130\r\n", seen)

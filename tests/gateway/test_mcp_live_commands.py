@@ -89,10 +89,16 @@ async def test_a_long_command_is_stopped_with_a_signal_and_its_changes_commit(
 ) -> None:
     async with mcp_client(gateway.url) as mcp:
         first = await ok(
-            mcp, "execute_command", command="echo made > made.txt; echo armed; sleep 60",
+            mcp, "execute_command", command="echo made > made.txt; echo armed; exec sleep 60",
             yield_ms=500,
         )  # fmt: skip
         command_id, cursor = going_on(first)
+        seen = first
+        while "armed" not in seen:  # its process runs: the signal has something to stop
+            seen = await ok(
+                mcp, "read_command_output", command_id=command_id, cursor=cursor, wait_ms=5000
+            )
+            command_id, cursor = going_on(seen)
         sent = await ok(mcp, "send_signal", command_id=command_id, signal="INT")
         assert sent.startswith(f"Sent INT to command {command_id} (")
         _, last = await follow(mcp, command_id, cursor)

@@ -72,10 +72,17 @@ async def test_a_command_runs_on_and_is_driven_by_its_id(
 async def test_a_signal_stops_it_and_a_short_command_answers_whole(
     http: httpx.AsyncClient, executor: None
 ) -> None:
-    started = (await http.post(COMMANDS, json={"command": "sleep 60", "yieldMs": 300})).json()
+    command = {"command": "echo armed; exec sleep 60", "yieldMs": 300}
+    started = (await http.post(COMMANDS, json=command)).json()
+    out, cursor = started["stdout"], started["cursor"]
+    while "armed" not in out:  # its process runs: the signal has something to stop
+        reply = await http.get(
+            f"{COMMANDS}/{started['commandId']}/output", params={"cursor": cursor, "waitMs": 5000}
+        )
+        out, cursor = out + reply.json()["stdout"], reply.json()["cursor"]
     sent = await http.post(f"{COMMANDS}/{started['commandId']}/signal", json={"signal": "INT"})
     assert sent.status_code == 200 and sent.json()["signal"] == "INT"
-    _, last = await follow(http, started["commandId"], started["cursor"])
+    _, last = await follow(http, started["commandId"], cursor)
     assert last["exitCode"] == 130
     whole = (await http.post(COMMANDS, json={"command": "echo hi"})).json()
     assert (whole["running"], whole["exitCode"], whole["stdout"]) == (False, 0, "hi\n")

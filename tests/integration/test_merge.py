@@ -135,7 +135,10 @@ async def test_binary_delete_modify_and_file_directory_conflict(
     kinds = {c["path"]: c["kind"] for c in refused.value.details["conflicts"]}
     assert kinds == {"bin.dat": "binary", "keep.txt": "delete_modify", "d": "file_directory"}
     ours = await src.merge("b", strategy="ours")
-    assert ours.conflicts_total == 3 and not ours.committed  # ours everywhere: no change
+    # ours everywhere: no file changes, yet the decisions are recorded (the next base)
+    assert ours.conflicts_total == 3 and ours.committed and ours.changes_total == 0
+    again = await src.merge("b")  # decided, not asked again
+    assert (again.conflicts_total, again.refused, again.committed) == (0, None, False)
 
 
 async def test_merging_again_takes_only_what_changed_since(

@@ -110,3 +110,31 @@ async def test_merges_back_and_forth_converge(services: StartReader, quill: Quil
 async def _text(reader: Reader, ws: Workspace) -> str:
     await wait(reader, ws)
     return (await ws.read("t.txt")).content
+
+
+async def test_a_merge_that_keeps_ours_everywhere_is_recorded_and_not_asked_again(
+    services: StartReader, quill: Quill
+) -> None:
+    """Every conflict decided for ours, no file changed: the merge is still one event (its
+    ``merged_from`` names what it took), so the next merge's base is it and the conflict it
+    decided does not come back (as git records a merge commit); merged again with nothing
+    new, nothing is recorded."""
+    await services("r1")
+    src, fork = await pair(quill, "mb4")
+    await src.write("t.txt", edited(TEXT, 5, "main 5\n"))
+    await fork.write("t.txt", edited(TEXT, 5, "fork 5\n"))
+    before = fork.last_version
+    kept = await fork.merge("main", strategy="ours")
+    assert kept.committed and kept.conflicts_total == 1 and kept.changes_total == 0
+    assert fork.last_version == before + 1
+    page = await fork.events(after=before)
+    [event] = page.events
+    assert (event.type, event.changes, event.message) == ("changes_committed", [], "merge main@5")
+    assert (await fork.read("t.txt")).content == edited(TEXT, 5, "fork 5\n")
+
+    again = await fork.merge("main")  # "fail": the conflict was decided, not left
+    assert (again.conflicts_total, again.refused, again.committed) == (0, None, False)
+    assert fork.last_version == before + 1  # nothing new since: nothing recorded
+    await src.write("other.txt", "new\n")
+    taken = await fork.merge("main")
+    assert taken.committed and [c.path for c in taken.changes] == ["other.txt"]

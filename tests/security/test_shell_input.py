@@ -73,8 +73,11 @@ async def test_int_ends_the_command_not_the_shell(ws: Workspace) -> None:  # noq
     async with await ws.shell() as sh:
         r = await sh.run("mkdir -p sub && cd sub && export KEPT=yes")
         assert r.exit_code == 0
-        cmd = await started(ws, sh.id, "sleep 100")
-        sent = await signalled(cmd, "INT")  # once its sleep runs
+        cmd = await started(ws, sh.id, "sh -c 'echo ready; exec sleep 100'")
+        watch, out = ws.command(cmd.id), ""  # its output from the start
+        while "ready" not in out:  # printed by the process the signal is for, forked and run
+            out += (await watch.poll(wait_ms=5000)).stdout
+        sent = await signalled(cmd, "INT")
         assert (sent.signal, sent.processes) == ("INT", 1)
         done = await cmd.wait()
         assert (done.running, done.exit_code) == (False, 130)

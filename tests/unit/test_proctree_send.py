@@ -1,4 +1,4 @@
-"""``proctree.send`` counts the processes it found, newest first: killing one can end others
+"""``proctree.send`` counts the processes it found, oldest first: killing one can end others
 before their turn (a parent's death signal to its child, a PID namespace whose init ended),
 and those refuse the signal as gone although they were there (a shell's close counted 0 to 2
 of its 2 background jobs under load)."""
@@ -30,7 +30,7 @@ def test_a_process_gone_before_its_turn_is_counted() -> None:
             alive.wait()
 
 
-def test_newest_first_and_the_one_spared() -> None:
+def test_oldest_first_and_the_one_spared() -> None:
     procs = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
     order: list[int] = []
     real = signal.pidfd_send_signal
@@ -51,7 +51,7 @@ def test_newest_first_and_the_one_spared() -> None:
             sent = proctree.send(lambda: found, signal.SIGKILL, but=procs[0].pid)
         finally:
             signal.pidfd_send_signal = real
-        assert sent == 2 and order == [procs[2].pid, procs[1].pid]
+        assert sent == 2 and order == [procs[1].pid, procs[2].pid]
         assert procs[0].poll() is None  # spared
     finally:
         for p in procs:

@@ -223,11 +223,19 @@ def send(find: Finder, signum: int, but: int | None = None) -> int:
     """Send ``signum`` once to each process ``find`` returns (but the host pid ``but``); how
     many it found, each alive when found.
 
-    Newest first (children before the parents that made them), and counted as found, not as
-    the signal took: killing a process can end others before their turn (a parent's death
-    signal to its child, a PID namespace whose init ended), which then refuse it as gone
-    although they were there: a shell's close counted 0 to 2 of its 2 background jobs."""
-    found = sorted(find(), key=lambda p: p.key[1], reverse=True)
+    Oldest first (parents before the children they made), as a terminal's signal to a
+    process group reaches a shell before it can see its child die: bash waiting for a
+    foreground child acts on SIGINT (its trap, or its own end) only when it got SIGINT itself
+    and the child then died of it; a child signalled first dies, bash goes on to its next
+    command, and the INT that reaches it while that one runs is taken as handled by the
+    child when it exits normally ("wait and cooperative exit"): a trapped INT was lost (newest
+    first, a full run: every INT test failed).
+
+    Counted as found, not as the signal took: killing a process can end others before their
+    turn (a parent's death signal to its child, a PID namespace whose init ended), which then
+    refuse it as gone although they were there: a shell's close counted 0 to 2 of its 2
+    background jobs."""
+    found = sorted(find(), key=lambda p: p.key[1])
     sent = 0
     for process in found:
         try:
