@@ -70,7 +70,7 @@ class Shells(Protocol):
 
     async def _record(self, shell: Shell, closed: bool = False) -> None: ...
 
-    async def _close_quietly(self, shell: Shell) -> None: ...
+    def close_later(self, shell: Shell) -> None: ...
 
 
 log = logging.getLogger("quill.executor.shells")
@@ -301,7 +301,7 @@ async def run(
                 kept += [k for k in _still_kept(checkout) if k not in kept]
             await _recorded(shells, shell)
         if not shell.alive and not shell.closing:
-            asyncio.ensure_future(shells._close_quietly(shell))
+            shells.close_later(shell)
         audited(outcome, details, output.redacted | job.redacted)
         details.update(committed=changes.committed, changed=changes.total)
         kept_output = recorder.ok if recorder is not None else False
@@ -351,7 +351,7 @@ async def _held_live(
 
 
 async def _lost_here(shells: Shells, shell: Shell) -> QuillError:
-    asyncio.ensure_future(shells._close_quietly(shell))
+    shells.close_later(shell)
     return QuillError(
         ErrorCode.SHELL_NOT_FOUND,
         f"Shell {shell.id} has ended (a command ran exit, or it was killed)",

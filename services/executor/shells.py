@@ -47,6 +47,7 @@ from infra.exec.sandbox.shell_server import (
     SUPERVISOR,
 )
 from infra.exec.watch import MAX_WATCHES, TreeWatch
+from infra.loops import Loop
 from services.executor import shell_runs
 from services.executor.live import new_handle, route_of
 from services.executor.shell_state import Shell, now_utc
@@ -67,6 +68,10 @@ PER_WORKSPACE = 8
 SHELL_ID = re.compile(r"s[0-9a-f]{12}[A-Za-z0-9]{1,40}")
 
 
+def _reap_failed(exc: Exception) -> None:
+    log.exception("closing idle shells failed; trying again in a second")
+
+
 class Shells:
     """The shells this executor holds (see the module docstring)."""
 
@@ -74,7 +79,11 @@ class Shells:
         self.commands = commands
         self.home = data_dir / "checkouts" / SHELLS
         self.held: dict[str, Shell] = {}
-        self._reaper: asyncio.Task[None] | None = None
+        self._reaper = Loop(
+            "shell reaper", self._reap, every=1.0, wait_first=True, failed=_reap_failed
+        )
+        self._closing: set[asyncio.Future[None]] = set()
+        """Shells being closed in the background (``close_later``)."""
         self.watching = True
         """Whether a shell's checkout is watched (``infra.exec.watch``: its commands and its
         quota cost what changed), or walked whole at each capture and quota sample (what the
@@ -86,28 +95,32 @@ class Shells:
     async def start(self) -> None:
         """Remove what shells an earlier executor left (their sandboxes died with it)."""
         await self.commands.checkouts._discard(self.home)
-        self._reaper = asyncio.create_task(self._reap())
+        self._reaper.start()
 
     async def stop(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
+        await self._reaper.stop()
         for shell in list(self.held.values()):
             await self._end(shell)
             if shell.checkout.watch is not None:
                 shell.checkout.watch.close()
 
     async def _reap(self) -> None:
-        """Close shells idle past their timeout or past their lifetime."""
-        while True:
-            await asyncio.sleep(1.0)
-            now = time.monotonic()
-            for shell in list(self.held.values()):
-                idle = shell.running is None and now - shell.last_used > shell.idle_s
-                old = datetime.now(UTC) >= shell.expires
-                if (idle or old or not shell.alive) and not shell.closing:
-                    why = "idle" if idle else ("lifetime" if old else "ended")
-                    log.info("shell %s closed (%s)", shell.id, why)
-                    asyncio.ensure_future(self._close_quietly(shell))
+        """Close shells idle past their timeout or past their lifetime (each second)."""
+        now = time.monotonic()
+        for shell in list(self.held.values()):
+            idle = shell.running is None and now - shell.last_used > shell.idle_s
+            old = datetime.now(UTC) >= shell.expires
+            if (idle or old or not shell.alive) and not shell.closing:
+                why = "idle" if idle else ("lifetime" if old else "ended")
+                log.info("shell %s closed (%s)", shell.id, why)
+                self.close_later(shell)
+
+    def close_later(self, shell: Shell) -> None:
+        """Close ``shell`` in the background, the task kept until it ends (the event loop
+        holds only a weak reference to a task: one nobody keeps may vanish mid-way)."""
+        task = asyncio.ensure_future(self._close_quietly(shell))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def _close_quietly(self, shell: Shell) -> None:
         try:
