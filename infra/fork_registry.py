@@ -108,8 +108,16 @@ def unreachable(exc: BaseException) -> QuillError:
 class Registry:
     """The forks of each workspace, for one owner (a writer, a scrub)."""
 
-    def __init__(self, js: JetStreamContext, subjects: Subjects, owner: str) -> None:
-        self.js, self.subjects, self.owner = js, subjects, owner
+    def __init__(
+        self,
+        js: JetStreamContext,
+        subjects: Subjects,
+        owner: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``clock``: the time marks and registrations are stamped with and aged by (every
+        owner's the same wall clock; a test's may run ahead)."""
+        self.js, self.subjects, self.owner, self.clock = js, subjects, owner, clock
         self._kv: KeyValue | None = None
 
     async def _bucket(self) -> KeyValue:
@@ -183,7 +191,7 @@ class Registry:
 
         async def step(record: Record) -> Record:
             mark = record.mark
-            if mark is not None and _live(mark):
+            if mark is not None and self._live(mark):
                 raise QuillError(
                     ErrorCode.CONFLICT,
                     f"{tenant}/{source} is being {_doing(mark)} ({mark.owner}): it cannot be "
@@ -200,7 +208,7 @@ class Registry:
                         "workspace may have: purge some first",
                         {"limit": MAX_FORKS_PER_SOURCE},
                     )
-            forks = {**record.forks, fork: time.time()}
+            forks = {**record.forks, fork: self.clock()}
             return Record(forks=forks, mark=None)  # a mark past its TTL goes (module doc)
 
         await self._change(tenant, source, step)
@@ -239,7 +247,7 @@ class Registry:
             # appends are fenced), never a scrub's, and a scrub no one's
             if (
                 mark is not None
-                and _live(mark)
+                and self._live(mark)
                 and mark.owner != self.owner
                 and (mark.kind != kind or kind == "scrubbing")
             ):
@@ -254,7 +262,7 @@ class Registry:
                 if forks == record.forks:
                     return None
                 return Record(forks=forks, mark=record.mark)  # the stale ones dropped
-            return Record(forks={}, mark=Mark(kind=kind, owner=self.owner, at=time.time()))
+            return Record(forks={}, mark=Mark(kind=kind, owner=self.owner, at=self.clock()))
 
         await self._change(tenant, workspace, step)
         if standing:
@@ -281,7 +289,7 @@ class Registry:
                     "made meanwhile); run it again",
                 )
             return Record(forks=record.forks, mark=Mark(kind=kind, owner=self.owner,
-                                                        at=time.time()))  # fmt: skip
+                                                        at=self.clock()))  # fmt: skip
 
         await self._change(tenant, workspace, step)
 
@@ -295,6 +303,10 @@ class Registry:
             return Record(forks=record.forks, mark=None)
 
         await self._change(tenant, workspace, step)
+
+    def _live(self, mark: Mark) -> bool:
+        """Whether ``mark`` is younger than its TTL (older: its owner crashed)."""
+        return self.clock() - mark.at < MARK_TTL_S[mark.kind]
 
     # ---------------------------------------------------------------- the log
     async def _standing(
@@ -313,7 +325,7 @@ class Registry:
         subject = self.subjects.evt(tenant, fork)
         raw = await eventlog.last_message(self.js, subject, fresh=True)
         if raw is None or isinstance(codec.decode_event(raw.data or b""), WorkspacePurged):
-            return time.time() - since < FORK_APPEND_TTL_S
+            return self.clock() - since < FORK_APPEND_TTL_S
         first = await eventlog.first(self.js, subject, int(raw.seq or 0))
         event = first.event if first is not None else None
         return isinstance(event, WorkspaceForked) and event.source == source
@@ -321,8 +333,3 @@ class Registry:
 
 def _doing(mark: Mark) -> str:
     return {"purging": "purged", "compacting": "compacted"}.get(mark.kind, "scrubbed")
-
-
-def _live(mark: Mark) -> bool:
-    ttl = MARK_TTL_S[mark.kind]
-    return time.time() - mark.at < ttl
