@@ -25,6 +25,7 @@ import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 
+from contracts import replies as rp
 from contracts.errors import ErrorCode, QuillError
 from contracts.events import WorkspaceUpdated
 from contracts.limits import LimitsPatch
@@ -628,3 +629,18 @@ def partitioned_nats(root: Path, partitions: int) -> Iterator[NatsServer]:
         yield server
     finally:
         server.stop()
+
+
+async def tree_items(
+    ws: Workspace, version: int, *, contents: bool = False, limit: int = 1000
+) -> AsyncIterator[tuple[rp.TreeItem, rp.TreePage]]:
+    """Every entry of ``ws``'s tree as of ``version``, with the page it came in (its
+    ``contents``), through ``qry.tree`` page after page."""
+    after = None
+    while True:
+        page = await ws.tree(version=version, after=after, contents=contents, limit=limit)
+        for item in page.entries:
+            yield item, page
+        if page.next is None:
+            return
+        after = page.next

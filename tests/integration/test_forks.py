@@ -18,7 +18,7 @@ from quill.client import Quill, Workspace
 from quill_cli.tools import replay as rpl
 from services.reader.app import Reader
 from tests.conftest import StartReader
-from tests.helpers import start_reader, start_writer
+from tests.helpers import start_reader, start_writer, tree_items
 
 BIG = "y" * 70_000 + "\n"
 """Over ``INLINE_MAX``: in the source's namespace of WS_BLOBS, which the fork reads."""
@@ -27,17 +27,12 @@ BIG = "y" * 70_000 + "\n"
 async def tree_of(ws: Workspace, version: int) -> dict[str, str | None]:
     """Every entry as of ``version``: a file's text, a directory's None."""
     out: dict[str, str | None] = {}
-    after = None
-    while True:
-        page = await ws.tree(version=version, after=after, contents=True)
-        for item in page.entries:
-            if item.kind == "directory":
-                out[item.path] = None
-            else:
-                out[item.path] = (await ws.read(item.path, version=version)).content
-        if page.next is None:
-            return out
-        after = page.next
+    async for item, _ in tree_items(ws, version):
+        if item.kind == "directory":
+            out[item.path] = None
+        else:
+            out[item.path] = (await ws.read(item.path, version=version)).content
+    return out
 
 
 async def seeded(quill: Quill, name: str) -> Workspace:
@@ -316,17 +311,12 @@ async def walked(ws: Workspace, version: int) -> tuple[int, int, int, int]:
     """``(files, directories, total bytes, entries)`` of a plain walk of ``ws``'s whole tree
     as of ``version`` (``qry.tree`` page after page)."""
     files = dirs = size = 0
-    after = None
-    while True:
-        page = await ws.tree(version=version, after=after, contents=False, limit=3)
-        for item in page.entries:
-            if item.kind == "directory":
-                dirs += 1
-            else:
-                files, size = files + 1, size + item.size
-        if page.next is None:
-            return files, dirs, size, files + dirs
-        after = page.next
+    async for item, _ in tree_items(ws, version, limit=3):
+        if item.kind == "directory":
+            dirs += 1
+        else:
+            files, size = files + 1, size + (item.size or 0)
+    return files, dirs, size, files + dirs
 
 
 async def check_totals(ws: Workspace, version: int) -> None:

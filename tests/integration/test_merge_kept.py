@@ -46,7 +46,7 @@ from services.reader.app import Reader
 from services.writer import merges
 from tests.conftest import StartReader
 from tests.core.merging import DIR, Case, Tree, apply
-from tests.helpers import start_reader, start_writer
+from tests.helpers import start_reader, start_writer, tree_items
 from tests.integration.real_writer import REAL_WRITER, log_of
 from tests.integration.test_merge import TEXT, edited
 
@@ -82,19 +82,14 @@ async def snapshot(reader: Reader, ws: Workspace, version: int) -> Tree:
     """Every file and directory of ``ws`` as of ``version`` (a whole walk, through qry.tree)."""
     assert await reader.follower.wait_for(ws.tenant, ws.name, version, 10)
     out: Tree = {}
-    after = None
-    while True:
-        page = await ws.tree(version=version, after=after, contents=True)
-        for item in page.entries:
-            if item.kind == "directory":
-                out[item.path] = DIR
-                continue
-            assert item.sha256 is not None and not item.blob
-            data = page.contents[item.sha256]
-            out[item.path] = ("x", data) if item.executable else data
-        if page.next is None:
-            return out
-        after = page.next
+    async for item, page in tree_items(ws, version, contents=True):
+        if item.kind == "directory":
+            out[item.path] = DIR
+            continue
+        assert item.sha256 is not None and not item.blob
+        data = page.contents[item.sha256]
+        out[item.path] = ("x", data) if item.executable else data
+    return out
 
 
 class Sync:
@@ -324,9 +319,7 @@ async def random_run(
 SCRIPTS = st.lists(OPS, min_size=4, max_size=16)
 
 
-@settings(REAL_WRITER, max_examples=8)
-@given(script=SCRIPTS)
-def test_random_merges_are_the_whole_trees_merge(
+def _random_merges(
     nats_server: NatsServer,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -337,19 +330,16 @@ def test_random_merges_are_the_whole_trees_merge(
     asyncio.run(random_run(nats_server.url, data, monkeypatch, script))
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-@settings(REAL_WRITER, max_examples=60)
-@given(script=st.lists(OPS, min_size=4, max_size=30))
-def test_many_random_merges_are_the_whole_trees_merge(
-    nats_server: NatsServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    script: list[tuple[Any, ...]],
-) -> None:
-    """The same, longer and more (``-m slow``)."""
-    data = tmp_path / f"kept{next(_names)}"
-    asyncio.run(random_run(nats_server.url, data, monkeypatch, script))
+test_random_merges_are_the_whole_trees_merge = settings(REAL_WRITER, max_examples=8)(
+    given(script=SCRIPTS)(_random_merges)
+)
+test_many_random_merges_are_the_whole_trees_merge = pytest.mark.slow(
+    pytest.mark.timeout(600)(  # the same, longer and more
+        settings(REAL_WRITER, max_examples=60)(
+            given(script=st.lists(OPS, min_size=4, max_size=30))(_random_merges)
+        )
+    )
+)
 
 
 # ---------------------------------------------------------------- the cost

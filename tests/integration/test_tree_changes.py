@@ -18,6 +18,7 @@ from contracts.paths import ancestors
 from contracts.requests import LimitsPatch, PutChange
 from quill.client import Quill, Workspace
 from tests.conftest import StartReader
+from tests.helpers import tree_items
 from tests.integration.test_forks import seeded, wait
 
 Entry = tuple[str, str, str | None, bool]
@@ -29,14 +30,7 @@ def entry(item: rp.TreeItem) -> Entry:
 
 async def whole(ws: Workspace, version: int) -> dict[str, Entry]:
     """Every entry of the tree as of ``version``, by path."""
-    out: dict[str, Entry] = {}
-    after = None
-    while True:
-        page = await ws.tree(version=version, after=after, contents=False)
-        out.update((item.path, entry(item)) for item in page.entries)
-        if page.next is None:
-            return out
-        after = page.next
+    return {item.path: entry(item) async for item, _ in tree_items(ws, version)}
 
 
 async def changed(ws: Workspace, version: int, since: int) -> tuple[list[str], list[Entry]]:

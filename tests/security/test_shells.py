@@ -53,6 +53,20 @@ MADE_UP = "s0123456789abMadeUpShell0"
 MIB = 1024**2
 
 
+async def created(
+    stack: StartExecutor,  # noqa: F811
+    quill: Quill,
+    name: str,  # noqa: F811
+    limits: LimitsPatch | None = None,
+    **options: int,
+) -> Workspace:
+    """An executor started (with ``options``), and the workspace ``name`` made."""
+    await stack(**options)
+    ws = quill.workspace(name)  # noqa: F811
+    await ws.create(limits=limits)
+    return ws
+
+
 def marked(marker: str) -> list[int]:
     """Host processes whose command line holds ``marker``."""
     found = []
@@ -150,9 +164,7 @@ async def test_a_command_cannot_read_another_shells_stdin(
     provider: str,  # noqa: F811
 ) -> None:
     bwrap_only(provider, "local commands run as the executor's user and see every process")
-    await stack()
-    ws = quill.workspace(name)  # noqa: F811
-    await ws.create()
+    ws = await created(stack, quill, name)  # noqa: F811
     secret = f"secret-{secrets.token_hex(8)}"
     async with await ws.shell() as thief, await ws.shell() as victim:
         steal = (
@@ -217,9 +229,7 @@ async def test_a_fork_bomb_is_held_and_another_shell_answers(
     if CGROUPS is None:
         print(f"skipped: no cgroups here: {WHY_NO_CGROUPS}")
         pytest.skip(f"no cgroups: {WHY_NO_CGROUPS}")
-    await stack(processes=64)
-    ws = quill.workspace(name)  # noqa: F811
-    await ws.create()
+    ws = await created(stack, quill, name, processes=64)  # noqa: F811
     bomb = await ws.shell()
     async with await ws.shell() as calm:
         r = await bomb.run("bomb() { bomb | bomb & }; (bomb) >/dev/null 2>&1 &")
@@ -292,9 +302,7 @@ async def test_a_command_cannot_forge_its_end_from_what_set_shows(
     quill: Quill,
     name: str,  # noqa: F811
 ) -> None:
-    await stack()
-    ws = quill.workspace(name)  # noqa: F811
-    await ws.create()
+    ws = await created(stack, quill, name)  # noqa: F811
     async with await ws.shell() as sh:
         r = await sh.run("set | wc -l; declare -p | wc -l; env | wc -l")
         assert r.exit_code == 0
@@ -315,9 +323,7 @@ async def test_a_shells_checkout_is_held_to_its_quota(
     quill: Quill,
     name: str,  # noqa: F811
 ) -> None:
-    await stack()
-    ws = quill.workspace(name)  # noqa: F811
-    await ws.create(limits=LimitsPatch(max_checkout_bytes=2 * MIB))
+    ws = await created(stack, quill, name, LimitsPatch(max_checkout_bytes=2 * MIB))  # noqa: F811
     await ws.write("a.txt", "kept\n")
     sh = await ws.shell()
     with pytest.raises(QuillError) as over:  # before: 0, and 3 MB committed
