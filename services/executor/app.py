@@ -49,6 +49,7 @@ from infra.entry import Incoming, parse, reject, reply_headers
 from infra.exec import checkout, sandbox, watch
 from infra.exec.answer import Job, answer_exec, received
 from infra.exec.git import Credentials
+from infra.exec.sandbox import common
 from infra.private import tighten_logged
 from infra.runtime import (
     Auditor,
@@ -173,6 +174,9 @@ class Executor:
         }
 
     async def start(self) -> None:
+        reset = common.default_signals()
+        if reset:
+            log.info("%s were ignored by this process: reset, for the commands", ", ".join(reset))
         await self.bridges.start()
         # Only the executor may enter: files commands create belong to the sandbox's host uid.
         for private in (self.settings.data_dir, self.settings.data_dir / "checkouts"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 
 from nats.aio.client import Client as NATS
 
@@ -163,3 +164,25 @@ async def test_input_to_an_ended_command(ws: Workspace) -> None:
         assert exc.code == ErrorCode.COMMAND_ENDED
     else:
         raise AssertionError("input to an ended command was taken")
+
+
+async def test_int_reaches_a_command_of_an_executor_started_ignoring_it(
+    stack: StartExecutor, quill: Quill, name: str
+) -> None:
+    """A shell starts its background jobs ignoring SIGINT (``quill executor &``, ``pytest &``)
+    and a command inherits what its parent ignores, which bash cannot undo: the executor
+    undoes it as it starts, so an INT still ends a command (before: it ran to its timeout)."""
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        await stack()
+        ws = quill.workspace(name)
+        await ws.create()
+        r = await ws.exec("echo ready; exec sleep 60", yield_ms=300, timeout_ms=30_000)
+        cmd, out = ws.command(r.command_id), ""
+        while "ready" not in out:
+            out += (await cmd.poll(wait_ms=5000)).stdout
+        assert (await cmd.signal("INT")).processes >= 1
+        done = await cmd.wait()
+        assert (done.exit_code, done.timed_out) == (130, False), done
+    finally:
+        signal.signal(signal.SIGINT, before)

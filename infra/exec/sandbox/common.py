@@ -10,6 +10,7 @@ import os
 import posixpath
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Protocol
@@ -60,6 +61,28 @@ def outlives_reply() -> contextvars.Context:
 def deferred() -> Later | None:
     """Where tidying may go (``after_reply``); None: do it now."""
     return _later.get()
+
+
+SENT = (signal.SIGINT, signal.SIGQUIT)
+"""Signals a command is sent that a process can have been started ignoring (a shell ignores
+them for its background jobs: ``quill executor &``, a test run as ``pytest &``)."""
+
+
+def default_signals() -> list[str]:
+    """Undo, in this (the executor's) process, an ignore of the signals commands are sent: a
+    command inherits what its parent ignores, and bash cannot undo an ignore it started with
+    ("signals ignored upon entry to the shell cannot be trapped or reset"), so an ``exec.signal``
+    INT or a terminal's Ctrl-C would reach a command that ignores it. Handled signals are left
+    as they are (a handler is reset to the default across ``exec`` anyway). Returns the names
+    of those it reset; only the main thread may (elsewhere: none)."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    reset = []
+    for sig in SENT:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+            reset.append(sig.name)
+    return reset
 
 
 def environment(home: str, extra: Mapping[str, str], shims: str | None = None) -> dict[str, str]:
