@@ -54,6 +54,39 @@ echo "$n"
 forged mtime, a truncation (``>``, ``truncate``) or an overwrite, chmod again."""
 
 
+Step = tuple[str, str | None] | tuple[str, str, bool]
+"""A path and its content (None: deleted), and whether it is executable."""
+AT_FORK: list[Step] = [
+    ("kind/dir/inner.txt", "inner\n"),
+    ("kind/file", "file\n"),
+    ("mode/x.sh", "echo x\n", True),
+    ("mode/y.sh", "echo y\n"),
+    ("swap/a", "aaaa\n"),
+    ("swap/b", "bbbb\n"),
+]
+SINCE: list[Step] = [  # what the source changes after the fork point
+    ("kind/dir", None),
+    ("kind/dir", "now a file\n"),  # a directory becomes a file
+    ("kind/file", None),
+    ("kind/file/below.txt", "now a directory\n"),  # and a file a directory
+    ("mode/x.sh", "echo x\n"),  # modes flip, contents alike
+    ("mode/y.sh", "echo y\n", True),
+    ("swap/a", "bbbb\n"),  # two files of one size swap contents
+    ("swap/b", "aaaa\n"),
+    ("fresh/deep/er/file.txt", "new\n"),
+]
+
+
+def changes(steps: list[Step]) -> list[PutChange | DeleteChange]:
+    out: list[PutChange | DeleteChange] = []
+    for path, content, *x in steps:
+        if content is None:
+            out.append(DeleteChange(path=path))
+        else:
+            out.append(PutChange(path=path, content=content, executable=bool(x and x[0])))
+    return out
+
+
 @pytest_asyncio.fixture
 async def executor(nats_url: str, tmp_path: Path, provider: str) -> AsyncIterator[Executor]:
     async with AsyncExitStack() as es:
@@ -168,31 +201,10 @@ async def test_a_fork_linked_from_a_source_changed_since_the_fork_point_has_the_
     name = f"mv-{provider}-{tmp_path.name[-10:]}"
     src = quill.workspace(f"acme/{name}")
     await src.create()
-    await src.apply(
-        [
-            *(PutChange(path=f"d{n % 3}/f{n}.py", content=f"v = {n}\n") for n in range(COUNT)),
-            PutChange(path="kind/dir/inner.txt", content="inner\n"),
-            PutChange(path="kind/file", content="file\n"),
-            PutChange(path="mode/x.sh", content="echo x\n", executable=True),
-            PutChange(path="mode/y.sh", content="echo y\n"),
-            PutChange(path="swap/a", content="aaaa\n"),
-            PutChange(path="swap/b", content="bbbb\n"),
-        ]
-    )
+    files = [PutChange(path=f"d{n % 3}/f{n}.py", content=f"v = {n}\n") for n in range(COUNT)]
+    await src.apply(files + changes(AT_FORK))
     point = (await quill.fork(f"acme/{name}", f"{name}-f")).version
-    await src.apply(
-        [
-            DeleteChange(path="kind/dir"),
-            PutChange(path="kind/dir", content="now a file\n"),
-            DeleteChange(path="kind/file"),
-            PutChange(path="kind/file/below.txt", content="now a directory\n"),
-            PutChange(path="mode/x.sh", content="echo x\n"),
-            PutChange(path="mode/y.sh", content="echo y\n", executable=True),
-            PutChange(path="swap/a", content="bbbb\n"),
-            PutChange(path="swap/b", content="aaaa\n"),
-            PutChange(path="fresh/deep/er/file.txt", content="new\n"),
-        ]
-    )
+    await src.apply(changes(SINCE))
     await src.exec("true")  # the source's checkout is held past the fork point
     fork = quill.workspace(f"acme/{name}-f")
     home = executor.checkouts.data_dir / "checkouts" / "acme"
