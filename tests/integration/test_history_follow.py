@@ -62,9 +62,8 @@ async def test_a_move_cycle_ends(services: StartReader, quill: Quill) -> None:
     """a → b → a → b: the walk goes down the versions, through each name once a move."""
     ws = await new_workspace(services, quill, "acme/cycle")
     await ws.write("a", "x\n")  # v2
-    await ws.move("a", "b")  # v3
-    await ws.move("b", "a")  # v4
-    await ws.move("a", "b")  # v5
+    for there, here in (("a", "b"), ("b", "a"), ("a", "b")):  # v3, v4, v5
+        await ws.move(there, here)
     page = await ws.history("b", follow=True)
     assert seen(page) == [
         (5, "moved", None, "a"),

@@ -4,8 +4,10 @@ fallback (an overflow, a watch it may not add) forced and found to miss nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,19 @@ def tree(tmp_path: Path) -> Path:
 
 def sh(tree: Path, script: str) -> None:
     subprocess.run(["bash", "-c", script], cwd=tree, check=True)
+
+
+@contextlib.contextmanager
+def armed(tree: Path, max_watches: int | None = None) -> Iterator[TreeWatch]:
+    """A watch on ``tree``, armed and taken once (what changed before it is not known),
+    closed after."""
+    watch = TreeWatch(tree) if max_watches is None else TreeWatch(tree, max_watches=max_watches)
+    watch.arm()
+    watch.take()
+    try:
+        yield watch
+    finally:
+        watch.close()
 
 
 def taken(watch: TreeWatch) -> dict[str, str]:
@@ -83,27 +98,19 @@ def test_hard_links_count_once(tree: Path) -> None:
 
 def test_many_new_directories_are_all_listed(tree: Path) -> None:
     """Files made in new directories before their watches exist are found by the listing."""
-    watch = TreeWatch(tree)
-    watch.arm()
-    watch.take()
-    try:
+    with armed(tree) as watch:
         sh(tree, "for d in $(seq 1 30); do mkdir -p n/$d/e && touch n/$d/e/f n/$d/g; done")
         dirty = watch.take()
         assert dirty == [("n", "all")]
         assert watch.held() == quota.held(tree)
         sh(tree, "touch n/7/e/late")  # a watch on each new directory
         assert taken(watch) == {"n/7/e/late": "all"}
-    finally:
-        watch.close()
 
 
 def test_an_overflow_makes_the_next_take_a_walk(tree: Path) -> None:
     """``IN_Q_OVERFLOW`` cannot be caused unprivileged with a small queue: injected (the
     event's handling is the same), then the watch is armed again and sees changes again."""
-    watch = TreeWatch(tree)
-    watch.arm()
-    watch.take()
-    try:
+    with armed(tree) as watch:
         sh(tree, "echo a > a.txt")
         watch._event(-1, 0x4000, "", set())  # IN_Q_OVERFLOW, as the kernel queues it
         sh(tree, "echo b > b.txt")
@@ -111,15 +118,10 @@ def test_an_overflow_makes_the_next_take_a_walk(tree: Path) -> None:
         assert watch.held() == quota.held(tree)
         sh(tree, "echo c > c.txt")
         assert taken(watch) == {"c.txt": "all"}
-    finally:
-        watch.close()
 
 
 def test_a_watch_past_the_cap_makes_it_walk(tree: Path) -> None:
-    watch = TreeWatch(tree, max_watches=4)  # the root, src, src/deep: one more directory
-    watch.arm()
-    watch.take()
-    try:
+    with armed(tree, max_watches=4) as watch:  # the root, src, src/deep: one more directory
         sh(tree, "mkdir one && mkdir two && touch two/t")
         assert watch.take() is None
         assert watch.held() is None  # over the cap: the caller walks
@@ -129,17 +131,10 @@ def test_a_watch_past_the_cap_makes_it_walk(tree: Path) -> None:
         sh(tree, "touch one/x")
         assert taken(watch) == {"one/x": "all"}
         assert os.path.exists(tree / "one" / "x")
-    finally:
-        watch.close()
 
 
 def test_the_tree_removed_is_unknown(tree: Path) -> None:
-    watch = TreeWatch(tree)
-    watch.arm()
-    watch.take()
-    try:
+    with armed(tree) as watch:
         sh(tree.parent, "mv tree gone && mkdir tree && echo new > tree/n")
         assert watch.take() is None
         assert watch.held() == quota.held(tree)
-    finally:
-        watch.close()
