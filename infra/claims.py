@@ -297,12 +297,34 @@ async def release(nc: NATS, subjects: Subjects, tenant: str, workspace: str, own
         log.warning("releasing %s/%s: %s", tenant, workspace, exc.message)
 
 
-async def seen(nc: NATS, subjects: Subjects, tenant: str) -> dict[str, int]:
+async def seen(
+    nc: NATS, subjects: Subjects, tenant: str, expect: int | None = None
+) -> dict[str, int]:
     """The live claims of ``tenant`` each service counts, by instance (the answers gathered
-    within ``SEEN_WINDOW_S``)."""
-    answers = await bus.gather(nc, subjects.bridge(tenant, "seen"), SEEN_WINDOW_S)
+    within ``SEEN_WINDOW_S``, or until ``expect`` have answered)."""
+    answers = await bus.gather(nc, subjects.bridge(tenant, "seen"), SEEN_WINDOW_S, expect=expect)
     return {
         str(pong.get("instance")): pong["local_workspaces"]
         for pong in answers
         if isinstance(pong, dict) and isinstance(pong.get("local_workspaces"), int)
     }
+
+
+async def await_seen(
+    nc: NATS, subjects: Subjects, tenant: str, before: dict[str, int], timeout: float
+) -> list[str]:
+    """Wait until every service counts one more of ``tenant``'s live claims than ``before``
+    (``seen`` before the claim was made; a service that appeared since: at least one). A
+    service known from ``before`` or from an earlier answer that misses a gather's window is
+    waited for, not taken for one that has seen the claim: on a loaded host an executor can
+    answer after the window, and a request it took for a workspace it did not know was local
+    would be answered by it, not by the bridge. Returns the instances still behind after
+    ``timeout`` (slow, or gone: the bridge serves anyway, saying so)."""
+    deadline = time.monotonic() + timeout
+    known = set(before)
+    while True:
+        counts = await seen(nc, subjects, tenant, expect=len(known) or None)
+        known |= set(counts)
+        behind = sorted(i for i in known if counts.get(i, -1) < before.get(i, 0) + 1)
+        if not behind or time.monotonic() > deadline:
+            return behind

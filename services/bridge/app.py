@@ -16,7 +16,6 @@ import contextlib
 import logging
 import os
 import signal
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,17 +167,13 @@ class Bridge:
         await nc.flush()
 
     async def _await_services(self, nc: NATS, before: dict[str, int]) -> None:
-        """Wait until every service counts one more claim than ``before`` ours was made (a
-        service started since: at least one), or ``SEEN_TIMEOUT_S``."""
-        deadline = time.monotonic() + SEEN_TIMEOUT_S
-        while True:
-            counts = await claims.seen(nc, self.subjects, self.config.tenant)
-            behind = [i for i, n in counts.items() if n < before.get(i, 0) + 1]
-            if not behind:
-                return
-            if time.monotonic() > deadline:
-                log.warning("%s have not seen the claim yet; serving anyway", behind)
-                return
+        """Wait until every service has seen our claim (``claims.await_seen``), at most
+        ``SEEN_TIMEOUT_S``."""
+        behind = await claims.await_seen(
+            nc, self.subjects, self.config.tenant, before, SEEN_TIMEOUT_S
+        )
+        if behind:
+            log.warning("%s have not seen the claim yet; serving anyway", behind)
 
     async def _renew(self) -> None:
         while True:
