@@ -191,17 +191,16 @@ async def _base(site: Site, ours: int, theirs: int, name: str, common: int) -> _
     store, tenant, here = site.deps.store, site.tenant, site.workspace
     into_ours = await store.last_merge(ours, common, f"{tenant}/{name}")
     into_theirs = await store.last_merge(theirs, common, f"{tenant}/{here}")
-    if into_theirs is not None and (into_ours is None or into_theirs[1] > into_ours[1]):
-        version, seq, result = into_theirs
-        took = msgspec.json.decode(result, type=rp.Merged).from_version
-        kept = await _kept(site, seq, (name, version), (here, took))
-        return _Base(ours=took, theirs=version, theirs_took=True, kept=kept)
-    if into_ours is not None:
-        version, seq, result = into_ours
-        took = msgspec.json.decode(result, type=rp.Merged).from_version
-        kept = await _kept(site, seq, (here, version), (name, took))
-        return _Base(ours=version, theirs=took, theirs_took=False, kept=kept)
-    return _Base(ours=common, theirs=common, theirs_took=False, kept=[])
+    theirs_took = into_theirs is not None and (into_ours is None or into_theirs[1] > into_ours[1])
+    later = into_theirs if theirs_took else into_ours
+    if later is None:
+        return _Base(ours=common, theirs=common, theirs_took=False, kept=[])
+    version, seq, result = later
+    took = msgspec.json.decode(result, type=rp.Merged).from_version
+    target, source = (name, here) if theirs_took else (here, name)
+    kept = await _kept(site, seq, (target, version), (source, took))
+    ours_at, theirs_at = (took, version) if theirs_took else (version, took)
+    return _Base(ours=ours_at, theirs=theirs_at, theirs_took=theirs_took, kept=kept)
 
 
 async def _kept(
