@@ -93,6 +93,8 @@ class Plan:
 
 # Column order of a revision row (see store.SCHEMA).
 _UNTIL = 3
+_KIND = 5
+_SIZE = 7
 
 
 def exact(path: str) -> tuple[str, str]:
@@ -173,6 +175,7 @@ def plan(
                 changes, message = ev.changes, ev.message
                 _uncommitted(out, ws, ev)
         summary: list[ChangeSummary] = []
+        first_row = len(out.rows)
         for change in changes:
             path = change.path
             if isinstance(change, Remove):
@@ -239,6 +242,7 @@ def plan(
                 len(summary),
                 bytes(ev.result).decode(),
                 message[:MESSAGE_KEPT] if message else None,
+                *born(out.rows[first_row:]),
             )
         )
         out.workspace_updates[ws] = (
@@ -247,6 +251,15 @@ def plan(
             head.lineage[0][0] if head.lineage else None, ws,
         )  # fmt: skip
     return out
+
+
+def born(rows: list[list[object]]) -> tuple[int, int, int]:
+    """``(files, directories, bytes)`` of the revision rows an event made, live or not: kept
+    in its event row, so that a workspace's totals at an older version are its live totals
+    less what the events since made, plus the rows ended since (``infra.sql.TOTALS_SINCE``):
+    what changed since that version, not the tree."""
+    files = sum(1 for r in rows if r[_KIND] == "f")
+    return files, len(rows) - files, sum(int(r[_SIZE]) for r in rows)  # type: ignore[call-overload]
 
 
 def lineage_text(lineage: tuple[tuple[str, int], ...]) -> str:

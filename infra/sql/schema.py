@@ -13,7 +13,7 @@ WHOLE_TABLE = "/* plan: table */"
 FIRST_ROWS = "/* plan: first rows */"
 """Reads a workspace's rows in index order and stops at its ``LIMIT``."""
 
-SCHEMA_VERSION = "11"
+SCHEMA_VERSION = "12"
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tracking(name TEXT PRIMARY KEY, position INTEGER NOT NULL);
@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS events(
     op TEXT NOT NULL, at TEXT NOT NULL, actor TEXT, session TEXT, run TEXT, request_id TEXT,
     hash TEXT NOT NULL, prev_hash TEXT NOT NULL, tree_hash TEXT NOT NULL,
     changes TEXT NOT NULL, changes_total INTEGER NOT NULL, result TEXT, message TEXT,
+    born_files INTEGER, born_dirs INTEGER, born_bytes INTEGER,
     PRIMARY KEY(ws, version)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS revisions(
     ws INTEGER NOT NULL, path TEXT NOT NULL, version INTEGER NOT NULL,

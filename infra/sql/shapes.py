@@ -36,6 +36,7 @@ FIXED: dict[str, tuple[str, tuple[str, ...]]] = {
     "WORKSPACE_BY_ID": (workspaces.WORKSPACE_BY_ID, WRITER),
     "IS_NEWEST": (workspaces.IS_NEWEST, BOTH),
     "TOTALS_LIVE": (workspaces.TOTALS_LIVE, READER),
+    "TOTALS_SINCE": (workspaces.TOTALS_SINCE, READER),
     "NEW_WORKSPACE": (workspaces.NEW_WORKSPACE, BOTH),
     "CLOSE_LIVE": (workspaces.CLOSE_LIVE, BOTH),
     "INSERT_REVISION": (workspaces.INSERT_REVISION, BOTH),

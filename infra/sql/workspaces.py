@@ -18,6 +18,23 @@ IS_NEWEST = "SELECT 1 FROM workspaces WHERE id=? AND version=?"
 TOTALS_LIVE = "SELECT files, dirs, total_bytes FROM workspaces WHERE id=? AND version=?"
 """A workspace's live files, directories and bytes (a reader's triggers keep them), if
 ``version`` is its newest."""
+TOTALS_SINCE = (
+    "SELECT version, files - born_f + ended_f, dirs - born_d + ended_d, "
+    "total_bytes - born_b + ended_b, unknown FROM workspaces, "
+    "(SELECT count(*) - count(born_files) unknown, total(born_files) born_f, "
+    "total(born_dirs) born_d, total(born_bytes) born_b FROM events "
+    "WHERE ws=?1 AND version>?2 AND version<=(SELECT version FROM workspaces WHERE id=?1)), "
+    "(SELECT total(kind='f') ended_f, total(kind='d') ended_d, total(size) ended_b "
+    "FROM revisions INDEXED BY revisions_live "
+    "WHERE ws=?1 AND until>?2 AND until<=(SELECT version FROM workspaces WHERE id=?1)) "
+    "WHERE id=?1"
+)
+"""A workspace's files, directories and bytes at an older version ``?2``, from its live
+totals (at its ``version``, one statement: one snapshot): less what the events since made
+(``born_*``, counted per event by ``core.plan.born``), plus the rows ended since (those made
+since and ended too cancel out). What it reads is what changed since ``?2``, never the tree
+(before: every live row, ``TOTALS_AT``). ``unknown``: events since with no counts (kept by a
+compaction manifest made before they were counted): then ``TOTALS_AT``."""
 WORKSPACE_PAGE = (
     "SELECT w.id, w.name, w.version, w.trust, w.created, e.at, e.actor, e.op, "
     "w.files, w.total_bytes "
@@ -36,10 +53,11 @@ CLOSE_LIVE = (
 )
 """End the live rows of ``[lo, hi)``: a seek of the live rows, never a path's history."""
 INSERT_REVISION = "INSERT INTO revisions VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-INSERT_EVENT = "INSERT INTO events VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-EVENT_ROW = 16
+INSERT_EVENT = f"INSERT INTO events VALUES({', '.join('?' * 20)})"
+EVENT_ROW = 19
 """Values of an event row but its ``ws`` (a compaction manifest made before ``message`` was kept
-holds one fewer: ``Store`` pads it)."""
+holds one fewer, before the ``born_*`` counts four fewer: ``Store`` pads it with NULLs, and a
+NULL count sends ``TOTALS_SINCE``'s caller to ``TOTALS_AT``)."""
 UPSERT_BLOB = (
     "INSERT INTO blobs(sha256, size, data, ws) VALUES(?, ?, ?, ?) ON CONFLICT(sha256) "
     "DO UPDATE SET data=coalesce(blobs.data, excluded.data), ws=coalesce(excluded.ws, blobs.ws)"
@@ -100,8 +118,8 @@ ALL_REVISIONS = (
 )
 ALL_EVENTS = (
     f"SELECT {WHOLE_WORKSPACE} version, seq, type, op, at, actor, session, run, request_id, "
-    "hash, prev_hash, tree_hash, changes, changes_total, result, message FROM events WHERE ws=? "
-    "ORDER BY version"
+    "hash, prev_hash, tree_hash, changes, changes_total, result, message, born_files, born_dirs, "
+    "born_bytes FROM events WHERE ws=? ORDER BY version"
 )
 COUNT_EVENTS = f"SELECT {WHOLE_WORKSPACE} count(*) FROM events WHERE ws=?"
 ALL_CONTROLS = (

@@ -148,8 +148,8 @@ class ReadModel:
 
     async def totals(self, ws: int, version: int) -> tuple[int, int, int]:
         """``(files, directories, total file bytes)`` as of ``version``: at the newest, the
-        workspace row's counters (a reader's triggers keep them); at an older version, the
-        live rows and those ended since, grouped."""
+        workspace row's counters (a reader's triggers keep them); at an older version, those
+        less what the events since made plus the rows ended since (``sql.TOTALS_SINCE``)."""
         layers = self._store.layers(ws)
         if layers is not None:
             return await self._layered_totals(layers, version)
@@ -174,6 +174,10 @@ class ReadModel:
         rows = list(await self._db.execute_fetchall(sql.TOTALS_LIVE, (ws, version)))
         if rows:
             files, dirs, size = rows[0]
+            return int(files), int(dirs), int(size)
+        rows = list(await self._db.execute_fetchall(sql.TOTALS_SINCE, (ws, version)))
+        if rows and rows[0][0] >= version and not rows[0][4]:  # what changed since: O(changes)
+            _, files, dirs, size, _ = rows[0]
             return int(files), int(dirs), int(size)
         rows = list(await self._db.execute_fetchall(sql.TOTALS_AT, sql.at_args(ws, version)))
         by_kind = {kind: (count, size) for kind, count, size in rows}
