@@ -295,8 +295,10 @@ class CompactionManifest(msgspec.Struct, frozen=True, kw_only=True):
     created, modified, moved_from)``: per path its last ``max_versions`` revisions."""
     events: list[tuple[Any, ...]]
     """``(version, seq, type, op, at, actor, session, run, request_id, hash, prev_hash,
-    tree_hash, changes, changes_total, result)`` of the events from ``floor`` on, and of
-    those that began a kept revision."""
+    tree_hash, changes, changes_total, result, message, born_files, born_dirs, born_bytes)``
+    of the events from ``floor`` on, and of those that began a kept revision (a manifest made
+    before ``message`` or the ``born_*`` counts were kept ends earlier: the missing are NULL
+    in a projection, ``infra.sql.EVENT_ROW``)."""
     controls: list[tuple[int, str, str]]
     """``(version, type, event JSON)``: every control event (runs, locks, trust, approvals,
     attachments), all kept."""
