@@ -6,7 +6,8 @@ uvicorn runs with its httptools protocol bounded by ``bounds.HeaderDeadline`` (a
 late or large closes the connection), without its own logging configuration or signal
 handlers: the process has its own (``infra/runtime.py``: ``run_until_stopped``). Websockets
 (a shell's ports only) use the ``websockets`` library's sans-I/O protocol: no compression (no
-deflate bombs), ``WS_MESSAGE_MAX`` per message, four messages read ahead of the app.
+deflate bombs), ``WS_MESSAGE_MAX`` per message, four messages read ahead of the app, a refused
+upgrade no error (``_Websockets``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import contextlib
 import gc
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from contracts.ports import WS_MESSAGE_MAX
 from infra.http.bounds import HEADER_TIMEOUT_S, HeaderDeadline
@@ -49,6 +52,19 @@ def listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+class _Websockets(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O websockets, whose upgrade refused by an HTTP answer (the websocket
+    denial response: a bad token, another tenant's shell) counts as a completed handshake.
+    uvicorn leaves it incomplete (as its wsproto protocol does not), so every refusal logged
+    ``ERROR ASGI callable returned without completing handshake.``: an operator's alert on
+    errors fired on every bad token (uvicorn pull request 3138, open)."""
+
+    async def send(self, message: Any) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.http.response.body" and not message.get("more_body"):
+            self.handshake_complete = True
 
 
 class Server(uvicorn.Server):
@@ -86,7 +102,7 @@ async def serve(
         lifespan="on",
         timeout_graceful_shutdown=GRACE_S,
         timeout_keep_alive=KEEP_ALIVE_S,
-        ws="websockets-sansio",
+        ws=_Websockets,
         ws_max_size=WS_MESSAGE_MAX,
         ws_max_queue=4,
         ws_per_message_deflate=False,

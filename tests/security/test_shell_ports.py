@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 
 import httpx
 import msgspec
@@ -326,7 +327,14 @@ async def test_tenants_cannot_use_the_port_subject(up: Up) -> None:
         await qa.close()
 
 
-async def test_websocket_needs_the_workspaces_token_and_origin(st: Stack) -> None:  # noqa: F811
+async def test_websocket_needs_the_workspaces_token_and_origin(
+    st: Stack,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each refused as an HTTP answer, and none logged as an error (uvicorn logged ``ASGI
+    callable returned without completing handshake`` at ERROR for every one: an operator's
+    alert on errors fired on every bad token)."""
+    caplog.set_level(logging.INFO, "uvicorn.error")
     port = st.port()
     shell = await serve_ws(st, A, port, "acme")
     url = ws_url(st, A, shell, port, "/")
@@ -349,6 +357,9 @@ async def test_websocket_needs_the_workspaces_token_and_origin(st: Stack) -> Non
             async with ws_as(token, target, origin=origin):
                 pass
         assert refused.value.response.status_code == status, (token, target, origin)
+    rejected = [r for r in caplog.records if "connection rejected" in r.getMessage()]
+    assert len(rejected) == len(refusals)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
     async def none_open() -> bool:  # the owner's one closed, no refused one ever opened
         return not st.executor.sockets.open and not st.executor.sockets.per_tenant["acme"]
