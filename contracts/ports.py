@@ -124,6 +124,12 @@ WS_WINDOW_BYTES = 2 * 1024 * 1024
 a connection buffers each way, whoever does not read."""
 WS_IDLE_S = 300.0
 """A websocket without a message either way for this long is closed (1001)."""
+WS_BEAT_S = 10.0
+"""Each side of a relayed websocket tells the other it is there this often (an ``ack`` of
+what it last acknowledged: changes nothing); one that hears nothing from the other for
+``WS_BEAT_MISSED`` times as long ends the websocket (``1011``): the service at the other end
+is gone (killed, cut off), and neither the client nor the port waits ``WS_IDLE_S`` for it."""
+WS_BEAT_MISSED = 3
 WS_OPEN_S = 10.0
 """How long the executor may take to open the port's websocket."""
 WS_PER_SHELL = 8

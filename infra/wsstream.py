@@ -10,19 +10,30 @@ while what it sent and the other has not yet acknowledged (``ack``: the last seq
 delivered to its own end, client or port) stays within ``WS_WINDOW_BYTES``; past it, ``send``
 waits. So a reader that never reads holds at most a window's worth on either side, and the
 writer behind it is slowed down to the reader's pace (its TCP connection stops being read).
+Each side also tells the other it is there every ``WS_BEAT_S`` (``heartbeat``: an ``ack`` of
+what it acknowledged last), and ends once it has heard nothing for ``WS_BEAT_MISSED`` beats:
+a side whose service was killed never says ``close``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from contracts.ports import WS_WINDOW_BYTES, WsKind, ws_pack, ws_unpack
+from contracts.ports import (
+    WS_BEAT_MISSED,
+    WS_BEAT_S,
+    WS_WINDOW_BYTES,
+    WsKind,
+    ws_pack,
+    ws_unpack,
+)
 
 _QUEUE_MAX = 64
 """Messages a side holds undelivered: the peer's window allows far fewer; past it, broken."""
@@ -35,6 +46,9 @@ class StreamBroken(Exception):
 class Stream:
     """One side of a relayed websocket (see the module docstring)."""
 
+    beat_s = WS_BEAT_S
+    """How often ``heartbeat`` beats (a test's may be shorter)."""
+
     def __init__(self, nc: NATS, inbox: str) -> None:
         self.nc, self.inbox = nc, inbox
         self.peer = ""
@@ -42,7 +56,9 @@ class Stream:
         self.sent = self.received = 0
         """Message bytes sent, and received, so far (the audit's)."""
         self.sent_messages = self.received_messages = 0
-        self._seq = self._expected = self._delivered = 0
+        self._seq = self._expected = self._delivered = self._acked = 0
+        self._heard = time.monotonic()
+        """When the peer was last heard from (any message)."""
         self._in_flight: collections.deque[tuple[int, int]] = collections.deque()
         self._unacked = 0
         self._credit = asyncio.Event()
@@ -103,9 +119,23 @@ class Stream:
 
     async def delivered(self) -> None:
         """Acknowledge the data message last received (the peer may send more)."""
-        await self.nc.publish(self.peer, ws_pack("ack", self._delivered))
+        self._acked = self._delivered
+        await self.nc.publish(self.peer, ws_pack("ack", self._acked))
+
+    async def heartbeat(self) -> None:
+        """Tell the peer this side is there every ``beat_s`` seconds (an ``ack`` of what was
+        acknowledged last: it changes nothing), and return once the peer has not been heard
+        from for ``WS_BEAT_MISSED`` times as long: the caller ends the websocket."""
+        every = self.beat_s
+        self._heard = time.monotonic()
+        while True:
+            await asyncio.sleep(every)  # a period: the beat's, not a wait for something
+            if time.monotonic() - self._heard > WS_BEAT_MISSED * every:
+                return
+            await self.nc.publish(self.peer, ws_pack("ack", self._acked))
 
     async def _on_message(self, msg: Msg) -> None:
+        self._heard = time.monotonic()
         try:
             kind, seq, payload = ws_unpack(msg.data)
         except ValueError as exc:

@@ -237,8 +237,13 @@ class SocketRelay:
                     await ws.close(1001, "idle")
                     return
 
+        async def beat() -> None:  # the gateway's side gone silent: killed, or cut off
+            await stream.heartbeat()
+            relayed.close_code, relayed.closed_by = 1001, "silent"
+            await ws.close(1001, "the client's relay is gone")
+
         try:
-            await until_one_ends(from_port, from_client, idle)
+            await until_one_ends(from_port, from_client, idle, beat)
         finally:
             if relayed.closed_by == "":  # ended otherwise (a failure): the gateway hears of it
                 relayed.close_code, relayed.closed_by = 1011, "relay"

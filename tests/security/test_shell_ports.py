@@ -37,9 +37,15 @@ from contracts.ports import (
     WS_PER_SHELL,
     WS_WINDOW_BYTES,
     PortRequest,
+    WsOpen,
+    WsOpened,
     frame,
     route_of,
+    unframe,
+    ws_unpack,
 )
+from contracts.subjects import Origin, new_request_id
+from infra.wsstream import Stream
 from services.executor.ports import AUDIT_PATH_MAX
 from services.executor.portws import Socket
 from services.gateway.access import Tokens
@@ -476,3 +482,65 @@ async def test_websocket_outlives_the_header_deadline(
         with pytest.raises(websockets.ConnectionClosed):
             await ws.recv()
     assert (ws.close_code, ws.close_reason) == (1001, "idle")
+
+
+async def test_a_websocket_whose_executor_went_silent_is_closed(
+    st: Stack,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An executor killed while it relays a websocket never says ``close``: the gateway,
+    hearing nothing from it for three beats, closes the client's websocket (1011) instead
+    of holding it open for ever (uvicorn's pings kept the client's side alive). The executor
+    is played by a bare NATS client that opens the websocket and then goes silent; it hears
+    the gateway's beats meanwhile."""
+    monkeypatch.setattr(Stream, "beat_s", 0.2)
+    nc = st.quill.nc
+    shell = "s0123456789abSilentExecutor"
+    beats: list[bytes] = []
+
+    async def heard(msg: Msg) -> None:
+        beats.append(msg.data)
+
+    inbox = nc.new_inbox()
+    await nc.subscribe(inbox, cb=heard)
+
+    async def opened(msg: Msg) -> None:  # the executor's answer, then nothing
+        await msg.respond(frame(WsOpened(inbox=inbox)))
+
+    await nc.subscribe(f"ws.exechold.{route_of(shell)}.acme.w.portws", cb=opened)
+    await nc.flush()  # both subscriptions are at the server before the gateway asks
+    async with ws_as(TOKEN_A, ws_url(st, A, shell, 8000, "/")) as ws:
+        with pytest.raises(websockets.ConnectionClosedError):
+            async with asyncio.timeout(30):
+                await ws.recv()
+        assert ws.close_code == 1011
+        assert ws.close_reason == "the executor holding the shell is gone"
+    assert [ws_unpack(b)[0] for b in beats[:2]] == ["ack", "ack"]
+
+
+async def test_a_websocket_whose_gateway_went_silent_is_closed(
+    st: Stack,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same the other way: a gateway killed while it relays never says ``close``; the
+    executor, hearing nothing from it for three beats, closes the port's websocket and
+    audits it (``closed_by`` ``silent``) instead of waiting ``WS_IDLE_S`` (5 minutes; the
+    port's messages reset even that). The gateway is played by a bare NATS client."""
+    monkeypatch.setattr(Stream, "beat_s", 0.2)
+    port = st.port()
+    shell = await serve_ws(st, A, port, "acme")
+    nc = st.quill.nc
+    inbox = nc.new_inbox()
+    await nc.subscribe(inbox)  # what the executor sends: never read, never acknowledged
+    head = WsOpen(shell=shell, port=port, target="/", inbox=inbox)
+    who = Origin(new_request_id(), "silent-gateway", "s-1")
+    subject = f"ws.exechold.{route_of(shell)}.acme.w.portws"
+    answer = await nc.request(subject, frame(head), timeout=30, headers=who.headers())
+    assert unframe(answer.data, WsOpened)[0].error is None
+
+    async def ended() -> bool:
+        return not st.executor.sockets.open and not st.executor.sockets.per_shell[shell]
+
+    await eventually(ended, 30, "the executor ends the relay")
+    records = await eventually(lambda: _websockets_audited(st, shell), 15, "audited")
+    assert records[-1]["closed_by"] == "silent" and records[-1]["close_code"] == 1001

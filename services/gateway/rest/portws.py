@@ -114,7 +114,7 @@ class PortSockets:
 
 
 async def _pump(websocket: WebSocket, stream: Stream) -> None:
-    """Messages both ways until either side closes."""
+    """Messages both ways until either side closes, or the executor's goes silent."""
 
     async def from_client() -> None:
         while True:
@@ -146,8 +146,12 @@ async def _pump(websocket: WebSocket, stream: Stream) -> None:
                 await websocket.send_bytes(payload)
             await stream.delivered()
 
+    async def beat() -> None:  # the executor holding the shell killed, or cut off
+        await stream.heartbeat()
+        await websocket.close(1011, "the executor holding the shell is gone")
+
     try:
-        await until_one_ends(from_client, from_port)
+        await until_one_ends(from_client, from_port, beat)
     finally:
         # however it ended (a client gone while a send waited): the executor hears of it
         await stream.send("close", close_payload(1001, "the client is gone"))
