@@ -83,7 +83,7 @@ MASK = (
     | flags.ONLYDIR
     | flags.EXCL_UNLINK
 )
-COUNTS: dict[str, int] = {"overflows": 0, "rearmed": 0, "events": 0}
+COUNTS: dict[str, int] = {"overflows": 0, "rearmed": 0, "events": 0, "no_instance": 0}
 """Queue overflows, walks that armed a tree again, events read (the executor's ping shows them)."""
 
 
@@ -219,6 +219,7 @@ class TreeWatch:
             self._inotify = INotify(nonblocking=True)
         except OSError as exc:  # max_user_instances: walked every time, as before
             self.why = f"no inotify instance ({exc})"
+            _no_instance(exc)
             return
         self._armed = True
         try:
@@ -489,3 +490,26 @@ class TreeWatch:
         """A directory's own size, as it is now."""
         self._s.bytes += entry_bytes(st) - node.bytes
         node.bytes = entry_bytes(st)
+
+
+def _no_instance(exc: OSError) -> None:
+    """Say once per process (a warning) that a shell could get no inotify instance: every
+    shell past the user's ``fs.inotify.max_user_instances`` walks its whole tree at each
+    command, and nothing else would tell the operator why shells got slow."""
+    COUNTS["no_instance"] += 1
+    if COUNTS["no_instance"] == 1:
+        limit = _sysctl("fs/inotify/max_user_instances")
+        log.warning(
+            "a shell got no inotify instance (%s; fs.inotify.max_user_instances=%s): shells"
+            " past it walk their whole tree at each command; raise the limit"
+            " (docs/operations.md#sizing)",
+            exc.strerror or exc,
+            limit,
+        )
+
+
+def _sysctl(name: str) -> str:
+    try:
+        return Path("/proc/sys", name).read_text().strip()
+    except OSError:
+        return "unknown"

@@ -19,11 +19,14 @@ processes left before each), and end with the same files.
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 from contracts.errors import ErrorCode
 from contracts.limits import LimitsPatch
 from contracts.requests import PutChange
+from infra.exec import watch as watch_module
 from quill.client import Quill, Workspace
 from services.executor.app import Executor
 from tests.executor.conftest import (  # noqa: F401
@@ -150,17 +153,27 @@ async def test_background_writes_through_a_kept_descriptor(
     assert seen[-2][0].startswith("rm")
 
 
-@pytest.mark.parametrize("how", ["overflow", "watch-cap"])
+@pytest.mark.parametrize("how", ["overflow", "watch-cap", "no-instance"])
 async def test_each_fallback_misses_nothing(
     executor: Executor,  # noqa: F811
     quill: Quill,
     name: str,  # noqa: F811
     how: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     ws = await seeded(quill, name)
     executor.shells.watching = True
     if how == "watch-cap":
         executor.shells.max_watches = 4  # the root, src, keep: one more directory
+    if how == "no-instance":  # the user's fs.inotify.max_user_instances all taken (not for
+        # real: the other tests of the run share the limit)
+
+        def taken(**_: object) -> None:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        monkeypatch.setattr(watch_module, "INotify", taken)
+        monkeypatch.setitem(watch_module.COUNTS, "no_instance", 0)
     async with await ws.shell() as sh:
         watch = executor.shells.held[sh.id].checkout.watch
         assert watch is not None
@@ -176,6 +189,13 @@ async def test_each_fallback_misses_nothing(
             again = await sh.run("echo z > z.txt")
             assert [p.path for p in again.changes.paths] == ["z.txt"]
             assert watch.walks == walks + 1 and watch.take() == []
+        if how == "no-instance":  # walked each time, and the operator told why, once
+            again = await sh.run("echo z > z.txt")
+            assert [p.path for p in again.changes.paths] == ["z.txt"]
+            said = [
+                r.getMessage() for r in caplog.records if "no inotify instance" in r.getMessage()
+            ]
+            assert len(said) == 1 and "max_user_instances" in said[0], said
 
 
 async def test_a_background_filler_is_stopped_by_the_running_total(
