@@ -193,6 +193,7 @@ def history_ops(ws: Workspace, nc: nats.NATS) -> dict[str, Op]:
         "history of one path (a page)": lambda: ws.history(history_path(7), limit=100),
         "diff of the last 10 versions": lambda: ws.diff(last - 10, last),
         "info": lambda: ws.info(),
+        "info as of 10 versions back": lambda: ws.info(version=last - 10),
         "a page of events (the last 100)": lambda: ws.events(after=last - 100, limit=100),
         "exec true (second)": lambda: ws.exec("true"),
     }
@@ -221,6 +222,7 @@ def shell_ops(ws: Workspace, path: str) -> dict[str, Op]:
 def tree_ops(ws: Workspace) -> dict[str, Op]:
     """The operations of a tree workspace whose answer does not grow with its tree."""
     counter = iter(range(10**9))
+    back = max(1, ws.last_version - 10)
 
     async def change_one() -> object:
         return await ws.exec(f"echo {next(counter)} > fixed/changed.txt")
@@ -231,6 +233,7 @@ def tree_ops(ws: Workspace) -> dict[str, Op]:
         "grep under fixed/": lambda: ws.grep("x = 5", path="fixed"),
         f"grep rare word ({RARE})": lambda: ws.grep(RARE),
         "info": lambda: ws.info(),
+        "info as of 10 versions back": lambda: ws.info(version=back),
         "exec true (second)": lambda: ws.exec("true"),
         "exec changing one file": change_one,
         **shell_ops(ws, "fixed/shell.txt"),
