@@ -18,19 +18,22 @@ IS_NEWEST = "SELECT 1 FROM workspaces WHERE id=? AND version=?"
 TOTALS_LIVE = "SELECT files, dirs, total_bytes FROM workspaces WHERE id=? AND version=?"
 """A workspace's live files, directories and bytes (a reader's triggers keep them), if
 ``version`` is its newest."""
+_HEAD_OF = "(SELECT {} FROM workspaces WHERE id=?1)"
 TOTALS_SINCE = (
-    "SELECT version, files - born_f + ended_f, dirs - born_d + ended_d, "
-    "total_bytes - born_b + ended_b, unknown FROM workspaces, "
+    f"SELECT {_HEAD_OF.format('version')}, {_HEAD_OF.format('files')} - born_f + ended_f, "
+    f"{_HEAD_OF.format('dirs')} - born_d + ended_d, "
+    f"{_HEAD_OF.format('total_bytes')} - born_b + ended_b, unknown FROM "
     "(SELECT count(*) - count(born_files) unknown, total(born_files) born_f, "
     "total(born_dirs) born_d, total(born_bytes) born_b FROM events "
-    "WHERE ws=?1 AND version>?2 AND version<=(SELECT version FROM workspaces WHERE id=?1)), "
+    f"WHERE ws=?1 AND version>?2 AND version<={_HEAD_OF.format('version')}), "
     "(SELECT total(kind='f') ended_f, total(kind='d') ended_d, total(size) ended_b "
     "FROM revisions INDEXED BY revisions_live "
-    "WHERE ws=?1 AND until>?2 AND until<=(SELECT version FROM workspaces WHERE id=?1)) "
-    "WHERE id=?1"
+    f"WHERE ws=?1 AND until>?2 AND until<={_HEAD_OF.format('version')})"
 )
 """A workspace's files, directories and bytes at an older version ``?2``, from its live
-totals (at its ``version``, one statement: one snapshot): less what the events since made
+totals (at its ``version``, one statement: one snapshot; the workspace's row read by
+``rowid`` seeks, each a scalar subquery: joined, a planner given a small table's statistics
+scanned it): less what the events since made
 (``born_*``, counted per event by ``core.plan.born``), plus the rows ended since (those made
 since and ended too cancel out). What it reads is what changed since ``?2``, never the tree
 (before: every live row, ``TOTALS_AT``). ``unknown``: events since with no counts (kept by a

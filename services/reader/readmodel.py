@@ -111,9 +111,14 @@ class ReadModel:
         return [node_from_row(r) for r in rows]
 
     async def count(self, ws: int, version: int, scope: Scope) -> int:
-        """The entries of ``scope`` as of ``version``. A fork's: one directory's, its
-        layers' children merged; recursive, the layers' below as of its fork point (held)
-        and what it changed in the scope's range."""
+        """The entries of ``scope`` as of ``version``. Everything (recursive from the root,
+        no prefix): the workspace's totals (``totals``: its row's counters, or what changed
+        since ``version``), not a count of the tree. A fork's: one directory's, its layers'
+        children merged; recursive, the layers' below as of its fork point (held) and what it
+        changed in the scope's range."""
+        if scope.recursive and not scope.directory and not scope.prefix:
+            files, dirs, _ = await self.totals(ws, version)
+            return {"f": files, "d": dirs}.get(scope.kind or "", files + dirs)
         layers = self._store.layers(ws)
         if layers is None:
             return await self._count(ws, version, scope)
@@ -176,8 +181,8 @@ class ReadModel:
             files, dirs, size = rows[0]
             return int(files), int(dirs), int(size)
         rows = list(await self._db.execute_fetchall(sql.TOTALS_SINCE, (ws, version)))
-        if rows and rows[0][0] >= version and not rows[0][4]:  # what changed since: O(changes)
-            _, files, dirs, size, _ = rows[0]
+        newest, files, dirs, size, unknown = rows[0]
+        if newest is not None and newest >= version and not unknown:  # O(changes since)
             return int(files), int(dirs), int(size)
         rows = list(await self._db.execute_fetchall(sql.TOTALS_AT, sql.at_args(ws, version)))
         by_kind = {kind: (count, size) for kind, count, size in rows}
