@@ -59,7 +59,7 @@ async def fold_and_check(
     quill: Quill, ws: Workspace, log: list[Committed], state: WorkspaceState, upto: int | None
 ) -> WorkspaceState:
     """Fold ``log`` into ``state`` (events at or before ``upto``), checking the reader's
-    tree of ``ws`` after each; the state at the end."""
+    tree of ``ws`` and its totals (``info``) after each; the state at the end."""
     for item in log:
         if upto is not None and item.event.version > upto:
             break
@@ -68,6 +68,11 @@ async def fold_and_check(
             ws.name,
             item.event.version,
         )
+        info = await ws.info(version=item.event.version)  # its totals: what changed since
+        files = state.tree.files.values()
+        dirs = len([d for d in state.tree.dirs if d])
+        totals = (len(files), dirs, sum(f.size for f in files))
+        assert (info.files, info.directories, info.total_bytes) == totals, (ws.name, info)
     return state
 
 
