@@ -93,8 +93,6 @@ class Plan:
 
 # Column order of a revision row (see store.SCHEMA).
 _UNTIL = 3
-_KIND = 5
-_SIZE = 7
 
 
 def exact(path: str) -> tuple[str, str]:
@@ -175,7 +173,7 @@ def plan(
                 changes, message = ev.changes, ev.message
                 _uncommitted(out, ws, ev)
         summary: list[ChangeSummary] = []
-        first_row = len(out.rows)
+        files = dirs = size = 0  # what its rows make, live or not: its event row's born_*
         for change in changes:
             path = change.path
             if isinstance(change, Remove):
@@ -189,10 +187,12 @@ def plan(
             live.setdefault(ws, {})[path] = len(out.rows)
             row = [ws, path, ev.version, LIVE, parent(path)]
             if isinstance(change, MakeDir):
+                dirs += 1
                 out.rows.append([*row, "d", None, 0, None, 0, 0, at, at, None])
                 summary.append(ChangeSummary(kind="mkdir", path=path, change="added"))
                 continue
             assert isinstance(change, PutFile)
+            files, size = files + 1, size + change.size
             out.rows.append(
                 [
                     *row,
@@ -242,7 +242,9 @@ def plan(
                 len(summary),
                 bytes(ev.result).decode(),
                 message[:MESSAGE_KEPT] if message else None,
-                *born(out.rows[first_row:]),
+                files,  # born_*: what it made, so that the totals at an older version are
+                dirs,  # the live ones less what the events since made, plus the rows ended
+                size,  # since (``infra.sql.TOTALS_SINCE``): what changed since, not the tree
             )
         )
         out.workspace_updates[ws] = (
@@ -251,15 +253,6 @@ def plan(
             head.lineage[0][0] if head.lineage else None, ws,
         )  # fmt: skip
     return out
-
-
-def born(rows: list[list[object]]) -> tuple[int, int, int]:
-    """``(files, directories, bytes)`` of the revision rows an event made, live or not: kept
-    in its event row, so that a workspace's totals at an older version are its live totals
-    less what the events since made, plus the rows ended since (``infra.sql.TOTALS_SINCE``):
-    what changed since that version, not the tree."""
-    files = sum(1 for r in rows if r[_KIND] == "f")
-    return files, len(rows) - files, sum(int(r[_SIZE]) for r in rows)  # type: ignore[call-overload]
 
 
 def lineage_text(lineage: tuple[tuple[str, int], ...]) -> str:

@@ -34,7 +34,7 @@ TOTALS_SINCE = (
 totals (at its ``version``, one statement: one snapshot; the workspace's row read by
 ``rowid`` seeks, each a scalar subquery: joined, a planner given a small table's statistics
 scanned it): less what the events since made
-(``born_*``, counted per event by ``core.plan.born``), plus the rows ended since (those made
+(``born_*``, counted per event by ``core.plan.plan``), plus the rows ended since (those made
 since and ended too cancel out). What it reads is what changed since ``?2``, never the tree
 (before: every live row, ``TOTALS_AT``). ``unknown``: events since with no counts (kept by a
 compaction manifest made before they were counted): then ``TOTALS_AT``."""
